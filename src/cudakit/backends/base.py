@@ -1,0 +1,153 @@
+"""The Backend base class: every op's argument policy lives here, once; backends fill in hooks.
+
+Policy: inputs are coerced to the backend's arrays (or rejected with DeviceError), dtypes must be
+supported and agree (DTypeError), shapes must broadcast (ShapeError), `out` must have the result's
+shape and dtype. Only then does a hook (`_elementwise`) run, so a bad argument never reaches a kernel.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+
+SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_supported: dict = {}  # np.dtype -> name; dtype hashing is cheap, dtype.name is not
+
+
+def supported_dtypes() -> dict:
+    """{np.dtype: name} of the float dtypes every op takes (bfloat16 from ml_dtypes)."""
+    if not _supported:
+        import ml_dtypes
+        for n in SUPPORTED_DTYPES:
+            _supported[np.dtype(ml_dtypes.bfloat16 if n == "bfloat16" else n)] = n
+    return _supported
+
+
+def dtype_name(dt) -> str:
+    return np.dtype(dt).name
+
+
+class Backend:
+    """An op table plus array helpers. Obtain one with cudakit.get_backend()."""
+
+    name = "?"
+
+    # ---- hooks a backend fills in ----------------------------------------------------------
+    def _coerce(self, x, arg: str):
+        """Return `x` as this backend's array without copying across devices, or raise DeviceError."""
+        raise NotImplementedError
+
+    def _scalar_array(self, value, dtype):
+        """A 0-d array of `dtype` holding a Python scalar."""
+        raise NotImplementedError
+
+    def _elementwise(self, op: str, inputs: tuple, out):
+        """Compute op(*inputs) into `out` (allocated and validated by the caller)."""
+        raise NotImplementedError
+
+    def _check_devices(self, arrays: dict) -> None:
+        """Raise DeviceError when the arrays are not on one device."""
+
+    # ---- array helpers ---------------------------------------------------------------------
+    def asarray(self, x, dtype=None):
+        raise NotImplementedError
+
+    def to_numpy(self, x) -> np.ndarray:
+        raise NotImplementedError
+
+    def empty(self, shape, dtype="float32"):
+        raise NotImplementedError
+
+    def zeros(self, shape, dtype="float32"):
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait for queued work (a no-op on the CPU)."""
+
+    @property
+    def device(self) -> str:
+        raise NotImplementedError
+
+    # ---- shared policy ---------------------------------------------------------------------
+    _array_type: type = type(None)   # the backend's native array class (fast path)
+
+    @staticmethod
+    def _check_dtype(x, arg: str) -> str:
+        name = (_supported or supported_dtypes()).get(x.dtype)
+        if name is None:
+            raise DTypeError(f"{arg}: dtype {x.dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+        return name
+
+    def _prepare(self, op: str, named: dict, out):
+        """Validate and coerce the inputs of an elementwise op; returns (inputs, out)."""
+        if out is None:  # fast path: native arrays of one supported dtype and one shape
+            vals = tuple(named.values())
+            x0 = vals[0]
+            t = self._array_type
+            if type(x0) is t and x0.dtype in (_supported or supported_dtypes()):
+                dt, shape = x0.dtype, x0.shape
+                if all(type(v) is t and v.dtype == dt and v.shape == shape for v in vals[1:]):
+                    if len(vals) > 1:
+                        self._check_devices(named)
+                    return vals, self.empty(shape, dt)
+        arrays, scalars = {}, {}
+        for arg, x in named.items():
+            if isinstance(x, numbers.Real) and not isinstance(x, bool):
+                scalars[arg] = x
+            else:
+                arrays[arg] = self._coerce(x, arg)
+        if not arrays:
+            raise DTypeError(f"{op}: at least one argument must be an array (got only scalars)")
+        dts = {arg: self._check_dtype(x, arg) for arg, x in arrays.items()}
+        if len(set(dts.values())) > 1:
+            desc = ", ".join(f"{a} is {d}" for a, d in dts.items())
+            raise DTypeError(f"{op}: arguments must have one dtype ({desc}); cast one with .astype()")
+        self._check_devices(arrays)
+        dtype = next(iter(arrays.values())).dtype
+        for arg, v in scalars.items():
+            arrays[arg] = self._scalar_array(v, dtype)
+        inputs = tuple(arrays[a] for a in named)
+        try:
+            shape = np.broadcast_shapes(*(x.shape for x in inputs))
+        except ValueError:
+            desc = ", ".join(f"{a} {tuple(x.shape)}" for a, x in zip(named, inputs))
+            raise ShapeError(f"{op}: shapes do not broadcast: {desc}") from None
+        if out is None:
+            out = self.empty(shape, dtype)
+        else:
+            out = self._coerce(out, "out")
+            if tuple(out.shape) != tuple(shape):
+                raise ShapeError(f"{op}: out must have shape {tuple(shape)} (got {tuple(out.shape)})")
+            if out.dtype != dtype:
+                raise DTypeError(f"{op}: out must have dtype {dtype_name(dtype)} (got {dtype_name(out.dtype)})")
+            self._check_devices({**arrays, "out": out})
+        return inputs, out
+
+    # ---- ops -------------------------------------------------------------------------------
+    def add(self, a, b, out=None):
+        """a + b elementwise with NumPy broadcasting. a, b: arrays (or one Python scalar) of one
+        float dtype (float16, bfloat16, float32, float64); 16-bit inputs are added in float32 and
+        rounded once. Returns `out` (allocated when None) of the broadcast shape."""
+        inputs, out = self._prepare("add", {"a": a, "b": b}, out)
+        return self._elementwise("add", inputs, out)
+
+    def mul(self, a, b, out=None):
+        """a * b elementwise with NumPy broadcasting; dtypes and rounding as add()."""
+        inputs, out = self._prepare("mul", {"a": a, "b": b}, out)
+        return self._elementwise("mul", inputs, out)
+
+    def relu(self, x, out=None):
+        """max(x, 0) elementwise; NaN stays NaN (as numpy.maximum). Any float dtype, any shape."""
+        inputs, out = self._prepare("relu", {"x": x}, out)
+        return self._elementwise("relu", inputs, out)
+
+    def relu_backward(self, grad_out, x, out=None):
+        """Gradient of relu: grad_out where x > 0, else 0 (also where x is NaN). grad_out and x
+        broadcast against each other; one float dtype."""
+        inputs, out = self._prepare("relu_backward", {"grad_out": grad_out, "x": x}, out)
+        return self._elementwise("relu_backward", inputs, out)
+
+    def __repr__(self):
+        return f"<cudakit {self.name} backend>"

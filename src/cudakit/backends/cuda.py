@@ -1,0 +1,86 @@
+"""The CUDA backend: CuPy arrays in and out, cudakit's kernels underneath.
+
+Accepts CuPy arrays and, zero-copy, any object with __cuda_array_interface__ or a CUDA __dlpack__
+(PyTorch, JAX, Numba). Host arrays are refused with DeviceError rather than copied silently.
+Each op runs on the device holding its inputs, whatever the current device.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DeviceError
+from ..runtime import _cupy, memory
+from .base import Backend
+from .cpu import _dlpack_on_cuda
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self):
+        self._cp = _cupy.cupy()
+        self._array_type = self._cp.ndarray
+        memory.ensure_installed()
+
+    @property
+    def device(self) -> str:
+        return f"cuda:{self._cp.cuda.runtime.getDevice()}"
+
+    def _coerce(self, x, arg):
+        cp = self._cp
+        if isinstance(x, cp.ndarray):
+            return x
+        if hasattr(x, "__cuda_array_interface__"):
+            return cp.asarray(x)
+        if _dlpack_on_cuda(x):
+            return cp.from_dlpack(x)
+        if isinstance(x, np.ndarray) or hasattr(x, "__array__") or isinstance(x, (list, tuple)):
+            raise DeviceError(f"{arg} is a host array but this is the CUDA backend; "
+                              f"copy it with cudakit.to_device() first")
+        raise DeviceError(f"{arg}: expected a CuPy array or a CUDA array (got {type(x).__name__})")
+
+    def _check_devices(self, arrays):
+        devs = {a: x.data.device_id for a, x in arrays.items()}
+        if len(set(devs.values())) > 1:  # lists each array's device
+            desc = ", ".join(f"{a} on cuda:{d}" for a, d in devs.items())
+            raise DeviceError(f"arrays are on different devices ({desc}); move them with cupy.asarray "
+                              f"under `with cudakit.device(i):`")
+
+    def _scalar_array(self, value, dtype):
+        return self._cp.full((), value, dtype=dtype)
+
+    def _on_device_of(self, x):
+        dev = x.data.device_id
+        cp = self._cp
+        return None if dev == cp.cuda.runtime.getDevice() else cp.cuda.Device(dev)
+
+    def _prepare(self, op, named, out):
+        first = next((x for x in named.values() if isinstance(x, self._cp.ndarray)), None)
+        ctx = self._on_device_of(first) if first is not None else None
+        if ctx is None:
+            return super()._prepare(op, named, out)
+        with ctx:  # allocate the output on the inputs' device
+            return super()._prepare(op, named, out)
+
+    def _elementwise(self, op, inputs, out):
+        from ..kernels import elementwise
+        ctx = self._on_device_of(out)
+        if ctx is None:
+            return elementwise.run(op, inputs, out)
+        with ctx:
+            return elementwise.run(op, inputs, out)
+
+    def asarray(self, x, dtype=None):
+        return self._cp.asarray(x, dtype=dtype)
+
+    def to_numpy(self, x):
+        return self._cp.asnumpy(x)
+
+    def empty(self, shape, dtype="float32"):
+        return self._cp.empty(shape, dtype)
+
+    def zeros(self, shape, dtype="float32"):
+        return self._cp.zeros(shape, dtype)
+
+    def synchronize(self):
+        self._cp.cuda.get_current_stream().synchronize()

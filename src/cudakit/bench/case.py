@@ -1,0 +1,43 @@
+"""Benchmark case and environment types."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Env:
+    """What a case module needs to build its inputs: the array module, the device, size policy."""
+    gpu: bool               # True: CuPy arrays on the current GPU; False: NumPy on the host
+    quick: bool             # smaller sizes, fewer repetitions
+    xp: object              # cupy or numpy
+    torch: object = None    # the torch module when installed (and CUDA-capable on GPU runs)
+    dtypes: tuple = ("float32", "bfloat16")
+
+
+@dataclass
+class Case:
+    """One op at one shape and dtype.
+
+    nbytes: the fewest bytes the op must move through device memory (each input read once,
+            each output written once); GB/s = nbytes / time.
+    flops:  floating-point operations, 0 when the op is memory-bound.
+    setup:  () -> {provider: zero-argument callable running the op once}; called once, after
+            which the callables are timed. Providers missing from the dict are skipped.
+    mode:   "device": time with CUDA events (GPU) / wall clock (CPU) per call;
+            "host":   host time per call of many back-to-back calls (launch overhead).
+    """
+    op: str
+    family: str
+    shape: tuple
+    dtype: str
+    nbytes: int
+    setup: Callable[[], dict]
+    flops: int = 0
+    mode: str = "device"
+    note: str = ""
+    results: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} {'x'.join(map(str, self.shape))} {self.dtype}"

@@ -1,0 +1,1 @@
+"""One module per op family; each defines `cases(env) -> list[Case]`."""

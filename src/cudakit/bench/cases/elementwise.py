@@ -1,0 +1,91 @@
+"""Benchmark cases: add, mul, relu, relu_backward, and the host cost of a tiny add."""
+from __future__ import annotations
+
+import numpy as np
+
+import cudakit
+from ..case import Case, Env
+
+_ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def _rand(env: Env, n: int, dtype: str, seed: int):
+    xp = env.xp
+    if env.gpu:
+        x = xp.random.default_rng(seed).standard_normal(n, dtype=xp.float32)
+    else:
+        x = np.random.default_rng(seed).standard_normal(n, dtype=np.float32)
+    return x.astype(cudakit.get_backend("cuda" if env.gpu else "cpu").empty(0, dtype).dtype)
+
+
+def _torch_views(env, *arrays):
+    t = env.torch
+    return tuple(t.from_dlpack(a) for a in arrays)
+
+
+def _binary(env: Env, op: str, n: int, dtype: str) -> Case:
+    def setup():
+        a, b = _rand(env, n, dtype, 1), _rand(env, n, dtype, 2)
+        fn = getattr(cudakit, op)
+        prov = {"cudakit": lambda: fn(a, b)}
+        if env.gpu:
+            if env.torch is not None:
+                ta, tb = _torch_views(env, a, b)
+                tf = {"add": env.torch.add, "mul": env.torch.mul,
+                      "relu_backward": lambda g, x: env.torch.ops.aten.threshold_backward(g, x, 0)}[op]
+                prov["torch"] = lambda: tf(ta, tb)
+            if op in ("add", "mul"):
+                cf = getattr(env.xp, {"add": "add", "mul": "multiply"}[op])
+                prov["cupy"] = lambda: cf(a, b)
+        else:
+            nf = {"add": np.add, "mul": np.multiply,
+                  "relu_backward": lambda g, x: np.where(x > 0, g, 0).astype(g.dtype)}[op]
+            prov["numpy"] = lambda: nf(a, b)
+        return prov
+    return Case(op, "elementwise", (n,), dtype, 3 * n * _ITEM[dtype], setup)
+
+
+def _relu(env: Env, n: int, dtype: str) -> Case:
+    def setup():
+        x = _rand(env, n, dtype, 3)
+        prov = {"cudakit": lambda: cudakit.relu(x)}
+        if env.gpu:
+            if env.torch is not None:
+                (tx,) = _torch_views(env, x)
+                prov["torch"] = lambda: env.torch.relu(tx)
+            prov["cupy"] = lambda: env.xp.maximum(x, 0)
+        else:
+            prov["numpy"] = lambda: np.maximum(x, 0)
+        return prov
+    return Case("relu", "elementwise", (n,), dtype, 2 * n * _ITEM[dtype], setup)
+
+
+def _tiny_add(env: Env) -> Case:
+    n = 1000
+
+    def setup():
+        a, b = _rand(env, n, "float32", 4), _rand(env, n, "float32", 5)
+        prov = {"cudakit": lambda: cudakit.add(a, b)}
+        if env.gpu:
+            if env.torch is not None:
+                ta, tb = _torch_views(env, a, b)
+                prov["torch"] = lambda: env.torch.add(ta, tb)
+            prov["cupy"] = lambda: env.xp.add(a, b)
+        else:
+            prov["numpy"] = lambda: np.add(a, b)
+        return prov
+    return Case("add_host_overhead", "overhead", (n,), "float32", 3 * n * 4, setup, mode="host",
+                note="host time per call, back-to-back")
+
+
+def cases(env: Env) -> list[Case]:
+    n = (1 << 24) if env.quick else (1 << 28)
+    if not env.gpu:
+        n = (1 << 20) if env.quick else (1 << 24)
+    out = []
+    for dtype in env.dtypes:
+        for op in ("add", "mul", "relu_backward"):
+            out.append(_binary(env, op, n, dtype))
+        out.append(_relu(env, n, dtype))
+    out.append(_tiny_add(env))
+    return out

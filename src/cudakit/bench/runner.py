@@ -1,0 +1,236 @@
+"""`cudakit bench`: run the registered cases, print a table, write JSON and PNG plots."""
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import os
+import pkgutil
+import platform
+import sys
+from pathlib import Path
+
+from .case import Env
+from . import timing
+
+PROVIDERS = ("cudakit", "torch", "cupy", "numpy")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--ops", default="", help="comma-separated op names to run (default: all)")
+    p.add_argument("--dtype", default="", help="comma-separated dtypes (default: float32,bfloat16)")
+    p.add_argument("--quick", action="store_true", help="small sizes and few runs")
+    p.add_argument("--compare", default="torch,cupy,numpy", help="providers to compare with cudakit")
+    p.add_argument("--out", default="bench-out", help="directory for results.json and the PNG plots")
+    p.add_argument("--cpu", action="store_true", help="benchmark the CPU backend even when a GPU is present")
+
+
+def discover() -> dict:
+    """{family module name: module} for every module in cudakit.bench.cases."""
+    from . import cases as pkg
+    return {m.name: importlib.import_module(f"{pkg.__name__}.{m.name}")
+            for m in pkgutil.iter_modules(pkg.__path__)}
+
+
+def make_env(quick: bool, force_cpu: bool, dtypes: tuple, compare: set) -> Env:
+    from cudakit.runtime import _cupy
+    gpu = not force_cpu and _cupy.probe()[0]
+    torch = None
+    if gpu and "torch" in compare:
+        try:
+            import torch as _t
+            torch = _t if _t.cuda.is_available() else None
+        except ImportError:
+            torch = None
+    if gpu:
+        import cupy as xp
+    else:
+        import numpy as xp
+    return Env(gpu=gpu, quick=quick, xp=xp, torch=torch, dtypes=dtypes)
+
+
+def run_case(case, env: Env, compare: set) -> dict:
+    provs = case.setup()
+    res = {}
+    for name, fn in provs.items():
+        if name != "cudakit" and name not in compare:
+            continue
+        if case.mode == "host":
+            sync = (lambda: env.xp.cuda.get_current_stream().synchronize()) if env.gpu else None
+            t = timing.host_time_per_call(fn, calls=300 if env.quick else 3000, sync=sync)
+        elif env.gpu:
+            t = timing.time_gpu(fn, warmup=2 if env.quick else 5, reps=5 if env.quick else 30)
+        else:
+            t = timing.time_cpu(fn, reps=3 if env.quick else 10)
+        res[name] = t
+    del provs
+    if env.gpu:
+        env.xp.get_default_memory_pool().free_all_blocks()
+    return res
+
+
+def device_record(env: Env) -> dict:
+    if env.gpu:
+        import cudakit
+        d = cudakit.get_device_info()
+        return {"kind": "gpu", **d.as_dict()}
+    return {"kind": "cpu", "name": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+
+
+def versions(env: Env) -> dict:
+    from cudakit.cli import _version
+    import cudakit
+    v = {"cudakit": cudakit.__version__, "python": platform.python_version(), "numpy": _version("numpy")}
+    for mod, dist in (("cupy", "cupy-cuda13x"), ("torch", "torch"), ("triton", "triton")):
+        v[mod] = _version(dist) or _version(mod)
+    return v
+
+
+def main(args) -> int:
+    compare = {p.strip() for p in args.compare.split(",") if p.strip()}
+    dtypes = tuple(d.strip() for d in args.dtype.split(",") if d.strip()) or ("float32", "bfloat16")
+    out_dir = Path(args.out)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        print(f"cudakit bench: cannot write to --out {out_dir.resolve()}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    env = make_env(args.quick, args.cpu, dtypes, compare)
+    cases = [c for m in discover().values() for c in m.cases(env)]
+    known = sorted({c.op for c in cases})
+    wanted = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = [o for o in wanted if o not in known]
+    if unknown:
+        print(f"cudakit bench: unknown op(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
+        return 2
+    if wanted:
+        cases = [c for c in cases if c.op in wanted]
+    copy_bytes = (1 << 30) if env.gpu and not env.quick else (1 << 26) if env.gpu else (1 << 26 if not args.quick else 1 << 24)
+    copy_bw = timing.copy_bandwidth(env.gpu, copy_bytes)
+    print(f"device: {device_record(env)['name']} ({'GPU' if env.gpu else 'CPU backend'}); "
+          f"measured copy bandwidth {copy_bw / 1e9:.0f} GB/s", flush=True)
+    rows = []
+    progress = _progress(len(cases))
+    for case in cases:
+        progress(case.label)
+        res = run_case(case, env, compare)
+        rows.append(_row(case, res, copy_bw))
+    progress(None)
+    record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": "cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+              "device": device_record(env), "versions": versions(env),
+              "copy_bandwidth_gbs": copy_bw / 1e9, "quick": env.quick, "rows": rows}
+    (out_dir / "results.json").write_text(json.dumps(record, indent=1))
+    plots = _plots(record, out_dir)
+    print(format_table(record))
+    print(f"wrote {out_dir / 'results.json'}" + (f" and {len(plots)} plots" if plots else
+                                                 " (no plots: install the bench extra for matplotlib)"))
+    return 0
+
+
+def _row(case, res, copy_bw) -> dict:
+    row = {"op": case.op, "family": case.family, "shape": list(case.shape), "dtype": case.dtype,
+           "mode": case.mode, "nbytes": case.nbytes, "flops": case.flops, "note": case.note, "providers": res}
+    ck = res.get("cudakit")
+    if ck:
+        t = ck["median_ms"] * 1e-3
+        row["gbs"] = case.nbytes / t / 1e9
+        row["tflops"] = case.flops / t / 1e12 if case.flops else None
+        row["of_copy_bw"] = case.nbytes / t / copy_bw if case.mode == "device" else None
+        for p in PROVIDERS[1:]:
+            if p in res:
+                # > 1: cudakit is faster
+                row[f"x_{p}"] = res[p]["median_ms"] / ck["median_ms"]
+    return row
+
+
+def format_table(record: dict) -> str:
+    hdr = f"{'op':<20} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'%copy':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8}"
+    lines = [hdr, "-" * len(hdr)]
+    for r in record["rows"]:
+        ck = r["providers"].get("cudakit")
+        if not ck:
+            continue
+        unit = "us/call" if r["mode"] == "host" else "ms"
+        tval = ck["median_ms"] * (1e3 if r["mode"] == "host" else 1)
+        f = lambda k: f"{r[k]:.2f}" if r.get(k) else "-"  # noqa: E731
+        pct = f"{100 * r['of_copy_bw']:.0f}%" if r.get("of_copy_bw") else "-"
+        lines.append(f"{r['op']:<20} {'x'.join(map(str, r['shape'])):<14} {r['dtype']:<9} "
+                     f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
+                     f"{pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8}")
+    lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %copy = GB/s over the measured copy bandwidth.")
+    return "\n".join(lines)
+
+
+def _progress(total: int):
+    try:
+        from tqdm import tqdm
+        bar = tqdm(total=total, unit="case", file=sys.stderr, leave=False)
+    except ImportError:
+        bar = None
+    state = {"i": 0}
+
+    def step(label):
+        if label is None:
+            if bar:
+                bar.close()
+            return
+        if bar:
+            if state["i"]:
+                bar.update(1)
+            bar.set_description(label)
+        else:
+            print(f"[{state['i'] + 1}/{total}] {label}", file=sys.stderr, flush=True)
+        state["i"] += 1
+    return step
+
+
+def _plots(record: dict, out_dir: Path) -> list[Path]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    paths = []
+    rows = [r for r in record["rows"] if r["mode"] == "device" and "cudakit" in r["providers"]]
+    copy = record["copy_bandwidth_gbs"]
+    for fam in sorted({r["family"] for r in rows}):
+        fr = [r for r in rows if r["family"] == fam]
+        fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(fr) + 2), 4.5))
+        labels = [f"{r['op']}\n{r['dtype']}" for r in fr]
+        xs = range(len(fr))
+        w = 0.8 / 3
+        for k, p in enumerate(("cudakit", "torch", "cupy" if record["device"]["kind"] == "gpu" else "numpy")):
+            vals = [r["nbytes"] / (r["providers"][p]["median_ms"] * 1e-3) / 1e9 if p in r["providers"] else 0 for r in fr]
+            ax.bar([x + (k - 1) * w for x in xs], vals, w, label=p)
+        ax.axhline(copy, color="k", ls="--", lw=1, label=f"measured copy {copy:.0f} GB/s")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_ylabel("GB/s (bytes moved / time)")
+        ax.set_title(f"{fam} — {record['device']['name']}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = out_dir / f"{fam}_throughput.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    sp = [r for r in rows if r.get("x_torch") or r.get("x_numpy")]
+    if sp:
+        key = "x_torch" if any(r.get("x_torch") for r in sp) else "x_numpy"
+        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(sp) + 2), 4.5))
+        ax.bar(range(len(sp)), [r.get(key) or 0 for r in sp], color="tab:green")
+        ax.axhline(1.0, color="k", lw=1)
+        ax.set_xticks(range(len(sp)))
+        ax.set_xticklabels([f"{r['op']}\n{r['dtype']}" for r in sp], fontsize=8)
+        ax.set_ylabel(f"speed-up vs {key[2:]} (>1: cudakit faster)")
+        ax.set_title(f"cudakit vs {key[2:]} — {record['device']['name']}")
+        fig.tight_layout()
+        p = out_dir / f"speedup_vs_{key[2:]}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths

@@ -1,0 +1,87 @@
+"""Timing: CUDA events around each call after warm-up, medians of many runs; host clocks on CPU."""
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def _summ(samples_ms: list[float]) -> dict:
+    s = sorted(samples_ms)
+    q = lambda p: s[min(len(s) - 1, int(p * (len(s) - 1) + 0.5))]  # noqa: E731
+    return {"median_ms": statistics.median(s), "p10_ms": q(0.1), "p90_ms": q(0.9), "runs": len(s)}
+
+
+def time_gpu(fn, warmup: int = 3, reps: int = 20, min_ms: float = 0.0) -> dict:
+    """Median time of fn() on the current CuPy stream, from a CUDA event pair around each call."""
+    import cupy as cp
+    for _ in range(warmup):
+        fn()
+    s = cp.cuda.get_current_stream()
+    s.synchronize()
+    samples, total = [], 0.0
+    while len(samples) < reps or total < min_ms:
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(s)
+        fn()
+        b.record(s)
+        b.synchronize()
+        ms = cp.cuda.get_elapsed_time(a, b)
+        samples.append(ms)
+        total += ms
+        if len(samples) >= 10 * reps:
+            break
+    return _summ(samples)
+
+
+def time_cpu(fn, warmup: int = 1, reps: int = 10) -> dict:
+    """Median wall time of fn() on the host."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1e3)
+    return _summ(samples)
+
+
+def host_time_per_call(fn, calls: int = 2000, rounds: int = 7, sync=None) -> dict:
+    """Host time per call of `calls` back-to-back calls (median over rounds), in ms.
+
+    The device is synchronised before and after each round, not inside it, so this is the cost
+    the caller's thread pays per call when the GPU keeps up (launch overhead)."""
+    for _ in range(calls // 10 + 1):
+        fn()
+    samples = []
+    for _ in range(rounds):
+        if sync:
+            sync()
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t) * 1e3 / calls)
+        if sync:
+            sync()
+    return _summ(samples)
+
+
+def copy_bandwidth(gpu: bool, nbytes: int) -> float:
+    """Measured copy bandwidth in bytes/s, counting bytes read plus bytes written.
+
+    GPU: a device-to-device cudaMemcpyAsync of `nbytes`; CPU: numpy.copyto of `nbytes`."""
+    if gpu:
+        import cupy as cp
+        src = cp.empty(nbytes // 4, cp.float32)
+        src.fill(1.0)
+        dst = cp.empty_like(src)
+        rt = cp.cuda.runtime
+        s = cp.cuda.get_current_stream()
+        t = time_gpu(lambda: rt.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes,
+                                            rt.memcpyDeviceToDevice, s.ptr), warmup=3, reps=30)
+        del src, dst
+        return 2 * nbytes / (t["median_ms"] * 1e-3)
+    import numpy as np
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    t = time_cpu(lambda: np.copyto(dst, src), reps=10)
+    return 2 * nbytes / (t["median_ms"] * 1e-3)

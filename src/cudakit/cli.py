@@ -1,0 +1,140 @@
+"""`cudakit info | cache info | cache clear | bench`: the command line. The only module that prints."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import sys
+
+
+def _version(mod: str) -> str | None:
+    try:
+        from importlib.metadata import version
+        return version(mod)
+    except Exception:
+        return None
+
+
+def collect_info() -> dict:
+    """Everything `cudakit info` reports, as a dict."""
+    import numpy as np
+
+    import cudakit
+    from cudakit.runtime import _cupy, compiler
+
+    ok, reason = _cupy.probe()
+    info = {
+        "cudakit": cudakit.__version__, "python": platform.python_version(),
+        "platform": platform.platform(), "numpy": np.__version__,
+        "ml_dtypes": _version("ml_dtypes"), "cupy": _version("cupy-cuda13x") or _version("cupy-cuda12x") or _version("cupy"),
+        "triton": _version("triton"), "numba_cuda": _version("numba-cuda"), "torch": _version("torch"),
+        "cuda_usable": ok, "reason": reason, "backend": None, "backend_reason": None,
+        "cuda_driver": None, "cuda_runtime": None, "nvrtc": None, "devices": [],
+        "cache": compiler.cache_info(),
+    }
+    try:
+        be = cudakit.get_backend()
+        info["backend"] = be.name
+        info["backend_reason"] = reason if be.name == "cuda" or not ok else "CUDAKIT_BACKEND=cpu"
+    except cudakit.BackendUnavailableError as e:
+        info["backend"], info["backend_reason"] = "unavailable", str(e)
+    if ok:
+        cp = _cupy.cupy()
+        info["cuda_driver"] = _fmt_cuda(cp.cuda.runtime.driverGetVersion())
+        info["cuda_runtime"] = _fmt_cuda(cp.cuda.runtime.runtimeGetVersion())
+        try:
+            info["nvrtc"] = ".".join(map(str, compiler.nvrtc_version()))
+        except Exception as e:
+            info["nvrtc"] = f"unavailable ({e})"
+        for d in cudakit.devices():
+            dd = d.as_dict()
+            with cudakit.device(d.index):
+                dd["memory_free"], _ = cudakit.memory_info()
+            info["devices"].append(dd)
+    return info
+
+
+def _fmt_cuda(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _gib(n) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def cmd_info(args) -> int:
+    info = collect_info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"cudakit {info['cudakit']}  (Python {info['python']}, NumPy {info['numpy']})")
+    print("packages: " + ", ".join(f"{k} {info[k] or '-'}" for k in ("cupy", "triton", "numba_cuda", "torch")))
+    if info["cuda_usable"]:
+        print(f"CUDA: driver {info['cuda_driver']}, runtime {info['cuda_runtime']}, NVRTC {info['nvrtc']}")
+    else:
+        print(f"CUDA: no GPU found — {info['reason']}")
+    print(f"backend: {info['backend']} ({info['backend_reason']})")
+    for d in info["devices"]:
+        cc = ".".join(map(str, d["compute_capability"]))
+        bw = d["peak_memory_bandwidth"]
+        print(f"  cuda:{d['index']}  {d['name']}  sm_{cc.replace('.', '')}  {d['multiprocessors']} SMs  "
+              f"{_gib(d['total_memory'])} ({_gib(d['memory_free'])} free)  L2 {d['l2_cache_size'] / 2**20:.0f} MiB"
+              + (f"  datasheet {bw / 1e12:.2f} TB/s" if bw else ""))
+        print(f"          PCI {d['pci_bus_id']}  {d['uuid']}")
+    c = info["cache"]
+    print(f"kernel cache: {c['path']} ({c['entries']} files, {c['bytes'] / 2**20:.1f} MiB)")
+    if not info["cuda_usable"]:
+        print("The CPU backend (NumPy) runs every op; install a GPU build with: pip install 'cudakit[cuda13]'")
+    return 0
+
+
+def cmd_cache(args) -> int:
+    from cudakit.runtime import compiler
+    if args.action == "clear":
+        n = compiler.cache_clear()
+        print(f"removed {n} files from {compiler.cache_dir()}")
+    else:
+        c = compiler.cache_info()
+        if args.json:
+            print(json.dumps(c))
+        else:
+            print(f"{c['path']}: {c['entries']} files, {c['bytes'] / 2**20:.2f} MiB")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from cudakit.bench import runner
+    return runner.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cudakit", description="cudakit: CUDA kernels for Python, with a NumPy fallback")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO (why a backend was chosen, compiles)")
+    sub = p.add_subparsers(dest="command")
+    pi = sub.add_parser("info", help="versions, backend, devices, cache")
+    pi.add_argument("--json", action="store_true")
+    pi.set_defaults(fn=cmd_info)
+    pc = sub.add_parser("cache", help="the compiled-kernel cache")
+    pc.add_argument("action", choices=["info", "clear"], nargs="?", default="info")
+    pc.add_argument("--json", action="store_true")
+    pc.set_defaults(fn=cmd_cache)
+    pb = sub.add_parser("bench", help="benchmark ops against the copy bandwidth, torch, CuPy, NumPy")
+    from cudakit.bench.runner import add_arguments
+    add_arguments(pb)
+    pb.set_defaults(fn=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "fn", None):
+        p.print_help()
+        return 0
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Exception types. Each names what went wrong and what to do about it."""
+from __future__ import annotations
+
+
+class CudakitError(Exception):
+    """Base class of every cudakit error."""
+
+
+class BackendUnavailableError(CudakitError, RuntimeError):
+    """The requested backend cannot run here; the message says why."""
+
+
+class DeviceError(CudakitError, ValueError):
+    """Arrays on different devices, or a device index that does not exist."""
+
+
+class ShapeError(CudakitError, ValueError):
+    """An argument has the wrong shape (names the argument, expected vs got)."""
+
+
+class DTypeError(CudakitError, TypeError):
+    """An argument has an unsupported or mismatched dtype (names the argument)."""
+
+
+class CompileError(CudakitError, RuntimeError):
+    """A kernel failed to compile: carries the source name, the options and the compiler log."""
+
+    def __init__(self, name: str, options: tuple, log: str):
+        self.name, self.options, self.log = name, tuple(options), log
+        super().__init__(
+            f"compiling {name!r} failed (options: {' '.join(self.options) or 'none'}):\n{log.strip()}")
+
+
+class LaunchError(CudakitError, RuntimeError):
+    """A launch was refused or failed: carries the kernel name, grid and block."""
+
+    def __init__(self, message: str, kernel: str = "?", grid: tuple = (), block: tuple = ()):
+        self.kernel, self.grid, self.block = kernel, tuple(grid), tuple(block)
+        super().__init__(f"kernel {kernel!r} grid={self.grid} block={self.block}: {message}")
+
+
+class OutOfMemoryError(CudakitError, MemoryError):
+    """Device memory exhausted, raised only after freeing cached blocks and retrying once."""
+
+    def __init__(self, requested: int, allocated: int, reserved: int, free: int, total: int,
+                 limit: int | None, device: int = 0):
+        self.requested, self.allocated, self.reserved = requested, allocated, reserved
+        self.free, self.total, self.limit, self.device = free, total, limit, device
+        lim = "none" if not limit else _fmt(limit)
+        super().__init__(
+            f"out of memory on cuda:{device}: requested {_fmt(requested)}; cudakit holds "
+            f"{_fmt(allocated)} allocated, {_fmt(reserved)} reserved; device free {_fmt(free)} of "
+            f"{_fmt(total)}; limit {lim}. Free arrays you no longer need, call "
+            f"cudakit.memory.empty_cache(), or raise the limit (CUDAKIT_GPU_MEMORY_LIMIT).")
+
+
+def _fmt(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover
+
+
+__all__ = ["CudakitError", "BackendUnavailableError", "DeviceError", "ShapeError", "DTypeError",
+           "CompileError", "LaunchError", "OutOfMemoryError"]

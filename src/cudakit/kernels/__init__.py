@@ -1,0 +1,1 @@
+"""One module per op family: its CUDA C++ (or Triton) source, host wrapper, forward and backward."""

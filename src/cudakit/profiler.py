@@ -1,0 +1,172 @@
+"""Per-launch timing with CUDA events, transfer timing, summaries, JSON and Chrome-trace export.
+
+    with cudakit.profile() as prof:
+        y = cudakit.relu(x)
+    print(prof.summary())
+    prof.export_chrome_trace("trace.json")   # open in Perfetto or chrome://tracing
+
+When no profile is active the launch path pays one global read (`_active is None`).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+
+_active: "Profile | None" = None
+_lock = threading.Lock()
+
+
+@dataclass
+class Record:
+    """One launch or transfer. Durations in milliseconds, filled in by Profile.resolve()."""
+    kind: str            # "kernel" or "transfer"
+    name: str            # kernel name, or "HtoD"/"DtoH"
+    device: int
+    stream: int
+    host_start_us: float
+    grid: tuple = ()
+    block: tuple = ()
+    nbytes: int = 0
+    duration_ms: float | None = None
+    _events: tuple = field(default=(), repr=False)
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("kind", "name", "device", "stream", "host_start_us",
+                                             "grid", "block", "nbytes", "duration_ms")}
+        d["grid"], d["block"] = list(self.grid), list(self.block)
+        if self.kind == "transfer" and self.duration_ms:
+            d["gb_per_s"] = self.nbytes / (self.duration_ms * 1e-3) / 1e9
+        return d
+
+
+class Profile:
+    """Collects Records while active; see profile()."""
+
+    def __init__(self, nvtx: bool = False):
+        self.records: list[Record] = []
+        self.nvtx = nvtx
+        self._t0 = time.perf_counter()
+        self.memory_events: list[tuple] = []
+
+    # -- recording (called from the launch path) --
+    def _begin(self, kind, name, stream, **kw):
+        from .runtime import _cupy
+        cp = _cupy.loaded_cupy()
+        s = stream or cp.cuda.get_current_stream()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        rec = Record(kind, name, cp.cuda.runtime.getDevice(), s.ptr,
+                     (time.perf_counter() - self._t0) * 1e6, _events=(start, end), **kw)
+        if self.nvtx:
+            cp.cuda.nvtx.RangePush(name)
+        start.record(s)
+        return rec, s
+
+    def _end(self, rec, s):
+        rec._events[1].record(s)
+        if self.nvtx:
+            from .runtime import _cupy
+            _cupy.loaded_cupy().cuda.nvtx.RangePop()
+        self.records.append(rec)
+
+    def _record_launch(self, name, grid, block, stream, fn):
+        rec, s = self._begin("kernel", name, stream, grid=grid, block=block)
+        try:
+            fn()
+        finally:
+            self._end(rec, s)
+
+    # -- results --
+    def resolve(self) -> list[Record]:
+        """Wait for the recorded work and fill in every duration."""
+        for r in self.records:
+            if r.duration_ms is None and r._events:
+                r._events[1].synchronize()
+                from .runtime import _cupy
+                r.duration_ms = _cupy.loaded_cupy().cuda.get_elapsed_time(*r._events)
+                r._events = ()
+        return self.records
+
+    def table(self) -> list[dict]:
+        """Per kernel/transfer name: calls, total, mean and median ms, share of the total time."""
+        groups: dict[str, list[float]] = {}
+        for r in self.resolve():
+            groups.setdefault(r.name, []).append(r.duration_ms)
+        total = sum(sum(v) for v in groups.values()) or 1.0
+        rows = [{"name": k, "calls": len(v), "total_ms": sum(v), "mean_ms": sum(v) / len(v),
+                 "median_ms": statistics.median(v), "share": sum(v) / total} for k, v in groups.items()]
+        return sorted(rows, key=lambda r: -r["total_ms"])
+
+    def summary(self) -> str:
+        """The per-name table as text."""
+        rows = self.table()
+        w = max([len(r["name"]) for r in rows] + [4])
+        lines = [f"{'name':<{w}}  {'calls':>6}  {'total ms':>10}  {'mean ms':>9}  {'median ms':>9}  {'share':>6}"]
+        for r in rows:
+            lines.append(f"{r['name']:<{w}}  {r['calls']:>6}  {r['total_ms']:>10.4f}  {r['mean_ms']:>9.4f}  "
+                         f"{r['median_ms']:>9.4f}  {r['share']:>6.1%}")
+        return "\n".join(lines)
+
+    def export_json(self, path) -> None:
+        """Every record and the summary table as JSON."""
+        data = {"records": [r.as_dict() for r in self.resolve()], "summary": self.table(),
+                "memory_events": self.memory_events}
+        with open(path, "w") as f:
+            json.dump(data, f, indent=1)
+
+    def chrome_trace(self) -> dict:
+        """The records in the Trace Event Format ("X" complete events, microseconds).
+
+        Kernels sit on one track per (device, stream); the start is the host time of the launch,
+        which is when the GPU could at the earliest start it."""
+        events = []
+        for r in self.resolve():
+            events.append({"name": r.name, "cat": r.kind, "ph": "X", "ts": r.host_start_us,
+                           "dur": (r.duration_ms or 0.0) * 1e3, "pid": r.device, "tid": r.stream,
+                           "args": {"grid": list(r.grid), "block": list(r.block), "bytes": r.nbytes}})
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def export_chrome_trace(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f)
+
+
+@contextlib.contextmanager
+def profile(nvtx: bool = False):
+    """Record every cudakit launch and transfer inside the block; yields the Profile.
+
+    nvtx=True also pushes an NVTX range per launch so Nsight Systems shows cudakit's kernels by name.
+    """
+    global _active
+    with _lock:
+        if _active is not None:
+            raise RuntimeError("a cudakit.profile() is already active")
+        prof = _active = Profile(nvtx)
+    try:
+        yield prof
+    finally:
+        _active = None
+        prof.resolve()
+
+
+_null = contextlib.nullcontext()
+
+
+def _transfer(direction: str, nbytes: int, stream):
+    """Context manager timing a transfer while a profile is active; a shared no-op otherwise."""
+    prof = _active
+    if prof is None:
+        return _null
+    return _timed_transfer(prof, direction, nbytes, stream)
+
+
+@contextlib.contextmanager
+def _timed_transfer(prof, direction, nbytes, stream):
+    rec, s = prof._begin("transfer", direction, stream, nbytes=nbytes)
+    try:
+        yield
+    finally:
+        prof._end(rec, s)

@@ -1,0 +1,306 @@
+"""Kernels from CUDA C++ (NVRTC), PTX/cubin/fatbin files and Numba, all behind one `Kernel`.
+
+Compiled binaries are cached in memory (per process) and on disk under CUDAKIT_CACHE_DIR/nvrtc,
+keyed by everything that changes the binary: source, options, name expressions, target
+architecture, NVRTC version and cudakit version. Files are written to a temporary name and moved
+into place with os.replace, so a crash or a concurrent process never leaves a torn entry.
+cudakit uses NVRTC directly rather than CuPy's RawModule so that the cache location, key and
+`cudakit cache clear` are its own; CuPy's cache (CUPY_CACHE_DIR) is not involved.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import struct
+import tempfile
+import threading
+from pathlib import Path
+
+from .. import __version__
+from ..errors import CompileError, LaunchError
+from . import _cupy, launch as _launch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OPTIONS = ("-std=c++17",)
+_memory_cache: dict[str, tuple[bytes, dict]] = {}
+_lock = threading.Lock()
+
+# CUfunction_attribute values
+_ATTRS = {"max_threads_per_block": 0, "shared_memory": 1, "const_memory": 2, "local_memory": 3,
+          "registers": 4, "ptx_version": 5, "binary_version": 6, "max_dynamic_shared_memory": 8}
+
+
+def cache_dir() -> Path:
+    from ..config import settings
+    return settings().cache_dir
+
+
+def _nvrtc():
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError as e:
+        from ..errors import BackendUnavailableError
+        raise BackendUnavailableError(f"NVRTC is not available ({e}); {_cupy.INSTALL_HINT}") from None
+    return nvrtc
+
+
+def nvrtc_version() -> tuple[int, int]:
+    return tuple(_nvrtc().getVersion())
+
+
+def current_arch() -> str:
+    from .device import get_device_info
+    major, minor = get_device_info().compute_capability
+    return f"sm_{major}{minor}"
+
+
+def _cache_key(source, options, name_expressions, arch) -> str:
+    blob = json.dumps([source, list(options), list(name_expressions), arch, list(nvrtc_version()),
+                       __version__], separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _read_entry(path: Path):
+    try:
+        data = path.read_bytes()
+        (hlen,) = struct.unpack("<I", data[:4])
+        return data[4 + hlen:], json.loads(data[4:4 + hlen])
+    except (OSError, ValueError, struct.error):
+        return None
+
+
+def _write_entry(path: Path, binary: bytes, mapping: dict) -> None:
+    header = json.dumps(mapping).encode()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(struct.pack("<I", len(header)) + header + binary)
+        os.replace(tmp, path)
+    except OSError as e:  # an unwritable cache slows later runs but must not fail this one
+        log.warning("could not write kernel cache entry %s: %s", path, e)
+
+
+def compile_to_cubin(source: str, options=(), name_expressions=(), arch: str | None = None,
+                     source_name: str = "cudakit_kernel.cu") -> tuple[bytes, dict]:
+    """Compile CUDA C++ with NVRTC -> (cubin bytes, {name expression: lowered name}).
+
+    `arch` ("sm_90") defaults to the current device's; giving it compiles without a GPU.
+    Served from the memory and disk caches when the same inputs were compiled before.
+    """
+    arch = arch or current_arch()
+    opts = tuple(DEFAULT_OPTIONS) + tuple(options) + (f"-arch={arch}",)
+    names = tuple(name_expressions)
+    key = _cache_key(source, opts, names, arch)
+    hit = _memory_cache.get(key)
+    if hit is not None:
+        return hit
+    path = cache_dir() / "nvrtc" / f"{key}.bin"
+    entry = _read_entry(path)
+    if entry is None:
+        entry = _nvrtc_compile(source, opts, names, source_name)
+        _write_entry(path, *entry)
+        log.debug("compiled %s for %s (%d bytes), cached as %s", source_name, arch, len(entry[0]), path)
+    with _lock:
+        _memory_cache[key] = entry
+    return entry
+
+
+def _nvrtc_compile(source, opts, names, source_name):
+    nvrtc = _nvrtc()
+    prog = nvrtc.createProgram(source, source_name, [], [])
+    try:
+        for ne in names:
+            nvrtc.addNameExpression(prog, ne)
+        try:
+            nvrtc.compileProgram(prog, list(opts))
+        except nvrtc.NVRTCError:
+            raise CompileError(source_name, opts, nvrtc.getProgramLog(prog)) from None
+        return nvrtc.getCUBIN(prog), {ne: nvrtc.getLoweredName(prog, ne) for ne in names}
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+class Module:
+    """A compiled binary, loaded lazily on each device that launches from it."""
+
+    def __init__(self, binary: bytes, mapping: dict | None = None, name: str = "module"):
+        self.binary, self.mapping, self.name = binary, dict(mapping or {}), name
+        self._loaded: dict[int, object] = {}
+
+    def _on(self, dev: int):
+        m = self._loaded.get(dev)
+        if m is None:
+            cp = _cupy.cupy()
+            m = cp.cuda.function.Module()
+            try:
+                m.load(self.binary)
+            except cp.cuda.driver.CUDADriverError as e:
+                raise CompileError(self.name, (), f"the driver could not load the binary: {e}") from None
+            self._loaded[dev] = m
+        return m
+
+    def get_kernel(self, name: str) -> "Kernel":
+        """The kernel `name`: a name expression given at compile time, or a symbol name."""
+        return Kernel(self, self.mapping.get(name, name), display_name=name)
+
+
+class Kernel:
+    """A launchable CUDA kernel.
+
+    `k.launch(grid, block, args, shared_mem=0, stream=None)` or `k[grid, block](*args)`
+    (also `k[grid, block, shared_mem]` and `k[grid, block, shared_mem, stream]`). Arrays are
+    passed as pointers; give scalars as NumPy scalars of the kernel's parameter type (a Python
+    int is passed as int64 and a float as double). Launches on the current CuPy stream and device.
+    """
+
+    def __init__(self, module: Module, symbol: str, display_name: str | None = None):
+        self.module, self.symbol = module, symbol
+        self.name = display_name or symbol
+        self._funcs: dict[int, object] = {}
+        self._limits: dict[int, tuple[int, int]] = {}
+
+    def _function(self, dev: int):
+        f = self._funcs.get(dev)
+        if f is None:
+            cp = _cupy.cupy()
+            try:
+                f = self.module._on(dev).get_function(self.symbol)
+            except cp.cuda.driver.CUDADriverError as e:
+                raise LaunchError(f"no kernel named {self.symbol!r} in {self.module.name}: {e}",
+                                  self.name) from None
+            self._funcs[dev] = f
+            self._limits[dev] = (self._attr(f, "max_threads_per_block"),
+                                 self._attr(f, "max_dynamic_shared_memory"))
+        return f
+
+    @staticmethod
+    def _attr(f, name):
+        cp = _cupy.loaded_cupy()
+        return int(cp.cuda.driver.funcGetAttribute(_ATTRS[name], f.ptr))
+
+    @property
+    def attributes(self) -> dict:
+        """registers, shared_memory (static, bytes), local_memory (bytes per thread),
+        max_threads_per_block, max_dynamic_shared_memory, ptx_version, binary_version,
+        const_memory — on the current device."""
+        f = self._function(_cupy.cupy().cuda.runtime.getDevice())
+        return {k: self._attr(f, k) for k in _ATTRS}
+
+    def set_max_dynamic_shared_memory(self, nbytes: int) -> None:
+        """Allow launches with up to `nbytes` of dynamic shared memory (needed above 48 KiB)."""
+        cp = _cupy.cupy()
+        dev = cp.cuda.runtime.getDevice()
+        f = self._function(dev)
+        cp.cuda.driver.funcSetAttribute(f.ptr, _ATTRS["max_dynamic_shared_memory"], int(nbytes))
+        self._limits[dev] = (self._limits[dev][0], int(nbytes))
+
+    def occupancy_block_size(self, shared_mem: int = 0) -> int:
+        """The block size that maximises occupancy for this kernel on the current device."""
+        cp = _cupy.cupy()
+        f = self._function(cp.cuda.runtime.getDevice())
+        return int(cp.cuda.driver.occupancyMaxPotentialBlockSize(f.ptr, shared_mem, 0)[1])
+
+    def launch(self, grid, block, args, shared_mem: int = 0, stream=None) -> None:
+        """Launch on `stream` (default: the current CuPy stream) of the current device."""
+        cp = _cupy.cupy()
+        dev = cp.cuda.runtime.getDevice()
+        f = self._funcs.get(dev) or self._function(dev)
+        g = grid if type(grid) is tuple and len(grid) == 3 else _launch._dim3(grid, "grid")
+        b = block if type(block) is tuple and len(block) == 3 else _launch._dim3(block, "block")
+        max_threads, max_shared = self._limits[dev]
+        _launch.validate(g, b, shared_mem, max_threads, max_shared, self.name)
+        _launch_function(self.name, f, g, b, args, shared_mem, stream)
+
+    def __getitem__(self, cfg):
+        if not isinstance(cfg, tuple) or not 2 <= len(cfg) <= 4:
+            raise LaunchError("use kernel[grid, block], kernel[grid, block, shared_mem] or "
+                              "kernel[grid, block, shared_mem, stream]", self.name)
+        grid, block, shared, stream = (tuple(cfg) + (0, None))[:4]
+        return lambda *args: self.launch(grid, block, args, shared, stream)
+
+    def __repr__(self):
+        return f"<cudakit.Kernel {self.name}>"
+
+
+def _launch_function(name, f, grid, block, args, shared_mem, stream) -> None:
+    """The one launch path of NVRTC/cubin kernels: records the launch, attributes errors."""
+    from .. import profiler
+    cp = _cupy.loaded_cupy()
+    _launch.recent_launches.append((name, grid, block))
+    prof = profiler._active
+    try:
+        if prof is None:
+            f(grid, block, args, shared_mem, stream)
+        else:
+            prof._record_launch(name, grid, block, stream, lambda: f(grid, block, args, shared_mem, stream))
+        if _launch._blocking or (_launch._blocking is None and _launch.launch_blocking()):
+            (stream or cp.cuda.get_current_stream()).synchronize()
+    except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
+        raise LaunchError(str(e), name, grid, block) from None
+    except TypeError as e:  # CuPy's argument marshalling: an unsupported argument type
+        raise LaunchError(f"bad kernel argument: {e}", name, grid, block) from None
+
+
+def compile_module(source: str, options=(), name_expressions=(), source_name: str = "cudakit_kernel.cu",
+                   arch: str | None = None) -> Module:
+    """Compile CUDA C++ source with NVRTC into a Module (see compile())."""
+    binary, mapping = compile_to_cubin(source, options, name_expressions, arch, source_name)
+    return Module(binary, mapping, source_name)
+
+
+def compile(source: str, name: str, options=(), name_expressions=(), source_name: str | None = None) -> Kernel:
+    """Compile CUDA C++ `source` with NVRTC for the current device and return kernel `name`.
+
+    `name` is an `extern "C"` symbol, or one of `name_expressions` for templates
+    (e.g. name="scale<float>", name_expressions=["scale<float>", "scale<double>"]).
+    `options` are NVRTC options ("-use_fast_math", "-DBLOCK=256"). Raises CompileError with the
+    compiler log on failure.
+    """
+    names = tuple(name_expressions)
+    if "<" in name and name not in names:
+        names += (name,)
+    return compile_module(source, options, names, source_name or f"{name.split('<')[0]}.cu").get_kernel(name)
+
+
+_file_modules: dict[tuple, Module] = {}
+
+
+def load_module(path) -> Module:
+    """Load a .ptx, .cubin or .fatbin file as a Module; `load_module(p).get_kernel("name")`.
+
+    Raises FileNotFoundError naming the path when it does not exist.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(2, f"kernel file not found: {p.resolve()}", str(p))
+    st = p.stat()
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    mod = _file_modules.get(key)
+    if mod is None:
+        data = p.read_bytes()
+        if p.suffix == ".ptx" and not data.endswith(b"\0"):
+            data += b"\0"
+        mod = _file_modules[key] = Module(data, name=str(p))
+    return mod
+
+
+def cache_info() -> dict:
+    """{'path', 'entries', 'bytes'} of the on-disk kernel cache."""
+    root = cache_dir()
+    files = [f for f in root.rglob("*") if f.is_file()] if root.exists() else []
+    return {"path": str(root), "entries": len(files), "bytes": sum(f.stat().st_size for f in files)}
+
+
+def cache_clear() -> int:
+    """Delete the on-disk cache and the in-memory one; returns the number of files removed."""
+    import shutil
+    root = cache_dir()
+    n = cache_info()["entries"]
+    if root.exists():
+        shutil.rmtree(root)
+    _memory_cache.clear()
+    return n

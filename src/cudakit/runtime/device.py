@@ -1,0 +1,140 @@
+"""Device discovery and selection: DeviceInfo, devices(), device(i), set_device(i)."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+
+from ..errors import DeviceError
+from . import _cupy
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Properties of one CUDA device, read from the runtime.
+
+    Sizes are in bytes, clocks in kHz, bus width in bits; None where the runtime does not say.
+    """
+    index: int
+    name: str
+    compute_capability: tuple[int, int]
+    total_memory: int
+    multiprocessors: int
+    l2_cache_size: int
+    max_threads_per_block: int
+    max_shared_memory_per_block: int
+    max_shared_memory_per_block_optin: int
+    warp_size: int
+    memory_clock_khz: int | None
+    memory_bus_width: int | None
+    pci_bus_id: str | None
+    uuid: str | None
+
+    @property
+    def peak_memory_bandwidth(self) -> float | None:
+        """Datasheet bandwidth in bytes/s (DDR: 2 transfers per clock); None when unknown."""
+        if not self.memory_clock_khz or not self.memory_bus_width:
+            return None
+        return 2.0 * self.memory_clock_khz * 1e3 * self.memory_bus_width / 8
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["compute_capability"] = list(self.compute_capability)
+        d["peak_memory_bandwidth"] = self.peak_memory_bandwidth
+        return d
+
+
+_info_cache: dict[int, DeviceInfo] = {}
+
+
+def is_available() -> bool:
+    """True when CuPy imports and at least one CUDA device is visible. Initialises CUDA."""
+    return _cupy.probe()[0]
+
+
+def unavailable_reason() -> str | None:
+    """Why CUDA cannot be used, or None when it can."""
+    ok, reason = _cupy.probe()
+    return None if ok else reason
+
+
+def device_count() -> int:
+    """Number of visible CUDA devices (0 when CUDA is unusable)."""
+    if not is_available():
+        return 0
+    return _cupy.cupy().cuda.runtime.getDeviceCount()
+
+
+def _check_index(i: int) -> int:
+    n = device_count()
+    if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
+        raise DeviceError(f"device index must be in [0, {n}) (got {i!r})")
+    return i
+
+
+def get_device_info(i: int | None = None) -> DeviceInfo:
+    """DeviceInfo of device `i` (default: the current device)."""
+    cp = _cupy.cupy()
+    i = current_device() if i is None else _check_index(i)
+    if i not in _info_cache:
+        rt = cp.cuda.runtime
+        p = rt.getDeviceProperties(i)
+
+        def attr(a):
+            try:
+                return int(rt.deviceGetAttribute(a, i))
+            except Exception:
+                return None
+        name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+        try:
+            pci = rt.deviceGetPCIBusId(i)
+        except Exception:
+            pci = None
+        uuid = p.get("uuid")
+        if isinstance(uuid, (bytes, bytearray)) and len(uuid) == 16:
+            h = uuid.hex()
+            uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        _info_cache[i] = DeviceInfo(
+            index=i, name=name, compute_capability=(int(p["major"]), int(p["minor"])),
+            total_memory=int(p["totalGlobalMem"]), multiprocessors=int(p["multiProcessorCount"]),
+            l2_cache_size=int(p.get("l2CacheSize", 0)),
+            max_threads_per_block=int(p["maxThreadsPerBlock"]),
+            max_shared_memory_per_block=int(p["sharedMemPerBlock"]),
+            max_shared_memory_per_block_optin=int(p.get("sharedMemPerBlockOptin", p["sharedMemPerBlock"])),
+            warp_size=int(p["warpSize"]),
+            memory_clock_khz=p.get("memoryClockRate") or attr(36),   # cudaDevAttrMemoryClockRate
+            memory_bus_width=p.get("memoryBusWidth") or attr(37),    # cudaDevAttrGlobalMemoryBusWidth
+            pci_bus_id=pci, uuid=uuid if isinstance(uuid, str) else None)
+    return _info_cache[i]
+
+
+def devices() -> list[DeviceInfo]:
+    """DeviceInfo for every visible device; [] when CUDA is unusable (see unavailable_reason())."""
+    return [get_device_info(i) for i in range(device_count())]
+
+
+def current_device() -> int:
+    """Index of the current device of this thread."""
+    return _cupy.cupy().cuda.runtime.getDevice()
+
+
+def set_device(i: int) -> None:
+    """Make device `i` current for this thread."""
+    _cupy.cupy().cuda.Device(_check_index(i)).use()
+
+
+@contextlib.contextmanager
+def device(i: int):
+    """`with cudakit.device(1): ...` runs the block with device 1 current, then restores."""
+    cp = _cupy.cupy()
+    with cp.cuda.Device(_check_index(i)):
+        yield get_device_info(i)
+
+
+def synchronize(i: int | None = None) -> None:
+    """Wait for all work on device `i` (default: current) to finish."""
+    cp = _cupy.cupy()
+    if i is None:
+        cp.cuda.runtime.deviceSynchronize()
+    else:
+        with cp.cuda.Device(_check_index(i)):
+            cp.cuda.runtime.deviceSynchronize()

@@ -1,0 +1,107 @@
+"""Launch configuration: validation against the hardware limits, grid helpers, occupancy, and the
+single launch path every cudakit kernel goes through (profiling, error attribution)."""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from ..errors import LaunchError
+
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS_PER_BLOCK = 1024
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+# The last kernels launched on this process: named by check() when an asynchronous error surfaces.
+recent_launches: collections.deque = collections.deque(maxlen=8)
+_blocking: bool | None = None
+
+
+def _refresh() -> None:
+    global _blocking
+    _blocking = None
+
+
+def _dim3(v, what: str) -> tuple[int, int, int]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = (v,)
+    try:
+        t = tuple(int(x) for x in v)
+    except TypeError:
+        raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints (got {v!r})") from None
+    if not 1 <= len(t) <= 3:
+        raise LaunchError(f"{what} must have 1 to 3 dimensions (got {len(t)})")
+    return t + (1,) * (3 - len(t))
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """A validated launch configuration: grid and block as 3-tuples, dynamic shared memory in bytes.
+
+    Raises LaunchError naming the value and the limit, e.g. "block must be <= 1024 threads (got 2048)".
+    """
+    grid: tuple
+    block: tuple
+    shared_mem: int = 0
+
+    def __post_init__(self):
+        g, b = _dim3(self.grid, "grid"), _dim3(self.block, "block")
+        object.__setattr__(self, "grid", g)
+        object.__setattr__(self, "block", b)
+        validate(g, b, self.shared_mem)
+
+
+def validate(grid: tuple, block: tuple, shared_mem: int = 0, max_threads: int = MAX_THREADS_PER_BLOCK,
+             max_shared: int | None = None, kernel: str = "?") -> None:
+    """Check 3-tuples `grid`, `block` and `shared_mem` against the limits; LaunchError if over."""
+    threads = block[0] * block[1] * block[2]
+    if threads > max_threads:
+        raise LaunchError(f"block must be <= {max_threads} threads (got {threads})", kernel, grid, block)
+    for i, (b, lim) in enumerate(zip(block, MAX_BLOCK)):
+        if not 1 <= b <= lim:
+            raise LaunchError(f"block dimension {i} must be in [1, {lim}] (got {b})", kernel, grid, block)
+    for i, (g, lim) in enumerate(zip(grid, MAX_GRID)):
+        if not 1 <= g <= lim:
+            raise LaunchError(f"grid dimension {i} must be in [1, {lim}] (got {g})", kernel, grid, block)
+    if shared_mem < 0 or (max_shared is not None and shared_mem > max_shared):
+        raise LaunchError(f"dynamic shared memory must be in [0, {max_shared}] bytes (got {shared_mem})",
+                          kernel, grid, block)
+
+
+def launch_config(n: int, threads: int = 256) -> tuple[int, int]:
+    """(grid, block) for a 1-D launch of one thread per element: grid = ceil(n / threads).
+
+    A grid-stride kernel may take fewer blocks; n = 0 gives grid 0 (launch nothing).
+    """
+    if not 1 <= threads <= MAX_THREADS_PER_BLOCK:
+        raise LaunchError(f"threads must be in [1, {MAX_THREADS_PER_BLOCK}] (got {threads})")
+    if n < 0:
+        raise LaunchError(f"n must be >= 0 (got {n})")
+    grid = (n + threads - 1) // threads
+    if grid > MAX_GRID[0]:
+        raise LaunchError(f"grid must be <= {MAX_GRID[0]} blocks (got {grid}); use a grid-stride kernel")
+    return grid, threads
+
+
+def launch_blocking() -> bool:
+    global _blocking
+    if _blocking is None:
+        from ..config import settings
+        _blocking = settings().launch_blocking
+    return _blocking
+
+
+def check() -> None:
+    """Synchronise the current device and raise LaunchError if an earlier launch failed.
+
+    The error names the kernels launched last. With CUDAKIT_LAUNCH_BLOCKING=1 each launch is
+    checked as it happens instead, so the error names exactly the failing kernel. A kernel fault
+    leaves the CUDA context unusable: the process must restart to use the GPU again.
+    """
+    from . import _cupy
+    cp = _cupy.cupy()
+    try:
+        cp.cuda.runtime.deviceSynchronize()
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        names = ", ".join(f"{n}{g}x{b}" for n, g, b in recent_launches) or "none recorded"
+        raise LaunchError(f"asynchronous CUDA error: {e}; kernels launched last (oldest first): {names}",
+                          recent_launches[-1][0] if recent_launches else "?") from None

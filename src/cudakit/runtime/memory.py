@@ -1,0 +1,263 @@
+"""Device memory: pool statistics and limits on top of CuPy's pool, pinned buffers, transfers.
+
+cudakit does not bring its own pool. It installs a thin allocator in front of CuPy's default
+MemoryPool (`cupy.cuda.set_allocator`), so CuPy arrays made anywhere in the process are counted,
+and `cupy.get_default_memory_pool()` keeps working as before. The allocator is installed on the
+first CUDA use, never at import.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+
+from ..errors import OutOfMemoryError
+from . import _cupy
+
+
+@dataclass
+class MemoryStats:
+    """Statistics of cudakit's view of one device's memory pool. Bytes unless named otherwise.
+
+    allocated       bytes in live blocks (each request rounded up to the pool's 512-byte unit)
+    reserved        bytes the pool holds from the driver: allocated + cached free blocks
+    peak_allocated  highest `allocated` since the allocator was installed or reset_peak()
+    allocations     number of successful allocations
+    frees           number of blocks returned to the pool
+    oom_retries     times an allocation failed, cached blocks were freed and it was retried
+    fragmentation   (reserved - allocated) / reserved: the share of reserved memory that sits in
+                    cached free blocks and serves no live array (0 when nothing is reserved)
+    limit           the pool's limit in bytes, None when unlimited
+    """
+    device: int
+    allocated: int
+    reserved: int
+    peak_allocated: int
+    allocations: int
+    frees: int
+    oom_retries: int
+    fragmentation: float
+    limit: int | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Counters:
+    __slots__ = ("allocations", "frees", "oom_retries", "peak")
+
+    def __init__(self):
+        self.allocations = self.frees = self.oom_retries = self.peak = 0
+
+
+_lock = threading.Lock()
+_installed = False
+_pool = None
+_counters: dict[int, _Counters] = {}
+_callback = None
+_TrackedMemory = None
+
+
+def _make_tracked_memory_class(cp):
+    class TrackedMemory(cp.cuda.memory.BaseMemory):
+        """Wraps a pooled block so that its return to the pool is counted."""
+        __slots__ = ("_inner", "_counters")
+
+        def __init__(self, inner, counters):
+            super().__init__()
+            self.ptr, self.size, self.device_id = inner.ptr, inner.mem.size, inner.device_id
+            self._inner, self._counters = inner, counters
+
+        def __del__(self):
+            self._counters.frees += 1
+            if _callback is not None:
+                _callback("free", self.device_id, self.size)
+    return TrackedMemory
+
+
+def ensure_installed():
+    """Install the counting allocator in front of CuPy's pool (once) and apply CUDAKIT_GPU_MEMORY_LIMIT."""
+    global _installed, _pool, _TrackedMemory
+    if _installed:
+        return _pool
+    cp = _cupy.cupy()
+    with _lock:
+        if _installed:
+            return _pool
+        _pool = cp.get_default_memory_pool()
+        _TrackedMemory = _make_tracked_memory_class(cp)
+        cp.cuda.set_allocator(_malloc)
+        _installed = True
+    from ..config import settings
+    if settings().memory_limit:
+        from .device import device_count
+        for d in range(device_count()):
+            set_limit(settings().memory_limit, device=d)
+    return _pool
+
+
+def _counters_for(dev: int) -> _Counters:
+    c = _counters.get(dev)
+    if c is None:
+        c = _counters.setdefault(dev, _Counters())
+    return c
+
+
+def _malloc(size: int):
+    cp = _cupy.loaded_cupy()
+    mem_mod = cp.cuda.memory
+    try:
+        inner = _pool.malloc(size)
+    except mem_mod.OutOfMemoryError:
+        dev = cp.cuda.runtime.getDevice()
+        c = _counters_for(dev)
+        c.oom_retries += 1
+        _pool.free_all_blocks()
+        try:
+            inner = _pool.malloc(size)
+        except mem_mod.OutOfMemoryError:
+            free, total = cp.cuda.runtime.memGetInfo()
+            raise OutOfMemoryError(size, _pool.used_bytes(), _pool.total_bytes(), free, total,
+                                   _pool.get_limit() or None, dev) from None
+    if size == 0:  # CuPy hands out a null pointer for 0 bytes; nothing to count
+        return inner
+    dev = inner.device_id
+    c = _counters_for(dev)
+    c.allocations += 1
+    used = _pool.used_bytes()
+    if used > c.peak:
+        c.peak = used
+    if _callback is not None:
+        _callback("alloc", dev, inner.mem.size)
+    return mem_mod.MemoryPointer(_TrackedMemory(inner, c), 0)
+
+
+def _on_device(dev: int | None):
+    cp = _cupy.cupy()
+    return cp.cuda.Device(cp.cuda.runtime.getDevice() if dev is None else dev)
+
+
+def stats(device: int | None = None) -> MemoryStats:
+    """MemoryStats of `device` (default: current). Installs the counting allocator if needed."""
+    pool = ensure_installed()
+    with _on_device(device) as d:
+        allocated, reserved, limit = pool.used_bytes(), pool.total_bytes(), pool.get_limit()
+        c = _counters_for(d.id)
+        return MemoryStats(
+            device=d.id, allocated=allocated, reserved=reserved, peak_allocated=max(c.peak, allocated),
+            allocations=c.allocations, frees=c.frees, oom_retries=c.oom_retries,
+            fragmentation=(reserved - allocated) / reserved if reserved else 0.0,
+            limit=limit or None)
+
+
+def reset_peak(device: int | None = None) -> None:
+    """Set peak_allocated to the bytes allocated now."""
+    pool = ensure_installed()
+    with _on_device(device) as d:
+        _counters_for(d.id).peak = pool.used_bytes()
+
+
+def memory_info(device: int | None = None) -> tuple[int, int]:
+    """(free, total) bytes of `device` as the driver reports them (other processes included)."""
+    cp = _cupy.cupy()
+    with _on_device(device):
+        free, total = cp.cuda.runtime.memGetInfo()
+    return int(free), int(total)
+
+
+def empty_cache() -> None:
+    """Return every cached free block of every device to the driver (live arrays are untouched)."""
+    pool = ensure_installed()
+    pool.free_all_blocks()
+    _cupy.cupy().get_default_pinned_memory_pool().free_all_blocks()
+
+
+def set_limit(bytes: int | str | None = None, fraction: float | None = None,
+              device: int | None = None) -> None:
+    """Cap the pool of `device` (default: current): `bytes` (an int or "8GiB") or `fraction`
+    of total device memory (0 < fraction <= 1; "80%" as `bytes` also works). No argument removes
+    the cap. Allocations past it raise OutOfMemoryError."""
+    from ..config import parse_size
+    if bytes is not None and fraction is not None:
+        raise ValueError("give bytes or fraction, not both")
+    if bytes is not None:
+        bytes, frac = parse_size(bytes)
+        fraction = frac if frac is not None else None
+    if fraction is not None and not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1] (got {fraction})")
+    pool = ensure_installed()
+    with _on_device(device):
+        if fraction is not None:
+            pool.set_limit(fraction=fraction)
+        else:
+            pool.set_limit(size=bytes or 0)
+
+
+def get_limit(device: int | None = None) -> int | None:
+    """The pool limit of `device` in bytes, or None."""
+    pool = ensure_installed()
+    with _on_device(device):
+        return pool.get_limit() or None
+
+
+def set_callback(fn) -> None:
+    """Call fn(event, device, nbytes) on every allocation ("alloc") and free ("free"); None stops.
+
+    The callback runs on the allocating thread, inside the allocator: keep it short.
+    """
+    global _callback
+    ensure_installed()
+    _callback = fn
+
+
+# --- host buffers and transfers ------------------------------------------------------------
+
+def pinned_empty(shape, dtype="float32"):
+    """A NumPy array in page-locked host memory: copies from and to it can run asynchronously."""
+    import numpy as np
+    cp = _cupy.cupy()
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    mem = cp.cuda.alloc_pinned_memory(max(count * dtype.itemsize, 1))
+    return np.frombuffer(mem, dtype, count).reshape(shape)
+
+
+def is_pinned(x) -> bool:
+    """True when NumPy array `x` lies in page-locked memory."""
+    cp = _cupy.cupy()
+    try:
+        attrs = cp.cuda.runtime.pointerGetAttributes(x.ctypes.data)
+    except Exception:
+        return False
+    return attrs.type == cp.cuda.runtime.memoryTypeHost
+
+
+def to_device(x, device: int | None = None, stream=None, non_blocking: bool = False):
+    """Copy host array `x` to `device` (default: current) and return a CuPy array.
+
+    With non_blocking=True the copy is queued on `stream` (default: the current stream) and the
+    call returns at once; that is asynchronous only when `x` is pinned (pinned_empty). Do not
+    change `x` until the stream has passed the copy.
+    """
+    import numpy as np
+    from .. import profiler
+    cp = _cupy.cupy()
+    ensure_installed()
+    x = np.asarray(x)
+    with _on_device(device):
+        out = cp.empty(x.shape, x.dtype)
+        with profiler._transfer("HtoD", x.nbytes, stream):
+            out.set(np.ascontiguousarray(x), stream=stream)
+            if not non_blocking:
+                (stream or cp.cuda.get_current_stream()).synchronize()
+    return out
+
+
+def to_host(x, out=None, stream=None, non_blocking: bool = False):
+    """Copy CuPy array `x` to the host; into `out` (a NumPy array, pinned for a true asynchronous
+    copy) when given. With non_blocking=True, synchronise `stream` before reading the result."""
+    from .. import profiler
+    cp = _cupy.cupy()
+    s = stream or cp.cuda.get_current_stream()
+    with profiler._transfer("DtoH", x.nbytes, s):
+        res = x.get(stream=s, out=out, blocking=not non_blocking)
+    return res

@@ -1,0 +1,134 @@
+"""add, mul, relu, relu_backward on the GPU equal the CPU backend / NumPy bit for bit."""
+import numpy as np
+import pytest
+
+import cudakit
+from helpers import DTYPES, assert_same, np_dtype, random, reference
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+
+SIZES = [0, 1, 257, (1 << 20) + 3]
+
+
+def _dev(x, dtype):
+    return cp.asarray(np.asarray(x).astype(np_dtype(dtype)))
+
+
+def _poisoned_out(shape, dtype):
+    return cp.full(shape, np.nan, np_dtype(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", ["add", "mul", "relu_backward"])
+def test_binary(op, n, dtype, rng):
+    a, b = random(rng, n, dtype), random(rng, n, dtype)
+    out = _poisoned_out(n, dtype)
+    got = getattr(cudakit, op)(_dev(a, dtype), _dev(b, dtype), out=out)
+    assert got is out and got.dtype == np_dtype(dtype)
+    assert_same(got.get(), reference(op, a, b, dtype=dtype))
+    assert_same(got.get(), getattr(cudakit, op)(a, b))  # the CPU backend agrees bit for bit
+    assert_same(getattr(cudakit, op)(_dev(a, dtype), _dev(b, dtype)).get(), got.get())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_relu(n, dtype, rng):
+    x = random(rng, n, dtype)
+    got = cudakit.relu(_dev(x, dtype), out=_poisoned_out(n, dtype))
+    assert_same(got.get(), reference("relu", x, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_misaligned_noncontiguous_broadcast(dtype, rng):
+    a = random(rng, (1001,), dtype)
+    da = _dev(a, dtype)
+    assert_same(cudakit.add(da[1:], da[:-1]).get(), reference("add", a[1:], a[:-1], dtype=dtype))  # unaligned
+    m = random(rng, (33, 65), dtype)
+    dm = _dev(m, dtype)
+    assert_same(cudakit.mul(dm[::2, 1::3], dm[1::2, ::3]).get(), reference("mul", m[::2, 1::3], m[1::2, ::3], dtype=dtype))
+    assert_same(cudakit.relu(dm.T).get(), reference("relu", m.T, dtype=dtype))
+    col, row = random(rng, (7, 1, 5), dtype), random(rng, (6, 5), dtype)
+    assert_same(cudakit.add(_dev(col, dtype), _dev(row, dtype)).get(), reference("add", col, row, dtype=dtype))
+    assert_same(cudakit.relu_backward(_dev(row, dtype), _dev(col, dtype)).get(),
+                reference("relu_backward", row, col, dtype=dtype))
+    out = _dev(m, dtype)[:, ::2]  # a strided out
+    cudakit.add(_dev(m, dtype)[:, ::2], 1.5, out=out)
+    assert_same(out.get(), reference("add", m[:, ::2], np.full_like(m[:, ::2], 1.5), dtype=dtype))
+    # 9 non-mergeable dimensions: more than the strided kernel takes, computed on copies
+    big = random(rng, (2,) * 9 + (3,), dtype)
+    dbig = _dev(big, dtype)[..., ::2]
+    assert_same(cudakit.relu(dbig).get(), reference("relu", big[..., ::2], dtype=dtype))
+
+
+def test_nan_inf_propagate():
+    x = np.array([np.nan, np.inf, -np.inf, -1.0, 0.0, 2.0], np.float32)
+    dx = cp.asarray(x)
+    assert_same(cudakit.relu(dx).get(), [np.nan, np.inf, 0, 0, 0, 2])
+    assert_same(cudakit.add(dx, dx).get(), x + x)
+    assert_same(cudakit.mul(dx, dx).get(), x * x)
+
+
+def test_runs_on_the_inputs_device():
+    x = cp.arange(10, dtype=cp.float32)
+    with cudakit.device(0):
+        y = cudakit.relu(x - 5)
+    assert y.device.id == x.device.id
+
+
+def test_zero_copy_torch_inputs():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    t = torch.arange(-3, 3, dtype=torch.float32, device="cuda")
+    y = cudakit.relu(t)
+    assert isinstance(y, cp.ndarray)
+    np.testing.assert_array_equal(y.get(), [0, 0, 0, 0, 1, 2])
+
+
+def test_bad_input_gpu():
+    a = cp.ones(4, cp.float32)
+    with pytest.raises(cudakit.ShapeError):
+        cudakit.add(a, cp.ones(5, cp.float32))
+    with pytest.raises(cudakit.DTypeError, match="int32"):
+        cudakit.relu(cp.ones(3, cp.int32))
+    with pytest.raises(cudakit.DeviceError, match="host array"):
+        cudakit.add(a, np.ones(4, np.float32))
+    assert_same(cudakit.add(a, a).get(), np.full(4, 2.0))
+
+
+@pytest.mark.multi_gpu
+def test_arrays_on_different_devices():
+    with cp.cuda.Device(0):
+        a = cp.ones(8, cp.float32)
+    with cp.cuda.Device(1):
+        b = cp.ones(8, cp.float32)
+        c = cudakit.add(b, b)  # runs on device 1 while 1 is current...
+    assert c.device.id == 1
+    with cp.cuda.Device(0):
+        c = cudakit.relu(b)  # ...and while 0 is current
+    assert c.device.id == 1 and (c.get() == 1).all()
+    with pytest.raises(cudakit.DeviceError, match="different devices"):
+        cudakit.add(a, b)
+
+
+@pytest.mark.slow
+def test_more_than_2_31_elements():
+    """2^31 + 77 float16 elements (4 GiB per array): 64-bit indexing end to end."""
+    free, _ = cudakit.memory_info()
+    n = (1 << 31) + 77
+    if free < 4 * n * 2 + (2 << 30):
+        pytest.skip("not enough free device memory")
+    x = cp.empty(n, cp.float16)
+    x[: 1 << 20] = cp.random.standard_normal(1 << 20).astype(cp.float16)
+    x[1 << 20:] = -1.5
+    x[-7:] = cp.asarray([1, -2, 3, -4, 5, float("nan"), 7], cp.float16)
+    y = cudakit.relu(x)
+    assert bool((y[-7:] == cp.asarray([1, 0, 3, 0, 5, float("nan"), 7], cp.float16)).sum() == 6)
+    assert bool(cp.isnan(y[-2])) and bool((y[1 << 20: -7] == 0).all())
+    assert bool((y[: 1 << 20] == cp.maximum(x[: 1 << 20], 0)).all())
+    z = cudakit.add(y, y)
+    assert float(z[-1]) == 14.0 and bool((z[: 1 << 20] == 2 * y[: 1 << 20]).all())
+    del x, y, z
+    cudakit.empty_cache()

@@ -1,0 +1,41 @@
+"""Shared test helpers: dtypes, float64 references for the elementwise ops."""
+import ml_dtypes
+import numpy as np
+
+DTYPES = ["float16", "bfloat16", "float32", "float64"]
+
+
+def np_dtype(name):
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def reference(op, *xs, dtype):
+    """The op in float64 (float32 for 16-bit, which is what both backends promise: compute in
+    float32, round once), rounded to `dtype`."""
+    acc = np.float64 if np_dtype(dtype) == np.float64 else np.float32
+    xs = [np.asarray(x).astype(acc) for x in xs]
+    with np.errstate(all="ignore"):
+        if op == "add":
+            r = xs[0] + xs[1]
+        elif op == "mul":
+            r = xs[0] * xs[1]
+        elif op == "relu":
+            r = np.where(np.isnan(xs[0]), xs[0], np.where(xs[0] > 0, xs[0], 0))
+        elif op == "relu_backward":
+            g, x = np.broadcast_arrays(*xs)
+            r = np.where(x > 0, g, 0)
+        else:
+            raise ValueError(op)
+    return np.asarray(r).astype(np_dtype(dtype))
+
+
+def random(rng, shape, dtype):
+    x = rng.standard_normal(shape).astype(np.float32)
+    return x.astype(np_dtype(dtype))
+
+
+def assert_same(got, want):
+    """Bitwise-equal values, NaN where NaN (signed zeros compare equal)."""
+    got, want = np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    np.testing.assert_array_equal(got, want)

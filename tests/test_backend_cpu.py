@@ -1,0 +1,103 @@
+import numpy as np
+import pytest
+
+import cudakit
+from cudakit import DeviceError, DTypeError, ShapeError
+from helpers import DTYPES, assert_same, np_dtype, random, reference
+
+SIZES = [0, 1, 257, 1823 * 7]
+
+
+def test_auto_backend_and_reason(caplog):
+    import logging
+    caplog.set_level(logging.INFO)
+    be = cudakit.get_backend("auto")
+    if not cudakit.is_available():
+        assert be.name == "cpu"
+        assert cudakit.unavailable_reason()
+        assert "chose cpu" in caplog.text
+        with pytest.raises(cudakit.BackendUnavailableError, match="unavailable"):
+            cudakit.get_backend("cuda")
+
+
+def test_backend_env_var(monkeypatch):
+    monkeypatch.setenv("CUDAKIT_BACKEND", "cpu")
+    cudakit.config.reload()
+    try:
+        assert cudakit.get_backend().name == "cpu"
+        with pytest.raises(ValueError, match="backend must be one of"):
+            cudakit.get_backend("tpu")
+    finally:
+        monkeypatch.undo()
+        cudakit.config.reload()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", ["add", "mul", "relu_backward"])
+def test_binary_ops(op, n, dtype, rng):
+    a, b = random(rng, n, dtype), random(rng, n, dtype)
+    got = getattr(cudakit, op)(a, b)
+    assert got.dtype == np_dtype(dtype)
+    assert_same(got, reference(op, a, b, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_relu(n, dtype, rng):
+    x = random(rng, n, dtype)
+    assert_same(cudakit.relu(x), reference("relu", x, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_broadcast_noncontiguous_and_out(dtype, rng):
+    a = random(rng, (7, 1, 5), dtype)
+    b = random(rng, (6, 5), dtype)
+    assert_same(cudakit.add(a, b), reference("add", a, b, dtype=dtype))
+    big = random(rng, (9, 12), dtype)
+    view = big[::2, 1::3]
+    assert_same(cudakit.mul(view, view), reference("mul", view, view, dtype=dtype))
+    out = np.full((9, 12), np.nan, np_dtype(dtype))
+    r = cudakit.relu(big, out=out)
+    assert r is out
+    assert_same(out, reference("relu", big, dtype=dtype))
+    assert_same(cudakit.add(big, 2.0), reference("add", big, np.full_like(big, 2.0), dtype=dtype))
+
+
+def test_nan_inf_propagate():
+    x = np.array([np.nan, np.inf, -np.inf, -1.0, 0.0, 2.0], np.float32)
+    assert_same(cudakit.relu(x), [np.nan, np.inf, 0, 0, 0, 2])
+    assert_same(cudakit.add(x, x), x + x)
+    assert_same(cudakit.relu_backward(np.full(6, np.nan, np.float32), x), [0, np.nan, 0, 0, 0, np.nan])
+
+
+def test_bad_input():
+    a = np.ones(4, np.float32)
+    with pytest.raises(ShapeError, match=r"a \(4,\), b \(3,\)"):
+        cudakit.add(a, np.ones(3, np.float32))
+    with pytest.raises(DTypeError, match="int32 is not supported"):
+        cudakit.relu(np.ones(3, np.int32))
+    with pytest.raises(DTypeError, match="one dtype"):
+        cudakit.mul(a, np.ones(4, np.float64))
+    with pytest.raises(ShapeError, match="out must have shape"):
+        cudakit.add(a, a, out=np.empty(5, np.float32))
+    with pytest.raises(DTypeError, match="out must have dtype"):
+        cudakit.add(a, a, out=np.empty(4, np.float64))
+    with pytest.raises(DTypeError, match="at least one argument must be an array"):
+        cudakit.add(1.0, 2.0)
+
+    class FakeCuda:
+        __cuda_array_interface__ = {}
+    with pytest.raises(DeviceError, match="CPU backend"):
+        cudakit.get_backend("cpu").add(a, FakeCuda())
+    # still works afterwards
+    assert_same(cudakit.add(a, a), a + a)
+
+
+def test_backend_helpers():
+    be = cudakit.get_backend("cpu")
+    z = be.zeros((2, 3), "bfloat16")
+    assert z.dtype == np_dtype("bfloat16") and not z.any()
+    assert be.to_numpy(be.asarray([1, 2], "float32")).tolist() == [1.0, 2.0]
+    assert be.device == "cpu"
+    be.synchronize()
