@@ -33,6 +33,7 @@ def test_nvrtc_compiles_every_instantiation(modname, cache_dir):
     except Exception as e:
         pytest.skip(f"NVRTC library not loadable: {e}")
     mod = importlib.import_module(modname)
+    compiler._memory_cache.clear()
     binary, mapping = compiler.compile_to_cubin(mod.SOURCE, name_expressions=mod.name_expressions(), arch="sm_90")
     assert len(binary) > 1000 and set(mapping) == set(mod.name_expressions())
     # second call: served from cache, and the disk entry exists

@@ -38,7 +38,9 @@ def test_device_info_matches_driver():
     for d, line in zip(devs, out):
         idx, name, mem_mib, bus, uuid = [s.strip() for s in line.split(",")]
         assert d.name == name
-        assert abs(d.total_memory / 2**20 - int(mem_mib)) <= 1
+        # nvidia-smi counts memory the driver reserves for itself; the runtime does not
+        assert 0.98 * int(mem_mib) <= d.total_memory / 2**20 <= int(mem_mib)
+        assert d.total_memory == cudakit.memory_info()[1]
         assert d.pci_bus_id.lower().lstrip("0") in bus.lower()
         assert d.uuid == uuid
         assert d.compute_capability >= (7, 0) and d.multiprocessors > 0 and d.l2_cache_size > 0
@@ -82,7 +84,7 @@ def test_block_of_2048_threads_raises_and_process_goes_on(cache_dir):
 def test_compile_error_has_log_with_line(cache_dir):
     with pytest.raises(CompileError) as ei:
         cudakit.compile('extern "C" __global__ void k(float* x) {\n  x[0] = 1.0f\n}', "k")
-    assert "k.cu(2)" in str(ei.value)
+    assert "k.cu(3): error" in str(ei.value) and 'expected a ";"' in ei.value.log  # NVRTC flags the "}" line
     assert (cp.ones(3) + 1).sum() == 6  # the process goes on working
 
 

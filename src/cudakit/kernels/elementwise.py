@@ -27,45 +27,76 @@ struct ck_relu_bwd { template <typename C> __device__ __forceinline__ C operator
 struct ck_strides2 { long long ndim; long long shape[CK_MAX_DIMS]; long long s0[CK_MAX_DIMS]; long long s1[CK_MAX_DIMS]; };
 struct ck_strides3 { long long ndim; long long shape[CK_MAX_DIMS]; long long s0[CK_MAX_DIMS]; long long s1[CK_MAX_DIMS]; long long s2[CK_MAX_DIMS]; };
 
-// a, b, out: [n] contiguous; V elements per access (pointers aligned to V * sizeof(T) bytes)
+// Contiguous kernels. Each block step covers a tile of CK_UNROLL * blockDim.x vectors of V
+// elements; a thread issues its CK_UNROLL independent 16-byte loads (per input) before it uses
+// any of them, so enough bytes are in flight to saturate HBM. Grid-stride over tiles.
+#define CK_UNROLL 4
+
+// a, b, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
 template <typename T, typename Op, int V>
 __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
                               long long n) {
   typedef ck_traits<T> tr;
-  typedef ck_pack<T, V> P;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  const R* __restrict__ ra = reinterpret_cast<const R*>(a);
+  const R* __restrict__ rb = reinterpret_cast<const R*>(b);
+  R* __restrict__ ro = reinterpret_cast<R*>(out);
   const long long nv = n / V;
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long tile = (long long)blockDim.x * CK_UNROLL;
   Op op;
-  for (long long i = tid; i < nv; i += stride) {
-    P pa, pb, po;
-    pa.raw = reinterpret_cast<const typename ck_raw<sizeof(T) * V>::type*>(a)[i];
-    pb.raw = reinterpret_cast<const typename ck_raw<sizeof(T) * V>::type*>(b)[i];
+  for (long long base = (long long)blockIdx.x * tile + threadIdx.x; base < nv;
+       base += (long long)gridDim.x * tile) {
+    ck_pack<T, V> pa[CK_UNROLL], pb[CK_UNROLL];
 #pragma unroll
-    for (int k = 0; k < V; ++k) po.v[k] = tr::store(op(tr::load(pa.v[k]), tr::load(pb.v[k])));
-    reinterpret_cast<typename ck_raw<sizeof(T) * V>::type*>(out)[i] = po.raw;
+    for (int u = 0; u < CK_UNROLL; ++u) {
+      const long long i = base + (long long)u * blockDim.x;
+      if (i < nv) { pa[u].raw = ra[i]; pb[u].raw = rb[i]; }
+    }
+#pragma unroll
+    for (int u = 0; u < CK_UNROLL; ++u) {
+      const long long i = base + (long long)u * blockDim.x;
+      if (i < nv) {
+        ck_pack<T, V> po;
+#pragma unroll
+        for (int k = 0; k < V; ++k) po.v[k] = tr::store(op(tr::load(pa[u].v[k]), tr::load(pb[u].v[k])));
+        ro[i] = po.raw;
+      }
+    }
   }
-  const long long t = nv * V + tid;  // the n % V tail
+  const long long t = nv * V + (long long)blockIdx.x * blockDim.x + threadIdx.x;  // the n % V tail
   if (t < n) out[t] = tr::store(op(tr::load(a[t]), tr::load(b[t])));
 }
 
-// x, out: [n] contiguous
+// x, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
 template <typename T, typename Op, int V>
 __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long long n) {
   typedef ck_traits<T> tr;
-  typedef ck_pack<T, V> P;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  const R* __restrict__ rx = reinterpret_cast<const R*>(x);
+  R* __restrict__ ro = reinterpret_cast<R*>(out);
   const long long nv = n / V;
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long tile = (long long)blockDim.x * CK_UNROLL;
   Op op;
-  for (long long i = tid; i < nv; i += stride) {
-    P px, po;
-    px.raw = reinterpret_cast<const typename ck_raw<sizeof(T) * V>::type*>(x)[i];
+  for (long long base = (long long)blockIdx.x * tile + threadIdx.x; base < nv;
+       base += (long long)gridDim.x * tile) {
+    ck_pack<T, V> px[CK_UNROLL];
 #pragma unroll
-    for (int k = 0; k < V; ++k) po.v[k] = tr::store(op(tr::load(px.v[k])));
-    reinterpret_cast<typename ck_raw<sizeof(T) * V>::type*>(out)[i] = po.raw;
+    for (int u = 0; u < CK_UNROLL; ++u) {
+      const long long i = base + (long long)u * blockDim.x;
+      if (i < nv) px[u].raw = rx[i];
+    }
+#pragma unroll
+    for (int u = 0; u < CK_UNROLL; ++u) {
+      const long long i = base + (long long)u * blockDim.x;
+      if (i < nv) {
+        ck_pack<T, V> po;
+#pragma unroll
+        for (int k = 0; k < V; ++k) po.v[k] = tr::store(op(tr::load(px[u].v[k])));
+        ro[i] = po.raw;
+      }
+    }
   }
-  const long long t = nv * V + tid;
+  const long long t = nv * V + (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (t < n) out[t] = tr::store(op(tr::load(x[t])));
 }
 
@@ -104,6 +135,8 @@ __global__ void ck_ew1_strided(const T* x, T* out, long long n, ck_strides2 s) {
 }
 """
 
+UNROLL = 4  # CK_UNROLL in the source
+MAX_GRID_X = 2**31 - 1
 BINARY_OPS = {"add": "ck_add", "mul": "ck_mul", "relu_backward": "ck_relu_bwd"}
 UNARY_OPS = {"relu": "ck_relu"}
 THREADS = 256
@@ -132,6 +165,7 @@ _module = None
 _functions: dict[tuple, object] = {}   # (device, expr) -> cupy Function
 _blocks_cap: dict[int, int] = {}       # device -> grid size that fills it (grid-stride loops)
 _S2, _S3 = strides_struct_dtype(2), strides_struct_dtype(3)
+_BLOCK = (THREADS, 1, 1)
 
 
 def _function(dev: int, expr: str):
@@ -149,7 +183,14 @@ def _function(dev: int, expr: str):
 
 
 def _grid(dev: int, work: int) -> tuple:
+    """Grid for the strided kernels: one thread per element, at most one full wave (grid-stride)."""
     return (max(1, min((work + THREADS - 1) // THREADS, _blocks_cap[dev])), 1, 1)
+
+
+def _contig_grid(n: int, vec: int) -> tuple:
+    """Grid for the contiguous kernels: one block per tile of UNROLL * THREADS vectors."""
+    tile = THREADS * UNROLL
+    return (max(1, min((n // vec + tile - 1) // tile, MAX_GRID_X)), 1, 1)
 
 
 def _aligned(*arrays) -> bool:
@@ -177,7 +218,7 @@ def _strided_args(struct_dtype, shape, operands):
 
 
 def _contiguous(x) -> bool:
-    return x.flags.c_contiguous
+    return x._c_contiguous  # CuPy attribute; x.flags builds an object per call
 
 
 def run(op: str, inputs: tuple, out):
@@ -193,7 +234,7 @@ def run(op: str, inputs: tuple, out):
         vec = vec_width(dtype_name) if _aligned(out, *inputs) else 1
         expr = _expr("contig", op, dtype_name, vec)
         f = _function(dev, expr)
-        _launch_function(expr, f, _grid(dev, n // vec or 1), (THREADS, 1, 1), (*inputs, out, np.int64(n)), 0, None)
+        _launch_function(expr, f, _contig_grid(n, vec), _BLOCK, (*inputs, out, np.int64(n)), 0, None)
         return out
     struct = _strided_args(_S3 if len(inputs) == 2 else _S2, out.shape, (*inputs, out))
     if struct is None:  # more than 8 non-mergeable dimensions: compute on contiguous copies
@@ -203,5 +244,5 @@ def run(op: str, inputs: tuple, out):
         return out
     expr = _expr("strided", op, dtype_name, None)
     f = _function(dev, expr)
-    _launch_function(expr, f, _grid(dev, n), (THREADS, 1, 1), (*inputs, out, np.int64(n), struct), 0, None)
+    _launch_function(expr, f, _grid(dev, n), _BLOCK, (*inputs, out, np.int64(n), struct), 0, None)
     return out

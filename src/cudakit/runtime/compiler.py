@@ -18,7 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, profiler
 from ..errors import CompileError, LaunchError
 from . import _cupy, launch as _launch
 
@@ -228,7 +228,6 @@ class Kernel:
 
 def _launch_function(name, f, grid, block, args, shared_mem, stream) -> None:
     """The one launch path of NVRTC/cubin kernels: records the launch, attributes errors."""
-    from .. import profiler
     cp = _cupy.loaded_cupy()
     _launch.recent_launches.append((name, grid, block))
     prof = profiler._active

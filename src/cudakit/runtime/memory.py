@@ -19,6 +19,7 @@ class MemoryStats:
     """Statistics of cudakit's view of one device's memory pool. Bytes unless named otherwise.
 
     allocated       bytes in live blocks (each request rounded up to the pool's 512-byte unit)
+                    allocated through the pool since cudakit's allocator was installed
     reserved        bytes the pool holds from the driver: allocated + cached free blocks
     peak_allocated  highest `allocated` since the allocator was installed or reset_peak()
     allocations     number of successful allocations
@@ -43,10 +44,10 @@ class MemoryStats:
 
 
 class _Counters:
-    __slots__ = ("allocations", "frees", "oom_retries", "peak")
+    __slots__ = ("allocations", "frees", "oom_retries", "peak", "allocated")
 
     def __init__(self):
-        self.allocations = self.frees = self.oom_retries = self.peak = 0
+        self.allocations = self.frees = self.oom_retries = self.peak = self.allocated = 0
 
 
 _lock = threading.Lock()
@@ -68,7 +69,9 @@ def _make_tracked_memory_class(cp):
             self._inner, self._counters = inner, counters
 
         def __del__(self):
-            self._counters.frees += 1
+            c = self._counters
+            c.frees += 1
+            c.allocated -= self.size
             if _callback is not None:
                 _callback("free", self.device_id, self.size)
     return TrackedMemory
@@ -116,19 +119,20 @@ def _malloc(size: int):
             inner = _pool.malloc(size)
         except mem_mod.OutOfMemoryError:
             free, total = cp.cuda.runtime.memGetInfo()
-            raise OutOfMemoryError(size, _pool.used_bytes(), _pool.total_bytes(), free, total,
+            raise OutOfMemoryError(size, c.allocated, _pool.total_bytes(), free, total,
                                    _pool.get_limit() or None, dev) from None
     if size == 0:  # CuPy hands out a null pointer for 0 bytes; nothing to count
         return inner
     dev = inner.device_id
-    c = _counters_for(dev)
+    c = _counters.get(dev) or _counters_for(dev)
     c.allocations += 1
-    used = _pool.used_bytes()
-    if used > c.peak:
-        c.peak = used
+    tracked = _TrackedMemory(inner, c)
+    c.allocated += tracked.size   # O(1): CuPy's pool.used_bytes() walks every live block
+    if c.allocated > c.peak:
+        c.peak = c.allocated
     if _callback is not None:
-        _callback("alloc", dev, inner.mem.size)
-    return mem_mod.MemoryPointer(_TrackedMemory(inner, c), 0)
+        _callback("alloc", dev, tracked.size)
+    return mem_mod.MemoryPointer(tracked, 0)
 
 
 def _on_device(dev: int | None):
@@ -140,8 +144,8 @@ def stats(device: int | None = None) -> MemoryStats:
     """MemoryStats of `device` (default: current). Installs the counting allocator if needed."""
     pool = ensure_installed()
     with _on_device(device) as d:
-        allocated, reserved, limit = pool.used_bytes(), pool.total_bytes(), pool.get_limit()
         c = _counters_for(d.id)
+        allocated, reserved, limit = c.allocated, pool.total_bytes(), pool.get_limit()
         return MemoryStats(
             device=d.id, allocated=allocated, reserved=reserved, peak_allocated=max(c.peak, allocated),
             allocations=c.allocations, frees=c.frees, oom_retries=c.oom_retries,
@@ -153,7 +157,8 @@ def reset_peak(device: int | None = None) -> None:
     """Set peak_allocated to the bytes allocated now."""
     pool = ensure_installed()
     with _on_device(device) as d:
-        _counters_for(d.id).peak = pool.used_bytes()
+        c = _counters_for(d.id)
+        c.peak = c.allocated
 
 
 def memory_info(device: int | None = None) -> tuple[int, int]:

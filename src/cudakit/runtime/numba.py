@@ -6,6 +6,11 @@ from . import _cupy, launch as _launch
 
 
 def _numba_cuda():
+    import numpy as np
+    if not hasattr(np, "row_stack"):
+        # numba-cuda <= 0.30 refers to numpy.row_stack (an alias of vstack removed in NumPy 2.5)
+        # when it compiles its first kernel; without the alias no Numba kernel compiles at all.
+        np.row_stack = np.vstack
     try:
         from numba import cuda
     except ImportError as e:

@@ -1,0 +1,55 @@
+"""Where the host time of a tiny cudakit.add goes (run on a GPU machine)."""
+import cProfile
+import pstats
+import time
+
+import cupy as cp
+import numpy as np
+
+import cudakit
+from cudakit.kernels import elementwise as ew
+
+
+def per_call(fn, n=20000):
+    for _ in range(2000):
+        fn()
+    cp.cuda.runtime.deviceSynchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    dt = (time.perf_counter() - t) / n * 1e6
+    cp.cuda.runtime.deviceSynchronize()
+    return dt
+
+
+a = cp.random.standard_normal(1000, dtype=cp.float32)
+b = cp.random.standard_normal(1000, dtype=cp.float32)
+out = cp.empty_like(a)
+cudakit.add(a, b)
+f = ew._function(0, "ck_ew2_contig<float, ck_add, 4>")
+args = (a, b, out, np.int64(1000))
+rows = {
+    "cudakit.add": lambda: cudakit.add(a, b),
+    "cudakit.add(out=)": lambda: cudakit.add(a, b, out=out),
+    "raw cupy Function call": lambda: f((1, 1, 1), (256, 1, 1), args, 0, None),
+    "cp.empty (cudakit allocator)": lambda: cp.empty(1000, cp.float32),
+    "cupy.add": lambda: cp.add(a, b),
+}
+try:
+    import torch
+    ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+    rows["torch.add"] = lambda: torch.add(ta, tb)
+except ImportError:
+    pass
+res = {k: per_call(v) for k, v in rows.items()}
+cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)
+res["cp.empty (CuPy pool directly)"] = per_call(lambda: cp.empty(1000, cp.float32))
+cp.cuda.set_allocator(cudakit.memory._malloc)
+for k, v in res.items():
+    print(f"OVERHEAD {k:<32} {v:6.2f} us/call")
+pr = cProfile.Profile()
+pr.enable()
+for _ in range(20000):
+    cudakit.add(a, b)
+pr.disable()
+pstats.Stats(pr).sort_stats("tottime").print_stats(14)
