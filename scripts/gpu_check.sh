@@ -14,11 +14,12 @@ LOG="$OUT/log.txt"
 } 2>&1 | tee "$LOG"
 python3 - <<'PY' 2>&1 | tee -a "$LOG" > "$OUT/sass.txt"
 # SASS of the elementwise kernels: are the loads 16 bytes wide?
-import subprocess, tempfile, cudakit.kernels.elementwise as ew
+import glob, shutil, subprocess, tempfile, cudakit.kernels.elementwise as ew
 from cudakit.runtime.compiler import compile_to_cubin
 b, m = compile_to_cubin(ew.SOURCE, name_expressions=["ck_ew2_contig<float, ck_add, 4>", "ck_ew2_contig<ck_bf16, ck_add, 8>", "ck_ew1_contig<float, ck_relu, 4>"], arch="sm_90")
 p = tempfile.mktemp(suffix=".cubin"); open(p, "wb").write(b)
-s = subprocess.run(["cuobjdump", "-sass", p], capture_output=True, text=True).stdout
+tool = shutil.which("cuobjdump") or (glob.glob("/usr/local/cuda*/bin/cuobjdump") + ["cuobjdump"])[0]
+s = subprocess.run([tool, "-sass", p], capture_output=True, text=True).stdout
 print("\n".join(l for l in s.splitlines() if "Function" in l or "LDG" in l or "STG" in l))
 PY
 timeout 420 python3 -m pytest -q -rs -m "cuda or multi_gpu or slow or not slow" tests -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
