@@ -125,29 +125,29 @@ class Backend:
             self._check_devices({**arrays, "out": out})
         return inputs, out
 
+    def _elementwise_op(self, op: str, named: dict, out):
+        inputs, out = self._prepare(op, named, out)
+        return self._elementwise(op, inputs, out)
+
     # ---- ops -------------------------------------------------------------------------------
     def add(self, a, b, out=None):
         """a + b elementwise with NumPy broadcasting. a, b: arrays (or one Python scalar) of one
         float dtype (float16, bfloat16, float32, float64); 16-bit inputs are added in float32 and
         rounded once. Returns `out` (allocated when None) of the broadcast shape."""
-        inputs, out = self._prepare("add", {"a": a, "b": b}, out)
-        return self._elementwise("add", inputs, out)
+        return self._elementwise_op("add", {"a": a, "b": b}, out)
 
     def mul(self, a, b, out=None):
         """a * b elementwise with NumPy broadcasting; dtypes and rounding as add()."""
-        inputs, out = self._prepare("mul", {"a": a, "b": b}, out)
-        return self._elementwise("mul", inputs, out)
+        return self._elementwise_op("mul", {"a": a, "b": b}, out)
 
     def relu(self, x, out=None):
         """max(x, 0) elementwise; NaN stays NaN (as numpy.maximum). Any float dtype, any shape."""
-        inputs, out = self._prepare("relu", {"x": x}, out)
-        return self._elementwise("relu", inputs, out)
+        return self._elementwise_op("relu", {"x": x}, out)
 
     def relu_backward(self, grad_out, x, out=None):
         """Gradient of relu: grad_out where x > 0, else 0 (also where x is NaN). grad_out and x
         broadcast against each other; one float dtype."""
-        inputs, out = self._prepare("relu_backward", {"grad_out": grad_out, "x": x}, out)
-        return self._elementwise("relu_backward", inputs, out)
+        return self._elementwise_op("relu_backward", {"grad_out": grad_out, "x": x}, out)
 
     def __repr__(self):
         return f"<cudakit {self.name} backend>"

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from ..runtime import _cupy, memory
-from .base import Backend
+from .base import Backend, _supported, supported_dtypes
 from .cpu import _dlpack_on_cuda
 
 
@@ -20,6 +20,7 @@ class CudaBackend(Backend):
     def __init__(self):
         self._cp = _cupy.cupy()
         self._array_type = self._cp.ndarray
+        self._get_device = self._cp.cuda.runtime.getDevice
         memory.ensure_installed()
 
     @property
@@ -61,6 +62,24 @@ class CudaBackend(Backend):
             return super()._prepare(op, named, out)
         with ctx:  # allocate the output on the inputs' device
             return super()._prepare(op, named, out)
+
+    def _elementwise_op(self, op, named, out):
+        # Fast path (no copies, no broadcasting, no device switch): same-shape CuPy arrays of one
+        # supported dtype on the current device; everything else takes the general policy.
+        if out is None:
+            nd = self._array_type
+            vals = tuple(named.values())
+            x0 = vals[0]
+            if type(x0) is nd and x0.dtype in (_supported or supported_dtypes()):
+                dt, shape, dev = x0.dtype, x0.shape, x0.data.device_id
+                for v in vals[1:]:
+                    if type(v) is not nd or v.dtype != dt or v.shape != shape or v.data.device_id != dev:
+                        break
+                else:
+                    if dev == self._get_device():
+                        from ..kernels import elementwise
+                        return elementwise.run(op, vals, self._cp.empty(shape, dt))
+        return super()._elementwise_op(op, named, out)
 
     def _elementwise(self, op, inputs, out):
         from ..kernels import elementwise
