@@ -28,7 +28,11 @@ out = cp.empty_like(a)
 cudakit.add(a, b)
 f = ew._function(0, "ck_ew2_contig<float, ck_add, 4>")
 args = (a, b, out, np.int64(1000))
+expr, fl, _ = ew._contig_entry("add", a.dtype, 0, 4)
+sp = cp.cuda.get_current_stream().ptr
 rows = {
+    "cudakit launcher alone": lambda: fl(1, 256, (a.data.ptr, b.data.ptr, out.data.ptr, 1000), sp),
+    "cp.ndarray(shape, dtype)": lambda: cp.ndarray((1000,), cp.float32),
     "cudakit.add": lambda: cudakit.add(a, b),
     "cudakit.add(out=)": lambda: cudakit.add(a, b, out=out),
     "raw cupy Function call": lambda: f((1, 1, 1), (256, 1, 1), args, 0, None),

@@ -132,3 +132,19 @@ def test_more_than_2_31_elements():
     assert float(z[-1]) == 14.0 and bool((z[: 1 << 20] == 2 * y[: 1 << 20]).all())
     del x, y, z
     cudakit.empty_cache()
+
+
+def test_launch_blocking_and_profiled_paths_agree(monkeypatch, rng):
+    x = random(rng, 4099, "float32")
+    want = reference("relu", x, dtype="float32")
+    monkeypatch.setenv("CUDAKIT_LAUNCH_BLOCKING", "1")
+    cudakit.config.reload()
+    try:
+        assert_same(cudakit.relu(cp.asarray(x)).get(), want)
+    finally:
+        monkeypatch.undo()
+        cudakit.config.reload()
+    with cudakit.profile() as prof:
+        got = cudakit.relu(cp.asarray(x))
+    assert_same(got.get(), want)
+    assert [r["name"] for r in prof.table()] == ["ck_ew1_contig<float, ck_relu, 4>"]

@@ -21,6 +21,9 @@ class CudaBackend(Backend):
         self._cp = _cupy.cupy()
         self._array_type = self._cp.ndarray
         self._get_device = self._cp.cuda.runtime.getDevice
+        self._ndarray = self._cp.ndarray
+        from ..kernels import elementwise
+        self._run = elementwise.run
         memory.ensure_installed()
 
     @property
@@ -63,31 +66,37 @@ class CudaBackend(Backend):
         with ctx:  # allocate the output on the inputs' device
             return super()._prepare(op, named, out)
 
+    def fast_elementwise(self, op, vals):
+        """op(*vals) for CuPy arrays of one supported dtype and one shape on the current device,
+        with no further checks; None when the arrays do not qualify (take the general path)."""
+        x0 = vals[0]
+        dt = x0.dtype
+        if dt not in (_supported or supported_dtypes()):
+            return None
+        shape, dev = x0.shape, x0.data.device_id
+        for v in vals[1:]:
+            if v.dtype != dt or v.shape != shape or v.data.device_id != dev:
+                return None
+        if dev != self._get_device():
+            return None
+        return self._run(op, vals, self._ndarray(shape, dt))
+
     def _elementwise_op(self, op, named, out):
-        # Fast path (no copies, no broadcasting, no device switch): same-shape CuPy arrays of one
-        # supported dtype on the current device; everything else takes the general policy.
         if out is None:
-            nd = self._array_type
             vals = tuple(named.values())
-            x0 = vals[0]
-            if type(x0) is nd and x0.dtype in (_supported or supported_dtypes()):
-                dt, shape, dev = x0.dtype, x0.shape, x0.data.device_id
-                for v in vals[1:]:
-                    if type(v) is not nd or v.dtype != dt or v.shape != shape or v.data.device_id != dev:
-                        break
-                else:
-                    if dev == self._get_device():
-                        from ..kernels import elementwise
-                        return elementwise.run(op, vals, self._cp.empty(shape, dt))
+            nd = self._array_type
+            if all(type(v) is nd for v in vals):
+                r = self.fast_elementwise(op, vals)
+                if r is not None:
+                    return r
         return super()._elementwise_op(op, named, out)
 
     def _elementwise(self, op, inputs, out):
-        from ..kernels import elementwise
         ctx = self._on_device_of(out)
         if ctx is None:
-            return elementwise.run(op, inputs, out)
+            return self._run(op, inputs, out)
         with ctx:
-            return elementwise.run(op, inputs, out)
+            return self._run(op, inputs, out)
 
     def asarray(self, x, dtype=None):
         return self._cp.asarray(x, dtype=dtype)

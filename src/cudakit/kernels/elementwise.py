@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import profiler
-from ..errors import LaunchError
+from ..errors import LaunchError  # noqa: F401  (raised from run)
 from ..runtime import _cupy, launch as _launch
 from ..runtime.compiler import compile_module, _launch_function
 from ..runtime.launch import launch_blocking
@@ -244,11 +244,8 @@ def _contig_entry(op, dtype, dev, vec):
         from ..backends.base import supported_dtypes
         expr = _expr("contig", op, supported_dtypes()[dtype], vec)
         f = _function(dev, expr)
-        try:
-            from ..runtime.fastlaunch import PointerLauncher
-            fl = PointerLauncher(f.ptr, 4 if op in BINARY_OPS else 3)
-        except OSError:  # no libcuda.so.1 to call directly: CuPy launches instead
-            fl = None
+        from ..runtime.fastlaunch import PointerLauncher
+        fl = PointerLauncher(f.ptr, 4 if op in BINARY_OPS else 3)
         e = _fast[key] = (expr, fl, f)
     return e
 
@@ -268,11 +265,12 @@ def run(op: str, inputs: tuple, out):
         vec = vec_width_of(out.dtype) if not (optr | _or(ptrs)) & 15 else 1
         expr, fl, f = _contig_entry(op, out.dtype, dev, vec)
         grid = _contig_grid(n, vec)
-        if fl is not None and profiler_off() and not launch_blocking():
+        if profiler._active is None and not (_launch._blocking or launch_blocking()):
             _launch.recent_launches.append((expr, grid, _BLOCK))
-            rc = fl(grid[0], THREADS, (*ptrs, optr, n), cp.cuda.get_current_stream().ptr)
-            if rc:
-                raise LaunchError(f"cuLaunchKernel returned CUresult {rc}", expr, grid, _BLOCK)
+            try:
+                fl(grid[0], THREADS, (*ptrs, optr, n), cp.cuda.get_current_stream().ptr)
+            except cp.cuda.driver.CUDADriverError as e:
+                raise LaunchError(str(e), expr, grid, _BLOCK) from None
         else:
             _launch_function(expr, f, grid, _BLOCK, (*inputs, out, np.int64(n)), 0, None)
         return out
@@ -305,6 +303,3 @@ def vec_width_of(dtype) -> int:
         v = _VEC[dtype] = 16 // dtype.itemsize
     return v
 
-
-def profiler_off() -> bool:
-    return profiler._active is None
