@@ -47,3 +47,20 @@ def test_bench_quick_cpu(tmp_path):
     assert "relu" in r.stdout and "x numpy" in r.stdout
     rec = json.loads((tmp_path / "results.json").read_text())
     assert rec["device"]["kind"] == "cpu" and rec["rows"] and rec["copy_bandwidth_gbs"] > 0
+
+
+def test_report_regenerates_markdown(tmp_path):
+    res = tmp_path / "results"
+    res.mkdir()
+    rec = {"date": "2026-11-22T03:00:00+00:00", "command": "cudakit bench", "quick": False,
+           "device": {"kind": "gpu", "name": "Test GPU"}, "versions": {"cudakit": "0.1.0"},
+           "copy_bandwidth_gbs": 1000.0,
+           "rows": [{"op": "add", "family": "elementwise", "shape": [8], "dtype": "float32", "mode": "device",
+                     "nbytes": 96, "flops": 0, "note": "", "gbs": 900.0, "of_copy_bw": 0.9, "x_torch": 1.25,
+                     "providers": {"cudakit": {"median_ms": 0.5}, "torch": {"median_ms": 0.625}}}]}
+    (res / "test-gpu.json").write_text(json.dumps(rec))
+    out = tmp_path / "B.md"
+    r = run("report", "--results", str(res), "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    md = out.read_text()
+    assert "## Test GPU — 2026-11-22" in md and "1.25" in md and "90%" in md

@@ -123,7 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
     from cudakit.bench.runner import add_arguments
     add_arguments(pb)
     pb.set_defaults(fn=cmd_bench)
+    pr = sub.add_parser("report", help="regenerate BENCHMARKS.md from benchmarks/results/*.json")
+    pr.add_argument("--results", default="benchmarks/results")
+    pr.add_argument("--output", default="BENCHMARKS.md")
+    pr.set_defaults(fn=cmd_report)
     return p
+
+
+def cmd_report(args) -> int:
+    from cudakit.bench import report
+    return report.main(args)
 
 
 def main(argv=None) -> int:
