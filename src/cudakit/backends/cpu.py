@@ -13,8 +13,10 @@ def _acc(x):
 
 
 def _relu_backward(g, x, out):
-    out[...] = 0
-    np.copyto(out, np.broadcast_to(g, out.shape), where=np.broadcast_to(x > 0, out.shape), casting="unsafe")
+    mask = x > 0
+    np.multiply(g, mask, out=out)
+    if np.isnan(out).any():  # NaN * 0 is NaN, but the gradient where x <= 0 is exactly 0
+        out[np.broadcast_to(~mask, out.shape) & np.isnan(out)] = 0
 
 
 # op -> fn(*inputs, out): inputs in float32/float64, out of the accumulation dtype
