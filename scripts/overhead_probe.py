@@ -46,6 +46,14 @@ try:
 except ImportError:
     pass
 res = {k: per_call(v) for k, v in rows.items()}
+# Profiler: its whole cost when off is one module-global read and compare on the launch path.
+from cudakit import profiler
+import timeit
+res["profiler check when off (ns!)"] = min(timeit.repeat("p._active is None", globals={"p": profiler},
+                                                         number=200000, repeat=5)) / 200000 * 1e9
+res["cudakit.relu, profiler off"] = per_call(lambda: cudakit.relu(a), 5000)
+with cudakit.profile():
+    res["cudakit.relu, profiler on"] = per_call(lambda: cudakit.relu(a), 5000)
 cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)
 res["cp.empty (CuPy pool directly)"] = per_call(lambda: cp.empty(1000, cp.float32))
 cp.cuda.set_allocator(cudakit.memory._malloc)

@@ -255,3 +255,13 @@ def test_profiler_records_and_exports(tmp_path):
     prof.export_chrome_trace(tmp_path / "t.json")
     t = json.loads((tmp_path / "t.json").read_text())
     assert all(e["ph"] == "X" and e["dur"] > 0 for e in t["traceEvents"])
+
+
+def test_profiler_nvtx_and_benchmark_kernel():
+    x = cp.ones(1 << 20, cp.float32)
+    with cudakit.profile(nvtx=True) as prof:
+        cudakit.add(x, x)
+    assert prof.table()[0]["calls"] == 1
+    be = cudakit.get_backend("cuda")
+    ms = be.benchmark_kernel("relu", x, num_runs=5)
+    assert 0 < ms < 100

@@ -149,5 +149,21 @@ class Backend:
         broadcast against each other; one float dtype."""
         return self._elementwise_op("relu_backward", {"grad_out": grad_out, "x": x}, out)
 
+    # ---- measurement -----------------------------------------------------------------------
+    def benchmark_kernel(self, name_or_fn, *args, num_runs: int = 20, warmup: int = 3, **kwargs) -> float:
+        """Median milliseconds of one call of op `name_or_fn` (an op name such as "relu", or any
+        callable) on `args`: CUDA-event timing on the CUDA backend, wall clock on the CPU."""
+        fn = getattr(self, name_or_fn, None) if isinstance(name_or_fn, str) else name_or_fn
+        if not callable(fn):
+            ops = sorted(n for n in dir(Backend) if not n.startswith("_") and callable(getattr(Backend, n)))
+            raise ValueError(f"unknown op {name_or_fn!r}; known: {', '.join(ops)}")
+        if num_runs < 1:
+            raise ValueError(f"num_runs must be >= 1 (got {num_runs})")
+        from ..bench import timing
+        run = lambda: fn(*args, **kwargs)  # noqa: E731
+        if self.name == "cuda":
+            return timing.time_gpu(run, warmup=warmup, reps=num_runs)["median_ms"]
+        return timing.time_cpu(run, warmup=warmup, reps=num_runs)["median_ms"]
+
     def __repr__(self):
         return f"<cudakit {self.name} backend>"

@@ -36,6 +36,7 @@ class Case:
     flops: int = 0
     mode: str = "device"
     note: str = ""
+    sweep: bool = False     # one point of a size sweep: plotted as throughput against size
     results: dict = field(default_factory=dict)
 
     @property

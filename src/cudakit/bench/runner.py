@@ -116,19 +116,22 @@ def main(args) -> int:
         cases = [c for c in cases if c.op in wanted]
     copy_bytes = (1 << 30) if env.gpu and not env.quick else (1 << 26) if env.gpu else (1 << 26 if not args.quick else 1 << 24)
     copy_bw = timing.copy_bandwidth(env.gpu, copy_bytes)
+    peak, peak_dtype = timing.matmul_peak(env.gpu, 4096 if env.quick else 8192)
     print(f"device: {device_record(env)['name']} ({'GPU' if env.gpu else 'CPU backend'}); "
-          f"measured copy bandwidth {copy_bw / 1e9:.0f} GB/s", flush=True)
+          f"measured copy bandwidth {copy_bw / 1e9:.0f} GB/s, matmul {peak / 1e12:.1f} TFLOP/s ({peak_dtype})",
+          flush=True)
     rows = []
     progress = _progress(len(cases))
     for case in cases:
         progress(case.label)
         res = run_case(case, env, compare)
-        rows.append(_row(case, res, copy_bw))
+        rows.append(_row(case, res, copy_bw, peak))
     progress(None)
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
               "device": device_record(env), "versions": versions(env),
-              "copy_bandwidth_gbs": copy_bw / 1e9, "quick": env.quick, "rows": rows}
+              "copy_bandwidth_gbs": copy_bw / 1e9, "matmul_peak_tflops": peak / 1e12,
+              "matmul_peak_dtype": peak_dtype, "quick": env.quick, "rows": rows}
     (out_dir / "results.json").write_text(json.dumps(record, indent=1))
     plots = _plots(record, out_dir)
     print(format_table(record))
@@ -137,14 +140,15 @@ def main(args) -> int:
     return 0
 
 
-def _row(case, res, copy_bw) -> dict:
+def _row(case, res, copy_bw, peak) -> dict:
     row = {"op": case.op, "family": case.family, "shape": list(case.shape), "dtype": case.dtype,
-           "mode": case.mode, "nbytes": case.nbytes, "flops": case.flops, "note": case.note, "providers": res}
+           "mode": case.mode, "sweep": case.sweep, "nbytes": case.nbytes, "flops": case.flops, "note": case.note, "providers": res}
     ck = res.get("cudakit")
     if ck:
         t = ck["median_ms"] * 1e-3
         row["gbs"] = case.nbytes / t / 1e9
         row["tflops"] = case.flops / t / 1e12 if case.flops else None
+        row["of_peak"] = case.flops / t / peak if case.flops and peak == peak else None
         row["of_copy_bw"] = case.nbytes / t / copy_bw if case.mode == "device" else None
         for p in PROVIDERS[1:]:
             if p in res:
@@ -154,7 +158,7 @@ def _row(case, res, copy_bw) -> dict:
 
 
 def format_table(record: dict) -> str:
-    hdr = f"{'op':<20} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'%copy':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8}"
+    hdr = f"{'op':<20} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'%roof':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8}"
     lines = [hdr, "-" * len(hdr)]
     for r in record["rows"]:
         ck = r["providers"].get("cudakit")
@@ -163,11 +167,13 @@ def format_table(record: dict) -> str:
         unit = "us/call" if r["mode"] == "host" else "ms"
         tval = ck["median_ms"] * (1e3 if r["mode"] == "host" else 1)
         f = lambda k: f"{r[k]:.2f}" if r.get(k) else "-"  # noqa: E731
-        pct = f"{100 * r['of_copy_bw']:.0f}%" if r.get("of_copy_bw") else "-"
+        frac = r.get("of_peak") or r.get("of_copy_bw")
+        pct = f"{100 * frac:.0f}%" if frac else "-"
         lines.append(f"{r['op']:<20} {'x'.join(map(str, r['shape'])):<14} {r['dtype']:<9} "
                      f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
                      f"{pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8}")
-    lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %copy = GB/s over the measured copy bandwidth.")
+    lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %roof = GB/s over the measured copy "
+                 "bandwidth (memory-bound ops) or TFLOP/s over the measured matmul rate (ops with FLOPs).")
     return "\n".join(lines)
 
 
@@ -204,7 +210,7 @@ def _plots(record: dict, out_dir: Path) -> list[Path]:
     paths = []
     rows = [r for r in record["rows"] if r["mode"] == "device" and "cudakit" in r["providers"]]
     copy = record["copy_bandwidth_gbs"]
-    for fam in sorted({r["family"] for r in rows}):
+    for fam in sorted({r["family"] for r in rows if not r.get("sweep")}):
         fr = [r for r in rows if r["family"] == fam]
         fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(fr) + 2), 4.5))
         labels = [f"{r['op']}\n{r['dtype']}" for r in fr]
@@ -224,7 +230,28 @@ def _plots(record: dict, out_dir: Path) -> list[Path]:
         fig.savefig(p, dpi=110)
         plt.close(fig)
         paths.append(p)
-    sp = [r for r in rows if r.get("x_torch") or r.get("x_numpy")]
+    for fam in sorted({r["family"] for r in rows if r.get("sweep")}):
+        fr = [r for r in rows if r["family"] == fam]
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for key in sorted({(r["op"], r["dtype"]) for r in fr}):
+            pts = sorted((r["nbytes"], r) for r in fr if (r["op"], r["dtype"]) == key)
+            for p in PROVIDERS:
+                xs = [nb for nb, r in pts if p in r["providers"]]
+                ys = [nb / (r["providers"][p]["median_ms"] * 1e-3) / 1e9 for nb, r in pts if p in r["providers"]]
+                if xs:
+                    ax.plot(xs, ys, marker="o", label=f"{p} {key[0]} {key[1]}")
+        ax.axhline(copy, color="k", ls="--", lw=1, label=f"measured copy {copy:.0f} GB/s (roofline)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes moved per call")
+        ax.set_ylabel("GB/s")
+        ax.set_title(f"{fam}: throughput against size — {record['device']['name']}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = out_dir / f"{fam}_vs_size.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    sp = [r for r in rows if (r.get("x_torch") or r.get("x_numpy")) and not r.get("sweep")]
     if sp:
         key = "x_torch" if any(r.get("x_torch") for r in sp) else "x_numpy"
         fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(sp) + 2), 4.5))

@@ -91,3 +91,25 @@ def copy_bandwidth(gpu: bool, nbytes: int) -> float:
     dst = np.empty_like(src)
     t = time_cpu(lambda: np.copyto(dst, src), reps=10)
     return 2 * nbytes / (t["median_ms"] * 1e-3)
+
+
+def matmul_peak(gpu: bool, n: int = 8192) -> tuple[float, str]:
+    """Measured dense matrix-multiply rate in FLOP/s and the dtype used: an n x n x n product
+    through cuBLAS (CuPy) in bfloat16 (float16 if CuPy refuses bfloat16) on random data;
+    float32 NumPy on the CPU."""
+    if not gpu:
+        import numpy as np
+        n = min(n, 1024)
+        a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+        t = time_cpu(lambda: a @ a, reps=3)
+        return 2 * n**3 / (t["median_ms"] * 1e-3), "float32"
+    import cupy as cp
+    for dt in ("bfloat16", "float16"):
+        try:
+            a = cp.random.default_rng(0).standard_normal((n, n), dtype=cp.float32).astype(dt)
+            b = cp.random.default_rng(1).standard_normal((n, n), dtype=cp.float32).astype(dt)
+            t = time_gpu(lambda: cp.matmul(a, b), warmup=3, reps=10)
+            return 2 * n**3 / (t["median_ms"] * 1e-3), dt
+        except Exception:  # this CuPy has no cuBLAS path for the dtype: try the next one
+            continue
+    return float("nan"), "none"

@@ -1,6 +1,8 @@
 """Benchmark cases: add, mul, relu, relu_backward, and the host cost of a tiny add."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 import cudakit
@@ -23,39 +25,51 @@ def _torch_views(env, *arrays):
     return tuple(t.from_dlpack(a) for a in arrays)
 
 
+def _sets(env: Env, nbytes: int) -> int:
+    """How many input sets to rotate through so that one pass over them exceeds twice the
+    last-level cache: each timed call then reads from device memory, not from L2."""
+    if env.gpu:
+        llc = cudakit.get_device_info().l2_cache_size
+    else:
+        llc = 32 << 20
+    return max(1, min(64, -(-2 * llc // max(nbytes, 1))))
+
+
+def _cycle(fn, arg_sets):
+    it = itertools.cycle(arg_sets)
+    return lambda: fn(*next(it))
+
+
 def _binary(env: Env, op: str, n: int, dtype: str) -> Case:
     def setup():
-        a, b = _rand(env, n, dtype, 1), _rand(env, n, dtype, 2)
-        fn = getattr(cudakit, op)
-        prov = {"cudakit": lambda: fn(a, b)}
+        sets = [(_rand(env, n, dtype, 2 * k + 1), _rand(env, n, dtype, 2 * k + 2))
+                for k in range(_sets(env, 3 * n * _ITEM[dtype]))]
+        prov = {"cudakit": _cycle(getattr(cudakit, op), sets)}
         if env.gpu:
             if env.torch is not None:
-                ta, tb = _torch_views(env, a, b)
                 tf = {"add": env.torch.add, "mul": env.torch.mul,
                       "relu_backward": lambda g, x: env.torch.ops.aten.threshold_backward(g, x, 0)}[op]
-                prov["torch"] = lambda: tf(ta, tb)
+                prov["torch"] = _cycle(tf, [_torch_views(env, *s) for s in sets])
             if op in ("add", "mul"):
-                cf = getattr(env.xp, {"add": "add", "mul": "multiply"}[op])
-                prov["cupy"] = lambda: cf(a, b)
+                prov["cupy"] = _cycle(getattr(env.xp, {"add": "add", "mul": "multiply"}[op]), sets)
         else:
             nf = {"add": np.add, "mul": np.multiply,
                   "relu_backward": lambda g, x: np.where(x > 0, g, 0).astype(g.dtype)}[op]
-            prov["numpy"] = lambda: nf(a, b)
+            prov["numpy"] = _cycle(nf, sets)
         return prov
     return Case(op, "elementwise", (n,), dtype, 3 * n * _ITEM[dtype], setup)
 
 
 def _relu(env: Env, n: int, dtype: str) -> Case:
     def setup():
-        x = _rand(env, n, dtype, 3)
-        prov = {"cudakit": lambda: cudakit.relu(x)}
+        sets = [(_rand(env, n, dtype, 100 + k),) for k in range(_sets(env, 2 * n * _ITEM[dtype]))]
+        prov = {"cudakit": _cycle(cudakit.relu, sets)}
         if env.gpu:
             if env.torch is not None:
-                (tx,) = _torch_views(env, x)
-                prov["torch"] = lambda: env.torch.relu(tx)
-            prov["cupy"] = lambda: env.xp.maximum(x, 0)
+                prov["torch"] = _cycle(env.torch.relu, [_torch_views(env, *s) for s in sets])
+            prov["cupy"] = _cycle(lambda x: env.xp.maximum(x, 0), sets)
         else:
-            prov["numpy"] = lambda: np.maximum(x, 0)
+            prov["numpy"] = _cycle(lambda x: np.maximum(x, 0), sets)
         return prov
     return Case("relu", "elementwise", (n,), dtype, 2 * n * _ITEM[dtype], setup)
 
@@ -88,4 +102,9 @@ def cases(env: Env) -> list[Case]:
             out.append(_binary(env, op, n, dtype))
         out.append(_relu(env, n, dtype))
     out.append(_tiny_add(env))
+    top = 24 if env.quick or not env.gpu else 28
+    for e in range(12, top + 1, 2):  # add float32 over sizes: where the launch cost stops mattering
+        c = _binary(env, "add", 1 << e, "float32")
+        c.family, c.sweep = "elementwise_sizes", True
+        out.append(c)
     return out

@@ -1,0 +1,57 @@
+"""Profiler output formats and backend.benchmark_kernel, without a GPU."""
+import json
+
+import numpy as np
+import pytest
+
+import cudakit
+from cudakit.profiler import Profile, Record
+
+
+def _profile_with_records():
+    p = Profile()
+    p.records = [Record("kernel", "k_add", 0, 0, 10.0, grid=(4, 1, 1), block=(256, 1, 1), duration_ms=0.5),
+                 Record("kernel", "k_add", 0, 0, 20.0, grid=(4, 1, 1), block=(256, 1, 1), duration_ms=1.5),
+                 Record("transfer", "HtoD", 0, 7, 30.0, nbytes=4096, duration_ms=0.25)]
+    return p
+
+
+def test_summary_table():
+    rows = _profile_with_records().table()
+    assert rows[0] == {"name": "k_add", "calls": 2, "total_ms": 2.0, "mean_ms": 1.0, "median_ms": 1.0,
+                       "share": pytest.approx(2.0 / 2.25)}
+    assert "k_add" in _profile_with_records().summary()
+
+
+def test_chrome_trace_follows_trace_event_format(tmp_path):
+    path = tmp_path / "trace.json"
+    _profile_with_records().export_chrome_trace(path)
+    t = json.loads(path.read_text())
+    assert isinstance(t["traceEvents"], list) and len(t["traceEvents"]) == 3
+    for e in t["traceEvents"]:
+        # complete events: name, category, phase X, timestamp and duration in microseconds, pid/tid
+        assert set(e) >= {"name", "cat", "ph", "ts", "dur", "pid", "tid"}
+        assert e["ph"] == "X" and isinstance(e["ts"], float) and e["dur"] > 0
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+    assert t["traceEvents"][0]["dur"] == 500.0
+    j = tmp_path / "p.json"
+    _profile_with_records().export_json(j)
+    d = json.loads(j.read_text())
+    assert d["records"][2]["gb_per_s"] == pytest.approx(4096 / 0.25e-3 / 1e9)
+
+
+def test_nested_profiles_refused():
+    with cudakit.profile():
+        with pytest.raises(RuntimeError, match="already active"):
+            with cudakit.profile():
+                pass
+
+
+def test_benchmark_kernel_cpu():
+    be = cudakit.get_backend("cpu")
+    x = np.ones(1 << 16, np.float32)
+    ms = be.benchmark_kernel("relu", x, num_runs=5)
+    assert ms > 0
+    assert be.benchmark_kernel(lambda: x + 1, num_runs=3) > 0
+    with pytest.raises(ValueError, match="unknown op 'nosuch'.*relu"):
+        be.benchmark_kernel("nosuch", x)
