@@ -16,6 +16,7 @@ from .runtime.memory import memory_info, empty_cache, to_device, to_host, pinned
 from .runtime.launch import LaunchConfig, launch_config, check
 from .runtime.compiler import Kernel, Module, compile, compile_module, load_module
 from .runtime.numba import numba_kernel
+from .runtime.triton import Config as TritonConfig, TritonKernel, autotune, cdiv, triton_kernel
 from .backends import Backend, get_backend
 from .profiler import profile
 from .ops import add, mul, relu, relu_backward
@@ -26,6 +27,7 @@ __all__ = [
     "device", "device_count", "devices", "get_device_info", "is_available", "set_device",
     "synchronize", "unavailable_reason", "memory", "memory_info", "empty_cache", "to_device",
     "to_host", "pinned_empty", "LaunchConfig", "launch_config", "check", "Kernel", "Module",
-    "compile", "compile_module", "load_module", "numba_kernel", "Backend", "get_backend", "profile",
+    "compile", "compile_module", "load_module", "numba_kernel", "TritonConfig", "TritonKernel", "autotune",
+    "cdiv", "triton_kernel", "Backend", "get_backend", "profile",
     "add", "mul", "relu", "relu_backward",
 ]

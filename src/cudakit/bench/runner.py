@@ -13,7 +13,7 @@ from pathlib import Path
 from .case import Env
 from . import timing
 
-PROVIDERS = ("cudakit", "torch", "cupy", "numpy")
+PROVIDERS = ("cudakit", "torch", "cupy", "numpy", "triton")
 
 
 def add_arguments(p) -> None:
@@ -29,14 +29,14 @@ def discover() -> dict:
     """{family module name: module} for every module in cudakit.bench.cases."""
     from . import cases as pkg
     return {m.name: importlib.import_module(f"{pkg.__name__}.{m.name}")
-            for m in pkgutil.iter_modules(pkg.__path__)}
+            for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")}
 
 
 def make_env(quick: bool, force_cpu: bool, dtypes: tuple, compare: set) -> Env:
     from cudakit.runtime import _cupy
     gpu = not force_cpu and _cupy.probe()[0]
     torch = None
-    if gpu and "torch" in compare:
+    if gpu and compare & {"torch", "triton"}:
         try:
             import torch as _t
             torch = _t if _t.cuda.is_available() else None
@@ -53,7 +53,7 @@ def run_case(case, env: Env, compare: set) -> dict:
     provs = case.setup()
     res = {}
     for name, fn in provs.items():
-        if name != "cudakit" and name not in compare:
+        if name != "cudakit" and name not in compare | {"triton"}:
             continue
         try:
             if case.mode == "host":
@@ -158,7 +158,7 @@ def _row(case, res, copy_bw, peak) -> dict:
 
 
 def format_table(record: dict) -> str:
-    hdr = f"{'op':<20} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'%roof':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8}"
+    hdr = f"{'op':<22} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'%roof':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8} {'x triton':>8}"
     lines = [hdr, "-" * len(hdr)]
     for r in record["rows"]:
         ck = r["providers"].get("cudakit")
@@ -169,9 +169,9 @@ def format_table(record: dict) -> str:
         f = lambda k: f"{r[k]:.2f}" if r.get(k) else "-"  # noqa: E731
         frac = r.get("of_peak") or r.get("of_copy_bw")
         pct = f"{100 * frac:.0f}%" if frac else "-"
-        lines.append(f"{r['op']:<20} {'x'.join(map(str, r['shape'])):<14} {r['dtype']:<9} "
+        lines.append(f"{r['op']:<22} {'x'.join(map(str, r['shape'])):<14} {r['dtype']:<9} "
                      f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
-                     f"{pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8}")
+                     f"{pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}")
     lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %roof = GB/s over the measured copy "
                  "bandwidth (memory-bound ops) or TFLOP/s over the measured matmul rate (ops with FLOPs).")
     return "\n".join(lines)

@@ -1,0 +1,439 @@
+"""Triton kernels on cudakit's runtime: Triton compiles, cudakit launches.
+
+Triton (the `triton` extra) is used only as a compiler: a `@triton.jit` function is specialised
+on its arguments (dtypes, 16-byte divisibility of pointers and integers, constexpr values), compiled
+for the current device's compute capability to a cubin plus metadata, cached in memory per device
+and on disk under CUDAKIT_CACHE_DIR/triton, and launched through CuPy's driver binding on the
+current CuPy stream. Triton's own launcher is never used, so PyTorch is never imported and any
+stream works.
+
+    @cudakit.triton_kernel
+    @triton.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr): ...
+
+    add[(cudakit.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    add[lambda meta: (cudakit.cdiv(n, meta["BLOCK"]),)](x, y, out, n, BLOCK=1024)
+
+Kernel ABI (Triton 3.6 to 3.9): the non-constexpr arguments in order, then two pointers to
+global and profile scratch space (null unless the metadata asks for scratch); block = 32 * num_warps;
+dynamic shared memory = metadata.shared.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import __version__, profiler
+from ..errors import BackendUnavailableError, LaunchError
+from . import _cupy, compiler, launch as _launch
+
+log = logging.getLogger(__name__)
+stats = {"compiles": 0, "disk_hits": 0, "tunes": 0}   # counted per process (tests, `cudakit info`)
+
+_DTYPE_CODE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
+               "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+               "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1"}
+_CTYPE = {"i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
+          "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
+          "u64": ctypes.c_uint64, "fp32": ctypes.c_float, "fp64": ctypes.c_double}
+
+
+def _triton():
+    try:
+        import triton
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"Triton is not installed ({e}); install the extra: pip install 'cudakit[triton]'") from None
+    return triton
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for grid sizes."""
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One autotuning candidate: constexpr values plus launch options."""
+    kwargs: dict = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self):
+        if self.num_warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"num_warps must be a power of two in [1, 32] (got {self.num_warps})")
+        if self.num_stages < 1:
+            raise ValueError(f"num_stages must be >= 1 (got {self.num_stages})")
+
+    def key(self) -> str:
+        return json.dumps([sorted(self.kwargs.items()), self.num_warps, self.num_stages], default=str)
+
+
+class _Compiled:
+    """One specialisation: the cubin as a cudakit Module, its metadata, and a launcher."""
+
+    __slots__ = ("kernel", "meta", "types", "block", "shared", "n_params", "_tls")
+
+    def __init__(self, binary: bytes, meta: dict, types: list[str]):
+        self.meta = meta
+        self.kernel = compiler.Module(binary, {}, f"triton:{meta['name']}").get_kernel(meta["name"])
+        self.types = types                                  # Triton type of each runtime argument
+        self.block = 32 * meta["num_warps"]
+        self.shared = int(meta["shared"])
+        self.n_params = len(types) + 2                      # + global and profile scratch pointers
+        self._tls = threading.local()
+        if meta.get("num_ctas", 1) != 1 or meta.get("launch_cooperative_grid") or meta.get("launch_pdl"):
+            raise BackendUnavailableError(
+                f"{meta['name']}: clusters (num_ctas > 1), cooperative grids and PDL launches are not supported")
+
+    def function(self, dev: int):
+        f = self.kernel._funcs.get(dev)
+        if f is None:
+            from .device import get_device_info
+            limit = get_device_info(dev).max_shared_memory_per_block_optin
+            if self.shared > limit:
+                raise LaunchError(f"this configuration needs {self.shared} bytes of shared memory; the device "
+                                  f"allows at most {limit} per block", self.meta["name"])
+            f = self.kernel._function(dev)
+            if self.shared > 48 * 1024:
+                self.kernel.set_max_dynamic_shared_memory(self.shared)
+        return f
+
+    def buffers(self):
+        b = getattr(self._tls, "b", None)
+        if b is None:
+            cells = [(_CTYPE.get(t) or ctypes.c_uint64)() if t[0] != "*" else ctypes.c_uint64()
+                     for t in self.types] + [ctypes.c_uint64(), ctypes.c_uint64()]
+            ptrs = (ctypes.c_void_p * len(cells))(*[ctypes.addressof(c) for c in cells])
+            b = self._tls.b = (cells, ptrs, ctypes.addressof(ptrs))
+        return b
+
+
+def _scalar_bits(t: str, v) -> int | float:
+    if t in ("fp16", "bf16"):  # 16-bit float scalars travel as their bit pattern
+        if t == "bf16":
+            import ml_dtypes
+            return int(np.array(v, dtype=ml_dtypes.bfloat16).view(np.uint16))
+        return int(np.array(v, dtype=np.float16).view(np.uint16))
+    return v
+
+
+class TritonKernel:
+    """A @triton.jit function launched by cudakit: `kernel[grid](*args, CONST=..., num_warps=4)`."""
+
+    def __init__(self, fn, num_warps: int = 4, num_stages: int = 3, do_not_specialize=()):
+        triton = _triton()
+        if not isinstance(fn, triton.runtime.JITFunction):
+            fn = triton.jit(fn)
+        self.fn, self.name = fn, fn.__name__
+        self.params = list(fn.params)
+        self.defaults = Config({}, num_warps, num_stages)
+        self.do_not_specialize = set(do_not_specialize)
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+
+    # -- binding and specialisation ---------------------------------------------------------
+    def bind(self, args: tuple, kwargs: dict) -> tuple[list, dict, dict]:
+        """Split a call into runtime arguments, constexpr values and options; raise TypeError on a
+        wrong argument count or an unknown keyword, before anything is compiled or launched."""
+        opts = {"num_warps": kwargs.pop("num_warps", self.defaults.num_warps),
+                "num_stages": kwargs.pop("num_stages", self.defaults.num_stages)}
+        if len(args) > len(self.params):
+            raise TypeError(f"{self.name}() takes {len(self.params)} arguments "
+                            f"({', '.join(p.name for p in self.params)}), got {len(args)}")
+        values = {}
+        for p, a in zip(self.params, args):
+            values[p.name] = a
+        for k, v in kwargs.items():
+            if k in values:
+                raise TypeError(f"{self.name}() got multiple values for argument {k!r}")
+            if k not in {p.name for p in self.params}:
+                raise TypeError(f"{self.name}() got an unexpected keyword argument {k!r}")
+            values[k] = v
+        runtime, consts = [], {}
+        for p in self.params:
+            if p.name not in values:
+                if p.has_default:
+                    values[p.name] = p.default
+                else:
+                    raise TypeError(f"{self.name}() missing argument {p.name!r} "
+                                    f"(parameters: {', '.join(q.name for q in self.params)})")
+            if p.is_constexpr:
+                consts[p.name] = values[p.name]
+            else:
+                runtime.append(values[p.name])
+        return runtime, consts, opts
+
+    def _arg_type(self, name: str, a) -> tuple[str, bool, object]:
+        """(triton type, 16-byte aligned/divisible, value to pass) of one runtime argument."""
+        cp = _cupy.loaded_cupy()
+        if cp is not None and isinstance(a, cp.ndarray):
+            code = _DTYPE_CODE.get(a.dtype.name)
+            if code is None:
+                raise TypeError(f"{self.name}: argument {name!r} has unsupported dtype {a.dtype}")
+            ptr = a.data.ptr
+            return "*" + code, ptr % 16 == 0, ptr
+        cai = getattr(a, "__cuda_array_interface__", None)
+        if cai is not None:
+            code = _DTYPE_CODE.get(np.dtype(cai["typestr"]).name)
+            if code is None:
+                raise TypeError(f"{self.name}: argument {name!r} has unsupported dtype {cai['typestr']}")
+            ptr = cai["data"][0]
+            return "*" + code, ptr % 16 == 0, ptr
+        if isinstance(a, (bool, np.bool_)):
+            return "i1", False, int(a)
+        if isinstance(a, (int, np.integer)):
+            v = int(a)
+            t = "i32" if -2**31 <= v < 2**31 else "i64" if -2**63 <= v < 2**63 else "u64"
+            return t, v % 16 == 0 and name not in self.do_not_specialize, v
+        if isinstance(a, (float, np.floating)):
+            return ("fp64" if isinstance(a, np.float64) else "fp32"), False, float(a)
+        if isinstance(a, np.ndarray):
+            raise TypeError(f"{self.name}: argument {name!r} is a host (NumPy) array; copy it to the "
+                            f"device with cudakit.to_device() first")
+        raise TypeError(f"{self.name}: argument {name!r} of type {type(a).__name__} is not supported")
+
+    def _compile(self, sig: tuple, consts: dict, opts: dict, dev: int) -> _Compiled:
+        triton = _triton()
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        from .device import get_device_info
+        major, minor = get_device_info(dev).compute_capability
+        arch = major * 10 + minor
+        runtime_names = [p.name for p in self.params if not p.is_constexpr]
+        signature, attrs, types = {}, {}, []
+        rt = iter(zip(runtime_names, sig))
+        for i, p in enumerate(self.params):
+            if p.is_constexpr:
+                signature[p.name] = "constexpr"
+                continue
+            _, (t, div) = next(rt)
+            signature[p.name] = t
+            types.append(t)
+            if div:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        constexprs = {(i,): consts[p.name] for i, p in enumerate(self.params) if p.is_constexpr}
+        key = hashlib.sha256(json.dumps(
+            [triton.__version__, __version__, self.fn.cache_key, sorted(signature.items()),
+             sorted((str(k), v) for k, v in attrs.items()), sorted((str(k), repr(v)) for k, v in constexprs.items()),
+             sorted(opts.items()), arch]).encode()).hexdigest()
+        path = compiler.cache_dir() / "triton" / f"{key}.bin"
+        entry = compiler._read_entry(path)
+        if entry is not None:
+            stats["disk_hits"] += 1
+            binary, meta = entry
+        else:
+            src = ASTSource(self.fn, signature, constexprs, attrs)
+            ck = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(opts))
+            md = ck.metadata
+            meta = {k: getattr(md, k) for k in ("name", "shared", "num_warps", "num_ctas", "global_scratch_size",
+                                                "global_scratch_align", "profile_scratch_size", "profile_scratch_align",
+                                                "launch_cooperative_grid", "launch_pdl") if hasattr(md, k)}
+            binary = ck.asm["cubin"]
+            compiler._write_entry(path, binary, meta)
+            stats["compiles"] += 1
+            log.debug("triton: compiled %s %s for sm_%d", self.name, signature, arch)
+        return _Compiled(binary, meta, types)
+
+    # -- launching --------------------------------------------------------------------------
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(grid, args, kwargs)
+
+    def run(self, grid, args: tuple, kwargs: dict, stream=None) -> None:
+        """Launch on `stream` (default: the current CuPy stream) of the current device."""
+        cp = _cupy.cupy()
+        runtime, consts, opts = self.bind(args, dict(kwargs))
+        names = [p.name for p in self.params if not p.is_constexpr]
+        typed = [self._arg_type(n, a) for n, a in zip(names, runtime)]
+        dev = cp.cuda.runtime.getDevice()
+        sig = tuple((t, d) for t, d, _ in typed)
+        ckey = (dev, sig, tuple(consts.items()), opts["num_warps"], opts["num_stages"])
+        comp = self._cache.get(ckey)
+        if comp is None:
+            with self._lock:
+                comp = self._cache.get(ckey) or self._compile(sig, consts, opts, dev)
+                self._cache[ckey] = comp
+        f = comp.function(dev)
+        if callable(grid):
+            grid = grid({**consts, **opts})
+        g = _launch._dim3(grid, "grid")
+        _launch.validate(g, (comp.block, 1, 1), comp.shared, kernel=comp.meta["name"])
+        s = stream or cp.cuda.get_current_stream()
+        scratch = (self._scratch(comp, "global_scratch_size", g), self._scratch(comp, "profile_scratch_size", g))
+        cells, _keep, params = comp.buffers()
+        for cell, t, (_, _, v) in zip(cells, comp.types, typed):
+            cell.value = _scalar_bits(t, v) if t in ("fp16", "bf16") else v
+        cells[-2].value = scratch[0].data.ptr if scratch[0] is not None else 0
+        cells[-1].value = scratch[1].data.ptr if scratch[1] is not None else 0
+        name = comp.meta["name"]
+        _launch.recent_launches.append((name, g, (comp.block, 1, 1)))
+
+        def go():
+            cp.cuda.driver.launchKernel(f.ptr, g[0], g[1], g[2], comp.block, 1, 1, comp.shared, s.ptr, params, 0)
+        try:
+            if profiler._active is None:
+                go()
+            else:
+                profiler._active._record_launch(name, g, (comp.block, 1, 1), s, go)
+            if _launch.launch_blocking():
+                s.synchronize()
+        except cp.cuda.driver.CUDADriverError as e:
+            raise LaunchError(str(e), name, g, (comp.block, 1, 1)) from None
+
+    @staticmethod
+    def _scratch(comp, which: str, g):
+        """Scratch space the kernel asked for (bytes per program x programs), else None. It is
+        freed to the pool when the launch returns, which is safe: the pool reuses it only for
+        work queued after this kernel on the same stream."""
+        size = comp.meta.get(which, 0)
+        if not size:
+            return None
+        cp = _cupy.loaded_cupy()
+        return cp.empty(size * g[0] * g[1] * g[2], cp.uint8)
+
+    def __repr__(self):
+        return f"<cudakit.TritonKernel {self.name}>"
+
+
+def triton_kernel(fn=None, *, num_warps: int = 4, num_stages: int = 3, do_not_specialize=()):
+    """Wrap a @triton.jit function (or a plain function, jitted here) so cudakit launches it.
+
+    Usable bare (`@cudakit.triton_kernel`) or with defaults (`@cudakit.triton_kernel(num_warps=8)`).
+    Raises BackendUnavailableError naming the extra when Triton is not installed.
+    """
+    def wrap(f):
+        return TritonKernel(f, num_warps, num_stages, do_not_specialize)
+    return wrap(fn) if fn is not None else wrap
+
+
+# ---- autotuning ------------------------------------------------------------------------------
+
+class Autotuned:
+    """A TritonKernel whose constexprs and launch options are chosen by timing `configs`."""
+
+    def __init__(self, kernel: TritonKernel, configs: list, key: list, restore=(), warmup: int = 2, reps: int = 10):
+        if not configs:
+            raise ValueError("autotune needs at least one config")
+        self.kernel = kernel if isinstance(kernel, TritonKernel) else TritonKernel(kernel)
+        self.configs = [c if isinstance(c, Config) else Config(dict(c.kwargs), c.num_warps, c.num_stages)
+                        for c in configs]
+        names = {p.name for p in self.kernel.params}
+        for k in list(key) + list(restore):
+            if k not in names:
+                raise ValueError(f"autotune: {k!r} is not a parameter of {self.kernel.name} ({', '.join(sorted(names))})")
+        self.key, self.restore = list(key), list(restore)
+        self.warmup, self.reps = warmup, reps
+        self.best: dict = {}
+        self._disk_loaded = False
+
+    def _key_values(self, args, kwargs) -> str:
+        pos = {p.name: a for p, a in zip(self.kernel.params, args)}
+        pos.update(kwargs)
+        vals = []
+        for k in self.key:
+            v = pos.get(k)
+            vals.append([list(v.shape), str(v.dtype)] if hasattr(v, "shape") else v)
+        return json.dumps(vals, default=str)
+
+    def _disk_path(self):
+        from .device import get_device_info
+        triton = _triton()
+        ident = hashlib.sha256(json.dumps([self.kernel.fn.cache_key, [c.key() for c in self.configs],
+                                           get_device_info().name, triton.__version__, __version__]).encode()).hexdigest()
+        return compiler.cache_dir() / "autotune" / f"{self.kernel.name}-{ident[:32]}.json"
+
+    def _load(self):
+        if not self._disk_loaded:
+            try:
+                self.best.update(json.loads(self._disk_path().read_text()))
+            except (OSError, ValueError):
+                pass
+            self._disk_loaded = True
+
+    def _save(self):
+        import os
+        import tempfile
+        path = self._disk_path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.best, f)
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("could not write autotune cache %s: %s", path, e)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(grid, args, kwargs)
+
+    def run(self, grid, args, kwargs):
+        from ..config import settings
+        key = self._key_values(args, kwargs)
+        self._load()
+        idx = self.best.get(key)
+        if idx is None:
+            idx = self._tune(grid, args, kwargs) if settings().autotune else 0
+            self.best[key] = idx
+            if settings().autotune:
+                self._save()
+        c = self.configs[idx]
+        self.kernel.run(grid, args, {**kwargs, **c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages})
+
+    def _tune(self, grid, args, kwargs) -> int:
+        from ..config import settings
+        cp = _cupy.cupy()
+        stats["tunes"] += 1
+        pos = {p.name: i for i, p in enumerate(self.kernel.params)}
+        saved = {}
+        for r in self.restore:
+            v = args[pos[r]] if pos[r] < len(args) else kwargs[r]
+            saved[r] = (v, v.copy())
+        s = cp.cuda.get_current_stream()
+        timings = []
+        for i, c in enumerate(self.configs):
+            call = {**kwargs, **c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
+            try:
+                for _ in range(self.warmup):
+                    self.kernel.run(grid, args, dict(call))
+                samples = []
+                for _ in range(self.reps):
+                    a, b = cp.cuda.Event(), cp.cuda.Event()
+                    a.record(s)
+                    self.kernel.run(grid, args, dict(call))
+                    b.record(s)
+                    b.synchronize()
+                    samples.append(cp.cuda.get_elapsed_time(a, b))
+                t = float(np.median(samples))
+            except LaunchError as e:  # e.g. more shared memory than the device has: not a candidate
+                t = float("inf")
+                log.info("autotune %s: config %s skipped: %s", self.kernel.name, c, e)
+            for v, copy in saved.values():
+                v[...] = copy
+            timings.append(t)
+            if settings().autotune_log:
+                log.warning("autotune %s %s: config %s -> %.4f ms", self.kernel.name, self._key_values(args, kwargs), c, t)
+        best = int(np.argmin(timings))
+        if timings[best] == float("inf"):
+            raise LaunchError(f"no autotuning config of {self.kernel.name} could launch", self.kernel.name)
+        return best
+
+
+def autotune(configs, key, restore=(), warmup: int = 2, reps: int = 10):
+    """Decorator: choose among `configs` (Config or triton.Config) by timing them with CUDA events,
+    once per distinct value of the `key` arguments (an array counts by shape and dtype).
+
+    `restore` names in-place outputs that are copied back after every trial. The winner is stored
+    on disk per (kernel source, configs, device name, Triton and cudakit versions), so a second
+    process does not tune again. CUDAKIT_AUTOTUNE=0 uses the first config; CUDAKIT_AUTOTUNE_LOG=1
+    logs every trial.
+    """
+    def wrap(kernel):
+        return Autotuned(kernel, list(configs), list(key), list(restore), warmup, reps)
+    return wrap
+

@@ -1,0 +1,128 @@
+"""Triton kernels compiled by Triton, launched by cudakit on CuPy streams."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import cudakit
+from helpers import np_dtype
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+pytest.importorskip("triton")
+import triton_kernels as tk  # noqa: E402
+
+TOL = {"float32": 1e-6, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("n", [1, 1000, 4097, (1 << 20) + 3])
+def test_vector_add(dtype, n, rng):
+    k = cudakit.triton_kernel(tk.vadd)
+    x = rng.standard_normal(n).astype(np_dtype(dtype))
+    y = rng.standard_normal(n).astype(np_dtype(dtype))
+    out = cp.full(n, np.nan, np_dtype(dtype))
+    k[lambda m: (cudakit.cdiv(n, m["BLOCK"]),)](cp.asarray(x), cp.asarray(y), out, n, BLOCK=1024)
+    want = (x.astype(np.float32) + y.astype(np.float32)).astype(np_dtype(dtype))
+    np.testing.assert_array_equal(out.get().astype(np.float64), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 1000), (33, 129), (300, 2049)])
+def test_row_softmax_on_a_side_stream(dtype, shape, rng):
+    k = cudakit.triton_kernel(tk.row_softmax, num_warps=8)
+    x = (3 * rng.standard_normal(shape)).astype(np_dtype(dtype))
+    dx = cp.asarray(x)
+    out = cp.full(shape, np.nan, np_dtype(dtype))
+    s = cp.cuda.Stream(non_blocking=True)
+    ready = cp.cuda.get_current_stream().record()
+    s.wait_event(ready)                       # dx is written on the current stream
+    with s:
+        k[(shape[0],)](dx, out, shape[1], shape[1], BLOCK=triton_next_pow2(shape[1]))
+    done = s.record()
+    cp.cuda.get_current_stream().wait_event(done)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    ref = e / e.sum(axis=1, keepdims=True)
+    got = out.get().astype(np.float64)
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOL[dtype] * 4
+
+
+def triton_next_pow2(n):
+    import triton
+    return triton.next_power_of_2(n)
+
+
+def test_scalar_args_and_wrong_count():
+    k = cudakit.triton_kernel(tk.scale_inplace)
+    x = cp.arange(100, dtype=cp.float32)
+    k[(1,)](x, 100, 0.5, BLOCK=128)
+    np.testing.assert_array_equal(x.get(), np.arange(100, dtype=np.float32) * 0.5)
+    with pytest.raises(TypeError, match="missing argument 'factor'"):
+        k[(1,)](x, 100, BLOCK=128)
+    with pytest.raises(TypeError, match="host"):
+        k[(1,)](np.ones(4, np.float32), 4, 1.0, BLOCK=128)
+
+
+def test_too_much_shared_memory_names_both_numbers():
+    k = cudakit.triton_kernel(tk.big_smem, num_warps=8)
+    x = cp.zeros(512 * 512, cp.float32)
+    limit = cudakit.get_device_info().max_shared_memory_per_block_optin
+    with pytest.raises((cudakit.LaunchError, cudakit.CompileError)) as ei:
+        k[(1,)](x, BLOCK=512)
+        cp.cuda.runtime.deviceSynchronize()
+    msg = str(ei.value)
+    assert str(limit) in msg and "shared memory" in msg, msg
+    assert float((x + 1).sum()) == x.size  # the process goes on working
+
+
+def test_autotune_restores_and_picks(cache_dir):
+    k = cudakit.autotune([cudakit.TritonConfig({"BLOCK": 64}, num_warps=2), cudakit.TritonConfig({"BLOCK": 1024}, num_warps=4)],
+                         key=["n"], restore=["x_ptr"])(cudakit.triton_kernel(tk.scale_inplace))
+    x = cp.arange(1 << 16, dtype=cp.float32)
+    n = x.size
+    k[lambda m: (cudakit.cdiv(n, m["BLOCK"]),)](x, n, 2.0)
+    np.testing.assert_array_equal(x.get(), 2 * np.arange(1 << 16, dtype=np.float32))  # trials restored x
+    assert len(list((cache_dir / "autotune").glob("*.json"))) == 1
+
+
+def test_no_torch_and_second_process_compiles_and_tunes_nothing(tmp_path):
+    code = textwrap.dedent(r'''
+        import sys, time, importlib.abc, json
+        class NoTorch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError("torch is blocked")
+        sys.meta_path.insert(0, NoTorch())
+        sys.path.insert(0, "tests")
+        t0 = time.perf_counter()
+        import cupy as cp, cudakit
+        from cudakit.runtime import triton as ckt
+        import triton_kernels as tk
+        k = cudakit.autotune([cudakit.TritonConfig({"BLOCK": 256}), cudakit.TritonConfig({"BLOCK": 1024})],
+                             key=["n"], restore=["x_ptr"])(cudakit.triton_kernel(tk.scale_inplace))
+        x = cp.ones(1 << 20, cp.float32)
+        k[lambda m: (cudakit.cdiv(x.size, m["BLOCK"]),)](x, x.size, 3.0)
+        cp.cuda.runtime.deviceSynchronize()
+        ok = bool((x == 3).all())
+        print(json.dumps({"first_call_s": time.perf_counter() - t0, "ok": ok, **ckt.stats,
+                          "torch_loaded": "torch" in sys.modules}))
+    ''')
+    env = dict(os.environ, CUDAKIT_CACHE_DIR=str(tmp_path), TRITON_CACHE_DIR=str(tmp_path / "triton-own"))
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["ok"] and warm["ok"] and not cold["torch_loaded"] and not warm["torch_loaded"]
+    assert cold["compiles"] >= 1 and cold["tunes"] == 1
+    assert warm["compiles"] == 0 and warm["tunes"] == 0
+    print(f"\nTRITON-CACHE cold first call {cold['first_call_s']:.3f} s, warm {warm['first_call_s']:.3f} s")
+    with open(os.path.join(os.environ.get("CUDAKIT_RESULTS", "/tmp"), "triton_cold_warm.json"), "w") as f:
+        json.dump({"cold": cold, "warm": warm}, f)
