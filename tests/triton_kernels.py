@@ -37,8 +37,15 @@ def noop(x_ptr):
 
 
 @triton.jit
-def big_smem(x_ptr, BLOCK: tl.constexpr):
-    # a BLOCK x BLOCK float32 tile that must live in shared memory for the transpose-reduction
-    offs = tl.arange(0, BLOCK)
-    t = tl.load(x_ptr + offs[:, None] * BLOCK + offs[None, :])
-    tl.store(x_ptr + offs, tl.sum(tl.trans(t), axis=1))
+def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # C[M, N] = A[M, K] @ B[K, N], row-major, sizes multiples of the blocks; large tiles with
+    # several pipeline stages need a lot of shared memory (the over-the-limit test uses that)
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty))

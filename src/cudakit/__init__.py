@@ -1,33 +1,58 @@
 """cudakit: a CUDA backend for Python numerical and deep-learning code, with a NumPy fallback.
 
-`import cudakit` does no CUDA work and imports neither CuPy, Triton nor PyTorch; they load on
-first use. See README.md for a tour.
+`import cudakit` does no CUDA work and imports neither CuPy, Triton nor PyTorch (nor NumPy):
+every public name below is loaded on first use (PEP 562). See README.md for a tour.
 """
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
 
-from .errors import (BackendUnavailableError, CompileError, CudakitError, DeviceError, DTypeError,
+from .errors import (BackendUnavailableError, CompileError, CudakitError, DeviceError, DTypeError,  # noqa: E402
                      LaunchError, OutOfMemoryError, ShapeError)
-from .runtime.device import (DeviceInfo, current_device, device, device_count, devices, get_device_info,
-                             is_available, set_device, synchronize, unavailable_reason)
-from .runtime import memory
-from .runtime.memory import memory_info, empty_cache, to_device, to_host, pinned_empty
-from .runtime.launch import LaunchConfig, launch_config, check
-from .runtime.compiler import Kernel, Module, compile, compile_module, load_module
-from .runtime.numba import numba_kernel
-from .runtime.triton import Config as TritonConfig, TritonKernel, autotune, cdiv, triton_kernel
-from .backends import Backend, get_backend
-from .profiler import profile
-from .ops import add, mul, relu, relu_backward
 
-__all__ = [
-    "__version__", "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError",
-    "DTypeError", "LaunchError", "OutOfMemoryError", "ShapeError", "DeviceInfo", "current_device",
-    "device", "device_count", "devices", "get_device_info", "is_available", "set_device",
-    "synchronize", "unavailable_reason", "memory", "memory_info", "empty_cache", "to_device",
-    "to_host", "pinned_empty", "LaunchConfig", "launch_config", "check", "Kernel", "Module",
-    "compile", "compile_module", "load_module", "numba_kernel", "TritonConfig", "TritonKernel", "autotune",
-    "cdiv", "triton_kernel", "Backend", "get_backend", "profile",
-    "add", "mul", "relu", "relu_backward",
-]
+# public name -> (module, attribute); attribute None means the module itself
+_LAZY = {
+    "memory": ("runtime.memory", None), "config": ("config", None), "profiler": ("profiler", None),
+    "ops": ("ops", None), "backends": ("backends", None), "runtime": ("runtime", None),
+    "kernels": ("kernels", None), "bench": ("bench", None),
+    "Backend": ("backends", "Backend"), "get_backend": ("backends", "get_backend"),
+    "profile": ("profiler", "profile"),
+    "LaunchConfig": ("runtime.launch", "LaunchConfig"), "launch_config": ("runtime.launch", "launch_config"),
+    "check": ("runtime.launch", "check"),
+    "Kernel": ("runtime.compiler", "Kernel"), "Module": ("runtime.compiler", "Module"),
+    "compile": ("runtime.compiler", "compile"), "compile_module": ("runtime.compiler", "compile_module"),
+    "load_module": ("runtime.compiler", "load_module"),
+    "numba_kernel": ("runtime.numba", "numba_kernel"),
+    "TritonConfig": ("runtime.triton", "Config"), "TritonKernel": ("runtime.triton", "TritonKernel"),
+    "autotune": ("runtime.triton", "autotune"), "cdiv": ("runtime.triton", "cdiv"),
+    "triton_kernel": ("runtime.triton", "triton_kernel"),
+}
+for _n in ("DeviceInfo", "current_device", "device", "device_count", "devices", "get_device_info",
+           "is_available", "set_device", "synchronize", "unavailable_reason"):
+    _LAZY[_n] = ("runtime.device", _n)
+for _n in ("memory_info", "empty_cache", "to_device", "to_host", "pinned_empty"):
+    _LAZY[_n] = ("runtime.memory", _n)
+for _n in ("add", "mul", "relu", "relu_backward"):
+    _LAZY[_n] = ("ops", _n)
+
+
+def __getattr__(name: str):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'cudakit' has no attribute {name!r}")
+    module = importlib.import_module(f".{target[0]}", __name__)
+    value = module if target[1] is None else getattr(module, target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["__version__", "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DTypeError",
+           "LaunchError", "OutOfMemoryError", "ShapeError"] + [n for n in _LAZY if n not in
+                                                                 ("config", "profiler", "ops", "backends", "runtime",
+                                                                  "kernels", "bench")]

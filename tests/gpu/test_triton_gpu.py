@@ -70,15 +70,18 @@ def test_scalar_args_and_wrong_count():
 
 
 def test_too_much_shared_memory_names_both_numbers():
-    k = cudakit.triton_kernel(tk.big_smem, num_warps=8)
-    x = cp.zeros(512 * 512, cp.float32)
+    k = cudakit.triton_kernel(tk.matmul, num_warps=8)
+    n = 512
+    a = cp.ones((n, n), cp.float16)
+    c = cp.zeros((n, n), cp.float16)
     limit = cudakit.get_device_info().max_shared_memory_per_block_optin
-    with pytest.raises((cudakit.LaunchError, cudakit.CompileError)) as ei:
-        k[(1,)](x, BLOCK=512)
-        cp.cuda.runtime.deviceSynchronize()
+    with pytest.raises(cudakit.LaunchError) as ei:  # 4 stages of 256x128 + 128x256 fp16 tiles: 512 KiB
+        k[(2, 2)](a, a, c, n, n, n, BM=256, BN=256, BK=128, num_stages=4)
     msg = str(ei.value)
-    assert str(limit) in msg and "shared memory" in msg, msg
-    assert float((x + 1).sum()) == x.size  # the process goes on working
+    assert "524288" in msg and str(limit) in msg and "shared memory" in msg, msg
+    # a configuration that fits runs (98304 bytes: above the 48 KiB default, so the opt-in is set)
+    k[(4, 4)](a, a, c, n, n, n, BM=128, BN=128, BK=64, num_stages=3)
+    assert float(c[0, 0]) == n and bool((c == n).all())
 
 
 def test_autotune_restores_and_picks(cache_dir):

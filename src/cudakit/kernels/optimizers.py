@@ -62,6 +62,43 @@ SOURCE = PREAMBLE + r"""
 __device__ __forceinline__ float ck_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double ck_sqrt(double x) { return sqrt(x); }
 
+// Global-memory accesses of one pack. The table holds plain integers, so the compiler cannot tell
+// these pointers are global and would emit generic LD/ST: name the state space explicitly.
+template <typename R> struct ck_gmem;
+template <> struct ck_gmem<uint4> {
+  static __device__ __forceinline__ uint4 ld(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+  }
+  static __device__ __forceinline__ void st(uint4* p, const uint4& v) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+  }
+};
+template <> struct ck_gmem<uint2> {
+  static __device__ __forceinline__ uint2 ld(const uint2* p) {
+    uint2 v;
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+  }
+  static __device__ __forceinline__ void st(uint2* p, const uint2& v) {
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(v.x), "r"(v.y) : "memory");
+  }
+};
+
+// Rounding to the parameter type. bfloat16 without a branch (same bits as ck_traits<ck_bf16>::store:
+// round to nearest even, NaN stays a quiet NaN), so packs of four assemble in registers.
+template <typename P> struct ck_round { template <typename S> static __device__ __forceinline__ P to(S x) { return ck_traits<P>::store(x); } };
+template <> struct ck_round<ck_bf16> {
+  static __device__ __forceinline__ ck_bf16 to(float f) {
+    const unsigned int u = __float_as_uint(f);
+    const unsigned int r = ((u & 0x7fffffffu) > 0x7f800000u) ? (u | 0x400000u) : u + 0x7fffu + ((u >> 16) & 1u);
+    ck_bf16 h;
+    h.bits = (unsigned short)(r >> 16);
+    return h;
+  }
+};
+
 // torch.lerp: exact at both ends of the weight range
 template <typename S> __device__ __forceinline__ S ck_lerp(S a, S b, S w) {
   return w < S(0.5) ? a + w * (b - a) : b - (b - a) * (S(1) - w);
@@ -163,10 +200,10 @@ __device__ __forceinline__ void ck_mt_apply(const long long* __restrict__ tensor
     for (int u = 0; u < CK_OPT_UNROLL; ++u) {
       const long long i = base + (long long)u * blockDim.x;
       if (i < v1) {
-        pg[u].raw = rg[i];
-        if (MASTER) pw[u].raw = rw[i]; else pp[u].raw = rp[i];
+        pg[u].raw = ck_gmem<RP>::ld(rg + i);
+        if (MASTER) pw[u].raw = ck_gmem<RS>::ld(rw + i); else pp[u].raw = ck_gmem<RP>::ld(rp + i);
 #pragma unroll
-        for (int k = 0; k < NS; ++k) ps[u][k].raw = reinterpret_cast<const RS*>(st[k])[i];
+        for (int k = 0; k < NS; ++k) ps[u][k].raw = ck_gmem<RS>::ld(reinterpret_cast<const RS*>(st[k]) + i);
       }
     }
 #pragma unroll
@@ -183,12 +220,12 @@ __device__ __forceinline__ void ck_mt_apply(const long long* __restrict__ tensor
 #pragma unroll
           for (int k = 0; k < NS; ++k) ps[u][k].v[e] = sv[k];
           if (MASTER) pw[u].v[e] = pv;
-          pp[u].v[e] = tr::store(pv);
+          pp[u].v[e] = ck_round<P>::to(pv);
         }
-        rp[i] = pp[u].raw;
-        if (MASTER) rw[i] = pw[u].raw;
+        ck_gmem<RP>::st(rp + i, pp[u].raw);
+        if (MASTER) ck_gmem<RS>::st(rw + i, pw[u].raw);
 #pragma unroll
-        for (int k = 0; k < NS; ++k) reinterpret_cast<RS*>(st[k])[i] = ps[u][k].raw;
+        for (int k = 0; k < NS; ++k) ck_gmem<RS>::st(reinterpret_cast<RS*>(st[k]) + i, ps[u][k].raw);
       }
     }
   }
@@ -201,7 +238,7 @@ __device__ __forceinline__ void ck_mt_apply(const long long* __restrict__ tensor
 #pragma unroll
     for (int k = 0; k < NS; ++k) st[k][i] = sv[k];
     if (MASTER) w[i] = pv;
-    p[i] = tr::store(pv);
+    p[i] = ck_round<P>::to(pv);
   }
 }
 
@@ -299,13 +336,21 @@ def chunk_table(sizes) -> np.ndarray:
     return (tensor << 32) | chunk
 
 
+def table_key(params, states, masters=None) -> tuple:
+    """Everything a TensorTable holds, as a hashable key: sizes and addresses. Two lists of
+    arrays with equal keys can share one table, whichever array objects they are."""
+    key = (tuple(x.size for x in params), tuple(x.data.ptr for x in params))
+    key += tuple(tuple(x.data.ptr for x in lst) for lst in states)
+    return key + (tuple(x.data.ptr for x in masters) if masters is not None else None,)
+
+
 class TensorTable:
     """The device tables of one multi-tensor launch over fixed parameters and states.
 
     params: CuPy arrays, C-contiguous, one dtype, on the current device; states: a list (one
-    entry per state kind, at most 3) of lists of contiguous state arrays matching params;
-    masters: float32 master copies or None. Arrays must stay alive (and in place) while the
-    table is used: it holds their addresses, and references to them.
+    entry per state kind, at most 3) of lists of C-contiguous state arrays matching params;
+    masters: float32 master copies or None. The table holds only sizes and addresses: the
+    caller keeps the arrays alive, in place, for as long as it launches with the table.
     """
 
     def __init__(self, params, states, masters=None):
@@ -318,8 +363,7 @@ class TensorTable:
             host[:, 2 + k] = [x.data.ptr for x in lst]
         if masters is not None:
             host[:, 5] = [x.data.ptr for x in masters]
-        self._keep = (list(params), [list(s) for s in states], masters and list(masters))
-        self.device = params[0].data.device_id if n else cp.cuda.runtime.getDevice()
+        self.device = cp.cuda.runtime.getDevice()
         blocks = chunk_table(host[:, 0])
         self.n_blocks = len(blocks)
         self.tensors = cp.asarray(host)

@@ -44,6 +44,30 @@ _CTYPE = {"i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32"
           "u64": ctypes.c_uint64, "fp32": ctypes.c_float, "fp64": ctypes.c_double}
 
 
+_MAX_X = 2**31 - 1
+_ready = False
+_launch_kernel = None
+_codes: dict = {}
+
+
+def _first_use():
+    """Resolve CuPy and its driver binding once; later calls read module globals."""
+    global _ready, _launch_kernel
+    cp = _cupy.cupy()
+    _launch_kernel = cp.cuda.driver.launchKernel
+    _ready = True
+    return cp
+
+
+def _dtype_codes() -> dict:
+    """{numpy dtype: Triton pointer element code}; dtype objects hash fast, dtype.name does not."""
+    if not _codes:
+        import ml_dtypes
+        for name, code in _DTYPE_CODE.items():
+            _codes[np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)] = code
+    return _codes
+
+
 def _triton():
     try:
         import triton
@@ -78,14 +102,17 @@ class Config:
 class _Compiled:
     """One specialisation: the cubin as a cudakit Module, its metadata, and a launcher."""
 
-    __slots__ = ("kernel", "meta", "types", "block", "shared", "n_params", "_tls")
+    __slots__ = ("kernel", "meta", "types", "block", "block3", "shared", "n_params", "needs_scratch", "_tls")
 
     def __init__(self, binary: bytes, meta: dict, types: list[str]):
         self.meta = meta
         self.kernel = compiler.Module(binary, {}, f"triton:{meta['name']}").get_kernel(meta["name"])
         self.types = types                                  # Triton type of each runtime argument
         self.block = 32 * meta["num_warps"]
+        self.block3 = (self.block, 1, 1)
         self.shared = int(meta["shared"])
+        self.needs_scratch = bool(meta.get("global_scratch_size") or meta.get("profile_scratch_size"))
+        _launch.validate((1, 1, 1), self.block3, 0, kernel=meta["name"])
         self.n_params = len(types) + 2                      # + global and profile scratch pointers
         self._tls = threading.local()
         if meta.get("num_ctas", 1) != 1 or meta.get("launch_cooperative_grid") or meta.get("launch_pdl"):
@@ -135,6 +162,12 @@ class TritonKernel:
         self.params = list(fn.params)
         self.defaults = Config({}, num_warps, num_stages)
         self.do_not_specialize = set(do_not_specialize)
+        self._rt_names = [p.name for p in self.params if not p.is_constexpr]
+        self._const_names = [p.name for p in self.params if p.is_constexpr]
+        self._const_set = set(self._const_names)
+        self._const_defaults = {p.name: p.default for p in self.params if p.is_constexpr and p.has_default}
+        self._n_rt = len(self._rt_names)
+        self._rt_first = all(not p.is_constexpr for p in self.params[:self._n_rt])
         self._cache: dict = {}
         self._lock = threading.Lock()
 
@@ -245,46 +278,85 @@ class TritonKernel:
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.run(grid, args, kwargs)
 
+    def _fast_bind(self, args, kwargs):
+        """bind() for the common call: every runtime argument positional, constexprs by keyword.
+        None when the call has another form (the general bind() handles it)."""
+        if len(args) != self._n_rt or not self._rt_first:
+            return None
+        consts = dict(self._const_defaults)
+        nw, ns = self.defaults.num_warps, self.defaults.num_stages
+        for k, v in kwargs.items():
+            if k in self._const_set:
+                consts[k] = v
+            elif k == "num_warps":
+                nw = v
+            elif k == "num_stages":
+                ns = v
+            else:
+                return None
+        if len(consts) != len(self._const_names):
+            return None
+        return args, consts, nw, ns
+
     def run(self, grid, args: tuple, kwargs: dict, stream=None) -> None:
         """Launch on `stream` (default: the current CuPy stream) of the current device."""
-        cp = _cupy.cupy()
-        runtime, consts, opts = self.bind(args, dict(kwargs))
-        names = [p.name for p in self.params if not p.is_constexpr]
-        typed = [self._arg_type(n, a) for n, a in zip(names, runtime)]
+        cp = _cupy.loaded_cupy() if _ready else _first_use()
+        b = self._fast_bind(args, kwargs)
+        if b is None:
+            runtime, consts, opts = self.bind(args, dict(kwargs))
+            nw, ns = opts["num_warps"], opts["num_stages"]
+        else:
+            runtime, consts, nw, ns = b
+        nd = cp.ndarray
+        sig, vals = [], []
+        for name, a in zip(self._rt_names, runtime):
+            if type(a) is nd:
+                code = _dtype_codes().get(a.dtype)
+                if code is None:
+                    raise TypeError(f"{self.name}: argument {name!r} has unsupported dtype {a.dtype}")
+                ptr = a.data.ptr
+                sig.append(("*" + code, not ptr & 15))
+                vals.append(ptr)
+            else:
+                t, div, v = self._arg_type(name, a)
+                sig.append((t, div))
+                vals.append(v)
         dev = cp.cuda.runtime.getDevice()
-        sig = tuple((t, d) for t, d, _ in typed)
-        ckey = (dev, sig, tuple(consts.items()), opts["num_warps"], opts["num_stages"])
+        sig = tuple(sig)
+        ckey = (dev, sig, tuple(consts[n] for n in self._const_names), nw, ns)
         comp = self._cache.get(ckey)
         if comp is None:
             with self._lock:
-                comp = self._cache.get(ckey) or self._compile(sig, consts, opts, dev)
+                comp = self._cache.get(ckey) or self._compile(sig, consts, {"num_warps": nw, "num_stages": ns}, dev)
                 self._cache[ckey] = comp
-        f = comp.function(dev)
+        f = comp.kernel._funcs.get(dev) or comp.function(dev)
         if callable(grid):
-            grid = grid({**consts, **opts})
-        g = _launch._dim3(grid, "grid")
-        _launch.validate(g, (comp.block, 1, 1), comp.shared, kernel=comp.meta["name"])
-        s = stream or cp.cuda.get_current_stream()
-        scratch = (self._scratch(comp, "global_scratch_size", g), self._scratch(comp, "profile_scratch_size", g))
+            grid = grid({**consts, "num_warps": nw, "num_stages": ns})
+        g = grid if type(grid) is tuple and len(grid) == 3 else _launch._dim3(grid, "grid")
+        if not (0 < g[0] <= _MAX_X and 0 < g[1] <= 65535 and 0 < g[2] <= 65535):
+            _launch.validate(g, (comp.block, 1, 1), comp.shared, kernel=comp.meta["name"])
+        s_ptr = stream.ptr if stream is not None else cp.cuda.get_current_stream().ptr
         cells, _keep, params = comp.buffers()
-        for cell, t, (_, _, v) in zip(cells, comp.types, typed):
+        for cell, t, v in zip(cells, comp.types, vals):
             cell.value = _scalar_bits(t, v) if t in ("fp16", "bf16") else v
-        cells[-2].value = scratch[0].data.ptr if scratch[0] is not None else 0
-        cells[-1].value = scratch[1].data.ptr if scratch[1] is not None else 0
-        name = comp.meta["name"]
-        _launch.recent_launches.append((name, g, (comp.block, 1, 1)))
-
-        def go():
-            cp.cuda.driver.launchKernel(f.ptr, g[0], g[1], g[2], comp.block, 1, 1, comp.shared, s.ptr, params, 0)
+        scratch = None
+        if comp.needs_scratch:
+            scratch = (self._scratch(comp, "global_scratch_size", g), self._scratch(comp, "profile_scratch_size", g))
+            cells[-2].value = scratch[0].data.ptr if scratch[0] is not None else 0
+            cells[-1].value = scratch[1].data.ptr if scratch[1] is not None else 0
+        _launch.recent_launches.append((comp.meta["name"], g, comp.block3))
         try:
             if profiler._active is None:
-                go()
+                _launch_kernel(f.ptr, g[0], g[1], g[2], comp.block, 1, 1, comp.shared, s_ptr, params, 0)
             else:
-                profiler._active._record_launch(name, g, (comp.block, 1, 1), s, go)
-            if _launch.launch_blocking():
-                s.synchronize()
+                profiler._active._record_launch(
+                    comp.meta["name"], g, comp.block3, stream,
+                    lambda: _launch_kernel(f.ptr, g[0], g[1], g[2], comp.block, 1, 1, comp.shared,
+                                           s_ptr, params, 0))
+            if _launch._blocking or (_launch._blocking is None and _launch.launch_blocking()):
+                (stream or cp.cuda.get_current_stream()).synchronize()
         except cp.cuda.driver.CUDADriverError as e:
-            raise LaunchError(str(e), name, g, (comp.block, 1, 1)) from None
+            raise LaunchError(str(e), comp.meta["name"], g, comp.block3) from None
 
     @staticmethod
     def _scratch(comp, which: str, g):

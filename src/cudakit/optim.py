@@ -1,0 +1,744 @@
+"""Optimizers: SGD (momentum, dampening, Nesterov, weight decay), Adam and AdamW (AMSGrad), as
+functions (`sgd_update`, `adam_update`, NeuralScript's names) and as objects (`SGD`, `Adam`,
+`AdamW`) over a list of arrays, updated in place.
+
+Parameters are NumPy arrays (the CPU path: NumPy, per tensor) or CuPy arrays (the CUDA path: one
+fused multi-tensor launch per step for each device and dtype among the parameters, see
+cudakit.kernels.optimizers); a list may not mix the two. Objects exposing CUDA memory through
+__cuda_array_interface__ or __dlpack__ (PyTorch tensors) are taken zero-copy, so their storage is
+what gets updated.
+
+dtypes: parameters float32, float64, float16 or bfloat16; gradients in the parameter's dtype and
+shape. States (exp_avg, exp_avg_sq, max_exp_avg_sq, momentum buffer) are float32, float64 for
+float64 parameters. Arithmetic is in the state dtype. 16-bit parameters are either updated
+directly (loaded to float32, rounded back: small updates can round away) or, with master weights,
+through a float32 master copy that is updated and from which the 16-bit parameter is written.
+
+The formulas are torch.optim's (torch/optim/adam.py `_single_tensor_adam`, sgd.py
+`_single_tensor_sgd`), step for step; lr is in parameter units per unit of update direction,
+eps in gradient units, weight_decay per step (scaled by lr in AdamW).
+"""
+from __future__ import annotations
+
+import collections
+import math
+import numbers
+import sys
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .errors import DeviceError, DTypeError, ShapeError
+
+__all__ = ["OptimizerState", "sgd_update", "adam_update", "SGD", "Adam", "AdamW"]
+
+PARAM_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+# ---- hyper-parameters --------------------------------------------------------------------------
+
+@dataclass
+class OptimizerState:
+    """Hyper-parameters and step count of one optimizer.
+
+    lr            learning rate, >= 0 (parameter units per unit of update)
+    betas         (beta1, beta2), each in [0, 1): Adam's decay rates of the first and second
+                  moment estimates
+    eps           > 0, added to Adam's denominator sqrt(v / (1 - beta2^t)) (gradient units)
+    weight_decay  >= 0: L2 penalty added to the gradient (SGD, Adam) or, with
+                  decoupled_weight_decay (AdamW), parameters scaled by 1 - lr * weight_decay
+    step          updates taken so far (>= 0); each update adds one before using it, so Adam's
+                  bias corrections use t = step after the increment; SGD's momentum buffer starts
+                  as the gradient on the update taken at step == 0
+    momentum      SGD momentum factor, >= 0 (0: no momentum buffer)
+    dampening     SGD dampening of the gradient added to the momentum buffer
+    nesterov      SGD Nesterov momentum (needs momentum > 0 and dampening == 0)
+    amsgrad       Adam: normalise by the running maximum of the second moment
+    decoupled_weight_decay   Adam: AdamW's decoupled weight decay
+    maximize      ascend the objective instead of descending it
+
+    Raises ValueError naming the value when one is out of range; `validate()` checks again after
+    fields were changed (every update calls it).
+    """
+    lr: float = 1e-3
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    step: int = 0
+    momentum: float = 0.0
+    dampening: float = 0.0
+    nesterov: bool = False
+    amsgrad: bool = False
+    decoupled_weight_decay: bool = False
+    maximize: bool = False
+
+    def __post_init__(self):
+        self.betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else self.betas
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError (or TypeError for a non-number) naming the first bad field."""
+        lr = _real(self.lr, "lr")
+        if not lr >= 0:  # also catches NaN
+            raise ValueError(f"lr must be >= 0 (got {lr!r})")
+        if not isinstance(self.betas, tuple) or len(self.betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2) (got {self.betas!r})")
+        for i, b in enumerate(self.betas):
+            if not 0 <= _real(b, f"betas[{i}]") < 1:
+                raise ValueError(f"betas[{i}] must be in [0, 1) (got {b!r})")
+        if not _real(self.eps, "eps") > 0:
+            raise ValueError(f"eps must be > 0 (got {self.eps!r})")
+        if not _real(self.weight_decay, "weight_decay") >= 0:
+            raise ValueError(f"weight_decay must be >= 0 (got {self.weight_decay!r})")
+        if not _real(self.momentum, "momentum") >= 0:
+            raise ValueError(f"momentum must be >= 0 (got {self.momentum!r})")
+        if not math.isfinite(_real(self.dampening, "dampening")):
+            raise ValueError(f"dampening must be finite (got {self.dampening!r})")
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ValueError(f"nesterov needs momentum > 0 and dampening == 0 "
+                             f"(got momentum={self.momentum!r}, dampening={self.dampening!r})")
+        if isinstance(self.step, bool) or not isinstance(self.step, numbers.Integral) or self.step < 0:
+            raise ValueError(f"step must be an integer >= 0 (got {self.step!r})")
+
+
+def _real(v, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a real number (got {type(v).__name__} {v!r})")
+    return float(v)
+
+
+# ---- arrays: where they live, dtypes, checks ---------------------------------------------------
+
+def _is_cuda_array(x) -> bool:
+    if type(x) is np.ndarray:
+        return False
+    cp = sys.modules.get("cupy")
+    if cp is not None and isinstance(x, cp.ndarray):
+        return True
+    from .backends.cpu import _dlpack_on_cuda
+    return hasattr(x, "__cuda_array_interface__") or _dlpack_on_cuda(x)
+
+
+def _as_list(x, name: str) -> tuple[list, bool]:
+    """(list of arrays, whether a single array was given)."""
+    if isinstance(x, (list, tuple)):
+        return list(x), False
+    if x is None:
+        raise TypeError(f"{name}: expected an array or a list of arrays (got None)")
+    return [x], True
+
+
+def _placement(arrays: list, name: str) -> str:
+    """"cuda" or "cpu" for a list of arrays; DeviceError when host and device arrays mix."""
+    where = None
+    for i, x in enumerate(arrays):
+        w = "cuda" if _is_cuda_array(x) else "cpu" if isinstance(x, np.ndarray) else None
+        if w is None:
+            raise DTypeError(f"{name}[{i}]: expected a NumPy or CuPy array (got {type(x).__name__})")
+        if where is None:
+            where = w
+        elif w != where:
+            raise DeviceError(f"{name}[{i}] is a {'CUDA' if w == 'cuda' else 'host'} array but "
+                              f"{name}[0] is a {'CUDA' if where == 'cuda' else 'host'} array; put every "
+                              f"array of one optimizer on one side (cudakit.to_device / to_host)")
+    return where or "cpu"
+
+
+def _to_cupy(arrays: list, name: str) -> list:
+    """CUDA arrays as CuPy arrays, zero-copy (PyTorch tensors and the like become views)."""
+    from .runtime import _cupy
+    cp = _cupy.cupy()
+    out = []
+    for x in arrays:
+        if not isinstance(x, cp.ndarray):
+            x = cp.asarray(x) if hasattr(x, "__cuda_array_interface__") else cp.from_dlpack(x)
+        out.append(x)
+    return out
+
+
+def _dtype_name(x, name: str) -> str:
+    from .backends.base import supported_dtypes
+    n = supported_dtypes().get(x.dtype)
+    if n is None:
+        raise DTypeError(f"{name}: dtype {x.dtype} is not supported; parameters must be one of "
+                         f"{', '.join(PARAM_DTYPES)}")
+    return n
+
+
+def _state_dtype(param_dtype: str) -> np.dtype:
+    return np.dtype(np.float64 if param_dtype == "float64" else np.float32)
+
+
+def _contiguous(x) -> bool:
+    return x.flags.c_contiguous
+
+
+def _check_params(params: list, name: str = "params") -> list[str]:
+    """dtype names of the parameters; parameters must be C-contiguous (they are updated in place,
+    so a strided view cannot be replaced by a copy)."""
+    dtypes = []
+    for i, p in enumerate(params):
+        dtypes.append(_dtype_name(p, f"{name}[{i}]"))
+        if not _contiguous(p):
+            raise ShapeError(f"{name}[{i}]: parameters must be C-contiguous (got strides {p.strides} for "
+                             f"shape {p.shape}); optimizers update them in place")
+        if isinstance(p, np.ndarray) and not p.flags.writeable:
+            raise ValueError(f"{name}[{i}] is read-only; optimizers update parameters in place")
+    return dtypes
+
+
+def _check_grads(grads: list, params: list, dtypes: list, where: str) -> list:
+    """Gradients checked against the parameters (count, side, device, shape, dtype); returns them
+    as arrays of the parameters' side, C-contiguous (copies where they were not)."""
+    if len(grads) != len(params):
+        raise ShapeError(f"expected {len(params)} gradients (one per parameter), got {len(grads)}")
+    if grads and _placement(grads, "grads") != where:
+        side = "CUDA" if where == "cuda" else "host"
+        raise DeviceError(f"grads are {'host' if where == 'cuda' else 'CUDA'} arrays but the parameters are "
+                          f"{side} arrays; move them with cudakit.{'to_device' if where == 'cuda' else 'to_host'}")
+    if where == "cuda":
+        grads = _to_cupy(grads, "grads")
+    out = []
+    for i, (g, p) in enumerate(zip(grads, params)):
+        if g.shape != p.shape:
+            raise ShapeError(f"grads[{i}]: expected shape {p.shape} (the shape of params[{i}]), got {g.shape}")
+        if g.dtype != p.dtype:
+            raise DTypeError(f"grads[{i}]: expected dtype {dtypes[i]} (the dtype of params[{i}]), got {g.dtype}")
+        if where == "cuda" and g.data.device_id != p.data.device_id:
+            raise DeviceError(f"grads[{i}] is on cuda:{g.data.device_id} but params[{i}] on "
+                              f"cuda:{p.data.device_id}")
+        if not _contiguous(g):
+            g = _ascontiguous(g, where)
+        out.append(g)
+    return out
+
+
+def _ascontiguous(x, where: str):
+    if where == "cpu":
+        return np.ascontiguousarray(x)
+    from .runtime import _cupy
+    return _cupy.cupy().ascontiguousarray(x)
+
+
+def _check_states(states: list, params: list, dtypes: list, name: str, where: str) -> list:
+    """State arrays (one per parameter) of the parameter's shape, in the state dtype, C-contiguous,
+    on the parameters' side and device."""
+    if len(states) != len(params):
+        raise ShapeError(f"{name}: expected {len(params)} arrays (one per parameter), got {len(states)}")
+    if states and _placement(states, name) != where:
+        raise DeviceError(f"{name} are on the other side from the parameters ({where} parameters)")
+    if where == "cuda":
+        states = _to_cupy(states, name)
+    for i, (s, p) in enumerate(zip(states, params)):
+        want = _state_dtype(dtypes[i])
+        if s.shape != p.shape:
+            raise ShapeError(f"{name}[{i}]: expected shape {p.shape} (the shape of params[{i}]), got {s.shape}")
+        if s.dtype != want:
+            raise DTypeError(f"{name}[{i}]: expected dtype {want} for {dtypes[i]} parameters, got {s.dtype}")
+        if not _contiguous(s):
+            raise ShapeError(f"{name}[{i}]: state arrays must be C-contiguous (they are updated in place)")
+        if where == "cuda" and s.data.device_id != p.data.device_id:
+            raise DeviceError(f"{name}[{i}] is on cuda:{s.data.device_id} but params[{i}] on cuda:{p.data.device_id}")
+    return states
+
+
+def _zeros_like_state(p, dtype_name: str, where: str):
+    if where == "cpu":
+        return np.zeros(p.shape, _state_dtype(dtype_name))
+    from .runtime import _cupy
+    cp = _cupy.cupy()
+    with cp.cuda.Device(p.data.device_id):
+        return cp.zeros(p.shape, _state_dtype(dtype_name))
+
+
+def _master_copy(p, where: str):
+    if where == "cpu":
+        return p.astype(np.float32)
+    from .runtime import _cupy
+    cp = _cupy.cupy()
+    with cp.cuda.Device(p.data.device_id):
+        return p.astype(cp.float32)
+
+
+# ---- the CPU path: NumPy, per tensor, the same formulas as the CUDA kernels --------------------
+
+def _cpu_working(p, master):
+    """The array the update happens in (state dtype) and whether it must be rounded back to p."""
+    if master is not None:
+        return master, True
+    s = np.float64 if p.dtype == np.float64 else np.float32
+    if p.dtype == s:
+        return p, False
+    return p.astype(s), True
+
+
+def _cpu_grad(g, s, maximize: bool):
+    return np.negative(g, dtype=s) if maximize else g.astype(s, copy=True)
+
+
+def _cpu_adam(p, g, m, v, vmax, master, c: dict) -> None:
+    """One Adam/AdamW update of one tensor in place. c: the scalars of kernels.optimizers.adam_step."""
+    x, round_back = _cpu_working(p, master)
+    s = x.dtype.type
+    gg = _cpu_grad(g, s, c["maximize"])
+    if c["wd"] != 0:
+        if c["decoupled"]:
+            x *= s(1.0 - c["lr"] * c["wd"])
+        else:
+            gg += s(c["wd"]) * x
+    w = s(1.0 - c["beta1"])
+    if w < 0.5:  # torch.lerp's two forms, exact at either end of the weight range
+        m += w * (gg - m)
+    else:
+        m[...] = gg - (gg - m) * (s(1) - w)
+    v *= s(c["beta2"])
+    v += (s(1.0 - c["beta2"]) * gg) * gg
+    vn = v
+    if vmax is not None:
+        np.maximum(vmax, v, out=vmax)  # propagates NaN, as torch.maximum
+        vn = vmax
+    denom = np.sqrt(vn) / s(c["bc2_sqrt"]) + s(c["eps"])
+    x += s(-c["step_size"]) * (m / denom)
+    if round_back:
+        p[...] = x.astype(p.dtype)
+
+
+def _cpu_sgd(p, g, buf, master, c: dict) -> None:
+    """One SGD update of one tensor in place. c: the scalars of kernels.optimizers.sgd_step."""
+    x, round_back = _cpu_working(p, master)
+    s = x.dtype.type
+    gg = _cpu_grad(g, s, c["maximize"])
+    if c["wd"] != 0:
+        gg += s(c["wd"]) * x
+    if buf is not None:
+        if c["first_step"]:
+            buf[...] = gg
+        else:
+            buf *= s(c["momentum"])
+            buf += s(1.0 - c["dampening"]) * gg
+        gg = gg + s(c["momentum"]) * buf if c["nesterov"] else buf
+    x += s(-c["lr"]) * gg
+    if round_back:
+        p[...] = x.astype(p.dtype)
+
+
+def _adam_scalars(h: OptimizerState, step: int) -> dict:
+    beta1, beta2 = (float(b) for b in h.betas)
+    return {"lr": float(h.lr), "beta1": beta1, "beta2": beta2, "eps": float(h.eps),
+            "wd": float(h.weight_decay), "decoupled": bool(h.decoupled_weight_decay),
+            "maximize": bool(h.maximize), "step": step,
+            "step_size": float(h.lr) / (1.0 - beta1 ** step), "bc2_sqrt": (1.0 - beta2 ** step) ** 0.5}
+
+
+def _sgd_scalars(h: OptimizerState) -> dict:
+    return {"lr": float(h.lr), "wd": float(h.weight_decay), "momentum": float(h.momentum),
+            "dampening": float(h.dampening), "nesterov": bool(h.nesterov), "maximize": bool(h.maximize),
+            "first_step": h.step == 0}
+
+
+# ---- the CUDA path: groups of one device and dtype, one launch each -------------------------------
+
+class _CudaGroups:
+    """The multi-tensor tables of one list of CuPy parameters and their states: one table (one
+    launch per step) for each (device, dtype, master weights) among the parameters."""
+
+    def __init__(self, params: list, dtypes: list, states: list[list], masters: list | None):
+        from .kernels import optimizers as K
+        from .runtime import _cupy
+        cp = _cupy.cupy()
+        by_key: dict = collections.defaultdict(list)
+        for i, p in enumerate(params):
+            has_master = masters is not None and masters[i] is not None
+            by_key[(p.data.device_id, dtypes[i], has_master)].append(i)
+        self.groups = []
+        for (dev, dt, has_master), idx in by_key.items():
+            with cp.cuda.Device(dev):
+                table = K.TensorTable([params[i] for i in idx], [[lst[i] for i in idx] for lst in states],
+                                      [masters[i] for i in idx] if has_master else None)
+            self.groups.append((dev, dt, has_master, idx, table))
+        self._single = len(self.groups) == 1
+
+    def run(self, grad_ptrs: list, launch) -> None:
+        """Point each table at its gradients and call launch(table, dtype, has_master) on its device."""
+        from .runtime import _cupy
+        cp = _cupy.loaded_cupy()
+        current = cp.cuda.runtime.getDevice()
+        for dev, dt, has_master, idx, table in self.groups:
+            table.set_grads(grad_ptrs if self._single else [grad_ptrs[i] for i in idx])
+            if dev == current:
+                launch(table, dt, has_master)
+            else:
+                with cp.cuda.Device(dev):
+                    launch(table, dt, has_master)
+
+
+# The functional API's tables, keyed by the addresses and sizes they hold (kernels.optimizers.
+# table_key): a training loop that passes the same arrays every step builds its table once.
+_TABLE_CACHE: collections.OrderedDict = collections.OrderedDict()
+_TABLE_CACHE_SIZE = 16
+
+
+def _cached_groups(kind: str, params, dtypes, states, masters) -> _CudaGroups:
+    from .kernels import optimizers as K
+    key = (kind, tuple(dtypes), tuple(p.data.device_id for p in params),
+           K.table_key(params, states, [m for m in masters if m is not None] if masters else None),
+           tuple(m is not None for m in masters) if masters else None)
+    g = _TABLE_CACHE.get(key)
+    if g is None:
+        g = _TABLE_CACHE[key] = _CudaGroups(params, dtypes, states, masters)
+        while len(_TABLE_CACHE) > _TABLE_CACHE_SIZE:
+            _TABLE_CACHE.popitem(last=False)
+    else:
+        _TABLE_CACHE.move_to_end(key)
+    return g
+
+
+def _launch_adam(c: dict, amsgrad: bool):
+    from .kernels import optimizers as K
+
+    def launch(table, dt, has_master):
+        K.adam_step(table, dt, has_master, amsgrad, lr=c["lr"], beta1=c["beta1"], beta2=c["beta2"],
+                    eps=c["eps"], weight_decay=c["wd"], decoupled=c["decoupled"], maximize=c["maximize"],
+                    step=c["step"])
+    return launch
+
+
+def _launch_sgd(c: dict):
+    from .kernels import optimizers as K
+
+    def launch(table, dt, has_master):
+        K.sgd_step(table, dt, has_master, lr=c["lr"], momentum=c["momentum"], dampening=c["dampening"],
+                   nesterov=c["nesterov"], weight_decay=c["wd"], maximize=c["maximize"],
+                   first_step=c["first_step"])
+    return launch
+
+
+# ---- the functional API ----------------------------------------------------------------------------
+
+def _prepare(params, gradients, named_states: dict, master, state: OptimizerState):
+    """Lists, side, dtypes and checked arrays of one functional update."""
+    if not isinstance(state, OptimizerState):
+        raise TypeError(f"optimizer_state must be a cudakit.optim.OptimizerState (got {type(state).__name__})")
+    state.validate()
+    ps, single = _as_list(params, "params")
+    gs, _ = _as_list(gradients, "gradients")
+    where = _placement(ps, "params")
+    if where == "cuda":
+        ps = _to_cupy(ps, "params")
+    dtypes = _check_params(ps)
+    gs = _check_grads(gs, ps, dtypes, where)
+    states = [_check_states(_as_list(v, k)[0], ps, dtypes, k, where) for k, v in named_states.items()]
+    masters = None
+    if master is not None:
+        ms = _as_list(master, "master")[0]
+        if len(ms) != len(ps):
+            raise ShapeError(f"master: expected {len(ps)} entries (one per parameter, None for none), got {len(ms)}")
+        masters = []
+        for i, (m, p) in enumerate(zip(ms, ps)):
+            if m is None or dtypes[i] not in ("float16", "bfloat16"):
+                if m is not None:
+                    raise DTypeError(f"master[{i}]: master weights are for float16/bfloat16 parameters, "
+                                     f"params[{i}] is {dtypes[i]}")
+                masters.append(None)
+                continue
+            masters.append(_check_states([m], [p], ["float32"], f"master[{i}]", where)[0])
+    return ps, single, where, dtypes, gs, states, masters
+
+
+def sgd_update(params, gradients, momentum, optimizer_state: OptimizerState, *, master=None):
+    """One SGD step, in place: params[i] -= lr * direction (torch.optim.SGD's formulas).
+
+    params, gradients: arrays (or lists of arrays) of one shape per index, float32/float64/
+        float16/bfloat16, gradients in the parameter's dtype; all NumPy or all CUDA arrays.
+    momentum: the momentum buffers, float32 (float64 for float64 params), parameter shapes; set to
+        the gradient on the step taken at optimizer_state.step == 0. None when
+        optimizer_state.momentum == 0.
+    optimizer_state: lr, weight_decay, momentum, dampening, nesterov, maximize, step; its step
+        is incremented.
+    master: optional float32 master weights for 16-bit params (None entries for others).
+
+    Returns `params`. Raises ShapeError / DTypeError / DeviceError naming the argument and index.
+    """
+    h = optimizer_state
+    named = {}
+    if _real(h.momentum, "momentum") != 0:
+        if momentum is None:
+            raise ValueError("optimizer_state.momentum != 0 needs momentum buffers (got momentum=None)")
+        named["momentum"] = momentum
+    ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master, h)
+    c = _sgd_scalars(h)
+    bufs = states[0] if states else [None] * len(ps)
+    if where == "cpu":
+        for i, p in enumerate(ps):
+            _cpu_sgd(p, gs[i], bufs[i], masters[i] if masters else None, c)
+    elif ps:
+        _cached_groups("sgd", ps, dtypes, states, masters).run([g.data.ptr for g in gs], _launch_sgd(c))
+    h.step += 1
+    return params
+
+
+def adam_update(params, gradients, m_buffer, v_buffer, optimizer_state: OptimizerState, *,
+                v_max=None, master=None):
+    """One Adam (or AdamW, with optimizer_state.decoupled_weight_decay) step, in place
+    (torch.optim.Adam's formulas).
+
+    params, gradients: arrays (or lists of arrays) of one shape per index, float32/float64/
+        float16/bfloat16, gradients in the parameter's dtype; all NumPy or all CUDA arrays.
+    m_buffer, v_buffer: first and second moment estimates (exp_avg, exp_avg_sq), float32
+        (float64 for float64 params), parameter shapes, zeros before the first step.
+    optimizer_state: lr, betas, eps, weight_decay, amsgrad, decoupled_weight_decay, maximize, step;
+        its step is incremented first and the bias corrections use the new value.
+    v_max: the running maximum of v_buffer (AMSGrad only, required then).
+    master: optional float32 master weights for 16-bit params (None entries for others).
+
+    Returns `params`. Raises ShapeError / DTypeError / DeviceError naming the argument and index.
+    """
+    h = optimizer_state
+    named = {"m_buffer": m_buffer, "v_buffer": v_buffer}
+    if h.amsgrad:
+        if v_max is None:
+            raise ValueError("optimizer_state.amsgrad needs v_max buffers (got v_max=None)")
+        named["v_max"] = v_max
+    ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master, h)
+    c = _adam_scalars(h, h.step + 1)
+    if where == "cpu":
+        vmaxes = states[2] if h.amsgrad else [None] * len(ps)
+        for i, p in enumerate(ps):
+            _cpu_adam(p, gs[i], states[0][i], states[1][i], vmaxes[i], masters[i] if masters else None, c)
+    elif ps:
+        _cached_groups("adam", ps, dtypes, states, masters).run([g.data.ptr for g in gs],
+                                                               _launch_adam(c, bool(h.amsgrad)))
+    h.step += 1
+    return params
+
+
+# ---- optimizer objects -----------------------------------------------------------------------------
+
+class _Optimizer:
+    """Shared machinery: parameters checked once, states allocated once (zeros, the parameters'
+    side and device), the CUDA tables built on the first step and reused."""
+
+    _name = ""
+    _state_names: tuple = ()
+
+    def __init__(self, params, hyper: OptimizerState, master_weights: bool):
+        ps, _ = _as_list(params, "params")
+        self._where = _placement(ps, "params")
+        if self._where == "cuda":
+            ps = _to_cupy(ps, "params")
+        self.params = ps
+        self._dtypes = _check_params(ps)
+        self.hyper = hyper
+        self.master_weights = bool(master_weights)
+        self._state = {k: [_zeros_like_state(p, dt, self._where) for p, dt in zip(ps, self._dtypes)]
+                       for k in self._structure(hyper)}
+        self._master = [_master_copy(p, self._where) if self.master_weights and dt in ("float16", "bfloat16")
+                        else None for p, dt in zip(ps, self._dtypes)]
+        self._groups: _CudaGroups | None = None
+        # what a well-formed gradient list looks like, compared in one go on the CUDA fast path
+        self._grad_sig = [(p.shape, p.dtype, p.data.device_id, True) for p in ps] if self._where == "cuda" else None
+
+    # the subclasses say which states they keep and how a step runs
+    @staticmethod
+    def _structure(h: OptimizerState) -> tuple:
+        """The names of the state buffers that hyper-parameters `h` need."""
+        raise NotImplementedError
+
+    def _step_cpu(self, grads) -> None:
+        raise NotImplementedError
+
+    def _launcher(self):
+        raise NotImplementedError
+
+    @property
+    def lr(self) -> float:
+        """The learning rate (settable, e.g. by a schedule)."""
+        return self.hyper.lr
+
+    @lr.setter
+    def lr(self, value) -> None:
+        old, self.hyper.lr = self.hyper.lr, value
+        try:
+            self.hyper.validate()
+        except (TypeError, ValueError):
+            self.hyper.lr = old
+            raise
+
+    @property
+    def state(self) -> dict:
+        """{state name: list of arrays, one per parameter} (live arrays, not copies)."""
+        out = dict(self._state)
+        if any(m is not None for m in self._master):
+            out["master"] = list(self._master)
+        return out
+
+    def step(self, grads) -> None:
+        """Update every parameter in place from `grads` (one array per parameter, its shape and
+        dtype, on its side and device). Raises ShapeError / DTypeError / DeviceError naming the
+        index; nothing is updated then."""
+        h = self.hyper
+        h.validate()
+        if self._structure(h) != tuple(self._state):
+            raise ValueError(f"{self._name}: momentum / amsgrad cannot change between zero and non-zero "
+                             f"after construction (states kept: {', '.join(self._state) or 'none'})")
+        gs, _ = _as_list(grads, "grads")
+        if self._where == "cpu":
+            self._step_cpu(_check_grads(gs, self.params, self._dtypes, "cpu"))
+        else:
+            self._step_cuda(gs)
+        h.step += 1
+
+    def _step_cuda(self, gs) -> None:
+        try:  # the common case in one comparison: CuPy arrays of the right shape, dtype, device, layout
+            sig = [(g.shape, g.dtype, g.data.device_id, g._c_contiguous) for g in gs]
+        except AttributeError:
+            sig = None
+        if sig != self._grad_sig:
+            gs = _check_grads(gs, self.params, self._dtypes, "cuda")
+        if self._groups is None:
+            self._groups = _CudaGroups(self.params, self._dtypes, list(self._state.values()),
+                                       self._master if any(m is not None for m in self._master) else None)
+        self._groups.run([g.data.ptr for g in gs], self._launcher())
+
+    def zero_state(self) -> None:
+        """Zero every state buffer, set step to 0, and re-read master weights from the parameters
+        (so parameters changed by hand are picked up). Buffers stay in place."""
+        for lst in self._state.values():
+            for s in lst:
+                s.fill(0)
+        for p, m in zip(self.params, self._master):
+            if m is not None:
+                m[...] = p.astype(m.dtype)
+        self.hyper.step = 0
+
+    def state_dict(self) -> dict:
+        """{"optimizer": name, "hyper": OptimizerState fields, "state": {name: [NumPy copies]}}.
+
+        The arrays are host copies, so the dict pickles and loads onto either backend."""
+        def host(x):
+            return None if x is None else (x.copy() if isinstance(x, np.ndarray) else x.get())
+        hyper = asdict(self.hyper)
+        hyper["betas"] = list(hyper["betas"])
+        return {"optimizer": self._name, "hyper": hyper,
+                "state": {k: [host(x) for x in v] for k, v in self.state.items()}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore hyper-parameters, step and states saved by state_dict() of an optimizer of the
+        same class over parameters of the same shapes. States are copied into the existing
+        buffers. Raises ValueError / ShapeError naming what does not match."""
+        if not isinstance(sd, dict) or sd.get("optimizer") != self._name:
+            got = sd.get("optimizer") if isinstance(sd, dict) else type(sd).__name__
+            raise ValueError(f"not a {self._name} state dict (optimizer: {got!r})")
+        hyper = OptimizerState(**{**sd["hyper"], "betas": tuple(sd["hyper"]["betas"])})
+        if self._structure(hyper) != tuple(self._state):
+            raise ValueError(f"{self._name}: the state dict's momentum / amsgrad settings need other buffers "
+                             f"({', '.join(self._structure(hyper)) or 'none'}) than this optimizer keeps "
+                             f"({', '.join(self._state) or 'none'})")
+        if hyper.decoupled_weight_decay != self.hyper.decoupled_weight_decay:
+            raise ValueError(f"{self._name}: the state dict's decoupled_weight_decay differs")
+        mine = self.state
+        theirs = sd["state"]
+        if set(theirs) != set(mine):
+            raise ValueError(f"state dict holds {sorted(theirs)}, this optimizer keeps {sorted(mine)} "
+                             f"(momentum / amsgrad / master weights differ)")
+        for k, lst in theirs.items():
+            if len(lst) != len(mine[k]):
+                raise ShapeError(f"state[{k!r}]: {len(lst)} arrays for {len(mine[k])} parameters")
+            for i, (src, dst) in enumerate(zip(lst, mine[k])):
+                if (src is None) != (dst is None):
+                    raise ValueError(f"state[{k!r}][{i}]: master weights present in one and not the other")
+                if src is not None and tuple(np.shape(src)) != dst.shape:
+                    raise ShapeError(f"state[{k!r}][{i}]: expected shape {dst.shape}, got {tuple(np.shape(src))}")
+        for k, lst in theirs.items():
+            for src, dst in zip(lst, mine[k]):
+                if dst is not None:
+                    _copy_into(dst, src)
+        self.hyper = hyper
+
+
+def _copy_into(dst, src) -> None:
+    src = np.asarray(src) if isinstance(src, np.ndarray) or not hasattr(src, "get") else src.get()
+    if isinstance(dst, np.ndarray):
+        dst[...] = src.astype(dst.dtype, copy=False)
+    else:
+        dst.set(np.ascontiguousarray(src.astype(dst.dtype, copy=False)))
+
+
+class SGD(_Optimizer):
+    """Stochastic gradient descent with optional momentum, dampening, Nesterov momentum and weight
+    decay (torch.optim.SGD). params: a list of arrays (see the module docstring) updated in place
+    by step(grads); lr in parameter units per unit of gradient.
+
+    The momentum buffer (float32; float64 for float64 params) starts as the first gradient.
+    master_weights keeps float32 master copies of float16/bfloat16 parameters.
+    """
+
+    _name = "SGD"
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
+                 nesterov: bool = False, weight_decay: float = 0.0, *, maximize: bool = False,
+                 master_weights: bool = False):
+        hyper = OptimizerState(lr=lr, weight_decay=weight_decay, momentum=momentum, dampening=dampening,
+                               nesterov=nesterov, maximize=maximize)
+        super().__init__(params, hyper, master_weights)
+
+    @staticmethod
+    def _structure(h: OptimizerState) -> tuple:
+        return ("momentum_buffer",) if h.momentum != 0 else ()
+
+    def _step_cpu(self, grads) -> None:
+        c = _sgd_scalars(self.hyper)
+        bufs = self._state.get("momentum_buffer") or [None] * len(self.params)
+        for i, p in enumerate(self.params):
+            _cpu_sgd(p, grads[i], bufs[i], self._master[i], c)
+
+    def _launcher(self):
+        return _launch_sgd(_sgd_scalars(self.hyper))
+
+
+class Adam(_Optimizer):
+    """Adam (torch.optim.Adam): bias-corrected first and second moment estimates, optional L2
+    weight decay added to the gradient, AMSGrad. params: a list of arrays (see the module
+    docstring) updated in place by step(grads).
+
+    States exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad): float32 (float64 for float64
+    params), zeros at the start. master_weights keeps float32 master copies of float16/bfloat16
+    parameters.
+    """
+
+    _name = "Adam"
+    _decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False, master_weights: bool = False, *,
+                 maximize: bool = False):
+        hyper = OptimizerState(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                               decoupled_weight_decay=self._decoupled, maximize=maximize)
+        super().__init__(params, hyper, master_weights)
+
+    @staticmethod
+    def _structure(h: OptimizerState) -> tuple:
+        return ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if h.amsgrad else ())
+
+    def _step_cpu(self, grads) -> None:
+        c = _adam_scalars(self.hyper, self.hyper.step + 1)
+        st = self._state
+        vmax = st.get("max_exp_avg_sq") or [None] * len(self.params)
+        for i, p in enumerate(self.params):
+            _cpu_adam(p, grads[i], st["exp_avg"][i], st["exp_avg_sq"][i], vmax[i], self._master[i], c)
+
+    def _launcher(self):
+        return _launch_adam(_adam_scalars(self.hyper, self.hyper.step + 1), bool(self.hyper.amsgrad))
+
+
+class AdamW(Adam):
+    """AdamW (torch.optim.AdamW): Adam with decoupled weight decay, parameters scaled by
+    1 - lr * weight_decay before each update. Arguments as Adam's; weight_decay defaults to 1e-2."""
+
+    _name = "AdamW"
+    _decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, master_weights: bool = False, *,
+                 maximize: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, master_weights, maximize=maximize)
