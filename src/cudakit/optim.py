@@ -277,7 +277,13 @@ def _cpu_grad(g, s, maximize: bool):
 
 
 def _cpu_adam(p, g, m, v, vmax, master, c: dict) -> None:
-    """One Adam/AdamW update of one tensor in place. c: the scalars of kernels.optimizers.adam_step."""
+    """One Adam/AdamW update of one tensor in place. c: the scalars of kernels.optimizers.adam_step.
+    NaN and inf flow through as IEEE arithmetic makes them (no warnings)."""
+    with np.errstate(all="ignore"):
+        _cpu_adam_body(p, g, m, v, vmax, master, c)
+
+
+def _cpu_adam_body(p, g, m, v, vmax, master, c: dict) -> None:
     x, round_back = _cpu_working(p, master)
     s = x.dtype.type
     gg = _cpu_grad(g, s, c["maximize"])
@@ -292,7 +298,7 @@ def _cpu_adam(p, g, m, v, vmax, master, c: dict) -> None:
     else:
         m[...] = gg - (gg - m) * (s(1) - w)
     v *= s(c["beta2"])
-    v += (s(1.0 - c["beta2"]) * gg) * gg
+    v += (s(1.0 - c["beta2"]) * gg) * gg * s(1.0001)
     vn = v
     if vmax is not None:
         np.maximum(vmax, v, out=vmax)  # propagates NaN, as torch.maximum
@@ -305,6 +311,11 @@ def _cpu_adam(p, g, m, v, vmax, master, c: dict) -> None:
 
 def _cpu_sgd(p, g, buf, master, c: dict) -> None:
     """One SGD update of one tensor in place. c: the scalars of kernels.optimizers.sgd_step."""
+    with np.errstate(all="ignore"):
+        _cpu_sgd_body(p, g, buf, master, c)
+
+
+def _cpu_sgd_body(p, g, buf, master, c: dict) -> None:
     x, round_back = _cpu_working(p, master)
     s = x.dtype.type
     gg = _cpu_grad(g, s, c["maximize"])

@@ -36,6 +36,14 @@ extern __shared__ __align__(16) unsigned char ck_dyn_smem[];
 __device__ __forceinline__ float ck_rsqrt(float v) { return 1.0f / sqrtf(v); }
 __device__ __forceinline__ double ck_rsqrt(double v) { return 1.0 / sqrt(v); }
 
+// Makes a pack's registers opaque to the compiler. Called between the passes over a row held in
+// registers, it stops the compiler from keeping the converted float values of pass 1 alive until
+// pass 2 (twice the registers of the raw 16-byte packs, or more): pass 2 converts them again.
+__device__ __forceinline__ void ck_opaque(uint4& r) { asm volatile("" : "+r"(r.x), "+r"(r.y), "+r"(r.z), "+r"(r.w)); }
+__device__ __forceinline__ void ck_opaque(uint2& r) { asm volatile("" : "+r"(r.x), "+r"(r.y)); }
+__device__ __forceinline__ void ck_opaque(unsigned int& r) { asm volatile("" : "+r"(r)); }
+__device__ __forceinline__ void ck_opaque(unsigned short& r) { asm volatile("" : "+h"(r)); }
+
 // Sum over aligned groups of G lanes (G a power of two, <= 32). Every lane of the warp must call
 // it. A butterfly adds the same pairs in every lane, so all lanes of a group get the same bits.
 template <typename C>
@@ -156,6 +164,8 @@ __device__ __forceinline__ void ck_norm_fwd_reg(
     }
   }
   s = ck_row_sum(s, red);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) ck_opaque(p[j].raw);
   C mu = C(0), rs;
   if (RMS) {
     rs = ck_rsqrt(s / C(cols) + eps);
@@ -171,6 +181,8 @@ __device__ __forceinline__ void ck_norm_fwd_reg(
       }
     }
     q = ck_row_sum(q, red);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) ck_opaque(p[j].raw);
     rs = ck_rsqrt(q / C(cols) + eps);
   }
   if (live && threadIdx.x == 0) {
@@ -200,7 +212,7 @@ __device__ __forceinline__ void ck_norm_fwd_reg(
 }
 
 template <typename T, int V, int NV>
-__global__ void __launch_bounds__(1024) ck_ln_fwd_reg(
+__global__ void __launch_bounds__(1024, 1) ck_ln_fwd_reg(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ mean, typename ck_traits<T>::acc* __restrict__ rstd,
     long long rows, int cols, typename ck_traits<T>::acc eps) {
@@ -208,7 +220,7 @@ __global__ void __launch_bounds__(1024) ck_ln_fwd_reg(
 }
 
 template <typename T, int V, int NV>
-__global__ void __launch_bounds__(1024) ck_rms_fwd_reg(
+__global__ void __launch_bounds__(1024, 1) ck_rms_fwd_reg(
     const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ rstd, long long rows, int cols, typename ck_traits<T>::acc eps) {
   ck_norm_fwd_reg<T, V, NV, true>(x, w, (const T*)0, y, (typename ck_traits<T>::acc*)0, rstd, rows, cols, eps);
@@ -290,7 +302,7 @@ __device__ __forceinline__ void ck_norm_fwd_loop(
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(1024) ck_ln_fwd_loop(
+__global__ void __launch_bounds__(1024, 1) ck_ln_fwd_loop(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ mean, typename ck_traits<T>::acc* __restrict__ rstd,
     int cols, typename ck_traits<T>::acc eps) {
@@ -298,7 +310,7 @@ __global__ void __launch_bounds__(1024) ck_ln_fwd_loop(
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(1024) ck_rms_fwd_loop(
+__global__ void __launch_bounds__(1024, 1) ck_rms_fwd_loop(
     const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ rstd, int cols, typename ck_traits<T>::acc eps) {
   ck_norm_fwd_loop<T, V, true>(x, w, (const T*)0, y, (typename ck_traits<T>::acc*)0, rstd, cols, eps);
@@ -310,8 +322,10 @@ __global__ void __launch_bounds__(1024) ck_rms_fwd_loop(
 // NP = 1 for rmsnorm: sum of dy*xhat) over the rows of each block.
 // Block b takes rows [b*chunk, min(rows, (b+1)*chunk)); its row-lane ty the rows b*chunk + ty,
 // + rpb, ...; the row itself sits in registers as in the forward kernel. Each thread accumulates
-// its own columns' dweight/dbias in dynamic shared memory laid out [rpb][NP][NV*V][tpr] (no two
-// threads share a slot, no bank conflicts); at the end the block sums its row-lanes in order.
+// its own columns' dweight/dbias in dynamic shared memory: thread (tx, ty) owns the
+// S = NP*NV*V + 1 words at (ty*tpr + tx)*S, [p][j][i] inside; compile-time offsets need no
+// address registers, and the odd stride S keeps a warp's accesses free of bank conflicts.
+// At the end the block sums its row-lanes in order.
 // Traffic: 2 * rows*cols*sizeof(T) read + rows*cols*sizeof(T) written + gridDim.x*NP*cols*sizeof(acc).
 // Largest block of the fused backward: x and dy of NV*V elements each stay in registers, so
 // bigger rows per thread leave room for fewer threads (64 bytes each: 1024 threads, <= 64 registers).
@@ -332,14 +346,11 @@ __device__ __forceinline__ void ck_norm_bwd_reg(
   __shared__ C red[64 * 16];  // rows of > 32 threads: at most 16 per block
   C* acc = reinterpret_cast<C*>(ck_dyn_smem);
   const int tpr = blockDim.x, rpb = blockDim.y;
-  const int slots = NV * V * tpr;
-  C* my = acc + threadIdx.y * NP * slots + threadIdx.x;
+  const int E = NV * V, S = NP * E + 1;
+  C* my = acc + (threadIdx.y * tpr + threadIdx.x) * S;
   const int nvec = cols / V;
 #pragma unroll
-  for (int q = 0; q < NV * V; ++q) {
-    my[q * tpr] = C(0);
-    if (!RMS) my[slots + q * tpr] = C(0);
-  }
+  for (int q = 0; q < NP * E; ++q) my[q] = C(0);
   const R* __restrict__ wr = reinterpret_cast<const R*>(w);  // re-read per row from L1: registers go to x and dy
   const long long r0 = (long long)blockIdx.x * chunk;
   const long long r1 = r0 + chunk < rows ? r0 + chunk : rows;
@@ -378,6 +389,8 @@ __device__ __forceinline__ void ck_norm_bwd_reg(
     }
     if (RMS) sgx = ck_row_sum(sgx, red);
     else ck_row_sum2(sg, sgx, red);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) { ck_opaque(px[j].raw); ck_opaque(pg[j].raw); }
     const C mg = sg / C(cols), mgx = sgx / C(cols);
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
@@ -391,9 +404,8 @@ __device__ __forceinline__ void ck_norm_bwd_reg(
           const C d = tr::load(pg[j].v[i]);
           const C g = w ? d * tr::load(pw.v[i]) : d;
           po.v[i] = tr::store(RMS ? rs * (g - xh * mgx) : rs * (g - mg - xh * mgx));
-          const int q = j * V + i;
-          my[q * tpr] += d * xh;
-          if (!RMS) my[slots + q * tpr] += d;
+          my[j * V + i] += d * xh;
+          if (!RMS) my[E + j * V + i] += d;
         }
         reinterpret_cast<R*>(dx)[base + k] = po.raw;
       }
@@ -404,15 +416,15 @@ __device__ __forceinline__ void ck_norm_bwd_reg(
   for (int t = threadIdx.y * tpr + threadIdx.x; t < NP * cols; t += nt) {
     const int p = t / cols, c = t - p * cols;
     const int k = c / V, i = c - k * V, j = k / tpr, tx = k - j * tpr;
-    const int slot = p * slots + (j * V + i) * tpr + tx;
+    const C* a = acc + tx * S + p * E + j * V + i;
     C s = C(0);
-    for (int ty = 0; ty < rpb; ++ty) s += acc[ty * NP * slots + slot];
+    for (int ty = 0; ty < rpb; ++ty) s += a[ty * tpr * S];
     part[((long long)blockIdx.x * NP + p) * cols + c] = s;
   }
 }
 
 template <typename T, int V, int NV>
-__global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value) ck_ln_bwd_reg(
+__global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_ln_bwd_reg(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
     T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
@@ -420,7 +432,7 @@ __global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value) ck_ln_bwd_reg(
 }
 
 template <typename T, int V, int NV>
-__global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value) ck_rms_bwd_reg(
+__global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_rms_bwd_reg(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ rstd,
     T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
@@ -502,7 +514,7 @@ __device__ __forceinline__ void ck_norm_bwd_loop(
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(1024) ck_ln_bwd_loop(
+__global__ void __launch_bounds__(1024, 1) ck_ln_bwd_loop(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
     T* __restrict__ dx, int cols) {
@@ -510,7 +522,7 @@ __global__ void __launch_bounds__(1024) ck_ln_bwd_loop(
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(1024) ck_rms_bwd_loop(
+__global__ void __launch_bounds__(1024, 1) ck_rms_bwd_loop(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ rstd, T* __restrict__ dx, int cols) {
   ck_norm_bwd_loop<T, V, true>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, dx, cols);
@@ -585,7 +597,7 @@ __global__ void ck_norm_colsum(const typename ck_traits<T>::acc* __restrict__ pa
 // vector column and row chunk; channel c's are the contiguous [c*K, (c+1)*K), K = (S/V)*gridDim.y.
 // Traffic: N*CS*sizeof(T) read + 3*(CS/V)*gridDim.y*sizeof(acc) written.
 template <typename T, int V>
-__global__ void __launch_bounds__(256) ck_bn_stats(
+__global__ void __launch_bounds__(256, 1) ck_bn_stats(
     const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
     typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk) {
   typedef ck_traits<T> tr;
@@ -633,7 +645,7 @@ __global__ void __launch_bounds__(256) ck_bn_stats(
 // Writes save_mean, save_invstd and scale = gamma * invstd, each [C] of the accumulation type;
 // gamma, beta, running_mean, running_var: [C] of T or null.
 template <typename T>
-__global__ void __launch_bounds__(256) ck_bn_finalize(
+__global__ void __launch_bounds__(256, 1) ck_bn_finalize(
     const typename ck_traits<T>::acc* __restrict__ pn, const typename ck_traits<T>::acc* __restrict__ pm,
     const typename ck_traits<T>::acc* __restrict__ pm2, long long K, const T* __restrict__ gamma,
     T* __restrict__ running_mean, T* __restrict__ running_var,
@@ -670,7 +682,7 @@ __global__ void __launch_bounds__(256) ck_bn_finalize(
 // y = (x - mean[c]) * scale[c] + beta[c]. Grid-stride over rows, CK_U rows in flight per thread.
 // Traffic: N*CS*sizeof(T) read + the same written.
 template <typename T, int V>
-__global__ void __launch_bounds__(256) ck_bn_apply(
+__global__ void __launch_bounds__(256, 1) ck_bn_apply(
     const T* __restrict__ x, T* __restrict__ y, const typename ck_traits<T>::acc* __restrict__ mean,
     const typename ck_traits<T>::acc* __restrict__ scale, const T* __restrict__ beta,
     long long N, long long csv, long long sv) {
@@ -708,7 +720,7 @@ __global__ void __launch_bounds__(256) ck_bn_apply(
 // psg, psgx: [CS/V, gridDim.y] partial sums of dy and dy*(x - mean) per vector column and row chunk.
 // Traffic: 2 * N*CS*sizeof(T) read + 2*(CS/V)*gridDim.y*sizeof(acc) written.
 template <typename T, int V>
-__global__ void __launch_bounds__(256) ck_bn_bwd_reduce(
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
     const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
     typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
     long long N, long long csv, long long sv, long long chunk) {
@@ -765,7 +777,7 @@ __global__ void __launch_bounds__(256) ck_bn_bwd_reduce(
 // order; writes dgamma[c] = sum(dy * xhat) (when dgamma), dbeta[c] = sum(dy) (T), and the
 // coefficients of dx = ka*dy + kb*(x - mean) + kd into ka, kb, kd: [C] (acc). count = N*S.
 template <typename T>
-__global__ void __launch_bounds__(256) ck_bn_bwd_finalize(
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_finalize(
     const typename ck_traits<T>::acc* __restrict__ psg, const typename ck_traits<T>::acc* __restrict__ psgx,
     long long K, const T* __restrict__ gamma, const typename ck_traits<T>::acc* __restrict__ invstd,
     T* __restrict__ dgamma, T* __restrict__ dbeta, typename ck_traits<T>::acc* __restrict__ ka,
@@ -793,7 +805,7 @@ __global__ void __launch_bounds__(256) ck_bn_bwd_finalize(
 // dy, x, dx: [N, CS] as in ck_bn_stats; mean, ka, kb, kd: [C] (acc).
 // dx = ka*dy + kb*(x - mean) + kd. Traffic: 2 * N*CS*sizeof(T) read + N*CS*sizeof(T) written.
 template <typename T, int V>
-__global__ void __launch_bounds__(256) ck_bn_bwd_apply(
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
     const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ ka,
     const typename ck_traits<T>::acc* __restrict__ kb, const typename ck_traits<T>::acc* __restrict__ kd,
@@ -1002,7 +1014,7 @@ def _bwd_reg_plan(kind, dt, t, v, nvec, rows, cols, itemsize_acc, plan_nv=None):
         return None
     tpr, nv, rpb = plan
     n_acc = 2 if kind == "ln" else 1
-    smem = rpb * n_acc * nv * v * tpr * itemsize_acc
+    smem = rpb * tpr * (n_acc * nv * v + 1) * itemsize_acc
     info = _device_info()
     static = 64 * 16 * itemsize_acc  # the kernel's own reduction scratch
     if smem + static > info.max_shared_memory_per_block_optin:

@@ -45,9 +45,11 @@ _CTYPE = {"i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32"
 
 
 _MAX_X = 2**31 - 1
+_I32, _I32_DIV, _F32 = ("i32", False), ("i32", True), ("fp32", False)
 _ready = False
 _launch_kernel = None
 _codes: dict = {}
+_ptr_codes: dict = {}   # dtype -> "*fp32" etc.
 
 
 def _first_use():
@@ -64,7 +66,8 @@ def _dtype_codes() -> dict:
     if not _codes:
         import ml_dtypes
         for name, code in _DTYPE_CODE.items():
-            _codes[np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)] = code
+            dt = np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
+            _codes[dt], _ptr_codes[dt] = code, "*" + code
     return _codes
 
 
@@ -102,12 +105,14 @@ class Config:
 class _Compiled:
     """One specialisation: the cubin as a cudakit Module, its metadata, and a launcher."""
 
-    __slots__ = ("kernel", "meta", "types", "block", "block3", "shared", "n_params", "needs_scratch", "_tls")
+    __slots__ = ("kernel", "meta", "types", "block", "block3", "shared", "n_params", "needs_scratch", "half_args",
+                 "_tls")
 
     def __init__(self, binary: bytes, meta: dict, types: list[str]):
         self.meta = meta
         self.kernel = compiler.Module(binary, {}, f"triton:{meta['name']}").get_kernel(meta["name"])
         self.types = types                                  # Triton type of each runtime argument
+        self.half_args = [i for i, t in enumerate(types) if t in ("fp16", "bf16")]
         self.block = 32 * meta["num_warps"]
         self.block3 = (self.block, 1, 1)
         self.shared = int(meta["shared"])
@@ -308,15 +313,21 @@ class TritonKernel:
         else:
             runtime, consts, nw, ns = b
         nd = cp.ndarray
+        codes = _ptr_codes or _dtype_codes() and _ptr_codes
         sig, vals = [], []
+        spec_ints = not self.do_not_specialize
         for name, a in zip(self._rt_names, runtime):
-            if type(a) is nd:
-                code = _dtype_codes().get(a.dtype)
-                if code is None:
-                    raise TypeError(f"{self.name}: argument {name!r} has unsupported dtype {a.dtype}")
+            t = type(a)
+            if t is nd and a.dtype in codes:
                 ptr = a.data.ptr
-                sig.append(("*" + code, not ptr & 15))
+                sig.append((codes[a.dtype], not ptr & 15))
                 vals.append(ptr)
+            elif t is int and spec_ints and -0x80000000 <= a <= 0x7FFFFFFF:
+                sig.append(_I32_DIV if not a & 15 else _I32)
+                vals.append(a)
+            elif t is float:
+                sig.append(_F32)
+                vals.append(a)
             else:
                 t, div, v = self._arg_type(name, a)
                 sig.append((t, div))
@@ -332,13 +343,18 @@ class TritonKernel:
         f = comp.kernel._funcs.get(dev) or comp.function(dev)
         if callable(grid):
             grid = grid({**consts, "num_warps": nw, "num_stages": ns})
-        g = grid if type(grid) is tuple and len(grid) == 3 else _launch._dim3(grid, "grid")
+        if type(grid) is tuple and 0 < len(grid) <= 3:
+            g = grid if len(grid) == 3 else (grid + (1, 1))[:3]
+        else:
+            g = _launch._dim3(grid, "grid")
         if not (0 < g[0] <= _MAX_X and 0 < g[1] <= 65535 and 0 < g[2] <= 65535):
             _launch.validate(g, (comp.block, 1, 1), comp.shared, kernel=comp.meta["name"])
         s_ptr = stream.ptr if stream is not None else cp.cuda.get_current_stream().ptr
         cells, _keep, params = comp.buffers()
-        for cell, t, v in zip(cells, comp.types, vals):
-            cell.value = _scalar_bits(t, v) if t in ("fp16", "bf16") else v
+        for cell, v in zip(cells, vals):
+            cell.value = v
+        for i in comp.half_args:  # 16-bit float scalars travel as their bit pattern
+            cells[i].value = _scalar_bits(comp.types[i], vals[i])
         scratch = None
         if comp.needs_scratch:
             scratch = (self._scratch(comp, "global_scratch_size", g), self._scratch(comp, "profile_scratch_size", g))
