@@ -1,35 +1,32 @@
-"""Compare elementwise kernel variants (unroll, block size, streaming stores) with torch, one run."""
-import numpy as np
+"""relu kernel variants (unroll x block size) against torch, interleaved over rounds so drift in
+the GPU's state hits every variant alike. One run; medians per variant."""
+import statistics
+
 import cupy as cp
+import numpy as np
 import torch
 
-from cudakit.bench.timing import time_gpu, copy_bandwidth
+from cudakit.bench.timing import time_gpu
 from cudakit.kernels import elementwise as ew
 from cudakit.runtime.compiler import compile_module
 
 n = 1 << 28
-copy = copy_bandwidth(True, 1 << 30)
-print(f"VARIANT copy {copy / 1e9:.0f} GB/s")
-cases = [("relu", "ck_bf16", 8, cp.dtype("bfloat16")), ("relu", "float", 4, cp.float32), ("add", "float", 4, cp.float32)]
-for op, ct, V, dt in cases:
+for dt, V in (("float32", 4), ("bfloat16", 8)):
     x = cp.random.standard_normal(n, dtype=cp.float32).astype(dt)
-    y = cp.random.standard_normal(n, dtype=cp.float32).astype(dt)
     out = cp.empty_like(x)
-    nbytes = (3 if op == "add" else 2) * n * x.itemsize
-    tx, ty = torch.from_dlpack(x), torch.from_dlpack(y)
-    tf = (lambda: torch.add(tx, ty)) if op == "add" else (lambda: torch.relu(tx))
-    tt = time_gpu(tf, 5, 40)["median_ms"]
-    print(f"VARIANT {op:<5} torch            {nbytes / tt / 1e6:7.0f} GB/s")
-    for unroll in (4, 8, 16):
-        for stream in (False,):
-            opts = [f"-DCK_UNROLL={unroll}"] + (["-DCK_STREAM_STORE"] if stream else [])
-            expr = ew._expr("contig", op, "float32" if ct == "float" else "bfloat16", V)
-            k = compile_module(ew.SOURCE, opts, [expr]).get_kernel(expr)
-            for threads in (128, 256):
-                if threads > k.attributes["max_threads_per_block"]:
-                    continue
-                tile = threads * unroll
-                grid = (n // V + tile - 1) // tile
-                args = (x, y, out, np.int64(n)) if op == "add" else (x, out, np.int64(n))
-                t = time_gpu(lambda: k.launch(grid, threads, args), 5, 40)["median_ms"]
-                print(f"VARIANT {op:<5} U={unroll} T={threads:<4} cs={int(stream)} {nbytes / t / 1e6:7.0f} GB/s  x torch {tt / t:.3f}")
+    tx = torch.from_dlpack(x)
+    nbytes = 2 * n * x.itemsize
+    expr = ew._expr("contig", "relu", dt, V)
+    kernels = {u: compile_module(ew.SOURCE, [f"-DCK_UNROLL={u}"], [expr]).get_kernel(expr) for u in (2, 4, 8)}
+    res = {}
+    for _ in range(3):
+        res.setdefault("torch", []).append(nbytes / time_gpu(lambda: torch.relu(tx), 3, 30)["median_ms"] / 1e6)
+        for u, k in kernels.items():
+            for t in (128, 256):
+                grid = (n // V + t * u - 1) // (t * u)
+                ms = time_gpu(lambda: k.launch(grid, t, (x, out, np.int64(n))), 3, 30)["median_ms"]
+                res.setdefault(f"U={u} T={t}", []).append(nbytes / ms / 1e6)
+    base = statistics.median(res["torch"])
+    for name, v in res.items():
+        m = statistics.median(v)
+        print(f"VARIANT relu {dt:<8} {name:<10} {m:6.0f} GB/s  x torch {m / base:.3f}  (rounds: {', '.join(f'{a:.0f}' for a in v)})")
