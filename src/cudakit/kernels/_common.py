@@ -105,3 +105,33 @@ def collapse(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]]:
             for os_, s in zip(out_strides, strides):
                 os_.append(s[d])
     return tuple(out_shape), [tuple(s) for s in out_strides]
+
+
+class KernelFamily:
+    """The kernels of one CUDA C++ source: compiled together on first use (all name expressions in
+    one NVRTC call, so one cache entry), then looked up per (device, name expression)."""
+
+    def __init__(self, source: str, name_expressions, source_name: str):
+        self.source, self.source_name = source, source_name
+        self._names = name_expressions
+        self._module = None
+        self._functions: dict = {}
+
+    @property
+    def module(self):
+        if self._module is None:
+            from ..runtime.compiler import compile_module
+            names = self._names() if callable(self._names) else self._names
+            self._module = compile_module(self.source, name_expressions=names, source_name=self.source_name)
+        return self._module
+
+    def kernel(self, expr: str):
+        """The cudakit Kernel for a name expression."""
+        return self.module.get_kernel(expr)
+
+    def function(self, dev: int, expr: str):
+        """The CuPy Function of `expr` loaded on device `dev` (cached)."""
+        f = self._functions.get((dev, expr))
+        if f is None:
+            f = self._functions[(dev, expr)] = self.kernel(expr)._function(dev)
+        return f

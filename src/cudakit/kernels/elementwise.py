@@ -13,9 +13,9 @@ import numpy as np
 from .. import profiler
 from ..errors import LaunchError  # noqa: F401  (raised from run)
 from ..runtime import _cupy, launch as _launch
-from ..runtime.compiler import compile_module, _launch_function
+from ..runtime.compiler import _launch_function
 from ..runtime.launch import launch_blocking
-from ._common import PREAMBLE, FLOAT_DTYPE_NAMES, collapse, ctype, strides_struct_dtype, vec_width
+from ._common import PREAMBLE, FLOAT_DTYPE_NAMES, KernelFamily, collapse, ctype, strides_struct_dtype, vec_width
 
 SOURCE = PREAMBLE + r"""
 struct ck_add { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; } };
@@ -174,25 +174,17 @@ def name_expressions() -> list[str]:
     return out
 
 
-_module = None
-_functions: dict[tuple, object] = {}   # (device, expr) -> cupy Function
+_family = KernelFamily(SOURCE, name_expressions, "cudakit/elementwise.cu")
 _blocks_cap: dict[int, int] = {}       # device -> grid size that fills it (grid-stride loops)
 _S2, _S3 = strides_struct_dtype(2), strides_struct_dtype(3)
 _BLOCK = (THREADS, 1, 1)
 
 
 def _function(dev: int, expr: str):
-    global _module
-    f = _functions.get((dev, expr))
-    if f is None:
-        if _module is None:
-            _module = compile_module(SOURCE, name_expressions=name_expressions(),
-                                     source_name="cudakit/elementwise.cu")
-        f = _functions[(dev, expr)] = _module.get_kernel(expr)._function(dev)
-        if dev not in _blocks_cap:
-            from ..runtime.device import get_device_info
-            _blocks_cap[dev] = get_device_info(dev).multiprocessors * (2048 // THREADS)
-    return f
+    if dev not in _blocks_cap:
+        from ..runtime.device import get_device_info
+        _blocks_cap[dev] = get_device_info(dev).multiprocessors * (2048 // THREADS)
+    return _family.function(dev, expr)
 
 
 def _grid(dev: int, work: int) -> tuple:
