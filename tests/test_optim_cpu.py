@@ -296,3 +296,16 @@ def test_import_does_not_load_cupy():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
     assert cudakit.optim is optim
+
+
+def test_own_gradient_buffers(rng):
+    params, grads = problem(rng, SIZES, 10, "float32")
+    want = ref_sgd(params, grads, "float32", False, 0.02, 0.9, nesterov=True)
+    opt = optim.SGD([p.copy() for p in params], lr=0.02, momentum=0.9, nesterov=True)
+    assert len(opt.grads) == len(params) and all(g.shape == p.shape and g.dtype == p.dtype and not g.any()
+                                                 for g, p in zip(opt.grads, params))
+    for gs in grads:
+        for g, h in zip(opt.grads, gs):
+            g[...] = h
+        opt.step()
+    assert_close(opt.params, want, "float32", False)

@@ -28,6 +28,9 @@ _LAZY = {
     "TritonConfig": ("runtime.triton", "Config"), "TritonKernel": ("runtime.triton", "TritonKernel"),
     "autotune": ("runtime.triton", "autotune"), "cdiv": ("runtime.triton", "cdiv"),
     "triton_kernel": ("runtime.triton", "triton_kernel"),
+    "optim": ("optim", None), "OptimizerState": ("optim", "OptimizerState"),
+    "SGD": ("optim", "SGD"), "Adam": ("optim", "Adam"), "AdamW": ("optim", "AdamW"),
+    "sgd_update": ("optim", "sgd_update"), "adam_update": ("optim", "adam_update"),
 }
 for _n in ("DeviceInfo", "current_device", "device", "device_count", "devices", "get_device_info",
            "is_available", "set_device", "synchronize", "unavailable_reason"):
@@ -55,4 +58,4 @@ def __dir__():
 __all__ = ["__version__", "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DTypeError",
            "LaunchError", "OutOfMemoryError", "ShapeError"] + [n for n in _LAZY if n not in
                                                                  ("config", "profiler", "ops", "backends", "runtime",
-                                                                  "kernels", "bench")]
+                                                                  "kernels", "bench", "optim")]

@@ -23,8 +23,10 @@ from __future__ import annotations
 import collections
 import math
 import numbers
+import operator
 import sys
-from dataclasses import asdict, dataclass, field
+import weakref
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -251,6 +253,18 @@ def _zeros_like_state(p, dtype_name: str, where: str):
         return cp.zeros(p.shape, _state_dtype(dtype_name))
 
 
+def _zeros_like(p, where: str):
+    """Zeros of p's shape and dtype on p's side and device."""
+    if where == "cpu":
+        return np.zeros(p.shape, p.dtype)
+    from .runtime import _cupy
+    cp = _cupy.cupy()
+    with cp.cuda.Device(p.data.device_id):
+        out = cp.empty(p.shape, p.dtype)
+        out.data.memset_async(0, out.nbytes)  # bytes, so any dtype (bfloat16 included)
+    return out
+
+
 def _master_copy(p, where: str):
     if where == "cpu":
         return p.astype(np.float32)
@@ -298,7 +312,7 @@ def _cpu_adam_body(p, g, m, v, vmax, master, c: dict) -> None:
     else:
         m[...] = gg - (gg - m) * (s(1) - w)
     v *= s(c["beta2"])
-    v += (s(1.0 - c["beta2"]) * gg) * gg * s(1.0001)
+    v += (s(1.0 - c["beta2"]) * gg) * gg
     vn = v
     if vmax is not None:
         np.maximum(vmax, v, out=vmax)  # propagates NaN, as torch.maximum
@@ -369,13 +383,15 @@ class _CudaGroups:
             self.groups.append((dev, dt, has_master, idx, table))
         self._single = len(self.groups) == 1
 
-    def run(self, grad_ptrs: list, launch) -> None:
-        """Point each table at its gradients and call launch(table, dtype, has_master) on its device."""
+    def run(self, grad_ptrs: list | None, launch) -> None:
+        """Point each table at its gradients (None: where they point already) and call
+        launch(table, dtype, has_master) on its device."""
         from .runtime import _cupy
         cp = _cupy.loaded_cupy()
         current = cp.cuda.runtime.getDevice()
         for dev, dt, has_master, idx, table in self.groups:
-            table.set_grads(grad_ptrs if self._single else [grad_ptrs[i] for i in idx])
+            if grad_ptrs is not None:
+                table.set_grads(grad_ptrs if self._single else [grad_ptrs[i] for i in idx])
             if dev == current:
                 launch(table, dt, has_master)
             else:
@@ -527,7 +543,8 @@ def adam_update(params, gradients, m_buffer, v_buffer, optimizer_state: Optimize
 
 class _Optimizer:
     """Shared machinery: parameters checked once, states allocated once (zeros, the parameters'
-    side and device), the CUDA tables built on the first step and reused."""
+    side and device), the CUDA tables built on the first step and reused. The parameter list and
+    the arrays in it are fixed at construction (the tables hold their addresses)."""
 
     _name = ""
     _state_names: tuple = ()
@@ -546,6 +563,11 @@ class _Optimizer:
         self._master = [_master_copy(p, self._where) if self.master_weights and dt in ("float16", "bfloat16")
                         else None for p, dt in zip(ps, self._dtypes)]
         self._groups: _CudaGroups | None = None
+        self._own_grads: tuple | None = None
+        self._table_grads: str | None = None   # what the CUDA tables' gradient pointers are: "own", "last"
+        self._last_ids: list = []
+        self._last_alive = [False]
+        self._last_refs: list = []
         # what a well-formed gradient list looks like, compared in one go on the CUDA fast path
         self._grad_sig = [(p.shape, p.dtype, p.data.device_id, True) for p in ps] if self._where == "cuda" else None
 
@@ -583,33 +605,77 @@ class _Optimizer:
             out["master"] = list(self._master)
         return out
 
-    def step(self, grads) -> None:
-        """Update every parameter in place from `grads` (one array per parameter, its shape and
-        dtype, on its side and device). Raises ShapeError / DTypeError / DeviceError naming the
-        index; nothing is updated then."""
+    @property
+    def grads(self) -> tuple:
+        """The optimizer's own gradient buffers: one array per parameter (its shape, dtype, side
+        and device), zeros when first read. Write gradients into them in place (cupy.copyto, a
+        kernel's `out=`) and call step() with no argument: a CUDA step over them skips every
+        per-tensor check, so its host cost does not grow with the number of tensors."""
+        if self._own_grads is None:
+            self._own_grads = tuple(_zeros_like(p, self._where) for p in self.params)
+        return self._own_grads
+
+    def step(self, grads=None) -> None:
+        """Update every parameter in place from `grads`: one array per parameter (its shape and
+        dtype, on its side and device), or None for the optimizer's own buffers (`grads`).
+        Raises ShapeError / DTypeError / DeviceError naming the index; nothing is updated then."""
         h = self.hyper
         h.validate()
         if self._structure(h) != tuple(self._state):
             raise ValueError(f"{self._name}: momentum / amsgrad cannot change between zero and non-zero "
                              f"after construction (states kept: {', '.join(self._state) or 'none'})")
-        gs, _ = _as_list(grads, "grads")
+        if grads is None:
+            grads = self.grads
         if self._where == "cpu":
-            self._step_cpu(_check_grads(gs, self.params, self._dtypes, "cpu"))
+            self._step_cpu(_check_grads(_as_list(grads, "grads")[0], self.params, self._dtypes, "cpu"))
         else:
-            self._step_cuda(gs)
+            self._step_cuda(grads)
         h.step += 1
 
-    def _step_cuda(self, gs) -> None:
+    def _cuda_groups(self) -> _CudaGroups:
+        if self._groups is None:
+            self._groups = _CudaGroups(self.params, self._dtypes, list(self._state.values()),
+                                       self._master if any(m is not None for m in self._master) else None)
+        return self._groups
+
+    def _step_cuda(self, grads) -> None:
+        launch = self._launcher()
+        if grads is self._own_grads:  # a tuple of our own arrays: valid by construction
+            ptrs = None if self._table_grads == "own" else [g.data.ptr for g in grads]
+            self._cuda_groups().run(ptrs, launch)
+            self._table_grads = "own"
+            return
+        if self._table_grads == "last" and self._same_as_last(grads):
+            self._cuda_groups().run(None, launch)  # the table already points at these arrays
+            return
+        gs = _as_list(grads, "grads")[0]
         try:  # the common case in one comparison: CuPy arrays of the right shape, dtype, device, layout
             sig = [(g.shape, g.dtype, g.data.device_id, g._c_contiguous) for g in gs]
         except AttributeError:
             sig = None
-        if sig != self._grad_sig:
-            gs = _check_grads(gs, self.params, self._dtypes, "cuda")
-        if self._groups is None:
-            self._groups = _CudaGroups(self.params, self._dtypes, list(self._state.values()),
-                                       self._master if any(m is not None for m in self._master) else None)
-        self._groups.run([g.data.ptr for g in gs], self._launcher())
+        checked = gs if sig == self._grad_sig else _check_grads(gs, self.params, self._dtypes, "cuda")
+        self._cuda_groups().run([g.data.ptr for g in checked], launch)
+        # Watch the arrays only when the table points at them themselves (no contiguous copies, no
+        # views of foreign tensors, whose storage could move while the object lives on).
+        self._table_grads = "last" if checked is gs or all(map(operator.is_, checked, gs)) else None
+        if self._table_grads == "last":
+            self._watch(gs)
+
+    def _same_as_last(self, grads) -> bool:
+        """Whether `grads` holds exactly the arrays of the last step, none of which died since:
+        then no id was reused, and a live CuPy array keeps its address, size and layout."""
+        ids = self._last_ids
+        return (self._last_alive[0] and isinstance(grads, (list, tuple)) and len(grads) == len(ids)
+                and list(map(id, grads)) == ids)
+
+    def _watch(self, gs: list) -> None:
+        alive = [True]
+
+        def died(_ref, alive=alive):
+            alive[0] = False
+        self._last_refs = [weakref.ref(g, died) for g in gs]
+        self._last_ids = list(map(id, gs))
+        self._last_alive = alive
 
     def zero_state(self) -> None:
         """Zero every state buffer, set step to 0, and re-read master weights from the parameters
