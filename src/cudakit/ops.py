@@ -75,3 +75,54 @@ def relu(x, out=None):
 def relu_backward(grad_out, x, out=None):
     """grad_out where x > 0, else 0 (see Backend.relu_backward)."""
     return backend_for(grad_out, x).relu_backward(grad_out, x, out=out)
+
+
+def layernorm(x, weight=None, bias=None, eps=1e-5, normalized_ndim=None):
+    """Layer normalisation over the trailing dims of x (see Backend.layernorm)."""
+    return backend_for(x, weight, bias).layernorm(x, weight, bias, eps, normalized_ndim)
+
+
+def layernorm_with_stats(x, weight=None, bias=None, eps=1e-5, normalized_ndim=None):
+    """layernorm that also returns (mean, rstd) for the backward (see Backend.layernorm_with_stats)."""
+    return backend_for(x, weight, bias).layernorm_with_stats(x, weight, bias, eps, normalized_ndim)
+
+
+def layernorm_backward(grad_out, x, weight, mean, rstd, normalized_ndim=None):
+    """(dx, dweight, dbias) of layernorm (see Backend.layernorm_backward)."""
+    return backend_for(grad_out, x, weight, mean, rstd).layernorm_backward(grad_out, x, weight, mean, rstd,
+                                                                           normalized_ndim)
+
+
+def rmsnorm(x, weight=None, eps=1e-6, normalized_ndim=None):
+    """RMS normalisation over the trailing dims of x (see Backend.rmsnorm)."""
+    return backend_for(x, weight).rmsnorm(x, weight, eps, normalized_ndim)
+
+
+def rmsnorm_with_stats(x, weight=None, eps=1e-6, normalized_ndim=None):
+    """rmsnorm that also returns rstd for the backward (see Backend.rmsnorm_with_stats)."""
+    return backend_for(x, weight).rmsnorm_with_stats(x, weight, eps, normalized_ndim)
+
+
+def rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim=None):
+    """(dx, dweight) of rmsnorm (see Backend.rmsnorm_backward)."""
+    return backend_for(grad_out, x, weight, rstd).rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim)
+
+
+def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, training=False, momentum=0.1,
+               eps=1e-5):
+    """Batch normalisation of (N, C) or (N, C, *spatial) x (see Backend.batch_norm)."""
+    return backend_for(x, gamma, beta, running_mean, running_var).batch_norm(
+        x, gamma, beta, running_mean, running_var, training, momentum, eps)
+
+
+def batch_norm_with_stats(x, gamma=None, beta=None, running_mean=None, running_var=None, training=False,
+                          momentum=0.1, eps=1e-5):
+    """batch_norm that also returns (save_mean, save_invstd) (see Backend.batch_norm_with_stats)."""
+    return backend_for(x, gamma, beta, running_mean, running_var).batch_norm_with_stats(
+        x, gamma, beta, running_mean, running_var, training, momentum, eps)
+
+
+def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd):
+    """(dx, dgamma, dbeta) of training-mode batch_norm (see Backend.batch_norm_backward)."""
+    return backend_for(grad_out, x, gamma, save_mean, save_invstd).batch_norm_backward(
+        grad_out, x, gamma, save_mean, save_invstd)

@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
+from .normalization_api import NormalizationOps
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _supported: dict = {}  # np.dtype -> name; dtype hashing is cheap, dtype.name is not
@@ -29,7 +30,7 @@ def dtype_name(dt) -> str:
     return np.dtype(dt).name
 
 
-class Backend:
+class Backend(NormalizationOps):
     """An op table plus array helpers. Obtain one with cudakit.get_backend()."""
 
     name = "?"

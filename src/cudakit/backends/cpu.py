@@ -6,6 +6,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from .base import Backend
+from .normalization_api import CpuNormalizationHooks
 
 
 def _acc(x):
@@ -35,7 +36,7 @@ def _dtype(dt):
     return np.dtype(dt)
 
 
-class CpuBackend(Backend):
+class CpuBackend(CpuNormalizationHooks, Backend):
     """NumPy implementations of every op."""
 
     name = "cpu"

@@ -12,9 +12,10 @@ from ..errors import DeviceError
 from ..runtime import _cupy, memory
 from .base import Backend, _supported, supported_dtypes
 from .cpu import _dlpack_on_cuda
+from .normalization_api import CudaNormalizationHooks
 
 
-class CudaBackend(Backend):
+class CudaBackend(CudaNormalizationHooks, Backend):
     name = "cuda"
 
     def __init__(self):

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import _cupy
-from ..runtime.compiler import compile_module, _launch_function
-from ._common import PREAMBLE, FLOAT_DTYPE_NAMES, ctype, vec_width
+from ..runtime.compiler import _launch_function, compile_module
+from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, ctype, vec_width
 
 SOURCE = PREAMBLE + r"""
 extern __shared__ __align__(16) unsigned char ck_dyn_smem[];
@@ -43,6 +43,71 @@ __device__ __forceinline__ void ck_opaque(uint4& r) { asm volatile("" : "+r"(r.x
 __device__ __forceinline__ void ck_opaque(uint2& r) { asm volatile("" : "+r"(r.x), "+r"(r.y)); }
 __device__ __forceinline__ void ck_opaque(unsigned int& r) { asm volatile("" : "+r"(r)); }
 __device__ __forceinline__ void ck_opaque(unsigned short& r) { asm volatile("" : "+h"(r)); }
+
+// Whole packs <-> accumulation-type values. 16-bit packs convert a 32-bit word (two elements) at
+// a time: bfloat16 -> float is a shift or a mask, float -> bfloat16/half pairs one cvt.rn.*x2
+// instruction on sm_80+ (round to nearest even, as ck_traits::store). The forward of a bfloat16
+// layernorm is otherwise bound by instruction issue, not by memory.
+__device__ __forceinline__ unsigned int ck_word(const uint4& r, int k) { return k == 0 ? r.x : k == 1 ? r.y : k == 2 ? r.z : r.w; }
+__device__ __forceinline__ unsigned int ck_word(const uint2& r, int k) { return k == 0 ? r.x : r.y; }
+__device__ __forceinline__ unsigned int ck_word(const unsigned int& r, int) { return r; }
+__device__ __forceinline__ void ck_set_word(uint4& r, int k, unsigned int v) {
+  if (k == 0) r.x = v; else if (k == 1) r.y = v; else if (k == 2) r.z = v; else r.w = v;
+}
+__device__ __forceinline__ void ck_set_word(uint2& r, int k, unsigned int v) { if (k == 0) r.x = v; else r.y = v; }
+__device__ __forceinline__ void ck_set_word(unsigned int& r, int, unsigned int v) { r = v; }
+
+__device__ __forceinline__ void ck_unpack2(ck_bf16, unsigned int w, float& lo, float& hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void ck_unpack2(ck_half, unsigned int w, float& lo, float& hi) {
+  ck_half a, b;
+  a.bits = (unsigned short)(w & 0xffffu);
+  b.bits = (unsigned short)(w >> 16);
+  lo = ck_traits<ck_half>::load(a);
+  hi = ck_traits<ck_half>::load(b);
+}
+__device__ __forceinline__ unsigned int ck_pack2(ck_bf16, float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned int w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+#else
+  return (unsigned int)ck_traits<ck_bf16>::store(lo).bits | ((unsigned int)ck_traits<ck_bf16>::store(hi).bits << 16);
+#endif
+}
+__device__ __forceinline__ unsigned int ck_pack2(ck_half, float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned int w;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+#else
+  return (unsigned int)ck_traits<ck_half>::store(lo).bits | ((unsigned int)ck_traits<ck_half>::store(hi).bits << 16);
+#endif
+}
+
+template <typename T, int V, bool WORDS = (sizeof(T) == 2 && V >= 2)> struct ck_cvt {
+  typedef typename ck_traits<T>::acc C;
+  static __device__ __forceinline__ void load(const ck_pack<T, V>& p, C (&f)[V]) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) f[i] = ck_traits<T>::load(p.v[i]);
+  }
+  static __device__ __forceinline__ void store(ck_pack<T, V>& p, const C (&f)[V]) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) p.v[i] = ck_traits<T>::store(f[i]);
+  }
+};
+template <typename T, int V> struct ck_cvt<T, V, true> {
+  static __device__ __forceinline__ void load(const ck_pack<T, V>& p, float (&f)[V]) {
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) ck_unpack2(T(), ck_word(p.raw, k), f[2 * k], f[2 * k + 1]);
+  }
+  static __device__ __forceinline__ void store(ck_pack<T, V>& p, const float (&f)[V]) {
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) ck_set_word(p.raw, k, ck_pack2(T(), f[2 * k], f[2 * k + 1]));
+  }
+};
 
 // Sum over aligned groups of G lanes (G a power of two, <= 32). Every lane of the warp must call
 // it. A butterfly adds the same pairs in every lane, so all lanes of a group get the same bits.
@@ -159,8 +224,10 @@ __device__ __forceinline__ void ck_norm_fwd_reg(
   for (int j = 0; j < NV; ++j) {
     const int k = threadIdx.x + j * blockDim.x;
     if (live && k < nvec) {
+      C v[V];
+      ck_cvt<T, V>::load(p[j], v);
 #pragma unroll
-      for (int i = 0; i < V; ++i) { const C v = tr::load(p[j].v[i]); s += RMS ? v * v : v; }
+      for (int i = 0; i < V; ++i) s += RMS ? v[i] * v[i] : v[i];
     }
   }
   s = ck_row_sum(s, red);
@@ -176,8 +243,10 @@ __device__ __forceinline__ void ck_norm_fwd_reg(
     for (int j = 0; j < NV; ++j) {
       const int k = threadIdx.x + j * blockDim.x;
       if (live && k < nvec) {
+        C v[V];
+        ck_cvt<T, V>::load(p[j], v);
 #pragma unroll
-        for (int i = 0; i < V; ++i) { const C d = tr::load(p[j].v[i]) - mu; q += d * d; }
+        for (int i = 0; i < V; ++i) { const C d = v[i] - mu; q += d * d; }
       }
     }
     q = ck_row_sum(q, red);
@@ -197,22 +266,28 @@ __device__ __forceinline__ void ck_norm_fwd_reg(
     const int k = threadIdx.x + j * blockDim.x;
     if (live && k < nvec) {
       ck_pack<T, V> pw, pb, po;
-      if (w) pw.raw = wr[k];
-      if (!RMS && b) pb.raw = br[k];
+      C v[V], wv[V], bv[V];
+      if (w) { pw.raw = wr[k]; ck_cvt<T, V>::load(pw, wv); }
+      if (!RMS && b) { pb.raw = br[k]; ck_cvt<T, V>::load(pb, bv); }
+      ck_cvt<T, V>::load(p[j], v);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        C v = (tr::load(p[j].v[i]) - mu) * rs;
-        if (w) v *= tr::load(pw.v[i]);
-        if (!RMS && b) v += tr::load(pb.v[i]);
-        po.v[i] = tr::store(v);
+        v[i] = (v[i] - mu) * rs;
+        if (w) v[i] *= wv[i];
+        if (!RMS && b) v[i] += bv[i];
       }
+      ck_cvt<T, V>::store(po, v);
       yr[k] = po.raw;
     }
   }
 }
 
+template <typename T, int V, int NV> struct ck_fwd_bound {
+  enum { bytes = NV * V * (int)sizeof(T), value = (bytes <= 64 || sizeof(T) < 8) ? 1024 : 512 };
+};
+
 template <typename T, int V, int NV>
-__global__ void __launch_bounds__(1024, 1) ck_ln_fwd_reg(
+__global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value, 1) ck_ln_fwd_reg(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ mean, typename ck_traits<T>::acc* __restrict__ rstd,
     long long rows, int cols, typename ck_traits<T>::acc eps) {
@@ -220,7 +295,7 @@ __global__ void __launch_bounds__(1024, 1) ck_ln_fwd_reg(
 }
 
 template <typename T, int V, int NV>
-__global__ void __launch_bounds__(1024, 1) ck_rms_fwd_reg(
+__global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value, 1) ck_rms_fwd_reg(
     const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ rstd, long long rows, int cols, typename ck_traits<T>::acc eps) {
   ck_norm_fwd_reg<T, V, NV, true>(x, w, (const T*)0, y, (typename ck_traits<T>::acc*)0, rstd, rows, cols, eps);
@@ -327,10 +402,13 @@ __global__ void __launch_bounds__(1024, 1) ck_rms_fwd_loop(
 // address registers, and the odd stride S keeps a warp's accesses free of bank conflicts.
 // At the end the block sums its row-lanes in order.
 // Traffic: 2 * rows*cols*sizeof(T) read + rows*cols*sizeof(T) written + gridDim.x*NP*cols*sizeof(acc).
-// Largest block of the fused backward: x and dy of NV*V elements each stay in registers, so
-// bigger rows per thread leave room for fewer threads (64 bytes each: 1024 threads, <= 64 registers).
+// Largest block of the fused backward: x and dy (NV*V elements each) stay in registers, so more
+// of them per thread leave room for fewer threads. Up to 64 bytes each of float (32 of double,
+// whose arithmetic takes register pairs, or of 16-bit types, which unpack to twice the registers)
+// it fits in 64 registers (1024 threads); twice that needs about 150 (256 threads).
+// Mirrored by _bwd_bound in Python.
 template <typename T, int V, int NV> struct ck_bwd_bound {
-  enum { bytes = NV * V * (int)sizeof(T), value = bytes <= 64 ? 1024 : (bytes <= 128 ? 512 : 256) };
+  enum { bytes = NV * V * (int)sizeof(T), value = bytes <= (sizeof(T) == 4 ? 64 : 32) ? 1024 : 256 };
 };
 
 template <typename T, int V, int NV, bool RMS>
@@ -376,12 +454,14 @@ __device__ __forceinline__ void ck_norm_bwd_reg(
       const int k = threadIdx.x + j * tpr;
       if (live && k < nvec) {
         ck_pack<T, V> pw;
-        if (w) pw.raw = wr[k];
+        C xv[V], gv[V], wv[V];
+        if (w) { pw.raw = wr[k]; ck_cvt<T, V>::load(pw, wv); }
+        ck_cvt<T, V>::load(px[j], xv);
+        ck_cvt<T, V>::load(pg[j], gv);
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const C xh = (tr::load(px[j].v[i]) - mu) * rs;
-          C g = tr::load(pg[j].v[i]);
-          if (w) g *= tr::load(pw.v[i]);
+          const C xh = (xv[i] - mu) * rs;
+          const C g = w ? gv[i] * wv[i] : gv[i];
           sg += g;
           sgx += g * xh;
         }
@@ -397,16 +477,20 @@ __device__ __forceinline__ void ck_norm_bwd_reg(
       const int k = threadIdx.x + j * tpr;
       if (live && k < nvec) {
         ck_pack<T, V> pw, po;
-        if (w) pw.raw = wr[k];
+        C xv[V], gv[V], wv[V], ov[V];
+        if (w) { pw.raw = wr[k]; ck_cvt<T, V>::load(pw, wv); }
+        ck_cvt<T, V>::load(px[j], xv);
+        ck_cvt<T, V>::load(pg[j], gv);
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const C xh = (tr::load(px[j].v[i]) - mu) * rs;
-          const C d = tr::load(pg[j].v[i]);
-          const C g = w ? d * tr::load(pw.v[i]) : d;
-          po.v[i] = tr::store(RMS ? rs * (g - xh * mgx) : rs * (g - mg - xh * mgx));
+          const C xh = (xv[i] - mu) * rs;
+          const C d = gv[i];
+          const C g = w ? d * wv[i] : d;
+          ov[i] = RMS ? rs * (g - xh * mgx) : rs * (g - mg - xh * mgx);
           my[j * V + i] += d * xh;
           if (!RMS) my[E + j * V + i] += d;
         }
+        ck_cvt<T, V>::store(po, ov);
         reinterpret_cast<R*>(dx)[base + k] = po.raw;
       }
     }
@@ -708,8 +792,11 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
       const long long r = rb + (long long)u * blockDim.y;
       if (r < N) {
         ck_pack<T, V> po;
+        C v[V];
+        ck_cvt<T, V>::load(p[u], v);
 #pragma unroll
-        for (int i = 0; i < V; ++i) po.v[i] = tr::store((tr::load(p[u].v[i]) - mu) * sc + bt);
+        for (int i = 0; i < V; ++i) v[i] = (v[i] - mu) * sc + bt;
+        ck_cvt<T, V>::store(po, v);
         yr[r * csv + k] = po.raw;
       }
     }
@@ -833,9 +920,12 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
       const long long r = rb + (long long)u * blockDim.y;
       if (r < N) {
         ck_pack<T, V> po;
+        C xv[V], gv[V];
+        ck_cvt<T, V>::load(px[u], xv);
+        ck_cvt<T, V>::load(pg[u], gv);
 #pragma unroll
-        for (int i = 0; i < V; ++i)
-          po.v[i] = tr::store(a * tr::load(pg[u].v[i]) + b * (tr::load(px[u].v[i]) - mu) + d);
+        for (int i = 0; i < V; ++i) xv[i] = a * gv[i] + b * (xv[i] - mu) + d;
+        ck_cvt<T, V>::store(po, xv);
         dr[r * csv + k] = po.raw;
       }
     }
@@ -847,6 +937,11 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
 # Instantiations and launch plans
 
 REG_NV = (1, 2, 4, 8)      # vectors per thread of the register-row kernels
+# Vectors per thread the launch plans aim at (measured on an H100, 32768x4096 and 4096x16384,
+# float32 and bfloat16): 4 for the forward (0.93-0.99x copy bandwidth); 2 for the backward, whose
+# x and dy both stay in registers (more threads per row, fewer registers each).
+FWD_TARGET_NV = 4
+BWD_TARGET_NV = 2
 LOOP_THREADS = 1024        # block size of the one-block-per-row kernels
 BN_THREADS = 256           # block size of the batch-norm kernels
 _MAX_TPR = 1024
@@ -952,8 +1047,12 @@ def _vec_for(cols: int, dtype_name: str, *arrays) -> int:
 
 def _bwd_bound(nv: int, vec: int, itemsize: int) -> int:
     """Largest block of ck_*_bwd_reg<T, vec, nv> (its __launch_bounds__, ck_bwd_bound)."""
-    b = nv * vec * itemsize
-    return 1024 if b <= 64 else (512 if b <= 128 else 256)
+    return 1024 if nv * vec * itemsize <= (64 if itemsize == 4 else 32) else 256
+
+
+def _fwd_bound(nv: int, vec: int, itemsize: int) -> int:
+    """Largest block of ck_*_fwd_reg<T, vec, nv> (its __launch_bounds__, ck_fwd_bound)."""
+    return 1024 if nv * vec * itemsize <= 64 or itemsize < 8 else 512
 
 
 def _reg_plan(nvec: int, target_nv: int = 4, bound=None):
@@ -991,7 +1090,8 @@ def _norm_forward(kind: str, x2d, weight, bias, eps, out, plan_nv=None):
         return y, mean, rstd
     v = _vec_for(cols, dt, x2d, y, weight, bias)
     nvec = cols // v
-    plan = _reg_plan(nvec, plan_nv or 4)
+    itemsize = x2d.dtype.itemsize
+    plan = _reg_plan(nvec, plan_nv or FWD_TARGET_NV, lambda nv: _fwd_bound(nv, v, itemsize))
     stats = (mean, rstd) if kind == "ln" else (rstd,)
     params = (_ptr(weight), _ptr(bias)) if kind == "ln" else (_ptr(weight),)
     if plan is not None:
@@ -1005,11 +1105,10 @@ def _norm_forward(kind: str, x2d, weight, bias, eps, out, plan_nv=None):
     return y, mean, rstd
 
 
-def _bwd_reg_plan(kind, dt, t, v, nvec, rows, cols, itemsize_acc, plan_nv=None):
+def _bwd_reg_plan(kind, dt, t, v, nvec, rows, itemsize, itemsize_acc, plan_nv=None):
     """(expr, block, grid blocks, chunk, shared bytes) of the fused backward, or None when its
     accumulators do not fit in shared memory (then the loop + column kernels run)."""
-    itemsize = np.dtype(dt if dt != "bfloat16" else "float16").itemsize
-    plan = _reg_plan(nvec, plan_nv or 4, lambda nv: _bwd_bound(nv, v, itemsize))
+    plan = _reg_plan(nvec, plan_nv or BWD_TARGET_NV, lambda nv: _bwd_bound(nv, v, itemsize))
     if plan is None:
         return None
     tpr, nv, rpb = plan
@@ -1051,7 +1150,7 @@ def _norm_backward(kind: str, dy, x, weight, mean, rstd, out=None, plan_nv=None)
     stats = (mean, rstd) if kind == "ln" else (rstd,)
     v = _vec_for(cols, dt, dy, x, dx, weight)
     nvec = cols // v
-    plan = _bwd_reg_plan(kind, dt, t, v, nvec, rows, cols, np.dtype(acc).itemsize, plan_nv)
+    plan = _bwd_reg_plan(kind, dt, t, v, nvec, rows, x.dtype.itemsize, np.dtype(acc).itemsize, plan_nv)
     if plan is not None:
         expr, block, blocks, chunk, smem = plan
         part = cp.empty((blocks, n_acc, cols), acc)
@@ -1158,6 +1257,8 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     n, c, s = _bn_layout(x)
     y = cp.empty_like(x) if out is None else out
     save_mean, save_invstd, scale = (cp.empty(c, acc) for _ in range(3))
+    if c == 0:
+        return y, save_mean, save_invstd
     v = vec_width(dt)
     if s % v or x.data.ptr % 16 or y.data.ptr % 16:
         v = 1
@@ -1199,6 +1300,8 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
     dx = cp.empty_like(x) if out is None else out
     dgamma = cp.empty(c, x.dtype) if gamma is not None else None
     dbeta = cp.empty(c, x.dtype)
+    if c == 0:
+        return dx, dgamma, dbeta
     v = vec_width(dt)
     if s % v or any(a.data.ptr % 16 for a in (dy, x, dx)):
         v = 1

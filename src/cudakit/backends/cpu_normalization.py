@@ -1,0 +1,163 @@
+"""Normalization ops of the CPU backend, in NumPy: layernorm, rmsnorm, batch_norm (forward and
+backward), with the same signatures and semantics as cudakit.kernels.normalization.
+
+16-bit inputs (float16, bfloat16) compute in float32 and round once to the input dtype; float32
+computes in float32 and float64 in float64. Statistics (mean, rstd, save_mean, save_invstd) are
+returned in the accumulation dtype: float32, or float64 for float64 input. Inputs are validated by
+the caller (Backend); arrays are NumPy arrays of one dtype.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _acc(dtype) -> np.dtype:
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def _up(a, acc):
+    return None if a is None else np.asarray(a).astype(acc, copy=False)
+
+
+def _write(result, dtype, out):
+    if out is None:
+        return result.astype(dtype)
+    out[...] = result.astype(dtype)
+    return out
+
+
+def layernorm_forward(x2d, weight, bias, eps: float, out=None):
+    """Layer normalisation of each row of x2d (rows, cols).
+
+    weight, bias: (cols,) or None. Returns (y, mean, rstd): y of x2d's dtype (into `out` when
+    given); mean and rstd (rows,) in the accumulation dtype; rstd = 1 / sqrt(biased var + eps).
+    """
+    acc = _acc(x2d.dtype)
+    with np.errstate(all="ignore"):
+        xa = x2d.astype(acc, copy=False)
+        mean = xa.mean(axis=1, dtype=acc) if x2d.shape[1] else np.zeros(x2d.shape[0], acc)
+        xc = xa - mean[:, None]
+        var = np.mean(xc * xc, axis=1, dtype=acc) if x2d.shape[1] else np.zeros(x2d.shape[0], acc)
+        rstd = (acc.type(1) / np.sqrt(var + acc.type(eps))).astype(acc)
+        y = xc * rstd[:, None]
+        if weight is not None:
+            y *= _up(weight, acc)
+        if bias is not None:
+            y += _up(bias, acc)
+    return _write(y, x2d.dtype, out), mean.astype(acc), rstd
+
+
+def layernorm_backward(dy, x, weight, mean, rstd, out=None):
+    """Gradients of layernorm_forward: (dx, dweight, dbias); dweight None when weight is None.
+
+    dy, x: (rows, cols); mean, rstd: (rows,) from the forward. dweight and dbias are (cols,) of
+    x's dtype, summed over rows in the accumulation dtype.
+    """
+    acc = _acc(x.dtype)
+    cols = x.shape[1]
+    with np.errstate(all="ignore"):
+        xh = (x.astype(acc, copy=False) - _up(mean, acc)[:, None]) * _up(rstd, acc)[:, None]
+        d = dy.astype(acc, copy=False)
+        g = d * _up(weight, acc) if weight is not None else d
+        mg = g.mean(axis=1, dtype=acc)[:, None] if cols else 0
+        mgx = (g * xh).mean(axis=1, dtype=acc)[:, None] if cols else 0
+        dx = _up(rstd, acc)[:, None] * (g - mg - xh * mgx)
+        dw = (d * xh).sum(axis=0, dtype=acc).astype(x.dtype) if weight is not None else None
+        db = d.sum(axis=0, dtype=acc).astype(x.dtype)
+    return _write(dx, x.dtype, out), dw, db
+
+
+def rmsnorm_forward(x2d, weight, eps: float, out=None):
+    """RMS normalisation of each row: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
+
+    Returns (y, rstd): y of x2d's dtype, rstd (rows,) in the accumulation dtype.
+    """
+    acc = _acc(x2d.dtype)
+    with np.errstate(all="ignore"):
+        xa = x2d.astype(acc, copy=False)
+        ms = np.mean(xa * xa, axis=1, dtype=acc) if x2d.shape[1] else np.zeros(x2d.shape[0], acc)
+        rstd = (acc.type(1) / np.sqrt(ms + acc.type(eps))).astype(acc)
+        y = xa * rstd[:, None]
+        if weight is not None:
+            y *= _up(weight, acc)
+    return _write(y, x2d.dtype, out), rstd
+
+
+def rmsnorm_backward(dy, x, weight, rstd, out=None):
+    """Gradients of rmsnorm_forward: (dx, dweight); dweight (cols,) of x's dtype, None when
+    weight is None."""
+    acc = _acc(x.dtype)
+    with np.errstate(all="ignore"):
+        r = _up(rstd, acc)[:, None]
+        xh = x.astype(acc, copy=False) * r
+        d = dy.astype(acc, copy=False)
+        g = d * _up(weight, acc) if weight is not None else d
+        mgx = (g * xh).mean(axis=1, dtype=acc)[:, None] if x.shape[1] else 0
+        dx = r * (g - xh * mgx)
+        dw = (d * xh).sum(axis=0, dtype=acc).astype(x.dtype) if weight is not None else None
+    return _write(dx, x.dtype, out), dw
+
+
+def _bn_view(x):
+    """x (N, C) or (N, C, *spatial) as (N, C, S) without copying (x is contiguous)."""
+    return x.reshape(x.shape[0], x.shape[1], -1)
+
+
+def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool, momentum: float,
+                       eps: float, out=None):
+    """Batch normalisation over every axis but 1 of x (N, C) or (N, C, *spatial).
+
+    gamma, beta, running_mean, running_var: (C,) or None. Training uses the batch statistics and
+    updates running_mean / running_var in place (running_var with the unbiased variance);
+    inference uses the running statistics. Returns (y, save_mean, save_invstd), the last two (C,)
+    in the accumulation dtype.
+    """
+    acc = _acc(x.dtype)
+    x3 = _bn_view(x)
+    count = x3.shape[0] * x3.shape[2]
+    with np.errstate(all="ignore"):
+        xa = x3.astype(acc, copy=False)
+        if training:
+            mean = xa.mean(axis=(0, 2), dtype=acc)
+            xc = xa - mean[None, :, None]
+            m2 = np.sum(xc * xc, axis=(0, 2), dtype=acc)
+            var = m2 / acc.type(count)
+            if running_mean is not None:
+                rm = (1 - momentum) * _up(running_mean, acc) + acc.type(momentum) * mean
+                running_mean[...] = rm.astype(running_mean.dtype)
+            if running_var is not None:
+                unbiased = m2 / acc.type(count - 1)
+                rv = (1 - momentum) * _up(running_var, acc) + acc.type(momentum) * unbiased
+                running_var[...] = rv.astype(running_var.dtype)
+        else:
+            mean = _up(running_mean, acc)
+            var = _up(running_var, acc)
+            xc = xa - mean[None, :, None]
+        invstd = (acc.type(1) / np.sqrt(var + acc.type(eps))).astype(acc)
+        scale = invstd * _up(gamma, acc) if gamma is not None else invstd
+        y = xc * scale[None, :, None]
+        if beta is not None:
+            y += _up(beta, acc)[None, :, None]
+    res = _write(y.reshape(x.shape), x.dtype, out)
+    return res, mean.astype(acc), invstd
+
+
+def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
+    """Gradients of batch_norm_forward in training mode: (dx, dgamma, dbeta); dgamma None when
+    gamma is None. dy, x: (N, C, ...); save_mean, save_invstd: (C,) from the forward."""
+    acc = _acc(x.dtype)
+    x3, d3 = _bn_view(x), _bn_view(dy)
+    count = x3.shape[0] * x3.shape[2]
+    with np.errstate(all="ignore"):
+        inv = _up(save_invstd, acc)[None, :, None]
+        xc = x3.astype(acc, copy=False) - _up(save_mean, acc)[None, :, None]
+        d = d3.astype(acc, copy=False)
+        sg = d.sum(axis=(0, 2), dtype=acc)
+        sgx = (d * xc).sum(axis=(0, 2), dtype=acc)
+        g = _up(gamma, acc) if gamma is not None else np.ones(x3.shape[1], acc)
+        a = (g * _up(save_invstd, acc))[None, :, None]
+        n = acc.type(max(count, 1))
+        dx = a * (d - (sg / n)[None, :, None] - xc * inv * inv * (sgx / n)[None, :, None])
+        dgamma = (sgx * _up(save_invstd, acc)).astype(x.dtype) if gamma is not None else None
+        dbeta = sg.astype(x.dtype)
+    return _write(dx.reshape(x.shape), x.dtype, out), dgamma, dbeta

@@ -1,0 +1,317 @@
+"""The argument policy of layernorm, rmsnorm and batch_norm (forward and backward), shared by every
+backend as a mixin of Backend.
+
+Inputs are coerced to the backend's arrays, must share one supported dtype (DTypeError) and one
+device (DeviceError), and must have consistent shapes (ShapeError); eps must be a finite number
+> 0 (ValueError). Non-contiguous inputs are copied to contiguous ones. Only then do the numbers run,
+in the backend's module (`_norm_module()`: cpu_normalization or kernels.normalization), on the
+device of x (`_device_scope`).
+
+Statistics (mean, rstd, save_mean, save_invstd) are float32, float64 for float64 input.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+
+from ..errors import DTypeError, ShapeError
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _check_eps(op: str, eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"{op}: eps must be a finite number > 0 (got {eps!r})")
+    return float(eps)
+
+
+def _check_real(op: str, name: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+        raise ValueError(f"{op}: {name} must be a finite number (got {v!r})")
+    return float(v)
+
+
+class NormalizationOps:
+    """layernorm, rmsnorm, batch_norm and their backward passes (mixed into Backend)."""
+
+    # ---- hooks a backend fills in ----------------------------------------------------------
+    def _norm_module(self):
+        """The module with the implementations (signatures of cudakit.kernels.normalization)."""
+        raise NotImplementedError
+
+    def _device_scope(self, x):
+        """A context manager under which work on x's device runs (the CPU needs none)."""
+        return contextlib.nullcontext()
+
+    def _ascontiguous(self, a):
+        """`a` itself when C-contiguous, else a C-contiguous copy."""
+        raise NotImplementedError
+
+    # ---- shared checks ---------------------------------------------------------------------
+    def _norm_arrays(self, op: str, named: dict, stats: dict | None = None) -> tuple[dict, dict]:
+        """Coerce the arrays (None stays None): `named` must share the first one's dtype; `stats`
+        (per-row or per-channel statistics) are cast to the statistics dtype of that dtype. All on
+        one device. Returns (named, stats) with the same keys."""
+        arrays = {a: self._coerce(v, a) for a, v in named.items() if v is not None}
+        dts = {a: self._check_dtype(v, a) for a, v in arrays.items()}
+        first = next(iter(dts))
+        for a, d in dts.items():
+            if d != dts[first]:
+                raise DTypeError(f"{op}: {a} is {d} but {first} is {dts[first]}; every array must have "
+                                 f"{first}'s dtype (cast with .astype())")
+        st = {a: self._coerce(v, a) for a, v in (stats or {}).items() if v is not None}
+        self._check_devices({**arrays, **st})
+        acc = "float64" if dts[first] == "float64" else "float32"
+        for a, v in st.items():
+            if v.dtype.kind != "f":
+                raise DTypeError(f"{op}: {a} must be a float array (got {v.dtype})")
+            if v.dtype.name != acc:
+                with self._device_scope(v):
+                    st[a] = v.astype(acc)
+        return {a: arrays.get(a) for a in named}, {a: st.get(a) for a in (stats or {})}
+
+    @staticmethod
+    def _normalized_ndim(op: str, x, params: dict, normalized_ndim) -> int:
+        """How many trailing dims of x are normalised: `normalized_ndim`, else the ndim of the
+        first given parameter, else 1. Parameters must have exactly those trailing dims' shape."""
+        if normalized_ndim is None:
+            given = [p for p in params.values() if p is not None]
+            k = given[0].ndim if given else 1
+        elif isinstance(normalized_ndim, bool) or not isinstance(normalized_ndim, numbers.Integral):
+            raise ValueError(f"{op}: normalized_ndim must be an int (got {normalized_ndim!r})")
+        else:
+            k = int(normalized_ndim)
+        if not 1 <= k <= x.ndim:
+            raise ShapeError(f"{op}: cannot normalise the last {k} dims of x with shape {tuple(x.shape)}; "
+                             f"x needs at least {max(k, 1)} dims and normalized_ndim must be >= 1")
+        norm = tuple(x.shape[x.ndim - k:])
+        if _prod(norm) == 0:
+            raise ShapeError(f"{op}: the normalized dims {norm} of x {tuple(x.shape)} are empty")
+        for name, p in params.items():
+            if p is not None and tuple(p.shape) != norm:
+                raise ShapeError(f"{op}: {name} must have shape {norm} (the normalized trailing dims of x "
+                                 f"{tuple(x.shape)}); got {tuple(p.shape)}")
+        return k
+
+    def _rows_stat(self, op: str, name: str, s, lead: tuple):
+        if s is None:
+            raise ValueError(f"{op}: {name} is required (the value the forward returned)")
+        if _prod(s.shape) != _prod(lead) or (s.ndim > 1 and tuple(s.shape) != lead):
+            raise ShapeError(f"{op}: {name} must have shape {lead} (one value per normalised row); "
+                             f"got {tuple(s.shape)}")
+        return self._ascontiguous(s).reshape(_prod(lead))
+
+    def _flat(self, a, shape):
+        return None if a is None else self._ascontiguous(a).reshape(shape)
+
+    # ---- layernorm -------------------------------------------------------------------------
+    def layernorm(self, x, weight=None, bias=None, eps: float = 1e-5, normalized_ndim=None):
+        """Layer normalisation over the trailing dims of x: (x - mean) / sqrt(var + eps) * weight + bias.
+
+        x: any shape, float16/bfloat16/float32/float64; weight, bias: the shape of the normalised
+        trailing dims (x.shape[-k:], k = normalized_ndim, default weight.ndim or 1), x's dtype, or
+        None. var is the biased variance; statistics accumulate in float32 (float64 for float64).
+        Returns y with x's shape and dtype.
+        """
+        return self.layernorm_with_stats(x, weight, bias, eps, normalized_ndim)[0]
+
+    def layernorm_with_stats(self, x, weight=None, bias=None, eps: float = 1e-5, normalized_ndim=None):
+        """layernorm() that also returns the statistics its backward needs: (y, mean, rstd), mean and
+        rstd of shape x.shape[:-k], float32 (float64 for float64 x), rstd = 1 / sqrt(var + eps)."""
+        op = "layernorm"
+        eps = _check_eps(op, eps)
+        a, _ = self._norm_arrays(op, {"x": x, "weight": weight, "bias": bias})
+        x, w, b = a["x"], a["weight"], a["bias"]
+        k = self._normalized_ndim(op, x, {"weight": w, "bias": b}, normalized_ndim)
+        lead, cols = tuple(x.shape[:x.ndim - k]), _prod(x.shape[x.ndim - k:])
+        with self._device_scope(x):
+            y, mean, rstd = self._norm_module().layernorm_forward(
+                self._flat(x, (_prod(lead), cols)), self._flat(w, cols), self._flat(b, cols), eps)
+        return y.reshape(x.shape), mean.reshape(lead), rstd.reshape(lead)
+
+    def layernorm_backward(self, grad_out, x, weight, mean, rstd, normalized_ndim=None):
+        """Gradients of layernorm: (dx, dweight, dbias).
+
+        grad_out, x: one shape and dtype; weight: as given to the forward, or None; mean, rstd: from
+        layernorm_with_stats (shape x.shape[:-k]). dx has x's shape; dweight (None when weight is
+        None) and dbias have the normalised dims' shape and x's dtype, and are bitwise reproducible
+        from run to run (a fixed reduction order).
+        """
+        op = "layernorm_backward"
+        a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "weight": weight},
+                                  {"mean": mean, "rstd": rstd})
+        x, g, w = a["x"], a["grad_out"], a["weight"]
+        if tuple(g.shape) != tuple(x.shape):
+            raise ShapeError(f"{op}: grad_out must have x's shape {tuple(x.shape)}; got {tuple(g.shape)}")
+        if normalized_ndim is None and w is None and st["mean"] is not None and st["mean"].ndim < x.ndim:
+            normalized_ndim = max(1, x.ndim - st["mean"].ndim)
+        k = self._normalized_ndim(op, x, {"weight": w}, normalized_ndim)
+        lead, norm = tuple(x.shape[:x.ndim - k]), tuple(x.shape[x.ndim - k:])
+        rows, cols = _prod(lead), _prod(norm)
+        with self._device_scope(x):
+            m = self._rows_stat(op, "mean", st["mean"], lead)
+            r = self._rows_stat(op, "rstd", st["rstd"], lead)
+            dx, dw, db = self._norm_module().layernorm_backward(
+                self._flat(g, (rows, cols)), self._flat(x, (rows, cols)), self._flat(w, cols), m, r)
+        return dx.reshape(x.shape), None if dw is None else dw.reshape(norm), db.reshape(norm)
+
+    # ---- rmsnorm ---------------------------------------------------------------------------
+    def rmsnorm(self, x, weight=None, eps: float = 1e-6, normalized_ndim=None):
+        """RMS normalisation over the trailing dims of x: x / sqrt(mean(x^2) + eps) * weight.
+
+        Shapes and dtypes as layernorm(). Returns y with x's shape and dtype.
+        """
+        return self.rmsnorm_with_stats(x, weight, eps, normalized_ndim)[0]
+
+    def rmsnorm_with_stats(self, x, weight=None, eps: float = 1e-6, normalized_ndim=None):
+        """rmsnorm() that also returns rstd = 1 / sqrt(mean(x^2) + eps), shape x.shape[:-k],
+        float32 (float64 for float64 x): (y, rstd)."""
+        op = "rmsnorm"
+        eps = _check_eps(op, eps)
+        a, _ = self._norm_arrays(op, {"x": x, "weight": weight})
+        x, w = a["x"], a["weight"]
+        k = self._normalized_ndim(op, x, {"weight": w}, normalized_ndim)
+        lead, cols = tuple(x.shape[:x.ndim - k]), _prod(x.shape[x.ndim - k:])
+        with self._device_scope(x):
+            y, rstd = self._norm_module().rmsnorm_forward(
+                self._flat(x, (_prod(lead), cols)), self._flat(w, cols), eps)
+        return y.reshape(x.shape), rstd.reshape(lead)
+
+    def rmsnorm_backward(self, grad_out, x, weight, rstd, normalized_ndim=None):
+        """Gradients of rmsnorm: (dx, dweight); dweight None when weight is None, bitwise
+        reproducible from run to run. Shapes as layernorm_backward()."""
+        op = "rmsnorm_backward"
+        a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "weight": weight}, {"rstd": rstd})
+        x, g, w = a["x"], a["grad_out"], a["weight"]
+        if tuple(g.shape) != tuple(x.shape):
+            raise ShapeError(f"{op}: grad_out must have x's shape {tuple(x.shape)}; got {tuple(g.shape)}")
+        if normalized_ndim is None and w is None and st["rstd"] is not None and st["rstd"].ndim < x.ndim:
+            normalized_ndim = max(1, x.ndim - st["rstd"].ndim)
+        k = self._normalized_ndim(op, x, {"weight": w}, normalized_ndim)
+        lead, norm = tuple(x.shape[:x.ndim - k]), tuple(x.shape[x.ndim - k:])
+        rows, cols = _prod(lead), _prod(norm)
+        with self._device_scope(x):
+            r = self._rows_stat(op, "rstd", st["rstd"], lead)
+            dx, dw = self._norm_module().rmsnorm_backward(
+                self._flat(g, (rows, cols)), self._flat(x, (rows, cols)), self._flat(w, cols), r)
+        return dx.reshape(x.shape), None if dw is None else dw.reshape(norm)
+
+    # ---- batch norm ------------------------------------------------------------------------
+    def _bn_check_x(self, op: str, x):
+        if x.ndim < 2:
+            raise ShapeError(f"{op}: x must be (N, C) or (N, C, *spatial); got shape {tuple(x.shape)} "
+                             f"({x.ndim}-D)")
+
+    def _bn_check_params(self, op: str, c: int, params: dict):
+        for name, p in params.items():
+            if p is not None and tuple(p.shape) != (c,):
+                raise ShapeError(f"{op}: {name} must have shape ({c},) (one value per channel); "
+                                 f"got {tuple(p.shape)}")
+
+    def batch_norm(self, x, gamma=None, beta=None, running_mean=None, running_var=None,
+                   training: bool = False, momentum: float = 0.1, eps: float = 1e-5):
+        """Batch normalisation over every axis but 1 of x, (N, C) or (N, C, *spatial).
+
+        gamma, beta, running_mean, running_var: (C,) of x's dtype, or None. training=True: batch
+        statistics, and running_mean / running_var (when given) are updated in place:
+        r = (1 - momentum) * r + momentum * batch value, with the unbiased variance for running_var
+        (as PyTorch). training=False: the running statistics, which are then required.
+        Returns y with x's shape and dtype.
+        """
+        return self.batch_norm_with_stats(x, gamma, beta, running_mean, running_var, training,
+                                          momentum, eps)[0]
+
+    def batch_norm_with_stats(self, x, gamma=None, beta=None, running_mean=None, running_var=None,
+                              training: bool = False, momentum: float = 0.1, eps: float = 1e-5):
+        """batch_norm() that also returns (save_mean, save_invstd), each (C,) float32 (float64 for
+        float64 x), invstd = 1 / sqrt(var + eps): (y, save_mean, save_invstd)."""
+        op = "batch_norm"
+        eps = _check_eps(op, eps)
+        momentum = _check_real(op, "momentum", momentum)
+        a, _ = self._norm_arrays(op, {"x": x, "gamma": gamma, "beta": beta, "running_mean": running_mean,
+                                      "running_var": running_var})
+        x = a["x"]
+        self._bn_check_x(op, x)
+        c = int(x.shape[1])
+        self._bn_check_params(op, c, {n: a[n] for n in ("gamma", "beta", "running_mean", "running_var")})
+        rm, rv = a["running_mean"], a["running_var"]
+        if (rm is None) != (rv is None):
+            raise ValueError(f"{op}: give both running_mean and running_var, or neither")
+        if not training and rm is None:
+            raise ValueError(f"{op}: inference (training=False) needs running_mean and running_var")
+        per_channel = x.size // c if c else 0
+        if training and per_channel <= 1:
+            raise ValueError(f"{op}: training needs more than one value per channel (x has shape "
+                             f"{tuple(x.shape)})")
+        with self._device_scope(x):
+            rm_c, rv_c = self._ascontiguous_opt(rm), self._ascontiguous_opt(rv)
+            y, sm, si = self._norm_module().batch_norm_forward(
+                self._ascontiguous(x), self._ascontiguous_opt(a["gamma"]), self._ascontiguous_opt(a["beta"]),
+                rm_c, rv_c, bool(training), momentum, eps)
+            for orig, cont in ((rm, rm_c), (rv, rv_c)):  # a strided running statistic: write back
+                if cont is not orig and orig is not None:
+                    orig[...] = cont
+        return y, sm, si
+
+    def batch_norm_backward(self, grad_out, x, gamma, save_mean, save_invstd):
+        """Gradients of training-mode batch_norm: (dx, dgamma, dbeta).
+
+        grad_out, x: one shape and dtype; gamma: (C,) or None; save_mean, save_invstd: from
+        batch_norm_with_stats. dx has x's shape; dgamma (None when gamma is None) and dbeta are
+        (C,) of x's dtype, bitwise reproducible from run to run.
+        """
+        op = "batch_norm_backward"
+        a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "gamma": gamma},
+                                  {"save_mean": save_mean, "save_invstd": save_invstd})
+        x, g = a["x"], a["grad_out"]
+        self._bn_check_x(op, x)
+        if tuple(g.shape) != tuple(x.shape):
+            raise ShapeError(f"{op}: grad_out must have x's shape {tuple(x.shape)}; got {tuple(g.shape)}")
+        c = int(x.shape[1])
+        self._bn_check_params(op, c, {"gamma": a["gamma"], **st})
+        for n, v in st.items():
+            if v is None:
+                raise ValueError(f"{op}: {n} is required (the value batch_norm_with_stats returned)")
+        with self._device_scope(x):
+            return self._norm_module().batch_norm_backward(
+                self._ascontiguous(g), self._ascontiguous(x), self._ascontiguous_opt(a["gamma"]),
+                self._ascontiguous(st["save_mean"]), self._ascontiguous(st["save_invstd"]))
+
+    def _ascontiguous_opt(self, a):
+        return None if a is None else self._ascontiguous(a)
+
+
+class CpuNormalizationHooks(NormalizationOps):
+    """The CPU backend's hooks: NumPy implementations, contiguous copies with NumPy."""
+
+    def _norm_module(self):
+        from . import cpu_normalization
+        return cpu_normalization
+
+    def _ascontiguous(self, a):
+        import numpy as np
+        return np.ascontiguousarray(a)
+
+
+class CudaNormalizationHooks(NormalizationOps):
+    """The CUDA backend's hooks: cudakit.kernels.normalization, run on the device of x."""
+
+    def _norm_module(self):
+        from ..kernels import normalization
+        return normalization
+
+    def _device_scope(self, x):
+        from ..runtime import _cupy
+        cp = _cupy.cupy()
+        dev = x.data.device_id
+        return contextlib.nullcontext() if dev == cp.cuda.runtime.getDevice() else cp.cuda.Device(dev)
+
+    def _ascontiguous(self, a):
+        from ..runtime import _cupy
+        return _cupy.cupy().ascontiguousarray(a)

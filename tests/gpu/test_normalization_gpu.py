@@ -1,0 +1,312 @@
+"""layernorm, rmsnorm and batch_norm CUDA kernels (cudakit.kernels.normalization) against the
+float64 references of tests/norm_reference.py, and against the CPU backend's implementations."""
+import norm_reference as ref
+import numpy as np
+import pytest
+from helpers import DTYPES, np_dtype
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+
+HIDDEN = [1, 127, 769, 4096, 8193, 65536]
+
+
+def _nk():
+    from cudakit.kernels import normalization
+    return normalization
+
+
+def _dev(a):
+    return None if a is None else cp.asarray(a)
+
+
+def _data(rng, shape, dtype, loc=0.0, scale=1.0):
+    return ref.cast(loc + scale * rng.standard_normal(shape), dtype)
+
+
+def _poisoned(shape, dtype):
+    return cp.full(shape, np.nan, np_dtype(dtype))
+
+
+def _rows_for(cols):
+    return 3 if cols >= 65536 else 37
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", HIDDEN)
+@pytest.mark.parametrize("affine", [False, True])
+def test_layernorm_forward_backward(cols, dtype, affine, rng):
+    nk = _nk()
+    rows = _rows_for(cols)
+    x = _data(rng, (rows, cols), dtype, loc=0.5)
+    w = _data(rng, cols, dtype, loc=1.0, scale=0.5) if affine else None
+    b = _data(rng, cols, dtype) if affine else None
+    dy = _data(rng, (rows, cols), dtype)
+    eps = 1e-5
+    out = _poisoned((rows, cols), dtype)
+    y, mean, rstd = nk.layernorm_forward(_dev(x), _dev(w), _dev(b), eps, out=out)
+    assert y is out and y.dtype == np_dtype(dtype)
+    acc = np.float64 if dtype == "float64" else np.float32
+    assert mean.dtype == acc and rstd.dtype == acc and mean.shape == (rows,)
+    yr, mr, rr = ref.layernorm(x, w, b, eps)
+    ref.assert_close(y.get(), yr, dtype, "y")
+    ref.assert_close(mean.get(), mr, "float32" if dtype != "float64" else dtype, "mean", scale=1.0)
+    ref.assert_close(rstd.get(), rr, "float32" if dtype != "float64" else dtype, "rstd")
+    dx_out = _poisoned((rows, cols), dtype)
+    dx, dw, db = nk.layernorm_backward(_dev(dy), _dev(x), _dev(w), mean, rstd, out=dx_out)
+    assert dx is dx_out and (dw is None) == (w is None)
+    dxr, dwr, dbr = ref.layernorm_grad(dy, x, w, eps)
+    ref.assert_close(dx.get(), dxr, dtype, "dx", scale=ref.grad_scale(dy, w, rr))
+    if w is not None:
+        ref.assert_close(dw.get(), dwr, dtype, "dweight", factor=4)
+    ref.assert_close(db.get(), dbr, dtype, "dbias", factor=4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", HIDDEN)
+@pytest.mark.parametrize("affine", [False, True])
+def test_rmsnorm_forward_backward(cols, dtype, affine, rng):
+    nk = _nk()
+    rows = _rows_for(cols)
+    x = _data(rng, (rows, cols), dtype, loc=0.3)
+    w = _data(rng, cols, dtype, loc=1.0, scale=0.5) if affine else None
+    dy = _data(rng, (rows, cols), dtype)
+    eps = 1e-6
+    y, rstd = nk.rmsnorm_forward(_dev(x), _dev(w), eps, out=_poisoned((rows, cols), dtype))
+    yr, rr = ref.rmsnorm(x, w, eps)
+    ref.assert_close(y.get(), yr, dtype, "y")
+    ref.assert_close(rstd.get(), rr, "float32" if dtype != "float64" else dtype, "rstd")
+    dx, dw = nk.rmsnorm_backward(_dev(dy), _dev(x), _dev(w), rstd, out=_poisoned((rows, cols), dtype))
+    dxr, dwr = ref.rmsnorm_grad(dy, x, w, eps)
+    ref.assert_close(dx.get(), dxr, dtype, "dx", scale=ref.grad_scale(dy, w, rr))
+    if affine:
+        ref.assert_close(dw.get(), dwr, dtype, "dweight", factor=4)
+    else:
+        assert dw is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cols", [1, 127, 769, 8193])
+def test_many_rows(cols, dtype, rng):
+    """rows = 100003: many blocks, a ragged last block, row chunks of the partial sums."""
+    nk = _nk()
+    rows = 100003 if cols <= 769 else 5003
+    x = _data(rng, (rows, cols), dtype)
+    w, b = _data(rng, cols, dtype, loc=1.0), _data(rng, cols, dtype)
+    dy = _data(rng, (rows, cols), dtype)
+    y, mean, rstd = nk.layernorm_forward(_dev(x), _dev(w), _dev(b), 1e-5)
+    ref.assert_close(y.get(), ref.layernorm(x, w, b, 1e-5)[0], dtype, "y")
+    dx, dw, db = nk.layernorm_backward(_dev(dy), _dev(x), _dev(w), mean, rstd)
+    dxr, dwr, dbr = ref.layernorm_grad(dy, x, w, 1e-5)
+    ref.assert_close(dx.get(), dxr, dtype, "dx", scale=ref.grad_scale(dy, w, rstd.get()))
+    ref.assert_close(dw.get(), dwr, dtype, "dweight", factor=4)
+    ref.assert_close(db.get(), dbr, dtype, "dbias", factor=4)
+    y, rstd = nk.rmsnorm_forward(_dev(x), _dev(w), 1e-6)
+    ref.assert_close(y.get(), ref.rmsnorm(x, w, 1e-6)[0], dtype, "rms y")
+    dx, dw = nk.rmsnorm_backward(_dev(dy), _dev(x), _dev(w), rstd)
+    dxr, dwr = ref.rmsnorm_grad(dy, x, w, 1e-6)
+    ref.assert_close(dx.get(), dxr, dtype, "rms dx", scale=ref.grad_scale(dy, w, rstd.get()))
+    ref.assert_close(dw.get(), dwr, dtype, "rms dweight", factor=4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+@pytest.mark.parametrize("cols", [3, 127, 4096, 8193, 20000])
+@pytest.mark.parametrize("plan_nv", [1, 2, 4, 8])
+def test_every_launch_plan(plan_nv, cols, dtype, rng):
+    """The kernels under other vectors-per-thread targets than the default plans pick."""
+    nk = _nk()
+    rows = 19
+    x, dy = _data(rng, (rows, cols), dtype, loc=0.5), _data(rng, (rows, cols), dtype)
+    w, b = _data(rng, cols, dtype, loc=1.0), _data(rng, cols, dtype)
+    y, mean, rstd = nk._norm_forward("ln", _dev(x), _dev(w), _dev(b), 1e-5, None, plan_nv=plan_nv)
+    ref.assert_close(y.get(), ref.layernorm(x, w, b, 1e-5)[0], dtype, "y")
+    dx, dw, db = nk._norm_backward("ln", _dev(dy), _dev(x), _dev(w), mean, rstd, plan_nv=plan_nv)
+    dxr, dwr, dbr = ref.layernorm_grad(dy, x, w, 1e-5)
+    ref.assert_close(dx.get(), dxr, dtype, "dx", scale=ref.grad_scale(dy, w, rstd.get()))
+    ref.assert_close(dw.get(), dwr, dtype, "dweight", factor=4)
+    ref.assert_close(db.get(), dbr, dtype, "dbias", factor=4)
+    y, rstd = nk._norm_forward("rms", _dev(x), _dev(w), None, 1e-6, None, plan_nv=plan_nv)[::2]
+    ref.assert_close(y.get(), ref.rmsnorm(x, w, 1e-6)[0], dtype, "rms y")
+    dx, dw, _ = nk._norm_backward("rms", _dev(dy), _dev(x), _dev(w), None, rstd, plan_nv=plan_nv)
+    dxr, dwr = ref.rmsnorm_grad(dy, x, w, 1e-6)
+    ref.assert_close(dx.get(), dxr, dtype, "rms dx", scale=ref.grad_scale(dy, w, rstd.get()))
+    ref.assert_close(dw.get(), dwr, dtype, "rms dweight", factor=4)
+
+
+@pytest.mark.parametrize("cols", [768, 4096, 65536])
+def test_large_mean_is_accurate(cols, rng):
+    """x = 1000 + N(0, 1): E[x^2] - E[x]^2 in float32 would lose the variance entirely."""
+    nk = _nk()
+    x = (1000.0 + rng.standard_normal((8, cols))).astype(np.float32)
+    y, _mean, rstd = nk.layernorm_forward(cp.asarray(x), None, None, 1e-5)
+    yr, _mr, rr = ref.layernorm(x, None, None, 1e-5)
+    np.testing.assert_allclose(rstd.get(), rr, rtol=1e-4)
+    np.testing.assert_allclose(y.get(), yr, atol=2e-3)
+
+
+@pytest.mark.parametrize("kind", ["ln", "rms"])
+@pytest.mark.parametrize("shape", [(4099, 4096), (300, 65536), (100003, 127)])
+def test_weight_grads_are_bitwise_deterministic(kind, shape, rng):
+    nk = _nk()
+    x = _data(rng, shape, "float32")
+    dy = _data(rng, shape, "float32")
+    w = _data(rng, shape[1], "float32", loc=1.0)
+    dx, dw = cp.asarray(x), cp.asarray(dy)
+    if kind == "ln":
+        _, mean, rstd = nk.layernorm_forward(dx, cp.asarray(w), None, 1e-5)
+        runs = [nk.layernorm_backward(dw, dx, cp.asarray(w), mean, rstd) for _ in range(3)]
+        for r in runs[1:]:
+            assert (r[1].view(cp.uint32) == runs[0][1].view(cp.uint32)).all()
+            assert (r[2].view(cp.uint32) == runs[0][2].view(cp.uint32)).all()
+    else:
+        _, rstd = nk.rmsnorm_forward(dx, cp.asarray(w), 1e-6)
+        runs = [nk.rmsnorm_backward(dw, dx, cp.asarray(w), rstd) for _ in range(3)]
+        for r in runs[1:]:
+            assert (r[1].view(cp.uint32) == runs[0][1].view(cp.uint32)).all()
+
+
+def test_unaligned_rows_take_the_scalar_path(rng):
+    """A view starting 1 element in: not 16-byte aligned, so V = 1; results must not change."""
+    nk = _nk()
+    base = cp.asarray(_data(rng, 1 + 64 * 256, "float32"))
+    x = base[1:].reshape(64, 256)
+    y, _mean, _rstd = nk.layernorm_forward(x, None, None, 1e-5)
+    ref.assert_close(y.get(), ref.layernorm(x.get(), None, None, 1e-5)[0], "float32", "y")
+
+
+def test_nan_inf_propagate():
+    nk = _nk()
+    x = cp.asarray(np.array([[1.0, np.nan, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0], [np.inf, 1.0, 2.0, 3.0]], np.float32))
+    y, _mean, _rstd = nk.layernorm_forward(x, None, None, 1e-5)
+    y = y.get()
+    assert np.isnan(y[0]).all() and np.isfinite(y[1]).all() and np.isnan(y[2]).all()
+    y, _rstd = nk.rmsnorm_forward(x, None, 1e-5)
+    assert np.isnan(y.get()[0]).all() and np.isfinite(y.get()[1]).all()
+
+
+def test_empty_rows():
+    nk = _nk()
+    x = cp.empty((0, 64), cp.float32)
+    y, mean, rstd = nk.layernorm_forward(x, None, None, 1e-5)
+    assert y.shape == (0, 64) and mean.shape == (0,)
+    dx, dw, db = nk.layernorm_backward(x, x, cp.ones(64, cp.float32), mean, rstd)
+    assert dx.shape == (0, 64) and float(abs(dw).sum()) == 0 and float(abs(db).sum()) == 0
+
+
+def test_cpu_backend_agrees(rng):
+    from cudakit.backends import cpu_normalization as cn
+    nk = _nk()
+    x = _data(rng, (33, 1000), "bfloat16")
+    w, b = _data(rng, 1000, "bfloat16", loc=1.0), _data(rng, 1000, "bfloat16")
+    yg, _mg, rg = nk.layernorm_forward(_dev(x), _dev(w), _dev(b), 1e-5)
+    yc, _mc, rc = cn.layernorm_forward(x, w, b, 1e-5)
+    np.testing.assert_allclose(rg.get(), rc, rtol=1e-5)
+    diff = np.abs(yg.get().astype(np.float32) - yc.astype(np.float32))
+    assert diff.max() <= 2 ** -6  # at most one bfloat16 rounding apart
+
+
+# ---------------------------------------------------------------------------------- batch norm
+
+BN_SHAPES = [(64, 3), (1001, 17), (4, 5, 7, 9), (8, 16, 32, 32), (2, 3, 1, 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", BN_SHAPES)
+@pytest.mark.parametrize("affine", [False, True])
+def test_batch_norm_training(shape, dtype, affine, rng):
+    nk = _nk()
+    c = shape[1]
+    x = _data(rng, shape, dtype, loc=2.0, scale=3.0)
+    dy = _data(rng, shape, dtype)
+    gamma = _data(rng, c, dtype, loc=1.0, scale=0.3) if affine else None
+    beta = _data(rng, c, dtype) if affine else None
+    rm0, rv0 = _data(rng, c, dtype), ref.cast(np.abs(_data(rng, c, dtype)) + 0.5, dtype)
+    rm, rv = cp.asarray(rm0), cp.asarray(rv0)
+    eps, mom = 1e-5, 0.1
+    y, smean, sinv = nk.batch_norm_forward(_dev(x), _dev(gamma), _dev(beta), rm, rv, True, mom, eps,
+                                           out=_poisoned(shape, dtype))
+    yr, mr, vr, vu = ref.batch_norm_train(x, gamma, beta, eps)
+    ref.assert_close(y.get(), yr, dtype, "y")
+    sd = "float32" if dtype != "float64" else dtype
+    ref.assert_close(smean.get(), mr, sd, "save_mean")
+    ref.assert_close(sinv.get(), 1 / np.sqrt(vr + eps), sd, "save_invstd")
+    ref.assert_close(rm.get(), (1 - mom) * ref.f64(rm0) + mom * mr, dtype, "running_mean")
+    ref.assert_close(rv.get(), (1 - mom) * ref.f64(rv0) + mom * vu, dtype, "running_var")
+    dx, dg, db = nk.batch_norm_backward(_dev(dy), _dev(x), _dev(gamma), smean, sinv, out=_poisoned(shape, dtype))
+    dxr, dgr, dbr = ref.batch_norm_grad(dy, x, gamma, eps)
+    gs = ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + eps), channels=True)
+    ref.assert_close(dx.get(), dxr, dtype, "dx", scale=gs, factor=2)
+    if affine:
+        ref.assert_close(dg.get(), dgr, dtype, "dgamma", factor=4)
+    else:
+        assert dg is None
+    ref.assert_close(db.get(), dbr, dtype, "dbeta", factor=4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_batch_norm_inference_uses_running_stats(dtype, rng):
+    nk = _nk()
+    x = _data(rng, (6, 4, 5, 5), dtype)
+    gamma, beta = _data(rng, 4, dtype), _data(rng, 4, dtype)
+    rm, rv = _data(rng, 4, dtype), ref.cast(np.abs(_data(rng, 4, dtype)) + 0.5, dtype)
+    rm_d, rv_d = cp.asarray(rm), cp.asarray(rv)
+    y, _, _ = nk.batch_norm_forward(_dev(x), _dev(gamma), _dev(beta), rm_d, rv_d, False, 0.1, 1e-5)
+    shp = (1, 4, 1, 1)
+    want = (ref.f64(x) - ref.f64(rm).reshape(shp)) / np.sqrt(ref.f64(rv).reshape(shp) + 1e-5)
+    want = want * ref.f64(gamma).reshape(shp) + ref.f64(beta).reshape(shp)
+    ref.assert_close(y.get(), want, dtype, "y")
+    assert (rm_d.get() == rm).all() and (rv_d.get() == rv).all()  # untouched in inference
+
+
+def test_batch_norm_grads_are_bitwise_deterministic(rng):
+    nk = _nk()
+    x = cp.asarray(_data(rng, (16, 32, 40, 40), "float32"))
+    dy = cp.asarray(_data(rng, (16, 32, 40, 40), "float32"))
+    g = cp.asarray(_data(rng, 32, "float32"))
+    _, sm, si = nk.batch_norm_forward(x, g, None, None, None, True, 0.1, 1e-5)
+    runs = [nk.batch_norm_backward(dy, x, g, sm, si) for _ in range(3)]
+    for r in runs[1:]:
+        assert (r[1].view(cp.uint32) == runs[0][1].view(cp.uint32)).all()
+        assert (r[2].view(cp.uint32) == runs[0][2].view(cp.uint32)).all()
+
+
+# ------------------------------------------------------------------ the argument policy on the GPU
+
+@pytest.fixture
+def cuda_be():
+    """The CUDA backend; before its class carries the normalization ops, a subclass that adds them."""
+    import cudakit
+    from cudakit.backends.normalization_api import CudaNormalizationHooks
+    b = cudakit.get_backend("cuda")
+    if hasattr(b, "layernorm"):
+        return b
+    return type("CudaNormBackend", (CudaNormalizationHooks, type(b)), {})()
+
+
+def test_api_noncontiguous_input_and_bad_input(cuda_be, rng):
+    import cudakit
+    x = cp.asarray(_data(rng, (64, 300), "float32"))
+    v = x[:, ::3]
+    ref.assert_close(cuda_be.layernorm(v).get(), ref.layernorm(v.get(), None, None, 1e-5)[0], "float32", "y")
+    ref.assert_close(cuda_be.rmsnorm(v.T).get(), ref.rmsnorm(v.T.get(), None, 1e-6)[0], "float32", "rms y")
+    with pytest.raises(cudakit.ShapeError, match="weight must have shape"):
+        cuda_be.layernorm(x, cp.ones(7, cp.float32))
+    with pytest.raises(ValueError, match="eps must be"):
+        cuda_be.rmsnorm(x, eps=0.0)
+    with pytest.raises(cudakit.ShapeError, match="1-D"):
+        cuda_be.batch_norm(cp.ones(5, cp.float32), training=True)
+    with pytest.raises(cudakit.DeviceError):
+        cuda_be.layernorm(x, np.ones(300, np.float32))
+
+
+def test_api_updates_torch_running_stats_in_place(cuda_be):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    t = torch.randn(8, 4, 5, 5, device="cuda")
+    rm, rv = torch.zeros(4, device="cuda"), torch.ones(4, device="cuda")
+    y, _, _ = cuda_be.batch_norm_with_stats(t, None, None, rm, rv, training=True, momentum=0.1)
+    xs = t.permute(1, 0, 2, 3).reshape(4, -1).double()
+    np.testing.assert_allclose(rm.cpu().numpy(), 0.1 * xs.mean(1).cpu().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rv.cpu().numpy(), 0.9 + 0.1 * xs.var(1, unbiased=True).cpu().numpy(), rtol=1e-5)
+    assert isinstance(y, cp.ndarray) and y.shape == (8, 4, 5, 5)

@@ -1,0 +1,184 @@
+"""The argument policy of layernorm / rmsnorm / batch_norm (backends/normalization_api.py) on the CPU
+backend: shapes over several trailing dims, non-contiguous inputs, in-place running statistics,
+and typed errors for bad input."""
+import norm_reference as ref
+import numpy as np
+import pytest
+from helpers import np_dtype
+
+import cudakit
+from cudakit import DTypeError, ShapeError
+from cudakit.backends.normalization_api import CpuNormalizationHooks
+
+
+@pytest.fixture
+def be():
+    """The CPU backend; before its class carries the normalization ops, a subclass that adds them."""
+    b = cudakit.get_backend("cpu")
+    if hasattr(b, "layernorm"):
+        return b
+    return type("CpuNormBackend", (CpuNormalizationHooks, type(b)), {})()
+
+
+def _data(rng, shape, dtype="float32", loc=0.0):
+    return ref.cast(loc + rng.standard_normal(shape), dtype)
+
+
+def test_layernorm_over_two_trailing_dims(be, rng):
+    x = _data(rng, (3, 4, 5, 6))
+    w, b = _data(rng, (5, 6), loc=1.0), _data(rng, (5, 6))
+    y, mean, rstd = be.layernorm_with_stats(x, w, b, eps=1e-5)
+    assert y.shape == x.shape and mean.shape == (3, 4) and rstd.shape == (3, 4)
+    yr, _mr, rr = ref.layernorm(x.reshape(12, 30), w.reshape(30), b.reshape(30), 1e-5)
+    ref.assert_close(y.reshape(12, 30), yr, "float32", "y")
+    ref.assert_close(rstd.reshape(12), rr, "float32", "rstd")
+    dy = _data(rng, x.shape)
+    dx, dw, db = be.layernorm_backward(dy, x, w, mean, rstd)
+    assert dx.shape == x.shape and dw.shape == (5, 6) and db.shape == (5, 6)
+    dxr, dwr, _dbr = ref.layernorm_grad(dy.reshape(12, 30), x.reshape(12, 30), w.reshape(30), 1e-5)
+    ref.assert_close(dx.reshape(12, 30), dxr, "float32", "dx", scale=ref.grad_scale(dy.reshape(12, 30), w.reshape(30), rr))
+    ref.assert_close(dw.reshape(30), dwr, "float32", "dweight", factor=4)
+    # without weight, the normalised dims follow from mean's shape
+    y2, m2, r2 = be.layernorm_with_stats(x, normalized_ndim=2)
+    _dx2, dw2, db2 = be.layernorm_backward(dy, x, None, m2, r2)
+    assert dw2 is None and db2.shape == (5, 6)
+    np.testing.assert_allclose(be.layernorm(x, normalized_ndim=2), y2)
+
+
+def test_rmsnorm_public_and_backward(be, rng):
+    x, w = _data(rng, (7, 33)), _data(rng, 33, loc=1.0)
+    y, rstd = be.rmsnorm_with_stats(x, w, eps=1e-6)
+    ref.assert_close(y, ref.rmsnorm(x, w, 1e-6)[0], "float32", "y")
+    np.testing.assert_array_equal(be.rmsnorm(x, w, eps=1e-6), y)
+    dy = _data(rng, x.shape)
+    dx, dw = be.rmsnorm_backward(dy, x, w, rstd)
+    dxr, dwr = ref.rmsnorm_grad(dy, x, w, 1e-6)
+    ref.assert_close(dx, dxr, "float32", "dx", scale=ref.grad_scale(dy, w, rstd))
+    ref.assert_close(dw, dwr, "float32", "dweight", factor=4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_noncontiguous_input_equals_contiguous(be, dtype, rng):
+    big = _data(rng, (9, 40), dtype)
+    view = big[::2, 1::3]
+    assert not view.flags.c_contiguous
+    np.testing.assert_array_equal(be.layernorm(view).astype(np.float64),
+                                  be.layernorm(np.ascontiguousarray(view)).astype(np.float64))
+    np.testing.assert_array_equal(be.rmsnorm(view.T).astype(np.float64),
+                                  be.rmsnorm(np.ascontiguousarray(view.T)).astype(np.float64))
+
+
+def test_batch_norm_updates_running_stats_in_place(be, rng):
+    x = _data(rng, (4, 3, 5, 5), loc=1.0)
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    _y, sm, si = be.batch_norm_with_stats(x, None, None, rm, rv, training=True, momentum=0.25, eps=1e-5)
+    _, mr, _vr, vu = ref.batch_norm_train(x, None, None, 1e-5)
+    ref.assert_close(rm, 0.25 * mr, "float32", "running_mean")
+    ref.assert_close(rv, 0.75 + 0.25 * vu, "float32", "running_var")
+    # a strided running statistic is written back too
+    holder = np.zeros((3, 2), np.float32)
+    rv2 = np.ones(3, np.float32)
+    be.batch_norm(x, running_mean=holder[:, 1], running_var=rv2, training=True, momentum=0.5)
+    ref.assert_close(holder[:, 1], 0.5 * mr, "float32", "strided running_mean")
+    assert (holder[:, 0] == 0).all()
+    dy = _data(rng, x.shape)
+    dx, dg, db = be.batch_norm_backward(dy, x, None, sm, si)
+    assert dg is None and dx.shape == x.shape and db.shape == (3,)
+
+
+def test_nan_propagates(be):
+    x = np.array([[1.0, np.nan, 2.0], [1.0, 2.0, 4.0]], np.float32)
+    y = be.layernorm(x)
+    assert np.isnan(y[0]).all() and np.isfinite(y[1]).all()
+    y = be.rmsnorm(x)
+    assert np.isnan(y[0]).all() and np.isfinite(y[1]).all()
+
+
+# ------------------------------------------------------------------------------- bad input
+
+def test_weight_of_the_wrong_length(be):
+    x = np.ones((4, 8), np.float32)
+    with pytest.raises(ShapeError, match="weight must have shape"):
+        be.layernorm(x, np.ones(7, np.float32))
+    with pytest.raises(ShapeError, match="bias must have shape"):
+        be.layernorm(x, np.ones(8, np.float32), np.ones(9, np.float32))
+    with pytest.raises(ShapeError, match="weight must have shape"):
+        be.rmsnorm(x, np.ones(16, np.float32))
+    with pytest.raises(ShapeError, match="gamma must have shape"):
+        be.batch_norm(np.ones((4, 3, 2, 2), np.float32), np.ones(4, np.float32), training=True)
+    with pytest.raises(ShapeError, match="weight must have shape"):
+        _, m, r = be.layernorm_with_stats(x)
+        be.layernorm_backward(x, x, np.ones(5, np.float32), m, r)
+
+
+@pytest.mark.parametrize("eps", [0, -1e-5, float("nan"), float("inf"), True, "1e-5"])
+def test_eps_must_be_positive(be, eps):
+    x = np.ones((2, 8), np.float32)
+    with pytest.raises(ValueError, match="eps must be"):
+        be.layernorm(x, eps=eps)
+    with pytest.raises(ValueError, match="eps must be"):
+        be.rmsnorm(x, eps=eps)
+    with pytest.raises(ValueError, match="eps must be"):
+        be.batch_norm(x, training=True, eps=eps)
+
+
+def test_batch_norm_needs_2d_or_more(be):
+    with pytest.raises(ShapeError, match="1-D"):
+        be.batch_norm(np.ones(8, np.float32), training=True)
+    with pytest.raises(ShapeError, match="1-D"):
+        be.batch_norm_backward(np.ones(8, np.float32), np.ones(8, np.float32), None,
+                               np.zeros(1, np.float32), np.ones(1, np.float32))
+
+
+def test_other_bad_input(be):
+    x = np.ones((4, 8), np.float32)
+    with pytest.raises(DTypeError, match="weight is float64"):
+        be.layernorm(x, np.ones(8, np.float64))
+    with pytest.raises(DTypeError, match="int32"):
+        be.layernorm(np.ones((4, 8), np.int32))
+    with pytest.raises(ShapeError, match="grad_out must have"):
+        _, m, r = be.layernorm_with_stats(x)
+        be.layernorm_backward(np.ones((4, 9), np.float32), x, None, m, r)
+    with pytest.raises(ShapeError, match="mean must have shape"):
+        be.layernorm_backward(x, x, None, np.zeros(3, np.float32), np.ones(4, np.float32))
+    with pytest.raises(ShapeError, match="normalise the last"):
+        be.layernorm(np.float32(1.0))
+    with pytest.raises(ShapeError, match="empty"):
+        be.layernorm(np.ones((4, 0), np.float32))
+    with pytest.raises(ValueError, match="needs running_mean"):
+        be.batch_norm(np.ones((4, 3), np.float32), training=False)
+    with pytest.raises(ValueError, match="more than one value per channel"):
+        be.batch_norm(np.ones((1, 3), np.float32), training=True)
+    with pytest.raises(ValueError, match="both running_mean and running_var"):
+        be.batch_norm(np.ones((4, 3), np.float32), running_mean=np.zeros(3, np.float32), training=True)
+
+
+def test_statistics_of_another_float_dtype_are_cast(be, rng):
+    x = _data(rng, (3, 16))
+    _, m, r = be.layernorm_with_stats(x)
+    a = be.layernorm_backward(x, x, None, m, r)[0]
+    b = be.layernorm_backward(x, x, None, m.astype(np.float64), r.astype(np.float64))[0]
+    np.testing.assert_array_equal(a, b)
+    assert a.dtype == np_dtype("float32")
+
+
+def test_public_functions_dispatch_to_the_cpu_backend(rng):
+    from cudakit import ops
+    if not hasattr(ops, "layernorm"):
+        pytest.skip("the normalization ops are not wired into cudakit.ops yet")
+    x, w, b = _data(rng, (6, 10)), _data(rng, 10, loc=1.0), _data(rng, 10)
+    y, mean, rstd = cudakit.layernorm_with_stats(x, w, b, eps=1e-5)
+    np.testing.assert_array_equal(cudakit.layernorm(x, w, b, eps=1e-5), y)
+    dx, dw, db = cudakit.layernorm_backward(x, x, w, mean, rstd)
+    assert dx.shape == x.shape and dw.shape == (10,) and db.shape == (10,)
+    y, rstd = cudakit.rmsnorm_with_stats(x, w)
+    np.testing.assert_array_equal(cudakit.rmsnorm(x, w), y)
+    assert cudakit.rmsnorm_backward(x, x, w, rstd)[1].shape == (10,)
+    x4 = _data(rng, (2, 3, 4, 4))
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    y, sm, si = cudakit.batch_norm_with_stats(x4, None, None, rm, rv, training=True)
+    assert y.shape == x4.shape and rm.any()
+    assert cudakit.batch_norm(x4, running_mean=rm, running_var=rv).shape == x4.shape
+    assert cudakit.batch_norm_backward(x4, x4, None, sm, si)[0].shape == x4.shape
+    with pytest.raises(ShapeError):
+        cudakit.batch_norm(np.ones(4, np.float32), training=True)
