@@ -22,7 +22,7 @@ tool = shutil.which("cuobjdump") or (glob.glob("/usr/local/cuda*/bin/cuobjdump")
 s = subprocess.run([tool, "-sass", p], capture_output=True, text=True).stdout
 print("\n".join(l for l in s.splitlines() if "Function" in l or "LDG" in l or "STG" in l))
 PY
-timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu or slow or not slow" tests -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
+timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu" tests -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
 [ -n "${VARIANTS:-}" ] && python3 scripts/ew_variants.py 2>&1 | tee -a "$LOG" | grep VARIANT
 python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
-timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out "$OUT/bench" "$@" 2>>"$LOG" | tee -a "$LOG" | tail -16
+timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out "$OUT/bench" "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
