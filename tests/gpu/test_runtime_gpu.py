@@ -145,6 +145,8 @@ def test_memory_stats_exact():
     cudakit.empty_cache()
     cp.cuda.runtime.deviceSynchronize()
     s0 = m.stats()
+    # blocks allocated before cudakit's allocator was installed stay in the pool uncounted
+    untracked = s0.reserved - s0.allocated
     m.reset_peak()
     a = cp.empty(1000, cp.uint8)          # 1000 B -> one 1024-byte block (512-byte rounding)
     b = cp.empty(1 << 20, cp.float32)     # 4 MiB
@@ -161,7 +163,7 @@ def test_memory_stats_exact():
     assert s2.reserved >= s2.allocated and 0 < s2.fragmentation < 1
     cudakit.empty_cache()
     s3 = m.stats()
-    assert s3.reserved == s3.allocated and s3.fragmentation == 0
+    assert s3.reserved - s3.allocated == untracked
     del a, c
     assert m.stats().frees - s1.frees == 3
 
