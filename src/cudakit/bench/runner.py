@@ -212,16 +212,17 @@ def _plots(record: dict, out_dir: Path) -> list[Path]:
     copy = record["copy_bandwidth_gbs"]
     for fam in sorted({r["family"] for r in rows if not r.get("sweep")}):
         fr = [r for r in rows if r["family"] == fam]
-        fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(fr) + 2), 4.5))
-        labels = [f"{r['op']}\n{r['dtype']}" for r in fr]
+        fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(fr) + 2), 5.5))
+        labels = [f"{r['op']} {'x'.join(map(str, r['shape']))} {r['dtype']}" for r in fr]
         xs = range(len(fr))
-        w = 0.8 / 3
-        for k, p in enumerate(("cudakit", "torch", "cupy" if record["device"]["kind"] == "gpu" else "numpy")):
+        provs = [p for p in PROVIDERS if any(p in r["providers"] for r in fr)]
+        w = 0.8 / len(provs)
+        for k, p in enumerate(provs):
             vals = [r["nbytes"] / (r["providers"][p]["median_ms"] * 1e-3) / 1e9 if p in r["providers"] else 0 for r in fr]
-            ax.bar([x + (k - 1) * w for x in xs], vals, w, label=p)
+            ax.bar([x + (k - (len(provs) - 1) / 2) * w for x in xs], vals, w, label=p)
         ax.axhline(copy, color="k", ls="--", lw=1, label=f"measured copy {copy:.0f} GB/s")
         ax.set_xticks(list(xs))
-        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_xticklabels(labels, fontsize=7, rotation=40, ha="right")
         ax.set_ylabel("GB/s (bytes moved / time)")
         ax.set_title(f"{fam} — {record['device']['name']}")
         ax.legend(fontsize=8)
@@ -258,7 +259,8 @@ def _plots(record: dict, out_dir: Path) -> list[Path]:
         ax.bar(range(len(sp)), [r.get(key) or 0 for r in sp], color="tab:green")
         ax.axhline(1.0, color="k", lw=1)
         ax.set_xticks(range(len(sp)))
-        ax.set_xticklabels([f"{r['op']}\n{r['dtype']}" for r in sp], fontsize=8)
+        ax.set_xticklabels([f"{r['op']} {'x'.join(map(str, r['shape']))} {r['dtype']}" for r in sp], fontsize=7,
+                           rotation=40, ha="right")
         ax.set_ylabel(f"speed-up vs {key[2:]} (>1: cudakit faster)")
         ax.set_title(f"cudakit vs {key[2:]} — {record['device']['name']}")
         fig.tight_layout()
