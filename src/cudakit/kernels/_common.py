@@ -115,6 +115,7 @@ class KernelFamily:
         self.source, self.source_name = source, source_name
         self._names = name_expressions
         self._module = None
+        self._kernels: dict = {}
         self._functions: dict = {}
 
     @property
@@ -126,8 +127,12 @@ class KernelFamily:
         return self._module
 
     def kernel(self, expr: str):
-        """The cudakit Kernel for a name expression."""
-        return self.module.get_kernel(expr)
+        """The cudakit Kernel for a name expression (one object per expression, so per-kernel
+        state such as a raised shared-memory limit persists)."""
+        k = self._kernels.get(expr)
+        if k is None:
+            k = self._kernels[expr] = self.module.get_kernel(expr)
+        return k
 
     def function(self, dev: int, expr: str):
         """The CuPy Function of `expr` loaded on device `dev` (cached)."""

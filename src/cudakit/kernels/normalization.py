@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import _cupy
-from ..runtime.compiler import _launch_function, compile_module
-from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, ctype, vec_width
+from ..runtime.compiler import _launch_function
+from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, ctype, vec_width
 
 SOURCE = PREAMBLE + r"""
 extern __shared__ __align__(16) unsigned char ck_dyn_smem[];
@@ -970,22 +970,15 @@ def name_expressions(dtype=None) -> list[str]:
     return out
 
 
-_modules: dict = {}      # dtype name -> Module (each dtype compiles only its own instantiations)
-_kernels: dict = {}      # (device, expr) -> (Kernel, cupy Function)
+# one family per dtype: each dtype compiles only its own instantiations
+_families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/normalization_{dt}.cu")
+             for dt in FLOAT_DTYPE_NAMES}
 _smem_set: dict = {}     # (device, expr) -> dynamic shared memory limit set so far
 
 
 def _kernel(dev: int, dtype_name: str, expr: str):
-    e = _kernels.get((dev, expr))
-    if e is None:
-        mod = _modules.get(dtype_name)
-        if mod is None:
-            mod = _modules[dtype_name] = compile_module(
-                SOURCE, name_expressions=name_expressions(dtype_name),
-                source_name=f"cudakit/normalization_{dtype_name}.cu")
-        k = mod.get_kernel(expr)
-        e = _kernels[(dev, expr)] = (k, k._function(dev))
-    return e
+    fam = _families[dtype_name]
+    return fam.kernel(expr), fam.function(dev, expr)
 
 
 def _launch(expr: str, dtype_name: str, grid: tuple, block: tuple, args: tuple, smem: int = 0) -> None:

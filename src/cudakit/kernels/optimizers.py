@@ -33,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import _cupy
-from ..runtime.compiler import compile_module, _launch_function
-from ._common import PREAMBLE
+from ..runtime.compiler import _launch_function
+from ._common import PREAMBLE, KernelFamily
 
 # Measured on an H200 (scripts/optim_variants.py): chunks of 8192 with one pack per stream and
 # thread in flight gave 0.96 of copy bandwidth on 100 x 1M float32 Adam and 0.87 on 10,000 x 1000;
@@ -310,20 +310,12 @@ def name_expressions() -> list[str]:
             for opt in (False, True)]
 
 
-_module = None
-_functions: dict[tuple, object] = {}   # (device, expr) -> cupy Function
+_family = KernelFamily(SOURCE, name_expressions, "cudakit/optimizers.cu")
 _BLOCK = (THREADS, 1, 1)
 
 
 def _function(dev: int, name: str):
-    global _module
-    f = _functions.get((dev, name))
-    if f is None:
-        if _module is None:
-            _module = compile_module(SOURCE, name_expressions=name_expressions(),
-                                     source_name="cudakit/optimizers.cu")
-        f = _functions[(dev, name)] = _module.get_kernel(name)._function(dev)
-    return f
+    return _family.function(dev, name)
 
 
 def chunk_table(sizes) -> np.ndarray:

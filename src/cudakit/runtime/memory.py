@@ -155,7 +155,7 @@ def stats(device: int | None = None) -> MemoryStats:
 
 def reset_peak(device: int | None = None) -> None:
     """Set peak_allocated to the bytes allocated now."""
-    pool = ensure_installed()
+    ensure_installed()
     with _on_device(device) as d:
         c = _counters_for(d.id)
         c.peak = c.allocated
