@@ -37,7 +37,9 @@ for _n in ("DeviceInfo", "current_device", "device", "device_count", "devices", 
     _LAZY[_n] = ("runtime.device", _n)
 for _n in ("memory_info", "empty_cache", "to_device", "to_host", "pinned_empty"):
     _LAZY[_n] = ("runtime.memory", _n)
-for _n in ("add", "mul", "relu", "relu_backward", "layernorm", "layernorm_with_stats", "layernorm_backward",
+for _n in ("add", "sub", "mul", "div", "relu", "relu_backward", "leaky_relu", "leaky_relu_backward", "sigmoid",
+           "sigmoid_backward", "tanh", "tanh_backward", "silu", "silu_backward", "gelu", "gelu_backward",
+           "activation", "layernorm", "layernorm_with_stats", "layernorm_backward",
            "rmsnorm", "rmsnorm_with_stats", "rmsnorm_backward", "batch_norm", "batch_norm_with_stats",
            "batch_norm_backward"):
     _LAZY[_n] = ("ops", _n)

@@ -77,6 +77,71 @@ def relu_backward(grad_out, x, out=None):
     return backend_for(grad_out, x).relu_backward(grad_out, x, out=out)
 
 
+def sub(a, b, out=None):
+    """a - b elementwise (see Backend.sub)."""
+    return backend_for(a, b).sub(a, b, out=out)
+
+
+def div(a, b, out=None):
+    """a / b elementwise (see Backend.div)."""
+    return backend_for(a, b).div(a, b, out=out)
+
+
+def leaky_relu(x, negative_slope=0.01, out=None):
+    """x where x > 0, else negative_slope * x (see Backend.leaky_relu)."""
+    return backend_for(x).leaky_relu(x, negative_slope, out=out)
+
+
+def leaky_relu_backward(grad_out, x, negative_slope=0.01, out=None):
+    """Gradient of leaky_relu (see Backend.leaky_relu_backward)."""
+    return backend_for(grad_out, x).leaky_relu_backward(grad_out, x, negative_slope, out=out)
+
+
+def sigmoid(x, out=None):
+    """1 / (1 + exp(-x)) (see Backend.sigmoid)."""
+    return backend_for(x).sigmoid(x, out=out)
+
+
+def sigmoid_backward(grad_out, x, out=None):
+    """Gradient of sigmoid from its input x (see Backend.sigmoid_backward)."""
+    return backend_for(grad_out, x).sigmoid_backward(grad_out, x, out=out)
+
+
+def tanh(x, out=None):
+    """tanh(x) (see Backend.tanh)."""
+    return backend_for(x).tanh(x, out=out)
+
+
+def tanh_backward(grad_out, x, out=None):
+    """Gradient of tanh from its input x (see Backend.tanh_backward)."""
+    return backend_for(grad_out, x).tanh_backward(grad_out, x, out=out)
+
+
+def silu(x, out=None):
+    """x * sigmoid(x) (see Backend.silu)."""
+    return backend_for(x).silu(x, out=out)
+
+
+def silu_backward(grad_out, x, out=None):
+    """Gradient of silu (see Backend.silu_backward)."""
+    return backend_for(grad_out, x).silu_backward(grad_out, x, out=out)
+
+
+def gelu(x, approximate="tanh", out=None):
+    """GELU, tanh form by default, approximate="none" for the exact erf (see Backend.gelu)."""
+    return backend_for(x).gelu(x, approximate, out=out)
+
+
+def gelu_backward(grad_out, x, approximate="tanh", out=None):
+    """Gradient of gelu (see Backend.gelu_backward)."""
+    return backend_for(grad_out, x).gelu_backward(grad_out, x, approximate, out=out)
+
+
+def activation(x, kind, out=None):
+    """The activation named by `kind` (see Backend.activation)."""
+    return backend_for(x).activation(x, kind, out=out)
+
+
 def layernorm(x, weight=None, bias=None, eps=1e-5, normalized_ndim=None):
     """Layer normalisation over the trailing dims of x (see Backend.layernorm)."""
     return backend_for(x, weight, bias).layernorm(x, weight, bias, eps, normalized_ndim)

@@ -30,6 +30,21 @@ def dtype_name(dt) -> str:
     return np.dtype(dt).name
 
 
+def _slope(v) -> float:
+    import math
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+        raise ValueError(f"negative_slope must be a finite number (got {v!r})")
+    return float(v)
+
+
+def _gelu_op(approximate: str) -> str:
+    if approximate == "tanh":
+        return "gelu_tanh"
+    if approximate in ("none", "erf"):
+        return "gelu_erf"
+    raise ValueError(f"approximate must be 'tanh' or 'none' (got {approximate!r})")
+
+
 class Backend(NormalizationOps):
     """An op table plus array helpers. Obtain one with cudakit.get_backend()."""
 
@@ -44,8 +59,9 @@ class Backend(NormalizationOps):
         """A 0-d array of `dtype` holding a Python scalar."""
         raise NotImplementedError
 
-    def _elementwise(self, op: str, inputs: tuple, out):
-        """Compute op(*inputs) into `out` (allocated and validated by the caller)."""
+    def _elementwise(self, op: str, inputs: tuple, out, p: float = 0.0):
+        """Compute op(*inputs) into `out` (allocated and validated by the caller); `p` is the op's
+        scalar parameter (leaky_relu's slope)."""
         raise NotImplementedError
 
     def _check_devices(self, arrays: dict) -> None:
@@ -126,9 +142,9 @@ class Backend(NormalizationOps):
             self._check_devices({**arrays, "out": out})
         return inputs, out
 
-    def _elementwise_op(self, op: str, named: dict, out):
+    def _elementwise_op(self, op: str, named: dict, out, p: float = 0.0):
         inputs, out = self._prepare(op, named, out)
-        return self._elementwise(op, inputs, out)
+        return self._elementwise(op, inputs, out, p)
 
     # ---- ops -------------------------------------------------------------------------------
     def add(self, a, b, out=None):
@@ -144,6 +160,69 @@ class Backend(NormalizationOps):
     def relu(self, x, out=None):
         """max(x, 0) elementwise; NaN stays NaN (as numpy.maximum). Any float dtype, any shape."""
         return self._elementwise_op("relu", {"x": x}, out)
+
+    def sub(self, a, b, out=None):
+        """a - b elementwise with NumPy broadcasting; dtypes and rounding as add()."""
+        return self._elementwise_op("sub", {"a": a, "b": b}, out)
+
+    def div(self, a, b, out=None):
+        """a / b elementwise with NumPy broadcasting (IEEE: x/0 = +-inf, 0/0 = NaN)."""
+        return self._elementwise_op("div", {"a": a, "b": b}, out)
+
+    def leaky_relu(self, x, negative_slope: float = 0.01, out=None):
+        """x where x > 0, else negative_slope * x. Any float dtype and shape."""
+        return self._elementwise_op("leaky_relu", {"x": x}, out, _slope(negative_slope))
+
+    def leaky_relu_backward(self, grad_out, x, negative_slope: float = 0.01, out=None):
+        """grad_out where x > 0, else negative_slope * grad_out."""
+        return self._elementwise_op("leaky_relu_backward", {"grad_out": grad_out, "x": x}, out,
+                                    _slope(negative_slope))
+
+    def sigmoid(self, x, out=None):
+        """1 / (1 + exp(-x)) elementwise."""
+        return self._elementwise_op("sigmoid", {"x": x}, out)
+
+    def sigmoid_backward(self, grad_out, x, out=None):
+        """grad_out * s * (1 - s) with s = sigmoid(x) (from the input x, not the output)."""
+        return self._elementwise_op("sigmoid_backward", {"grad_out": grad_out, "x": x}, out)
+
+    def tanh(self, x, out=None):
+        """tanh(x) elementwise."""
+        return self._elementwise_op("tanh", {"x": x}, out)
+
+    def tanh_backward(self, grad_out, x, out=None):
+        """grad_out * (1 - tanh(x)^2)."""
+        return self._elementwise_op("tanh_backward", {"grad_out": grad_out, "x": x}, out)
+
+    def silu(self, x, out=None):
+        """x * sigmoid(x) (swish) elementwise."""
+        return self._elementwise_op("silu", {"x": x}, out)
+
+    def silu_backward(self, grad_out, x, out=None):
+        """grad_out * s * (1 + x (1 - s)) with s = sigmoid(x)."""
+        return self._elementwise_op("silu_backward", {"grad_out": grad_out, "x": x}, out)
+
+    def gelu(self, x, approximate: str = "tanh", out=None):
+        """GELU elementwise. approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the
+        form neural_arch uses (the default here); approximate="none": x * Phi(x) with the exact erf
+        (PyTorch's default)."""
+        return self._elementwise_op(_gelu_op(approximate), {"x": x}, out)
+
+    def gelu_backward(self, grad_out, x, approximate: str = "tanh", out=None):
+        """grad_out * d gelu(x) / dx, for the same `approximate` as the forward."""
+        return self._elementwise_op(_gelu_op(approximate) + "_backward", {"grad_out": grad_out, "x": x}, out)
+
+    def activation(self, x, kind, out=None):
+        """Apply the activation named by `kind` ("relu", "leaky_relu", "sigmoid", "tanh", "silu",
+        "gelu" (tanh form), "gelu_erf"); an enum member works too (its name is used), as
+        NeuralScript's ActivationType."""
+        name = str(getattr(kind, "name", kind)).lower()
+        ops = {"relu": self.relu, "leaky_relu": self.leaky_relu, "sigmoid": self.sigmoid, "tanh": self.tanh,
+               "silu": self.silu, "swish": self.silu, "gelu": self.gelu,
+               "gelu_erf": lambda x, out=None: self.gelu(x, "none", out=out)}
+        if name not in ops:
+            raise ValueError(f"unknown activation {kind!r}; known: {', '.join(sorted(ops))}")
+        return ops[name](x, out=out)
 
     def relu_backward(self, grad_out, x, out=None):
         """Gradient of relu: grad_out where x > 0, else 0 (also where x is NaN). grad_out and x

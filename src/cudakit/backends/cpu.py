@@ -2,6 +2,8 @@
 float32 and round once, as the CUDA kernels do, so both backends give the same bits."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import DeviceError
@@ -20,12 +22,61 @@ def _relu_backward(g, x, out):
         out[np.broadcast_to(~mask, out.shape) & np.isnan(out)] = 0
 
 
-# op -> fn(*inputs, out): inputs in float32/float64, out of the accumulation dtype
+def _sigmoid(x):
+    e = np.exp(-np.abs(x))   # never overflows: sigmoid(-100) is 3.8e-44, not 0
+    return np.where(x > 0, 1 / (1 + e), e / (1 + e))
+
+
+_erfc_py = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _phi(x):
+    """The normal CDF, 0.5 erfc(-x / sqrt(2)) (NumPy has no erf; math.erfc per element: correct,
+    not fast), without the cancellation of 1 + erf for large negative x."""
+    return (0.5 * _erfc_py(-x / math.sqrt(2))).astype(x.dtype) if x.size else np.empty_like(x)
+
+
+_K0, _K1 = math.sqrt(2 / math.pi), 0.044715
+
+
+def _gelu_tanh_bwd(g, x):
+    s = _sigmoid(2 * _K0 * (x + _K1 * x ** 3))   # = (1 + tanh(u)) / 2, as the kernel computes it
+    return g * (s + 2 * x * s * (1 - s) * _K0 * (1 + 3 * _K1 * x * x))
+
+
+def _gelu_erf_bwd(g, x):
+    return g * (_phi(x) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+
+
+def _set(fn):
+    """Wrap fn(*inputs) -> array into the fn(*inputs, out, p) form."""
+    def run(*args):
+        *inputs, out, _p = args
+        out[...] = fn(*inputs)
+    return run
+
+
+# op -> fn(*inputs, out, p): inputs in float32/float64, out of the accumulation dtype, p the op's
+# scalar parameter. The formulas are the kernels' (kernels/elementwise.py), in the same order.
 _OPS = {
-    "add": lambda a, b, out: np.add(a, b, out=out),
-    "mul": lambda a, b, out: np.multiply(a, b, out=out),
-    "relu": lambda x, out: np.maximum(x, 0, out=out),   # maximum propagates NaN
-    "relu_backward": _relu_backward,
+    "add": lambda a, b, out, p: np.add(a, b, out=out),
+    "sub": lambda a, b, out, p: np.subtract(a, b, out=out),
+    "mul": lambda a, b, out, p: np.multiply(a, b, out=out),
+    "div": lambda a, b, out, p: np.divide(a, b, out=out),
+    "relu": lambda x, out, p: np.maximum(x, 0, out=out),   # maximum propagates NaN
+    "relu_backward": lambda g, x, out, p: _relu_backward(g, x, out),
+    "leaky_relu": lambda x, out, p: _set(lambda x: np.where(x > 0, x, x * x.dtype.type(p)))(x, out, p),
+    "leaky_relu_backward": lambda g, x, out, p: _set(lambda g, x: np.where(x > 0, g, g * g.dtype.type(p)))(g, x, out, p),
+    "sigmoid": _set(_sigmoid),
+    "sigmoid_backward": _set(lambda g, x: g * _sigmoid(x) * (1 - _sigmoid(x))),
+    "tanh": _set(np.tanh),
+    "tanh_backward": _set(lambda g, x: g * (1 - np.tanh(x) ** 2)),
+    "silu": _set(lambda x: x * _sigmoid(x)),
+    "silu_backward": _set(lambda g, x: g * _sigmoid(x) * (1 + x * (1 - _sigmoid(x)))),
+    "gelu_tanh": _set(lambda x: x * _sigmoid(2 * _K0 * (x + _K1 * x ** 3))),
+    "gelu_tanh_backward": _set(_gelu_tanh_bwd),
+    "gelu_erf": _set(lambda x: x * _phi(x)),
+    "gelu_erf_backward": _set(_gelu_erf_bwd),
 }
 
 
@@ -57,14 +108,14 @@ class CpuBackend(CpuNormalizationHooks, Backend):
     def _scalar_array(self, value, dtype):
         return np.asarray(value, dtype=dtype)
 
-    def _elementwise(self, op, inputs, out):
+    def _elementwise(self, op, inputs, out, p=0.0):
         with np.errstate(all="ignore"):
             if out.dtype.itemsize == 2:  # 16-bit: compute in float32, round once
                 tmp = np.empty(out.shape, np.float32)
-                _OPS[op](*(_acc(x) for x in inputs), tmp)
+                _OPS[op](*(_acc(x) for x in inputs), tmp, p)
                 out[...] = tmp.astype(out.dtype)
             else:
-                _OPS[op](*inputs, out)
+                _OPS[op](*(np.broadcast_to(x, out.shape) for x in inputs), out, p)
         return out
 
     def asarray(self, x, dtype=None):

@@ -67,7 +67,7 @@ class CudaBackend(CudaNormalizationHooks, Backend):
         with ctx:  # allocate the output on the inputs' device
             return super()._prepare(op, named, out)
 
-    def fast_elementwise(self, op, vals):
+    def fast_elementwise(self, op, vals, p: float = 0.0):
         """op(*vals) for CuPy arrays of one supported dtype and one shape on the current device,
         with no further checks; None when the arrays do not qualify (take the general path)."""
         x0 = vals[0]
@@ -80,24 +80,24 @@ class CudaBackend(CudaNormalizationHooks, Backend):
                 return None
         if dev != self._get_device():
             return None
-        return self._run(op, vals, self._ndarray(shape, dt))
+        return self._run(op, vals, self._ndarray(shape, dt), p)
 
-    def _elementwise_op(self, op, named, out):
+    def _elementwise_op(self, op, named, out, p: float = 0.0):
         if out is None:
             vals = tuple(named.values())
             nd = self._array_type
             if all(type(v) is nd for v in vals):
-                r = self.fast_elementwise(op, vals)
+                r = self.fast_elementwise(op, vals, p)
                 if r is not None:
                     return r
-        return super()._elementwise_op(op, named, out)
+        return super()._elementwise_op(op, named, out, p)
 
-    def _elementwise(self, op, inputs, out):
+    def _elementwise(self, op, inputs, out, p: float = 0.0):
         ctx = self._on_device_of(out)
         if ctx is None:
-            return self._run(op, inputs, out)
+            return self._run(op, inputs, out, p)
         with ctx:
-            return self._run(op, inputs, out)
+            return self._run(op, inputs, out, p)
 
     def asarray(self, x, dtype=None):
         return self._cp.asarray(x, dtype=dtype)

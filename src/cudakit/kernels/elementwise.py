@@ -1,4 +1,6 @@
-"""Elementwise kernels: add, mul, relu, relu_backward (float16, bfloat16, float32, float64).
+"""Elementwise kernels (float16, bfloat16, float32, float64): add, sub, mul, div; relu, leaky_relu,
+sigmoid, tanh, silu, gelu (tanh approximation and exact erf) and the backward of each activation,
+computed from the activation's input: act_backward(grad_out, x) = grad_out * act'(x).
 
 Contiguous inputs take `ck_ew*_contig`: 16-byte vector loads and stores when every pointer is
 16-byte aligned (V = 16 / itemsize elements per access), a grid-stride loop, 64-bit indices.
@@ -7,6 +9,8 @@ Broadcast or strided inputs take `ck_ew*_strided`, which honours per-operand str
 elements) over up to 8 collapsed dimensions.
 """
 from __future__ import annotations
+
+import struct
 
 import numpy as np
 
@@ -18,14 +22,65 @@ from ..runtime.launch import launch_blocking
 from ._common import PREAMBLE, FLOAT_DTYPE_NAMES, KernelFamily, collapse, ctype, strides_struct_dtype, vec_width
 
 SOURCE = PREAMBLE + r"""
-struct ck_add { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; } };
-struct ck_mul { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a * b; } };
+// Every functor carries one runtime parameter p (leaky_relu's negative slope; unused elsewhere).
+// Math in the accumulation type C: float for 16-bit and float32 data, double for float64.
+__device__ __forceinline__ float ck_exp(float x) { return expf(x); }
+__device__ __forceinline__ double ck_exp(double x) { return exp(x); }
+__device__ __forceinline__ float ck_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double ck_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float ck_erfc(float x) { return erfcf(x); }
+__device__ __forceinline__ double ck_erfc(double x) { return erfc(x); }
+// sigmoid without overflow: exp of a non-positive number only, so sigmoid(-100) is 3.8e-44, not 0
+template <typename C> __device__ __forceinline__ C ck_sigmoid(C x) {
+  const C e = ck_exp(x > C(0) ? -x : x);
+  return x > C(0) ? C(1) / (C(1) + e) : e / (C(1) + e);
+}
+
+struct ck_op { double p; };
+struct ck_add : ck_op { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; } };
+struct ck_sub : ck_op { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a - b; } };
+struct ck_mul : ck_op { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a * b; } };
+struct ck_div : ck_op { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a / b; } };
 // relu(NaN) = NaN, as numpy.maximum(x, 0) gives
-struct ck_relu { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+struct ck_relu : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
   return x > C(0) ? x : (x != x ? x : C(0)); } };
 // relu_backward(g, x) = g where x > 0, else 0
-struct ck_relu_bwd { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+struct ck_relu_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
   return x > C(0) ? g : C(0); } };
+struct ck_leaky : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+  return x > C(0) ? x : x * C(p); } };
+struct ck_leaky_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+  return x > C(0) ? g : g * C(p); } };
+struct ck_sigm : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+  return ck_sigmoid(x); } };
+struct ck_sigm_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+  const C s = ck_sigmoid(x); return g * s * (C(1) - s); } };
+struct ck_tanh_op : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+  return ck_tanh(x); } };
+struct ck_tanh_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+  const C t = ck_tanh(x); return g * (C(1) - t * t); } };
+struct ck_silu : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+  return x * ck_sigmoid(x); } };
+struct ck_silu_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+  const C s = ck_sigmoid(x); return g * s * (C(1) + x * (C(1) - s)); } };
+// gelu, tanh approximation: 0.5 x (1 + tanh(u)), u = k0 (x + k1 x^3), k0 = sqrt(2/pi), k1 = 0.044715;
+// computed as x * sigmoid(2u) (the same function: 1 + tanh(u) = 2 sigmoid(2u)), which does not
+// cancel to 0 for large negative x
+struct ck_gelu_tanh : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+  const C k0 = C(0.7978845608028654), k1 = C(0.044715);
+  return x * ck_sigmoid(C(2) * k0 * (x + k1 * x * x * x)); } };
+struct ck_gelu_tanh_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+  const C k0 = C(0.7978845608028654), k1 = C(0.044715);
+  const C s = ck_sigmoid(C(2) * k0 * (x + k1 * x * x * x));   // = (1 + tanh(u)) / 2
+  // d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx with 0.5 (1 + t) = s and 1 - t^2 = 4 s (1 - s)
+  return g * (s + C(2) * x * s * (C(1) - s) * k0 * (C(1) + C(3) * k1 * x * x)); } };
+// gelu, exact: x * Phi(x), Phi(x) = 0.5 erfc(-x / sqrt(2)) (erfc, not 1 + erf: no cancellation)
+struct ck_gelu_erf : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+  return C(0.5) * x * ck_erfc(x * C(-0.7071067811865476)); } };
+struct ck_gelu_erf_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+  const C cdf = C(0.5) * ck_erfc(x * C(-0.7071067811865476));
+  const C pdf = C(0.3989422804014327) * ck_exp(C(-0.5) * x * x);
+  return g * (cdf + x * pdf); } };
 
 struct ck_strides2 { long long ndim; long long shape[CK_MAX_DIMS]; long long s0[CK_MAX_DIMS]; long long s1[CK_MAX_DIMS]; };
 struct ck_strides3 { long long ndim; long long shape[CK_MAX_DIMS]; long long s0[CK_MAX_DIMS]; long long s1[CK_MAX_DIMS]; long long s2[CK_MAX_DIMS]; };
@@ -48,7 +103,7 @@ template <> __device__ __forceinline__ void ck_st<uint4>(uint4* p, const uint4& 
 // a, b, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
 template <typename T, typename Op, int V>
 __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
-                              long long n) {
+                              long long n, double p) {
   typedef ck_traits<T> tr;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   const R* __restrict__ ra = reinterpret_cast<const R*>(a);
@@ -57,6 +112,7 @@ __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, 
   const long long nv = n / V;
   const long long tile = (long long)blockDim.x * CK_UNROLL;
   Op op;
+  op.p = p;
   for (long long base = (long long)blockIdx.x * tile + threadIdx.x; base < nv;
        base += (long long)gridDim.x * tile) {
     ck_pack<T, V> pa[CK_UNROLL], pb[CK_UNROLL];
@@ -82,7 +138,7 @@ __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, 
 
 // x, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
 template <typename T, typename Op, int V>
-__global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long long n) {
+__global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long long n, double p) {
   typedef ck_traits<T> tr;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   const R* __restrict__ rx = reinterpret_cast<const R*>(x);
@@ -90,6 +146,7 @@ __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long
   const long long nv = n / V;
   const long long tile = (long long)blockDim.x * CK_UNROLL;
   Op op;
+  op.p = p;
   for (long long base = (long long)blockIdx.x * tile + threadIdx.x; base < nv;
        base += (long long)gridDim.x * tile) {
     ck_pack<T, V> px[CK_UNROLL];
@@ -115,9 +172,10 @@ __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long
 
 // a, b, out: strided views of the n-element output shape s.shape (strides s.s0, s.s1, s.s2)
 template <typename T, typename Op>
-__global__ void ck_ew2_strided(const T* a, const T* b, T* out, long long n, ck_strides3 s) {
+__global__ void ck_ew2_strided(const T* a, const T* b, T* out, long long n, ck_strides3 s, double p) {
   typedef ck_traits<T> tr;
   Op op;
+  op.p = p;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
     long long r = i, oa = 0, ob = 0, oo = 0;
@@ -132,9 +190,10 @@ __global__ void ck_ew2_strided(const T* a, const T* b, T* out, long long n, ck_s
 
 // x, out: strided views of the output shape s.shape (strides s.s0, s.s1)
 template <typename T, typename Op>
-__global__ void ck_ew1_strided(const T* x, T* out, long long n, ck_strides2 s) {
+__global__ void ck_ew1_strided(const T* x, T* out, long long n, ck_strides2 s, double p) {
   typedef ck_traits<T> tr;
   Op op;
+  op.p = p;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
     long long r = i, ox = 0, oo = 0;
@@ -150,8 +209,12 @@ __global__ void ck_ew1_strided(const T* x, T* out, long long n, ck_strides2 s) {
 
 UNROLL = 4  # CK_UNROLL in the source
 MAX_GRID_X = 2**31 - 1
-BINARY_OPS = {"add": "ck_add", "mul": "ck_mul", "relu_backward": "ck_relu_bwd"}
-UNARY_OPS = {"relu": "ck_relu"}
+BINARY_OPS = {"add": "ck_add", "sub": "ck_sub", "mul": "ck_mul", "div": "ck_div",
+              "relu_backward": "ck_relu_bwd", "leaky_relu_backward": "ck_leaky_bwd",
+              "sigmoid_backward": "ck_sigm_bwd", "tanh_backward": "ck_tanh_bwd", "silu_backward": "ck_silu_bwd",
+              "gelu_tanh_backward": "ck_gelu_tanh_bwd", "gelu_erf_backward": "ck_gelu_erf_bwd"}
+UNARY_OPS = {"relu": "ck_relu", "leaky_relu": "ck_leaky", "sigmoid": "ck_sigm", "tanh": "ck_tanh_op",
+             "silu": "ck_silu", "gelu_tanh": "ck_gelu_tanh", "gelu_erf": "ck_gelu_erf"}
 THREADS = 256
 
 
@@ -237,14 +300,20 @@ def _contig_entry(op, dtype, dev, vec):
         expr = _expr("contig", op, supported_dtypes()[dtype], vec)
         f = _function(dev, expr)
         from ..runtime.fastlaunch import PointerLauncher
-        fl = PointerLauncher(f.ptr, 4 if op in BINARY_OPS else 3)
+        fl = PointerLauncher(f.ptr, 5 if op in BINARY_OPS else 4)
         e = _fast[key] = (expr, fl, f)
     return e
 
 
-def run(op: str, inputs: tuple, out):
-    """out[...] = op(*inputs), broadcasting inputs to out.shape. Inputs and out are CuPy arrays of
-    one dtype on the current device; the caller (the CUDA backend) has validated them."""
+def _bits(p: float) -> int:
+    """The 8 bytes of a double, as the integer the pointer launcher writes."""
+    return struct.unpack("<Q", struct.pack("<d", p))[0] if p else 0
+
+
+def run(op: str, inputs: tuple, out, p: float = 0.0):
+    """out[...] = op(*inputs), broadcasting inputs to out.shape; `p` is the op's scalar parameter
+    (leaky_relu's slope). Inputs and out are CuPy arrays of one dtype on the current device; the
+    caller (the CUDA backend) has validated them."""
     n = out.size
     if n == 0:
         return out
@@ -260,22 +329,22 @@ def run(op: str, inputs: tuple, out):
         if profiler._active is None and not (_launch._blocking or launch_blocking()):
             _launch.recent_launches.append((expr, grid, _BLOCK))
             try:
-                fl(grid[0], THREADS, (*ptrs, optr, n), cp.cuda.get_current_stream().ptr)
+                fl(grid[0], THREADS, (*ptrs, optr, n, _bits(p)), cp.cuda.get_current_stream().ptr)
             except cp.cuda.driver.CUDADriverError as e:
                 raise LaunchError(str(e), expr, grid, _BLOCK) from None
         else:
-            _launch_function(expr, f, grid, _BLOCK, (*inputs, out, np.int64(n)), 0, None)
+            _launch_function(expr, f, grid, _BLOCK, (*inputs, out, np.int64(n), np.float64(p)), 0, None)
         return out
     dtype_name = out.dtype.name
     struct = _strided_args(_S3 if len(inputs) == 2 else _S2, out.shape, (*inputs, out))
     if struct is None:  # more than 8 non-mergeable dimensions: compute on contiguous copies
         tmp = run(op, tuple(cp.ascontiguousarray(cp.broadcast_to(x, out.shape)) for x in inputs),
-                  cp.empty(out.shape, out.dtype))
+                  cp.empty(out.shape, out.dtype), p)
         out[...] = tmp
         return out
     expr = _expr("strided", op, dtype_name, None)
     f = _function(dev, expr)
-    _launch_function(expr, f, _grid(dev, n), _BLOCK, (*inputs, out, np.int64(n), struct), 0, None)
+    _launch_function(expr, f, _grid(dev, n), _BLOCK, (*inputs, out, np.int64(n), struct, np.float64(p)), 0, None)
     return out
 
 

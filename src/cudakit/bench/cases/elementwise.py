@@ -74,6 +74,34 @@ def _relu(env: Env, n: int, dtype: str) -> Case:
     return Case("relu", "elementwise", (n,), dtype, 2 * n * _ITEM[dtype], setup)
 
 
+# activation -> torch forward (on x) and torch backward (on grad, x), as their own kernels take them
+def _torch_acts(t):
+    F, aten = t.nn.functional, t.ops.aten
+    return {
+        "gelu": (lambda x: F.gelu(x, approximate="tanh"), lambda g, x: aten.gelu_backward(g, x, approximate="tanh")),
+        "silu": (F.silu, aten.silu_backward),
+        "sigmoid": (t.sigmoid, None), "tanh": (t.tanh, None),
+        "leaky_relu": (F.leaky_relu, lambda g, x: aten.leaky_relu_backward(g, x, 0.01, False)),
+    }
+
+
+def _activation(env: Env, name: str, n: int, dtype: str, backward: bool) -> Case:
+    arity = 2 if backward else 1
+
+    def setup():
+        sets = [tuple(_rand(env, n, dtype, 200 + 2 * k + i) for i in range(arity))
+                for k in range(_sets(env, (arity + 1) * n * _ITEM[dtype]))]
+        fn = getattr(cudakit, name + ("_backward" if backward else ""))
+        prov = {"cudakit": _cycle(fn, sets)}
+        if env.gpu and env.torch is not None:
+            tf = _torch_acts(env.torch)[name][1 if backward else 0]
+            if tf is not None:
+                prov["torch"] = _cycle(tf, [_torch_views(env, *s) for s in sets])
+        return prov
+    return Case(name + ("_backward" if backward else ""), "activations", (n,), dtype,
+                (arity + 1) * n * _ITEM[dtype], setup)
+
+
 def _tiny_add(env: Env) -> Case:
     n = 1000
 
@@ -101,6 +129,10 @@ def cases(env: Env) -> list[Case]:
         for op in ("add", "mul", "relu_backward"):
             out.append(_binary(env, op, n, dtype))
         out.append(_relu(env, n, dtype))
+        for name in ("gelu", "silu", "sigmoid", "tanh", "leaky_relu"):
+            out.append(_activation(env, name, n, dtype, False))
+            if name in ("gelu", "silu", "leaky_relu"):  # torch's sigmoid/tanh backward take the output
+                out.append(_activation(env, name, n, dtype, True))
     out.append(_tiny_add(env))
     top = 24 if env.quick or not env.gpu else 28
     for e in range(12, top + 1, 2):  # add float32 over sizes: where the launch cost stops mattering

@@ -1,0 +1,76 @@
+"""Activations, their backward, sub and div on the CPU backend against float64 references."""
+import numpy as np
+import pytest
+
+import cudakit
+from activation_reference import TOL, derivative, forward, rel_err
+from helpers import DTYPES, assert_same, np_dtype, random, reference
+
+ACTS = ["leaky_relu", "sigmoid", "tanh", "silu", "gelu", "gelu_erf"]
+
+
+def _call(be, name, x):
+    if name == "gelu_erf":
+        return be.gelu(x, approximate="none")
+    return getattr(be, name)(x)
+
+
+def _call_bwd(be, name, g, x):
+    if name == "gelu_erf":
+        return be.gelu_backward(g, x, approximate="none")
+    return getattr(be, name + "_backward")(g, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ACTS)
+@pytest.mark.parametrize("n", [1, 257, 1823 * 3])
+def test_activation_forward_and_backward(name, dtype, n, rng):
+    be = cudakit.get_backend("cpu")
+    x = (3 * rng.standard_normal(n)).astype(np_dtype(dtype))
+    g = rng.standard_normal(n).astype(np_dtype(dtype))
+    y = _call(be, name, x)
+    assert y.dtype == np_dtype(dtype) and y.shape == x.shape
+    assert rel_err(y, forward(name, x)) < TOL[dtype]
+    dx = _call_bwd(be, name, g, x)
+    want = np.asarray(g, np.float64) * derivative(name, x)
+    assert rel_err(dx, want) < max(TOL[dtype], 1e-7 if dtype == "float64" else 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["sub", "div"])
+def test_sub_div(op, dtype, rng):
+    a, b = random(rng, (7, 1, 5), dtype), random(rng, (6, 5), dtype)
+    got = getattr(cudakit, op)(a, b)
+    acc = np.float64 if dtype == "float64" else np.float32
+    want = (a.astype(acc) - b.astype(acc)) if op == "sub" else (a.astype(acc) / b.astype(acc))
+    assert_same(got, want.astype(np_dtype(dtype)))
+
+
+def test_special_values():
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 100.0, -100.0], np.float32)
+    assert_same(cudakit.sigmoid(x), [np.nan, 1, 0, 0.5, 0.5, 1, forward("sigmoid", -100.0).astype(np.float32)])
+    assert_same(cudakit.tanh(x), [np.nan, 1, -1, 0, 0, 1, -1])
+    assert_same(cudakit.leaky_relu(x, 0.5), [np.nan, np.inf, -np.inf, 0, 0, 100, -50])
+    assert np.isnan(cudakit.gelu(x)[0]) and cudakit.gelu(x)[1] == np.inf and cudakit.gelu(x)[5] == 100
+    assert_same(cudakit.div(np.float32([1, -1, 0]), np.float32([0, 0, 0])), [np.inf, -np.inf, np.nan])
+
+
+def test_activation_by_kind_and_bad_input():
+    import enum
+
+    class ActivationType(enum.Enum):
+        RELU = 1
+        GELU = 2
+    x = np.linspace(-2, 2, 9).astype(np.float32)
+    assert_same(cudakit.activation(x, ActivationType.GELU), cudakit.gelu(x))
+    assert_same(cudakit.activation(x, "relu"), reference("relu", x, dtype="float32"))
+    with pytest.raises(ValueError, match="unknown activation 'softplus'; known:"):
+        cudakit.activation(x, "softplus")
+    with pytest.raises(ValueError, match="approximate must be 'tanh' or 'none'"):
+        cudakit.gelu(x, approximate="fast")
+    with pytest.raises(ValueError, match="negative_slope must be a finite number"):
+        cudakit.leaky_relu(x, float("nan"))
+    with pytest.raises(cudakit.ShapeError):
+        cudakit.sigmoid_backward(np.ones(3, np.float32), np.ones(4, np.float32))
+    with pytest.raises(cudakit.DTypeError):
+        cudakit.tanh(np.ones(3, np.int64))
