@@ -39,6 +39,11 @@ def _phi(x):
 _K0, _K1 = math.sqrt(2 / math.pi), 0.044715
 
 
+def _tanh_bwd(g, x):
+    e = np.exp(-2 * np.abs(x))   # 1 - tanh^2 = 4 e / (1 + e)^2: no cancellation for large |x|
+    return g * (4 * e / (1 + e) ** 2)
+
+
 def _gelu_tanh_bwd(g, x):
     s = _sigmoid(2 * _K0 * (x + _K1 * x ** 3))   # = (1 + tanh(u)) / 2, as the kernel computes it
     return g * (s + 2 * x * s * (1 - s) * _K0 * (1 + 3 * _K1 * x * x))
@@ -70,7 +75,7 @@ _OPS = {
     "sigmoid": _set(_sigmoid),
     "sigmoid_backward": _set(lambda g, x: g * _sigmoid(x) * (1 - _sigmoid(x))),
     "tanh": _set(np.tanh),
-    "tanh_backward": _set(lambda g, x: g * (1 - np.tanh(x) ** 2)),
+    "tanh_backward": _set(_tanh_bwd),
     "silu": _set(lambda x: x * _sigmoid(x)),
     "silu_backward": _set(lambda g, x: g * _sigmoid(x) * (1 + x * (1 - _sigmoid(x)))),
     "gelu_tanh": _set(lambda x: x * _sigmoid(2 * _K0 * (x + _K1 * x ** 3))),

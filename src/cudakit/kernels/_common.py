@@ -15,16 +15,19 @@ struct __align__(2) ck_bf16 { unsigned short bits; };
 template <typename T> struct ck_traits;
 template <> struct ck_traits<float> {
   typedef float acc;
+  static const bool fast = false;  // fast math intrinsics allowed (see elementwise.py)
   static __device__ __forceinline__ float load(float v) { return v; }
   static __device__ __forceinline__ float store(float v) { return v; }
 };
 template <> struct ck_traits<double> {
   typedef double acc;
+  static const bool fast = false;
   static __device__ __forceinline__ double load(double v) { return v; }
   static __device__ __forceinline__ double store(double v) { return v; }
 };
 template <> struct ck_traits<ck_half> {
   typedef float acc;
+  static const bool fast = true;
   static __device__ __forceinline__ float load(ck_half v) {
     float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits)); return f;
   }
@@ -34,6 +37,7 @@ template <> struct ck_traits<ck_half> {
 };
 template <> struct ck_traits<ck_bf16> {
   typedef float acc;
+  static const bool fast = true;
   static __device__ __forceinline__ float load(ck_bf16 v) {
     return __uint_as_float(((unsigned int)v.bits) << 16);
   }

@@ -24,62 +24,69 @@ from ._common import PREAMBLE, FLOAT_DTYPE_NAMES, KernelFamily, collapse, ctype,
 SOURCE = PREAMBLE + r"""
 // Every functor carries one runtime parameter p (leaky_relu's negative slope; unused elsewhere).
 // Math in the accumulation type C: float for 16-bit and float32 data, double for float64.
-__device__ __forceinline__ float ck_exp(float x) { return expf(x); }
-__device__ __forceinline__ double ck_exp(double x) { return exp(x); }
-__device__ __forceinline__ float ck_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double ck_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float ck_erfc(float x) { return erfcf(x); }
-__device__ __forceinline__ double ck_erfc(double x) { return erfc(x); }
+// F (ck_traits<T>::fast) is true for 16-bit storage: there the fast intrinsics (__expf,
+// __fdividef: a few float32 ulps) vanish in the final rounding to 8 or 11 mantissa bits, and
+// without them bfloat16 gelu/silu/sigmoid are compute-bound; float32/float64 stay exact.
+template <bool F> __device__ __forceinline__ float ck_exp(float x) { return F ? __expf(x) : expf(x); }
+template <bool F> __device__ __forceinline__ double ck_exp(double x) { return exp(x); }
+template <bool F> __device__ __forceinline__ float ck_fdiv(float a, float b) { return F ? __fdividef(a, b) : a / b; }
+template <bool F> __device__ __forceinline__ double ck_fdiv(double a, double b) { return a / b; }
+template <bool F> __device__ __forceinline__ float ck_tanh(float x) { return tanhf(x); }
+template <bool F> __device__ __forceinline__ double ck_tanh(double x) { return tanh(x); }
+template <bool F> __device__ __forceinline__ float ck_erfc(float x) { return erfcf(x); }
+template <bool F> __device__ __forceinline__ double ck_erfc(double x) { return erfc(x); }
 // sigmoid without overflow: exp of a non-positive number only, so sigmoid(-100) is 3.8e-44, not 0
-template <typename C> __device__ __forceinline__ C ck_sigmoid(C x) {
-  const C e = ck_exp(x > C(0) ? -x : x);
-  return x > C(0) ? C(1) / (C(1) + e) : e / (C(1) + e);
+template <bool F, typename C> __device__ __forceinline__ C ck_sigmoid(C x) {
+  const C e = ck_exp<F>(x > C(0) ? -x : x);
+  return ck_fdiv<F>(x > C(0) ? C(1) : e, C(1) + e);
 }
 
 struct ck_op { double p; };
-struct ck_add : ck_op { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; } };
-struct ck_sub : ck_op { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a - b; } };
-struct ck_mul : ck_op { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a * b; } };
-struct ck_div : ck_op { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a / b; } };
+struct ck_add : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C a, C b) const { return a + b; } };
+struct ck_sub : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C a, C b) const { return a - b; } };
+struct ck_mul : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C a, C b) const { return a * b; } };
+struct ck_div : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C a, C b) const { return a / b; } };
 // relu(NaN) = NaN, as numpy.maximum(x, 0) gives
-struct ck_relu : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+struct ck_relu : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
   return x > C(0) ? x : (x != x ? x : C(0)); } };
 // relu_backward(g, x) = g where x > 0, else 0
-struct ck_relu_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+struct ck_relu_bwd : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C g, C x) const {
   return x > C(0) ? g : C(0); } };
-struct ck_leaky : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+struct ck_leaky : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
   return x > C(0) ? x : x * C(p); } };
-struct ck_leaky_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+struct ck_leaky_bwd : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C g, C x) const {
   return x > C(0) ? g : g * C(p); } };
-struct ck_sigm : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
-  return ck_sigmoid(x); } };
-struct ck_sigm_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
-  const C s = ck_sigmoid(x); return g * s * (C(1) - s); } };
-struct ck_tanh_op : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
-  return ck_tanh(x); } };
-struct ck_tanh_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
-  const C t = ck_tanh(x); return g * (C(1) - t * t); } };
-struct ck_silu : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
-  return x * ck_sigmoid(x); } };
-struct ck_silu_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
-  const C s = ck_sigmoid(x); return g * s * (C(1) + x * (C(1) - s)); } };
+struct ck_sigm : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
+  return ck_sigmoid<F>(x); } };
+struct ck_sigm_bwd : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C g, C x) const {
+  const C s = ck_sigmoid<F>(x); return g * s * (C(1) - s); } };
+struct ck_tanh_op : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
+  return ck_tanh<F>(x); } };
+// 1 - tanh(x)^2 = sech(x)^2 = 4 e / (1 + e)^2, e = exp(-2|x|): no cancellation for large |x|
+struct ck_tanh_bwd : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C g, C x) const {
+  const C e = ck_exp<F>(C(-2) * (x > C(0) ? x : -x)), d = C(1) + e;
+  return g * ck_fdiv<F>(C(4) * e, d * d); } };
+struct ck_silu : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
+  return x * ck_sigmoid<F>(x); } };
+struct ck_silu_bwd : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C g, C x) const {
+  const C s = ck_sigmoid<F>(x); return g * s * (C(1) + x * (C(1) - s)); } };
 // gelu, tanh approximation: 0.5 x (1 + tanh(u)), u = k0 (x + k1 x^3), k0 = sqrt(2/pi), k1 = 0.044715;
 // computed as x * sigmoid(2u) (the same function: 1 + tanh(u) = 2 sigmoid(2u)), which does not
 // cancel to 0 for large negative x
-struct ck_gelu_tanh : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
+struct ck_gelu_tanh : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
   const C k0 = C(0.7978845608028654), k1 = C(0.044715);
-  return x * ck_sigmoid(C(2) * k0 * (x + k1 * x * x * x)); } };
-struct ck_gelu_tanh_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
+  return x * ck_sigmoid<F>(C(2) * k0 * (x + k1 * x * x * x)); } };
+struct ck_gelu_tanh_bwd : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C g, C x) const {
   const C k0 = C(0.7978845608028654), k1 = C(0.044715);
-  const C s = ck_sigmoid(C(2) * k0 * (x + k1 * x * x * x));   // = (1 + tanh(u)) / 2
+  const C s = ck_sigmoid<F>(C(2) * k0 * (x + k1 * x * x * x));   // = (1 + tanh(u)) / 2
   // d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx with 0.5 (1 + t) = s and 1 - t^2 = 4 s (1 - s)
   return g * (s + C(2) * x * s * (C(1) - s) * k0 * (C(1) + C(3) * k1 * x * x)); } };
 // gelu, exact: x * Phi(x), Phi(x) = 0.5 erfc(-x / sqrt(2)) (erfc, not 1 + erf: no cancellation)
-struct ck_gelu_erf : ck_op { template <typename C> __device__ __forceinline__ C operator()(C x) const {
-  return C(0.5) * x * ck_erfc(x * C(-0.7071067811865476)); } };
-struct ck_gelu_erf_bwd : ck_op { template <typename C> __device__ __forceinline__ C operator()(C g, C x) const {
-  const C cdf = C(0.5) * ck_erfc(x * C(-0.7071067811865476));
-  const C pdf = C(0.3989422804014327) * ck_exp(C(-0.5) * x * x);
+struct ck_gelu_erf : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
+  return C(0.5) * x * ck_erfc<F>(x * C(-0.7071067811865476)); } };
+struct ck_gelu_erf_bwd : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C g, C x) const {
+  const C cdf = C(0.5) * ck_erfc<F>(x * C(-0.7071067811865476));
+  const C pdf = C(0.3989422804014327) * ck_exp<F>(C(-0.5) * x * x);
   return g * (cdf + x * pdf); } };
 
 struct ck_strides2 { long long ndim; long long shape[CK_MAX_DIMS]; long long s0[CK_MAX_DIMS]; long long s1[CK_MAX_DIMS]; };
@@ -127,13 +134,13 @@ __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, 
       if (i < nv) {
         ck_pack<T, V> po;
 #pragma unroll
-        for (int k = 0; k < V; ++k) po.v[k] = tr::store(op(tr::load(pa[u].v[k]), tr::load(pb[u].v[k])));
+        for (int k = 0; k < V; ++k) po.v[k] = tr::store(op.template f<tr::fast>(tr::load(pa[u].v[k]), tr::load(pb[u].v[k])));
         ck_st(ro + i, po.raw);
       }
     }
   }
   const long long t = nv * V + (long long)blockIdx.x * blockDim.x + threadIdx.x;  // the n % V tail
-  if (t < n) out[t] = tr::store(op(tr::load(a[t]), tr::load(b[t])));
+  if (t < n) out[t] = tr::store(op.template f<tr::fast>(tr::load(a[t]), tr::load(b[t])));
 }
 
 // x, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
@@ -161,13 +168,13 @@ __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long
       if (i < nv) {
         ck_pack<T, V> po;
 #pragma unroll
-        for (int k = 0; k < V; ++k) po.v[k] = tr::store(op(tr::load(px[u].v[k])));
+        for (int k = 0; k < V; ++k) po.v[k] = tr::store(op.template f<tr::fast>(tr::load(px[u].v[k])));
         ck_st(ro + i, po.raw);
       }
     }
   }
   const long long t = nv * V + (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (t < n) out[t] = tr::store(op(tr::load(x[t])));
+  if (t < n) out[t] = tr::store(op.template f<tr::fast>(tr::load(x[t])));
 }
 
 // a, b, out: strided views of the n-element output shape s.shape (strides s.s0, s.s1, s.s2)
@@ -184,7 +191,7 @@ __global__ void ck_ew2_strided(const T* a, const T* b, T* out, long long n, ck_s
       r /= s.shape[d];
       oa += idx * s.s0[d]; ob += idx * s.s1[d]; oo += idx * s.s2[d];
     }
-    out[oo] = tr::store(op(tr::load(a[oa]), tr::load(b[ob])));
+    out[oo] = tr::store(op.template f<tr::fast>(tr::load(a[oa]), tr::load(b[ob])));
   }
 }
 
@@ -202,7 +209,7 @@ __global__ void ck_ew1_strided(const T* x, T* out, long long n, ck_strides2 s, d
       r /= s.shape[d];
       ox += idx * s.s0[d]; oo += idx * s.s1[d];
     }
-    out[oo] = tr::store(op(tr::load(x[ox])));
+    out[oo] = tr::store(op.template f<tr::fast>(tr::load(x[ox])));
   }
 }
 """
