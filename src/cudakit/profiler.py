@@ -2,7 +2,7 @@
 
     with cudakit.profile() as prof:
         y = cudakit.relu(x)
-    print(prof.summary())
+    prof.summary()                           # a text table per kernel
     prof.export_chrome_trace("trace.json")   # open in Perfetto or chrome://tracing
 
 When no profile is active the launch path pays one global read (`_active is None`).
