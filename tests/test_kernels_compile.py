@@ -8,20 +8,27 @@ import pytest
 KERNEL_MODULES = ["cudakit.kernels.elementwise"]
 
 
-@pytest.mark.parametrize("modname", KERNEL_MODULES)
-def test_nvcc_compiles_every_instantiation(modname, tmp_path):
+def nvcc_compile(mod, tmp_path, names=None, extra=()):
+    """Compile every name expression of kernel module `mod` with nvcc for sm_90 (skips without
+    nvcc); returns the compiler's stderr (ptxas's report with extra=("-Xptxas", "-v"))."""
     nvcc = shutil.which("nvcc")
     if not nvcc:
         pytest.skip("nvcc is not on the PATH")
-    mod = importlib.import_module(modname)
+    names = mod.name_expressions() if names is None else names
     # taking each template's address forces its instantiation
-    refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(mod.name_expressions()))
+    refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(names))
     src = tmp_path / "k.cu"
     src.write_text(mod.SOURCE + "\n" + refs + "\n")
-    r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"), str(src)],
+    r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", *extra, "-o", str(tmp_path / "k.cubin"), str(src)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     assert (tmp_path / "k.cubin").stat().st_size > 1000
+    return r.stderr
+
+
+@pytest.mark.parametrize("modname", KERNEL_MODULES)
+def test_nvcc_compiles_every_instantiation(modname, tmp_path):
+    nvcc_compile(importlib.import_module(modname), tmp_path)
 
 
 @pytest.mark.parametrize("modname", KERNEL_MODULES)
