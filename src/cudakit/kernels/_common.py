@@ -77,8 +77,8 @@ def ctype(dtype) -> str:
 
 
 def vec_width(dtype) -> int:
-    """Elements per 16-byte vector access."""
-    return 16 // _ITEMSIZE[_name(dtype)]
+    """Elements per 16-byte vector access, for a dtype or a dtype name (cheap for dtype objects)."""
+    return 16 // (_ITEMSIZE[dtype] if isinstance(dtype, str) else dtype.itemsize)
 
 
 def strides_struct_dtype(n_operands: int):

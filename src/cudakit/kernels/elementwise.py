@@ -330,7 +330,7 @@ def run(op: str, inputs: tuple, out, p: float = 0.0):
     if out._c_contiguous and all(x._c_contiguous and x.shape == shape for x in inputs):
         ptrs = [x.data.ptr for x in inputs]
         optr = out.data.ptr
-        vec = vec_width_of(out.dtype) if not (optr | _or(ptrs)) & 15 else 1
+        vec = vec_width(out.dtype) if not (optr | _or(ptrs)) & 15 else 1
         expr, fl, f = _contig_entry(op, out.dtype, dev, vec)
         grid = _contig_grid(n, vec)
         if profiler._active is None and not (_launch._blocking or launch_blocking()):
@@ -361,13 +361,4 @@ def _or(values) -> int:
         r |= v
     return r
 
-
-_VEC: dict = {}
-
-
-def vec_width_of(dtype) -> int:
-    v = _VEC.get(dtype)
-    if v is None:
-        v = _VEC[dtype] = 16 // dtype.itemsize
-    return v
 
