@@ -147,19 +147,24 @@ class NormalizationOps:
         a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "weight": weight},
                                   {"mean": mean, "rstd": rstd})
         x, g, w = a["x"], a["grad_out"], a["weight"]
-        if tuple(g.shape) != tuple(x.shape):
-            raise ShapeError(f"{op}: grad_out must have x's shape {tuple(x.shape)}; got {tuple(g.shape)}")
-        if normalized_ndim is None and w is None and st["mean"] is not None and st["mean"].ndim < x.ndim:
-            normalized_ndim = max(1, x.ndim - st["mean"].ndim)
-        k = self._normalized_ndim(op, x, {"weight": w}, normalized_ndim)
-        lead, norm = tuple(x.shape[:x.ndim - k]), tuple(x.shape[x.ndim - k:])
-        rows, cols = _prod(lead), _prod(norm)
+        lead, norm, rows, cols = self._backward_layout(op, x, g, w, st["mean"], normalized_ndim)
         with self._device_scope(x):
             m = self._rows_stat(op, "mean", st["mean"], lead)
             r = self._rows_stat(op, "rstd", st["rstd"], lead)
             dx, dw, db = self._norm_module().layernorm_backward(
                 self._flat(g, (rows, cols)), self._flat(x, (rows, cols)), self._flat(w, cols), m, r)
         return dx.reshape(x.shape), None if dw is None else dw.reshape(norm), db.reshape(norm)
+
+    def _backward_layout(self, op, x, g, w, stat, normalized_ndim):
+        """(lead dims, normalised dims, rows, cols) of a layernorm/rmsnorm backward; grad_out must
+        have x's shape; without weight, the normalised dims follow from the saved statistic's rank."""
+        if tuple(g.shape) != tuple(x.shape):
+            raise ShapeError(f"{op}: grad_out must have x's shape {tuple(x.shape)}; got {tuple(g.shape)}")
+        if normalized_ndim is None and w is None and stat is not None and stat.ndim < x.ndim:
+            normalized_ndim = max(1, x.ndim - stat.ndim)
+        k = self._normalized_ndim(op, x, {"weight": w}, normalized_ndim)
+        lead, norm = tuple(x.shape[:x.ndim - k]), tuple(x.shape[x.ndim - k:])
+        return lead, norm, _prod(lead), _prod(norm)
 
     # ---- rmsnorm ---------------------------------------------------------------------------
     def rmsnorm(self, x, weight=None, eps: float = 1e-6, normalized_ndim=None):
@@ -189,13 +194,7 @@ class NormalizationOps:
         op = "rmsnorm_backward"
         a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "weight": weight}, {"rstd": rstd})
         x, g, w = a["x"], a["grad_out"], a["weight"]
-        if tuple(g.shape) != tuple(x.shape):
-            raise ShapeError(f"{op}: grad_out must have x's shape {tuple(x.shape)}; got {tuple(g.shape)}")
-        if normalized_ndim is None and w is None and st["rstd"] is not None and st["rstd"].ndim < x.ndim:
-            normalized_ndim = max(1, x.ndim - st["rstd"].ndim)
-        k = self._normalized_ndim(op, x, {"weight": w}, normalized_ndim)
-        lead, norm = tuple(x.shape[:x.ndim - k]), tuple(x.shape[x.ndim - k:])
-        rows, cols = _prod(lead), _prod(norm)
+        lead, norm, rows, cols = self._backward_layout(op, x, g, w, st["rstd"], normalized_ndim)
         with self._device_scope(x):
             r = self._rows_stat(op, "rstd", st["rstd"], lead)
             dx, dw = self._norm_module().rmsnorm_backward(
