@@ -45,31 +45,31 @@ def backend_for(*arrays):
     return be
 
 
+def _fast_path(op, arrays):
+    """op(*arrays) through CudaBackend.fast_elementwise when every input is a CuPy array (no
+    dispatch, no policy object); None when they do not qualify."""
+    for x in arrays:
+        if type(x) is not _cuda_nd:
+            return None
+    return _fast(op, arrays)
+
+
 def add(a, b, out=None):
     """a + b elementwise (see Backend.add)."""
-    if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:
-        r = _fast("add", (a, b))
-        if r is not None:
-            return r
-    return backend_for(a, b).add(a, b, out=out)
+    r = _fast_path("add", (a, b)) if out is None else None
+    return r if r is not None else backend_for(a, b).add(a, b, out=out)
 
 
 def mul(a, b, out=None):
     """a * b elementwise (see Backend.mul)."""
-    if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:
-        r = _fast("mul", (a, b))
-        if r is not None:
-            return r
-    return backend_for(a, b).mul(a, b, out=out)
+    r = _fast_path("mul", (a, b)) if out is None else None
+    return r if r is not None else backend_for(a, b).mul(a, b, out=out)
 
 
 def relu(x, out=None):
     """max(x, 0) elementwise (see Backend.relu)."""
-    if out is None and type(x) is _cuda_nd:
-        r = _fast("relu", (x,))
-        if r is not None:
-            return r
-    return backend_for(x).relu(x, out=out)
+    r = _fast_path("relu", (x,)) if out is None else None
+    return r if r is not None else backend_for(x).relu(x, out=out)
 
 
 def relu_backward(grad_out, x, out=None):
