@@ -39,6 +39,11 @@ def _phi(x):
 _K0, _K1 = math.sqrt(2 / math.pi), 0.044715
 
 
+def _sigmoid_bwd(g, x):
+    e = np.exp(-np.abs(x))   # s (1 - s) = e / (1 + e)^2: 1 - s would cancel for large positive x
+    return g * (e / (1 + e) ** 2)
+
+
 def _tanh_bwd(g, x):
     e = np.exp(-2 * np.abs(x))   # 1 - tanh^2 = 4 e / (1 + e)^2: no cancellation for large |x|
     return g * (4 * e / (1 + e) ** 2)
@@ -73,7 +78,7 @@ _OPS = {
     "leaky_relu": lambda x, out, p: _set(lambda x: np.where(x > 0, x, x * x.dtype.type(p)))(x, out, p),
     "leaky_relu_backward": lambda g, x, out, p: _set(lambda g, x: np.where(x > 0, g, g * g.dtype.type(p)))(g, x, out, p),
     "sigmoid": _set(_sigmoid),
-    "sigmoid_backward": _set(lambda g, x: g * _sigmoid(x) * (1 - _sigmoid(x))),
+    "sigmoid_backward": _set(_sigmoid_bwd),
     "tanh": _set(np.tanh),
     "tanh_backward": _set(_tanh_bwd),
     "silu": _set(lambda x: x * _sigmoid(x)),

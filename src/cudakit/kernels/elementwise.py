@@ -58,8 +58,10 @@ struct ck_leaky_bwd : ck_op { template <bool F, typename C> __device__ __forcein
   return x > C(0) ? g : g * C(p); } };
 struct ck_sigm : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
   return ck_sigmoid<F>(x); } };
+// s (1 - s) = e / (1 + e)^2 with e = exp(-|x|): 1 - s would cancel for large positive x
 struct ck_sigm_bwd : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C g, C x) const {
-  const C s = ck_sigmoid<F>(x); return g * s * (C(1) - s); } };
+  const C e = ck_exp<F>(x > C(0) ? -x : x), d = C(1) + e;
+  return g * ck_fdiv<F>(e, d * d); } };
 struct ck_tanh_op : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
   return ck_tanh<F>(x); } };
 // 1 - tanh(x)^2 = sech(x)^2 = 4 e / (1 + e)^2, e = exp(-2|x|): no cancellation for large |x|
