@@ -17,8 +17,8 @@ def forward(name, x, slope=0.01):
             return np.tanh(x)
         if name == "silu":
             return x * forward("sigmoid", x)
-        if name == "gelu":
-            return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        if name == "gelu":  # 0.5 x (1 + tanh(u)) written as x / (1 + exp(-2u)): 1 + tanh(u) cancels in float64 too
+            return x / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
         if name == "gelu_erf":
             return 0.5 * x * _erfc(-x / math.sqrt(2))
     raise ValueError(name)
@@ -46,9 +46,11 @@ def derivative(name, x, slope=0.01):
         return _ANALYTIC[name](x + 1j * h).imag / h
 
 
-# relative error bound on ||got - ref|| / ||ref||, by dtype: float32 transcendental functions are
-# within a few ulps; 16-bit results are rounded once (bfloat16: 8 bits of mantissa)
-TOL = {"float64": 1e-9, "float32": 2e-6, "float16": 1e-3, "bfloat16": 8e-3}
+# relative error bound on ||got - ref|| / ||ref||, by dtype: a few ulps times the condition number
+# of the function (sigmoid(z) carries |z| times z's rounding error: |z| reaches ~20 on the tested
+# inputs, so float32 gets 1e-5); 16-bit results may land two units in the last place from the
+# rounded reference (one from the float32 math near a rounding boundary, seen once in 40 runs)
+TOL = {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
 def rel_err(got, ref):
