@@ -11,7 +11,11 @@ import numbers
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
+from .dropout_api import DropoutOps
+from .layout_api import LayoutOps
 from .normalization_api import NormalizationOps
+from .reduction_api import ReductionOps
+from .softmax_api import SoftmaxOps
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _supported: dict = {}  # np.dtype -> name; dtype hashing is cheap, dtype.name is not
@@ -45,7 +49,7 @@ def _gelu_op(approximate: str) -> str:
     raise ValueError(f"approximate must be 'tanh' or 'none' (got {approximate!r})")
 
 
-class Backend(NormalizationOps):
+class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps):
     """An op table plus array helpers. Obtain one with cudakit.get_backend()."""
 
     name = "?"

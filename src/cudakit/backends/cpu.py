@@ -8,7 +8,11 @@ import numpy as np
 
 from ..errors import DeviceError
 from .base import Backend
+from .dropout_api import CpuDropoutHooks
+from .layout_api import CpuLayoutHooks
 from .normalization_api import CpuNormalizationHooks
+from .reduction_api import CpuReductionHooks
+from .softmax_api import CpuSoftmaxHooks
 
 
 def _acc(x):
@@ -97,7 +101,8 @@ def _dtype(dt):
     return np.dtype(dt)
 
 
-class CpuBackend(CpuNormalizationHooks, Backend):
+class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuLayoutHooks, CpuDropoutHooks,
+                 Backend):
     """NumPy implementations of every op."""
 
     name = "cpu"

@@ -12,10 +12,15 @@ from ..errors import DeviceError
 from ..runtime import _cupy, memory
 from .base import Backend, _supported, supported_dtypes
 from .cpu import _dlpack_on_cuda
+from .dropout_api import CudaDropoutHooks
+from .layout_api import CudaLayoutHooks
 from .normalization_api import CudaNormalizationHooks
+from .reduction_api import CudaReductionHooks
+from .softmax_api import CudaSoftmaxHooks
 
 
-class CudaBackend(CudaNormalizationHooks, Backend):
+class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, CudaLayoutHooks, CudaDropoutHooks,
+                  Backend):
     name = "cuda"
 
     def __init__(self):
