@@ -101,3 +101,30 @@ def test_backend_helpers():
     assert be.to_numpy(be.asarray([1, 2], "float32")).tolist() == [1.0, 2.0]
     assert be.device == "cpu"
     be.synchronize()
+
+
+def _scalar_reference(op, x, s, left):
+    """x op s (or s op x) with s rounded to x's dtype and 16-bit math in float32, rounded once."""
+    acc = np.float64 if x.dtype == np.float64 else np.float32
+    with np.errstate(all="ignore"):
+        sv = acc(x.dtype.type(s))
+        a, b = (sv, x.astype(acc)) if left else (x.astype(acc), sv)
+        r = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op](a, b)
+    return r.astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("left", [False, True])
+def test_scalar_operand(op, left, dtype, rng):
+    x = random(rng, (3, 257), dtype)
+    x[0, :3] = [0, np.inf, np.nan]
+    for s in (2.5, -3, 1e-3, 0.0):
+        got = getattr(cudakit, op)(s, x) if left else getattr(cudakit, op)(x, s)
+        assert got.dtype == x.dtype and got.shape == x.shape
+        assert_same(got, _scalar_reference(op, x, s, left))
+    out = np.empty_like(x[:, ::2])
+    assert cudakit.sub(x[:, ::2], 1.5, out=out) is out
+    assert_same(out, _scalar_reference("sub", x[:, ::2], 1.5, False))
+    with pytest.raises(DTypeError):
+        cudakit.add(2.0, 3.0)

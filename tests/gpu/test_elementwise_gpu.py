@@ -148,3 +148,19 @@ def test_launch_blocking_and_profiled_paths_agree(monkeypatch, rng):
         got = cudakit.relu(cp.asarray(x))
     assert_same(got.get(), want)
     assert [r["name"] for r in prof.table()] == ["ck_ew1_contig<float, ck_relu, 4>"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_scalar_operand_fused(op, dtype, rng):
+    """array op scalar and scalar op array take the one-input kernel and equal the CPU backend."""
+    for n in (1, 257, (1 << 20) + 3):
+        x = random(rng, n, dtype)
+        x[:2] = [0, np.inf] if n > 1 else [0]
+        dx = _dev(x, dtype)
+        for s in (2.5, -3, 1e-3):
+            fn = getattr(cudakit, op)
+            assert_same(fn(dx, s).get(), fn(x, s))
+            assert_same(fn(s, dx).get(), fn(s, x))
+    m = random(rng, (34, 65), dtype)
+    assert_same(cudakit.div(_dev(m, dtype)[:, ::3], 0.75).get(), cudakit.div(m[:, ::3], 0.75))

@@ -49,6 +49,15 @@ def _gelu_op(approximate: str) -> str:
     raise ValueError(f"approximate must be 'tanh' or 'none' (got {approximate!r})")
 
 
+# op -> (its form for `array op scalar`, its form for `scalar op array`)
+_SCALAR_FORMS = {"add": ("add_scalar", "add_scalar"), "sub": ("sub_scalar", "rsub_scalar"),
+                 "mul": ("mul_scalar", "mul_scalar"), "div": ("div_scalar", "rdiv_scalar")}
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
 class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps):
     """An op table plus array helpers. Obtain one with cudakit.get_backend()."""
 
@@ -147,8 +156,27 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps)
         return inputs, out
 
     def _elementwise_op(self, op: str, named: dict, out, p: float = 0.0):
+        if op in _SCALAR_FORMS:
+            r = self._scalar_operand_op(op, named, out)
+            if r is not None:
+                return r
         inputs, out = self._prepare(op, named, out)
         return self._elementwise(op, inputs, out, p)
+
+    def _scalar_operand_op(self, op: str, named: dict, out):
+        """array op scalar (or scalar op array) as a one-input kernel with the scalar as its
+        parameter, rounded to the array's dtype first (as NumPy does); None unless exactly one
+        operand is a Python real."""
+        (an, a), (bn, b) = named.items()
+        sa, sb = _is_real(a), _is_real(b)
+        if sa == sb:
+            return None
+        name, arr, scalar, form = (an, a, b, 0) if sb else (bn, b, a, 1)
+        op_s = _SCALAR_FORMS[op][form]
+        inputs, out = self._prepare(op, {name: arr}, out)
+        with np.errstate(over="ignore"):  # 1e6 in float16 is inf, as NumPy's cast gives
+            p = float(np.asarray(scalar).astype(inputs[0].dtype))
+        return self._elementwise(op_s, inputs, out, p)
 
     # ---- ops -------------------------------------------------------------------------------
     def add(self, a, b, out=None):

@@ -77,6 +77,13 @@ _OPS = {
     "sub": lambda a, b, out, p: np.subtract(a, b, out=out),
     "mul": lambda a, b, out, p: np.multiply(a, b, out=out),
     "div": lambda a, b, out, p: np.divide(a, b, out=out),
+    # scalar operand p (already rounded to the array's dtype): x op p, or p op x for r*
+    "add_scalar": lambda x, out, p: np.add(x, x.dtype.type(p), out=out),
+    "sub_scalar": lambda x, out, p: np.subtract(x, x.dtype.type(p), out=out),
+    "rsub_scalar": lambda x, out, p: np.subtract(x.dtype.type(p), x, out=out),
+    "mul_scalar": lambda x, out, p: np.multiply(x, x.dtype.type(p), out=out),
+    "div_scalar": lambda x, out, p: np.divide(x, x.dtype.type(p), out=out),
+    "rdiv_scalar": lambda x, out, p: np.divide(x.dtype.type(p), x, out=out),
     "relu": lambda x, out, p: np.maximum(x, 0, out=out),   # maximum propagates NaN
     "relu_backward": lambda g, x, out, p: _relu_backward(g, x, out),
     "leaky_relu": lambda x, out, p: _set(lambda x: np.where(x > 0, x, x * x.dtype.type(p)))(x, out, p),

@@ -1,4 +1,5 @@
-"""Elementwise kernels (float16, bfloat16, float32, float64): add, sub, mul, div; relu, leaky_relu,
+"""Elementwise kernels (float16, bfloat16, float32, float64): add, sub, mul, div (two arrays, or an
+array and a Python scalar); relu, leaky_relu,
 sigmoid, tanh, silu, gelu (tanh approximation and exact erf) and the backward of each activation,
 computed from the activation's input: act_backward(grad_out, x) = grad_out * act'(x).
 
@@ -46,6 +47,14 @@ struct ck_add : ck_op { template <bool F, typename C> __device__ __forceinline__
 struct ck_sub : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C a, C b) const { return a - b; } };
 struct ck_mul : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C a, C b) const { return a * b; } };
 struct ck_div : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C a, C b) const { return a / b; } };
+// A Python scalar operand travels as p, already rounded to the array's dtype on the host (as
+// NumPy rounds a scalar to the array's dtype), so C(p) is exact; r* put the scalar on the left.
+struct ck_add_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return x + C(p); } };
+struct ck_sub_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return x - C(p); } };
+struct ck_rsub_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return C(p) - x; } };
+struct ck_mul_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return x * C(p); } };
+struct ck_div_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return x / C(p); } };
+struct ck_rdiv_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return C(p) / x; } };
 // relu(NaN) = NaN, as numpy.maximum(x, 0) gives
 struct ck_relu : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
   return x > C(0) ? x : (x != x ? x : C(0)); } };
@@ -223,7 +232,10 @@ BINARY_OPS = {"add": "ck_add", "sub": "ck_sub", "mul": "ck_mul", "div": "ck_div"
               "sigmoid_backward": "ck_sigm_bwd", "tanh_backward": "ck_tanh_bwd", "silu_backward": "ck_silu_bwd",
               "gelu_tanh_backward": "ck_gelu_tanh_bwd", "gelu_erf_backward": "ck_gelu_erf_bwd"}
 UNARY_OPS = {"relu": "ck_relu", "leaky_relu": "ck_leaky", "sigmoid": "ck_sigm", "tanh": "ck_tanh_op",
-             "silu": "ck_silu", "gelu_tanh": "ck_gelu_tanh", "gelu_erf": "ck_gelu_erf"}
+             "silu": "ck_silu", "gelu_tanh": "ck_gelu_tanh", "gelu_erf": "ck_gelu_erf",
+             # a binary op with a Python scalar operand (p): one read stream, not a broadcast 0-d array
+             "add_scalar": "ck_add_s", "sub_scalar": "ck_sub_s", "rsub_scalar": "ck_rsub_s",
+             "mul_scalar": "ck_mul_s", "div_scalar": "ck_div_s", "rdiv_scalar": "ck_rdiv_s"}
 THREADS = 256
 
 

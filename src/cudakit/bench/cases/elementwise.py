@@ -1,6 +1,8 @@
-"""Benchmark cases: add, mul, relu, relu_backward, and the host cost of a tiny add."""
+"""Benchmark cases: add, sub, mul, div (two arrays, and an array with a Python scalar), relu and
+every activation forward and backward, and the host cost of a tiny add."""
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -47,17 +49,35 @@ def _binary(env: Env, op: str, n: int, dtype: str) -> Case:
         prov = {"cudakit": _cycle(getattr(cudakit, op), sets)}
         if env.gpu:
             if env.torch is not None:
-                tf = {"add": env.torch.add, "mul": env.torch.mul,
+                tf = {"add": env.torch.add, "mul": env.torch.mul, "sub": env.torch.sub, "div": env.torch.div,
                       "relu_backward": lambda g, x: env.torch.ops.aten.threshold_backward(g, x, 0)}[op]
                 prov["torch"] = _cycle(tf, [_torch_views(env, *s) for s in sets])
-            if op in ("add", "mul"):
-                prov["cupy"] = _cycle(getattr(env.xp, {"add": "add", "mul": "multiply"}[op]), sets)
+            if op in ("add", "mul", "sub", "div"):
+                prov["cupy"] = _cycle(getattr(env.xp, {"add": "add", "mul": "multiply", "sub": "subtract",
+                                                       "div": "divide"}[op]), sets)
         else:
-            nf = {"add": np.add, "mul": np.multiply,
+            nf = {"add": np.add, "mul": np.multiply, "sub": np.subtract, "div": np.divide,
                   "relu_backward": lambda g, x: np.where(x > 0, g, 0).astype(g.dtype)}[op]
             prov["numpy"] = _cycle(nf, sets)
         return prov
     return Case(op, "elementwise", (n,), dtype, 3 * n * _ITEM[dtype], setup)
+
+
+def _scalar(env: Env, op: str, n: int, dtype: str) -> Case:
+    """x op 2.5 with a Python scalar: one read stream and one write."""
+    def setup():
+        sets = [(_rand(env, n, dtype, 300 + k),) for k in range(_sets(env, 2 * n * _ITEM[dtype]))]
+        fn = getattr(cudakit, op)
+        prov = {"cudakit": _cycle(lambda x: fn(x, 2.5), sets)}
+        if env.gpu:
+            if env.torch is not None:
+                tf = getattr(env.torch, op)
+                prov["torch"] = _cycle(lambda x: tf(x, 2.5), [_torch_views(env, *s) for s in sets])
+        else:
+            nf = {"add": np.add, "mul": np.multiply, "sub": np.subtract, "div": np.divide}[op]
+            prov["numpy"] = _cycle(lambda x: nf(x, 2.5), sets)
+        return prov
+    return Case(op + "_scalar", "elementwise", (n,), dtype, 2 * n * _ITEM[dtype], setup)
 
 
 def _relu(env: Env, n: int, dtype: str) -> Case:
@@ -80,7 +100,9 @@ def _torch_acts(t):
     return {
         "gelu": (lambda x: F.gelu(x, approximate="tanh"), lambda g, x: aten.gelu_backward(g, x, approximate="tanh")),
         "silu": (F.silu, aten.silu_backward),
-        "sigmoid": (t.sigmoid, None), "tanh": (t.tanh, None),
+        "gelu_erf": (F.gelu, aten.gelu_backward),
+        # torch's sigmoid/tanh backward take the forward's output; the traffic is the same
+        "sigmoid": (t.sigmoid, aten.sigmoid_backward), "tanh": (t.tanh, aten.tanh_backward),
         "leaky_relu": (F.leaky_relu, lambda g, x: aten.leaky_relu_backward(g, x, 0.01, False)),
     }
 
@@ -91,7 +113,10 @@ def _activation(env: Env, name: str, n: int, dtype: str, backward: bool) -> Case
     def setup():
         sets = [tuple(_rand(env, n, dtype, 200 + 2 * k + i) for i in range(arity))
                 for k in range(_sets(env, (arity + 1) * n * _ITEM[dtype]))]
-        fn = getattr(cudakit, name + ("_backward" if backward else ""))
+        base = "gelu" if name == "gelu_erf" else name
+        fn = getattr(cudakit, base + ("_backward" if backward else ""))
+        if name == "gelu_erf":
+            fn = functools.partial(fn, approximate="none")
         prov = {"cudakit": _cycle(fn, sets)}
         if env.gpu and env.torch is not None:
             tf = _torch_acts(env.torch)[name][1 if backward else 0]
@@ -126,13 +151,17 @@ def cases(env: Env) -> list[Case]:
         n = (1 << 20) if env.quick else (1 << 24)
     out = []
     for dtype in env.dtypes:
-        for op in ("add", "mul", "relu_backward"):
+        for op in ("add", "sub", "mul", "div", "relu_backward"):
             out.append(_binary(env, op, n, dtype))
+        for op in ("add", "sub", "mul", "div"):
+            out.append(_scalar(env, op, n, dtype))
         out.append(_relu(env, n, dtype))
-        for name in ("gelu", "silu", "sigmoid", "tanh", "leaky_relu"):
+        # gelu_erf on the CPU calls math.erfc per element (NumPy has no erf): GPU runs only
+        for name in ("gelu", "gelu_erf", "silu", "sigmoid", "tanh", "leaky_relu"):
+            if name == "gelu_erf" and not env.gpu:
+                continue
             out.append(_activation(env, name, n, dtype, False))
-            if name in ("gelu", "silu", "leaky_relu"):  # torch's sigmoid/tanh backward take the output
-                out.append(_activation(env, name, n, dtype, True))
+            out.append(_activation(env, name, n, dtype, True))
     out.append(_tiny_add(env))
     top = 24 if env.quick or not env.gpu else 28
     for e in range(12, top + 1, 2):  # add float32 over sizes: where the launch cost stops mattering
