@@ -45,6 +45,18 @@ try:
     rows["torch.add"] = lambda: torch.add(ta, tb)
 except ImportError:
     pass
+# cuLaunchKernel itself, three ways: CuPy's typed driver binding, and ctypes straight into libcuda
+import ctypes
+_cuda = ctypes.CDLL("libcuda.so.1")
+_cl = _cuda.cuLaunchKernel
+_cl.restype = ctypes.c_int
+_cl.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+vals, _ptrs, params = fl._buffers()
+for i, v in enumerate((a.data.ptr, b.data.ptr, out.data.ptr, 1000, 0)):
+    vals[i] = v
+_dl = cp.cuda.driver.launchKernel
+rows["driver.launchKernel (CuPy binding)"] = lambda: _dl(f.ptr, 1, 1, 1, 256, 1, 1, 0, sp, params, 0)
+rows["cuLaunchKernel via ctypes"] = lambda: _cl(f.ptr, 1, 1, 1, 256, 1, 1, 0, sp, params, None)
 res = {k: per_call(v) for k, v in rows.items()}
 # Profiler: its whole cost when off is one module-global read and compare on the launch path.
 from cudakit import profiler
@@ -58,7 +70,10 @@ cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)
 res["cp.empty (CuPy pool directly)"] = per_call(lambda: cp.empty(1000, cp.float32))
 cp.cuda.set_allocator(cudakit.memory._malloc)
 for k, v in res.items():
-    print(f"OVERHEAD {k:<32} {v:6.2f} us/call")
+    print(f"OVERHEAD {k:<36} {v:6.2f} us/call")
+import shutil, sysconfig, os
+inc = sysconfig.get_paths()["include"]
+print("OVERHEAD toolchain: Python.h", os.path.exists(os.path.join(inc, "Python.h")), inc, "cc", shutil.which("cc"), shutil.which("gcc"))
 pr = cProfile.Profile()
 pr.enable()
 for _ in range(20000):

@@ -32,12 +32,30 @@ def _sigmoid(x):
 
 
 _erfc_py = np.frompyfunc(math.erfc, 1, 1)
+# erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0: relative error < 1.2e-7 everywhere
+# (Numerical Recipes' erfcc, a Chebyshev fit), about one float32 ulp
+_ERFC_P = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+           1.48851587, -0.82215223, 0.17087277)
+
+
+def _erfc(x):
+    """erfc elementwise: exact per element (math.erfc) for float64, the vectorised fit above
+    (in float64, then rounded) for float32 arithmetic, where it is within an ulp and ~50x faster."""
+    if x.dtype == np.float64:
+        return _erfc_py(x).astype(np.float64) if x.size else np.empty_like(x)
+    z = np.abs(x.astype(np.float64))
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = np.full_like(z, _ERFC_P[-1])
+    for c in _ERFC_P[-2::-1]:
+        poly = poly * t + c
+    r = t * np.exp(-z * z + poly)
+    return np.where(x < 0, 2.0 - r, r).astype(x.dtype)
 
 
 def _phi(x):
-    """The normal CDF, 0.5 erfc(-x / sqrt(2)) (NumPy has no erf; math.erfc per element: correct,
-    not fast), without the cancellation of 1 + erf for large negative x."""
-    return (0.5 * _erfc_py(-x / math.sqrt(2))).astype(x.dtype) if x.size else np.empty_like(x)
+    """The normal CDF, 0.5 erfc(-x / sqrt(2)) (NumPy has no erf), without the cancellation of
+    1 + erf for large negative x."""
+    return (0.5 * _erfc(-x / x.dtype.type(math.sqrt(2)))).astype(x.dtype)
 
 
 _K0, _K1 = math.sqrt(2 / math.pi), 0.044715
