@@ -10,7 +10,7 @@ import importlib
 __version__ = "0.1.0"
 
 from .errors import (BackendUnavailableError, CompileError, CudakitError, DeviceError, DTypeError,  # noqa: E402
-                     LaunchError, OutOfMemoryError, ShapeError)
+                     LaunchError, OutOfMemoryError, ShapeError, TargetIndexError)
 
 # public name -> (module, attribute); attribute None means the module itself
 _LAZY = {
@@ -41,7 +41,13 @@ for _n in ("add", "sub", "mul", "div", "relu", "relu_backward", "leaky_relu", "l
            "sigmoid_backward", "tanh", "tanh_backward", "silu", "silu_backward", "gelu", "gelu_backward",
            "activation", "layernorm", "layernorm_with_stats", "layernorm_backward",
            "rmsnorm", "rmsnorm_with_stats", "rmsnorm_backward", "batch_norm", "batch_norm_with_stats",
-           "batch_norm_backward"):
+           "batch_norm_backward",
+           "sum", "mean", "max", "min", "argmax", "argmin", "var", "reduce_sum", "sum_backward",
+           "mean_backward", "var_backward", "max_backward", "min_backward",
+           "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "cross_entropy",
+           "cross_entropy_backward", "cross_entropy_with_grad",
+           "transpose", "permute", "permute_backward", "matrix_transpose",
+           "dropout", "dropout_backward", "dropout_mask"):
     _LAZY[_n] = ("ops", _n)
 
 

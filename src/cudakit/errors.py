@@ -39,6 +39,10 @@ class LaunchError(CudakitError, RuntimeError):
         super().__init__(f"kernel {kernel!r} grid={self.grid} block={self.block}: {message}")
 
 
+class TargetIndexError(CudakitError, IndexError):
+    """A class-index target (cross_entropy) outside [0, C) that is not ignore_index."""
+
+
 class OutOfMemoryError(CudakitError, MemoryError):
     """Device memory exhausted, raised only after freeing cached blocks and retrying once."""
 
@@ -63,4 +67,4 @@ def _fmt(n: int) -> str:
 
 
 __all__ = ["CudakitError", "BackendUnavailableError", "DeviceError", "ShapeError", "DTypeError",
-           "CompileError", "LaunchError", "OutOfMemoryError"]
+           "CompileError", "LaunchError", "OutOfMemoryError", "TargetIndexError"]

@@ -191,3 +191,149 @@ def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd):
     """(dx, dgamma, dbeta) of training-mode batch_norm (see Backend.batch_norm_backward)."""
     return backend_for(grad_out, x, gamma, save_mean, save_invstd).batch_norm_backward(
         grad_out, x, gamma, save_mean, save_invstd)
+
+
+# -- reductions (see backends/reduction_api.py) -------------------------------------------------
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
+    """Sum over axis (int, tuple or None for all); float32 accumulation for 16-bit inputs."""
+    return backend_for(x).sum(x, axis, keepdims)
+
+
+def mean(x, axis=None, keepdims=False):
+    """Arithmetic mean over axis (see Backend.mean)."""
+    return backend_for(x).mean(x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001
+    """Maximum over axis; NaN propagates as in NumPy (see Backend.max)."""
+    return backend_for(x).max(x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):  # noqa: A001
+    """Minimum over axis; NaN propagates as in NumPy (see Backend.min)."""
+    return backend_for(x).min(x, axis, keepdims)
+
+
+def argmax(x, axis=None, keepdims=False):
+    """int64 index of the first maximum (of the flattened array when axis is None)."""
+    return backend_for(x).argmax(x, axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims=False):
+    """int64 index of the first minimum (of the flattened array when axis is None)."""
+    return backend_for(x).argmin(x, axis, keepdims)
+
+
+def var(x, axis=None, ddof=0, keepdims=False):
+    """Variance over axis with ddof (see Backend.var)."""
+    return backend_for(x).var(x, axis, ddof, keepdims)
+
+
+def reduce_sum(x, axis=None):
+    """NeuralScript's reduce_sum(tensor, axis): sum without keepdims."""
+    return backend_for(x).reduce_sum(x, axis)
+
+
+def sum_backward(grad_out, x_shape, axis=None, keepdims=False):
+    """Gradient of sum: grad_out broadcast back to x_shape."""
+    return backend_for(grad_out).sum_backward(grad_out, x_shape, axis, keepdims)
+
+
+def mean_backward(grad_out, x_shape, axis=None, keepdims=False):
+    """Gradient of mean: grad_out / count broadcast back to x_shape."""
+    return backend_for(grad_out).mean_backward(grad_out, x_shape, axis, keepdims)
+
+
+def var_backward(grad_out, x, axis=None, ddof=0, keepdims=False):
+    """Gradient of var: 2 (x - mean) grad_out / (count - ddof)."""
+    return backend_for(grad_out, x).var_backward(grad_out, x, axis, ddof, keepdims)
+
+
+def max_backward(grad_out, x, axis=None, keepdims=False):
+    """Gradient of max, routed to the argmax element of each reduced slice."""
+    return backend_for(grad_out, x).max_backward(grad_out, x, axis, keepdims)
+
+
+def min_backward(grad_out, x, axis=None, keepdims=False):
+    """Gradient of min, routed to the argmin element of each reduced slice."""
+    return backend_for(grad_out, x).min_backward(grad_out, x, axis, keepdims)
+
+
+# -- softmax and cross-entropy (see backends/softmax_api.py) ---------------------------------------
+
+def softmax(x, axis=-1):
+    """Numerically stable softmax along axis."""
+    return backend_for(x).softmax(x, axis)
+
+
+def log_softmax(x, axis=-1):
+    """Numerically stable log-softmax along axis."""
+    return backend_for(x).log_softmax(x, axis)
+
+
+def softmax_backward(grad_out, y, axis=-1):
+    """dx of y = softmax(x): y * (grad_out - sum(grad_out * y))."""
+    return backend_for(grad_out, y).softmax_backward(grad_out, y, axis)
+
+
+def log_softmax_backward(grad_out, y, axis=-1):
+    """dx of y = log_softmax(x): grad_out - exp(y) * sum(grad_out)."""
+    return backend_for(grad_out, y).log_softmax_backward(grad_out, y, axis)
+
+
+def cross_entropy(logits, targets, reduction="mean", ignore_index=-100):
+    """Cross-entropy of (N, C) logits against int class targets, fused (no softmax written out)."""
+    return backend_for(logits, targets).cross_entropy(logits, targets, reduction, ignore_index)
+
+
+def cross_entropy_backward(grad_loss, logits, targets, reduction="mean", ignore_index=-100):
+    """dlogits of cross_entropy for the upstream gradient grad_loss."""
+    return backend_for(grad_loss, logits, targets).cross_entropy_backward(
+        grad_loss, logits, targets, reduction, ignore_index)
+
+
+def cross_entropy_with_grad(logits, targets, reduction="mean", ignore_index=-100):
+    """(loss, dlogits) in one pass over the logits (training step with grad_loss = 1)."""
+    return backend_for(logits, targets).cross_entropy_with_grad(logits, targets, reduction, ignore_index)
+
+
+# -- layout (see backends/layout_api.py) ----------------------------------------------------------
+
+def transpose(x, axes=None):
+    """A contiguous copy of x with its axes reversed (or permuted by axes)."""
+    return backend_for(x).transpose(x, axes)
+
+
+def permute(x, axes):
+    """A contiguous copy of x with its axes permuted."""
+    return backend_for(x).permute(x, axes)
+
+
+def permute_backward(grad_out, axes):
+    """Gradient of permute: grad_out permuted by the inverse of axes."""
+    return backend_for(grad_out).permute_backward(grad_out, axes)
+
+
+def matrix_transpose(x):
+    """NeuralScript's matrix_transpose: the contiguous transpose of a 2-D array."""
+    return backend_for(x).matrix_transpose(x)
+
+
+# -- dropout (see backends/dropout_api.py) --------------------------------------------------------
+
+def dropout(x, p=0.5, seed=0, training=True):
+    """Inverted dropout with a counter-based Philox mask: same (seed, shape) -> same mask."""
+    return backend_for(x).dropout(x, p, seed, training)
+
+
+def dropout_backward(grad_out, p, seed):
+    """Gradient of dropout: the mask regenerated from seed, never stored."""
+    return backend_for(grad_out).dropout_backward(grad_out, p, seed)
+
+
+def dropout_mask(shape, p, seed, backend=None):
+    """The boolean keep-mask dropout(x, p, seed) uses for an x of this shape, made by the backend
+    named here ("auto", "cpu" or "cuda"; default CUDAKIT_BACKEND or "auto"; the masks are
+    bit-identical on both)."""
+    return get_backend(backend).dropout_mask(shape, p, seed)

@@ -1,14 +1,255 @@
-"""The argument policy of softmax, log_softmax and cross_entropy, forward and backward, shared by every backend as a mixin of Backend."""
+"""The argument policy of softmax, log_softmax and cross_entropy, forward and backward, shared by
+every backend as a mixin of Backend.
+
+softmax / log_softmax and their backward passes take any shape and any axis: the axis is checked
+(ShapeError; TypeError for a non-integer), arrays are coerced to the backend's, must share one
+supported dtype (DTypeError) and one device (DeviceError). The last axis of a C-contiguous array
+is the fast path (viewed as (rows, cols)); any other axis or layout is moved to the end with one
+copy, and the result is copied back to a C-contiguous array of x's shape.
+
+cross_entropy: logits (N, C) float16/bfloat16/float32/float64, targets (N,) of an integer dtype
+(int32 and int64 natively, others are cast to int64). The loss is float32 for 16-bit and float32
+logits, float64 for float64 logits; "mean" divides by the count of non-ignored targets (NaN when
+every target is ignored, as torch). A target outside [0, C) that is not ignore_index raises
+TargetIndexError: the CPU backend checks before computing; the CUDA backend counts them in a
+one-block pass over the targets that runs before the main kernel (which never reads outside the
+logits) and reads the count back after it, so each cross_entropy call synchronises once.
+
+Special values of softmax follow NumPy with the formula exp(x - max(x)) / sum(exp(x - max(x))):
+a slice holding NaN or +inf, or only -inf, is NaN everywhere; -inf among finite values gives 0
+(log_softmax: -inf).
+"""
 from __future__ import annotations
+
+import numbers
+
+from ..errors import DTypeError, ShapeError, TargetIndexError
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _check_reduction(op: str, reduction) -> str:
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none' (got {reduction!r})")
+    return reduction
+
+
+def _check_ignore(op: str, ignore_index) -> int:
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
+        raise TypeError(f"{op}: ignore_index must be an int (got {ignore_index!r})")
+    return int(ignore_index)
 
 
 class SoftmaxOps:
     """softmax, log_softmax and cross_entropy, forward and backward (mixed into Backend)."""
 
+    # ---- hooks a backend fills in ----------------------------------------------------------
+    def _softmax_module(self):
+        """The module with softmax_forward / softmax_backward (signatures of cudakit.kernels.softmax)."""
+        raise NotImplementedError
+
+    def _ce_module(self):
+        """The module with cross_entropy (signature of cudakit.kernels.cross_entropy)."""
+        raise NotImplementedError
+
+    # ---- shared checks ---------------------------------------------------------------------
+    @staticmethod
+    def _softmax_axis(op: str, x, axis) -> int:
+        if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+            raise TypeError(f"{op}: axis must be an int (got {axis!r})")
+        nd = x.ndim
+        if nd == 0:
+            raise ShapeError(f"{op}: x is 0-d; it needs at least one axis (got axis={axis})")
+        if not -nd <= axis < nd:
+            raise ShapeError(f"{op}: axis {axis} is out of range for x with shape {tuple(x.shape)} "
+                             f"({nd}-D: axis must be in [{-nd}, {nd - 1}])")
+        return int(axis) % nd
+
+    def _softmax_arrays(self, op: str, named: dict) -> dict:
+        arrays = {a: self._coerce(v, a) for a, v in named.items()}
+        dts = {a: self._check_dtype(v, a) for a, v in arrays.items()}
+        first = next(iter(arrays))
+        for a, d in dts.items():
+            if d != dts[first]:
+                raise DTypeError(f"{op}: {a} is {d} but {first} is {dts[first]}; both must have one dtype "
+                                 f"(cast with .astype())")
+            if tuple(arrays[a].shape) != tuple(arrays[first].shape):
+                raise ShapeError(f"{op}: {a} must have {first}'s shape {tuple(arrays[first].shape)}; "
+                                 f"got {tuple(arrays[a].shape)}")
+        self._check_devices(arrays)
+        return arrays
+
+    def _softmax_rows(self, a, ax: int):
+        """a with axis `ax` last, as a C-contiguous (rows, cols) array."""
+        if ax != a.ndim - 1:
+            perm = [d for d in range(a.ndim) if d != ax] + [ax]
+            a = a.transpose(perm)
+        cols = int(a.shape[-1])
+        return self._ascontiguous(a).reshape(_prod(a.shape[:-1]), cols)
+
+    def _softmax_unrows(self, r, shape: tuple, ax: int):
+        """Inverse of _softmax_rows for a result of x's `shape`: C-contiguous, axis ax back in place."""
+        nd = len(shape)
+        if ax == nd - 1:
+            return r.reshape(shape)
+        moved = tuple(shape[d] for d in range(nd) if d != ax) + (shape[ax],)
+        inv = list(range(nd - 1))
+        inv.insert(ax, nd - 1)
+        return self._ascontiguous(r.reshape(moved).transpose(inv))
+
+    def _softmax_fwd(self, op: str, x, axis, log: bool):
+        x = self._softmax_arrays(op, {"x": x})["x"]
+        ax = self._softmax_axis(op, x, axis)
+        with self._device_scope(x):
+            y = self._softmax_module().softmax_forward(self._softmax_rows(x, ax), log)
+            return self._softmax_unrows(y, tuple(x.shape), ax)
+
+    def _softmax_bwd(self, op: str, grad_out, y, axis, log: bool):
+        a = self._softmax_arrays(op, {"grad_out": grad_out, "y": y})
+        g, y = a["grad_out"], a["y"]
+        ax = self._softmax_axis(op, y, axis)
+        with self._device_scope(y):
+            dx = self._softmax_module().softmax_backward(self._softmax_rows(g, ax), self._softmax_rows(y, ax), log)
+            return self._softmax_unrows(dx, tuple(y.shape), ax)
+
+    # ---- softmax / log_softmax -------------------------------------------------------------
+    def softmax(self, x, axis: int = -1):
+        """exp(x - max) / sum(exp(x - max)) along `axis`.
+
+        x: any shape (at least 1-D), float16/bfloat16/float32/float64; axis: an int in
+        [-x.ndim, x.ndim). Returns y with x's shape and dtype (C-contiguous). Numerically stable
+        (the max is subtracted); 16-bit inputs accumulate in float32. A slice holding NaN or +inf,
+        or only -inf, gives NaN in the whole slice; an empty axis gives an empty result.
+        """
+        return self._softmax_fwd("softmax", x, axis, False)
+
+    def log_softmax(self, x, axis: int = -1):
+        """(x - max) - log(sum(exp(x - max))) along `axis`. Shapes, dtypes and special values as
+        softmax(); -inf among finite values gives -inf."""
+        return self._softmax_fwd("log_softmax", x, axis, True)
+
+    def softmax_backward(self, grad_out, y, axis: int = -1):
+        """Gradient of softmax from its OUTPUT y: dx = y * (grad_out - sum(grad_out * y)), the sum
+        along `axis`. grad_out, y: one shape and dtype. Returns dx with y's shape and dtype."""
+        return self._softmax_bwd("softmax_backward", grad_out, y, axis, False)
+
+    def log_softmax_backward(self, grad_out, y, axis: int = -1):
+        """Gradient of log_softmax from its OUTPUT y: dx = grad_out - exp(y) * sum(grad_out), the
+        sum along `axis`. grad_out, y: one shape and dtype. Returns dx with y's shape and dtype."""
+        return self._softmax_bwd("log_softmax_backward", grad_out, y, axis, True)
+
+    # ---- cross entropy ---------------------------------------------------------------------
+    def _ce_inputs(self, op: str, logits, targets, reduction, ignore_index):
+        reduction = _check_reduction(op, reduction)
+        ignore_index = _check_ignore(op, ignore_index)
+        logits = self._coerce(logits, "logits")
+        self._check_dtype(logits, "logits")
+        targets = self._coerce(targets, "targets")
+        if logits.ndim != 2:
+            raise ShapeError(f"{op}: logits must be 2-D (N, C); got shape {tuple(logits.shape)} ({logits.ndim}-D)")
+        if targets.dtype.kind not in "iu":
+            raise DTypeError(f"{op}: targets must be an integer array (int32 or int64 class indices); "
+                             f"got {targets.dtype}")
+        n = int(logits.shape[0])
+        if targets.ndim != 1 or int(targets.shape[0]) != n:
+            raise ShapeError(f"{op}: targets must have shape ({n},) (one class index per row of logits "
+                             f"{tuple(logits.shape)}); got {tuple(targets.shape)}")
+        self._check_devices({"logits": logits, "targets": targets})
+        with self._device_scope(logits):
+            if targets.dtype.name not in ("int32", "int64"):
+                targets = targets.astype("int64")
+            return self._ascontiguous(logits), self._ascontiguous(targets), reduction, ignore_index
+
+    def _ce_grad_loss(self, op: str, grad_loss, logits, reduction: str):
+        """grad_loss as an array of the loss dtype: (1,) for "mean"/"sum", (N,) for "none"."""
+        acc = "float64" if logits.dtype.name == "float64" else "float32"
+        n = int(logits.shape[0])
+        with self._device_scope(logits):
+            if isinstance(grad_loss, numbers.Real) and not isinstance(grad_loss, bool):
+                if reduction == "none":
+                    raise ShapeError(f"{op}: reduction='none' needs grad_loss of shape ({n},); got a scalar")
+                return self._scalar_array(grad_loss, acc).reshape(1)
+            gl = self._coerce(grad_loss, "grad_loss")
+            self._check_dtype(gl, "grad_loss")
+            self._check_devices({"logits": logits, "grad_loss": gl})
+            want = (n,) if reduction == "none" else ()
+            if tuple(gl.shape) != want and not (reduction != "none" and gl.size == 1):
+                raise ShapeError(f"{op}: grad_loss must have shape {want} (the loss's shape for "
+                                 f"reduction={reduction!r}); got {tuple(gl.shape)}")
+            return self._ascontiguous(gl.astype(acc).reshape(-1))
+
+    def _ce_run(self, op, logits, targets, reduction, ignore_index, grad_loss, want_loss, want_grad):
+        with self._device_scope(logits):
+            loss, grad, stat = self._ce_module().cross_entropy(
+                logits, targets, reduction, ignore_index, grad_loss, want_loss, want_grad)
+            st = self.to_numpy(stat)
+            if int(st[1]):
+                i = int(st[2])
+                v = int(self.to_numpy(targets[i:i + 1])[0])
+                raise TargetIndexError(
+                    f"{op}: targets[{i}] = {v} is out of range [0, {int(logits.shape[1])}) and is not "
+                    f"ignore_index ({ignore_index}); {int(st[1])} of {int(targets.shape[0])} targets are out of range")
+        return loss, grad
+
+    def cross_entropy(self, logits, targets, reduction: str = "mean", ignore_index: int = -100):
+        """Cross-entropy loss of logits (N, C) against class indices targets (N,).
+
+        loss_i = logsumexp(logits_i) - logits_i[targets_i], 0 where targets_i == ignore_index.
+        logits: float16/bfloat16/float32/float64; targets: int32/int64 (other integer dtypes are
+        cast). reduction: "mean" (sum / count of non-ignored targets; NaN when all are ignored),
+        "sum", or "none". Returns a 0-d array ("mean"/"sum") or (N,) ("none") of float32 (float64
+        for float64 logits). Raises TargetIndexError for a target outside [0, C) that is not
+        ignore_index (on CUDA, after the kernels: one host synchronisation per call).
+        """
+        op = "cross_entropy"
+        lg, t, reduction, ignore_index = self._ce_inputs(op, logits, targets, reduction, ignore_index)
+        return self._ce_run(op, lg, t, reduction, ignore_index, None, True, False)[0]
+
+    def cross_entropy_backward(self, grad_loss, logits, targets, reduction: str = "mean", ignore_index: int = -100):
+        """Gradient of cross_entropy with respect to logits: (softmax(logits) - onehot(targets)) *
+        grad_loss (per row for "none"), divided by the count of non-ignored targets for "mean";
+        0 in ignored rows. grad_loss: the loss's shape (a 0-d array or a number for "mean"/"sum",
+        (N,) for "none"), any float dtype. Returns dlogits with logits' shape and dtype."""
+        op = "cross_entropy_backward"
+        lg, t, reduction, ignore_index = self._ce_inputs(op, logits, targets, reduction, ignore_index)
+        gl = self._ce_grad_loss(op, grad_loss, lg, reduction)
+        return self._ce_run(op, lg, t, reduction, ignore_index, gl, False, True)[1]
+
+    def cross_entropy_with_grad(self, logits, targets, reduction: str = "mean", ignore_index: int = -100):
+        """cross_entropy() and its gradient for grad_loss = 1 in one fused pass over the logits
+        (read once, the gradient written once; the softmax is never stored): (loss, dlogits),
+        as cross_entropy() and cross_entropy_backward()."""
+        op = "cross_entropy_with_grad"
+        lg, t, reduction, ignore_index = self._ce_inputs(op, logits, targets, reduction, ignore_index)
+        return self._ce_run(op, lg, t, reduction, ignore_index, None, True, True)
+
 
 class CpuSoftmaxHooks(SoftmaxOps):
-    """NumPy implementations."""
+    """NumPy implementations (cudakit.backends.cpu_softmax)."""
+
+    def _softmax_module(self):
+        from . import cpu_softmax
+        return cpu_softmax
+
+    def _ce_module(self):
+        from . import cpu_softmax
+        return cpu_softmax
 
 
 class CudaSoftmaxHooks(SoftmaxOps):
-    """CUDA kernels."""
+    """CUDA kernels (cudakit.kernels.softmax, cudakit.kernels.cross_entropy), on x's device."""
+
+    def _softmax_module(self):
+        from ..kernels import softmax
+        return softmax
+
+    def _ce_module(self):
+        from ..kernels import cross_entropy
+        return cross_entropy

@@ -1,0 +1,752 @@
+"""Reduction kernels: sum, mean, max, min, argmax, argmin, var over any set of axes, and the
+backward passes of sum, mean, var, max and min.
+
+Layout. x is viewed as (outer, R, inner) with the reduced axes in the middle: a non-C-contiguous x
+that is a permutation of a contiguous buffer (x.T) is reduced in that buffer's order (no copy);
+any other view is copied to C order; reduced axes that are not adjacent are transposed together
+(kept axes first, then the reduced ones, inner = 1), which costs one extra copy of x.
+- inner == 1, rows (`ck_red_rows`): tpr threads per row (1..256, a power of two; several rows per
+  256-thread block when tpr < 256), 16-byte loads, CK_RU loads in flight per thread. Few long rows
+  (axis=None is one row): each row is split over `nsplit` blocks, each reducing a contiguous chunk.
+- inner > 1, columns (`ck_red_cols`): block (bx, by): bx threads along inner (16-byte coalesced
+  loads of V inner elements), by threads along R, combined through shared memory; R is split over
+  blocks when outer * inner is small.
+Split reductions write per-split partial states ([nsplit, n_out]) that `ck_red_final` combines.
+No atomics: every combine happens in a fixed order that depends only on the shape and the device's
+occupancy, so results are bitwise the same from run to run on one device.
+
+Accumulation: float32 for 16-bit inputs (rounded once at the end), double for float64. var is a
+shifted Welford: every value is taken relative to the first element of its row/column (exact for
+data like 1e4 + N(0, 1)), chunks of up to CK_RU*V values get exact statistics, chunks and
+threads are combined with Chan's formula. NaN propagates through sum/mean/max/min/var; argmax and
+argmin return the first NaN when there is one (as NumPy), else the first extreme value.
+
+Traffic: forward reads outer*R*inner*sizeof(T) once and writes outer*inner outputs (plus the
+partial states, outer*inner*nsplit*(4..32) bytes, when split). Backward writes dx once
+(outer*R*inner*sizeof(T)), reads grad_out (outer*inner) and, for var, x once more.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..runtime import _cupy
+from ..runtime.compiler import _launch_function
+from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, ctype, vec_width
+
+SOURCE = PREAMBLE + r"""
+#define CK_RU 4            // independent vector loads each thread issues before using any
+#define CK_SUM 0           // also mean (div = N)
+#define CK_MAX 1
+#define CK_MIN 2
+#define CK_ARGMAX 3
+#define CK_ARGMIN 4
+#define CK_VAR 5
+#define CK_NOIDX 0x7fffffffffffffffLL   // "no element yet" index of an argmax/argmin state
+
+template <typename C> __device__ __forceinline__ C ck_inf();
+template <> __device__ __forceinline__ float ck_inf<float>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double ck_inf<double>() { return __longlong_as_double(0x7ff0000000000000LL); }
+
+__device__ __forceinline__ long long ck_div(long long a, long long b) {  // a, b >= 0
+  if ((((unsigned long long)a | (unsigned long long)b) >> 32) == 0) return (long long)((unsigned)a / (unsigned)b);
+  return a / b;
+}
+__device__ __forceinline__ long long ck_lmin(long long a, long long b) { return a < b ? a : b; }
+
+// A reduction state; the fields an op does not use are dead code.
+//   SUM: a = sum. MAX/MIN: a = extreme. ARG*: a = extreme, i = its index (CK_NOIDX: none yet).
+//   VAR: a = count, b = mean of (x - shift), c = sum of squared deviations.
+template <typename C> struct ck_rs { C a, b, c; long long i; };
+
+template <int OP, typename C> __device__ __forceinline__ void ck_rs_init(ck_rs<C>& s) {
+  s.a = (OP == CK_MAX || OP == CK_ARGMAX) ? -ck_inf<C>() : (OP == CK_MIN || OP == CK_ARGMIN) ? ck_inf<C>() : C(0);
+  s.b = C(0); s.c = C(0); s.i = CK_NOIDX;
+}
+
+// Chan's merge of (count, mean, m2) states; an empty side is skipped.
+template <typename C> __device__ __forceinline__ void ck_chan(ck_rs<C>& s, C nb, C mb, C m2b) {
+  if (nb == C(0)) return;
+  if (s.a == C(0)) { s.a = nb; s.b = mb; s.c = m2b; return; }
+  const C nn = s.a + nb;
+  const C d = mb - s.b;
+  const C f = nb / nn;
+  s.b += d * f;
+  s.c += m2b + d * d * s.a * f;
+  s.a = nn;
+}
+
+// is (vb, ib) a better argmax (MAXI) / argmin candidate than (va, ia)? NaN beats everything, the
+// first NaN wins, ties go to the lower index.
+template <bool MAXI, typename C>
+__device__ __forceinline__ bool ck_better(C va, long long ia, C vb, long long ib) {
+  if (ib == CK_NOIDX) return false;
+  if (ia == CK_NOIDX) return true;
+  if (va != va) return vb != vb && ib < ia;
+  if (vb != vb) return true;
+  if (MAXI ? vb > va : vb < va) return true;
+  return vb == va && ib < ia;
+}
+
+// One value with its index; a thread adds its values in increasing index order.
+template <int OP, typename C> __device__ __forceinline__ void ck_rs_add(ck_rs<C>& s, C v, long long i) {
+  if (OP == CK_SUM) s.a += v;
+  else if (OP == CK_MAX) s.a = (v > s.a || v != v) ? v : s.a;   // NaN sticks: NaN > v is false
+  else if (OP == CK_MIN) s.a = (v < s.a || v != v) ? v : s.a;
+  else if (OP == CK_ARGMAX || OP == CK_ARGMIN) {
+    // in increasing index order a strict comparison keeps the first extreme; a NaN is kept
+    if (s.i == CK_NOIDX || (s.a == s.a && (v != v || (OP == CK_ARGMAX ? v > s.a : v < s.a)))) { s.a = v; s.i = i; }
+  } else ck_chan(s, C(1), v, C(0));
+}
+
+// N values (masked) of an op without indices: VAR takes their exact mean and squared deviations,
+// then one Chan merge; SUM adds their sum.
+template <int OP, int N, typename C>
+__device__ __forceinline__ void ck_rs_chunk(ck_rs<C>& s, const C (&v)[N], const bool (&m)[N]) {
+  if (OP == CK_VAR) {
+    C n = C(0), t = C(0);
+#pragma unroll
+    for (int k = 0; k < N; ++k) if (m[k]) { n += C(1); t += v[k]; }
+    if (n == C(0)) return;
+    const C pm = t / n;
+    C q = C(0);
+#pragma unroll
+    for (int k = 0; k < N; ++k) if (m[k]) { const C d = v[k] - pm; q += d * d; }
+    ck_chan(s, n, pm, q);
+  } else if (OP == CK_SUM) {
+    C t = C(0);
+#pragma unroll
+    for (int k = 0; k < N; ++k) t += m[k] ? v[k] : C(0);
+    s.a += t;
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) if (m[k]) ck_rs_add<OP>(s, v[k], 0);
+  }
+}
+
+template <int OP, typename C> __device__ __forceinline__ void ck_rs_merge(ck_rs<C>& s, const ck_rs<C>& o) {
+  if (OP == CK_SUM) s.a += o.a;
+  else if (OP == CK_MAX || OP == CK_MIN) ck_rs_add<OP>(s, o.a, 0);
+  else if (OP == CK_ARGMAX || OP == CK_ARGMIN) {
+    if (ck_better<OP == CK_ARGMAX>(s.a, s.i, o.a, o.i)) { s.a = o.a; s.i = o.i; }
+  } else ck_chan(s, o.a, o.b, o.c);
+}
+
+template <int OP, typename C> __device__ __forceinline__ ck_rs<C> ck_rs_shfl(const ck_rs<C>& s, int off) {
+  ck_rs<C> o;
+  o.a = __shfl_xor_sync(0xffffffffu, s.a, off);
+  o.b = OP == CK_VAR ? __shfl_xor_sync(0xffffffffu, s.b, off) : C(0);
+  o.c = OP == CK_VAR ? __shfl_xor_sync(0xffffffffu, s.c, off) : C(0);
+  o.i = (OP == CK_ARGMAX || OP == CK_ARGMIN) ? __shfl_xor_sync(0xffffffffu, s.i, off) : 0LL;
+  return o;
+}
+
+// Combines the states of aligned groups of G lanes (a power of two <= 32); every lane of the warp
+// calls it; the group's first lane ends with the groups's state (a fixed combine order).
+template <int OP, typename C> __device__ __forceinline__ void ck_rs_group(ck_rs<C>& s, int G) {
+  for (int off = G >> 1; off > 0; off >>= 1) {
+    const ck_rs<C> o = ck_rs_shfl<OP>(s, off);
+    ck_rs_merge<OP>(s, o);
+  }
+}
+
+// Partial states: ws arrays [nsplit, n_out] (w0 always; w1, w2 for VAR; wi for ARG*).
+template <int OP, typename C>
+__device__ __forceinline__ void ck_rs_store(const ck_rs<C>& s, C* w0, C* w1, C* w2, long long* wi, long long p) {
+  w0[p] = s.a;
+  if (OP == CK_VAR) { w1[p] = s.b; w2[p] = s.c; }
+  if (OP == CK_ARGMAX || OP == CK_ARGMIN) wi[p] = s.i;
+}
+template <int OP, typename C>
+__device__ __forceinline__ ck_rs<C> ck_rs_load(const C* w0, const C* w1, const C* w2, const long long* wi, long long p) {
+  ck_rs<C> s;
+  s.a = w0[p];
+  s.b = OP == CK_VAR ? w1[p] : C(0);
+  s.c = OP == CK_VAR ? w2[p] : C(0);
+  s.i = (OP == CK_ARGMAX || OP == CK_ARGMIN) ? wi[p] : 0LL;
+  return s;
+}
+
+template <typename O> struct ck_red_out {
+  template <typename C> static __device__ __forceinline__ O val(C v) { return ck_traits<O>::store(v); }
+  static __device__ __forceinline__ O idx(long long i) { return ck_traits<O>::store((typename ck_traits<O>::acc)i); }
+};
+template <> struct ck_red_out<long long> {
+  template <typename C> static __device__ __forceinline__ long long val(C v) { return (long long)v; }
+  static __device__ __forceinline__ long long idx(long long i) { return i; }
+};
+
+// The result: SUM: sum / div (div = 1 for sum, N for mean); VAR: m2 / div (div = N - ddof, as
+// NumPy: 0 gives inf or NaN); ARG*: the index; MAX/MIN: the value.
+template <int OP, typename O, typename C>
+__device__ __forceinline__ void ck_rs_finish(const ck_rs<C>& s, O* out, long long p, C div) {
+  if (OP == CK_ARGMAX || OP == CK_ARGMIN) out[p] = ck_red_out<O>::idx(s.i);
+  else if (OP == CK_VAR) out[p] = ck_red_out<O>::val(s.c / div);
+  else if (OP == CK_SUM) out[p] = ck_red_out<O>::val(s.a / div);
+  else out[p] = ck_red_out<O>::val(s.a);
+}
+
+// ================================================================ rows (inner == 1)
+// x: [outer, nvec * V] contiguous, 16-byte aligned when V > 1. Block (tpr, 256 / tpr): thread
+// (tx, ty) reduces vectors tx, tx + tpr, ... of row blockIdx.x * blockDim.y + ty within the chunk
+// [blockIdx.y * chunk, + chunk) of its row. gridDim.y == 1: out[outer] gets the results; else
+// the partial states go to ws[blockIdx.y * outer + row] (ck_red_final combines them).
+// Traffic: outer * nvec * V * sizeof(T) read once; outer results (or outer * nsplit states) written.
+template <typename T, typename O, int OP, int V>
+__global__ void __launch_bounds__(256) ck_red_rows(
+    const T* __restrict__ x, O* __restrict__ out,
+    typename ck_traits<T>::acc* __restrict__ w0, typename ck_traits<T>::acc* __restrict__ w1,
+    typename ck_traits<T>::acc* __restrict__ w2, long long* __restrict__ wi,
+    long long outer, long long nvec, long long chunk, typename ck_traits<T>::acc div) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ ck_rs<C> sh[8];
+  const int tpr = blockDim.x;
+  const long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+  const bool live = row < outer;
+  const long long start = (long long)blockIdx.y * chunk;
+  const long long end = ck_lmin(start + chunk, nvec);
+  ck_rs<C> st;
+  ck_rs_init<OP>(st);
+  if (live) {
+    const R* __restrict__ xr = reinterpret_cast<const R*>(x) + row * nvec;
+    const C shift = OP == CK_VAR ? tr::load(x[row * nvec * V]) : C(0);
+    for (long long k = start + threadIdx.x; k < end; k += (long long)tpr * CK_RU) {
+      ck_pack<T, V> p[CK_RU];
+      bool ok[CK_RU];
+#pragma unroll
+      for (int u = 0; u < CK_RU; ++u) {
+        const long long kk = k + (long long)u * tpr;
+        ok[u] = kk < end;
+        if (ok[u]) p[u].raw = xr[kk]; else p[u].raw = R();
+      }
+      if (OP == CK_ARGMAX || OP == CK_ARGMIN) {
+#pragma unroll
+        for (int u = 0; u < CK_RU; ++u) {
+          if (ok[u]) {
+            const long long i0 = (k + (long long)u * tpr) * V;
+#pragma unroll
+            for (int i = 0; i < V; ++i) ck_rs_add<OP>(st, tr::load(p[u].v[i]), i0 + i);
+          }
+        }
+      } else {
+        C v[CK_RU * V];
+        bool m[CK_RU * V];
+#pragma unroll
+        for (int u = 0; u < CK_RU; ++u) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) { v[u * V + i] = tr::load(p[u].v[i]) - shift; m[u * V + i] = ok[u]; }
+        }
+        ck_rs_chunk<OP>(st, v, m);
+      }
+    }
+  }
+  // combine the tpr threads of each row: shuffles within a warp, then the warps in order
+  ck_rs_group<OP>(st, tpr < 32 ? tpr : 32);
+  if (tpr > 32) {
+    const int nw = tpr >> 5, w = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.y * nw + w] = st;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int k = 1; k < nw; ++k) ck_rs_merge<OP>(st, sh[threadIdx.y * nw + k]);
+    }
+  }
+  if (threadIdx.x == 0 && live) {
+    if (gridDim.y == 1) ck_rs_finish<OP>(st, out, row, div);
+    else ck_rs_store<OP>(st, w0, w1, w2, wi, (long long)blockIdx.y * outer + row);
+  }
+}
+
+// ================================================================ columns (inner > 1)
+// x: [outer, R, ivec * V] contiguous, 16-byte aligned when V > 1. Block (bx, by), bx * by <= 256,
+// by a power of two: thread (tx, ty) owns inner vector j = tile * bx + tx of slice o (blockIdx.x =
+// o * tiles + tile) and rows r0 + ty, r0 + ty + by, ... of the chunk [r0, r0 + chunk) of R,
+// r0 = blockIdx.y * chunk. The by partial states are combined by a shared-memory tree.
+// gridDim.y == 1: out[outer, ivec * V]; else states to ws[blockIdx.y * n_out + output].
+// Traffic: outer * R * ivec * V * sizeof(T) read once; outer * ivec * V results written.
+template <typename T, typename O, int OP, int V>
+__global__ void __launch_bounds__(256) ck_red_cols(
+    const T* __restrict__ x, O* __restrict__ out,
+    typename ck_traits<T>::acc* __restrict__ w0, typename ck_traits<T>::acc* __restrict__ w1,
+    typename ck_traits<T>::acc* __restrict__ w2, long long* __restrict__ wi,
+    long long outer, long long R_, long long ivec, int tiles, long long chunk,
+    typename ck_traits<T>::acc div) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ ck_rs<C> sh[256];
+  const int bx = blockDim.x, by = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
+  const long long o = blockIdx.x / tiles;
+  const long long j = (long long)(blockIdx.x - o * tiles) * bx + tx;
+  const bool live = j < ivec;
+  const long long r0 = (long long)blockIdx.y * chunk;
+  const long long r1 = ck_lmin(r0 + chunk, R_);
+  ck_rs<C> st[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) ck_rs_init<OP>(st[i]);
+  if (live) {
+    const R* __restrict__ xr = reinterpret_cast<const R*>(x) + o * R_ * ivec + j;
+    C shift[V];
+    if (OP == CK_VAR) {  // row 0 of the slice: the same shift for every split
+      ck_pack<T, V> p0;
+      p0.raw = xr[0];
+#pragma unroll
+      for (int i = 0; i < V; ++i) shift[i] = tr::load(p0.v[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) shift[i] = C(0);
+    }
+    for (long long r = r0 + ty; r < r1; r += (long long)by * CK_RU) {
+      ck_pack<T, V> p[CK_RU];
+      bool ok[CK_RU];
+#pragma unroll
+      for (int u = 0; u < CK_RU; ++u) {
+        const long long rr = r + (long long)u * by;
+        ok[u] = rr < r1;
+        if (ok[u]) p[u].raw = xr[rr * ivec]; else p[u].raw = R();
+      }
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        if (OP == CK_ARGMAX || OP == CK_ARGMIN) {
+#pragma unroll
+          for (int u = 0; u < CK_RU; ++u)
+            if (ok[u]) ck_rs_add<OP>(st[i], tr::load(p[u].v[i]), r + (long long)u * by);
+        } else {
+          C v[CK_RU];
+#pragma unroll
+          for (int u = 0; u < CK_RU; ++u) v[u] = tr::load(p[u].v[i]) - shift[i];
+          ck_rs_chunk<OP>(st[i], v, ok);
+        }
+      }
+    }
+  }
+  if (by > 1) {  // tree over ty, one vector lane at a time (fixed order)
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      sh[ty * bx + tx] = st[i];
+      __syncthreads();
+      for (int s = by >> 1; s > 0; s >>= 1) {
+        if (ty < s) {
+          ck_rs_merge<OP>(st[i], sh[(ty + s) * bx + tx]);
+          sh[ty * bx + tx] = st[i];
+        }
+        __syncthreads();
+      }
+    }
+  }
+  if (ty == 0 && live) {
+    const long long n_out = outer * ivec * V;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const long long q = (o * ivec + j) * V + i;
+      if (gridDim.y == 1) ck_rs_finish<OP>(st[i], out, q, div);
+      else ck_rs_store<OP>(st[i], w0, w1, w2, wi, (long long)blockIdx.y * n_out + q);
+    }
+  }
+}
+
+// ================================================================ second pass of split reductions
+// ws: [nsplit, n_out] partial states; out: [n_out]. Block (lanes, 256 / lanes): `lanes` threads
+// per output read splits lane, lane + lanes, ... in order, then combine by shuffles.
+// Traffic: n_out * nsplit states read, n_out results written.
+template <typename T, typename O, int OP>
+__global__ void __launch_bounds__(256) ck_red_final(
+    const typename ck_traits<T>::acc* __restrict__ w0, const typename ck_traits<T>::acc* __restrict__ w1,
+    const typename ck_traits<T>::acc* __restrict__ w2, const long long* __restrict__ wi,
+    O* __restrict__ out, long long n_out, int nsplit, typename ck_traits<T>::acc div) {
+  typedef typename ck_traits<T>::acc C;
+  const long long q = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+  const bool live = q < n_out;
+  ck_rs<C> st;
+  ck_rs_init<OP>(st);
+  if (live) {
+    for (int s = threadIdx.x; s < nsplit; s += blockDim.x)
+      ck_rs_merge<OP>(st, ck_rs_load<OP>(w0, w1, w2, wi, (long long)s * n_out + q));
+  }
+  ck_rs_group<OP>(st, blockDim.x);
+  if (threadIdx.x == 0 && live) ck_rs_finish<OP>(st, out, q, div);
+}
+
+// ================================================================ backward: expand to x's shape
+// dx: [outer, R, inner] (x's layout); g: [outer, inner] of dx's type; x: like dx (MODE 1);
+// mean: [outer, inner] of the accumulation type (MODE 1); idx: [outer, inner] int64 (MODE 2).
+//   MODE 0: dx = g / scale                      (sum: scale 1; mean: scale N)
+//   MODE 1: dx = g * (x - mean) * scale         (var: scale 2 / (N - ddof))
+//   MODE 2: dx = g where r == idx, else 0       (max / min: the gradient goes to the arg position)
+// Thread f writes the pack of V elements of dx at [f * V, f * V + V): with inner == 1 they share
+// (o, i) and have consecutive r (R % V == 0); else they share (o, r), consecutive i (inner % V == 0).
+// Traffic: dx written once, x read once (MODE 1), g / mean / idx read (outer * inner, cached).
+template <typename T, int MODE, int V>
+__global__ void __launch_bounds__(256) ck_red_expand(
+    const T* __restrict__ g, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
+    const long long* __restrict__ idx, T* __restrict__ dx, long long npacks, long long R_, long long inner,
+    typename ck_traits<T>::acc scale) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x; f < npacks; f += step) {
+    const long long e0 = f * V;
+    const long long row = ck_div(e0, inner);        // o * R + r
+    const long long i = e0 - row * inner;
+    const long long o = ck_div(row, R_);
+    const long long r = row - o * R_;
+    const long long q = o * inner + i;
+    const bool same = inner == 1;                    // the pack runs along r, not along i
+    ck_pack<T, V> px, py;
+    if (MODE == 1) px.raw = reinterpret_cast<const R*>(x)[f];
+#pragma unroll
+    for (int l = 0; l < V; ++l) {
+      const long long gq = same ? q : q + l;
+      C y;
+      if (MODE == 0) y = tr::load(g[gq]) / scale;
+      else if (MODE == 1) y = tr::load(g[gq]) * (tr::load(px.v[l]) - mean[gq]) * scale;
+      else y = (r + (same ? l : 0)) == idx[gq] ? tr::load(g[gq]) : C(0);
+      py.v[l] = tr::store(y);
+    }
+    reinterpret_cast<R*>(dx)[f] = py.raw;
+  }
+}
+"""
+
+# ------------------------------------------------------------------------------------------
+# Instantiations and launch plans
+
+OP_CODES = {"sum": 0, "mean": 0, "max": 1, "min": 2, "argmax": 3, "argmin": 4, "var": 5}
+EXPAND_MODES = {"sum": 0, "var": 1, "select": 2}
+THREADS = 256
+UNROLL = 4              # CK_RU
+_ACC_CTYPE = {"float16": "float", "bfloat16": "float", "float32": "float", "float64": "double"}
+
+
+def _out_types(dt: str, code: int) -> list[str]:
+    t = ctype(dt)
+    if code in (3, 4):
+        return ["long long"]
+    if code == 0 and _ACC_CTYPE[dt] != t:
+        return [t, _ACC_CTYPE[dt]]   # mean in the accumulation type (var_backward's mean)
+    return [t]
+
+
+def name_expressions(dtype=None) -> list[str]:
+    """Every template instantiation this module launches (for one dtype name when given)."""
+    out = []
+    for dt in (FLOAT_DTYPE_NAMES if dtype is None else (dtype,)):
+        t = ctype(dt)
+        vecs = (vec_width(dt), 1)
+        for code in sorted(set(OP_CODES.values())):
+            for o in _out_types(dt, code):
+                for v in vecs:
+                    out += [f"ck_red_rows<{t}, {o}, {code}, {v}>", f"ck_red_cols<{t}, {o}, {code}, {v}>"]
+                out.append(f"ck_red_final<{t}, {o}, {code}>")
+        for mode in sorted(set(EXPAND_MODES.values())):
+            for v in vecs:
+                out.append(f"ck_red_expand<{t}, {mode}, {v}>")
+    return out
+
+
+_families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/reduction_{dt}.cu")
+             for dt in FLOAT_DTYPE_NAMES}
+_occ_cache: dict = {}
+
+
+def _launch(expr: str, dt: str, grid: tuple, block: tuple, args: tuple) -> None:
+    cp = _cupy.loaded_cupy()
+    dev = cp.cuda.runtime.getDevice()
+    _launch_function(expr, _families[dt].function(dev, expr), grid, block, args, 0, None)
+
+
+def _target_blocks(dt: str, expr: str) -> int:
+    """Blocks of THREADS that fill the device once: resident blocks per SM x SMs (cached)."""
+    cp = _cupy.loaded_cupy()
+    dev = cp.cuda.runtime.getDevice()
+    key = (dev, expr)
+    n = _occ_cache.get(key)
+    if n is None:
+        from ..runtime.device import get_device_info
+        f = _families[dt].function(dev, expr)
+        per_sm = max(1, int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(f.ptr, THREADS, 0)))
+        n = _occ_cache[key] = per_sm * get_device_info().multiprocessors
+    return n
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p <<= 1
+    return p
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _acc_dtype(dtype):
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def _acc_scalar(dtype, v):
+    return np.float64(v) if np.dtype(dtype) == np.float64 else np.float32(v)
+
+
+_NAN_BITS = {2: (np.uint16, {"float16": 0x7E00, "bfloat16": 0x7FC0}), 4: (np.uint32, 0x7FC00000),
+             8: (np.uint64, 0x7FF8000000000000)}
+
+
+def _nan_array(shape, dtype):
+    """An array of NaN of a float dtype, filled through its bit pattern (no float kernel needed)."""
+    cp = _cupy.loaded_cupy()
+    a = cp.empty(shape, dtype)
+    ut, bits = _NAN_BITS[a.dtype.itemsize]
+    if isinstance(bits, dict):
+        bits = bits[a.dtype.name]
+    a.view(ut).fill(ut(bits))
+    return a
+
+
+def plan(shape: tuple, axes: tuple):
+    """(perm, outer, R, inner) for reducing `axes` (sorted, non-negative) of a C-ordered array of
+    `shape`: perm is None when the reduced axes form one block of the layout (size-1 axes do not
+    count), else the permutation (kept axes, then reduced axes) to apply first, and inner is 1."""
+    groups = []  # [reduced?, size] of runs of non-trivial axes
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        red = d in axes
+        if groups and groups[-1][0] == red:
+            groups[-1][1] *= int(n)
+        else:
+            groups.append([red, int(n)])
+    nred = sum(1 for g in groups if g[0])
+    if nred <= 1:
+        k = next((i for i, g in enumerate(groups) if g[0]), len(groups))
+        outer = _prod(g[1] for g in groups[:k])
+        r = groups[k][1] if k < len(groups) else 1
+        inner = _prod(g[1] for g in groups[k + 1:])
+        return None, outer, r, inner
+    kept = [d for d in range(len(shape)) if d not in axes]
+    perm = tuple(kept) + tuple(axes)
+    return perm, _prod(shape[d] for d in kept), _prod(shape[d] for d in axes), 1
+
+
+def _base_order(x):
+    """A permutation p with x.transpose(p) C-contiguous (x itself when C-contiguous), or None."""
+    if x.flags.c_contiguous:
+        return tuple(range(x.ndim))
+    order = sorted(range(x.ndim), key=lambda d: (-abs(x.strides[d]), -x.shape[d]))
+    return tuple(order) if x.transpose(order).flags.c_contiguous else None
+
+
+# ------------------------------------------------------------------------------------------
+# the forward on a contiguous (outer, R, inner) view
+
+def _run(code: int, xc, outer: int, R: int, inner: int, odt, div: float):
+    """Reduce the middle axis of contiguous xc viewed as (outer, R, inner), R >= 1, outer * inner
+    >= 1. Returns a flat (outer * inner,) array of dtype odt."""
+    cp = _cupy.loaded_cupy()
+    dt = xc.dtype.name
+    t = ctype(dt)
+    odt = np.dtype(odt)
+    o = "long long" if odt == np.int64 else ctype(odt.name)
+    n_out = outer * inner
+    out = cp.empty(n_out, odt)
+    acc = _acc_dtype(xc.dtype)
+    d = _acc_scalar(xc.dtype, div)
+    vw = vec_width(dt)
+    aligned = xc.data.ptr % 16 == 0
+    if inner == 1:
+        v = vw if R % vw == 0 and aligned else 1
+        nvec = R // v
+        expr = f"ck_red_rows<{t}, {o}, {code}, {v}>"
+        tpr = min(THREADS, _pow2_at_least(_cdiv(nvec, UNROLL)))
+        rpb = THREADS // tpr
+        blocks = _cdiv(outer, rpb)
+        nsplit = 1
+        target = _target_blocks(dt, expr)
+        if blocks < target:  # few long rows: split each over blocks (>= 2 rounds of loads each)
+            nsplit = max(1, min(_cdiv(target, blocks), nvec // (tpr * UNROLL * 2), 65535))
+        chunk = _cdiv(nvec, nsplit)
+        nsplit = _cdiv(nvec, chunk)
+        grid, block = (blocks, nsplit, 1), (tpr, rpb, 1)
+        tail = (np.int64(outer), np.int64(nvec), np.int64(chunk), d)
+    else:
+        v = vw if inner % vw == 0 and aligned else 1
+        ivec = inner // v
+        expr = f"ck_red_cols<{t}, {o}, {code}, {v}>"
+        by_want = min(8, _pow2_at_least(R))
+        bx = min(_pow2_at_least(ivec), THREADS // by_want)
+        by = min(THREADS // bx, _pow2_at_least(R))
+        tiles = _cdiv(ivec, bx)
+        blocks = outer * tiles
+        nsplit = 1
+        target = _target_blocks(dt, expr)
+        if blocks < target:
+            nsplit = max(1, min(_cdiv(target, blocks), R // (by * UNROLL * 2), 65535))
+        chunk = _cdiv(R, nsplit)
+        nsplit = _cdiv(R, chunk)
+        grid, block = (blocks, nsplit, 1), (bx, by, 1)
+        tail = (np.int64(outer), np.int64(R), np.int64(ivec), np.int32(tiles), np.int64(chunk), d)
+    if grid[0] > 2**31 - 1:
+        raise ShapeError(f"reduction of a ({outer}, {R}, {inner}) view needs {grid[0]} blocks, more than "
+                         f"a grid holds (2^31 - 1)")
+    null = np.uint64(0)
+    if nsplit == 1:
+        _launch(expr, dt, grid, block, (xc, out, null, null, null, null) + tail)
+        return out
+    ws = [cp.empty(nsplit * n_out, acc), null, null, null]
+    if code == 5:
+        ws[1], ws[2] = cp.empty(nsplit * n_out, acc), cp.empty(nsplit * n_out, acc)
+    if code in (3, 4):
+        ws[3] = cp.empty(nsplit * n_out, np.int64)
+    _launch(expr, dt, grid, block, (xc, out, *ws) + tail)
+    lanes = min(32, _pow2_at_least(max(1, nsplit // 8)))
+    opb = THREADS // lanes
+    _launch(f"ck_red_final<{t}, {o}, {code}>", dt, (_cdiv(n_out, opb), 1, 1), (lanes, opb, 1),
+            (*ws, out, np.int64(n_out), np.int32(nsplit), d))
+    return out
+
+
+def _layout(x, axes: tuple, keep_index_order: bool):
+    """(xc, kept axes of x in xc's order, outer, R, inner): xc contiguous, laid out so the reduced
+    axes are one block. keep_index_order: the reduced axes stay in x's order (flattened indices of
+    several reduced axes mean the C order of x)."""
+    cp = _cupy.loaded_cupy()
+    nd = x.ndim
+    base = _base_order(x)
+    if base is None or (keep_index_order and len(axes) > 1 and base != tuple(sorted(base))):
+        x, base = cp.ascontiguousarray(x), tuple(range(nd))
+    else:
+        x = x.transpose(base)  # C-contiguous: a view
+    b_axes = tuple(sorted(i for i, d in enumerate(base) if d in axes))
+    perm, outer, R, inner = plan(x.shape, b_axes)
+    order = [base[i] for i in range(nd) if base[i] not in axes]
+    if perm is not None:
+        x = cp.ascontiguousarray(x.transpose(perm))
+        order = [base[i] for i in perm if base[i] not in axes]
+    return x, order, outer, R, inner
+
+
+def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
+    """Reduce `axes` of x with op ("sum", "mean", "max", "min", "argmax", "argmin", "var").
+
+    x: CuPy array, float16/bfloat16/float32/float64, any strides; axes: sorted non-negative axis
+    numbers (() reduces nothing). ddof: var's delta degrees of freedom. Returns the result with the
+    kept axes' shape: x's dtype (the accumulation dtype with acc_out, for sum/mean), int64 for
+    argmax/argmin (the index into the reduced axes flattened in C order). An empty reduction gives
+    0 (sum) or NaN (mean, var); max/min/argmax/argmin of an empty reduction raise ShapeError.
+    """
+    cp = _cupy.loaded_cupy()
+    code = OP_CODES[op]
+    kept = tuple(d for d in range(x.ndim) if d not in axes)
+    out_shape = tuple(x.shape[d] for d in kept)
+    R = _prod(x.shape[d] for d in axes)
+    if code in (3, 4):
+        odt = np.dtype(np.int64)
+    elif acc_out:
+        odt = _acc_dtype(x.dtype)
+    else:
+        odt = x.dtype
+    if _prod(out_shape) == 0:
+        return cp.empty(out_shape, odt)
+    if R == 0:
+        if code == 0 and op == "sum":
+            return cp.zeros(out_shape, odt)
+        if code in (0, 5):
+            return _nan_array(out_shape, odt)
+        raise ShapeError(f"{op}: the reduction over axes {axes} of shape {tuple(x.shape)} is empty; "
+                         f"{op} of an empty sequence has no value")
+    xc, order, outer, Rv, inner = _layout(x, axes, keep_index_order=code in (3, 4))
+    div = {"mean": R, "var": max(R - ddof, 0.0)}.get(op, 1.0)
+    flat = _run(code, xc, outer, Rv, inner, odt, div)
+    res = flat.reshape([x.shape[d] for d in order])
+    if order != list(kept):  # computed in another layout: back to x's order of the kept axes
+        res = cp.ascontiguousarray(res.transpose([order.index(d) for d in kept]))
+    return res
+
+
+# ------------------------------------------------------------------------------------------
+# backward
+
+def _expand(mode: int, g, x, mean, idx, xshape_c: tuple, outer: int, R: int, inner: int, scale, dtype):
+    """dx of shape xshape_c (the (outer, R, inner) layout, C order) from the per-output values."""
+    cp = _cupy.loaded_cupy()
+    dt = np.dtype(dtype).name
+    dx = cp.empty(xshape_c, dtype)
+    n = outer * R * inner
+    if n == 0:
+        return dx
+    vw = vec_width(dt)
+    ok = (R % vw == 0) if inner == 1 else (inner % vw == 0)
+    ptrs = [dx.data.ptr] + ([x.data.ptr] if x is not None else [])
+    v = vw if ok and all(p % 16 == 0 for p in ptrs) else 1
+    npacks = n // v
+    from ..runtime.device import get_device_info
+    grid = max(1, min(_cdiv(npacks, THREADS), 32 * get_device_info().multiprocessors))
+    null = np.uint64(0)
+    _launch(f"ck_red_expand<{ctype(dt)}, {mode}, {v}>", dt, (grid, 1, 1), (THREADS, 1, 1),
+            (g, null if x is None else x, null if mean is None else mean, null if idx is None else idx, dx,
+             np.int64(npacks), np.int64(R), np.int64(inner), _acc_scalar(dtype, scale)))
+    return dx
+
+
+def _grad_layout(x_shape: tuple, axes: tuple):
+    """(perm, outer, R, inner, shape of the computed layout) for a backward into x_shape."""
+    perm, outer, R, inner = plan(x_shape, axes)
+    shape_c = tuple(x_shape) if perm is None else tuple(x_shape[d] for d in perm)
+    return perm, outer, R, inner, shape_c
+
+
+def _unpermute(dx, perm):
+    if perm is None:
+        return dx
+    cp = _cupy.loaded_cupy()
+    inv = [perm.index(d) for d in range(len(perm))]
+    return cp.ascontiguousarray(dx.transpose(inv))
+
+
+def sum_backward(g, x_shape: tuple, axes: tuple, divisor: float = 1.0):
+    """grad_out of sum (divisor 1) or mean (divisor N) broadcast back to x_shape: g / divisor.
+
+    g: CuPy array with the kept axes' shape (x_shape without `axes`), any float dtype. Returns a
+    C-contiguous dx of shape x_shape and g's dtype (16-bit: divided in float32, rounded once)."""
+    cp = _cupy.loaded_cupy()
+    perm, outer, R, inner, shape_c = _grad_layout(tuple(x_shape), axes)
+    g = cp.ascontiguousarray(g)
+    dx = _expand(0, g, None, None, None, shape_c, outer, R, inner, divisor, g.dtype)
+    return _unpermute(dx, perm)
+
+
+def var_backward(g, x, axes: tuple, ddof: float):
+    """Gradient of var(x, axes, ddof): g * 2 (x - mean) / (N - ddof), g with the kept axes' shape
+    and x's dtype. Returns dx like x (C-contiguous)."""
+    cp = _cupy.loaded_cupy()
+    perm, outer, R, inner, shape_c = _grad_layout(tuple(x.shape), axes)
+    N = _prod(x.shape[d] for d in axes)
+    if x.size == 0:
+        return cp.empty(x.shape, x.dtype)
+    mean = cp.ascontiguousarray(reduce(x, "mean", axes, acc_out=True))
+    xc = cp.ascontiguousarray(x if perm is None else x.transpose(perm))
+    scale = 2.0 / (N - ddof) if N - ddof > 0 else float("inf")  # N - ddof <= 0: inf / NaN, as the forward
+    dx = _expand(1, cp.ascontiguousarray(g), xc, mean, None, shape_c, outer, R, inner, scale, x.dtype)
+    return _unpermute(dx, perm)
+
+
+def extreme_backward(g, x, axes: tuple, kind: str):
+    """Gradient of max (kind "max") or min ("min") over `axes`: g at the first position of the
+    extreme value of each reduced group (the first NaN if any), 0 elsewhere. g: kept axes' shape,
+    x's dtype. Returns dx like x (C-contiguous)."""
+    cp = _cupy.loaded_cupy()
+    perm, outer, R, inner, shape_c = _grad_layout(tuple(x.shape), axes)
+    if x.size == 0:
+        return cp.empty(x.shape, x.dtype)
+    idx = cp.ascontiguousarray(reduce(x, "argmax" if kind == "max" else "argmin", axes))
+    dx = _expand(2, cp.ascontiguousarray(g), None, None, idx, shape_c, outer, R, inner, 1.0, x.dtype)
+    return _unpermute(dx, perm)

@@ -1,0 +1,118 @@
+"""Reductions on the CUDA backend (cudakit.backends.get_backend("cuda"), kernels in
+cudakit.kernels.reduction) against the float64 references of tests/reduction_reference.py: every
+op, dtype and layout case (split rows and columns, non-contiguous views, tuple axes), NaN/inf,
+backward, bad input, bitwise reproducibility, and agreement with the CPU backend."""
+import numpy as np
+import pytest
+import reduction_reference as ref
+from helpers import DTYPES, np_dtype
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+
+
+@pytest.fixture(scope="module")
+def b():
+    from cudakit.backends import get_backend
+    return get_backend("cuda")
+
+
+def _dev(a):
+    return cp.asarray(a)
+
+
+def _host(a):
+    assert isinstance(a, cp.ndarray), type(a)
+    return a.get()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ref.FORWARD_CASES, ids=ref.case_id)
+def test_forward(b, rng, case, dtype):
+    ref.run_forward_case(b, _dev, _host, rng, case, dtype)
+
+
+# the bandwidth paths at sizes the benchmarks use (smaller): split rows, register rows, split columns
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+@pytest.mark.parametrize("shape,axis", [((2 ** 22 + 8,), None), ((4096, 1024), -1), ((4096, 1024), 0),
+                                        ((2, 2 ** 21), 1), ((512, 2048), 0)])
+def test_forward_large(b, rng, shape, axis, dtype):
+    ref.run_forward_case(b, _dev, _host, rng, (shape, axis, False, None), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ref.BACKWARD_CASES, ids=str)
+def test_backward(b, rng, case, dtype):
+    ref.run_backward_case(b, _dev, _host, rng, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_inf(b, dtype):
+    ref.run_nan_inf(b, _dev, _host, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_var_large_mean(b, rng, dtype):
+    x = ref.normal(rng, (64, 4096), dtype, loc=1e4)
+    xt = np.ascontiguousarray(x.T)
+    for axis in (-1, None):
+        ref.check_forward(b.var(_dev(x), axis=axis).get(), "var", x, axis, what="large mean rows")
+    ref.check_forward(b.var(_dev(xt), axis=0).get(), "var", xt, 0, what="large mean columns")
+    # float16 with a mean of 1000 (ulp 0.5): still the float64 variance of the float16 values
+    h = ref.normal(rng, (33, 3000), "float16", loc=1000.0, scale=4.0)
+    ref.check_forward(b.var(_dev(h), axis=1).get(), "var", h, 1, what="float16 large mean")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bitwise_reproducible(b, rng, dtype):
+    x = _dev(ref.normal(rng, (2 ** 22 + 3,), dtype))
+    y = _dev(ref.normal(rng, (3000, 700), dtype))
+    for f in (lambda: b.sum(x), lambda: b.var(x), lambda: b.mean(y, axis=0), lambda: b.var(y, axis=1),
+              lambda: b.argmax(y, axis=0)):
+        r1, r2 = f().get(), f().get()
+        assert r1.tobytes() == r2.tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matches_cpu_backend(b, rng, dtype):
+    from cudakit.backends import get_backend
+    c = get_backend("cpu")
+    x = ref.ints(rng, (37, 45, 3), dtype)
+    for op, kw in [("sum", {"axis": (0, 2)}), ("max", {"axis": 1}), ("argmax", {"axis": 0}),
+                   ("argmin", {"axis": None}), ("mean", {"axis": -1, "keepdims": True})]:
+        np.testing.assert_array_equal(getattr(b, op)(_dev(x), **kw).get(), getattr(c, op)(x, **kw))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_empty_and_zero_d(b, dtype):
+    from cudakit.errors import ShapeError
+    dt = np_dtype(dtype)
+    x = _dev(np.zeros((3, 0), dt))
+    assert b.sum(x, axis=1).get().tolist() == [0, 0, 0] and b.sum(x, axis=1).dtype == dt
+    assert np.isnan(b.mean(x, axis=1).get().astype(np.float64)).all()
+    assert np.isnan(b.var(x).get().astype(np.float64))
+    assert b.max(x, axis=0).shape == (0,) and b.argmax(x, axis=0).dtype == np.int64
+    for op in ("max", "min", "argmax"):
+        with pytest.raises(ShapeError, match="empty"):
+            getattr(b, op)(x, axis=1)
+    z = _dev(np.array(2.5, dt))
+    assert b.sum(z).shape == () and float(b.sum(z).get().astype(np.float64)) == 2.5
+    assert int(b.argmax(z).get()) == 0 and float(b.var(z).get().astype(np.float64)) == 0.0
+    assert b.sum_backward(_dev(np.zeros(3, dt)), (3, 0), axis=1).shape == (3, 0)
+
+
+def test_bad_input(b):
+    from cudakit.errors import DeviceError, DTypeError, ShapeError
+    x = _dev(np.ones((2, 3), np.float32))
+    with pytest.raises(ShapeError, match=r"axis 2 .*ndim 2"):
+        b.sum(x, axis=2)
+    with pytest.raises(ShapeError, match="repeated"):
+        b.var(x, axis=(0, -2))
+    with pytest.raises(ShapeError, match="axis must be None or an int"):
+        b.argmax(x, axis=(0,))
+    with pytest.raises(DTypeError):
+        b.sum(cp.ones(3, cp.int32))
+    with pytest.raises(DeviceError):
+        b.sum(np.ones(3, np.float32))
+    with pytest.raises(ShapeError):
+        b.max_backward(_dev(np.ones(3, np.float32)), x, axis=1)

@@ -1,0 +1,174 @@
+"""softmax, log_softmax, their backward passes and cross_entropy on CUDA (through
+get_backend("cuda")) against the float64 references of tests/softmax_reference.py. The shapes
+reach every kernel: register rows (several rows per block, one block per row), the shared-memory
+backward, the looped long rows (vector and scalar), ignored rows and out-of-range targets."""
+import numpy as np
+import pytest
+import softmax_reference as ref
+from helpers import DTYPES, np_dtype
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+
+# (rows, cols): 1x1, odd/prime rows (scalar kernels), register rows of 128..32768, rows past
+# registers (65536: shared-memory backward for 16-bit, loops otherwise), past 2^18 (scalar loop).
+SHAPES = [(1, 1), (3, 7), (37, 127), (513, 128), (7, 1823), (64, 4096), (5, 4097), (4, 32768), (3, 65536),
+          (2, 300007), (1, 262144)]
+
+
+@pytest.fixture(scope="module")
+def be():
+    import cudakit
+    return cudakit.get_backend("cuda")
+
+
+def _data(rng, shape, dtype, scale=3.0):
+    return ref.cast(scale * rng.standard_normal(shape), dtype)
+
+
+def _big(shape):
+    return shape[0] * shape[1] > 200000
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax_forward_backward(be, shape, dtype, rng):
+    if _big(shape) and dtype in ("float16", "float64") and shape != (3, 65536):
+        pytest.skip("the long rows run for float32 and bfloat16 (and 65536 for every dtype)")
+    x = _data(rng, shape, dtype)
+    g = _data(rng, shape, dtype, 1.0)
+    dx_, dg = cp.asarray(x), cp.asarray(g)
+    y = be.softmax(dx_)
+    assert isinstance(y, cp.ndarray) and y.dtype == np_dtype(dtype) and y.shape == shape
+    yh = y.get()
+    ref.assert_close(yh, ref.softmax(x), dtype, "softmax")
+    ly = be.log_softmax(dx_)
+    lyh = ly.get()
+    ref.assert_close(lyh, ref.log_softmax(x), dtype, "log_softmax", scale=1.0)
+    want, sc = ref.softmax_grad(g, yh)
+    ref.assert_close(be.softmax_backward(dg, y).get(), want, dtype, "softmax_backward", scale=sc)
+    want, sc = ref.log_softmax_grad(g, lyh)
+    ref.assert_close(be.log_softmax_backward(dg, ly).get(), want, dtype, "log_softmax_backward", scale=sc)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_many_rows(be, dtype, rng):
+    """100003 short rows: many blocks of several rows each, a ragged last block."""
+    x = _data(rng, (100003, 40), dtype)
+    g = _data(rng, (100003, 40), dtype, 1.0)
+    y = be.softmax(cp.asarray(x))
+    ref.assert_close(y.get(), ref.softmax(x), dtype, "softmax")
+    want, sc = ref.softmax_grad(g, y.get())
+    ref.assert_close(be.softmax_backward(cp.asarray(g), y).get(), want, dtype, "softmax_backward", scale=sc)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_other_axes_and_views(be, axis, rng):
+    x = _data(rng, (6, 35, 9), "float32")
+    g = _data(rng, (6, 35, 9), "float32", 1.0)
+    y = be.softmax(cp.asarray(x), axis=axis)
+    assert y.flags.c_contiguous
+    ref.assert_close(y.get(), ref.softmax(x, axis), "float32", "softmax")
+    ly = be.log_softmax(cp.asarray(x), axis)
+    ref.assert_close(ly.get(), ref.log_softmax(x, axis), "float32", "log_softmax", scale=1.0)
+    want, sc = ref.softmax_grad(g, y.get(), axis)
+    ref.assert_close(be.softmax_backward(cp.asarray(g), y, axis).get(), want, "float32", "softmax_backward", scale=sc)
+    base = cp.asarray(_data(rng, (40, 66), "bfloat16"))
+    for v in (base[:, ::2], base.T, base[::3, 1:-1]):
+        ref.assert_close(be.softmax(v).get(), ref.softmax(v.get()), "bfloat16", "softmax view")
+
+
+def test_size_zero(be):
+    for shape, axis in (((0, 5), -1), ((5, 0), -1), ((3, 0, 4), 1), ((0,), 0)):
+        x = cp.zeros(shape, cp.float32)
+        assert be.softmax(x, axis).shape == shape and be.log_softmax(x, axis).shape == shape
+        assert be.softmax_backward(x, x, axis).shape == shape
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", [4, 65536 + 8])  # register rows and the looped online softmax
+def test_special_values(be, dtype, cols, rng):
+    x = ref.cast(rng.standard_normal((5, cols)), dtype)
+    x[0, 1] = np.inf
+    x[1, :] = -np.inf
+    x[2, 1] = np.nan
+    x[3, 1] = -np.inf
+    x[4, :2] = ref.cast([1e4, -1e4], dtype)
+    y = be.softmax(cp.asarray(x)).get()
+    ly = be.log_softmax(cp.asarray(x)).get()
+    ref.assert_close(y, ref.softmax(x), dtype, "softmax")
+    ref.assert_close(ly, ref.log_softmax(x), dtype, "log_softmax", scale=1.0)
+    assert y[3, 1] == 0 and ly[3, 1] == -np.inf
+
+
+# ---------------------------------------------------------------------------------- cross entropy
+
+def _targets(rng, n, c, itype, frac_ignored=0.2, ignore=-100):
+    t = rng.integers(0, c, n)
+    t[rng.random(n) < frac_ignored] = ignore
+    return t.astype(itype)
+
+
+CE_CASES = [((1, 1), "float32"), ((33, 127), "float16"), ((64, 1823), "float64"), ((40, 4096), "bfloat16"),
+            ((64, 32000), "bfloat16"), ((16, 32000), "float32"), ((9, 50257), "bfloat16"), ((5, 70000), "float32"),
+            ((3, 300007), "float32")]
+
+
+@pytest.mark.parametrize("shape,dtype", CE_CASES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy(be, shape, dtype, reduction, rng):
+    n, c = shape
+    x = _data(rng, shape, dtype)
+    t = _targets(rng, n, c, np.int32 if n % 2 else np.int64, frac_ignored=0.2 if n > 3 else 0.0)
+    acc = ref.acc_dtype(dtype)
+    want, wgrad, sc = ref.cross_entropy(x, t, reduction)
+    dx_, dt = cp.asarray(x), cp.asarray(t)
+    loss = be.cross_entropy(dx_, dt, reduction)
+    assert loss.dtype == np.dtype(acc) and loss.shape == (() if reduction != "none" else (n,))
+    ref.assert_close(loss.get(), want, acc, "loss", scale=1.0)
+    loss2, grad = be.cross_entropy_with_grad(dx_, dt, reduction)
+    ref.assert_close(loss2.get(), want, acc, "fused loss", scale=1.0)
+    assert grad.dtype == np_dtype(dtype) and grad.shape == shape
+    ref.assert_close(grad.get(), wgrad, dtype, "fused dlogits", scale=sc)
+    gl = (rng.standard_normal(n) if reduction == "none" else np.asarray(rng.standard_normal())).astype(acc)
+    _, wgrad, sc = ref.cross_entropy(x, t, reduction, grad_loss=gl)
+    got = be.cross_entropy_backward(cp.asarray(gl), dx_, dt, reduction)
+    ref.assert_close(got.get(), wgrad, dtype, "dlogits", scale=sc)
+
+
+def test_cross_entropy_ignored_and_empty(be, rng):
+    x = cp.asarray(_data(rng, (6, 70000), "float32"))  # the looped kernel's ignored-row path
+    t = cp.full(6, -100, cp.int64)
+    loss, grad = be.cross_entropy_with_grad(x, t)
+    assert np.isnan(loss.get()) and not grad.any()
+    assert float(be.cross_entropy(x, t, "sum").get()) == 0
+    x0, t0 = cp.zeros((0, 5), cp.float32), cp.zeros(0, cp.int64)
+    assert np.isnan(be.cross_entropy(x0, t0).get()) and be.cross_entropy(x0, t0, "none").shape == (0,)
+
+
+@pytest.mark.parametrize("cols", [7, 70000])
+def test_cross_entropy_out_of_range(be, cols):
+    from cudakit.errors import TargetIndexError
+    x = cp.zeros((4, cols), cp.float32)
+    for bad in (cols, -1):
+        t = cp.asarray(np.array([0, 1, bad, 2], np.int32))
+        with pytest.raises(TargetIndexError, match=rf"targets\[2\] = {bad} is out of range"):
+            be.cross_entropy_with_grad(x, t)
+        with pytest.raises(TargetIndexError):
+            be.cross_entropy(x, t, "none")
+    t = cp.asarray(np.array([0, 1, cols + 5, 2]))
+    assert np.isfinite(be.cross_entropy(x, t, ignore_index=cols + 5).get())
+
+
+def test_matches_torch_if_available(be, rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    x = cp.asarray(_data(rng, (64, 1000), "float32"))
+    t = cp.asarray(_targets(rng, 64, 1000, np.int64))
+    tx = torch.from_dlpack(x).clone().requires_grad_(True)
+    tl = torch.nn.functional.cross_entropy(tx, torch.from_dlpack(t))
+    tl.backward()
+    loss, grad = be.cross_entropy_with_grad(x, t)
+    np.testing.assert_allclose(loss.get(), tl.item(), rtol=1e-5)
+    np.testing.assert_allclose(grad.get(), tx.grad.cpu().numpy(), atol=1e-7)

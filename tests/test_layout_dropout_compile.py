@@ -1,0 +1,281 @@
+"""The layout (cudakit.kernels.transpose) and dropout (cudakit.kernels.dropout) kernels: every
+instantiation compiles with nvcc (sm_90) and NVRTC, and, with no GPU, their index arithmetic and
+Philox are checked on the CPU: the thread bodies are __host__ __device__, so a host program built
+by nvcc runs every thread of every block of the planned grid (the load phase of a tile for all
+256 threads, then its store phase, as __syncthreads orders them) and the results are compared
+with NumPy. Philox is checked against Random123's known-answer vectors and the NumPy version.
+"""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import test_kernels_compile as kc
+
+MODULES = ["cudakit.kernels.transpose", "cudakit.kernels.dropout"]
+
+
+@pytest.mark.parametrize("modname", MODULES)
+def test_nvcc_compiles_every_instantiation(modname, tmp_path):
+    kc.test_nvcc_compiles_every_instantiation(modname, tmp_path)
+
+
+@pytest.mark.parametrize("modname", MODULES)
+def test_nvrtc_compiles_every_instantiation(modname, cache_dir):
+    kc.test_nvrtc_compiles_every_instantiation(modname, cache_dir)
+
+
+@pytest.mark.parametrize("modname", MODULES)
+def test_kernels_do_not_spill_and_fit(modname, tmp_path):
+    """ptxas: no spills, and the tile kernels' shared memory is at most 16 KB."""
+    import importlib
+    mod = importlib.import_module(modname)
+    log = kc.nvcc_compile(mod, tmp_path, extra=("-Xptxas", "-v"))
+    assert "bytes spill stores" in log
+    for line in log.splitlines():
+        if "spill" in line:
+            assert " 0 bytes spill stores" in line and " 0 bytes spill loads" in line, line
+        if "smem" in line and "Used" in line:
+            smem = int(line.split("bytes smem")[0].split(",")[-1].strip()) if "bytes smem" in line else 0
+            assert smem <= 16384, line
+
+
+# ------------------------------------------------------------------------------------------
+# CPU emulation of the kernels
+
+HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+static std::vector<char> readf(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) { perror(path); exit(2); }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  std::vector<char> b(n);
+  if (n && fread(b.data(), 1, n, f) != (size_t)n) exit(3);
+  fclose(f);
+  return b;
+}
+static void writef(const char* path, const void* p, size_t n) {
+  FILE* f = fopen(path, "wb");
+  fwrite(p, 1, n, f);
+  fclose(f);
+}
+
+template <int C, typename I> void run_rows(const char* x, char* y, const ck_tr_rows_p& p) {
+  typedef typename ck_tr_raw<C>::type W;
+  for (long long t = 0; t < p.ntiles; ++t)
+    for (int tid = 0; tid < 256; ++tid) ck_tr_rows_tile<C, I>((const W*)x, (W*)y, p, t, tid);
+}
+template <typename T, int C> void run_tile(const char* x, char* y, const ck_tr_tile_p& p) {
+  typedef ck_tr_geom<T, C> G;
+  std::vector<uint4> smem((G::TK * G::TA * sizeof(T) + 15) / 16);
+  memset(smem.data(), 0xAB, smem.size() * 16);
+  for (long long t = 0; t < p.ntiles; ++t) {
+    for (int tid = 0; tid < 256; ++tid) ck_tr_tile_load<T, C>((const T*)x, (T*)smem.data(), p, t, tid);
+    for (int tid = 0; tid < 256; ++tid) ck_tr_tile_store<T, C>((T*)y, (const T*)smem.data(), p, t, tid);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 1;
+  if (!strcmp(argv[1], "philox")) {   // philox c0 c1 c2 c3 k0 k1 (hex)
+    unsigned int a[6], r[4];
+    for (int i = 0; i < 6; ++i) a[i] = (unsigned int)strtoul(argv[2 + i], 0, 16);
+    ck_philox4x32_10(a[0], a[1], a[2], a[3], a[4], a[5], r);
+    printf("%08x %08x %08x %08x\n", r[0], r[1], r[2], r[3]);
+    return 0;
+  }
+  if (!strcmp(argv[1], "words")) {    // words g_first ngroups k0 k1 out
+    long long g0 = atoll(argv[2]), ng = atoll(argv[3]);
+    unsigned int k0 = (unsigned int)strtoul(argv[4], 0, 10), k1 = (unsigned int)strtoul(argv[5], 0, 10);
+    std::vector<unsigned int> w(4 * ng);
+    for (long long g = 0; g < ng; ++g) {
+      unsigned int r[4];
+      ck_dropout_words(g0 + g, k0, k1, r);
+      for (int j = 0; j < 4; ++j) w[4 * g + j] = r[j];
+    }
+    writef(argv[6], w.data(), w.size() * 4);
+    return 0;
+  }
+  // rows|tile itemsize chunk idx64 params x xoff ybytes y
+  const bool rows = !strcmp(argv[1], "rows");
+  const int e = atoi(argv[2]), c = atoi(argv[3]), i64 = atoi(argv[4]);
+  std::vector<char> pb = readf(argv[5]), xb = readf(argv[6]);
+  const long long xoff = atoll(argv[7]), yn = atoll(argv[8]);
+  char *xa = 0, *ya = 0;
+  if (posix_memalign((void**)&xa, 256, xb.size() + 16) || posix_memalign((void**)&ya, 256, yn + 16)) return 4;
+  memcpy(xa, xb.data(), xb.size());
+  memset(ya, 0xCD, yn);
+  const char* x = xa + xoff;
+  if (rows) {
+    if (pb.size() != sizeof(ck_tr_rows_p)) return 5;
+    ck_tr_rows_p p;
+    memcpy(&p, pb.data(), sizeof p);
+#define R(CC) if (c == CC) { if (i64) run_rows<CC, unsigned long long>(x, ya, p); else run_rows<CC, unsigned int>(x, ya, p); }
+    R(1) R(2) R(4) R(8) R(16)
+  } else {
+    if (pb.size() != sizeof(ck_tr_tile_p)) return 5;
+    ck_tr_tile_p p;
+    memcpy(&p, pb.data(), sizeof p);
+#define T(EE, TT, CC) if (e == EE && c == CC) run_tile<TT, CC>(x, ya, p);
+    T(1, unsigned char, 16) T(1, unsigned char, 8) T(1, unsigned char, 1)
+    T(2, unsigned short, 16) T(2, unsigned short, 4) T(2, unsigned short, 2)
+    T(4, unsigned int, 16) T(4, unsigned int, 4)
+    T(8, unsigned long long, 16) T(8, unsigned long long, 8)
+  }
+  writef(argv[9], ya, yn);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("nvcc is not on the PATH")
+    from cudakit.kernels import dropout, transpose
+    d = tmp_path_factory.mktemp("harness")
+    src = d / "h.cu"
+    src.write_text(dropout.SOURCE + transpose.SOURCE + HARNESS)
+    exe = d / "h"
+    r = subprocess.run([nvcc, "-std=c++17", "-O1", "-arch=sm_90", "-o", str(exe), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return exe, d
+
+
+def _run(exe, *args):
+    r = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    return r.stdout
+
+
+KAT = [  # Random123 kat_vectors, philox4x32 10 rounds: counter, key, expected
+    ("00000000 00000000 00000000 00000000", "00000000 00000000", "6627e8d5 e169c58d bc57ac4c 9b00dbd8"),
+    ("ffffffff ffffffff ffffffff ffffffff", "ffffffff ffffffff", "408f276d 41c83b0e a20bc7c6 6d5451fd"),
+    ("243f6a88 85a308d3 13198a2e 03707344", "a4093822 299f31d0", "d16cfe09 94fdcceb 5001e420 24126ea1"),
+]
+
+
+@pytest.mark.parametrize("ctr,key,want", KAT)
+def test_kernel_philox_known_answers(harness, ctr, key, want):
+    exe, _ = harness
+    assert _run(exe, "philox", *ctr.split(), *key.split()).split() == want.split()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 0x123456789ABCDEF0, 2**64 - 1])
+def test_kernel_words_match_numpy(harness, seed):
+    from cudakit.backends import cpu_dropout
+    exe, d = harness
+    for g0 in (0, 2**32 - 3):   # counters past 2^32 groups use the high counter word
+        ng = 1000
+        out = d / "w.bin"
+        _run(exe, "words", g0, ng, seed & 0xFFFFFFFF, seed >> 32, out)
+        got = np.fromfile(out, np.uint32)
+        if g0 == 0:
+            want = cpu_dropout.random_words(4 * ng, seed)
+        else:
+            g = np.arange(g0, g0 + ng, dtype=np.uint64)
+            z = np.zeros((), np.uint64)
+            w = cpu_dropout.philox4x32((g & np.uint64(0xFFFFFFFF), g >> np.uint64(32), z, z),
+                                       (seed & 0xFFFFFFFF, seed >> 32))
+            want = np.stack(w, axis=1).reshape(-1)
+        np.testing.assert_array_equal(got, want)
+
+
+def _emulate(harness, xview, axes, xbase):
+    """Run the planned kernel on the CPU for the view `xview` of the contiguous `xbase`."""
+    from cudakit.kernels import transpose
+    exe, d = harness
+    e = xview.dtype.itemsize
+    xoff = xview.__array_interface__["data"][0] - xbase.__array_interface__["data"][0]
+    pl = transpose.plan(xview.shape, xview.strides, e, axes, xoff, 0)
+    want = np.ascontiguousarray(np.transpose(xview, axes))
+    if pl is None:
+        assert want.size == 0
+        return None
+    assert pl != "copy"
+    (d / "p.bin").write_bytes(pl.params.tobytes())
+    (d / "x.bin").write_bytes(xbase.tobytes())
+    chunk = int(pl.expr.split("<")[1].split(",")[1 if pl.kind == "tile" else 0].strip().rstrip(">"))
+    idx64 = int("long long" in pl.expr)
+    _run(exe, pl.kind, e, chunk, idx64, d / "p.bin", d / "x.bin", xoff, want.nbytes, d / "y.bin")
+    got = np.fromfile(d / "y.bin", want.dtype).reshape(want.shape)
+    np.testing.assert_array_equal(got.view(f"u{e}"), want.view(f"u{e}"), err_msg=f"{pl} {xview.shape} {axes}")
+    return pl
+
+
+def _words(rng, shape, itemsize):
+    return rng.integers(0, 2 ** (8 * itemsize) - 1, size=shape, dtype=np.uint64).astype(f"u{itemsize}")
+
+
+CASES = [  # shape, axes: 2-D transposes with partial tiles, the attention reshuffle, batches
+    ((37, 45), (1, 0)), ((64, 128), (1, 0)), ((300, 257), (1, 0)), ((1, 7), (1, 0)), ((129, 1), (1, 0)),
+    ((4, 48, 3, 16), (0, 2, 1, 3)), ((2, 64, 4, 32), (0, 2, 1, 3)), ((3, 5, 7, 64), (0, 1, 3, 2)),
+    ((6, 40, 72), (2, 0, 1)), ((6, 40, 72), (1, 2, 0)), ((5, 4, 3, 2), (3, 2, 1, 0)), ((8, 16, 24), (0, 1, 2)),
+    ((2, 3, 4, 5, 6), (4, 1, 3, 0, 2)), ((0, 5), (1, 0)), ((7,), (0,)), ((), ()),
+    ((48, 272), (1, 0)), ((272, 48), (1, 0)), ((16, 24, 40), (2, 1, 0)),   # partial tiles, wide chunks
+]
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+@pytest.mark.parametrize("shape,axes", CASES)
+def test_emulated_permute_contiguous(harness, rng, itemsize, shape, axes):
+    x = _words(rng, shape, itemsize)
+    _emulate(harness, x, axes, x)
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+def test_emulated_permute_plans_take_wide_chunks(harness, rng, itemsize):
+    """Aligned shapes move 16-byte chunks through both kernels."""
+    x = _words(rng, (2, 128, 256), itemsize)
+    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", 16>")          # tile
+    y = _words(rng, (4, 16, 8, 32), itemsize)
+    pl = _emulate(harness, y, (0, 2, 1, 3), y)
+    assert pl.kind == "rows" and pl.chunk == 16
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+def test_emulated_permute_strided_views(harness, rng, itemsize):
+    base = _words(rng, (20, 36, 50), itemsize)
+    views = [
+        (base[:, ::2, 1:], (2, 0, 1)),            # strided, offset start (misaligned: narrow chunks)
+        (base[::-1, :, ::-1], (1, 2, 0)),         # negative strides
+        (base[3:17, 4:36, 8:40], (0, 2, 1)),      # a window
+        (base[:, 5, :], (1, 0)),                  # a 2-D slice
+        (base.transpose(2, 0, 1)[:, ::3], (1, 0, 2)),
+        (base[:, :, ::5], (0, 1, 2)),             # identity of a strided view: scalar rows
+    ]
+    for v, axes in views:
+        _emulate(harness, v, axes, base)
+    bc = np.broadcast_to(base[0, :1, :], (6, 36, 50))   # zero strides
+    _emulate(harness, bc, (2, 1, 0), base)
+
+
+def test_emulated_rows_with_64bit_rows_index(harness, rng):
+    """Plan choice only: 2^32 rows or more take the 64-bit row decomposition."""
+    from cudakit.kernels import transpose
+    pl = transpose.plan((2**16, 2**16 + 1, 4), (0, 0, 1), 1, (1, 0, 2))
+    assert pl.kind == "rows" and "long long" in pl.expr
+
+
+def test_plan_more_than_8_dims_copies():
+    from cudakit.kernels import transpose
+    shape = (2,) * 10
+    strides = tuple(2 ** (9 - i) * 4 for i in range(10))
+    assert transpose.plan(shape, strides, 4, tuple(range(9, -1, -1))) == "copy"
+
+
+def test_tile_geometry_is_the_kernels():
+    from cudakit.kernels import transpose
+    for e in (1, 2, 4, 8):
+        for c in transpose.tile_chunks(e):
+            g = transpose.tile_geometry(e, c)
+            assert g["TK"] * g["TA"] * e <= 16384 and g["N"] >= 1
+            assert g["TK"] * g["W"] * g["NC"] % 256 == 0

@@ -1,0 +1,77 @@
+"""Every instantiation of cudakit.kernels.reduction compiles with nvcc (sm_90) and NVRTC, and the
+host-side layout plans are right. No GPU needed."""
+import functools
+import operator
+
+import pytest
+import test_kernels_compile as kc
+
+MODULES = ["cudakit.kernels.reduction"]
+
+
+@pytest.mark.parametrize("modname", MODULES)
+def test_nvcc_compiles_every_instantiation(modname, tmp_path):
+    kc.test_nvcc_compiles_every_instantiation(modname, tmp_path)
+
+
+@pytest.mark.parametrize("modname", MODULES)
+def test_nvrtc_compiles_every_instantiation(modname, cache_dir):
+    kc.test_nvrtc_compiles_every_instantiation(modname, cache_dir)
+
+
+def test_no_register_spills_in_the_streaming_kernels(tmp_path):
+    """The forward kernels keep their loads in registers (ptxas -v reports no spills); calls into
+    the 64-bit / double division routines may save registers (not in the inner loops)."""
+    import re
+
+    from cudakit.kernels import reduction
+    names = [n for n in reduction.name_expressions("float32") + reduction.name_expressions("bfloat16")
+             if n.startswith("ck_red_rows") and ", 0, " in n]
+    log = kc.nvcc_compile(reduction, tmp_path, names, extra=("-Xptxas", "-v"))
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert spills and all(s == "0" for s in spills), log[-3000:]
+
+
+def test_each_dtype_compiles_only_its_own_instantiations():
+    from cudakit.kernels import _common, reduction
+    per_dtype = [reduction.name_expressions(d) for d in _common.FLOAT_DTYPE_NAMES]
+    assert sorted(functools.reduce(operator.iadd, per_dtype, [])) == sorted(reduction.name_expressions())
+    for d, names in zip(_common.FLOAT_DTYPE_NAMES, per_dtype):
+        assert all(f"<{_common.ctype(d)}" in n for n in names)
+    assert len(set(reduction.name_expressions())) == len(reduction.name_expressions())
+
+
+@pytest.mark.parametrize("shape,axes,want", [
+    ((4, 5), (1,), (None, 4, 5, 1)),
+    ((4, 5), (0,), (None, 1, 4, 5)),
+    ((4, 5), (0, 1), (None, 1, 20, 1)),
+    ((), (), (None, 1, 1, 1)),
+    ((3, 4, 5), (0, 2), ((1, 0, 2), 4, 15, 1)),        # non-adjacent: kept first, then reduced
+    ((3, 4, 5), (1, 2), (None, 3, 20, 1)),
+    ((2, 3, 4, 5), (1, 2), (None, 2, 12, 5)),
+    ((2, 1, 4, 1, 5), (0, 2), (None, 1, 8, 5)),         # size-1 axes do not separate reduced ones
+    ((2, 1, 4, 1, 5), (1, 3), (None, 40, 1, 1)),        # only size-1 axes reduced: R = 1
+    ((2, 3, 4), (), (None, 24, 1, 1)),
+])
+def test_plan(shape, axes, want):
+    from cudakit.kernels import reduction
+    assert reduction.plan(shape, axes) == want
+
+
+def test_plan_matches_numpy_layout():
+    """The (outer, R, inner) view of the plan reduces exactly the requested axes."""
+    import itertools
+
+    import numpy as np
+
+    from cudakit.kernels import reduction
+    rng = np.random.default_rng(0)
+    for shape in [(2, 3, 4), (3, 1, 4, 2), (2, 3, 1, 5, 2)]:
+        x = rng.standard_normal(shape)
+        for k in range(len(shape) + 1):
+            for axes in itertools.combinations(range(len(shape)), k):
+                perm, outer, R, inner = reduction.plan(shape, axes)
+                xc = x if perm is None else np.ascontiguousarray(x.transpose(perm))
+                got = xc.reshape(outer, R, inner).sum(axis=1)
+                want = x.sum(axis=axes)
+                np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-12, atol=1e-12)
