@@ -50,8 +50,11 @@ def axes_of(axis, ndim):
 
 
 def reference(op, x, axis=None, keepdims=False, ddof=0):
-    """op over axis of x in float64 (argmax/argmin: NumPy's, on the exactly widened values)."""
-    x = f64(x)
+    """op over axis of x in float64 (argmax/argmin: NumPy's, on the exactly widened values).
+    float64 inputs are reduced in long double: NumPy adds a non-last axis sequentially, whose
+    float64 error (~sqrt(n) ulps of the running sum) exceeds that of the kernels' tree sums."""
+    wide = np.asarray(x).dtype == np.float64 and op not in ("argmax", "argmin")
+    x = np.asarray(x).astype(np.longdouble) if wide else f64(x)
     with np.errstate(all="ignore"):
         if op in ("argmax", "argmin"):
             return (np.argmax if op == "argmax" else np.argmin)(x, axis=axis, keepdims=keepdims)
@@ -71,6 +74,7 @@ def reference(op, x, axis=None, keepdims=False, ddof=0):
             r = np.sum(d * d, axis=ax, keepdims=True) / max(n - ddof, 0)
         else:
             raise ValueError(op)
+    r = f64(r)
     return r if keepdims else r.reshape([m for i, m in enumerate(x.shape) if i not in ax])
 
 

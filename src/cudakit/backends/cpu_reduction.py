@@ -61,6 +61,11 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
                          f"{op} of an empty sequence has no value")
     if op in ("max", "min", "argmax", "argmin"):  # exact in any dtype: widen 16-bit only (NumPy's own loops)
         xa = x.astype(np.float32) if x.dtype.itemsize == 2 else x
+    elif x.dtype == np.float64 and axes and (len(axes) > 1 or axes[-1] != x.ndim - 1):
+        # NumPy sums a non-last axis sequentially; reduced axes made last and contiguous get its
+        # pairwise sum (O(log n) error), as accurate as the CUDA kernels' tree order
+        xa = np.ascontiguousarray(_grouped(x, axes))
+        axes = (xa.ndim - 1,)
     else:
         xa = x.astype(acc, copy=False)
     with np.errstate(all="ignore"):
