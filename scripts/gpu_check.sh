@@ -22,7 +22,8 @@ tool = shutil.which("cuobjdump") or (glob.glob("/usr/local/cuda*/bin/cuobjdump")
 s = subprocess.run([tool, "-sass", p], capture_output=True, text=True).stdout
 print("\n".join(l for l in s.splitlines() if "Function" in l or "LDG" in l or "STG" in l))
 PY
-timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu" tests -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
-[ -n "${VARIANTS:-}" ] && python3 scripts/ew_variants.py 2>&1 | tee -a "$LOG" | grep VARIANT
+# TESTS: test paths to run (default: the whole GPU suite); VARIANTS: scripts/<name>.py sweeps to run
+timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
+for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "scripts/$v.py" 2>&1 | tee -a "$LOG" | grep VARIANT; done
 python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
 timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out "$OUT/bench" "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45

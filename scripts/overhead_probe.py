@@ -27,11 +27,18 @@ b = cp.random.standard_normal(1000, dtype=cp.float32)
 out = cp.empty_like(a)
 cudakit.add(a, b)
 f = ew._function(0, "ck_ew2_contig<float, ck_add, 4>")
-args = (a, b, out, np.int64(1000))
+args = (a, b, out, np.int64(1000), np.float64(0.0))  # every parameter of the kernel
 expr, fl, _ = ew._contig_entry("add", a.dtype, 0, 4)
 sp = cp.cuda.get_current_stream().ptr
+from cudakit.runtime.fastlaunch import FastLauncher
+from cudakit.runtime import native
+fl_binding = FastLauncher(f.ptr, fl.codes)
+fl_binding._native = None
+pv = (a.data.ptr, b.data.ptr, out.data.ptr, 1000, 0.0)
+print("OVERHEAD native launcher:", native.status())
 rows = {
-    "cudakit launcher alone": lambda: fl(1, 256, (a.data.ptr, b.data.ptr, out.data.ptr, 1000), sp),
+    "cudakit launcher alone": lambda: fl(1, 256, pv, sp),
+    "cudakit launcher, CuPy binding": lambda: fl_binding(1, 256, pv, sp),
     "cp.ndarray(shape, dtype)": lambda: cp.ndarray((1000,), cp.float32),
     "cudakit.add": lambda: cudakit.add(a, b),
     "cudakit.add(out=)": lambda: cudakit.add(a, b, out=out),
@@ -51,9 +58,9 @@ _cuda = ctypes.CDLL("libcuda.so.1")
 _cl = _cuda.cuLaunchKernel
 _cl.restype = ctypes.c_int
 _cl.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-vals, _ptrs, params = fl._buffers()
-for i, v in enumerate((a.data.ptr, b.data.ptr, out.data.ptr, 1000, 0)):
-    vals[i] = v
+vals, _ptrs, params = fl_binding._buffers()
+for i, v in enumerate(pv):
+    vals[i].value = v
 _dl = cp.cuda.driver.launchKernel
 rows["driver.launchKernel (CuPy binding)"] = lambda: _dl(f.ptr, 1, 1, 1, 256, 1, 1, 0, sp, params, 0)
 rows["cuLaunchKernel via ctypes"] = lambda: _cl(f.ptr, 1, 1, 1, 256, 1, 1, 0, sp, params, None)
@@ -68,6 +75,7 @@ with cudakit.profile():
     res["cudakit.relu, profiler on"] = per_call(lambda: cudakit.relu(a), 5000)
 cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)
 res["cp.empty (CuPy pool directly)"] = per_call(lambda: cp.empty(1000, cp.float32))
+res["cudakit.add (CuPy pool directly)"] = per_call(lambda: cudakit.add(a, b))
 cp.cuda.set_allocator(cudakit.memory._malloc)
 for k, v in res.items():
     print(f"OVERHEAD {k:<36} {v:6.2f} us/call")

@@ -66,6 +66,6 @@ def __dir__():
 
 
 __all__ = ["__version__", "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DTypeError",
-           "LaunchError", "OutOfMemoryError", "ShapeError"] + [n for n in _LAZY if n not in
+           "LaunchError", "OutOfMemoryError", "ShapeError", "TargetIndexError"] + [n for n in _LAZY if n not in
                                                                  ("config", "profiler", "ops", "backends", "runtime",
                                                                   "kernels", "bench", "optim")]

@@ -31,7 +31,7 @@ def collect_info() -> dict:
         "triton": _version("triton"), "numba_cuda": _version("numba-cuda"), "torch": _version("torch"),
         "cuda_usable": ok, "reason": reason, "backend": None, "backend_reason": None,
         "cuda_driver": None, "cuda_runtime": None, "nvrtc": None, "devices": [],
-        "cache": compiler.cache_info(),
+        "cache": compiler.cache_info(), "native_launcher": "not used (no GPU)",
     }
     try:
         be = cudakit.get_backend()
@@ -47,6 +47,9 @@ def collect_info() -> dict:
             info["nvrtc"] = ".".join(map(str, compiler.nvrtc_version()))
         except Exception as e:
             info["nvrtc"] = f"unavailable ({e})"
+        from .runtime import native
+        native.launcher()  # builds it on first use (cached on disk)
+        info["native_launcher"] = native.status()
         for d in cudakit.devices():
             dd = d.as_dict()
             with cudakit.device(d.index):
@@ -84,6 +87,7 @@ def cmd_info(args) -> int:
         print(f"          PCI {d['pci_bus_id']}  {d['uuid']}")
     c = info["cache"]
     print(f"kernel cache: {c['path']} ({c['entries']} files, {c['bytes'] / 2**20:.1f} MiB)")
+    print(f"native launcher: {info['native_launcher']}")
     if not info["cuda_usable"]:
         print("The CPU backend (NumPy) runs every op; install a GPU build with: pip install 'cudakit[cuda13]'")
     return 0

@@ -8,6 +8,7 @@
 | CUDAKIT_LAUNCH_BLOCKING   | "1": synchronise after every launch so errors name their kernel  |
 | CUDAKIT_AUTOTUNE          | "0": use the first config instead of timing them                 |
 | CUDAKIT_AUTOTUNE_LOG      | "1": log each autotuning trial                                   |
+| CUDAKIT_NATIVE            | "0": launch through CuPy's binding, not the native launcher      |
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class Settings:
     launch_blocking: bool
     autotune: bool
     autotune_log: bool
+    native: bool = True
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -41,6 +43,7 @@ class Settings:
             launch_blocking=env.get("CUDAKIT_LAUNCH_BLOCKING", "0").strip().lower() in _TRUE,
             autotune=env.get("CUDAKIT_AUTOTUNE", "1").strip().lower() not in {"0", "false", "no", "off"},
             autotune_log=env.get("CUDAKIT_AUTOTUNE_LOG", "0").strip().lower() in _TRUE,
+            native=env.get("CUDAKIT_NATIVE", "1").strip().lower() not in {"0", "false", "no", "off"},
         )
 
 

@@ -17,7 +17,7 @@ import numpy as np
 _ndarray = np.ndarray
 _backends: dict = {}
 _cuda_nd = type("_NoCupyYet", (), {})   # cupy.ndarray once the CUDA backend exists
-_fast = None                             # CudaBackend.fast_elementwise
+_fast = None                             # kernels.elementwise.fast
 
 
 def _on_cuda(x) -> bool:
@@ -41,35 +41,35 @@ def backend_for(*arrays):
         be = _backends[name] = get_backend(name)
         if name == "cuda":
             global _cuda_nd, _fast
-            _cuda_nd, _fast = be._array_type, be.fast_elementwise
+            _cuda_nd, _fast = be._array_type, be._fast
     return be
-
-
-def _fast_path(op, arrays):
-    """op(*arrays) through CudaBackend.fast_elementwise when every input is a CuPy array (no
-    dispatch, no policy object); None when they do not qualify."""
-    for x in arrays:
-        if type(x) is not _cuda_nd:
-            return None
-    return _fast(op, arrays)
 
 
 def add(a, b, out=None):
     """a + b elementwise (see Backend.add)."""
-    r = _fast_path("add", (a, b)) if out is None else None
-    return r if r is not None else backend_for(a, b).add(a, b, out=out)
+    if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:  # the tiny-op fast path
+        r = _fast("add", (a, b), _cuda_nd)
+        if r is not None:
+            return r
+    return backend_for(a, b).add(a, b, out=out)
 
 
 def mul(a, b, out=None):
     """a * b elementwise (see Backend.mul)."""
-    r = _fast_path("mul", (a, b)) if out is None else None
-    return r if r is not None else backend_for(a, b).mul(a, b, out=out)
+    if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:  # the tiny-op fast path
+        r = _fast("mul", (a, b), _cuda_nd)
+        if r is not None:
+            return r
+    return backend_for(a, b).mul(a, b, out=out)
 
 
 def relu(x, out=None):
     """max(x, 0) elementwise (see Backend.relu)."""
-    r = _fast_path("relu", (x,)) if out is None else None
-    return r if r is not None else backend_for(x).relu(x, out=out)
+    if out is None and type(x) is _cuda_nd:
+        r = _fast("relu", (x,), _cuda_nd)
+        if r is not None:
+            return r
+    return backend_for(x).relu(x, out=out)
 
 
 def relu_backward(grad_out, x, out=None):

@@ -273,3 +273,30 @@ def test_profiler_nvtx_and_benchmark_kernel():
     be = cudakit.get_backend("cuda")
     ms = be.benchmark_kernel("relu", x, num_runs=5)
     assert 0 < ms < 100
+
+
+def test_native_launcher_is_active_and_launches_on_the_current_stream():
+    from cudakit.runtime import native
+    a = cp.arange(1000, dtype=cp.float32)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        b = cudakit.add(a, a)      # queued on s, the current stream
+        s.synchronize()
+    assert native.status() == "active", native.status()
+    np.testing.assert_array_equal(cp.asnumpy(b), 2 * np.arange(1000, dtype=np.float32))
+
+
+def test_launches_without_the_native_launcher(tmp_path):
+    """CUDAKIT_NATIVE=0: every op goes through CuPy's binding and gives the same results."""
+    code = textwrap.dedent('''
+        import cupy as cp, numpy as np, cudakit
+        from cudakit.runtime import native
+        a = cp.linspace(-3, 3, 4099, dtype=cp.float32)
+        np.testing.assert_array_equal(cp.asnumpy(cudakit.add(a, a)), 2 * cp.asnumpy(a))
+        np.testing.assert_array_equal(cp.asnumpy(cudakit.leaky_relu(a, 0.25)), np.where(cp.asnumpy(a) > 0, cp.asnumpy(a), 0.25 * cp.asnumpy(a)))
+        print(native.status())
+    ''')
+    env = dict(os.environ, CUDAKIT_NATIVE="0", CUDAKIT_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("unavailable: disabled by CUDAKIT_NATIVE=0")

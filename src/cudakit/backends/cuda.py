@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from ..runtime import _cupy, memory
-from .base import Backend, _supported, supported_dtypes
+from .base import Backend
 from .cpu import _dlpack_on_cuda
 from .dropout_api import CudaDropoutHooks
 from .layout_api import CudaLayoutHooks
@@ -29,7 +29,7 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         self._get_device = self._cp.cuda.runtime.getDevice
         self._ndarray = self._cp.ndarray
         from ..kernels import elementwise
-        self._run = elementwise.run
+        self._run, self._fast = elementwise.run, elementwise.fast
         memory.ensure_installed()
 
     @property
@@ -73,19 +73,10 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
             return super()._prepare(op, named, out)
 
     def fast_elementwise(self, op, vals, p: float = 0.0):
-        """op(*vals) for CuPy arrays of one supported dtype and one shape on the current device,
-        with no further checks; None when the arrays do not qualify (take the general path)."""
-        x0 = vals[0]
-        dt = x0.dtype
-        if dt not in (_supported or supported_dtypes()):
-            return None
-        shape, dev = x0.shape, x0.data.device_id
-        for v in vals[1:]:
-            if v.dtype != dt or v.shape != shape or v.data.device_id != dev:
-                return None
-        if dev != self._get_device():
-            return None
-        return self._run(op, vals, self._ndarray(shape, dt), p)
+        """op(*vals) for C-contiguous CuPy arrays of one supported dtype and one shape on the
+        current device, with no further checks; None when the arrays do not qualify (take the
+        general path)."""
+        return self._fast(op, vals, self._ndarray, p)
 
     def _elementwise_op(self, op, named, out, p: float = 0.0):
         if out is None:

@@ -20,7 +20,6 @@ dynamic shared memory = metadata.shared.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import logging
@@ -39,24 +38,18 @@ stats = {"compiles": 0, "disk_hits": 0, "tunes": 0}   # counted per process (tes
 _DTYPE_CODE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
                "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
                "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1"}
-_CTYPE = {"i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
-          "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
-          "u64": ctypes.c_uint64, "fp32": ctypes.c_float, "fp64": ctypes.c_double}
-
 
 _MAX_X = 2**31 - 1
 _I32, _I32_DIV, _F32 = ("i32", False), ("i32", True), ("fp32", False)
 _ready = False
-_launch_kernel = None
 _codes: dict = {}
 _ptr_codes: dict = {}   # dtype -> "*fp32" etc.
 
 
 def _first_use():
-    """Resolve CuPy and its driver binding once; later calls read module globals."""
-    global _ready, _launch_kernel
+    """Resolve CuPy once; later calls read module globals."""
+    global _ready
     cp = _cupy.cupy()
-    _launch_kernel = cp.cuda.driver.launchKernel
     _ready = True
     return cp
 
@@ -106,7 +99,7 @@ class _Compiled:
     """One specialisation: the cubin as a cudakit Module, its metadata, and a launcher."""
 
     __slots__ = ("kernel", "meta", "types", "block", "block3", "shared", "n_params", "needs_scratch", "half_args",
-                 "_tls")
+                 "codes", "launchers")
 
     def __init__(self, binary: bytes, meta: dict, types: list[str]):
         self.meta = meta
@@ -119,7 +112,8 @@ class _Compiled:
         self.needs_scratch = bool(meta.get("global_scratch_size") or meta.get("profile_scratch_size"))
         _launch.validate((1, 1, 1), self.block3, 0, kernel=meta["name"])
         self.n_params = len(types) + 2                      # + global and profile scratch pointers
-        self._tls = threading.local()
+        self.codes = "".join(_param_code(t) for t in types) + "QQ"
+        self.launchers: dict = {}                           # device -> FastLauncher
         if meta.get("num_ctas", 1) != 1 or meta.get("launch_cooperative_grid") or meta.get("launch_pdl"):
             raise BackendUnavailableError(
                 f"{meta['name']}: clusters (num_ctas > 1), cooperative grids and PDL launches are not supported")
@@ -137,14 +131,19 @@ class _Compiled:
                 self.kernel.set_max_dynamic_shared_memory(self.shared)
         return f
 
-    def buffers(self):
-        b = getattr(self._tls, "b", None)
-        if b is None:
-            cells = [(_CTYPE.get(t) or ctypes.c_uint64)() if t[0] != "*" else ctypes.c_uint64()
-                     for t in self.types] + [ctypes.c_uint64(), ctypes.c_uint64()]
-            ptrs = (ctypes.c_void_p * len(cells))(*[ctypes.addressof(c) for c in cells])
-            b = self._tls.b = (cells, ptrs, ctypes.addressof(ptrs))
-        return b
+    def launcher(self, dev: int, f):
+        from .fastlaunch import FastLauncher
+        fl = self.launchers[dev] = FastLauncher(f.ptr, self.codes)
+        return fl
+
+
+def _param_code(t: str) -> str:
+    """The native launcher's code for a Triton parameter type: pointers and 64-bit integers in 8
+    bytes, 16-bit floats as their bit pattern; narrower integers go in a 4-byte slot, of which the
+    driver reads the low bytes (little-endian)."""
+    if t[0] == "*" or t in ("i64", "u64"):
+        return "Q"
+    return {"fp32": "f", "fp64": "d", "fp16": "h", "bf16": "h", "i16": "h", "u16": "h"}.get(t, "i")
 
 
 def _scalar_bits(t: str, v) -> int | float:
@@ -350,25 +349,24 @@ class TritonKernel:
         if not (0 < g[0] <= _MAX_X and 0 < g[1] <= 65535 and 0 < g[2] <= 65535):
             _launch.validate(g, (comp.block, 1, 1), comp.shared, kernel=comp.meta["name"])
         s_ptr = stream.ptr if stream is not None else cp.cuda.get_current_stream().ptr
-        cells, _keep, params = comp.buffers()
-        for cell, v in zip(cells, vals):
-            cell.value = v
+        fl = comp.launchers.get(dev) or comp.launcher(dev, f)
         for i in comp.half_args:  # 16-bit float scalars travel as their bit pattern
-            cells[i].value = _scalar_bits(comp.types[i], vals[i])
+            vals[i] = _scalar_bits(comp.types[i], vals[i])
         scratch = None
         if comp.needs_scratch:
             scratch = (self._scratch(comp, "global_scratch_size", g), self._scratch(comp, "profile_scratch_size", g))
-            cells[-2].value = scratch[0].data.ptr if scratch[0] is not None else 0
-            cells[-1].value = scratch[1].data.ptr if scratch[1] is not None else 0
+            vals.append(scratch[0].data.ptr if scratch[0] is not None else 0)
+            vals.append(scratch[1].data.ptr if scratch[1] is not None else 0)
+        else:
+            vals += (0, 0)
         _launch.recent_launches.append((comp.meta["name"], g, comp.block3))
         try:
             if profiler._active is None:
-                _launch_kernel(f.ptr, g[0], g[1], g[2], comp.block, 1, 1, comp.shared, s_ptr, params, 0)
+                fl(g[0], comp.block, vals, s_ptr, (g[1], g[2]), comp.shared)
             else:
                 profiler._active._record_launch(
                     comp.meta["name"], g, comp.block3, stream,
-                    lambda: _launch_kernel(f.ptr, g[0], g[1], g[2], comp.block, 1, 1, comp.shared,
-                                           s_ptr, params, 0))
+                    lambda: fl(g[0], comp.block, vals, s_ptr, (g[1], g[2]), comp.shared))
             if _launch._blocking or (_launch._blocking is None and _launch.launch_blocking()):
                 (stream or cp.cuda.get_current_stream()).synchronize()
         except cp.cuda.driver.CUDADriverError as e:
