@@ -34,3 +34,11 @@ for k, fn in {"backend softmax 64x128": lambda: be.softmax(xs),
               "torch softmax 64x128": lambda: torch.nn.functional.softmax(torch.from_dlpack(xs), -1)}.items():
     h = host_time_per_call(fn, calls=2000, rounds=3, sync=cp.cuda.get_current_stream().synchronize)["median_ms"] * 1e3
     print(f"VARIANT diag {k:<31} {h:7.1f} us host per call")
+import cProfile
+import pstats
+pr = cProfile.Profile()
+pr.enable()
+for _ in range(2000):
+    be.softmax(xs)
+pr.disable()
+pstats.Stats(pr).sort_stats("tottime").print_stats(25)

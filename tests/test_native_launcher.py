@@ -89,3 +89,13 @@ def test_compile_error_is_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
     with pytest.raises(native.NativeBuildError, match="failed to compile _native.c"):
         native.build(tmp_path / "x.so")
+
+
+def test_numpy_integers_are_accepted_for_dimensions(mod):
+    np = pytest.importorskip("numpy")
+    seen, _cb = _recorder(mod, [8])
+    assert mod.launch(np.uint64(7), np.int64(3), 1, 1, np.int32(64), 1, 1, np.int64(0), np.int64(9), b"Q", np.int64(-1)) == 0
+    assert seen["f"] == 7 and seen["dims"] == (3, 1, 1, 64, 1, 1) and seen["stream"] == 9
+    assert struct.unpack("<q", seen["raw"][0])[0] == -1
+    with pytest.raises(OverflowError, match="32 bits"):
+        mod.launch(1, 2**32, 1, 1, 1, 1, 1, 0, 0, b"")

@@ -627,6 +627,32 @@ def vec_for(cols: int, dtype_name: str, *arrays) -> int:
 # ------------------------------------------------------------------------------------------
 # host wrappers
 
+_NAMES: dict = {}     # np.dtype -> name (dtype.name is slow on the host-time-critical path)
+_fwd_plans: dict = {}  # (dtype name, v, nvec, target) -> (expr, threads per row, rows per block)
+
+
+def _name(dtype) -> str:
+    n = _NAMES.get(dtype)
+    if n is None:
+        n = _NAMES[dtype] = dtype.name
+    return n
+
+
+def _fwd_plan(dt: str, v: int, nvec: int, target: int):
+    key = (dt, v, nvec, target)
+    p = _fwd_plans.get(key)
+    if p is None:
+        t = ctype(dt)
+        plan = reg_plan(nvec, target, lambda nv: fwd_bound(nv, v, dt), reg_nvs(v))
+        if plan is not None:
+            tpr, nv, rpb = plan
+            p = (f"ck_softmax_fwd_reg<{t}, {v}, {nv}>", tpr, rpb)
+        else:
+            p = (f"ck_softmax_fwd_loop<{t}, {v}>", LOOP_THREADS, 0)
+        _fwd_plans[key] = p
+    return p
+
+
 def softmax_forward(x2d, log: bool = False, out=None, plan_nv=None):
     """softmax (log=False) or log_softmax (log=True) of each row of `x2d`.
 
@@ -635,22 +661,19 @@ def softmax_forward(x2d, log: bool = False, out=None, plan_nv=None):
     """
     cp = _cupy.loaded_cupy()
     rows, cols = x2d.shape
-    dt = x2d.dtype.name
-    t = ctype(dt)
-    y = cp.empty_like(x2d) if out is None else out
+    dt = _name(x2d.dtype)
+    y = cp.ndarray(x2d.shape, x2d.dtype) if out is None else out
     if rows == 0 or cols == 0:
         return y
     v = vec_for(cols, dt, x2d, y)
     nvec = cols // v
-    plan = reg_plan(nvec, plan_nv or FWD_TARGET_NV, lambda nv: fwd_bound(nv, v, dt), reg_nvs(v))
+    expr, tpr, rpb = _fwd_plan(dt, v, nvec, plan_nv or FWD_TARGET_NV)
     lg = np.int32(bool(log))
-    if plan is not None:
-        tpr, nv, rpb = plan
-        launch(_families, f"ck_softmax_fwd_reg<{t}, {v}, {nv}>", dt, (-(-rows // rpb), 1, 1), (tpr, rpb, 1),
+    if rpb:
+        launch(_families, expr, dt, (-(-rows // rpb), 1, 1), (tpr, rpb, 1),
                (x2d, y, np.int64(rows), np.int32(nvec), lg))
     else:
-        launch(_families, f"ck_softmax_fwd_loop<{t}, {v}>", dt, (rows, 1, 1), (LOOP_THREADS, 1, 1),
-               (x2d, y, np.int32(nvec), lg))
+        launch(_families, expr, dt, (rows, 1, 1), (tpr, 1, 1), (x2d, y, np.int32(nvec), lg))
     return y
 
 
@@ -675,9 +698,9 @@ def softmax_backward(g2d, y2d, log: bool = False, out=None, plan_nv=None):
     """
     cp = _cupy.loaded_cupy()
     rows, cols = y2d.shape
-    dt = y2d.dtype.name
+    dt = _name(y2d.dtype)
     t = ctype(dt)
-    dx = cp.empty_like(y2d) if out is None else out
+    dx = cp.ndarray(y2d.shape, y2d.dtype) if out is None else out
     if rows == 0 or cols == 0:
         return dx
     v = vec_for(cols, dt, g2d, y2d, dx)

@@ -57,11 +57,28 @@ static int ck_pack(char code, PyObject* o, uint64_t* slot) {
   }
 }
 
+/* An unsigned int from an int or any object with __index__ (a NumPy integer). */
 static int ck_uint(PyObject* o, unsigned* out) {
-  unsigned long v = PyLong_AsUnsignedLong(o);
+  PyObject* i = PyNumber_Index(o);
+  if (i == NULL) return -1;
+  unsigned long v = PyLong_AsUnsignedLong(i);
+  Py_DECREF(i);
   if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
+  if (v > 0xffffffffUL) {
+    PyErr_Format(PyExc_OverflowError, "launch dimension %lu does not fit in 32 bits", v);
+    return -1;
+  }
   *out = (unsigned)v;
   return 0;
+}
+
+/* A pointer-sized value from an int or any object with __index__. */
+static int ck_ptr(PyObject* o, void** out) {
+  PyObject* i = PyNumber_Index(o);
+  if (i == NULL) return -1;
+  *out = PyLong_AsVoidPtr(i);
+  Py_DECREF(i);
+  return (*out == NULL && PyErr_Occurred()) ? -1 : 0;
 }
 
 /* launch(func, gx, gy, gz, bx, by, bz, smem, stream, codes, *values) -> CUresult (0: queued).
@@ -76,15 +93,16 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     PyErr_SetString(PyExc_RuntimeError, "set_launch() was not called");
     return NULL;
   }
-  void* func = PyLong_AsVoidPtr(args[0]);
+  void* func;
+  if (ck_ptr(args[0], &func) < 0) return NULL;
   if (func == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "func is a null CUfunction");
+    PyErr_SetString(PyExc_ValueError, "func is a null CUfunction");
     return NULL;
   }
   for (int i = 0; i < 7; ++i)
     if (ck_uint(args[1 + i], &dims[i]) < 0) return NULL;
-  void* stream = PyLong_AsVoidPtr(args[8]);
-  if (stream == NULL && PyErr_Occurred()) return NULL;
+  void* stream;
+  if (ck_ptr(args[8], &stream) < 0) return NULL;
   if (!PyBytes_Check(args[9])) {
     PyErr_SetString(PyExc_TypeError, "codes must be bytes");
     return NULL;

@@ -56,6 +56,7 @@ _pool = None
 _counters: dict[int, _Counters] = {}
 _callback = None
 _TrackedMemory = None
+_mem_mod = None      # cupy.cuda.memory
 
 
 def _make_tracked_memory_class(cp):
@@ -79,7 +80,7 @@ def _make_tracked_memory_class(cp):
 
 def ensure_installed():
     """Install the counting allocator in front of CuPy's pool (once) and apply CUDAKIT_GPU_MEMORY_LIMIT."""
-    global _installed, _pool, _TrackedMemory
+    global _installed, _pool, _TrackedMemory, _mem_mod
     if _installed:
         return _pool
     cp = _cupy.cupy()
@@ -88,6 +89,7 @@ def ensure_installed():
             return _pool
         _pool = cp.get_default_memory_pool()
         _TrackedMemory = _make_tracked_memory_class(cp)
+        _mem_mod = cp.cuda.memory
         cp.cuda.set_allocator(_malloc)
         _installed = True
     from ..config import settings
@@ -106,11 +108,11 @@ def _counters_for(dev: int) -> _Counters:
 
 
 def _malloc(size: int):
-    cp = _cupy.loaded_cupy()
-    mem_mod = cp.cuda.memory
+    mem_mod = _mem_mod
     try:
         inner = _pool.malloc(size)
     except mem_mod.OutOfMemoryError:
+        cp = _cupy.loaded_cupy()
         dev = cp.cuda.runtime.getDevice()
         c = _counters_for(dev)
         c.oom_retries += 1
