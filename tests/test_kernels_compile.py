@@ -60,3 +60,23 @@ def test_compile_error_shows_log(cache_dir):
         compiler.compile_to_cubin('extern "C" __global__ void k(float* x) { x[0] = 1.0f }', arch="sm_90",
                                   source_name="broken.cu")
     assert "broken.cu(1)" in str(ei.value) and "expected" in ei.value.log
+
+
+def test_fast_math_only_for_16_bit_storage(tmp_path):
+    """float64 kernels stay in double precision and 16-bit storage takes the fast path (a lost
+    double overload once sent float64 gelu_erf through float32 math)."""
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("nvcc is not on the PATH")
+    from cudakit.kernels import elementwise as ew
+    for dt, fast in (("float64", False), ("bfloat16", True), ("float16", True)):
+        names = [ew._expr("contig", op, dt, 1) for op in ("gelu_erf", "gelu_erf_backward")]
+        refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(names))
+        (tmp_path / "k.cu").write_text(ew.SOURCE + "\n" + refs + "\n")
+        r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-ptx", "-o", str(tmp_path / "k.ptx"),
+                            str(tmp_path / "k.cu")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        ptx = (tmp_path / "k.ptx").read_text()
+        assert ("ex2.approx.ftz.f32" in ptx) == fast, dt
+        if dt == "float64":
+            assert "cvt.rn.f32.f64" not in ptx  # no detour through float32
