@@ -3,7 +3,7 @@
 #   bash scripts/gpu_check.sh [extra args for `cudakit bench`]
 set -u
 OUT=${OUT:-/tmp/cudakit-out}
-mkdir -p "$OUT/bench"
+mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src:$PWD/tests" PYTHONUNBUFFERED=1 CUDAKIT_RESULTS=/tmp/cudakit-extra  # at most 8 files come back: extras go to the log
 export CUDAKIT_CACHE_DIR=${CUDAKIT_CACHE_DIR:-/tmp/cudakit-cache}
 LOG="$OUT/log.txt"
@@ -26,4 +26,6 @@ PY
 timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
 for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "scripts/$v.py" 2>&1 | tee -a "$LOG" | grep VARIANT; done
 python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
-timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out "$OUT/bench" "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
+# the plots stay on the device (at most 8 files come back): results.json and the speedup plot return
+timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out /tmp/cudakit-bench "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
+cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null

@@ -40,31 +40,39 @@ template <bool F, typename C> __device__ __forceinline__ C ck_cdf(C x) {
   return C(0.5) * ck_erfc<F>(x * C(-0.7071067811865476)); }
 template <bool F, typename C> __device__ __forceinline__ C ck_pdf(C x) {
   return C(0.3989422804014327) * ck_exp<F>(C(-0.5) * x * x); }
-// 16-bit storage: erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), the form of Numerical Recipes'
-// erfcc with P of degree 5 fitted here (minimax by Lawson's reweighting on [0, 10]). Written in
-// w = |x| sqrt(log2(e) / 2), so z = |x| / sqrt2 = w / sqrt(log2 e) and exp(-z^2 + P) is one
-// ex2.approx of (-w^2 + P log2 e). Relative error < 2.3e-5 in float32 arithmetic (checked
-// against math.erfc on 8e5 points in [-20, 20]), far below a 16-bit ulp (2^-8, 2^-11); about half
-// the instructions of erfcf, which left bfloat16 gelu_erf at 0.6 of the copy bandwidth. w is
-// clamped where z = 10 (erfc(10) = 2e-45 is 0 in float32): the fast divide is undefined for huge
-// denominators. A NaN x reaches gelu's result through the factor x.
-template <> __device__ __forceinline__ float ck_cdf<true, float>(float x) {
+// Phi and phi together (gelu_erf's backward needs both).
+template <bool F, typename C> __device__ __forceinline__ void ck_cdf_pdf(C x, C& cdf, C& pdf) {
+  cdf = ck_cdf<F>(x);
+  pdf = ck_pdf<F>(x);
+}
+// 16-bit storage: erfc(z) = t exp(-z^2) Q(t), t = 1 / (1 + z/2), z = |x| / sqrt2, the form of
+// Numerical Recipes' erfcc with Q a degree-5 polynomial fitted here (relative minimax by Lawson's
+// reweighting on z in [0, 10] against mpmath). With w = |x| sqrt(log2(e) / 2), exp(-z^2) =
+// exp(-x^2 / 2) = 2^(-w^2): one ex2.approx serves Phi and phi. Relative error of Phi < 3.7e-5 in
+// float32 arithmetic (checked against math.erfc on 8e5 points in [-20, 20]), far below a 16-bit
+// ulp (2^-8, 2^-11); about half the instructions of erfcf, which left bfloat16 gelu_erf at 0.6 of
+// the copy bandwidth. w is clamped where z = 10 (erfc(10) = 2e-45 is 0 in float32): the fast
+// divide is undefined for huge denominators. A NaN x reaches gelu's result through the factor x.
+__device__ __forceinline__ void ck_cdf_pdf_fast(float x, float& cdf, float& e) {
   const float w = fminf(fabsf(x) * 0.849321800288019f, 12.011224087864498f);
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-w * w));                // exp(-x^2 / 2)
   const float th = __fdividef(0.5f, fmaf(0.41627730557884884f, w, 1.0f));   // t / 2
   const float t = th + th;
-  float p = 0.330079196f;
-  p = fmaf(p, t, -1.023158759f); p = fmaf(p, t, 0.684561954f); p = fmaf(p, t, 0.367077873f);
-  p = fmaf(p, t, 1.468684331f); p = fmaf(p, t, -1.827233596f);
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(-w, w, p)));
-  const float r = th * e;   // 0.5 erfc(|x| / sqrt2) = Phi(-|x|)
-  return x > 0.0f ? 1.0f - r : r;
+  float q = -0.057262344f;
+  q = fmaf(q, t, -0.011670178f); q = fmaf(q, t, 0.306410215f); q = fmaf(q, t, 0.187447942f);
+  q = fmaf(q, t, 0.293784662f); q = fmaf(q, t, 0.281264119f);
+  const float r = th * e * q;   // 0.5 erfc(|x| / sqrt2) = Phi(-|x|)
+  cdf = x > 0.0f ? 1.0f - r : r;
 }
-template <> __device__ __forceinline__ float ck_pdf<true, float>(float x) {
-  const float w = x * 0.849321800288019f;   // exp(-x^2 / 2) = 2^(-w^2)
+template <> __device__ __forceinline__ float ck_cdf<true, float>(float x) {
+  float c, e;
+  ck_cdf_pdf_fast(x, c, e);
+  return c;
+}
+template <> __device__ __forceinline__ void ck_cdf_pdf<true, float>(float x, float& cdf, float& pdf) {
   float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-w * w));
-  return 0.3989422804014327f * e;
+  ck_cdf_pdf_fast(x, cdf, e);
+  pdf = 0.3989422804014327f * e;
 }
 
 // sigmoid without overflow: exp of a non-positive number only, so sigmoid(-100) is 3.8e-44, not 0
@@ -127,7 +135,9 @@ struct ck_gelu_tanh_bwd : ck_op { template <bool F, typename C> __device__ __for
 struct ck_gelu_erf : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
   return x * ck_cdf<F>(x); } };
 struct ck_gelu_erf_bwd : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C g, C x) const {
-  return g * (ck_cdf<F>(x) + x * ck_pdf<F>(x)); } };
+  C cdf, pdf;
+  ck_cdf_pdf<F>(x, cdf, pdf);
+  return g * (cdf + x * pdf); } };
 
 struct ck_strides2 { long long ndim; long long shape[CK_MAX_DIMS]; long long s0[CK_MAX_DIMS]; long long s1[CK_MAX_DIMS]; };
 struct ck_strides3 { long long ndim; long long shape[CK_MAX_DIMS]; long long s0[CK_MAX_DIMS]; long long s1[CK_MAX_DIMS]; long long s2[CK_MAX_DIMS]; };
