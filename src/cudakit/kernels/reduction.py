@@ -489,12 +489,24 @@ def _prod(shape) -> int:
     return n
 
 
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
+_NAMES: dict = {}   # np.dtype -> name (dtype.name is slow on the per-call path)
+
+
+def _name(dt) -> str:
+    n = _NAMES.get(dt)
+    if n is None:
+        n = _NAMES[dt] = np.dtype(dt).name
+    return n
+
+
 def _acc_dtype(dtype):
-    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+    """float64 for float64, float32 for the other (float) dtypes."""
+    return _F64 if np.dtype(dtype).itemsize == 8 else _F32
 
 
 def _acc_scalar(dtype, v):
-    return np.float64(v) if np.dtype(dtype) == np.float64 else np.float32(v)
+    return np.float64(v) if np.dtype(dtype).itemsize == 8 else np.float32(v)
 
 
 _NAN_BITS = {2: (np.uint16, {"float16": 0x7E00, "bfloat16": 0x7FC0}), 4: (np.uint32, 0x7FC00000),
@@ -539,10 +551,10 @@ def plan(shape: tuple, axes: tuple):
 
 def _base_order(x):
     """A permutation p with x.transpose(p) C-contiguous (x itself when C-contiguous), or None."""
-    if x.flags.c_contiguous:
+    if x._c_contiguous:  # CuPy's flag; x.flags builds an object per call
         return tuple(range(x.ndim))
     order = sorted(range(x.ndim), key=lambda d: (-abs(x.strides[d]), -x.shape[d]))
-    return tuple(order) if x.transpose(order).flags.c_contiguous else None
+    return tuple(order) if x.transpose(order)._c_contiguous else None
 
 
 # ------------------------------------------------------------------------------------------
@@ -552,10 +564,10 @@ def _run(code: int, xc, outer: int, R: int, inner: int, odt, div: float):
     """Reduce the middle axis of contiguous xc viewed as (outer, R, inner), R >= 1, outer * inner
     >= 1. Returns a flat (outer * inner,) array of dtype odt."""
     cp = _cupy.loaded_cupy()
-    dt = xc.dtype.name
+    dt = _name(xc.dtype)
     t = ctype(dt)
     odt = np.dtype(odt)
-    o = "long long" if odt == np.int64 else ctype(odt.name)
+    o = "long long" if odt == np.int64 else ctype(_name(odt))
     n_out = outer * inner
     out = cp.empty(n_out, odt)
     acc = _acc_dtype(xc.dtype)
@@ -623,7 +635,7 @@ def _layout(x, axes: tuple, keep_index_order: bool):
     base = _base_order(x)
     if base is None or (keep_index_order and len(axes) > 1 and base != tuple(sorted(base))):
         x, base = cp.ascontiguousarray(x), tuple(range(nd))
-    else:
+    elif not x._c_contiguous:
         x = x.transpose(base)  # C-contiguous: a view
     b_axes = tuple(sorted(i for i, d in enumerate(base) if d in axes))
     perm, outer, R, inner = plan(x.shape, b_axes)
