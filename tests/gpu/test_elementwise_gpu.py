@@ -109,6 +109,11 @@ def test_arrays_on_different_devices():
     with cp.cuda.Device(0):
         c = cudakit.relu(b)  # ...and while 0 is current
     assert c.device.id == 1 and (c.get() == 1).all()
+    with cp.cuda.Device(0):  # the other op families too: on the inputs' device, through any launcher
+        s, r, d = cudakit.softmax(b.reshape(2, 4)), cudakit.sum(b), cudakit.gelu(b, approximate="none")
+        assert cp.cuda.runtime.getDevice() == 0
+    assert s.device.id == r.device.id == d.device.id == 1
+    assert float(r.get()) == 8 and np.allclose(s.get(), 0.25) and np.allclose(d.get(), 0.8413447460685429)
     with pytest.raises(cudakit.DeviceError, match="different devices"):
         cudakit.add(a, b)
 
