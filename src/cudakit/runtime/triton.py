@@ -46,10 +46,14 @@ _codes: dict = {}
 _ptr_codes: dict = {}   # dtype -> "*fp32" etc.
 
 
+_get_device = None   # cupy.cuda.runtime.getDevice
+
+
 def _first_use():
     """Resolve CuPy once; later calls read module globals."""
-    global _ready
+    global _ready, _get_device
     cp = _cupy.cupy()
+    _get_device = cp.cuda.runtime.getDevice
     _ready = True
     return cp
 
@@ -98,11 +102,11 @@ class Config:
 class _Compiled:
     """One specialisation: the cubin as a cudakit Module, its metadata, and a launcher."""
 
-    __slots__ = ("kernel", "meta", "types", "block", "block3", "shared", "n_params", "needs_scratch", "half_args",
-                 "codes", "launchers")
+    __slots__ = ("kernel", "meta", "name", "types", "block", "block3", "shared", "n_params", "needs_scratch",
+                 "half_args", "codes", "launchers")
 
     def __init__(self, binary: bytes, meta: dict, types: list[str]):
-        self.meta = meta
+        self.meta, self.name = meta, meta["name"]
         self.kernel = compiler.Module(binary, {}, f"triton:{meta['name']}").get_kernel(meta["name"])
         self.types = types                                  # Triton type of each runtime argument
         self.half_args = [i for i, t in enumerate(types) if t in ("fp16", "bf16")]
@@ -172,6 +176,7 @@ class TritonKernel:
         self._const_defaults = {p.name: p.default for p in self.params if p.is_constexpr and p.has_default}
         self._n_rt = len(self._rt_names)
         self._rt_first = all(not p.is_constexpr for p in self.params[:self._n_rt])
+        self._defaults_complete = len(self._const_defaults) == len(self._const_names)
         self._cache: dict = {}
         self._lock = threading.Lock()
 
@@ -287,8 +292,10 @@ class TritonKernel:
         None when the call has another form (the general bind() handles it)."""
         if len(args) != self._n_rt or not self._rt_first:
             return None
-        consts = dict(self._const_defaults)
         nw, ns = self.defaults.num_warps, self.defaults.num_stages
+        if not kwargs:  # every constexpr at its default: nothing to copy or check per call
+            return (args, self._const_defaults, nw, ns) if self._defaults_complete else None
+        consts = dict(self._const_defaults)
         for k, v in kwargs.items():
             if k in self._const_set:
                 consts[k] = v
@@ -331,9 +338,8 @@ class TritonKernel:
                 t, div, v = self._arg_type(name, a)
                 sig.append((t, div))
                 vals.append(v)
-        dev = cp.cuda.runtime.getDevice()
-        sig = tuple(sig)
-        ckey = (dev, sig, tuple(consts[n] for n in self._const_names), nw, ns)
+        dev = _get_device()
+        ckey = (dev, tuple(sig), tuple([consts[n] for n in self._const_names]) if consts else (), nw, ns)
         comp = self._cache.get(ckey)
         if comp is None:
             with self._lock:
@@ -359,10 +365,16 @@ class TritonKernel:
             vals.append(scratch[1].data.ptr if scratch[1] is not None else 0)
         else:
             vals += (0, 0)
-        _launch.recent_launches.append((comp.meta["name"], g, comp.block3))
+        _launch.recent_launches.append((comp.name, g, comp.block3))
         try:
             if profiler._active is None:
-                fl(g[0], comp.block, vals, s_ptr, (g[1], g[2]), comp.shared)
+                nl = fl._native
+                if nl is not None:  # the native launcher, called directly: one Python frame less
+                    r = nl(fl.func, g[0], g[1], g[2], comp.block, 1, 1, comp.shared, s_ptr, fl._bcodes, *vals)
+                    if r:
+                        raise cp.cuda.driver.CUDADriverError(r)
+                else:
+                    fl(g[0], comp.block, vals, s_ptr, (g[1], g[2]), comp.shared)
             else:
                 profiler._active._record_launch(
                     comp.meta["name"], g, comp.block3, stream,
