@@ -5,7 +5,11 @@ import subprocess
 
 import pytest
 
-KERNEL_MODULES = ["cudakit.kernels.elementwise"]
+# every module of CUDA C++ kernels (name_expressions() + SOURCE); the per-family compile tests add
+# their own checks (spills, shared memory, plans) on top
+KERNEL_MODULES = ["cudakit.kernels.elementwise", "cudakit.kernels.normalization", "cudakit.kernels.reduction",
+                  "cudakit.kernels.softmax", "cudakit.kernels.cross_entropy", "cudakit.kernels.transpose",
+                  "cudakit.kernels.dropout"]
 
 
 def nvcc_compile(mod, tmp_path, names=None, extra=()):
@@ -31,7 +35,7 @@ def test_nvcc_compiles_every_instantiation(modname, tmp_path):
     nvcc_compile(importlib.import_module(modname), tmp_path)
 
 
-@pytest.mark.parametrize("modname", KERNEL_MODULES)
+@pytest.mark.parametrize("modname", KERNEL_MODULES + ["cudakit.kernels.optimizers"])
 def test_nvrtc_compiles_every_instantiation(modname, cache_dir):
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     from cudakit.runtime import compiler

@@ -26,10 +26,6 @@ def test_nvcc_compiles_every_instantiation_without_spills(tmp_path):
     assert all(s == "0" for s in stacks), log[-4000:]
 
 
-def test_nvrtc_compiles_every_instantiation(cache_dir):
-    kc.test_nvrtc_compiles_every_instantiation("cudakit.kernels.optimizers", cache_dir)
-
-
 def test_chunk_table():
     import numpy as np
     c = optimizers.CHUNK

@@ -1,5 +1,5 @@
-"""Every instantiation of cudakit.kernels.softmax and cudakit.kernels.cross_entropy compiles with
-nvcc (sm_90) and NVRTC, and their launch plans pick instantiations that exist. No GPU needed."""
+"""cudakit.kernels.softmax and cudakit.kernels.cross_entropy: their launch plans pick instantiations
+that exist (the nvcc and NVRTC compile is in test_kernels_compile.py). No GPU needed."""
 import functools
 import operator
 
@@ -7,16 +7,6 @@ import pytest
 import test_kernels_compile as kc
 
 MODULES = ["cudakit.kernels.softmax", "cudakit.kernels.cross_entropy"]
-
-
-@pytest.mark.parametrize("modname", MODULES)
-def test_nvcc_compiles_every_instantiation(modname, tmp_path):
-    kc.test_nvcc_compiles_every_instantiation(modname, tmp_path)
-
-
-@pytest.mark.parametrize("modname", MODULES)
-def test_nvrtc_compiles_every_instantiation(modname, cache_dir):
-    kc.test_nvrtc_compiles_every_instantiation(modname, cache_dir)
 
 
 @pytest.mark.parametrize("modname", MODULES)
