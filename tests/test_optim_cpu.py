@@ -64,8 +64,11 @@ def test_a_wrong_formula_fails_the_reference(rng):
     """The tolerance is tight enough to tell apart: another eps, Adam's weight decay applied the
     AdamW way, Nesterov momentum or plain momentum."""
     params, grads = problem(rng, SIZES, STEPS, "float32")
-    want = ref_adam(params, grads, "float32", False, 0.01, (0.9, 0.999), 1e-8)
-    wrong = ref_adam(params, grads, "float32", False, 0.01, (0.9, 0.999), 1e-6)
+    # eps only shows where sqrt(v) is small: with every gradient scale >= 0.1 (about 1 draw in 13)
+    # the two trajectories stayed within the tolerance, so the eps check runs on gradients / 1000.
+    small = [[g * np.float32(1e-3) for g in gs] for gs in grads]
+    want = ref_adam(params, small, "float32", False, 0.01, (0.9, 0.999), 1e-8)
+    wrong = ref_adam(params, small, "float32", False, 0.01, (0.9, 0.999), 1e-6)
     with pytest.raises(AssertionError, match="tolerance"):
         assert_close(wrong, want, "float32", False)
     p2 = [p.copy() for p in params]
