@@ -36,7 +36,11 @@ fl_binding = FastLauncher(f.ptr, fl.codes)
 fl_binding._native = None
 pv = (a.data.ptr, b.data.ptr, out.data.ptr, 1000, 0.0)
 print("OVERHEAD native launcher:", native.status())
+from cudakit import ops
+from cudakit.runtime import memory
 rows = {
+    "cudakit.add, Python path (ew.fast)": lambda: ew.fast("add", (a, b), cp.ndarray),
+    "native ew alone (ops._ew)": lambda: ops._ew(ops._T_ADD, a, b, 0.0),
     "cudakit launcher alone": lambda: fl(1, 256, pv, sp),
     "cudakit launcher, CuPy binding": lambda: fl_binding(1, 256, pv, sp),
     "cp.ndarray(shape, dtype)": lambda: cp.ndarray((1000,), cp.float32),
@@ -73,10 +77,18 @@ res["profiler check when off (ns!)"] = min(timeit.repeat("p._active is None", gl
 res["cudakit.relu, profiler off"] = per_call(lambda: cudakit.relu(a), 5000)
 with cudakit.profile():
     res["cudakit.relu, profiler on"] = per_call(lambda: cudakit.relu(a), 5000)
+installed = cp.cuda.get_allocator()
+print("OVERHEAD allocator installed:", installed)
 cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)
 res["cp.empty (CuPy pool directly)"] = per_call(lambda: cp.empty(1000, cp.float32))
 res["cudakit.add (CuPy pool directly)"] = per_call(lambda: cudakit.add(a, b))
-cp.cuda.set_allocator(cudakit.memory._malloc)
+cp.cuda.set_allocator(memory._malloc)
+res["cp.empty (Python counting allocator)"] = per_call(lambda: cp.empty(1000, cp.float32))
+res["cudakit.add (Python counting allocator)"] = per_call(lambda: cudakit.add(a, b))
+cp.cuda.set_allocator(installed)
+res["cudakit.add (installed allocator, again)"] = per_call(lambda: cudakit.add(a, b))
+if "torch.add" in rows:
+    res["torch.add (again)"] = per_call(rows["torch.add"])
 for k, v in res.items():
     print(f"OVERHEAD {k:<36} {v:6.2f} us/call")
 import shutil, sysconfig, os

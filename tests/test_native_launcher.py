@@ -3,6 +3,7 @@ code into its slot exactly; cuLaunchKernel is replaced by a recording ctypes cal
 needed."""
 import ctypes
 import struct
+import sys
 
 import pytest
 
@@ -99,3 +100,229 @@ def test_numpy_integers_are_accepted_for_dimensions(mod):
     assert struct.unpack("<q", seen["raw"][0])[0] == -1
     with pytest.raises(OverflowError, match="32 bits"):
         mod.launch(1, 2**32, 1, 1, 1, 1, 1, 0, 0, b"")
+
+
+# -- the counting allocator (mem_*) with a fake pool -------------------------------------------
+
+class _PoolOOM(Exception):
+    pass
+
+
+class _Block:
+    def __init__(self, size):
+        self.size = size
+
+
+class _PoolPtr:
+    """What CuPy's pool.malloc returns: .ptr, .device_id, .mem.size; records when it is dropped."""
+    def __init__(self, pool, size, dev):
+        self.ptr, self.device_id, self.mem, self._pool = pool.next_ptr, dev, _Block(size), pool
+        pool.next_ptr += size
+
+    def __del__(self):
+        self._pool.returned.append(self.mem.size)
+
+
+class _Pool:
+    def __init__(self):
+        self.next_ptr, self.returned, self.dev, self.fail = 0x10000, [], 0, 0
+
+    def malloc(self, size):
+        if self.fail:
+            self.fail -= 1
+            raise _PoolOOM(size)
+        return _PoolPtr(self, -(-size // 512) * 512 if size else 0, self.dev)
+
+
+class _Unowned:
+    def __init__(self, ptr, size, owner, device_id):
+        self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
+
+
+class _MemPtr:
+    def __init__(self, mem, offset):
+        self.mem, self.ptr = mem, mem.ptr + offset
+
+
+@pytest.fixture
+def mem(tmp_path):
+    try:
+        m = native.load(tmp_path / "mem.so")  # its own copy: the counters start at zero
+    except native.NativeBuildError as e:
+        pytest.skip(f"native module cannot be built here: {e}")
+    pool, retries = _Pool(), []
+
+    def after_oom(size):
+        retries.append(size)
+        return pool.malloc(size)
+    m.mem_setup(pool.malloc, _Unowned, _MemPtr, _PoolOOM, after_oom)
+    return m, pool, retries
+
+
+def test_allocator_counts_allocations_frees_and_peak(mem):
+    m, pool, _ = mem
+    a = m.mem_malloc(1000)          # 1024 bytes from the pool
+    b = m.mem_malloc(1)             # 512
+    assert isinstance(a, _MemPtr) and isinstance(a.mem, _Unowned)
+    assert a.mem.size == 1024 and a.mem.device_id == 0 and a.ptr == 0x10000 and b.ptr == 0x10000 + 1024
+    assert m.mem_counts(0) == (2, 0, 1536, 1536)
+    del a
+    assert pool.returned == [1024]  # the pool gets its block back when the array's memory dies
+    assert m.mem_counts(0) == (2, 1, 512, 1536)
+    m.mem_reset_peak(0)
+    assert m.mem_counts(0) == (2, 1, 512, 512)
+    z = m.mem_malloc(0)             # 0 bytes: the pool's pointer, not counted
+    assert isinstance(z, _PoolPtr) and m.mem_counts(0) == (2, 1, 512, 512)
+    pool.dev = 3
+    c = m.mem_malloc(4096)
+    assert m.mem_counts(3) == (1, 0, 4096, 4096) and m.mem_counts(0)[2] == 512
+    del b, c
+    assert m.mem_counts(0) == (2, 2, 0, 512) and m.mem_counts(3) == (1, 1, 0, 4096)
+    assert m.mem_counts(99) == (0, 0, 0, 0)
+
+
+def test_allocator_retries_through_after_oom_and_passes_other_errors(mem):
+    m, pool, retries = mem
+    pool.fail = 1
+    a = m.mem_malloc(512)
+    assert retries == [512] and m.mem_counts(0)[:3] == (1, 0, 512)
+    pool.fail = 2                   # the retry fails too: its exception reaches the caller
+    with pytest.raises(_PoolOOM):
+        m.mem_malloc(512)
+    assert m.mem_counts(0)[:3] == (1, 0, 512)
+    with pytest.raises(TypeError):
+        m.mem_malloc("x")           # pool.malloc's own error, not an OOM: no retry
+    del a
+
+
+def test_allocator_callback_sees_every_event_and_cannot_break_a_free(mem, monkeypatch):
+    m, pool, _ = mem
+    events = []
+    m.mem_set_callback(lambda ev, dev, n: events.append((ev, dev, n)))
+    a = m.mem_malloc(100)
+    del a
+    assert events == [("alloc", 0, 512), ("free", 0, 512)]
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: unraisable.append(u.exc_type))
+    m.mem_set_callback(lambda ev, dev, n: 1 / 0)
+    a = m.mem_malloc(100)           # the callback's error is reported, the allocation stands
+    del a
+    m.mem_set_callback(None)
+    assert m.mem_counts(0)[:3] == (2, 2, 0) and pool.returned == [512, 512]
+    assert unraisable == [ZeroDivisionError, ZeroDivisionError]
+
+
+# -- the tiny elementwise path (ew) with fake arrays ----------------------------------------------
+
+class _Data:
+    def __init__(self, ptr, dev):
+        self.ptr, self.device_id = ptr, dev
+
+
+class _FakeArray:
+    """The attributes ew reads from a CuPy array; constructing one allocates a fake buffer."""
+    next_ptr = 0x100000
+    device = 0
+
+    def __init__(self, shape, dtype, ptr=None, contiguous=True, dev=None):
+        import numpy as np
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        if ptr is None:
+            ptr = _FakeArray.next_ptr
+            _FakeArray.next_ptr += 1 << 20
+        self.data = _Data(ptr, _FakeArray.device if dev is None else dev)
+        self._c_contiguous = contiguous
+
+
+class _Stream:
+    ptr = 0x5555
+
+
+@pytest.fixture
+def ew(tmp_path):
+    try:
+        m = native.load(tmp_path / "ew.so")
+    except native.NativeBuildError as e:
+        pytest.skip(f"native module cannot be built here: {e}")
+    recent, errors = [], []
+
+    def on_error(status, record):
+        errors.append((status, record))
+        raise RuntimeError(f"launch failed with {status}")
+    _FakeArray.device = 0
+    m.ew_setup(_FakeArray, lambda: _FakeArray.device, lambda: _Stream(), recent.append, on_error)
+    m.ew_gate(True)
+    return m, recent, errors
+
+
+def _key(dtype, dev, vec):
+    import numpy as np
+    from cudakit.kernels.elementwise import ew_key
+    return ew_key(np.dtype(dtype), dev, vec)
+
+
+def test_ew_launches_with_the_table_entry_and_packs_the_parameters(ew):
+    m, recent, _ = ew
+    seen, _cb = _recorder(m, [8, 8, 8, 8, 8])
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k<float>", (256, 1, 1))}
+    a, b = _FakeArray((3, 5000), "float32"), _FakeArray((3, 5000), "float32")
+    out = m.ew(table, a, b, 0.25)
+    assert isinstance(out, _FakeArray) and out.shape == (3, 5000) and out.dtype == a.dtype
+    assert seen["f"] == 0xF00 and seen["dims"] == (4, 1, 1, 256, 1, 1) and seen["stream"] == 0x5555
+    ptrs = [struct.unpack("<Q", r)[0] for r in seen["raw"][:3]]
+    assert ptrs == [a.data.ptr, b.data.ptr, out.data.ptr]
+    assert struct.unpack("<q", seen["raw"][3])[0] == 15000
+    assert struct.unpack("<d", seen["raw"][4])[0] == 0.25
+    assert recent == [("k<float>", (4, 1, 1), (256, 1, 1))]
+
+
+def test_ew_unary_and_unaligned_inputs_use_their_own_entries(ew):
+    m, recent, _ = ew
+    seen, _cb = _recorder(m, [8, 8, 8, 8])
+    table = {_key("float16", 0, 1): (0xA, 1024, 128, "scalar", (128, 1, 1))}
+    x = _FakeArray((7,), "float16", ptr=0x100002)      # not 16-byte aligned: vector width 1
+    out = m.ew(table, x, None, 0.0)
+    assert out is not None and seen["f"] == 0xA and seen["dims"][:4] == (1, 1, 1, 128)
+    assert struct.unpack("<Q", seen["raw"][0])[0] == 0x100002
+    assert struct.unpack("<q", seen["raw"][2])[0] == 7
+    assert m.ew(table, _FakeArray((7,), "float16"), None, 0.0) is None  # aligned: no vec-8 entry
+
+
+def test_ew_declines_what_the_python_path_must_handle(ew):
+    m, recent, _ = ew
+    seen, _cb = _recorder(m, [])
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1)),
+             _key("float32", 1, 4): (0xF01, 4096, 256, "k", (256, 1, 1))}
+    a = _FakeArray((8,), "float32")
+    cases = [
+        (_FakeArray((8,), "float32", contiguous=False), a),
+        (a, _FakeArray((8,), "float64")),                 # dtypes differ
+        (a, _FakeArray((2, 4), "float32")),               # shapes differ
+        (a, _FakeArray((8,), "float32", dev=1)),          # devices differ
+        (_FakeArray((8,), "int32"), _FakeArray((8,), "int32")),  # no kernel in the table
+        (a, [1.0] * 8),                                   # not the array type
+    ]
+    for x0, x1 in cases:
+        assert m.ew(table, x0, x1, 0.0) is None
+    _FakeArray.device = 1                                 # inputs on device 0, device 1 current
+    assert m.ew(table, a, a, 0.0) is None
+    _FakeArray.device = 0
+    m.ew_gate(False)
+    assert m.ew(table, a, a, 0.0) is None
+    assert not seen and not recent
+    m.ew_gate(True)
+    assert m.ew(table, a, a, 0.0) is not None
+
+
+def test_ew_empty_arrays_launch_nothing_and_errors_go_to_on_error(ew):
+    m, recent, errors = ew
+    seen, _cb = _recorder(m, [], result=700)
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1))}
+    e = m.ew(table, _FakeArray((0, 3), "float32"), None, 0.0)
+    assert e.shape == (0, 3) and not seen
+    with pytest.raises(RuntimeError, match="launch failed with 700"):
+        m.ew(table, _FakeArray((5,), "float32"), None, 0.0)
+    assert errors == [(700, ("k", (1, 1, 1), (256, 1, 1)))] and recent == [errors[0][1]]
+    with pytest.raises(TypeError, match="ew\\(table"):
+        m.ew(table, None)

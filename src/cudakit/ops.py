@@ -18,6 +18,8 @@ _ndarray = np.ndarray
 _backends: dict = {}
 _cuda_nd = type("_NoCupyYet", (), {})   # cupy.ndarray once the CUDA backend exists
 _fast = None                             # kernels.elementwise.fast
+_ew = None                               # the native tiny-op path (kernels.elementwise.native_ew)
+_T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
 
 
 def _on_cuda(x) -> bool:
@@ -40,7 +42,11 @@ def backend_for(*arrays):
     if be is None:
         be = _backends[name] = get_backend(name)
         if name == "cuda":
-            global _cuda_nd, _fast
+            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU
+            from .kernels import elementwise
+            _ew = elementwise.native_ew()
+            t = elementwise.EW_TABLES
+            _T_ADD, _T_MUL, _T_RELU = t["add"], t["mul"], t["relu"]
             _cuda_nd, _fast = be._array_type, be._fast
     return be
 
@@ -48,7 +54,9 @@ def backend_for(*arrays):
 def add(a, b, out=None):
     """a + b elementwise (see Backend.add)."""
     if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:  # the tiny-op fast path
-        r = _fast("add", (a, b), _cuda_nd)
+        r = _ew(_T_ADD, a, b, 0.0)  # native: None when it does not apply
+        if r is None:
+            r = _fast("add", (a, b), _cuda_nd)
         if r is not None:
             return r
     return backend_for(a, b).add(a, b, out=out)
@@ -57,7 +65,9 @@ def add(a, b, out=None):
 def mul(a, b, out=None):
     """a * b elementwise (see Backend.mul)."""
     if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:  # the tiny-op fast path
-        r = _fast("mul", (a, b), _cuda_nd)
+        r = _ew(_T_MUL, a, b, 0.0)  # native: None when it does not apply
+        if r is None:
+            r = _fast("mul", (a, b), _cuda_nd)
         if r is not None:
             return r
     return backend_for(a, b).mul(a, b, out=out)
@@ -66,7 +76,9 @@ def mul(a, b, out=None):
 def relu(x, out=None):
     """max(x, 0) elementwise (see Backend.relu)."""
     if out is None and type(x) is _cuda_nd:
-        r = _fast("relu", (x,), _cuda_nd)
+        r = _ew(_T_RELU, x, None, 0.0)  # native: None when it does not apply
+        if r is None:
+            r = _fast("relu", (x,), _cuda_nd)
         if r is not None:
             return r
     return backend_for(x).relu(x, out=out)

@@ -145,6 +145,8 @@ def profile(nvtx: bool = False):
         if _active is not None:
             raise RuntimeError("a cudakit.profile() is already active")
         prof = _active = Profile(nvtx)
+    from .runtime import native
+    native.close_ew_gate()  # the native tiny-op path would not record its launches
     try:
         yield prof
     finally:

@@ -357,6 +357,14 @@ def _contiguous(x) -> bool:
 
 
 _fast: dict = {}  # (op, dtype, device, vec) -> (expr, FastLauncher, elements per block)
+# op -> {ew_key: (CUfunction, elements per block, threads, name, block)}: the kernels the native
+# tiny-op path (runtime/_native.c `ew`) may launch; filled here as the Python path first meets them.
+EW_TABLES: dict = {op: {} for op in (*BINARY_OPS, *UNARY_OPS)}
+
+
+def ew_key(dtype, dev: int, vec: int) -> int:
+    """The key of EW_TABLES entries; _native.c computes the same from the arrays."""
+    return dtype.num * 4096 + dev * 32 + vec
 
 
 def _contig_entry(op, dtype, dev, vec):
@@ -371,6 +379,7 @@ def _contig_entry(op, dtype, dev, vec):
         fl = FastLauncher(f.ptr, ("QQ" if op in BINARY_OPS else "Q") + "QQd")
         threads = HEAVY_THREADS if op in HEAVY_OPS and dtype.itemsize == 2 else THREADS
         e = _fast[key] = (expr, fl, threads * UNROLL * vec, threads, (threads, 1, 1))
+        EW_TABLES[op][ew_key(dtype, dev, vec)] = (f.ptr, e[2], threads, expr, e[4])
     return e
 
 
@@ -389,6 +398,8 @@ def _launch_contig(op, inputs: tuple, ptrs: tuple, out, n: int, dev: int, p: flo
     if blocking is None:
         blocking = launch_blocking()
     if profiler._active is None and not blocking:
+        if _ew_gate is not None:
+            _ew_gate(True)  # the native path may take the next call (native.close_ew_gate shuts it)
         _launch.recent_launches.append((expr, (gx, 1, 1), block))
         nl = fl._native
         try:
@@ -434,12 +445,39 @@ def fast(op: str, vals: tuple, ndarray, p: float = 0.0):
 
 
 def _first_use():
-    global _stream, _get_device
+    global _stream, _get_device, _ew_gate
     from ..backends.base import supported_dtypes
+    from ..runtime import native
     cp = _cupy.loaded_cupy()
     _stream, _get_device = cp.cuda.get_current_stream, cp.cuda.runtime.getDevice
     for dt, name in supported_dtypes().items():
         _VEC[dt] = vec_width(name)
+    mod = native.module()
+    if mod is not None:
+        mod.ew_setup(cp.ndarray, _get_device, _stream, _launch.recent_launches.append, _ew_error)
+        _ew_gate = mod.ew_gate
+
+
+_ew_gate = None      # the native module's ew_gate once ew_setup ran
+
+
+def _ew_error(status: int, record: tuple):
+    """A launch by the native tiny-op path failed: raise it as the Python path does."""
+    from cupy_backends.cuda.api import driver
+    expr, grid, block = record
+    raise LaunchError(str(driver.CUDADriverError(status)), expr, grid, block)
+
+
+def _no_ew(table, x0, x1, p):
+    return None
+
+
+def native_ew():
+    """The native tiny-op function ew(table, x0, x1 or None, p) (see runtime/_native.c), or a
+    function that always declines where the native module is unavailable."""
+    from ..runtime import native
+    mod = native.module()
+    return mod.ew if mod is not None else _no_ew
 
 
 _get_device = None   # cupy.cuda.runtime.getDevice

@@ -1,5 +1,7 @@
 /* cudakit's native launcher: packs Python ints/floats into a kernel's parameter slots and calls
- * cuLaunchKernel, with no per-argument Python objects in between.
+ * cuLaunchKernel, with no per-argument Python objects in between. Two more host-time-critical pieces
+ * live here for the same reason: the counting allocator in front of CuPy's pool (mem_*) and the
+ * dispatch of a tiny same-shape elementwise op (ew).
  *
  * Built on first use by cudakit/runtime/native.py with the system C compiler (no CUDA headers or
  * libraries needed: the address of cuLaunchKernel comes from the already-loaded libcuda through
@@ -127,12 +129,338 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   return PyLong_FromLong(r);
 }
 
+/* ---- the counting allocator ----------------------------------------------------------------
+ * cupy.cuda.set_allocator(mem_malloc): each block comes from CuPy's pool (pool.malloc) and is
+ * handed out as MemoryPointer(UnownedMemory(ptr, size, owner=ck_block, device)). The ck_block owns
+ * the pool's block; its C destructor counts the free and returns the block to the pool. Same
+ * counting as memory._malloc in Python, without a Python __init__/__del__ per array. */
+#define CK_MAX_DEV 64
+typedef struct { long long allocations, frees, allocated, peak; } ck_counts;
+static ck_counts ck_mem[CK_MAX_DEV];
+static PyObject *ck_pool_malloc, *ck_unowned, *ck_memptr, *ck_pool_oom, *ck_after_oom, *ck_mem_cb;
+static PyObject *s_ptr, *s_mem, *s_size, *s_device_id, *s_alloc, *s_free;
+
+typedef struct {
+  PyObject_HEAD
+  PyObject* inner; /* the pool's MemoryPointer: dropping it returns the block */
+  long long size;  /* the block's size (the request rounded to the pool's unit) */
+  int dev;
+} ck_block;
+
+static void ck_event(PyObject* what, int dev, long long size) {
+  PyObject* r = PyObject_CallFunction(ck_mem_cb, "OiL", what, dev, size);
+  if (r == NULL) PyErr_WriteUnraisable(ck_mem_cb);  /* a callback cannot fail an allocation or a free */
+  Py_XDECREF(r);
+}
+
+static void ck_block_dealloc(PyObject* o) {
+  ck_block* b = (ck_block*)o;
+  ck_counts* c = &ck_mem[b->dev];
+  c->frees += 1;
+  c->allocated -= b->size;
+  if (ck_mem_cb != NULL) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);  /* a free can run while an exception is pending */
+    ck_event(s_free, b->dev, b->size);
+    PyErr_Restore(t, v, tb);
+  }
+  Py_XDECREF(b->inner);
+  Py_TYPE(o)->tp_free(o);
+}
+
+static PyTypeObject ck_block_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_cudakit_native.Block",
+    .tp_basicsize = sizeof(ck_block),
+    .tp_dealloc = ck_block_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A pool block counted by cudakit's allocator; freeing it returns the block to the pool.",
+};
+
+static int ck_getll(PyObject* o, PyObject* name, long long* out) {
+  PyObject* v = PyObject_GetAttr(o, name);
+  if (v == NULL) return -1;
+  *out = PyLong_AsLongLong(v);
+  Py_DECREF(v);
+  return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* mem_setup(pool_malloc, UnownedMemory, MemoryPointer, pool OutOfMemoryError, after_oom):
+ * after_oom(size) is called when pool_malloc raised the pool's OutOfMemoryError; it returns the
+ * pool's MemoryPointer after freeing cached blocks and retrying, or raises. */
+static PyObject* mem_setup(PyObject* self, PyObject* args) {
+  PyObject *pm, *um, *mp, *oom, *after;
+  if (!PyArg_ParseTuple(args, "OOOOO", &pm, &um, &mp, &oom, &after)) return NULL;
+  Py_XSETREF(ck_pool_malloc, Py_NewRef(pm));
+  Py_XSETREF(ck_unowned, Py_NewRef(um));
+  Py_XSETREF(ck_memptr, Py_NewRef(mp));
+  Py_XSETREF(ck_pool_oom, Py_NewRef(oom));
+  Py_XSETREF(ck_after_oom, Py_NewRef(after));
+  Py_RETURN_NONE;
+}
+
+static PyObject* mem_malloc(PyObject* self, PyObject* size) {
+  if (ck_pool_malloc == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "mem_setup() was not called");
+    return NULL;
+  }
+  PyObject* inner = PyObject_CallOneArg(ck_pool_malloc, size);
+  if (inner == NULL) {
+    if (!PyErr_ExceptionMatches(ck_pool_oom)) return NULL;
+    PyErr_Clear();
+    inner = PyObject_CallOneArg(ck_after_oom, size);
+    if (inner == NULL) return NULL;
+  }
+  long long req = PyLong_AsLongLong(size), ptr, dev, bsize;
+  if (req == -1 && PyErr_Occurred()) goto fail;
+  if (req == 0) return inner; /* CuPy hands out a null pointer for 0 bytes: nothing to count */
+  PyObject* mem = PyObject_GetAttr(inner, s_mem);
+  if (mem == NULL) goto fail;
+  int bad = ck_getll(mem, s_size, &bsize);
+  Py_DECREF(mem);
+  if (bad || ck_getll(inner, s_ptr, &ptr) || ck_getll(inner, s_device_id, &dev)) goto fail;
+  if (dev < 0 || dev >= CK_MAX_DEV) {
+    PyErr_Format(PyExc_ValueError, "cudakit's allocator counts devices 0..%d (got %lld)", CK_MAX_DEV - 1, dev);
+    goto fail;
+  }
+  ck_block* b = PyObject_New(ck_block, &ck_block_type);
+  if (b == NULL) goto fail;
+  b->inner = inner; /* the block owns it from here */
+  b->size = bsize;
+  b->dev = (int)dev;
+  ck_counts* c = &ck_mem[dev];
+  c->allocations += 1;
+  c->allocated += bsize;
+  if (c->allocated > c->peak) c->peak = c->allocated;
+  if (ck_mem_cb != NULL) ck_event(s_alloc, (int)dev, bsize);
+  PyObject* um = PyObject_CallFunction(ck_unowned, "LLOL", ptr, bsize, (PyObject*)b, dev);
+  Py_DECREF(b); /* UnownedMemory holds it now (or, on failure, the block is freed and counted) */
+  if (um == NULL) return NULL;
+  PyObject* r = PyObject_CallFunction(ck_memptr, "Oi", um, 0);
+  Py_DECREF(um);
+  return r;
+fail:
+  Py_DECREF(inner);
+  return NULL;
+}
+
+/* mem_counts(device) -> (allocations, frees, allocated bytes, peak allocated bytes) */
+static PyObject* mem_counts(PyObject* self, PyObject* arg) {
+  long d = PyLong_AsLong(arg);
+  if (d == -1 && PyErr_Occurred()) return NULL;
+  if (d < 0 || d >= CK_MAX_DEV) return Py_BuildValue("LLLL", 0LL, 0LL, 0LL, 0LL);
+  ck_counts* c = &ck_mem[d];
+  return Py_BuildValue("LLLL", c->allocations, c->frees, c->allocated, c->peak);
+}
+
+/* mem_reset_peak(device): peak = allocated now */
+static PyObject* mem_reset_peak(PyObject* self, PyObject* arg) {
+  long d = PyLong_AsLong(arg);
+  if (d == -1 && PyErr_Occurred()) return NULL;
+  if (d >= 0 && d < CK_MAX_DEV) ck_mem[d].peak = ck_mem[d].allocated;
+  Py_RETURN_NONE;
+}
+
+/* mem_set_callback(fn or None): fn("alloc"|"free", device, nbytes) on every counted block */
+static PyObject* mem_set_callback(PyObject* self, PyObject* fn) {
+  Py_XSETREF(ck_mem_cb, fn == Py_None ? NULL : Py_NewRef(fn));
+  Py_RETURN_NONE;
+}
+
+/* ---- the tiny elementwise op -------------------------------------------------------------------
+ * ew(table, x0, x1 or None, p): op(x0[, x1]) into a new array when the inputs are C-contiguous
+ * arrays of one dtype and shape on the current device and `table` holds the kernel for
+ * key = dtype.num * 4096 + device * 32 + vector width, as (CUfunction, elements per block,
+ * threads, name, block tuple); else None, and the caller takes the Python path (which fills the
+ * table). The kernel's parameters: the input pointers, out, n (int64), p (double). Closed by
+ * ew_gate(False) while a profile is recording or launches are synchronous. */
+static PyObject *ck_nd, *ck_get_device, *ck_get_stream, *ck_recent, *ck_on_error;
+static int ck_gate;
+static PyObject *s_c_contig, *s_dtype, *s_shape, *s_data, *s_num, *s_itemsize;
+
+typedef struct { PyObject *dtype, *shape; long long ptr, dev, n; } ck_operand;
+
+static void ck_operand_clear(ck_operand* o) {
+  Py_CLEAR(o->dtype);
+  Py_CLEAR(o->shape);
+}
+
+/* 1: qualifies, 0: does not (not contiguous), -1: error */
+static int ck_read(PyObject* x, ck_operand* o) {
+  o->dtype = o->shape = NULL;
+  PyObject* v = PyObject_GetAttr(x, s_c_contig);
+  if (v == NULL) return -1;
+  int contig = PyObject_IsTrue(v);
+  Py_DECREF(v);
+  if (contig <= 0) return contig;
+  PyObject* data = PyObject_GetAttr(x, s_data);
+  if (data == NULL) return -1;
+  int bad = ck_getll(data, s_ptr, &o->ptr) || ck_getll(data, s_device_id, &o->dev);
+  Py_DECREF(data);
+  if (bad || ck_getll(x, s_size, &o->n)) return -1;
+  o->dtype = PyObject_GetAttr(x, s_dtype);
+  if (o->dtype == NULL) return -1;
+  o->shape = PyObject_GetAttr(x, s_shape);
+  return o->shape == NULL ? -1 : 1;
+}
+
+static PyObject* ew_setup(PyObject* self, PyObject* args) {
+  PyObject *nd, *gd, *gs, *rec, *err;
+  if (!PyArg_ParseTuple(args, "OOOOO", &nd, &gd, &gs, &rec, &err)) return NULL;
+  Py_XSETREF(ck_nd, Py_NewRef(nd));
+  Py_XSETREF(ck_get_device, Py_NewRef(gd));
+  Py_XSETREF(ck_get_stream, Py_NewRef(gs));
+  Py_XSETREF(ck_recent, Py_NewRef(rec));
+  Py_XSETREF(ck_on_error, Py_NewRef(err));
+  Py_RETURN_NONE;
+}
+
+static PyObject* ew_gate(PyObject* self, PyObject* open) {
+  int v = PyObject_IsTrue(open);
+  if (v < 0) return NULL;
+  ck_gate = v && ck_nd != NULL;
+  Py_RETURN_NONE;
+}
+
+#define CK_MAX_GRID_X 2147483647LL
+
+static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "ew(table, x0, x1 or None, p)");
+    return NULL;
+  }
+  PyObject *table = args[0], *x0 = args[1], *x1 = args[2];
+  if (!ck_gate || Py_TYPE(x0) != (PyTypeObject*)ck_nd || (x1 != Py_None && Py_TYPE(x1) != (PyTypeObject*)ck_nd))
+    Py_RETURN_NONE;
+  double p = PyFloat_AsDouble(args[3]);
+  if (p == -1.0 && PyErr_Occurred()) return NULL;
+  ck_operand a, b = {NULL, NULL, 0, 0, 0};
+  PyObject *out = NULL, *result = NULL;
+  int ok = ck_read(x0, &a);
+  if (ok <= 0) goto done;
+  long long al = a.ptr;
+  if (x1 != Py_None) {
+    ok = ck_read(x1, &b);
+    if (ok <= 0) goto done;
+    ok = b.dev == a.dev ? PyObject_RichCompareBool(b.dtype, a.dtype, Py_EQ) : 0;
+    if (ok == 1) ok = PyObject_RichCompareBool(b.shape, a.shape, Py_EQ);
+    if (ok <= 0) goto done;
+    al |= b.ptr;
+  }
+  PyObject* cur = PyObject_CallNoArgs(ck_get_device);
+  if (cur == NULL) { ok = -1; goto done; }
+  long long curdev = PyLong_AsLongLong(cur);
+  Py_DECREF(cur);
+  if (curdev == -1 && PyErr_Occurred()) { ok = -1; goto done; }
+  if (curdev != a.dev) { ok = 0; goto done; }
+  long long num, itemsize;
+  if (ck_getll(a.dtype, s_num, &num) || ck_getll(a.dtype, s_itemsize, &itemsize)) { ok = -1; goto done; }
+  /* the output comes from CuPy's pool, 512-byte aligned: the inputs decide the vector width */
+  long long vec = (al & 15) || itemsize <= 0 || itemsize > 16 ? 1 : 16 / itemsize;
+  PyObject* key = PyLong_FromLongLong(num * 4096 + a.dev * 32 + vec);
+  if (key == NULL) { ok = -1; goto done; }
+  PyObject* e = PyDict_GetItemWithError(table, key); /* borrowed; the table keeps it alive */
+  Py_DECREF(key);
+  if (e == NULL) { ok = PyErr_Occurred() ? -1 : 0; goto done; }
+  if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5) {
+    PyErr_SetString(PyExc_TypeError, "an ew table entry is (CUfunction, elements per block, threads, name, block)");
+    ok = -1;
+    goto done;
+  }
+  void* func = PyLong_AsVoidPtr(PyTuple_GET_ITEM(e, 0));
+  long long tile = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 1));
+  long threads = PyLong_AsLong(PyTuple_GET_ITEM(e, 2));
+  if (PyErr_Occurred()) { ok = -1; goto done; }
+  if (tile <= 0) {
+    PyErr_SetString(PyExc_ValueError, "elements per block must be positive");
+    ok = -1;
+    goto done;
+  }
+  Py_INCREF(e); /* the allocation below may run Python code (a memory callback) */
+  out = PyObject_CallFunctionObjArgs(ck_nd, a.shape, a.dtype, NULL);
+  if (out == NULL) { Py_DECREF(e); ok = -1; goto done; }
+  if (a.n == 0) { Py_DECREF(e); result = out; out = NULL; goto done; }
+  PyObject* odata = PyObject_GetAttr(out, s_data);
+  long long optr;
+  int bad = odata == NULL || ck_getll(odata, s_ptr, &optr);
+  Py_XDECREF(odata);
+  if (bad || (optr & 15 && vec > 1)) { /* an unaligned output: never from CuPy's pool */
+    Py_DECREF(e);
+    ok = bad ? -1 : 0;
+    goto done;
+  }
+  PyObject* st = PyObject_CallNoArgs(ck_get_stream);
+  long long sptr;
+  bad = st == NULL || ck_getll(st, s_ptr, &sptr);
+  Py_XDECREF(st);
+  if (bad) { Py_DECREF(e); ok = -1; goto done; }
+  long long gx = (a.n + tile - 1) / tile;
+  if (gx > CK_MAX_GRID_X) gx = CK_MAX_GRID_X;
+  uint64_t slots[5];
+  void* params[5];
+  int k = 0;
+  slots[k++] = (uint64_t)a.ptr;
+  if (x1 != Py_None) slots[k++] = (uint64_t)b.ptr;
+  slots[k++] = (uint64_t)optr;
+  slots[k++] = (uint64_t)a.n;
+  memcpy(&slots[k++], &p, 8);
+  for (int i = 0; i < k; ++i) params[i] = &slots[i];
+  if (ck_launch == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "set_launch() was not called");
+    Py_DECREF(e);
+    ok = -1;
+    goto done;
+  }
+  int r = ck_launch(func, (unsigned)gx, 1, 1, (unsigned)threads, 1, 1, 0, (void*)(intptr_t)sptr, params, NULL);
+  PyObject* rec = Py_BuildValue("(O(Lii)O)", PyTuple_GET_ITEM(e, 3), gx, 1, 1, PyTuple_GET_ITEM(e, 4));
+  Py_DECREF(e);
+  if (rec == NULL) { ok = -1; goto done; }
+  PyObject* t = PyObject_CallOneArg(ck_recent, rec); /* cudakit.check() names the last kernels */
+  if (t == NULL) { Py_DECREF(rec); ok = -1; goto done; }
+  Py_DECREF(t);
+  if (r) {
+    t = PyObject_CallFunction(ck_on_error, "iO", r, rec); /* raises LaunchError */
+    Py_DECREF(rec);
+    Py_XDECREF(t);
+    if (t != NULL) PyErr_SetString(PyExc_RuntimeError, "on_error returned instead of raising");
+    ok = -1;
+    goto done;
+  }
+  Py_DECREF(rec);
+  result = out;
+  out = NULL;
+done:
+  ck_operand_clear(&a);
+  ck_operand_clear(&b);
+  Py_XDECREF(out);
+  if (result != NULL) return result;
+  if (ok < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, "set_launch(address of cuLaunchKernel)"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, smem, stream, codes, *values) -> CUresult"},
+    {"mem_setup", mem_setup, METH_VARARGS, "mem_setup(pool_malloc, UnownedMemory, MemoryPointer, pool_oom, after_oom)"},
+    {"mem_malloc", mem_malloc, METH_O, "mem_malloc(nbytes) -> MemoryPointer, counted"},
+    {"mem_counts", mem_counts, METH_O, "mem_counts(device) -> (allocations, frees, allocated, peak)"},
+    {"mem_reset_peak", mem_reset_peak, METH_O, "mem_reset_peak(device)"},
+    {"mem_set_callback", mem_set_callback, METH_O, "mem_set_callback(fn or None)"},
+    {"ew_setup", ew_setup, METH_VARARGS, "ew_setup(ndarray, get_device, get_stream, recent_append, on_error)"},
+    {"ew_gate", ew_gate, METH_O, "ew_gate(open): ew() returns None while closed"},
+    {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p) -> new array or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cudakit_native", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__cudakit_native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cudakit_native(void) {
+  if (PyType_Ready(&ck_block_type) < 0) return NULL;
+#define CK_INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+  CK_INTERN(s_ptr, "ptr"); CK_INTERN(s_mem, "mem"); CK_INTERN(s_size, "size");
+  CK_INTERN(s_device_id, "device_id"); CK_INTERN(s_alloc, "alloc"); CK_INTERN(s_free, "free");
+  CK_INTERN(s_c_contig, "_c_contiguous"); CK_INTERN(s_dtype, "dtype"); CK_INTERN(s_shape, "shape");
+  CK_INTERN(s_data, "data"); CK_INTERN(s_num, "num"); CK_INTERN(s_itemsize, "itemsize");
+#undef CK_INTERN
+  return PyModule_Create(&module);
+}

@@ -3,7 +3,9 @@
 cudakit does not bring its own pool. It installs a thin allocator in front of CuPy's default
 MemoryPool (`cupy.cuda.set_allocator`), so CuPy arrays made anywhere in the process are counted,
 and `cupy.get_default_memory_pool()` keeps working as before. The allocator is installed on the
-first CUDA use, never at import.
+first CUDA use, never at import. It is the native module's `mem_malloc` (runtime/_native.c: the
+counting in C, no Python object with a __del__ per array) where that module is available, else
+`_malloc` below; both count the same way.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ _counters: dict[int, _Counters] = {}
 _callback = None
 _TrackedMemory = None
 _mem_mod = None      # cupy.cuda.memory
+_native = None       # the native module when its allocator is installed
 
 
 def _make_tracked_memory_class(cp):
@@ -90,7 +93,7 @@ def ensure_installed():
         _pool = cp.get_default_memory_pool()
         _TrackedMemory = _make_tracked_memory_class(cp)
         _mem_mod = cp.cuda.memory
-        cp.cuda.set_allocator(_malloc)
+        cp.cuda.set_allocator(_native_allocator(cp) or _malloc)
         _installed = True
     from ..config import settings
     if settings().memory_limit:
@@ -100,6 +103,27 @@ def ensure_installed():
     return _pool
 
 
+def _native_allocator(cp):
+    """The native counting allocator set up on CuPy's pool, or None when the module is unavailable."""
+    global _native
+    from . import native
+    mod = native.module()
+    if mod is None:
+        return None
+    m = cp.cuda.memory
+    mod.mem_setup(_pool.malloc, m.UnownedMemory, m.MemoryPointer, m.OutOfMemoryError, _after_oom)
+    _native = mod
+    return mod.mem_malloc
+
+
+def _counts(dev: int) -> tuple[int, int, int, int]:
+    """(allocations, frees, allocated, peak) of `dev`."""
+    if _native is not None:
+        return _native.mem_counts(dev)
+    c = _counters_for(dev)
+    return c.allocations, c.frees, c.allocated, c.peak
+
+
 def _counters_for(dev: int) -> _Counters:
     c = _counters.get(dev)
     if c is None:
@@ -107,22 +131,28 @@ def _counters_for(dev: int) -> _Counters:
     return c
 
 
+def _after_oom(size: int):
+    """The pool refused `size` bytes: free its cached blocks and retry once, else raise cudakit's
+    OutOfMemoryError with the numbers. Returns the pool's MemoryPointer."""
+    cp = _cupy.loaded_cupy()
+    dev = cp.cuda.runtime.getDevice()
+    c = _counters_for(dev)
+    c.oom_retries += 1
+    _pool.free_all_blocks()
+    try:
+        return _pool.malloc(size)
+    except _mem_mod.OutOfMemoryError:
+        free, total = cp.cuda.runtime.memGetInfo()
+        raise OutOfMemoryError(size, _counts(dev)[2], _pool.total_bytes(), free, total,
+                               _pool.get_limit() or None, dev) from None
+
+
 def _malloc(size: int):
     mem_mod = _mem_mod
     try:
         inner = _pool.malloc(size)
     except mem_mod.OutOfMemoryError:
-        cp = _cupy.loaded_cupy()
-        dev = cp.cuda.runtime.getDevice()
-        c = _counters_for(dev)
-        c.oom_retries += 1
-        _pool.free_all_blocks()
-        try:
-            inner = _pool.malloc(size)
-        except mem_mod.OutOfMemoryError:
-            free, total = cp.cuda.runtime.memGetInfo()
-            raise OutOfMemoryError(size, c.allocated, _pool.total_bytes(), free, total,
-                                   _pool.get_limit() or None, dev) from None
+        inner = _after_oom(size)
     if size == 0:  # CuPy hands out a null pointer for 0 bytes; nothing to count
         return inner
     dev = inner.device_id
@@ -146,11 +176,11 @@ def stats(device: int | None = None) -> MemoryStats:
     """MemoryStats of `device` (default: current). Installs the counting allocator if needed."""
     pool = ensure_installed()
     with _on_device(device) as d:
-        c = _counters_for(d.id)
-        allocated, reserved, limit = c.allocated, pool.total_bytes(), pool.get_limit()
+        allocations, frees, allocated, peak = _counts(d.id)
+        reserved, limit = pool.total_bytes(), pool.get_limit()
         return MemoryStats(
-            device=d.id, allocated=allocated, reserved=reserved, peak_allocated=max(c.peak, allocated),
-            allocations=c.allocations, frees=c.frees, oom_retries=c.oom_retries,
+            device=d.id, allocated=allocated, reserved=reserved, peak_allocated=max(peak, allocated),
+            allocations=allocations, frees=frees, oom_retries=_counters_for(d.id).oom_retries,
             fragmentation=(reserved - allocated) / reserved if reserved else 0.0,
             limit=limit or None)
 
@@ -159,8 +189,11 @@ def reset_peak(device: int | None = None) -> None:
     """Set peak_allocated to the bytes allocated now."""
     ensure_installed()
     with _on_device(device) as d:
-        c = _counters_for(d.id)
-        c.peak = c.allocated
+        if _native is not None:
+            _native.mem_reset_peak(d.id)
+        else:
+            c = _counters_for(d.id)
+            c.peak = c.allocated
 
 
 def memory_info(device: int | None = None) -> tuple[int, int]:
@@ -214,6 +247,8 @@ def set_callback(fn) -> None:
     global _callback
     ensure_installed()
     _callback = fn
+    if _native is not None:
+        _native.mem_set_callback(fn)
 
 
 # --- host buffers and transfers ------------------------------------------------------------

@@ -3,6 +3,8 @@
 Why: a launch through CuPy's typed driver binding costs about 3.7 us of host time per call on an
 H100 host, and filling ctypes parameter cells from Python another 1.4 us; a tiny op is then
 slower than PyTorch's. `_native.launch` packs the values in C and calls cuLaunchKernel directly.
+The module also carries memory.py's counting allocator (mem_*) and the tiny elementwise dispatch
+(ew, used by ops.add/mul/relu): host time that Python objects and frames cost on every call.
 
 The module is compiled once per (source, Python ABI) into CUDAKIT_CACHE_DIR/native with `cc`
 (CC overrides); it needs only Python's headers, not CUDA's. Where it cannot be built (no compiler,
@@ -29,7 +31,7 @@ log = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("_native.c")
 _lock = threading.Lock()
-_state: tuple | None = None     # (launch function or None, reason)
+_state: tuple | None = None     # (launch function or None, reason, module or None)
 
 
 class NativeBuildError(RuntimeError):
@@ -102,6 +104,21 @@ def launcher():
     return s[0]
 
 
+def module():
+    """The loaded native module (launch, the counting allocator mem_*, the tiny-op path ew), or
+    None when it is unavailable (see status())."""
+    launcher()
+    return _state[2]
+
+
+def close_ew_gate() -> None:
+    """Make the native tiny-op path decline until the Python path reopens it: called when a
+    profile starts or the settings change (it must see every launch, or launch synchronously)."""
+    s = _state
+    if s is not None and s[2] is not None:
+        s[2].ew_gate(False)
+
+
 def status() -> str:
     """'active', or why the native launcher is not used (without building it)."""
     if _state is None:
@@ -117,8 +134,8 @@ def _init() -> tuple:
         try:
             mod = load()
             mod.set_launch(_cu_launch_kernel_address())
-            return mod.launch, "active"
+            return mod.launch, "active", mod
         except (NativeBuildError, OSError, ImportError, subprocess.SubprocessError) as e:
             reason = str(e)
     log.info("native launcher unavailable (%s); kernels launch through CuPy's driver binding", reason)
-    return None, reason
+    return None, reason, None
