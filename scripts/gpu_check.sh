@@ -24,6 +24,9 @@ print("\n".join(l for l in s.splitlines() if "Function" in l or "LDG" in l or "S
 PY
 # TESTS: test paths to run (default: the whole GPU suite); VARIANTS: scripts/<name>.py sweeps to run
 timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
+# the plots stay on the device (at most 8 files come back): results.json and the speedup plot return
+timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out /tmp/cudakit-bench "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
+cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null
 for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "scripts/$v.py" 2>&1 | tee -a "$LOG" | grep VARIANT; done
 timeout ${PROBE_TIMEOUT:-90} python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
 # TRITON_SLIM: a carried tarball of another Triton (the image has 3.6; the extra pins >= 3.8): its
@@ -32,10 +35,7 @@ if [ -n "${TRITON_SLIM:-}" ] && [ -f "$TRITON_SLIM" ]; then
   T=/tmp/triton-alt; rm -rf $T; mkdir -p $T && tar -xJf "$TRITON_SLIM" -C $T
   ( export PYTHONPATH="$T:$PYTHONPATH" CUDAKIT_CACHE_DIR=/tmp/cudakit-cache-alt
     python3 -c "import triton, sys; print('ALT triton', triton.__version__, triton.__file__)" 2>&1 | tee -a "$LOG"
-    timeout ${TRITON_TEST_TIMEOUT:-150} python3 -m pytest -q -rs -m cuda tests/gpu/test_triton_gpu.py -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -6 | sed 's/^/ALT /'
+    timeout ${TRITON_TEST_TIMEOUT:-150} python3 -m pytest -q -rs -m cuda tests/gpu/test_triton_gpu.py -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | grep -E "TRITON-CACHE|passed|failed|rror" | tail -12 | sed 's/^/ALT /'
     timeout 90 python3 -m cudakit bench --out /tmp/cudakit-bench-alt --ops triton_launch_overhead 2>>"$LOG" | tee -a "$LOG" | tail -8 | sed 's/^/ALT /'
     cp /tmp/cudakit-bench-alt/results.json "$OUT/results-$(basename "$TRITON_SLIM" .tar.xz).json" 2>/dev/null )
 fi
-# the plots stay on the device (at most 8 files come back): results.json and the speedup plot return
-timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out /tmp/cudakit-bench "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
-cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null

@@ -169,3 +169,32 @@ def test_scalar_operand_fused(op, dtype, rng):
             assert_same(fn(s, dx).get(), fn(s, x))
     m = random(rng, (34, 65), dtype)
     assert_same(cudakit.div(_dev(m, dtype)[:, ::3], 0.75).get(), cudakit.div(m[:, ::3], 0.75))
+
+
+def test_native_tiny_op_path(rng):
+    """The native dispatch (runtime/_native.c ew) that cudakit.add/mul/relu take for contiguous
+    same-shape arrays gives the reference result for every dtype, aligned and not, and stands
+    aside while a profile records."""
+    from cudakit import ops
+    from cudakit.runtime import launch, native
+    if native.module() is None:
+        pytest.skip(f"native module: {native.status()}")
+    for dtype in DTYPES:
+        a, b = random(rng, 1003, dtype), random(rng, 1003, dtype)
+        for off in (0, 1):  # off=1: views 2-8 bytes past a 16-byte boundary (scalar kernels)
+            da, db = _dev(a, dtype)[off:], _dev(b, dtype)[off:]
+            cases = [(ops._T_ADD, da, db, "add", cudakit.add), (ops._T_MUL, da, db, "mul", cudakit.mul),
+                     (ops._T_RELU, da, None, "relu", cudakit.relu)]
+            for table, x0, x1, op, fn in cases:
+                fn(*([x0] if x1 is None else [x0, x1]))  # fills the table, opens the gate
+                got = ops._ew(table, x0, x1, 0.0)
+                assert got is not None, (op, dtype, off)
+                want = reference(op, a[off:], *([] if x1 is None else [b[off:]]), dtype=dtype)
+                assert_same(got.get(), want)
+                assert launch.recent_launches[-1][0].startswith("ck_ew")
+    x = _dev(random(rng, 64, "float32"), "float32")
+    cudakit.relu(x)
+    with cudakit.profile() as prof:
+        assert ops._ew(ops._T_RELU, x, None, 0.0) is None
+        cudakit.relu(x)
+    assert len(prof.table()) == 1
