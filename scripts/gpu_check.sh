@@ -29,8 +29,10 @@ timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out /tmp/cudakit-bench 
 cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null
 for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "scripts/$v.py" 2>&1 | tee -a "$LOG" | grep VARIANT; done
 timeout ${PROBE_TIMEOUT:-90} python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
-# TRITON_SLIM: a carried tarball of another Triton (the image has 3.6; the extra pins >= 3.8): its
-# GPU tests and launch-cost row run with it first on the path (results-<tarball name>.json)
+# TRITON_SLIM: a carried tarball of another Triton (the image has 3.6; the extra pins >= 3.8), built
+# by scripts/triton_slim.sh into .carry/ (git-ignored: `echo /.carry/ >> .git/info/exclude`; pass
+# carry=[".carry"] to the device call): its GPU tests and launch-cost row run with it first on the
+# path (results-<tarball name>.json)
 if [ -n "${TRITON_SLIM:-}" ] && [ -f "$TRITON_SLIM" ]; then
   T=/tmp/triton-alt; rm -rf $T; mkdir -p $T && tar -xJf "$TRITON_SLIM" -C $T
   ( export PYTHONPATH="$T:$PYTHONPATH" CUDAKIT_CACHE_DIR=/tmp/cudakit-cache-alt
