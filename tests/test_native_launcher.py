@@ -251,8 +251,8 @@ def ew(tmp_path):
         errors.append((status, record))
         raise RuntimeError(f"launch failed with {status}")
     _FakeArray.device = 0
-    m.ew_setup(_FakeArray, lambda: _FakeArray.device, lambda: _Stream(), recent.append, on_error)
-    m.ew_gate(True)
+    m.fast_setup(_FakeArray, lambda: _FakeArray.device, lambda: _Stream(), recent.append, on_error)
+    m.fast_gate(True)
     return m, recent, errors
 
 
@@ -308,10 +308,10 @@ def test_ew_declines_what_the_python_path_must_handle(ew):
     _FakeArray.device = 1                                 # inputs on device 0, device 1 current
     assert m.ew(table, a, a, 0.0) is None
     _FakeArray.device = 0
-    m.ew_gate(False)
+    m.fast_gate(False)
     assert m.ew(table, a, a, 0.0) is None
     assert not seen and not recent
-    m.ew_gate(True)
+    m.fast_gate(True)
     assert m.ew(table, a, a, 0.0) is not None
 
 
@@ -326,3 +326,83 @@ def test_ew_empty_arrays_launch_nothing_and_errors_go_to_on_error(ew):
     assert errors == [(700, ("k", (1, 1, 1), (256, 1, 1)))] and recent == [errors[0][1]]
     with pytest.raises(TypeError, match="ew\\(table"):
         m.ew(table, None)
+
+
+# -- Triton launches from plans (tk_bind) with fake arrays ----------------------------------------
+
+def _tk_key(dev, *codes):
+    from cudakit.runtime.triton import plan_key
+    return plan_key(dev, codes)
+
+
+def test_tk_launches_from_its_plan_and_packs_arguments_by_code(ew):
+    m, recent, _ = ew
+    seen, _cb = _recorder(m, [8, 4, 4, 8, 8])
+    import numpy as np
+    x = _FakeArray((100,), "float32")                  # 16-byte aligned
+    plans = {_tk_key(0, 1024 + 2 * np.dtype("float32").num + 1, 1, 3):
+             (0xBEEF, 128, 2048, b"QifQQ", "noop_kernel", (128, 1, 1))}
+    calls = []
+    k = m.tk_bind(plans, (3, 2), lambda *a: calls.append(a))
+    assert k(x, 7, 0.5) is None and not calls
+    assert seen["f"] == 0xBEEF and seen["dims"] == (3, 2, 1, 128, 1, 1) and seen["smem"] == 2048
+    assert seen["stream"] == 0x5555
+    raw = seen["raw"]
+    assert struct.unpack("<Q", raw[0])[0] == x.data.ptr and struct.unpack("<i", raw[1])[0] == 7
+    assert struct.unpack("<f", raw[2])[0] == 0.5 and raw[3] == raw[4] == b"\0" * 8  # scratch pointers
+    assert recent == [("noop_kernel", (3, 2, 1), (128, 1, 1))]
+
+
+def test_tk_hands_everything_else_to_the_fallback(ew):
+    m, recent, _ = ew
+    seen, _cb = _recorder(m, [])
+    import numpy as np
+    f32 = 1024 + 2 * np.dtype("float32").num
+    x, xo = _FakeArray((100,), "float32"), _FakeArray((100,), "float32", ptr=0x100004)
+    plans = {_tk_key(0, f32 + 1, 2): (0xBEEF, 128, 0, b"QiQQ", "k", (128, 1, 1))}
+    calls = []
+
+    def fallback(grid, args, kwargs):
+        calls.append((grid, args, kwargs))
+    grids_args = [
+        ((1,), (x, 17), {}),                  # 17 is not a multiple of 16: another specialisation
+        ((1,), (xo, 16), {}),                 # unaligned pointer: another specialisation
+        ((1,), (x, 2**40), {}),               # not int32
+        ((1,), (x, True), {}),                # bool is its own kind
+        ((1,), (x, np.int32(16)), {}),        # NumPy scalars take the Python path
+        ((1,), (x, 16), {"BLOCK": 64}),       # a keyword (constexpr) argument
+        (lambda meta: (1,), (x, 16), {}),     # a grid function
+        ((0,), (x, 16), {}),                  # an invalid grid: the Python path raises for it
+        ((1, 70000), (x, 16), {}),
+        ((1,), (x,), {}),                     # another argument count
+    ]
+    for grid, args, kw in grids_args:
+        m.tk_bind(plans, grid, fallback)(*args, **kw)
+        assert calls[-1] == (grid, args, kw)
+    assert len(calls) == len(grids_args) and not seen
+    _FakeArray.device = 1                     # plans are per device
+    m.tk_bind(plans, (1,), fallback)(x, 16)
+    _FakeArray.device = 0
+    m.fast_gate(False)
+    m.tk_bind(plans, (1,), fallback)(x, 16)
+    assert len(calls) == len(grids_args) + 2 and not seen
+    m.fast_gate(True)
+    m.tk_bind(plans, (1,), fallback)(x, 16)
+    assert len(calls) == len(grids_args) + 2 and seen["f"] == 0xBEEF
+
+
+def test_tk_launch_errors_and_bad_plans_raise(ew):
+    m, recent, errors = ew
+    seen, _cb = _recorder(m, [], result=719)
+    import numpy as np
+    x = _FakeArray((4,), "float32")
+    key = _tk_key(0, 1024 + 2 * np.dtype("float32").num + 1)
+    with pytest.raises(RuntimeError, match="launch failed with 719"):
+        m.tk_bind({key: (1, 32, 0, b"QQQ", "k", (32, 1, 1))}, (1,), None)(x)
+    assert errors == [(719, ("k", (1, 1, 1), (32, 1, 1)))]
+    with pytest.raises(ValueError, match="parameter code is i"):
+        m.tk_bind({key: (1, 32, 0, b"i", "k", (32, 1, 1))}, (1,), None)(x)
+    with pytest.raises(TypeError, match="a Triton plan is"):
+        m.tk_bind({key: (1, 32)}, (1,), None)(x)
+    with pytest.raises(TypeError, match="tk_bind"):
+        m.tk_bind([], (1,), None)

@@ -49,3 +49,13 @@ def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK:
         b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
         acc += tl.dot(a, b)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty))
+
+
+@triton.jit
+def axpy(x_ptr, y_ptr, n, a, BLOCK: tl.constexpr = 256):
+    """y = a * x + y; BLOCK has a default, so kernel[grid](x, y, n, a) is the plain positional call."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m).to(tl.float32)
+    y = tl.load(y_ptr + offs, mask=m).to(tl.float32)
+    tl.store(y_ptr + offs, (a * x + y).to(y_ptr.dtype.element_ty), mask=m)

@@ -146,7 +146,7 @@ def profile(nvtx: bool = False):
             raise RuntimeError("a cudakit.profile() is already active")
         prof = _active = Profile(nvtx)
     from .runtime import native
-    native.close_ew_gate()  # the native tiny-op path would not record its launches
+    native.close_fast_gate()  # the native tiny-op path would not record its launches
     try:
         yield prof
     finally:

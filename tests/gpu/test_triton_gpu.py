@@ -53,6 +53,35 @@ def test_row_softmax_on_a_side_stream(dtype, shape, rng):
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOL[dtype] * 4
 
 
+def test_native_plans_repeat_the_python_launch(rng):
+    """kernel[grid](positional args) launches from a native plan (runtime/_native.c tk_bind) once
+    run() has launched the same kinds of arguments: same results for each dtype, aligned or not,
+    int32 sizes that are and are not multiples of 16, a float scalar; a profile sees every launch."""
+    from cudakit.runtime import native
+    if native.module() is None:
+        pytest.skip(f"native module: {native.status()}")
+    k = cudakit.triton_kernel(tk.axpy)
+    runs = []
+    run = k.run
+    k.run = lambda *a: runs.append(1) or run(*a)   # counts the calls that take the Python path
+    for dtype in ["float32", "float16", "bfloat16"]:
+        for n, off in [(1000, 0), (1000, 1), (4096, 0)]:
+            x = rng.standard_normal(n + off).astype(np_dtype(dtype))
+            y = rng.standard_normal(n + off).astype(np_dtype(dtype))
+            want = (0.5 * x[off:].astype(np.float32) + y[off:].astype(np.float32)).astype(np_dtype(dtype))
+            for rep in range(2):
+                before = len(runs)
+                dy = cp.asarray(y)[off:]
+                k[(cudakit.cdiv(n, 256),)](cp.asarray(x)[off:], dy, n, 0.5)
+                np.testing.assert_array_equal(dy.get().astype(np.float64), want.astype(np.float64))
+                assert len(runs) - before == (1 if rep == 0 else 0), (dtype, n, off, rep)
+    assert len(k._plans) == 9
+    x = cp.ones(64, cp.float32)
+    with cudakit.profile() as prof:
+        k[(1,)](x, x, 64, 1.0)
+    assert len(prof.table()) == 1 and float(x[0]) == 2.0
+
+
 def triton_next_pow2(n):
     import triton
     return triton.next_power_of_2(n)

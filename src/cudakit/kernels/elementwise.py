@@ -399,7 +399,7 @@ def _launch_contig(op, inputs: tuple, ptrs: tuple, out, n: int, dev: int, p: flo
         blocking = launch_blocking()
     if profiler._active is None and not blocking:
         if _ew_gate is not None:
-            _ew_gate(True)  # the native path may take the next call (native.close_ew_gate shuts it)
+            _ew_gate(True)  # the native path may take the next call (native.close_fast_gate shuts it)
         _launch.recent_launches.append((expr, (gx, 1, 1), block))
         nl = fl._native
         try:
@@ -452,20 +452,12 @@ def _first_use():
     _stream, _get_device = cp.cuda.get_current_stream, cp.cuda.runtime.getDevice
     for dt, name in supported_dtypes().items():
         _VEC[dt] = vec_width(name)
-    mod = native.module()
+    mod = native.fast_paths()
     if mod is not None:
-        mod.ew_setup(cp.ndarray, _get_device, _stream, _launch.recent_launches.append, _ew_error)
-        _ew_gate = mod.ew_gate
+        _ew_gate = mod.fast_gate
 
 
-_ew_gate = None      # the native module's ew_gate once ew_setup ran
-
-
-def _ew_error(status: int, record: tuple):
-    """A launch by the native tiny-op path failed: raise it as the Python path does."""
-    from cupy_backends.cuda.api import driver
-    expr, grid, block = record
-    raise LaunchError(str(driver.CUDADriverError(status)), expr, grid, block)
+_ew_gate = None      # the native module's fast_gate once its fast paths are set up
 
 
 def _no_ew(table, x0, x1, p):
@@ -476,7 +468,7 @@ def native_ew():
     """The native tiny-op function ew(table, x0, x1 or None, p) (see runtime/_native.c), or a
     function that always declines where the native module is unavailable."""
     from ..runtime import native
-    mod = native.module()
+    mod = native.fast_paths()
     return mod.ew if mod is not None else _no_ew
 
 

@@ -273,7 +273,7 @@ static PyObject* mem_set_callback(PyObject* self, PyObject* fn) {
  * key = dtype.num * 4096 + device * 32 + vector width, as (CUfunction, elements per block,
  * threads, name, block tuple); else None, and the caller takes the Python path (which fills the
  * table). The kernel's parameters: the input pointers, out, n (int64), p (double). Closed by
- * ew_gate(False) while a profile is recording or launches are synchronous. */
+ * fast_gate(False) while a profile is recording or launches are synchronous. */
 static PyObject *ck_nd, *ck_get_device, *ck_get_stream, *ck_recent, *ck_on_error;
 static int ck_gate;
 static PyObject *s_c_contig, *s_dtype, *s_shape, *s_data, *s_num, *s_itemsize;
@@ -304,7 +304,7 @@ static int ck_read(PyObject* x, ck_operand* o) {
   return o->shape == NULL ? -1 : 1;
 }
 
-static PyObject* ew_setup(PyObject* self, PyObject* args) {
+static PyObject* fast_setup(PyObject* self, PyObject* args) {
   PyObject *nd, *gd, *gs, *rec, *err;
   if (!PyArg_ParseTuple(args, "OOOOO", &nd, &gd, &gs, &rec, &err)) return NULL;
   Py_XSETREF(ck_nd, Py_NewRef(nd));
@@ -315,7 +315,7 @@ static PyObject* ew_setup(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-static PyObject* ew_gate(PyObject* self, PyObject* open) {
+static PyObject* fast_gate(PyObject* self, PyObject* open) {
   int v = PyObject_IsTrue(open);
   if (v < 0) return NULL;
   ck_gate = v && ck_nd != NULL;
@@ -438,6 +438,188 @@ done:
   Py_RETURN_NONE;
 }
 
+/* ---- Triton kernels -------------------------------------------------------------------------
+ * tk_bind(plans, grid, fallback) -> a callable (what TritonKernel[grid] returns). Called with the
+ * kernel's runtime arguments, it launches straight from `plans` when the gate is open, no keyword
+ * is given, every argument is a CuPy array, an int in int32 range or a float, and the grid is a
+ * tuple of 1-3 ints within the launch limits; otherwise it calls fallback(grid, args, kwargs)
+ * (TritonKernel.run, which fills `plans`). Key: bytes([device]) + per argument a little-endian
+ * uint16: an array 1024 + 2 * dtype.num + (ptr % 16 == 0), an int 1 (int32) or 2 (int32, a
+ * multiple of 16), a float 3 -- the specialisation Triton keys its compiles on. Plan: (CUfunction,
+ * block_x, shared bytes, parameter codes (bytes), name, block tuple); parameters past the
+ * arguments are zero (Triton's scratch pointers). */
+typedef struct {
+  PyObject_HEAD
+  PyObject *plans, *grid, *fallback;
+} ck_tk;
+
+static void ck_tk_dealloc(PyObject* o) {
+  ck_tk* t = (ck_tk*)o;
+  Py_XDECREF(t->plans);
+  Py_XDECREF(t->grid);
+  Py_XDECREF(t->fallback);
+  Py_TYPE(o)->tp_free(o);
+}
+
+/* 1: launched, 0: declined (the fallback takes it), -1: error */
+static int ck_tk_launch(ck_tk* t, PyObject* args) {
+  if (!ck_gate || !PyTuple_Check(t->grid)) return 0;
+  const Py_ssize_t n = PyTuple_GET_SIZE(args), gn = PyTuple_GET_SIZE(t->grid);
+  if (n > CK_MAX_PARAMS || gn < 1 || gn > 3) return 0;
+  long long g[3] = {1, 1, 1};
+  for (Py_ssize_t i = 0; i < gn; ++i) {
+    PyObject* v = PyTuple_GET_ITEM(t->grid, i);
+    int of = 0;
+    if (!PyLong_CheckExact(v)) return 0;
+    g[i] = PyLong_AsLongLongAndOverflow(v, &of);
+    if (of || (g[i] == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+  }
+  if (g[0] < 1 || g[0] > CK_MAX_GRID_X || g[1] < 1 || g[1] > 65535 || g[2] < 1 || g[2] > 65535) return 0;
+  PyObject* cur = PyObject_CallNoArgs(ck_get_device);
+  if (cur == NULL) return -1;
+  long dev = PyLong_AsLong(cur);
+  Py_DECREF(cur);
+  if (dev == -1 && PyErr_Occurred()) return -1;
+  if (dev < 0 || dev > 255) return 0;
+  unsigned char key[1 + 2 * CK_MAX_PARAMS];
+  uint64_t slots[CK_MAX_PARAMS];
+  char kind[CK_MAX_PARAMS]; /* 'p' array pointer, 'i' int, 'f' float */
+  key[0] = (unsigned char)dev;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    unsigned code;
+    if (Py_TYPE(a) == (PyTypeObject*)ck_nd) {
+      long long ptr, num;
+      PyObject* data = PyObject_GetAttr(a, s_data);
+      if (data == NULL) return -1;
+      int bad = ck_getll(data, s_ptr, &ptr);
+      Py_DECREF(data);
+      PyObject* dt = bad ? NULL : PyObject_GetAttr(a, s_dtype);
+      if (dt == NULL) return -1;
+      bad = ck_getll(dt, s_num, &num);
+      Py_DECREF(dt);
+      if (bad) return -1;
+      if (num < 0 || num > 20000) return 0;
+      code = 1024 + 2 * (unsigned)num + ((ptr & 15) == 0);
+      slots[i] = (uint64_t)ptr;
+      kind[i] = 'p';
+    } else if (PyLong_CheckExact(a)) {
+      int of = 0;
+      long long v = PyLong_AsLongLongAndOverflow(a, &of);
+      if (of || v < -2147483648LL || v > 2147483647LL) { PyErr_Clear(); return 0; }
+      code = (v & 15) == 0 ? 2 : 1;
+      kind[i] = 'i';
+    } else if (PyFloat_CheckExact(a)) {
+      code = 3;
+      kind[i] = 'f';
+    } else {
+      return 0;
+    }
+    key[1 + 2 * i] = (unsigned char)(code & 255);
+    key[2 + 2 * i] = (unsigned char)(code >> 8);
+  }
+  PyObject* k = PyBytes_FromStringAndSize((const char*)key, 1 + 2 * n);
+  if (k == NULL) return -1;
+  PyObject* plan = PyDict_GetItemWithError(t->plans, k); /* borrowed */
+  Py_DECREF(k);
+  if (plan == NULL) return PyErr_Occurred() ? -1 : 0;
+  if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(plan, 3))) {
+    PyErr_SetString(PyExc_TypeError, "a Triton plan is (CUfunction, block_x, shared, codes, name, block)");
+    return -1;
+  }
+  Py_INCREF(plan); /* get_stream and the launch record may run Python code */
+  int ret = -1;
+  void* func = PyLong_AsVoidPtr(PyTuple_GET_ITEM(plan, 0));
+  long block = PyLong_AsLong(PyTuple_GET_ITEM(plan, 1));
+  long shared = PyLong_AsLong(PyTuple_GET_ITEM(plan, 2));
+  const char* codes = PyBytes_AS_STRING(PyTuple_GET_ITEM(plan, 3));
+  const Py_ssize_t nc = PyBytes_GET_SIZE(PyTuple_GET_ITEM(plan, 3));
+  void* params[CK_MAX_PARAMS];
+  if (PyErr_Occurred()) goto out;
+  if (nc < n || nc > CK_MAX_PARAMS) {
+    PyErr_Format(PyExc_ValueError, "a Triton plan has %zd parameter codes for %zd arguments", nc, n);
+    goto out;
+  }
+  for (Py_ssize_t i = 0; i < nc; ++i) {
+    if (i >= n) {
+      slots[i] = 0;
+    } else if (kind[i] == 'p') {
+      if (codes[i] != 'Q') {
+        PyErr_Format(PyExc_ValueError, "argument %zd is an array but its parameter code is %c", i, codes[i]);
+        goto out;
+      }
+    } else if (ck_pack(codes[i], PyTuple_GET_ITEM(args, i), &slots[i]) < 0) {
+      goto out;
+    }
+    params[i] = &slots[i];
+  }
+  PyObject* st = PyObject_CallNoArgs(ck_get_stream);
+  long long sptr;
+  int bad = st == NULL || ck_getll(st, s_ptr, &sptr);
+  Py_XDECREF(st);
+  if (bad) goto out;
+  if (ck_launch == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "set_launch() was not called");
+    goto out;
+  }
+  int r = ck_launch(func, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)block, 1, 1, (unsigned)shared,
+                    (void*)(intptr_t)sptr, params, NULL);
+  PyObject* rec = Py_BuildValue("(O(LLL)O)", PyTuple_GET_ITEM(plan, 4), g[0], g[1], g[2], PyTuple_GET_ITEM(plan, 5));
+  if (rec == NULL) goto out;
+  PyObject* res = PyObject_CallOneArg(ck_recent, rec);
+  if (res == NULL) { Py_DECREF(rec); goto out; }
+  Py_DECREF(res);
+  if (r) {
+    res = PyObject_CallFunction(ck_on_error, "iO", r, rec); /* raises LaunchError */
+    Py_XDECREF(res);
+    if (res != NULL) PyErr_SetString(PyExc_RuntimeError, "on_error returned instead of raising");
+    Py_DECREF(rec);
+    goto out;
+  }
+  Py_DECREF(rec);
+  ret = 1;
+out:
+  Py_DECREF(plan);
+  return ret;
+}
+
+static PyObject* ck_tk_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  ck_tk* t = (ck_tk*)self;
+  if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) {
+    int r = ck_tk_launch(t, args);
+    if (r < 0) return NULL;
+    if (r > 0) Py_RETURN_NONE;
+  }
+  PyObject* kw = kwargs != NULL ? Py_NewRef(kwargs) : PyDict_New();
+  if (kw == NULL) return NULL;
+  PyObject* res = PyObject_CallFunctionObjArgs(t->fallback, t->grid, args, kw, NULL);
+  Py_DECREF(kw);
+  return res;
+}
+
+static PyTypeObject ck_tk_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_cudakit_native.TritonLaunch",
+    .tp_basicsize = sizeof(ck_tk),
+    .tp_dealloc = ck_tk_dealloc,
+    .tp_call = ck_tk_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "kernel[grid]: launches from the kernel's plans, or calls its run()",
+};
+
+static PyObject* tk_bind(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !PyDict_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "tk_bind(plans: dict, grid, fallback)");
+    return NULL;
+  }
+  ck_tk* t = PyObject_New(ck_tk, &ck_tk_type);
+  if (t == NULL) return NULL;
+  t->plans = Py_NewRef(args[0]);
+  t->grid = Py_NewRef(args[1]);
+  t->fallback = Py_NewRef(args[2]);
+  return (PyObject*)t;
+}
+
 static PyMethodDef methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, "set_launch(address of cuLaunchKernel)"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
@@ -447,15 +629,16 @@ static PyMethodDef methods[] = {
     {"mem_counts", mem_counts, METH_O, "mem_counts(device) -> (allocations, frees, allocated, peak)"},
     {"mem_reset_peak", mem_reset_peak, METH_O, "mem_reset_peak(device)"},
     {"mem_set_callback", mem_set_callback, METH_O, "mem_set_callback(fn or None)"},
-    {"ew_setup", ew_setup, METH_VARARGS, "ew_setup(ndarray, get_device, get_stream, recent_append, on_error)"},
-    {"ew_gate", ew_gate, METH_O, "ew_gate(open): ew() returns None while closed"},
+    {"fast_setup", fast_setup, METH_VARARGS, "fast_setup(ndarray, get_device, get_stream, recent_append, on_error)"},
+    {"fast_gate", fast_gate, METH_O, "fast_gate(open): ew() and Triton launches decline while closed"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p) -> new array or None"},
+    {"tk_bind", (PyCFunction)(void (*)(void))tk_bind, METH_FASTCALL, "tk_bind(plans, grid, fallback) -> callable"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cudakit_native", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__cudakit_native(void) {
-  if (PyType_Ready(&ck_block_type) < 0) return NULL;
+  if (PyType_Ready(&ck_block_type) < 0 || PyType_Ready(&ck_tk_type) < 0) return NULL;
 #define CK_INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
   CK_INTERN(s_ptr, "ptr"); CK_INTERN(s_mem, "mem"); CK_INTERN(s_size, "size");
   CK_INTERN(s_device_id, "device_id"); CK_INTERN(s_alloc, "alloc"); CK_INTERN(s_free, "free");

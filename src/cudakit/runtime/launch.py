@@ -20,7 +20,7 @@ def _refresh() -> None:
     global _blocking
     _blocking = None
     from . import native
-    native.close_ew_gate()  # CUDAKIT_LAUNCH_BLOCKING may have changed: the Python path decides again
+    native.close_fast_gate()  # CUDAKIT_LAUNCH_BLOCKING may have changed: the Python path decides again
 
 
 def _dim3(v, what: str) -> tuple[int, int, int]:

@@ -4,7 +4,7 @@ Why: a launch through CuPy's typed driver binding costs about 3.7 us of host tim
 H100 host, and filling ctypes parameter cells from Python another 1.4 us; a tiny op is then
 slower than PyTorch's. `_native.launch` packs the values in C and calls cuLaunchKernel directly.
 The module also carries memory.py's counting allocator (mem_*) and the tiny elementwise dispatch
-(ew, used by ops.add/mul/relu): host time that Python objects and frames cost on every call.
+(ew, used by ops.add/mul/relu) and Triton's launch (tk_bind): host time that Python objects and frames cost on every call.
 
 The module is compiled once per (source, Python ABI) into CUDAKIT_CACHE_DIR/native with `cc`
 (CC overrides); it needs only Python's headers, not CUDA's. Where it cannot be built (no compiler,
@@ -111,12 +111,38 @@ def module():
     return _state[2]
 
 
-def close_ew_gate() -> None:
-    """Make the native tiny-op path decline until the Python path reopens it: called when a
+def fast_paths():
+    """The native module with its fast paths (ew for tiny elementwise ops, tk_bind for Triton
+    kernels) set up for CuPy, or None. They launch only while the gate is open: the Python paths
+    open it (fast_gate(True)) when no profile records and launches are asynchronous."""
+    global _fast_ready
+    mod = module()
+    if mod is not None and not _fast_ready:
+        from . import _cupy, launch
+        cp = _cupy.loaded_cupy()
+        mod.fast_setup(cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream,
+                       launch.recent_launches.append, _launch_error)
+        _fast_ready = True
+    return mod
+
+
+_fast_ready = False
+
+
+def _launch_error(status: int, record: tuple):
+    """A launch by a native fast path failed: raise it as the Python paths do."""
+    from cupy_backends.cuda.api import driver
+    from ..errors import LaunchError
+    name, grid, block = record
+    raise LaunchError(str(driver.CUDADriverError(status)), name, grid, block)
+
+
+def close_fast_gate() -> None:
+    """Make the native fast paths decline until a Python path reopens the gate: called when a
     profile starts or the settings change (it must see every launch, or launch synchronously)."""
     s = _state
     if s is not None and s[2] is not None:
-        s[2].ew_gate(False)
+        s[2].fast_gate(False)
 
 
 def status() -> str:

@@ -49,13 +49,28 @@ _ptr_codes: dict = {}   # dtype -> "*fp32" etc.
 _get_device = None   # cupy.cuda.runtime.getDevice
 
 
+_tk_bind = None      # the native module's tk_bind (kernel[grid] launches from plans in C)
+_gate = None         # the native module's fast_gate
+
+
 def _first_use():
     """Resolve CuPy once; later calls read module globals."""
-    global _ready, _get_device
+    global _ready, _get_device, _tk_bind, _gate
     cp = _cupy.cupy()
     _get_device = cp.cuda.runtime.getDevice
+    from . import native
+    mod = native.fast_paths()
+    if mod is not None:
+        _tk_bind, _gate = mod.tk_bind, mod.fast_gate
     _ready = True
     return cp
+
+
+def plan_key(dev: int, codes) -> bytes:
+    """The key of a TritonKernel's native launch plans: the device, then per runtime argument the
+    uint16 code that _native.c's tk_bind computes (array 1024 + 2 * dtype.num + 16-byte aligned,
+    int32 1, int32 multiple of 16 2, float 3)."""
+    return bytes([dev]) + b"".join(c.to_bytes(2, "little") for c in codes)
 
 
 def _dtype_codes() -> dict:
@@ -178,6 +193,7 @@ class TritonKernel:
         self._rt_first = all(not p.is_constexpr for p in self.params[:self._n_rt])
         self._defaults_complete = len(self._const_defaults) == len(self._const_names)
         self._cache: dict = {}
+        self._plans: dict = {}   # plan_key -> native launch plan (see _plan)
         self._lock = threading.Lock()
 
     # -- binding and specialisation ---------------------------------------------------------
@@ -285,6 +301,8 @@ class TritonKernel:
 
     # -- launching --------------------------------------------------------------------------
     def __getitem__(self, grid):
+        if _tk_bind is not None:  # a C callable: launches from self._plans, else calls run()
+            return _tk_bind(self._plans, grid, self.run)
         return lambda *args, **kwargs: self.run(grid, args, kwargs)
 
     def _fast_bind(self, args, kwargs):
@@ -320,7 +338,7 @@ class TritonKernel:
             runtime, consts, nw, ns = b
         nd = cp.ndarray
         codes = _ptr_codes or _dtype_codes() and _ptr_codes
-        sig, vals = [], []
+        sig, vals, pcodes = [], [], []  # pcodes: the plan-key code of each argument (plan_key)
         spec_ints = not self.do_not_specialize
         for name, a in zip(self._rt_names, runtime):
             t = type(a)
@@ -328,16 +346,20 @@ class TritonKernel:
                 ptr = a.data.ptr
                 sig.append((codes[a.dtype], not ptr & 15))
                 vals.append(ptr)
+                pcodes.append(1024 + 2 * a.dtype.num + (not ptr & 15))
             elif t is int and spec_ints and -0x80000000 <= a <= 0x7FFFFFFF:
                 sig.append(_I32_DIV if not a & 15 else _I32)
                 vals.append(a)
+                pcodes.append(1 if a & 15 else 2)
             elif t is float:
                 sig.append(_F32)
                 vals.append(a)
+                pcodes.append(3)
             else:
                 t, div, v = self._arg_type(name, a)
                 sig.append((t, div))
                 vals.append(v)
+                pcodes.append(None)  # a kind the native plans do not cover
         dev = _get_device()
         ckey = (dev, tuple(sig), tuple([consts[n] for n in self._const_names]) if consts else (), nw, ns)
         comp = self._cache.get(ckey)
@@ -373,6 +395,8 @@ class TritonKernel:
                     r = nl(fl.func, g[0], g[1], g[2], comp.block, 1, 1, comp.shared, s_ptr, fl._bcodes, *vals)
                     if r:
                         raise cp.cuda.driver.CUDADriverError(r)
+                    if _gate is not None and b is not None and not kwargs:
+                        self._plan(dev, pcodes, comp, fl, stream)
                 else:
                     fl(g[0], comp.block, vals, s_ptr, (g[1], g[2]), comp.shared)
             else:
@@ -383,6 +407,18 @@ class TritonKernel:
                 (stream or cp.cuda.get_current_stream()).synchronize()
         except cp.cuda.driver.CUDADriverError as e:
             raise LaunchError(str(e), comp.meta["name"], g, comp.block3) from None
+
+    def _plan(self, dev, pcodes, comp, fl, stream):
+        """Record how this call launched, for kernel[grid] to repeat in C (tk_bind), when the next
+        call with arguments of the same kinds would launch the same way: constexprs at their
+        defaults, every argument an array, int32 or float, no 16-bit scalar or scratch, the
+        current stream; and open the gate when launches are asynchronous."""
+        if (stream is None and not self.do_not_specialize and not comp.half_args and not comp.needs_scratch
+                and None not in pcodes and 0 <= dev <= 255):
+            self._plans[plan_key(dev, pcodes)] = (fl.func, comp.block, comp.shared, fl._bcodes, comp.name,
+                                                   comp.block3)
+            if not (_launch._blocking or (_launch._blocking is None and _launch.launch_blocking())):
+                _gate(True)
 
     @staticmethod
     def _scratch(comp, which: str, g):
