@@ -406,3 +406,29 @@ def test_tk_launch_errors_and_bad_plans_raise(ew):
         m.tk_bind({key: (1, 32)}, (1,), None)(x)
     with pytest.raises(TypeError, match="tk_bind"):
         m.tk_bind([], (1,), None)
+
+
+def test_a_hold_keeps_the_fast_paths_closed_and_a_cycle_through_a_launch_is_collected(ew):
+    import gc
+    import weakref
+    m, recent, _ = ew
+    seen, _cb = _recorder(m, [8, 8, 8, 8])
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1))}
+    x = _FakeArray((8,), "float32")
+    m.fast_hold(1)
+    m.fast_gate(True)                        # a Python path cannot reopen what a profile holds
+    assert m.ew(table, x, None, 0.0) is None and not seen
+    m.fast_hold(-1)
+    assert m.ew(table, x, None, 0.0) is not None and seen
+    with pytest.raises(TypeError, match="table must be a dict"):
+        m.ew([], x, None, 0.0)
+
+    class Kernel:
+        def run(self, grid, args, kwargs):
+            pass
+    k = Kernel()
+    k.launch = m.tk_bind({}, (1,), k.run)   # kernel -> launch -> bound run -> kernel
+    ref = weakref.ref(k)
+    del k
+    gc.collect()
+    assert ref() is None

@@ -141,16 +141,17 @@ def profile(nvtx: bool = False):
     nvtx=True also pushes an NVTX range per launch so Nsight Systems shows cudakit's kernels by name.
     """
     global _active
+    from .runtime import native
     with _lock:
         if _active is not None:
             raise RuntimeError("a cudakit.profile() is already active")
+        native.hold_fast_paths(1)  # the native fast paths would not record their launches
         prof = _active = Profile(nvtx)
-    from .runtime import native
-    native.close_fast_gate()  # the native tiny-op path would not record its launches
     try:
         yield prof
     finally:
         _active = None
+        native.hold_fast_paths(-1)
         prof.resolve()
 
 

@@ -23,6 +23,10 @@ static ck_launch_fn ck_launch = NULL;
 static PyObject* set_launch(PyObject* self, PyObject* addr) {
   void* p = PyLong_AsVoidPtr(addr);
   if (p == NULL && PyErr_Occurred()) return NULL;
+  if (p == NULL) {
+    PyErr_SetString(PyExc_ValueError, "set_launch needs the address of cuLaunchKernel (got 0)");
+    return NULL;
+  }
   ck_launch = (ck_launch_fn)p;
   Py_RETURN_NONE;
 }
@@ -54,7 +58,8 @@ static int ck_pack(char code, PyObject* o, uint64_t* slot) {
       return 0;
     }
     default:
-      PyErr_Format(PyExc_ValueError, "unknown parameter code %c (expected one of Q, i, h, f, d)", code);
+      PyErr_Format(PyExc_ValueError, "unknown parameter code %c (expected one of Q, i, h, f, d)",
+                   (int)(unsigned char)code < 128 ? code : '?');
       return -1;
   }
 }
@@ -125,7 +130,13 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     if (ck_pack(codes[i], args[10 + i], &slots[i]) < 0) return NULL;
     ptrs[i] = &slots[i];
   }
-  int r = ck_launch(func, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream, ptrs, NULL);
+  ck_launch_fn fn = ck_launch;
+  int r;
+  /* without the GIL: cuLaunchKernel blocks while the stream's queue is full, and a Python host
+   * callback queued ahead of it needs the GIL to drain it */
+  Py_BEGIN_ALLOW_THREADS
+  r = fn(func, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream, ptrs, NULL);
+  Py_END_ALLOW_THREADS
   return PyLong_FromLong(r);
 }
 
@@ -148,9 +159,11 @@ typedef struct {
 } ck_block;
 
 static void ck_event(PyObject* what, int dev, long long size) {
-  PyObject* r = PyObject_CallFunction(ck_mem_cb, "OiL", what, dev, size);
-  if (r == NULL) PyErr_WriteUnraisable(ck_mem_cb);  /* a callback cannot fail an allocation or a free */
+  PyObject* cb = Py_NewRef(ck_mem_cb); /* the callback may replace itself */
+  PyObject* r = PyObject_CallFunction(cb, "OiL", what, dev, size);
+  if (r == NULL) PyErr_WriteUnraisable(cb);  /* a callback cannot fail an allocation or a free */
   Py_XDECREF(r);
+  Py_DECREF(cb);
 }
 
 static void ck_block_dealloc(PyObject* o) {
@@ -276,6 +289,8 @@ static PyObject* mem_set_callback(PyObject* self, PyObject* fn) {
  * fast_gate(False) while a profile is recording or launches are synchronous. */
 static PyObject *ck_nd, *ck_get_device, *ck_get_stream, *ck_recent, *ck_on_error;
 static int ck_gate;
+static long ck_hold; /* fast_hold(+1) while a profile records: fast_gate(True) cannot open it then */
+#define CK_OPEN (ck_gate && ck_hold == 0)
 static PyObject *s_c_contig, *s_dtype, *s_shape, *s_data, *s_num, *s_itemsize;
 
 typedef struct { PyObject *dtype, *shape; long long ptr, dev, n; } ck_operand;
@@ -322,6 +337,14 @@ static PyObject* fast_gate(PyObject* self, PyObject* open) {
   Py_RETURN_NONE;
 }
 
+static PyObject* fast_hold(PyObject* self, PyObject* delta) {
+  long d = PyLong_AsLong(delta);
+  if (d == -1 && PyErr_Occurred()) return NULL;
+  ck_hold += d;
+  if (ck_hold < 0) ck_hold = 0;
+  Py_RETURN_NONE;
+}
+
 #define CK_MAX_GRID_X 2147483647LL
 
 static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
@@ -330,7 +353,11 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     return NULL;
   }
   PyObject *table = args[0], *x0 = args[1], *x1 = args[2];
-  if (!ck_gate || Py_TYPE(x0) != (PyTypeObject*)ck_nd || (x1 != Py_None && Py_TYPE(x1) != (PyTypeObject*)ck_nd))
+  if (!PyDict_Check(table)) {
+    PyErr_SetString(PyExc_TypeError, "ew: table must be a dict");
+    return NULL;
+  }
+  if (!CK_OPEN || ck_launch == NULL || Py_TYPE(x0) != (PyTypeObject*)ck_nd || (x1 != Py_None && Py_TYPE(x1) != (PyTypeObject*)ck_nd))
     Py_RETURN_NONE;
   double p = PyFloat_AsDouble(args[3]);
   if (p == -1.0 && PyErr_Occurred()) return NULL;
@@ -352,31 +379,29 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   long long curdev = PyLong_AsLongLong(cur);
   Py_DECREF(cur);
   if (curdev == -1 && PyErr_Occurred()) { ok = -1; goto done; }
-  if (curdev != a.dev) { ok = 0; goto done; }
+  if (curdev != a.dev || a.dev < 0 || a.dev >= 128) { ok = 0; goto done; } /* the key holds 7 bits of device */
   long long num, itemsize;
   if (ck_getll(a.dtype, s_num, &num) || ck_getll(a.dtype, s_itemsize, &itemsize)) { ok = -1; goto done; }
   /* the output comes from CuPy's pool, 512-byte aligned: the inputs decide the vector width */
   long long vec = (al & 15) || itemsize <= 0 || itemsize > 16 ? 1 : 16 / itemsize;
   PyObject* key = PyLong_FromLongLong(num * 4096 + a.dev * 32 + vec);
   if (key == NULL) { ok = -1; goto done; }
-  PyObject* e = PyDict_GetItemWithError(table, key); /* borrowed; the table keeps it alive */
+  PyObject* e = PyDict_GetItemWithError(table, key);
   Py_DECREF(key);
   if (e == NULL) { ok = PyErr_Occurred() ? -1 : 0; goto done; }
+  Py_INCREF(e); /* owned from here: what follows may run Python code */
+  void* func = NULL;
+  long long tile = 0;
+  long threads = 0;
   if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5) {
     PyErr_SetString(PyExc_TypeError, "an ew table entry is (CUfunction, elements per block, threads, name, block)");
-    ok = -1;
-    goto done;
+  } else if ((func = PyLong_AsVoidPtr(PyTuple_GET_ITEM(e, 0))) == NULL && PyErr_Occurred()) {
+  } else if ((tile = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 1))) == -1 && PyErr_Occurred()) {
+  } else if ((threads = PyLong_AsLong(PyTuple_GET_ITEM(e, 2))) == -1 && PyErr_Occurred()) {
+  } else if (tile <= 0 || threads <= 0 || threads > 1024) {
+    PyErr_SetString(PyExc_ValueError, "an ew table entry needs elements per block > 0 and 1..1024 threads");
   }
-  void* func = PyLong_AsVoidPtr(PyTuple_GET_ITEM(e, 0));
-  long long tile = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 1));
-  long threads = PyLong_AsLong(PyTuple_GET_ITEM(e, 2));
-  if (PyErr_Occurred()) { ok = -1; goto done; }
-  if (tile <= 0) {
-    PyErr_SetString(PyExc_ValueError, "elements per block must be positive");
-    ok = -1;
-    goto done;
-  }
-  Py_INCREF(e); /* the allocation below may run Python code (a memory callback) */
+  if (PyErr_Occurred()) { Py_DECREF(e); ok = -1; goto done; }
   out = PyObject_CallFunctionObjArgs(ck_nd, a.shape, a.dtype, NULL);
   if (out == NULL) { Py_DECREF(e); ok = -1; goto done; }
   if (a.n == 0) { Py_DECREF(e); result = out; out = NULL; goto done; }
@@ -405,13 +430,12 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   slots[k++] = (uint64_t)a.n;
   memcpy(&slots[k++], &p, 8);
   for (int i = 0; i < k; ++i) params[i] = &slots[i];
-  if (ck_launch == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "set_launch() was not called");
-    Py_DECREF(e);
-    ok = -1;
-    goto done;
-  }
-  int r = ck_launch(func, (unsigned)gx, 1, 1, (unsigned)threads, 1, 1, 0, (void*)(intptr_t)sptr, params, NULL);
+  if (!CK_OPEN) { Py_DECREF(e); ok = 0; goto done; } /* a profile started while Python code ran above */
+  ck_launch_fn fn = ck_launch;
+  int r;
+  Py_BEGIN_ALLOW_THREADS
+  r = fn(func, (unsigned)gx, 1, 1, (unsigned)threads, 1, 1, 0, (void*)(intptr_t)sptr, params, NULL);
+  Py_END_ALLOW_THREADS
   PyObject* rec = Py_BuildValue("(O(Lii)O)", PyTuple_GET_ITEM(e, 3), gx, 1, 1, PyTuple_GET_ITEM(e, 4));
   Py_DECREF(e);
   if (rec == NULL) { ok = -1; goto done; }
@@ -453,17 +477,32 @@ typedef struct {
   PyObject *plans, *grid, *fallback;
 } ck_tk;
 
-static void ck_tk_dealloc(PyObject* o) {
+/* GC-tracked: `fallback` is the kernel's bound run(), so kernel.attr = kernel[grid] is a cycle */
+static int ck_tk_traverse(PyObject* o, visitproc visit, void* arg) {
   ck_tk* t = (ck_tk*)o;
-  Py_XDECREF(t->plans);
-  Py_XDECREF(t->grid);
-  Py_XDECREF(t->fallback);
+  Py_VISIT(t->plans);
+  Py_VISIT(t->grid);
+  Py_VISIT(t->fallback);
+  return 0;
+}
+
+static int ck_tk_clear(PyObject* o) {
+  ck_tk* t = (ck_tk*)o;
+  Py_CLEAR(t->plans);
+  Py_CLEAR(t->grid);
+  Py_CLEAR(t->fallback);
+  return 0;
+}
+
+static void ck_tk_dealloc(PyObject* o) {
+  PyObject_GC_UnTrack(o);
+  ck_tk_clear(o);
   Py_TYPE(o)->tp_free(o);
 }
 
 /* 1: launched, 0: declined (the fallback takes it), -1: error */
 static int ck_tk_launch(ck_tk* t, PyObject* args) {
-  if (!ck_gate || !PyTuple_Check(t->grid)) return 0;
+  if (!CK_OPEN || ck_launch == NULL || !PyTuple_Check(t->grid)) return 0;
   const Py_ssize_t n = PyTuple_GET_SIZE(args), gn = PyTuple_GET_SIZE(t->grid);
   if (n > CK_MAX_PARAMS || gn < 1 || gn > 3) return 0;
   long long g[3] = {1, 1, 1};
@@ -529,13 +568,18 @@ static int ck_tk_launch(ck_tk* t, PyObject* args) {
   }
   Py_INCREF(plan); /* get_stream and the launch record may run Python code */
   int ret = -1;
-  void* func = PyLong_AsVoidPtr(PyTuple_GET_ITEM(plan, 0));
-  long block = PyLong_AsLong(PyTuple_GET_ITEM(plan, 1));
-  long shared = PyLong_AsLong(PyTuple_GET_ITEM(plan, 2));
+  void* func = NULL;
+  long block = 0, shared = 0;
   const char* codes = PyBytes_AS_STRING(PyTuple_GET_ITEM(plan, 3));
   const Py_ssize_t nc = PyBytes_GET_SIZE(PyTuple_GET_ITEM(plan, 3));
   void* params[CK_MAX_PARAMS];
-  if (PyErr_Occurred()) goto out;
+  if ((func = PyLong_AsVoidPtr(PyTuple_GET_ITEM(plan, 0))) == NULL && PyErr_Occurred()) goto out;
+  if ((block = PyLong_AsLong(PyTuple_GET_ITEM(plan, 1))) == -1 && PyErr_Occurred()) goto out;
+  if ((shared = PyLong_AsLong(PyTuple_GET_ITEM(plan, 2))) == -1 && PyErr_Occurred()) goto out;
+  if (block < 1 || block > 1024 || shared < 0) {
+    PyErr_Format(PyExc_ValueError, "a Triton plan needs 1..1024 threads and shared >= 0 (got %ld, %ld)", block, shared);
+    goto out;
+  }
   if (nc < n || nc > CK_MAX_PARAMS) {
     PyErr_Format(PyExc_ValueError, "a Triton plan has %zd parameter codes for %zd arguments", nc, n);
     goto out;
@@ -545,7 +589,8 @@ static int ck_tk_launch(ck_tk* t, PyObject* args) {
       slots[i] = 0;
     } else if (kind[i] == 'p') {
       if (codes[i] != 'Q') {
-        PyErr_Format(PyExc_ValueError, "argument %zd is an array but its parameter code is %c", i, codes[i]);
+        PyErr_Format(PyExc_ValueError, "argument %zd is an array but its parameter code is %c", i,
+                     (int)(unsigned char)codes[i] < 128 ? codes[i] : '?');
         goto out;
       }
     } else if (ck_pack(codes[i], PyTuple_GET_ITEM(args, i), &slots[i]) < 0) {
@@ -558,12 +603,13 @@ static int ck_tk_launch(ck_tk* t, PyObject* args) {
   int bad = st == NULL || ck_getll(st, s_ptr, &sptr);
   Py_XDECREF(st);
   if (bad) goto out;
-  if (ck_launch == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "set_launch() was not called");
-    goto out;
-  }
-  int r = ck_launch(func, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)block, 1, 1, (unsigned)shared,
-                    (void*)(intptr_t)sptr, params, NULL);
+  if (!CK_OPEN) { ret = 0; goto out; } /* a profile started while Python code ran above */
+  ck_launch_fn fn = ck_launch;
+  int r;
+  Py_BEGIN_ALLOW_THREADS
+  r = fn(func, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)block, 1, 1, (unsigned)shared,
+         (void*)(intptr_t)sptr, params, NULL);
+  Py_END_ALLOW_THREADS
   PyObject* rec = Py_BuildValue("(O(LLL)O)", PyTuple_GET_ITEM(plan, 4), g[0], g[1], g[2], PyTuple_GET_ITEM(plan, 5));
   if (rec == NULL) goto out;
   PyObject* res = PyObject_CallOneArg(ck_recent, rec);
@@ -585,6 +631,10 @@ out:
 
 static PyObject* ck_tk_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   ck_tk* t = (ck_tk*)self;
+  if (t->fallback == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "this kernel launch was cleared");
+    return NULL;
+  }
   if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) {
     int r = ck_tk_launch(t, args);
     if (r < 0) return NULL;
@@ -603,7 +653,9 @@ static PyTypeObject ck_tk_type = {
     .tp_basicsize = sizeof(ck_tk),
     .tp_dealloc = ck_tk_dealloc,
     .tp_call = ck_tk_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_traverse = ck_tk_traverse,
+    .tp_clear = ck_tk_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "kernel[grid]: launches from the kernel's plans, or calls its run()",
 };
 
@@ -612,11 +664,12 @@ static PyObject* tk_bind(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     PyErr_SetString(PyExc_TypeError, "tk_bind(plans: dict, grid, fallback)");
     return NULL;
   }
-  ck_tk* t = PyObject_New(ck_tk, &ck_tk_type);
+  ck_tk* t = PyObject_GC_New(ck_tk, &ck_tk_type);
   if (t == NULL) return NULL;
   t->plans = Py_NewRef(args[0]);
   t->grid = Py_NewRef(args[1]);
   t->fallback = Py_NewRef(args[2]);
+  PyObject_GC_Track((PyObject*)t);
   return (PyObject*)t;
 }
 
@@ -630,6 +683,7 @@ static PyMethodDef methods[] = {
     {"mem_reset_peak", mem_reset_peak, METH_O, "mem_reset_peak(device)"},
     {"mem_set_callback", mem_set_callback, METH_O, "mem_set_callback(fn or None)"},
     {"fast_setup", fast_setup, METH_VARARGS, "fast_setup(ndarray, get_device, get_stream, recent_append, on_error)"},
+    {"fast_hold", fast_hold, METH_O, "fast_hold(+1 or -1): while held, the fast paths decline"},
     {"fast_gate", fast_gate, METH_O, "fast_gate(open): ew() and Triton launches decline while closed"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p) -> new array or None"},
     {"tk_bind", (PyCFunction)(void (*)(void))tk_bind, METH_FASTCALL, "tk_bind(plans, grid, fallback) -> callable"},

@@ -137,6 +137,14 @@ def _launch_error(status: int, record: tuple):
     raise LaunchError(str(driver.CUDADriverError(status)), name, grid, block)
 
 
+def hold_fast_paths(delta: int) -> None:
+    """+1: the native fast paths decline until the matching -1, whatever a Python path does in
+    between (a profile holds them for its whole span, so it sees every launch)."""
+    s = _state
+    if s is not None and s[2] is not None:
+        s[2].fast_hold(delta)
+
+
 def close_fast_gate() -> None:
     """Make the native fast paths decline until a Python path reopens the gate: called when a
     profile starts or the settings change (it must see every launch, or launch synchronously)."""

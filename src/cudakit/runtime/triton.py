@@ -346,7 +346,8 @@ class TritonKernel:
                 ptr = a.data.ptr
                 sig.append((codes[a.dtype], not ptr & 15))
                 vals.append(ptr)
-                pcodes.append(1024 + 2 * a.dtype.num + (not ptr & 15))
+                num = a.dtype.num  # _native.c declines dtype numbers past 20000 (uint16 key codes)
+                pcodes.append(1024 + 2 * num + (not ptr & 15) if num <= 20000 else None)
             elif t is int and spec_ints and -0x80000000 <= a <= 0x7FFFFFFF:
                 sig.append(_I32_DIV if not a & 15 else _I32)
                 vals.append(a)
