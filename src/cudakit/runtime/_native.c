@@ -201,15 +201,17 @@ static int ck_getll(PyObject* o, PyObject* name, long long* out) {
 /* mem_setup(pool_malloc, UnownedMemory, MemoryPointer, pool OutOfMemoryError, after_oom):
  * after_oom(size) is called when pool_malloc raised the pool's OutOfMemoryError; it returns the
  * pool's MemoryPointer after freeing cached blocks and retrying, or raises. */
-static PyObject* mem_setup(PyObject* self, PyObject* args) {
-  PyObject *pm, *um, *mp, *oom, *after;
-  if (!PyArg_ParseTuple(args, "OOOOO", &pm, &um, &mp, &oom, &after)) return NULL;
-  Py_XSETREF(ck_pool_malloc, Py_NewRef(pm));
-  Py_XSETREF(ck_unowned, Py_NewRef(um));
-  Py_XSETREF(ck_memptr, Py_NewRef(mp));
-  Py_XSETREF(ck_pool_oom, Py_NewRef(oom));
-  Py_XSETREF(ck_after_oom, Py_NewRef(after));
+/* Store the five objects of a *_setup call in the module globals `dst` (owned references). */
+static PyObject* ck_setup5(PyObject* args, PyObject** dst[5]) {
+  PyObject* v[5];
+  if (!PyArg_ParseTuple(args, "OOOOO", &v[0], &v[1], &v[2], &v[3], &v[4])) return NULL;
+  for (int i = 0; i < 5; ++i) Py_XSETREF(*dst[i], Py_NewRef(v[i]));
   Py_RETURN_NONE;
+}
+
+static PyObject* mem_setup(PyObject* self, PyObject* args) {
+  PyObject** dst[5] = {&ck_pool_malloc, &ck_unowned, &ck_memptr, &ck_pool_oom, &ck_after_oom};
+  return ck_setup5(args, dst);
 }
 
 static PyObject* mem_malloc(PyObject* self, PyObject* size) {
@@ -320,14 +322,8 @@ static int ck_read(PyObject* x, ck_operand* o) {
 }
 
 static PyObject* fast_setup(PyObject* self, PyObject* args) {
-  PyObject *nd, *gd, *gs, *rec, *err;
-  if (!PyArg_ParseTuple(args, "OOOOO", &nd, &gd, &gs, &rec, &err)) return NULL;
-  Py_XSETREF(ck_nd, Py_NewRef(nd));
-  Py_XSETREF(ck_get_device, Py_NewRef(gd));
-  Py_XSETREF(ck_get_stream, Py_NewRef(gs));
-  Py_XSETREF(ck_recent, Py_NewRef(rec));
-  Py_XSETREF(ck_on_error, Py_NewRef(err));
-  Py_RETURN_NONE;
+  PyObject** dst[5] = {&ck_nd, &ck_get_device, &ck_get_stream, &ck_recent, &ck_on_error};
+  return ck_setup5(args, dst);
 }
 
 static PyObject* fast_gate(PyObject* self, PyObject* open) {
