@@ -107,8 +107,9 @@ def _native_allocator(cp):
     """The native counting allocator set up on CuPy's pool, or None when the module is unavailable."""
     global _native
     from . import native
+    from .device import device_count
     mod = native.module()
-    if mod is None:
+    if mod is None or device_count() > 64:  # _native.c counts devices 0..63
         return None
     m = cp.cuda.memory
     mod.mem_setup(_pool.malloc, m.UnownedMemory, m.MemoryPointer, m.OutOfMemoryError, _after_oom)
