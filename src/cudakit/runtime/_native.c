@@ -343,6 +343,28 @@ static PyObject* fast_hold(PyObject* self, PyObject* delta) {
 
 #define CK_MAX_GRID_X 2147483647LL
 
+/* After a fast-path launch with driver status r: record (name, grid, block) in the launch history
+ * (cudakit.check() names the last kernels); r != 0 goes to on_error, which raises LaunchError.
+ * 0: launched, -1: an exception is set. */
+static int ck_launched(int r, PyObject* name, const long long g[3], PyObject* block) {
+  PyObject* rec = Py_BuildValue("(O(LLL)O)", name, g[0], g[1], g[2], block);
+  if (rec == NULL) return -1;
+  PyObject* res = PyObject_CallOneArg(ck_recent, rec);
+  if (res != NULL && r) {
+    Py_DECREF(res);
+    res = PyObject_CallFunction(ck_on_error, "iO", r, rec);
+    if (res != NULL) {
+      Py_DECREF(res);
+      res = NULL;
+      PyErr_SetString(PyExc_RuntimeError, "on_error returned instead of raising");
+    }
+  }
+  Py_DECREF(rec);
+  if (res == NULL) return -1;
+  Py_DECREF(res);
+  return 0;
+}
+
 static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 4) {
     PyErr_SetString(PyExc_TypeError, "ew(table, x0, x1 or None, p)");
@@ -432,21 +454,10 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   Py_BEGIN_ALLOW_THREADS
   r = fn(func, (unsigned)gx, 1, 1, (unsigned)threads, 1, 1, 0, (void*)(intptr_t)sptr, params, NULL);
   Py_END_ALLOW_THREADS
-  PyObject* rec = Py_BuildValue("(O(Lii)O)", PyTuple_GET_ITEM(e, 3), gx, 1, 1, PyTuple_GET_ITEM(e, 4));
+  const long long g[3] = {gx, 1, 1};
+  bad = ck_launched(r, PyTuple_GET_ITEM(e, 3), g, PyTuple_GET_ITEM(e, 4));
   Py_DECREF(e);
-  if (rec == NULL) { ok = -1; goto done; }
-  PyObject* t = PyObject_CallOneArg(ck_recent, rec); /* cudakit.check() names the last kernels */
-  if (t == NULL) { Py_DECREF(rec); ok = -1; goto done; }
-  Py_DECREF(t);
-  if (r) {
-    t = PyObject_CallFunction(ck_on_error, "iO", r, rec); /* raises LaunchError */
-    Py_DECREF(rec);
-    Py_XDECREF(t);
-    if (t != NULL) PyErr_SetString(PyExc_RuntimeError, "on_error returned instead of raising");
-    ok = -1;
-    goto done;
-  }
-  Py_DECREF(rec);
+  if (bad) { ok = -1; goto done; }
   result = out;
   out = NULL;
 done:
@@ -606,20 +617,7 @@ static int ck_tk_launch(ck_tk* t, PyObject* args) {
   r = fn(func, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)block, 1, 1, (unsigned)shared,
          (void*)(intptr_t)sptr, params, NULL);
   Py_END_ALLOW_THREADS
-  PyObject* rec = Py_BuildValue("(O(LLL)O)", PyTuple_GET_ITEM(plan, 4), g[0], g[1], g[2], PyTuple_GET_ITEM(plan, 5));
-  if (rec == NULL) goto out;
-  PyObject* res = PyObject_CallOneArg(ck_recent, rec);
-  if (res == NULL) { Py_DECREF(rec); goto out; }
-  Py_DECREF(res);
-  if (r) {
-    res = PyObject_CallFunction(ck_on_error, "iO", r, rec); /* raises LaunchError */
-    Py_XDECREF(res);
-    if (res != NULL) PyErr_SetString(PyExc_RuntimeError, "on_error returned instead of raising");
-    Py_DECREF(rec);
-    goto out;
-  }
-  Py_DECREF(rec);
-  ret = 1;
+  if (ck_launched(r, PyTuple_GET_ITEM(plan, 4), g, PyTuple_GET_ITEM(plan, 5)) == 0) ret = 1;
 out:
   Py_DECREF(plan);
   return ret;

@@ -3,8 +3,9 @@
 Why: a launch through CuPy's typed driver binding costs about 3.7 us of host time per call on an
 H100 host, and filling ctypes parameter cells from Python another 1.4 us; a tiny op is then
 slower than PyTorch's. `_native.launch` packs the values in C and calls cuLaunchKernel directly.
-The module also carries memory.py's counting allocator (mem_*) and the tiny elementwise dispatch
-(ew, used by ops.add/mul/relu) and Triton's launch (tk_bind): host time that Python objects and frames cost on every call.
+The module also carries memory.py's counting allocator (mem_*), the tiny elementwise dispatch (ew,
+used by ops.add/mul/relu) and Triton's launch (tk_bind): host time that Python objects and frames
+cost on every call.
 
 The module is compiled once per (source, Python ABI) into CUDAKIT_CACHE_DIR/native with `cc`
 (CC overrides); it needs only Python's headers, not CUDA's. Where it cannot be built (no compiler,
@@ -137,20 +138,25 @@ def _launch_error(status: int, record: tuple):
     raise LaunchError(str(driver.CUDADriverError(status)), name, grid, block)
 
 
+def _loaded():
+    """The native module if it is already loaded (never builds or loads it), else None."""
+    return _state[2] if _state is not None else None
+
+
 def hold_fast_paths(delta: int) -> None:
     """+1: the native fast paths decline until the matching -1, whatever a Python path does in
     between (a profile holds them for its whole span, so it sees every launch)."""
-    s = _state
-    if s is not None and s[2] is not None:
-        s[2].fast_hold(delta)
+    mod = _loaded()
+    if mod is not None:
+        mod.fast_hold(delta)
 
 
 def close_fast_gate() -> None:
-    """Make the native fast paths decline until a Python path reopens the gate: called when a
-    profile starts or the settings change (it must see every launch, or launch synchronously)."""
-    s = _state
-    if s is not None and s[2] is not None:
-        s[2].fast_gate(False)
+    """Make the native fast paths decline until a Python path reopens the gate: called when the
+    settings change (CUDAKIT_LAUNCH_BLOCKING may now ask for synchronous launches)."""
+    mod = _loaded()
+    if mod is not None:
+        mod.fast_gate(False)
 
 
 def status() -> str:
