@@ -89,6 +89,36 @@ cp.cuda.set_allocator(installed)
 res["cudakit.add (installed allocator, again)"] = per_call(lambda: cudakit.add(a, b))
 if "torch.add" in rows:
     res["torch.add (again)"] = per_call(rows["torch.add"])
+# The parts of the native path, one at a time (each row includes the lambda's own call)
+mod = native.module()
+pool = cp.get_default_memory_pool()
+keep = pool.malloc(4096)
+um = cp.cuda.memory.UnownedMemory(keep.ptr, 4096, keep, 0)
+mp = cp.cuda.memory.MemoryPointer(um, 0)
+gs = cp.cuda.get_current_stream
+parts = {
+    "empty lambda": lambda: None,
+    "pool.malloc(4096) (CuPy pool)": lambda: pool.malloc(4096),
+    "native mem_malloc(4096)": lambda: mod.mem_malloc(4096),
+    "UnownedMemory(ptr, size, owner, dev)": lambda: cp.cuda.memory.UnownedMemory(keep.ptr, 4096, keep, 0),
+    "MemoryPointer(mem, 0)": lambda: cp.cuda.memory.MemoryPointer(um, 0),
+    "cp.ndarray(shape, dtype, memptr)": lambda: cp.ndarray((1000,), cp.float32, mp),
+    "cp.ndarray(shape, dtype) (native alloc)": lambda: cp.ndarray((1000,), cp.float32),
+    "get_current_stream().ptr": lambda: gs().ptr,
+    "runtime.getDevice()": lambda: cp.cuda.runtime.getDevice(),
+    "a.c_contiguous": lambda: a.c_contiguous,
+    "a._c_contiguous": lambda: a._c_contiguous,
+    "a.data.ptr": lambda: a.data.ptr,
+    "a.shape": lambda: a.shape,
+    "a.dtype.num": lambda: a.dtype.num,
+    "ops._ew (native, no Python frame)": lambda: ops._ew(ops._T_ADD, a, b, 0.0),
+    "ops.add (Python frame + native)": lambda: ops.add(a, b),
+}
+if "torch.add" in rows:
+    parts["torch.empty(1000, cuda)"] = lambda: torch.empty(1000, device="cuda")
+    parts["torch.add (parts run)"] = rows["torch.add"]
+for k, v in parts.items():
+    res["part: " + k] = per_call(v)
 for k, v in res.items():
     print(f"OVERHEAD {k:<36} {v:6.2f} us/call")
 import shutil, sysconfig, os

@@ -315,6 +315,41 @@ def test_ew_declines_what_the_python_path_must_handle(ew):
     assert m.ew(table, a, a, 0.0) is not None
 
 
+_SIG_DEV, _SIG_STREAM = b"int (int __pyx_skip_dispatch)", b"intptr_t (void)"  # kept alive: a
+_GETDEV = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda skip: _FakeArray.device)  # capsule
+_STREAM = ctypes.CFUNCTYPE(ctypes.c_ssize_t)(lambda: 0x7777)  # keeps the name's pointer
+
+
+def _capsule(fn, name):
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.cast(fn, ctypes.c_void_p), name, None)
+
+
+def test_ew_takes_device_and_stream_from_cupys_c_functions(ew):
+    m, recent, errors = ew
+    seen, _cb = _recorder(m, [8, 8, 8, 8])
+    m.fast_setup(_FakeArray, _capsule(_GETDEV, _SIG_DEV), _capsule(_STREAM, _SIG_STREAM), recent.append,
+                 lambda status, rec: None)
+    table = {_key("float32", 1, 4): (0xF01, 4096, 256, "k", (256, 1, 1))}
+    x = _FakeArray((8,), "float32", dev=1)
+    assert m.ew(table, x, None, 0.0) is None        # device 0 is current: declined
+    _FakeArray.device = 1
+    assert m.ew(table, x, None, 0.0) is not None
+    assert seen["f"] == 0xF01 and seen["stream"] == 0x7777
+    _FakeArray.device = 0
+
+
+def test_fast_setup_refuses_a_capsule_with_another_signature(ew):
+    m, recent, _ = ew
+    with pytest.raises(TypeError, match=r"int \(int __pyx_skip_dispatch\)"):
+        m.fast_setup(_FakeArray, _capsule(_GETDEV, b"long (void)"), lambda: _Stream(), recent.append, print)
+    with pytest.raises(TypeError, match=r"intptr_t \(void\)"):
+        m.fast_setup(_FakeArray, lambda: 0, _capsule(_GETDEV, _SIG_DEV), recent.append, print)
+    with pytest.raises(TypeError):
+        m.fast_setup(_FakeArray, lambda: 0)             # five objects are needed
+
+
 def test_ew_empty_arrays_launch_nothing_and_errors_go_to_on_error(ew):
     m, recent, errors = ew
     seen, _cb = _recorder(m, [], result=700)

@@ -71,6 +71,34 @@ def host_time_per_call(fn, calls: int = 2000, rounds: int = 7, sync=None) -> dic
     return _summ(samples)
 
 
+def host_time_interleaved(fns: dict, calls: int = 2000, rounds: int = 15, sync=None) -> dict:
+    """host_time_per_call for several providers, their rounds interleaved (A B C A B C ...), so a
+    drift in the host's speed (a busy neighbour, frequency changes) hits every provider alike.
+    Returns ({name: summary in ms per call}, {name: exception}) -- a provider that raised during
+    warm-up is left out of the first and named in the second."""
+    fns = dict(fns)
+    errors = {}
+    for name, fn in list(fns.items()):
+        try:
+            for _ in range(calls // 10 + 1):
+                fn()
+        except Exception as e:  # noqa: BLE001 -- the caller decides whether this provider may fail
+            errors[name] = e
+            del fns[name]
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            if sync:
+                sync()
+            t = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter() - t) * 1e3 / calls)
+    if sync:
+        sync()
+    return {name: _summ(s) for name, s in samples.items()}, errors
+
+
 def copy_bandwidth(gpu: bool, nbytes: int) -> float:
     """Measured copy bandwidth in bytes/s, counting bytes read plus bytes written.
 

@@ -321,9 +321,70 @@ static int ck_read(PyObject* x, ck_operand* o) {
   return o->shape == NULL ? -1 : 1;
 }
 
+/* get_device and get_stream are callables (get_stream() returns an object with .ptr) or CuPy's own
+ * C functions, handed over as the capsules Cython exports for cimport (a module's __pyx_capi__):
+ * runtime.getDevice "int (int __pyx_skip_dispatch)" and stream.get_current_stream_ptr
+ * "intptr_t (void)". The capsule's name is the C signature, checked as Cython's cimport does, so
+ * a CuPy whose functions changed shape is refused instead of called wrongly. The C functions
+ * save a Python call and a Stream object per launch. */
+#define CK_SIG_GETDEV "int (int __pyx_skip_dispatch)"
+#define CK_SIG_STREAM "intptr_t (void)"
+typedef int (*ck_getdev_fn)(int);
+typedef intptr_t (*ck_stream_fn)(void);
+static ck_getdev_fn ck_getdev_c;
+static ck_stream_fn ck_stream_c;
+
+static int ck_capsule_fn(PyObject* o, const char* sig, void** fn) {
+  *fn = NULL;
+  if (!PyCapsule_CheckExact(o)) return 0;
+  if (!PyCapsule_IsValid(o, sig)) {
+    PyErr_Format(PyExc_TypeError, "fast_setup: a capsule named '%s' is needed (got '%s')", sig,
+                 PyCapsule_GetName(o) ? PyCapsule_GetName(o) : "(no name)");
+    return -1;
+  }
+  *fn = PyCapsule_GetPointer(o, sig);
+  return *fn == NULL ? -1 : 0;
+}
+
+/* The current device (0: ok, -1: an exception is set). */
+static int ck_current_device(long long* out) {
+  if (ck_getdev_c != NULL) {
+    int d = ck_getdev_c(0);
+    if (d == -1 && PyErr_Occurred()) return -1;
+    *out = d;
+    return 0;
+  }
+  PyObject* cur = PyObject_CallNoArgs(ck_get_device);
+  if (cur == NULL) return -1;
+  *out = PyLong_AsLongLong(cur);
+  Py_DECREF(cur);
+  return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The current stream's handle (0: ok, -1: an exception is set). */
+static int ck_current_stream(long long* out) {
+  if (ck_stream_c != NULL) {
+    *out = (long long)ck_stream_c();
+    return PyErr_Occurred() ? -1 : 0;
+  }
+  PyObject* st = PyObject_CallNoArgs(ck_get_stream);
+  int bad = st == NULL || ck_getll(st, s_ptr, out);
+  Py_XDECREF(st);
+  return bad ? -1 : 0;
+}
+
 static PyObject* fast_setup(PyObject* self, PyObject* args) {
   PyObject** dst[5] = {&ck_nd, &ck_get_device, &ck_get_stream, &ck_recent, &ck_on_error};
-  return ck_setup5(args, dst);
+  void *dev_fn = NULL, *stream_fn = NULL;
+  if (PyTuple_GET_SIZE(args) == 5 && (ck_capsule_fn(PyTuple_GET_ITEM(args, 1), CK_SIG_GETDEV, &dev_fn) ||
+                                      ck_capsule_fn(PyTuple_GET_ITEM(args, 2), CK_SIG_STREAM, &stream_fn)))
+    return NULL;  /* a wrong argument count is ck_setup5's error */
+  PyObject* r = ck_setup5(args, dst);
+  if (r != NULL) {
+    ck_getdev_c = (ck_getdev_fn)dev_fn;
+    ck_stream_c = (ck_stream_fn)stream_fn;
+  }
+  return r;
 }
 
 static PyObject* fast_gate(PyObject* self, PyObject* open) {
@@ -392,11 +453,8 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     if (ok <= 0) goto done;
     al |= b.ptr;
   }
-  PyObject* cur = PyObject_CallNoArgs(ck_get_device);
-  if (cur == NULL) { ok = -1; goto done; }
-  long long curdev = PyLong_AsLongLong(cur);
-  Py_DECREF(cur);
-  if (curdev == -1 && PyErr_Occurred()) { ok = -1; goto done; }
+  long long curdev;
+  if (ck_current_device(&curdev)) { ok = -1; goto done; }
   if (curdev != a.dev || a.dev < 0 || a.dev >= 128) { ok = 0; goto done; } /* the key holds 7 bits of device */
   long long num, itemsize;
   if (ck_getll(a.dtype, s_num, &num) || ck_getll(a.dtype, s_itemsize, &itemsize)) { ok = -1; goto done; }
@@ -432,11 +490,8 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     ok = bad ? -1 : 0;
     goto done;
   }
-  PyObject* st = PyObject_CallNoArgs(ck_get_stream);
   long long sptr;
-  bad = st == NULL || ck_getll(st, s_ptr, &sptr);
-  Py_XDECREF(st);
-  if (bad) { Py_DECREF(e); ok = -1; goto done; }
+  if (ck_current_stream(&sptr)) { Py_DECREF(e); ok = -1; goto done; }
   long long gx = (a.n + tile - 1) / tile;
   if (gx > CK_MAX_GRID_X) gx = CK_MAX_GRID_X;
   uint64_t slots[5];
@@ -521,11 +576,8 @@ static int ck_tk_launch(ck_tk* t, PyObject* args) {
     if (of || (g[i] == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
   }
   if (g[0] < 1 || g[0] > CK_MAX_GRID_X || g[1] < 1 || g[1] > 65535 || g[2] < 1 || g[2] > 65535) return 0;
-  PyObject* cur = PyObject_CallNoArgs(ck_get_device);
-  if (cur == NULL) return -1;
-  long dev = PyLong_AsLong(cur);
-  Py_DECREF(cur);
-  if (dev == -1 && PyErr_Occurred()) return -1;
+  long long dev;
+  if (ck_current_device(&dev)) return -1;
   if (dev < 0 || dev > 255) return 0;
   unsigned char key[1 + 2 * CK_MAX_PARAMS];
   uint64_t slots[CK_MAX_PARAMS];
@@ -605,11 +657,8 @@ static int ck_tk_launch(ck_tk* t, PyObject* args) {
     }
     params[i] = &slots[i];
   }
-  PyObject* st = PyObject_CallNoArgs(ck_get_stream);
   long long sptr;
-  int bad = st == NULL || ck_getll(st, s_ptr, &sptr);
-  Py_XDECREF(st);
-  if (bad) goto out;
+  if (ck_current_stream(&sptr)) goto out;
   if (!CK_OPEN) { ret = 0; goto out; } /* a profile started while Python code ran above */
   ck_launch_fn fn = ck_launch;
   int r;

@@ -121,13 +121,27 @@ def fast_paths():
     if mod is not None and not _fast_ready:
         from . import _cupy, launch
         cp = _cupy.loaded_cupy()
-        mod.fast_setup(cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream,
-                       launch.recent_launches.append, _launch_error)
+        rest = (launch.recent_launches.append, _launch_error)
+        # CuPy's own C functions for the current device and stream where its Cython modules
+        # export them (checked by signature in C); else the Python callables
+        dev = _c_function(cp.cuda.runtime, "getDevice")
+        stream = _c_function(cp.cuda.stream, "get_current_stream_ptr")
+        try:
+            mod.fast_setup(cp.ndarray, dev or cp.cuda.runtime.getDevice,
+                           stream or cp.cuda.get_current_stream, *rest)
+        except TypeError as e:  # this CuPy's C functions have other signatures
+            log.info("CuPy's C device/stream functions not usable (%s); the fast paths call Python", e)
+            mod.fast_setup(cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream, *rest)
         _fast_ready = True
     return mod
 
 
 _fast_ready = False
+
+
+def _c_function(module, name: str):
+    """The capsule that Cython exports for cimport of `module`'s C function `name`, or None."""
+    return getattr(module, "__pyx_capi__", {}).get(name)
 
 
 def _launch_error(status: int, record: tuple):
