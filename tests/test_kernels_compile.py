@@ -84,3 +84,16 @@ def test_fast_math_only_for_16_bit_storage(tmp_path):
         assert ("ex2.approx.ftz.f32" in ptx) == fast, dt
         if dt == "float64":
             assert "cvt.rn.f32.f64" not in ptx  # no detour through float32
+
+
+def test_contiguous_kernel_shapes_follow_the_tuned_table():
+    from cudakit.kernels import elementwise as ew
+    assert ew.contig_config("add", "float32") == (ew.UNROLL, ew.THREADS)
+    assert ew.contig_config("gelu_erf", "bfloat16") == (ew.UNROLL, ew.HEAVY_THREADS)
+    assert ew.contig_config("gelu_erf", "float32") == (ew.UNROLL, ew.THREADS)
+    for (op, dt), (u, t) in ew.TUNED.items():
+        assert ew.contig_config(op, dt) == (u, t) and 1 <= u <= 8 and 32 <= t <= 1024 and t % 32 == 0
+        assert ew._expr("contig", op, dt, 1).endswith(f", 1, {u}>")
+    for name in ew.name_expressions():  # every contiguous instantiation carries its op's U
+        if "_contig<" in name:
+            assert name.rsplit(", ", 1)[1][:-1].isdigit()

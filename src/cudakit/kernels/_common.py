@@ -119,6 +119,7 @@ class KernelFamily:
         self.source, self.source_name = source, source_name
         self._names = name_expressions
         self._module = None
+        self._compiled: set = set()
         self._kernels: dict = {}
         self._functions: dict = {}
 
@@ -128,14 +129,29 @@ class KernelFamily:
             from ..runtime.compiler import compile_module
             names = self._names() if callable(self._names) else self._names
             self._module = compile_module(self.source, name_expressions=names, source_name=self.source_name)
+            self._compiled = set(names)
         return self._module
+
+    def add(self, exprs) -> None:
+        """Compile instantiations that name_expressions() does not list (a tuning sweep's
+        variants) in one more module, so kernel() finds them."""
+        from ..runtime.compiler import compile_module
+        exprs = [e for e in dict.fromkeys(exprs) if e not in self._kernels]
+        if exprs:
+            m = compile_module(self.source, name_expressions=exprs, source_name=self.source_name)
+            for e in exprs:
+                self._kernels[e] = m.get_kernel(e)
 
     def kernel(self, expr: str):
         """The cudakit Kernel for a name expression (one object per expression, so per-kernel
         state such as a raised shared-memory limit persists)."""
         k = self._kernels.get(expr)
         if k is None:
-            k = self._kernels[expr] = self.module.get_kernel(expr)
+            module = self.module
+            if expr not in self._compiled:
+                self.add([expr])
+                return self._kernels[expr]
+            k = self._kernels[expr] = module.get_kernel(expr)
         return k
 
     def function(self, dev: int, expr: str):

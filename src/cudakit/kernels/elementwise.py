@@ -142,12 +142,9 @@ struct ck_gelu_erf_bwd : ck_op { template <bool F, typename C> __device__ __forc
 struct ck_strides2 { long long ndim; long long shape[CK_MAX_DIMS]; long long s0[CK_MAX_DIMS]; long long s1[CK_MAX_DIMS]; };
 struct ck_strides3 { long long ndim; long long shape[CK_MAX_DIMS]; long long s0[CK_MAX_DIMS]; long long s1[CK_MAX_DIMS]; long long s2[CK_MAX_DIMS]; };
 
-// Contiguous kernels. Each block step covers a tile of CK_UNROLL * blockDim.x vectors of V
-// elements; a thread issues its CK_UNROLL independent 16-byte loads (per input) before it uses
-// any of them, so enough bytes are in flight to saturate HBM. Grid-stride over tiles.
-#ifndef CK_UNROLL
-#define CK_UNROLL 4
-#endif
+// Contiguous kernels. Each block step covers a tile of U * blockDim.x vectors of V elements; a
+// thread issues its U independent 16-byte loads (per input) before it uses any of them, so enough
+// bytes are in flight to saturate HBM. Grid-stride over tiles.
 
 // Stores of 16-byte packs: streaming (evict-first, st.global.cs) when CK_STREAM_STORE is set.
 template <typename R> __device__ __forceinline__ void ck_st(R* p, const R& v) { *p = v; }
@@ -158,7 +155,7 @@ template <> __device__ __forceinline__ void ck_st<uint4>(uint4* p, const uint4& 
 #endif
 
 // a, b, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
-template <typename T, typename Op, int V>
+template <typename T, typename Op, int V, int U>
 __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
                               long long n, double p) {
   typedef ck_traits<T> tr;
@@ -167,19 +164,19 @@ __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, 
   const R* __restrict__ rb = reinterpret_cast<const R*>(b);
   R* __restrict__ ro = reinterpret_cast<R*>(out);
   const long long nv = n / V;
-  const long long tile = (long long)blockDim.x * CK_UNROLL;
+  const long long tile = (long long)blockDim.x * U;
   Op op;
   op.p = p;
   for (long long base = (long long)blockIdx.x * tile + threadIdx.x; base < nv;
        base += (long long)gridDim.x * tile) {
-    ck_pack<T, V> pa[CK_UNROLL], pb[CK_UNROLL];
+    ck_pack<T, V> pa[U], pb[U];
 #pragma unroll
-    for (int u = 0; u < CK_UNROLL; ++u) {
+    for (int u = 0; u < U; ++u) {
       const long long i = base + (long long)u * blockDim.x;
       if (i < nv) { pa[u].raw = ra[i]; pb[u].raw = rb[i]; }
     }
 #pragma unroll
-    for (int u = 0; u < CK_UNROLL; ++u) {
+    for (int u = 0; u < U; ++u) {
       const long long i = base + (long long)u * blockDim.x;
       if (i < nv) {
         ck_pack<T, V> po;
@@ -194,26 +191,26 @@ __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, 
 }
 
 // x, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
-template <typename T, typename Op, int V>
+template <typename T, typename Op, int V, int U>
 __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long long n, double p) {
   typedef ck_traits<T> tr;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   const R* __restrict__ rx = reinterpret_cast<const R*>(x);
   R* __restrict__ ro = reinterpret_cast<R*>(out);
   const long long nv = n / V;
-  const long long tile = (long long)blockDim.x * CK_UNROLL;
+  const long long tile = (long long)blockDim.x * U;
   Op op;
   op.p = p;
   for (long long base = (long long)blockIdx.x * tile + threadIdx.x; base < nv;
        base += (long long)gridDim.x * tile) {
-    ck_pack<T, V> px[CK_UNROLL];
+    ck_pack<T, V> px[U];
 #pragma unroll
-    for (int u = 0; u < CK_UNROLL; ++u) {
+    for (int u = 0; u < U; ++u) {
       const long long i = base + (long long)u * blockDim.x;
       if (i < nv) px[u].raw = rx[i];
     }
 #pragma unroll
-    for (int u = 0; u < CK_UNROLL; ++u) {
+    for (int u = 0; u < U; ++u) {
       const long long i = base + (long long)u * blockDim.x;
       if (i < nv) {
         ck_pack<T, V> po;
@@ -264,7 +261,6 @@ __global__ void ck_ew1_strided(const T* x, T* out, long long n, ck_strides2 s, d
 }
 """
 
-UNROLL = 4  # CK_UNROLL in the source
 MAX_GRID_X = 2**31 - 1
 BINARY_OPS = {"add": "ck_add", "sub": "ck_sub", "mul": "ck_mul", "div": "ck_div",
               "relu_backward": "ck_relu_bwd", "leaky_relu_backward": "ck_leaky_bwd",
@@ -278,11 +274,26 @@ UNARY_OPS = {"relu": "ck_relu", "leaky_relu": "ck_leaky", "sigmoid": "ck_sigm", 
 THREADS = 256
 # Compute-heavy ops on 16-bit data: their contiguous kernels hold about 96 registers, so 256-thread
 # blocks leave 2 blocks (16 warps) per SM; 128-thread blocks fit 5 (20 warps), which hides more
-# arithmetic latency (bfloat16, H100, 2^28 elements, scripts/ew_heavy_variants.py, 2026-11-22:
+# arithmetic latency (bfloat16, H100, 2^28 elements, an unroll x block-size sweep, 2026-11-22:
 # gelu_tanh_backward 0.95x -> 1.00x torch; gelu_erf_backward 0.89x -> 0.97x before the shared-ex2
 # form, 0.99x after it at either block size).
 HEAVY_OPS = {"gelu_tanh_backward", "gelu_erf", "gelu_erf_backward"}
 HEAVY_THREADS = 128
+UNROLL = 4  # U, 16-byte loads in flight per thread and input, unless TUNED says otherwise
+# (op, dtype name) -> (U, threads) where a sweep on the H100 found another shape faster than the
+# default (scripts/ew_variants.py, 2^28 elements, interleaved with torch; figures in
+# benchmarks/results). relu float32: U=2 x 512 threads 3034 GB/s = 1.007x torch, U=4 x 256
+# 2990 GB/s = 0.992x (2026-11-23 12:53 UTC); one input stream needs fewer loads in flight per thread.
+TUNED: dict = {("relu", "float32"): (2, 512), ("relu", "bfloat16"): (2, 512)}
+
+
+def contig_config(op: str, dtype_name: str) -> tuple:
+    """(U, threads per block) of op's contiguous kernel for this dtype."""
+    c = TUNED.get((op, dtype_name))
+    if c is not None:
+        return c
+    heavy = op in HEAVY_OPS and dtype_name in ("float16", "bfloat16")
+    return UNROLL, HEAVY_THREADS if heavy else THREADS
 
 
 def _expr(kind: str, op: str, dtype_name: str, vec: int | None) -> str:
@@ -290,7 +301,7 @@ def _expr(kind: str, op: str, dtype_name: str, vec: int | None) -> str:
     arity = 2 if op in BINARY_OPS else 1
     t = ctype(dtype_name)
     if kind == "contig":
-        return f"ck_ew{arity}_contig<{t}, {functor}, {vec}>"
+        return f"ck_ew{arity}_contig<{t}, {functor}, {vec}, {contig_config(op, dtype_name)[0]}>"
     return f"ck_ew{arity}_strided<{t}, {functor}>"
 
 
@@ -320,12 +331,6 @@ def _function(dev: int, expr: str):
 def _grid(dev: int, work: int) -> tuple:
     """Grid for the strided kernels: one thread per element, at most one full wave (grid-stride)."""
     return (max(1, min((work + THREADS - 1) // THREADS, _blocks_cap[dev])), 1, 1)
-
-
-def _contig_grid(n: int, vec: int) -> tuple:
-    """Grid for the contiguous kernels: one block per tile of UNROLL * THREADS vectors."""
-    tile = THREADS * UNROLL
-    return (max(1, min((n // vec + tile - 1) // tile, MAX_GRID_X)), 1, 1)
 
 
 def _aligned(*arrays) -> bool:
@@ -377,8 +382,8 @@ def _contig_entry(op, dtype, dev, vec):
         f = _function(dev, expr)
         # parameters: the input pointers, out, n (int64), p (double)
         fl = FastLauncher(f.ptr, ("QQ" if op in BINARY_OPS else "Q") + "QQd")
-        threads = HEAVY_THREADS if op in HEAVY_OPS and dtype.itemsize == 2 else THREADS
-        e = _fast[key] = (expr, fl, threads * UNROLL * vec, threads, (threads, 1, 1))
+        unroll, threads = contig_config(op, supported_dtypes()[dtype])
+        e = _fast[key] = (expr, fl, threads * unroll * vec, threads, (threads, 1, 1))
         EW_TABLES[op][ew_key(dtype, dev, vec)] = (f.ptr, e[2], threads, expr, e[4])
     return e
 
