@@ -16,7 +16,7 @@ python3 - <<'PY' 2>&1 | tee -a "$LOG" > "$OUT/sass.txt"
 # SASS of the elementwise kernels: are the loads 16 bytes wide?
 import glob, shutil, subprocess, tempfile, cudakit.kernels.elementwise as ew
 from cudakit.runtime.compiler import compile_to_cubin
-b, m = compile_to_cubin(ew.SOURCE, name_expressions=["ck_ew2_contig<float, ck_add, 4>", "ck_ew2_contig<ck_bf16, ck_add, 8>", "ck_ew1_contig<float, ck_relu, 4>"], arch="sm_90")
+b, m = compile_to_cubin(ew.SOURCE, name_expressions=[ew._expr("contig", "add", "float32", 4), ew._expr("contig", "add", "bfloat16", 8), ew._expr("contig", "relu", "float32", 4)], arch="sm_90")
 p = tempfile.mktemp(suffix=".cubin"); open(p, "wb").write(b)
 tool = shutil.which("cuobjdump") or (glob.glob("/usr/local/cuda*/bin/cuobjdump") + ["cuobjdump"])[0]
 s = subprocess.run([tool, "-sass", p], capture_output=True, text=True).stdout

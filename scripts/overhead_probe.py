@@ -26,7 +26,7 @@ a = cp.random.standard_normal(1000, dtype=cp.float32)
 b = cp.random.standard_normal(1000, dtype=cp.float32)
 out = cp.empty_like(a)
 cudakit.add(a, b)
-f = ew._function(0, "ck_ew2_contig<float, ck_add, 4>")
+f = ew._function(0, ew._expr("contig", "add", "float32", 4))
 args = (a, b, out, np.int64(1000), np.float64(0.0))  # every parameter of the kernel
 expr, fl = ew._contig_entry("add", a.dtype, 0, 4)[:2]
 sp = cp.cuda.get_current_stream().ptr

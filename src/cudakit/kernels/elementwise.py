@@ -92,7 +92,12 @@ struct ck_add_s : ck_op { template <bool F, typename C> __device__ __forceinline
 struct ck_sub_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return x - C(p); } };
 struct ck_rsub_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return C(p) - x; } };
 struct ck_mul_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return x * C(p); } };
-struct ck_div_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return x / C(p); } };
+// 16-bit storage divides by multiplying with the scalar's reciprocal (as torch does for every
+// float dtype): the float32 product is within an ulp of the quotient, far below the 16-bit
+// rounding, and the full-precision divide made bfloat16 x / 2.5 bound by instruction issue.
+__device__ __forceinline__ float ck_recip(double p) { return __frcp_rn((float)p); }
+struct ck_div_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
+  return F ? x * C(ck_recip(p)) : x / C(p); } };
 struct ck_rdiv_s : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const { return C(p) / x; } };
 // relu(NaN) = NaN, as numpy.maximum(x, 0) gives
 struct ck_relu : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C x) const {
@@ -280,11 +285,29 @@ THREADS = 256
 HEAVY_OPS = {"gelu_tanh_backward", "gelu_erf", "gelu_erf_backward"}
 HEAVY_THREADS = 128
 UNROLL = 4  # U, 16-byte loads in flight per thread and input, unless TUNED says otherwise
-# (op, dtype name) -> (U, threads) where a sweep on the H100 found another shape faster than the
-# default (scripts/ew_variants.py, 2^28 elements, interleaved with torch; figures in
-# benchmarks/results). relu float32: U=2 x 512 threads 3034 GB/s = 1.007x torch, U=4 x 256
-# 2990 GB/s = 0.992x (2026-11-23 12:53 UTC); one input stream needs fewer loads in flight per thread.
-TUNED: dict = {("relu", "float32"): (2, 512), ("relu", "bfloat16"): (2, 512)}
+# (op, dtype name) -> (U, threads) where scripts/ew_variants.py on the H100 (2^28 elements, through
+# the public call, interleaved with torch; 2026-11-23 13:00 UTC, x torch: tuned vs default) found
+# a shape faster than the default by more than its noise (~0.3%). Mostly one-input ops: their
+# single read stream wants fewer loads in flight per thread and more threads.
+TUNED: dict = {
+    ("add", "float32"): (2, 512),          # 1.008 vs 1.001
+    ("sub", "float32"): (2, 512),          # 1.009 vs 1.002
+    ("mul", "float32"): (2, 512),          # 1.008 vs 1.001
+    ("add_scalar", "float32"): (2, 512),   # 1.007 vs 0.999
+    ("sub_scalar", "float32"): (2, 256),   # 1.003 vs 0.999
+    ("mul_scalar", "float32"): (2, 512),   # 1.007 vs 0.999
+    ("relu", "float32"): (2, 512),         # 1.008 (12:53 UTC: 1.007 vs 0.992)
+    ("tanh", "float32"): (2, 512),         # 1.005 vs 1.001
+    ("add_scalar", "bfloat16"): (2, 256),  # 1.000 vs 0.996
+    ("sub_scalar", "bfloat16"): (2, 256),  # 1.001 vs 0.998
+    ("mul_scalar", "bfloat16"): (2, 256),  # 1.002 vs 0.999
+    ("relu", "bfloat16"): (2, 512),        # 1.000 vs 0.998
+    ("gelu_tanh", "bfloat16"): (2, 256),   # 1.000 vs 0.998
+    ("gelu_tanh_backward", "bfloat16"): (2, 256),  # 1.008 vs 1.000 (default 128 threads)
+    ("silu", "bfloat16"): (2, 256),        # 1.000 vs 0.996
+    ("sigmoid", "bfloat16"): (2, 256),     # 0.999 vs 0.995
+    ("leaky_relu", "bfloat16"): (2, 512),  # 1.001 vs 0.997
+}
 
 
 def contig_config(op: str, dtype_name: str) -> tuple:
