@@ -121,6 +121,19 @@ for k, v in parts.items():
         res["part: " + k] = per_call(v)
     except Exception as e:  # one broken row must not hide the others
         print(f"OVERHEAD part {k} failed: {type(e).__name__}: {e}")
+# The same parts again, their rounds interleaved (this host's speed drifts by 10-30% within a run)
+from cudakit.bench.timing import host_time_interleaved
+inter = {"torch.add": rows.get("torch.add"), "cudakit.add": lambda: cudakit.add(a, b),
+         "ops._ew": parts["ops._ew (native, no Python frame)"], "cp.ndarray (native alloc)": parts["cp.ndarray(shape, dtype) (native alloc)"],
+         "cp.ndarray(memptr)": parts["cp.ndarray(shape, dtype, memptr)"], "native mem_malloc": parts["native mem_malloc(4096)"],
+         "pool.malloc": parts["pool.malloc(4096) (CuPy pool)"], "launcher alone": rows["cudakit launcher alone"],
+         "torch.empty": parts.get("torch.empty(1000, cuda)"), "empty lambda": parts["empty lambda"]}
+summ, errs = host_time_interleaved({k: v for k, v in inter.items() if v is not None}, calls=2000, rounds=15,
+                                   sync=cp.cuda.runtime.deviceSynchronize)
+for k, v in summ.items():
+    res["interleaved: " + k] = v["median_ms"] * 1e3
+for k, e in errs.items():
+    print(f"OVERHEAD interleaved {k} failed: {e!r}")
 for k, v in res.items():
     print(f"OVERHEAD {k:<36} {v:6.2f} us/call")
 import shutil, sysconfig, os

@@ -5,6 +5,7 @@ import ctypes
 import struct
 import sys
 
+import numpy as np
 import pytest
 
 from cudakit.runtime import native
@@ -467,3 +468,32 @@ def test_a_hold_keeps_the_fast_paths_closed_and_a_cycle_through_a_launch_is_coll
     del k
     gc.collect()
     assert ref() is None
+
+
+def test_ew_records_and_dtype_facts_follow_each_call(ew):
+    """The record kept for the last (entry, grid) and the facts kept for the last dtype are
+    never served to a call with another entry, grid or dtype."""
+    m, recent, _ = ew
+    seen, _cb = _recorder(m, [8, 8, 8, 8])
+    table = {_key("float32", 0, 4): (0xF0, 1024, 256, "f32", (256, 1, 1)),
+             _key("float16", 0, 8): (0xF1, 2048, 128, "f16", (128, 1, 1))}
+    calls = [((4096,), "float32", "f32", 4), ((4096,), "float16", "f16", 2), ((4096,), "float32", "f32", 4),
+             ((5000,), "float32", "f32", 5), ((2, 2048), "float16", "f16", 2)]
+    for shape, dt, name, gx in calls:
+        out = m.ew(table, _FakeArray(shape, dt), None, 0.0)
+        assert out.shape == shape and recent[-1] == (name, (gx, 1, 1), table[_key(dt, 0, 4 if dt == "float32" else 8)][4])
+        assert struct.unpack("<q", seen["raw"][2])[0] == int(np.prod(shape))
+    assert [r[0] for r in recent] == [c[2] for c in calls]
+
+
+def test_allocator_takes_the_device_from_cupys_c_function(mem, tmp_path):
+    m, pool, _ = mem
+    m.fast_setup(_FakeArray, _capsule(_GETDEV, _SIG_DEV), _capsule(_STREAM, _SIG_STREAM), [].append, print)
+    _FakeArray.device = 3
+    try:
+        a = m.mem_malloc(100)
+        assert a.mem.device_id == 3 and m.mem_counts(3)[:3] == (1, 0, 512) and m.mem_counts(0)[0] == 0
+        del a
+        assert m.mem_counts(3)[:3] == (1, 1, 0)
+    finally:
+        _FakeArray.device = 0

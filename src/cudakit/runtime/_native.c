@@ -214,6 +214,13 @@ static PyObject* mem_setup(PyObject* self, PyObject* args) {
   return ck_setup5(args, dst);
 }
 
+/* CuPy's C functions for the current device and stream (see fast_setup), or NULL */
+typedef int (*ck_getdev_fn)(int);
+typedef intptr_t (*ck_stream_fn)(void);
+static ck_getdev_fn ck_getdev_c;
+static ck_stream_fn ck_stream_c;
+static int ck_current_device(long long* out);
+
 static PyObject* mem_malloc(PyObject* self, PyObject* size) {
   if (ck_pool_malloc == NULL) {
     PyErr_SetString(PyExc_RuntimeError, "mem_setup() was not called");
@@ -233,7 +240,10 @@ static PyObject* mem_malloc(PyObject* self, PyObject* size) {
   if (mem == NULL) goto fail;
   int bad = ck_getll(mem, s_size, &bsize);
   Py_DECREF(mem);
-  if (bad || ck_getll(inner, s_ptr, &ptr) || ck_getll(inner, s_device_id, &dev)) goto fail;
+  if (bad || ck_getll(inner, s_ptr, &ptr)) goto fail;
+  /* the pool allocates on the current device: CuPy's C function says which without an
+   * attribute read (set by fast_setup), else the pointer's device_id */
+  if (ck_getdev_c != NULL ? ck_current_device(&dev) : ck_getll(inner, s_device_id, &dev)) goto fail;
   if (dev < 0 || dev >= CK_MAX_DEV) {
     PyErr_Format(PyExc_ValueError, "cudakit's allocator counts devices 0..%d (got %lld)", CK_MAX_DEV - 1, dev);
     goto fail;
@@ -314,11 +324,43 @@ static int ck_read(PyObject* x, ck_operand* o) {
   if (data == NULL) return -1;
   int bad = ck_getll(data, s_ptr, &o->ptr) || ck_getll(data, s_device_id, &o->dev);
   Py_DECREF(data);
-  if (bad || ck_getll(x, s_size, &o->n)) return -1;
+  if (bad) return -1;
   o->dtype = PyObject_GetAttr(x, s_dtype);
   if (o->dtype == NULL) return -1;
   o->shape = PyObject_GetAttr(x, s_shape);
-  return o->shape == NULL ? -1 : 1;
+  if (o->shape == NULL) return -1;
+  /* the element count from the shape (one attribute read less than x.size) */
+  if (PyTuple_CheckExact(o->shape)) {
+    long long n = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o->shape); ++i) {
+      PyObject* d = PyTuple_GET_ITEM(o->shape, i);
+      int of = 0;
+      long long v = PyLong_CheckExact(d) ? PyLong_AsLongLongAndOverflow(d, &of) : -1;
+      if (of || v < 0 || (v > 0 && n > (1LL << 62) / v)) { PyErr_Clear(); return ck_getll(x, s_size, &o->n) ? -1 : 1; }
+      n *= v;
+    }
+    o->n = n;
+    return 1;
+  }
+  return ck_getll(x, s_size, &o->n) ? -1 : 1;
+}
+
+/* dtype.num and dtype.itemsize, remembered for the last dtype seen (NumPy's builtin dtypes are
+ * singletons: a run of tiny ops meets one or two) */
+static PyObject* ck_last_dtype;
+static long long ck_last_num, ck_last_itemsize;
+
+static int ck_dtype_info(PyObject* dtype, long long* num, long long* itemsize) {
+  if (dtype != ck_last_dtype) {
+    long long n, i;
+    if (ck_getll(dtype, s_num, &n) || ck_getll(dtype, s_itemsize, &i)) return -1;
+    Py_XSETREF(ck_last_dtype, Py_NewRef(dtype));
+    ck_last_num = n;
+    ck_last_itemsize = i;
+  }
+  *num = ck_last_num;
+  *itemsize = ck_last_itemsize;
+  return 0;
 }
 
 /* get_device and get_stream are callables (get_stream() returns an object with .ptr) or CuPy's own
@@ -329,10 +371,6 @@ static int ck_read(PyObject* x, ck_operand* o) {
  * save a Python call and a Stream object per launch. */
 #define CK_SIG_GETDEV "int (int __pyx_skip_dispatch)"
 #define CK_SIG_STREAM "intptr_t (void)"
-typedef int (*ck_getdev_fn)(int);
-typedef intptr_t (*ck_stream_fn)(void);
-static ck_getdev_fn ck_getdev_c;
-static ck_stream_fn ck_stream_c;
 
 static int ck_capsule_fn(PyObject* o, const char* sig, void** fn) {
   *fn = NULL;
@@ -407,9 +445,18 @@ static PyObject* fast_hold(PyObject* self, PyObject* delta) {
 /* After a fast-path launch with driver status r: record (name, grid, block) in the launch history
  * (cudakit.check() names the last kernels); r != 0 goes to on_error, which raises LaunchError.
  * 0: launched, -1: an exception is set. */
+static int ck_launched_rec(int r, PyObject* rec);
+
 static int ck_launched(int r, PyObject* name, const long long g[3], PyObject* block) {
   PyObject* rec = Py_BuildValue("(O(LLL)O)", name, g[0], g[1], g[2], block);
   if (rec == NULL) return -1;
+  int bad = ck_launched_rec(r, rec);
+  Py_DECREF(rec);
+  return bad;
+}
+
+/* The same with the record built by the caller (borrowed). */
+static int ck_launched_rec(int r, PyObject* rec) {
   PyObject* res = PyObject_CallOneArg(ck_recent, rec);
   if (res != NULL && r) {
     Py_DECREF(res);
@@ -420,10 +467,25 @@ static int ck_launched(int r, PyObject* name, const long long g[3], PyObject* bl
       PyErr_SetString(PyExc_RuntimeError, "on_error returned instead of raising");
     }
   }
-  Py_DECREF(rec);
   if (res == NULL) return -1;
   Py_DECREF(res);
   return 0;
+}
+
+/* The launch record (name, (gx, 1, 1), block) of table entry e, kept for the last (entry, gx):
+ * back-to-back tiny ops append the same record instead of building one each. New reference. */
+static PyObject *ck_rec_entry, *ck_rec;
+static long long ck_rec_gx;
+
+static PyObject* ck_ew_record(PyObject* e, long long gx) {
+  if (e != ck_rec_entry || gx != ck_rec_gx || ck_rec == NULL) {
+    PyObject* rec = Py_BuildValue("(O(LLL)O)", PyTuple_GET_ITEM(e, 3), gx, 1LL, 1LL, PyTuple_GET_ITEM(e, 4));
+    if (rec == NULL) return NULL;
+    Py_XSETREF(ck_rec, rec);
+    Py_XSETREF(ck_rec_entry, Py_NewRef(e));  /* held: its address cannot be reused meanwhile */
+    ck_rec_gx = gx;
+  }
+  return Py_NewRef(ck_rec);
 }
 
 static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
@@ -457,7 +519,7 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (ck_current_device(&curdev)) { ok = -1; goto done; }
   if (curdev != a.dev || a.dev < 0 || a.dev >= 128) { ok = 0; goto done; } /* the key holds 7 bits of device */
   long long num, itemsize;
-  if (ck_getll(a.dtype, s_num, &num) || ck_getll(a.dtype, s_itemsize, &itemsize)) { ok = -1; goto done; }
+  if (ck_dtype_info(a.dtype, &num, &itemsize)) { ok = -1; goto done; }
   /* the output comes from CuPy's pool, 512-byte aligned: the inputs decide the vector width */
   long long vec = (al & 15) || itemsize <= 0 || itemsize > 16 ? 1 : 16 / itemsize;
   PyObject* key = PyLong_FromLongLong(num * 4096 + a.dev * 32 + vec);
@@ -509,8 +571,9 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   Py_BEGIN_ALLOW_THREADS
   r = fn(func, (unsigned)gx, 1, 1, (unsigned)threads, 1, 1, 0, (void*)(intptr_t)sptr, params, NULL);
   Py_END_ALLOW_THREADS
-  const long long g[3] = {gx, 1, 1};
-  bad = ck_launched(r, PyTuple_GET_ITEM(e, 3), g, PyTuple_GET_ITEM(e, 4));
+  PyObject* rec = ck_ew_record(e, gx);
+  bad = rec == NULL || ck_launched_rec(r, rec);
+  Py_XDECREF(rec);
   Py_DECREF(e);
   if (bad) { ok = -1; goto done; }
   result = out;
