@@ -229,6 +229,8 @@ class _FakeArray:
         import numpy as np
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.size = int(np.prod(self.shape, dtype=np.int64))
+        if isinstance(ptr, _MemPtr):   # ndarray(shape, dtype, memptr)
+            self.memptr, ptr = ptr, ptr.ptr
         if ptr is None:
             ptr = _FakeArray.next_ptr
             _FakeArray.next_ptr += 1 << 20
@@ -497,3 +499,31 @@ def test_allocator_takes_the_device_from_cupys_c_function(mem, tmp_path):
         assert m.mem_counts(3)[:3] == (1, 1, 0)
     finally:
         _FakeArray.device = 0
+
+
+_SIG_GETALLOC = b"PyObject *(int __pyx_skip_dispatch)"
+
+
+def test_ew_allocates_through_the_counting_allocator_only_while_it_is_cupys(mem):
+    m, pool, _ = mem
+    seen, _cb = _recorder(m, [8, 8, 8, 8])
+    current = {"alloc": m.mem_malloc}
+    getalloc = ctypes.CFUNCTYPE(ctypes.py_object, ctypes.c_int)(lambda skip: current["alloc"])
+    m.fast_setup(_FakeArray, lambda: _FakeArray.device, lambda: _Stream(), [].append, print)
+    m.fast_alloc(_capsule(getalloc, _SIG_GETALLOC))
+    m.fast_gate(True)
+    table = {_key("float32", 0, 4): (0xF0, 1024, 256, "k", (256, 1, 1))}
+    out = m.ew(table, _FakeArray((1000,), "float32"), None, 0.0)
+    assert out.memptr.ptr == out.data.ptr == 0x10000 and m.mem_counts(0)[:3] == (1, 0, 4096)
+    assert struct.unpack("<Q", seen["raw"][1])[0] == 0x10000   # the kernel writes there
+    del out
+    assert m.mem_counts(0)[:3] == (1, 1, 0) and pool.returned == [4096]
+    current["alloc"] = lambda size: None                     # another allocator: CuPy allocates
+    out = m.ew(table, _FakeArray((1000,), "float32"), None, 0.0)
+    assert not hasattr(out, "memptr") and m.mem_counts(0)[0] == 1
+    assert struct.unpack("<Q", seen["raw"][1])[0] == out.data.ptr
+    empty = m.ew(table, _FakeArray((0,), "float32"), None, 0.0)  # 0 bytes: CuPy's own way
+    assert not hasattr(empty, "memptr")
+    with pytest.raises(TypeError, match="PyObject"):
+        m.fast_alloc(_capsule(getalloc, b"int (void)"))
+    m.fast_alloc(None)

@@ -221,7 +221,16 @@ static ck_getdev_fn ck_getdev_c;
 static ck_stream_fn ck_stream_c;
 static int ck_current_device(long long* out);
 
+static PyObject* ck_alloc(PyObject* size, long long* ptr_out);
+
 static PyObject* mem_malloc(PyObject* self, PyObject* size) {
+  long long ptr;
+  return ck_alloc(size, &ptr);
+}
+
+/* mem_malloc's work; *ptr_out: the block's device pointer (0 for 0 bytes). */
+static PyObject* ck_alloc(PyObject* size, long long* ptr_out) {
+  *ptr_out = 0;
   if (ck_pool_malloc == NULL) {
     PyErr_SetString(PyExc_RuntimeError, "mem_setup() was not called");
     return NULL;
@@ -263,6 +272,7 @@ static PyObject* mem_malloc(PyObject* self, PyObject* size) {
   if (um == NULL) return NULL;
   PyObject* r = PyObject_CallFunction(ck_memptr, "Oi", um, 0);
   Py_DECREF(um);
+  *ptr_out = ptr;
   return r;
 fail:
   Py_DECREF(inner);
@@ -425,6 +435,44 @@ static PyObject* fast_setup(PyObject* self, PyObject* args) {
   return r;
 }
 
+/* fast_alloc(capsule or None): CuPy's memory.get_allocator as the capsule its Cython module exports
+ * ("PyObject *(int __pyx_skip_dispatch)"). With it, ew() allocates its output through mem_malloc
+ * directly -- and hands the pointer to the ndarray -- whenever mem_malloc is CuPy's allocator for
+ * this thread at that moment; under any other allocator (set_allocator, using_allocator) the
+ * output is allocated by CuPy as before. */
+typedef PyObject* (*ck_getalloc_fn)(int);
+static ck_getalloc_fn ck_getalloc_c;
+#define CK_SIG_GETALLOC "PyObject *(int __pyx_skip_dispatch)"
+
+static PyObject* fast_alloc(PyObject* self, PyObject* cap) {
+  void* fn = NULL;
+  if (cap != Py_None) {
+    if (ck_capsule_fn(cap, CK_SIG_GETALLOC, &fn)) return NULL;
+    if (fn == NULL) {
+      PyErr_SetString(PyExc_TypeError, "fast_alloc: a capsule or None is needed");
+      return NULL;
+    }
+  }
+  ck_getalloc_c = (ck_getalloc_fn)fn;
+  Py_RETURN_NONE;
+}
+
+/* The output's memory from mem_malloc when it is CuPy's current allocator: a new MemoryPointer
+ * and *ptr, or NULL with no exception (CuPy allocates) or with one. */
+static PyObject* ck_direct_alloc(long long nbytes, long long* ptr) {
+  if (ck_getalloc_c == NULL || nbytes <= 0) return NULL;
+  PyObject* al = ck_getalloc_c(0);
+  if (al == NULL) return NULL;
+  int ours = PyCFunction_Check(al) && PyCFunction_GET_FUNCTION(al) == (PyCFunction)(void (*)(void))mem_malloc;
+  Py_DECREF(al);
+  if (!ours) return NULL;
+  PyObject* size = PyLong_FromLongLong(nbytes);
+  if (size == NULL) return NULL;
+  PyObject* mp = ck_alloc(size, ptr);
+  Py_DECREF(size);
+  return mp;
+}
+
 static PyObject* fast_gate(PyObject* self, PyObject* open) {
   int v = PyObject_IsTrue(open);
   if (v < 0) return NULL;
@@ -540,13 +588,21 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_ValueError, "an ew table entry needs elements per block > 0 and 1..1024 threads");
   }
   if (PyErr_Occurred()) { Py_DECREF(e); ok = -1; goto done; }
-  out = PyObject_CallFunctionObjArgs(ck_nd, a.shape, a.dtype, NULL);
+  long long optr = 0;
+  PyObject* mp = ck_direct_alloc(a.n * itemsize, &optr);
+  if (mp == NULL && PyErr_Occurred()) { Py_DECREF(e); ok = -1; goto done; }
+  out = mp != NULL ? PyObject_CallFunctionObjArgs(ck_nd, a.shape, a.dtype, mp, NULL)
+                   : PyObject_CallFunctionObjArgs(ck_nd, a.shape, a.dtype, NULL);
+  const int direct = mp != NULL;
+  Py_XDECREF(mp);
   if (out == NULL) { Py_DECREF(e); ok = -1; goto done; }
   if (a.n == 0) { Py_DECREF(e); result = out; out = NULL; goto done; }
-  PyObject* odata = PyObject_GetAttr(out, s_data);
-  long long optr;
-  int bad = odata == NULL || ck_getll(odata, s_ptr, &optr);
-  Py_XDECREF(odata);
+  int bad = 0;
+  if (!direct) {  /* allocated by CuPy: ask the array where */
+    PyObject* odata = PyObject_GetAttr(out, s_data);
+    bad = odata == NULL || ck_getll(odata, s_ptr, &optr);
+    Py_XDECREF(odata);
+  }
   if (bad || (optr & 15 && vec > 1)) { /* an unaligned output: never from CuPy's pool */
     Py_DECREF(e);
     ok = bad ? -1 : 0;
@@ -790,6 +846,7 @@ static PyMethodDef methods[] = {
     {"mem_set_callback", mem_set_callback, METH_O, "mem_set_callback(fn or None)"},
     {"fast_setup", fast_setup, METH_VARARGS, "fast_setup(ndarray, get_device, get_stream, recent_append, on_error)"},
     {"fast_hold", fast_hold, METH_O, "fast_hold(+1 or -1): while held, the fast paths decline"},
+    {"fast_alloc", fast_alloc, METH_O, "fast_alloc(CuPy's get_allocator capsule or None): ew() allocates through mem_malloc directly while it is CuPy's allocator"},
     {"fast_gate", fast_gate, METH_O, "fast_gate(open): ew() and Triton launches decline while closed"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p) -> new array or None"},
     {"tk_bind", (PyCFunction)(void (*)(void))tk_bind, METH_FASTCALL, "tk_bind(plans, grid, fallback) -> callable"},

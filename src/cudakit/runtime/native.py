@@ -132,6 +132,11 @@ def fast_paths():
         except TypeError as e:  # this CuPy's C functions have other signatures
             log.info("CuPy's C device/stream functions not usable (%s); the fast paths call Python", e)
             mod.fast_setup(cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream, *rest)
+        try:  # outputs straight from the counting allocator while it is CuPy's (see fast_alloc)
+            mod.fast_alloc(_c_function(cp.cuda.memory, "get_allocator"))
+        except TypeError as e:
+            log.info("CuPy's get_allocator not usable from C (%s); CuPy allocates the outputs", e)
+            mod.fast_alloc(None)
         _fast_ready = True
     return mod
 
