@@ -90,6 +90,9 @@ def get_device_info(i: int | None = None) -> DeviceInfo:
         except Exception:
             pci = None
         uuid = p.get("uuid")
+        if not (isinstance(uuid, (bytes, bytearray)) and len(uuid) == 16):
+            # CuPy reads the 16 UUID bytes as a C string: a zero byte cuts it short
+            uuid = _driver_uuid(i)
         if isinstance(uuid, (bytes, bytearray)) and len(uuid) == 16:
             h = uuid.hex()
             uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
@@ -138,3 +141,17 @@ def synchronize(i: int | None = None) -> None:
     else:
         with cp.cuda.Device(_check_index(i)):
             cp.cuda.runtime.deviceSynchronize()
+
+
+def _driver_uuid(i: int):
+    """Device i's 16 UUID bytes from the driver (cuDeviceGetUuid), or None."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")  # the driver CuPy already loaded
+        dev, buf = ctypes.c_int(), ctypes.create_string_buffer(16)
+        if lib.cuDeviceGet(ctypes.byref(dev), ctypes.c_int(i)) != 0:
+            return None
+        get = getattr(lib, "cuDeviceGetUuid_v2", None) or lib.cuDeviceGetUuid
+        return buf.raw if get(buf, dev) == 0 else None
+    except (OSError, AttributeError):
+        return None
