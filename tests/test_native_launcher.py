@@ -527,12 +527,3 @@ def test_ew_allocates_through_the_counting_allocator_only_while_it_is_cupys(mem)
     with pytest.raises(TypeError, match="PyObject"):
         m.fast_alloc(_capsule(getalloc, b"int (void)"))
     m.fast_alloc(None)
-
-
-def test_counted_base_needs_a_fixed_size_type(mem):
-    m, pool, _ = mem
-    for bad in (3, tuple, int):          # not a type; types whose instances vary in size
-        with pytest.raises(TypeError, match="fixed-size type"):
-            m.mem_counted_base(bad)
-    a = m.mem_malloc(100)                # still the Block-in-UnownedMemory form
-    assert isinstance(a.mem, _Unowned) and m.mem_counts(0)[:3] == (1, 0, 512)

@@ -166,98 +166,19 @@ static void ck_event(PyObject* what, int dev, long long size) {
   Py_DECREF(cb);
 }
 
-static void ck_count_free(int dev, long long size) {
-  ck_counts* c = &ck_mem[dev];
+static void ck_block_dealloc(PyObject* o) {
+  ck_block* b = (ck_block*)o;
+  ck_counts* c = &ck_mem[b->dev];
   c->frees += 1;
-  c->allocated -= size;
+  c->allocated -= b->size;
   if (ck_mem_cb != NULL) {
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);  /* a free can run while an exception is pending */
-    ck_event(s_free, dev, size);
+    ck_event(s_free, b->dev, b->size);
     PyErr_Restore(t, v, tb);
   }
-}
-
-static void ck_count_alloc(int dev, long long size) {
-  ck_counts* c = &ck_mem[dev];
-  c->allocations += 1;
-  c->allocated += size;
-  if (c->allocated > c->peak) c->peak = c->allocated;
-  if (ck_mem_cb != NULL) ck_event(s_alloc, dev, size);
-}
-
-static void ck_block_dealloc(PyObject* o) {
-  ck_block* b = (ck_block*)o;
-  ck_count_free(b->dev, b->size);
   Py_XDECREF(b->inner);
   Py_TYPE(o)->tp_free(o);
-}
-
-/* With mem_counted_base(cupy.cuda.memory.BaseMemory), a block is handed out as one object: an
- * instance of CountedMemory, a subtype of BaseMemory built at run time (ptr, size and device_id set
- * through BaseMemory's public attributes, this tail after BaseMemory's own fields), instead of a
- * Block owned by an UnownedMemory -- one object and one Python-level constructor less per array. */
-typedef struct { PyObject* inner; long long size; int dev; } ck_tail;
-static PyTypeObject ck_counted_type;
-static PyTypeObject* ck_counted_base;
-static Py_ssize_t ck_tail_off;  /* 0 until mem_counted_base */
-#define CK_TAIL(o) ((ck_tail*)((char*)(o) + ck_tail_off))
-
-static void ck_counted_dealloc(PyObject* o) {
-  ck_tail* t = CK_TAIL(o);
-  if (t->inner != NULL) {  /* NULL: its attributes failed to set, it was never counted */
-    ck_count_free(t->dev, t->size);
-    Py_CLEAR(t->inner);
-  }
-  ck_counted_base->tp_dealloc(o);
-}
-
-static PyObject* mem_counted_base(PyObject* self, PyObject* base) {
-  if (ck_tail_off) {
-    if (base == (PyObject*)ck_counted_base) Py_RETURN_NONE;
-    PyErr_SetString(PyExc_RuntimeError, "mem_counted_base: already set up with another base type");
-    return NULL;
-  }
-  if (!PyType_Check(base) || ((PyTypeObject*)base)->tp_itemsize != 0 || ((PyTypeObject*)base)->tp_new == NULL) {
-    PyErr_SetString(PyExc_TypeError, "mem_counted_base: a fixed-size type that can be instantiated is needed");
-    return NULL;
-  }
-  PyTypeObject* b = (PyTypeObject*)base;
-  const Py_ssize_t off = (b->tp_basicsize + 7) & ~(Py_ssize_t)7;
-  ck_counted_type.tp_name = "_cudakit_native.CountedMemory";
-  ck_counted_type.tp_basicsize = off + (Py_ssize_t)sizeof(ck_tail);
-  ck_counted_type.tp_dealloc = ck_counted_dealloc;
-  ck_counted_type.tp_flags = Py_TPFLAGS_DEFAULT;
-  ck_counted_type.tp_doc = "Device memory from CuPy's pool, counted by cudakit's allocator.";
-  ck_counted_type.tp_base = (PyTypeObject*)Py_NewRef(base);
-  if (PyType_Ready(&ck_counted_type) < 0) return NULL;
-  ck_counted_base = b;
-  ck_tail_off = off;
-  Py_RETURN_NONE;
-}
-
-/* A CountedMemory for the pool's MemoryPointer `inner` (stolen on success), or NULL. */
-static PyObject* ck_counted_new(PyObject* inner, long long ptr, long long bsize, int dev) {
-  PyObject* empty = PyTuple_New(0);
-  if (empty == NULL) return NULL;
-  PyObject* m = ck_counted_base->tp_new(&ck_counted_type, empty, NULL);
-  Py_DECREF(empty);
-  if (m == NULL) return NULL;
-  PyObject *vp = PyLong_FromLongLong(ptr), *vs = PyLong_FromLongLong(bsize), *vd = PyLong_FromLong(dev);
-  int bad = vp == NULL || vs == NULL || vd == NULL || PyObject_SetAttr(m, s_ptr, vp) ||
-            PyObject_SetAttr(m, s_size, vs) || PyObject_SetAttr(m, s_device_id, vd);
-  Py_XDECREF(vp);
-  Py_XDECREF(vs);
-  Py_XDECREF(vd);
-  if (bad) {
-    Py_DECREF(m);
-    return NULL;
-  }
-  ck_tail* t = CK_TAIL(m);
-  t->inner = inner;
-  t->size = bsize;
-  t->dev = dev;
-  return m;
 }
 
 static PyTypeObject ck_block_type = {
@@ -336,21 +257,16 @@ static PyObject* ck_alloc(PyObject* size, long long* ptr_out) {
     PyErr_Format(PyExc_ValueError, "cudakit's allocator counts devices 0..%d (got %lld)", CK_MAX_DEV - 1, dev);
     goto fail;
   }
-  if (ck_tail_off) {
-    PyObject* m = ck_counted_new(inner, ptr, bsize, (int)dev);
-    if (m == NULL) goto fail;
-    ck_count_alloc((int)dev, bsize);
-    PyObject* r = PyObject_CallFunction(ck_memptr, "Oi", m, 0);
-    Py_DECREF(m);
-    *ptr_out = ptr;
-    return r;
-  }
   ck_block* b = PyObject_New(ck_block, &ck_block_type);
   if (b == NULL) goto fail;
   b->inner = inner; /* the block owns it from here */
   b->size = bsize;
   b->dev = (int)dev;
-  ck_count_alloc((int)dev, bsize);
+  ck_counts* c = &ck_mem[dev];
+  c->allocations += 1;
+  c->allocated += bsize;
+  if (c->allocated > c->peak) c->peak = c->allocated;
+  if (ck_mem_cb != NULL) ck_event(s_alloc, (int)dev, bsize);
   PyObject* um = PyObject_CallFunction(ck_unowned, "LLOL", ptr, bsize, (PyObject*)b, dev);
   Py_DECREF(b); /* UnownedMemory holds it now (or, on failure, the block is freed and counted) */
   if (um == NULL) return NULL;
@@ -930,7 +846,6 @@ static PyMethodDef methods[] = {
     {"mem_set_callback", mem_set_callback, METH_O, "mem_set_callback(fn or None)"},
     {"fast_setup", fast_setup, METH_VARARGS, "fast_setup(ndarray, get_device, get_stream, recent_append, on_error)"},
     {"fast_hold", fast_hold, METH_O, "fast_hold(+1 or -1): while held, the fast paths decline"},
-    {"mem_counted_base", mem_counted_base, METH_O, "mem_counted_base(cupy.cuda.memory.BaseMemory): hand blocks out as one BaseMemory subtype object"},
     {"fast_alloc", fast_alloc, METH_O, "fast_alloc(CuPy's get_allocator capsule or None): ew() allocates through mem_malloc directly while it is CuPy's allocator"},
     {"fast_gate", fast_gate, METH_O, "fast_gate(open): ew() and Triton launches decline while closed"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p) -> new array or None"},

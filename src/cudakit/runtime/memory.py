@@ -9,14 +9,11 @@ counting in C, no Python object with a __del__ per array) where that module is a
 """
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import asdict, dataclass
 
 from ..errors import OutOfMemoryError
 from . import _cupy
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -116,10 +113,6 @@ def _native_allocator(cp):
         return None
     m = cp.cuda.memory
     mod.mem_setup(_pool.malloc, m.UnownedMemory, m.MemoryPointer, m.OutOfMemoryError, _after_oom)
-    try:  # blocks as one BaseMemory subtype object each, not a Block inside an UnownedMemory
-        mod.mem_counted_base(m.BaseMemory)
-    except (AttributeError, TypeError, RuntimeError) as e:
-        log.info("counted blocks stay UnownedMemory objects (%s)", e)
     _native = mod
     return mod.mem_malloc
 
