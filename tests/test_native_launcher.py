@@ -110,6 +110,15 @@ class _PoolOOM(Exception):
 
 
 class _Block:
+    """CuPy's PooledMemory: it has a __dict__, where the allocator keeps its counting block."""
+    def __init__(self, size):
+        self.size = size
+
+
+class _SlotBlock:
+    """A memory object that takes no attributes: the allocator wraps the pool's pointer instead."""
+    __slots__ = ("size",)
+
     def __init__(self, size):
         self.size = size
 
@@ -117,7 +126,8 @@ class _Block:
 class _PoolPtr:
     """What CuPy's pool.malloc returns: .ptr, .device_id, .mem.size; records when it is dropped."""
     def __init__(self, pool, size, dev):
-        self.ptr, self.device_id, self.mem, self._pool = pool.next_ptr, dev, _Block(size), pool
+        self.ptr, self.device_id, self._pool = pool.next_ptr, dev, pool
+        self.mem = (_SlotBlock if pool.slots else _Block)(size)
         pool.next_ptr += size
 
     def __del__(self):
@@ -126,7 +136,7 @@ class _PoolPtr:
 
 class _Pool:
     def __init__(self):
-        self.next_ptr, self.returned, self.dev, self.fail = 0x10000, [], 0, 0
+        self.next_ptr, self.returned, self.dev, self.fail, self.slots = 0x10000, [], 0, 0, False
 
     def malloc(self, size):
         if self.fail:
@@ -145,13 +155,16 @@ class _MemPtr:
         self.mem, self.ptr = mem, mem.ptr + offset
 
 
-@pytest.fixture
-def mem(tmp_path):
+@pytest.fixture(params=["pooled", "wrapped"])
+def mem(tmp_path, request):
+    """The module with a fake pool whose memory objects take the counting block in their __dict__
+    (CuPy's PooledMemory) or do not (the block then owns the pointer inside an UnownedMemory)."""
     try:
         m = native.load(tmp_path / "mem.so")  # its own copy: the counters start at zero
     except native.NativeBuildError as e:
         pytest.skip(f"native module cannot be built here: {e}")
     pool, retries = _Pool(), []
+    pool.slots = request.param == "wrapped"
 
     def after_oom(size):
         retries.append(size)
@@ -164,8 +177,12 @@ def test_allocator_counts_allocations_frees_and_peak(mem):
     m, pool, _ = mem
     a = m.mem_malloc(1000)          # 1024 bytes from the pool
     b = m.mem_malloc(1)             # 512
-    assert isinstance(a, _MemPtr) and isinstance(a.mem, _Unowned)
-    assert a.mem.size == 1024 and a.mem.device_id == 0 and a.ptr == 0x10000 and b.ptr == 0x10000 + 1024
+    if pool.slots:                  # wrapped: MemoryPointer(UnownedMemory(..., owner=block))
+        assert isinstance(a, _MemPtr) and isinstance(a.mem, _Unowned)
+        assert a.mem.size == 1024 and a.mem.device_id == 0
+    else:                           # the pool's own pointer, the block in its memory's __dict__
+        assert isinstance(a, _PoolPtr) and type(a.mem._cudakit_block).__name__ == "Block"
+    assert a.ptr == 0x10000 and b.ptr == 0x10000 + 1024
     assert m.mem_counts(0) == (2, 0, 1536, 1536)
     del a
     assert pool.returned == [1024]  # the pool gets its block back when the array's memory dies
@@ -229,7 +246,7 @@ class _FakeArray:
         import numpy as np
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.size = int(np.prod(self.shape, dtype=np.int64))
-        if isinstance(ptr, _MemPtr):   # ndarray(shape, dtype, memptr)
+        if isinstance(ptr, (_MemPtr, _PoolPtr)):   # ndarray(shape, dtype, memptr)
             self.memptr, ptr = ptr, ptr.ptr
         if ptr is None:
             ptr = _FakeArray.next_ptr
@@ -494,7 +511,8 @@ def test_allocator_takes_the_device_from_cupys_c_function(mem, tmp_path):
     _FakeArray.device = 3
     try:
         a = m.mem_malloc(100)
-        assert a.mem.device_id == 3 and m.mem_counts(3)[:3] == (1, 0, 512) and m.mem_counts(0)[0] == 0
+        assert m.mem_counts(3)[:3] == (1, 0, 512) and m.mem_counts(0)[0] == 0
+        assert a.mem.device_id == 3 if pool.slots else True
         del a
         assert m.mem_counts(3)[:3] == (1, 1, 0)
     finally:

@@ -154,6 +154,10 @@ def test_memory_stats_exact():
     b = cp.empty(1 << 20, cp.float32)     # 4 MiB
     c = cp.empty(3, cp.float64)           # 24 B -> 512
     s1 = m.stats()
+    from cudakit.runtime import native
+    if native.module() is not None:  # the pool's own memory object, counted by the block it carries
+        assert type(b.data.mem).__name__ == "PooledMemory" and b.data.mem.size == 4 << 20
+        assert type(b.data.mem._cudakit_block).__name__ == "Block"
     assert s1.allocated - s0.allocated == 1024 + (4 << 20) + 512
     assert s1.allocations - s0.allocations == 3
     assert s1.peak_allocated == s1.allocated

@@ -141,21 +141,23 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
 }
 
 /* ---- the counting allocator ----------------------------------------------------------------
- * cupy.cuda.set_allocator(mem_malloc): each block comes from CuPy's pool (pool.malloc) and is
- * handed out as MemoryPointer(UnownedMemory(ptr, size, owner=ck_block, device)). The ck_block owns
- * the pool's block; its C destructor counts the free and returns the block to the pool. Same
- * counting as memory._malloc in Python, without a Python __init__/__del__ per array. */
+ * cupy.cuda.set_allocator(mem_malloc): each block comes from CuPy's pool (pool.malloc); a ck_block
+ * whose C destructor counts the free rides in the pooled memory's __dict__ (the pool's own
+ * MemoryPointer is handed out), or, where the memory object takes no attributes, owns the pool's
+ * pointer and is handed out as MemoryPointer(UnownedMemory(ptr, size, owner=ck_block, device)).
+ * Same counting as memory._malloc in Python, without a Python __init__/__del__ per array. */
 #define CK_MAX_DEV 64
 typedef struct { long long allocations, frees, allocated, peak; } ck_counts;
 static ck_counts ck_mem[CK_MAX_DEV];
 static PyObject *ck_pool_malloc, *ck_unowned, *ck_memptr, *ck_pool_oom, *ck_after_oom, *ck_mem_cb;
-static PyObject *s_ptr, *s_mem, *s_size, *s_device_id, *s_alloc, *s_free;
+static PyObject *s_ptr, *s_mem, *s_size, *s_device_id, *s_alloc, *s_free, *s_block_attr;
 
 typedef struct {
   PyObject_HEAD
   PyObject* inner; /* the pool's MemoryPointer: dropping it returns the block */
   long long size;  /* the block's size (the request rounded to the pool's unit) */
   int dev;
+  int counted;     /* its allocation was counted: its free is */
 } ck_block;
 
 static void ck_event(PyObject* what, int dev, long long size) {
@@ -166,16 +168,28 @@ static void ck_event(PyObject* what, int dev, long long size) {
   Py_DECREF(cb);
 }
 
+static void ck_count_alloc(int dev, long long size) {
+  ck_counts* c = &ck_mem[dev];
+  c->allocations += 1;
+  c->allocated += size;
+  if (c->allocated > c->peak) c->peak = c->allocated;
+  if (ck_mem_cb != NULL) ck_event(s_alloc, dev, size);
+}
+
+static int ck_in_dict = 1;  /* blocks go into the pooled memory's __dict__ while it takes them */
+
 static void ck_block_dealloc(PyObject* o) {
   ck_block* b = (ck_block*)o;
-  ck_counts* c = &ck_mem[b->dev];
-  c->frees += 1;
-  c->allocated -= b->size;
-  if (ck_mem_cb != NULL) {
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);  /* a free can run while an exception is pending */
-    ck_event(s_free, b->dev, b->size);
-    PyErr_Restore(t, v, tb);
+  if (b->counted) {
+    ck_counts* c = &ck_mem[b->dev];
+    c->frees += 1;
+    c->allocated -= b->size;
+    if (ck_mem_cb != NULL) {
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);  /* a free can run while an exception is pending */
+      ck_event(s_free, b->dev, b->size);
+      PyErr_Restore(t, v, tb);
+    }
   }
   Py_XDECREF(b->inner);
   Py_TYPE(o)->tp_free(o);
@@ -211,6 +225,7 @@ static PyObject* ck_setup5(PyObject* args, PyObject** dst[5]) {
 
 static PyObject* mem_setup(PyObject* self, PyObject* args) {
   PyObject** dst[5] = {&ck_pool_malloc, &ck_unowned, &ck_memptr, &ck_pool_oom, &ck_after_oom};
+  ck_in_dict = 1;
   return ck_setup5(args, dst);
 }
 
@@ -247,26 +262,46 @@ static PyObject* ck_alloc(PyObject* size, long long* ptr_out) {
   if (req == 0) return inner; /* CuPy hands out a null pointer for 0 bytes: nothing to count */
   PyObject* mem = PyObject_GetAttr(inner, s_mem);
   if (mem == NULL) goto fail;
-  int bad = ck_getll(mem, s_size, &bsize);
-  Py_DECREF(mem);
-  if (bad || ck_getll(inner, s_ptr, &ptr)) goto fail;
+  if (ck_getll(mem, s_size, &bsize) || ck_getll(inner, s_ptr, &ptr)) { Py_DECREF(mem); goto fail; }
   /* the pool allocates on the current device: CuPy's C function says which without an
    * attribute read (set by fast_setup), else the pointer's device_id */
   if (ck_getdev_c != NULL ? ck_current_device(&dev) : ck_getll(inner, s_device_id, &dev)) goto fail;
   if (dev < 0 || dev >= CK_MAX_DEV) {
     PyErr_Format(PyExc_ValueError, "cudakit's allocator counts devices 0..%d (got %lld)", CK_MAX_DEV - 1, dev);
+    Py_DECREF(mem);
     goto fail;
   }
   ck_block* b = PyObject_New(ck_block, &ck_block_type);
-  if (b == NULL) goto fail;
-  b->inner = inner; /* the block owns it from here */
+  if (b == NULL) { Py_DECREF(mem); goto fail; }
+  b->inner = NULL;
+  b->counted = 0;
   b->size = bsize;
   b->dev = (int)dev;
-  ck_counts* c = &ck_mem[dev];
-  c->allocations += 1;
-  c->allocated += bsize;
-  if (c->allocated > c->peak) c->peak = c->allocated;
-  if (ck_mem_cb != NULL) ck_event(s_alloc, (int)dev, bsize);
+  /* CuPy's PooledMemory has a __dict__: the block kept there is dropped with the pooled memory
+   * (when the last array or view on it dies) and counts the free, and the array gets the pool's
+   * own MemoryPointer -- no wrapper objects. A memory object without one (another allocator
+   * behind pool_malloc) makes the block own the pool's pointer inside an UnownedMemory instead. */
+  if (ck_in_dict) {
+    if (PyObject_SetAttr(mem, s_block_attr, (PyObject*)b) == 0) {
+      Py_DECREF(mem);
+      ck_count_alloc((int)dev, bsize);
+      b->counted = 1;
+      Py_DECREF(b);  /* the pooled memory's __dict__ holds it */
+      *ptr_out = ptr;
+      return inner;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+      Py_DECREF(mem);
+      Py_DECREF(b);  /* not counted yet: its free is not counted either */
+      goto fail;
+    }
+    PyErr_Clear();
+    ck_in_dict = 0;
+  }
+  Py_DECREF(mem);
+  b->inner = inner; /* the block owns it from here */
+  ck_count_alloc((int)dev, bsize);
+  b->counted = 1;
   PyObject* um = PyObject_CallFunction(ck_unowned, "LLOL", ptr, bsize, (PyObject*)b, dev);
   Py_DECREF(b); /* UnownedMemory holds it now (or, on failure, the block is freed and counted) */
   if (um == NULL) return NULL;
@@ -858,7 +893,7 @@ PyMODINIT_FUNC PyInit__cudakit_native(void) {
   if (PyType_Ready(&ck_block_type) < 0 || PyType_Ready(&ck_tk_type) < 0) return NULL;
 #define CK_INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
   CK_INTERN(s_ptr, "ptr"); CK_INTERN(s_mem, "mem"); CK_INTERN(s_size, "size");
-  CK_INTERN(s_device_id, "device_id"); CK_INTERN(s_alloc, "alloc"); CK_INTERN(s_free, "free");
+  CK_INTERN(s_device_id, "device_id"); CK_INTERN(s_block_attr, "_cudakit_block"); CK_INTERN(s_alloc, "alloc"); CK_INTERN(s_free, "free");
   CK_INTERN(s_c_contig, "_c_contiguous"); CK_INTERN(s_dtype, "dtype"); CK_INTERN(s_shape, "shape");
   CK_INTERN(s_data, "data"); CK_INTERN(s_num, "num"); CK_INTERN(s_itemsize, "itemsize");
 #undef CK_INTERN
