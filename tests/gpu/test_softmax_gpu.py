@@ -172,3 +172,27 @@ def test_matches_torch_if_available(be, rng):
     loss, grad = be.cross_entropy_with_grad(x, t)
     np.testing.assert_allclose(loss.get(), tl.item(), rtol=1e-5)
     np.testing.assert_allclose(grad.get(), tx.grad.cpu().numpy(), atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_cross_entropy_keeps_no_full_size_temporary(be, dtype, rng):
+    """Forward + backward allocate the gradient and per-row numbers only: the softmax is never
+    written out (peak of cudakit's memory statistics over the call)."""
+    import cudakit
+    n, c = 2048, 32000
+    x = cp.random.standard_normal((n, c), dtype=cp.float32).astype(dtype)
+    t = cp.asarray(rng.integers(0, c, n))
+    rows = 1 << 20  # generous room for per-row losses and statistics (n * a few floats = 32 KiB)
+    for fused in (True, False):
+        cp.cuda.runtime.deviceSynchronize()
+        base = cudakit.memory.stats().allocated
+        cudakit.memory.reset_peak()
+        if fused:
+            loss, grad = be.cross_entropy_with_grad(x, t)
+        else:
+            loss = be.cross_entropy(x, t)
+            grad = be.cross_entropy_backward(cp.ones((), loss.dtype), x, t)
+        cp.cuda.runtime.deviceSynchronize()
+        extra = cudakit.memory.stats().peak_allocated - base
+        assert grad.nbytes <= extra <= grad.nbytes + rows, (fused, extra, grad.nbytes)
+        del loss, grad
