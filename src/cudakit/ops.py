@@ -18,11 +18,8 @@ _ndarray = np.ndarray
 _backends: dict = {}
 _cuda_nd = type("_NoCupyYet", (), {})   # cupy.ndarray once the CUDA backend exists
 _fast = None                             # kernels.elementwise.fast
-def _decline(table, x0, x1, p):
-    return None
-
-
-_ew = _decline                           # the native tiny-op path (kernels.elementwise.native_ew)
+_ew = lambda table, x0, x1, p: None      # noqa: E731 -- the native tiny-op path once CUDA is up
+                                         # (kernels.elementwise.native_ew); declines until then
 _T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
 
 

@@ -136,7 +136,7 @@ class KernelFamily:
         """Compile instantiations that name_expressions() does not list (a tuning sweep's
         variants) in one more module, so kernel() finds them."""
         from ..runtime.compiler import compile_module
-        exprs = [e for e in dict.fromkeys(exprs) if e not in self._kernels]
+        exprs = [e for e in dict.fromkeys(exprs) if e not in self._kernels and e not in self._compiled]
         if exprs:
             m = compile_module(self.source, name_expressions=exprs, source_name=self.source_name)
             for e in exprs:
