@@ -22,12 +22,13 @@ tool = shutil.which("cuobjdump") or (glob.glob("/usr/local/cuda*/bin/cuobjdump")
 s = subprocess.run([tool, "-sass", p], capture_output=True, text=True).stdout
 print("\n".join(l for l in s.splitlines() if "Function" in l or "LDG" in l or "STG" in l))
 PY
-# TESTS: test paths to run (default: the whole GPU suite); VARIANTS: scripts/<name>.py sweeps to run
+# TESTS: test paths to run (default: the whole GPU suite); VARIANTS: scripts/<name>.py sweeps to run,
+# with VARIANT_ARGS as their arguments (ew_variants: case labels, e.g. "div_scalar gelu_erf_backward")
 timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
 # the plots stay on the device (at most 8 files come back): results.json and the speedup plot return
 timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out /tmp/cudakit-bench "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
 cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null
-for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "scripts/$v.py" 2>&1 | tee -a "$LOG" | grep VARIANT; done
+for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "scripts/$v.py" ${VARIANT_ARGS:-} 2>&1 | tee -a "$LOG" | grep VARIANT; done
 timeout ${PROBE_TIMEOUT:-90} python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
 # TRITON_SLIM: a carried tarball of another Triton (the image has 3.6; the extra pins >= 3.8), built
 # by scripts/triton_slim.sh into .carry/ (git-ignored: `echo /.carry/ >> .git/info/exclude`; pass
