@@ -421,7 +421,7 @@ static int ck_capsule_fn(PyObject* o, const char* sig, void** fn) {
   *fn = NULL;
   if (!PyCapsule_CheckExact(o)) return 0;
   if (!PyCapsule_IsValid(o, sig)) {
-    PyErr_Format(PyExc_TypeError, "fast_setup: a capsule named '%s' is needed (got '%s')", sig,
+    PyErr_Format(PyExc_TypeError, "a capsule named '%s' is needed (got '%s')", sig,
                  PyCapsule_GetName(o) ? PyCapsule_GetName(o) : "(no name)");
     return -1;
   }
