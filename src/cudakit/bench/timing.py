@@ -54,25 +54,16 @@ def time_cpu(fn, warmup: int = 1, reps: int = 10) -> dict:
 def host_time_per_call(fn, calls: int = 2000, rounds: int = 7, sync=None) -> dict:
     """Host time per call of `calls` back-to-back calls (median over rounds), in ms.
 
-    The device is synchronised before and after each round, not inside it, so this is the cost
-    the caller's thread pays per call when the GPU keeps up (launch overhead)."""
-    for _ in range(calls // 10 + 1):
-        fn()
-    samples = []
-    for _ in range(rounds):
-        if sync:
-            sync()
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t) * 1e3 / calls)
-        if sync:
-            sync()
-    return _summ(samples)
+    The device is synchronised before each round and at the end, not inside a round, so this is
+    the cost the caller's thread pays per call when the GPU keeps up (launch overhead)."""
+    res, errors = host_time_interleaved({"fn": fn}, calls, rounds, sync)
+    if errors:
+        raise errors["fn"]
+    return res["fn"]
 
 
-def host_time_interleaved(fns: dict, calls: int = 2000, rounds: int = 15, sync=None) -> dict:
-    """host_time_per_call for several providers, their rounds interleaved (A B C A B C ...), so a
+def host_time_interleaved(fns: dict, calls: int = 2000, rounds: int = 15, sync=None) -> tuple[dict, dict]:
+    """Host time per call of several providers, their rounds interleaved (A B C A B C ...), so a
     drift in the host's speed (a busy neighbour, frequency changes) hits every provider alike.
     Returns ({name: summary in ms per call}, {name: exception}) -- a provider that raised during
     warm-up is left out of the first and named in the second."""

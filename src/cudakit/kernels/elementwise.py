@@ -404,11 +404,12 @@ def _contig_entry(op, dtype, dev, vec):
     if e is None:
         from ..backends.base import supported_dtypes
         from ..runtime.fastlaunch import FastLauncher
-        expr = _expr("contig", op, supported_dtypes()[dtype], vec)
+        name = supported_dtypes()[dtype]
+        expr = _expr("contig", op, name, vec)
         f = _function(dev, expr)
         # parameters: the input pointers, out, n (int64), p (double)
         fl = FastLauncher(f.ptr, ("QQ" if op in BINARY_OPS else "Q") + "QQd")
-        unroll, threads = contig_config(op, supported_dtypes()[dtype])
+        unroll, threads = contig_config(op, name)
         e = _fast[key] = (expr, fl, threads * unroll * vec, threads, (threads, 1, 1))
         EW_TABLES[op][ew_key(dtype, dev, vec)] = (f.ptr, e[2], threads, expr, e[4])
     return e

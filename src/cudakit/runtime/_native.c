@@ -741,14 +741,14 @@ static int ck_tk_launch(ck_tk* t, PyObject* args) {
     PyObject* a = PyTuple_GET_ITEM(args, i);
     unsigned code;
     if (Py_TYPE(a) == (PyTypeObject*)ck_nd) {
-      long long ptr, num;
+      long long ptr, num, itemsize;
       PyObject* data = PyObject_GetAttr(a, s_data);
       if (data == NULL) return -1;
       int bad = ck_getll(data, s_ptr, &ptr);
       Py_DECREF(data);
       PyObject* dt = bad ? NULL : PyObject_GetAttr(a, s_dtype);
       if (dt == NULL) return -1;
-      bad = ck_getll(dt, s_num, &num);
+      bad = ck_dtype_info(dt, &num, &itemsize);
       Py_DECREF(dt);
       if (bad) return -1;
       if (num < 0 || num > 20000) return 0;
