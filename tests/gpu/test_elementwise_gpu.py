@@ -199,3 +199,41 @@ def test_native_tiny_op_path(rng):
         assert ops._ew(ops._T_RELU, x, None, 0.0) is None
         cudakit.relu(x)
     assert len(prof.table()) == 1
+
+
+def test_native_tiny_op_path_reads_cupy_arrays_from_their_fields(rng):
+    """On this CuPy the native path reads arrays from their fields (runtime/_cupy_layout.py) and
+    builds outputs with CuPy's _ndarray_init: the offsets read real GPU arrays as their attributes
+    say, and outputs of every rank come out right, counted by the memory statistics."""
+    import ctypes
+    import struct
+    from cudakit import ops
+    from cudakit.runtime import _cupy_layout, native
+    mod = native.fast_paths()
+    if mod is None:
+        pytest.skip(f"native module: {native.status()}")
+    offs = _cupy_layout.discover(cp)
+    assert offs is not None, "CuPy's ndarray layout not recognised"
+    size, shape, contig, dtype_off, data = offs[:5]
+
+    def field(o, off, fmt):
+        return struct.unpack(fmt, ctypes.string_at(id(o) + off, struct.calcsize(fmt)))[0]
+    for x in (cp.arange(12, dtype=cp.float32).reshape(3, 4), cp.zeros((5, 6), cp.float16)[:, 1:], cp.ones(())):
+        assert field(x, size, "<q") == x.size and field(x, contig, "<i") == int(x._c_contiguous)
+        assert field(x, dtype_off, "<Q") == id(x.dtype) and field(x, data, "<Q") == id(x.data)
+        assert field(x.data, offs[5], "<Q") == x.data.ptr and field(x.data, offs[6], "<i") == x.data.device_id
+        assert field(x, shape + 8, "<Q") - field(x, shape, "<Q") == 8 * x.ndim
+    # the capsule's signature is this CuPy's (else native.py logged and left it out)
+    mod.fast_layout(offs, cp.cuda.memory.MemoryPointer, native._c_function(cp._core.core, "_ndarray_init"))
+    for shp in [(), (1,), (7, 143), (2, 3, 5, 7)]:
+        a, b = random(rng, shp, "float32"), random(rng, shp, "float32")
+        da, db = _dev(a, "float32"), _dev(b, "float32")
+        cudakit.add(da, db)  # fills the table, opens the gate
+        before = cudakit.memory.stats()
+        got = ops._ew(ops._T_ADD, da, db, 0.0)
+        assert got is not None and got.shape == shp and got.strides == da.strides and got._c_contiguous
+        assert_same(got.get(), reference("add", a, b, dtype="float32"))
+        after = cudakit.memory.stats()
+        assert after.allocations == before.allocations + 1 and after.allocated - before.allocated == max(512, -(-a.nbytes // 512) * 512)
+        del got
+        assert cudakit.memory.stats().allocated == before.allocated

@@ -350,16 +350,100 @@ static long ck_hold; /* fast_hold(+1) while a profile records: fast_gate(True) c
 #define CK_OPEN (ck_gate && ck_hold == 0)
 static PyObject *s_c_contig, *s_dtype, *s_shape, *s_data, *s_num, *s_itemsize;
 
-typedef struct { PyObject *dtype, *shape; long long ptr, dev, n; } ck_operand;
+/* ---- CuPy's object layout ----------------------------------------------------------------
+ * fast_layout() hands over the byte offsets that runtime/_cupy_layout.py found in CuPy's ndarray
+ * and MemoryPointer (checked there against objects with known values, bounds-checked here): ew()
+ * then reads contiguity, size, shape, dtype and data pointer straight from the array instead of
+ * through six attribute getters per operand, and builds its output with CuPy's own C constructor
+ * _ndarray_init (the one cupy.empty uses) instead of calling cupy.ndarray(shape, dtype, memptr). */
+#define CK_MAX_NDIM 64
+static int ck_layout; /* the offsets below are known */
+static Py_ssize_t L_size, L_shape, L_contig, L_dtype, L_data, L_ptr, L_dev;
+static PyObject* ck_mp_type; /* cupy.cuda.memory.MemoryPointer */
+#define CK_FIELD(o, off, T) (*(T*)((char*)(o) + (off)))
+/* libstdc++'s and libc++'s std::vector: three pointers (the layout _cupy_layout.py checked) */
+typedef struct { Py_ssize_t *begin, *end, *cap; } ck_vec;
+typedef PyObject* (*ck_ndinit_fn)(PyObject* subtype, const ck_vec* shape, PyObject* dtype, PyObject* obj);
+static ck_ndinit_fn ck_ndinit;
+#define CK_SIG_NDINIT "struct __pyx_obj_4cupy_5_core_4core__ndarray_base *(PyObject *, " \
+                      "__pyx_t_4cupy_5_core_7_carray_shape_t const &, PyObject *, PyObject *)"
+
+static int ck_capsule_fn(PyObject* o, const char* sig, void** fn);
+
+static int ck_offset_ok(Py_ssize_t off, Py_ssize_t width, PyObject* type) {
+  return off >= (Py_ssize_t)sizeof(PyObject) && off + width <= ((PyTypeObject*)type)->tp_basicsize;
+}
+
+/* fast_layout(offsets or None, MemoryPointer type, _ndarray_init capsule or None); offsets:
+ * (size, shape, c_contiguous, dtype, data) in the ndarray, (ptr, device_id) in the MemoryPointer */
+static PyObject* fast_layout(PyObject* self, PyObject* args) {
+  PyObject *offs, *mptype, *cap;
+  Py_ssize_t o[7];
+  void* fn = NULL;
+  if (!PyArg_ParseTuple(args, "OOO", &offs, &mptype, &cap)) return NULL;
+  ck_layout = 0;
+  ck_ndinit = NULL;
+  if (offs == Py_None) Py_RETURN_NONE;
+  if (ck_nd == NULL || !PyType_Check(ck_nd) || !PyType_Check(mptype)) {
+    PyErr_SetString(PyExc_TypeError, "fast_layout: call fast_setup first; the MemoryPointer must be a type");
+    return NULL;
+  }
+  if (!PyArg_ParseTuple(offs, "nnnnnnn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+  if (!ck_offset_ok(o[0], 8, ck_nd) || !ck_offset_ok(o[1], sizeof(ck_vec), ck_nd) || !ck_offset_ok(o[2], 4, ck_nd) ||
+      !ck_offset_ok(o[3], 8, ck_nd) || !ck_offset_ok(o[4], 8, ck_nd) || !ck_offset_ok(o[5], 8, mptype) ||
+      !ck_offset_ok(o[6], 4, mptype)) {
+    PyErr_SetString(PyExc_ValueError, "fast_layout: an offset lies outside its object");
+    return NULL;
+  }
+  if (cap != Py_None && ck_capsule_fn(cap, CK_SIG_NDINIT, &fn)) return NULL;
+  L_size = o[0]; L_shape = o[1]; L_contig = o[2]; L_dtype = o[3]; L_data = o[4]; L_ptr = o[5]; L_dev = o[6];
+  Py_XSETREF(ck_mp_type, Py_NewRef(mptype));
+  ck_ndinit = (ck_ndinit_fn)fn;
+  ck_layout = 1;
+  Py_RETURN_NONE;
+}
+
+/* An operand of ew(): its shape as CuPy's tuple (read through attributes) or as dims (read from
+ * the array's fields); dtype is owned. */
+typedef struct {
+  PyObject *dtype, *shape;
+  long long ptr, dev, n;
+  Py_ssize_t ndim, dims[CK_MAX_NDIM];
+} ck_operand;
 
 static void ck_operand_clear(ck_operand* o) {
   Py_CLEAR(o->dtype);
   Py_CLEAR(o->shape);
 }
 
+/* The data pointer and device of a MemoryPointer read from its fields: 1, or 0 (nothing read)
+ * when `data` is not one (NULL, None, another type). */
+static int ck_memptr_fields(PyObject* data, long long* ptr, long long* dev) {
+  if (data == NULL || !PyObject_TypeCheck(data, (PyTypeObject*)ck_mp_type)) return 0;
+  *ptr = (long long)CK_FIELD(data, L_ptr, intptr_t);
+  *dev = CK_FIELD(data, L_dev, int);
+  return 1;
+}
+
+/* ck_read from the array's fields: x is exactly CuPy's ndarray (ew() checked its type) */
+static int ck_read_fields(PyObject* x, ck_operand* o) {
+  if (!CK_FIELD(x, L_contig, int)) return 0;
+  if (!ck_memptr_fields(CK_FIELD(x, L_data, PyObject*), &o->ptr, &o->dev)) return 0;
+  const ck_vec* v = (const ck_vec*)((char*)x + L_shape);
+  o->ndim = v->end - v->begin;
+  PyObject* dtype = CK_FIELD(x, L_dtype, PyObject*);
+  if (o->ndim < 0 || o->ndim > CK_MAX_NDIM || dtype == NULL) return 0;
+  if (o->ndim > 0) memcpy(o->dims, v->begin, o->ndim * sizeof(Py_ssize_t));
+  o->n = CK_FIELD(x, L_size, Py_ssize_t);
+  o->dtype = Py_NewRef(dtype);
+  return 1;
+}
+
 /* 1: qualifies, 0: does not (not contiguous), -1: error */
 static int ck_read(PyObject* x, ck_operand* o) {
   o->dtype = o->shape = NULL;
+  o->ndim = -1;
+  if (ck_layout) return ck_read_fields(x, o);
   PyObject* v = PyObject_GetAttr(x, s_c_contig);
   if (v == NULL) return -1;
   int contig = PyObject_IsTrue(v);
@@ -388,6 +472,24 @@ static int ck_read(PyObject* x, ck_operand* o) {
     return 1;
   }
   return ck_getll(x, s_size, &o->n) ? -1 : 1;
+}
+
+/* 1: a and b have one shape, 0: not, -1: error */
+static int ck_same_shape(const ck_operand* a, const ck_operand* b) {
+  if (a->shape != NULL) return PyObject_RichCompareBool(b->shape, a->shape, Py_EQ);
+  return a->ndim == b->ndim && (a->ndim == 0 || memcmp(a->dims, b->dims, a->ndim * sizeof(Py_ssize_t)) == 0);
+}
+
+/* The operand's shape as a tuple (new reference) */
+static PyObject* ck_shape_tuple(const ck_operand* o) {
+  if (o->shape != NULL) return Py_NewRef(o->shape);
+  PyObject* t = PyTuple_New(o->ndim);
+  for (Py_ssize_t i = 0; t != NULL && i < o->ndim; ++i) {
+    PyObject* d = PyLong_FromSsize_t(o->dims[i]);
+    if (d == NULL) Py_CLEAR(t);
+    else PyTuple_SET_ITEM(t, i, d);
+  }
+  return t;
 }
 
 /* dtype.num and dtype.itemsize, remembered for the last dtype seen (NumPy's builtin dtypes are
@@ -571,6 +673,25 @@ static PyObject* ck_ew_record(PyObject* e, long long gx) {
   return Py_NewRef(ck_rec);
 }
 
+/* ew()'s output, shaped as operand a: through CuPy's _ndarray_init where fast_layout gave it (CuPy
+ * allocates with its current allocator); else from mem_malloc directly while that is CuPy's
+ * allocator (*optr set), else cupy.ndarray(shape, dtype). *optr stays 0 where CuPy allocated. */
+static PyObject* ck_new_output(const ck_operand* a, long long itemsize, long long* optr) {
+  if (ck_layout && ck_ndinit != NULL) {
+    ck_vec v = {(Py_ssize_t*)a->dims, (Py_ssize_t*)a->dims + a->ndim, (Py_ssize_t*)a->dims + a->ndim};
+    return ck_ndinit(ck_nd, &v, a->dtype, Py_None);
+  }
+  PyObject* shape = ck_shape_tuple(a);
+  if (shape == NULL) return NULL;
+  PyObject* mp = ck_direct_alloc(a->n * itemsize, optr);
+  PyObject* out = NULL;
+  if (mp != NULL) out = PyObject_CallFunctionObjArgs(ck_nd, shape, a->dtype, mp, NULL);
+  else if (!PyErr_Occurred()) out = PyObject_CallFunctionObjArgs(ck_nd, shape, a->dtype, NULL);
+  Py_XDECREF(mp);
+  Py_DECREF(shape);
+  return out;
+}
+
 static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 4) {
     PyErr_SetString(PyExc_TypeError, "ew(table, x0, x1 or None, p)");
@@ -585,7 +706,8 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
   double p = PyFloat_AsDouble(args[3]);
   if (p == -1.0 && PyErr_Occurred()) return NULL;
-  ck_operand a, b = {NULL, NULL, 0, 0, 0};
+  ck_operand a, b;
+  b.dtype = b.shape = NULL;
   PyObject *out = NULL, *result = NULL;
   int ok = ck_read(x0, &a);
   if (ok <= 0) goto done;
@@ -594,7 +716,7 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     ok = ck_read(x1, &b);
     if (ok <= 0) goto done;
     ok = b.dev == a.dev ? PyObject_RichCompareBool(b.dtype, a.dtype, Py_EQ) : 0;
-    if (ok == 1) ok = PyObject_RichCompareBool(b.shape, a.shape, Py_EQ);
+    if (ok == 1) ok = ck_same_shape(&a, &b);
     if (ok <= 0) goto done;
     al |= b.ptr;
   }
@@ -623,20 +745,20 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_ValueError, "an ew table entry needs elements per block > 0 and 1..1024 threads");
   }
   if (PyErr_Occurred()) { Py_DECREF(e); ok = -1; goto done; }
-  long long optr = 0;
-  PyObject* mp = ck_direct_alloc(a.n * itemsize, &optr);
-  if (mp == NULL && PyErr_Occurred()) { Py_DECREF(e); ok = -1; goto done; }
-  out = mp != NULL ? PyObject_CallFunctionObjArgs(ck_nd, a.shape, a.dtype, mp, NULL)
-                   : PyObject_CallFunctionObjArgs(ck_nd, a.shape, a.dtype, NULL);
-  const int direct = mp != NULL;
-  Py_XDECREF(mp);
+  long long optr = 0, odev;
+  out = ck_new_output(&a, itemsize, &optr);
   if (out == NULL) { Py_DECREF(e); ok = -1; goto done; }
   if (a.n == 0) { Py_DECREF(e); result = out; out = NULL; goto done; }
   int bad = 0;
-  if (!direct) {  /* allocated by CuPy: ask the array where */
-    PyObject* odata = PyObject_GetAttr(out, s_data);
-    bad = odata == NULL || ck_getll(odata, s_ptr, &optr);
-    Py_XDECREF(odata);
+  if (optr == 0) {  /* allocated by CuPy: ask the array where */
+    if (ck_layout) {
+      bad = !ck_memptr_fields(CK_FIELD(out, L_data, PyObject*), &optr, &odev);
+      if (bad) PyErr_SetString(PyExc_TypeError, "ew: the output array holds no MemoryPointer");
+    } else {
+      PyObject* odata = PyObject_GetAttr(out, s_data);
+      bad = odata == NULL || ck_getll(odata, s_ptr, &optr);
+      Py_XDECREF(odata);
+    }
   }
   if (bad || (optr & 15 && vec > 1)) { /* an unaligned output: never from CuPy's pool */
     Py_DECREF(e);
@@ -882,6 +1004,7 @@ static PyMethodDef methods[] = {
     {"fast_setup", fast_setup, METH_VARARGS, "fast_setup(ndarray, get_device, get_stream, recent_append, on_error)"},
     {"fast_hold", fast_hold, METH_O, "fast_hold(+1 or -1): while held, the fast paths decline"},
     {"fast_alloc", fast_alloc, METH_O, "fast_alloc(CuPy's get_allocator capsule or None): ew() allocates through mem_malloc directly while it is CuPy's allocator"},
+    {"fast_layout", fast_layout, METH_VARARGS, "fast_layout(offsets or None, MemoryPointer, _ndarray_init capsule or None)"},
     {"fast_gate", fast_gate, METH_O, "fast_gate(open): ew() and Triton launches decline while closed"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p) -> new array or None"},
     {"tk_bind", (PyCFunction)(void (*)(void))tk_bind, METH_FASTCALL, "tk_bind(plans, grid, fallback) -> callable"},

@@ -137,11 +137,27 @@ def fast_paths():
         except TypeError as e:
             log.info("CuPy's get_allocator not usable from C (%s); CuPy allocates the outputs", e)
             mod.fast_alloc(None)
+        _set_layout(mod, cp)
         _fast_ready = True
     return mod
 
 
 _fast_ready = False
+
+
+def _set_layout(mod, cp) -> None:
+    """ew() reads CuPy's arrays from their fields and builds its outputs with CuPy's C constructor
+    _ndarray_init where this CuPy's layout was found (_cupy_layout), else through attributes."""
+    from . import _cupy_layout
+    offsets = _cupy_layout.discover(cp)
+    ndinit = _c_function(cp._core.core, "_ndarray_init") if offsets else None
+    try:
+        mod.fast_layout(offsets, cp.cuda.memory.MemoryPointer, ndinit)
+    except TypeError as e:  # _ndarray_init has another signature in this CuPy
+        log.info("CuPy's _ndarray_init not usable from C (%s); ew() builds outputs with cupy.ndarray", e)
+        mod.fast_layout(offsets, cp.cuda.memory.MemoryPointer, None)
+    if offsets is None:
+        log.info("CuPy's ndarray layout not recognised; ew() reads arrays through attributes")
 
 
 def _c_function(module, name: str):
