@@ -158,6 +158,16 @@ template <> __device__ __forceinline__ void ck_st<uint4>(uint4* p, const uint4& 
   asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 #endif
+// Loads of 16-byte packs: through the read-only path with a hint when CK_LOAD_HINT is set to one
+// of PTX's qualifier strings (scripts/store_variants.py measures them); plain loads otherwise.
+template <typename R> __device__ __forceinline__ R ck_ld(const R* p) { return *p; }
+#ifdef CK_LOAD_HINT
+template <> __device__ __forceinline__ uint4 ck_ld<uint4>(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc" CK_LOAD_HINT ".v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+#endif
 
 // a, b, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
 template <typename T, typename Op, int V, int U>
@@ -178,7 +188,7 @@ __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, 
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const long long i = base + (long long)u * blockDim.x;
-      if (i < nv) { pa[u].raw = ra[i]; pb[u].raw = rb[i]; }
+      if (i < nv) { pa[u].raw = ck_ld(ra + i); pb[u].raw = ck_ld(rb + i); }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -212,7 +222,7 @@ __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const long long i = base + (long long)u * blockDim.x;
-      if (i < nv) px[u].raw = rx[i];
+      if (i < nv) px[u].raw = ck_ld(rx + i);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
