@@ -159,3 +159,18 @@ def test_fast_layout_checks_its_offsets_and_capsule(fields_ew):
     a = cp.ndarray((8,), np.float32, _fake(0x7C0000000000))
     out = m.ew(_table(), a, a, 0.0)
     assert out.shape == (8,) and _ptrs(fields_ew[1], 2) == [a.data.ptr, a.data.ptr]
+
+
+def test_ew_through_fields_writes_into_out(fields_ew):
+    m, seen, _, state = fields_ew
+    a = cp.ndarray((6, 10), np.float32, _fake(0x7C0000000000))
+    b = cp.ndarray((6, 10), np.float32, _fake(0x7C0000100000))
+    o = cp.ndarray((6, 10), np.float32, _fake(0x7C0000200000))
+    before = state["next"]
+    assert m.ew(_table(), a, b, 0.0, o) is o and state["next"] == before   # nothing allocated
+    assert _ptrs(seen, 3) == [a.data.ptr, b.data.ptr, o.data.ptr]
+    assert m.ew(_table(), a, None, 0.0, a) is a
+    shifted = cp.ndarray((6, 10), np.float32, _fake(0x7C0000000000 + 16))
+    assert m.ew(_table(), a, b, 0.0, shifted) is None                     # overlaps a, not in place
+    assert m.ew(_table(), a, b, 0.0, o.reshape(10, 6)) is None             # another shape
+    assert m.ew(_table(), a, b, 0.0, cp.ndarray((6, 10), np.float32, _fake(0x7C0000300000, dev=2))) is None

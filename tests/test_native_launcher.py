@@ -545,3 +545,27 @@ def test_ew_allocates_through_the_counting_allocator_only_while_it_is_cupys(mem)
     with pytest.raises(TypeError, match="PyObject"):
         m.fast_alloc(_capsule(getalloc, b"int (void)"))
     m.fast_alloc(None)
+
+
+def test_ew_writes_into_out_when_it_matches_and_declines_a_shifted_view(ew):
+    m, recent, _ = ew
+    seen, _cb = _recorder(m, [8, 8, 8, 8, 8])
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1)),
+             _key("float32", 0, 1): (0xF01, 1024, 256, "k1", (256, 1, 1))}
+    a, b, o = (_FakeArray((64,), "float32") for _ in range(3))
+    assert m.ew(table, a, b, 0.0, o) is o
+    assert [struct.unpack("<Q", r)[0] for r in seen["raw"][:3]] == [a.data.ptr, b.data.ptr, o.data.ptr]
+    assert m.ew(table, a, b, 0.0, a) is a                   # in place: element by element
+    assert m.ew(table, a, b, 0.0, None) not in (None, a, b, o)
+    odd = _FakeArray((64,), "float32", ptr=o.data.ptr + 4)  # unaligned out: the width-1 kernel
+    assert m.ew(table, a, b, 0.0, odd) is odd and seen["f"] == 0xF01
+    n = len(recent)
+    for bad in (_FakeArray((64,), "float32", ptr=a.data.ptr + 8),   # a shifted view of a
+                _FakeArray((64,), "float32", ptr=b.data.ptr - 4),   # ... of b
+                _FakeArray((64,), "float64"), _FakeArray((8, 8), "float32"),
+                _FakeArray((64,), "float32", contiguous=False), _FakeArray((64,), "float32", dev=1),
+                np.zeros(64, np.float32)):
+        assert m.ew(table, a, b, 0.0, bad) is None
+    assert len(recent) == n
+    with pytest.raises(TypeError, match="out"):
+        m.ew(table, a, b, 0.0, o, None)

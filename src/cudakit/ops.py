@@ -18,7 +18,7 @@ _ndarray = np.ndarray
 _backends: dict = {}
 _cuda_nd = type("_NoCupyYet", (), {})   # cupy.ndarray once the CUDA backend exists
 _fast = None                             # kernels.elementwise.fast
-_ew = lambda table, x0, x1, p: None      # noqa: E731 -- the native tiny-op path once CUDA is up
+_ew = lambda table, x0, x1, p, out: None  # noqa: E731 -- the native tiny-op path once CUDA is up
                                          # (kernels.elementwise.native_ew); declines until then
 _T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
 
@@ -54,40 +54,37 @@ def backend_for(*arrays):
 
 def add(a, b, out=None):
     """a + b elementwise (see Backend.add)."""
-    if out is None:  # the tiny-op fast paths (the native one checks the array types itself)
-        r = _ew(_T_ADD, a, b, 0.0)  # None when it does not apply
+    r = _ew(_T_ADD, a, b, 0.0, out)  # the native tiny-op path; None when it does not apply
+    if r is not None:
+        return r
+    if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:
+        r = _fast("add", (a, b), _cuda_nd)
         if r is not None:
             return r
-        if type(a) is _cuda_nd and type(b) is _cuda_nd:
-            r = _fast("add", (a, b), _cuda_nd)
-            if r is not None:
-                return r
     return backend_for(a, b).add(a, b, out=out)
 
 
 def mul(a, b, out=None):
     """a * b elementwise (see Backend.mul)."""
-    if out is None:  # the tiny-op fast paths (the native one checks the array types itself)
-        r = _ew(_T_MUL, a, b, 0.0)  # None when it does not apply
+    r = _ew(_T_MUL, a, b, 0.0, out)  # the native tiny-op path; None when it does not apply
+    if r is not None:
+        return r
+    if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:
+        r = _fast("mul", (a, b), _cuda_nd)
         if r is not None:
             return r
-        if type(a) is _cuda_nd and type(b) is _cuda_nd:
-            r = _fast("mul", (a, b), _cuda_nd)
-            if r is not None:
-                return r
     return backend_for(a, b).mul(a, b, out=out)
 
 
 def relu(x, out=None):
     """max(x, 0) elementwise (see Backend.relu)."""
-    if out is None:  # the tiny-op fast paths (the native one checks the array type itself)
-        r = _ew(_T_RELU, x, None, 0.0)  # None when it does not apply
+    r = _ew(_T_RELU, x, None, 0.0, out)  # the native tiny-op path; None when it does not apply
+    if r is not None:
+        return r
+    if out is None and type(x) is _cuda_nd:
+        r = _fast("relu", (x,), _cuda_nd)
         if r is not None:
             return r
-        if type(x) is _cuda_nd:
-            r = _fast("relu", (x,), _cuda_nd)
-            if r is not None:
-                return r
     return backend_for(x).relu(x, out=out)
 
 

@@ -502,12 +502,12 @@ def _first_use():
 _ew_gate = None      # the native module's fast_gate once its fast paths are set up
 
 
-def _no_ew(table, x0, x1, p):
+def _no_ew(table, x0, x1, p, out=None):
     return None
 
 
 def native_ew():
-    """The native tiny-op function ew(table, x0, x1 or None, p) (see runtime/_native.c), or a
+    """The native tiny-op function ew(table, x0, x1 or None, p[, out]) (see runtime/_native.c), or a
     function that always declines where the native module is unavailable."""
     from ..runtime import native
     mod = native.fast_paths()

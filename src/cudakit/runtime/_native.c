@@ -692,39 +692,58 @@ static PyObject* ck_new_output(const ck_operand* a, long long itemsize, long lon
   return out;
 }
 
+/* 1: x is on a's device with a's dtype and shape, 0: not, -1: error */
+static int ck_matches(const ck_operand* a, const ck_operand* x) {
+  int ok = x->dev == a->dev ? PyObject_RichCompareBool(x->dtype, a->dtype, Py_EQ) : 0;
+  return ok == 1 ? ck_same_shape(a, x) : ok;
+}
+
+/* [p, p + nbytes) and [q, q + nbytes) share a byte but do not start together */
+static int ck_partial_overlap(long long p, long long q, long long nbytes) {
+  return p != q && p < q + nbytes && q < p + nbytes;
+}
+
 static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "ew(table, x0, x1 or None, p)");
+  if (nargs != 4 && nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "ew(table, x0, x1 or None, p[, out or None])");
     return NULL;
   }
-  PyObject *table = args[0], *x0 = args[1], *x1 = args[2];
+  PyObject *table = args[0], *x0 = args[1], *x1 = args[2], *dst = nargs == 5 ? args[4] : Py_None;
   if (!PyDict_Check(table)) {
     PyErr_SetString(PyExc_TypeError, "ew: table must be a dict");
     return NULL;
   }
-  if (!CK_OPEN || ck_launch == NULL || Py_TYPE(x0) != (PyTypeObject*)ck_nd || (x1 != Py_None && Py_TYPE(x1) != (PyTypeObject*)ck_nd))
+  PyTypeObject* nd = (PyTypeObject*)ck_nd;
+  if (!CK_OPEN || ck_launch == NULL || Py_TYPE(x0) != nd || (x1 != Py_None && Py_TYPE(x1) != nd) ||
+      (dst != Py_None && Py_TYPE(dst) != nd))
     Py_RETURN_NONE;
   double p = PyFloat_AsDouble(args[3]);
   if (p == -1.0 && PyErr_Occurred()) return NULL;
-  ck_operand a, b;
-  b.dtype = b.shape = NULL;
+  ck_operand a, b, d;
+  b.dtype = b.shape = d.dtype = d.shape = NULL;
   PyObject *out = NULL, *result = NULL;
   int ok = ck_read(x0, &a);
   if (ok <= 0) goto done;
   long long al = a.ptr;
   if (x1 != Py_None) {
     ok = ck_read(x1, &b);
-    if (ok <= 0) goto done;
-    ok = b.dev == a.dev ? PyObject_RichCompareBool(b.dtype, a.dtype, Py_EQ) : 0;
-    if (ok == 1) ok = ck_same_shape(&a, &b);
-    if (ok <= 0) goto done;
+    if (ok <= 0 || (ok = ck_matches(&a, &b)) <= 0) goto done;
     al |= b.ptr;
+  }
+  if (dst != Py_None) { /* out=: a C-contiguous array like the inputs */
+    ok = ck_read(dst, &d);
+    if (ok <= 0 || (ok = ck_matches(&a, &d)) <= 0) goto done;
+    al |= d.ptr;
   }
   long long curdev;
   if (ck_current_device(&curdev)) { ok = -1; goto done; }
   if (curdev != a.dev || a.dev < 0 || a.dev >= 128) { ok = 0; goto done; } /* the key holds 7 bits of device */
   long long num, itemsize;
   if (ck_dtype_info(a.dtype, &num, &itemsize)) { ok = -1; goto done; }
+  /* out= may be an input (in place, element by element) but not a shifted view of one: the
+   * Python path handles that (it computes into a temporary first) */
+  if (dst != Py_None && (ck_partial_overlap(d.ptr, a.ptr, a.n * itemsize) ||
+                         (x1 != Py_None && ck_partial_overlap(d.ptr, b.ptr, a.n * itemsize)))) { ok = 0; goto done; }
   /* the output comes from CuPy's pool, 512-byte aligned: the inputs decide the vector width */
   long long vec = (al & 15) || itemsize <= 0 || itemsize > 16 ? 1 : 16 / itemsize;
   PyObject* key = PyLong_FromLongLong(num * 4096 + a.dev * 32 + vec);
@@ -746,7 +765,8 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   }
   if (PyErr_Occurred()) { Py_DECREF(e); ok = -1; goto done; }
   long long optr = 0, odev;
-  out = ck_new_output(&a, itemsize, &optr);
+  if (dst != Py_None) optr = d.ptr;
+  out = dst != Py_None ? Py_NewRef(dst) : ck_new_output(&a, itemsize, &optr);
   if (out == NULL) { Py_DECREF(e); ok = -1; goto done; }
   if (a.n == 0) { Py_DECREF(e); result = out; out = NULL; goto done; }
   int bad = 0;
@@ -760,7 +780,7 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
       Py_XDECREF(odata);
     }
   }
-  if (bad || (optr & 15 && vec > 1)) { /* an unaligned output: never from CuPy's pool */
+  if (bad || (optr & 15 && vec > 1)) { /* an unaligned new output (out= is in `al` already) */
     Py_DECREF(e);
     ok = bad ? -1 : 0;
     goto done;
@@ -794,6 +814,7 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
 done:
   ck_operand_clear(&a);
   ck_operand_clear(&b);
+  ck_operand_clear(&d);
   Py_XDECREF(out);
   if (result != NULL) return result;
   if (ok < 0) return NULL;
@@ -1006,7 +1027,7 @@ static PyMethodDef methods[] = {
     {"fast_alloc", fast_alloc, METH_O, "fast_alloc(CuPy's get_allocator capsule or None): ew() allocates through mem_malloc directly while it is CuPy's allocator"},
     {"fast_layout", fast_layout, METH_VARARGS, "fast_layout(offsets or None, MemoryPointer, _ndarray_init capsule or None)"},
     {"fast_gate", fast_gate, METH_O, "fast_gate(open): ew() and Triton launches decline while closed"},
-    {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p) -> new array or None"},
+    {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p[, out]) -> the result (a new array, or out) or None"},
     {"tk_bind", (PyCFunction)(void (*)(void))tk_bind, METH_FASTCALL, "tk_bind(plans, grid, fallback) -> callable"},
     {NULL, NULL, 0, NULL}};
 
