@@ -3,7 +3,7 @@ or bfloat16) on 2^28 elements: loads plain or with a PTX hint (CK_LOAD_HINT: .L2
 both), stores plain or streaming (CK_STREAM_STORE, st.global.cs), and (unroll, threads) around the
 shipped shape. The kernels are launched directly (cudakit.compile of kernels/elementwise.py's
 source), interleaved round by round with torch. One run on the GPU:
-    python3 scripts/ew_hint_variants.py [op:dtype ...]     (default: relu:float32 add:float32)
+    python3 scripts/ew_hint_variants.py [--shapes-only] [op:dtype ...]   (default: relu:float32 add:float32)
 Prints VARIANT lines: median GB/s over the rounds and the ratio to torch in the same rounds.
 Measured 2026-11-23 on an H100: a grid capped at 16 or 64 blocks per SM lost 2-4% to one block
 per tile, and streaming stores 0.2-0.4%; neither is tried again here."""
@@ -23,11 +23,13 @@ ROUNDS = 5
 HINTS = {"plain": (), "cs-store": ("-DCK_STREAM_STORE",), "L2::256B": ('-DCK_LOAD_HINT=".L2::256B"',),
          "no_allocate": ('-DCK_LOAD_HINT=".L1::no_allocate"',),
          "both": ('-DCK_LOAD_HINT=".L1::no_allocate.L2::256B"',)}
-SHAPES = [(1, 512), (4, 512), (2, 1024), (1, 1024), (2, 256), (1, 256), (4, 256)]
+SHAPES = [(1, 512), (4, 512), (2, 1024), (1, 1024), (2, 256), (1, 256), (4, 256), (1, 128), (2, 128)]
 
 TORCH = {"relu": torch.relu, "add": torch.add}
 ARITY = {"relu": 1, "add": 2}
-wanted = [a.split(":") for a in sys.argv[1:]] or [["relu", "float32"], ["add", "float32"]]
+if "--shapes-only" in sys.argv:  # plain loads and stores: the block shapes alone
+    HINTS = {"plain": ()}
+wanted = [a.split(":") for a in sys.argv[1:] if not a.startswith("--")] or [["relu", "float32"], ["add", "float32"]]
 for op, dtype in wanted:
     tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     tins = [torch.randn(N, dtype=tdt, device="cuda") for _ in range(ARITY[op])]
