@@ -15,7 +15,7 @@ from cudakit.kernels import elementwise as ew
 from cudakit.kernels._common import vec_width
 
 OP_OF_LABEL = {"gelu": "gelu_tanh", "gelu_backward": "gelu_tanh_backward"}
-SHAPES = [(4, 256), (2, 512), (2, 256), (1, 512)]
+SHAPES = [(4, 256), (2, 512), (2, 256), (1, 512), (1, 256), (1, 128)]
 HEAVY_SHAPES = [(4, 128), (2, 256), (2, 128), (1, 256), (1, 128)]
 ROUNDS = 3
 
