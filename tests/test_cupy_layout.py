@@ -174,3 +174,21 @@ def test_ew_through_fields_writes_into_out(fields_ew):
     assert m.ew(_table(), a, b, 0.0, shifted) is None                     # overlaps a, not in place
     assert m.ew(_table(), a, b, 0.0, o.reshape(10, 6)) is None             # another shape
     assert m.ew(_table(), a, b, 0.0, cp.ndarray((6, 10), np.float32, _fake(0x7C0000300000, dev=2))) is None
+
+
+def test_fast_setup_forgets_the_layout_of_the_previous_array_type(fields_ew):
+    m, seen, recent, state = fields_ew
+    a = cp.ndarray((8,), np.float32, _fake(0x7C0000000000))
+    assert m.ew(_table(), a, None, 0.0) is not None
+
+    class Other:  # another array type: its objects must not be read at cupy.ndarray's offsets
+        _c_contiguous = True
+        shape, size, dtype = (8,), 8, np.dtype(np.float32)
+        data = type("D", (), {"ptr": 0x7C0000000000, "device_id": 0})()
+
+        def __init__(self, *args):
+            pass
+    m.fast_setup(Other, lambda: 0, lambda: type("S", (), {"ptr": 0})(), recent.append, print)
+    m.fast_gate(True)
+    out = m.ew(_table(), Other(), None, 0.0)   # read through attributes: no crash, the right pointer
+    assert isinstance(out, Other) and _ptrs(seen, 1) == [0x7C0000000000]

@@ -568,6 +568,8 @@ static PyObject* fast_setup(PyObject* self, PyObject* args) {
   if (r != NULL) {
     ck_getdev_c = (ck_getdev_fn)dev_fn;
     ck_stream_c = (ck_stream_fn)stream_fn;
+    ck_layout = 0;  /* the offsets belonged to the previous array type: fast_layout() again */
+    ck_ndinit = NULL;
   }
   return r;
 }
