@@ -25,6 +25,8 @@ PY
 # TESTS: test paths to run (default: the whole GPU suite); VARIANTS: scripts/<name>.py sweeps to run,
 # with VARIANT_ARGS as their arguments (ew_variants: case labels, e.g. "div_scalar gelu_erf_backward")
 timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
+# CPU tests that need CuPy (skipped in CI, which has none): CuPy's object layout as the native path reads it
+timeout 60 python3 -m pytest -q tests/test_cupy_layout.py -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -1 | sed 's/^/CUPY-LAYOUT /'
 # the plots stay on the device (at most 8 files come back): results.json and the speedup plot return
 timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out /tmp/cudakit-bench "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
 cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null
