@@ -27,6 +27,8 @@ PY
 timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
 # CPU tests that need CuPy (skipped in CI, which has none): CuPy's object layout as the native path reads it
 timeout 60 python3 -m pytest -q tests/test_cupy_layout.py -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -1 | sed 's/^/CUPY-LAYOUT /'
+# TUNE=1: `cudakit tune` first (the elementwise kernels' shapes measured on this GPU, kept per GPU UUID)
+if [ "${TUNE:-0}" = 1 ]; then timeout ${TUNE_TIMEOUT:-200} python3 -m cudakit tune 2>&1 | tee -a "$LOG" | sed 's/^/TUNE /' | tail -50; fi
 # the plots stay on the device (at most 8 files come back): results.json and the speedup plot return
 timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out /tmp/cudakit-bench "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
 cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null

@@ -112,6 +112,25 @@ def cmd_bench(args) -> int:
     return runner.main(args)
 
 
+def cmd_tune(args) -> int:
+    from cudakit.kernels import elementwise as ew
+    from cudakit.runtime import _cupy
+    ok, why = _cupy.probe()
+    if not ok:
+        print(f"cudakit tune: no usable CUDA GPU ({why}); nothing to tune", file=sys.stderr)
+        return 2
+    from cudakit.bench.tune import tune_elementwise
+
+    def show(op, dtype, best, med):
+        static = ew.contig_config(op, dtype)
+        vs = f"  {med[static] / med[best]:.3f}x the untuned {static}" if static in med else ""
+        print(f"{op:<22} {dtype:<9} U={best[0]} threads={best[1]:<5} {med[best]:.4f} ms{vs}", flush=True)
+    ops = set(args.ops.split(",")) if args.ops else None
+    _, path, _ = tune_elementwise(ops, tuple(args.dtype.split(",")), args.rounds, progress=show)
+    print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cudakit", description="cudakit: CUDA kernels for Python, with a NumPy fallback")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO (why a backend was chosen, compiles)")
@@ -127,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     from cudakit.bench.runner import add_arguments
     add_arguments(pb)
     pb.set_defaults(fn=cmd_bench)
+    pt = sub.add_parser("tune", help="measure the elementwise kernels' shapes on this GPU (kept per GPU)")
+    pt.add_argument("--ops", default="", help="comma-separated bench labels (add,relu,gelu,...); default: all")
+    pt.add_argument("--dtype", default="float32,bfloat16", help="comma-separated dtypes")
+    pt.add_argument("--rounds", type=int, default=3, help="rounds over the candidate shapes (median)")
+    pt.set_defaults(fn=cmd_tune)
     pr = sub.add_parser("report", help="regenerate BENCHMARKS.md from benchmarks/results/*.json")
     pr.add_argument("--results", default="benchmarks/results")
     pr.add_argument("--output", default="BENCHMARKS.md")

@@ -234,6 +234,32 @@ def test_native_tiny_op_path_reads_cupy_arrays_from_their_fields(rng):
         assert got is not None and got.shape == shp and got.strides == da.strides and got._c_contiguous
         assert_same(got.get(), reference("add", a, b, dtype="float32"))
         after = cudakit.memory.stats()
-        assert after.allocations == before.allocations + 1 and after.allocated - before.allocated == max(512, -(-a.nbytes // 512) * 512)
+        assert after.allocations == before.allocations + 1
+        assert after.allocated - before.allocated == max(512, -(-a.nbytes // 512) * 512)
         del got
         assert cudakit.memory.stats().allocated == before.allocated
+
+
+def test_tune_stores_the_fastest_shape_and_the_op_launches_it(cache_dir, rng):
+    """`cudakit tune` on one op: each candidate shape timed through cudakit.relu, the winner kept
+    in the cache for this GPU's UUID and launched by the next call, with the right result."""
+    from cudakit.bench.tune import candidates, tune_elementwise
+    from cudakit.kernels import elementwise as ew, ew_shapes
+    from cudakit.runtime import launch
+    ew_shapes.forget()
+    try:
+        found, path, times = tune_elementwise({"relu"}, ("float32",), rounds=1)
+        best = found[("relu", "float32")]
+        assert set(times[("relu", "float32")]) == set(candidates("relu", "float32"))
+        assert best == min(times[("relu", "float32")], key=times[("relu", "float32")].get)
+        assert path.exists() and cudakit.get_device_info().uuid in path.name
+        ew_shapes.forget()
+        assert ew_shapes.shapes(cudakit.current_device())[("relu", "float32")] == best
+        x = random(rng, 1 << 20, "float32")
+        got = cudakit.relu(_dev(x, "float32"))
+        assert launch.recent_launches[-1][2] == (best[1], 1, 1)
+        assert launch.recent_launches[-1][0].endswith(f", {best[0]}>")
+        assert_same(got.get(), reference("relu", x, dtype="float32"))
+    finally:
+        ew_shapes.forget()
+        ew.forget_entries("relu")

@@ -19,6 +19,7 @@ from ..runtime import _cupy, launch as _launch
 from ..runtime.compiler import _launch_function
 from ..runtime.launch import launch_blocking
 from ._common import PREAMBLE, FLOAT_DTYPE_NAMES, KernelFamily, collapse, ctype, strides_struct_dtype, vec_width
+from . import ew_shapes
 
 SOURCE = PREAMBLE + r"""
 // Every functor carries one runtime parameter p (leaky_relu's negative slope; unused elsewhere).
@@ -164,7 +165,8 @@ template <typename R> __device__ __forceinline__ R ck_ld(const R* p) { return *p
 #ifdef CK_LOAD_HINT
 template <> __device__ __forceinline__ uint4 ck_ld<uint4>(const uint4* p) {
   uint4 v;
-  asm("ld.global.nc" CK_LOAD_HINT ".v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  asm("ld.global.nc" CK_LOAD_HINT ".v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 #endif
@@ -327,21 +329,24 @@ TUNED: dict = {
 # 0.3% of the leader on both (f32 1.004 and 1.002, bf16 1.001 and 0.999): the robust choice.
 
 
-def contig_config(op: str, dtype_name: str) -> tuple:
-    """(U, threads per block) of op's contiguous kernel for this dtype."""
-    c = TUNED.get((op, dtype_name))
+def contig_config(op: str, dtype_name: str, dev: int | None = None) -> tuple:
+    """(U, threads per block) of op's contiguous kernel for this dtype: the shape `cudakit tune`
+    stored for device `dev` (kernels/ew_shapes.py), else TUNED's, else the default."""
+    c = ew_shapes.shapes(dev).get((op, dtype_name)) if dev is not None else None
+    if c is None:
+        c = TUNED.get((op, dtype_name))
     if c is not None:
         return c
     heavy = op in HEAVY_OPS and dtype_name in ("float16", "bfloat16")
     return UNROLL, HEAVY_THREADS if heavy else THREADS
 
 
-def _expr(kind: str, op: str, dtype_name: str, vec: int | None) -> str:
+def _expr(kind: str, op: str, dtype_name: str, vec: int | None, unroll: int | None = None) -> str:
     functor = BINARY_OPS.get(op) or UNARY_OPS[op]
     arity = 2 if op in BINARY_OPS else 1
     t = ctype(dtype_name)
     if kind == "contig":
-        return f"ck_ew{arity}_contig<{t}, {functor}, {vec}, {contig_config(op, dtype_name)[0]}>"
+        return f"ck_ew{arity}_contig<{t}, {functor}, {vec}, {unroll or contig_config(op, dtype_name)[0]}>"
     return f"ck_ew{arity}_strided<{t}, {functor}>"
 
 
@@ -407,6 +412,14 @@ _fast: dict = {}  # (op, dtype, device, vec) -> (expr, FastLauncher, elements pe
 EW_TABLES: dict = {op: {} for op in (*BINARY_OPS, *UNARY_OPS)}
 
 
+def forget_entries(op: str) -> None:
+    """Drop op's launch entries: its next call builds them with the shape contig_config gives then
+    (`cudakit tune` changes it)."""
+    for k in [k for k in _fast if k[0] == op]:
+        del _fast[k]
+    EW_TABLES[op].clear()  # cleared in place: ops.py and the native path hold this dict
+
+
 def ew_key(dtype, dev: int, vec: int) -> int:
     """The key of EW_TABLES entries; _native.c computes the same from the arrays."""
     return dtype.num * 4096 + dev * 32 + vec
@@ -419,11 +432,11 @@ def _contig_entry(op, dtype, dev, vec):
         from ..backends.base import supported_dtypes
         from ..runtime.fastlaunch import FastLauncher
         name = supported_dtypes()[dtype]
-        expr = _expr("contig", op, name, vec)
+        unroll, threads = contig_config(op, name, dev)
+        expr = _expr("contig", op, name, vec, unroll)
         f = _function(dev, expr)
         # parameters: the input pointers, out, n (int64), p (double)
         fl = FastLauncher(f.ptr, ("QQ" if op in BINARY_OPS else "Q") + "QQd")
-        unroll, threads = contig_config(op, name)
         e = _fast[key] = (expr, fl, threads * unroll * vec, threads, (threads, 1, 1))
         EW_TABLES[op][ew_key(dtype, dev, vec)] = (f.ptr, e[2], threads, expr, e[4])
     return e

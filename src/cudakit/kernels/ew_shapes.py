@@ -1,0 +1,82 @@
+"""Kernel shapes measured on this GPU for the contiguous elementwise kernels (`cudakit tune`).
+
+Why: the fastest (U loads in flight per thread, threads per block) of a bandwidth-bound
+elementwise kernel differs between GPUs of one model. On three lent H100s on 2026-11-23
+(scripts/ew_variants.py), one-input ops were fastest with 128-thread blocks on one and with
+256-512-thread blocks on the two others, by up to 2% -- the margin that decides whether an op beats
+torch. `cudakit tune` (bench/tune.py) times each op's candidate shapes through its public call on
+this GPU and stores the winners here, per GPU UUID, in CUDAKIT_CACHE_DIR/tune/; every later process
+on that GPU launches them. Ops without a stored shape use TUNED in kernels/elementwise.py.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# the shapes `cudakit tune` tries: light ops (one or two loads and a few instructions per element)
+# and the 16-bit transcendental ops, whose registers cap the threads per SM
+CANDIDATES = ((2, 512), (1, 512), (1, 256), (1, 128), (2, 128), (2, 256), (4, 256))
+HEAVY_CANDIDATES = ((4, 128), (2, 256), (2, 128), (1, 256), (1, 128))
+
+_by_device: dict[int, dict] = {}   # device index -> {(op, dtype name): (U, threads)}
+
+
+def path(uuid: str) -> Path:
+    from ..runtime.compiler import cache_dir
+    return Path(cache_dir()) / "tune" / f"elementwise-{uuid}.json"
+
+
+def _uuid(dev: int) -> str | None:
+    from ..runtime.device import get_device_info
+    return get_device_info(dev).uuid
+
+
+def shapes(dev: int) -> dict:
+    """{(op, dtype name): (U, threads)} stored for device `dev` (read once per process)."""
+    s = _by_device.get(dev)
+    if s is None:
+        s = _by_device[dev] = _read(_uuid(dev))
+    return s
+
+
+def _read(uuid: str | None) -> dict:
+    if not uuid:
+        return {}
+    p = path(uuid)
+    try:
+        raw = json.loads(p.read_text())["shapes"]
+        return {tuple(k.split(":")): (int(v[0]), int(v[1])) for k, v in raw.items()
+                if 1 <= int(v[0]) <= 8 and 32 <= int(v[1]) <= 1024 and int(v[1]) % 32 == 0}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        log.warning("ignoring the tuned elementwise shapes in %s (%s); `cudakit tune` rewrites it", p, e)
+        return {}
+
+
+def store(dev: int, found: dict, meta: dict) -> Path:
+    """Merge `found` ({(op, dtype name): (U, threads)}) into device dev's file (atomically) and
+    make it effective for kernels created from now on in this process."""
+    uuid = _uuid(dev)
+    if not uuid:
+        raise RuntimeError(f"device {dev} reports no UUID: tuned shapes cannot be kept for it")
+    merged = {**_read(uuid), **found}
+    p = path(uuid)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    body = {**meta, "uuid": uuid, "shapes": {f"{op}:{dt}": list(s) for (op, dt), s in sorted(merged.items())}}
+    fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(body, f, indent=1)
+    os.replace(tmp, p)
+    _by_device[dev] = merged
+    return p
+
+
+def forget() -> None:
+    """Re-read the files on next use (after CUDAKIT_CACHE_DIR changes)."""
+    _by_device.clear()
