@@ -39,3 +39,22 @@ def assert_same(got, want):
     got, want = np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)
     assert got.shape == want.shape, (got.shape, want.shape)
     np.testing.assert_array_equal(got, want)
+
+
+def native_module(path):
+    """runtime/_native.c built into `path` (a fresh copy: its own counters and settings), or the
+    test is skipped where the module cannot be built."""
+    import pytest
+
+    from cudakit.runtime import native
+    try:
+        return native.load(path)
+    except native.NativeBuildError as e:
+        pytest.skip(f"native module cannot be built here: {e}")
+
+
+def launch_type():
+    """The ctypes type of cuLaunchKernel, for a recording stand-in (no GPU needed)."""
+    import ctypes
+    return ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                            ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)

@@ -7,14 +7,14 @@ import struct
 
 import numpy as np
 import pytest
+from helpers import launch_type, native_module
 
 from cudakit.runtime import _cupy_layout, native
 
 cp = pytest.importorskip("cupy")
 mem = cp.cuda.memory
 
-LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                          ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+LAUNCH = launch_type()
 
 
 def _fake(ptr, size=1 << 20, dev=0):
@@ -65,10 +65,7 @@ def test_a_field_found_at_no_offset_or_at_two_is_refused():
 
 @pytest.fixture
 def fields_ew(tmp_path):
-    try:
-        m = native.load(tmp_path / "layout.so")
-    except native.NativeBuildError as e:
-        pytest.skip(f"native module cannot be built here: {e}")
+    m = native_module(tmp_path / "layout.so")
     recent, seen, state = [], {}, {"next": 0x7D0000000000, "device": 0}
 
     def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):

@@ -7,19 +7,16 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import launch_type, native_module
 
 from cudakit.runtime import native
 
-LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                          ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+LAUNCH = launch_type()
 
 
 @pytest.fixture(scope="module")
 def mod(tmp_path_factory):
-    try:
-        return native.load(tmp_path_factory.mktemp("native") / "m.so")
-    except native.NativeBuildError as e:
-        pytest.skip(f"native launcher cannot be built here: {e}")
+    return native_module(tmp_path_factory.mktemp("native") / "m.so")
 
 
 def _recorder(mod, sizes, result=0):
@@ -159,10 +156,7 @@ class _MemPtr:
 def mem(tmp_path, request):
     """The module with a fake pool whose memory objects take the counting block in their __dict__
     (CuPy's PooledMemory) or do not (the block then owns the pointer inside an UnownedMemory)."""
-    try:
-        m = native.load(tmp_path / "mem.so")  # its own copy: the counters start at zero
-    except native.NativeBuildError as e:
-        pytest.skip(f"native module cannot be built here: {e}")
+    m = native_module(tmp_path / "mem.so")  # its own copy: the counters start at zero
     pool, retries = _Pool(), []
     pool.slots = request.param == "wrapped"
 
@@ -261,10 +255,7 @@ class _Stream:
 
 @pytest.fixture
 def ew(tmp_path):
-    try:
-        m = native.load(tmp_path / "ew.so")
-    except native.NativeBuildError as e:
-        pytest.skip(f"native module cannot be built here: {e}")
+    m = native_module(tmp_path / "ew.so")
     recent, errors = [], []
 
     def on_error(status, record):
@@ -278,6 +269,7 @@ def ew(tmp_path):
 
 def _key(dtype, dev, vec):
     import numpy as np
+
     from cudakit.kernels.elementwise import ew_key
     return ew_key(np.dtype(dtype), dev, vec)
 
