@@ -149,6 +149,8 @@ def test_fast_layout_checks_its_offsets_and_capsule(fields_ew):
     bad[0] = 8                                 # inside the object header
     with pytest.raises(ValueError, match="outside"):
         m.fast_layout(tuple(bad), mem.MemoryPointer, None)
+    with pytest.raises(TypeError, match="tuple"):
+        m.fast_layout(list(offs), mem.MemoryPointer, None)
     getdev = native._c_function(cp.cuda.runtime, "getDevice")
     with pytest.raises(TypeError, match="_ndarray_base"):
         m.fast_layout(tuple(offs), mem.MemoryPointer, getdev)

@@ -69,3 +69,22 @@ def test_cli_tune_without_a_gpu_says_so():
     if r.returncode == 0:
         pytest.skip("a GPU is usable here")
     assert r.returncode == 2 and "no usable CUDA GPU" in r.stderr
+
+
+def test_forget_rebuilds_the_launch_entries(store):
+    ew._fast[("relu", "f", 0, 4)] = object()
+    ew.EW_TABLES["relu"][1] = object()
+    ew_shapes.forget()
+    assert not any(k[0] == "relu" for k in ew._fast) and not ew.EW_TABLES["relu"]
+
+
+def test_cache_clear_keeps_the_tuned_shapes(store):
+    from cudakit.runtime import compiler
+    ew_shapes.store(0, {("relu", "float32"): (1, 128)}, {})
+    kernel = compiler.cache_dir() / "nvrtc" / "k.cubin"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_bytes(b"x")
+    assert compiler.cache_info()["entries"] == 1           # the tuned shapes are not kernels
+    assert compiler.cache_clear() == 1 and not kernel.exists()
+    ew_shapes.forget()
+    assert ew_shapes.shapes(0) == {("relu", "float32"): (1, 128)}

@@ -18,7 +18,7 @@ _ndarray = np.ndarray
 _backends: dict = {}
 _cuda_nd = type("_NoCupyYet", (), {})   # cupy.ndarray once the CUDA backend exists
 _fast = None                             # kernels.elementwise.fast
-_ew = lambda table, x0, x1, p, out: None  # noqa: E731 -- the native tiny-op path once CUDA is up
+_ew = lambda table, x0, x1, p, out=None: None  # noqa: E731 -- the native tiny-op path once CUDA is up
                                          # (kernels.elementwise.native_ew); declines until then
 _T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
 

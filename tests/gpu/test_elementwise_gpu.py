@@ -263,3 +263,20 @@ def test_tune_stores_the_fastest_shape_and_the_op_launches_it(cache_dir, rng):
     finally:
         ew_shapes.forget()
         ew.forget_entries("relu")
+
+
+def test_out_sharing_memory_with_an_input_gives_numpys_result(rng):
+    """out= a shifted or reversed view of an input: computed into a temporary first, as NumPy
+    does (the native path declines these; in place goes straight through)."""
+    a = random(rng, 4099, "float32")
+    for fn, op in ((cudakit.add, np.add), (cudakit.mul, np.multiply)):
+        x, want = _dev(a, "float32"), a.copy()
+        fn(x[1:], x[:-1], out=x[:-1])
+        op(want[1:], want[:-1], out=want[:-1])                 # NumPy buffers the overlap
+        assert_same(x.get(), want)
+    x = _dev(a, "float32")
+    cudakit.relu(x[::-1], out=x)
+    assert_same(x.get(), reference("relu", a[::-1], dtype="float32"))
+    x = _dev(a, "float32")
+    assert cudakit.add(x, x, out=x) is x                       # in place
+    assert_same(x.get(), reference("add", a, a, dtype="float32"))

@@ -91,9 +91,20 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
     def _elementwise(self, op, inputs, out, p: float = 0.0):
         ctx = self._on_device_of(out)
         if ctx is None:
-            return self._run(op, inputs, out, p)
+            return self._run_unaliased(op, inputs, out, p)
         with ctx:
-            return self._run(op, inputs, out, p)
+            return self._run_unaliased(op, inputs, out, p)
+
+    def _run_unaliased(self, op, inputs, out, p):
+        """A kernel thread reads its elements of the inputs and then writes out's: an out= sharing
+        memory with an input other than element for element (a shifted view of it) could read
+        values another thread already overwrote. That op computes into a temporary first, as
+        NumPy does; in place (out is the input, or the same view of it) needs none."""
+        if any(overlaps_shifted(x, out) for x in inputs):
+            tmp = self._run(op, inputs, self._cp.empty(out.shape, out.dtype), p)
+            out[...] = tmp
+            return out
+        return self._run(op, inputs, out, p)
 
     def asarray(self, x, dtype=None):
         return self._cp.asarray(x, dtype=dtype)
@@ -109,3 +120,11 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
 
     def synchronize(self):
         self._cp.cuda.get_current_stream().synchronize()
+
+
+def overlaps_shifted(x, out) -> bool:
+    """x and out share memory without being the same view (data pointer, shape and strides)."""
+    if x is out:
+        return False
+    same = x.data.ptr == out.data.ptr and x.shape == out.shape and x.strides == out.strides
+    return not same and bool(_cupy.loaded_cupy().may_share_memory(x, out))

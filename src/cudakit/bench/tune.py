@@ -46,6 +46,8 @@ def tune_elementwise(ops=None, dtypes=("float32", "bfloat16"), rounds: int = 3, 
     if not env.gpu:
         raise RuntimeError("cudakit tune needs a usable CUDA GPU")
     dev = cp.cuda.runtime.getDevice()
+    if not ew_shapes.has_uuid(dev):
+        raise RuntimeError(f"device {dev} reports no UUID: tuned shapes cannot be kept for it")
     cases = [c for c in cases_mod.cases(env) if c.family in ("elementwise", "activations")
              and (not ops or c.op in ops)]
     if ops and not cases:

@@ -70,13 +70,26 @@ def store(dev: int, found: dict, meta: dict) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     body = {**meta, "uuid": uuid, "shapes": {f"{op}:{dt}": list(s) for (op, dt), s in sorted(merged.items())}}
     fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(body, f, indent=1)
-    os.replace(tmp, p)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(body, f, indent=1)
+        os.replace(tmp, p)  # atomic: a reader sees the old file or the new one
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     _by_device[dev] = merged
     return p
 
 
 def forget() -> None:
-    """Re-read the files on next use (after CUDAKIT_CACHE_DIR changes)."""
+    """Re-read the files on next use (after CUDAKIT_CACHE_DIR changes); the ops' launch entries
+    built with the old shapes are rebuilt."""
+    from . import elementwise
     _by_device.clear()
+    for op in elementwise.EW_TABLES:
+        elementwise.forget_entries(op)
+
+
+def has_uuid(dev: int) -> bool:
+    """Whether shapes can be kept for device dev (it reports a UUID)."""
+    return bool(_uuid(dev))

@@ -388,6 +388,10 @@ static PyObject* fast_layout(PyObject* self, PyObject* args) {
     PyErr_SetString(PyExc_TypeError, "fast_layout: call fast_setup first; the MemoryPointer must be a type");
     return NULL;
   }
+  if (!PyTuple_Check(offs)) {
+    PyErr_SetString(PyExc_TypeError, "fast_layout: the offsets must be a tuple or None");
+    return NULL;
+  }
   if (!PyArg_ParseTuple(offs, "nnnnnnn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
   if (!ck_offset_ok(o[0], 8, ck_nd) || !ck_offset_ok(o[1], sizeof(ck_vec), ck_nd) || !ck_offset_ok(o[2], 4, ck_nd) ||
       !ck_offset_ok(o[3], 8, ck_nd) || !ck_offset_ok(o[4], 8, ck_nd) || !ck_offset_ok(o[5], 8, mptype) ||
@@ -439,11 +443,13 @@ static int ck_read_fields(PyObject* x, ck_operand* o) {
   return 1;
 }
 
-/* 1: qualifies, 0: does not (not contiguous), -1: error */
-static int ck_read(PyObject* x, ck_operand* o) {
+/* 1: qualifies, 0: does not (not contiguous), -1: error. fields: read the array's fields (ew()
+ * takes ck_layout once per call, so both operands and the output agree even if another thread
+ * runs fast_setup/fast_layout while this one is in Python code) */
+static int ck_read(PyObject* x, ck_operand* o, int fields) {
   o->dtype = o->shape = NULL;
   o->ndim = -1;
-  if (ck_layout) return ck_read_fields(x, o);
+  if (fields) return ck_read_fields(x, o);
   PyObject* v = PyObject_GetAttr(x, s_c_contig);
   if (v == NULL) return -1;
   int contig = PyObject_IsTrue(v);
@@ -678,10 +684,10 @@ static PyObject* ck_ew_record(PyObject* e, long long gx) {
 /* ew()'s output, shaped as operand a: through CuPy's _ndarray_init where fast_layout gave it (CuPy
  * allocates with its current allocator); else from mem_malloc directly while that is CuPy's
  * allocator (*optr set), else cupy.ndarray(shape, dtype). *optr stays 0 where CuPy allocated. */
-static PyObject* ck_new_output(const ck_operand* a, long long itemsize, long long* optr) {
-  if (ck_layout && ck_ndinit != NULL) {
+static PyObject* ck_new_output(const ck_operand* a, long long itemsize, long long* optr, ck_ndinit_fn ndinit) {
+  if (ndinit != NULL && a->shape == NULL && a->ndim >= 0) {  /* a was read from its fields */
     ck_vec v = {(Py_ssize_t*)a->dims, (Py_ssize_t*)a->dims + a->ndim, (Py_ssize_t*)a->dims + a->ndim};
-    return ck_ndinit(ck_nd, &v, a->dtype, Py_None);
+    return ndinit(ck_nd, &v, a->dtype, Py_None);
   }
   PyObject* shape = ck_shape_tuple(a);
   if (shape == NULL) return NULL;
@@ -721,19 +727,21 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
   double p = PyFloat_AsDouble(args[3]);
   if (p == -1.0 && PyErr_Occurred()) return NULL;
+  const int fields = ck_layout;
+  const ck_ndinit_fn ndinit = fields ? ck_ndinit : NULL;
   ck_operand a, b, d;
   b.dtype = b.shape = d.dtype = d.shape = NULL;
   PyObject *out = NULL, *result = NULL;
-  int ok = ck_read(x0, &a);
+  int ok = ck_read(x0, &a, fields);
   if (ok <= 0) goto done;
   long long al = a.ptr;
   if (x1 != Py_None) {
-    ok = ck_read(x1, &b);
+    ok = ck_read(x1, &b, fields);
     if (ok <= 0 || (ok = ck_matches(&a, &b)) <= 0) goto done;
     al |= b.ptr;
   }
   if (dst != Py_None) { /* out=: a C-contiguous array like the inputs */
-    ok = ck_read(dst, &d);
+    ok = ck_read(dst, &d, fields);
     if (ok <= 0 || (ok = ck_matches(&a, &d)) <= 0) goto done;
     al |= d.ptr;
   }
@@ -743,7 +751,7 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   long long num, itemsize;
   if (ck_dtype_info(a.dtype, &num, &itemsize)) { ok = -1; goto done; }
   /* out= may be an input (in place, element by element) but not a shifted view of one: the
-   * Python path handles that (it computes into a temporary first) */
+   * Python path computes that into a temporary first (backends/cuda.py _elementwise) */
   if (dst != Py_None && (ck_partial_overlap(d.ptr, a.ptr, a.n * itemsize) ||
                          (x1 != Py_None && ck_partial_overlap(d.ptr, b.ptr, a.n * itemsize)))) { ok = 0; goto done; }
   /* the output comes from CuPy's pool, 512-byte aligned: the inputs decide the vector width */
@@ -768,12 +776,12 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (PyErr_Occurred()) { Py_DECREF(e); ok = -1; goto done; }
   long long optr = 0, odev;
   if (dst != Py_None) optr = d.ptr;
-  out = dst != Py_None ? Py_NewRef(dst) : ck_new_output(&a, itemsize, &optr);
+  out = dst != Py_None ? Py_NewRef(dst) : ck_new_output(&a, itemsize, &optr, ndinit);
   if (out == NULL) { Py_DECREF(e); ok = -1; goto done; }
   if (a.n == 0) { Py_DECREF(e); result = out; out = NULL; goto done; }
   int bad = 0;
   if (optr == 0) {  /* allocated by CuPy: ask the array where */
-    if (ck_layout) {
+    if (fields && Py_TYPE(out) == (PyTypeObject*)ck_nd) {
       bad = !ck_memptr_fields(CK_FIELD(out, L_data, PyObject*), &optr, &odev);
       if (bad) PyErr_SetString(PyExc_TypeError, "ew: the output array holds no MemoryPointer");
     } else {

@@ -330,19 +330,38 @@ def load_module(path) -> Module:
     return mod
 
 
+# CUDAKIT_CACHE_DIR/tune holds measurements (`cudakit tune`), not compiled code: kept by a clear
+_KEPT = ("tune",)
+
+
+def _cached_files(root: Path) -> list:
+    if not root.exists():
+        return []
+    return [f for d in root.iterdir() if d.name not in _KEPT
+            for f in ([d] if d.is_file() else d.rglob("*")) if f.is_file()]
+
+
 def cache_info() -> dict:
-    """{'path', 'entries', 'bytes'} of the on-disk kernel cache."""
+    """{'path', 'entries', 'bytes'} of the on-disk kernel cache (compiled kernels and the native
+    module; the tuned shapes under tune/ are not counted)."""
     root = cache_dir()
-    files = [f for f in root.rglob("*") if f.is_file()] if root.exists() else []
+    files = _cached_files(root)
     return {"path": str(root), "entries": len(files), "bytes": sum(f.stat().st_size for f in files)}
 
 
 def cache_clear() -> int:
-    """Delete the on-disk cache and the in-memory one; returns the number of files removed."""
+    """Delete the compiled kernels on disk and in memory (tune/ stays); returns the number of
+    files removed."""
     import shutil
     root = cache_dir()
     n = cache_info()["entries"]
     if root.exists():
-        shutil.rmtree(root)
+        for d in root.iterdir():
+            if d.name in _KEPT:
+                continue
+            if d.is_dir():
+                shutil.rmtree(d)
+            else:
+                d.unlink()
     _memory_cache.clear()
     return n

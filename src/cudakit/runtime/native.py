@@ -116,46 +116,58 @@ def fast_paths():
     """The native module with its fast paths (ew for tiny elementwise ops, tk_bind for Triton
     kernels) set up for CuPy, or None. They launch only while the gate is open: the Python paths
     open it (fast_gate(True)) when no profile records and launches are asynchronous."""
-    global _fast_ready
     mod = module()
     if mod is not None and not _fast_ready:
-        from . import _cupy, launch
-        cp = _cupy.loaded_cupy()
-        rest = (launch.recent_launches.append, _launch_error)
-        # CuPy's own C functions for the current device and stream where its Cython modules
-        # export them (checked by signature in C); else the Python callables
-        dev = _c_function(cp.cuda.runtime, "getDevice")
-        stream = _c_function(cp.cuda.stream, "get_current_stream_ptr")
-        try:
-            mod.fast_setup(cp.ndarray, dev or cp.cuda.runtime.getDevice,
-                           stream or cp.cuda.get_current_stream, *rest)
-        except TypeError as e:  # this CuPy's C functions have other signatures
-            log.info("CuPy's C device/stream functions not usable (%s); the fast paths call Python", e)
-            mod.fast_setup(cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream, *rest)
-        try:  # outputs straight from the counting allocator while it is CuPy's (see fast_alloc)
-            mod.fast_alloc(_c_function(cp.cuda.memory, "get_allocator"))
-        except TypeError as e:
-            log.info("CuPy's get_allocator not usable from C (%s); CuPy allocates the outputs", e)
-            mod.fast_alloc(None)
-        _set_layout(mod, cp)
-        _fast_ready = True
+        with _fast_lock:  # two threads' first ops: one sets up, the other waits for it
+            if not _fast_ready:
+                _setup_fast_paths(mod)
     return mod
 
 
+def _setup_fast_paths(mod) -> None:
+    global _fast_ready
+    from . import _cupy, launch
+    cp = _cupy.loaded_cupy()
+    rest = (launch.recent_launches.append, _launch_error)
+    # CuPy's own C functions for the current device and stream where its Cython modules
+    # export them (checked by signature in C); else the Python callables
+    dev = _c_function(cp.cuda.runtime, "getDevice")
+    stream = _c_function(cp.cuda.stream, "get_current_stream_ptr")
+    try:
+        mod.fast_setup(cp.ndarray, dev or cp.cuda.runtime.getDevice,
+                       stream or cp.cuda.get_current_stream, *rest)
+    except TypeError as e:  # this CuPy's C functions have other signatures
+        log.info("CuPy's C device/stream functions not usable (%s); the fast paths call Python", e)
+        mod.fast_setup(cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream, *rest)
+    try:  # outputs straight from the counting allocator while it is CuPy's (see fast_alloc)
+        mod.fast_alloc(_c_function(cp.cuda.memory, "get_allocator"))
+    except TypeError as e:
+        log.info("CuPy's get_allocator not usable from C (%s); CuPy allocates the outputs", e)
+        mod.fast_alloc(None)
+    _set_layout(mod, cp)
+    _fast_ready = True
+
+
 _fast_ready = False
+_fast_lock = threading.Lock()
 
 
 def _set_layout(mod, cp) -> None:
     """ew() reads CuPy's arrays from their fields and builds its outputs with CuPy's C constructor
     _ndarray_init where this CuPy's layout was found (_cupy_layout), else through attributes."""
     from . import _cupy_layout
-    offsets = _cupy_layout.discover(cp)
-    ndinit = _c_function(cp._core.core, "_ndarray_init") if offsets else None
     try:
-        mod.fast_layout(offsets, cp.cuda.memory.MemoryPointer, ndinit)
-    except TypeError as e:  # _ndarray_init has another signature in this CuPy
-        log.info("CuPy's _ndarray_init not usable from C (%s); ew() builds outputs with cupy.ndarray", e)
-        mod.fast_layout(offsets, cp.cuda.memory.MemoryPointer, None)
+        offsets = _cupy_layout.discover(cp)
+        ndinit = _c_function(cp._core.core, "_ndarray_init") if offsets else None
+        try:
+            mod.fast_layout(offsets, cp.cuda.memory.MemoryPointer, ndinit)
+        except TypeError as e:  # _ndarray_init has another signature in this CuPy
+            log.info("CuPy's _ndarray_init not usable from C (%s); ew() builds outputs with cupy.ndarray", e)
+            mod.fast_layout(offsets, cp.cuda.memory.MemoryPointer, None)
+    except Exception as e:  # noqa: BLE001 -- any surprise from another CuPy: the attribute path
+        log.info("probing CuPy's object layout failed (%s: %s)", type(e).__name__, e)
+        offsets = None
+        mod.fast_layout(None, None, None)
     if offsets is None:
         log.info("CuPy's ndarray layout not recognised; ew() reads arrays through attributes")
 
