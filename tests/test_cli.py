@@ -64,3 +64,8 @@ def test_report_regenerates_markdown(tmp_path):
     assert r.returncode == 0, r.stderr
     md = out.read_text()
     assert "## Test GPU — 2026-11-22" in md and "1.25" in md and "90%" in md
+    assert "elementwise kernel shapes" not in md                  # an older file: nothing said
+    for tuned, said in ((0, "as shipped (untuned)"), (44, "44 tuned on this GPU by `cudakit tune`")):
+        (res / "test-gpu.json").write_text(json.dumps({**rec, "tuned_elementwise_shapes": tuned}))
+        assert run("report", "--results", str(res), "--output", str(out)).returncode == 0
+        assert f"- elementwise kernel shapes: {said}" in out.read_text()

@@ -34,6 +34,10 @@ def render(results_dir: Path) -> str:
         parts.append(f"- measured copy bandwidth: {rec['copy_bandwidth_gbs']:.0f} GB/s"
                      + (f"; measured matmul: {mm:.0f} TFLOP/s ({rec.get('matmul_peak_dtype')})" if mm else "")
                      + (" (quick run)" if rec.get("quick") else ""))
+        tuned = rec.get("tuned_elementwise_shapes")
+        if tuned is not None:
+            said = f"{tuned} tuned on this GPU by `cudakit tune`" if tuned else "as shipped (untuned)"
+            parts.append(f"- elementwise kernel shapes: {said}")
         for note in rec.get("notes", []):
             parts.append(f"- {note}")
         parts.append("\n```\n" + format_table(rec) + "\n```")

@@ -87,6 +87,15 @@ def device_record(env: Env) -> dict:
     return {"kind": "cpu", "name": platform.processor() or platform.machine(), "cores": os.cpu_count()}
 
 
+def tuned_shapes(env: Env) -> int | None:
+    """How many elementwise (op, dtype) kernel shapes `cudakit tune` stored for this GPU (0: the
+    shipped ones ran); None on the CPU backend."""
+    if not env.gpu:
+        return None
+    from ..kernels import ew_shapes
+    return len(ew_shapes.shapes(env.xp.cuda.runtime.getDevice()))
+
+
 def versions(env: Env) -> dict:
     from cudakit.cli import _version
     import cudakit
@@ -135,7 +144,8 @@ def main(args) -> int:
               "command": "cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
               "device": device_record(env), "versions": versions(env),
               "copy_bandwidth_gbs": copy_bw / 1e9, "matmul_peak_tflops": peak / 1e12,
-              "matmul_peak_dtype": peak_dtype, "quick": env.quick, "rows": rows}
+              "matmul_peak_dtype": peak_dtype, "quick": env.quick,
+              "tuned_elementwise_shapes": tuned_shapes(env), "rows": rows}
     (out_dir / "results.json").write_text(json.dumps(record, indent=1))
     plots = _plots(record, out_dir)
     print(format_table(record))
