@@ -54,6 +54,8 @@ def collect_info() -> dict:
             dd = d.as_dict()
             with cudakit.device(d.index):
                 dd["memory_free"], _ = cudakit.memory_info()
+            from .kernels import ew_shapes
+            dd["tuned_elementwise_shapes"] = len(ew_shapes.shapes(d.index))
             info["devices"].append(dd)
     return info
 
@@ -84,7 +86,9 @@ def cmd_info(args) -> int:
         print(f"  cuda:{d['index']}  {d['name']}  sm_{cc.replace('.', '')}  {d['multiprocessors']} SMs  "
               f"{_gib(d['total_memory'])} ({_gib(d['memory_free'])} free)  L2 {d['l2_cache_size'] / 2**20:.0f} MiB"
               + (f"  datasheet {bw / 1e12:.2f} TB/s" if bw else ""))
-        print(f"          PCI {d['pci_bus_id']}  {d['uuid']}")
+        tuned = d["tuned_elementwise_shapes"]
+        print(f"          PCI {d['pci_bus_id']}  {d['uuid']}  elementwise shapes: "
+              + (f"{tuned} tuned (cudakit tune)" if tuned else "as shipped"))
     c = info["cache"]
     print(f"kernel cache: {c['path']} ({c['entries']} files, {c['bytes'] / 2**20:.1f} MiB)")
     print(f"native launcher: {info['native_launcher']}")
