@@ -21,12 +21,27 @@ from .cases import elementwise as cases_mod
 _OP_OF_LABEL = {"gelu": "gelu_tanh", "gelu_backward": "gelu_tanh_backward"}
 
 
+def kernel_op(label: str) -> str:
+    """The kernel op of a bench case label (gelu -> gelu_tanh)."""
+    return _OP_OF_LABEL.get(label, label)
+
+
+def compile_candidates(cases) -> None:
+    """Every candidate instantiation of the cases' ops compiled up front, a few NVRTC calls in
+    parallel (one by one on first launch would take minutes)."""
+    exprs = {ew._expr("contig", kernel_op(c.op), c.dtype, vec_width(c.dtype), u)
+             for c in cases for u, _ in candidates(kernel_op(c.op), c.dtype)}
+    chunks = [sorted(exprs)[i::8] for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(ew._family.add, [ch for ch in chunks if ch]))
+
+
 def candidates(op: str, dtype: str) -> tuple:
     heavy = op in ew.HEAVY_OPS and dtype in ("float16", "bfloat16")
     return ew_shapes.HEAVY_CANDIDATES if heavy else ew_shapes.CANDIDATES
 
 
-def _use(dev: int, op: str, dtype: str, shape) -> None:
+def use(dev: int, op: str, dtype: str, shape) -> None:
     """Make op's public call launch `shape` (None: the untuned one) on device dev from its next
     call on, in this process."""
     s = ew_shapes.shapes(dev)
@@ -52,25 +67,20 @@ def tune_elementwise(ops=None, dtypes=("float32", "bfloat16"), rounds: int = 3, 
              and (not ops or c.op in ops)]
     if ops and not cases:
         raise ValueError(f"no elementwise or activation op named {sorted(ops)}")
-    # every candidate instantiation compiled up front, a few NVRTC calls in parallel
-    exprs = {ew._expr("contig", _OP_OF_LABEL.get(c.op, c.op), c.dtype, vec_width(c.dtype), u)
-             for c in cases for u, _ in candidates(_OP_OF_LABEL.get(c.op, c.op), c.dtype)}
-    chunks = [sorted(exprs)[i::8] for i in range(8)]
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(ew._family.add, [ch for ch in chunks if ch]))
+    compile_candidates(cases)
     found, times = {}, {}
     for c in cases:
-        op = _OP_OF_LABEL.get(c.op, c.op)
+        op = kernel_op(c.op)
         fn = c.setup()["cudakit"]
         ms: dict = {}
         before = ew_shapes.shapes(dev).get((op, c.dtype))
         try:
             for _ in range(rounds):
                 for shape in candidates(op, c.dtype):
-                    _use(dev, op, c.dtype, shape)
+                    use(dev, op, c.dtype, shape)
                     ms.setdefault(shape, []).append(timing.time_gpu(fn, 3, 10)["median_ms"])
         finally:
-            _use(dev, op, c.dtype, before)
+            use(dev, op, c.dtype, before)
         del fn
         med = {s: statistics.median(v) for s, v in ms.items()}
         found[(op, c.dtype)] = min(med, key=med.get)
