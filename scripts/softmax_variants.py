@@ -3,7 +3,7 @@ rows (ROWS_BLOCK) -- against torch and a same-size copy, interleaved over rounds
 GPU's state hits every variant alike. One run on the GPU:
     python3 scripts/softmax_variants.py [ROWSxCOLS:dtype ...]    (default 262144x128:float32)
 Prints per variant the median time, x torch and x copy; VARIANT-BEST names the fastest next to the
-shipped plan (softmax.FWD_TARGET_NV, softmax.ROWS_BLOCK)."""
+shipped plan (softmax.fwd_target, softmax.ROWS_BLOCK)."""
 import statistics
 import sys
 
@@ -16,7 +16,7 @@ from cudakit.kernels import softmax as sm
 ROUNDS = 3
 NVS = (1, 2, 4, 8)
 BLOCKS = (64, 128, 256, 512, 1024)
-shipped = (sm.FWD_TARGET_NV, sm.ROWS_BLOCK)
+rows_block = sm.ROWS_BLOCK
 for spec in sys.argv[1:] or ["262144x128:float32"]:
     shape, dt = spec.split(":")
     rows, cols = map(int, shape.split("x"))
@@ -33,8 +33,9 @@ for spec in sys.argv[1:] or ["262144x128:float32"]:
             for nv in NVS:
                 ms = time_gpu(lambda: sm.softmax_forward(x, out=y, plan_nv=nv), 3, 20)["median_ms"]
                 res.setdefault((nv, rb), []).append(ms)
-    sm.ROWS_BLOCK = shipped[1]
+    sm.ROWS_BLOCK = rows_block
     sm._fwd_plans.clear()
+    shipped = (sm.fwd_target(cols // sm.vec_for(cols, dt, x, y), sm.vec_for(cols, dt, x, y)), sm.ROWS_BLOCK)
     med = {k: statistics.median(v) for k, v in res.items()}
     base, copy = med.pop("torch"), med.pop("copy")
     for (nv, rb), m in sorted(med.items(), key=lambda kv: kv[1]):

@@ -33,3 +33,40 @@ def test_interleaved_rounds_measure_the_slower_provider_as_slower():
     assert res["slow"]["median_ms"] > res["fast"]["median_ms"] + 0.1
     with pytest.raises(KeyError):
         res["missing"]
+
+
+def test_device_rounds_alternate_providers_and_skip_failures(monkeypatch):
+    """time_gpu_interleaved over a stand-in CuPy whose events read a fake clock: rounds go A B A B,
+    a provider failing its warm-up is named in errors, every provider gets `reps` samples."""
+    import sys
+    import types
+    clock, order = [0.0], []
+
+    class Event:
+        def record(self, stream):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+    stream = types.SimpleNamespace(synchronize=lambda: None)
+    cuda = types.SimpleNamespace(Event=Event, get_current_stream=lambda: stream,
+                                 get_elapsed_time=lambda a, b: b.t - a.t)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+
+    def make(name, ms):
+        def fn():
+            order.append(name)
+            clock[0] += ms
+        return fn
+
+    def broken():
+        raise ValueError("no such dtype")
+
+    res, errors = timing.time_gpu_interleaved({"a": make("a", 1.0), "b": make("b", 3.0), "bad": broken},
+                                              warmup=2, reps=6, rounds=3)
+    assert set(res) == {"a", "b"} and isinstance(errors["bad"], ValueError)
+    timed = order[4:]  # after the warm-ups
+    assert timed == (["a"] * 4 + ["b"] * 4) * 3  # 2 samples a round, each an untimed + a timed call
+    assert res["a"]["runs"] == res["b"]["runs"] == 6
+    assert res["a"]["median_ms"] == 1.0 and res["b"]["median_ms"] == 3.0

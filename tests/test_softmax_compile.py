@@ -50,13 +50,18 @@ def test_plans_name_existing_instantiations(dtype, cols):
         if cols % v:
             continue
         nvec = cols // v
-        fwd = softmax.reg_plan(nvec, softmax.FWD_TARGET_NV, lambda nv, v=v: softmax.fwd_bound(nv, v, dtype),
+        fwd = softmax.reg_plan(nvec, softmax.fwd_target(nvec, v), lambda nv, v=v: softmax.fwd_bound(nv, v, dtype),
                               softmax.reg_nvs(v))
         if fwd:
             tpr, nv, rpb = fwd
             assert f"ck_softmax_fwd_reg<{t}, {v}, {nv}>" in names
             assert tpr * nv >= nvec and tpr * rpb <= softmax.fwd_bound(nv, v, dtype)
-            assert f"ck_ce_reg<{t}, {v}, {nv}>" in cross_entropy.name_expressions(dtype)
+            if nvec <= softmax.SHORT_ROW_PACKS and v > 1:  # short rows: one pack per thread
+                assert nv == 1 and tpr >= nvec
+        ce = softmax.reg_plan(nvec, softmax.FWD_TARGET_NV, lambda nv, v=v: softmax.fwd_bound(nv, v, dtype),
+                             softmax.reg_nvs(v))
+        if ce:
+            assert f"ck_ce_reg<{t}, {v}, {ce[1]}>" in cross_entropy.name_expressions(dtype)
         bwd = softmax.reg_plan(nvec, softmax.BWD_TARGET_NV, lambda nv, v=v: softmax.bwd_bound(nv, v, dtype),
                               softmax.reg_nvs(v))
         if bwd:

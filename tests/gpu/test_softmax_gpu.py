@@ -62,6 +62,20 @@ def test_many_rows(be, dtype, rng):
     ref.assert_close(be.softmax_backward(cp.asarray(g), y).get(), want, dtype, "softmax_backward", scale=sc)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", [(1001, 128), (77, 40), (9, 4096)])
+@pytest.mark.parametrize("plan_nv", [1, 2, 4, 8])
+def test_every_forward_plan(plan_nv, shape, dtype, rng):
+    """Each packs-per-thread target of the register forward (the shipped one depends on the row
+    length: kernels/softmax.py fwd_target) gives the reference result."""
+    from cudakit.kernels import softmax as sm
+    x = _data(rng, shape, dtype)
+    for log in (False, True):
+        y = sm.softmax_forward(cp.asarray(x), log=log, plan_nv=plan_nv).get()
+        want = ref.log_softmax(x) if log else ref.softmax(x)
+        ref.assert_close(y, want, dtype, "log_softmax" if log else "softmax", scale=1.0 if log else 0.0)
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
 def test_other_axes_and_views(be, axis, rng):
     x = _data(rng, (6, 35, 9), "float32")

@@ -50,30 +50,28 @@ def make_env(quick: bool, force_cpu: bool, dtypes: tuple, compare: set) -> Env:
 
 
 def run_case(case, env: Env, compare: set) -> dict:
+    """{provider: timing summary} of one case; a provider other than cudakit that raises is left
+    out with a line on stderr. Providers' rounds are interleaved, so drift hits all alike."""
     provs = {name: fn for name, fn in case.setup().items()
              if name == "cudakit" or name in compare | {"triton"}}
-    res = {}
-    if case.mode == "host":  # rounds interleaved across providers: host drift hits all alike
+    if case.mode == "host":
         sync = (lambda: env.xp.cuda.get_current_stream().synchronize()) if env.gpu else None
         res, errors = timing.host_time_interleaved(provs, calls=300 if env.quick else 3000, sync=sync)
-        for name, e in errors.items():
-            if name == "cudakit":
-                raise e
-            print(f"  {name} skipped for {case.label}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
-        provs = {}
-    for name, fn in provs.items():
-        try:
-            if env.gpu:
-                t = timing.time_gpu(fn, warmup=2 if env.quick else 5, reps=5 if env.quick else 30)
-            else:
-                t = timing.time_cpu(fn, reps=3 if env.quick else 10)
-        except Exception as e:  # a provider without this dtype or op: note it, keep going
-            if name == "cudakit":
-                raise
-            print(f"  {name} skipped for {case.label}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
-            continue
-        res[name] = t
+    elif env.gpu:
+        res, errors = timing.time_gpu_interleaved(provs, warmup=2 if env.quick else 5,
+                                                  reps=6 if env.quick else 30, rounds=2 if env.quick else 3)
+    else:
+        res, errors = {}, {}
+        for name, fn in provs.items():
+            try:
+                res[name] = timing.time_cpu(fn, reps=3 if env.quick else 10)
+            except Exception as e:  # noqa: BLE001 -- a provider without this dtype or op
+                errors[name] = e
     del provs
+    for name, e in errors.items():
+        if name == "cudakit":
+            raise e
+        print(f"  {name} skipped for {case.label}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
     if env.gpu:
         env.xp.get_default_memory_pool().free_all_blocks()
     return res

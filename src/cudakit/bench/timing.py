@@ -11,6 +11,22 @@ def _summ(samples_ms: list[float]) -> dict:
     return {"median_ms": statistics.median(s), "p10_ms": q(0.1), "p90_ms": q(0.9), "runs": len(s)}
 
 
+def _gpu_samples(fn, n: int, cp) -> list[float]:
+    """n device-time samples of fn(), in ms: an event pair around each timed call, with one untimed
+    call queued before its start event (see time_gpu)."""
+    s = cp.cuda.get_current_stream()
+    out = []
+    for _ in range(n):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        fn()
+        a.record(s)
+        fn()
+        b.record(s)
+        b.synchronize()
+        out.append(cp.cuda.get_elapsed_time(a, b))
+    return out
+
+
 def time_gpu(fn, warmup: int = 3, reps: int = 20, min_ms: float = 0.0) -> dict:
     """Median time of fn() on the current CuPy stream, from a CUDA event pair around each call.
 
@@ -21,22 +37,40 @@ def time_gpu(fn, warmup: int = 3, reps: int = 20, min_ms: float = 0.0) -> dict:
     import cupy as cp
     for _ in range(warmup):
         fn()
-    s = cp.cuda.get_current_stream()
-    s.synchronize()
+    cp.cuda.get_current_stream().synchronize()
     samples, total = [], 0.0
     while len(samples) < reps or total < min_ms:
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        fn()
-        a.record(s)
-        fn()
-        b.record(s)
-        b.synchronize()
-        ms = cp.cuda.get_elapsed_time(a, b)
+        ms = _gpu_samples(fn, 1, cp)[0]
         samples.append(ms)
         total += ms
         if len(samples) >= 10 * reps:
             break
     return _summ(samples)
+
+
+def time_gpu_interleaved(fns: dict, warmup: int = 5, reps: int = 30, rounds: int = 3) -> tuple[dict, dict]:
+    """Device time of several providers (time_gpu's samples), taken in `rounds` interleaved rounds
+    (A B A B ...) of reps/rounds samples each, so a drift in the GPU's clocks or temperature hits
+    every provider alike instead of whichever ran last. Returns ({name: summary in ms},
+    {name: exception}) -- a provider that raised during warm-up is left out of the first and named
+    in the second."""
+    import cupy as cp
+    fns = dict(fns)
+    errors = {}
+    for name, fn in list(fns.items()):
+        try:
+            for _ in range(warmup):
+                fn()
+            cp.cuda.get_current_stream().synchronize()
+        except Exception as e:  # noqa: BLE001 -- the caller decides whether this provider may fail
+            errors[name] = e
+            del fns[name]
+    samples = {name: [] for name in fns}
+    per_round = max(1, -(-reps // rounds))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name] += _gpu_samples(fn, per_round, cp)
+    return {name: _summ(v) for name, v in samples.items()}, errors
 
 
 def time_cpu(fn, warmup: int = 1, reps: int = 10) -> dict:

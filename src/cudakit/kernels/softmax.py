@@ -453,6 +453,10 @@ REG_NV_SCALAR = (4, 8)    # the same for single elements (odd rows): fewer insta
 # Packs per thread the plans aim at: the forward keeps NV*V accumulation values per thread; the
 # backward keeps the raw packs of g and y (twice the bytes), so it aims at fewer per thread.
 FWD_TARGET_NV = 4
+# Rows of at most this many packs: one pack per thread (a warp or less per row). Measured on an
+# H100 (scripts/softmax_variants.py, 2026-11-23, 262144x128): 1.5% (float32) and 2% (bfloat16)
+# faster than FWD_TARGET_NV packs per thread, at the copy bandwidth.
+SHORT_ROW_PACKS = 32
 BWD_TARGET_NV = 2
 LOOP_THREADS = 1024       # block size of the one-block-per-row kernels
 SMEM_THREADS = 1024       # block size of ck_softmax_bwd_smem
@@ -584,6 +588,12 @@ def _fwd_plan(dt: str, v: int, nvec: int, target: int):
     return p
 
 
+def fwd_target(nvec: int, v: int) -> int:
+    """Packs per thread the forward plan aims at for rows of nvec packs of v elements (single
+    elements have no one-pack instantiation: see REG_NV_SCALAR)."""
+    return 1 if nvec <= SHORT_ROW_PACKS and v > 1 else FWD_TARGET_NV
+
+
 def softmax_forward(x2d, log: bool = False, out=None, plan_nv=None):
     """softmax (log=False) or log_softmax (log=True) of each row of `x2d`.
 
@@ -598,7 +608,7 @@ def softmax_forward(x2d, log: bool = False, out=None, plan_nv=None):
         return y
     v = vec_for(cols, dt, x2d, y)
     nvec = cols // v
-    expr, tpr, rpb = _fwd_plan(dt, v, nvec, plan_nv or FWD_TARGET_NV)
+    expr, tpr, rpb = _fwd_plan(dt, v, nvec, plan_nv or fwd_target(nvec, v))
     lg = np.int32(bool(log))
     if rpb:
         launch(_families, expr, dt, (-(-rows // rpb), 1, 1), (tpr, rpb, 1),
