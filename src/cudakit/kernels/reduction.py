@@ -417,6 +417,8 @@ OP_CODES = {"sum": 0, "mean": 0, "max": 1, "min": 2, "argmax": 3, "argmin": 4, "
 EXPAND_MODES = {"sum": 0, "var": 1, "select": 2}
 THREADS = 256
 UNROLL = 4              # CK_RU
+COLS_BY = 8             # rows a column-reduction block reads at once (its threads: 256 / COLS_BY per row)
+COLS_WAVES = 1          # column reductions split the reduced axis until this many full waves of blocks
 _ACC_CTYPE = {"float16": "float", "bfloat16": "float", "float32": "float", "float64": "double"}
 
 
@@ -593,13 +595,13 @@ def _run(code: int, xc, outer: int, R: int, inner: int, odt, div: float):
         v = vw if inner % vw == 0 and aligned else 1
         ivec = inner // v
         expr = f"ck_red_cols<{t}, {o}, {code}, {v}>"
-        by_want = min(8, _pow2_at_least(R))
+        by_want = min(COLS_BY, _pow2_at_least(R))
         bx = min(_pow2_at_least(ivec), THREADS // by_want)
         by = min(THREADS // bx, _pow2_at_least(R))
         tiles = _cdiv(ivec, bx)
         blocks = outer * tiles
         nsplit = 1
-        target = _target_blocks(dt, expr)
+        target = _target_blocks(dt, expr) * COLS_WAVES
         if blocks < target:
             nsplit = max(1, min(_cdiv(target, blocks), R // (by * UNROLL * 2), 65535))
         chunk = _cdiv(R, nsplit)
