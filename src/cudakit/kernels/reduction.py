@@ -10,7 +10,8 @@ any other view is copied to C order; reduced axes that are not adjacent are tran
   (axis=None is one row): each row is split over `nsplit` blocks, each reducing a contiguous chunk.
 - inner > 1, columns (`ck_red_cols`): block (bx, by): bx threads along inner (16-byte coalesced
   loads of V inner elements), by threads along R, combined through shared memory; R is split over
-  blocks when outer * inner is small.
+  blocks when outer * inner is small, in groups of rows dealt round-robin so that the grid reads
+  memory front to back together, with the next group's loads in flight while a group is reduced.
 Split reductions write per-split partial states ([nsplit, n_out]) that `ck_red_final` combines.
 No atomics: every combine happens in a fixed order that depends only on the shape and the device's
 occupancy, so results are bitwise the same from run to run on one device.
@@ -261,17 +262,32 @@ __global__ void __launch_bounds__(256) ck_red_rows(
 // ================================================================ columns (inner > 1)
 // x: [outer, R, ivec * V] contiguous, 16-byte aligned when V > 1. Block (bx, by), bx * by <= 256,
 // by a power of two: thread (tx, ty) owns inner vector j = tile * bx + tx of slice o (blockIdx.x =
-// o * tiles + tile) and rows r0 + ty, r0 + ty + by, ... of the chunk [r0, r0 + chunk) of R,
-// r0 = blockIdx.y * chunk. The by partial states are combined by a shared-memory tree.
-// gridDim.y == 1: out[outer, ivec * V]; else states to ws[blockIdx.y * n_out + output].
+// o * tiles + tile). R is read in groups of G = by * CK_RU rows dealt round-robin to the gridDim.y
+// splits: split y takes groups y, y + gridDim.y, ... and thread ty rows ty, ty + by, ... of each,
+// so the whole grid sweeps R from top to bottom together (as a copy does, instead of gridDim.y
+// separate streams). The next group's loads are issued before the current group is reduced:
+// loads stay in flight while a thread computes. The by partial states are combined by a
+// shared-memory tree. gridDim.y == 1: out[outer, ivec * V]; else states to
+// ws[blockIdx.y * n_out + output].
 // Traffic: outer * R * ivec * V * sizeof(T) read once; outer * ivec * V results written.
+template <typename T, int V>
+__device__ __forceinline__ void ck_cols_load(ck_pack<T, V> (&p)[CK_RU], bool (&ok)[CK_RU],
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ xr, long long r, int by, long long R_, long long ivec) {
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+#pragma unroll
+  for (int u = 0; u < CK_RU; ++u) {
+    const long long rr = r + (long long)u * by;
+    ok[u] = rr < R_;
+    if (ok[u]) p[u].raw = xr[rr * ivec]; else p[u].raw = R();
+  }
+}
+
 template <typename T, typename O, int OP, int V>
 __global__ void __launch_bounds__(256) ck_red_cols(
     const T* __restrict__ x, O* __restrict__ out,
     typename ck_traits<T>::acc* __restrict__ w0, typename ck_traits<T>::acc* __restrict__ w1,
     typename ck_traits<T>::acc* __restrict__ w2, long long* __restrict__ wi,
-    long long outer, long long R_, long long ivec, int tiles, long long chunk,
-    typename ck_traits<T>::acc div) {
+    long long outer, long long R_, long long ivec, int tiles, typename ck_traits<T>::acc div) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -280,8 +296,8 @@ __global__ void __launch_bounds__(256) ck_red_cols(
   const long long o = blockIdx.x / tiles;
   const long long j = (long long)(blockIdx.x - o * tiles) * bx + tx;
   const bool live = j < ivec;
-  const long long r0 = (long long)blockIdx.y * chunk;
-  const long long r1 = ck_lmin(r0 + chunk, R_);
+  const long long G = (long long)by * CK_RU;          // rows of a group
+  const long long step = G * gridDim.y;               // from one group of this split to its next
   ck_rs<C> st[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) ck_rs_init<OP>(st[i]);
@@ -297,15 +313,14 @@ __global__ void __launch_bounds__(256) ck_red_cols(
 #pragma unroll
       for (int i = 0; i < V; ++i) shift[i] = C(0);
     }
-    for (long long r = r0 + ty; r < r1; r += (long long)by * CK_RU) {
-      ck_pack<T, V> p[CK_RU];
-      bool ok[CK_RU];
-#pragma unroll
-      for (int u = 0; u < CK_RU; ++u) {
-        const long long rr = r + (long long)u * by;
-        ok[u] = rr < r1;
-        if (ok[u]) p[u].raw = xr[rr * ivec]; else p[u].raw = R();
-      }
+    long long r = (long long)blockIdx.y * G + ty;      // this thread's first row of the group
+    ck_pack<T, V> p[CK_RU];
+    bool ok[CK_RU];
+    ck_cols_load<T, V>(p, ok, xr, r, by, R_, ivec);
+    while (r < R_) {
+      ck_pack<T, V> q[CK_RU];
+      bool okq[CK_RU];
+      ck_cols_load<T, V>(q, okq, xr, r + step, by, R_, ivec);   // the next group, in flight meanwhile
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         if (OP == CK_ARGMAX || OP == CK_ARGMIN) {
@@ -319,6 +334,9 @@ __global__ void __launch_bounds__(256) ck_red_cols(
           ck_rs_chunk<OP>(st[i], v, ok);
         }
       }
+#pragma unroll
+      for (int u = 0; u < CK_RU; ++u) { p[u] = q[u]; ok[u] = okq[u]; }
+      r += step;
     }
   }
   if (by > 1) {  // tree over ty, one vector lane at a time (fixed order)
@@ -604,10 +622,8 @@ def _run(code: int, xc, outer: int, R: int, inner: int, odt, div: float):
         target = _target_blocks(dt, expr) * COLS_WAVES
         if blocks < target:
             nsplit = max(1, min(_cdiv(target, blocks), R // (by * UNROLL * 2), 65535))
-        chunk = _cdiv(R, nsplit)
-        nsplit = _cdiv(R, chunk)
-        grid, block = (blocks, nsplit, 1), (bx, by, 1)
-        tail = (np.int64(outer), np.int64(R), np.int64(ivec), np.int32(tiles), np.int64(chunk), d)
+        grid, block = (blocks, nsplit, 1), (bx, by, 1)  # nsplit <= R / (2 by UNROLL): no split idle
+        tail = (np.int64(outer), np.int64(R), np.int64(ivec), np.int32(tiles), d)
     if grid[0] > 2**31 - 1:
         raise ShapeError(f"reduction of a ({outer}, {R}, {inner}) view needs {grid[0]} blocks, more than "
                          f"a grid holds (2^31 - 1)")
