@@ -15,7 +15,7 @@ from cudakit.bench.timing import time_gpu
 from cudakit.kernels import reduction as red
 
 ROUNDS = 3
-BYS = (2, 4, 8, 16)
+BYS = (2, 4, 8)
 WAVES = (1, 2)
 be = cudakit.get_backend("cuda")
 shipped = (red.COLS_BY, red.COLS_WAVES)

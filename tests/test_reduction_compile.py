@@ -63,3 +63,18 @@ def test_plan_matches_numpy_layout():
                 got = xc.reshape(outer, R, inner).sum(axis=1)
                 want = x.sum(axis=axes)
                 np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("blocks,target,cap,want", [
+    (16, 264, 1000, 16),    # 256 of 264 slots in one wave; 17 would leave 8 blocks to a second wave
+    (17, 264, 1000, 15),    # 255 blocks in one wave beats 272 (16 in a second)
+    (32, 528, 1000, 16),    # exactly one wave
+    (1, 1056, 10 ** 6, 1056),
+    (600, 1056, 100, 1),    # 1200 blocks fill two waves no better than 600 fill one: the fewer
+    (400, 1056, 100, 2),    # 800 blocks fill one wave to 76%; 1200 would fill two to 57%
+    (5, 1056, 3, 3),        # capped by the rows there are
+    (10, 1056, 0, 1),
+])
+def test_splits_fill_the_last_wave(blocks, target, cap, want):
+    from cudakit.kernels.reduction import _splits
+    assert _splits(blocks, target, cap) == want
