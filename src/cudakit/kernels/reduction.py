@@ -7,7 +7,8 @@ any other view is copied to C order; reduced axes that are not adjacent are tran
 (kept axes first, then the reduced ones, inner = 1), which costs one extra copy of x.
 - inner == 1, rows (`ck_red_rows`): tpr threads per row (1..256, a power of two; several rows per
   256-thread block when tpr < 256), 16-byte loads, CK_RU loads in flight per thread. Few long rows
-  (axis=None is one row): each row is split over `nsplit` blocks, each reducing a contiguous chunk.
+  (axis=None is one row): each row is split over `nsplit` blocks that take groups of its vectors
+  in turn.
 - inner > 1, columns (`ck_red_cols`): block (bx, by): bx threads along inner (16-byte coalesced
   loads of V inner elements), by threads along R, combined through shared memory; R is split over
   blocks when outer * inner is small, in groups of rows dealt round-robin so that the grid reads
@@ -189,16 +190,31 @@ __device__ __forceinline__ void ck_rs_finish(const ck_rs<C>& s, O* out, long lon
 
 // ================================================================ rows (inner == 1)
 // x: [outer, nvec * V] contiguous, 16-byte aligned when V > 1. Block (tpr, 256 / tpr): thread
-// (tx, ty) reduces vectors tx, tx + tpr, ... of row blockIdx.x * blockDim.y + ty within the chunk
-// [blockIdx.y * chunk, + chunk) of its row. gridDim.y == 1: out[outer] gets the results; else
-// the partial states go to ws[blockIdx.y * outer + row] (ck_red_final combines them).
+// (tx, ty) reduces row blockIdx.x * blockDim.y + ty. A row is read in groups of G = tpr * CK_RU
+// vectors dealt round-robin to the gridDim.y splits (split y: groups y, y + gridDim.y, ...; so a
+// split row is read front to back by all its blocks together); thread tx takes vectors tx,
+// tx + tpr, ... of a group, and issues the next group's loads before reducing the current one.
+// gridDim.y == 1: out[outer] gets the results; else the partial states go to
+// ws[blockIdx.y * outer + row] (ck_red_final combines them).
 // Traffic: outer * nvec * V * sizeof(T) read once; outer results (or outer * nsplit states) written.
+template <typename T, int V>
+__device__ __forceinline__ void ck_rows_load(ck_pack<T, V> (&p)[CK_RU], bool (&ok)[CK_RU],
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ xr, long long k, int tpr, long long nvec) {
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+#pragma unroll
+  for (int u = 0; u < CK_RU; ++u) {
+    const long long kk = k + (long long)u * tpr;
+    ok[u] = kk < nvec;
+    if (ok[u]) p[u].raw = xr[kk]; else p[u].raw = R();
+  }
+}
+
 template <typename T, typename O, int OP, int V>
 __global__ void __launch_bounds__(256) ck_red_rows(
     const T* __restrict__ x, O* __restrict__ out,
     typename ck_traits<T>::acc* __restrict__ w0, typename ck_traits<T>::acc* __restrict__ w1,
     typename ck_traits<T>::acc* __restrict__ w2, long long* __restrict__ wi,
-    long long outer, long long nvec, long long chunk, typename ck_traits<T>::acc div) {
+    long long outer, long long nvec, typename ck_traits<T>::acc div) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -206,22 +222,21 @@ __global__ void __launch_bounds__(256) ck_red_rows(
   const int tpr = blockDim.x;
   const long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
   const bool live = row < outer;
-  const long long start = (long long)blockIdx.y * chunk;
-  const long long end = ck_lmin(start + chunk, nvec);
+  const long long G = (long long)tpr * CK_RU;          // vectors of a group
+  const long long step = G * gridDim.y;                // from one group of this split to its next
   ck_rs<C> st;
   ck_rs_init<OP>(st);
   if (live) {
     const R* __restrict__ xr = reinterpret_cast<const R*>(x) + row * nvec;
     const C shift = OP == CK_VAR ? tr::load(x[row * nvec * V]) : C(0);
-    for (long long k = start + threadIdx.x; k < end; k += (long long)tpr * CK_RU) {
-      ck_pack<T, V> p[CK_RU];
-      bool ok[CK_RU];
-#pragma unroll
-      for (int u = 0; u < CK_RU; ++u) {
-        const long long kk = k + (long long)u * tpr;
-        ok[u] = kk < end;
-        if (ok[u]) p[u].raw = xr[kk]; else p[u].raw = R();
-      }
+    long long k = (long long)blockIdx.y * G + threadIdx.x;
+    ck_pack<T, V> p[CK_RU];
+    bool ok[CK_RU];
+    ck_rows_load<T, V>(p, ok, xr, k, tpr, nvec);
+    while (k < nvec) {
+      ck_pack<T, V> q[CK_RU];
+      bool okq[CK_RU];
+      ck_rows_load<T, V>(q, okq, xr, k + step, tpr, nvec);   // the next group, in flight meanwhile
       if (OP == CK_ARGMAX || OP == CK_ARGMIN) {
 #pragma unroll
         for (int u = 0; u < CK_RU; ++u) {
@@ -241,6 +256,9 @@ __global__ void __launch_bounds__(256) ck_red_rows(
         }
         ck_rs_chunk<OP>(st, v, m);
       }
+#pragma unroll
+      for (int u = 0; u < CK_RU; ++u) { p[u] = q[u]; ok[u] = okq[u]; }
+      k += step;
     }
   }
   // combine the tpr threads of each row: shuffles within a warp, then the warps in order
@@ -625,10 +643,8 @@ def _run(code: int, xc, outer: int, R: int, inner: int, odt, div: float):
         target = _target_blocks(dt, expr)
         if blocks < target:  # few long rows: split each over blocks (>= 2 rounds of loads each)
             nsplit = _splits(blocks, target, nvec // (tpr * UNROLL * 2))
-        chunk = _cdiv(nvec, nsplit)
-        nsplit = _cdiv(nvec, chunk)
-        grid, block = (blocks, nsplit, 1), (tpr, rpb, 1)
-        tail = (np.int64(outer), np.int64(nvec), np.int64(chunk), d)
+        grid, block = (blocks, nsplit, 1), (tpr, rpb, 1)  # nsplit <= nvec / (2 tpr UNROLL): none idle
+        tail = (np.int64(outer), np.int64(nvec), d)
     else:
         v = vw if inner % vw == 0 and aligned else 1
         ivec = inner // v
