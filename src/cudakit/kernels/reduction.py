@@ -193,7 +193,7 @@ __device__ __forceinline__ void ck_rs_finish(const ck_rs<C>& s, O* out, long lon
 // (tx, ty) reduces row blockIdx.x * blockDim.y + ty. A row is read in groups of G = tpr * CK_RU
 // vectors dealt round-robin to the gridDim.y splits (split y: groups y, y + gridDim.y, ...; so a
 // split row is read front to back by all its blocks together); thread tx takes vectors tx,
-// tx + tpr, ... of a group, and issues the next group's loads before reducing the current one.
+// tx + tpr, ... of a group; sum/max/min issue the next group's loads before reducing the current one.
 // gridDim.y == 1: out[outer] gets the results; else the partial states go to
 // ws[blockIdx.y * outer + row] (ck_red_final combines them).
 // Traffic: outer * nvec * V * sizeof(T) read once; outer results (or outer * nsplit states) written.
@@ -206,6 +206,33 @@ __device__ __forceinline__ void ck_rows_load(ck_pack<T, V> (&p)[CK_RU], bool (&o
     const long long kk = k + (long long)u * tpr;
     ok[u] = kk < nvec;
     if (ok[u]) p[u].raw = xr[kk]; else p[u].raw = R();
+  }
+}
+
+// Adds a group's loaded vectors (k: the thread's first vector index in it) to a row state.
+template <int OP, typename T, int V>
+__device__ __forceinline__ void ck_rows_reduce(ck_rs<typename ck_traits<T>::acc>& st, const ck_pack<T, V> (&p)[CK_RU],
+    const bool (&ok)[CK_RU], long long k, int tpr, typename ck_traits<T>::acc shift) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  if (OP == CK_ARGMAX || OP == CK_ARGMIN) {
+#pragma unroll
+    for (int u = 0; u < CK_RU; ++u) {
+      if (ok[u]) {
+        const long long i0 = (k + (long long)u * tpr) * V;
+#pragma unroll
+        for (int i = 0; i < V; ++i) ck_rs_add<OP>(st, tr::load(p[u].v[i]), i0 + i);
+      }
+    }
+  } else {
+    C v[CK_RU * V];
+    bool m[CK_RU * V];
+#pragma unroll
+    for (int u = 0; u < CK_RU; ++u) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) { v[u * V + i] = tr::load(p[u].v[i]) - shift; m[u * V + i] = ok[u]; }
+    }
+    ck_rs_chunk<OP>(st, v, m);
   }
 }
 
@@ -229,36 +256,31 @@ __global__ void __launch_bounds__(256) ck_red_rows(
   if (live) {
     const R* __restrict__ xr = reinterpret_cast<const R*>(x) + row * nvec;
     const C shift = OP == CK_VAR ? tr::load(x[row * nvec * V]) : C(0);
+    // sum/max/min load the next group before reducing this one; var and arg* do not: that
+    // adds a fourth of registers or more to their 40-64 and cuts the threads per SM
+    // (measured: argmax over rows 0.47x torch with it)
     long long k = (long long)blockIdx.y * G + threadIdx.x;
     ck_pack<T, V> p[CK_RU];
     bool ok[CK_RU];
-    ck_rows_load<T, V>(p, ok, xr, k, tpr, nvec);
-    while (k < nvec) {
-      ck_pack<T, V> q[CK_RU];
-      bool okq[CK_RU];
-      ck_rows_load<T, V>(q, okq, xr, k + step, tpr, nvec);   // the next group, in flight meanwhile
-      if (OP == CK_ARGMAX || OP == CK_ARGMIN) {
+    if (OP <= CK_MIN) {
+      ck_rows_load<T, V>(p, ok, xr, k, tpr, nvec);
+      for (; k < nvec; k += step) {
+        ck_pack<T, V> q[CK_RU];
+        bool okq[CK_RU];
+        ck_rows_load<T, V>(q, okq, xr, k + step, tpr, nvec);   // the next group, in flight meanwhile
+        ck_rows_reduce<OP, T, V>(st, p, ok, k, tpr, shift);
 #pragma unroll
-        for (int u = 0; u < CK_RU; ++u) {
-          if (ok[u]) {
-            const long long i0 = (k + (long long)u * tpr) * V;
-#pragma unroll
-            for (int i = 0; i < V; ++i) ck_rs_add<OP>(st, tr::load(p[u].v[i]), i0 + i);
-          }
-        }
-      } else {
-        C v[CK_RU * V];
-        bool m[CK_RU * V];
-#pragma unroll
-        for (int u = 0; u < CK_RU; ++u) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) { v[u * V + i] = tr::load(p[u].v[i]) - shift; m[u * V + i] = ok[u]; }
-        }
-        ck_rs_chunk<OP>(st, v, m);
+        for (int u = 0; u < CK_RU; ++u) { p[u] = q[u]; ok[u] = okq[u]; }
       }
-#pragma unroll
-      for (int u = 0; u < CK_RU; ++u) { p[u] = q[u]; ok[u] = okq[u]; }
-      k += step;
+    } else {
+      // stepping by G and skipping the other splits' groups only when split keeps argmax at 40-46
+      // registers (a stride of step = G * gridDim.y took 80)
+      const long long skip = step - G;
+      for (; k < nvec; k += G) {
+        ck_rows_load<T, V>(p, ok, xr, k, tpr, nvec);
+        ck_rows_reduce<OP, T, V>(st, p, ok, k, tpr, shift);
+        if (skip) k += skip;
+      }
     }
   }
   // combine the tpr threads of each row: shuffles within a warp, then the warps in order
