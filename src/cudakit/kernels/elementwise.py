@@ -81,6 +81,11 @@ template <bool F, typename C> __device__ __forceinline__ C ck_sigmoid(C x) {
   const C e = ck_exp<F>(x > C(0) ? -x : x);
   return ck_fdiv<F>(x > C(0) ? C(1) : e, C(1) + e);
 }
+// 16-bit storage: 1 / (1 + exp(-x)) straight, without the sign selects (an overflowing exp gives
+// 1 / inf = 0, as the limit; below -87 both forms give 0, ex2.approx flushing to zero).
+template <> __device__ __forceinline__ float ck_sigmoid<true, float>(float x) {
+  return __fdividef(1.0f, 1.0f + __expf(-x));
+}
 
 struct ck_op { double p; };
 struct ck_add : ck_op { template <bool F, typename C> __device__ __forceinline__ C f(C a, C b) const { return a + b; } };
