@@ -197,15 +197,18 @@ __device__ __forceinline__ void ck_rs_finish(const ck_rs<C>& s, O* out, long lon
 // gridDim.y == 1: out[outer] gets the results; else the partial states go to
 // ws[blockIdx.y * outer + row] (ck_red_final combines them).
 // Traffic: outer * nvec * V * sizeof(T) read once; outer results (or outer * nsplit states) written.
+// Loads a group: vectors first + u * stride (u < CK_RU) that are < bound, at xr[index * pitch];
+// ok[u] says which (the rest read as zero bits).
 template <typename T, int V>
-__device__ __forceinline__ void ck_rows_load(ck_pack<T, V> (&p)[CK_RU], bool (&ok)[CK_RU],
-    const typename ck_raw<sizeof(T) * V>::type* __restrict__ xr, long long k, int tpr, long long nvec) {
+__device__ __forceinline__ void ck_load_group(ck_pack<T, V> (&p)[CK_RU], bool (&ok)[CK_RU],
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ xr, long long first, int stride, long long bound,
+    long long pitch) {
   typedef typename ck_raw<sizeof(T) * V>::type R;
 #pragma unroll
   for (int u = 0; u < CK_RU; ++u) {
-    const long long kk = k + (long long)u * tpr;
-    ok[u] = kk < nvec;
-    if (ok[u]) p[u].raw = xr[kk]; else p[u].raw = R();
+    const long long kk = first + (long long)u * stride;
+    ok[u] = kk < bound;
+    if (ok[u]) p[u].raw = xr[kk * pitch]; else p[u].raw = R();
   }
 }
 
@@ -263,11 +266,11 @@ __global__ void __launch_bounds__(256) ck_red_rows(
     ck_pack<T, V> p[CK_RU];
     bool ok[CK_RU];
     if (OP <= CK_MIN) {
-      ck_rows_load<T, V>(p, ok, xr, k, tpr, nvec);
+      ck_load_group<T, V>(p, ok, xr, k, tpr, nvec, 1);
       for (; k < nvec; k += step) {
         ck_pack<T, V> q[CK_RU];
         bool okq[CK_RU];
-        ck_rows_load<T, V>(q, okq, xr, k + step, tpr, nvec);   // the next group, in flight meanwhile
+        ck_load_group<T, V>(q, okq, xr, k + step, tpr, nvec, 1);   // the next group, in flight meanwhile
         ck_rows_reduce<OP, T, V>(st, p, ok, k, tpr, shift);
 #pragma unroll
         for (int u = 0; u < CK_RU; ++u) { p[u] = q[u]; ok[u] = okq[u]; }
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(256) ck_red_rows(
       // registers (a stride of step = G * gridDim.y took 80)
       const long long skip = step - G;
       for (; k < nvec; k += G) {
-        ck_rows_load<T, V>(p, ok, xr, k, tpr, nvec);
+        ck_load_group<T, V>(p, ok, xr, k, tpr, nvec, 1);
         ck_rows_reduce<OP, T, V>(st, p, ok, k, tpr, shift);
         if (skip) k += skip;
       }
@@ -310,18 +313,6 @@ __global__ void __launch_bounds__(256) ck_red_rows(
 // shared-memory tree. gridDim.y == 1: out[outer, ivec * V]; else states to
 // ws[blockIdx.y * n_out + output].
 // Traffic: outer * R * ivec * V * sizeof(T) read once; outer * ivec * V results written.
-template <typename T, int V>
-__device__ __forceinline__ void ck_cols_load(ck_pack<T, V> (&p)[CK_RU], bool (&ok)[CK_RU],
-    const typename ck_raw<sizeof(T) * V>::type* __restrict__ xr, long long r, int by, long long R_, long long ivec) {
-  typedef typename ck_raw<sizeof(T) * V>::type R;
-#pragma unroll
-  for (int u = 0; u < CK_RU; ++u) {
-    const long long rr = r + (long long)u * by;
-    ok[u] = rr < R_;
-    if (ok[u]) p[u].raw = xr[rr * ivec]; else p[u].raw = R();
-  }
-}
-
 // Blocks per SM the column kernel's registers must allow: 4 (<= 64 registers) for sum/max/min,
 // whose bytes in flight per SM are set by the threads that fit (16-bit: 74 registers, 3 blocks,
 // 0.7 of the copy bandwidth); var and arg* hold 3-4 values per state and are left to the compiler.
@@ -361,11 +352,11 @@ __global__ void __launch_bounds__(256, ck_cols_min_blocks<OP>::value) ck_red_col
     long long r = (long long)blockIdx.y * G + ty;      // this thread's first row of the group
     ck_pack<T, V> p[CK_RU];
     bool ok[CK_RU];
-    ck_cols_load<T, V>(p, ok, xr, r, by, R_, ivec);
+    ck_load_group<T, V>(p, ok, xr, r, by, R_, ivec);
     while (r < R_) {
       ck_pack<T, V> q[CK_RU];
       bool okq[CK_RU];
-      ck_cols_load<T, V>(q, okq, xr, r + step, by, R_, ivec);   // the next group, in flight meanwhile
+      ck_load_group<T, V>(q, okq, xr, r + step, by, R_, ivec);   // the next group, in flight meanwhile
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         if (OP == CK_ARGMAX || OP == CK_ARGMIN) {
