@@ -70,3 +70,36 @@ def test_device_rounds_alternate_providers_and_skip_failures(monkeypatch):
     assert timed == (["a"] * 4 + ["b"] * 4) * 3  # 2 samples a round, each an untimed + a timed call
     assert res["a"]["runs"] == res["b"]["runs"] == 6
     assert res["a"]["median_ms"] == 1.0 and res["b"]["median_ms"] == 3.0
+
+
+def test_device_rounds_drop_a_provider_that_fails_in_a_later_round(monkeypatch):
+    """A provider raising after its warm-up (say out of memory in round 2) is named in errors; the
+    others keep all their samples."""
+    import sys
+    import types
+    clock, calls = [0.0], {"n": 0}
+
+    class Event:
+        def record(self, stream):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+    stream = types.SimpleNamespace(synchronize=lambda: None)
+    cuda = types.SimpleNamespace(Event=Event, get_current_stream=lambda: stream,
+                                 get_elapsed_time=lambda a, b: b.t - a.t)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+
+    def good():
+        clock[0] += 1.0
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] > 6:  # 2 warm-up calls + 2 samples of 2 calls, then it fails
+            raise MemoryError("out of memory")
+        clock[0] += 2.0
+
+    res, errors = timing.time_gpu_interleaved({"good": good, "flaky": flaky}, warmup=2, reps=6, rounds=3)
+    assert set(res) == {"good"} and isinstance(errors["flaky"], MemoryError)
+    assert res["good"]["runs"] == 6

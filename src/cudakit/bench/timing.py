@@ -52,8 +52,8 @@ def time_gpu_interleaved(fns: dict, warmup: int = 5, reps: int = 30, rounds: int
     """Device time of several providers (time_gpu's samples), taken in `rounds` interleaved rounds
     (A B A B ...) of reps/rounds samples each, so a drift in the GPU's clocks or temperature hits
     every provider alike instead of whichever ran last. Returns ({name: summary in ms},
-    {name: exception}) -- a provider that raised during warm-up is left out of the first and named
-    in the second."""
+    {name: exception}) -- a provider that raised (in its warm-up or a later round) is left out of
+    the first and named in the second."""
     import cupy as cp
     fns = dict(fns)
     errors = {}
@@ -68,8 +68,12 @@ def time_gpu_interleaved(fns: dict, warmup: int = 5, reps: int = 30, rounds: int
     samples = {name: [] for name in fns}
     per_round = max(1, -(-reps // rounds))
     for _ in range(rounds):
-        for name, fn in fns.items():
-            samples[name] += _gpu_samples(fn, per_round, cp)
+        for name, fn in list(fns.items()):
+            try:
+                samples[name] += _gpu_samples(fn, per_round, cp)
+            except Exception as e:  # noqa: BLE001 -- e.g. out of memory in a later round
+                errors[name] = e
+                del fns[name], samples[name]
     return {name: _summ(v) for name, v in samples.items()}, errors
 
 
