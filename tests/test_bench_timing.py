@@ -35,16 +35,16 @@ def test_interleaved_rounds_measure_the_slower_provider_as_slower():
         res["missing"]
 
 
-def test_device_rounds_alternate_providers_and_skip_failures(monkeypatch):
-    """time_gpu_interleaved over a stand-in CuPy whose events read a fake clock: rounds go A B A B,
-    a provider failing its warm-up is named in errors, every provider gets `reps` samples."""
+@pytest.fixture
+def clock(monkeypatch):
+    """A stand-in CuPy whose events read a fake clock (ms) that the timed functions advance."""
     import sys
     import types
-    clock, order = [0.0], []
+    now = [0.0]
 
     class Event:
         def record(self, stream):
-            self.t = clock[0]
+            self.t = now[0]
 
         def synchronize(self):
             pass
@@ -53,6 +53,13 @@ def test_device_rounds_alternate_providers_and_skip_failures(monkeypatch):
     cuda = types.SimpleNamespace(Event=Event, get_current_stream=lambda: stream,
                                  get_elapsed_time=lambda a, b: b.t - a.t)
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    return now
+
+
+def test_device_rounds_alternate_providers_and_skip_failures(clock):
+    """time_gpu_interleaved over a stand-in CuPy whose events read a fake clock: rounds go A B A B,
+    a provider failing its warm-up is named in errors, every provider gets `reps` samples."""
+    order = []
 
     def make(name, ms):
         def fn():
@@ -72,24 +79,10 @@ def test_device_rounds_alternate_providers_and_skip_failures(monkeypatch):
     assert res["a"]["median_ms"] == 1.0 and res["b"]["median_ms"] == 3.0
 
 
-def test_device_rounds_drop_a_provider_that_fails_in_a_later_round(monkeypatch):
+def test_device_rounds_drop_a_provider_that_fails_in_a_later_round(clock):
     """A provider raising after its warm-up (say out of memory in round 2) is named in errors; the
     others keep all their samples."""
-    import sys
-    import types
-    clock, calls = [0.0], {"n": 0}
-
-    class Event:
-        def record(self, stream):
-            self.t = clock[0]
-
-        def synchronize(self):
-            pass
-
-    stream = types.SimpleNamespace(synchronize=lambda: None)
-    cuda = types.SimpleNamespace(Event=Event, get_current_stream=lambda: stream,
-                                 get_elapsed_time=lambda a, b: b.t - a.t)
-    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    calls = {"n": 0}
 
     def good():
         clock[0] += 1.0
