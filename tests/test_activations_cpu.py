@@ -55,6 +55,13 @@ def test_special_values():
     assert_same(cudakit.div(np.float32([1, -1, 0]), np.float32([0, 0, 0])), [np.inf, -np.inf, np.nan])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gelu_backward_of_huge_inputs_is_its_limit(dtype):
+    # x^3 overflows (float32 past 7e12) where sigmoid(2u)(1 - sigmoid(2u)) is 0: 1 and 0, not NaN
+    x = np.array([1e30, -1e30, 3e38 if dtype == "float32" else 1e300], dtype)
+    assert_same(cudakit.gelu_backward(np.ones_like(x), x), [1, 0, 1])
+
+
 def test_activation_by_kind_and_bad_input():
     import enum
 

@@ -63,3 +63,39 @@ def test_special_values_gpu():
         got, want = _call(cudakit, name, dx).get(), _call(cudakit, name, x)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30, err_msg=name)
     assert_same(cudakit.leaky_relu(dx, 0.5).get(), [np.nan, np.inf, -np.inf, 0, 100, -50])
+    huge = cp.asarray(np.array([1e30, -1e30, 3e38], np.float32))   # x^3 overflows: the limits, not NaN
+    assert_same(cudakit.gelu_backward(cp.ones_like(huge), huge).get(), [1, 0, 1])
+
+
+def _ordered(bits):
+    """bfloat16 bit patterns as integers in the order of their values (adjacent values differ by 1)."""
+    b = bits.astype(np.int32)
+    return np.where(b & 0x8000, -(b & 0x7FFF), b)
+
+
+@pytest.mark.parametrize("bwd", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("name", ["sigmoid", "tanh", "silu", "gelu", "gelu_erf"])
+def test_every_bfloat16_input_within_one_ulp(name, bwd):
+    # every finite bfloat16 value: the fast math of 16-bit storage (tanh.approx, ex2.approx, the
+    # fitted erfc) stays within one unit in the last place of the correctly rounded result
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    x = bits.view(np_dtype("bfloat16"))
+    x = x[np.isfinite(x.astype(np.float32))]
+    dx = cp.asarray(x)
+    if bwd:
+        got = _call(cudakit, name, cp.ones_like(dx), dx, bwd=True).get()
+        # past |x| = 600 (gelu: 12, its exponent is cubic) the derivative is its limit (0, or 1
+        # for x > 0) to bfloat16's rounding; the complex-step reference would overflow there
+        lim = 12 if name == "gelu" else 600
+        ref = derivative(name, np.clip(x.astype(np.float64), -lim, lim))
+    else:
+        got, ref = _call(cudakit, name, dx).get(), forward(name, x)
+    ref = ref.astype(np_dtype("bfloat16"))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), np.isnan(ref.astype(np.float32)))
+    dist = np.abs(_ordered(got.view(np.uint16)) - _ordered(ref.view(np.uint16)))
+    # ex2.approx flushes results below float32's normal range (2^-126) to 0, and the activations
+    # multiply such a factor by |x| <= 88 (silu(-88) = -5e-37 comes out -0): results under 2^-118
+    # may be 0
+    tiny = (got.astype(np.float32) == 0) & (np.abs(ref.astype(np.float32)) < 2.0 ** -118)
+    bad = (dist > 1) & ~tiny
+    assert not bad.any(), (name, x[bad][:8], got[bad][:8], ref[bad][:8])

@@ -72,8 +72,10 @@ def _tanh_bwd(g, x):
 
 
 def _gelu_tanh_bwd(g, x):
-    s = _sigmoid(2 * _K0 * (x + _K1 * x ** 3))   # = (1 + tanh(u)) / 2, as the kernel computes it
-    return g * (s + 2 * x * s * (1 - s) * _K0 * (1 + 3 * _K1 * x * x))
+    with np.errstate(over="ignore", invalid="ignore"):   # x^3 overflows where s (1 - s) is 0
+        s = _sigmoid(2 * _K0 * (x + _K1 * x ** 3))   # = (1 + tanh(u)) / 2, as the kernel computes it
+        d = s * (1 - s)
+        return g * (s + np.where(d == 0, 0, 2 * x * d * _K0 * (1 + 3 * _K1 * x * x)).astype(d.dtype))
 
 
 def _gelu_erf_bwd(g, x):

@@ -15,19 +15,19 @@ struct __align__(2) ck_bf16 { unsigned short bits; };
 template <typename T> struct ck_traits;
 template <> struct ck_traits<float> {
   typedef float acc;
-  static const bool fast = false;  // fast math intrinsics allowed (see elementwise.py)
+  static const int fast = 0;  // fast math level: 0 exact, 1 float16, 2 bfloat16 (see elementwise.py)
   static __device__ __forceinline__ float load(float v) { return v; }
   static __device__ __forceinline__ float store(float v) { return v; }
 };
 template <> struct ck_traits<double> {
   typedef double acc;
-  static const bool fast = false;
+  static const int fast = 0;
   static __device__ __forceinline__ double load(double v) { return v; }
   static __device__ __forceinline__ double store(double v) { return v; }
 };
 template <> struct ck_traits<ck_half> {
   typedef float acc;
-  static const bool fast = true;
+  static const int fast = 1;
   static __device__ __forceinline__ float load(ck_half v) {
     float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits)); return f;
   }
@@ -37,7 +37,7 @@ template <> struct ck_traits<ck_half> {
 };
 template <> struct ck_traits<ck_bf16> {
   typedef float acc;
-  static const bool fast = true;
+  static const int fast = 2;
   static __device__ __forceinline__ float load(ck_bf16 v) {
     return __uint_as_float(((unsigned int)v.bits) << 16);
   }
