@@ -1,0 +1,71 @@
+"""Shapes of the contiguous elementwise kernels crossed with where the output lies: each (U loads
+in flight per thread, threads per block) writes into several separately allocated output buffers,
+interleaved round by round with torch. Measured 2026-11-23 on an H100 (GPU-e57f5007): one kernel's
+bandwidth moved by up to 1% with its output buffer alone (bfloat16 sigmoid at (1, 512): 0.996-1.007x
+torch over 14 placements; add at (4, 256): 1.004-1.005x), so a shape is judged by its worst
+placement here, not by one run. One run on the GPU:
+    python3 scripts/ew_placement_sweep.py [op:dtype ...] [--shapes 1x512,4x256] [--buffers 3]
+Prints VARIANT lines: per shape the median, worst and best placement's ratio to torch."""
+import statistics
+import sys
+
+import cupy as cp
+import numpy as np
+import torch
+
+import cudakit
+from cudakit.bench import timing
+from cudakit.kernels import elementwise as ew
+
+N = 1 << 28
+ROUNDS = 4
+F = torch.nn.functional
+TORCH = {"add": torch.add, "mul": torch.mul, "relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+         "silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "gelu_erf": F.gelu,
+         "silu_backward": torch.ops.aten.silu_backward,
+         "gelu_tanh_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh")}
+
+
+def _opt(flag, default):
+    return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default
+
+
+shapes = [tuple(int(v) for v in s.split("x")) for s in _opt("--shapes", "1x512,1x256,1x128,2x512,2x256,4x256,4x128,8x128,8x256").split(",")]
+n_buf = int(_opt("--buffers", "3"))
+skip = {_opt("--shapes", None), _opt("--buffers", None)}
+wanted = [a.split(":") for a in sys.argv[1:] if not a.startswith("--") and a not in skip] or [["sigmoid", "bfloat16"], ["relu", "bfloat16"]]
+for op, dtype in wanted:
+    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    arity = 2 if op in ew.BINARY_OPS else 1
+    tins = [torch.randn(N, dtype=tdt, device="cuda") for _ in range(arity)]
+    bits = (lambda t: t.view(torch.int16)) if dtype == "bfloat16" else (lambda t: t)
+    ins = tuple(cp.asarray(bits(t)) for t in tins)     # the same memory; 16-bit types as int16
+    outs = [cp.empty_like(ins[0]) for _ in range(n_buf)]
+    vec = 16 // ins[0].itemsize
+    nbytes = (arity + 1) * N * ins[0].itemsize
+    exprs = {u: ew._expr("contig", op, dtype, vec, u) for u in sorted({s[0] for s in shapes})}
+    mod = cudakit.compile_module(ew.SOURCE, name_expressions=list(exprs.values()), source_name="placement.cu")
+    fns = {"torch": lambda tins=tins, f=TORCH[op]: f(*tins)}
+    for unroll, threads in shapes:
+        k, grid = mod.get_kernel(exprs[unroll]), -(-N // (unroll * threads * vec))
+        for b, out in enumerate(outs):
+            fns[(unroll, threads, b)] = (lambda k=k, grid=grid, threads=threads, out=out, ins=ins:
+                                         k.launch((grid, 1, 1), (threads, 1, 1), (*ins, out, np.int64(N), np.float64(0.0))))
+    gbs = {}
+    for _ in range(ROUNDS):
+        res, errors = timing.time_gpu_interleaved(fns, warmup=2, reps=10, rounds=2)
+        if errors:
+            raise SystemExit(f"{op} {dtype}: {errors}")
+        for name, r in res.items():
+            gbs.setdefault(name, []).append(nbytes / r["median_ms"] / 1e6)
+    base = statistics.median(gbs.pop("torch"))
+    rows = []
+    for unroll, threads in shapes:
+        per_buf = [statistics.median(gbs[(unroll, threads, b)]) / base for b in range(n_buf)]
+        rows.append((min(per_buf), statistics.median(per_buf), max(per_buf), unroll, threads))
+    for lo, med, hi, unroll, threads in sorted(rows, reverse=True):
+        print(f"VARIANT {op:<18} {dtype:<8} U={unroll} T={threads:<4} x torch worst {lo:.4f} median {med:.4f} "
+              f"best {hi:.4f}  (torch {base:.0f} GB/s, {n_buf} output buffers)")
+    del ins, outs, tins, fns, mod
+    cp.get_default_memory_pool().free_all_blocks()
+    torch.cuda.empty_cache()
