@@ -26,15 +26,25 @@ TORCH = {"add": torch.add, "mul": torch.mul, "relu": torch.relu, "tanh": torch.t
          "gelu_tanh_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh")}
 
 
+argv = sys.argv[1:]
+
+
 def _opt(flag, default):
-    return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default
+    """The value after `flag` in argv (both removed), else default."""
+    if flag not in argv:
+        return default
+    i = argv.index(flag)
+    value = argv[i + 1]
+    del argv[i:i + 2]
+    return value
 
 
 shapes = [tuple(int(v) for v in s.split("x")) for s in _opt("--shapes", "1x512,1x256,1x128,2x512,2x256,4x256,4x128,8x128,8x256").split(",")]
 n_buf = int(_opt("--buffers", "3"))
-skip = {_opt("--shapes", None), _opt("--buffers", None)}
-wanted = [a.split(":") for a in sys.argv[1:] if not a.startswith("--") and a not in skip] or [["sigmoid", "bfloat16"], ["relu", "bfloat16"]]
+wanted = [a.split(":") for a in argv] or [["sigmoid", "bfloat16"], ["relu", "bfloat16"]]
 for op, dtype in wanted:
+    if op not in TORCH or dtype not in ("float32", "bfloat16"):
+        raise SystemExit(f"{op}:{dtype}: ops {', '.join(sorted(TORCH))} in float32 or bfloat16 only")
     tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     arity = 2 if op in ew.BINARY_OPS else 1
     tins = [torch.randn(N, dtype=tdt, device="cuda") for _ in range(arity)]

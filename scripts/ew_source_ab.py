@@ -44,16 +44,21 @@ TORCH = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "relu": torch.rel
          "gelu_tanh_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),
          "gelu_erf_backward": torch.ops.aten.gelu_backward}
 
-args = [a for a in sys.argv[1:] if not a.startswith("--")]
-old_source = Path(args[0]).read_text()
-shapes_arg = next((sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--shapes"), "1x512,1x256,2x256,4x256,1x128")
+argv = sys.argv[1:]
+shapes_arg = "1x512,1x256,2x256,4x256,1x128"
+if "--shapes" in argv:
+    i = argv.index("--shapes")
+    shapes_arg = argv[i + 1]
+    del argv[i:i + 2]
 shapes = [tuple(int(v) for v in s.split("x")) for s in shapes_arg.split(",")]
-if "--shapes" in sys.argv:
-    args.remove(shapes_arg)
+args = argv
+old_source = Path(args[0]).read_text()
 wanted = [a.split(":") for a in args[1:]] or [["add", "bfloat16"], ["relu_backward", "bfloat16"],
                                              ["silu_backward", "bfloat16"], ["gelu_tanh", "bfloat16"],
                                              ["tanh", "bfloat16"], ["add", "float32"]]
 for op, dtype in wanted:
+    if dtype not in ("float32", "bfloat16"):
+        raise SystemExit(f"{op}:{dtype}: float32 or bfloat16 only")
     tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     arity = 2 if op in ew.BINARY_OPS else 1
     tins = [torch.randn(N, dtype=tdt, device="cuda") for _ in range(arity)]

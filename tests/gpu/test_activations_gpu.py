@@ -67,6 +67,18 @@ def test_special_values_gpu():
     assert_same(cudakit.gelu_backward(cp.ones_like(huge), huge).get(), [1, 0, 1])
 
 
+def _round_to_bfloat16(ref):
+    """float64 -> bfloat16 rounded once: ml_dtypes goes through float32, and a float32 value that
+    lands exactly on a bfloat16 midpoint is then rounded to even whichever side the true value
+    lies on; nudge such values one float32 ulp towards the float64 value first."""
+    f = ref.astype(np.float32)
+    tie = (f.view(np.uint32) & 0xFFFF) == 0x8000
+    m = f.astype(np.float64)
+    f = np.where(tie & (ref > m), np.nextafter(f, np.float32(np.inf)),
+                 np.where(tie & (ref < m), np.nextafter(f, np.float32(-np.inf)), f))
+    return f.astype(np_dtype("bfloat16"))
+
+
 def _ordered(bits):
     """bfloat16 bit patterns as integers in the order of their values (adjacent values differ by 1)."""
     b = bits.astype(np.int32)
@@ -90,12 +102,13 @@ def test_every_bfloat16_input_within_one_ulp(name, bwd):
         ref = derivative(name, np.clip(x.astype(np.float64), -lim, lim))
     else:
         got, ref = _call(cudakit, name, dx).get(), forward(name, x)
-    ref = ref.astype(np_dtype("bfloat16"))
-    assert np.array_equal(np.isnan(got.astype(np.float32)), np.isnan(ref.astype(np.float32)))
+    ref = _round_to_bfloat16(ref)
+    nan = np.isnan(ref.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
     dist = np.abs(_ordered(got.view(np.uint16)) - _ordered(ref.view(np.uint16)))
     # ex2.approx flushes results below float32's normal range (2^-126) to 0, and the activations
     # multiply such a factor by |x| <= 88 (silu(-88) = -5e-37 comes out -0): results under 2^-118
     # may be 0
     tiny = (got.astype(np.float32) == 0) & (np.abs(ref.astype(np.float32)) < 2.0 ** -118)
-    bad = (dist > 1) & ~tiny
+    bad = (dist > 1) & ~tiny & ~nan
     assert not bad.any(), (name, x[bad][:8], got[bad][:8], ref[bad][:8])

@@ -38,13 +38,14 @@ template <int F> __device__ __forceinline__ double ck_exp(double x) { return exp
 template <int F> __device__ __forceinline__ float ck_fdiv(float a, float b) { return F ? __fdividef(a, b) : a / b; }
 template <int F> __device__ __forceinline__ double ck_fdiv(double a, double b) { return a / b; }
 template <int F> __device__ __forceinline__ float ck_tanh(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750   // tanh.approx: sm_75 and newer
   if constexpr (F == 2) {
     float y;
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-  } else {
-    return tanhf(x);
   }
+#endif
+  return tanhf(x);
 }
 template <int F> __device__ __forceinline__ double ck_tanh(double x) { return tanh(x); }
 // Phi(x) = 0.5 erfc(-x / sqrt2), the normal CDF, and phi(x) = exp(-x^2 / 2) / sqrt(2 pi), its
