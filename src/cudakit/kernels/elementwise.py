@@ -30,7 +30,7 @@ SOURCE = PREAMBLE + r"""
 // F == 2: also tanh.approx (relative error 2^-11, a quarter of bfloat16's half ulp, 2^-9; too
 // close to float16's 2^-11 to keep its results correctly rounded): bfloat16 tanh was bound by
 // tanhf's instructions below 4 loads in flight per thread (0.94-0.96x torch), now 1.002-1.007x at
-// (1, 512) (scripts/ew_source_ab.py and variant probes on three H100s, 2026-11-23).
+// (1, 512) (scripts/ew_source_ab.py and probes on lent H100s, 2026-11-23).
 // Every bfloat16 input gives a result within one ulp of the correctly rounded one
 // (tests/gpu/test_activations_gpu.py), except that ex2.approx flushes results below 2^-126 to 0:
 // results under about 2^-118 (silu(-88) = -5e-37) may come out 0.
