@@ -357,7 +357,7 @@ TUNED: dict = {
     # 13:07 UTC sweep: the reciprocal form of x / p (below) and the heaviest op's occupancy
     ("div_scalar", "bfloat16"): (2, 256),  # 0.999 vs 0.996
     ("gelu_erf_backward", "bfloat16"): (1, 128),  # 1.000 vs 0.985 (U=2: 0.988)
-    # 2026-11-23 16:50 UTC, scripts/ew_source_ab.py (kernels launched directly, 5 rounds interleaved
+    # 2026-11-23 16:24 UTC GPU-3b29df2e, scripts/ew_source_ab.py (kernels launched directly, 5 rounds interleaved
     # with torch) after tanh.approx and the folded gelu constants: x torch of the chosen shape vs
     # the previous entry (2, 256), or the default (4, 256) for tanh
     ("gelu_tanh", "bfloat16"): (1, 256),   # 1.001 vs 0.995
