@@ -14,53 +14,39 @@ import statistics
 import sys
 
 import cupy as cp
-import numpy as np
 import torch
+from _ew_direct import Case
 
 import cudakit
 from cudakit.bench import timing
 from cudakit.kernels import elementwise as ew
 
-N = 1 << 28
 ROUNDS = 5
 HINTS = {"plain": (), "cs-store": ("-DCK_STREAM_STORE",), "L2::256B": ('-DCK_LOAD_HINT=".L2::256B"',),
          "no_allocate": ('-DCK_LOAD_HINT=".L1::no_allocate"',),
          "both": ('-DCK_LOAD_HINT=".L1::no_allocate.L2::256B"',)}
 SHAPES = [(1, 512), (4, 512), (2, 1024), (1, 1024), (2, 256), (1, 256), (4, 256), (1, 128), (2, 128)]
 
-TORCH = {"relu": torch.relu, "add": torch.add}
-ARITY = {"relu": 1, "add": 2}
 if "--shapes-only" in sys.argv:  # plain loads and stores: the block shapes alone
     HINTS = {"plain": ()}
 wanted = [a.split(":") for a in sys.argv[1:] if not a.startswith("--")] or [["relu", "float32"], ["add", "float32"]]
 for op, dtype in wanted:
-    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    tins = [torch.randn(N, dtype=tdt, device="cuda") for _ in range(ARITY[op])]
-    bits = (lambda t: t.view(torch.int16)) if dtype == "bfloat16" else (lambda t: t)
-    ins = tuple(cp.asarray(bits(t)) for t in tins)     # the same memory; 16-bit types as int16
-    out = cp.empty_like(ins[0])
-    vec = 16 // ins[0].itemsize
-
-    def torch_fn(tins=tins, f=TORCH[op]):
-        return f(*tins)
-    nbytes = (ARITY[op] + 1) * N * ins[0].itemsize
+    case = Case(op, dtype)
+    out = cp.empty_like(case.ins[0])
+    torch_fn = case.torch_fn()
     shipped = ew.contig_config(op, dtype)
     variants = {}
     for label, opts in HINTS.items():
         for shape in [shipped] + (SHAPES if label == "plain" else []):
-            expr = ew._expr("contig", op, dtype, vec).rsplit(",", 1)[0] + f", {shape[0]}>"
+            expr = case.expr(shape[0])
             variants[(label, shape)] = cudakit.compile(ew.SOURCE, expr, options=opts, name_expressions=[expr])
     gbs = {"torch": []}
     for _ in range(ROUNDS):
-        gbs["torch"].append(nbytes / timing.time_gpu(torch_fn, 3, 20)["median_ms"] / 1e6)
+        gbs["torch"].append(case.nbytes / timing.time_gpu(torch_fn, 3, 20)["median_ms"] / 1e6)
         for (label, (unroll, threads)), k in variants.items():
-            grid = -(-N // (unroll * threads * vec))
-
-            def run(k=k, grid=grid, threads=threads):
-                k.launch((grid, 1, 1), (threads, 1, 1), (*ins, out, np.int64(N), np.float64(0.0)))
-            ms = timing.time_gpu(run, 3, 20)["median_ms"]
-            gbs.setdefault((label, (unroll, threads)), []).append(nbytes / ms / 1e6)
-            assert torch.equal(torch.as_tensor(out, device="cuda"), bits(torch_fn())), (op, label)
+            ms = timing.time_gpu(case.launcher(k, unroll, threads, out), 3, 20)["median_ms"]
+            gbs.setdefault((label, (unroll, threads)), []).append(case.nbytes / ms / 1e6)
+            assert torch.equal(torch.as_tensor(out, device="cuda"), case.bits(torch_fn())), (op, label)
     base = statistics.median(gbs.pop("torch"))
     for (label, (unroll, threads)), v in sorted(gbs.items(), key=lambda kv: -statistics.median(kv[1])):
         m = statistics.median(v)

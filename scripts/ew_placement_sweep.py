@@ -10,22 +10,14 @@ import statistics
 import sys
 
 import cupy as cp
-import numpy as np
 import torch
+from _ew_direct import TORCH, Case
 
 import cudakit
 from cudakit.bench import timing
 from cudakit.kernels import elementwise as ew
 
-N = 1 << 28
 ROUNDS = 4
-F = torch.nn.functional
-TORCH = {"add": torch.add, "mul": torch.mul, "relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
-         "silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "gelu_erf": F.gelu,
-         "silu_backward": torch.ops.aten.silu_backward,
-         "gelu_tanh_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh")}
-
-
 argv = sys.argv[1:]
 
 
@@ -43,31 +35,23 @@ shapes = [tuple(int(v) for v in s.split("x")) for s in _opt("--shapes", "1x512,1
 n_buf = int(_opt("--buffers", "3"))
 wanted = [a.split(":") for a in argv] or [["sigmoid", "bfloat16"], ["relu", "bfloat16"]]
 for op, dtype in wanted:
-    if op not in TORCH or dtype not in ("float32", "bfloat16"):
-        raise SystemExit(f"{op}:{dtype}: ops {', '.join(sorted(TORCH))} in float32 or bfloat16 only")
-    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    arity = 2 if op in ew.BINARY_OPS else 1
-    tins = [torch.randn(N, dtype=tdt, device="cuda") for _ in range(arity)]
-    bits = (lambda t: t.view(torch.int16)) if dtype == "bfloat16" else (lambda t: t)
-    ins = tuple(cp.asarray(bits(t)) for t in tins)     # the same memory; 16-bit types as int16
-    outs = [cp.empty_like(ins[0]) for _ in range(n_buf)]
-    vec = 16 // ins[0].itemsize
-    nbytes = (arity + 1) * N * ins[0].itemsize
-    exprs = {u: ew._expr("contig", op, dtype, vec, u) for u in sorted({s[0] for s in shapes})}
+    if op not in TORCH:
+        raise SystemExit(f"{op}: one of {', '.join(sorted(TORCH))}")
+    case = Case(op, dtype)
+    outs = [cp.empty_like(case.ins[0]) for _ in range(n_buf)]
+    exprs = {u: case.expr(u) for u in sorted({s[0] for s in shapes})}
     mod = cudakit.compile_module(ew.SOURCE, name_expressions=list(exprs.values()), source_name="placement.cu")
-    fns = {"torch": lambda tins=tins, f=TORCH[op]: f(*tins)}
+    fns = {"torch": case.torch_fn()}
     for unroll, threads in shapes:
-        k, grid = mod.get_kernel(exprs[unroll]), -(-N // (unroll * threads * vec))
         for b, out in enumerate(outs):
-            fns[(unroll, threads, b)] = (lambda k=k, grid=grid, threads=threads, out=out, ins=ins:
-                                         k.launch((grid, 1, 1), (threads, 1, 1), (*ins, out, np.int64(N), np.float64(0.0))))
+            fns[(unroll, threads, b)] = case.launcher(mod.get_kernel(exprs[unroll]), unroll, threads, out)
     gbs = {}
     for _ in range(ROUNDS):
         res, errors = timing.time_gpu_interleaved(fns, warmup=2, reps=10, rounds=2)
         if errors:
             raise SystemExit(f"{op} {dtype}: {errors}")
         for name, r in res.items():
-            gbs.setdefault(name, []).append(nbytes / r["median_ms"] / 1e6)
+            gbs.setdefault(name, []).append(case.nbytes / r["median_ms"] / 1e6)
     base = statistics.median(gbs.pop("torch"))
     rows = []
     for unroll, threads in shapes:
@@ -76,6 +60,6 @@ for op, dtype in wanted:
     for lo, med, hi, unroll, threads in sorted(rows, reverse=True):
         print(f"VARIANT {op:<18} {dtype:<8} U={unroll} T={threads:<4} x torch worst {lo:.4f} median {med:.4f} "
               f"best {hi:.4f}  (torch {base:.0f} GB/s, {n_buf} output buffers)")
-    del ins, outs, tins, fns, mod
+    del case, outs, fns, mod
     cp.get_default_memory_pool().free_all_blocks()
     torch.cuda.empty_cache()
