@@ -37,8 +37,7 @@ def compile_candidates(cases) -> None:
 
 
 def candidates(op: str, dtype: str) -> tuple:
-    heavy = op in ew.HEAVY_OPS and dtype in ("float16", "bfloat16")
-    return ew_shapes.HEAVY_CANDIDATES if heavy else ew_shapes.CANDIDATES
+    return ew_shapes.HEAVY_CANDIDATES if ew.is_heavy(op, dtype) else ew_shapes.CANDIDATES
 
 
 def use(dev: int, op: str, dtype: str, shape) -> None:

@@ -70,21 +70,6 @@ __device__ __forceinline__ void ck_cdf_pdf_fast(float x, float& cdf, float& e) {
   const float r = th * e * q;   // 0.5 erfc(|x| / sqrt2) = Phi(-|x|)
   cdf = x > 0.0f ? 1.0f - r : r;
 }
-// Phi and phi together (gelu_erf's backward needs both).
-template <int F> __device__ __forceinline__ void ck_cdf_pdf(float x, float& cdf, float& pdf) {
-  if constexpr (F != 0) {
-    float e;
-    ck_cdf_pdf_fast(x, cdf, e);
-    pdf = 0.3989422804014327f * e;
-  } else {
-    cdf = 0.5f * erfcf(x * -0.7071067811865476f);
-    pdf = 0.3989422804014327f * expf(-0.5f * x * x);
-  }
-}
-template <int F> __device__ __forceinline__ void ck_cdf_pdf(double x, double& cdf, double& pdf) {
-  cdf = 0.5 * erfc(x * -0.7071067811865476);
-  pdf = 0.3989422804014327 * exp(-0.5 * x * x);
-}
 template <int F> __device__ __forceinline__ float ck_cdf(float x) {
   if constexpr (F != 0) {
     float c, e;
@@ -95,6 +80,17 @@ template <int F> __device__ __forceinline__ float ck_cdf(float x) {
   }
 }
 template <int F> __device__ __forceinline__ double ck_cdf(double x) { return 0.5 * erfc(x * -0.7071067811865476); }
+// Phi and phi together (gelu_erf's backward needs both): 16-bit storage shares one ex2.
+template <int F, typename C> __device__ __forceinline__ void ck_cdf_pdf(C x, C& cdf, C& pdf) {
+  if constexpr (F != 0 && sizeof(C) == 4) {
+    float e;
+    ck_cdf_pdf_fast(x, cdf, e);
+    pdf = 0.3989422804014327f * e;
+  } else {
+    cdf = ck_cdf<F>(x);
+    pdf = C(0.3989422804014327) * ck_exp<F>(C(-0.5) * x * x);
+  }
+}
 
 // sigmoid without overflow: exp of a non-positive number only, so sigmoid(-100) is 3.8e-44, not 0.
 // 16-bit storage: 1 / (1 + exp(-x)) straight, without the sign selects (an overflowing exp gives
@@ -372,6 +368,11 @@ TUNED: dict = {
 # 0.3% of the leader on both (f32 1.004 and 1.002, bf16 1.001 and 0.999): the robust choice.
 
 
+def is_heavy(op: str, dtype_name: str) -> bool:
+    """Whether op's 16-bit kernel is one of the register-heavy ones (HEAVY_OPS)."""
+    return op in HEAVY_OPS and dtype_name in ("float16", "bfloat16")
+
+
 def contig_config(op: str, dtype_name: str, dev: int | None = None) -> tuple:
     """(U, threads per block) of op's contiguous kernel for this dtype: the shape `cudakit tune`
     stored for device `dev` (kernels/ew_shapes.py), else TUNED's, else the default."""
@@ -380,7 +381,7 @@ def contig_config(op: str, dtype_name: str, dev: int | None = None) -> tuple:
         c = TUNED.get((op, dtype_name))
     if c is not None:
         return c
-    heavy = op in HEAVY_OPS and dtype_name in ("float16", "bfloat16")
+    heavy = is_heavy(op, dtype_name)
     return UNROLL, HEAVY_THREADS if heavy else THREADS
 
 
