@@ -47,7 +47,9 @@ for _n in ("add", "sub", "mul", "div", "relu", "relu_backward", "leaky_relu", "l
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "cross_entropy",
            "cross_entropy_backward", "cross_entropy_with_grad",
            "transpose", "permute", "permute_backward", "matrix_transpose",
-           "dropout", "dropout_backward", "dropout_mask"):
+           "dropout", "dropout_backward", "dropout_mask",
+           "matmul", "matrix_multiply", "matmul_backward", "linear", "linear_backward", "fused_linear_gelu",
+           "fused_linear_gelu_with_preact", "fused_linear_gelu_backward"):
     _LAZY[_n] = ("ops", _n)
 
 

@@ -353,3 +353,46 @@ def dropout_mask(shape, p, seed, backend=None):
     named here ("auto", "cpu" or "cuda"; default CUDAKIT_BACKEND or "auto"; the masks are
     bit-identical on both)."""
     return get_backend(backend).dropout_mask(shape, p, seed)
+
+
+# -- matrix products (see backends/linalg_api.py) -------------------------------------------------
+
+def matmul(a, b, out=None):
+    """a @ b with NumPy's rules, cuBLAS on the GPU (see Backend.matmul)."""
+    return backend_for(a, b).matmul(a, b, out=out)
+
+
+def matrix_multiply(a, b):
+    """matmul(a, b) (CudaMath's name)."""
+    return backend_for(a, b).matmul(a, b)
+
+
+def matmul_backward(grad_out, a, b):
+    """(grad_a, grad_b) of matmul(a, b) (see Backend.matmul_backward)."""
+    return backend_for(grad_out, a, b).matmul_backward(grad_out, a, b)
+
+
+def linear(x, weight, bias=None):
+    """x @ weight^T + bias, weight (out_features, in_features) (see Backend.linear)."""
+    return backend_for(x, weight, bias).linear(x, weight, bias)
+
+
+def linear_backward(grad_out, x, weight, bias=True):
+    """(grad_x, grad_weight, grad_bias) of linear (see Backend.linear_backward)."""
+    return backend_for(grad_out, x, weight).linear_backward(grad_out, x, weight, bias)
+
+
+def fused_linear_gelu(x, weight, bias=None, approximate="tanh"):
+    """gelu(linear(x, weight, bias)) (see Backend.fused_linear_gelu)."""
+    return backend_for(x, weight, bias).fused_linear_gelu(x, weight, bias, approximate)
+
+
+def fused_linear_gelu_with_preact(x, weight, bias=None, approximate="tanh"):
+    """(gelu(pre), pre) with pre = linear(x, weight, bias), for the backward."""
+    return backend_for(x, weight, bias).fused_linear_gelu_with_preact(x, weight, bias, approximate)
+
+
+def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bias=True):
+    """(grad_x, grad_weight, grad_bias) of fused_linear_gelu (see Backend.fused_linear_gelu_backward)."""
+    return backend_for(grad_out, x, weight, pre).fused_linear_gelu_backward(grad_out, x, weight, pre,
+                                                                            approximate, bias)

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from .dropout_api import DropoutOps
 from .layout_api import LayoutOps
+from .linalg_api import LinalgOps
 from .normalization_api import NormalizationOps
 from .reduction_api import ReductionOps
 from .softmax_api import SoftmaxOps
@@ -58,10 +59,13 @@ def _is_real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
 
 
-class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps):
+class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps, LinalgOps):
     """An op table plus array helpers. Obtain one with cudakit.get_backend()."""
 
     name = "?"
+    # A backend object exists only where it can run (get_backend raises otherwise): always True.
+    is_available = True
+    has_custom_kernels = False  # True where ops run cudakit's own kernels (CUDA), not NumPy
 
     # ---- hooks a backend fills in ----------------------------------------------------------
     def _coerce(self, x, arg: str):

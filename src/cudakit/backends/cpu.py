@@ -11,6 +11,7 @@ from ..errors import DeviceError
 from .base import Backend
 from .dropout_api import CpuDropoutHooks
 from .layout_api import CpuLayoutHooks
+from .linalg_api import CpuLinalgHooks
 from .normalization_api import CpuNormalizationHooks
 from .reduction_api import CpuReductionHooks
 from .softmax_api import CpuSoftmaxHooks
@@ -129,7 +130,7 @@ def _dtype(dt):
 
 
 class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuLayoutHooks, CpuDropoutHooks,
-                 Backend):
+                 CpuLinalgHooks, Backend):
     """NumPy implementations of every op."""
 
     name = "cpu"

@@ -14,14 +14,16 @@ from .base import Backend
 from .cpu import _dlpack_on_cuda
 from .dropout_api import CudaDropoutHooks
 from .layout_api import CudaLayoutHooks
+from .linalg_api import CudaLinalgHooks
 from .normalization_api import CudaNormalizationHooks
 from .reduction_api import CudaReductionHooks
 from .softmax_api import CudaSoftmaxHooks
 
 
 class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, CudaLayoutHooks, CudaDropoutHooks,
-                  Backend):
+                  CudaLinalgHooks, Backend):
     name = "cuda"
+    has_custom_kernels = True
 
     def __init__(self):
         self._cp = _cupy.cupy()

@@ -1,0 +1,106 @@
+"""matmul, linear and fused_linear_gelu on the CUDA backend (cuBLAS through CuPy) against the float64
+references of tests/linalg_checks.py, and against the CPU backend."""
+import linalg_checks as lc
+import numpy as np
+import pytest
+from helpers import DTYPES
+
+import cudakit
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+
+
+def _dev(x):
+    return cp.asarray(x)
+
+
+def _host(x):
+    assert isinstance(x, cp.ndarray)
+    return cp.asnumpy(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sa,sb", lc.MATMUL_SHAPES + [((3, 4099), (4099, 5)), ((64, 2048, 96), (96, 512))])
+def test_matmul(sa, sb, dtype, rng):
+    lc.check_matmul(_dev, _host, rng, sa, sb, dtype)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sa,sb", [((5, 7), (7, 3)), ((2, 3, 5, 7), (3, 7, 4)), ((4, 5, 7), (7, 6)),
+                                   ((129, 257), (257, 65))])
+def test_matmul_views(sa, sb, dtype, layout, rng):
+    lc.check_matmul(_dev, _host, rng, sa, sb, dtype, layout)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sa,sb", [((5, 7), (7, 3)), ((7,), (7, 4)), ((5, 7), (7,)), ((7,), (7,)),
+                                   ((2, 3, 5, 7), (3, 7, 4)), ((2, 1, 5, 7), (1, 3, 7, 4)), ((4, 5, 7), (7, 6)),
+                                   ((5, 7), (4, 7, 6)), ((0, 5, 7), (7, 3)), ((5, 0), (0, 3)),
+                                   ((8, 33, 130), (130, 70))])
+def test_matmul_backward(sa, sb, dtype, rng):
+    lc.check_matmul_backward(_dev, _host, rng, sa, sb, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead,fin,fout", [((), 7, 5), ((3,), 1, 1), ((4, 6), 31, 17), ((0,), 8, 3),
+                                           ((2, 3), 64, 96), ((1823,), 781, 129)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear(lead, fin, fout, dtype, with_bias, rng):
+    lc.check_linear(_dev, _host, rng, lead, fin, fout, dtype, with_bias)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_linear_transposed_weight(dtype, rng):
+    lc.check_linear(_dev, _host, rng, (5,), 12, 9, dtype, True, weight_layout="transposed")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead,fin,fout", [((3,), 7, 5), ((4, 6), 31, 17), ((128,), 512, 768)])
+def test_fused_linear_gelu(lead, fin, fout, dtype, rng):
+    lc.check_fused_linear_gelu(_dev, _host, rng, lead, fin, fout, dtype)
+
+
+def test_errors():
+    lc.check_errors(_dev)
+
+
+def test_host_input_is_refused():
+    with pytest.raises(cudakit.DeviceError):
+        cudakit.get_backend("cuda").matmul(np.ones((2, 2), np.float32), cp.ones((2, 2), cp.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_inf_propagate(dtype):
+    lc.check_nan_inf(_dev, _host, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_out_poisoned_and_same_as_cpu(dtype, rng):
+    a, b = lc.data(rng, (37, 61), dtype), lc.data(rng, (61, 29), dtype)
+    out = cp.full((37, 29), np.nan, a.dtype)
+    assert cudakit.matmul(_dev(a), _dev(b), out=out) is out
+    want = cudakit.matmul(a, b)
+    np.testing.assert_allclose(lc.f64(cp.asnumpy(out)), lc.f64(want), rtol=lc._U[dtype] * 4, atol=1e-5)
+    be = cudakit.get_backend("cuda")
+    assert be.is_available and be.has_custom_kernels
+    np.testing.assert_array_equal(lc.f64(cp.asnumpy(be.matrix_multiply(_dev(a), _dev(b)))), lc.f64(cp.asnumpy(out)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_linear_and_gelu_without_cublaslt(dtype, rng, monkeypatch):
+    """Where cuBLASLt cannot be loaded: the float32 GEMM, bias and GELU path, same results' bounds."""
+    from cudakit.kernels import cublaslt
+    monkeypatch.setattr(cublaslt, "_lib", False)
+    lc.check_linear(_dev, _host, rng, (4, 6), 31, 16, dtype, True)
+    lc.check_fused_linear_gelu(_dev, _host, rng, (4, 6), 31, 16, dtype)
+
+
+def test_cublaslt_plan_is_used_for_gelu(rng):
+    """The tanh GELU with a pre-activation output runs as one cuBLASLt call (a plan exists)."""
+    from cudakit.kernels import cublaslt
+    x, w, b = (cp.asarray(lc.data(rng, s, "bfloat16")) for s in ((64, 32), (48, 32), (48,)))
+    cudakit.fused_linear_gelu_with_preact(x, w, b)
+    keys = [k for (_, k), plan in cublaslt._plans.items() if plan is not None]
+    assert any(k[0] == "bfloat16" and k[1:4] == (64, 32, 48) and k[5] == "gelu_aux_bias" for k in keys), keys
