@@ -49,7 +49,8 @@ for _n in ("add", "sub", "mul", "div", "relu", "relu_backward", "leaky_relu", "l
            "transpose", "permute", "permute_backward", "matrix_transpose",
            "dropout", "dropout_backward", "dropout_mask",
            "matmul", "matrix_multiply", "matmul_backward", "linear", "linear_backward", "fused_linear_gelu",
-           "fused_linear_gelu_with_preact", "fused_linear_gelu_backward"):
+           "fused_linear_gelu_with_preact", "fused_linear_gelu_backward",
+           "attention", "attention_with_lse", "attention_backward", "flash_attention"):
     _LAZY[_n] = ("ops", _n)
 
 

@@ -396,3 +396,25 @@ def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bia
     """(grad_x, grad_weight, grad_bias) of fused_linear_gelu (see Backend.fused_linear_gelu_backward)."""
     return backend_for(grad_out, x, weight, pre).fused_linear_gelu_backward(grad_out, x, weight, pre,
                                                                             approximate, bias)
+
+
+# -- attention (see backends/attention_api.py) ----------------------------------------------------
+
+def attention(q, k, v, scale=None, causal=False):
+    """softmax(q k^T * scale) v, fused (see Backend.attention)."""
+    return backend_for(q, k, v).attention(q, k, v, scale, causal)
+
+
+def attention_with_lse(q, k, v, scale=None, causal=False):
+    """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
+    return backend_for(q, k, v).attention_with_lse(q, k, v, scale, causal)
+
+
+def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False):
+    """(grad_q, grad_k, grad_v) of attention (see Backend.attention_backward)."""
+    return backend_for(grad_out, q, k, v).attention_backward(grad_out, q, k, v, out, lse, scale, causal)
+
+
+def flash_attention(q, k, v, scale=None, block_size=64, causal=False):
+    """attention with a named key block size (see Backend.flash_attention)."""
+    return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal)

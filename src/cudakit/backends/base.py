@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
+from .attention_api import AttentionOps
 from .dropout_api import DropoutOps
 from .layout_api import LayoutOps
 from .linalg_api import LinalgOps
@@ -59,7 +60,7 @@ def _is_real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
 
 
-class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps, LinalgOps):
+class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps, LinalgOps, AttentionOps):
     """An op table plus array helpers. Obtain one with cudakit.get_backend()."""
 
     name = "?"

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from .base import Backend
+from .attention_api import CpuAttentionHooks
 from .dropout_api import CpuDropoutHooks
 from .layout_api import CpuLayoutHooks
 from .linalg_api import CpuLinalgHooks
@@ -130,7 +131,7 @@ def _dtype(dt):
 
 
 class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuLayoutHooks, CpuDropoutHooks,
-                 CpuLinalgHooks, Backend):
+                 CpuLinalgHooks, CpuAttentionHooks, Backend):
     """NumPy implementations of every op."""
 
     name = "cpu"

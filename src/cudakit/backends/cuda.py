@@ -12,6 +12,7 @@ from ..errors import DeviceError
 from ..runtime import _cupy, memory
 from .base import Backend
 from .cpu import _dlpack_on_cuda
+from .attention_api import CudaAttentionHooks
 from .dropout_api import CudaDropoutHooks
 from .layout_api import CudaLayoutHooks
 from .linalg_api import CudaLinalgHooks
@@ -21,7 +22,7 @@ from .softmax_api import CudaSoftmaxHooks
 
 
 class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, CudaLayoutHooks, CudaDropoutHooks,
-                  CudaLinalgHooks, Backend):
+                  CudaLinalgHooks, CudaAttentionHooks, Backend):
     name = "cuda"
     has_custom_kernels = True
 

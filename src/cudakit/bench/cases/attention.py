@@ -1,0 +1,65 @@
+"""Benchmark cases: fused attention forward and backward, (batch, heads, L, 64/128), against
+PyTorch's scaled_dot_product_attention (its flash kernels) in the same run. FLOPs: 4 * B * H * L^2 * D
+forward and 10 * B * H * L^2 * D backward (halved with causal); bytes: q, k, v read and out written
+(forward), plus dO read and dq, dk, dv written (backward)."""
+from __future__ import annotations
+
+import cudakit
+from ..case import Case, Env
+
+_ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def _rand(env: Env, shape, dtype: str, seed: int):
+    dt = cudakit.get_backend("cuda" if env.gpu else "cpu").empty(0, dtype).dtype
+    xp = env.xp
+    if env.gpu:
+        return xp.random.default_rng(seed).standard_normal(shape, dtype=xp.float32).astype(dt)
+    import numpy as np
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32).astype(dt)
+
+
+def _case(env: Env, shape, dtype: str, causal: bool, backward: bool) -> Case:
+    b, h, seq, d = shape
+
+    def setup():
+        q, k, v = (_rand(env, shape, dtype, s) for s in (1, 2, 3))
+        if backward:
+            out, lse = cudakit.attention_with_lse(q, k, v, causal=causal)
+            g = _rand(env, shape, dtype, 4)
+            prov = {"cudakit": lambda: cudakit.attention_backward(g, q, k, v, out, lse, causal=causal)}
+        else:
+            prov = {"cudakit": lambda: cudakit.attention(q, k, v, causal=causal)}
+        if env.gpu and env.torch is not None:
+            t = env.torch
+            tq, tk, tv = (t.from_dlpack(a) for a in (q, k, v))
+            sdpa = t.nn.functional.scaled_dot_product_attention
+            if backward:
+                rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
+                y = sdpa(rq, rk, rv, is_causal=causal)
+                tg = t.from_dlpack(g)
+                prov["torch"] = lambda: t.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True)
+            else:
+                prov["torch"] = lambda: sdpa(tq, tk, tv, is_causal=causal)
+        return prov
+    per = b * h * seq * seq * d * (0.5 if causal else 1.0)
+    flops = int((10 if backward else 4) * per)
+    nbytes = (8 if backward else 4) * b * h * seq * d * _ITEM[dtype]
+    name = "attention" + ("_causal" if causal else "") + ("_backward" if backward else "")
+    return Case(name, "attention", shape, dtype, nbytes, setup, flops=flops)
+
+
+def cases(env: Env) -> list[Case]:
+    if env.gpu:
+        shapes = [(4, 16, 1024, 64)] if env.quick else [(8, 16, 4096, 64), (8, 16, 4096, 128)]
+    else:
+        shapes = [(1, 2, 128, 64)]
+    out = []
+    for dtype in env.dtypes:
+        if env.gpu and dtype == "float32":
+            continue  # float32 runs Triton's IEEE dot (exact, no tensor cores): not a speed contest
+        for shape in shapes:
+            for causal in (False, True):
+                out.append(_case(env, shape, dtype, causal, backward=False))
+                out.append(_case(env, shape, dtype, causal, backward=True))
+    return out

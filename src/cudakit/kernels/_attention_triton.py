@@ -1,0 +1,149 @@
+"""Triton source of the fused attention kernels (imported only once Triton is known to be there).
+
+Forward: one program per (BLOCK_M query rows, batch*head): the scores of a row block against every
+key block stay in registers, with the running max / sum rescaling of online softmax; O and the
+log-sum-exp of each row (natural log, float32) are written. Memory traffic: Q, K, V read once per
+query block, O written once; FLOPs: 4 * BH * Lq * Lk * D (halved with causal).
+Backward (FlashAttention-2): delta = rowsum(dO * O); one kernel accumulates dK, dV per key block
+over the query blocks, another dQ per query block over the key blocks (no atomics); P is
+recomputed from the saved log-sum-exp. FLOPs: 10 * BH * Lq * Lk * D (halved with causal).
+All arrays contiguous [BH, L, D]; D may be any size up to BLOCK_D (masked).
+"""
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32
+             qk_scale, Lq, Lk, D,        # qk_scale: softmax scale * log2(e)
+             CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+             PREC: tl.constexpr):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok, d_ok = rows < Lq, offs_d < D
+    q_base, kv_base = bh * Lq * D, bh * Lk * D
+    q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    hi = Lk
+    if CAUSAL:  # row i attends to keys j <= i: later key blocks are skipped
+        hi = tl.minimum(Lk, (start_m + 1) * BLOCK_M)
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        n_ok = cols < Lk
+        kt = tl.load(K + kv_base + cols[None, :] * D + offs_d[:, None], mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+        s = tl.dot(q, kt, input_precision=PREC) * qk_scale
+        valid = n_ok[None, :]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= rows[:, None])
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        m_i = m_new
+    acc = acc / l_i[:, None]
+    tl.store(O + q_base + rows[:, None] * D + offs_d[None, :], acc.to(O.dtype.element_ty),
+             mask=m_ok[:, None] & d_ok[None, :])
+    tl.store(LSE + bh * Lq + rows, (m_i + tl.math.log2(l_i)) * 0.6931471805599453, mask=m_ok)
+
+
+@triton.jit
+def attn_bwd_delta(O, DO, DELTA, Lq, D,  # O, DO: [BH, Lq, D]; DELTA: [BH, Lq] float32
+                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (rows < Lq)[:, None] & (offs_d < D)[None, :]
+    ptr = bh * Lq * D + rows[:, None] * D + offs_d[None, :]
+    o = tl.load(O + ptr, mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO + ptr, mask=mask, other=0.0).to(tl.float32)
+    tl.store(DELTA + bh * Lq + rows, tl.sum(o * do, 1), mask=rows < Lq)
+
+
+@triton.jit
+def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH, Lk, D]
+                  qk_scale, sm_scale, Lq, Lk, D,
+                  CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                  PREC: tl.constexpr):
+    start_n = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    n_ok, d_ok = cols < Lk, offs_d < D
+    q_base, kv_base = bh * Lq * D, bh * Lk * D
+    kv_mask = n_ok[:, None] & d_ok[None, :]
+    k = tl.load(K + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    lo = 0
+    if CAUSAL:  # rows i < j never see key j
+        lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
+    for start_m in range(lo, Lq, BLOCK_M):
+        rows = start_m + offs_m
+        m_ok = rows < Lq
+        q_mask = m_ok[:, None] & d_ok[None, :]
+        q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+        do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+        lse2 = tl.load(LSE + bh * Lq + rows, mask=m_ok, other=0.0) * 1.4426950408889634
+        delta = tl.load(DELTA + bh * Lq + rows, mask=m_ok, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        valid = m_ok[:, None] & n_ok[None, :]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= rows[:, None])
+        p = tl.where(valid, tl.math.exp2(s - lse2[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    tl.store(DK + kv_base + cols[:, None] * D + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + kv_base + cols[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq, D]
+                qk_scale, sm_scale, Lq, Lk, D,
+                CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                PREC: tl.constexpr):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok, d_ok = rows < Lq, offs_d < D
+    q_base, kv_base = bh * Lq * D, bh * Lk * D
+    q_mask = m_ok[:, None] & d_ok[None, :]
+    q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+    lse2 = tl.load(LSE + bh * Lq + rows, mask=m_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + bh * Lq + rows, mask=m_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    hi = Lk
+    if CAUSAL:
+        hi = tl.minimum(Lk, (start_m + 1) * BLOCK_M)
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        n_ok = cols < Lk
+        kv_mask = n_ok[:, None] & d_ok[None, :]
+        k = tl.load(K + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        valid = m_ok[:, None] & n_ok[None, :]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= rows[:, None])
+        p = tl.where(valid, tl.math.exp2(s - lse2[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    tl.store(DQ + q_base + rows[:, None] * D + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)

@@ -1,0 +1,95 @@
+"""Fused scaled-dot-product attention on the GPU: Triton kernels (kernels/_attention_triton.py)
+compiled and launched by cudakit's Triton runtime, on the current CuPy stream.
+
+Inputs are contiguous [BH, L, D] CuPy arrays of float16, bfloat16 or float32 (float32 products use
+Triton's IEEE dot: exact float32, slower than the tensor cores' 16-bit path), D <= 128. The
+softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
+"""
+from __future__ import annotations
+
+import math
+
+from ..runtime import _cupy
+
+MAX_HEAD_DIM = 128
+KEY_BLOCKS = (16, 32, 64, 128)   # the block sizes flash_attention's block_size may name
+_MAX_GRID_Y = 65535
+_kernels: dict = {}
+
+
+def _k(name: str):
+    """The TritonKernel `name` of the Triton source, made on first use."""
+    k = _kernels.get(name)
+    if k is None:
+        from ..runtime.triton import TritonKernel, _triton
+        _triton()  # BackendUnavailableError naming the extra when Triton is missing
+        from . import _attention_triton as src
+        for n in ("attn_fwd", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq"):
+            _kernels[n] = TritonKernel(getattr(src, n))
+        k = _kernels[name]
+    return k
+
+
+def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
+    """Tile sizes: 128 x 64 tiles and 8 warps for 16-bit data (64 x 32 and 4 warps for float32,
+    whose tiles take twice the shared memory); block_n overrides the key tile."""
+    block_d = max(16, 1 << (d - 1).bit_length())
+    if dtype_name == "float32":
+        cfg = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "PREC": "ieee"}
+    else:
+        cfg = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8 if block_d >= 64 else 4, "num_stages": 3,
+               "PREC": "tf32"}
+    if block_n is not None:
+        cfg["BLOCK_N"] = block_n
+    cfg["BLOCK_D"] = block_d
+    return cfg
+
+
+def _grid(rows: int, block: int, bh: int) -> tuple:
+    if bh > _MAX_GRID_Y:
+        raise ValueError(f"attention: batch * heads must be <= {_MAX_GRID_Y} (got {bh})")
+    return (max(1, math.ceil(rows / block)), bh)
+
+
+def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None):
+    """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v."""
+    cp = _cupy.cupy()
+    bh, lq, d = q.shape
+    lk = k.shape[1]
+    out = cp.empty_like(q)
+    lse = cp.empty((bh, lq), cp.float32)
+    if bh == 0 or lq == 0:
+        return out, lse
+    cfg = _config(dtype_name, d, block_n)
+    _k("attn_fwd")[_grid(lq, cfg["BLOCK_M"], bh)](
+        q, k, v, out, lse, float(scale * math.log2(math.e)), lq, lk, d, CAUSAL=bool(causal), **cfg)
+    return out, lse
+
+
+def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
+    """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it."""
+    cp = _cupy.cupy()
+    bh, lq, d = q.shape
+    lk = k.shape[1]
+    dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
+    if bh == 0 or lk == 0:
+        return dq, dk, dv
+    if lq == 0:  # no query attends: the key and value gradients are zero
+        dk.fill(0)
+        dv.fill(0)
+        return dq, dk, dv
+    cfg = _config(dtype_name, d, None)
+    delta = cp.empty((bh, lq), cp.float32)
+    _k("attn_bwd_delta")[_grid(lq, 64, bh)](out, do, delta, lq, d, BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"], num_warps=4)
+    qk_scale = float(scale * math.log2(math.e))
+    if dtype_name == "float32":
+        kv = dict(cfg, BLOCK_M=32, BLOCK_N=64, num_stages=1)
+        qc = dict(cfg, BLOCK_M=64, BLOCK_N=32, num_stages=1)
+    else:  # key-major tiles for dK/dV, query-major for dQ (FlashAttention-2's split)
+        kv = dict(cfg, BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3)
+        qc = dict(cfg, BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3)
+    _k("attn_bwd_dkdv")[_grid(lk, kv["BLOCK_N"], bh)](
+        q, k, v, do, lse, delta, dk, dv, qk_scale, float(scale), lq, lk, d, CAUSAL=bool(causal), **kv)
+    _k("attn_bwd_dq")[_grid(lq, qc["BLOCK_M"], bh)](
+        q, k, v, do, lse, delta, dq, qk_scale, float(scale), lq, lk, d, CAUSAL=bool(causal), **qc)
+    return dq, dk, dv

@@ -1,0 +1,75 @@
+"""Checks of attention (forward and backward) against float64 references, shared by the CPU and
+GPU tests: `dev` (host array -> the backend's array) and `host` (the backend's array -> NumPy)."""
+import math
+
+import numpy as np
+from helpers import np_dtype
+
+import cudakit
+
+# per-dtype error allowance relative to the size of the terms (|P| |V| etc.): 16-bit operands are
+# rounded on their way into the tensor cores (P and dS to 16 bits), float32 stays exact-ish
+_TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 2e-5, "float64": 1e-12}
+
+
+def data(rng, shape, dtype, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(np_dtype(dtype))
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def reference(q, k, v, scale, causal, g=None):
+    """float64 (out, lse, dq, dk, dv) of softmax(q k^T scale) v, [..., L, D] arrays."""
+    q, k, v = f64(q), f64(k), f64(v)
+    s = q @ k.swapaxes(-1, -2) * scale
+    if causal:
+        lq, lk = s.shape[-2:]
+        s = np.where(np.arange(lk)[None, :] <= np.arange(lq)[:, None], s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - m)
+    lse = (m + np.log(e.sum(-1, keepdims=True)))[..., 0]
+    p = np.exp(s - lse[..., None])
+    out = p @ v
+    if g is None:
+        return out, lse, p
+    g = f64(g)
+    dv = p.swapaxes(-1, -2) @ g
+    dp = g @ v.swapaxes(-1, -2)
+    ds = p * (dp - (g * out).sum(-1, keepdims=True))
+    return out, lse, p, ds @ k * scale, ds.swapaxes(-1, -2) @ q * scale, dv
+
+
+def _close(got, want, scale_ref, dtype, what):
+    got = f64(got)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    assert np.isfinite(got).all(), f"{what}: non-finite values"
+    err = np.abs(got - want)
+    tol = _TOL[dtype] * (scale_ref + np.abs(want)) + 1e-30
+    bad = err > tol
+    assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} off, worst err {err.max():.3g} (tol {tol.max():.3g})"
+
+
+def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, block_size=None):
+    q, k, v = data(rng, lead + (lq, d), dtype), data(rng, lead + (lk, d), dtype), data(rng, lead + (lk, d), dtype)
+    g = data(rng, lead + (lq, d), dtype)
+    sc = 1 / math.sqrt(d) if scale is None else scale
+    out_r, lse_r, p, dq_r, dk_r, dv_r = reference(q, k, v, sc, causal, g)
+    if block_size is not None:
+        out = host(cudakit.flash_attention(dev(q), dev(k), dev(v), scale, block_size=block_size, causal=causal))
+        _close(out, out_r, np.abs(p) @ np.abs(f64(v)), dtype, "out (flash_attention)")
+        return
+    out_d, lse_d = cudakit.attention_with_lse(dev(q), dev(k), dev(v), scale, causal)
+    out, lse = host(out_d), host(lse_d)
+    assert out.dtype == np_dtype(dtype) and out.shape == q.shape
+    _close(out, out_r, np.abs(p) @ np.abs(f64(v)), dtype, "out")
+    _close(lse, lse_r, np.abs(lse_r) * 0 + 1.0, dtype, "lse")
+    dq, dk, dv = (host(t) for t in cudakit.attention_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d, scale, causal))
+    ag, aq, ak, av = (np.abs(f64(t)) for t in (g, q, k, v))
+    # size of the terms: |dS| built from |P| (|dO| |V| + |dO . O|)
+    ds_abs = np.abs(p) * (ag @ av.swapaxes(-1, -2) + np.abs((f64(g) * out_r).sum(-1, keepdims=True)))
+    _close(dv, dv_r, np.abs(p).swapaxes(-1, -2) @ ag, dtype, "dv")
+    _close(dq, dq_r, ds_abs @ ak * sc, dtype, "dq")
+    _close(dk, dk_r, ds_abs.swapaxes(-1, -2) @ aq * sc, dtype, "dk")
+    assert dq.dtype == dk.dtype == dv.dtype == np_dtype(dtype)

@@ -1,0 +1,56 @@
+"""attention through the Triton kernels (kernels/attention.py) against float64 references."""
+import attention_checks as ac
+import numpy as np
+import pytest
+
+import cudakit
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+pytest.importorskip("triton")
+
+GPU_DTYPES = ["float16", "bfloat16", "float32"]
+
+
+def _dev(x):
+    return cp.asarray(x)
+
+
+def _host(x):
+    assert isinstance(x, cp.ndarray)
+    return cp.asnumpy(x)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lead,lq,lk,d", [((), 1, 1, 1), ((2, 3), 17, 29, 8), ((1,), 64, 64, 64), ((2,), 33, 5, 24),
+                                          ((1, 2), 257, 300, 128), ((4,), 130, 130, 80), ((), 0, 4, 8),
+                                          ((2, 2), 1000, 1000, 64)])
+def test_attention(lead, lq, lk, d, dtype, causal, rng):
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal)
+
+
+@pytest.mark.parametrize("block_size", [16, 32, 64, 128])
+def test_flash_attention_block_sizes(block_size, rng):
+    ac.check_attention(_dev, _host, rng, (2, 2), 200, 190, 64, "bfloat16", False, block_size=block_size)
+
+
+def test_seed_example(rng):
+    """The seed's call: float32 (4, 8, 512, 64), scale = 1 / cp.sqrt(head_dim) (a 0-d array)."""
+    q, k, v = (cp.asarray(ac.data(rng, (4, 8, 512, 64), "float32")) for _ in range(3))
+    out = cudakit.get_backend("cuda").flash_attention(q, k, v, 1.0 / cp.sqrt(64), block_size=64)
+    want = ac.reference(cp.asnumpy(q), cp.asnumpy(k), cp.asnumpy(v), 0.125, False)[0]
+    np.testing.assert_allclose(cp.asnumpy(out), want, rtol=1e-4, atol=1e-4)
+
+
+def test_same_as_cpu_and_errors(rng):
+    q = ac.data(rng, (2, 3, 40, 32), "bfloat16")
+    got = cp.asnumpy(cudakit.attention(cp.asarray(q), cp.asarray(q), cp.asarray(q), causal=True))
+    want = cudakit.attention(q, q, q, causal=True)
+    np.testing.assert_allclose(ac.f64(got), ac.f64(want), atol=2e-2, rtol=2e-2)
+    with pytest.raises(cudakit.DTypeError, match="float64"):
+        cudakit.attention(*(cp.asarray(q.astype(np.float64)),) * 3)
+    with pytest.raises(cudakit.ShapeError, match="head_dim must be <= 128"):
+        cudakit.attention(*(cp.zeros((1, 4, 256), cp.float16),) * 3)
+    with pytest.raises(cudakit.DeviceError):
+        cudakit.get_backend("cuda").attention(q, cp.asarray(q), cp.asarray(q))

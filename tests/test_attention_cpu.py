@@ -1,0 +1,98 @@
+"""attention on the CPU backend against float64 references; the Triton kernels compiled for sm_90
+without a GPU; argument errors."""
+import subprocess
+import sys
+
+import attention_checks as ac
+import numpy as np
+import pytest
+from helpers import DTYPES
+
+import cudakit
+
+
+def _dev(x):
+    return x
+
+
+def _host(x):
+    return np.asarray(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lead,lq,lk,d", [((), 1, 1, 1), ((2, 3), 17, 29, 8), ((1,), 64, 64, 64), ((2,), 33, 5, 24),
+                                          ((), 0, 4, 8)])
+def test_attention(lead, lq, lk, d, dtype, causal, rng):
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal)
+
+
+def test_flash_attention_seed_call(rng):
+    """cuda_backend.flash_attention(q, k, v, scale, block_size=64) with a 0-d array as scale."""
+    ac.check_attention(_dev, _host, rng, (2, 2), 40, 40, 16, "float32", False, scale=np.float32(0.25), block_size=64)
+    q = ac.data(rng, (1, 2, 8, 16), "float32")
+    scale = 1.0 / np.sqrt(np.float32(16))
+    np.testing.assert_allclose(cudakit.flash_attention(q, q, q, scale, block_size=64),
+                               cudakit.attention(q, q, q), rtol=1e-6)
+
+
+def test_errors(rng):
+    q = ac.data(rng, (2, 5, 8), "float32")
+    with pytest.raises(cudakit.ShapeError, match="k and v must be"):
+        cudakit.attention(q, ac.data(rng, (2, 5, 4), "float32"), ac.data(rng, (2, 5, 4), "float32"))
+    with pytest.raises(cudakit.ShapeError, match="at least one position"):
+        cudakit.attention(q, ac.data(rng, (2, 0, 8), "float32"), ac.data(rng, (2, 0, 8), "float32"))
+    with pytest.raises(cudakit.ShapeError, match="length, head_dim"):
+        cudakit.attention(q[0, 0], q[0, 0], q[0, 0])
+    with pytest.raises(cudakit.DTypeError):
+        cudakit.attention(q, q.astype(np.float64), q)
+    with pytest.raises(ValueError, match="block_size must be one of"):
+        cudakit.flash_attention(q, q, q, block_size=48)
+    with pytest.raises(ValueError, match="scale must be finite"):
+        cudakit.attention(q, q, q, scale=float("inf"))
+    out, lse = cudakit.attention_with_lse(q, q, q)
+    with pytest.raises(cudakit.ShapeError, match="lse must have shape"):
+        cudakit.attention_backward(out, q, q, q, out, lse[:, :3])
+    with pytest.raises(cudakit.ShapeError, match="grad_out must have q's shape"):
+        cudakit.attention_backward(out[:, :3], q, q, q, out, lse)
+
+
+def test_triton_kernels_compile_for_sm90_without_gpu():
+    """Every attention kernel, 16-bit and float32, causal or not, compiles for sm_90 here."""
+    pytest.importorskip("triton")
+    code = r'''
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+import triton
+from cudakit.kernels import _attention_triton as src
+from cudakit.kernels.attention import _config
+target = GPUTarget("cuda", 90, 32)
+def compile(fn, ptr_types, n_f32, n_i32, consts):
+    names = [p.name for p in fn.params]
+    opts = {k: consts.pop(k) for k in ("num_warps", "num_stages") if k in consts}
+    sig, cidx = {}, {}
+    rt = [n for n in names if n not in consts]
+    types = ptr_types + ["fp32"] * n_f32 + ["i32"] * n_i32
+    assert len(rt) == len(types), (rt, types)
+    for n, t in zip(rt, types):
+        sig[n] = t
+    for n, v in consts.items():
+        sig[n] = "constexpr"
+        cidx[(names.index(n),)] = v
+    c = triton.compile(ASTSource(fn, sig, cidx), target=target, options=opts)
+    assert len(c.asm["cubin"]) > 1000
+    return c
+for dt, code in (("bfloat16", "bf16"), ("float32", "fp32")):
+    cfg = _config(dt, 64, None)
+    for causal in (False, True):
+        c = dict(cfg, CAUSAL=causal)
+        opts = {k: c.pop(k) for k in ("num_warps", "num_stages")}
+        compile(src.attn_fwd, ["*" + code] * 4 + ["*fp32"], 1, 3, dict(c, **opts))
+        compile(src.attn_bwd_dkdv, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code] * 2, 2, 3, dict(c, **opts))
+        compile(src.attn_bwd_dq, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code], 2, 3, dict(c, **opts))
+    compile(src.attn_bwd_delta, ["*" + code] * 2 + ["*fp32"], 0, 2, {"BLOCK_M": 64, "BLOCK_D": 64})
+print("COMPILED")
+'''
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "COMPILED" in r.stdout
