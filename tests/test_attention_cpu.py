@@ -65,10 +65,11 @@ from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 import triton
 from cudakit.kernels import _attention_triton as src
-from cudakit.kernels.attention import _config
+from cudakit.kernels.attention import _backward_configs, _config
 target = GPUTarget("cuda", 90, 32)
 def compile(fn, ptr_types, n_f32, n_i32, consts):
     names = [p.name for p in fn.params]
+    consts = dict(consts)
     opts = {k: consts.pop(k) for k in ("num_warps", "num_stages") if k in consts}
     sig, cidx = {}, {}
     rt = [n for n in names if n not in consts]
@@ -82,15 +83,14 @@ def compile(fn, ptr_types, n_f32, n_i32, consts):
     c = triton.compile(ASTSource(fn, sig, cidx), target=target, options=opts)
     assert len(c.asm["cubin"]) > 1000
     return c
-for dt, code in (("bfloat16", "bf16"), ("float32", "fp32")):
-    cfg = _config(dt, 64, None)
+for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float32", "fp32", 64)):
+    cfg = _config(dt, d, None)
+    kv, qc = _backward_configs(dt, cfg)
     for causal in (False, True):
-        c = dict(cfg, CAUSAL=causal)
-        opts = {k: c.pop(k) for k in ("num_warps", "num_stages")}
-        compile(src.attn_fwd, ["*" + code] * 4 + ["*fp32"], 1, 3, dict(c, **opts))
-        compile(src.attn_bwd_dkdv, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code] * 2, 2, 3, dict(c, **opts))
-        compile(src.attn_bwd_dq, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code], 2, 3, dict(c, **opts))
-    compile(src.attn_bwd_delta, ["*" + code] * 2 + ["*fp32"], 0, 2, {"BLOCK_M": 64, "BLOCK_D": 64})
+        compile(src.attn_fwd, ["*" + code] * 4 + ["*fp32"], 1, 3, dict(cfg, CAUSAL=causal))
+        compile(src.attn_bwd_dkdv, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code] * 2, 2, 3, dict(kv, CAUSAL=causal))
+        compile(src.attn_bwd_dq, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code], 2, 3, dict(qc, CAUSAL=causal))
+    compile(src.attn_bwd_delta, ["*" + code] * 2 + ["*fp32"], 0, 2, {"BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
 print("COMPILED")
 '''
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -31,18 +31,31 @@ def _k(name: str):
 
 
 def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
-    """Tile sizes: 128 x 64 tiles and 8 warps for 16-bit data (64 x 32 and 4 warps for float32,
-    whose tiles take twice the shared memory); block_n overrides the key tile."""
+    """Forward tile sizes: 128 x 64 for 16-bit data (8 warps from head_dim 128, whose
+    accumulators would spill with 4), 64 x 32 for float32 (twice the shared memory per tile);
+    block_n overrides the key tile."""
     block_d = max(16, 1 << (d - 1).bit_length())
     if dtype_name == "float32":
         cfg = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "PREC": "ieee"}
     else:
-        cfg = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8 if block_d >= 64 else 4, "num_stages": 3,
+        cfg = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8 if block_d >= 128 else 4, "num_stages": 3,
                "PREC": "tf32"}
     if block_n is not None:
         cfg["BLOCK_N"] = block_n
     cfg["BLOCK_D"] = block_d
     return cfg
+
+
+def _backward_configs(dtype_name: str, cfg: dict) -> tuple[dict, dict]:
+    """(dK/dV kernel, dQ kernel) tiles: key-major and query-major (FlashAttention-2's split); at
+    head_dim 128 square 64 x 64 tiles on 8 warps, so the two float32 accumulators fit registers."""
+    if dtype_name == "float32":
+        return dict(cfg, BLOCK_M=32, BLOCK_N=64, num_stages=1), dict(cfg, BLOCK_M=64, BLOCK_N=32, num_stages=1)
+    if cfg["BLOCK_D"] >= 128:
+        t = dict(cfg, BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)
+        return t, t
+    return (dict(cfg, BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
+            dict(cfg, BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
 
 
 def _grid(rows: int, block: int, bh: int) -> tuple:
@@ -82,12 +95,7 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str)
     delta = cp.empty((bh, lq), cp.float32)
     _k("attn_bwd_delta")[_grid(lq, 64, bh)](out, do, delta, lq, d, BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"], num_warps=4)
     qk_scale = float(scale * math.log2(math.e))
-    if dtype_name == "float32":
-        kv = dict(cfg, BLOCK_M=32, BLOCK_N=64, num_stages=1)
-        qc = dict(cfg, BLOCK_M=64, BLOCK_N=32, num_stages=1)
-    else:  # key-major tiles for dK/dV, query-major for dQ (FlashAttention-2's split)
-        kv = dict(cfg, BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3)
-        qc = dict(cfg, BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3)
+    kv, qc = _backward_configs(dtype_name, cfg)
     _k("attn_bwd_dkdv")[_grid(lk, kv["BLOCK_N"], bh)](
         q, k, v, do, lse, delta, dk, dv, qk_scale, float(scale), lq, lk, d, CAUSAL=bool(causal), **kv)
     _k("attn_bwd_dq")[_grid(lq, qc["BLOCK_M"], bh)](
