@@ -128,3 +128,12 @@ def test_scalar_operand(op, left, dtype, rng):
     assert_same(out, _scalar_reference("sub", x[:, ::2], 1.5, False))
     with pytest.raises(DTypeError):
         cudakit.add(2.0, 3.0)
+
+
+def test_memory_stats_reads_like_a_dict():
+    from cudakit.runtime.memory import MemoryStats
+    s = MemoryStats(device=0, allocated=1024, reserved=4096, peak_allocated=2048, allocations=3, frees=1,
+                    oom_retries=0, fragmentation=0.75, limit=None)
+    assert s["allocated"] == 1024 and s["reserved"] == 4096 and s.as_dict()["frees"] == 1
+    with pytest.raises(KeyError, match="MemoryStats fields: device, allocated"):
+        s["cached"]

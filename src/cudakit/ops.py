@@ -418,3 +418,35 @@ def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False):
 def flash_attention(q, k, v, scale=None, block_size=64, causal=False):
     """attention with a named key block size (see Backend.flash_attention)."""
     return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal)
+
+
+# -- convolution and pooling (see backends/conv_api.py) -------------------------------------------
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1):
+    """2-D convolution, NCHW (see Backend.conv2d)."""
+    return backend_for(x, weight, bias).conv2d(x, weight, bias, stride, padding, dilation)
+
+
+def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True):
+    """(grad_x, grad_weight, grad_bias) of conv2d (see Backend.conv2d_backward)."""
+    return backend_for(grad_out, x, weight).conv2d_backward(grad_out, x, weight, stride, padding, dilation, bias)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0):
+    """Max over windows, NCHW (see Backend.max_pool2d)."""
+    return backend_for(x).max_pool2d(x, kernel_size, stride, padding)
+
+
+def max_pool2d_backward(grad_out, x, kernel_size, stride=None, padding=0):
+    """dL/dx of max_pool2d (see Backend.max_pool2d_backward)."""
+    return backend_for(grad_out, x).max_pool2d_backward(grad_out, x, kernel_size, stride, padding)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0):
+    """Mean over windows, NCHW (see Backend.avg_pool2d)."""
+    return backend_for(x).avg_pool2d(x, kernel_size, stride, padding)
+
+
+def avg_pool2d_backward(grad_out, x, kernel_size, stride=None, padding=0):
+    """dL/dx of avg_pool2d (see Backend.avg_pool2d_backward)."""
+    return backend_for(grad_out, x).avg_pool2d_backward(grad_out, x, kernel_size, stride, padding)

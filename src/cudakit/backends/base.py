@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from .attention_api import AttentionOps
+from .conv_api import ConvOps
 from .dropout_api import DropoutOps
 from .layout_api import LayoutOps
 from .linalg_api import LinalgOps
@@ -60,7 +61,8 @@ def _is_real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
 
 
-class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps, LinalgOps, AttentionOps):
+class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps, LinalgOps, AttentionOps,
+              ConvOps):
     """An op table plus array helpers. Obtain one with cudakit.get_backend()."""
 
     name = "?"

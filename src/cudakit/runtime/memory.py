@@ -44,6 +44,13 @@ class MemoryStats:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def __getitem__(self, key: str):
+        """stats["allocated"] as stats.allocated (the dict-style access Genesis-style code uses);
+        KeyError naming the fields for an unknown key."""
+        if key not in self.__dataclass_fields__:
+            raise KeyError(f"{key!r}; MemoryStats fields: {', '.join(self.__dataclass_fields__)}")
+        return getattr(self, key)
+
 
 class _Counters:
     __slots__ = ("allocations", "frees", "oom_retries", "peak", "allocated")

@@ -1,0 +1,213 @@
+"""conv2d, max_pool2d and avg_pool2d (NCHW, PyTorch's conventions), forward and backward, shared by
+every backend as a mixin of Backend.
+
+conv2d is an im2col convolution: the input's windows are gathered (a strided view copied once,
+C*R*S x Ho*Wo per image) and multiplied by the (K, C*R*S) weight through the backend's matmul
+(cuBLAS on the GPU), so it needs R*S times the input's memory for that copy. Its backward is two
+more batched GEMMs plus a col2im scatter-add (one strided add per kernel tap); 16-bit data are
+accumulated in float32 and rounded once. Pooling reduces the windows through the backend's max / argmax / sum.
+"""
+from __future__ import annotations
+
+import numbers
+import sys
+
+import numpy as np
+
+from ..errors import ShapeError
+
+
+def _xp(x):
+    cp = sys.modules.get("cupy")
+    return cp if cp is not None and isinstance(x, cp.ndarray) else np
+
+
+def _pair(op: str, name: str, v, minimum: int) -> tuple[int, int]:
+    t = (v, v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else tuple(v) if isinstance(v, (tuple, list)) else None
+    if t is None or len(t) != 2 or not all(isinstance(e, numbers.Integral) and not isinstance(e, bool) for e in t):
+        raise ValueError(f"{op}: {name} must be an int or a pair of ints (got {v!r})")
+    if min(t) < minimum:
+        raise ValueError(f"{op}: {name} must be >= {minimum} (got {v!r})")
+    return int(t[0]), int(t[1])
+
+
+def _out_size(op, size, k, stride, pad, dil, axis):
+    span = dil * (k - 1) + 1
+    o = (size + 2 * pad - span) // stride + 1
+    if size + 2 * pad < span:
+        raise ShapeError(f"{op}: the window ({span} with dilation) is larger than the padded input along {axis} "
+                         f"({size} + 2 * {pad})")
+    return o
+
+
+class ConvOps:
+    """conv2d, max_pool2d, avg_pool2d and their backward passes (mixed into Backend)."""
+
+    def _padded(self, x, ph: int, pw: int, value: float):
+        if ph == 0 and pw == 0:
+            return self._ascontiguous(x)
+        xp = _xp(x)
+        n, c, h, w = x.shape
+        out = xp.full((n, c, h + 2 * ph, w + 2 * pw), value, x.dtype)
+        out[:, :, ph:ph + h, pw:pw + w] = x
+        return out
+
+    @staticmethod
+    def _windows(xp_arr, r, s, ho, wo, sh, sw, dh, dw, order: str):
+        """A strided view of the windows of a contiguous (N, C, Hp, Wp) array: (N, C, R, S, Ho, Wo)
+        for order "rs_first" (im2col), (N, C, Ho, Wo, R, S) otherwise (pooling)."""
+        xp = _xp(xp_arr)
+        st = xp_arr.strides
+        tap = (st[2] * dh, st[3] * dw)
+        pos = (st[2] * sh, st[3] * sw)
+        n, c = xp_arr.shape[:2]
+        if order == "rs_first":
+            return xp.lib.stride_tricks.as_strided(xp_arr, (n, c, r, s, ho, wo), (st[0], st[1]) + tap + pos)
+        return xp.lib.stride_tricks.as_strided(xp_arr, (n, c, ho, wo, r, s), (st[0], st[1]) + pos + tap)
+
+    def _conv_args(self, op, named, stride, padding, dilation):
+        arrs, _ = self._norm_arrays(op, named)
+        x, w = arrs["x"], arrs["weight"]
+        if x.ndim != 4:
+            raise ShapeError(f"{op}: x must be (N, C, H, W) (got {tuple(x.shape)})")
+        if w.ndim != 4 or w.shape[1] != x.shape[1]:
+            raise ShapeError(f"{op}: weight must be (K, C, R, S) with C = {x.shape[1]} (x's channels); "
+                             f"got {tuple(w.shape)}")
+        b = arrs.get("bias")
+        if b is not None and tuple(b.shape) != (w.shape[0],):
+            raise ShapeError(f"{op}: bias must have shape ({w.shape[0]},) (got {tuple(b.shape)})")
+        sh, sw = _pair(op, "stride", stride, 1)
+        ph, pw = _pair(op, "padding", padding, 0)
+        dh, dw = _pair(op, "dilation", dilation, 1)
+        r, s = w.shape[2:]
+        if r == 0 or s == 0 or w.shape[1] == 0:
+            raise ShapeError(f"{op}: weight {tuple(w.shape)} has an empty dimension")
+        ho = _out_size(op, x.shape[2], r, sh, ph, dh, "H")
+        wo = _out_size(op, x.shape[3], s, sw, pw, dw, "W")
+        return arrs, (sh, sw, ph, pw, dh, dw, r, s, ho, wo)
+
+    def _cols(self, x, geo):
+        sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
+        n, c = x.shape[:2]
+        win = self._windows(self._padded(x, ph, pw, 0.0), r, s, ho, wo, sh, sw, dh, dw, "rs_first")
+        return self._ascontiguous(win).reshape(n, c * r * s, ho * wo)
+
+    # ---- conv2d ----------------------------------------------------------------------------
+    def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1):
+        """2-D cross-correlation, PyTorch's conv2d (groups = 1).
+
+        x: (N, C, H, W); weight: (K, C, R, S); bias: (K,) or None; one float dtype. stride,
+        padding (zeros), dilation: an int or a pair. Returns (N, K, Ho, Wo) with
+        Ho = (H + 2 ph - dh (R - 1) - 1) // sh + 1 (Wo likewise). 16-bit data accumulate in float32."""
+        op = "conv2d"
+        arrs, geo = self._conv_args(op, {"x": x, "weight": weight, "bias": bias}, stride, padding, dilation)
+        x, w, b = arrs["x"], arrs["weight"], arrs["bias"]
+        n, k = x.shape[0], w.shape[0]
+        ho, wo = geo[8], geo[9]
+        acc = "float64" if x.dtype == np.float64 else "float32"
+        with self._device_scope(x):
+            w3, tw = self._operand(self._ascontiguous(w).reshape(k, -1), ())
+            cols = self._cols(x, geo)                                           # (N, C*R*S, Ho*Wo)
+            y = self._product(w3, tw, cols, False, n, k, ho * wo, acc)          # float32 accumulator
+            if b is not None:
+                self.add(y, b.astype(acc).reshape(k, 1), out=y)
+            y = y.astype(x.dtype)                                               # rounded once
+        return y.reshape(n, k, ho, wo)
+
+    def conv2d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True):
+        """(grad_x, grad_weight, grad_bias) of y = conv2d(x, weight, bias, stride, padding, dilation)
+        for dL/dy = grad_out (N, K, Ho, Wo); grad_bias None when `bias` is False."""
+        op = "conv2d_backward"
+        arrs, geo = self._conv_args(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding, dilation)
+        x, w, g = arrs["x"], arrs["weight"], arrs["grad_out"]
+        sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
+        n, c, h, wd = x.shape
+        k = w.shape[0]
+        if tuple(g.shape) != (n, k, ho, wo):
+            raise ShapeError(f"{op}: grad_out must have shape {(n, k, ho, wo)} (got {tuple(g.shape)})")
+        acc = "float64" if x.dtype == np.float64 else "float32"
+        crs = c * r * s
+        with self._device_scope(x):
+            g3 = self._ascontiguous(g).reshape(n, k, ho * wo)
+            w3, tw = self._operand(self._ascontiguous(w).reshape(k, crs), ())
+            cols = self._cols(x, geo)
+            # grad_weight = sum_n g[n] cols[n]^T, per image in float32, summed, rounded once
+            gw = self.sum(self._product(g3, False, cols, True, n, k, crs, acc), axis=0).astype(x.dtype)
+            gb = self.sum(g3, axis=(0, 2)) if bias else None
+            gcols = self._product(w3, not tw, g3, False, n, crs, ho * wo, acc)   # W^T g, float32
+            # col2im: each tap (r, s) adds its rows of gcols back onto the padded input
+            xp = _xp(x)
+            gcols = gcols.reshape(n, c, r, s, ho, wo)
+            gx = xp.zeros((n, c, h + 2 * ph, wd + 2 * pw), acc)
+            for i in range(r):
+                for j in range(s):
+                    gx[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw] += gcols[:, :, i, j]
+            gx = self._ascontiguous(gx[:, :, ph:ph + h, pw:pw + wd]).astype(x.dtype)
+        return gx, gw.reshape(w.shape), gb
+
+    # ---- pooling ---------------------------------------------------------------------------
+    def _pool_args(self, op, x, kernel_size, stride, padding):
+        arrs, _ = self._norm_arrays(op, {"x": x})
+        x = arrs["x"]
+        if x.ndim != 4:
+            raise ShapeError(f"{op}: x must be (N, C, H, W) (got {tuple(x.shape)})")
+        r, s = _pair(op, "kernel_size", kernel_size, 1)
+        sh, sw = _pair(op, "stride", kernel_size if stride is None else stride, 1)
+        ph, pw = _pair(op, "padding", padding, 0)
+        if ph > r // 2 or pw > s // 2:
+            raise ValueError(f"{op}: padding must be <= half the kernel size ({r // 2}, {s // 2}) (got {padding!r})")
+        ho = _out_size(op, x.shape[2], r, sh, ph, 1, "H")
+        wo = _out_size(op, x.shape[3], s, sw, pw, 1, "W")
+        return x, (sh, sw, ph, pw, 1, 1, r, s, ho, wo)
+
+    def _pool_windows(self, x, geo, pad_value):
+        sh, sw, ph, pw, _, _, r, s, ho, wo = geo
+        return self._windows(self._padded(x, ph, pw, pad_value), r, s, ho, wo, sh, sw, 1, 1, "pos_first")
+
+    def max_pool2d(self, x, kernel_size, stride=None, padding=0):
+        """Max over each (R, S) window of x (N, C, H, W), PyTorch's max_pool2d: stride defaults to
+        kernel_size, padding (<= half the kernel, with -inf) on both sides; a window holding a NaN
+        gives NaN. Returns (N, C, Ho, Wo)."""
+        x, geo = self._pool_args("max_pool2d", x, kernel_size, stride, padding)
+        with self._device_scope(x):
+            return self.max(self._pool_windows(x, geo, -np.inf), axis=(4, 5))
+
+    def max_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0):
+        """dL/dx of max_pool2d: each window's gradient goes to its first largest element (the
+        first NaN where there is one), recomputed from x."""
+        op = "max_pool2d_backward"
+        x, geo = self._pool_args(op, x, kernel_size, stride, padding)
+        return self._pool_backward(op, grad_out, x, geo, "max")
+
+    def avg_pool2d(self, x, kernel_size, stride=None, padding=0):
+        """Mean over each (R, S) window of x (N, C, H, W), PyTorch's avg_pool2d with its default
+        count_include_pad=True (padding zeros count); 16-bit data summed in float32."""
+        x, geo = self._pool_args("avg_pool2d", x, kernel_size, stride, padding)
+        with self._device_scope(x):  # mean: float32 sum and division, one rounding
+            return self.mean(self._pool_windows(x, geo, 0.0), axis=(4, 5))
+
+    def avg_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0):
+        """dL/dx of avg_pool2d: grad_out / (R * S) spread over each window."""
+        op = "avg_pool2d_backward"
+        x, geo = self._pool_args(op, x, kernel_size, stride, padding)
+        return self._pool_backward(op, grad_out, x, geo, "avg")
+
+    def _pool_backward(self, op, grad_out, x, geo, kind):
+        sh, sw, ph, pw, _, _, r, s, ho, wo = geo
+        n, c, h, w = x.shape
+        g = self._norm_arrays(op, {"x": x, "grad_out": grad_out})[0]["grad_out"]
+        if tuple(g.shape) != (n, c, ho, wo):
+            raise ShapeError(f"{op}: grad_out must have shape {(n, c, ho, wo)} (got {tuple(g.shape)})")
+        xp = _xp(x)
+        acc = "float64" if x.dtype == np.float64 else "float32"
+        with self._device_scope(x):
+            g32 = g.astype(acc)
+            if kind == "max":
+                win = self._ascontiguous(self._pool_windows(x, geo, -np.inf)).reshape(n, c, ho, wo, r * s)
+                idx = self.argmax(win, axis=4)
+            gx = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), acc)
+            for i in range(r):
+                for j in range(s):
+                    part = g32 * (1.0 / (r * s)) if kind == "avg" else xp.where(idx == i * s + j, g32, 0)
+                    gx[:, :, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw] += part
+            return self._ascontiguous(gx[:, :, ph:ph + h, pw:pw + w]).astype(x.dtype)

@@ -1,0 +1,130 @@
+"""Checks of conv2d, max_pool2d and avg_pool2d (forward and backward) against float64 loop
+references, shared by the CPU and GPU tests (`dev`: host -> backend array, `host`: back)."""
+import numpy as np
+from helpers import np_dtype
+
+import cudakit
+
+_U = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
+_TINY = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149, "float64": 0.0}
+
+
+def data(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(np_dtype(dtype))
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def _pad(x, ph, pw, value=0.0):
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def conv_reference(x, w, b, stride, pad, dil):
+    """float64 (y, |x| * |w| sums for the bounds) by explicit taps."""
+    x, w = f64(x), f64(w)
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
+    xp = _pad(x, ph, pw)
+    ho = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+    wo = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    y = np.zeros((n, k, ho, wo))
+    mag = np.zeros_like(y)
+    for i in range(r):
+        for j in range(s):
+            patch = xp[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw]
+            y += np.einsum("nchw,kc->nkhw", patch, w[:, :, i, j])
+            mag += np.einsum("nchw,kc->nkhw", np.abs(patch), np.abs(w[:, :, i, j]))
+    if b is not None:
+        y += f64(b)[None, :, None, None]
+        mag += np.abs(f64(b))[None, :, None, None]
+    return y, mag, (ho, wo)
+
+
+def _close(got, want, mag, terms, dtype, what):
+    got = f64(got)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    u_acc = 2.0**-53 if dtype == "float64" else 2.0**-24
+    tol = _U[dtype] * np.abs(want) + 2 * terms * u_acc * mag + _TINY[dtype]
+    err = np.abs(got - want)
+    bad = err > tol
+    assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} off, worst {np.max(err - tol):.3g} over"
+
+
+def check_conv2d(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, with_bias=True):
+    x, wt = data(rng, (n, c, h, w), dtype), data(rng, (k, c, r, s), dtype)
+    b = data(rng, (k,), dtype) if with_bias else None
+    y = host(cudakit.conv2d(dev(x), dev(wt), None if b is None else dev(b), stride, pad, dil))
+    want, mag, (ho, wo) = conv_reference(x, wt, b, _two(stride), _two(pad), _two(dil))
+    _close(y, want, mag, c * r * s + 1, dtype, "conv2d")
+    assert y.dtype == np_dtype(dtype)
+    # backward through the adjoint identity <g, conv(x)> against float64 finite-free references
+    g = data(rng, (n, k, ho, wo), dtype)
+    gx, gw, gb = cudakit.conv2d_backward(dev(g), dev(x), dev(wt), stride, pad, dil, with_bias)
+    gx, gw = host(gx), host(gw)
+    rgx, rgw, magx, magw = _conv_grads(f64(g), f64(x), f64(wt), _two(stride), _two(pad), _two(dil))
+    _close(gx, rgx, magx, k * r * s, dtype, "grad_x")
+    _close(gw, rgw, magw, n * ho * wo, dtype, "grad_weight")
+    if with_bias:
+        _close(host(gb), f64(g).sum(axis=(0, 2, 3)), np.abs(f64(g)).sum(axis=(0, 2, 3)), n * ho * wo, dtype, "grad_bias")
+    else:
+        assert gb is None
+
+
+def _two(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _conv_grads(g, x, w, stride, pad, dil):
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
+    ho, wo = g.shape[2:]
+    xp = _pad(x, ph, pw)
+    gxp, magxp = np.zeros_like(xp), np.zeros_like(xp)
+    gw, magw = np.zeros_like(w), np.zeros_like(w)
+    for i in range(r):
+        for j in range(s):
+            sl = (slice(None), slice(None), slice(i * dh, i * dh + sh * (ho - 1) + 1, sh),
+                  slice(j * dw, j * dw + sw * (wo - 1) + 1, sw))
+            gxp[sl] += np.einsum("nkhw,kc->nchw", g, w[:, :, i, j])
+            magxp[sl] += np.einsum("nkhw,kc->nchw", np.abs(g), np.abs(w[:, :, i, j]))
+            gw[:, :, i, j] = np.einsum("nkhw,nchw->kc", g, xp[sl])
+            magw[:, :, i, j] = np.einsum("nkhw,nchw->kc", np.abs(g), np.abs(xp[sl]))
+    crop = (slice(None), slice(None), slice(ph, ph + h), slice(pw, pw + wd))
+    return gxp[crop], gw, magxp[crop], magw
+
+
+def check_pool(dev, host, rng, kind, n, c, h, w, ksize, stride, pad, dtype, nan=False):
+    x = data(rng, (n, c, h, w), dtype)
+    if nan:
+        x[0, 0, 1, 1] = np.nan
+    fwd = cudakit.max_pool2d if kind == "max" else cudakit.avg_pool2d
+    bwd = cudakit.max_pool2d_backward if kind == "max" else cudakit.avg_pool2d_backward
+    y = host(fwd(dev(x), ksize, stride, pad))
+    r, s = _two(ksize)
+    sh, sw = _two(ksize if stride is None else stride)
+    ph, pw = _two(pad)
+    xp = _pad(f64(x), ph, pw, -np.inf if kind == "max" else 0.0)
+    ho, wo = (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1
+    win = np.stack([xp[:, :, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw]
+                    for i in range(r) for j in range(s)], axis=-1)
+    want = win.max(-1) if kind == "max" else win.mean(-1)
+    if kind == "max":
+        np.testing.assert_array_equal(f64(y), want)   # a max is exact (NaN where the window has one)
+    else:
+        _close(y, want, np.abs(win).mean(-1), r * s, dtype, "avg_pool2d")
+    g = data(rng, y.shape, dtype)
+    gx = f64(host(bwd(dev(g), dev(x), ksize, stride, pad)))
+    want_gx, mag = np.zeros_like(xp), np.zeros_like(xp)
+    pick = np.argmax(win, axis=-1)
+    for t in range(r * s):
+        i, j = divmod(t, s)
+        sl = (slice(None), slice(None), slice(i, i + sh * (ho - 1) + 1, sh), slice(j, j + sw * (wo - 1) + 1, sw))
+        part = np.where(pick == t, f64(g), 0) if kind == "max" else f64(g) / (r * s)
+        want_gx[sl] += part
+        mag[sl] += np.abs(part)
+    crop = (slice(None), slice(None), slice(ph, ph + h), slice(pw, pw + w))
+    _close(gx, want_gx[crop], mag[crop], r * s + 1, dtype, f"{kind}_pool2d_backward")

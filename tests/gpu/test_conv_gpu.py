@@ -1,0 +1,47 @@
+"""conv2d and pooling on the CUDA backend against the float64 references of tests/conv_checks.py."""
+import conv_checks as cc
+import numpy as np
+import pytest
+from helpers import DTYPES
+
+import cudakit
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+
+
+def _dev(x):
+    return cp.asarray(x)
+
+
+def _host(x):
+    assert isinstance(x, cp.ndarray)
+    return cp.asnumpy(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo", [(1, 1, 1, 1, 1, 1, 1, 1, 0, 1), (2, 3, 9, 7, 4, 3, 3, 1, 1, 1),
+                                 (1, 5, 13, 11, 3, 3, 2, (2, 1), (1, 2), 1), (2, 2, 10, 10, 3, 3, 3, 1, 2, 2),
+                                 (4, 16, 28, 28, 32, 3, 3, 1, 1, 1)])
+def test_conv2d(geo, dtype, rng):
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("geo", [(1, 1, 4, 4, 2, None, 0), (2, 3, 9, 7, 3, 2, 1), (1, 2, 8, 8, (2, 3), (1, 2), (1, 0)),
+                                 (4, 8, 32, 32, 2, None, 0)])
+def test_pool(geo, kind, dtype, rng):
+    n, c, h, w, ks, st, pad = geo
+    cc.check_pool(_dev, _host, rng, kind, n, c, h, w, ks, st, pad, dtype)
+
+
+def test_max_pool_nan_propagates(rng):
+    cc.check_pool(_dev, _host, rng, "max", 1, 1, 4, 4, 2, None, 0, "float32", nan=True)
+
+
+def test_same_as_cpu(rng):
+    x, w = cc.data(rng, (2, 3, 12, 12), "float32"), cc.data(rng, (5, 3, 3, 3), "float32")
+    got = cp.asnumpy(cudakit.conv2d(cp.asarray(x), cp.asarray(w), padding=1))
+    np.testing.assert_allclose(got, cudakit.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-5)

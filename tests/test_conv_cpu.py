@@ -1,0 +1,64 @@
+"""conv2d and pooling on the CPU backend against float64 references; argument errors."""
+import conv_checks as cc
+import numpy as np
+import pytest
+from helpers import DTYPES
+
+import cudakit
+
+
+def _dev(x):
+    return x
+
+
+def _host(x):
+    return np.asarray(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo", [(1, 1, 1, 1, 1, 1, 1, 1, 0, 1), (2, 3, 9, 7, 4, 3, 3, 1, 1, 1),
+                                 (1, 5, 13, 11, 3, 3, 2, (2, 1), (1, 2), 1), (2, 2, 10, 10, 3, 3, 3, 1, 2, 2),
+                                 (1, 4, 6, 6, 2, 1, 1, 1, 0, 1)])
+def test_conv2d(geo, dtype, rng):
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
+
+
+def test_conv2d_without_bias(rng):
+    cc.check_conv2d(_dev, _host, rng, 2, 3, 8, 8, 4, 3, 3, 1, 1, 1, "float32", with_bias=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("geo", [(1, 1, 4, 4, 2, None, 0), (2, 3, 9, 7, 3, 2, 1), (1, 2, 8, 8, (2, 3), (1, 2), (1, 0)),
+                                 (1, 1, 5, 5, 5, None, 0)])
+def test_pool(geo, kind, dtype, rng):
+    n, c, h, w, ks, st, pad = geo
+    cc.check_pool(_dev, _host, rng, kind, n, c, h, w, ks, st, pad, dtype)
+
+
+def test_max_pool_nan_propagates(rng):
+    cc.check_pool(_dev, _host, rng, "max", 1, 1, 4, 4, 2, None, 0, "float32", nan=True)
+
+
+def test_errors(rng):
+    x = cc.data(rng, (1, 3, 8, 8), "float32")
+    w = cc.data(rng, (4, 3, 3, 3), "float32")
+    with pytest.raises(cudakit.ShapeError, match=r"weight must be \(K, C, R, S\) with C = 3"):
+        cudakit.conv2d(x, cc.data(rng, (4, 2, 3, 3), "float32"))
+    with pytest.raises(cudakit.ShapeError, match=r"x must be \(N, C, H, W\)"):
+        cudakit.conv2d(x[0], w)
+    with pytest.raises(cudakit.ShapeError, match="larger than the padded input"):
+        cudakit.conv2d(x[:, :, :2, :2], w)
+    with pytest.raises(ValueError, match="stride must be >= 1"):
+        cudakit.conv2d(x, w, stride=0)
+    with pytest.raises(ValueError, match="padding must be an int or a pair"):
+        cudakit.conv2d(x, w, padding="same")
+    with pytest.raises(cudakit.ShapeError, match=r"bias must have shape \(4,\)"):
+        cudakit.conv2d(x, w, cc.data(rng, (3,), "float32"))
+    with pytest.raises(cudakit.DTypeError):
+        cudakit.conv2d(x, w.astype(np.float64))
+    with pytest.raises(ValueError, match="padding must be <= half the kernel"):
+        cudakit.max_pool2d(x, 2, padding=2)
+    with pytest.raises(cudakit.ShapeError, match="grad_out must have shape"):
+        cudakit.max_pool2d_backward(x, x, 2)
