@@ -68,7 +68,9 @@ def _handle(dev: int):
         cp = _cupy.cupy()
         handle = ctypes.c_void_p()
         _check(_lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
-        h = _handles[dev] = (handle, cp.empty(_WORKSPACE, cp.uint8))
+        # the workspace lives as long as the process: its own cudaMalloc, outside the pool, where a
+        # long-lived block would pin the chunk it was carved from (as cuBLAS keeps its workspace)
+        h = _handles[dev] = (handle, cp.cuda.Memory(_WORKSPACE))
     return h
 
 
@@ -156,6 +158,6 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
         _check(_lib.cublasLtMatmul(
             handle, desc, ctypes.c_void_p(alpha.ctypes.data), ctypes.c_void_p(w3.data.ptr), la,
             ctypes.c_void_p(x3.data.ptr), lb, ctypes.c_void_p(beta.ctypes.data), ctypes.c_void_p(out.data.ptr), lc,
-            ctypes.c_void_p(out.data.ptr), ld, ctypes.byref(result.algo), ctypes.c_void_p(ws.data.ptr),
+            ctypes.c_void_p(out.data.ptr), ld, ctypes.byref(result.algo), ctypes.c_void_p(ws.ptr),
             ctypes.c_size_t(_WORKSPACE), ctypes.c_void_p(cp.cuda.get_current_stream().ptr)), "cublasLtMatmul")
     return True
