@@ -3,7 +3,7 @@ GPU tests: `dev` (host array -> the backend's array) and `host` (the backend's a
 import math
 
 import numpy as np
-from helpers import np_dtype
+from helpers import data, f64, np_dtype
 
 import cudakit
 
@@ -15,12 +15,6 @@ _TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 2e-5, "float64": 1e-12}
 _SUB = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 0.0, "float64": 0.0}
 
 
-def data(rng, shape, dtype, scale=1.0):
-    return (scale * rng.standard_normal(shape)).astype(np_dtype(dtype))
-
-
-def f64(x):
-    return np.asarray(x).astype(np.float64)
 
 
 def reference(q, k, v, scale, causal, g=None):
@@ -54,8 +48,11 @@ def _close(got, want, scale_ref, dtype, what, sub_ref=0.0):
     assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} off, worst err {err.max():.3g} (tol {tol.max():.3g})"
 
 
-def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, block_size=None):
+def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, block_size=None, strided=False):
     q, k, v = data(rng, lead + (lq, d), dtype), data(rng, lead + (lk, d), dtype), data(rng, lead + (lk, d), dtype)
+    if strided:  # non-contiguous views (every other head_dim column of a wider array)
+        dev0 = dev
+        dev = lambda a: dev0(np.repeat(a, 2, axis=-1))[..., ::2]
     g = data(rng, lead + (lq, d), dtype)
     sc = 1 / math.sqrt(d) if scale is None else scale
     out_r, lse_r, p, dq_r, dk_r, dv_r = reference(q, k, v, sc, causal, g)
@@ -67,7 +64,8 @@ def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, 
     out, lse = host(out_d), host(lse_d)
     assert out.dtype == np_dtype(dtype) and out.shape == q.shape
     _close(out, out_r, np.abs(p) @ np.abs(f64(v)), dtype, "out")
-    _close(lse, lse_r, np.abs(lse_r) * 0 + 1.0, dtype, "lse")
+    # lse is float32 (float64 for float64) from float32 scores: good to a few float32 ulps
+    _close(lse, lse_r, np.ones_like(lse_r), "float64" if dtype == "float64" else "float32", "lse")
     dq, dk, dv = (host(t) for t in cudakit.attention_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d, scale, causal))
     ag, aq, ak, av = (np.abs(f64(t)) for t in (g, q, k, v))
     # size of the terms: |dS| built from |P| (|dO| |V| + |dO . O|)
@@ -76,3 +74,14 @@ def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, 
     _close(dq, dq_r, ds_abs @ ak * sc, dtype, "dq", ak.sum(-2, keepdims=True) * sc)
     _close(dk, dk_r, ds_abs.swapaxes(-1, -2) @ aq * sc, dtype, "dk", aq.sum(-2, keepdims=True) * sc)
     assert dq.dtype == dk.dtype == dv.dtype == np_dtype(dtype)
+
+
+def check_nan(dev, host, dtype):
+    """A NaN in one key makes every row that attends to it NaN (as the float64 softmax does)."""
+    rng = np.random.default_rng(3)
+    q, k, v = (data(rng, (1, 6, 8), dtype) for _ in range(3))
+    k[0, 2, 0] = np.nan
+    out = f64(host(cudakit.attention(dev(q), dev(k), dev(v), causal=True)))
+    want = reference(q, k, v, 1 / math.sqrt(8), True)[0]
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    assert np.isnan(out[0, 2:]).all() and np.isfinite(out[0, :2]).all()

@@ -29,6 +29,21 @@ def reference(op, *xs, dtype):
     return np.asarray(r).astype(np_dtype(dtype))
 
 
+# unit roundoff of each dtype (a correctly rounded value is within u * |value|) and half the
+# spacing of its subnormals (the absolute error left where values underflow)
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
+SUBNORMAL_HALF_SPACING = {"float16": 2.0**-25, "bfloat16": 2.0**-134, "float32": 2.0**-150, "float64": 2.0**-1075}
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def data(rng, shape, dtype, scale=1.0):
+    """Standard normal values (times scale) in `dtype`."""
+    return (scale * rng.standard_normal(shape)).astype(np_dtype(dtype))
+
+
 def random(rng, shape, dtype):
     x = rng.standard_normal(shape).astype(np.float32)
     return x.astype(np_dtype(dtype))

@@ -5,26 +5,17 @@ import math
 
 import numpy as np
 import pytest
-from helpers import np_dtype
+from helpers import SUBNORMAL_HALF_SPACING as _TINY
+from helpers import UNIT_ROUNDOFF as _U
+from helpers import data, f64, np_dtype
 
 import cudakit
-
-# unit roundoff of each output dtype: a correctly rounded result is within u * |value|, or within
-# half the subnormal spacing (_TINY) below the normal range
-_U = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
-_TINY = {"float16": 2.0**-25, "bfloat16": 2.0**-134, "float32": 2.0**-150, "float64": 2.0**-1075}
 
 MATMUL_SHAPES = [((1, 1), (1, 1)), ((5, 7), (7, 3)), ((1823, 13), (13, 781)), ((7,), (7,)), ((7,), (7, 4)),
                  ((5, 7), (7,)), ((2, 3, 5, 7), (3, 7, 4)), ((2, 1, 5, 7), (1, 3, 7, 4)), ((4, 5, 7), (7, 6)),
                  ((5, 7), (4, 7, 6)), ((0, 5, 7), (7, 3)), ((5, 0), (0, 3)), ((0, 7), (7, 3)), ((3, 97), (97, 0))]
 
 
-def data(rng, shape, dtype, scale=1.0):
-    return (scale * rng.standard_normal(shape)).astype(np_dtype(dtype))
-
-
-def f64(x):
-    return np.asarray(x).astype(np.float64)
 
 
 def assert_close(got, want, bound, dtype, what=""):
@@ -106,11 +97,16 @@ def _gelu_tanh_grad(h):
     return 0.5 * (1 + t) + 0.5 * h * (1 - t * t) * c * (1 + 3 * 0.044715 * h * h)
 
 
-def check_linear(dev, host, rng, lead, fin, fout, dtype, with_bias=True, weight_layout="c"):
+def check_linear(dev, host, rng, lead, fin, fout, dtype, with_bias=True, weight_layout="c", strided=False):
     x, w = data(rng, lead + (fin,), dtype), data(rng, (fout, fin), dtype, 1 / math.sqrt(fin))
     b = data(rng, (fout,), dtype) if with_bias else None
     dw = dev(w) if weight_layout == "c" else dev(np.ascontiguousarray(w.T)).T
-    y = host(cudakit.linear(dev(x), dw, None if b is None else dev(b)))
+    if strided:  # a strided bias, and an x that starts one row into a bigger array (pointer offset)
+        dx = dev(np.concatenate([x[..., :1, :], x], axis=-2))[..., 1:, :]
+        db = None if b is None else dev(np.repeat(b, 2))[::2]
+    else:
+        dx, db = dev(x), None if b is None else dev(b)
+    y = host(cudakit.linear(dx, dw, db))
     want = f64(x) @ f64(w).T + (0 if b is None else f64(b))
     bound = _acc_bound(np.abs(f64(x)), np.abs(f64(w)).T, fin, dtype) + (0 if b is None else 4 * _U["float32"] * np.abs(f64(b)))
     assert_close(y, want, bound, dtype, "linear")

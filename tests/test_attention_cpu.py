@@ -96,3 +96,20 @@ print("COMPILED")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "COMPILED" in r.stdout
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_attention_non_contiguous(dtype, rng):
+    ac.check_attention(_dev, _host, rng, (2,), 9, 11, 8, dtype, True, strided=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_nan(dtype):
+    ac.check_nan(_dev, _host, dtype)
+
+
+def test_causal_must_be_bool(rng):
+    q = ac.data(rng, (2, 5, 8), "float32")
+    with pytest.raises(ValueError, match="causal must be a bool"):
+        cudakit.attention(q, q, q, causal=2)
+    assert cudakit.attention(q, q, q, causal=np.True_).shape == q.shape

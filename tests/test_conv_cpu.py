@@ -62,3 +62,27 @@ def test_errors(rng):
         cudakit.max_pool2d(x, 2, padding=2)
     with pytest.raises(cudakit.ShapeError, match="grad_out must have shape"):
         cudakit.max_pool2d_backward(x, x, 2)
+
+
+def test_conv2d_zero_filters_and_strided_input(rng):
+    x = cc.data(rng, (2, 3, 8, 8), "float32")
+    assert cudakit.conv2d(x, cc.data(rng, (0, 3, 3, 3), "float32")).shape == (2, 0, 6, 6)
+    xs = np.repeat(x, 2, axis=3)[..., ::2]          # a non-contiguous view
+    w = cc.data(rng, (4, 3, 3, 3), "float32")
+    np.testing.assert_allclose(cudakit.conv2d(xs, w, padding=1), cudakit.conv2d(x, w, padding=1), rtol=1e-6)
+
+
+def test_conv2d_nan_propagates(rng):
+    x, w = cc.data(rng, (1, 2, 6, 6), "float32"), cc.data(rng, (3, 2, 3, 3), "float32")
+    x[0, 1, 2, 2] = np.nan
+    y = cudakit.conv2d(x, w)
+    want = cc.conv_reference(x, w, None, (1, 1), (0, 0), (1, 1))[0]
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    assert np.isnan(y).sum() == 3 * 9
+
+
+def test_max_pool_backward_of_all_inf_windows_stays_inside():
+    x = np.full((1, 1, 3, 3), -np.inf, np.float32)
+    g = np.ones((1, 1, 3, 3), np.float32)
+    gx = cudakit.max_pool2d_backward(g, x, 3, 1, 1)
+    assert gx.sum() == 9  # every window's gradient lands on an element of x, none in the padding

@@ -71,3 +71,14 @@ def test_out_and_aliases(rng):
     be = cudakit.get_backend("cpu")
     np.testing.assert_array_equal(be.matrix_multiply(a, b), out)
     assert be.is_available and not be.has_custom_kernels
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_linear_strided_bias_and_offset_x(dtype, rng):
+    lc.check_linear(_dev, _host, rng, (4, 5), 32, 16, dtype, True, strided=True)
+
+
+def test_backward_bias_flag_must_be_bool(rng):
+    x, w = lc.data(rng, (3, 4), "float32"), lc.data(rng, (5, 4), "float32")
+    with pytest.raises(ValueError, match="bias must be a bool"):
+        cudakit.linear_backward(lc.data(rng, (3, 5), "float32"), x, w, lc.data(rng, (5,), "float32"))

@@ -54,3 +54,13 @@ def test_same_as_cpu_and_errors(rng):
         cudakit.attention(*(cp.zeros((1, 4, 256), cp.float16),) * 3)
     with pytest.raises(cudakit.DeviceError):
         cudakit.get_backend("cuda").attention(q, cp.asarray(q), cp.asarray(q))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_attention_non_contiguous(dtype, rng):
+    ac.check_attention(_dev, _host, rng, (2,), 90, 110, 32, dtype, True, strided=True)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+def test_attention_nan(dtype):
+    ac.check_nan(_dev, _host, dtype)

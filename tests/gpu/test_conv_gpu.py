@@ -45,3 +45,21 @@ def test_same_as_cpu(rng):
     x, w = cc.data(rng, (2, 3, 12, 12), "float32"), cc.data(rng, (5, 3, 3, 3), "float32")
     got = cp.asnumpy(cudakit.conv2d(cp.asarray(x), cp.asarray(w), padding=1))
     np.testing.assert_allclose(got, cudakit.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_zero_filters_strided_input_and_nan(rng):
+    x = cc.data(rng, (2, 3, 8, 8), "float32")
+    w = cc.data(rng, (4, 3, 3, 3), "float32")
+    assert cudakit.conv2d(cp.asarray(x), cp.zeros((0, 3, 3, 3), cp.float32)).shape == (2, 0, 6, 6)
+    xs = cp.repeat(cp.asarray(x), 2, axis=3)[..., ::2]
+    np.testing.assert_allclose(cp.asnumpy(cudakit.conv2d(xs, cp.asarray(w), padding=1)),
+                               cudakit.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-5)
+    x[0, 1, 2, 2] = np.nan
+    y = cp.asnumpy(cudakit.conv2d(cp.asarray(x), cp.asarray(w)))
+    assert np.isnan(y).sum() == 4 * 9
+
+
+def test_max_pool_backward_of_all_inf_windows_stays_inside():
+    x = cp.full((1, 1, 3, 3), -np.inf, cp.float32)
+    gx = cudakit.max_pool2d_backward(cp.ones((1, 1, 3, 3), cp.float32), x, 3, 1, 1)
+    assert float(gx.sum()) == 9

@@ -104,3 +104,9 @@ def test_cublaslt_plan_is_used_for_gelu(rng):
     cudakit.fused_linear_gelu_with_preact(x, w, b)
     keys = [k for (_, k), plan in cublaslt._plans.items() if plan is not None]
     assert any(k[0] == "bfloat16" and k[1:4] == (64, 32, 48) and k[5] == "gelu_aux_bias" for k in keys), keys
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_linear_strided_bias_and_offset_x(dtype, rng):
+    """A strided bias and an x at a pointer offset, through the cuBLASLt epilogue (out_features 16)."""
+    lc.check_linear(_dev, _host, rng, (4, 5), 32, 16, dtype, True, strided=True)

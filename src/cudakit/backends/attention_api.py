@@ -11,14 +11,9 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from ..errors import DTypeError, ShapeError
-
-
-def _prod(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 class AttentionOps:
@@ -38,7 +33,7 @@ class AttentionOps:
         for name, x in (("q", q), ("k", k), ("v", v)):
             if x.ndim < 2:
                 raise ShapeError(f"{op}: {name} must be (..., length, head_dim) (got shape {tuple(x.shape)})")
-        lead, (lq, d) = tuple(q.shape[:-2]), q.shape[-2:]
+        lead, d = tuple(q.shape[:-2]), q.shape[-1]
         lk = k.shape[-2]
         if tuple(k.shape) != lead + (lk, d) or tuple(v.shape) != lead + (lk, d):
             raise ShapeError(f"{op}: k and v must be (..., Lk, D) with q's leading dims and head_dim "
@@ -54,7 +49,7 @@ class AttentionOps:
         scale = float(scale)  # a 0-d array (cupy.sqrt's result) works too
         if not math.isfinite(scale):
             raise ValueError(f"{op}: scale must be finite (got {scale})")
-        if not isinstance(causal, (bool, int)):
+        if not isinstance(causal, (bool, np.bool_)):
             raise ValueError(f"{op}: causal must be a bool (got {causal!r})")
         name = self._check_dtype(q, "q")
         return arrs, name, scale
@@ -90,7 +85,7 @@ class AttentionOps:
         q, k, v = arrs["q"], arrs["k"], arrs["v"]
         mod = self._attention_module(name)
         lead = tuple(q.shape[:-2])
-        n = _prod(lead)
+        n = math.prod(lead)
         with self._device_scope(q):
             out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n), self._as_bhld(v, n), scale, bool(causal),
                                    name, block_n)
@@ -98,8 +93,9 @@ class AttentionOps:
 
     def attention_backward(self, grad_out, q, k, v, out, lse, scale=None, causal: bool = False):
         """(grad_q, grad_k, grad_v) of out = attention(q, k, v, scale, causal) for dL/dout =
-        grad_out, from the forward's out and lse (attention_with_lse); the probabilities are
-        recomputed, never stored. Same scale and causal as the forward."""
+        grad_out (q's shape), from the forward's out and lse (attention_with_lse); the
+        probabilities are recomputed, never stored. Same scale and causal as the forward. Returns
+        arrays of q's, k's and v's shapes in their dtype."""
         op = "attention_backward"
         arrs, name, scale = self._attn_args(op, {"q": q, "k": k, "v": v, "grad_out": grad_out, "out": out},
                                             scale, causal)
@@ -108,8 +104,9 @@ class AttentionOps:
             if tuple(x.shape) != tuple(q.shape):
                 raise ShapeError(f"{op}: {a} must have q's shape {tuple(q.shape)} (got {tuple(x.shape)})")
         lead = tuple(q.shape[:-2])
-        n = _prod(lead)
+        n = math.prod(lead)
         lse = self._coerce(lse, "lse")
+        self._check_devices({"q": q, "lse": lse})
         if tuple(lse.shape) != lead + (q.shape[-2],):
             raise ShapeError(f"{op}: lse must have shape {lead + (q.shape[-2],)} (got {tuple(lse.shape)})")
         acc = "float64" if name == "float64" else "float32"

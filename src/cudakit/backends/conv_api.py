@@ -9,17 +9,12 @@ accumulated in float32 and rounded once. Pooling reduces the windows through the
 """
 from __future__ import annotations
 
+import math
 import numbers
-import sys
 
 import numpy as np
 
 from ..errors import ShapeError
-
-
-def _xp(x):
-    cp = sys.modules.get("cupy")
-    return cp if cp is not None and isinstance(x, cp.ndarray) else np
 
 
 def _pair(op: str, name: str, v, minimum: int) -> tuple[int, int]:
@@ -40,23 +35,31 @@ def _out_size(op, size, k, stride, pad, dil, axis):
     return o
 
 
+_GW_CHUNK_BYTES = 256 << 20   # grad_weight's per-image float32 products are summed in chunks this large
+
+
 class ConvOps:
     """conv2d, max_pool2d, avg_pool2d and their backward passes (mixed into Backend)."""
+
+    # ---- hooks a backend fills in ----------------------------------------------------------
+    def _xp(self):
+        """The array module (numpy or cupy) whose strided views, zeros and slice-adds the window
+        gathering and scattering use."""
+        raise NotImplementedError
 
     def _padded(self, x, ph: int, pw: int, value: float):
         if ph == 0 and pw == 0:
             return self._ascontiguous(x)
-        xp = _xp(x)
+        xp = self._xp()
         n, c, h, w = x.shape
         out = xp.full((n, c, h + 2 * ph, w + 2 * pw), value, x.dtype)
         out[:, :, ph:ph + h, pw:pw + w] = x
         return out
 
-    @staticmethod
-    def _windows(xp_arr, r, s, ho, wo, sh, sw, dh, dw, order: str):
+    def _windows(self, xp_arr, r, s, ho, wo, sh, sw, dh, dw, order: str):
         """A strided view of the windows of a contiguous (N, C, Hp, Wp) array: (N, C, R, S, Ho, Wo)
         for order "rs_first" (im2col), (N, C, Ho, Wo, R, S) otherwise (pooling)."""
-        xp = _xp(xp_arr)
+        xp = self._xp()
         st = xp_arr.strides
         tap = (st[2] * dh, st[3] * dw)
         pos = (st[2] * sh, st[3] * sw)
@@ -106,7 +109,7 @@ class ConvOps:
         ho, wo = geo[8], geo[9]
         acc = "float64" if x.dtype == np.float64 else "float32"
         with self._device_scope(x):
-            w3, tw = self._operand(self._ascontiguous(w).reshape(k, -1), ())
+            w3, tw = self._operand(self._ascontiguous(w).reshape(k, math.prod(w.shape[1:])), ())
             cols = self._cols(x, geo)                                           # (N, C*R*S, Ho*Wo)
             y = self._product(w3, tw, cols, False, n, k, ho * wo, acc)          # float32 accumulator
             if b is not None:
@@ -116,8 +119,11 @@ class ConvOps:
 
     def conv2d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True):
         """(grad_x, grad_weight, grad_bias) of y = conv2d(x, weight, bias, stride, padding, dilation)
-        for dL/dy = grad_out (N, K, Ho, Wo); grad_bias None when `bias` is False."""
+        for dL/dy = grad_out (N, K, Ho, Wo): x's shape, weight's shape and (K,), in x's dtype;
+        grad_bias None when `bias` (a bool: did the forward have one) is False."""
         op = "conv2d_backward"
+        from .linalg_api import _check_flag
+        _check_flag(op, "bias", bias)
         arrs, geo = self._conv_args(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding, dilation)
         x, w, g = arrs["x"], arrs["weight"], arrs["grad_out"]
         sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
@@ -131,12 +137,18 @@ class ConvOps:
             g3 = self._ascontiguous(g).reshape(n, k, ho * wo)
             w3, tw = self._operand(self._ascontiguous(w).reshape(k, crs), ())
             cols = self._cols(x, geo)
-            # grad_weight = sum_n g[n] cols[n]^T, per image in float32, summed, rounded once
-            gw = self.sum(self._product(g3, False, cols, True, n, k, crs, acc), axis=0).astype(x.dtype)
+            # grad_weight = sum_n g[n] cols[n]^T: per-image float32 products summed in chunks of
+            # images (bounded memory), rounded once
+            step = max(1, _GW_CHUNK_BYTES // max(1, k * crs * 4))
+            gw = self._xp().zeros((k, crs), acc)
+            for i0 in range(0, n, step):
+                i1 = min(n, i0 + step)
+                gw += self.sum(self._product(g3[i0:i1], False, cols[i0:i1], True, i1 - i0, k, crs, acc), axis=0)
+            gw = gw.astype(x.dtype)
             gb = self.sum(g3, axis=(0, 2)) if bias else None
             gcols = self._product(w3, not tw, g3, False, n, crs, ho * wo, acc)   # W^T g, float32
             # col2im: each tap (r, s) adds its rows of gcols back onto the padded input
-            xp = _xp(x)
+            xp = self._xp()
             gcols = gcols.reshape(n, c, r, s, ho, wo)
             gx = xp.zeros((n, c, h + 2 * ph, wd + 2 * pw), acc)
             for i in range(r):
@@ -173,8 +185,9 @@ class ConvOps:
             return self.max(self._pool_windows(x, geo, -np.inf), axis=(4, 5))
 
     def max_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0):
-        """dL/dx of max_pool2d: each window's gradient goes to its first largest element (the
-        first NaN where there is one), recomputed from x."""
+        """dL/dx of max_pool2d, x's shape and dtype: each window's gradient goes to its first largest
+        element (the first NaN where there is one; the first in-bounds element of a window of -inf),
+        recomputed from x."""
         op = "max_pool2d_backward"
         x, geo = self._pool_args(op, x, kernel_size, stride, padding)
         return self._pool_backward(op, grad_out, x, geo, "max")
@@ -187,7 +200,7 @@ class ConvOps:
             return self.mean(self._pool_windows(x, geo, 0.0), axis=(4, 5))
 
     def avg_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0):
-        """dL/dx of avg_pool2d: grad_out / (R * S) spread over each window."""
+        """dL/dx of avg_pool2d, x's shape and dtype: grad_out / (R * S) spread over each window."""
         op = "avg_pool2d_backward"
         x, geo = self._pool_args(op, x, kernel_size, stride, padding)
         return self._pool_backward(op, grad_out, x, geo, "avg")
@@ -198,13 +211,18 @@ class ConvOps:
         g = self._norm_arrays(op, {"x": x, "grad_out": grad_out})[0]["grad_out"]
         if tuple(g.shape) != (n, c, ho, wo):
             raise ShapeError(f"{op}: grad_out must have shape {(n, c, ho, wo)} (got {tuple(g.shape)})")
-        xp = _xp(x)
+        xp = self._xp()
         acc = "float64" if x.dtype == np.float64 else "float32"
         with self._device_scope(x):
             g32 = g.astype(acc)
             if kind == "max":
                 win = self._ascontiguous(self._pool_windows(x, geo, -np.inf)).reshape(n, c, ho, wo, r * s)
                 idx = self.argmax(win, axis=4)
+                if ph or pw:  # a window of -inf only: its first in-bounds tap, not the padding
+                    inside = xp.zeros((1, 1, h, w), acc) + 1
+                    first_in = self.argmax(self._ascontiguous(self._pool_windows(inside, geo, 0.0))
+                                           .reshape(1, 1, ho, wo, r * s), axis=4)
+                    idx = xp.where(self.max(win, axis=4) == -np.inf, first_in, idx)
             gx = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), acc)
             for i in range(r):
                 for j in range(s):

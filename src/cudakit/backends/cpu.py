@@ -141,6 +141,9 @@ class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuL
     def device(self) -> str:
         return "cpu"
 
+    def _xp(self):
+        return np
+
     def _coerce(self, x, arg):
         if isinstance(x, np.ndarray):
             return x

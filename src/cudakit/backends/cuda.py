@@ -39,6 +39,9 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
     def device(self) -> str:
         return f"cuda:{self._cp.cuda.runtime.getDevice()}"
 
+    def _xp(self):
+        return self._cp
+
     def _coerce(self, x, arg):
         cp = self._cp
         if isinstance(x, cp.ndarray):

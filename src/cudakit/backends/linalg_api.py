@@ -9,20 +9,21 @@ in float32 and are rounded once.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
 
 
-def _prod(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 def _pad(batch: tuple, ndim: int) -> tuple:
     return (1,) * (ndim - len(batch)) + tuple(batch)
+
+
+def _check_flag(op: str, name: str, v) -> None:
+    if not isinstance(v, (bool, np.bool_)):
+        raise ValueError(f"{op}: {name} must be a bool (got {type(v).__name__}); pass bias=True when the "
+                         f"forward had a bias")
 
 
 class LinalgOps:
@@ -41,9 +42,9 @@ class LinalgOps:
         its leading dim is 1 when x has one matrix, prod(batch) otherwise."""
         r, c = x.shape[-2:]
         xb = _pad(x.shape[:-2], len(batch))
-        if _prod(xb) != 1 and xb != tuple(batch):  # partly broadcast: materialise the batch
+        if math.prod(xb) != 1 and xb != tuple(batch):  # partly broadcast: materialise the batch
             x = self._linalg_module().broadcast_copy(x, tuple(batch) + (r, c))
-        n = _prod(x.shape[:-2])
+        n = math.prod(x.shape[:-2])
         if x.flags.c_contiguous:
             return x.reshape(n, r, c), False
         t = x.swapaxes(-1, -2)
@@ -75,7 +76,7 @@ class LinalgOps:
         """op(a3) @ op(b3) into a new (batch, rows, cols) array of `dtype`; one GEMM over all rows
         when b3 is shared and a3 is batched and not transposed."""
         gemm = self._linalg_module().gemm
-        if b3.shape[0] == 1 and batch > 1 and not ta:
+        if b3.shape[0] == 1 and batch > 1 and not ta and batch * rows <= 2**31 - 1:
             out = self.empty((1, batch * rows, cols), dtype)
             gemm(a3.reshape(1, batch * rows, a3.shape[2]), b3, out, False, tb)
             return out.reshape(batch, rows, cols)
@@ -109,7 +110,7 @@ class LinalgOps:
         with self._device_scope(a):
             a3, ta = self._operand(a2, batch)
             b3, tb = self._operand(b2, batch)
-            r = self._product(a3, ta, b3, tb, _prod(batch), m, n, a.dtype).reshape(shape)
+            r = self._product(a3, ta, b3, tb, math.prod(batch), m, n, a.dtype).reshape(shape)
             if out is None:
                 return r
             out[...] = r
@@ -133,9 +134,9 @@ class LinalgOps:
             g3, tg = self._operand(g.reshape(batch + (m, n)), batch)
             a3, ta = self._operand(a2, batch)
             b3, tb = self._operand(b2, batch)
-            nb = _prod(batch)
+            nb = math.prod(batch)
             ga = self._grad_operand(a2, batch, lambda dt: self._product(g3, tg, b3, not tb, nb, m, k, dt))
-            if b3.shape[0] == 1 and nb > 1 and not ta and not tg:
+            if b3.shape[0] == 1 and nb > 1 and not ta and not tg and nb * m <= 2**31 - 1:
                 # b shared by every batch index: sum_i a_i^T g_i as one GEMM over all B * M rows
                 gb = self.empty((1, k, n), a.dtype)
                 rows = nb * m
@@ -193,11 +194,12 @@ class LinalgOps:
         the GEMM with the bias and a GELU pass, else a float32 (float64) GEMM, the bias and GELU
         applied to it and one rounding at the end."""
         lead, fin, fout = tuple(x.shape[:-1]), w.shape[1], w.shape[0]
-        rows = _prod(lead)
+        rows = math.prod(lead)
         mod = self._linalg_module()
         with self._device_scope(x):
             x3 = self._ascontiguous(x).reshape(1, rows, fin)
             w3, tw = self._weight_operand(w)      # tw: w3 is stored (fout, fin)
+            bias = None if bias is None else self._ascontiguous(bias)
             out = self.empty((1, rows, fout), x.dtype)
             pre = self.empty((1, rows, fout), x.dtype) if want_pre else None
             done = mod.linear_epilogue(x3, w3, tw, out, bias, gelu, pre)
@@ -221,16 +223,18 @@ class LinalgOps:
 
     def linear_backward(self, grad_out, x, weight, bias: bool = True):
         """(grad_x, grad_weight, grad_bias) of y = linear(x, weight, bias) for dL/dy = grad_out
-        (..., out_features): grad_x = grad_out @ weight, grad_weight = grad_out^T @ x over all rows,
-        grad_bias = grad_out summed over the rows (None when `bias` is False). Each is one GEMM or
-        one reduction, 16-bit accumulating in float32."""
+        (..., out_features): grad_x = grad_out @ weight, x's shape; grad_weight = grad_out^T @ x over
+        all rows, (out_features, in_features); grad_bias = grad_out summed over the rows,
+        (out_features,), or None when `bias` (a bool: did the forward have one) is False. All in
+        x's dtype; each is one GEMM or one reduction, 16-bit accumulating in float32."""
         op = "linear_backward"
+        _check_flag(op, "bias", bias)
         arrs = self._linear_args(op, {"x": x, "weight": weight, "grad_out": grad_out})
         x, w, g = arrs["x"], arrs["weight"], arrs["grad_out"]
         lead, fin, fout = tuple(x.shape[:-1]), w.shape[1], w.shape[0]
         if tuple(g.shape) != lead + (fout,):
             raise ShapeError(f"{op}: grad_out must have shape {lead + (fout,)} (got {tuple(g.shape)})")
-        rows = _prod(lead)
+        rows = math.prod(lead)
         gemm = self._linalg_module().gemm
         with self._device_scope(x):
             g3 = self._ascontiguous(g).reshape(1, rows, fout)
@@ -243,32 +247,35 @@ class LinalgOps:
 
     # ---- linear + GELU ---------------------------------------------------------------------
     def fused_linear_gelu(self, x, weight, bias=None, approximate: str = "tanh"):
-        """gelu(linear(x, weight, bias)). approximate="tanh" (the default): for 16-bit data on the GPU
-        one GEMM with the bias and GELU in its epilogue (cuBLASLt; within one ulp of the correctly
-        rounded tanh form, see kernels/cublaslt.py), otherwise the GEMM with its bias and one GELU
-        pass in place; approximate="none" (exact erf): linear(), then one GELU pass in place."""
-        from .base import _gelu_op
-        arrs = self._linear_args("fused_linear_gelu", {"x": x, "weight": weight, "bias": bias})
-        if _gelu_op(approximate) == "gelu_tanh":
-            return self._linear(arrs["x"], arrs["weight"], arrs["bias"], True, False)[0]
-        pre = self._linear(arrs["x"], arrs["weight"], arrs["bias"], False, False)[0]
-        return self.gelu(pre, approximate, out=pre)
+        """gelu(linear(x, weight, bias)), x's shape with out_features last. approximate="tanh" (the
+        default): on the GPU for 16-bit data and out_features a multiple of 8, one GEMM with the
+        bias and GELU in its cuBLASLt epilogue (within one ulp of the correctly rounded tanh form,
+        see kernels/cublaslt.py); for float32/float64 there, the GEMM with its bias epilogue and one
+        GELU pass in place; elsewhere a float32 (float64) GEMM, bias and GELU, rounded once.
+        approximate="none" (exact erf): linear(), then one GELU pass in place."""
+        return self._linear_gelu(x, weight, bias, approximate, False)[0]
 
     def fused_linear_gelu_with_preact(self, x, weight, bias=None, approximate: str = "tanh"):
         """fused_linear_gelu() that also returns the pre-activation linear(x, weight, bias) its
-        backward needs: (y, pre); with approximate="tanh" both come out of the one GEMM."""
+        backward needs: (y, pre), both x's dtype; with the cuBLASLt epilogue both come out of the
+        one GEMM."""
+        return self._linear_gelu(x, weight, bias, approximate, True)
+
+    def _linear_gelu(self, x, weight, bias, approximate, want_pre: bool):
         from .base import _gelu_op
         arrs = self._linear_args("fused_linear_gelu", {"x": x, "weight": weight, "bias": bias})
         if _gelu_op(approximate) == "gelu_tanh":
-            return self._linear(arrs["x"], arrs["weight"], arrs["bias"], True, True)
+            return self._linear(arrs["x"], arrs["weight"], arrs["bias"], True, want_pre)
         pre = self._linear(arrs["x"], arrs["weight"], arrs["bias"], False, False)[0]
-        return self.gelu(pre, approximate), pre
+        if want_pre:
+            return self.gelu(pre, approximate), pre
+        return self.gelu(pre, approximate, out=pre), None
 
     def fused_linear_gelu_backward(self, grad_out, x, weight, pre, approximate: str = "tanh",
                                    bias: bool = True):
         """(grad_x, grad_weight, grad_bias) of y = fused_linear_gelu(x, weight, bias) for dL/dy =
         grad_out, from the pre-activation `pre` the forward returned: gelu_backward, then
-        linear_backward (grad_bias None when `bias` is False)."""
+        linear_backward (shapes and dtypes as there; grad_bias None when `bias` is False)."""
         return self.linear_backward(self.gelu_backward(grad_out, pre, approximate), x, weight, bias)
 
 

@@ -58,10 +58,14 @@ def _backward_configs(dtype_name: str, cfg: dict) -> tuple[dict, dict]:
             dict(cfg, BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
 
 
-def _grid(rows: int, block: int, bh: int) -> tuple:
-    if bh > _MAX_GRID_Y:
-        raise ValueError(f"attention: batch * heads must be <= {_MAX_GRID_Y} (got {bh})")
-    return (max(1, math.ceil(rows / block)), bh)
+def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts: dict) -> None:
+    """Kernel `name` over grid (row blocks, batch*heads): batch*heads is grid dim y (at most 65535),
+    so larger batches go in slices of the [BH, ...] arrays."""
+    bh = arrays[0].shape[0]
+    k = _k(name)
+    for b0 in range(0, bh, _MAX_GRID_Y):
+        b1 = min(bh, b0 + _MAX_GRID_Y)
+        k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args, **consts)
 
 
 def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None):
@@ -74,8 +78,8 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     if bh == 0 or lq == 0:
         return out, lse
     cfg = _config(dtype_name, d, block_n)
-    _k("attn_fwd")[_grid(lq, cfg["BLOCK_M"], bh)](
-        q, k, v, out, lse, float(scale * math.log2(math.e)), lq, lk, d, CAUSAL=bool(causal), **cfg)
+    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), (float(scale * math.log2(math.e)), lq, lk, d),
+            dict(cfg, CAUSAL=bool(causal)))
     return out, lse
 
 
@@ -93,11 +97,9 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str)
         return dq, dk, dv
     cfg = _config(dtype_name, d, None)
     delta = cp.empty((bh, lq), cp.float32)
-    _k("attn_bwd_delta")[_grid(lq, 64, bh)](out, do, delta, lq, d, BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"], num_warps=4)
-    qk_scale = float(scale * math.log2(math.e))
+    _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq, d), {"BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
+    scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, d)
     kv, qc = _backward_configs(dtype_name, cfg)
-    _k("attn_bwd_dkdv")[_grid(lk, kv["BLOCK_N"], bh)](
-        q, k, v, do, lse, delta, dk, dv, qk_scale, float(scale), lq, lk, d, CAUSAL=bool(causal), **kv)
-    _k("attn_bwd_dq")[_grid(lq, qc["BLOCK_M"], bh)](
-        q, k, v, do, lse, delta, dq, qk_scale, float(scale), lq, lk, d, CAUSAL=bool(causal), **qc)
+    _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars, dict(kv, CAUSAL=bool(causal)))
+    _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars, dict(qc, CAUSAL=bool(causal)))
     return dq, dk, dv

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -23,13 +25,16 @@ from ..runtime import _cupy
 log = logging.getLogger(__name__)
 
 # cublasLt.h / library_types.h enum values (CUDA 12 and 13)
-_CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
-_COMPUTE_32F, _COMPUTE_64F = 68, 70
+CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
+COMPUTE_32F, COMPUTE_64F = 68, 70
 _DESC_TRANSA, _DESC_TRANSB, _DESC_EPILOGUE, _DESC_BIAS_POINTER = 3, 4, 7, 8
 _DESC_AUX_POINTER, _DESC_AUX_LD = 11, 12
 _PREF_MAX_WORKSPACE = 1
+_PREF_MIN_ALIGN = (5, 6, 7, 8)   # CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES
+_STATUS_NOT_SUPPORTED = 15
 EPILOGUE = {"none": 1, "bias": 4, "gelu": 32, "gelu_aux": 160, "gelu_bias": 36, "gelu_aux_bias": 164}
 _WORKSPACE = 32 << 20     # cuBLAS's recommendation for Hopper
+_MAX_PLANS = 64           # descriptors kept (a new batch size or shape makes one); the oldest is destroyed
 
 
 class _HeuristicResult(ctypes.Structure):
@@ -37,9 +42,26 @@ class _HeuristicResult(ctypes.Structure):
                 ("waves", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
 
 
-_lib = None          # the CDLL, or False when none loads
-_handles: dict = {}  # device -> (handle, workspace array)
-_plans: dict = {}    # case key -> (desc, layouts, algo) or None when cuBLASLt has no algorithm
+_lib = None                    # the CDLL, or False when none loads
+_handles: dict = {}            # device -> cublasLtHandle_t
+_plans: OrderedDict = OrderedDict()   # (device, case key) -> (desc, layouts, heuristic result) or None
+# A plan's descriptor carries the bias and aux pointers of the call being made: one call at a time
+_lock = threading.Lock()
+
+_P, _I, _U64, _I64, _SZ = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_int64, ctypes.c_size_t
+_SIGNATURES = {  # cublasLt.h
+    "cublasLtCreate": [_P],
+    "cublasLtMatmulDescCreate": [_P, _I, _I],
+    "cublasLtMatmulDescDestroy": [_P],
+    "cublasLtMatmulDescSetAttribute": [_P, _I, _P, _SZ],
+    "cublasLtMatrixLayoutCreate": [_P, _I, _U64, _U64, _I64],
+    "cublasLtMatrixLayoutDestroy": [_P],
+    "cublasLtMatmulPreferenceCreate": [_P],
+    "cublasLtMatmulPreferenceSetAttribute": [_P, _I, _P, _SZ],
+    "cublasLtMatmulPreferenceDestroy": [_P],
+    "cublasLtMatmulAlgoGetHeuristic": [_P, _P, _P, _P, _P, _P, _P, _I, _P, _P],
+    "cublasLtMatmul": [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _SZ, _P],
+}
 
 
 def _load():
@@ -47,13 +69,18 @@ def _load():
     if _lib is None:
         for name in ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"):
             try:
-                _lib = ctypes.CDLL(name)
+                lib = ctypes.CDLL(name)
                 break
             except OSError:
                 continue
         else:
             _lib = False
             log.info("cuBLASLt is not loadable: linear and fused_linear_gelu use cuBLAS and a separate pass")
+            return _lib
+        for fn, args in _SIGNATURES.items():
+            f = getattr(lib, fn)
+            f.argtypes, f.restype = args, ctypes.c_int
+        _lib = lib
     return _lib
 
 
@@ -65,12 +92,9 @@ def _check(status: int, what: str) -> None:
 def _handle(dev: int):
     h = _handles.get(dev)
     if h is None:
-        cp = _cupy.cupy()
-        handle = ctypes.c_void_p()
-        _check(_lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
-        # the workspace lives as long as the process: its own cudaMalloc, outside the pool, where a
-        # long-lived block would pin the chunk it was carved from (as cuBLAS keeps its workspace)
-        h = _handles[dev] = (handle, cp.cuda.Memory(_WORKSPACE))
+        h = ctypes.c_void_p()
+        _check(_lib.cublasLtCreate(ctypes.byref(h)), "cublasLtCreate")
+        _handles[dev] = h
     return h
 
 
@@ -78,41 +102,60 @@ def _set(fn, obj, attr: int, value) -> None:
     _check(fn(obj, attr, ctypes.byref(value), ctypes.sizeof(value)), "cublasLt set attribute")
 
 
+def _alignment(ptr: int) -> int:
+    """The largest power of two up to 256 dividing ptr (the heuristic picks kernels that rely on it)."""
+    a = 256
+    while ptr % a:
+        a //= 2
+    return a
+
+
+def _destroy(plan) -> None:
+    if plan is not None:
+        desc, layouts, _ = plan
+        _lib.cublasLtMatmulDescDestroy(desc)
+        for lay in layouts:
+            _lib.cublasLtMatrixLayoutDestroy(lay)
+
+
 def _plan(key, handle):
     """The matmul descriptor, the four layouts and an algorithm for this case, made once."""
-    (dtype, rows, fin, fout, w_stored_nk, epilogue, ptr_align) = key
+    (dtype, rows, fin, fout, w_stored_nk, epilogue, aligns) = key
     lib = _lib
     f64 = dtype == "float64"
     desc = ctypes.c_void_p()
-    _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), _COMPUTE_64F if f64 else _COMPUTE_32F,
-                                        _CUDA_R["float64" if f64 else "float32"]), "cublasLtMatmulDescCreate")
+    _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), COMPUTE_64F if f64 else COMPUTE_32F,
+                                        CUDA_R["float64" if f64 else "float32"]), "cublasLtMatmulDescCreate")
     # column-major: D (fout x rows) = op(A) @ B, A = the weight's buffer, B = x's buffer (fin x rows)
     _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_TRANSA, ctypes.c_int32(1 if w_stored_nk else 0))
     _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_TRANSB, ctypes.c_int32(0))
     _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_EPILOGUE, ctypes.c_uint32(EPILOGUE[epilogue]))
-    t = _CUDA_R[dtype]
+    t = CUDA_R[dtype]
     layouts = []
     for r, c, ld in ((fin, fout, fin) if w_stored_nk else (fout, fin, fout), (fin, rows, fin),
                      (fout, rows, fout), (fout, rows, fout)):
         lay = ctypes.c_void_p()
-        _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), t, ctypes.c_uint64(r), ctypes.c_uint64(c),
-                                              ctypes.c_int64(ld)), "cublasLtMatrixLayoutCreate")
+        _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), t, r, c, ld), "cublasLtMatrixLayoutCreate")
         layouts.append(lay)
-    if "aux" in epilogue:  # the pointers' alignment steers the heuristic: set stand-ins of it
+    a_w, a_x, a_out, a_epi = aligns
+    if "aux" in epilogue:  # the pointers' alignment steers the heuristic: stand-ins with that alignment
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_LD, ctypes.c_int64(fout))
-        _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(ptr_align))
+        _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(a_epi))
     if "bias" in epilogue:
-        _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(ptr_align))
+        _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(a_epi))
     pref = ctypes.c_void_p()
     _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
     _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, _PREF_MAX_WORKSPACE, ctypes.c_uint64(_WORKSPACE))
+    for attr, a in zip(_PREF_MIN_ALIGN, (a_w, a_x, a_out, a_out)):
+        _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, attr, ctypes.c_uint32(a))
     result = _HeuristicResult()
     count = ctypes.c_int(0)
     status = lib.cublasLtMatmulAlgoGetHeuristic(handle, desc, *layouts, pref, 1, ctypes.byref(result),
                                                 ctypes.byref(count))
     lib.cublasLtMatmulPreferenceDestroy(pref)
-    if status != 0 or count.value < 1:
+    if status != 0 or count.value < 1 or result.state != 0:
         log.info("cuBLASLt has no algorithm for %s (status %d): the unfused path runs", key, status)
+        _destroy((desc, layouts, None))
         return None
     return desc, layouts, result
 
@@ -135,17 +178,25 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
         return False  # bias epilogue's bfloat16 results came out double-rounded (1298 of 4352 off)
     if gelu and dtype not in ("float16", "bfloat16"):
         return False  # its GELU is 5e-6 off the tanh form: fine below 16-bit rounding, not for float32
+    if bias is not None and not bias.flags.c_contiguous:
+        return False  # the epilogue reads the bias as a packed vector
     epi = ("gelu" if gelu else "") + ("_aux" if aux is not None else "") + ("_bias" if bias is not None else "")
     epi = epi.lstrip("_") or "none"
-    ptrs = [p.data.ptr for p in (bias, aux) if p is not None]
-    align = 16 if all(p % 16 == 0 for p in ptrs) else 2
+    a_epi = min([16] + [_alignment(p.data.ptr) for p in (bias, aux) if p is not None])
+    aligns = (_alignment(w3.data.ptr), _alignment(x3.data.ptr), _alignment(out.data.ptr), a_epi)
     dev = out.data.device_id
-    key = (dtype, rows, fin, fout, w_stored_nk, epi, align)
-    with cp.cuda.Device(dev):
-        handle, ws = _handle(dev)
-        if (dev, key) not in _plans:
-            _plans[(dev, key)] = _plan(key, handle)
-        plan = _plans[(dev, key)]
+    key = (dev, (dtype, rows, fin, fout, w_stored_nk, epi, aligns))
+    scal = np.float64 if dtype == "float64" else np.float32
+    alpha, beta = np.ones(1, scal), np.zeros(1, scal)
+    with cp.cuda.Device(dev), _lock:
+        handle = _handle(dev)
+        if key in _plans:
+            _plans.move_to_end(key)
+        else:
+            _plans[key] = _plan(key[1], handle)
+            if len(_plans) > _MAX_PLANS:
+                _destroy(_plans.popitem(last=False)[1])
+        plan = _plans[key]
         if plan is None:
             return False
         desc, (la, lb, lc, ld), result = plan
@@ -153,11 +204,14 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
             _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bias.data.ptr))
         if aux is not None:
             _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(aux.data.ptr))
-        scal = np.float64 if dtype == "float64" else np.float32
-        alpha, beta = np.ones(1, scal), np.zeros(1, scal)
-        _check(_lib.cublasLtMatmul(
-            handle, desc, ctypes.c_void_p(alpha.ctypes.data), ctypes.c_void_p(w3.data.ptr), la,
-            ctypes.c_void_p(x3.data.ptr), lb, ctypes.c_void_p(beta.ctypes.data), ctypes.c_void_p(out.data.ptr), lc,
-            ctypes.c_void_p(out.data.ptr), ld, ctypes.byref(result.algo), ctypes.c_void_p(ws.ptr),
-            ctypes.c_size_t(_WORKSPACE), ctypes.c_void_p(cp.cuda.get_current_stream().ptr)), "cublasLtMatmul")
+        # the workspace comes from the pool on this stream per call: stream-ordered reuse, no two
+        # streams share one, and no long-lived block pins a pool chunk
+        ws = cp.empty(_WORKSPACE, cp.uint8)
+        status = _lib.cublasLtMatmul(
+            handle, desc, alpha.ctypes.data, w3.data.ptr, la, x3.data.ptr, lb, beta.ctypes.data, out.data.ptr, lc,
+            out.data.ptr, ld, ctypes.addressof(result.algo), ws.data.ptr, _WORKSPACE,
+            cp.cuda.get_current_stream().ptr)
+    if status == _STATUS_NOT_SUPPORTED:
+        return False
+    _check(status, "cublasLtMatmul")
     return True

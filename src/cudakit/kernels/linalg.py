@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ShapeError
 from ..runtime import _cupy
+from .cublaslt import COMPUTE_32F as _COMPUTE_32F
+from .cublaslt import COMPUTE_64F as _COMPUTE_64F
+from .cublaslt import CUDA_R as _CUDA_R
 from .cublaslt import linear_epilogue  # noqa: F401  (the backend's hook: linear with a fused epilogue)
 
-# cudaDataType values (library_types.h): part of the CUDA ABI
-_CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
-_COMPUTE_32F, _COMPUTE_64F = 68, 70      # cublasComputeType_t
 _OP_N, _OP_T = 0, 1                      # cublasOperation_t
 _GEMM_DEFAULT = -1                       # cublasGemmAlgo_t: the heuristic's choice
 _INT_MAX = 2**31 - 1                     # cuBLAS's int dimensions and leading dimensions
@@ -45,7 +46,7 @@ def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 
         return out
     for name, v in (("M", m), ("N", n), ("K", k), ("batch", batch)):
         if v > _INT_MAX:
-            raise ValueError(f"matmul: {name} must be <= {_INT_MAX} for cuBLAS (got {v})")
+            raise ShapeError(f"matrix product: {name} must be <= {_INT_MAX} for cuBLAS (got {v})")
     cp = _cupy.cupy()
     in_t = _CUDA_R[_dtype_name(a)]
     out_t = _CUDA_R[_dtype_name(out)]
