@@ -22,15 +22,19 @@ tool = shutil.which("cuobjdump") or (glob.glob("/usr/local/cuda*/bin/cuobjdump")
 s = subprocess.run([tool, "-sass", p], capture_output=True, text=True).stdout
 print("\n".join(l for l in s.splitlines() if "Function" in l or "LDG" in l or "STG" in l))
 PY
-# TESTS: test paths to run (default: the whole GPU suite); VARIANTS: scripts/<name>.py sweeps to run,
-# with VARIANT_ARGS as their arguments (ew_variants: case labels, e.g. "div_scalar gelu_erf_backward")
-timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
+# TESTS: test paths to run (default: the whole GPU suite; TESTS=none skips them); VARIANTS:
+# scripts/<name>.py sweeps to run, with VARIANT_ARGS as their arguments (ew_variants: case labels,
+# e.g. "div_scalar gelu_erf_backward"). On an H100 (2026-11-23) the suite took 317 s without
+# test_attention_gpu.py and that file 141 s (Triton compiles); with the matmul, attention and conv
+# cases the benchmark is longer than the 240 s it took before: tests and benchmark no longer fit one
+# 600 s device call. Run BENCH=none ... for the tests and TESTS=none ... for the benchmark.
+[ "${TESTS:-}" = none ] || timeout ${TEST_TIMEOUT:-540} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
 # CPU tests that need CuPy (skipped in CI, which has none): CuPy's object layout as the native path reads it
 timeout 60 python3 -m pytest -q tests/test_cupy_layout.py -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -1 | sed 's/^/CUPY-LAYOUT /'
 # TUNE=1: `cudakit tune` first (the elementwise kernels' shapes measured on this GPU, kept per GPU UUID)
 if [ "${TUNE:-0}" = 1 ]; then timeout ${TUNE_TIMEOUT:-200} python3 -m cudakit tune 2>&1 | tee -a "$LOG" | sed 's/^/TUNE /' | tail -50; fi
 # the plots stay on the device (at most 8 files come back): results.json and the speedup plot return
-timeout ${BENCH_TIMEOUT:-240} python3 -m cudakit bench --out /tmp/cudakit-bench "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
+[ "${BENCH:-}" = none ] || timeout ${BENCH_TIMEOUT:-420} python3 -m cudakit bench --out /tmp/cudakit-bench "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
 cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null
 for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "scripts/$v.py" ${VARIANT_ARGS:-} 2>&1 | tee -a "$LOG" | grep VARIANT; done
 timeout ${PROBE_TIMEOUT:-90} python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
