@@ -49,7 +49,7 @@ class AttentionOps:
         scale = float(scale)  # a 0-d array (cupy.sqrt's result) works too
         if not math.isfinite(scale):
             raise ValueError(f"{op}: scale must be finite (got {scale})")
-        if not isinstance(causal, (bool, np.bool_)):
+        if not isinstance(causal, (bool, np.bool_)) and causal not in (0, 1):
             raise ValueError(f"{op}: causal must be a bool (got {causal!r})")
         name = self._check_dtype(q, "q")
         return arrs, name, scale

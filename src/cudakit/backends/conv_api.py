@@ -123,7 +123,7 @@ class ConvOps:
         grad_bias None when `bias` (a bool: did the forward have one) is False."""
         op = "conv2d_backward"
         from .linalg_api import _check_flag
-        _check_flag(op, "bias", bias)
+        bias = _check_flag(op, "bias", bias)
         arrs, geo = self._conv_args(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding, dilation)
         x, w, g = arrs["x"], arrs["weight"], arrs["grad_out"]
         sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
@@ -139,7 +139,7 @@ class ConvOps:
             cols = self._cols(x, geo)
             # grad_weight = sum_n g[n] cols[n]^T: per-image float32 products summed in chunks of
             # images (bounded memory), rounded once
-            step = max(1, _GW_CHUNK_BYTES // max(1, k * crs * 4))
+            step = max(1, _GW_CHUNK_BYTES // max(1, k * crs * np.dtype(acc).itemsize))
             gw = self._xp().zeros((k, crs), acc)
             for i0 in range(0, n, step):
                 i1 = min(n, i0 + step)

@@ -20,10 +20,14 @@ def _pad(batch: tuple, ndim: int) -> tuple:
     return (1,) * (ndim - len(batch)) + tuple(batch)
 
 
-def _check_flag(op: str, name: str, v) -> None:
+def _check_flag(op: str, name: str, v) -> bool:
+    """A yes/no argument: a bool (None counts as False); an array here is a mistake worth naming."""
+    if v is None:
+        return False
     if not isinstance(v, (bool, np.bool_)):
-        raise ValueError(f"{op}: {name} must be a bool (got {type(v).__name__}); pass bias=True when the "
-                         f"forward had a bias")
+        raise ValueError(f"{op}: {name} must be a bool (got {type(v).__name__}); pass {name}=True when the "
+                         f"forward had one")
+    return bool(v)
 
 
 class LinalgOps:
@@ -228,7 +232,7 @@ class LinalgOps:
         (out_features,), or None when `bias` (a bool: did the forward have one) is False. All in
         x's dtype; each is one GEMM or one reduction, 16-bit accumulating in float32."""
         op = "linear_backward"
-        _check_flag(op, "bias", bias)
+        bias = _check_flag(op, "bias", bias)
         arrs = self._linear_args(op, {"x": x, "weight": weight, "grad_out": grad_out})
         x, w, g = arrs["x"], arrs["weight"], arrs["grad_out"]
         lead, fin, fout = tuple(x.shape[:-1]), w.shape[1], w.shape[0]

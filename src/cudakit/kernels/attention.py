@@ -63,6 +63,9 @@ def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts
     so larger batches go in slices of the [BH, ...] arrays."""
     bh = arrays[0].shape[0]
     k = _k(name)
+    if bh <= _MAX_GRID_Y:
+        k[(max(1, math.ceil(rows / block)), bh)](*arrays, *args, **consts)
+        return
     for b0 in range(0, bh, _MAX_GRID_Y):
         b1 = min(bh, b0 + _MAX_GRID_Y)
         k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args, **consts)

@@ -77,9 +77,14 @@ def _load():
             _lib = False
             log.info("cuBLASLt is not loadable: linear and fused_linear_gelu use cuBLAS and a separate pass")
             return _lib
-        for fn, args in _SIGNATURES.items():
-            f = getattr(lib, fn)
-            f.argtypes, f.restype = args, ctypes.c_int
+        try:
+            for fn, args in _SIGNATURES.items():
+                f = getattr(lib, fn)
+                f.argtypes, f.restype = args, ctypes.c_int
+        except AttributeError as e:  # an older library without one of the entry points
+            _lib = False
+            log.info("cuBLASLt lacks %s: linear and fused_linear_gelu use cuBLAS and a separate pass", e)
+            return _lib
         _lib = lib
     return _lib
 
@@ -113,17 +118,30 @@ def _alignment(ptr: int) -> int:
 def _destroy(plan) -> None:
     if plan is not None:
         desc, layouts, _ = plan
-        _lib.cublasLtMatmulDescDestroy(desc)
+        if desc.value:
+            _lib.cublasLtMatmulDescDestroy(desc)
         for lay in layouts:
             _lib.cublasLtMatrixLayoutDestroy(lay)
 
 
 def _plan(key, handle):
     """The matmul descriptor, the four layouts and an algorithm for this case, made once."""
+    desc, layouts, pref = ctypes.c_void_p(), [], ctypes.c_void_p()
+    try:
+        return _make_plan(key, handle, desc, layouts, pref)
+    except CudakitError:
+        _destroy((desc, layouts, None))
+        raise
+    finally:
+        if pref.value:
+            _lib.cublasLtMatmulPreferenceDestroy(pref)
+
+
+def _make_plan(key, handle, desc, layouts, pref):
+    """_plan's body: fills desc, layouts and pref (the caller frees them on failure)."""
     (dtype, rows, fin, fout, w_stored_nk, epilogue, aligns) = key
     lib = _lib
     f64 = dtype == "float64"
-    desc = ctypes.c_void_p()
     _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), COMPUTE_64F if f64 else COMPUTE_32F,
                                         CUDA_R["float64" if f64 else "float32"]), "cublasLtMatmulDescCreate")
     # column-major: D (fout x rows) = op(A) @ B, A = the weight's buffer, B = x's buffer (fin x rows)
@@ -131,7 +149,6 @@ def _plan(key, handle):
     _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_TRANSB, ctypes.c_int32(0))
     _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_EPILOGUE, ctypes.c_uint32(EPILOGUE[epilogue]))
     t = CUDA_R[dtype]
-    layouts = []
     for r, c, ld in ((fin, fout, fin) if w_stored_nk else (fout, fin, fout), (fin, rows, fin),
                      (fout, rows, fout), (fout, rows, fout)):
         lay = ctypes.c_void_p()
@@ -143,7 +160,6 @@ def _plan(key, handle):
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(a_epi))
     if "bias" in epilogue:
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(a_epi))
-    pref = ctypes.c_void_p()
     _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
     _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, _PREF_MAX_WORKSPACE, ctypes.c_uint64(_WORKSPACE))
     for attr, a in zip(_PREF_MIN_ALIGN, (a_w, a_x, a_out, a_out)):
@@ -152,7 +168,6 @@ def _plan(key, handle):
     count = ctypes.c_int(0)
     status = lib.cublasLtMatmulAlgoGetHeuristic(handle, desc, *layouts, pref, 1, ctypes.byref(result),
                                                 ctypes.byref(count))
-    lib.cublasLtMatmulPreferenceDestroy(pref)
     if status != 0 or count.value < 1 or result.state != 0:
         log.info("cuBLASLt has no algorithm for %s (status %d): the unfused path runs", key, status)
         _destroy((desc, layouts, None))
@@ -204,14 +219,17 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
             _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bias.data.ptr))
         if aux is not None:
             _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(aux.data.ptr))
-        # the workspace comes from the pool on this stream per call: stream-ordered reuse, no two
-        # streams share one, and no long-lived block pins a pool chunk
-        ws = cp.empty(_WORKSPACE, cp.uint8)
+        # the workspace the algorithm asks for, from the pool on this stream per call: stream-ordered
+        # reuse, no two streams share one, and no long-lived block pins a pool chunk
+        wsize = int(result.workspace_size)
+        ws = cp.empty(wsize, cp.uint8) if wsize else None
         status = _lib.cublasLtMatmul(
             handle, desc, alpha.ctypes.data, w3.data.ptr, la, x3.data.ptr, lb, beta.ctypes.data, out.data.ptr, lc,
-            out.data.ptr, ld, ctypes.addressof(result.algo), ws.data.ptr, _WORKSPACE,
+            out.data.ptr, ld, ctypes.addressof(result.algo), ws.data.ptr if wsize else None, wsize,
             cp.cuda.get_current_stream().ptr)
-    if status == _STATUS_NOT_SUPPORTED:
-        return False
+        if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: the unfused path from now on
+            _destroy(plan)
+            _plans[key] = None
+            return False
     _check(status, "cublasLtMatmul")
     return True
