@@ -71,8 +71,9 @@ def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts
         k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args, **consts)
 
 
-def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None):
-    """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v."""
+def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None, tiles=None):
+    """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v. tiles: a dict overriding
+    the kernel's tile sizes and options (scripts/attention_variants.py)."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -80,14 +81,15 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     lse = cp.empty((bh, lq), cp.float32)
     if bh == 0 or lq == 0:
         return out, lse
-    cfg = _config(dtype_name, d, block_n)
+    cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), (float(scale * math.log2(math.e)), lq, lk, d),
             dict(cfg, CAUSAL=bool(causal)))
     return out, lse
 
 
-def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
-    """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it."""
+def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None):
+    """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it. tiles: a pair of dicts
+    overriding the dK/dV and the dQ kernels' tile sizes and options (scripts/attention_variants.py)."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -103,6 +105,8 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str)
     _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq, d), {"BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
     scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, d)
     kv, qc = _backward_configs(dtype_name, cfg)
+    if tiles is not None:
+        kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars, dict(kv, CAUSAL=bool(causal)))
     _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars, dict(qc, CAUSAL=bool(causal)))
     return dq, dk, dv
