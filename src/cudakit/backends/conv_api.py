@@ -5,7 +5,8 @@ conv2d is an im2col convolution: the input's windows are gathered (a strided vie
 C*R*S x Ho*Wo per image) and multiplied by the (K, C*R*S) weight through the backend's matmul
 (cuBLAS on the GPU), so it needs R*S times the input's memory for that copy. Its backward is two
 more batched GEMMs plus a col2im scatter-add (one strided add per kernel tap); 16-bit data are
-accumulated in float32 and rounded once. Pooling reduces the windows through the backend's max / argmax / sum.
+accumulated in float32 and rounded once. Pooling reduces the windows through the backend's max,
+argmax and mean.
 """
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ import numpy as np
 from ..errors import ShapeError
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
 def _pair(op: str, name: str, v, minimum: int) -> tuple[int, int]:
-    t = (v, v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else tuple(v) if isinstance(v, (tuple, list)) else None
-    if t is None or len(t) != 2 or not all(isinstance(e, numbers.Integral) and not isinstance(e, bool) for e in t):
+    """An int or a pair of ints >= minimum as a pair (PyTorch's stride/padding/kernel_size forms)."""
+    t = (v, v) if _is_int(v) else tuple(v) if isinstance(v, (tuple, list)) else None
+    if t is None or len(t) != 2 or not all(_is_int(e) for e in t):
         raise ValueError(f"{op}: {name} must be an int or a pair of ints (got {v!r})")
     if min(t) < minimum:
         raise ValueError(f"{op}: {name} must be >= {minimum} (got {v!r})")
