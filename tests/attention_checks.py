@@ -13,6 +13,8 @@ _TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 2e-5, "float64": 1e-12}
 # spacing of the 16-bit subnormals P and dS are rounded to (float16's start at 6e-5): an absolute
 # error per term, summed over the terms of a product
 _SUB = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 0.0, "float64": 0.0}
+# (leading dims, Lq, Lk, head_dim) run on both backends; the GPU tests add longer and wider ones
+SHAPES = [((), 1, 1, 1), ((2, 3), 17, 29, 8), ((1,), 64, 64, 64), ((2,), 33, 5, 24), ((), 0, 4, 8)]
 
 
 

@@ -65,6 +65,12 @@ def check_conv2d(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, w
     else:
         assert gb is None
 
+# (n, c, h, w, k, r, s, stride, padding, dilation) and (n, c, h, w, kernel_size, stride, padding)
+# run on both backends; the GPU tests add a larger case of each
+CONV_GEOMETRIES = [(1, 1, 1, 1, 1, 1, 1, 1, 0, 1), (2, 3, 9, 7, 4, 3, 3, 1, 1, 1),
+                   (1, 5, 13, 11, 3, 3, 2, (2, 1), (1, 2), 1), (2, 2, 10, 10, 3, 3, 3, 1, 2, 2)]
+POOL_GEOMETRIES = [(1, 1, 4, 4, 2, None, 0), (2, 3, 9, 7, 3, 2, 1), (1, 2, 8, 8, (2, 3), (1, 2), (1, 0))]
+
 
 def _two(v):
     return (v, v) if isinstance(v, int) else tuple(v)

@@ -21,8 +21,7 @@ def _host(x):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("lead,lq,lk,d", [((), 1, 1, 1), ((2, 3), 17, 29, 8), ((1,), 64, 64, 64), ((2,), 33, 5, 24),
-                                          ((), 0, 4, 8)])
+@pytest.mark.parametrize("lead,lq,lk,d", ac.SHAPES)
 def test_attention(lead, lq, lk, d, dtype, causal, rng):
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal)
 

@@ -9,20 +9,12 @@ import cudakit
 pytestmark = pytest.mark.cuda
 cp = pytest.importorskip("cupy")
 
-
-def _dev(x):
-    return cp.asarray(x)
-
-
-def _host(x):
-    assert isinstance(x, cp.ndarray)
-    return cp.asnumpy(x)
+from cupy_io import to_dev as _dev  # after the importorskip
+from cupy_io import to_host as _host
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("geo", [(1, 1, 1, 1, 1, 1, 1, 1, 0, 1), (2, 3, 9, 7, 4, 3, 3, 1, 1, 1),
-                                 (1, 5, 13, 11, 3, 3, 2, (2, 1), (1, 2), 1), (2, 2, 10, 10, 3, 3, 3, 1, 2, 2),
-                                 (4, 16, 28, 28, 32, 3, 3, 1, 1, 1)])
+@pytest.mark.parametrize("geo", cc.CONV_GEOMETRIES + [(4, 16, 28, 28, 32, 3, 3, 1, 1, 1)])
 def test_conv2d(geo, dtype, rng):
     n, c, h, w, k, r, s, stride, pad, dil = geo
     cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
@@ -30,8 +22,7 @@ def test_conv2d(geo, dtype, rng):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["max", "avg"])
-@pytest.mark.parametrize("geo", [(1, 1, 4, 4, 2, None, 0), (2, 3, 9, 7, 3, 2, 1), (1, 2, 8, 8, (2, 3), (1, 2), (1, 0)),
-                                 (4, 8, 32, 32, 2, None, 0)])
+@pytest.mark.parametrize("geo", cc.POOL_GEOMETRIES + [(4, 8, 32, 32, 2, None, 0)])
 def test_pool(geo, kind, dtype, rng):
     n, c, h, w, ks, st, pad = geo
     cc.check_pool(_dev, _host, rng, kind, n, c, h, w, ks, st, pad, dtype)

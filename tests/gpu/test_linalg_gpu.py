@@ -10,14 +10,8 @@ import cudakit
 pytestmark = pytest.mark.cuda
 cp = pytest.importorskip("cupy")
 
-
-def _dev(x):
-    return cp.asarray(x)
-
-
-def _host(x):
-    assert isinstance(x, cp.ndarray)
-    return cp.asnumpy(x)
+from cupy_io import to_dev as _dev  # after the importorskip
+from cupy_io import to_host as _host
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -6,17 +6,8 @@ from __future__ import annotations
 
 import cudakit
 from ..case import Case, Env
-
-_ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-
-
-def _rand(env: Env, shape, dtype: str, seed: int):
-    dt = cudakit.get_backend("cuda" if env.gpu else "cpu").empty(0, dtype).dtype
-    xp = env.xp
-    if env.gpu:
-        return xp.random.default_rng(seed).standard_normal(shape, dtype=xp.float32).astype(dt)
-    import numpy as np
-    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32).astype(dt)
+from ._inputs import ITEM as _ITEM
+from ._inputs import rand as _rand
 
 
 def _case(env: Env, shape, dtype: str, causal: bool, backward: bool) -> Case:

@@ -5,16 +5,8 @@ from __future__ import annotations
 
 import cudakit
 from ..case import Case, Env
-
-_ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-
-
-def _rand(env: Env, shape, dtype: str, seed: int, scale: float = 1.0):
-    import numpy as np
-    dt = cudakit.get_backend("cuda" if env.gpu else "cpu").empty(0, dtype).dtype
-    if env.gpu:
-        return (env.xp.random.default_rng(seed).standard_normal(shape, dtype=env.xp.float32) * scale).astype(dt)
-    return (np.random.default_rng(seed).standard_normal(shape, dtype=np.float32) * scale).astype(dt)
+from ._inputs import ITEM as _ITEM
+from ._inputs import rand as _rand
 
 
 def _conv(env: Env, n, c, hw, k, dtype, backward):
