@@ -25,7 +25,10 @@ PY
 # TESTS: test paths to run (default: the whole GPU suite; TESTS=none skips them); VARIANTS:
 # scripts/<name>.py sweeps to run, with VARIANT_ARGS as their arguments (ew_variants: case labels,
 # e.g. "div_scalar gelu_erf_backward"). On an H100 (2026-11-23) the suite took 317 s without
-# test_attention_gpu.py and that file 141 s (Triton compiles); with the matmul, attention and conv
+# test_attention_gpu.py and that file 141 s (Triton compiles), more than 250 s since head_dim is a
+# compile-time constant of the attention kernels (one compile per head_dim): run it on its own,
+# TESTS=tests/gpu/test_attention_gpu.py, and the rest with TESTS="tests/gpu
+# --ignore=tests/gpu/test_attention_gpu.py". With the matmul, attention and conv
 # cases the benchmark is longer than the 240 s it took before: tests and benchmark no longer fit one
 # 600 s device call. Run BENCH=none ... for the tests and TESTS=none ... for the benchmark.
 [ "${TESTS:-}" = none ] || timeout ${TEST_TIMEOUT:-540} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25

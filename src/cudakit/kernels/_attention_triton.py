@@ -7,7 +7,10 @@ query block, O written once; FLOPs: 4 * BH * Lq * Lk * D (halved with causal).
 Backward (FlashAttention-2): delta = rowsum(dO * O); one kernel accumulates dK, dV per key block
 over the query blocks, another dQ per query block over the key blocks (no atomics); P is
 recomputed from the saved log-sum-exp. FLOPs: 10 * BH * Lq * Lk * D (halved with causal).
-All arrays contiguous [BH, L, D]; D may be any size up to BLOCK_D (masked).
+All arrays contiguous [BH, L, D]; D may be any size up to BLOCK_D (masked; D is a compile-time
+constant, so the mask and the row strides fold away). Each loop over blocks is split: the blocks
+that need no mask (wholly inside the keys and below the causal diagonal) run without the
+comparisons and selects, the few at the diagonal and the ragged end with them.
 """
 import triton
 import triton.language as tl
@@ -16,8 +19,36 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, rows, offs_n, offs_d, d_ok, qk_scale, Lk,
+               D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr):
+    """One key block of the online softmax; MASK: the block crosses the end of the keys or the
+    causal diagonal."""
+    cols = start_n + offs_n
+    n_ok = cols < Lk
+    kt_mask = d_ok[:, None]
+    v_mask = d_ok[None, :]
+    if MASK:
+        kt_mask = kt_mask & n_ok[None, :]
+        v_mask = v_mask & n_ok[:, None]
+    kt = tl.load(K + kv_base + cols[None, :] * D + offs_d[:, None], mask=kt_mask, other=0.0)
+    s = tl.dot(q, kt, input_precision=PREC) * qk_scale
+    if MASK:
+        valid = n_ok[None, :]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= rows[:, None])
+        s = tl.where(valid, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=v_mask, other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+    return acc, l_i, m_new
+
+
+@triton.jit
 def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32
-             qk_scale, Lq, Lk, D,        # qk_scale: softmax scale * log2(e)
+             qk_scale, Lq, Lk, D: tl.constexpr,  # qk_scale: softmax scale * log2(e)
              CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              PREC: tl.constexpr):
     start_m = tl.program_id(0)
@@ -32,24 +63,16 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     hi = Lk
+    n_full = (Lk // BLOCK_N) * BLOCK_N
     if CAUSAL:  # row i attends to keys j <= i: later key blocks are skipped
         hi = tl.minimum(Lk, (start_m + 1) * BLOCK_M)
-    for start_n in range(0, hi, BLOCK_N):
-        cols = start_n + offs_n
-        n_ok = cols < Lk
-        kt = tl.load(K + kv_base + cols[None, :] * D + offs_d[:, None], mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-        s = tl.dot(q, kt, input_precision=PREC) * qk_scale
-        valid = n_ok[None, :]
-        if CAUSAL:
-            valid = valid & (cols[None, :] <= rows[:, None])
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-        m_i = m_new
+        n_full = tl.minimum(n_full, ((start_m * BLOCK_M + 1) // BLOCK_N) * BLOCK_N)
+    for start_n in range(0, n_full, BLOCK_N):
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, rows, offs_n, offs_d, d_ok,
+                                   qk_scale, Lk, D, False, CAUSAL, PREC)
+    for start_n in range(n_full, hi, BLOCK_N):
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, rows, offs_n, offs_d, d_ok,
+                                   qk_scale, Lk, D, True, CAUSAL, PREC)
     acc = acc / l_i[:, None]
     tl.store(O + q_base + rows[:, None] * D + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
@@ -57,7 +80,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
 
 
 @triton.jit
-def attn_bwd_delta(O, DO, DELTA, Lq, D,  # O, DO: [BH, Lq, D]; DELTA: [BH, Lq] float32
+def attn_bwd_delta(O, DO, DELTA, Lq, D: tl.constexpr,  # O, DO: [BH, Lq, D]; DELTA: [BH, Lq] float32
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -71,8 +94,32 @@ def attn_bwd_delta(O, DO, DELTA, Lq, D,  # O, DO: [BH, Lq, D]; DELTA: [BH, Lq] f
 
 
 @triton.jit
+def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d, d_ok,
+                qk_scale, Lq, D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
+    """One query block's share of dK, dV; MASK: the block crosses the causal diagonal. Rows past Lq
+    load as zeros (dO = 0 there), so they add nothing without a select; keys past Lk only reach rows
+    of dK, dV that are never stored."""
+    rows = start_m + offs_m
+    m_ok = rows < Lq
+    q_mask = m_ok[:, None] & d_ok[None, :]
+    q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+    lse2 = tl.load(LSE + lse_base + rows, mask=m_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + lse_base + rows, mask=m_ok, other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    p = tl.math.exp2(s - lse2[:, None])
+    if MASK:
+        p = tl.where(cols[None, :] <= rows[:, None], p, 0.0)
+    dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
+    dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+    ds = p * (dp - delta[:, None])
+    dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    return dk, dv
+
+
+@triton.jit
 def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH, Lk, D]
-                  qk_scale, sm_scale, Lq, Lk, D,
+                  qk_scale, sm_scale, Lq, Lk, D: tl.constexpr,
                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                   PREC: tl.constexpr):
     start_n = tl.program_id(0)
@@ -81,39 +128,55 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     n_ok, d_ok = cols < Lk, offs_d < D
-    q_base, kv_base = bh * Lq * D, bh * Lk * D
+    q_base, kv_base, lse_base = bh * Lq * D, bh * Lk * D, bh * Lq
     kv_mask = n_ok[:, None] & d_ok[None, :]
     k = tl.load(K + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     lo = 0
-    if CAUSAL:  # rows i < j never see key j
+    mid = 0
+    if CAUSAL:  # rows i < j never see key j; from row (start_n + 1) * BLOCK_N - 1 on all of them do
         lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
-    for start_m in range(lo, Lq, BLOCK_M):
-        rows = start_m + offs_m
-        m_ok = rows < Lq
-        q_mask = m_ok[:, None] & d_ok[None, :]
-        q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-        do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-        lse2 = tl.load(LSE + bh * Lq + rows, mask=m_ok, other=0.0) * 1.4426950408889634
-        delta = tl.load(DELTA + bh * Lq + rows, mask=m_ok, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        valid = m_ok[:, None] & n_ok[None, :]
-        if CAUSAL:
-            valid = valid & (cols[None, :] <= rows[:, None])
-        p = tl.where(valid, tl.math.exp2(s - lse2[:, None]), 0.0)
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+        mid = lo + tl.cdiv((start_n + 1) * BLOCK_N - 1 - lo, BLOCK_M) * BLOCK_M
+        for start_m in range(lo, tl.minimum(mid, Lq), BLOCK_M):
+            dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
+                                 d_ok, qk_scale, Lq, D, True, PREC)
+    for start_m in range(mid, Lq, BLOCK_M):
+        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
+                             d_ok, qk_scale, Lq, D, False, PREC)
     tl.store(DK + kv_base + cols[:, None] * D + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + kv_base + cols[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
+def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, rows, offs_n, offs_d, d_ok, qk_scale, Lk,
+              D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr):
+    """One key block's share of dQ; MASK: the block crosses the end of the keys or the causal
+    diagonal. Rows past Lq load as zeros and are never stored."""
+    cols = start_n + offs_n
+    n_ok = cols < Lk
+    kv_mask = d_ok[None, :]
+    if MASK:
+        kv_mask = kv_mask & n_ok[:, None]
+    k = tl.load(K + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    p = tl.math.exp2(s - lse2[:, None])
+    if MASK:
+        valid = n_ok[None, :]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= rows[:, None])
+        p = tl.where(valid, p, 0.0)
+    dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+    ds = p * (dp - delta[:, None])
+    dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    return dq
+
+
+@triton.jit
 def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq, D]
-                qk_scale, sm_scale, Lq, Lk, D,
+                qk_scale, sm_scale, Lq, Lk, D: tl.constexpr,
                 CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                 PREC: tl.constexpr):
     start_m = tl.program_id(0)
@@ -130,20 +193,14 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     delta = tl.load(DELTA + bh * Lq + rows, mask=m_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     hi = Lk
+    n_full = (Lk // BLOCK_N) * BLOCK_N
     if CAUSAL:
         hi = tl.minimum(Lk, (start_m + 1) * BLOCK_M)
-    for start_n in range(0, hi, BLOCK_N):
-        cols = start_n + offs_n
-        n_ok = cols < Lk
-        kv_mask = n_ok[:, None] & d_ok[None, :]
-        k = tl.load(K + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        valid = m_ok[:, None] & n_ok[None, :]
-        if CAUSAL:
-            valid = valid & (cols[None, :] <= rows[:, None])
-        p = tl.where(valid, tl.math.exp2(s - lse2[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+        n_full = tl.minimum(n_full, ((start_m * BLOCK_M + 1) // BLOCK_N) * BLOCK_N)
+    for start_n in range(0, n_full, BLOCK_N):
+        dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, rows, offs_n, offs_d, d_ok, qk_scale, Lk,
+                       D, False, CAUSAL, PREC)
+    for start_n in range(n_full, hi, BLOCK_N):
+        dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, rows, offs_n, offs_d, d_ok, qk_scale, Lk,
+                       D, True, CAUSAL, PREC)
     tl.store(DQ + q_base + rows[:, None] * D + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)

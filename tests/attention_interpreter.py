@@ -1,0 +1,120 @@
+"""Run by tests/test_attention_interpreter.py in a subprocess with TRITON_INTERPRET=1 (Triton picks
+the interpreter when it is imported, so the flag must be set before that):
+    TRITON_INTERPRET=1 python tests/attention_interpreter.py
+runs the attention Triton kernels on NumPy arrays for each case in CASES against the float64
+reference; an AssertionError names the case and the output that is off. The interpreter reads
+torch tensors; `_Tensor` gives it the few methods it calls on a NumPy array. float16 stands in for
+the 16-bit types (same tiles as bfloat16, which the interpreter cannot read from NumPy)."""
+import math
+import os
+import sys
+
+sys.path[:0] = [os.path.dirname(__file__), os.path.join(os.path.dirname(__file__), "..", "src")]
+import attention_checks as ac
+import numpy as np
+import triton.runtime.jit as triton_jit
+from helpers import data, f64
+
+from cudakit.kernels import _attention_triton as kernels
+from cudakit.kernels import attention as host
+
+_TRITON_TYPES = {"float32": "*fp32", "float16": "*fp16"}
+# (batch*heads, Lq, Lk, head_dim, causal, dtype): full blocks, causal diagonals with Lq < Lk and
+# Lq > Lk, ragged ends of the keys and queries, head_dim below its block and a power of two
+CASES = [(2, 70, 90, 24, False, "float32"), (2, 70, 90, 24, True, "float32"),
+         (1, 90, 200, 32, True, "float32"), (1, 300, 100, 16, True, "float32"),
+         (1, 1, 50, 8, True, "float32"), (1, 65, 1, 8, False, "float32"),
+         (1, 128, 128, 64, True, "float16"), (1, 129, 257, 64, True, "float16"),
+         (1, 256, 256, 64, False, "float16"), (1, 130, 77, 80, False, "float16"),
+         (1, 128, 300, 128, True, "float16"), (1, 200, 64, 64, True, "float16")]
+
+
+class _Storage:
+    def __init__(self, arr):
+        self.arr = arr
+
+    def data_ptr(self):
+        return self.arr.ctypes.data
+
+    def cpu(self):
+        return self
+
+    def copy_(self, other):  # host and "device" are one buffer
+        pass
+
+
+class _Tensor:
+    """A NumPy array as the interpreter sees a torch tensor: it reads and writes through data_ptr."""
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.dtype = arr.dtype
+
+    def data_ptr(self):
+        return self.arr.ctypes.data
+
+    def untyped_storage(self):
+        return _Storage(self.arr)
+
+    def storage_offset(self):
+        return 0
+
+    def size(self):
+        return self.arr.shape
+
+    def stride(self):
+        return tuple(s // self.arr.itemsize for s in self.arr.strides)
+
+    def new_empty(self, *args, **kwargs):
+        return self
+
+    def set_(self, *args):
+        return self
+
+
+_mangle = triton_jit.mangle_type
+triton_jit.mangle_type = lambda arg, specialize=False: (
+    _TRITON_TYPES[str(arg.dtype)] if isinstance(arg, _Tensor) else _mangle(arg, specialize))
+
+
+def _tiles(cfg):
+    return {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
+
+
+def check(bh, lq, lk, d, causal, dtype, rng):
+    case = (bh, lq, lk, d, causal, dtype)
+    q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
+    k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
+    scale = 1 / math.sqrt(d)
+    cfg = host._config(dtype, d, None)
+    out, lse = np.zeros_like(q), np.zeros((bh, lq), np.float32)
+    qk_scale = scale * math.log2(math.e)
+    kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
+        *map(_Tensor, (q, k, v, out, lse)), qk_scale, lq, lk, d, CAUSAL=causal, **_tiles(cfg))
+    out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, scale, causal, g)
+    tol = 2e-5 if dtype == "float32" else 4e-3
+    np.testing.assert_allclose(f64(out), out_r, atol=tol * 4, rtol=tol, err_msg=f"out {case}")
+    np.testing.assert_allclose(lse, lse_r, atol=1e-5, rtol=1e-5, err_msg=f"lse {case}")
+
+    delta = np.zeros((bh, lq), np.float32)
+    kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
+                                                     BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
+    kv, qc = host._backward_configs(dtype, cfg)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    args = (qk_scale, scale, lq, lk, d)
+    kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
+        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, CAUSAL=causal, **_tiles(kv))
+    kernels.attn_bwd_dq[(math.ceil(lq / qc["BLOCK_M"]), bh)](
+        *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, CAUSAL=causal, **_tiles(qc))
+    for name, got, want in (("dq", dq, dq_r), ("dk", dk, dk_r), ("dv", dv, dv_r)):
+        # gradients are sums over up to 300 terms of size ~1: an absolute allowance on that scale
+        np.testing.assert_allclose(f64(got), want, atol=tol * 10 * max(1.0, np.abs(want).max()), rtol=tol,
+                                   err_msg=f"{name} {case}")
+
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        sys.exit("set TRITON_INTERPRET=1 (before Triton is imported)")
+    for case in CASES:
+        check(*case, np.random.default_rng(0))
+    print(f"{len(CASES)} cases match the float64 reference")
