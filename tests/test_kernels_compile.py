@@ -9,7 +9,7 @@ import pytest
 # their own checks (spills, shared memory, plans) on top
 KERNEL_MODULES = ["cudakit.kernels.elementwise", "cudakit.kernels.normalization", "cudakit.kernels.reduction",
                   "cudakit.kernels.softmax", "cudakit.kernels.cross_entropy", "cudakit.kernels.transpose",
-                  "cudakit.kernels.dropout"]
+                  "cudakit.kernels.dropout", "cudakit.kernels.pooling"]
 
 
 def nvcc_compile(mod, tmp_path, names=None, extra=()):

@@ -53,6 +53,15 @@ class ConvOps:
         gathering and scattering use."""
         raise NotImplementedError
 
+    def _pool_kernel(self, kind: str, x, geo):
+        """Max ("max") or average ("avg") pooling of x by a kernel of this backend, or None to
+        reduce over strided window views (the CPU backend)."""
+        return None
+
+    def _pool_backward_kernel(self, kind: str, grad_out, x, geo):
+        """dL/dx of _pool_kernel, or None to scatter through window views (the CPU backend)."""
+        return None
+
     def _padded(self, x, ph: int, pw: int, value: float):
         if ph == 0 and pw == 0:
             return self._ascontiguous(x)
@@ -188,7 +197,8 @@ class ConvOps:
         gives NaN. Returns (N, C, Ho, Wo)."""
         x, geo = self._pool_args("max_pool2d", x, kernel_size, stride, padding)
         with self._device_scope(x):
-            return self.max(self._pool_windows(x, geo, -np.inf), axis=(4, 5))
+            y = self._pool_kernel("max", x, geo)
+            return self.max(self._pool_windows(x, geo, -np.inf), axis=(4, 5)) if y is None else y
 
     def max_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0):
         """dL/dx of max_pool2d, x's shape and dtype: each window's gradient goes to its first largest
@@ -203,7 +213,8 @@ class ConvOps:
         count_include_pad=True (padding zeros count); 16-bit data summed in float32."""
         x, geo = self._pool_args("avg_pool2d", x, kernel_size, stride, padding)
         with self._device_scope(x):  # mean: float32 sum and division, one rounding
-            return self.mean(self._pool_windows(x, geo, 0.0), axis=(4, 5))
+            y = self._pool_kernel("avg", x, geo)
+            return self.mean(self._pool_windows(x, geo, 0.0), axis=(4, 5)) if y is None else y
 
     def avg_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0):
         """dL/dx of avg_pool2d, x's shape and dtype: grad_out / (R * S) spread over each window."""
@@ -220,6 +231,9 @@ class ConvOps:
         xp = self._xp()
         acc = "float64" if x.dtype == np.float64 else "float32"
         with self._device_scope(x):
+            gx = self._pool_backward_kernel(kind, g, x, geo)
+            if gx is not None:
+                return gx
             g32 = g.astype(acc)
             if kind == "max":
                 win = self._ascontiguous(self._pool_windows(x, geo, -np.inf)).reshape(n, c, ho, wo, r * s)

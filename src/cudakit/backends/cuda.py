@@ -42,6 +42,14 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
     def _xp(self):
         return self._cp
 
+    def _pool_kernel(self, kind, x, geo):
+        from ..kernels import pooling
+        return pooling.pool2d(self._ascontiguous(x), kind, geo)
+
+    def _pool_backward_kernel(self, kind, grad_out, x, geo):
+        from ..kernels import pooling
+        return pooling.pool2d_backward(self._ascontiguous(grad_out), self._ascontiguous(x), kind, geo)
+
     def _coerce(self, x, arg):
         cp = self._cp
         if isinstance(x, cp.ndarray):

@@ -1,6 +1,7 @@
-"""Benchmark cases: conv2d (im2col + cuBLAS) forward and backward and 2x2 max pooling, NCHW,
-against torch's cuDNN kernels in the same run. FLOPs: 2 * N * K * Ho * Wo * C * R * S per product
-(forward one, backward two); bytes: input, weight and output once each."""
+"""Benchmark cases: conv2d (im2col + cuBLAS) forward and backward, 2x2 max pooling forward and
+backward and average pooling, NCHW, against torch's cuDNN kernels in the same run. FLOPs: 2 * N * K
+* Ho * Wo * C * R * S per product (forward one, backward two); bytes: input, weight and output once
+each."""
 from __future__ import annotations
 
 import cudakit
@@ -35,15 +36,30 @@ def _conv(env: Env, n, c, hw, k, dtype, backward):
                 flops=flops)
 
 
-def _maxpool(env: Env, n, c, hw, dtype):
+def _pool(env: Env, n, c, hw, dtype, kind: str, backward: bool):
+    """2x2 pooling with stride 2; bytes: x read and y written (forward), dy and x read and dx
+    written (max backward)."""
+    name = f"{kind}_pool2d" + ("_backward" if backward else "")
+
     def setup():
         x = _rand(env, (n, c, hw, hw), dtype, 5)
-        prov = {"cudakit": lambda: cudakit.max_pool2d(x, 2)}
+        g = _rand(env, (n, c, hw // 2, hw // 2), dtype, 6)
+        ours = getattr(cudakit, name)
+        prov = {"cudakit": (lambda: ours(g, x, 2)) if backward else (lambda: ours(x, 2))}
         if env.gpu and env.torch is not None:
-            tx = env.torch.from_dlpack(x)
-            prov["torch"] = lambda: env.torch.nn.functional.max_pool2d(tx, 2)
+            t = env.torch
+            tx, tg = t.from_dlpack(x), t.from_dlpack(g)
+            if backward:  # the pooling op's own backward, as autograd calls it
+                _, idx = t.nn.functional.max_pool2d(tx, 2, return_indices=True)
+                prov["torch"] = lambda: t.ops.aten.max_pool2d_with_indices_backward(tg, tx, [2, 2], [2, 2], [0, 0],
+                                                                                    [1, 1], False, idx)
+            else:
+                f = getattr(t.nn.functional, f"{kind}_pool2d")
+                prov["torch"] = lambda: f(tx, 2)
         return prov
-    return Case("max_pool2d", "conv", (n, c, hw, hw), dtype, n * c * hw * hw * _ITEM[dtype] * 5 // 4, setup)
+    quarter = n * c * hw * hw * _ITEM[dtype] // 4
+    nbytes = 4 * quarter + quarter if not backward else 4 * quarter + quarter + 4 * quarter
+    return Case(name, "conv", (n, c, hw, hw), dtype, nbytes, setup)
 
 
 def cases(env: Env) -> list[Case]:
@@ -51,5 +67,7 @@ def cases(env: Env) -> list[Case]:
     out = []
     for dtype in env.dtypes:
         out += [_conv(env, n, c, hw, k, dtype, False), _conv(env, n, c, hw, k, dtype, True),
-                _maxpool(env, n, c, hw * 2 if env.gpu else hw, dtype)]
+                _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", False),
+                _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", True),
+                _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "avg", False)]
     return out

@@ -1,0 +1,168 @@
+"""2-D max and average pooling (NCHW) forward and backward, one thread per output (forward) or per
+input element (backward), with the semantics of backends/conv_api.py: padding of -inf (max) or zeros
+(average, counted in the divisor, PyTorch's count_include_pad=True); a window holding a NaN gives
+NaN; the backward of max pooling sends each window's gradient to its first NaN, else its first
+largest element, else (a window of -inf) its first in-bounds element.
+
+Forward: each output reads its R x S window (neighbouring threads share rows, so the reads
+coalesce and repeat in L1). Backward: gathers, no atomics (deterministic): each input element sums
+the gradients of the windows that cover it; for max pooling it recomputes each covering window's
+winner. Arithmetic in ck_traits<T>::acc (float32 for 16-bit data), rounded once.
+Traffic: forward N C H W read + N C Ho Wo written; backward N C Ho Wo (+ N C H W for max) read,
+N C H W written.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, ctype
+
+SOURCE = PREAMBLE + r"""
+struct ck_pool_geo {   // (H, W) input, (Ho, Wo) output, R x S window, stride, padding
+  int h, w, ho, wo, r, s, sh, sw, ph, pw;
+};
+#define CK_POOL_GEO_ARGS int h, int w, int ho, int wo, int r, int s, int sh, int sw, int ph, int pw
+#define CK_POOL_GEO const ck_pool_geo g = {h, w, ho, wo, r, s, sh, sw, ph, pw}
+
+template <typename A> __device__ __forceinline__ bool ck_pool_isnan(A v) { return v != v; }
+
+// Index (i * S + j) of the winner of window (oh, ow) of plane x: the first NaN, else the first
+// largest, else the first in-bounds tap (every window holds one: padding <= half the window).
+template <typename T>
+__device__ __forceinline__ int ck_pool_argmax(const T* __restrict__ x, const ck_pool_geo& g, int oh, int ow) {
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  int best = -1;
+  A bv = A(0);
+  for (int i = 0; i < g.r; ++i) {
+    const int ih = oh * g.sh - g.ph + i;
+    if (ih < 0 || ih >= g.h) continue;
+    for (int j = 0; j < g.s; ++j) {
+      const int iw = ow * g.sw - g.pw + j;
+      if (iw < 0 || iw >= g.w) continue;
+      const A v = tr::load(x[(long long)ih * g.w + iw]);
+      if (best < 0 || (!ck_pool_isnan(bv) && (ck_pool_isnan(v) || v > bv))) { best = i * g.s + j; bv = v; }
+    }
+  }
+  return best;
+}
+
+// y[p, oh, ow] = max (AVG: mean) of window (oh, ow) of plane p of x.
+// x: [planes, H, W], y: [planes, Ho, Wo], contiguous; planes = N * C. Block 256, grid-stride.
+template <typename T, bool AVG>
+__global__ void __launch_bounds__(256) ck_pool2d(const T* __restrict__ x, T* __restrict__ y, long long planes,
+                                                 CK_POOL_GEO_ARGS) {
+  CK_POOL_GEO;
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  const long long n = planes * g.ho * g.wo;
+  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += (long long)gridDim.x * blockDim.x) {
+    const int ow = (int)(o % g.wo);
+    const long long t = o / g.wo;
+    const int oh = (int)(t % g.ho);
+    const T* xp = x + (t / g.ho) * g.h * g.w;
+    A m = AVG ? A(0) : A(-__int_as_float(0x7f800000));
+    for (int i = 0; i < g.r; ++i) {
+      const int ih = oh * g.sh - g.ph + i;
+      if (ih < 0 || ih >= g.h) continue;
+      for (int j = 0; j < g.s; ++j) {
+        const int iw = ow * g.sw - g.pw + j;
+        if (iw < 0 || iw >= g.w) continue;
+        const A v = tr::load(xp[(long long)ih * g.w + iw]);
+        if (AVG) m += v;
+        else if (ck_pool_isnan(v) || v > m) m = v;   // NaN stays: nothing compares greater
+      }
+    }
+    y[o] = tr::store(AVG ? m / A(g.r * g.s) : m);
+  }
+}
+
+// gx[p, ih, iw] = sum over the windows (oh, ow) covering (ih, iw) of gy[p, oh, ow] / (R S) (AVG) or
+// of gy[p, oh, ow] where (ih, iw) wins the window (max).
+// x, gx: [planes, H, W], gy: [planes, Ho, Wo], contiguous. Block 256, grid-stride over gx.
+template <typename T, bool AVG>
+__global__ void __launch_bounds__(256) ck_pool2d_backward(const T* __restrict__ x, const T* __restrict__ gy,
+                                                          T* __restrict__ gx, long long planes,
+                                                          CK_POOL_GEO_ARGS) {
+  CK_POOL_GEO;
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  const long long n = planes * g.h * g.w;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
+    const int iw = (int)(e % g.w);
+    const long long t = e / g.w;
+    const int ih = (int)(t % g.h);
+    const long long p = t / g.h;
+    const T* xp = x + p * g.h * g.w;
+    const T* gp = gy + p * g.ho * g.wo;
+    // windows oh with oh*sh - ph <= ih <= oh*sh - ph + R - 1, likewise ow
+    const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
+    const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+    A acc = A(0);
+    for (int oh = oh0; oh <= oh1; ++oh) {
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        const A gv = tr::load(gp[(long long)oh * g.wo + ow]);
+        if (AVG) acc += gv;
+        else if (ck_pool_argmax(xp, g, oh, ow) == (ih - oh * g.sh + g.ph) * g.s + (iw - ow * g.sw + g.pw)) acc += gv;
+      }
+    }
+    gx[e] = tr::store(AVG ? acc / A(g.r * g.s) : acc);
+  }
+}
+"""
+
+THREADS = 256
+_WAVES = 8
+
+
+def name_expressions() -> list[str]:
+    """Every template instantiation this module launches."""
+    return [f"{k}<{ctype(dt)}, {avg}>" for k in ("ck_pool2d", "ck_pool2d_backward")
+            for dt in FLOAT_DTYPE_NAMES for avg in ("true", "false")]
+
+
+_family = KernelFamily(SOURCE, name_expressions, "cudakit/pooling.cu")
+
+
+def _geo(x_shape, geo) -> tuple:
+    """The kernels' ten int32 geometry arguments (CK_POOL_GEO_ARGS) from conv_api's pooling geometry."""
+    sh, sw, ph, pw, _, _, r, s, ho, wo = geo
+    return tuple(np.int32(v) for v in (x_shape[2], x_shape[3], ho, wo, r, s, sh, sw, ph, pw))
+
+
+def _launch(expr: str, device_id: int, n: int, args: tuple) -> None:
+    from ..runtime.compiler import _launch_function
+    from ..runtime.device import get_device_info
+    f = _family.function(device_id, expr)
+    sms = get_device_info().multiprocessors
+    grid = max(1, min(-(-n // THREADS), sms * (2048 // THREADS) * _WAVES))
+    _launch_function(expr, f, (grid, 1, 1), (THREADS, 1, 1), args, 0, None)
+
+
+def pool2d(x, kind: str, geo):
+    """max ("max") or average ("avg") pooling of a C-contiguous (N, C, H, W) CuPy array on the
+    current device; geo: conv_api's (sh, sw, ph, pw, 1, 1, R, S, Ho, Wo), validated by the caller."""
+    from ..runtime import _cupy
+    cp = _cupy.loaded_cupy()
+    n, c = x.shape[:2]
+    y = cp.empty((n, c, geo[8], geo[9]), x.dtype)
+    if y.size and x.size:
+        expr = f"ck_pool2d<{ctype(x.dtype.name)}, {'true' if kind == 'avg' else 'false'}>"
+        _launch(expr, x.data.device_id, y.size, (x, y, np.int64(n * c), *_geo(x.shape, geo)))
+    return y
+
+
+def pool2d_backward(grad_out, x, kind: str, geo):
+    """dL/dx of pool2d for C-contiguous grad_out (N, C, Ho, Wo) and x of one dtype and device."""
+    from ..runtime import _cupy
+    cp = _cupy.loaded_cupy()
+    gx = cp.empty(x.shape, x.dtype)
+    if gx.size == 0:
+        return gx
+    if grad_out.size == 0:
+        gx.fill(0)
+        return gx
+    expr = f"ck_pool2d_backward<{ctype(x.dtype.name)}, {'true' if kind == 'avg' else 'false'}>"
+    n, c = x.shape[:2]
+    _launch(expr, x.data.device_id, gx.size, (x, grad_out, gx, np.int64(n * c), *_geo(x.shape, geo)))
+    return gx
