@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ShapeError
 from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, ctype
 
 SOURCE = PREAMBLE + r"""
@@ -40,7 +41,7 @@ __device__ __forceinline__ int ck_pool_argmax(const T* __restrict__ x, const ck_
     for (int j = 0; j < g.s; ++j) {
       const int iw = ow * g.sw - g.pw + j;
       if (iw < 0 || iw >= g.w) continue;
-      const A v = tr::load(x[(long long)ih * g.w + iw]);
+      const A v = tr::load(x[ih * g.w + iw]);
       if (best < 0 || (!ck_pool_isnan(bv) && (ck_pool_isnan(v) || v > bv))) { best = i * g.s + j; bv = v; }
     }
   }
@@ -48,38 +49,38 @@ __device__ __forceinline__ int ck_pool_argmax(const T* __restrict__ x, const ck_
 }
 
 // y[p, oh, ow] = max (AVG: mean) of window (oh, ow) of plane p of x.
-// x: [planes, H, W], y: [planes, Ho, Wo], contiguous; planes = N * C. Block 256, grid-stride.
+// x: [planes, H, W], y: [planes, Ho, Wo], contiguous; planes = N * C. Block 256; grid x covers the
+// Ho * Wo outputs of a plane (32-bit index arithmetic: 64-bit divisions cost more than the loads),
+// grid y strides over the planes.
 template <typename T, bool AVG>
 __global__ void __launch_bounds__(256) ck_pool2d(const T* __restrict__ x, T* __restrict__ y, long long planes,
                                                  CK_POOL_GEO_ARGS) {
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
-  const long long n = planes * g.ho * g.wo;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += (long long)gridDim.x * blockDim.x) {
-    const int ow = (int)(o % g.wo);
-    const long long t = o / g.wo;
-    const int oh = (int)(t % g.ho);
-    const T* xp = x + (t / g.ho) * g.h * g.w;
+  const int o = blockIdx.x * blockDim.x + threadIdx.x;
+  if (o >= g.ho * g.wo) return;
+  const int oh = o / g.wo, ow = o - oh * g.wo;
+  const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+  const int i0 = max(0, -h0), i1 = min(g.r, g.h - h0), j0 = max(0, -w0), j1 = min(g.s, g.w - w0);
+  for (long long p = blockIdx.y; p < planes; p += gridDim.y) {
+    const T* xp = x + p * g.h * g.w + (long long)h0 * g.w + w0;
     A m = AVG ? A(0) : A(-__int_as_float(0x7f800000));
-    for (int i = 0; i < g.r; ++i) {
-      const int ih = oh * g.sh - g.ph + i;
-      if (ih < 0 || ih >= g.h) continue;
-      for (int j = 0; j < g.s; ++j) {
-        const int iw = ow * g.sw - g.pw + j;
-        if (iw < 0 || iw >= g.w) continue;
-        const A v = tr::load(xp[(long long)ih * g.w + iw]);
+    for (int i = i0; i < i1; ++i) {
+      for (int j = j0; j < j1; ++j) {
+        const A v = tr::load(xp[i * g.w + j]);
         if (AVG) m += v;
         else if (ck_pool_isnan(v) || v > m) m = v;   // NaN stays: nothing compares greater
       }
     }
-    y[o] = tr::store(AVG ? m / A(g.r * g.s) : m);
+    y[p * g.ho * g.wo + o] = tr::store(AVG ? m / A(g.r * g.s) : m);
   }
 }
 
 // gx[p, ih, iw] = sum over the windows (oh, ow) covering (ih, iw) of gy[p, oh, ow] / (R S) (AVG) or
 // of gy[p, oh, ow] where (ih, iw) wins the window (max).
-// x, gx: [planes, H, W], gy: [planes, Ho, Wo], contiguous. Block 256, grid-stride over gx.
+// x, gx: [planes, H, W], gy: [planes, Ho, Wo], contiguous. Block 256; grid x covers the H * W
+// elements of a plane, grid y strides over the planes.
 template <typename T, bool AVG>
 __global__ void __launch_bounds__(256) ck_pool2d_backward(const T* __restrict__ x, const T* __restrict__ gy,
                                                           T* __restrict__ gx, long long planes,
@@ -87,32 +88,29 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward(const T* __restrict__ 
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
-  const long long n = planes * g.h * g.w;
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
-    const int iw = (int)(e % g.w);
-    const long long t = e / g.w;
-    const int ih = (int)(t % g.h);
-    const long long p = t / g.h;
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= g.h * g.w) return;
+  const int ih = e / g.w, iw = e - ih * g.w;
+  // windows oh with oh*sh - ph <= ih <= oh*sh - ph + R - 1, likewise ow (a negative numerator
+  // truncates towards 0, which the max with 0 makes right)
+  const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
+  const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+  for (long long p = blockIdx.y; p < planes; p += gridDim.y) {
     const T* xp = x + p * g.h * g.w;
     const T* gp = gy + p * g.ho * g.wo;
-    // windows oh with oh*sh - ph <= ih <= oh*sh - ph + R - 1, likewise ow
-    const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
-    const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
     A acc = A(0);
     for (int oh = oh0; oh <= oh1; ++oh) {
       for (int ow = ow0; ow <= ow1; ++ow) {
-        const A gv = tr::load(gp[(long long)oh * g.wo + ow]);
-        if (AVG) acc += gv;
-        else if (ck_pool_argmax(xp, g, oh, ow) == (ih - oh * g.sh + g.ph) * g.s + (iw - ow * g.sw + g.pw)) acc += gv;
+        if (AVG || ck_pool_argmax(xp, g, oh, ow) == (ih - oh * g.sh + g.ph) * g.s + (iw - ow * g.sw + g.pw))
+          acc += tr::load(gp[oh * g.wo + ow]);
       }
     }
-    gx[e] = tr::store(AVG ? acc / A(g.r * g.s) : acc);
+    gx[p * g.h * g.w + e] = tr::store(AVG ? acc / A(g.r * g.s) : acc);
   }
 }
 """
 
 THREADS = 256
-_WAVES = 8
 
 
 def name_expressions() -> list[str]:
@@ -130,13 +128,20 @@ def _geo(x_shape, geo) -> tuple:
     return tuple(np.int32(v) for v in (x_shape[2], x_shape[3], ho, wo, r, s, sh, sw, ph, pw))
 
 
-def _launch(expr: str, device_id: int, n: int, args: tuple) -> None:
+_MAX_GRID_Y = 65535
+
+
+def _launch(expr: str, x, geo, per_plane: int, args: tuple) -> None:
+    """Grid x over the per_plane elements of one plane, y over the N * C planes (striding past
+    65535). The kernels index within a padded plane in 32 bits."""
     from ..runtime.compiler import _launch_function
-    from ..runtime.device import get_device_info
-    f = _family.function(device_id, expr)
-    sms = get_device_info().multiprocessors
-    grid = max(1, min(-(-n // THREADS), sms * (2048 // THREADS) * _WAVES))
-    _launch_function(expr, f, (grid, 1, 1), (THREADS, 1, 1), args, 0, None)
+    padded = (x.shape[2] + 2 * geo[2]) * (x.shape[3] + 2 * geo[3])
+    if padded >= 2**31:
+        raise ShapeError(f"pooling: a padded (H, W) plane must have fewer than 2^31 elements (got {padded})")
+    planes = x.shape[0] * x.shape[1]
+    f = _family.function(x.data.device_id, expr)
+    grid = (-(-per_plane // THREADS), min(planes, _MAX_GRID_Y), 1)
+    _launch_function(expr, f, grid, (THREADS, 1, 1), args, 0, None)
 
 
 def pool2d(x, kind: str, geo):
@@ -148,7 +153,7 @@ def pool2d(x, kind: str, geo):
     y = cp.empty((n, c, geo[8], geo[9]), x.dtype)
     if y.size and x.size:
         expr = f"ck_pool2d<{ctype(x.dtype.name)}, {'true' if kind == 'avg' else 'false'}>"
-        _launch(expr, x.data.device_id, y.size, (x, y, np.int64(n * c), *_geo(x.shape, geo)))
+        _launch(expr, x, geo, geo[8] * geo[9], (x, y, np.int64(n * c), *_geo(x.shape, geo)))
     return y
 
 
@@ -164,5 +169,5 @@ def pool2d_backward(grad_out, x, kind: str, geo):
         return gx
     expr = f"ck_pool2d_backward<{ctype(x.dtype.name)}, {'true' if kind == 'avg' else 'false'}>"
     n, c = x.shape[:2]
-    _launch(expr, x.data.device_id, gx.size, (x, grad_out, gx, np.int64(n * c), *_geo(x.shape, geo)))
+    _launch(expr, x, geo, x.shape[2] * x.shape[3], (x, grad_out, gx, np.int64(n * c), *_geo(x.shape, geo)))
     return gx
