@@ -81,12 +81,12 @@ def _tiles(cfg):
     return {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
 
 
-def check(bh, lq, lk, d, causal, dtype, rng):
+def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None):
     case = (bh, lq, lk, d, causal, dtype)
     q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
     k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
     scale = 1 / math.sqrt(d)
-    cfg = host._config(dtype, d, None)
+    cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
     out, lse = np.zeros_like(q), np.zeros((bh, lq), np.float32)
     qk_scale = scale * math.log2(math.e)
     kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
@@ -112,9 +112,39 @@ def check(bh, lq, lk, d, causal, dtype, rng):
                                    err_msg=f"{name} {case}")
 
 
+def check_unseen_key_inf():
+    """Causal, Lq < Lk: keys past Lq are seen by no query, so their dK and dV are 0 even when the
+    key holds inf (the padding rows of a query block must not turn it into NaN)."""
+    rng = np.random.default_rng(1)
+    bh, lq, lk, d = 1, 40, 100, 16
+    q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
+    k, v = (data(rng, (bh, lk, d), "float32") for _ in range(2))
+    k[0, 50] = np.inf
+    cfg = host._config("float32", d, None)
+    out, lse, delta = np.zeros_like(q), np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
+    qk_scale = math.log2(math.e) / math.sqrt(d)
+    kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](*map(_Tensor, (q, k, v, out, lse)), qk_scale, lq, lk, d,
+                                                          CAUSAL=True, **_tiles(cfg))
+    kernels.attn_bwd_delta[(1, bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d, BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
+    kv, _ = host._backward_configs("float32", cfg)
+    dk, dv = np.full_like(k, 7.0), np.full_like(v, 7.0)
+    kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
+        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), qk_scale, 1 / math.sqrt(d), lq, lk, d, CAUSAL=True,
+        **_tiles(kv))
+    assert (dk[0, lq:] == 0).all() and (dv[0, lq:] == 0).all(), (dk[0, lq:], dv[0, lq:])
+
+
+# forward tile overrides (flash_attention's block_size sets BLOCK_N): narrow and wide key blocks
+TILE_CASES = [((1, 150, 170, 64, True, "float16"), {"BLOCK_N": 16}),
+              ((1, 150, 300, 64, False, "float16"), {"BLOCK_N": 128}),
+              ((1, 100, 130, 32, True, "float32"), {"BLOCK_M": 32, "BLOCK_N": 128})]
+
 if __name__ == "__main__":
     if os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("set TRITON_INTERPRET=1 (before Triton is imported)")
     for case in CASES:
         check(*case, np.random.default_rng(0))
-    print(f"{len(CASES)} cases match the float64 reference")
+    for case, tiles in TILE_CASES:
+        check(*case, np.random.default_rng(0), fwd_tiles=tiles)
+    check_unseen_key_inf()
+    print(f"{len(CASES) + len(TILE_CASES) + 1} cases match the float64 reference")

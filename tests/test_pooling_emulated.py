@@ -51,7 +51,8 @@ def _run(lib, kind, x, ks, st, pad, g, grid_y_limit):
     sh, sw = (r, s) if st is None else _two(st)
     ho, wo = (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1
     sfx = "f32" if x.dtype == np.float32 else "f64"
-    geo = [ctypes.c_int(v) for v in (h, w, ho, wo, r, s, sh, sw, ph, pw)]
+    # the kernels' geometry arguments as pooling.py builds them from conv_api's tuple
+    geo = [ctypes.c_int(int(v)) for v in pooling._geo(x.shape, (sh, sw, ph, pw, 1, 1, r, s, ho, wo))]
     common = (ctypes.c_longlong(n * c), ctypes.c_int(kind == "avg"))
     gy = ctypes.c_uint(min(n * c, grid_y_limit))
     y = np.full((n, c, ho, wo), 7.0, x.dtype)   # a value no output keeps: every one is written
@@ -89,6 +90,7 @@ def test_pooling_kernels_emulated(lib, geo, kind, dtype, rng):
 def test_nan_inf_windows_and_grid_y_striding(lib, kind, rng):
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
     x[0, 0, 2, 3] = np.nan
+    x[0, 0, 2, 4] = np.nan   # two NaNs in a window: the first one takes its gradient
     x[0, 1, :3, :3] = -np.inf
     _check(lib, kind, x, 3, 1, 1, rng)
     _check(lib, kind, x, 3, 1, 1, rng, grid_y_limit=2)   # planes past grid y: the kernels stride

@@ -95,10 +95,10 @@ def attn_bwd_delta(O, DO, DELTA, Lq, D: tl.constexpr,  # O, DO: [BH, Lq, D]; DEL
 
 @triton.jit
 def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d, d_ok,
-                qk_scale, Lq, D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
-    """One query block's share of dK, dV; MASK: the block crosses the causal diagonal. Rows past Lq
-    load as zeros (dO = 0 there), so they add nothing without a select; keys past Lk only reach rows
-    of dK, dV that are never stored."""
+                qk_scale, Lq, D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr):
+    """One query block's share of dK, dV; MASK: the block crosses the causal diagonal or the end of
+    the queries (rows past Lq load as zeros, but 0 * inf in their scores would reach dK, dV). Keys
+    past Lk only reach rows of dK, dV that are never stored."""
     rows = start_m + offs_m
     m_ok = rows < Lq
     q_mask = m_ok[:, None] & d_ok[None, :]
@@ -109,7 +109,10 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
     p = tl.math.exp2(s - lse2[:, None])
     if MASK:
-        p = tl.where(cols[None, :] <= rows[:, None], p, 0.0)
+        valid = m_ok[:, None]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= rows[:, None])
+        p = tl.where(valid, p, 0.0)
     dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
     dp = tl.dot(do, tl.trans(v), input_precision=PREC)
     ds = p * (dp - delta[:, None])
@@ -141,10 +144,14 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
         mid = lo + tl.cdiv((start_n + 1) * BLOCK_N - 1 - lo, BLOCK_M) * BLOCK_M
         for start_m in range(lo, tl.minimum(mid, Lq), BLOCK_M):
             dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                                 d_ok, qk_scale, Lq, D, True, PREC)
-    for start_m in range(mid, Lq, BLOCK_M):
+                                 d_ok, qk_scale, Lq, D, True, CAUSAL, PREC)
+    m_full = tl.maximum(mid, (Lq // BLOCK_M) * BLOCK_M)   # blocks from here on cross Lq
+    for start_m in range(mid, m_full, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, D, False, PREC)
+                             d_ok, qk_scale, Lq, D, False, CAUSAL, PREC)
+    for start_m in range(m_full, Lq, BLOCK_M):
+        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
+                             d_ok, qk_scale, Lq, D, True, CAUSAL, PREC)
     tl.store(DK + kv_base + cols[:, None] * D + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + kv_base + cols[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 

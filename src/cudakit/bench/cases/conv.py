@@ -1,7 +1,8 @@
 """Benchmark cases: conv2d (im2col + cuBLAS) forward and backward, 2x2 max pooling forward and
-backward and average pooling, NCHW, against torch's cuDNN kernels in the same run. FLOPs: 2 * N * K
-* Ho * Wo * C * R * S per product (forward one, backward two); bytes: input, weight and output once
-each."""
+backward and average pooling, NCHW, against torch in the same run (cuDNN for conv2d, ATen's own
+kernels for pooling; torch's max-pooling backward reads the int64 indices its forward saved, ours
+reads x). FLOPs: 2 * N * K * Ho * Wo * C * R * S per product (forward one, backward two); bytes:
+input, weight and output once each."""
 from __future__ import annotations
 
 import cudakit
