@@ -142,16 +142,19 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     if CAUSAL:  # rows i < j never see key j; from row (start_n + 1) * BLOCK_N - 1 on all of them do
         lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
         mid = lo + tl.cdiv((start_n + 1) * BLOCK_N - 1 - lo, BLOCK_M) * BLOCK_M
-        for start_m in range(lo, tl.minimum(mid, Lq), BLOCK_M):
-            dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                                 d_ok, qk_scale, Lq, D, True, CAUSAL, PREC)
-    m_full = tl.maximum(mid, (Lq // BLOCK_M) * BLOCK_M)   # blocks from here on cross Lq
+    # masked: the blocks at the diagonal, [lo, mid), and the block crossing Lq, [m_full, Lq) (one at
+    # most; empty when the diagonal blocks reach past Lq) - in one loop, so the masked code is
+    # inlined once (a third copy spilled at head_dim 128)
+    m_full = tl.maximum(mid, (Lq // BLOCK_M) * BLOCK_M)
+    n_diag = tl.cdiv(tl.minimum(mid, Lq) - lo, BLOCK_M)
+    n_tail = (Lq > m_full).to(tl.int32)
+    for i in range(0, n_diag + n_tail):
+        start_m = tl.where(i < n_diag, lo + i * BLOCK_M, m_full)
+        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
+                             d_ok, qk_scale, Lq, D, True, CAUSAL, PREC)
     for start_m in range(mid, m_full, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
                              d_ok, qk_scale, Lq, D, False, CAUSAL, PREC)
-    for start_m in range(m_full, Lq, BLOCK_M):
-        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, D, True, CAUSAL, PREC)
     tl.store(DK + kv_base + cols[:, None] * D + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + kv_base + cols[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
