@@ -1,0 +1,54 @@
+"""The attention Triton kernels compile for sm_90 without a GPU (Triton's own ptxas) with the tiles
+kernels/attention.py ships, and fit an H100's shared memory (227 KiB per block): a tile change that
+would fail to launch fails here first. Each compile runs in a subprocess: Triton's compiler state
+stays out of the test process."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+_H100_SHARED = 232448   # bytes of shared memory a block may opt in to on sm_90
+
+_CODE = r'''
+import json, sys
+sys.path.insert(0, "src")
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from cudakit.kernels import _attention_triton as src
+from cudakit.kernels import attention as host
+
+dtype, d, causal, block_n = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]) or None
+ty = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
+cfg = host._config(dtype, d, block_n)
+kv, qc = host._backward_configs(dtype, cfg)
+out = {}
+for name, fn, c in (("fwd", src.attn_fwd, cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
+    consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
+    consts.update(D=d, CAUSAL=causal)
+    names = list(fn.arg_names)
+    sig = {n: "constexpr" if n in consts else ("fp32" if "scale" in n else "i32" if n in ("Lq", "Lk")
+           else "*fp32" if n in ("LSE", "DELTA") else ty) for n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
+    ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
+                        target=GPUTarget("cuda", 90, 32),
+                        options={"num_warps": c["num_warps"], "num_stages": c["num_stages"]})
+    out[name] = ck.metadata.shared
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("dtype,d,causal,block_n", [
+    ("bfloat16", 64, False, 0), ("bfloat16", 128, True, 0), ("float32", 128, False, 0),
+    ("float16", 128, False, 128), ("float16", 40, True, 16)])
+def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n):
+    r = subprocess.run([sys.executable, "-c", _CODE, dtype, str(d), "1" if causal else "0", str(block_n)],
+                       capture_output=True, text=True, check=False, timeout=600,
+                       env={"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ})
+    assert r.returncode == 0, r.stderr[-3000:]
+    shared = json.loads(r.stdout.strip().splitlines()[-1])
+    for kernel, nbytes in shared.items():
+        assert 0 < nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"
