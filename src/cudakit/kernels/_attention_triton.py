@@ -19,6 +19,18 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _key_range(start_m, Lk, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(n_full, hi) for query block start_m: key blocks before n_full need no mask (inside the keys,
+    below the causal diagonal), those in [n_full, hi) do; keys from hi on are never seen."""
+    hi = Lk
+    n_full = (Lk // BLOCK_N) * BLOCK_N
+    if CAUSAL:  # row i attends to keys j <= i: later key blocks are skipped
+        hi = tl.minimum(Lk, (start_m + 1) * BLOCK_M)
+        n_full = tl.minimum(n_full, ((start_m * BLOCK_M + 1) // BLOCK_N) * BLOCK_N)
+    return n_full, hi
+
+
+@triton.jit
 def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, rows, offs_n, offs_d, d_ok, qk_scale, Lk,
                D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr):
     """One key block of the online softmax; MASK: the block crosses the end of the keys or the
@@ -62,11 +74,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    hi = Lk
-    n_full = (Lk // BLOCK_N) * BLOCK_N
-    if CAUSAL:  # row i attends to keys j <= i: later key blocks are skipped
-        hi = tl.minimum(Lk, (start_m + 1) * BLOCK_M)
-        n_full = tl.minimum(n_full, ((start_m * BLOCK_M + 1) // BLOCK_N) * BLOCK_N)
+    n_full, hi = _key_range(start_m, Lk, CAUSAL, BLOCK_M, BLOCK_N)
     for start_n in range(0, n_full, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, rows, offs_n, offs_d, d_ok,
                                    qk_scale, Lk, D, False, CAUSAL, PREC)
@@ -202,11 +210,7 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     lse2 = tl.load(LSE + bh * Lq + rows, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + bh * Lq + rows, mask=m_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    hi = Lk
-    n_full = (Lk // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        hi = tl.minimum(Lk, (start_m + 1) * BLOCK_M)
-        n_full = tl.minimum(n_full, ((start_m * BLOCK_M + 1) // BLOCK_N) * BLOCK_N)
+    n_full, hi = _key_range(start_m, Lk, CAUSAL, BLOCK_M, BLOCK_N)
     for start_n in range(0, n_full, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, rows, offs_n, offs_d, d_ok, qk_scale, Lk,
                        D, False, CAUSAL, PREC)
