@@ -81,31 +81,38 @@ def _tiles(cfg):
     return {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
 
 
-def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None):
-    case = (bh, lq, lk, d, causal, dtype)
-    q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
-    k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
+def _run(q, k, v, g, causal, dtype, fwd_tiles=None):
+    """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
+    the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows."""
+    bh, lq, d = q.shape
+    lk = k.shape[1]
     scale = 1 / math.sqrt(d)
-    cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
-    out, lse = np.zeros_like(q), np.zeros((bh, lq), np.float32)
     qk_scale = scale * math.log2(math.e)
+    cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
+    out, dq, dk, dv = (np.full_like(a, 7.0) for a in (q, q, k, v))
+    lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
     kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
         *map(_Tensor, (q, k, v, out, lse)), qk_scale, lq, lk, d, CAUSAL=causal, **_tiles(cfg))
-    out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, scale, causal, g)
-    tol = 2e-5 if dtype == "float32" else 4e-3
-    np.testing.assert_allclose(f64(out), out_r, atol=tol * 4, rtol=tol, err_msg=f"out {case}")
-    np.testing.assert_allclose(lse, lse_r, atol=1e-5, rtol=1e-5, err_msg=f"lse {case}")
-
-    delta = np.zeros((bh, lq), np.float32)
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
     args = (qk_scale, scale, lq, lk, d)
     kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
         *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, CAUSAL=causal, **_tiles(kv))
     kernels.attn_bwd_dq[(math.ceil(lq / qc["BLOCK_M"]), bh)](
         *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, CAUSAL=causal, **_tiles(qc))
+    return out, lse, dq, dk, dv
+
+
+def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None):
+    case = (bh, lq, lk, d, causal, dtype)
+    q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
+    k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
+    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, fwd_tiles)
+    out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, 1 / math.sqrt(d), causal, g)
+    tol = 2e-5 if dtype == "float32" else 4e-3
+    np.testing.assert_allclose(f64(out), out_r, atol=tol * 4, rtol=tol, err_msg=f"out {case}")
+    np.testing.assert_allclose(lse, lse_r, atol=1e-5, rtol=1e-5, err_msg=f"lse {case}")
     for name, got, want in (("dq", dq, dq_r), ("dk", dk, dk_r), ("dv", dv, dv_r)):
         # gradients are sums over up to 300 terms of size ~1: an absolute allowance on that scale
         np.testing.assert_allclose(f64(got), want, atol=tol * 10 * max(1.0, np.abs(want).max()), rtol=tol,
@@ -120,17 +127,7 @@ def check_unseen_key_inf():
     q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
     k, v = (data(rng, (bh, lk, d), "float32") for _ in range(2))
     k[0, 50] = np.inf
-    cfg = host._config("float32", d, None)
-    out, lse, delta = np.zeros_like(q), np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
-    qk_scale = math.log2(math.e) / math.sqrt(d)
-    kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](*map(_Tensor, (q, k, v, out, lse)), qk_scale, lq, lk, d,
-                                                          CAUSAL=True, **_tiles(cfg))
-    kernels.attn_bwd_delta[(1, bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d, BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
-    kv, _ = host._backward_configs("float32", cfg)
-    dk, dv = np.full_like(k, 7.0), np.full_like(v, 7.0)
-    kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), qk_scale, 1 / math.sqrt(d), lq, lk, d, CAUSAL=True,
-        **_tiles(kv))
+    _, _, _, dk, dv = _run(q, k, v, g, True, "float32")
     assert (dk[0, lq:] == 0).all() and (dv[0, lq:] == 0).all(), (dk[0, lq:], dv[0, lq:])
 
 

@@ -59,7 +59,7 @@ def _pool(env: Env, n, c, hw, dtype, kind: str, backward: bool):
                 prov["torch"] = lambda: f(tx, 2)
         return prov
     quarter = n * c * hw * hw * _ITEM[dtype] // 4
-    nbytes = 4 * quarter + quarter if not backward else 4 * quarter + quarter + 4 * quarter
+    nbytes = (9 if backward else 5) * quarter
     return Case(name, "conv", (n, c, hw, hw), dtype, nbytes, setup)
 
 
