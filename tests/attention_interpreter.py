@@ -20,13 +20,15 @@ from cudakit.kernels import attention as host
 
 _TRITON_TYPES = {"float32": "*fp32", "float16": "*fp16"}
 # (batch*heads, Lq, Lk, head_dim, causal, dtype): full blocks, causal diagonals with Lq < Lk and
-# Lq > Lk, ragged ends of the keys and queries, head_dim below its block and a power of two
-CASES = [(2, 70, 90, 24, False, "float32"), (2, 70, 90, 24, True, "float32"),
+# Lq > Lk, ragged ends of the keys and queries (and Lq a multiple of the dK/dV kernel's query block,
+# which compiles without row masks), head_dim below its block and a power of two
+CASES = [(2, 70, 90, 24, False, "float32"), (2, 70, 90, 24, True, "float32"), (1, 64, 100, 16, True, "float32"),
          (1, 90, 200, 32, True, "float32"), (1, 300, 100, 16, True, "float32"),
          (1, 1, 50, 8, True, "float32"), (1, 65, 1, 8, False, "float32"),
          (1, 128, 128, 64, True, "float16"), (1, 129, 257, 64, True, "float16"),
          (1, 256, 256, 64, False, "float16"), (1, 130, 77, 80, False, "float16"),
-         (1, 128, 300, 128, True, "float16"), (1, 200, 64, 64, True, "float16")]
+         (1, 128, 300, 128, True, "float16"), (1, 200, 64, 64, True, "float16"),
+         (1, 100, 260, 128, True, "float16"), (1, 192, 130, 128, False, "float16")]
 
 
 class _Storage:
@@ -98,7 +100,8 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None):
     kv, qc = host._backward_configs(dtype, cfg)
     args = (qk_scale, scale, lq, lk, d)
     kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, CAUSAL=causal, **_tiles(kv))
+        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, CAUSAL=causal, EVEN_Q=lq % kv["BLOCK_M"] == 0,
+        **_tiles(kv))
     kernels.attn_bwd_dq[(math.ceil(lq / qc["BLOCK_M"]), bh)](
         *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, CAUSAL=causal, **_tiles(qc))
     return out, lse, dq, dk, dv

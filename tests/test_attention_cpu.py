@@ -87,7 +87,9 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
     kv, qc = _backward_configs(dt, cfg)
     for causal in (False, True):
         compile(src.attn_fwd, ["*" + code] * 4 + ["*fp32"], 1, 3, dict(cfg, CAUSAL=causal))
-        compile(src.attn_bwd_dkdv, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code] * 2, 2, 3, dict(kv, CAUSAL=causal))
+        for even in (False, True):
+            compile(src.attn_bwd_dkdv, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code] * 2, 2, 3,
+                    dict(kv, CAUSAL=causal, EVEN_Q=even))
         compile(src.attn_bwd_dq, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code], 2, 3, dict(qc, CAUSAL=causal))
     compile(src.attn_bwd_delta, ["*" + code] * 2 + ["*fp32"], 0, 2, {"BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
 print("COMPILED")

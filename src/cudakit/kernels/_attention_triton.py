@@ -103,28 +103,28 @@ def attn_bwd_delta(O, DO, DELTA, Lq, D: tl.constexpr,  # O, DO: [BH, Lq, D]; DEL
 
 @triton.jit
 def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d, d_ok,
-                qk_scale, Lq, D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr):
-    """One query block's share of dK, dV; MASK: the block crosses the causal diagonal or the end of
-    the queries (rows past Lq load as zeros, but 0 * inf in their scores would reach dK, dV). Keys
-    past Lk only reach rows of dK, dV that are never stored."""
+                qk_scale, Lq, D: tl.constexpr, DIAG: tl.constexpr, ROWS: tl.constexpr, PREC: tl.constexpr):
+    """One query block's share of dK, dV, with the scores transposed ([keys, queries]) so that P^T
+    and dS^T leave their MMA in the layout the next MMA takes (no trip through shared memory).
+    DIAG: the block crosses the causal diagonal; ROWS: it may cross the end of the queries (rows
+    past Lq load as zeros, but 0 * inf in their scores would reach dK, dV). Keys past Lk only reach
+    rows of dK, dV that are never stored."""
     rows = start_m + offs_m
     m_ok = rows < Lq
-    q_mask = m_ok[:, None] & d_ok[None, :]
-    q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-    do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+    qT = tl.load(Q + q_base + rows[None, :] * D + offs_d[:, None], mask=m_ok[None, :] & d_ok[:, None], other=0.0)
+    do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     lse2 = tl.load(LSE + lse_base + rows, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + lse_base + rows, mask=m_ok, other=0.0)
-    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-    p = tl.math.exp2(s - lse2[:, None])
-    if MASK:
-        valid = m_ok[:, None]
-        if CAUSAL:
-            valid = valid & (cols[None, :] <= rows[:, None])
-        p = tl.where(valid, p, 0.0)
-    dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
-    dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-    ds = p * (dp - delta[:, None])
-    dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    pT = tl.math.exp2(tl.dot(k, qT, input_precision=PREC) * qk_scale - lse2[None, :])   # [BLOCK_N, BLOCK_M]
+    if DIAG and ROWS:
+        pT = tl.where((cols[:, None] <= rows[None, :]) & m_ok[None, :], pT, 0.0)
+    elif DIAG:
+        pT = tl.where(cols[:, None] <= rows[None, :], pT, 0.0)
+    elif ROWS:
+        pT = tl.where(m_ok[None, :], pT, 0.0)
+    dv += tl.dot(pT.to(do.dtype), do, input_precision=PREC)
+    dsT = pT * (tl.dot(v, tl.trans(do), input_precision=PREC) - delta[None, :])
+    dk += tl.dot(dsT.to(qT.dtype), tl.trans(qT), input_precision=PREC)
     return dk, dv
 
 
@@ -132,7 +132,9 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
 def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH, Lk, D]
                   qk_scale, sm_scale, Lq, Lk, D: tl.constexpr,
                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  PREC: tl.constexpr):
+                  PREC: tl.constexpr, EVEN_Q: tl.constexpr):
+    """EVEN_Q: Lq is a multiple of BLOCK_M, so no query block crosses Lq and none needs a row mask
+    (the usual case; the other compiles a row select into every block)."""
     start_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -145,24 +147,16 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    lo = 0
     mid = 0
     if CAUSAL:  # rows i < j never see key j; from row (start_n + 1) * BLOCK_N - 1 on all of them do
         lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
         mid = lo + tl.cdiv((start_n + 1) * BLOCK_N - 1 - lo, BLOCK_M) * BLOCK_M
-    # masked: the blocks at the diagonal, [lo, mid), and the block crossing Lq, [m_full, Lq) (one at
-    # most; empty when the diagonal blocks reach past Lq) - in one loop, so the masked code is
-    # inlined once (a third copy spilled at head_dim 128)
-    m_full = tl.maximum(mid, (Lq // BLOCK_M) * BLOCK_M)
-    n_diag = tl.cdiv(tl.minimum(mid, Lq) - lo, BLOCK_M)
-    n_tail = (Lq > m_full).to(tl.int32)
-    for i in range(0, n_diag + n_tail):
-        start_m = tl.where(i < n_diag, lo + i * BLOCK_M, m_full)
+        for start_m in range(lo, tl.minimum(mid, Lq), BLOCK_M):
+            dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
+                                 d_ok, qk_scale, Lq, D, True, not EVEN_Q, PREC)
+    for start_m in range(mid, Lq, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, D, True, CAUSAL, PREC)
-    for start_m in range(mid, m_full, BLOCK_M):
-        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, D, False, CAUSAL, PREC)
+                             d_ok, qk_scale, Lq, D, False, not EVEN_Q, PREC)
     tl.store(DK + kv_base + cols[:, None] * D + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + kv_base + cols[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 

@@ -49,15 +49,15 @@ def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
 
 def _backward_configs(dtype_name: str, cfg: dict) -> tuple[dict, dict]:
     """(dK/dV kernel, dQ kernel) tiles: key-major and query-major (FlashAttention-2's split). For
-    16-bit data, 64 x 64 key tiles on 4 warps and 128-row query tiles (128 x 64 on 8 warps up to
-    head_dim 64, 128 x 32 on 4 warps above): on an H100 (scripts/attention_variants.py, 2026-11-23)
-    1.2x the speed of the 32 x 128 / 128 x 32 pair at head_dim 64 and 2.0x that of square 64 x 64
-    tiles on 8 warps at head_dim 128."""
+    16-bit data the dK/dV kernel takes 64-row query blocks against 64 keys on 4 warps up to head_dim
+    64 and against 128 keys on 8 warps above; the dQ kernel 128 x 64 tiles on 8 warps. Chosen on an
+    H100 (.carry A/B runs and scripts/attention_variants.py, 2026-11-23)."""
     if dtype_name == "float32":
         return dict(cfg, BLOCK_M=32, BLOCK_N=64, num_stages=1), dict(cfg, BLOCK_M=64, BLOCK_N=32, num_stages=1)
-    kv = dict(cfg, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
     if cfg["BLOCK_D"] >= 128:
-        return kv, dict(cfg, BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3)
+        kv = dict(cfg, BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2)
+    else:
+        kv = dict(cfg, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
     return kv, dict(cfg, BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
 
 
@@ -110,6 +110,7 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     kv, qc = _backward_configs(dtype_name, cfg)
     if tiles is not None:
         kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
-    _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars, dict(kv, CAUSAL=bool(causal)))
+    _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars,
+            dict(kv, CAUSAL=bool(causal), EVEN_Q=lq % kv["BLOCK_M"] == 0))
     _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars, dict(qc, CAUSAL=bool(causal)))
     return dq, dk, dv
