@@ -21,9 +21,8 @@ FWD = [{}, {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3},
        {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
        {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 4, "num_stages": 4},
        {"BLOCK_M": 256, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}]
-KV = [{"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3},   # head_dim 128: spills on 4 warps
-      {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
-      {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2},
+KV = [{"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2},   # shipped at head_dim 128
+      {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
       {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
       {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4}]
 QC = [{"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3},

@@ -50,8 +50,9 @@ def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
 def _backward_configs(dtype_name: str, cfg: dict) -> tuple[dict, dict]:
     """(dK/dV kernel, dQ kernel) tiles: key-major and query-major (FlashAttention-2's split). For
     16-bit data the dK/dV kernel takes 64-row query blocks against 64 keys on 4 warps up to head_dim
-    64 and against 128 keys on 8 warps above; the dQ kernel 128 x 64 tiles on 8 warps. Chosen on an
-    H100 (.carry A/B runs and scripts/attention_variants.py, 2026-11-23)."""
+    64 and against 128 keys on 8 warps above; the dQ kernel 128 x 64 tiles on 8 warps. Timed on an
+    H100 (2026-11-23, GPU-f5757068): at head_dim 128, 64 x 128 and 32 x 64 dK/dV tiles tied within
+    the run's noise, 64 x 64 ran 5-15% slower; dQ 128 x 64 on 8 warps 3% faster than 128 x 32 on 4."""
     if dtype_name == "float32":
         return dict(cfg, BLOCK_M=32, BLOCK_N=64, num_stages=1), dict(cfg, BLOCK_M=64, BLOCK_N=32, num_stages=1)
     if cfg["BLOCK_D"] >= 128:
