@@ -24,6 +24,11 @@ extern "C" void bwd_##SFX(const T* x, const T* g, T* gxo, long long planes, int 
                           unsigned gy, CK_GEO_PARAMS) {                                            \
   if (avg) CK_EMULATE(gx, gy, 256, (ck_pool2d_backward<T, true>(x, g, gxo, planes, CK_GEO)))        \
   else CK_EMULATE(gx, gy, 256, (ck_pool2d_backward<T, false>(x, g, gxo, planes, CK_GEO)))           \
+}                                                                                                  \
+extern "C" void bwdc_##SFX(const T* x, const T* g, T* gxo, long long planes, int avg, unsigned gx,  \
+                           unsigned gy, CK_GEO_PARAMS) {                                           \
+  if (avg) CK_EMULATE(gx, gy, 256, (ck_pool2d_backward_cells<T, true>(x, g, gxo, planes, CK_GEO)))  \
+  else CK_EMULATE(gx, gy, 256, (ck_pool2d_backward_cells<T, false>(x, g, gxo, planes, CK_GEO)))     \
 }
 CK_DRIVERS(f32, float)
 CK_DRIVERS(f64, double)
@@ -32,7 +37,11 @@ CK_DRIVERS(f64, double)
 # (x shape, kernel_size, stride, padding)
 GEOMETRIES = [((2, 3, 7, 9), 2, None, 0), ((1, 2, 8, 8), 3, 2, 1), ((2, 2, 5, 6), (3, 2), (1, 2), (1, 1)),
               ((1, 1, 1, 1), 1, None, 0), ((3, 2, 17, 13), 3, 1, 1), ((1, 3, 16, 16), 4, 3, 2),
-              ((1, 1, 33, 40), 2, 2, 1), ((5, 3, 6, 6), (1, 3), (2, 1), (0, 1))]
+              ((1, 1, 33, 40), 2, 2, 1), ((5, 3, 6, 6), (1, 3), (2, 1), (0, 1)),
+              # windows that do not overlap (one thread per window): stride above the window,
+              # ragged ends, padding, one window
+              ((2, 2, 9, 11), 2, 3, 0), ((1, 2, 10, 7), (2, 3), (3, 4), (1, 1)), ((1, 1, 3, 5), 3, 4, 1),
+              ((2, 3, 112, 112), 2, None, 0)]
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +68,10 @@ def _run(lib, kind, x, ks, st, pad, g, grid_y_limit):
     getattr(lib, "fwd_" + sfx)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data), *common,
                                ctypes.c_uint(-(-ho * wo // pooling.THREADS)), gy, *geo)
     dx = np.full(x.shape, 7.0, x.dtype)
-    getattr(lib, "bwd_" + sfx)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(g.ctypes.data),
+    kernel, per_plane = pooling.backward_kernel(x.shape, (sh, sw, ph, pw, 1, 1, r, s, ho, wo))
+    getattr(lib, ("bwdc_" if kernel.endswith("cells") else "bwd_") + sfx)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(g.ctypes.data),
                                ctypes.c_void_p(dx.ctypes.data), *common,
-                               ctypes.c_uint(-(-h * w // pooling.THREADS)), gy, *geo)
+                               ctypes.c_uint(-(-per_plane // pooling.THREADS)), gy, *geo)
     return y, dx
 
 
@@ -94,3 +104,5 @@ def test_nan_inf_windows_and_grid_y_striding(lib, kind, rng):
     x[0, 1, :3, :3] = -np.inf
     _check(lib, kind, x, 3, 1, 1, rng)
     _check(lib, kind, x, 3, 1, 1, rng, grid_y_limit=2)   # planes past grid y: the kernels stride
+    _check(lib, kind, x, 2, None, 0, rng)   # the same through the one-thread-per-window backward
+    _check(lib, kind, x, 2, None, 0, rng, grid_y_limit=2)

@@ -5,9 +5,9 @@ NaN; the backward of max pooling sends each window's gradient to its first NaN, 
 largest element, else (a window of -inf) its first in-bounds element.
 
 Forward: each output reads its R x S window (neighbouring threads share rows, so the reads
-coalesce and repeat in L1). Backward: gathers, no atomics (deterministic): each input element sums
-the gradients of the windows that cover it; for max pooling it recomputes each covering window's
-winner. Arithmetic in ck_traits<T>::acc (float32 for 16-bit data), rounded once.
+coalesce and repeat in L1). Backward, no atomics (deterministic), the max winner recomputed from x:
+windows that do not overlap (stride >= window) take one thread each, which writes its stride cell
+of dx; otherwise each input element sums the gradients of the windows that cover it. Arithmetic in ck_traits<T>::acc (float32 for 16-bit data), rounded once.
 Traffic: forward N C H W read + N C Ho Wo written; backward N C Ho Wo (+ N C H W for max) read,
 N C H W written.
 """
@@ -108,6 +108,40 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward(const T* __restrict__ 
     gx[p * g.h * g.w + e] = tr::store(AVG ? acc / A(g.r * g.s) : acc);
   }
 }
+
+// The backward when windows do not overlap (stride >= window, the usual 2x2 / stride 2): one thread
+// per window, writing the whole stride cell (oh*sh - ph + [0, sh)) x (ow*sw - pw + [0, sw)) of gx -
+// the window's gradient to its winner (max) or spread over it (AVG), 0 elsewhere - so x and gy are
+// read once and gx written once. The last row and column of cells reach to the plane's edge: every
+// element of gx is written exactly once. Launch as ck_pool2d.
+template <typename T, bool AVG>
+__global__ void __launch_bounds__(256) ck_pool2d_backward_cells(const T* __restrict__ x, const T* __restrict__ gy,
+                                                                T* __restrict__ gx, long long planes,
+                                                                CK_POOL_GEO_ARGS) {
+  CK_POOL_GEO;
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  const int o = blockIdx.x * blockDim.x + threadIdx.x;
+  if (o >= g.ho * g.wo) return;
+  const int oh = o / g.wo, ow = o - oh * g.wo;
+  const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+  const int i0 = max(0, h0), i1 = oh == g.ho - 1 ? g.h : min(g.h, h0 + g.sh);
+  const int j0 = max(0, w0), j1 = ow == g.wo - 1 ? g.w : min(g.w, w0 + g.sw);
+  const T zero = tr::store(A(0));
+  for (long long p = blockIdx.y; p < planes; p += gridDim.y) {
+    const A gv = tr::load(gy[p * g.ho * g.wo + o]);
+    const T share = tr::store(AVG ? gv / A(g.r * g.s) : gv);
+    const int best = AVG ? -1 : ck_pool_argmax(x + p * g.h * g.w, g, oh, ow);
+    T* gp = gx + p * g.h * g.w;
+    for (int ih = i0; ih < i1; ++ih) {
+      const int i = ih - h0;
+      for (int iw = j0; iw < j1; ++iw) {
+        const int j = iw - w0;
+        gp[ih * g.w + iw] = (i < g.r && j < g.s && (AVG || i * g.s + j == best)) ? share : zero;
+      }
+    }
+  }
+}
 """
 
 THREADS = 256
@@ -115,7 +149,7 @@ THREADS = 256
 
 def name_expressions() -> list[str]:
     """Every template instantiation this module launches."""
-    return [f"{k}<{ctype(dt)}, {avg}>" for k in ("ck_pool2d", "ck_pool2d_backward")
+    return [f"{k}<{ctype(dt)}, {avg}>" for k in ("ck_pool2d", "ck_pool2d_backward", "ck_pool2d_backward_cells")
             for dt in FLOAT_DTYPE_NAMES for avg in ("true", "false")]
 
 
@@ -157,6 +191,15 @@ def pool2d(x, kind: str, geo):
     return y
 
 
+def backward_kernel(x_shape, geo) -> tuple[str, int]:
+    """(kernel, threads per plane) pool2d_backward launches: one thread per window when the windows
+    do not overlap (stride >= window), else one per input element gathering its windows."""
+    sh, sw, r, s, ho, wo = geo[0], geo[1], geo[6], geo[7], geo[8], geo[9]
+    if sh >= r and sw >= s:
+        return "ck_pool2d_backward_cells", ho * wo
+    return "ck_pool2d_backward", x_shape[2] * x_shape[3]
+
+
 def pool2d_backward(grad_out, x, kind: str, geo):
     """dL/dx of pool2d for C-contiguous grad_out (N, C, Ho, Wo) and x of one dtype and device."""
     from ..runtime import _cupy
@@ -167,7 +210,8 @@ def pool2d_backward(grad_out, x, kind: str, geo):
     if grad_out.size == 0:
         gx.fill(0)
         return gx
-    expr = f"ck_pool2d_backward<{ctype(x.dtype.name)}, {'true' if kind == 'avg' else 'false'}>"
+    kernel, per_plane = backward_kernel(x.shape, geo)
+    expr = f"{kernel}<{ctype(x.dtype.name)}, {'true' if kind == 'avg' else 'false'}>"
     n, c = x.shape[:2]
-    _launch(expr, x, geo, x.shape[2] * x.shape[3], (x, grad_out, gx, np.int64(n * c), *_geo(x.shape, geo)))
+    _launch(expr, x, geo, per_plane, (x, grad_out, gx, np.int64(n * c), *_geo(x.shape, geo)))
     return gx
