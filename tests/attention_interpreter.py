@@ -2,8 +2,8 @@
 the interpreter when it is imported, so the flag must be set before that):
     TRITON_INTERPRET=1 python tests/attention_interpreter.py
 runs the attention Triton kernels on NumPy arrays for each case in CASES against the float64
-reference; an AssertionError names the case and the output that is off. The interpreter reads
-torch tensors; `_Tensor` gives it the few methods it calls on a NumPy array. float16 stands in for
+reference; an AssertionError names the case and the output that is off. NumPy arrays reach
+the interpreter through tests/triton_numpy.py. float16 stands in for
 the 16-bit types (same tiles as bfloat16, which the interpreter cannot read from NumPy)."""
 import math
 import os
@@ -12,13 +12,12 @@ import sys
 sys.path[:0] = [os.path.dirname(__file__), os.path.join(os.path.dirname(__file__), "..", "src")]
 import attention_checks as ac
 import numpy as np
-import triton.runtime.jit as triton_jit
 from helpers import data, f64
+from triton_numpy import Tensor as _Tensor
 
 from cudakit.kernels import _attention_triton as kernels
 from cudakit.kernels import attention as host
 
-_TRITON_TYPES = {"float32": "*fp32", "float16": "*fp16"}
 # (batch*heads, Lq, Lk, head_dim, causal, dtype): full blocks, causal diagonals with Lq < Lk and
 # Lq > Lk, ragged ends of the keys and queries (and Lq a multiple of the dK/dV kernel's query block,
 # which compiles without row masks), head_dim below its block and a power of two
@@ -29,54 +28,6 @@ CASES = [(2, 70, 90, 24, False, "float32"), (2, 70, 90, 24, True, "float32"), (1
          (1, 256, 256, 64, False, "float16"), (1, 130, 77, 80, False, "float16"),
          (1, 128, 300, 128, True, "float16"), (1, 200, 64, 64, True, "float16"),
          (1, 100, 260, 128, True, "float16"), (1, 192, 130, 128, False, "float16")]
-
-
-class _Storage:
-    def __init__(self, arr):
-        self.arr = arr
-
-    def data_ptr(self):
-        return self.arr.ctypes.data
-
-    def cpu(self):
-        return self
-
-    def copy_(self, other):  # host and "device" are one buffer
-        pass
-
-
-class _Tensor:
-    """A NumPy array as the interpreter sees a torch tensor: it reads and writes through data_ptr."""
-
-    def __init__(self, arr):
-        self.arr = arr
-        self.dtype = arr.dtype
-
-    def data_ptr(self):
-        return self.arr.ctypes.data
-
-    def untyped_storage(self):
-        return _Storage(self.arr)
-
-    def storage_offset(self):
-        return 0
-
-    def size(self):
-        return self.arr.shape
-
-    def stride(self):
-        return tuple(s // self.arr.itemsize for s in self.arr.strides)
-
-    def new_empty(self, *args, **kwargs):
-        return self
-
-    def set_(self, *args):
-        return self
-
-
-_mangle = triton_jit.mangle_type
-triton_jit.mangle_type = lambda arg, specialize=False: (
-    _TRITON_TYPES[str(arg.dtype)] if isinstance(arg, _Tensor) else _mangle(arg, specialize))
 
 
 def _tiles(cfg):

@@ -124,6 +124,9 @@ class ConvOps:
         ho, wo = geo[8], geo[9]
         acc = "float64" if x.dtype == np.float64 else "float32"
         with self._device_scope(x):
+            y = self._conv2d_kernel(x, w, b, geo)
+            if y is not None:
+                return y
             w3, tw = self._operand(self._ascontiguous(w).reshape(k, math.prod(w.shape[1:])), ())
             cols = self._cols(x, geo)                                           # (N, C*R*S, Ho*Wo)
             y = self._product(w3, tw, cols, False, n, k, ho * wo, acc)          # float32 accumulator
@@ -161,16 +164,31 @@ class ConvOps:
                 gw += self.sum(self._product(g3[i0:i1], False, cols[i0:i1], True, i1 - i0, k, crs, acc), axis=0)
             gw = gw.astype(x.dtype)
             gb = self.sum(g3, axis=(0, 2)) if bias else None
-            gcols = self._product(w3, not tw, g3, False, n, crs, ho * wo, acc)   # W^T g, float32
-            # col2im: each tap (r, s) adds its rows of gcols back onto the padded input
-            xp = self._xp()
-            gcols = gcols.reshape(n, c, r, s, ho, wo)
-            gx = xp.zeros((n, c, h + 2 * ph, wd + 2 * pw), acc)
-            for i in range(r):
-                for j in range(s):
-                    gx[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw] += gcols[:, :, i, j]
-            gx = self._ascontiguous(gx[:, :, ph:ph + h, pw:pw + wd]).astype(x.dtype)
+            gx = self._conv2d_input_grad_kernel(g, w, x.shape, geo)
+            if gx is None:
+                gx = self._col2im_input_grad(g3, w3, tw, x.shape, geo, acc).astype(x.dtype)
         return gx, gw.reshape(w.shape), gb
+
+    def _col2im_input_grad(self, g3, w3, tw, x_shape, geo, acc):
+        """dL/dx in `acc`: W^T g as columns, each tap (r, s) added back onto the padded input."""
+        sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
+        n, c, h, wd = x_shape
+        gcols = self._product(w3, not tw, g3, False, n, c * r * s, ho * wo, acc)   # W^T g, float32
+        xp = self._xp()
+        gcols = gcols.reshape(n, c, r, s, ho, wo)
+        gx = xp.zeros((n, c, h + 2 * ph, wd + 2 * pw), acc)
+        for i in range(r):
+            for j in range(s):
+                gx[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw] += gcols[:, :, i, j]
+        return self._ascontiguous(gx[:, :, ph:ph + h, pw:pw + wd])
+
+    def _conv2d_kernel(self, x, w, b, geo):
+        """y of conv2d from a backend's own kernel, or None for the im2col + GEMM path."""
+        return None
+
+    def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo):
+        """dL/dx of conv2d from a backend's own kernel, or None for the col2im path."""
+        return None
 
     # ---- pooling ---------------------------------------------------------------------------
     def _pool_args(self, op, x, kernel_size, stride, padding):

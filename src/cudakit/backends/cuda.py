@@ -50,6 +50,19 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         from ..kernels import pooling
         return pooling.pool2d_backward(self._ascontiguous(grad_out), self._ascontiguous(x), kind, geo)
 
+    def _conv2d_kernel(self, x, w, b, geo):
+        from ..kernels import conv
+        if not conv.usable(x.dtype.name, x.shape, w.shape[0], geo):
+            return None
+        return conv.conv2d(self._ascontiguous(x), self._ascontiguous(w),
+                           None if b is None else self._ascontiguous(b), geo)
+
+    def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo):
+        from ..kernels import conv
+        if not (conv.input_grad_usable(geo) and conv.usable(w.dtype.name, x_shape, w.shape[0], geo)):
+            return None
+        return conv.conv2d_input_grad(self._ascontiguous(grad_out), self._ascontiguous(w), x_shape, geo)
+
     def _coerce(self, x, arg):
         cp = self._cp
         if isinstance(x, cp.ndarray):

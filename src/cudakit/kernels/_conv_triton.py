@@ -1,0 +1,58 @@
+"""Triton source of the implicit-GEMM conv2d (imported only once Triton is known to be there).
+
+y[n, k, p, q] = sum over (r, s, c) of x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw] * w[r, s, c, k]:
+a GEMM of (output positions) x (R S C) x (K) whose left operand is gathered from x tile by tile in
+shared memory, never written out (no im2col buffer). One program per (BLOCK_M positions of one
+image, BLOCK_N output channels, image); one loop over the R * S * ceil(C / BLOCK_K) reduction
+steps, so that Triton pipelines the loads across taps as well as channels. Positions outside the
+padded input read as zeros. float32 accumulation; bias added in float32; y rounded once.
+FLOPs: 2 N K P Q C R S; memory traffic: x (re-read per tap, mostly from L2), w, y once.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; B: [K] (HAS_BIAS); Y: [N, K, P, Q]
+               C, H, Wd, K, P, Q,
+               SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+               DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
+               HAS_BIAS: tl.constexpr, AFFINE: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREC: tl.constexpr):
+    """AFFINE: strides 1 and Q == Wd, so an output position pq reads x at pq + a per-tap constant (the
+    loads coalesce along the positions); otherwise the row and column are computed per position."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    n = tl.program_id(2).to(tl.int64)
+    pq = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)          # output positions of image n
+    m_ok = pq < P * Q
+    p = pq // Q
+    q = pq - p * Q
+    ks = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)          # output channels
+    k_ok = ks < K
+    cs = tl.arange(0, BLOCK_K)
+    hw = H * Wd
+    x_img = X + n * C * hw
+    n_c = tl.cdiv(C, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for t in range(0, R * S * n_c):
+        rs = t // n_c
+        c0 = (t - rs * n_c) * BLOCK_K
+        r = rs // S
+        s = rs - r * S
+        ih = p * SH - PH + r * DH
+        iw = q * SW - PW + s * DW
+        pos_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+        if AFFINE:
+            pos = pq + (r * DH - PH) * Wd + (s * DW - PW)
+        else:
+            pos = ih * Wd + iw
+        c = c0 + cs
+        c_ok = c < C
+        a = tl.load(x_img + pos[:, None] + c[None, :] * hw, mask=pos_ok[:, None] & c_ok[None, :], other=0.0)
+        b = tl.load(W + (rs * C + c)[:, None] * K + ks[None, :], mask=c_ok[:, None] & k_ok[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PREC)
+    if HAS_BIAS:
+        acc += tl.load(B + ks, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + n * K * P * Q + ks[None, :] * (P * Q) + pq[:, None], acc.to(Y.dtype.element_ty),
+             mask=m_ok[:, None] & k_ok[None, :])

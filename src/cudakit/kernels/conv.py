@@ -1,0 +1,104 @@
+"""Implicit-GEMM conv2d on the GPU for 16-bit data: the Triton kernel of kernels/_conv_triton.py
+compiled and launched by cudakit's Triton runtime on the current CuPy stream. The input gradient of
+a stride-1 convolution is the same kernel run on grad_out with the weight flipped and its channel
+axes swapped. Shapes the kernel does not take (float32 and float64, or per-image planes of 2^31
+elements or more) go through backends/conv_api.py's im2col + cuBLAS path; `usable` decides.
+"""
+from __future__ import annotations
+
+import math
+
+from ..runtime import _cupy
+
+DTYPES = ("float16", "bfloat16")
+_MAX_GRID_Z = 65535
+_kernel = None
+
+
+def available() -> bool:
+    """True when Triton imports (the `triton` extra)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def usable(dtype_name: str, x_shape, k: int, geo) -> bool:
+    """True when conv2d runs here: 16-bit data, every per-image plane under 2^31 elements, Triton."""
+    n, c, h, w = x_shape
+    r, s, ho, wo = geo[6:]
+    return (dtype_name in DTYPES and c * h * w < 2**31 and k * ho * wo < 2**31 and r * s * c * k < 2**31
+            and available())
+
+
+def _config(c: int, k: int) -> dict:
+    """128 output positions x 64 (K <= 64) or 128 channels, reduction steps of up to 64 input channels,
+    4 warps, 3 stages."""
+    return {"BLOCK_M": 128, "BLOCK_N": 64 if k <= 64 else 128,
+            "BLOCK_K": min(64, max(16, 1 << (c - 1).bit_length())), "num_warps": 4, "num_stages": 3}
+
+
+def _k():
+    global _kernel
+    if _kernel is None:
+        from ..runtime.triton import TritonKernel, _triton
+        _triton()
+        from . import _conv_triton as src
+        _kernel = TritonKernel(src.conv2d_fwd)
+    return _kernel
+
+
+def plan(x_shape, k: int, geo, has_bias: bool) -> tuple[int, int, dict]:
+    """(programs over the positions of an image, programs over the K channels, the kernel's
+    constexprs and options) for x of x_shape (N, C, H, W) and K output channels."""
+    sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
+    cfg = _config(x_shape[1], k)
+    consts = dict(cfg, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, HAS_BIAS=has_bias,
+                  AFFINE=sh == 1 and sw == 1 and wo == x_shape[3], PREC="tf32")
+    return math.ceil(ho * wo / cfg["BLOCK_M"]), math.ceil(k / cfg["BLOCK_N"]), consts
+
+
+def _run(x, w_rsck, bias, geo):
+    """y (N, K, P, Q) of x (N, C, H, W) with the weight as [R, S, C, K] (contiguous)."""
+    cp = _cupy.cupy()
+    n, c, h, wd = x.shape
+    k = w_rsck.shape[3]
+    y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
+    if y.size == 0:
+        return y
+    grid_m, grid_n, consts = plan(x.shape, k, geo, bias is not None)
+    b = bias if bias is not None else w_rsck   # any pointer: not read without HAS_BIAS
+    kern = _k()
+    for i0 in range(0, n, _MAX_GRID_Z):   # images along grid z (at most 65535 per launch)
+        i1 = min(n, i0 + _MAX_GRID_Z)
+        kern[(grid_m, grid_n, i1 - i0)](x[i0:i1], w_rsck, b, y[i0:i1], c, h, wd, k, geo[8], geo[9], **consts)
+    return y
+
+
+def flipped(geo, x_shape) -> tuple:
+    """The geometry of dx as a convolution of grad_out: stride 1, padding d * (window - 1) - p, the
+    input's (H, W) out."""
+    ph, pw, dh, dw, r, s = geo[2:8]
+    return (1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw, dh, dw, r, s, x_shape[2], x_shape[3])
+
+
+def conv2d(x, w, bias, geo):
+    """conv_api's conv2d for C-contiguous x (N, C, H, W), w (K, C, R, S), bias (K,) or None."""
+    cp = _cupy.cupy()
+    return _run(x, cp.ascontiguousarray(w.transpose(2, 3, 1, 0)), bias, geo)
+
+
+def input_grad_usable(geo) -> bool:
+    """dx is this kernel's job for stride 1 with padding <= dilation * (window - 1) (the flipped
+    convolution's padding is then >= 0)."""
+    sh, sw, ph, pw, dh, dw, r, s = geo[:8]
+    return sh == 1 and sw == 1 and ph <= dh * (r - 1) and pw <= dw * (s - 1)
+
+
+def conv2d_input_grad(grad_out, w, x_shape, geo):
+    """dL/dx (x_shape) of a stride-1 conv2d for C-contiguous grad_out (N, K, P, Q): the convolution
+    of grad_out with w flipped in (R, S) and its channel axes swapped (flipped() gives the geometry)."""
+    cp = _cupy.cupy()
+    w_flip = cp.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))   # [R, S, K, C]
+    return _run(grad_out, w_flip, None, flipped(geo, x_shape))

@@ -1,0 +1,71 @@
+"""Run by tests/test_conv_interpreter.py in a subprocess with TRITON_INTERPRET=1 (Triton picks the
+interpreter when it is imported):
+    TRITON_INTERPRET=1 python tests/conv_interpreter.py
+runs the implicit-GEMM conv2d Triton kernel (kernels/_conv_triton.py) on NumPy arrays, launched as
+kernels/conv.py launches it (its plan(), the weight as [R, S, C, K], the flipped convolution for the
+input gradient), against the CPU backend in float64, for each geometry in CASES. float16 stands in
+for the 16-bit types (the interpreter cannot read bfloat16 from NumPy)."""
+import os
+import sys
+
+sys.path[:0] = [os.path.dirname(__file__), os.path.join(os.path.dirname(__file__), "..", "src")]
+import numpy as np
+from triton_numpy import Tensor
+
+import cudakit
+from cudakit.kernels import _conv_triton as src
+from cudakit.kernels import conv
+
+# (x shape, K, kernel (R, S), stride, padding, dilation): same-size 3x3 (the affine loads), channels
+# past one reduction step and ragged, 1x1, strided, dilated, rectangular windows, positions of an
+# image past one block (130 > 128) and images that are not a block multiple
+CASES = [((2, 5, 9, 11), 7, (3, 3), 1, 1, 1), ((1, 70, 6, 6), 20, (3, 3), 1, 1, 1),
+         ((2, 3, 12, 10), 8, (1, 1), 1, 0, 1), ((1, 4, 11, 13), 5, (3, 3), 2, 1, 1),
+         ((1, 3, 12, 12), 4, (3, 3), 1, 2, 2), ((1, 6, 8, 9), 3, (2, 4), (1, 2), (0, 1), 1),
+         ((1, 2, 10, 13), 130, (3, 3), 1, 1, 1), ((3, 1, 5, 5), 2, (5, 5), 1, 2, 1)]
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else v
+
+
+def run(x, w_rsck, bias, geo):
+    n, c, h, wd = x.shape
+    k = w_rsck.shape[3]
+    y = np.full((n, k, geo[8], geo[9]), 7.0, x.dtype)   # a value the kernel never leaves
+    gm, gn, consts = conv.plan(x.shape, k, geo, bias is not None)
+    b = bias if bias is not None else w_rsck
+    src.conv2d_fwd[(gm, gn, n)](*map(Tensor, (x, w_rsck, b, y)), c, h, wd, k, geo[8], geo[9], **consts)
+    return y
+
+
+def check(shape, k, rs, stride, pad, dil, rng):
+    cpu = cudakit.get_backend("cpu")
+    x = rng.standard_normal(shape).astype(np.float16)
+    w = (rng.standard_normal((k, shape[1]) + rs) * (shape[1] * rs[0] * rs[1]) ** -0.5).astype(np.float16)
+    b = rng.standard_normal(k).astype(np.float16)
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
+    want = cpu.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, pad, dil)
+    geo = (sh, sw, ph, pw, dh, dw, rs[0], rs[1], want.shape[2], want.shape[3])
+    y = run(x, np.ascontiguousarray(w.transpose(2, 3, 1, 0)), b, geo)
+    case = (shape, k, rs, stride, pad, dil)
+    np.testing.assert_allclose(y.astype(np.float64), want, atol=4e-3, rtol=4e-3, err_msg=f"y {case}")
+    if conv.input_grad_usable(geo):
+        g = rng.standard_normal(want.shape).astype(np.float16)
+        gx_want = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64), w.astype(np.float64),
+                                      stride, pad, dil)[0]
+        w_flip = np.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))
+        gx = run(g, w_flip, None, conv.flipped(geo, shape))
+        scale = max(1.0, np.abs(gx_want).max())
+        np.testing.assert_allclose(gx.astype(np.float64), gx_want, atol=4e-3 * scale, rtol=4e-3,
+                                   err_msg=f"dx {case}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        sys.exit("set TRITON_INTERPRET=1 (before Triton is imported)")
+    rng = np.random.default_rng(0)
+    n_dx = sum(check(*case, rng) for case in CASES)
+    print(f"{len(CASES)} forward and {n_dx} input-gradient cases match the float64 reference")
