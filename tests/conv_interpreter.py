@@ -1,9 +1,9 @@
 """Run by tests/test_conv_interpreter.py in a subprocess with TRITON_INTERPRET=1 (Triton picks the
 interpreter when it is imported):
     TRITON_INTERPRET=1 python tests/conv_interpreter.py
-runs the implicit-GEMM conv2d Triton kernel (kernels/_conv_triton.py) on NumPy arrays, launched as
-kernels/conv.py launches it (its plan(), the weight as [R, S, C, K], the flipped convolution for the
-input gradient), against the CPU backend in float64, for each geometry in CASES. float16 stands in
+runs the implicit-GEMM conv2d Triton kernels (kernels/_conv_triton.py) on NumPy arrays, launched as
+kernels/conv.py launches them (plan() and wgrad_plan(), the weight as [R, S, C, K], the flipped
+convolution for the input gradient), against the CPU backend in float64, for each geometry in CASES. float16 stands in
 for the 16-bit types (the interpreter cannot read bfloat16 from NumPy)."""
 import os
 import sys
@@ -18,7 +18,8 @@ from cudakit.kernels import conv
 
 # (x shape, K, kernel (R, S), stride, padding, dilation): same-size 3x3 (the affine loads), channels
 # past one reduction step and ragged, 1x1, strided, dilated, rectangular windows, positions of an
-# image past one block (130 > 128) and images that are not a block multiple
+# image past one block (130 > 128) and images that are not a block multiple (and, below, weight
+# gradient splits of several blocks that cross images)
 CASES = [((2, 5, 9, 11), 7, (3, 3), 1, 1, 1), ((1, 70, 6, 6), 20, (3, 3), 1, 1, 1),
          ((2, 3, 12, 10), 8, (1, 1), 1, 0, 1), ((1, 4, 11, 13), 5, (3, 3), 2, 1, 1),
          ((1, 3, 12, 12), 4, (3, 3), 1, 2, 2), ((1, 6, 8, 9), 3, (2, 4), (1, 2), (0, 1), 1),
@@ -39,7 +40,7 @@ def run(x, w_rsck, bias, geo):
     return y
 
 
-def check(shape, k, rs, stride, pad, dil, rng):
+def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS):
     cpu = cudakit.get_backend("cpu")
     x = rng.standard_normal(shape).astype(np.float16)
     w = (rng.standard_normal((k, shape[1]) + rs) * (shape[1] * rs[0] * rs[1]) ** -0.5).astype(np.float16)
@@ -50,10 +51,17 @@ def check(shape, k, rs, stride, pad, dil, rng):
     y = run(x, np.ascontiguousarray(w.transpose(2, 3, 1, 0)), b, geo)
     case = (shape, k, rs, stride, pad, dil)
     np.testing.assert_allclose(y.astype(np.float64), want, atol=4e-3, rtol=4e-3, err_msg=f"y {case}")
+    g = rng.standard_normal(want.shape).astype(np.float16)
+    gx_want, gw_want, _ = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64), w.astype(np.float64),
+                                              stride, pad, dil)
+    grid, steps, consts = conv.wgrad_plan(shape, k, geo, programs)
+    part = np.full((grid[2],) + rs + (k, shape[1]), 7.0, np.float32)
+    src.conv2d_wgrad[grid](Tensor(x), Tensor(g), Tensor(part), shape[0], shape[1], shape[2], shape[3], k,
+                           geo[8], geo[9], steps, **consts)
+    gw = part.sum(axis=0).transpose(2, 3, 0, 1)
+    np.testing.assert_allclose(gw, gw_want, atol=4e-3 * max(1.0, np.abs(gw_want).max()), rtol=4e-3,
+                               err_msg=f"dw {case} (split {grid[2]} x {steps} steps)")
     if conv.input_grad_usable(geo):
-        g = rng.standard_normal(want.shape).astype(np.float16)
-        gx_want = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64), w.astype(np.float64),
-                                      stride, pad, dil)[0]
         w_flip = np.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))
         gx = run(g, w_flip, None, conv.flipped(geo, shape))
         scale = max(1.0, np.abs(gx_want).max())
@@ -68,4 +76,5 @@ if __name__ == "__main__":
         sys.exit("set TRITON_INTERPRET=1 (before Triton is imported)")
     rng = np.random.default_rng(0)
     n_dx = sum(check(*case, rng) for case in CASES)
-    print(f"{len(CASES)} forward and {n_dx} input-gradient cases match the float64 reference")
+    check((9, 2, 16, 17), 3, (3, 3), 1, 1, 1, rng, programs=40)   # 4 splits of 7 steps, across images
+    print(f"{len(CASES)} forward and weight-gradient and {n_dx} input-gradient cases match the float64 reference")

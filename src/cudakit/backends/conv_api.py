@@ -153,21 +153,28 @@ class ConvOps:
         crs = c * r * s
         with self._device_scope(x):
             g3 = self._ascontiguous(g).reshape(n, k, ho * wo)
-            w3, tw = self._operand(self._ascontiguous(w).reshape(k, crs), ())
-            cols = self._cols(x, geo)
-            # grad_weight = sum_n g[n] cols[n]^T: per-image float32 products summed in chunks of
-            # images (bounded memory), rounded once
-            step = max(1, _GW_CHUNK_BYTES // max(1, k * crs * np.dtype(acc).itemsize))
-            gw = self._xp().zeros((k, crs), acc)
-            for i0 in range(0, n, step):
-                i1 = min(n, i0 + step)
-                gw += self.sum(self._product(g3[i0:i1], False, cols[i0:i1], True, i1 - i0, k, crs, acc), axis=0)
-            gw = gw.astype(x.dtype)
+            gw = self._conv2d_weight_grad_kernel(g, x, w.shape, geo)
+            if gw is None:
+                gw = self._im2col_weight_grad(g3, x, k, geo, acc).astype(x.dtype)
             gb = self.sum(g3, axis=(0, 2)) if bias else None
             gx = self._conv2d_input_grad_kernel(g, w, x.shape, geo)
             if gx is None:
+                w3, tw = self._operand(self._ascontiguous(w).reshape(k, crs), ())
                 gx = self._col2im_input_grad(g3, w3, tw, x.shape, geo, acc).astype(x.dtype)
         return gx, gw.reshape(w.shape), gb
+
+    def _im2col_weight_grad(self, g3, x, k, geo, acc):
+        """dL/dw as (K, C R S) in `acc`: sum over images of g[n] cols[n]^T, the per-image products
+        summed in chunks of images (bounded memory)."""
+        n = x.shape[0]
+        cols = self._cols(x, geo)
+        crs = cols.shape[1]
+        step = max(1, _GW_CHUNK_BYTES // max(1, k * crs * np.dtype(acc).itemsize))
+        gw = self._xp().zeros((k, crs), acc)
+        for i0 in range(0, n, step):
+            i1 = min(n, i0 + step)
+            gw += self.sum(self._product(g3[i0:i1], False, cols[i0:i1], True, i1 - i0, k, crs, acc), axis=0)
+        return gw
 
     def _col2im_input_grad(self, g3, w3, tw, x_shape, geo, acc):
         """dL/dx in `acc`: W^T g as columns, each tap (r, s) added back onto the padded input."""
@@ -188,6 +195,10 @@ class ConvOps:
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo):
         """dL/dx of conv2d from a backend's own kernel, or None for the col2im path."""
+        return None
+
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo):
+        """dL/dw of conv2d from a backend's own kernel, or None for the im2col path."""
         return None
 
     # ---- pooling ---------------------------------------------------------------------------

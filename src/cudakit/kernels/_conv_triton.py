@@ -7,6 +7,8 @@ image, BLOCK_N output channels, image); one loop over the R * S * ceil(C / BLOCK
 steps, so that Triton pipelines the loads across taps as well as channels. Positions outside the
 padded input read as zeros. float32 accumulation; bias added in float32; y rounded once.
 FLOPs: 2 N K P Q C R S; memory traffic: x (re-read per tap, mostly from L2), w, y once.
+The weight gradient (conv2d_wgrad) is the same gather against dL/dy, its reduction over the
+positions split across programs into float32 partial sums.
 """
 import triton
 import triton.language as tl
@@ -56,3 +58,49 @@ def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; 
         acc += tl.load(B + ks, mask=k_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(Y + n * K * P * Q + ks[None, :] * (P * Q) + pq[:, None], acc.to(Y.dtype.element_ty),
              mask=m_ok[:, None] & k_ok[None, :])
+
+
+@triton.jit
+def conv2d_wgrad(X, G, GW,      # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW: [SPLIT, R, S, K, C] float32 partial sums
+                 N, C, H, Wd, K, P, Q, STEPS,
+                 SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+                 DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr, AFFINE: tl.constexpr,
+                 BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+    """GW[r, s, k, c] = sum over (n, p, q) of G[n, k, p, q] * x at tap (r, s): per tap a GEMM
+    [K, N P Q] x [N P Q, C]. Program (channel tile, tap, split): split `sp` sums STEPS blocks of
+    BLOCK_M positions (each within one image) starting at block sp * STEPS, into its own slice of GW
+    (summed over the splits on the host: no atomics, deterministic)."""
+    pid_kc = tl.program_id(0)
+    rs = tl.program_id(1)
+    sp = tl.program_id(2)
+    n_cb = tl.cdiv(C, BLOCK_C)
+    kk = (pid_kc // n_cb) * BLOCK_K + tl.arange(0, BLOCK_K)
+    cc = (pid_kc % n_cb) * BLOCK_C + tl.arange(0, BLOCK_C)
+    k_ok = kk < K
+    c_ok = cc < C
+    r = rs // S
+    s = rs - r * S
+    hw = H * Wd
+    pqn = P * Q
+    n_pb = tl.cdiv(pqn, BLOCK_M)
+    offs = tl.arange(0, BLOCK_M)
+    acc = tl.zeros([BLOCK_K, BLOCK_C], tl.float32)
+    first = sp * STEPS
+    last = tl.minimum(first + STEPS, N * n_pb)
+    for t in range(first, last):
+        n = (t // n_pb).to(tl.int64)
+        pq = (t % n_pb) * BLOCK_M + offs
+        m_ok = pq < pqn
+        p = pq // Q
+        q = pq - p * Q
+        ih = p * SH - PH + r * DH
+        iw = q * SW - PW + s * DW
+        pos_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+        if AFFINE:
+            pos = pq + (r * DH - PH) * Wd + (s * DW - PW)
+        else:
+            pos = ih * Wd + iw
+        g = tl.load(G + n * K * pqn + kk[:, None] * pqn + pq[None, :], mask=k_ok[:, None] & m_ok[None, :], other=0.0)
+        x = tl.load(X + n * C * hw + cc[None, :] * hw + pos[:, None], mask=pos_ok[:, None] & c_ok[None, :], other=0.0)
+        acc = tl.dot(g, x, acc, input_precision=PREC)
+    tl.store(GW + ((sp * R * S + rs) * K + kk[:, None]) * C + cc[None, :], acc, mask=k_ok[:, None] & c_ok[None, :])

@@ -12,7 +12,8 @@ from ..runtime import _cupy
 
 DTYPES = ("float16", "bfloat16")
 _MAX_GRID_Z = 65535
-_kernel = None
+_kernels: dict = {}
+_TARGET_PROGRAMS = 264   # two per SM of an H100: the weight gradient's splits fill the GPU
 
 
 def available() -> bool:
@@ -39,14 +40,13 @@ def _config(c: int, k: int) -> dict:
             "BLOCK_K": min(64, max(16, 1 << (c - 1).bit_length())), "num_warps": 4, "num_stages": 3}
 
 
-def _k():
-    global _kernel
-    if _kernel is None:
+def _k(name: str = "conv2d_fwd"):
+    if name not in _kernels:
         from ..runtime.triton import TritonKernel, _triton
         _triton()
         from . import _conv_triton as src
-        _kernel = TritonKernel(src.conv2d_fwd)
-    return _kernel
+        _kernels[name] = TritonKernel(getattr(src, name))
+    return _kernels[name]
 
 
 def plan(x_shape, k: int, geo, has_bias: bool) -> tuple[int, int, dict]:
@@ -81,6 +81,36 @@ def flipped(geo, x_shape) -> tuple:
     input's (H, W) out."""
     ph, pw, dh, dw, r, s = geo[2:8]
     return (1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw, dh, dw, r, s, x_shape[2], x_shape[3])
+
+
+def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS) -> tuple[tuple, int, dict]:
+    """(grid, STEPS, constexprs and options) of conv2d_wgrad: 64 x 64 (K x C) tiles, 128 positions a
+    step, the positions split so that about `programs` programs run."""
+    sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
+    n, c = x_shape[:2]
+    bk, bc, bm = 64, min(64, max(16, 1 << (c - 1).bit_length())), 128
+    tiles = math.ceil(k / bk) * math.ceil(c / bc)
+    blocks = n * math.ceil(ho * wo / bm)
+    split = max(1, min(blocks, programs // max(1, tiles * r * s)))
+    steps = math.ceil(blocks / split)
+    split = math.ceil(blocks / steps)
+    consts = dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, AFFINE=sh == 1 and sw == 1 and wo == x_shape[3],
+                  BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC="tf32", num_warps=8, num_stages=3)
+    return (tiles, r * s, split), steps, consts
+
+
+def conv2d_weight_grad(grad_out, x, w_shape, geo):
+    """dL/dw (w_shape, x's dtype) of conv2d for C-contiguous grad_out (N, K, P, Q) and x: float32
+    partial sums per split, summed and rounded once."""
+    cp = _cupy.cupy()
+    k, c, r, s = w_shape
+    n, _, h, wd = x.shape
+    if n * geo[8] * geo[9] * k * c == 0:   # no position or channel: nothing to sum
+        return cp.zeros(w_shape, x.dtype)
+    grid, steps, consts = wgrad_plan(x.shape, k, geo)
+    part = cp.empty((grid[2], r, s, k, c), cp.float32)
+    _k("conv2d_wgrad")[grid](x, grad_out, part, n, c, h, wd, k, geo[8], geo[9], steps, **consts)
+    return part.sum(axis=0).transpose(2, 3, 0, 1).astype(x.dtype)
 
 
 def conv2d(x, w, bias, geo):
