@@ -40,6 +40,27 @@ def run(x, w_rsck, bias, geo):
     return y
 
 
+def weight(w, input_grad):
+    k, c, r, s = w.shape
+    out = np.full((r, s, k, c) if input_grad else (r, s, c, k), 7.0, w.dtype)
+    src.conv2d_weight_layout[(-(-w.size // conv._LAYOUT_BLOCK),)](Tensor(w), Tensor(out), k, c, r * s,
+                                                                 INPUT_GRAD=input_grad, BLOCK=conv._LAYOUT_BLOCK)
+    return out
+
+
+def weight_grad(g, x, w_shape, geo, programs):
+    k, c, r, s = w_shape
+    grid, steps, consts = conv.wgrad_plan(x.shape, k, geo, True, programs)
+    part = np.full((grid[2], k * c * r * s), 7.0, np.float32)
+    part_b = np.full((grid[2], k), 7.0, np.float32)
+    src.conv2d_wgrad[grid](*map(Tensor, (x, g, part, part_b)), x.shape[0], c, x.shape[2], x.shape[3], k,
+                           geo[8], geo[9], steps, **consts)
+    gw, gb = np.full(w_shape, 7.0, x.dtype), np.full(k, 7.0, x.dtype)
+    src.conv2d_wgrad_finish[(-(-gw.size // conv._FINISH_BLOCK),)](*map(Tensor, (part, part_b, gw, gb)), grid[2],
+                                                                  gw.size, k, HAS_BIAS=True, BLOCK=conv._FINISH_BLOCK)
+    return gw, gb, grid[2], steps
+
+
 def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS):
     cpu = cudakit.get_backend("cpu")
     x = rng.standard_normal(shape).astype(np.float16)
@@ -48,22 +69,19 @@ def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS):
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
     want = cpu.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, pad, dil)
     geo = (sh, sw, ph, pw, dh, dw, rs[0], rs[1], want.shape[2], want.shape[3])
-    y = run(x, np.ascontiguousarray(w.transpose(2, 3, 1, 0)), b, geo)
+    y = run(x, weight(w, False), b, geo)
     case = (shape, k, rs, stride, pad, dil)
     np.testing.assert_allclose(y.astype(np.float64), want, atol=4e-3, rtol=4e-3, err_msg=f"y {case}")
     g = rng.standard_normal(want.shape).astype(np.float16)
-    gx_want, gw_want, _ = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64), w.astype(np.float64),
-                                              stride, pad, dil)
-    grid, steps, consts = conv.wgrad_plan(shape, k, geo, programs)
-    part = np.full((grid[2],) + rs + (k, shape[1]), 7.0, np.float32)
-    src.conv2d_wgrad[grid](Tensor(x), Tensor(g), Tensor(part), shape[0], shape[1], shape[2], shape[3], k,
-                           geo[8], geo[9], steps, **consts)
-    gw = part.sum(axis=0).transpose(2, 3, 0, 1)
-    np.testing.assert_allclose(gw, gw_want, atol=4e-3 * max(1.0, np.abs(gw_want).max()), rtol=4e-3,
-                               err_msg=f"dw {case} (split {grid[2]} x {steps} steps)")
+    gx_want, gw_want, gb_want = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64),
+                                                    w.astype(np.float64), stride, pad, dil)
+    gw, gb, split, steps = weight_grad(g, x, w.shape, geo, programs)
+    np.testing.assert_allclose(gw.astype(np.float64), gw_want, atol=4e-3 * max(1.0, np.abs(gw_want).max()),
+                               rtol=4e-3, err_msg=f"dw {case} (split {split} x {steps} steps)")
+    np.testing.assert_allclose(gb.astype(np.float64), gb_want, atol=4e-3 * max(1.0, np.abs(gb_want).max()),
+                               rtol=4e-3, err_msg=f"db {case}")
     if conv.input_grad_usable(geo):
-        w_flip = np.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))
-        gx = run(g, w_flip, None, conv.flipped(geo, shape))
+        gx = run(g, weight(w, True), None, conv.flipped(geo, shape))
         scale = max(1.0, np.abs(gx_want).max())
         np.testing.assert_allclose(gx.astype(np.float64), gx_want, atol=4e-3 * scale, rtol=4e-3,
                                    err_msg=f"dx {case}")

@@ -82,6 +82,29 @@ def test_native_plans_repeat_the_python_launch(rng):
     assert len(prof.table()) == 1 and float(x[0]) == 2.0
 
 
+def test_specialized_kernel_launches_from_native_plans(rng):
+    """kernel.specialized(CONST=..., num_warps=...) binds the constexprs: calls with runtime arguments
+    only give the keyword call's result and, from the second on, skip the Python path."""
+    from cudakit.runtime import native
+    if native.module() is None:
+        pytest.skip(f"native module: {native.status()}")
+    base = cudakit.triton_kernel(tk.vadd)
+    k = base.specialized(BLOCK=256, num_warps=2)
+    runs = []
+    run = k.run
+    k.run = lambda *a: runs.append(1) or run(*a)
+    x, y = (cp.asarray(rng.standard_normal(1000).astype(np.float32)) for _ in range(2))
+    want = cp.empty_like(x)
+    base[(4,)](x, y, want, 1000, BLOCK=256, num_warps=2)
+    for rep in range(3):
+        out = cp.full_like(x, np.nan)
+        k[(4,)](x, y, out, 1000)
+        cp.testing.assert_array_equal(out, want)
+    assert len(runs) == 1 and len(k._plans) == 1 and not base._plans
+    with pytest.raises(TypeError, match="no constexpr parameter NOPE"):
+        base.specialized(NOPE=1)
+
+
 def triton_next_pow2(n):
     import triton
     return triton.next_power_of_2(n)

@@ -153,10 +153,12 @@ class ConvOps:
         crs = c * r * s
         with self._device_scope(x):
             g3 = self._ascontiguous(g).reshape(n, k, ho * wo)
-            gw = self._conv2d_weight_grad_kernel(g, x, w.shape, geo)
-            if gw is None:
+            grads = self._conv2d_weight_grad_kernel(g, x, w.shape, geo, bias)
+            if grads is None:
                 gw = self._im2col_weight_grad(g3, x, k, geo, acc).astype(x.dtype)
-            gb = self.sum(g3, axis=(0, 2)) if bias else None
+                gb = self.sum(g3, axis=(0, 2)) if bias else None
+            else:
+                gw, gb = grads
             gx = self._conv2d_input_grad_kernel(g, w, x.shape, geo)
             if gx is None:
                 w3, tw = self._operand(self._ascontiguous(w).reshape(k, crs), ())
@@ -197,8 +199,8 @@ class ConvOps:
         """dL/dx of conv2d from a backend's own kernel, or None for the col2im path."""
         return None
 
-    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo):
-        """dL/dw of conv2d from a backend's own kernel, or None for the im2col path."""
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias: bool):
+        """(dL/dw, dL/db or None) of conv2d from a backend's own kernel, or None for the im2col path."""
         return None
 
     # ---- pooling ---------------------------------------------------------------------------

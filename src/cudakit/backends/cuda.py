@@ -63,11 +63,11 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
             return None
         return conv.conv2d_input_grad(self._ascontiguous(grad_out), self._ascontiguous(w), x_shape, geo)
 
-    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo):
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias):
         from ..kernels import conv
         if not conv.usable(x.dtype.name, x.shape, w_shape[0], geo):
             return None
-        return conv.conv2d_weight_grad(self._ascontiguous(grad_out), self._ascontiguous(x), w_shape, geo)
+        return conv.conv2d_weight_grad(self._ascontiguous(grad_out), self._ascontiguous(x), w_shape, geo, bias)
 
     def _coerce(self, x, arg):
         cp = self._cp

@@ -61,15 +61,17 @@ def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; 
 
 
 @triton.jit
-def conv2d_wgrad(X, G, GW,      # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW: [SPLIT, R, S, K, C] float32 partial sums
+def conv2d_wgrad(X, G, GW, GB,  # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW: [SPLIT, K, C, R*S], GB: [SPLIT, K] float32 partial sums
                  N, C, H, Wd, K, P, Q, STEPS,
                  SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                  DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr, AFFINE: tl.constexpr,
-                 BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """GW[r, s, k, c] = sum over (n, p, q) of G[n, k, p, q] * x at tap (r, s): per tap a GEMM
+                 HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_M: tl.constexpr,
+                 PREC: tl.constexpr):
+    """GW[k, c, r, s] = sum over (n, p, q) of G[n, k, p, q] * x at tap (r, s): per tap a GEMM
     [K, N P Q] x [N P Q, C]. Program (channel tile, tap, split): split `sp` sums STEPS blocks of
-    BLOCK_M positions (each within one image) starting at block sp * STEPS, into its own slice of GW
-    (summed over the splits on the host: no atomics, deterministic)."""
+    BLOCK_M positions (each within one image) starting at block sp * STEPS into its own slice of GW
+    (conv2d_wgrad_finish sums the splits: no atomics, deterministic). HAS_BIAS: the programs of the
+    first C tile and tap also sum G over their positions into GB."""
     pid_kc = tl.program_id(0)
     rs = tl.program_id(1)
     sp = tl.program_id(2)
@@ -85,6 +87,7 @@ def conv2d_wgrad(X, G, GW,      # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW:
     n_pb = tl.cdiv(pqn, BLOCK_M)
     offs = tl.arange(0, BLOCK_M)
     acc = tl.zeros([BLOCK_K, BLOCK_C], tl.float32)
+    bacc = tl.zeros([BLOCK_K], tl.float32)
     first = sp * STEPS
     last = tl.minimum(first + STEPS, N * n_pb)
     for t in range(first, last):
@@ -103,4 +106,46 @@ def conv2d_wgrad(X, G, GW,      # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW:
         g = tl.load(G + n * K * pqn + kk[:, None] * pqn + pq[None, :], mask=k_ok[:, None] & m_ok[None, :], other=0.0)
         x = tl.load(X + n * C * hw + cc[None, :] * hw + pos[:, None], mask=pos_ok[:, None] & c_ok[None, :], other=0.0)
         acc = tl.dot(g, x, acc, input_precision=PREC)
-    tl.store(GW + ((sp * R * S + rs) * K + kk[:, None]) * C + cc[None, :], acc, mask=k_ok[:, None] & c_ok[None, :])
+        if HAS_BIAS:
+            bacc += tl.sum(g.to(tl.float32), 1)
+    tl.store(GW + ((sp * K + kk[:, None]) * C + cc[None, :]) * (R * S) + rs, acc, mask=k_ok[:, None] & c_ok[None, :])
+    if HAS_BIAS:
+        if (pid_kc % n_cb == 0) & (rs == 0):
+            tl.store(GB + sp * K + kk, bacc, mask=k_ok)
+
+
+@triton.jit
+def conv2d_wgrad_finish(PART, PART_B, GW, GB,   # PART: [SPLIT, n_w] float32; PART_B: [SPLIT, K]; GW: [n_w]; GB: [K]
+                        SPLIT, n_w, K, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """GW = sum of PART over the splits (and GB of PART_B), rounded once to GW's dtype."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < n_w
+    acc = tl.zeros([BLOCK], tl.float32)
+    for sp in range(0, SPLIT):
+        acc += tl.load(PART + sp * n_w + i, mask=ok, other=0.0)
+    tl.store(GW + i, acc.to(GW.dtype.element_ty), mask=ok)
+    if HAS_BIAS:
+        if tl.program_id(0) * BLOCK < K:
+            b_ok = i < K
+            bacc = tl.zeros([BLOCK], tl.float32)
+            for sp in range(0, SPLIT):
+                bacc += tl.load(PART_B + sp * K + i, mask=b_ok, other=0.0)
+            tl.store(GB + i, bacc.to(GB.dtype.element_ty), mask=b_ok)
+
+
+@triton.jit
+def conv2d_weight_layout(W, OUT,   # W: [K, C, R*S] (conv2d's weight); OUT: [R*S, C, K], or [R*S, K, C] (INPUT_GRAD)
+                         K, C, RS, INPUT_GRAD: tl.constexpr, BLOCK: tl.constexpr):
+    """The weight as conv2d_fwd reads it: OUT[rs, c, k] = W[k, c, rs]; for the input gradient (the
+    convolution of dL/dy with the flipped weight) OUT[rs, k, c] = W[k, c, RS - 1 - rs]."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < K * C * RS
+    if INPUT_GRAD:
+        c = i % C
+        k = (i // C) % K
+        src_rs = RS - 1 - i // (C * K)
+    else:
+        k = i % K
+        c = (i // K) % C
+        src_rs = i // (K * C)
+    tl.store(OUT + i, tl.load(W + (k * C + c) * RS + src_rs, mask=ok), mask=ok)

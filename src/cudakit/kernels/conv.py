@@ -40,13 +40,18 @@ def _config(c: int, k: int) -> dict:
             "BLOCK_K": min(64, max(16, 1 << (c - 1).bit_length())), "num_warps": 4, "num_stages": 3}
 
 
-def _k(name: str = "conv2d_fwd"):
-    if name not in _kernels:
+def _k(name: str, **consts):
+    """Kernel `name` of _conv_triton.py with its constexprs and options bound (TritonKernel.specialized),
+    so that it launches from the native plans; made on first use per (name, constants)."""
+    key = (name, tuple(sorted(consts.items())))
+    k = _kernels.get(key)
+    if k is None:
         from ..runtime.triton import TritonKernel, _triton
         _triton()
         from . import _conv_triton as src
-        _kernels[name] = TritonKernel(getattr(src, name))
-    return _kernels[name]
+        base = _kernels.get(name) or _kernels.setdefault(name, TritonKernel(getattr(src, name)))
+        k = _kernels[key] = base.specialized(**consts)
+    return k
 
 
 def plan(x_shape, k: int, geo, has_bias: bool) -> tuple[int, int, dict]:
@@ -59,6 +64,19 @@ def plan(x_shape, k: int, geo, has_bias: bool) -> tuple[int, int, dict]:
     return math.ceil(ho * wo / cfg["BLOCK_M"]), math.ceil(k / cfg["BLOCK_N"]), consts
 
 
+_LAYOUT_BLOCK = 1024
+
+
+def _weight(w, input_grad: bool):
+    """w (K, C, R, S) as conv2d_fwd reads it: [R, S, C, K], or flipped [R, S, K, C] (input_grad)."""
+    cp = _cupy.cupy()
+    k, c, r, s = w.shape
+    out = cp.empty((r, s, k, c) if input_grad else (r, s, c, k), w.dtype)
+    _k("conv2d_weight_layout", INPUT_GRAD=input_grad, BLOCK=_LAYOUT_BLOCK)[(math.ceil(w.size / _LAYOUT_BLOCK),)](
+        w, out, k, c, r * s)
+    return out
+
+
 def _run(x, w_rsck, bias, geo):
     """y (N, K, P, Q) of x (N, C, H, W) with the weight as [R, S, C, K] (contiguous)."""
     cp = _cupy.cupy()
@@ -69,10 +87,11 @@ def _run(x, w_rsck, bias, geo):
         return y
     grid_m, grid_n, consts = plan(x.shape, k, geo, bias is not None)
     b = bias if bias is not None else w_rsck   # any pointer: not read without HAS_BIAS
-    kern = _k()
+    kern = _k("conv2d_fwd", **consts)
     for i0 in range(0, n, _MAX_GRID_Z):   # images along grid z (at most 65535 per launch)
         i1 = min(n, i0 + _MAX_GRID_Z)
-        kern[(grid_m, grid_n, i1 - i0)](x[i0:i1], w_rsck, b, y[i0:i1], c, h, wd, k, geo[8], geo[9], **consts)
+        kern[(grid_m, grid_n, i1 - i0)](x[i0:i1] if n > _MAX_GRID_Z else x, w_rsck, b,
+                                        y[i0:i1] if n > _MAX_GRID_Z else y, c, h, wd, k, geo[8], geo[9])
     return y
 
 
@@ -83,40 +102,51 @@ def flipped(geo, x_shape) -> tuple:
     return (1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw, dh, dw, r, s, x_shape[2], x_shape[3])
 
 
-def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS) -> tuple[tuple, int, dict]:
-    """(grid, STEPS, constexprs and options) of conv2d_wgrad: 64 x 64 (K x C) tiles, 128 positions a
+def wgrad_plan(x_shape, k: int, geo, has_bias: bool = False,
+               programs: int = _TARGET_PROGRAMS) -> tuple[tuple, int, dict]:
+    """(grid, STEPS, constexprs and options) of conv2d_wgrad: 64 x 64 (K x C) tiles, 64 positions a
     step, the positions split so that about `programs` programs run."""
     sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
     n, c = x_shape[:2]
-    bk, bc, bm = 64, min(64, max(16, 1 << (c - 1).bit_length())), 128
+    bk, bc, bm = 64, min(64, max(16, 1 << (c - 1).bit_length())), 64
     tiles = math.ceil(k / bk) * math.ceil(c / bc)
     blocks = n * math.ceil(ho * wo / bm)
     split = max(1, min(blocks, programs // max(1, tiles * r * s)))
     steps = math.ceil(blocks / split)
     split = math.ceil(blocks / steps)
     consts = dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, AFFINE=sh == 1 and sw == 1 and wo == x_shape[3],
-                  BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC="tf32", num_warps=8, num_stages=3)
+                  HAS_BIAS=has_bias, BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC="tf32", num_warps=8, num_stages=3)
     return (tiles, r * s, split), steps, consts
 
 
-def conv2d_weight_grad(grad_out, x, w_shape, geo):
-    """dL/dw (w_shape, x's dtype) of conv2d for C-contiguous grad_out (N, K, P, Q) and x: float32
-    partial sums per split, summed and rounded once."""
+_FINISH_BLOCK = 512
+
+
+def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
+    """(dL/dw (w_shape), dL/db (K,) or None without bias) in x's dtype of conv2d, for C-contiguous
+    grad_out (N, K, P, Q) and x: float32 partial sums per split, summed and rounded once."""
     cp = _cupy.cupy()
     k, c, r, s = w_shape
     n, _, h, wd = x.shape
+    gw = cp.empty(w_shape, x.dtype)
+    gb = cp.empty((k,), x.dtype) if bias else None
     if n * geo[8] * geo[9] * k * c == 0:   # no position or channel: nothing to sum
-        return cp.zeros(w_shape, x.dtype)
-    grid, steps, consts = wgrad_plan(x.shape, k, geo)
-    part = cp.empty((grid[2], r, s, k, c), cp.float32)
-    _k("conv2d_wgrad")[grid](x, grad_out, part, n, c, h, wd, k, geo[8], geo[9], steps, **consts)
-    return part.sum(axis=0).transpose(2, 3, 0, 1).astype(x.dtype)
+        gw.fill(0)
+        if bias:
+            gb.fill(0)
+        return gw, gb
+    grid, steps, consts = wgrad_plan(x.shape, k, geo, bias)
+    part = cp.empty((grid[2], k * c * r * s), cp.float32)
+    part_b = cp.empty((grid[2], k), cp.float32) if bias else part
+    _k("conv2d_wgrad", **consts)[grid](x, grad_out, part, part_b, n, c, h, wd, k, geo[8], geo[9], steps)
+    _k("conv2d_wgrad_finish", HAS_BIAS=bias, BLOCK=_FINISH_BLOCK)[(math.ceil(gw.size / _FINISH_BLOCK),)](
+        part, part_b, gw, gb if bias else gw, grid[2], gw.size, k)
+    return gw, gb
 
 
 def conv2d(x, w, bias, geo):
     """conv_api's conv2d for C-contiguous x (N, C, H, W), w (K, C, R, S), bias (K,) or None."""
-    cp = _cupy.cupy()
-    return _run(x, cp.ascontiguousarray(w.transpose(2, 3, 1, 0)), bias, geo)
+    return _run(x, _weight(w, False), bias, geo)
 
 
 def input_grad_usable(geo) -> bool:
@@ -129,6 +159,4 @@ def input_grad_usable(geo) -> bool:
 def conv2d_input_grad(grad_out, w, x_shape, geo):
     """dL/dx (x_shape) of a stride-1 conv2d for C-contiguous grad_out (N, K, P, Q): the convolution
     of grad_out with w flipped in (R, S) and its channel axes swapped (flipped() gives the geometry)."""
-    cp = _cupy.cupy()
-    w_flip = cp.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))   # [R, S, K, C]
-    return _run(grad_out, w_flip, None, flipped(geo, x_shape))
+    return _run(grad_out, _weight(w, True), None, flipped(geo, x_shape))

@@ -299,6 +299,22 @@ class TritonKernel:
             log.debug("triton: compiled %s %s for sm_%d", self.name, signature, arch)
         return _Compiled(binary, meta, types)
 
+    def specialized(self, num_warps: int | None = None, num_stages: int | None = None, **consts) -> "TritonKernel":
+        """A kernel of the same function whose constexprs default to `consts` (and whose launch
+        options default to these): called with runtime arguments only, it launches from the native
+        plans (no per-call binding in Python). Shares this kernel's compile cache."""
+        unknown = sorted(set(consts) - self._const_set)
+        if unknown:
+            raise TypeError(f"{self.name}() has no constexpr parameter {', '.join(unknown)}")
+        k = TritonKernel.__new__(TritonKernel)
+        k.__dict__.update(self.__dict__)
+        k.defaults = Config({}, self.defaults.num_warps if num_warps is None else num_warps,
+                            self.defaults.num_stages if num_stages is None else num_stages)
+        k._const_defaults = {**self._const_defaults, **consts}
+        k._defaults_complete = len(k._const_defaults) == len(self._const_names)
+        k._plans = {}   # a plan's key does not name the constexprs: one table per specialisation
+        return k
+
     # -- launching --------------------------------------------------------------------------
     def __getitem__(self, grid):
         if _tk_bind is not None:  # a C callable: launches from self._plans, else calls run()
