@@ -49,15 +49,20 @@ def weight(w, input_grad):
 
 
 def weight_grad(g, x, w_shape, geo, programs):
+    """conv.conv2d_weight_grad's three launches (weight partials, bias partials, finish)."""
     k, c, r, s = w_shape
-    grid, steps, consts = conv.wgrad_plan(x.shape, k, geo, True, programs)
+    n = x.shape[0]
+    grid, steps, consts = conv.wgrad_plan(x.shape, k, geo, programs)
     part = np.full((grid[2], k * c * r * s), 7.0, np.float32)
-    part_b = np.full((grid[2], k), 7.0, np.float32)
-    src.conv2d_wgrad[grid](*map(Tensor, (x, g, part, part_b)), x.shape[0], c, x.shape[2], x.shape[3], k,
-                           geo[8], geo[9], steps, **consts)
+    src.conv2d_wgrad[grid](*map(Tensor, (x, g, part)), n, c, x.shape[2], x.shape[3], k, geo[8], geo[9], steps,
+                           **consts)
+    images = -(-n // min(n, conv._BIAS_SPLIT))
+    part_b = np.full((-(-n // images), k), 7.0, np.float32)
+    src.conv2d_bias_grad[(k, part_b.shape[0])](Tensor(g), Tensor(part_b), n, k, geo[8] * geo[9], images,
+                                                BLOCK=conv._BIAS_BLOCK)
     gw, gb = np.full(w_shape, 7.0, x.dtype), np.full(k, 7.0, x.dtype)
     src.conv2d_wgrad_finish[(-(-gw.size // conv._FINISH_BLOCK),)](*map(Tensor, (part, part_b, gw, gb)), grid[2],
-                                                                  gw.size, k, HAS_BIAS=True, BLOCK=conv._FINISH_BLOCK)
+                                                                  part_b.shape[0], gw.size, k, HAS_BIAS=True, BLOCK=conv._FINISH_BLOCK)
     return gw, gb, grid[2], steps
 
 

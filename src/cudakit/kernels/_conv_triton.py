@@ -61,17 +61,15 @@ def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; 
 
 
 @triton.jit
-def conv2d_wgrad(X, G, GW, GB,  # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW: [SPLIT, K, C, R*S], GB: [SPLIT, K] float32 partial sums
+def conv2d_wgrad(X, G, GW,     # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW: [SPLIT, K, C, R*S] float32 partial sums
                  N, C, H, Wd, K, P, Q, STEPS,
                  SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                  DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr, AFFINE: tl.constexpr,
-                 HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_M: tl.constexpr,
-                 PREC: tl.constexpr):
+                 BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
     """GW[k, c, r, s] = sum over (n, p, q) of G[n, k, p, q] * x at tap (r, s): per tap a GEMM
     [K, N P Q] x [N P Q, C]. Program (channel tile, tap, split): split `sp` sums STEPS blocks of
     BLOCK_M positions (each within one image) starting at block sp * STEPS into its own slice of GW
-    (conv2d_wgrad_finish sums the splits: no atomics, deterministic). HAS_BIAS: the programs of the
-    first C tile and tap also sum G over their positions into GB."""
+    (conv2d_wgrad_finish sums the splits: no atomics, deterministic)."""
     pid_kc = tl.program_id(0)
     rs = tl.program_id(1)
     sp = tl.program_id(2)
@@ -87,7 +85,6 @@ def conv2d_wgrad(X, G, GW, GB,  # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW:
     n_pb = tl.cdiv(pqn, BLOCK_M)
     offs = tl.arange(0, BLOCK_M)
     acc = tl.zeros([BLOCK_K, BLOCK_C], tl.float32)
-    bacc = tl.zeros([BLOCK_K], tl.float32)
     first = sp * STEPS
     last = tl.minimum(first + STEPS, N * n_pb)
     for t in range(first, last):
@@ -106,18 +103,28 @@ def conv2d_wgrad(X, G, GW, GB,  # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW:
         g = tl.load(G + n * K * pqn + kk[:, None] * pqn + pq[None, :], mask=k_ok[:, None] & m_ok[None, :], other=0.0)
         x = tl.load(X + n * C * hw + cc[None, :] * hw + pos[:, None], mask=pos_ok[:, None] & c_ok[None, :], other=0.0)
         acc = tl.dot(g, x, acc, input_precision=PREC)
-        if HAS_BIAS:
-            bacc += tl.sum(g.to(tl.float32), 1)
     tl.store(GW + ((sp * K + kk[:, None]) * C + cc[None, :]) * (R * S) + rs, acc, mask=k_ok[:, None] & c_ok[None, :])
-    if HAS_BIAS:
-        if (pid_kc % n_cb == 0) & (rs == 0):
-            tl.store(GB + sp * K + kk, bacc, mask=k_ok)
 
 
 @triton.jit
-def conv2d_wgrad_finish(PART, PART_B, GW, GB,   # PART: [SPLIT, n_w] float32; PART_B: [SPLIT, K]; GW: [n_w]; GB: [K]
-                        SPLIT, n_w, K, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    """GW = sum of PART over the splits (and GB of PART_B), rounded once to GW's dtype."""
+def conv2d_bias_grad(G, GB,     # G: [N, K, P*Q] (dL/dy); GB: [SPLIT, K] float32 partial sums
+                     N, K, PQ, IMAGES, BLOCK: tl.constexpr):
+    """GB[sp, k] = sum of G[n, k, :] over the IMAGES images of split sp (program (k, sp))."""
+    k = tl.program_id(0)
+    sp = tl.program_id(1)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    for n in range(sp * IMAGES, tl.minimum(N, sp * IMAGES + IMAGES)):
+        row = G + (n * K + k).to(tl.int64) * PQ
+        for i in range(0, PQ, BLOCK):
+            acc += tl.load(row + i + offs, mask=i + offs < PQ, other=0.0).to(tl.float32)
+    tl.store(GB + sp * K + k, tl.sum(acc, 0))
+
+
+@triton.jit
+def conv2d_wgrad_finish(PART, PART_B, GW, GB,   # PART: [SPLIT, n_w] float32; PART_B: [SPLIT_B, K]; GW: [n_w]; GB: [K]
+                        SPLIT, SPLIT_B, n_w, K, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """GW = sum of PART over its splits (and GB of PART_B over its), rounded once to GW's dtype."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < n_w
     acc = tl.zeros([BLOCK], tl.float32)
@@ -128,7 +135,7 @@ def conv2d_wgrad_finish(PART, PART_B, GW, GB,   # PART: [SPLIT, n_w] float32; PA
         if tl.program_id(0) * BLOCK < K:
             b_ok = i < K
             bacc = tl.zeros([BLOCK], tl.float32)
-            for sp in range(0, SPLIT):
+            for sp in range(0, SPLIT_B):
                 bacc += tl.load(PART_B + sp * K + i, mask=b_ok, other=0.0)
             tl.store(GB + i, bacc.to(GB.dtype.element_ty), mask=b_ok)
 

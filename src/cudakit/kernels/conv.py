@@ -13,7 +13,7 @@ from ..runtime import _cupy
 DTYPES = ("float16", "bfloat16")
 _MAX_GRID_Z = 65535
 _kernels: dict = {}
-_TARGET_PROGRAMS = 264   # two per SM of an H100: the weight gradient's splits fill the GPU
+_TARGET_PROGRAMS = 528   # four per SM of an H100: the weight gradient's splits fill the GPU
 
 
 def available() -> bool:
@@ -102,29 +102,31 @@ def flipped(geo, x_shape) -> tuple:
     return (1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw, dh, dw, r, s, x_shape[2], x_shape[3])
 
 
-def wgrad_plan(x_shape, k: int, geo, has_bias: bool = False,
-               programs: int = _TARGET_PROGRAMS) -> tuple[tuple, int, dict]:
-    """(grid, STEPS, constexprs and options) of conv2d_wgrad: 64 x 64 (K x C) tiles, 64 positions a
+def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS) -> tuple[tuple, int, dict]:
+    """(grid, STEPS, constexprs and options) of conv2d_wgrad: 64 x 64 (K x C) tiles, 128 positions a
     step, the positions split so that about `programs` programs run."""
     sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
     n, c = x_shape[:2]
-    bk, bc, bm = 64, min(64, max(16, 1 << (c - 1).bit_length())), 64
+    bk, bc, bm = 64, min(64, max(16, 1 << (c - 1).bit_length())), 128
     tiles = math.ceil(k / bk) * math.ceil(c / bc)
     blocks = n * math.ceil(ho * wo / bm)
     split = max(1, min(blocks, programs // max(1, tiles * r * s)))
     steps = math.ceil(blocks / split)
     split = math.ceil(blocks / steps)
     consts = dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, AFFINE=sh == 1 and sw == 1 and wo == x_shape[3],
-                  HAS_BIAS=has_bias, BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC="tf32", num_warps=8, num_stages=3)
+                  BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC="tf32", num_warps=8, num_stages=3)
     return (tiles, r * s, split), steps, consts
 
 
 _FINISH_BLOCK = 512
+_BIAS_BLOCK = 1024
+_BIAS_SPLIT = 8          # groups of images the bias gradient's partial sums run over
 
 
 def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
     """(dL/dw (w_shape), dL/db (K,) or None without bias) in x's dtype of conv2d, for C-contiguous
-    grad_out (N, K, P, Q) and x: float32 partial sums per split, summed and rounded once."""
+    grad_out (N, K, P, Q) and x: float32 partial sums per split (and per group of images for the
+    bias), summed and rounded once by conv2d_wgrad_finish."""
     cp = _cupy.cupy()
     k, c, r, s = w_shape
     n, _, h, wd = x.shape
@@ -135,12 +137,16 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
         if bias:
             gb.fill(0)
         return gw, gb
-    grid, steps, consts = wgrad_plan(x.shape, k, geo, bias)
+    grid, steps, consts = wgrad_plan(x.shape, k, geo)
     part = cp.empty((grid[2], k * c * r * s), cp.float32)
-    part_b = cp.empty((grid[2], k), cp.float32) if bias else part
-    _k("conv2d_wgrad", **consts)[grid](x, grad_out, part, part_b, n, c, h, wd, k, geo[8], geo[9], steps)
+    _k("conv2d_wgrad", **consts)[grid](x, grad_out, part, n, c, h, wd, k, geo[8], geo[9], steps)
+    part_b = part
+    if bias:   # per (channel, group of images) partial sums of dL/dy
+        images = math.ceil(n / min(n, _BIAS_SPLIT))
+        part_b = cp.empty((math.ceil(n / images), k), cp.float32)
+        _k("conv2d_bias_grad", BLOCK=_BIAS_BLOCK)[(k, part_b.shape[0])](grad_out, part_b, n, k, geo[8] * geo[9], images)
     _k("conv2d_wgrad_finish", HAS_BIAS=bias, BLOCK=_FINISH_BLOCK)[(math.ceil(gw.size / _FINISH_BLOCK),)](
-        part, part_b, gw, gb if bias else gw, grid[2], gw.size, k)
+        part, part_b, gw, gb if bias else gw, grid[2], part_b.shape[0], gw.size, k)
     return gw, gb
 
 
