@@ -24,6 +24,8 @@ def _is_int(v) -> bool:
 
 def _pair(op: str, name: str, v, minimum: int) -> tuple[int, int]:
     """An int or a pair of ints >= minimum as a pair (PyTorch's stride/padding/kernel_size forms)."""
+    if type(v) is int and v >= minimum:   # the usual call, without the ABC checks below
+        return v, v
     t = (v, v) if _is_int(v) else tuple(v) if isinstance(v, (tuple, list)) else None
     if t is None or len(t) != 2 or not all(_is_int(e) for e in t):
         raise ValueError(f"{op}: {name} must be an int or a pair of ints (got {v!r})")

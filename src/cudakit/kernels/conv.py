@@ -6,6 +6,7 @@ elements or more) go through backends/conv_api.py's im2col + cuBLAS path; `usabl
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from ..runtime import _cupy
@@ -13,7 +14,7 @@ from ..runtime import _cupy
 DTYPES = ("float16", "bfloat16")
 _MAX_GRID_Z = 65535
 _kernels: dict = {}
-_TARGET_PROGRAMS = 528   # four per SM of an H100: the weight gradient's splits fill the GPU
+_TARGET_PROGRAMS = 264   # two per SM of an H100: the weight gradient's splits fill the GPU
 
 
 def available() -> bool:
@@ -72,8 +73,8 @@ def _weight(w, input_grad: bool):
     cp = _cupy.cupy()
     k, c, r, s = w.shape
     out = cp.empty((r, s, k, c) if input_grad else (r, s, c, k), w.dtype)
-    _k("conv2d_weight_layout", INPUT_GRAD=input_grad, BLOCK=_LAYOUT_BLOCK)[(math.ceil(w.size / _LAYOUT_BLOCK),)](
-        w, out, k, c, r * s)
+    _small_kernel("conv2d_weight_layout", INPUT_GRAD=input_grad, BLOCK=_LAYOUT_BLOCK)[
+        (math.ceil(w.size / _LAYOUT_BLOCK),)](w, out, k, c, r * s)
     return out
 
 
@@ -85,14 +86,21 @@ def _run(x, w_rsck, bias, geo):
     y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y
-    grid_m, grid_n, consts = plan(x.shape, k, geo, bias is not None)
+    kern, grid_m, grid_n = _fwd_launch(x.shape, k, geo, bias is not None)
     b = bias if bias is not None else w_rsck   # any pointer: not read without HAS_BIAS
-    kern = _k("conv2d_fwd", **consts)
     for i0 in range(0, n, _MAX_GRID_Z):   # images along grid z (at most 65535 per launch)
         i1 = min(n, i0 + _MAX_GRID_Z)
         kern[(grid_m, grid_n, i1 - i0)](x[i0:i1] if n > _MAX_GRID_Z else x, w_rsck, b,
                                         y[i0:i1] if n > _MAX_GRID_Z else y, c, h, wd, k, geo[8], geo[9])
     return y
+
+
+@functools.lru_cache(maxsize=256)
+def _fwd_launch(x_shape, k: int, geo, has_bias: bool):
+    """(kernel, programs over positions, programs over channels) of conv2d_fwd, per call shape: the
+    plan is built once (host time per call is on the order of the kernel's at these sizes)."""
+    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias)
+    return _k("conv2d_fwd", **consts), grid_m, grid_n
 
 
 def flipped(geo, x_shape) -> tuple:
@@ -118,6 +126,17 @@ def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS) -> tuple[
     return (tiles, r * s, split), steps, consts
 
 
+@functools.lru_cache(maxsize=256)
+def _wgrad_launch(x_shape, k: int, geo):
+    grid, steps, consts = wgrad_plan(x_shape, k, geo)
+    return _k("conv2d_wgrad", **consts), grid, steps
+
+
+@functools.lru_cache(maxsize=8)
+def _small_kernel(name: str, **consts):
+    return _k(name, **consts)
+
+
 _FINISH_BLOCK = 512
 _BIAS_BLOCK = 1024
 _BIAS_SPLIT = 8          # groups of images the bias gradient's partial sums run over
@@ -137,15 +156,16 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
         if bias:
             gb.fill(0)
         return gw, gb
-    grid, steps, consts = wgrad_plan(x.shape, k, geo)
+    kern, grid, steps = _wgrad_launch(x.shape, k, geo)
     part = cp.empty((grid[2], k * c * r * s), cp.float32)
-    _k("conv2d_wgrad", **consts)[grid](x, grad_out, part, n, c, h, wd, k, geo[8], geo[9], steps)
+    kern[grid](x, grad_out, part, n, c, h, wd, k, geo[8], geo[9], steps)
     part_b = part
     if bias:   # per (channel, group of images) partial sums of dL/dy
         images = math.ceil(n / min(n, _BIAS_SPLIT))
         part_b = cp.empty((math.ceil(n / images), k), cp.float32)
-        _k("conv2d_bias_grad", BLOCK=_BIAS_BLOCK)[(k, part_b.shape[0])](grad_out, part_b, n, k, geo[8] * geo[9], images)
-    _k("conv2d_wgrad_finish", HAS_BIAS=bias, BLOCK=_FINISH_BLOCK)[(math.ceil(gw.size / _FINISH_BLOCK),)](
+        _small_kernel("conv2d_bias_grad", BLOCK=_BIAS_BLOCK)[(k, part_b.shape[0])](
+            grad_out, part_b, n, k, geo[8] * geo[9], images)
+    _small_kernel("conv2d_wgrad_finish", HAS_BIAS=bias, BLOCK=_FINISH_BLOCK)[(math.ceil(gw.size / _FINISH_BLOCK),)](
         part, part_b, gw, gb if bias else gw, grid[2], part_b.shape[0], gw.size, k)
     return gw, gb
 
