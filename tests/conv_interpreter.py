@@ -34,7 +34,7 @@ def run(x, w_rsck, bias, geo):
     n, c, h, wd = x.shape
     k = w_rsck.shape[3]
     y = np.full((n, k, geo[8], geo[9]), 7.0, x.dtype)   # a value the kernel never leaves
-    gm, gn, consts = conv.plan(x.shape, k, geo, bias is not None)
+    gm, gn, consts = conv.plan(x.shape, k, geo, bias is not None, x.dtype.name)
     b = bias if bias is not None else w_rsck
     src.conv2d_fwd[(gm, gn, n)](*map(Tensor, (x, w_rsck, b, y)), c, h, wd, k, geo[8], geo[9], **consts)
     return y
@@ -52,7 +52,7 @@ def weight_grad(g, x, w_shape, geo, programs):
     """conv.conv2d_weight_grad's three launches (weight partials, bias partials, finish)."""
     k, c, r, s = w_shape
     n = x.shape[0]
-    grid, steps, consts = conv.wgrad_plan(x.shape, k, geo, programs)
+    grid, steps, consts = conv.wgrad_plan(x.shape, k, geo, programs, x.dtype.name)
     part = np.full((grid[2], k * c * r * s), 7.0, np.float32)
     src.conv2d_wgrad[grid](*map(Tensor, (x, g, part)), n, c, x.shape[2], x.shape[3], k, geo[8], geo[9], steps,
                            **consts)
@@ -66,18 +66,18 @@ def weight_grad(g, x, w_shape, geo, programs):
     return gw, gb, grid[2], steps
 
 
-def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS):
+def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS, dtype=np.float16):
     cpu = cudakit.get_backend("cpu")
-    x = rng.standard_normal(shape).astype(np.float16)
-    w = (rng.standard_normal((k, shape[1]) + rs) * (shape[1] * rs[0] * rs[1]) ** -0.5).astype(np.float16)
-    b = rng.standard_normal(k).astype(np.float16)
+    x = rng.standard_normal(shape).astype(dtype)
+    w = (rng.standard_normal((k, shape[1]) + rs) * (shape[1] * rs[0] * rs[1]) ** -0.5).astype(dtype)
+    b = rng.standard_normal(k).astype(dtype)
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
     want = cpu.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, pad, dil)
     geo = (sh, sw, ph, pw, dh, dw, rs[0], rs[1], want.shape[2], want.shape[3])
     y = run(x, weight(w, False), b, geo)
     case = (shape, k, rs, stride, pad, dil)
     np.testing.assert_allclose(y.astype(np.float64), want, atol=4e-3, rtol=4e-3, err_msg=f"y {case}")
-    g = rng.standard_normal(want.shape).astype(np.float16)
+    g = rng.standard_normal(want.shape).astype(dtype)
     gx_want, gw_want, gb_want = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64),
                                                     w.astype(np.float64), stride, pad, dil)
     gw, gb, split, steps = weight_grad(g, x, w.shape, geo, programs)
@@ -100,4 +100,6 @@ if __name__ == "__main__":
     rng = np.random.default_rng(0)
     n_dx = sum(check(*case, rng) for case in CASES)
     check((9, 2, 16, 17), 3, (3, 3), 1, 1, 1, rng, programs=40)   # 4 splits of 7 steps, across images
+    for case in CASES[:2]:   # float32 tiles (32-channel steps)
+        check(*case, rng, dtype=np.float32)
     print(f"{len(CASES)} forward and weight-gradient and {n_dx} input-gradient cases match the float64 reference")

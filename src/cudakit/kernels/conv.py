@@ -1,8 +1,9 @@
-"""Implicit-GEMM conv2d on the GPU for 16-bit data: the Triton kernel of kernels/_conv_triton.py
+"""Implicit-GEMM conv2d on the GPU (float16, bfloat16: tensor cores; float32: exact float32 products,
+Triton's IEEE dot): the Triton kernel of kernels/_conv_triton.py
 compiled and launched by cudakit's Triton runtime on the current CuPy stream. The input gradient of
 a stride-1 convolution is the same kernel run on grad_out with the weight flipped and its channel
-axes swapped. Shapes the kernel does not take (float32 and float64, or per-image planes of 2^31
-elements or more) go through backends/conv_api.py's im2col + cuBLAS path; `usable` decides.
+axes swapped. Shapes the kernel does not take (float64, or per-image planes of 2^31 elements or
+more) go through backends/conv_api.py's im2col + cuBLAS path; `usable` decides.
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import math
 
 from ..runtime import _cupy
 
-DTYPES = ("float16", "bfloat16")
+DTYPES = ("float16", "bfloat16", "float32")
+_PREC = {"float16": "tf32", "bfloat16": "tf32", "float32": "ieee"}   # float32: exact products, no TF32
 _MAX_GRID_Z = 65535
 _kernels: dict = {}
 _TARGET_PROGRAMS = 264   # two per SM of an H100: the weight gradient's splits fill the GPU
@@ -27,16 +29,21 @@ def available() -> bool:
 
 
 def usable(dtype_name: str, x_shape, k: int, geo) -> bool:
-    """True when conv2d runs here: 16-bit data, every per-image plane under 2^31 elements, Triton."""
+    """True when conv2d runs here: float16, bfloat16 or float32, every per-image plane under 2^31
+    elements, Triton installed."""
     n, c, h, w = x_shape
     r, s, ho, wo = geo[6:]
     return (dtype_name in DTYPES and c * h * w < 2**31 and k * ho * wo < 2**31 and r * s * c * k < 2**31
             and available())
 
 
-def _config(c: int, k: int) -> dict:
-    """128 output positions x 64 (K <= 64) or 128 channels, reduction steps of up to 64 input channels,
-    4 warps, 3 stages."""
+def _config(c: int, k: int, dtype_name: str = "bfloat16") -> dict:
+    """16-bit: 128 output positions x 64 (K <= 64) or 128 channels, reduction steps of up to 64 input
+    channels, 4 warps, 3 stages. float32 (FMA products, twice the bytes): 128 x 64 tiles, steps of up
+    to 32 channels on 8 warps (wider tiles spill compiling for sm_90)."""
+    if dtype_name == "float32":
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": min(32, max(16, 1 << (c - 1).bit_length())),
+                "num_warps": 8, "num_stages": 3}
     return {"BLOCK_M": 128, "BLOCK_N": 64 if k <= 64 else 128,
             "BLOCK_K": min(64, max(16, 1 << (c - 1).bit_length())), "num_warps": 4, "num_stages": 3}
 
@@ -55,13 +62,13 @@ def _k(name: str, **consts):
     return k
 
 
-def plan(x_shape, k: int, geo, has_bias: bool) -> tuple[int, int, dict]:
+def plan(x_shape, k: int, geo, has_bias: bool, dtype_name: str = "bfloat16") -> tuple[int, int, dict]:
     """(programs over the positions of an image, programs over the K channels, the kernel's
     constexprs and options) for x of x_shape (N, C, H, W) and K output channels."""
     sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
-    cfg = _config(x_shape[1], k)
+    cfg = _config(x_shape[1], k, dtype_name)
     consts = dict(cfg, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, HAS_BIAS=has_bias,
-                  AFFINE=sh == 1 and sw == 1 and wo == x_shape[3], PREC="tf32")
+                  AFFINE=sh == 1 and sw == 1 and wo == x_shape[3], PREC=_PREC[dtype_name])
     return math.ceil(ho * wo / cfg["BLOCK_M"]), math.ceil(k / cfg["BLOCK_N"]), consts
 
 
@@ -86,7 +93,7 @@ def _run(x, w_rsck, bias, geo):
     y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y
-    kern, grid_m, grid_n = _fwd_launch(x.shape, k, geo, bias is not None)
+    kern, grid_m, grid_n = _fwd_launch(x.shape, k, geo, bias is not None, x.dtype.name)
     b = bias if bias is not None else w_rsck   # any pointer: not read without HAS_BIAS
     for i0 in range(0, n, _MAX_GRID_Z):   # images along grid z (at most 65535 per launch)
         i1 = min(n, i0 + _MAX_GRID_Z)
@@ -96,10 +103,10 @@ def _run(x, w_rsck, bias, geo):
 
 
 @functools.lru_cache(maxsize=256)
-def _fwd_launch(x_shape, k: int, geo, has_bias: bool):
+def _fwd_launch(x_shape, k: int, geo, has_bias: bool, dtype_name: str):
     """(kernel, programs over positions, programs over channels) of conv2d_fwd, per call shape: the
     plan is built once (host time per call is on the order of the kernel's at these sizes)."""
-    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias)
+    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias, dtype_name)
     return _k("conv2d_fwd", **consts), grid_m, grid_n
 
 
@@ -110,25 +117,26 @@ def flipped(geo, x_shape) -> tuple:
     return (1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw, dh, dw, r, s, x_shape[2], x_shape[3])
 
 
-def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS) -> tuple[tuple, int, dict]:
+def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS,
+               dtype_name: str = "bfloat16") -> tuple[tuple, int, dict]:
     """(grid, STEPS, constexprs and options) of conv2d_wgrad: 64 x 64 (K x C) tiles, 128 positions a
-    step, the positions split so that about `programs` programs run."""
+    step (64 for float32), the positions split so that about `programs` programs run."""
     sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
     n, c = x_shape[:2]
-    bk, bc, bm = 64, min(64, max(16, 1 << (c - 1).bit_length())), 128
+    bk, bc, bm = 64, min(64, max(16, 1 << (c - 1).bit_length())), 64 if dtype_name == "float32" else 128
     tiles = math.ceil(k / bk) * math.ceil(c / bc)
     blocks = n * math.ceil(ho * wo / bm)
     split = max(1, min(blocks, programs // max(1, tiles * r * s)))
     steps = math.ceil(blocks / split)
     split = math.ceil(blocks / steps)
     consts = dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, AFFINE=sh == 1 and sw == 1 and wo == x_shape[3],
-                  BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC="tf32", num_warps=8, num_stages=3)
+                  BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC=_PREC[dtype_name], num_warps=8, num_stages=3)
     return (tiles, r * s, split), steps, consts
 
 
 @functools.lru_cache(maxsize=256)
-def _wgrad_launch(x_shape, k: int, geo):
-    grid, steps, consts = wgrad_plan(x_shape, k, geo)
+def _wgrad_launch(x_shape, k: int, geo, dtype_name: str):
+    grid, steps, consts = wgrad_plan(x_shape, k, geo, _TARGET_PROGRAMS, dtype_name)
     return _k("conv2d_wgrad", **consts), grid, steps
 
 
@@ -156,7 +164,7 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
         if bias:
             gb.fill(0)
         return gw, gb
-    kern, grid, steps = _wgrad_launch(x.shape, k, geo)
+    kern, grid, steps = _wgrad_launch(x.shape, k, geo, x.dtype.name)
     part = cp.empty((grid[2], k * c * r * s), cp.float32)
     kern[grid](x, grad_out, part, n, c, h, wd, k, geo[8], geo[9], steps)
     part_b = part
