@@ -80,6 +80,8 @@ def _weight(w, input_grad: bool):
     cp = _cupy.cupy()
     k, c, r, s = w.shape
     out = cp.empty((r, s, k, c) if input_grad else (r, s, c, k), w.dtype)
+    if w.size == 0:   # no filter (K = 0): nothing to reorder, and a grid must not be empty
+        return out
     _small_kernel("conv2d_weight_layout", INPUT_GRAD=input_grad, BLOCK=_LAYOUT_BLOCK)[
         (math.ceil(w.size / _LAYOUT_BLOCK),)](w, out, k, c, r * s)
     return out
