@@ -1,12 +1,14 @@
 """conv2d, max_pool2d and avg_pool2d (NCHW, PyTorch's conventions), forward and backward, shared by
 every backend as a mixin of Backend.
 
-conv2d is an im2col convolution: the input's windows are gathered (a strided view copied once,
-C*R*S x Ho*Wo per image) and multiplied by the (K, C*R*S) weight through the backend's matmul
-(cuBLAS on the GPU), so it needs R*S times the input's memory for that copy. Its backward is two
-more batched GEMMs plus a col2im scatter-add (one strided add per kernel tap); 16-bit data are
-accumulated in float32 and rounded once. Pooling reduces the windows through the backend's max,
-argmax and mean.
+conv2d: a backend may run it with its own kernels (hooks _conv2d_kernel, _conv2d_input_grad_kernel,
+_conv2d_weight_grad_kernel; the CUDA backend's are kernels/conv.py's implicit GEMMs). Otherwise it
+is an im2col convolution: the input's windows are gathered (a strided view copied once, C*R*S x
+Ho*Wo per image) and multiplied by the (K, C*R*S) weight through the backend's matmul, so it needs
+R*S times the input's memory for that copy; its backward is two more batched GEMMs plus a col2im
+scatter-add (one strided add per kernel tap). 16-bit data are accumulated in float32 and rounded
+once. Pooling runs a backend's pooling kernels where it has them (hooks _pool_kernel,
+_pool_backward_kernel), else reduces strided window views through max, argmax and mean.
 """
 from __future__ import annotations
 
@@ -62,6 +64,18 @@ class ConvOps:
 
     def _pool_backward_kernel(self, kind: str, grad_out, x, geo):
         """dL/dx of _pool_kernel, or None to scatter through window views (the CPU backend)."""
+        return None
+
+    def _conv2d_kernel(self, x, w, b, geo):
+        """y of conv2d from a backend's own kernel, or None for the im2col + GEMM path."""
+        return None
+
+    def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo):
+        """dL/dx of conv2d from a backend's own kernel, or None for the col2im path."""
+        return None
+
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias: bool):
+        """(dL/dw, dL/db or None) of conv2d from a backend's own kernel, or None for the im2col path."""
         return None
 
     def _padded(self, x, ph: int, pw: int, value: float):
@@ -192,18 +206,6 @@ class ConvOps:
             for j in range(s):
                 gx[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw] += gcols[:, :, i, j]
         return self._ascontiguous(gx[:, :, ph:ph + h, pw:pw + wd])
-
-    def _conv2d_kernel(self, x, w, b, geo):
-        """y of conv2d from a backend's own kernel, or None for the im2col + GEMM path."""
-        return None
-
-    def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo):
-        """dL/dx of conv2d from a backend's own kernel, or None for the col2im path."""
-        return None
-
-    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias: bool):
-        """(dL/dw, dL/db or None) of conv2d from a backend's own kernel, or None for the im2col path."""
-        return None
 
     # ---- pooling ---------------------------------------------------------------------------
     def _pool_args(self, op, x, kernel_size, stride, padding):

@@ -1,5 +1,5 @@
-"""Benchmark cases: conv2d forward and backward (16-bit: the Triton implicit-GEMM kernel, with the
-weight gradient still im2col + cuBLAS; float32: im2col + cuBLAS), 2x2 max pooling forward and
+"""Benchmark cases: conv2d forward and backward (the Triton implicit-GEMM kernels of kernels/conv.py),
+2x2 max pooling forward and
 backward and average pooling, NCHW, against torch in the same run (cuDNN for conv2d, ATen's own
 kernels for pooling; torch's max-pooling backward reads the int64 indices its forward saved, ours
 reads x). FLOPs: 2 * N * K * Ho * Wo * C * R * S per product (forward one, backward two); bytes:
