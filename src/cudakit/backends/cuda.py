@@ -59,7 +59,7 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo):
         from ..kernels import conv
-        if not (conv.input_grad_usable(geo) and conv.usable(w.dtype.name, x_shape, w.shape[0], geo)):
+        if not conv.usable(w.dtype.name, x_shape, w.shape[0], geo):
             return None
         return conv.conv2d_input_grad(self._ascontiguous(grad_out), self._ascontiguous(w), x_shape, geo)
 

@@ -19,10 +19,13 @@ def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; 
                C, H, Wd, K, P, Q,
                SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
-               HAS_BIAS: tl.constexpr, AFFINE: tl.constexpr,
+               HAS_BIAS: tl.constexpr, AFFINE: tl.constexpr, UH: tl.constexpr, UW: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREC: tl.constexpr):
     """AFFINE: strides 1 and Q == Wd, so an output position pq reads x at pq + a per-tap constant (the
-    loads coalesce along the positions); otherwise the row and column are computed per position."""
+    loads coalesce along the positions); otherwise the row and column are computed per position.
+    UH, UW > 1: x is read as if UH - 1 (UW - 1) zero rows (columns) followed each of its rows
+    (columns) - the input gradient of a strided convolution (a transposed convolution) - so only the
+    taps landing on a multiple of UH (UW) read anything."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     n = tl.program_id(2).to(tl.int64)
@@ -44,7 +47,13 @@ def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; 
         s = rs - r * S
         ih = p * SH - PH + r * DH
         iw = q * SW - PW + s * DW
-        pos_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+        if UH * UW > 1:   # rows / columns of the zero-interleaved input that exist in x
+            pos_ok = m_ok & (ih >= 0) & (iw >= 0) & (ih % UH == 0) & (iw % UW == 0)
+            ih = ih // UH
+            iw = iw // UW
+            pos_ok = pos_ok & (ih < H) & (iw < Wd)
+        else:
+            pos_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
         if AFFINE:
             pos = pq + (r * DH - PH) * Wd + (s * DW - PW)
         else:

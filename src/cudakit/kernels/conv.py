@@ -1,8 +1,8 @@
 """Implicit-GEMM conv2d on the GPU (float16, bfloat16: tensor cores; float32: exact float32 products,
 Triton's IEEE dot): the Triton kernel of kernels/_conv_triton.py
-compiled and launched by cudakit's Triton runtime on the current CuPy stream. The input gradient of
-a stride-1 convolution is the same kernel run on grad_out with the weight flipped and its channel
-axes swapped. Shapes the kernel does not take (float64, or per-image planes of 2^31 elements or
+compiled and launched by cudakit's Triton runtime on the current CuPy stream. The input gradient is
+the same kernel run on grad_out (zero-interleaved by the strides) with the weight flipped and its
+channel axes swapped. Shapes the kernel does not take (float64, or per-image planes of 2^31 elements or
 more) go through backends/conv_api.py's im2col + cuBLAS path; `usable` decides.
 """
 from __future__ import annotations
@@ -62,13 +62,16 @@ def _k(name: str, **consts):
     return k
 
 
-def plan(x_shape, k: int, geo, has_bias: bool, dtype_name: str = "bfloat16") -> tuple[int, int, dict]:
+def plan(x_shape, k: int, geo, has_bias: bool, dtype_name: str = "bfloat16",
+         upsample: tuple = (1, 1)) -> tuple[int, int, dict]:
     """(programs over the positions of an image, programs over the K channels, the kernel's
-    constexprs and options) for x of x_shape (N, C, H, W) and K output channels."""
+    constexprs and options) for x of x_shape (N, C, H, W) and K output channels; upsample: x read
+    zero-interleaved (the input gradient of a strided convolution)."""
     sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
     cfg = _config(x_shape[1], k, dtype_name)
     consts = dict(cfg, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, HAS_BIAS=has_bias,
-                  AFFINE=sh == 1 and sw == 1 and wo == x_shape[3], PREC=_PREC[dtype_name])
+                  AFFINE=sh == 1 and sw == 1 and wo == x_shape[3] and upsample == (1, 1),
+                  UH=upsample[0], UW=upsample[1], PREC=_PREC[dtype_name])
     return math.ceil(ho * wo / cfg["BLOCK_M"]), math.ceil(k / cfg["BLOCK_N"]), consts
 
 
@@ -87,7 +90,7 @@ def _weight(w, input_grad: bool):
     return out
 
 
-def _run(x, w_rsck, bias, geo):
+def _run(x, w_rsck, bias, geo, upsample=(1, 1)):
     """y (N, K, P, Q) of x (N, C, H, W) with the weight as [R, S, C, K] (contiguous)."""
     cp = _cupy.cupy()
     n, c, h, wd = x.shape
@@ -95,7 +98,7 @@ def _run(x, w_rsck, bias, geo):
     y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y
-    kern, grid_m, grid_n = _fwd_launch(x.shape, k, geo, bias is not None, x.dtype.name)
+    kern, grid_m, grid_n = _fwd_launch(x.shape, k, geo, bias is not None, x.dtype.name, upsample)
     b = bias if bias is not None else w_rsck   # any pointer: not read without HAS_BIAS
     for i0 in range(0, n, _MAX_GRID_Z):   # images along grid z (at most 65535 per launch)
         i1 = min(n, i0 + _MAX_GRID_Z)
@@ -105,16 +108,17 @@ def _run(x, w_rsck, bias, geo):
 
 
 @functools.lru_cache(maxsize=256)
-def _fwd_launch(x_shape, k: int, geo, has_bias: bool, dtype_name: str):
+def _fwd_launch(x_shape, k: int, geo, has_bias: bool, dtype_name: str, upsample: tuple):
     """(kernel, programs over positions, programs over channels) of conv2d_fwd, per call shape: the
     plan is built once (host time per call is on the order of the kernel's at these sizes)."""
-    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias, dtype_name)
+    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias, dtype_name, upsample)
     return _k("conv2d_fwd", **consts), grid_m, grid_n
 
 
 def flipped(geo, x_shape) -> tuple:
-    """The geometry of dx as a convolution of grad_out: stride 1, padding d * (window - 1) - p, the
-    input's (H, W) out."""
+    """The geometry of dx as a convolution of grad_out read with the forward's strides as upsampling
+    (`plan(upsample=geo[:2])`): stride 1, padding d * (window - 1) - p (negative when p is larger:
+    the kernel takes it), the input's (H, W) out."""
     ph, pw, dh, dw, r, s = geo[2:8]
     return (1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw, dh, dw, r, s, x_shape[2], x_shape[3])
 
@@ -185,14 +189,8 @@ def conv2d(x, w, bias, geo):
     return _run(x, _weight(w, False), bias, geo)
 
 
-def input_grad_usable(geo) -> bool:
-    """dx is this kernel's job for stride 1 with padding <= dilation * (window - 1) (the flipped
-    convolution's padding is then >= 0)."""
-    sh, sw, ph, pw, dh, dw, r, s = geo[:8]
-    return sh == 1 and sw == 1 and ph <= dh * (r - 1) and pw <= dw * (s - 1)
-
-
 def conv2d_input_grad(grad_out, w, x_shape, geo):
-    """dL/dx (x_shape) of a stride-1 conv2d for C-contiguous grad_out (N, K, P, Q): the convolution
-    of grad_out with w flipped in (R, S) and its channel axes swapped (flipped() gives the geometry)."""
-    return _run(grad_out, _weight(w, True), None, flipped(geo, x_shape))
+    """dL/dx (x_shape) of conv2d for C-contiguous grad_out (N, K, P, Q): the convolution of grad_out,
+    zero-interleaved by the strides, with w flipped in (R, S) and its channel axes swapped
+    (flipped() gives the geometry)."""
+    return _run(grad_out, _weight(w, True), None, flipped(geo, x_shape), upsample=(geo[0], geo[1]))
