@@ -101,4 +101,4 @@ if __name__ == "__main__":
     check((9, 2, 16, 17), 3, (3, 3), 1, 1, 1, rng, programs=40)   # 4 splits of 7 steps, across images
     for case in CASES[:2]:   # float32 tiles (32-channel steps)
         check(*case, rng, dtype=np.float32)
-    print(f"{len(CASES) + 3} cases (forward, input, weight and bias gradients) match the float64 reference")
+    print(f"{len(CASES) + 3} cases match the float64 reference (forward, input, weight and bias gradients)")

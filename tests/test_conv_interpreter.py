@@ -1,19 +1,13 @@
-"""The implicit-GEMM conv2d Triton kernel (kernels/_conv_triton.py) run by Triton's interpreter on
+"""The implicit-GEMM conv2d Triton kernels (kernels/_conv_triton.py) run by Triton's interpreter on
 the CPU against the CPU backend in float64 (tests/conv_interpreter.py, in a subprocess: the
 interpreter is chosen when Triton is imported): padding masks, the affine and the general address
-paths, ragged channel and position blocks, and the flipped convolution of the input gradient."""
-import os
-import subprocess
-import sys
-
+paths, ragged channel and position blocks, the zero-interleaved input gradient of strided
+convolutions, the weight gradient's splits and the bias gradient."""
 import pytest
+from helpers import run_in_triton_interpreter
 
 pytest.importorskip("triton")
 
 
 def test_conv_kernel_in_triton_interpreter():
-    script = os.path.join(os.path.dirname(__file__), "conv_interpreter.py")
-    run = subprocess.run([sys.executable, script], check=False, env=dict(os.environ, TRITON_INTERPRET="1"),
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "cases match" in run.stdout
+    assert "cases match" in run_in_triton_interpreter("conv_interpreter.py")

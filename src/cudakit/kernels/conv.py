@@ -15,7 +15,6 @@ from ..runtime import _cupy
 DTYPES = ("float16", "bfloat16", "float32")
 _PREC = {"float16": "tf32", "bfloat16": "tf32", "float32": "ieee"}   # float32: exact products, no TF32
 _MAX_GRID_Z = 65535
-_kernels: dict = {}
 _TARGET_PROGRAMS = 264   # two per SM of an H100: the weight gradient's splits fill the GPU
 
 
@@ -48,18 +47,19 @@ def _config(c: int, k: int, dtype_name: str = "bfloat16") -> dict:
             "BLOCK_K": min(64, max(16, 1 << (c - 1).bit_length())), "num_warps": 4, "num_stages": 3}
 
 
+@functools.lru_cache(maxsize=None)
+def _base(name: str):
+    from ..runtime.triton import TritonKernel, _triton
+    _triton()   # BackendUnavailableError naming the extra when Triton is missing
+    from . import _conv_triton as src
+    return TritonKernel(getattr(src, name))
+
+
+@functools.lru_cache(maxsize=512)
 def _k(name: str, **consts):
     """Kernel `name` of _conv_triton.py with its constexprs and options bound (TritonKernel.specialized),
     so that it launches from the native plans; made on first use per (name, constants)."""
-    key = (name, tuple(sorted(consts.items())))
-    k = _kernels.get(key)
-    if k is None:
-        from ..runtime.triton import TritonKernel, _triton
-        _triton()
-        from . import _conv_triton as src
-        base = _kernels.get(name) or _kernels.setdefault(name, TritonKernel(getattr(src, name)))
-        k = _kernels[key] = base.specialized(**consts)
-    return k
+    return _base(name).specialized(**consts)
 
 
 def plan(x_shape, k: int, geo, has_bias: bool, dtype_name: str = "bfloat16",
@@ -85,7 +85,7 @@ def _weight(w, input_grad: bool):
     out = cp.empty((r, s, k, c) if input_grad else (r, s, c, k), w.dtype)
     if w.size == 0:   # no filter (K = 0): nothing to reorder, and a grid must not be empty
         return out
-    _small_kernel("conv2d_weight_layout", INPUT_GRAD=input_grad, BLOCK=_LAYOUT_BLOCK)[
+    _k("conv2d_weight_layout", INPUT_GRAD=input_grad, BLOCK=_LAYOUT_BLOCK)[
         (math.ceil(w.size / _LAYOUT_BLOCK),)](w, out, k, c, r * s)
     return out
 
@@ -146,11 +146,6 @@ def _wgrad_launch(x_shape, k: int, geo, dtype_name: str):
     return _k("conv2d_wgrad", **consts), grid, steps
 
 
-@functools.lru_cache(maxsize=8)
-def _small_kernel(name: str, **consts):
-    return _k(name, **consts)
-
-
 _FINISH_BLOCK = 512
 _BIAS_BLOCK = 1024
 _BIAS_SPLIT = 8          # groups of images the bias gradient's partial sums run over
@@ -177,9 +172,9 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
     if bias:   # per (channel, group of images) partial sums of dL/dy
         images = math.ceil(n / min(n, _BIAS_SPLIT))
         part_b = cp.empty((math.ceil(n / images), k), cp.float32)
-        _small_kernel("conv2d_bias_grad", BLOCK=_BIAS_BLOCK)[(k, part_b.shape[0])](
+        _k("conv2d_bias_grad", BLOCK=_BIAS_BLOCK)[(k, part_b.shape[0])](
             grad_out, part_b, n, k, geo[8] * geo[9], images)
-    _small_kernel("conv2d_wgrad_finish", HAS_BIAS=bias, BLOCK=_FINISH_BLOCK)[(math.ceil(gw.size / _FINISH_BLOCK),)](
+    _k("conv2d_wgrad_finish", HAS_BIAS=bias, BLOCK=_FINISH_BLOCK)[(math.ceil(gw.size / _FINISH_BLOCK),)](
         part, part_b, gw, gb if bias else gw, grid[2], part_b.shape[0], gw.size, k)
     return gw, gb
 
