@@ -1,0 +1,62 @@
+"""The conv2d Triton kernels compile for sm_90 without a GPU with the tiles kernels/conv.py plans
+(16-bit and float32, forward, zero-interleaved input gradient, weight and bias gradients, finish,
+weight layout) and fit an H100's shared memory: a plan change that would fail to launch fails here
+first. Each dtype compiles in a subprocess (Triton's compiler state stays out of the test process)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+_H100_SHARED = 232448   # bytes of shared memory a block may opt in to on sm_90
+
+_CODE = r'''
+import json, sys
+sys.path.insert(0, "src")
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from cudakit.kernels import _conv_triton as src
+from cudakit.kernels import conv
+
+dtype = sys.argv[1]
+ty = {"bfloat16": "*bf16", "float32": "*fp32"}[dtype]
+geo = (2, 2, 1, 1, 1, 1, 3, 3, 28, 28)          # strided, so the input gradient is zero-interleaved
+x_shape, k = (8, 64, 56, 56), 128
+_, _, fwd = conv.plan(x_shape, k, geo, True, dtype)
+_, _, dx = conv.plan((8, k, 28, 28), 64, conv.flipped(geo, x_shape), False, dtype, upsample=(2, 2))
+_, _, wg = conv.wgrad_plan(x_shape, k, geo, conv._TARGET_PROGRAMS, dtype)
+f32 = "*fp32"
+pointers = {"fwd": dict(X=ty, W=ty, B=ty, Y=ty), "dx": dict(X=ty, W=ty, B=ty, Y=ty), "wgrad": dict(X=ty, G=ty, GW=f32),
+            "bias": dict(G=ty, GB=f32), "finish": dict(PART=f32, PART_B=f32, GW=ty, GB=ty), "layout": dict(W=ty, OUT=ty)}
+out = {}
+for name, fn, c in (("fwd", src.conv2d_fwd, fwd), ("dx", src.conv2d_fwd, dx), ("wgrad", src.conv2d_wgrad, wg),
+                    ("bias", src.conv2d_bias_grad, {"BLOCK": conv._BIAS_BLOCK}),
+                    ("finish", src.conv2d_wgrad_finish, {"HAS_BIAS": True, "BLOCK": conv._FINISH_BLOCK}),
+                    ("layout", src.conv2d_weight_layout, {"INPUT_GRAD": True, "BLOCK": conv._LAYOUT_BLOCK})):
+    consts = {n: v for n, v in c.items() if n not in ("num_warps", "num_stages")}
+    names = list(fn.arg_names)
+    sig = {n: "constexpr" if n in consts else pointers[name].get(n, "i32") for n in names}   # the rest: int32 sizes
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
+    ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
+                        target=GPUTarget("cuda", 90, 32),
+                        options={"num_warps": c.get("num_warps", 4), "num_stages": c.get("num_stages", 3)})
+    out[name] = ck.metadata.shared
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_conv_kernels_compile_for_sm90(dtype):
+    r = subprocess.run([sys.executable, "-c", _CODE, dtype], capture_output=True, text=True, check=False,
+                       timeout=600, cwd=os.path.join(os.path.dirname(__file__), ".."),
+                       env={"TRITON_DEFAULT_FP_FUSION": "1", **os.environ})
+    assert r.returncode == 0, r.stderr[-3000:]
+    shared = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(shared) == {"fwd", "dx", "wgrad", "bias", "finish", "layout"}
+    for kernel, nbytes in shared.items():
+        assert nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"
+    assert shared["fwd"] > 0 and shared["wgrad"] > 0
