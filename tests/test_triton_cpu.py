@@ -25,6 +25,22 @@ def test_config_validates():
         cudakit.TritonConfig({"BLOCK": 64}, num_warps=3)
 
 
+def test_specialized_binds_constexprs_and_options():
+    """kernel.specialized(...) gives a kernel whose constexprs and launch options default to the bound
+    values (so positional calls can take the native plans), with its own plan table and the same
+    compile cache; an unknown constexpr is a TypeError naming it."""
+    pytest.importorskip("triton")
+    import triton_kernels as tk
+    base = cudakit.triton_kernel(tk.vadd)
+    k = base.specialized(BLOCK=256, num_warps=2)
+    assert k._const_defaults == {"BLOCK": 256} and k._defaults_complete and not base._defaults_complete
+    assert (k.defaults.num_warps, k.defaults.num_stages) == (2, base.defaults.num_stages)
+    assert k._plans is not base._plans and k._cache is base._cache
+    assert k._fast_bind((1, 2, 3, 4), {}) == ((1, 2, 3, 4), {"BLOCK": 256}, 2, base.defaults.num_stages)
+    with pytest.raises(TypeError, match="no constexpr parameter NOPE"):
+        base.specialized(NOPE=1)
+
+
 def test_compile_for_sm90_without_gpu_and_without_torch(tmp_path):
     pytest.importorskip("triton")
     code = r'''
