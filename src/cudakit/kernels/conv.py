@@ -18,8 +18,9 @@ _MAX_GRID_Z = 65535
 _TARGET_PROGRAMS = 264   # two per SM of an H100: the weight gradient's splits fill the GPU
 
 
+@functools.lru_cache(maxsize=None)
 def available() -> bool:
-    """True when Triton imports (the `triton` extra)."""
+    """True when Triton imports (the `triton` extra); asked once per process."""
     try:
         import triton  # noqa: F401
     except ImportError:
@@ -36,15 +37,27 @@ def usable(dtype_name: str, x_shape, k: int, geo) -> bool:
             and available())
 
 
+def _channel_block(c: int, cap: int) -> int:
+    """The power of two >= c (at least 16, at most cap) a tile spans along a channel axis."""
+    return min(cap, max(16, 1 << (c - 1).bit_length()))
+
+
 def _config(c: int, k: int, dtype_name: str = "bfloat16") -> dict:
     """16-bit: 128 output positions x 64 (K <= 64) or 128 channels, reduction steps of up to 64 input
     channels, 4 warps, 3 stages. float32 (FMA products, twice the bytes): 128 x 64 tiles, steps of up
     to 32 channels on 8 warps (wider tiles spill compiling for sm_90)."""
     if dtype_name == "float32":
-        return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": min(32, max(16, 1 << (c - 1).bit_length())),
-                "num_warps": 8, "num_stages": 3}
-    return {"BLOCK_M": 128, "BLOCK_N": 64 if k <= 64 else 128,
-            "BLOCK_K": min(64, max(16, 1 << (c - 1).bit_length())), "num_warps": 4, "num_stages": 3}
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": _channel_block(c, 32), "num_warps": 8, "num_stages": 3}
+    return {"BLOCK_M": 128, "BLOCK_N": 64 if k <= 64 else 128, "BLOCK_K": _channel_block(c, 64),
+            "num_warps": 4, "num_stages": 3}
+
+
+def _geo_consts(x_shape, geo, upsample: tuple = (1, 1)) -> dict:
+    """The geometry constexprs conv2d_fwd and conv2d_wgrad share; AFFINE when an output position
+    reads x at itself plus a per-tap constant (strides 1, no upsampling, Q == W)."""
+    sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
+    return dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s,
+                AFFINE=sh == 1 and sw == 1 and wo == x_shape[3] and upsample == (1, 1))
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,12 +80,10 @@ def plan(x_shape, k: int, geo, has_bias: bool, dtype_name: str = "bfloat16",
     """(programs over the positions of an image, programs over the K channels, the kernel's
     constexprs and options) for x of x_shape (N, C, H, W) and K output channels; upsample: x read
     zero-interleaved (the input gradient of a strided convolution)."""
-    sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
     cfg = _config(x_shape[1], k, dtype_name)
-    consts = dict(cfg, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, HAS_BIAS=has_bias,
-                  AFFINE=sh == 1 and sw == 1 and wo == x_shape[3] and upsample == (1, 1),
-                  UH=upsample[0], UW=upsample[1], PREC=_PREC[dtype_name])
-    return math.ceil(ho * wo / cfg["BLOCK_M"]), math.ceil(k / cfg["BLOCK_N"]), consts
+    consts = dict(cfg, **_geo_consts(x_shape, geo, upsample), HAS_BIAS=has_bias, UH=upsample[0], UW=upsample[1],
+                  PREC=_PREC[dtype_name])
+    return math.ceil(geo[8] * geo[9] / cfg["BLOCK_M"]), math.ceil(k / cfg["BLOCK_N"]), consts
 
 
 _LAYOUT_BLOCK = 1024
@@ -127,16 +138,16 @@ def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS,
                dtype_name: str = "bfloat16") -> tuple[tuple, int, dict]:
     """(grid, STEPS, constexprs and options) of conv2d_wgrad: 64 x 64 (K x C) tiles, 128 positions a
     step (64 for float32), the positions split so that about `programs` programs run."""
-    sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
+    r, s, ho, wo = geo[6:]
     n, c = x_shape[:2]
-    bk, bc, bm = 64, min(64, max(16, 1 << (c - 1).bit_length())), 64 if dtype_name == "float32" else 128
+    bk, bc, bm = 64, _channel_block(c, 64), 64 if dtype_name == "float32" else 128
     tiles = math.ceil(k / bk) * math.ceil(c / bc)
     blocks = n * math.ceil(ho * wo / bm)
     split = max(1, min(blocks, programs // max(1, tiles * r * s)))
     steps = math.ceil(blocks / split)
     split = math.ceil(blocks / steps)
-    consts = dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, AFFINE=sh == 1 and sw == 1 and wo == x_shape[3],
-                  BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC=_PREC[dtype_name], num_warps=8, num_stages=3)
+    consts = dict(_geo_consts(x_shape, geo), BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC=_PREC[dtype_name],
+                  num_warps=8, num_stages=3)
     return (tiles, r * s, split), steps, consts
 
 
