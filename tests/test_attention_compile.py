@@ -1,5 +1,5 @@
 """The attention Triton kernels compile for sm_90 without a GPU (Triton's own ptxas) with the tiles
-kernels/attention.py ships, and fit an H100's shared memory (227 KiB per block): a tile change that
+kernels/attention.py ships (float32: under each cudakit.float32_precision()), and fit an H100's shared memory (227 KiB per block): a tile change that
 would fail to launch fails here first. Each compile runs in a subprocess: Triton's compiler state
 stays out of the test process."""
 import json
@@ -24,6 +24,7 @@ from cudakit.kernels import attention as host
 dtype, d, causal, block_n = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]) or None
 ty = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
 cfg = host._config(dtype, d, block_n)
+assert dtype != "float32" or cfg["PREC"] == __import__("os").environ.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3")
 kv, qc = host._backward_configs(dtype, cfg)
 out = {}
 for name, fn, c in (("fwd", src.attn_fwd, cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
@@ -41,13 +42,16 @@ print(json.dumps(out))
 '''
 
 
-@pytest.mark.parametrize("dtype,d,causal,block_n", [
-    ("bfloat16", 64, False, 0), ("bfloat16", 128, True, 0), ("float32", 128, False, 0),
-    ("float16", 128, False, 128), ("float16", 40, True, 16)])
-def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n):
+@pytest.mark.parametrize("dtype,d,causal,block_n,prec", [
+    ("bfloat16", 64, False, 0, ""), ("bfloat16", 128, True, 0, ""), ("float32", 128, False, 0, "ieee"),
+    ("float32", 64, True, 0, "tf32x3"), ("float32", 128, False, 0, "tf32x3"), ("float32", 64, False, 128, "tf32x3"),
+    ("float32", 128, False, 128, "tf32"), ("float16", 128, False, 128, ""), ("float16", 40, True, 16, "")])
+def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n, prec):
+    env = {"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ}
+    if prec:
+        env["CUDAKIT_FLOAT32_PRECISION"] = prec
     r = subprocess.run([sys.executable, "-c", _CODE, dtype, str(d), "1" if causal else "0", str(block_n)],
-                       capture_output=True, text=True, check=False, timeout=600,
-                       env={"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ})
+                       capture_output=True, text=True, check=False, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     shared = json.loads(r.stdout.strip().splitlines()[-1])
     for kernel, nbytes in shared.items():

@@ -25,3 +25,48 @@ def test_settings_from_env(monkeypatch, tmp_path):
     assert (s.backend, s.cache_dir, s.launch_blocking) == ("cpu", tmp_path, True)
     monkeypatch.undo()
     config.reload()
+
+
+def test_float32_precision_env_and_setter(monkeypatch):
+    monkeypatch.delenv("CUDAKIT_FLOAT32_PRECISION", raising=False)
+    config.reload()
+    assert config.float32_precision() == "tf32x3"
+    monkeypatch.setenv("CUDAKIT_FLOAT32_PRECISION", " IEEE ")
+    config.reload()
+    assert config.float32_precision() == "ieee"
+    try:
+        assert config.set_float32_precision("tf32") == "ieee"
+        assert config.float32_precision() == "tf32"
+        with pytest.raises(ValueError, match=r"one of 'tf32x3', 'ieee', 'tf32' \(got 'fp32'\)"):
+            config.set_float32_precision("fp32")
+        assert config.float32_precision() == "tf32"   # a refused value changes nothing
+        assert config.set_float32_precision(None) == "tf32"
+        assert config.float32_precision() == "ieee"   # back to the environment's
+        monkeypatch.setenv("CUDAKIT_FLOAT32_PRECISION", "half")
+        with pytest.raises(ValueError, match="CUDAKIT_FLOAT32_PRECISION"):
+            config.reload()
+    finally:
+        monkeypatch.undo()
+        config.reload()
+        config.set_float32_precision(None)
+
+
+@pytest.mark.parametrize("prec", config.FLOAT32_PRECISIONS)
+def test_float32_precision_reaches_the_kernel_plans(prec):
+    """conv2d's and attention's float32 kernels take the precision (and tiles made for it); 16-bit
+    plans stay on the tensor cores whatever it says."""
+    from cudakit.kernels import attention, conv
+    geo = (1, 1, 1, 1, 1, 1, 3, 3, 16, 16)
+    old = config.set_float32_precision(prec)
+    try:
+        assert conv.plan((2, 8, 16, 16), 64, geo, True, "float32")[2]["PREC"] == prec
+        assert conv.plan((2, 8, 16, 16), 64, geo, True, "bfloat16")[2]["PREC"] == "tf32"
+        assert conv.wgrad_plan((2, 8, 16, 16), 64, geo, dtype_name="float32")[2]["PREC"] == prec
+        cfg = attention._config("float32", 64, None)
+        kv, qc = attention._backward_configs("float32", cfg)
+        assert cfg["PREC"] == kv["PREC"] == qc["PREC"] == prec
+        assert attention._config("bfloat16", 64, None)["PREC"] == "tf32"
+        # FMA products keep the small tiles (wider ones spill); tensor-core products take wider ones
+        assert (cfg["BLOCK_M"], cfg["BLOCK_N"]) == ((64, 32) if prec == "ieee" else (128, 64))
+    finally:
+        config.set_float32_precision(old)

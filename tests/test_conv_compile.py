@@ -1,5 +1,5 @@
 """The conv2d Triton kernels compile for sm_90 without a GPU with the tiles kernels/conv.py plans
-(16-bit and float32, forward, zero-interleaved input gradient, weight and bias gradients, finish,
+(16-bit, and float32 under each cudakit.float32_precision(); forward, zero-interleaved input gradient, weight and bias gradients, finish,
 weight layout) and fit an H100's shared memory: a plan change that would fail to launch fails here
 first. Each dtype compiles in a subprocess (Triton's compiler state stays out of the test process)."""
 import json
@@ -22,10 +22,10 @@ from triton.compiler import ASTSource
 from cudakit.kernels import _conv_triton as src
 from cudakit.kernels import conv
 
-dtype = sys.argv[1]
+dtype, k = sys.argv[1], int(sys.argv[2])
 ty = {"bfloat16": "*bf16", "float32": "*fp32"}[dtype]
 geo = (2, 2, 1, 1, 1, 1, 3, 3, 28, 28)          # strided, so the input gradient is zero-interleaved
-x_shape, k = (8, 64, 56, 56), 128
+x_shape = (8, 64, 56, 56)
 _, _, fwd = conv.plan(x_shape, k, geo, True, dtype)
 _, _, dx = conv.plan((8, k, 28, 28), 64, conv.flipped(geo, x_shape), False, dtype, upsample=(2, 2))
 _, _, wg = conv.wgrad_plan(x_shape, k, geo, conv._TARGET_PROGRAMS, dtype)
@@ -49,11 +49,14 @@ print(json.dumps(out))
 '''
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_conv_kernels_compile_for_sm90(dtype):
-    r = subprocess.run([sys.executable, "-c", _CODE, dtype], capture_output=True, text=True, check=False,
-                       timeout=600, cwd=os.path.join(os.path.dirname(__file__), ".."),
-                       env={"TRITON_DEFAULT_FP_FUSION": "1", **os.environ})
+@pytest.mark.parametrize("dtype,prec,k", [("bfloat16", "", 128), ("float32", "ieee", 128), ("float32", "tf32x3", 128),
+                                          ("float32", "tf32x3", 64), ("float32", "tf32", 64)])
+def test_conv_kernels_compile_for_sm90(dtype, prec, k):
+    env = {"TRITON_DEFAULT_FP_FUSION": "1", **os.environ}
+    if prec:   # the wgrad tiles follow the precision (and K)
+        env["CUDAKIT_FLOAT32_PRECISION"] = prec
+    r = subprocess.run([sys.executable, "-c", _CODE, dtype, str(k)], capture_output=True, text=True, check=False,
+                       timeout=600, cwd=os.path.join(os.path.dirname(__file__), ".."), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     shared = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(shared) == {"fwd", "dx", "wgrad", "bias", "finish", "layout"}

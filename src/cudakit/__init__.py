@@ -28,6 +28,8 @@ _LAZY = {
     "TritonConfig": ("runtime.triton", "Config"), "TritonKernel": ("runtime.triton", "TritonKernel"),
     "autotune": ("runtime.triton", "autotune"), "cdiv": ("runtime.triton", "cdiv"),
     "triton_kernel": ("runtime.triton", "triton_kernel"),
+    "float32_precision": ("config", "float32_precision"),
+    "set_float32_precision": ("config", "set_float32_precision"),
     "optim": ("optim", None), "OptimizerState": ("optim", "OptimizerState"),
     "SGD": ("optim", "SGD"), "Adam": ("optim", "Adam"), "AdamW": ("optim", "AdamW"),
     "sgd_update": ("optim", "sgd_update"), "adam_update": ("optim", "adam_update"),

@@ -9,6 +9,8 @@
 | CUDAKIT_AUTOTUNE          | "0": use the first config instead of timing them                 |
 | CUDAKIT_AUTOTUNE_LOG      | "1": log each autotuning trial                                   |
 | CUDAKIT_NATIVE            | "0": launch through CuPy's binding, not the native launcher      |
+| CUDAKIT_FLOAT32_PRECISION | products in float32 conv2d and attention: "tf32x3" (default),    |
+|                           | "ieee" or "tf32" (see float32_precision below)                   |
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class Settings:
     autotune: bool
     autotune_log: bool
     native: bool = True
+    float32_precision: str = "tf32x3"
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -44,6 +47,8 @@ class Settings:
             autotune=env.get("CUDAKIT_AUTOTUNE", "1").strip().lower() not in {"0", "false", "no", "off"},
             autotune_log=env.get("CUDAKIT_AUTOTUNE_LOG", "0").strip().lower() in _TRUE,
             native=env.get("CUDAKIT_NATIVE", "1").strip().lower() not in {"0", "false", "no", "off"},
+            float32_precision=_check_precision(env.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3").strip().lower()
+                                               or "tf32x3", "CUDAKIT_FLOAT32_PRECISION"),
         )
 
 
@@ -56,6 +61,39 @@ def settings() -> Settings:
     if _settings is None:
         _settings = Settings.from_env()
     return _settings
+
+
+# How the GPU's float32 conv2d and attention kernels multiply (Triton's input_precision names):
+#   "ieee"   float32 FMA on the CUDA cores: exact products, the slowest;
+#   "tf32x3" each operand split into a TF32 high part and a TF32 remainder, three tensor-core
+#            products summed in float32 (the remainders' product, ~2^-22 of the term, is dropped):
+#            errors within float32's own dot-product bound, inf and NaN propagate;
+#   "tf32"   one tensor-core product of operands rounded to TF32 (10-bit mantissa, relative error
+#            ~2^-11 per product), what cuDNN runs float32 convolutions with by default.
+# 16-bit inputs, float64 and cuBLAS matrix products are not affected.
+FLOAT32_PRECISIONS = ("tf32x3", "ieee", "tf32")
+_float32_precision: str | None = None   # set_float32_precision's value, over the environment's
+
+
+def _check_precision(value, what: str) -> str:
+    if value not in FLOAT32_PRECISIONS:
+        raise ValueError(f"{what} must be one of {', '.join(map(repr, FLOAT32_PRECISIONS))} (got {value!r})")
+    return value
+
+
+def float32_precision() -> str:
+    """The products of float32 conv2d and attention on the GPU: "tf32x3", "ieee" or "tf32" (see
+    FLOAT32_PRECISIONS); set_float32_precision's value, else CUDAKIT_FLOAT32_PRECISION's."""
+    return _float32_precision or settings().float32_precision
+
+
+def set_float32_precision(value: str | None) -> str:
+    """Set float32_precision() for this process ("tf32x3", "ieee" or "tf32"; None: back to
+    CUDAKIT_FLOAT32_PRECISION) and return the previous value. Raises ValueError for another value."""
+    global _float32_precision
+    previous = float32_precision()
+    _float32_precision = None if value is None else _check_precision(value, "float32 precision")
+    return previous
 
 
 def reload() -> Settings:

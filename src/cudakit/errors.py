@@ -36,7 +36,9 @@ class LaunchError(CudakitError, RuntimeError):
 
     def __init__(self, message: str, kernel: str = "?", grid: tuple = (), block: tuple = ()):
         self.kernel, self.grid, self.block = kernel, tuple(grid), tuple(block)
-        super().__init__(f"kernel {kernel!r} grid={self.grid} block={self.block}: {message}")
+        where = f"kernel {kernel!r}" + (f" grid={self.grid}" if self.grid else "") + (
+            f" block={self.block}" if self.block else "")   # a refusal before the launch names no grid
+        super().__init__(f"{where}: {message}")
 
 
 class TargetIndexError(CudakitError, IndexError):

@@ -57,3 +57,46 @@ def test_attention_non_contiguous(dtype, rng):
 @pytest.mark.parametrize("dtype", GPU_DTYPES)
 def test_attention_nan(dtype):
     ac.check_nan(_dev, _host, dtype)
+
+
+@pytest.fixture
+def float32_precision():
+    """Set cudakit.float32_precision() for one test, restored after it."""
+    old = []
+
+    def set_(prec):
+        old.append(cudakit.set_float32_precision(prec))
+    yield set_
+    if old:
+        cudakit.set_float32_precision(old[0])
+
+
+@pytest.mark.parametrize("prec", ["ieee", "tf32x3"])
+@pytest.mark.parametrize("lq,lk,d,causal", [(200, 190, 64, True), (130, 257, 128, False), (64, 64, 40, True)])
+def test_attention_float32_precisions(lq, lk, d, causal, prec, float32_precision, rng):
+    """ieee and tf32x3 (with the tiles made for each) within float32's bounds, forward and backward."""
+    float32_precision(prec)
+    ac.check_attention(_dev, _host, rng, (2,), lq, lk, d, "float32", causal)
+
+
+@pytest.mark.parametrize("block_size", [64, 128])
+@pytest.mark.parametrize("d", [64, 128])
+def test_flash_attention_float32_block_sizes(block_size, d, rng):
+    ac.check_attention(_dev, _host, rng, (2,), 150, 300, d, "float32", False, block_size=block_size)
+
+
+def test_attention_float32_precision_is_applied(float32_precision, rng):
+    """tf32's error against float64 is far above tf32x3's (the setting reaches the kernels) and
+    within TF32's bound; tf32x3 stays within a few float32 ulps of ieee."""
+    q, k, v, g = (ac.data(rng, (2, 4, 300, 64), "float32") for _ in range(4))
+    want = ac.reference(q, k, v, 0.125, False, g)
+    err = {}
+    for prec in ("ieee", "tf32x3", "tf32"):
+        float32_precision(prec)
+        out, lse = cudakit.attention_with_lse(*(cp.asarray(a) for a in (q, k, v)))
+        dq = cudakit.attention_backward(cp.asarray(g), *(cp.asarray(a) for a in (q, k, v)), out, lse)[0]
+        err[prec] = (np.abs(cp.asnumpy(out) - want[0]).max(), np.abs(cp.asnumpy(dq) - want[3]).max())
+    for i in range(2):
+        assert err["tf32"][i] > 30 * err["tf32x3"][i], err
+        assert err["tf32x3"][i] < 4 * err["ieee"][i] + 1e-6, err
+    assert err["tf32"][0] < 1e-2, err

@@ -79,3 +79,42 @@ def test_conv2d_16bit_nan_reaches_only_its_windows(dtype, rng):
     x[0, 1, 2, 2] = np.nan
     y = cp.asnumpy(cudakit.conv2d(cp.asarray(x), cp.asarray(w), padding=1)).astype(np.float32)
     assert np.isnan(y).sum() == 4 * 9 and np.isnan(y[0, :, 1:4, 1:4]).all()
+
+
+@pytest.fixture
+def float32_precision():
+    """Set cudakit.float32_precision() for one test, restored after it."""
+    old = []
+
+    def set_(prec):
+        old.append(cudakit.set_float32_precision(prec))
+    yield set_
+    if old:
+        cudakit.set_float32_precision(old[0])
+
+
+@pytest.mark.parametrize("prec", ["ieee", "tf32x3", "tf32"])
+@pytest.mark.parametrize("geo", [(2, 40, 12, 11, 70, 3, 3, 1, 1, 1), (2, 24, 13, 12, 130, 3, 3, 2, 1, 1),
+                                 (3, 8, 9, 9, 16, 5, 5, 1, 2, 1)])
+def test_conv2d_float32_precisions(geo, prec, float32_precision, rng):
+    """Each float32 precision (and the tiles made for it: K >= 128 takes the wide weight-gradient
+    tile) within its bound: ieee and tf32x3 within float32's own, tf32 within TF32's (2^-9 of the
+    magnitudes: both operands rounded to 10-bit mantissas)."""
+    float32_precision(prec)
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, "float32",
+                    product_u=2.0**-9 if prec == "tf32" else 0.0)
+
+
+def test_conv2d_float32_precision_is_applied(float32_precision, rng):
+    """The setting reaches the kernels: tf32's error against float64 is far above tf32x3's, and
+    tf32x3 stays within a few float32 ulps of ieee's."""
+    x, w = cc.data(rng, (4, 64, 20, 20), "float32"), cc.data(rng, (32, 64, 3, 3), "float32")
+    want = cc.conv_reference(x, w, None, (1, 1), (1, 1), (1, 1))[0]
+    err = {}
+    for prec in ("ieee", "tf32x3", "tf32"):
+        float32_precision(prec)
+        y = cp.asnumpy(cudakit.conv2d(cp.asarray(x), cp.asarray(w), padding=1)).astype(np.float64)
+        err[prec] = np.abs(y - want).max()
+    assert err["tf32"] > 30 * err["tf32x3"], err
+    assert err["tf32x3"] < 4 * err["ieee"] + 1e-6, err

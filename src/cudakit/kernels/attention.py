@@ -1,14 +1,15 @@
 """Fused scaled-dot-product attention on the GPU: Triton kernels (kernels/_attention_triton.py)
 compiled and launched by cudakit's Triton runtime, on the current CuPy stream.
 
-Inputs are contiguous [BH, L, D] CuPy arrays of float16, bfloat16 or float32 (float32 products use
-Triton's IEEE dot: exact float32, slower than the tensor cores' 16-bit path), D <= 128. The
+Inputs are contiguous [BH, L, D] CuPy arrays of float16, bfloat16 or float32 (float32 products as
+cudakit.float32_precision() names: three TF32 tensor-core products by default, config.py), D <= 128. The
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
 """
 from __future__ import annotations
 
 import math
 
+from .. import config
 from ..runtime import _cupy
 
 MAX_HEAD_DIM = 128
@@ -32,12 +33,25 @@ def _k(name: str):
 
 def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
     """Forward tile sizes: 128 x 64 on 8 warps for 16-bit data (4 stages up to head_dim 64, 3 above,
-    where the tiles are twice the shared memory), 64 x 32 for float32 (twice the shared memory per
-    tile); block_n overrides the key tile. Chosen by scripts/attention_variants.py on an H100
-    (2026-11-23): at head_dim 64, 8 warps and 4 stages ran 4% faster than 4 warps and 3 stages."""
+    where the tiles are twice the shared memory); block_n overrides the key tile. float32 (twice the
+    shared memory per tile) follows cudakit.float32_precision(): with tensor-core products (tf32x3,
+    tf32) 128 x 64 on 8 warps up to head_dim 64, 64 x 64 on 4 warps above; with FMA products (ieee)
+    64 x 32 on 4 warps, since wider tiles spill. Chosen on an H100 (scripts/attention_variants.py,
+    2026-11-23: at head_dim 64, 8 warps and 4 stages ran 4% faster than 4 warps and 3 stages; the
+    float32 tiles 2026-11-25, GPU-f25e6ffe: 1.33x and 1.16x the 64 x 32 tiles' speed under tf32x3)."""
     block_d = max(16, 1 << (d - 1).bit_length())
     if dtype_name == "float32":
-        cfg = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "PREC": "ieee"}
+        prec = config.float32_precision()
+        if prec == "ieee":
+            cfg = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+        elif block_d <= 64:
+            cfg = {"BLOCK_M": 128 if block_n is None or block_n <= 64 else 64, "BLOCK_N": 64, "num_warps": 8,
+                   "num_stages": 2}
+        else:
+            cfg = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+        if block_n is not None and block_n > 64 and block_d > 64:   # 128 keys x 128 float32: one stage fits
+            cfg["num_stages"] = 1
+        cfg["PREC"] = prec
     else:
         cfg = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 4 if block_d <= 64 else 3,
                "PREC": "tf32"}
@@ -52,9 +66,15 @@ def _backward_configs(dtype_name: str, cfg: dict) -> tuple[dict, dict]:
     16-bit data the dK/dV kernel takes 64-row query blocks against 64 keys on 4 warps up to head_dim
     64 and against 128 keys on 8 warps above; the dQ kernel 128 x 64 tiles on 8 warps. Timed on an
     H100 (2026-11-23, GPU-f5757068): at head_dim 128, 64 x 128 and 32 x 64 dK/dV tiles tied within
-    the run's noise, 64 x 64 ran 5-15% slower; dQ 128 x 64 on 8 warps 3% faster than 128 x 32 on 4."""
+    the run's noise, 64 x 64 ran 5-15% slower; dQ 128 x 64 on 8 warps 3% faster than 128 x 32 on 4.
+    float32: 32 x 64 and 64 x 32 on 4 warps, one stage; with tensor-core products up to head_dim 64,
+    32 x 128 and 128 x 32 on 8 warps (9% faster under tf32x3, GPU-f25e6ffe)."""
     if dtype_name == "float32":
-        return dict(cfg, BLOCK_M=32, BLOCK_N=64, num_stages=1), dict(cfg, BLOCK_M=64, BLOCK_N=32, num_stages=1)
+        if cfg["PREC"] != "ieee" and cfg["BLOCK_D"] <= 64:
+            return (dict(cfg, BLOCK_M=32, BLOCK_N=128, num_warps=8, num_stages=1),
+                    dict(cfg, BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=1))
+        return (dict(cfg, BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=1),
+                dict(cfg, BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1))
     if cfg["BLOCK_D"] >= 128:
         kv = dict(cfg, BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2)
     else:

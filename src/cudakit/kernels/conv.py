@@ -1,5 +1,6 @@
-"""Implicit-GEMM conv2d on the GPU (float16, bfloat16: tensor cores; float32: exact float32 products,
-Triton's IEEE dot): the Triton kernel of kernels/_conv_triton.py
+"""Implicit-GEMM conv2d on the GPU (float16, bfloat16: tensor cores; float32: the products
+cudakit.float32_precision() names, three TF32 tensor-core products by default - config.py): the
+Triton kernel of kernels/_conv_triton.py
 compiled and launched by cudakit's Triton runtime on the current CuPy stream. The input gradient is
 the same kernel run on grad_out (zero-interleaved by the strides) with the weight flipped and its
 channel axes swapped. Shapes the kernel does not take (float64, or per-image planes of 2^31 elements or
@@ -10,10 +11,10 @@ from __future__ import annotations
 import functools
 import math
 
+from .. import config
 from ..runtime import _cupy
 
 DTYPES = ("float16", "bfloat16", "float32")
-_PREC = {"float16": "tf32", "bfloat16": "tf32", "float32": "ieee"}   # float32: exact products, no TF32
 _MAX_GRID_Z = 65535
 _TARGET_PROGRAMS = 264   # two per SM of an H100: the weight gradient's splits fill the GPU
 
@@ -35,6 +36,12 @@ def usable(dtype_name: str, x_shape, k: int, geo) -> bool:
     r, s, ho, wo = geo[6:]
     return (dtype_name in DTYPES and c * h * w < 2**31 and k * ho * wo < 2**31 and r * s * c * k < 2**31
             and available())
+
+
+def precision(dtype_name: str) -> str:
+    """The kernels' input_precision: float32 follows cudakit.float32_precision(); 16-bit inputs
+    take the tensor cores whatever it says."""
+    return config.float32_precision() if dtype_name == "float32" else "tf32"
 
 
 def _channel_block(c: int, cap: int) -> int:
@@ -76,13 +83,14 @@ def _k(name: str, **consts):
 
 
 def plan(x_shape, k: int, geo, has_bias: bool, dtype_name: str = "bfloat16",
-         upsample: tuple = (1, 1)) -> tuple[int, int, dict]:
+         upsample: tuple = (1, 1), prec: str | None = None) -> tuple[int, int, dict]:
     """(programs over the positions of an image, programs over the K channels, the kernel's
     constexprs and options) for x of x_shape (N, C, H, W) and K output channels; upsample: x read
-    zero-interleaved (the input gradient of a strided convolution)."""
+    zero-interleaved (the input gradient of a strided convolution); prec: the products
+    (precision(dtype_name) when None)."""
     cfg = _config(x_shape[1], k, dtype_name)
     consts = dict(cfg, **_geo_consts(x_shape, geo, upsample), HAS_BIAS=has_bias, UH=upsample[0], UW=upsample[1],
-                  PREC=_PREC[dtype_name])
+                  PREC=prec or precision(dtype_name))
     return math.ceil(geo[8] * geo[9] / cfg["BLOCK_M"]), math.ceil(k / cfg["BLOCK_N"]), consts
 
 
@@ -109,7 +117,8 @@ def _run(x, w_rsck, bias, geo, upsample=(1, 1)):
     y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y
-    kern, grid_m, grid_n = _fwd_launch(x.shape, k, geo, bias is not None, x.dtype.name, upsample)
+    kern, grid_m, grid_n = _fwd_launch(x.shape, k, geo, bias is not None, x.dtype.name, upsample,
+                                       precision(x.dtype.name))
     b = bias if bias is not None else w_rsck   # any pointer: not read without HAS_BIAS
     for i0 in range(0, n, _MAX_GRID_Z):   # images along grid z (at most 65535 per launch)
         i1 = min(n, i0 + _MAX_GRID_Z)
@@ -119,10 +128,11 @@ def _run(x, w_rsck, bias, geo, upsample=(1, 1)):
 
 
 @functools.lru_cache(maxsize=256)
-def _fwd_launch(x_shape, k: int, geo, has_bias: bool, dtype_name: str, upsample: tuple):
-    """(kernel, programs over positions, programs over channels) of conv2d_fwd, per call shape: the
-    plan is built once (host time per call is on the order of the kernel's at these sizes)."""
-    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias, dtype_name, upsample)
+def _fwd_launch(x_shape, k: int, geo, has_bias: bool, dtype_name: str, upsample: tuple, prec: str):
+    """(kernel, programs over positions, programs over channels) of conv2d_fwd, per call shape and
+    precision: the plan is built once (host time per call is on the order of the kernel's at these
+    sizes)."""
+    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias, dtype_name, upsample, prec)
     return _k("conv2d_fwd", **consts), grid_m, grid_n
 
 
@@ -135,25 +145,33 @@ def flipped(geo, x_shape) -> tuple:
 
 
 def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS,
-               dtype_name: str = "bfloat16") -> tuple[tuple, int, dict]:
+               dtype_name: str = "bfloat16", prec: str | None = None) -> tuple[tuple, int, dict]:
     """(grid, STEPS, constexprs and options) of conv2d_wgrad: 64 x 64 (K x C) tiles, 128 positions a
     step (64 for float32), the positions split so that about `programs` programs run."""
     r, s, ho, wo = geo[6:]
     n, c = x_shape[:2]
-    bk, bc, bm = 64, _channel_block(c, 64), 64 if dtype_name == "float32" else 128
+    prec = prec or precision(dtype_name)
+    bk, bc, bm, warps, stages = 64, _channel_block(c, 64), 128, 8, 3
+    if dtype_name == "float32":
+        bm = 64
+        if prec != "ieee":   # tensor-core products: timed on an H100 (2026-11-25, GPU-f25e6ffe)
+            if k >= 128:     # 128 x 64 (K x C) tiles: 2.2x (tf32x3) and 1.3x (tf32) the 64 x 64 speed
+                bk = 128
+            else:            # 16 (tf32x3) / 32 (tf32) positions a step on 4 warps: 1.5x / 1.2x
+                bm, warps, stages = (16, 4, 4) if prec == "tf32x3" else (32, 4, 3)
     tiles = math.ceil(k / bk) * math.ceil(c / bc)
     blocks = n * math.ceil(ho * wo / bm)
     split = max(1, min(blocks, programs // max(1, tiles * r * s)))
     steps = math.ceil(blocks / split)
     split = math.ceil(blocks / steps)
-    consts = dict(_geo_consts(x_shape, geo), BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC=_PREC[dtype_name],
-                  num_warps=8, num_stages=3)
+    consts = dict(_geo_consts(x_shape, geo), BLOCK_K=bk, BLOCK_C=bc, BLOCK_M=bm, PREC=prec,
+                  num_warps=warps, num_stages=stages)
     return (tiles, r * s, split), steps, consts
 
 
 @functools.lru_cache(maxsize=256)
-def _wgrad_launch(x_shape, k: int, geo, dtype_name: str):
-    grid, steps, consts = wgrad_plan(x_shape, k, geo, _TARGET_PROGRAMS, dtype_name)
+def _wgrad_launch(x_shape, k: int, geo, dtype_name: str, prec: str):
+    grid, steps, consts = wgrad_plan(x_shape, k, geo, _TARGET_PROGRAMS, dtype_name, prec)
     return _k("conv2d_wgrad", **consts), grid, steps
 
 
@@ -176,7 +194,7 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
         if bias:
             gb.fill(0)
         return gw, gb
-    kern, grid, steps = _wgrad_launch(x.shape, k, geo, x.dtype.name)
+    kern, grid, steps = _wgrad_launch(x.shape, k, geo, x.dtype.name, precision(x.dtype.name))
     part = cp.empty((grid[2], k * c * r * s), cp.float32)
     kern[grid](x, grad_out, part, n, c, h, wd, k, geo[8], geo[9], steps)
     part_b = part
