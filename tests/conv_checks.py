@@ -12,8 +12,14 @@ def _pad(x, ph, pw, value=0.0):
     return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
 
 
-def conv_reference(x, w, b, stride, pad, dil):
-    """float64 (y, |x| * |w| sums for the bounds) by explicit taps."""
+def conv_reference(x, w, b, stride, pad, dil, groups=1):
+    """float64 (y, |x| * |w| sums for the bounds) by explicit taps; groups: each group's channels
+    on their own, the results stacked."""
+    if groups > 1:
+        c, k = x.shape[1] // groups, w.shape[0] // groups
+        parts = [conv_reference(x[:, i * c:(i + 1) * c], w[i * k:(i + 1) * k],
+                                None if b is None else b[i * k:(i + 1) * k], stride, pad, dil) for i in range(groups)]
+        return (np.concatenate([p[0] for p in parts], 1), np.concatenate([p[1] for p in parts], 1), parts[0][2])
     x, w = f64(x), f64(w)
     n, _, h, wd = x.shape
     k, _, r, s = w.shape
@@ -47,19 +53,23 @@ def _close(got, want, mag, terms, dtype, what, product_u=0.0):
     assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} off, worst {np.max(err - tol[finite]):.3g} over"
 
 
-def check_conv2d(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, with_bias=True, product_u=0.0):
-    x, wt = data(rng, (n, c, h, w), dtype), data(rng, (k, c, r, s), dtype)
+def check_conv2d(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, with_bias=True, product_u=0.0,
+                 groups=1):
+    x, wt = data(rng, (n, c, h, w), dtype), data(rng, (k, c // groups, r, s), dtype)
     b = data(rng, (k,), dtype) if with_bias else None
-    y = host(cudakit.conv2d(dev(x), dev(wt), None if b is None else dev(b), stride, pad, dil))
-    want, mag, (ho, wo) = conv_reference(x, wt, b, _two(stride), _two(pad), _two(dil))
-    _close(y, want, mag, c * r * s + 1, dtype, "conv2d", product_u)
+    if groups == 1:   # the default, not passed
+        y = host(cudakit.conv2d(dev(x), dev(wt), None if b is None else dev(b), stride, pad, dil))
+    else:
+        y = host(cudakit.conv2d(dev(x), dev(wt), None if b is None else dev(b), stride, pad, dil, groups))
+    want, mag, (ho, wo) = conv_reference(x, wt, b, _two(stride), _two(pad), _two(dil), groups)
+    _close(y, want, mag, c // groups * r * s + 1, dtype, "conv2d", product_u)
     assert y.dtype == np_dtype(dtype)
     # backward through the adjoint identity <g, conv(x)> against float64 finite-free references
     g = data(rng, (n, k, ho, wo), dtype)
-    gx, gw, gb = cudakit.conv2d_backward(dev(g), dev(x), dev(wt), stride, pad, dil, with_bias)
+    gx, gw, gb = cudakit.conv2d_backward(dev(g), dev(x), dev(wt), stride, pad, dil, with_bias, groups=groups)
     gx, gw = host(gx), host(gw)
-    rgx, rgw, magx, magw = _conv_grads(f64(g), f64(x), f64(wt), _two(stride), _two(pad), _two(dil))
-    _close(gx, rgx, magx, k * r * s, dtype, "grad_x", product_u)
+    rgx, rgw, magx, magw = _conv_grads(f64(g), f64(x), f64(wt), _two(stride), _two(pad), _two(dil), groups)
+    _close(gx, rgx, magx, k // groups * r * s, dtype, "grad_x", product_u)
     _close(gw, rgw, magw, n * ho * wo, dtype, "grad_weight", product_u)
     if with_bias:
         _close(host(gb), f64(g).sum(axis=(0, 2, 3)), np.abs(f64(g)).sum(axis=(0, 2, 3)), n * ho * wo, dtype, "grad_bias")
@@ -70,6 +80,10 @@ def check_conv2d(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, w
 # run on both backends; the GPU tests add a larger case of each
 CONV_GEOMETRIES = [(1, 1, 1, 1, 1, 1, 1, 1, 0, 1), (2, 3, 9, 7, 4, 3, 3, 1, 1, 1),
                    (1, 5, 13, 11, 3, 3, 2, (2, 1), (1, 2), 1), (2, 2, 10, 10, 3, 3, 3, 1, 2, 2)]
+# ((n, c, h, w, k, r, s, stride, padding, dilation), groups): groups of several channels, depthwise
+# (strided), more filters than channels per group, dilated
+GROUPED_GEOMETRIES = [((2, 6, 9, 7, 9, 3, 3, 1, 1, 1), 3), ((2, 8, 10, 9, 8, 3, 3, 2, 1, 1), 8),
+                      ((1, 4, 11, 10, 12, 3, 3, 1, 2, 2), 2)]
 POOL_GEOMETRIES = [(1, 1, 4, 4, 2, None, 0), (2, 3, 9, 7, 3, 2, 1), (1, 2, 8, 8, (2, 3), (1, 2), (1, 0))]
 
 
@@ -77,7 +91,12 @@ def _two(v):
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
-def _conv_grads(g, x, w, stride, pad, dil):
+def _conv_grads(g, x, w, stride, pad, dil, groups=1):
+    if groups > 1:   # each group's gradients on their own, stacked
+        c, k = x.shape[1] // groups, w.shape[0] // groups
+        parts = [_conv_grads(g[:, i * k:(i + 1) * k], x[:, i * c:(i + 1) * c], w[i * k:(i + 1) * k], stride, pad, dil)
+                 for i in range(groups)]
+        return tuple(np.concatenate([p[j] for p in parts], 0 if j in (1, 3) else 1) for j in range(4))
     h, wd = x.shape[2:]
     r, s = w.shape[2:]
     (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil

@@ -28,36 +28,47 @@ CASES = [((2, 5, 9, 11), 7, (3, 3), 1, 1, 1), ((1, 70, 6, 6), 20, (3, 3), 1, 1, 
          ((2, 3, 12, 12), 4, (3, 3), 2, 1, 1), ((1, 5, 11, 10), 6, (2, 2), 3, 0, 1), ((1, 3, 13, 9), 4, (3, 2), (2, 3), (1, 0), (2, 1))]
 
 
+# grouped: three groups of 2 -> 3 channels, depthwise (strided: the input gradient zero-interleaved),
+# two groups dilated with ragged channel blocks
+GROUPED = [(((2, 6, 9, 11), 9, (3, 3), 1, 1, 1), 3), (((2, 8, 10, 9), 8, (3, 3), 2, 1, 1), 8),
+           (((1, 40, 12, 10), 34, (3, 3), 1, 2, 2), 2)]
+
+
 def _pair(v):
     return (v, v) if isinstance(v, int) else v
 
 
-def run(x, w_rsck, bias, geo, upsample=(1, 1)):
-    n, c, h, wd = x.shape
-    k = w_rsck.shape[3]
-    y = np.full((n, k, geo[8], geo[9]), 7.0, x.dtype)   # a value the kernel never leaves
-    gm, gn, consts = conv.plan(x.shape, k, geo, bias is not None, x.dtype.name, upsample)
-    b = bias if bias is not None else w_rsck
-    src.conv2d_fwd[(gm, gn, n)](*map(Tensor, (x, w_rsck, b, y)), c, h, wd, k, geo[8], geo[9], **consts)
-    return y
+def run(x, w_grsck, bias, geo, upsample=(1, 1), groups=1):
+    """conv._run: x (N, G C, H, W) read as N G images of C channels, y likewise."""
+    n, gc, h, wd = x.shape
+    c, k = gc // groups, w_grsck.shape[-1]
+    xz = x.reshape(n * groups, c, h, wd)
+    y = np.full((n * groups, k, geo[8], geo[9]), 7.0, x.dtype)   # a value the kernel never leaves
+    gm, gn, consts = conv.plan(xz.shape, k, geo, bias is not None, x.dtype.name, upsample)
+    b = bias if bias is not None else w_grsck
+    src.conv2d_fwd[(gm, gn, n * groups)](*map(Tensor, (xz, w_grsck, b, y)), c, h, wd, k, geo[8], geo[9], groups,
+                                         **consts)
+    return y.reshape(n, groups * k, geo[8], geo[9])
 
 
-def weight(w, input_grad):
-    k, c, r, s = w.shape
-    out = np.full((r, s, k, c) if input_grad else (r, s, c, k), 7.0, w.dtype)
-    src.conv2d_weight_layout[(-(-w.size // conv._LAYOUT_BLOCK),)](Tensor(w), Tensor(out), k, c, r * s,
+def weight(w, input_grad, groups=1):
+    gk, c, r, s = w.shape
+    k = gk // groups
+    out = np.full((groups, r, s, k, c) if input_grad else (groups, r, s, c, k), 7.0, w.dtype)
+    src.conv2d_weight_layout[(-(-w.size // conv._LAYOUT_BLOCK),)](Tensor(w), Tensor(out), k, c, r * s, groups,
                                                                  INPUT_GRAD=input_grad, BLOCK=conv._LAYOUT_BLOCK)
     return out
 
 
-def weight_grad(g, x, w_shape, geo, programs):
+def weight_grad(g, x, w_shape, geo, programs, groups=1):
     """conv.conv2d_weight_grad's three launches (weight partials, bias partials, finish)."""
     k, c, r, s = w_shape
     n = x.shape[0]
-    grid, steps, consts = conv.wgrad_plan(x.shape, k, geo, programs, x.dtype.name)
+    grid, steps, consts = conv.wgrad_plan((n, c) + x.shape[2:], k // groups, geo, programs, x.dtype.name,
+                                          groups=groups)
     part = np.full((grid[2], k * c * r * s), 7.0, np.float32)
-    src.conv2d_wgrad[grid](*map(Tensor, (x, g, part)), n, c, x.shape[2], x.shape[3], k, geo[8], geo[9], steps,
-                           **consts)
+    src.conv2d_wgrad[grid](*map(Tensor, (x, g, part)), n, c, x.shape[2], x.shape[3], k // groups, geo[8], geo[9],
+                           steps, groups, **consts)
     images = -(-n // min(n, conv._BIAS_SPLIT))
     part_b = np.full((-(-n // images), k), 7.0, np.float32)
     src.conv2d_bias_grad[(k, part_b.shape[0])](Tensor(g), Tensor(part_b), n, k, geo[8] * geo[9], images,
@@ -68,26 +79,27 @@ def weight_grad(g, x, w_shape, geo, programs):
     return gw, gb, grid[2], steps
 
 
-def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS, dtype=np.float16):
+def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS, dtype=np.float16, groups=1):
     cpu = cudakit.get_backend("cpu")
     x = rng.standard_normal(shape).astype(dtype)
-    w = (rng.standard_normal((k, shape[1]) + rs) * (shape[1] * rs[0] * rs[1]) ** -0.5).astype(dtype)
+    cg = shape[1] // groups
+    w = (rng.standard_normal((k, cg) + rs) * (cg * rs[0] * rs[1]) ** -0.5).astype(dtype)
     b = rng.standard_normal(k).astype(dtype)
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
-    want = cpu.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, pad, dil)
+    want = cpu.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, pad, dil, groups)
     geo = (sh, sw, ph, pw, dh, dw, rs[0], rs[1], want.shape[2], want.shape[3])
-    y = run(x, weight(w, False), b, geo)
-    case = (shape, k, rs, stride, pad, dil)
+    y = run(x, weight(w, False, groups), b, geo, groups=groups)
+    case = (shape, k, rs, stride, pad, dil, groups)
     np.testing.assert_allclose(y.astype(np.float64), want, atol=4e-3, rtol=4e-3, err_msg=f"y {case}")
     g = rng.standard_normal(want.shape).astype(dtype)
     gx_want, gw_want, gb_want = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64),
-                                                    w.astype(np.float64), stride, pad, dil)
-    gw, gb, split, steps = weight_grad(g, x, w.shape, geo, programs)
+                                                    w.astype(np.float64), stride, pad, dil, groups=groups)
+    gw, gb, split, steps = weight_grad(g, x, w.shape, geo, programs, groups)
     np.testing.assert_allclose(gw.astype(np.float64), gw_want, atol=4e-3 * max(1.0, np.abs(gw_want).max()),
                                rtol=4e-3, err_msg=f"dw {case} (split {split} x {steps} steps)")
     np.testing.assert_allclose(gb.astype(np.float64), gb_want, atol=4e-3 * max(1.0, np.abs(gb_want).max()),
                                rtol=4e-3, err_msg=f"db {case}")
-    gx = run(g, weight(w, True), None, conv.flipped(geo, shape), upsample=(sh, sw))
+    gx = run(g, weight(w, True, groups), None, conv.flipped(geo, shape), upsample=(sh, sw), groups=groups)
     scale = max(1.0, np.abs(gx_want).max())
     np.testing.assert_allclose(gx.astype(np.float64), gx_want, atol=4e-3 * scale, rtol=4e-3, err_msg=f"dx {case}")
 
@@ -101,4 +113,7 @@ if __name__ == "__main__":
     check((9, 2, 16, 17), 3, (3, 3), 1, 1, 1, rng, programs=40)   # 4 splits of 7 steps, across images
     for case in CASES[:2]:   # float32 tiles (32-channel steps)
         check(*case, rng, dtype=np.float32)
-    print(f"{len(CASES) + 3} cases match the float64 reference (forward, input, weight and bias gradients)")
+    for case, groups in GROUPED:
+        check(*case, rng, groups=groups)
+    check((5, 6, 9, 8), 6, (3, 3), 1, 1, 1, rng, programs=30, groups=3)   # splits across images, per group
+    print(f"{len(CASES) + len(GROUPED) + 4} cases match the float64 reference (forward, input, weight and bias gradients)")

@@ -22,12 +22,12 @@ from triton.compiler import ASTSource
 from cudakit.kernels import _conv_triton as src
 from cudakit.kernels import conv
 
-dtype, k = sys.argv[1], int(sys.argv[2])
+dtype, k, c = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])   # k, c: channels per group
 ty = {"bfloat16": "*bf16", "float32": "*fp32"}[dtype]
 geo = (2, 2, 1, 1, 1, 1, 3, 3, 28, 28)          # strided, so the input gradient is zero-interleaved
-x_shape = (8, 64, 56, 56)
+x_shape = (8, c, 56, 56)
 _, _, fwd = conv.plan(x_shape, k, geo, True, dtype)
-_, _, dx = conv.plan((8, k, 28, 28), 64, conv.flipped(geo, x_shape), False, dtype, upsample=(2, 2))
+_, _, dx = conv.plan((8, k, 28, 28), c, conv.flipped(geo, x_shape), False, dtype, upsample=(2, 2))
 _, _, wg = conv.wgrad_plan(x_shape, k, geo, conv._TARGET_PROGRAMS, dtype)
 f32 = "*fp32"
 pointers = {"fwd": dict(X=ty, W=ty, B=ty, Y=ty), "dx": dict(X=ty, W=ty, B=ty, Y=ty), "wgrad": dict(X=ty, G=ty, GW=f32),
@@ -49,13 +49,15 @@ print(json.dumps(out))
 '''
 
 
-@pytest.mark.parametrize("dtype,prec,k", [("bfloat16", "", 128), ("float32", "ieee", 128), ("float32", "tf32x3", 128),
-                                          ("float32", "tf32x3", 64), ("float32", "tf32", 64)])
-def test_conv_kernels_compile_for_sm90(dtype, prec, k):
+@pytest.mark.parametrize("dtype,prec,k,c", [("bfloat16", "", 128, 64), ("float32", "ieee", 128, 64),
+                                            ("float32", "tf32x3", 128, 64), ("float32", "tf32x3", 64, 64),
+                                            ("float32", "tf32", 64, 64), ("bfloat16", "", 1, 1), ("float32", "tf32x3", 1, 1),
+                                            ("float32", "ieee", 2, 1)])   # the last three: depthwise tiles
+def test_conv_kernels_compile_for_sm90(dtype, prec, k, c):
     env = {"TRITON_DEFAULT_FP_FUSION": "1", **os.environ}
     if prec:   # the wgrad tiles follow the precision (and K)
         env["CUDAKIT_FLOAT32_PRECISION"] = prec
-    r = subprocess.run([sys.executable, "-c", _CODE, dtype, str(k)], capture_output=True, text=True, check=False,
+    r = subprocess.run([sys.executable, "-c", _CODE, dtype, str(k), str(c)], capture_output=True, text=True, check=False,
                        timeout=600, cwd=os.path.join(os.path.dirname(__file__), ".."), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     shared = json.loads(r.stdout.strip().splitlines()[-1])

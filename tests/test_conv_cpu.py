@@ -22,6 +22,13 @@ def test_conv2d(geo, dtype, rng):
     cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo,groups", cc.GROUPED_GEOMETRIES)
+def test_conv2d_groups(geo, groups, dtype, rng):
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups=groups)
+
+
 def test_conv2d_without_bias(rng):
     cc.check_conv2d(_dev, _host, rng, 2, 3, 8, 8, 4, 3, 3, 1, 1, 1, "float32", with_bias=False)
 
@@ -41,8 +48,20 @@ def test_max_pool_nan_propagates(rng):
 def test_errors(rng):
     x = cc.data(rng, (1, 3, 8, 8), "float32")
     w = cc.data(rng, (4, 3, 3, 3), "float32")
-    with pytest.raises(cudakit.ShapeError, match=r"weight must be \(K, C, R, S\) with C = 3"):
+    with pytest.raises(cudakit.ShapeError, match=r"weight must be \(K, C / groups, R, S\) with C / groups = 3"):
         cudakit.conv2d(x, cc.data(rng, (4, 2, 3, 3), "float32"))
+    x4 = cc.data(rng, (1, 4, 8, 8), "float32")
+    with pytest.raises(cudakit.ShapeError, match=r"C / groups = 2 \(x's channels over 2 group"):
+        cudakit.conv2d(x4, w, groups=2)
+    with pytest.raises(cudakit.ShapeError, match="3 channels are not divisible by groups = 2"):
+        cudakit.conv2d(x, w, groups=2)
+    with pytest.raises(cudakit.ShapeError, match="5 filters are not divisible by groups = 2"):
+        cudakit.conv2d(x4, cc.data(rng, (5, 2, 3, 3), "float32"), groups=2)
+    for bad in (0, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="groups must be an int >= 1"):
+            cudakit.conv2d(x, w, groups=bad)
+    with pytest.raises(ValueError, match="groups must be an int >= 1"):
+        cudakit.conv2d_backward(cc.data(rng, (1, 4, 6, 6), "float32"), x, w, groups=0)
     with pytest.raises(cudakit.ShapeError, match=r"x must be \(N, C, H, W\)"):
         cudakit.conv2d(x[0], w)
     with pytest.raises(cudakit.ShapeError, match="larger than the padded input"):

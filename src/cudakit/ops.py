@@ -422,14 +422,15 @@ def flash_attention(q, k, v, scale=None, block_size=64, causal=False):
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1):
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D convolution, NCHW (see Backend.conv2d)."""
-    return backend_for(x, weight, bias).conv2d(x, weight, bias, stride, padding, dilation)
+    return backend_for(x, weight, bias).conv2d(x, weight, bias, stride, padding, dilation, groups)
 
 
-def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True):
+def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
     """(grad_x, grad_weight, grad_bias) of conv2d (see Backend.conv2d_backward)."""
-    return backend_for(grad_out, x, weight).conv2d_backward(grad_out, x, weight, stride, padding, dilation, bias)
+    return backend_for(grad_out, x, weight).conv2d_backward(grad_out, x, weight, stride, padding, dilation, bias,
+                                                            groups)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0):

@@ -66,15 +66,15 @@ class ConvOps:
         """dL/dx of _pool_kernel, or None to scatter through window views (the CPU backend)."""
         return None
 
-    def _conv2d_kernel(self, x, w, b, geo):
+    def _conv2d_kernel(self, x, w, b, geo, groups: int):
         """y of conv2d from a backend's own kernel, or None for the im2col + GEMM path."""
         return None
 
-    def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo):
+    def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups: int):
         """dL/dx of conv2d from a backend's own kernel, or None for the col2im path."""
         return None
 
-    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias: bool):
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias: bool, groups: int):
         """(dL/dw, dL/db or None) of conv2d from a backend's own kernel, or None for the im2col path."""
         return None
 
@@ -99,14 +99,21 @@ class ConvOps:
             return xp.lib.stride_tricks.as_strided(xp_arr, (n, c, r, s, ho, wo), (st[0], st[1]) + tap + pos)
         return xp.lib.stride_tricks.as_strided(xp_arr, (n, c, ho, wo, r, s), (st[0], st[1]) + pos + tap)
 
-    def _conv_args(self, op, named, stride, padding, dilation):
+    def _conv_args(self, op, named, stride, padding, dilation, groups):
         arrs, _ = self._norm_arrays(op, named)
         x, w = arrs["x"], arrs["weight"]
         if x.ndim != 4:
             raise ShapeError(f"{op}: x must be (N, C, H, W) (got {tuple(x.shape)})")
-        if w.ndim != 4 or w.shape[1] != x.shape[1]:
-            raise ShapeError(f"{op}: weight must be (K, C, R, S) with C = {x.shape[1]} (x's channels); "
-                             f"got {tuple(w.shape)}")
+        if not _is_int(groups) or groups < 1:
+            raise ValueError(f"{op}: groups must be an int >= 1 (got {groups!r})")
+        groups = int(groups)
+        if x.shape[1] % groups:
+            raise ShapeError(f"{op}: x's {x.shape[1]} channels are not divisible by groups = {groups}")
+        if w.ndim != 4 or w.shape[1] != x.shape[1] // groups:
+            raise ShapeError(f"{op}: weight must be (K, C / groups, R, S) with C / groups = {x.shape[1] // groups} "
+                             f"(x's channels over {groups} group(s)); got {tuple(w.shape)}")
+        if w.shape[0] % groups:
+            raise ShapeError(f"{op}: weight's {w.shape[0]} filters are not divisible by groups = {groups}")
         b = arrs.get("bias")
         if b is not None and tuple(b.shape) != (w.shape[0],):
             raise ShapeError(f"{op}: bias must have shape ({w.shape[0]},) (got {tuple(b.shape)})")
@@ -118,7 +125,7 @@ class ConvOps:
             raise ShapeError(f"{op}: weight {tuple(w.shape)} has an empty dimension")
         ho = _out_size(op, x.shape[2], r, sh, ph, dh, "H")
         wo = _out_size(op, x.shape[3], s, sw, pw, dw, "W")
-        return arrs, (sh, sw, ph, pw, dh, dw, r, s, ho, wo)
+        return arrs, (sh, sw, ph, pw, dh, dw, r, s, ho, wo), groups
 
     def _cols(self, x, geo):
         sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
@@ -127,64 +134,82 @@ class ConvOps:
         return self._ascontiguous(win).reshape(n, c * r * s, ho * wo)
 
     # ---- conv2d ----------------------------------------------------------------------------
-    def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1):
-        """2-D cross-correlation, PyTorch's conv2d (groups = 1).
+    def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        """2-D cross-correlation, PyTorch's conv2d.
 
-        x: (N, C, H, W); weight: (K, C, R, S); bias: (K,) or None; one float dtype. stride,
-        padding (zeros), dilation: an int or a pair. Returns (N, K, Ho, Wo) with
-        Ho = (H + 2 ph - dh (R - 1) - 1) // sh + 1 (Wo likewise). 16-bit data accumulate in float32."""
+        x: (N, C, H, W); weight: (K, C / groups, R, S); bias: (K,) or None; one float dtype. stride,
+        padding (zeros), dilation: an int or a pair. groups: C and K split into that many groups,
+        group g's outputs from group g's inputs (C = groups = K: depthwise). Returns (N, K, Ho, Wo)
+        with Ho = (H + 2 ph - dh (R - 1) - 1) // sh + 1 (Wo likewise). 16-bit data accumulate in
+        float32."""
         op = "conv2d"
-        arrs, geo = self._conv_args(op, {"x": x, "weight": weight, "bias": bias}, stride, padding, dilation)
+        arrs, geo, groups = self._conv_args(op, {"x": x, "weight": weight, "bias": bias}, stride, padding,
+                                            dilation, groups)
         x, w, b = arrs["x"], arrs["weight"], arrs["bias"]
+        with self._device_scope(x):
+            y = self._conv2d_kernel(x, w, b, geo, groups)
+            if y is not None:
+                return y
+            if groups == 1:
+                return self._im2col_conv2d(x, w, b, geo)
+            c, k = x.shape[1] // groups, w.shape[0] // groups
+            return self._xp().concatenate(   # group by group
+                [self._im2col_conv2d(x[:, i * c:(i + 1) * c], w[i * k:(i + 1) * k],
+                                     None if b is None else b[i * k:(i + 1) * k], geo) for i in range(groups)], axis=1)
+
+    def _im2col_conv2d(self, x, w, b, geo):
         n, k = x.shape[0], w.shape[0]
         ho, wo = geo[8], geo[9]
         acc = "float64" if x.dtype == np.float64 else "float32"
-        with self._device_scope(x):
-            y = self._conv2d_kernel(x, w, b, geo)
-            if y is not None:
-                return y
-            w3, tw = self._operand(self._ascontiguous(w).reshape(k, math.prod(w.shape[1:])), ())
-            cols = self._cols(x, geo)                                           # (N, C*R*S, Ho*Wo)
-            y = self._product(w3, tw, cols, False, n, k, ho * wo, acc)          # float32 accumulator
-            if b is not None:
-                self.add(y, b.astype(acc).reshape(k, 1), out=y)
-            y = y.astype(x.dtype)                                               # rounded once
-        return y.reshape(n, k, ho, wo)
+        w3, tw = self._operand(self._ascontiguous(w).reshape(k, math.prod(w.shape[1:])), ())
+        cols = self._cols(x, geo)                                           # (N, C*R*S, Ho*Wo)
+        y = self._product(w3, tw, cols, False, n, k, ho * wo, acc)          # float32 accumulator
+        if b is not None:
+            self.add(y, b.astype(acc).reshape(k, 1), out=y)
+        return y.astype(x.dtype).reshape(n, k, ho, wo)                      # rounded once
 
-    def conv2d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True):
-        """(grad_x, grad_weight, grad_bias) of y = conv2d(x, weight, bias, stride, padding, dilation)
-        for dL/dy = grad_out (N, K, Ho, Wo): x's shape, weight's shape and (K,), in x's dtype;
+    def conv2d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True, groups=1):
+        """(grad_x, grad_weight, grad_bias) of y = conv2d(x, weight, bias, stride, padding, dilation,
+        groups) for dL/dy = grad_out (N, K, Ho, Wo): x's shape, weight's shape and (K,), in x's dtype;
         grad_bias None when `bias` (a bool: did the forward have one) is False."""
         op = "conv2d_backward"
         from .linalg_api import _check_flag
         bias = _check_flag(op, "bias", bias)
-        arrs, geo = self._conv_args(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding, dilation)
+        arrs, geo, groups = self._conv_args(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding,
+                                            dilation, groups)
         x, w, g = arrs["x"], arrs["weight"], arrs["grad_out"]
-        sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
-        n, c, h, wd = x.shape
-        k = w.shape[0]
+        ho, wo = geo[8], geo[9]
+        n, k = x.shape[0], w.shape[0]
         if tuple(g.shape) != (n, k, ho, wo):
             raise ShapeError(f"{op}: grad_out must have shape {(n, k, ho, wo)} (got {tuple(g.shape)})")
-        acc = "float64" if x.dtype == np.float64 else "float32"
-        crs = c * r * s
         with self._device_scope(x):
-            g3 = self._ascontiguous(g).reshape(n, k, ho * wo)
-            grads = self._conv2d_weight_grad_kernel(g, x, w.shape, geo, bias)
+            grads = self._conv2d_weight_grad_kernel(g, x, w.shape, geo, bias, groups)
             if grads is None:
-                gw = self._im2col_weight_grad(g3, x, k, geo, acc).astype(x.dtype)
-                gb = self.sum(g3, axis=(0, 2)) if bias else None
+                gw = self._by_group(groups, lambda i, cg, kg: self._im2col_weight_grad(
+                    g[:, i * kg:(i + 1) * kg], x[:, i * cg:(i + 1) * cg], kg, geo), 0, x.shape[1], k)
+                gb = self.sum(self._ascontiguous(g).reshape(n, k, ho * wo), axis=(0, 2)) if bias else None
             else:
                 gw, gb = grads
-            gx = self._conv2d_input_grad_kernel(g, w, x.shape, geo)
+            gx = self._conv2d_input_grad_kernel(g, w, x.shape, geo, groups)
             if gx is None:
-                w3, tw = self._operand(self._ascontiguous(w).reshape(k, crs), ())
-                gx = self._col2im_input_grad(g3, w3, tw, x.shape, geo, acc).astype(x.dtype)
+                gx = self._by_group(groups, lambda i, cg, kg: self._col2im_input_grad(
+                    g[:, i * kg:(i + 1) * kg], w[i * kg:(i + 1) * kg], (n, cg) + tuple(x.shape[2:]), geo),
+                    1, x.shape[1], k)
         return gx, gw.reshape(w.shape), gb
 
-    def _im2col_weight_grad(self, g3, x, k, geo, acc):
-        """dL/dw as (K, C R S) in `acc`: sum over images of g[n] cols[n]^T, the per-image products
-        summed in chunks of images (bounded memory)."""
+    def _by_group(self, groups, fn, axis, c, k):
+        """fn(i, C / groups, K / groups) of each group, concatenated along axis (one call for one group)."""
+        if groups == 1:
+            return fn(0, c, k)
+        return self._xp().concatenate([fn(i, c // groups, k // groups) for i in range(groups)], axis=axis)
+
+    def _im2col_weight_grad(self, g, x, k, geo):
+        """dL/dw as (K, C R S) in x's dtype for grad_out g (N, K, Ho, Wo): sum over images of g[n]
+        cols[n]^T, the per-image products summed (in float32 for 16-bit data) in chunks of images
+        (bounded memory), rounded once."""
         n = x.shape[0]
+        acc = "float64" if x.dtype == np.float64 else "float32"
+        g3 = self._ascontiguous(g).reshape(n, k, geo[8] * geo[9])
         cols = self._cols(x, geo)
         crs = cols.shape[1]
         step = max(1, _GW_CHUNK_BYTES // max(1, k * crs * np.dtype(acc).itemsize))
@@ -192,12 +217,17 @@ class ConvOps:
         for i0 in range(0, n, step):
             i1 = min(n, i0 + step)
             gw += self.sum(self._product(g3[i0:i1], False, cols[i0:i1], True, i1 - i0, k, crs, acc), axis=0)
-        return gw
+        return gw.astype(x.dtype)
 
-    def _col2im_input_grad(self, g3, w3, tw, x_shape, geo, acc):
-        """dL/dx in `acc`: W^T g as columns, each tap (r, s) added back onto the padded input."""
+    def _col2im_input_grad(self, g, w, x_shape, geo):
+        """dL/dx (x_shape) in w's dtype for grad_out g (N, K, Ho, Wo): W^T g as columns (float32 for
+        16-bit data), each tap (r, s) added back onto the padded input, rounded once."""
         sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
         n, c, h, wd = x_shape
+        k = w.shape[0]
+        acc = "float64" if w.dtype == np.float64 else "float32"
+        g3 = self._ascontiguous(g).reshape(n, k, ho * wo)
+        w3, tw = self._operand(self._ascontiguous(w).reshape(k, c * r * s), ())
         gcols = self._product(w3, not tw, g3, False, n, c * r * s, ho * wo, acc)   # W^T g, float32
         xp = self._xp()
         gcols = gcols.reshape(n, c, r, s, ho, wo)
@@ -205,7 +235,7 @@ class ConvOps:
         for i in range(r):
             for j in range(s):
                 gx[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw] += gcols[:, :, i, j]
-        return self._ascontiguous(gx[:, :, ph:ph + h, pw:pw + wd])
+        return self._ascontiguous(gx[:, :, ph:ph + h, pw:pw + wd]).astype(w.dtype)
 
     # ---- pooling ---------------------------------------------------------------------------
     def _pool_args(self, op, x, kernel_size, stride, padding):

@@ -50,24 +50,25 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         from ..kernels import pooling
         return pooling.pool2d_backward(self._ascontiguous(grad_out), self._ascontiguous(x), kind, geo)
 
-    def _conv2d_kernel(self, x, w, b, geo):
+    def _conv2d_kernel(self, x, w, b, geo, groups):
         from ..kernels import conv
-        if not conv.usable(x.dtype.name, x.shape, w.shape[0], geo):
+        if not conv.usable(x.dtype.name, x.shape, w.shape[0], geo, groups):
             return None
         return conv.conv2d(self._ascontiguous(x), self._ascontiguous(w),
-                           None if b is None else self._ascontiguous(b), geo)
+                           None if b is None else self._ascontiguous(b), geo, groups)
 
-    def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo):
+    def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
         from ..kernels import conv
-        if not conv.usable(w.dtype.name, x_shape, w.shape[0], geo):
+        if not conv.usable(w.dtype.name, x_shape, w.shape[0], geo, groups):
             return None
-        return conv.conv2d_input_grad(self._ascontiguous(grad_out), self._ascontiguous(w), x_shape, geo)
+        return conv.conv2d_input_grad(self._ascontiguous(grad_out), self._ascontiguous(w), x_shape, geo, groups)
 
-    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias):
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias, groups):
         from ..kernels import conv
-        if not conv.usable(x.dtype.name, x.shape, w_shape[0], geo):
+        if not conv.usable(x.dtype.name, x.shape, w_shape[0], geo, groups):
             return None
-        return conv.conv2d_weight_grad(self._ascontiguous(grad_out), self._ascontiguous(x), w_shape, geo, bias)
+        return conv.conv2d_weight_grad(self._ascontiguous(grad_out), self._ascontiguous(x), w_shape, geo, bias,
+                                       groups)
 
     def _coerce(self, x, arg):
         cp = self._cp

@@ -9,14 +9,17 @@ padded input read as zeros. float32 accumulation; bias added in float32; y round
 FLOPs: 2 N K P Q C R S; memory traffic: x (re-read per tap, mostly from L2), w, y once.
 The weight gradient (conv2d_wgrad) is the same gather against dL/dy, its reduction over the
 positions split across programs into float32 partial sums.
+Groups: x (N, G C, H, W) is read as N G images of C channels (the same memory) and y as N G images
+of K channels; image z takes group z % G's weight. The weight is laid out per group (G blocks of
+[R, S, C, K]), so a plain convolution is the case G = 1.
 """
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; B: [K] (HAS_BIAS); Y: [N, K, P, Q]
-               C, H, Wd, K, P, Q,
+def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K]; B: [G K] (HAS_BIAS); Y: [N G, K, P, Q]
+               C, H, Wd, K, P, Q, G,   # C, K: channels per group; G: groups
                SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                HAS_BIAS: tl.constexpr, AFFINE: tl.constexpr, UH: tl.constexpr, UW: tl.constexpr,
@@ -28,7 +31,7 @@ def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; 
     taps landing on a multiple of UH (UW) read anything."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    n = tl.program_id(2).to(tl.int64)
+    n = tl.program_id(2).to(tl.int64)                     # image n of N G (its group: n % G)
     pq = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)          # output positions of image n
     m_ok = pq < P * Q
     p = pq // Q
@@ -38,6 +41,8 @@ def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; 
     cs = tl.arange(0, BLOCK_K)
     hw = H * Wd
     x_img = X + n * C * hw
+    grp = n % G
+    w_grp = W + grp * (R * S * C * K)
     n_c = tl.cdiv(C, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for t in range(0, R * S * n_c):
@@ -61,28 +66,31 @@ def conv2d_fwd(X, W, B, Y,      # X: [N, C, H, Wd]; W: [R, S, C, K] contiguous; 
         c = c0 + cs
         c_ok = c < C
         a = tl.load(x_img + pos[:, None] + c[None, :] * hw, mask=pos_ok[:, None] & c_ok[None, :], other=0.0)
-        b = tl.load(W + (rs * C + c)[:, None] * K + ks[None, :], mask=c_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(w_grp + (rs * C + c)[:, None] * K + ks[None, :], mask=c_ok[:, None] & k_ok[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PREC)
     if HAS_BIAS:
-        acc += tl.load(B + ks, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+        acc += tl.load(B + grp * K + ks, mask=k_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(Y + n * K * P * Q + ks[None, :] * (P * Q) + pq[:, None], acc.to(Y.dtype.element_ty),
              mask=m_ok[:, None] & k_ok[None, :])
 
 
 @triton.jit
-def conv2d_wgrad(X, G, GW,     # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW: [SPLIT, K, C, R*S] float32 partial sums
-                 N, C, H, Wd, K, P, Q, STEPS,
+def conv2d_wgrad(X, G, GW,     # X: [N NG, C, H, Wd]; G: [N NG, K, P, Q] (dL/dy); GW: [SPLIT, NG K, C, R*S] float32
+                 N, C, H, Wd, K, P, Q, STEPS, NG,   # C, K: channels per group; NG: groups
                  SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                  DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr, AFFINE: tl.constexpr,
                  BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
     """GW[k, c, r, s] = sum over (n, p, q) of G[n, k, p, q] * x at tap (r, s): per tap a GEMM
-    [K, N P Q] x [N P Q, C]. Program (channel tile, tap, split): split `sp` sums STEPS blocks of
-    BLOCK_M positions (each within one image) starting at block sp * STEPS into its own slice of GW
-    (conv2d_wgrad_finish sums the splits: no atomics, deterministic)."""
-    pid_kc = tl.program_id(0)
+    [K, N P Q] x [N P Q, C]. Program (group and channel tile, tap, split): split `sp` sums STEPS
+    blocks of BLOCK_M positions (each within one image) starting at block sp * STEPS into its own
+    slice of GW (conv2d_wgrad_finish sums the splits: no atomics, deterministic). Group g reads
+    images n NG + g."""
+    n_cb = tl.cdiv(C, BLOCK_C)
+    n_t = tl.cdiv(K, BLOCK_K) * n_cb
+    grp = tl.program_id(0) // n_t
+    pid_kc = tl.program_id(0) - grp * n_t
     rs = tl.program_id(1)
     sp = tl.program_id(2)
-    n_cb = tl.cdiv(C, BLOCK_C)
     kk = (pid_kc // n_cb) * BLOCK_K + tl.arange(0, BLOCK_K)
     cc = (pid_kc % n_cb) * BLOCK_C + tl.arange(0, BLOCK_C)
     k_ok = kk < K
@@ -97,7 +105,7 @@ def conv2d_wgrad(X, G, GW,     # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW: 
     first = sp * STEPS
     last = tl.minimum(first + STEPS, N * n_pb)
     for t in range(first, last):
-        n = (t // n_pb).to(tl.int64)
+        n = (t // n_pb).to(tl.int64) * NG + grp
         pq = (t % n_pb) * BLOCK_M + offs
         m_ok = pq < pqn
         p = pq // Q
@@ -112,7 +120,8 @@ def conv2d_wgrad(X, G, GW,     # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); GW: 
         g = tl.load(G + n * K * pqn + kk[:, None] * pqn + pq[None, :], mask=k_ok[:, None] & m_ok[None, :], other=0.0)
         x = tl.load(X + n * C * hw + cc[None, :] * hw + pos[:, None], mask=pos_ok[:, None] & c_ok[None, :], other=0.0)
         acc = tl.dot(g, x, acc, input_precision=PREC)
-    tl.store(GW + ((sp * K + kk[:, None]) * C + cc[None, :]) * (R * S) + rs, acc, mask=k_ok[:, None] & c_ok[None, :])
+    tl.store(GW + ((sp * NG * K + grp * K + kk[:, None]) * C + cc[None, :]) * (R * S) + rs, acc,
+             mask=k_ok[:, None] & c_ok[None, :])
 
 
 @triton.jit
@@ -150,12 +159,14 @@ def conv2d_wgrad_finish(PART, PART_B, GW, GB,   # PART: [SPLIT, n_w] float32; PA
 
 
 @triton.jit
-def conv2d_weight_layout(W, OUT,   # W: [K, C, R*S] (conv2d's weight); OUT: [R*S, C, K], or [R*S, K, C] (INPUT_GRAD)
-                         K, C, RS, INPUT_GRAD: tl.constexpr, BLOCK: tl.constexpr):
-    """The weight as conv2d_fwd reads it: OUT[rs, c, k] = W[k, c, rs]; for the input gradient (the
-    convolution of dL/dy with the flipped weight) OUT[rs, k, c] = W[k, c, RS - 1 - rs]."""
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = i < K * C * RS
+def conv2d_weight_layout(W, OUT,   # W: [G K, C, R*S] (conv2d's weight); OUT: [G, R*S, C, K], or [G, R*S, K, C] (INPUT_GRAD)
+                         K, C, RS, G, INPUT_GRAD: tl.constexpr, BLOCK: tl.constexpr):   # K, C: per group
+    """The weight as conv2d_fwd reads it: OUT[g, rs, c, k] = W[g K + k, c, rs]; for the input gradient
+    (the convolution of dL/dy with the flipped weight) OUT[g, rs, k, c] = W[g K + k, c, RS - 1 - rs]."""
+    j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = j < G * K * C * RS
+    grp = j // (K * C * RS)
+    i = j - grp * (K * C * RS)
     if INPUT_GRAD:
         c = i % C
         k = (i // C) % K
@@ -164,4 +175,4 @@ def conv2d_weight_layout(W, OUT,   # W: [K, C, R*S] (conv2d's weight); OUT: [R*S
         k = i % K
         c = (i // K) % C
         src_rs = i // (K * C)
-    tl.store(OUT + i, tl.load(W + (k * C + c) * RS + src_rs, mask=ok), mask=ok)
+    tl.store(OUT + j, tl.load(W + ((grp * K + k) * C + c) * RS + src_rs, mask=ok), mask=ok)

@@ -29,13 +29,13 @@ def available() -> bool:
     return True
 
 
-def usable(dtype_name: str, x_shape, k: int, geo) -> bool:
+def usable(dtype_name: str, x_shape, k: int, geo, groups: int = 1) -> bool:
     """True when conv2d runs here: float16, bfloat16 or float32, every per-image plane under 2^31
-    elements, Triton installed."""
+    elements, at most 65535 groups (one launch holds whole groups of images), Triton installed."""
     n, c, h, w = x_shape
     r, s, ho, wo = geo[6:]
     return (dtype_name in DTYPES and c * h * w < 2**31 and k * ho * wo < 2**31 and r * s * c * k < 2**31
-            and available())
+            and groups <= _MAX_GRID_Z and available())
 
 
 def precision(dtype_name: str) -> str:
@@ -50,12 +50,14 @@ def _channel_block(c: int, cap: int) -> int:
 
 
 def _config(c: int, k: int, dtype_name: str = "bfloat16") -> dict:
-    """16-bit: 128 output positions x 64 (K <= 64) or 128 channels, reduction steps of up to 64 input
-    channels, 4 warps, 3 stages. float32 (FMA products, twice the bytes): 128 x 64 tiles, steps of up
-    to 32 channels on 8 warps (wider tiles spill compiling for sm_90)."""
+    """16-bit: 128 output positions x up to 128 channels (K's power of two, at least 16), reduction
+    steps of up to 64 input channels, 4 warps, 3 stages. float32 (twice the bytes): 128 x up to 64
+    tiles, steps of up to 32 channels on 8 warps (wider tiles spill compiling for sm_90). K and C are
+    per group: a depthwise convolution takes 128 x 16 tiles of 16-channel steps."""
     if dtype_name == "float32":
-        return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": _channel_block(c, 32), "num_warps": 8, "num_stages": 3}
-    return {"BLOCK_M": 128, "BLOCK_N": 64 if k <= 64 else 128, "BLOCK_K": _channel_block(c, 64),
+        return {"BLOCK_M": 128, "BLOCK_N": _channel_block(k, 64), "BLOCK_K": _channel_block(c, 32), "num_warps": 8,
+                "num_stages": 3}
+    return {"BLOCK_M": 128, "BLOCK_N": _channel_block(k, 128), "BLOCK_K": _channel_block(c, 64),
             "num_warps": 4, "num_stages": 3}
 
 
@@ -97,34 +99,40 @@ def plan(x_shape, k: int, geo, has_bias: bool, dtype_name: str = "bfloat16",
 _LAYOUT_BLOCK = 1024
 
 
-def _weight(w, input_grad: bool):
-    """w (K, C, R, S) as conv2d_fwd reads it: [R, S, C, K], or flipped [R, S, K, C] (input_grad)."""
+def _weight(w, input_grad: bool, groups: int = 1):
+    """w (G K, C, R, S) as conv2d_fwd reads it: [G, R, S, C, K], or flipped [G, R, S, K, C]
+    (input_grad); K, C per group."""
     cp = _cupy.cupy()
-    k, c, r, s = w.shape
-    out = cp.empty((r, s, k, c) if input_grad else (r, s, c, k), w.dtype)
+    gk, c, r, s = w.shape
+    k = gk // groups
+    out = cp.empty((groups, r, s, k, c) if input_grad else (groups, r, s, c, k), w.dtype)
     if w.size == 0:   # no filter (K = 0): nothing to reorder, and a grid must not be empty
         return out
     _k("conv2d_weight_layout", INPUT_GRAD=input_grad, BLOCK=_LAYOUT_BLOCK)[
-        (math.ceil(w.size / _LAYOUT_BLOCK),)](w, out, k, c, r * s)
+        (math.ceil(w.size / _LAYOUT_BLOCK),)](w, out, k, c, r * s, groups)
     return out
 
 
-def _run(x, w_rsck, bias, geo, upsample=(1, 1)):
-    """y (N, K, P, Q) of x (N, C, H, W) with the weight as [R, S, C, K] (contiguous)."""
+def _run(x, w_grsck, bias, geo, upsample=(1, 1), groups: int = 1):
+    """y (N, G K, P, Q) of x (N, G C, H, W) with the weight as [G, R, S, C, K] (contiguous): x read
+    as N G images of C channels, image z with group z % G's weight."""
     cp = _cupy.cupy()
-    n, c, h, wd = x.shape
-    k = w_rsck.shape[3]
-    y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
+    n, gc, h, wd = x.shape
+    c, k = gc // groups, w_grsck.shape[-1]
+    xz = x.reshape(n * groups, c, h, wd)   # a view: x is C-contiguous
+    y = cp.empty((n * groups, k, geo[8], geo[9]), x.dtype)
     if y.size == 0:
-        return y
-    kern, grid_m, grid_n = _fwd_launch(x.shape, k, geo, bias is not None, x.dtype.name, upsample,
+        return y.reshape(n, groups * k, geo[8], geo[9])
+    kern, grid_m, grid_n = _fwd_launch(xz.shape, k, geo, bias is not None, x.dtype.name, upsample,
                                        precision(x.dtype.name))
-    b = bias if bias is not None else w_rsck   # any pointer: not read without HAS_BIAS
-    for i0 in range(0, n, _MAX_GRID_Z):   # images along grid z (at most 65535 per launch)
-        i1 = min(n, i0 + _MAX_GRID_Z)
-        kern[(grid_m, grid_n, i1 - i0)](x[i0:i1] if n > _MAX_GRID_Z else x, w_rsck, b,
-                                        y[i0:i1] if n > _MAX_GRID_Z else y, c, h, wd, k, geo[8], geo[9])
-    return y
+    b = bias if bias is not None else w_grsck   # any pointer: not read without HAS_BIAS
+    images = n * groups
+    step = (_MAX_GRID_Z // groups) * groups   # images along grid z, whole groups of them per launch
+    for i0 in range(0, images, step):
+        i1 = min(images, i0 + step)
+        kern[(grid_m, grid_n, i1 - i0)](xz[i0:i1] if images > step else xz, w_grsck, b,
+                                        y[i0:i1] if images > step else y, c, h, wd, k, geo[8], geo[9], groups)
+    return y.reshape(n, groups * k, geo[8], geo[9])
 
 
 @functools.lru_cache(maxsize=256)
@@ -145,13 +153,14 @@ def flipped(geo, x_shape) -> tuple:
 
 
 def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS,
-               dtype_name: str = "bfloat16", prec: str | None = None) -> tuple[tuple, int, dict]:
-    """(grid, STEPS, constexprs and options) of conv2d_wgrad: 64 x 64 (K x C) tiles, 128 positions a
-    step (64 for float32), the positions split so that about `programs` programs run."""
+               dtype_name: str = "bfloat16", prec: str | None = None, groups: int = 1) -> tuple[tuple, int, dict]:
+    """(grid, STEPS, constexprs and options) of conv2d_wgrad: up to 64 x 64 (K x C) tiles (the
+    channels' powers of two, at least 16), 128 positions a step (64 for float32), the positions split
+    so that about `programs` programs run. x_shape's channels and k: per group."""
     r, s, ho, wo = geo[6:]
     n, c = x_shape[:2]
     prec = prec or precision(dtype_name)
-    bk, bc, bm, warps, stages = 64, _channel_block(c, 64), 128, 8, 3
+    bk, bc, bm, warps, stages = _channel_block(k, 64), _channel_block(c, 64), 128, 8, 3
     if dtype_name == "float32":
         bm = 64
         if prec != "ieee":   # tensor-core products: timed on an H100 (2026-11-25, GPU-f25e6ffe)
@@ -159,7 +168,7 @@ def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS,
                 bk = 128
             else:            # 16 (tf32x3) / 32 (tf32) positions a step on 4 warps: 1.5x / 1.2x
                 bm, warps, stages = (16, 4, 4) if prec == "tf32x3" else (32, 4, 3)
-    tiles = math.ceil(k / bk) * math.ceil(c / bc)
+    tiles = groups * math.ceil(k / bk) * math.ceil(c / bc)
     blocks = n * math.ceil(ho * wo / bm)
     split = max(1, min(blocks, programs // max(1, tiles * r * s)))
     steps = math.ceil(blocks / split)
@@ -170,8 +179,8 @@ def wgrad_plan(x_shape, k: int, geo, programs: int = _TARGET_PROGRAMS,
 
 
 @functools.lru_cache(maxsize=256)
-def _wgrad_launch(x_shape, k: int, geo, dtype_name: str, prec: str):
-    grid, steps, consts = wgrad_plan(x_shape, k, geo, _TARGET_PROGRAMS, dtype_name, prec)
+def _wgrad_launch(x_shape, k: int, geo, dtype_name: str, prec: str, groups: int):
+    grid, steps, consts = wgrad_plan(x_shape, k, geo, _TARGET_PROGRAMS, dtype_name, prec, groups)
     return _k("conv2d_wgrad", **consts), grid, steps
 
 
@@ -180,10 +189,10 @@ _BIAS_BLOCK = 1024
 _BIAS_SPLIT = 8          # groups of images the bias gradient's partial sums run over
 
 
-def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
-    """(dL/dw (w_shape), dL/db (K,) or None without bias) in x's dtype of conv2d, for C-contiguous
-    grad_out (N, K, P, Q) and x: float32 partial sums per split (and per group of images for the
-    bias), summed and rounded once by conv2d_wgrad_finish."""
+def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
+    """(dL/dw (w_shape: (G K, C, R, S)), dL/db (G K,) or None without bias) in x's dtype of conv2d,
+    for C-contiguous grad_out (N, G K, P, Q) and x (N, G C, H, W): float32 partial sums per split (and
+    per group of images for the bias), summed and rounded once by conv2d_wgrad_finish."""
     cp = _cupy.cupy()
     k, c, r, s = w_shape
     n, _, h, wd = x.shape
@@ -194,9 +203,10 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
         if bias:
             gb.fill(0)
         return gw, gb
-    kern, grid, steps = _wgrad_launch(x.shape, k, geo, x.dtype.name, precision(x.dtype.name))
+    kern, grid, steps = _wgrad_launch((n, c, h, wd), k // groups, geo, x.dtype.name, precision(x.dtype.name),
+                                      groups)
     part = cp.empty((grid[2], k * c * r * s), cp.float32)
-    kern[grid](x, grad_out, part, n, c, h, wd, k, geo[8], geo[9], steps)
+    kern[grid](x, grad_out, part, n, c, h, wd, k // groups, geo[8], geo[9], steps, groups)
     part_b = part
     if bias:   # per (channel, group of images) partial sums of dL/dy
         images = math.ceil(n / min(n, _BIAS_SPLIT))
@@ -208,13 +218,14 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool):
     return gw, gb
 
 
-def conv2d(x, w, bias, geo):
-    """conv_api's conv2d for C-contiguous x (N, C, H, W), w (K, C, R, S), bias (K,) or None."""
-    return _run(x, _weight(w, False), bias, geo)
+def conv2d(x, w, bias, geo, groups: int = 1):
+    """conv_api's conv2d for C-contiguous x (N, C, H, W), w (K, C / groups, R, S), bias (K,) or None."""
+    return _run(x, _weight(w, False, groups), bias, geo, groups=groups)
 
 
-def conv2d_input_grad(grad_out, w, x_shape, geo):
+def conv2d_input_grad(grad_out, w, x_shape, geo, groups: int = 1):
     """dL/dx (x_shape) of conv2d for C-contiguous grad_out (N, K, P, Q): the convolution of grad_out,
-    zero-interleaved by the strides, with w flipped in (R, S) and its channel axes swapped
+    zero-interleaved by the strides, with w flipped in (R, S) and its channel axes swapped per group
     (flipped() gives the geometry)."""
-    return _run(grad_out, _weight(w, True), None, flipped(geo, x_shape), upsample=(geo[0], geo[1]))
+    return _run(grad_out, _weight(w, True, groups), None, flipped(geo, x_shape), upsample=(geo[0], geo[1]),
+                groups=groups)

@@ -1,5 +1,5 @@
 """Benchmark cases: conv2d forward and backward (the Triton implicit-GEMM kernels of kernels/conv.py),
-2x2 max pooling forward and
+3x3 dense and depthwise (groups = channels), 2x2 max pooling forward and
 backward and average pooling, NCHW, against torch in the same run (cuDNN for conv2d, ATen's own
 kernels for pooling; torch's max-pooling backward reads the int64 indices its forward saved, ours
 reads x). FLOPs: 2 * N * K * Ho * Wo * C * R * S per product (forward one, backward two); bytes:
@@ -12,30 +12,32 @@ from ._inputs import ITEM as _ITEM
 from ._inputs import rand as _rand
 
 
-def _conv(env: Env, n, c, hw, k, dtype, backward):
+def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1):
+    cg = c // groups
+
     def setup():
-        x, w = _rand(env, (n, c, hw, hw), dtype, 1), _rand(env, (k, c, 3, 3), dtype, 2, (9 * c) ** -0.5)
+        x, w = _rand(env, (n, c, hw, hw), dtype, 1), _rand(env, (k, cg, 3, 3), dtype, 2, (9 * cg) ** -0.5)
         b = _rand(env, (k,), dtype, 3)
         if backward:
             g = _rand(env, (n, k, hw, hw), dtype, 4)
-            prov = {"cudakit": lambda: cudakit.conv2d_backward(g, x, w, 1, 1)}
+            prov = {"cudakit": lambda: cudakit.conv2d_backward(g, x, w, 1, 1, groups=groups)}
         else:
-            prov = {"cudakit": lambda: cudakit.conv2d(x, w, b, 1, 1)}
+            prov = {"cudakit": lambda: cudakit.conv2d(x, w, b, 1, 1, groups=groups)}
         if env.gpu and env.torch is not None:
             t = env.torch
             tx, tw, tb = (t.from_dlpack(a) for a in (x, w, b))
             if backward:
                 rx, rw, rb = (v.detach().requires_grad_(True) for v in (tx, tw, tb))
-                y = t.nn.functional.conv2d(rx, rw, rb, 1, 1)
+                y = t.nn.functional.conv2d(rx, rw, rb, 1, 1, 1, groups)
                 tg = t.from_dlpack(g)
                 prov["torch"] = lambda: t.autograd.grad(y, (rx, rw, rb), tg, retain_graph=True)
             else:
-                prov["torch"] = lambda: t.nn.functional.conv2d(tx, tw, tb, 1, 1)
+                prov["torch"] = lambda: t.nn.functional.conv2d(tx, tw, tb, 1, 1, 1, groups)
         return prov
-    flops = (2 if backward else 1) * 2 * n * k * hw * hw * c * 9
-    nbytes = (n * c * hw * hw + k * c * 9 + n * k * hw * hw) * _ITEM[dtype] * (2 if backward else 1)
-    return Case("conv2d_backward" if backward else "conv2d", "conv", (n, c, hw, hw, k), dtype, nbytes, setup,
-                flops=flops)
+    flops = (2 if backward else 1) * 2 * n * k * hw * hw * cg * 9
+    nbytes = (n * c * hw * hw + k * cg * 9 + n * k * hw * hw) * _ITEM[dtype] * (2 if backward else 1)
+    name = "conv2d" + ("_depthwise" if groups > 1 else "") + ("_backward" if backward else "")
+    return Case(name, "conv", (n, c, hw, hw, k), dtype, nbytes, setup, flops=flops)
 
 
 def _pool(env: Env, n, c, hw, dtype, kind: str, backward: bool):
@@ -69,6 +71,7 @@ def cases(env: Env) -> list[Case]:
     out = []
     for dtype in env.dtypes:
         out += [_conv(env, n, c, hw, k, dtype, False), _conv(env, n, c, hw, k, dtype, True),
+                _conv(env, n, 2 * c, hw, 2 * c, dtype, False, 2 * c), _conv(env, n, 2 * c, hw, 2 * c, dtype, True, 2 * c),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", False),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", True),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "avg", False)]
