@@ -34,6 +34,12 @@ GROUPED = [(((2, 6, 9, 11), 9, (3, 3), 1, 1, 1), 3), (((2, 8, 10, 9), 8, (3, 3),
            (((1, 40, 12, 10), 34, (3, 3), 1, 2, 2), 2)]
 
 
+# the direct depthwise kernels: same-size 3x3, strided (the input gradient zero-interleaved), dilated
+# 5x5, rectangular with padding larger than the dilated window's half (negative padding in dx)
+DEPTHWISE = [((2, 4, 9, 11), (3, 3), 1, 1, 1), ((2, 3, 12, 11), (3, 3), 2, 1, 1), ((1, 2, 13, 12), (5, 5), 1, 4, 2),
+             ((1, 3, 10, 9), (2, 3), (2, 1), (1, 2), 1), ((1, 2, 7, 8), (3, 3), 3, 0, 1)]
+
+
 def _pair(v):
     return (v, v) if isinstance(v, int) else v
 
@@ -79,6 +85,52 @@ def weight_grad(g, x, w_shape, geo, programs, groups=1):
     return gw, gb, grid[2], steps
 
 
+def dw_run(x, w, bias, geo, flip=False, upsample=(1, 1)):
+    """conv._dw_run: the direct depthwise kernel."""
+    n, k, h, wd = x.shape
+    y = np.full((n, k, geo[8], geo[9]), 7.0, x.dtype)
+    consts = conv._dw_consts(geo, upsample, flip, bias is not None)
+    consts.pop("num_warps")
+    src.conv2d_dw_fwd[(n * k, -(-geo[8] * geo[9] // conv._DW_BLOCK))](
+        *map(Tensor, (x, w, w if bias is None else bias, y)), k, h, wd, geo[8], geo[9], **consts)
+    return y
+
+
+def dw_weight_grad(g, x, geo):
+    """conv.conv2d_weight_grad's depthwise launch: the per-split partial sums, summed here."""
+    n, k, h, wd = x.shape
+    split, steps = conv.dw_wgrad_split(n, k, geo)
+    part = np.full((split, k * geo[6] * geo[7]), 7.0, np.float32)
+    consts = conv.dw_wgrad_consts(geo)
+    consts.pop("num_warps")
+    src.conv2d_dw_wgrad[(k, split)](*map(Tensor, (x, g, part)), n, k, h, wd, geo[8], geo[9], steps, **consts)
+    return part.sum(0).reshape(k, 1, geo[6], geo[7])
+
+
+def check_depthwise(shape, rs, stride, pad, dil, rng, dtype=np.float16):
+    """The direct depthwise kernels (forward, flipped input gradient, weight gradient)."""
+    cpu = cudakit.get_backend("cpu")
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(dtype)
+    w = (rng.standard_normal((c, 1) + rs) * (rs[0] * rs[1]) ** -0.5).astype(dtype)
+    b = rng.standard_normal(c).astype(dtype)
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
+    want = cpu.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, pad, dil, c)
+    geo = (sh, sw, ph, pw, dh, dw, rs[0], rs[1], want.shape[2], want.shape[3])
+    assert conv.depthwise(shape, w.shape, c, geo)
+    case = ("depthwise", shape, rs, stride, pad, dil)
+    np.testing.assert_allclose(dw_run(x, w, b, geo).astype(np.float64), want, atol=4e-3, rtol=4e-3, err_msg=f"y {case}")
+    g = rng.standard_normal(want.shape).astype(dtype)
+    gx_want, gw_want, _ = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64), w.astype(np.float64),
+                                              stride, pad, dil, groups=c)
+    gw = dw_weight_grad(g, x, geo)
+    np.testing.assert_allclose(gw, gw_want, atol=4e-3 * max(1.0, np.abs(gw_want).max()), rtol=4e-3,
+                               err_msg=f"dw {case}")
+    gx = dw_run(g, w, None, conv.flipped(geo, shape), True, (sh, sw))
+    np.testing.assert_allclose(gx.astype(np.float64), gx_want, atol=4e-3 * max(1.0, np.abs(gx_want).max()),
+                               rtol=4e-3, err_msg=f"dx {case}")
+
+
 def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS, dtype=np.float16, groups=1):
     cpu = cudakit.get_backend("cpu")
     x = rng.standard_normal(shape).astype(dtype)
@@ -116,4 +168,7 @@ if __name__ == "__main__":
     for case, groups in GROUPED:
         check(*case, rng, groups=groups)
     check((5, 6, 9, 8), 6, (3, 3), 1, 1, 1, rng, programs=30, groups=3)   # splits across images, per group
-    print(f"{len(CASES) + len(GROUPED) + 4} cases match the float64 reference (forward, input, weight and bias gradients)")
+    for case in DEPTHWISE:
+        check_depthwise(*case, rng)
+    check_depthwise((2, 3, 30, 29), (3, 3), 1, 1, 1, rng, dtype=np.float32)   # positions past one block
+    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + 5} cases match the float64 reference (forward, input, weight and bias gradients)")

@@ -31,12 +31,15 @@ _, _, dx = conv.plan((8, k, 28, 28), c, conv.flipped(geo, x_shape), False, dtype
 _, _, wg = conv.wgrad_plan(x_shape, k, geo, conv._TARGET_PROGRAMS, dtype)
 f32 = "*fp32"
 pointers = {"fwd": dict(X=ty, W=ty, B=ty, Y=ty), "dx": dict(X=ty, W=ty, B=ty, Y=ty), "wgrad": dict(X=ty, G=ty, GW=f32),
-            "bias": dict(G=ty, GB=f32), "finish": dict(PART=f32, PART_B=f32, GW=ty, GB=ty), "layout": dict(W=ty, OUT=ty)}
+            "bias": dict(G=ty, GB=f32), "finish": dict(PART=f32, PART_B=f32, GW=ty, GB=ty), "layout": dict(W=ty, OUT=ty),
+            "dw_fwd": dict(X=ty, W=ty, B=ty, Y=ty), "dw_wgrad": dict(X=ty, G=ty, PART=f32)}
 out = {}
 for name, fn, c in (("fwd", src.conv2d_fwd, fwd), ("dx", src.conv2d_fwd, dx), ("wgrad", src.conv2d_wgrad, wg),
                     ("bias", src.conv2d_bias_grad, {"BLOCK": conv._BIAS_BLOCK}),
                     ("finish", src.conv2d_wgrad_finish, {"HAS_BIAS": True, "BLOCK": conv._FINISH_BLOCK}),
-                    ("layout", src.conv2d_weight_layout, {"INPUT_GRAD": True, "BLOCK": conv._LAYOUT_BLOCK})):
+                    ("layout", src.conv2d_weight_layout, {"INPUT_GRAD": True, "BLOCK": conv._LAYOUT_BLOCK}),
+                    ("dw_fwd", src.conv2d_dw_fwd, conv._dw_consts(geo, (2, 2), True, True)),
+                    ("dw_wgrad", src.conv2d_dw_wgrad, conv.dw_wgrad_consts(geo))):
     consts = {n: v for n, v in c.items() if n not in ("num_warps", "num_stages")}
     names = list(fn.arg_names)
     sig = {n: "constexpr" if n in consts else pointers[name].get(n, "i32") for n in names}   # the rest: int32 sizes
@@ -61,7 +64,7 @@ def test_conv_kernels_compile_for_sm90(dtype, prec, k, c):
                        timeout=600, cwd=os.path.join(os.path.dirname(__file__), ".."), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     shared = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(shared) == {"fwd", "dx", "wgrad", "bias", "finish", "layout"}
+    assert set(shared) == {"fwd", "dx", "wgrad", "bias", "finish", "layout", "dw_fwd", "dw_wgrad"}
     for kernel, nbytes in shared.items():
         assert nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"
     assert shared["fwd"] > 0 and shared["wgrad"] > 0

@@ -176,3 +176,75 @@ def conv2d_weight_layout(W, OUT,   # W: [G K, C, R*S] (conv2d's weight); OUT: [G
         c = (i // K) % C
         src_rs = i // (K * C)
     tl.store(OUT + j, tl.load(W + ((grp * K + k) * C + c) * RS + src_rs, mask=ok), mask=ok)
+
+
+@triton.jit
+def conv2d_dw_fwd(X, W, B, Y,   # X: [N, K, H, Wd]; W: [K, R*S]; B: [K] (HAS_BIAS); Y: [N, K, P, Q]
+                  K, H, Wd, P, Q,
+                  SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+                  DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
+                  UH: tl.constexpr, UW: tl.constexpr, FLIP: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """Depthwise (groups = channels = filters): y[n, k] = sum over taps of x[n, k] at the tap times
+    w[k, tap], one program per (plane n K + k, BLOCK output positions), the taps unrolled; float32
+    FMAs. UH, UW and FLIP: the input gradient (dL/dy read zero-interleaved, the taps reversed), as
+    conv2d_fwd. Memory traffic: x (each element read R S times, from L1/L2) and y once."""
+    z = tl.program_id(0).to(tl.int64)
+    pq = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m_ok = pq < P * Q
+    p = pq // Q
+    q = pq - p * Q
+    k = z % K
+    x_pl = X + z * H * Wd
+    acc = tl.zeros([BLOCK], tl.float32)
+    for r in tl.static_range(R):
+        for s in tl.static_range(S):
+            ih = p * SH - PH + r * DH
+            iw = q * SW - PW + s * DW
+            if UH * UW > 1:
+                ok = m_ok & (ih >= 0) & (iw >= 0) & (ih % UH == 0) & (iw % UW == 0)
+                ih = ih // UH
+                iw = iw // UW
+                ok = ok & (ih < H) & (iw < Wd)
+            else:
+                ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+            if FLIP:
+                wv = tl.load(W + k * (R * S) + (R * S - 1 - (r * S + s))).to(tl.float32)
+            else:
+                wv = tl.load(W + k * (R * S) + r * S + s).to(tl.float32)
+            acc += tl.load(x_pl + ih * Wd + iw, mask=ok, other=0.0).to(tl.float32) * wv
+    if HAS_BIAS:
+        acc += tl.load(B + k).to(tl.float32)
+    tl.store(Y + z * P * Q + pq, acc.to(Y.dtype.element_ty), mask=m_ok)
+
+
+@triton.jit
+def conv2d_dw_wgrad(X, G, PART,   # X: [N, K, H, Wd]; G: [N, K, P, Q] (dL/dy); PART: [SPLIT, K, R*S] float32
+                    N, K, H, Wd, P, Q, STEPS,
+                    SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+                    DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
+                    BLOCK_RS: tl.constexpr, BLOCK: tl.constexpr):
+    """Depthwise weight gradient: PART[sp, k, tap] = sum of dL/dy[n, k] times x[n, k] at the tap over
+    the STEPS blocks of BLOCK positions of split sp (blocks run over the images); program (k, sp);
+    conv2d_wgrad_finish sums the splits. The taps are the rows of one [BLOCK_RS, BLOCK] gather."""
+    k = tl.program_id(0)
+    sp = tl.program_id(1)
+    taps = tl.arange(0, BLOCK_RS)
+    t_ok = taps < R * S
+    tr = taps // S
+    ts = taps - tr * S
+    offs = tl.arange(0, BLOCK)
+    n_pb = tl.cdiv(P * Q, BLOCK)
+    acc = tl.zeros([BLOCK_RS, BLOCK], tl.float32)
+    for t in range(sp * STEPS, tl.minimum(sp * STEPS + STEPS, N * n_pb)):
+        z = (t // n_pb).to(tl.int64) * K + k
+        pq = (t % n_pb) * BLOCK + offs
+        m_ok = pq < P * Q
+        p = pq // Q
+        q = pq - p * Q
+        g = tl.load(G + z * P * Q + pq, mask=m_ok, other=0.0).to(tl.float32)
+        ih = p[None, :] * SH - PH + tr[:, None] * DH
+        iw = q[None, :] * SW - PW + ts[:, None] * DW
+        ok = t_ok[:, None] & m_ok[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+        acc += tl.load(X + z * H * Wd + ih * Wd + iw, mask=ok, other=0.0).to(tl.float32) * g[None, :]
+    tl.store(PART + (sp * K + k) * (R * S) + taps, tl.sum(acc, 1), mask=t_ok)

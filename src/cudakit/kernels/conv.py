@@ -203,10 +203,16 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
         if bias:
             gb.fill(0)
         return gw, gb
-    kern, grid, steps = _wgrad_launch((n, c, h, wd), k // groups, geo, x.dtype.name, precision(x.dtype.name),
-                                      groups)
-    part = cp.empty((grid[2], k * c * r * s), cp.float32)
-    kern[grid](x, grad_out, part, n, c, h, wd, k // groups, geo[8], geo[9], steps, groups)
+    if depthwise(x.shape, w_shape, groups, geo):
+        split, steps = dw_wgrad_split(n, k, geo)
+        part = cp.empty((split, k * r * s), cp.float32)
+        _k("conv2d_dw_wgrad", **dw_wgrad_consts(geo))[(k, split)](x, grad_out, part, n, k, h, wd, geo[8], geo[9],
+                                                                  steps)
+    else:
+        kern, grid, steps = _wgrad_launch((n, c, h, wd), k // groups, geo, x.dtype.name, precision(x.dtype.name),
+                                          groups)
+        part = cp.empty((grid[2], k * c * r * s), cp.float32)
+        kern[grid](x, grad_out, part, n, c, h, wd, k // groups, geo[8], geo[9], steps, groups)
     part_b = part
     if bias:   # per (channel, group of images) partial sums of dL/dy
         images = math.ceil(n / min(n, _BIAS_SPLIT))
@@ -214,12 +220,60 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
         _k("conv2d_bias_grad", BLOCK=_BIAS_BLOCK)[(k, part_b.shape[0])](
             grad_out, part_b, n, k, geo[8] * geo[9], images)
     _k("conv2d_wgrad_finish", HAS_BIAS=bias, BLOCK=_FINISH_BLOCK)[(math.ceil(gw.size / _FINISH_BLOCK),)](
-        part, part_b, gw, gb if bias else gw, grid[2], part_b.shape[0], gw.size, k)
+        part, part_b, gw, gb if bias else gw, part.shape[0], part_b.shape[0], gw.size, k)
     return gw, gb
+
+
+# ---- depthwise (groups = channels = filters): direct kernels, float32 FMAs, memory-bound ----------
+_DW_BLOCK = 512          # output positions a program of conv2d_dw_fwd
+_DW_WG_BLOCK = 256       # positions a step of conv2d_dw_wgrad
+
+
+def depthwise(x_shape, w_shape, groups: int, geo) -> bool:
+    """True for a depthwise convolution the direct kernels take: one input and one output channel per
+    group, and each plane's position blocks within grid y (65535)."""
+    return (groups > 1 and groups == x_shape[1] == w_shape[0]
+            and max(geo[8] * geo[9], x_shape[2] * x_shape[3]) <= 65535 * _DW_BLOCK)
+
+
+def _dw_consts(geo, upsample=(1, 1), flip: bool = False, has_bias: bool = False) -> dict:
+    sh, sw, ph, pw, dh, dw, r, s = geo[:8]
+    return dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, UH=upsample[0], UW=upsample[1], FLIP=flip,
+                HAS_BIAS=has_bias, BLOCK=_DW_BLOCK, num_warps=4)
+
+
+def _dw_run(x, w, bias, geo, flip: bool = False, upsample=(1, 1)):
+    """y (N, K, P, Q) of the depthwise convolution of x (N, K, H, W) with w (K, 1, R, S): conv2d_dw_fwd
+    (flip, upsample: the input gradient, as _run)."""
+    cp = _cupy.cupy()
+    n, k, h, wd = x.shape
+    y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
+    if y.size == 0:
+        return y
+    _k("conv2d_dw_fwd", **_dw_consts(geo, upsample, flip, bias is not None))[
+        (n * k, math.ceil(geo[8] * geo[9] / _DW_BLOCK))](x, w, w if bias is None else bias, y, k, h, wd, geo[8], geo[9])
+    return y
+
+
+def dw_wgrad_split(n: int, k: int, geo) -> tuple[int, int]:
+    """(splits, STEPS) of conv2d_dw_wgrad: the N ceil(P Q / block) blocks of each channel split so
+    that about two programs per SM of an H100 run."""
+    blocks = n * math.ceil(geo[8] * geo[9] / _DW_WG_BLOCK)
+    split = max(1, min(blocks, math.ceil(_TARGET_PROGRAMS / k)))
+    steps = math.ceil(blocks / split)
+    return math.ceil(blocks / steps), steps
+
+
+def dw_wgrad_consts(geo) -> dict:
+    sh, sw, ph, pw, dh, dw, r, s = geo[:8]
+    return dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, BLOCK_RS=max(2, 1 << (r * s - 1).bit_length()),
+                BLOCK=_DW_WG_BLOCK, num_warps=4)
 
 
 def conv2d(x, w, bias, geo, groups: int = 1):
     """conv_api's conv2d for C-contiguous x (N, C, H, W), w (K, C / groups, R, S), bias (K,) or None."""
+    if depthwise(x.shape, w.shape, groups, geo):
+        return _dw_run(x, w, bias, geo)
     return _run(x, _weight(w, False, groups), bias, geo, groups=groups)
 
 
@@ -227,5 +281,7 @@ def conv2d_input_grad(grad_out, w, x_shape, geo, groups: int = 1):
     """dL/dx (x_shape) of conv2d for C-contiguous grad_out (N, K, P, Q): the convolution of grad_out,
     zero-interleaved by the strides, with w flipped in (R, S) and its channel axes swapped per group
     (flipped() gives the geometry)."""
+    if depthwise(x_shape, w.shape, groups, geo):
+        return _dw_run(grad_out, w, None, flipped(geo, x_shape), True, (geo[0], geo[1]))
     return _run(grad_out, _weight(w, True, groups), None, flipped(geo, x_shape), upsample=(geo[0], geo[1]),
                 groups=groups)
