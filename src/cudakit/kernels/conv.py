@@ -257,9 +257,9 @@ def _dw_run(x, w, bias, geo, flip: bool = False, upsample=(1, 1)):
 
 def dw_wgrad_split(n: int, k: int, geo) -> tuple[int, int]:
     """(splits, STEPS) of conv2d_dw_wgrad: the N ceil(P Q / block) blocks of each channel split so
-    that about two programs per SM of an H100 run."""
+    that about eight programs (of 4 warps) per SM of an H100 run."""
     blocks = n * math.ceil(geo[8] * geo[9] / _DW_WG_BLOCK)
-    split = max(1, min(blocks, math.ceil(_TARGET_PROGRAMS / k)))
+    split = max(1, min(blocks, math.ceil(4 * _TARGET_PROGRAMS / k)))
     steps = math.ceil(blocks / split)
     return math.ceil(blocks / steps), steps
 
