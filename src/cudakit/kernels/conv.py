@@ -227,6 +227,8 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
 # ---- depthwise (groups = channels = filters): direct kernels, float32 FMAs, memory-bound ----------
 _DW_BLOCK = 512          # output positions a program of conv2d_dw_fwd
 _DW_WG_BLOCK = 256       # positions a step of conv2d_dw_wgrad
+_DW_WG_WARPS = 4
+_DW_WG_PROGRAMS = 4 * _TARGET_PROGRAMS   # programs of conv2d_dw_wgrad to aim for (splits x channels)
 
 
 def depthwise(x_shape, w_shape, groups: int, geo) -> bool:
@@ -259,7 +261,7 @@ def dw_wgrad_split(n: int, k: int, geo) -> tuple[int, int]:
     """(splits, STEPS) of conv2d_dw_wgrad: the N ceil(P Q / block) blocks of each channel split so
     that about eight programs (of 4 warps) per SM of an H100 run."""
     blocks = n * math.ceil(geo[8] * geo[9] / _DW_WG_BLOCK)
-    split = max(1, min(blocks, math.ceil(4 * _TARGET_PROGRAMS / k)))
+    split = max(1, min(blocks, math.ceil(_DW_WG_PROGRAMS / k)))
     steps = math.ceil(blocks / split)
     return math.ceil(blocks / steps), steps
 
@@ -267,7 +269,7 @@ def dw_wgrad_split(n: int, k: int, geo) -> tuple[int, int]:
 def dw_wgrad_consts(geo) -> dict:
     sh, sw, ph, pw, dh, dw, r, s = geo[:8]
     return dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, BLOCK_RS=max(2, 1 << (r * s - 1).bit_length()),
-                BLOCK=_DW_WG_BLOCK, num_warps=4)
+                BLOCK=_DW_WG_BLOCK, num_warps=_DW_WG_WARPS)
 
 
 def conv2d(x, w, bias, geo, groups: int = 1):
