@@ -226,9 +226,13 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
 
 # ---- depthwise (groups = channels = filters): direct kernels, float32 FMAs, memory-bound ----------
 _DW_BLOCK = 512          # output positions a program of conv2d_dw_fwd
-_DW_WG_BLOCK = 256       # positions a step of conv2d_dw_wgrad
+# conv2d_dw_wgrad: positions a step, warps, programs to aim for (splits x channels). Timed on an H100
+# (2026-11-25, GPU-bc3d3a89, .carry A/B of conv2d_backward, 32x128x56x56 depthwise 3x3): 128 positions
+# and 16 x 264 programs ran the backward in 0.50 ms (bfloat16), 256 and 4 x 264 in 0.65 ms, 1024 on 4
+# warps in 2.7 ms (its [16, 1024] float32 accumulator spills)
+_DW_WG_BLOCK = 128
 _DW_WG_WARPS = 4
-_DW_WG_PROGRAMS = 4 * _TARGET_PROGRAMS   # programs of conv2d_dw_wgrad to aim for (splits x channels)
+_DW_WG_PROGRAMS = 16 * _TARGET_PROGRAMS
 
 
 def depthwise(x_shape, w_shape, groups: int, geo) -> bool:
@@ -259,7 +263,7 @@ def _dw_run(x, w, bias, geo, flip: bool = False, upsample=(1, 1)):
 
 def dw_wgrad_split(n: int, k: int, geo) -> tuple[int, int]:
     """(splits, STEPS) of conv2d_dw_wgrad: the N ceil(P Q / block) blocks of each channel split so
-    that about eight programs (of 4 warps) per SM of an H100 run."""
+    that about _DW_WG_PROGRAMS programs run."""
     blocks = n * math.ceil(geo[8] * geo[9] / _DW_WG_BLOCK)
     split = max(1, min(blocks, math.ceil(_DW_WG_PROGRAMS / k)))
     steps = math.ceil(blocks / split)
