@@ -4,8 +4,9 @@ every backend as a mixin of Backend.
 conv2d: a backend may run it with its own kernels (hooks _conv2d_kernel, _conv2d_input_grad_kernel,
 _conv2d_weight_grad_kernel; the CUDA backend's are kernels/conv.py's implicit GEMMs and direct
 depthwise kernels). Otherwise it is an im2col convolution, group by group when groups > 1: the
-input's windows are gathered (a strided view copied once, C*R*S x Ho*Wo per image) and multiplied by the (K, C*R*S) weight through the backend's matmul, so it needs
-R*S times the input's memory for that copy; its backward is two more batched GEMMs plus a col2im
+input's windows are gathered (a strided view copied once, C*R*S x Ho*Wo per image) and multiplied
+by the (K, C*R*S) weight through the backend's matmul, so it needs R*S times the input's memory for
+that copy; its backward is two more batched GEMMs plus a col2im
 scatter-add (one strided add per kernel tap). 16-bit data are accumulated in float32 and rounded
 once. Pooling runs a backend's pooling kernels where it has them (hooks _pool_kernel,
 _pool_backward_kernel), else reduces strided window views through max, argmax and mean.
