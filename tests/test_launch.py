@@ -24,3 +24,12 @@ def test_block_over_limit_names_value_and_limit():
 def test_launch_config_dataclass_normalises():
     c = cudakit.LaunchConfig(grid=(4, 2), block=128, shared_mem=1024)
     assert c.grid == (4, 2, 1) and c.block == (128, 1, 1)
+
+
+def test_launch_error_names_only_what_it_knows():
+    """A refusal before the launch (no grid or block yet) does not print empty tuples."""
+    e = LaunchError("needs 262144 bytes of shared memory", "attn_fwd")
+    assert str(e) == "kernel 'attn_fwd': needs 262144 bytes of shared memory"
+    e = LaunchError("too many resources", "k", (4, 1, 1), (256, 1, 1))
+    assert str(e) == "kernel 'k' grid=(4, 1, 1) block=(256, 1, 1): too many resources"
+    assert (e.kernel, e.grid, e.block) == ("k", (4, 1, 1), (256, 1, 1))
