@@ -18,6 +18,24 @@ import triton.language as tl
 
 
 @triton.jit
+def _tap(p, q, r, s, m_ok, H, Wd, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+         DH: tl.constexpr, DW: tl.constexpr, UH: tl.constexpr, UW: tl.constexpr):
+    """(ih, iw, ok): the input row and column output position (p, q) reads at tap (r, s), and whether
+    it exists. UH, UW > 1: the input read zero-interleaved (UH - 1 zero rows after each row, UW - 1
+    zero columns after each column), so only taps landing on a multiple of UH (UW) read anything."""
+    ih = p * SH - PH + r * DH
+    iw = q * SW - PW + s * DW
+    if UH * UW > 1:
+        ok = m_ok & (ih >= 0) & (iw >= 0) & (ih % UH == 0) & (iw % UW == 0)
+        ih = ih // UH
+        iw = iw // UW
+        ok = ok & (ih < H) & (iw < Wd)
+    else:
+        ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+    return ih, iw, ok
+
+
+@triton.jit
 def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K]; B: [G K] (HAS_BIAS); Y: [N G, K, P, Q]
                C, H, Wd, K, P, Q, G,   # C, K: channels per group; G: groups
                SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
@@ -50,15 +68,7 @@ def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K]; B: [G 
         c0 = (t - rs * n_c) * BLOCK_K
         r = rs // S
         s = rs - r * S
-        ih = p * SH - PH + r * DH
-        iw = q * SW - PW + s * DW
-        if UH * UW > 1:   # rows / columns of the zero-interleaved input that exist in x
-            pos_ok = m_ok & (ih >= 0) & (iw >= 0) & (ih % UH == 0) & (iw % UW == 0)
-            ih = ih // UH
-            iw = iw // UW
-            pos_ok = pos_ok & (ih < H) & (iw < Wd)
-        else:
-            pos_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+        ih, iw, pos_ok = _tap(p, q, r, s, m_ok, H, Wd, SH, SW, PH, PW, DH, DW, UH, UW)
         if AFFINE:
             pos = pq + (r * DH - PH) * Wd + (s * DW - PW)
         else:
@@ -199,15 +209,7 @@ def conv2d_dw_fwd(X, W, B, Y,   # X: [N, K, H, Wd]; W: [K, R*S]; B: [K] (HAS_BIA
     acc = tl.zeros([BLOCK], tl.float32)
     for r in tl.static_range(R):
         for s in tl.static_range(S):
-            ih = p * SH - PH + r * DH
-            iw = q * SW - PW + s * DW
-            if UH * UW > 1:
-                ok = m_ok & (ih >= 0) & (iw >= 0) & (ih % UH == 0) & (iw % UW == 0)
-                ih = ih // UH
-                iw = iw // UW
-                ok = ok & (ih < H) & (iw < Wd)
-            else:
-                ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+            ih, iw, ok = _tap(p, q, r, s, m_ok, H, Wd, SH, SW, PH, PW, DH, DW, UH, UW)
             if FLIP:
                 wv = tl.load(W + k * (R * S) + (R * S - 1 - (r * S + s))).to(tl.float32)
             else:
