@@ -59,18 +59,6 @@ def test_attention_nan(dtype):
     ac.check_nan(_dev, _host, dtype)
 
 
-@pytest.fixture
-def float32_precision():
-    """Set cudakit.float32_precision() for one test, restored after it."""
-    old = []
-
-    def set_(prec):
-        old.append(cudakit.set_float32_precision(prec))
-    yield set_
-    if old:
-        cudakit.set_float32_precision(old[0])
-
-
 @pytest.mark.parametrize("prec", ["ieee", "tf32x3"])
 @pytest.mark.parametrize("lq,lk,d,causal", [(200, 190, 64, True), (130, 257, 128, False), (64, 64, 40, True)])
 def test_attention_float32_precisions(lq, lk, d, causal, prec, float32_precision, rng):

@@ -92,18 +92,6 @@ def test_conv2d_16bit_nan_reaches_only_its_windows(dtype, rng):
     assert np.isnan(y).sum() == 4 * 9 and np.isnan(y[0, :, 1:4, 1:4]).all()
 
 
-@pytest.fixture
-def float32_precision():
-    """Set cudakit.float32_precision() for one test, restored after it."""
-    old = []
-
-    def set_(prec):
-        old.append(cudakit.set_float32_precision(prec))
-    yield set_
-    if old:
-        cudakit.set_float32_precision(old[0])
-
-
 @pytest.mark.parametrize("prec", ["ieee", "tf32x3", "tf32"])
 @pytest.mark.parametrize("geo", [(2, 40, 12, 11, 70, 3, 3, 1, 1, 1), (2, 24, 13, 12, 130, 3, 3, 2, 1, 1),
                                  (3, 8, 9, 9, 16, 5, 5, 1, 2, 1)])
