@@ -1,5 +1,7 @@
+import numpy as np
 import pytest
 
+import cudakit
 from cudakit import config
 
 
@@ -35,16 +37,26 @@ def test_float32_precision_env_and_setter(monkeypatch):
     config.reload()
     assert config.float32_precision() == "ieee"
     try:
-        assert config.set_float32_precision("tf32") == "ieee"
+        assert config.set_float32_precision("TF32") is None   # nothing was set: the environment applied
         assert config.float32_precision() == "tf32"
         with pytest.raises(ValueError, match=r"one of 'tf32x3', 'ieee', 'tf32' \(got 'fp32'\)"):
             config.set_float32_precision("fp32")
         assert config.float32_precision() == "tf32"   # a refused value changes nothing
-        assert config.set_float32_precision(None) == "tf32"
+        assert config.set_float32_precision("tf32x3") == "tf32"
+        assert config.set_float32_precision(None) == "tf32x3"
         assert config.float32_precision() == "ieee"   # back to the environment's
+        old = config.set_float32_precision("tf32")
+        config.set_float32_precision(old)             # save and restore leaves nothing pinned
+        monkeypatch.setenv("CUDAKIT_FLOAT32_PRECISION", "tf32")
+        config.reload()
+        assert config.float32_precision() == "tf32"
+        # a bad value fails where the precision is used, not every setting
         monkeypatch.setenv("CUDAKIT_FLOAT32_PRECISION", "half")
+        assert config.reload().backend
         with pytest.raises(ValueError, match="CUDAKIT_FLOAT32_PRECISION"):
-            config.reload()
+            config.float32_precision()
+        x = np.ones((1, 2, 4, 4), np.float32)
+        assert cudakit.get_backend("cpu").conv2d(x, np.ones((3, 2, 3, 3), np.float32)).shape == (1, 3, 2, 2)
     finally:
         monkeypatch.undo()
         config.reload()

@@ -102,3 +102,22 @@ def test_max_pool_backward_of_all_inf_windows_stays_inside():
     g = np.ones((1, 1, 3, 3), np.float32)
     gx = cudakit.max_pool2d_backward(g, x, 3, 1, 1)
     assert gx.sum() == 9  # every window's gradient lands on an element of x, none in the padding
+
+
+def test_depthwise_routing():
+    """Which convolutions the GPU's direct depthwise kernels take (kernels/conv.py): one channel per
+    group in and out, at most 7 x 7 taps; and usable() counts the grouped weight, not C x K."""
+    from cudakit.kernels import conv
+    geo3 = (1, 1, 1, 1, 1, 1, 3, 3, 56, 56)
+    geo9 = (1, 1, 4, 4, 1, 1, 9, 9, 56, 56)
+    assert conv.depthwise((2, 64, 56, 56), (64, 1, 3, 3), 64, geo3)
+    assert not conv.depthwise((2, 64, 56, 56), (128, 1, 3, 3), 64, geo3)   # two filters per group
+    assert not conv.depthwise((2, 64, 56, 56), (64, 2, 3, 3), 32, geo3)
+    assert not conv.depthwise((2, 64, 56, 56), (64, 1, 9, 9), 64, geo9)    # 81 taps: implicit GEMM
+    big = 70000   # more groups than grid z holds: depthwise still runs the direct kernels
+    if conv.available():
+        assert conv.usable("float32", (1, big, 8, 8), big, (1, 1, 1, 1, 1, 1, 3, 3, 8, 8), big)
+        assert not conv.usable("float32", (1, 2 * big, 8, 8), 2 * big, (1, 1, 1, 1, 1, 1, 3, 3, 8, 8), big)
+        geo = geo3[:8] + (8, 8)   # a weight of 2^35 elements in 8 groups of 2^29: int32 offsets within each
+        assert conv.usable("bfloat16", (1, 65536, 8, 8), 65536, geo, 8)
+        assert not conv.usable("bfloat16", (1, 65536, 8, 8), 65536, geo, 1)

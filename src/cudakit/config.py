@@ -47,8 +47,8 @@ class Settings:
             autotune=env.get("CUDAKIT_AUTOTUNE", "1").strip().lower() not in {"0", "false", "no", "off"},
             autotune_log=env.get("CUDAKIT_AUTOTUNE_LOG", "0").strip().lower() in _TRUE,
             native=env.get("CUDAKIT_NATIVE", "1").strip().lower() not in {"0", "false", "no", "off"},
-            float32_precision=_check_precision(env.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3").strip().lower()
-                                               or "tf32x3", "CUDAKIT_FLOAT32_PRECISION"),
+            # checked where it is used (float32_precision()): a bad value fails only the float32 GPU kernels
+            float32_precision=env.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3").strip().lower() or "tf32x3",
         )
 
 
@@ -83,16 +83,23 @@ def _check_precision(value, what: str) -> str:
 
 def float32_precision() -> str:
     """The products of float32 conv2d and attention on the GPU: "tf32x3", "ieee" or "tf32" (see
-    FLOAT32_PRECISIONS); set_float32_precision's value, else CUDAKIT_FLOAT32_PRECISION's."""
-    return _float32_precision or settings().float32_precision
+    FLOAT32_PRECISIONS); set_float32_precision's value, else CUDAKIT_FLOAT32_PRECISION's (a value
+    that is none of them raises ValueError here)."""
+    if _float32_precision is not None:
+        return _float32_precision
+    return _check_precision(settings().float32_precision, "CUDAKIT_FLOAT32_PRECISION")
 
 
-def set_float32_precision(value: str | None) -> str:
-    """Set float32_precision() for this process ("tf32x3", "ieee" or "tf32"; None: back to
-    CUDAKIT_FLOAT32_PRECISION) and return the previous value. Raises ValueError for another value."""
+def set_float32_precision(value: str | None) -> str | None:
+    """Set float32_precision() for this process ("tf32x3", "ieee" or "tf32", any case; None: back to
+    CUDAKIT_FLOAT32_PRECISION). Returns what was set before (None when nothing was), so that
+    `old = set_float32_precision(p); ...; set_float32_precision(old)` restores it exactly. Raises
+    ValueError for another value."""
     global _float32_precision
-    previous = float32_precision()
-    _float32_precision = None if value is None else _check_precision(value, "float32 precision")
+    previous = _float32_precision
+    if value is not None:
+        value = _check_precision(str(value).strip().lower(), "float32 precision")
+    _float32_precision = value
     return previous
 
 

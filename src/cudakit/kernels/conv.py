@@ -30,12 +30,14 @@ def available() -> bool:
 
 
 def usable(dtype_name: str, x_shape, k: int, geo, groups: int = 1) -> bool:
-    """True when conv2d runs here: float16, bfloat16 or float32, every per-image plane under 2^31
-    elements, at most 65535 groups (one launch holds whole groups of images), Triton installed."""
+    """True when conv2d runs here: float16, bfloat16 or float32, every per-image plane and each
+    group's weight under 2^31 elements (int32 offsets), at most 65535 groups unless depthwise (one
+    implicit-GEMM launch holds whole groups of images), Triton installed."""
     n, c, h, w = x_shape
     r, s, ho, wo = geo[6:]
-    return (dtype_name in DTYPES and c * h * w < 2**31 and k * ho * wo < 2**31 and r * s * c * k < 2**31
-            and groups <= _MAX_GRID_Z and available())
+    return (dtype_name in DTYPES and c * h * w < 2**31 and k * ho * wo < 2**31
+            and r * s * (c // groups) * (k // groups) < 2**31
+            and (groups <= _MAX_GRID_Z or depthwise(x_shape, (k,), groups, geo)) and available())
 
 
 def precision(dtype_name: str) -> str:
@@ -226,6 +228,7 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
 
 # ---- depthwise (groups = channels = filters): direct kernels, float32 FMAs, memory-bound ----------
 _DW_BLOCK = 512          # output positions a program of conv2d_dw_fwd
+_DW_MAX_TAPS = 49        # larger windows take the implicit GEMM: the direct kernels unroll their taps
 # conv2d_dw_wgrad: positions a step, warps, programs to aim for (splits x channels). Timed on an H100
 # (2026-11-25, GPU-bc3d3a89, .carry A/B of conv2d_backward, 32x128x56x56 depthwise 3x3): 128 positions
 # and 16 x 264 programs ran the backward in 0.50 ms (bfloat16), 256 and 4 x 264 in 0.65 ms, 1024 on 4
@@ -237,8 +240,8 @@ _DW_WG_PROGRAMS = 16 * _TARGET_PROGRAMS
 
 def depthwise(x_shape, w_shape, groups: int, geo) -> bool:
     """True for a depthwise convolution the direct kernels take: one input and one output channel per
-    group, and each plane's position blocks within grid y (65535)."""
-    return (groups > 1 and groups == x_shape[1] == w_shape[0]
+    group, at most 7 x 7 taps, and each plane's position blocks within grid y (65535)."""
+    return (groups > 1 and groups == x_shape[1] == w_shape[0] and geo[6] * geo[7] <= _DW_MAX_TAPS
             and max(geo[8] * geo[9], x_shape[2] * x_shape[3]) <= 65535 * _DW_BLOCK)
 
 
