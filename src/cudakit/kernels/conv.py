@@ -230,9 +230,9 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
 _DW_BLOCK = 512          # output positions a program of conv2d_dw_fwd
 _DW_MAX_TAPS = 49        # larger windows take the implicit GEMM: the direct kernels unroll their taps
 # conv2d_dw_wgrad: positions a step, warps, programs to aim for (splits x channels). Timed on an H100
-# (2026-11-25, GPU-bc3d3a89, scripts/depthwise_variants.py: conv2d_backward, 32x128x56x56 depthwise 3x3): 128 positions
-# and 16 x 264 programs ran the backward in 0.50 ms (bfloat16), 256 and 4 x 264 in 0.65 ms, 1024 on 4
-# warps in 2.7 ms (its [16, 1024] float32 accumulator spills)
+# (2026-11-25, GPU-bc3d3a89, scripts/depthwise_variants.py: conv2d_backward of a 32x128x56x56
+# depthwise 3x3): 128 positions and 16 x 264 programs ran it in 0.50 ms (bfloat16), 256 and 4 x 264
+# in 0.65 ms, 1024 on 4 warps in 2.7 ms (its [16, 1024] float32 accumulator spills)
 _DW_WG_BLOCK = 128
 _DW_WG_WARPS = 4
 _DW_WG_PROGRAMS = 16 * _TARGET_PROGRAMS
