@@ -29,6 +29,16 @@ def test_conv2d_groups(geo, groups, dtype, rng):
     cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups=groups)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo,with_bias", [((2, 6, 13, 12, 6, 5, 5, (2, 1), (4, 2), 2), True),
+                                           ((1, 5, 9, 9, 5, 1, 3, 1, (0, 1), 1), False)])
+def test_conv2d_depthwise(geo, with_bias, dtype, rng):
+    """The CPU backend's depthwise path (backends/cpu_conv.py): dilated 5x5 with unequal strides and
+    paddings, a 1x3 window without bias."""
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, with_bias=with_bias, groups=c)
+
+
 def test_conv2d_without_bias(rng):
     cc.check_conv2d(_dev, _host, rng, 2, 3, 8, 8, 4, 3, 3, 1, 1, 1, "float32", with_bias=False)
 

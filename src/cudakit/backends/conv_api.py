@@ -3,7 +3,7 @@ every backend as a mixin of Backend.
 
 conv2d: a backend may run it with its own kernels (hooks _conv2d_kernel, _conv2d_input_grad_kernel,
 _conv2d_weight_grad_kernel; the CUDA backend's are kernels/conv.py's implicit GEMMs and direct
-depthwise kernels). Otherwise it is an im2col convolution, group by group when groups > 1: the
+depthwise kernels, the CPU backend's backends/cpu_conv.py's depthwise tap sums). Otherwise it is an im2col convolution, group by group when groups > 1: the
 input's windows are gathered (a strided view copied once, C*R*S x Ho*Wo per image) and multiplied
 by the (K, C*R*S) weight through the backend's matmul, so it needs R*S times the input's memory for
 that copy; its backward is two more batched GEMMs plus a col2im
@@ -315,3 +315,20 @@ class ConvOps:
                     part = g32 * (1.0 / (r * s)) if kind == "avg" else xp.where(idx == i * s + j, g32, 0)
                     gx[:, :, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw] += part
             return self._ascontiguous(gx[:, :, ph:ph + h, pw:pw + w]).astype(x.dtype)
+
+
+class CpuConvHooks(ConvOps):
+    """The CPU backend's depthwise convolutions (backends/cpu_conv.py); the rest take im2col."""
+
+    def _conv2d_kernel(self, x, w, b, geo, groups):
+        from . import cpu_conv
+        return cpu_conv.forward(x, w, b, geo) if cpu_conv.depthwise(x.shape, w.shape, groups) else None
+
+    def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
+        from . import cpu_conv
+        return cpu_conv.input_grad(grad_out, w, x_shape, geo) if cpu_conv.depthwise(x_shape, w.shape, groups) else None
+
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias, groups):
+        from . import cpu_conv
+        return cpu_conv.weight_grad(grad_out, x, w_shape, geo, bias) if cpu_conv.depthwise(x.shape, w_shape, groups) \
+            else None

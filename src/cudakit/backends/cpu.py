@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import DeviceError
 from .base import Backend
 from .attention_api import CpuAttentionHooks
+from .conv_api import CpuConvHooks
 from .dropout_api import CpuDropoutHooks
 from .layout_api import CpuLayoutHooks
 from .linalg_api import CpuLinalgHooks
@@ -131,7 +132,7 @@ def _dtype(dt):
 
 
 class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuLayoutHooks, CpuDropoutHooks,
-                 CpuLinalgHooks, CpuAttentionHooks, Backend):
+                 CpuLinalgHooks, CpuAttentionHooks, CpuConvHooks, Backend):
     """NumPy implementations of every op."""
 
     name = "cpu"
