@@ -3,13 +3,14 @@ every backend as a mixin of Backend.
 
 conv2d: a backend may run it with its own kernels (hooks _conv2d_kernel, _conv2d_input_grad_kernel,
 _conv2d_weight_grad_kernel; the CUDA backend's are kernels/conv.py's implicit GEMMs and direct
-depthwise kernels, the CPU backend's backends/cpu_conv.py's depthwise tap sums). Otherwise it is an im2col convolution, group by group when groups > 1: the
-input's windows are gathered (a strided view copied once, C*R*S x Ho*Wo per image) and multiplied
-by the (K, C*R*S) weight through the backend's matmul, so it needs R*S times the input's memory for
-that copy; its backward is two more batched GEMMs plus a col2im
-scatter-add (one strided add per kernel tap). 16-bit data are accumulated in float32 and rounded
-once. Pooling runs a backend's pooling kernels where it has them (hooks _pool_kernel,
-_pool_backward_kernel), else reduces strided window views through max, argmax and mean.
+depthwise kernels, the CPU backend's backends/cpu_conv.py's depthwise tap sums). Otherwise it is an
+im2col convolution, group by group when groups > 1: the input's windows are gathered (a strided
+view copied once, C*R*S x Ho*Wo per image) and multiplied by the (K, C*R*S) weight through the
+backend's matmul, so it needs R*S times the input's memory for that copy; its backward is two more
+batched GEMMs plus a col2im scatter-add (one strided add per kernel tap). 16-bit data are
+accumulated in float32 and rounded once. Pooling runs a backend's pooling kernels where it has them
+(hooks _pool_kernel, _pool_backward_kernel), else reduces strided window views through max, argmax
+and mean.
 """
 from __future__ import annotations
 
@@ -151,12 +152,9 @@ class ConvOps:
             y = self._conv2d_kernel(x, w, b, geo, groups)
             if y is not None:
                 return y
-            if groups == 1:
-                return self._im2col_conv2d(x, w, b, geo)
-            c, k = x.shape[1] // groups, w.shape[0] // groups
-            return self._xp().concatenate(   # group by group
-                [self._im2col_conv2d(x[:, i * c:(i + 1) * c], w[i * k:(i + 1) * k],
-                                     None if b is None else b[i * k:(i + 1) * k], geo) for i in range(groups)], axis=1)
+            return self._by_group(groups, lambda i, cg, kg: self._im2col_conv2d(
+                x[:, i * cg:(i + 1) * cg], w[i * kg:(i + 1) * kg], None if b is None else b[i * kg:(i + 1) * kg], geo),
+                1, x.shape[1], w.shape[0])
 
     def _im2col_conv2d(self, x, w, b, geo):
         n, k = x.shape[0], w.shape[0]

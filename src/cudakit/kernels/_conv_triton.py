@@ -120,9 +120,7 @@ def conv2d_wgrad(X, G, GW,     # X: [N NG, C, H, Wd]; G: [N NG, K, P, Q] (dL/dy)
         m_ok = pq < pqn
         p = pq // Q
         q = pq - p * Q
-        ih = p * SH - PH + r * DH
-        iw = q * SW - PW + s * DW
-        pos_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+        ih, iw, pos_ok = _tap(p, q, r, s, m_ok, H, Wd, SH, SW, PH, PW, DH, DW, 1, 1)
         if AFFINE:
             pos = pq + (r * DH - PH) * Wd + (s * DW - PW)
         else:
@@ -245,8 +243,7 @@ def conv2d_dw_wgrad(X, G, PART,   # X: [N, K, H, Wd]; G: [N, K, P, Q] (dL/dy); P
         p = pq // Q
         q = pq - p * Q
         g = tl.load(G + z * P * Q + pq, mask=m_ok, other=0.0).to(tl.float32)
-        ih = p[None, :] * SH - PH + tr[:, None] * DH
-        iw = q[None, :] * SW - PW + ts[:, None] * DW
-        ok = t_ok[:, None] & m_ok[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < Wd)
+        ih, iw, ok = _tap(p[None, :], q[None, :], tr[:, None], ts[:, None], t_ok[:, None] & m_ok[None, :], H, Wd,
+                          SH, SW, PH, PW, DH, DW, 1, 1)
         acc += tl.load(X + z * H * Wd + ih * Wd + iw, mask=ok, other=0.0).to(tl.float32) * g[None, :]
     tl.store(PART + (sp * K + k) * (R * S) + taps, tl.sum(acc, 1), mask=t_ok)

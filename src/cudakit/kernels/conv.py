@@ -63,12 +63,17 @@ def _config(c: int, k: int, dtype_name: str = "bfloat16") -> dict:
             "num_warps": 4, "num_stages": 3}
 
 
+def _window_consts(geo) -> dict:
+    """Strides, paddings, dilations and window of geo as every conv kernel's constexprs."""
+    sh, sw, ph, pw, dh, dw, r, s = geo[:8]
+    return dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s)
+
+
 def _geo_consts(x_shape, geo, upsample: tuple = (1, 1)) -> dict:
     """The geometry constexprs conv2d_fwd and conv2d_wgrad share; AFFINE when an output position
     reads x at itself plus a per-tap constant (strides 1, no upsampling, Q == W)."""
-    sh, sw, ph, pw, dh, dw, r, s, ho, wo = geo
-    return dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s,
-                AFFINE=sh == 1 and sw == 1 and wo == x_shape[3] and upsample == (1, 1))
+    return dict(_window_consts(geo),
+                AFFINE=geo[0] == 1 and geo[1] == 1 and geo[9] == x_shape[3] and upsample == (1, 1))
 
 
 @functools.lru_cache(maxsize=None)
@@ -246,9 +251,15 @@ def depthwise(x_shape, w_shape, groups: int, geo) -> bool:
 
 
 def _dw_consts(geo, upsample=(1, 1), flip: bool = False, has_bias: bool = False) -> dict:
-    sh, sw, ph, pw, dh, dw, r, s = geo[:8]
-    return dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, UH=upsample[0], UW=upsample[1], FLIP=flip,
-                HAS_BIAS=has_bias, BLOCK=_DW_BLOCK, num_warps=4)
+    return dict(_window_consts(geo), UH=upsample[0], UW=upsample[1], FLIP=flip, HAS_BIAS=has_bias,
+                BLOCK=_DW_BLOCK, num_warps=4)
+
+
+@functools.lru_cache(maxsize=256)
+def _dw_kernel(geo, upsample: tuple, flip: bool, has_bias: bool):
+    """conv2d_dw_fwd with its constexprs bound, per geometry (made once: host time per call matters
+    at these sizes)."""
+    return _k("conv2d_dw_fwd", **_dw_consts(geo, upsample, flip, has_bias))
 
 
 def _dw_run(x, w, bias, geo, flip: bool = False, upsample=(1, 1)):
@@ -259,8 +270,8 @@ def _dw_run(x, w, bias, geo, flip: bool = False, upsample=(1, 1)):
     y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y
-    _k("conv2d_dw_fwd", **_dw_consts(geo, upsample, flip, bias is not None))[
-        (n * k, math.ceil(geo[8] * geo[9] / _DW_BLOCK))](x, w, w if bias is None else bias, y, k, h, wd, geo[8], geo[9])
+    _dw_kernel(geo, upsample, flip, bias is not None)[(n * k, math.ceil(geo[8] * geo[9] / _DW_BLOCK))](
+        x, w, w if bias is None else bias, y, k, h, wd, geo[8], geo[9])
     return y
 
 
@@ -274,9 +285,8 @@ def dw_wgrad_split(n: int, k: int, geo) -> tuple[int, int]:
 
 
 def dw_wgrad_consts(geo) -> dict:
-    sh, sw, ph, pw, dh, dw, r, s = geo[:8]
-    return dict(SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, R=r, S=s, BLOCK_RS=max(2, 1 << (r * s - 1).bit_length()),
-                BLOCK=_DW_WG_BLOCK, num_warps=_DW_WG_WARPS)
+    return dict(_window_consts(geo), BLOCK_RS=max(2, 1 << (geo[6] * geo[7] - 1).bit_length()), BLOCK=_DW_WG_BLOCK,
+                num_warps=_DW_WG_WARPS)
 
 
 def conv2d(x, w, bias, geo, groups: int = 1):
