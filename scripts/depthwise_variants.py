@@ -1,9 +1,11 @@
-"""Depthwise conv2d weight-gradient settings of kernels/conv.py (positions a step, warps, programs
-aimed for in units of 264): each first checked on the GPU against float64 (tests/conv_checks.py),
-then conv2d_backward of a 32x128x56x56 depthwise 3x3 timed interleaved with torch. One run:
+"""Tiles of the direct depthwise conv2d kernels of kernels/conv.py: the forward's (positions a
+program, warps) and the weight gradient's (largest tile, accumulator registers a thread, warps,
+programs aimed for in units of 264). Each variant is first checked on the GPU against float64
+(tests/conv_checks.py), then the forward, the weight gradient alone and the whole backward of a
+32x128x56x56 depthwise 3x3 are timed interleaved with torch. One run:
     python3 scripts/depthwise_variants.py
-Prints CHECK lines and VARIANT lines (median us, ratio to torch's input + weight gradients); the
-first variant is the shipped one."""
+Prints CHECK lines and VARIANT lines (median us, ratio to torch's same pass); the first variant of
+each list is the shipped one."""
 import statistics
 import sys
 
@@ -20,26 +22,40 @@ from cudakit.bench import timing  # noqa: E402
 from cudakit.kernels import conv  # noqa: E402
 
 DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
-VARIANTS = [(128, 4, 16), (64, 4, 16), (128, 4, 32), (128, 8, 16), (256, 4, 16), (256, 4, 4)]
+FWD = [(conv._DW_TILE, conv._DW_WARPS), (256, 4), (1024, 4), (1024, 8), (2048, 8)]
+WGRAD = [(conv._DW_WG_TILE, conv._DW_WG_ACC_REGS, conv._DW_WG_WARPS, conv._DW_WG_PROGRAMS // conv._TARGET_PROGRAMS),
+         (512, 64, 4, 2), (512, 64, 4, 8), (256, 64, 4, 4), (256, 64, 4, 8), (1024, 64, 8, 4), (1024, 128, 4, 4)]
+GEO = (1, 1, 1, 1, 1, 1, 3, 3, 56, 56)
 
 
-def use(v):
-    conv._DW_WG_BLOCK, conv._DW_WG_WARPS, conv._DW_WG_PROGRAMS = v[0], v[1], v[2] * conv._TARGET_PROGRAMS
+def use(f=None, wg=None):
+    """Set the module's tunables (the forward's kernels are cached per geometry: cleared)."""
+    if f and f != (conv._DW_TILE, conv._DW_WARPS):
+        conv._DW_TILE, conv._DW_WARPS = f
+        conv._dw_kernel.cache_clear()
+    if wg:
+        conv._DW_WG_TILE, conv._DW_WG_ACC_REGS, conv._DW_WG_WARPS = wg[:3]
+        conv._DW_WG_PROGRAMS = wg[3] * conv._TARGET_PROGRAMS
 
 
-rng = np.random.default_rng(0)
-dev = cp.asarray
-host = cp.asnumpy
-for v in VARIANTS:
-    use(v)
+def check():
+    rng = np.random.default_rng(0)
+    for dt in ("bfloat16", "float32"):
+        cc.check_conv2d(cp.asarray, cp.asnumpy, rng, 4, 32, 28, 28, 32, 3, 3, 1, 1, 1, dt, groups=32)
+        cc.check_conv2d(cp.asarray, cp.asnumpy, rng, 2, 16, 40, 39, 16, 5, 5, 1, 4, 2, dt, groups=16)
+        cc.check_conv2d(cp.asarray, cp.asnumpy, rng, 2, 8, 10, 9, 8, 3, 3, 2, 1, 1, dt, groups=8)
+        cc.check_conv2d(cp.asarray, cp.asnumpy, rng, 3, 8, 9, 150, 8, 7, 7, 1, 3, 1, dt, groups=8)
+
+
+shipped = (FWD[0], WGRAD[0])
+for f, wg in [(v, None) for v in FWD] + [(None, v) for v in WGRAD]:
+    use(f or shipped[0], wg or shipped[1])
     try:
-        for dt in ("bfloat16", "float32"):
-            cc.check_conv2d(dev, host, rng, 4, 32, 28, 28, 32, 3, 3, 1, 1, 1, dt, groups=32)
-            cc.check_conv2d(dev, host, rng, 2, 16, 40, 39, 16, 5, 5, 1, 4, 2, dt, groups=16)
-            cc.check_conv2d(dev, host, rng, 2, 8, 10, 9, 8, 3, 3, 2, 1, 1, dt, groups=8)
-        print(f"VARIANT check {v}: passed", flush=True)
+        check()
+        print(f"VARIANT check fwd {f or '-'} wgrad {wg or '-'}: passed", flush=True)
     except AssertionError as e:
-        print(f"VARIANT check {v}: FAILED {str(e)[:300]}", flush=True)
+        print(f"VARIANT check fwd {f or '-'} wgrad {wg or '-'}: FAILED {str(e)[:300]}", flush=True)
+use(*shipped)
 for dt in ("bfloat16", "float32"):
     crng = cp.random.default_rng(0)
     x = crng.standard_normal((32, 128, 56, 56), dtype=cp.float32).astype(DTYPES[dt])
@@ -48,14 +64,14 @@ for dt in ("bfloat16", "float32"):
     tx, tw, tg = (torch.from_dlpack(a) for a in (x, w, g))
     rx, rw = tx.detach().requires_grad_(True), tw.detach().requires_grad_(True)
     y = torch.nn.functional.conv2d(rx, rw, None, 1, 1, 1, 128)
-    fns = {"torch": lambda: torch.autograd.grad(y, (rx, rw), tg, retain_graph=True),
-           "torch wgrad only": lambda: torch.autograd.grad(y, (rw,), tg, retain_graph=True)}
-    for v in VARIANTS:
-        def f(v=v):
-            use(v)
-            return cudakit.conv2d_backward(g, x, w, 1, 1, bias=False, groups=128)
-        fns[f"bwd {v}"] = f
-    fns["forward (as the input gradient)"] = lambda: cudakit.conv2d(g, w, None, 1, 1, groups=128)
+    fns = {"torch fwd": lambda: torch.nn.functional.conv2d(tx, tw, None, 1, 1, 1, 128),
+           "torch bwd": lambda: torch.autograd.grad(y, (rx, rw), tg, retain_graph=True),
+           "torch wgrad": lambda: torch.autograd.grad(y, (rw,), tg, retain_graph=True)}
+    for v in FWD:
+        fns[f"fwd {v}"] = lambda v=v: (use(f=v), cudakit.conv2d(x, w, None, 1, 1, groups=128))
+    for v in WGRAD:
+        fns[f"wgrad {v}"] = lambda v=v: (use(wg=v), conv.conv2d_weight_grad(g, x, w.shape, GEO, False, 128))
+    fns["bwd shipped"] = lambda: (use(*shipped), cudakit.conv2d_backward(g, x, w, 1, 1, bias=False, groups=128))
     ms = {}
     for _ in range(3):
         res, err = timing.time_gpu_interleaved(fns, warmup=2, reps=8, rounds=2)
@@ -63,7 +79,10 @@ for dt in ("bfloat16", "float32"):
             ms.setdefault(name, []).append(r["median_ms"])
         for name, e in err.items():
             print(f"VARIANT {dt} {name} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
-    base = statistics.median(ms["torch"])
-    for name, vals in sorted(ms.items(), key=lambda kv: statistics.median(kv[1])):
+    use(*shipped)
+    for name, vals in sorted(ms.items(), key=lambda kv: (kv[0].split()[0], statistics.median(kv[1]))):
+        if name.startswith("torch"):
+            continue
+        base = statistics.median(ms["torch " + name.split()[0]])
         m = statistics.median(vals)
-        print(f"VARIANT {dt} {name:<34} {m * 1e3:8.1f} us  x torch (input + weight gradients) {base / m:.3f}", flush=True)
+        print(f"VARIANT {dt} {name:<28} {m * 1e3:8.1f} us  torch {base * 1e3:8.1f} us  x torch {base / m:.3f}", flush=True)

@@ -35,9 +35,11 @@ GROUPED = [(((2, 6, 9, 11), 9, (3, 3), 1, 1, 1), 3), (((2, 8, 10, 9), 8, (3, 3),
 
 
 # the direct depthwise kernels: same-size 3x3, strided (the input gradient zero-interleaved), dilated
-# 5x5, rectangular with padding larger than the dilated window's half (negative padding in dx)
+# 5x5, rectangular with padding larger than the dilated window's half (negative padding in dx), rows
+# wider than one column block (150 > 128), 7 x 7 (the weight gradient's smallest tile, across images)
 DEPTHWISE = [((2, 4, 9, 11), (3, 3), 1, 1, 1), ((2, 3, 12, 11), (3, 3), 2, 1, 1), ((1, 2, 13, 12), (5, 5), 1, 4, 2),
-             ((1, 3, 10, 9), (2, 3), (2, 1), (1, 2), 1), ((1, 2, 7, 8), (3, 3), 3, 0, 1)]
+             ((1, 3, 10, 9), (2, 3), (2, 1), (1, 2), 1), ((1, 2, 7, 8), (3, 3), 3, 0, 1),
+             ((2, 3, 3, 150), (3, 3), 1, 1, 1), ((3, 2, 20, 17), (7, 7), 1, 3, 1)]
 
 
 def _pair(v):
@@ -91,8 +93,9 @@ def dw_run(x, w, bias, geo, flip=False, upsample=(1, 1)):
     y = np.full((n, k, geo[8], geo[9]), 7.0, x.dtype)
     consts = conv._dw_consts(geo, upsample, flip, bias is not None)
     consts.pop("num_warps")
-    src.conv2d_dw_fwd[(n * k, -(-geo[8] * geo[9] // conv._DW_BLOCK))](
-        *map(Tensor, (x, w, w if bias is None else bias, y)), k, h, wd, geo[8], geo[9], **consts)
+    rows = n * k * geo[8]
+    src.conv2d_dw_fwd[(-(-rows // consts["BLOCK_P"]), -(-geo[9] // consts["BLOCK_Q"]))](
+        *map(Tensor, (x, w, w if bias is None else bias, y)), k, h, wd, geo[8], geo[9], rows, **consts)
     return y
 
 
@@ -107,8 +110,15 @@ def dw_weight_grad(g, x, geo):
     return part.sum(0).reshape(k, 1, geo[6], geo[7])
 
 
-def check_depthwise(shape, rs, stride, pad, dil, rng, dtype=np.float16):
-    """The direct depthwise kernels (forward, flipped input gradient, weight gradient)."""
+def check_depthwise(shape, rs, stride, pad, dil, rng, dtype=np.float16, programs=None):
+    """The direct depthwise kernels (forward, flipped input gradient, weight gradient); programs: the
+    weight gradient's programs to aim for (fewer: several tiles a split)."""
+    if programs:
+        saved, conv._DW_WG_PROGRAMS = conv._DW_WG_PROGRAMS, programs
+        try:
+            return check_depthwise(shape, rs, stride, pad, dil, rng, dtype)
+        finally:
+            conv._DW_WG_PROGRAMS = saved
     cpu = cudakit.get_backend("cpu")
     c = shape[1]
     x = rng.standard_normal(shape).astype(dtype)
@@ -171,4 +181,5 @@ if __name__ == "__main__":
     for case in DEPTHWISE:
         check_depthwise(*case, rng)
     check_depthwise((2, 3, 30, 29), (3, 3), 1, 1, 1, rng, dtype=np.float32)   # positions past one block
-    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + 5} cases match the float64 reference (forward, input, weight and bias gradients)")
+    check_depthwise((3, 2, 11, 40), (3, 3), 1, 1, 1, rng, programs=4)   # 2 splits of 3 tiles, across images
+    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + 6} cases match the float64 reference (forward, input, weight and bias gradients)")

@@ -188,34 +188,36 @@ def conv2d_weight_layout(W, OUT,   # W: [G K, C, R*S] (conv2d's weight); OUT: [G
 
 @triton.jit
 def conv2d_dw_fwd(X, W, B, Y,   # X: [N, K, H, Wd]; W: [K, R*S]; B: [K] (HAS_BIAS); Y: [N, K, P, Q]
-                  K, H, Wd, P, Q,
+                  K, H, Wd, P, Q, ROWS,   # ROWS: N K P, the output rows of all planes
                   SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                   DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                   UH: tl.constexpr, UW: tl.constexpr, FLIP: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  BLOCK: tl.constexpr):
+                  BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
     """Depthwise (groups = channels = filters): y[n, k] = sum over taps of x[n, k] at the tap times
-    w[k, tap], one program per (plane n K + k, BLOCK output positions), the taps unrolled; float32
-    FMAs. UH, UW and FLIP: the input gradient (dL/dy read zero-interleaved, the taps reversed), as
-    conv2d_fwd. Memory traffic: x (each element read R S times, from L1/L2) and y once."""
-    z = tl.program_id(0).to(tl.int64)
-    pq = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    m_ok = pq < P * Q
-    p = pq // Q
-    q = pq - p * Q
+    w[k, tap]; one program per tile of BLOCK_P output rows (of any planes: row m is row m % P of
+    plane m // P = n K + k) x BLOCK_Q columns, the taps unrolled; float32 FMAs. Rows and columns are
+    separate axes, so a tap's input row, column and bounds are per-row and per-column vectors and
+    each element costs an address add, a masked load and an FMA. UH, UW and FLIP: the input gradient
+    (dL/dy read zero-interleaved, the taps reversed), as conv2d_fwd.
+    Memory traffic: x once from DRAM (its R S re-reads hit L1/L2), y once."""
+    m = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    m_in = m < ROWS
+    z = m // P
+    p = m - z * P
     k = z % K
-    x_pl = X + z * H * Wd
-    acc = tl.zeros([BLOCK], tl.float32)
+    m_ok = m_in[:, None] & (q < Q)[None, :]
+    x_row = X + (z.to(tl.int64) * H * Wd)[:, None]
+    acc = tl.zeros([BLOCK_P, BLOCK_Q], tl.float32)
     for r in tl.static_range(R):
         for s in tl.static_range(S):
-            ih, iw, ok = _tap(p, q, r, s, m_ok, H, Wd, SH, SW, PH, PW, DH, DW, UH, UW)
-            if FLIP:
-                wv = tl.load(W + k * (R * S) + (R * S - 1 - (r * S + s))).to(tl.float32)
-            else:
-                wv = tl.load(W + k * (R * S) + r * S + s).to(tl.float32)
-            acc += tl.load(x_pl + ih * Wd + iw, mask=ok, other=0.0).to(tl.float32) * wv
+            ih, iw, ok = _tap(p[:, None], q[None, :], r, s, m_ok, H, Wd, SH, SW, PH, PW, DH, DW, UH, UW)
+            tap = (R * S - 1 - (r * S + s)) if FLIP else (r * S + s)
+            wv = tl.load(W + k * (R * S) + tap, mask=m_in, other=0.0).to(tl.float32)
+            acc += tl.load(x_row + ih * Wd + iw, mask=ok, other=0.0).to(tl.float32) * wv[:, None]
     if HAS_BIAS:
-        acc += tl.load(B + k).to(tl.float32)
-    tl.store(Y + z * P * Q + pq, acc.to(Y.dtype.element_ty), mask=m_ok)
+        acc += tl.load(B + k, mask=m_in, other=0.0).to(tl.float32)[:, None]
+    tl.store(Y + m.to(tl.int64)[:, None] * Q + q[None, :], acc.to(Y.dtype.element_ty), mask=m_ok)
 
 
 @triton.jit
@@ -223,27 +225,38 @@ def conv2d_dw_wgrad(X, G, PART,   # X: [N, K, H, Wd]; G: [N, K, P, Q] (dL/dy); P
                     N, K, H, Wd, P, Q, STEPS,
                     SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                     DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
-                    BLOCK_RS: tl.constexpr, BLOCK: tl.constexpr):
+                    BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
     """Depthwise weight gradient: PART[sp, k, tap] = sum of dL/dy[n, k] times x[n, k] at the tap over
-    the STEPS blocks of BLOCK positions of split sp (blocks run over the images); program (k, sp);
-    conv2d_wgrad_finish sums the splits. The taps are the rows of one [BLOCK_RS, BLOCK] gather."""
+    the STEPS tiles of split sp; program (k, sp); conv2d_wgrad_finish sums the splits. A tile is
+    BLOCK_P rows (of any images: row m is row m % P of image m // P) x BLOCK_Q columns; the tiles of
+    channel k run rows-major over its N P rows and ceil(Q / BLOCK_Q) column blocks. One float32
+    [BLOCK_P, BLOCK_Q] accumulator per tap (a tuple, unrolled), reduced once at the end.
+    Memory traffic: x and dL/dy once from DRAM (x's R S re-reads hit L1/L2), R S floats a program."""
     k = tl.program_id(0)
     sp = tl.program_id(1)
-    taps = tl.arange(0, BLOCK_RS)
-    t_ok = taps < R * S
-    tr = taps // S
-    ts = taps - tr * S
-    offs = tl.arange(0, BLOCK)
-    n_pb = tl.cdiv(P * Q, BLOCK)
-    acc = tl.zeros([BLOCK_RS, BLOCK], tl.float32)
-    for t in range(sp * STEPS, tl.minimum(sp * STEPS + STEPS, N * n_pb)):
-        z = (t // n_pb).to(tl.int64) * K + k
-        pq = (t % n_pb) * BLOCK + offs
-        m_ok = pq < P * Q
-        p = pq // Q
-        q = pq - p * Q
-        g = tl.load(G + z * P * Q + pq, mask=m_ok, other=0.0).to(tl.float32)
-        ih, iw, ok = _tap(p[None, :], q[None, :], tr[:, None], ts[:, None], t_ok[:, None] & m_ok[None, :], H, Wd,
-                          SH, SW, PH, PW, DH, DW, 1, 1)
-        acc += tl.load(X + z * H * Wd + ih * Wd + iw, mask=ok, other=0.0).to(tl.float32) * g[None, :]
-    tl.store(PART + (sp * K + k) * (R * S) + taps, tl.sum(acc, 1), mask=t_ok)
+    rows = tl.arange(0, BLOCK_P)
+    cols = tl.arange(0, BLOCK_Q)
+    n_qb = tl.cdiv(Q, BLOCK_Q)
+    n_tiles = tl.cdiv(N * P, BLOCK_P) * n_qb
+    accs = ()
+    for t in tl.static_range(R * S):
+        accs = accs + (tl.zeros([BLOCK_P, BLOCK_Q], tl.float32),)
+    for i in range(sp * STEPS, tl.minimum(sp * STEPS + STEPS, n_tiles)):
+        m = (i // n_qb) * BLOCK_P + rows
+        q = (i % n_qb) * BLOCK_Q + cols
+        m_in = m < N * P
+        n = m // P
+        p = m - n * P
+        z = n.to(tl.int64) * K + k
+        m_ok = m_in[:, None] & (q < Q)[None, :]
+        g = tl.load(G + (z * P * Q + p * Q)[:, None] + q[None, :], mask=m_ok, other=0.0).to(tl.float32)
+        x_row = X + (z * H * Wd)[:, None]
+        new = ()
+        for r in tl.static_range(R):
+            for s in tl.static_range(S):
+                ih, iw, ok = _tap(p[:, None], q[None, :], r, s, m_ok, H, Wd, SH, SW, PH, PW, DH, DW, 1, 1)
+                xv = tl.load(x_row + ih * Wd + iw, mask=ok, other=0.0).to(tl.float32)
+                new = new + (accs[r * S + s] + xv * g,)
+        accs = new
+    for t in tl.static_range(R * S):
+        tl.store(PART + (sp * K + k) * (R * S) + t, tl.sum(tl.sum(accs[t], 1), 0))

@@ -1,5 +1,5 @@
 """Benchmark cases: conv2d forward and backward (the Triton implicit-GEMM kernels of kernels/conv.py),
-3x3 dense and depthwise (groups = channels), 2x2 max pooling forward and
+3x3 dense, depthwise (groups = channels) and grouped (ResNeXt's groups of 8 channels), 2x2 max pooling forward and
 backward and average pooling, NCHW, against torch in the same run (cuDNN for conv2d, ATen's own
 kernels for pooling; torch's max-pooling backward reads the int64 indices its forward saved, ours
 reads x). FLOPs: 2 * N * K * Ho * Wo * C * R * S per product (forward one, backward two); bytes:
@@ -36,7 +36,8 @@ def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1):
         return prov
     flops = (2 if backward else 1) * 2 * n * k * hw * hw * cg * 9
     nbytes = (n * c * hw * hw + k * cg * 9 + n * k * hw * hw) * _ITEM[dtype] * (2 if backward else 1)
-    name = "conv2d" + ("_depthwise" if groups > 1 else "") + ("_backward" if backward else "")
+    kind = "" if groups == 1 else "_depthwise" if groups == c == k else "_grouped"
+    name = "conv2d" + kind + ("_backward" if backward else "")
     return Case(name, "conv", (n, c, hw, hw, k), dtype, nbytes, setup, flops=flops)
 
 
@@ -72,6 +73,7 @@ def cases(env: Env) -> list[Case]:
     for dtype in env.dtypes:
         out += [_conv(env, n, c, hw, k, dtype, False), _conv(env, n, c, hw, k, dtype, True),
                 _conv(env, n, 2 * c, hw, 2 * c, dtype, False, 2 * c), _conv(env, n, 2 * c, hw, 2 * c, dtype, True, 2 * c),
+                _conv(env, n, 4 * c, hw // 2, 4 * c, dtype, False, c // 2), _conv(env, n, 4 * c, hw // 2, 4 * c, dtype, True, c // 2),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", False),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", True),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "avg", False)]
