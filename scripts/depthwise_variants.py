@@ -1,6 +1,6 @@
-"""Tiles of the direct depthwise conv2d kernels of kernels/conv.py: the forward's (positions a
-program, warps) and the weight gradient's (largest tile, accumulator registers a thread, warps,
-programs aimed for in units of 264). Each variant is first checked on the GPU against float64
+"""Tiles of the direct depthwise conv2d kernels of kernels/conv.py for 3x3 windows: the forward's
+(elements of a row step, output rows, warps) and the weight gradient's (the same, and the programs
+aimed for in units of 264). Each variant is first checked on the GPU against float64
 (tests/conv_checks.py), then the forward, the weight gradient alone and the whole backward of a
 32x128x56x56 depthwise 3x3 are timed interleaved with torch. One run:
     python3 scripts/depthwise_variants.py
@@ -22,19 +22,25 @@ from cudakit.bench import timing  # noqa: E402
 from cudakit.kernels import conv  # noqa: E402
 
 DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
-FWD = [(conv._DW_TILE, conv._DW_WARPS), (256, 4), (1024, 4), (1024, 8), (2048, 8)]
-WGRAD = [(conv._DW_WG_TILE, conv._DW_WG_ACC_REGS, conv._DW_WG_WARPS, conv._DW_WG_PROGRAMS // conv._TARGET_PROGRAMS),
-         (512, 64, 4, 2), (512, 64, 4, 8), (256, 64, 4, 4), (256, 64, 4, 8), (1024, 64, 8, 4), (1024, 128, 4, 4)]
+# forward: (elements of a row step, output rows, warps) for windows up to 3x3; weight gradient: the
+# same and the programs aimed for, in units of 264
+FWD = [conv._DW_FWD_TILES[0][1:] + (conv._DW_WARPS,), (128, 8, 4), (512, 8, 4), (256, 4, 4), (256, 16, 4),
+       (512, 8, 8)]
+WGRAD = [conv._DW_WG_TILES[0][1:] + (conv._DW_WARPS, conv._DW_WG_PROGRAMS // conv._TARGET_PROGRAMS),
+         (256, 8, 4, 2), (256, 8, 4, 8), (128, 8, 4, 4), (256, 4, 4, 4), (256, 16, 4, 4), (512, 8, 8, 4)]
 GEO = (1, 1, 1, 1, 1, 1, 3, 3, 56, 56)
 
 
 def use(f=None, wg=None):
-    """Set the module's tunables (the forward's kernels are cached per geometry: cleared)."""
-    if f and f != (conv._DW_TILE, conv._DW_WARPS):
-        conv._DW_TILE, conv._DW_WARPS = f
+    """Set the module's tunables for windows up to 3x3 (the forward's kernels are cached per
+    geometry: cleared when they change)."""
+    if f and (f[:2], f[2]) != (conv._DW_FWD_TILES[0][1:], conv._DW_WARPS):
+        conv._DW_FWD_TILES = ((9,) + f[:2],) + conv._DW_FWD_TILES[1:]
+        conv._DW_WARPS = f[2]
         conv._dw_kernel.cache_clear()
     if wg:
-        conv._DW_WG_TILE, conv._DW_WG_ACC_REGS, conv._DW_WG_WARPS = wg[:3]
+        conv._DW_WG_TILES = ((9,) + wg[:2],) + conv._DW_WG_TILES[1:]
+        conv._DW_WG_WARPS = wg[2]
         conv._DW_WG_PROGRAMS = wg[3] * conv._TARGET_PROGRAMS
 
 

@@ -93,9 +93,9 @@ def dw_run(x, w, bias, geo, flip=False, upsample=(1, 1)):
     y = np.full((n, k, geo[8], geo[9]), 7.0, x.dtype)
     consts = conv._dw_consts(geo, upsample, flip, bias is not None)
     consts.pop("num_warps")
-    rows = n * k * geo[8]
-    src.conv2d_dw_fwd[(-(-rows // consts["BLOCK_P"]), -(-geo[9] // consts["BLOCK_Q"]))](
-        *map(Tensor, (x, w, w if bias is None else bias, y)), k, h, wd, geo[8], geo[9], rows, **consts)
+    grid = (-(-n * k // consts["BLOCK_Z"]), -(-geo[8] // consts["BLOCK_P"]), -(-geo[9] // consts["BLOCK_Q"]))
+    src.conv2d_dw_fwd[grid](*map(Tensor, (x, w, w if bias is None else bias, y)), n * k, k, h, wd, geo[8], geo[9],
+                            **consts)
     return y
 
 
@@ -181,5 +181,5 @@ if __name__ == "__main__":
     for case in DEPTHWISE:
         check_depthwise(*case, rng)
     check_depthwise((2, 3, 30, 29), (3, 3), 1, 1, 1, rng, dtype=np.float32)   # positions past one block
-    check_depthwise((3, 2, 11, 40), (3, 3), 1, 1, 1, rng, programs=4)   # 2 splits of 3 tiles, across images
+    check_depthwise((5, 2, 20, 40), (3, 3), 1, 1, 1, rng, programs=4)   # 2 splits of 3 tiles (2 image blocks x 3 row blocks)
     print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + 6} cases match the float64 reference (forward, input, weight and bias gradients)")

@@ -187,37 +187,88 @@ def conv2d_weight_layout(W, OUT,   # W: [G K, C, R*S] (conv2d's weight); OUT: [G
 
 
 @triton.jit
-def conv2d_dw_fwd(X, W, B, Y,   # X: [N, K, H, Wd]; W: [K, R*S]; B: [K] (HAS_BIAS); Y: [N, K, P, Q]
-                  K, H, Wd, P, Q, ROWS,   # ROWS: N K P, the output rows of all planes
+def _dw_cols(q, Q, Wd, SW: tl.constexpr, PW: tl.constexpr, DW: tl.constexpr, S: tl.constexpr, UW: tl.constexpr):
+    """(columns, in-bounds masks): for each of the S column taps, the [1, BLOCK_Q] input columns
+    output columns q read (UW > 1: x zero-interleaved, so only multiples of UW read anything)."""
+    cols = ()
+    oks = ()
+    for s in tl.static_range(S):
+        iw = q * SW - PW + s * DW
+        if UW > 1:
+            ok = (iw >= 0) & (iw % UW == 0)
+            iw = iw // UW
+            ok = ok & (iw < Wd)
+        else:
+            ok = (iw >= 0) & (iw < Wd)
+        cols = cols + (iw[None, :],)
+        oks = oks + ((ok & (q < Q))[None, :],)
+    return cols, oks
+
+
+@triton.jit
+def _dw_rows(x_pl, z_ok, top, H, Wd, cols, oks, NROWS: tl.constexpr, S: tl.constexpr, UH: tl.constexpr):
+    """The NROWS input rows from row `top` on (UH > 1: in zero-interleaved coordinates), each as S
+    float32 [BLOCK_Z, BLOCK_Q] tiles (one per column tap), rows outside x read as zeros: every input
+    row a tile of output rows needs is loaded once, not once per (output row, row tap). top: the
+    same row for each of the BLOCK_Z planes (a vector: Triton's interpreter mistypes a scalar
+    condition and-ed into a mask)."""
+    rows = ()
+    for i in tl.static_range(NROWS):
+        ih = top + i
+        if UH > 1:
+            ok = (ih >= 0) & (ih % UH == 0)
+            ih = ih // UH
+            ok = ok & (ih < H)
+        else:
+            ok = (ih >= 0) & (ih < H)
+        row = ()
+        for s in tl.static_range(S):
+            m = oks[s] & (z_ok & ok)[:, None]
+            row = row + (tl.load(x_pl + (ih * Wd)[:, None] + cols[s], mask=m, other=0.0).to(tl.float32),)
+        rows = rows + (row,)
+    return rows
+
+
+@triton.jit
+def conv2d_dw_fwd(X, W, B, Y,   # X: [NK, H, Wd]; W: [K, R*S]; B: [K] (HAS_BIAS); Y: [NK, P, Q]
+                  NK, K, H, Wd, P, Q,   # NK: N K planes
                   SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                   DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                   UH: tl.constexpr, UW: tl.constexpr, FLIP: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
+                  BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
     """Depthwise (groups = channels = filters): y[n, k] = sum over taps of x[n, k] at the tap times
-    w[k, tap]; one program per tile of BLOCK_P output rows (of any planes: row m is row m % P of
-    plane m // P = n K + k) x BLOCK_Q columns, the taps unrolled; float32 FMAs. Rows and columns are
-    separate axes, so a tap's input row, column and bounds are per-row and per-column vectors and
-    each element costs an address add, a masked load and an FMA. UH, UW and FLIP: the input gradient
-    (dL/dy read zero-interleaved, the taps reversed), as conv2d_fwd.
-    Memory traffic: x once from DRAM (its R S re-reads hit L1/L2), y once."""
-    m = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    m_in = m < ROWS
-    z = m // P
-    p = m - z * P
+    w[k, tap]. Program (BLOCK_Z planes n K + k, BLOCK_P output rows, BLOCK_Q columns): the
+    (BLOCK_P - 1) SH + (R - 1) DH + 1 input rows the tile needs are loaded once each, as S
+    column-shifted [BLOCK_Z, BLOCK_Q] tiles, and the output rows are sums of them (unrolled), so an
+    output costs about ((BLOCK_P - 1) SH + R) S / BLOCK_P loads (3.75 for 3x3, BLOCK_P 8), not R S;
+    the weights are loaded once a program. float32 FMAs. UH, UW and FLIP: the input gradient (dL/dy
+    read zero-interleaved, the taps reversed), as conv2d_fwd.
+    Memory traffic: x once from DRAM (re-reads of its rows by neighbouring programs from L2), y once."""
+    z = tl.program_id(0) * BLOCK_Z + tl.arange(0, BLOCK_Z)
+    p0 = tl.program_id(1) * BLOCK_P
+    q = tl.program_id(2) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    z_ok = z < NK
     k = z % K
-    m_ok = m_in[:, None] & (q < Q)[None, :]
-    x_row = X + (z.to(tl.int64) * H * Wd)[:, None]
-    acc = tl.zeros([BLOCK_P, BLOCK_Q], tl.float32)
-    for r in tl.static_range(R):
-        for s in tl.static_range(S):
-            ih, iw, ok = _tap(p[:, None], q[None, :], r, s, m_ok, H, Wd, SH, SW, PH, PW, DH, DW, UH, UW)
-            tap = (R * S - 1 - (r * S + s)) if FLIP else (r * S + s)
-            wv = tl.load(W + k * (R * S) + tap, mask=m_in, other=0.0).to(tl.float32)
-            acc += tl.load(x_row + ih * Wd + iw, mask=ok, other=0.0).to(tl.float32) * wv[:, None]
+    ws = ()
+    for t in tl.static_range(R * S):
+        tap = (R * S - 1 - t) if FLIP else t
+        ws = ws + (tl.load(W + k * (R * S) + tap, mask=z_ok, other=0.0).to(tl.float32)[:, None],)
+    cols, oks = _dw_cols(q, Q, Wd, SW, PW, DW, S, UW)
+    rows = _dw_rows(X + (z.to(tl.int64) * H * Wd)[:, None], z_ok, p0 * SH - PH + 0 * z, H, Wd, cols, oks,
+                    (BLOCK_P - 1) * SH + (R - 1) * DH + 1, S, UH)
+    y_pl = Y + (z.to(tl.int64) * P * Q)[:, None] + q[None, :]
+    out_ok = z_ok[:, None] & (q < Q)[None, :]
+    p_left = P - p0 + 0 * z   # output rows from p0 to the plane's end (a vector, as _dw_rows' top)
     if HAS_BIAS:
-        acc += tl.load(B + k, mask=m_in, other=0.0).to(tl.float32)[:, None]
-    tl.store(Y + m.to(tl.int64)[:, None] * Q + q[None, :], acc.to(Y.dtype.element_ty), mask=m_ok)
+        bias = tl.load(B + k, mask=z_ok, other=0.0).to(tl.float32)[:, None]
+    for j in tl.static_range(BLOCK_P):
+        acc = tl.zeros([BLOCK_Z, BLOCK_Q], tl.float32)
+        for r in tl.static_range(R):
+            for s in tl.static_range(S):
+                acc += rows[j * SH + r * DH][s] * ws[r * S + s]
+        if HAS_BIAS:
+            acc += bias
+        tl.store(y_pl + (p0 + j) * Q, acc.to(Y.dtype.element_ty), mask=out_ok & (j < p_left)[:, None])
 
 
 @triton.jit
@@ -225,38 +276,38 @@ def conv2d_dw_wgrad(X, G, PART,   # X: [N, K, H, Wd]; G: [N, K, P, Q] (dL/dy); P
                     N, K, H, Wd, P, Q, STEPS,
                     SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                     DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
-                    BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
+                    BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
     """Depthwise weight gradient: PART[sp, k, tap] = sum of dL/dy[n, k] times x[n, k] at the tap over
     the STEPS tiles of split sp; program (k, sp); conv2d_wgrad_finish sums the splits. A tile is
-    BLOCK_P rows (of any images: row m is row m % P of image m // P) x BLOCK_Q columns; the tiles of
-    channel k run rows-major over its N P rows and ceil(Q / BLOCK_Q) column blocks. One float32
-    [BLOCK_P, BLOCK_Q] accumulator per tap (a tuple, unrolled), reduced once at the end.
-    Memory traffic: x and dL/dy once from DRAM (x's R S re-reads hit L1/L2), R S floats a program."""
+    BLOCK_Z images x BLOCK_P output rows x BLOCK_Q columns of channel k (columns fastest, then rows,
+    then images); its input rows are loaded once each, as in conv2d_dw_fwd. One float32
+    [BLOCK_Z, BLOCK_Q] accumulator per tap (a tuple, unrolled), reduced once at the end.
+    Memory traffic: x and dL/dy once from DRAM, R S floats a program."""
     k = tl.program_id(0)
     sp = tl.program_id(1)
-    rows = tl.arange(0, BLOCK_P)
-    cols = tl.arange(0, BLOCK_Q)
     n_qb = tl.cdiv(Q, BLOCK_Q)
-    n_tiles = tl.cdiv(N * P, BLOCK_P) * n_qb
+    n_pb = tl.cdiv(P, BLOCK_P)
     accs = ()
     for t in tl.static_range(R * S):
-        accs = accs + (tl.zeros([BLOCK_P, BLOCK_Q], tl.float32),)
-    for i in range(sp * STEPS, tl.minimum(sp * STEPS + STEPS, n_tiles)):
-        m = (i // n_qb) * BLOCK_P + rows
-        q = (i % n_qb) * BLOCK_Q + cols
-        m_in = m < N * P
-        n = m // P
-        p = m - n * P
+        accs = accs + (tl.zeros([BLOCK_Z, BLOCK_Q], tl.float32),)
+    for i in range(sp * STEPS, tl.minimum(sp * STEPS + STEPS, tl.cdiv(N, BLOCK_Z) * n_pb * n_qb)):
+        q = (i % n_qb) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+        p0 = ((i // n_qb) % n_pb) * BLOCK_P
+        n = (i // (n_qb * n_pb)) * BLOCK_Z + tl.arange(0, BLOCK_Z)
+        z_ok = n < N
         z = n.to(tl.int64) * K + k
-        m_ok = m_in[:, None] & (q < Q)[None, :]
-        g = tl.load(G + (z * P * Q + p * Q)[:, None] + q[None, :], mask=m_ok, other=0.0).to(tl.float32)
-        x_row = X + (z * H * Wd)[:, None]
-        new = ()
-        for r in tl.static_range(R):
-            for s in tl.static_range(S):
-                ih, iw, ok = _tap(p[:, None], q[None, :], r, s, m_ok, H, Wd, SH, SW, PH, PW, DH, DW, 1, 1)
-                xv = tl.load(x_row + ih * Wd + iw, mask=ok, other=0.0).to(tl.float32)
-                new = new + (accs[r * S + s] + xv * g,)
-        accs = new
+        cols, oks = _dw_cols(q, Q, Wd, SW, PW, DW, S, 1)
+        rows = _dw_rows(X + (z * H * Wd)[:, None], z_ok, p0 * SH - PH + 0 * n, H, Wd, cols, oks,
+                        (BLOCK_P - 1) * SH + (R - 1) * DH + 1, S, 1)
+        g_pl = G + (z * P * Q)[:, None] + q[None, :]
+        g_ok = z_ok[:, None] & (q < Q)[None, :]
+        p_left = P - p0 + 0 * n
+        for j in tl.static_range(BLOCK_P):
+            g = tl.load(g_pl + (p0 + j) * Q, mask=g_ok & (j < p_left)[:, None], other=0.0).to(tl.float32)
+            new = ()
+            for r in tl.static_range(R):
+                for s in tl.static_range(S):
+                    new = new + (accs[r * S + s] + rows[j * SH + r * DH][s] * g,)
+            accs = new
     for t in tl.static_range(R * S):
         tl.store(PART + (sp * K + k) * (R * S) + t, tl.sum(tl.sum(accs[t], 1), 0))

@@ -231,47 +231,49 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
     return gw, gb
 
 
-# ---- depthwise (groups = channels = filters): direct kernels, float32 FMAs, memory-bound ----------
+# ---- depthwise (groups = channels = filters): direct kernels, float32 FMAs ------------------------
+# A program's tile: BLOCK_Z planes x BLOCK_Q columns (a power of two of the row, up to _DW_MAX_COLS;
+# BLOCK_Z BLOCK_Q = the elements of a row step) x BLOCK_P output rows, whose input rows are loaded
+# once each. More taps: smaller tiles (the unrolled rows and accumulators live in registers).
 _DW_MAX_TAPS = 49        # larger windows take the implicit GEMM: the direct kernels unroll their taps
-_DW_TILE = 512           # output positions a program of conv2d_dw_fwd: rows x a power of two of columns
-_DW_MAX_COLS = 128       # the widest column block
+_DW_MAX_COLS = 256
 _DW_WARPS = 4
-# conv2d_dw_wgrad: one float32 accumulator per tap per tile position, so its tile shrinks with the
-# window: at most _DW_WG_ACC_REGS accumulator registers a thread, at most _DW_WG_TILE positions
-_DW_WG_TILE = 512
-_DW_WG_ACC_REGS = 64
+# (taps up to, elements of a row step, output rows) for the forward and for the weight gradient
+_DW_FWD_TILES = ((9, 256, 8), (25, 256, 4), (49, 128, 4))
+_DW_WG_TILES = ((9, 256, 8), (25, 128, 4), (49, 128, 2))
 _DW_WG_WARPS = 4
-_DW_WG_PROGRAMS = 4 * _TARGET_PROGRAMS   # programs to aim for (splits x channels)
+_DW_WG_PROGRAMS = 4 * _TARGET_PROGRAMS   # weight gradient: programs to aim for (splits x channels)
 
 
 def depthwise(x_shape, w_shape, groups: int, geo) -> bool:
     """True for a depthwise convolution the direct kernels take: one input and one output channel per
-    group, at most 7 x 7 taps, and the output rows of every plane (forward and input gradient)
-    counted in int32 and their column blocks within grid y (65535)."""
+    group, at most 7 x 7 taps, the planes counted in int32, and the row and column blocks (forward
+    and input gradient) within grid y and z (65535)."""
     n, _, h, wd = x_shape
     return (groups > 1 and groups == x_shape[1] == w_shape[0] and geo[6] * geo[7] <= _DW_MAX_TAPS
-            and n * groups * max(h, geo[8]) < 2**31 and max(wd, geo[9]) <= 65535 * _DW_MAX_COLS)
+            and n * groups < 2**31 and max(h, geo[8]) <= 65535 * 2 and max(wd, geo[9]) <= 65535 * 128)
 
 
-def dw_tile(cols: int, positions: int) -> tuple[int, int]:
-    """(BLOCK_P rows, BLOCK_Q columns) of a depthwise tile of about `positions` positions for rows of
-    `cols` columns: the columns' power of two (at most _DW_MAX_COLS), the rest in rows."""
-    bq = min(_DW_MAX_COLS, 1 << max(0, cols - 1).bit_length(), positions)
-    return max(1, positions // bq), bq
+def dw_tile(geo, tiles=None) -> tuple[int, int, int]:
+    """(BLOCK_Z, BLOCK_P, BLOCK_Q) of a depthwise kernel (tiles: _DW_FWD_TILES or _DW_WG_TILES) for
+    output rows of geo[9] columns."""
+    elems, rows = next((e, r) for taps, e, r in (tiles or _DW_FWD_TILES) if geo[6] * geo[7] <= taps)
+    bq = min(_DW_MAX_COLS, 1 << max(0, geo[9] - 1).bit_length(), elems)
+    return max(1, elems // bq), rows, bq
 
 
 def _dw_consts(geo, upsample=(1, 1), flip: bool = False, has_bias: bool = False) -> dict:
-    bp, bq = dw_tile(geo[9], _DW_TILE)
+    bz, bp, bq = dw_tile(geo)
     return dict(_window_consts(geo), UH=upsample[0], UW=upsample[1], FLIP=flip, HAS_BIAS=has_bias,
-                BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WARPS)
+                BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WARPS)
 
 
 @functools.lru_cache(maxsize=256)
 def _dw_kernel(geo, upsample: tuple, flip: bool, has_bias: bool):
-    """(conv2d_dw_fwd with its constexprs bound, BLOCK_P, BLOCK_Q) per geometry (made once: host time
-    per call matters at these sizes)."""
+    """(conv2d_dw_fwd with its constexprs bound, its tile) per geometry (made once: host time per
+    call matters at these sizes)."""
     consts = _dw_consts(geo, upsample, flip, has_bias)
-    return _k("conv2d_dw_fwd", **consts), consts["BLOCK_P"], consts["BLOCK_Q"]
+    return _k("conv2d_dw_fwd", **consts), (consts["BLOCK_Z"], consts["BLOCK_P"], consts["BLOCK_Q"])
 
 
 def _dw_run(x, w, bias, geo, flip: bool = False, upsample=(1, 1)):
@@ -282,33 +284,25 @@ def _dw_run(x, w, bias, geo, flip: bool = False, upsample=(1, 1)):
     y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y
-    kern, bp, bq = _dw_kernel(geo, upsample, flip, bias is not None)
-    rows = n * k * geo[8]
-    kern[(math.ceil(rows / bp), math.ceil(geo[9] / bq))](x, w, w if bias is None else bias, y, k, h, wd, geo[8],
-                                                          geo[9], rows)
+    kern, (bz, bp, bq) = _dw_kernel(geo, upsample, flip, bias is not None)
+    kern[(math.ceil(n * k / bz), math.ceil(geo[8] / bp), math.ceil(geo[9] / bq))](
+        x, w, w if bias is None else bias, y, n * k, k, h, wd, geo[8], geo[9])
     return y
-
-
-def dw_wgrad_tile(geo) -> tuple[int, int]:
-    """(BLOCK_P, BLOCK_Q) of conv2d_dw_wgrad: R S accumulators of the tile within _DW_WG_ACC_REGS
-    registers a thread."""
-    fit = _DW_WG_ACC_REGS * 32 * _DW_WG_WARPS // (geo[6] * geo[7])
-    return dw_tile(geo[9], min(_DW_WG_TILE, 1 << (fit.bit_length() - 1)))
 
 
 def dw_wgrad_split(n: int, k: int, geo) -> tuple[int, int]:
     """(splits, STEPS) of conv2d_dw_wgrad: the tiles of each channel split so that about
     _DW_WG_PROGRAMS programs run."""
-    bp, bq = dw_wgrad_tile(geo)
-    tiles = math.ceil(n * geo[8] / bp) * math.ceil(geo[9] / bq)
+    bz, bp, bq = dw_tile(geo, _DW_WG_TILES)
+    tiles = math.ceil(n / bz) * math.ceil(geo[8] / bp) * math.ceil(geo[9] / bq)
     split = max(1, min(tiles, math.ceil(_DW_WG_PROGRAMS / k)))
     steps = math.ceil(tiles / split)
     return math.ceil(tiles / steps), steps
 
 
 def dw_wgrad_consts(geo) -> dict:
-    bp, bq = dw_wgrad_tile(geo)
-    return dict(_window_consts(geo), BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WG_WARPS)
+    bz, bp, bq = dw_tile(geo, _DW_WG_TILES)
+    return dict(_window_consts(geo), BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WG_WARPS)
 
 
 def conv2d(x, w, bias, geo, groups: int = 1):
