@@ -67,7 +67,8 @@ def settings() -> Settings:
 #   "ieee"   float32 FMA on the CUDA cores: exact products, the slowest;
 #   "tf32x3" each operand split into a TF32 high part and a TF32 remainder, three tensor-core
 #            products summed in float32 (the remainders' product, ~2^-22 of the term, is dropped):
-#            errors within float32's own dot-product bound, inf and NaN propagate;
+#            each product within about 2^-20 of exact (float32 FMA: exact, the sum rounded at
+#            2^-24), inf and NaN propagate;
 #   "tf32"   one tensor-core product of operands rounded to TF32 (10-bit mantissa, relative error
 #            ~2^-11 per product), what cuDNN runs float32 convolutions with by default.
 # 16-bit inputs, float64 and cuBLAS matrix products are not affected.
