@@ -1,8 +1,9 @@
 """Tiles of the direct depthwise conv2d kernels of kernels/conv.py for 3x3 windows: the forward's
 (elements of a row step, output rows, warps) and the weight gradient's (the same, and the programs
 aimed for in units of 264). Each variant is first checked on the GPU against float64
-(tests/conv_checks.py), then the forward, the weight gradient alone and the whole backward of a
-32x128x56x56 depthwise 3x3 are timed interleaved with torch. One run:
+(tests/conv_checks.py), then the forward and the weight gradient alone (the kernels launched as
+kernels/conv.py does: device time, not the public calls' host time) and the whole backward of a
+32x128x56x56 depthwise 3x3 (cudakit.conv2d_backward) are timed interleaved with torch. One run:
     python3 scripts/depthwise_variants.py
 Prints CHECK lines and VARIANT lines (median us, ratio to torch's same pass); the first variant of
 each list is the shipped one."""
@@ -74,10 +75,11 @@ for dt in ("bfloat16", "float32"):
            "torch bwd": lambda: torch.autograd.grad(y, (rx, rw), tg, retain_graph=True),
            "torch wgrad": lambda: torch.autograd.grad(y, (rw,), tg, retain_graph=True)}
     for v in FWD:
-        fns[f"fwd {v}"] = lambda v=v: (use(f=v), cudakit.conv2d(x, w, None, 1, 1, groups=128))
+        fns[f"fwd {v}"] = lambda v=v: (use(f=v), conv._dw_run(x, w, None, GEO))
     for v in WGRAD:
         fns[f"wgrad {v}"] = lambda v=v: (use(wg=v), conv.conv2d_weight_grad(g, x, w.shape, GEO, False, 128))
     fns["bwd shipped"] = lambda: (use(*shipped), cudakit.conv2d_backward(g, x, w, 1, 1, bias=False, groups=128))
+    fns["fwd shipped (cudakit.conv2d)"] = lambda: (use(*shipped), cudakit.conv2d(x, w, None, 1, 1, groups=128))
     ms = {}
     for _ in range(3):
         res, err = timing.time_gpu_interleaved(fns, warmup=2, reps=8, rounds=2)
