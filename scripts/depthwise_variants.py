@@ -39,10 +39,11 @@ def use(f=None, wg=None):
         conv._DW_FWD_TILES = ((9,) + f[:2],) + conv._DW_FWD_TILES[1:]
         conv._DW_WARPS = f[2]
         conv._dw_kernel.cache_clear()
-    if wg:
+    if wg and wg != conv._DW_WG_TILES[0][1:] + (conv._DW_WG_WARPS, conv._DW_WG_PROGRAMS // conv._TARGET_PROGRAMS):
         conv._DW_WG_TILES = ((9,) + wg[:2],) + conv._DW_WG_TILES[1:]
         conv._DW_WG_WARPS = wg[2]
         conv._DW_WG_PROGRAMS = wg[3] * conv._TARGET_PROGRAMS
+        conv._dw_wgrad_launch.cache_clear()
 
 
 def check():

@@ -5,6 +5,7 @@ import pytest
 from helpers import DTYPES
 
 import cudakit
+from cudakit.backends.cpu import CpuBackend
 
 
 def _dev(x):
@@ -131,3 +132,52 @@ def test_depthwise_routing():
         geo = geo3[:8] + (8, 8)   # a weight of 2^35 elements in 8 groups of 2^29: int32 offsets within each
         assert conv.usable("bfloat16", (1, 65536, 8, 8), 65536, geo, 8)
         assert not conv.usable("bfloat16", (1, 65536, 8, 8), 65536, geo, 1)
+
+
+class _KeyedCpu(CpuBackend):
+    """The CPU backend with _plan_key filled in (as the CUDA backend's: NumPy arrays stand in for
+    CuPy's), counting the full argument checks."""
+
+    def __init__(self):
+        super().__init__()
+        self._conv_plans, self.checks = {}, 0
+
+    def _plan_key(self, named):
+        if not all(v is None or type(v) is np.ndarray for v in named.values()):
+            return None
+        return tuple(None if v is None else (v.shape, v.dtype) for v in named.values())
+
+    def _conv_args(self, *args):
+        self.checks += 1
+        return super()._conv_args(*args)
+
+
+def test_conv_plan_cache(rng):
+    """The argument checks run once per call signature (ConvOps._conv_plan): a repeat call reuses
+    them with the same result; a new shape, dtype, bias or geometry checks again; bools, lists and
+    failing calls are never cached; arrays of another type bypass the cache."""
+    be = _KeyedCpu()
+    x, w = rng.standard_normal((2, 4, 7, 7)), rng.standard_normal((4, 1, 3, 3))
+    want = be.conv2d(x, w, None, 1, 1, 1, 4)
+    np.testing.assert_array_equal(be.conv2d(x, w, None, 1, 1, 1, 4), want)
+    assert be.checks == 1 and len(be._conv_plans) == 1
+    be.conv2d(x[:1], w, None, 1, 1, 1, 4)
+    be.conv2d(x.astype(np.float32), w.astype(np.float32), None, 1, 1, 1, 4)
+    be.conv2d(x, w, None, 1, (1, 1), 1, 4)
+    be.conv2d(x, w, np.zeros(4), 1, 1, 1, 4)
+    assert be.checks == 5
+    be.conv2d(x, w, None, [1, 1], 1, 1, 4)      # a list: unhashable, checked
+    be.conv2d(x, w, None, 1, 1, 1, 4)
+    assert be.checks == 6
+    with pytest.raises(ValueError):
+        be.conv2d(x, w, None, True, 1, 1, 4)    # True == 1, but a bool stride is an error every time
+    for _ in range(2):
+        with pytest.raises(cudakit.ShapeError):
+            be.conv2d(x, w, None, 1, 1, 1, 2)   # 4 channels over 2 groups need 2-channel filters
+    assert be.checks == 9
+    g = rng.standard_normal(want.shape)
+    first = be.conv2d_backward(g, x, w, 1, 1, 1, False, 4)
+    again = be.conv2d_backward(g, x, w, 1, 1, 1, False, 4)
+    assert be.checks == 10 and all(a is None or np.array_equal(a, b) for a, b in zip(first, again))
+    be.conv2d(list(x), w, None, 1, 1, 1, 4)     # not the backend's own arrays: no key, checked
+    assert be.checks == 11

@@ -26,6 +26,14 @@ def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
+_MAX_PLANS = 512   # cached conv2d argument checks (ConvOps._conv_plan) before the cache is emptied
+
+
+def _plain(v) -> bool:
+    """An int or a tuple of ints, exactly (True == 1 in a dict key: bools are checked every call)."""
+    return type(v) is int or (type(v) is tuple and all(type(e) is int for e in v))
+
+
 def _pair(op: str, name: str, v, minimum: int) -> tuple[int, int]:
     """An int or a pair of ints >= minimum as a pair (PyTorch's stride/padding/kernel_size forms)."""
     if type(v) is int and v >= minimum:   # the usual call, without the ABC checks below
@@ -52,6 +60,7 @@ _GW_CHUNK_BYTES = 256 << 20   # grad_weight's per-image float32 products are sum
 
 class ConvOps:
     """conv2d, max_pool2d, avg_pool2d and their backward passes (mixed into Backend)."""
+    _conv_plans: dict   # _conv_plan's cache: made by the backends whose _plan_key gives keys
 
     # ---- hooks a backend fills in ----------------------------------------------------------
     def _xp(self):
@@ -80,6 +89,12 @@ class ConvOps:
         """(dL/dw, dL/db or None) of conv2d from a backend's own kernel, or None for the im2col path."""
         return None
 
+    def _plan_key(self, named: dict):
+        """A hashable signature of the arrays (None stays None) that fixes every check _conv_args
+        makes of them -- type, shape, dtype, device -- or None when the arrays are not all this
+        backend's own (they need coercing: no plan is cached)."""
+        return None
+
     def _padded(self, x, ph: int, pw: int, value: float):
         if ph == 0 and pw == 0:
             return self._ascontiguous(x)
@@ -100,6 +115,25 @@ class ConvOps:
         if order == "rs_first":
             return xp.lib.stride_tricks.as_strided(xp_arr, (n, c, r, s, ho, wo), (st[0], st[1]) + tap + pos)
         return xp.lib.stride_tricks.as_strided(xp_arr, (n, c, ho, wo, r, s), (st[0], st[1]) + pos + tap)
+
+    def _conv_plan(self, op, named, stride, padding, dilation, groups):
+        """_conv_args, its (geo, groups) cached per call signature (_plan_key's, and the geometry
+        arguments when they are plain ints or tuples of them): the checks cost more host time than
+        a small convolution's kernels on a GPU. Only calls that passed every check are cached."""
+        key = self._plan_key(named)
+        if key is not None and all(_plain(v) for v in (stride, padding, dilation, groups)):
+            key = (op, key, stride, padding, dilation, groups)
+            hit = self._conv_plans.get(key)
+            if hit is not None:
+                return named, hit[0], hit[1]
+        else:
+            key = None
+        arrs, geo, groups = self._conv_args(op, named, stride, padding, dilation, groups)
+        if key is not None:
+            if len(self._conv_plans) >= _MAX_PLANS:
+                self._conv_plans.clear()
+            self._conv_plans[key] = (geo, groups)
+        return arrs, geo, groups
 
     def _conv_args(self, op, named, stride, padding, dilation, groups):
         arrs, _ = self._norm_arrays(op, named)
@@ -145,7 +179,7 @@ class ConvOps:
         with Ho = (H + 2 ph - dh (R - 1) - 1) // sh + 1 (Wo likewise). 16-bit data accumulate in
         float32."""
         op = "conv2d"
-        arrs, geo, groups = self._conv_args(op, {"x": x, "weight": weight, "bias": bias}, stride, padding,
+        arrs, geo, groups = self._conv_plan(op, {"x": x, "weight": weight, "bias": bias}, stride, padding,
                                             dilation, groups)
         x, w, b = arrs["x"], arrs["weight"], arrs["bias"]
         with self._device_scope(x):
@@ -174,7 +208,7 @@ class ConvOps:
         op = "conv2d_backward"
         from .linalg_api import _check_flag
         bias = _check_flag(op, "bias", bias)
-        arrs, geo, groups = self._conv_args(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding,
+        arrs, geo, groups = self._conv_plan(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding,
                                             dilation, groups)
         x, w, g = arrs["x"], arrs["weight"], arrs["grad_out"]
         ho, wo = geo[8], geo[9]

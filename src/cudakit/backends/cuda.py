@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DeviceError
+from ..kernels import conv   # imports neither CuPy nor Triton until a kernel runs
 from ..runtime import _cupy, memory
 from .base import Backend
 from .cpu import _dlpack_on_cuda
@@ -33,6 +34,7 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         self._ndarray = self._cp.ndarray
         from ..kernels import elementwise
         self._run, self._fast = elementwise.run, elementwise.fast
+        self._conv_plans = {}
         memory.ensure_installed()
 
     @property
@@ -50,22 +52,31 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         from ..kernels import pooling
         return pooling.pool2d_backward(self._ascontiguous(grad_out), self._ascontiguous(x), kind, geo)
 
+    def _plan_key(self, named):
+        nd = self._ndarray
+        key = []
+        for v in named.values():
+            if v is None:
+                key.append(None)
+            elif type(v) is nd:
+                key.append((v.shape, v.dtype, v.data.device_id))
+            else:
+                return None
+        return tuple(key)
+
     def _conv2d_kernel(self, x, w, b, geo, groups):
-        from ..kernels import conv
-        if not conv.usable(x.dtype.name, x.shape, w.shape[0], geo, groups):
+        if not conv.usable(conv.dtype_name(x.dtype), x.shape, w.shape[0], geo, groups):
             return None
         return conv.conv2d(self._ascontiguous(x), self._ascontiguous(w),
                            None if b is None else self._ascontiguous(b), geo, groups)
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
-        from ..kernels import conv
-        if not conv.usable(w.dtype.name, x_shape, w.shape[0], geo, groups):
+        if not conv.usable(conv.dtype_name(w.dtype), x_shape, w.shape[0], geo, groups):
             return None
         return conv.conv2d_input_grad(self._ascontiguous(grad_out), self._ascontiguous(w), x_shape, geo, groups)
 
     def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias, groups):
-        from ..kernels import conv
-        if not conv.usable(x.dtype.name, x.shape, w_shape[0], geo, groups):
+        if not conv.usable(conv.dtype_name(x.dtype), x.shape, w_shape[0], geo, groups):
             return None
         return conv.conv2d_weight_grad(self._ascontiguous(grad_out), self._ascontiguous(x), w_shape, geo, bias,
                                        groups)

@@ -312,5 +312,7 @@ class CudaNormalizationHooks(NormalizationOps):
         return contextlib.nullcontext() if dev == cp.cuda.runtime.getDevice() else cp.cuda.Device(dev)
 
     def _ascontiguous(self, a):
+        if a.flags.c_contiguous:   # the usual case, without cupy.ascontiguousarray's call cost
+            return a
         from ..runtime import _cupy
         return _cupy.cupy().ascontiguousarray(a)

@@ -29,6 +29,12 @@ def available() -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=None)
+def dtype_name(dtype) -> str:
+    """dtype.name, looked up once per dtype (NumPy computes the property in Python per access)."""
+    return dtype.name
+
+
 def usable(dtype_name: str, x_shape, k: int, geo, groups: int = 1) -> bool:
     """True when conv2d runs here: float16, bfloat16 or float32, every per-image plane and each
     group's weight under 2^31 elements (int32 offsets), at most 65535 groups unless depthwise (one
@@ -211,10 +217,9 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
             gb.fill(0)
         return gw, gb
     if depthwise(x.shape, w_shape, groups, geo):
-        split, steps = dw_wgrad_split(n, k, geo)
-        part = cp.empty((split, k * r * s), cp.float32)
-        _k("conv2d_dw_wgrad", **dw_wgrad_consts(geo))[(k, split)](x, grad_out, part, n, k, h, wd, geo[8], geo[9],
-                                                                  steps)
+        kern, grid, steps = _dw_wgrad_launch(n, k, geo)
+        part = cp.empty((grid[1], k * r * s), cp.float32)
+        kern[grid](x, grad_out, part, n, k, h, wd, geo[8], geo[9], steps)
     else:
         kern, grid, steps = _wgrad_launch((n, c, h, wd), k // groups, geo, x.dtype.name, precision(x.dtype.name),
                                           groups)
@@ -298,6 +303,13 @@ def dw_wgrad_split(n: int, k: int, geo) -> tuple[int, int]:
     split = max(1, min(tiles, math.ceil(_DW_WG_PROGRAMS / k)))
     steps = math.ceil(tiles / split)
     return math.ceil(tiles / steps), steps
+
+
+@functools.lru_cache(maxsize=256)
+def _dw_wgrad_launch(n: int, k: int, geo):
+    """(conv2d_dw_wgrad bound, grid (K, splits), STEPS) per call shape (host time per call matters)."""
+    split, steps = dw_wgrad_split(n, k, geo)
+    return _k("conv2d_dw_wgrad", **dw_wgrad_consts(geo)), (k, split), steps
 
 
 def dw_wgrad_consts(geo) -> dict:
