@@ -76,7 +76,7 @@ for dt in ("bfloat16", "float32"):
            "torch bwd": lambda: torch.autograd.grad(y, (rx, rw), tg, retain_graph=True),
            "torch wgrad": lambda: torch.autograd.grad(y, (rw,), tg, retain_graph=True)}
     for v in FWD:
-        fns[f"fwd {v}"] = lambda v=v: (use(f=v), conv._dw_run(x, w, None, GEO))
+        fns[f"fwd {v}"] = lambda v=v: (use(f=v), conv._dw_run(x, w, None, GEO, 128, 1))
     for v in WGRAD:
         fns[f"wgrad {v}"] = lambda v=v: (use(wg=v), conv.conv2d_weight_grad(g, x, w.shape, GEO, False, 128))
     fns["bwd shipped"] = lambda: (use(*shipped), cudakit.conv2d_backward(g, x, w, 1, 1, bias=False, groups=128))

@@ -41,6 +41,12 @@ DEPTHWISE = [((2, 4, 9, 11), (3, 3), 1, 1, 1), ((2, 3, 12, 11), (3, 3), 2, 1, 1)
              ((1, 3, 10, 9), (2, 3), (2, 1), (1, 2), 1), ((1, 2, 7, 8), (3, 3), 3, 0, 1),
              ((2, 3, 3, 150), (3, 3), 1, 1, 1), ((3, 2, 20, 17), (7, 7), 1, 3, 1)]
 
+# the direct kernels with several channels a group: 2 -> 3 (strided: the input gradient
+# zero-interleaved, the weight's channel axes swapped), 8 -> 8 (ResNeXt's), 4 -> 2 dilated and
+# padded past the window (negative padding in dx), 3 -> 1
+DIRECT_GROUPED = [(((2, 6, 9, 11), (3, 3), 2, 1, 1), 9, 3), (((2, 16, 7, 9), (3, 3), 1, 1, 1), 16, 2),
+                  (((1, 8, 10, 9), (3, 3), 1, 3, 2), 4, 2), (((3, 6, 5, 6), (1, 3), (1, 2), (0, 1), 1), 2, 2)]
+
 
 def _pair(v):
     return (v, v) if isinstance(v, int) else v
@@ -87,56 +93,62 @@ def weight_grad(g, x, w_shape, geo, programs, groups=1):
     return gw, gb, grid[2], steps
 
 
-def dw_run(x, w, bias, geo, flip=False, upsample=(1, 1)):
-    """conv._dw_run: the direct depthwise kernel."""
-    n, k, h, wd = x.shape
-    y = np.full((n, k, geo[8], geo[9]), 7.0, x.dtype)
-    consts = conv._dw_consts(geo, upsample, flip, bias is not None)
+def dw_run(x, w, bias, geo, groups, co, flip=False, upsample=(1, 1)):
+    """conv._dw_run: the direct kernel (groups of few channels; depthwise: one)."""
+    n, c, h, wd = x.shape
+    y = np.full((n, groups * co, geo[8], geo[9]), 7.0, x.dtype)
+    consts = conv._dw_consts(geo, upsample, flip, bias is not None, c // groups, co)
     consts.pop("num_warps")
-    grid = (-(-n * k // consts["BLOCK_Z"]), -(-geo[8] // consts["BLOCK_P"]), -(-geo[9] // consts["BLOCK_Q"]))
-    src.conv2d_dw_fwd[grid](*map(Tensor, (x, w, w if bias is None else bias, y)), n * k, k, h, wd, geo[8], geo[9],
-                            **consts)
+    grid = (-(-n * groups // consts["BLOCK_Z"]), -(-geo[8] // consts["BLOCK_P"]), -(-geo[9] // consts["BLOCK_Q"]))
+    src.conv2d_direct_fwd[grid](*map(Tensor, (x, w, w if bias is None else bias, y)), n * groups, groups, h, wd,
+                                geo[8], geo[9], **consts)
     return y
 
 
-def dw_weight_grad(g, x, geo):
-    """conv.conv2d_weight_grad's depthwise launch: the per-split partial sums, summed here."""
-    n, k, h, wd = x.shape
-    split, steps = conv.dw_wgrad_split(n, k, geo)
-    part = np.full((split, k * geo[6] * geo[7]), 7.0, np.float32)
+def dw_weight_grad(g, x, w_shape, geo):
+    """conv.conv2d_weight_grad's direct launch: the per-split partial sums, summed here."""
+    n, c, h, wd = x.shape
+    k, ci = w_shape[:2]
+    split, steps = conv.dw_wgrad_split(n, k * ci, geo)
+    part = np.full((split, k * ci * geo[6] * geo[7]), 7.0, np.float32)
     consts = conv.dw_wgrad_consts(geo)
     consts.pop("num_warps")
-    src.conv2d_dw_wgrad[(k, split)](*map(Tensor, (x, g, part)), n, k, h, wd, geo[8], geo[9], steps, **consts)
-    return part.sum(0).reshape(k, 1, geo[6], geo[7])
+    src.conv2d_direct_wgrad[(k * ci, split)](*map(Tensor, (x, g, part)), n, c, k, h, wd, geo[8], geo[9], steps,
+                                             CI=ci, CO=k * ci // c, **consts)
+    return part.sum(0).reshape(w_shape)
 
 
-def check_depthwise(shape, rs, stride, pad, dil, rng, dtype=np.float16, programs=None):
-    """The direct depthwise kernels (forward, flipped input gradient, weight gradient); programs: the
-    weight gradient's programs to aim for (fewer: several tiles a split)."""
+def check_direct(shape, rs, stride, pad, dil, rng, dtype=np.float16, programs=None, k=None, groups=None):
+    """The direct kernels (forward, flipped input gradient, weight gradient) of a depthwise
+    convolution, or with k filters in `groups` groups; programs: the weight gradient's programs to
+    aim for (fewer: several tiles a split)."""
     if programs:
         saved, conv._DW_WG_PROGRAMS = conv._DW_WG_PROGRAMS, programs
         try:
-            return check_depthwise(shape, rs, stride, pad, dil, rng, dtype)
+            return check_direct(shape, rs, stride, pad, dil, rng, dtype, k=k, groups=groups)
         finally:
             conv._DW_WG_PROGRAMS = saved
     cpu = cudakit.get_backend("cpu")
     c = shape[1]
+    groups = groups or c
+    k = k or c
     x = rng.standard_normal(shape).astype(dtype)
-    w = (rng.standard_normal((c, 1) + rs) * (rs[0] * rs[1]) ** -0.5).astype(dtype)
-    b = rng.standard_normal(c).astype(dtype)
+    w = (rng.standard_normal((k, c // groups) + rs) * (c // groups * rs[0] * rs[1]) ** -0.5).astype(dtype)
+    b = rng.standard_normal(k).astype(dtype)
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
-    want = cpu.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, pad, dil, c)
+    want = cpu.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, pad, dil, groups)
     geo = (sh, sw, ph, pw, dh, dw, rs[0], rs[1], want.shape[2], want.shape[3])
-    assert conv.depthwise(shape, w.shape, c, geo)
-    case = ("depthwise", shape, rs, stride, pad, dil)
-    np.testing.assert_allclose(dw_run(x, w, b, geo).astype(np.float64), want, atol=4e-3, rtol=4e-3, err_msg=f"y {case}")
+    assert conv.direct(shape, w.shape, groups, geo)
+    case = ("direct", shape, k, groups, rs, stride, pad, dil)
+    np.testing.assert_allclose(dw_run(x, w, b, geo, groups, k // groups).astype(np.float64), want, atol=4e-3,
+                               rtol=4e-3, err_msg=f"y {case}")
     g = rng.standard_normal(want.shape).astype(dtype)
     gx_want, gw_want, _ = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64), w.astype(np.float64),
-                                              stride, pad, dil, groups=c)
-    gw = dw_weight_grad(g, x, geo)
+                                              stride, pad, dil, groups=groups)
+    gw = dw_weight_grad(g, x, w.shape, geo)
     np.testing.assert_allclose(gw, gw_want, atol=4e-3 * max(1.0, np.abs(gw_want).max()), rtol=4e-3,
                                err_msg=f"dw {case}")
-    gx = dw_run(g, w, None, conv.flipped(geo, shape), True, (sh, sw))
+    gx = dw_run(g, w, None, conv.flipped(geo, shape), groups, c // groups, True, (sh, sw))
     np.testing.assert_allclose(gx.astype(np.float64), gx_want, atol=4e-3 * max(1.0, np.abs(gx_want).max()),
                                rtol=4e-3, err_msg=f"dx {case}")
 
@@ -179,7 +191,9 @@ if __name__ == "__main__":
         check(*case, rng, groups=groups)
     check((5, 6, 9, 8), 6, (3, 3), 1, 1, 1, rng, programs=30, groups=3)   # splits across images, per group
     for case in DEPTHWISE:
-        check_depthwise(*case, rng)
-    check_depthwise((2, 3, 30, 29), (3, 3), 1, 1, 1, rng, dtype=np.float32)   # positions past one block
-    check_depthwise((5, 2, 20, 40), (3, 3), 1, 1, 1, rng, programs=4)   # 2 splits of 3 tiles (2 image blocks x 3 row blocks)
-    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + 6} cases match the float64 reference (forward, input, weight and bias gradients)")
+        check_direct(*case, rng)
+    check_direct((2, 3, 30, 29), (3, 3), 1, 1, 1, rng, dtype=np.float32)   # positions past one block
+    check_direct((5, 2, 20, 40), (3, 3), 1, 1, 1, rng, programs=4)   # 2 splits of 3 tiles (2 image blocks x 3 row blocks)
+    for case, k, groups in DIRECT_GROUPED:
+        check_direct(*case, rng, k=k, groups=groups)
+    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + len(DIRECT_GROUPED) + 6} cases match the float64 reference (forward, input, weight and bias gradients)")

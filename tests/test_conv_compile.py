@@ -38,8 +38,8 @@ for name, fn, c in (("fwd", src.conv2d_fwd, fwd), ("dx", src.conv2d_fwd, dx), ("
                     ("bias", src.conv2d_bias_grad, {"BLOCK": conv._BIAS_BLOCK}),
                     ("finish", src.conv2d_wgrad_finish, {"HAS_BIAS": True, "BLOCK": conv._FINISH_BLOCK}),
                     ("layout", src.conv2d_weight_layout, {"INPUT_GRAD": True, "BLOCK": conv._LAYOUT_BLOCK}),
-                    ("dw_fwd", src.conv2d_dw_fwd, conv._dw_consts(geo, (2, 2), True, True)),
-                    ("dw_wgrad", src.conv2d_dw_wgrad, conv.dw_wgrad_consts(geo))):
+                    ("dw_fwd", src.conv2d_direct_fwd, conv._dw_consts(geo, (2, 2), True, True, min(c, 8), min(k, 8))),
+                    ("dw_wgrad", src.conv2d_direct_wgrad, dict(conv.dw_wgrad_consts(geo), CI=min(c, 8), CO=min(k, 8)))):
     consts = {n: v for n, v in c.items() if n not in ("num_warps", "num_stages")}
     names = list(fn.arg_names)
     sig = {n: "constexpr" if n in consts else pointers[name].get(n, "i32") for n in names}   # the rest: int32 sizes
@@ -55,7 +55,7 @@ print(json.dumps(out))
 @pytest.mark.parametrize("dtype,prec,k,c", [("bfloat16", "", 128, 64), ("float32", "ieee", 128, 64),
                                             ("float32", "tf32x3", 128, 64), ("float32", "tf32x3", 64, 64),
                                             ("float32", "tf32", 64, 64), ("bfloat16", "", 1, 1), ("float32", "tf32x3", 1, 1),
-                                            ("float32", "ieee", 2, 1)])   # the last three: depthwise tiles
+                                            ("float32", "ieee", 2, 1)])   # the last three: depthwise and 1 -> 2 direct tiles (the others: 8 -> 8)
 def test_conv_kernels_compile_for_sm90(dtype, prec, k, c):
     env = {"TRITON_DEFAULT_FP_FUSION": "1", **os.environ}
     if prec:   # the wgrad tiles follow the precision (and K)

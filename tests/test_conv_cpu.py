@@ -115,20 +115,27 @@ def test_max_pool_backward_of_all_inf_windows_stays_inside():
     assert gx.sum() == 9  # every window's gradient lands on an element of x, none in the padding
 
 
-def test_depthwise_routing():
-    """Which convolutions the GPU's direct depthwise kernels take (kernels/conv.py): one channel per
-    group in and out, at most 7 x 7 taps; and usable() counts the grouped weight, not C x K."""
+def test_direct_routing():
+    """Which grouped convolutions the GPU's direct kernels take (kernels/conv.py): depthwise with at
+    most 7 x 7 taps, or at most 8 channels a group in and out with at most 3 x 3 taps; and usable()
+    counts the grouped weight, not C x K."""
     from cudakit.kernels import conv
     geo3 = (1, 1, 1, 1, 1, 1, 3, 3, 56, 56)
+    geo5 = (1, 1, 2, 2, 1, 1, 5, 5, 56, 56)
     geo9 = (1, 1, 4, 4, 1, 1, 9, 9, 56, 56)
-    assert conv.depthwise((2, 64, 56, 56), (64, 1, 3, 3), 64, geo3)
-    assert not conv.depthwise((2, 64, 56, 56), (128, 1, 3, 3), 64, geo3)   # two filters per group
-    assert not conv.depthwise((2, 64, 56, 56), (64, 2, 3, 3), 32, geo3)
-    assert not conv.depthwise((2, 64, 56, 56), (64, 1, 9, 9), 64, geo9)    # 81 taps: implicit GEMM
-    big = 70000   # more groups than grid z holds: depthwise still runs the direct kernels
+    assert conv.direct((2, 64, 56, 56), (64, 1, 3, 3), 64, geo3)
+    assert conv.direct((2, 64, 56, 56), (64, 1, 5, 5), 64, geo5)
+    assert not conv.direct((2, 64, 56, 56), (64, 1, 9, 9), 64, geo9)    # 81 taps: implicit GEMM
+    assert conv.direct((2, 64, 56, 56), (128, 1, 3, 3), 64, geo3)       # two filters a group
+    assert conv.direct((2, 256, 56, 56), (256, 8, 3, 3), 32, geo3)      # ResNeXt's 8 -> 8
+    assert not conv.direct((2, 256, 56, 56), (256, 8, 5, 5), 32, geo5)  # 8 -> 8 past 3 x 3
+    assert not conv.direct((2, 256, 56, 56), (256, 16, 3, 3), 16, geo3)  # 16 channels fill a tile
+    assert not conv.direct((2, 64, 56, 56), (64, 64, 3, 3), 1, geo3)
+    big = 70000   # more groups than grid z holds: the direct kernels still run them
     if conv.available():
         assert conv.usable("float32", (1, big, 8, 8), big, (1, 1, 1, 1, 1, 1, 3, 3, 8, 8), big)
-        assert not conv.usable("float32", (1, 2 * big, 8, 8), 2 * big, (1, 1, 1, 1, 1, 1, 3, 3, 8, 8), big)
+        assert conv.usable("float32", (1, 2 * big, 8, 8), 2 * big, (1, 1, 1, 1, 1, 1, 3, 3, 8, 8), big)
+        assert not conv.usable("float32", (1, 2 * big, 8, 8), 2 * big, (1, 1, 2, 2, 1, 1, 5, 5, 8, 8), big)
         geo = geo3[:8] + (8, 8)   # a weight of 2^35 elements in 8 groups of 2^29: int32 offsets within each
         assert conv.usable("bfloat16", (1, 65536, 8, 8), 65536, geo, 8)
         assert not conv.usable("bfloat16", (1, 65536, 8, 8), 65536, geo, 1)

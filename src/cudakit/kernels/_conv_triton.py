@@ -230,61 +230,83 @@ def _dw_rows(x_pl, z_ok, top, H, Wd, cols, oks, NROWS: tl.constexpr, S: tl.const
 
 
 @triton.jit
-def conv2d_dw_fwd(X, W, B, Y,   # X: [NK, H, Wd]; W: [K, R*S]; B: [K] (HAS_BIAS); Y: [NK, P, Q]
-                  NK, K, H, Wd, P, Q,   # NK: N K planes
-                  SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
-                  DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
-                  UH: tl.constexpr, UW: tl.constexpr, FLIP: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
-    """Depthwise (groups = channels = filters): y[n, k] = sum over taps of x[n, k] at the tap times
-    w[k, tap]. Program (BLOCK_Z planes n K + k, BLOCK_P output rows, BLOCK_Q columns): the
-    (BLOCK_P - 1) SH + (R - 1) DH + 1 input rows the tile needs are loaded once each, as S
-    column-shifted [BLOCK_Z, BLOCK_Q] tiles, and the output rows are sums of them (unrolled), so an
-    output costs about ((BLOCK_P - 1) SH + R) S / BLOCK_P loads (3.75 for 3x3, BLOCK_P 8), not R S;
-    the weights are loaded once a program. float32 FMAs. UH, UW and FLIP: the input gradient (dL/dy
-    read zero-interleaved, the taps reversed), as conv2d_fwd.
+def conv2d_direct_fwd(X, W, B, Y,   # X: [NG CI, H, Wd]; W: [G CO, CI, R*S] ([G CI, CO, R*S] if FLIP); B: [G CO]; Y: [NG CO, P, Q]
+                      NG, G, H, Wd, P, Q,   # NG: N G (image, group) pairs
+                      CI: tl.constexpr, CO: tl.constexpr,   # input and output channels a group
+                      SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+                      DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
+                      UH: tl.constexpr, UW: tl.constexpr, FLIP: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """Grouped convolution with few channels a group (depthwise: CI = CO = 1) by direct float32
+    FMAs: y[n, g CO + co] = sum over ci and taps of x[n, g CI + ci] at the tap times
+    w[g CO + co, ci, tap]. Program (BLOCK_Z (image, group) pairs z = n G + g, BLOCK_P output rows,
+    BLOCK_Q columns): for each input channel the (BLOCK_P - 1) SH + (R - 1) DH + 1 input rows the
+    tile needs are loaded once each, as S column-shifted [BLOCK_Z, BLOCK_Q] tiles, and feed the
+    BLOCK_P CO accumulators (unrolled), so an output costs about CI ((BLOCK_P - 1) SH + R) S /
+    (BLOCK_P CO) loads (3.75 for a 3x3 depthwise, BLOCK_P 8); each weight is loaded once a program.
+    UH, UW and FLIP: the input gradient (dL/dy read zero-interleaved, the taps reversed and the
+    weight's channel axes swapped), as conv2d_fwd.
     Memory traffic: x once from DRAM (re-reads of its rows by neighbouring programs from L2), y once."""
     z = tl.program_id(0) * BLOCK_Z + tl.arange(0, BLOCK_Z)
     p0 = tl.program_id(1) * BLOCK_P
     q = tl.program_id(2) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    z_ok = z < NK
-    k = z % K
-    ws = ()
-    for t in tl.static_range(R * S):
-        tap = (R * S - 1 - t) if FLIP else t
-        ws = ws + (tl.load(W + k * (R * S) + tap, mask=z_ok, other=0.0).to(tl.float32)[:, None],)
+    z_ok = z < NG
+    g = z % G
     cols, oks = _dw_cols(q, Q, Wd, SW, PW, DW, S, UW)
-    rows = _dw_rows(X + (z.to(tl.int64) * H * Wd)[:, None], z_ok, p0 * SH - PH + 0 * z, H, Wd, cols, oks,
-                    (BLOCK_P - 1) * SH + (R - 1) * DH + 1, S, UH)
-    y_pl = Y + (z.to(tl.int64) * P * Q)[:, None] + q[None, :]
+    accs = ()
+    for t in tl.static_range(BLOCK_P * CO):
+        accs = accs + (tl.zeros([BLOCK_Z, BLOCK_Q], tl.float32),)
+    for ci in range(CI):   # a loop, not unrolled: CI CO taps unrolled bodies took minutes to compile
+        rows = _dw_rows(X + ((z.to(tl.int64) * CI + ci) * H * Wd)[:, None], z_ok, p0 * SH - PH + 0 * z, H, Wd,
+                        cols, oks, (BLOCK_P - 1) * SH + (R - 1) * DH + 1, S, UH)
+        for co in tl.static_range(CO):
+            for r in tl.static_range(R):
+                for s in tl.static_range(S):
+                    if FLIP:
+                        w_at = ((g * CI + ci) * CO + co) * (R * S) + (R * S - 1 - (r * S + s))
+                    else:
+                        w_at = ((g * CO + co) * CI + ci) * (R * S) + r * S + s
+                    wv = tl.load(W + w_at, mask=z_ok, other=0.0).to(tl.float32)[:, None]
+                    new = ()
+                    for j in tl.static_range(BLOCK_P):
+                        for c2 in tl.static_range(CO):
+                            if c2 == co:
+                                new = new + (accs[j * CO + c2] + rows[j * SH + r * DH][s] * wv,)
+                            else:
+                                new = new + (accs[j * CO + c2],)
+                    accs = new
     out_ok = z_ok[:, None] & (q < Q)[None, :]
     p_left = P - p0 + 0 * z   # output rows from p0 to the plane's end (a vector, as _dw_rows' top)
-    if HAS_BIAS:
-        bias = tl.load(B + k, mask=z_ok, other=0.0).to(tl.float32)[:, None]
-    for j in tl.static_range(BLOCK_P):
-        acc = tl.zeros([BLOCK_Z, BLOCK_Q], tl.float32)
-        for r in tl.static_range(R):
-            for s in tl.static_range(S):
-                acc += rows[j * SH + r * DH][s] * ws[r * S + s]
+    for co in tl.static_range(CO):
+        y_pl = Y + ((z.to(tl.int64) * CO + co) * P * Q)[:, None] + q[None, :]
         if HAS_BIAS:
-            acc += bias
-        tl.store(y_pl + (p0 + j) * Q, acc.to(Y.dtype.element_ty), mask=out_ok & (j < p_left)[:, None])
+            bias = tl.load(B + g * CO + co, mask=z_ok, other=0.0).to(tl.float32)[:, None]
+        for j in tl.static_range(BLOCK_P):
+            acc = accs[j * CO + co]
+            if HAS_BIAS:
+                acc += bias
+            tl.store(y_pl + (p0 + j) * Q, acc.to(Y.dtype.element_ty), mask=out_ok & (j < p_left)[:, None])
 
 
 @triton.jit
-def conv2d_dw_wgrad(X, G, PART,   # X: [N, K, H, Wd]; G: [N, K, P, Q] (dL/dy); PART: [SPLIT, K, R*S] float32
-                    N, K, H, Wd, P, Q, STEPS,
-                    SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
-                    DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
-                    BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
-    """Depthwise weight gradient: PART[sp, k, tap] = sum of dL/dy[n, k] times x[n, k] at the tap over
-    the STEPS tiles of split sp; program (k, sp); conv2d_wgrad_finish sums the splits. A tile is
-    BLOCK_Z images x BLOCK_P output rows x BLOCK_Q columns of channel k (columns fastest, then rows,
-    then images); its input rows are loaded once each, as in conv2d_dw_fwd. One float32
-    [BLOCK_Z, BLOCK_Q] accumulator per tap (a tuple, unrolled), reduced once at the end.
-    Memory traffic: x and dL/dy once from DRAM, R S floats a program."""
-    k = tl.program_id(0)
+def conv2d_direct_wgrad(X, G, PART,   # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); PART: [SPLIT, K CI, R*S] float32
+                        N, C, K, H, Wd, P, Q, STEPS,
+                        CI: tl.constexpr, CO: tl.constexpr,   # input and output channels a group
+                        SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+                        DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
+                        BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """Weight gradient of conv2d_direct_fwd: PART[sp, k CI + ci, tap] = sum of dL/dy[n, k] times
+    x[n, (k // CO) CI + ci] at the tap over the STEPS tiles of split sp; program (k CI + ci, sp);
+    conv2d_wgrad_finish sums the splits. A tile is BLOCK_Z images x BLOCK_P output rows x BLOCK_Q
+    columns (columns fastest, then rows, then images); its input rows are loaded once each, as in
+    conv2d_direct_fwd. One float32 [BLOCK_Z, BLOCK_Q] accumulator per tap (a tuple, unrolled),
+    reduced once at the end.
+    Memory traffic: x and dL/dy from DRAM once (x's planes re-read by the CO filters of a group and
+    dL/dy's by the CI channels, from L2), R S floats a program."""
+    wi = tl.program_id(0)
     sp = tl.program_id(1)
+    k = wi // CI
+    xc = (k // CO) * CI + wi % CI
     n_qb = tl.cdiv(Q, BLOCK_Q)
     n_pb = tl.cdiv(P, BLOCK_P)
     accs = ()
@@ -295,11 +317,10 @@ def conv2d_dw_wgrad(X, G, PART,   # X: [N, K, H, Wd]; G: [N, K, P, Q] (dL/dy); P
         p0 = ((i // n_qb) % n_pb) * BLOCK_P
         n = (i // (n_qb * n_pb)) * BLOCK_Z + tl.arange(0, BLOCK_Z)
         z_ok = n < N
-        z = n.to(tl.int64) * K + k
         cols, oks = _dw_cols(q, Q, Wd, SW, PW, DW, S, 1)
-        rows = _dw_rows(X + (z * H * Wd)[:, None], z_ok, p0 * SH - PH + 0 * n, H, Wd, cols, oks,
-                        (BLOCK_P - 1) * SH + (R - 1) * DH + 1, S, 1)
-        g_pl = G + (z * P * Q)[:, None] + q[None, :]
+        rows = _dw_rows(X + ((n.to(tl.int64) * C + xc) * H * Wd)[:, None], z_ok, p0 * SH - PH + 0 * n, H, Wd,
+                        cols, oks, (BLOCK_P - 1) * SH + (R - 1) * DH + 1, S, 1)
+        g_pl = G + ((n.to(tl.int64) * K + k) * P * Q)[:, None] + q[None, :]
         g_ok = z_ok[:, None] & (q < Q)[None, :]
         p_left = P - p0 + 0 * n
         for j in tl.static_range(BLOCK_P):
@@ -310,4 +331,4 @@ def conv2d_dw_wgrad(X, G, PART,   # X: [N, K, H, Wd]; G: [N, K, P, Q] (dL/dy); P
                     new = new + (accs[r * S + s] + rows[j * SH + r * DH][s] * g,)
             accs = new
     for t in tl.static_range(R * S):
-        tl.store(PART + (sp * K + k) * (R * S) + t, tl.sum(tl.sum(accs[t], 1), 0))
+        tl.store(PART + (sp * (K * CI) + wi) * (R * S) + t, tl.sum(tl.sum(accs[t], 1), 0))

@@ -3,8 +3,10 @@ cudakit.float32_precision() names, three TF32 tensor-core products by default - 
 Triton kernel of kernels/_conv_triton.py
 compiled and launched by cudakit's Triton runtime on the current CuPy stream. The input gradient is
 the same kernel run on grad_out (zero-interleaved by the strides) with the weight flipped and its
-channel axes swapped. Shapes the kernel does not take (float64, or per-image planes of 2^31 elements or
-more) go through backends/conv_api.py's im2col + cuBLAS path; `usable` decides.
+channel axes swapped. Grouped convolutions with few channels a group (depthwise: one; `direct`
+decides) take direct float32-FMA kernels instead, forward, input and weight gradients. Shapes the
+kernels do not take (float64, or per-image planes of 2^31 elements or more) go through
+backends/conv_api.py's im2col + cuBLAS path; `usable` decides.
 """
 from __future__ import annotations
 
@@ -37,13 +39,13 @@ def dtype_name(dtype) -> str:
 
 def usable(dtype_name: str, x_shape, k: int, geo, groups: int = 1) -> bool:
     """True when conv2d runs here: float16, bfloat16 or float32, every per-image plane and each
-    group's weight under 2^31 elements (int32 offsets), at most 65535 groups unless depthwise (one
-    implicit-GEMM launch holds whole groups of images), Triton installed."""
+    group's weight under 2^31 elements (int32 offsets), at most 65535 groups unless the direct
+    kernels take them (one implicit-GEMM launch holds whole groups of images), Triton installed."""
     n, c, h, w = x_shape
     r, s, ho, wo = geo[6:]
     return (dtype_name in DTYPES and c * h * w < 2**31 and k * ho * wo < 2**31
             and r * s * (c // groups) * (k // groups) < 2**31
-            and (groups <= _MAX_GRID_Z or depthwise(x_shape, (k,), groups, geo)) and available())
+            and (groups <= _MAX_GRID_Z or direct(x_shape, (k,), groups, geo)) and available())
 
 
 def precision(dtype_name: str) -> str:
@@ -216,10 +218,10 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
         if bias:
             gb.fill(0)
         return gw, gb
-    if depthwise(x.shape, w_shape, groups, geo):
-        kern, grid, steps = _dw_wgrad_launch(n, k, geo)
-        part = cp.empty((grid[1], k * r * s), cp.float32)
-        kern[grid](x, grad_out, part, n, k, h, wd, geo[8], geo[9], steps)
+    if direct(x.shape, w_shape, groups, geo):
+        kern, grid, steps = _dw_wgrad_launch(n, k, c, k // groups, geo)
+        part = cp.empty((grid[1], k * c * r * s), cp.float32)
+        kern[grid](x, grad_out, part, n, x.shape[1], k, h, wd, geo[8], geo[9], steps)
     else:
         kern, grid, steps = _wgrad_launch((n, c, h, wd), k // groups, geo, x.dtype.name, precision(x.dtype.name),
                                           groups)
@@ -236,80 +238,91 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
     return gw, gb
 
 
-# ---- depthwise (groups = channels = filters): direct kernels, float32 FMAs ------------------------
-# A program's tile: BLOCK_Z planes x BLOCK_Q columns (a power of two of the row, up to _DW_MAX_COLS;
-# BLOCK_Z BLOCK_Q = the elements of a row step) x BLOCK_P output rows, whose input rows are loaded
-# once each. More taps: smaller tiles (the unrolled rows and accumulators live in registers).
-_DW_MAX_TAPS = 49        # larger windows take the implicit GEMM: the direct kernels unroll their taps
+# ---- few channels a group (depthwise: one): direct kernels, float32 FMAs -------------------------
+# A program's tile: BLOCK_Z (image, group) pairs x BLOCK_Q columns (a power of two of the row, up
+# to _DW_MAX_COLS; BLOCK_Z BLOCK_Q = the elements of a row step) x BLOCK_P output rows, whose input
+# rows are loaded once each. More taps or output channels: fewer rows (the unrolled rows and
+# accumulators live in registers).
+_DW_MAX_TAPS = 49        # depthwise windows up to 7x7 (the kernels unroll their taps)
+_DIRECT_MAX_CHANNELS = 8  # other groups: up to 8 input and 8 output channels, windows up to 3x3
+_DIRECT_MAX_TAPS = 9
 _DW_MAX_COLS = 256
 _DW_WARPS = 4
+_DW_FWD_ACCS = 16        # forward: at most BLOCK_P CO accumulators an element (CO: output channels a group)
 # (taps up to, elements of a row step, output rows) for the forward and for the weight gradient
 _DW_FWD_TILES = ((9, 256, 8), (25, 256, 4), (49, 128, 4))
 _DW_WG_TILES = ((9, 256, 8), (25, 128, 4), (49, 128, 2))
 _DW_WG_WARPS = 4
-_DW_WG_PROGRAMS = 4 * _TARGET_PROGRAMS   # weight gradient: programs to aim for (splits x channels)
+_DW_WG_PROGRAMS = 4 * _TARGET_PROGRAMS   # weight gradient: programs to aim for (splits x filter rows)
 
 
-def depthwise(x_shape, w_shape, groups: int, geo) -> bool:
-    """True for a depthwise convolution the direct kernels take: one input and one output channel per
-    group, at most 7 x 7 taps, the planes counted in int32, and the row and column blocks (forward
-    and input gradient) within grid y and z (65535)."""
-    n, _, h, wd = x_shape
-    return (groups > 1 and groups == x_shape[1] == w_shape[0] and geo[6] * geo[7] <= _DW_MAX_TAPS
-            and n * groups < 2**31 and max(h, geo[8]) <= 65535 * 2 and max(wd, geo[9]) <= 65535 * 128)
+def direct(x_shape, w_shape, groups: int, geo) -> bool:
+    """True for a grouped convolution the direct kernels take: depthwise (one input and one output
+    channel a group) with up to 7 x 7 taps, or up to _DIRECT_MAX_CHANNELS input and output channels
+    a group with up to 3 x 3 taps (the implicit-GEMM tiles span at least 16 channels); the (image,
+    group) pairs counted in int32 and the row and column blocks within grid y and z (65535)."""
+    n, c, h, wd = x_shape
+    if groups <= 1:
+        return False
+    ci, co, taps = c // groups, w_shape[0] // groups, geo[6] * geo[7]
+    small = (taps <= _DW_MAX_TAPS if ci == co == 1 else
+             max(ci, co) <= _DIRECT_MAX_CHANNELS and taps <= _DIRECT_MAX_TAPS)
+    return small and n * groups < 2**31 and max(h, geo[8]) <= 65535 and max(wd, geo[9]) <= 65535 * 128
 
 
-def dw_tile(geo, tiles=None) -> tuple[int, int, int]:
-    """(BLOCK_Z, BLOCK_P, BLOCK_Q) of a depthwise kernel (tiles: _DW_FWD_TILES or _DW_WG_TILES) for
-    output rows of geo[9] columns."""
+def dw_tile(geo, tiles=None, co: int = 1) -> tuple[int, int, int]:
+    """(BLOCK_Z, BLOCK_P, BLOCK_Q) of a direct kernel (tiles: _DW_FWD_TILES or _DW_WG_TILES) for
+    output rows of geo[9] columns; co: output channels a group (the forward's accumulators)."""
     elems, rows = next((e, r) for taps, e, r in (tiles or _DW_FWD_TILES) if geo[6] * geo[7] <= taps)
     bq = min(_DW_MAX_COLS, 1 << max(0, geo[9] - 1).bit_length(), elems)
-    return max(1, elems // bq), rows, bq
+    return max(1, elems // bq), max(1, min(rows, _DW_FWD_ACCS // co)), bq
 
 
-def _dw_consts(geo, upsample=(1, 1), flip: bool = False, has_bias: bool = False) -> dict:
-    bz, bp, bq = dw_tile(geo)
-    return dict(_window_consts(geo), UH=upsample[0], UW=upsample[1], FLIP=flip, HAS_BIAS=has_bias,
+def _dw_consts(geo, upsample=(1, 1), flip: bool = False, has_bias: bool = False, ci: int = 1, co: int = 1) -> dict:
+    bz, bp, bq = dw_tile(geo, co=co)
+    return dict(_window_consts(geo), CI=ci, CO=co, UH=upsample[0], UW=upsample[1], FLIP=flip, HAS_BIAS=has_bias,
                 BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WARPS)
 
 
 @functools.lru_cache(maxsize=256)
-def _dw_kernel(geo, upsample: tuple, flip: bool, has_bias: bool):
-    """(conv2d_dw_fwd with its constexprs bound, its tile) per geometry (made once: host time per
-    call matters at these sizes)."""
-    consts = _dw_consts(geo, upsample, flip, has_bias)
-    return _k("conv2d_dw_fwd", **consts), (consts["BLOCK_Z"], consts["BLOCK_P"], consts["BLOCK_Q"])
+def _dw_kernel(geo, upsample: tuple, flip: bool, has_bias: bool, ci: int = 1, co: int = 1):
+    """(conv2d_direct_fwd with its constexprs bound, its tile) per geometry and channels a group
+    (made once: host time per call matters at these sizes)."""
+    consts = _dw_consts(geo, upsample, flip, has_bias, ci, co)
+    return _k("conv2d_direct_fwd", **consts), (consts["BLOCK_Z"], consts["BLOCK_P"], consts["BLOCK_Q"])
 
 
-def _dw_run(x, w, bias, geo, flip: bool = False, upsample=(1, 1)):
-    """y (N, K, P, Q) of the depthwise convolution of x (N, K, H, W) with w (K, 1, R, S): conv2d_dw_fwd
-    (flip, upsample: the input gradient, as _run)."""
+def _dw_run(x, w, bias, geo, groups: int, co: int, flip: bool = False, upsample=(1, 1)):
+    """y (N, groups co, P, Q) of the grouped convolution of x (N, groups ci, H, W) with w (groups co,
+    ci, R, S) by conv2d_direct_fwd; flip, upsample: the input gradient, as _run (w is then the
+    forward's weight, (groups ci, co, R, S))."""
     cp = _cupy.cupy()
-    n, k, h, wd = x.shape
-    y = cp.empty((n, k, geo[8], geo[9]), x.dtype)
+    n, c, h, wd = x.shape
+    y = cp.empty((n, groups * co, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y
-    kern, (bz, bp, bq) = _dw_kernel(geo, upsample, flip, bias is not None)
-    kern[(math.ceil(n * k / bz), math.ceil(geo[8] / bp), math.ceil(geo[9] / bq))](
-        x, w, w if bias is None else bias, y, n * k, k, h, wd, geo[8], geo[9])
+    kern, (bz, bp, bq) = _dw_kernel(geo, upsample, flip, bias is not None, c // groups, co)
+    kern[(math.ceil(n * groups / bz), math.ceil(geo[8] / bp), math.ceil(geo[9] / bq))](
+        x, w, w if bias is None else bias, y, n * groups, groups, h, wd, geo[8], geo[9])
     return y
 
 
-def dw_wgrad_split(n: int, k: int, geo) -> tuple[int, int]:
-    """(splits, STEPS) of conv2d_dw_wgrad: the tiles of each channel split so that about
-    _DW_WG_PROGRAMS programs run."""
+def dw_wgrad_split(n: int, rows: int, geo) -> tuple[int, int]:
+    """(splits, STEPS) of conv2d_direct_wgrad: the tiles of each of the weight's `rows` (filter,
+    input channel) rows split so that about _DW_WG_PROGRAMS programs run."""
     bz, bp, bq = dw_tile(geo, _DW_WG_TILES)
     tiles = math.ceil(n / bz) * math.ceil(geo[8] / bp) * math.ceil(geo[9] / bq)
-    split = max(1, min(tiles, math.ceil(_DW_WG_PROGRAMS / k)))
+    split = max(1, min(tiles, math.ceil(_DW_WG_PROGRAMS / rows)))
     steps = math.ceil(tiles / split)
     return math.ceil(tiles / steps), steps
 
 
 @functools.lru_cache(maxsize=256)
-def _dw_wgrad_launch(n: int, k: int, geo):
-    """(conv2d_dw_wgrad bound, grid (K, splits), STEPS) per call shape (host time per call matters)."""
-    split, steps = dw_wgrad_split(n, k, geo)
-    return _k("conv2d_dw_wgrad", **dw_wgrad_consts(geo)), (k, split), steps
+def _dw_wgrad_launch(n: int, k: int, ci: int, co: int, geo):
+    """(conv2d_direct_wgrad bound, grid (K ci, splits), STEPS) per call shape (host time per call
+    matters)."""
+    split, steps = dw_wgrad_split(n, k * ci, geo)
+    return _k("conv2d_direct_wgrad", **dw_wgrad_consts(geo), CI=ci, CO=co), (k * ci, split), steps
 
 
 def dw_wgrad_consts(geo) -> dict:
@@ -319,8 +332,8 @@ def dw_wgrad_consts(geo) -> dict:
 
 def conv2d(x, w, bias, geo, groups: int = 1):
     """conv_api's conv2d for C-contiguous x (N, C, H, W), w (K, C / groups, R, S), bias (K,) or None."""
-    if depthwise(x.shape, w.shape, groups, geo):
-        return _dw_run(x, w, bias, geo)
+    if direct(x.shape, w.shape, groups, geo):
+        return _dw_run(x, w, bias, geo, groups, w.shape[0] // groups)
     return _run(x, _weight(w, False, groups), bias, geo, groups=groups)
 
 
@@ -328,7 +341,7 @@ def conv2d_input_grad(grad_out, w, x_shape, geo, groups: int = 1):
     """dL/dx (x_shape) of conv2d for C-contiguous grad_out (N, K, P, Q): the convolution of grad_out,
     zero-interleaved by the strides, with w flipped in (R, S) and its channel axes swapped per group
     (flipped() gives the geometry)."""
-    if depthwise(x_shape, w.shape, groups, geo):
-        return _dw_run(grad_out, w, None, flipped(geo, x_shape), True, (geo[0], geo[1]))
+    if direct(x_shape, w.shape, groups, geo):
+        return _dw_run(grad_out, w, None, flipped(geo, x_shape), groups, x_shape[1] // groups, True, (geo[0], geo[1]))
     return _run(grad_out, _weight(w, True, groups), None, flipped(geo, x_shape), upsample=(geo[0], geo[1]),
                 groups=groups)
