@@ -131,6 +131,8 @@ def test_direct_routing():
     assert not conv.direct((2, 256, 56, 56), (256, 8, 5, 5), 32, geo5)  # 8 -> 8 past 3 x 3
     assert not conv.direct((2, 256, 56, 56), (256, 16, 3, 3), 16, geo3)  # 16 channels fill a tile
     assert not conv.direct((2, 64, 56, 56), (64, 64, 3, 3), 1, geo3)
+    big_w = 44_000_000   # 7 x 7 depthwise filters of 2.16e9 elements: int32 weight offsets would wrap
+    assert not conv.direct((1, big_w, 6, 6), (big_w, 1, 7, 7), big_w, (1, 1, 3, 3, 1, 1, 7, 7, 6, 6))
     big = 70000   # more groups than grid z holds: the direct kernels still run them
     if conv.available():
         assert conv.usable("float32", (1, big, 8, 8), big, (1, 1, 1, 1, 1, 1, 3, 3, 8, 8), big)

@@ -242,7 +242,7 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
 # A program's tile: BLOCK_Z (image, group) pairs x BLOCK_Q columns (a power of two of the row, up
 # to _DW_MAX_COLS; BLOCK_Z BLOCK_Q = the elements of a row step) x BLOCK_P output rows, whose input
 # rows are loaded once each. More taps or output channels: fewer rows (the unrolled rows and
-# accumulators live in registers).
+# accumulators live in registers). The dw_ names date from the depthwise case, the first they took.
 _DW_MAX_TAPS = 49        # depthwise windows up to 7x7 (the kernels unroll their taps)
 _DIRECT_MAX_CHANNELS = 8  # other groups: up to 8 input and 8 output channels, windows up to 3x3
 _DIRECT_MAX_TAPS = 9
@@ -260,14 +260,16 @@ def direct(x_shape, w_shape, groups: int, geo) -> bool:
     """True for a grouped convolution the direct kernels take: depthwise (one input and one output
     channel a group) with up to 7 x 7 taps, or up to _DIRECT_MAX_CHANNELS input and output channels
     a group with up to 3 x 3 taps (the implicit-GEMM tiles span at least 16 channels); the (image,
-    group) pairs counted in int32 and the row and column blocks within grid y and z (65535)."""
+    group) pairs and the whole weight counted in int32, the row and column blocks within grid y
+    and z (65535)."""
     n, c, h, wd = x_shape
     if groups <= 1:
         return False
     ci, co, taps = c // groups, w_shape[0] // groups, geo[6] * geo[7]
     small = (taps <= _DW_MAX_TAPS if ci == co == 1 else
              max(ci, co) <= _DIRECT_MAX_CHANNELS and taps <= _DIRECT_MAX_TAPS)
-    return small and n * groups < 2**31 and max(h, geo[8]) <= 65535 and max(wd, geo[9]) <= 65535 * 128
+    return (small and n * groups < 2**31 and w_shape[0] * ci * taps < 2**31   # int32 weight offsets
+            and max(h, geo[8]) <= 65535 and max(wd, geo[9]) <= 65535 * 128)
 
 
 def dw_tile(geo, tiles=None, co: int = 1) -> tuple[int, int, int]:
