@@ -18,6 +18,21 @@ import triton.language as tl
 
 
 @triton.jit
+def _axis(i, n, U: tl.constexpr):
+    """(index, exists) of position i on an axis of n elements read zero-interleaved by U (U - 1
+    zeros after each element: only multiples of U read anything; U = 1: plain bounds); the direct
+    kernels' rule per row and per column (_tap applies it to both at once, its masks and-ed in the
+    order its compiled kernels were measured with)."""
+    if U > 1:
+        ok = (i >= 0) & (i % U == 0)
+        i = i // U
+        ok = ok & (i < n)
+    else:
+        ok = (i >= 0) & (i < n)
+    return i, ok
+
+
+@triton.jit
 def _tap(p, q, r, s, m_ok, H, Wd, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
          DH: tl.constexpr, DW: tl.constexpr, UH: tl.constexpr, UW: tl.constexpr):
     """(ih, iw, ok): the input row and column output position (p, q) reads at tap (r, s), and whether
@@ -193,13 +208,7 @@ def _dw_cols(q, Q, Wd, SW: tl.constexpr, PW: tl.constexpr, DW: tl.constexpr, S: 
     cols = ()
     oks = ()
     for s in tl.static_range(S):
-        iw = q * SW - PW + s * DW
-        if UW > 1:
-            ok = (iw >= 0) & (iw % UW == 0)
-            iw = iw // UW
-            ok = ok & (iw < Wd)
-        else:
-            ok = (iw >= 0) & (iw < Wd)
+        iw, ok = _axis(q * SW - PW + s * DW, Wd, UW)
         cols = cols + (iw[None, :],)
         oks = oks + ((ok & (q < Q))[None, :],)
     return cols, oks
@@ -214,13 +223,7 @@ def _dw_rows(x_pl, z_ok, top, H, Wd, cols, oks, NROWS: tl.constexpr, S: tl.const
     condition and-ed into a mask)."""
     rows = ()
     for i in tl.static_range(NROWS):
-        ih = top + i
-        if UH > 1:
-            ok = (ih >= 0) & (ih % UH == 0)
-            ih = ih // UH
-            ok = ok & (ih < H)
-        else:
-            ok = (ih >= 0) & (ih < H)
+        ih, ok = _axis(top + i, H, UH)
         row = ()
         for s in tl.static_range(S):
             m = oks[s] & (z_ok & ok)[:, None]
