@@ -28,10 +28,12 @@ def test_conv2d(geo, dtype, rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("geo,groups", cc.GROUPED_GEOMETRIES + [((4, 32, 28, 28, 32, 3, 3, 1, 1, 1), 32),
                                                                  ((2, 16, 40, 39, 16, 5, 5, 1, 4, 2), 16),
-                                                                 ((2, 64, 14, 14, 256, 3, 3, 2, 1, 1), 2)])
+                                                                 ((2, 64, 14, 14, 256, 3, 3, 2, 1, 1), 2),
+                                                                 ((2, 32, 9, 10, 32, 3, 3, 1, 1, 1), 4)])
 def test_conv2d_groups(geo, groups, dtype, rng):
-    """Grouped: the implicit-GEMM kernels read x as N G images (16-bit, float32); depthwise: the
-    direct kernels; the im2col path runs group by group (float64)."""
+    """Grouped: the implicit-GEMM kernels read x as N G images (16-bit, float32) when a group has
+    more than 8 channels; depthwise and up to 8 channels a group (8 -> 8 last): the direct kernels;
+    the im2col path runs group by group (float64)."""
     n, c, h, w, k, r, s, stride, pad, dil = geo
     cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups=groups,
                     product_u=_product_u(dtype))
