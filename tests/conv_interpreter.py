@@ -111,10 +111,10 @@ def dw_weight_grad(g, x, w_shape, geo):
     k, ci = w_shape[:2]
     split, steps = conv.dw_wgrad_split(n, k * ci, geo)
     part = np.full((split, k * ci * geo[6] * geo[7]), 7.0, np.float32)
-    consts = conv.dw_wgrad_consts(geo)
+    consts = conv.dw_wgrad_consts(geo, ci, k * ci // c)
     consts.pop("num_warps")
     src.conv2d_direct_wgrad[(k * ci, split)](*map(Tensor, (x, g, part)), n, c, k, h, wd, geo[8], geo[9], steps,
-                                             CI=ci, CO=k * ci // c, **consts)
+                                             **consts)
     return part.sum(0).reshape(w_shape)
 
 

@@ -39,7 +39,7 @@ for name, fn, c in (("fwd", src.conv2d_fwd, fwd), ("dx", src.conv2d_fwd, dx), ("
                     ("finish", src.conv2d_wgrad_finish, {"HAS_BIAS": True, "BLOCK": conv._FINISH_BLOCK}),
                     ("layout", src.conv2d_weight_layout, {"INPUT_GRAD": True, "BLOCK": conv._LAYOUT_BLOCK}),
                     ("dw_fwd", src.conv2d_direct_fwd, conv._dw_consts(geo, (2, 2), True, True, min(c, 8), min(k, 8))),
-                    ("dw_wgrad", src.conv2d_direct_wgrad, dict(conv.dw_wgrad_consts(geo), CI=min(c, 8), CO=min(k, 8)))):
+                    ("dw_wgrad", src.conv2d_direct_wgrad, conv.dw_wgrad_consts(geo, min(c, 8), min(k, 8)))):
     consts = {n: v for n, v in c.items() if n not in ("num_warps", "num_stages")}
     names = list(fn.arg_names)
     sig = {n: "constexpr" if n in consts else pointers[name].get(n, "i32") for n in names}   # the rest: int32 sizes

@@ -138,8 +138,8 @@ def _run(x, w_grsck, bias, geo, upsample=(1, 1), groups: int = 1):
     y = cp.empty((n * groups, k, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y.reshape(n, groups * k, geo[8], geo[9])
-    kern, grid_m, grid_n = _fwd_launch(xz.shape, k, geo, bias is not None, x.dtype.name, upsample,
-                                       precision(x.dtype.name))
+    name = dtype_name(x.dtype)
+    kern, grid_m, grid_n = _fwd_launch(xz.shape, k, geo, bias is not None, name, upsample, precision(name))
     b = bias if bias is not None else w_grsck   # any pointer: not read without HAS_BIAS
     images = n * groups
     step = (_MAX_GRID_Z // groups) * groups   # images along grid z, whole groups of them per launch
@@ -223,8 +223,8 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
         part = cp.empty((grid[1], k * c * r * s), cp.float32)
         kern[grid](x, grad_out, part, n, x.shape[1], k, h, wd, geo[8], geo[9], steps)
     else:
-        kern, grid, steps = _wgrad_launch((n, c, h, wd), k // groups, geo, x.dtype.name, precision(x.dtype.name),
-                                          groups)
+        name = dtype_name(x.dtype)
+        kern, grid, steps = _wgrad_launch((n, c, h, wd), k // groups, geo, name, precision(name), groups)
         part = cp.empty((grid[2], k * c * r * s), cp.float32)
         kern[grid](x, grad_out, part, n, c, h, wd, k // groups, geo[8], geo[9], steps, groups)
     part_b = part
@@ -324,12 +324,12 @@ def _dw_wgrad_launch(n: int, k: int, ci: int, co: int, geo):
     """(conv2d_direct_wgrad bound, grid (K ci, splits), STEPS) per call shape (host time per call
     matters)."""
     split, steps = dw_wgrad_split(n, k * ci, geo)
-    return _k("conv2d_direct_wgrad", **dw_wgrad_consts(geo), CI=ci, CO=co), (k * ci, split), steps
+    return _k("conv2d_direct_wgrad", **dw_wgrad_consts(geo, ci, co)), (k * ci, split), steps
 
 
-def dw_wgrad_consts(geo) -> dict:
+def dw_wgrad_consts(geo, ci: int = 1, co: int = 1) -> dict:
     bz, bp, bq = dw_tile(geo, _DW_WG_TILES)
-    return dict(_window_consts(geo), BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WG_WARPS)
+    return dict(_window_consts(geo), CI=ci, CO=co, BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WG_WARPS)
 
 
 def conv2d(x, w, bias, geo, groups: int = 1):
