@@ -109,11 +109,12 @@ def dw_weight_grad(g, x, w_shape, geo):
     """conv.conv2d_weight_grad's direct launch: the per-split partial sums, summed here."""
     n, c, h, wd = x.shape
     k, ci = w_shape[:2]
-    split, steps = conv.dw_wgrad_split(n, k * ci, geo)
+    co = k * ci // c
+    split, steps = conv.dw_wgrad_split(n, c, geo, co)
     part = np.full((split, k * ci * geo[6] * geo[7]), 7.0, np.float32)
-    consts = conv.dw_wgrad_consts(geo, ci, k * ci // c)
+    consts = conv.dw_wgrad_consts(geo, ci, co)
     consts.pop("num_warps")
-    src.conv2d_direct_wgrad[(k * ci, split)](*map(Tensor, (x, g, part)), n, c, k, h, wd, geo[8], geo[9], steps,
+    src.conv2d_direct_wgrad[(c, split)](*map(Tensor, (x, g, part)), n, c, k, h, wd, geo[8], geo[9], steps,
                                              **consts)
     return part.sum(0).reshape(w_shape)
 
@@ -196,4 +197,5 @@ if __name__ == "__main__":
     check_direct((5, 2, 20, 40), (3, 3), 1, 1, 1, rng, programs=4)   # 2 splits of 3 tiles (2 image blocks x 3 row blocks)
     for case, k, groups in DIRECT_GROUPED:
         check_direct(*case, rng, k=k, groups=groups)
-    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + len(DIRECT_GROUPED) + 6} cases match the float64 reference (forward, input, weight and bias gradients)")
+    check_direct((5, 4, 30, 20), (3, 3), 1, 1, 1, rng, programs=8, k=8, groups=2)   # 2 splits of 2 tiles, 4 filters a program
+    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + len(DIRECT_GROUPED) + 7} cases match the float64 reference (forward, input, weight and bias gradients)")

@@ -299,21 +299,21 @@ def conv2d_direct_wgrad(X, G, PART,   # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy
                         DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                         BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
     """Weight gradient of conv2d_direct_fwd: PART[sp, k CI + ci, tap] = sum of dL/dy[n, k] times
-    x[n, (k // CO) CI + ci] at the tap over the STEPS tiles of split sp; program (k CI + ci, sp);
-    conv2d_wgrad_finish sums the splits. A tile is BLOCK_Z images x BLOCK_P output rows x BLOCK_Q
-    columns (columns fastest, then rows, then images); its input rows are loaded once each, as in
-    conv2d_direct_fwd. One float32 [BLOCK_Z, BLOCK_Q] accumulator per tap (a tuple, unrolled),
-    reduced once at the end.
-    Memory traffic: x and dL/dy from DRAM once (x's planes re-read by the CO filters of a group and
-    dL/dy's by the CI channels, from L2), R S floats a program."""
-    wi = tl.program_id(0)
+    x[n, (k // CO) CI + ci] at the tap over the STEPS tiles of split sp; program (input channel
+    c = g CI + ci, sp) makes the rows of all CO filters k = g CO + f of its group, so each x tile
+    is loaded once for the CO filters; conv2d_wgrad_finish sums the splits. A tile is BLOCK_Z
+    images x BLOCK_P output rows x BLOCK_Q columns (columns fastest, then rows, then images); its
+    input rows are loaded once each, as in conv2d_direct_fwd. One float32 [BLOCK_Z, BLOCK_Q]
+    accumulator per (filter, tap) (a tuple, unrolled), reduced once at the end.
+    Memory traffic: x and dL/dy from DRAM once (dL/dy's planes re-read by the CI channels of a
+    group, from L2), CO R S floats a program."""
+    xc = tl.program_id(0)
     sp = tl.program_id(1)
-    k = wi // CI
-    xc = (k // CO) * CI + wi % CI
+    k0 = (xc // CI) * CO
     n_qb = tl.cdiv(Q, BLOCK_Q)
     n_pb = tl.cdiv(P, BLOCK_P)
     accs = ()
-    for t in tl.static_range(R * S):
+    for t in tl.static_range(CO * R * S):
         accs = accs + (tl.zeros([BLOCK_Z, BLOCK_Q], tl.float32),)
     for i in range(sp * STEPS, tl.minimum(sp * STEPS + STEPS, tl.cdiv(N, BLOCK_Z) * n_pb * n_qb)):
         q = (i % n_qb) * BLOCK_Q + tl.arange(0, BLOCK_Q)
@@ -323,15 +323,19 @@ def conv2d_direct_wgrad(X, G, PART,   # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy
         cols, oks = _dw_cols(q, Q, Wd, SW, PW, DW, S, 1)
         rows = _dw_rows(X + ((n.to(tl.int64) * C + xc) * H * Wd)[:, None], z_ok, p0 * SH - PH + 0 * n, H, Wd,
                         cols, oks, (BLOCK_P - 1) * SH + (R - 1) * DH + 1, S, 1)
-        g_pl = G + ((n.to(tl.int64) * K + k) * P * Q)[:, None] + q[None, :]
+        g_pl = G + ((n.to(tl.int64) * K + k0) * P * Q)[:, None] + q[None, :]
         g_ok = z_ok[:, None] & (q < Q)[None, :]
         p_left = P - p0 + 0 * n
         for j in tl.static_range(BLOCK_P):
-            g = tl.load(g_pl + (p0 + j) * Q, mask=g_ok & (j < p_left)[:, None], other=0.0).to(tl.float32)
-            new = ()
-            for r in tl.static_range(R):
-                for s in tl.static_range(S):
-                    new = new + (accs[r * S + s] + rows[j * SH + r * DH][s] * g,)
-            accs = new
-    for t in tl.static_range(R * S):
-        tl.store(PART + (sp * (K * CI) + wi) * (R * S) + t, tl.sum(tl.sum(accs[t], 1), 0))
+            for f in tl.static_range(CO):
+                g = tl.load(g_pl + (f * P + p0 + j) * Q, mask=g_ok & (j < p_left)[:, None], other=0.0).to(tl.float32)
+                new = ()
+                for t in tl.static_range(CO * R * S):
+                    if t // (R * S) == f:
+                        new = new + (accs[t] + rows[j * SH + (t % (R * S)) // S * DH][t % S] * g,)
+                    else:
+                        new = new + (accs[t],)
+                accs = new
+    for t in tl.static_range(CO * R * S):
+        row = (k0 + t // (R * S)) * CI + xc % CI   # the weight's (filter, input channel) row
+        tl.store(PART + (sp * (K * CI) + row) * (R * S) + t % (R * S), tl.sum(tl.sum(accs[t], 1), 0))

@@ -219,7 +219,7 @@ def conv2d_weight_grad(grad_out, x, w_shape, geo, bias: bool, groups: int = 1):
             gb.fill(0)
         return gw, gb
     if direct(x.shape, w_shape, groups, geo):
-        kern, grid, steps = _dw_wgrad_launch(n, k, c, k // groups, geo)
+        kern, grid, steps = _dw_wgrad_launch(n, x.shape[1], c, k // groups, geo)
         part = cp.empty((grid[1], k * c * r * s), cp.float32)
         kern[grid](x, grad_out, part, n, x.shape[1], k, h, wd, geo[8], geo[9], steps)
     else:
@@ -253,6 +253,7 @@ _DW_FWD_ACCS = 16        # forward: at most BLOCK_P CO accumulators an element (
 _DW_FWD_TILES = ((9, 256, 8), (25, 256, 4), (49, 128, 4))
 _DW_WG_TILES = ((9, 256, 8), (25, 128, 4), (49, 128, 2))
 _DW_WG_WARPS = 4
+_DW_WG_ACC_REGS = 72     # weight gradient: at most CO taps BLOCK_Z BLOCK_Q / (32 warps) accumulators a thread
 _DW_WG_PROGRAMS = 4 * _TARGET_PROGRAMS   # weight gradient: programs to aim for (splits x filter rows)
 
 
@@ -272,12 +273,18 @@ def direct(x_shape, w_shape, groups: int, geo) -> bool:
             and max(h, geo[8]) <= 65535 and max(wd, geo[9]) <= 65535 * 128)
 
 
-def dw_tile(geo, tiles=None, co: int = 1) -> tuple[int, int, int]:
-    """(BLOCK_Z, BLOCK_P, BLOCK_Q) of a direct kernel (tiles: _DW_FWD_TILES or _DW_WG_TILES) for
-    output rows of geo[9] columns; co: output channels a group (the forward's accumulators)."""
-    elems, rows = next((e, r) for taps, e, r in (tiles or _DW_FWD_TILES) if geo[6] * geo[7] <= taps)
+def dw_tile(geo, wgrad: bool = False, co: int = 1) -> tuple[int, int, int]:
+    """(BLOCK_Z, BLOCK_P, BLOCK_Q) of a direct kernel (the forward's or the weight gradient's) for
+    output rows of geo[9] columns; co: output channels a group (the forward's accumulators: BLOCK_P
+    CO; the weight gradient's: CO taps, a row step's elements then fewer)."""
+    taps = geo[6] * geo[7]
+    elems, rows = next((e, r) for t, e, r in (_DW_WG_TILES if wgrad else _DW_FWD_TILES) if taps <= t)
+    if wgrad:
+        elems = min(elems, 1 << (_DW_WG_ACC_REGS * 32 * _DW_WG_WARPS // (co * taps)).bit_length() - 1)
+    else:
+        rows = max(1, min(rows, _DW_FWD_ACCS // co))
     bq = min(_DW_MAX_COLS, 1 << max(0, geo[9] - 1).bit_length(), elems)
-    return max(1, elems // bq), max(1, min(rows, _DW_FWD_ACCS // co)), bq
+    return max(1, elems // bq), rows, bq
 
 
 def _dw_consts(geo, upsample=(1, 1), flip: bool = False, has_bias: bool = False, ci: int = 1, co: int = 1) -> dict:
@@ -309,26 +316,27 @@ def _dw_run(x, w, bias, geo, groups: int, co: int, flip: bool = False, upsample=
     return y
 
 
-def dw_wgrad_split(n: int, rows: int, geo) -> tuple[int, int]:
-    """(splits, STEPS) of conv2d_direct_wgrad: the tiles of each of the weight's `rows` (filter,
-    input channel) rows split so that about _DW_WG_PROGRAMS programs run."""
-    bz, bp, bq = dw_tile(geo, _DW_WG_TILES)
+def dw_wgrad_split(n: int, channels: int, geo, co: int = 1) -> tuple[int, int]:
+    """(splits, STEPS) of conv2d_direct_wgrad: the tiles of each of x's `channels` (a program
+    makes the weight's rows of one input channel for its group's co filters) split so that about
+    _DW_WG_PROGRAMS programs run."""
+    bz, bp, bq = dw_tile(geo, True, co)
     tiles = math.ceil(n / bz) * math.ceil(geo[8] / bp) * math.ceil(geo[9] / bq)
-    split = max(1, min(tiles, math.ceil(_DW_WG_PROGRAMS / rows)))
+    split = max(1, min(tiles, math.ceil(_DW_WG_PROGRAMS / channels)))
     steps = math.ceil(tiles / split)
     return math.ceil(tiles / steps), steps
 
 
 @functools.lru_cache(maxsize=256)
-def _dw_wgrad_launch(n: int, k: int, ci: int, co: int, geo):
-    """(conv2d_direct_wgrad bound, grid (K ci, splits), STEPS) per call shape (host time per call
-    matters)."""
-    split, steps = dw_wgrad_split(n, k * ci, geo)
-    return _k("conv2d_direct_wgrad", **dw_wgrad_consts(geo, ci, co)), (k * ci, split), steps
+def _dw_wgrad_launch(n: int, c: int, ci: int, co: int, geo):
+    """(conv2d_direct_wgrad bound, grid (C, splits), STEPS) per call shape (host time per call
+    matters); c: x's channels."""
+    split, steps = dw_wgrad_split(n, c, geo, co)
+    return _k("conv2d_direct_wgrad", **dw_wgrad_consts(geo, ci, co)), (c, split), steps
 
 
 def dw_wgrad_consts(geo, ci: int = 1, co: int = 1) -> dict:
-    bz, bp, bq = dw_tile(geo, _DW_WG_TILES)
+    bz, bp, bq = dw_tile(geo, True, co)
     return dict(_window_consts(geo), CI=ci, CO=co, BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WG_WARPS)
 
 
