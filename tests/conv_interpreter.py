@@ -114,7 +114,7 @@ def dw_weight_grad(g, x, w_shape, geo):
     part = np.full((split, k * ci * geo[6] * geo[7]), 7.0, np.float32)
     consts = conv.dw_wgrad_consts(geo, ci, co)
     consts.pop("num_warps")
-    src.conv2d_direct_wgrad[(c, split)](*map(Tensor, (x, g, part)), n, c, k, h, wd, geo[8], geo[9], steps,
+    src.conv2d_direct_wgrad[(c * co // consts["KB"], split)](*map(Tensor, (x, g, part)), n, c, k, h, wd, geo[8], geo[9], steps,
                                              **consts)
     return part.sum(0).reshape(w_shape)
 
@@ -198,4 +198,7 @@ if __name__ == "__main__":
     for case, k, groups in DIRECT_GROUPED:
         check_direct(*case, rng, k=k, groups=groups)
     check_direct((5, 4, 30, 20), (3, 3), 1, 1, 1, rng, programs=8, k=8, groups=2)   # 2 splits of 2 tiles, 4 filters a program
-    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + len(DIRECT_GROUPED) + 7} cases match the float64 reference (forward, input, weight and bias gradients)")
+    conv._DW_WG_FILTERS = 3   # 2 filters a program of the 4 (KB: the largest divisor of 4 up to 3)
+    check_direct((5, 4, 30, 20), (3, 3), 1, 1, 1, rng, programs=16, k=8, groups=2)   # 2 splits again
+    conv._DW_WG_FILTERS = 8
+    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + len(DIRECT_GROUPED) + 8} cases match the float64 reference (forward, input, weight and bias gradients)")

@@ -295,25 +295,26 @@ def conv2d_direct_fwd(X, W, B, Y,   # X: [NG CI, H, Wd]; W: [G CO, CI, R*S] ([G 
 def conv2d_direct_wgrad(X, G, PART,   # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy); PART: [SPLIT, K CI, R*S] float32
                         N, C, K, H, Wd, P, Q, STEPS,
                         CI: tl.constexpr, CO: tl.constexpr,   # input and output channels a group
+                        KB: tl.constexpr,   # filters a program (divides CO)
                         SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                         DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                         BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
     """Weight gradient of conv2d_direct_fwd: PART[sp, k CI + ci, tap] = sum of dL/dy[n, k] times
     x[n, (k // CO) CI + ci] at the tap over the STEPS tiles of split sp; program (input channel
-    c = g CI + ci, sp) makes the rows of all CO filters k = g CO + f of its group, so each x tile
-    is loaded once for the CO filters; conv2d_wgrad_finish sums the splits. A tile is BLOCK_Z
+    c = g CI + ci and block b of KB filters, sp) makes the rows of filters k = g CO + b KB + f, so
+    each x tile is loaded once for KB filters; conv2d_wgrad_finish sums the splits. A tile is BLOCK_Z
     images x BLOCK_P output rows x BLOCK_Q columns (columns fastest, then rows, then images); its
     input rows are loaded once each, as in conv2d_direct_fwd. One float32 [BLOCK_Z, BLOCK_Q]
     accumulator per (filter, tap) (a tuple, unrolled), reduced once at the end.
-    Memory traffic: x and dL/dy from DRAM once (dL/dy's planes re-read by the CI channels of a
-    group, from L2), CO R S floats a program."""
-    xc = tl.program_id(0)
+    Memory traffic: x and dL/dy from DRAM once (x's planes re-read by the CO / KB filter blocks
+    and dL/dy's by the CI channels of a group, from L2), KB R S floats a program."""
+    xc = tl.program_id(0) // (CO // KB)   # a channel's filter blocks run next to each other (x from L2)
     sp = tl.program_id(1)
-    k0 = (xc // CI) * CO
+    k0 = (xc // CI) * CO + (tl.program_id(0) % (CO // KB)) * KB
     n_qb = tl.cdiv(Q, BLOCK_Q)
     n_pb = tl.cdiv(P, BLOCK_P)
     accs = ()
-    for t in tl.static_range(CO * R * S):
+    for t in tl.static_range(KB * R * S):
         accs = accs + (tl.zeros([BLOCK_Z, BLOCK_Q], tl.float32),)
     for i in range(sp * STEPS, tl.minimum(sp * STEPS + STEPS, tl.cdiv(N, BLOCK_Z) * n_pb * n_qb)):
         q = (i % n_qb) * BLOCK_Q + tl.arange(0, BLOCK_Q)
@@ -327,15 +328,15 @@ def conv2d_direct_wgrad(X, G, PART,   # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy
         g_ok = z_ok[:, None] & (q < Q)[None, :]
         p_left = P - p0 + 0 * n
         for j in tl.static_range(BLOCK_P):
-            for f in tl.static_range(CO):
+            for f in tl.static_range(KB):
                 g = tl.load(g_pl + (f * P + p0 + j) * Q, mask=g_ok & (j < p_left)[:, None], other=0.0).to(tl.float32)
                 new = ()
-                for t in tl.static_range(CO * R * S):
+                for t in tl.static_range(KB * R * S):
                     if t // (R * S) == f:
                         new = new + (accs[t] + rows[j * SH + (t % (R * S)) // S * DH][t % S] * g,)
                     else:
                         new = new + (accs[t],)
                 accs = new
-    for t in tl.static_range(CO * R * S):
+    for t in tl.static_range(KB * R * S):
         row = (k0 + t // (R * S)) * CI + xc % CI   # the weight's (filter, input channel) row
         tl.store(PART + (sp * (K * CI) + row) * (R * S) + t % (R * S), tl.sum(tl.sum(accs[t], 1), 0))

@@ -248,12 +248,13 @@ _DIRECT_MAX_CHANNELS = 8  # other groups: up to 8 input and 8 output channels, w
 _DIRECT_MAX_TAPS = 9
 _DW_MAX_COLS = 256
 _DW_WARPS = 4
-_DW_FWD_ACCS = 16        # forward: at most BLOCK_P CO accumulators an element (CO: output channels a group)
+_DW_FWD_ACC_REGS = 32    # forward: at most BLOCK_P CO BLOCK_Z BLOCK_Q / (32 warps) accumulators a thread
 # (taps up to, elements of a row step, output rows) for the forward and for the weight gradient
 _DW_FWD_TILES = ((9, 256, 8), (25, 256, 4), (49, 128, 4))
 _DW_WG_TILES = ((9, 256, 8), (25, 128, 4), (49, 128, 2))
 _DW_WG_WARPS = 4
-_DW_WG_ACC_REGS = 72     # weight gradient: at most CO taps BLOCK_Z BLOCK_Q / (32 warps) accumulators a thread
+_DW_WG_ACC_REGS = 72     # weight gradient: at most KB taps BLOCK_Z BLOCK_Q / (32 warps) accumulators a thread
+_DW_WG_FILTERS = 8       # weight gradient: filters a program (KB) at most
 _DW_WG_PROGRAMS = 4 * _TARGET_PROGRAMS   # weight gradient: programs to aim for (splits x filter rows)
 
 
@@ -273,16 +274,22 @@ def direct(x_shape, w_shape, groups: int, geo) -> bool:
             and max(h, geo[8]) <= 65535 and max(wd, geo[9]) <= 65535 * 128)
 
 
+def _pow2_floor(v: int) -> int:
+    return 1 << max(0, v.bit_length() - 1)
+
+
 def dw_tile(geo, wgrad: bool = False, co: int = 1) -> tuple[int, int, int]:
     """(BLOCK_Z, BLOCK_P, BLOCK_Q) of a direct kernel (the forward's or the weight gradient's) for
     output rows of geo[9] columns; co: output channels a group (the forward's accumulators: BLOCK_P
-    CO; the weight gradient's: CO taps, a row step's elements then fewer)."""
+    CO), or filters a program (the weight gradient's KB: KB taps accumulators, a row step's
+    elements then fewer)."""
     taps = geo[6] * geo[7]
     elems, rows = next((e, r) for t, e, r in (_DW_WG_TILES if wgrad else _DW_FWD_TILES) if taps <= t)
-    if wgrad:
-        elems = min(elems, 1 << (_DW_WG_ACC_REGS * 32 * _DW_WG_WARPS // (co * taps)).bit_length() - 1)
-    else:
-        rows = max(1, min(rows, _DW_FWD_ACCS // co))
+    if wgrad:   # fewer elements a row step, down to one a thread
+        elems = min(elems, max(32 * _DW_WG_WARPS, _pow2_floor(_DW_WG_ACC_REGS * 32 * _DW_WG_WARPS // (co * taps))))
+    else:       # fewer elements a row step, down to one a thread, then fewer rows
+        elems = min(elems, max(32 * _DW_WARPS, _pow2_floor(_DW_FWD_ACC_REGS * 32 * _DW_WARPS // (co * rows))))
+        rows = max(1, min(rows, _DW_FWD_ACC_REGS * 32 * _DW_WARPS // (co * elems)))
     bq = min(_DW_MAX_COLS, 1 << max(0, geo[9] - 1).bit_length(), elems)
     return max(1, elems // bq), rows, bq
 
@@ -316,28 +323,35 @@ def _dw_run(x, w, bias, geo, groups: int, co: int, flip: bool = False, upsample=
     return y
 
 
+def dw_filters(co: int) -> int:
+    """Filters a program of conv2d_direct_wgrad (KB): the largest divisor of co up to _DW_WG_FILTERS."""
+    return max(d for d in range(1, min(co, _DW_WG_FILTERS) + 1) if co % d == 0)
+
+
 def dw_wgrad_split(n: int, channels: int, geo, co: int = 1) -> tuple[int, int]:
-    """(splits, STEPS) of conv2d_direct_wgrad: the tiles of each of x's `channels` (a program
-    makes the weight's rows of one input channel for its group's co filters) split so that about
-    _DW_WG_PROGRAMS programs run."""
-    bz, bp, bq = dw_tile(geo, True, co)
+    """(splits, STEPS) of conv2d_direct_wgrad: the tiles of each of the `channels` x co / KB
+    programs' rows (a program makes the weight's rows of one input channel for KB of its group's
+    co filters) split so that about _DW_WG_PROGRAMS programs run."""
+    kb = dw_filters(co)
+    bz, bp, bq = dw_tile(geo, True, kb)
     tiles = math.ceil(n / bz) * math.ceil(geo[8] / bp) * math.ceil(geo[9] / bq)
-    split = max(1, min(tiles, math.ceil(_DW_WG_PROGRAMS / channels)))
+    split = max(1, min(tiles, math.ceil(_DW_WG_PROGRAMS / (channels * co // kb))))
     steps = math.ceil(tiles / split)
     return math.ceil(tiles / steps), steps
 
 
 @functools.lru_cache(maxsize=256)
 def _dw_wgrad_launch(n: int, c: int, ci: int, co: int, geo):
-    """(conv2d_direct_wgrad bound, grid (C, splits), STEPS) per call shape (host time per call
-    matters); c: x's channels."""
+    """(conv2d_direct_wgrad bound, grid (C co / KB, splits), STEPS) per call shape (host time per
+    call matters); c: x's channels."""
     split, steps = dw_wgrad_split(n, c, geo, co)
-    return _k("conv2d_direct_wgrad", **dw_wgrad_consts(geo, ci, co)), (c, split), steps
+    return _k("conv2d_direct_wgrad", **dw_wgrad_consts(geo, ci, co)), (c * co // dw_filters(co), split), steps
 
 
 def dw_wgrad_consts(geo, ci: int = 1, co: int = 1) -> dict:
-    bz, bp, bq = dw_tile(geo, True, co)
-    return dict(_window_consts(geo), CI=ci, CO=co, BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WG_WARPS)
+    kb = dw_filters(co)
+    bz, bp, bq = dw_tile(geo, True, kb)
+    return dict(_window_consts(geo), CI=ci, CO=co, KB=kb, BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WG_WARPS)
 
 
 def conv2d(x, w, bias, geo, groups: int = 1):
