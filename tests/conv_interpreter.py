@@ -198,7 +198,7 @@ if __name__ == "__main__":
     for case, k, groups in DIRECT_GROUPED:
         check_direct(*case, rng, k=k, groups=groups)
     check_direct((5, 4, 30, 20), (3, 3), 1, 1, 1, rng, programs=8, k=8, groups=2)   # 2 splits of 2 tiles, 4 filters a program
-    conv._DW_WG_FILTERS = 3   # 2 filters a program of the 4 (KB: the largest divisor of 4 up to 3)
+    saved, conv._DW_WG_FILTERS = conv._DW_WG_FILTERS, 3   # 2 filters a program of the 4 (KB: the largest divisor up to 3)
     check_direct((5, 4, 30, 20), (3, 3), 1, 1, 1, rng, programs=16, k=8, groups=2)   # 2 splits again
-    conv._DW_WG_FILTERS = 8
+    conv._DW_WG_FILTERS = saved
     print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + len(DIRECT_GROUPED) + 8} cases match the float64 reference (forward, input, weight and bias gradients)")

@@ -253,8 +253,8 @@ _DW_FWD_ACC_REGS = 32    # forward: at most BLOCK_P CO BLOCK_Z BLOCK_Q / (32 war
 _DW_FWD_TILES = ((9, 256, 8), (25, 256, 4), (49, 128, 4))
 _DW_WG_TILES = ((9, 256, 8), (25, 128, 4), (49, 128, 2))
 _DW_WG_WARPS = 4
-_DW_WG_ACC_REGS = 72     # weight gradient: at most KB taps BLOCK_Z BLOCK_Q / (32 warps) accumulators a thread
-_DW_WG_FILTERS = 8       # weight gradient: filters a program (KB) at most
+_DW_WG_ACC_REGS = 36     # weight gradient: at most KB taps BLOCK_Z BLOCK_Q / (32 warps) accumulators a thread
+_DW_WG_FILTERS = 4       # weight gradient: filters a program (KB) at most
 _DW_WG_PROGRAMS = 4 * _TARGET_PROGRAMS   # weight gradient: programs to aim for (splits x filter rows)
 
 
