@@ -1,5 +1,6 @@
 """attention on the CPU backend against float64 references; the Triton kernels compiled for sm_90
 without a GPU; argument errors."""
+import math
 import subprocess
 import sys
 
@@ -114,3 +115,19 @@ def test_causal_must_be_bool(rng):
     with pytest.raises(ValueError, match="causal must be a bool"):
         cudakit.attention(q, q, q, causal=2)
     assert cudakit.attention(q, q, q, causal=np.True_).shape == q.shape
+
+
+@pytest.mark.parametrize("budget,lead,lq,lk", [(2 * 17 * 29 * 8, (2, 3), 17, 29),   # chunks of 2 heads
+                                                (5 * 29 * 8, (2,), 17, 29),         # chunks of 5 query rows
+                                                (8, (1,), 9, 40)])                  # one row a chunk
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_matmul_attention_chunks(budget, lead, lq, lk, dtype, causal, rng, monkeypatch):
+    """The matrix-product attention (the CPU backend's, and float64's on the GPU) in chunks of heads
+    and query rows, forward and backward, as the whole: the causal mask follows each chunk's rows,
+    dK and dV sum over the row chunks."""
+    from cudakit.backends import matmul_attention
+    monkeypatch.setattr(matmul_attention, "_SCORE_BYTES", budget)
+    chunks = list(matmul_attention._chunks(math.prod(lead), lq, lk, 8))
+    assert len(chunks) > 1
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, 8, dtype, causal)

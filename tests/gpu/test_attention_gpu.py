@@ -41,12 +41,22 @@ def test_same_as_cpu_and_errors(rng):
     got = cp.asnumpy(cudakit.attention(cp.asarray(q), cp.asarray(q), cp.asarray(q), causal=True))
     want = cudakit.attention(q, q, q, causal=True)
     np.testing.assert_allclose(ac.f64(got), ac.f64(want), atol=2e-2, rtol=2e-2)
-    with pytest.raises(cudakit.DTypeError, match="float64"):
-        cudakit.attention(*(cp.asarray(q.astype(np.float64)),) * 3)
     with pytest.raises(cudakit.ShapeError, match="head_dim must be <= 128"):
         cudakit.attention(*(cp.zeros((1, 4, 256), cp.float16),) * 3)
     with pytest.raises(cudakit.DeviceError):
         cudakit.get_backend("cuda").attention(q, cp.asarray(q), cp.asarray(q))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lead,lq,lk,d", [((2, 3), 17, 29, 8), ((1,), 300, 257, 160), ((2,), 0, 4, 8)])
+def test_attention_float64(lead, lq, lk, d, causal, rng, monkeypatch):
+    """float64 on the GPU by CuPy matrix products (backends/matmul_attention.py; no head_dim limit),
+    in chunks of query rows too (a small score budget)."""
+    from cudakit.backends import matmul_attention
+    monkeypatch.setattr(matmul_attention, "_SCORE_BYTES", 64 * lk * 8)
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float64", causal)
+    q = cp.asarray(ac.data(rng, (2, 5, 8), "float64"))
+    assert isinstance(cudakit.attention(q, q, q), cp.ndarray)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

@@ -4,7 +4,7 @@ backend as a mixin of Backend.
 q: (..., Lq, D), k and v: (..., Lk, D) with the same leading dims (batch, heads, ...); one dtype.
 out = softmax(q k^T * scale (+ causal mask)) v, scale defaulting to 1 / sqrt(D). The leading dims
 are flattened to one [BH, L, D] contiguous batch for the backend module (`_attention_module()`:
-cpu_attention or kernels.attention), which runs on the device of q.
+matmul_attention or kernels.attention), which runs on the device of q.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class AttentionOps:
     # ---- hooks a backend fills in ----------------------------------------------------------
     def _attention_module(self, dtype_name: str):
         """The module with forward/backward (signatures of cudakit.kernels.attention), or raise
-        DTypeError for a dtype this backend does not fuse."""
+        DTypeError for a dtype this backend does not take."""
         raise NotImplementedError
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -62,7 +62,8 @@ class AttentionOps:
         """softmax(q @ k^T * scale) @ v, fused: the (Lq, Lk) scores are never written out.
 
         q: (..., Lq, D); k, v: (..., Lk, D) with q's leading dims (e.g. batch, heads); float16,
-        bfloat16 or float32 (float64 on the CPU backend); D <= 128 on the GPU. scale: default
+        bfloat16 or float32, and float64 (by matrix products, the scores of a chunk of rows
+        materialised; on the GPU too); D <= 128 on the GPU but for float64. scale: default
         1 / sqrt(D). causal: query i attends to keys j <= i (top-left aligned, as PyTorch's
         is_causal). Softmax statistics in float32. Returns q's shape and dtype."""
         return self.attention_with_lse(q, k, v, scale, causal)[0]
@@ -122,15 +123,15 @@ class AttentionOps:
 
 class CpuAttentionHooks(AttentionOps):
     def _attention_module(self, dtype_name):
-        from . import cpu_attention
-        return cpu_attention
+        from . import matmul_attention
+        return matmul_attention
 
 
 class CudaAttentionHooks(AttentionOps):
     def _attention_module(self, dtype_name):
-        if dtype_name == "float64":
-            raise DTypeError("attention on the GPU takes float16, bfloat16 or float32 (got float64: "
-                             "the tensor cores have no float64 path here; run it on the CPU backend)")
+        if dtype_name == "float64":   # the fused kernels run on the tensor cores, which have no float64 path here
+            from . import matmul_attention
+            return matmul_attention
         from ..kernels import attention
         return attention
 
@@ -138,6 +139,6 @@ class CudaAttentionHooks(AttentionOps):
         r = super()._attn_args(op, named, scale, causal)
         from ..kernels.attention import MAX_HEAD_DIM
         d = r[0]["q"].shape[-1]
-        if d > MAX_HEAD_DIM:
+        if d > MAX_HEAD_DIM and r[1] != "float64":
             raise ShapeError(f"{op}: head_dim must be <= {MAX_HEAD_DIM} on the GPU (got {d})")
         return r

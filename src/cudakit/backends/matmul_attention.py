@@ -1,0 +1,80 @@
+"""Scaled-dot-product attention by matrix products, with the array module of its inputs (NumPy on
+the CPU backend; CuPy for float64 on the GPU, which the fused Triton kernels do not take): the
+contract of cudakit.kernels.attention ([BH, L, D] arrays, float32 arithmetic for 16-bit and
+float32 data, float64 for float64, the row log-sum-exp returned for the backward). The scores are
+materialised a chunk of (batch-head, query rows) at a time, at most _SCORE_BYTES a chunk, so
+memory stays bounded for long sequences."""
+from __future__ import annotations
+
+import numpy as np
+
+_SCORE_BYTES = 64 << 20   # bytes of one chunk's (heads, query rows, Lk) scores
+
+
+def _xp(x):
+    """The array module of x (CuPy imported only for a CuPy array: NumPy-only installs work)."""
+    if isinstance(x, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
+
+def _acc(x):
+    return np.float64 if x.dtype == np.float64 else np.float32
+
+
+def _chunks(bh: int, lq: int, lk: int, itemsize: int):
+    """(heads slice, query-rows slice) chunks covering [bh, lq] with at most _SCORE_BYTES of scores."""
+    per_head = max(1, lq * lk * itemsize)
+    heads = max(1, _SCORE_BYTES // per_head)
+    rows = max(1, lq) if per_head <= _SCORE_BYTES else max(1, _SCORE_BYTES // max(1, lk * itemsize))
+    for b0 in range(0, bh, heads):
+        for r0 in range(0, lq, rows):
+            yield slice(b0, min(bh, b0 + heads)), slice(r0, min(lq, r0 + rows))
+
+
+def _scores(xp, q, k, scale, causal, r0):
+    """q k^T * scale for query rows from r0 on, keys after the row masked to -inf when causal."""
+    acc = _acc(q)
+    s = xp.matmul(q.astype(acc), k.astype(acc).swapaxes(1, 2)) * acc(scale)
+    if causal:
+        lq, lk = s.shape[1:]
+        s = xp.where(xp.arange(lk)[None, :] <= xp.arange(r0, r0 + lq)[:, None], s, -xp.inf)
+    return s
+
+
+def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None):
+    """(out, lse) of softmax(q k^T * scale) v; lse float32 (float64 for float64). block_n: the
+    fused kernels' key block, no meaning here."""
+    xp, acc = _xp(q), _acc(q)
+    bh, lq, _ = q.shape
+    out = xp.empty(q.shape[:2] + (v.shape[2],), q.dtype)
+    lse = xp.empty((bh, lq), acc)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
+            s = _scores(xp, q[hs, rs], k[hs], scale, causal, rs.start)
+            m = s.max(axis=2, keepdims=True)
+            lse_c = m + xp.log(xp.exp(s - m).sum(axis=2, keepdims=True))
+            out[hs, rs] = xp.matmul(xp.exp(s - lse_c), v[hs].astype(acc)).astype(q.dtype)
+            lse[hs, rs] = lse_c[..., 0]
+    return out, lse
+
+
+def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
+    """(dq, dk, dv): dV = P^T dO, dS = P (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s,
+    P recomputed from lse chunk by chunk (dK and dV summed over the chunks of query rows)."""
+    xp, acc = _xp(q), _acc(q)
+    bh, lq, _ = q.shape
+    dq = xp.empty(q.shape, acc)
+    dk = xp.zeros(k.shape, acc)
+    dv = xp.zeros(v.shape, acc)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
+            p = xp.exp(_scores(xp, q[hs, rs], k[hs], scale, causal, rs.start) - lse[hs, rs].astype(acc)[..., None])
+            g = do[hs, rs].astype(acc)
+            delta = (g * out[hs, rs].astype(acc)).sum(axis=2, keepdims=True)
+            dv[hs] += xp.matmul(p.swapaxes(1, 2), g)
+            ds = p * (xp.matmul(g, v[hs].astype(acc).swapaxes(1, 2)) - delta)
+            dq[hs, rs] = xp.matmul(ds, k[hs].astype(acc)) * acc(scale)
+            dk[hs] += xp.matmul(ds.swapaxes(1, 2), q[hs, rs].astype(acc)) * acc(scale)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
