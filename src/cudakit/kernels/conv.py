@@ -329,9 +329,8 @@ def dw_filters(co: int) -> int:
 
 
 def dw_wgrad_split(n: int, channels: int, geo, co: int = 1) -> tuple[int, int]:
-    """(splits, STEPS) of conv2d_direct_wgrad: the tiles of each of the `channels` x co / KB
-    programs' rows (a program makes the weight's rows of one input channel for KB of its group's
-    co filters) split so that about _DW_WG_PROGRAMS programs run."""
+    """(splits, STEPS) of conv2d_direct_wgrad: the tiles of each of its channels x co / KB
+    (input channel, block of KB filters) programs split so that about _DW_WG_PROGRAMS programs run."""
     kb = dw_filters(co)
     bz, bp, bq = dw_tile(geo, True, kb)
     tiles = math.ceil(n / bz) * math.ceil(geo[8] / bp) * math.ceil(geo[9] / bq)
