@@ -135,5 +135,24 @@ def test_memory_stats_reads_like_a_dict():
     s = MemoryStats(device=0, allocated=1024, reserved=4096, peak_allocated=2048, allocations=3, frees=1,
                     oom_retries=0, fragmentation=0.75, limit=None)
     assert s["allocated"] == 1024 and s["reserved"] == 4096 and s.as_dict()["frees"] == 1
-    with pytest.raises(KeyError, match="MemoryStats fields: device, allocated"):
-        s["cached"]
+    assert s["cached"] == s.cached == 3072 and s["active_memory"] == 1024 and s["allocation_count"] == 3
+    with pytest.raises(KeyError, match="MemoryStats keys: device, allocated"):
+        s["total_allocated"]
+
+
+def test_out_of_memory_error_is_also_cupys():
+    """The GPU path raises cudakit's OutOfMemoryError as a subclass of CuPy's as well (built once
+    per CuPy class); here with a stand-in of CuPy's class, whose __init__ takes (size, total)."""
+    from cudakit.runtime import memory
+
+    class CupyOOM(MemoryError):
+        def __init__(self, size, total, limit=0):
+            super().__init__(f"Out of memory allocating {size:,} bytes")
+
+    cls = memory._oom_class(CupyOOM)
+    assert memory._oom_class(CupyOOM) is cls
+    with pytest.raises(CupyOOM) as ei:
+        raise cls(3 << 20, 1 << 20, 2 << 20, 5 << 20, 80 << 30, None, 1)
+    e = ei.value
+    assert isinstance(e, cudakit.OutOfMemoryError) and isinstance(e, MemoryError)
+    assert e.requested == 3 << 20 and e.device == 1 and "out of memory on cuda:1" in str(e)

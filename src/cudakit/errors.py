@@ -53,7 +53,9 @@ class OutOfMemoryError(CudakitError, MemoryError):
         self.requested, self.allocated, self.reserved = requested, allocated, reserved
         self.free, self.total, self.limit, self.device = free, total, limit, device
         lim = "none" if not limit else _fmt(limit)
-        super().__init__(
+        # MemoryError's __init__, not super()'s: in the CuPy-catchable subclass (runtime/memory.py)
+        # CuPy's OutOfMemoryError, whose __init__ takes (size, total), comes next in the MRO
+        MemoryError.__init__(self, 
             f"out of memory on cuda:{device}: requested {_fmt(requested)}; cudakit holds "
             f"{_fmt(allocated)} allocated, {_fmt(reserved)} reserved; device free {_fmt(free)} of "
             f"{_fmt(total)}; limit {lim}. Free arrays you no longer need, call "

@@ -200,6 +200,7 @@ def test_limit_and_oom():
         with pytest.raises(OutOfMemoryError) as ei:
             cp.empty(48 << 20, cp.uint8)
         e = ei.value
+        assert isinstance(e, cp.cuda.memory.OutOfMemoryError)   # code written against CuPy catches it too
         assert e.requested == 48 << 20 and e.limit == base + (64 << 20)
         assert e.allocated >= 32 << 20 and e.total > 0 and e.free > 0
         for word in ("requested", "allocated", "reserved", "free", "limit"):

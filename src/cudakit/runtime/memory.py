@@ -9,6 +9,7 @@ counting in C, no Python object with a __del__ per array) where that module is a
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import asdict, dataclass
 
@@ -41,15 +42,26 @@ class MemoryStats:
     fragmentation: float
     limit: int | None
 
+    @property
+    def cached(self) -> int:
+        """Bytes in cached free blocks: reserved - allocated."""
+        return self.reserved - self.allocated
+
     def as_dict(self) -> dict:
         return asdict(self)
 
     def __getitem__(self, key: str):
-        """stats["allocated"] as stats.allocated (the dict-style access Genesis-style code uses);
-        KeyError naming the fields for an unknown key."""
-        if key not in self.__dataclass_fields__:
-            raise KeyError(f"{key!r}; MemoryStats fields: {', '.join(self.__dataclass_fields__)}")
+        """stats["allocated"] as stats.allocated (the dict-style access Genesis-style code uses),
+        also stats["cached"] and the names other pools give: "active_memory" (allocated),
+        "allocation_count" (allocations); KeyError naming the keys for an unknown key."""
+        key = _STAT_ALIASES.get(key, key)
+        if key not in self.__dataclass_fields__ and key != "cached":
+            keys = list(self.__dataclass_fields__) + ["cached"] + list(_STAT_ALIASES)
+            raise KeyError(f"{key!r}; MemoryStats keys: {', '.join(keys)}")
         return getattr(self, key)
+
+
+_STAT_ALIASES = {"active_memory": "allocated", "allocation_count": "allocations"}
 
 
 class _Counters:
@@ -139,6 +151,14 @@ def _counters_for(dev: int) -> _Counters:
     return c
 
 
+@functools.lru_cache(maxsize=None)
+def _oom_class(cupy_oom: type) -> type:
+    """cudakit's OutOfMemoryError made a subclass of CuPy's too (one class per CuPy class), so
+    that code written against CuPy (`except cupy.cuda.memory.OutOfMemoryError`) catches it."""
+    return type("OutOfMemoryError", (OutOfMemoryError, cupy_oom), {"__module__": OutOfMemoryError.__module__,
+                                                                     "__doc__": OutOfMemoryError.__doc__})
+
+
 def _after_oom(size: int):
     """The pool refused `size` bytes: free its cached blocks and retry once, else raise cudakit's
     OutOfMemoryError with the numbers. Returns the pool's MemoryPointer."""
@@ -151,8 +171,8 @@ def _after_oom(size: int):
         return _pool.malloc(size)
     except _mem_mod.OutOfMemoryError:
         free, total = cp.cuda.runtime.memGetInfo()
-        raise OutOfMemoryError(size, _counts(dev)[2], _pool.total_bytes(), free, total,
-                               _pool.get_limit() or None, dev) from None
+        raise _oom_class(_mem_mod.OutOfMemoryError)(size, _counts(dev)[2], _pool.total_bytes(), free, total,
+                                                    _pool.get_limit() or None, dev) from None
 
 
 def _malloc(size: int):
