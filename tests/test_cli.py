@@ -69,3 +69,15 @@ def test_report_regenerates_markdown(tmp_path):
         (res / "test-gpu.json").write_text(json.dumps({**rec, "tuned_elementwise_shapes": tuned}))
         assert run("report", "--results", str(res), "--output", str(out)).returncode == 0
         assert f"- elementwise kernel shapes: {said}" in out.read_text()
+
+
+def test_bench_reps_warmup_and_tflops(tmp_path):
+    r = run("bench", "--quick", "--cpu", "--ops", "matmul", "--dtype", "float32", "--reps", "2", "--warmup", "0",
+            "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "TFLOP/s" in r.stdout
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert rows and all(p["runs"] == 2 for row in rows for p in row["providers"].values())
+    assert all(row["tflops"] > 0 for row in rows)
+    r = run("bench", "--reps", "0", "--out", str(tmp_path))
+    assert r.returncode == 2 and "--reps: must be >= 1 (got 0)" in r.stderr

@@ -1,6 +1,7 @@
 """`cudakit bench`: run the registered cases, print a table, write JSON and PNG plots."""
 from __future__ import annotations
 
+import argparse
 import datetime
 import importlib
 import json
@@ -23,6 +24,26 @@ def add_arguments(p) -> None:
     p.add_argument("--compare", default="torch,cupy,numpy", help="providers to compare with cudakit")
     p.add_argument("--out", default="bench-out", help="directory for results.json and the PNG plots")
     p.add_argument("--cpu", action="store_true", help="benchmark the CPU backend even when a GPU is present")
+    p.add_argument("--reps", type=_positive, default=None,
+                   help="timed runs of each provider (default: 30 on a GPU, over 3 interleaved rounds; 10 on the CPU; "
+                        "6 / 3 with --quick)")
+    p.add_argument("--warmup", type=_non_negative, default=None,
+                   help="untimed runs of each provider before the timed ones (default: 5 on a GPU, 1 on the CPU; 2 "
+                        "on a GPU with --quick)")
+
+
+def _positive(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {n})")
+    return n
+
+
+def _non_negative(v: str) -> int:
+    n = int(v)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {n})")
+    return n
 
 
 def discover() -> dict:
@@ -49,22 +70,25 @@ def make_env(quick: bool, force_cpu: bool, dtypes: tuple, compare: set) -> Env:
     return Env(gpu=gpu, quick=quick, xp=xp, torch=torch, dtypes=dtypes)
 
 
-def run_case(case, env: Env, compare: set) -> dict:
+def run_case(case, env: Env, compare: set, reps: int | None = None, warmup: int | None = None) -> dict:
     """{provider: timing summary} of one case; a provider other than cudakit that raises is left
-    out with a line on stderr. Providers' rounds are interleaved, so drift hits all alike."""
+    out with a line on stderr. Providers' rounds are interleaved, so drift hits all alike. reps,
+    warmup: timed and untimed runs (None: the defaults of the mode; host-mode cases time calls in
+    thousands and take neither)."""
     provs = {name: fn for name, fn in case.setup().items()
              if name == "cudakit" or name in compare | {"triton"}}
     if case.mode == "host":
         sync = (lambda: env.xp.cuda.get_current_stream().synchronize()) if env.gpu else None
         res, errors = timing.host_time_interleaved(provs, calls=300 if env.quick else 3000, sync=sync)
     elif env.gpu:
-        res, errors = timing.time_gpu_interleaved(provs, warmup=2 if env.quick else 5,
-                                                  reps=6 if env.quick else 30, rounds=2 if env.quick else 3)
+        res, errors = timing.time_gpu_interleaved(provs, warmup=(2 if env.quick else 5) if warmup is None else warmup,
+                                                  reps=reps or (6 if env.quick else 30), rounds=2 if env.quick else 3)
     else:
         res, errors = {}, {}
         for name, fn in provs.items():
             try:
-                res[name] = timing.time_cpu(fn, reps=3 if env.quick else 10)
+                res[name] = timing.time_cpu(fn, warmup=1 if warmup is None else warmup,
+                                            reps=reps or (3 if env.quick else 10))
             except Exception as e:  # noqa: BLE001 -- a provider without this dtype or op
                 errors[name] = e
     del provs
@@ -135,7 +159,7 @@ def main(args) -> int:
     progress = _progress(len(cases))
     for case in cases:
         progress(case.label)
-        res = run_case(case, env, compare)
+        res = run_case(case, env, compare, args.reps, args.warmup)
         rows.append(_row(case, res, copy_bw, peak))
     progress(None)
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -170,7 +194,7 @@ def _row(case, res, copy_bw, peak) -> dict:
 
 
 def format_table(record: dict) -> str:
-    hdr = f"{'op':<22} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'%roof':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8} {'x triton':>8}"
+    hdr = f"{'op':<22} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'TFLOP/s':>8} {'%roof':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8} {'x triton':>8}"
     lines = [hdr, "-" * len(hdr)]
     for r in record["rows"]:
         ck = r["providers"].get("cudakit")
@@ -183,7 +207,7 @@ def format_table(record: dict) -> str:
         pct = f"{100 * frac:.0f}%" if frac else "-"
         lines.append(f"{r['op']:<22} {'x'.join(map(str, r['shape'])):<14} {r['dtype']:<9} "
                      f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
-                     f"{pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}")
+                     f"{r['tflops'] if r.get('tflops') else '-':>8{'.1f' if r.get('tflops') else ''}} {pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}")
     lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %roof = GB/s over the measured copy "
                  "bandwidth (memory-bound ops) or TFLOP/s over the measured matmul rate (ops with FLOPs).")
     return "\n".join(lines)
