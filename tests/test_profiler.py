@@ -55,3 +55,21 @@ def test_benchmark_kernel_cpu():
     assert be.benchmark_kernel(lambda: x + 1, num_runs=3) > 0
     with pytest.raises(ValueError, match="unknown op 'nosuch'.*relu"):
         be.benchmark_kernel("nosuch", x)
+
+
+def test_record_call_returns_the_result_and_records_only_when_active():
+    from cudakit import profiler
+    assert profiler.record_call("x", lambda: 7) == 7   # no profile active: called, nothing kept
+    calls = []
+
+    class Prof:
+        def _record_launch(self, name, grid, block, stream, fn):
+            calls.append((name, grid, block, stream))
+            fn()
+
+    saved, profiler._active = profiler._active, Prof()
+    try:
+        assert profiler.record_call("cublas_gemm[float32]", lambda: "status", None, (1,), (2,)) == "status"
+    finally:
+        profiler._active = saved
+    assert calls == [("cublas_gemm[float32]", (1,), (2,), None)]

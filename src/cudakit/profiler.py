@@ -155,6 +155,18 @@ def profile(nvtx: bool = False):
         prof.resolve()
 
 
+def record_call(name: str, fn, stream=None, grid: tuple = (), block: tuple = ()):
+    """fn()'s result; while a profile is active, its device time on `stream` (default: the current
+    one) is recorded under `name`: the launches that do not pass the kernel launch paths (cuBLAS
+    and cuBLASLt calls, Numba kernels)."""
+    prof = _active
+    if prof is None:
+        return fn()
+    out = []
+    prof._record_launch(name, grid, block, stream, lambda: out.append(fn()))
+    return out[0]
+
+
 _null = contextlib.nullcontext()
 
 

@@ -270,6 +270,15 @@ def test_profiler_records_and_exports(tmp_path):
     assert all(e["ph"] == "X" and e["dur"] > 0 for e in t["traceEvents"])
 
 
+def test_profiler_records_library_calls():
+    """cuBLAS products (matmul) are recorded too, by the routine and dtype."""
+    a = cp.ones((64, 64), cp.float32)
+    with cudakit.profile() as prof:
+        cudakit.matmul(a, a)
+    rows = {r["name"]: r for r in prof.table()}
+    assert rows["cublas_gemm[float32]"]["calls"] == 1 and rows["cublas_gemm[float32]"]["mean_ms"] > 0
+
+
 def test_profiler_nvtx_and_benchmark_kernel():
     x = cp.ones(1 << 20, cp.float32)
     with cudakit.profile(nvtx=True) as prof:

@@ -19,6 +19,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import profiler
 from ..errors import CudakitError
 from ..runtime import _cupy
 
@@ -223,10 +224,10 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
         # reuse, no two streams share one, and no long-lived block pins a pool chunk
         wsize = int(result.workspace_size)
         ws = cp.empty(wsize, cp.uint8) if wsize else None
-        status = _lib.cublasLtMatmul(
+        status = profiler.record_call("cublaslt_matmul", lambda: _lib.cublasLtMatmul(
             handle, desc, alpha.ctypes.data, w3.data.ptr, la, x3.data.ptr, lb, beta.ctypes.data, out.data.ptr, lc,
             out.data.ptr, ld, ctypes.addressof(result.algo), ws.data.ptr if wsize else None, wsize,
-            cp.cuda.get_current_stream().ptr)
+            cp.cuda.get_current_stream().ptr))
         if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: the unfused path from now on
             _destroy(plan)
             _plans[key] = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import profiler
 from ..errors import ShapeError
 from ..runtime import _cupy
 from .cublaslt import COMPUTE_32F as _COMPUTE_32F
@@ -57,13 +58,14 @@ def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 
     # row-major (R, C) buffer read column-major is its transpose with leading dimension C.
     with cp.cuda.Device(out.data.device_id):
         from cupy_backends.cuda.libs import cublas
-        cublas.gemmStridedBatchedEx(
-            cp.cuda.device.get_cublas_handle(), _OP_T if trans_b else _OP_N, _OP_T if trans_a else _OP_N,
+        handle = cp.cuda.device.get_cublas_handle()
+        profiler.record_call(f"cublas_gemm[{_dtype_name(a)}]", lambda: cublas.gemmStridedBatchedEx(
+            handle, _OP_T if trans_b else _OP_N, _OP_T if trans_a else _OP_N,
             n, m, k, alpha_h.ctypes.data,
             b.data.ptr, in_t, b.shape[2], b.shape[1] * b.shape[2] if b.shape[0] > 1 else 0,
             a.data.ptr, in_t, a.shape[2], a.shape[1] * a.shape[2] if a.shape[0] > 1 else 0,
             beta_h.ctypes.data, out.data.ptr, out_t, n, m * n, batch,
-            _COMPUTE_64F if f64 else _COMPUTE_32F, _GEMM_DEFAULT)
+            _COMPUTE_64F if f64 else _COMPUTE_32F, _GEMM_DEFAULT))
     return out
 
 

@@ -1,6 +1,7 @@
 """Numba CUDA kernels behind cudakit's Kernel interface (the `numba` extra: numba-cuda)."""
 from __future__ import annotations
 
+from .. import profiler
 from ..errors import BackendUnavailableError, LaunchError
 from . import _cupy, launch as _launch
 
@@ -38,7 +39,7 @@ class NumbaKernel:
         nb_stream = cuda.external_stream(s.ptr) if s.ptr else cuda.default_stream()
         _launch.recent_launches.append((self.name, g, b))
         try:
-            self._disp[g, b, nb_stream, shared_mem](*args)
+            profiler.record_call(self.name, lambda: self._disp[g, b, nb_stream, shared_mem](*args), s, g, b)
         except Exception as e:
             if type(e).__module__.startswith("numba"):
                 raise LaunchError(f"{type(e).__name__}: {e}", self.name, g, b) from None
