@@ -7,22 +7,17 @@ kernels/conv.py does: device time, not the public calls' host time) and the whol
     python3 scripts/depthwise_variants.py
 Prints CHECK lines and VARIANT lines (median us, ratio to torch's same pass); the first variant of
 each list is the shipped one."""
-import statistics
 import sys
 
 import cupy as cp
-import ml_dtypes
 import numpy as np
-import torch
 
 sys.path.insert(0, "tests")
+import _conv_variants as cv  # noqa: E402
 import conv_checks as cc  # noqa: E402
 
 import cudakit  # noqa: E402
-from cudakit.bench import timing  # noqa: E402
 from cudakit.kernels import conv  # noqa: E402
-
-DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
 # forward: (elements of a row step, output rows, warps) for windows up to 3x3; weight gradient: the
 # same and the programs aimed for, in units of 264
 FWD = [conv._DW_FWD_TILES[0][1:] + (conv._DW_WARPS,), (128, 8, 4), (512, 8, 4), (256, 4, 4), (256, 16, 4),
@@ -56,42 +51,14 @@ def check():
 
 
 shipped = (FWD[0], WGRAD[0])
-for f, wg in [(v, None) for v in FWD] + [(None, v) for v in WGRAD]:
-    use(f or shipped[0], wg or shipped[1])
-    try:
-        check()
-        print(f"VARIANT check fwd {f or '-'} wgrad {wg or '-'}: passed", flush=True)
-    except AssertionError as e:
-        print(f"VARIANT check fwd {f or '-'} wgrad {wg or '-'}: FAILED {str(e)[:300]}", flush=True)
-use(*shipped)
+cv.check_each(FWD, WGRAD, shipped, use, check)
 for dt in ("bfloat16", "float32"):
-    crng = cp.random.default_rng(0)
-    x = crng.standard_normal((32, 128, 56, 56), dtype=cp.float32).astype(DTYPES[dt])
-    w = (crng.standard_normal((128, 1, 3, 3), dtype=cp.float32) / 3).astype(x.dtype)
-    g = crng.standard_normal((32, 128, 56, 56), dtype=cp.float32).astype(x.dtype)
-    tx, tw, tg = (torch.from_dlpack(a) for a in (x, w, g))
-    rx, rw = tx.detach().requires_grad_(True), tw.detach().requires_grad_(True)
-    y = torch.nn.functional.conv2d(rx, rw, None, 1, 1, 1, 128)
-    fns = {"torch fwd": lambda: torch.nn.functional.conv2d(tx, tw, None, 1, 1, 1, 128),
-           "torch bwd": lambda: torch.autograd.grad(y, (rx, rw), tg, retain_graph=True),
-           "torch wgrad": lambda: torch.autograd.grad(y, (rw,), tg, retain_graph=True)}
+    (x, w, g), fns = cv.data((32, 128, 56, 56), 128, 3, 128, dt)
     for v in FWD:
         fns[f"fwd {v}"] = lambda v=v: (use(f=v), conv._dw_run(x, w, None, GEO, 128, 1))
     for v in WGRAD:
         fns[f"wgrad {v}"] = lambda v=v: (use(wg=v), conv.conv2d_weight_grad(g, x, w.shape, GEO, False, 128))
     fns["bwd shipped"] = lambda: (use(*shipped), cudakit.conv2d_backward(g, x, w, 1, 1, bias=False, groups=128))
     fns["fwd shipped (cudakit.conv2d)"] = lambda: (use(*shipped), cudakit.conv2d(x, w, None, 1, 1, groups=128))
-    ms = {}
-    for _ in range(3):
-        res, err = timing.time_gpu_interleaved(fns, warmup=2, reps=8, rounds=2)
-        for name, r in res.items():
-            ms.setdefault(name, []).append(r["median_ms"])
-        for name, e in err.items():
-            print(f"VARIANT {dt} {name} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+    cv.time_and_report(fns, dt, 28)
     use(*shipped)
-    for name, vals in sorted(ms.items(), key=lambda kv: (kv[0].split()[0], statistics.median(kv[1]))):
-        if name.startswith("torch"):
-            continue
-        base = statistics.median(ms["torch " + name.split()[0]])
-        m = statistics.median(vals)
-        print(f"VARIANT {dt} {name:<28} {m * 1e3:8.1f} us  torch {base * 1e3:8.1f} us  x torch {base / m:.3f}", flush=True)

@@ -7,22 +7,17 @@ backward (cudakit.conv2d_backward) of 32x256x28x28 in 32 groups of 8 channels an
 4 are timed interleaved with torch. One run:
     python3 scripts/grouped_variants.py
 Prints VARIANT lines (median us, ratio to torch's same pass); the first of each list is shipped."""
-import statistics
 import sys
 
 import cupy as cp
-import ml_dtypes
 import numpy as np
-import torch
 
 sys.path.insert(0, "tests")
+import _conv_variants as cv  # noqa: E402
 import conv_checks as cc  # noqa: E402
 
 import cudakit  # noqa: E402
-from cudakit.bench import timing  # noqa: E402
 from cudakit.kernels import conv  # noqa: E402
-
-DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
 FWD = [(conv._DW_FWD_ACC_REGS, conv._DW_FWD_TILES[0][2]), (32, 2), (48, 8)]
 WGRAD = [(conv._DW_WG_FILTERS, conv._DW_WG_ACC_REGS, conv._DW_WG_WARPS, conv._DW_WG_TILES[0][2],
           conv._DW_WG_PROGRAMS // conv._TARGET_PROGRAMS),
@@ -51,44 +46,14 @@ def check():
         cc.check_conv2d(cp.asarray, cp.asnumpy, rng, 2, 12, 10, 9, 24, 3, 3, 1, 2, 2, dt, groups=4)
 
 
-for f, wg in [(v, None) for v in FWD] + [(None, v) for v in WGRAD]:
-    use(f or SHIPPED[0], wg or SHIPPED[1])
-    try:
-        check()
-        print(f"VARIANT check fwd {f or '-'} wgrad {wg or '-'}: passed", flush=True)
-    except AssertionError as e:
-        print(f"VARIANT check fwd {f or '-'} wgrad {wg or '-'}: FAILED {str(e)[:300]}", flush=True)
-use(*SHIPPED)
+cv.check_each(FWD, WGRAD, SHIPPED, use, check)
 for dt, groups in (("bfloat16", 32), ("float32", 32), ("bfloat16", 64)):
-    crng = cp.random.default_rng(0)
-    c = k = 256
-    x = crng.standard_normal((32, c, 28, 28), dtype=cp.float32).astype(DTYPES[dt])
-    w = (crng.standard_normal((k, c // groups, 3, 3), dtype=cp.float32) / 3 / (c // groups) ** 0.5).astype(x.dtype)
-    g = crng.standard_normal((32, k, 28, 28), dtype=cp.float32).astype(x.dtype)
+    (x, w, g), fns = cv.data((32, 256, 28, 28), 256, 3, groups, dt)
     geo = (1, 1, 1, 1, 1, 1, 3, 3, 28, 28)
-    tx, tw, tg = (torch.from_dlpack(a) for a in (x, w, g))
-    rx, rw = tx.detach().requires_grad_(True), tw.detach().requires_grad_(True)
-    y = torch.nn.functional.conv2d(rx, rw, None, 1, 1, 1, groups)
-    fns = {"torch fwd": lambda: torch.nn.functional.conv2d(tx, tw, None, 1, 1, 1, groups),
-           "torch bwd": lambda: torch.autograd.grad(y, (rx, rw), tg, retain_graph=True),
-           "torch wgrad": lambda: torch.autograd.grad(y, (rw,), tg, retain_graph=True)}
     for v in FWD:
-        fns[f"fwd {v}"] = lambda v=v: (use(f=v), conv._dw_run(x, w, None, geo, groups, k // groups))
+        fns[f"fwd {v}"] = lambda v=v: (use(f=v), conv._dw_run(x, w, None, geo, groups, 256 // groups))
     for v in WGRAD:
         fns[f"wgrad {v}"] = lambda v=v: (use(wg=v), conv.conv2d_weight_grad(g, x, w.shape, geo, False, groups))
     fns["bwd shipped"] = lambda: (use(*SHIPPED), cudakit.conv2d_backward(g, x, w, 1, 1, bias=False, groups=groups))
-    ms = {}
-    for _ in range(3):
-        res, err = timing.time_gpu_interleaved(fns, warmup=2, reps=8, rounds=2)
-        for name, r in res.items():
-            ms.setdefault(name, []).append(r["median_ms"])
-        for name, e in err.items():
-            print(f"VARIANT {dt} g{groups} {name} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+    cv.time_and_report(fns, f"{dt} g{groups}")
     use(*SHIPPED)
-    for name, vals in sorted(ms.items(), key=lambda kv: (kv[0].split()[0], statistics.median(kv[1]))):
-        if name.startswith("torch"):
-            continue
-        base = statistics.median(ms["torch " + name.split()[0]])
-        m = statistics.median(vals)
-        print(f"VARIANT {dt} g{groups} {name:<30} {m * 1e3:8.1f} us  torch {base * 1e3:8.1f} us  x torch {base / m:.3f}",
-              flush=True)
