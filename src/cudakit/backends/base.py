@@ -181,8 +181,12 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
         name, arr, scalar, form = (an, a, b, 0) if sb else (bn, b, a, 1)
         op_s = _SCALAR_FORMS[op][form]
         inputs, out = self._prepare(op, {name: arr}, out)
-        with np.errstate(over="ignore"):  # 1e6 in float16 is inf, as NumPy's cast gives
-            p = float(np.asarray(scalar).astype(inputs[0].dtype))
+        dt = inputs[0].dtype
+        if -65504.0 <= scalar <= 65504.0:   # within every dtype's range: no overflow to silence
+            p = float(dt.type(scalar))
+        else:
+            with np.errstate(over="ignore"):  # 1e6 in float16 is inf, as NumPy's cast gives
+                p = float(np.asarray(scalar).astype(dt))
         return self._elementwise(op_s, inputs, out, p)
 
     # ---- ops -------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuL
                 _OPS[op](*(_acc(x) for x in inputs), tmp, p)
                 out[...] = tmp.astype(out.dtype)
             else:
-                _OPS[op](*(np.broadcast_to(x, out.shape) for x in inputs), out, p)
+                _OPS[op](*inputs, out, p)
         return out
 
     def asarray(self, x, dtype=None):
