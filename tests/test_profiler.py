@@ -73,3 +73,21 @@ def test_record_call_returns_the_result_and_records_only_when_active():
     finally:
         profiler._active = saved
     assert calls == [("cublas_gemm[float32]", (1,), (2,), None)]
+
+
+def test_start_and_stop():
+    """start()/stop() as profile() without a with block: one active at a time, stop() once."""
+    from cudakit import profiler
+    prof = profiler.start()
+    try:
+        with pytest.raises(RuntimeError, match="already active"):
+            profiler.start()
+        cudakit.relu(np.ones(8, np.float32))   # the CPU backend launches nothing
+    finally:
+        assert profiler.stop() is prof
+    assert prof.records == [] and profiler._active is None
+    with pytest.raises(RuntimeError, match="no cudakit profile is active"):
+        profiler.stop()
+    with cudakit.profile() as p2:
+        assert profiler._active is p2
+    assert profiler._active is None

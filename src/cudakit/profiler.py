@@ -140,6 +140,16 @@ def profile(nvtx: bool = False):
 
     nvtx=True also pushes an NVTX range per launch so Nsight Systems shows cudakit's kernels by name.
     """
+    prof = start(nvtx)
+    try:
+        yield prof
+    finally:
+        stop()
+
+
+def start(nvtx: bool = False) -> Profile:
+    """Begin recording as profile() does, until stop() (for code that cannot wrap a with block);
+    returns the Profile. RuntimeError while one is active."""
     global _active
     from .runtime import native
     with _lock:
@@ -147,12 +157,22 @@ def profile(nvtx: bool = False):
             raise RuntimeError("a cudakit.profile() is already active")
         native.hold_fast_paths(1)  # the native fast paths would not record their launches
         prof = _active = Profile(nvtx)
-    try:
-        yield prof
-    finally:
+    return prof
+
+
+def stop() -> Profile:
+    """End the recording start() or profile() began; returns its Profile with every duration
+    filled in. RuntimeError when none is active."""
+    global _active
+    from .runtime import native
+    with _lock:
+        prof = _active
+        if prof is None:
+            raise RuntimeError("no cudakit profile is active (cudakit.profiler.start() begins one)")
         _active = None
         native.hold_fast_paths(-1)
-        prof.resolve()
+    prof.resolve()
+    return prof
 
 
 def record_call(name: str, fn, stream=None, grid: tuple = (), block: tuple = ()):
