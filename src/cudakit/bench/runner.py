@@ -24,26 +24,22 @@ def add_arguments(p) -> None:
     p.add_argument("--compare", default="torch,cupy,numpy", help="providers to compare with cudakit")
     p.add_argument("--out", default="bench-out", help="directory for results.json and the PNG plots")
     p.add_argument("--cpu", action="store_true", help="benchmark the CPU backend even when a GPU is present")
-    p.add_argument("--reps", type=_positive, default=None,
+    p.add_argument("--reps", type=_int_at_least(1), default=None,
                    help="timed runs of each provider (default: 30 on a GPU, over 3 interleaved rounds; 10 on the CPU; "
                         "6 / 3 with --quick)")
-    p.add_argument("--warmup", type=_non_negative, default=None,
+    p.add_argument("--warmup", type=_int_at_least(0), default=None,
                    help="untimed runs of each provider before the timed ones (default: 5 on a GPU, 1 on the CPU; 2 "
                         "on a GPU with --quick)")
 
 
-def _positive(v: str) -> int:
-    n = int(v)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {n})")
-    return n
-
-
-def _non_negative(v: str) -> int:
-    n = int(v)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {n})")
-    return n
+def _int_at_least(lo: int):
+    """An argparse type: an int >= lo, else the error names the limit and the value."""
+    def parse(v: str) -> int:
+        n = int(v)
+        if n < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo} (got {n})")
+        return n
+    return parse
 
 
 def discover() -> dict:
@@ -205,9 +201,10 @@ def format_table(record: dict) -> str:
         f = lambda k: f"{r[k]:.2f}" if r.get(k) else "-"  # noqa: E731
         frac = r.get("of_peak") or r.get("of_copy_bw")
         pct = f"{100 * frac:.0f}%" if frac else "-"
+        tflops = f"{r['tflops']:.1f}" if r.get("tflops") else "-"
         lines.append(f"{r['op']:<22} {'x'.join(map(str, r['shape'])):<14} {r['dtype']:<9} "
                      f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
-                     f"{r['tflops'] if r.get('tflops') else '-':>8{'.1f' if r.get('tflops') else ''}} {pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}")
+                     f"{tflops:>8} {pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}")
     lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %roof = GB/s over the measured copy "
                  "bandwidth (memory-bound ops) or TFLOP/s over the measured matmul rate (ops with FLOPs).")
     return "\n".join(lines)
