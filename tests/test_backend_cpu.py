@@ -140,6 +140,50 @@ def test_memory_stats_reads_like_a_dict():
         s["total_allocated"]
 
 
+def test_python_allocator_trims_the_cache_past_its_cap(monkeypatch):
+    """memory._malloc (the allocator where the native module is not built) with a stand-in of
+    CuPy's pool: an allocation that leaves more than the cap cached frees the pool's cache."""
+    from types import SimpleNamespace
+    from cudakit.runtime import memory
+
+    class Base:
+        def __init__(self):
+            pass
+
+    class Pool:
+        reserved, freed, next_ptr = 0, 0, 0x1000
+
+        def malloc(self, size):
+            self.next_ptr += size
+            return SimpleNamespace(ptr=self.next_ptr, device_id=0, mem=SimpleNamespace(size=size))
+
+        def total_bytes(self):
+            return self.reserved
+
+        def free_all_blocks(self):
+            self.freed += 1
+
+    pool = Pool()
+    monkeypatch.setattr(memory, "_pool", pool)
+    monkeypatch.setattr(memory, "_TrackedMemory", memory._make_tracked_memory_class(
+        SimpleNamespace(cuda=SimpleNamespace(memory=SimpleNamespace(BaseMemory=Base)))))
+    monkeypatch.setattr(memory, "_mem_mod", SimpleNamespace(OutOfMemoryError=MemoryError,
+                                                            MemoryPointer=lambda mem, offset: mem))
+    monkeypatch.setattr(memory, "_counters", {})
+    memory._counters_for(0).cache_limit = 4096
+    a = memory._malloc(1024)
+    pool.reserved = 2048 + 4096     # after b: cached is the cap: kept
+    b = memory._malloc(1024)
+    assert pool.freed == 0
+    pool.reserved = 3072 + 4097     # after c: one byte over: the cache is freed, and counted
+    c = memory._malloc(1024)
+    assert pool.freed == 1 and memory._counters_for(0).cache_trims == 1
+    memory._counters_for(0).cache_limit = None
+    d = memory._malloc(1024)
+    assert pool.freed == 1 and memory._counters_for(0).allocated == 4096
+    del a, b, c, d
+
+
 def test_out_of_memory_error_is_also_cupys():
     """The GPU path raises cudakit's OutOfMemoryError as a subclass of CuPy's as well (built once
     per CuPy class); here with a stand-in of CuPy's class, whose __init__ takes (size, total)."""

@@ -224,6 +224,46 @@ def test_allocator_callback_sees_every_event_and_cannot_break_a_free(mem, monkey
     assert unraisable == [ZeroDivisionError, ZeroDivisionError]
 
 
+def test_allocator_trims_the_cache_past_its_cap(mem):
+    m, pool, _ = mem
+    reserved = {"bytes": 0}
+    trims = []
+    m.mem_set_cache_cap(0, 4096, lambda: reserved["bytes"], trims.append)
+    a = m.mem_malloc(512)
+    reserved["bytes"] = 1024 + 4096       # after b: cached = reserved - allocated = the cap: kept
+    b = m.mem_malloc(512)
+    assert trims == []
+    reserved["bytes"] = 1536 + 4097       # after c: one byte more than the cap cached: trimmed
+    c = m.mem_malloc(512)
+    assert trims == [0]
+    pool.dev = 1                          # no cap on device 1
+    d = m.mem_malloc(512)
+    assert trims == [0]
+    m.mem_set_cache_cap(0, None, lambda: 1 / 0, trims.append)  # removed: reserved_fn not called
+    pool.dev = 0
+    e = m.mem_malloc(512)
+    assert trims == [0]
+    with pytest.raises(ValueError, match="cache cap must be >= 0"):
+        m.mem_set_cache_cap(0, -1, int, trims.append)
+    with pytest.raises(ValueError, match="devices 0..63"):
+        m.mem_set_cache_cap(64, 0, int, trims.append)
+    del a, b, c, d, e
+
+
+def test_allocator_reports_a_failing_cache_check_and_keeps_the_allocation(mem, monkeypatch):
+    m, pool, _ = mem
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: unraisable.append(u.exc_type))
+    m.mem_set_cache_cap(0, 0, lambda: 1 / 0, lambda dev: None)
+    a = m.mem_malloc(512)
+    m.mem_set_cache_cap(0, 0, lambda: 1 << 20, lambda dev: [][dev])
+    b = m.mem_malloc(512)
+    m.mem_set_cache_cap(0, None, int, int)
+    assert unraisable == [ZeroDivisionError, IndexError]
+    assert m.mem_counts(0)[:3] == (2, 0, 1024)
+    del a, b
+
+
 # -- the tiny elementwise path (ew) with fake arrays ----------------------------------------------
 
 class _Data:

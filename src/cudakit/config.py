@@ -5,6 +5,7 @@
 | CUDAKIT_BACKEND           | "auto" (default), "cpu" or "cuda": what get_backend() picks      |
 | CUDAKIT_CACHE_DIR         | compiled-kernel cache (default ~/.cache/cudakit)                 |
 | CUDAKIT_GPU_MEMORY_LIMIT  | pool limit per device: bytes, "8GiB", "512MB" or "80%"           |
+| CUDAKIT_GPU_CACHE_SIZE    | most cached free bytes a device's pool keeps: "2GB", "10%"       |
 | CUDAKIT_LAUNCH_BLOCKING   | "1": synchronise after every launch so errors name their kernel  |
 | CUDAKIT_AUTOTUNE          | "0": use the first config instead of timing them                 |
 | CUDAKIT_AUTOTUNE_LOG      | "1": log each autotuning trial                                   |
@@ -32,6 +33,7 @@ class Settings:
     autotune_log: bool
     native: bool = True
     float32_precision: str = "tf32x3"
+    cache_size: str | None = None
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -43,6 +45,7 @@ class Settings:
             backend=backend,
             cache_dir=Path(cache),
             memory_limit=env.get("CUDAKIT_GPU_MEMORY_LIMIT") or None,
+            cache_size=env.get("CUDAKIT_GPU_CACHE_SIZE") or None,
             launch_blocking=env.get("CUDAKIT_LAUNCH_BLOCKING", "0").strip().lower() in _TRUE,
             autotune=env.get("CUDAKIT_AUTOTUNE", "1").strip().lower() not in {"0", "false", "no", "off"},
             autotune_log=env.get("CUDAKIT_AUTOTUNE_LOG", "0").strip().lower() in _TRUE,

@@ -217,6 +217,31 @@ def test_limit_and_oom():
     m.set_limit(None)
 
 
+def test_cache_size_cap_frees_the_cache_at_the_next_allocation():
+    m = cudakit.memory
+    cudakit.empty_cache()
+    m.set_cache_size("8MiB")
+    try:
+        assert m.get_cache_size() == 8 << 20 and m.stats().cache_limit == 8 << 20
+        trims = m.stats().cache_trims
+        x = cp.empty(4 << 20, cp.uint8)
+        del x                                   # 4 MiB cached: under the cap
+        y = cp.empty(1 << 20, cp.uint8)         # may be cut from the cached 4 MiB block
+        assert m.stats().cache_trims == trims and m.stats().cached >= 3 << 20
+        big = cp.empty(16 << 20, cp.uint8)
+        del big                                 # 16 MiB more cached: over the cap from here
+        assert m.stats().cached >= 16 << 20     # a free does not trim
+        z = cp.empty(1 << 10, cp.uint8)         # the next allocation does
+        s = m.stats()
+        assert s.cache_trims == trims + 1 and s.cached <= 8 << 20, s
+        del y, z
+        m.set_cache_size("1%")
+        assert abs(m.get_cache_size() - cudakit.get_device_info().total_memory // 100) < 2**20
+    finally:
+        m.set_cache_size(None)
+    assert m.get_cache_size() is None and m.stats().cache_limit is None
+
+
 def test_real_device_oom_then_recovers():
     free, total = cudakit.memory_info()
     with pytest.raises(OutOfMemoryError, match="out of memory"):

@@ -168,12 +168,36 @@ static void ck_event(PyObject* what, int dev, long long size) {
   Py_DECREF(cb);
 }
 
+/* The cached-memory cap (mem_set_cache_cap): after each counted allocation on a device with a cap,
+ * reserved bytes (ck_reserved_fn(), the pool's total_bytes on the current device) minus allocated
+ * bytes above the cap call ck_trim_fn(device), which frees the pool's cached blocks. Checked at
+ * allocation, not at a free: a free runs inside the pool's own release of the block. */
+static char ck_has_cap[CK_MAX_DEV];
+static long long ck_cap[CK_MAX_DEV];
+static PyObject *ck_reserved_fn, *ck_trim_fn;
+
+static void ck_check_cache(int dev) {
+  if (!ck_has_cap[dev] || ck_reserved_fn == NULL) return;
+  PyObject* t = PyObject_CallNoArgs(ck_reserved_fn);
+  long long reserved = t == NULL ? -1 : PyLong_AsLongLong(t);
+  Py_XDECREF(t);
+  if (reserved == -1 && PyErr_Occurred()) {
+    PyErr_WriteUnraisable(ck_reserved_fn);  /* a failed check cannot fail the allocation */
+    return;
+  }
+  if (reserved - ck_mem[dev].allocated <= ck_cap[dev]) return;
+  PyObject* r = PyObject_CallFunction(ck_trim_fn, "i", dev);
+  if (r == NULL) PyErr_WriteUnraisable(ck_trim_fn);
+  Py_XDECREF(r);
+}
+
 static void ck_count_alloc(int dev, long long size) {
   ck_counts* c = &ck_mem[dev];
   c->allocations += 1;
   c->allocated += size;
   if (c->allocated > c->peak) c->peak = c->allocated;
   if (ck_mem_cb != NULL) ck_event(s_alloc, dev, size);
+  ck_check_cache(dev);
 }
 
 static int ck_in_dict = 1;  /* blocks go into the pooled memory's __dict__ while it takes them */
@@ -328,6 +352,26 @@ static PyObject* mem_reset_peak(PyObject* self, PyObject* arg) {
   long d = PyLong_AsLong(arg);
   if (d == -1 && PyErr_Occurred()) return NULL;
   if (d >= 0 && d < CK_MAX_DEV) ck_mem[d].peak = ck_mem[d].allocated;
+  Py_RETURN_NONE;
+}
+
+/* mem_set_cache_cap(device, cap bytes or None, reserved_fn, trim_fn): see ck_check_cache */
+static PyObject* mem_set_cache_cap(PyObject* self, PyObject* args) {
+  int d;
+  PyObject *cap, *reserved_fn, *trim_fn;
+  if (!PyArg_ParseTuple(args, "iOOO", &d, &cap, &reserved_fn, &trim_fn)) return NULL;
+  if (d < 0 || d >= CK_MAX_DEV)
+    return PyErr_Format(PyExc_ValueError, "cudakit's allocator counts devices 0..%d (got %d)", CK_MAX_DEV - 1, d);
+  long long c = 0;
+  if (cap != Py_None) {
+    c = PyLong_AsLongLong(cap);
+    if (c == -1 && PyErr_Occurred()) return NULL;
+    if (c < 0) return PyErr_Format(PyExc_ValueError, "cache cap must be >= 0 (got %lld)", c);
+  }
+  Py_XSETREF(ck_reserved_fn, Py_NewRef(reserved_fn));
+  Py_XSETREF(ck_trim_fn, Py_NewRef(trim_fn));
+  ck_cap[d] = c;
+  ck_has_cap[d] = cap != Py_None;
   Py_RETURN_NONE;
 }
 
@@ -1032,6 +1076,8 @@ static PyMethodDef methods[] = {
     {"mem_counts", mem_counts, METH_O, "mem_counts(device) -> (allocations, frees, allocated, peak)"},
     {"mem_reset_peak", mem_reset_peak, METH_O, "mem_reset_peak(device)"},
     {"mem_set_callback", mem_set_callback, METH_O, "mem_set_callback(fn or None)"},
+    {"mem_set_cache_cap", mem_set_cache_cap, METH_VARARGS,
+     "mem_set_cache_cap(device, cap or None, reserved_fn, trim_fn): trim_fn(device) after an allocation leaves reserved_fn() - allocated > cap"},
     {"fast_setup", fast_setup, METH_VARARGS, "fast_setup(ndarray, get_device, get_stream, recent_append, on_error)"},
     {"fast_hold", fast_hold, METH_O, "fast_hold(+1 or -1): while held, the fast paths decline"},
     {"fast_alloc", fast_alloc, METH_O, "fast_alloc(CuPy's get_allocator capsule or None): ew() allocates through mem_malloc directly while it is CuPy's allocator"},

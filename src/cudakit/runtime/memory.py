@@ -31,6 +31,9 @@ class MemoryStats:
     fragmentation   (reserved - allocated) / reserved: the share of reserved memory that sits in
                     cached free blocks and serves no live array (0 when nothing is reserved)
     limit           the pool's limit in bytes, None when unlimited
+    cache_limit     the most bytes of cached free blocks the pool keeps (set_cache_size), None
+                    when unlimited
+    cache_trims     times an allocation found more than cache_limit cached and freed the cache
     """
     device: int
     allocated: int
@@ -41,6 +44,8 @@ class MemoryStats:
     oom_retries: int
     fragmentation: float
     limit: int | None
+    cache_limit: int | None = None
+    cache_trims: int = 0
 
     @property
     def cached(self) -> int:
@@ -65,10 +70,11 @@ _STAT_ALIASES = {"active_memory": "allocated", "allocation_count": "allocations"
 
 
 class _Counters:
-    __slots__ = ("allocations", "frees", "oom_retries", "peak", "allocated")
+    __slots__ = ("allocations", "frees", "oom_retries", "peak", "allocated", "cache_trims", "cache_limit")
 
     def __init__(self):
-        self.allocations = self.frees = self.oom_retries = self.peak = self.allocated = 0
+        self.allocations = self.frees = self.oom_retries = self.peak = self.allocated = self.cache_trims = 0
+        self.cache_limit = None   # bytes of cached free blocks kept at most; None: no cap
 
 
 _lock = threading.Lock()
@@ -101,7 +107,8 @@ def _make_tracked_memory_class(cp):
 
 
 def ensure_installed():
-    """Install the counting allocator in front of CuPy's pool (once) and apply CUDAKIT_GPU_MEMORY_LIMIT."""
+    """Install the counting allocator in front of CuPy's pool (once) and apply
+    CUDAKIT_GPU_MEMORY_LIMIT and CUDAKIT_GPU_CACHE_SIZE to every device."""
     global _installed, _pool, _TrackedMemory, _mem_mod
     if _installed:
         return _pool
@@ -115,10 +122,13 @@ def ensure_installed():
         cp.cuda.set_allocator(_native_allocator(cp) or _malloc)
         _installed = True
     from ..config import settings
+    from .device import device_count
     if settings().memory_limit:
-        from .device import device_count
         for d in range(device_count()):
             set_limit(settings().memory_limit, device=d)
+    if settings().cache_size:
+        for d in range(device_count()):
+            set_cache_size(settings().cache_size, device=d)
     return _pool
 
 
@@ -192,7 +202,16 @@ def _malloc(size: int):
         c.peak = c.allocated
     if _callback is not None:
         _callback("alloc", dev, tracked.size)
+    if c.cache_limit is not None and _pool.total_bytes() - c.allocated > c.cache_limit:
+        _trim_cache(dev)
     return mem_mod.MemoryPointer(tracked, 0)
+
+
+def _trim_cache(dev: int) -> None:
+    """An allocation left more than the cache limit of `dev` (the current device) in cached free
+    blocks: return them to the driver (the native allocator calls this too)."""
+    _counters_for(dev).cache_trims += 1
+    _pool.free_all_blocks()
 
 
 def _on_device(dev: int | None):
@@ -210,7 +229,8 @@ def stats(device: int | None = None) -> MemoryStats:
             device=d.id, allocated=allocated, reserved=reserved, peak_allocated=max(peak, allocated),
             allocations=allocations, frees=frees, oom_retries=_counters_for(d.id).oom_retries,
             fragmentation=(reserved - allocated) / reserved if reserved else 0.0,
-            limit=limit or None)
+            limit=limit or None, cache_limit=_counters_for(d.id).cache_limit,
+            cache_trims=_counters_for(d.id).cache_trims)
 
 
 def reset_peak(device: int | None = None) -> None:
@@ -265,6 +285,36 @@ def get_limit(device: int | None = None) -> int | None:
     pool = ensure_installed()
     with _on_device(device):
         return pool.get_limit() or None
+
+
+def set_cache_size(size: int | str | None = None, device: int | None = None) -> None:
+    """Keep at most `size` bytes (an int, "2GB", "512MiB", or "10%" of the device's memory) of
+    cached free blocks in the pool of `device` (default: current); None removes the cap.
+
+    The pool keeps freed blocks for reuse (`stats().cached`). With a cap, an allocation that leaves
+    more than `size` cached returns the cached blocks to the driver (CuPy's free_all_blocks: every
+    free block not split by a live array), counted in `stats().cache_trims`; memory freed after
+    the last allocation stays cached until the next one (or `empty_cache()`). 0 keeps nothing
+    cached: every allocation past the first frees what the pool holds, like a pool-less allocator.
+    """
+    from ..config import parse_size
+    pool = ensure_installed()
+    with _on_device(device) as d:
+        if size is None:
+            cap = None
+        else:
+            nbytes, frac = parse_size(size)
+            cap = nbytes if frac is None else int(frac * d.mem_info[1])
+        _counters_for(d.id).cache_limit = cap
+        if _native is not None:
+            _native.mem_set_cache_cap(d.id, cap, pool.total_bytes, _trim_cache)
+
+
+def get_cache_size(device: int | None = None) -> int | None:
+    """The cap on cached free bytes of `device` (set_cache_size), or None."""
+    ensure_installed()
+    with _on_device(device) as d:
+        return _counters_for(d.id).cache_limit
 
 
 def set_callback(fn) -> None:
