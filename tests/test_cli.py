@@ -31,6 +31,14 @@ def test_cache_info_and_clear(tmp_path):
     assert not (tmp_path / "nvrtc").exists()
 
 
+def test_cache_warm_without_a_gpu_says_so(tmp_path):
+    j = json.loads(run("info", "--json").stdout)
+    if j["cuda_usable"]:
+        pytest.skip("a GPU is usable: tests/gpu/test_runtime_gpu.py runs `cache warm`")
+    r = run("cache", "warm", env={"CUDAKIT_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2 and "no usable CUDA GPU" in r.stderr and "nothing to compile" in r.stderr
+
+
 def test_bench_bad_input(tmp_path):
     r = run("bench", "--quick", "--ops", "nosuchop", "--out", str(tmp_path))
     assert r.returncode == 2 and "unknown op" in r.stderr and "relu" in r.stderr

@@ -33,6 +33,7 @@ _LAZY = {
     "optim": ("optim", None), "OptimizerState": ("optim", "OptimizerState"),
     "SGD": ("optim", "SGD"), "Adam": ("optim", "Adam"), "AdamW": ("optim", "AdamW"),
     "sgd_update": ("optim", "sgd_update"), "adam_update": ("optim", "adam_update"),
+    "warm_up_kernels": ("kernels.warmup", "warm_up_kernels"),
 }
 for _n in ("DeviceInfo", "current_device", "device", "device_count", "devices", "get_device_info",
            "is_available", "set_device", "synchronize", "unavailable_reason"):

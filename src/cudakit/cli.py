@@ -1,4 +1,4 @@
-"""`cudakit info | cache info | cache clear | bench`: the command line. The only module that prints."""
+"""`cudakit info | cache info | cache clear | cache warm | bench | tune | report`: the command line. The only module that prints."""
 from __future__ import annotations
 
 import argparse
@@ -102,12 +102,33 @@ def cmd_cache(args) -> int:
     if args.action == "clear":
         n = compiler.cache_clear()
         print(f"removed {n} files from {compiler.cache_dir()}")
+    elif args.action == "warm":
+        return _cache_warm(args)
     else:
         c = compiler.cache_info()
         if args.json:
             print(json.dumps(c))
         else:
             print(f"{c['path']}: {c['entries']} files, {c['bytes'] / 2**20:.2f} MiB")
+    return 0
+
+
+def _cache_warm(args) -> int:
+    from cudakit.kernels import warmup
+    from cudakit.runtime import _cupy, compiler
+    ok, why = _cupy.probe()
+    if not ok:
+        print(f"cudakit cache warm: no usable CUDA GPU ({why}); nothing to compile", file=sys.stderr)
+        return 2
+    split = lambda v: [x.strip() for x in v.split(",") if x.strip()] or None  # noqa: E731
+    try:
+        times = warmup.warm_up_kernels(split(args.families), split(args.dtype), "all" if args.all_devices else None)
+    except ValueError as e:
+        print(f"cudakit cache warm: {e}", file=sys.stderr)
+        return 2
+    for label, t in times.items():
+        print(f"{label:<28} {t:8.2f} s")
+    print(f"{len(times)} kernel families ready; the compiled kernels are in {compiler.cache_dir()}")
     return 0
 
 
@@ -143,8 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     pi.add_argument("--json", action="store_true")
     pi.set_defaults(fn=cmd_info)
     pc = sub.add_parser("cache", help="the compiled-kernel cache")
-    pc.add_argument("action", choices=["info", "clear"], nargs="?", default="info")
+    pc.add_argument("action", choices=["info", "clear", "warm"], nargs="?", default="info",
+                    help="warm: compile the CUDA C++ kernel families now (cudakit.warm_up_kernels)")
     pc.add_argument("--json", action="store_true")
+    pc.add_argument("--families", default="", help="warm: comma-separated kernel families (default: all)")
+    pc.add_argument("--dtype", default="", help="warm: dtypes of the per-dtype families (default: all)")
+    pc.add_argument("--all-devices", action="store_true", help="warm: load on every visible GPU, not the current one")
     pc.set_defaults(fn=cmd_cache)
     pb = sub.add_parser("bench", help="benchmark ops against the copy bandwidth, torch, CuPy, NumPy")
     from cudakit.bench.runner import add_arguments

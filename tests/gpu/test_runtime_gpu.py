@@ -242,6 +242,23 @@ def test_cache_size_cap_frees_the_cache_at_the_next_allocation():
     assert m.get_cache_size() is None and m.stats().cache_limit is None
 
 
+def test_warm_up_kernels_loads_every_kernel_of_the_families(tmp_path):
+    from cudakit.kernels import dropout, transpose
+    times = cudakit.warm_up_kernels(["transpose", "dropout"])
+    assert list(times) == ["transpose", "dropout"] and all(t >= 0 for t in times.values())
+    dev = cp.cuda.runtime.getDevice()
+    for fam in (transpose._family, dropout._family):
+        assert {(dev, e) for e in fam.names()} <= set(fam._functions)
+    x = cp.arange(12, dtype=cp.float32).reshape(3, 4)
+    np.testing.assert_array_equal(cudakit.transpose(x).get(), x.get().T)
+    r = subprocess.run([sys.executable, "-m", "cudakit", "cache", "warm", "--families", "dropout,softmax",
+                        "--dtype", "bfloat16"], capture_output=True, text=True,
+                       env=dict(os.environ, CUDAKIT_CACHE_DIR=str(tmp_path)))
+    assert r.returncode == 0, r.stderr
+    assert "dropout" in r.stdout and "softmax[bfloat16]" in r.stdout and "2 kernel families ready" in r.stdout
+    assert len(list((tmp_path / "nvrtc").glob("*.bin"))) == 2
+
+
 def test_real_device_oom_then_recovers():
     free, total = cudakit.memory_info()
     with pytest.raises(OutOfMemoryError, match="out of memory"):

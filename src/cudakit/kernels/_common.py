@@ -123,11 +123,15 @@ class KernelFamily:
         self._kernels: dict = {}
         self._functions: dict = {}
 
+    def names(self) -> list:
+        """The name expressions compiled together (the instantiations the host code launches)."""
+        return list(self._names() if callable(self._names) else self._names)
+
     @property
     def module(self):
         if self._module is None:
             from ..runtime.compiler import compile_module
-            names = self._names() if callable(self._names) else self._names
+            names = self.names()
             self._module = compile_module(self.source, name_expressions=names, source_name=self.source_name)
             self._compiled = set(names)
         return self._module

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import collapse
+from ._common import KernelFamily, collapse
 
 SOURCE = r"""
 template <int C> struct ck_tr_raw;
@@ -269,6 +269,9 @@ def name_expressions() -> list[str]:
     return out
 
 
+_family = KernelFamily(SOURCE, name_expressions, "cudakit/transpose.cu")
+
+
 def tile_geometry(itemsize: int, chunk: int) -> dict:
     """ck_tr_geom<T, C> in Python: V, NC, TK, TA, N (the kernel's compile-time constants)."""
     v = chunk // itemsize
@@ -399,14 +402,7 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
 # ------------------------------------------------------------------------------------------
 # host wrapper
 
-_family = None
-
-
 def _function(dev: int, expr: str):
-    global _family
-    if _family is None:
-        from ._common import KernelFamily
-        _family = KernelFamily(SOURCE, name_expressions, "cudakit/transpose.cu")
     return _family.function(dev, expr)
 
 
