@@ -64,3 +64,40 @@ def test_without_a_gpu_there_is_nothing_to_compile(monkeypatch):
     monkeypatch.setattr(device, "is_available", lambda: False)
     monkeypatch.setattr(device, "unavailable_reason", lambda: "no GPU found")
     assert cudakit.warm_up_kernels() == {}
+
+
+def test_a_family_compiles_the_group_of_the_kernel_asked_for(monkeypatch):
+    """KernelFamily(group=...): the first kernel() of a group compiles that group's expressions in
+    one call, once; an expression name_expressions() does not list compiles on its own."""
+    from cudakit.runtime import compiler
+    calls = []
+
+    class Mod:
+        def __init__(self, names):
+            self.names = names
+
+        def get_kernel(self, e):
+            return (e, self.names)
+
+    monkeypatch.setattr(compiler, "compile_module", lambda src, name_expressions, source_name: (
+        calls.append(tuple(name_expressions)) or Mod(tuple(name_expressions))))
+    fam = KernelFamily("", ["k<1, x>", "k<2, x>", "k<1, y>"], "t.cu", group=lambda e: e.split(",")[1].strip(" >"))
+    assert fam.groups() == {"x": ["k<1, x>", "k<2, x>"], "y": ["k<1, y>"]}
+    assert fam.kernel("k<2, x>") == ("k<2, x>", ("k<1, x>", "k<2, x>"))
+    assert fam.kernel("k<1, x>")[1] == ("k<1, x>", "k<2, x>") and calls == [("k<1, x>", "k<2, x>")]
+    fam.compile_group("x")
+    assert len(calls) == 1
+    assert fam.kernel("k<7, x>") == ("k<7, x>", ("k<7, x>",))       # unlisted: its own module
+    assert fam.kernel("k<1, y>")[1] == ("k<1, y>",)
+    assert calls == [("k<1, x>", "k<2, x>"), ("k<7, x>",), ("k<1, y>",)]
+    whole = KernelFamily("", ["a", "b"], "w.cu")                     # no group: all at once
+    whole.kernel("b")
+    assert calls[-1] == ("a", "b") and list(whole.groups()) == [None]
+
+
+def test_elementwise_groups_are_one_op_in_one_dtype():
+    from cudakit.kernels import elementwise as ew
+    groups = ew._family.groups()
+    assert len(groups) == len({**ew.BINARY_OPS, **ew.UNARY_OPS}) * len(FLOAT_DTYPE_NAMES)
+    assert groups[("ck_bf16", "ck_add")] == [ew._expr("contig", "add", "bfloat16", 8), ew._expr("contig", "add", "bfloat16", 1),
+                                            ew._expr("strided", "add", "bfloat16", None)]

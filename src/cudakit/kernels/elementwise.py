@@ -404,7 +404,14 @@ def name_expressions() -> list[str]:
     return out
 
 
-_family = KernelFamily(SOURCE, name_expressions, "cudakit/elementwise.cu")
+def _op_and_type(expr: str) -> tuple:
+    """The (element type, functor) of a name expression: the kernels of one op and dtype (its
+    vector, scalar and strided forms) compile together, on the op's first call in that dtype."""
+    args = expr[expr.index("<") + 1:].rstrip(">").split(",")
+    return args[0].strip(), args[1].strip()
+
+
+_family = KernelFamily(SOURCE, name_expressions, "cudakit/elementwise.cu", group=_op_and_type)
 _blocks_cap: dict[int, int] = {}       # device -> grid size that fills it (grid-stride loops)
 _S2, _S3 = strides_struct_dtype(2), strides_struct_dtype(3)
 _BLOCK = (THREADS, 1, 1)

@@ -1,17 +1,20 @@
 """warm_up_kernels(): compile the CUDA C++ kernel families before their first call.
 
-A family (one CUDA C++ source, every template instantiation its host code launches) compiles in
-one NVRTC call on first use: about 16 s for the elementwise family on an H100 host the first time,
-0.2 s from the disk cache after that (tests/gpu/test_runtime_gpu.py). Warming up pays that at a
-time of the caller's choosing and loads each module and its kernels on the devices asked for, so
-that the first op of a training step or a timed region does not. The Triton kernels (attention,
+A family (one CUDA C++ source, every template instantiation its host code launches) compiles on
+first use, in one NVRTC call or, for elementwise, one call per op and dtype (KernelFamily):
+seconds per family the first time, a fraction of a second from the disk cache after that. Warming
+up pays that at a time of the caller's choosing (a split family's calls run in parallel threads)
+and loads each module and its kernels on the devices asked for, so that the first op of a
+training step or a timed region does not. The Triton kernels (attention,
 conv2d) are compiled per head size or tile at their first call and are not covered.
 """
 from __future__ import annotations
 
 import importlib
 import logging
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ._common import FLOAT_DTYPE_NAMES
 
@@ -70,6 +73,10 @@ def warm_up_kernels(families=None, dtypes=None, devices=None) -> dict[str, float
     times = {}
     for label, fam in _families(names, dts).items():
         t = time.perf_counter()
+        groups = list(fam.groups())
+        if len(groups) > 1:   # a family split in groups (elementwise: one per op and dtype): NVRTC calls in parallel
+            with ThreadPoolExecutor(min(len(groups), os.cpu_count() or 1, 16)) as pool:
+                list(pool.map(fam.compile_group, groups))
         exprs = fam.names()
         for d in devs:
             with cp.cuda.Device(d):
