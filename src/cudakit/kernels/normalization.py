@@ -26,7 +26,7 @@ import numpy as np
 
 from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
-from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, ctype, vec_width
+from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, vec_width
 
 SOURCE = PREAMBLE + PACK_HELPERS + r"""
 extern __shared__ __align__(16) unsigned char ck_dyn_smem[];
@@ -899,7 +899,8 @@ def name_expressions(dtype=None) -> list[str]:
 
 
 # one family per dtype: each dtype compiles only its own instantiations
-_families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/normalization_{dt}.cu")
+_families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/normalization_{dt}.cu",
+                                group=by_template)
              for dt in FLOAT_DTYPE_NAMES}
 _smem_set: dict = {}     # (device, expr) -> dynamic shared memory limit set so far
 

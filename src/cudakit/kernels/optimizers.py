@@ -34,7 +34,7 @@ import numpy as np
 
 from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
-from ._common import PREAMBLE, KernelFamily
+from ._common import PREAMBLE, KernelFamily, by_template
 
 # Measured on an H200 (scripts/optim_variants.py): chunks of 8192 with one pack per stream and
 # thread in flight gave 0.96 of copy bandwidth on 100 x 1M float32 Adam and 0.87 on 10,000 x 1000;
@@ -310,7 +310,7 @@ def name_expressions() -> list[str]:
             for opt in (False, True)]
 
 
-_family = KernelFamily(SOURCE, name_expressions, "cudakit/optimizers.cu")
+_family = KernelFamily(SOURCE, name_expressions, "cudakit/optimizers.cu", group=by_template)
 _BLOCK = (THREADS, 1, 1)
 
 

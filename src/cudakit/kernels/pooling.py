@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, ctype
+from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, by_template, ctype
 
 SOURCE = PREAMBLE + r"""
 struct ck_pool_geo {   // (H, W) input, (Ho, Wo) output, R x S window, stride, padding
@@ -153,7 +153,7 @@ def name_expressions() -> list[str]:
             for dt in FLOAT_DTYPE_NAMES for avg in ("true", "false")]
 
 
-_family = KernelFamily(SOURCE, name_expressions, "cudakit/pooling.cu")
+_family = KernelFamily(SOURCE, name_expressions, "cudakit/pooling.cu", group=by_template)
 
 
 def _geo(x_shape, geo) -> tuple:

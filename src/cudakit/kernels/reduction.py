@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
-from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, ctype, vec_width
+from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, by_template, ctype, vec_width
 
 SOURCE = PREAMBLE + r"""
 #define CK_RU 4            // independent vector loads each thread issues before using any
@@ -502,7 +502,8 @@ def name_expressions(dtype=None) -> list[str]:
     return out
 
 
-_families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/reduction_{dt}.cu")
+_families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/reduction_{dt}.cu",
+                                group=by_template)
              for dt in FLOAT_DTYPE_NAMES}
 _occ_cache: dict = {}
 

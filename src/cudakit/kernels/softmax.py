@@ -34,7 +34,7 @@ import numpy as np
 
 from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
-from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, ctype, vec_width
+from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, vec_width
 
 # Device helpers shared with cudakit.kernels.cross_entropy: pack conversions, special values,
 # exp, row reductions and the online-softmax merge.
@@ -491,7 +491,8 @@ def name_expressions(dtype=None) -> list[str]:
 
 
 # one family per dtype: each dtype compiles only its own instantiations
-_families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/softmax_{dt}.cu")
+_families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/softmax_{dt}.cu",
+                                group=by_template)
              for dt in FLOAT_DTYPE_NAMES}
 _smem_set: dict = {}      # (device, expr) -> dynamic shared memory limit set so far
 
