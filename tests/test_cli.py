@@ -89,3 +89,48 @@ def test_bench_reps_warmup_and_tflops(tmp_path):
     assert all(row["tflops"] > 0 for row in rows)
     r = run("bench", "--reps", "0", "--out", str(tmp_path))
     assert r.returncode == 2 and "--reps: must be >= 1 (got 0)" in r.stderr
+
+
+def test_bench_check_records_errors_against_float64(tmp_path):
+    r = run("bench", "--quick", "--cpu", "--check", "--ops", "gelu_backward,softmax,sum,argmax_axis0,mul_scalar",
+            "--dtype", "float32,bfloat16", "--reps", "1", "--warmup", "0", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "max err" in r.stdout and "0 over tolerance" in r.stdout
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert len(rows) == 14 and all(row["check"]["ok"] for row in rows)
+    bf = [row["check"] for row in rows if row["dtype"] == "bfloat16" and row["op"] != "argmax_axis0"]
+    assert bf and all(0 < c["max_error"] <= c["tolerance"] == 2.0 ** -6 for c in bf)   # rounded to bfloat16, not exact
+    assert [row["check"]["max_error"] for row in rows if row["op"] == "argmax_axis0"] == [0.0, 0.0]
+
+
+def test_accuracy_flags_wrong_results_nan_and_exceptions():
+    import numpy as np
+    from cudakit.bench import accuracy
+    from cudakit.bench.case import Case
+    from cudakit.bench.runner import _check, format_table
+
+    def case(fn, *args):
+        return Case("op", "f", (3,), "float32", 12, dict, check=lambda: (fn, args))
+    x = np.array([1.0, -2.0, 4.0], np.float32)
+    good = accuracy.check(case(lambda a: a * 3, x))
+    assert good["ok"] and good["max_error"] == 0 and good["tolerance"] == 1e-5 and good["elements"] == 3
+    off = accuracy.check(case(lambda a: a + (1e-3 if a.dtype == np.float32 else 0), x))   # wrong in float32 only
+    assert not off["ok"] and abs(off["max_error"] - 2.5e-4) < 1e-7   # 1e-3 in float32, over max |x| = 4
+    assert accuracy.error(np.array([np.nan, 1.0]), np.array([np.nan, 1.0])) == 0.0
+    assert accuracy.error(np.array([np.nan, 1.0]), np.array([0.0, 1.0])) == float("inf")
+    assert accuracy.error(np.array([np.inf]), np.array([-np.inf])) == float("inf")
+    assert accuracy.error(np.array([1, 2, 3, 4]), np.array([1, 2, 0, 4])) == 0.25
+    assert accuracy.error(np.zeros(2), np.zeros(3)) == float("inf")
+    two = accuracy.check(case(lambda a: (a.sum(), np.argmax(a) + (a.dtype == np.float32)), x))  # 2nd output wrong
+    assert not two["ok"] and two["tolerance"] == 0.0 and two["max_error"] == 1.0
+    boom = _check(case(lambda a: 1 / 0, x), types_env())
+    assert not boom["ok"] and boom["error"].startswith("ZeroDivisionError")
+    row = {"op": "op", "shape": [3], "dtype": "float32", "mode": "device", "gbs": 1.0, "check": boom,
+           "providers": {"cudakit": {"median_ms": 1.0}}}
+    assert "error!" in format_table({"rows": [row, {**row, "check": off}]}) and "2.5e-04!" in format_table(
+        {"rows": [{**row, "check": off}]})
+
+
+def types_env():
+    from types import SimpleNamespace
+    return SimpleNamespace(gpu=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+CHECK_ELEMENTS = 1 << 22   # the most elements of a check's input (its float64 reference runs on the CPU)
+
 
 @dataclass
 class Env:
@@ -26,6 +28,9 @@ class Case:
             which the callables are timed. Providers missing from the dict are skipped.
     mode:   "device": time with CUDA events (GPU) / wall clock (CPU) per call;
             "host":   host time per call of many back-to-back calls (launch overhead).
+    check:  () -> (fn, args): a cudakit call on fresh inputs like the benchmark's (same dtype and
+            layout, at most CHECK_ELEMENTS elements); `cudakit bench --check` runs fn on them and
+            on float64 host copies (the CPU backend) and records the error. None: not checked.
     """
     op: str
     family: str
@@ -37,6 +42,7 @@ class Case:
     mode: str = "device"
     note: str = ""
     sweep: bool = False     # one point of a size sweep: plotted as throughput against size
+    check: Callable[[], tuple] | None = None
     results: dict = field(default_factory=dict)
 
     @property

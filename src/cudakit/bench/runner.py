@@ -27,6 +27,9 @@ def add_arguments(p) -> None:
     p.add_argument("--reps", type=_int_at_least(1), default=None,
                    help="timed runs of each provider (default: 30 on a GPU, over 3 interleaved rounds; 10 on the CPU; "
                         "6 / 3 with --quick)")
+    p.add_argument("--check", action="store_true",
+                   help="also check each op against a float64 reference on the CPU (on inputs like the benchmark's, "
+                        "at most 2^22 elements); exit status 1 when one is over its dtype's tolerance")
     p.add_argument("--warmup", type=_int_at_least(0), default=None,
                    help="untimed runs of each provider before the timed ones (default: 5 on a GPU, 1 on the CPU; 2 "
                         "on a GPU with --quick)")
@@ -157,6 +160,8 @@ def main(args) -> int:
         progress(case.label)
         res = run_case(case, env, compare, args.reps, args.warmup)
         rows.append(_row(case, res, copy_bw, peak))
+        if args.check and case.check is not None:
+            rows[-1]["check"] = _check(case, env)
     progress(None)
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
@@ -169,7 +174,25 @@ def main(args) -> int:
     print(format_table(record))
     print(f"wrote {out_dir / 'results.json'}" + (f" and {len(plots)} plots" if plots else
                                                  " (no plots: install the bench extra for matplotlib)"))
+    if args.check:
+        checked = [r for r in rows if "check" in r]
+        failed = [f"{r['op']} {'x'.join(map(str, r['shape']))} {r['dtype']}" for r in checked if not r["check"]["ok"]]
+        print(f"accuracy: {len(checked)} of {len(rows)} cases checked against float64 references, "
+              f"{len(failed)} over tolerance" + (": " + ", ".join(failed) if failed else ""))
+        return 1 if failed else 0
     return 0
+
+
+def _check(case, env: Env) -> dict:
+    """accuracy.check(case); an exception is a failed check that names it."""
+    from . import accuracy
+    try:
+        return accuracy.check(case)
+    except Exception as e:  # noqa: BLE001 -- reported in the row and the summary, not raised
+        return {"max_error": None, "tolerance": None, "ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
+    finally:
+        if env.gpu:
+            env.xp.get_default_memory_pool().free_all_blocks()
 
 
 def _row(case, res, copy_bw, peak) -> dict:
@@ -190,7 +213,9 @@ def _row(case, res, copy_bw, peak) -> dict:
 
 
 def format_table(record: dict) -> str:
+    checked = any("check" in r for r in record["rows"])
     hdr = f"{'op':<22} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'TFLOP/s':>8} {'%roof':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8} {'x triton':>8}"
+    hdr += f" {'max err':>12}" if checked else ""
     lines = [hdr, "-" * len(hdr)]
     for r in record["rows"]:
         ck = r["providers"].get("cudakit")
@@ -204,10 +229,22 @@ def format_table(record: dict) -> str:
         tflops = f"{r['tflops']:.1f}" if r.get("tflops") else "-"
         lines.append(f"{r['op']:<22} {'x'.join(map(str, r['shape'])):<14} {r['dtype']:<9} "
                      f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
-                     f"{tflops:>8} {pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}")
+                     f"{tflops:>8} {pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}"
+                     + (f" {_check_cell(r.get('check')):>12}" if checked else ""))
     lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %roof = GB/s over the measured copy "
                  "bandwidth (memory-bound ops) or TFLOP/s over the measured matmul rate (ops with FLOPs).")
+    if checked:
+        lines.append("max err = max |cudakit - float64 reference| / max |reference| (--check); ! = over the "
+                     "dtype's tolerance, - = not checked.")
     return "\n".join(lines)
+
+
+def _check_cell(c) -> str:
+    if c is None:
+        return "-"
+    if c.get("max_error") is None:
+        return "error!"
+    return f"{c['max_error']:.1e}" + ("" if c["ok"] else "!")
 
 
 def _progress(total: int):

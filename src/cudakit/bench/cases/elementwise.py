@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 
 import cudakit
-from ..case import Case, Env
+from ..case import CHECK_ELEMENTS, Case, Env
 
 _ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
@@ -60,7 +60,9 @@ def _binary(env: Env, op: str, n: int, dtype: str) -> Case:
                   "relu_backward": lambda g, x: np.where(x > 0, g, 0).astype(g.dtype)}[op]
             prov["numpy"] = _cycle(nf, sets)
         return prov
-    return Case(op, "elementwise", (n,), dtype, 3 * n * _ITEM[dtype], setup)
+    k = min(n, CHECK_ELEMENTS)
+    return Case(op, "elementwise", (n,), dtype, 3 * n * _ITEM[dtype], setup,
+                check=lambda: (getattr(cudakit, op), (_rand(env, k, dtype, 1), _rand(env, k, dtype, 2))))
 
 
 def _scalar(env: Env, op: str, n: int, dtype: str) -> Case:
@@ -77,7 +79,13 @@ def _scalar(env: Env, op: str, n: int, dtype: str) -> Case:
             nf = {"add": np.add, "mul": np.multiply, "sub": np.subtract, "div": np.divide}[op]
             prov["numpy"] = _cycle(lambda x: nf(x, 2.5), sets)
         return prov
-    return Case(op + "_scalar", "elementwise", (n,), dtype, 2 * n * _ITEM[dtype], setup)
+    k = min(n, CHECK_ELEMENTS)
+    return Case(op + "_scalar", "elementwise", (n,), dtype, 2 * n * _ITEM[dtype], setup,
+                check=lambda: (functools.partial(_scalar_call, getattr(cudakit, op)), (_rand(env, k, dtype, 3),)))
+
+
+def _scalar_call(fn, x):
+    return fn(x, 2.5)
 
 
 def _relu(env: Env, n: int, dtype: str) -> Case:
@@ -91,7 +99,8 @@ def _relu(env: Env, n: int, dtype: str) -> Case:
         else:
             prov["numpy"] = _cycle(lambda x: np.maximum(x, 0), sets)
         return prov
-    return Case("relu", "elementwise", (n,), dtype, 2 * n * _ITEM[dtype], setup)
+    return Case("relu", "elementwise", (n,), dtype, 2 * n * _ITEM[dtype], setup,
+                check=lambda: (cudakit.relu, (_rand(env, min(n, CHECK_ELEMENTS), dtype, 4),)))
 
 
 # activation -> torch forward (on x) and torch backward (on grad, x), as their own kernels take them
@@ -110,21 +119,23 @@ def _torch_acts(t):
 def _activation(env: Env, name: str, n: int, dtype: str, backward: bool) -> Case:
     arity = 2 if backward else 1
 
+    def function():
+        fn = getattr(cudakit, ("gelu" if name == "gelu_erf" else name) + ("_backward" if backward else ""))
+        return functools.partial(fn, approximate="none") if name == "gelu_erf" else fn
+
     def setup():
         sets = [tuple(_rand(env, n, dtype, 200 + 2 * k + i) for i in range(arity))
                 for k in range(_sets(env, (arity + 1) * n * _ITEM[dtype]))]
-        base = "gelu" if name == "gelu_erf" else name
-        fn = getattr(cudakit, base + ("_backward" if backward else ""))
-        if name == "gelu_erf":
-            fn = functools.partial(fn, approximate="none")
-        prov = {"cudakit": _cycle(fn, sets)}
+        prov = {"cudakit": _cycle(function(), sets)}
         if env.gpu and env.torch is not None:
             tf = _torch_acts(env.torch)[name][1 if backward else 0]
             if tf is not None:
                 prov["torch"] = _cycle(tf, [_torch_views(env, *s) for s in sets])
         return prov
+    k = min(n, CHECK_ELEMENTS)
     return Case(name + ("_backward" if backward else ""), "activations", (n,), dtype,
-                (arity + 1) * n * _ITEM[dtype], setup)
+                (arity + 1) * n * _ITEM[dtype], setup,
+                check=lambda: (function(), tuple(_rand(env, k, dtype, 5 + i) for i in range(arity))))
 
 
 def _tiny_add(env: Env) -> Case:

@@ -16,7 +16,7 @@ import numpy as np
 
 import cudakit
 
-from ..case import Case, Env
+from ..case import CHECK_ELEMENTS, Case, Env
 
 _ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 _TORCH = {"sum": lambda t, x, d: t.sum(x) if d is None else t.sum(x, dim=d),
@@ -35,13 +35,17 @@ def _fn(env: Env, op: str):
     return public if callable(public) else getattr(_backend(env), op)
 
 
+def _dtype(env: Env, dtype: str):
+    return _backend(env).empty(0, dtype).dtype
+
+
 def _rand(env: Env, shape, dtype: str, seed: int):
     n = int(np.prod(shape))
     if env.gpu:
         x = env.xp.random.default_rng(seed).standard_normal(n, dtype=env.xp.float32)
     else:
         x = np.random.default_rng(seed).standard_normal(n, dtype=np.float32)
-    return x.reshape(shape).astype(_backend(env).empty(0, dtype).dtype)
+    return x.reshape(shape).astype(_dtype(env, dtype))
 
 
 def _case(env: Env, op: str, shape: tuple, axis, dtype: str) -> Case:
@@ -62,8 +66,15 @@ def _case(env: Env, op: str, shape: tuple, axis, dtype: str) -> Case:
     outputs = 1 if axis is None else n // shape[axis]
     out_item = 8 if op == "argmax" else _ITEM[dtype]
     name = op if axis is None else f"{op}_axis{axis}"  # the table shows op, shape, dtype: name the axis
+    def check():
+        # |x|: sums of positive terms, whose float32 accumulation error the tolerance bounds (a sum of
+        # signed normal values cancels to about sqrt(n) and its relative error is unbounded)
+        rows = max(1, min(shape[0], CHECK_ELEMENTS // shape[-1]))
+        x = abs(_rand(env, (min(n, CHECK_ELEMENTS),) if axis is None else (rows, shape[1]), "float32", 18))
+        f = getattr(cudakit, op)
+        return ((lambda a: f(a)) if axis is None else (lambda a: f(a, axis=axis))), (x.astype(_dtype(env, dtype)),)
     return Case(name, "reduction", shape, dtype, n * _ITEM[dtype] + outputs * out_item, setup,
-                note="all axes" if axis is None else f"axis={axis}")
+                note="all axes" if axis is None else f"axis={axis}", check=check)
 
 
 def cases(env: Env) -> list[Case]:
