@@ -7,6 +7,14 @@ from typing import Callable
 CHECK_ELEMENTS = 1 << 22   # the most elements of a check's input (its float64 reference runs on the CPU)
 
 
+def check_batch(shape, limit: int = CHECK_ELEMENTS) -> tuple:
+    """`shape` with its leading dimension cut so that it holds at most `limit` elements (at least 1)."""
+    rest = 1
+    for d in shape[1:]:
+        rest *= d
+    return (max(1, min(shape[0], limit // max(rest, 1))), *shape[1:])
+
+
 @dataclass
 class Env:
     """What a case module needs to build its inputs: the array module, the device, size policy."""

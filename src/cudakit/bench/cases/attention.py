@@ -6,7 +6,7 @@ forward and 10 * B * H * L^2 * D backward (halved with causal); bytes: q, k, v r
 from __future__ import annotations
 
 import cudakit
-from ..case import Case, Env
+from ..case import Case, Env, check_batch
 from ._inputs import ITEM as _ITEM
 from ._inputs import rand as _rand
 
@@ -38,7 +38,13 @@ def _case(env: Env, shape, dtype: str, causal: bool, backward: bool) -> Case:
     flops = int((10 if backward else 4) * per)
     nbytes = (8 if backward else 4) * b * h * seq * d * _ITEM[dtype]
     name = "attention" + ("_causal" if causal else "") + ("_backward" if backward else "")
-    return Case(name, "attention", shape, dtype, nbytes, setup, flops=flops)
+    def check():   # the backward takes the forward's out and lse from the same backend
+        q, k, v, g = (_rand(env, check_batch(shape), dtype, s) for s in (11, 12, 13, 14))
+        if backward:
+            return (lambda g, q, k, v: cudakit.attention_backward(
+                g, q, k, v, *cudakit.attention_with_lse(q, k, v, causal=causal), causal=causal)), (g, q, k, v)
+        return (lambda q, k, v: cudakit.attention(q, k, v, causal=causal)), (q, k, v)
+    return Case(name, "attention", shape, dtype, nbytes, setup, flops=flops, check=check)
 
 
 def cases(env: Env) -> list[Case]:

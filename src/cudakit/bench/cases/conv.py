@@ -7,7 +7,7 @@ input, weight and output once each."""
 from __future__ import annotations
 
 import cudakit
-from ..case import Case, Env
+from ..case import Case, Env, check_batch
 from ._inputs import ITEM as _ITEM
 from ._inputs import rand as _rand
 
@@ -38,7 +38,14 @@ def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1):
     nbytes = (n * c * hw * hw + k * cg * 9 + n * k * hw * hw) * _ITEM[dtype] * (2 if backward else 1)
     kind = "" if groups == 1 else "_depthwise" if groups == c == k else "_grouped"
     name = "conv2d" + kind + ("_backward" if backward else "")
-    return Case(name, "conv", (n, c, hw, hw, k), dtype, nbytes, setup, flops=flops)
+    def check():
+        x = _rand(env, check_batch((n, c, hw, hw)), dtype, 11)
+        w, b = _rand(env, (k, cg, 3, 3), dtype, 12, (9 * cg) ** -0.5), _rand(env, (k,), dtype, 13)
+        if backward:
+            g = _rand(env, (x.shape[0], k, hw, hw), dtype, 14)
+            return (lambda g, x, w: cudakit.conv2d_backward(g, x, w, 1, 1, groups=groups)), (g, x, w)
+        return (lambda x, w, b: cudakit.conv2d(x, w, b, 1, 1, groups=groups)), (x, w, b)
+    return Case(name, "conv", (n, c, hw, hw, k), dtype, nbytes, setup, flops=flops, check=check)
 
 
 def _pool(env: Env, n, c, hw, dtype, kind: str, backward: bool):
@@ -64,7 +71,13 @@ def _pool(env: Env, n, c, hw, dtype, kind: str, backward: bool):
         return prov
     quarter = n * c * hw * hw * _ITEM[dtype] // 4
     nbytes = (9 if backward else 5) * quarter
-    return Case(name, "conv", (n, c, hw, hw), dtype, nbytes, setup)
+    def check():
+        x = _rand(env, check_batch((n, c, hw, hw)), dtype, 15)
+        if backward:
+            g = _rand(env, (x.shape[0], c, hw // 2, hw // 2), dtype, 16)
+            return (lambda g, x: getattr(cudakit, name)(g, x, 2)), (g, x)
+        return (lambda x: getattr(cudakit, name)(x, 2)), (x,)
+    return Case(name, "conv", (n, c, hw, hw), dtype, nbytes, setup, check=check)
 
 
 def cases(env: Env) -> list[Case]:

@@ -12,7 +12,7 @@ import numpy as np
 
 import cudakit
 
-from ..case import Case, Env
+from ..case import CHECK_ELEMENTS, Case, Env
 
 _ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 P, SEED = 0.5, 1234
@@ -44,7 +44,10 @@ def _forward(env: Env, n: int, dtype: str) -> Case:
             tx = env.torch.from_dlpack(x)
             prov["torch"] = lambda: env.torch.nn.functional.dropout(tx, P, training=True)
         return prov
-    return Case("dropout", "dropout", (n,), dtype, 2 * n * _ITEM[dtype], setup, note=f"p={P}")
+    # the mask is the same Philox stream on both backends: the check compares the kept values
+    return Case("dropout", "dropout", (n,), dtype, 2 * n * _ITEM[dtype], setup, note=f"p={P}",
+                check=lambda: ((lambda x: cudakit.dropout(x, P, SEED)),
+                               (_rand(env, min(n, CHECK_ELEMENTS), dtype, 3),)))
 
 
 def _backward(env: Env, n: int, dtype: str) -> Case:
@@ -59,7 +62,9 @@ def _backward(env: Env, n: int, dtype: str) -> Case:
             prov["torch"] = lambda: t.ops.aten.native_dropout_backward(tg, mask, 1.0 / (1.0 - P))
         return prov
     return Case("dropout_backward", "dropout", (n,), dtype, 2 * n * _ITEM[dtype], setup,
-                note=f"p={P}; torch reads its stored mask")
+                note=f"p={P}; torch reads its stored mask",
+                check=lambda: ((lambda g: cudakit.dropout_backward(g, P, SEED)),
+                               (_rand(env, min(n, CHECK_ELEMENTS), dtype, 4),)))
 
 
 def cases(env: Env) -> list[Case]:

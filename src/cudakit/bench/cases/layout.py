@@ -12,7 +12,7 @@ import numpy as np
 
 import cudakit
 
-from ..case import Case, Env
+from ..case import Case, Env, check_batch
 
 _ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
@@ -47,7 +47,8 @@ def _transpose2d(env: Env, shape: tuple, dtype: str) -> Case:
             prov["numpy"] = lambda: np.ascontiguousarray(x.T)
         return prov
     n = int(np.prod(shape))
-    return Case("transpose", "layout", shape, dtype, 2 * n * _ITEM[dtype], setup, note="x.T, contiguous")
+    return Case("transpose", "layout", shape, dtype, 2 * n * _ITEM[dtype], setup, note="x.T, contiguous",
+                check=lambda: (cudakit.transpose, (_rand(env, check_batch(shape), dtype, 11),)))
 
 
 def _permute(env: Env, shape: tuple, axes: tuple, dtype: str) -> Case:
@@ -62,7 +63,8 @@ def _permute(env: Env, shape: tuple, axes: tuple, dtype: str) -> Case:
             prov["numpy"] = lambda: np.ascontiguousarray(x.transpose(axes))
         return prov
     n = int(np.prod(shape))
-    return Case("permute", "layout", shape, dtype, 2 * n * _ITEM[dtype], setup, note=f"axes {axes}")
+    return Case("permute", "layout", shape, dtype, 2 * n * _ITEM[dtype], setup, note=f"axes {axes}",
+                check=lambda: ((lambda x: cudakit.permute(x, axes)), (_rand(env, check_batch(shape), dtype, 12),)))
 
 
 def _matrix_transpose(env: Env, shape: tuple, dtype: str) -> Case:
@@ -77,7 +79,8 @@ def _matrix_transpose(env: Env, shape: tuple, dtype: str) -> Case:
             prov["numpy"] = lambda: np.ascontiguousarray(np.swapaxes(x, -1, -2))
         return prov
     n = int(np.prod(shape))
-    return Case("matrix_transpose", "layout", shape, dtype, 2 * n * _ITEM[dtype], setup, note="last two axes")
+    return Case("matrix_transpose", "layout", shape, dtype, 2 * n * _ITEM[dtype], setup, note="last two axes",
+                check=lambda: (cudakit.matrix_transpose, (_rand(env, check_batch(shape), dtype, 13),)))
 
 
 def cases(env: Env) -> list[Case]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import cudakit
-from ..case import Case, Env
+from ..case import Case, Env, check_batch
 from ._inputs import ITEM as _ITEM
 from ._inputs import rand as _rand
 
@@ -31,7 +31,9 @@ def _matmul(env: Env, batch: int, m: int, k: int, n: int, dtype: str) -> Case:
         return prov
     item = _ITEM[dtype]
     return Case("matmul", "linalg", (*shape_a, n), dtype, (batch * m * k + k * n + batch * m * n) * item, setup,
-                flops=2 * batch * m * n * k)
+                flops=2 * batch * m * n * k,
+                check=lambda: (cudakit.matmul, (_rand(env, check_batch(shape_a), dtype, 11),
+                                                _rand(env, (k, n), dtype, 12))))
 
 
 def _linear_gelu(env: Env, rows: int, fin: int, fout: int, dtype: str, backward: bool) -> Case:
@@ -65,8 +67,16 @@ def _linear_gelu(env: Env, rows: int, fin: int, fout: int, dtype: str, backward:
     item = _ITEM[dtype]
     products = 2 if backward else 1     # backward: grad_x and grad_weight
     nbytes = (rows * fin + fout * fin + rows * fout * (3 if backward else 1)) * item
+    def check():
+        x, w = _rand(env, check_batch((rows, fin)), dtype, 13), _rand(env, (fout, fin), dtype, 14, fin ** -0.5)
+        b = _rand(env, (fout,), dtype, 15)
+        if backward:
+            g = _rand(env, (x.shape[0], fout), dtype, 16)
+            return (lambda g, x, w, b: cudakit.fused_linear_gelu_backward(
+                g, x, w, cudakit.fused_linear_gelu_with_preact(x, w, b)[1])), (g, x, w, b)
+        return cudakit.fused_linear_gelu, (x, w, b)
     return Case("linear_gelu_backward" if backward else "linear_gelu", "linalg", (rows, fin, fout), dtype,
-                nbytes, setup, flops=products * 2 * rows * fin * fout)
+                nbytes, setup, flops=products * 2 * rows * fin * fout, check=check)
 
 
 def cases(env: Env) -> list[Case]:

@@ -19,7 +19,7 @@ import numpy as np
 
 import cudakit
 
-from ..case import Case, Env
+from ..case import Case, Env, check_batch
 
 _ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 EPS = 1e-5
@@ -82,8 +82,15 @@ def _forward(env: Env, kind: str, rows: int, cols: int, dtype: str) -> Case:
         elif not env.gpu:
             prov["numpy"] = (lambda: _np_layernorm(x, w, b)) if kind == "layernorm" else (lambda: _np_rmsnorm(x, w))
         return prov
+    def check():
+        x = _rand(env, check_batch((rows, cols)), dtype, 21)
+        w, b = _rand(env, (cols,), dtype, 22, loc=1.0), _rand(env, (cols,), dtype, 23)
+        if kind == "layernorm":
+            return (lambda x, w, b: cudakit.layernorm(x, w, b, eps=EPS)), (x, w, b)
+        return (lambda x, w: cudakit.rmsnorm(x, w, eps=EPS)), (x, w)
     params = 2 if kind == "layernorm" else 1
-    return Case(kind, "normalization", (rows, cols), dtype, (2 * rows * cols + params * cols) * _ITEM[dtype], setup)
+    return Case(kind, "normalization", (rows, cols), dtype, (2 * rows * cols + params * cols) * _ITEM[dtype], setup,
+                check=check)
 
 
 def _backward(env: Env, kind: str, rows: int, cols: int, dtype: str) -> Case:
@@ -115,9 +122,17 @@ def _backward(env: Env, kind: str, rows: int, cols: int, dtype: str) -> Case:
         elif not env.gpu:
             prov["numpy"] = lambda: _np_norm_backward(kind, dy, x, w)
         return prov
+    def check():   # the forward's statistics, then the backward, on each backend
+        x, dy = _rand(env, check_batch((rows, cols)), dtype, 24), _rand(env, check_batch((rows, cols)), dtype, 25)
+        w, b = _rand(env, (cols,), dtype, 26, loc=1.0), _rand(env, (cols,), dtype, 27)
+        if kind == "layernorm":
+            return (lambda dy, x, w, b: cudakit.layernorm_backward(
+                dy, x, w, *cudakit.layernorm_with_stats(x, w, b, eps=EPS)[1:])), (dy, x, w, b)
+        return (lambda dy, x, w: cudakit.rmsnorm_backward(
+            dy, x, w, cudakit.rmsnorm_with_stats(x, w, eps=EPS)[1])), (dy, x, w)
     n_params = 3 if kind == "layernorm" else 2
     return Case(f"{kind}_backward", "normalization", (rows, cols), dtype,
-                (3 * rows * cols + n_params * cols) * _ITEM[dtype], setup)
+                (3 * rows * cols + n_params * cols) * _ITEM[dtype], setup, check=check)
 
 
 def _np_norm_backward(kind, dy, x, w):
@@ -167,9 +182,16 @@ def _batch_norm(env: Env, shape: tuple, dtype: str, backward: bool) -> Case:
         elif not env.gpu:
             prov["numpy"] = lambda: _np_batch_norm(x, g, b)
         return prov
+    def check():
+        x, dy = _rand(env, check_batch(shape), dtype, 28), _rand(env, check_batch(shape), dtype, 29)
+        g, b = _rand(env, (c,), dtype, 30, loc=1.0), _rand(env, (c,), dtype, 31)
+        if backward:
+            return (lambda dy, x, g, b: cudakit.batch_norm_backward(
+                dy, x, g, *cudakit.batch_norm_with_stats(x, g, b, training=True, eps=EPS)[1:])), (dy, x, g, b)
+        return (lambda x, g, b: cudakit.batch_norm(x, g, b, training=True, eps=EPS)), (x, g, b)
     n = int(np.prod(shape))
     return Case("batch_norm_backward" if backward else "batch_norm", "normalization", shape, dtype,
-                (3 if backward else 2) * n * _ITEM[dtype], setup, note="training mode")
+                (3 if backward else 2) * n * _ITEM[dtype], setup, note="training mode", check=check)
 
 
 def _np_batch_norm(x, g, b):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case, Env
+from ..case import CHECK_ELEMENTS, Case, Env
 
 ADAM_BYTES = 28
 SGD_MOMENTUM_BYTES = 20
@@ -75,6 +75,22 @@ def _numpy_sgd(params, grads, lr=1e-2, momentum=0.9):
     return step
 
 
+def _steps(kind: str, p, g):
+    """Three steps of the optimizer on a copy of one tensor p with gradient g: the updated copy."""
+    from cudakit import optim
+    params = [p.copy()]
+    opt = optim.Adam(params, lr=1e-3) if kind == "adam" else optim.SGD(params, lr=1e-2, momentum=0.9)
+    for _ in range(3):
+        opt.step([g])
+    return params[0]
+
+
+def _check(env: Env, kind: str, size: int):
+    n = min(size, CHECK_ELEMENTS)
+    return lambda: ((lambda p, g: _steps(kind, p, g)),
+                    (_arrays(env, 1, n, "float32", 17)[0], _arrays(env, 1, n, "float32", 18)[0]))
+
+
 def _adam_case(env: Env, n_tensors: int, size: int) -> Case:
     def setup():
         from cudakit import optim
@@ -88,7 +104,7 @@ def _adam_case(env: Env, n_tensors: int, size: int) -> Case:
             prov["numpy"] = _numpy_adam([p.copy() for p in params], grads)
         return prov
     return Case("adam_step", "optimizers", (n_tensors, size), "float32", ADAM_BYTES * n_tensors * size, setup,
-                note=f"{n_tensors} tensors x {size}")
+                note=f"{n_tensors} tensors x {size}", check=_check(env, "adam", size))
 
 
 def _adam_own_grads_case(env: Env, n_tensors: int, size: int) -> Case:
@@ -136,7 +152,8 @@ def _sgd_case(env: Env, n_tensors: int, size: int) -> Case:
             prov["numpy"] = _numpy_sgd([p.copy() for p in params], grads)
         return prov
     return Case("sgd_momentum_step", "optimizers", (n_tensors, size), "float32",
-                SGD_MOMENTUM_BYTES * n_tensors * size, setup, note=f"{n_tensors} tensors x {size}")
+                SGD_MOMENTUM_BYTES * n_tensors * size, setup, note=f"{n_tensors} tensors x {size}",
+                check=_check(env, "sgd", size))
 
 
 def cases(env: Env) -> list[Case]:
