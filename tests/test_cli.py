@@ -134,3 +134,12 @@ def test_accuracy_flags_wrong_results_nan_and_exceptions():
 def types_env():
     from types import SimpleNamespace
     return SimpleNamespace(gpu=False)
+
+
+def test_table_shows_the_cpu_baseline_column_when_measured():
+    from cudakit.bench.runner import format_table
+    row = {"op": "gelu", "shape": [8], "dtype": "bfloat16", "mode": "device", "gbs": 1.0,
+           "providers": {"cudakit": {"median_ms": 1.0}}}
+    assert "x cpu" not in format_table({"rows": [row]})
+    table = format_table({"rows": [{**row, "cpu_baseline": {"x_cpu": 412.3}}, row]})
+    assert "x cpu" in table and " 412" in table and "--cpu-baseline" in table

@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
     p.add_argument("--check", action="store_true",
                    help="also check each op against a float64 reference on the CPU (on inputs like the benchmark's, "
                         "at most 2^22 elements); exit status 1 when one is over its dtype's tolerance")
+    p.add_argument("--cpu-baseline", action="store_true",
+                   help="GPU runs: also time each checked op against cudakit's CPU backend (NumPy) on the same inputs "
+                        "(at most 2^22 elements an input); an 'x cpu' column")
     p.add_argument("--warmup", type=_int_at_least(0), default=None,
                    help="untimed runs of each provider before the timed ones (default: 5 on a GPU, 1 on the CPU; 2 "
                         "on a GPU with --quick)")
@@ -139,6 +142,9 @@ def main(args) -> int:
         print(f"cudakit bench: cannot write to --out {out_dir.resolve()}: {e.strerror or e}", file=sys.stderr)
         return 2
     env = make_env(args.quick, args.cpu, dtypes, compare)
+    if args.cpu_baseline and not env.gpu:
+        print("cudakit bench: --cpu-baseline compares the GPU with the CPU backend; this run is on the CPU backend, "
+              "so it is skipped", file=sys.stderr)
     cases = [c for m in discover().values() for c in m.cases(env)]
     known = sorted({c.op for c in cases})
     wanted = [o.strip() for o in args.ops.split(",") if o.strip()]
@@ -162,6 +168,10 @@ def main(args) -> int:
         rows.append(_row(case, res, copy_bw, peak))
         if args.check and case.check is not None:
             rows[-1]["check"] = _check(case, env)
+        if args.cpu_baseline and env.gpu and case.check is not None:
+            from . import cpu_baseline
+            rows[-1]["cpu_baseline"] = cpu_baseline.measure(case)
+            env.xp.get_default_memory_pool().free_all_blocks()
     progress(None)
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
@@ -216,6 +226,8 @@ def format_table(record: dict) -> str:
     checked = any("check" in r for r in record["rows"])
     hdr = f"{'op':<22} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'TFLOP/s':>8} {'%roof':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8} {'x triton':>8}"
     hdr += f" {'max err':>12}" if checked else ""
+    cpu = any("cpu_baseline" in r for r in record["rows"])
+    hdr += f" {'x cpu':>8}" if cpu else ""
     lines = [hdr, "-" * len(hdr)]
     for r in record["rows"]:
         ck = r["providers"].get("cudakit")
@@ -230,13 +242,21 @@ def format_table(record: dict) -> str:
         lines.append(f"{r['op']:<22} {'x'.join(map(str, r['shape'])):<14} {r['dtype']:<9} "
                      f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
                      f"{tflops:>8} {pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}"
-                     + (f" {_check_cell(r.get('check')):>12}" if checked else ""))
+                     + (f" {_check_cell(r.get('check')):>12}" if checked else "")
+                     + (f" {_cpu_cell(r.get('cpu_baseline')):>8}" if cpu else ""))
     lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %roof = GB/s over the measured copy "
                  "bandwidth (memory-bound ops) or TFLOP/s over the measured matmul rate (ops with FLOPs).")
     if checked:
         lines.append("max err = max |cudakit - float64 reference| / max |reference| (--check); ! = over the "
                      "dtype's tolerance, - = not checked.")
+    if cpu:
+        lines.append("x cpu = cudakit's CPU backend time / its GPU time, same inputs of at most 2^22 elements each "
+                     "(--cpu-baseline).")
     return "\n".join(lines)
+
+
+def _cpu_cell(c) -> str:
+    return f"{c['x_cpu']:.0f}" if c and c.get("x_cpu") else "-"
 
 
 def _check_cell(c) -> str:
