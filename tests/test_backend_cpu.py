@@ -200,3 +200,15 @@ def test_out_of_memory_error_is_also_cupys():
     e = ei.value
     assert isinstance(e, cudakit.OutOfMemoryError) and isinstance(e, MemoryError)
     assert e.requested == 3 << 20 and e.device == 1 and "out of memory on cuda:1" in str(e)
+
+
+def test_cpu_backend_has_no_devices_to_bind_or_select():
+    be = cudakit.get_backend("cpu")
+    assert be.devices == []
+    with pytest.raises(DeviceError, match="asked for device 1"):
+        be.set_device(1)
+    with pytest.raises(DeviceError, match=r"no GPU devices \(got device=0\)"):
+        cudakit.get_backend("cpu", device=0)
+    if not cudakit.is_available():
+        with pytest.raises(DeviceError):
+            cudakit.get_backend("auto", device=0)   # auto chose the CPU

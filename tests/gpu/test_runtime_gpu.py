@@ -357,3 +357,27 @@ def test_launches_without_the_native_launcher(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("unavailable: disabled by CUDAKIT_NATIVE=0")
+
+
+def test_backend_bound_to_a_device():
+    be0 = cudakit.get_backend("cuda", device=0)
+    assert be0 is cudakit.get_backend("cuda", device=0) and be0 is not cudakit.get_backend("cuda")
+    assert be0.device == "cuda:0" and len(be0.devices) == cudakit.device_count()
+    x = be0.asarray(np.arange(6, dtype=np.float32))
+    assert x.device.id == 0 and be0.empty((2, 3)).device.id == 0 and float(be0.zeros(4).sum()) == 0
+    np.testing.assert_array_equal(be0.to_numpy(be0.relu(x - 2)), np.maximum(np.arange(6) - 2, 0))
+    be0.synchronize()
+    be0.set_device(0)
+    assert cudakit.current_device() == 0
+    with pytest.raises(cudakit.DeviceError, match=r"device index must be in \[0, "):
+        cudakit.get_backend("cuda", device=cudakit.device_count())
+
+
+@pytest.mark.multi_gpu
+def test_backend_bound_to_device_1_creates_its_arrays_there():
+    be1 = cudakit.get_backend("cuda", device=1)
+    with cp.cuda.Device(0):
+        x = be1.asarray(np.ones(8, np.float32))
+        assert x.device.id == 1 and be1.empty(3).device.id == 1 and be1.device == "cuda:1"
+        y = be1.add(x, x)
+        assert y.device.id == 1 and cp.cuda.runtime.getDevice() == 0

@@ -3,19 +3,23 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, DeviceError
 from .base import Backend
 
 log = logging.getLogger(__name__)
-_instances: dict[str, Backend] = {}
+_instances: dict = {}   # name, or (name, device) -> Backend
 _NAMES = ("auto", "cpu", "cuda")
 
 
-def get_backend(name: str | None = None) -> Backend:
+def get_backend(name: str | None = None, device: int | None = None) -> Backend:
     """The backend `name`: "cpu" (NumPy), "cuda" (CuPy + cudakit kernels) or "auto".
 
     Default: CUDAKIT_BACKEND, else "auto". "auto" picks CUDA when it is usable, else CPU, and logs
     why at INFO. "cuda" without a usable GPU raises BackendUnavailableError with the reason.
+    device: for the CUDA backend, a GPU index whose backend creates its arrays (asarray, empty,
+    zeros) there and reports it as `device` (one object per index); None follows the current
+    device. Ops run on their inputs' device either way. A device for the CPU backend (asked for,
+    or chosen by "auto") raises DeviceError.
     """
     from ..config import settings
     from ..runtime import _cupy
@@ -30,15 +34,18 @@ def get_backend(name: str | None = None) -> Backend:
         ok, reason = _cupy.probe()
         if not ok:
             raise BackendUnavailableError(f"the CUDA backend is unavailable: {reason}")
-    be = _instances.get(name)
+    elif device is not None:
+        raise DeviceError(f"the CPU backend has no GPU devices (got device={device!r})")
+    key = name if device is None else (name, device)
+    be = _instances.get(key)
     if be is None:
         if name == "cuda":
             from .cuda import CudaBackend
-            be = CudaBackend()
+            be = CudaBackend(device)
         else:
             from .cpu import CpuBackend
             be = CpuBackend()
-        _instances[name] = be
+        _instances[key] = be
     return be
 
 

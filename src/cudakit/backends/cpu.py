@@ -142,6 +142,15 @@ class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuL
     def device(self) -> str:
         return "cpu"
 
+    @property
+    def devices(self) -> list:
+        """The GPUs this backend runs on: none."""
+        return []
+
+    def set_device(self, i: int) -> None:
+        raise DeviceError(f"the CPU backend has no GPU to select (asked for device {i}); "
+                          "get_backend('cuda') runs on GPUs")
+
     def _xp(self):
         return np
 

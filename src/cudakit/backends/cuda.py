@@ -6,11 +6,14 @@ Each op runs on the device holding its inputs, whatever the current device.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..errors import DeviceError
 from ..kernels import conv   # imports neither CuPy nor Triton until a kernel runs
 from ..runtime import _cupy, memory
+from ..runtime import device as _device_mod
 from .base import Backend
 from .cpu import _dlpack_on_cuda
 from .attention_api import CudaAttentionHooks
@@ -27,8 +30,12 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
     name = "cuda"
     has_custom_kernels = True
 
-    def __init__(self):
+    def __init__(self, device: int | None = None):
+        """device: None follows the thread's current device (CuPy's rule); an index binds the
+        backend's array helpers (asarray, empty, zeros), synchronize() and `device` to that GPU.
+        Ops run on their inputs' device either way."""
         self._cp = _cupy.cupy()
+        self._bound = None if device is None else _device_mod._check_index(device)
         self._array_type = self._cp.ndarray
         self._get_device = self._cp.cuda.runtime.getDevice
         self._ndarray = self._cp.ndarray
@@ -39,7 +46,21 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
 
     @property
     def device(self) -> str:
-        return f"cuda:{self._cp.cuda.runtime.getDevice()}"
+        return f"cuda:{self._cp.cuda.runtime.getDevice() if self._bound is None else self._bound}"
+
+    @property
+    def devices(self) -> list:
+        """DeviceInfo of every visible GPU."""
+        return _device_mod.devices()
+
+    def set_device(self, i: int) -> None:
+        """Make GPU `i` current for this thread (cudakit.set_device); a backend bound to a device
+        by get_backend("cuda", device=...) keeps its own."""
+        _device_mod.set_device(i)
+
+    def _here(self):
+        """The device context of a bound backend's array helpers (a no-op when unbound)."""
+        return contextlib.nullcontext() if self._bound is None else self._cp.cuda.Device(self._bound)
 
     def _xp(self):
         return self._cp
@@ -152,19 +173,23 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         return self._run(op, inputs, out, p)
 
     def asarray(self, x, dtype=None):
-        return self._cp.asarray(x, dtype=dtype)
+        with self._here():
+            return self._cp.asarray(x, dtype=dtype)
 
     def to_numpy(self, x):
         return self._cp.asnumpy(x)
 
     def empty(self, shape, dtype="float32"):
-        return self._cp.empty(shape, dtype)
+        with self._here():
+            return self._cp.empty(shape, dtype)
 
     def zeros(self, shape, dtype="float32"):
-        return self._cp.zeros(shape, dtype)
+        with self._here():
+            return self._cp.zeros(shape, dtype)
 
     def synchronize(self):
-        self._cp.cuda.get_current_stream().synchronize()
+        with self._here():
+            self._cp.cuda.get_current_stream().synchronize()
 
 
 def overlaps_shifted(x, out) -> bool:
