@@ -224,7 +224,11 @@ def _row(case, res, copy_bw, peak) -> dict:
 
 def format_table(record: dict) -> str:
     checked = any("check" in r for r in record["rows"])
-    hdr = f"{'op':<22} {'shape':<14} {'dtype':<9} {'time':>10} {'GB/s':>8} {'TFLOP/s':>8} {'%roof':>6} {'x torch':>8} {'x cupy':>7} {'x numpy':>8} {'x triton':>8}"
+    shape = lambda r: "x".join(map(str, r["shape"]))  # noqa: E731
+    wo = max([22] + [len(r["op"]) for r in record["rows"]])      # columns as wide as the longest name
+    ws = max([14] + [len(shape(r)) for r in record["rows"]])
+    hdr = (f"{'op':<{wo}} {'shape':<{ws}} {'dtype':<9} {'time':>10} {'GB/s':>8} {'TFLOP/s':>8} {'%roof':>6} "
+           f"{'x torch':>8} {'x cupy':>7} {'x numpy':>8} {'x triton':>8}")
     hdr += f" {'max err':>12}" if checked else ""
     cpu = any("cpu_baseline" in r for r in record["rows"])
     hdr += f" {'x cpu':>8}" if cpu else ""
@@ -239,7 +243,7 @@ def format_table(record: dict) -> str:
         frac = r.get("of_peak") or r.get("of_copy_bw")
         pct = f"{100 * frac:.0f}%" if frac else "-"
         tflops = f"{r['tflops']:.1f}" if r.get("tflops") else "-"
-        lines.append(f"{r['op']:<22} {'x'.join(map(str, r['shape'])):<14} {r['dtype']:<9} "
+        lines.append(f"{r['op']:<{wo}} {shape(r):<{ws}} {r['dtype']:<9} "
                      f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
                      f"{tflops:>8} {pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}"
                      + (f" {_check_cell(r.get('check')):>12}" if checked else "")
