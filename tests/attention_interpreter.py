@@ -42,10 +42,11 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None):
     scale = 1 / math.sqrt(d)
     qk_scale = scale * math.log2(math.e)
     cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
+    pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
     out, dq, dk, dv = (np.full_like(a, 7.0) for a in (q, q, k, v))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
     kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, v, out, lse)), qk_scale, lq, lk, d, CAUSAL=causal, **_tiles(cfg))
+        *map(_Tensor, (q, k, v, out, lse)), qk_scale, lq, lk, d, CAUSAL=causal, POS_SCALE=pos_scale, **_tiles(cfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
@@ -88,7 +89,9 @@ def check_unseen_key_inf():
 # forward tile overrides (flash_attention's block_size sets BLOCK_N): narrow and wide key blocks
 TILE_CASES = [((1, 150, 170, 64, True, "float16"), {"BLOCK_N": 16}),
               ((1, 150, 300, 64, False, "float16"), {"BLOCK_N": 128}),
-              ((1, 100, 130, 32, True, "float32"), {"BLOCK_M": 32, "BLOCK_N": 128})]
+              ((1, 100, 130, 32, True, "float32"), {"BLOCK_M": 32, "BLOCK_N": 128}),
+              # the forward's path for a zero or negative scale (scaled scores), here with a positive one
+              ((1, 150, 170, 64, True, "float16"), {"POS_SCALE": False})]
 
 if __name__ == "__main__":
     if os.environ.get("TRITON_INTERPRET") != "1":

@@ -29,7 +29,8 @@ kv, qc = host._backward_configs(dtype, cfg)
 out = {}
 for name, fn, c in (("fwd", src.attn_fwd, cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
-    consts.update(D=d, CAUSAL=causal, **({"EVEN_Q": True} if name == "dkdv" else {}))
+    consts.update(D=d, CAUSAL=causal, **({"EVEN_Q": True} if name == "dkdv" else {}),
+                  **({"POS_SCALE": True} if name == "fwd" else {}))
     names = list(fn.arg_names)
     sig = {n: "constexpr" if n in consts else ("fp32" if "scale" in n else "i32" if n in ("Lq", "Lk")
            else "*fp32" if n in ("LSE", "DELTA") else ty) for n in names}

@@ -87,7 +87,8 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
     cfg = _config(dt, d, None)
     kv, qc = _backward_configs(dt, cfg)
     for causal in (False, True):
-        compile(src.attn_fwd, ["*" + code] * 4 + ["*fp32"], 1, 3, dict(cfg, CAUSAL=causal))
+        for pos in (False, True):
+            compile(src.attn_fwd, ["*" + code] * 4 + ["*fp32"], 1, 3, dict(cfg, CAUSAL=causal, POS_SCALE=pos))
         for even in (False, True):
             compile(src.attn_bwd_dkdv, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code] * 2, 2, 3,
                     dict(kv, CAUSAL=causal, EVEN_Q=even))

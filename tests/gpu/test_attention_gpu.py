@@ -36,6 +36,14 @@ def test_seed_example(rng):
     np.testing.assert_allclose(cp.asnumpy(out), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("scale", [-0.3, 0.0, 0.05])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_any_scale(scale, causal, rng):
+    """A positive scale takes the forward's folded-scale path (the row max on the raw scores), a
+    zero or negative one the scaled-scores path: both match float64."""
+    ac.check_attention(_dev, _host, rng, (2,), 130, 150, 64, "bfloat16", causal, scale=scale)
+
+
 def test_same_as_cpu_and_errors(rng):
     q = ac.data(rng, (2, 3, 40, 32), "bfloat16")
     got = cp.asnumpy(cudakit.attention(cp.asarray(q), cp.asarray(q), cp.asarray(q), causal=True))

@@ -107,7 +107,7 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), (float(scale * math.log2(math.e)), lq, lk, d),
-            dict(cfg, CAUSAL=bool(causal)))
+            dict(cfg, CAUSAL=bool(causal), POS_SCALE=scale > 0))
     return out, lse
 
 
