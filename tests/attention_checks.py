@@ -73,8 +73,9 @@ def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, 
     # size of the terms: |dS| built from |P| (|dO| |V| + |dO . O|)
     ds_abs = np.abs(p) * (ag @ av.swapaxes(-1, -2) + np.abs((f64(g) * out_r).sum(-1, keepdims=True)))
     _close(dv, dv_r, np.abs(p).swapaxes(-1, -2) @ ag, dtype, "dv", ag.sum(-2, keepdims=True))
-    _close(dq, dq_r, ds_abs @ ak * sc, dtype, "dq", ak.sum(-2, keepdims=True) * sc)
-    _close(dk, dk_r, ds_abs.swapaxes(-1, -2) @ aq * sc, dtype, "dk", aq.sum(-2, keepdims=True) * sc)
+    asc = abs(sc)   # the size of the terms: a negative scale flips their sign, not their size
+    _close(dq, dq_r, ds_abs @ ak * asc, dtype, "dq", ak.sum(-2, keepdims=True) * asc)
+    _close(dk, dk_r, ds_abs.swapaxes(-1, -2) @ aq * asc, dtype, "dk", aq.sum(-2, keepdims=True) * asc)
     assert dq.dtype == dk.dtype == dv.dtype == np_dtype(dtype)
 
 
