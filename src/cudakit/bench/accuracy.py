@@ -18,7 +18,7 @@ import cudakit
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 4 * 2.0 ** -11, "bfloat16": 4 * 2.0 ** -8}
 
 
-def _host(x):
+def to_host(x):
     """x as a NumPy array (bfloat16 through ml_dtypes), wherever it lives."""
     if isinstance(x, np.ndarray):
         return x
@@ -28,7 +28,7 @@ def _host(x):
 
 
 def _float64(x):
-    h = _host(x)
+    h = to_host(x)
     return h if h.dtype.kind in "biu" else h.astype(np.float64)
 
 
@@ -38,7 +38,7 @@ def _outputs(r) -> tuple:
 
 def error(got, want) -> float:
     """Normwise relative error of `got` against the float64 `want` (see the module docstring)."""
-    g, w = _host(got), np.asarray(want)
+    g, w = to_host(got), np.asarray(want)
     if g.shape != w.shape:
         return float("inf")
     if g.dtype.kind in "biu":
@@ -61,7 +61,7 @@ def check(case) -> dict:
     want = _outputs(fn(*(_float64(a) if hasattr(a, "dtype") else a for a in args)))
     results = []   # (error, tolerance) of each output
     for g, w in zip(got, want):
-        h = _host(g)
+        h = to_host(g)
         tol = 0.0 if h.dtype.kind in "biu" else TOLERANCE.get(h.dtype.name, TOLERANCE["float32"])
         results.append((error(g, w), tol))
     worst, tol = max(results, key=lambda r: r[0] / r[1] if r[1] else (float("inf") if r[0] else 0.0))

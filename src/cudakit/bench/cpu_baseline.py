@@ -9,13 +9,13 @@ of 3 calls after one warm-up. x cpu = CPU time / GPU time.
 from __future__ import annotations
 
 from . import timing
-from .accuracy import _host
+from .accuracy import to_host
 
 
 def measure(case, reps: int = 10) -> dict:
     """{"elements", "gpu_ms", "cpu_ms", "x_cpu"} of one case on a GPU run."""
     fn, args = case.check()
-    host = tuple(_host(a) if hasattr(a, "dtype") else a for a in args)
+    host = tuple(to_host(a) if hasattr(a, "dtype") else a for a in args)
     gpu = timing.time_gpu(lambda: fn(*args), warmup=2, reps=reps)["median_ms"]
     cpu = timing.time_cpu(lambda: fn(*host), warmup=1, reps=3)["median_ms"]
     elements = sum(int(a.size) for a in host if hasattr(a, "size"))

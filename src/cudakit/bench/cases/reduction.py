@@ -16,7 +16,7 @@ import numpy as np
 
 import cudakit
 
-from ..case import CHECK_ELEMENTS, Case, Env
+from ..case import Case, Env, check_batch
 
 _ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 _TORCH = {"sum": lambda t, x, d: t.sum(x) if d is None else t.sum(x, dim=d),
@@ -69,8 +69,7 @@ def _case(env: Env, op: str, shape: tuple, axis, dtype: str) -> Case:
     def check():
         # |x|: sums of positive terms, whose float32 accumulation error the tolerance bounds (a sum of
         # signed normal values cancels to about sqrt(n) and its relative error is unbounded)
-        rows = max(1, min(shape[0], CHECK_ELEMENTS // shape[-1]))
-        x = abs(_rand(env, (min(n, CHECK_ELEMENTS),) if axis is None else (rows, shape[1]), "float32", 18))
+        x = abs(_rand(env, check_batch(shape), "float32", 18))
         f = getattr(cudakit, op)
         return ((lambda a: f(a)) if axis is None else (lambda a: f(a, axis=axis))), (x.astype(_dtype(env, dtype)),)
     return Case(name, "reduction", shape, dtype, n * _ITEM[dtype] + outputs * out_item, setup,

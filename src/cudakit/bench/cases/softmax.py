@@ -17,7 +17,7 @@ import numpy as np
 
 import cudakit
 
-from ..case import CHECK_ELEMENTS, Case, Env
+from ..case import Case, Env, check_batch
 
 _ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
@@ -58,16 +58,10 @@ def _forward(env: Env, rows: int, cols: int, dtype: str, log: bool) -> Case:
         elif not env.gpu:
             prov["numpy"] = lambda: _np_softmax(x, log)
         return prov
-    r = _check_rows(rows, cols)
     return Case("log_softmax" if log else "softmax", "softmax", (rows, cols), dtype,
                 2 * rows * cols * _ITEM[dtype], setup,
                 check=lambda: (cudakit.log_softmax if log else cudakit.softmax,
-                               (_rand(env, (r, cols), dtype, 6, 3.0),)))
-
-
-def _check_rows(rows: int, cols: int) -> int:
-    """The rows a check takes: as many as fit CHECK_ELEMENTS, at least one."""
-    return max(1, min(rows, CHECK_ELEMENTS // cols))
+                               (_rand(env, check_batch((rows, cols)), dtype, 6, 3.0),)))
 
 
 def _backward(env: Env, rows: int, cols: int, dtype: str) -> Case:
@@ -87,8 +81,7 @@ def _backward(env: Env, rows: int, cols: int, dtype: str) -> Case:
             prov["numpy"] = np_bwd
         return prov
     def check():
-        r = _check_rows(rows, cols)
-        x, g = _rand(env, (r, cols), dtype, 7, 3.0), _rand(env, (r, cols), dtype, 8)
+        x, g = _rand(env, check_batch((rows, cols)), dtype, 7, 3.0), _rand(env, check_batch((rows, cols)), dtype, 8)
         return cudakit.softmax_backward, (g, cudakit.softmax(x))
     return Case("softmax_backward", "softmax", (rows, cols), dtype, 3 * rows * cols * _ITEM[dtype], setup,
                 check=check)
@@ -120,9 +113,9 @@ def _cross_entropy(env: Env, n: int, c: int, dtype: str) -> Case:
             prov["numpy"] = np_ce
         return prov
     def check():
-        r = _check_rows(n, c)
-        targets = env.xp.asarray(np.random.default_rng(9).integers(0, c, r).astype(np.int64))
-        return cudakit.cross_entropy_with_grad, (_rand(env, (r, c), dtype, 10, 2.0), targets)
+        shape = check_batch((n, c))
+        targets = env.xp.asarray(np.random.default_rng(9).integers(0, c, shape[0]).astype(np.int64))
+        return cudakit.cross_entropy_with_grad, (_rand(env, shape, dtype, 10, 2.0), targets)
     return Case("cross_entropy_fwd_bwd", "softmax", (n, c), dtype, 2 * n * c * _ITEM[dtype] + 8 * n, setup,
                 note="fused forward + backward, reduction='mean'", check=check)
 
