@@ -1,7 +1,8 @@
 """warm_up_kernels(): compile the CUDA C++ kernel families before their first call.
 
 A family (one CUDA C++ source, every template instantiation its host code launches) compiles on
-first use, in one NVRTC call or, for elementwise, one call per op and dtype (KernelFamily):
+first use, a group at a time (KernelFamily: the whole family, one kernel template, or for
+elementwise one op in one dtype):
 seconds per family the first time, a fraction of a second from the disk cache after that. Warming
 up pays that at a time of the caller's choosing (a split family's calls run in parallel threads)
 and loads each module and its kernels on the devices asked for, so that the first op of a
