@@ -19,6 +19,15 @@ def test_parse_size_rejects(bad):
         config.parse_size(bad)
 
 
+@pytest.mark.parametrize("bad,hint", [("0.8", "written as '80%'"), (0.25, "written as '25%'"), ("0.5b", "byte$")])
+def test_parse_size_refuses_sizes_under_a_byte(bad, hint):
+    """A fraction written as a plain number (GENESIS_CUDA_MEMORY_FRACTION=0.8 style) would be 0 bytes,
+    which the pool reads as no limit at all: refused, naming the percent form."""
+    with pytest.raises(ValueError, match=hint):
+        config.parse_size(bad)
+    assert config.parse_size("0") == config.parse_size(0) == (0, None)
+
+
 def test_settings_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDAKIT_BACKEND", "CPU")
     monkeypatch.setenv("CUDAKIT_CACHE_DIR", str(tmp_path))

@@ -91,3 +91,33 @@ def test_start_and_stop():
     with cudakit.profile() as p2:
         assert profiler._active is p2
     assert profiler._active is None
+
+
+def test_profile_records_the_allocators_events(monkeypatch, tmp_path):
+    """While a profile is active the allocator's callback reaches it (and still the user's); after
+    stop() the allocator calls only the user's callback, or nothing."""
+    from cudakit.runtime import memory
+    seen = []
+    monkeypatch.setattr(memory, "_user_callback", lambda ev, dev, n: seen.append((ev, dev, n)))
+    monkeypatch.setattr(memory, "_listeners", [])
+    memory._apply_callback()
+    user = memory._callback
+    prof = cudakit.profiler.start()
+    try:
+        assert memory._callback is not user
+        for ev, n in (("alloc", 4096), ("alloc", 1024), ("free", 4096), ("alloc", 512)):
+            memory._callback(ev, 1, n)
+    finally:
+        cudakit.profiler.stop()
+    assert memory._callback is user and len(seen) == 4
+    assert [(e["event"], e["device"], e["bytes"]) for e in prof.memory_events] == [
+        ("alloc", 1, 4096), ("alloc", 1, 1024), ("free", 1, 4096), ("alloc", 1, 512)]
+    assert [v for _, v in prof.memory_timeline()[1]] == [4096, 5120, 1024, 1536]
+    assert "memory cuda:1: 3 allocations, 1 frees, peak +0.00 MiB" in prof.summary()
+    counters = [e for e in prof.chrome_trace()["traceEvents"] if e["ph"] == "C"]
+    assert [c["args"]["bytes"] for c in counters] == [4096, 5120, 1024, 1536] and counters[0]["pid"] == 1
+    prof.export_json(tmp_path / "p.json")
+    assert len(json.loads((tmp_path / "p.json").read_text())["memory_events"]) == 4
+    monkeypatch.setattr(memory, "_user_callback", None)
+    memory._apply_callback()
+    assert memory._callback is None

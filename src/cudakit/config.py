@@ -128,6 +128,8 @@ def parse_size(text: str | int | float) -> tuple[int | None, float | None]:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"memory size must be >= 0 (got {text})")
+        if 0 < text < 1:   # 0.8 meant as a fraction would silently be 0 bytes: no cap at all
+            raise ValueError(f"memory size {text} is less than a byte; a fraction is written as '{text:.0%}'")
         return int(text), None
     s = str(text).strip().lower()
     if s.endswith("%"):
@@ -141,4 +143,8 @@ def parse_size(text: str | int | float) -> tuple[int | None, float | None]:
     m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", s)
     if not m or m.group(2) not in _UNITS:
         raise ValueError(f"bad memory size {text!r}: expected bytes, '8GiB', '512MB' or '80%'")
-    return int(float(m.group(1)) * _UNITS[m.group(2)]), None
+    value = float(m.group(1)) * _UNITS[m.group(2)]
+    if 0 < value < 1:
+        hint = "" if m.group(2) else f"; a fraction is written as '{value:.0%}'"
+        raise ValueError(f"memory size {text!r} is less than a byte{hint}")
+    return int(value), None

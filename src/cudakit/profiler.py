@@ -5,7 +5,9 @@
     prof.summary()                           # a text table per kernel
     prof.export_chrome_trace("trace.json")   # open in Perfetto or chrome://tracing
 
-When no profile is active the launch path pays one global read (`_active is None`).
+While a profile is active the allocator also reports every counted allocation and free to it
+(prof.memory_events, prof.memory_timeline(), a line per device in summary(), a counter track in
+the trace). When no profile is active the launch path pays one global read (`_active is None`).
 """
 from __future__ import annotations
 
@@ -50,7 +52,24 @@ class Profile:
         self.records: list[Record] = []
         self.nvtx = nvtx
         self._t0 = time.perf_counter()
-        self.memory_events: list[tuple] = []
+        # every counted allocation and free while active: {"t_us" (host, since the start), "event"
+        # ("alloc" / "free"), "device", "bytes"} (the pool's block sizes)
+        self.memory_events: list[dict] = []
+
+    def _on_memory(self, event: str, device: int, nbytes: int) -> None:
+        self.memory_events.append({"t_us": (time.perf_counter() - self._t0) * 1e6, "event": event,
+                                   "device": device, "bytes": nbytes})
+
+    def memory_timeline(self) -> dict:
+        """{device: [(t_us, bytes allocated minus freed since the profile began)]}, one point per
+        event (frees of blocks allocated before the start make it go below 0)."""
+        out: dict = {}
+        level: dict = {}
+        for e in self.memory_events:
+            d = e["device"]
+            level[d] = level.get(d, 0) + (e["bytes"] if e["event"] == "alloc" else -e["bytes"])
+            out.setdefault(d, []).append((e["t_us"], level[d]))
+        return out
 
     # -- recording (called from the launch path) --
     def _begin(self, kind, name, stream, **kw):
@@ -108,6 +127,11 @@ class Profile:
         for r in rows:
             lines.append(f"{r['name']:<{w}}  {r['calls']:>6}  {r['total_ms']:>10.4f}  {r['mean_ms']:>9.4f}  "
                          f"{r['median_ms']:>9.4f}  {r['share']:>6.1%}")
+        for d, points in sorted(self.memory_timeline().items()):
+            allocs = sum(1 for e in self.memory_events if e["device"] == d and e["event"] == "alloc")
+            lines.append(f"memory cuda:{d}: {allocs} allocations, {len(points) - allocs} frees, peak "
+                         f"{max(v for _, v in points) / 2**20:+.2f} MiB and end {points[-1][1] / 2**20:+.2f} MiB "
+                         "against the start")
         return "\n".join(lines)
 
     def export_json(self, path) -> None:
@@ -127,6 +151,9 @@ class Profile:
             events.append({"name": r.name, "cat": r.kind, "ph": "X", "ts": r.host_start_us,
                            "dur": (r.duration_ms or 0.0) * 1e3, "pid": r.device, "tid": r.stream,
                            "args": {"grid": list(r.grid), "block": list(r.block), "bytes": r.nbytes}})
+        for d, points in self.memory_timeline().items():   # a counter track per device
+            events += [{"name": "memory allocated since the start (bytes)", "ph": "C", "ts": t, "pid": d,
+                        "args": {"bytes": v}} for t, v in points]
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def export_chrome_trace(self, path) -> None:
@@ -151,12 +178,13 @@ def start(nvtx: bool = False) -> Profile:
     """Begin recording as profile() does, until stop() (for code that cannot wrap a with block);
     returns the Profile. RuntimeError while one is active."""
     global _active
-    from .runtime import native
+    from .runtime import memory, native
     with _lock:
         if _active is not None:
             raise RuntimeError("a cudakit.profile() is already active")
         native.hold_fast_paths(1)  # the native fast paths would not record their launches
         prof = _active = Profile(nvtx)
+        memory._add_listener(prof._on_memory)   # the allocator reports to it (once installed)
     return prof
 
 
@@ -164,13 +192,14 @@ def stop() -> Profile:
     """End the recording start() or profile() began; returns its Profile with every duration
     filled in. RuntimeError when none is active."""
     global _active
-    from .runtime import native
+    from .runtime import memory, native
     with _lock:
         prof = _active
         if prof is None:
             raise RuntimeError("no cudakit profile is active (cudakit.profiler.start() begins one)")
         _active = None
         native.hold_fast_paths(-1)
+        memory._remove_listener(prof._on_memory)
     prof.resolve()
     return prof
 

@@ -189,6 +189,21 @@ def test_memory_callback():
     assert ("alloc", 4096) in events and ("free", 4096) in events
 
 
+def test_profile_records_allocations_and_frees():
+    seen = []
+    cudakit.memory.set_callback(lambda ev, dev, n: seen.append((ev, n)))   # the user's callback too
+    try:
+        with cudakit.profile() as prof:
+            x = cp.empty(1 << 20, cp.uint8)
+            del x
+    finally:
+        cudakit.memory.set_callback(None)
+    evs = [(e["event"], e["bytes"]) for e in prof.memory_events]
+    assert ("alloc", 1 << 20) in evs and ("free", 1 << 20) in evs and ("alloc", 1 << 20) in seen
+    assert prof.memory_events[0]["device"] == cp.cuda.runtime.getDevice()
+    assert "allocations" in prof.summary()
+
+
 def test_limit_and_oom():
     m = cudakit.memory
     cudakit.empty_cache()

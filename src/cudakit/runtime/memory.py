@@ -81,7 +81,9 @@ _lock = threading.Lock()
 _installed = False
 _pool = None
 _counters: dict[int, _Counters] = {}
-_callback = None
+_callback = None     # what the allocator calls: the user's callback, the listeners', or None
+_user_callback = None
+_listeners: list = []   # internal listeners (the profiler's memory timeline)
 _TrackedMemory = None
 _mem_mod = None      # cupy.cuda.memory
 _native = None       # the native module when its allocator is installed
@@ -129,6 +131,7 @@ def ensure_installed():
     if settings().cache_size:
         for d in range(device_count()):
             set_cache_size(settings().cache_size, device=d)
+    _apply_callback()
     return _pool
 
 
@@ -322,11 +325,41 @@ def set_callback(fn) -> None:
 
     The callback runs on the allocating thread, inside the allocator: keep it short.
     """
-    global _callback
+    global _user_callback
     ensure_installed()
-    _callback = fn
+    _user_callback = fn
+    _apply_callback()
+
+
+def _add_listener(fn) -> None:
+    """Also call fn(event, device, nbytes) on every counted allocation and free (the profiler's
+    memory timeline); applied when the allocator is installed, now or later."""
+    _listeners.append(fn)
+    _apply_callback()
+
+
+def _remove_listener(fn) -> None:
+    if fn in _listeners:
+        _listeners.remove(fn)
+    _apply_callback()
+
+
+def _apply_callback() -> None:
+    """Point the allocator at the user's callback and the listeners: the user's own function when
+    it is alone (no extra call per event), None when there is neither."""
+    global _callback
+    listeners, user = tuple(_listeners), _user_callback
+    if not listeners:
+        cb = user
+    else:
+        def cb(event, device, nbytes):
+            for fn in listeners:
+                fn(event, device, nbytes)
+            if user is not None:
+                user(event, device, nbytes)
+    _callback = cb
     if _native is not None:
-        _native.mem_set_callback(fn)
+        _native.mem_set_callback(cb)
 
 
 # --- host buffers and transfers ------------------------------------------------------------
