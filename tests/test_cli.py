@@ -31,6 +31,23 @@ def test_cache_info_and_clear(tmp_path):
     assert not (tmp_path / "nvrtc").exists()
 
 
+def test_clear_kernel_cache_from_python(tmp_path, monkeypatch):
+    import cudakit
+    from cudakit import config
+    (tmp_path / "nvrtc").mkdir()
+    (tmp_path / "nvrtc" / "x.bin").write_bytes(b"123")
+    (tmp_path / "tune").mkdir()
+    (tmp_path / "tune" / "t.json").write_text("{}")
+    monkeypatch.setenv("CUDAKIT_CACHE_DIR", str(tmp_path))
+    config.reload()
+    try:
+        assert cudakit.clear_kernel_cache() == 1
+        assert not (tmp_path / "nvrtc").exists() and (tmp_path / "tune" / "t.json").exists()
+    finally:
+        monkeypatch.delenv("CUDAKIT_CACHE_DIR")
+        config.reload()
+
+
 def test_cache_warm_without_a_gpu_says_so(tmp_path):
     j = json.loads(run("info", "--json").stdout)
     if j["cuda_usable"]:

@@ -34,6 +34,7 @@ _LAZY = {
     "SGD": ("optim", "SGD"), "Adam": ("optim", "Adam"), "AdamW": ("optim", "AdamW"),
     "sgd_update": ("optim", "sgd_update"), "adam_update": ("optim", "adam_update"),
     "warm_up_kernels": ("kernels.warmup", "warm_up_kernels"),
+    "clear_kernel_cache": ("runtime.compiler", "cache_clear"),
 }
 for _n in ("DeviceInfo", "current_device", "device", "device_count", "devices", "get_device_info",
            "is_available", "set_device", "synchronize", "unavailable_reason"):
