@@ -136,8 +136,9 @@ def test_memory_stats_reads_like_a_dict():
                     oom_retries=0, fragmentation=0.75, limit=None)
     assert s["allocated"] == 1024 and s["reserved"] == 4096 and s.as_dict()["frees"] == 1
     assert s["cached"] == s.cached == 3072 and s["active_memory"] == 1024 and s["allocation_count"] == 3
+    assert s["total_allocated"] == 4096
     with pytest.raises(KeyError, match="MemoryStats keys: device, allocated"):
-        s["total_allocated"]
+        s["bytes_in_use"]
 
 
 def test_python_allocator_trims_the_cache_past_its_cap(monkeypatch):

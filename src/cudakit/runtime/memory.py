@@ -58,7 +58,8 @@ class MemoryStats:
     def __getitem__(self, key: str):
         """stats["allocated"] as stats.allocated (the dict-style access Genesis-style code uses),
         also stats["cached"] and the names other pools give: "active_memory" (allocated),
-        "allocation_count" (allocations); KeyError naming the keys for an unknown key."""
+        "allocation_count" (allocations), "total_allocated" (reserved); KeyError naming the keys for
+        an unknown key."""
         key = _STAT_ALIASES.get(key, key)
         if key not in self.__dataclass_fields__ and key != "cached":
             keys = list(self.__dataclass_fields__) + ["cached"] + list(_STAT_ALIASES)
@@ -66,7 +67,9 @@ class MemoryStats:
         return getattr(self, key)
 
 
-_STAT_ALIASES = {"active_memory": "allocated", "allocation_count": "allocations"}
+# other pools' names: seed 004's get_stats() has total_allocated (what the pool took from the
+# driver), active_memory (in live arrays) and allocation_count
+_STAT_ALIASES = {"active_memory": "allocated", "allocation_count": "allocations", "total_allocated": "reserved"}
 
 
 class _Counters:
