@@ -53,6 +53,12 @@ def test_device_context_and_set_device():
     cudakit.set_device(0)
     with pytest.raises(cudakit.DeviceError, match="device index must be in"):
         cudakit.set_device(99)
+    with cudakit.device("cuda:0") as info:   # PyTorch-style names too
+        assert info.index == 0 and cudakit.get_device_info("cuda").index == cudakit.current_device()
+    assert cudakit.get_backend("cuda", device="cuda:0") is cudakit.get_backend("cuda", device=0)
+    for bad in ("cuda:x", "cpu", "cuda:99"):
+        with pytest.raises(cudakit.DeviceError, match="or 'cuda:N'"):
+            cudakit.set_device(bad)
 
 
 def test_compile_launch_and_attributes(cache_dir):

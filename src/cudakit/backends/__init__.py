@@ -16,7 +16,7 @@ def get_backend(name: str | None = None, device: int | None = None) -> Backend:
 
     Default: CUDAKIT_BACKEND, else "auto". "auto" picks CUDA when it is usable, else CPU, and logs
     why at INFO. "cuda" without a usable GPU raises BackendUnavailableError with the reason.
-    device: for the CUDA backend, a GPU index whose backend creates its arrays (asarray, empty,
+    device: for the CUDA backend, a GPU (index or "cuda:N") whose backend creates its arrays (asarray, empty,
     zeros) there and reports it as `device` (one object per index); None follows the current
     device. Ops run on their inputs' device either way. A device for the CPU backend (asked for,
     or chosen by "auto") raises DeviceError.
@@ -34,6 +34,9 @@ def get_backend(name: str | None = None, device: int | None = None) -> Backend:
         ok, reason = _cupy.probe()
         if not ok:
             raise BackendUnavailableError(f"the CUDA backend is unavailable: {reason}")
+        if device is not None:   # one object per GPU, however it was named (1, "cuda:1")
+            from ..runtime.device import _check_index
+            device = _check_index(device)
     elif device is not None:
         raise DeviceError(f"the CPU backend has no GPU devices (got device={device!r})")
     key = name if device is None else (name, device)

@@ -64,10 +64,18 @@ def device_count() -> int:
     return _cupy.cupy().cuda.runtime.getDeviceCount()
 
 
-def _check_index(i: int) -> int:
+def _check_index(i: int | str) -> int:
+    """The device index of `i`: an int, or a string "cuda:N" ("cuda": the current device), as
+    PyTorch and Genesis-style code name devices; DeviceError naming the range otherwise."""
+    if isinstance(i, str):
+        name = i.strip().lower()
+        if name == "cuda":
+            return current_device()
+        if name.startswith("cuda:") and name[5:].isdigit():
+            i = int(name[5:])
     n = device_count()
     if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
-        raise DeviceError(f"device index must be in [0, {n}) (got {i!r})")
+        raise DeviceError(f"device index must be in [0, {n}) or 'cuda:N' (got {i!r})")
     return i
 
 
