@@ -331,7 +331,10 @@ def test_profiler_records_and_exports(tmp_path):
     assert any(r["name"] == "DtoH" for r in rows)
     prof.export_chrome_trace(tmp_path / "t.json")
     t = json.loads((tmp_path / "t.json").read_text())
-    assert all(e["ph"] == "X" and e["dur"] > 0 for e in t["traceEvents"])
+    spans = [e for e in t["traceEvents"] if e["ph"] == "X"]   # launches and transfers
+    assert len(spans) == len(prof.records) and all(e["dur"] > 0 for e in spans)
+    counters = [e for e in t["traceEvents"] if e["ph"] == "C"]   # the allocator's events (relu's outputs)
+    assert len(counters) == len(prof.memory_events) > 0 and all("bytes" in e["args"] for e in counters)
 
 
 def test_profiler_records_library_calls():
