@@ -160,3 +160,15 @@ def test_table_shows_the_cpu_baseline_column_when_measured():
     assert "x cpu" not in format_table({"rows": [row]})
     table = format_table({"rows": [{**row, "cpu_baseline": {"x_cpu": 412.3}}, row]})
     assert "x cpu" in table and " 412" in table and "--cpu-baseline" in table
+
+
+def test_bench_from_python():
+    import cudakit.bench
+    lines = []
+    rec = cudakit.bench.run(ops=["relu", "softmax"], dtypes=["float32"], quick=True, cpu=True, reps=1, warmup=0,
+                            check=True, progress=False, log=lines.append)
+    assert rec["device"]["kind"] == "cpu" and rec["command"] == "cudakit.bench.run()"
+    assert {r["op"] for r in rec["rows"]} == {"relu", "softmax"} and all(r["check"]["ok"] for r in rec["rows"])
+    assert lines and lines[0].startswith("device: ") and "max err" in cudakit.bench.format_table(rec)
+    with pytest.raises(ValueError, match="unknown op.*nosuch; known: "):
+        cudakit.bench.run(ops=["nosuch"], quick=True, cpu=True, progress=False)

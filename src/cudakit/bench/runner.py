@@ -131,9 +131,54 @@ def versions(env: Env) -> dict:
     return v
 
 
+def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("torch", "cupy", "numpy"),
+        cpu: bool = False, reps: int | None = None, warmup: int | None = None, check: bool = False,
+        cpu_baseline: bool = False, progress: bool = True, log=None, command: str | None = None) -> dict:
+    """Run the benchmark cases in this process and return the record `cudakit bench` writes to
+    results.json: {"date", "command", "device", "versions", "copy_bandwidth_gbs", "matmul_peak_tflops",
+    ..., "rows": [one dict per case: op, shape, dtype, providers' timings, gbs, x_torch, ... and
+    "check" / "cpu_baseline" when asked]}. The arguments are the CLI's (`cudakit bench --help`), as
+    Python values: ops and dtypes as sequences of names (ops empty: all). log(line) receives the
+    device line; progress shows a bar on stderr. Unknown ops raise ValueError naming the known ones.
+    format_table(record) renders it as the CLI prints it.
+    """
+    compare = set(compare)
+    env = make_env(quick, cpu, tuple(dtypes) or ("float32", "bfloat16"), compare)
+    cases = [c for m in discover().values() for c in m.cases(env)]
+    known = sorted({c.op for c in cases})
+    unknown = [o for o in ops if o not in known]
+    if unknown:
+        raise ValueError(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if ops:
+        cases = [c for c in cases if c.op in set(ops)]
+    copy_bytes = (1 << 30) if env.gpu and not env.quick else (1 << 26) if env.gpu else (1 << 26 if not quick else 1 << 24)
+    copy_bw = timing.copy_bandwidth(env.gpu, copy_bytes)
+    peak, peak_dtype = timing.matmul_peak(env.gpu, 4096 if env.quick else 8192)
+    if log is not None:
+        log(f"device: {device_record(env)['name']} ({'GPU' if env.gpu else 'CPU backend'}); "
+            f"measured copy bandwidth {copy_bw / 1e9:.0f} GB/s, matmul {peak / 1e12:.1f} TFLOP/s ({peak_dtype})")
+    rows = []
+    step = _progress(len(cases)) if progress else (lambda label: None)
+    for case in cases:
+        step(case.label)
+        res = run_case(case, env, compare, reps, warmup)
+        rows.append(_row(case, res, copy_bw, peak))
+        if check and case.check is not None:
+            rows[-1]["check"] = _check(case, env)
+        if cpu_baseline and env.gpu and case.check is not None:
+            from . import cpu_baseline as cpu_base
+            rows[-1]["cpu_baseline"] = cpu_base.measure(case)
+            env.xp.get_default_memory_pool().free_all_blocks()
+    step(None)
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": command or "cudakit.bench.run()", "device": device_record(env), "versions": versions(env),
+            "copy_bandwidth_gbs": copy_bw / 1e9, "matmul_peak_tflops": peak / 1e12,
+            "matmul_peak_dtype": peak_dtype, "quick": env.quick,
+            "tuned_elementwise_shapes": tuned_shapes(env), "rows": rows}
+
+
 def main(args) -> int:
-    compare = {p.strip() for p in args.compare.split(",") if p.strip()}
-    dtypes = tuple(d.strip() for d in args.dtype.split(",") if d.strip()) or ("float32", "bfloat16")
+    split = lambda v: tuple(x.strip() for x in v.split(",") if x.strip())  # noqa: E731
     out_dir = Path(args.out)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -143,44 +188,17 @@ def main(args) -> int:
     except OSError as e:
         print(f"cudakit bench: cannot write to --out {out_dir.resolve()}: {e.strerror or e}", file=sys.stderr)
         return 2
-    env = make_env(args.quick, args.cpu, dtypes, compare)
-    if args.cpu_baseline and not env.gpu:
+    if args.cpu_baseline and (args.cpu or not _gpu_usable()):
         print("cudakit bench: --cpu-baseline compares the GPU with the CPU backend; this run is on the CPU backend, "
               "so it is skipped", file=sys.stderr)
-    cases = [c for m in discover().values() for c in m.cases(env)]
-    known = sorted({c.op for c in cases})
-    wanted = [o.strip() for o in args.ops.split(",") if o.strip()]
-    unknown = [o for o in wanted if o not in known]
-    if unknown:
-        print(f"cudakit bench: unknown op(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
+    try:
+        record = run(split(args.ops), split(args.dtype), args.quick, split(args.compare), args.cpu, args.reps,
+                     args.warmup, args.check, args.cpu_baseline, log=lambda line: print(line, flush=True),
+                     command="cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]))
+    except ValueError as e:
+        print(f"cudakit bench: {e}", file=sys.stderr)
         return 2
-    if wanted:
-        cases = [c for c in cases if c.op in wanted]
-    copy_bytes = (1 << 30) if env.gpu and not env.quick else (1 << 26) if env.gpu else (1 << 26 if not args.quick else 1 << 24)
-    copy_bw = timing.copy_bandwidth(env.gpu, copy_bytes)
-    peak, peak_dtype = timing.matmul_peak(env.gpu, 4096 if env.quick else 8192)
-    print(f"device: {device_record(env)['name']} ({'GPU' if env.gpu else 'CPU backend'}); "
-          f"measured copy bandwidth {copy_bw / 1e9:.0f} GB/s, matmul {peak / 1e12:.1f} TFLOP/s ({peak_dtype})",
-          flush=True)
-    rows = []
-    progress = _progress(len(cases))
-    for case in cases:
-        progress(case.label)
-        res = run_case(case, env, compare, args.reps, args.warmup)
-        rows.append(_row(case, res, copy_bw, peak))
-        if args.check and case.check is not None:
-            rows[-1]["check"] = _check(case, env)
-        if args.cpu_baseline and env.gpu and case.check is not None:
-            from . import cpu_baseline
-            rows[-1]["cpu_baseline"] = cpu_baseline.measure(case)
-            env.xp.get_default_memory_pool().free_all_blocks()
-    progress(None)
-    record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": "cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
-              "device": device_record(env), "versions": versions(env),
-              "copy_bandwidth_gbs": copy_bw / 1e9, "matmul_peak_tflops": peak / 1e12,
-              "matmul_peak_dtype": peak_dtype, "quick": env.quick,
-              "tuned_elementwise_shapes": tuned_shapes(env), "rows": rows}
+    rows = record["rows"]
     (out_dir / "results.json").write_text(json.dumps(record, indent=1))
     plots = _plots(record, out_dir)
     print(format_table(record))
@@ -193,6 +211,11 @@ def main(args) -> int:
               f"{len(failed)} over tolerance" + (": " + ", ".join(failed) if failed else ""))
         return 1 if failed else 0
     return 0
+
+
+def _gpu_usable() -> bool:
+    from cudakit.runtime import _cupy
+    return _cupy.probe()[0]
 
 
 def _check(case, env: Env) -> dict:
