@@ -269,3 +269,20 @@ def test_tile_geometry_is_the_kernels():
             g = transpose.tile_geometry(e, c)
             assert g["TK"] * g["TA"] * e <= 16384 and g["N"] >= 1
             assert g["TK"] * g["W"] * g["NC"] % 256 == 0
+
+
+def test_permute_plans_are_memoised_by_alignment(monkeypatch):
+    """permute's plan is built once per (shape, strides, dtype size, axes, 16-byte alignment of the
+    addresses): the same view at another aligned address reuses it, a shifted one gets its own."""
+    from types import SimpleNamespace
+    from cudakit.kernels import transpose as tr
+    monkeypatch.setattr(tr, "_plans", {})
+
+    def arr(ptr):
+        return SimpleNamespace(shape=(64, 128), strides=(512, 4), data=SimpleNamespace(ptr=ptr))
+    a = tr._cached_plan(arr(0x1000), arr(0x9000), 4, (1, 0))
+    assert tr._cached_plan(arr(0x2000), arr(0x7000), 4, (1, 0)) is a
+    b = tr._cached_plan(arr(0x1004), arr(0x9000), 4, (1, 0))
+    assert b is not a and b.chunk < a.chunk and len(tr._plans) == 2
+    fresh = tr.plan((64, 128), (512, 4), 4, (1, 0), 0x1000, 0x9000)
+    assert (a.expr, a.grid, a.params.tobytes()) == (fresh.expr, fresh.grid, fresh.params.tobytes())

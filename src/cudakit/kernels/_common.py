@@ -69,13 +69,21 @@ _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 FLOAT_DTYPE_NAMES = tuple(_CTYPES)
 
 
-def _name(dtype) -> str:
-    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
+_DTYPE_NAMES: dict = {}   # dtype -> name: NumPy computes dtype.name in Python on every access (~2 us)
+
+
+def dtype_name(dtype) -> str:
+    """The name of a dtype ("bfloat16", "float32", ...), looked up once per dtype; a name passes
+    through. The kernels' host wrappers call it on every launch."""
+    n = _DTYPE_NAMES.get(dtype)
+    if n is None:
+        n = _DTYPE_NAMES[dtype] = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    return n
 
 
 def ctype(dtype) -> str:
     """The C type name for a dtype or dtype name (float16, bfloat16, float32, float64)."""
-    return _CTYPES[_name(dtype)]
+    return _CTYPES[dtype_name(dtype)]
 
 
 def vec_width(dtype) -> int:

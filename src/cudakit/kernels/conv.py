@@ -14,6 +14,7 @@ import functools
 import math
 
 from .. import config
+from ._common import dtype_name   # also conv.dtype_name for the CUDA backend
 from ..runtime import _cupy
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -31,10 +32,6 @@ def available() -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
-def dtype_name(dtype) -> str:
-    """dtype.name, looked up once per dtype (NumPy computes the property in Python per access)."""
-    return dtype.name
 
 
 def usable(dtype_name: str, x_shape, k: int, geo, groups: int = 1) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import _cupy
-from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, ctype
+from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, ctype, dtype_name
 from .softmax import FWD_TARGET_NV, HELPERS, LOOP_THREADS, fwd_bound, launch, reg_nvs, reg_plan, vec_for
 
 PREP_THREADS = 1024
@@ -266,7 +266,7 @@ def cross_entropy(logits, targets, reduction: str = "mean", ignore_index: int = 
     """
     cp = _cupy.loaded_cupy()
     n, c = logits.shape
-    dt = logits.dtype.name
+    dt = dtype_name(logits.dtype)
     t = ctype(dt)
     t64 = np.int32(targets.dtype.itemsize == 8)
     acc = _acc(dt)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
-from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, vec_width
+from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, dtype_name, vec_width
 
 SOURCE = PREAMBLE + PACK_HELPERS + r"""
 extern __shared__ __align__(16) unsigned char ck_dyn_smem[];
@@ -1002,10 +1002,10 @@ def _reg_plan(nvec: int, target_nv: int = 4, bound=None):
 def _norm_forward(kind: str, x2d, weight, bias, eps, out, plan_nv=None):
     cp = _cupy.loaded_cupy()
     rows, cols = x2d.shape
-    dt = x2d.dtype.name
+    dt = dtype_name(x2d.dtype)
     t = ctype(dt)
     acc = _acc_dtype(x2d)
-    y = cp.empty_like(x2d) if out is None else out
+    y = cp.empty(x2d.shape, x2d.dtype) if out is None else out   # x2d is C-contiguous
     mean = cp.empty(rows, acc) if kind == "ln" else None
     rstd = cp.empty(rows, acc)
     if rows == 0 or cols == 0:
@@ -1057,7 +1057,7 @@ def _colsum(part, dt, t, nparts, cols, out0, out1, n_out):
 def _norm_backward(kind: str, dy, x, weight, mean, rstd, out=None, plan_nv=None):
     cp = _cupy.loaded_cupy()
     rows, cols = x.shape
-    dt = x.dtype.name
+    dt = dtype_name(x.dtype)
     t = ctype(dt)
     acc = _acc_dtype(x)
     dx = cp.empty_like(x) if out is None else out
@@ -1173,7 +1173,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     float64), invstd = 1 / sqrt(var + eps).
     """
     cp = _cupy.loaded_cupy()
-    dt = x.dtype.name
+    dt = dtype_name(x.dtype)
     t = ctype(dt)
     acc = _acc_dtype(x)
     n, c, s = _bn_layout(x)
@@ -1215,7 +1215,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
     None; dbeta (C,). Channel sums are reduced in a fixed order (bitwise reproducible on one device).
     """
     cp = _cupy.loaded_cupy()
-    dt = x.dtype.name
+    dt = dtype_name(x.dtype)
     t = ctype(dt)
     acc = _acc_dtype(x)
     n, c, s = _bn_layout(x)

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
-from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, by_template, ctype, vec_width
+from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, by_template, ctype, dtype_name, vec_width
 
 SOURCE = PREAMBLE + r"""
 #define CK_RU 4            // independent vector loads each thread issues before using any
@@ -562,14 +562,7 @@ def _prod(shape) -> int:
 
 
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
-_NAMES: dict = {}   # np.dtype -> name (dtype.name is slow on the per-call path)
-
-
-def _name(dt) -> str:
-    n = _NAMES.get(dt)
-    if n is None:
-        n = _NAMES[dt] = np.dtype(dt).name
-    return n
+_name = dtype_name   # the shared per-dtype name cache
 
 
 def _acc_dtype(dtype):
@@ -591,7 +584,7 @@ def _nan_array(shape, dtype):
     a = cp.empty(shape, dtype)
     ut, bits = _NAN_BITS[a.dtype.itemsize]
     if isinstance(bits, dict):
-        bits = bits[a.dtype.name]
+        bits = bits[dtype_name(a.dtype)]
     a.view(ut).fill(ut(bits))
     return a
 
@@ -758,7 +751,7 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
 def _expand(mode: int, g, x, mean, idx, xshape_c: tuple, outer: int, R: int, inner: int, scale, dtype):
     """dx of shape xshape_c (the (outer, R, inner) layout, C order) from the per-output values."""
     cp = _cupy.loaded_cupy()
-    dt = np.dtype(dtype).name
+    dt = dtype_name(dtype)
     dx = cp.empty(xshape_c, dtype)
     n = outer * R * inner
     if n == 0:

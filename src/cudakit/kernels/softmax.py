@@ -34,7 +34,7 @@ import numpy as np
 
 from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
-from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, vec_width
+from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, dtype_name, vec_width
 
 # Device helpers shared with cudakit.kernels.cross_entropy: pack conversions, special values,
 # exp, row reductions and the online-softmax merge.
@@ -563,15 +563,10 @@ def vec_for(cols: int, dtype_name: str, *arrays) -> int:
 # ------------------------------------------------------------------------------------------
 # host wrappers
 
-_NAMES: dict = {}     # np.dtype -> name (dtype.name is slow on the host-time-critical path)
 _fwd_plans: dict = {}  # (dtype name, v, nvec, target) -> (expr, threads per row, rows per block)
 
 
-def _name(dtype) -> str:
-    n = _NAMES.get(dtype)
-    if n is None:
-        n = _NAMES[dtype] = dtype.name
-    return n
+_name = dtype_name   # the shared per-dtype name cache
 
 
 def _fwd_plan(dt: str, v: int, nvec: int, target: int):
