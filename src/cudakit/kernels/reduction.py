@@ -562,7 +562,6 @@ def _prod(shape) -> int:
 
 
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
-_name = dtype_name   # the shared per-dtype name cache
 
 
 def _acc_dtype(dtype):
@@ -629,10 +628,10 @@ def _run(code: int, xc, outer: int, R: int, inner: int, odt, div: float):
     """Reduce the middle axis of contiguous xc viewed as (outer, R, inner), R >= 1, outer * inner
     >= 1. Returns a flat (outer * inner,) array of dtype odt."""
     cp = _cupy.loaded_cupy()
-    dt = _name(xc.dtype)
+    dt = dtype_name(xc.dtype)
     t = ctype(dt)
     odt = np.dtype(odt)
-    o = "long long" if odt == np.int64 else ctype(_name(odt))
+    o = "long long" if odt == np.int64 else ctype(dtype_name(odt))
     n_out = outer * inner
     out = cp.empty(n_out, odt)
     acc = _acc_dtype(xc.dtype)

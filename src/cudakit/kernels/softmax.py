@@ -566,9 +566,6 @@ def vec_for(cols: int, dtype_name: str, *arrays) -> int:
 _fwd_plans: dict = {}  # (dtype name, v, nvec, target) -> (expr, threads per row, rows per block)
 
 
-_name = dtype_name   # the shared per-dtype name cache
-
-
 def _fwd_plan(dt: str, v: int, nvec: int, target: int):
     key = (dt, v, nvec, target)
     p = _fwd_plans.get(key)
@@ -598,7 +595,7 @@ def softmax_forward(x2d, log: bool = False, out=None, plan_nv=None):
     """
     cp = _cupy.loaded_cupy()
     rows, cols = x2d.shape
-    dt = _name(x2d.dtype)
+    dt = dtype_name(x2d.dtype)
     y = cp.ndarray(x2d.shape, x2d.dtype) if out is None else out
     if rows == 0 or cols == 0:
         return y
@@ -635,7 +632,7 @@ def softmax_backward(g2d, y2d, log: bool = False, out=None, plan_nv=None):
     """
     cp = _cupy.loaded_cupy()
     rows, cols = y2d.shape
-    dt = _name(y2d.dtype)
+    dt = dtype_name(y2d.dtype)
     t = ctype(dt)
     dx = cp.ndarray(y2d.shape, y2d.dtype) if out is None else out
     if rows == 0 or cols == 0:

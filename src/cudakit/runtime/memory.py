@@ -231,12 +231,12 @@ def stats(device: int | None = None) -> MemoryStats:
     with _on_device(device) as d:
         allocations, frees, allocated, peak = _counts(d.id)
         reserved, limit = pool.total_bytes(), pool.get_limit()
+        c = _counters_for(d.id)
         return MemoryStats(
             device=d.id, allocated=allocated, reserved=reserved, peak_allocated=max(peak, allocated),
-            allocations=allocations, frees=frees, oom_retries=_counters_for(d.id).oom_retries,
+            allocations=allocations, frees=frees, oom_retries=c.oom_retries,
             fragmentation=(reserved - allocated) / reserved if reserved else 0.0,
-            limit=limit or None, cache_limit=_counters_for(d.id).cache_limit,
-            cache_trims=_counters_for(d.id).cache_trims)
+            limit=limit or None, cache_limit=c.cache_limit, cache_trims=c.cache_trims)
 
 
 def reset_peak(device: int | None = None) -> None:
