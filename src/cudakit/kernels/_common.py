@@ -36,6 +36,14 @@ template <> struct ck_traits<ck_half> {
   static __device__ __forceinline__ ck_half store(float f) {
     ck_half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h;
   }
+  // two results rounded together (one cvt from sm_80 on): lo in the low half, the lower address
+  static __device__ __forceinline__ unsigned int store2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+#else
+    return (unsigned int)store(lo).bits | ((unsigned int)store(hi).bits << 16);
+#endif
+  }
 };
 template <> struct ck_traits<ck_bf16> {
   typedef float acc;
@@ -43,13 +51,27 @@ template <> struct ck_traits<ck_bf16> {
   static __device__ __forceinline__ float load(ck_bf16 v) {
     return __uint_as_float(((unsigned int)v.bits) << 16);
   }
-  static __device__ __forceinline__ ck_bf16 store(float f) {  // round to nearest even, NaN stays NaN
-    unsigned int u = __float_as_uint(f);
+  // Round to nearest even, NaN stays NaN. sm_80 and newer: one cvt (F2FP; a NaN becomes the
+  // canonical 0x7fff); older: the bit arithmetic, about nine integer instructions an element,
+  // which left bfloat16 silu and sigmoid issue-bound at the copy bandwidth.
+  static __device__ __forceinline__ ck_bf16 store(float f) {
     ck_bf16 h;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+#else
+    unsigned int u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) { h.bits = (unsigned short)((u >> 16) | 0x40u); return h; }
     u += 0x7fffu + ((u >> 16) & 1u);
     h.bits = (unsigned short)(u >> 16);
+#endif
     return h;
+  }
+  static __device__ __forceinline__ unsigned int store2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+#else
+    return (unsigned int)store(lo).bits | ((unsigned int)store(hi).bits << 16);
+#endif
   }
 };
 
@@ -60,6 +82,23 @@ template <> struct ck_raw<8> { typedef uint2 type; };
 template <> struct ck_raw<4> { typedef unsigned int type; };
 template <> struct ck_raw<2> { typedef unsigned short type; };
 template <typename T, int V> union ck_pack { typename ck_raw<sizeof(T) * V>::type raw; T v[V]; };
+
+// po = the V results r rounded to T; 16-bit types round them in pairs (one cvt for two).
+template <typename T, int V, typename C>
+__device__ __forceinline__ void ck_store_pack(ck_pack<T, V>& po, const C (&r)[V]) {
+  typedef ck_traits<T> tr;
+  if constexpr (sizeof(T) == 2 && V % 2 == 0) {
+#pragma unroll
+    for (int k = 0; k < V; k += 2) {
+      const unsigned int w = tr::store2(r[k], r[k + 1]);
+      po.v[k].bits = (unsigned short)w;
+      po.v[k + 1].bits = (unsigned short)(w >> 16);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) po.v[k] = tr::store(r[k]);
+  }
+}
 
 #define CK_MAX_DIMS 8
 """

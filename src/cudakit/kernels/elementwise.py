@@ -25,7 +25,7 @@ SOURCE = PREAMBLE + r"""
 // Every functor carries one runtime parameter p (leaky_relu's negative slope; unused elsewhere).
 // Math in the accumulation type C: float for 16-bit and float32 data, double for float64.
 // F (ck_traits<T>::fast) is 0 for float32/float64 (exact math), 1 for float16 and 2 for bfloat16.
-// F >= 1: the fast intrinsics (__expf, __fdividef: a few float32 ulps) vanish in the final rounding
+// F >= 1: the fast forms (ex2.approx, rcp.approx: a few float32 ulps) vanish in the final rounding
 // to 8 or 11 mantissa bits, and without them bfloat16 gelu/silu/sigmoid are compute-bound.
 // F == 2: also tanh.approx (relative error 2^-11, a quarter of bfloat16's half ulp, 2^-9; too
 // close to float16's 2^-11 to keep its results correctly rounded): bfloat16 tanh was bound by
@@ -34,9 +34,14 @@ SOURCE = PREAMBLE + r"""
 // Every bfloat16 input gives a result within one ulp of the correctly rounded one
 // (tests/gpu/test_activations_gpu.py), except that ex2.approx flushes results below 2^-126 to 0:
 // results under about 2^-118 (silu(-88) = -5e-37) may come out 0.
-template <int F> __device__ __forceinline__ float ck_exp(float x) { return F ? __expf(x) : expf(x); }
+// ex2 and rcp in their flush-to-zero forms: without .ftz, sm_90 wraps each MUFU in a subnormal
+// fix-up (a compare and two multiplies). Flushed are only results under 2^-126, which the 16-bit
+// results below tolerate as stated above.
+__device__ __forceinline__ float ck_ex2_ftz(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+__device__ __forceinline__ float ck_rcp_ftz(float x) { float y; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+template <int F> __device__ __forceinline__ float ck_exp(float x) { return F ? ck_ex2_ftz(x * 1.4426950408889634f) : expf(x); }
 template <int F> __device__ __forceinline__ double ck_exp(double x) { return exp(x); }
-template <int F> __device__ __forceinline__ float ck_fdiv(float a, float b) { return F ? __fdividef(a, b) : a / b; }
+template <int F> __device__ __forceinline__ float ck_fdiv(float a, float b) { return F ? a * ck_rcp_ftz(b) : a / b; }
 template <int F> __device__ __forceinline__ double ck_fdiv(double a, double b) { return a / b; }
 template <int F> __device__ __forceinline__ float ck_tanh(float x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750   // tanh.approx: sm_75 and newer
@@ -62,7 +67,7 @@ template <int F> __device__ __forceinline__ double ck_tanh(double x) { return ta
 __device__ __forceinline__ void ck_cdf_pdf_fast(float x, float& cdf, float& e) {
   const float w = fminf(fabsf(x) * 0.849321800288019f, 12.011224087864498f);
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-w * w));                // exp(-x^2 / 2)
-  const float th = __fdividef(0.5f, fmaf(0.41627730557884884f, w, 1.0f));   // t / 2
+  const float th = 0.5f * ck_rcp_ftz(fmaf(0.41627730557884884f, w, 1.0f));   // t / 2
   const float t = th + th;
   float q = -0.057262344f;
   q = fmaf(q, t, -0.011670178f); q = fmaf(q, t, 0.306410215f); q = fmaf(q, t, 0.187447942f);
@@ -97,7 +102,7 @@ template <int F, typename C> __device__ __forceinline__ void ck_cdf_pdf(C x, C& 
 // 1 / inf = 0, as the limit; below -87 both forms give 0, ex2.approx flushing to zero).
 template <int F, typename C> __device__ __forceinline__ C ck_sigmoid(C x) {
   if constexpr (F != 0 && sizeof(C) == 4) {
-    return __fdividef(1.0f, 1.0f + __expf(-x));
+    return ck_rcp_ftz(1.0f + ck_ex2_ftz(x * -1.4426950408889634f));
   } else {
     const C e = ck_exp<F>(x > C(0) ? -x : x);
     return ck_fdiv<F>(x > C(0) ? C(1) : e, C(1) + e);
@@ -111,7 +116,7 @@ template <int F, typename C> __device__ __forceinline__ C ck_gelu_sig(C x) {
     const float a = -2.302208198144325f, b = -0.1029432395800235f;
     float e;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * fmaf(b, x * x, a)));
-    return __fdividef(1.0f, 1.0f + e);
+    return ck_rcp_ftz(1.0f + e);
   } else {
     const C k0 = C(0.7978845608028654), k1 = C(0.044715);
     return ck_sigmoid<F>(C(2) * k0 * (x + k1 * x * x * x));
@@ -231,9 +236,11 @@ __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, 
     for (int u = 0; u < U; ++u) {
       const long long i = base + (long long)u * blockDim.x;
       if (i < nv) {
-        ck_pack<T, V> po;
+        typename tr::acc r[V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) po.v[k] = tr::store(op.template f<tr::fast>(tr::load(pa[u].v[k]), tr::load(pb[u].v[k])));
+        for (int k = 0; k < V; ++k) r[k] = op.template f<tr::fast>(tr::load(pa[u].v[k]), tr::load(pb[u].v[k]));
+        ck_pack<T, V> po;
+        ck_store_pack(po, r);
         ck_st(ro + i, po.raw);
       }
     }
@@ -265,9 +272,11 @@ __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long
     for (int u = 0; u < U; ++u) {
       const long long i = base + (long long)u * blockDim.x;
       if (i < nv) {
-        ck_pack<T, V> po;
+        typename tr::acc r[V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) po.v[k] = tr::store(op.template f<tr::fast>(tr::load(px[u].v[k])));
+        for (int k = 0; k < V; ++k) r[k] = op.template f<tr::fast>(tr::load(px[u].v[k]));
+        ck_pack<T, V> po;
+        ck_store_pack(po, r);
         ck_st(ro + i, po.raw);
       }
     }
