@@ -69,7 +69,7 @@ def fields_ew(tmp_path):
     recent, seen, state = [], {}, {"next": 0x7D0000000000, "device": 0}
 
     def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        seen.update(f=f, dims=(gx, gy, gz, bx, by, bz), raw=[ctypes.string_at(params[i], 8) for i in range(5)])
+        seen.update(f=f, dims=(gx, gy, gz, bx, by, bz), smem=smem, raw=[ctypes.string_at(params[i], 8) for i in range(5)])
         return 0
     cb = LAUNCH(fake_launch)
     m.set_launch(ctypes.cast(cb, ctypes.c_void_p).value)
@@ -90,7 +90,7 @@ def fields_ew(tmp_path):
 
 def _table(dtype="float32", vec=4, dev=0):
     from cudakit.kernels.elementwise import ew_key
-    return {ew_key(np.dtype(dtype), dev, vec): (0xF00, 1024, 256, "k<T>", (256, 1, 1))}
+    return {ew_key(np.dtype(dtype), dev, vec): (0xF00, 1024, 256, "k<T>", (256, 1, 1), 56320)}
 
 
 def _ptrs(seen, k):
@@ -110,6 +110,7 @@ def test_ew_reads_fields_and_builds_the_output_through_cupy(fields_ew, ctor):
     assert _ptrs(seen, 3) == [a.data.ptr, b.data.ptr, out.data.ptr] and out.data.ptr >= 0x7D0000000000
     assert struct.unpack("<q", seen["raw"][3])[0] == 2100 and struct.unpack("<d", seen["raw"][4])[0] == 0.5
     assert seen["dims"] == (3, 1, 1, 256, 1, 1) and recent[-1] == ("k<T>", (3, 1, 1), (256, 1, 1))
+    assert seen["smem"] == 56320  # the entry's shared bytes (a blocks-per-SM cap) reach the launch
     s = m.ew(_table(), cp.ndarray((), np.float32, _fake(0x7C0000200000)), None, 0.0)  # 0-d: one element
     assert s.shape == () and struct.unpack("<q", seen["raw"][2])[0] == 1
     z = m.ew(_table(), cp.ndarray((4, 0, 2), np.float32, _fake(0x7C0000300000)), None, 0.0)

@@ -87,12 +87,13 @@ def test_fast_math_only_for_16_bit_storage(tmp_path):
 
 
 def test_contiguous_kernel_shapes_follow_the_tuned_table():
-    from cudakit.kernels import elementwise as ew
-    assert ("div", "float32") not in ew.TUNED and ew.contig_config("div", "float32") == (ew.UNROLL, ew.THREADS)
-    assert ("gelu_erf", "bfloat16") not in ew.TUNED and ew.contig_config("gelu_erf", "bfloat16") == (ew.UNROLL, ew.HEAVY_THREADS)
-    assert ew.contig_config("gelu_erf", "float32") == (ew.UNROLL, ew.THREADS)
-    for (op, dt), (u, t) in ew.TUNED.items():
-        assert ew.contig_config(op, dt) == (u, t) and 1 <= u <= 8 and 32 <= t <= 1024 and t % 32 == 0
+    from cudakit.kernels import elementwise as ew, ew_shapes
+    assert ("div", "float32") not in ew.TUNED and ew.contig_config("div", "float32") == (ew.UNROLL, ew.THREADS, 0)
+    assert ("gelu_erf", "bfloat16") not in ew.TUNED and ew.contig_config("gelu_erf", "bfloat16") == (ew.UNROLL, ew.HEAVY_THREADS, 0)
+    assert ew.contig_config("gelu_erf", "float32") == (ew.UNROLL, ew.THREADS, 0)
+    for (op, dt), shape in ew.TUNED.items():
+        u = shape[0]
+        assert ew.contig_config(op, dt) == ew_shapes.full(shape) and ew_shapes.valid(shape)
         assert ew._expr("contig", op, dt, 1).endswith(f", 1, {u}>")
     for name in ew.name_expressions():  # every contiguous instantiation carries its op's U
         if "_contig<" in name:

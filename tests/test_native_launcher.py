@@ -317,11 +317,12 @@ def _key(dtype, dev, vec):
 def test_ew_launches_with_the_table_entry_and_packs_the_parameters(ew):
     m, recent, _ = ew
     seen, _cb = _recorder(m, [8, 8, 8, 8, 8])
-    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k<float>", (256, 1, 1))}
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k<float>", (256, 1, 1), 37888)}
     a, b = _FakeArray((3, 5000), "float32"), _FakeArray((3, 5000), "float32")
     out = m.ew(table, a, b, 0.25)
     assert isinstance(out, _FakeArray) and out.shape == (3, 5000) and out.dtype == a.dtype
     assert seen["f"] == 0xF00 and seen["dims"] == (4, 1, 1, 256, 1, 1) and seen["stream"] == 0x5555
+    assert seen["smem"] == 37888   # the entry's shared bytes: its blocks-per-SM cap
     ptrs = [struct.unpack("<Q", r)[0] for r in seen["raw"][:3]]
     assert ptrs == [a.data.ptr, b.data.ptr, out.data.ptr]
     assert struct.unpack("<q", seen["raw"][3])[0] == 15000
@@ -332,7 +333,7 @@ def test_ew_launches_with_the_table_entry_and_packs_the_parameters(ew):
 def test_ew_unary_and_unaligned_inputs_use_their_own_entries(ew):
     m, recent, _ = ew
     seen, _cb = _recorder(m, [8, 8, 8, 8])
-    table = {_key("float16", 0, 1): (0xA, 1024, 128, "scalar", (128, 1, 1))}
+    table = {_key("float16", 0, 1): (0xA, 1024, 128, "scalar", (128, 1, 1), 0)}
     x = _FakeArray((7,), "float16", ptr=0x100002)      # not 16-byte aligned: vector width 1
     out = m.ew(table, x, None, 0.0)
     assert out is not None and seen["f"] == 0xA and seen["dims"][:4] == (1, 1, 1, 128)
@@ -344,8 +345,8 @@ def test_ew_unary_and_unaligned_inputs_use_their_own_entries(ew):
 def test_ew_declines_what_the_python_path_must_handle(ew):
     m, recent, _ = ew
     seen, _cb = _recorder(m, [])
-    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1)),
-             _key("float32", 1, 4): (0xF01, 4096, 256, "k", (256, 1, 1))}
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1), 0),
+             _key("float32", 1, 4): (0xF01, 4096, 256, "k", (256, 1, 1), 0)}
     a = _FakeArray((8,), "float32")
     cases = [
         (_FakeArray((8,), "float32", contiguous=False), a),
@@ -383,7 +384,7 @@ def test_ew_takes_device_and_stream_from_cupys_c_functions(ew):
     seen, _cb = _recorder(m, [8, 8, 8, 8])
     m.fast_setup(_FakeArray, _capsule(_GETDEV, _SIG_DEV), _capsule(_STREAM, _SIG_STREAM), recent.append,
                  lambda status, rec: None)
-    table = {_key("float32", 1, 4): (0xF01, 4096, 256, "k", (256, 1, 1))}
+    table = {_key("float32", 1, 4): (0xF01, 4096, 256, "k", (256, 1, 1), 0)}
     x = _FakeArray((8,), "float32", dev=1)
     assert m.ew(table, x, None, 0.0) is None        # device 0 is current: declined
     _FakeArray.device = 1
@@ -405,7 +406,7 @@ def test_fast_setup_refuses_a_capsule_with_another_signature(ew):
 def test_ew_empty_arrays_launch_nothing_and_errors_go_to_on_error(ew):
     m, recent, errors = ew
     seen, _cb = _recorder(m, [], result=700)
-    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1))}
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1), 0)}
     e = m.ew(table, _FakeArray((0, 3), "float32"), None, 0.0)
     assert e.shape == (0, 3) and not seen
     with pytest.raises(RuntimeError, match="launch failed with 700"):
@@ -500,7 +501,7 @@ def test_a_hold_keeps_the_fast_paths_closed_and_a_cycle_through_a_launch_is_coll
     import weakref
     m, recent, _ = ew
     seen, _cb = _recorder(m, [8, 8, 8, 8])
-    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1))}
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1), 0)}
     x = _FakeArray((8,), "float32")
     m.fast_hold(1)
     m.fast_gate(True)                        # a Python path cannot reopen what a profile holds
@@ -526,8 +527,8 @@ def test_ew_records_and_dtype_facts_follow_each_call(ew):
     never served to a call with another entry, grid or dtype."""
     m, recent, _ = ew
     seen, _cb = _recorder(m, [8, 8, 8, 8])
-    table = {_key("float32", 0, 4): (0xF0, 1024, 256, "f32", (256, 1, 1)),
-             _key("float16", 0, 8): (0xF1, 2048, 128, "f16", (128, 1, 1))}
+    table = {_key("float32", 0, 4): (0xF0, 1024, 256, "f32", (256, 1, 1), 0),
+             _key("float16", 0, 8): (0xF1, 2048, 128, "f16", (128, 1, 1), 0)}
     calls = [((4096,), "float32", "f32", 4), ((4096,), "float16", "f16", 2), ((4096,), "float32", "f32", 4),
              ((5000,), "float32", "f32", 5), ((2, 2048), "float16", "f16", 2)]
     for shape, dt, name, gx in calls:
@@ -562,7 +563,7 @@ def test_ew_allocates_through_the_counting_allocator_only_while_it_is_cupys(mem)
     m.fast_setup(_FakeArray, lambda: _FakeArray.device, lambda: _Stream(), [].append, print)
     m.fast_alloc(_capsule(getalloc, _SIG_GETALLOC))
     m.fast_gate(True)
-    table = {_key("float32", 0, 4): (0xF0, 1024, 256, "k", (256, 1, 1))}
+    table = {_key("float32", 0, 4): (0xF0, 1024, 256, "k", (256, 1, 1), 0)}
     out = m.ew(table, _FakeArray((1000,), "float32"), None, 0.0)
     assert out.memptr.ptr == out.data.ptr == 0x10000 and m.mem_counts(0)[:3] == (1, 0, 4096)
     assert struct.unpack("<Q", seen["raw"][1])[0] == 0x10000   # the kernel writes there
@@ -582,8 +583,8 @@ def test_ew_allocates_through_the_counting_allocator_only_while_it_is_cupys(mem)
 def test_ew_writes_into_out_when_it_matches_and_declines_a_shifted_view(ew):
     m, recent, _ = ew
     seen, _cb = _recorder(m, [8, 8, 8, 8, 8])
-    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1)),
-             _key("float32", 0, 1): (0xF01, 1024, 256, "k1", (256, 1, 1))}
+    table = {_key("float32", 0, 4): (0xF00, 4096, 256, "k", (256, 1, 1), 0),
+             _key("float32", 0, 1): (0xF01, 1024, 256, "k1", (256, 1, 1), 0)}
     a, b, o = (_FakeArray((64,), "float32") for _ in range(3))
     assert m.ew(table, a, b, 0.0, o) is o
     assert [struct.unpack("<Q", r)[0] for r in seen["raw"][:3]] == [a.data.ptr, b.data.ptr, o.data.ptr]

@@ -99,5 +99,8 @@ def test_elementwise_groups_are_one_op_in_one_dtype():
     from cudakit.kernels import elementwise as ew
     groups = ew._family.groups()
     assert len(groups) == len({**ew.BINARY_OPS, **ew.UNARY_OPS}) * len(FLOAT_DTYPE_NAMES)
-    assert groups[("ck_bf16", "ck_add")] == [ew._expr("contig", "add", "bfloat16", 8), ew._expr("contig", "add", "bfloat16", 1),
-                                            ew._expr("strided", "add", "bfloat16", None)]
+    # the default shape's U and the U of each model's shipped shape (TUNED_BY_MODEL: H100 U=1)
+    us = sorted({ew.contig_config("add", "bfloat16")[0], 1})
+    assert groups[("ck_bf16", "ck_add")] == [e for u in us for e in (ew._expr("contig", "add", "bfloat16", 8, u),
+                                                                       ew._expr("contig", "add", "bfloat16", 1, u))] + [
+        ew._expr("strided", "add", "bfloat16", None)]

@@ -149,7 +149,8 @@ def cmd_tune(args) -> int:
     def show(op, dtype, best, med):
         static = ew.contig_config(op, dtype)
         vs = f"  {med[static] / med[best]:.3f}x the untuned {static}" if static in med else ""
-        print(f"{op:<22} {dtype:<9} U={best[0]} threads={best[1]:<5} {med[best]:.4f} ms{vs}", flush=True)
+        cap = f"cap={best[2]}" if best[2] else "uncapped"
+        print(f"{op:<22} {dtype:<9} U={best[0]} threads={best[1]:<5} {cap:<8} {med[best]:.4f} ms{vs}", flush=True)
     ops = set(args.ops.split(",")) if args.ops else None
     _, path, _ = tune_elementwise(ops, tuple(args.dtype.split(",")), args.rounds, progress=show)
     print(f"wrote {path}")

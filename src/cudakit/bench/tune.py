@@ -1,8 +1,8 @@
 """`cudakit tune`: measure the kernel shape of each contiguous elementwise op on this GPU.
 
 For every elementwise and activation case of the benchmark (2^28 elements; float32 and bfloat16
-unless asked otherwise) the public call (cudakit.relu, ...) is timed with each candidate (U, threads)
-of kernels/ew_shapes.py, the candidates interleaved round by round so that drift in the GPU's state
+unless asked otherwise) the public call (cudakit.relu, ...) is timed with each candidate (U, threads,
+blocks-per-SM cap) of kernels/ew_shapes.py, the candidates interleaved round by round so that drift in the GPU's state
 hits them alike; the fastest is stored for this GPU's UUID and used by every later process on it.
 Why per GPU: see kernels/ew_shapes.py.
 """
@@ -26,18 +26,25 @@ def kernel_op(label: str) -> str:
     return _OP_OF_LABEL.get(label, label)
 
 
-def compile_candidates(cases) -> None:
-    """Every candidate instantiation of the cases' ops compiled up front, a few NVRTC calls in
-    parallel (one by one on first launch would take minutes)."""
+def compile_candidates(cases, extra=()) -> None:
+    """Every candidate instantiation of the cases' ops (and of the `extra` shapes) compiled up
+    front, a few NVRTC calls in parallel (one by one on first launch would take minutes)."""
     exprs = {ew._expr("contig", kernel_op(c.op), c.dtype, vec_width(c.dtype), u)
-             for c in cases for u, _ in candidates(kernel_op(c.op), c.dtype)}
+             for c in cases for u, *_ in candidates(kernel_op(c.op), c.dtype) + tuple(extra)}
     chunks = [sorted(exprs)[i::8] for i in range(8)]
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(ew._family.add, [ch for ch in chunks if ch]))
 
 
-def candidates(op: str, dtype: str) -> tuple:
-    return ew_shapes.HEAVY_CANDIDATES if ew.is_heavy(op, dtype) else ew_shapes.CANDIDATES
+def candidates(op: str, dtype: str, dev: int | None = None) -> tuple:
+    """The shapes to try for op in dtype; on device dev without the capped ones where it does not
+    report its shared memory per SM (a cap could not be expressed there)."""
+    c = ew_shapes.HEAVY_CANDIDATES if ew.is_heavy(op, dtype) else ew_shapes.CANDIDATES
+    if dev is not None:
+        from ..runtime.device import get_device_info
+        if not get_device_info(dev).max_shared_memory_per_multiprocessor:
+            c = tuple(s for s in c if not s[2])
+    return c
 
 
 def use(dev: int, op: str, dtype: str, shape) -> None:
@@ -53,7 +60,7 @@ def use(dev: int, op: str, dtype: str, shape) -> None:
 
 def tune_elementwise(ops=None, dtypes=("float32", "bfloat16"), rounds: int = 3, progress=None) -> tuple:
     """Tune the ops (bench case labels; None: all) for each dtype on the current GPU; returns
-    ({(op, dtype): (U, threads)}, the file written, {(op, dtype): {shape: median ms}})."""
+    ({(op, dtype): (U, threads, cap)}, the file written, {(op, dtype): {shape: median ms}})."""
     import cupy as cp
     from ..runtime.device import get_device_info
     env = runner.make_env(False, False, tuple(dtypes), set())
@@ -75,7 +82,7 @@ def tune_elementwise(ops=None, dtypes=("float32", "bfloat16"), rounds: int = 3, 
         before = ew_shapes.shapes(dev).get((op, c.dtype))
         try:
             for _ in range(rounds):
-                for shape in candidates(op, c.dtype):
+                for shape in candidates(op, c.dtype, dev):
                     use(dev, op, c.dtype, shape)
                     ms.setdefault(shape, []).append(timing.time_gpu(fn, 3, 10)["median_ms"])
         finally:

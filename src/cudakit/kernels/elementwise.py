@@ -62,16 +62,16 @@ template <int F> __device__ __forceinline__ double ck_tanh(double x) { return ta
 // exp(-x^2 / 2) = 2^(-w^2): one ex2.approx serves Phi and phi. Relative error of Phi < 3.7e-5 in
 // float32 arithmetic (checked against math.erfc on 8e5 points in [-20, 20]), far below a 16-bit
 // ulp (2^-8, 2^-11); about half the instructions of erfcf, which left bfloat16 gelu_erf at 0.6 of
-// the copy bandwidth. w is clamped where z = 10 (erfc(10) = 2e-45 is 0 in float32): the fast
-// divide is undefined for huge denominators. A NaN x reaches gelu's result through the factor x.
+// the copy bandwidth. Q is evaluated in t / 2 (its coefficients times 2^k, exact), one add fewer.
+// No clamp of w: rcp.approx of an infinite denominator is 0, so |x| = inf gives r = 0; a NaN x
+// reaches gelu's result through the factor x.
 __device__ __forceinline__ void ck_cdf_pdf_fast(float x, float& cdf, float& e) {
-  const float w = fminf(fabsf(x) * 0.849321800288019f, 12.011224087864498f);
+  const float w = fabsf(x) * 0.849321800288019f;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-w * w));                // exp(-x^2 / 2)
   const float th = 0.5f * ck_rcp_ftz(fmaf(0.41627730557884884f, w, 1.0f));   // t / 2
-  const float t = th + th;
-  float q = -0.057262344f;
-  q = fmaf(q, t, -0.011670178f); q = fmaf(q, t, 0.306410215f); q = fmaf(q, t, 0.187447942f);
-  q = fmaf(q, t, 0.293784662f); q = fmaf(q, t, 0.281264119f);
+  float q = -1.832395f;   // Q(t) = sum a_k t^k = sum (a_k 2^k) th^k
+  q = fmaf(q, th, -0.18672284f); q = fmaf(q, th, 2.4512818f); q = fmaf(q, th, 0.74979174f);
+  q = fmaf(q, th, 0.5875693f); q = fmaf(q, th, 0.28126413f);
   const float r = th * e * q;   // 0.5 erfc(|x| / sqrt2) = Phi(-|x|)
   cdf = x > 0.0f ? 1.0f - r : r;
 }
@@ -333,11 +333,12 @@ UNARY_OPS = {"relu": "ck_relu", "leaky_relu": "ck_leaky", "sigmoid": "ck_sigm", 
              "add_scalar": "ck_add_s", "sub_scalar": "ck_sub_s", "rsub_scalar": "ck_rsub_s",
              "mul_scalar": "ck_mul_s", "div_scalar": "ck_div_s", "rdiv_scalar": "ck_rdiv_s"}
 THREADS = 256
-# Compute-heavy ops on 16-bit data: their contiguous kernels hold about 96 registers, so 256-thread
-# blocks leave 2 blocks (16 warps) per SM; 128-thread blocks fit 5 (20 warps), which hides more
+# Compute-heavy ops on 16-bit data: their contiguous kernels held about 96 registers, so 256-thread
+# blocks left 2 blocks (16 warps) per SM; 128-thread blocks fit 5 (20 warps), which hid more
 # arithmetic latency (bfloat16, H100, 2^28 elements, an unroll x block-size sweep, 2026-11-22:
 # gelu_tanh_backward 0.95x -> 1.00x torch; gelu_erf_backward 0.89x -> 0.97x before the shared-ex2
-# form, 0.99x after it at either block size).
+# form, 0.99x after it at either block size). Since the paired cvt stores (2026-11-26) they hold
+# 32-40 registers at U <= 2; the 128-thread default stays for GPUs without a shipped table.
 HEAVY_OPS = {"gelu_tanh_backward", "gelu_erf", "gelu_erf_backward"}
 HEAVY_THREADS = 128
 UNROLL = 4  # U, 16-byte loads in flight per thread and input, unless TUNED says otherwise
@@ -375,6 +376,38 @@ TUNED: dict = {
 # 2026-11-23, x torch): (1, 512) led on one (f32 1.007/1.008, bf16 1.004) and trailed on another
 # (f32 0.994, bf16 0.988), where the torch-like (1, 128) led (1.005, 1.000). (1, 256) was within
 # 0.3% of the leader on both (f32 1.004 and 1.002, bf16 1.001 and 0.999): the robust choice.
+# Per GPU model, ahead of TUNED (a `cudakit tune` of the GPU itself still wins): (U, threads, cap),
+# the cap a bound on resident blocks per SM (ew_shapes.CANDIDATES says why). H100 SXM: the best
+# mean x torch over two sweeps of scripts/ew_variants.py on GPU-d9b7cc76, 2026-11-26 01:05 UTC
+# (with the extra shapes 2:256:6 4:256:4 4:128:6 4:128:8 in the second); the capped shapes were
+# also the leaders on GPU-17df4f59 (.carry A/B, same day). The cap is model-specific: on an H200
+# every capped shape was 1-4% slower than the uncapped ones.
+TUNED_BY_MODEL: dict = {
+    "NVIDIA H100 80GB HBM3": {
+        ("add", "float32"): (1, 256, 6), ("add", "bfloat16"): (1, 256, 6),
+        ("sub", "float32"): (1, 256, 6), ("sub", "bfloat16"): (1, 256, 6),
+        ("mul", "float32"): (1, 256, 6), ("mul", "bfloat16"): (1, 256, 6),
+        ("div", "float32"): (1, 256, 6), ("div", "bfloat16"): (1, 256, 6),
+        ("relu_backward", "float32"): (1, 256, 6), ("relu_backward", "bfloat16"): (1, 256, 6),
+        ("leaky_relu_backward", "float32"): (1, 256, 6), ("leaky_relu_backward", "bfloat16"): (1, 256, 6),
+        ("silu_backward", "float32"): (1, 256, 6), ("silu_backward", "bfloat16"): (1, 256, 6),
+        ("sigmoid_backward", "float32"): (1, 256, 6), ("sigmoid_backward", "bfloat16"): (1, 256, 6),
+        ("tanh_backward", "float32"): (1, 512, 3), ("tanh_backward", "bfloat16"): (1, 256, 6),
+        ("gelu_tanh_backward", "float32"): (4, 256, 0), ("gelu_tanh_backward", "bfloat16"): (1, 256, 0),
+        ("gelu_erf_backward", "float32"): (2, 512, 0), ("gelu_erf_backward", "bfloat16"): (2, 256, 5),
+        ("add_scalar", "float32"): (4, 256, 3), ("add_scalar", "bfloat16"): (4, 256, 3),
+        ("sub_scalar", "float32"): (4, 256, 3), ("sub_scalar", "bfloat16"): (4, 256, 3),
+        ("mul_scalar", "float32"): (2, 256, 5), ("mul_scalar", "bfloat16"): (4, 256, 3),
+        ("div_scalar", "float32"): (4, 256, 3), ("div_scalar", "bfloat16"): (2, 256, 5),
+        ("relu", "float32"): (2, 256, 5), ("relu", "bfloat16"): (2, 256, 5),
+        ("leaky_relu", "float32"): (4, 256, 3), ("leaky_relu", "bfloat16"): (2, 256, 5),
+        ("tanh", "float32"): (2, 256, 5), ("tanh", "bfloat16"): (2, 256, 5),
+        ("silu", "float32"): (4, 256, 4), ("silu", "bfloat16"): (2, 256, 6),
+        ("sigmoid", "float32"): (4, 256, 4), ("sigmoid", "bfloat16"): (4, 128, 6),
+        ("gelu_tanh", "float32"): (4, 256, 0), ("gelu_tanh", "bfloat16"): (4, 128, 8),
+        ("gelu_erf", "float32"): (4, 256, 0), ("gelu_erf", "bfloat16"): (2, 256, 6),
+    },
+}
 
 
 def is_heavy(op: str, dtype_name: str) -> bool:
@@ -383,15 +416,38 @@ def is_heavy(op: str, dtype_name: str) -> bool:
 
 
 def contig_config(op: str, dtype_name: str, dev: int | None = None) -> tuple:
-    """(U, threads per block) of op's contiguous kernel for this dtype: the shape `cudakit tune`
-    stored for device `dev` (kernels/ew_shapes.py), else TUNED's, else the default."""
-    c = ew_shapes.shapes(dev).get((op, dtype_name)) if dev is not None else None
+    """(U, threads per block, blocks per SM cap or 0) of op's contiguous kernel for this dtype:
+    the shape `cudakit tune` stored for device `dev` (kernels/ew_shapes.py), else the one
+    TUNED_BY_MODEL gives dev's model, else TUNED's, else the default."""
+    c = None
+    if dev is not None:
+        c = ew_shapes.shapes(dev).get((op, dtype_name))
+        if c is None:
+            c = TUNED_BY_MODEL.get(ew_shapes.model(dev), {}).get((op, dtype_name))
     if c is None:
         c = TUNED.get((op, dtype_name))
     if c is not None:
-        return c
+        return ew_shapes.full(c)
     heavy = is_heavy(op, dtype_name)
-    return UNROLL, HEAVY_THREADS if heavy else THREADS
+    return UNROLL, HEAVY_THREADS if heavy else THREADS, 0
+
+
+def cap_shared_memory(dev: int, cap: int) -> int:
+    """Dynamic shared memory per block that lets at most `cap` blocks reside on one SM of device
+    dev (0 for no cap). Why a cap: on the H100 a one- or two-input kernel at full occupancy keeps
+    more loads in flight than HBM serves best; 3-6 resident blocks were up to 1.5% faster
+    (see ew_shapes.CANDIDATES). Raises where the device cannot express the cap."""
+    if not cap:
+        return 0
+    from ..runtime.device import get_device_info
+    info = get_device_info(dev)
+    if not info.max_shared_memory_per_multiprocessor:
+        raise ValueError(f"device {dev} does not report its shared memory per SM: no blocks-per-SM cap")
+    smem = info.max_shared_memory_per_multiprocessor // cap - info.reserved_shared_memory_per_block
+    if smem > info.max_shared_memory_per_block_optin or smem < 0:
+        raise ValueError(f"a cap of {cap} blocks per SM needs {smem} bytes of shared memory a block; "
+                         f"device {dev} allows 0..{info.max_shared_memory_per_block_optin}")
+    return smem
 
 
 def _expr(kind: str, op: str, dtype_name: str, vec: int | None, unroll: int | None = None) -> str:
@@ -404,12 +460,15 @@ def _expr(kind: str, op: str, dtype_name: str, vec: int | None, unroll: int | No
 
 
 def name_expressions() -> list[str]:
-    """Every template instantiation this module launches."""
+    """Every template instantiation this module launches (the contiguous kernels with the U of
+    the default shape and of each model's, so that one compile per op and dtype serves them)."""
     out = []
     for op in (*BINARY_OPS, *UNARY_OPS):
         for dt in FLOAT_DTYPE_NAMES:
-            out += [_expr("contig", op, dt, vec_width(dt)), _expr("contig", op, dt, 1),
-                    _expr("strided", op, dt, None)]
+            us = {contig_config(op, dt)[0]} | {m[(op, dt)][0] for m in TUNED_BY_MODEL.values() if (op, dt) in m}
+            for u in sorted(us):
+                out += [_expr("contig", op, dt, vec_width(dt), u), _expr("contig", op, dt, 1, u)]
+            out.append(_expr("strided", op, dt, None))
     return out
 
 
@@ -467,7 +526,7 @@ def _contiguous(x) -> bool:
 
 
 _fast: dict = {}  # (op, dtype, device, vec) -> (expr, FastLauncher, elements per block)
-# op -> {ew_key: (CUfunction, elements per block, threads, name, block)}: the kernels the native
+# op -> {ew_key: (CUfunction, elements per block, threads, name, block, shared bytes)}: the kernels the native
 # tiny-op path (runtime/_native.c `ew`) may launch; filled here as the Python path first meets them.
 EW_TABLES: dict = {op: {} for op in (*BINARY_OPS, *UNARY_OPS)}
 
@@ -492,14 +551,20 @@ def _contig_entry(op, dtype, dev, vec):
         from ..backends.base import supported_dtypes
         from ..runtime.fastlaunch import FastLauncher
         name = supported_dtypes()[dtype]
-        unroll, threads = contig_config(op, name, dev)
+        unroll, threads, cap = contig_config(op, name, dev)
         expr = _expr("contig", op, name, vec, unroll)
         f = _function(dev, expr)
+        smem = cap_shared_memory(dev, cap)
+        if smem > 48 * 1024:  # above 48 KiB a kernel must opt in
+            _cupy.loaded_cupy().cuda.driver.funcSetAttribute(f.ptr, _MAX_DYNAMIC_SHARED, smem)
         # parameters: the input pointers, out, n (int64), p (double)
         fl = FastLauncher(f.ptr, ("QQ" if op in BINARY_OPS else "Q") + "QQd")
-        e = _fast[key] = (expr, fl, threads * unroll * vec, threads, (threads, 1, 1))
-        EW_TABLES[op][ew_key(dtype, dev, vec)] = (f.ptr, e[2], threads, expr, e[4])
+        e = _fast[key] = (expr, fl, threads * unroll * vec, threads, (threads, 1, 1), smem)
+        EW_TABLES[op][ew_key(dtype, dev, vec)] = (f.ptr, e[2], threads, expr, e[4], smem)
     return e
+
+
+_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
 def _launch_contig(op, inputs: tuple, ptrs: tuple, out, n: int, dev: int, p: float):
@@ -511,7 +576,7 @@ def _launch_contig(op, inputs: tuple, ptrs: tuple, out, n: int, dev: int, p: flo
     dt = out.dtype
     vec = _VEC.get(dt) or vec_width(dt) if not al & 15 else 1
     e = _fast.get((op, dt, dev, vec)) or _contig_entry(op, dt, dev, vec)
-    expr, fl, tile, threads, block = e
+    expr, fl, tile, threads, block, smem = e
     gx = min((n + tile - 1) // tile, MAX_GRID_X)
     blocking = _launch._blocking
     if blocking is None:
@@ -523,16 +588,16 @@ def _launch_contig(op, inputs: tuple, ptrs: tuple, out, n: int, dev: int, p: flo
         nl = fl._native
         try:
             if nl is not None:  # the native launcher, called directly: one Python frame less
-                r = nl(fl.func, gx, 1, 1, threads, 1, 1, 0, _stream().ptr, fl._bcodes, *ptrs, optr, n, p)
+                r = nl(fl.func, gx, 1, 1, threads, 1, 1, smem, _stream().ptr, fl._bcodes, *ptrs, optr, n, p)
                 if r:
                     raise _cupy.loaded_cupy().cuda.driver.CUDADriverError(r)
             else:
-                fl(gx, threads, (*ptrs, optr, n, p), _stream().ptr)
+                fl(gx, threads, (*ptrs, optr, n, p), _stream().ptr, smem=smem)
         except _cupy.loaded_cupy().cuda.driver.CUDADriverError as err:
             raise LaunchError(str(err), expr, (gx, 1, 1), block) from None
     else:
         _launch_function(expr, _function(dev, expr), (gx, 1, 1), block,
-                         (*inputs, out, np.int64(n), np.float64(p)), 0, None)
+                         (*inputs, out, np.int64(n), np.float64(p)), smem, None)
     return out
 
 

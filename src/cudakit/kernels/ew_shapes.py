@@ -18,12 +18,31 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# the shapes `cudakit tune` tries: light ops (one or two loads and a few instructions per element)
-# and the 16-bit transcendental ops, whose registers cap the threads per SM
-CANDIDATES = ((2, 512), (1, 512), (1, 256), (1, 128), (2, 128), (2, 256), (4, 256))
-HEAVY_CANDIDATES = ((4, 128), (2, 256), (2, 128), (1, 256), (1, 128))
+# A shape is (U, threads, cap): cap > 0 lets at most cap blocks reside on an SM (through dynamic
+# shared memory, elementwise.cap_shared_memory), 0 leaves occupancy to the registers. The shapes
+# `cudakit tune` tries: light ops (one or two loads and a few instructions per element), and for the
+# 16-bit heavy ops (elementwise.HEAVY_OPS) also their untuned default. The capped ones: on an H100
+# (GPU-17df4f59, 2026-11-26, kernels launched directly against torch) full occupancy keeps more
+# bytes in flight than HBM serves best: bfloat16 add 1.014x torch at (1, 256, 6), the uncapped
+# shapes at most 1.004x; float32 relu 1.010x at (2, 256, 4), uncapped at most 0.994x. On an H200
+# (more bandwidth) every cap was slower.
+CANDIDATES = ((2, 512, 0), (1, 512, 0), (1, 256, 0), (1, 128, 0), (2, 128, 0), (2, 256, 0), (4, 256, 0),
+              (1, 256, 6), (1, 512, 3), (2, 256, 4), (2, 256, 5), (2, 256, 6), (4, 256, 3), (4, 256, 4),
+              (4, 128, 6), (4, 128, 8))
+HEAVY_CANDIDATES = CANDIDATES + ((4, 128, 0),)
+MAX_CAP = 32  # resident blocks an SM can hold at most (sm_90)
 
-_by_device: dict[int, dict] = {}   # device index -> {(op, dtype name): (U, threads)}
+_by_device: dict[int, dict] = {}   # device index -> {(op, dtype name): (U, threads, cap)}
+
+
+def full(shape) -> tuple:
+    """(U, threads, cap) of a shape given as (U, threads) (no cap) or (U, threads, cap)."""
+    return (int(shape[0]), int(shape[1]), int(shape[2]) if len(shape) > 2 else 0)
+
+
+def valid(shape) -> bool:
+    u, t, cap = full(shape)
+    return 1 <= u <= 8 and 32 <= t <= 1024 and t % 32 == 0 and 0 <= cap <= MAX_CAP
 
 
 def path(uuid: str) -> Path:
@@ -36,8 +55,14 @@ def _uuid(dev: int) -> str | None:
     return get_device_info(dev).uuid
 
 
+def model(dev: int) -> str:
+    """Device dev's model name (elementwise.TUNED_BY_MODEL's key)."""
+    from ..runtime.device import get_device_info
+    return get_device_info(dev).name
+
+
 def shapes(dev: int) -> dict:
-    """{(op, dtype name): (U, threads)} stored for device `dev` (read once per process)."""
+    """{(op, dtype name): (U, threads, cap)} stored for device `dev` (read once per process)."""
     s = _by_device.get(dev)
     if s is None:
         s = _by_device[dev] = _read(_uuid(dev))
@@ -50,8 +75,7 @@ def _read(uuid: str | None) -> dict:
     p = path(uuid)
     try:
         raw = json.loads(p.read_text())["shapes"]
-        return {tuple(k.split(":")): (int(v[0]), int(v[1])) for k, v in raw.items()
-                if 1 <= int(v[0]) <= 8 and 32 <= int(v[1]) <= 1024 and int(v[1]) % 32 == 0}
+        return {tuple(k.split(":")): full(v) for k, v in raw.items() if len(v) in (2, 3) and valid(v)}
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
@@ -60,12 +84,12 @@ def _read(uuid: str | None) -> dict:
 
 
 def store(dev: int, found: dict, meta: dict) -> Path:
-    """Merge `found` ({(op, dtype name): (U, threads)}) into device dev's file (atomically) and
-    make it effective for kernels created from now on in this process."""
+    """Merge `found` ({(op, dtype name): (U, threads[, cap])}) into device dev's file (atomically)
+    and make it effective for kernels created from now on in this process."""
     uuid = _uuid(dev)
     if not uuid:
         raise RuntimeError(f"device {dev} reports no UUID: tuned shapes cannot be kept for it")
-    merged = {**_read(uuid), **found}
+    merged = {**_read(uuid), **{k: full(v) for k, v in found.items()}}
     p = path(uuid)
     p.parent.mkdir(parents=True, exist_ok=True)
     body = {**meta, "uuid": uuid, "shapes": {f"{op}:{dt}": list(s) for (op, dt), s in sorted(merged.items())}}

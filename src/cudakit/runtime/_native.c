@@ -385,8 +385,8 @@ static PyObject* mem_set_callback(PyObject* self, PyObject* fn) {
  * ew(table, x0, x1 or None, p): op(x0[, x1]) into a new array when the inputs are C-contiguous
  * arrays of one dtype and shape on the current device and `table` holds the kernel for
  * key = dtype.num * 4096 + device * 32 + vector width, as (CUfunction, elements per block,
- * threads, name, block tuple); else None, and the caller takes the Python path (which fills the
- * table). The kernel's parameters: the input pointers, out, n (int64), p (double). Closed by
+ * threads, name, block tuple, dynamic shared bytes); else None, and the caller takes the Python
+ * path (which fills the table). The kernel's parameters: the input pointers, out, n (int64), p (double). Closed by
  * fast_gate(False) while a profile is recording or launches are synchronous. */
 static PyObject *ck_nd, *ck_get_device, *ck_get_stream, *ck_recent, *ck_on_error;
 static int ck_gate;
@@ -808,14 +808,15 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   Py_INCREF(e); /* owned from here: what follows may run Python code */
   void* func = NULL;
   long long tile = 0;
-  long threads = 0;
-  if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5) {
-    PyErr_SetString(PyExc_TypeError, "an ew table entry is (CUfunction, elements per block, threads, name, block)");
+  long threads = 0, smem = 0;
+  if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 6) {
+    PyErr_SetString(PyExc_TypeError, "an ew table entry is (CUfunction, elements per block, threads, name, block, shared bytes)");
   } else if ((func = PyLong_AsVoidPtr(PyTuple_GET_ITEM(e, 0))) == NULL && PyErr_Occurred()) {
   } else if ((tile = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 1))) == -1 && PyErr_Occurred()) {
   } else if ((threads = PyLong_AsLong(PyTuple_GET_ITEM(e, 2))) == -1 && PyErr_Occurred()) {
-  } else if (tile <= 0 || threads <= 0 || threads > 1024) {
-    PyErr_SetString(PyExc_ValueError, "an ew table entry needs elements per block > 0 and 1..1024 threads");
+  } else if ((smem = PyLong_AsLong(PyTuple_GET_ITEM(e, 5))) == -1 && PyErr_Occurred()) {
+  } else if (tile <= 0 || threads <= 0 || threads > 1024 || smem < 0) {
+    PyErr_SetString(PyExc_ValueError, "an ew table entry needs elements per block > 0, 1..1024 threads and shared bytes >= 0");
   }
   if (PyErr_Occurred()) { Py_DECREF(e); ok = -1; goto done; }
   long long optr = 0, odev;
@@ -856,7 +857,7 @@ static PyObject* ew(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   ck_launch_fn fn = ck_launch;
   int r;
   Py_BEGIN_ALLOW_THREADS
-  r = fn(func, (unsigned)gx, 1, 1, (unsigned)threads, 1, 1, 0, (void*)(intptr_t)sptr, params, NULL);
+  r = fn(func, (unsigned)gx, 1, 1, (unsigned)threads, 1, 1, (unsigned)smem, (void*)(intptr_t)sptr, params, NULL);
   Py_END_ALLOW_THREADS
   PyObject* rec = ck_ew_record(e, gx);
   bad = rec == NULL || ck_launched_rec(r, rec);

@@ -28,6 +28,8 @@ class DeviceInfo:
     memory_bus_width: int | None
     pci_bus_id: str | None
     uuid: str | None
+    max_shared_memory_per_multiprocessor: int = 0   # 0: not reported
+    reserved_shared_memory_per_block: int = 0       # what the system keeps per resident block
 
     @property
     def peak_memory_bandwidth(self) -> float | None:
@@ -114,7 +116,9 @@ def get_device_info(i: int | None = None) -> DeviceInfo:
             warp_size=int(p["warpSize"]),
             memory_clock_khz=p.get("memoryClockRate") or attr(36),   # cudaDevAttrMemoryClockRate
             memory_bus_width=p.get("memoryBusWidth") or attr(37),    # cudaDevAttrGlobalMemoryBusWidth
-            pci_bus_id=pci, uuid=uuid if isinstance(uuid, str) else None)
+            pci_bus_id=pci, uuid=uuid if isinstance(uuid, str) else None,
+            max_shared_memory_per_multiprocessor=int(p.get("sharedMemPerMultiprocessor") or attr(81) or 0),
+            reserved_shared_memory_per_block=int(p.get("reservedSharedMemPerBlock") or attr(111) or 0))
     return _info_cache[i]
 
 
