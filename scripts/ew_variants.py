@@ -46,7 +46,7 @@ for c in cases:
         print(f"VARIANT {c.op:<20} {c.dtype:<8} U={s[0]} T={s[1]:<4} cap={s[2]} {m:6.0f} GB/s  x torch {m / base:.3f}"
               f"  (torch {base:.0f} GB/s)")
     top = max(med, key=med.get)
-    now = ew.contig_config(op, c.dtype)
+    now = ew.contig_config(op, c.dtype, dev)   # what this GPU launches untuned: its model's or TUNED's
     best.append(f"VARIANT-BEST {c.op:<20} {c.dtype:<8} best {top} x torch {med[top] / base:.3f}; "
                 f"shipped {now} x torch {med.get(now, float('nan')) / base:.3f}")
     env.xp.get_default_memory_pool().free_all_blocks()
