@@ -146,8 +146,10 @@ def cmd_tune(args) -> int:
         return 2
     from cudakit.bench.tune import tune_elementwise
 
+    dev = _cupy.cupy().cuda.runtime.getDevice()
+
     def show(op, dtype, best, med):
-        static = ew.contig_config(op, dtype)
+        static = ew.contig_config(op, dtype, dev)   # what the GPU launched untuned (its model's table)
         vs = f"  {med[static] / med[best]:.3f}x the untuned {static}" if static in med else ""
         cap = f"cap={best[2]}" if best[2] else "uncapped"
         print(f"{op:<22} {dtype:<9} U={best[0]} threads={best[1]:<5} {cap:<8} {med[best]:.4f} ms{vs}", flush=True)

@@ -362,7 +362,7 @@ THREADS = 256
 HEAVY_OPS = {"gelu_tanh_backward", "gelu_erf", "gelu_erf_backward"}
 HEAVY_THREADS = 128
 UNROLL = 4  # U, 16-byte loads in flight per thread and input, unless TUNED says otherwise
-# (op, dtype name) -> (U, threads) where scripts/ew_variants.py on the H100 (2^28 elements, through
+# (op, dtype name) -> (U, threads[, cap]) where scripts/ew_variants.py on the H100 (2^28 elements, through
 # the public call, interleaved with torch; 2026-11-23 13:00 UTC, x torch: tuned vs default) found
 # a shape faster than the default by more than its noise (~0.3%). Mostly one-input ops: their
 # single read stream wants fewer loads in flight per thread and more threads.

@@ -1,12 +1,13 @@
 """Kernel shapes measured on this GPU for the contiguous elementwise kernels (`cudakit tune`).
 
-Why: the fastest (U loads in flight per thread, threads per block) of a bandwidth-bound
-elementwise kernel differs between GPUs of one model. On three lent H100s on 2026-11-23
+Why: the fastest (U loads in flight per thread, threads per block, blocks-per-SM cap) of a
+bandwidth-bound elementwise kernel differs between GPUs of one model. On three lent H100s on 2026-11-23
 (scripts/ew_variants.py), one-input ops were fastest with 128-thread blocks on one and with
 256-512-thread blocks on the two others, by up to 2% -- the margin that decides whether an op beats
 torch. `cudakit tune` (bench/tune.py) times each op's candidate shapes through its public call on
 this GPU and stores the winners here, per GPU UUID, in CUDAKIT_CACHE_DIR/tune/; every later process
-on that GPU launches them. Ops without a stored shape use TUNED in kernels/elementwise.py.
+on that GPU launches them. Ops without a stored shape use their GPU model's TUNED_BY_MODEL table,
+else TUNED, in kernels/elementwise.py.
 """
 from __future__ import annotations
 
