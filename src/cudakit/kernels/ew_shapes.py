@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # (GPU-17df4f59, 2026-11-26, kernels launched directly against torch) full occupancy keeps more
 # bytes in flight than HBM serves best: bfloat16 add 1.014x torch at (1, 256, 6), the uncapped
 # shapes at most 1.004x; float32 relu 1.010x at (2, 256, 4), uncapped at most 0.994x. On an H200
-# (more bandwidth) every cap was slower.
+# (more bandwidth) the caps mostly lost (elementwise.TUNED_BY_MODEL).
 CANDIDATES = ((2, 512, 0), (1, 512, 0), (1, 256, 0), (1, 128, 0), (2, 128, 0), (2, 256, 0), (4, 256, 0),
               (1, 256, 6), (1, 512, 3), (2, 256, 4), (2, 256, 5), (2, 256, 6), (4, 256, 3), (4, 256, 4),
               (4, 128, 6), (4, 128, 8))
