@@ -42,6 +42,7 @@ def full(shape) -> tuple:
 
 
 def valid(shape) -> bool:
+    """Whether a shape can be launched: U 1..8, whole warps up to 1024 threads, cap 0..MAX_CAP."""
     u, t, cap = full(shape)
     return 1 <= u <= 8 and 32 <= t <= 1024 and t % 32 == 0 and 0 <= cap <= MAX_CAP
 

@@ -386,8 +386,8 @@ static PyObject* mem_set_callback(PyObject* self, PyObject* fn) {
  * arrays of one dtype and shape on the current device and `table` holds the kernel for
  * key = dtype.num * 4096 + device * 32 + vector width, as (CUfunction, elements per block,
  * threads, name, block tuple, dynamic shared bytes); else None, and the caller takes the Python
- * path (which fills the table). The kernel's parameters: the input pointers, out, n (int64), p (double). Closed by
- * fast_gate(False) while a profile is recording or launches are synchronous. */
+ * path (which fills the table). The kernel's parameters: the input pointers, out, n (int64),
+ * p (double). Closed by fast_gate(False) while a profile is recording or launches are synchronous. */
 static PyObject *ck_nd, *ck_get_device, *ck_get_stream, *ck_recent, *ck_on_error;
 static int ck_gate;
 static long ck_hold; /* fast_hold(+1) while a profile records: fast_gate(True) cannot open it then */
