@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from .backends import get_backend
+from .backends.base import _SCALAR_FORMS, _gelu_op, _slope
 from .backends.cpu import _dlpack_on_cuda
 
 
@@ -21,6 +22,7 @@ _fast = None                             # kernels.elementwise.fast
 _ew = lambda table, x0, x1, p, out=None: None  # noqa: E731 -- the native tiny-op path once CUDA is up
                                          # (kernels.elementwise.native_ew); declines until then
 _T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
+_T: dict = {}                            # op -> its kernel table (kernels.elementwise.EW_TABLES)
 
 
 def _on_cuda(x) -> bool:
@@ -48,13 +50,38 @@ def backend_for(*arrays):
             _ew = elementwise.native_ew()
             t = elementwise.EW_TABLES
             _T_ADD, _T_MUL, _T_RELU = t["add"], t["mul"], t["relu"]
+            _T.update(t)
             _cuda_nd, _fast = be._array_type, be._fast
     return be
+
+
+def _native(op, x0, x1=None, p=0.0, out=None):
+    """op through the native tiny-op path (C-contiguous CuPy arrays of one dtype and shape on the
+    current device, whose kernel has run once); None where it does not apply."""
+    t = _T.get(op)
+    return None if t is None else _ew(t, x0, x1, p, out)
+
+
+def _native_scalar(op, a, b, out):
+    """array op Python scalar (or scalar op array) through the native path, the scalar rounded to
+    the array's dtype first as Backend._scalar_operand_op does; None where that does not apply."""
+    right, left = _SCALAR_FORMS[op]
+    if type(a) is _cuda_nd and type(b) in (float, int):
+        x, s, form = a, b, right
+    elif type(b) is _cuda_nd and type(a) in (float, int):
+        x, s, form = b, a, left
+    else:
+        return None
+    if not -65504.0 <= s <= 65504.0:   # the slow path handles the overflow to inf
+        return None
+    return _native(form, x, None, float(x.dtype.type(s)), out)
 
 
 def add(a, b, out=None):
     """a + b elementwise (see Backend.add)."""
     r = _ew(_T_ADD, a, b, 0.0, out)  # the native tiny-op path; None when it does not apply
+    if r is None:
+        r = _native_scalar("add", a, b, out)
     if r is not None:
         return r
     if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:
@@ -67,6 +94,8 @@ def add(a, b, out=None):
 def mul(a, b, out=None):
     """a * b elementwise (see Backend.mul)."""
     r = _ew(_T_MUL, a, b, 0.0, out)  # the native tiny-op path; None when it does not apply
+    if r is None:
+        r = _native_scalar("mul", a, b, out)
     if r is not None:
         return r
     if out is None and type(a) is _cuda_nd and type(b) is _cuda_nd:
@@ -90,67 +119,84 @@ def relu(x, out=None):
 
 def relu_backward(grad_out, x, out=None):
     """grad_out where x > 0, else 0 (see Backend.relu_backward)."""
-    return backend_for(grad_out, x).relu_backward(grad_out, x, out=out)
+    r = _native("relu_backward", grad_out, x, 0.0, out)
+    return r if r is not None else backend_for(grad_out, x).relu_backward(grad_out, x, out=out)
 
 
 def sub(a, b, out=None):
     """a - b elementwise (see Backend.sub)."""
-    return backend_for(a, b).sub(a, b, out=out)
+    r = _native("sub", a, b, 0.0, out)
+    if r is None:
+        r = _native_scalar("sub", a, b, out)
+    return r if r is not None else backend_for(a, b).sub(a, b, out=out)
 
 
 def div(a, b, out=None):
     """a / b elementwise (see Backend.div)."""
-    return backend_for(a, b).div(a, b, out=out)
+    r = _native("div", a, b, 0.0, out)
+    if r is None:
+        r = _native_scalar("div", a, b, out)
+    return r if r is not None else backend_for(a, b).div(a, b, out=out)
 
 
 def leaky_relu(x, negative_slope=0.01, out=None):
     """x where x > 0, else negative_slope * x (see Backend.leaky_relu)."""
-    return backend_for(x).leaky_relu(x, negative_slope, out=out)
+    r = _native("leaky_relu", x, None, _slope(negative_slope), out)
+    return r if r is not None else backend_for(x).leaky_relu(x, negative_slope, out=out)
 
 
 def leaky_relu_backward(grad_out, x, negative_slope=0.01, out=None):
     """Gradient of leaky_relu (see Backend.leaky_relu_backward)."""
-    return backend_for(grad_out, x).leaky_relu_backward(grad_out, x, negative_slope, out=out)
+    r = _native("leaky_relu_backward", grad_out, x, _slope(negative_slope), out)
+    return r if r is not None else backend_for(grad_out, x).leaky_relu_backward(grad_out, x, negative_slope, out=out)
 
 
 def sigmoid(x, out=None):
     """1 / (1 + exp(-x)) (see Backend.sigmoid)."""
-    return backend_for(x).sigmoid(x, out=out)
+    r = _native("sigmoid", x, None, 0.0, out)
+    return r if r is not None else backend_for(x).sigmoid(x, out=out)
 
 
 def sigmoid_backward(grad_out, x, out=None):
     """Gradient of sigmoid from its input x (see Backend.sigmoid_backward)."""
-    return backend_for(grad_out, x).sigmoid_backward(grad_out, x, out=out)
+    r = _native("sigmoid_backward", grad_out, x, 0.0, out)
+    return r if r is not None else backend_for(grad_out, x).sigmoid_backward(grad_out, x, out=out)
 
 
 def tanh(x, out=None):
     """tanh(x) (see Backend.tanh)."""
-    return backend_for(x).tanh(x, out=out)
+    r = _native("tanh", x, None, 0.0, out)
+    return r if r is not None else backend_for(x).tanh(x, out=out)
 
 
 def tanh_backward(grad_out, x, out=None):
     """Gradient of tanh from its input x (see Backend.tanh_backward)."""
-    return backend_for(grad_out, x).tanh_backward(grad_out, x, out=out)
+    r = _native("tanh_backward", grad_out, x, 0.0, out)
+    return r if r is not None else backend_for(grad_out, x).tanh_backward(grad_out, x, out=out)
 
 
 def silu(x, out=None):
     """x * sigmoid(x) (see Backend.silu)."""
-    return backend_for(x).silu(x, out=out)
+    r = _native("silu", x, None, 0.0, out)
+    return r if r is not None else backend_for(x).silu(x, out=out)
 
 
 def silu_backward(grad_out, x, out=None):
     """Gradient of silu (see Backend.silu_backward)."""
-    return backend_for(grad_out, x).silu_backward(grad_out, x, out=out)
+    r = _native("silu_backward", grad_out, x, 0.0, out)
+    return r if r is not None else backend_for(grad_out, x).silu_backward(grad_out, x, out=out)
 
 
 def gelu(x, approximate="tanh", out=None):
     """GELU, tanh form by default, approximate="none" for the exact erf (see Backend.gelu)."""
-    return backend_for(x).gelu(x, approximate, out=out)
+    r = _native(_gelu_op(approximate), x, None, 0.0, out)
+    return r if r is not None else backend_for(x).gelu(x, approximate, out=out)
 
 
 def gelu_backward(grad_out, x, approximate="tanh", out=None):
     """Gradient of gelu (see Backend.gelu_backward)."""
-    return backend_for(grad_out, x).gelu_backward(grad_out, x, approximate, out=out)
+    r = _native(_gelu_op(approximate) + "_backward", grad_out, x, 0.0, out)
+    return r if r is not None else backend_for(grad_out, x).gelu_backward(grad_out, x, approximate, out=out)
 
 
 def activation(x, kind, out=None):

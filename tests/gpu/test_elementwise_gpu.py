@@ -281,3 +281,44 @@ def test_out_sharing_memory_with_an_input_gives_numpys_result(rng):
     x = _dev(a, "float32")
     assert cudakit.add(x, x, out=x) is x                       # in place
     assert_same(x.get(), reference("add", a, a, dtype="float32"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_every_elementwise_call_takes_the_native_path_once_warm(dtype, rng, monkeypatch):
+    """After its first call, each functional elementwise op (activations, backwards, scalar
+    operands) launches from C with no Python launch, and gives the backend's result bit for bit."""
+    from cudakit.kernels import elementwise as ew
+    from cudakit.runtime import native
+    if native.module() is None:
+        pytest.skip(f"native module: {native.status()}")
+    x, g = _dev(random(rng, 1003, dtype), dtype), _dev(random(rng, 1003, dtype), dtype)
+    be = cudakit.get_backend("cuda")
+    calls = {
+        "sub": (lambda: cudakit.sub(x, g), lambda: be.sub(x, g)),
+        "div": (lambda: cudakit.div(x, g), lambda: be.div(x, g)),
+        "add 1": (lambda: cudakit.add(x, 1), lambda: be.add(x, 1)),
+        "mul 0.1": (lambda: cudakit.mul(0.1, x), lambda: be.mul(0.1, x)),
+        "2.5 - x": (lambda: cudakit.sub(2.5, x), lambda: be.sub(2.5, x)),
+        "x / 3": (lambda: cudakit.div(x, 3.0), lambda: be.div(x, 3.0)),
+        "1 / x": (lambda: cudakit.div(1.0, x), lambda: be.div(1.0, x)),
+        "leaky_relu": (lambda: cudakit.leaky_relu(x, 0.2), lambda: be.leaky_relu(x, 0.2)),
+        "leaky_relu_backward": (lambda: cudakit.leaky_relu_backward(g, x, 0.2), lambda: be.leaky_relu_backward(g, x, 0.2)),
+        "relu_backward": (lambda: cudakit.relu_backward(g, x), lambda: be.relu_backward(g, x)),
+        "gelu": (lambda: cudakit.gelu(x), lambda: be.gelu(x)),
+        "gelu erf": (lambda: cudakit.gelu(x, "none"), lambda: be.gelu(x, "none")),
+        "gelu_backward erf": (lambda: cudakit.gelu_backward(g, x, "none"), lambda: be.gelu_backward(g, x, "none")),
+    }
+    for op in ("sigmoid", "tanh", "silu"):
+        calls[op] = (lambda op=op: getattr(cudakit, op)(x), lambda op=op: getattr(be, op)(x))
+        calls[op + "_backward"] = (lambda op=op: getattr(cudakit, op + "_backward")(g, x),
+                                   lambda op=op: getattr(be, op + "_backward")(g, x))
+    wants = {name: slow().get() for name, (_, slow) in calls.items()}  # fills the tables
+    for name, (fast, _) in calls.items():
+        fast()
+
+    def no_python_launch(*a, **k):
+        raise AssertionError("the Python launch path ran")
+    monkeypatch.setattr(ew, "_launch_contig", no_python_launch)
+    for name, (fast, _) in calls.items():
+        got = fast().get()
+        np.testing.assert_array_equal(got.astype(np.float64), wants[name].astype(np.float64), err_msg=name)
