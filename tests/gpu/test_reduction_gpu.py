@@ -116,3 +116,21 @@ def test_bad_input(b):
         b.sum(np.ones(3, np.float32))
     with pytest.raises(ShapeError):
         b.max_backward(_dev(np.ones(3, np.float32)), x, axis=1)
+
+
+def test_cached_plans_serve_new_data_and_keep_shape_specific_settings(b, rng):
+    """reduce() keeps the plan of each C-contiguous input (shape, dtype, axes, ddof, alignment,
+    device): a second call with other values, a shifted (unaligned) view, another ddof or a
+    permuting tuple of axes computes its own result, as the uncached path does."""
+    from cudakit.kernels import reduction
+    reduction._plans.clear()
+    for _ in range(2):
+        x = rng.standard_normal((6, 5, 40)).astype(np.float32)
+        dx = cp.asarray(x)
+        np.testing.assert_allclose(_host(b.sum(dx, axis=(0, 2))), x.sum(axis=(0, 2)), rtol=1e-5)
+        for ddof in (0, 1):
+            np.testing.assert_allclose(_host(b.var(dx, axis=-1, ddof=ddof)), x.var(axis=-1, ddof=ddof), rtol=1e-4)
+        np.testing.assert_array_equal(_host(b.argmax(dx, axis=1)), x.argmax(axis=1))
+        flat = cp.asarray(np.concatenate([[0.0], x.ravel()]).astype(np.float32))[1:]  # 4 bytes past alignment
+        np.testing.assert_allclose(float(_host(b.sum(flat))), float(x.sum(dtype=np.float64)), rtol=1e-5)
+    assert len(reduction._plans) == 5   # sum (0, 2), var ddof 0 and 1, argmax, the shifted sum

@@ -506,6 +506,10 @@ _families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cu
                                 group=by_template)
              for dt in FLOAT_DTYPE_NAMES}
 _occ_cache: dict = {}
+# (op, shape, dtype, axes, ddof, acc_out, 16-byte aligned, device) of a C-contiguous input ->
+# (permutation or None, result shape, _run_plan): reduce()'s planning is most of its host time
+_plans: dict = {}
+_MAX_PLANS = 1024
 
 
 def _launch(expr: str, dt: str, grid: tuple, block: tuple, args: tuple) -> None:
@@ -624,20 +628,20 @@ def _base_order(x):
 # ------------------------------------------------------------------------------------------
 # the forward on a contiguous (outer, R, inner) view
 
-def _run(code: int, xc, outer: int, R: int, inner: int, odt, div: float):
-    """Reduce the middle axis of contiguous xc viewed as (outer, R, inner), R >= 1, outer * inner
-    >= 1. Returns a flat (outer * inner,) array of dtype odt."""
+def _run_plan(code: int, dt: str, aligned: bool, outer: int, R: int, inner: int, odt, div: float) -> tuple:
+    """How to reduce the middle axis of a contiguous array of dtype dt viewed as (outer, R, inner),
+    R >= 1, outer * inner >= 1, into a flat (outer * inner,) result of dtype odt (aligned: its
+    data is 16-byte aligned): the kernel launches and workspace sizes, everything but the arrays
+    (_run_exec runs it); one per shape, cached by reduce()."""
     cp = _cupy.loaded_cupy()
-    dt = dtype_name(xc.dtype)
+    dev = cp.cuda.runtime.getDevice()
     t = ctype(dt)
     odt = np.dtype(odt)
     o = "long long" if odt == np.int64 else ctype(dtype_name(odt))
     n_out = outer * inner
-    out = cp.empty(n_out, odt)
-    acc = _acc_dtype(xc.dtype)
-    d = _acc_scalar(xc.dtype, div)
+    acc = _F64 if dt == "float64" else _F32   # the accumulation dtype
+    d = acc.type(div)
     vw = vec_width(dt)
-    aligned = xc.data.ptr % 16 == 0
     if inner == 1:
         v = vw if R % vw == 0 and aligned else 1
         nvec = R // v
@@ -669,20 +673,33 @@ def _run(code: int, xc, outer: int, R: int, inner: int, odt, div: float):
     if grid[0] > 2**31 - 1:
         raise ShapeError(f"reduction of a ({outer}, {R}, {inner}) view needs {grid[0]} blocks, more than "
                          f"a grid holds (2^31 - 1)")
-    null = np.uint64(0)
+    main = (expr, _families[dt].function(dev, expr), grid, block, tail)
     if nsplit == 1:
-        _launch(expr, dt, grid, block, (xc, out, null, null, null, null) + tail)
-        return out
-    ws = [cp.empty(nsplit * n_out, acc), null, null, null]
-    if code == 5:
-        ws[1], ws[2] = cp.empty(nsplit * n_out, acc), cp.empty(nsplit * n_out, acc)
-    if code in (3, 4):
-        ws[3] = cp.empty(nsplit * n_out, np.int64)
-    _launch(expr, dt, grid, block, (xc, out, *ws) + tail)
+        return odt, n_out, main, None
     lanes = min(32, _pow2_at_least(max(1, nsplit // 8)))
     opb = THREADS // lanes
-    _launch(f"ck_red_final<{t}, {o}, {code}>", dt, (_cdiv(n_out, opb), 1, 1), (lanes, opb, 1),
-            (*ws, out, np.int64(n_out), np.int32(nsplit), d))
+    fexpr = f"ck_red_final<{t}, {o}, {code}>"
+    final = (fexpr, _families[dt].function(dev, fexpr), (_cdiv(n_out, opb), 1, 1), (lanes, opb, 1),
+             (np.int64(n_out), np.int32(nsplit), d))
+    # workspaces: partial values (x3 for var's Welford states), partial indices for argmax/argmin
+    ws = (nsplit * n_out, acc, 3 if code == 5 else 1, code in (3, 4))
+    return odt, n_out, main, (final, ws)
+
+
+def _run_exec(plan: tuple, xc):
+    """Run a _run_plan on the contiguous array xc; returns the flat result."""
+    cp = _cupy.loaded_cupy()
+    odt, n_out, (expr, f, grid, block, tail), split = plan
+    out = cp.empty(n_out, odt)
+    null = np.uint64(0)
+    if split is None:
+        _launch_function(expr, f, grid, block, (xc, out, null, null, null, null) + tail, 0, None)
+        return out
+    (fexpr, ff, fgrid, fblock, ftail), (n_ws, acc, n_val, with_idx) = split
+    ws = [cp.empty(n_ws, acc) if i < n_val else null for i in range(3)]
+    ws.append(cp.empty(n_ws, np.int64) if with_idx else null)
+    _launch_function(expr, f, grid, block, (xc, out, *ws) + tail, 0, None)
+    _launch_function(fexpr, ff, fgrid, fblock, (*ws, out) + ftail, 0, None)
     return out
 
 
@@ -716,6 +733,13 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
     0 (sum) or NaN (mean, var); max/min/argmax/argmin of an empty reduction raise ShapeError.
     """
     cp = _cupy.loaded_cupy()
+    key = None
+    if x._c_contiguous:  # the usual case: its plan is cached (host time per call)
+        key = (op, x.shape, x.dtype, axes, ddof, acc_out, x.data.ptr % 16 == 0, cp.cuda.runtime.getDevice())
+        p = _plans.get(key)
+        if p is not None:
+            perm, out_shape, rp = p
+            return _run_exec(rp, x if perm is None else cp.ascontiguousarray(x.transpose(perm))).reshape(out_shape)
     code = OP_CODES[op]
     kept = tuple(d for d in range(x.ndim) if d not in axes)
     out_shape = tuple(x.shape[d] for d in kept)
@@ -737,7 +761,12 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
                          f"{op} of an empty sequence has no value")
     xc, order, outer, Rv, inner = _layout(x, axes, keep_index_order=code in (3, 4))
     div = {"mean": R, "var": max(R - ddof, 0.0)}.get(op, 1.0)
-    flat = _run(code, xc, outer, Rv, inner, odt, div)
+    rp = _run_plan(code, dtype_name(xc.dtype), xc.data.ptr % 16 == 0, outer, Rv, inner, odt, div)
+    if key is not None:  # C-contiguous x: xc is x or its copy permuted by plan(), order == kept
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = (plan(x.shape, axes)[0], out_shape, rp)
+    flat = _run_exec(rp, xc)
     res = flat.reshape([x.shape[d] for d in order])
     if order != list(kept):  # computed in another layout: back to x's order of the kept axes
         res = cp.ascontiguousarray(res.transpose([order.index(d) for d in kept]))
