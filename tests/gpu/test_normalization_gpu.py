@@ -310,3 +310,29 @@ def test_api_updates_torch_running_stats_in_place(cuda_be):
     np.testing.assert_allclose(rm.cpu().numpy(), 0.1 * xs.mean(1).cpu().numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(rv.cpu().numpy(), 0.9 + 0.1 * xs.var(1, unbiased=True).cpu().numpy(), rtol=1e-5)
     assert isinstance(y, cp.ndarray) and y.shape == (8, 4, 5, 5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_unchecked_fast_call_equals_the_checked_path(dtype, rng):
+    """layernorm/rmsnorm of a contiguous x with contiguous (cols,) parameters skip the argument
+    checks (backends/normalization_api._norm_fast_rows) and reuse a cached launch plan: bitwise
+    the result of the checked path (here forced by a strided weight of the same values), on new
+    data and on several shapes, statistics shaped x.shape[:-1]."""
+    import cudakit
+    be = cudakit.get_backend("cuda")
+    for shape in ((3, 5, 96), (64, 96), (96,), (64, 96)):
+        x = _dev(_data(rng, shape, dtype))
+        w, b = _dev(_data(rng, 96, dtype)), _dev(_data(rng, 96, dtype))
+        w_strided = cp.repeat(w, 2)[::2]             # same values, not contiguous: the checked path
+        assert not w_strided.flags.c_contiguous
+        fast = be.layernorm_with_stats(x, w, b, 1e-5)
+        slow = be.layernorm_with_stats(x, w_strided, b, 1e-5)
+        for f, s in zip(fast, slow):
+            assert f.shape == s.shape and f.dtype == s.dtype
+            np.testing.assert_array_equal(f.get().astype(np.float64), s.get().astype(np.float64))
+        assert fast[1].shape == shape[:-1]
+        fast, slow = be.rmsnorm_with_stats(x, w, 1e-6), be.rmsnorm_with_stats(x, w_strided, 1e-6, normalized_ndim=1)
+        for f, s in zip(fast, slow):
+            np.testing.assert_array_equal(f.get().astype(np.float64), s.get().astype(np.float64))
+    with pytest.raises(ValueError, match="normalized_ndim"):
+        be.layernorm(x, w, b, normalized_ndim=True)
