@@ -33,3 +33,25 @@ def test_launch_error_names_only_what_it_knows():
     e = LaunchError("too many resources", "k", (4, 1, 1), (256, 1, 1))
     assert str(e) == "kernel 'k' grid=(4, 1, 1) block=(256, 1, 1): too many resources"
     assert (e.kernel, e.grid, e.block) == ("k", (4, 1, 1), (256, 1, 1))
+
+
+def test_native_args_code_each_signature_once(monkeypatch):
+    """_native_args: arrays become their device pointers, NumPy scalars pass as they are, the
+    codes of a tuple of argument types are worked out once; any other kind declines (None)."""
+    import numpy as np
+    from cudakit.runtime import compiler
+
+    class Arr:  # stands in for a CuPy array: only .data.ptr is read
+        def __init__(self, ptr):
+            self.data = type("Mem", (), {"ptr": ptr})()
+    monkeypatch.setattr(compiler, "_native_launch", object())   # "available": no native set-up
+    monkeypatch.setattr(compiler, "_ARG_CODES", {Arr: "A", np.int64: "Q", np.uint64: "Q", np.int32: "i",
+                                                  np.float32: "f", np.float64: "d"})
+    monkeypatch.setattr(compiler, "_SIGNATURES", {})
+    args = (Arr(0x7000), np.int64(-1), np.int32(7), np.float32(1.5), np.float64(2.0), np.uint64(0), Arr(0x8000))
+    codes, vals = compiler._native_args(args)
+    assert codes == b"QQifdQQ" and vals[0] == 0x7000 and vals[6] == 0x8000 and vals[1:6] == list(args[1:6])
+    assert compiler._native_args((Arr(1), np.int64(3)))[1] == [1, 3]
+    assert len(compiler._SIGNATURES) == 2
+    assert compiler._native_args((Arr(1), 3)) is None          # a Python int: CuPy's marshalling
+    assert compiler._SIGNATURES[(Arr, int)] is None

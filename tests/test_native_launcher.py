@@ -48,6 +48,17 @@ def test_packs_every_code(mod):
     assert struct.unpack("<Q", raw[6])[0] == 2**64 - 1
 
 
+def test_packs_numpy_scalars_as_they_are(mod):
+    # compiler._native_args passes NumPy scalars unconverted: read through __index__ / __float__
+    seen, _cb = _recorder(mod, [8, 8, 4, 4, 8])
+    assert mod.launch(0x1234, 1, 1, 1, 32, 1, 1, 0, 0, b"QQifd", np.uint64(2**64 - 1), np.int64(-3),
+                      np.int32(-7), np.float32(1.5), np.float64(2.25)) == 0
+    raw = seen["raw"]
+    assert struct.unpack("<Q", raw[0])[0] == 2**64 - 1 and struct.unpack("<q", raw[1])[0] == -3
+    assert struct.unpack("<i", raw[2])[0] == -7 and struct.unpack("<f", raw[3])[0] == 1.5
+    assert struct.unpack("<d", raw[4])[0] == 2.25
+
+
 def test_returns_the_driver_code_and_an_int_is_a_float(mod):
     seen, _cb = _recorder(mod, [4], result=701)
     assert mod.launch(1, 1, 1, 1, 1, 1, 1, 0, 0, b"f", 3) == 701

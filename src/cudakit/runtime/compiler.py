@@ -258,12 +258,15 @@ def _launch_function(name, f, grid, block, args, shared_mem, stream) -> None:
 
 
 _native_launch = None   # the native launch function; False where it is unavailable
-_ARG_CODES: dict = {}   # type -> (code, converter) for the native launcher
+_ARG_CODES: dict = {}   # type -> parameter code for the native launcher ("A": a CuPy array)
+_SIGNATURES: dict = {}  # tuple of argument types -> (codes, positions of the arrays), or None
 
 
 def _native_args(args):
     """(codes, values) for the native launcher, or None when an argument is of another kind
-    (or the native launcher is unavailable)."""
+    (or the native launcher is unavailable). NumPy scalars pass as they are (the launcher reads
+    them through __index__ / __float__); arrays as their device pointers. The codes of each tuple
+    of argument types are worked out once."""
     global _native_launch
     if _native_launch is None:
         from . import native
@@ -273,18 +276,20 @@ def _native_args(args):
             return None
         _ARG_CODES.update({_cupy.loaded_cupy().ndarray: "A", np.int64: "Q", np.uint64: "Q", np.int32: "i",
                            np.uint32: "i", np.float32: "f", np.float64: "d"})
-    codes, vals = [], []
-    for a in args:
-        c = _ARG_CODES.get(type(a))
-        if c is None:
-            return None
-        if c == "A":
-            codes.append("Q")
-            vals.append(a.data.ptr)
-        else:
-            codes.append(c)
-            vals.append(float(a) if c in "fd" else int(a))
-    return "".join(codes).encode(), vals
+    types = tuple(map(type, args))
+    sig = _SIGNATURES.get(types, False)
+    if sig is False:
+        codes = [_ARG_CODES.get(t) for t in types]
+        sig = None if None in codes else ("".join("Q" if c == "A" else c for c in codes).encode(),
+                                          tuple(i for i, c in enumerate(codes) if c == "A"))
+        if len(_SIGNATURES) < 4096:
+            _SIGNATURES[types] = sig
+    if sig is None:
+        return None
+    vals = list(args)
+    for i in sig[1]:
+        vals[i] = vals[i].data.ptr
+    return sig[0], vals
 
 
 def compile_module(source: str, options=(), name_expressions=(), source_name: str = "cudakit_kernel.cu",
