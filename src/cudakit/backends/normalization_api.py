@@ -16,6 +16,7 @@ import math
 import numbers
 
 from ..errors import DTypeError, ShapeError
+from .softmax_api import _fast_dtypes
 
 
 def _prod(shape) -> int:
@@ -311,11 +312,6 @@ class CpuNormalizationHooks(NormalizationOps):
     def _ascontiguous(self, a):
         import numpy as np
         return np.ascontiguousarray(a)
-
-
-def _fast_dtypes() -> dict:
-    from .base import supported_dtypes  # base imports this module: resolved on first call
-    return supported_dtypes()
 
 
 class CudaNormalizationHooks(NormalizationOps):
