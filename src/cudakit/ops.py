@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from .backends import get_backend
-from .backends.base import _SCALAR_FORMS, _gelu_op, _slope
+from .backends.base import _SCALAR_FORMS, _gelu_op, _slope, scalar_param
 from .backends.cpu import _dlpack_on_cuda
 
 
@@ -63,8 +63,8 @@ def _native(op, x0, x1=None, p=0.0, out=None):
 
 
 def _native_scalar(op, a, b, out):
-    """array op Python scalar (or scalar op array) through the native path, the scalar rounded to
-    the array's dtype first as Backend._scalar_operand_op does; None where that does not apply."""
+    """array op Python scalar (or scalar op array) through the native path, the scalar rounded as
+    Backend._scalar_operand_op rounds it; None where that does not apply."""
     right, left = _SCALAR_FORMS[op]
     if type(a) is _cuda_nd and type(b) in (float, int):
         x, s, form = a, b, right
@@ -72,9 +72,9 @@ def _native_scalar(op, a, b, out):
         x, s, form = b, a, left
     else:
         return None
-    if not -65504.0 <= s <= 65504.0:   # the slow path handles the overflow to inf
+    if not -65504.0 <= s <= 65504.0:   # overflowing scalars (and x's dtype check) on the checked path
         return None
-    return _native(form, x, None, float(x.dtype.type(s)), out)
+    return _native(form, x, None, scalar_param(s, x.dtype), out)
 
 
 def add(a, b, out=None):

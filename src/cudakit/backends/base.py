@@ -57,6 +57,15 @@ _SCALAR_FORMS = {"add": ("add_scalar", "add_scalar"), "sub": ("sub_scalar", "rsu
                  "mul": ("mul_scalar", "mul_scalar"), "div": ("div_scalar", "rdiv_scalar")}
 
 
+def scalar_param(scalar, dtype) -> float:
+    """A Python scalar operand as the kernels' parameter: rounded to the array's dtype first, as
+    NumPy rounds it (1e6 against float16 is inf)."""
+    if -65504.0 <= scalar <= 65504.0:   # within every dtype's range: no overflow to silence
+        return float(dtype.type(scalar))
+    with np.errstate(over="ignore"):
+        return float(np.asarray(scalar).astype(dtype))
+
+
 def _is_real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
 
@@ -181,13 +190,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
         name, arr, scalar, form = (an, a, b, 0) if sb else (bn, b, a, 1)
         op_s = _SCALAR_FORMS[op][form]
         inputs, out = self._prepare(op, {name: arr}, out)
-        dt = inputs[0].dtype
-        if -65504.0 <= scalar <= 65504.0:   # within every dtype's range: no overflow to silence
-            p = float(dt.type(scalar))
-        else:
-            with np.errstate(over="ignore"):  # 1e6 in float16 is inf, as NumPy's cast gives
-                p = float(np.asarray(scalar).astype(dt))
-        return self._elementwise(op_s, inputs, out, p)
+        return self._elementwise(op_s, inputs, out, scalar_param(scalar, inputs[0].dtype))
 
     # ---- ops -------------------------------------------------------------------------------
     def add(self, a, b, out=None):

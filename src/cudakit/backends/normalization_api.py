@@ -16,7 +16,7 @@ import math
 import numbers
 
 from ..errors import DTypeError, ShapeError
-from .softmax_api import _fast_dtypes
+from .softmax_api import last_axis_rows
 
 
 def _prod(shape) -> int:
@@ -328,22 +328,18 @@ class CudaNormalizationHooks(NormalizationOps):
         return contextlib.nullcontext() if dev == cp.cuda.runtime.getDevice() else cp.cuda.Device(dev)
 
     def _norm_fast_rows(self, x, params: tuple, normalized_ndim):
-        if type(x) is not self._array_type or not x._c_contiguous:
-            return None
         if normalized_ndim is not None and (type(normalized_ndim) is not int or normalized_ndim != 1):
             return None   # (True == 1: a bool takes the checked path, which refuses it)
-        nd = x.ndim
-        if nd == 0 or x.dtype not in _fast_dtypes():
+        dev = self._get_device()
+        r = last_axis_rows(x, self._array_type, dev)
+        if r is None:
             return None
-        cols = x.shape[-1]
-        dev = x.data.device_id
-        if cols == 0 or dev != self._get_device():
-            return None
+        cols = r.shape[1]
         for p in params:
             if p is not None and (type(p) is not self._array_type or p.dtype != x.dtype or p.shape != (cols,)
                                   or not p._c_contiguous or p.data.device_id != dev):
                 return None
-        return x if nd == 2 else x.reshape(x.size // cols, cols)
+        return r
 
     def _ascontiguous(self, a):
         if a.flags.c_contiguous:   # the usual case, without cupy.ascontiguousarray's call cost

@@ -263,6 +263,21 @@ def _fast_dtypes() -> dict:
     return supported_dtypes()
 
 
+def last_axis_rows(x, array_type, device: int):
+    """x as a (rows, cols) view over its last axis when an op can take it unchecked: an array of
+    exactly `array_type`, C-contiguous, at least 1-D, of a supported dtype, with cols > 0, on
+    `device`; else None. The shared test of the CUDA backend's fast calls."""
+    if type(x) is not array_type or not x._c_contiguous:
+        return None
+    nd = x.ndim
+    if nd == 0 or x.dtype not in _fast_dtypes():
+        return None
+    cols = x.shape[-1]
+    if cols == 0 or x.data.device_id != device:
+        return None
+    return x if nd == 2 else x.reshape(x.size // cols, cols)
+
+
 class CudaSoftmaxHooks(SoftmaxOps):
     """CUDA kernels (cudakit.kernels.softmax, cudakit.kernels.cross_entropy), on x's device."""
 
@@ -275,12 +290,6 @@ class CudaSoftmaxHooks(SoftmaxOps):
         return cross_entropy
 
     def _softmax_fast_rows(self, x, axis):
-        if type(x) is not self._array_type or not x._c_contiguous or type(axis) is not int:
+        if type(axis) is not int or (axis != -1 and axis != getattr(x, "ndim", 0) - 1):
             return None
-        nd = x.ndim
-        if nd == 0 or (axis != -1 and axis != nd - 1) or x.dtype not in _fast_dtypes():
-            return None
-        cols = x.shape[-1]
-        if cols == 0 or x.data.device_id != self._get_device():
-            return None
-        return x if nd == 2 else x.reshape(x.size // cols, cols)
+        return last_axis_rows(x, self._array_type, self._get_device())

@@ -579,16 +579,14 @@ def _contig_entry(op, dtype, dev, vec):
         expr = _expr("contig", op, name, vec, unroll)
         f = _function(dev, expr)
         smem = cap_shared_memory(dev, cap)
-        if smem > 48 * 1024:  # above 48 KiB a kernel must opt in
-            _cupy.loaded_cupy().cuda.driver.funcSetAttribute(f.ptr, _MAX_DYNAMIC_SHARED, smem)
+        if smem > 48 * 1024:  # above 48 KiB a kernel must opt in (dev is the current device)
+            _family.kernel(expr).set_max_dynamic_shared_memory(smem)
         # parameters: the input pointers, out, n (int64), p (double)
         fl = FastLauncher(f.ptr, ("QQ" if op in BINARY_OPS else "Q") + "QQd")
         e = _fast[key] = (expr, fl, threads * unroll * vec, threads, (threads, 1, 1), smem)
         EW_TABLES[op][ew_key(dtype, dev, vec)] = (f.ptr, e[2], threads, expr, e[4], smem)
     return e
 
-
-_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
 def _launch_contig(op, inputs: tuple, ptrs: tuple, out, n: int, dev: int, p: float):
