@@ -98,3 +98,37 @@ def test_contiguous_kernel_shapes_follow_the_tuned_table():
     for name in ew.name_expressions():  # every contiguous instantiation carries its op's U
         if "_contig<" in name:
             assert name.rsplit(", ", 1)[1][:-1].isdigit()
+
+
+def _ptx(tmp_path, names, arch, *defines):
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("nvcc is not on the PATH")
+    from cudakit.kernels import elementwise as ew
+    refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(names))
+    (tmp_path / "k.cu").write_text(ew.SOURCE + "\n" + refs + "\n")
+    r = subprocess.run([nvcc, "-std=c++17", f"-arch={arch}", "-ptx", *defines, "-o", str(tmp_path / "k.ptx"),
+                        str(tmp_path / "k.cu")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return (tmp_path / "k.ptx").read_text()
+
+
+def test_contiguous_loads_take_the_l2_policy_and_release_it(tmp_path):
+    """16-byte loads of the contiguous kernels carry an evict_last policy on sm_80+ and every line
+    read is handed back to evict_normal (applypriority) after the stores; sm_75 and -DCK_L2_KEEP=0
+    keep plain loads; -DCK_L2_RELEASE=0 keeps the policy without the hand-back."""
+    from cudakit.kernels import elementwise as ew
+    names = [ew._expr("contig", "silu", "bfloat16", 8, 2), ew._expr("contig", "add", "float32", 4, 1)]
+    ptx = _ptx(tmp_path, names, "sm_90")
+    assert ptx.count("createpolicy.fractional.L2::evict_last") >= 2
+    assert "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32" in ptx
+    # one load per input and unroll step: silu U=2 (2), add U=1 with two inputs (2)
+    assert ptx.count("applypriority.global.L2::evict_normal") == ptx.count("L2::cache_hint.v4.u32") == 4
+    for arch, defines in (("sm_75", ()), ("sm_90", ("-DCK_L2_KEEP=0",))):
+        plain = _ptx(tmp_path, names, arch, *defines)
+        assert "createpolicy" not in plain and "applypriority" not in plain, (arch, defines)
+    kept = _ptx(tmp_path, names, "sm_90", "-DCK_L2_RELEASE=0")
+    assert "L2::cache_hint" in kept and "applypriority" not in kept
+    # the scalar path (unaligned data, V = 1) has no 16-byte packs and no policy
+    scalar = _ptx(tmp_path, [ew._expr("contig", "silu", "bfloat16", 1, 1)], "sm_90")
+    assert "createpolicy" not in scalar and "applypriority" not in scalar

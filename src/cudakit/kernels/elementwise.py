@@ -219,15 +219,48 @@ template <> __device__ __forceinline__ void ck_st<uint4>(uint4* p, const uint4& 
   asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 #endif
-// Loads of 16-byte packs: through the read-only path with a hint when CK_LOAD_HINT is set to one
-// of PTX's qualifier strings (scripts/store_variants.py measures them); plain loads otherwise.
+// Loads of 16-byte packs. Default (CK_L2_KEEP, sm_80+): read-only, no L1 allocation, under an L2
+// evict_last policy; after storing its results each warp hands the lines it read back to
+// evict_normal (ck_release), so no stale high-priority line outlives the kernel. Measured on lent
+// H100s (2026-11-26, scripts/ew_l2_policy_ab.py, eight output placements against torch's): 0.2-0.7%
+// more bandwidth for most ops at their shapes, the shapes retuned with it (ew_shapes); evict_last
+// without the release was as fast but left a following kernel's 24 MB L2 working set 15% slower.
+// The release costs registers (40 instead of 32 in the 16-bit gelu_erf backward at U = 1): heavy
+// ops moved to shapes that keep their occupancy. CK_LOAD_HINT (a PTX qualifier string) replaces
+// the policy (scripts/ew_hint_variants.py).
+#ifndef CK_L2_KEEP
+#define CK_L2_KEEP 1
+#endif
+#ifndef CK_L2_RELEASE  // 0: keep the evict_last lines (only to measure what the release is for)
+#define CK_L2_RELEASE 1
+#endif
 template <typename R> __device__ __forceinline__ R ck_ld(const R* p) { return *p; }
-#ifdef CK_LOAD_HINT
+template <typename R> __device__ __forceinline__ void ck_release(const R* p) {}
+#if defined(CK_LOAD_HINT)
 template <> __device__ __forceinline__ uint4 ck_ld<uint4>(const uint4* p) {
   uint4 v;
   asm("ld.global.nc" CK_LOAD_HINT ".v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
+}
+#elif CK_L2_KEEP && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+template <> __device__ __forceinline__ uint4 ck_ld<uint4>(const uint4* p) {
+  uint4 v;
+  unsigned long long policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
+  return v;
+}
+// The 128-byte line of pack p, released after the thread's store of the result (released as soon
+// as the data had arrived, before the math, about half the gain was left: GPU-cf0e6ea0). Each line a warp read is
+// released once: by the thread whose pack starts it, and the warp's first line by lane 0 (packs are
+// only 16-byte aligned). A hint: it changes speed, never a value.
+template <> __device__ __forceinline__ void ck_release<uint4>(const uint4* p) {
+  if (!CK_L2_RELEASE) return;
+  const unsigned long long a = reinterpret_cast<unsigned long long>(p);
+  if ((a & 127) == 0 || (threadIdx.x & 31) == 0)
+    asm volatile("applypriority.global.L2::evict_normal [%0], 128;" :: "l"(a & ~127ull) : "memory");
 }
 #endif
 
@@ -262,6 +295,8 @@ __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, 
         ck_pack<T, V> po;
         ck_store_pack(po, r);
         ck_st(ro + i, po.raw);
+        ck_release(ra + i);
+        ck_release(rb + i);
       }
     }
   }
@@ -298,6 +333,7 @@ __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long
         ck_pack<T, V> po;
         ck_store_pack(po, r);
         ck_st(ro + i, po.raw);
+        ck_release(rx + i);
       }
     }
   }
@@ -397,39 +433,36 @@ TUNED: dict = {
 # (f32 0.994, bf16 0.988), where the torch-like (1, 128) led (1.005, 1.000). (1, 256) was within
 # 0.3% of the leader on both (f32 1.004 and 1.002, bf16 1.001 and 0.999): the robust choice.
 # Per GPU model, ahead of TUNED (a `cudakit tune` of the GPU itself still wins): (U, threads, cap),
-# the cap a bound on resident blocks per SM (ew_shapes.CANDIDATES says why). H100 SXM: the best
-# mean x torch over two sweeps of scripts/ew_variants.py on GPU-d9b7cc76, 2026-11-26 01:05 UTC
-# (with the extra shapes 2:256:6 4:256:4 4:128:6 4:128:8 in the second); the capped shapes were
-# also the leaders on GPU-17df4f59 (kernels launched directly, same day). bfloat16 silu, sigmoid,
-# gelu and gelu_erf_backward: from a third sweep on GPU-ea41870e (01:36 UTC, after the gelu_erf
-# backward rewrite); the first three were within 0.1% of the best in the sweep before, and
-# gelu_erf_backward's (1, 512, 0) was not among its heavy-op candidates then. The caps are
-# model-specific: on an H200 (2026-11-26, 7 cases) the best capped shape trailed the best uncapped
+# the cap a bound on resident blocks per SM (ew_shapes.CANDIDATES says why). H100 SXM: with the L2
+# policy of the loads (CK_L2_KEEP above), the shape with the best mean of (min, mean) x torch over
+# two sweeps of scripts/ew_variants.py on GPU-1767ce2b and GPU-49a8fc8c, 2026-11-26 (in the first
+# the release ran in a loop of its own after the stores); every chosen shape >= 1.005x torch in both. The caps are model-specific: on an
+# H200 (2026-11-26, 7 cases, before the L2 policy) the best capped shape trailed the best uncapped
 # one by 0.4-2.8% in 6 cases (float32 relu: 1.3% ahead).
 TUNED_BY_MODEL: dict = {
     "NVIDIA H100 80GB HBM3": {
-        ("add", "float32"): (1, 256, 6), ("add", "bfloat16"): (1, 256, 6),
-        ("sub", "float32"): (1, 256, 6), ("sub", "bfloat16"): (1, 256, 6),
-        ("mul", "float32"): (1, 256, 6), ("mul", "bfloat16"): (1, 256, 6),
-        ("div", "float32"): (1, 256, 6), ("div", "bfloat16"): (1, 256, 6),
-        ("relu_backward", "float32"): (1, 256, 6), ("relu_backward", "bfloat16"): (1, 256, 6),
-        ("leaky_relu_backward", "float32"): (1, 256, 6), ("leaky_relu_backward", "bfloat16"): (1, 256, 6),
-        ("silu_backward", "float32"): (1, 256, 6), ("silu_backward", "bfloat16"): (1, 256, 6),
-        ("sigmoid_backward", "float32"): (1, 256, 6), ("sigmoid_backward", "bfloat16"): (1, 256, 6),
-        ("tanh_backward", "float32"): (1, 512, 3), ("tanh_backward", "bfloat16"): (1, 256, 6),
-        ("gelu_tanh_backward", "float32"): (4, 256, 0), ("gelu_tanh_backward", "bfloat16"): (1, 256, 0),
-        ("gelu_erf_backward", "float32"): (2, 512, 0), ("gelu_erf_backward", "bfloat16"): (1, 512, 0),
-        ("add_scalar", "float32"): (4, 256, 3), ("add_scalar", "bfloat16"): (4, 256, 3),
-        ("sub_scalar", "float32"): (4, 256, 3), ("sub_scalar", "bfloat16"): (4, 256, 3),
-        ("mul_scalar", "float32"): (2, 256, 5), ("mul_scalar", "bfloat16"): (4, 256, 3),
-        ("div_scalar", "float32"): (4, 256, 3), ("div_scalar", "bfloat16"): (2, 256, 5),
-        ("relu", "float32"): (2, 256, 5), ("relu", "bfloat16"): (2, 256, 5),
-        ("leaky_relu", "float32"): (4, 256, 3), ("leaky_relu", "bfloat16"): (2, 256, 5),
-        ("tanh", "float32"): (2, 256, 5), ("tanh", "bfloat16"): (2, 256, 5),
-        ("silu", "float32"): (4, 256, 4), ("silu", "bfloat16"): (4, 128, 6),
-        ("sigmoid", "float32"): (4, 256, 4), ("sigmoid", "bfloat16"): (4, 256, 4),
-        ("gelu_tanh", "float32"): (4, 256, 0), ("gelu_tanh", "bfloat16"): (4, 256, 4),
-        ("gelu_erf", "float32"): (4, 256, 0), ("gelu_erf", "bfloat16"): (2, 256, 6),
+        ("add", "float32"): (1, 512, 3), ("add", "bfloat16"): (1, 512, 3),
+        ("sub", "float32"): (1, 512, 3), ("sub", "bfloat16"): (1, 512, 3),
+        ("mul", "float32"): (1, 512, 3), ("mul", "bfloat16"): (1, 512, 3),
+        ("div", "float32"): (1, 512, 3), ("div", "bfloat16"): (1, 512, 3),
+        ("relu_backward", "float32"): (1, 512, 3), ("relu_backward", "bfloat16"): (1, 512, 3),
+        ("leaky_relu_backward", "float32"): (1, 512, 3), ("leaky_relu_backward", "bfloat16"): (1, 512, 3),
+        ("silu_backward", "float32"): (1, 512, 3), ("silu_backward", "bfloat16"): (1, 512, 3),
+        ("sigmoid_backward", "float32"): (1, 512, 3), ("sigmoid_backward", "bfloat16"): (1, 512, 3),
+        ("tanh_backward", "float32"): (1, 512, 3), ("tanh_backward", "bfloat16"): (1, 512, 3),
+        ("gelu_tanh_backward", "float32"): (1, 512, 3), ("gelu_tanh_backward", "bfloat16"): (2, 256, 4),
+        ("gelu_erf_backward", "float32"): (1, 128, 0), ("gelu_erf_backward", "bfloat16"): (2, 256, 4),
+        ("add_scalar", "float32"): (2, 256, 4), ("add_scalar", "bfloat16"): (2, 256, 4),
+        ("sub_scalar", "float32"): (2, 256, 4), ("sub_scalar", "bfloat16"): (2, 256, 5),
+        ("mul_scalar", "float32"): (2, 256, 5), ("mul_scalar", "bfloat16"): (2, 256, 4),
+        ("div_scalar", "float32"): (1, 128, 0), ("div_scalar", "bfloat16"): (2, 256, 4),
+        ("relu", "float32"): (2, 256, 4), ("relu", "bfloat16"): (2, 256, 5),
+        ("leaky_relu", "float32"): (2, 256, 5), ("leaky_relu", "bfloat16"): (2, 256, 5),
+        ("tanh", "float32"): (1, 512, 0), ("tanh", "bfloat16"): (2, 256, 4),
+        ("silu", "float32"): (4, 128, 6), ("silu", "bfloat16"): (1, 512, 0),
+        ("sigmoid", "float32"): (4, 256, 3), ("sigmoid", "bfloat16"): (1, 512, 0),
+        ("gelu_tanh", "float32"): (4, 128, 6), ("gelu_tanh", "bfloat16"): (1, 512, 0),
+        ("gelu_erf", "float32"): (4, 128, 8), ("gelu_erf", "bfloat16"): (4, 128, 6),
     },
 }
 
