@@ -100,13 +100,12 @@ def test_contiguous_kernel_shapes_follow_the_tuned_table():
             assert name.rsplit(", ", 1)[1][:-1].isdigit()
 
 
-def _ptx(tmp_path, names, arch, *defines):
+def _ptx(tmp_path, names, arch, *defines, module="cudakit.kernels.elementwise"):
     nvcc = shutil.which("nvcc")
     if not nvcc:
         pytest.skip("nvcc is not on the PATH")
-    from cudakit.kernels import elementwise as ew
     refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(names))
-    (tmp_path / "k.cu").write_text(ew.SOURCE + "\n" + refs + "\n")
+    (tmp_path / "k.cu").write_text(importlib.import_module(module).SOURCE + "\n" + refs + "\n")
     r = subprocess.run([nvcc, "-std=c++17", f"-arch={arch}", "-ptx", *defines, "-o", str(tmp_path / "k.ptx"),
                         str(tmp_path / "k.cu")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -132,3 +131,14 @@ def test_contiguous_loads_take_the_l2_policy_and_release_it(tmp_path):
     # the scalar path (unaligned data, V = 1) has no 16-byte packs and no policy
     scalar = _ptx(tmp_path, [ew._expr("contig", "silu", "bfloat16", 1, 1)], "sm_90")
     assert "createpolicy" not in scalar and "applypriority" not in scalar
+
+
+def test_dropout_loads_take_the_l2_policy(tmp_path):
+    """dropout's 16-byte item loads (float32, 16-bit) carry the L2 policy, one release per load;
+    float64's 32-byte items and the unaligned path stay plain."""
+    names = ["ck_dropout<float, true>", "ck_dropout<ck_bf16, true>"]
+    ptx = _ptx(tmp_path, names, "sm_90", module="cudakit.kernels.dropout")
+    assert ptx.count("applypriority.global.L2::evict_normal") == ptx.count("L2::cache_hint.v4.u32") == 4
+    plain = _ptx(tmp_path, ["ck_dropout<double, true>", "ck_dropout<float, false>"], "sm_90",
+                 module="cudakit.kernels.dropout")
+    assert "createpolicy" not in plain and "applypriority" not in plain

@@ -58,7 +58,10 @@ template <typename T> struct ck_dp_item {
 // y[i] = x[i] * (word(i) >= thr ? scale : 0), in the accumulation type, rounded once.
 // x, y: [n] contiguous. VEC: x and y are 16-byte aligned (whole items move as 16-byte vectors).
 // Block 256, grid-stride over items; thread t takes items t and t + stride, then steps by
-// 2 * stride (two loads in flight while the Philox rounds run).
+// 2 * stride (two loads in flight while the Philox rounds run). The 16-byte loads take the
+// preamble's L2 policy, each line released after the item's store: dropout and its backward
+// 1.3-1.6% faster on an H100 (GPU-005fbf9b, 2026-11-26, four alternating runs of the benchmark:
+// float32 1.257 -> 1.274x torch, bfloat16 1.440 -> 1.462x).
 // Traffic: n * sizeof(T) read + n * sizeof(T) written.
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(256, 4) ck_dropout(const T* __restrict__ x, T* __restrict__ y, long long n,
@@ -75,7 +78,7 @@ __global__ void __launch_bounds__(256, 4) ck_dropout(const T* __restrict__ x, T*
     for (int u = 0; u < 2; ++u) {
       const long long it = i0 + u * stride;
       if (VEC && it < nfull) {
-        in[u].raw = reinterpret_cast<const typename I::R*>(x)[it];
+        in[u].raw = ck_ld_keep(reinterpret_cast<const typename I::R*>(x) + it);
       } else if (it < ni) {
 #pragma unroll
         for (int e = 0; e < I::E; ++e) if (it * I::E + e < n) in[u].v[e] = x[it * I::E + e];
@@ -96,6 +99,7 @@ __global__ void __launch_bounds__(256, 4) ck_dropout(const T* __restrict__ x, T*
       }
       if (VEC && it < nfull) {
         reinterpret_cast<typename I::R*>(y)[it] = out.raw;
+        ck_l2_release(reinterpret_cast<const typename I::R*>(x) + it);
       } else {
 #pragma unroll
         for (int e = 0; e < I::E; ++e) if (it * I::E + e < n) y[it * I::E + e] = out.v[e];

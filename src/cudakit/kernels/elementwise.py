@@ -219,23 +219,17 @@ template <> __device__ __forceinline__ void ck_st<uint4>(uint4* p, const uint4& 
   asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 #endif
-// Loads of 16-byte packs. Default (CK_L2_KEEP, sm_80+): read-only, no L1 allocation, under an L2
-// evict_last policy; after storing its results each warp hands the lines it read back to
-// evict_normal (ck_release), so no stale high-priority line outlives the kernel. Measured on lent
-// H100s (2026-11-26, scripts/ew_l2_policy_ab.py, eight output placements against torch's): 0.2-0.7%
-// more bandwidth for most ops at their shapes, the shapes retuned with it (ew_shapes); evict_last
-// without the release was as fast but left a following kernel's 24 MB L2 working set 15% slower.
-// The release costs registers (40 instead of 32 in the 16-bit gelu_erf backward at U = 1): heavy
-// ops moved to shapes that keep their occupancy. CK_LOAD_HINT (a PTX qualifier string) replaces
-// the policy (scripts/ew_hint_variants.py).
-#ifndef CK_L2_KEEP
-#define CK_L2_KEEP 1
-#endif
-#ifndef CK_L2_RELEASE  // 0: keep the evict_last lines (only to measure what the release is for)
-#define CK_L2_RELEASE 1
-#endif
-template <typename R> __device__ __forceinline__ R ck_ld(const R* p) { return *p; }
-template <typename R> __device__ __forceinline__ void ck_release(const R* p) {}
+// Loads of 16-byte packs: under the preamble's L2 policy (ck_ld_keep), each line released after the
+// warp's store of its results (released as soon as the data had arrived, before the math, about
+// half the gain was left: GPU-cf0e6ea0). Measured on lent H100s (2026-11-26,
+// scripts/ew_l2_policy_ab.py, eight output placements shared with torch): 0.2-1% more bandwidth
+// at the shapes retuned with it (TUNED_BY_MODEL); evict_last without the release was as fast but
+// left a following kernel's 24 MB L2 working set 15% slower. The release costs registers (40
+// instead of 32 in the 16-bit gelu_erf backward at U = 1): heavy ops moved to shapes that keep
+// their occupancy. CK_LOAD_HINT (a PTX qualifier string) replaces the policy
+// (scripts/ew_hint_variants.py).
+template <typename R> __device__ __forceinline__ R ck_ld(const R* p) { return ck_ld_keep(p); }
+template <typename R> __device__ __forceinline__ void ck_release(const R* p) { ck_l2_release(p); }
 #if defined(CK_LOAD_HINT)
 template <> __device__ __forceinline__ uint4 ck_ld<uint4>(const uint4* p) {
   uint4 v;
@@ -243,25 +237,7 @@ template <> __device__ __forceinline__ uint4 ck_ld<uint4>(const uint4* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
-#elif CK_L2_KEEP && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-template <> __device__ __forceinline__ uint4 ck_ld<uint4>(const uint4* p) {
-  uint4 v;
-  unsigned long long policy;
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
-  return v;
-}
-// The 128-byte line of pack p, released after the thread's store of the result (released as soon
-// as the data had arrived, before the math, about half the gain was left: GPU-cf0e6ea0). Each line a warp read is
-// released once: by the thread whose pack starts it, and the warp's first line by lane 0 (packs are
-// only 16-byte aligned). A hint: it changes speed, never a value.
-template <> __device__ __forceinline__ void ck_release<uint4>(const uint4* p) {
-  if (!CK_L2_RELEASE) return;
-  const unsigned long long a = reinterpret_cast<unsigned long long>(p);
-  if ((a & 127) == 0 || (threadIdx.x & 31) == 0)
-    asm volatile("applypriority.global.L2::evict_normal [%0], 128;" :: "l"(a & ~127ull) : "memory");
-}
+template <> __device__ __forceinline__ void ck_release<uint4>(const uint4* p) {}
 #endif
 
 // a, b, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
