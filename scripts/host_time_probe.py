@@ -11,13 +11,15 @@ import cudakit
 x = cp.random.standard_normal((64, 128), dtype=cp.float32)
 g = cp.random.standard_normal((64, 128), dtype=cp.float32)
 t = cp.zeros(64, cp.int64)
+be = cudakit.get_backend("cuda")
 calls = {
     "cudakit.add": lambda: cudakit.add(x, g), "cudakit.sub": lambda: cudakit.sub(x, g),
     "cudakit.mul(x, 0.5)": lambda: cudakit.mul(x, 0.5), "cudakit.sub(1.0, x)": lambda: cudakit.sub(1.0, x),
     "cudakit.relu": lambda: cudakit.relu(x), "cudakit.gelu": lambda: cudakit.gelu(x),
     "cudakit.sigmoid": lambda: cudakit.sigmoid(x), "cudakit.leaky_relu": lambda: cudakit.leaky_relu(x, 0.2),
     "cudakit.silu_backward": lambda: cudakit.silu_backward(g, x),
-    "cudakit.softmax": lambda: cudakit.softmax(x), "cudakit.layernorm": lambda: cudakit.layernorm(x),
+    "cudakit.softmax": lambda: cudakit.softmax(x), "cudakit.softmax_backward": lambda: cudakit.softmax_backward(g, x),
+    "backend.softmax": lambda: be.softmax(x), "cudakit.layernorm": lambda: cudakit.layernorm(x),
     "cudakit.sum": lambda: cudakit.sum(x), "cudakit.sum(axis=-1)": lambda: cudakit.sum(x, axis=-1),
     "cudakit.transpose": lambda: cudakit.transpose(x),
     "cudakit.cross_entropy": lambda: cudakit.cross_entropy(x, t),
@@ -28,6 +30,7 @@ try:
     calls.update({"torch.add": lambda: torch.add(tx, tg), "torch.mul(x, 0.5)": lambda: tx * 0.5,
                   "torch.sigmoid": lambda: torch.sigmoid(tx), "torch.gelu": lambda: torch.nn.functional.gelu(tx),
                   "torch.softmax": lambda: torch.softmax(tx, -1),
+                  "torch._softmax_backward_data": lambda: torch._softmax_backward_data(tg, tx, -1, tx.dtype),
                   "torch.layer_norm": lambda: torch.nn.functional.layer_norm(tx, (128,)),
                   "torch.sum": lambda: tx.sum(), "torch.sum(dim=-1)": lambda: tx.sum(-1)})
 except ImportError:

@@ -23,6 +23,7 @@ _ew = lambda table, x0, x1, p, out=None: None  # noqa: E731 -- the native tiny-o
                                          # (kernels.elementwise.native_ew); declines until then
 _T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
 _T: dict = {}                            # op -> its kernel table (kernels.elementwise.EW_TABLES)
+_sm_fwd = _sm_bwd = None                 # kernels.softmax.forward_fast / backward_fast, with _cuda_nd
 
 
 def _on_cuda(x) -> bool:
@@ -45,8 +46,9 @@ def backend_for(*arrays):
     if be is None:
         be = _backends[name] = get_backend(name)
         if name == "cuda":
-            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU
-            from .kernels import elementwise
+            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU, _sm_fwd, _sm_bwd
+            from .kernels import elementwise, softmax as _softmax_kernels
+            _sm_fwd, _sm_bwd = _softmax_kernels.forward_fast, _softmax_kernels.backward_fast
             _ew = elementwise.native_ew()
             t = elementwise.EW_TABLES
             _T_ADD, _T_MUL, _T_RELU = t["add"], t["mul"], t["relu"]
@@ -324,24 +326,33 @@ def min_backward(grad_out, x, axis=None, keepdims=False):
 
 # -- softmax and cross-entropy (see backends/softmax_api.py) ---------------------------------------
 
+def _last_axis(x, axis) -> bool:
+    """Whether x is a CuPy array (once the CUDA backend exists) and axis names its last axis."""
+    return type(x) is _cuda_nd and type(axis) is int and (axis == -1 or axis == x.ndim - 1)
+
+
 def softmax(x, axis=-1):
     """Numerically stable softmax along axis."""
-    return backend_for(x).softmax(x, axis)
+    r = _sm_fwd(x, False) if _last_axis(x, axis) else None   # the planned launch, else the checked path
+    return r if r is not None else backend_for(x).softmax(x, axis)
 
 
 def log_softmax(x, axis=-1):
     """Numerically stable log-softmax along axis."""
-    return backend_for(x).log_softmax(x, axis)
+    r = _sm_fwd(x, True) if _last_axis(x, axis) else None
+    return r if r is not None else backend_for(x).log_softmax(x, axis)
 
 
 def softmax_backward(grad_out, y, axis=-1):
     """dx of y = softmax(x): y * (grad_out - sum(grad_out * y))."""
-    return backend_for(grad_out, y).softmax_backward(grad_out, y, axis)
+    r = _sm_bwd(grad_out, y, False) if _last_axis(y, axis) else None
+    return r if r is not None else backend_for(grad_out, y).softmax_backward(grad_out, y, axis)
 
 
 def log_softmax_backward(grad_out, y, axis=-1):
     """dx of y = log_softmax(x): grad_out - exp(y) * sum(grad_out)."""
-    return backend_for(grad_out, y).log_softmax_backward(grad_out, y, axis)
+    r = _sm_bwd(grad_out, y, True) if _last_axis(y, axis) else None
+    return r if r is not None else backend_for(grad_out, y).log_softmax_backward(grad_out, y, axis)
 
 
 def cross_entropy(logits, targets, reduction="mean", ignore_index=-100):

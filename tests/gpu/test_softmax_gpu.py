@@ -210,3 +210,53 @@ def test_cross_entropy_keeps_no_full_size_temporary(be, dtype, rng):
         extra = cudakit.memory.stats().peak_allocated - base
         assert grad.nbytes <= extra <= grad.nbytes + rows, (fused, extra, grad.nbytes)
         del loss, grad
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_planned_fast_call_equals_the_checked_launch(dtype, rng, monkeypatch):
+    """cudakit.softmax & co. and the Backend methods over the last axis of a contiguous CuPy array
+    take kernels.softmax's planned launch (one plan per shape, dtype, device and alignment, no
+    Python launch wrapper): bitwise the checked launch's result for register, looped,
+    shared-memory-backward and unaligned rows, any number of dims; the plan serves new data; the
+    profiler still sees the launch."""
+    import cudakit
+    from cudakit.kernels import softmax as sk
+    be = cudakit.get_backend("cuda")
+    calls = []
+    real = sk._launch_function
+    monkeypatch.setattr(sk, "_launch_function", lambda *a: (calls.append(a[0]), real(*a)))
+    shapes = [(3, 5, 96), (96,), (64, 4096), (5, 4097), (3, 65536)]
+    if dtype in ("float32", "bfloat16"):
+        shapes.append((2, 300007))
+    for shape in shapes:
+        for log in (False, True):
+            x = cp.asarray(_data(rng, shape, dtype))
+            g = cp.asarray(_data(rng, shape, dtype, 1.0))
+            rows = (-1, shape[-1])
+            calls.clear()
+            fwd = (cudakit.log_softmax if log else cudakit.softmax)(x)
+            bwd = (cudakit.log_softmax_backward if log else cudakit.softmax_backward)(g, fwd)
+            assert calls == [] and fwd.shape == bwd.shape == shape and fwd.dtype == bwd.dtype == x.dtype
+            want = sk.softmax_forward(x.reshape(rows), log)
+            dwant = sk.softmax_backward(g.reshape(rows), want, log)
+            assert len(calls) == 2   # the checked launches did go through the wrapper
+            np.testing.assert_array_equal(fwd.reshape(rows).get().astype(np.float64), want.get().astype(np.float64))
+            np.testing.assert_array_equal(bwd.reshape(rows).get().astype(np.float64), dwant.get().astype(np.float64))
+            method = be.log_softmax if log else be.softmax
+            np.testing.assert_array_equal(method(x).get().astype(np.float64), fwd.get().astype(np.float64))
+    # 16-byte-unaligned rows (a view one element in) take the one-element plan, as the checked launch does
+    base = cp.asarray(_data(rng, (64 * 96 + 1,), dtype))
+    x = base[1:].reshape(64, 96)
+    assert x.flags.c_contiguous and x.data.ptr % 16
+    np.testing.assert_array_equal(cudakit.softmax(x).get().astype(np.float64),
+                                  sk.softmax_forward(x, False).get().astype(np.float64))
+    assert any(k[1] == (64, 96) and not k[4] for k in sk._fast)
+    # mismatched backward operands, another device's array, a 0-d array: the checked path decides
+    from cudakit.errors import ShapeError
+    with pytest.raises(ShapeError, match="shape"):
+        cudakit.softmax_backward(g[:1], cudakit.softmax(g))
+    with pytest.raises(ShapeError, match="0-d"):
+        cudakit.softmax(cp.asarray(np.float32(1.0)))
+    with cudakit.profile() as prof:
+        cudakit.softmax(x)
+    assert [r["name"] for r in prof.table()][0].startswith("ck_softmax_fwd")

@@ -293,3 +293,18 @@ class CudaSoftmaxHooks(SoftmaxOps):
         if type(axis) is not int or (axis != -1 and axis != getattr(x, "ndim", 0) - 1):
             return None
         return last_axis_rows(x, self._array_type, self._get_device())
+
+    # the common call through a launch planned once per shape (kernels.softmax.forward_fast)
+    def _softmax_fwd(self, op: str, x, axis, log: bool):
+        if type(axis) is int and (axis == -1 or axis == getattr(x, "ndim", 0) - 1):
+            y = self._softmax_module().forward_fast(x, log)
+            if y is not None:
+                return y
+        return super()._softmax_fwd(op, x, axis, log)
+
+    def _softmax_bwd(self, op: str, grad_out, y, axis, log: bool):
+        if type(axis) is int and (axis == -1 or axis == getattr(y, "ndim", 0) - 1):
+            dx = self._softmax_module().backward_fast(grad_out, y, log)
+            if dx is not None:
+                return dx
+        return super()._softmax_bwd(op, grad_out, y, axis, log)

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import _cupy
+from .. import profiler
+from ..errors import LaunchError
+from ..runtime import _cupy, launch as _launch
 from ..runtime.compiler import _launch_function
 from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, dtype_name, vec_width
 
@@ -655,3 +657,116 @@ def softmax_backward(g2d, y2d, log: bool = False, out=None, plan_nv=None):
         launch(_families, f"ck_softmax_bwd_loop<{t}, {v}>", dt, (rows, 1, 1), (LOOP_THREADS, 1, 1),
                (g2d, y2d, dx, np.int32(nvec), lg))
     return dx
+
+
+# ------------------------------------------------------------------------------------------
+# the host-time path of the common call (ops.softmax, Backend.softmax, their backward)
+
+_fast: dict = {}   # (kind, shape, dtype, device, 16-byte aligned) -> launch plan, or None: not this path
+_fast_env = None   # (native launcher, cupy.ndarray, getDevice, get_current_stream) once CUDA is up
+
+
+def _fast_setup():
+    global _fast_env
+    from ..runtime import native
+    cp = _cupy.loaded_cupy()
+    _fast_env = (native.launcher(), cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream)
+    return _fast_env
+
+
+def _plan_fast(kind: str, shape: tuple, dtype, dev: int, aligned: bool):
+    """(expr, function pointer, grid, block, shared bytes, codes, tail values) of the launch that
+    softmax_forward (kind "fwd") or softmax_backward ("bwd", "fwd_log", "bwd_log") makes for a
+    C-contiguous array of this shape over its last axis; None when the shape takes no kernel (empty)
+    or the dtype is not one of the kernels'."""
+    dt = dtype_name(dtype)
+    if dt not in FLOAT_DTYPE_NAMES or not shape or shape[-1] == 0:
+        return None
+    cols = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    if rows == 0:
+        return None
+    vw = vec_width(dt)
+    v = vw if aligned and cols % vw == 0 else 1
+    nvec = cols // v
+    t = ctype(dt)
+    log = kind.endswith("_log")
+    smem = 0
+    if kind.startswith("fwd"):
+        expr, tpr, rpb = _fwd_plan(dt, v, nvec, fwd_target(nvec, v))
+        if rpb:
+            grid, block, codes, tail = (-(-rows // rpb), 1, 1), (tpr, rpb, 1), b"QQQii", (rows, nvec, int(log))
+        else:
+            grid, block, codes, tail = (rows, 1, 1), (tpr, 1, 1), b"QQii", (nvec, int(log))
+    else:
+        plan = reg_plan(nvec, BWD_TARGET_NV, lambda nv: bwd_bound(nv, v, dt), reg_nvs(v))
+        sp = None if plan is not None else _smem_plan(nvec, v, dt)
+        if plan is not None:
+            tpr, nv, rpb = plan
+            expr, grid, block = f"ck_softmax_bwd_reg<{t}, {v}, {nv}>", (-(-rows // rpb), 1, 1), (tpr, rpb, 1)
+            codes, tail = b"QQQQii", (rows, nvec, int(log))
+        elif sp is not None:
+            tpr, nv, smem = sp
+            expr, grid, block = f"ck_softmax_bwd_smem<{t}, {v}, {nv}>", (rows, 1, 1), (tpr, 1, 1)
+            codes, tail = b"QQQii", (nvec, int(log))
+        else:
+            expr, grid, block = f"ck_softmax_bwd_loop<{t}, {v}>", (rows, 1, 1), (LOOP_THREADS, 1, 1)
+            codes, tail = b"QQQii", (nvec, int(log))
+    fam = _families[dt]
+    f = fam.function(dev, expr)
+    if smem > 48 * 1024 and _smem_set.get((dev, expr), 0) < smem:
+        fam.kernel(expr).set_max_dynamic_shared_memory(smem)
+        _smem_set[(dev, expr)] = smem
+    return expr, f.ptr, grid, block, smem, codes, tail
+
+
+def _run_fast(kind: str, arrays: tuple):
+    """The kernel of `kind` over `arrays` (the inputs, C-contiguous, one shape and dtype) into a new
+    array, through the planned launch; None where the path does not apply (the caller takes the
+    checked one): not all CuPy arrays on the current device, an empty or unsupported array, the
+    profiler or CUDAKIT_LAUNCH_BLOCKING on, or no native launcher."""
+    env = _fast_env or _fast_setup()
+    nl, ndarray, get_device, get_stream = env
+    if nl is None or profiler._active is not None or _launch._blocking or (
+            _launch._blocking is None and _launch.launch_blocking()):
+        return None
+    x = arrays[0]
+    if type(x) is not ndarray:
+        return None
+    dev = get_device()
+    shape, dtype = x.shape, x.dtype
+    al = 0
+    for a in arrays:
+        if type(a) is not ndarray or not a._c_contiguous or a.data.device_id != dev or (
+                a is not x and (a.shape != shape or a.dtype != dtype)):
+            return None
+        al |= a.data.ptr
+    out = ndarray(shape, dtype)
+    key = (kind, shape, dtype, dev, not (al | out.data.ptr) & 15)
+    p = _fast.get(key, False)
+    if p is False:
+        if len(_fast) >= 1024:
+            _fast.clear()
+        p = _fast[key] = _plan_fast(kind, shape, dtype, dev, key[4])
+    if p is None:
+        return None
+    expr, fptr, grid, block, smem, codes, tail = p
+    _launch.recent_launches.append((expr, grid, block))
+    r = nl(fptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, get_stream().ptr, codes,
+           *[a.data.ptr for a in arrays], out.data.ptr, *tail)
+    if r:
+        raise LaunchError(str(_cupy.loaded_cupy().cuda.driver.CUDADriverError(r)), expr, grid, block)
+    return out
+
+
+def forward_fast(x, log: bool = False):
+    """softmax_forward over the last axis of x (any shape), as a new array of x's shape, through a
+    launch planned once per (shape, dtype, device, alignment); None where that path does not apply
+    (see _run_fast). Rows need no (rows, cols) view: the kernels see x's memory as rows."""
+    return _run_fast("fwd_log" if log else "fwd", (x,))
+
+
+def backward_fast(grad_out, y, log: bool = False):
+    """softmax_backward over the last axis (grad_out and y of one shape and dtype, else None), as
+    forward_fast."""
+    return _run_fast("bwd_log" if log else "bwd", (grad_out, y))
