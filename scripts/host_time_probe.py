@@ -12,6 +12,7 @@ x = cp.random.standard_normal((64, 128), dtype=cp.float32)
 g = cp.random.standard_normal((64, 128), dtype=cp.float32)
 t = cp.zeros(64, cp.int64)
 be = cudakit.get_backend("cuda")
+w, b = cp.ones(128, cp.float32), cp.zeros(128, cp.float32)
 calls = {
     "cudakit.add": lambda: cudakit.add(x, g), "cudakit.sub": lambda: cudakit.sub(x, g),
     "cudakit.mul(x, 0.5)": lambda: cudakit.mul(x, 0.5), "cudakit.sub(1.0, x)": lambda: cudakit.sub(1.0, x),
@@ -20,18 +21,22 @@ calls = {
     "cudakit.silu_backward": lambda: cudakit.silu_backward(g, x),
     "cudakit.softmax": lambda: cudakit.softmax(x), "cudakit.softmax_backward": lambda: cudakit.softmax_backward(g, x),
     "backend.softmax": lambda: be.softmax(x), "cudakit.layernorm": lambda: cudakit.layernorm(x),
+    "cudakit.layernorm(x, w, b)": lambda: cudakit.layernorm(x, w, b), "cudakit.rmsnorm": lambda: cudakit.rmsnorm(x),
+    "cudakit.layernorm_with_stats": lambda: cudakit.layernorm_with_stats(x),
     "cudakit.sum": lambda: cudakit.sum(x), "cudakit.sum(axis=-1)": lambda: cudakit.sum(x, axis=-1),
     "cudakit.transpose": lambda: cudakit.transpose(x),
     "cudakit.cross_entropy": lambda: cudakit.cross_entropy(x, t),
 }
 try:
     import torch
-    tx, tg = torch.from_dlpack(x), torch.from_dlpack(g)
+    tx, tg, tw, tb = (torch.from_dlpack(a) for a in (x, g, w, b))
     calls.update({"torch.add": lambda: torch.add(tx, tg), "torch.mul(x, 0.5)": lambda: tx * 0.5,
                   "torch.sigmoid": lambda: torch.sigmoid(tx), "torch.gelu": lambda: torch.nn.functional.gelu(tx),
                   "torch.softmax": lambda: torch.softmax(tx, -1),
                   "torch._softmax_backward_data": lambda: torch._softmax_backward_data(tg, tx, -1, tx.dtype),
                   "torch.layer_norm": lambda: torch.nn.functional.layer_norm(tx, (128,)),
+                  "torch.layer_norm(x, w, b)": lambda: torch.nn.functional.layer_norm(tx, (128,), tw, tb),
+                  "torch.rms_norm": lambda: torch.nn.functional.rms_norm(tx, (128,)),
                   "torch.sum": lambda: tx.sum(), "torch.sum(dim=-1)": lambda: tx.sum(-1)})
 except ImportError:
     pass

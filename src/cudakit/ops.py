@@ -24,6 +24,7 @@ _ew = lambda table, x0, x1, p, out=None: None  # noqa: E731 -- the native tiny-o
 _T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
 _T: dict = {}                            # op -> its kernel table (kernels.elementwise.EW_TABLES)
 _sm_fwd = _sm_bwd = None                 # kernels.softmax.forward_fast / backward_fast, with _cuda_nd
+_norm_fwd = None                         # kernels.normalization.forward_fast, with _cuda_nd
 
 
 def _on_cuda(x) -> bool:
@@ -46,9 +47,10 @@ def backend_for(*arrays):
     if be is None:
         be = _backends[name] = get_backend(name)
         if name == "cuda":
-            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU, _sm_fwd, _sm_bwd
-            from .kernels import elementwise, softmax as _softmax_kernels
+            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU, _sm_fwd, _sm_bwd, _norm_fwd
+            from .kernels import elementwise, normalization as _norm_kernels, softmax as _softmax_kernels
             _sm_fwd, _sm_bwd = _softmax_kernels.forward_fast, _softmax_kernels.backward_fast
+            _norm_fwd = _norm_kernels.forward_fast
             _ew = elementwise.native_ew()
             t = elementwise.EW_TABLES
             _T_ADD, _T_MUL, _T_RELU = t["add"], t["mul"], t["relu"]
@@ -206,14 +208,22 @@ def activation(x, kind, out=None):
     return backend_for(x).activation(x, kind, out=out)
 
 
+def _last_dim(x, normalized_ndim) -> bool:
+    """Whether x is a CuPy array (once the CUDA backend exists) normalised over its last dim only."""
+    return type(x) is _cuda_nd and (normalized_ndim is None or (type(normalized_ndim) is int and normalized_ndim == 1))
+
+
 def layernorm(x, weight=None, bias=None, eps=1e-5, normalized_ndim=None):
     """Layer normalisation over the trailing dims of x (see Backend.layernorm)."""
-    return backend_for(x, weight, bias).layernorm(x, weight, bias, eps, normalized_ndim)
+    r = _norm_fwd("ln", x, weight, bias, eps) if _last_dim(x, normalized_ndim) else None  # the planned launch
+    return r if r is not None else backend_for(x, weight, bias).layernorm(x, weight, bias, eps, normalized_ndim)
 
 
 def layernorm_with_stats(x, weight=None, bias=None, eps=1e-5, normalized_ndim=None):
     """layernorm that also returns (mean, rstd) for the backward (see Backend.layernorm_with_stats)."""
-    return backend_for(x, weight, bias).layernorm_with_stats(x, weight, bias, eps, normalized_ndim)
+    r = _norm_fwd("ln", x, weight, bias, eps, True) if _last_dim(x, normalized_ndim) else None
+    return r if r is not None else backend_for(x, weight, bias).layernorm_with_stats(x, weight, bias, eps,
+                                                                                      normalized_ndim)
 
 
 def layernorm_backward(grad_out, x, weight, mean, rstd, normalized_ndim=None):
@@ -224,12 +234,14 @@ def layernorm_backward(grad_out, x, weight, mean, rstd, normalized_ndim=None):
 
 def rmsnorm(x, weight=None, eps=1e-6, normalized_ndim=None):
     """RMS normalisation over the trailing dims of x (see Backend.rmsnorm)."""
-    return backend_for(x, weight).rmsnorm(x, weight, eps, normalized_ndim)
+    r = _norm_fwd("rms", x, weight, None, eps) if _last_dim(x, normalized_ndim) else None
+    return r if r is not None else backend_for(x, weight).rmsnorm(x, weight, eps, normalized_ndim)
 
 
 def rmsnorm_with_stats(x, weight=None, eps=1e-6, normalized_ndim=None):
     """rmsnorm that also returns rstd for the backward (see Backend.rmsnorm_with_stats)."""
-    return backend_for(x, weight).rmsnorm_with_stats(x, weight, eps, normalized_ndim)
+    r = _norm_fwd("rms", x, weight, None, eps, True) if _last_dim(x, normalized_ndim) else None
+    return r if r is not None else backend_for(x, weight).rmsnorm_with_stats(x, weight, eps, normalized_ndim)
 
 
 def rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim=None):

@@ -339,3 +339,58 @@ def test_the_unchecked_fast_call_equals_the_checked_path(dtype, rng):
             np.testing.assert_array_equal(f.get().astype(np.float64), s.get().astype(np.float64))
     with pytest.raises(ValueError, match="normalized_ndim"):
         be.layernorm(x, w, b, normalized_ndim=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_the_planned_fast_forward_equals_the_checked_launch(dtype, rng, monkeypatch):
+    """cudakit.layernorm/rmsnorm (and _with_stats) of a contiguous CuPy x over its last dim with
+    None or contiguous (cols,) parameters take kernels.normalization's planned launch (no Python
+    launch wrapper): bitwise the checked launch's y and statistics for register, looped and
+    16-byte-unaligned rows and any number of dims; other calls take the checked path."""
+    import cudakit
+    from cudakit.kernels import normalization as nk
+    calls = []
+    real = nk._launch_function
+    monkeypatch.setattr(nk, "_launch_function", lambda *a: (calls.append(a[0]), real(*a)))
+    shapes = [(3, 5, 96), (96,), (64, 4096), (5, 4097)]
+    if dtype in ("float32", "bfloat16"):
+        shapes.append((2, 65536 + 8))
+    for shape in shapes:
+        cols = shape[-1]
+        x = _dev(_data(rng, shape, dtype))
+        w, b = _dev(_data(rng, cols, dtype)), _dev(_data(rng, cols, dtype))
+        rows = (-1, cols)
+        for wb in ((w, b), (None, None), (w, None)):
+            calls.clear()
+            y = cudakit.layernorm(x, *wb)
+            y2, mean, rstd = cudakit.layernorm_with_stats(x, *wb)
+            yr = cudakit.rmsnorm(x, wb[0])
+            yr2, rstd_r = cudakit.rmsnorm_with_stats(x, wb[0])
+            assert calls == [] and y.shape == shape and mean.shape == rstd.shape == rstd_r.shape == shape[:-1]
+            want = nk.layernorm_forward(x.reshape(rows), *wb, 1e-5)
+            want_r = nk.rmsnorm_forward(x.reshape(rows), wb[0], 1e-6)
+            assert len(calls) == 2
+            for got, ref in ((y, want[0]), (y2, want[0]), (mean, want[1]), (rstd, want[2]), (yr, want_r[0]),
+                             (yr2, want_r[0]), (rstd_r, want_r[1])):
+                np.testing.assert_array_equal(got.reshape(ref.shape).get().astype(np.float64),
+                                              ref.get().astype(np.float64))
+    # unaligned x (a view one element in): the one-element plan, as the checked launch takes it
+    base = _dev(_data(rng, (64 * 96 + 1,), dtype))
+    x = base[1:].reshape(64, 96)
+    assert x.flags.c_contiguous and x.data.ptr % 16
+    np.testing.assert_array_equal(cudakit.layernorm(x).get().astype(np.float64),
+                                  nk.layernorm_forward(x, None, None, 1e-5)[0].get().astype(np.float64))
+    assert any(k[1] == (64, 96) and not k[4] for k in nk._fast)
+    # not this path: an int eps, a 2-D weight, normalized_ndim=2 -- the checked path decides
+    calls.clear()
+    x = _dev(_data(rng, (4, 6, 8), dtype))
+    w2 = _dev(_data(rng, (6, 8), dtype))
+    cudakit.layernorm(x, eps=1)
+    cudakit.layernorm(x, w2)
+    cudakit.rmsnorm(x, normalized_ndim=2)
+    assert len(calls) == 3
+    with pytest.raises(ValueError, match="eps"):
+        cudakit.layernorm(x, eps=-1.0)
+    with cudakit.profile() as prof:
+        cudakit.rmsnorm(x)
+    assert [r["name"] for r in prof.table()][0].startswith("ck_rms_fwd")

@@ -54,6 +54,10 @@ class NormalizationOps:
         """`a` itself when C-contiguous, else a C-contiguous copy."""
         raise NotImplementedError
 
+    def _norm_fast(self, kind: str, x, weight, bias, eps, normalized_ndim, stats: bool):
+        """The forward through the backend's planned launch, or None (then the calls below run)."""
+        return None
+
     def _norm_fast_rows(self, x, params: tuple, normalized_ndim):
         """x as a (rows, cols) view when the call needs no checks, copies or device switch: x a
         native C-contiguous array of a supported dtype on the current device normalised over its
@@ -126,11 +130,15 @@ class NormalizationOps:
         None. var is the biased variance; statistics accumulate in float32 (float64 for float64).
         Returns y with x's shape and dtype.
         """
-        return self.layernorm_with_stats(x, weight, bias, eps, normalized_ndim)[0]
+        r = self._norm_fast("ln", x, weight, bias, eps, normalized_ndim, False)
+        return r if r is not None else self.layernorm_with_stats(x, weight, bias, eps, normalized_ndim)[0]
 
     def layernorm_with_stats(self, x, weight=None, bias=None, eps: float = 1e-5, normalized_ndim=None):
         """layernorm() that also returns the statistics its backward needs: (y, mean, rstd), mean and
         rstd of shape x.shape[:-k], float32 (float64 for float64 x), rstd = 1 / sqrt(var + eps)."""
+        r = self._norm_fast("ln", x, weight, bias, eps, normalized_ndim, True)
+        if r is not None:
+            return r
         op = "layernorm"
         eps = _check_eps(op, eps)
         r = self._norm_fast_rows(x, (weight, bias), normalized_ndim)
@@ -184,11 +192,15 @@ class NormalizationOps:
 
         Shapes and dtypes as layernorm(). Returns y with x's shape and dtype.
         """
-        return self.rmsnorm_with_stats(x, weight, eps, normalized_ndim)[0]
+        r = self._norm_fast("rms", x, weight, None, eps, normalized_ndim, False)
+        return r if r is not None else self.rmsnorm_with_stats(x, weight, eps, normalized_ndim)[0]
 
     def rmsnorm_with_stats(self, x, weight=None, eps: float = 1e-6, normalized_ndim=None):
         """rmsnorm() that also returns rstd = 1 / sqrt(mean(x^2) + eps), shape x.shape[:-k],
         float32 (float64 for float64 x): (y, rstd)."""
+        r = self._norm_fast("rms", x, weight, None, eps, normalized_ndim, True)
+        if r is not None:
+            return r
         op = "rmsnorm"
         eps = _check_eps(op, eps)
         r = self._norm_fast_rows(x, (weight,), normalized_ndim)
@@ -326,6 +338,11 @@ class CudaNormalizationHooks(NormalizationOps):
         cp = _cupy.cupy()
         dev = x.data.device_id
         return contextlib.nullcontext() if dev == cp.cuda.runtime.getDevice() else cp.cuda.Device(dev)
+
+    def _norm_fast(self, kind: str, x, weight, bias, eps, normalized_ndim, stats: bool):
+        if normalized_ndim is not None and (type(normalized_ndim) is not int or normalized_ndim != 1):
+            return None
+        return self._norm_module().forward_fast(kind, x, weight, bias, eps, stats)
 
     def _norm_fast_rows(self, x, params: tuple, normalized_ndim):
         if normalized_ndim is not None and (type(normalized_ndim) is not int or normalized_ndim != 1):

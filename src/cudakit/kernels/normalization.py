@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import _cupy
+from .. import profiler
+from ..errors import LaunchError
+from ..runtime import _cupy, launch as _launch_state
 from ..runtime.compiler import _launch_function
-from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, dtype_name, vec_width
+from ._common import _ITEMSIZE, FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, dtype_name, vec_width
 
 SOURCE = PREAMBLE + PACK_HELPERS + r"""
 extern __shared__ __align__(16) unsigned char ck_dyn_smem[];
@@ -1003,7 +1005,6 @@ def _norm_forward(kind: str, x2d, weight, bias, eps, out, plan_nv=None):
     cp = _cupy.loaded_cupy()
     rows, cols = x2d.shape
     dt = dtype_name(x2d.dtype)
-    t = ctype(dt)
     acc = _acc_dtype(x2d)
     y = cp.empty(x2d.shape, x2d.dtype) if out is None else out   # x2d is C-contiguous
     mean = cp.empty(rows, acc) if kind == "ln" else None
@@ -1015,15 +1016,8 @@ def _norm_forward(kind: str, x2d, weight, bias, eps, out, plan_nv=None):
     key = (kind, rows, cols, dt, v, plan_nv, dev)
     p = _fwd_plans.get(key)
     if p is None:  # the launch of this shape, planned once (host time per call)
-        itemsize = x2d.dtype.itemsize
-        plan = _reg_plan(cols // v, plan_nv or FWD_TARGET_NV, lambda nv: _fwd_bound(nv, v, itemsize))
-        if plan is not None:
-            tpr, nv, rpb = plan
-            expr, grid, block = f"ck_{kind}_fwd_reg<{t}, {v}, {nv}>", (-(-rows // rpb), 1, 1), (tpr, rpb, 1)
-            tail = (np.int64(rows), np.int32(cols))
-        else:
-            expr, grid, block = f"ck_{kind}_fwd_loop<{t}, {v}>", (rows, 1, 1), (LOOP_THREADS, 1, 1)
-            tail = (np.int32(cols),)
+        expr, grid, block, reg = _fwd_launch(kind, rows, cols, dt, v, plan_nv)
+        tail = (np.int64(rows), np.int32(cols)) if reg else (np.int32(cols),)
         if len(_fwd_plans) >= 1024:
             _fwd_plans.clear()
         p = _fwd_plans[key] = (expr, _kernel(dev, dt, expr)[1], grid, block, tail)
@@ -1032,6 +1026,16 @@ def _norm_forward(kind: str, x2d, weight, bias, eps, out, plan_nv=None):
     params = (_ptr(weight), _ptr(bias)) if kind == "ln" else (_ptr(weight),)
     _launch_function(expr, f, grid, block, (x2d, *params, y, *stats, *tail, _acc_scalar(x2d, eps)), 0, None)
     return y, mean, rstd
+
+
+def _fwd_launch(kind: str, rows: int, cols: int, dt: str, v: int, plan_nv=None):
+    """(expr, grid, block, whether it is the register kernel) of the forward over rows x cols."""
+    t = ctype(dt)
+    plan = _reg_plan(cols // v, plan_nv or FWD_TARGET_NV, lambda nv: _fwd_bound(nv, v, _ITEMSIZE[dt]))
+    if plan is not None:
+        tpr, nv, rpb = plan
+        return f"ck_{kind}_fwd_reg<{t}, {v}, {nv}>", (-(-rows // rpb), 1, 1), (tpr, rpb, 1), True
+    return f"ck_{kind}_fwd_loop<{t}, {v}>", (rows, 1, 1), (LOOP_THREADS, 1, 1), False
 
 
 _fwd_plans: dict = {}   # (kind, rows, cols, dtype, vector width, plan_nv, device) -> the forward's launch
@@ -1251,3 +1255,98 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
         _launch(f"ck_bn_bwd_apply<{t}, {v}>", dt, _apply_grid(gx, n, block[1]), block,
                 (dy, x, dx, save_mean, ka, kb, kd, np.int64(n), np.int64(csv), np.int64(sv)))
     return dx, dgamma, dbeta
+
+
+# ------------------------------------------------------------------------------------------
+# the host-time path of the common forward call (ops.layernorm/rmsnorm and the Backend methods)
+
+_fast: dict = {}   # (kind, shape, dtype, device, 16-byte aligned) -> launch plan, or None: not this path
+_fast_env = None   # (native launcher, cupy.ndarray, getDevice, get_current_stream) once CUDA is up
+_INF = float("inf")
+
+
+def _fast_setup():
+    global _fast_env
+    from ..runtime import native
+    cp = _cupy.loaded_cupy()
+    _fast_env = (native.launcher(), cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream)
+    return _fast_env
+
+
+def _plan_fast(kind: str, shape: tuple, dtype, dev: int, aligned: bool):
+    """(expr, function pointer, grid, block, codes, tail, statistics dtype, rows) of the launch
+    _norm_forward makes for a C-contiguous x of this shape normalised over its last axis; None for
+    an empty x or a dtype the kernels lack."""
+    dt = dtype_name(dtype)
+    cols = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    if dt not in FLOAT_DTYPE_NAMES or cols == 0 or rows == 0:
+        return None
+    vw = vec_width(dt)
+    v = vw if aligned and cols % vw == 0 else 1
+    expr, grid, block, reg = _fwd_launch(kind, rows, cols, dt, v)
+    arrays = "QQQQQQ" if kind == "ln" else "QQQQ"   # x, weight, [bias,] y, [mean,] rstd
+    acc = np.float64 if dt == "float64" else np.float32
+    codes = (arrays + ("Qi" if reg else "i") + ("d" if acc is np.float64 else "f")).encode()
+    tail = (rows, cols) if reg else (cols,)
+    return expr, _kernel(dev, dt, expr)[1].ptr, grid, block, codes, tail, acc, rows
+
+
+def forward_fast(kind: str, x, weight, bias, eps, stats: bool = False):
+    """layernorm (kind "ln") or rmsnorm ("rms", bias None) of x over its last axis through a launch
+    planned once per (shape, dtype, device, alignment): y, or with stats (y, mean, rstd) / (y, rstd),
+    the statistics shaped x.shape[:-1]. None where this path does not apply and the caller takes the
+    checked one: x not a C-contiguous CuPy array on the current device, a parameter not None or a
+    contiguous (cols,) array like x, eps not a positive finite float, an empty x, the profiler or
+    CUDAKIT_LAUNCH_BLOCKING on, or no native launcher."""
+    env = _fast_env or _fast_setup()
+    nl, ndarray, get_device, get_stream = env
+    if (nl is None or type(x) is not ndarray or type(eps) is not float or not 0.0 < eps < _INF
+            or not x._c_contiguous or profiler._active is not None or _launch_state._blocking
+            or (_launch_state._blocking is None and _launch_state.launch_blocking())):
+        return None
+    shape, dtype = x.shape, x.dtype
+    dev = get_device()
+    if not shape or x.data.device_id != dev:
+        return None
+    cols = shape[-1]
+    al = x.data.ptr
+    for p in (weight, bias):
+        if p is not None:
+            if (type(p) is not ndarray or p.shape != (cols,) or p.dtype != dtype or not p._c_contiguous
+                    or p.data.device_id != dev):
+                return None
+            al |= p.data.ptr
+    y = ndarray(shape, dtype)
+    key = (kind, shape, dtype, dev, not (al | y.data.ptr) & 15)
+    p = _fast.get(key, False)
+    if p is False:
+        if len(_fast) >= 1024:
+            _fast.clear()
+        p = _fast[key] = _plan_fast(kind, shape, dtype, dev, key[4])
+    if p is None:
+        return None
+    expr, fptr, grid, block, codes, tail, acc, rows = p
+    wp = 0 if weight is None else weight.data.ptr
+    if stats:
+        lead = shape[:-1]
+        rstd = ndarray(lead, acc)
+        mean = ndarray(lead, acc) if kind == "ln" else None
+        sp = rstd.data.ptr
+        mp = mean.data.ptr if mean is not None else 0
+    else:   # the statistics are written but not returned: one buffer for both
+        st = ndarray((2 * rows,) if kind == "ln" else (rows,), acc)
+        mp = st.data.ptr
+        sp = mp + rows * st.itemsize if kind == "ln" else mp
+    if kind == "ln":
+        ptrs = (x.data.ptr, wp, 0 if bias is None else bias.data.ptr, y.data.ptr, mp, sp)
+    else:
+        ptrs = (x.data.ptr, wp, y.data.ptr, sp)
+    _launch_state.recent_launches.append((expr, grid, block))
+    r = nl(fptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, get_stream().ptr, codes,
+           *ptrs, *tail, eps)
+    if r:
+        raise LaunchError(str(_cupy.loaded_cupy().cuda.driver.CUDADriverError(r)), expr, grid, block)
+    if not stats:
+        return y
+    return (y, mean, rstd) if kind == "ln" else (y, rstd)
