@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import profiler
-from ..errors import LaunchError
-from ..runtime import _cupy, launch as _launch_state
+from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
+from . import _planned
 from ._common import _ITEMSIZE, FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, dtype_name, vec_width
 
 SOURCE = PREAMBLE + PACK_HELPERS + r"""
@@ -1261,16 +1260,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
 # the host-time path of the common forward call (ops.layernorm/rmsnorm and the Backend methods)
 
 _fast: dict = {}   # (kind, shape, dtype, device, 16-byte aligned) -> launch plan, or None: not this path
-_fast_env = None   # (native launcher, cupy.ndarray, getDevice, get_current_stream) once CUDA is up
 _INF = float("inf")
-
-
-def _fast_setup():
-    global _fast_env
-    from ..runtime import native
-    cp = _cupy.loaded_cupy()
-    _fast_env = (native.launcher(), cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream)
-    return _fast_env
 
 
 def _plan_fast(kind: str, shape: tuple, dtype, dev: int, aligned: bool):
@@ -1297,13 +1287,13 @@ def forward_fast(kind: str, x, weight, bias, eps, stats: bool = False):
     planned once per (shape, dtype, device, alignment): y, or with stats (y, mean, rstd) / (y, rstd),
     the statistics shaped x.shape[:-1]. None where this path does not apply and the caller takes the
     checked one: x not a C-contiguous CuPy array on the current device, a parameter not None or a
-    contiguous (cols,) array like x, eps not a positive finite float, an empty x, the profiler or
-    CUDAKIT_LAUNCH_BLOCKING on, or no native launcher."""
-    env = _fast_env or _fast_setup()
-    nl, ndarray, get_device, get_stream = env
-    if (nl is None or type(x) is not ndarray or type(eps) is not float or not 0.0 < eps < _INF
-            or not x._c_contiguous or profiler._active is not None or _launch_state._blocking
-            or (_launch_state._blocking is None and _launch_state.launch_blocking())):
+    contiguous (cols,) array like x, eps not a positive finite float, an empty x, or
+    _planned.ready() declines."""
+    env = _planned.ready()
+    if env is None:
+        return None
+    _, ndarray, get_device, _ = env
+    if type(x) is not ndarray or type(eps) is not float or not 0.0 < eps < _INF or not x._c_contiguous:
         return None
     shape, dtype = x.shape, x.dtype
     dev = get_device()
@@ -1319,11 +1309,7 @@ def forward_fast(kind: str, x, weight, bias, eps, stats: bool = False):
             al |= p.data.ptr
     y = ndarray(shape, dtype)
     key = (kind, shape, dtype, dev, not (al | y.data.ptr) & 15)
-    p = _fast.get(key, False)
-    if p is False:
-        if len(_fast) >= 1024:
-            _fast.clear()
-        p = _fast[key] = _plan_fast(kind, shape, dtype, dev, key[4])
+    p = _planned.plan(_fast, key, lambda: _plan_fast(kind, shape, dtype, dev, key[4]))
     if p is None:
         return None
     expr, fptr, grid, block, codes, tail, acc, rows = p
@@ -1342,11 +1328,7 @@ def forward_fast(kind: str, x, weight, bias, eps, stats: bool = False):
         ptrs = (x.data.ptr, wp, 0 if bias is None else bias.data.ptr, y.data.ptr, mp, sp)
     else:
         ptrs = (x.data.ptr, wp, y.data.ptr, sp)
-    _launch_state.recent_launches.append((expr, grid, block))
-    r = nl(fptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, get_stream().ptr, codes,
-           *ptrs, *tail, eps)
-    if r:
-        raise LaunchError(str(_cupy.loaded_cupy().cuda.driver.CUDADriverError(r)), expr, grid, block)
+    _planned.run(env, expr, fptr, grid, block, 0, codes, *ptrs, *tail, eps)
     if not stats:
         return y
     return (y, mean, rstd) if kind == "ln" else (y, rstd)

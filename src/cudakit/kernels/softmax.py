@@ -32,10 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import profiler
-from ..errors import LaunchError
-from ..runtime import _cupy, launch as _launch
+from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
+from . import _planned
 from ._common import FLOAT_DTYPE_NAMES, PACK_HELPERS, PREAMBLE, KernelFamily, by_template, ctype, dtype_name, vec_width
 
 # Device helpers shared with cudakit.kernels.cross_entropy: pack conversions, special values,
@@ -663,15 +662,6 @@ def softmax_backward(g2d, y2d, log: bool = False, out=None, plan_nv=None):
 # the host-time path of the common call (ops.softmax, Backend.softmax, their backward)
 
 _fast: dict = {}   # (kind, shape, dtype, device, 16-byte aligned) -> launch plan, or None: not this path
-_fast_env = None   # (native launcher, cupy.ndarray, getDevice, get_current_stream) once CUDA is up
-
-
-def _fast_setup():
-    global _fast_env
-    from ..runtime import native
-    cp = _cupy.loaded_cupy()
-    _fast_env = (native.launcher(), cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.get_current_stream)
-    return _fast_env
 
 
 def _plan_fast(kind: str, shape: tuple, dtype, dev: int, aligned: bool):
@@ -723,13 +713,12 @@ def _plan_fast(kind: str, shape: tuple, dtype, dev: int, aligned: bool):
 def _run_fast(kind: str, arrays: tuple):
     """The kernel of `kind` over `arrays` (the inputs, C-contiguous, one shape and dtype) into a new
     array, through the planned launch; None where the path does not apply (the caller takes the
-    checked one): not all CuPy arrays on the current device, an empty or unsupported array, the
-    profiler or CUDAKIT_LAUNCH_BLOCKING on, or no native launcher."""
-    env = _fast_env or _fast_setup()
-    nl, ndarray, get_device, get_stream = env
-    if nl is None or profiler._active is not None or _launch._blocking or (
-            _launch._blocking is None and _launch.launch_blocking()):
+    checked one): not all CuPy arrays on the current device, an empty or unsupported array, or
+    _planned.ready() declines."""
+    env = _planned.ready()
+    if env is None:
         return None
+    _, ndarray, get_device, _ = env
     x = arrays[0]
     if type(x) is not ndarray:
         return None
@@ -743,19 +732,11 @@ def _run_fast(kind: str, arrays: tuple):
         al |= a.data.ptr
     out = ndarray(shape, dtype)
     key = (kind, shape, dtype, dev, not (al | out.data.ptr) & 15)
-    p = _fast.get(key, False)
-    if p is False:
-        if len(_fast) >= 1024:
-            _fast.clear()
-        p = _fast[key] = _plan_fast(kind, shape, dtype, dev, key[4])
+    p = _planned.plan(_fast, key, lambda: _plan_fast(kind, shape, dtype, dev, key[4]))
     if p is None:
         return None
     expr, fptr, grid, block, smem, codes, tail = p
-    _launch.recent_launches.append((expr, grid, block))
-    r = nl(fptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, get_stream().ptr, codes,
-           *[a.data.ptr for a in arrays], out.data.ptr, *tail)
-    if r:
-        raise LaunchError(str(_cupy.loaded_cupy().cuda.driver.CUDADriverError(r)), expr, grid, block)
+    _planned.run(env, expr, fptr, grid, block, smem, codes, *[a.data.ptr for a in arrays], out.data.ptr, *tail)
     return out
 
 
