@@ -24,6 +24,7 @@ calls = {
     "cudakit.layernorm(x, w, b)": lambda: cudakit.layernorm(x, w, b), "cudakit.rmsnorm": lambda: cudakit.rmsnorm(x),
     "cudakit.layernorm_with_stats": lambda: cudakit.layernorm_with_stats(x),
     "cudakit.sum": lambda: cudakit.sum(x), "cudakit.sum(axis=-1)": lambda: cudakit.sum(x, axis=-1),
+    "cudakit.max(axis=0)": lambda: cudakit.max(x, axis=0), "backend.sum": lambda: be.sum(x),
     "cudakit.transpose": lambda: cudakit.transpose(x),
     "cudakit.cross_entropy": lambda: cudakit.cross_entropy(x, t),
 }
@@ -37,7 +38,8 @@ try:
                   "torch.layer_norm": lambda: torch.nn.functional.layer_norm(tx, (128,)),
                   "torch.layer_norm(x, w, b)": lambda: torch.nn.functional.layer_norm(tx, (128,), tw, tb),
                   "torch.rms_norm": lambda: torch.nn.functional.rms_norm(tx, (128,)),
-                  "torch.sum": lambda: tx.sum(), "torch.sum(dim=-1)": lambda: tx.sum(-1)})
+                  "torch.sum": lambda: tx.sum(), "torch.sum(dim=-1)": lambda: tx.sum(-1),
+                  "torch.amax(dim=0)": lambda: tx.amax(0)})
 except ImportError:
     pass
 for name, fn in calls.items():

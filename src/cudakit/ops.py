@@ -25,6 +25,7 @@ _T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
 _T: dict = {}                            # op -> its kernel table (kernels.elementwise.EW_TABLES)
 _sm_fwd = _sm_bwd = None                 # kernels.softmax.forward_fast / backward_fast, with _cuda_nd
 _norm_fwd = None                         # kernels.normalization.forward_fast, with _cuda_nd
+_red_fast = None                         # kernels.reduction.reduce_fast, with _cuda_nd
 
 
 def _on_cuda(x) -> bool:
@@ -47,8 +48,9 @@ def backend_for(*arrays):
     if be is None:
         be = _backends[name] = get_backend(name)
         if name == "cuda":
-            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU, _sm_fwd, _sm_bwd, _norm_fwd
-            from .kernels import elementwise, normalization as _norm_kernels, softmax as _softmax_kernels
+            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU, _sm_fwd, _sm_bwd, _norm_fwd, _red_fast
+            from .kernels import elementwise, normalization as _norm_kernels, reduction, softmax as _softmax_kernels
+            _red_fast = reduction.reduce_fast
             _sm_fwd, _sm_bwd = _softmax_kernels.forward_fast, _softmax_kernels.backward_fast
             _norm_fwd = _norm_kernels.forward_fast
             _ew = elementwise.native_ew()
@@ -273,22 +275,26 @@ def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd):
 
 def sum(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
     """Sum over axis (int, tuple or None for all); float32 accumulation for 16-bit inputs."""
-    return backend_for(x).sum(x, axis, keepdims)
+    r = _red_fast("sum", x, axis, keepdims) if type(x) is _cuda_nd else None   # the planned launches
+    return r if r is not None else backend_for(x).sum(x, axis, keepdims)
 
 
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean over axis (see Backend.mean)."""
-    return backend_for(x).mean(x, axis, keepdims)
+    r = _red_fast("mean", x, axis, keepdims) if type(x) is _cuda_nd else None   # the planned launches
+    return r if r is not None else backend_for(x).mean(x, axis, keepdims)
 
 
 def max(x, axis=None, keepdims=False):  # noqa: A001
     """Maximum over axis; NaN propagates as in NumPy (see Backend.max)."""
-    return backend_for(x).max(x, axis, keepdims)
+    r = _red_fast("max", x, axis, keepdims) if type(x) is _cuda_nd else None   # the planned launches
+    return r if r is not None else backend_for(x).max(x, axis, keepdims)
 
 
 def min(x, axis=None, keepdims=False):  # noqa: A001
     """Minimum over axis; NaN propagates as in NumPy (see Backend.min)."""
-    return backend_for(x).min(x, axis, keepdims)
+    r = _red_fast("min", x, axis, keepdims) if type(x) is _cuda_nd else None   # the planned launches
+    return r if r is not None else backend_for(x).min(x, axis, keepdims)
 
 
 def argmax(x, axis=None, keepdims=False):

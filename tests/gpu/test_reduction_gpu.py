@@ -124,6 +124,7 @@ def test_cached_plans_serve_new_data_and_keep_shape_specific_settings(b, rng):
     permuting tuple of axes computes its own result, as the uncached path does."""
     from cudakit.kernels import reduction
     reduction._plans.clear()
+    reduction._fast.clear()
     for _ in range(2):
         x = rng.standard_normal((6, 5, 40)).astype(np.float32)
         dx = cp.asarray(x)
@@ -133,4 +134,59 @@ def test_cached_plans_serve_new_data_and_keep_shape_specific_settings(b, rng):
         np.testing.assert_array_equal(_host(b.argmax(dx, axis=1)), x.argmax(axis=1))
         flat = cp.asarray(np.concatenate([[0.0], x.ravel()]).astype(np.float32))[1:]  # 4 bytes past alignment
         np.testing.assert_allclose(float(_host(b.sum(flat))), float(x.sum(dtype=np.float64)), rtol=1e-5)
-    assert len(reduction._plans) == 5   # sum (0, 2), var ddof 0 and 1, argmax, the shifted sum
+    assert len(reduction._plans) == 4   # sum (0, 2), var ddof 0 and 1, argmax
+    assert len(reduction._fast) == 1    # the shifted full sum: the planned launches (reduce_fast)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_planned_fast_call_equals_the_checked_reduce(dtype, rng, monkeypatch):
+    """cudakit.sum/mean/max/min (and the Backend methods) over all axes or one int axis of a
+    C-contiguous CuPy array take kernels.reduction's planned launches (no Python launch wrapper):
+    bitwise reduce()'s result for one-block, split (with the final kernel), row and column layouts,
+    keepdims and 16-byte-unaligned data; tuples of axes, transposed layouts, empty reductions and
+    bad axes take the checked path."""
+    import cudakit
+    from cudakit.kernels import reduction as rd
+    from helpers import data
+    from cudakit.errors import ShapeError
+    calls = []
+    real = rd._launch_function
+    monkeypatch.setattr(rd, "_launch_function", lambda *a: (calls.append(a[0]), real(*a)))
+    cases = [(((1 << 20) + 3,), None), ((64, 96), None), ((64, 96), -1), ((64, 96), 0), ((3, 5, 96), 1),
+             ((7, 1, 33), 2), ((4096, 8), 0)]
+    for shape, axis in cases:
+        x = _dev(data(rng, shape, dtype))
+        axes = tuple(range(len(shape))) if axis is None else (axis % len(shape),)
+        for op in ("sum", "mean", "max", "min"):
+            for keepdims in (False, True):
+                calls.clear()
+                got = getattr(cudakit, op)(x, axis, keepdims)
+                via_backend = getattr(cudakit.get_backend("cuda"), op)(x, axis, keepdims)
+                assert calls == [], (shape, axis, op)
+                want = rd.reduce(x, op, axes)
+                assert calls   # the checked reduce did launch through the wrapper
+                kept = tuple(1 if d in axes else n for d, n in enumerate(shape)) if keepdims else want.shape
+                assert got.shape == via_backend.shape == kept and got.dtype == want.dtype
+                np.testing.assert_array_equal(_host(got).reshape(want.shape).astype(np.float64),
+                                              _host(want).astype(np.float64))
+                np.testing.assert_array_equal(_host(via_backend), _host(got))
+    base = _dev(data(rng, (64 * 96 + 1,), dtype))
+    x = base[1:].reshape(64, 96)
+    assert x.flags.c_contiguous and x.data.ptr % 16
+    np.testing.assert_array_equal(_host(cudakit.sum(x, -1)).astype(np.float64),
+                                  _host(rd.reduce(x, "sum", (1,))).astype(np.float64))
+    assert any(k[1] == (64, 96) and not k[6] for k in rd._fast)
+    # the checked path: a tuple of axes, a transposed layout, an empty reduction, a bad axis
+    x = _dev(data(rng, (4, 6, 8), dtype))
+    calls.clear()
+    cudakit.sum(x, (0, 2))
+    cudakit.sum(x.transpose(1, 0, 2), 0)
+    assert len(calls) >= 2
+    assert _host(cudakit.sum(_dev(data(rng, (3, 0), dtype)), 1)).tolist() == [0, 0, 0]
+    with pytest.raises(ShapeError):
+        cudakit.max(_dev(data(rng, (3, 0), dtype)), 1)
+    with pytest.raises(ShapeError, match="out of range"):
+        cudakit.sum(x, 3)
+    with cudakit.profile() as prof:
+        cudakit.sum(x)
+    assert [r["name"] for r in prof.table()][0].startswith("ck_red_")

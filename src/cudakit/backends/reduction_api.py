@@ -82,7 +82,14 @@ class ReductionOps:
         self._check_dtype(x, arg)
         return x
 
+    def _red_fast(self, op: str, x, axis, keepdims):
+        """The reduction through the backend's planned launches, or None (then the checked path runs)."""
+        return None
+
     def _red_reduce(self, op: str, x, axis, keepdims: bool, ddof: float = 0.0, int_only: bool = False):
+        r = self._red_fast(op, x, axis, keepdims) if not ddof and not int_only else None
+        if r is not None:
+            return r
         x = self._red_x(op, x)
         axes = _axes(op, axis, x.ndim, int_only)
         if op in ("max", "min", "argmax", "argmin") and _prod(x.shape[d] for d in axes) == 0:
@@ -243,3 +250,6 @@ class CudaReductionHooks(ReductionOps):
     def _reduction_module(self):
         from ..kernels import reduction
         return reduction
+
+    def _red_fast(self, op: str, x, axis, keepdims):
+        return self._reduction_module().reduce_fast(op, x, axis, keepdims)

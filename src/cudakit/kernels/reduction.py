@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
+from . import _planned
 from ._common import FLOAT_DTYPE_NAMES, PREAMBLE, KernelFamily, by_template, ctype, dtype_name, vec_width
 
 SOURCE = PREAMBLE + r"""
@@ -851,3 +852,72 @@ def extreme_backward(g, x, axes: tuple, kind: str):
     idx = cp.ascontiguousarray(reduce(x, "argmax" if kind == "max" else "argmin", axes))
     dx = _expand(2, cp.ascontiguousarray(g), None, None, idx, shape_c, outer, R, inner, 1.0, x.dtype)
     return _unpermute(dx, perm)
+
+
+# ------------------------------------------------------------------------------------------
+# the host-time path of the common call: sum/mean/max/min over all axes or one axis of a
+# C-contiguous array (ops.sum & co. and the Backend methods)
+
+_fast: dict = {}   # (op, shape, dtype, axis, keepdims, device, 16-byte aligned) -> launches, or None
+_FAST_OPS = frozenset(("sum", "mean", "max", "min"))
+_CODES = {np.int64: "Q", np.int32: "i", np.float32: "f", np.float64: "d"}
+
+
+def _codes(head: str, tail: tuple) -> bytes:
+    return (head + "".join(_CODES[type(v)] for v in tail)).encode()
+
+
+def _plan_fast(op: str, shape: tuple, dtype, axis, keepdims: bool, aligned: bool):
+    """(result shape, result dtype, main launch, final launch or None, workspace elements and dtype)
+    of reduce() for this call, or None where it takes the checked path: an axis out of range, an
+    empty reduction or result, a layout that needs a transposed copy, a dtype the kernels lack."""
+    nd = len(shape)
+    dt = dtype_name(dtype)
+    if dt not in FLOAT_DTYPE_NAMES or nd == 0 or (axis is not None and not -nd <= axis < nd):
+        return None
+    axes = tuple(range(nd)) if axis is None else (axis % nd,)
+    perm, outer, R, inner = plan(shape, axes)
+    kept = [n for d, n in enumerate(shape) if d not in axes]
+    if perm is not None or R == 0 or _prod(kept) == 0:
+        return None
+    odt, n_out, (expr, f, grid, block, tail), split = _run_plan(
+        OP_CODES[op], dt, aligned, outer, R, inner, dtype, R if op == "mean" else 1.0)
+    out_shape = tuple(1 if d in axes else n for d, n in enumerate(shape)) if keepdims else tuple(kept)
+    main = (expr, f.ptr, grid, block, _codes("QQQQQQ", tail), tail)   # x, out, w0, w1, w2, wi
+    if split is None:
+        return out_shape, odt, main, None, None
+    (fexpr, ff, fgrid, fblock, ftail), (n_ws, acc, _, _) = split   # sum/mean/max/min: one workspace
+    return out_shape, odt, main, (fexpr, ff.ptr, fgrid, fblock, _codes("QQQQQ", ftail), ftail), (n_ws, acc)
+
+
+def reduce_fast(op: str, x, axis, keepdims):
+    """op ("sum", "mean", "max" or "min") of x over all axes (axis None) or one int axis through
+    launches planned once per (op, shape, dtype, axis, keepdims, device, alignment), bitwise
+    reduce()'s result; None where this path does not apply and the caller takes the checked one
+    (another op, x not a C-contiguous CuPy array on the current device, an axis tuple, a
+    non-bool keepdims, _plan_fast's cases, or _planned.ready() declines)."""
+    env = _planned.ready()
+    if env is None or op not in _FAST_OPS:
+        return None
+    _, ndarray, get_device, _ = env
+    if (type(x) is not ndarray or not x._c_contiguous or type(keepdims) is not bool
+            or (axis is not None and type(axis) is not int)):
+        return None
+    dev = get_device()
+    if x.data.device_id != dev:
+        return None
+    key = (op, x.shape, x.dtype, axis, keepdims, dev, not x.data.ptr & 15)
+    p = _planned.plan(_fast, key, lambda: _plan_fast(op, x.shape, x.dtype, axis, keepdims, key[6]))
+    if p is None:
+        return None
+    out_shape, odt, main, final, ws_spec = p
+    out = ndarray(out_shape, odt)
+    expr, fptr, grid, block, codes, tail = main
+    if final is None:
+        _planned.run(env, expr, fptr, grid, block, 0, codes, x.data.ptr, out.data.ptr, 0, 0, 0, 0, *tail)
+        return out
+    ws = ndarray((ws_spec[0],), ws_spec[1])
+    _planned.run(env, expr, fptr, grid, block, 0, codes, x.data.ptr, out.data.ptr, ws.data.ptr, 0, 0, 0, *tail)
+    fexpr, ffptr, fgrid, fblock, fcodes, ftail = final
+    _planned.run(env, fexpr, ffptr, fgrid, fblock, 0, fcodes, ws.data.ptr, 0, 0, 0, out.data.ptr, *ftail)
+    return out
