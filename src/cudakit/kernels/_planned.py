@@ -37,6 +37,15 @@ def plan(cache: dict, key, make):
     return p
 
 
+def output_and_plan(cache: dict, key: tuple, ndarray, shape: tuple, dtype, ptrs: int, make):
+    """A new C-contiguous (shape, dtype) array and the plan cache[key + (aligned,)], made by
+    make(aligned) on first use; aligned: the inputs' pointers OR-ed together (ptrs) and the new
+    array's are all 16-byte aligned (the kernels then move 16-byte packs)."""
+    out = ndarray(shape, dtype)
+    aligned = not (ptrs | out.data.ptr) & 15
+    return out, plan(cache, key + (aligned,), lambda: make(aligned))
+
+
 def run(env, expr: str, fptr: int, grid: tuple, block: tuple, smem: int, codes: bytes, *values) -> None:
     """Launch the kernel at fptr on the current stream with `values` (one per code)."""
     _launch.recent_launches.append((expr, grid, block))

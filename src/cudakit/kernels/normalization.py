@@ -1307,9 +1307,8 @@ def forward_fast(kind: str, x, weight, bias, eps, stats: bool = False):
                     or p.data.device_id != dev):
                 return None
             al |= p.data.ptr
-    y = ndarray(shape, dtype)
-    key = (kind, shape, dtype, dev, not (al | y.data.ptr) & 15)
-    p = _planned.plan(_fast, key, lambda: _plan_fast(kind, shape, dtype, dev, key[4]))
+    y, p = _planned.output_and_plan(_fast, (kind, shape, dtype, dev), ndarray, shape, dtype, al,
+                                    lambda aligned: _plan_fast(kind, shape, dtype, dev, aligned))
     if p is None:
         return None
     expr, fptr, grid, block, codes, tail, acc, rows = p

@@ -502,14 +502,19 @@ def launch(families: dict, expr: str, dtype_name: str, grid: tuple, block: tuple
            smem: int = 0) -> None:
     """Launch `expr` of the per-dtype KernelFamily dict `families` on the current device, raising
     the kernel's dynamic shared-memory limit first when it needs more than 48 KB."""
-    cp = _cupy.loaded_cupy()
-    dev = cp.cuda.runtime.getDevice()
+    dev = _cupy.loaded_cupy().cuda.runtime.getDevice()
+    _launch_function(expr, _function(families, dev, dtype_name, expr, smem), grid, block, args, smem, None)
+
+
+def _function(families: dict, dev: int, dtype_name: str, expr: str, smem: int = 0):
+    """The compiled `expr` on device dev, its dynamic shared-memory limit raised to smem when that
+    is more than 48 KB."""
     fam = families[dtype_name]
     f = fam.function(dev, expr)
     if smem > 48 * 1024 and _smem_set.get((dev, expr), 0) < smem:
         fam.kernel(expr).set_max_dynamic_shared_memory(smem)
         _smem_set[(dev, expr)] = smem
-    _launch_function(expr, f, grid, block, args, smem, None)
+    return f
 
 
 def _pow2_at_least(n: int) -> int:
@@ -602,14 +607,19 @@ def softmax_forward(x2d, log: bool = False, out=None, plan_nv=None):
         return y
     v = vec_for(cols, dt, x2d, y)
     nvec = cols // v
-    expr, tpr, rpb = _fwd_plan(dt, v, nvec, plan_nv or fwd_target(nvec, v))
-    lg = np.int32(bool(log))
-    if rpb:
-        launch(_families, expr, dt, (-(-rows // rpb), 1, 1), (tpr, rpb, 1),
-               (x2d, y, np.int64(rows), np.int32(nvec), lg))
-    else:
-        launch(_families, expr, dt, (rows, 1, 1), (tpr, 1, 1), (x2d, y, np.int32(nvec), lg))
+    expr, grid, block, smem, with_rows = _fwd_launch(dt, v, nvec, rows, plan_nv)
+    tail = (np.int32(nvec), np.int32(bool(log)))
+    launch(_families, expr, dt, grid, block, (x2d, y, *((np.int64(rows),) if with_rows else ()), *tail), smem)
     return y
+
+
+def _fwd_launch(dt: str, v: int, nvec: int, rows: int, plan_nv=None):
+    """(expr, grid, block, shared bytes, whether the kernel takes `rows`) of the forward over rows
+    of nvec packs of v elements."""
+    expr, tpr, rpb = _fwd_plan(dt, v, nvec, plan_nv or fwd_target(nvec, v))
+    if rpb:
+        return expr, (-(-rows // rpb), 1, 1), (tpr, rpb, 1), 0, True
+    return expr, (rows, 1, 1), (tpr, 1, 1), 0, False
 
 
 def _smem_plan(nvec: int, v: int, dtype_name: str):
@@ -634,28 +644,30 @@ def softmax_backward(g2d, y2d, log: bool = False, out=None, plan_nv=None):
     cp = _cupy.loaded_cupy()
     rows, cols = y2d.shape
     dt = dtype_name(y2d.dtype)
-    t = ctype(dt)
     dx = cp.ndarray(y2d.shape, y2d.dtype) if out is None else out
     if rows == 0 or cols == 0:
         return dx
     v = vec_for(cols, dt, g2d, y2d, dx)
     nvec = cols // v
-    lg = np.int32(bool(log))
+    expr, grid, block, smem, with_rows = _bwd_launch(dt, v, nvec, rows, plan_nv)
+    tail = (np.int32(nvec), np.int32(bool(log)))
+    launch(_families, expr, dt, grid, block, (g2d, y2d, dx, *((np.int64(rows),) if with_rows else ()), *tail), smem)
+    return dx
+
+
+def _bwd_launch(dt: str, v: int, nvec: int, rows: int, plan_nv=None):
+    """(expr, grid, block, shared bytes, whether the kernel takes `rows`) of the backward: register
+    rows, else the row's y in shared memory, else the loop."""
+    t = ctype(dt)
     plan = reg_plan(nvec, plan_nv or BWD_TARGET_NV, lambda nv: bwd_bound(nv, v, dt), reg_nvs(v))
     if plan is not None:
         tpr, nv, rpb = plan
-        launch(_families, f"ck_softmax_bwd_reg<{t}, {v}, {nv}>", dt, (-(-rows // rpb), 1, 1), (tpr, rpb, 1),
-               (g2d, y2d, dx, np.int64(rows), np.int32(nvec), lg))
-        return dx
+        return f"ck_softmax_bwd_reg<{t}, {v}, {nv}>", (-(-rows // rpb), 1, 1), (tpr, rpb, 1), 0, True
     sp = _smem_plan(nvec, v, dt)
     if sp is not None:
         tpr, nv, smem = sp
-        launch(_families, f"ck_softmax_bwd_smem<{t}, {v}, {nv}>", dt, (rows, 1, 1), (tpr, 1, 1),
-               (g2d, y2d, dx, np.int32(nvec), lg), smem)
-    else:
-        launch(_families, f"ck_softmax_bwd_loop<{t}, {v}>", dt, (rows, 1, 1), (LOOP_THREADS, 1, 1),
-               (g2d, y2d, dx, np.int32(nvec), lg))
-    return dx
+        return f"ck_softmax_bwd_smem<{t}, {v}, {nv}>", (rows, 1, 1), (tpr, 1, 1), smem, False
+    return f"ck_softmax_bwd_loop<{t}, {v}>", (rows, 1, 1), (LOOP_THREADS, 1, 1), 0, False
 
 
 # ------------------------------------------------------------------------------------------
@@ -679,34 +691,13 @@ def _plan_fast(kind: str, shape: tuple, dtype, dev: int, aligned: bool):
     vw = vec_width(dt)
     v = vw if aligned and cols % vw == 0 else 1
     nvec = cols // v
-    t = ctype(dt)
-    log = kind.endswith("_log")
-    smem = 0
-    if kind.startswith("fwd"):
-        expr, tpr, rpb = _fwd_plan(dt, v, nvec, fwd_target(nvec, v))
-        if rpb:
-            grid, block, codes, tail = (-(-rows // rpb), 1, 1), (tpr, rpb, 1), b"QQQii", (rows, nvec, int(log))
-        else:
-            grid, block, codes, tail = (rows, 1, 1), (tpr, 1, 1), b"QQii", (nvec, int(log))
-    else:
-        plan = reg_plan(nvec, BWD_TARGET_NV, lambda nv: bwd_bound(nv, v, dt), reg_nvs(v))
-        sp = None if plan is not None else _smem_plan(nvec, v, dt)
-        if plan is not None:
-            tpr, nv, rpb = plan
-            expr, grid, block = f"ck_softmax_bwd_reg<{t}, {v}, {nv}>", (-(-rows // rpb), 1, 1), (tpr, rpb, 1)
-            codes, tail = b"QQQQii", (rows, nvec, int(log))
-        elif sp is not None:
-            tpr, nv, smem = sp
-            expr, grid, block = f"ck_softmax_bwd_smem<{t}, {v}, {nv}>", (rows, 1, 1), (tpr, 1, 1)
-            codes, tail = b"QQQii", (nvec, int(log))
-        else:
-            expr, grid, block = f"ck_softmax_bwd_loop<{t}, {v}>", (rows, 1, 1), (LOOP_THREADS, 1, 1)
-            codes, tail = b"QQQii", (nvec, int(log))
-    fam = _families[dt]
-    f = fam.function(dev, expr)
-    if smem > 48 * 1024 and _smem_set.get((dev, expr), 0) < smem:
-        fam.kernel(expr).set_max_dynamic_shared_memory(smem)
-        _smem_set[(dev, expr)] = smem
+    fwd = kind.startswith("fwd")
+    expr, grid, block, smem, with_rows = (_fwd_launch if fwd else _bwd_launch)(dt, v, nvec, rows)
+    arrays = b"QQ" if fwd else b"QQQ"   # the inputs and the result
+    codes, tail = arrays + (b"Qii" if with_rows else b"ii"), (nvec, int(kind.endswith("_log")))
+    if with_rows:
+        tail = (rows, *tail)
+    f = _function(_families, dev, dt, expr, smem)
     return expr, f.ptr, grid, block, smem, codes, tail
 
 
@@ -730,9 +721,8 @@ def _run_fast(kind: str, arrays: tuple):
                 a is not x and (a.shape != shape or a.dtype != dtype)):
             return None
         al |= a.data.ptr
-    out = ndarray(shape, dtype)
-    key = (kind, shape, dtype, dev, not (al | out.data.ptr) & 15)
-    p = _planned.plan(_fast, key, lambda: _plan_fast(kind, shape, dtype, dev, key[4]))
+    out, p = _planned.output_and_plan(_fast, (kind, shape, dtype, dev), ndarray, shape, dtype, al,
+                                      lambda aligned: _plan_fast(kind, shape, dtype, dev, aligned))
     if p is None:
         return None
     expr, fptr, grid, block, smem, codes, tail = p
