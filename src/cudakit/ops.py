@@ -373,20 +373,23 @@ def log_softmax_backward(grad_out, y, axis=-1):
     return r if r is not None else backend_for(grad_out, y).log_softmax_backward(grad_out, y, axis)
 
 
-def cross_entropy(logits, targets, reduction="mean", ignore_index=-100):
-    """Cross-entropy of (N, C) logits against int class targets, fused (no softmax written out)."""
-    return backend_for(logits, targets).cross_entropy(logits, targets, reduction, ignore_index)
+def cross_entropy(logits, targets, reduction="mean", ignore_index=-100, *, validate=False):
+    """Cross-entropy of (N, C) logits against int class targets, fused (no softmax written out).
+    On CUDA an out-of-range target raises TargetIndexError at the next cudakit.check() unless
+    validate=True (see Backend.cross_entropy)."""
+    return backend_for(logits, targets).cross_entropy(logits, targets, reduction, ignore_index, validate=validate)
 
 
-def cross_entropy_backward(grad_loss, logits, targets, reduction="mean", ignore_index=-100):
+def cross_entropy_backward(grad_loss, logits, targets, reduction="mean", ignore_index=-100, *, validate=False):
     """dlogits of cross_entropy for the upstream gradient grad_loss."""
     return backend_for(grad_loss, logits, targets).cross_entropy_backward(
-        grad_loss, logits, targets, reduction, ignore_index)
+        grad_loss, logits, targets, reduction, ignore_index, validate=validate)
 
 
-def cross_entropy_with_grad(logits, targets, reduction="mean", ignore_index=-100):
+def cross_entropy_with_grad(logits, targets, reduction="mean", ignore_index=-100, *, validate=False):
     """(loss, dlogits) in one pass over the logits (training step with grad_loss = 1)."""
-    return backend_for(logits, targets).cross_entropy_with_grad(logits, targets, reduction, ignore_index)
+    return backend_for(logits, targets).cross_entropy_with_grad(logits, targets, reduction, ignore_index,
+                                                                validate=validate)
 
 
 # -- layout (see backends/layout_api.py) ----------------------------------------------------------

@@ -162,16 +162,51 @@ def test_cross_entropy_ignored_and_empty(be, rng):
 
 @pytest.mark.parametrize("cols", [7, 70000])
 def test_cross_entropy_out_of_range(be, cols):
+    """validate=True raises from the call; by default nothing synchronises and the next
+    check() / synchronize() / to_host() raises, naming the op and the first bad row, once."""
+    import cudakit
     from cudakit.errors import TargetIndexError
     x = cp.zeros((4, cols), cp.float32)
     for bad in (cols, -1):
         t = cp.asarray(np.array([0, 1, bad, 2], np.int32))
-        with pytest.raises(TargetIndexError, match=rf"targets\[2\] = {bad} is out of range"):
-            be.cross_entropy_with_grad(x, t)
+        with pytest.raises(TargetIndexError, match=rf"cross_entropy_with_grad: targets\[2\] = {bad} is out of range"):
+            be.cross_entropy_with_grad(x, t, validate=True)
         with pytest.raises(TargetIndexError):
-            be.cross_entropy(x, t, "none")
+            be.cross_entropy(x, t, "none", validate=True)
+        loss, _ = be.cross_entropy_with_grad(x, t)            # deferred: no error yet
+        assert np.isnan(float(loss.get()))                    # CuPy's own get(): no check
+        with pytest.raises(TargetIndexError, match=rf"cross_entropy_with_grad: targets\[2\] = {bad} .*validate=True"):
+            cudakit.check()
+        cudakit.check()                                       # cleared: raised once
+        be.cross_entropy(x, t, "none")
+        be.cross_entropy(x, t, "sum")                         # the first pending error wins
+        with pytest.raises(TargetIndexError, match=r"^cross_entropy: "):
+            cudakit.synchronize()
+        be.cross_entropy_backward(1.0, x, t)
+        with pytest.raises(TargetIndexError, match=r"^cross_entropy_backward: "):
+            cudakit.to_host(x[:1])
     t = cp.asarray(np.array([0, 1, cols + 5, 2]))
     assert np.isfinite(be.cross_entropy(x, t, ignore_index=cols + 5).get())
+    cudakit.check()
+
+
+def test_cross_entropy_does_not_synchronise(be):
+    """The default call queues its kernels behind a long-running kernel without waiting for it:
+    captured into a CUDA graph, which raises on any synchronisation."""
+    x = cp.random.standard_normal((64, 1000), dtype=cp.float32)
+    t = cp.asarray(np.arange(64) % 1000)
+    be.cross_entropy_with_grad(x, t)   # warm: compiled, pool blocks cached
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        try:
+            loss, grad = be.cross_entropy_with_grad(x, t)
+        finally:
+            g = s.end_capture()
+        g.launch(s)
+    s.synchronize()
+    ref_loss, ref_grad = be.cross_entropy_with_grad(x, t)
+    assert float(loss.get()) == float(ref_loss.get()) and bool((grad == ref_grad).all())
 
 
 def test_matches_torch_if_available(be, rng):

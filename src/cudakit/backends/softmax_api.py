@@ -13,7 +13,11 @@ logits, float64 for float64 logits; "mean" divides by the count of non-ignored t
 every target is ignored, as torch). A target outside [0, C) that is not ignore_index raises
 TargetIndexError: the CPU backend checks before computing; the CUDA backend counts them in a
 one-block pass over the targets that runs before the main kernel (which never reads outside the
-logits) and reads the count back after it, so each cross_entropy call synchronises once.
+logits) and, so that no call synchronises (and every call can be captured in a CUDA graph),
+records the first bad row in the device's error flag (runtime/device_errors.py):
+TargetIndexError then comes from the next cudakit.check(), cudakit.synchronize() or
+cudakit.to_host(), naming the op, the row and its target. validate=True checks eagerly instead
+(one synchronisation per call), raising from the call itself.
 
 Special values of softmax follow NumPy with the formula exp(x - max(x)) / sum(exp(x - max(x))):
 a slice holding NaN or +inf, or only -inf, is NaN everywhere; -inf among finite values gives 0
@@ -39,6 +43,43 @@ def _check_reduction(op: str, reduction) -> str:
     if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
         raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none' (got {reduction!r})")
     return reduction
+
+
+def _target_error(op: str, f: list) -> TargetIndexError:
+    """The TargetIndexError of a device flag's words (first row, its target, bad count, C, n,
+    ignore_index), or of the stat read back eagerly."""
+    row, value, bad, c, n, ignore = f[:6]
+    return TargetIndexError(
+        f"{op}: targets[{row}] = {value} is out of range [0, {c}) and is not ignore_index ({ignore}); "
+        f"{bad} of {n} targets are out of range")
+
+
+def _deferred_target_error(op: str, f: list) -> TargetIndexError:
+    e = _target_error(op, f)
+    e.args = (e.args[0] + " (found on the device by an earlier asynchronous call; pass validate=True "
+              "to check in the call itself)",)
+    return e
+
+
+_CE_OPS = ("cross_entropy", "cross_entropy_backward", "cross_entropy_with_grad")
+_CE_CODE = {op: 1 + i for i, op in enumerate(_CE_OPS)}   # their device error codes
+_registered = False
+
+
+def _ce_err_code(op: str) -> int:
+    global _registered
+    if not _registered:
+        from ..runtime import device_errors
+        for o, code in _CE_CODE.items():
+            device_errors.register(code, o, _deferred_target_error)
+        _registered = True
+    return _CE_CODE[op]
+
+
+def _check_validate(op: str, validate) -> bool:
+    if not isinstance(validate, bool):
+        raise TypeError(f"{op}: validate must be a bool (got {validate!r})")
+    return validate
 
 
 def _check_ignore(op: str, ignore_index) -> int:
@@ -103,6 +144,9 @@ class SoftmaxOps:
         inv = list(range(nd - 1))
         inv.insert(ax, nd - 1)
         return self._ascontiguous(r.reshape(moved).transpose(inv))
+
+    def _ce_defers(self) -> bool:
+        return True
 
     def _softmax_fast_rows(self, x, axis):
         """x as a (rows, cols) view when it needs no checks, copies or device switch (a native
@@ -200,50 +244,70 @@ class SoftmaxOps:
                                  f"reduction={reduction!r}); got {tuple(gl.shape)}")
             return self._ascontiguous(gl.astype(acc).reshape(-1))
 
-    def _ce_run(self, op, logits, targets, reduction, ignore_index, grad_loss, want_loss, want_grad):
+    def _ce_defers(self) -> bool:
+        """Whether out-of-range targets go to the device's error flag (no synchronisation)
+        instead of being read back in the call."""
+        return False
+
+    def _ce_run(self, op, logits, targets, reduction, ignore_index, grad_loss, want_loss, want_grad,
+                validate=False):
         with self._device_scope(logits):
+            extra = {}
+            defer = not validate and self._ce_defers()
+            if defer:
+                from ..runtime import device_errors
+                extra = {"err": device_errors.flag(logits.data.device_id), "err_code": _ce_err_code(op)}
             loss, grad, stat = self._ce_module().cross_entropy(
-                logits, targets, reduction, ignore_index, grad_loss, want_loss, want_grad)
+                logits, targets, reduction, ignore_index, grad_loss, want_loss, want_grad, **extra)
+            if defer:
+                return loss, grad
             st = self.to_numpy(stat)
             if int(st[1]):
                 i = int(st[2])
                 v = int(self.to_numpy(targets[i:i + 1])[0])
-                raise TargetIndexError(
-                    f"{op}: targets[{i}] = {v} is out of range [0, {int(logits.shape[1])}) and is not "
-                    f"ignore_index ({ignore_index}); {int(st[1])} of {int(targets.shape[0])} targets are out of range")
+                raise _target_error(op, [i, v, int(st[1]), int(logits.shape[1]), int(targets.shape[0]),
+                                         ignore_index])
         return loss, grad
 
-    def cross_entropy(self, logits, targets, reduction: str = "mean", ignore_index: int = -100):
+    def cross_entropy(self, logits, targets, reduction: str = "mean", ignore_index: int = -100, *,
+                      validate: bool = False):
         """Cross-entropy loss of logits (N, C) against class indices targets (N,).
 
         loss_i = logsumexp(logits_i) - logits_i[targets_i], 0 where targets_i == ignore_index.
         logits: float16/bfloat16/float32/float64; targets: int32/int64 (other integer dtypes are
         cast). reduction: "mean" (sum / count of non-ignored targets; NaN when all are ignored),
         "sum", or "none". Returns a 0-d array ("mean"/"sum") or (N,) ("none") of float32 (float64
-        for float64 logits). Raises TargetIndexError for a target outside [0, C) that is not
-        ignore_index (on CUDA, after the kernels: one host synchronisation per call).
+        for float64 logits). A target outside [0, C) that is not ignore_index raises
+        TargetIndexError: from this call on the CPU backend or with validate=True (on CUDA one host
+        synchronisation); otherwise on CUDA from the next cudakit.check() / synchronize() /
+        to_host() (no synchronisation here; the loss of that row is NaN meanwhile).
         """
         op = "cross_entropy"
+        validate = _check_validate(op, validate)
         lg, t, reduction, ignore_index = self._ce_inputs(op, logits, targets, reduction, ignore_index)
-        return self._ce_run(op, lg, t, reduction, ignore_index, None, True, False)[0]
+        return self._ce_run(op, lg, t, reduction, ignore_index, None, True, False, validate)[0]
 
-    def cross_entropy_backward(self, grad_loss, logits, targets, reduction: str = "mean", ignore_index: int = -100):
+    def cross_entropy_backward(self, grad_loss, logits, targets, reduction: str = "mean", ignore_index: int = -100,
+                               *, validate: bool = False):
         """Gradient of cross_entropy with respect to logits: (softmax(logits) - onehot(targets)) *
         grad_loss (per row for "none"), divided by the count of non-ignored targets for "mean";
         0 in ignored rows. grad_loss: the loss's shape (a 0-d array or a number for "mean"/"sum",
         (N,) for "none"), any float dtype. Returns dlogits with logits' shape and dtype."""
         op = "cross_entropy_backward"
+        validate = _check_validate(op, validate)
         lg, t, reduction, ignore_index = self._ce_inputs(op, logits, targets, reduction, ignore_index)
         gl = self._ce_grad_loss(op, grad_loss, lg, reduction)
-        return self._ce_run(op, lg, t, reduction, ignore_index, gl, False, True)[1]
+        return self._ce_run(op, lg, t, reduction, ignore_index, gl, False, True, validate)[1]
 
-    def cross_entropy_with_grad(self, logits, targets, reduction: str = "mean", ignore_index: int = -100):
+    def cross_entropy_with_grad(self, logits, targets, reduction: str = "mean", ignore_index: int = -100, *,
+                                validate: bool = False):
         """cross_entropy() and its gradient for grad_loss = 1 in one fused pass over the logits
         (read once, the gradient written once; the softmax is never stored): (loss, dlogits),
         as cross_entropy() and cross_entropy_backward()."""
         op = "cross_entropy_with_grad"
+        validate = _check_validate(op, validate)
         lg, t, reduction, ignore_index = self._ce_inputs(op, logits, targets, reduction, ignore_index)
-        return self._ce_run(op, lg, t, reduction, ignore_index, None, True, True)
+        return self._ce_run(op, lg, t, reduction, ignore_index, None, True, True, validate)
 
 
 class CpuSoftmaxHooks(SoftmaxOps):

@@ -8,7 +8,8 @@ The softmax is never written out (as Liger-Kernel's fused cross entropy).
 Kernels, per call:
 1. `ck_ce_prep`: one block reads the targets once: counts the non-ignored ones (the divisor of
    "mean") and the out-of-range ones (not in [0, C) and not ignore_index), with the index of the
-   first. stat: [3] int64. Traffic: N * sizeof(target).
+   first. stat: [3] int64. Where some are out of range it also records the first bad row in the
+   device's error flag (runtime/device_errors.py) unless one is pending. Traffic: N * sizeof(target).
 2. `ck_ce_reg` (rows of up to 32768 16-bit / float32 values in registers, as ck_softmax_fwd_reg)
    or `ck_ce_loop` (longer rows: one block per row, online softmax then a second read):
    per-row loss (float32, float64 for float64 logits) and/or the gradient.
@@ -19,8 +20,8 @@ Kernels, per call:
    reproducible) and divides by the count for "mean" (0 / 0 = NaN when every target is ignored,
    as torch). Traffic: N * sizeof(loss).
 An out-of-range target gives a NaN loss and no one-hot term in its row (nothing is read outside
-the logits); the caller reads stat back after the kernels (one synchronisation per call) and
-raises. Inputs: contiguous CuPy arrays on the current device, validated by the caller
+the logits); nothing synchronises: the error flag raises TargetIndexError at the next
+cudakit.check() / synchronize() / to_host() (or the caller reads stat back, with validate=True). Inputs: contiguous CuPy arrays on the current device, validated by the caller
 (cudakit.backends.softmax_api): logits float16/bfloat16/float32/float64, targets int32/int64.
 """
 from __future__ import annotations
@@ -43,9 +44,13 @@ __device__ __forceinline__ long long ck_target(const void* __restrict__ targets,
 // targets: [n] (int32 or int64, t64); stat: [3] int64 = (count of targets != ignore, count of those outside
 // [0, C), index of the first of those or n). One block. T (the logits' type, unused) gives each
 // dtype's kernel family its own instantiation.
+// err: the device's error flag (int64 [8]) or null; code: the op's error code written there with
+// (first bad row, its target, bad count, C, n, ignore) when some target is out of range and no
+// error is pending.
 template <typename T>
 __global__ void __launch_bounds__(1024) ck_ce_prep(const void* __restrict__ targets, int t64, long long n,
-                                                              long long C, long long ignore, long long* __restrict__ stat) {
+                                                   long long C, long long ignore, long long* __restrict__ stat,
+                                                   long long* __restrict__ err, long long code) {
   __shared__ long long sh[3][32];
   long long cnt = 0, bad = 0, first = n;
   for (long long i = threadIdx.x; i < n; i += blockDim.x) {
@@ -66,6 +71,9 @@ __global__ void __launch_bounds__(1024) ck_ce_prep(const void* __restrict__ targ
   if (threadIdx.x == 0) {
     for (int w = 1; w < nw; ++w) { cnt += sh[0][w]; bad += sh[1][w]; first = sh[2][w] < first ? sh[2][w] : first; }
     stat[0] = cnt; stat[1] = bad; stat[2] = first;
+    if (bad && err && atomicCAS(reinterpret_cast<unsigned long long*>(err), 0ull, (unsigned long long)code) == 0ull) {
+      err[1] = first; err[2] = ck_target(targets, t64, first); err[3] = bad; err[4] = C; err[5] = n; err[6] = ignore;
+    }
   }
 }
 
@@ -253,7 +261,7 @@ def _acc(dtype_name: str):
 
 
 def cross_entropy(logits, targets, reduction: str = "mean", ignore_index: int = -100, grad_loss=None,
-                  want_loss: bool = True, want_grad: bool = False, plan_nv=None):
+                  want_loss: bool = True, want_grad: bool = False, plan_nv=None, err=None, err_code: int = 0):
     """Cross-entropy of each row of `logits` against `targets`, its gradient, or both in one pass.
 
     logits: (N, C) contiguous, float16/bfloat16/float32/float64; targets: (N,) contiguous int32 or
@@ -262,7 +270,9 @@ def cross_entropy(logits, targets, reduction: str = "mean", ignore_index: int = 
     Returns (loss, dlogits, stat): loss 0-d ("mean"/"sum") or (N,) ("none") float32 (float64 for
     float64 logits), None unless want_loss; dlogits like logits, None unless want_grad; stat the
     (3,) int64 device array (non-ignored count, out-of-range count, first out-of-range index) the
-    caller must check (an out-of-range target gives NaN, not an error, here).
+    caller may check (an out-of-range target gives NaN, not an error, here). err: the device's
+    error flag (runtime.device_errors.flag) or None; err_code: the code recorded there for an
+    out-of-range target.
     """
     cp = _cupy.loaded_cupy()
     n, c = logits.shape
@@ -272,7 +282,7 @@ def cross_entropy(logits, targets, reduction: str = "mean", ignore_index: int = 
     acc = _acc(dt)
     stat = cp.empty(3, np.int64)
     launch(_families, f"ck_ce_prep<{t}>", dt, (1, 1, 1), (PREP_THREADS, 1, 1),
-           (targets, t64, np.int64(n), np.int64(c), np.int64(ignore_index), stat))
+           (targets, t64, np.int64(n), np.int64(c), np.int64(ignore_index), stat, _ptr(err), np.int64(err_code)))
     rows_loss = cp.empty(n, acc) if want_loss else None
     grad = cp.empty_like(logits) if want_grad else None
     if n and c:

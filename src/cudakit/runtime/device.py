@@ -146,13 +146,17 @@ def device(i: int):
 
 
 def synchronize(i: int | None = None) -> None:
-    """Wait for all work on device `i` (default: current) to finish."""
+    """Wait for all work on device `i` (default: current) to finish; raises the error an op
+    recorded on that device since the last check (runtime/device_errors.py)."""
+    from . import device_errors
     cp = _cupy.cupy()
     if i is None:
         cp.cuda.runtime.deviceSynchronize()
+        device_errors.check_pending(cp.cuda.runtime.getDevice())
     else:
         with cp.cuda.Device(_check_index(i)):
             cp.cuda.runtime.deviceSynchronize()
+        device_errors.check_pending(i)
 
 
 def _driver_uuid(i: int):

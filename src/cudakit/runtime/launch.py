@@ -93,7 +93,9 @@ def launch_blocking() -> bool:
 
 
 def check() -> None:
-    """Synchronise the current device and raise LaunchError if an earlier launch failed.
+    """Synchronise the current device and raise LaunchError if an earlier launch failed, or the
+    error an op recorded on the device (runtime/device_errors.py: cross_entropy's
+    TargetIndexError) since the last check.
 
     The error names the kernels launched last. With CUDAKIT_LAUNCH_BLOCKING=1 each launch is
     checked as it happens instead, so the error names exactly the failing kernel. A kernel fault
@@ -107,3 +109,5 @@ def check() -> None:
         names = ", ".join(f"{n}{g}x{b}" for n, g, b in recent_launches) or "none recorded"
         raise LaunchError(f"asynchronous CUDA error: {e}; kernels launched last (oldest first): {names}",
                           recent_launches[-1][0] if recent_launches else "?") from None
+    from . import device_errors
+    device_errors.check_pending()

@@ -416,4 +416,7 @@ def to_host(x, out=None, stream=None, non_blocking: bool = False):
     s = stream or cp.cuda.get_current_stream()
     with profiler._transfer("DtoH", x.nbytes, s):
         res = x.get(stream=s, out=out, blocking=not non_blocking)
+    if not non_blocking:   # the host waited anyway: surface errors ops recorded on the device
+        from . import device_errors
+        device_errors.check_pending(x.data.device_id)
     return res
