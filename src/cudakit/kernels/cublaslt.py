@@ -1,6 +1,15 @@
-"""x @ weight^T with a fused epilogue through cuBLASLt (ctypes; CuPy does not wrap it): the bias,
-GELU (tanh form) and the pre-activation as a second output are applied to the float32 accumulator
-inside the GEMM, so linear + GELU is one kernel.
+"""Matrix products through cuBLASLt (CuPy does not wrap it): every GEMM of cudakit's matmul,
+linear and their backward passes (`gemm`), and x @ weight^T with a fused epilogue
+(`linear_epilogue`): the bias, GELU (tanh form) and the pre-activation as a second output applied
+to the float32 accumulator inside the GEMM, so linear + GELU is one kernel.
+
+Why cuBLASLt rather than CuPy's cuBLAS binding: CuPy refuses cuBLAS calls while a stream is being
+captured ("calling cuBLAS API during stream capture is currently unsupported"), and its Python
+binding costs host time per call. Here each case (dtypes, batch, M, N, K, transposes, which
+operands are batched, epilogue, pointer alignments) gets its descriptor, layouts and algorithm
+once (`_plans`), and a call is one native `lt_matmul` (runtime/_native.c) with integer addresses,
+or ctypes where the native module is unavailable. The workspace comes from the pool on the
+current stream per call (stream-ordered reuse; under graph capture, from the graph's pool).
 
 Used where it was measured to round as the unfused float32 path does (lent H100 GPU-be5065bf,
 2026-11-23, .carry probe): out_features a multiple of 8 (unaligned, bfloat16 results with a bias
@@ -30,12 +39,13 @@ CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
 COMPUTE_32F, COMPUTE_64F = 68, 70
 _DESC_TRANSA, _DESC_TRANSB, _DESC_EPILOGUE, _DESC_BIAS_POINTER = 3, 4, 7, 8
 _DESC_AUX_POINTER, _DESC_AUX_LD = 11, 12
+_LAYOUT_BATCH_COUNT, _LAYOUT_BATCH_STRIDE = 5, 6   # cublasLtMatrixLayoutAttribute_t
 _PREF_MAX_WORKSPACE = 1
 _PREF_MIN_ALIGN = (5, 6, 7, 8)   # CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES
 _STATUS_NOT_SUPPORTED = 15
 EPILOGUE = {"none": 1, "bias": 4, "gelu": 32, "gelu_aux": 160, "gelu_bias": 36, "gelu_aux_bias": 164}
 _WORKSPACE = 32 << 20     # cuBLAS's recommendation for Hopper
-_MAX_PLANS = 64           # descriptors kept (a new batch size or shape makes one); the oldest is destroyed
+_MAX_PLANS = 256          # descriptors kept (a new batch size or shape makes one); the oldest is destroyed
 
 
 class _HeuristicResult(ctypes.Structure):
@@ -57,6 +67,7 @@ _SIGNATURES = {  # cublasLt.h
     "cublasLtMatmulDescSetAttribute": [_P, _I, _P, _SZ],
     "cublasLtMatrixLayoutCreate": [_P, _I, _U64, _U64, _I64],
     "cublasLtMatrixLayoutDestroy": [_P],
+    "cublasLtMatrixLayoutSetAttribute": [_P, _I, _P, _SZ],
     "cublasLtMatmulPreferenceCreate": [_P],
     "cublasLtMatmulPreferenceSetAttribute": [_P, _I, _P, _SZ],
     "cublasLtMatmulPreferenceDestroy": [_P],
@@ -116,15 +127,6 @@ def _alignment(ptr: int) -> int:
     return a
 
 
-def _destroy(plan) -> None:
-    if plan is not None:
-        desc, layouts, _ = plan
-        if desc.value:
-            _lib.cublasLtMatmulDescDestroy(desc)
-        for lay in layouts:
-            _lib.cublasLtMatrixLayoutDestroy(lay)
-
-
 def _plan(key, handle):
     """The matmul descriptor, the four layouts and an algorithm for this case, made once."""
     desc, layouts, pref = ctypes.c_void_p(), [], ctypes.c_void_p()
@@ -139,41 +141,160 @@ def _plan(key, handle):
 
 
 def _make_plan(key, handle, desc, layouts, pref):
-    """_plan's body: fills desc, layouts and pref (the caller frees them on failure)."""
-    (dtype, rows, fin, fout, w_stored_nk, epilogue, aligns) = key
+    """_plan's body: fills desc, layouts and pref (the caller frees them on failure).
+
+    Row-major out (B, M, N) = op(a) @ op(b) is column-major out^T = op(b)^T op(a)^T: cuBLASLt's A
+    is b's buffer (transposed when trans_b), its B is a's buffer (transposed when trans_a); a
+    row-major (R, C) buffer read column-major is its transpose with leading dimension C."""
+    (in_t, out_t, batch, m, n, k, ta, tb, a_shape, b_shape, a_batched, b_batched, epilogue, aligns) = key
     lib = _lib
-    f64 = dtype == "float64"
+    f64 = in_t == "float64"
     _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), COMPUTE_64F if f64 else COMPUTE_32F,
                                         CUDA_R["float64" if f64 else "float32"]), "cublasLtMatmulDescCreate")
-    # column-major: D (fout x rows) = op(A) @ B, A = the weight's buffer, B = x's buffer (fin x rows)
-    _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_TRANSA, ctypes.c_int32(1 if w_stored_nk else 0))
-    _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_TRANSB, ctypes.c_int32(0))
+    _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_TRANSA, ctypes.c_int32(1 if tb else 0))
+    _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_TRANSB, ctypes.c_int32(1 if ta else 0))
     _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_EPILOGUE, ctypes.c_uint32(EPILOGUE[epilogue]))
-    t = CUDA_R[dtype]
-    for r, c, ld in ((fin, fout, fin) if w_stored_nk else (fout, fin, fout), (fin, rows, fin),
-                     (fout, rows, fout), (fout, rows, fout)):
+    (ar, ac), (br, bc) = a_shape, b_shape
+    for t, rows, cols, batched in ((in_t, bc, br, b_batched), (in_t, ac, ar, a_batched),
+                                   (out_t, n, m, True), (out_t, n, m, True)):
         lay = ctypes.c_void_p()
-        _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), t, r, c, ld), "cublasLtMatrixLayoutCreate")
+        _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), CUDA_R[t], rows, cols, rows),
+               "cublasLtMatrixLayoutCreate")
         layouts.append(lay)
-    a_w, a_x, a_out, a_epi = aligns
+        if batch > 1:
+            _set(lib.cublasLtMatrixLayoutSetAttribute, lay, _LAYOUT_BATCH_COUNT, ctypes.c_int32(batch))
+            _set(lib.cublasLtMatrixLayoutSetAttribute, lay, _LAYOUT_BATCH_STRIDE,
+                 ctypes.c_int64(rows * cols if batched else 0))
+    a_a, a_b, a_out, a_epi = aligns
     if "aux" in epilogue:  # the pointers' alignment steers the heuristic: stand-ins with that alignment
-        _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_LD, ctypes.c_int64(fout))
+        _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_LD, ctypes.c_int64(n))
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(a_epi))
     if "bias" in epilogue:
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(a_epi))
     _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
     _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, _PREF_MAX_WORKSPACE, ctypes.c_uint64(_WORKSPACE))
-    for attr, a in zip(_PREF_MIN_ALIGN, (a_w, a_x, a_out, a_out)):
+    for attr, a in zip(_PREF_MIN_ALIGN, (a_b, a_a, a_out, a_out)):
         _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, attr, ctypes.c_uint32(a))
     result = _HeuristicResult()
     count = ctypes.c_int(0)
     status = lib.cublasLtMatmulAlgoGetHeuristic(handle, desc, *layouts, pref, 1, ctypes.byref(result),
                                                 ctypes.byref(count))
     if status != 0 or count.value < 1 or result.state != 0:
-        log.info("cuBLASLt has no algorithm for %s (status %d): the unfused path runs", key, status)
+        log.info("cuBLASLt has no algorithm for %s (status %d): another path runs", key, status)
         _destroy((desc, layouts, None))
         return None
-    return desc, layouts, result
+    scal = np.float64 if f64 else np.float32
+    return desc, layouts, result, scal
+
+
+def _destroy(plan) -> None:
+    if plan is not None:
+        desc, layouts = plan[0], plan[1]
+        if desc.value:
+            _lib.cublasLtMatmulDescDestroy(desc)
+        for lay in layouts:
+            _lib.cublasLtMatrixLayoutDestroy(lay)
+
+
+_SCALARS: dict = {}   # (numpy scalar type, value) -> a 1-element host array kept alive (alpha, beta)
+
+
+def _scalar_ptr(scal, value: float) -> int:
+    a = _SCALARS.get((scal, value))
+    if a is None:
+        a = _SCALARS[(scal, value)] = np.array([value], scal)
+    return a.ctypes.data
+
+
+_native_mm = None     # (native lt_matmul, address of cublasLtMatmul, of the attribute setter), or False
+
+
+def _native():
+    global _native_mm
+    if _native_mm is None:
+        from ..runtime import native
+        mod = native.module()
+        if mod is None or not hasattr(mod, "lt_matmul"):
+            _native_mm = False
+        else:
+            addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+            _native_mm = (mod.lt_matmul, addr(_lib.cublasLtMatmul), addr(_lib.cublasLtMatmulDescSetAttribute))
+    return _native_mm
+
+
+def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 0.0, bias=None,
+           gelu: bool = False, aux=None) -> bool:
+    """out[i] = epilogue(op(a[i]) @ op(b[i]) + beta * out[i]) in one cuBLASLt call; False (nothing
+    written) where cuBLASLt is not loadable or has no algorithm for the case.
+
+    a: (Ba, Ra, Ca), b: (Bb, Rb, Cb), out: (B, M, N), C-contiguous, one device, Ba and Bb 1 or B,
+    op(a) (M, K), op(b) (K, N); a and b share a dtype, out has it or float32 (16-bit a). bias:
+    (N,) added to the accumulator; gelu: GELU (tanh form) after it; aux: like out, receives the
+    pre-activation (with gelu). The epilogue cases need B == 1. FLOPs: 2 * B * M * N * K."""
+    if not _load():
+        return False
+    cp = _cupy.cupy()
+    from ..backends.base import supported_dtypes
+    names = supported_dtypes()
+    in_t, out_t = names[a.dtype], names[out.dtype]
+    batch, m, n = out.shape
+    k = a.shape[1] if trans_a else a.shape[2]
+    epi = ("gelu" if gelu else "") + ("_aux" if aux is not None else "") + ("_bias" if bias is not None else "")
+    epi = epi.lstrip("_") or "none"
+    a_epi = min([16] + [_alignment(p.data.ptr) for p in (bias, aux) if p is not None])
+    aligns = (_alignment(a.data.ptr), _alignment(b.data.ptr), _alignment(out.data.ptr), a_epi)
+    dev = out.data.device_id
+    key = (dev, (in_t, out_t, batch, m, n, k, bool(trans_a), bool(trans_b), a.shape[1:], b.shape[1:],
+                 a.shape[0] > 1, b.shape[0] > 1, epi, aligns))
+    with _lock:
+        plan = _plans.get(key, False)
+        if plan is False:
+            with cp.cuda.Device(dev):
+                plan = _plans[key] = _plan(key[1], _handle(dev))
+            if len(_plans) > _MAX_PLANS:
+                _destroy(_plans.popitem(last=False)[1])
+        if plan is None:
+            return False
+        desc, (la, lb, lc, ld), result, scal = plan
+        wsize = int(result.workspace_size)
+        ws = cp.empty(wsize, cp.uint8) if wsize else None
+        wptr = ws.data.ptr if wsize else 0
+        stream = cp.cuda.get_current_stream().ptr
+        alpha, beta_p = _scalar_ptr(scal, 1.0), _scalar_ptr(scal, float(beta))
+        bptr = 0 if bias is None else bias.data.ptr
+        xptr = 0 if aux is None else aux.data.ptr
+        nat = _native()
+        if nat:
+            call = lambda: nat[0](nat[1], nat[2], _handles[dev].value, desc.value, bptr, xptr, alpha,  # noqa: E731
+                                  b.data.ptr, la.value, a.data.ptr, lb.value, beta_p, out.data.ptr, lc.value,
+                                  out.data.ptr, ld.value, ctypes.addressof(result.algo), wptr, wsize, stream)
+        else:
+            def call():
+                if bptr:
+                    _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bptr))
+                if xptr:
+                    _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(xptr))
+                return _lib.cublasLtMatmul(_handles[dev], desc, alpha, b.data.ptr, la, a.data.ptr, lb, beta_p,
+                                           out.data.ptr, lc, out.data.ptr, ld, ctypes.addressof(result.algo),
+                                           wptr or None, wsize, stream)
+        status = profiler.record_call("cublaslt_matmul", call) if profiler._active is not None else call()
+        if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: another path from now on
+            log.info("cuBLASLt answered NOT_SUPPORTED for %s: another path runs from now on", key)
+            _destroy(plan)
+            _plans[key] = None
+            return False
+    _check(status, "cublasLtMatmul")
+    return True
+
+
+def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 0.0) -> bool:
+    """The plain product of matmul() (no epilogue); False where cuBLASLt cannot do it."""
+    if out.shape[0] == 0 or out.shape[1] == 0 or out.shape[2] == 0:
+        return False
+    k = a.shape[1] if trans_a else a.shape[2]
+    if k == 0 or max(out.shape[0], out.shape[1], out.shape[2], k) > 2**31 - 1:
+        return False
+    return matmul(a, b, out, trans_a, trans_b, beta)
 
 
 def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = False, aux=None) -> bool:
@@ -181,9 +302,6 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
     buffer, stored (fout, fin) when w_stored_nk, else (fin, fout). bias: (fout,) or None; gelu: apply
     GELU (tanh form) after the bias; aux: (1, rows, fout) receiving the pre-activation (with gelu).
     All C-contiguous, one dtype. Returns False (nothing written) where cuBLASLt cannot do it."""
-    if not _load():
-        return False
-    cp = _cupy.cupy()
     from ..backends.base import supported_dtypes
     dtype = supported_dtypes()[out.dtype]
     _, rows, fout = out.shape
@@ -196,41 +314,4 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
         return False  # its GELU is 5e-6 off the tanh form: fine below 16-bit rounding, not for float32
     if bias is not None and not bias.flags.c_contiguous:
         return False  # the epilogue reads the bias as a packed vector
-    epi = ("gelu" if gelu else "") + ("_aux" if aux is not None else "") + ("_bias" if bias is not None else "")
-    epi = epi.lstrip("_") or "none"
-    a_epi = min([16] + [_alignment(p.data.ptr) for p in (bias, aux) if p is not None])
-    aligns = (_alignment(w3.data.ptr), _alignment(x3.data.ptr), _alignment(out.data.ptr), a_epi)
-    dev = out.data.device_id
-    key = (dev, (dtype, rows, fin, fout, w_stored_nk, epi, aligns))
-    scal = np.float64 if dtype == "float64" else np.float32
-    alpha, beta = np.ones(1, scal), np.zeros(1, scal)
-    with cp.cuda.Device(dev), _lock:
-        handle = _handle(dev)
-        if key in _plans:
-            _plans.move_to_end(key)
-        else:
-            _plans[key] = _plan(key[1], handle)
-            if len(_plans) > _MAX_PLANS:
-                _destroy(_plans.popitem(last=False)[1])
-        plan = _plans[key]
-        if plan is None:
-            return False
-        desc, (la, lb, lc, ld), result = plan
-        if bias is not None:
-            _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bias.data.ptr))
-        if aux is not None:
-            _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(aux.data.ptr))
-        # the workspace the algorithm asks for, from the pool on this stream per call: stream-ordered
-        # reuse, no two streams share one, and no long-lived block pins a pool chunk
-        wsize = int(result.workspace_size)
-        ws = cp.empty(wsize, cp.uint8) if wsize else None
-        status = profiler.record_call("cublaslt_matmul", lambda: _lib.cublasLtMatmul(
-            handle, desc, alpha.ctypes.data, w3.data.ptr, la, x3.data.ptr, lb, beta.ctypes.data, out.data.ptr, lc,
-            out.data.ptr, ld, ctypes.addressof(result.algo), ws.data.ptr if wsize else None, wsize,
-            cp.cuda.get_current_stream().ptr))
-        if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: the unfused path from now on
-            _destroy(plan)
-            _plans[key] = None
-            return False
-    _check(status, "cublasLtMatmul")
-    return True
+    return matmul(x3, w3, out, False, w_stored_nk, 0.0, bias, gelu, aux)

@@ -1,5 +1,8 @@
-"""Matrix products on the GPU through cuBLAS (CuPy's handle of the current device, on the current
-CuPy stream): one strided-batched GEMM per call, transposes as cuBLAS operations instead of copies.
+"""Matrix products on the GPU: one strided-batched GEMM per call on the current CuPy stream,
+transposes as GEMM operations instead of copies. Through cuBLASLt (kernels/cublaslt.py: plans
+cached per case, a native call, safe to capture in a CUDA graph); through CuPy's cuBLAS binding
+only where cuBLASLt is not loadable or has no algorithm for the case (logged once at INFO; CuPy
+refuses that path during graph capture).
 
 float16 and bfloat16 operands are multiplied on the tensor cores with float32 accumulation
 (CUBLAS_COMPUTE_32F) and rounded once to the output's dtype, which may also be float32 (the
@@ -7,6 +10,8 @@ backward passes accumulate partial products that way); float32 uses CUBLAS_COMPU
 as PyTorch's default), float64 CUBLAS_COMPUTE_64F. FLOPs: 2 * batch * M * N * K.
 """
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
@@ -16,11 +21,24 @@ from ..runtime import _cupy
 from .cublaslt import COMPUTE_32F as _COMPUTE_32F
 from .cublaslt import COMPUTE_64F as _COMPUTE_64F
 from .cublaslt import CUDA_R as _CUDA_R
+from . import cublaslt as _cublaslt
 from .cublaslt import linear_epilogue  # noqa: F401  (the backend's hook: linear with a fused epilogue)
 
 _OP_N, _OP_T = 0, 1                      # cublasOperation_t
 _GEMM_DEFAULT = -1                       # cublasGemmAlgo_t: the heuristic's choice
 _INT_MAX = 2**31 - 1                     # cuBLAS's int dimensions and leading dimensions
+
+
+_fallback_logged: set = set()
+
+
+def _log_fallback(a, out) -> None:
+    key = (a.dtype, out.dtype)
+    if key not in _fallback_logged:
+        _fallback_logged.add(key)
+        logging.getLogger(__name__).info(
+            "cuBLASLt did not take a %s -> %s product (not loadable, or no algorithm): CuPy's cuBLAS "
+            "binding runs it (not capturable in a CUDA graph)", a.dtype, out.dtype)
 
 
 def _dtype_name(a) -> str:
@@ -48,6 +66,9 @@ def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 
     for name, v in (("M", m), ("N", n), ("K", k), ("batch", batch)):
         if v > _INT_MAX:
             raise ShapeError(f"matrix product: {name} must be <= {_INT_MAX} for cuBLAS (got {v})")
+    if _cublaslt.gemm(a, b, out, trans_a, trans_b, beta):
+        return out
+    _log_fallback(a, out)
     cp = _cupy.cupy()
     in_t = _CUDA_R[_dtype_name(a)]
     out_t = _CUDA_R[_dtype_name(out)]

@@ -140,6 +140,38 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   return PyLong_FromLong(r);
 }
 
+/* ---- cuBLASLt ---------------------------------------------------------------------------------
+ * lt_matmul(matmul_fn, setattr_fn, handle, desc, bias, aux, alpha, A, la, B, lb, beta, C, lc, D, ld,
+ * algo, workspace, wsize, stream) -> cublasStatus_t: sets the descriptor's bias and aux pointer
+ * attributes where nonzero (8 and 11: CUBLASLT_MATMUL_DESC_BIAS_POINTER, _EPILOGUE_AUX_POINTER) and
+ * calls cublasLtMatmul, every argument an integer address. The GIL is held throughout, so no other
+ * thread sees the descriptor between its attribute writes and the call. Through ctypes the same
+ * call cost several microseconds of argument conversion. */
+typedef int (*ck_ltmm_fn)(void*, void*, const void*, const void*, void*, const void*, void*, const void*,
+                          const void*, void*, void*, void*, const void*, void*, size_t, void*);
+typedef int (*ck_ltset_fn)(void*, int, const void*, size_t);
+
+static PyObject* lt_matmul(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 20) {
+    PyErr_SetString(PyExc_TypeError, "lt_matmul takes 20 integer addresses");
+    return NULL;
+  }
+  void* v[20];
+  for (int i = 0; i < 20; ++i)
+    if (ck_ptr(args[i], &v[i]) < 0) return NULL;
+  if (v[0] == NULL || v[1] == NULL) {
+    PyErr_SetString(PyExc_ValueError, "lt_matmul: null cublasLtMatmul or attribute setter");
+    return NULL;
+  }
+  ck_ltset_fn set = (ck_ltset_fn)v[1];
+  int r;
+  if (v[4] != NULL && (r = set(v[3], 8, &v[4], sizeof(void*))) != 0) return PyLong_FromLong(r);
+  if (v[5] != NULL && (r = set(v[3], 11, &v[5], sizeof(void*))) != 0) return PyLong_FromLong(r);
+  r = ((ck_ltmm_fn)v[0])(v[2], v[3], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15],
+                         v[16], v[17], (size_t)(uintptr_t)v[18], v[19]);
+  return PyLong_FromLong(r);
+}
+
 /* ---- the counting allocator ----------------------------------------------------------------
  * cupy.cuda.set_allocator(mem_malloc): each block comes from CuPy's pool (pool.malloc); a ck_block
  * whose C destructor counts the free rides in the pooled memory's __dict__ (the pool's own
@@ -1072,6 +1104,8 @@ static PyMethodDef methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, "set_launch(address of cuLaunchKernel)"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, smem, stream, codes, *values) -> CUresult"},
+    {"lt_matmul", (PyCFunction)(void (*)(void))lt_matmul, METH_FASTCALL,
+     "lt_matmul(matmul_fn, setattr_fn, handle, desc, bias, aux, alpha, A, la, B, lb, beta, C, lc, D, ld, algo, ws, wsize, stream) -> status"},
     {"mem_setup", mem_setup, METH_VARARGS, "mem_setup(pool_malloc, UnownedMemory, MemoryPointer, pool_oom, after_oom)"},
     {"mem_malloc", mem_malloc, METH_O, "mem_malloc(nbytes) -> MemoryPointer, counted"},
     {"mem_counts", mem_counts, METH_O, "mem_counts(device) -> (allocations, frees, allocated, peak)"},
