@@ -28,6 +28,23 @@ calls = {
     "cudakit.transpose": lambda: cudakit.transpose(x),
     "cudakit.cross_entropy": lambda: cudakit.cross_entropy(x, t),
 }
+# the composite calls of a model step (issue 25's list), small shapes where the host decides
+W = cp.random.standard_normal((256, 128), dtype=cp.float32)
+Wb = cp.zeros(256, cp.float32)
+G = cp.random.standard_normal((64, 256), dtype=cp.float32)
+q4 = cp.random.standard_normal((2, 4, 64, 32), dtype=cp.float32).astype("bfloat16")
+mean, rstd = cudakit.layernorm_with_stats(x, w, b)[1:]
+ao, alse = cudakit.attention_with_lse(q4, q4, q4, causal=True)
+calls.update({
+    "cudakit.linear": lambda: cudakit.linear(x, W, Wb), "cudakit.matmul": lambda: cudakit.matmul(x, W.T),
+    "cudakit.linear_backward": lambda: cudakit.linear_backward(G, x, W),
+    "cudakit.fused_linear_gelu_with_preact": lambda: cudakit.fused_linear_gelu_with_preact(x, W, Wb),
+    "cudakit.permute": lambda: cudakit.permute(q4, (0, 2, 1, 3)),
+    "cudakit.attention_with_lse": lambda: cudakit.attention_with_lse(q4, q4, q4, causal=True),
+    "cudakit.attention_backward": lambda: cudakit.attention_backward(ao, q4, q4, q4, ao, alse, causal=True),
+    "cudakit.layernorm_backward": lambda: cudakit.layernorm_backward(g, x, w, mean, rstd),
+    "cudakit.cross_entropy_with_grad": lambda: cudakit.cross_entropy_with_grad(x, t),
+})
 try:
     import torch
     tx, tg, tw, tb = (torch.from_dlpack(a) for a in (x, g, w, b))
@@ -40,6 +57,26 @@ try:
                   "torch.rms_norm": lambda: torch.nn.functional.rms_norm(tx, (128,)),
                   "torch.sum": lambda: tx.sum(), "torch.sum(dim=-1)": lambda: tx.sum(-1),
                   "torch.amax(dim=0)": lambda: tx.amax(0)})
+    F = torch.nn.functional
+    tW, tWb, tG = (torch.from_dlpack(a) for a in (W, Wb, G))
+    tq = torch.from_dlpack(q4)
+    txr = tx.clone().requires_grad_(True)
+    tqr = tq.clone().requires_grad_(True)
+    to = F.scaled_dot_product_attention(tqr, tqr, tqr, is_causal=True)
+    ty = F.layer_norm(txr, (128,), tw, tb)
+    tlog = tx.clone().requires_grad_(True)
+    tt = torch.from_dlpack(t)
+    calls.update({
+        "torch.linear": lambda: F.linear(tx, tW, tWb), "torch.matmul": lambda: torch.matmul(tx, tW.T),
+        # linear's backward as autograd runs it: two GEMMs and a sum
+        "torch.linear_backward(3 ops)": lambda: (tG @ tW, tG.T @ tx, tG.sum(0)),
+        "torch.linear+gelu": lambda: F.gelu(F.linear(tx, tW, tWb), approximate="tanh"),
+        "torch.permute.contiguous": lambda: tq.permute(0, 2, 1, 3).contiguous(),
+        "torch.sdpa": lambda: F.scaled_dot_product_attention(tq, tq, tq, is_causal=True),
+        "torch.sdpa_backward(autograd)": lambda: torch.autograd.grad(to, (tqr,), to, retain_graph=True),
+        "torch.layer_norm_backward(autograd)": lambda: torch.autograd.grad(ty, (txr,), tg, retain_graph=True),
+        "torch.cross_entropy fwd+bwd": lambda: torch.autograd.grad(F.cross_entropy(tlog, tt), (tlog,)),
+    })
 except ImportError:
     pass
 for name, fn in calls.items():
@@ -48,4 +85,4 @@ for name, fn in calls.items():
     cp.cuda.runtime.deviceSynchronize()
     best = min(timeit.repeat(fn, number=3000, repeat=5)) / 3000
     cp.cuda.runtime.deviceSynchronize()
-    print(f"HOST {name:<24} {best * 1e6:7.2f} us/call", flush=True)
+    print(f"HOST {name:<38} {best * 1e6:7.2f} us/call", flush=True)

@@ -35,6 +35,8 @@ _LAZY = {
     "sgd_update": ("optim", "sgd_update"), "adam_update": ("optim", "adam_update"),
     "warm_up_kernels": ("kernels.warmup", "warm_up_kernels"),
     "clear_kernel_cache": ("runtime.compiler", "cache_clear"),
+    "graphs": ("graphs", None), "graph": ("graphs", "graph"), "CUDAGraph": ("graphs", "CUDAGraph"),
+    "GraphedStep": ("graphs", "GraphedStep"), "GraphCaptureError": ("graphs", "GraphCaptureError"),
 }
 for _n in ("DeviceInfo", "current_device", "device", "device_count", "devices", "get_device_info",
            "is_available", "set_device", "synchronize", "unavailable_reason"):
@@ -76,4 +78,4 @@ def __dir__():
 __all__ = ["__version__", "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DTypeError",
            "LaunchError", "OutOfMemoryError", "ShapeError", "TargetIndexError"] + [n for n in _LAZY if n not in
                                                                  ("config", "profiler", "ops", "backends", "runtime",
-                                                                  "kernels", "bench", "optim")]
+                                                                  "kernels", "bench", "optim", "graphs")]

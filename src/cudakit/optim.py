@@ -420,23 +420,35 @@ def _cached_groups(kind: str, params, dtypes, states, masters) -> _CudaGroups:
     return g
 
 
-def _launch_adam(c: dict, amsgrad: bool):
+def _refuse_capture(op: str) -> None:
+    """The functional updates bake the step's scalars into their launch: refused under capture."""
+    graphs = sys.modules.get("cudakit.graphs")
+    if graphs is not None and graphs.capturing() is not None:
+        raise graphs.GraphCaptureError(
+            f"{op}: the functional update bakes this step's learning rate and bias corrections into the "
+            f"captured launch; capture an optimizer object's step() (cudakit.SGD, Adam, AdamW) instead")
+
+
+def _launch_adam(c: dict, amsgrad: bool, dyn=None):
+    """launch(table, dtype, has_master) of one Adam step; dyn: {(device, state dtype): device
+    array} the kernels read the per-step scalars from (CUDA graph capture), or None."""
     from .kernels import optimizers as K
 
     def launch(table, dt, has_master):
         K.adam_step(table, dt, has_master, amsgrad, lr=c["lr"], beta1=c["beta1"], beta2=c["beta2"],
                     eps=c["eps"], weight_decay=c["wd"], decoupled=c["decoupled"], maximize=c["maximize"],
-                    step=c["step"])
+                    step=c["step"], dyn=None if dyn is None else dyn[(table.device, K.state_dtype(dt))])
     return launch
 
 
-def _launch_sgd(c: dict):
+def _launch_sgd(c: dict, dyn=None):
+    """launch(table, dtype, has_master) of one SGD step; dyn as _launch_adam's."""
     from .kernels import optimizers as K
 
     def launch(table, dt, has_master):
         K.sgd_step(table, dt, has_master, lr=c["lr"], momentum=c["momentum"], dampening=c["dampening"],
                    nesterov=c["nesterov"], weight_decay=c["wd"], maximize=c["maximize"],
-                   first_step=c["first_step"])
+                   first_step=c["first_step"], dyn=None if dyn is None else dyn[(table.device, K.state_dtype(dt))])
     return launch
 
 
@@ -499,6 +511,7 @@ def sgd_update(params, gradients, momentum, optimizer_state: OptimizerState, *, 
         for i, p in enumerate(ps):
             _cpu_sgd(p, gs[i], bufs[i], masters[i] if masters else None, c)
     elif ps:
+        _refuse_capture("sgd_update")
         _cached_groups("sgd", ps, dtypes, states, masters).run([g.data.ptr for g in gs], _launch_sgd(c))
     h.step += 1
     return params
@@ -533,6 +546,7 @@ def adam_update(params, gradients, m_buffer, v_buffer, optimizer_state: Optimize
         for i, p in enumerate(ps):
             _cpu_adam(p, gs[i], states[0][i], states[1][i], vmaxes[i], masters[i] if masters else None, c)
     elif ps:
+        _refuse_capture("adam_update")
         _cached_groups("adam", ps, dtypes, states, masters).run([g.data.ptr for g in gs],
                                                                _launch_adam(c, bool(h.amsgrad)))
     h.step += 1
@@ -563,6 +577,7 @@ class _Optimizer:
         self._master = [_master_copy(p, self._where) if self.master_weights and dt in ("float16", "bfloat16")
                         else None for p, dt in zip(ps, self._dtypes)]
         self._groups: _CudaGroups | None = None
+        self._dyn: dict | None = None   # (device, state dtype) -> per-step scalars of a captured step
         self._own_grads: tuple | None = None
         self._table_grads: str | None = None   # what the CUDA tables' gradient pointers are: "own", "last"
         self._last_ids: list = []
@@ -580,7 +595,7 @@ class _Optimizer:
     def _step_cpu(self, grads) -> None:
         raise NotImplementedError
 
-    def _launcher(self):
+    def _launcher(self, dyn=None):
         raise NotImplementedError
 
     @property
@@ -629,8 +644,42 @@ class _Optimizer:
         if self._where == "cpu":
             self._step_cpu(_check_grads(_as_list(grads, "grads")[0], self.params, self._dtypes, "cpu"))
         else:
+            dyn = self._dynamic_buffers()
+            graphs = sys.modules.get("cudakit.graphs")
+            if graphs is not None and graphs.capturing() is not None:
+                self._step_cuda(grads, self._launcher(dyn))
+                graphs.on_replay(self._before_replay)
+                return   # captured, not run: the step count advances with each replay
             self._step_cuda(grads)
         h.step += 1
+
+    def _dynamic_buffers(self) -> dict:
+        """{(device, state dtype): device array} for the per-step scalars a captured step reads
+        (made on the first CUDA step, so before any capture, outside a graph's pool)."""
+        if self._dyn is None:
+            from .kernels import optimizers as K
+            cp = sys.modules["cupy"]
+            dyn = {}
+            for p, dt in zip(self.params, self._dtypes):
+                key = (p.data.device_id, K.state_dtype(dt))
+                if key not in dyn:
+                    with cp.cuda.Device(key[0]):
+                        dyn[key] = cp.zeros(3, key[1])
+            self._dyn = dyn
+        return self._dyn
+
+    def _before_replay(self) -> None:
+        """Before each replay of a captured step: this step's scalars into the device buffers (on
+        the replay stream, ahead of the graph), then count the step, as step() does."""
+        cp = sys.modules["cupy"]
+        for (dev, sd), buf in self._dyn.items():
+            v = self._dynamic_values(sd)
+            with cp.cuda.Device(dev):
+                buf[:len(v)].set(v)
+        self.hyper.step += 1
+
+    def _dynamic_values(self, state_dtype: str):
+        raise NotImplementedError
 
     def _cuda_groups(self) -> _CudaGroups:
         if self._groups is None:
@@ -638,8 +687,8 @@ class _Optimizer:
                                        self._master if any(m is not None for m in self._master) else None)
         return self._groups
 
-    def _step_cuda(self, grads) -> None:
-        launch = self._launcher()
+    def _step_cuda(self, grads, launch=None) -> None:
+        launch = launch or self._launcher()
         if grads is self._own_grads:  # a tuple of our own arrays: valid by construction
             ptrs = None if self._table_grads == "own" else [g.data.ptr for g in grads]
             self._cuda_groups().run(ptrs, launch)
@@ -769,8 +818,12 @@ class SGD(_Optimizer):
         for i, p in enumerate(self.params):
             _cpu_sgd(p, grads[i], bufs[i], self._master[i], c)
 
-    def _launcher(self):
-        return _launch_sgd(_sgd_scalars(self.hyper))
+    def _launcher(self, dyn=None):
+        return _launch_sgd(_sgd_scalars(self.hyper), dyn)
+
+    def _dynamic_values(self, state_dtype: str):
+        from .kernels import optimizers as K
+        return K.sgd_dynamic(state_dtype, lr=float(self.hyper.lr), first_step=self.hyper.step == 0)
 
 
 class Adam(_Optimizer):
@@ -804,8 +857,14 @@ class Adam(_Optimizer):
         for i, p in enumerate(self.params):
             _cpu_adam(p, grads[i], st["exp_avg"][i], st["exp_avg_sq"][i], vmax[i], self._master[i], c)
 
-    def _launcher(self):
-        return _launch_adam(_adam_scalars(self.hyper, self.hyper.step + 1), bool(self.hyper.amsgrad))
+    def _launcher(self, dyn=None):
+        return _launch_adam(_adam_scalars(self.hyper, self.hyper.step + 1), bool(self.hyper.amsgrad), dyn)
+
+    def _dynamic_values(self, state_dtype: str):
+        from .kernels import optimizers as K
+        c = _adam_scalars(self.hyper, self.hyper.step + 1)
+        return K.adam_dynamic(state_dtype, lr=c["lr"], beta1=c["beta1"], beta2=c["beta2"], weight_decay=c["wd"],
+                              step=c["step"])
 
 
 class AdamW(Adam):

@@ -177,6 +177,8 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
             return self._cp.asarray(x, dtype=dtype)
 
     def to_numpy(self, x):
+        from ..runtime.memory import _refuse_in_capture
+        _refuse_in_capture("copying to the host")
         return self._cp.asnumpy(x)
 
     def empty(self, shape, dtype="float32"):

@@ -254,10 +254,12 @@ template <typename P, typename S, bool MASTER, bool AMSGRAD>
 __global__ void __launch_bounds__(CK_OPT_THREADS)
 ck_adam_mt(const long long* __restrict__ tensors, const long long* __restrict__ grads,
            const long long* __restrict__ blocks, S omb1, S beta2, S omb2, S neg_step, S bc2_sqrt,
-           S eps, S wd, S decay, int flags) {
+           S eps, S wd, S decay, int flags, const S* __restrict__ dyn) {
+  // dyn (null, or [3] = neg_step, bc2_sqrt, decay): the per-step scalars read from device memory,
+  // so a CUDA graph replaying this launch sees each step's values (written before each replay)
   ck_adam_op<S, AMSGRAD> op;
-  op.omb1 = omb1; op.beta2 = beta2; op.omb2 = omb2; op.neg_step = neg_step;
-  op.bc2_sqrt = bc2_sqrt; op.eps = eps; op.wd = wd; op.decay = decay; op.flags = flags;
+  op.omb1 = omb1; op.beta2 = beta2; op.omb2 = omb2; op.neg_step = dyn ? dyn[0] : neg_step;
+  op.bc2_sqrt = dyn ? dyn[1] : bc2_sqrt; op.eps = eps; op.wd = wd; op.decay = dyn ? dyn[2] : decay; op.flags = flags;
   ck_mt_apply<P, S, MASTER>(tensors, grads, blocks, op);
 }
 
@@ -269,9 +271,12 @@ ck_adam_mt(const long long* __restrict__ tensors, const long long* __restrict__ 
 template <typename P, typename S, bool MASTER, bool MOMENTUM>
 __global__ void __launch_bounds__(CK_OPT_THREADS)
 ck_sgd_mt(const long long* __restrict__ tensors, const long long* __restrict__ grads,
-          const long long* __restrict__ blocks, S neg_lr, S wd, S momentum, S omd, int flags) {
+          const long long* __restrict__ blocks, S neg_lr, S wd, S momentum, S omd, int flags,
+          const S* __restrict__ dyn) {
+  // dyn (null, or [2] = -lr, first step (1) or not (0)): per-step values from device memory (graphs)
   ck_sgd_op<S, MOMENTUM> op;
-  op.neg_lr = neg_lr; op.wd = wd; op.momentum = momentum; op.omd = omd; op.flags = flags;
+  op.neg_lr = dyn ? dyn[0] : neg_lr; op.wd = wd; op.momentum = momentum; op.omd = omd;
+  op.flags = dyn ? ((flags & ~CK_FIRST_STEP) | (dyn[1] != S(0) ? CK_FIRST_STEP : 0)) : flags;
   ck_mt_apply<P, S, MASTER>(tensors, grads, blocks, op);
 }
 """
@@ -382,34 +387,54 @@ def _launch(name: str, table: TensorTable, scalars: tuple) -> None:
                      (table.tensors, table.grads, table.blocks, *scalars), 0, None)
 
 
+def adam_dynamic(param_dtype: str, *, lr: float, beta1: float, beta2: float, weight_decay: float,
+                 step: int) -> np.ndarray:
+    """The per-step scalars of adam_step (neg_step, bc2_sqrt, decay) as the kernel's S type, for
+    its `dyn` buffer: the same values, rounded the same way, as the kernel arguments."""
+    s = np.float64 if param_dtype == "float64" else np.float32
+    bc1 = 1.0 - beta1 ** step
+    bc2_sqrt = (1.0 - beta2 ** step) ** 0.5
+    return np.array([-(lr / bc1), bc2_sqrt, 1.0 - lr * weight_decay], s)
+
+
+def sgd_dynamic(param_dtype: str, *, lr: float, first_step: bool) -> np.ndarray:
+    """The per-step values of sgd_step (-lr, first step) for its `dyn` buffer."""
+    s = np.float64 if param_dtype == "float64" else np.float32
+    return np.array([-lr, 1.0 if first_step else 0.0], s)
+
+
 def adam_step(table: TensorTable, param_dtype: str, master: bool, amsgrad: bool, *, lr: float,
               beta1: float, beta2: float, eps: float, weight_decay: float, decoupled: bool,
-              maximize: bool, step: int) -> None:
+              maximize: bool, step: int, dyn=None) -> None:
     """One Adam/AdamW step over every tensor of `table` (gradients set with table.set_grads).
 
     `step` is the 1-based step count after this update (bias corrections 1 - beta^step).
     lr, eps, weight_decay are in the parameters' units; the caller has validated every value.
+    dyn: None, or a device array (3,) of the state dtype the kernel reads adam_dynamic()'s
+    values from instead of its arguments (what a CUDA graph of the step replays with).
     """
     s = np.float64 if param_dtype == "float64" else np.float32
-    bc1 = 1.0 - beta1 ** step
-    bc2_sqrt = (1.0 - beta2 ** step) ** 0.5
+    neg_step, bc2_sqrt, decay = adam_dynamic(param_dtype, lr=lr, beta1=beta1, beta2=beta2,
+                                             weight_decay=weight_decay, step=step)
     flags = MAXIMIZE if maximize else 0
     if weight_decay != 0:
         flags |= WD_DECOUPLED if decoupled else WD_COUPLED
-    scalars = (s(1.0 - beta1), s(beta2), s(1.0 - beta2), s(-(lr / bc1)), s(bc2_sqrt), s(eps),
-               s(weight_decay), s(1.0 - lr * weight_decay), np.int32(flags))
+    scalars = (s(1.0 - beta1), s(beta2), s(1.0 - beta2), neg_step, bc2_sqrt, s(eps),
+               s(weight_decay), decay, np.int32(flags), np.uint64(0) if dyn is None else dyn)
     _launch(expr("adam", param_dtype, master, amsgrad), table, scalars)
 
 
 def sgd_step(table: TensorTable, param_dtype: str, master: bool, *, lr: float, momentum: float,
              dampening: float, nesterov: bool, weight_decay: float, maximize: bool,
-             first_step: bool) -> None:
+             first_step: bool, dyn=None) -> None:
     """One SGD step over every tensor of `table` (gradients set with table.set_grads).
 
     With momentum != 0 the table's first state is the momentum buffer; on `first_step` it is
-    set to the gradient (its old contents are not read), as torch.optim.SGD does."""
+    set to the gradient (its old contents are not read), as torch.optim.SGD does. dyn: None, or
+    a device array (2,) of the state dtype holding sgd_dynamic()'s values (see adam_step)."""
     s = np.float64 if param_dtype == "float64" else np.float32
     flags = (MAXIMIZE if maximize else 0) | (WD_COUPLED if weight_decay != 0 else 0)
     flags |= (NESTEROV if nesterov else 0) | (FIRST_STEP if first_step else 0)
-    scalars = (s(-lr), s(weight_decay), s(momentum), s(1.0 - dampening), np.int32(flags))
+    scalars = (s(-lr), s(weight_decay), s(momentum), s(1.0 - dampening), np.int32(flags),
+               np.uint64(0) if dyn is None else dyn)
     _launch(expr("sgd", param_dtype, master, momentum != 0), table, scalars)

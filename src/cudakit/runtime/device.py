@@ -149,6 +149,8 @@ def synchronize(i: int | None = None) -> None:
     """Wait for all work on device `i` (default: current) to finish; raises the error an op
     recorded on that device since the last check (runtime/device_errors.py)."""
     from . import device_errors
+    from .memory import _refuse_in_capture
+    _refuse_in_capture("synchronize()")
     cp = _cupy.cupy()
     if i is None:
         cp.cuda.runtime.deviceSynchronize()

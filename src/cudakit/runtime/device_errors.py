@@ -59,6 +59,8 @@ def check_pending(device: int | None = None) -> None:
     stream (a synchronising read)."""
     if not _flags:
         return
+    from .memory import _refuse_in_capture
+    _refuse_in_capture("reading the device error flag (check, synchronize, to_host)")
     cp = _cupy.cupy()
     for dev in ([device] if device is not None else list(_flags)):
         f = _flags.get(dev)

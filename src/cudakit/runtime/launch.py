@@ -102,6 +102,8 @@ def check() -> None:
     leaves the CUDA context unusable: the process must restart to use the GPU again.
     """
     from . import _cupy
+    from .memory import _refuse_in_capture
+    _refuse_in_capture("check()")
     cp = _cupy.cupy()
     try:
         cp.cuda.runtime.deviceSynchronize()

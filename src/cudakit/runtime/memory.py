@@ -34,6 +34,8 @@ class MemoryStats:
     cache_limit     the most bytes of cached free blocks the pool keeps (set_cache_size), None
                     when unlimited
     cache_trims     times an allocation found more than cache_limit cached and freed the cache
+    graph_reserved  bytes held from the driver by the private pools of live CUDA graphs
+                    (cudakit.graph / CUDAGraph), outside `reserved`
     """
     device: int
     allocated: int
@@ -46,6 +48,7 @@ class MemoryStats:
     limit: int | None
     cache_limit: int | None = None
     cache_trims: int = 0
+    graph_reserved: int = 0
 
     @property
     def cached(self) -> int:
@@ -236,7 +239,14 @@ def stats(device: int | None = None) -> MemoryStats:
             device=d.id, allocated=allocated, reserved=reserved, peak_allocated=max(peak, allocated),
             allocations=allocations, frees=frees, oom_retries=c.oom_retries,
             fragmentation=(reserved - allocated) / reserved if reserved else 0.0,
-            limit=limit or None, cache_limit=c.cache_limit, cache_trims=c.cache_trims)
+            limit=limit or None, cache_limit=c.cache_limit, cache_trims=c.cache_trims,
+            graph_reserved=_graph_reserved(d.id))
+
+
+def _graph_reserved(dev: int) -> int:
+    import sys
+    graphs = sys.modules.get("cudakit.graphs")   # no graph made: nothing to count, nothing imported
+    return graphs.graph_reserved(dev) if graphs is not None else 0
 
 
 def reset_peak(device: int | None = None) -> None:
@@ -413,6 +423,8 @@ def to_host(x, out=None, stream=None, non_blocking: bool = False):
     copy) when given. With non_blocking=True, synchronise `stream` before reading the result."""
     from .. import profiler
     cp = _cupy.cupy()
+    if not non_blocking:
+        _refuse_in_capture("to_host")
     s = stream or cp.cuda.get_current_stream()
     with profiler._transfer("DtoH", x.nbytes, s):
         res = x.get(stream=s, out=out, blocking=not non_blocking)
@@ -420,3 +432,11 @@ def to_host(x, out=None, stream=None, non_blocking: bool = False):
         from . import device_errors
         device_errors.check_pending(x.data.device_id)
     return res
+
+
+def _refuse_in_capture(what: str) -> None:
+    """GraphCaptureError when this thread is capturing a CUDA graph (what would synchronise)."""
+    import sys
+    graphs = sys.modules.get("cudakit.graphs")
+    if graphs is not None and graphs.capturing() is not None:
+        graphs.check_not_capturing(what)

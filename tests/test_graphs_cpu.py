@@ -1,0 +1,46 @@
+"""cudakit.graph / CUDAGraph without a GPU: clear errors, nothing imported at `import cudakit`."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cudakit
+
+
+def test_graph_needs_cuda():
+    if cudakit.is_available():
+        pytest.skip("a GPU is usable here")
+    with pytest.raises(cudakit.BackendUnavailableError, match="cudakit.graph needs a usable CUDA GPU"):
+        cudakit.graph(lambda x: x, np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize("bad, match", [(0, "warmup must be an int >= 1"), (True, "warmup must be"),
+                                        (1.5, "warmup must be")])
+def test_graph_checks_warmup_first(bad, match):
+    with pytest.raises(ValueError, match=match):
+        cudakit.graph(lambda: None, warmup=bad)
+
+
+def test_graph_checks_fn():
+    with pytest.raises(TypeError, match="fn must be callable"):
+        cudakit.graph(42)
+
+
+def test_not_capturing_on_cpu():
+    from cudakit import graphs
+    assert graphs.capturing() is None
+    graphs.check_not_capturing("anything")   # no capture: no error
+    with pytest.raises(graphs.GraphCaptureError, match="needs a capture in progress"):
+        graphs.on_replay(lambda: None)
+
+
+def test_graph_error_is_typed():
+    assert issubclass(cudakit.GraphCaptureError, cudakit.CudakitError)
+    assert issubclass(cudakit.GraphCaptureError, RuntimeError)
+
+
+def test_import_does_not_load_graphs():
+    code = "import sys, cudakit; assert 'cudakit.graphs' not in sys.modules; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
