@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import threading
 import traceback
+import weakref
 
 from .errors import CudakitError, ShapeError
 
 _local = threading.local()   # .capture: the CUDAGraph capturing on this thread, or None
-_live_pools: "dict[int, list]" = {}   # device -> weak list of live graphs' pools (memory stats)
+_live: "dict[int, weakref.WeakSet]" = {}   # device -> live CUDAGraphs (their pools in memory stats)
 
 
 class GraphCaptureError(CudakitError, RuntimeError):
@@ -90,14 +91,7 @@ def _calling_op(tb=None) -> str | None:
 
 def graph_reserved(device: int) -> int:
     """Bytes held from the driver by the private pools of live graphs on `device`."""
-    total = 0
-    for ref in list(_live_pools.get(device, ())):
-        pool = ref()
-        if pool is None:
-            _live_pools[device].remove(ref)
-        else:
-            total += pool.total_bytes()
-    return total
+    return sum(g.pool.total_bytes() for g in list(_live.get(device, ())))
 
 
 class CUDAGraph:
@@ -124,8 +118,7 @@ class CUDAGraph:
         self.stream = cp.cuda.Stream(non_blocking=True)
         self._graph = None
         self._hooks: list = []
-        import weakref
-        _live_pools.setdefault(self.device, []).append(weakref.ref(self.pool))
+        _live.setdefault(self.device, weakref.WeakSet()).add(self)
 
     def allocating(self):
         """A context manager: allocations inside come from this graph's private pool, and work goes

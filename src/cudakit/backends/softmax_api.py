@@ -145,9 +145,6 @@ class SoftmaxOps:
         inv.insert(ax, nd - 1)
         return self._ascontiguous(r.reshape(moved).transpose(inv))
 
-    def _ce_defers(self) -> bool:
-        return True
-
     def _softmax_fast_rows(self, x, axis):
         """x as a (rows, cols) view when it needs no checks, copies or device switch (a native
         C-contiguous array of a supported dtype on the current device, axis its last); else None."""
@@ -352,6 +349,9 @@ class CudaSoftmaxHooks(SoftmaxOps):
     def _ce_module(self):
         from ..kernels import cross_entropy
         return cross_entropy
+
+    def _ce_defers(self) -> bool:
+        return True
 
     def _softmax_fast_rows(self, x, axis):
         if type(axis) is not int or (axis != -1 and axis != getattr(x, "ndim", 0) - 1):
