@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from . import dispatch as _dispatch
 from .backends import get_backend
 from .backends.base import _SCALAR_FORMS, _gelu_op, _slope, scalar_param
 from .backends.cpu import _dlpack_on_cuda
@@ -58,7 +59,23 @@ def backend_for(*arrays):
             _T_ADD, _T_MUL, _T_RELU = t["add"], t["mul"], t["relu"]
             _T.update(t)
             _cuda_nd, _fast = be._array_type, be._fast
+            import cupy
+            _dispatch.enable(cupy.ndarray, cupy.cuda.runtime.getDevice)
+            global _gemm_plans
+            from .kernels import gemm_plans as _gemm_plans
     return be
+
+
+_gemm_plans = None   # kernels.gemm_plans once the CUDA backend exists
+
+
+def _planned(op: str, planner: str, args: tuple):
+    """The op through cudakit.dispatch: its plan for this call signature, or the backend's checked
+    method (on the backend owning the arrays) on a signature's first call and where no plan fits."""
+    checked = lambda *a: getattr(backend_for(*a[:3]), op)(*a)  # noqa: E731
+    if _gemm_plans is None:
+        return checked(*args)
+    return _dispatch.call(op, getattr(_gemm_plans, planner), args, checked)
 
 
 def _native(op, x0, x1=None, p=0.0, out=None):
@@ -436,8 +453,10 @@ def dropout_mask(shape, p, seed, backend=None):
 # -- matrix products (see backends/linalg_api.py) -------------------------------------------------
 
 def matmul(a, b, out=None):
-    """a @ b with NumPy's rules, cuBLAS on the GPU (see Backend.matmul)."""
-    return backend_for(a, b).matmul(a, b, out=out)
+    """a @ b with NumPy's rules, cuBLASLt on the GPU (see Backend.matmul)."""
+    if out is not None:
+        return backend_for(a, b).matmul(a, b, out=out)
+    return _planned("matmul", "plan_matmul", (a, b))
 
 
 def matrix_multiply(a, b):
@@ -452,22 +471,23 @@ def matmul_backward(grad_out, a, b):
 
 def linear(x, weight, bias=None):
     """x @ weight^T + bias, weight (out_features, in_features) (see Backend.linear)."""
-    return backend_for(x, weight, bias).linear(x, weight, bias)
+    return _planned("linear", "plan_linear", (x, weight, bias))
 
 
 def linear_backward(grad_out, x, weight, bias=True):
     """(grad_x, grad_weight, grad_bias) of linear (see Backend.linear_backward)."""
-    return backend_for(grad_out, x, weight).linear_backward(grad_out, x, weight, bias)
+    return _planned("linear_backward", "plan_linear_backward", (grad_out, x, weight, bias))
 
 
 def fused_linear_gelu(x, weight, bias=None, approximate="tanh"):
     """gelu(linear(x, weight, bias)) (see Backend.fused_linear_gelu)."""
-    return backend_for(x, weight, bias).fused_linear_gelu(x, weight, bias, approximate)
+    return _planned("fused_linear_gelu", "plan_fused_linear_gelu", (x, weight, bias, approximate))
 
 
 def fused_linear_gelu_with_preact(x, weight, bias=None, approximate="tanh"):
     """(gelu(pre), pre) with pre = linear(x, weight, bias), for the backward."""
-    return backend_for(x, weight, bias).fused_linear_gelu_with_preact(x, weight, bias, approximate)
+    return _planned("fused_linear_gelu_with_preact", "plan_fused_linear_gelu_with_preact",
+                    (x, weight, bias, approximate))
 
 
 def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bias=True):

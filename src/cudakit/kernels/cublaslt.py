@@ -222,18 +222,13 @@ def _native():
     return _native_mm
 
 
-def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 0.0, bias=None,
-           gelu: bool = False, aux=None) -> bool:
-    """out[i] = epilogue(op(a[i]) @ op(b[i]) + beta * out[i]) in one cuBLASLt call; False (nothing
-    written) where cuBLASLt is not loadable or has no algorithm for the case.
-
-    a: (Ba, Ra, Ca), b: (Bb, Rb, Cb), out: (B, M, N), C-contiguous, one device, Ba and Bb 1 or B,
-    op(a) (M, K), op(b) (K, N); a and b share a dtype, out has it or float32 (16-bit a). bias:
-    (N,) added to the accumulator; gelu: GELU (tanh form) after it; aux: like out, receives the
-    pre-activation (with gelu). The epilogue cases need B == 1. FLOPs: 2 * B * M * N * K."""
+def bound(a, b, out, trans_a: bool = False, trans_b: bool = False, bias=None, gelu: bool = False,
+          aux=None):
+    """The plan of this case, made on first use, as (handle, desc, (la, lb, lc, ld), algo address,
+    workspace bytes, alpha/beta scalar type, key), or None where cuBLASLt cannot do it. Arguments
+    as matmul(); only their shapes, dtypes, devices and alignments matter."""
     if not _load():
-        return False
-    cp = _cupy.cupy()
+        return None
     from ..backends.base import supported_dtypes
     names = supported_dtypes()
     in_t, out_t = names[a.dtype], names[out.dtype]
@@ -249,42 +244,76 @@ def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float 
     with _lock:
         plan = _plans.get(key, False)
         if plan is False:
+            cp = _cupy.cupy()
             with cp.cuda.Device(dev):
                 plan = _plans[key] = _plan(key[1], _handle(dev))
             if len(_plans) > _MAX_PLANS:
                 _destroy(_plans.popitem(last=False)[1])
         if plan is None:
-            return False
-        desc, (la, lb, lc, ld), result, scal = plan
-        wsize = int(result.workspace_size)
-        ws = cp.empty(wsize, cp.uint8) if wsize else None
-        wptr = ws.data.ptr if wsize else 0
+            return None
+        desc, layouts, result, scal = plan
+        return (_handles[dev], desc, layouts, ctypes.addressof(result.algo), int(result.workspace_size), scal, key)
+
+
+def run(bp, a_ptr: int, b_ptr: int, out_ptr: int, beta: float = 0.0, bias_ptr: int = 0, aux_ptr: int = 0,
+        stream: int | None = None) -> int:
+    """One cuBLASLt call of bound plan `bp` (from bound()) on these addresses, on `stream` (default:
+    the current CuPy stream); the workspace comes from the pool on that stream. Returns
+    cublasStatus_t (0: queued); NOT_SUPPORTED (15) launched nothing."""
+    cp = _cupy.cupy()
+    handle, desc, (la, lb, lc, ld), algo, wsize, scal, _ = bp
+    ws = cp.empty(wsize, cp.uint8) if wsize else None
+    wptr = ws.data.ptr if wsize else 0
+    if stream is None:
         stream = cp.cuda.get_current_stream().ptr
-        alpha, beta_p = _scalar_ptr(scal, 1.0), _scalar_ptr(scal, float(beta))
-        bptr = 0 if bias is None else bias.data.ptr
-        xptr = 0 if aux is None else aux.data.ptr
-        nat = _native()
-        if nat:
-            call = lambda: nat[0](nat[1], nat[2], _handles[dev].value, desc.value, bptr, xptr, alpha,  # noqa: E731
-                                  b.data.ptr, la.value, a.data.ptr, lb.value, beta_p, out.data.ptr, lc.value,
-                                  out.data.ptr, ld.value, ctypes.addressof(result.algo), wptr, wsize, stream)
-        else:
-            def call():
-                if bptr:
-                    _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bptr))
-                if xptr:
-                    _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(xptr))
-                return _lib.cublasLtMatmul(_handles[dev], desc, alpha, b.data.ptr, la, a.data.ptr, lb, beta_p,
-                                           out.data.ptr, lc, out.data.ptr, ld, ctypes.addressof(result.algo),
-                                           wptr or None, wsize, stream)
-        status = profiler.record_call("cublaslt_matmul", call) if profiler._active is not None else call()
-        if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: another path from now on
-            log.info("cuBLASLt answered NOT_SUPPORTED for %s: another path runs from now on", key)
-            _destroy(plan)
-            _plans[key] = None
-            return False
+    alpha, beta_p = _scalar_ptr(scal, 1.0), _scalar_ptr(scal, float(beta))
+    nat = _native()
+    if nat:
+        call = lambda: nat[0](nat[1], nat[2], handle.value, desc.value, bias_ptr, aux_ptr, alpha,  # noqa: E731
+                              b_ptr, la.value, a_ptr, lb.value, beta_p, out_ptr, lc.value, out_ptr, ld.value,
+                              algo, wptr, wsize, stream)
+    else:
+        def call():
+            with _lock:   # the descriptor carries this call's bias and aux pointers
+                if bias_ptr:
+                    _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bias_ptr))
+                if aux_ptr:
+                    _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(aux_ptr))
+                return _lib.cublasLtMatmul(handle, desc, alpha, b_ptr, la, a_ptr, lb, beta_p, out_ptr, lc,
+                                           out_ptr, ld, algo, wptr or None, wsize, stream)
+    return profiler.record_call("cublaslt_matmul", call) if profiler._active is not None else call()
+
+
+def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 0.0, bias=None,
+           gelu: bool = False, aux=None) -> bool:
+    """out[i] = epilogue(op(a[i]) @ op(b[i]) + beta * out[i]) in one cuBLASLt call; False (nothing
+    written) where cuBLASLt is not loadable or has no algorithm for the case.
+
+    a: (Ba, Ra, Ca), b: (Bb, Rb, Cb), out: (B, M, N), C-contiguous, one device, Ba and Bb 1 or B,
+    op(a) (M, K), op(b) (K, N); a and b share a dtype, out has it or float32 (16-bit a). bias:
+    (N,) added to the accumulator; gelu: GELU (tanh form) after it; aux: like out, receives the
+    pre-activation (with gelu). The epilogue cases need B == 1. FLOPs: 2 * B * M * N * K."""
+    bp = bound(a, b, out, trans_a, trans_b, bias, gelu, aux)
+    if bp is None:
+        return False
+    status = run(bp, a.data.ptr, b.data.ptr, out.data.ptr, beta, 0 if bias is None else bias.data.ptr,
+                 0 if aux is None else aux.data.ptr)
+    if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: another path from now on
+        drop(bp)
+        return False
     _check(status, "cublasLtMatmul")
     return True
+
+
+def drop(bp) -> None:
+    """Forget bound plan bp's case (cuBLASLt answered NOT_SUPPORTED): another path from now on."""
+    key = bp[-1]
+    log.info("cuBLASLt answered NOT_SUPPORTED for %s: another path runs from now on", key)
+    with _lock:
+        plan = _plans.get(key)
+        if plan:
+            _destroy(plan)
+        _plans[key] = None
 
 
 def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 0.0) -> bool:
@@ -302,10 +331,17 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
     buffer, stored (fout, fin) when w_stored_nk, else (fin, fout). bias: (fout,) or None; gelu: apply
     GELU (tanh form) after the bias; aux: (1, rows, fout) receiving the pre-activation (with gelu).
     All C-contiguous, one dtype. Returns False (nothing written) where cuBLASLt cannot do it."""
+    if not epilogue_applies(out, x3.shape[2], bias, gelu):
+        return False
+    return matmul(x3, w3, out, False, w_stored_nk, 0.0, bias, gelu, aux)
+
+
+def epilogue_applies(out, fin: int, bias, gelu: bool) -> bool:
+    """Whether linear_epilogue() takes a linear with out (1, rows, fout), fin input features,
+    this bias (None or an array) and gelu (before asking cuBLASLt for an algorithm)."""
     from ..backends.base import supported_dtypes
     dtype = supported_dtypes()[out.dtype]
     _, rows, fout = out.shape
-    fin = x3.shape[2]
     if rows == 0 or fout == 0 or fin == 0 or max(rows, fout, fin) > 2**31 - 1:
         return False
     if fout % 8:  # the aux leading dimension must be a multiple of 8; and with an unaligned fout the
@@ -314,4 +350,4 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
         return False  # its GELU is 5e-6 off the tanh form: fine below 16-bit rounding, not for float32
     if bias is not None and not bias.flags.c_contiguous:
         return False  # the epilogue reads the bias as a packed vector
-    return matmul(x3, w3, out, False, w_stored_nk, 0.0, bias, gelu, aux)
+    return True

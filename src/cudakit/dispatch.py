@@ -1,0 +1,99 @@
+"""One call path: the checks and launch plan of a call are worked out once per call signature,
+then replayed.
+
+`call(op, planner, args, checked)` is how ops.py runs an op whose family has a planner:
+
+1. signature(args): per argument, for a CuPy array its shape, strides, dtype, device and address
+   modulo 256 (the alignment cuBLASLt and the vector kernels pick code by); None, bools, ints,
+   floats and strings by type and value; tuples of those as they are. Any other argument (NumPy
+   arrays, foreign CUDA arrays, lists) gives no signature: the checked path runs.
+2. The first call with a signature runs `checked(*args)`: every argument check, so bad input gets
+   the same typed error as without plans. When it returns, `planner(*args)` is asked for a plan:
+   a function computing exactly what `checked` computed (the same kernels, GEMM algorithms and
+   rounding) for any arguments with this signature, or None (this signature keeps the checked
+   path, e.g. a layout the planner does not cover).
+3. Later calls with the signature run the plan: allocation and launches, no checks.
+
+Plans are kept per (op, signature), at most MAX_PLANS (then the cache is cleared). They decline
+while the profiler records or CUDAKIT_LAUNCH_BLOCKING is on (kernels/_planned.ready()), whose
+semantics live in the checked path, and on another current device than the arrays'. The
+planned calls of softmax, layernorm/rmsnorm and sum/mean/max/min (kernels/_planned.py) predate
+this module and use the same rules with family-specific keys.
+"""
+from __future__ import annotations
+
+_MISSING = object()
+MAX_PLANS = 4096
+_plans: dict = {}
+_nd = None          # cupy.ndarray once the CUDA backend is up (set by ops.backend_for)
+_get_device = None  # cupy.cuda.runtime.getDevice
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def enable(ndarray, get_device) -> None:
+    """Turn plans on for arrays of type `ndarray` (called when the CUDA backend comes up)."""
+    global _nd, _get_device
+    _nd, _get_device = ndarray, get_device
+
+
+def signature(args: tuple):
+    """The hashable signature of args (see the module docstring), or None."""
+    nd = _nd
+    sig = []
+    dev = -1
+    for a in args:
+        t = type(a)
+        if t is nd:
+            d = a.data
+            if dev < 0:
+                dev = d.device_id
+            elif d.device_id != dev:
+                return None
+            sig.append((a.shape, a.strides, a.dtype.num, d.ptr & 255))
+        elif t in _SCALARS:
+            sig.append((t, a))
+        elif t is tuple and all(type(v) in _SCALARS for v in a):
+            sig.append(a)
+        else:
+            return None
+    if dev < 0 or dev != _get_device():
+        return None
+    return dev, tuple(sig)
+
+
+def call(op: str, planner, args: tuple, checked):
+    """checked(*args), or the plan of args' signature (see the module docstring)."""
+    if _nd is None:
+        return checked(*args)
+    key = signature(args)
+    if key is None:
+        return checked(*args)
+    key = (op, key)
+    p = _plans.get(key, _MISSING)
+    if p is None or (p is not _MISSING and not _ready()):
+        return checked(*args)
+    if p is _MISSING:
+        r = checked(*args)
+        if len(_plans) >= MAX_PLANS:
+            _plans.clear()
+        _plans[key] = planner(*args) if _ready() else _MISSING
+        if _plans[key] is _MISSING:
+            del _plans[key]
+        return r
+    return p(*args)
+
+
+_ready_fn = None
+
+
+def _ready() -> bool:
+    global _ready_fn
+    if _ready_fn is None:
+        from .kernels import _planned
+        _ready_fn = _planned.ready
+    return _ready_fn() is not None
+
+
+def clear() -> None:
+    """Forget every plan (they are rebuilt on the next calls)."""
+    _plans.clear()

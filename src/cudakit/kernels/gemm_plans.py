@@ -1,0 +1,156 @@
+"""Planners of the matrix-product family for cudakit.dispatch: matmul, linear, fused_linear_gelu
+(and _with_preact) and linear_backward.
+
+Each planner runs after the checked call with the same signature succeeded (so the arguments are
+valid) and returns a function that makes the same cuBLASLt calls the checked path makes
+(backends/linalg_api.py: the same cases, hence the same algorithms and bitwise the same results),
+with the plans bound once (kernels/cublaslt.bound) and the outputs allocated from the pool; or
+None where the checked path takes another route (copies of non-contiguous operands, the unfused
+bias/GELU path, broadcast batches), which then keeps running for that signature.
+"""
+from __future__ import annotations
+
+import math
+
+from ..runtime import _cupy
+from . import cublaslt
+
+_NOT_SUPPORTED = 15
+
+
+def _weight3(w):
+    """(w as its (1, r, c) C-contiguous buffer, stored (out, in)) or None (a copy would be made)."""
+    if w.flags.c_contiguous:
+        return w.reshape(1, *w.shape), True
+    t = w.T
+    if t.flags.c_contiguous:
+        return t.reshape(1, *t.shape), False
+    return None
+
+
+def _runner(op: str, bp):
+    """run(a_ptr, b_ptr, out_ptr, bias_ptr, aux_ptr) of bound plan bp, raising on a failed call."""
+    def run(a_ptr, b_ptr, out_ptr, bias_ptr=0, aux_ptr=0):
+        status = cublaslt.run(bp, a_ptr, b_ptr, out_ptr, 0.0, bias_ptr, aux_ptr)
+        if status:
+            if status == _NOT_SUPPORTED:
+                cublaslt.drop(bp)
+            cublaslt._check(status, f"{op}: cublasLtMatmul")
+    return run
+
+
+def plan_linear(x, weight, bias=None, gelu=False, want_pre=False, op="linear"):
+    """Planner of linear (gelu False) and of the tanh-GELU fused linear (gelu True), for C-contiguous
+    x and bias and a weight stored (out, in) or as a transposed view, where the epilogue applies."""
+    cp = _cupy.cupy()
+    if not x.flags.c_contiguous or x.ndim < 1 or (bias is not None and not bias.flags.c_contiguous):
+        return None
+    w = _weight3(weight)
+    if w is None:
+        return None
+    w3, stored_nk = w
+    fout, fin = weight.shape
+    lead = tuple(x.shape[:-1])
+    rows = math.prod(lead)
+    dtype = x.dtype
+    out = cp.empty((1, rows, fout), dtype)
+    if not cublaslt.epilogue_applies(out, fin, bias, gelu):
+        return None
+    aux = cp.empty((1, rows, fout), dtype) if want_pre else None
+    bp = cublaslt.bound(x.reshape(1, rows, fin), w3, out, False, stored_nk, bias, gelu, aux)
+    if bp is None:
+        return None
+    run = _runner(op, bp)
+    shape = lead + (fout,)
+    nd = cp.ndarray
+
+    if want_pre:
+        def planned(x, weight, bias=None):
+            y, pre = nd(shape, dtype), nd(shape, dtype)
+            run(x.data.ptr, weight.data.ptr, y.data.ptr, 0 if bias is None else bias.data.ptr, pre.data.ptr)
+            return y, pre
+    else:
+        def planned(x, weight, bias=None):
+            y = nd(shape, dtype)
+            run(x.data.ptr, weight.data.ptr, y.data.ptr, 0 if bias is None else bias.data.ptr)
+            return y
+    return planned
+
+
+def plan_fused_linear_gelu(x, weight, bias=None, approximate="tanh"):
+    if approximate != "tanh":
+        return None
+    p = plan_linear(x, weight, bias, True, False, "fused_linear_gelu")
+    return None if p is None else (lambda x, weight, bias=None, approximate="tanh": p(x, weight, bias))
+
+
+def plan_fused_linear_gelu_with_preact(x, weight, bias=None, approximate="tanh"):
+    if approximate != "tanh":
+        return None
+    p = plan_linear(x, weight, bias, True, True, "fused_linear_gelu_with_preact")
+    return None if p is None else (lambda x, weight, bias=None, approximate="tanh": p(x, weight, bias))
+
+
+def plan_linear_backward(grad_out, x, weight, bias=True):
+    """Planner of linear_backward for C-contiguous grad_out and x: grad_x = grad_out @ weight and
+    grad_weight = grad_out^T @ x as the checked path's two GEMMs, grad_bias by ops.sum (planned)."""
+    cp = _cupy.cupy()
+    if not (grad_out.flags.c_contiguous and x.flags.c_contiguous):
+        return None
+    w = _weight3(weight)
+    if w is None:
+        return None
+    w3, stored_nk = w
+    fout, fin = weight.shape
+    rows = math.prod(x.shape[:-1])
+    if rows == 0 or fout == 0 or fin == 0:
+        return None
+    dtype = x.dtype
+    g3, x3 = grad_out.reshape(1, rows, fout), x.reshape(1, rows, fin)
+    bp_x = cublaslt.bound(g3, w3, cp.empty((1, rows, fin), dtype), False, not stored_nk)
+    bp_w = cublaslt.bound(g3, x3, cp.empty((1, fout, fin), dtype), True, False)
+    if bp_x is None or bp_w is None:
+        return None
+    run_x, run_w = _runner("linear_backward", bp_x), _runner("linear_backward", bp_w)
+    from .. import ops
+    nd, xshape, wshape = cp.ndarray, tuple(x.shape), tuple(weight.shape)
+
+    def planned(grad_out, x, weight, bias=True):
+        gx, gw = nd(xshape, dtype), nd(wshape, dtype)
+        g = grad_out.data.ptr
+        run_x(g, weight.data.ptr, gx.data.ptr)
+        run_w(g, x.data.ptr, gw.data.ptr)
+        return gx, gw, (ops.sum(grad_out.reshape(rows, fout), 0) if bias else None)
+    return planned
+
+
+def plan_matmul(a, b, out=None):
+    """Planner of matmul for C-contiguous a (..., M, K) and b (K, N) (one GEMM over every row of a,
+    as the checked path folds a shared b) or b (..., K, N) with a's batch dims."""
+    cp = _cupy.cupy()
+    if out is not None or a.ndim < 2 or b.ndim < 2 or not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return None
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batch = math.prod(a.shape[:-2])
+    if batch == 0 or m == 0 or n == 0 or k == 0:
+        return None
+    dtype = a.dtype
+    shape = tuple(a.shape[:-1]) + (n,)
+    if b.ndim == 2 and batch * m <= 2**31 - 1:
+        a3, b3, o3 = a.reshape(1, batch * m, k), b.reshape(1, k, n), cp.empty((1, batch * m, n), dtype)
+    elif b.shape[:-2] == a.shape[:-2] and batch > 1:
+        a3, b3, o3 = a.reshape(batch, m, k), b.reshape(batch, k, n), cp.empty((batch, m, n), dtype)
+    else:
+        return None
+    bp = cublaslt.bound(a3, b3, o3, False, False)
+    if bp is None:
+        return None
+    run = _runner("matmul", bp)
+    nd = cp.ndarray
+
+    def planned(a, b, out=None):
+        y = nd(shape, dtype)
+        run(a.data.ptr, b.data.ptr, y.data.ptr)
+        return y
+    return planned

@@ -1,0 +1,74 @@
+"""cudakit.dispatch with the matrix-product planners: a planned call equals the checked call bit
+for bit, layouts the planners do not cover keep the checked path, bad input still gets its error."""
+import numpy as np
+import pytest
+
+import cudakit
+from cudakit import dispatch
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+
+
+def _r(rng, shape, dtype):
+    return cp.asarray(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+
+
+def _same(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and a.dtype == b.dtype and bool((a.view(cp.uint8) == b.view(cp.uint8)).all())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+@pytest.mark.parametrize("rows, fin, fout", [(64, 96, 128), (3, 17, 40), (2 * 7, 33, 8)])
+def test_planned_linear_family_equals_checked(dtype, rows, fin, fout):
+    rng = np.random.default_rng(rows + fin)
+    be = cudakit.get_backend("cuda")
+    x, w, b = _r(rng, (2, rows // 2 or 1, fin), dtype), _r(rng, (fout, fin), dtype), _r(rng, (fout,), dtype)
+    g = _r(rng, x.shape[:-1] + (fout,), dtype)
+    calls = [
+        ("linear", (x, w, b)), ("linear", (x, w, None)), ("linear", (x, w.T.copy().T, b)),
+        ("linear_backward", (g, x, w, True)), ("linear_backward", (g, x, w, False)),
+        ("fused_linear_gelu", (x, w, b, "tanh")), ("fused_linear_gelu_with_preact", (x, w, b, "tanh")),
+        ("matmul", (x, w.T.copy())), ("matmul", (x, _r(rng, (2, fin, fout), dtype)[:x.shape[0]]))]
+    for op, args in calls:
+        want = getattr(be, op)(*args)
+        for _ in range(3):   # first call checked (plan made), then planned
+            got = getattr(cudakit, op)(*args)
+            want_t = want if isinstance(want, tuple) else (want,)
+            got_t = got if isinstance(got, tuple) else (got,)
+            assert all(_same(a, b) for a, b in zip(want_t, got_t)), (op, dtype)
+
+
+def test_plans_are_made_and_reused():
+    dispatch.clear()
+    x, w = cp.ones((32, 64), cp.bfloat16), cp.ones((128, 64), cp.bfloat16)
+    for _ in range(3):
+        cudakit.linear(x, w)
+    keys = [k for k, p in dispatch._plans.items() if k[0] == "linear" and p is not None]
+    assert len(keys) == 1
+    xt = cp.ones((64, 32), cp.bfloat16).T          # not C-contiguous: the checked path's copy
+    for _ in range(2):
+        y = cudakit.linear(xt, w)
+    assert [p for k, p in dispatch._plans.items() if k[0] == "linear" and k[1][1][0][1] == xt.strides] == [None]
+    np.testing.assert_array_equal(y.get().astype(np.float32), np.full((32, 128), 64, np.float32))
+
+
+def test_errors_unchanged_after_plans():
+    x, w = cp.ones((8, 16), cp.float32), cp.ones((4, 16), cp.float32)
+    cudakit.linear(x, w)
+    cudakit.linear(x, w)
+    with pytest.raises(cudakit.ShapeError, match="in_features"):
+        cudakit.linear(cp.ones((8, 15), cp.float32), w)
+    with pytest.raises(cudakit.DTypeError):
+        cudakit.linear(x, w.astype(cp.float64))
+
+
+def test_profiler_sees_planned_calls():
+    x, w = cp.ones((8, 16), cp.float32), cp.ones((8, 16), cp.float32)
+    for _ in range(2):
+        cudakit.linear(x, w)
+    with cudakit.profile() as prof:
+        cudakit.linear(x, w)
+    assert any("cublaslt" in r.name for r in prof.records), [r.name for r in prof.records]
