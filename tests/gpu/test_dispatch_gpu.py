@@ -43,12 +43,12 @@ def test_planned_linear_family_equals_checked(dtype, rows, fin, fout):
 
 def test_plans_are_made_and_reused():
     dispatch.clear()
-    x, w = cp.ones((32, 64), cp.bfloat16), cp.ones((128, 64), cp.bfloat16)
+    x, w = cp.ones((32, 64), "bfloat16"), cp.ones((128, 64), "bfloat16")
     for _ in range(3):
         cudakit.linear(x, w)
     keys = [k for k, p in dispatch._plans.items() if k[0] == "linear" and p is not None]
     assert len(keys) == 1
-    xt = cp.ones((64, 32), cp.bfloat16).T          # not C-contiguous: the checked path's copy
+    xt = cp.ones((64, 32), "bfloat16").T          # not C-contiguous: the checked path's copy
     for _ in range(2):
         y = cudakit.linear(xt, w)
     assert [p for k, p in dispatch._plans.items() if k[0] == "linear" and k[1][1][0][1] == xt.strides] == [None]

@@ -125,10 +125,11 @@ def plan_linear_backward(grad_out, x, weight, bias=True):
 
 
 def plan_matmul(a, b, out=None):
-    """Planner of matmul for C-contiguous a (..., M, K) and b (K, N) (one GEMM over every row of a,
-    as the checked path folds a shared b) or b (..., K, N) with a's batch dims."""
+    """Planner of matmul for C-contiguous a (..., M, K) and b (K, N), C-contiguous or a transposed
+    view (one GEMM over every row of a, as the checked path folds a shared b), or C-contiguous b
+    (..., K, N) with a's batch dims."""
     cp = _cupy.cupy()
-    if out is not None or a.ndim < 2 or b.ndim < 2 or not (a.flags.c_contiguous and b.flags.c_contiguous):
+    if out is not None or a.ndim < 2 or b.ndim < 2 or not a.flags.c_contiguous:
         return None
     m, k = a.shape[-2:]
     n = b.shape[-1]
@@ -137,13 +138,16 @@ def plan_matmul(a, b, out=None):
         return None
     dtype = a.dtype
     shape = tuple(a.shape[:-1]) + (n,)
-    if b.ndim == 2 and batch * m <= 2**31 - 1:
-        a3, b3, o3 = a.reshape(1, batch * m, k), b.reshape(1, k, n), cp.empty((1, batch * m, n), dtype)
-    elif b.shape[:-2] == a.shape[:-2] and batch > 1:
+    tb = False
+    if b.ndim == 2 and batch * m <= 2**31 - 1 and (b.flags.c_contiguous or b.T.flags.c_contiguous):
+        tb = not b.flags.c_contiguous     # a transposed view is read as a transpose, as the checked path does
+        b3 = b.T.reshape(1, n, k) if tb else b.reshape(1, k, n)
+        a3, o3 = a.reshape(1, batch * m, k), cp.empty((1, batch * m, n), dtype)
+    elif b.shape[:-2] == a.shape[:-2] and batch > 1 and b.flags.c_contiguous:
         a3, b3, o3 = a.reshape(batch, m, k), b.reshape(batch, k, n), cp.empty((batch, m, n), dtype)
     else:
         return None
-    bp = cublaslt.bound(a3, b3, o3, False, False)
+    bp = cublaslt.bound(a3, b3, o3, False, tb)
     if bp is None:
         return None
     run = _runner("matmul", bp)

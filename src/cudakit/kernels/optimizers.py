@@ -373,10 +373,32 @@ class TensorTable:
 
     def set_grads(self, ptrs: list) -> None:
         """Point the table at these gradient addresses (one per tensor); uploads only on change.
-        The upload is stream-ordered after earlier launches that read the old addresses."""
+        The upload is stream-ordered after earlier launches that read the old addresses. It is a
+        kernel taking the addresses as arguments (PUT_PTRS a launch), not a host-to-device copy,
+        so that a step captured in a CUDA graph (where such copies are refused) carries it."""
         if ptrs != self._grad_ptrs:
-            self.grads[:len(ptrs)].set(np.asarray(ptrs, np.int64))
+            put = _put_ptrs_kernel()
+            for i in range(0, len(ptrs), PUT_PTRS):
+                chunk = [np.int64(p) for p in ptrs[i:i + PUT_PTRS]]
+                chunk += [np.int64(0)] * (PUT_PTRS - len(chunk))
+                put((1,), (PUT_PTRS,), (self.grads, np.int32(i), np.int32(min(PUT_PTRS, len(ptrs) - i)), *chunk))
             self._grad_ptrs = list(ptrs)
+
+
+PUT_PTRS = 48   # addresses per launch of ck_put_ptrs (48 * 8 bytes of its 4 KiB of parameters)
+_PUT_SOURCE = ("extern \"C\" __global__ void ck_put_ptrs(long long* dst, int offset, int count, "
+               + ", ".join(f"long long p{i}" for i in range(PUT_PTRS)) + ") {\n"
+               + "  const long long p[] = {" + ", ".join(f"p{i}" for i in range(PUT_PTRS)) + "};\n"
+               + "  if ((int)threadIdx.x < count) dst[offset + threadIdx.x] = p[threadIdx.x];\n}\n")
+_put = None
+
+
+def _put_ptrs_kernel():
+    """ck_put_ptrs (dst[offset + i] = p_i for i < count), compiled on first use."""
+    global _put
+    if _put is None:
+        _put = _cupy.cupy().RawKernel(_PUT_SOURCE, "ck_put_ptrs")
+    return _put
 
 
 def _launch(name: str, table: TensorTable, scalars: tuple) -> None:
