@@ -23,7 +23,10 @@ def get_backend(name: str | None = None, device: int | None = None) -> Backend:
     """
     from ..config import settings
     from ..runtime import _cupy
-    name = (name or settings().backend).lower()
+    configured = settings().backend   # read (and checked: ConfigError) even when `name` is given
+    if name is not None and not isinstance(name, str):
+        raise ArgumentError(f"backend must be one of {', '.join(_NAMES)} (got {name!r})")
+    name = (name or configured).lower()
     if name not in _NAMES:
         raise ArgumentError(f"backend must be one of {', '.join(_NAMES)} (got {name!r})")
     if name == "auto":

@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 
 from .. import __version__, profiler
-from ..errors import CompileError, LaunchError
-from . import _cupy, launch as _launch
+from ..errors import CacheError, CompileError, LaunchError
+from . import _cupy, cache as _cache, launch as _launch
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +75,12 @@ def _read_entry(path: Path):
 def _write_entry(path: Path, binary: bytes, mapping: dict) -> None:
     header = json.dumps(mapping).encode()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _cache.prepare(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<I", len(header)) + header + binary)
         os.replace(tmp, path)
-    except OSError as e:  # an unwritable cache slows later runs but must not fail this one
+    except (OSError, CacheError) as e:  # an unwritable cache slows later runs but must not fail this one
         log.warning("could not write kernel cache entry %s: %s", path, e)
 
 
@@ -335,38 +335,15 @@ def load_module(path) -> Module:
     return mod
 
 
-# CUDAKIT_CACHE_DIR/tune holds measurements (`cudakit tune`), not compiled code: kept by a clear
-_KEPT = ("tune",)
-
-
-def _cached_files(root: Path) -> list:
-    if not root.exists():
-        return []
-    return [f for d in root.iterdir() if d.name not in _KEPT
-            for f in ([d] if d.is_file() else d.rglob("*")) if f.is_file()]
-
-
 def cache_info() -> dict:
-    """{'path', 'entries', 'bytes'} of the on-disk kernel cache (compiled kernels and the native
-    module; the tuned shapes under tune/ are not counted)."""
-    root = cache_dir()
-    files = _cached_files(root)
-    return {"path": str(root), "entries": len(files), "bytes": sum(f.stat().st_size for f in files)}
+    """{'path', 'entries', 'bytes', 'marked'} of the on-disk kernel cache (compiled kernels and the
+    native module; the tuned shapes under tune/ are not counted). See runtime/cache.py."""
+    return _cache.info()
 
 
 def cache_clear() -> int:
-    """Delete the compiled kernels on disk and in memory (tune/ stays); returns the number of
-    files removed."""
-    import shutil
-    root = cache_dir()
-    n = cache_info()["entries"]
-    if root.exists():
-        for d in root.iterdir():
-            if d.name in _KEPT:
-                continue
-            if d.is_dir():
-                shutil.rmtree(d)
-            else:
-                d.unlink()
+    """Delete the compiled kernels on disk (cudakit's own entries of a root carrying cudakit's
+    marker; CacheError naming the root otherwise, nothing deleted) and in memory; returns the
+    number of files removed."""
     _memory_cache.clear()
-    return n
+    return _cache.clear()
