@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from ..errors import ArgumentError, ArgumentTypeError, ShapeError
 
 # The largest array any op allocates: 256 TiB, more than any host or GPU holds. Beyond it the
@@ -44,7 +46,7 @@ def check_writeable(op: str, arg: str, x) -> None:
 def float_scalar(op: str, arg: str, v) -> float:
     """A Python or NumPy real (or a one-element array) as a float: an integer beyond float range
     (10**400) and an array of more than one element raise ArgumentError naming `arg`."""
-    if isinstance(v, (bool,)) or type(v).__name__ == "bool_":
+    if isinstance(v, (bool, np.bool_)):
         raise ArgumentTypeError(f"{op}: {arg} must be a number (got the bool {v!r})")
     if not isinstance(v, numbers.Real):
         size = getattr(v, "size", None)
@@ -83,7 +85,7 @@ def check_size(op: str, what: str, shape, itemsize: int) -> None:
 
 def check_bool(op: str, arg: str, v) -> bool:
     """A yes/no flag: a bool (NumPy's included); 'no', 2 or None raise ArgumentTypeError."""
-    if type(v) is bool or type(v).__name__ == "bool_":
+    if isinstance(v, (bool, np.bool_)):
         return bool(v)
     raise ArgumentTypeError(f"{op}: {arg} must be a bool (got {type(v).__name__} {_short(v)})")
 
@@ -93,12 +95,12 @@ def check_shape(op: str, arg: str, shape) -> tuple:
     arrays of them are refused; '23' is not (2, 3)). Returns a tuple of Python ints."""
     if getattr(getattr(shape, "dtype", None), "kind", "") in ("i", "u"):   # an int array: its values
         shape = shape.tolist()
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool) and type(shape).__name__ != "bool_":
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, (bool, np.bool_)):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)):
         raise ShapeError(f"{op}: {arg} must be an int or a tuple of ints (got {type(shape).__name__} {_short(shape)})")
     for d in shape:
-        if isinstance(d, bool) or type(d).__name__ == "bool_" or not isinstance(d, numbers.Integral):
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, numbers.Integral):
             raise ShapeError(f"{op}: {arg} must hold ints (got {_short(shape)}: {d!r} is a {type(d).__name__})")
         if d < 0:
             raise ShapeError(f"{op}: {arg} must not have negative sizes (got {_short(shape)})")

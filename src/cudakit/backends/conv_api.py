@@ -146,7 +146,7 @@ class ConvOps:
         return arrs, geo, groups
 
     def _conv_args(self, op, named, stride, padding, dilation, groups):
-        arrs, _ = self._norm_arrays(op, named)
+        arrs, _ = self._norm_arrays(op, named, optional=frozenset({"bias"}))
         x, w = arrs["x"], arrs["weight"]
         if x.ndim != 4:
             raise ShapeError(f"{op}: x must be (N, C, H, W) (got {tuple(x.shape)})")

@@ -168,7 +168,7 @@ class LinalgOps:
     # ---- linear ----------------------------------------------------------------------------
     def _linear_args(self, op: str, named: dict) -> dict:
         """named coerced and checked: x (..., in_features), weight 2-D, bias (out_features,)."""
-        arrs, _ = self._norm_arrays(op, named)
+        arrs, _ = self._norm_arrays(op, named, optional=frozenset({"bias"}))
         x, w, bias = arrs["x"], arrs["weight"], arrs.get("bias")
         if w.ndim != 2:
             raise ShapeError(f"{op}: weight must be 2-D (out_features, in_features) (got {tuple(w.shape)})")

@@ -87,4 +87,4 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str)
             ds = p * (xp.matmul(g, v[hs].astype(acc).swapaxes(1, 2)) - delta)
             dq[hs, rs] = xp.matmul(ds, k[hs].astype(acc)) * acc(scale)
             dk[hs] += xp.matmul(ds.swapaxes(1, 2), q[hs, rs].astype(acc)) * acc(scale)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)   # overflow to +-inf as IEEE

@@ -75,12 +75,14 @@ class NormalizationOps:
         return None
 
     # ---- shared checks ---------------------------------------------------------------------
-    def _norm_arrays(self, op: str, named: dict, stats: dict | None = None) -> tuple[dict, dict]:
+    def _norm_arrays(self, op: str, named: dict, stats: dict | None = None,
+                     optional: frozenset = _OPTIONAL) -> tuple[dict, dict]:
         """Coerce the arrays (None stays None): `named` must share the first one's dtype; `stats`
         (per-row or per-channel statistics) are cast to the statistics dtype of that dtype. All on
-        one device. Returns (named, stats) with the same keys."""
+        one device. Arrays of `named` not in `optional` must not be None (ArgumentTypeError).
+        Returns (named, stats) with the same keys."""
         for a, v in named.items():
-            if v is None and a not in _OPTIONAL:
+            if v is None and a not in optional:
                 require_array(op, a, v)
         arrays = {a: self._coerce(v, a) for a, v in named.items() if v is not None}
         dts = {a: self._check_dtype(v, a) for a, v in arrays.items()}
