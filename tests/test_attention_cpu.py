@@ -48,7 +48,7 @@ def test_errors(rng):
         cudakit.attention(q, q.astype(np.float64), q)
     with pytest.raises(ValueError, match="block_size must be one of"):
         cudakit.flash_attention(q, q, q, block_size=48)
-    with pytest.raises(ValueError, match="scale must be finite"):
+    with pytest.raises(ValueError, match="scale must be a finite number"):
         cudakit.attention(q, q, q, scale=float("inf"))
     out, lse = cudakit.attention_with_lse(q, q, q)
     with pytest.raises(cudakit.ShapeError, match="lse must have shape"):

@@ -22,6 +22,7 @@ def test_info_text_and_json(tmp_path):
 
 
 def test_cache_info_and_clear(tmp_path):
+    (tmp_path / ".cudakit-cache").write_text("")
     (tmp_path / "nvrtc").mkdir()
     (tmp_path / "nvrtc" / "x.bin").write_bytes(b"123")
     env = {"CUDAKIT_CACHE_DIR": str(tmp_path)}
@@ -34,6 +35,7 @@ def test_cache_info_and_clear(tmp_path):
 def test_clear_kernel_cache_from_python(tmp_path, monkeypatch):
     import cudakit
     from cudakit import config
+    (tmp_path / ".cudakit-cache").write_text("")
     (tmp_path / "nvrtc").mkdir()
     (tmp_path / "nvrtc" / "x.bin").write_bytes(b"123")
     (tmp_path / "tune").mkdir()

@@ -59,11 +59,12 @@ def test_float32_precision_env_and_setter(monkeypatch):
         monkeypatch.setenv("CUDAKIT_FLOAT32_PRECISION", "tf32")
         config.reload()
         assert config.float32_precision() == "tf32"
-        # a bad value fails where the precision is used, not every setting
+        # a bad value fails at the first use of the settings, naming the variable (issue 29)
         monkeypatch.setenv("CUDAKIT_FLOAT32_PRECISION", "half")
-        assert config.reload().backend
-        with pytest.raises(ValueError, match="CUDAKIT_FLOAT32_PRECISION"):
-            config.float32_precision()
+        with pytest.raises(ValueError, match="CUDAKIT_FLOAT32_PRECISION='half'"):
+            config.reload()
+        monkeypatch.setenv("CUDAKIT_FLOAT32_PRECISION", "ieee")
+        config.reload()
         x = np.ones((1, 2, 4, 4), np.float32)
         assert cudakit.get_backend("cpu").conv2d(x, np.ones((3, 2, 3, 3), np.float32)).shape == (1, 3, 2, 2)
     finally:

@@ -71,8 +71,7 @@ def test_candidates_fit_the_op():
 def test_cli_tune_without_a_gpu_says_so():
     r = subprocess.run([sys.executable, "-m", "cudakit", "tune"], capture_output=True, text=True,
                        env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}, timeout=120)
-    if r.returncode == 0:
-        pytest.skip("a GPU is usable here")
+    # CUDA_VISIBLE_DEVICES="" hides every GPU: this must fail on any machine, GPU or not
     assert r.returncode == 2 and "no usable CUDA GPU" in r.stderr
 
 
@@ -87,7 +86,7 @@ def test_cache_clear_keeps_the_tuned_shapes(store):
     from cudakit.runtime import compiler
     ew_shapes.store(0, {("relu", "float32"): (1, 128)}, {})
     kernel = compiler.cache_dir() / "nvrtc" / "k.cubin"
-    kernel.parent.mkdir(parents=True)
+    kernel.parent.mkdir(parents=True)   # the root is cudakit's: store() marked it
     kernel.write_bytes(b"x")
     assert compiler.cache_info()["entries"] == 1           # the tuned shapes are not kernels
     assert compiler.cache_clear() == 1 and not kernel.exists()

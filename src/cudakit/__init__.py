@@ -9,8 +9,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-from .errors import (BackendUnavailableError, CompileError, CudakitError, DeviceError, DTypeError,  # noqa: E402
-                     LaunchError, OutOfMemoryError, ShapeError, TargetIndexError)
+from .errors import (ArgumentError, ArgumentTypeError, BackendUnavailableError, CacheError,  # noqa: E402
+                     CompileError, ConfigError, CudakitError, DeviceError, DTypeError, LaunchError,
+                     OutOfMemoryError, ShapeError, TargetIndexError)
 
 # public name -> (module, attribute); attribute None means the module itself
 _LAZY = {
@@ -75,7 +76,8 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["__version__", "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DTypeError",
+__all__ = ["__version__", "ArgumentError", "ArgumentTypeError", "CacheError", "ConfigError",
+           "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DTypeError",
            "LaunchError", "OutOfMemoryError", "ShapeError", "TargetIndexError"] + [n for n in _LAZY if n not in
                                                                  ("config", "profiler", "ops", "backends", "runtime",
                                                                   "kernels", "bench", "optim", "graphs")]

@@ -21,8 +21,19 @@ def collect_info() -> dict:
     import numpy as np
 
     import cudakit
+    from cudakit import config
+    from cudakit.errors import CacheError, ConfigError
     from cudakit.runtime import _cupy, compiler
 
+    try:
+        config.settings()
+        config_error = None
+    except ConfigError as e:   # shown, and the rest of the report still made
+        config_error = str(e)
+    try:
+        cache = compiler.cache_info() if config_error is None else {"path": None, "error": "see config_error"}
+    except CacheError as e:
+        cache = {"path": str(config.settings().cache_dir), "error": str(e)}
     ok, reason = _cupy.probe()
     info = {
         "cudakit": cudakit.__version__, "python": platform.python_version(),
@@ -31,15 +42,15 @@ def collect_info() -> dict:
         "triton": _version("triton"), "numba_cuda": _version("numba-cuda"), "torch": _version("torch"),
         "cuda_usable": ok, "reason": reason, "backend": None, "backend_reason": None,
         "cuda_driver": None, "cuda_runtime": None, "nvrtc": None, "devices": [],
-        "cache": compiler.cache_info(), "native_launcher": "not used (no GPU)",
+        "cache": cache, "native_launcher": "not used (no GPU)", "config_error": config_error,
     }
     try:
         be = cudakit.get_backend()
         info["backend"] = be.name
         info["backend_reason"] = reason if be.name == "cuda" or not ok else "CUDAKIT_BACKEND=cpu"
-    except cudakit.BackendUnavailableError as e:
+    except (cudakit.BackendUnavailableError, ConfigError) as e:
         info["backend"], info["backend_reason"] = "unavailable", str(e)
-    if ok:
+    if ok and config_error is None:
         cp = _cupy.cupy()
         info["cuda_driver"] = _fmt_cuda(cp.cuda.runtime.driverGetVersion())
         info["cuda_runtime"] = _fmt_cuda(cp.cuda.runtime.runtimeGetVersion())
@@ -72,8 +83,10 @@ def cmd_info(args) -> int:
     info = collect_info()
     if args.json:
         print(json.dumps(info, indent=2))
-        return 0
+        return 1 if info["config_error"] else 0
     print(f"cudakit {info['cudakit']}  (Python {info['python']}, NumPy {info['numpy']})")
+    if info["config_error"]:
+        print(f"configuration error: {info['config_error']}")
     print("packages: " + ", ".join(f"{k} {info[k] or '-'}" for k in ("cupy", "triton", "numba_cuda", "torch")))
     if info["cuda_usable"]:
         print(f"CUDA: driver {info['cuda_driver']}, runtime {info['cuda_runtime']}, NVRTC {info['nvrtc']}")
@@ -90,14 +103,26 @@ def cmd_info(args) -> int:
         print(f"          PCI {d['pci_bus_id']}  {d['uuid']}  elementwise shapes: "
               + (f"{tuned} tuned (cudakit tune)" if tuned else "as shipped"))
     c = info["cache"]
-    print(f"kernel cache: {c['path']} ({c['entries']} files, {c['bytes'] / 2**20:.1f} MiB)")
+    if "error" in c:
+        print(f"kernel cache: {c['path'] or '-'}: {c['error']}")
+    else:
+        print(f"kernel cache: {c['path']} ({c['entries']} files, {c['bytes'] / 2**20:.1f} MiB)")
     print(f"native launcher: {info['native_launcher']}")
     if not info["cuda_usable"]:
         print("The CPU backend (NumPy) runs every op; install a GPU build with: pip install 'cudakit[cuda13]'")
-    return 0
+    return 1 if info["config_error"] else 0
 
 
 def cmd_cache(args) -> int:
+    from cudakit.errors import CacheError, ConfigError
+    try:
+        return _cache_cmd(args)
+    except (CacheError, ConfigError) as e:
+        print(f"cudakit cache {args.action}: {e}", file=sys.stderr)
+        return 2
+
+
+def _cache_cmd(args) -> int:
     from cudakit.runtime import compiler
     if args.action == "clear":
         n = compiler.cache_clear()

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ConfigError
+
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -37,22 +39,58 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> "Settings":
+        """The settings of os.environ, every value checked: one a variable cannot take raises
+        ConfigError naming the variable, the value and the accepted forms (at the first use of
+        any setting, not deep inside the first GPU kernel that reads it)."""
         env = os.environ
         backend = env.get("CUDAKIT_BACKEND", "auto").strip().lower() or "auto"
+        if backend not in BACKENDS:
+            raise ConfigError(f"CUDAKIT_BACKEND={env.get('CUDAKIT_BACKEND')!r} is not a backend; accepted: "
+                              f"{', '.join(BACKENDS)} (or unset for auto)")
         cache = env.get("CUDAKIT_CACHE_DIR") or os.path.join(
             env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudakit")
+        sizes = {}
+        for var in ("CUDAKIT_GPU_MEMORY_LIMIT", "CUDAKIT_GPU_CACHE_SIZE"):
+            v = env.get(var) or None
+            if v is not None:
+                try:
+                    parse_size(v)
+                except ValueError as e:
+                    raise ConfigError(f"{var}={v!r} is not a memory size ({e}); accepted: bytes (1073741824), "
+                                      f"a size with a unit ('8GiB', '512MB') or a fraction of the device ('80%')") from None
+            sizes[var] = v
+        prec = env.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3").strip().lower() or "tf32x3"
+        if prec not in FLOAT32_PRECISIONS:
+            raise ConfigError(f"CUDAKIT_FLOAT32_PRECISION={env.get('CUDAKIT_FLOAT32_PRECISION')!r} must be one of "
+                              f"{', '.join(map(repr, FLOAT32_PRECISIONS))} (got {prec!r})")
         return cls(
             backend=backend,
             cache_dir=Path(cache),
-            memory_limit=env.get("CUDAKIT_GPU_MEMORY_LIMIT") or None,
-            cache_size=env.get("CUDAKIT_GPU_CACHE_SIZE") or None,
-            launch_blocking=env.get("CUDAKIT_LAUNCH_BLOCKING", "0").strip().lower() in _TRUE,
-            autotune=env.get("CUDAKIT_AUTOTUNE", "1").strip().lower() not in {"0", "false", "no", "off"},
-            autotune_log=env.get("CUDAKIT_AUTOTUNE_LOG", "0").strip().lower() in _TRUE,
-            native=env.get("CUDAKIT_NATIVE", "1").strip().lower() not in {"0", "false", "no", "off"},
-            # checked where it is used (float32_precision()): a bad value fails only the float32 GPU kernels
-            float32_precision=env.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3").strip().lower() or "tf32x3",
+            memory_limit=sizes["CUDAKIT_GPU_MEMORY_LIMIT"],
+            cache_size=sizes["CUDAKIT_GPU_CACHE_SIZE"],
+            launch_blocking=_flag(env, "CUDAKIT_LAUNCH_BLOCKING", False),
+            autotune=_flag(env, "CUDAKIT_AUTOTUNE", True),
+            autotune_log=_flag(env, "CUDAKIT_AUTOTUNE_LOG", False),
+            native=_flag(env, "CUDAKIT_NATIVE", True),
+            float32_precision=prec,
         )
+
+
+BACKENDS = ("auto", "cpu", "cuda")
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _flag(env, var: str, default: bool) -> bool:
+    """A yes/no variable: 1/true/yes/on or 0/false/no/off (any case), empty or unset for the default."""
+    v = env.get(var, "").strip().lower()
+    if not v:
+        return default
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ConfigError(f"{var}={env.get(var)!r} is not a yes/no value; accepted: {', '.join(sorted(_TRUE))} or "
+                      f"{', '.join(sorted(_FALSE))}")
 
 
 _settings: Settings | None = None

@@ -22,6 +22,26 @@ class DTypeError(CudakitError, TypeError):
     """An argument has an unsupported or mismatched dtype (names the argument)."""
 
 
+class ArgumentError(CudakitError, ValueError):
+    """An argument has a bad value: out of range, non-finite, read-only where it is written, the
+    wrong kind of object (None where an array is needed). The message names the argument, the
+    value and the accepted range."""
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument has the wrong type (None where an array is needed, a string where a bool or an
+    int is needed); also a TypeError."""
+
+
+class ConfigError(CudakitError, ValueError):
+    """A CUDAKIT_* setting has a value cudakit cannot use: names the variable, the value and the
+    accepted forms."""
+
+
+class CacheError(CudakitError, RuntimeError):
+    """A cache directory cudakit refuses to touch (not a directory, or not marked as cudakit's)."""
+
+
 class CompileError(CudakitError, RuntimeError):
     """A kernel failed to compile: carries the source name, the options and the compiler log."""
 
@@ -70,5 +90,6 @@ def _fmt(n: int) -> str:
     return str(n)  # pragma: no cover
 
 
-__all__ = ["CudakitError", "BackendUnavailableError", "DeviceError", "ShapeError", "DTypeError",
+__all__ = ["CudakitError", "ArgumentError", "ArgumentTypeError", "ConfigError", "CacheError",
+           "BackendUnavailableError", "DeviceError", "ShapeError", "DTypeError",
            "CompileError", "LaunchError", "OutOfMemoryError", "TargetIndexError"]

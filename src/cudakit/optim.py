@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .errors import DeviceError, DTypeError, ShapeError
+from .backends.checks import check_distinct, check_writeable
+from .errors import ArgumentError, ArgumentTypeError, DeviceError, DTypeError, ShapeError
 
 __all__ = ["OptimizerState", "sgd_update", "adam_update", "SGD", "Adam", "AdamW"]
 
@@ -81,32 +82,35 @@ class OptimizerState:
     def validate(self) -> None:
         """Raise ValueError (or TypeError for a non-number) naming the first bad field."""
         lr = _real(self.lr, "lr")
-        if not lr >= 0:  # also catches NaN
-            raise ValueError(f"lr must be >= 0 (got {lr!r})")
+        if not 0 <= lr < math.inf:  # also catches NaN
+            raise ArgumentError(f"lr must be >= 0 and finite (got {lr!r})")
         if not isinstance(self.betas, tuple) or len(self.betas) != 2:
-            raise ValueError(f"betas must be a pair (beta1, beta2) (got {self.betas!r})")
+            raise ArgumentError(f"betas must be a pair (beta1, beta2) (got {self.betas!r})")
         for i, b in enumerate(self.betas):
             if not 0 <= _real(b, f"betas[{i}]") < 1:
-                raise ValueError(f"betas[{i}] must be in [0, 1) (got {b!r})")
-        if not _real(self.eps, "eps") > 0:
-            raise ValueError(f"eps must be > 0 (got {self.eps!r})")
-        if not _real(self.weight_decay, "weight_decay") >= 0:
-            raise ValueError(f"weight_decay must be >= 0 (got {self.weight_decay!r})")
-        if not _real(self.momentum, "momentum") >= 0:
-            raise ValueError(f"momentum must be >= 0 (got {self.momentum!r})")
+                raise ArgumentError(f"betas[{i}] must be in [0, 1) (got {b!r})")
+        if not 0 < _real(self.eps, "eps") < math.inf:
+            raise ArgumentError(f"eps must be > 0 and finite (got {self.eps!r})")
+        if not 0 <= _real(self.weight_decay, "weight_decay") < math.inf:
+            raise ArgumentError(f"weight_decay must be >= 0 and finite (got {self.weight_decay!r})")
+        if not 0 <= _real(self.momentum, "momentum") < math.inf:
+            raise ArgumentError(f"momentum must be >= 0 and finite (got {self.momentum!r})")
         if not math.isfinite(_real(self.dampening, "dampening")):
-            raise ValueError(f"dampening must be finite (got {self.dampening!r})")
+            raise ArgumentError(f"dampening must be finite (got {self.dampening!r})")
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
-            raise ValueError(f"nesterov needs momentum > 0 and dampening == 0 "
-                             f"(got momentum={self.momentum!r}, dampening={self.dampening!r})")
+            raise ArgumentError(f"nesterov needs momentum > 0 and dampening == 0 "
+                                f"(got momentum={self.momentum!r}, dampening={self.dampening!r})")
         if isinstance(self.step, bool) or not isinstance(self.step, numbers.Integral) or self.step < 0:
-            raise ValueError(f"step must be an integer >= 0 (got {self.step!r})")
+            raise ArgumentError(f"step must be an integer >= 0 (got {self.step!r})")
 
 
 def _real(v, name: str) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f"{name} must be a real number (got {type(v).__name__} {v!r})")
-    return float(v)
+        raise ArgumentTypeError(f"{name} must be a real number (got {type(v).__name__} {v!r})")
+    try:
+        return float(v)
+    except OverflowError:   # an int beyond float range (10**400)
+        raise ArgumentError(f"{name} is beyond the float range (got an int of {len(str(v))} digits)") from None
 
 
 # ---- arrays: where they live, dtypes, checks ---------------------------------------------------
@@ -126,7 +130,7 @@ def _as_list(x, name: str) -> tuple[list, bool]:
     if isinstance(x, (list, tuple)):
         return list(x), False
     if x is None:
-        raise TypeError(f"{name}: expected an array or a list of arrays (got None)")
+        raise ArgumentTypeError(f"{name}: expected an array or a list of arrays (got None)")
     return [x], True
 
 
@@ -185,7 +189,8 @@ def _check_params(params: list, name: str = "params") -> list[str]:
             raise ShapeError(f"{name}[{i}]: parameters must be C-contiguous (got strides {p.strides} for "
                              f"shape {p.shape}); optimizers update them in place")
         if isinstance(p, np.ndarray) and not p.flags.writeable:
-            raise ValueError(f"{name}[{i}] is read-only; optimizers update parameters in place")
+            raise ArgumentError(f"{name}[{i}] is read-only; optimizers update parameters in place")
+    check_distinct("optimizer", {f"{name}[{i}]": p for i, p in enumerate(params)})
     return dtypes
 
 
@@ -239,6 +244,7 @@ def _check_states(states: list, params: list, dtypes: list, name: str, where: st
             raise DTypeError(f"{name}[{i}]: expected dtype {want} for {dtypes[i]} parameters, got {s.dtype}")
         if not _contiguous(s):
             raise ShapeError(f"{name}[{i}]: state arrays must be C-contiguous (they are updated in place)")
+        check_writeable("optimizer", f"{name}[{i}]", s)
         if where == "cuda" and s.data.device_id != p.data.device_id:
             raise DeviceError(f"{name}[{i}] is on cuda:{s.data.device_id} but params[{i}] on cuda:{p.data.device_id}")
     return states
@@ -454,10 +460,14 @@ def _launch_sgd(c: dict, dyn=None):
 
 # ---- the functional API ----------------------------------------------------------------------------
 
+def _check_state_type(state) -> None:
+    if not isinstance(state, OptimizerState):
+        raise ArgumentTypeError(f"optimizer_state must be a cudakit.optim.OptimizerState (got {type(state).__name__})")
+
+
 def _prepare(params, gradients, named_states: dict, master, state: OptimizerState):
     """Lists, side, dtypes and checked arrays of one functional update."""
-    if not isinstance(state, OptimizerState):
-        raise TypeError(f"optimizer_state must be a cudakit.optim.OptimizerState (got {type(state).__name__})")
+    _check_state_type(state)
     state.validate()
     ps, single = _as_list(params, "params")
     gs, _ = _as_list(gradients, "gradients")
@@ -481,6 +491,11 @@ def _prepare(params, gradients, named_states: dict, master, state: OptimizerStat
                 masters.append(None)
                 continue
             masters.append(_check_states([m], [p], ["float32"], f"master[{i}]", where)[0])
+    written = {f"params[{i}]": p for i, p in enumerate(ps)}
+    for k, lst in zip(named_states, states):
+        written.update((f"{k}[{i}]", s) for i, s in enumerate(lst))
+    written.update((f"master[{i}]", m) for i, m in enumerate(masters or ()))
+    check_distinct("optimizer", written)   # one array in two roles would be updated twice
     return ps, single, where, dtypes, gs, states, masters
 
 
@@ -499,10 +514,11 @@ def sgd_update(params, gradients, momentum, optimizer_state: OptimizerState, *, 
     Returns `params`. Raises ShapeError / DTypeError / DeviceError naming the argument and index.
     """
     h = optimizer_state
+    _check_state_type(h)
     named = {}
     if _real(h.momentum, "momentum") != 0:
         if momentum is None:
-            raise ValueError("optimizer_state.momentum != 0 needs momentum buffers (got momentum=None)")
+            raise ArgumentError("optimizer_state.momentum != 0 needs momentum buffers (got momentum=None)")
         named["momentum"] = momentum
     ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master, h)
     c = _sgd_scalars(h)
@@ -534,10 +550,11 @@ def adam_update(params, gradients, m_buffer, v_buffer, optimizer_state: Optimize
     Returns `params`. Raises ShapeError / DTypeError / DeviceError naming the argument and index.
     """
     h = optimizer_state
+    _check_state_type(h)
     named = {"m_buffer": m_buffer, "v_buffer": v_buffer}
     if h.amsgrad:
         if v_max is None:
-            raise ValueError("optimizer_state.amsgrad needs v_max buffers (got v_max=None)")
+            raise ArgumentError("optimizer_state.amsgrad needs v_max buffers (got v_max=None)")
         named["v_max"] = v_max
     ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master, h)
     c = _adam_scalars(h, h.step + 1)
@@ -637,8 +654,8 @@ class _Optimizer:
         h = self.hyper
         h.validate()
         if self._structure(h) != tuple(self._state):
-            raise ValueError(f"{self._name}: momentum / amsgrad cannot change between zero and non-zero "
-                             f"after construction (states kept: {', '.join(self._state) or 'none'})")
+            raise ArgumentError(f"{self._name}: momentum / amsgrad cannot change between zero and non-zero "
+                                f"after construction (states kept: {', '.join(self._state) or 'none'})")
         if grads is None:
             grads = self.grads
         if self._where == "cpu":
@@ -754,25 +771,30 @@ class _Optimizer:
         buffers. Raises ValueError / ShapeError naming what does not match."""
         if not isinstance(sd, dict) or sd.get("optimizer") != self._name:
             got = sd.get("optimizer") if isinstance(sd, dict) else type(sd).__name__
-            raise ValueError(f"not a {self._name} state dict (optimizer: {got!r})")
-        hyper = OptimizerState(**{**sd["hyper"], "betas": tuple(sd["hyper"]["betas"])})
+            raise ArgumentError(f"not a {self._name} state dict (optimizer: {got!r})")
+        hyper = _hyper_from_dict(sd.get("hyper"), self._name)
+        if not isinstance(sd.get("state"), dict):
+            raise ArgumentError(f"{self._name} state dict: 'state' must be a dict of lists of arrays "
+                                f"(got {type(sd.get('state')).__name__}); pass what state_dict() returned")
         if self._structure(hyper) != tuple(self._state):
-            raise ValueError(f"{self._name}: the state dict's momentum / amsgrad settings need other buffers "
-                             f"({', '.join(self._structure(hyper)) or 'none'}) than this optimizer keeps "
-                             f"({', '.join(self._state) or 'none'})")
+            raise ArgumentError(f"{self._name}: the state dict's momentum / amsgrad settings need other buffers "
+                                f"({', '.join(self._structure(hyper)) or 'none'}) than this optimizer keeps "
+                                f"({', '.join(self._state) or 'none'})")
         if hyper.decoupled_weight_decay != self.hyper.decoupled_weight_decay:
-            raise ValueError(f"{self._name}: the state dict's decoupled_weight_decay differs")
+            raise ArgumentError(f"{self._name}: the state dict's decoupled_weight_decay differs")
         mine = self.state
         theirs = sd["state"]
         if set(theirs) != set(mine):
-            raise ValueError(f"state dict holds {sorted(theirs)}, this optimizer keeps {sorted(mine)} "
-                             f"(momentum / amsgrad / master weights differ)")
+            raise ArgumentError(f"state dict holds {sorted(theirs)}, this optimizer keeps {sorted(mine)} "
+                                f"(momentum / amsgrad / master weights differ)")
         for k, lst in theirs.items():
             if len(lst) != len(mine[k]):
                 raise ShapeError(f"state[{k!r}]: {len(lst)} arrays for {len(mine[k])} parameters")
             for i, (src, dst) in enumerate(zip(lst, mine[k])):
                 if (src is None) != (dst is None):
-                    raise ValueError(f"state[{k!r}][{i}]: master weights present in one and not the other")
+                    raise ArgumentError(f"state[{k!r}][{i}]: master weights present in one and not the other")
+                if src is not None and not _numeric_array(src):
+                    raise ArgumentError(f"state[{k!r}][{i}]: expected an array of numbers, got {type(src).__name__}")
                 if src is not None and tuple(np.shape(src)) != dst.shape:
                     raise ShapeError(f"state[{k!r}][{i}]: expected shape {dst.shape}, got {tuple(np.shape(src))}")
         for k, lst in theirs.items():
@@ -780,6 +802,27 @@ class _Optimizer:
                 if dst is not None:
                     _copy_into(dst, src)
         self.hyper = hyper
+
+
+def _numeric_array(a) -> bool:
+    dt = getattr(a, "dtype", None)
+    return dt is not None and (np.dtype(dt).kind in "fiu" or np.dtype(dt).name == "bfloat16")
+
+
+def _hyper_from_dict(h, name: str) -> OptimizerState:
+    """The OptimizerState a state dict's 'hyper' entry describes, or ArgumentError naming what is
+    missing or wrong (no KeyError/TypeError from deep inside)."""
+    if not isinstance(h, dict):
+        raise ArgumentError(f"{name} state dict: 'hyper' must be a dict of OptimizerState fields (got "
+                            f"{type(h).__name__}); pass what state_dict() returned")
+    fields = set(OptimizerState.__dataclass_fields__)
+    unknown = sorted(set(h) - fields)
+    if unknown:
+        raise ArgumentError(f"{name} state dict: 'hyper' has unknown fields {unknown}; known: {sorted(fields)}")
+    betas = h.get("betas", OptimizerState.betas)
+    if not isinstance(betas, (list, tuple)):
+        raise ArgumentError(f"{name} state dict: hyper['betas'] must be a pair (got {betas!r})")
+    return OptimizerState(**{**h, "betas": tuple(betas)})
 
 
 def _copy_into(dst, src) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import BackendUnavailableError, DeviceError
+from ..errors import ArgumentError, BackendUnavailableError, DeviceError
 from .base import Backend
 
 log = logging.getLogger(__name__)
@@ -23,9 +23,12 @@ def get_backend(name: str | None = None, device: int | None = None) -> Backend:
     """
     from ..config import settings
     from ..runtime import _cupy
-    name = (name or settings().backend).lower()
+    configured = settings().backend   # read (and checked: ConfigError) even when `name` is given
+    if name is not None and not isinstance(name, str):
+        raise ArgumentError(f"backend must be one of {', '.join(_NAMES)} (got {name!r})")
+    name = (name or configured).lower()
     if name not in _NAMES:
-        raise ValueError(f"backend must be one of {', '.join(_NAMES)} (got {name!r})")
+        raise ArgumentError(f"backend must be one of {', '.join(_NAMES)} (got {name!r})")
     if name == "auto":
         ok, reason = _cupy.probe()
         name = "cuda" if ok else "cpu"

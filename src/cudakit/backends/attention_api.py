@@ -9,11 +9,12 @@ matmul_attention or kernels.attention), which runs on the device of q.
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from .checks import finite_scalar, require_array
+from .normalization_api import is_float
+from ..errors import ArgumentError, DTypeError, ShapeError
 
 
 class AttentionOps:
@@ -44,13 +45,9 @@ class AttentionOps:
             raise ShapeError(f"{op}: head_dim must be >= 1 (got 0)")
         if scale is None:
             scale = 1.0 / math.sqrt(d)
-        elif isinstance(scale, bool) or not (isinstance(scale, numbers.Real) or hasattr(scale, "__float__")):
-            raise ValueError(f"{op}: scale must be a number (got {scale!r})")
-        scale = float(scale)  # a 0-d array (cupy.sqrt's result) works too
-        if not math.isfinite(scale):
-            raise ValueError(f"{op}: scale must be finite (got {scale})")
+        scale = finite_scalar(op, "scale", scale)  # a 0-d array (cupy.sqrt's result) works too
         if not isinstance(causal, (bool, np.bool_)) and causal not in (0, 1):
-            raise ValueError(f"{op}: causal must be a bool (got {causal!r})")
+            raise ArgumentError(f"{op}: causal must be a bool (got {causal!r})")
         name = self._check_dtype(q, "q")
         return arrs, name, scale
 
@@ -78,7 +75,7 @@ class AttentionOps:
         cuda_backend.flash_attention(q, k, v, scale, block_size=64) is called."""
         from ..kernels.attention import KEY_BLOCKS
         if isinstance(block_size, bool) or block_size not in KEY_BLOCKS:
-            raise ValueError(f"flash_attention: block_size must be one of {KEY_BLOCKS} (got {block_size!r})")
+            raise ArgumentError(f"flash_attention: block_size must be one of {KEY_BLOCKS} (got {block_size!r})")
         return self._attention_fwd("flash_attention", q, k, v, scale, causal, int(block_size))[0]
 
     def _attention_fwd(self, op, q, k, v, scale, causal, block_n):
@@ -106,13 +103,15 @@ class AttentionOps:
                 raise ShapeError(f"{op}: {a} must have q's shape {tuple(q.shape)} (got {tuple(x.shape)})")
         lead = tuple(q.shape[:-2])
         n = math.prod(lead)
+        require_array(op, "lse", lse)
         lse = self._coerce(lse, "lse")
         self._check_devices({"q": q, "lse": lse})
         if tuple(lse.shape) != lead + (q.shape[-2],):
             raise ShapeError(f"{op}: lse must have shape {lead + (q.shape[-2],)} (got {tuple(lse.shape)})")
         acc = "float64" if name == "float64" else "float32"
-        if lse.dtype.kind != "f":
-            raise DTypeError(f"{op}: lse must be a float array (got {lse.dtype})")
+        if not is_float(lse.dtype):
+            raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
+                             f"(got {lse.dtype})")
         mod = self._attention_module(name)
         with self._device_scope(q):
             lse = self._ascontiguous(lse.astype(acc, copy=False)).reshape(n, q.shape[-2])

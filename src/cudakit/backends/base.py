@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
 from .attention_api import AttentionOps
 from .conv_api import ConvOps
 from .dropout_api import DropoutOps
@@ -19,6 +19,7 @@ from .linalg_api import LinalgOps
 from .normalization_api import NormalizationOps
 from .reduction_api import ReductionOps
 from .softmax_api import SoftmaxOps
+from .checks import check_writeable, finite_scalar, float_scalar, require_array
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _supported: dict = {}  # np.dtype -> name; dtype hashing is cheap, dtype.name is not
@@ -38,10 +39,7 @@ def dtype_name(dt) -> str:
 
 
 def _slope(v) -> float:
-    import math
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-        raise ValueError(f"negative_slope must be a finite number (got {v!r})")
-    return float(v)
+    return finite_scalar("leaky_relu", "negative_slope", v)
 
 
 def _gelu_op(approximate: str) -> str:
@@ -49,7 +47,7 @@ def _gelu_op(approximate: str) -> str:
         return "gelu_tanh"
     if approximate in ("none", "erf"):
         return "gelu_erf"
-    raise ValueError(f"approximate must be 'tanh' or 'none' (got {approximate!r})")
+    raise ArgumentError(f"approximate must be 'tanh' or 'none' (got {approximate!r})")
 
 
 # op -> (its form for `array op scalar`, its form for `scalar op array`)
@@ -57,11 +55,13 @@ _SCALAR_FORMS = {"add": ("add_scalar", "add_scalar"), "sub": ("sub_scalar", "rsu
                  "mul": ("mul_scalar", "mul_scalar"), "div": ("div_scalar", "rdiv_scalar")}
 
 
-def scalar_param(scalar, dtype) -> float:
+def scalar_param(scalar, dtype, op: str = "op", arg: str = "scalar") -> float:
     """A Python scalar operand as the kernels' parameter: rounded to the array's dtype first, as
-    NumPy rounds it (1e6 against float16 is inf)."""
+    NumPy rounds it (1e6 against float16 is inf). An integer beyond float range (10**400) raises
+    ArgumentError naming `arg`."""
     if -65504.0 <= scalar <= 65504.0:   # within every dtype's range: no overflow to silence
         return float(dtype.type(scalar))
+    scalar = float_scalar(op, arg, scalar)
     with np.errstate(over="ignore"):
         return float(np.asarray(scalar).astype(dtype))
 
@@ -143,6 +143,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
             if isinstance(x, numbers.Real) and not isinstance(x, bool):
                 scalars[arg] = x
             else:
+                require_array(op, arg, x)
                 arrays[arg] = self._coerce(x, arg)
         if not arrays:
             raise DTypeError(f"{op}: at least one argument must be an array (got only scalars)")
@@ -153,7 +154,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
         self._check_devices(arrays)
         dtype = next(iter(arrays.values())).dtype
         for arg, v in scalars.items():
-            arrays[arg] = self._scalar_array(v, dtype)
+            arrays[arg] = self._scalar_array(scalar_param(v, dtype, op, arg), dtype)
         inputs = tuple(arrays[a] for a in named)
         try:
             shape = np.broadcast_shapes(*(x.shape for x in inputs))
@@ -168,6 +169,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
                 raise ShapeError(f"{op}: out must have shape {tuple(shape)} (got {tuple(out.shape)})")
             if out.dtype != dtype:
                 raise DTypeError(f"{op}: out must have dtype {dtype_name(dtype)} (got {dtype_name(out.dtype)})")
+            check_writeable(op, "out", out)
             self._check_devices({**arrays, "out": out})
         return inputs, out
 
@@ -190,7 +192,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
         name, arr, scalar, form = (an, a, b, 0) if sb else (bn, b, a, 1)
         op_s = _SCALAR_FORMS[op][form]
         inputs, out = self._prepare(op, {name: arr}, out)
-        return self._elementwise(op_s, inputs, out, scalar_param(scalar, inputs[0].dtype))
+        return self._elementwise(op_s, inputs, out, scalar_param(scalar, inputs[0].dtype, op, bn if sb else an))
 
     # ---- ops -------------------------------------------------------------------------------
     def add(self, a, b, out=None):
@@ -267,7 +269,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
                "silu": self.silu, "swish": self.silu, "gelu": self.gelu,
                "gelu_erf": lambda x, out=None: self.gelu(x, "none", out=out)}
         if name not in ops:
-            raise ValueError(f"unknown activation {kind!r}; known: {', '.join(sorted(ops))}")
+            raise ArgumentError(f"unknown activation {kind!r}; known: {', '.join(sorted(ops))}")
         return ops[name](x, out=out)
 
     def relu_backward(self, grad_out, x, out=None):
@@ -282,9 +284,9 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
         fn = getattr(self, name_or_fn, None) if isinstance(name_or_fn, str) else name_or_fn
         if not callable(fn):
             ops = sorted(n for n in dir(Backend) if not n.startswith("_") and callable(getattr(Backend, n)))
-            raise ValueError(f"unknown op {name_or_fn!r}; known: {', '.join(ops)}")
+            raise ArgumentError(f"unknown op {name_or_fn!r}; known: {', '.join(ops)}")
         if num_runs < 1:
-            raise ValueError(f"num_runs must be >= 1 (got {num_runs})")
+            raise ArgumentError(f"num_runs must be >= 1 (got {num_runs})")
         from ..bench import timing
         run = lambda: fn(*args, **kwargs)  # noqa: E731
         if self.name == "cuda":

@@ -19,7 +19,8 @@ import numbers
 
 import numpy as np
 
-from ..errors import ShapeError
+from .checks import MAX_INDEX, check_size
+from ..errors import ArgumentError, ShapeError
 
 
 def _is_int(v) -> bool:
@@ -36,13 +37,15 @@ def _plain(v) -> bool:
 
 def _pair(op: str, name: str, v, minimum: int) -> tuple[int, int]:
     """An int or a pair of ints >= minimum as a pair (PyTorch's stride/padding/kernel_size forms)."""
-    if type(v) is int and v >= minimum:   # the usual call, without the ABC checks below
+    if type(v) is int and minimum <= v <= MAX_INDEX:   # the usual call, without the ABC checks below
         return v, v
     t = (v, v) if _is_int(v) else tuple(v) if isinstance(v, (tuple, list)) else None
     if t is None or len(t) != 2 or not all(_is_int(e) for e in t):
-        raise ValueError(f"{op}: {name} must be an int or a pair of ints (got {v!r})")
+        raise ArgumentError(f"{op}: {name} must be an int or a pair of ints (got {v!r})")
     if min(t) < minimum:
-        raise ValueError(f"{op}: {name} must be >= {minimum} (got {v!r})")
+        raise ArgumentError(f"{op}: {name} must be >= {minimum} (got {v!r})")
+    if max(t) > MAX_INDEX:
+        raise ArgumentError(f"{op}: {name} must be <= {MAX_INDEX} (2**31 - 1) (got {v!r})")
     return int(t[0]), int(t[1])
 
 
@@ -53,6 +56,13 @@ def _out_size(op, size, k, stride, pad, dil, axis):
         raise ShapeError(f"{op}: the window ({span} with dilation) is larger than the padded input along {axis} "
                          f"({size} + 2 * {pad})")
     return o
+
+
+def _check_sizes(op, x, ph: int, pw: int, out_shape: tuple) -> None:
+    """The zero-padded input and the output must be arrays that can exist (checks.MAX_BYTES)."""
+    n, c, h, w = x.shape
+    check_size(op, "the padded input", (n, c, h + 2 * ph, w + 2 * pw), x.dtype.itemsize)
+    check_size(op, "the output", out_shape, x.dtype.itemsize)
 
 
 _GW_CHUNK_BYTES = 256 << 20   # grad_weight's per-image float32 products are summed in chunks this large
@@ -136,12 +146,12 @@ class ConvOps:
         return arrs, geo, groups
 
     def _conv_args(self, op, named, stride, padding, dilation, groups):
-        arrs, _ = self._norm_arrays(op, named)
+        arrs, _ = self._norm_arrays(op, named, optional=frozenset({"bias"}))
         x, w = arrs["x"], arrs["weight"]
         if x.ndim != 4:
             raise ShapeError(f"{op}: x must be (N, C, H, W) (got {tuple(x.shape)})")
         if not _is_int(groups) or groups < 1:
-            raise ValueError(f"{op}: groups must be an int >= 1 (got {groups!r})")
+            raise ArgumentError(f"{op}: groups must be an int >= 1 (got {groups!r})")
         groups = int(groups)
         if x.shape[1] % groups:
             raise ShapeError(f"{op}: x's {x.shape[1]} channels are not divisible by groups = {groups}")
@@ -161,6 +171,7 @@ class ConvOps:
             raise ShapeError(f"{op}: weight {tuple(w.shape)} has an empty dimension")
         ho = _out_size(op, x.shape[2], r, sh, ph, dh, "H")
         wo = _out_size(op, x.shape[3], s, sw, pw, dw, "W")
+        _check_sizes(op, x, ph, pw, (x.shape[0], w.shape[0], ho, wo))
         return arrs, (sh, sw, ph, pw, dh, dw, r, s, ho, wo), groups
 
     def _cols(self, x, geo):
@@ -280,9 +291,10 @@ class ConvOps:
         sh, sw = _pair(op, "stride", kernel_size if stride is None else stride, 1)
         ph, pw = _pair(op, "padding", padding, 0)
         if ph > r // 2 or pw > s // 2:
-            raise ValueError(f"{op}: padding must be <= half the kernel size ({r // 2}, {s // 2}) (got {padding!r})")
+            raise ArgumentError(f"{op}: padding must be <= half the kernel size ({r // 2}, {s // 2}) (got {padding!r})")
         ho = _out_size(op, x.shape[2], r, sh, ph, 1, "H")
         wo = _out_size(op, x.shape[3], s, sw, pw, 1, "W")
+        _check_sizes(op, x, ph, pw, tuple(x.shape[:2]) + (ho, wo))
         return x, (sh, sw, ph, pw, 1, 1, r, s, ho, wo)
 
     def _pool_windows(self, x, geo, pad_value):

@@ -26,20 +26,53 @@ def _write(result, dtype, out):
     return out
 
 
+def _pow2_scale(amax, acc):
+    """2^-floor(log2 amax): amax * it is in [1, 2), and multiplying by it is exact; 1 where amax
+    is 0, inf or NaN (nothing to rescale; an inf or NaN row stays NaN)."""
+    _, e = np.frexp(amax)
+    ok = np.isfinite(amax) & (amax > 0)
+    return np.where(ok, np.ldexp(np.ones_like(amax), np.where(ok, 1 - e, 0)), 1).astype(acc)
+
+
+def _normalized(xa, acc, eps: float, centre: bool):
+    """(xhat, mean, rstd) of each row of xa (rows, cols >= 1) in `acc`: xhat = (x - mean) * rstd,
+    rstd = 1 / sqrt(mean((x - mean)^2) + eps); mean None and taken as 0 when not centre (rmsnorm).
+    Rows whose sums overflow (|x| ~ 1e19 and up in float32: the squares pass FLT_MAX) are
+    recounted over x * s, s = 2^-ilogb(max |x|) (exact), and eps * s^2: scale before squaring."""
+    mean = xa.mean(axis=1, dtype=acc) if centre else None
+    xc = xa - mean[:, None] if centre else xa
+    var = np.mean(xc * xc, axis=1, dtype=acc)
+    rstd = (acc.type(1) / np.sqrt(var + acc.type(eps))).astype(acc)
+    xhat = xc * rstd[:, None]
+    bad = ~np.isfinite(var) if not centre else ~(np.isfinite(var) & np.isfinite(mean))
+    if bad.any():
+        xb = xa[bad]
+        sc = _pow2_scale(np.abs(xb).max(axis=1), acc)
+        xs = xb * sc[:, None]
+        ms = xs.mean(axis=1, dtype=acc) if centre else None
+        xcs = xs - ms[:, None] if centre else xs
+        rs = (acc.type(1) / np.sqrt(np.mean(xcs * xcs, axis=1, dtype=acc) + acc.type(eps) * sc * sc)).astype(acc)
+        xhat[bad] = xcs * rs[:, None]
+        rstd[bad] = rs * sc
+        if centre:
+            mean[bad] = ms / sc
+    return xhat, mean, rstd
+
+
 def layernorm_forward(x2d, weight, bias, eps: float, out=None):
     """Layer normalisation of each row of x2d (rows, cols).
 
     weight, bias: (cols,) or None. Returns (y, mean, rstd): y of x2d's dtype (into `out` when
     given); mean and rstd (rows,) in the accumulation dtype; rstd = 1 / sqrt(biased var + eps).
+    Rows whose squares overflow are scaled by a power of two first (see _normalized).
     """
     acc = _acc(x2d.dtype)
     with np.errstate(all="ignore"):
         xa = x2d.astype(acc, copy=False)
-        mean = xa.mean(axis=1, dtype=acc) if x2d.shape[1] else np.zeros(x2d.shape[0], acc)
-        xc = xa - mean[:, None]
-        var = np.mean(xc * xc, axis=1, dtype=acc) if x2d.shape[1] else np.zeros(x2d.shape[0], acc)
-        rstd = (acc.type(1) / np.sqrt(var + acc.type(eps))).astype(acc)
-        y = xc * rstd[:, None]
+        if not x2d.shape[1]:
+            z = np.zeros(x2d.shape[0], acc)
+            return _write(xa, x2d.dtype, out), z, (acc.type(1) / np.sqrt(z + acc.type(eps))).astype(acc)
+        y, mean, rstd = _normalized(xa, acc, eps, True)
         if weight is not None:
             y *= _up(weight, acc)
         if bias is not None:
@@ -70,14 +103,16 @@ def layernorm_backward(dy, x, weight, mean, rstd, out=None):
 def rmsnorm_forward(x2d, weight, eps: float, out=None):
     """RMS normalisation of each row: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
 
-    Returns (y, rstd): y of x2d's dtype, rstd (rows,) in the accumulation dtype.
+    Returns (y, rstd): y of x2d's dtype, rstd (rows,) in the accumulation dtype. Rows whose
+    squares overflow are scaled by a power of two first (see _normalized).
     """
     acc = _acc(x2d.dtype)
     with np.errstate(all="ignore"):
         xa = x2d.astype(acc, copy=False)
-        ms = np.mean(xa * xa, axis=1, dtype=acc) if x2d.shape[1] else np.zeros(x2d.shape[0], acc)
-        rstd = (acc.type(1) / np.sqrt(ms + acc.type(eps))).astype(acc)
-        y = xa * rstd[:, None]
+        if not x2d.shape[1]:
+            z = np.zeros(x2d.shape[0], acc)
+            return _write(xa, x2d.dtype, out), (acc.type(1) / np.sqrt(z + acc.type(eps))).astype(acc)
+        y, _, rstd = _normalized(xa, acc, eps, False)
         if weight is not None:
             y *= _up(weight, acc)
     return _write(y, x2d.dtype, out), rstd

@@ -22,23 +22,24 @@ import numbers
 
 import numpy as np
 
-from ..errors import ShapeError
+from .checks import check_bool, check_shape, check_size, float_scalar
+from ..errors import ArgumentError, ArgumentTypeError
 
 _TWO32 = 1 << 32
 
 
 def check_p(op: str, p) -> float:
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not (0.0 <= float(p) < 1.0):
-        raise ValueError(f"{op}: p must be a real number in [0, 1) (got p={p!r})")
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not (0.0 <= float_scalar(op, "p", p) < 1.0):
+        raise ArgumentError(f"{op}: p must be a real number in [0, 1) (got p={p!r})")
     return float(p)
 
 
 def check_seed(op: str, seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"{op}: seed must be an int in [0, 2**64) (got {seed!r} of type {type(seed).__name__})")
+        raise ArgumentTypeError(f"{op}: seed must be an int in [0, 2**64) (got {seed!r} of type {type(seed).__name__})")
     seed = int(seed)
     if not 0 <= seed < 1 << 64:
-        raise ValueError(f"{op}: seed must be in [0, 2**64) (got seed={seed})")
+        raise ArgumentError(f"{op}: seed must be in [0, 2**64) (got seed={seed})")
     return seed
 
 
@@ -55,16 +56,9 @@ def scale(p: float, dtype) -> np.floating:
 
 
 def _shape(op: str, shape) -> tuple:
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
-        shape = (shape,)
-    try:
-        dims = tuple(shape)
-    except TypeError:
-        raise ShapeError(f"{op}: shape must be an int or a sequence of ints (got {shape!r})") from None
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0:
-            raise ShapeError(f"{op}: shape must hold non-negative ints (got {shape!r})")
-    return tuple(int(d) for d in dims)
+    dims = check_shape(op, "shape", shape)
+    check_size(op, "the mask", dims, 1)
+    return dims
 
 
 class DropoutOps:
@@ -87,7 +81,8 @@ class DropoutOps:
         with self._device_scope(x):
             if p == 0.0:
                 return self._copy(x)
-            return self._dropout_module().dropout(self._ascontiguous(x), threshold(p), scale(p, x.dtype), seed)
+            y = self._dropout_module().dropout(self._ascontiguous(x), threshold(p), scale(p, x.dtype), seed)
+            return y if y.shape == x.shape else y.reshape(x.shape)   # a 0-d x gives a 0-d result
 
     # ---- ops -------------------------------------------------------------------------------
     def dropout(self, x, p: float = 0.5, seed: int = 0, training: bool = True):
@@ -102,7 +97,7 @@ class DropoutOps:
         Philox call per 4 elements, x.nbytes read + x.nbytes written, no mask stored.
         """
         op = "dropout"
-        if not training:
+        if not check_bool(op, "training", training):
             check_p(op, p)
             check_seed(op, seed)
             x = self._coerce(x, "x")

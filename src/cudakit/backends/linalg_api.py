@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from .checks import check_writeable
+from ..errors import ArgumentError, DTypeError, ShapeError
 
 
 def _pad(batch: tuple, ndim: int) -> tuple:
@@ -25,8 +26,8 @@ def _check_flag(op: str, name: str, v) -> bool:
     if v is None:
         return False
     if not isinstance(v, (bool, np.bool_)):
-        raise ValueError(f"{op}: {name} must be a bool (got {type(v).__name__}); pass {name}=True when the "
-                         f"forward had one")
+        raise ArgumentError(f"{op}: {name} must be a bool (got {type(v).__name__}); pass {name}=True when the "
+                            f"forward had one")
     return bool(v)
 
 
@@ -93,6 +94,7 @@ class LinalgOps:
             raise ShapeError(f"{op}: out must have shape {tuple(shape)} (got {tuple(out.shape)})")
         if out.dtype != dtype:
             raise DTypeError(f"{op}: out must have dtype {dtype} (got {out.dtype})")
+        check_writeable(op, "out", out)
         return out
 
     # ---- matmul ----------------------------------------------------------------------------
@@ -166,7 +168,7 @@ class LinalgOps:
     # ---- linear ----------------------------------------------------------------------------
     def _linear_args(self, op: str, named: dict) -> dict:
         """named coerced and checked: x (..., in_features), weight 2-D, bias (out_features,)."""
-        arrs, _ = self._norm_arrays(op, named)
+        arrs, _ = self._norm_arrays(op, named, optional=frozenset({"bias"}))
         x, w, bias = arrs["x"], arrs["weight"], arrs.get("bias")
         if w.ndim != 2:
             raise ShapeError(f"{op}: weight must be 2-D (out_features, in_features) (got {tuple(w.shape)})")

@@ -43,6 +43,16 @@ def _scores(xp, q, k, scale, causal, r0):
     return s
 
 
+def _probabilities(xp, s):
+    """(softmax of each score row, the row's log-sum-exp): exp(s - max) / sum, normalised by the
+    max-subtracted sum itself. Never by exp(s - lse): lse = max + log(sum) rounds to max once
+    |max| is large (1e8 in float32), and the rows would then lose their normalisation."""
+    m = s.max(axis=2, keepdims=True)
+    e = xp.exp(s - m)
+    total = e.sum(axis=2, keepdims=True)
+    return e / total, m + xp.log(total)
+
+
 def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None):
     """(out, lse) of softmax(q k^T * scale) v; lse float32 (float64 for float64). block_n: the
     fused kernels' key block, no meaning here."""
@@ -52,17 +62,17 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None):
     lse = xp.empty((bh, lq), acc)
     with np.errstate(invalid="ignore", over="ignore"):
         for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
-            s = _scores(xp, q[hs, rs], k[hs], scale, causal, rs.start)
-            m = s.max(axis=2, keepdims=True)
-            lse_c = m + xp.log(xp.exp(s - m).sum(axis=2, keepdims=True))
-            out[hs, rs] = xp.matmul(xp.exp(s - lse_c), v[hs].astype(acc)).astype(q.dtype)
+            p, lse_c = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, causal, rs.start))
+            out[hs, rs] = xp.matmul(p, v[hs].astype(acc)).astype(q.dtype)
             lse[hs, rs] = lse_c[..., 0]
     return out, lse
 
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
     """(dq, dk, dv): dV = P^T dO, dS = P (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s,
-    P recomputed from lse chunk by chunk (dK and dV summed over the chunks of query rows)."""
+    P recomputed chunk by chunk from the scores, normalised by their own max-subtracted sum
+    (exp(s - lse) loses the normalisation where lse rounds to the row max); lse is the forward's,
+    taken for the interface. dK and dV are summed over the chunks of query rows."""
     xp, acc = _xp(q), _acc(q)
     bh, lq, _ = q.shape
     dq = xp.empty(q.shape, acc)
@@ -70,11 +80,11 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str)
     dv = xp.zeros(v.shape, acc)
     with np.errstate(invalid="ignore", over="ignore"):
         for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
-            p = xp.exp(_scores(xp, q[hs, rs], k[hs], scale, causal, rs.start) - lse[hs, rs].astype(acc)[..., None])
+            p = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, causal, rs.start))[0]
             g = do[hs, rs].astype(acc)
             delta = (g * out[hs, rs].astype(acc)).sum(axis=2, keepdims=True)
             dv[hs] += xp.matmul(p.swapaxes(1, 2), g)
             ds = p * (xp.matmul(g, v[hs].astype(acc).swapaxes(1, 2)) - delta)
             dq[hs, rs] = xp.matmul(ds, k[hs].astype(acc)) * acc(scale)
             dk[hs] += xp.matmul(ds.swapaxes(1, 2), q[hs, rs].astype(acc)) * acc(scale)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)   # overflow to +-inf as IEEE

@@ -12,11 +12,22 @@ Statistics (mean, rstd, save_mean, save_invstd) are float32, float64 for float64
 from __future__ import annotations
 
 import contextlib
-import math
 import numbers
 
-from ..errors import DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
+from .checks import check_bool, check_writeable, finite_scalar, require_array
 from .softmax_api import last_axis_rows
+
+
+# arrays an op takes None for (absent); any other array argument is required
+_OPTIONAL = frozenset({"weight", "bias", "gamma", "beta", "running_mean", "running_var"})
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def is_float(dtype) -> bool:
+    """Whether dtype is one of the float dtypes statistics may come in (bfloat16 included, whose
+    NumPy kind is 'V', not 'f')."""
+    return dtype.name in _FLOATS
 
 
 def _prod(shape) -> int:
@@ -27,15 +38,14 @@ def _prod(shape) -> int:
 
 
 def _check_eps(op: str, eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
-        raise ValueError(f"{op}: eps must be a finite number > 0 (got {eps!r})")
-    return float(eps)
+    f = finite_scalar(op, "eps", eps)
+    if f <= 0:
+        raise ArgumentError(f"{op}: eps must be a finite number > 0 (got {eps!r})")
+    return f
 
 
 def _check_real(op: str, name: str, v) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-        raise ValueError(f"{op}: {name} must be a finite number (got {v!r})")
-    return float(v)
+    return finite_scalar(op, name, v)
 
 
 class NormalizationOps:
@@ -65,10 +75,15 @@ class NormalizationOps:
         return None
 
     # ---- shared checks ---------------------------------------------------------------------
-    def _norm_arrays(self, op: str, named: dict, stats: dict | None = None) -> tuple[dict, dict]:
+    def _norm_arrays(self, op: str, named: dict, stats: dict | None = None,
+                     optional: frozenset = _OPTIONAL) -> tuple[dict, dict]:
         """Coerce the arrays (None stays None): `named` must share the first one's dtype; `stats`
         (per-row or per-channel statistics) are cast to the statistics dtype of that dtype. All on
-        one device. Returns (named, stats) with the same keys."""
+        one device. Arrays of `named` not in `optional` must not be None (ArgumentTypeError).
+        Returns (named, stats) with the same keys."""
+        for a, v in named.items():
+            if v is None and a not in optional:
+                require_array(op, a, v)
         arrays = {a: self._coerce(v, a) for a, v in named.items() if v is not None}
         dts = {a: self._check_dtype(v, a) for a, v in arrays.items()}
         first = next(iter(dts))
@@ -80,8 +95,8 @@ class NormalizationOps:
         self._check_devices({**arrays, **st})
         acc = "float64" if dts[first] == "float64" else "float32"
         for a, v in st.items():
-            if v.dtype.kind != "f":
-                raise DTypeError(f"{op}: {a} must be a float array (got {v.dtype})")
+            if not is_float(v.dtype):
+                raise DTypeError(f"{op}: {a} must be a float array: {', '.join(_FLOATS)} (got {v.dtype})")
             if v.dtype.name != acc:
                 with self._device_scope(v):
                     st[a] = v.astype(acc)
@@ -95,7 +110,7 @@ class NormalizationOps:
             given = [p for p in params.values() if p is not None]
             k = given[0].ndim if given else 1
         elif isinstance(normalized_ndim, bool) or not isinstance(normalized_ndim, numbers.Integral):
-            raise ValueError(f"{op}: normalized_ndim must be an int (got {normalized_ndim!r})")
+            raise ArgumentError(f"{op}: normalized_ndim must be an int (got {normalized_ndim!r})")
         else:
             k = int(normalized_ndim)
         if not 1 <= k <= x.ndim:
@@ -112,7 +127,7 @@ class NormalizationOps:
 
     def _rows_stat(self, op: str, name: str, s, lead: tuple):
         if s is None:
-            raise ValueError(f"{op}: {name} is required (the value the forward returned)")
+            raise ArgumentError(f"{op}: {name} is required (the value the forward returned)")
         if _prod(s.shape) != _prod(lead) or (s.ndim > 1 and tuple(s.shape) != lead):
             raise ShapeError(f"{op}: {name} must have shape {lead} (one value per normalised row); "
                              f"got {tuple(s.shape)}")
@@ -261,6 +276,7 @@ class NormalizationOps:
         op = "batch_norm"
         eps = _check_eps(op, eps)
         momentum = _check_real(op, "momentum", momentum)
+        training = check_bool(op, "training", training)
         a, _ = self._norm_arrays(op, {"x": x, "gamma": gamma, "beta": beta, "running_mean": running_mean,
                                       "running_var": running_var})
         x = a["x"]
@@ -269,13 +285,19 @@ class NormalizationOps:
         self._bn_check_params(op, c, {n: a[n] for n in ("gamma", "beta", "running_mean", "running_var")})
         rm, rv = a["running_mean"], a["running_var"]
         if (rm is None) != (rv is None):
-            raise ValueError(f"{op}: give both running_mean and running_var, or neither")
+            raise ArgumentError(f"{op}: give both running_mean and running_var, or neither")
         if not training and rm is None:
-            raise ValueError(f"{op}: inference (training=False) needs running_mean and running_var")
+            raise ArgumentError(f"{op}: inference (training=False) needs running_mean and running_var")
         per_channel = x.size // c if c else 0
-        if training and per_channel <= 1:
-            raise ValueError(f"{op}: training needs more than one value per channel (x has shape "
-                             f"{tuple(x.shape)})")
+        if training and per_channel == 1:
+            raise ArgumentError(f"{op}: training needs more than one value per channel (x has shape "
+                                f"{tuple(x.shape)})")
+        if training:   # validate everything before writing anything: both statistics are written
+            for n in ("running_mean", "running_var"):
+                if a[n] is not None:
+                    check_writeable(op, n, a[n])
+        if x.size == 0:
+            return self._bn_empty(x, rm, rv, training, eps)
         with self._device_scope(x):
             rm_c, rv_c = self._ascontiguous_opt(rm), self._ascontiguous_opt(rv)
             y, sm, si = self._norm_module().batch_norm_forward(
@@ -284,6 +306,23 @@ class NormalizationOps:
             for orig, cont in ((rm, rm_c), (rv, rv_c)):  # a strided running statistic: write back
                 if cont is not orig and orig is not None:
                     orig[...] = cont
+        return y, sm, si
+
+    def _bn_empty(self, x, rm, rv, training: bool, eps: float):
+        """batch_norm of an x without elements (N == 0, or an empty spatial dim): y is empty; the
+        batch statistics of no values are NaN and the running statistics are left as they are
+        (PyTorch skips their update too); inference returns the running statistics' values."""
+        acc = "float64" if x.dtype.name == "float64" else "float32"
+        c = int(x.shape[1])
+        with self._device_scope(x):
+            y = self.empty(tuple(x.shape), x.dtype)
+            if training:
+                sm, si = self.empty((c,), acc), self.empty((c,), acc)
+                sm.fill(float("nan"))
+                si.fill(float("nan"))
+            else:
+                sm = rm.astype(acc)
+                si = (1.0 / (rv.astype(acc) + eps) ** 0.5).astype(acc)
         return y, sm, si
 
     def batch_norm_backward(self, grad_out, x, gamma, save_mean, save_invstd):
@@ -304,8 +343,11 @@ class NormalizationOps:
         self._bn_check_params(op, c, {"gamma": a["gamma"], **st})
         for n, v in st.items():
             if v is None:
-                raise ValueError(f"{op}: {n} is required (the value batch_norm_with_stats returned)")
+                raise ArgumentError(f"{op}: {n} is required (the value batch_norm_with_stats returned)")
         with self._device_scope(x):
+            if x.size == 0:   # sums over no values: zero gradients for gamma and beta
+                return (self.empty(tuple(x.shape), x.dtype),
+                        None if a["gamma"] is None else self.zeros((c,), x.dtype), self.zeros((c,), x.dtype))
             return self._norm_module().batch_norm_backward(
                 self._ascontiguous(g), self._ascontiguous(x), self._ascontiguous_opt(a["gamma"]),
                 self._ascontiguous(st["save_mean"]), self._ascontiguous(st["save_invstd"]))

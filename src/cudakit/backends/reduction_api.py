@@ -14,9 +14,9 @@ the backend's module (`_reduction_module()`: cpu_reduction or kernels.reduction)
 """
 from __future__ import annotations
 
-import math
 import numbers
 
+from .checks import check_shape, finite_scalar
 from ..errors import DTypeError, ShapeError
 
 
@@ -63,9 +63,7 @@ def _kept_shape(shape, axes, keepdims: bool) -> tuple:
 
 
 def _check_ddof(op: str, ddof) -> float:
-    if isinstance(ddof, bool) or not isinstance(ddof, numbers.Real) or not math.isfinite(ddof):
-        raise ValueError(f"{op}: ddof must be a finite number (got {ddof!r})")
-    return float(ddof)
+    return finite_scalar(op, "ddof", ddof)
 
 
 class ReductionOps:
@@ -171,13 +169,7 @@ class ReductionOps:
         return g.reshape(_kept_shape(x_shape, axes, False)), axes
 
     def _red_shape(self, op: str, x_shape) -> tuple:
-        try:
-            shape = tuple(int(n) for n in ((x_shape,) if _is_int(x_shape) else x_shape))
-        except TypeError:
-            raise ShapeError(f"{op}: x_shape must be a tuple of ints (got {x_shape!r})") from None
-        if any(n < 0 for n in shape):
-            raise ShapeError(f"{op}: x_shape must not have negative sizes (got {shape})")
-        return shape
+        return check_shape(op, "x_shape", x_shape)
 
     def sum_backward(self, grad_out, x_shape, axis=None, keepdims: bool = False):
         """Gradient of sum(x, axis, keepdims) with respect to x: grad_out broadcast back to x_shape.

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numbers
 
-from ..errors import DTypeError, ShapeError, TargetIndexError
+from ..errors import ArgumentTypeError, DTypeError, ShapeError, TargetIndexError
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -104,7 +104,7 @@ class SoftmaxOps:
     @staticmethod
     def _softmax_axis(op: str, x, axis) -> int:
         if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
-            raise TypeError(f"{op}: axis must be an int (got {axis!r})")
+            raise ArgumentTypeError(f"{op}: axis must be an int (got {axis!r})")
         nd = x.ndim
         if nd == 0:
             raise ShapeError(f"{op}: x is 0-d; it needs at least one axis (got axis={axis})")

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from .runner import format_table
+
+log = logging.getLogger(__name__)
 
 HEADER = """# Benchmarks
 
@@ -22,26 +25,41 @@ def slug(device_name: str) -> str:
     return "-".join(device_name.lower().replace("_", " ").split())
 
 
-def render(results_dir: Path) -> str:
+def render(results_dir: Path, skipped: list | None = None) -> str:
+    """BENCHMARKS.md's text from the result files in results_dir. A file that is not a `cudakit
+    bench` record (corrupt JSON, another tool's file) is left out with a warning naming it, and
+    appended to `skipped` as (path, reason) when a list is given."""
     parts = [HEADER]
     for path in sorted(results_dir.glob("*.json")):
-        rec = json.loads(path.read_text())
-        d, v = rec["device"], rec["versions"]
-        parts.append(f"\n## {d['name']} — {rec['date'][:10]}\n")
-        parts.append(f"- file: `{path.as_posix()}`; command: `{rec['command']}`")
-        parts.append("- versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val))
-        mm = rec.get("matmul_peak_tflops")
-        parts.append(f"- measured copy bandwidth: {rec['copy_bandwidth_gbs']:.0f} GB/s"
-                     + (f"; measured matmul: {mm:.0f} TFLOP/s ({rec.get('matmul_peak_dtype')})" if mm else "")
-                     + (" (quick run)" if rec.get("quick") else ""))
-        tuned = rec.get("tuned_elementwise_shapes")
-        if tuned is not None:
-            said = f"{tuned} tuned on this GPU by `cudakit tune`" if tuned else "as shipped (untuned)"
-            parts.append(f"- elementwise kernel shapes: {said}")
-        for note in rec.get("notes", []):
-            parts.append(f"- {note}")
-        parts.append("\n```\n" + format_table(rec) + "\n```")
+        try:
+            parts.extend(_section(path, json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            why = f"{type(e).__name__}: {e}"[:200]
+            log.warning("skipping %s: not a cudakit bench record (%s)", path, why)
+            if skipped is not None:
+                skipped.append((path, why))
     return "\n".join(parts) + "\n"
+
+
+def _section(path: Path, rec) -> list:
+    """The lines of one result file's section (KeyError/TypeError where it is not a record)."""
+    parts = []
+    d, v = rec["device"], rec["versions"]
+    parts.append(f"\n## {d['name']} — {rec['date'][:10]}\n")
+    parts.append(f"- file: `{path.as_posix()}`; command: `{rec['command']}`")
+    parts.append("- versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val))
+    mm = rec.get("matmul_peak_tflops")
+    parts.append(f"- measured copy bandwidth: {rec['copy_bandwidth_gbs']:.0f} GB/s"
+                 + (f"; measured matmul: {mm:.0f} TFLOP/s ({rec.get('matmul_peak_dtype')})" if mm else "")
+                 + (" (quick run)" if rec.get("quick") else ""))
+    tuned = rec.get("tuned_elementwise_shapes")
+    if tuned is not None:
+        said = f"{tuned} tuned on this GPU by `cudakit tune`" if tuned else "as shipped (untuned)"
+        parts.append(f"- elementwise kernel shapes: {said}")
+    for note in rec.get("notes", []):
+        parts.append(f"- {note}")
+    parts.append("\n```\n" + format_table(rec) + "\n```")
+    return parts
 
 
 def main(args) -> int:
@@ -49,6 +67,8 @@ def main(args) -> int:
     if not results.is_dir():
         print(f"cudakit report: no results directory {results.resolve()}")
         return 2
-    Path(args.output).write_text(render(results))
-    print(f"wrote {args.output} from {len(list(results.glob('*.json')))} result files")
+    skipped: list = []
+    text = render(results, skipped)
+    Path(args.output).write_text(text)
+    print(f"wrote {args.output} from {len(list(results.glob('*.json'))) - len(skipped)} result files")
     return 0

@@ -55,9 +55,31 @@ def discover() -> dict:
             for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")}
 
 
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def validate(dtypes, compare) -> None:
+    """Raise ValueError naming an unknown dtype or comparison provider (before anything is
+    created or measured)."""
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise ValueError(f"unknown dtype(s) {', '.join(bad)}; cudakit's ops take {', '.join(DTYPES)}")
+    bad = [c for c in compare if c not in PROVIDERS[1:]]
+    if bad:
+        raise ValueError(f"unknown --compare provider(s) {', '.join(bad)}; known: {', '.join(PROVIDERS[1:])}")
+
+
 def make_env(quick: bool, force_cpu: bool, dtypes: tuple, compare: set) -> Env:
+    """The run's environment: the GPU when one is usable, unless force_cpu or CUDAKIT_BACKEND=cpu;
+    CUDAKIT_BACKEND=cuda without a usable GPU raises BackendUnavailableError (as get_backend)."""
+    from cudakit.config import settings
+    from cudakit.errors import BackendUnavailableError
     from cudakit.runtime import _cupy
-    gpu = not force_cpu and _cupy.probe()[0]
+    chosen = settings().backend
+    ok, why = _cupy.probe()
+    if chosen == "cuda" and not ok and not force_cpu:
+        raise BackendUnavailableError(f"CUDAKIT_BACKEND=cuda but the CUDA backend is unavailable: {why}")
+    gpu = not force_cpu and chosen != "cpu" and ok
     torch = None
     if gpu and compare & {"torch", "triton"}:
         try:
@@ -142,6 +164,7 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
     device line; progress shows a bar on stderr. Unknown ops raise ValueError naming the known ones.
     format_table(record) renders it as the CLI prints it.
     """
+    validate(dtypes, compare)
     compare = set(compare)
     env = make_env(quick, cpu, tuple(dtypes) or ("float32", "bfloat16"), compare)
     cases = [c for m in discover().values() for c in m.cases(env)]
@@ -178,7 +201,14 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
 
 
 def main(args) -> int:
+    from cudakit.errors import CudakitError
     split = lambda v: tuple(x.strip() for x in v.split(",") if x.strip())  # noqa: E731
+    try:   # every argument and setting checked before --out is created
+        validate(split(args.dtype), split(args.compare))
+        make_env(args.quick, args.cpu, (), set())
+    except (ValueError, CudakitError) as e:
+        print(f"cudakit bench: {e}", file=sys.stderr)
+        return 2
     out_dir = Path(args.out)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +222,7 @@ def main(args) -> int:
         record = run(split(args.ops), split(args.dtype), args.quick, split(args.compare), args.cpu, args.reps,
                      args.warmup, args.check, args.cpu_baseline, log=lambda line: print(line, flush=True),
                      command="cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]))
-    except ValueError as e:
+    except (ValueError, CudakitError) as e:
         print(f"cudakit bench: {e}", file=sys.stderr)
         return 2
     rows = record["rows"]

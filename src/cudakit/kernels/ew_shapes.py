@@ -93,7 +93,8 @@ def store(dev: int, found: dict, meta: dict) -> Path:
         raise RuntimeError(f"device {dev} reports no UUID: tuned shapes cannot be kept for it")
     merged = {**_read(uuid), **{k: full(v) for k, v in found.items()}}
     p = path(uuid)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    from ..runtime.cache import prepare
+    prepare(p)
     body = {**meta, "uuid": uuid, "shapes": {f"{op}:{dt}": list(s) for (op, dt), s in sorted(merged.items())}}
     fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".json")
     try:

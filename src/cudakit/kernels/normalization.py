@@ -88,15 +88,15 @@ __device__ __forceinline__ void ck_welford_merge(C& n, C& m, C& m2, C nb, C mb, 
 // Merges one pack of V values into a running Welford state: the pack's own mean and squared
 // deviations are exact, then one Chan merge (one division per pack, not per element).
 template <typename T, int V, typename C>
-__device__ __forceinline__ void ck_welford_pack(C& n, C& m, C& m2, const ck_pack<T, V>& p) {
+__device__ __forceinline__ void ck_welford_pack(C& n, C& m, C& m2, const ck_pack<T, V>& p, C sc = C(1)) {
   typedef ck_traits<T> tr;
   C s = C(0);
 #pragma unroll
-  for (int i = 0; i < V; ++i) s += tr::load(p.v[i]);
+  for (int i = 0; i < V; ++i) s += tr::load(p.v[i]) * sc;
   const C pm = s / C(V);
   C q = C(0);
 #pragma unroll
-  for (int i = 0; i < V; ++i) { const C d = tr::load(p.v[i]) - pm; q += d * d; }
+  for (int i = 0; i < V; ++i) { const C d = tr::load(p.v[i]) * sc - pm; q += d * d; }
   ck_welford_merge(n, m, m2, C(V), pm, q);
 }
 
@@ -121,6 +121,77 @@ __device__ __forceinline__ void ck_block_welford(C& n, C& m, C& m2, C* sh) {
   __syncthreads();
 }
 
+// Max over the blockDim.x threads of row threadIdx.y (as ck_row_sum2; every thread of the block
+// must call it). fmax ignores NaN; a NaN row stays NaN through its sums.
+template <typename C>
+__device__ __forceinline__ C ck_row_max(C a, C* red) {
+  const int tpr = blockDim.x;
+  const int g = tpr < 32 ? tpr : 32;
+  for (int off = g >> 1; off > 0; off >>= 1) a = fmax(a, __shfl_xor_sync(0xffffffffu, a, off));
+  if (tpr <= 32) return a;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = tpr >> 5;
+  C* r = red + threadIdx.y * 64;
+  if (lane == 0) r[warp] = a;
+  __syncthreads();
+  a = lane < nw ? r[lane] : C(0);
+  for (int off = 16; off > 0; off >>= 1) a = fmax(a, __shfl_xor_sync(0xffffffffu, a, off));
+  __syncthreads();  // red is reused by the next call
+  return a;
+}
+
+// Whether sums of squares of T values can overflow the accumulation type: not for float16 (at most
+// 65504^2 a value, in float32), so its kernels carry no rescaling branch.
+template <typename T> struct ck_wide_range { enum { value = 1 }; };
+template <> struct ck_wide_range<ck_half> { enum { value = 0 }; };
+
+__device__ __forceinline__ bool ck_isfinite(float v) { return isfinite(v); }
+__device__ __forceinline__ bool ck_isfinite(double v) { return isfinite(v); }
+
+// A power of two that brings a (> 0, finite) into [1, 2): multiplying by it is exact. 1 for a
+// zero, inf or NaN a (nothing to rescale: the row's inf/NaN propagates as before).
+__device__ __forceinline__ float ck_pow2_scale(float a) { return (a > 0.0f && isfinite(a)) ? scalbnf(1.0f, -ilogbf(a)) : 1.0f; }
+__device__ __forceinline__ double ck_pow2_scale(double a) { return (a > 0.0 && isfinite(a)) ? scalbn(1.0, -ilogb(a)) : 1.0; }
+
+// Row statistics of the register kernels over the values x * sc: mu, the mean (0 for rmsnorm), and
+// q, the sum of squared deviations from it (of squares for rmsnorm); exact two passes over the
+// registers. Every thread of the block must call it (ck_row_sum).
+template <typename T, int V, int NV, bool RMS>
+__device__ __forceinline__ void ck_reg_stats(ck_pack<T, V>* p, bool live, int nvec, int cols,
+    typename ck_traits<T>::acc sc, typename ck_traits<T>::acc* red,
+    typename ck_traits<T>::acc& mu, typename ck_traits<T>::acc& q) {
+  typedef typename ck_traits<T>::acc C;
+  C s = C(0);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int k = threadIdx.x + j * blockDim.x;
+    if (live && k < nvec) {
+      C v[V];
+      ck_cvt<T, V>::load(p[j], v);
+#pragma unroll
+      for (int i = 0; i < V; ++i) { const C u = v[i] * sc; s += RMS ? u * u : u; }
+    }
+  }
+  s = ck_row_sum(s, red);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) ck_opaque(p[j].raw);
+  if (RMS) { mu = C(0); q = s; return; }
+  mu = s / C(cols);
+  C d2 = C(0);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int k = threadIdx.x + j * blockDim.x;
+    if (live && k < nvec) {
+      C v[V];
+      ck_cvt<T, V>::load(p[j], v);
+#pragma unroll
+      for (int i = 0; i < V; ++i) { const C d = v[i] * sc - mu; d2 += d * d; }
+    }
+  }
+  q = ck_row_sum(d2, red);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) ck_opaque(p[j].raw);
+}
+
 // ================================================================ layernorm / rmsnorm forward
 // x, y: [rows, cols]; w, b: [cols] or null (b unused by rmsnorm); mean (layernorm only), rstd:
 // [rows] of the accumulation type. V divides cols; x, y, w, b are V*sizeof(T)-aligned.
@@ -143,31 +214,20 @@ __device__ __forceinline__ void ck_norm_fwd_reg(
   const long long base = (live ? row : 0) * (long long)(nvec);
   const R* __restrict__ xr = reinterpret_cast<const R*>(x) + base;
   ck_pack<T, V> p[NV];
-  C s = C(0);
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int k = threadIdx.x + j * blockDim.x;
     if (live && k < nvec) p[j].raw = xr[k];
   }
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int k = threadIdx.x + j * blockDim.x;
-    if (live && k < nvec) {
-      C v[V];
-      ck_cvt<T, V>::load(p[j], v);
-#pragma unroll
-      for (int i = 0; i < V; ++i) s += RMS ? v[i] * v[i] : v[i];
-    }
-  }
-  s = ck_row_sum(s, red);
-#pragma unroll
-  for (int j = 0; j < NV; ++j) ck_opaque(p[j].raw);
-  C mu = C(0), rs;
-  if (RMS) {
-    rs = ck_rsqrt(s / C(cols) + eps);
-  } else {
-    mu = s / C(cols);
-    C q = C(0);
+  // Statistics of the row as it is (sc = 1); where a sum overflows (|x| ~ 1e19 and up in float32:
+  // the squares pass FLT_MAX), again over x * sc with sc = 2^-ilogb(max |x|) (exact), so that
+  // y = (x sc - mu sc) / sqrt(q sc^2 / cols + eps sc^2) is right. The recount is block-uniform
+  // (ck_row_sum synchronises the block); blocks without such a row skip it.
+  C sc = C(1), mu, q;
+  ck_reg_stats<T, V, NV, RMS>(p, live, nvec, cols, sc, red, mu, q);
+  const bool bad = ck_wide_range<T>::value && live && !(ck_isfinite(q) && ck_isfinite(mu));
+  if (ck_wide_range<T>::value && __syncthreads_or(bad)) {
+    C a = C(0);
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
       const int k = threadIdx.x + j * blockDim.x;
@@ -175,17 +235,17 @@ __device__ __forceinline__ void ck_norm_fwd_reg(
         C v[V];
         ck_cvt<T, V>::load(p[j], v);
 #pragma unroll
-        for (int i = 0; i < V; ++i) { const C d = v[i] - mu; q += d * d; }
+        for (int i = 0; i < V; ++i) a = fmax(a, fabs(v[i]));
       }
     }
-    q = ck_row_sum(q, red);
-#pragma unroll
-    for (int j = 0; j < NV; ++j) ck_opaque(p[j].raw);
-    rs = ck_rsqrt(q / C(cols) + eps);
+    a = ck_row_max(a, red);
+    if (bad) sc = ck_pow2_scale(a);
+    ck_reg_stats<T, V, NV, RMS>(p, live, nvec, cols, sc, red, mu, q);
   }
+  const C rs = ck_rsqrt(q / C(cols) + eps * sc * sc);   // the rstd of x * sc
   if (live && threadIdx.x == 0) {
-    if (!RMS) mean_out[row] = mu;
-    rstd_out[row] = rs;
+    if (!RMS) mean_out[row] = mu / sc;
+    rstd_out[row] = rs * sc;
   }
   const R* __restrict__ wr = reinterpret_cast<const R*>(w);
   const R* __restrict__ br = reinterpret_cast<const R*>(b);
@@ -201,7 +261,7 @@ __device__ __forceinline__ void ck_norm_fwd_reg(
       ck_cvt<T, V>::load(p[j], v);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        v[i] = (v[i] - mu) * rs;
+        v[i] = (v[i] * sc - mu) * rs;
         if (w) v[i] *= wv[i];
         if (!RMS && b) v[i] += bv[i];
       }
@@ -230,6 +290,58 @@ __global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value, 1) ck_rms_fwd_r
   ck_norm_fwd_reg<T, V, NV, true>(x, w, (const T*)0, y, (typename ck_traits<T>::acc*)0, rstd, rows, cols, eps);
 }
 
+// Max over a 1-D block (blockDim.x <= 1024, a multiple of 32); every thread gets it. sh: shared
+// scratch of >= 32.
+template <typename C>
+__device__ __forceinline__ C ck_block_max(C a, C* sh) {
+  for (int off = 16; off > 0; off >>= 1) a = fmax(a, __shfl_xor_sync(0xffffffffu, a, off));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  if (lane == 0) sh[warp] = a;
+  __syncthreads();
+  a = lane < nw ? sh[lane] : C(0);
+  for (int off = 16; off > 0; off >>= 1) a = fmax(a, __shfl_xor_sync(0xffffffffu, a, off));
+  __syncthreads();  // sh is reused next
+  return a;
+}
+
+// Row statistics of the loop kernels over x * sc (one 1-D block per row): mu, the mean (0 for
+// rmsnorm) by a Welford/Chan merge of exact per-pack statistics, and q, the sum of squared
+// deviations (of squares for rmsnorm). Every thread gets both. sh: shared scratch of 96.
+template <typename T, int V, bool RMS>
+__device__ __forceinline__ void ck_loop_stats(const typename ck_raw<sizeof(T) * V>::type* __restrict__ xr,
+    int nvec, typename ck_traits<T>::acc sc, typename ck_traits<T>::acc* sh,
+    typename ck_traits<T>::acc& mu, typename ck_traits<T>::acc& q) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  const int step = blockDim.x * CK_U;
+  C n = C(0), m = C(0), m2 = C(0);
+  for (int k0 = threadIdx.x; k0 < nvec; k0 += step) {
+    ck_pack<T, V> p[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) { const int k = k0 + u * blockDim.x; if (k < nvec) p[u].raw = xr[k]; }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const int k = k0 + u * blockDim.x;
+      if (k < nvec) {
+        if (RMS) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) { const C v = tr::load(p[u].v[i]) * sc; m2 += v * v; }
+        } else {
+          ck_welford_pack<T, V, C>(n, m, m2, p[u], sc);
+        }
+      }
+    }
+  }
+  if (RMS) {
+    mu = C(0);
+    q = ck_row_sum(m2, sh);
+  } else {
+    ck_block_welford(n, m, m2, sh);
+    mu = m;
+    q = m2;
+  }
+}
+
 // Long rows. x, y: [rows, cols]; w, b: [cols] or null; mean, rstd: [rows]. One block (1-D,
 // <= 1024 threads) per row; pass 1 reads the row for its statistics (Welford/Chan for layernorm,
 // the sum of squares for rmsnorm), pass 2 reads it again (mostly from L2) and writes y.
@@ -247,36 +359,32 @@ __device__ __forceinline__ void ck_norm_fwd_loop(
   const int nvec = cols / V;
   const R* __restrict__ xr = reinterpret_cast<const R*>(x) + row * nvec;
   const int step = blockDim.x * CK_U;
-  C n = C(0), m = C(0), m2 = C(0);
-  for (int k0 = threadIdx.x; k0 < nvec; k0 += step) {
-    ck_pack<T, V> p[CK_U];
+  // As the register kernels: statistics of x, then, where a sum overflowed, of x * sc with
+  // sc = 2^-ilogb(max |x|) (two more reads of the row; the whole block takes the same branch).
+  C sc = C(1), mu, q;
+  ck_loop_stats<T, V, RMS>(xr, nvec, sc, sh, mu, q);
+  if (ck_wide_range<T>::value && !(ck_isfinite(q) && ck_isfinite(mu))) {
+    C a = C(0);
+    for (int k0 = threadIdx.x; k0 < nvec; k0 += step) {
+      ck_pack<T, V> p[CK_U];
 #pragma unroll
-    for (int u = 0; u < CK_U; ++u) { const int k = k0 + u * blockDim.x; if (k < nvec) p[u].raw = xr[k]; }
+      for (int u = 0; u < CK_U; ++u) { const int k = k0 + u * blockDim.x; if (k < nvec) p[u].raw = xr[k]; }
 #pragma unroll
-    for (int u = 0; u < CK_U; ++u) {
-      const int k = k0 + u * blockDim.x;
-      if (k < nvec) {
-        if (RMS) {
+      for (int u = 0; u < CK_U; ++u) {
+        const int k = k0 + u * blockDim.x;
+        if (k < nvec) {
 #pragma unroll
-          for (int i = 0; i < V; ++i) { const C v = tr::load(p[u].v[i]); m2 += v * v; }
-        } else {
-          ck_welford_pack<T, V, C>(n, m, m2, p[u]);
+          for (int i = 0; i < V; ++i) a = fmax(a, fabs(tr::load(p[u].v[i])));
         }
       }
     }
+    sc = ck_pow2_scale(ck_block_max(a, sh));
+    ck_loop_stats<T, V, RMS>(xr, nvec, sc, sh, mu, q);
   }
-  C mu = C(0), rs;
-  if (RMS) {
-    m2 = ck_row_sum(m2, sh);
-    rs = ck_rsqrt(m2 / C(cols) + eps);
-  } else {
-    ck_block_welford(n, m, m2, sh);
-    mu = m;
-    rs = ck_rsqrt(m2 / C(cols) + eps);
-  }
+  const C rs = ck_rsqrt(q / C(cols) + eps * sc * sc);   // the rstd of x * sc
   if (threadIdx.x == 0) {
-    if (!RMS) mean_out[row] = mu;
-    rstd_out[row] = rs;
+    if (!RMS) mean_out[row] = mu / sc;
+    rstd_out[row] = rs * sc;
   }
   const R* __restrict__ wr = reinterpret_cast<const R*>(w);
   const R* __restrict__ br = reinterpret_cast<const R*>(b);
@@ -294,7 +402,7 @@ __device__ __forceinline__ void ck_norm_fwd_loop(
         if (!RMS && b) pb.raw = br[k];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          C v = (tr::load(p[u].v[i]) - mu) * rs;
+          C v = (tr::load(p[u].v[i]) * sc - mu) * rs;
           if (w) v *= tr::load(pw.v[i]);
           if (!RMS && b) v += tr::load(pb.v[i]);
           po.v[i] = tr::store(v);

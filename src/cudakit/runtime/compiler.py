@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 
 from .. import __version__, profiler
-from ..errors import CompileError, LaunchError
-from . import _cupy, launch as _launch
+from ..errors import CacheError, CompileError, LaunchError
+from . import _cupy, cache as _cache, launch as _launch
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +75,12 @@ def _read_entry(path: Path):
 def _write_entry(path: Path, binary: bytes, mapping: dict) -> None:
     header = json.dumps(mapping).encode()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _cache.prepare(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<I", len(header)) + header + binary)
         os.replace(tmp, path)
-    except OSError as e:  # an unwritable cache slows later runs but must not fail this one
+    except (OSError, CacheError) as e:  # an unwritable cache slows later runs but must not fail this one
         log.warning("could not write kernel cache entry %s: %s", path, e)
 
 
@@ -299,8 +299,11 @@ def compile_module(source: str, options=(), name_expressions=(), source_name: st
     return Module(binary, mapping, source_name)
 
 
-def compile(source: str, name: str, options=(), name_expressions=(), source_name: str | None = None) -> Kernel:
-    """Compile CUDA C++ `source` with NVRTC for the current device and return kernel `name`.
+def compile(source: str, name: str, options=(), name_expressions=(), source_name: str | None = None,
+            arch: str | None = None) -> Kernel:
+    """Compile CUDA C++ `source` with NVRTC for the current device (or for `arch`, e.g. "sm_90",
+    which needs no GPU: a syntax error is reported on any machine with NVRTC) and return kernel
+    `name`.
 
     `name` is an `extern "C"` symbol, or one of `name_expressions` for templates
     (e.g. name="scale<float>", name_expressions=["scale<float>", "scale<double>"]).
@@ -310,17 +313,47 @@ def compile(source: str, name: str, options=(), name_expressions=(), source_name
     names = tuple(name_expressions)
     if "<" in name and name not in names:
         names += (name,)
-    return compile_module(source, options, names, source_name or f"{name.split('<')[0]}.cu").get_kernel(name)
+    return compile_module(source, options, names, source_name or f"{name.split('<')[0]}.cu",
+                          arch).get_kernel(name)
 
 
 _file_modules: dict[tuple, Module] = {}
 
 
+_FATBIN_MAGIC = b"\x50\xed\x55\xba"   # 0xBA55ED50, little-endian
+
+
+def _check_binary(p: Path, data: bytes) -> None:
+    """Raise CompileError naming the file when its contents are not what its suffix says: a
+    .cubin is an ELF image, a .fatbin starts with the fatbin magic, a .ptx is text with .version
+    and .target directives. (The driver's own check follows on the GPU, at the first load.)"""
+    kind = p.suffix.lower()
+    why = None
+    if kind == ".cubin" and not data.startswith(b"\x7fELF"):
+        why = "not a cubin (no ELF header)"
+    elif kind == ".fatbin" and not data.startswith(_FATBIN_MAGIC):
+        why = "not a fatbin (no fatbin magic 0xBA55ED50)"
+    elif kind == ".ptx":
+        head = data[:65536]
+        if b"\0" in head.rstrip(b"\0") or b".version" not in head or b".target" not in head:
+            why = "not PTX text (no .version and .target directives)"
+    elif kind not in (".cubin", ".fatbin", ".ptx"):
+        why = f"unknown kernel file type {p.suffix!r}; use .ptx, .cubin or .fatbin"
+    if why:
+        raise CompileError(str(p), (), f"{p}: {why}")
+
+
 def load_module(path) -> Module:
     """Load a .ptx, .cubin or .fatbin file as a Module; `load_module(p).get_kernel("name")`.
 
-    Raises FileNotFoundError naming the path when it does not exist.
+    Raises ArgumentTypeError when path is not a path, FileNotFoundError naming it when it does not
+    exist, and CompileError naming it when its contents are not a cubin / fatbin / PTX (checked
+    here, without a GPU; the driver checks again when a GPU first loads it).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        from ..errors import ArgumentTypeError
+        raise ArgumentTypeError(f"load_module: path must be a str or os.PathLike naming a .ptx, .cubin or "
+                                f".fatbin file (got {type(path).__name__} {path!r})")
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(2, f"kernel file not found: {p.resolve()}", str(p))
@@ -329,44 +362,25 @@ def load_module(path) -> Module:
     mod = _file_modules.get(key)
     if mod is None:
         data = p.read_bytes()
+        _check_binary(p, data)
         if p.suffix == ".ptx" and not data.endswith(b"\0"):
             data += b"\0"
-        mod = _file_modules[key] = Module(data, name=str(p))
+        mod = Module(data, name=str(p))
+        if _cupy.probe()[0]:   # on a GPU the driver checks it now, not at the first launch
+            mod._on(_cupy.cupy().cuda.runtime.getDevice())
+        _file_modules[key] = mod
     return mod
 
 
-# CUDAKIT_CACHE_DIR/tune holds measurements (`cudakit tune`), not compiled code: kept by a clear
-_KEPT = ("tune",)
-
-
-def _cached_files(root: Path) -> list:
-    if not root.exists():
-        return []
-    return [f for d in root.iterdir() if d.name not in _KEPT
-            for f in ([d] if d.is_file() else d.rglob("*")) if f.is_file()]
-
-
 def cache_info() -> dict:
-    """{'path', 'entries', 'bytes'} of the on-disk kernel cache (compiled kernels and the native
-    module; the tuned shapes under tune/ are not counted)."""
-    root = cache_dir()
-    files = _cached_files(root)
-    return {"path": str(root), "entries": len(files), "bytes": sum(f.stat().st_size for f in files)}
+    """{'path', 'entries', 'bytes', 'marked'} of the on-disk kernel cache (compiled kernels and the
+    native module; the tuned shapes under tune/ are not counted). See runtime/cache.py."""
+    return _cache.info()
 
 
 def cache_clear() -> int:
-    """Delete the compiled kernels on disk and in memory (tune/ stays); returns the number of
-    files removed."""
-    import shutil
-    root = cache_dir()
-    n = cache_info()["entries"]
-    if root.exists():
-        for d in root.iterdir():
-            if d.name in _KEPT:
-                continue
-            if d.is_dir():
-                shutil.rmtree(d)
-            else:
-                d.unlink()
+    """Delete the compiled kernels on disk (cudakit's own entries of a root carrying cudakit's
+    marker; CacheError naming the root otherwise, nothing deleted) and in memory; returns the
+    number of files removed."""
     _memory_cache.clear()
-    return n
+    return _cache.clear()

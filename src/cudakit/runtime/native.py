@@ -62,7 +62,8 @@ def build(path: Path | None = None) -> Path:
     inc = sysconfig.get_paths()["include"]
     if not os.path.exists(os.path.join(inc, "Python.h")):
         raise NativeBuildError(f"Python's headers are not installed (no Python.h in {inc}; install python3-dev)")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from .cache import prepare
+    prepare(path)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:

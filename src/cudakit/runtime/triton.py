@@ -511,13 +511,15 @@ class Autotuned:
         import os
         import tempfile
         path = self._disk_path()
+        from ..errors import CacheError
+        from . import cache
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            cache.prepare(path)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "w") as f:
                 json.dump(self.best, f)
             os.replace(tmp, path)
-        except OSError as e:
+        except (OSError, CacheError) as e:
             log.warning("could not write autotune cache %s: %s", path, e)
 
     def __getitem__(self, grid):

@@ -1,0 +1,135 @@
+"""Argument checks every op family shares: required arrays, writable outputs and in-place
+arguments, Python scalars that must fit a float, integer parameters and result sizes with limits.
+
+Each check raises a typed cudakit error (errors.ArgumentError / ArgumentTypeError / ShapeError)
+naming the op, the argument, the value and the accepted range, so that a bad argument never
+reaches NumPy, CuPy or a kernel (where it would surface as a bare AttributeError, OverflowError
+or "assignment destination is read-only" -- or, worse, after another argument was written).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError, ShapeError
+
+# The largest array any op allocates: 256 TiB, more than any host or GPU holds. Beyond it the
+# request is a mistake (a padding of 10**9, a 2**80-element mask), reported as one before NumPy's
+# "array is too big" or an attempt to allocate petabytes.
+MAX_BYTES = 1 << 48
+# Integer geometry parameters (kernel sizes, strides, paddings, dilations) index memory in 32-bit
+# arithmetic in the kernels: anything above this is refused by name.
+MAX_INDEX = (1 << 31) - 1
+
+
+def require_array(op: str, arg: str, x) -> None:
+    """Raise ArgumentTypeError when a required array argument is None."""
+    if x is None:
+        raise ArgumentTypeError(f"{op}: {arg} is required and must be an array (got None)")
+
+
+def is_writeable(x) -> bool:
+    """Whether x can be written in place (NumPy's WRITEABLE flag; CuPy arrays always can)."""
+    flags = getattr(x, "flags", None)
+    return bool(getattr(flags, "writeable", True)) if flags is not None else True
+
+
+def check_writeable(op: str, arg: str, x) -> None:
+    """Raise ArgumentError when x, which the op writes in place, is read-only."""
+    if not is_writeable(x):
+        raise ArgumentError(f"{op}: {arg} is read-only but {op} writes it in place; pass a writable array "
+                            f"(x.flags.writeable = True, or a copy)")
+
+
+def float_scalar(op: str, arg: str, v) -> float:
+    """A Python or NumPy real (or a one-element array) as a float: an integer beyond float range
+    (10**400) and an array of more than one element raise ArgumentError naming `arg`."""
+    if isinstance(v, (bool, np.bool_)):
+        raise ArgumentTypeError(f"{op}: {arg} must be a number (got the bool {v!r})")
+    if not isinstance(v, numbers.Real):
+        size = getattr(v, "size", None)
+        if size is not None and size != 1:
+            raise ArgumentError(f"{op}: {arg} must be a single number (got an array of shape "
+                                f"{tuple(getattr(v, 'shape', ()))})")
+        if size is None and not hasattr(v, "__float__"):
+            raise ArgumentTypeError(f"{op}: {arg} must be a number (got {type(v).__name__} {v!r})")
+    try:
+        return float(v)
+    except OverflowError:
+        raise ArgumentError(f"{op}: {arg} = {_short(v)} is beyond the float range (|{arg}| must be "
+                            f"< 1.8e308)") from None
+    except (TypeError, ValueError):
+        raise ArgumentTypeError(f"{op}: {arg} must be a number (got {type(v).__name__} {_short(v)})") from None
+
+
+def finite_scalar(op: str, arg: str, v) -> float:
+    """float_scalar() that must also be finite."""
+    f = float_scalar(op, arg, v)
+    if not math.isfinite(f):
+        raise ArgumentError(f"{op}: {arg} must be a finite number (got {f})")
+    return f
+
+
+def check_size(op: str, what: str, shape, itemsize: int) -> None:
+    """Raise ShapeError when an array of `shape` and `itemsize` would exceed MAX_BYTES."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    if n * itemsize > MAX_BYTES:
+        raise ShapeError(f"{op}: {what} of shape {tuple(int(d) for d in shape)} would need {n * itemsize:.3g} "
+                         f"bytes, over the {MAX_BYTES:.3g} bytes (256 TiB) any array can have; check the shape "
+                         f"and the geometry arguments")
+
+
+def check_bool(op: str, arg: str, v) -> bool:
+    """A yes/no flag: a bool (NumPy's included); 'no', 2 or None raise ArgumentTypeError."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise ArgumentTypeError(f"{op}: {arg} must be a bool (got {type(v).__name__} {_short(v)})")
+
+
+def check_shape(op: str, arg: str, shape) -> tuple:
+    """A shape: an int or a tuple/list of non-negative ints (bools, floats, strings and NumPy
+    arrays of them are refused; '23' is not (2, 3)). Returns a tuple of Python ints."""
+    if getattr(getattr(shape, "dtype", None), "kind", "") in ("i", "u"):   # an int array: its values
+        shape = shape.tolist()
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise ShapeError(f"{op}: {arg} must be an int or a tuple of ints (got {type(shape).__name__} {_short(shape)})")
+    for d in shape:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, numbers.Integral):
+            raise ShapeError(f"{op}: {arg} must hold ints (got {_short(shape)}: {d!r} is a {type(d).__name__})")
+        if d < 0:
+            raise ShapeError(f"{op}: {arg} must not have negative sizes (got {_short(shape)})")
+    return tuple(int(d) for d in shape)
+
+
+def _short(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else f"{s[:20]}...({len(s)} characters)"
+
+
+def _span(a) -> tuple[int, int]:
+    """(first byte address, one past the last) of a C-contiguous NumPy or CuPy array."""
+    if type(a).__module__ == "numpy" or not hasattr(a, "data"):   # NumPy's .data is a buffer, not a pointer
+        ptr = a.__array_interface__["data"][0]
+    else:   # CuPy: a MemoryPointer
+        ptr = a.data.ptr
+    return int(ptr), int(ptr) + int(a.nbytes)
+
+
+def check_distinct(op: str, arrays: dict) -> None:
+    """Raise ArgumentError when two of `arrays` ({label: C-contiguous array the op updates in
+    place}, None entries skipped) are the same array or overlap in memory -- one would be updated
+    twice, or through the other -- naming both."""
+    labels = list(arrays)
+    spans = sorted((*_span(a), i) for i, a in enumerate(arrays.values()) if a is not None and a.nbytes)
+    for (_s0, e0, i), (s1, _e1, j) in zip(spans, spans[1:]):
+        if s1 < e0:
+            i, j = min(i, j), max(i, j)
+            what = "are the same array" if arrays[labels[i]] is arrays[labels[j]] else "overlap in memory"
+            raise ArgumentError(f"{op}: {labels[i]} and {labels[j]} {what}; every array updated in place "
+                                f"must be a separate one")
