@@ -146,7 +146,14 @@ def device(i: int):
 
 
 def synchronize(i: int | None = None) -> None:
-    """Wait for all work on device `i` (default: current) to finish."""
+    """Wait for all work on device `i` (default: current) to finish.
+
+    Without a usable GPU there is no queued device work: synchronize() returns at once (a device
+    index `i` still raises DeviceError, as no device exists)."""
+    if not is_available():
+        if i is not None:
+            _check_index(i)
+        return
     cp = _cupy.cupy()
     if i is None:
         cp.cuda.runtime.deviceSynchronize()
