@@ -48,12 +48,20 @@ def example(doc: str, index: int, imports: dict[str, str], lang: str = "python")
     return rewrite_imports(code, imports)
 
 
+def compiled(code: str, filename: str):
+    """`code` compiled under `filename`, its lines registered with linecache so that inspect finds
+    the source of what it defines (Triton's @jit reads its function's source)."""
+    import linecache
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    return compile(code, filename, "exec")
+
+
 def run(doc: str, indices, imports: dict[str, str], ns: dict | None = None) -> dict:
     """Run blocks `indices` of `doc` in order in one namespace (the document's examples build on
     each other, like cells of a notebook); returns the namespace."""
     ns = {"__name__": f"seed_example_{doc}"} if ns is None else ns
     for i in ([indices] if isinstance(indices, int) else indices):
-        exec(compile(example(doc, i, imports), f"<{doc} block {i}>", "exec"), ns)
+        exec(compiled(example(doc, i, imports), f"<{doc} block {i}>"), ns)
     return ns
 
 
