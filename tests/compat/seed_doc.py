@@ -149,3 +149,23 @@ def compare_with_shared(doc: str) -> None:
     if not originals:
         pytest.skip(f"the original seed documents are not beside the repository ({SHARED})")
     assert (SEEDS / f"{doc}.md").read_bytes() == originals[0].read_bytes()
+
+
+COMPAT_DOC = HERE.parents[1] / "docs" / "compat.md"
+
+
+def assert_in_compat_doc(doc: str, names) -> None:
+    """Every name appears (in backticks, as itself or after a dot) in docs/compat.md's section of
+    the seed: the mapping table leaves none out."""
+    text = COMPAT_DOC.read_text(encoding="utf-8")
+    start = text.index(f"## {doc[:3]} ")
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end > 0 else None]
+    missing = sorted({n for n in names if not re.search(r"`[^`]*\b" + re.escape(n) + r"\b[^`]*`", section)})
+    assert not missing, f"docs/compat.md section {doc[:3]} does not name {missing}"
+
+
+def called_names(doc: str, pattern: str) -> set[str]:
+    """The names the document's python blocks reach through `pattern` (a regex with one group),
+    e.g. r"genesis\\.cuda\\.(\\w+)"."""
+    return {m for lang, code in blocks(doc) if lang == "python" for m in re.findall(pattern, code)}

@@ -188,3 +188,8 @@ def test_grid_block_size_bad_input():
         backend.get_grid_block_size(10, 2.5)
     with pytest.raises(LaunchError, match=r"threads must be in \[1, 1024\] \(got 2048\)"):
         backend.get_grid_block_size(10, 2048)
+
+
+def test_compat_doc_names_every_documented_function():
+    names = {n.split(".")[-1] for n in seed_doc.signatures(seed_doc.blocks(DOC)[0][1])} - {"__init__"}
+    seed_doc.assert_in_compat_doc(DOC, names | set(KERNELS) | {"CUDABackend", "_backend"})

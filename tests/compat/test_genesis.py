@@ -296,3 +296,13 @@ def test_memory_callback_forms():
         assert calls
     finally:
         genesis.cuda.set_memory_callback(None)
+
+
+def test_compat_doc_names_every_documented_name():
+    names = seed_doc.called_names(DOC, r"genesis\.cuda\.(\w+)") | seed_doc.called_names(DOC, r"genesis\.(\w+)\(")
+    names |= {n.split(".")[-1] for i in (1, 3, 4) for n in seed_doc.signatures(seed_doc.blocks(DOC)[i][1])}
+    names |= seed_doc.called_names(DOC, r"pool\.(\w+)") | {"CUDAMemoryPool", "CUDAStorage", "elementwise_add_kernel"}
+    names |= {"GENESIS_CUDA_MEMORY_FRACTION", "GENESIS_CUDA_CACHE_SIZE", "GENESIS_KERNEL_CACHE_DIR",
+              "CUDA_VISIBLE_DEVICES"}
+    assert {"set_memory_fraction", "memory_allocated", "set_kernel_fusion", "enable_memory_debugging"} <= names
+    seed_doc.assert_in_compat_doc(DOC, names - {"__init__"})

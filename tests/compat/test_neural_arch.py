@@ -148,3 +148,10 @@ def test_troubleshooting_and_correctness_examples(capsys):
     out = capsys.readouterr().out
     assert "✅ Custom kernels available" in out and "✅ Kernel correctness validated" in out
     np.testing.assert_allclose(ns["result"].get()[:2], gelu_ref(ns["large_tensor"].get()[:2]), rtol=2e-6, atol=2e-7)
+
+
+def test_compat_doc_names_every_documented_name():
+    names = seed_doc.called_names(DOC, r"cuda_backend\.(\w+)") | seed_doc.called_names(DOC, r"kernel_manager\.(\w+)")
+    assert {"gelu", "fused_linear_gelu", "flash_attention", "layernorm", "benchmark_kernel", "is_available",
+            "has_custom_kernels", "compiled_kernels", "gelu_forward"} <= names
+    seed_doc.assert_in_compat_doc(DOC, names | {"get_backend", "get_cuda_kernel_manager"})

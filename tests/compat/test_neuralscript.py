@@ -330,3 +330,12 @@ def test_tensor_repr_and_types():
     t = CudaTensor(np.zeros((2, 3), np.float32))
     assert t.shape == (2, 3) and t.dtype is CudaDataType.FLOAT32 and t.nbytes == 24
     assert "shape=(2, 3)" in repr(t)
+
+
+def test_compat_doc_names_every_documented_name():
+    names = {n.split(".")[-1] for i in (18, 19, 20) for n in seed_doc.signatures(seed_doc.blocks(DOC)[i][1])}
+    names |= {n for pat in (r"\b(get_\w+)\(", r"backend\.(\w+)", r"cuda_math\.(\w+)", r"cuda_ml\.(\w+)",
+                            r"generator\.(\w+)", r"tester\.(\w+)", r"\b([A-Z]\w+)\(")
+              for n in seed_doc.called_names(DOC, pat)}
+    names |= {"CudaBackend", "CudaMath", "CudaML", "CudaTensor", "CudaDataType", "OptimizerState", "ActivationType"}
+    seed_doc.assert_in_compat_doc(DOC, names - {"__init__"})

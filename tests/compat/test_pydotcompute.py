@@ -163,3 +163,9 @@ def test_properties_transfers_and_launch(rng):
         be.launch_kernel(k, (1,), (2048,), d, np.int32(d.size))
     with pytest.raises(DeviceError):
         pdc.CUDABackend(device_id=cudakit.device_count())
+
+
+def test_compat_doc_names_every_documented_member():
+    code = "\n".join(seed_doc.blocks(DOC)[i][1] for i in range(2, 16))
+    names = {n.split(".")[-1] for n in seed_doc.signatures(code)} - {"__init__"}
+    seed_doc.assert_in_compat_doc(DOC, names | {"CUDABackend", "Backend", "CPUBackend"})
