@@ -176,7 +176,7 @@ def test_optimizer_updates(rng):
     grad = rng.standard_normal(10).astype(np.float32)
     pt, gt = ml.math.from_numpy(p), ml.math.from_numpy(grad)
     ml.sgd_update(pt, gt, None, ns_mod.OptimizerState(lr=0.1))
-    np.testing.assert_allclose(ml.math.to_numpy(pt), p - np.float32(0.1) * grad, rtol=1e-6)
+    np.testing.assert_allclose(ml.math.to_numpy(pt), p - np.float32(0.1) * grad, rtol=1e-6, atol=1e-6)
     m, v = ml.math.create_tensor((10,)), ml.math.create_tensor((10,))
     state = ns_mod.OptimizerState(lr=0.01)
     ml.adam_update(pt, gt, m, v, state)

@@ -44,3 +44,18 @@ def report(log: logging.Logger, text: str) -> str:
     for line in text.splitlines():
         log.info("%s", line)
     return text
+
+
+def process_instance(factory, doc: str):
+    """A function returning the process's one `factory()`, made on its first call (thread-safe);
+    `doc` is its docstring. The seeds' get_* accessors."""
+    import threading
+    lock, made = threading.Lock(), []
+
+    def get():
+        with lock:
+            if not made:
+                made.append(factory())
+            return made[0]
+    get.__doc__ = doc
+    return get

@@ -200,11 +200,11 @@ def _numba_signature(signature):
 
 def _as_kernel(kernel):
     """A kernel with cudakit's launch(grid, block, args) from what launch_kernel() accepts."""
-    if hasattr(kernel, "launch"):
-        return kernel
     if type(kernel).__module__.startswith("numba"):   # a @cuda.jit dispatcher
         from ..runtime.numba import NumbaKernel
         return NumbaKernel(kernel, getattr(getattr(kernel, "py_func", None), "__name__", "kernel"))
+    if hasattr(kernel, "launch"):   # cudakit's Kernel, NumbaKernel, ...
+        return kernel
     raise TypeError(f"kernel must be a compiled kernel (compile_kernel(), @numba.cuda.jit or a cudakit Kernel); "
                     f"got {type(kernel).__name__}")
 

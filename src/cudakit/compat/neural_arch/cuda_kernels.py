@@ -5,9 +5,8 @@ on disk); `compiled_kernels` names those that have run in this process.
 """
 from __future__ import annotations
 
-import threading
-
 from ... import ops
+from .._common import process_instance
 
 
 class CUDAKernelManager:
@@ -60,17 +59,8 @@ class CUDAKernelManager:
         return y
 
 
-_manager: CUDAKernelManager | None = None
-_lock = threading.Lock()
-
-
-def get_cuda_kernel_manager() -> CUDAKernelManager:
-    """The process's kernel manager (created on first call; no CUDA work)."""
-    global _manager
-    with _lock:
-        if _manager is None:
-            _manager = CUDAKernelManager()
-        return _manager
+get_cuda_kernel_manager = process_instance(
+    CUDAKernelManager, "The process's CUDAKernelManager (created on first call; no CUDA work).")
 
 
 __all__ = ["CUDAKernelManager", "get_cuda_kernel_manager"]

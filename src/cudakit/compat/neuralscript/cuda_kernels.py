@@ -9,13 +9,12 @@ runs, and is faster.
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 
 from ...errors import DTypeError, ShapeError
 from ...runtime.launch import _dim3, launch_config
-from .._common import check_bool, check_int
+from .._common import check_bool, check_int, process_instance
 from .cuda_backend import CudaDataType
 
 # the element types a generated matmul takes, with the C++ type of the element and its accumulator
@@ -157,17 +156,7 @@ class CudaKernelGenerator:
         raise ValueError(f"kernel_type must be 'matrix_multiply', 'vector_add' or 'elementwise' (got {kernel_type!r})")
 
 
-_generator: CudaKernelGenerator | None = None
-_lock = threading.Lock()
-
-
-def get_kernel_generator() -> CudaKernelGenerator:
-    """The process's kernel generator."""
-    global _generator
-    with _lock:
-        if _generator is None:
-            _generator = CudaKernelGenerator()
-        return _generator
+get_kernel_generator = process_instance(CudaKernelGenerator, "The process's CudaKernelGenerator.")
 
 
 __all__ = ["CudaKernelGenerator", "GeneratedKernel", "get_kernel_generator", "CudaDataType", "MATMUL_SOURCE",

@@ -7,13 +7,12 @@ reduce_sum), so shapes, dtypes and errors are cudakit's.
 from __future__ import annotations
 
 import numbers
-import threading
 
 import numpy as np
 
 from ... import ops
 from ...errors import DeviceError, DTypeError, ShapeError
-from .._common import check_int
+from .._common import check_int, process_instance
 from .cuda_backend import CudaBackend, CudaDataType, get_cuda_backend
 
 
@@ -179,17 +178,7 @@ class CudaMath:
         return results
 
 
-_math: CudaMath | None = None
-_lock = threading.Lock()
-
-
-def get_cuda_math() -> CudaMath:
-    """The process's CudaMath, on get_cuda_backend()."""
-    global _math
-    with _lock:
-        if _math is None:
-            _math = CudaMath()
-        return _math
+get_cuda_math = process_instance(CudaMath, "The process's CudaMath, on get_cuda_backend().")
 
 
 __all__ = ["CudaTensor", "CudaMath", "get_cuda_math"]

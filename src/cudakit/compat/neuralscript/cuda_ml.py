@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ... import ops, optim
 from ...errors import ShapeError
 from ...optim import OptimizerState
+from .._common import process_instance
 from .cuda_math import CudaMath, CudaTensor, _array, get_cuda_math
 
 
@@ -123,17 +124,7 @@ class CudaML:
                           _array(v_buffer, "v_buffer"), optimizer_state)
 
 
-_ml: CudaML | None = None
-_lock = threading.Lock()
-
-
-def get_cuda_ml() -> CudaML:
-    """The process's CudaML, on get_cuda_math()."""
-    global _ml
-    with _lock:
-        if _ml is None:
-            _ml = CudaML()
-        return _ml
+get_cuda_ml = process_instance(CudaML, "The process's CudaML, on get_cuda_math().")
 
 
 __all__ = ["ActivationType", "ConvolutionConfig", "OptimizerState", "CudaML", "get_cuda_ml"]
