@@ -24,7 +24,7 @@ _LAZY = {
     "check": ("runtime.launch", "check"),
     "Kernel": ("runtime.compiler", "Kernel"), "Module": ("runtime.compiler", "Module"),
     "compile": ("runtime.compiler", "compile"), "compile_module": ("runtime.compiler", "compile_module"),
-    "load_module": ("runtime.compiler", "load_module"),
+    "load_module": ("runtime.compiler", "load_module"), "compile_ptx": ("runtime.compiler", "compile_ptx"),
     "numba_kernel": ("runtime.numba", "numba_kernel"),
     "TritonConfig": ("runtime.triton", "Config"), "TritonKernel": ("runtime.triton", "TritonKernel"),
     "autotune": ("runtime.triton", "autotune"), "cdiv": ("runtime.triton", "cdiv"),

@@ -103,6 +103,15 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
     def to_numpy(self, x) -> np.ndarray:
         raise NotImplementedError
 
+    def to_device(self, x):
+        """A copy of host array `x` (any shape and dtype) on this backend's device: a CuPy array on
+        the CUDA backend, a NumPy array on the CPU backend."""
+        raise NotImplementedError
+
+    def to_host(self, x) -> np.ndarray:
+        """A NumPy copy of `x` (this backend's array, or a NumPy array)."""
+        raise NotImplementedError
+
     def empty(self, shape, dtype="float32"):
         raise NotImplementedError
 

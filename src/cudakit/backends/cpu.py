@@ -181,6 +181,19 @@ class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuL
     def to_numpy(self, x):
         return np.asarray(x)
 
+    def to_device(self, x):
+        """A NumPy copy of host array `x`: the CPU backend's device is the host. A CUDA array
+        raises DeviceError (cudakit.to_host copies it)."""
+        return np.array(self._coerce(x, "x"), copy=True)
+
+    def to_host(self, x):
+        """A NumPy copy of `x`: a NumPy array (or anything np.asarray takes) is copied; a CuPy
+        array is copied from its GPU (cudakit.to_host)."""
+        if _dlpack_on_cuda(x) or hasattr(x, "__cuda_array_interface__"):
+            from ..runtime.memory import to_host
+            return to_host(x)
+        return np.array(x, copy=True)
+
     def empty(self, shape, dtype="float32"):
         return np.empty(shape, _dtype(dtype))
 

@@ -181,6 +181,14 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         _refuse_in_capture("copying to the host")
         return self._cp.asnumpy(x)
 
+    def to_device(self, x):
+        """A CuPy copy of host array `x` on this backend's GPU (cudakit.to_device)."""
+        return memory.to_device(x, device=self._bound)
+
+    def to_host(self, x):
+        """A NumPy copy of CuPy array `x` (cudakit.to_host); a NumPy array is copied."""
+        return memory.to_host(x)
+
     def empty(self, shape, dtype="float32"):
         with self._here():
             return self._cp.empty(shape, dtype)

@@ -317,6 +317,78 @@ def compile(source: str, name: str, options=(), name_expressions=(), source_name
                           arch).get_kernel(name)
 
 
+def _virtual_arch(arch: str) -> str:
+    """"sm_90" / "compute_90" (an "a" suffix kept) -> "compute_90": PTX targets a virtual architecture."""
+    for prefix in ("sm_", "compute_"):
+        if isinstance(arch, str) and arch.startswith(prefix) and arch[len(prefix):].rstrip("af").isdigit():
+            return "compute_" + arch[len(prefix):]
+    raise ValueError(f"arch must be like 'sm_90' or 'compute_90' (got {arch!r})")
+
+
+def _nvcc_path() -> str:
+    import shutil
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    found = shutil.which("nvcc", path=os.path.join(home, "bin") if home else None) or shutil.which("nvcc")
+    if not found:
+        from ..errors import BackendUnavailableError
+        raise BackendUnavailableError("nvcc was not found on the PATH (nor under CUDA_HOME/bin); install the "
+                                      "CUDA toolkit, or compile with compiler='nvrtc'")
+    return found
+
+
+def _nvcc_ptx(source: str, opts: tuple, source_name: str) -> str:
+    import subprocess
+    nvcc = _nvcc_path()
+    with tempfile.TemporaryDirectory(prefix="cudakit-ptx-") as tmp:
+        src, out = Path(tmp) / Path(source_name).name, Path(tmp) / "out.ptx"
+        src.write_text(source)
+        r = subprocess.run([nvcc, "-ptx", *opts, "-o", str(out), str(src)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CompileError(source_name, opts, r.stderr or r.stdout)
+        return out.read_text()
+
+
+def _nvrtc_ptx(source: str, opts: tuple, source_name: str) -> str:
+    nvrtc = _nvrtc()
+    prog = nvrtc.createProgram(source, source_name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(opts))
+        except nvrtc.NVRTCError:
+            raise CompileError(source_name, opts, nvrtc.getProgramLog(prog)) from None
+        return nvrtc.getPTX(prog).decode()
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def compile_ptx(source: str, path=None, options=(), arch: str | None = None,
+                source_name: str = "cudakit_kernel.cu", compiler: str = "nvrtc") -> str:
+    """Compile CUDA C++ `source` to PTX text, for `load_module(path)` or any loader of .ptx files.
+
+    path: when given, the PTX is also written there (atomically: a temporary file moved into place).
+    arch: "sm_90" or "compute_90" (the PTX targets the virtual architecture, which the driver
+        compiles for the GPU it loads on, that one or newer); default: the current device's.
+    compiler: "nvrtc" (the NVRTC library CuPy ships, as compile() uses) or "nvcc" (the CUDA
+        toolkit's nvcc, found under CUDA_HOME/bin or on the PATH): either works without a GPU when
+        `arch` is given. Load the PTX with a driver at least as new as the compiler.
+    Kernels are found in the PTX by symbol name: declare them `extern "C"` (or pass their mangled
+    names). Raises CompileError with the compiler's log, BackendUnavailableError when the compiler
+    is missing, ValueError for another `compiler` or a malformed `arch`.
+    """
+    if compiler not in ("nvrtc", "nvcc"):
+        raise ValueError(f"compiler must be 'nvrtc' or 'nvcc' (got {compiler!r})")
+    opts = tuple(DEFAULT_OPTIONS) + tuple(options) + (f"-arch={_virtual_arch(arch or current_arch())}",)
+    ptx = (_nvrtc_ptx if compiler == "nvrtc" else _nvcc_ptx)(source, opts, source_name)
+    if path is not None:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".ptx")
+        with os.fdopen(fd, "w") as f:
+            f.write(ptx)
+        os.replace(tmp, p)
+    return ptx
+
+
 _file_modules: dict[tuple, Module] = {}
 
 

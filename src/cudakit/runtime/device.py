@@ -147,7 +147,14 @@ def device(i: int):
 
 def synchronize(i: int | None = None) -> None:
     """Wait for all work on device `i` (default: current) to finish; raises the error an op
-    recorded on that device since the last check (runtime/device_errors.py)."""
+    recorded on that device since the last check (runtime/device_errors.py).
+
+    Without a usable GPU there is no queued device work: synchronize() returns at once (a device
+    index `i` still raises DeviceError, as no device exists)."""
+    if not is_available():
+        if i is not None:
+            _check_index(i)
+        return
     from . import device_errors
     from .memory import _refuse_in_capture
     _refuse_in_capture("synchronize()")

@@ -99,9 +99,12 @@ def check() -> None:
 
     The error names the kernels launched last. With CUDAKIT_LAUNCH_BLOCKING=1 each launch is
     checked as it happens instead, so the error names exactly the failing kernel. A kernel fault
-    leaves the CUDA context unusable: the process must restart to use the GPU again.
+    leaves the CUDA context unusable: the process must restart to use the GPU again. Without a
+    usable GPU nothing can have been launched: check() returns at once.
     """
     from . import _cupy
+    if not _cupy.probe()[0]:
+        return
     from .memory import _refuse_in_capture
     _refuse_in_capture("check()")
     cp = _cupy.cupy()

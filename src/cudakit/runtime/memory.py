@@ -36,6 +36,11 @@ class MemoryStats:
     cache_trims     times an allocation found more than cache_limit cached and freed the cache
     graph_reserved  bytes held from the driver by the private pools of live CUDA graphs
                     (cudakit.graph / CUDAGraph), outside `reserved`
+    free            the device's free bytes as the driver reports them when the statistics were
+                    taken (other processes' use included; what the pool can still take, besides
+                    `cached`); 0 when not measured
+    total           the device's total bytes (0 when not measured)
+    cached          (a property, also a key of as_dict() and stats["cached"]) reserved - allocated
     """
     device: int
     allocated: int
@@ -49,6 +54,8 @@ class MemoryStats:
     cache_limit: int | None = None
     cache_trims: int = 0
     graph_reserved: int = 0
+    free: int = 0
+    total: int = 0
 
     @property
     def cached(self) -> int:
@@ -56,7 +63,10 @@ class MemoryStats:
         return self.reserved - self.allocated
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Every field, and "cached", as a dict."""
+        d = asdict(self)
+        d["cached"] = self.cached
+        return d
 
     def __getitem__(self, key: str):
         """stats["allocated"] as stats.allocated (the dict-style access Genesis-style code uses),
@@ -235,12 +245,13 @@ def stats(device: int | None = None) -> MemoryStats:
         allocations, frees, allocated, peak = _counts(d.id)
         reserved, limit = pool.total_bytes(), pool.get_limit()
         c = _counters_for(d.id)
+        free, total = d.mem_info
         return MemoryStats(
             device=d.id, allocated=allocated, reserved=reserved, peak_allocated=max(peak, allocated),
             allocations=allocations, frees=frees, oom_retries=c.oom_retries,
             fragmentation=(reserved - allocated) / reserved if reserved else 0.0,
-            limit=limit or None, cache_limit=c.cache_limit, cache_trims=c.cache_trims,
-            graph_reserved=_graph_reserved(d.id))
+            limit=limit or None, cache_limit=c.cache_limit, cache_trims=c.cache_trims, free=int(free),
+            total=int(total), graph_reserved=_graph_reserved(d.id))
 
 
 def _graph_reserved(dev: int) -> int:
@@ -261,7 +272,13 @@ def reset_peak(device: int | None = None) -> None:
 
 
 def memory_info(device: int | None = None) -> tuple[int, int]:
-    """(free, total) bytes of `device` as the driver reports them (other processes included)."""
+    """(free, total) bytes of `device` (default: current) as the driver reports them (other
+    processes included). Without a usable GPU: (0, 0) (a device index raises DeviceError)."""
+    if not _cupy.probe()[0]:
+        if device is not None:
+            from .device import _check_index
+            _check_index(device)
+        return 0, 0
     cp = _cupy.cupy()
     with _on_device(device):
         free, total = cp.cuda.runtime.memGetInfo()
@@ -269,7 +286,10 @@ def memory_info(device: int | None = None) -> tuple[int, int]:
 
 
 def empty_cache() -> None:
-    """Return every cached free block of every device to the driver (live arrays are untouched)."""
+    """Return every cached free block of every device to the driver (live arrays are untouched).
+    Without a usable GPU nothing is cached: returns at once."""
+    if not _cupy.probe()[0]:
+        return
     pool = ensure_installed()
     pool.free_all_blocks()
     _cupy.cupy().get_default_pinned_memory_pool().free_all_blocks()
@@ -420,7 +440,19 @@ def to_device(x, device: int | None = None, stream=None, non_blocking: bool = Fa
 
 def to_host(x, out=None, stream=None, non_blocking: bool = False):
     """Copy CuPy array `x` to the host; into `out` (a NumPy array, pinned for a true asynchronous
-    copy) when given. With non_blocking=True, synchronise `stream` before reading the result."""
+    copy) when given. With non_blocking=True, synchronise `stream` before reading the result.
+
+    A NumPy array `x` is already on the host: a copy of it is returned (into `out` when given,
+    which must then have x's shape), no GPU needed."""
+    import numpy as np
+    if isinstance(x, np.ndarray):
+        if out is None:
+            return x.copy()
+        if out.shape != x.shape:
+            from ..errors import ShapeError
+            raise ShapeError(f"to_host: out must have x's shape {x.shape} (got {out.shape})")
+        np.copyto(out, x)
+        return out
     from .. import profiler
     cp = _cupy.cupy()
     if not non_blocking:

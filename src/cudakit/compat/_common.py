@@ -1,0 +1,61 @@
+"""Helpers the facades share: the GPU requirement, argument checks and text reports."""
+from __future__ import annotations
+
+import logging
+import numbers
+
+from ..errors import BackendUnavailableError
+
+
+def cuda_usable() -> bool:
+    """True when cudakit's CUDA backend can run here (CuPy imports and a GPU is visible)."""
+    from ..runtime import device
+    return device.is_available()
+
+
+def require_cuda(what: str) -> None:
+    """Raise BackendUnavailableError (a RuntimeError) naming `what` and why CUDA is unusable."""
+    from ..runtime import device
+    reason = device.unavailable_reason()
+    if reason is not None:
+        raise BackendUnavailableError(f"{what} needs a usable CUDA GPU: {reason}")
+
+
+def check_int(value, name: str, minimum: int = 0) -> int:
+    """`value` as an int >= minimum; TypeError for a non-integer, ValueError below the minimum,
+    each naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int (got {type(value).__name__} {value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum} (got {value})")
+    return int(value)
+
+
+def check_bool(value, name: str) -> bool:
+    """`value` as a bool; TypeError naming the argument otherwise."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False (got {type(value).__name__} {value!r})")
+    return value
+
+
+def report(log: logging.Logger, text: str) -> str:
+    """Log a report's lines at INFO (library code does not print) and return the text, for the
+    seeds' print_* functions: `print(print_memory_info())` shows it on stdout."""
+    for line in text.splitlines():
+        log.info("%s", line)
+    return text
+
+
+def process_instance(factory, doc: str):
+    """A function returning the process's one `factory()`, made on its first call (thread-safe);
+    `doc` is its docstring. The seeds' get_* accessors."""
+    import threading
+    lock, made = threading.Lock(), []
+
+    def get():
+        with lock:
+            if not made:
+                made.append(factory())
+            return made[0]
+    get.__doc__ = doc
+    return get

@@ -1,0 +1,212 @@
+"""pydotcompute's CUDA backend (seed 001, `pydotcompute.backends.cuda`) on cudakit.
+
+    from cudakit.compat.pydotcompute import CUDABackend
+
+CUDABackend raises RuntimeError (cudakit's BackendUnavailableError) without CUDA, as documented;
+CPUBackend is the fallback the seed names, on cudakit's CPU backend. Kernels compile with Numba
+through cudakit.numba_kernel (the `numba` extra) and launch on the backend's GPU; arrays are CuPy
+arrays. Differences from the seed: docs/compat.md.
+"""
+from __future__ import annotations
+
+import abc
+import numbers
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from ._common import check_bool, check_int, require_cuda
+
+
+def _shape(shape, name: str = "shape") -> tuple[int, ...]:
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ShapeError(f"{name} must be a tuple of ints >= 0 (got {shape!r})") from None
+    if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0 for d in dims):
+        raise ShapeError(f"{name} must be a tuple of ints >= 0 (got {shape!r})")
+    return tuple(int(d) for d in dims)
+
+
+def _dtype(dtype, name: str = "dtype") -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise DTypeError(f"{name}: {dtype!r} is not a NumPy dtype") from None
+
+
+class Backend(abc.ABC):
+    """A compute backend: where arrays live and how they get there (pydotcompute's base class)."""
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """The backend's name."""
+
+    @property
+    @abc.abstractmethod
+    def is_available(self) -> bool:
+        """Whether the backend can run here."""
+
+    def _backend(self):
+        """The cudakit Backend the arrays of this one live on."""
+        raise NotImplementedError
+
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype = np.float32) -> Any:
+        """An uninitialised array of `shape` (ints >= 0) and `dtype` on this backend. Raises
+        ShapeError / DTypeError naming the argument."""
+        return self._backend().empty(_shape(shape), _dtype(dtype))
+
+    def to_device(self, data: np.ndarray) -> Any:
+        """A copy of host array `data` on this backend's device."""
+        return self._backend().to_device(data)
+
+    def to_host(self, data: Any) -> np.ndarray:
+        """A NumPy copy of `data`."""
+        return self._backend().to_host(data)
+
+    def synchronize(self) -> None:
+        """Wait for all queued work to complete."""
+        self._backend().synchronize()
+
+
+class CPUBackend(Backend):
+    """The fallback where CUDA is unavailable: NumPy arrays through cudakit's CPU backend."""
+
+    @property
+    def name(self) -> str:
+        """Returns 'cpu'."""
+        return "cpu"
+
+    @property
+    def is_available(self) -> bool:
+        """Always True."""
+        return True
+
+    def _backend(self):
+        from ..backends import get_backend
+        return get_backend("cpu")
+
+
+class CUDABackend(Backend):
+    """NVIDIA CUDA compute backend: CuPy arrays on GPU `device_id`, Numba kernels.
+
+    device_id: GPU to use (an index of cudakit.devices()); enable_caching: keep compiled kernels
+    (in this object, and on disk through Numba's cache for functions defined in files).
+    Raises RuntimeError (BackendUnavailableError, with the reason) when CUDA is not available,
+    DeviceError (a ValueError) for a device_id that does not exist.
+    """
+
+    def __init__(self, *, device_id: int = 0, enable_caching: bool = True) -> None:
+        check_int(device_id, "device_id")
+        self._enable_caching = check_bool(enable_caching, "enable_caching")
+        require_cuda("CUDABackend")
+        from ..backends import get_backend
+        self._cuda = get_backend("cuda", device=device_id)
+        self._device_id = int(device_id)
+        self._kernels: dict = {}
+
+    def _backend(self):
+        return self._cuda
+
+    @classmethod
+    def check_available(cls) -> bool:
+        """True if CUDA is available (CuPy imports and a GPU is visible)."""
+        from ..runtime import device
+        return device.is_available()
+
+    @property
+    def name(self) -> str:
+        """Returns 'cuda'."""
+        return "cuda"
+
+    @property
+    def is_available(self) -> bool:
+        """Whether CUDA is available."""
+        return self.check_available()
+
+    @property
+    def device_id(self) -> int:
+        """Current GPU device ID."""
+        return self._device_id
+
+    @property
+    def device_name(self) -> str:
+        """Name of the current GPU."""
+        from ..runtime import device
+        return device.get_device_info(self._device_id).name
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        """GPU compute capability (major, minor)."""
+        from ..runtime import device
+        return device.get_device_info(self._device_id).compute_capability
+
+    def compile_kernel(self, func: Callable, signature: tuple[type, ...]) -> Callable:
+        """Compile Python function `func` as a CUDA kernel with Numba for the argument types
+        `signature` (NumPy scalar types such as np.float32, Numba types such as float32[:], or a
+        Numba signature string). Returns a kernel for launch_kernel() (also `kernel[grid, block](*args)`).
+        Cached per (func, signature) when enable_caching. Raises BackendUnavailableError without
+        the `numba` extra, DTypeError naming signature[i] for a type Numba cannot take.
+        """
+        from ..runtime.numba import _numba_cuda, numba_kernel
+        _numba_cuda()
+        key = (func, signature if isinstance(signature, str) else tuple(signature))
+        if self._enable_caching and key in self._kernels:
+            return self._kernels[key]
+        from ..runtime import device
+        with device.device(self._device_id):
+            kernel = numba_kernel(func, _numba_signature(signature), cache=self._enable_caching)
+        if self._enable_caching:
+            self._kernels[key] = kernel
+        return kernel
+
+    def get_memory_info(self) -> tuple[int, int]:
+        """(free_bytes, total_bytes) of this backend's GPU, as the driver reports them."""
+        from ..runtime import memory
+        return memory.memory_info(self._device_id)
+
+    def launch_kernel(self, kernel: Callable, grid: tuple[int, ...], block: tuple[int, ...], *args: Any) -> None:
+        """Launch `kernel` on this backend's GPU with `grid` blocks of `block` threads (ints or
+        tuples of up to 3) and `args` (CuPy arrays and scalars). `kernel`: what compile_kernel
+        returned, a @numba.cuda.jit function, or a cudakit Kernel. Asynchronous: synchronize()
+        waits for it. Raises LaunchError naming the grid or block over the device's limits,
+        TypeError naming `kernel` when it is none of these."""
+        from ..runtime import device
+        k = _as_kernel(kernel)
+        with device.device(self._device_id):
+            k.launch(grid, block, args)
+
+
+def _numba_signature(signature):
+    """pydotcompute's signature (a tuple of NumPy or Numba types, or a Numba string) as Numba's."""
+    if isinstance(signature, str):
+        return signature
+    import numba
+    out = []
+    for i, t in enumerate(signature):
+        if isinstance(t, numba.core.types.Type):
+            out.append(t)
+            continue
+        try:
+            out.append(numba.from_dtype(np.dtype(t)))
+        except (TypeError, NotImplementedError, numba.core.errors.NumbaError):
+            raise DTypeError(f"signature[{i}]: {t!r} is neither a NumPy nor a Numba type") from None
+    return tuple(out)
+
+
+def _as_kernel(kernel):
+    """A kernel with cudakit's launch(grid, block, args) from what launch_kernel() accepts."""
+    if type(kernel).__module__.startswith("numba"):   # a @cuda.jit dispatcher
+        from ..runtime.numba import NumbaKernel
+        return NumbaKernel(kernel, getattr(getattr(kernel, "py_func", None), "__name__", "kernel"))
+    if hasattr(kernel, "launch"):   # cudakit's Kernel, NumbaKernel, ...
+        return kernel
+    raise TypeError(f"kernel must be a compiled kernel (compile_kernel(), @numba.cuda.jit or a cudakit Kernel); "
+                    f"got {type(kernel).__name__}")
+
+
+__all__ = ["Backend", "CPUBackend", "CUDABackend"]
