@@ -9,14 +9,14 @@ import importlib
 
 __version__ = "0.1.0"
 
-from .errors import (BackendUnavailableError, CompileError, CudakitError, DeviceError, DTypeError,  # noqa: E402
-                     LaunchError, OutOfMemoryError, ShapeError, TargetIndexError)
+from .errors import (BackendUnavailableError, CompileError, CudakitError, DeviceError, DistributedError,  # noqa: E402
+                     DTypeError, LaunchError, OutOfMemoryError, ShapeError, TargetIndexError)
 
 # public name -> (module, attribute); attribute None means the module itself
 _LAZY = {
     "memory": ("runtime.memory", None), "config": ("config", None), "profiler": ("profiler", None),
     "ops": ("ops", None), "backends": ("backends", None), "runtime": ("runtime", None),
-    "kernels": ("kernels", None), "bench": ("bench", None),
+    "kernels": ("kernels", None), "bench": ("bench", None), "distributed": ("distributed", None),
     "Backend": ("backends", "Backend"), "get_backend": ("backends", "get_backend"),
     "profile": ("profiler", "profile"),
     "LaunchConfig": ("runtime.launch", "LaunchConfig"), "launch_config": ("runtime.launch", "launch_config"),
@@ -73,7 +73,8 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["__version__", "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DTypeError",
+__all__ = ["__version__", "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DistributedError",
+           "DTypeError",
            "LaunchError", "OutOfMemoryError", "ShapeError", "TargetIndexError"] + [n for n in _LAZY if n not in
                                                                  ("config", "profiler", "ops", "backends", "runtime",
-                                                                  "kernels", "bench", "optim")]
+                                                                  "kernels", "bench", "optim", "distributed")]

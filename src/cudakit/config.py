@@ -12,6 +12,8 @@
 | CUDAKIT_NATIVE            | "0": launch through CuPy's binding, not the native launcher      |
 | CUDAKIT_FLOAT32_PRECISION | products in float32 conv2d and attention: "tf32x3" (default),    |
 |                           | "ieee" or "tf32" (see float32_precision below)                   |
+| CUDAKIT_DISTRIBUTED_DEBUG | "1": check that shapes and dtypes agree across ranks before each |
+|                           | collective (one store round trip per collective)                 |
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class Settings:
     native: bool = True
     float32_precision: str = "tf32x3"
     cache_size: str | None = None
+    distributed_debug: bool = False
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -52,6 +55,7 @@ class Settings:
             native=env.get("CUDAKIT_NATIVE", "1").strip().lower() not in {"0", "false", "no", "off"},
             # checked where it is used (float32_precision()): a bad value fails only the float32 GPU kernels
             float32_precision=env.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3").strip().lower() or "tf32x3",
+            distributed_debug=env.get("CUDAKIT_DISTRIBUTED_DEBUG", "0").strip().lower() in _TRUE,
         )
 
 

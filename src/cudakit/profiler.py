@@ -25,8 +25,8 @@ _lock = threading.Lock()
 @dataclass
 class Record:
     """One launch or transfer. Durations in milliseconds, filled in by Profile.resolve()."""
-    kind: str            # "kernel" or "transfer"
-    name: str            # kernel name, or "HtoD"/"DtoH"
+    kind: str            # "kernel", "transfer" or "collective"
+    name: str            # kernel name, "HtoD"/"DtoH", or "nccl:all_reduce" ...
     device: int
     stream: int
     host_start_us: float
@@ -34,14 +34,17 @@ class Record:
     block: tuple = ()
     nbytes: int = 0
     duration_ms: float | None = None
+    bus_factor: float = 0.0   # collectives: bus bandwidth = bytes / time * bus_factor (nccl-tests)
     _events: tuple = field(default=(), repr=False)
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("kind", "name", "device", "stream", "host_start_us",
                                              "grid", "block", "nbytes", "duration_ms")}
         d["grid"], d["block"] = list(self.grid), list(self.block)
-        if self.kind == "transfer" and self.duration_ms:
+        if self.kind in ("transfer", "collective") and self.duration_ms:
             d["gb_per_s"] = self.nbytes / (self.duration_ms * 1e-3) / 1e9
+            if self.kind == "collective":
+                d["bus_gb_per_s"] = d["gb_per_s"] * self.bus_factor
         return d
 
 
@@ -150,7 +153,9 @@ class Profile:
         for r in self.resolve():
             events.append({"name": r.name, "cat": r.kind, "ph": "X", "ts": r.host_start_us,
                            "dur": (r.duration_ms or 0.0) * 1e3, "pid": r.device, "tid": r.stream,
-                           "args": {"grid": list(r.grid), "block": list(r.block), "bytes": r.nbytes}})
+                           "args": {"grid": list(r.grid), "block": list(r.block), "bytes": r.nbytes,
+                                    **({"bus_gb_per_s": r.as_dict().get("bus_gb_per_s", 0.0)}
+                                       if r.kind == "collective" else {})}})
         for d, points in self.memory_timeline().items():   # a counter track per device
             events += [{"name": "memory allocated since the start (bytes)", "ph": "C", "ts": t, "pid": d,
                         "args": {"bytes": v}} for t, v in points]
@@ -228,9 +233,29 @@ def _transfer(direction: str, nbytes: int, stream):
 
 
 @contextlib.contextmanager
-def _timed_transfer(prof, direction, nbytes, stream):
-    rec, s = prof._begin("transfer", direction, stream, nbytes=nbytes)
+def _timed_transfer(prof, direction, nbytes, stream, kind="transfer", **kw):
+    rec, s = prof._begin(kind, direction, stream, nbytes=nbytes, **kw)
     try:
         yield
     finally:
         prof._end(rec, s)
+
+
+def _collective(name: str, nbytes: int, bus_factor: float, stream):
+    """Context manager timing a collective on `stream` (CUDA events) while a profile is active; a
+    shared no-op otherwise. nbytes: the bytes nccl-tests counts for the op (all_gather: the whole
+    output); the record's bus bandwidth is nbytes / time * bus_factor."""
+    prof = _active
+    if prof is None:
+        return _null
+    return _timed_transfer(prof, name, nbytes, stream, kind="collective", bus_factor=bus_factor)
+
+
+def _record_host_collective(name: str, nbytes: int, bus_factor: float, host_start: float, host_end: float) -> None:
+    """Record a collective that ran on the host (the CPU backend; perf_counter() seconds) while a
+    profile is active."""
+    prof = _active
+    if prof is None:
+        return
+    prof.records.append(Record("collective", name, -1, 0, (host_start - prof._t0) * 1e6, nbytes=nbytes,
+                               duration_ms=(host_end - host_start) * 1e3, bus_factor=bus_factor))
