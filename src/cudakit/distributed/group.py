@@ -202,7 +202,10 @@ class ProcessGroup:
                 g.pop("op", None)
         if any(g != got[0] for g in got):
             def fmt(g):
-                return ", ".join(f"{k}={v}" for k, v in sorted(g.items()))
+                head = " ".join(x for x in (g.get("op"), g.get("dtype"),
+                                            str(tuple(g["shape"])) if "shape" in g else None) if x)
+                rest = ", ".join(f"{k}={v}" for k, v in sorted(g.items()) if k not in ("op", "dtype", "shape"))
+                return head + (f" ({rest})" if rest else "")
             detail = "; ".join(f"rank {r} has {fmt(g)}" for r, g in zip(who, got))
             raise DistributedError(f"#{self.seq}: the ranks disagree (CUDAKIT_DISTRIBUTED_DEBUG=1): {detail}",
                                    rank=w.rank, op=op)
