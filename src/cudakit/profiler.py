@@ -35,11 +35,12 @@ class Record:
     nbytes: int = 0
     duration_ms: float | None = None
     bus_factor: float = 0.0   # collectives: bus bandwidth = bytes / time * bus_factor (nccl-tests)
+    gpu_start_us: float | None = None   # when the GPU started it, on the profile's host clock (resolve())
     _events: tuple = field(default=(), repr=False)
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("kind", "name", "device", "stream", "host_start_us",
-                                             "grid", "block", "nbytes", "duration_ms")}
+                                             "grid", "block", "nbytes", "duration_ms", "gpu_start_us")}
         d["grid"], d["block"] = list(self.grid), list(self.block)
         if self.kind in ("transfer", "collective") and self.duration_ms:
             d["gb_per_s"] = self.nbytes / (self.duration_ms * 1e-3) / 1e9
@@ -58,6 +59,7 @@ class Profile:
         # every counted allocation and free while active: {"t_us" (host, since the start), "event"
         # ("alloc" / "free"), "device", "bytes"} (the pool's block sizes)
         self.memory_events: list[dict] = []
+        self._ref: dict = {}   # device -> (CUDA event, host us) recorded before its first record
 
     def _on_memory(self, event: str, device: int, nbytes: int) -> None:
         self.memory_events.append({"t_us": (time.perf_counter() - self._t0) * 1e6, "event": event,
@@ -80,8 +82,13 @@ class Profile:
         cp = _cupy.loaded_cupy()
         s = stream or cp.cuda.get_current_stream()
         start, end = cp.cuda.Event(), cp.cuda.Event()
-        rec = Record(kind, name, cp.cuda.runtime.getDevice(), s.ptr,
-                     (time.perf_counter() - self._t0) * 1e6, _events=(start, end), **kw)
+        dev = cp.cuda.runtime.getDevice()
+        host_us = (time.perf_counter() - self._t0) * 1e6
+        if dev not in self._ref:   # the device's time origin: GPU times of every stream relate to it
+            ref = cp.cuda.Event()
+            ref.record(s)
+            self._ref[dev] = (ref, host_us)
+        rec = Record(kind, name, dev, s.ptr, host_us, _events=(start, end), **kw)
         if self.nvtx:
             cp.cuda.nvtx.RangePush(name)
         start.record(s)
@@ -108,7 +115,11 @@ class Profile:
             if r.duration_ms is None and r._events:
                 r._events[1].synchronize()
                 from .runtime import _cupy
-                r.duration_ms = _cupy.loaded_cupy().cuda.get_elapsed_time(*r._events)
+                cp = _cupy.loaded_cupy()
+                r.duration_ms = cp.cuda.get_elapsed_time(*r._events)
+                ref = self._ref.get(r.device)
+                if ref is not None:
+                    r.gpu_start_us = ref[1] + cp.cuda.get_elapsed_time(ref[0], r._events[0]) * 1e3
                 r._events = ()
         return self.records
 
@@ -147,11 +158,15 @@ class Profile:
     def chrome_trace(self) -> dict:
         """The records in the Trace Event Format ("X" complete events, microseconds).
 
-        Kernels sit on one track per (device, stream); the start is the host time of the launch,
-        which is when the GPU could at the earliest start it."""
+        Kernels sit on one track per (device, stream); the start is when the GPU started it
+        (CUDA events, relative to an event recorded before the device's first record, placed at
+        that record's host time), so work on different streams (a collective on the communication
+        stream, the backward's kernels) overlaps in the trace as it did on the GPU. Records
+        without events (the CPU backend's collectives) start at their host time."""
         events = []
         for r in self.resolve():
-            events.append({"name": r.name, "cat": r.kind, "ph": "X", "ts": r.host_start_us,
+            ts = r.gpu_start_us if r.gpu_start_us is not None else r.host_start_us
+            events.append({"name": r.name, "cat": r.kind, "ph": "X", "ts": ts,
                            "dur": (r.duration_ms or 0.0) * 1e3, "pid": r.device, "tid": r.stream,
                            "args": {"grid": list(r.grid), "block": list(r.block), "bytes": r.nbytes,
                                     **({"bus_gb_per_s": r.as_dict().get("bus_gb_per_s", 0.0)}
