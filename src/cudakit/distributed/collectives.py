@@ -78,7 +78,7 @@ def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
     o = _reduce_op(op, a.dtype.name)
     return g.run("all_reduce", a.nbytes, _bus("all_reduce", g.size),
                  lambda s: g.transport.all_reduce([a], o, s) if a.size else None, async_op, (a,),
-                 {"op": "all_reduce", "reduce": o, **_desc(a)})
+                 lambda: {"op": "all_reduce", "reduce": o, **_desc(a)})
 
 
 def all_reduce_coalesced(tensors, op: str = "sum", group=None, async_op: bool = False):
@@ -93,7 +93,7 @@ def all_reduce_coalesced(tensors, op: str = "sum", group=None, async_op: bool = 
     live = [a for a in arrays if a.size]
     return g.run("all_reduce_coalesced", sum(a.nbytes for a in arrays), _bus("all_reduce", g.size),
                  lambda s: g.transport.all_reduce(live, o, s) if live else None, async_op, tuple(arrays),
-                 {"op": "all_reduce_coalesced", "reduce": o, "arrays": [_desc(a) for a in arrays]})
+                 lambda: {"op": "all_reduce_coalesced", "reduce": o, "arrays": [_desc(a) for a in arrays]})
 
 
 def broadcast(tensor, src: int, group=None, async_op: bool = False):
@@ -102,7 +102,7 @@ def broadcast(tensor, src: int, group=None, async_op: bool = False):
     a = _array(g, tensor, "tensor")
     root = g.group_rank(src, "src")
     return g.run("broadcast", a.nbytes, 1.0, lambda s: g.transport.broadcast(a, root, s) if a.size else None,
-                 async_op, (a,), {"op": "broadcast", "src": src, **_desc(a)})
+                 async_op, (a,), lambda: {"op": "broadcast", "src": src, **_desc(a)})
 
 
 def reduce(tensor, dst: int, op: str = "sum", group=None, async_op: bool = False):
@@ -113,7 +113,7 @@ def reduce(tensor, dst: int, op: str = "sum", group=None, async_op: bool = False
     o = _reduce_op(op, a.dtype.name)
     root = g.group_rank(dst, "dst")
     return g.run("reduce", a.nbytes, 1.0, lambda s: g.transport.reduce(a, root, o, s) if a.size else None,
-                 async_op, (a,), {"op": "reduce", "dst": dst, "reduce": o, **_desc(a)})
+                 async_op, (a,), lambda: {"op": "reduce", "dst": dst, "reduce": o, **_desc(a)})
 
 
 def _xp(g):
@@ -168,7 +168,7 @@ def all_gather(output, tensor, group=None, async_op: bool = False):
                 g.transport.all_gather(out, a, s)
         keep = (a, out)
     return g.run("all_gather", n * a.nbytes, _bus("all_gather", n), fn, async_op, keep,
-                 {"op": "all_gather", **_desc(a)})
+                 lambda: {"op": "all_gather", **_desc(a)})
 
 
 def reduce_scatter(output, input, op: str = "sum", group=None, async_op: bool = False):
@@ -207,7 +207,7 @@ def reduce_scatter(output, input, op: str = "sum", group=None, async_op: bool = 
                 g.transport.reduce_scatter(out, inp, o, s)
         keep = (out, inp)
     return g.run("reduce_scatter", n * out.nbytes, _bus("reduce_scatter", n), fn, async_op, keep,
-                 {"op": "reduce_scatter", "reduce": o, **_desc(out)})
+                 lambda: {"op": "reduce_scatter", "reduce": o, **_desc(out)})
 
 
 def _peer(g, r, what: str) -> int:
@@ -224,7 +224,7 @@ def send(tensor, dst: int, group=None, async_op: bool = False):
     a = _array(g, tensor, "tensor", write=False)
     peer = _peer(g, dst, "dst")
     return g.run("send", a.nbytes, 1.0, lambda s: g.transport.send(a, peer, s) if a.size else None, async_op,
-                 (a,), {"op": "send", "peer": peer, **_desc(a)})
+                 (a,), lambda: {"op": "send", "peer": peer, **_desc(a)})
 
 
 def recv(tensor, src: int, group=None, async_op: bool = False):
@@ -233,7 +233,7 @@ def recv(tensor, src: int, group=None, async_op: bool = False):
     a = _array(g, tensor, "tensor")
     peer = _peer(g, src, "src")
     return g.run("recv", a.nbytes, 1.0, lambda s: g.transport.recv(a, peer, s) if a.size else None, async_op,
-                 (a,), {"op": "recv", "peer": peer, **_desc(a)})
+                 (a,), lambda: {"op": "recv", "peer": peer, **_desc(a)})
 
 
 def barrier(group=None, async_op: bool = False, timeout: float | None = None):
@@ -241,7 +241,7 @@ def barrier(group=None, async_op: bool = False, timeout: float | None = None):
     barrier's all-reduce finished on the GPU), at most `timeout` s (default: the group's); with
     async_op=True returns a Work instead."""
     g = resolve(group, "barrier")
-    work = g.run("barrier", 4, 1.0, lambda s: g.transport.barrier(s), True, (), {"op": "barrier"})
+    work = g.run("barrier", 4, 1.0, lambda s: g.transport.barrier(s), True, (), lambda: {"op": "barrier"})
     if async_op:
         return work
     work.synchronize(timeout)

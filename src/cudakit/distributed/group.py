@@ -76,15 +76,19 @@ class ProcessGroup:
         return self.ranks.index(global_rank)
 
     # -- failure state (shared with the watchdog) --
+    def _prune(self) -> None:
+        """Drop the completed collectives at the front of the pending queue (holding _plock)."""
+        q = self._pending
+        while q and q[0].done():
+            p = q.popleft()
+            if p.reusable:   # no Work handle holds its event
+                self._free_events.append(p.event)
+
     def pending_snapshot(self) -> list:
         """The collectives not known to be complete, oldest first (drops the completed ones)."""
         with self._plock:
-            q = self._pending
-            while q and q[0].done():
-                p = q.popleft()
-                if p.reusable:   # no Work handle holds it
-                    self._free_events.append(p.event)
-            return list(q)
+            self._prune()
+            return list(self._pending)
 
     def fail(self, message: str, op: str | None = None, lost_ranks: tuple = (), nccl_message: str | None = None):
         """Record the group's error (the first one wins) and abort its transport."""
@@ -114,28 +118,33 @@ class ProcessGroup:
         if self.destroyed:
             raise DistributedError(f"{self!r} was destroyed", rank=self.world.rank, op=op)
         self._raise_if_failed(op)
+        if not self.world.lost and self.world.store_lost is None:
+            return
         lost = self.lost_members()
         if lost or self.world.store_lost:
             raise self.fail(f"cannot start: {self.world.lost_text(lost)}", op=op, lost_ranks=tuple(lost))
 
     # -- running one collective --
     def run(self, op: str, nbytes: int, bus_factor: float, fn, async_op: bool, keep: tuple = (),
-            check: dict | None = None):
+            check=None):
         """Run fn(where) as collective `op`: `where` is the CUDA stream (NCCL) or the store slot (CPU).
+        check(): the dict of shapes and arguments the debug check compares across ranks.
         Returns a Work for async_op=True, else None."""
         self._check_usable(op)
         self.seq += 1
         if check is not None and self.world.debug:
-            self._debug_check(op, check)
+            self._debug_check(op, check())
         if self.backend == "nccl":
             return self._run_nccl(op, nbytes, bus_factor, fn, async_op, keep)
         return self._run_cpu(op, nbytes, bus_factor, fn, async_op, keep)
 
     def _event(self):
-        if self._free_events:
-            with self._plock:
-                if self._free_events:
-                    return self._free_events.pop()
+        """A CUDA event of the group's device, reused once the collective it marked completed."""
+        with self._plock:
+            if not self._free_events and len(self._pending) > 16:
+                self._prune()
+            if self._free_events:
+                return self._free_events.pop()
         return self.transport.event()
 
     def _run_nccl(self, op, nbytes, bus_factor, fn, async_op, keep):
