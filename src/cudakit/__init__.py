@@ -10,14 +10,15 @@ import importlib
 __version__ = "0.1.0"
 
 from .errors import (ArgumentError, ArgumentTypeError, BackendUnavailableError, CacheError,  # noqa: E402
-                     CompileError, ConfigError, CudakitError, DeviceError, DTypeError, LaunchError,
+                     CompileError, ConfigError, CudakitError, DeviceError, DistributedError, DTypeError,
+                     LaunchError,
                      OutOfMemoryError, ShapeError, TargetIndexError)
 
 # public name -> (module, attribute); attribute None means the module itself
 _LAZY = {
     "memory": ("runtime.memory", None), "config": ("config", None), "profiler": ("profiler", None),
     "ops": ("ops", None), "backends": ("backends", None), "runtime": ("runtime", None),
-    "kernels": ("kernels", None), "bench": ("bench", None),
+    "kernels": ("kernels", None), "bench": ("bench", None), "distributed": ("distributed", None),
     "Backend": ("backends", "Backend"), "get_backend": ("backends", "get_backend"),
     "profile": ("profiler", "profile"),
     "LaunchConfig": ("runtime.launch", "LaunchConfig"), "launch_config": ("runtime.launch", "launch_config"),
@@ -77,7 +78,8 @@ def __dir__():
 
 
 __all__ = ["__version__", "ArgumentError", "ArgumentTypeError", "CacheError", "ConfigError",
-           "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DTypeError",
+           "BackendUnavailableError", "CompileError", "CudakitError", "DeviceError", "DistributedError", "DTypeError",
            "LaunchError", "OutOfMemoryError", "ShapeError", "TargetIndexError"] + [n for n in _LAZY if n not in
                                                                  ("config", "profiler", "ops", "backends", "runtime",
-                                                                  "kernels", "bench", "optim", "graphs")]
+                                                                  "kernels", "bench", "optim", "graphs",
+                                                                  "distributed")]

@@ -1,4 +1,4 @@
-"""`cudakit info | cache info | cache clear | cache warm | bench | tune | report`: the command line. The only module that prints."""
+"""`cudakit info | cache info | cache clear | cache warm | bench | tune | report | run`: the command line. The only module that prints."""
 from __future__ import annotations
 
 import argparse
@@ -212,7 +212,16 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--results", default="benchmarks/results")
     pr.add_argument("--output", default="BENCHMARKS.md")
     pr.set_defaults(fn=cmd_report)
+    pn = sub.add_parser("run", help="launch a script on N ranks per node (torchrun's environment; cudakit.distributed)")
+    from cudakit.distributed.launcher import add_arguments as add_run_arguments
+    add_run_arguments(pn)
+    pn.set_defaults(fn=cmd_run)
     return p
+
+
+def cmd_run(args) -> int:
+    from cudakit.distributed import launcher
+    return launcher.main(args, lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
 def cmd_report(args) -> int:

@@ -12,6 +12,8 @@
 | CUDAKIT_NATIVE            | "0": launch through CuPy's binding, not the native launcher      |
 | CUDAKIT_FLOAT32_PRECISION | products in float32 conv2d and attention: "tf32x3" (default),    |
 |                           | "ieee" or "tf32" (see float32_precision below)                   |
+| CUDAKIT_DISTRIBUTED_DEBUG | "1": check that shapes and dtypes agree across ranks before each |
+|                           | collective (one store round trip per collective)                 |
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class Settings:
     native: bool = True
     float32_precision: str = "tf32x3"
     cache_size: str | None = None
+    distributed_debug: bool = False
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -73,6 +76,7 @@ class Settings:
             autotune_log=_flag(env, "CUDAKIT_AUTOTUNE_LOG", False),
             native=_flag(env, "CUDAKIT_NATIVE", True),
             float32_precision=prec,
+            distributed_debug=_flag(env, "CUDAKIT_DISTRIBUTED_DEBUG", False),
         )
 
 

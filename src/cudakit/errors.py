@@ -65,6 +65,18 @@ class TargetIndexError(CudakitError, IndexError):
     """A class-index target (cross_entropy) outside [0, C) that is not ignore_index."""
 
 
+class DistributedError(CudakitError, RuntimeError):
+    """A collective, the store or a peer failed: names this process's rank, the op and the cause
+    (NCCL's message, the lost rank, the timeout that expired, the shapes that differ)."""
+
+    def __init__(self, message: str, rank: int | None = None, op: str | None = None,
+                 lost_ranks: tuple = (), nccl_message: str | None = None):
+        self.rank, self.op, self.nccl_message = rank, op, nccl_message
+        self.lost_ranks = tuple(lost_ranks)
+        where = "distributed" if rank is None else f"rank {rank}"
+        super().__init__(f"{where}: {op}: {message}" if op else f"{where}: {message}")
+
+
 class OutOfMemoryError(CudakitError, MemoryError):
     """Device memory exhausted, raised only after freeing cached blocks and retrying once."""
 
@@ -92,4 +104,4 @@ def _fmt(n: int) -> str:
 
 __all__ = ["CudakitError", "ArgumentError", "ArgumentTypeError", "ConfigError", "CacheError",
            "BackendUnavailableError", "DeviceError", "ShapeError", "DTypeError",
-           "CompileError", "LaunchError", "OutOfMemoryError", "TargetIndexError"]
+           "CompileError", "LaunchError", "DistributedError", "OutOfMemoryError", "TargetIndexError"]

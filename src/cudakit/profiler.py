@@ -25,8 +25,8 @@ _lock = threading.Lock()
 @dataclass
 class Record:
     """One launch or transfer. Durations in milliseconds, filled in by Profile.resolve()."""
-    kind: str            # "kernel" or "transfer"
-    name: str            # kernel name, or "HtoD"/"DtoH"
+    kind: str            # "kernel", "transfer" or "collective"
+    name: str            # kernel name, "HtoD"/"DtoH", or "nccl:all_reduce" ...
     device: int
     stream: int
     host_start_us: float
@@ -34,14 +34,18 @@ class Record:
     block: tuple = ()
     nbytes: int = 0
     duration_ms: float | None = None
+    bus_factor: float = 0.0   # collectives: bus bandwidth = bytes / time * bus_factor (nccl-tests)
+    gpu_start_us: float | None = None   # when the GPU started it, on the profile's host clock (resolve())
     _events: tuple = field(default=(), repr=False)
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("kind", "name", "device", "stream", "host_start_us",
-                                             "grid", "block", "nbytes", "duration_ms")}
+                                             "grid", "block", "nbytes", "duration_ms", "gpu_start_us")}
         d["grid"], d["block"] = list(self.grid), list(self.block)
-        if self.kind == "transfer" and self.duration_ms:
+        if self.kind in ("transfer", "collective") and self.duration_ms:
             d["gb_per_s"] = self.nbytes / (self.duration_ms * 1e-3) / 1e9
+            if self.kind == "collective":
+                d["bus_gb_per_s"] = d["gb_per_s"] * self.bus_factor
         return d
 
 
@@ -55,6 +59,7 @@ class Profile:
         # every counted allocation and free while active: {"t_us" (host, since the start), "event"
         # ("alloc" / "free"), "device", "bytes"} (the pool's block sizes)
         self.memory_events: list[dict] = []
+        self._ref: dict = {}   # device -> (CUDA event, host us) recorded before its first record
 
     def _on_memory(self, event: str, device: int, nbytes: int) -> None:
         self.memory_events.append({"t_us": (time.perf_counter() - self._t0) * 1e6, "event": event,
@@ -77,8 +82,13 @@ class Profile:
         cp = _cupy.loaded_cupy()
         s = stream or cp.cuda.get_current_stream()
         start, end = cp.cuda.Event(), cp.cuda.Event()
-        rec = Record(kind, name, cp.cuda.runtime.getDevice(), s.ptr,
-                     (time.perf_counter() - self._t0) * 1e6, _events=(start, end), **kw)
+        dev = cp.cuda.runtime.getDevice()
+        host_us = (time.perf_counter() - self._t0) * 1e6
+        if dev not in self._ref:   # the device's time origin: GPU times of every stream relate to it
+            ref = cp.cuda.Event()
+            ref.record(s)
+            self._ref[dev] = (ref, host_us)
+        rec = Record(kind, name, dev, s.ptr, host_us, _events=(start, end), **kw)
         if self.nvtx:
             cp.cuda.nvtx.RangePush(name)
         start.record(s)
@@ -105,7 +115,11 @@ class Profile:
             if r.duration_ms is None and r._events:
                 r._events[1].synchronize()
                 from .runtime import _cupy
-                r.duration_ms = _cupy.loaded_cupy().cuda.get_elapsed_time(*r._events)
+                cp = _cupy.loaded_cupy()
+                r.duration_ms = cp.cuda.get_elapsed_time(*r._events)
+                ref = self._ref.get(r.device)
+                if ref is not None:
+                    r.gpu_start_us = ref[1] + cp.cuda.get_elapsed_time(ref[0], r._events[0]) * 1e3
                 r._events = ()
         return self.records
 
@@ -144,13 +158,19 @@ class Profile:
     def chrome_trace(self) -> dict:
         """The records in the Trace Event Format ("X" complete events, microseconds).
 
-        Kernels sit on one track per (device, stream); the start is the host time of the launch,
-        which is when the GPU could at the earliest start it."""
+        Kernels sit on one track per (device, stream); the start is when the GPU started it
+        (CUDA events, relative to an event recorded before the device's first record, placed at
+        that record's host time), so work on different streams (a collective on the communication
+        stream, the backward's kernels) overlaps in the trace as it did on the GPU. Records
+        without events (the CPU backend's collectives) start at their host time."""
         events = []
         for r in self.resolve():
-            events.append({"name": r.name, "cat": r.kind, "ph": "X", "ts": r.host_start_us,
+            ts = r.gpu_start_us if r.gpu_start_us is not None else r.host_start_us
+            events.append({"name": r.name, "cat": r.kind, "ph": "X", "ts": ts,
                            "dur": (r.duration_ms or 0.0) * 1e3, "pid": r.device, "tid": r.stream,
-                           "args": {"grid": list(r.grid), "block": list(r.block), "bytes": r.nbytes}})
+                           "args": {"grid": list(r.grid), "block": list(r.block), "bytes": r.nbytes,
+                                    **({"bus_gb_per_s": r.as_dict().get("bus_gb_per_s", 0.0)}
+                                       if r.kind == "collective" else {})}})
         for d, points in self.memory_timeline().items():   # a counter track per device
             events += [{"name": "memory allocated since the start (bytes)", "ph": "C", "ts": t, "pid": d,
                         "args": {"bytes": v}} for t, v in points]
@@ -228,9 +248,29 @@ def _transfer(direction: str, nbytes: int, stream):
 
 
 @contextlib.contextmanager
-def _timed_transfer(prof, direction, nbytes, stream):
-    rec, s = prof._begin("transfer", direction, stream, nbytes=nbytes)
+def _timed_transfer(prof, direction, nbytes, stream, kind="transfer", **kw):
+    rec, s = prof._begin(kind, direction, stream, nbytes=nbytes, **kw)
     try:
         yield
     finally:
         prof._end(rec, s)
+
+
+def _collective(name: str, nbytes: int, bus_factor: float, stream):
+    """Context manager timing a collective on `stream` (CUDA events) while a profile is active; a
+    shared no-op otherwise. nbytes: the bytes nccl-tests counts for the op (all_gather: the whole
+    output); the record's bus bandwidth is nbytes / time * bus_factor."""
+    prof = _active
+    if prof is None:
+        return _null
+    return _timed_transfer(prof, name, nbytes, stream, kind="collective", bus_factor=bus_factor)
+
+
+def _record_host_collective(name: str, nbytes: int, bus_factor: float, host_start: float, host_end: float) -> None:
+    """Record a collective that ran on the host (the CPU backend; perf_counter() seconds) while a
+    profile is active."""
+    prof = _active
+    if prof is None:
+        return
+    prof.records.append(Record("collective", name, -1, 0, (host_start - prof._t0) * 1e6, nbytes=nbytes,
+                               duration_ms=(host_end - host_start) * 1e3, bus_factor=bus_factor))

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One device call on a 2-GPU (or 4-GPU) H100 machine: cudakit.distributed's multi-GPU tests (NCCL
+# collectives vs NumPy, data parallel, overlap trace, faults, two simulated nodes over sockets),
+# then the all_reduce bus-bandwidth sweep 8 KB..1 GB float32 in place for cudakit, CuPy's raw
+# binding and torch.distributed (NCCL) in the same run, then a short table.
+#   bash scripts/gpu_check_distributed.sh            (NPROC=2 to force two ranks on a 4-GPU machine)
+# Results under $OUT: log.txt, bench_cudakit.json, bench_torch.json, dp_overlap_trace.json.
+# NVLink multicast stays off (NCCL_NVLS_ENABLE=0); nothing here creates multicast objects.
+set -u
+OUT=${OUT:-/tmp/cudakit-dist-out}
+mkdir -p "$OUT"
+export OUT PYTHONPATH="$PWD/src:$PWD/tests" PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+export CUDAKIT_CACHE_DIR=${CUDAKIT_CACHE_DIR:-/tmp/cudakit-cache}
+# CuPy loads libnccl.so.2: from the NCCL wheel (nvidia-nccl-cu13/-cu12) when one is installed
+NCCL_LIB=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null) \
+  && export LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}"
+LOG="$OUT/log.txt"
+NGPU=$(nvidia-smi -L | wc -l)
+N=${NPROC:-$(( NGPU < 4 ? NGPU : 4 ))}
+{
+  date -u +"%Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv
+  nvidia-smi topo -m
+  env | grep '^NCCL_' | sort
+  python3 -c "import cupy; from cupy.cuda import nccl; print('CuPy', cupy.__version__, 'NCCL', nccl.get_version(), 'available', nccl.available)"
+  python3 -c "import torch; print('torch', torch.__version__, 'NCCL', torch.cuda.nccl.version())"
+  echo "ranks: $N"
+} 2>&1 | tee "$LOG"
+
+# 1. the multi-GPU tests (faults, debug check, unreachable store and the two-node simulation included)
+timeout ${TEST_TIMEOUT:-330} python3 -m pytest -q -rs -v -m "cuda or multi_gpu" tests/gpu/test_distributed_gpu.py \
+  -p no:cacheprovider 2>&1 | tee -a "$LOG" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|OVERLAP|REC |Error" | tail -30
+
+# 2. all_reduce bus bandwidth: cudakit and CuPy's raw binding on the same ranks, then torch.distributed
+timeout ${BENCH_TIMEOUT:-150} python3 -m cudakit run --nproc-per-node "$N" --master-port 29610 \
+  scripts/dist_allreduce_bench.py --impl cudakit,cupy --out "$OUT/bench_cudakit.json" 2>&1 | tee -a "$LOG" | tail -3
+timeout ${BENCH_TIMEOUT:-150} python3 -m torch.distributed.run --nproc-per-node "$N" --master-port 29620 \
+  scripts/dist_allreduce_bench.py --impl torch --out "$OUT/bench_torch.json" 2>&1 | tee -a "$LOG" | tail -3
+
+# 3. the table (last)
+python3 - "$OUT" <<'PY' 2>&1 | tee -a "$LOG"
+import json, os, re, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        return json.load(open(os.path.join(out, name)))
+    except Exception as e:
+        print(f"(no {name}: {e})"); return {}
+ck, th = load("bench_cudakit.json"), load("bench_torch.json")
+rows = {}
+for impl, src in (("cudakit", ck), ("cupy", ck), ("torch", th)):
+    for r in src.get(impl, []):
+        rows.setdefault(r["bytes"], {})[impl] = r
+print(f"\nall_reduce float32 in place, {ck.get('ranks', '?')} x {ck.get('device', '?')} (busbw GB/s; time us)")
+print(f"{'bytes':>11} {'cudakit':>16} {'cupy raw':>16} {'torch':>16} {'ck/torch':>8}")
+def cell(r):
+    return f"{r['busbw_gbs']:7.1f} {r['time_us']:7.1f}" if r else f"{'-':>15}"
+for b in sorted(rows):
+    d = rows[b]
+    ratio = d["cudakit"]["busbw_gbs"] / d["torch"]["busbw_gbs"] if "cudakit" in d and "torch" in d else float("nan")
+    print(f"{b:>11} {cell(d.get('cudakit')):>16} {cell(d.get('cupy')):>16} {cell(d.get('torch')):>16} {ratio:8.3f}")
+big = [rows[b]["cudakit"]["busbw_gbs"] / rows[b]["torch"]["busbw_gbs"] for b in rows
+       if b >= 64 << 20 and "cudakit" in rows[b] and "torch" in rows[b]]
+small = rows.get(8 << 10, {})
+if big:
+    print(f"from 64 MB up: min cudakit/torch busbw = {min(big):.3f} (acceptance >= 0.95)")
+if "cudakit" in small and "torch" in small:
+    c, t = small["cudakit"]["time_us"], small["torch"]["time_us"]
+    raw = small.get("cupy", {}).get("time_us", float("nan"))
+    print(f"8 KB: cudakit {c:.1f} us, torch {t:.1f} us, raw CuPy {raw:.1f} us; cudakit layer {c - raw:.1f} us "
+          "(acceptance: <= torch, layer <= 20 us)")
+log = open(os.path.join(out, "log.txt")).read()
+for name in re.findall(r"test_distributed_gpu.py::(\w+) (PASSED|FAILED|ERROR|SKIPPED)", log):
+    print(f"{name[1]:<8} {name[0]}")
+PY

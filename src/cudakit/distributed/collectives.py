@@ -1,0 +1,252 @@
+"""Collectives on CuPy arrays (NCCL) or NumPy arrays (the CPU backend), in the style of torch.distributed.
+
+Every function checks its arguments on the calling rank before anything runs (typed errors naming
+the argument), then runs on the current CuPy stream, or, with async_op=True, on the group's
+communication stream after an event recorded on the current stream, returning a Work handle.
+Arrays: C-contiguous, on the group's GPU (NCCL) or NumPy (CPU); dtypes float16, bfloat16, float32,
+float64, int32, int64. Ranks (src, dst) are global ranks, as in torch.distributed. The results
+live in the arrays passed; with async_op=True they are ready after work.wait().
+"""
+from __future__ import annotations
+
+from ..errors import DeviceError, DistributedError, DTypeError, ShapeError
+from .group import resolve
+
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64")
+REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
+
+
+class ReduceOp:
+    """The reductions, as the strings every collective also accepts."""
+    SUM, AVG, MAX, MIN, PRODUCT = "sum", "avg", "max", "min", "prod"
+
+
+def _bus(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor of `op` on n ranks (busbw = bytes / time * factor)."""
+    if op in ("all_reduce", "all_reduce_coalesced"):
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+def _array(g, a, name: str, write: bool = True):
+    """`a` as the group's array type, checked: type, device, dtype, contiguity."""
+    if g.backend == "nccl":
+        cp = g.transport.cp
+        if not isinstance(a, cp.ndarray):
+            if hasattr(a, "__cuda_array_interface__"):
+                a = cp.asarray(a)   # zero-copy view of a torch / JAX / Numba array
+            else:
+                raise DeviceError(f"{name} must be a CUDA array (CuPy, or one with __cuda_array_interface__) for "
+                                  f"the nccl backend (got {type(a).__name__}); the cpu backend takes NumPy arrays")
+        if a.device.id != g.device:
+            raise DeviceError(f"{name} is on cuda:{a.device.id} but this rank's group runs on cuda:{g.device}")
+    else:
+        import numpy as np
+        if not isinstance(a, np.ndarray):
+            raise DeviceError(f"{name} must be a NumPy array for the cpu backend (got {type(a).__name__}); "
+                              "CuPy arrays need backend='nccl'")
+        if write and not a.flags.writeable:
+            raise ShapeError(f"{name} is read-only, but the collective writes its result into it")
+    if a.dtype.name not in DTYPES:
+        raise DTypeError(f"{name} has dtype {a.dtype.name}; collectives take {', '.join(DTYPES)}")
+    if not a.flags.c_contiguous:
+        raise ShapeError(f"{name} must be C-contiguous (got shape {tuple(a.shape)}, strides {tuple(a.strides)}); "
+                         "pass a contiguous copy and copy the result back")
+    return a
+
+
+def _reduce_op(op, dtype_name: str) -> str:
+    o = str(op).lower() if isinstance(op, str) else op
+    if o not in REDUCE_OPS:
+        raise ValueError(f"op must be one of {REDUCE_OPS} (got {op!r})")
+    if o == "avg" and dtype_name.startswith("int"):
+        raise DTypeError(f"op='avg' needs a float dtype (got {dtype_name}); use 'sum' and divide")
+    return o
+
+
+def _desc(a) -> dict:
+    return {"shape": list(a.shape), "dtype": a.dtype.name}
+
+
+def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
+    """Reduce `tensor` (any shape) elementwise across the group's ranks, in place on every rank.
+    op: "sum", "avg" (float dtypes), "max", "min", "prod". Returns a Work for async_op=True."""
+    g = resolve(group, "all_reduce")
+    a = _array(g, tensor, "tensor")
+    o = _reduce_op(op, a.dtype.name)
+    return g.run("all_reduce", a.nbytes, _bus("all_reduce", g.size),
+                 lambda s: g.transport.all_reduce([a], o, s) if a.size else None, async_op, (a,),
+                 lambda: {"op": "all_reduce", "reduce": o, **_desc(a)})
+
+
+def all_reduce_coalesced(tensors, op: str = "sum", group=None, async_op: bool = False):
+    """all_reduce of many arrays in one go (NCCL: one group call; any shapes and dtypes, each
+    reduced in place). For many small arrays, where one launch per array would dominate."""
+    g = resolve(group, "all_reduce_coalesced")
+    if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
+        raise ValueError(f"tensors must be a list of arrays (got {type(tensors).__name__})")
+    arrays = [_array(g, t, f"tensors[{i}]") for i, t in enumerate(tensors)]
+    ops = {_reduce_op(op, a.dtype.name) for a in arrays} or {_reduce_op(op, "float32")}
+    o = ops.pop()
+    live = [a for a in arrays if a.size]
+    return g.run("all_reduce_coalesced", sum(a.nbytes for a in arrays), _bus("all_reduce", g.size),
+                 lambda s: g.transport.all_reduce(live, o, s) if live else None, async_op, tuple(arrays),
+                 lambda: {"op": "all_reduce_coalesced", "reduce": o, "arrays": [_desc(a) for a in arrays]})
+
+
+def broadcast(tensor, src: int, group=None, async_op: bool = False):
+    """Copy `tensor` of global rank `src` into `tensor` of every rank of the group (in place)."""
+    g = resolve(group, "broadcast")
+    a = _array(g, tensor, "tensor")
+    root = g.group_rank(src, "src")
+    return g.run("broadcast", a.nbytes, 1.0, lambda s: g.transport.broadcast(a, root, s) if a.size else None,
+                 async_op, (a,), lambda: {"op": "broadcast", "src": src, **_desc(a)})
+
+
+def reduce(tensor, dst: int, op: str = "sum", group=None, async_op: bool = False):
+    """Reduce `tensor` across the group into `tensor` of global rank `dst` (the others' are left
+    as they were)."""
+    g = resolve(group, "reduce")
+    a = _array(g, tensor, "tensor")
+    o = _reduce_op(op, a.dtype.name)
+    root = g.group_rank(dst, "dst")
+    return g.run("reduce", a.nbytes, 1.0, lambda s: g.transport.reduce(a, root, o, s) if a.size else None,
+                 async_op, (a,), lambda: {"op": "reduce", "dst": dst, "reduce": o, **_desc(a)})
+
+
+def _xp(g):
+    if g.backend == "nccl":
+        return g.transport.cp
+    import numpy as np
+    return np
+
+
+def _on(g, s):
+    """The context that makes CuPy work run on stream s (a no-op for the CPU backend)."""
+    import contextlib
+    return s if g.backend == "nccl" else contextlib.nullcontext()
+
+
+def all_gather(output, tensor, group=None, async_op: bool = False):
+    """Gather `tensor` (the same shape and dtype on every rank) from every rank of the group.
+    output: a list of group-size arrays shaped like `tensor` (output[i] <- rank i's), or one
+    contiguous array of group-size * tensor.size elements (rank i's in the i-th chunk; e.g.
+    shape (size, *tensor.shape) or (size * tensor.shape[0], ...))."""
+    g = resolve(group, "all_gather")
+    a = _array(g, tensor, "tensor", write=False)
+    n = g.size
+    if isinstance(output, (list, tuple)):
+        if len(output) != n:
+            raise ShapeError(f"output is a list of {len(output)} arrays; the group has {n} ranks")
+        outs = [_array(g, o, f"output[{i}]") for i, o in enumerate(output)]
+        for i, o in enumerate(outs):
+            if o.shape != a.shape or o.dtype != a.dtype:
+                raise ShapeError(f"output[{i}] is {o.dtype.name} {tuple(o.shape)}; expected {a.dtype.name} "
+                                 f"{tuple(a.shape)} like tensor")
+        xp = _xp(g)
+
+        def fn(s):
+            if not a.size:
+                return
+            with _on(g, s):
+                flat = xp.empty(n * a.size, dtype=a.dtype)
+            g.transport.all_gather(flat, a, s)
+            with _on(g, s):
+                for i, o in enumerate(outs):
+                    o[...] = flat[i * a.size:(i + 1) * a.size].reshape(a.shape)
+        keep = (a, *outs)
+    else:
+        out = _array(g, output, "output")
+        if out.dtype != a.dtype or out.size != n * a.size:
+            raise ShapeError(f"output is {out.dtype.name} {tuple(out.shape)} ({out.size} elements); expected "
+                             f"{a.dtype.name} with {n} x {a.size} = {n * a.size} elements")
+
+        def fn(s):
+            if a.size:
+                g.transport.all_gather(out, a, s)
+        keep = (a, out)
+    return g.run("all_gather", n * a.nbytes, _bus("all_gather", n), fn, async_op, keep,
+                 lambda: {"op": "all_gather", **_desc(a)})
+
+
+def reduce_scatter(output, input, op: str = "sum", group=None, async_op: bool = False):
+    """Reduce `input` across the group and leave chunk i of the result in `output` of group rank i.
+    input: a list of group-size arrays shaped like `output`, or one contiguous array of
+    group-size * output.size elements (chunk i = the i-th output.size elements)."""
+    g = resolve(group, "reduce_scatter")
+    out = _array(g, output, "output")
+    n = g.size
+    o = _reduce_op(op, out.dtype.name)
+    if isinstance(input, (list, tuple)):
+        if len(input) != n:
+            raise ShapeError(f"input is a list of {len(input)} arrays; the group has {n} ranks")
+        ins = [_array(g, x, f"input[{i}]", write=False) for i, x in enumerate(input)]
+        for i, x in enumerate(ins):
+            if x.shape != out.shape or x.dtype != out.dtype:
+                raise ShapeError(f"input[{i}] is {x.dtype.name} {tuple(x.shape)}; expected {out.dtype.name} "
+                                 f"{tuple(out.shape)} like output")
+        xp = _xp(g)
+
+        def fn(s):
+            if not out.size:
+                return
+            with _on(g, s):
+                flat = xp.concatenate([x.reshape(-1) for x in ins])
+            g.transport.reduce_scatter(out, flat, o, s)
+        keep = (out, *ins)
+    else:
+        inp = _array(g, input, "input", write=False)
+        if inp.dtype != out.dtype or inp.size != n * out.size:
+            raise ShapeError(f"input is {inp.dtype.name} {tuple(inp.shape)} ({inp.size} elements); expected "
+                             f"{out.dtype.name} with {n} x {out.size} = {n * out.size} elements")
+
+        def fn(s):
+            if out.size:
+                g.transport.reduce_scatter(out, inp, o, s)
+        keep = (out, inp)
+    return g.run("reduce_scatter", n * out.nbytes, _bus("reduce_scatter", n), fn, async_op, keep,
+                 lambda: {"op": "reduce_scatter", "reduce": o, **_desc(out)})
+
+
+def _peer(g, r, what: str) -> int:
+    p = g.group_rank(r, what)
+    if p == g.rank:
+        raise ValueError(f"{what}={r} is this rank; send and recv need another rank")
+    return p
+
+
+def send(tensor, dst: int, group=None, async_op: bool = False):
+    """Send `tensor` to global rank `dst`, which must call recv() with an array of the same shape
+    and dtype. Messages between two ranks arrive in the order sent."""
+    g = resolve(group, "send")
+    a = _array(g, tensor, "tensor", write=False)
+    peer = _peer(g, dst, "dst")
+    return g.run("send", a.nbytes, 1.0, lambda s: g.transport.send(a, peer, s) if a.size else None, async_op,
+                 (a,), lambda: {"op": "send", "peer": peer, **_desc(a)})
+
+
+def recv(tensor, src: int, group=None, async_op: bool = False):
+    """Receive into `tensor` what global rank `src` sent with send()."""
+    g = resolve(group, "recv")
+    a = _array(g, tensor, "tensor")
+    peer = _peer(g, src, "src")
+    return g.run("recv", a.nbytes, 1.0, lambda s: g.transport.recv(a, peer, s) if a.size else None, async_op,
+                 (a,), lambda: {"op": "recv", "peer": peer, **_desc(a)})
+
+
+def barrier(group=None, async_op: bool = False, timeout: float | None = None):
+    """Wait until every rank of the group reached the barrier. Blocks the host (NCCL: until the
+    barrier's all-reduce finished on the GPU), at most `timeout` s (default: the group's); with
+    async_op=True returns a Work instead."""
+    g = resolve(group, "barrier")
+    work = g.run("barrier", 4, 1.0, lambda s: g.transport.barrier(s), True, (), lambda: {"op": "barrier"})
+    if async_op:
+        return work
+    work.synchronize(timeout)
+    return None
+
+
+__all__ = ["DTYPES", "REDUCE_OPS", "ReduceOp", "DistributedError", "all_reduce", "all_reduce_coalesced",
+           "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv", "barrier"]

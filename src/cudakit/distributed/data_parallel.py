@@ -1,0 +1,153 @@
+"""Data-parallel gradient synchronisation for hand-written training loops.
+
+    sync = GradSync(params)                  # broadcasts the parameters from rank 0
+    for step ...:
+        ... forward ...
+        for i in reversed(range(len(params))):   # the backward, last layer first
+            sync.set_grad(i, grad_i)             # or write sync.grads[i] and call sync.mark_ready(i)
+        grads = sync.wait()                      # averaged over the ranks
+        optimizer.step(params, grads)
+
+The gradients live in flat buckets of about `bucket_bytes` (25 MiB), filled in reverse parameter
+order (the order a backward pass produces them), one dtype per bucket. When every gradient of a
+bucket is marked ready the bucket's all-reduce starts on the group's communication stream (after
+an event on the current stream), so it overlaps the rest of the backward pass. Buckets start in
+bucket order on every rank whatever the order of marking (NCCL needs the same order on every
+rank): a bucket ready before its predecessors waits for them.
+"""
+from __future__ import annotations
+
+from ..errors import DTypeError, ShapeError
+from . import collectives as coll
+from .group import resolve
+
+DEFAULT_BUCKET_BYTES = 25 * 2**20
+ALIGN_BYTES = 256   # each gradient's offset in its bucket: 16-byte vector loads and NCCL's alignment
+
+
+def plan_buckets(nbytes, dtypes, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[list[int]]:
+    """Group parameters into buckets: lists of parameter indices, in reverse index order (the
+    backward's), each of one dtype and at most `bucket_bytes` (bytes, counting each gradient's
+    alignment padding) unless a single gradient is larger (it gets a bucket of its own).
+
+    nbytes: bytes of each gradient; dtypes: their dtype names (same length)."""
+    nbytes, dtypes = list(nbytes), list(dtypes)
+    if len(nbytes) != len(dtypes):
+        raise ValueError(f"nbytes and dtypes differ in length ({len(nbytes)} vs {len(dtypes)})")
+    if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes must be an int >= 1 (got {bucket_bytes!r})")
+    buckets: list[list[int]] = []
+    open_: dict[str, tuple[list[int], int]] = {}   # dtype -> (bucket, bytes so far)
+    for i in reversed(range(len(nbytes))):
+        size = _padded(nbytes[i])
+        cur = open_.get(dtypes[i])
+        if cur is not None and cur[1] + size <= bucket_bytes:
+            cur[0].append(i)
+            open_[dtypes[i]] = (cur[0], cur[1] + size)
+            continue
+        b = [i]
+        buckets.append(b)
+        open_[dtypes[i]] = (b, size)
+    return buckets
+
+
+def _padded(n: int) -> int:
+    return -(-n // ALIGN_BYTES) * ALIGN_BYTES
+
+
+def broadcast_parameters(params, src: int = 0, group=None) -> None:
+    """Copy every array of `params` from global rank `src` to every rank of the group (in place)."""
+    for p in params:
+        coll.broadcast(p, src, group)
+
+
+class GradSync:
+    """Buckets of gradient buffers for `params` (a list of arrays: CuPy for NCCL, NumPy for the cpu
+    backend; float dtypes) and their all-reduce, overlapped with the backward pass.
+
+    grads[i]: the gradient buffer of params[i] (a view into its bucket, params[i]'s shape and
+    dtype). average: divide the sum by the group size (an "avg" all-reduce). broadcast_from: the
+    global rank whose parameters every rank starts with (None: no broadcast)."""
+
+    def __init__(self, params, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, average: bool = True,
+                 broadcast_from: int | None = 0):
+        g = resolve(group, "GradSync")
+        self.group, self.average = group, average
+        self.params = [coll._array(g, p, f"params[{i}]") for i, p in enumerate(params)]
+        for i, p in enumerate(self.params):
+            if not p.dtype.name.startswith(("float", "bfloat")):
+                raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; gradients need a float dtype")
+        self.buckets = plan_buckets([p.nbytes for p in self.params], [p.dtype.name for p in self.params],
+                                    bucket_bytes)
+        xp = coll._xp(g)
+        self.buffers, self.grads = [], [None] * len(self.params)
+        self._bucket_of = [0] * len(self.params)
+        for b, idx in enumerate(self.buckets):
+            dt = self.params[idx[0]].dtype
+            item = dt.itemsize
+            offsets, off = [], 0
+            for i in idx:
+                offsets.append(off)
+                off += _padded(self.params[i].nbytes) // item
+            buf = xp.zeros(off, dtype=dt)
+            self.buffers.append(buf)
+            for i, o in zip(idx, offsets):
+                p = self.params[i]
+                self.grads[i] = buf[o:o + p.size].reshape(p.shape)
+                self._bucket_of[i] = b
+        self._reset()
+        if broadcast_from is not None:
+            broadcast_parameters(self.params, broadcast_from, group)
+
+    def _reset(self) -> None:
+        self._ready = [False] * len(self.params)
+        self._missing = [len(b) for b in self.buckets]
+        self._works: list = []   # in bucket order
+        self._next = 0           # the next bucket to launch
+
+    def set_grad(self, i: int, grad) -> None:
+        """Copy `grad` (params[i]'s shape and dtype) into grads[i] on the current stream and mark it ready."""
+        self._index(i)
+        if tuple(grad.shape) != tuple(self.grads[i].shape) or grad.dtype != self.grads[i].dtype:
+            raise ShapeError(f"grad {i} is {grad.dtype} {tuple(grad.shape)}; params[{i}] is "
+                             f"{self.grads[i].dtype} {tuple(self.grads[i].shape)}")
+        if self._ready[i]:
+            raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
+        self.grads[i][...] = grad
+        self.mark_ready(i)
+
+    def mark_ready(self, i: int) -> None:
+        """Gradient i is written (on the current stream). Starts its bucket's all-reduce when the
+        bucket is complete (and every earlier bucket has started)."""
+        self._index(i)
+        if self._ready[i]:
+            raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
+        self._ready[i] = True
+        self._missing[self._bucket_of[i]] -= 1
+        self._launch_ready()
+
+    def _launch_ready(self, all_: bool = False) -> None:
+        while self._next < len(self.buckets) and (all_ or self._missing[self._next] == 0):
+            buf = self.buffers[self._next]
+            op = "avg" if self.average else "sum"
+            self._works.append(coll.all_reduce(buf, op, self.group, async_op=True))
+            self._next += 1
+
+    @property
+    def launched(self) -> int:
+        """How many buckets' all-reduces have started in this step."""
+        return self._next
+
+    def wait(self):
+        """End the step: start the buckets not started yet (gradients never marked count as written:
+        whatever their buffers hold), make the current stream wait for every bucket (NCCL; the CPU
+        backend blocks), and return grads, now reduced over the group."""
+        self._launch_ready(all_=True)
+        for w in self._works:
+            w.wait()
+        self._reset()
+        return self.grads
+
+    def _index(self, i) -> None:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.params):
+            raise ValueError(f"parameter index must be an int in [0, {len(self.params)}) (got {i!r})")

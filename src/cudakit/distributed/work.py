@@ -1,0 +1,80 @@
+"""Handles of collectives started with async_op=True."""
+from __future__ import annotations
+
+import time
+
+_POLL_S = 0.002   # how often a host-blocking wait looks at the op and the group's error
+
+
+class Work:
+    """An asynchronous collective. wait() orders the caller after it; is_completed() says
+    whether it finished. Both raise the group's DistributedError once the op (or the group)
+    failed, so a waiting rank learns of a lost peer instead of hanging."""
+
+    def __init__(self, group, op: str, keep: tuple = ()):
+        self.group, self.op = group, op
+        self._keep = keep   # the arrays the op reads or writes stay alive until it completes
+
+    def is_completed(self) -> bool:
+        """True when the collective has finished (non-blocking)."""
+        self.group._raise_if_failed(self.op)
+        done = self._done()
+        if done:
+            self._keep = ()
+        return done
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Order the caller after the collective; see the subclasses. Returns True."""
+        raise NotImplementedError
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Block the host until the collective finished, at most `timeout` s (default: the group's
+        timeout); raises DistributedError on failure or timeout."""
+        limit = self.group.timeout if timeout is None else float(timeout)
+        deadline = time.monotonic() + limit
+        while not self.is_completed():
+            if time.monotonic() > deadline:
+                self.group._fail_timeout(self.op, limit)
+            time.sleep(_POLL_S)
+
+    def _done(self) -> bool:
+        raise NotImplementedError
+
+
+class EventWork(Work):
+    """A collective on the communication stream (NCCL): wait() makes the current CuPy stream wait
+    for it (no host blocking); synchronize() blocks the host."""
+
+    def __init__(self, group, op: str, event, keep: tuple = ()):
+        super().__init__(group, op, keep)
+        self.event = event
+
+    def _done(self) -> bool:
+        return self.event.done
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Make the current stream wait for the collective (returns at once); `timeout` is not
+        used (the watchdog bounds the op)."""
+        self.group._raise_if_failed(self.op)
+        self.group.transport.current_stream().wait_event(self.event)
+        self._keep = ()   # later frees on the current stream are ordered after the op
+        return True
+
+
+class FutureWork(Work):
+    """A collective running on the group's worker thread (CPU backend): wait() blocks the host."""
+
+    def __init__(self, group, op: str, future, keep: tuple = ()):
+        super().__init__(group, op, keep)
+        self.future = future
+
+    def _done(self) -> bool:
+        if self.future.done():
+            self.future.result()   # raises the op's error
+            return True
+        return False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the collective finished, at most `timeout` s (default: the group's)."""
+        self.synchronize(timeout)
+        return True

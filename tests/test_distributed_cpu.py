@@ -1,0 +1,224 @@
+"""Collective semantics on the CPU backend (NumPy arrays through the TCP store), without a GPU.
+
+Multi-rank cases run as `cudakit run` jobs of small scripts; argument checking and the
+one-rank cases run in this process.
+"""
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cudakit
+import cudakit.distributed as dist
+from cudakit.errors import DeviceError, DistributedError, DTypeError, ShapeError
+
+HERE = os.path.dirname(__file__)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(n, script, *args, timeout=120, env=None, extra=()):
+    cmd = [sys.executable, "-m", "cudakit", "run", "--nproc-per-node", str(n), "--master-port", "0", *extra,
+           str(script), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+def script(tmp_path, body, name="job.py"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def test_every_collective_matches_numpy_on_three_ranks_and_a_subgroup():
+    seed = int.from_bytes(os.urandom(4), "little")
+    r = launch(3, os.path.join(HERE, "dist_worker_collectives.py"), "cpu", seed)
+    assert r.returncode == 0, f"seed {seed}\n{r.stdout}\n{r.stderr}"
+    counts = sorted(int(line.split()[-1]) for line in r.stdout.splitlines() if "CHECKED" in line)
+    assert len(counts) == 3 and counts[0] > 250, r.stdout   # rank 1 runs only the world's cases
+
+
+@pytest.fixture
+def one_rank():
+    """A one-rank cpu job in this process."""
+    g = dist.init_process_group("cpu", f"tcp://127.0.0.1:{free_port()}", world_size=1, rank=0, timeout=10)
+    yield g
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_one_rank_semantics_and_queries(one_rank):
+    assert dist.is_initialized() and dist.get_rank() == 0 and dist.get_world_size() == 1
+    assert dist.get_backend() == "cpu" and dist.get_local_rank() == 0 and dist.default_group() is one_rank
+    x = np.arange(5, dtype=np.float32)
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    np.testing.assert_array_equal(x, np.arange(5, dtype=np.float32))
+    out = [np.zeros(5, np.float32)]
+    dist.all_gather(out, x)
+    np.testing.assert_array_equal(out[0], x)
+    w = dist.broadcast(x, 0, async_op=True)
+    assert isinstance(w, dist.Work) and w.wait() and w.is_completed()
+    dist.barrier()
+
+
+def test_profiler_records_collectives_with_bytes_and_bus_bandwidth(one_rank):
+    x = np.ones(1000, np.float64)
+    with cudakit.profile() as prof:
+        dist.all_reduce(x)
+        dist.all_gather(np.zeros(1000), x)
+    recs = [r.as_dict() for r in prof.records if r.kind == "collective"]
+    assert [r["name"] for r in recs] == ["cpu:all_reduce", "cpu:all_gather"]
+    assert recs[0]["nbytes"] == 8000 and recs[0]["duration_ms"] > 0
+    assert recs[0]["bus_gb_per_s"] == 0.0   # one rank moves nothing over the bus: 2(n-1)/n = 0
+    assert recs[0]["gb_per_s"] == pytest.approx(8000 / (recs[0]["duration_ms"] * 1e-3) / 1e9)
+    trace = prof.chrome_trace()["traceEvents"]
+    assert any(e["cat"] == "collective" and "bus_gb_per_s" in e["args"] for e in trace)
+
+
+def test_bus_factors_are_nccl_tests():
+    from cudakit.distributed.collectives import _bus
+    assert _bus("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert _bus("all_gather", 4) == _bus("reduce_scatter", 4) == pytest.approx(0.75)
+    assert _bus("broadcast", 8) == 1.0
+
+
+@pytest.mark.parametrize("call, err, match", [
+    (lambda: dist.all_reduce(np.zeros(3, np.uint8)), DTypeError, "dtype uint8"),
+    (lambda: dist.all_reduce(np.zeros((4, 4), np.float32)[:, ::2]), ShapeError, "C-contiguous"),
+    (lambda: dist.all_reduce([1.0, 2.0]), DeviceError, "NumPy array"),
+    (lambda: dist.all_reduce(np.zeros(3), op="mean"), ValueError, "op must be one of"),
+    (lambda: dist.all_reduce(np.zeros(3, np.int32), op="avg"), DTypeError, "avg"),
+    (lambda: dist.broadcast(np.zeros(3), 1), ValueError, "src=1 is not a rank"),
+    (lambda: dist.reduce(np.zeros(3), dst=-1), ValueError, "dst=-1"),
+    (lambda: dist.send(np.zeros(3), 0), ValueError, "is this rank"),
+    (lambda: dist.all_gather([np.zeros(3), np.zeros(3)], np.zeros(3)), ShapeError, "list of 2 arrays"),
+    (lambda: dist.all_gather(np.zeros(4), np.zeros(3)), ShapeError, "1 x 3 = 3 elements"),
+    (lambda: dist.all_gather([np.zeros(3, np.float32)], np.zeros(3)), ShapeError, r"output\[0\] is float32"),
+    (lambda: dist.reduce_scatter(np.zeros(2), np.zeros(3)), ShapeError, "1 x 2 = 2"),
+    (lambda: dist.all_reduce(np.broadcast_to(np.zeros(3), (3,))), ShapeError, "read-only"),
+    (lambda: dist.all_reduce_coalesced(np.zeros(3)), DeviceError, "NumPy array"),
+    (lambda: dist.all_reduce(np.zeros(3), group="world"), ValueError, "group must be a ProcessGroup"),
+])
+def test_bad_arguments_raise_typed_errors_before_anything_runs(one_rank, call, err, match):
+    seq = one_rank.seq
+    with pytest.raises(err, match=match):
+        call()
+    assert one_rank.seq == seq   # nothing ran
+
+
+def test_bfloat16_and_size_zero_in_one_rank(one_rank):
+    x = np.array([1.5, -2.25], dtype=ml_dtypes.bfloat16)
+    dist.all_reduce(x, op="max")
+    assert x.dtype == np.dtype(ml_dtypes.bfloat16) and x.tolist() == [1.5, -2.25]
+    dist.all_reduce(np.zeros(0, np.float32))
+    dist.all_gather(np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def test_init_errors(one_rank):
+    with pytest.raises(DistributedError, match="already initialised"):
+        dist.init_process_group("cpu", "tcp://127.0.0.1:1", world_size=1, rank=0)
+    dist.destroy_process_group()
+    with pytest.raises(DistributedError, match="not initialised"):
+        dist.all_reduce(np.zeros(1))
+    with pytest.raises(ValueError, match="backend"):
+        dist.init_process_group("gloo")
+    with pytest.raises(ValueError, match="timeout"):
+        dist.init_process_group("cpu", "tcp://127.0.0.1:1234", world_size=1, rank=0, timeout=0)
+    with pytest.raises(ValueError, match="rank must be in"):
+        dist.init_process_group("cpu", "tcp://127.0.0.1:1234", world_size=2, rank=2)
+
+
+def test_init_without_a_launcher_says_how(monkeypatch):
+    for v in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "CUDAKIT_STORE_PORT"):
+        monkeypatch.delenv(v, raising=False)
+    with pytest.raises(ValueError, match="cudakit run"):
+        dist.init_process_group("cpu")
+
+
+def test_unreachable_store_names_host_and_port():
+    port = free_port()
+    with pytest.raises(DistributedError, match=rf"rank 1: store connect: could not reach the store at "
+                                               rf"127.0.0.1:{port} within 1 s"):
+        dist.init_process_group("cpu", f"tcp://127.0.0.1:{port}", world_size=2, rank=1, timeout=1)
+    assert not dist.is_initialized()
+
+
+def test_debug_check_names_both_shapes(tmp_path):
+    p = script(tmp_path, """
+        import numpy as np, cudakit.distributed as dist
+        from cudakit.errors import DistributedError
+        dist.init_process_group("cpu", timeout=20)
+        r = dist.get_rank()
+        dist.all_reduce(np.ones((4, 8), np.float32))          # agreeing shapes pass
+        try:
+            dist.all_reduce(np.ones((4, 8 + r), np.float32))
+        except DistributedError as e:
+            print("ERR", e)
+        try:                                                  # send and recv compare with their peer
+            if r == 0:
+                dist.send(np.ones(3, np.float32), 1)
+            else:
+                dist.recv(np.ones(3, np.float64), 0)
+        except DistributedError as e:
+            print("P2P", e)
+        dist.destroy_process_group()
+    """)
+    r = launch(2, p, env={"CUDAKIT_DISTRIBUTED_DEBUG": "1"})
+    assert r.returncode == 0, r.stderr
+    errs = [ln for ln in r.stdout.splitlines() if "ERR" in ln]
+    assert len(errs) == 2, r.stdout
+    for ln in errs:
+        assert "rank 0 has all_reduce float32 (4, 8) (reduce=sum); rank 1 has all_reduce float32 (4, 9)" in ln, ln
+    p2p = [ln for ln in r.stdout.splitlines() if "P2P" in ln]
+    assert len(p2p) == 2 and all("rank 0 has float32 (3,); rank 1 has float64 (3,)" in ln for ln in p2p), r.stdout
+
+
+def test_hung_collective_becomes_an_error_after_the_timeout(tmp_path):
+    p = script(tmp_path, """
+        import time, numpy as np, cudakit.distributed as dist
+        from cudakit.errors import DistributedError
+        dist.init_process_group("cpu", timeout=1.5)
+        if dist.get_rank() == 1:
+            time.sleep(3.5)    # never joins
+        else:
+            t = time.monotonic()
+            try:
+                dist.all_reduce(np.ones(4))
+            except DistributedError as e:
+                print(f"TIMEOUT after {time.monotonic() - t:.1f} s:", e)
+    """)
+    r = launch(2, p)
+    line = [ln for ln in r.stdout.splitlines() if "TIMEOUT" in ln]
+    assert line and "within" in line[0] and "1.5 s" in line[0], r.stdout + r.stderr
+    assert float(line[0].split("after ")[1].split(" s")[0]) < 5
+
+
+def test_killed_rank_makes_the_others_raise_naming_it(tmp_path):
+    p = script(tmp_path, """
+        import os, signal, time, numpy as np, cudakit.distributed as dist
+        from cudakit.errors import DistributedError
+        dist.init_process_group("cpu", timeout=100)
+        r = dist.get_rank()
+        x = np.ones(100)
+        try:
+            for step in range(100000):
+                if r == 1 and step == 3:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                dist.all_reduce(x)
+        except DistributedError as e:
+            print("LOST", e.lost_ranks, e)
+            raise SystemExit(3)
+    """)
+    r = launch(3, p, extra=("--grace", "30"))
+    assert r.returncode == 128 + 9, r.stdout + r.stderr   # the first failure: rank 1's SIGKILL
+    lost = [ln for ln in r.stdout.splitlines() if "LOST" in ln]
+    assert len(lost) == 2 and all("(1,)" in ln and "rank 1 is gone" in ln and "SIGKILL" in ln for ln in lost), \
+        r.stdout + r.stderr

@@ -1,0 +1,107 @@
+"""Data parallel: the bucketing plan, GradSync's launch order, and synchronised gradients equal to
+one process's on the combined batch (CPU backend, two ranks)."""
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cudakit.distributed as dist
+from cudakit.distributed.data_parallel import ALIGN_BYTES, plan_buckets
+from cudakit.errors import DTypeError, ShapeError
+
+HERE = os.path.dirname(__file__)
+MiB = 2**20
+
+
+def test_buckets_fill_in_reverse_order_up_to_the_cap():
+    sizes = [10 * MiB, 10 * MiB, 10 * MiB, 4 * MiB, 30 * MiB, 1 * MiB]
+    assert plan_buckets(sizes, ["float32"] * 6, 25 * MiB) == [[5], [4], [3, 2, 1], [0]]
+
+
+def test_a_gradient_larger_than_the_cap_gets_its_own_bucket():
+    assert plan_buckets([100, 10 * MiB, 100], ["float32"] * 3, 1 * MiB) == [[2], [1], [0]]
+
+
+def test_dtypes_go_to_separate_buckets_and_padding_counts():
+    b = plan_buckets([4, 4, 4, 4], ["float32", "bfloat16", "float32", "bfloat16"], 2 * ALIGN_BYTES)
+    assert b == [[3, 1], [2, 0]]
+    assert plan_buckets([1] * 5, ["float32"] * 5, 2 * ALIGN_BYTES) == [[4, 3], [2, 1], [0]]
+
+
+def test_every_parameter_in_exactly_one_bucket(rng):
+    n = 50
+    sizes = rng.integers(0, 5 * MiB, n).tolist()
+    dts = rng.choice(["float32", "float16"], n).tolist()
+    buckets = plan_buckets(sizes, dts, 8 * MiB)
+    assert sorted(i for b in buckets for i in b) == list(range(n))
+    for b in buckets:
+        assert len({dts[i] for i in b}) == 1
+        assert len(b) == 1 or sum(-(-sizes[i] // ALIGN_BYTES) * ALIGN_BYTES for i in b) <= 8 * MiB
+        assert b == sorted(b, reverse=True)
+
+
+def test_plan_arguments():
+    with pytest.raises(ValueError, match="differ in length"):
+        plan_buckets([1, 2], ["float32"])
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        plan_buckets([1], ["float32"], 0)
+    assert plan_buckets([], []) == []
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def one_rank():
+    g = dist.init_process_group("cpu", f"tcp://127.0.0.1:{free_port()}", world_size=1, rank=0, timeout=10)
+    yield g
+    dist.destroy_process_group()
+
+
+def test_buckets_launch_in_order_whatever_the_marking_order(one_rank):
+    params = [np.zeros(64, np.float32) for _ in range(4)]   # 256 bytes each: one per bucket at this cap
+    sync = dist.GradSync(params, bucket_bytes=ALIGN_BYTES)
+    assert sync.buckets == [[3], [2], [1], [0]]
+    sync.mark_ready(1)       # bucket 2: waits for buckets 0 and 1
+    assert sync.launched == 0
+    sync.mark_ready(3)       # bucket 0 starts
+    assert sync.launched == 1
+    sync.mark_ready(2)       # bucket 1, then the waiting bucket 2
+    assert sync.launched == 3
+    with pytest.raises(ValueError, match="already marked"):
+        sync.mark_ready(2)
+    grads = sync.wait()      # bucket 3 (never marked) starts here
+    assert len(grads) == 4 and sync.launched == 0
+    sync.mark_ready(2)       # a new step
+    sync.wait()
+
+
+def test_grads_are_views_of_the_buckets_and_set_grad_checks(one_rank):
+    params = [np.ones((3, 5), np.float32), np.ones(7, np.float32)]
+    sync = dist.GradSync(params)
+    assert [g.shape for g in sync.grads] == [(3, 5), (7,)] and len(sync.buffers) == 1
+    sync.set_grad(0, np.full((3, 5), 2.0, np.float32))
+    # reverse order: params[1] first, params[0] at the next 256-byte boundary
+    assert np.all(sync.buffers[0][ALIGN_BYTES // 4:ALIGN_BYTES // 4 + 15] == 2.0)
+    assert np.shares_memory(sync.grads[0], sync.buffers[0]) and np.all(sync.buffers[0][:7] == 0)
+    with pytest.raises(ShapeError, match="grad 1"):
+        sync.set_grad(1, np.zeros(8, np.float32))
+    with pytest.raises(ValueError, match="parameter index"):
+        sync.mark_ready(2)
+    with pytest.raises(DTypeError, match="float dtype"):
+        dist.GradSync([np.zeros(3, np.int32)])
+
+
+def test_synchronised_gradients_equal_one_process_on_the_combined_batch():
+    seed = int.from_bytes(os.urandom(3), "little")
+    r = subprocess.run([sys.executable, "-m", "cudakit", "run", "--nproc-per-node", "2", "--master-port", "0",
+                        os.path.join(HERE, "dist_worker_data_parallel.py"), "cpu", str(seed)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"seed {seed}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("DP-OK") == 2
