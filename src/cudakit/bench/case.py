@@ -39,6 +39,10 @@ class Case:
     check:  () -> (fn, args): a cudakit call on fresh inputs like the benchmark's (same dtype and
             layout, at most CHECK_ELEMENTS elements); `cudakit bench --check` runs fn on them and
             on float64 host copies (the CPU backend) and records the error. None: not checked.
+    skip:   why the case cannot run here ("" when it can); set before the run or by setup (which
+            then returns no cudakit provider): the row records the reason and is not timed.
+    info:   values that setup measured besides the timings (e.g. the step-0 losses of a training
+            step), recorded in the row as they are.
     """
     op: str
     family: str
@@ -51,6 +55,8 @@ class Case:
     note: str = ""
     sweep: bool = False     # one point of a size sweep: plotted as throughput against size
     check: Callable[[], tuple] | None = None
+    skip: str = ""
+    info: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
 
     @property

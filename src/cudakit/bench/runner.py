@@ -99,8 +99,12 @@ def run_case(case, env: Env, compare: set, reps: int | None = None, warmup: int 
     out with a line on stderr. Providers' rounds are interleaved, so drift hits all alike. reps,
     warmup: timed and untimed runs (None: the defaults of the mode; host-mode cases time calls in
     thousands and take neither)."""
+    if case.skip:
+        return {}
     provs = {name: fn for name, fn in case.setup().items()
              if name == "cudakit" or name in compare | {"triton"}}
+    if case.skip:   # setup found that it cannot run (and said why)
+        return {}
     if case.mode == "host":
         sync = (lambda: env.xp.cuda.get_current_stream().synchronize()) if env.gpu else None
         res, errors = timing.host_time_interleaved(provs, calls=300 if env.quick else 3000, sync=sync)
@@ -258,6 +262,10 @@ def _check(case, env: Env) -> dict:
 def _row(case, res, copy_bw, peak) -> dict:
     row = {"op": case.op, "family": case.family, "shape": list(case.shape), "dtype": case.dtype,
            "mode": case.mode, "sweep": case.sweep, "nbytes": case.nbytes, "flops": case.flops, "note": case.note, "providers": res}
+    if case.skip:
+        row["skipped"] = case.skip
+    if case.info:
+        row["info"] = case.info
     ck = res.get("cudakit")
     if ck:
         t = ck["median_ms"] * 1e-3
@@ -285,6 +293,9 @@ def format_table(record: dict) -> str:
     lines = [hdr, "-" * len(hdr)]
     for r in record["rows"]:
         ck = r["providers"].get("cudakit")
+        if r.get("skipped"):
+            lines.append(f"{r['op']:<{wo}} {shape(r):<{ws}} {r['dtype']:<9} skipped: {r['skipped']}")
+            continue
         if not ck:
             continue
         unit = "us/call" if r["mode"] == "host" else "ms"
@@ -306,6 +317,10 @@ def format_table(record: dict) -> str:
     if cpu:
         lines.append("x cpu = cudakit's CPU backend time / its GPU time, same inputs of at most 2^22 elements each "
                      "(--cpu-baseline).")
+    for r in record["rows"]:
+        if r.get("info"):
+            lines.append(f"{r['op']} {shape(r)} {r['dtype']}: "
+                         + "; ".join(f"{k} {v}" for k, v in r["info"].items()))
     return "\n".join(lines)
 
 
@@ -352,7 +367,7 @@ def _plots(record: dict, out_dir: Path) -> list[Path]:
     except ImportError:
         return []
     paths = []
-    rows = [r for r in record["rows"] if r["mode"] == "device" and "cudakit" in r["providers"]]
+    rows = [r for r in record["rows"] if r["mode"] == "device" and "cudakit" in r["providers"] and r["nbytes"]]
     copy = record["copy_bandwidth_gbs"]
     for fam in sorted({r["family"] for r in rows if not r.get("sweep")}):
         fr = [r for r in rows if r["family"] == fam]

@@ -1,0 +1,164 @@
+"""The training examples (examples/train_gpt.py, examples/train_cnn.py) on the CPU backend: the
+scripts at their tiny preset (output format, exit status, the loss falls by at least 30% in 30
+steps), their hand-written backward passes against central finite differences in float64, and the
+--graph plumbing (with a stand-in for cudakit.graph; the real capture is tested on a GPU in
+tests/gpu/test_examples_gpu.py)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cudakit
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+import train_cnn  # noqa: E402
+import train_common  # noqa: E402
+import train_gpt  # noqa: E402
+
+STEP_LINE = re.compile(r"^step (\d+) loss (-?[0-9.]+(?:e[-+]?\d+)?|nan|inf) time ([0-9.]+) ms$")
+
+
+def _run_example(script: str, *args: str) -> subprocess.CompletedProcess:
+    # One BLAS thread: the tiny models' matrices are small, and on a shared 2-core CI machine
+    # OpenBLAS's spinning threads can make each product ~50x slower.
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
+    return subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train_gpt.py", "train_cnn.py"])
+def test_example_trains_at_tiny_preset(script):
+    r = _run_example(script, "--backend", "cpu", "--preset", "tiny", "--steps", "30")
+    assert r.returncode == 0, r.stderr
+    steps = [STEP_LINE.match(line) for line in r.stdout.splitlines() if line.startswith("step ")]
+    assert all(steps), r.stdout
+    assert [int(m.group(1)) for m in steps] == list(range(30))
+    losses = [float(m.group(2)) for m in steps]
+    assert all(np.isfinite(losses))
+    assert all(float(m.group(3)) > 0 for m in steps)
+    assert losses[-1] <= 0.7 * losses[0], f"loss {losses[0]} -> {losses[-1]}: fell by less than 30%"
+
+
+@pytest.mark.parametrize("script", ["train_gpt.py", "train_cnn.py"])
+def test_graph_on_cpu_is_a_usage_error(script):
+    r = _run_example(script, "--backend", "cpu", "--graph", "--steps", "1")
+    assert r.returncode == 2
+    assert "--graph" in r.stderr and "CUDA" in r.stderr
+
+
+def test_gpt_graph_with_dropout_is_refused():
+    with pytest.raises(ValueError, match="dropout"):
+        train_gpt.Trainer(train_gpt.GPTConfig(d_model=8, n_heads=2, n_layers=1, seq=4, batch=2, vocab=5, dropout=0.1),
+                          train_common.Device("cpu"), graph=True)
+
+
+# ---- gradients against finite differences -----------------------------------------------------------
+
+def _perturbed(params: dict, rng, scale: float) -> dict:
+    """The parameters plus N(0, scale^2) noise: no zero biases, no unit layernorm weights, attention
+    that is not uniform, no exact zeros at a ReLU."""
+    return {n: p + rng.normal(0.0, scale, p.shape) for n, p in params.items()}
+
+
+def _check_directional(loss_of, params: dict, grads: dict, rng, eps: float = 1e-5):
+    """For each parameter, a random direction v: (L(p + eps v) - L(p - eps v)) / (2 eps) against
+    sum(grad * v), the others held fixed."""
+    assert set(grads) == set(params)
+    for name, p in params.items():
+        assert grads[name].shape == p.shape and grads[name].dtype == p.dtype, name
+        v = rng.standard_normal(p.shape)
+        up = loss_of({**params, name: p + eps * v})
+        down = loss_of({**params, name: p - eps * v})
+        fd = (up - down) / (2 * eps)
+        an = float(np.sum(grads[name] * v))
+        assert abs(an - fd) <= 1e-6 * max(abs(fd), 1e-3), f"{name}: backward {an!r}, finite differences {fd!r}"
+
+
+def test_gpt_backward_matches_finite_differences(rng):
+    cfg = train_gpt.GPTConfig(d_model=8, n_heads=2, n_layers=2, seq=6, batch=2, vocab=7, dropout=0.25)
+    device = train_common.Device("cpu")
+    params = _perturbed(train_gpt.init_params(cfg, 1, device, "float64"), rng, 0.3)
+    # windows one shorter than seq: the last row of the position table gets a zero gradient
+    tokens, targets = rng.integers(0, cfg.vocab, (2, cfg.seq - 1)), rng.integers(0, cfg.vocab, (2, cfg.seq - 1))
+    tokens[0, :3] = 4   # a repeated token: its embedding row collects several gradients
+
+    def loss_of(ps):
+        loss, _ = train_gpt.forward(ps, (tokens, targets), cfg, step=3)
+        assert loss.dtype == np.float64
+        return float(loss)
+    _, cache = train_gpt.forward(params, (tokens, targets), cfg, step=3)
+    grads = train_gpt.backward(cache)
+    assert np.all(grads["wpe"][-1] == 0)
+    _check_directional(loss_of, params, grads, rng)
+
+
+def test_cnn_backward_matches_finite_differences(rng):
+    cfg = train_cnn.CNNConfig(batch=4, image=6, widths=(3, 4), classes=3)
+    device = train_common.Device("cpu")
+    params = _perturbed(train_cnn.init_params(cfg, 1, device, "float64"), rng, 0.2)
+    images = rng.standard_normal((cfg.batch, cfg.channels, cfg.image, cfg.image))
+    labels = rng.integers(0, cfg.classes, cfg.batch)
+
+    def loss_of(ps):
+        return float(train_cnn.forward(ps, (images, labels), cfg)[0])
+    _, cache = train_cnn.forward(params, (images, labels), cfg)
+    _check_directional(loss_of, params, train_cnn.backward(cache), rng)
+
+
+def test_cnn_forward_updates_running_statistics():
+    cfg = train_cnn.CNNConfig(batch=4, image=6, widths=(3,), classes=3)
+    device = train_common.Device("cpu")
+    trainer = train_cnn.Trainer(cfg, device)
+    before = {n: b.copy() for n, b in trainer.buffers.items()}
+    images, labels = train_cnn.generate_batch(np.random.default_rng(0), cfg)
+    trainer.step(images, labels)
+    assert all(not np.array_equal(before[n], trainer.buffers[n]) for n in before)
+
+
+# ---- the --graph path, with a stand-in for cudakit.graph ---------------------------------------------
+
+def _fake_graph(log: list):
+    """cudakit.graph's contract on NumPy: static copies of the sample arguments, a call copies its
+    arguments into them and runs the function on them."""
+    def graph(fn, *sample):
+        static = [np.array(a, copy=True) for a in sample]
+        log.append([a.shape for a in sample])
+
+        def replay(*args):
+            assert [a.shape for a in args] == [s.shape for s in static]
+            for s, a in zip(static, args):
+                s[...] = a
+            return fn(*static)
+        return replay
+    return graph
+
+
+@pytest.mark.parametrize("example", ["gpt", "cnn"])
+def test_graphed_trainer_steps_equal_eager_steps(monkeypatch, example):
+    log = []
+    monkeypatch.setattr(cudakit, "graph", _fake_graph(log), raising=False)
+    device = train_common.Device("cpu")
+    if example == "gpt":
+        cfg = train_gpt.GPTConfig(d_model=8, n_heads=2, n_layers=1, seq=6, batch=2, vocab=7, dropout=0.0, lr=1e-2)
+        make = lambda graph: train_gpt.Trainer(cfg, device, "float32", 0, graph)  # noqa: E731
+        data = train_gpt.StreamData(cfg.vocab, 256, 0)
+        batches = [data.batch(np.random.default_rng(i), cfg.batch, cfg.seq) for i in range(3)]
+    else:
+        cfg = train_cnn.CNNConfig(batch=4, image=6, widths=(3,), classes=3)
+        make = lambda graph: train_cnn.Trainer(cfg, device, "float32", 0, graph)  # noqa: E731
+        batches = [train_cnn.generate_batch(np.random.default_rng(i), cfg) for i in range(3)]
+    eager, graphed = make(False), make(True)
+    for b in batches:
+        assert float(eager.step(*b)) == float(graphed.step(*b))
+    assert len(log) == 1   # captured once, replayed after
+    for n in eager.params:
+        np.testing.assert_array_equal(eager.params[n], graphed.params[n])
