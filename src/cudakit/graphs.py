@@ -16,8 +16,11 @@ or, lower level,
     static_x[...] = x_new; cg.replay()
 
 How it works:
-- Capture runs on a side stream (CuPy's `Stream.begin_capture`, cudaStreamCaptureModeGlobal by
-  default: any call that would synchronise fails the capture instead of being silently dropped).
+- Capture runs on a side stream (CuPy's `Stream.begin_capture`, cudaStreamCaptureModeRelaxed by
+  default: the graph's pool may take a new block from the driver while capturing, which global
+  mode refuses (seen on an H100, 2026-11-26: a cuBLASLt workspace of a shape first met during
+  capture). Synchronising calls are still caught: cudakit's own raise GraphCaptureError, CuPy
+  refuses copies between host and device, and CUDA refuses to synchronise a capturing stream.
 - Every allocation made while capturing (and during `graph()`'s warm-up calls) comes from the
   graph's private CuPy memory pool, so a replay writes to the same addresses as the capture and no
   array outside the graph is ever handed those blocks. Warm-up populates the pool, so capture
@@ -100,12 +103,12 @@ class CUDAGraph:
     capture() is a context manager: the work queued inside it on the current CuPy stream (the
     graph's side stream, made current there) is recorded, not run. replay(stream=None) launches it
     on `stream` (default: the current stream), ordered after the work already queued there.
-    mode: "global" (default), "thread_local" or "relaxed", CUDA's capture modes.
+    mode: "relaxed" (default), "thread_local" or "global", CUDA's capture modes.
     """
 
     _MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
 
-    def __init__(self, mode: str = "global"):
+    def __init__(self, mode: str = "relaxed"):
         if mode not in self._MODES:
             raise ValueError(f"mode must be one of {', '.join(self._MODES)} (got {mode!r})")
         from .runtime import _cupy, memory
@@ -264,7 +267,7 @@ def _same_value(a, b) -> bool:
         return a is b
 
 
-def graph(fn, *sample_args, warmup: int = 2, mode: str = "global") -> GraphedStep:
+def graph(fn, *sample_args, warmup: int = 2, mode: str = "relaxed") -> GraphedStep:
     """Capture fn(*static_args) as a CUDA graph and return a GraphedStep replaying it.
 
     sample_args: CuPy arrays (copied into new static input buffers, from which each replay reads)
