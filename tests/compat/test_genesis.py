@@ -186,8 +186,10 @@ def test_out_of_memory_remedies_example(fresh_env, caplog):
 
 def test_kernel_compilation_remedies_example(cache_dir):
     """Block 11 needs no GPU: the cache is cleared (an isolated one here) and fusion set."""
+    from cudakit.runtime import cache
     (cache_dir / "nvrtc").mkdir(parents=True)
     (cache_dir / "nvrtc" / "entry.bin").write_bytes(b"x")
+    (cache_dir / cache.MARKER).write_text("cudakit cache\n")   # a cache cudakit made (clear refuses others)
     seed_doc.run(DOC, 11, IMPORTS, {"genesis": genesis})
     assert not (cache_dir / "nvrtc").exists()
     assert genesis.cuda.set_kernel_fusion(True) is False

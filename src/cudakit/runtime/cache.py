@@ -95,11 +95,11 @@ def info() -> dict:
 def clear() -> int:
     """Delete cudakit's entries (ENTRIES) from the root; returns the number of files removed. A
     root without cudakit's marker raises CacheError naming it, and nothing is deleted; a root that
-    does not exist is empty (0). Anything else in the root (tune/, foreign files) stays."""
+    does not exist, or an empty directory, is empty (0). Anything else in the root (tune/, foreign files) stays."""
     r = root()
     _check_dir(r)
-    if not r.exists():
-        return 0
+    if not r.exists() or (r.is_dir() and not any(r.iterdir())):
+        return 0   # nothing there: nothing to refuse either
     if not is_marked(r):
         raise CacheError(f"refusing to clear {r}: it has no {MARKER} marker, so cudakit did not create it as its "
                          f"cache; nothing was deleted. Check CUDAKIT_CACHE_DIR, or delete the directory yourself")
