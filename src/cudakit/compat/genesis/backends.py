@@ -31,6 +31,7 @@ class CUDAStorage:
 
     @property
     def nbytes(self) -> int:
+        """The storage's size in bytes."""
         return int(self.data.nbytes)
 
 
@@ -78,14 +79,17 @@ class CUDAMemoryPool:
 
     @property
     def allocated_bytes(self) -> int:
+        """Bytes in live arrays (cudakit's count)."""
         return self._stats().allocated
 
     @property
     def cached_bytes(self) -> int:
+        """Bytes in cached free blocks (reserved - allocated)."""
         return self._stats().cached
 
     @property
     def reserved_bytes(self) -> int:
+        """Bytes the pool holds from the driver."""
         return self._stats().reserved
 
     @property
@@ -95,10 +99,12 @@ class CUDAMemoryPool:
 
     @property
     def fragmentation_ratio(self) -> float:
+        """(reserved - allocated) / reserved, in [0, 1]."""
         return self._stats().fragmentation
 
     @property
     def peak_allocated_bytes(self) -> int:
+        """The highest allocated_bytes so far."""
         return self._stats().peak_allocated
 
 

@@ -38,6 +38,7 @@ class CudaDataType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
+        """The NumPy dtype."""
         return np.dtype(self.value)
 
 
@@ -78,6 +79,7 @@ class _PoolView:
         self.device_id = device_id
 
     def get_stats(self) -> memory.MemoryStats:
+        """cudakit.memory.stats(device_id)."""
         return memory.stats(self.device_id)
 
 
@@ -130,6 +132,7 @@ class CudaBackend:
 
     @property
     def enable_profiling(self) -> bool:
+        """Whether the backend's cudakit profile is recording."""
         return self._profile is not None
 
     def set_profiling(self, enabled: bool) -> None:

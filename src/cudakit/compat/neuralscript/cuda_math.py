@@ -28,24 +28,29 @@ class CudaTensor:
 
     @property
     def data(self):
+        """The backend's array (ValueError once freed)."""
         if self._data is None:
             raise ValueError("the tensor was released by free_tensor()")
         return self._data
 
     @property
     def shape(self) -> tuple:
+        """The tensor's shape."""
         return tuple(self.data.shape)
 
     @property
     def dtype(self) -> CudaDataType:
+        """Its element type."""
         return CudaDataType(np.dtype(self.data.dtype).name)
 
     @property
     def size(self) -> int:
+        """Its number of elements."""
         return int(self.data.size)
 
     @property
     def nbytes(self) -> int:
+        """Its size in bytes."""
         return int(self.data.nbytes)
 
     def __repr__(self):
