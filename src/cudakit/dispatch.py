@@ -22,6 +22,8 @@ this module and use the same rules with family-specific keys.
 """
 from __future__ import annotations
 
+import sys
+
 _MISSING = object()
 MAX_PLANS = 4096
 _plans: dict = {}
@@ -74,6 +76,9 @@ def call(op: str, planner, args: tuple, checked):
         return checked(*args)
     if p is _MISSING:
         r = checked(*args)
+        graphs = sys.modules.get("cudakit.graphs")
+        if graphs is not None and graphs.capturing() is not None:
+            return r   # planning may verify with a synchronising comparison: not while capturing
         if len(_plans) >= MAX_PLANS:
             _plans.clear()
         _plans[key] = planner(*args) if _ready() else _MISSING

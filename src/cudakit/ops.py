@@ -61,20 +61,24 @@ def backend_for(*arrays):
             _cuda_nd, _fast = be._array_type, be._fast
             import cupy
             _dispatch.enable(cupy.ndarray, cupy.cuda.runtime.getDevice)
-            global _gemm_plans
-            from .kernels import gemm_plans as _gemm_plans
+            global _gemm_plans, _trace_plans
+            from .kernels import gemm_plans as _gemm_plans, trace_plans as _trace_plans
     return be
 
 
-_gemm_plans = None   # kernels.gemm_plans once the CUDA backend exists
+_gemm_plans = _trace_plans = None   # kernels.gemm_plans, kernels.trace_plans once the CUDA backend exists
 
 
-def _planned(op: str, planner: str, args: tuple):
+def _planned(op: str, planner, args: tuple, arrays: int = 3):
     """The op through cudakit.dispatch: its plan for this call signature, or the backend's checked
-    method (on the backend owning the arrays) on a signature's first call and where no plan fits."""
-    checked = lambda *a: getattr(backend_for(*a[:3]), op)(*a)  # noqa: E731
+    method (on the backend owning the first `arrays` arguments) on a signature's first call and
+    where no plan fits. planner: the name of a function of kernels.gemm_plans, or None for a plan
+    traced from the checked call (kernels/trace_plans.py)."""
+    checked = lambda *a: getattr(backend_for(*a[:arrays]), op)(*a)  # noqa: E731
     if _gemm_plans is None:
         return checked(*args)
+    if planner is None:
+        return _dispatch.call(op, lambda *a: _trace_plans.trace(op, checked, a), args, checked)
     return _dispatch.call(op, getattr(_gemm_plans, planner), args, checked)
 
 
@@ -247,8 +251,7 @@ def layernorm_with_stats(x, weight=None, bias=None, eps=1e-5, normalized_ndim=No
 
 def layernorm_backward(grad_out, x, weight, mean, rstd, normalized_ndim=None):
     """(dx, dweight, dbias) of layernorm (see Backend.layernorm_backward)."""
-    return backend_for(grad_out, x, weight, mean, rstd).layernorm_backward(grad_out, x, weight, mean, rstd,
-                                                                           normalized_ndim)
+    return _planned("layernorm_backward", None, (grad_out, x, weight, mean, rstd, normalized_ndim), 5)
 
 
 def rmsnorm(x, weight=None, eps=1e-6, normalized_ndim=None):
@@ -265,7 +268,7 @@ def rmsnorm_with_stats(x, weight=None, eps=1e-6, normalized_ndim=None):
 
 def rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim=None):
     """(dx, dweight) of rmsnorm (see Backend.rmsnorm_backward)."""
-    return backend_for(grad_out, x, weight, rstd).rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim)
+    return _planned("rmsnorm_backward", None, (grad_out, x, weight, rstd, normalized_ndim), 4)
 
 
 def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, training=False, momentum=0.1,
@@ -284,8 +287,7 @@ def batch_norm_with_stats(x, gamma=None, beta=None, running_mean=None, running_v
 
 def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd):
     """(dx, dgamma, dbeta) of training-mode batch_norm (see Backend.batch_norm_backward)."""
-    return backend_for(grad_out, x, gamma, save_mean, save_invstd).batch_norm_backward(
-        grad_out, x, gamma, save_mean, save_invstd)
+    return _planned("batch_norm_backward", None, (grad_out, x, gamma, save_mean, save_invstd), 5)
 
 
 # -- reductions (see backends/reduction_api.py) -------------------------------------------------
@@ -394,36 +396,42 @@ def cross_entropy(logits, targets, reduction="mean", ignore_index=-100, *, valid
     """Cross-entropy of (N, C) logits against int class targets, fused (no softmax written out).
     On CUDA an out-of-range target raises TargetIndexError at the next cudakit.check() unless
     validate=True (see Backend.cross_entropy)."""
-    return backend_for(logits, targets).cross_entropy(logits, targets, reduction, ignore_index, validate=validate)
+    if validate:
+        return backend_for(logits, targets).cross_entropy(logits, targets, reduction, ignore_index, validate=True)
+    return _planned("cross_entropy", None, (logits, targets, reduction, ignore_index), 2)
 
 
 def cross_entropy_backward(grad_loss, logits, targets, reduction="mean", ignore_index=-100, *, validate=False):
     """dlogits of cross_entropy for the upstream gradient grad_loss."""
-    return backend_for(grad_loss, logits, targets).cross_entropy_backward(
-        grad_loss, logits, targets, reduction, ignore_index, validate=validate)
+    if validate:
+        return backend_for(grad_loss, logits, targets).cross_entropy_backward(
+            grad_loss, logits, targets, reduction, ignore_index, validate=True)
+    return _planned("cross_entropy_backward", None, (grad_loss, logits, targets, reduction, ignore_index), 3)
 
 
 def cross_entropy_with_grad(logits, targets, reduction="mean", ignore_index=-100, *, validate=False):
     """(loss, dlogits) in one pass over the logits (training step with grad_loss = 1)."""
-    return backend_for(logits, targets).cross_entropy_with_grad(logits, targets, reduction, ignore_index,
-                                                                validate=validate)
+    if validate:
+        return backend_for(logits, targets).cross_entropy_with_grad(logits, targets, reduction, ignore_index,
+                                                                    validate=True)
+    return _planned("cross_entropy_with_grad", None, (logits, targets, reduction, ignore_index), 2)
 
 
 # -- layout (see backends/layout_api.py) ----------------------------------------------------------
 
 def transpose(x, axes=None):
     """A contiguous copy of x with its axes reversed (or permuted by axes)."""
-    return backend_for(x).transpose(x, axes)
+    return _planned("transpose", None, (x, axes), 1)
 
 
 def permute(x, axes):
     """A contiguous copy of x with its axes permuted."""
-    return backend_for(x).permute(x, axes)
+    return _planned("permute", None, (x, axes), 1)
 
 
 def permute_backward(grad_out, axes):
     """Gradient of permute: grad_out permuted by the inverse of axes."""
-    return backend_for(grad_out).permute_backward(grad_out, axes)
+    return _planned("permute_backward", None, (grad_out, axes), 1)
 
 
 def matrix_transpose(x):
@@ -492,6 +500,9 @@ def fused_linear_gelu_with_preact(x, weight, bias=None, approximate="tanh"):
 
 def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bias=True):
     """(grad_x, grad_weight, grad_bias) of fused_linear_gelu (see Backend.fused_linear_gelu_backward)."""
+    if type(grad_out) is _cuda_nd and type(pre) is _cuda_nd and pre.shape == grad_out.shape:
+        # the backend's composition, through the planned calls: gelu_backward then linear_backward
+        return linear_backward(gelu_backward(grad_out, pre, approximate), x, weight, bias)
     return backend_for(grad_out, x, weight, pre).fused_linear_gelu_backward(grad_out, x, weight, pre,
                                                                             approximate, bias)
 
@@ -533,19 +544,19 @@ def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=T
 
 def max_pool2d(x, kernel_size, stride=None, padding=0):
     """Max over windows, NCHW (see Backend.max_pool2d)."""
-    return backend_for(x).max_pool2d(x, kernel_size, stride, padding)
+    return _planned("max_pool2d", None, (x, kernel_size, stride, padding), 1)
 
 
 def max_pool2d_backward(grad_out, x, kernel_size, stride=None, padding=0):
     """dL/dx of max_pool2d (see Backend.max_pool2d_backward)."""
-    return backend_for(grad_out, x).max_pool2d_backward(grad_out, x, kernel_size, stride, padding)
+    return _planned("max_pool2d_backward", None, (grad_out, x, kernel_size, stride, padding), 2)
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0):
     """Mean over windows, NCHW (see Backend.avg_pool2d)."""
-    return backend_for(x).avg_pool2d(x, kernel_size, stride, padding)
+    return _planned("avg_pool2d", None, (x, kernel_size, stride, padding), 1)
 
 
 def avg_pool2d_backward(grad_out, x, kernel_size, stride=None, padding=0):
     """dL/dx of avg_pool2d (see Backend.avg_pool2d_backward)."""
-    return backend_for(grad_out, x).avg_pool2d_backward(grad_out, x, kernel_size, stride, padding)
+    return _planned("avg_pool2d_backward", None, (grad_out, x, kernel_size, stride, padding), 2)

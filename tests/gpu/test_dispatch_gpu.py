@@ -72,3 +72,51 @@ def test_profiler_sees_planned_calls():
     with cudakit.profile() as prof:
         cudakit.linear(x, w)
     assert any("cublaslt" in r.name for r in prof.records), [r.name for r in prof.records]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_traced_plans_equal_checked(dtype):
+    """layernorm/rmsnorm/batch_norm backward, cross-entropy, permute, transpose and pooling: the
+    traced plan (kernels/trace_plans.py) replays bitwise what the checked call computes, on fresh
+    data of the same signature."""
+    be = cudakit.get_backend("cuda")
+    rng = np.random.default_rng(5)
+    for trial in range(3):   # the first call is checked, the second builds the plan, the third replays
+        x = _r(rng, (37, 200), dtype)
+        g = _r(rng, (37, 200), dtype)
+        w = _r(rng, (200,), dtype)
+        mean, rstd = be.layernorm_with_stats(x, w, None)[1:]
+        rr = be.rmsnorm_with_stats(x, w)[1]
+        t = cp.asarray(rng.integers(0, 200, 37))
+        img = _r(rng, (3, 5, 9, 11), dtype)
+        gimg = _r(rng, (3, 5, 4, 5), dtype)
+        bn_g = _r(rng, (3, 5, 9, 11), dtype)
+        _, sm, si = be.batch_norm_with_stats(img, training=True)
+        q = _r(rng, (2, 7, 3, 16), dtype)
+        calls = [("layernorm_backward", (g, x, w, mean, rstd)), ("rmsnorm_backward", (g, x, w, rr)),
+                 ("cross_entropy_with_grad", (x, t)), ("cross_entropy", (x, t, "none")),
+                 ("cross_entropy_backward", (1.0, x, t)),
+                 ("permute", (q, (0, 2, 1, 3))), ("permute_backward", (q, (0, 2, 1, 3))), ("transpose", (x,)),
+                 ("max_pool2d", (img, 2)), ("max_pool2d_backward", (gimg, img, 2)),
+                 ("avg_pool2d", (img, 2)), ("avg_pool2d_backward", (gimg, img, 2)),
+                 ("batch_norm_backward", (bn_g, img, None, sm, si))]
+        for op, args in calls:
+            want = getattr(be, op)(*args)
+            got = getattr(cudakit, op)(*args)
+            want_t = want if isinstance(want, tuple) else (want,)
+            got_t = got if isinstance(got, tuple) else (got,)
+            assert len(want_t) == len(got_t) and all(_same(a, b) for a, b in zip(want_t, got_t)), (op, dtype, trial)
+    traced = {k[0] for k, p in dispatch._plans.items() if p is not None}
+    assert {"layernorm_backward", "cross_entropy_with_grad", "permute"} <= traced, traced
+
+
+def test_traced_cross_entropy_still_reports_bad_targets():
+    x = cp.zeros((4, 7), cp.float32)
+    good = cp.asarray(np.array([0, 1, 2, 3]))
+    for _ in range(3):
+        cudakit.cross_entropy_with_grad(x, good)
+    cudakit.check()
+    bad = cp.asarray(np.array([0, 1, 9, 3]))
+    cudakit.cross_entropy_with_grad(x, bad)   # the planned replay, same signature
+    with pytest.raises(cudakit.TargetIndexError, match=r"targets\[2\] = 9"):
+        cudakit.check()

@@ -233,6 +233,8 @@ def _launch_function(name, f, grid, block, args, shared_mem, stream) -> None:
     float32/float64 scalars) go through the native launcher (runtime/native.py): a few
     microseconds less host time per launch than CuPy's argument marshalling, which takes the rest."""
     cp = _cupy.loaded_cupy()
+    if _recorder is not None:   # kernels/trace_plans.py is tracing this call
+        _recorder.launch(name, f, grid, block, shared_mem, stream, args)
     _launch.recent_launches.append((name, grid, block))
     prof = profiler._active
     try:
@@ -258,6 +260,7 @@ def _launch_function(name, f, grid, block, args, shared_mem, stream) -> None:
 
 
 _native_launch = None   # the native launch function; False where it is unavailable
+_recorder = None        # a kernels.trace_plans recorder while a call is traced
 _ARG_CODES: dict = {}   # type -> parameter code for the native launcher ("A": a CuPy array)
 _SIGNATURES: dict = {}  # tuple of argument types -> (codes, positions of the arrays), or None
 
