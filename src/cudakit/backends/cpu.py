@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..errors import DeviceError
+from ..errors import ArgumentTypeError, DeviceError
 from .base import Backend
 from .attention_api import CpuAttentionHooks
 from .conv_api import CpuConvHooks
@@ -46,7 +46,7 @@ def _erfc(x):
     """erfc elementwise: exact per element (math.erfc) for float64, the vectorised fit above
     (in float64, then rounded) for float32 arithmetic, where it is within an ulp and ~50x faster."""
     if x.dtype == np.float64:
-        return _erfc_py(x).astype(np.float64) if x.size else np.empty_like(x)
+        return np.asarray(_erfc_py(x), np.float64) if x.size else np.empty_like(x)   # (a 0-d x gives a float)
     z = np.abs(x.astype(np.float64))
     t = 1.0 / (1.0 + 0.5 * z)
     poly = np.full_like(z, _ERFC_P[-1])
@@ -160,7 +160,11 @@ class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuL
         if hasattr(x, "__cuda_array_interface__") or _dlpack_on_cuda(x):
             raise DeviceError(f"{arg} is on a CUDA device but this is the CPU backend; "
                               f"copy it with cudakit.to_host() or use the CUDA backend")
-        return np.asarray(x)
+        try:
+            return np.asarray(x)
+        except (ValueError, TypeError) as e:   # a ragged list, an object NumPy cannot hold
+            raise ArgumentTypeError(f"{arg} must be an array (got {type(x).__name__} that NumPy cannot make "
+                                    f"one of: {e})") from None
 
     def _scalar_array(self, value, dtype):
         return np.asarray(value, dtype=dtype)
