@@ -43,6 +43,7 @@ def collect_info() -> dict:
         "cuda_usable": ok, "reason": reason, "backend": None, "backend_reason": None,
         "cuda_driver": None, "cuda_runtime": None, "nvrtc": None, "devices": [],
         "cache": cache, "native_launcher": "not used (no GPU)", "config_error": config_error,
+        "fallbacks": {},
     }
     try:
         be = cudakit.get_backend()
@@ -68,6 +69,13 @@ def collect_info() -> dict:
             from .kernels import ew_shapes
             dd["tuned_elementwise_shapes"] = len(ew_shapes.shapes(d.index))
             info["devices"].append(dd)
+    from cudakit import fallbacks
+    info["fallbacks"] = fallbacks.taken()
+    if ok and config_error is None:
+        from cudakit.kernels import conv
+        if not conv.available():   # what conv2d will do, before any call takes the path
+            info["fallbacks"].setdefault("conv2d:triton", "conv2d runs as im2col + cuBLAS (R*S times the input's "
+                                                          "memory): Triton is not installed")
     return info
 
 
@@ -108,6 +116,8 @@ def cmd_info(args) -> int:
     else:
         print(f"kernel cache: {c['path']} ({c['entries']} files, {c['bytes'] / 2**20:.1f} MiB)")
     print(f"native launcher: {info['native_launcher']}")
+    for key, why in info["fallbacks"].items():
+        print(f"fallback {key}: {why}")
     if not info["cuda_usable"]:
         print("The CPU backend (NumPy) runs every op; install a GPU build with: pip install 'cudakit[cuda13]'")
     return 1 if info["config_error"] else 0

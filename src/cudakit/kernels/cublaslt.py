@@ -231,6 +231,10 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
         if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: the unfused path from now on
             _destroy(plan)
             _plans[key] = None
+            from .. import fallbacks
+            fallbacks.note(f"cublaslt:{key}", f"cuBLASLt answered NOT_SUPPORTED for the fused linear epilogue of "
+                                              f"{key}; that case runs unfused (cuBLAS, then the epilogue kernel) "
+                                              f"from now on")
             return False
     _check(status, "cublasLtMatmul")
     return True
