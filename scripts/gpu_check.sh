@@ -34,6 +34,10 @@ PY
 [ "${TESTS:-}" = none ] || timeout ${TEST_TIMEOUT:-540} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
 # CPU tests that need CuPy (skipped in CI, which has none): CuPy's object layout as the native path reads it
 timeout 60 python3 -m pytest -q tests/test_cupy_layout.py -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -1 | sed 's/^/CUPY-LAYOUT /'
+# SELFTEST=1 (or =sanitize): `cudakit selftest` (every kernel family, dtype and variant against the CPU
+# backend), or `cudakit selftest --quick --sanitize` under compute-sanitizer's four tools
+if [ "${SELFTEST:-0}" = 1 ]; then timeout ${SELFTEST_TIMEOUT:-500} python3 -m cudakit selftest 2>&1 | tee -a "$LOG" | tail -30 | sed 's/^/SELFTEST /'; fi
+if [ "${SELFTEST:-0}" = sanitize ]; then timeout ${SELFTEST_TIMEOUT:-570} python3 -m cudakit selftest --quick --sanitize 2>&1 | tee -a "$LOG" | tail -40 | sed 's/^/SANITIZE /'; fi
 # TUNE=1: `cudakit tune` first (the elementwise kernels' shapes measured on this GPU, kept per GPU UUID)
 if [ "${TUNE:-0}" = 1 ]; then timeout ${TUNE_TIMEOUT:-200} python3 -m cudakit tune 2>&1 | tee -a "$LOG" | sed 's/^/TUNE /' | tail -50; fi
 # the plots stay on the device (at most 8 files come back): results.json and the speedup plot return

@@ -1,6 +1,7 @@
 """float64 references for the activations, and tolerances per dtype."""
 import math
 
+import ml_dtypes
 import numpy as np
 
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])
@@ -62,3 +63,87 @@ def rel_err(got, ref):
     ref = np.asarray(ref, np.float64).astype(got.dtype).astype(np.float64)
     got = got.astype(np.float64)
     return np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-300)
+
+
+# ---- element by element ------------------------------------------------------------------------
+# A whole-array norm lets a kernel that returns 0 on a tail (gelu for x < -3, silu for x < -6,
+# sigmoid for x < -8) pass in 16-bit: those elements are small next to the norm. Every element is
+# checked instead: 16-bit results within one unit in the last place of the correctly rounded float64
+# reference (float32 arithmetic rounded once), float32/float64 within a few units of their precision
+# times the function's condition number at that input (|x f'(x) / f(x)|: the input's own rounding
+# error, amplified, is the best any implementation can do).
+
+def round_to(ref, dtype):
+    """float64 -> dtype rounded once. NumPy's float64 -> float16 is correctly rounded; bfloat16 goes
+    through float32 (ml_dtypes), so a float32 value exactly on a bfloat16 midpoint is nudged one
+    float32 ulp towards the float64 value first (else it is rounded to even whichever side the true
+    value lies on)."""
+    ref = np.asarray(ref, np.float64)
+    if np.dtype(dtype) != np.dtype(ml_dtypes.bfloat16):
+        return ref.astype(dtype)
+    f = ref.astype(np.float32)
+    tie = (f.view(np.uint32) & 0xFFFF) == 0x8000
+    m = f.astype(np.float64)
+    f = np.where(tie & (ref > m), np.nextafter(f, np.float32(np.inf)),
+                 np.where(tie & (ref < m), np.nextafter(f, np.float32(-np.inf)), f))
+    return f.astype(dtype)
+
+
+def ordered(bits):
+    """16-bit float bit patterns as integers in the order of their values (adjacent values differ
+    by 1; +0 and -0 are both 0)."""
+    b = np.asarray(bits).astype(np.int32)
+    return np.where(b & 0x8000, -(b & 0x7FFF), b)
+
+
+def condition(fn, x):
+    """|x f'(x) / f(x)| of the float64 function fn at x, by a central difference (relative step
+    1e-6); 0 where f(x) is 0 or not finite."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        d = 1e-6
+        f0 = fn(x)
+        c = np.abs((fn(x * (1 + d)) - fn(x * (1 - d))) / (2 * d * f0))
+    return np.where(np.isfinite(c), c, 0.0)
+
+
+ELEMENT_ULPS = {"float32": 32, "float64": 32}   # units of the dtype's epsilon, times (1 + condition);
+# the CPU backend reaches 16 (float32 gelu_backward at x = 5) and 19 (float64 silu_backward at x = 37)
+
+
+def element_errors(got, ref, dtype, cond=None, tiny=0.0):
+    """Boolean mask of the elements of `got` (dtype) outside the bound against the float64 `ref`:
+    16-bit: more than 1 ulp from round_to(ref); float32/float64: |got - ref| > ELEMENT_ULPS * eps *
+    (1 + cond) * |ref| + the dtype's smallest normal. NaN must match NaN. Elements whose reference is
+    below `tiny` in magnitude and whose result is 0 are accepted (a flushed subnormal)."""
+    dt = np.dtype(dtype)
+    got = np.asarray(got)
+    ref = np.asarray(ref, np.float64)
+    g64 = got.astype(np.float64)
+    nan = np.isnan(ref) | np.isnan(g64)
+    bad = np.isnan(ref) != np.isnan(g64)
+    if dt.itemsize == 2:
+        r = round_to(ref, dt)
+        dist = np.abs(ordered(got.view(np.uint16)) - ordered(r.view(np.uint16)))
+        bad |= (dist > 1) & ~nan
+    else:
+        eps, small = float(np.finfo(dt).eps), float(np.finfo(dt).tiny)
+        c = 0.0 if cond is None else cond
+        with np.errstate(all="ignore"):
+            err = np.abs(g64 - ref)
+            lim = ELEMENT_ULPS[dt.name] * eps * (1 + c) * np.abs(ref) + small
+        same_inf = np.isinf(ref) & (g64 == ref)
+        bad |= ~(err <= lim) & ~nan & ~same_inf
+    if tiny:
+        bad &= ~((g64 == 0) & (np.abs(ref) < tiny))
+    return bad
+
+
+def assert_elementwise(got, ref, dtype, x=None, cond=None, what=""):
+    """Raise AssertionError naming the first elements outside element_errors' bound."""
+    bad = element_errors(got, ref, dtype, cond)
+    if bad.any():
+        idx = np.flatnonzero(bad)[:6]
+        xs = "" if x is None else f" at x = {np.asarray(x).ravel()[idx]}"
+        raise AssertionError(f"{what} {dtype}: {bad.sum()} of {bad.size} elements off{xs}: got "
+                             f"{np.asarray(got).ravel()[idx]}, want {np.asarray(ref, np.float64).ravel()[idx]}")

@@ -127,3 +127,14 @@ def assert_close(got, ref, dtype, what="", scale=None, factor=1.0):
 
 def cast(a, dtype):
     return np.asarray(a).astype(np_dtype(dtype))
+
+
+def large_mean_atol(y_ref, rstd_ref, mean_ref, cols):
+    """The elementwise bound on |y - y_ref| that float32 statistics guarantee for rows with a large
+    mean: the mean of `cols` values carries at most ~log2(cols) roundings of its magnitude (pairwise
+    or tree sums), each u |mean|, and y = (x - mean) rstd scales that error by rstd; y's own
+    rounding and rstd's add a few u |y|. u = 2^-24."""
+    import numpy as np
+    u = 2.0 ** -24
+    return ((np.ceil(np.log2(cols)) + 2) * u * np.abs(mean_ref)[:, None] * rstd_ref[:, None]
+            + 8 * u * np.abs(y_ref))

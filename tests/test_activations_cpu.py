@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import cudakit
-from activation_reference import TOL, derivative, forward, rel_err
+from activation_reference import TOL, assert_elementwise, condition, derivative, forward, rel_err
 from helpers import DTYPES, assert_same, np_dtype, random, reference
 
 ACTS = ["leaky_relu", "sigmoid", "tanh", "silu", "gelu", "gelu_erf"]
@@ -34,6 +34,30 @@ def test_activation_forward_and_backward(name, dtype, n, rng):
     dx = _call_bwd(be, name, g, x)
     want = np.asarray(g, np.float64) * derivative(name, x)
     assert rel_err(dx, want) < max(TOL[dtype], 1e-7 if dtype == "float64" else 0)
+    # and every element (a norm lets a zeroed tail through in 16-bit; see element_errors)
+    assert_elementwise(y, forward(name, x), dtype, x, condition(lambda z: forward(name, z), x), name)
+    ones = np.ones_like(x)
+    keep = np.abs(x.astype(np.float64)) <= (12 if name == "gelu" else 600)   # the reference's range
+    d = _call_bwd(be, name, ones, x)[keep]
+    assert_elementwise(d, derivative(name, x[keep]), dtype, x[keep],
+                       condition(lambda z: derivative(name, z), x[keep]), name + "_backward")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bwd", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("name", ACTS)
+def test_every_16_bit_input_within_one_ulp(name, bwd, dtype):
+    # every finite value of the dtype: within one unit in the last place of the correctly rounded
+    # float64 result (the GPU's test is tests/gpu/test_activations_gpu.py)
+    be = cudakit.get_backend("cpu")
+    x = np.arange(1 << 16, dtype=np.uint16).view(np_dtype(dtype))
+    x = x[np.isfinite(x.astype(np.float32))]
+    if bwd:   # past |x| = 600 (gelu: 12) the derivative is its limit to 16-bit rounding
+        lim = 12 if name == "gelu" else 600
+        got, ref = _call_bwd(be, name, np.ones_like(x), x), derivative(name, np.clip(x.astype(np.float64), -lim, lim))
+    else:
+        got, ref = _call(be, name, x), forward(name, x)
+    assert_elementwise(got, ref, dtype, x, what=name + ("_backward" if bwd else ""))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

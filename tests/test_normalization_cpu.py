@@ -84,9 +84,10 @@ def test_out_is_filled(rng):
 def test_large_mean_is_accurate(rng):
     x = (1000.0 + rng.standard_normal((4, 4096))).astype(np.float32)
     y, _mean, rstd = cn.layernorm_forward(x, None, None, 1e-5)
-    yr, _mr, rr = ref.layernorm(x, None, None, 1e-5)
+    yr, mr, rr = ref.layernorm(x, None, None, 1e-5)
     np.testing.assert_allclose(rstd, rr, rtol=1e-4)
-    np.testing.assert_allclose(y, yr, atol=2e-3)
+    # the bound float32 statistics guarantee (norm_reference.large_mean_atol), about 7e-4 to 1e-3 here
+    assert np.all(np.abs(y - yr) <= ref.large_mean_atol(yr, rr, mr, x.shape[1]))
 
 
 def test_nan_propagates():

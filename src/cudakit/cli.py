@@ -1,4 +1,5 @@
-"""`cudakit info | cache info | cache clear | cache warm | bench | tune | report | run`: the command line. The only module that prints."""
+"""`cudakit info | cache info | cache clear | cache warm | bench | tune | selftest | report | run`: the command
+line. The only module that prints."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,7 @@ import json
 import logging
 import platform
 import sys
+import time
 
 
 def _version(mod: str) -> str | None:
@@ -43,6 +45,7 @@ def collect_info() -> dict:
         "cuda_usable": ok, "reason": reason, "backend": None, "backend_reason": None,
         "cuda_driver": None, "cuda_runtime": None, "nvrtc": None, "devices": [],
         "cache": cache, "native_launcher": "not used (no GPU)", "config_error": config_error,
+        "fallbacks": {},
     }
     try:
         be = cudakit.get_backend()
@@ -68,6 +71,13 @@ def collect_info() -> dict:
             from .kernels import ew_shapes
             dd["tuned_elementwise_shapes"] = len(ew_shapes.shapes(d.index))
             info["devices"].append(dd)
+    from cudakit import fallbacks
+    info["fallbacks"] = fallbacks.taken()
+    if ok and config_error is None:
+        from cudakit.kernels import conv
+        if not conv.available():   # what conv2d will do, before any call takes the path
+            info["fallbacks"].setdefault("conv2d:triton", "conv2d runs as im2col + cuBLAS (R*S times the input's "
+                                                          "memory): Triton is not installed")
     return info
 
 
@@ -108,6 +118,8 @@ def cmd_info(args) -> int:
     else:
         print(f"kernel cache: {c['path']} ({c['entries']} files, {c['bytes'] / 2**20:.1f} MiB)")
     print(f"native launcher: {info['native_launcher']}")
+    for key, why in info["fallbacks"].items():
+        print(f"fallback {key}: {why}")
     if not info["cuda_usable"]:
         print("The CPU backend (NumPy) runs every op; install a GPU build with: pip install 'cudakit[cuda13]'")
     return 1 if info["config_error"] else 0
@@ -184,6 +196,43 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def cmd_selftest(args) -> int:
+    from cudakit import selftest
+    from cudakit.runtime import _cupy
+    ok, why = _cupy.probe()
+    if not ok:
+        print(f"cudakit selftest: no usable CUDA GPU ({why}); nothing to test", file=sys.stderr)
+        return 2
+    fams = [f.strip() for f in args.families.split(",") if f.strip()] or None
+    if args.sanitize:
+        inner = (["--quick"] if args.quick else []) + (["--families", args.families] if fams else [])
+        tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+        try:
+            res = selftest.sanitize(inner, tools, log=lambda line: print(f"running: {line}", flush=True))
+        except (ValueError, FileNotFoundError) as e:
+            print(f"cudakit selftest --sanitize: {e}", file=sys.stderr)
+            return 2
+        for tool, r in res.items():
+            n = "no summary (see below)" if r["errors"] is None else f"{r['errors']} errors"
+            print(f"{tool:<10} {n:<24} {r['seconds']:8.1f} s  (exit status {r['returncode']})")
+            if r["errors"] != 0:
+                print(r["tail"])
+        return 0 if all(r["errors"] == 0 for r in res.values()) else 1
+    t0 = time.perf_counter()
+
+    def show(r):
+        if not r.ok or args.verbose:
+            err = "raised" if r.error is None else f"{r.error:.2e}"
+            print(f"{'ok  ' if r.ok else 'FAIL'} {r.case.family:<13} {r.case.label:<48} {err} (tol {r.tolerance:.1e})"
+                  + (f" {r.message}" if r.message else ""), flush=True)
+    results = selftest.run("cuda", "cpu", args.quick, fams, progress=show)
+    bad = [r for r in results if not r.ok]
+    fams_run = sorted({r.case.family for r in results})
+    print(f"selftest: {len(results) - len(bad)} of {len(results)} calls match the CPU backend across "
+          f"{len(fams_run)} families ({', '.join(fams_run)}) in {time.perf_counter() - t0:.1f} s")
+    return 1 if bad else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cudakit", description="cudakit: CUDA kernels for Python, with a NumPy fallback")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO (why a backend was chosen, compiles)")
@@ -208,6 +257,15 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--dtype", default="float32,bfloat16", help="comma-separated dtypes")
     pt.add_argument("--rounds", type=int, default=3, help="rounds over the candidate shapes (median)")
     pt.set_defaults(fn=cmd_tune)
+    ps = sub.add_parser("selftest", help="a call of every kernel family, dtype and variant on the GPU, checked against "
+                                         "the CPU backend; --sanitize: under compute-sanitizer's four tools")
+    ps.add_argument("--sanitize", action="store_true", help="run the selftest under compute-sanitizer memcheck, "
+                    "racecheck, synccheck and initcheck and report each tool's error count")
+    ps.add_argument("--tools", default=",".join(("memcheck", "racecheck", "synccheck", "initcheck")),
+                    help="--sanitize: comma-separated tools")
+    ps.add_argument("--quick", action="store_true", help="smaller shapes (the same kernel variants)")
+    ps.add_argument("--families", default="", help="comma-separated families (default: all)")
+    ps.set_defaults(fn=cmd_selftest)
     pr = sub.add_parser("report", help="regenerate BENCHMARKS.md from benchmarks/results/*.json")
     pr.add_argument("--results", default="benchmarks/results")
     pr.add_argument("--output", default="BENCHMARKS.md")

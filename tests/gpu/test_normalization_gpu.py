@@ -139,9 +139,10 @@ def test_large_mean_is_accurate(cols, rng):
     nk = _nk()
     x = (1000.0 + rng.standard_normal((8, cols))).astype(np.float32)
     y, _mean, rstd = nk.layernorm_forward(cp.asarray(x), None, None, 1e-5)
-    yr, _mr, rr = ref.layernorm(x, None, None, 1e-5)
+    yr, mr, rr = ref.layernorm(x, None, None, 1e-5)
     np.testing.assert_allclose(rstd.get(), rr, rtol=1e-4)
-    np.testing.assert_allclose(y.get(), yr, atol=2e-3)
+    # the bound float32 statistics guarantee (norm_reference.large_mean_atol), about 7e-4 to 1e-3 here
+    assert np.all(np.abs(y.get() - yr) <= ref.large_mean_atol(yr, rr, mr, x.shape[1]))
 
 
 @pytest.mark.parametrize("kind", ["ln", "rms"])

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
-from .checks import finite_scalar, require_array
+from .checks import check_bool, finite_scalar, require_array
 from .normalization_api import is_float
 from ..errors import ArgumentError, DTypeError, ShapeError
 
@@ -46,8 +45,7 @@ class AttentionOps:
         if scale is None:
             scale = 1.0 / math.sqrt(d)
         scale = finite_scalar(op, "scale", scale)  # a 0-d array (cupy.sqrt's result) works too
-        if not isinstance(causal, (bool, np.bool_)) and causal not in (0, 1):
-            raise ArgumentError(f"{op}: causal must be a bool (got {causal!r})")
+        check_bool(op, "causal", causal, ints=True)
         name = self._check_dtype(q, "q")
         return arrs, name, scale
 

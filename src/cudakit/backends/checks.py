@@ -83,9 +83,12 @@ def check_size(op: str, what: str, shape, itemsize: int) -> None:
                          f"and the geometry arguments")
 
 
-def check_bool(op: str, arg: str, v) -> bool:
-    """A yes/no flag: a bool (NumPy's included); 'no', 2 or None raise ArgumentTypeError."""
+def check_bool(op: str, arg: str, v, ints: bool = False) -> bool:
+    """A yes/no flag: a bool (NumPy's included), or with ints=True also the ints 0 and 1; 'no', 2,
+    None or an array raise ArgumentTypeError."""
     if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if ints and isinstance(v, numbers.Integral) and v in (0, 1):
         return bool(v)
     raise ArgumentTypeError(f"{op}: {arg} must be a bool (got {type(v).__name__} {_short(v)})")
 

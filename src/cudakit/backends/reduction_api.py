@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numbers
 
-from .checks import check_shape, finite_scalar
+from .checks import check_bool, check_shape, check_size, finite_scalar
 from ..errors import DTypeError, ShapeError
 
 
@@ -89,6 +89,7 @@ class ReductionOps:
         if r is not None:
             return r
         x = self._red_x(op, x)
+        keepdims = check_bool(op, "keepdims", keepdims, ints=True)
         axes = _axes(op, axis, x.ndim, int_only)
         if op in ("max", "min", "argmax", "argmin") and _prod(x.shape[d] for d in axes) == 0:
             raise ShapeError(f"{op}: cannot reduce an empty array (axis={axis!r} of shape {tuple(x.shape)} "
@@ -154,6 +155,7 @@ class ReductionOps:
         """Validate grad_out against the result shape of reducing `axis` of x_shape; returns
         (grad_out reshaped to the kept axes' shape, axes)."""
         g = self._red_x(op, grad_out, "grad_out")
+        keepdims = check_bool(op, "keepdims", keepdims, ints=True)
         ndim = len(x_shape)
         axes = _axes(op, axis, ndim)
         want = _kept_shape(x_shape, axes, bool(keepdims))
@@ -169,7 +171,9 @@ class ReductionOps:
         return g.reshape(_kept_shape(x_shape, axes, False)), axes
 
     def _red_shape(self, op: str, x_shape) -> tuple:
-        return check_shape(op, "x_shape", x_shape)
+        shape = check_shape(op, "x_shape", x_shape)
+        check_size(op, "the gradient", shape, 8)
+        return shape
 
     def sum_backward(self, grad_out, x_shape, axis=None, keepdims: bool = False):
         """Gradient of sum(x, axis, keepdims) with respect to x: grad_out broadcast back to x_shape.

@@ -1,4 +1,8 @@
-"""`cudakit bench --check`: each checked case's op against a float64 reference on the CPU.
+"""`cudakit bench --check`: each checked case's op against cudakit's CPU backend in float64.
+
+This is not an independent reference: the float64 run is cudakit's own NumPy code (on a CPU run,
+the very code under test, in float64), so it finds dtype and precision errors, not formula errors;
+the tests check every op against independent float64 formulas.
 
 A case's `check()` gives (fn, args): a cudakit call on fresh inputs like the benchmark's. fn runs
 on them (the backend the inputs live on: the GPU in a GPU run) and on float64 host copies of the

@@ -28,8 +28,9 @@ def add_arguments(p) -> None:
                    help="timed runs of each provider (default: 30 on a GPU, over 3 interleaved rounds; 10 on the CPU; "
                         "6 / 3 with --quick)")
     p.add_argument("--check", action="store_true",
-                   help="also check each op against a float64 reference on the CPU (on inputs like the benchmark's, "
-                        "at most 2^22 elements); exit status 1 when one is over its dtype's tolerance")
+                   help="also compare each op with cudakit's CPU backend run on float64 copies of the inputs (on "
+                        "inputs like the benchmark's, at most 2^22 elements; on a CPU run that is the same code in "
+                        "float64, not an independent reference); exit status 1 when one is over its dtype's tolerance")
     p.add_argument("--cpu-baseline", action="store_true",
                    help="GPU runs: also time each checked op against cudakit's CPU backend (NumPy) on the same inputs "
                         "(at most 2^22 elements an input); an 'x cpu' column")
@@ -241,7 +242,7 @@ def main(args) -> int:
     if args.check:
         checked = [r for r in rows if "check" in r]
         failed = [f"{r['op']} {'x'.join(map(str, r['shape']))} {r['dtype']}" for r in checked if not r["check"]["ok"]]
-        print(f"accuracy: {len(checked)} of {len(rows)} cases checked against float64 references, "
+        print(f"accuracy: {len(checked)} of {len(rows)} cases checked against cudakit's CPU backend in float64, "
               f"{len(failed)} over tolerance" + (": " + ", ".join(failed) if failed else ""))
         return 1 if failed else 0
     return 0
@@ -312,8 +313,9 @@ def format_table(record: dict) -> str:
     lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %roof = GB/s over the measured copy "
                  "bandwidth (memory-bound ops) or TFLOP/s over the measured matmul rate (ops with FLOPs).")
     if checked:
-        lines.append("max err = max |cudakit - float64 reference| / max |reference| (--check); ! = over the "
-                     "dtype's tolerance, - = not checked.")
+        lines.append("max err = max |cudakit - cudakit's CPU backend in float64| / max |that| (--check: the "
+                     "same inputs as float64 copies; on a CPU run, the code against itself in float64); ! = over "
+                     "the dtype's tolerance, - = not checked.")
     if cpu:
         lines.append("x cpu = cudakit's CPU backend time / its GPU time, same inputs of at most 2^22 elements each "
                      "(--cpu-baseline).")

@@ -37,12 +37,31 @@ def available() -> bool:
 def usable(dtype_name: str, x_shape, k: int, geo, groups: int = 1) -> bool:
     """True when conv2d runs here: float16, bfloat16 or float32, every per-image plane and each
     group's weight under 2^31 elements (int32 offsets), at most 65535 groups unless the direct
-    kernels take them (one implicit-GEMM launch holds whole groups of images), Triton installed."""
+    kernels take them (one implicit-GEMM launch holds whole groups of images), Triton installed.
+    Otherwise the im2col + cuBLAS path runs, logged once (cudakit.fallbacks) with why_not()'s reason."""
+    why = why_not(dtype_name, x_shape, k, geo, groups)
+    if why is not None:
+        from .. import fallbacks
+        r, s = geo[6:8]
+        fallbacks.note(f"conv2d:{why.split(':')[0]}", f"conv2d runs as im2col + cuBLAS, which needs R*S = {r * s} "
+                                                     f"times the input's memory: {why}")
+    return why is None
+
+
+def why_not(dtype_name: str, x_shape, k: int, geo, groups: int = 1, triton_ok=None) -> str | None:
+    """Why conv2d's own kernels do not take this call (None when they do); see usable().
+    triton_ok: whether Triton is available (default: available())."""
     n, c, h, w = x_shape
     r, s, ho, wo = geo[6:]
-    return (dtype_name in DTYPES and c * h * w < 2**31 and k * ho * wo < 2**31
-            and r * s * (c // groups) * (k // groups) < 2**31
-            and (groups <= _MAX_GRID_Z or direct(x_shape, (k,), groups, geo)) and available())
+    if dtype_name not in DTYPES:
+        return f"dtype: {dtype_name} (the kernels take {', '.join(DTYPES)})"
+    if not (c * h * w < 2**31 and k * ho * wo < 2**31 and r * s * (c // groups) * (k // groups) < 2**31):
+        return "size: a per-image plane or a group's weight has 2^31 elements or more (int32 offsets)"
+    if not (groups <= _MAX_GRID_Z or direct(x_shape, (k,), groups, geo)):
+        return f"groups: {groups} groups, over the {_MAX_GRID_Z} one launch holds"
+    if not (available() if triton_ok is None else triton_ok):
+        return "triton: Triton is not installed (pip install 'cudakit[triton]')"
+    return None
 
 
 def precision(dtype_name: str) -> str:

@@ -308,7 +308,9 @@ def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float 
 def drop(bp) -> None:
     """Forget bound plan bp's case (cuBLASLt answered NOT_SUPPORTED): another path from now on."""
     key = bp[-1]
-    log.info("cuBLASLt answered NOT_SUPPORTED for %s: another path runs from now on", key)
+    from .. import fallbacks   # logged once at INFO and listed by `cudakit info`
+    fallbacks.note(f"cublaslt:{key}", f"cuBLASLt answered NOT_SUPPORTED for {key}; that case runs another way "
+                                      f"(the unfused epilogue, or CuPy's cuBLAS) from now on")
     with _lock:
         plan = _plans.get(key)
         if plan:

@@ -501,10 +501,19 @@ class Autotuned:
 
     def _load(self):
         if not self._disk_loaded:
+            path = self._disk_path()
             try:
-                self.best.update(json.loads(self._disk_path().read_text()))
-            except (OSError, ValueError):
-                pass
+                best = json.loads(path.read_text())
+                if not isinstance(best, dict) or not all(isinstance(v, int) and 0 <= v < len(self.configs)
+                                                         for v in best.values()):
+                    raise ValueError("not a {key: config index} table")
+                self.best.update(best)
+            except FileNotFoundError:
+                pass   # never tuned here: tuned on first use
+            except (OSError, ValueError) as e:
+                from .. import fallbacks
+                fallbacks.note(f"autotune:{path}", f"the autotuning file {path} is unreadable or corrupt ({e}); "
+                                                   f"{self.kernel.name} is tuned again and the file rewritten")
             self._disk_loaded = True
 
     def _save(self):
