@@ -81,7 +81,13 @@ def call(op: str, planner, args: tuple, checked):
             return r   # planning may verify with a synchronising comparison: not while capturing
         if len(_plans) >= MAX_PLANS:
             _plans.clear()
-        _plans[key] = planner(*args) if _ready() else _MISSING
+        try:
+            _plans[key] = planner(*args) if _ready() else _MISSING
+        except Exception as e:  # noqa: BLE001 - a planner's failure costs the plan, never the call
+            from . import fallbacks
+            fallbacks.note(f"plan:{op}", f"no plan for {op} with this signature ({type(e).__name__}: {e}); "
+                                         f"the checked path runs it")
+            _plans[key] = None
         if _plans[key] is _MISSING:
             del _plans[key]
         return r

@@ -86,29 +86,14 @@ def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts
     """Kernel `name` over grid (row blocks, batch*heads): batch*heads is grid dim y (at most 65535),
     so larger batches go in slices of the [BH, ...] arrays."""
     bh = arrays[0].shape[0]
-    k = _specialized(name, consts)
+    k = _k(name)
     if bh <= _MAX_GRID_Y:
-        k[(max(1, math.ceil(rows / block)), bh)](*arrays, *args)
+        k[(max(1, math.ceil(rows / block)), bh)](*arrays, *args, **consts)
         return
     for b0 in range(0, bh, _MAX_GRID_Y):
         b1 = min(bh, b0 + _MAX_GRID_Y)
-        k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args)
+        k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args, **consts)
 
-
-_special: dict = {}   # (kernel name, constexprs and launch options) -> its specialised TritonKernel
-
-
-def _specialized(name: str, consts: dict):
-    """Kernel `name` with these constexprs and options bound (TritonKernel.specialized): called with
-    runtime arguments only, it launches from the native plans instead of binding each call in Python
-    (3 launches of the backward cost about 75 us of host time that way, H100 host, 2026-11-26)."""
-    key = (name, tuple(sorted(consts.items())))
-    k = _special.get(key)
-    if k is None:
-        opts = dict(consts)
-        nw, ns = opts.pop("num_warps", None), opts.pop("num_stages", None)
-        k = _special[key] = _k(name).specialized(num_warps=nw, num_stages=ns, **opts)
-    return k
 
 
 def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None, tiles=None):

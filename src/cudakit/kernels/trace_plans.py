@@ -166,7 +166,12 @@ def _same(a, b) -> bool:
             continue
         if x.shape != y.shape or x.dtype != y.dtype or x.strides != y.strides:
             return False
-        if x.size and not bool(cp.array_equal(x.view(cp.uint8) if x.flags.c_contiguous else x,
-                                              y.view(cp.uint8) if y.flags.c_contiguous else y)):
+        if x.size and not bool(cp.array_equal(_bits(x), _bits(y))):
             return False
     return len(_flatten(a)) == len(_flatten(b))
+
+
+def _bits(x):
+    """x's bytes (NaN payloads compared exactly), or x itself where it has no flat byte view."""
+    cp = _cupy.cupy()
+    return x.reshape(-1).view(cp.uint8) if x.flags.c_contiguous else x
