@@ -189,7 +189,7 @@ def forward(params: dict, batch: tuple, cfg: GPTConfig, step: int = 0, xp=np):
     c = {"cfg": cfg, "step": step, "shape": (b, t), "tokens": tokens, "xp": xp, "layers": []}
     site = iter(range(1 << 20))                      # dropout sites, in forward order
 
-    x = cudakit.add(xp.take(params["wte"], tokens, axis=0), params["wpe"][:t])   # (B, T, D)
+    x = cudakit.add(_rows(params["wte"], tokens, xp), params["wpe"][:t])          # (B, T, D)
     c["emb_seed"] = dropout_seed(step, next(site))
     x = _dropout(x, p, c["emb_seed"])
     for i in range(cfg.n_layers):
@@ -247,7 +247,7 @@ def backward(cache: dict) -> dict:
         da2, g[f"h{i}.proj.w"], g[f"h{i}.proj.b"] = cudakit.linear_backward(do, L["a2"], P("proj.w"))
         da = cudakit.permute_backward(da2.reshape(b, t, nh, hd), (0, 2, 1, 3))          # (B, H, T, hd)
         dq, dk, dv = cudakit.attention_backward(da, L["q"], L["k"], L["v"], L["a"], L["lse"], causal=True)
-        dqkv = cudakit.permute_backward(xp.stack((dq, dk, dv)), (2, 0, 3, 1, 4))       # (B, T, 3, H, hd)
+        dqkv = cudakit.permute_backward(_stack((dq, dk, dv), xp), (2, 0, 3, 1, 4))     # (B, T, 3, H, hd)
         dh1, g[f"h{i}.qkv.w"], g[f"h{i}.qkv.b"] = cudakit.linear_backward(dqkv.reshape(b, t, 3 * d), L["h1"],
                                                                           P("qkv.w"))
         dxl, g[f"h{i}.ln1.w"], g[f"h{i}.ln1.b"] = cudakit.layernorm_backward(dh1, L["x_in"], P("ln1.w"),
@@ -262,11 +262,31 @@ def backward(cache: dict) -> dict:
     return g
 
 
+# The array module's indexing, used where cudakit has no op, moves the arrays' bits as unsigned
+# integers of the same size: a pure copy for every float dtype (bfloat16 included), with no
+# arithmetic and no dependence on the array module's support for that dtype.
+
+def _bits(a, xp):
+    """a viewed as unsigned integers of its item size."""
+    return a.view({2: xp.uint16, 4: xp.uint32, 8: xp.uint64}[a.dtype.itemsize])
+
+
+def _rows(table, index, xp):
+    """table[index]: the rows of a (N, D) table for an int array of indices, index.shape + (D,)."""
+    return xp.take(_bits(table, xp), index, axis=0).view(table.dtype)
+
+
+def _stack(arrays, xp):
+    """The arrays (one shape and dtype) stacked along a new first axis."""
+    return xp.stack([_bits(a, xp) for a in arrays]).view(arrays[0].dtype)
+
+
 def _one_hot_t(tokens, vocab: int, dtype, xp):
     """(vocab, tokens.size) matrix of `dtype` with a 1 in row tokens[j] of column j."""
     flat = tokens.reshape(-1)
     oh = xp.zeros((vocab, flat.size), dtype=dtype)
-    oh[flat, xp.arange(flat.size)] = 1
+    one = _bits(np.ones(1, dtype), np)[0]          # the bits of 1 in dtype
+    _bits(oh, xp)[flat, xp.arange(flat.size)] = one
     return oh
 
 
@@ -275,7 +295,7 @@ def _pad_rows(g, rows: int, xp):
     if g.shape[0] == rows:
         return g
     out = xp.zeros((rows,) + g.shape[1:], dtype=g.dtype)
-    out[:g.shape[0]] = g
+    _bits(out, xp)[:g.shape[0]] = _bits(g, xp)
     return out
 
 
