@@ -86,8 +86,8 @@ _SPEC = {
     "fused_linear_gelu_with_preact": ((ROWS, COLS, COLS), "F.linear then F.gelu: two calls"),
     "attention_with_lse": ((B, H, T, D), "F.scaled_dot_product_attention(is_causal=True), no lse returned"),
     "attention_backward": ((B, H, T, D), "torch.autograd.grad of scaled_dot_product_attention"),
-    "cross_entropy_with_grad": ((ROWS, COLS), "F.cross_entropy, forward only (cudakit's call also returns "
-                                              "the gradient)"),
+    "cross_entropy_with_grad": ((ROWS, COLS), ("F.cross_entropy, forward only (cudakit's call also returns "
+                                               "the gradient)")),
     "dropout": ((ROWS, COLS), "F.dropout"),
     "conv2d": ((N, C, S, S, K), "F.conv2d (cuDNN)"),
     "conv2d_backward": ((N, C, S, S, K), "aten.convolution_backward (input and weight gradients)"),
