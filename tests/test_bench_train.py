@@ -48,6 +48,16 @@ def test_gpu_rows_are_laid_out_without_running():
             assert c.skip == ""
 
 
+def test_torch_compile_rows_run_only_when_named():
+    base = {"gpu": True, "quick": False, "xp": np, "torch": object(), "dtypes": ("bfloat16",)}
+    rows = [c for c in train.cases(Env(**base)) if c.op.endswith("_vs_torch_compile")]
+    assert rows and all("only when named (--ops train_" in c.skip for c in rows)
+    named = train.cases(Env(**base, ops=("train_gpt_vs_torch_compile",)))
+    assert {c.op: c.skip for c in named if c.op.endswith("_vs_torch_compile")} == {
+        "train_gpt_vs_torch_compile": "", "train_cnn_vs_torch_compile": next(
+            c.skip for c in rows if c.op == "train_cnn_vs_torch_compile")}
+
+
 def test_flops_formulas():
     gpt, cnn = train.load_example("train_gpt"), train.load_example("train_cnn")
     cfg = gpt.GPTConfig(d_model=4, n_heads=2, n_layers=1, seq=3, batch=2, vocab=5)

@@ -8,6 +8,7 @@ Rows, in ms per step (x torch = torch's step time / cudakit's; > 1: cudakit fast
                                               cudakit.graph step   vs torch's CUDA-graphed step
   train_gpt_vs_torch_compile, train_cnn_vs_torch_compile
                                               cudakit's eager step vs torch.compile'd eager step
+                                              (run only when named in --ops: compiling takes minutes)
 cudakit's step is the example's Trainer.step: forward, hand-written backward, and one optimizer
 launch (AdamW with float32 master weights for 16-bit parameters; SGD with momentum). With
 cudakit.graph the forward and backward replay as one graph and the optimizer runs after it (see
@@ -225,8 +226,8 @@ def _case(env: Env, kind: str, cfg, dtype: str, suffix: str, precision=None, not
         case.skip = "this cudakit has no cudakit.graph (CUDA graph capture)"
     elif torch_kind != "eager" and env.torch is None:
         case.skip = "torch is not installed (or cannot use the GPU)"
-    elif torch_kind == "compile" and env.quick:
-        case.skip = "not with --quick (torch.compile takes minutes to compile the step)"
+    elif torch_kind == "compile" and op not in env.ops:
+        case.skip = f"only when named (--ops {op}): torch.compile takes minutes to compile the step"
     return case
 
 
