@@ -29,6 +29,7 @@ targets) -> loss, one AdamW step. benchmarks (cudakit bench --ops train_gpt...) 
 """
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from dataclasses import dataclass, replace
@@ -162,6 +163,19 @@ def init_params(cfg: GPTConfig, seed: int, device: common.Device, dtype: str = "
 
 # ---- forward -------------------------------------------------------------------------------------
 
+class Block:
+    """The parameters of block i by their names within it: Block(params, i)["ln1.w"] is
+    params["h{i}.ln1.w"]."""
+
+    __slots__ = ("params", "prefix")
+
+    def __init__(self, params: dict, i: int):
+        self.params, self.prefix = params, f"h{i}."
+
+    def __getitem__(self, name: str):
+        return self.params[self.prefix + name]
+
+
 def dropout_seed(step: int, site: int) -> int:
     """The dropout seed of one dropout site at one training step (cudakit.dropout's mask is a pure
     function of the seed, so the backward regenerates it from the same seed)."""
@@ -187,29 +201,29 @@ def forward(params: dict, batch: tuple, cfg: GPTConfig, step: int = 0, xp=np):
     b, t = tokens.shape
     d, nh, hd, p = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.dropout
     c = {"cfg": cfg, "step": step, "shape": (b, t), "tokens": tokens, "xp": xp, "layers": []}
-    site = iter(range(1 << 20))                      # dropout sites, in forward order
+    site = itertools.count()                         # dropout sites, in forward order
 
-    x = cudakit.add(xp.take(params["wte"], tokens, axis=0), params["wpe"][:t])   # (B, T, D)
+    x = cudakit.add(_rows(params["wte"], tokens, xp), params["wpe"][:t])          # (B, T, D)
     c["emb_seed"] = dropout_seed(step, next(site))
     x = _dropout(x, p, c["emb_seed"])
     for i in range(cfg.n_layers):
         L = {"x_in": x}
-        P = lambda n: params[f"h{i}.{n}"]  # noqa: E731
+        P = Block(params, i)
         # attention: layernorm, QKV projection, heads split off, causal attention, heads merged
-        L["h1"], L["m1"], L["r1"] = cudakit.layernorm_with_stats(x, P("ln1.w"), P("ln1.b"))
-        qkv = cudakit.linear(L["h1"], P("qkv.w"), P("qkv.b"))                  # (B, T, 3D)
+        L["h1"], L["m1"], L["r1"] = cudakit.layernorm_with_stats(x, P["ln1.w"], P["ln1.b"])
+        qkv = cudakit.linear(L["h1"], P["qkv.w"], P["qkv.b"])                  # (B, T, 3D)
         qkv = cudakit.permute(qkv.reshape(b, t, 3, nh, hd), (2, 0, 3, 1, 4))   # (3, B, H, T, hd)
         L["q"], L["k"], L["v"] = qkv[0], qkv[1], qkv[2]
         L["a"], L["lse"] = cudakit.attention_with_lse(L["q"], L["k"], L["v"], causal=True)
         L["a2"] = cudakit.permute(L["a"], (0, 2, 1, 3)).reshape(b, t, d)      # (B, T, D)
         L["seed1"] = dropout_seed(step, next(site))
-        x = cudakit.add(x, _dropout(cudakit.linear(L["a2"], P("proj.w"), P("proj.b")), p, L["seed1"]))
+        x = cudakit.add(x, _dropout(cudakit.linear(L["a2"], P["proj.w"], P["proj.b"]), p, L["seed1"]))
         # MLP: layernorm, linear + GELU (one fused op), linear
         L["x_mid"] = x
-        L["h2"], L["m2"], L["r2"] = cudakit.layernorm_with_stats(x, P("ln2.w"), P("ln2.b"))
-        L["f"], L["pre"] = cudakit.fused_linear_gelu_with_preact(L["h2"], P("fc.w"), P("fc.b"))
+        L["h2"], L["m2"], L["r2"] = cudakit.layernorm_with_stats(x, P["ln2.w"], P["ln2.b"])
+        L["f"], L["pre"] = cudakit.fused_linear_gelu_with_preact(L["h2"], P["fc.w"], P["fc.b"])
         L["seed2"] = dropout_seed(step, next(site))
-        x = cudakit.add(x, _dropout(cudakit.linear(L["f"], P("fc2.w"), P("fc2.b")), p, L["seed2"]))
+        x = cudakit.add(x, _dropout(cudakit.linear(L["f"], P["fc2.w"], P["fc2.b"]), p, L["seed2"]))
         c["layers"].append(L)
     c["x_final"] = x
     c["hf"], c["mf"], c["rf"] = cudakit.layernorm_with_stats(x, params["lnf.w"], params["lnf.b"])
@@ -234,23 +248,23 @@ def backward(cache: dict) -> dict:
                                                             cache["mf"], cache["rf"])
     for i in reversed(range(cfg.n_layers)):
         L = cache["layers"][i]
-        P = lambda n: params[f"h{i}.{n}"]  # noqa: E731
+        P = Block(params, i)
         # MLP: x_out = x_mid + dropout(fc2(gelu(fc(ln2(x_mid)))))
         do = _dropout_backward(dx, p, L["seed2"])
-        df, g[f"h{i}.fc2.w"], g[f"h{i}.fc2.b"] = cudakit.linear_backward(do, L["f"], P("fc2.w"))
-        dh2, g[f"h{i}.fc.w"], g[f"h{i}.fc.b"] = cudakit.fused_linear_gelu_backward(df, L["h2"], P("fc.w"), L["pre"])
-        dxl, g[f"h{i}.ln2.w"], g[f"h{i}.ln2.b"] = cudakit.layernorm_backward(dh2, L["x_mid"], P("ln2.w"),
+        df, g[f"h{i}.fc2.w"], g[f"h{i}.fc2.b"] = cudakit.linear_backward(do, L["f"], P["fc2.w"])
+        dh2, g[f"h{i}.fc.w"], g[f"h{i}.fc.b"] = cudakit.fused_linear_gelu_backward(df, L["h2"], P["fc.w"], L["pre"])
+        dxl, g[f"h{i}.ln2.w"], g[f"h{i}.ln2.b"] = cudakit.layernorm_backward(dh2, L["x_mid"], P["ln2.w"],
                                                                              L["m2"], L["r2"])
         dx = cudakit.add(dx, dxl)                     # the residual path and the MLP path
         # attention: x_mid = x_in + dropout(proj(merge(attention(split(qkv(ln1(x_in)))))))
         do = _dropout_backward(dx, p, L["seed1"])
-        da2, g[f"h{i}.proj.w"], g[f"h{i}.proj.b"] = cudakit.linear_backward(do, L["a2"], P("proj.w"))
+        da2, g[f"h{i}.proj.w"], g[f"h{i}.proj.b"] = cudakit.linear_backward(do, L["a2"], P["proj.w"])
         da = cudakit.permute_backward(da2.reshape(b, t, nh, hd), (0, 2, 1, 3))          # (B, H, T, hd)
         dq, dk, dv = cudakit.attention_backward(da, L["q"], L["k"], L["v"], L["a"], L["lse"], causal=True)
-        dqkv = cudakit.permute_backward(xp.stack((dq, dk, dv)), (2, 0, 3, 1, 4))       # (B, T, 3, H, hd)
+        dqkv = cudakit.permute_backward(_stack((dq, dk, dv), xp), (2, 0, 3, 1, 4))     # (B, T, 3, H, hd)
         dh1, g[f"h{i}.qkv.w"], g[f"h{i}.qkv.b"] = cudakit.linear_backward(dqkv.reshape(b, t, 3 * d), L["h1"],
-                                                                          P("qkv.w"))
-        dxl, g[f"h{i}.ln1.w"], g[f"h{i}.ln1.b"] = cudakit.layernorm_backward(dh1, L["x_in"], P("ln1.w"),
+                                                                          P["qkv.w"])
+        dxl, g[f"h{i}.ln1.w"], g[f"h{i}.ln1.b"] = cudakit.layernorm_backward(dh1, L["x_in"], P["ln1.w"],
                                                                              L["m1"], L["r1"])
         dx = cudakit.add(dx, dxl)
     dx = _dropout_backward(dx, p, cache["emb_seed"])
@@ -262,11 +276,31 @@ def backward(cache: dict) -> dict:
     return g
 
 
+# The array module's indexing, used where cudakit has no op, moves the arrays' bits as unsigned
+# integers of the same size: a pure copy for every float dtype (bfloat16 included), with no
+# arithmetic and no dependence on the array module's support for that dtype.
+
+def _bits(a, xp):
+    """a viewed as unsigned integers of its item size."""
+    return a.view({2: xp.uint16, 4: xp.uint32, 8: xp.uint64}[a.dtype.itemsize])
+
+
+def _rows(table, index, xp):
+    """table[index]: the rows of a (N, D) table for an int array of indices, index.shape + (D,)."""
+    return xp.take(_bits(table, xp), index, axis=0).view(table.dtype)
+
+
+def _stack(arrays, xp):
+    """The arrays (one shape and dtype) stacked along a new first axis."""
+    return xp.stack([_bits(a, xp) for a in arrays]).view(arrays[0].dtype)
+
+
 def _one_hot_t(tokens, vocab: int, dtype, xp):
     """(vocab, tokens.size) matrix of `dtype` with a 1 in row tokens[j] of column j."""
     flat = tokens.reshape(-1)
     oh = xp.zeros((vocab, flat.size), dtype=dtype)
-    oh[flat, xp.arange(flat.size)] = 1
+    one = _bits(np.ones(1, dtype), np)[0]          # the bits of 1 in dtype
+    _bits(oh, xp)[flat, xp.arange(flat.size)] = one
     return oh
 
 
@@ -275,7 +309,7 @@ def _pad_rows(g, rows: int, xp):
     if g.shape[0] == rows:
         return g
     out = xp.zeros((rows,) + g.shape[1:], dtype=g.dtype)
-    out[:g.shape[0]] = g
+    _bits(out, xp)[:g.shape[0]] = _bits(g, xp)
     return out
 
 

@@ -48,6 +48,16 @@ def test_gpu_rows_are_laid_out_without_running():
             assert c.skip == ""
 
 
+def test_torch_compile_rows_run_only_when_named():
+    base = {"gpu": True, "quick": False, "xp": np, "torch": object(), "dtypes": ("bfloat16",)}
+    rows = [c for c in train.cases(Env(**base)) if c.op.endswith("_vs_torch_compile")]
+    assert rows and all("only when named (--ops train_" in c.skip for c in rows)
+    named = train.cases(Env(**base, ops=("train_gpt_vs_torch_compile",)))
+    assert {c.op: c.skip for c in named if c.op.endswith("_vs_torch_compile")} == {
+        "train_gpt_vs_torch_compile": "", "train_cnn_vs_torch_compile": next(
+            c.skip for c in rows if c.op == "train_cnn_vs_torch_compile")}
+
+
 def test_flops_formulas():
     gpt, cnn = train.load_example("train_gpt"), train.load_example("train_cnn")
     cfg = gpt.GPTConfig(d_model=4, n_heads=2, n_layers=1, seq=3, batch=2, vocab=5)
@@ -83,3 +93,78 @@ def test_loss_check_records_the_agreement(strict, rel, marker):
     text = case.info["step-0 loss"]
     assert "cudakit 1.0" in text and "torch 1.00000" in text
     assert (marker in text) if marker else ("within" not in text and "OVER" not in text)
+
+
+# ---- the torch side of the rows (runs where torch is installed; CI has none) ------------------------
+
+@pytest.mark.parametrize("kind", ["gpt", "cnn"])
+def test_torch_models_equal_the_examples_in_float64(kind, rng):
+    """The benchmark's torch.nn.functional models: the examples' loss, gradients (torch autograd
+    against the hand-written backward) and running statistics, in float64 on the CPU."""
+    torch = pytest.importorskip("torch")
+    from cudakit.bench.cases import _torch_train as tt
+    device = train.load_example("train_gpt").common.Device("cpu")
+    if kind == "gpt":
+        ex = train.load_example("train_gpt")
+        cfg = ex.GPTConfig(d_model=16, n_heads=2, n_layers=2, seq=8, batch=2, vocab=11)
+        batch = ex.StreamData(cfg.vocab, 256, 0).batch(rng, cfg.batch, cfg.seq)
+        buffers, tbuffers = {}, {}
+    else:
+        ex = train.load_example("train_cnn")
+        cfg = ex.CNNConfig(batch=4, image=8, widths=(3, 4), classes=3)
+        images, labels = ex.generate_batch(rng, cfg)
+        batch = (images.astype(np.float64), labels)
+        buffers = ex.init_buffers(cfg, device, "float64")
+        tbuffers = tt.tensors(torch, ex.init_buffers(cfg, device, "float64"), False)
+    params = {n: p + rng.normal(0.0, 0.1, p.shape) for n, p in ex.init_params(cfg, 0, device, "float64").items()}
+    loss, cache = ex.forward(params, batch, cfg, buffers) if kind == "cnn" else ex.forward(params, batch, cfg)
+    grads = ex.backward(cache)
+    tp = tt.tensors(torch, params, True)
+    tb = tuple(torch.from_numpy(b) for b in batch)
+    tloss = (tt.gpt_loss(torch, cfg, tp, *tb) if kind == "gpt"
+             else tt.cnn_loss(torch, cfg, tp, tbuffers, *tb, float_loss=False))
+    tloss.backward()
+    assert abs(float(loss) - float(tloss.detach())) <= 1e-12 * abs(float(loss))
+    for n in params:
+        np.testing.assert_allclose(grads[n], tp[n].grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=n)
+    for n in buffers:
+        np.testing.assert_allclose(buffers[n], tbuffers[n].numpy(), rtol=1e-12, err_msg=n)
+
+
+def test_torch_rows_run_on_the_cpu(monkeypatch):
+    """A row's setup with torch on the CPU (no GPU here): both sides step, the losses agree."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    import dataclasses
+    from cudakit.bench import runner
+    env = Env(gpu=False, quick=False, xp=np, torch=torch, dtypes=("float32",))
+    gpt = train.load_example("train_gpt")
+    cfg = dataclasses.replace(gpt.PRESETS["host-bound"], d_model=32, n_layers=1, seq=16, batch=2, vocab=64)
+    case = train._case(env, "gpt", cfg, "float32", "")
+    res = runner.run_case(case, env, {"torch"}, reps=2, warmup=1)
+    assert set(res) == {"cudakit", "torch"}
+    assert "(within 0.001)" in case.info["step-0 loss"] and "step-2 loss" in case.info
+
+
+# ---- host-time rows ----------------------------------------------------------------------------------
+
+def test_host_time_rows_call_cudakit_on_the_cpu_backend():
+    from cudakit.bench.cases import host_time
+    env = Env(gpu=False, quick=True, xp=np)
+    assert host_time.cases(env) == []   # GPU runs only
+    rows = host_time.host_cases(env)
+    assert len({c.op for c in rows}) == len(rows) and all(c.mode == "host" for c in rows)
+    for c in rows:
+        prov = c.setup()
+        assert set(prov) == {"cudakit"}
+        prov["cudakit"]()
+
+
+def test_host_time_torch_equivalents_run():
+    torch = pytest.importorskip("torch")
+    from cudakit.bench.cases import host_time
+    a = host_time._arrays(Env(gpu=False, quick=True, xp=np, torch=torch))
+    calls = host_time._torch_calls(torch, a)
+    assert set(calls) == set(host_time._SPEC) == set(host_time._cudakit_calls(a))
+    for fn in calls.values():
+        fn()

@@ -74,7 +74,7 @@ def test_graphed_step_equals_eager_step_bitwise(which):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_example_script_on_cuda(script, dtype):
     r = subprocess.run([sys.executable, str(EXAMPLES / script), "--backend", "cuda", "--preset", "tiny",
-                        "--steps", "30", "--dtype", dtype], capture_output=True, text=True, timeout=600,
+                        "--steps", "30", "--dtype", dtype], capture_output=True, text=True, check=False, timeout=600,
                        env=dict(os.environ))
     assert r.returncode == 0, r.stderr
     losses = [float(line.split()[3]) for line in r.stdout.splitlines() if line.startswith("step ")]

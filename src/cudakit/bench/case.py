@@ -23,6 +23,7 @@ class Env:
     xp: object              # cupy or numpy
     torch: object = None    # the torch module when installed (and CUDA-capable on GPU runs)
     dtypes: tuple = ("float32", "bfloat16")
+    ops: tuple = ()         # the op names asked for by name (--ops); empty: all
 
 
 @dataclass

@@ -172,6 +172,7 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
     validate(dtypes, compare)
     compare = set(compare)
     env = make_env(quick, cpu, tuple(dtypes) or ("float32", "bfloat16"), compare)
+    env.ops = tuple(ops)
     cases = [c for m in discover().values() for c in m.cases(env)]
     known = sorted({c.op for c in cases})
     unknown = [o for o in ops if o not in known]

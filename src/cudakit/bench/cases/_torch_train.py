@@ -59,7 +59,7 @@ def adamw(t, params: list, cfg, capturable: bool = False):
 
 def sgd(t, params: list, cfg):
     """torch's SGD with momentum, fused where this torch has it (else its multi-tensor path)."""
-    kw = dict(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    kw = {"lr": cfg.lr, "momentum": cfg.momentum, "weight_decay": cfg.weight_decay}
     try:
         return t.optim.SGD(params, fused=True, **kw)
     except (TypeError, RuntimeError, ValueError):

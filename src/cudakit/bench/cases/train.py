@@ -8,6 +8,7 @@ Rows, in ms per step (x torch = torch's step time / cudakit's; > 1: cudakit fast
                                               cudakit.graph step   vs torch's CUDA-graphed step
   train_gpt_vs_torch_compile, train_cnn_vs_torch_compile
                                               cudakit's eager step vs torch.compile'd eager step
+                                              (run only when named in --ops: compiling takes minutes)
 cudakit's step is the example's Trainer.step: forward, hand-written backward, and one optimizer
 launch (AdamW with float32 master weights for 16-bit parameters; SGD with momentum). With
 cudakit.graph the forward and backward replay as one graph and the optimizer runs after it (see
@@ -168,7 +169,7 @@ def _setup(env: Env, case: Case, model: _Model, dtype: str, graph: bool, torch_k
     trainer = model.trainer(device, dtype, graph)
     t = env.torch
     torch_loss = opt = None
-    if env.gpu and t is not None:
+    if t is not None:   # (a CPU run has no torch: the runner loads it for GPU runs only)
         torch_loss, opt = model.torch_side(t, trainer, capturable=torch_kind == "graph")
         tbatch = tuple(t.from_dlpack(b) for b in batch)
         with t.no_grad():
@@ -199,15 +200,14 @@ def _setup(env: Env, case: Case, model: _Model, dtype: str, graph: bool, torch_k
     elif torch_kind == "compile":
         try:
             step = tt.eager_step(t.compile(torch_loss), opt)
-            step(*tbatch)
-            t.cuda.synchronize()
+            float(step(*tbatch).detach())   # compiles, runs and waits
         except Exception as e:  # noqa: BLE001 -- torch.compile not working on this image is a finding
             case.skip = f"torch.compile does not work here: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
             return {}
     else:
         step = tt.eager_step(torch_loss, opt)
         if not graph:   # two more steps on each side from the same state: the losses after them
-            theirs = [float(step(*tbatch)) for _ in range(3)]
+            theirs = [float(step(*tbatch).detach()) for _ in range(3)]
             mine = [float(ours()) for _ in range(2)]
             _loss_check(case, "step-2 loss", mine[-1], theirs[-1], strict=False)
     prov["torch"] = lambda: step(*tbatch)
@@ -226,8 +226,8 @@ def _case(env: Env, kind: str, cfg, dtype: str, suffix: str, precision=None, not
         case.skip = "this cudakit has no cudakit.graph (CUDA graph capture)"
     elif torch_kind != "eager" and env.torch is None:
         case.skip = "torch is not installed (or cannot use the GPU)"
-    elif torch_kind == "compile" and env.quick:
-        case.skip = "not with --quick (torch.compile takes minutes to compile the step)"
+    elif torch_kind == "compile" and op not in env.ops:
+        case.skip = f"only when named (--ops {op}): torch.compile takes minutes to compile the step"
     return case
 
 

@@ -1,0 +1,169 @@
+"""Benchmark cases: host time per call (us/call, back-to-back calls on small float32 inputs, where
+the host's cost decides) of each op family's common call, next to torch's equivalent in the same
+run. Rows are named <call>_host. GPU runs only: on the CPU backend the host time is the op.
+
+torch's equivalents are its cheapest public (or ATen) calls doing the same work; where cudakit's
+call returns more in one call (cross_entropy_with_grad: loss and gradient; linear_backward: three
+gradients), the torch side makes the calls a training step needs for the same results, named in
+the row's note.
+"""
+from __future__ import annotations
+
+import cudakit
+
+from ..case import Case, Env
+from ._inputs import rand
+
+ROWS, COLS = 64, 128          # the small 2-D shape (as scripts/host_time_probe.py)
+B, H, T, D = 2, 2, 64, 32     # attention and permute: (B, H, T, D)
+N, C, S, K = 4, 8, 16, 8      # convolution, pooling, batch norm: (N, C, S, S), K filters
+N_TENSORS = 8                 # optimizer steps over this many (ROWS, COLS) tensors
+
+
+def _arrays(env: Env):
+    """The inputs every row draws from (float32 on the backend of env), and torch views of them."""
+    a = {"x": rand(env, (ROWS, COLS), "float32", 1), "y": rand(env, (ROWS, COLS), "float32", 2),
+         "g": rand(env, (ROWS, COLS), "float32", 3), "w": rand(env, (COLS, COLS), "float32", 4, 0.1),
+         "b": rand(env, (COLS,), "float32", 5), "ln_w": rand(env, (COLS,), "float32", 6),
+         "q": rand(env, (B, H, T, D), "float32", 7), "k": rand(env, (B, H, T, D), "float32", 8),
+         "v": rand(env, (B, H, T, D), "float32", 9), "img": rand(env, (N, C, S, S), "float32", 10),
+         "cw": rand(env, (K, C, 3, 3), "float32", 11, 0.1), "cg": rand(env, (N, K, S, S), "float32", 12),
+         "gamma": rand(env, (C,), "float32", 13), "beta": rand(env, (C,), "float32", 14)}
+    a["targets"] = env.xp.arange(ROWS, dtype=env.xp.int64) % COLS
+    a["rm"], a["rv"] = env.xp.zeros(C, env.xp.float32), env.xp.ones(C, env.xp.float32)
+    a["params"] = [rand(env, (ROWS, COLS), "float32", 20 + i) for i in range(N_TENSORS)]
+    a["grads"] = [rand(env, (ROWS, COLS), "float32", 40 + i) for i in range(N_TENSORS)]
+    _, a["mean"], a["rstd"] = cudakit.layernorm_with_stats(a["x"], a["ln_w"], a["b"])
+    a["att"], a["lse"] = cudakit.attention_with_lse(a["q"], a["k"], a["v"], causal=True)
+    return a
+
+
+def _cudakit_calls(a: dict) -> dict:
+    """{row name: zero-argument cudakit call}."""
+    x, y, g, w, b = a["x"], a["y"], a["g"], a["w"], a["b"]
+    q, k, v = a["q"], a["k"], a["v"]
+    adamw = cudakit.AdamW(a["params"], lr=1e-4)
+    sgd = cudakit.SGD([p.copy() for p in a["params"]], lr=1e-4, momentum=0.9)
+    grads = a["grads"]
+    return {
+        "add": lambda: cudakit.add(x, y),
+        "gelu": lambda: cudakit.gelu(x),
+        "softmax": lambda: cudakit.softmax(x),
+        "sum_lastaxis": lambda: cudakit.sum(x, axis=-1),
+        "layernorm_with_stats": lambda: cudakit.layernorm_with_stats(x, a["ln_w"], b),
+        "layernorm_backward": lambda: cudakit.layernorm_backward(g, x, a["ln_w"], a["mean"], a["rstd"]),
+        "permute": lambda: cudakit.permute(q, (0, 2, 1, 3)),
+        "matmul": lambda: cudakit.matmul(x, w),
+        "linear": lambda: cudakit.linear(x, w, b),
+        "linear_backward": lambda: cudakit.linear_backward(g, x, w),
+        "fused_linear_gelu_with_preact": lambda: cudakit.fused_linear_gelu_with_preact(x, w, b),
+        "attention_with_lse": lambda: cudakit.attention_with_lse(q, k, v, causal=True),
+        "attention_backward": lambda: cudakit.attention_backward(q, q, k, v, a["att"], a["lse"], causal=True),
+        "cross_entropy_with_grad": lambda: cudakit.cross_entropy_with_grad(x, a["targets"]),
+        "dropout": lambda: cudakit.dropout(x, 0.1, 1234),
+        "conv2d": lambda: cudakit.conv2d(a["img"], a["cw"], None, 1, 1),
+        "conv2d_backward": lambda: cudakit.conv2d_backward(a["cg"], a["img"], a["cw"], 1, 1, bias=False),
+        "max_pool2d": lambda: cudakit.max_pool2d(a["img"], 2),
+        "batch_norm_with_stats": lambda: cudakit.batch_norm_with_stats(a["img"], a["gamma"], a["beta"], a["rm"],
+                                                                       a["rv"], True),
+        "adamw_step": lambda: adamw.step(grads),
+        "sgd_step": lambda: sgd.step(grads),
+    }
+
+
+# row name -> (shape of the inputs, torch's equivalent)
+_SPEC = {
+    "add": ((ROWS, COLS), "torch.add"),
+    "gelu": ((ROWS, COLS), "F.gelu(approximate='tanh')"),
+    "softmax": ((ROWS, COLS), "torch.softmax"),
+    "sum_lastaxis": ((ROWS, COLS), "Tensor.sum(-1)"),
+    "layernorm_with_stats": ((ROWS, COLS), "aten.native_layer_norm (returns the statistics)"),
+    "layernorm_backward": ((ROWS, COLS), "aten.native_layer_norm_backward"),
+    "permute": ((B, H, T, D), "permute(0, 2, 1, 3).contiguous()"),
+    "matmul": ((ROWS, COLS, COLS), "torch.matmul"),
+    "linear": ((ROWS, COLS, COLS), "F.linear"),
+    "linear_backward": ((ROWS, COLS, COLS), "g @ w, g.t() @ x, g.sum(0): three calls"),
+    "fused_linear_gelu_with_preact": ((ROWS, COLS, COLS), "F.linear then F.gelu: two calls"),
+    "attention_with_lse": ((B, H, T, D), "F.scaled_dot_product_attention(is_causal=True), no lse returned"),
+    "attention_backward": ((B, H, T, D), "torch.autograd.grad of scaled_dot_product_attention"),
+    "cross_entropy_with_grad": ((ROWS, COLS), ("F.cross_entropy, forward only (cudakit's call also returns "
+                                               "the gradient)")),
+    "dropout": ((ROWS, COLS), "F.dropout"),
+    "conv2d": ((N, C, S, S, K), "F.conv2d (cuDNN)"),
+    "conv2d_backward": ((N, C, S, S, K), "aten.convolution_backward (input and weight gradients)"),
+    "max_pool2d": ((N, C, S, S), "F.max_pool2d"),
+    "batch_norm_with_stats": ((N, C, S, S), "F.batch_norm(training=True)"),
+    "adamw_step": ((N_TENSORS, ROWS, COLS), "torch.optim.AdamW(fused=True).step()"),
+    "sgd_step": ((N_TENSORS, ROWS, COLS), "torch.optim.SGD(momentum=0.9, foreach=True).step()"),
+}
+
+
+def _torch_calls(t, a: dict) -> dict:
+    """{row name: zero-argument torch call} on torch views of the same arrays (see _SPEC)."""
+    F = t.nn.functional
+    tv = {n: t.from_dlpack(v) for n, v in a.items() if n not in ("params", "grads")}
+    x, y, g, w, b = tv["x"], tv["y"], tv["g"], tv["w"], tv["b"]
+    q, k, v, img = tv["q"], tv["k"], tv["v"], tv["img"]
+    _, mean, rstd = t.ops.aten.native_layer_norm(x, (COLS,), tv["ln_w"], b, 1e-5)
+    qa, ka, va = (u.detach().requires_grad_(True) for u in (q, k, v))
+    att = F.scaled_dot_product_attention(qa, ka, va, is_causal=True)
+
+    def with_grads(params):
+        for p, gr in zip(params, a["grads"]):
+            p.grad = t.from_dlpack(gr)
+        return params
+    adamw = t.optim.AdamW(with_grads([t.from_dlpack(p).clone() for p in a["params"]]), lr=1e-4, fused=True)
+    sgd = t.optim.SGD(with_grads([t.from_dlpack(p).clone() for p in a["params"]]), lr=1e-4, momentum=0.9,
+                      foreach=True)
+    aten = t.ops.aten
+    return {
+        "add": lambda: t.add(x, y),
+        "gelu": lambda: F.gelu(x, approximate="tanh"),
+        "softmax": lambda: t.softmax(x, -1),
+        "sum_lastaxis": lambda: x.sum(-1),
+        "layernorm_with_stats": lambda: aten.native_layer_norm(x, (COLS,), tv["ln_w"], b, 1e-5),
+        "layernorm_backward": lambda: aten.native_layer_norm_backward(g, x, (COLS,), mean, rstd, tv["ln_w"], b,
+                                                                      [True, True, True]),
+        "permute": lambda: q.permute(0, 2, 1, 3).contiguous(),
+        "matmul": lambda: t.matmul(x, w),
+        "linear": lambda: F.linear(x, w, b),
+        "linear_backward": lambda: (g @ w, g.t() @ x, g.sum(0)),
+        "fused_linear_gelu_with_preact": lambda: F.gelu(F.linear(x, w, b), approximate="tanh"),
+        "attention_with_lse": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "attention_backward": lambda: t.autograd.grad(att, (qa, ka, va), q, retain_graph=True),
+        "cross_entropy_with_grad": lambda: F.cross_entropy(x, tv["targets"]),
+        "dropout": lambda: F.dropout(x, 0.1, True),
+        "conv2d": lambda: F.conv2d(img, tv["cw"], None, 1, 1),
+        "conv2d_backward": lambda: aten.convolution_backward(tv["cg"], img, tv["cw"], None, [1, 1], [1, 1], [1, 1],
+                                                             False, [0, 0], 1, [True, True, False]),
+        "max_pool2d": lambda: F.max_pool2d(img, 2),
+        "batch_norm_with_stats": lambda: F.batch_norm(img, tv["rm"], tv["rv"], tv["gamma"], tv["beta"], True),
+        "adamw_step": lambda: adamw.step(),
+        "sgd_step": lambda: sgd.step(),
+    }
+
+
+def host_cases(env: Env) -> list[Case]:
+    """The rows, for any env (the tests build them on the CPU backend); the inputs are made once,
+    at the first row's setup, and shared."""
+    shared: dict = {}
+
+    def arrays():
+        if not shared:
+            shared.update(_arrays(env))
+        return shared
+
+    def row(name, shape, torch_what):
+        def setup():
+            a = arrays()
+            prov = {"cudakit": _cudakit_calls(a)[name]}
+            if env.gpu and env.torch is not None:
+                prov["torch"] = _torch_calls(env.torch, a)[name]
+            return prov
+        return Case(f"{name}_host", "host_time", shape, "float32", 0, setup, mode="host",
+                    note=f"host time per call, back-to-back; torch: {torch_what}")
+    return [row(name, shape, what) for name, (shape, what) in _SPEC.items()]
+
+
+def cases(env: Env) -> list[Case]:
+    return host_cases(env) if env.gpu else []
