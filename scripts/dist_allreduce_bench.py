@@ -76,9 +76,12 @@ def run_cupy_side(impls, hi):
 def run_torch_side(hi):
     import torch
     import torch.distributed as tdist
-    local = int(os.environ.get("LOCAL_RANK", 0))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
-    tdist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    try:   # eager NCCL initialisation (torch >= 2.3)
+        tdist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    except TypeError:
+        tdist.init_process_group("nccl")
     n = tdist.get_world_size()
 
     def events():
@@ -108,7 +111,7 @@ def main():
         res, n, name = run_torch_side(a.max_bytes)
     else:
         res, n, name = run_cupy_side(impls, a.max_bytes)
-    if int(os.environ.get("RANK", 0)) != 0:
+    if int(os.environ.get("RANK", "0")) != 0:
         return
     for impl, rows in res.items():
         for r in rows:

@@ -92,7 +92,7 @@ def test_grads_are_views_of_the_buckets_and_set_grad_checks(one_rank):
     assert np.shares_memory(sync.grads[0], sync.buffers[0]) and np.all(sync.buffers[0][:7] == 0)
     with pytest.raises(ShapeError, match="grad 1"):
         sync.set_grad(1, np.zeros(8, np.float32))
-    with pytest.raises(ValueError, match="parameter index"):
+    with pytest.raises(ValueError, match="parameter must be"):
         sync.mark_ready(2)
     with pytest.raises(DTypeError, match="float dtype"):
         dist.GradSync([np.zeros(3, np.int32)])
@@ -105,3 +105,16 @@ def test_synchronised_gradients_equal_one_process_on_the_combined_batch():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"seed {seed}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("DP-OK") == 2
+
+
+def test_named_parameters(one_rank):
+    params = {"w": np.ones((2, 3), np.float32), "b": np.ones(3, np.float32)}
+    sync = dist.GradSync(params, bucket_bytes=ALIGN_BYTES)
+    assert sync.buckets == [[1], [0]]   # "b" (index 1) first: the backward's order
+    sync.set_grad("b", np.full(3, 4.0, np.float32))
+    assert sync.launched == 1
+    sync.mark_ready("w")
+    grads = sync.wait()
+    assert list(grads) == ["w", "b"] and grads["b"].tolist() == [4.0] * 3 and grads["w"] is sync.grad("w")
+    with pytest.raises(ValueError, match="one of the 2 names"):
+        sync.mark_ready("nope")

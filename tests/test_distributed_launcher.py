@@ -47,7 +47,8 @@ def test_environment_and_prefixed_output(tmp_path):
 
 
 def test_module_mode_and_no_prefix(tmp_path):
-    (tmp_path / "mymod.py").write_text("import os; print('mod', os.environ['RANK'])\n")
+    # one write per line: without the prefix the ranks share the launcher's stdout, unsynchronised
+    (tmp_path / "mymod.py").write_text("import os; os.write(1, f\"mod {os.environ['RANK']}\\n\".encode())\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run(CLI + ["--nproc-per-node", "2", "--master-port", "0", "--no-prefix", "-m", "mymod"],
                        capture_output=True, text=True, timeout=60, env=env)

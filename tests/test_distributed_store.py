@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from cudakit.errors import DistributedError
 from cudakit.distributed.store import FAILED_PREFIX, LEFT_PREFIX, StoreClient, StoreServer, exchange
+from cudakit.errors import DistributedError
 
 
 def free_port():

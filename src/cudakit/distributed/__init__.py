@@ -16,12 +16,34 @@ Importing this package does no CUDA work and does not import CuPy.
 from __future__ import annotations
 
 from ..errors import DistributedError
-from .collectives import (DTYPES, REDUCE_OPS, ReduceOp, all_gather, all_reduce, all_reduce_coalesced, barrier,
-                          broadcast, recv, reduce, reduce_scatter, send)
+from .collectives import (
+                          DTYPES,
+                          REDUCE_OPS,
+                          ReduceOp,
+                          all_gather,
+                          all_reduce,
+                          all_reduce_coalesced,
+                          barrier,
+                          broadcast,
+                          recv,
+                          reduce,
+                          reduce_scatter,
+                          send,
+)
 from .data_parallel import GradSync, broadcast_parameters, plan_buckets
 from .env import LaunchEnv, read_env
-from .group import (ProcessGroup, default_group, destroy_process_group, get_backend, get_local_rank, get_rank,
-                    get_world_size, init_process_group, is_initialized, new_group)
+from .group import (
+                          ProcessGroup,
+                          default_group,
+                          destroy_process_group,
+                          get_backend,
+                          get_local_rank,
+                          get_rank,
+                          get_world_size,
+                          init_process_group,
+                          is_initialized,
+                          new_group,
+)
 from .store import StoreClient, StoreServer
 from .work import Work
 

@@ -62,17 +62,23 @@ def broadcast_parameters(params, src: int = 0, group=None) -> None:
 
 
 class GradSync:
-    """Buckets of gradient buffers for `params` (a list of arrays: CuPy for NCCL, NumPy for the cpu
-    backend; float dtypes) and their all-reduce, overlapped with the backward pass.
+    """Buckets of gradient buffers for `params` (a list of arrays, or a dict {name: array} in the
+    order of the forward pass: CuPy for NCCL, NumPy for the cpu backend; float dtypes) and their
+    all-reduce, overlapped with the backward pass.
 
     grads[i]: the gradient buffer of params[i] (a view into its bucket, params[i]'s shape and
-    dtype). average: divide the sum by the group size (an "avg" all-reduce). broadcast_from: the
-    global rank whose parameters every rank starts with (None: no broadcast)."""
+    dtype); with a dict, the methods take names as well as indices and wait() returns a dict.
+    average: divide the sum by the group size (an "avg" all-reduce). broadcast_from: the global
+    rank whose parameters every rank starts with (None: no broadcast)."""
 
     def __init__(self, params, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, average: bool = True,
                  broadcast_from: int | None = 0):
         g = resolve(group, "GradSync")
         self.group, self.average = group, average
+        self.names = list(params) if isinstance(params, dict) else None
+        if self.names is not None:
+            params = [params[n] for n in self.names]
+        self._by_name = {n: i for i, n in enumerate(self.names or ())}
         self.params = [coll._array(g, p, f"params[{i}]") for i, p in enumerate(params)]
         for i, p in enumerate(self.params):
             if not p.dtype.name.startswith(("float", "bfloat")):
@@ -105,9 +111,10 @@ class GradSync:
         self._works: list = []   # in bucket order
         self._next = 0           # the next bucket to launch
 
-    def set_grad(self, i: int, grad) -> None:
-        """Copy `grad` (params[i]'s shape and dtype) into grads[i] on the current stream and mark it ready."""
-        self._index(i)
+    def set_grad(self, i, grad) -> None:
+        """Copy `grad` (params[i]'s shape and dtype) into grads[i] on the current stream and mark it
+        ready. i: an index, or a name when params was a dict."""
+        i = self._index(i)
         if tuple(grad.shape) != tuple(self.grads[i].shape) or grad.dtype != self.grads[i].dtype:
             raise ShapeError(f"grad {i} is {grad.dtype} {tuple(grad.shape)}; params[{i}] is "
                              f"{self.grads[i].dtype} {tuple(self.grads[i].shape)}")
@@ -116,10 +123,10 @@ class GradSync:
         self.grads[i][...] = grad
         self.mark_ready(i)
 
-    def mark_ready(self, i: int) -> None:
-        """Gradient i is written (on the current stream). Starts its bucket's all-reduce when the
-        bucket is complete (and every earlier bucket has started)."""
-        self._index(i)
+    def mark_ready(self, i) -> None:
+        """Gradient i (an index, or a name) is written (on the current stream). Starts its bucket's
+        all-reduce when the bucket is complete (and every earlier bucket has started)."""
+        i = self._index(i)
         if self._ready[i]:
             raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
         self._ready[i] = True
@@ -146,8 +153,16 @@ class GradSync:
         for w in self._works:
             w.wait()
         self._reset()
-        return self.grads
+        return dict(zip(self.names, self.grads)) if self.names is not None else self.grads
 
-    def _index(self, i) -> None:
+    def grad(self, i):
+        """The gradient buffer of parameter i (an index, or a name)."""
+        return self.grads[self._index(i)]
+
+    def _index(self, i) -> int:
+        if isinstance(i, str) and i in self._by_name:
+            return self._by_name[i]
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.params):
-            raise ValueError(f"parameter index must be an int in [0, {len(self.params)}) (got {i!r})")
+            names = f" or one of the {len(self.names)} names" if self.names is not None else ""
+            raise ValueError(f"parameter must be an int in [0, {len(self.params)}){names} (got {i!r})")
+        return i

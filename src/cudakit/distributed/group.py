@@ -66,6 +66,7 @@ class ProcessGroup:
 
     @property
     def device(self):
+        """The CUDA device index the group's collectives run on (None for the cpu backend)."""
         return getattr(self.transport, "device", None)
 
     def group_rank(self, global_rank, what: str) -> int:
@@ -109,7 +110,7 @@ class ProcessGroup:
             raise self.error
 
     def _fail_timeout(self, op: str, limit: float):
-        raise self.fail(f"{op} did not complete within {limit:g} s{self.world.lost_note(self)}", op=op)
+        raise self.fail(f"{op} did not complete within the timeout of {limit:g} s{self.world.lost_note(self)}", op=op)
 
     def lost_members(self) -> list[int]:
         return [r for r in self.ranks if r in self.world.lost and r != self.world.rank]
@@ -178,7 +179,13 @@ class ProcessGroup:
         def job():
             self._raise_if_failed(op)
             t0 = time.perf_counter()
-            fn(slot)
+            try:
+                fn(slot)
+            except DistributedError as e:   # a store timeout or a lost store: the group is done
+                with self._plock:
+                    if self.error is None:
+                        self.error = e
+                raise
             profiler._record_host_collective(f"cpu:{op}", nbytes, bus_factor, t0, time.perf_counter())
         fut = self.transport.submit(job)
         with self._plock:
@@ -263,9 +270,13 @@ class World:
         self.default_group: ProcessGroup | None = None
 
     def note_lost(self, r: int, why: str) -> None:
-        if r != self.rank and r not in self.lost:
-            self.lost[r] = why
+        """Rank r is gone; a later reason replaces an earlier one (the launcher's exit status comes
+        after the store saw the connection close)."""
+        if r == self.rank or self.lost.get(r) == why:
+            return
+        if r not in self.lost:
             log.warning("rank %d: rank %d is gone: %s", self.rank, r, why)
+        self.lost[r] = why
 
     def note_store_lost(self, why: str) -> None:
         if self.store_lost is None:
@@ -443,7 +454,7 @@ def new_group(ranks=None, timeout=None) -> ProcessGroup:
     if ranks is None:
         ranks = range(w.size)
     try:
-        rs = sorted(set(int(r) for r in ranks))
+        rs = sorted({int(r) for r in ranks})
     except (TypeError, ValueError):
         raise ValueError(f"ranks must be an iterable of ints (got {ranks!r})") from None
     if not rs or rs[0] < 0 or rs[-1] >= w.size:
@@ -456,7 +467,7 @@ def resolve(group, op: str) -> ProcessGroup:
     w = _require()
     g = w.default_group if group is None else group
     if not isinstance(g, ProcessGroup):
-        raise ValueError(f"group must be a ProcessGroup from new_group() or None (got {group!r})")
+        raise TypeError(f"group must be a ProcessGroup from new_group() or None (got {group!r})")
     if g.world is not w:
         raise DistributedError(f"{g!r} belongs to a destroyed process group", rank=w.rank, op=op)
     if g.rank < 0:
@@ -522,4 +533,5 @@ def get_backend(group=None) -> str:
 
 
 def default_group() -> ProcessGroup:
+    """The group of every rank (what group=None means)."""
     return _require().default_group

@@ -323,15 +323,18 @@ class StoreClient:
         self._request([b"bye"], "store.bye")
 
     def ping(self) -> None:
+        """One round trip to the server (DistributedError when it is gone)."""
         self._request([b"ping"], "store.ping")
 
     def close(self) -> None:
+        """Close the connection (without bye(): a labelled connection counts as lost)."""
         with self._lock:
             if self._sock is not None:
                 self._drop()
 
     @property
     def closed(self) -> bool:
+        """Whether the connection is closed (close(), or lost)."""
         return self._sock is None
 
 

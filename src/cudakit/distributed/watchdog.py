@@ -66,7 +66,7 @@ class Watchdog:
             w.note_lost(int(key[len(FAILED_PREFIX):]), why.decode(errors="replace"))
         for key in left:
             r = int(key[len(LEFT_PREFIX):])
-            if r not in w.lost:
+            if r not in w.lost and FAILED_PREFIX + str(r) not in failed:
                 w.note_lost(r, "it left the job (destroy_process_group)")
 
     def _check_group(self, g, now: float) -> None:

@@ -78,3 +78,19 @@ class FutureWork(Work):
         """Block until the collective finished, at most `timeout` s (default: the group's)."""
         self.synchronize(timeout)
         return True
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Block until the collective finished (waking at once when it does), at most `timeout` s
+        (default: the group's); raises DistributedError on failure or timeout."""
+        import concurrent.futures as cf
+        limit = self.group.timeout if timeout is None else float(timeout)
+        deadline = time.monotonic() + limit
+        while True:
+            self.group._raise_if_failed(self.op)
+            try:
+                self.future.result(timeout=min(0.1, max(deadline - time.monotonic(), 0.0)))
+                self._keep = ()
+                return
+            except cf.TimeoutError:
+                if time.monotonic() > deadline:
+                    self.group._fail_timeout(self.op, limit)
