@@ -10,6 +10,7 @@
 | CUDAKIT_AUTOTUNE          | "0": use the first config instead of timing them                 |
 | CUDAKIT_AUTOTUNE_LOG      | "1": log each autotuning trial                                   |
 | CUDAKIT_NATIVE            | "0": launch through CuPy's binding, not the native launcher      |
+| CUDAKIT_DISPATCH_PLANS    | "0": every call takes its checked path (no cudakit.dispatch plans) |
 | CUDAKIT_FLOAT32_PRECISION | products in float32 conv2d and attention: "tf32x3" (default),    |
 |                           | "ieee" or "tf32" (see float32_precision below)                   |
 | CUDAKIT_DISTRIBUTED_DEBUG | "1": check that shapes and dtypes agree across ranks before each |
@@ -36,6 +37,7 @@ class Settings:
     autotune: bool
     autotune_log: bool
     native: bool = True
+    dispatch_plans: bool = True
     float32_precision: str = "tf32x3"
     cache_size: str | None = None
     distributed_debug: bool = False
@@ -75,6 +77,7 @@ class Settings:
             autotune=_flag(env, "CUDAKIT_AUTOTUNE", True),
             autotune_log=_flag(env, "CUDAKIT_AUTOTUNE_LOG", False),
             native=_flag(env, "CUDAKIT_NATIVE", True),
+            dispatch_plans=_flag(env, "CUDAKIT_DISPATCH_PLANS", True),
             float32_precision=prec,
             distributed_debug=_flag(env, "CUDAKIT_DISTRIBUTED_DEBUG", False),
         )

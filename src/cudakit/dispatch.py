@@ -33,9 +33,12 @@ _SCALARS = (type(None), bool, int, float, str)
 
 
 def enable(ndarray, get_device) -> None:
-    """Turn plans on for arrays of type `ndarray` (called when the CUDA backend comes up)."""
+    """Turn plans on for arrays of type `ndarray` (called when the CUDA backend comes up), unless
+    CUDAKIT_DISPATCH_PLANS=0."""
     global _nd, _get_device
-    _nd, _get_device = ndarray, get_device
+    from .config import settings
+    if settings().dispatch_plans:
+        _nd, _get_device = ndarray, get_device
 
 
 def signature(args: tuple):

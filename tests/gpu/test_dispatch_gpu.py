@@ -17,7 +17,8 @@ def _r(rng, shape, dtype):
 def _same(a, b):
     if a is None or b is None:
         return a is None and b is None
-    return a.shape == b.shape and a.dtype == b.dtype and bool((a.view(cp.uint8) == b.view(cp.uint8)).all())
+    return a.shape == b.shape and a.dtype == b.dtype and bool(
+        (a.reshape(-1).view(cp.uint8) == b.reshape(-1).view(cp.uint8)).all())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
