@@ -108,7 +108,8 @@ def test_traced_plans_equal_checked(dtype):
             got_t = got if isinstance(got, tuple) else (got,)
             assert len(want_t) == len(got_t) and all(_same(a, b) for a, b in zip(want_t, got_t)), (op, dtype, trial)
     traced = {k[0] for k, p in dispatch._plans.items() if p is not None}
-    assert {"layernorm_backward", "cross_entropy_with_grad", "permute"} <= traced, traced
+    # permute/transpose pass a parameter struct CuPy marshals (not traceable): they keep the checked path
+    assert {"layernorm_backward", "rmsnorm_backward", "cross_entropy_with_grad", "max_pool2d"} <= traced, traced
 
 
 def test_traced_cross_entropy_still_reports_bad_targets():
