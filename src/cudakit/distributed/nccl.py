@@ -69,13 +69,21 @@ class NcclTransport:
     def _init_comm(self, unique_id: bytes, timeout: float, label: str):
         """ncclCommInitRank blocks until every rank joined: run it on a thread so a missing rank
         becomes an error after `timeout` instead of a hang."""
-        uid = tuple(b - 256 if b > 127 else b for b in unique_id)
+        # CuPy 14 takes the id as bytes (seen on the H100 image, 2026-11-26); CuPy 13 as a tuple of
+        # signed chars
+        forms = (bytes(unique_id), tuple(b - 256 if b > 127 else b for b in unique_id))
         box: list = []
+
+        def make():
+            try:
+                return self.nccl.NcclCommunicator(self.size, forms[0], self.rank)
+            except TypeError:
+                return self.nccl.NcclCommunicator(self.size, forms[1], self.rank)
 
         def init():
             try:
                 with self.cp.cuda.Device(self.device):
-                    box.append(self.nccl.NcclCommunicator(self.size, uid, self.rank))
+                    box.append(make())
             except BaseException as e:   # handed to the caller's thread
                 box.append(e)
         t = threading.Thread(target=init, name="cudakit-nccl-init", daemon=True)
