@@ -184,12 +184,13 @@ def _conv_bn_backward(params, name, dy, cache, g):
     return dx
 
 
-def backward(cache: dict) -> dict:
+def backward(cache: dict, on_grad=None) -> dict:
     """{name: gradient of the mean loss} for every parameter (its shape and dtype), from forward's
-    cache, in the reverse order of the forward."""
+    cache, in the reverse order of the forward. on_grad(name, gradient), when given, is called as
+    each gradient is produced (data parallel: its bucket's all-reduce starts early)."""
     params, cfg = cache["params"], cache["cfg"]
     relu_in = cache["relu_in"]
-    g = {}
+    g = common.GradHook(on_grad)
     dpooled, g["fc.w"], g["fc.b"] = cudakit.linear_backward(cache["dlogits"], cache["pooled"], params["fc.w"])
     dx = cudakit.mean_backward(dpooled, cache["last_shape"], axis=(2, 3))
     for i in reversed(range(len(cfg.widths))):
@@ -227,6 +228,8 @@ class Trainer:
         self.opt = cudakit.SGD([self.params[n] for n in self.names], lr=cfg.lr, momentum=cfg.momentum,
                                weight_decay=cfg.weight_decay, master_weights=dtype in ("bfloat16", "float16"))
         self._graphed = None
+        self.dp = common.DataParallel(device)
+        self.dp.attach(self.params)
 
     def forward_backward(self, images, labels):
         """(loss, gradient, gradient, ...) in the order of self.names."""
@@ -235,6 +238,10 @@ class Trainer:
         return (loss, *(grads[n] for n in self.names))
 
     def step(self, images, labels):
+        if self.dp.active:   # data parallel: gradients all-reduced in buckets as the backward makes them
+            loss, cache = forward(self.params, (images, labels), self.cfg, self.buffers)
+            self.opt.step(self.dp.gradients(lambda hook: backward(cache, hook), self.names))
+            return self.dp.mean_loss(loss)
         if self.graph:
             if self._graphed is None:
                 self._graphed = common.graphed(self.forward_backward, images, labels)
@@ -253,7 +260,7 @@ def main(argv=None) -> int:
         cfg = replace(cfg, lr=args.lr)
     device = common.Device(args.backend)
     trainer = Trainer(cfg, device, args.dtype, args.seed, args.graph)
-    rng = np.random.default_rng(args.seed + 1)
+    rng = np.random.default_rng(args.seed + 1 + 1000 * trainer.dp.rank)   # each rank its own batches
     dt = common.np_dtype(args.dtype)
     print(f"cnn {args.preset}: batch {cfg.batch}, {cfg.channels}x{cfg.image}x{cfg.image} images, widths "
           f"{'-'.join(map(str, cfg.widths))}, {cfg.classes} classes, "
@@ -263,7 +270,8 @@ def main(argv=None) -> int:
     def next_batch(_i):
         images, labels = generate_batch(rng, cfg)
         return device.asarray(images.astype(dt)), device.asarray(labels)
-    common.run(trainer.step, next_batch, args.steps, device)
+    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank)
+    trainer.dp.close()
     return 0
 
 

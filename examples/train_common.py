@@ -8,6 +8,7 @@ captured in a CUDA graph; T is the wall-clock time from queueing the step to hav
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -53,6 +54,80 @@ class Device:
         self.backend.synchronize()
 
 
+class DataParallel:
+    """Data-parallel training when the script was started by a launcher (`cudakit run
+    --nproc-per-node N`, torchrun, mpirun, srun: WORLD_SIZE > 1), else a single process.
+
+    Each rank draws its own batches (seed + rank), computes its gradients, and `GradSync` averages
+    them across the ranks in ~25 MiB buckets: a bucket's all-reduce starts on a communication
+    stream as soon as the backward has produced its last gradient (`hook(name, grad)`), so it
+    overlaps the rest of the backward. The parameters start equal (broadcast from rank 0), so every
+    rank takes the same optimizer step. NCCL on the GPU, the store-based CPU backend otherwise.
+    """
+
+    def __init__(self, device: Device):
+        self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.rank = 0
+        self.sync = None
+        if self.world > 1:
+            import cudakit.distributed as dist
+            self.dist = dist
+            dist.init_process_group("nccl" if device.name == "cuda" else "cpu")
+            self.rank = dist.get_rank()
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    def attach(self, params: dict) -> None:
+        """Make every rank's parameters rank 0's (in place)."""
+        self.params = params
+        if self.active:
+            self.dist.broadcast_parameters([params[n] for n in sorted(params)])
+
+    def gradients(self, run_backward, names: list) -> list:
+        """The gradients of `names`, averaged over the ranks. run_backward(hook) runs the backward,
+        calling hook(name, grad) as each gradient is produced (None: no hook), and returns them as
+        a dict in that order. The first step learns the order (its gradients are all-reduced after
+        the backward); from then on each bucket's all-reduce starts as soon as it is complete."""
+        if self.sync is None:
+            grads = run_backward(None)
+            order = list(grads)[::-1]   # GradSync fills its buckets from the last index backwards
+            self.sync = self.dist.GradSync({n: self.params[n] for n in order}, broadcast_from=None)
+            for n in reversed(order):
+                self.sync.set_grad(n, grads[n])
+        else:
+            run_backward(self.sync.set_grad)
+        grads = self.sync.wait()   # {name: averaged gradient}
+        return [grads[n] for n in names]
+
+    def close(self) -> None:
+        """Leave the process group (the other ranks then see a clean exit, not a lost rank)."""
+        if self.active:
+            self.dist.destroy_process_group()
+
+    def mean_loss(self, loss):
+        """The loss averaged over the ranks (what each rank prints)."""
+        if not self.active:
+            return loss
+        buf = loss.reshape(1).copy()
+        self.dist.all_reduce(buf, "avg")
+        return buf.reshape(())
+
+
+class GradHook(dict):
+    """A gradient dict that reports each entry as it is set (the data-parallel hook)."""
+
+    def __init__(self, hook=None):
+        super().__init__()
+        self._hook = hook
+
+    def __setitem__(self, name, grad):
+        super().__setitem__(name, grad)
+        if self._hook is not None:
+            self._hook(name, grad)
+
+
 def parser(description: str, presets: dict) -> argparse.ArgumentParser:
     """The command line both examples take; presets: {name: config} (the first is the default)."""
     p = argparse.ArgumentParser(description=description)
@@ -88,6 +163,9 @@ def parse(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     if args.graph and args.backend != "cuda":
         p.error("--graph captures the step in a CUDA graph, which needs --backend cuda (a usable GPU); "
                 "the CPU backend runs every step eagerly")
+    if args.graph and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        p.error("--graph with several ranks is not supported: the all-reduces run outside any graph; "
+                "drop --graph or run one process")
     if args.graph and not hasattr(cudakit, "graph"):
         p.error(f"--graph needs cudakit.graph (CUDA graph capture), which cudakit {cudakit.__version__} "
                 "does not have")
@@ -102,7 +180,7 @@ def graphed(step_fn, *sample_args):
     return cudakit.graph(step_fn, *sample_args)
 
 
-def run(step, next_batch, steps: int, device: Device, out=print) -> list[float]:
+def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0) -> list[float]:
     """Call step(*next_batch(i)) for i in range(steps), printing `step i loss X time T ms` each time.
 
     step returns the loss as a 0-d array (or a number); it is converted to a float after the call,
@@ -117,8 +195,10 @@ def run(step, next_batch, steps: int, device: Device, out=print) -> list[float]:
         ms = (time.perf_counter() - t0) * 1e3
         losses.append(loss)
         times.append(ms)
-        out(f"step {i} loss {loss:.4f} time {ms:.2f} ms")
+        if rank == 0:   # data parallel: the averaged loss, printed once
+            out(f"step {i} loss {loss:.4f} time {ms:.2f} ms")
     later = times[2:] or times
-    out(f"done: {steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
-        f"median step time {statistics.median(later):.2f} ms (steps {steps - len(later)}..{steps - 1})")
+    if rank == 0:
+        out(f"done: {steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
+            f"median step time {statistics.median(later):.2f} ms (steps {steps - len(later)}..{steps - 1})")
     return losses

@@ -235,13 +235,15 @@ def forward(params: dict, batch: tuple, cfg: GPTConfig, step: int = 0, xp=np):
 
 # ---- backward ------------------------------------------------------------------------------------
 
-def backward(cache: dict) -> dict:
+def backward(cache: dict, on_grad=None) -> dict:
     """{name: gradient of the mean loss} for every parameter, each of the parameter's shape and
-    dtype, from forward's cache (cross_entropy_with_grad already gave d loss / d logits)."""
+    dtype, from forward's cache (cross_entropy_with_grad already gave d loss / d logits).
+    on_grad(name, gradient), when given, is called as each gradient is produced (data parallel:
+    its bucket's all-reduce can start while the rest of the backward runs)."""
     params, cfg, xp = cache["params"], cache["cfg"], cache["xp"]
     b, t = cache["shape"]
     d, nh, hd, p = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.dropout
-    g = {}
+    g = common.GradHook(on_grad)
     dlogits = cache["dlogits"].reshape(b, t, -1)
     dhf, g["head.w"], _ = cudakit.linear_backward(dlogits, cache["hf"], params["head.w"], bias=False)
     dx, g["lnf.w"], g["lnf.b"] = cudakit.layernorm_backward(dhf, cache["x_final"], params["lnf.w"],
@@ -343,6 +345,8 @@ class Trainer:
                                  master_weights=dtype in ("bfloat16", "float16"))
         self.steps = 0
         self._graphed = None
+        self.dp = common.DataParallel(device)
+        self.dp.attach(self.params)
 
     def forward_backward(self, tokens, targets):
         """(loss, gradient, gradient, ...) in the order of self.names, for the current step."""
@@ -351,6 +355,11 @@ class Trainer:
         return (loss, *(grads[n] for n in self.names))
 
     def step(self, tokens, targets):
+        if self.dp.active:   # data parallel: gradients all-reduced in buckets as the backward makes them
+            loss, cache = forward(self.params, (tokens, targets), self.cfg, self.steps, self.device.xp)
+            self.opt.step(self.dp.gradients(lambda hook: backward(cache, hook), self.names))
+            self.steps += 1
+            return self.dp.mean_loss(loss)
         if self.graph:
             if self._graphed is None:
                 self._graphed = common.graphed(self.forward_backward, tokens, targets)
@@ -378,14 +387,16 @@ def main(argv=None) -> int:
     data = make_data(cfg, args.seed)
     cfg = with_vocab(cfg, data)
     trainer = Trainer(cfg, device, args.dtype, args.seed, args.graph)
-    rng = np.random.default_rng(args.seed + 1)
+    rng = np.random.default_rng(args.seed + 1 + 1000 * trainer.dp.rank)   # each rank its own batches
     print(f"gpt {args.preset}: d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers, seq {cfg.seq}, "
           f"batch {cfg.batch}, vocab {cfg.vocab}, {sum(int(np.prod(s)) for s in param_shapes(cfg).values())} "
-          f"parameters; {args.dtype} on {device.name}" + (", CUDA graph" if args.graph else ""))
+          f"parameters; {args.dtype} on {device.name}" + (", CUDA graph" if args.graph else "")
+          + (f", data parallel over {trainer.dp.world} ranks" if trainer.dp.active else ""))
 
     def next_batch(_i):
         return tuple(device.asarray(a) for a in data.batch(rng, cfg.batch, cfg.seq))
-    common.run(trainer.step, next_batch, args.steps, device)
+    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank)
+    trainer.dp.close()
     return 0
 
 

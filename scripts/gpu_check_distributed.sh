@@ -37,7 +37,44 @@ timeout ${BENCH_TIMEOUT:-150} python3 -m cudakit run --nproc-per-node "$N" --mas
 timeout ${BENCH_TIMEOUT:-150} python3 -m torch.distributed.run --nproc-per-node "$N" --master-port 29620 \
   scripts/dist_allreduce_bench.py --impl torch --out "$OUT/bench_torch.json" 2>&1 | tee -a "$LOG" | tail -3
 
-# 3. the table (last)
+# 3. the GPT example data-parallel: step time on one GPU and on N (throughput = N * t1 / tN, acceptance
+#    >= 1.85 on 2), and two simulated nodes of one GPU each over sockets against one node of 2 GPUs
+#    (float32 tiny preset, dropout off: the printed losses must match)
+GPT="examples/train_gpt.py --backend cuda --preset gpt-issue --dtype bfloat16 --steps ${DP_STEPS:-14}"
+timeout ${DP_TIMEOUT:-120} python3 $GPT 2>&1 | tee "$OUT/dp_1gpu.txt" | tail -1 | sed 's/^/DP-1GPU /'
+timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node "$N" --master-port 29630 $GPT 2>&1 \
+  | tee "$OUT/dp_ngpu.txt" | tail -1 | sed 's/^/DP-NGPU /'
+TINY="examples/train_gpt.py --backend cuda --preset tiny --dropout 0 --steps 8"
+timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 2 --master-port 29640 $TINY 2>&1 \
+  | grep -E "step [0-9]+ loss" | sed 's/ time .*//' > /tmp/dp_one_node.txt
+( export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+  CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 1 --nnodes 2 --node-rank 0 \
+    --master-addr 127.0.0.1 --master-port 29650 $TINY > /tmp/dp_node0.txt 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 1 --nnodes 2 --node-rank 1 \
+    --master-addr 127.0.0.1 --master-port 29650 $TINY > /tmp/dp_node1.txt 2>&1
+  wait )
+grep -E "step [0-9]+ loss" /tmp/dp_node0.txt | sed 's/ time .*//' > /tmp/dp_two_nodes.txt
+cat /tmp/dp_node0.txt /tmp/dp_node1.txt >> "$LOG"
+python3 - "$OUT" "$N" <<'PY' 2>&1 | tee -a "$LOG"
+import re, sys
+out, n = sys.argv[1], int(sys.argv[2])
+def median(path):
+    m = re.search(r"median step time ([0-9.]+) ms", open(path).read())
+    return float(m.group(1)) if m else None
+t1, tn = median(f"{out}/dp_1gpu.txt"), median(f"{out}/dp_ngpu.txt")
+if t1 and tn:
+    print(f"DP GPT gpt-issue bf16: 1 GPU {t1:.2f} ms/step, {n} GPUs {tn:.2f} ms/step (each rank its batch): "
+          f"throughput {n * t1 / tn:.3f}x one GPU (acceptance >= 1.85 on 2)")
+else:
+    print("DP GPT: no step times (see dp_1gpu.txt / dp_ngpu.txt)")
+one = [re.sub(r"^\[rank\d+\]: ", "", l) for l in open("/tmp/dp_one_node.txt").read().split("\n") if l]
+two = [re.sub(r"^\[rank\d+\]: ", "", l) for l in open("/tmp/dp_two_nodes.txt").read().split("\n") if l]
+same = bool(one) and one == two
+print(f"DP two simulated nodes (sockets) vs one node: {len(two)} loss lines, "
+      f"{'identical' if same else 'DIFFERENT'}" + ("" if same else f"\n one node: {one}\n two nodes: {two}"))
+PY
+
+# 4. the table (last)
 python3 - "$OUT" <<'PY' 2>&1 | tee -a "$LOG"
 import json, os, re, sys
 out = sys.argv[1]

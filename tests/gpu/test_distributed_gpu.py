@@ -5,6 +5,7 @@ Each test launches ranks with `cudakit run` (the ranks are child processes; this
 counts GPUs). Trace and logs go to $OUT when it is set (scripts/gpu_check_distributed.sh).
 """
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -94,8 +95,9 @@ def test_killed_rank_the_others_raise_naming_it_within_60_s(tmp_path):
             raise SystemExit(3)
     """)
     r, _ = launch(ngpu(), p, extra=("--grace", "90"))   # the survivors must exit on their own
-    killed = [float(ln.split("KILL ")[1]) for ln in r.stdout.splitlines() if "KILL" in ln]
-    lost = [ln for ln in r.stdout.splitlines() if "LOST" in ln]
+    # the workers' own lines only ("SIGKILL" in the launcher's and the errors' text is no KILL line)
+    killed = [float(m.group(1)) for m in re.finditer(r"^\[rank\d+\]: KILL ([0-9.]+)$", r.stdout, re.M)]
+    lost = [ln for ln in r.stdout.splitlines() if re.match(r"^\[rank\d+\]: LOST [0-9.]+ ", ln)]
     assert killed and len(lost) == ngpu() - 1, r.stdout
     for ln in lost:
         t = float(ln.split("LOST ")[1].split()[0])
@@ -192,3 +194,10 @@ def test_two_simulated_nodes_over_sockets():
     assert codes == [0, 0] and out.count("CHECKED") == 2
     codes, out = _two_nodes(os.path.join(HERE, "dist_worker_data_parallel.py"), "nccl", 11)
     assert codes == [0, 0] and out.count("DP-OK") == 2
+
+
+def test_gpt_example_data_parallel_gradients_equal_the_combined_batch():
+    """examples/train_gpt.py's data-parallel path on the GPUs: the synchronised gradients equal one
+    process's on the ranks' batches combined (float32, within rounding)."""
+    r, _ = launch(2, os.path.join(HERE, "dist_worker_gpt_dp.py"), "cuda")
+    assert r.returncode == 0 and r.stdout.count("GPT-DP-OK") == 2, r.stdout + r.stderr

@@ -120,7 +120,7 @@ class GradSync:
                              f"{self.grads[i].dtype} {tuple(self.grads[i].shape)}")
         if self._ready[i]:
             raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
-        self.grads[i][...] = grad
+        _copy_bits(self.grads[i], grad)
         self.mark_ready(i)
 
     def mark_ready(self, i) -> None:
@@ -166,3 +166,13 @@ class GradSync:
             names = f" or one of the {len(self.names)} names" if self.names is not None else ""
             raise ValueError(f"parameter must be an int in [0, {len(self.params)}){names} (got {i!r})")
         return i
+
+
+_UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+
+
+def _copy_bits(dst, src) -> None:
+    """dst[...] = src for arrays of one dtype, copied as unsigned integers of its size: a pure copy
+    that needs no elementwise kernel of the float dtype (CuPy has none for bfloat16)."""
+    u = _UINT[dst.dtype.itemsize]
+    dst.view(u)[...] = src.view(u) if src.flags.c_contiguous else src.copy().view(u)

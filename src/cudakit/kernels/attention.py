@@ -86,13 +86,30 @@ def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts
     """Kernel `name` over grid (row blocks, batch*heads): batch*heads is grid dim y (at most 65535),
     so larger batches go in slices of the [BH, ...] arrays."""
     bh = arrays[0].shape[0]
-    k = _k(name)
+    k = _specialized(name, consts)
     if bh <= _MAX_GRID_Y:
-        k[(max(1, math.ceil(rows / block)), bh)](*arrays, *args, **consts)
+        k[(max(1, math.ceil(rows / block)), bh)](*arrays, *args)
         return
     for b0 in range(0, bh, _MAX_GRID_Y):
         b1 = min(bh, b0 + _MAX_GRID_Y)
-        k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args, **consts)
+        k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args)
+
+
+_special: dict = {}   # (kernel name, constexprs and launch options) -> its specialised TritonKernel
+
+
+def _specialized(name: str, consts: dict):
+    """Kernel `name` with these constexprs (head_dim D among them) and options bound
+    (TritonKernel.specialized): called with its runtime arguments only, it launches from the native
+    plans instead of binding each call in Python, whose three launches cost the backward about
+    75 us of host time (H100 host, 2026-11-26, scripts/host_profile.py)."""
+    key = (name, tuple(sorted(consts.items())))
+    k = _special.get(key)
+    if k is None:
+        opts = dict(consts)
+        nw, ns = opts.pop("num_warps", None), opts.pop("num_stages", None)
+        k = _special[key] = _k(name).specialized(num_warps=nw, num_stages=ns, **opts)
+    return k
 
 
 
@@ -107,8 +124,8 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     if bh == 0 or lq == 0:
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
-    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), (float(scale * math.log2(math.e)), lq, lk, d),
-            dict(cfg, CAUSAL=bool(causal), POS_SCALE=scale > 0))
+    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), (float(scale * math.log2(math.e)), lq, lk),
+            dict(cfg, D=d, CAUSAL=bool(causal), POS_SCALE=scale > 0))
     return out, lse
 
 
@@ -127,12 +144,14 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
         return dq, dk, dv
     cfg = _config(dtype_name, d, None)
     delta = cp.empty((bh, lq), cp.float32)
-    _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq, d), {"BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
-    scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, d)
+    _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq,),
+            {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
+    scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk)
     kv, qc = _backward_configs(dtype_name, cfg)
     if tiles is not None:
         kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars,
-            dict(kv, CAUSAL=bool(causal), EVEN_Q=lq % kv["BLOCK_M"] == 0))
-    _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars, dict(qc, CAUSAL=bool(causal)))
+            dict(kv, D=d, CAUSAL=bool(causal), EVEN_Q=lq % kv["BLOCK_M"] == 0))
+    _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars,
+            dict(qc, D=d, CAUSAL=bool(causal)))
     return dq, dk, dv
