@@ -222,13 +222,13 @@ class Trainer:
     def __init__(self, cfg: CNNConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
                  graph: bool = False):
         self.cfg, self.device, self.graph = cfg, device, graph
+        self.dp = common.DataParallel(device)   # first: joining the group selects this rank's GPU
         self.params = init_params(cfg, seed, device, dtype)
         self.buffers = init_buffers(cfg, device, dtype)
         self.names = sorted(self.params)
         self.opt = cudakit.SGD([self.params[n] for n in self.names], lr=cfg.lr, momentum=cfg.momentum,
                                weight_decay=cfg.weight_decay, master_weights=dtype in ("bfloat16", "float16"))
         self._graphed = None
-        self.dp = common.DataParallel(device)
         self.dp.attach(self.params)
 
     def forward_backward(self, images, labels):

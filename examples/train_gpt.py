@@ -339,13 +339,13 @@ class Trainer:
             raise ValueError(f"graph=True replays the dropout masks it captured on every step (cudakit.dropout "
                              f"takes its seed as a host integer); use dropout=0 (got {cfg.dropout})")
         self.cfg, self.device, self.graph = cfg, device, graph
+        self.dp = common.DataParallel(device)   # first: joining the group selects this rank's GPU
         self.params = init_params(cfg, seed, device, dtype)
         self.names = sorted(self.params)
         self.opt = cudakit.AdamW([self.params[n] for n in self.names], lr=cfg.lr, weight_decay=cfg.weight_decay,
                                  master_weights=dtype in ("bfloat16", "float16"))
         self.steps = 0
         self._graphed = None
-        self.dp = common.DataParallel(device)
         self.dp.attach(self.params)
 
     def forward_backward(self, tokens, targets):
