@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numbers
 
-from ..errors import ArgumentTypeError, DTypeError, ShapeError, TargetIndexError
+from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError, TargetIndexError
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -41,7 +41,7 @@ def _prod(shape) -> int:
 
 def _check_reduction(op: str, reduction) -> str:
     if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none' (got {reduction!r})")
+        raise ArgumentError(f"{op}: reduction must be 'mean', 'sum' or 'none' (got {reduction!r})")
     return reduction
 
 
@@ -78,13 +78,13 @@ def _ce_err_code(op: str) -> int:
 
 def _check_validate(op: str, validate) -> bool:
     if not isinstance(validate, bool):
-        raise TypeError(f"{op}: validate must be a bool (got {validate!r})")
+        raise ArgumentTypeError(f"{op}: validate must be a bool (got {validate!r})")
     return validate
 
 
 def _check_ignore(op: str, ignore_index) -> int:
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
-        raise TypeError(f"{op}: ignore_index must be an int (got {ignore_index!r})")
+        raise ArgumentTypeError(f"{op}: ignore_index must be an int (got {ignore_index!r})")
     return int(ignore_index)
 
 

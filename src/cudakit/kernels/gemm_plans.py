@@ -18,14 +18,21 @@ from . import cublaslt
 _NOT_SUPPORTED = 15
 
 
-def _weight3(w):
-    """(w as its (1, r, c) C-contiguous buffer, stored (out, in)) or None (a copy would be made)."""
-    if w.flags.c_contiguous:
-        return w.reshape(1, *w.shape), True
-    t = w.T
-    if t.flags.c_contiguous:
-        return t.reshape(1, *t.shape), False
-    return None
+def _linear_layout(contiguous: tuple, x, weight):
+    """(w3, stored (out, in), fout, fin, rows) of a linear call whose `contiguous` arrays are all
+    C-contiguous (None entries skipped), its weight stored (out, in) or a transposed view of such
+    a buffer (read as its (1, r, c) buffer, as the checked path does); None where the checked path
+    would copy an operand."""
+    if any(a is not None and not a.flags.c_contiguous for a in contiguous):
+        return None
+    if weight.flags.c_contiguous:
+        w3, stored = weight.reshape(1, *weight.shape), True
+    elif weight.T.flags.c_contiguous:
+        w3, stored = weight.T.reshape(1, *weight.T.shape), False
+    else:
+        return None
+    fout, fin = weight.shape
+    return w3, stored, fout, fin, math.prod(x.shape[:-1])
 
 
 def _runner(op: str, bp):
@@ -43,15 +50,11 @@ def plan_linear(x, weight, bias=None, gelu=False, want_pre=False, op="linear"):
     """Planner of linear (gelu False) and of the tanh-GELU fused linear (gelu True), for C-contiguous
     x and bias and a weight stored (out, in) or as a transposed view, where the epilogue applies."""
     cp = _cupy.cupy()
-    if not x.flags.c_contiguous or x.ndim < 1 or (bias is not None and not bias.flags.c_contiguous):
+    lay = _linear_layout((x, bias), x, weight) if x.ndim >= 1 else None
+    if lay is None:
         return None
-    w = _weight3(weight)
-    if w is None:
-        return None
-    w3, stored_nk = w
-    fout, fin = weight.shape
+    w3, stored_nk, fout, fin, rows = lay
     lead = tuple(x.shape[:-1])
-    rows = math.prod(lead)
     dtype = x.dtype
     out = cp.empty((1, rows, fout), dtype)
     if not cublaslt.epilogue_applies(out, fin, bias, gelu):
@@ -95,14 +98,10 @@ def plan_linear_backward(grad_out, x, weight, bias=True):
     """Planner of linear_backward for C-contiguous grad_out and x: grad_x = grad_out @ weight and
     grad_weight = grad_out^T @ x as the checked path's two GEMMs, grad_bias by ops.sum (planned)."""
     cp = _cupy.cupy()
-    if not (grad_out.flags.c_contiguous and x.flags.c_contiguous):
+    lay = _linear_layout((grad_out, x), x, weight)
+    if lay is None:
         return None
-    w = _weight3(weight)
-    if w is None:
-        return None
-    w3, stored_nk = w
-    fout, fin = weight.shape
-    rows = math.prod(x.shape[:-1])
+    w3, stored_nk, fout, fin, rows = lay
     if rows == 0 or fout == 0 or fin == 0:
         return None
     dtype = x.dtype
