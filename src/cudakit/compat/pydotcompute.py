@@ -195,7 +195,9 @@ def _numba_signature(signature):
             out.append(numba.from_dtype(np.dtype(t)))
         except (TypeError, NotImplementedError, numba.core.errors.NumbaError):
             raise DTypeError(f"signature[{i}]: {t!r} is neither a NumPy nor a Numba type") from None
-    return tuple(out)
+    # a kernel's signature: void(arg types). A bare tuple would be read by numba-cuda's jit as a list
+    # of signatures (seen on the H100 image: the argument was then typed as a Python object)
+    return numba.void(*out)
 
 
 def _as_kernel(kernel):
