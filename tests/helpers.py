@@ -1,4 +1,6 @@
-"""Shared test helpers: dtypes, float64 references for the elementwise ops."""
+"""Shared test helpers: dtypes, float64 references for the elementwise ops, kernel sources."""
+from importlib import resources
+
 import ml_dtypes
 import numpy as np
 
@@ -86,3 +88,13 @@ def run_in_triton_interpreter(script: str) -> str:
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run.stdout
+
+
+def kernel_source(mod) -> str:
+    """The CUDA C++ source of kernel module `mod` (e.g. cudakit.kernels.softmax) read from its
+    .cu / .cuh files in the installed package (mod.SOURCE_FILES, in order), as nvcc compiles it in
+    the tests. Checked to be, byte for byte, the mod.SOURCE that the runtime compiles and caches."""
+    root = resources.files("cudakit.kernels")
+    text = "".join(root.joinpath(name).read_bytes().decode("utf-8") for name in mod.SOURCE_FILES)
+    assert text == mod.SOURCE, f"{mod.__name__}.SOURCE differs from its files {mod.SOURCE_FILES}"
+    return text

@@ -4,9 +4,10 @@ import shutil
 import subprocess
 
 import pytest
+from helpers import kernel_source
 
-# every module of CUDA C++ kernels (name_expressions() + SOURCE); the per-family compile tests add
-# their own checks (spills, shared memory, plans) on top
+# every module of CUDA C++ kernels (name_expressions() + SOURCE_FILES, its .cu files, read by
+# helpers.kernel_source); the per-family compile tests add their own checks (spills, shared memory, plans) on top
 KERNEL_MODULES = ["cudakit.kernels.elementwise", "cudakit.kernels.normalization", "cudakit.kernels.reduction",
                   "cudakit.kernels.softmax", "cudakit.kernels.cross_entropy", "cudakit.kernels.transpose",
                   "cudakit.kernels.dropout", "cudakit.kernels.pooling"]
@@ -22,7 +23,7 @@ def nvcc_compile(mod, tmp_path, names=None, extra=()):
     # taking each template's address forces its instantiation
     refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(names))
     src = tmp_path / "k.cu"
-    src.write_text(mod.SOURCE + "\n" + refs + "\n")
+    src.write_text(kernel_source(mod) + "\n" + refs + "\n")
     r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", *extra, "-o", str(tmp_path / "k.cubin"), str(src)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -45,10 +46,10 @@ def test_nvrtc_compiles_every_instantiation(modname, cache_dir):
         pytest.skip(f"NVRTC library not loadable: {e}")
     mod = importlib.import_module(modname)
     compiler._memory_cache.clear()
-    binary, mapping = compiler.compile_to_cubin(mod.SOURCE, name_expressions=mod.name_expressions(), arch="sm_90")
+    binary, mapping = compiler.compile_to_cubin(kernel_source(mod), name_expressions=mod.name_expressions(), arch="sm_90")
     assert len(binary) > 1000 and set(mapping) == set(mod.name_expressions())
     # second call: served from cache, and the disk entry exists
-    assert compiler.compile_to_cubin(mod.SOURCE, name_expressions=mod.name_expressions(), arch="sm_90")[0] == binary
+    assert compiler.compile_to_cubin(kernel_source(mod), name_expressions=mod.name_expressions(), arch="sm_90")[0] == binary
     assert compiler.cache_info()["entries"] == 1
 
 
@@ -76,7 +77,7 @@ def test_fast_math_only_for_16_bit_storage(tmp_path):
     for dt, fast in (("float64", False), ("bfloat16", True), ("float16", True)):
         names = [ew._expr("contig", op, dt, 1) for op in ("gelu_erf", "gelu_erf_backward")]
         refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(names))
-        (tmp_path / "k.cu").write_text(ew.SOURCE + "\n" + refs + "\n")
+        (tmp_path / "k.cu").write_text(kernel_source(ew) + "\n" + refs + "\n")
         r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-ptx", "-o", str(tmp_path / "k.ptx"),
                             str(tmp_path / "k.cu")], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-2000:]
@@ -105,7 +106,7 @@ def _ptx(tmp_path, names, arch, *defines, module="cudakit.kernels.elementwise"):
     if not nvcc:
         pytest.skip("nvcc is not on the PATH")
     refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(names))
-    (tmp_path / "k.cu").write_text(importlib.import_module(module).SOURCE + "\n" + refs + "\n")
+    (tmp_path / "k.cu").write_text(kernel_source(importlib.import_module(module)) + "\n" + refs + "\n")
     r = subprocess.run([nvcc, "-std=c++17", f"-arch={arch}", "-ptx", *defines, "-o", str(tmp_path / "k.ptx"),
                         str(tmp_path / "k.cu")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]

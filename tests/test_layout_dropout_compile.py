@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 import test_kernels_compile as kc
+from helpers import kernel_source
 
 MODULES = ["cudakit.kernels.transpose", "cudakit.kernels.dropout"]
 
@@ -132,7 +133,7 @@ def harness(tmp_path_factory):
     from cudakit.kernels import dropout, transpose
     d = tmp_path_factory.mktemp("harness")
     src = d / "h.cu"
-    src.write_text(dropout.SOURCE + transpose.SOURCE + HARNESS)
+    src.write_text(kernel_source(dropout) + kernel_source(transpose) + HARNESS)
     exe = d / "h"
     r = subprocess.run([nvcc, "-std=c++17", "-O1", "-arch=sm_90", "-o", str(exe), str(src)],
                        capture_output=True, text=True)

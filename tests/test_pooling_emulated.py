@@ -6,6 +6,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from helpers import kernel_source
 from kernel_emulation import build
 
 import cudakit
@@ -46,7 +47,7 @@ GEOMETRIES = [((2, 3, 7, 9), 2, None, 0), ((1, 2, 8, 8), 3, 2, 1), ((2, 2, 5, 6)
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    return build(pooling.SOURCE, _DRIVER, tmp_path_factory.mktemp("pool"))
+    return build(kernel_source(pooling), _DRIVER, tmp_path_factory.mktemp("pool"))
 
 
 def _two(v):

@@ -1,0 +1,111 @@
+
+// Random123's philox4x32_10: the counter (c0, c1, c2, c3) under key (k0, k1) -> r[0..3].
+// __host__ so the tests can check it against the published known-answer vectors on the CPU.
+__host__ __device__ __forceinline__ void ck_philox4x32_10(unsigned int c0, unsigned int c1, unsigned int c2,
+                                                          unsigned int c3, unsigned int k0, unsigned int k1,
+                                                          unsigned int (&r)[4]) {
+#pragma unroll
+  for (int i = 0; i < 10; ++i) {
+    if (i) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    const unsigned long long p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;   // one IMAD.WIDE each
+    const unsigned int hi0 = (unsigned int)(p0 >> 32), lo0 = (unsigned int)p0;
+    const unsigned int hi1 = (unsigned int)(p1 >> 32), lo1 = (unsigned int)p1;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+  }
+  r[0] = c0; r[1] = c1; r[2] = c2; r[3] = c3;
+}
+
+// The words of group g (elements 4g..4g+3) under the 64-bit seed (k0 = low word, k1 = high).
+__host__ __device__ __forceinline__ void ck_dropout_words(long long g, unsigned int k0, unsigned int k1,
+                                                          unsigned int (&r)[4]) {
+  const unsigned long long u = (unsigned long long)g;
+  ck_philox4x32_10((unsigned int)u, (unsigned int)(u >> 32), 0u, 0u, k0, k1, r);
+}
+
+template <int B> struct ck_dp_raw;
+template <> struct ck_dp_raw<16> { typedef uint4 type; };
+struct __align__(16) ck_dp_32b { uint4 a, b; };
+template <> struct ck_dp_raw<32> { typedef ck_dp_32b type; };
+
+// An item: G whole Philox groups (4 G elements) that move as one 16-byte access (two for float64).
+template <typename T> struct ck_dp_item {
+  static const int G = sizeof(T) == 2 ? 2 : 1;
+  static const int E = 4 * G;
+  typedef typename ck_dp_raw<E * sizeof(T)>::type R;
+  union pack { R raw; T v[E]; };
+};
+
+// y[i] = x[i] * (word(i) >= thr ? scale : 0), in the accumulation type, rounded once.
+// x, y: [n] contiguous. VEC: x and y are 16-byte aligned (whole items move as 16-byte vectors).
+// Block 256, grid-stride over items; thread t takes items t and t + stride, then steps by
+// 2 * stride (two loads in flight while the Philox rounds run). The 16-byte loads take the
+// preamble's L2 policy, each line released after the item's store: dropout and its backward
+// 1.3-1.6% faster on an H100 (GPU-005fbf9b, 2026-11-26, four alternating runs of the benchmark:
+// float32 1.257 -> 1.274x torch, bfloat16 1.440 -> 1.462x).
+// Traffic: n * sizeof(T) read + n * sizeof(T) written.
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(256, 4) ck_dropout(const T* __restrict__ x, T* __restrict__ y, long long n,
+                                                  unsigned int k0, unsigned int k1, unsigned int thr,
+                                                  typename ck_traits<T>::acc scale) {
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  typedef ck_dp_item<T> I;
+  const long long ni = (n + I::E - 1) / I::E, nfull = n / I::E;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < ni; i0 += 2 * stride) {
+    typename I::pack in[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const long long it = i0 + u * stride;
+      if (VEC && it < nfull) {
+        in[u].raw = ck_ld_keep(reinterpret_cast<const typename I::R*>(x) + it);
+      } else if (it < ni) {
+#pragma unroll
+        for (int e = 0; e < I::E; ++e) if (it * I::E + e < n) in[u].v[e] = x[it * I::E + e];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const long long it = i0 + u * stride;
+      if (it >= ni) break;
+      typename I::pack out;
+#pragma unroll
+      for (int h = 0; h < I::G; ++h) {
+        unsigned int r[4];
+        ck_dropout_words(it * I::G + h, k0, k1, r);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          out.v[4 * h + j] = tr::store(tr::load(in[u].v[4 * h + j]) * (r[j] >= thr ? scale : A(0)));
+      }
+      if (VEC && it < nfull) {
+        reinterpret_cast<typename I::R*>(y)[it] = out.raw;
+        ck_l2_release(reinterpret_cast<const typename I::R*>(x) + it);
+      } else {
+#pragma unroll
+        for (int e = 0; e < I::E; ++e) if (it * I::E + e < n) y[it * I::E + e] = out.v[e];
+      }
+    }
+  }
+}
+
+// m[i] = word(i) >= thr (1 = kept), m: [n] bytes; VEC: m is 4-byte aligned. Block 256, grid-stride.
+// Traffic: n bytes written.
+template <bool VEC>
+__global__ void __launch_bounds__(256) ck_dropout_mask(unsigned char* __restrict__ m, long long n, unsigned int k0,
+                                                       unsigned int k1, unsigned int thr) {
+  const long long ng = (n + 3) >> 2, nfull = n >> 2;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < ng; g += stride) {
+    unsigned int r[4];
+    ck_dropout_words(g, k0, k1, r);
+    if (VEC && g < nfull) {
+      reinterpret_cast<unsigned int*>(m)[g] = (unsigned int)(r[0] >= thr) | ((unsigned int)(r[1] >= thr) << 8) |
+                                              ((unsigned int)(r[2] >= thr) << 16) | ((unsigned int)(r[3] >= thr) << 24);
+    } else {
+      for (int j = 0; j < 4; ++j) if (4 * g + j < n) m[4 * g + j] = (unsigned char)(r[j] >= thr);
+    }
+  }
+}

@@ -1,0 +1,939 @@
+
+extern __shared__ __align__(16) unsigned char ck_dyn_smem[];
+
+#define CK_U 4   // independent vector loads a loop kernel issues before it uses any of them
+
+__device__ __forceinline__ float ck_rsqrt(float v) { return 1.0f / sqrtf(v); }
+__device__ __forceinline__ double ck_rsqrt(double v) { return 1.0 / sqrt(v); }
+
+
+// Sum over aligned groups of G lanes (G a power of two, <= 32). Every lane of the warp must call
+// it. A butterfly adds the same pairs in every lane, so all lanes of a group get the same bits.
+template <typename C>
+__device__ __forceinline__ C ck_group_sum(C v, int G) {
+  for (int off = G >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Sums a (and b) over the blockDim.x threads of row threadIdx.y; every one of them gets the
+// totals. red: shared scratch of 64 * blockDim.y. When blockDim.x > 32 it synchronises the block,
+// so every thread of the block must call it the same number of times.
+template <typename C>
+__device__ __forceinline__ void ck_row_sum2(C& a, C& b, C* red) {
+  const int tpr = blockDim.x;
+  if (tpr <= 32) { a = ck_group_sum(a, tpr); b = ck_group_sum(b, tpr); return; }
+  a = ck_group_sum(a, 32);
+  b = ck_group_sum(b, 32);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = tpr >> 5;
+  C* r = red + threadIdx.y * 64;
+  if (lane == 0) { r[warp] = a; r[32 + warp] = b; }
+  __syncthreads();
+  a = lane < nw ? r[lane] : C(0);
+  b = lane < nw ? r[32 + lane] : C(0);
+  a = ck_group_sum(a, 32);
+  b = ck_group_sum(b, 32);
+  __syncthreads();  // red is reused by the next call
+}
+
+template <typename C>
+__device__ __forceinline__ C ck_row_sum(C a, C* red) {
+  C b = C(0);
+  ck_row_sum2(a, b, red);
+  return a;
+}
+
+// Chan's merge of (count n, mean m, sum of squared deviations m2) with (nb, mb, m2b).
+template <typename C>
+__device__ __forceinline__ void ck_welford_merge(C& n, C& m, C& m2, C nb, C mb, C m2b) {
+  if (nb == C(0)) return;
+  const C nn = n + nb;
+  const C d = mb - m;
+  const C f = nb / nn;
+  m += d * f;
+  m2 += m2b + d * d * n * f;
+  n = nn;
+}
+
+// Merges one pack of V values into a running Welford state: the pack's own mean and squared
+// deviations are exact, then one Chan merge (one division per pack, not per element).
+template <typename T, int V, typename C>
+__device__ __forceinline__ void ck_welford_pack(C& n, C& m, C& m2, const ck_pack<T, V>& p, C sc = C(1)) {
+  typedef ck_traits<T> tr;
+  C s = C(0);
+#pragma unroll
+  for (int i = 0; i < V; ++i) s += tr::load(p.v[i]) * sc;
+  const C pm = s / C(V);
+  C q = C(0);
+#pragma unroll
+  for (int i = 0; i < V; ++i) { const C d = tr::load(p.v[i]) * sc - pm; q += d * d; }
+  ck_welford_merge(n, m, m2, C(V), pm, q);
+}
+
+// Merges the Welford states of all threads of a 1-D block (blockDim.x <= 1024) in a fixed order;
+// every thread gets the result. sh: shared scratch of 3 * 32.
+template <typename C>
+__device__ __forceinline__ void ck_block_welford(C& n, C& m, C& m2, C* sh) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const C nb = __shfl_down_sync(0xffffffffu, n, off);
+    const C mb = __shfl_down_sync(0xffffffffu, m, off);
+    const C m2b = __shfl_down_sync(0xffffffffu, m2, off);
+    ck_welford_merge(n, m, m2, nb, mb, m2b);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  if (lane == 0) { sh[warp] = n; sh[32 + warp] = m; sh[64 + warp] = m2; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < nw; ++w) ck_welford_merge(sh[0], sh[32], sh[64], sh[w], sh[32 + w], sh[64 + w]);
+  }
+  __syncthreads();
+  n = sh[0]; m = sh[32]; m2 = sh[64];
+  __syncthreads();
+}
+
+// Max over the blockDim.x threads of row threadIdx.y (as ck_row_sum2; every thread of the block
+// must call it). fmax ignores NaN; a NaN row stays NaN through its sums.
+template <typename C>
+__device__ __forceinline__ C ck_row_max(C a, C* red) {
+  const int tpr = blockDim.x;
+  const int g = tpr < 32 ? tpr : 32;
+  for (int off = g >> 1; off > 0; off >>= 1) a = fmax(a, __shfl_xor_sync(0xffffffffu, a, off));
+  if (tpr <= 32) return a;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = tpr >> 5;
+  C* r = red + threadIdx.y * 64;
+  if (lane == 0) r[warp] = a;
+  __syncthreads();
+  a = lane < nw ? r[lane] : C(0);
+  for (int off = 16; off > 0; off >>= 1) a = fmax(a, __shfl_xor_sync(0xffffffffu, a, off));
+  __syncthreads();  // red is reused by the next call
+  return a;
+}
+
+// Whether sums of squares of T values can overflow the accumulation type: not for float16 (at most
+// 65504^2 a value, in float32), so its kernels carry no rescaling branch.
+template <typename T> struct ck_wide_range { enum { value = 1 }; };
+template <> struct ck_wide_range<ck_half> { enum { value = 0 }; };
+
+__device__ __forceinline__ bool ck_isfinite(float v) { return isfinite(v); }
+__device__ __forceinline__ bool ck_isfinite(double v) { return isfinite(v); }
+
+// A power of two that brings a (> 0, finite) into [1, 2): multiplying by it is exact. 1 for a
+// zero, inf or NaN a (nothing to rescale: the row's inf/NaN propagates as before).
+__device__ __forceinline__ float ck_pow2_scale(float a) { return (a > 0.0f && isfinite(a)) ? scalbnf(1.0f, -ilogbf(a)) : 1.0f; }
+__device__ __forceinline__ double ck_pow2_scale(double a) { return (a > 0.0 && isfinite(a)) ? scalbn(1.0, -ilogb(a)) : 1.0; }
+
+// Row statistics of the register kernels over the values x * sc: mu, the mean (0 for rmsnorm), and
+// q, the sum of squared deviations from it (of squares for rmsnorm); exact two passes over the
+// registers. Every thread of the block must call it (ck_row_sum).
+template <typename T, int V, int NV, bool RMS>
+__device__ __forceinline__ void ck_reg_stats(ck_pack<T, V>* p, bool live, int nvec, int cols,
+    typename ck_traits<T>::acc sc, typename ck_traits<T>::acc* red,
+    typename ck_traits<T>::acc& mu, typename ck_traits<T>::acc& q) {
+  typedef typename ck_traits<T>::acc C;
+  C s = C(0);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int k = threadIdx.x + j * blockDim.x;
+    if (live && k < nvec) {
+      C v[V];
+      ck_cvt<T, V>::load(p[j], v);
+#pragma unroll
+      for (int i = 0; i < V; ++i) { const C u = v[i] * sc; s += RMS ? u * u : u; }
+    }
+  }
+  s = ck_row_sum(s, red);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) ck_opaque(p[j].raw);
+  if (RMS) { mu = C(0); q = s; return; }
+  mu = s / C(cols);
+  C d2 = C(0);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int k = threadIdx.x + j * blockDim.x;
+    if (live && k < nvec) {
+      C v[V];
+      ck_cvt<T, V>::load(p[j], v);
+#pragma unroll
+      for (int i = 0; i < V; ++i) { const C d = v[i] * sc - mu; d2 += d * d; }
+    }
+  }
+  q = ck_row_sum(d2, red);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) ck_opaque(p[j].raw);
+}
+
+// ================================================================ layernorm / rmsnorm forward
+// x, y: [rows, cols]; w, b: [cols] or null (b unused by rmsnorm); mean (layernorm only), rstd:
+// [rows] of the accumulation type. V divides cols; x, y, w, b are V*sizeof(T)-aligned.
+// Block (tpr, rpb): thread (tx, ty) holds vectors tx, tx + tpr, ... (NV of them) of row
+// blockIdx.x * rpb + ty in registers.
+// Traffic: rows*cols*sizeof(T) read + the same written + cols*sizeof(T) per row of w and b (L1/L2)
+// + rows*sizeof(acc) per statistic written.
+template <typename T, int V, int NV, bool RMS>
+__device__ __forceinline__ void ck_norm_fwd_reg(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+    typename ck_traits<T>::acc* __restrict__ mean_out, typename ck_traits<T>::acc* __restrict__ rstd_out,
+    long long rows, int cols, typename ck_traits<T>::acc eps) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ C red[64 * 16];  // rows of > 32 threads: at most 16 per block
+  const long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+  const bool live = row < rows;
+  const int nvec = cols / V;
+  const long long base = (live ? row : 0) * (long long)(nvec);
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x) + base;
+  ck_pack<T, V> p[NV];
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int k = threadIdx.x + j * blockDim.x;
+    if (live && k < nvec) p[j].raw = xr[k];
+  }
+  // Statistics of the row as it is (sc = 1); where a sum overflows (|x| ~ 1e19 and up in float32:
+  // the squares pass FLT_MAX), again over x * sc with sc = 2^-ilogb(max |x|) (exact), so that
+  // y = (x sc - mu sc) / sqrt(q sc^2 / cols + eps sc^2) is right. The recount is block-uniform
+  // (ck_row_sum synchronises the block); blocks without such a row skip it.
+  C sc = C(1), mu, q;
+  ck_reg_stats<T, V, NV, RMS>(p, live, nvec, cols, sc, red, mu, q);
+  const bool bad = ck_wide_range<T>::value && live && !(ck_isfinite(q) && ck_isfinite(mu));
+  if (ck_wide_range<T>::value && __syncthreads_or(bad)) {
+    C a = C(0);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int k = threadIdx.x + j * blockDim.x;
+      if (live && k < nvec) {
+        C v[V];
+        ck_cvt<T, V>::load(p[j], v);
+#pragma unroll
+        for (int i = 0; i < V; ++i) a = fmax(a, fabs(v[i]));
+      }
+    }
+    a = ck_row_max(a, red);
+    if (bad) sc = ck_pow2_scale(a);
+    ck_reg_stats<T, V, NV, RMS>(p, live, nvec, cols, sc, red, mu, q);
+  }
+  const C rs = ck_rsqrt(q / C(cols) + eps * sc * sc);   // the rstd of x * sc
+  if (live && threadIdx.x == 0) {
+    if (!RMS) mean_out[row] = mu / sc;
+    rstd_out[row] = rs * sc;
+  }
+  const R* __restrict__ wr = reinterpret_cast<const R*>(w);
+  const R* __restrict__ br = reinterpret_cast<const R*>(b);
+  R* __restrict__ yr = reinterpret_cast<R*>(y) + base;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int k = threadIdx.x + j * blockDim.x;
+    if (live && k < nvec) {
+      ck_pack<T, V> pw, pb, po;
+      C v[V], wv[V], bv[V];
+      if (w) { pw.raw = wr[k]; ck_cvt<T, V>::load(pw, wv); }
+      if (!RMS && b) { pb.raw = br[k]; ck_cvt<T, V>::load(pb, bv); }
+      ck_cvt<T, V>::load(p[j], v);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        v[i] = (v[i] * sc - mu) * rs;
+        if (w) v[i] *= wv[i];
+        if (!RMS && b) v[i] += bv[i];
+      }
+      ck_cvt<T, V>::store(po, v);
+      yr[k] = po.raw;
+    }
+  }
+}
+
+template <typename T, int V, int NV> struct ck_fwd_bound {
+  enum { bytes = NV * V * (int)sizeof(T), value = (bytes <= 64 || sizeof(T) < 8) ? 1024 : 512 };
+};
+
+template <typename T, int V, int NV>
+__global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value, 1) ck_ln_fwd_reg(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+    typename ck_traits<T>::acc* __restrict__ mean, typename ck_traits<T>::acc* __restrict__ rstd,
+    long long rows, int cols, typename ck_traits<T>::acc eps) {
+  ck_norm_fwd_reg<T, V, NV, false>(x, w, b, y, mean, rstd, rows, cols, eps);
+}
+
+template <typename T, int V, int NV>
+__global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value, 1) ck_rms_fwd_reg(
+    const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+    typename ck_traits<T>::acc* __restrict__ rstd, long long rows, int cols, typename ck_traits<T>::acc eps) {
+  ck_norm_fwd_reg<T, V, NV, true>(x, w, (const T*)0, y, (typename ck_traits<T>::acc*)0, rstd, rows, cols, eps);
+}
+
+// Max over a 1-D block (blockDim.x <= 1024, a multiple of 32); every thread gets it. sh: shared
+// scratch of >= 32.
+template <typename C>
+__device__ __forceinline__ C ck_block_max(C a, C* sh) {
+  for (int off = 16; off > 0; off >>= 1) a = fmax(a, __shfl_xor_sync(0xffffffffu, a, off));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  if (lane == 0) sh[warp] = a;
+  __syncthreads();
+  a = lane < nw ? sh[lane] : C(0);
+  for (int off = 16; off > 0; off >>= 1) a = fmax(a, __shfl_xor_sync(0xffffffffu, a, off));
+  __syncthreads();  // sh is reused next
+  return a;
+}
+
+// Row statistics of the loop kernels over x * sc (one 1-D block per row): mu, the mean (0 for
+// rmsnorm) by a Welford/Chan merge of exact per-pack statistics, and q, the sum of squared
+// deviations (of squares for rmsnorm). Every thread gets both. sh: shared scratch of 96.
+template <typename T, int V, bool RMS>
+__device__ __forceinline__ void ck_loop_stats(const typename ck_raw<sizeof(T) * V>::type* __restrict__ xr,
+    int nvec, typename ck_traits<T>::acc sc, typename ck_traits<T>::acc* sh,
+    typename ck_traits<T>::acc& mu, typename ck_traits<T>::acc& q) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  const int step = blockDim.x * CK_U;
+  C n = C(0), m = C(0), m2 = C(0);
+  for (int k0 = threadIdx.x; k0 < nvec; k0 += step) {
+    ck_pack<T, V> p[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) { const int k = k0 + u * blockDim.x; if (k < nvec) p[u].raw = xr[k]; }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const int k = k0 + u * blockDim.x;
+      if (k < nvec) {
+        if (RMS) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) { const C v = tr::load(p[u].v[i]) * sc; m2 += v * v; }
+        } else {
+          ck_welford_pack<T, V, C>(n, m, m2, p[u], sc);
+        }
+      }
+    }
+  }
+  if (RMS) {
+    mu = C(0);
+    q = ck_row_sum(m2, sh);
+  } else {
+    ck_block_welford(n, m, m2, sh);
+    mu = m;
+    q = m2;
+  }
+}
+
+// Long rows. x, y: [rows, cols]; w, b: [cols] or null; mean, rstd: [rows]. One block (1-D,
+// <= 1024 threads) per row; pass 1 reads the row for its statistics (Welford/Chan for layernorm,
+// the sum of squares for rmsnorm), pass 2 reads it again (mostly from L2) and writes y.
+// Traffic: 2 * rows*cols*sizeof(T) read (the second largely L2 hits) + rows*cols*sizeof(T) written.
+template <typename T, int V, bool RMS>
+__device__ __forceinline__ void ck_norm_fwd_loop(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+    typename ck_traits<T>::acc* __restrict__ mean_out, typename ck_traits<T>::acc* __restrict__ rstd_out,
+    int cols, typename ck_traits<T>::acc eps) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ C sh[96];
+  const long long row = blockIdx.x;
+  const int nvec = cols / V;
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x) + row * nvec;
+  const int step = blockDim.x * CK_U;
+  // As the register kernels: statistics of x, then, where a sum overflowed, of x * sc with
+  // sc = 2^-ilogb(max |x|) (two more reads of the row; the whole block takes the same branch).
+  C sc = C(1), mu, q;
+  ck_loop_stats<T, V, RMS>(xr, nvec, sc, sh, mu, q);
+  if (ck_wide_range<T>::value && !(ck_isfinite(q) && ck_isfinite(mu))) {
+    C a = C(0);
+    for (int k0 = threadIdx.x; k0 < nvec; k0 += step) {
+      ck_pack<T, V> p[CK_U];
+#pragma unroll
+      for (int u = 0; u < CK_U; ++u) { const int k = k0 + u * blockDim.x; if (k < nvec) p[u].raw = xr[k]; }
+#pragma unroll
+      for (int u = 0; u < CK_U; ++u) {
+        const int k = k0 + u * blockDim.x;
+        if (k < nvec) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) a = fmax(a, fabs(tr::load(p[u].v[i])));
+        }
+      }
+    }
+    sc = ck_pow2_scale(ck_block_max(a, sh));
+    ck_loop_stats<T, V, RMS>(xr, nvec, sc, sh, mu, q);
+  }
+  const C rs = ck_rsqrt(q / C(cols) + eps * sc * sc);   // the rstd of x * sc
+  if (threadIdx.x == 0) {
+    if (!RMS) mean_out[row] = mu / sc;
+    rstd_out[row] = rs * sc;
+  }
+  const R* __restrict__ wr = reinterpret_cast<const R*>(w);
+  const R* __restrict__ br = reinterpret_cast<const R*>(b);
+  R* __restrict__ yr = reinterpret_cast<R*>(y) + row * nvec;
+  for (int k0 = threadIdx.x; k0 < nvec; k0 += step) {
+    ck_pack<T, V> p[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) { const int k = k0 + u * blockDim.x; if (k < nvec) p[u].raw = xr[k]; }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const int k = k0 + u * blockDim.x;
+      if (k < nvec) {
+        ck_pack<T, V> pw, pb, po;
+        if (w) pw.raw = wr[k];
+        if (!RMS && b) pb.raw = br[k];
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          C v = (tr::load(p[u].v[i]) * sc - mu) * rs;
+          if (w) v *= tr::load(pw.v[i]);
+          if (!RMS && b) v += tr::load(pb.v[i]);
+          po.v[i] = tr::store(v);
+        }
+        yr[k] = po.raw;
+      }
+    }
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(1024, 1) ck_ln_fwd_loop(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+    typename ck_traits<T>::acc* __restrict__ mean, typename ck_traits<T>::acc* __restrict__ rstd,
+    int cols, typename ck_traits<T>::acc eps) {
+  ck_norm_fwd_loop<T, V, false>(x, w, b, y, mean, rstd, cols, eps);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(1024, 1) ck_rms_fwd_loop(
+    const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+    typename ck_traits<T>::acc* __restrict__ rstd, int cols, typename ck_traits<T>::acc eps) {
+  ck_norm_fwd_loop<T, V, true>(x, w, (const T*)0, y, (typename ck_traits<T>::acc*)0, rstd, cols, eps);
+}
+
+// ================================================================ layernorm / rmsnorm backward
+// dy, x, dx: [rows, cols]; w: [cols] or null; mean (layernorm only), rstd: [rows];
+// part: [gridDim.x, NP, cols] partial sums (NP = 2 for layernorm: sum of dy*xhat, sum of dy;
+// NP = 1 for rmsnorm: sum of dy*xhat) over the rows of each block.
+// Block b takes rows [b*chunk, min(rows, (b+1)*chunk)); its row-lane ty the rows b*chunk + ty,
+// + rpb, ...; the row itself sits in registers as in the forward kernel. Each thread accumulates
+// its own columns' dweight/dbias in dynamic shared memory: thread (tx, ty) owns the
+// S = NP*NV*V + 1 words at (ty*tpr + tx)*S, [p][j][i] inside; compile-time offsets need no
+// address registers, and the odd stride S keeps a warp's accesses free of bank conflicts.
+// At the end the block sums its row-lanes in order.
+// Traffic: 2 * rows*cols*sizeof(T) read + rows*cols*sizeof(T) written + gridDim.x*NP*cols*sizeof(acc).
+// Largest block of the fused backward: x and dy (NV*V elements each) stay in registers, so more
+// of them per thread leave room for fewer threads. Up to 64 bytes each of float (32 of double,
+// whose arithmetic takes register pairs, or of 16-bit types, which unpack to twice the registers)
+// it fits in 64 registers (1024 threads); twice that needs about 150 (256 threads).
+// Mirrored by _bwd_bound in Python.
+template <typename T, int V, int NV> struct ck_bwd_bound {
+  enum { bytes = NV * V * (int)sizeof(T), value = bytes <= (sizeof(T) == 4 ? 64 : 32) ? 1024 : 256 };
+};
+
+template <typename T, int V, int NV, bool RMS>
+__device__ __forceinline__ void ck_norm_bwd_reg(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
+    T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part,
+    long long rows, int cols, long long chunk) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  const int NP = RMS ? 1 : 2;
+  __shared__ C red[64 * 16];  // rows of > 32 threads: at most 16 per block
+  C* acc = reinterpret_cast<C*>(ck_dyn_smem);
+  const int tpr = blockDim.x, rpb = blockDim.y;
+  const int E = NV * V, S = NP * E + 1;
+  C* my = acc + (threadIdx.y * tpr + threadIdx.x) * S;
+  const int nvec = cols / V;
+#pragma unroll
+  for (int q = 0; q < NP * E; ++q) my[q] = C(0);
+  const R* __restrict__ wr = reinterpret_cast<const R*>(w);  // re-read per row from L1: registers go to x and dy
+  const long long r0 = (long long)blockIdx.x * chunk;
+  const long long r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  const long long iters = (chunk + rpb - 1) / rpb;  // the same for every thread of the block
+  for (long long it = 0; it < iters; ++it) {
+    const long long row = r0 + threadIdx.y + it * rpb;
+    const bool live = row < r1;
+    const long long base = (live ? row : 0) * (long long)nvec;
+    ck_pack<T, V> px[NV], pg[NV];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int k = threadIdx.x + j * tpr;
+      if (live && k < nvec) {
+        px[j].raw = reinterpret_cast<const R*>(x)[base + k];
+        pg[j].raw = reinterpret_cast<const R*>(dy)[base + k];
+      }
+    }
+    const C mu = (live && !RMS) ? mean[row] : C(0);
+    const C rs = live ? rstd[row] : C(0);
+    C sg = C(0), sgx = C(0);  // sum of w*dy, sum of w*dy*xhat over the row
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int k = threadIdx.x + j * tpr;
+      if (live && k < nvec) {
+        ck_pack<T, V> pw;
+        C xv[V], gv[V], wv[V];
+        if (w) { pw.raw = wr[k]; ck_cvt<T, V>::load(pw, wv); }
+        ck_cvt<T, V>::load(px[j], xv);
+        ck_cvt<T, V>::load(pg[j], gv);
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const C xh = (xv[i] - mu) * rs;
+          const C g = w ? gv[i] * wv[i] : gv[i];
+          sg += g;
+          sgx += g * xh;
+        }
+      }
+    }
+    if (RMS) sgx = ck_row_sum(sgx, red);
+    else ck_row_sum2(sg, sgx, red);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) { ck_opaque(px[j].raw); ck_opaque(pg[j].raw); }
+    const C mg = sg / C(cols), mgx = sgx / C(cols);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int k = threadIdx.x + j * tpr;
+      if (live && k < nvec) {
+        ck_pack<T, V> pw, po;
+        C xv[V], gv[V], wv[V], ov[V];
+        if (w) { pw.raw = wr[k]; ck_cvt<T, V>::load(pw, wv); }
+        ck_cvt<T, V>::load(px[j], xv);
+        ck_cvt<T, V>::load(pg[j], gv);
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const C xh = (xv[i] - mu) * rs;
+          const C d = gv[i];
+          const C g = w ? d * wv[i] : d;
+          ov[i] = RMS ? rs * (g - xh * mgx) : rs * (g - mg - xh * mgx);
+          my[j * V + i] += d * xh;
+          if (!RMS) my[E + j * V + i] += d;
+        }
+        ck_cvt<T, V>::store(po, ov);
+        reinterpret_cast<R*>(dx)[base + k] = po.raw;
+      }
+    }
+  }
+  __syncthreads();
+  const int nt = tpr * rpb;
+  for (int t = threadIdx.y * tpr + threadIdx.x; t < NP * cols; t += nt) {
+    const int p = t / cols, c = t - p * cols;
+    const int k = c / V, i = c - k * V, j = k / tpr, tx = k - j * tpr;
+    const C* a = acc + tx * S + p * E + j * V + i;
+    C s = C(0);
+    for (int ty = 0; ty < rpb; ++ty) s += a[ty * tpr * S];
+    part[((long long)blockIdx.x * NP + p) * cols + c] = s;
+  }
+}
+
+template <typename T, int V, int NV>
+__global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_ln_bwd_reg(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
+    T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  ck_norm_bwd_reg<T, V, NV, false>(dy, x, w, mean, rstd, dx, part, rows, cols, chunk);
+}
+
+template <typename T, int V, int NV>
+__global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_rms_bwd_reg(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ rstd,
+    T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  ck_norm_bwd_reg<T, V, NV, true>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, dx, part, rows, cols, chunk);
+}
+
+// Long rows, dx only (dweight/dbias come from ck_*_bwd_cols). dy, x, dx: [rows, cols]; w: [cols]
+// or null; mean, rstd: [rows]. One 1-D block per row: pass 1 sums w*dy and w*dy*xhat, pass 2
+// reads the row again (mostly from L2) and writes dx.
+// Traffic: 4 * rows*cols*sizeof(T) read (half of it largely L2 hits) + rows*cols*sizeof(T) written.
+template <typename T, int V, bool RMS>
+__device__ __forceinline__ void ck_norm_bwd_loop(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
+    T* __restrict__ dx, int cols) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ C red[64];
+  const long long row = blockIdx.x;
+  const int nvec = cols / V;
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x) + row * nvec;
+  const R* __restrict__ gr = reinterpret_cast<const R*>(dy) + row * nvec;
+  const R* __restrict__ wr = reinterpret_cast<const R*>(w);
+  const C mu = RMS ? C(0) : mean[row], rs = rstd[row];
+  const int step = blockDim.x * CK_U;
+  C sg = C(0), sgx = C(0);
+  for (int k0 = threadIdx.x; k0 < nvec; k0 += step) {
+    ck_pack<T, V> px[CK_U], pg[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const int k = k0 + u * blockDim.x;
+      if (k < nvec) { px[u].raw = xr[k]; pg[u].raw = gr[k]; }
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const int k = k0 + u * blockDim.x;
+      if (k < nvec) {
+        ck_pack<T, V> pw;
+        if (w) pw.raw = wr[k];
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const C xh = (tr::load(px[u].v[i]) - mu) * rs;
+          C g = tr::load(pg[u].v[i]);
+          if (w) g *= tr::load(pw.v[i]);
+          sg += g;
+          sgx += g * xh;
+        }
+      }
+    }
+  }
+  ck_row_sum2(sg, sgx, red);
+  const C mg = sg / C(cols), mgx = sgx / C(cols);
+  R* __restrict__ dr = reinterpret_cast<R*>(dx) + row * nvec;
+  for (int k0 = threadIdx.x; k0 < nvec; k0 += step) {
+    ck_pack<T, V> px[CK_U], pg[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const int k = k0 + u * blockDim.x;
+      if (k < nvec) { px[u].raw = xr[k]; pg[u].raw = gr[k]; }
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const int k = k0 + u * blockDim.x;
+      if (k < nvec) {
+        ck_pack<T, V> pw, po;
+        if (w) pw.raw = wr[k];
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const C xh = (tr::load(px[u].v[i]) - mu) * rs;
+          C g = tr::load(pg[u].v[i]);
+          if (w) g *= tr::load(pw.v[i]);
+          po.v[i] = tr::store(RMS ? rs * (g - xh * mgx) : rs * (g - mg - xh * mgx));
+        }
+        dr[k] = po.raw;
+      }
+    }
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(1024, 1) ck_ln_bwd_loop(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
+    T* __restrict__ dx, int cols) {
+  ck_norm_bwd_loop<T, V, false>(dy, x, w, mean, rstd, dx, cols);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(1024, 1) ck_rms_bwd_loop(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ rstd, T* __restrict__ dx, int cols) {
+  ck_norm_bwd_loop<T, V, true>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, dx, cols);
+}
+
+// Column partial sums for long rows. dy, x: [rows, cols]; mean (layernorm only), rstd: [rows];
+// part: [gridDim.y, NP, cols] as in ck_*_bwd_reg. Thread = one column; block y = one chunk of rows,
+// summed in row order.
+// Traffic: 2 * rows*cols*sizeof(T) read + gridDim.y*NP*cols*sizeof(acc) written.
+template <typename T, bool RMS>
+__device__ __forceinline__ void ck_norm_bwd_cols(
+    const T* __restrict__ dy, const T* __restrict__ x,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
+    typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  const int NP = RMS ? 1 : 2;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const long long r0 = (long long)blockIdx.y * chunk;
+  const long long r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  C sdw = C(0), sdb = C(0);
+#pragma unroll 4
+  for (long long r = r0; r < r1; ++r) {
+    const long long i = r * cols + c;
+    const C d = tr::load(dy[i]);
+    const C xh = (tr::load(x[i]) - (RMS ? C(0) : mean[r])) * rstd[r];
+    sdw += d * xh;
+    sdb += d;
+  }
+  part[((long long)blockIdx.y * NP) * cols + c] = sdw;
+  if (!RMS) part[((long long)blockIdx.y * NP + 1) * cols + c] = sdb;
+}
+
+template <typename T>
+__global__ void ck_ln_bwd_cols(
+    const T* __restrict__ dy, const T* __restrict__ x,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
+    typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  ck_norm_bwd_cols<T, false>(dy, x, mean, rstd, part, rows, cols, chunk);
+}
+
+template <typename T>
+__global__ void ck_rms_bwd_cols(
+    const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ rstd,
+    typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  ck_norm_bwd_cols<T, true>(dy, x, (const typename ck_traits<T>::acc*)0, rstd, part, rows, cols, chunk);
+}
+
+// part: [nparts, NP, cols] partial sums (NP = gridDim.y); out0 (p = 0) and out1 (p = 1): [cols]
+// or null. out_p[c] = sum over parts, in part order.
+// Traffic: nparts*NP*cols*sizeof(acc) read + NP*cols*sizeof(T) written.
+template <typename T>
+__global__ void ck_norm_colsum(const typename ck_traits<T>::acc* __restrict__ part, T* __restrict__ out0,
+                               T* __restrict__ out1, int nparts, int cols) {
+  typedef typename ck_traits<T>::acc C;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int p = blockIdx.y, np = gridDim.y;
+  T* out = p == 0 ? out0 : out1;
+  if (c >= cols || !out) return;
+  C s = C(0);
+#pragma unroll 8
+  for (int g = 0; g < nparts; ++g) s += part[((long long)g * np + p) * cols + c];
+  out[c] = ck_traits<T>::store(s);
+}
+
+// ================================================================ batch norm
+// x is viewed as [N, CS/V] vectors, CS = C*S, channel of vector column k = k / (S/V) (V divides S,
+// so a vector never straddles two channels). Block (bx, by): vector column blockIdx.x*bx + tx,
+// rows blockIdx.y*chunk + ty, + by, ... below min(N, (blockIdx.y+1)*chunk).
+// pn, pm, pm2: [CS/V, gridDim.y] Welford partials (count, mean, squared deviations) of each
+// vector column and row chunk; channel c's are the contiguous [c*K, (c+1)*K), K = (S/V)*gridDim.y.
+// Traffic: N*CS*sizeof(T) read + 3*(CS/V)*gridDim.y*sizeof(acc) written.
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_stats(
+    const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
+    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ C sh[3][256];
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const bool live = k < csv;
+  const long long r0 = (long long)blockIdx.y * chunk;
+  const long long r1 = r0 + chunk < N ? r0 + chunk : N;
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  C n = C(0), m = C(0), m2 = C(0);
+  const long long step = (long long)blockDim.y * CK_U;
+  for (long long rb = r0 + threadIdx.y; live && rb < r1; rb += step) {
+    ck_pack<T, V> p[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) p[u].raw = xr[r * csv + k];
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      if (rb + (long long)u * blockDim.y < r1) ck_welford_pack<T, V, C>(n, m, m2, p[u]);
+    }
+  }
+  if (blockDim.y > 1) {  // merge the row-lanes of this column, in order
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+    sh[0][t] = n; sh[1][t] = m; sh[2][t] = m2;
+    __syncthreads();
+    if (threadIdx.y != 0) return;
+    for (int ty = 1; ty < (int)blockDim.y; ++ty) {
+      const int o = ty * blockDim.x + threadIdx.x;
+      ck_welford_merge(n, m, m2, sh[0][o], sh[1][o], sh[2][o]);
+    }
+  }
+  if (live) {
+    const long long o = k * gridDim.y + blockIdx.y;
+    pn[o] = n; pm[o] = m; pm2[o] = m2;
+  }
+}
+
+// One block of 256 threads per channel c = blockIdx.x. Training: merges channel c's K Welford
+// partials in a fixed order into the batch mean and biased variance, updates running_mean and
+// running_var (unbiased) in place when given. Inference: takes the running statistics.
+// Writes save_mean, save_invstd and scale = gamma * invstd, each [C] of the accumulation type;
+// gamma, beta, running_mean, running_var: [C] of T or null.
+template <typename T>
+__global__ void __launch_bounds__(256, 1) ck_bn_finalize(
+    const typename ck_traits<T>::acc* __restrict__ pn, const typename ck_traits<T>::acc* __restrict__ pm,
+    const typename ck_traits<T>::acc* __restrict__ pm2, long long K, const T* __restrict__ gamma,
+    T* __restrict__ running_mean, T* __restrict__ running_var,
+    typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
+    typename ck_traits<T>::acc* __restrict__ scale, int training,
+    typename ck_traits<T>::acc momentum, typename ck_traits<T>::acc eps) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  __shared__ C sh[96];
+  const int c = blockIdx.x;
+  C mean, var;
+  if (training) {
+    C n = C(0), m = C(0), m2 = C(0);
+    const long long o = (long long)c * K;
+    for (long long i = threadIdx.x; i < K; i += blockDim.x) ck_welford_merge(n, m, m2, pn[o + i], pm[o + i], pm2[o + i]);
+    ck_block_welford(n, m, m2, sh);
+    if (threadIdx.x != 0) return;
+    mean = m;
+    var = m2 / n;
+    if (running_mean) running_mean[c] = tr::store((C(1) - momentum) * tr::load(running_mean[c]) + momentum * mean);
+    if (running_var) running_var[c] = tr::store((C(1) - momentum) * tr::load(running_var[c]) + momentum * (m2 / (n - C(1))));
+  } else {
+    if (threadIdx.x != 0) return;
+    mean = tr::load(running_mean[c]);
+    var = tr::load(running_var[c]);
+  }
+  const C inv = ck_rsqrt(var + eps);
+  save_mean[c] = mean;
+  save_invstd[c] = inv;
+  scale[c] = gamma ? tr::load(gamma[c]) * inv : inv;
+}
+
+// x, y: [N, CS] as in ck_bn_stats; mean, scale: [C] (acc); beta: [C] of T or null.
+// y = (x - mean[c]) * scale[c] + beta[c]. Grid-stride over rows, CK_U rows in flight per thread.
+// Traffic: N*CS*sizeof(T) read + the same written.
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_apply(
+    const T* __restrict__ x, T* __restrict__ y, const typename ck_traits<T>::acc* __restrict__ mean,
+    const typename ck_traits<T>::acc* __restrict__ scale, const T* __restrict__ beta,
+    long long N, long long csv, long long sv) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= csv) return;
+  const long long c = k / sv;
+  const C mu = mean[c], sc = scale[c], bt = beta ? tr::load(beta[c]) : C(0);
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  R* __restrict__ yr = reinterpret_cast<R*>(y);
+  const long long step = (long long)gridDim.y * blockDim.y * CK_U;
+  for (long long rb = (long long)blockIdx.y * blockDim.y * CK_U + threadIdx.y; rb < N; rb += step) {
+    ck_pack<T, V> p[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < N) p[u].raw = xr[r * csv + k];
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < N) {
+        ck_pack<T, V> po;
+        C v[V];
+        ck_cvt<T, V>::load(p[u], v);
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[i] = (v[i] - mu) * sc + bt;
+        ck_cvt<T, V>::store(po, v);
+        yr[r * csv + k] = po.raw;
+      }
+    }
+  }
+}
+
+// Backward reduction. dy, x: [N, CS] as in ck_bn_stats; mean: [C] (save_mean).
+// psg, psgx: [CS/V, gridDim.y] partial sums of dy and dy*(x - mean) per vector column and row chunk.
+// Traffic: 2 * N*CS*sizeof(T) read + 2*(CS/V)*gridDim.y*sizeof(acc) written.
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
+    const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
+    typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
+    long long N, long long csv, long long sv, long long chunk) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ C sh[2][256];
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const bool live = k < csv;
+  const long long r0 = (long long)blockIdx.y * chunk;
+  const long long r1 = r0 + chunk < N ? r0 + chunk : N;
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
+  const C mu = live ? mean[k / sv] : C(0);
+  C sg = C(0), sgx = C(0);
+  const long long step = (long long)blockDim.y * CK_U;
+  for (long long rb = r0 + threadIdx.y; live && rb < r1; rb += step) {
+    ck_pack<T, V> px[CK_U], pg[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) { px[u].raw = xr[r * csv + k]; pg[u].raw = gr[r * csv + k]; }
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      if (rb + (long long)u * blockDim.y < r1) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const C g = tr::load(pg[u].v[i]);
+          sg += g;
+          sgx += g * (tr::load(px[u].v[i]) - mu);
+        }
+      }
+    }
+  }
+  if (blockDim.y > 1) {
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+    sh[0][t] = sg; sh[1][t] = sgx;
+    __syncthreads();
+    if (threadIdx.y != 0) return;
+    sg = C(0); sgx = C(0);
+    for (int ty = 0; ty < (int)blockDim.y; ++ty) {
+      sg += sh[0][ty * blockDim.x + threadIdx.x];
+      sgx += sh[1][ty * blockDim.x + threadIdx.x];
+    }
+  }
+  if (live) {
+    const long long o = k * gridDim.y + blockIdx.y;
+    psg[o] = sg; psgx[o] = sgx;
+  }
+}
+
+// One block of 256 threads per channel c = blockIdx.x: sums channel c's K partials in a fixed
+// order; writes dgamma[c] = sum(dy * xhat) (when dgamma), dbeta[c] = sum(dy) (T), and the
+// coefficients of dx = ka*dy + kb*(x - mean) + kd into ka, kb, kd: [C] (acc). count = N*S.
+template <typename T>
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_finalize(
+    const typename ck_traits<T>::acc* __restrict__ psg, const typename ck_traits<T>::acc* __restrict__ psgx,
+    long long K, const T* __restrict__ gamma, const typename ck_traits<T>::acc* __restrict__ invstd,
+    T* __restrict__ dgamma, T* __restrict__ dbeta, typename ck_traits<T>::acc* __restrict__ ka,
+    typename ck_traits<T>::acc* __restrict__ kb, typename ck_traits<T>::acc* __restrict__ kd,
+    typename ck_traits<T>::acc count) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  __shared__ C red[64];
+  const int c = blockIdx.x;
+  const long long o = (long long)c * K;
+  C sg = C(0), sgx = C(0);
+  for (long long i = threadIdx.x; i < K; i += blockDim.x) { sg += psg[o + i]; sgx += psgx[o + i]; }
+  ck_row_sum2(sg, sgx, red);
+  if (threadIdx.x != 0) return;
+  const C inv = invstd[c];
+  const C g = gamma ? tr::load(gamma[c]) : C(1);
+  if (dgamma) dgamma[c] = tr::store(sgx * inv);
+  if (dbeta) dbeta[c] = tr::store(sg);
+  const C a = g * inv;
+  ka[c] = a;
+  kb[c] = -a * inv * inv * (sgx / count);
+  kd[c] = -a * (sg / count);
+}
+
+// dy, x, dx: [N, CS] as in ck_bn_stats; mean, ka, kb, kd: [C] (acc).
+// dx = ka*dy + kb*(x - mean) + kd. Traffic: 2 * N*CS*sizeof(T) read + N*CS*sizeof(T) written.
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
+    const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ ka,
+    const typename ck_traits<T>::acc* __restrict__ kb, const typename ck_traits<T>::acc* __restrict__ kd,
+    long long N, long long csv, long long sv) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= csv) return;
+  const long long c = k / sv;
+  const C mu = mean[c], a = ka[c], b = kb[c], d = kd[c];
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
+  R* __restrict__ dr = reinterpret_cast<R*>(dx);
+  const long long step = (long long)gridDim.y * blockDim.y * CK_U;
+  for (long long rb = (long long)blockIdx.y * blockDim.y * CK_U + threadIdx.y; rb < N; rb += step) {
+    ck_pack<T, V> px[CK_U], pg[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < N) { px[u].raw = xr[r * csv + k]; pg[u].raw = gr[r * csv + k]; }
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < N) {
+        ck_pack<T, V> po;
+        C xv[V], gv[V];
+        ck_cvt<T, V>::load(px[u], xv);
+        ck_cvt<T, V>::load(pg[u], gv);
+#pragma unroll
+        for (int i = 0; i < V; ++i) xv[i] = a * gv[i] + b * (xv[i] - mu) + d;
+        ck_cvt<T, V>::store(po, xv);
+        dr[r * csv + k] = po.raw;
+      }
+    }
+  }
+}
