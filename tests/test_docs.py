@@ -56,9 +56,9 @@ def test_readme_relative_links_exist():
 
 def test_readme_cpu_quickstart_runs():
     text = README.read_text(encoding="utf-8")
-    block = re.search(r"## Quickstart on the CPU.*?```python\n(.*?)```", text, re.S)
+    block = re.search(r"## Quickstart on the CPU.*?```python\n(.*?)```", text, re.DOTALL)
     assert block is not None, "README.md has a CPU quickstart"
-    exec(compile(block.group(1), "README.md:cpu-quickstart", "exec"), {})
+    exec(compile(block.group(1), "README.md:cpu-quickstart", "exec"), {})  # noqa: S102 -- the README's own example
 
 
 @pytest.mark.parametrize("name", [n for n in cudakit.__all__ if n != "__version__"])
@@ -66,13 +66,13 @@ def test_every_public_name_has_an_api_reference_entry(name):
     text = _api_text()
     assert f"### `cudakit.{name}`" in text, f"docs/api/ has no heading for cudakit.{name}"
     target = _target(name)
-    assert re.search(rf"^::: {re.escape(target)}$", text, re.M), \
+    assert re.search(rf"^::: {re.escape(target)}$", text, re.MULTILINE), \
         f"docs/api/ has no mkdocstrings entry '::: {target}' for cudakit.{name}"
 
 
 def test_api_reference_documents_only_public_names():
     """No stale entries: each heading names a member of cudakit.__all__."""
-    headings = re.findall(r"^### `cudakit\.([A-Za-z_0-9]+)`$", _api_text(), re.M)
+    headings = re.findall(r"^### `cudakit\.([A-Za-z_0-9]+)`$", _api_text(), re.MULTILINE)
     stale = sorted(set(headings) - set(cudakit.__all__))
     assert not stale, f"docs/api/ documents names not in cudakit.__all__: {stale}"
     assert "__version__" in (DOCS / "api" / "index.md").read_text(encoding="utf-8")
@@ -81,7 +81,7 @@ def test_api_reference_documents_only_public_names():
 def test_mkdocs_nav_lists_every_page():
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
-    missing = [p for p in pages if not re.search(rf"(:\s*|-\s+){re.escape(p)}\s*$", nav, re.M)]
+    missing = [p for p in pages if not re.search(rf"(:\s*|-\s+){re.escape(p)}\s*$", nav, re.MULTILINE)]
     assert not missing, f"pages missing from mkdocs.yml's nav: {missing}"
 
 
