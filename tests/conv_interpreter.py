@@ -1,6 +1,6 @@
 """Run by tests/test_conv_interpreter.py in a subprocess with TRITON_INTERPRET=1 (Triton picks the
 interpreter when it is imported):
-    TRITON_INTERPRET=1 python tests/conv_interpreter.py
+    TRITON_INTERPRET=1 python tests/conv_interpreter.py [implicit_gemm grouped depthwise direct_grouped]
 runs the implicit-GEMM conv2d Triton kernels (kernels/_conv_triton.py) on NumPy arrays, launched as
 kernels/conv.py launches them (plan() and wgrad_plan(), the weight as [R, S, C, K], the flipped
 convolution for the input gradient), against the CPU backend in float64, for each geometry in CASES. float16 stands in
@@ -179,26 +179,59 @@ def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS, d
     np.testing.assert_allclose(gx.astype(np.float64), gx_want, atol=4e-3 * scale, rtol=4e-3, err_msg=f"dx {case}")
 
 
-if __name__ == "__main__":
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        sys.exit("set TRITON_INTERPRET=1 (before Triton is imported)")
-    rng = np.random.default_rng(0)
+def implicit_gemm(rng):
+    """The implicit-GEMM kernels, ungrouped: CASES in float16, weight-gradient splits, float32 tiles."""
     for case in CASES:
         check(*case, rng)
     check((9, 2, 16, 17), 3, (3, 3), 1, 1, 1, rng, programs=40)   # 4 splits of 7 steps, across images
     for case in CASES[:2]:   # float32 tiles (32-channel steps)
         check(*case, rng, dtype=np.float32)
+    return len(CASES) + 3
+
+
+def grouped(rng):
+    """The implicit-GEMM kernels with per-group tiles."""
     for case, groups in GROUPED:
         check(*case, rng, groups=groups)
     check((5, 6, 9, 8), 6, (3, 3), 1, 1, 1, rng, programs=30, groups=3)   # splits across images, per group
+    return len(GROUPED) + 1
+
+
+def depthwise(rng):
+    """The direct depthwise kernels."""
     for case in DEPTHWISE:
         check_direct(*case, rng)
     check_direct((2, 3, 30, 29), (3, 3), 1, 1, 1, rng, dtype=np.float32)   # positions past one block
     check_direct((5, 2, 20, 40), (3, 3), 1, 1, 1, rng, programs=4)   # 2 splits of 3 tiles (2 image blocks x 3 row blocks)
+    return len(DEPTHWISE) + 2
+
+
+def direct_grouped(rng):
+    """The direct kernels with several channels a group."""
     for case, k, groups in DIRECT_GROUPED:
         check_direct(*case, rng, k=k, groups=groups)
     check_direct((5, 4, 30, 20), (3, 3), 1, 1, 1, rng, programs=8, k=8, groups=2)   # 2 splits of 2 tiles, 4 filters a program
     saved, conv._DW_WG_FILTERS = conv._DW_WG_FILTERS, 3   # 2 filters a program of the 4 (KB: the largest divisor up to 3)
-    check_direct((5, 4, 30, 20), (3, 3), 1, 1, 1, rng, programs=16, k=8, groups=2)   # 2 splits again
-    conv._DW_WG_FILTERS = saved
-    print(f"{len(CASES) + len(GROUPED) + len(DEPTHWISE) + len(DIRECT_GROUPED) + 8} cases match the float64 reference (forward, input, weight and bias gradients)")
+    try:
+        check_direct((5, 4, 30, 20), (3, 3), 1, 1, 1, rng, programs=16, k=8, groups=2)   # 2 splits again
+    finally:
+        conv._DW_WG_FILTERS = saved
+    return len(DIRECT_GROUPED) + 2
+
+
+# the parts, each runnable alone (`python tests/conv_interpreter.py depthwise`) so that the test runs
+# them in parallel; no argument runs them all
+PARTS = {"implicit_gemm": implicit_gemm, "grouped": grouped, "depthwise": depthwise, "direct_grouped": direct_grouped}
+
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        sys.exit("set TRITON_INTERPRET=1 (before Triton is imported)")
+    names = sys.argv[1:] or list(PARTS)
+    unknown = [n for n in names if n not in PARTS]
+    if unknown:
+        sys.exit(f"unknown part(s) {unknown}; the parts: {', '.join(PARTS)}")
+    n = 0
+    for i, name in enumerate(names):
+        n += PARTS[name](np.random.default_rng(i))
+    print(f"{n} cases match the float64 reference (forward, input, weight and bias gradients): {', '.join(names)}")

@@ -77,14 +77,14 @@ def launch_type():
                             ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
 
 
-def run_in_triton_interpreter(script: str) -> str:
+def run_in_triton_interpreter(script: str, *args: str) -> str:
     """Run tests/<script> in a subprocess with TRITON_INTERPRET=1 (Triton picks its interpreter when
     it is imported, so the flag must be set before that); its stdout, after asserting it exited 0."""
     import os
     import subprocess
     import sys
     path = os.path.join(os.path.dirname(__file__), script)
-    run = subprocess.run([sys.executable, path], check=False, env=dict(os.environ, TRITON_INTERPRET="1"),
+    run = subprocess.run([sys.executable, path, *args], check=False, env=dict(os.environ, TRITON_INTERPRET="1"),
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run.stdout
