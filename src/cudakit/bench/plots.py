@@ -71,7 +71,7 @@ def _bars(plt, rows: list, key: str, title: str, path: Path) -> Path:
     ax.set_yticks(list(ys))
     ax.set_yticklabels([label(r) for r in rows], fontsize=9)
     for y, v in zip(ys, vals):
-        ax.text(v, y, f" {v:.2f}", va="center", fontsize=8)
+        ax.text(v, y, f" {v:.2f}" if v >= 0.1 else f" {v:.2g}", va="center", fontsize=8)
     ax.set_xlim(right=max(vals) * (3 if ax.get_xscale() == "log" else 1.15))
     ax.set_xlabel(f"speed-up: {key[2:]} time / cudakit time (> 1: cudakit faster)", fontsize=9)
     ax.set_title(title, fontsize=10)

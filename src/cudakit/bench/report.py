@@ -107,7 +107,7 @@ def _cell_time(r: dict) -> str:
 
 def _pct(r: dict) -> str:
     frac = r.get("of_peak") or r.get("of_copy_bw")
-    return f"{100 * frac:.0f}%" if frac else "-"
+    return "-" if not frac else f"{100 * frac:.0f}%" if frac >= 0.005 else "<1%"
 
 
 def summary_table(rows: list) -> str:
