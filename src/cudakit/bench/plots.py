@@ -26,6 +26,11 @@ def _pyplot():
     return plt
 
 
+def available() -> bool:
+    """Whether matplotlib (the bench extra) is installed, so that plots can be written."""
+    return _pyplot() is not None
+
+
 def label(row: dict) -> str:
     """'op shape dtype' of a row, the bar's label."""
     return f"{row['op']} {'x'.join(map(str, row['shape']))} {row['dtype']}"

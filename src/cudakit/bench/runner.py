@@ -163,7 +163,8 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
         cpu_baseline: bool = False, progress: bool = True, log=None, command: str | None = None) -> dict:
     """Run the benchmark cases in this process and return the record `cudakit bench` writes to
     results.json: {"date", "command", "device", "versions", "copy_bandwidth_gbs", "matmul_peak_tflops",
-    ..., "rows": [one dict per case: op, shape, dtype, providers' timings, gbs, x_torch, ... and
+    "roof_gbs", "roof_tflops" (roof.py; None on the CPU), "not_compared" ({provider: why} for each
+    `compare` provider no row measured), ..., "rows": [one dict per case: op, shape, dtype, providers' timings, gbs, x_torch, ... and
     "check" / "cpu_baseline" when asked]}. The arguments are the CLI's (`cudakit bench --help`), as
     Python values: ops and dtypes as sequences of names (ops empty: all). log(line) receives the
     device line; progress shows a bar on stderr when stderr is a terminal. Unknown ops raise ValueError naming the known ones.
@@ -259,7 +260,7 @@ def main(args) -> int:
     (out_dir / "results.json").write_text(json.dumps(record, indent=1))
     written = plots.write_all(rows, record["roof_gbs"], record["device"]["name"], out_dir)
     print(format_table(record))
-    have_mpl = plots._pyplot() is not None
+    have_mpl = plots.available()
     print(f"wrote {out_dir / 'results.json'}" + (f" and {len(written)} plots" if written else
                                                  " (no plots: install the bench extra for matplotlib)" if not have_mpl
                                                  else " (no plots: no row has data to plot)"))
