@@ -256,7 +256,8 @@ def main(args) -> int:
     plots_dir = None if args.no_plots else Path(args.plots) if args.plots else results.parent / "plots"
     text = render(results, None, plots_dir, out.parent)
     out.write_text(text)
-    print(f"wrote {out} ({len(text.encode()) / 1024:.1f} KB)")
+    newest, _ = select(results)
+    print(f"wrote {out} ({len(text.encode()) / 1024:.1f} KB) from {len(newest)} result files")
     if older and not args.archive:
         print(f"{len(older)} earlier or --quick runs not rendered: {', '.join(p.name for p in older)} "
               f"(--archive moves them to {results / HISTORY})")
