@@ -164,10 +164,12 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
     """Run the benchmark cases in this process and return the record `cudakit bench` writes to
     results.json: {"date", "command", "device", "versions", "copy_bandwidth_gbs", "matmul_peak_tflops",
     "roof_gbs", "roof_tflops" (roof.py; None on the CPU), "not_compared" ({provider: why} for each
-    `compare` provider no row measured), ..., "rows": [one dict per case: op, shape, dtype, providers' timings, gbs, x_torch, ... and
-    "check" / "cpu_baseline" when asked]}. The arguments are the CLI's (`cudakit bench --help`), as
+    `compare` provider no row measured), ..., "rows": [one dict per case: op, shape, dtype, providers'
+    timings, gbs, x_torch, of_copy_bw / of_peak (fractions of the roofs), ... and "check" /
+    "cpu_baseline" when asked]}. The arguments are the CLI's (`cudakit bench --help`), as
     Python values: ops and dtypes as sequences of names (ops empty: all). log(line) receives the
-    device line; progress shows a bar on stderr when stderr is a terminal. Unknown ops raise ValueError naming the known ones.
+    device line; progress shows a bar on stderr when stderr is a terminal. Unknown ops raise
+    ValueError naming the known ones.
     format_table(record) renders it as the CLI prints it.
     """
     validate(dtypes, compare)
@@ -331,14 +333,16 @@ def format_table(record: dict) -> str:
         tflops = f"{r['tflops']:.1f}" if r.get("tflops") else "-"
         lines.append(f"{r['op']:<{wo}} {shape(r):<{ws}} {r['dtype']:<9} "
                      f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
-                     f"{tflops:>8}" + (f" {pct:>6}" if roofed else "") + f" {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}"
+                     f"{tflops:>8}" + (f" {pct:>6}" if roofed else "")
+                     + f" {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}"
                      + (f" {_check_cell(r.get('check')):>12}" if checked else "")
                      + (f" {_cpu_cell(r.get('cpu_baseline')):>8}" if cpu else ""))
     lines.append("x P = P's time / cudakit's time (> 1: cudakit faster)."
                  + (" %roof = GB/s over the run's copy roof (memory-bound ops) or TFLOP/s over its matmul roof (ops "
                     "with FLOPs); a roof is the measured copy or matmul rate, or the best rate any provider reached "
                     "in the run where that is higher." if roofed else
-                    " No %roof: a CPU run has no single memory roof (caches)."))
+                    " No %roof: a CPU run has no single memory roof (caches)."
+                    if record.get("device", {}).get("kind") == "cpu" else ""))
     if checked:
         lines.append("max err = max |cudakit - cudakit's CPU backend in float64| / max |that| (--check: the "
                      "same inputs as float64 copies; on a CPU run, the code against itself in float64); ! = over "
