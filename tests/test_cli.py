@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -74,6 +75,15 @@ def test_bench_quick_cpu(tmp_path):
     assert "relu" in r.stdout and "x numpy" in r.stdout
     rec = json.loads((tmp_path / "results.json").read_text())
     assert rec["device"]["kind"] == "cpu" and rec["rows"] and rec["copy_bandwidth_gbs"] > 0
+    assert "%roof" not in r.stdout.splitlines()[1]                      # no roof on the CPU: no column
+    assert not any(row.get("of_copy_bw") or row.get("of_peak") for row in rec["rows"])
+    assert "[1/" not in r.stderr and "case/s" not in r.stderr        # stderr is a pipe: no progress bar
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert "speedup_elementwise.png" in pngs and "elementwise_sizes_vs_size.png" in pngs
+    for name in pngs:    # a plot only for a family with data to plot
+        fam = re.sub(r"^speedup_|(_\d+)?\.png$|_vs_size\.png$", "", name)
+        fam_rows = [row for row in rec["rows"] if row["family"] == fam]
+        assert fam_rows and any(row.get("x_numpy") or row.get("sweep") for row in fam_rows), name
 
 
 def test_report_regenerates_markdown(tmp_path):
@@ -81,21 +91,30 @@ def test_report_regenerates_markdown(tmp_path):
     res.mkdir()
     rec = {"date": "2026-11-22T03:00:00+00:00", "command": "cudakit bench", "quick": False,
            "device": {"kind": "gpu", "name": "Test GPU"}, "versions": {"cudakit": "0.1.0"},
-           "copy_bandwidth_gbs": 1000.0,
+           "copy_bandwidth_gbs": 1.0,
            "rows": [{"op": "add", "family": "elementwise", "shape": [8], "dtype": "float32", "mode": "device",
-                     "nbytes": 96, "flops": 0, "note": "", "gbs": 900.0, "of_copy_bw": 0.9, "x_torch": 1.25,
+                     "nbytes": 450000, "flops": 0, "note": "", "gbs": 900.0, "of_copy_bw": 0.9, "x_torch": 1.25,
                      "providers": {"cudakit": {"median_ms": 0.5}, "torch": {"median_ms": 0.625}}}]}
     (res / "test-gpu.json").write_text(json.dumps(rec))
     out = tmp_path / "B.md"
     r = run("report", "--results", str(res), "--output", str(out))
     assert r.returncode == 0, r.stderr
     md = out.read_text()
-    assert "## Test GPU — 2026-11-22" in md and "1.25" in md and "90%" in md
-    assert "elementwise kernel shapes" not in md                  # an older file: nothing said
-    for tuned, said in ((0, "as shipped (untuned)"), (44, "44 tuned on this GPU by `cudakit tune`")):
+    assert "## Test GPU" in md and "| 1.25 |" in md and "| 90% |" in md and "| 2026-11-22 |" in md
+    assert "![speedup_elementwise](plots/test-gpu/speedup_elementwise.png)" in md   # plots/ beside --results
+    assert (tmp_path / "plots" / "test-gpu" / "speedup_elementwise.png").is_file()
+    assert "| - | `cudakit bench` |" in md                            # an older file: shapes not recorded
+    for tuned, said in ((0, "as shipped"), (44, "44 tuned (`cudakit tune`)")):
         (res / "test-gpu.json").write_text(json.dumps({**rec, "tuned_elementwise_shapes": tuned}))
-        assert run("report", "--results", str(res), "--output", str(out)).returncode == 0
-        assert f"- elementwise kernel shapes: {said}" in out.read_text()
+        assert run("report", "--results", str(res), "--output", str(out), "--no-plots").returncode == 0
+        assert f"| {said} | `cudakit bench` |" in out.read_text()
+
+
+def test_verbose_flag_before_or_after_the_command():
+    for args in (("info", "-v"), ("-v", "info"), ("info", "--verbose")):
+        r = run(*args)
+        assert r.returncode == 0 and "INFO cudakit" in r.stderr, (args, r.stderr)
+    assert "INFO cudakit" not in run("info").stderr
 
 
 def test_bench_reps_warmup_and_tflops(tmp_path):

@@ -235,12 +235,18 @@ def cmd_selftest(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cudakit", description="cudakit: CUDA kernels for Python, with a NumPy fallback")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO (why a backend was chosen, compiles)")
+    verbose = {"action": "store_true", "help": "log at INFO (why a backend was chosen, compiles)"}
+    p.add_argument("-v", "--verbose", **verbose)
+    common = argparse.ArgumentParser(add_help=False)   # -v after the command too: `cudakit info -v`
+    common.add_argument("-v", "--verbose", default=argparse.SUPPRESS, **verbose)
     sub = p.add_subparsers(dest="command")
-    pi = sub.add_parser("info", help="versions, backend, devices, cache")
+
+    def add(name, **kw):
+        return sub.add_parser(name, parents=[common], **kw)
+    pi = add("info", help="versions, backend, devices, cache")
     pi.add_argument("--json", action="store_true")
     pi.set_defaults(fn=cmd_info)
-    pc = sub.add_parser("cache", help="the compiled-kernel cache")
+    pc = add("cache", help="the compiled-kernel cache")
     pc.add_argument("action", choices=["info", "clear", "warm"], nargs="?", default="info",
                     help="warm: compile the CUDA C++ kernel families now (cudakit.warm_up_kernels)")
     pc.add_argument("--json", action="store_true")
@@ -248,16 +254,16 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--dtype", default="", help="warm: dtypes of the per-dtype families (default: all)")
     pc.add_argument("--all-devices", action="store_true", help="warm: load on every visible GPU, not the current one")
     pc.set_defaults(fn=cmd_cache)
-    pb = sub.add_parser("bench", help="benchmark ops against the copy bandwidth, torch, CuPy, NumPy")
+    pb = add("bench", help="benchmark ops against the copy bandwidth, torch, CuPy, NumPy")
     from cudakit.bench.runner import add_arguments
     add_arguments(pb)
     pb.set_defaults(fn=cmd_bench)
-    pt = sub.add_parser("tune", help="measure the elementwise kernels' shapes on this GPU (kept per GPU)")
+    pt = add("tune", help="measure the elementwise kernels' shapes on this GPU (kept per GPU)")
     pt.add_argument("--ops", default="", help="comma-separated bench labels (add,relu,gelu,...); default: all")
     pt.add_argument("--dtype", default="float32,bfloat16", help="comma-separated dtypes")
     pt.add_argument("--rounds", type=int, default=3, help="rounds over the candidate shapes (median)")
     pt.set_defaults(fn=cmd_tune)
-    ps = sub.add_parser("selftest", help="a call of every kernel family, dtype and variant on the GPU, checked against "
+    ps = add("selftest", help="a call of every kernel family, dtype and variant on the GPU, checked against "
                                          "the CPU backend; --sanitize: under compute-sanitizer's four tools")
     ps.add_argument("--sanitize", action="store_true", help="run the selftest under compute-sanitizer memcheck, "
                     "racecheck, synccheck and initcheck and report each tool's error count")
@@ -266,11 +272,16 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--quick", action="store_true", help="smaller shapes (the same kernel variants)")
     ps.add_argument("--families", default="", help="comma-separated families (default: all)")
     ps.set_defaults(fn=cmd_selftest)
-    pr = sub.add_parser("report", help="regenerate BENCHMARKS.md from benchmarks/results/*.json")
+    pr = add("report", help="regenerate BENCHMARKS.md and its plots from benchmarks/results/")
     pr.add_argument("--results", default="benchmarks/results")
     pr.add_argument("--output", default="BENCHMARKS.md")
+    pr.add_argument("--plots", default=None,
+                    help="folder for the plots, one subfolder per GPU model (default: plots/ beside --results)")
+    pr.add_argument("--no-plots", action="store_true", help="tables only")
+    pr.add_argument("--archive", action="store_true",
+                    help="move the runs that are not rendered (older of their kind, --quick) to <results>/history/")
     pr.set_defaults(fn=cmd_report)
-    pn = sub.add_parser("run", help="launch a script on N ranks per node (torchrun's environment; cudakit.distributed)")
+    pn = add("run", help="launch a script on N ranks per node (torchrun's environment; cudakit.distributed)")
     from cudakit.distributed.launcher import add_arguments as add_run_arguments
     add_run_arguments(pn)
     pn.set_defaults(fn=cmd_run)

@@ -26,3 +26,18 @@ def test_check_and_cpu_baseline_of_a_gpu_case():
     assert chk["ok"] and 0 < chk["max_error"] <= chk["tolerance"] and chk["elements"] == 1 << 22
     base = cpu_baseline.measure(case, reps=5)
     assert base["elements"] == 1 << 22 and base["x_cpu"] > 1 and base["gpu_ms"] > 0
+
+
+def test_quick_gpu_run_keeps_every_row_under_its_roof_and_plots_only_data(tmp_path):
+    """bench --quick on the GPU: %roof <= 100% for every row (the roof is the higher of the measured
+    copy / matmul rate and the best rate of the run); every plot written has rows behind it."""
+    import cudakit.bench
+    from cudakit.bench import plots
+    rec = cudakit.bench.run(ops=["add", "relu", "matmul"], dtypes=["float32", "bfloat16"], quick=True,
+                            progress=False)
+    assert rec["device"]["kind"] == "gpu" and rec["roof_gbs"] >= rec["copy_bandwidth_gbs"] > 0
+    for r in rec["rows"]:
+        assert (r.get("of_copy_bw") or 0) <= 1 and (r.get("of_peak") or 0) <= 1, r
+    written = plots.write_all(rec["rows"], rec["roof_gbs"], rec["device"]["name"], tmp_path)
+    fams = {r["family"] for r in rec["rows"]}
+    assert written and all(any(f in p.name for f in fams) for p in written)

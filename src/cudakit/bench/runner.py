@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .case import Env
-from . import timing
+from . import plots, roof, timing
 
 PROVIDERS = ("cudakit", "torch", "cupy", "numpy", "triton")
 
@@ -163,10 +163,13 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
         cpu_baseline: bool = False, progress: bool = True, log=None, command: str | None = None) -> dict:
     """Run the benchmark cases in this process and return the record `cudakit bench` writes to
     results.json: {"date", "command", "device", "versions", "copy_bandwidth_gbs", "matmul_peak_tflops",
-    ..., "rows": [one dict per case: op, shape, dtype, providers' timings, gbs, x_torch, ... and
-    "check" / "cpu_baseline" when asked]}. The arguments are the CLI's (`cudakit bench --help`), as
+    "roof_gbs", "roof_tflops" (roof.py; None on the CPU), "not_compared" ({provider: why} for each
+    `compare` provider no row measured), ..., "rows": [one dict per case: op, shape, dtype, providers'
+    timings, gbs, x_torch, of_copy_bw / of_peak (fractions of the roofs), ... and "check" /
+    "cpu_baseline" when asked]}. The arguments are the CLI's (`cudakit bench --help`), as
     Python values: ops and dtypes as sequences of names (ops empty: all). log(line) receives the
-    device line; progress shows a bar on stderr. Unknown ops raise ValueError naming the known ones.
+    device line; progress shows a bar on stderr when stderr is a terminal. Unknown ops raise
+    ValueError naming the known ones.
     format_table(record) renders it as the CLI prints it.
     """
     validate(dtypes, compare)
@@ -187,11 +190,11 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
         log(f"device: {device_record(env)['name']} ({'GPU' if env.gpu else 'CPU backend'}); "
             f"measured copy bandwidth {copy_bw / 1e9:.0f} GB/s, matmul {peak / 1e12:.1f} TFLOP/s ({peak_dtype})")
     rows = []
-    step = _progress(len(cases)) if progress else (lambda label: None)
+    step = _progress(len(cases)) if progress and sys.stderr.isatty() else (lambda label: None)
     for case in cases:
         step(case.label)
         res = run_case(case, env, compare, reps, warmup)
-        rows.append(_row(case, res, copy_bw, peak))
+        rows.append(_row(case, res))
         if check and case.check is not None:
             rows[-1]["check"] = _check(case, env)
         if cpu_baseline and env.gpu and case.check is not None:
@@ -199,11 +202,30 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
             rows[-1]["cpu_baseline"] = cpu_base.measure(case)
             env.xp.get_default_memory_pool().free_all_blocks()
     step(None)
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": command or "cudakit.bench.run()", "device": device_record(env), "versions": versions(env),
-            "copy_bandwidth_gbs": copy_bw / 1e9, "matmul_peak_tflops": peak / 1e12,
-            "matmul_peak_dtype": peak_dtype, "quick": env.quick,
-            "tuned_elementwise_shapes": tuned_shapes(env), "rows": rows}
+    record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": command or "cudakit.bench.run()", "device": device_record(env), "versions": versions(env),
+              "copy_bandwidth_gbs": copy_bw / 1e9, "matmul_peak_tflops": peak / 1e12,
+              "matmul_peak_dtype": peak_dtype, "quick": env.quick,
+              "tuned_elementwise_shapes": tuned_shapes(env), "rows": rows}
+    record["not_compared"] = not_compared(record, compare, env)
+    return roof.apply(record)
+
+
+def not_compared(record: dict, compare: set, env: Env) -> dict:
+    """{provider: why} for each --compare provider that no row of the run measured."""
+    import importlib.util
+    seen = {p for r in record["rows"] for p in r["providers"]}
+    out = {}
+    for p in sorted(set(compare) - seen):
+        if importlib.util.find_spec(p) is None:
+            out[p] = f"{p} is not installed"
+        elif p in ("torch", "cupy", "triton") and not env.gpu:
+            out[p] = f"{p} is compared on GPU runs only (this run is on the CPU backend)"
+        elif p == "torch" and env.torch is None:
+            out[p] = "torch is installed but cannot use the GPU (torch.cuda.is_available() is False)"
+        else:
+            out[p] = f"none of the selected ops has a {p} version"
+    return out
 
 
 def main(args) -> int:
@@ -232,14 +254,18 @@ def main(args) -> int:
         print(f"cudakit bench: {e}", file=sys.stderr)
         return 2
     rows = record["rows"]
+    for p, why in record["not_compared"].items():
+        print(f"cudakit bench: --compare {p}: not measured: {why}", file=sys.stderr)
     if args.cpu_baseline and record["device"]["kind"] == "cpu":
         print("cudakit bench: --cpu-baseline compares the GPU with the CPU backend; this run is on the CPU backend, "
               "so it was skipped", file=sys.stderr)
     (out_dir / "results.json").write_text(json.dumps(record, indent=1))
-    plots = _plots(record, out_dir)
+    written = plots.write_all(rows, record["roof_gbs"], record["device"]["name"], out_dir)
     print(format_table(record))
-    print(f"wrote {out_dir / 'results.json'}" + (f" and {len(plots)} plots" if plots else
-                                                 " (no plots: install the bench extra for matplotlib)"))
+    have_mpl = plots.available()
+    print(f"wrote {out_dir / 'results.json'}" + (f" and {len(written)} plots" if written else
+                                                 " (no plots: install the bench extra for matplotlib)" if not have_mpl
+                                                 else " (no plots: no row has data to plot)"))
     if args.check:
         checked = [r for r in rows if "check" in r]
         failed = [f"{r['op']} {'x'.join(map(str, r['shape']))} {r['dtype']}" for r in checked if not r["check"]["ok"]]
@@ -261,7 +287,7 @@ def _check(case, env: Env) -> dict:
             env.xp.get_default_memory_pool().free_all_blocks()
 
 
-def _row(case, res, copy_bw, peak) -> dict:
+def _row(case, res) -> dict:
     row = {"op": case.op, "family": case.family, "shape": list(case.shape), "dtype": case.dtype,
            "mode": case.mode, "sweep": case.sweep, "nbytes": case.nbytes, "flops": case.flops, "note": case.note, "providers": res}
     if case.skip:
@@ -273,8 +299,6 @@ def _row(case, res, copy_bw, peak) -> dict:
         t = ck["median_ms"] * 1e-3
         row["gbs"] = case.nbytes / t / 1e9
         row["tflops"] = case.flops / t / 1e12 if case.flops else None
-        row["of_peak"] = case.flops / t / peak if case.flops and peak == peak else None
-        row["of_copy_bw"] = case.nbytes / t / copy_bw if case.mode == "device" else None
         for p in PROVIDERS[1:]:
             if p in res:
                 # > 1: cudakit is faster
@@ -284,11 +308,12 @@ def _row(case, res, copy_bw, peak) -> dict:
 
 def format_table(record: dict) -> str:
     checked = any("check" in r for r in record["rows"])
+    roofed = any(r.get("of_peak") or r.get("of_copy_bw") for r in record["rows"])
     shape = lambda r: "x".join(map(str, r["shape"]))  # noqa: E731
     wo = max([22] + [len(r["op"]) for r in record["rows"]])      # columns as wide as the longest name
     ws = max([14] + [len(shape(r)) for r in record["rows"]])
-    hdr = (f"{'op':<{wo}} {'shape':<{ws}} {'dtype':<9} {'time':>10} {'GB/s':>8} {'TFLOP/s':>8} {'%roof':>6} "
-           f"{'x torch':>8} {'x cupy':>7} {'x numpy':>8} {'x triton':>8}")
+    hdr = (f"{'op':<{wo}} {'shape':<{ws}} {'dtype':<9} {'time':>10} {'GB/s':>8} {'TFLOP/s':>8}"
+           + (f" {'%roof':>6}" if roofed else "") + f" {'x torch':>8} {'x cupy':>7} {'x numpy':>8} {'x triton':>8}")
     hdr += f" {'max err':>12}" if checked else ""
     cpu = any("cpu_baseline" in r for r in record["rows"])
     hdr += f" {'x cpu':>8}" if cpu else ""
@@ -308,11 +333,16 @@ def format_table(record: dict) -> str:
         tflops = f"{r['tflops']:.1f}" if r.get("tflops") else "-"
         lines.append(f"{r['op']:<{wo}} {shape(r):<{ws}} {r['dtype']:<9} "
                      f"{tval:>7.3f}{'us' if unit == 'us/call' else 'ms':>3} {r['gbs'] if r['mode'] == 'device' else 0:>8.0f} "
-                     f"{tflops:>8} {pct:>6} {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}"
+                     f"{tflops:>8}" + (f" {pct:>6}" if roofed else "")
+                     + f" {f('x_torch'):>8} {f('x_cupy'):>7} {f('x_numpy'):>8} {f('x_triton'):>8}"
                      + (f" {_check_cell(r.get('check')):>12}" if checked else "")
                      + (f" {_cpu_cell(r.get('cpu_baseline')):>8}" if cpu else ""))
-    lines.append("x P = P's time / cudakit's time (> 1: cudakit faster). %roof = GB/s over the measured copy "
-                 "bandwidth (memory-bound ops) or TFLOP/s over the measured matmul rate (ops with FLOPs).")
+    lines.append("x P = P's time / cudakit's time (> 1: cudakit faster)."
+                 + (" %roof = GB/s over the run's copy roof (memory-bound ops) or TFLOP/s over its matmul roof (ops "
+                    "with FLOPs); a roof is the measured copy or matmul rate, or the best rate any provider reached "
+                    "in the run where that is higher." if roofed else
+                    " No %roof: a CPU run has no single memory roof (caches)."
+                    if record.get("device", {}).get("kind") == "cpu" else ""))
     if checked:
         lines.append("max err = max |cudakit - cudakit's CPU backend in float64| / max |that| (--check: the "
                      "same inputs as float64 copies; on a CPU run, the code against itself in float64); ! = over "
@@ -360,74 +390,3 @@ def _progress(total: int):
             print(f"[{state['i'] + 1}/{total}] {label}", file=sys.stderr, flush=True)
         state["i"] += 1
     return step
-
-
-def _plots(record: dict, out_dir: Path) -> list[Path]:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    paths = []
-    rows = [r for r in record["rows"] if r["mode"] == "device" and "cudakit" in r["providers"] and r["nbytes"]]
-    copy = record["copy_bandwidth_gbs"]
-    for fam in sorted({r["family"] for r in rows if not r.get("sweep")}):
-        fr = [r for r in rows if r["family"] == fam]
-        fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(fr) + 2), 5.5))
-        labels = [f"{r['op']} {'x'.join(map(str, r['shape']))} {r['dtype']}" for r in fr]
-        xs = range(len(fr))
-        provs = [p for p in PROVIDERS if any(p in r["providers"] for r in fr)]
-        w = 0.8 / len(provs)
-        for k, p in enumerate(provs):
-            vals = [r["nbytes"] / (r["providers"][p]["median_ms"] * 1e-3) / 1e9 if p in r["providers"] else 0 for r in fr]
-            ax.bar([x + (k - (len(provs) - 1) / 2) * w for x in xs], vals, w, label=p)
-        ax.axhline(copy, color="k", ls="--", lw=1, label=f"measured copy {copy:.0f} GB/s")
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels(labels, fontsize=7, rotation=40, ha="right")
-        ax.set_ylabel("GB/s (bytes moved / time)")
-        ax.set_title(f"{fam} — {record['device']['name']}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        p = out_dir / f"{fam}_throughput.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
-    for fam in sorted({r["family"] for r in rows if r.get("sweep")}):
-        fr = [r for r in rows if r["family"] == fam]
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for key in sorted({(r["op"], r["dtype"]) for r in fr}):
-            pts = sorted((r["nbytes"], r) for r in fr if (r["op"], r["dtype"]) == key)
-            for p in PROVIDERS:
-                xs = [nb for nb, r in pts if p in r["providers"]]
-                ys = [nb / (r["providers"][p]["median_ms"] * 1e-3) / 1e9 for nb, r in pts if p in r["providers"]]
-                if xs:
-                    ax.plot(xs, ys, marker="o", label=f"{p} {key[0]} {key[1]}")
-        ax.axhline(copy, color="k", ls="--", lw=1, label=f"measured copy {copy:.0f} GB/s (roofline)")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("bytes moved per call")
-        ax.set_ylabel("GB/s")
-        ax.set_title(f"{fam}: throughput against size — {record['device']['name']}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        p = out_dir / f"{fam}_vs_size.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
-    sp = [r for r in rows if (r.get("x_torch") or r.get("x_numpy")) and not r.get("sweep")]
-    if sp:
-        key = "x_torch" if any(r.get("x_torch") for r in sp) else "x_numpy"
-        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(sp) + 2), 4.5))
-        ax.bar(range(len(sp)), [r.get(key) or 0 for r in sp], color="tab:green")
-        ax.axhline(1.0, color="k", lw=1)
-        ax.set_xticks(range(len(sp)))
-        ax.set_xticklabels([f"{r['op']} {'x'.join(map(str, r['shape']))} {r['dtype']}" for r in sp], fontsize=7,
-                           rotation=40, ha="right")
-        ax.set_ylabel(f"speed-up vs {key[2:]} (>1: cudakit faster)")
-        ax.set_title(f"cudakit vs {key[2:]} — {record['device']['name']}")
-        fig.tight_layout()
-        p = out_dir / f"speedup_vs_{key[2:]}.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
-    return paths

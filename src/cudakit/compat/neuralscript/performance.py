@@ -94,8 +94,9 @@ class CudaPerformanceTester:
                 (out / "results.json").write_text(json.dumps(
                     {k: v for k, v in summary.items() if k != "record"} | {"record": record}, indent=1, default=list))
             if c.enable_plots:
-                from ...bench.runner import _plots
-                summary["plots"] = [str(p) for p in _plots(record, out)]
+                from ...bench import plots
+                summary["plots"] = [str(p) for p in plots.write_all(record["rows"], record.get("roof_gbs"),
+                                                                    record["device"]["name"], out)]
         return summary
 
     def print_summary_report(self, summary: dict) -> str:
