@@ -43,7 +43,7 @@ if [ "${TUNE:-0}" = 1 ]; then timeout ${TUNE_TIMEOUT:-200} python3 -m cudakit tu
 # the plots stay on the device (at most 8 files come back): results.json and the speedup plot return
 [ "${BENCH:-}" = none ] || timeout ${BENCH_TIMEOUT:-420} python3 -m cudakit bench --out /tmp/cudakit-bench "$@" 2>>"$LOG" | tee -a "$LOG" | tail -45
 cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null
-for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "scripts/$v.py" ${VARIANT_ARGS:-} 2>&1 | tee -a "$LOG" | grep VARIANT; done
+for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "benchmarks/sweeps/$v.py" ${VARIANT_ARGS:-} 2>&1 | tee -a "$LOG" | grep VARIANT; done
 timeout ${PROBE_TIMEOUT:-90} python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
 # TRITON_SLIM: a carried tarball of another Triton (the image has 3.6; the extra pins >= 3.8), built
 # by scripts/triton_slim.sh into .carry/ (git-ignored: `echo /.carry/ >> .git/info/exclude`; pass

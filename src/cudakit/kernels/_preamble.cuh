@@ -91,7 +91,7 @@ __device__ __forceinline__ void ck_store_pack(ck_pack<T, V>& po, const C (&r)[V]
 // Streaming 16-byte reads under an L2 evict_last policy (sm_80+), each 128-byte line handed back to
 // evict_normal (ck_l2_release) once the thread is done with it, so no stale high-priority line
 // outlives the kernel. On H100s the pair raised the bandwidth of the elementwise kernels by 0.2-1%
-// (scripts/ew_l2_policy_ab.py, elementwise.py says more); evict_last without the release left a
+// (benchmarks/sweeps/ew_l2_policy_ab.py, elementwise.py says more); evict_last without the release left a
 // following kernel's L2 reuse 15% slower. -DCK_L2_KEEP=0: plain loads (for A/B runs);
 // -DCK_L2_RELEASE=0: the policy without the release (only to measure what the release is for).
 #ifndef CK_L2_KEEP

@@ -36,7 +36,7 @@ def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
     where the tiles are twice the shared memory); block_n overrides the key tile. float32 (twice the
     shared memory per tile) follows cudakit.float32_precision(): with tensor-core products (tf32x3,
     tf32) 128 x 64 on 8 warps up to head_dim 64, 64 x 64 on 4 warps above; with FMA products (ieee)
-    64 x 32 on 4 warps, since wider tiles spill. Chosen on an H100 (scripts/attention_variants.py,
+    64 x 32 on 4 warps, since wider tiles spill. Chosen on an H100 (benchmarks/sweeps/attention_variants.py,
     2026-11-23: at head_dim 64, 8 warps and 4 stages ran 4% faster than 4 warps and 3 stages; the
     float32 tiles 2026-11-25, GPU-f25e6ffe: 1.33x and 1.16x the 64 x 32 tiles' speed under tf32x3)."""
     block_d = max(16, 1 << (d - 1).bit_length())
@@ -115,7 +115,7 @@ def _specialized(name: str, consts: dict):
 
 def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None, tiles=None):
     """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v. tiles: a dict overriding
-    the kernel's tile sizes and options (scripts/attention_variants.py)."""
+    the kernel's tile sizes and options (benchmarks/sweeps/attention_variants.py)."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -131,7 +131,7 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None):
     """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it. tiles: a pair of dicts
-    overriding the dK/dV and the dQ kernels' tile sizes and options (scripts/attention_variants.py)."""
+    overriding the dK/dV and the dQ kernels' tile sizes and options (benchmarks/sweeps/attention_variants.py)."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]

@@ -7,7 +7,7 @@
 // F == 2: also tanh.approx (relative error 2^-11, a quarter of bfloat16's half ulp, 2^-9; too
 // close to float16's 2^-11 to keep its results correctly rounded): bfloat16 tanh was bound by
 // tanhf's instructions below 4 loads in flight per thread (0.94-0.96x torch), now 1.002-1.007x at
-// (1, 512) (scripts/ew_source_ab.py and probes on lent H100s, 2026-11-23).
+// (1, 512) (benchmarks/sweeps/ew_source_ab.py and probes on lent H100s, 2026-11-23).
 // Every bfloat16 input gives a result within one ulp of the correctly rounded one
 // (tests/gpu/test_activations_gpu.py), except that ex2.approx flushes results below 2^-126 to 0:
 // results under about 2^-118 (silu(-88) = -5e-37) may come out 0.
@@ -199,12 +199,12 @@ template <> __device__ __forceinline__ void ck_st<uint4>(uint4* p, const uint4& 
 // Loads of 16-byte packs: under the preamble's L2 policy (ck_ld_keep), each line released after the
 // warp's store of its results (released as soon as the data had arrived, before the math, about
 // half the gain was left: GPU-cf0e6ea0). Measured on lent H100s (2026-11-26,
-// scripts/ew_l2_policy_ab.py, eight output placements shared with torch): 0.2-1% more bandwidth
+// benchmarks/sweeps/ew_l2_policy_ab.py, eight output placements shared with torch): 0.2-1% more bandwidth
 // at the shapes retuned with it (TUNED_BY_MODEL); evict_last without the release was as fast but
 // left a following kernel's 24 MB L2 working set 15% slower. The release costs registers (40
 // instead of 32 in the 16-bit gelu_erf backward at U = 1): heavy ops moved to shapes that keep
 // their occupancy. CK_LOAD_HINT (a PTX qualifier string) replaces the policy
-// (scripts/ew_hint_variants.py).
+// (benchmarks/sweeps/ew_hint_variants.py).
 template <typename R> __device__ __forceinline__ R ck_ld(const R* p) { return ck_ld_keep(p); }
 template <typename R> __device__ __forceinline__ void ck_release(const R* p) { ck_l2_release(p); }
 #if defined(CK_LOAD_HINT)

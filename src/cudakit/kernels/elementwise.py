@@ -44,7 +44,7 @@ THREADS = 256
 HEAVY_OPS = {"gelu_tanh_backward", "gelu_erf", "gelu_erf_backward"}
 HEAVY_THREADS = 128
 UNROLL = 4  # U, 16-byte loads in flight per thread and input, unless TUNED says otherwise
-# (op, dtype name) -> (U, threads[, cap]) where scripts/ew_variants.py on the H100 (2^28 elements, through
+# (op, dtype name) -> (U, threads[, cap]) where benchmarks/sweeps/ew_variants.py on the H100 (2^28 elements, through
 # the public call, interleaved with torch; 2026-11-23 13:00 UTC, x torch: tuned vs default) found
 # a shape faster than the default by more than its noise (~0.3%). Mostly one-input ops: their
 # single read stream wants fewer loads in flight per thread and more threads.
@@ -65,7 +65,7 @@ TUNED: dict = {
     # 13:07 UTC sweep: the reciprocal form of x / p (below) and the heaviest op's occupancy
     ("div_scalar", "bfloat16"): (2, 256),  # 0.999 vs 0.996
     ("gelu_erf_backward", "bfloat16"): (1, 128),  # 1.000 vs 0.985 (U=2: 0.988)
-    # 2026-11-23 16:24 UTC GPU-3b29df2e, scripts/ew_source_ab.py (kernels launched directly, 5 rounds interleaved
+    # 2026-11-23 16:24 UTC GPU-3b29df2e, benchmarks/sweeps/ew_source_ab.py (kernels launched directly, 5 rounds interleaved
     # with torch) after tanh.approx and the folded gelu constants: x torch of the chosen shape vs
     # the previous entry (2, 256), or the default (4, 256) for tanh
     ("gelu_tanh", "bfloat16"): (1, 256),   # 1.001 vs 0.995
@@ -74,14 +74,14 @@ TUNED: dict = {
     ("sigmoid", "bfloat16"): (1, 512),     # 1.000 vs 0.997
     ("tanh", "bfloat16"): (1, 512),        # 1.007 vs 0.995
 }
-# RELU_SHAPES: the best shape for relu depends on the lent H100 instance (scripts/ew_hint_variants.py,
+# RELU_SHAPES: the best shape for relu depends on the lent H100 instance (benchmarks/sweeps/ew_hint_variants.py,
 # 2026-11-23, x torch): (1, 512) led on one (f32 1.007/1.008, bf16 1.004) and trailed on another
 # (f32 0.994, bf16 0.988), where the torch-like (1, 128) led (1.005, 1.000). (1, 256) was within
 # 0.3% of the leader on both (f32 1.004 and 1.002, bf16 1.001 and 0.999): the robust choice.
 # Per GPU model, ahead of TUNED (a `cudakit tune` of the GPU itself still wins): (U, threads, cap),
 # the cap a bound on resident blocks per SM (ew_shapes.CANDIDATES says why). H100 SXM: with the L2
 # policy of the loads (CK_L2_KEEP, _preamble.cuh), the shape with the best mean of (min, mean) x torch over
-# two sweeps of scripts/ew_variants.py on GPU-1767ce2b and GPU-49a8fc8c, 2026-11-26 (in the first
+# two sweeps of benchmarks/sweeps/ew_variants.py on GPU-1767ce2b and GPU-49a8fc8c, 2026-11-26 (in the first
 # the release ran in a loop of its own after the stores); every chosen shape >= 1.005x torch in both. The caps are model-specific: on an
 # H200 (2026-11-26, 7 cases, before the L2 policy) the best capped shape trailed the best uncapped
 # one by 0.4-2.8% in 6 cases (float32 relu: 1.3% ahead).

@@ -2,7 +2,7 @@
 
 Why: the fastest (U loads in flight per thread, threads per block, blocks-per-SM cap) of a
 bandwidth-bound elementwise kernel differs between GPUs of one model. On three lent H100s on 2026-11-23
-(scripts/ew_variants.py), one-input ops were fastest with 128-thread blocks on one and with
+(benchmarks/sweeps/ew_variants.py), one-input ops were fastest with 128-thread blocks on one and with
 256-512-thread blocks on the two others, by up to 2% -- the margin that decides whether an op beats
 torch. `cudakit tune` (bench/tune.py) times each op's candidate shapes through its public call on
 this GPU and stores the winners here, per GPU UUID, in CUDAKIT_CACHE_DIR/tune/; every later process

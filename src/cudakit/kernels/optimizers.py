@@ -36,7 +36,7 @@ from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
 from ._common import KernelFamily, by_template, cuda_source
 
-# Measured on an H200 (scripts/optim_variants.py): chunks of 8192 with one pack per stream and
+# Measured on an H200 (benchmarks/sweeps/optim_variants.py): chunks of 8192 with one pack per stream and
 # thread in flight gave 0.96 of copy bandwidth on 100 x 1M float32 Adam and 0.87 on 10,000 x 1000;
 # deeper unrolling idles threads on small tensors (0.56 at 4), larger chunks leave a ragged last wave.
 THREADS = 256     # CK_OPT_THREADS

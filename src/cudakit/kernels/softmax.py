@@ -54,7 +54,7 @@ REG_NV_SCALAR = (4, 8)    # the same for single elements (odd rows): fewer insta
 # backward keeps the raw packs of g and y (twice the bytes), so it aims at fewer per thread.
 FWD_TARGET_NV = 4
 # Rows of at most this many packs: one pack per thread (a warp or less per row). Measured on an
-# H100 (scripts/softmax_variants.py, 2026-11-23, 262144x128): 1.5% (float32) and 2% (bfloat16)
+# H100 (benchmarks/sweeps/softmax_variants.py, 2026-11-23, 262144x128): 1.5% (float32) and 2% (bfloat16)
 # faster than FWD_TARGET_NV packs per thread, at the copy bandwidth.
 SHORT_ROW_PACKS = 32
 BWD_TARGET_NV = 2

@@ -1,7 +1,7 @@
 """float32 conv2d and attention under each cudakit.float32_precision() (ieee, tf32x3, tf32) against
 torch (cuDNN with TF32, its default, and with TF32 off), interleaved in one run, and each
 precision's largest error against float64. One run on the GPU (2026-11-25, H100: about 3 minutes):
-    python3 scripts/float32_precision_variants.py
+    python3 benchmarks/sweeps/float32_precision_variants.py
 Prints VARIANT lines: median ms, TFLOP/s and the ratio to torch's default for each precision."""
 import statistics
 

@@ -1,6 +1,6 @@
 """Tile sizes of the fused attention kernels (kernels/attention.py) against torch's SDPA, in one run:
 bfloat16 (B, H, L, D) = (8, 16, 4096, D), each variant interleaved round by round with torch.
-    python3 scripts/attention_variants.py [--d 64,128] [--causal]
+    python3 benchmarks/sweeps/attention_variants.py [--d 64,128] [--causal]
 Prints VARIANT lines: median ms, TFLOP/s and the ratio to torch for each forward and backward tile
 set (the shipped one marked), and the error of a variant that fails to compile or launch. FLOPs:
 4 B H L^2 D forward, 10 B H L^2 D backward (halved with causal)."""

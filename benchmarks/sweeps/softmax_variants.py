@@ -1,7 +1,7 @@
 """Softmax forward register-kernel plans -- packs per thread (nv) x threads per block shared by short
 rows (ROWS_BLOCK) -- against torch and a same-size copy, interleaved over rounds so drift in the
 GPU's state hits every variant alike. One run on the GPU:
-    python3 scripts/softmax_variants.py [ROWSxCOLS:dtype ...]    (default 262144x128:float32)
+    python3 benchmarks/sweeps/softmax_variants.py [ROWSxCOLS:dtype ...]    (default 262144x128:float32)
 Prints per variant the median time, x torch and x copy; VARIANT-BEST names the fastest next to the
 shipped plan (softmax.fwd_target, softmax.ROWS_BLOCK)."""
 import statistics

@@ -2,7 +2,7 @@
 launch for chunk sizes and unroll depths, beside torch's fused optimizers and the device copy
 bandwidth; and the host time of a cudakit step. Prints lines starting with VARIANT / REF / HOST.
 
-    python scripts/optim_variants.py [--quick]
+    python benchmarks/sweeps/optim_variants.py [--quick]
 """
 import sys
 import time

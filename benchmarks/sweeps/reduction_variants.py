@@ -1,7 +1,7 @@
 """Column reductions (axis 0 of 32768x4096) -- rows a block reads at once (COLS_BY) x waves of
 blocks the split aims at (COLS_WAVES) -- against torch, interleaved over rounds so drift in the
 GPU's state hits every variant alike. One run on the GPU:
-    python3 scripts/reduction_variants.py [op:dtype ...]    (default sum, max, var x float32, bfloat16)
+    python3 benchmarks/sweeps/reduction_variants.py [op:dtype ...]    (default sum, max, var x float32, bfloat16)
 Prints per variant the median time, x torch and the read bandwidth; VARIANT-BEST names the fastest
 next to the shipped plan."""
 import statistics

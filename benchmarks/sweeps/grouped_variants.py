@@ -5,7 +5,7 @@ Each variant is first checked on the GPU against float64 (tests/conv_checks.py),
 and the weight gradient alone (launched as kernels/conv.py does: device time) and the whole
 backward (cudakit.conv2d_backward) of 32x256x28x28 in 32 groups of 8 channels and in 64 groups of
 4 are timed interleaved with torch. One run:
-    python3 scripts/grouped_variants.py
+    python3 benchmarks/sweeps/grouped_variants.py
 Prints VARIANT lines (median us, ratio to torch's same pass); the first of each list is shipped."""
 import sys
 

@@ -1,11 +1,11 @@
 """Scratch A/B for issue 4: a bfloat16 relu over 2^28 elements through TMA bulk copies
-(scripts/ew_bulk_copy.cu: cp.async.bulk global -> shared with an mbarrier, relu in shared memory,
+(benchmarks/sweeps/ew_bulk_copy.cu: cp.async.bulk global -> shared with an mbarrier, relu in shared memory,
 bulk store), in several chunk / stage / block / grid shapes, against torch.relu and cudakit.relu in
 interleaved rounds. On an H100 (2026-11-25, GPU-682dca8b) every bulk shape ran 0.92-0.97x torch and
 0.92-0.96x cudakit's vector kernel, so the elementwise kernels keep their 16-byte vector loads.
-Run on the GPU from the repository root: python3 scripts/ew_bulk_copy_ab.py (prints CHECK and VARIANT lines)."""
+Run on the GPU from the repository root: python3 benchmarks/sweeps/ew_bulk_copy_ab.py (prints CHECK and VARIANT lines)."""
 import statistics, numpy as np, cupy as cp, torch, cudakit
-src = open("scripts/ew_bulk_copy.cu").read()
+src = open("benchmarks/sweeps/ew_bulk_copy.cu").read()
 cfgs = [(16384, 4, 256), (8192, 6, 256), (32768, 3, 256), (16384, 6, 512)]
 names = [f"relu_bulk<{c}, {s}, {t}>" for c, s, t in cfgs]
 mod = cp.RawModule(code=src, options=("-std=c++17",), name_expressions=names)

@@ -3,7 +3,7 @@ or bfloat16) on 2^28 elements: loads plain or with a PTX hint (CK_LOAD_HINT: .L2
 both), stores plain or streaming (CK_STREAM_STORE, st.global.cs), and (unroll, threads) around the
 shipped shape. The kernels are launched directly (cudakit.compile of kernels/elementwise.py's
 source), interleaved round by round with torch. One run on the GPU:
-    python3 scripts/ew_hint_variants.py [--shapes-only] [op:dtype ...]   (default: relu:float32 add:float32)
+    python3 benchmarks/sweeps/ew_hint_variants.py [--shapes-only] [op:dtype ...]   (default: relu:float32 add:float32)
 Prints VARIANT lines: median GB/s over the rounds and the ratio to torch in the same rounds.
 Measured 2026-11-23 on an H100: a grid capped at 16 or 64 blocks per SM lost 2-4% to one block
 per tile, and streaming stores 0.2-0.4%; neither is tried again here. Also measured that day (GPU-2d7b943b,

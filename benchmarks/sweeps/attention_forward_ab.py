@@ -4,7 +4,7 @@ loop: FUSE (the softmax scale folded into one FMA, the row max taken on the raw 
 since 2026-11-25 as POS_SCALE, 1.03-1.07x), PIPE (the next key block's QK^T issued before this
 block's softmax: 0.77-0.83x at head_dim 64), LAZY (the accumulator rescaled only when a row max
 grows by more than 2^8: 0.84-0.89x). Run on the GPU from the repository root:
-python3 scripts/attention_forward_ab.py [PIPE,FUSE,LAZY variants are listed in VARIANTS below]."""
+python3 benchmarks/sweeps/attention_forward_ab.py [PIPE,FUSE,LAZY variants are listed in VARIANTS below]."""
 import statistics, sys
 import torch, triton, triton.language as tl
 import cupy as cp

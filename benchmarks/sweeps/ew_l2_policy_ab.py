@@ -7,7 +7,7 @@ plain loads ("plain", -DCK_L2_KEEP=0) and against evict_last without the hand-ba
      mean and worst ratio to torch over the placements;
   2. what a variant leaves behind: the time of four sums over a 24 MB array queued right after it
      (the array stays in L2 after the first sum unless stale high-priority lines crowd it out).
-    python3 scripts/ew_l2_policy_ab.py [op:dtype ...] [--shapes 1x512x0,4x128x6]
+    python3 benchmarks/sweeps/ew_l2_policy_ab.py [op:dtype ...] [--shapes 1x512x0,4x128x6]
 Prints L2POLICY lines."""
 import statistics
 import sys

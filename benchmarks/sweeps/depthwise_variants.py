@@ -4,7 +4,7 @@ aimed for in units of 264). Each variant is first checked on the GPU against flo
 (tests/conv_checks.py), then the forward and the weight gradient alone (the kernels launched as
 kernels/conv.py does: device time, not the public calls' host time) and the whole backward of a
 32x128x56x56 depthwise 3x3 (cudakit.conv2d_backward) are timed interleaved with torch. One run:
-    python3 scripts/depthwise_variants.py
+    python3 benchmarks/sweeps/depthwise_variants.py
 Prints CHECK lines and VARIANT lines (median us, ratio to torch's same pass); the first variant of
 each list is the shipped one."""
 import sys

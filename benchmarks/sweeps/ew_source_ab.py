@@ -3,8 +3,8 @@ kernels/elementwise.py's SOURCE as it was, e.g. at an earlier commit), same shap
 directly, interleaved round by round with torch: was a change to the kernel source a gain?
 Comparing two runs on two lent GPUs cannot say (their ratios differ by up to 0.5%). Write the old
 source here first, then run on the GPU:
-    python3 scripts/ew_source_ab.py --dump-source REV OLD.cu   (here: the source at git revision REV)
-    python3 scripts/ew_source_ab.py OLD.cu [op:dtype ...] [--shapes 1x512,4x256]
+    python3 benchmarks/sweeps/ew_source_ab.py --dump-source REV OLD.cu   (here: the source at git revision REV)
+    python3 benchmarks/sweeps/ew_source_ab.py OLD.cu [op:dtype ...] [--shapes 1x512,4x256]
 2^28 elements; default cases: add, relu_backward, silu_backward, gelu_tanh, tanh in bfloat16 and
 add in float32. Prints VARIANT lines: median GB/s of each source and shape and the ratio to torch."""
 import statistics

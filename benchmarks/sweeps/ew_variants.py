@@ -2,7 +2,7 @@
 threads per block x blocks-per-SM cap -- for every elementwise and activation case of the benchmark (2^28 elements,
 float32 and bfloat16), timed through the public calls (cudakit.relu, ...) against torch, the rounds
 interleaved so that drift in the GPU's state hits every variant alike. One run on the GPU:
-    python3 scripts/ew_variants.py [case label ...]
+    python3 benchmarks/sweeps/ew_variants.py [case label ...]
 The shapes are `cudakit tune`'s candidates (kernels/ew_shapes.py), forced for this process only.
 Prints per case and shape the median GB/s and the ratio to torch; VARIANT-BEST lines name the
 fastest shape of each case next to the shipped one (kernels/elementwise.py TUNED)."""

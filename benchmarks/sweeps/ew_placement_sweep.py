@@ -4,7 +4,7 @@ interleaved round by round with torch. Measured 2026-11-23 on an H100 (GPU-e57f5
 bandwidth moved by up to 1% with its output buffer alone (bfloat16 sigmoid at (1, 512): 0.996-1.007x
 torch over 14 placements; add at (4, 256): 1.003-1.005x), so a shape is judged by its worst
 placement here, not by one run. One run on the GPU:
-    python3 scripts/ew_placement_sweep.py [op:dtype ...] [--shapes 1x512,4x256] [--buffers 3]
+    python3 benchmarks/sweeps/ew_placement_sweep.py [op:dtype ...] [--shapes 1x512,4x256] [--buffers 3]
 Prints VARIANT lines: per shape the median, worst and best placement's ratio to torch."""
 import statistics
 import sys
