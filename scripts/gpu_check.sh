@@ -23,7 +23,7 @@ s = subprocess.run([tool, "-sass", p], capture_output=True, text=True).stdout
 print("\n".join(l for l in s.splitlines() if "Function" in l or "LDG" in l or "STG" in l))
 PY
 # TESTS: test paths to run (default: the whole GPU suite; TESTS=none skips them); VARIANTS:
-# scripts/<name>.py sweeps to run, with VARIANT_ARGS as their arguments (ew_variants: case labels,
+# benchmarks/sweeps/<name>.py sweeps to run, with VARIANT_ARGS as their arguments (ew_variants: case labels,
 # e.g. "div_scalar gelu_erf_backward"). On an H100 (2026-11-23) the suite took 317 s without
 # test_attention_gpu.py and that file 141 s (Triton compiles), more than 250 s since head_dim is a
 # compile-time constant of the attention kernels (one compile per head_dim): run it on its own,
