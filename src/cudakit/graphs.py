@@ -48,7 +48,7 @@ import weakref
 from .errors import CudakitError, ShapeError
 
 _local = threading.local()   # .capture: the CUDAGraph capturing on this thread, or None
-_live: "dict[int, weakref.WeakSet]" = {}   # device -> live CUDAGraphs (their pools in memory stats)
+_live: dict[int, weakref.WeakSet] = {}   # device -> live CUDAGraphs (their pools in memory stats)
 
 
 class GraphCaptureError(CudakitError, RuntimeError):
@@ -86,9 +86,9 @@ def _calling_op(tb=None) -> str | None:
     frames = traceback.extract_tb(tb) if tb is not None else traceback.extract_stack()
     for fr in frames:
         fn = fr.filename.replace("\\", "/")
-        if fn.endswith("/cudakit/ops.py") or "/cudakit/backends/" in fn or fn.endswith("/cudakit/optim.py"):
-            if not fr.name.startswith("_"):
-                return fr.name
+        ours = fn.endswith(("/cudakit/ops.py", "/cudakit/optim.py")) or "/cudakit/backends/" in fn
+        if ours and not fr.name.startswith("_"):
+            return fr.name
     return None
 
 

@@ -146,7 +146,7 @@ def _make_plan(key, handle, desc, layouts, pref):
     Row-major out (B, M, N) = op(a) @ op(b) is column-major out^T = op(b)^T op(a)^T: cuBLASLt's A
     is b's buffer (transposed when trans_b), its B is a's buffer (transposed when trans_a); a
     row-major (R, C) buffer read column-major is its transpose with leading dimension C."""
-    (in_t, out_t, batch, m, n, k, ta, tb, a_shape, b_shape, a_batched, b_batched, epilogue, aligns) = key
+    (in_t, out_t, batch, m, n, _k, ta, tb, a_shape, b_shape, a_batched, b_batched, epilogue, aligns) = key
     lib = _lib
     f64 = in_t == "float64"
     _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), COMPUTE_64F if f64 else COMPUTE_32F,
