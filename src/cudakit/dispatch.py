@@ -82,17 +82,17 @@ def call(op: str, planner, args: tuple, checked):
         graphs = sys.modules.get("cudakit.graphs")
         if graphs is not None and graphs.capturing() is not None:
             return r   # planning may verify with a synchronising comparison: not while capturing
+        if not _ready():
+            return r   # planned again on a later call
         if len(_plans) >= MAX_PLANS:
             _plans.clear()
         try:
-            _plans[key] = planner(*args) if _ready() else _MISSING
+            _plans[key] = planner(*args)
         except Exception as e:  # noqa: BLE001 - a planner's failure costs the plan, never the call
             from . import fallbacks
             fallbacks.note(f"plan:{op}", f"no plan for {op} with this signature ({type(e).__name__}: {e}); "
                                          f"the checked path runs it")
             _plans[key] = None
-        if _plans[key] is _MISSING:
-            del _plans[key]
         return r
     return p(*args)
 

@@ -1,5 +1,5 @@
 """Matrix products through cuBLASLt (CuPy does not wrap it): every GEMM of cudakit's matmul,
-linear and their backward passes (`gemm`), and x @ weight^T with a fused epilogue
+linear and their backward passes (`matmul`), and x @ weight^T with a fused epilogue
 (`linear_epilogue`): the bias, GELU (tanh form) and the pre-activation as a second output applied
 to the float32 accumulator inside the GEMM, so linear + GELU is one kernel.
 
@@ -316,16 +316,6 @@ def drop(bp) -> None:
         if plan:
             _destroy(plan)
         _plans[key] = None
-
-
-def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 0.0) -> bool:
-    """The plain product of matmul() (no epilogue); False where cuBLASLt cannot do it."""
-    if out.shape[0] == 0 or out.shape[1] == 0 or out.shape[2] == 0:
-        return False
-    k = a.shape[1] if trans_a else a.shape[2]
-    if k == 0 or max(out.shape[0], out.shape[1], out.shape[2], k) > 2**31 - 1:
-        return False
-    return matmul(a, b, out, trans_a, trans_b, beta)
 
 
 def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = False, aux=None) -> bool:

@@ -11,8 +11,6 @@ as PyTorch's default), float64 CUBLAS_COMPUTE_64F. FLOPs: 2 * batch * M * N * K.
 """
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from .. import profiler
@@ -29,16 +27,11 @@ _GEMM_DEFAULT = -1                       # cublasGemmAlgo_t: the heuristic's cho
 _INT_MAX = 2**31 - 1                     # cuBLAS's int dimensions and leading dimensions
 
 
-_fallback_logged: set = set()
-
-
 def _log_fallback(a, out) -> None:
-    key = (a.dtype, out.dtype)
-    if key not in _fallback_logged:
-        _fallback_logged.add(key)
-        logging.getLogger(__name__).info(
-            "cuBLASLt did not take a %s -> %s product (not loadable, or no algorithm): CuPy's cuBLAS "
-            "binding runs it (not capturable in a CUDA graph)", a.dtype, out.dtype)
+    from .. import fallbacks   # logged once at INFO, listed by `cudakit info`
+    fallbacks.note(f"cublas:{a.dtype}->{out.dtype}",
+                   f"cuBLASLt did not take a {a.dtype} -> {out.dtype} product (not loadable, or no algorithm): "
+                   f"CuPy's cuBLAS binding runs it (not capturable in a CUDA graph)")
 
 
 def _dtype_name(a) -> str:
@@ -66,7 +59,7 @@ def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 
     for name, v in (("M", m), ("N", n), ("K", k), ("batch", batch)):
         if v > _INT_MAX:
             raise ShapeError(f"matrix product: {name} must be <= {_INT_MAX} for cuBLAS (got {v})")
-    if _cublaslt.gemm(a, b, out, trans_a, trans_b, beta):
+    if _cublaslt.matmul(a, b, out, trans_a, trans_b, beta):   # sizes checked above
         return out
     _log_fallback(a, out)
     cp = _cupy.cupy()

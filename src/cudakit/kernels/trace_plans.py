@@ -131,28 +131,20 @@ def _build(rec: _Recorder, arrays, result):
     sizes = [s for _, s in rec.allocs]
     single = not isinstance(result, tuple)
     from . import _planned
-    env0 = _planned.ready()
-    if env0 is None:
+    env = _planned.ready()
+    if env is None:
         return None
-    native_launch, ndarray, _, get_stream = env0
-    recent = _launch_mod.recent_launches
-    MemoryPointer, alloc = cp.cuda.MemoryPointer, cp.cuda.alloc
-    from ..errors import LaunchError
+    ndarray, alloc = env[1], cp.cuda.alloc
 
     def planned(*args):
         mem = [alloc(s) for s in sizes]
-        stream = get_stream().ptr
         for name, fptr, g, b, smem, codes, vals, subs in steps:
             if subs:
                 vals = list(vals)
                 for k, kind, j, off in subs:
                     vals[k] = (args[j].data.ptr if kind == 0 else mem[j].ptr) + off
-            recent.append((name, g, b))
-            r = native_launch(fptr, g[0], g[1], g[2], b[0], b[1], b[2], smem, stream, codes, *vals)
-            if r:
-                raise LaunchError(str(cp.cuda.driver.CUDADriverError(r)), name, g, b)
-        res = [None if o is None else ndarray(o[2], o[3], MemoryPointer(mem[o[0]].mem, mem[o[0]].ptr - mem[o[0]].mem.ptr + o[1]), o[4])
-               for o in outs]
+            _planned.run(env, name, fptr, g, b, smem, codes, *vals)
+        res = [None if o is None else ndarray(o[2], o[3], mem[o[0]] + o[1], o[4]) for o in outs]
         return res[0] if single else tuple(res)
     return planned
 

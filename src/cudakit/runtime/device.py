@@ -161,11 +161,11 @@ def synchronize(i: int | None = None) -> None:
     cp = _cupy.cupy()
     if i is None:
         cp.cuda.runtime.deviceSynchronize()
-        device_errors.check_pending(cp.cuda.runtime.getDevice())
+        device_errors.check_pending(cp.cuda.runtime.getDevice(), synchronized=True)
     else:
         with cp.cuda.Device(_check_index(i)):
             cp.cuda.runtime.deviceSynchronize()
-        device_errors.check_pending(i)
+        device_errors.check_pending(i, synchronized=True)
 
 
 def _driver_uuid(i: int):

@@ -53,10 +53,11 @@ def devices_with_flags() -> list:
     return list(_flags)
 
 
-def check_pending(device: int | None = None) -> None:
+def check_pending(device: int | None = None, synchronized: bool = False) -> None:
     """Raise the error a kernel recorded on `device` (default: every device with a flag) since the
-    last check, and clear it. Reads the flag after the work queued before it on the current
-    stream (a synchronising read)."""
+    last check, and clear it. The flag is read after the device's queued work (synchronized: the
+    caller has just waited for it, no second device-wide wait) or, always, after the work queued
+    on the current stream."""
     if not _flags:
         return
     from .memory import _refuse_in_capture
@@ -67,7 +68,8 @@ def check_pending(device: int | None = None) -> None:
         if f is None:
             continue
         with cp.cuda.Device(dev):
-            cp.cuda.runtime.deviceSynchronize()
+            if not synchronized:
+                cp.cuda.runtime.deviceSynchronize()
             words = f.get()
             if not words[0]:
                 continue

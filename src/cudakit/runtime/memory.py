@@ -462,13 +462,13 @@ def to_host(x, out=None, stream=None, non_blocking: bool = False):
         res = x.get(stream=s, out=out, blocking=not non_blocking)
     if not non_blocking:   # the host waited anyway: surface errors ops recorded on the device
         from . import device_errors
-        device_errors.check_pending(x.data.device_id)
+        device_errors.check_pending(x.data.device_id, synchronized=True)   # its stream waited: read after it
     return res
 
 
 def _refuse_in_capture(what: str) -> None:
     """GraphCaptureError when this thread is capturing a CUDA graph (what would synchronise)."""
     import sys
-    graphs = sys.modules.get("cudakit.graphs")
-    if graphs is not None and graphs.capturing() is not None:
+    graphs = sys.modules.get("cudakit.graphs")   # no graph module loaded: nothing can be capturing
+    if graphs is not None:
         graphs.check_not_capturing(what)
