@@ -129,6 +129,28 @@ def _on(g, s):
     return s if g.backend == "nccl" else contextlib.nullcontext()
 
 
+def _chunk_list(g, arrays, name: str, like, like_name: str, write: bool) -> list:
+    """`arrays` (a list of one array per group rank, each like `like`) checked and coerced."""
+    n = g.size
+    if len(arrays) != n:
+        raise ShapeError(f"{name} is a list of {len(arrays)} arrays; the group has {n} ranks")
+    out = [_array(g, x, f"{name}[{i}]", write=write) for i, x in enumerate(arrays)]
+    for i, x in enumerate(out):
+        if x.shape != like.shape or x.dtype != like.dtype:
+            raise ShapeError(f"{name}[{i}] is {x.dtype.name} {tuple(x.shape)}; expected {like.dtype.name} "
+                             f"{tuple(like.shape)} like {like_name}")
+    return out
+
+
+def _flat_chunks(g, array, name: str, like, write: bool):
+    """`array` checked and coerced: one contiguous array of group-size chunks of like.size elements."""
+    a, n = _array(g, array, name, write=write), g.size
+    if a.dtype != like.dtype or a.size != n * like.size:
+        raise ShapeError(f"{name} is {a.dtype.name} {tuple(a.shape)} ({a.size} elements); expected "
+                         f"{like.dtype.name} with {n} x {like.size} = {n * like.size} elements")
+    return a
+
+
 def all_gather(output, tensor, group=None, async_op: bool = False):
     """Gather `tensor` (the same shape and dtype on every rank) from every rank of the group.
     output: a list of group-size arrays shaped like `tensor` (output[i] <- rank i's), or one
@@ -138,13 +160,7 @@ def all_gather(output, tensor, group=None, async_op: bool = False):
     a = _array(g, tensor, "tensor", write=False)
     n = g.size
     if isinstance(output, (list, tuple)):
-        if len(output) != n:
-            raise ShapeError(f"output is a list of {len(output)} arrays; the group has {n} ranks")
-        outs = [_array(g, o, f"output[{i}]") for i, o in enumerate(output)]
-        for i, o in enumerate(outs):
-            if o.shape != a.shape or o.dtype != a.dtype:
-                raise ShapeError(f"output[{i}] is {o.dtype.name} {tuple(o.shape)}; expected {a.dtype.name} "
-                                 f"{tuple(a.shape)} like tensor")
+        outs = _chunk_list(g, output, "output", a, "tensor", write=True)
         xp = _xp(g)
 
         def fn(s):
@@ -158,10 +174,7 @@ def all_gather(output, tensor, group=None, async_op: bool = False):
                     o[...] = flat[i * a.size:(i + 1) * a.size].reshape(a.shape)
         keep = (a, *outs)
     else:
-        out = _array(g, output, "output")
-        if out.dtype != a.dtype or out.size != n * a.size:
-            raise ShapeError(f"output is {out.dtype.name} {tuple(out.shape)} ({out.size} elements); expected "
-                             f"{a.dtype.name} with {n} x {a.size} = {n * a.size} elements")
+        out = _flat_chunks(g, output, "output", a, write=True)
 
         def fn(s):
             if a.size:
@@ -180,13 +193,7 @@ def reduce_scatter(output, input, op: str = "sum", group=None, async_op: bool = 
     n = g.size
     o = _reduce_op(op, out.dtype.name)
     if isinstance(input, (list, tuple)):
-        if len(input) != n:
-            raise ShapeError(f"input is a list of {len(input)} arrays; the group has {n} ranks")
-        ins = [_array(g, x, f"input[{i}]", write=False) for i, x in enumerate(input)]
-        for i, x in enumerate(ins):
-            if x.shape != out.shape or x.dtype != out.dtype:
-                raise ShapeError(f"input[{i}] is {x.dtype.name} {tuple(x.shape)}; expected {out.dtype.name} "
-                                 f"{tuple(out.shape)} like output")
+        ins = _chunk_list(g, input, "input", out, "output", write=False)
         xp = _xp(g)
 
         def fn(s):
@@ -197,10 +204,7 @@ def reduce_scatter(output, input, op: str = "sum", group=None, async_op: bool = 
             g.transport.reduce_scatter(out, flat, o, s)
         keep = (out, *ins)
     else:
-        inp = _array(g, input, "input", write=False)
-        if inp.dtype != out.dtype or inp.size != n * out.size:
-            raise ShapeError(f"input is {inp.dtype.name} {tuple(inp.shape)} ({inp.size} elements); expected "
-                             f"{out.dtype.name} with {n} x {out.size} = {n * out.size} elements")
+        inp = _flat_chunks(g, input, "input", out, write=False)
 
         def fn(s):
             if out.size:
