@@ -244,7 +244,7 @@ class Trainer:
             return self.dp.mean_loss(loss)
         if self.graph:
             if self._graphed is None:
-                self._graphed = common.graphed(self.forward_backward, images, labels)
+                self._graphed = cudakit.graph(self.forward_backward, images, labels)
             loss, *grads = self._graphed(images, labels)
         else:
             loss, *grads = self.forward_backward(images, labels)

@@ -154,7 +154,7 @@ def _positive_int(text: str) -> int:
 
 def parse(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     """Parsed arguments with --backend resolved to "cpu" or "cuda"; a usage error (exit status 2)
-    for --graph without a GPU or without cudakit.graph."""
+    for --graph without a GPU or with several ranks."""
     args = p.parse_args(argv)
     if args.backend == "auto":
         args.backend = "cuda" if cudakit.is_available() else "cpu"
@@ -166,18 +166,7 @@ def parse(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     if args.graph and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         p.error("--graph with several ranks is not supported: the all-reduces run outside any graph; "
                 "drop --graph or run one process")
-    if args.graph and not hasattr(cudakit, "graph"):
-        p.error(f"--graph needs cudakit.graph (CUDA graph capture), which cudakit {cudakit.__version__} "
-                "does not have")
     return args
-
-
-def graphed(step_fn, *sample_args):
-    """step_fn captured in a CUDA graph: cudakit.graph runs it eagerly a few times, captures one call
-    on sample_args into static input buffers and a private memory pool, and returns a callable that
-    copies its (same-shaped) arguments into those buffers and replays the graph, returning the
-    static outputs (overwritten by the next replay)."""
-    return cudakit.graph(step_fn, *sample_args)
 
 
 def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0) -> list[float]:

@@ -362,7 +362,7 @@ class Trainer:
             return self.dp.mean_loss(loss)
         if self.graph:
             if self._graphed is None:
-                self._graphed = common.graphed(self.forward_backward, tokens, targets)
+                self._graphed = cudakit.graph(self.forward_backward, tokens, targets)
             loss, *grads = self._graphed(tokens, targets)
         else:
             loss, *grads = self.forward_backward(tokens, targets)

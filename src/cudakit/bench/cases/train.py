@@ -222,9 +222,7 @@ def _case(env: Env, kind: str, cfg, dtype: str, suffix: str, precision=None, not
     flops = gpt_flops(cfg) if kind == "gpt" else cnn_flops(cfg, model.ex.conv_names(cfg))
     case = Case(op, "train", shape, dtype, 0, lambda: _setup(env, case, model, dtype, graph, torch_kind, precision),
                 flops=flops, note="; ".join(x for x in (_WHAT[(graph, torch_kind)], note) if x))
-    if graph and not hasattr(cudakit, "graph"):
-        case.skip = "this cudakit has no cudakit.graph (CUDA graph capture)"
-    elif torch_kind != "eager" and env.torch is None:
+    if torch_kind != "eager" and env.torch is None:
         case.skip = "torch is not installed (or cannot use the GPU)"
     elif torch_kind == "compile" and op not in env.ops:
         case.skip = f"only when named (--ops {op}): torch.compile takes minutes to compile the step"
