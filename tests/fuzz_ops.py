@@ -236,9 +236,12 @@ def make_normalization(rng, dt):
         mu, var = a["x"].mean(axis=ax), a["x"].var(axis=ax) * n / (n - 1)
         m = a["momentum"]
         return {"running_mean": (1 - m) * a["running_mean"] + m * mu, "running_var": (1 - m) * a["running_var"] + m * var}
+    def scale(a):   # y = (x - mean) * invstd cancels in x - mean: its error is relative to |x| * invstd
+        spread = np.abs(a["x"]).max(axis=ax) / np.sqrt(a["x"].var(axis=ax) + a["eps"])
+        return float(spread.max()) * (float(np.abs(a["gamma"]).max()) if a["gamma"] is not None else 1.0)
     return Case("normalization", "batch_norm", ck.batch_norm,
                 {"x": x, "gamma": gamma, "beta": beta, "running_mean": rm, "running_var": rv, "training": True,
-                 "momentum": mom, "eps": eps}, ref, ("running_mean", "running_var"), ref_inplace)
+                 "momentum": mom, "eps": eps}, ref, ("running_mean", "running_var"), ref_inplace, scale)
 
 
 def make_reduction(rng, dt):
@@ -280,8 +283,9 @@ def make_softmax(rng, dt):
             loss = np.log(np.exp(a["logits"] - a["logits"].max(1, keepdims=True)).sum(1)) + a["logits"].max(1) \
                 - a["logits"][np.arange(n), a["targets"]]
             return (loss.mean() if red == "mean" else loss.sum() if red == "sum" else loss,)
+        # loss = logsumexp - logits[t] cancels: its error is relative to the terms (summed for "sum")
         return Case("softmax", "cross_entropy", ck.cross_entropy, {"logits": logits, "targets": t, "reduction": red},
-                    ref)
+                    ref, scale=lambda a: (float(np.abs(a["logits"]).max()) + np.log(c)) * (n if red == "sum" else 1))
     log = bool(rng.random() < 0.5)
     fn = ck.log_softmax if log else ck.softmax
     return Case("softmax", fn.__name__, fn, {"x": x, "axis": axis}, lambda a: (_softmax(a["x"], a["axis"], log),))
