@@ -6,6 +6,15 @@ OUT=${OUT:-/tmp/cudakit-out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src:$PWD/tests" PYTHONUNBUFFERED=1 CUDAKIT_RESULTS=/tmp/cudakit-extra  # at most 8 files come back: extras go to the log
 export CUDAKIT_CACHE_DIR=${CUDAKIT_CACHE_DIR:-/tmp/cudakit-cache}
+# The `cudnn` extra's frontend, carried as a wheel in .carry/wheels (git-ignored; pass carry=[".carry"]):
+# the image has cuDNN's runtime (torch's nvidia-cudnn-cu13), not the frontend. Installed into a
+# private directory with the runtime's lib directory on LD_LIBRARY_PATH; CUDAKIT_CUDNN=0 runs without.
+for whl in .carry/wheels/nvidia_cudnn_frontend-*-cp3*.whl; do
+  [ -f "$whl" ] || continue
+  python3 -m pip install -q --no-deps --no-index --target /tmp/cudakit-site "$whl" 2>&1 | tail -2 && export PYTHONPATH="/tmp/cudakit-site:$PYTHONPATH"
+done
+CUDNN_LIB=$(python3 -c "import nvidia.cudnn as m, os; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null) \
+  && export LD_LIBRARY_PATH="$CUDNN_LIB:${LD_LIBRARY_PATH:-}"
 LOG="$OUT/log.txt"
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
@@ -45,6 +54,8 @@ if [ "${TUNE:-0}" = 1 ]; then timeout ${TUNE_TIMEOUT:-200} python3 -m cudakit tu
 cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT/" 2>/dev/null
 for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "benchmarks/sweeps/$v.py" ${VARIANT_ARGS:-} 2>&1 | tee -a "$LOG" | grep VARIANT; done
 timeout ${PROBE_TIMEOUT:-90} python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
+# which path (cuDNN or cudakit's kernels) each benchmarked signature chose, and their host time per call
+timeout ${CUDNN_PROBE_TIMEOUT:-90} python3 scripts/cudnn_probe.py 2>&1 | tee -a "$LOG" | grep -E "CUDNN-PROBE|Error"
 # TRITON_SLIM: a carried tarball of another Triton (the image has 3.6; the extra pins >= 3.8), built
 # by scripts/triton_slim.sh into .carry/ (git-ignored: `echo /.carry/ >> .git/info/exclude`; pass
 # carry=[".carry"] to the device call): its GPU tests and launch-cost row run with it first on the

@@ -73,6 +73,11 @@ def collect_info() -> dict:
             info["devices"].append(dd)
     from cudakit import fallbacks
     info["fallbacks"] = fallbacks.taken()
+    info["cudnn"], info["paths"] = None, {}
+    if config_error is None:
+        from cudakit.kernels import cudnn, paths
+        info["cudnn"] = cudnn.version() if cudnn.available() else f"not used: {cudnn.why_unavailable()}"
+        info["paths"] = paths.last_paths()
     if ok and config_error is None:
         from cudakit.kernels import conv
         if not conv.available():   # what conv2d will do, before any call takes the path
@@ -118,6 +123,9 @@ def cmd_info(args) -> int:
     else:
         print(f"kernel cache: {c['path']} ({c['entries']} files, {c['bytes'] / 2**20:.1f} MiB)")
     print(f"native launcher: {info['native_launcher']}")
+    print(f"cuDNN: {info['cudnn'] or '-'}")
+    for op, path in info["paths"].items():
+        print(f"path {op}: {path}")
     for key, why in info["fallbacks"].items():
         print(f"fallback {key}: {why}")
     if not info["cuda_usable"]:

@@ -11,6 +11,8 @@
 | CUDAKIT_AUTOTUNE_LOG      | "1": log each autotuning trial                                   |
 | CUDAKIT_NATIVE            | "0": launch through CuPy's binding, not the native launcher      |
 | CUDAKIT_DISPATCH_PLANS    | "0": every call takes its checked path (no cudakit.dispatch plans) |
+| CUDAKIT_CUDNN             | "auto" (default): cuDNN (the `cudnn` extra) is a candidate path of |
+|                           | conv2d and attention where installed; "0": never; "1": required  |
 | CUDAKIT_FLOAT32_PRECISION | products in float32 conv2d and attention: "tf32x3" (default),    |
 |                           | "ieee" or "tf32" (see float32_precision below)                   |
 | CUDAKIT_DISTRIBUTED_DEBUG | "1": check that shapes and dtypes agree across ranks before each |
@@ -41,6 +43,7 @@ class Settings:
     float32_precision: str = "tf32x3"
     cache_size: str | None = None
     distributed_debug: bool = False
+    cudnn: str = "auto"
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -68,6 +71,11 @@ class Settings:
         if prec not in FLOAT32_PRECISIONS:
             raise ConfigError(f"CUDAKIT_FLOAT32_PRECISION={env.get('CUDAKIT_FLOAT32_PRECISION')!r} must be one of "
                               f"{', '.join(map(repr, FLOAT32_PRECISIONS))} (got {prec!r})")
+        cudnn = env.get("CUDAKIT_CUDNN", "auto").strip().lower() or "auto"
+        cudnn = {"auto": "auto", **{t: "1" for t in _TRUE}, **{f: "0" for f in _FALSE}}.get(cudnn)
+        if cudnn is None:
+            raise ConfigError(f"CUDAKIT_CUDNN={env.get('CUDAKIT_CUDNN')!r} must be 'auto', '0' (never use cuDNN) or "
+                              f"'1' (require it)")
         return cls(
             backend=backend,
             cache_dir=Path(cache),
@@ -80,6 +88,7 @@ class Settings:
             dispatch_plans=_flag(env, "CUDAKIT_DISPATCH_PLANS", True),
             float32_precision=prec,
             distributed_debug=_flag(env, "CUDAKIT_DISTRIBUTED_DEBUG", False),
+            cudnn=cudnn,
         )
 
 

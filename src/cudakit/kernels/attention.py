@@ -113,9 +113,27 @@ def _specialized(name: str, consts: dict):
 
 
 
+def _cudnn_candidate(dtype_name: str, d: int) -> bool:
+    from . import cudnn
+    return cudnn.wanted() and cudnn.attention_ok(dtype_name, d)
+
+
 def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None, tiles=None):
-    """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v. tiles: a dict overriding
-    the kernel's tile sizes and options (benchmarks/sweeps/attention_variants.py)."""
+    """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v: cuDNN's flash forward or
+    the Triton kernel, whichever kernels/paths.py measured faster for the signature (Triton alone
+    without the `cudnn` extra, for float32, or when block_n or tiles name the Triton kernel's tiles:
+    benchmarks/sweeps/attention_variants.py). FLOPs: 4 BH Lq Lk D, about half of it causal."""
+    bh, lq, d = q.shape
+    if block_n is None and tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d):
+        from . import cudnn, paths
+        key = ("fwd", bh, lq, k.shape[1], d, dtype_name, bool(causal), q.data.device_id)
+        return paths.run("attention", key, [
+            ("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal)),
+            ("triton", lambda: _triton_forward(q, k, v, scale, causal, dtype_name))])
+    return _triton_forward(q, k, v, scale, causal, dtype_name, block_n, tiles)
+
+
+def _triton_forward(q, k, v, scale, causal, dtype_name, block_n=None, tiles=None):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -130,8 +148,21 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
 
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None):
-    """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it. tiles: a pair of dicts
-    overriding the dK/dV and the dQ kernels' tile sizes and options (benchmarks/sweeps/attention_variants.py)."""
+    """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it (either path's: both
+    are the natural-log log-sum-exp of the scaled scores). cuDNN's flash backward or the Triton
+    kernels, chosen as forward() is. tiles: a pair of dicts overriding the Triton dK/dV and dQ
+    kernels' tile sizes and options. FLOPs: 10 BH Lq Lk D (8 without recomputing the scores)."""
+    bh, lq, d = q.shape
+    if tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d):
+        from . import cudnn, paths
+        key = ("bwd", bh, lq, k.shape[1], d, dtype_name, bool(causal), q.data.device_id)
+        return paths.run("attention_backward", key, [
+            ("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal)),
+            ("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name))])
+    return _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name, tiles)
+
+
+def _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name, tiles=None):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]

@@ -49,7 +49,8 @@ def _case(env: Env, shape, dtype: str, causal: bool, backward: bool) -> Case:
 
 def cases(env: Env) -> list[Case]:
     if env.gpu:
-        shapes = [(4, 16, 1024, 64)] if env.quick else [(8, 16, 4096, 64), (8, 16, 4096, 128)]
+        # the shapes of issue 27's acceptance (torch SDPA runs cuDNN's flash kernels at them)
+        shapes = [(4, 16, 1024, 64)] if env.quick else [(4, 16, 4096, 128), (16, 16, 1024, 64)]
     else:
         shapes = [(1, 2, 128, 64)]
     out = []

@@ -48,6 +48,70 @@ def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1):
     return Case(name, "conv", (n, c, hw, hw, k), dtype, nbytes, setup, flops=flops, check=check)
 
 
+# (C, H = W, K, R = S, stride): every distinct 3x3 and 1x1 convolution of ResNet-50 (torchvision's,
+# the stride on the 3x3 of each stage's first block) at 224x224 input; padding R // 2
+RESNET50 = [(64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1), (256, 56, 64, 1, 1),
+            (256, 56, 128, 1, 1), (128, 56, 128, 3, 2), (128, 28, 512, 1, 1), (256, 56, 512, 1, 2),
+            (512, 28, 128, 1, 1), (128, 28, 128, 3, 1), (512, 28, 256, 1, 1), (256, 28, 256, 3, 2),
+            (256, 14, 1024, 1, 1), (512, 28, 1024, 1, 2), (1024, 14, 256, 1, 1), (256, 14, 256, 3, 1),
+            (1024, 14, 512, 1, 1), (512, 14, 512, 3, 2), (512, 7, 2048, 1, 1), (1024, 14, 2048, 1, 2),
+            (2048, 7, 512, 1, 1), (512, 7, 512, 3, 1)]
+
+
+def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward):
+    """One ResNet-50 convolution, no bias (a batch norm follows each). float32 rows run under
+    cudakit.float32_precision `prec` against torch with cuDNN's TF32 allowed (torch's default) for
+    "tf32" and forbidden (strict FP32) otherwise; 16-bit rows name no precision."""
+    pad = r // 2
+    ho = (hw + 2 * pad - r) // stride + 1
+
+    def setup():
+        x, w = _rand(env, (n, c, hw, hw), dtype, 1), _rand(env, (k, c, r, r), dtype, 2, (r * r * c) ** -0.5)
+        tf32 = prec == "tf32"
+
+        def ours(fn):
+            if prec is None:
+                return fn
+            def call():
+                old = cudakit.set_float32_precision(prec)
+                try:
+                    return fn()
+                finally:
+                    cudakit.set_float32_precision(old)
+            return call
+        if backward:
+            g = _rand(env, (n, k, ho, ho), dtype, 4)
+            prov = {"cudakit": ours(lambda: cudakit.conv2d_backward(g, x, w, stride, pad, bias=False))}
+        else:
+            prov = {"cudakit": ours(lambda: cudakit.conv2d(x, w, None, stride, pad))}
+        if env.gpu and env.torch is not None:
+            t = env.torch
+            tx, tw = t.from_dlpack(x), t.from_dlpack(w)
+
+            def theirs(fn):
+                def call():
+                    old = t.backends.cudnn.allow_tf32
+                    t.backends.cudnn.allow_tf32 = tf32 or prec is None
+                    try:
+                        return fn()
+                    finally:
+                        t.backends.cudnn.allow_tf32 = old
+                return call
+            if backward:
+                rx, rw = (v.detach().requires_grad_(True) for v in (tx, tw))
+                with t.backends.cudnn.flags(allow_tf32=tf32 or prec is None):
+                    y = t.nn.functional.conv2d(rx, rw, None, stride, pad)
+                tg = t.from_dlpack(g)
+                prov["torch"] = theirs(lambda: t.autograd.grad(y, (rx, rw), tg, retain_graph=True))
+            else:
+                prov["torch"] = theirs(lambda: t.nn.functional.conv2d(tx, tw, None, stride, pad))
+        return prov
+    flops = (2 if backward else 1) * 2 * n * k * ho * ho * c * r * r
+    nbytes = (n * c * hw * hw + k * c * r * r + n * k * ho * ho) * _ITEM[dtype] * (2 if backward else 1)
+    name = "conv2d_r50" + (f"_{prec}" if prec else "") + ("_backward" if backward else "")
+    return Case(name, "conv_resnet50", (n, c, hw, hw, k, r, stride), dtype, nbytes, setup, flops=flops)
+
+
 def _pool(env: Env, n, c, hw, dtype, kind: str, backward: bool):
     """2x2 pooling with stride 2; bytes: x read and y written (forward), dy and x read and dx
     written (max backward)."""
@@ -90,4 +154,11 @@ def cases(env: Env) -> list[Case]:
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", False),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", True),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "avg", False)]
+    if env.gpu and any(o.startswith("conv2d_r50") for o in env.ops):   # asked by name only: 44 shapes a mode
+        batch = 8 if env.quick else 32
+        for dtype in env.dtypes:
+            for prec in (("tf32", "ieee") if dtype == "float32" else (None,)):
+                for c_, hw_, k_, r_, st_ in RESNET50:
+                    out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, False),
+                            _r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, True)]
     return out

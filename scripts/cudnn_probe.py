@@ -1,0 +1,62 @@
+"""Which conv2d / attention path each signature chose (the table `cudakit bench` left in the cache),
+and the host time per call of the cuDNN and Triton paths against torch on small bf16 shapes.
+Prints lines starting with CUDNN-PROBE. Run after a benchmark, with its CUDAKIT_CACHE_DIR."""
+import time
+
+import cupy as cp
+
+import cudakit
+from cudakit.kernels import cudnn, paths
+
+
+def host_us(fn, n=400):
+    fn()
+    cp.cuda.Device().synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    el = time.perf_counter() - t
+    cp.cuda.Device().synchronize()
+    return el / n * 1e6
+
+
+def forced(name, fn):
+    def call():
+        orig = paths.run
+        paths.run = lambda op, key, cands, timer=None: dict(cands)[name]()
+        try:
+            return fn()
+        finally:
+            paths.run = orig
+    return call
+
+
+def main():
+    print("CUDNN-PROBE cudnn", cudnn.version(), cudnn.why_unavailable())
+    for k, v in sorted(paths._on_disk.table().items()):
+        print("CUDNN-PROBE chose", v, k)
+    for k, v in sorted(cudnn._plans_on_disk.table().items()):
+        print("CUDNN-PROBE plan", v, k)
+    rs = cp.random.RandomState(0)
+    q, k, v = (rs.standard_normal((2, 2, 64, 32), dtype=cp.float32).astype(cp.dtype("bfloat16")) for _ in range(3))
+    x = rs.standard_normal((4, 8, 16, 16), dtype=cp.float32).astype(cp.dtype("bfloat16"))
+    w = rs.standard_normal((8, 8, 3, 3), dtype=cp.float32).astype(cp.dtype("bfloat16"))
+    rows = {}
+    for path in ("cudnn", "triton"):
+        rows[f"attention {path}"] = forced(path, lambda: cudakit.attention(q, k, v, causal=True))
+        rows[f"conv2d {path}"] = forced(path, lambda: cudakit.conv2d(x, w, None, 1, 1))
+    try:
+        import torch
+        F = torch.nn.functional
+        tq, tk, tv, tx, tw = (torch.from_dlpack(a) for a in (q, k, v, x, w))
+        rows["attention torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+        rows["conv2d torch"] = lambda: F.conv2d(tx, tw, None, 1, 1)
+    except Exception as e:  # noqa: BLE001
+        print("CUDNN-PROBE torch unavailable", e)
+    for name, fn in rows.items():
+        print(f"CUDNN-PROBE host {name:18s} {host_us(fn):7.1f} us/call")
+    print("CUDNN-PROBE stats", cudnn.stats, "declined", cudnn.declined())
+
+
+if __name__ == "__main__":
+    main()

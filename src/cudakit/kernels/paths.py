@@ -1,0 +1,110 @@
+"""Which implementation runs a call when more than one can: cuDNN (kernels/cudnn.py) or cudakit's
+own kernels (Triton implicit GEMMs, flash attention, direct kernels).
+
+`run(op, key, candidates)` takes the candidates in order of preference, each a function returning
+the result or None when it declines the call. The first time a signature `key` is seen, every
+candidate that accepts it is run once to warm up (graph build, compilation) and then timed with
+CUDA events; the fastest is kept for that signature, in memory and on disk (next to the Triton
+autotuner's choices, per GPU model and cuDNN/Triton/cudakit version), so a new process does not time
+again. With CUDAKIT_AUTOTUNE=0, or while a CUDA graph is being captured (timing would
+synchronise), the first candidate that accepts the call runs and nothing is stored.
+
+`last_paths()` says which path each op took last (also in `cudakit info` and in a profile's
+records, whose kernel names carry the path).
+"""
+from __future__ import annotations
+
+import logging
+
+from ..runtime.tuned import TunedTable
+
+log = logging.getLogger("cudakit.paths")
+
+_REPS = 3
+_choice: dict = {}          # (op, key) -> candidate name
+_last: dict = {}            # op -> the candidate that ran its last call
+stats = {"tuned": 0}
+
+
+def last_paths() -> dict:
+    """{op: the path that ran its last call}."""
+    return dict(_last)
+
+
+def reset() -> None:
+    """Forget every choice made in this process (the disk file stays)."""
+    _choice.clear()
+    _last.clear()
+    _on_disk.forget()
+
+
+def run(op: str, key, candidates, timer=None):
+    """The result of the chosen candidate for signature `key`. candidates: [(name, fn)] in order of
+    preference, fn() -> result or None (declined). timer(fn) -> milliseconds replaces the CUDA-event
+    timing (tests)."""
+    name = _choice.get((op, key))
+    if name is not None:
+        for n, fn in candidates:
+            if n == name:
+                out = fn()
+                if out is not None:
+                    _last[op] = n
+                    return out
+        del _choice[(op, key)]   # the chosen one declined now (e.g. another precision): choose again
+    stored = _on_disk.get(repr((op, key)))
+    from ..config import settings
+    from ..graphs import capturing
+    tune = settings().autotune and capturing() is None and len(candidates) > 1
+    if stored is not None or not tune:
+        for n, fn in sorted(candidates, key=lambda c: c[0] != stored):
+            out = fn()
+            if out is not None:
+                _choice[(op, key)] = _last[op] = n
+                return out
+        raise RuntimeError(f"{op}: no implementation accepted the call")  # callers always pass one that does
+    timings, results = {}, {}
+    for n, fn in candidates:
+        out = fn()               # warm-up: builds, compiles, autotunes the candidate's own tiles
+        if out is None:
+            continue
+        results[n] = out
+        timings[n] = (timer or _time)(fn)
+        if settings().autotune_log:
+            log.warning("autotune path %s %r: %s -> %.4f ms", op, key, n, timings[n])
+    if not timings:
+        raise RuntimeError(f"{op}: no implementation accepted the call")
+    best = min(timings, key=timings.get)
+    stats["tuned"] += 1
+    _choice[(op, key)] = _last[op] = best
+    _on_disk.put(repr((op, key)), best)
+    return results[best]
+
+
+def _time(fn) -> float:
+    from ..runtime import _cupy
+    cp = _cupy.cupy()
+    s = cp.cuda.get_current_stream()
+    samples = []
+    for _ in range(_REPS):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(s)
+        fn()
+        b.record(s)
+        b.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(a, b))
+    return sorted(samples)[len(samples) // 2]
+
+
+def _ident():
+    from .. import __version__
+    from ..runtime.device import get_device_info
+    from . import cudnn
+    try:
+        import triton
+        tv = triton.__version__
+    except ImportError:
+        tv = None
+    return [get_device_info().name, cudnn.version(), tv, __version__]
+
+
+_on_disk = TunedTable("paths", _ident)   # repr((op, key)) -> path name

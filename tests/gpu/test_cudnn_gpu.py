@@ -1,0 +1,71 @@
+"""The cuDNN path (kernels/cudnn.py, the `cudnn` extra) of conv2d and attention, forced for every
+call, against the float64 references of tests/conv_checks.py and tests/attention_checks.py."""
+import attention_checks as ac
+import conv_checks as cc
+import pytest
+from helpers import data
+
+import cudakit
+from cudakit.kernels import cudnn, paths
+
+pytestmark = pytest.mark.cuda
+cp = pytest.importorskip("cupy")
+
+from cupy_io import to_dev as _dev  # after the importorskip
+from cupy_io import to_host as _host
+
+
+@pytest.fixture
+def only_cudnn(monkeypatch):
+    """Every call with a cuDNN candidate takes it; a declined signature fails the test."""
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+
+    def run(op, key, candidates, timer=None):
+        out = dict(candidates)["cudnn"]()
+        assert out is not None, f"cuDNN declined {op} {key}: {cudnn.declined()}"
+        return out
+    monkeypatch.setattr(paths, "run", run)
+    before = cudnn.stats["executions"]
+    yield
+    assert cudnn.stats["executions"] > before, "no call ran on cuDNN"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("geo", [(2, 16, 9, 7, 32, 3, 3, 1, 1, 1), (4, 32, 28, 28, 64, 3, 3, 1, 1, 1),
+                                 (3, 8, 13, 11, 16, 3, 2, (2, 1), (1, 2), 1), (2, 16, 10, 10, 24, 3, 3, 1, 2, 2),
+                                 (2, 64, 14, 14, 32, 1, 1, 2, 0, 1)])
+def test_conv2d_cudnn(geo, dtype, rng, only_cudnn):
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
+
+
+def test_conv2d_cudnn_float32_tf32(rng, only_cudnn):
+    old = cudakit.set_float32_precision("tf32")
+    try:
+        cc.check_conv2d(_dev, _host, rng, 2, 16, 12, 12, 32, 3, 3, 1, 1, 1, "float32", product_u=cc.PRODUCT_U["tf32"])
+    finally:
+        cudakit.set_float32_precision(old)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lead,lq,lk,d", [((2, 3), 17, 29, 8), ((1,), 64, 64, 64), ((2, 2), 257, 300, 128),
+                                          ((4,), 130, 130, 80), ((2,), 33, 5, 24)])
+def test_attention_cudnn(lead, lq, lk, d, dtype, causal, rng, only_cudnn):
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal)
+
+
+def test_paths_choose_and_report(rng):
+    """Without forcing, each op times its candidates once and reports the path it took."""
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+    x = cp.asarray(data(rng, (8, 64, 32, 32), "bfloat16"))
+    wt = cp.asarray(data(rng, (64, 64, 3, 3), "bfloat16"))
+    y1 = cudakit.conv2d(x, wt, None, 1, 1)
+    y2 = cudakit.conv2d(x, wt, None, 1, 1)
+    assert paths.last_paths()["conv2d"] in ("cudnn", "triton")
+    cp.testing.assert_allclose(y1.astype(cp.float32), y2.astype(cp.float32), rtol=1e-2, atol=1e-2)
+    from cudakit.cli import collect_info
+    info = collect_info()
+    assert info["cudnn"] == cudnn.version() and "conv2d" in info["paths"]

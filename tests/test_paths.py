@@ -1,0 +1,83 @@
+"""kernels/paths.py's choice of implementation per call signature, with fake candidates and timer,
+and its table on disk (runtime/tuned.py)."""
+import json
+
+import pytest
+
+from cudakit.kernels import paths
+from cudakit.runtime.tuned import TunedTable
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    t = TunedTable("paths", lambda: ["test-gpu"])
+    monkeypatch.setattr(t, "_file", lambda: tmp_path / "paths.json")
+    monkeypatch.setattr(paths, "_on_disk", t)
+    paths.reset()
+    yield t
+    paths.reset()
+
+
+def _cands(calls, declines=()):
+    def make(name):
+        def fn():
+            calls.append(name)
+            return None if name in declines else name.upper()
+        return fn
+    return [(n, make(n)) for n in ("cudnn", "triton")]
+
+
+def test_fastest_is_chosen_once_and_stored(table, tmp_path):
+    calls = []
+    times = {"cudnn": 2.0, "triton": 1.0}
+    timer = lambda fn: times[fn().lower()]   # noqa: E731 - each timing runs the candidate
+    assert paths.run("conv2d", ("k", 1), _cands(calls), timer) == "TRITON"
+    assert paths.last_paths() == {"conv2d": "triton"}
+    assert json.loads((tmp_path / "paths.json").read_text()) == {repr(("conv2d", ("k", 1))): "triton"}
+    calls.clear()
+    assert paths.run("conv2d", ("k", 1), _cands(calls), timer) == "TRITON"
+    assert calls == ["triton"]   # chosen: the other is not run again
+
+
+def test_a_new_process_reads_the_choice(table):
+    table.put(repr(("attention", ("s",))), "triton")
+    paths.reset()
+    calls = []
+    assert paths.run("attention", ("s",), _cands(calls), timer=lambda fn: pytest.fail("timed again")) == "TRITON"
+    assert calls == ["triton"]
+
+
+def test_a_declining_candidate_is_not_timed(table):
+    calls = []
+    out = paths.run("conv2d", ("d",), _cands(calls, declines={"cudnn"}), timer=lambda fn: fn() and 1.0)
+    assert out == "TRITON" and paths.last_paths()["conv2d"] == "triton"
+
+
+def test_no_autotune_takes_the_first_that_accepts(table, monkeypatch):
+    from cudakit import config
+    monkeypatch.setenv("CUDAKIT_AUTOTUNE", "0")
+    monkeypatch.setattr(config, "_settings", None)
+    calls = []
+    assert paths.run("conv2d", ("n",), _cands(calls), timer=lambda fn: pytest.fail("timed")) == "CUDNN"
+    assert calls == ["cudnn"]
+    monkeypatch.setattr(config, "_settings", None)
+
+
+def test_corrupt_file_is_noted_and_rewritten(table, tmp_path):
+    from cudakit import fallbacks
+    (tmp_path / "paths.json").write_text("{not json")
+    calls = []
+    paths.run("conv2d", ("c",), _cands(calls), timer=lambda fn: 1.0 if fn() == "CUDNN" else 2.0)
+    assert any(k.startswith("autotune:") for k in fallbacks.taken())
+    assert json.loads((tmp_path / "paths.json").read_text()) == {repr(("conv2d", ("c",))): "cudnn"}
+
+
+def test_cudnn_setting(monkeypatch):
+    from cudakit import config
+    from cudakit.errors import ConfigError
+    for v, want in (("", "auto"), ("auto", "auto"), ("0", "0"), ("off", "0"), ("1", "1"), ("yes", "1")):
+        monkeypatch.setenv("CUDAKIT_CUDNN", v)
+        assert config.Settings.from_env().cudnn == want
+    monkeypatch.setenv("CUDAKIT_CUDNN", "maybe")
+    with pytest.raises(ConfigError, match="CUDAKIT_CUDNN='maybe'"):
+        config.Settings.from_env()
