@@ -20,14 +20,12 @@ def host_us(fn, n=400):
     return el / n * 1e6
 
 
-def forced(name, fn):
+def forced(name, fn, keys):
+    """fn with `name` chosen for the (op, key) pairs `keys` (so its dispatch plans apply)."""
     def call():
-        orig = paths.run
-        paths.run = lambda op, key, cands, timer=None: dict(cands)[name]()
-        try:
-            return fn()
-        finally:
-            paths.run = orig
+        for op_key in keys:
+            paths._choice[op_key] = name
+        return fn()
     return call
 
 
@@ -41,10 +39,24 @@ def main():
     q, k, v = (rs.standard_normal((2, 2, 64, 32), dtype=cp.float32).astype(cp.dtype("bfloat16")) for _ in range(3))
     x = rs.standard_normal((4, 8, 16, 16), dtype=cp.float32).astype(cp.dtype("bfloat16"))
     w = rs.standard_normal((8, 8, 3, 3), dtype=cp.float32).astype(cp.dtype("bfloat16"))
+    dev = cp.cuda.runtime.getDevice()
+    akey = [("attention", ("fwd", 4, 64, 64, 32, "bfloat16", True, dev))]
+    geo = (1, 1, 1, 1, 1, 1, 3, 3, 16, 16)
+    ckey = [("conv2d", ("fwd", (4, 8, 16, 16), (8, 8, 3, 3), geo, 1, False, "bfloat16", "tf32x3", dev))]
     rows = {}
     for path in ("cudnn", "triton"):
-        rows[f"attention {path}"] = forced(path, lambda: cudakit.attention(q, k, v, causal=True))
-        rows[f"conv2d {path}"] = forced(path, lambda: cudakit.conv2d(x, w, None, 1, 1))
+        rows[f"attention {path}"] = forced(path, lambda: cudakit.attention(q, k, v, causal=True), akey)
+        rows[f"conv2d {path}"] = forced(path, lambda: cudakit.conv2d(x, w, None, 1, 1), ckey)
+    o = cudakit.attention(q, k, v, causal=True)
+    sig = ("sdpa_fwd", 4, 64, 64, 32, "bfloat16", 32 ** -0.5, True, dev)
+    run = cudnn.executor(sig)
+    lse = cp.empty((4, 64), cp.float32)
+    if run is not None:
+        rows["cudnn executor alone"] = lambda: run(q.data.ptr, k.data.ptr, v.data.ptr, o.data.ptr, lse.data.ptr)
+        g = cudnn._graphs[sig]
+        h = cudnn._handle(cudnn._load()[0], dev, cp.cuda.get_current_stream().ptr)
+        pack = dict(zip(g.uids, (q.data.ptr, k.data.ptr, v.data.ptr, o.data.ptr, lse.data.ptr)))
+        rows["cudnn execute call"] = lambda: g.graph._execute_plan_at_index(pack, 0, g.index, h.backend_handle)
     try:
         import torch
         F = torch.nn.functional

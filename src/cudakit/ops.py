@@ -61,25 +61,25 @@ def backend_for(*arrays):
             _cuda_nd, _fast = be._array_type, be._fast
             import cupy
             _dispatch.enable(cupy.ndarray, cupy.cuda.runtime.getDevice)
-            global _gemm_plans, _trace_plans
-            from .kernels import gemm_plans as _gemm_plans, trace_plans as _trace_plans
+            global _gemm_plans, _trace_plans, _path_plans
+            from .kernels import gemm_plans as _gemm_plans, trace_plans as _trace_plans, path_plans as _path_plans
     return be
 
 
-_gemm_plans = _trace_plans = None   # kernels.gemm_plans, kernels.trace_plans once the CUDA backend exists
+_gemm_plans = _trace_plans = _path_plans = None   # kernels.gemm_plans, .trace_plans, .path_plans once CUDA is up
 
 
 def _planned(op: str, planner, args: tuple, arrays: int = 3):
     """The op through cudakit.dispatch: its plan for this call signature, or the backend's checked
     method (on the backend owning the first `arrays` arguments) on a signature's first call and
-    where no plan fits. planner: the name of a function of kernels.gemm_plans, or None for a plan
-    traced from the checked call (kernels/trace_plans.py)."""
+    where no plan fits. planner: the name of a function of kernels.gemm_plans or kernels.path_plans,
+    or None for a plan traced from the checked call (kernels/trace_plans.py)."""
     checked = lambda *a: getattr(backend_for(*a[:arrays]), op)(*a)  # noqa: E731
     if _gemm_plans is None:
         return checked(*args)
     if planner is None:
         return _dispatch.call(op, lambda *a: _trace_plans.trace(op, checked, a), args, checked)
-    return _dispatch.call(op, getattr(_gemm_plans, planner), args, checked)
+    return _dispatch.call(op, getattr(_gemm_plans, planner, None) or getattr(_path_plans, planner), args, checked)
 
 
 def _native(op, x0, x1=None, p=0.0, out=None):
@@ -511,17 +511,17 @@ def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bia
 
 def attention(q, k, v, scale=None, causal=False):
     """softmax(q k^T * scale) v, fused (see Backend.attention)."""
-    return backend_for(q, k, v).attention(q, k, v, scale, causal)
+    return _planned("attention", "plan_attention", (q, k, v, scale, causal))
 
 
 def attention_with_lse(q, k, v, scale=None, causal=False):
     """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
-    return backend_for(q, k, v).attention_with_lse(q, k, v, scale, causal)
+    return _planned("attention_with_lse", "plan_attention_with_lse", (q, k, v, scale, causal))
 
 
 def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False):
     """(grad_q, grad_k, grad_v) of attention (see Backend.attention_backward)."""
-    return backend_for(grad_out, q, k, v).attention_backward(grad_out, q, k, v, out, lse, scale, causal)
+    return _planned("attention_backward", "plan_attention_backward", (grad_out, q, k, v, out, lse, scale, causal), 4)
 
 
 def flash_attention(q, k, v, scale=None, block_size=64, causal=False):

@@ -69,3 +69,34 @@ def test_paths_choose_and_report(rng):
     from cudakit.cli import collect_info
     info = collect_info()
     assert info["cudnn"] == cudnn.version() and "conv2d" in info["paths"]
+
+
+@pytest.mark.parametrize("dtype,path", [("bfloat16", "cudnn"), ("bfloat16", "triton"), ("float16", "cudnn"),
+                                        ("float32", "triton")])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_plans_replay_the_checked_call_bitwise(dtype, path, causal, rng):
+    """The dispatch plan of attention_with_lse / attention_backward (kernels/path_plans.py) gives
+    the checked call's results bit for bit, on either path."""
+    from cudakit import dispatch
+    if path == "cudnn" and not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+    lead, lq, lk, d = (2, 3), 70, 90, 64
+    bh, dev = 6, cp.cuda.runtime.getDevice()
+    dispatch.clear()   # a signature's path is fixed by its first call: forget earlier parameters' plans
+    for op, kind in (("attention", "fwd"), ("attention_backward", "bwd")):
+        paths._choice[(op, (kind, bh, lq, lk, d, dtype, causal, dev))] = path
+    q, k, v, g = (cp.asarray(data(rng, lead + (n, d), dtype)) for n in (lq, lk, lk, lq))
+    first = cudakit.attention_with_lse(q, k, v, None, causal)
+    grads = cudakit.attention_backward(g, q, k, v, *first, None, causal)
+    for _ in range(2):   # the second call is planned
+        again = cudakit.attention_with_lse(q, k, v, None, causal)
+        grads_again = cudakit.attention_backward(g, q, k, v, *again, None, causal)
+    planned = [p for (op, _), p in dispatch._plans.items() if op in ("attention_with_lse", "attention_backward")]
+    assert planned and all(p is not None for p in planned)
+    for i, (a, b) in enumerate(zip(first + grads, again + grads_again)):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        if i >= 2 and path == "cudnn":   # cuDNN's backward sums dQ with atomics: not bitwise repeatable
+            cp.testing.assert_allclose(a.astype(cp.float32), b.astype(cp.float32), rtol=2e-2, atol=2e-3)
+        else:
+            cp.testing.assert_array_equal(a, b)
+    assert paths.last_paths()["attention"] == path

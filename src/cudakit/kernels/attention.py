@@ -186,3 +186,83 @@ def _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name, tiles=Non
     _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars,
             dict(qc, D=d, CAUSAL=bool(causal)))
     return dq, dk, dv
+
+
+# ---- host-time plans (kernels/path_plans.py): forward()/backward() minus their per-call choices --
+def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: float, causal: bool, device: int):
+    """A function (q, k, v) -> (out like q, lse (bh, lq) float32) for C-contiguous arrays holding
+    [bh, L, d], replaying forward()'s chosen path for this signature with everything but the
+    output allocation and the launch bound; None where forward() has not chosen yet or the
+    signature needs its general handling (empty, more than 65535 batch-heads)."""
+    cp = _cupy.cupy()
+    nd, f32 = cp.ndarray, cp.float32
+    if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
+        return None
+    if _cudnn_candidate(dtype_name, d):
+        from . import cudnn, paths
+        choice = paths.chosen("attention", ("fwd", bh, lq, lk, d, dtype_name, bool(causal), device))
+        if choice == "cudnn":
+            run = cudnn.executor(("sdpa_fwd", bh, lq, lk, d, dtype_name, float(scale), bool(causal), device))
+            if run is None:
+                return None
+
+            def fwd(q, k, v):
+                out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
+                run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
+                return out, lse
+            return fwd
+        if choice != "triton":
+            return None
+    cfg = _config(dtype_name, d, None)
+    launch = _specialized("attn_fwd", dict(cfg, D=d, CAUSAL=bool(causal), POS_SCALE=scale > 0))[
+        (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
+    qk_scale = float(scale * math.log2(math.e))
+
+    def fwd(q, k, v):
+        out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
+        launch(q, k, v, out, lse, qk_scale, lq, lk)
+        return out, lse
+    return fwd
+
+
+def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: float, causal: bool, device: int):
+    """A function (do, q, k, v, out, lse) -> (dq, dk, dv) like q, k, v, replaying backward()'s chosen
+    path (see plan_forward); None where it does not apply."""
+    cp = _cupy.cupy()
+    nd, f32 = cp.ndarray, cp.float32
+    if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
+        return None
+    if _cudnn_candidate(dtype_name, d):
+        from . import cudnn, paths
+        choice = paths.chosen("attention_backward", ("bwd", bh, lq, lk, d, dtype_name, bool(causal), device))
+        if choice == "cudnn":
+            run = cudnn.executor(("sdpa_bwd", bh, lq, lk, d, dtype_name, float(scale), bool(causal), device))
+            if run is None:
+                return None
+
+            def bwd(do, q, k, v, out, lse):
+                dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
+                run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr,
+                    dq.data.ptr, dk.data.ptr, dv.data.ptr)
+                return dq, dk, dv
+            return bwd
+        if choice != "triton":
+            return None
+    cfg = _config(dtype_name, d, None)
+    kv, qc = _backward_configs(dtype_name, cfg)
+    delta_launch = _specialized("attn_bwd_delta", {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})[
+        (max(1, math.ceil(lq / 64)), bh)]
+    dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, CAUSAL=bool(causal), EVEN_Q=lq % kv["BLOCK_M"] == 0))[
+        (max(1, math.ceil(lk / kv["BLOCK_N"])), bh)]
+    dq_launch = _specialized("attn_bwd_dq", dict(qc, D=d, CAUSAL=bool(causal)))[
+        (max(1, math.ceil(lq / qc["BLOCK_M"])), bh)]
+    scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk)
+
+    def bwd(do, q, k, v, out, lse):
+        dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
+        delta = nd((bh, lq), f32)
+        delta_launch(out, do, delta, lq)
+        dkdv(q, k, v, do, lse, delta, dk, dv, *scalars)
+        dq_launch(q, k, v, do, lse, delta, dq, *scalars)
+        return dq, dk, dv
+    return bwd

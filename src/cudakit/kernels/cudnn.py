@@ -155,6 +155,28 @@ class _Graph:
         stats["executions"] += 1
 
 
+def executor(sig):
+    """A function run(*pointers) executing the built graph of signature `sig` on the current stream
+    with everything but the stream and the workspace bound (the host-time plans of
+    kernels/path_plans.py); None when `sig` has no built graph."""
+    g = _graphs.get(sig)
+    if not isinstance(g, _Graph):
+        return None
+    cudnn = _load()[0]
+    cp = _cupy.cupy()
+    execute, index, uids, nws = g.graph._execute_plan_at_index, g.index, g.uids, g.workspace
+    dev, get_stream, empty, u8 = sig[-1], cp.cuda.get_current_stream, cp.empty, cp.uint8
+
+    def run(*ptrs):
+        h = _handle(cudnn, dev, get_stream().ptr)
+        if nws:
+            ws = empty((nws,), u8)
+            execute(dict(zip(uids, ptrs)), ws.data.ptr, index, h.backend_handle)
+        else:
+            execute(dict(zip(uids, ptrs)), 0, index, h.backend_handle)
+    return run
+
+
 def _contiguous_strides(shape) -> list:
     st, acc = [], 1
     for d in reversed(shape):

@@ -20,10 +20,17 @@ from ..runtime.tuned import TunedTable
 
 log = logging.getLogger("cudakit.paths")
 
-_REPS = 3
+_REPS = 5
+_BATCH = 4
+_MARGIN = 0.02
 _choice: dict = {}          # (op, key) -> candidate name
 _last: dict = {}            # op -> the candidate that ran its last call
 stats = {"tuned": 0}
+
+
+def chosen(op: str, key):
+    """The candidate chosen for (op, key) in this process, or None (not yet chosen)."""
+    return _choice.get((op, key))
 
 
 def last_paths() -> dict:
@@ -73,7 +80,10 @@ def run(op: str, key, candidates, timer=None):
             log.warning("autotune path %s %r: %s -> %.4f ms", op, key, n, timings[n])
     if not timings:
         raise RuntimeError(f"{op}: no implementation accepted the call")
-    best = min(timings, key=timings.get)
+    best = None   # the first in preference order unless another is _MARGIN faster (timing noise)
+    for n in timings:
+        if best is None or timings[n] < timings[best] * (1 - _MARGIN):
+            best = n
     stats["tuned"] += 1
     _choice[(op, key)] = _last[op] = best
     _on_disk.put(repr((op, key)), best)
@@ -81,6 +91,9 @@ def run(op: str, key, candidates, timer=None):
 
 
 def _time(fn) -> float:
+    """Milliseconds per call of fn, the median of _REPS batches of _BATCH back-to-back calls: what
+    a stream of such calls costs, GPU time where the host keeps ahead of the GPU and host time
+    where it does not (a path with slow launches loses on small shapes, as it would in use)."""
     from ..runtime import _cupy
     cp = _cupy.cupy()
     s = cp.cuda.get_current_stream()
@@ -88,10 +101,11 @@ def _time(fn) -> float:
     for _ in range(_REPS):
         a, b = cp.cuda.Event(), cp.cuda.Event()
         a.record(s)
-        fn()
+        for _ in range(_BATCH):
+            fn()
         b.record(s)
         b.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(a, b))
+        samples.append(cp.cuda.get_elapsed_time(a, b) / _BATCH)
     return sorted(samples)[len(samples) // 2]
 
 
