@@ -533,13 +533,13 @@ def flash_attention(q, k, v, scale=None, block_size=64, causal=False):
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D convolution, NCHW (see Backend.conv2d)."""
-    return backend_for(x, weight, bias).conv2d(x, weight, bias, stride, padding, dilation, groups)
+    return _planned("conv2d", "plan_conv2d", (x, weight, bias, stride, padding, dilation, groups))
 
 
 def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
     """(grad_x, grad_weight, grad_bias) of conv2d (see Backend.conv2d_backward)."""
-    return backend_for(grad_out, x, weight).conv2d_backward(grad_out, x, weight, stride, padding, dilation, bias,
-                                                            groups)
+    return _planned("conv2d_backward", "plan_conv2d_backward",
+                    (grad_out, x, weight, stride, padding, dilation, bias, groups))
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0):

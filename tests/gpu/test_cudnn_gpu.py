@@ -99,4 +99,53 @@ def test_attention_plans_replay_the_checked_call_bitwise(dtype, path, causal, rn
             cp.testing.assert_allclose(a.astype(cp.float32), b.astype(cp.float32), rtol=2e-2, atol=2e-3)
         else:
             cp.testing.assert_array_equal(a, b)
-    assert paths.last_paths()["attention"] == path
+    if dtype != "float32":   # float32 attention has one path (Triton): no choice recorded
+        assert paths.last_paths()["attention"] == path
+
+
+@pytest.mark.parametrize("dtype,path,prec", [("bfloat16", "cudnn", ""), ("bfloat16", "triton", ""),
+                                             ("float32", "cudnn", "tf32"), ("float32", "triton", "tf32x3")])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv2d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
+    """conv2d / conv2d_backward's dispatch plans give the checked call's results (bitwise but for
+    cuDNN's weight gradient, which may sum with atomics), and a float32 plan follows a change of
+    float32_precision."""
+    from cudakit import dispatch
+    if path == "cudnn" and not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+    old = cudakit.set_float32_precision(prec or None)
+    try:
+        dispatch.clear()
+        dev = cp.cuda.runtime.getDevice()
+        x_shape, w_shape = (3, 16, 11, 9), (24, 16, 3, 3)
+        geo = (2, 1, 1, 1, 1, 1, 3, 3, 6, 9)
+        p = prec if dtype == "float32" else ""
+        for op, kind, b in (("conv2d", "fwd", bias), ("conv2d_weight_grad", "wgrad", bias),
+                            ("conv2d_input_grad", "dgrad", False)):
+            paths._choice[(op, (kind, x_shape, w_shape, geo, 1, b, dtype, p, dev))] = path
+        x, w = cp.asarray(data(rng, x_shape, dtype)), cp.asarray(data(rng, w_shape, dtype))
+        bb = cp.asarray(data(rng, (24,), dtype)) if bias else None
+        g = cp.asarray(data(rng, (3, 24, 6, 9), dtype))
+        runs = []
+        for _ in range(3):   # the second and third calls are planned
+            y = cudakit.conv2d(x, w, bb, (2, 1), 1)
+            runs.append((y,) + tuple(cudakit.conv2d_backward(g, x, w, (2, 1), 1, 1, bias)))
+        planned = [p_ for (op, _), p_ in dispatch._plans.items() if op in ("conv2d", "conv2d_backward")]
+        assert len(planned) == 2 and all(p_ is not None for p_ in planned)
+        for i, (a, b_) in enumerate(zip(runs[0], runs[2])):
+            if a is None:
+                assert b_ is None and i == 3
+                continue
+            if path == "cudnn" and i == 2:
+                cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
+            else:
+                cp.testing.assert_array_equal(a, b_)
+        assert paths.last_paths()["conv2d"] == path
+        if dtype == "float32":   # another precision: the plan hands the call back to the checked path
+            cudakit.set_float32_precision("ieee")
+            y2 = cudakit.conv2d(x, w, bb, (2, 1), 1)
+            cc._close(cp.asnumpy(y2), *cc.conv_reference(cp.asnumpy(x), cp.asnumpy(w),
+                                                         None if bb is None else cp.asnumpy(bb), (2, 1), (1, 1), (1, 1))[:2],
+                      16 * 9 + 1, dtype, "conv2d after a precision change")
+    finally:
+        cudakit.set_float32_precision(old)

@@ -11,8 +11,8 @@ import contextlib
 import numpy as np
 
 from ..errors import DeviceError
-from .. import config
 from ..kernels import conv, cudnn   # import neither CuPy, Triton nor cuDNN until a kernel runs
+from ..kernels.paths import conv_path_key
 from ..runtime import _cupy, memory
 from ..runtime import device as _device_mod
 from .base import Backend
@@ -89,46 +89,41 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
     def _conv2d_kernel(self, x, w, b, geo, groups):
         x, w = self._ascontiguous(x), self._ascontiguous(w)
         b = None if b is None else self._ascontiguous(b)
-        key = ("fwd", x.shape, w.shape, geo, groups, b is not None)
+        key = conv_path_key("fwd", x.dtype, x.shape, w.shape, geo, groups, b is not None)
         return self._conv_paths("conv2d", x.dtype, x.shape, w.shape[0], geo, groups, key,
                                 lambda: cudnn.conv_fprop(x, w, b, geo),
                                 lambda: conv.conv2d(x, w, b, geo, groups))
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
         g, w = self._ascontiguous(grad_out), self._ascontiguous(w)
-        key = ("dgrad", g.shape, w.shape, tuple(x_shape), geo, groups)
+        key = conv_path_key("dgrad", w.dtype, x_shape, w.shape, geo, groups, False)
         return self._conv_paths("conv2d_input_grad", w.dtype, x_shape, w.shape[0], geo, groups, key,
                                 lambda: cudnn.conv_dgrad(g, w, x_shape, geo),
                                 lambda: conv.conv2d_input_grad(g, w, x_shape, geo, groups))
 
     def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias, groups):
         g, x = self._ascontiguous(grad_out), self._ascontiguous(x)
-        key = ("wgrad", g.shape, x.shape, tuple(w_shape), geo, groups, bool(bias))
+        key = conv_path_key("wgrad", x.dtype, x.shape, w_shape, geo, groups, bias)
         return self._conv_paths("conv2d_weight_grad", x.dtype, x.shape, w_shape[0], geo, groups, key,
                                 lambda: cudnn.conv_wgrad(g, x, w_shape, geo, bias),
                                 lambda: conv.conv2d_weight_grad(g, x, w_shape, geo, bias, groups))
 
     def _conv_paths(self, op, dtype, x_shape, k, geo, groups, key, with_cudnn, with_own):
-        """The result of conv2d's faster path for this signature (kernels/paths.py): cuDNN (groups
-        1, 16-bit or float32 under precision "tf32", the `cudnn` extra installed) and cudakit's
-        implicit-GEMM or direct kernels; None for the im2col path when neither takes the call."""
+        """The result of conv2d's faster path for this signature (kernels/paths.py, which records
+        the choice for the dispatch plans of kernels/path_plans.py): cuDNN (groups 1, 16-bit or
+        float32 under precision "tf32", the `cudnn` extra installed) and cudakit's implicit-GEMM or
+        direct kernels; None for the im2col path when neither takes the call."""
+        from ..kernels import paths
         name = conv.dtype_name(dtype)
         candidates = []
         if groups == 1 and cudnn.wanted() and cudnn.conv_dtype_ok(name):
             candidates.append(("cudnn", with_cudnn))
-            if conv.why_not(name, x_shape, k, geo, groups) is None:
-                candidates.append(("triton", with_own))
-        elif conv.usable(name, x_shape, k, geo, groups):   # notes why not (cudakit info)
+        if conv.why_not(name, x_shape, k, geo, groups) is None:
             candidates.append(("triton", with_own))
         if not candidates:
+            conv.usable(name, x_shape, k, geo, groups)   # notes why the im2col path runs (cudakit info)
             return None
-        if len(candidates) == 1:
-            out = candidates[0][1]()
-            if out is None and candidates[0][0] == "cudnn" and conv.usable(name, x_shape, k, geo, groups):
-                out = with_own()   # cuDNN declined this signature (kernels.cudnn.declined() says why)
-            return out
-        from ..kernels import paths
-        return paths.run(op, key + (name, config.float32_precision(), self._cp.cuda.runtime.getDevice()), candidates)
+        return paths.run(op, key, candidates)   # None: cuDNN, the only candidate, declined it
 
     def _coerce(self, x, arg):
         cp = self._cp

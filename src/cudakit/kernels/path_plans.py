@@ -61,3 +61,123 @@ def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=Fals
     if bwd is None:
         return None
     return lambda grad_out, q, k, v, out, lse, scale=None, causal=False: bwd(grad_out, q, k, v, out, lse)
+
+
+# ---- conv2d ------------------------------------------------------------------------------------
+def _conv_geo(op, x, weight, bias, stride, padding, dilation, groups):
+    """(geo, groups) as conv2d's checks computed them for this signature (the backend's cache)."""
+    from ..ops import backend_for
+    be = backend_for(x, weight)
+    _, geo, groups = be._conv_plan(op, {"x": x, "weight": weight, "bias": bias}, stride, padding, dilation, groups)
+    return geo, groups
+
+
+def _conv_ok(*arrays) -> bool:
+    return str(arrays[0].dtype) in _DTYPES and all(a is None or a.flags.c_contiguous for a in arrays)
+
+
+def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig, own):
+    """A function of the chosen path of one conv2d pass (see _conv_paths of backends/cuda.py):
+    cuDNN's executor (called with pointers) as ("cudnn", run), or ("triton", own); None when no
+    path was chosen for the signature or its float32 precision differs now."""
+    from . import cudnn, paths
+    key = paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias)
+    choice = paths.chosen(op, key)
+    if choice == "cudnn":
+        run = cudnn.executor(cudnn_sig)
+        return None if run is None else ("cudnn", run, key)
+    return ("triton", own, key) if choice == "triton" else None
+
+
+def _precision_guard(dtype, key, plan, checked):
+    """plan, or for float32 a plan that takes the checked path when float32_precision() changed
+    since the path was chosen (the choice is per precision)."""
+    if str(dtype) != "float32":
+        return plan
+    from .. import config
+    prec = key[7]
+    return lambda *a: plan(*a) if config.float32_precision() == prec else checked(*a)
+
+
+def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    if not _conv_ok(x, weight, bias):
+        return None
+    geo, groups = _conv_geo("conv2d", x, weight, bias, stride, padding, dilation, groups)
+    from . import conv
+    dev = x.data.device_id
+    name = str(x.dtype)
+    step = _conv_step("conv2d", "fwd", x.dtype, x.shape, weight.shape, geo, groups, bias is not None,
+                      ("conv_fprop", x.shape, weight.shape, name, geo, bias is not None, dev), None)
+    if step is None:
+        return None
+    nd = _cupy.cupy().ndarray
+    y_shape = (x.shape[0], weight.shape[0], geo[8], geo[9])
+    if step[0] == "cudnn":
+        run = step[1]
+        if bias is None:
+            def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+                y = nd(y_shape, x.dtype)
+                run(x.data.ptr, weight.data.ptr, y.data.ptr)
+                return y
+        else:
+            def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+                y = nd(y_shape, x.dtype)
+                run(x.data.ptr, weight.data.ptr, bias.data.ptr, y.data.ptr)
+                return y
+    else:
+        g = groups
+
+        def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+            return conv.conv2d(x, weight, bias, geo, g)
+    return _precision_guard(x.dtype, step[2], plan, lambda *a: _checked("conv2d", *a))
+
+
+def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+    if type(bias) is not bool or not _conv_ok(x, weight, grad_out) or grad_out.dtype != x.dtype:
+        return None
+    geo, groups = _conv_geo("conv2d_backward", x, weight, None, stride, padding, dilation, groups)
+    from . import conv
+    dev = x.data.device_id
+    name = str(x.dtype)
+    w_shape = tuple(weight.shape)
+    wg = _conv_step("conv2d_weight_grad", "wgrad", x.dtype, x.shape, w_shape, geo, groups, bias,
+                    ("conv_wgrad", grad_out.shape, x.shape, w_shape, name, geo, dev), None)
+    dg = _conv_step("conv2d_input_grad", "dgrad", x.dtype, x.shape, w_shape, geo, groups, False,
+                    ("conv_dgrad", grad_out.shape, w_shape, tuple(x.shape), name, geo, dev), None)
+    if wg is None or dg is None:
+        return None
+    cp = _cupy.cupy()
+    nd, f32 = cp.ndarray, cp.float32
+    x_shape, g_ = tuple(x.shape), groups
+
+    if wg[0] == "cudnn":
+        run_w = wg[1]
+
+        def weight_grad(grad_out, x):
+            gw = nd(w_shape, x.dtype)
+            run_w(x.data.ptr, grad_out.data.ptr, gw.data.ptr)
+            gb = grad_out.sum(axis=(0, 2, 3), dtype=f32).astype(x.dtype) if bias else None
+            return gw, gb
+    else:
+        def weight_grad(grad_out, x):
+            return conv.conv2d_weight_grad(grad_out, x, w_shape, geo, bias, g_)
+    if dg[0] == "cudnn":
+        run_d = dg[1]
+
+        def input_grad(grad_out, weight):
+            gx = nd(x_shape, weight.dtype)
+            run_d(grad_out.data.ptr, weight.data.ptr, gx.data.ptr)
+            return gx
+    else:
+        def input_grad(grad_out, weight):
+            return conv.conv2d_input_grad(grad_out, weight, x_shape, geo, g_)
+
+    def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+        gw, gb = weight_grad(grad_out, x)
+        return input_grad(grad_out, weight), gw, gb
+    return _precision_guard(x.dtype, wg[2], plan, lambda *a: _checked("conv2d_backward", *a))
+
+
+def _checked(op, *args):
+    from ..ops import backend_for
+    return getattr(backend_for(*args[:3]), op)(*args)

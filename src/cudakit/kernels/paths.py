@@ -28,6 +28,17 @@ _last: dict = {}            # op -> the candidate that ran its last call
 stats = {"tuned": 0}
 
 
+def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bool) -> tuple:
+    """The signature under which conv2d's path is chosen: kind "fwd", "dgrad" or "wgrad", the
+    shapes, geometry, groups, bias, dtype, float32 precision and current device."""
+    from .. import config
+    from ..runtime import _cupy
+    name = str(dtype)
+    prec = config.float32_precision() if name == "float32" else ""
+    return (kind, tuple(x_shape), tuple(w_shape), geo, groups, bool(bias), name, prec,
+            _cupy.cupy().cuda.runtime.getDevice())
+
+
 def chosen(op: str, key):
     """The candidate chosen for (op, key) in this process, or None (not yet chosen)."""
     return _choice.get((op, key))
@@ -46,9 +57,9 @@ def reset() -> None:
 
 
 def run(op: str, key, candidates, timer=None):
-    """The result of the chosen candidate for signature `key`. candidates: [(name, fn)] in order of
-    preference, fn() -> result or None (declined). timer(fn) -> milliseconds replaces the CUDA-event
-    timing (tests)."""
+    """The result of the chosen candidate for signature `key`, or None when every candidate declines.
+    candidates: [(name, fn)] in order of preference, fn() -> result or None (declined).
+    timer(fn) -> milliseconds replaces the CUDA-event timing (tests)."""
     name = _choice.get((op, key))
     if name is not None:
         for n, fn in candidates:
@@ -68,7 +79,7 @@ def run(op: str, key, candidates, timer=None):
             if out is not None:
                 _choice[(op, key)] = _last[op] = n
                 return out
-        raise RuntimeError(f"{op}: no implementation accepted the call")  # callers always pass one that does
+        return None
     timings, results = {}, {}
     for n, fn in candidates:
         out = fn()               # warm-up: builds, compiles, autotunes the candidate's own tiles
@@ -79,7 +90,7 @@ def run(op: str, key, candidates, timer=None):
         if settings().autotune_log:
             log.warning("autotune path %s %r: %s -> %.4f ms", op, key, n, timings[n])
     if not timings:
-        raise RuntimeError(f"{op}: no implementation accepted the call")
+        return None
     best = None   # the first in preference order unless another is _MARGIN faster (timing noise)
     for n in timings:
         if best is None or timings[n] < timings[best] * (1 - _MARGIN):
