@@ -211,11 +211,11 @@ def forward(params: dict, batch: tuple, cfg: GPTConfig, step: int = 0, xp=np):
         P = Block(params, i)
         # attention: layernorm, QKV projection, heads split off, causal attention, heads merged
         L["h1"], L["m1"], L["r1"] = cudakit.layernorm_with_stats(x, P["ln1.w"], P["ln1.b"])
-        qkv = cudakit.linear(L["h1"], P["qkv.w"], P["qkv.b"])                  # (B, T, 3D)
-        qkv = cudakit.permute(qkv.reshape(b, t, 3, nh, hd), (2, 0, 3, 1, 4))   # (3, B, H, T, hd)
-        L["q"], L["k"], L["v"] = qkv[0], qkv[1], qkv[2]
-        L["a"], L["lse"] = cudakit.attention_with_lse(L["q"], L["k"], L["v"], causal=True)
-        L["a2"] = cudakit.permute(L["a"], (0, 2, 1, 3)).reshape(b, t, d)      # (B, T, D)
+        qkv = cudakit.linear(L["h1"], P["qkv.w"], P["qkv.b"]).reshape(b, t, 3, nh, hd)
+        # q, k, v: (B, T, H, hd) views of the packed projection, no copies (layout "blhd")
+        L["q"], L["k"], L["v"] = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        L["a"], L["lse"] = cudakit.attention_with_lse(L["q"], L["k"], L["v"], causal=True, layout="blhd")
+        L["a2"] = L["a"].reshape(b, t, d)                                      # heads merged: (B, T, D)
         L["seed1"] = dropout_seed(step, next(site))
         x = cudakit.add(x, _dropout(cudakit.linear(L["a2"], P["proj.w"], P["proj.b"]), p, L["seed1"]))
         # MLP: layernorm, linear + GELU (one fused op), linear
@@ -261,9 +261,9 @@ def backward(cache: dict, on_grad=None) -> dict:
         # attention: x_mid = x_in + dropout(proj(merge(attention(split(qkv(ln1(x_in)))))))
         do = _dropout_backward(dx, p, L["seed1"])
         da2, g[f"h{i}.proj.w"], g[f"h{i}.proj.b"] = cudakit.linear_backward(do, L["a2"], P["proj.w"])
-        da = cudakit.permute_backward(da2.reshape(b, t, nh, hd), (0, 2, 1, 3))          # (B, H, T, hd)
-        dq, dk, dv = cudakit.attention_backward(da, L["q"], L["k"], L["v"], L["a"], L["lse"], causal=True)
-        dqkv = cudakit.permute_backward(_stack((dq, dk, dv), xp), (2, 0, 3, 1, 4))     # (B, T, 3, H, hd)
+        dq, dk, dv = cudakit.attention_backward(da2.reshape(b, t, nh, hd), L["q"], L["k"], L["v"], L["a"],
+                                                L["lse"], causal=True, layout="blhd")  # each (B, T, H, hd)
+        dqkv = _stack((dq, dk, dv), xp, axis=2)                                        # (B, T, 3, H, hd)
         dh1, g[f"h{i}.qkv.w"], g[f"h{i}.qkv.b"] = cudakit.linear_backward(dqkv.reshape(b, t, 3 * d), L["h1"],
                                                                           P["qkv.w"])
         dxl, g[f"h{i}.ln1.w"], g[f"h{i}.ln1.b"] = cudakit.layernorm_backward(dh1, L["x_in"], P["ln1.w"],
@@ -292,9 +292,9 @@ def _rows(table, index, xp):
     return xp.take(_bits(table, xp), index, axis=0).view(table.dtype)
 
 
-def _stack(arrays, xp):
-    """The arrays (one shape and dtype) stacked along a new first axis."""
-    return xp.stack([_bits(a, xp) for a in arrays]).view(arrays[0].dtype)
+def _stack(arrays, xp, axis=0):
+    """The arrays (one shape and dtype) stacked along a new axis."""
+    return xp.stack([_bits(a, xp) for a in arrays], axis=axis).view(arrays[0].dtype)
 
 
 def _one_hot_t(tokens, vocab: int, dtype, xp):

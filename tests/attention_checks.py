@@ -88,3 +88,30 @@ def check_nan(dev, host, dtype):
     want = reference(q, k, v, 1 / math.sqrt(8), True)[0]
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
     assert np.isnan(out[0, 2:]).all() and np.isfinite(out[0, :2]).all()
+
+
+def check_attention_blhd(dev, host, rng, b, lq, lk, h, d, dtype, causal):
+    """layout="blhd": q, k, v as (B, L, H, D) views (of one packed (B, L, 3, H, D) qkv when Lq = Lk,
+    as a transformer's projection gives them), against the (B, H, L, D) reference; outputs come back
+    (B, Lq, H, D) C-contiguous, lse (B, H, Lq), gradients (B, L, H, D)."""
+    if lq == lk:
+        qkv = dev(data(rng, (b, lq, 3, h, d), dtype))
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    else:
+        q, k, v = dev(data(rng, (b, lq, h, d), dtype)), dev(data(rng, (b, lk, h, d), dtype)), dev(data(rng, (b, lk, h, d), dtype))
+    g = dev(data(rng, (b, lq, h, d), dtype))
+    t = lambda x: np.ascontiguousarray(host(x).swapaxes(1, 2))   # noqa: E731 - to (B, H, L, D)
+    sc = 1 / math.sqrt(d)
+    out_r, lse_r, p, dq_r, dk_r, dv_r = reference(t(q), t(k), t(v), sc, causal, t(g))
+    out_d, lse_d = cudakit.attention_with_lse(q, k, v, None, causal, layout="blhd")
+    out = host(out_d)
+    assert out.shape == (b, lq, h, d) and out_d.flags.c_contiguous and out.dtype == np_dtype(dtype)
+    _close(out.swapaxes(1, 2), out_r, np.abs(p) @ np.abs(f64(t(v))), dtype, "out (blhd)")
+    _close(host(lse_d), lse_r, np.ones_like(lse_r), "float64" if dtype == "float64" else "float32", "lse (blhd)")
+    dq, dk, dv = (host(x) for x in cudakit.attention_backward(g, q, k, v, out_d, lse_d, None, causal, layout="blhd"))
+    assert dq.shape == (b, lq, h, d) and dk.shape == dv.shape == (b, lk, h, d)
+    ag, aq, ak, av = (np.abs(f64(t(x))) for x in (g, q, k, v))
+    ds_abs = np.abs(p) * (ag @ av.swapaxes(-1, -2) + np.abs((f64(t(g)) * out_r).sum(-1, keepdims=True)))
+    _close(dv.swapaxes(1, 2), dv_r, np.abs(p).swapaxes(-1, -2) @ ag, dtype, "dv (blhd)", ag.sum(-2, keepdims=True))
+    _close(dq.swapaxes(1, 2), dq_r, ds_abs @ ak * sc, dtype, "dq (blhd)", ak.sum(-2, keepdims=True) * sc)
+    _close(dk.swapaxes(1, 2), dk_r, ds_abs.swapaxes(-1, -2) @ aq * sc, dtype, "dk (blhd)", aq.sum(-2, keepdims=True) * sc)

@@ -132,3 +132,21 @@ def test_matmul_attention_chunks(budget, lead, lq, lk, dtype, causal, rng, monke
     chunks = list(matmul_attention._chunks(math.prod(lead), lq, lk, 8))
     assert len(chunks) > 1
     ac.check_attention(_dev, _host, rng, lead, lq, lk, 8, dtype, causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,lq,lk,h,d", [(2, 17, 17, 3, 8), (1, 5, 9, 2, 16)])
+def test_attention_blhd_layout(b, lq, lk, h, d, dtype, causal, rng):
+    ac.check_attention_blhd(_dev, _host, rng, b, lq, lk, h, d, dtype, causal)
+
+
+def test_attention_layout_errors():
+    from cudakit.errors import ArgumentError, ShapeError
+    q = np.zeros((2, 4, 3, 8), np.float32)
+    with pytest.raises(ArgumentError, match="layout must be 'bhld'.*got 'bshd'"):
+        cudakit.attention(q, q, q, layout="bshd")
+    with pytest.raises(ShapeError, match="layout 'blhd' k must be \\(B, L, H, D\\)"):
+        cudakit.attention(q, q[0], q, layout="blhd")
+    with pytest.raises(ShapeError, match="k and v must be"):
+        cudakit.attention(q, np.zeros((2, 4, 3, 16), np.float32), q, layout="blhd")

@@ -69,12 +69,26 @@ def backend_for(*arrays):
 _gemm_plans = _trace_plans = _path_plans = None   # kernels.gemm_plans, .trace_plans, .path_plans once CUDA is up
 
 
+_ATTENTION_OPS = ("attention", "attention_with_lse", "attention_backward")
+_checked_calls: dict = {}
+
+
+def _checked_call(op: str, arrays: int):
+    """The backend method call of op (made once per op): its layout, the last argument of the
+    attention ops, goes by keyword."""
+    if op in _ATTENTION_OPS:
+        return lambda *a: getattr(backend_for(*a[:arrays]), op)(*a[:-1], layout=a[-1])
+    return lambda *a: getattr(backend_for(*a[:arrays]), op)(*a)
+
+
 def _planned(op: str, planner, args: tuple, arrays: int = 3):
     """The op through cudakit.dispatch: its plan for this call signature, or the backend's checked
     method (on the backend owning the first `arrays` arguments) on a signature's first call and
     where no plan fits. planner: the name of a function of kernels.gemm_plans or kernels.path_plans,
     or None for a plan traced from the checked call (kernels/trace_plans.py)."""
-    checked = lambda *a: getattr(backend_for(*a[:arrays]), op)(*a)  # noqa: E731
+    checked = _checked_calls.get((op, arrays))
+    if checked is None:
+        checked = _checked_calls[(op, arrays)] = _checked_call(op, arrays)
     if _gemm_plans is None:
         return checked(*args)
     if planner is None:
@@ -509,24 +523,26 @@ def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bia
 
 # -- attention (see backends/attention_api.py) ----------------------------------------------------
 
-def attention(q, k, v, scale=None, causal=False):
-    """softmax(q k^T * scale) v, fused (see Backend.attention)."""
-    return _planned("attention", "plan_attention", (q, k, v, scale, causal))
+def attention(q, k, v, scale=None, causal=False, *, layout="bhld"):
+    """softmax(q k^T * scale) v, fused; layout "bhld" ((..., L, D) arrays) or "blhd" ((B, L, H, D)
+    arrays, e.g. views of a packed qkv) (see Backend.attention)."""
+    return _planned("attention", "plan_attention", (q, k, v, scale, causal, layout))
 
 
-def attention_with_lse(q, k, v, scale=None, causal=False):
+def attention_with_lse(q, k, v, scale=None, causal=False, *, layout="bhld"):
     """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
-    return _planned("attention_with_lse", "plan_attention_with_lse", (q, k, v, scale, causal))
+    return _planned("attention_with_lse", "plan_attention_with_lse", (q, k, v, scale, causal, layout))
 
 
-def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False):
+def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *, layout="bhld"):
     """(grad_q, grad_k, grad_v) of attention (see Backend.attention_backward)."""
-    return _planned("attention_backward", "plan_attention_backward", (grad_out, q, k, v, out, lse, scale, causal), 4)
+    return _planned("attention_backward", "plan_attention_backward",
+                    (grad_out, q, k, v, out, lse, scale, causal, layout), 4)
 
 
-def flash_attention(q, k, v, scale=None, block_size=64, causal=False):
+def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, layout="bhld"):
     """attention with a named key block size (see Backend.flash_attention)."""
-    return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal)
+    return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal, layout=layout)
 
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------

@@ -106,3 +106,11 @@ def test_attention_float32_precision_is_applied(float32_precision, rng):
         assert err["tf32"][i] > 30 * err["tf32x3"][i], err
         assert err["tf32x3"][i] < 4 * err["ieee"][i] + 1e-6, err
     assert err["tf32"][0] < 1e-2, err
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,lq,lk,h,d", [(2, 17, 17, 3, 24), (1, 40, 75, 2, 64)])
+def test_attention_blhd(b, lq, lk, h, d, dtype, causal, rng):
+    """layout="blhd" on whichever path the signature takes (cuDNN in place, else transposed)."""
+    ac.check_attention_blhd(_dev, _host, rng, b, lq, lk, h, d, dtype, causal)

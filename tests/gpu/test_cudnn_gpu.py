@@ -149,3 +149,12 @@ def test_conv2d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
                       16 * 9 + 1, dtype, "conv2d after a precision change")
     finally:
         cudakit.set_float32_precision(old)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,lq,lk,h,d", [(2, 64, 64, 4, 64), (2, 33, 70, 2, 32), (1, 100, 100, 3, 80),
+                                         (2, 257, 257, 2, 128)])
+def test_attention_blhd_cudnn(b, lq, lk, h, d, dtype, causal, rng, only_cudnn):
+    """layout="blhd" views (of a packed qkv where Lq = Lk) read in place by cuDNN."""
+    ac.check_attention_blhd(_dev, _host, rng, b, lq, lk, h, d, dtype, causal)

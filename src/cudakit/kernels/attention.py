@@ -133,6 +133,42 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     return _triton_forward(q, k, v, scale, causal, dtype_name, block_n, tiles)
 
 
+def forward_blhd(q, k, v, scale: float, causal: bool, dtype_name: str):
+    """(out (B, Lq, H, D), lse (B, H, Lq)) for (B, L, H, D) views read in place by cuDNN's flash
+    forward, or None (cuDNN missing, declining, or strides it cannot take): the caller then runs
+    forward() on (B, H, L, D) copies."""
+    if not (_cudnn_candidate(dtype_name, q.shape[-1]) and _blhd_ok(q, k, v)):
+        return None
+    from . import cudnn, paths
+    key = ("fwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, dtype_name, bool(causal), q.data.device_id)
+    return paths.run("attention", key, [("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "blhd"))])
+
+
+def backward_blhd(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
+    """(dq, dk, dv) as C-contiguous (B, L, H, D) arrays from cuDNN's flash backward on (B, L, H, D)
+    views, or None (see forward_blhd). lse: (B, H, Lq)."""
+    cp = _cupy.cupy()
+    if not (_cudnn_candidate(dtype_name, q.shape[-1]) and _blhd_ok(q, k, v, out, do)):
+        return None
+    if lse.dtype != cp.float32 or not lse.flags.c_contiguous:
+        lse = cp.ascontiguousarray(lse, cp.float32)
+    from . import cudnn, paths
+    key = ("bwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, out.strides, do.strides, dtype_name,
+           bool(causal), q.data.device_id)
+    return paths.run("attention_backward", key,
+                     [("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal, "blhd"))])
+
+
+def _blhd_ok(*arrays) -> bool:
+    """Every array's last axis contiguous and its other strides and address 16-byte aligned (what
+    cuDNN's kernels load by), no empty axis."""
+    for x in arrays:
+        st = x.strides
+        if x.size == 0 or st[3] != x.itemsize or x.data.ptr % 16 or any(s % 16 for s in st[:3]):
+            return False
+    return True
+
+
 def _triton_forward(q, k, v, scale, causal, dtype_name, block_n=None, tiles=None):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
@@ -202,7 +238,8 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
         from . import cudnn, paths
         choice = paths.chosen("attention", ("fwd", bh, lq, lk, d, dtype_name, bool(causal), device))
         if choice == "cudnn":
-            run = cudnn.executor(("sdpa_fwd", bh, lq, lk, d, dtype_name, float(scale), bool(causal), device))
+            qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
+            run = cudnn.executor(cudnn.sdpa_sig("sdpa_fwd", (qd, kd, kd, qd), dtype_name, scale, causal, device))
             if run is None:
                 return None
 
@@ -236,7 +273,9 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
         from . import cudnn, paths
         choice = paths.chosen("attention_backward", ("bwd", bh, lq, lk, d, dtype_name, bool(causal), device))
         if choice == "cudnn":
-            run = cudnn.executor(("sdpa_bwd", bh, lq, lk, d, dtype_name, float(scale), bool(causal), device))
+            qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
+            run = cudnn.executor(cudnn.sdpa_sig("sdpa_bwd", (qd, kd, kd, qd, qd, qd, kd, kd), dtype_name, scale,
+                                                causal, device))
             if run is None:
                 return None
 

@@ -394,73 +394,122 @@ def g_io(dt, dtype_name: str):
 
 
 # ---- attention --------------------------------------------------------------------------------
-def _bhsd(bh: int, length: int, d: int) -> tuple[list, list]:
-    return [bh, 1, length, d], [length * d, length * d, d, 1]
+# A tensor is described to cuDNN as (dims, strides) in its (B, H, S, D) order, in elements.
+def bhld_desc(bh: int, length: int, d: int) -> tuple:
+    """A C-contiguous [BH, L, D] array as cuDNN's (B=BH, H=1, S=L, D)."""
+    return (bh, 1, length, d), (length * d, length * d, d, 1)
 
 
-def sdpa_forward(q, k, v, scale: float, causal: bool):
-    """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v for contiguous [BH, L, D]
-    16-bit q, k, v: cuDNN's flash forward, or None when declined.
-    FLOPs: 4 BH Lq Lk D (half of it causal)."""
+def blhd_desc(x) -> tuple:
+    """A (B, L, H, D) array (any strides, the last 1) as cuDNN's (B, H, S, D)."""
+    b, length, h, d = x.shape
+    s = [st // x.itemsize for st in x.strides]
+    return (b, h, length, d), (s[0], s[2], s[1], s[3])
+
+
+def _stats_desc(b: int, h: int, lq: int) -> tuple:
+    return (b, h, lq, 1), (h * lq, lq, 1, 1)
+
+
+def sdpa_sig(kind: str, descs: tuple, dtype_name: str, scale: float, causal: bool, device: int) -> tuple:
+    """The graph signature of an attention pass: kind "sdpa_fwd" / "sdpa_bwd", the (dims, strides)
+    of its q, k, v and outputs (forward) or q, k, v, o, dO and outputs (backward)."""
+    return (kind, descs, dtype_name, float(scale), bool(causal), device)
+
+
+def _tensor(g, name: str, desc, dtype):
+    return g.tensor(name=name, dim=list(desc[0]), stride=list(desc[1]), data_type=dtype)
+
+
+def _out(t, desc, dtype):
+    t.set_output(True).set_dim(list(desc[0])).set_stride(list(desc[1])).set_data_type(dtype)
+
+
+def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
+    """(out, lse) of softmax(q k^T * scale) v for 16-bit q, k, v: cuDNN's flash forward, or None when
+    declined. layout "bhld": C-contiguous [BH, L, D] arrays, out like q, lse [BH, Lq]; "blhd":
+    (B, L, H, D) arrays of any strides with the last 1 (views of a packed qkv read in place), out a
+    C-contiguous (B, Lq, H, D), lse (B, H, Lq). lse: float32, the natural-log log-sum-exp of the
+    scaled scores. FLOPs: 4 B H Lq Lk D (half of it causal)."""
     cp = _cupy.cupy()
-    bh, lq, d = q.shape
-    lk = k.shape[1]
     name = str(q.dtype)
-    sig = ("sdpa_fwd", bh, lq, lk, d, name, float(scale), bool(causal), q.data.device_id)
+    if layout == "bhld":
+        bh, lq, d = q.shape
+        lk = k.shape[1]
+        qd, kd, vd = bhld_desc(bh, lq, d), bhld_desc(bh, lk, d), bhld_desc(bh, lk, d)
+        od, b, h = qd, bh, 1
+        out = cp.empty_like(q)
+    else:
+        qd, kd, vd = blhd_desc(q), blhd_desc(k), blhd_desc(v)
+        out = cp.empty(q.shape, q.dtype)
+        od = blhd_desc(out)
+        b, h, lq = qd[0][:3]
+    sd = _stats_desc(b, h, lq)
+    sig = sdpa_sig("sdpa_fwd", (qd, kd, vd, od), name, scale, causal, q.data.device_id)
 
     def make(g, dt):
         io = g_io(dt, name)
-        Q = g.tensor(name="Q", dim=_bhsd(bh, lq, d)[0], stride=_bhsd(bh, lq, d)[1], data_type=io)
-        K = g.tensor(name="K", dim=_bhsd(bh, lk, d)[0], stride=_bhsd(bh, lk, d)[1], data_type=io)
-        V = g.tensor(name="V", dim=_bhsd(bh, lk, d)[0], stride=_bhsd(bh, lk, d)[1], data_type=io)
+        Q, K, V = _tensor(g, "Q", qd, io), _tensor(g, "K", kd, io), _tensor(g, "V", vd, io)
         O, S = g.sdpa(name="sdpa", q=Q, k=K, v=V, is_inference=False, attn_scale=float(scale),
                       use_causal_mask=bool(causal))
-        O.set_output(True).set_dim(_bhsd(bh, lq, d)[0]).set_stride(_bhsd(bh, lq, d)[1]).set_data_type(io)
-        S.set_output(True).set_dim([bh, 1, lq, 1]).set_stride([lq, lq, 1, 1]).set_data_type(dt.FLOAT)
+        _out(O, od, io)
+        _out(S, sd, dt.FLOAT)
         return [Q, K, V, O, S]
-    g = _graph(sig, name, make, _scratch((q.shape, q.dtype), (k.shape, q.dtype), (v.shape, q.dtype),
-                                         (q.shape, q.dtype), ((bh, lq), cp.float32)))
+    g = _graph(sig, name, make, _scratch((_extent(qd), q.dtype), (_extent(kd), q.dtype), (_extent(vd), q.dtype),
+                                         (_extent(od), q.dtype), ((b * h * lq,), cp.float32)))
     if g is None:
         return None
-    out = cp.empty_like(q)
-    lse = cp.empty((bh, lq), cp.float32)
+    lse = cp.empty((b, h, lq) if layout == "blhd" else (b, lq), cp.float32)
     g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr])
     return out, lse
 
 
-def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool):
-    """(dq, dk, dv) of sdpa_forward for dL/dout = do, from its out and lse ([BH, Lq] float32):
-    cuDNN's flash backward, or None when declined. FLOPs: 10 BH Lq Lk D (half of it causal)."""
+def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str = "bhld"):
+    """(dq, dk, dv) of sdpa_forward for dL/dout = do (out's layout), from its out and lse (float32,
+    C-contiguous): cuDNN's flash backward, or None when declined. Gradients like q, k, v with
+    layout "bhld", C-contiguous (B, L, H, D) with "blhd". FLOPs: 10 B H Lq Lk D (half causal)."""
     cp = _cupy.cupy()
-    bh, lq, d = q.shape
-    lk = k.shape[1]
     name = str(q.dtype)
-    sig = ("sdpa_bwd", bh, lq, lk, d, name, float(scale), bool(causal), q.data.device_id)
+    if layout == "bhld":
+        bh, lq, d = q.shape
+        lk = k.shape[1]
+        qd, kd, vd = bhld_desc(bh, lq, d), bhld_desc(bh, lk, d), bhld_desc(bh, lk, d)
+        od = dod = qd
+        b, h = bh, 1
+        dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
+    else:
+        qd, kd, vd, od, dod = (blhd_desc(x) for x in (q, k, v, out, do))
+        b, h, lq = qd[0][:3]
+        dq, dk, dv = cp.empty(q.shape, q.dtype), cp.empty(k.shape, k.dtype), cp.empty(v.shape, v.dtype)
+    dqd, dkd, dvd = (bhld_desc(*x.shape) if layout == "bhld" else blhd_desc(x) for x in (dq, dk, dv))
+    sd = _stats_desc(b, h, lq)
+    sig = sdpa_sig("sdpa_bwd", (qd, kd, vd, od, dod, dqd, dkd, dvd), name, scale, causal, q.data.device_id)
 
     def make(g, dt):
         io = g_io(dt, name)
-        qd, ks = _bhsd(bh, lq, d), _bhsd(bh, lk, d)
-        Q = g.tensor(name="Q", dim=qd[0], stride=qd[1], data_type=io)
-        K = g.tensor(name="K", dim=ks[0], stride=ks[1], data_type=io)
-        V = g.tensor(name="V", dim=ks[0], stride=ks[1], data_type=io)
-        O = g.tensor(name="O", dim=qd[0], stride=qd[1], data_type=io)
-        DO = g.tensor(name="dO", dim=qd[0], stride=qd[1], data_type=io)
-        S = g.tensor(name="Stats", dim=[bh, 1, lq, 1], stride=[lq, lq, 1, 1], data_type=dt.FLOAT)
+        Q, K, V = _tensor(g, "Q", qd, io), _tensor(g, "K", kd, io), _tensor(g, "V", vd, io)
+        O, DO = _tensor(g, "O", od, io), _tensor(g, "dO", dod, io)
+        S = _tensor(g, "Stats", sd, dt.FLOAT)
         DQ, DK, DV = g.sdpa_backward(name="sdpa_backward", q=Q, k=K, v=V, o=O, dO=DO, stats=S,
                                      attn_scale=float(scale), use_causal_mask=bool(causal))
-        DQ.set_output(True).set_dim(qd[0]).set_stride(qd[1]).set_data_type(io)
-        DK.set_output(True).set_dim(ks[0]).set_stride(ks[1]).set_data_type(io)
-        DV.set_output(True).set_dim(ks[0]).set_stride(ks[1]).set_data_type(io)
+        _out(DQ, dqd, io)
+        _out(DK, dkd, io)
+        _out(DV, dvd, io)
         return [Q, K, V, O, DO, S, DQ, DK, DV]
     t = q.dtype
-    g = _graph(sig, name, make, _scratch((q.shape, t), (k.shape, t), (v.shape, t), (q.shape, t), (q.shape, t),
-                                         ((bh, lq), cp.float32), (q.shape, t), (k.shape, t), (v.shape, t)))
+    g = _graph(sig, name, make, _scratch(*((_extent(x), t) for x in (qd, kd, vd, od, dod)),
+                                         ((b * h * lq,), cp.float32), *((_extent(x), t) for x in (dqd, dkd, dvd))))
     if g is None:
         return None
-    dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
     g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr,
            dq.data.ptr, dk.data.ptr, dv.data.ptr])
     return dq, dk, dv
+
+
+def _extent(desc) -> tuple:
+    """The 1-D length of a buffer that holds a strided (dims, strides) tensor, for timing scratch."""
+    dims, strides = desc
+    return (1 + sum((n - 1) * st for n, st in zip(dims, strides)),)
 
 
 def declined() -> dict:

@@ -27,9 +27,9 @@ def _attn_sig(q, k, v, scale):
     return math.prod(lead), lq, k.shape[-2], d, name, sc, lead
 
 
-def plan_attention_with_lse(q, k, v, scale=None, causal=False):
+def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld"):
     s = _attn_sig(q, k, v, scale)
-    if s is None:
+    if s is None or layout != "bhld":
         return None
     bh, lq, lk, d, name, sc, lead = s
     fwd = attention.plan_forward(bh, lq, lk, d, name, sc, bool(causal), q.data.device_id)
@@ -37,20 +37,20 @@ def plan_attention_with_lse(q, k, v, scale=None, causal=False):
         return None
     lse_shape = lead + (lq,)
 
-    def plan(q, k, v, scale=None, causal=False):
+    def plan(q, k, v, scale=None, causal=False, layout="bhld"):
         out, lse = fwd(q, k, v)
         return out, lse.reshape(lse_shape)
     return plan
 
 
-def plan_attention(q, k, v, scale=None, causal=False):
-    p = plan_attention_with_lse(q, k, v, scale, causal)
-    return None if p is None else (lambda q, k, v, scale=None, causal=False: p(q, k, v)[0])
+def plan_attention(q, k, v, scale=None, causal=False, layout="bhld"):
+    p = plan_attention_with_lse(q, k, v, scale, causal, layout)
+    return None if p is None else (lambda q, k, v, scale=None, causal=False, layout="bhld": p(q, k, v)[0])
 
 
-def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False):
+def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld"):
     s = _attn_sig(q, k, v, scale)
-    if s is None or grad_out.dtype != q.dtype or out.dtype != q.dtype:
+    if s is None or layout != "bhld" or grad_out.dtype != q.dtype or out.dtype != q.dtype:
         return None
     if not (grad_out.flags.c_contiguous and out.flags.c_contiguous and lse.flags.c_contiguous):
         return None
@@ -60,7 +60,7 @@ def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=Fals
     bwd = attention.plan_backward(bh, lq, lk, d, name, sc, bool(causal), q.data.device_id)
     if bwd is None:
         return None
-    return lambda grad_out, q, k, v, out, lse, scale=None, causal=False: bwd(grad_out, q, k, v, out, lse)
+    return lambda grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld": bwd(grad_out, q, k, v, out, lse)
 
 
 # ---- conv2d ------------------------------------------------------------------------------------
