@@ -47,16 +47,33 @@ def main():
     for path in ("cudnn", "triton"):
         rows[f"attention {path}"] = forced(path, lambda: cudakit.attention(q, k, v, causal=True), akey)
         rows[f"conv2d {path}"] = forced(path, lambda: cudakit.conv2d(x, w, None, 1, 1), ckey)
-    o = cudakit.attention(q, k, v, causal=True)
-    sig = ("sdpa_fwd", 4, 64, 64, 32, "bfloat16", 32 ** -0.5, True, dev)
-    run = cudnn.executor(sig)
-    lse = cp.empty((4, 64), cp.float32)
-    if run is not None:
-        rows["cudnn executor alone"] = lambda: run(q.data.ptr, k.data.ptr, v.data.ptr, o.data.ptr, lse.data.ptr)
-        g = cudnn._graphs[sig]
+    cudakit.attention(q, k, v, causal=True)
+    cudakit.conv2d(x, w, None, 1, 1)
+    import ctypes
+    for sig, g in list(cudnn._graphs.items()):   # the probe's own graphs: the cost of their pieces
+        if not isinstance(g, cudnn._Graph) or sig[0] not in ("sdpa_fwd", "conv_fprop"):
+            continue
+        if sig[0] == "sdpa_fwd" and sig[1][0][0] != (4, 1, 64, 32):
+            continue
+        if sig[0] == "conv_fprop" and sig[1] != (4, 8, 16, 16):
+            continue
+        bufs = [cp.empty((1 << 16,), cp.uint8) for _ in g.uids]
+        ptrs = [b.data.ptr for b in bufs]
+        run = cudnn.executor(sig)
         h = cudnn._handle(cudnn._load()[0], dev, cp.cuda.get_current_stream().ptr)
-        pack = dict(zip(g.uids, (q.data.ptr, k.data.ptr, v.data.ptr, o.data.ptr, lse.data.ptr)))
-        rows["cudnn execute call"] = lambda: g.graph._execute_plan_at_index(pack, 0, g.index, h.backend_handle)
+        pack = dict(zip(g.uids, ptrs))
+        rows[f"{sig[0]} executor"] = lambda run=run, ptrs=ptrs: run(*ptrs)
+        rows[f"{sig[0]} execute(dict)"] = lambda g=g, pack=pack, h=h: g.graph._execute_plan_at_index(
+            pack, 0, g.index, h.backend_handle)
+        arr = (ctypes.c_int64 * len(ptrs))(*ptrs)
+        try:
+            g.graph._execute_with_raw_ptrs(ctypes.addressof(arr), len(ptrs), 0, h.backend_handle, g.index)
+            rows[f"{sig[0]} execute(raw)"] = lambda g=g, arr=arr, h=h, n=len(ptrs): g.graph._execute_with_raw_ptrs(
+                ctypes.addressof(arr), n, 0, h.backend_handle, g.index)
+        except Exception as e:  # noqa: BLE001
+            print("CUDNN-PROBE raw pointers:", type(e).__name__, e)
+        rows[f"{sig[0]} set_stream"] = lambda: cudnn._handle(cudnn._load()[0], dev, cp.cuda.get_current_stream().ptr)
+        rows[f"{sig[0]} empty x2"] = lambda: (cp.ndarray((4, 8, 16, 16), cp.float32), cp.ndarray((4, 64), cp.float32))
     try:
         import torch
         F = torch.nn.functional

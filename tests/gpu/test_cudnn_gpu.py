@@ -108,7 +108,7 @@ def test_attention_plans_replay_the_checked_call_bitwise(dtype, path, causal, rn
 @pytest.mark.parametrize("bias", [False, True])
 def test_conv2d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
     """conv2d / conv2d_backward's dispatch plans give the checked call's results (bitwise but for
-    cuDNN's weight gradient, which may sum with atomics), and a float32 plan follows a change of
+    cuDNN's gradients, whose engines may split their sums), and a float32 plan follows a change of
     float32_precision."""
     from cudakit import dispatch
     if path == "cudnn" and not cudnn.available():
@@ -136,7 +136,7 @@ def test_conv2d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
             if a is None:
                 assert b_ is None and i == 3
                 continue
-            if path == "cudnn" and i == 2:
+            if path == "cudnn" and i >= 1:   # cuDNN's dgrad and wgrad may split the sum: not bitwise
                 cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
             else:
                 cp.testing.assert_array_equal(a, b_)

@@ -40,12 +40,12 @@ def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld"):
     def plan(q, k, v, scale=None, causal=False, layout="bhld"):
         out, lse = fwd(q, k, v)
         return out, lse.reshape(lse_shape)
-    return plan
+    return _f32_guard(name, plan, "attention_with_lse", 3)
 
 
 def plan_attention(q, k, v, scale=None, causal=False, layout="bhld"):
     p = plan_attention_with_lse(q, k, v, scale, causal, layout)
-    return None if p is None else (lambda q, k, v, scale=None, causal=False, layout="bhld": p(q, k, v)[0])
+    return None if p is None else (lambda *a: p(*a)[0])
 
 
 def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld"):
@@ -60,7 +60,24 @@ def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=Fals
     bwd = attention.plan_backward(bh, lq, lk, d, name, sc, bool(causal), q.data.device_id)
     if bwd is None:
         return None
-    return lambda grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld": bwd(grad_out, q, k, v, out, lse)
+    return _f32_guard(name, lambda grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld":
+                      bwd(grad_out, q, k, v, out, lse), "attention_backward", 4)
+
+
+def _f32_guard(dtype_name: str, plan, op: str, arrays: int):
+    """plan, or for float32 (whose kernels bake float32_precision() in) a plan that hands the call to
+    the checked path when the precision changed since the plan was made."""
+    if dtype_name != "float32":
+        return plan
+    from .. import config
+    prec = config.float32_precision()
+
+    def guarded(*a):
+        if config.float32_precision() == prec:
+            return plan(*a)
+        from ..ops import backend_for
+        return getattr(backend_for(*a[:arrays]), op)(*a[:-1], layout=a[-1])
+    return guarded
 
 
 # ---- conv2d ------------------------------------------------------------------------------------
