@@ -59,17 +59,19 @@ def main():
             continue
         bufs = [cp.empty((1 << 16,), cp.uint8) for _ in g.uids]
         ptrs = [b.data.ptr for b in bufs]
+        wsb = cp.empty((max(g.workspace, 1),), cp.uint8)
+        wp = wsb.data.ptr
         run = cudnn.executor(sig)
         h = cudnn._handle(cudnn._load()[0], dev, cp.cuda.get_current_stream().ptr)
         pack = dict(zip(g.uids, ptrs))
         rows[f"{sig[0]} executor"] = lambda run=run, ptrs=ptrs: run(*ptrs)
-        rows[f"{sig[0]} execute(dict)"] = lambda g=g, pack=pack, h=h: g.graph._execute_plan_at_index(
-            pack, 0, g.index, h.backend_handle)
+        rows[f"{sig[0]} execute(dict)"] = lambda g=g, pack=pack, h=h, wp=wp: g.graph._execute_plan_at_index(
+            pack, wp, g.index, h.backend_handle)
         arr = (ctypes.c_int64 * len(ptrs))(*ptrs)
         try:
-            g.graph._execute_with_raw_ptrs(ctypes.addressof(arr), len(ptrs), 0, h.backend_handle, g.index)
-            rows[f"{sig[0]} execute(raw)"] = lambda g=g, arr=arr, h=h, n=len(ptrs): g.graph._execute_with_raw_ptrs(
-                ctypes.addressof(arr), n, 0, h.backend_handle, g.index)
+            g.graph._execute_with_raw_ptrs(ctypes.addressof(arr), len(ptrs), wp, h.backend_handle, g.index)
+            rows[f"{sig[0]} execute(raw)"] = lambda g=g, arr=arr, h=h, n=len(ptrs), wp=wp: g.graph._execute_with_raw_ptrs(
+                ctypes.addressof(arr), n, wp, h.backend_handle, g.index)
         except Exception as e:  # noqa: BLE001
             print("CUDNN-PROBE raw pointers:", type(e).__name__, e)
         rows[f"{sig[0]} set_stream"] = lambda: cudnn._handle(cudnn._load()[0], dev, cp.cuda.get_current_stream().ptr)
