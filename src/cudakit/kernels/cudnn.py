@@ -40,7 +40,6 @@ from ..runtime.tuned import TunedTable
 log = logging.getLogger("cudakit.cudnn")
 
 _TUNE_PLANS = 4      # plans timed per signature (the heuristic's first that build)
-_TUNE_REPS = 5
 _graphs: dict = {}   # signature -> _Graph, or the reason cuDNN declined it (str)
 _handles = threading.local()
 stats = {"graphs_built": 0, "declined": 0, "plans_timed": 0, "executions": 0}
@@ -261,8 +260,8 @@ def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
     if len(built) == 1:
         return built[0], names[built[0]]
     cp = _cupy.cupy()
+    from . import paths
     ptrs, keep = scratch()
-    stream = cp.cuda.get_current_stream()
     best, best_t = built[0], math.inf
     for i in built:
         ws = graph.get_workspace_size_plan_at_index(i)
@@ -272,19 +271,13 @@ def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
         raw = handle.backend_handle
         try:
             graph._execute_plan_at_index(pack, wptr, i, raw)
-            samples = []
-            for _ in range(_TUNE_REPS):
-                a, b = cp.cuda.Event(), cp.cuda.Event()
-                a.record(stream)
-                graph._execute_plan_at_index(pack, wptr, i, raw)
-                b.record(stream)
-                b.synchronize()
-                samples.append(cp.cuda.get_elapsed_time(a, b))
+            # batches of back-to-back executions (paths.time_per_call): a single call's launch
+            # latency would swamp the difference between plans of a short kernel
+            t = paths.time_per_call(lambda: graph._execute_plan_at_index(pack, wptr, i, raw))
         except Exception as e:
             log.info("cuDNN plan %s of %s does not run: %s", names[i], sig, e)
             continue
         stats["plans_timed"] += 1
-        t = sorted(samples)[len(samples) // 2]
         if settings().autotune_log:
             log.warning("autotune cuDNN %s: plan %s -> %.4f ms", sig, names[i], t)
         if t < best_t:

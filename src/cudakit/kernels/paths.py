@@ -86,7 +86,7 @@ def run(op: str, key, candidates, timer=None):
         if out is None:
             continue
         results[n] = out
-        timings[n] = (timer or _time)(fn)
+        timings[n] = (timer or time_per_call)(fn)
         if settings().autotune_log:
             log.warning("autotune path %s %r: %s -> %.4f ms", op, key, n, timings[n])
     if not timings:
@@ -101,7 +101,7 @@ def run(op: str, key, candidates, timer=None):
     return results[best]
 
 
-def _time(fn) -> float:
+def time_per_call(fn) -> float:
     """Milliseconds per call of fn, the median of _REPS batches of _BATCH back-to-back calls: what
     a stream of such calls costs, GPU time where the host keeps ahead of the GPU and host time
     where it does not (a path with slow launches loses on small shapes, as it would in use)."""
