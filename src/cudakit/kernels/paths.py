@@ -21,7 +21,7 @@ from ..runtime.tuned import TunedTable
 log = logging.getLogger("cudakit.paths")
 
 _REPS = 5
-_BATCH = 4
+_BATCH = 5
 _MARGIN = 0.02
 _choice: dict = {}          # (op, key) -> candidate name
 _last: dict = {}            # op -> the candidate that ran its last call
@@ -102,15 +102,18 @@ def run(op: str, key, candidates, timer=None):
 
 
 def time_per_call(fn) -> float:
-    """Milliseconds per call of fn, the median of _REPS batches of _BATCH back-to-back calls: what
-    a stream of such calls costs, GPU time where the host keeps ahead of the GPU and host time
-    where it does not (a path with slow launches loses on small shapes, as it would in use)."""
+    """Device milliseconds per call of fn: the median of _REPS batches of _BATCH back-to-back calls,
+    each batch queued behind a spin kernel of about a millisecond, so the host has enqueued the
+    whole batch before the GPU reaches it and the events measure GPU time alone, not the host's
+    launch latency (which would otherwise decide between two paths of a short kernel)."""
     from ..runtime import _cupy
     cp = _cupy.cupy()
     s = cp.cuda.get_current_stream()
+    spin = _spinner()
     samples = []
     for _ in range(_REPS):
         a, b = cp.cuda.Event(), cp.cuda.Event()
+        spin((1,), (1,), (_SPIN_CYCLES,))
         a.record(s)
         for _ in range(_BATCH):
             fn()
@@ -118,6 +121,27 @@ def time_per_call(fn) -> float:
         b.synchronize()
         samples.append(cp.cuda.get_elapsed_time(a, b) / _BATCH)
     return sorted(samples)[len(samples) // 2]
+
+
+_SPIN_CYCLES = 2_000_000   # about 1 ms at an H100's 1.98 GHz
+_SPIN_SRC = r"""
+extern "C" __global__ void ck_spin(long long cycles) {   // keeps the stream busy: one thread waits
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}
+"""
+_spinners: dict = {}
+
+
+def _spinner():
+    """The spin kernel (cupy.RawKernel, compiled by NVRTC once per device)."""
+    from ..runtime import _cupy
+    cp = _cupy.cupy()
+    dev = cp.cuda.runtime.getDevice()
+    k = _spinners.get(dev)
+    if k is None:
+        k = _spinners[dev] = cp.RawKernel(_SPIN_SRC, "ck_spin")
+    return k
 
 
 def _ident():
