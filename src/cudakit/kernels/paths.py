@@ -113,7 +113,7 @@ def time_per_call(fn) -> float:
     samples = []
     for _ in range(_REPS):
         a, b = cp.cuda.Event(), cp.cuda.Event()
-        spin((1,), (1,), (_SPIN_CYCLES,))
+        spin((1,), (1,), (cp.int64(_SPIN_CYCLES),))
         a.record(s)
         for _ in range(_BATCH):
             fn()
