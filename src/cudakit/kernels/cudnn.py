@@ -163,16 +163,32 @@ def executor(sig):
         return None
     cudnn = _load()[0]
     cp = _cupy.cupy()
-    execute, index, uids, nws = g.graph._execute_plan_at_index, g.index, g.uids, g.workspace
+    index, uids, nws, n = g.index, g.uids, g.workspace, len(g.uids)
     dev, get_stream, empty, u8 = sig[-1], cp.cuda.get_current_stream, cp.empty, cp.uint8
+    raw = getattr(g.graph, "_execute_with_raw_ptrs", None)
+    if raw is None:   # a frontend without the raw-pointer entry: the uid map
+        execute = g.graph._execute_plan_at_index
+
+        def launch(ptrs, ws, h):
+            execute(dict(zip(uids, ptrs)), ws, index, h)
+    else:
+        # the operands' pointers in uid order (uids 1..n, call order), no map built or converted:
+        # about 5 us less host time a call than the uid map (H100 host, scripts/cudnn_probe.py)
+        import ctypes
+        arr_t = ctypes.c_int64 * n
+        addressof = ctypes.addressof
+
+        def launch(ptrs, ws, h):
+            arr = arr_t(*ptrs)
+            raw(addressof(arr), n, ws, h, index)
 
     def run(*ptrs):
-        h = _handle(cudnn, dev, get_stream().ptr)
+        h = _handle(cudnn, dev, get_stream().ptr).backend_handle
         if nws:
             ws = empty((nws,), u8)
-            execute(dict(zip(uids, ptrs)), ws.data.ptr, index, h.backend_handle)
+            launch(ptrs, ws.data.ptr, h)
         else:
-            execute(dict(zip(uids, ptrs)), 0, index, h.backend_handle)
+            launch(ptrs, 0, h)
     return run
 
 
