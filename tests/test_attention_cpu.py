@@ -150,3 +150,20 @@ def test_attention_layout_errors():
         cudakit.attention(q, q[0], q, layout="blhd")
     with pytest.raises(ShapeError, match="k and v must be"):
         cudakit.attention(q, np.zeros((2, 4, 3, 16), np.float32), q, layout="blhd")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("layout", ["bhld", "blhd"])
+@pytest.mark.parametrize("b,h,hkv,lq,lk,d", [(2, 4, 2, 9, 13, 8), (1, 6, 1, 17, 17, 16)])
+def test_attention_grouped_query(b, h, hkv, lq, lk, d, dtype, causal, layout, rng):
+    ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal, layout)
+
+
+def test_attention_grouped_query_errors():
+    from cudakit.errors import ShapeError
+    q, k = np.zeros((2, 6, 5, 8), np.float32), np.zeros((2, 4, 5, 8), np.float32)
+    with pytest.raises(ShapeError, match="k and v have 4 heads, which must divide q's 6 heads"):
+        cudakit.attention(q, k, k)
+    with pytest.raises(ShapeError, match="k and v must be"):
+        cudakit.attention(q, np.zeros((2, 3, 5, 8), np.float32), np.zeros((2, 2, 5, 8), np.float32))

@@ -114,3 +114,11 @@ def test_attention_float32_precision_is_applied(float32_precision, rng):
 def test_attention_blhd(b, lq, lk, h, d, dtype, causal, rng):
     """layout="blhd" on whichever path the signature takes (cuDNN in place, else transposed)."""
     ac.check_attention_blhd(_dev, _host, rng, b, lq, lk, h, d, dtype, causal)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,h,hkv,lq,lk,d", [(2, 4, 2, 33, 50, 64), (1, 6, 3, 17, 17, 24)])
+def test_attention_grouped_query(b, h, hkv, lq, lk, d, dtype, causal, rng):
+    """Grouped-query attention on whichever path the signature takes (cuDNN in place, else repeated heads)."""
+    ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal)

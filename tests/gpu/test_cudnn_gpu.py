@@ -158,3 +158,12 @@ def test_conv2d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
 def test_attention_blhd_cudnn(b, lq, lk, h, d, dtype, causal, rng, only_cudnn):
     """layout="blhd" views (of a packed qkv where Lq = Lk) read in place by cuDNN."""
     ac.check_attention_blhd(_dev, _host, rng, b, lq, lk, h, d, dtype, causal)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("layout", ["bhld", "blhd"])
+@pytest.mark.parametrize("b,h,hkv,lq,lk,d", [(2, 8, 2, 64, 64, 64), (1, 6, 1, 33, 70, 128), (2, 4, 4, 40, 40, 32)])
+def test_attention_grouped_query_cudnn(b, h, hkv, lq, lk, d, dtype, causal, layout, rng, only_cudnn):
+    """Grouped-query attention read in place by cuDNN (Hkv = H included: plain attention)."""
+    ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal, layout)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 
 from .checks import check_bool, finite_scalar, require_array
 from .normalization_api import is_float
@@ -59,9 +61,18 @@ class AttentionOps:
                 raise ShapeError(f"{op}: {name} must be (..., length, head_dim) (got shape {tuple(x.shape)})")
         lead, d = tuple(q.shape[:-2]), q.shape[-1]
         lk = k.shape[-2]
-        if tuple(k.shape) != lead + (lk, d) or tuple(v.shape) != lead + (lk, d):
+        kv_lead = tuple(k.shape[:-2])
+        gqa = len(lead) >= 1 and kv_lead[:-1] == lead[:-1] and len(kv_lead) == len(lead) and kv_lead != lead
+        if gqa and kv_lead[-1] >= 1 and lead[-1] % kv_lead[-1] == 0 and tuple(v.shape) == tuple(k.shape) \
+                and k.shape[-1] == d:
+            pass   # grouped-query attention: q's H heads share k's and v's Hkv (Hkv divides H)
+        elif gqa and tuple(v.shape) == tuple(k.shape) and k.shape[-1] == d:
+            raise ShapeError(f"{op}: k and v have {kv_lead[-1]} heads, which must divide q's {lead[-1]} heads "
+                             f"(grouped-query attention: Hkv must divide H)")
+        elif tuple(k.shape) != lead + (lk, d) or tuple(v.shape) != lead + (lk, d):
             raise ShapeError(f"{op}: k and v must be (..., Lk, D) with q's leading dims and head_dim "
-                             f"{lead + ('Lk', d)}; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+                             f"{lead + ('Lk', d)}, or with Hkv heads dividing q's H (grouped-query); "
+                             f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
         if lk == 0:
             raise ShapeError(f"{op}: k and v need at least one position (got Lk = 0)")
         if d == 0:
@@ -75,6 +86,34 @@ class AttentionOps:
 
     def _as_bhld(self, x, n):
         return self._ascontiguous(x).reshape(n, x.shape[-2], x.shape[-1])
+
+    def _as_bhsd(self, q, k, v):
+        """q, k, v as C-contiguous (B, H, L, D) and (B, Hkv, L, D) arrays, the leading dims before the
+        heads flattened into B (grouped-query attention)."""
+        return tuple(self._ascontiguous(x).reshape((-1,) + tuple(x.shape[-3:])) for x in (q, k, v))
+
+    def _repeat_heads(self, x, groups: int):
+        """x (..., Hkv, L, D) with each head repeated `groups` times: (..., Hkv groups, L, D), a copy
+        (the paths without grouped-query kernels)."""
+        xp = self._xp()
+        bits = x.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
+        return xp.repeat(bits, groups, axis=-3).view(x.dtype)
+
+    def _sum_groups(self, x, groups: int, kv_shape: tuple):
+        """(..., Hkv groups, L, D) gradients summed over each group of heads: (..., Hkv, L, D)."""
+        lead = kv_shape[:-3]
+        hkv, lk, d = kv_shape[-3:]
+        return self.sum(x.reshape(lead + (hkv, groups, lk, d)), axis=len(lead) + 1)
+
+    def _attention_gqa_fwd(self, q, k, v, scale, causal, dtype_name):
+        """(out (B, H, Lq, D), lse (B, H, Lq)) of grouped-query attention for C-contiguous q
+        (B, H, Lq, D) and k, v (B, Hkv, Lk, D) by a backend kernel that reads the shared heads in
+        place (the CUDA backend's cuDNN path), or None: the heads are then repeated."""
+        return None
+
+    def _attention_gqa_bwd(self, g, q, k, v, out, lse, scale, causal, dtype_name):
+        """(dq (B, H, Lq, D), dk, dv (B, Hkv, Lk, D)) of _attention_gqa_fwd, or None."""
+        return None
 
     # ---- ops -------------------------------------------------------------------------------
     def attention(self, q, k, v, scale=None, causal: bool = False, *, layout: str = "bhld"):
@@ -115,7 +154,14 @@ class AttentionOps:
         mod = self._attention_module(name)
         lead = tuple(q.shape[:-2])
         n = math.prod(lead)
+        groups = _groups(q, k)
         with self._device_scope(q):
+            if groups > 1:
+                if block_n is None:
+                    r = self._attention_gqa_fwd(*self._as_bhsd(q, k, v), scale, bool(causal), name)
+                    if r is not None:
+                        return r[0].reshape(q.shape), r[1].reshape(lead + (q.shape[-2],))
+                k, v = self._repeat_heads(k, groups), self._repeat_heads(v, groups)
             out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n), self._as_bhld(v, n), scale, bool(causal),
                                    name, block_n)
         return out.reshape(q.shape), lse.reshape(lead + (q.shape[-2],))
@@ -162,20 +208,42 @@ class AttentionOps:
         if not is_float(lse.dtype):
             raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
                              f"(got {lse.dtype})")
+        groups = _groups(tq, tk)
         with self._device_scope(tq):
             if blhd:
                 r = self._attention_blhd_bwd(*(x.swapaxes(1, 2) for x in (tg, tq, tk, tv, to)), lse, scale,
                                              bool(causal), name)
                 if r is not None:
                     return r
+            kv_shape = tuple(tk.shape)
+            if groups > 1:
+                q4, k4, v4 = self._as_bhsd(tq, tk, tv)
+                g4, o4 = (self._ascontiguous(x).reshape(q4.shape) for x in (tg, to))
+                lse4 = self._ascontiguous(lse.astype("float32", copy=False)).reshape(q4.shape[:3]) \
+                    if name != "float64" else None
+                r = None if lse4 is None else self._attention_gqa_bwd(g4, q4, k4, v4, o4, lse4, scale, bool(causal),
+                                                                       name)
+                if r is not None:
+                    dq, dk, dv = r[0].reshape(tq.shape), r[1].reshape(kv_shape), r[2].reshape(kv_shape)
+                    if blhd:
+                        return tuple(self._ascontiguous(x.swapaxes(1, 2)) for x in (dq, dk, dv))
+                    return dq, dk, dv
+                tk, tv = self._repeat_heads(tk, groups), self._repeat_heads(tv, groups)
             mod = self._attention_module(name)
             lse = self._ascontiguous(lse.astype(acc, copy=False)).reshape(n, tq.shape[-2])
             dq, dk, dv = mod.backward(self._as_bhld(tg, n), self._as_bhld(tq, n), self._as_bhld(tk, n),
                                       self._as_bhld(tv, n), self._as_bhld(to, n), lse, scale, bool(causal), name)
         dq, dk, dv = dq.reshape(tq.shape), dk.reshape(tk.shape), dv.reshape(tv.shape)
+        if groups > 1:   # each k and v head's gradient: the sum over the q heads of its group
+            dk, dv = (self._sum_groups(x, groups, kv_shape) for x in (dk, dv))
         if blhd:
             return tuple(self._ascontiguous(g.swapaxes(1, 2)) for g in (dq, dk, dv))
         return dq, dk, dv
+
+
+def _groups(q, k) -> int:
+    """H / Hkv: how many q heads share each k and v head (1 without grouped-query attention)."""
+    return q.shape[-3] // k.shape[-3] if q.ndim >= 3 and k.shape[-3] != q.shape[-3] else 1
 
 
 class CpuAttentionHooks(AttentionOps):
@@ -185,6 +253,14 @@ class CpuAttentionHooks(AttentionOps):
 
 
 class CudaAttentionHooks(AttentionOps):
+    def _attention_gqa_fwd(self, q, k, v, scale, causal, dtype_name):
+        from ..kernels import attention
+        return attention.forward_gqa(q, k, v, scale, causal, dtype_name)
+
+    def _attention_gqa_bwd(self, g, q, k, v, out, lse, scale, causal, dtype_name):
+        from ..kernels import attention
+        return attention.backward_gqa(g, q, k, v, out, lse, scale, causal, dtype_name)
+
     def _attention_blhd_fwd(self, q, k, v, scale, causal, dtype_name):
         from ..kernels import attention
         return attention.forward_blhd(q, k, v, scale, causal, dtype_name)

@@ -159,6 +159,28 @@ def backward_blhd(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name:
                      [("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal, "blhd"))])
 
 
+def forward_gqa(q, k, v, scale: float, causal: bool, dtype_name: str):
+    """(out (B, H, Lq, D), lse (B, H, Lq)) of grouped-query attention for C-contiguous q (B, H, Lq, D)
+    and k, v (B, Hkv, Lk, D) from cuDNN, which reads each shared head in place; None without cuDNN
+    (the caller repeats the heads for the Triton kernels)."""
+    if not (_cudnn_candidate(dtype_name, q.shape[-1]) and _blhd_ok(q, k, v)):
+        return None
+    from . import cudnn, paths
+    key = ("fwd_gqa", q.shape, k.shape, dtype_name, bool(causal), q.data.device_id)
+    return paths.run("attention", key, [("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "bhsd"))])
+
+
+def backward_gqa(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
+    """(dq, dk, dv) of forward_gqa (dk, dv with k's Hkv heads, summed over each group by cuDNN), or
+    None. lse: (B, H, Lq) float32."""
+    if not (_cudnn_candidate(dtype_name, q.shape[-1]) and _blhd_ok(q, k, v, out, do)):
+        return None
+    from . import cudnn, paths
+    key = ("bwd_gqa", q.shape, k.shape, dtype_name, bool(causal), q.data.device_id)
+    return paths.run("attention_backward", key,
+                     [("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal, "bhsd"))])
+
+
 def _blhd_ok(*arrays) -> bool:
     """Every array's last axis contiguous and its other strides and address 16-byte aligned (what
     cuDNN's kernels load by), no empty axis."""

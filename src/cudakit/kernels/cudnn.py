@@ -416,6 +416,12 @@ def blhd_desc(x) -> tuple:
     return (b, h, length, d), (s[0], s[2], s[1], s[3])
 
 
+def bhsd_desc(x) -> tuple:
+    """A C-contiguous (B, H, L, D) array (k and v may have fewer heads than q: grouped-query)."""
+    b, h, length, d = x.shape
+    return (b, h, length, d), (h * length * d, length * d, d, 1)
+
+
 def _stats_desc(b: int, h: int, lq: int) -> tuple:
     return (b, h, lq, 1), (h * lq, lq, 1, 1)
 
@@ -436,7 +442,9 @@ def _out(t, desc, dtype):
 
 def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
     """(out, lse) of softmax(q k^T * scale) v for 16-bit q, k, v: cuDNN's flash forward, or None when
-    declined. layout "bhld": C-contiguous [BH, L, D] arrays, out like q, lse [BH, Lq]; "blhd":
+    declined. layout "bhld": C-contiguous [BH, L, D] arrays, out like q, lse [BH, Lq]; "bhsd":
+    C-contiguous (B, H, L, D) q and (B, Hkv, L, D) k, v with Hkv dividing H (grouped-query: cuDNN
+    reads each k and v head for its group of q heads), out like q, lse (B, H, Lq); "blhd":
     (B, L, H, D) arrays of any strides with the last 1 (views of a packed qkv read in place), out a
     C-contiguous (B, Lq, H, D), lse (B, H, Lq). lse: float32, the natural-log log-sum-exp of the
     scaled scores. FLOPs: 4 B H Lq Lk D (half of it causal)."""
@@ -448,6 +456,11 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
         qd, kd, vd = bhld_desc(bh, lq, d), bhld_desc(bh, lk, d), bhld_desc(bh, lk, d)
         od, b, h = qd, bh, 1
         out = cp.empty_like(q)
+    elif layout == "bhsd":
+        qd, kd, vd = (bhsd_desc(x) for x in (q, k, v))
+        out = cp.empty_like(q)
+        od = qd
+        b, h, lq = q.shape[:3]
     else:
         qd, kd, vd = blhd_desc(q), blhd_desc(k), blhd_desc(v)
         out = cp.empty(q.shape, q.dtype)
@@ -468,7 +481,7 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
                                          (_extent(od), q.dtype), ((b * h * lq,), cp.float32)))
     if g is None:
         return None
-    lse = cp.empty((b, h, lq) if layout == "blhd" else (b, lq), cp.float32)
+    lse = cp.empty((b, lq) if layout == "bhld" else (b, h, lq), cp.float32)
     g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr])
     return out, lse
 
@@ -486,11 +499,17 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
         od = dod = qd
         b, h = bh, 1
         dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
+    elif layout == "bhsd":
+        qd, kd, vd = (bhsd_desc(x) for x in (q, k, v))
+        od = dod = qd
+        b, h, lq = q.shape[:3]
+        dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
     else:
         qd, kd, vd, od, dod = (blhd_desc(x) for x in (q, k, v, out, do))
         b, h, lq = qd[0][:3]
         dq, dk, dv = cp.empty(q.shape, q.dtype), cp.empty(k.shape, k.dtype), cp.empty(v.shape, v.dtype)
-    dqd, dkd, dvd = (bhld_desc(*x.shape) if layout == "bhld" else blhd_desc(x) for x in (dq, dk, dv))
+    dqd, dkd, dvd = (bhld_desc(*x.shape) if layout == "bhld" else bhsd_desc(x) if layout == "bhsd" else blhd_desc(x)
+                     for x in (dq, dk, dv))
     sd = _stats_desc(b, h, lq)
     sig = sdpa_sig("sdpa_bwd", (qd, kd, vd, od, dod, dqd, dkd, dvd), name, scale, causal, q.data.device_id)
 

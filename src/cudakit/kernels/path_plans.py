@@ -21,6 +21,8 @@ def _attn_sig(q, k, v, scale):
     name = str(q.dtype)
     if name not in _DTYPES or not (q.flags.c_contiguous and k.flags.c_contiguous and v.flags.c_contiguous):
         return None
+    if k.shape[:-2] != q.shape[:-2]:   # grouped-query attention: the checked path
+        return None
     lead = tuple(q.shape[:-2])
     lq, d = q.shape[-2:]
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
