@@ -113,9 +113,13 @@ def _specialized(name: str, consts: dict):
 
 
 
-def _cudnn_candidate(dtype_name: str, d: int) -> bool:
+def _cudnn_candidate(dtype_name: str, d: int, scale: float) -> bool:
+    """cuDNN may run this attention: installed, 16-bit, head_dim it takes, and a positive scale (on an
+    H100, 2026-11-26, a 2x130x150x64 backward with scale -0.3 returned NaN in dv in a run where cuDNN
+    took that signature, and not in earlier runs that timed another plan; not investigated further:
+    zero and negative scales stay on the Triton kernels)."""
     from . import cudnn
-    return cudnn.wanted() and cudnn.attention_ok(dtype_name, d)
+    return scale > 0 and cudnn.wanted() and cudnn.attention_ok(dtype_name, d)
 
 
 def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None, tiles=None):
@@ -124,7 +128,7 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     without the `cudnn` extra, for float32, or when block_n or tiles name the Triton kernel's tiles:
     benchmarks/sweeps/attention_variants.py). FLOPs: 4 BH Lq Lk D, about half of it causal."""
     bh, lq, d = q.shape
-    if block_n is None and tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d):
+    if block_n is None and tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = ("fwd", bh, lq, k.shape[1], d, dtype_name, bool(causal), q.data.device_id)
         return paths.run("attention", key, [
@@ -137,7 +141,7 @@ def forward_blhd(q, k, v, scale: float, causal: bool, dtype_name: str):
     """(out (B, Lq, H, D), lse (B, H, Lq)) for (B, L, H, D) views read in place by cuDNN's flash
     forward, or None (cuDNN missing, declining, or strides it cannot take): the caller then runs
     forward() on (B, H, L, D) copies."""
-    if not (_cudnn_candidate(dtype_name, q.shape[-1]) and _blhd_ok(q, k, v)):
+    if not (_cudnn_candidate(dtype_name, q.shape[-1], scale) and _blhd_ok(q, k, v)):
         return None
     from . import cudnn, paths
     key = ("fwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, dtype_name, bool(causal), q.data.device_id)
@@ -148,7 +152,7 @@ def backward_blhd(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name:
     """(dq, dk, dv) as C-contiguous (B, L, H, D) arrays from cuDNN's flash backward on (B, L, H, D)
     views, or None (see forward_blhd). lse: (B, H, Lq)."""
     cp = _cupy.cupy()
-    if not (_cudnn_candidate(dtype_name, q.shape[-1]) and _blhd_ok(q, k, v, out, do)):
+    if not (_cudnn_candidate(dtype_name, q.shape[-1], scale) and _blhd_ok(q, k, v, out, do)):
         return None
     if lse.dtype != cp.float32 or not lse.flags.c_contiguous:
         lse = cp.ascontiguousarray(lse, cp.float32)
@@ -163,7 +167,7 @@ def forward_gqa(q, k, v, scale: float, causal: bool, dtype_name: str):
     """(out (B, H, Lq, D), lse (B, H, Lq)) of grouped-query attention for C-contiguous q (B, H, Lq, D)
     and k, v (B, Hkv, Lk, D) from cuDNN, which reads each shared head in place; None without cuDNN
     (the caller repeats the heads for the Triton kernels)."""
-    if not (_cudnn_candidate(dtype_name, q.shape[-1]) and _blhd_ok(q, k, v)):
+    if not (_cudnn_candidate(dtype_name, q.shape[-1], scale) and _blhd_ok(q, k, v)):
         return None
     from . import cudnn, paths
     key = ("fwd_gqa", q.shape, k.shape, dtype_name, bool(causal), q.data.device_id)
@@ -173,7 +177,7 @@ def forward_gqa(q, k, v, scale: float, causal: bool, dtype_name: str):
 def backward_gqa(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
     """(dq, dk, dv) of forward_gqa (dk, dv with k's Hkv heads, summed over each group by cuDNN), or
     None. lse: (B, H, Lq) float32."""
-    if not (_cudnn_candidate(dtype_name, q.shape[-1]) and _blhd_ok(q, k, v, out, do)):
+    if not (_cudnn_candidate(dtype_name, q.shape[-1], scale) and _blhd_ok(q, k, v, out, do)):
         return None
     from . import cudnn, paths
     key = ("bwd_gqa", q.shape, k.shape, dtype_name, bool(causal), q.data.device_id)
@@ -211,7 +215,7 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     kernels, chosen as forward() is. tiles: a pair of dicts overriding the Triton dK/dV and dQ
     kernels' tile sizes and options. FLOPs: 10 BH Lq Lk D (8 without recomputing the scores)."""
     bh, lq, d = q.shape
-    if tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d):
+    if tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = ("bwd", bh, lq, k.shape[1], d, dtype_name, bool(causal), q.data.device_id)
         return paths.run("attention_backward", key, [
@@ -256,7 +260,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
     nd, f32 = cp.ndarray, cp.float32
     if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
         return None
-    if _cudnn_candidate(dtype_name, d):
+    if _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         choice = paths.chosen("attention", ("fwd", bh, lq, lk, d, dtype_name, bool(causal), device))
         if choice == "cudnn":
@@ -291,7 +295,7 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     nd, f32 = cp.ndarray, cp.float32
     if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
         return None
-    if _cudnn_candidate(dtype_name, d):
+    if _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         choice = paths.chosen("attention_backward", ("bwd", bh, lq, lk, d, dtype_name, bool(causal), device))
         if choice == "cudnn":
