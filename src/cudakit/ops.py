@@ -288,15 +288,14 @@ def rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim=None):
 def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, training=False, momentum=0.1,
                eps=1e-5):
     """Batch normalisation of (N, C) or (N, C, *spatial) x (see Backend.batch_norm)."""
-    return backend_for(x, gamma, beta, running_mean, running_var).batch_norm(
-        x, gamma, beta, running_mean, running_var, training, momentum, eps)
+    return _planned("batch_norm", None, (x, gamma, beta, running_mean, running_var, training, momentum, eps), 5)
 
 
 def batch_norm_with_stats(x, gamma=None, beta=None, running_mean=None, running_var=None, training=False,
                           momentum=0.1, eps=1e-5):
     """batch_norm that also returns (save_mean, save_invstd) (see Backend.batch_norm_with_stats)."""
-    return backend_for(x, gamma, beta, running_mean, running_var).batch_norm_with_stats(
-        x, gamma, beta, running_mean, running_var, training, momentum, eps)
+    return _planned("batch_norm_with_stats", None,
+                    (x, gamma, beta, running_mean, running_var, training, momentum, eps), 5)
 
 
 def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd):

@@ -122,3 +122,26 @@ def test_traced_cross_entropy_still_reports_bad_targets():
     cudakit.cross_entropy_with_grad(x, bad)   # the planned replay, same signature
     with pytest.raises(cudakit.TargetIndexError, match=r"targets\[2\] = 9"):
         cudakit.check()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_batch_norm_training_plan_updates_running_stats_once_per_call(dtype, rng):
+    """batch_norm_with_stats(training=True) is traced (kernels/trace_plans.INPLACE): planning copies
+    and restores the running statistics, so after four calls they hold exactly four updates, as
+    on the CPU backend."""
+    from cupy_io import to_dev, to_host
+    from helpers import data
+    dispatch.clear()
+    x = data(rng, (8, 4, 5, 5), dtype)
+    rm_h, rv_h = data(rng, (4,), dtype), (np.abs(data(rng, (4,), "float32")) + 1).astype(x.dtype)
+    rm, rv = to_dev(rm_h), to_dev(rv_h)
+    xd = to_dev(x)
+    for _ in range(4):
+        y, sm, si = cudakit.batch_norm_with_stats(xd, None, None, rm, rv, True, 0.1, 1e-5)
+        y_h, sm_h, si_h = cudakit.batch_norm_with_stats(x, None, None, rm_h, rv_h, True, 0.1, 1e-5)
+    plans = [p for (op, _), p in dispatch._plans.items() if op == "batch_norm_with_stats"]
+    assert plans and plans[0] is not None
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    for got, want in ((rm, rm_h), (rv, rv_h), (y, y_h), (sm, sm_h), (si, si_h)):
+        np.testing.assert_allclose(to_host(got).astype(np.float64), np.asarray(want).astype(np.float64),
+                                   rtol=tol, atol=tol)

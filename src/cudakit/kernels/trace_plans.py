@@ -15,8 +15,11 @@ the same kernels through the native launcher with the new addresses.
 Safety: a trace is refused (the checked path keeps running for that signature) when any launch
 went another way (Triton, the tiny-op path, CuPy's own kernels via a launch count that does not
 match: see _other_launches), an array argument is empty, a parameter could not be packed, or
-the plan's result on the traced arguments is not bitwise the checked result. Only ops that
-write nothing in place are traced (TRACEABLE).
+the plan's result on the traced arguments is not bitwise the checked result. Ops that write
+nothing in place are traced (TRACEABLE), and ops whose in-place arguments are named in INPLACE
+(batch_norm's running statistics): those are copied before the recording run and restored after
+it and after the verification run (whose in-place results must equal the recording's bitwise),
+so the signature's first call updates them exactly once.
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ TRACEABLE = frozenset({
     "cross_entropy_backward", "permute", "permute_backward", "transpose",
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "batch_norm_backward",
 })   # not dropout: its seed changes every step, so every call would be a new signature
+# ops updating arguments in place -> the indices of those arguments (see the module docstring)
+INPLACE = {"batch_norm": (3, 4), "batch_norm_with_stats": (3, 4)}
 
 
 class _Recorder:
@@ -53,12 +58,14 @@ def _flatten(r):
 
 def trace(op: str, checked, args: tuple):
     """The replay plan of checked(*args) (see the module docstring), or None."""
-    if op not in TRACEABLE:
+    if op not in TRACEABLE and op not in INPLACE:
         return None
     cp = _cupy.cupy()
     arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, cp.ndarray)]
     if not arrays or any(a.size == 0 for _, a in arrays):
         return None
+    inplace = [args[i] for i in INPLACE.get(op, ()) if isinstance(args[i], cp.ndarray)]
+    before = [a.copy() for a in inplace]
     rec = _Recorder()
     base_alloc = cp.cuda.get_allocator()
 
@@ -79,6 +86,9 @@ def trace(op: str, checked, args: tuple):
         seen = list(recent)
         recent.clear()
         recent.extend(saved)
+    recorded = [a.copy() for a in inplace]
+    for a, b in zip(inplace, before):
+        a[...] = b
     names = [n for n, *_ in rec.launches]
     if rec.other or not rec.launches or [n for n, _, _ in seen] != names[-len(seen):]:
         return None
@@ -86,9 +96,10 @@ def trace(op: str, checked, args: tuple):
     if plan is None:
         return None
     got = plan(*args)   # verification: bitwise the checked result on the traced arguments
-    if not _same(result, got):
-        return None
-    return plan
+    ok = _same(result, got) and _same(tuple(recorded), tuple(inplace))
+    for a, b in zip(inplace, before):
+        a[...] = b
+    return plan if ok else None
 
 
 def _locate(ptr: int, regions):
