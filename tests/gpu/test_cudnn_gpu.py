@@ -51,7 +51,8 @@ def test_conv2d_cudnn_float32_tf32(rng, only_cudnn):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("lead,lq,lk,d", [((2, 3), 17, 29, 8), ((1,), 64, 64, 64), ((2, 2), 257, 300, 128),
-                                          ((4,), 130, 130, 80), ((2,), 33, 5, 24)])
+                                          ((4,), 130, 130, 80), ((2,), 33, 5, 24), ((2,), 70, 90, 256),
+                                          ((1, 2), 33, 33, 160)])
 def test_attention_cudnn(lead, lq, lk, d, dtype, causal, rng, only_cudnn):
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal)
 

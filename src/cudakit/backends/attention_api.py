@@ -278,8 +278,12 @@ class CudaAttentionHooks(AttentionOps):
 
     def _attn_args(self, op, named, scale, causal):
         r = super()._attn_args(op, named, scale, causal)
-        from ..kernels.attention import MAX_HEAD_DIM
+        from ..kernels.attention import MAX_CUDNN_HEAD_DIM, MAX_HEAD_DIM
         d = r[0]["q"].shape[-1]
         if d > MAX_HEAD_DIM and r[1] != "float64":
-            raise ShapeError(f"{op}: head_dim must be <= {MAX_HEAD_DIM} on the GPU (got {d})")
+            from ..kernels import cudnn
+            if not (d <= MAX_CUDNN_HEAD_DIM and r[2] > 0 and cudnn.wanted() and cudnn.attention_ok(r[1], d)):
+                raise ShapeError(f"{op}: head_dim must be <= {MAX_HEAD_DIM} on the GPU (got {d}); up to "
+                                 f"{MAX_CUDNN_HEAD_DIM} (a multiple of 8) for float16/bfloat16 with a positive scale "
+                                 f"where the `cudnn` extra is installed")
         return r

@@ -131,10 +131,30 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     if block_n is None and tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = ("fwd", bh, lq, k.shape[1], d, dtype_name, bool(causal), q.data.device_id)
-        return paths.run("attention", key, [
-            ("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal)),
-            ("triton", lambda: _triton_forward(q, k, v, scale, causal, dtype_name))])
+        cands = [("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal))]
+        if d <= MAX_HEAD_DIM:
+            cands.append(("triton", lambda: _triton_forward(q, k, v, scale, causal, dtype_name)))
+        return _only_cudnn_beyond(d, paths.run("attention", key, cands))
+    _check_triton_head_dim(d)
     return _triton_forward(q, k, v, scale, causal, dtype_name, block_n, tiles)
+
+
+MAX_CUDNN_HEAD_DIM = 256   # head dims 129..256 (multiples of 8, 16-bit data): cuDNN only
+
+
+def _check_triton_head_dim(d: int) -> None:
+    if d > MAX_HEAD_DIM:
+        from ..errors import ShapeError
+        raise ShapeError(f"attention: head_dim must be <= {MAX_HEAD_DIM} for the Triton kernels (got {d}); "
+                         f"up to {MAX_CUDNN_HEAD_DIM} takes cuDNN (the `cudnn` extra, float16/bfloat16, a positive "
+                         f"scale, no block_size)")
+
+
+def _only_cudnn_beyond(d: int, result):
+    """result, or a ShapeError when cuDNN, the only path past MAX_HEAD_DIM, declined the call."""
+    if result is None:
+        _check_triton_head_dim(d)
+    return result
 
 
 def forward_blhd(q, k, v, scale: float, causal: bool, dtype_name: str):
@@ -218,9 +238,11 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     if tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = ("bwd", bh, lq, k.shape[1], d, dtype_name, bool(causal), q.data.device_id)
-        return paths.run("attention_backward", key, [
-            ("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal)),
-            ("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name))])
+        cands = [("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal))]
+        if d <= MAX_HEAD_DIM:
+            cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name)))
+        return _only_cudnn_beyond(d, paths.run("attention_backward", key, cands))
+    _check_triton_head_dim(d)
     return _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name, tiles)
 
 
@@ -276,6 +298,8 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
             return fwd
         if choice != "triton":
             return None
+    if d > MAX_HEAD_DIM:
+        return None
     cfg = _config(dtype_name, d, None)
     launch = _specialized("attn_fwd", dict(cfg, D=d, CAUSAL=bool(causal), POS_SCALE=scale > 0))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
@@ -313,6 +337,8 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
             return bwd
         if choice != "triton":
             return None
+    if d > MAX_HEAD_DIM:
+        return None
     cfg = _config(dtype_name, d, None)
     kv, qc = _backward_configs(dtype_name, cfg)
     delta_launch = _specialized("attn_bwd_delta", {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})[
