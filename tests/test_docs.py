@@ -135,3 +135,107 @@ def test_calls_documented_as_working_without_a_gpu_do():
     with cudakit.profile() as prof:
         cudakit.relu(x)
     assert prof.records == [] and prof.memory_events == []
+
+
+# ---- quoted figures against the results files ---------------------------------------------------
+# A ratio ("1.19x", "0.98-1.05x") or a time ("5.94 ms", "22.2 us") quoted in README.md or docs/ must
+# be a value of a results file in the repository, rounded as quoted, and the paragraph quoting it
+# must name that file (a path or a name pattern such as *-cudnn.json, matched under
+# benchmarks/results/ and its history/): a figure can neither be made up nor outlive its run. A
+# paragraph of figures that are not measurements (a model's parameters, an issue's reference
+# values) says so with the comment <!-- not measured -->.
+_FIGURE = re.compile(r"(?<![\w.^])(\d+(?:\.\d+)?)(?:\s*[-–]\s*(\d+(?:\.\d+)?))?\s*(x|ms|us|µs)(?![\w/])"
+                     r"(?!\s*(?:H100|H200|A100|GPU))")   # "2x H100" names machines, not a ratio
+_RESULTS_REF = re.compile(r"([\w*.-]*\.json)")
+_NOT_MEASURED = "<!-- not measured -->"
+
+
+def _result_files():
+    return sorted((ROOT / "benchmarks" / "results").rglob("*.json"))
+
+
+def _numbers(path: Path) -> dict:
+    """{"x": the file's ratios (keys x_*), "t": its times in ms (keys *_ms; *_us and the host-time
+    probe's per-call microseconds, converted)}."""
+    import json
+    out = {"x": [], "t": []}
+
+    def walk(o, key=""):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                walk(v, str(k))
+        elif isinstance(o, list):
+            for v in o:
+                walk(v, key)
+        elif isinstance(o, (int, float)) and not isinstance(o, bool):
+            if key.startswith("x_"):
+                out["x"].append(float(o))
+            elif key.endswith("_ms"):
+                out["t"].append(float(o))
+            elif key.endswith("_us") or key.startswith(("cudakit.", "torch.", "backend.")):
+                out["t"].append(float(o) / 1000)
+    walk(json.loads(path.read_text()))
+    return out
+
+
+def _referenced(paragraph: str, files) -> list:
+    import fnmatch
+    refs = []
+    for name in _RESULTS_REF.findall(paragraph):
+        name = name.split("/")[-1]
+        pattern = name if "*" in name else "*" + name
+        refs += [p for p in files if fnmatch.fnmatch(p.name, pattern)]
+    return refs
+
+
+def _figures(text: str):
+    """(paragraph, number text, unit) of each quoted figure, paragraphs split at blank lines and
+    list items."""
+    for para in re.split(r"\n\s*\n|\n(?=- )", text):
+        for m in _FIGURE.finditer(para):
+            for n in m.group(1, 2):
+                if n:
+                    yield para, n, m.group(3)
+
+
+def _matches(number: str, unit: str, numbers) -> bool:
+    """number (as quoted, unit x, ms or us) is one of the ratios or times of numbers (a list of
+    _numbers() results) rounded to the quoted decimals."""
+    dec = len(number.split(".")[1]) if "." in number else 0
+    x = float(number)
+    if unit == "x":
+        values, scale = [v for n in numbers for v in n["x"]], 1.0
+    else:
+        values, scale = [v for n in numbers for v in n["t"]], (1.0 if unit == "ms" else 1000.0)
+    return any(abs(round(v * scale, dec) - x) < 1e-9 for v in values)
+
+
+def test_quoted_figures_match_a_results_file():
+    files = _result_files()
+    cache: dict = {}
+    problems = []
+    pages = [ROOT / "README.md"] + sorted(DOCS.rglob("*.md"))
+    for page in pages:
+        for para, number, unit in _figures(page.read_text()):
+            if _NOT_MEASURED in para:
+                continue
+            refs = _referenced(para, files)
+            where = f"{page.relative_to(ROOT)}: {number}{unit} in {para.strip()[:80]!r}"
+            if not refs:
+                problems.append(f"{where}: the paragraph names no results file")
+                continue
+            if not _matches(number, unit, [cache.setdefault(p, _numbers(p)) for p in refs]):
+                problems.append(f"{where}: no value of {', '.join(p.name for p in refs)} rounds to it")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_figure_check_catches_a_made_up_figure(tmp_path):
+    files = _result_files()
+    para = "attention 0.123456x torch (benchmarks/results/nvidia-h100-80gb-hbm3-cudnn.json)"
+    (_, number, unit), = [f for f in _figures(para) if f[1] == "0.123456"]
+    refs = _referenced(para, files)
+    assert refs and not _matches(number, unit, [_numbers(p) for p in refs])
+    row = next(r for r in __import__("json").loads(refs[0].read_text())["rows"] if r.get("x_torch"))
+    assert _matches(f"{row['x_torch']:.2f}", "x", [_numbers(refs[0])])
+    assert _matches(f"{row['providers']['cudakit']['median_ms']:.3f}", "ms", [_numbers(refs[0])])
+    assert not _matches(f"{row['x_torch']:.2f}", "ms", [{"x": [row["x_torch"]], "t": []}])
