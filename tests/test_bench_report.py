@@ -15,6 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+def test_docs_results_page_is_current():
+    """docs/guide/results.md is what `cudakit report` generates from benchmarks/results/ now."""
+    assert (ROOT / "docs" / "guide" / "results.md").read_text() == report.render_docs(RESULTS), \
+        "docs/guide/results.md is out of date: run `cudakit report`"
+
+
 def test_benchmarks_md_is_small_current_and_has_every_family():
     md = (ROOT / "BENCHMARKS.md").read_text()
     assert len(md.encode()) <= 60 * 1024

@@ -214,7 +214,8 @@ def test_quoted_figures_match_a_results_file():
     files = _result_files()
     cache: dict = {}
     problems = []
-    pages = [ROOT / "README.md"] + sorted(DOCS.rglob("*.md"))
+    # guide/results.md is generated from the results files themselves (test_bench_report checks it is current)
+    pages = [ROOT / "README.md"] + sorted(p for p in DOCS.rglob("*.md") if p != DOCS / "guide" / "results.md")
     for page in pages:
         for para, number, unit in _figures(page.read_text()):
             if _NOT_MEASURED in para:
