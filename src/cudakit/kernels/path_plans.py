@@ -29,69 +29,7 @@ def _attn_sig(q, k, v, scale):
     return math.prod(lead), lq, k.shape[-2], d, name, sc, lead
 
 
-def _gqa_executor(kind: str, q, k, scale, causal):
-    """The cuDNN executor of a grouped-query attention pass (kind "sdpa_fwd"/"sdpa_bwd") that the
-    checked call built for C-contiguous q (..., H, Lq, D) and k (..., Hkv, Lk, D) with cuDNN chosen,
-    and the (B, H, Lq) and (B, Hkv, Lk, D) shapes it works in; None otherwise."""
-    from . import cudnn, paths
-    name = str(q.dtype)
-    if q.ndim < 3 or name not in ("float16", "bfloat16") or not (q.flags.c_contiguous and k.flags.c_contiguous):
-        return None
-    q4 = (math.prod(q.shape[:-3]),) + tuple(q.shape[-3:])
-    k4 = (q4[0],) + tuple(k.shape[-3:])
-    op, key_kind = ("attention", "fwd_gqa") if kind == "sdpa_fwd" else ("attention_backward", "bwd_gqa")
-    dev = q.data.device_id
-    if paths.chosen(op, (key_kind, q4, k4, name, bool(causal), dev)) != "cudnn":
-        return None
-    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    qd, kd = cudnn.bhsd_desc(_Shape(q4)), cudnn.bhsd_desc(_Shape(k4))
-    descs = (qd, kd, kd, qd) if kind == "sdpa_fwd" else (qd, kd, kd, qd, qd, qd, kd, kd)
-    return cudnn.executor(cudnn.sdpa_sig(kind, descs, name, sc, causal, dev)), q4
-
-
-class _Shape:
-    """A shape where cudnn.bhsd_desc wants an array."""
-    def __init__(self, shape):
-        self.shape = shape
-
-
-def _plan_gqa_forward(q, k, v, scale, causal):
-    r = _gqa_executor("sdpa_fwd", q, k, scale, causal)
-    if r is None or r[0] is None or v.shape != k.shape or not v.flags.c_contiguous:
-        return None
-    run, q4 = r
-    cp = _cupy.cupy()
-    nd, f32, lse_shape = cp.ndarray, cp.float32, tuple(q.shape[:-1])
-
-    def plan(q, k, v, scale=None, causal=False, layout="bhld"):
-        out, lse = nd(q.shape, q.dtype), nd(lse_shape, f32)
-        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
-        return out, lse
-    return plan
-
-
-def _plan_gqa_backward(grad_out, q, k, v, out, lse, scale, causal):
-    r = _gqa_executor("sdpa_bwd", q, k, scale, causal)
-    cp = _cupy.cupy()
-    if r is None or r[0] is None or v.shape != k.shape or lse.dtype != cp.float32:
-        return None
-    if not all(x.flags.c_contiguous and x.dtype == q.dtype for x in (v, grad_out, out)) or not lse.flags.c_contiguous:
-        return None
-    run = r[0]
-    nd = cp.ndarray
-
-    def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld"):
-        dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
-        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr,
-            dq.data.ptr, dk.data.ptr, dv.data.ptr)
-        return dq, dk, dv
-    return plan
-
-
 def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld"):
-    if layout == "bhld" and q.ndim >= 3 and k.ndim == q.ndim and k.shape[:-3] == q.shape[:-3] \
-            and k.shape[-3] != q.shape[-3]:
-        return _plan_gqa_forward(q, k, v, scale, causal)
     s = _attn_sig(q, k, v, scale)
     if s is None or layout != "bhld":
         return None
@@ -113,9 +51,6 @@ def plan_attention(q, k, v, scale=None, causal=False, layout="bhld"):
 
 
 def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld"):
-    if layout == "bhld" and q.ndim >= 3 and k.ndim == q.ndim and k.shape[:-3] == q.shape[:-3] \
-            and k.shape[-3] != q.shape[-3]:
-        return _plan_gqa_backward(grad_out, q, k, v, out, lse, scale, causal)
     s = _attn_sig(q, k, v, scale)
     if s is None or layout != "bhld" or grad_out.dtype != q.dtype or out.dtype != q.dtype:
         return None
