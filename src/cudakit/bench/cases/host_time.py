@@ -14,7 +14,7 @@ import cudakit
 from ..case import Case, Env
 from ._inputs import rand
 
-ROWS, COLS = 64, 128          # the small 2-D shape (as scripts/host_time_probe.py)
+ROWS, COLS = 64, 128          # the small 2-D shape of the rows below
 B, H, T, D = 2, 2, 64, 32     # attention and permute: (B, H, T, D)
 N, C, S, K = 4, 8, 16, 8      # convolution, pooling, batch norm: (N, C, S, S), K filters
 N_TENSORS = 8                 # optimizer steps over this many (ROWS, COLS) tensors
