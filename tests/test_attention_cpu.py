@@ -163,7 +163,9 @@ def test_attention_grouped_query(b, h, hkv, lq, lk, d, dtype, causal, layout, rn
 def test_attention_grouped_query_errors():
     from cudakit.errors import ShapeError
     q, k = np.zeros((2, 6, 5, 8), np.float32), np.zeros((2, 4, 5, 8), np.float32)
-    with pytest.raises(ShapeError, match="k and v have 4 heads, which must divide q's 6 heads"):
+    with pytest.raises(ShapeError, match="k and v have 4 heads and q has 6: .*Hkv dividing H"):
         cudakit.attention(q, k, k)
+    with pytest.raises(ShapeError, match="k and v have 2 heads and q has 0"):   # no q heads
+        cudakit.attention(np.zeros((2, 0, 5, 8), np.float32), *(np.zeros((2, 2, 5, 8), np.float32),) * 2)
     with pytest.raises(ShapeError, match="k and v must be"):
         cudakit.attention(q, np.zeros((2, 3, 5, 8), np.float32), np.zeros((2, 2, 5, 8), np.float32))

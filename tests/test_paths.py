@@ -81,3 +81,25 @@ def test_cudnn_setting(monkeypatch):
     monkeypatch.setenv("CUDAKIT_CUDNN", "maybe")
     with pytest.raises(ConfigError, match="CUDAKIT_CUDNN='maybe'"):
         config.Settings.from_env()
+
+
+def test_a_pick_made_while_capturing_is_not_kept(table, monkeypatch):
+    """Under capture nothing is timed (it would synchronise): the first candidate that accepts runs,
+    and the signature is timed on its first call outside a capture."""
+    from cudakit import graphs
+    monkeypatch.setattr(graphs, "capturing", lambda: object())
+    calls = []
+    assert paths.run("conv2d", ("cap",), _cands(calls), timer=lambda fn: pytest.fail("timed")) == "CUDNN"
+    assert paths.chosen("conv2d", ("cap",)) is None
+    monkeypatch.setattr(graphs, "capturing", lambda: None)
+    times = {"CUDNN": 2.0, "TRITON": 1.0}
+    assert paths.run("conv2d", ("cap",), _cands(calls), timer=lambda fn: times[fn()]) == "TRITON"
+    assert paths.chosen("conv2d", ("cap",)) == "triton"
+
+
+def test_a_chosen_path_that_declines_a_call_hands_it_to_the_others(table):
+    calls = []
+    paths.run("conv2d", ("d2",), _cands(calls), timer=lambda fn: 1.0 if fn() == "CUDNN" else 2.0)
+    assert paths.chosen("conv2d", ("d2",)) == "cudnn"
+    out = paths.run("conv2d", ("d2",), _cands(calls, declines={"cudnn"}), timer=lambda fn: 1.0)
+    assert out == "TRITON"

@@ -6,7 +6,8 @@ then replayed.
 1. signature(args): per argument, for a CuPy array its shape, strides, dtype, device and address
    modulo 256 (the alignment cuBLASLt and the vector kernels pick code by); None, bools, ints,
    floats and strings by type and value; tuples of those as they are. Any other argument (NumPy
-   arrays, foreign CUDA arrays, lists) gives no signature: the checked path runs.
+   arrays, foreign CUDA arrays, lists, 0-d CuPy arrays standing for scalars) gives no signature:
+   the checked path runs.
 2. The first call with a signature runs `checked(*args)`: every argument check, so bad input gets
    the same typed error as without plans. When it returns, `planner(*args)` is asked for a plan:
    a function computing exactly what `checked` computed (the same kernels, GEMM algorithms and
@@ -49,6 +50,8 @@ def signature(args: tuple):
     for a in args:
         t = type(a)
         if t is nd:
+            if not a.ndim:   # a 0-d array stands for a scalar (a scale, a momentum): its value is not in
+                return None  # the signature, so a plan would freeze the first call's value
             d = a.data
             if dev < 0:
                 dev = d.device_id

@@ -63,12 +63,12 @@ class AttentionOps:
         lk = k.shape[-2]
         kv_lead = tuple(k.shape[:-2])
         gqa = len(lead) >= 1 and kv_lead[:-1] == lead[:-1] and len(kv_lead) == len(lead) and kv_lead != lead
-        if gqa and kv_lead[-1] >= 1 and lead[-1] % kv_lead[-1] == 0 and tuple(v.shape) == tuple(k.shape) \
-                and k.shape[-1] == d:
+        if gqa and lead[-1] >= kv_lead[-1] >= 1 and lead[-1] % kv_lead[-1] == 0 \
+                and tuple(v.shape) == tuple(k.shape) and k.shape[-1] == d:
             pass   # grouped-query attention: q's H heads share k's and v's Hkv (Hkv divides H)
         elif gqa and tuple(v.shape) == tuple(k.shape) and k.shape[-1] == d:
-            raise ShapeError(f"{op}: k and v have {kv_lead[-1]} heads, which must divide q's {lead[-1]} heads "
-                             f"(grouped-query attention: Hkv must divide H)")
+            raise ShapeError(f"{op}: k and v have {kv_lead[-1]} heads and q has {lead[-1]}: grouped-query attention "
+                             f"needs 1 <= Hkv <= H with Hkv dividing H")
         elif tuple(k.shape) != lead + (lk, d) or tuple(v.shape) != lead + (lk, d):
             raise ShapeError(f"{op}: k and v must be (..., Lk, D) with q's leading dims and head_dim "
                              f"{lead + ('Lk', d)}, or with Hkv heads dividing q's H (grouped-query); "

@@ -228,6 +228,8 @@ def _graph(sig: tuple, dtype_name: str, make, scratch):
         uids = list(range(1, len(tensors) + 1))
         index, plan = _pick_plan(graph, sig, uids, scratch, h)
     except Exception as e:   # cudnnGraphNotSupportedError and friends: cudakit's kernels take it
+        if _transient(e):   # out of memory (the timing's scratch copies too): not a decline to remember
+            raise
         why = f"{type(e).__name__}: {e}"
         _graphs[sig] = why
         stats["declined"] += 1
@@ -240,6 +242,20 @@ def _graph(sig: tuple, dtype_name: str, make, scratch):
     _graphs[sig] = built = _Graph(graph, uids, graph.get_workspace_size_plan_at_index(index), index, plan, sig[0])
     stats["graphs_built"] += 1
     return built
+
+
+def _transient(e: Exception) -> bool:
+    """An error that says nothing about whether cuDNN supports the signature: out of memory."""
+    from ..errors import OutOfMemoryError
+    cp = _cupy.cupy()
+    return isinstance(e, (MemoryError, OutOfMemoryError, cp.cuda.memory.OutOfMemoryError))
+
+
+def aligned(*arrays) -> bool:
+    """Every operand's address 16-byte aligned, as the graphs describe their tensors (a contiguous
+    slice of a larger array may start anywhere): otherwise the call declines, not remembered, and
+    cudakit's kernels run it."""
+    return all(a is None or not a.data.ptr % 16 for a in arrays)
 
 
 def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
@@ -258,8 +274,13 @@ def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
     key = repr(sig)
     want = _plans_on_disk.get(key)
     if want in names:
-        graph.build_plan_at_index(names.index(want))
-        return names.index(want), want
+        try:
+            graph.build_plan_at_index(names.index(want))
+            return names.index(want), want
+        except Exception as e:   # the kept plan no longer builds here: choose again
+            if _transient(e):
+                raise
+            log.info("cuDNN plan %s kept for %s does not build: %s", want, sig, e)
     tune = settings().autotune and capturing() is None
     built = []
     for i in range(n):
@@ -322,6 +343,8 @@ def conv_fprop(x, w, bias, geo):
     """y (N, K, Ho, Wo) of conv2d for C-contiguous x (N, C, H, W), w (K, C, R, S), bias (K,) or
     None, one dtype: cuDNN's fprop, the bias added in the same graph. Returns None when cuDNN
     declines the signature. FLOPs: 2 N K Ho Wo C R S."""
+    if not aligned(x, w, bias):
+        return None
     cp = _cupy.cupy()
     name = str(x.dtype)
     n, c, h, wd = x.shape
@@ -352,6 +375,8 @@ def conv_fprop(x, w, bias, geo):
 def conv_dgrad(grad_out, w, x_shape, geo):
     """dL/dx (x_shape) of conv2d for C-contiguous grad_out (N, K, Ho, Wo) and w (K, C, R, S):
     cuDNN's dgrad, or None when declined. FLOPs: 2 N K Ho Wo C R S."""
+    if not aligned(grad_out, w):
+        return None
     cp = _cupy.cupy()
     name = str(w.dtype)
     x_shape = tuple(int(v) for v in x_shape)
@@ -377,6 +402,8 @@ def conv_wgrad(grad_out, x, w_shape, geo, bias: bool):
     x (N, C, H, W): cuDNN's wgrad (float32 accumulation, rounded once to x's dtype) and the bias
     gradient as a float32 sum of grad_out over (N, Ho, Wo); None when cuDNN declines.
     FLOPs: 2 N K Ho Wo C R S."""
+    if not aligned(grad_out, x):
+        return None
     cp = _cupy.cupy()
     name = str(x.dtype)
     w_shape = tuple(int(v) for v in w_shape)
@@ -448,6 +475,8 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
     (B, L, H, D) arrays of any strides with the last 1 (views of a packed qkv read in place), out a
     C-contiguous (B, Lq, H, D), lse (B, H, Lq). lse: float32, the natural-log log-sum-exp of the
     scaled scores. FLOPs: 4 B H Lq Lk D (half of it causal)."""
+    if not aligned(q, k, v):
+        return None
     cp = _cupy.cupy()
     name = str(q.dtype)
     if layout == "bhld":
@@ -490,6 +519,8 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
     """(dq, dk, dv) of sdpa_forward for dL/dout = do (out's layout), from its out and lse (float32,
     C-contiguous): cuDNN's flash backward, or None when declined. Gradients like q, k, v with
     layout "bhld", C-contiguous (B, L, H, D) with "blhd". FLOPs: 10 B H Lq Lk D (half causal)."""
+    if not aligned(do, q, k, v, out, lse):
+        return None
     cp = _cupy.cupy()
     name = str(q.dtype)
     if layout == "bhld":

@@ -68,16 +68,19 @@ def run(op: str, key, candidates, timer=None):
                 if out is not None:
                     _last[op] = n
                     return out
-        del _choice[(op, key)]   # the chosen one declined now (e.g. another precision): choose again
+        _choice.pop((op, key), None)   # the chosen one declined this call (e.g. a misaligned operand)
     stored = _on_disk.get(repr((op, key)))
     from ..config import settings
     from ..graphs import capturing
-    tune = settings().autotune and capturing() is None and len(candidates) > 1
+    in_capture = capturing() is not None
+    tune = settings().autotune and not in_capture and len(candidates) > 1
     if stored is not None or not tune:
         for n, fn in sorted(candidates, key=lambda c: c[0] != stored):
             out = fn()
             if out is not None:
-                _choice[(op, key)] = _last[op] = n
+                _last[op] = n
+                if stored is not None or not in_capture:   # a capture's pick is timed on a later call
+                    _choice[(op, key)] = n
                 return out
         return None
     timings, results = {}, {}

@@ -81,6 +81,10 @@ def trace(op: str, checked, args: tuple):
     try:
         with cp.cuda.using_allocator(malloc):
             result = checked(*args)
+    except BaseException:
+        for a, b in zip(inplace, before):
+            a[...] = b
+        raise
     finally:
         compiler._recorder = None
         seen = list(recent)
@@ -92,13 +96,15 @@ def trace(op: str, checked, args: tuple):
     names = [n for n, *_ in rec.launches]
     if rec.other or not rec.launches or [n for n, _, _ in seen] != names[-len(seen):]:
         return None
-    plan = _build(rec, arrays, result)
-    if plan is None:
-        return None
-    got = plan(*args)   # verification: bitwise the checked result on the traced arguments
-    ok = _same(result, got) and _same(tuple(recorded), tuple(inplace))
-    for a, b in zip(inplace, before):
-        a[...] = b
+    try:
+        plan = _build(rec, arrays, result)
+        if plan is None:
+            return None
+        got = plan(*args)   # verification: bitwise the checked result on the traced arguments
+        ok = _same(result, got) and _same(tuple(recorded), tuple(inplace))
+    finally:   # the in-place arguments as the signature's first call left them, whatever happened
+        for a, b in zip(inplace, before):
+            a[...] = b
     return plan if ok else None
 
 
