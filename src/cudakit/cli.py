@@ -283,8 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr = add("report", help="regenerate BENCHMARKS.md and its plots from benchmarks/results/")
     pr.add_argument("--results", default="benchmarks/results")
     pr.add_argument("--output", default="BENCHMARKS.md")
-    pr.add_argument("--docs", default="docs/guide/results.md",
-                    help="the documentation site's generated results page (written where its folder exists; '' for none)")
+    pr.add_argument("--docs", default=None,
+                    help="the documentation site's generated results page (default: docs/guide/results.md beside "
+                         "the results folder's benchmarks/, when that folder exists; '' for none)")
     pr.add_argument("--plots", default=None,
                     help="folder for the plots, one subfolder per GPU model (default: plots/ beside --results)")
     pr.add_argument("--no-plots", action="store_true", help="tables only")

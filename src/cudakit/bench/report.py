@@ -286,7 +286,9 @@ def main(args) -> int:
     out.write_text(text)
     newest, _ = select(results)
     print(f"wrote {out} ({len(text.encode()) / 1024:.1f} KB) from {len(newest)} result files")
-    docs = getattr(args, "docs", "")
+    docs = getattr(args, "docs", None)
+    if docs is None:   # the repository's docs beside its benchmarks/results (none for other folders)
+        docs = results.resolve().parent.parent / "docs" / "guide" / "results.md"
     if docs and Path(docs).parent.is_dir():
         Path(docs).write_text(render_docs(results))
         print(f"wrote {docs}")
