@@ -1,0 +1,85 @@
+"""kernels/cudnn.py's host-side pieces, without a GPU: how tensors are described to cuDNN
+(dims and strides in its (B, H, S, D) order), which calls it may take, and CUDAKIT_CUDNN."""
+import numpy as np
+import pytest
+
+import cudakit
+from cudakit import config
+from cudakit.errors import BackendUnavailableError
+from cudakit.kernels import cudnn
+
+
+def test_bhld_desc_is_a_contiguous_batch_of_one_head():
+    assert cudnn.bhld_desc(6, 7, 8) == ((6, 1, 7, 8), (56, 56, 8, 1))
+
+
+def test_blhd_desc_reads_views_of_a_packed_qkv_in_place():
+    qkv = np.empty((2, 5, 3, 4, 8), np.float16)          # (B, L, 3, H, D)
+    q, k = qkv[:, :, 0], qkv[:, :, 1]
+    dims, strides = cudnn.blhd_desc(q)
+    assert dims == (2, 4, 5, 8)                           # (B, H, S, D)
+    assert strides == (5 * 3 * 4 * 8, 8, 3 * 4 * 8, 1)
+    assert cudnn.blhd_desc(k) == (dims, strides)          # the same layout, another offset
+    c = np.empty((2, 5, 4, 8), np.float16)                # a contiguous (B, L, H, D)
+    assert cudnn.blhd_desc(c) == ((2, 4, 5, 8), (160, 8, 32, 1))
+
+
+def test_bhsd_desc_and_extent():
+    x = np.empty((2, 4, 5, 8), np.float16)
+    d = cudnn.bhsd_desc(x)
+    assert d == ((2, 4, 5, 8), (160, 40, 8, 1))
+    assert cudnn._extent(d) == (x.size,)
+    view = cudnn.blhd_desc(np.empty((2, 5, 3, 4, 8), np.float16)[:, :, 2])
+    assert cudnn._extent(view) == (1 + 1 * 480 + 3 * 8 + 4 * 96 + 7,)   # the last element's offset + 1
+
+
+def test_signatures_name_every_descriptor_and_flag():
+    d = cudnn.bhld_desc(2, 3, 8)
+    a = cudnn.sdpa_sig("sdpa_fwd", (d, d, d, d), "bfloat16", 0.125, True, 0)
+    assert a == ("sdpa_fwd", (d, d, d, d), "bfloat16", 0.125, True, 0)
+    assert a != cudnn.sdpa_sig("sdpa_fwd", (d, d, d, d), "bfloat16", 0.125, False, 0)
+    assert a[-1] == 0   # the executor reads the device from the last place
+
+
+@pytest.mark.parametrize("dtype,d,ok", [("bfloat16", 64, True), ("float16", 256, True), ("float16", 264, False),
+                                        ("float16", 36, False), ("float32", 64, False), ("float64", 64, False)])
+def test_attention_ok(dtype, d, ok):
+    assert cudnn.attention_ok(dtype, d) is ok
+
+
+def test_conv_dtype_ok_follows_float32_precision():
+    old = cudakit.set_float32_precision("tf32")
+    try:
+        assert cudnn.conv_dtype_ok("float32") and cudnn.conv_dtype_ok("bfloat16")
+        cudakit.set_float32_precision("ieee")
+        assert not cudnn.conv_dtype_ok("float32") and cudnn.conv_dtype_ok("float16")
+        assert not cudnn.conv_dtype_ok("float64")
+    finally:
+        cudakit.set_float32_precision(old)
+
+
+@pytest.fixture
+def cudnn_setting(monkeypatch):
+    def set_(value):
+        monkeypatch.setenv("CUDAKIT_CUDNN", value)
+        monkeypatch.setattr(config, "_settings", None)
+        cudnn._load.cache_clear()
+    yield set_
+    monkeypatch.setattr(config, "_settings", None)
+    cudnn._load.cache_clear()
+
+
+def test_cudnn_off_is_never_wanted(cudnn_setting):
+    cudnn_setting("0")
+    assert not cudnn.available() and not cudnn.wanted()
+    assert cudnn.why_unavailable() == "CUDAKIT_CUDNN=0"
+
+
+def test_required_but_unusable_raises_naming_why(cudnn_setting):
+    cudnn_setting("1")
+    if cudnn.available():
+        pytest.skip("cuDNN is usable here")
+    with pytest.raises(BackendUnavailableError, match="CUDAKIT_CUDNN=1 but"):
+        cudnn.wanted()
+    cudnn_setting("auto")
+    assert cudnn.wanted() is False and cudnn.why_unavailable()
