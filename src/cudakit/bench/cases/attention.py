@@ -11,11 +11,15 @@ from ._inputs import ITEM as _ITEM
 from ._inputs import rand as _rand
 
 
-def _case(env: Env, shape, dtype: str, causal: bool, backward: bool) -> Case:
+def _case(env: Env, shape, dtype: str, causal: bool, backward: bool, hkv: int | None = None) -> Case:
+    """One attention row. hkv: grouped-query attention, k and v with hkv heads (q's shape otherwise),
+    against torch's scaled_dot_product_attention(..., enable_gqa=True)."""
     b, h, seq, d = shape
+    kv_shape = shape if hkv is None else (b, hkv, seq, d)
+    gqa = {} if hkv is None else {"enable_gqa": True}
 
     def setup():
-        q, k, v = (_rand(env, shape, dtype, s) for s in (1, 2, 3))
+        q, k, v = _rand(env, shape, dtype, 1), _rand(env, kv_shape, dtype, 2), _rand(env, kv_shape, dtype, 3)
         if backward:
             out, lse = cudakit.attention_with_lse(q, k, v, causal=causal)
             g = _rand(env, shape, dtype, 4)
@@ -28,16 +32,21 @@ def _case(env: Env, shape, dtype: str, causal: bool, backward: bool) -> Case:
             sdpa = t.nn.functional.scaled_dot_product_attention
             if backward:
                 rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
-                y = sdpa(rq, rk, rv, is_causal=causal)
+                y = sdpa(rq, rk, rv, is_causal=causal, **gqa)
                 tg = t.from_dlpack(g)
                 prov["torch"] = lambda: t.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True)
             else:
-                prov["torch"] = lambda: sdpa(tq, tk, tv, is_causal=causal)
+                prov["torch"] = lambda: sdpa(tq, tk, tv, is_causal=causal, **gqa)
         return prov
     per = b * h * seq * seq * d * (0.5 if causal else 1.0)
     flops = int((10 if backward else 4) * per)
-    nbytes = (8 if backward else 4) * b * h * seq * d * _ITEM[dtype]
-    name = "attention" + ("_causal" if causal else "") + ("_backward" if backward else "")
+    hk = h if hkv is None else hkv
+    nbytes = (2 if backward else 1) * (2 * b * h * seq * d + 2 * b * hk * seq * d) * _ITEM[dtype]
+    name = ("attention" + ("" if hkv is None else "_gqa") + ("_causal" if causal else "")
+            + ("_backward" if backward else ""))
+    if hkv is not None:
+        return Case(name, "attention", shape + (hkv,), dtype, nbytes, setup, flops=flops)
+
     def check():   # the backward takes the forward's out and lse from the same backend
         q, k, v, g = (_rand(env, check_batch(shape), dtype, s) for s in (11, 12, 13, 14))
         if backward:
@@ -45,40 +54,6 @@ def _case(env: Env, shape, dtype: str, causal: bool, backward: bool) -> Case:
                 g, q, k, v, *cudakit.attention_with_lse(q, k, v, causal=causal), causal=causal)), (g, q, k, v)
         return (lambda q, k, v: cudakit.attention(q, k, v, causal=causal)), (q, k, v)
     return Case(name, "attention", shape, dtype, nbytes, setup, flops=flops, check=check)
-
-
-def _gqa_case(env: Env, shape, hkv: int, dtype: str, backward: bool) -> Case:
-    """Grouped-query attention, causal: q (B, H, S, D), k and v (B, Hkv, S, D), against torch's
-    scaled_dot_product_attention(..., enable_gqa=True). FLOPs and bytes as above, k and v with Hkv
-    heads."""
-    b, h, seq, d = shape
-    kv_shape = (b, hkv, seq, d)
-
-    def setup():
-        q = _rand(env, shape, dtype, 1)
-        k, v = _rand(env, kv_shape, dtype, 2), _rand(env, kv_shape, dtype, 3)
-        if backward:
-            out, lse = cudakit.attention_with_lse(q, k, v, causal=True)
-            g = _rand(env, shape, dtype, 4)
-            prov = {"cudakit": lambda: cudakit.attention_backward(g, q, k, v, out, lse, causal=True)}
-        else:
-            prov = {"cudakit": lambda: cudakit.attention(q, k, v, causal=True)}
-        if env.gpu and env.torch is not None:
-            t = env.torch
-            tq, tk, tv = (t.from_dlpack(a) for a in (q, k, v))
-            sdpa = t.nn.functional.scaled_dot_product_attention
-            if backward:
-                rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
-                y = sdpa(rq, rk, rv, is_causal=True, enable_gqa=True)
-                tg = t.from_dlpack(g)
-                prov["torch"] = lambda: t.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True)
-            else:
-                prov["torch"] = lambda: sdpa(tq, tk, tv, is_causal=True, enable_gqa=True)
-        return prov
-    flops = int((10 if backward else 4) * b * h * seq * seq * d * 0.5)
-    nbytes = (2 * b * h * seq * d + 2 * b * hkv * seq * d) * _ITEM[dtype] * (2 if backward else 1)
-    name = "attention_gqa_causal" + ("_backward" if backward else "")
-    return Case(name, "attention", shape + (hkv,), dtype, nbytes, setup, flops=flops)
 
 
 def cases(env: Env) -> list[Case]:
@@ -97,5 +72,5 @@ def cases(env: Env) -> list[Case]:
                 out.append(_case(env, shape, dtype, causal, backward=True))
         if env.gpu and dtype != "float32":   # issue 27's GQA shape: H32, Hkv8, D128, S4096
             gqa = (1, 8, 1024, 128) if env.quick else (2, 32, 4096, 128)
-            out += [_gqa_case(env, gqa, gqa[1] // 4, dtype, False), _gqa_case(env, gqa, gqa[1] // 4, dtype, True)]
+            out += [_case(env, gqa, dtype, True, bw, hkv=gqa[1] // 4) for bw in (False, True)]
     return out
