@@ -134,53 +134,59 @@ _plans_on_disk = TunedTable("cudnn", _ident)   # signature -> plan name
 
 # ---- graphs -----------------------------------------------------------------------------------
 class _Graph:
-    """A built cuDNN graph: its operand uids in call order and its workspace size."""
-    __slots__ = ("graph", "uids", "workspace", "index", "plan", "label")
+    """A built cuDNN graph: its operand uids in call order, its plan and workspace size, and
+    `launch(pointers, workspace pointer, backend handle)` executing it."""
+    __slots__ = ("graph", "uids", "workspace", "index", "plan", "label", "launch")
 
     def __init__(self, graph, uids, workspace, index, plan, label):
         self.graph, self.uids, self.workspace, self.index, self.plan = graph, uids, workspace, index, plan
         self.label = f"cudnn:{label}"   # the profiler's record name: which path ran
+        self.launch = _launcher(graph, uids, index)
 
     def run(self, ptrs) -> None:
-        cudnn = _load()[0]
         cp = _cupy.cupy()
         stream = cp.cuda.get_current_stream()
-        h = _handle(cudnn, cp.cuda.runtime.getDevice(), stream.ptr)
+        h = _handle(_load()[0], cp.cuda.runtime.getDevice(), stream.ptr).backend_handle
         ws = cp.empty((self.workspace,), cp.uint8) if self.workspace else None
-        pack = dict(zip(self.uids, ptrs))
         wptr = 0 if ws is None else ws.data.ptr
-        profiler.record_call(self.label, lambda: self.graph._execute_plan_at_index(pack, wptr, self.index,
-                                                                                   h.backend_handle), stream)
+        profiler.record_call(self.label, lambda: self.launch(ptrs, wptr, h), stream)
         stats["executions"] += 1
+
+
+def _launcher(graph, uids, index):
+    """launch(pointers, workspace, handle) of a built graph: the operands' pointers in uid order
+    (uids 1..n, call order) through the frontend's raw-pointer entry, no map built or converted
+    (about 5 us less host time a call than the uid map, H100 host, scripts/cudnn_probe.py); the uid
+    map where the frontend lacks that entry."""
+    raw = getattr(graph, "_execute_with_raw_ptrs", None)
+    if raw is None:
+        execute = graph._execute_plan_at_index
+
+        def launch(ptrs, ws, h):
+            execute(dict(zip(uids, ptrs)), ws, index, h)
+        return launch
+    import ctypes
+    n = len(uids)
+    arr_t, addressof = ctypes.c_int64 * n, ctypes.addressof
+
+    def launch(ptrs, ws, h):
+        arr = arr_t(*ptrs)
+        raw(addressof(arr), n, ws, h, index)
+    return launch
 
 
 def executor(sig):
     """A function run(*pointers) executing the built graph of signature `sig` on the current stream
     with everything but the stream and the workspace bound (the host-time plans of
-    kernels/path_plans.py); None when `sig` has no built graph."""
+    kernels/path_plans.py, which skip the profiler record of _Graph.run: plans decline while a
+    profile records); None when `sig` has no built graph."""
     g = _graphs.get(sig)
     if not isinstance(g, _Graph):
         return None
     cudnn = _load()[0]
     cp = _cupy.cupy()
-    index, uids, nws, n = g.index, g.uids, g.workspace, len(g.uids)
+    launch, nws = g.launch, g.workspace
     dev, get_stream, empty, u8 = sig[-1], cp.cuda.get_current_stream, cp.empty, cp.uint8
-    raw = getattr(g.graph, "_execute_with_raw_ptrs", None)
-    if raw is None:   # a frontend without the raw-pointer entry: the uid map
-        execute = g.graph._execute_plan_at_index
-
-        def launch(ptrs, ws, h):
-            execute(dict(zip(uids, ptrs)), ws, index, h)
-    else:
-        # the operands' pointers in uid order (uids 1..n, call order), no map built or converted:
-        # about 5 us less host time a call than the uid map (H100 host, scripts/cudnn_probe.py)
-        import ctypes
-        arr_t = ctypes.c_int64 * n
-        addressof = ctypes.addressof
-
-        def launch(ptrs, ws, h):
-            arr = arr_t(*ptrs)
-            raw(addressof(arr), n, ws, h, index)
 
     def run(*ptrs):
         h = _handle(cudnn, dev, get_stream().ptr).backend_handle
@@ -192,12 +198,13 @@ def executor(sig):
     return run
 
 
-def _contiguous_strides(shape) -> list:
+def contiguous_desc(shape) -> tuple:
+    """(dims, strides) in elements of a C-contiguous array of `shape`."""
     st, acc = [], 1
     for d in reversed(shape):
         st.append(acc)
         acc *= max(int(d), 1)
-    return st[::-1]
+    return tuple(int(d) for d in shape), tuple(st[::-1])
 
 
 def _graph(sig: tuple, dtype_name: str, make, scratch):
@@ -325,10 +332,11 @@ def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
 
 
 def _scratch(*specs):
-    """A function making fresh arrays (shape, dtype) for plan timing: (pointers, the arrays)."""
+    """A function making fresh zeroed buffers for plan timing, one per (descriptor, dtype) spec
+    (each large enough for its strided tensor): (pointers, the arrays)."""
     def make():
         cp = _cupy.cupy()
-        arrs = [cp.zeros(shape, dtype) for shape, dtype in specs]
+        arrs = [cp.zeros(_extent(desc), dtype) for desc, dtype in specs]
         return [a.data.ptr for a in arrs], arrs
     return make
 
@@ -347,29 +355,55 @@ def conv_fprop(x, w, bias, geo):
         return None
     cp = _cupy.cupy()
     name = str(x.dtype)
-    n, c, h, wd = x.shape
     k = w.shape[0]
-    y_shape = (n, k, geo[8], geo[9])
+    xd, wd, yd = contiguous_desc(x.shape), contiguous_desc(w.shape), contiguous_desc((x.shape[0], k, geo[8], geo[9]))
+    bd = None if bias is None else ((1, k, 1, 1), (k, 1, 1, 1))
     sig = ("conv_fprop", x.shape, w.shape, name, geo, bias is not None, x.data.device_id)
 
     def make(g, dt):
-        X = g.tensor(name="X", dim=list(x.shape), stride=_contiguous_strides(x.shape), data_type=g_io(dt, name))
-        W = g.tensor(name="W", dim=list(w.shape), stride=_contiguous_strides(w.shape), data_type=g_io(dt, name))
+        io = g_io(dt, name)
+        X, W = _tensor(g, "X", xd, io), _tensor(g, "W", wd, io)
         Y = g.conv_fprop(image=X, weight=W, compute_data_type=dt.FLOAT, name="fprop", **_conv_geometry(geo))
         ops = [X, W]
-        if bias is not None:
-            B = g.tensor(name="B", dim=[1, k, 1, 1], stride=[k, 1, 1, 1], data_type=g_io(dt, name))
+        if bd is not None:
+            B = _tensor(g, "B", bd, io)
             Y = g.bias(input=Y, bias=B, name="bias")
             ops.append(B)
-        Y.set_output(True).set_dim(list(y_shape)).set_stride(_contiguous_strides(y_shape)).set_data_type(g_io(dt, name))
+        _out(Y, yd, io)
         return ops + [Y]
-    specs = [(x.shape, x.dtype), (w.shape, x.dtype)] + ([((k,), x.dtype)] if bias is not None else []) + [(y_shape, x.dtype)]
-    g = _graph(sig, name, make, _scratch(*specs))
+    descs = [xd, wd] + ([bd] if bd is not None else []) + [yd]
+    g = _graph(sig, name, make, _scratch(*((d, x.dtype) for d in descs)))
     if g is None:
         return None
-    y = cp.empty(y_shape, x.dtype)
+    y = cp.empty(yd[0], x.dtype)
     g.run([x.data.ptr, w.data.ptr] + ([bias.data.ptr] if bias is not None else []) + [y.data.ptr])
     return y
+
+
+def _conv_backward(kind: str, a, b, out_shape, geo, sig):
+    """The gradient (out_shape, a's dtype) of one cuDNN convolution backward pass from C-contiguous
+    operands a and b: kind "dgrad" (a = dL/dy, b = w: dL/dx) or "wgrad" (a = x, b = dL/dy: dL/dw);
+    None when cuDNN declines the signature."""
+    cp = _cupy.cupy()
+    name = str(a.dtype)
+    ad, bd, od = contiguous_desc(a.shape), contiguous_desc(b.shape), contiguous_desc(out_shape)
+
+    def make(g, dt):
+        io = g_io(dt, name)
+        if kind == "dgrad":
+            A, B = _tensor(g, "DY", ad, io), _tensor(g, "W", bd, io)
+            O = g.conv_dgrad(loss=A, filter=B, compute_data_type=dt.FLOAT, name="dgrad", **_conv_geometry(geo))
+        else:
+            A, B = _tensor(g, "X", ad, io), _tensor(g, "DY", bd, io)
+            O = g.conv_wgrad(image=A, loss=B, compute_data_type=dt.FLOAT, name="wgrad", **_conv_geometry(geo))
+        _out(O, od, io)
+        return [A, B, O]
+    g = _graph(sig, name, make, _scratch((ad, a.dtype), (bd, a.dtype), (od, a.dtype)))
+    if g is None:
+        return None
+    out = cp.empty(out_shape, a.dtype)
+    g.run([a.data.ptr, b.data.ptr, out.data.ptr])
+    return out
 
 
 def conv_dgrad(grad_out, w, x_shape, geo):
@@ -377,24 +411,9 @@ def conv_dgrad(grad_out, w, x_shape, geo):
     cuDNN's dgrad, or None when declined. FLOPs: 2 N K Ho Wo C R S."""
     if not aligned(grad_out, w):
         return None
-    cp = _cupy.cupy()
-    name = str(w.dtype)
     x_shape = tuple(int(v) for v in x_shape)
-    sig = ("conv_dgrad", grad_out.shape, w.shape, x_shape, name, geo, w.data.device_id)
-
-    def make(g, dt):
-        DY = g.tensor(name="DY", dim=list(grad_out.shape), stride=_contiguous_strides(grad_out.shape),
-                      data_type=g_io(dt, name))
-        W = g.tensor(name="W", dim=list(w.shape), stride=_contiguous_strides(w.shape), data_type=g_io(dt, name))
-        DX = g.conv_dgrad(loss=DY, filter=W, compute_data_type=dt.FLOAT, name="dgrad", **_conv_geometry(geo))
-        DX.set_output(True).set_dim(list(x_shape)).set_stride(_contiguous_strides(x_shape)).set_data_type(g_io(dt, name))
-        return [DY, W, DX]
-    g = _graph(sig, name, make, _scratch((grad_out.shape, w.dtype), (w.shape, w.dtype), (x_shape, w.dtype)))
-    if g is None:
-        return None
-    dx = cp.empty(x_shape, w.dtype)
-    g.run([grad_out.data.ptr, w.data.ptr, dx.data.ptr])
-    return dx
+    sig = ("conv_dgrad", grad_out.shape, w.shape, x_shape, str(w.dtype), geo, w.data.device_id)
+    return _conv_backward("dgrad", grad_out, w, x_shape, geo, sig)
 
 
 def conv_wgrad(grad_out, x, w_shape, geo, bias: bool):
@@ -404,23 +423,12 @@ def conv_wgrad(grad_out, x, w_shape, geo, bias: bool):
     FLOPs: 2 N K Ho Wo C R S."""
     if not aligned(grad_out, x):
         return None
-    cp = _cupy.cupy()
-    name = str(x.dtype)
     w_shape = tuple(int(v) for v in w_shape)
-    sig = ("conv_wgrad", grad_out.shape, x.shape, w_shape, name, geo, x.data.device_id)
-
-    def make(g, dt):
-        X = g.tensor(name="X", dim=list(x.shape), stride=_contiguous_strides(x.shape), data_type=g_io(dt, name))
-        DY = g.tensor(name="DY", dim=list(grad_out.shape), stride=_contiguous_strides(grad_out.shape),
-                      data_type=g_io(dt, name))
-        DW = g.conv_wgrad(image=X, loss=DY, compute_data_type=dt.FLOAT, name="wgrad", **_conv_geometry(geo))
-        DW.set_output(True).set_dim(list(w_shape)).set_stride(_contiguous_strides(w_shape)).set_data_type(g_io(dt, name))
-        return [X, DY, DW]
-    g = _graph(sig, name, make, _scratch((x.shape, x.dtype), (grad_out.shape, x.dtype), (w_shape, x.dtype)))
-    if g is None:
+    sig = ("conv_wgrad", grad_out.shape, x.shape, w_shape, str(x.dtype), geo, x.data.device_id)
+    dw = _conv_backward("wgrad", x, grad_out, w_shape, geo, sig)
+    if dw is None:
         return None
-    dw = cp.empty(w_shape, x.dtype)
-    g.run([x.data.ptr, grad_out.data.ptr, dw.data.ptr])
+    cp = _cupy.cupy()
     db = grad_out.sum(axis=(0, 2, 3), dtype=cp.float32).astype(x.dtype) if bias else None
     return dw, db
 
@@ -445,8 +453,7 @@ def blhd_desc(x) -> tuple:
 
 def bhsd_desc(x) -> tuple:
     """A C-contiguous (B, H, L, D) array (k and v may have fewer heads than q: grouped-query)."""
-    b, h, length, d = x.shape
-    return (b, h, length, d), (h * length * d, length * d, d, 1)
+    return contiguous_desc(x.shape)
 
 
 def _stats_desc(b: int, h: int, lq: int) -> tuple:
@@ -506,8 +513,7 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
         _out(O, od, io)
         _out(S, sd, dt.FLOAT)
         return [Q, K, V, O, S]
-    g = _graph(sig, name, make, _scratch((_extent(qd), q.dtype), (_extent(kd), q.dtype), (_extent(vd), q.dtype),
-                                         (_extent(od), q.dtype), ((b * h * lq,), cp.float32)))
+    g = _graph(sig, name, make, _scratch((qd, q.dtype), (kd, q.dtype), (vd, q.dtype), (od, q.dtype), (sd, cp.float32)))
     if g is None:
         return None
     lse = cp.empty((b, lq) if layout == "bhld" else (b, h, lq), cp.float32)
@@ -556,8 +562,8 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
         _out(DV, dvd, io)
         return [Q, K, V, O, DO, S, DQ, DK, DV]
     t = q.dtype
-    g = _graph(sig, name, make, _scratch(*((_extent(x), t) for x in (qd, kd, vd, od, dod)),
-                                         ((b * h * lq,), cp.float32), *((_extent(x), t) for x in (dqd, dkd, dvd))))
+    g = _graph(sig, name, make, _scratch(*((x, t) for x in (qd, kd, vd, od, dod)), (sd, cp.float32),
+                                         *((x, t) for x in (dqd, dkd, dvd))))
     if g is None:
         return None
     g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr,
