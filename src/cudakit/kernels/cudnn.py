@@ -347,6 +347,19 @@ def _conv_geometry(geo):
 
 
 # ---- convolution ------------------------------------------------------------------------------
+# graph signatures, shared with the dispatch plans that look the built graphs up (path_plans.py)
+def fprop_sig(x_shape, w_shape, dtype_name, geo, bias: bool, device: int) -> tuple:
+    return ("conv_fprop", tuple(x_shape), tuple(w_shape), dtype_name, geo, bool(bias), device)
+
+
+def dgrad_sig(g_shape, w_shape, x_shape, dtype_name, geo, device: int) -> tuple:
+    return ("conv_dgrad", tuple(g_shape), tuple(w_shape), tuple(int(v) for v in x_shape), dtype_name, geo, device)
+
+
+def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int) -> tuple:
+    return ("conv_wgrad", tuple(g_shape), tuple(x_shape), tuple(int(v) for v in w_shape), dtype_name, geo, device)
+
+
 def conv_fprop(x, w, bias, geo):
     """y (N, K, Ho, Wo) of conv2d for C-contiguous x (N, C, H, W), w (K, C, R, S), bias (K,) or
     None, one dtype: cuDNN's fprop, the bias added in the same graph. Returns None when cuDNN
@@ -358,7 +371,7 @@ def conv_fprop(x, w, bias, geo):
     k = w.shape[0]
     xd, wd, yd = contiguous_desc(x.shape), contiguous_desc(w.shape), contiguous_desc((x.shape[0], k, geo[8], geo[9]))
     bd = None if bias is None else ((1, k, 1, 1), (k, 1, 1, 1))
-    sig = ("conv_fprop", x.shape, w.shape, name, geo, bias is not None, x.data.device_id)
+    sig = fprop_sig(x.shape, w.shape, name, geo, bias is not None, x.data.device_id)
 
     def make(g, dt):
         io = g_io(dt, name)
@@ -412,7 +425,7 @@ def conv_dgrad(grad_out, w, x_shape, geo):
     if not aligned(grad_out, w):
         return None
     x_shape = tuple(int(v) for v in x_shape)
-    sig = ("conv_dgrad", grad_out.shape, w.shape, x_shape, str(w.dtype), geo, w.data.device_id)
+    sig = dgrad_sig(grad_out.shape, w.shape, x_shape, str(w.dtype), geo, w.data.device_id)
     return _conv_backward("dgrad", grad_out, w, x_shape, geo, sig)
 
 
@@ -424,7 +437,7 @@ def conv_wgrad(grad_out, x, w_shape, geo, bias: bool):
     if not aligned(grad_out, x):
         return None
     w_shape = tuple(int(v) for v in w_shape)
-    sig = ("conv_wgrad", grad_out.shape, x.shape, w_shape, str(x.dtype), geo, x.data.device_id)
+    sig = wgrad_sig(grad_out.shape, x.shape, w_shape, str(x.dtype), geo, x.data.device_id)
     dw = _conv_backward("wgrad", x, grad_out, w_shape, geo, sig)
     if dw is None:
         return None

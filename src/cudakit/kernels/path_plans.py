@@ -67,19 +67,15 @@ def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=Fals
 
 
 def _f32_guard(dtype_name: str, plan, op: str, arrays: int):
-    """plan, or for float32 (whose kernels bake float32_precision() in) a plan that hands the call to
-    the checked path when the precision changed since the plan was made."""
+    """plan, or for float32 (whose kernels and path choice follow float32_precision()) a plan that
+    hands the call to op's checked path (ops._checked_call; `arrays` as ops._planned has it) when
+    the precision changed since the plan was made."""
     if dtype_name != "float32":
         return plan
     from .. import config
-    prec = config.float32_precision()
-
-    def guarded(*a):
-        if config.float32_precision() == prec:
-            return plan(*a)
-        from ..ops import backend_for
-        return getattr(backend_for(*a[:arrays]), op)(*a[:-1], layout=a[-1])
-    return guarded
+    from ..ops import _checked_call
+    prec, checked = config.float32_precision(), _checked_call(op, arrays)
+    return lambda *a: plan(*a) if config.float32_precision() == prec else checked(*a)
 
 
 # ---- conv2d ------------------------------------------------------------------------------------
@@ -95,38 +91,26 @@ def _conv_ok(*arrays) -> bool:
     return str(arrays[0].dtype) in _DTYPES and all(a is None or a.flags.c_contiguous for a in arrays)
 
 
-def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig, own):
-    """A function of the chosen path of one conv2d pass (see _conv_paths of backends/cuda.py):
-    cuDNN's executor (called with pointers) as ("cudnn", run), or ("triton", own); None when no
-    path was chosen for the signature or its float32 precision differs now."""
+def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig):
+    """The chosen path of one conv2d pass (see _conv_paths of backends/cuda.py): ("cudnn", its
+    executor, called with pointers) or ("triton", None); None when no path was chosen for the
+    signature (at the current float32 precision)."""
     from . import cudnn, paths
-    key = paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias)
-    choice = paths.chosen(op, key)
+    choice = paths.chosen(op, paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias))
     if choice == "cudnn":
         run = cudnn.executor(cudnn_sig)
-        return None if run is None else ("cudnn", run, key)
-    return ("triton", own, key) if choice == "triton" else None
-
-
-def _precision_guard(dtype, key, plan, checked):
-    """plan, or for float32 a plan that takes the checked path when float32_precision() changed
-    since the path was chosen (the choice is per precision)."""
-    if str(dtype) != "float32":
-        return plan
-    from .. import config
-    prec = key[7]
-    return lambda *a: plan(*a) if config.float32_precision() == prec else checked(*a)
+        return None if run is None else ("cudnn", run)
+    return ("triton", None) if choice == "triton" else None
 
 
 def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if not _conv_ok(x, weight, bias):
         return None
     geo, groups = _conv_geo("conv2d", x, weight, bias, stride, padding, dilation, groups)
-    from . import conv
-    dev = x.data.device_id
+    from . import conv, cudnn
     name = str(x.dtype)
     step = _conv_step("conv2d", "fwd", x.dtype, x.shape, weight.shape, geo, groups, bias is not None,
-                      ("conv_fprop", x.shape, weight.shape, name, geo, bias is not None, dev), None)
+                      cudnn.fprop_sig(x.shape, weight.shape, name, geo, bias is not None, x.data.device_id))
     if step is None:
         return None
     nd = _cupy.cupy().ndarray
@@ -148,21 +132,21 @@ def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
 
         def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
             return conv.conv2d(x, weight, bias, geo, g)
-    return _precision_guard(x.dtype, step[2], plan, lambda *a: _checked("conv2d", *a))
+    return _f32_guard(name, plan, "conv2d", 3)
 
 
 def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
     if type(bias) is not bool or not _conv_ok(x, weight, grad_out) or grad_out.dtype != x.dtype:
         return None
     geo, groups = _conv_geo("conv2d_backward", x, weight, None, stride, padding, dilation, groups)
-    from . import conv
+    from . import conv, cudnn
     dev = x.data.device_id
     name = str(x.dtype)
     w_shape = tuple(weight.shape)
     wg = _conv_step("conv2d_weight_grad", "wgrad", x.dtype, x.shape, w_shape, geo, groups, bias,
-                    ("conv_wgrad", grad_out.shape, x.shape, w_shape, name, geo, dev), None)
+                    cudnn.wgrad_sig(grad_out.shape, x.shape, w_shape, name, geo, dev))
     dg = _conv_step("conv2d_input_grad", "dgrad", x.dtype, x.shape, w_shape, geo, groups, False,
-                    ("conv_dgrad", grad_out.shape, w_shape, tuple(x.shape), name, geo, dev), None)
+                    cudnn.dgrad_sig(grad_out.shape, w_shape, x.shape, name, geo, dev))
     if wg is None or dg is None:
         return None
     cp = _cupy.cupy()
@@ -194,9 +178,4 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
         gw, gb = weight_grad(grad_out, x)
         return input_grad(grad_out, weight), gw, gb
-    return _precision_guard(x.dtype, wg[2], plan, lambda *a: _checked("conv2d_backward", *a))
-
-
-def _checked(op, *args):
-    from ..ops import backend_for
-    return getattr(backend_for(*args[:3]), op)(*args)
+    return _f32_guard(name, plan, "conv2d_backward", 3)
