@@ -130,7 +130,7 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     bh, lq, d = q.shape
     if block_n is None and tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
-        key = ("fwd", bh, lq, k.shape[1], d, dtype_name, bool(causal), q.data.device_id)
+        key = _path_key("fwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)
         cands = [("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal))]
         if d <= MAX_HEAD_DIM:
             cands.append(("triton", lambda: _triton_forward(q, k, v, scale, causal, dtype_name)))
@@ -157,52 +157,64 @@ def _only_cudnn_beyond(d: int, result):
     return result
 
 
+def _path_key(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str, causal: bool, device: int) -> tuple:
+    """The signature kernels/paths.py chooses a [BH, L, D] pass's path under ("fwd" or "bwd"), as
+    forward()/backward() record it and plan_forward()/plan_backward() look it up."""
+    return (kind, bh, lq, lk, d, dtype_name, bool(causal), device)
+
+
+def _cudnn_in_place(op: str, key: tuple, dtype_name: str, scale: float, arrays, call):
+    """call()'s result: cuDNN reading `arrays` in place (the blhd and grouped-query forms, which
+    only cuDNN takes without copies), recorded under (op, key) by kernels/paths.py; None where
+    cuDNN cannot take them (missing, declining, strides or alignment it cannot read): the caller
+    then copies into the forms the other paths take."""
+    if not (_cudnn_candidate(dtype_name, arrays[0].shape[-1], scale) and _blhd_ok(*arrays)):
+        return None
+    from . import paths
+    return paths.run(op, key, [("cudnn", call)])
+
+
+def _f32_contiguous(lse):
+    cp = _cupy.cupy()
+    return lse if lse.dtype == cp.float32 and lse.flags.c_contiguous else cp.ascontiguousarray(lse, cp.float32)
+
+
 def forward_blhd(q, k, v, scale: float, causal: bool, dtype_name: str):
     """(out (B, Lq, H, D), lse (B, H, Lq)) for (B, L, H, D) views read in place by cuDNN's flash
-    forward, or None (cuDNN missing, declining, or strides it cannot take): the caller then runs
-    forward() on (B, H, L, D) copies."""
-    if not (_cudnn_candidate(dtype_name, q.shape[-1], scale) and _blhd_ok(q, k, v)):
-        return None
-    from . import cudnn, paths
+    forward, or None: the caller then runs forward() on (B, H, L, D) copies."""
+    from . import cudnn
     key = ("fwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, dtype_name, bool(causal), q.data.device_id)
-    return paths.run("attention", key, [("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "blhd"))])
+    return _cudnn_in_place("attention", key, dtype_name, scale, (q, k, v),
+                           lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "blhd"))
 
 
 def backward_blhd(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
     """(dq, dk, dv) as C-contiguous (B, L, H, D) arrays from cuDNN's flash backward on (B, L, H, D)
     views, or None (see forward_blhd). lse: (B, H, Lq)."""
-    cp = _cupy.cupy()
-    if not (_cudnn_candidate(dtype_name, q.shape[-1], scale) and _blhd_ok(q, k, v, out, do)):
-        return None
-    if lse.dtype != cp.float32 or not lse.flags.c_contiguous:
-        lse = cp.ascontiguousarray(lse, cp.float32)
-    from . import cudnn, paths
+    from . import cudnn
     key = ("bwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, out.strides, do.strides, dtype_name,
            bool(causal), q.data.device_id)
-    return paths.run("attention_backward", key,
-                     [("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal, "blhd"))])
+    return _cudnn_in_place("attention_backward", key, dtype_name, scale, (q, k, v, out, do),
+                           lambda: cudnn.sdpa_backward(do, q, k, v, out, _f32_contiguous(lse), scale, causal, "blhd"))
 
 
 def forward_gqa(q, k, v, scale: float, causal: bool, dtype_name: str):
     """(out (B, H, Lq, D), lse (B, H, Lq)) of grouped-query attention for C-contiguous q (B, H, Lq, D)
     and k, v (B, Hkv, Lk, D) from cuDNN, which reads each shared head in place; None without cuDNN
     (the caller repeats the heads for the Triton kernels)."""
-    if not (_cudnn_candidate(dtype_name, q.shape[-1], scale) and _blhd_ok(q, k, v)):
-        return None
-    from . import cudnn, paths
+    from . import cudnn
     key = ("fwd_gqa", q.shape, k.shape, dtype_name, bool(causal), q.data.device_id)
-    return paths.run("attention", key, [("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "bhsd"))])
+    return _cudnn_in_place("attention", key, dtype_name, scale, (q, k, v),
+                           lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "bhsd"))
 
 
 def backward_gqa(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
     """(dq, dk, dv) of forward_gqa (dk, dv with k's Hkv heads, summed over each group by cuDNN), or
     None. lse: (B, H, Lq) float32."""
-    if not (_cudnn_candidate(dtype_name, q.shape[-1], scale) and _blhd_ok(q, k, v, out, do)):
-        return None
-    from . import cudnn, paths
+    from . import cudnn
     key = ("bwd_gqa", q.shape, k.shape, dtype_name, bool(causal), q.data.device_id)
-    return paths.run("attention_backward", key,
-                     [("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal, "bhsd"))])
+    return _cudnn_in_place("attention_backward", key, dtype_name, scale, (q, k, v, out, do),
+                           lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal, "bhsd"))
 
 
 def _blhd_ok(*arrays) -> bool:
@@ -237,7 +249,7 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     bh, lq, d = q.shape
     if tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
-        key = ("bwd", bh, lq, k.shape[1], d, dtype_name, bool(causal), q.data.device_id)
+        key = _path_key("bwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)
         cands = [("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal))]
         if d <= MAX_HEAD_DIM:
             cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name)))
@@ -284,7 +296,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
         return None
     if _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
-        choice = paths.chosen("attention", ("fwd", bh, lq, lk, d, dtype_name, bool(causal), device))
+        choice = paths.chosen("attention", _path_key("fwd", bh, lq, lk, d, dtype_name, causal, device))
         if choice == "cudnn":
             qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
             run = cudnn.executor(cudnn.sdpa_sig("sdpa_fwd", (qd, kd, kd, qd), dtype_name, scale, causal, device))
@@ -321,7 +333,7 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
         return None
     if _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
-        choice = paths.chosen("attention_backward", ("bwd", bh, lq, lk, d, dtype_name, bool(causal), device))
+        choice = paths.chosen("attention_backward", _path_key("bwd", bh, lq, lk, d, dtype_name, causal, device))
         if choice == "cudnn":
             qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
             run = cudnn.executor(cudnn.sdpa_sig("sdpa_bwd", (qd, kd, kd, qd, qd, qd, kd, kd), dtype_name, scale,
