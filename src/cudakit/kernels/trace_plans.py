@@ -66,6 +66,18 @@ def trace(op: str, checked, args: tuple):
         return None
     inplace = [args[i] for i in INPLACE.get(op, ()) if isinstance(args[i], cp.ndarray)]
     before = [a.copy() for a in inplace]
+
+    def restore():   # the in-place arguments as the signature's first call left them
+        for a, b in zip(inplace, before):
+            a[...] = b
+    try:
+        return _trace(checked, args, arrays, inplace, restore)
+    finally:
+        restore()
+
+
+def _trace(checked, args, arrays, inplace, restore):
+    cp = _cupy.cupy()
     rec = _Recorder()
     base_alloc = cp.cuda.get_allocator()
 
@@ -81,30 +93,21 @@ def trace(op: str, checked, args: tuple):
     try:
         with cp.cuda.using_allocator(malloc):
             result = checked(*args)
-    except BaseException:
-        for a, b in zip(inplace, before):
-            a[...] = b
-        raise
     finally:
         compiler._recorder = None
         seen = list(recent)
         recent.clear()
         recent.extend(saved)
     recorded = [a.copy() for a in inplace]
-    for a, b in zip(inplace, before):
-        a[...] = b
+    restore()   # the verification run starts where the recording run did
     names = [n for n, *_ in rec.launches]
     if rec.other or not rec.launches or [n for n, _, _ in seen] != names[-len(seen):]:
         return None
-    try:
-        plan = _build(rec, arrays, result)
-        if plan is None:
-            return None
-        got = plan(*args)   # verification: bitwise the checked result on the traced arguments
-        ok = _same(result, got) and _same(tuple(recorded), tuple(inplace))
-    finally:   # the in-place arguments as the signature's first call left them, whatever happened
-        for a, b in zip(inplace, before):
-            a[...] = b
+    plan = _build(rec, arrays, result)
+    if plan is None:
+        return None
+    got = plan(*args)   # verification: bitwise the checked result on the traced arguments
+    ok = _same(result, got) and _same(tuple(recorded), tuple(inplace))
     return plan if ok else None
 
 
