@@ -137,11 +137,25 @@ def _tuned(n) -> str:
     return "-" if n is None else f"{n} tuned (`cudakit tune`)" if n else "as shipped"
 
 
-def _model_section(model: str, runs: list, plots_dir: Path | None, md_dir: Path) -> list:
+def _by_model(newest: dict) -> dict:
+    """{GPU model: [(kind, path, record)]} of select()'s newest runs."""
+    models: dict = {}
+    for (model, kind), (path, rec) in newest.items():
+        models.setdefault(model, []).append((kind, path, rec))
+    return models
+
+
+def _summary_parts(model: str, runs: list, name_families: bool) -> tuple[list, list]:
+    """(markdown lines: the model's heading, the run list and the summary table; the table's rows)."""
     rows = summary_rows(runs)
     fams = sorted({r["family"] for r in rows})
-    said = f"{len(rows)} cases in {len(fams)} families ({', '.join(fams)}), from {len(runs)} runs:\n"
-    parts = [f"\n## {model}\n", said, *_sources(runs), "", summary_table(rows)]
+    named = f" ({', '.join(fams)})" if name_families else ""
+    said = f"{len(rows)} cases in {len(fams)} families{named}, from {len(runs)} runs:\n"
+    return [f"\n## {model}\n", said, *_sources(runs), "", summary_table(rows)], rows
+
+
+def _model_section(model: str, runs: list, plots_dir: Path | None, md_dir: Path) -> list:
+    parts, rows = _summary_parts(model, runs, True)
     notes = [f"- {kind}: {n}" for kind, _, rec in sorted(runs, key=lambda t: t[0]) for n in rec.get("notes", [])]
     if notes:
         parts += ["\nNotes of the runs:\n", *notes]
@@ -208,9 +222,7 @@ def render(results_dir: Path, skipped: list | None = None, plots_dir: Path | Non
     results_dir = Path(results_dir)
     newest, _ = select(results_dir, skipped)
     parts = [HEADER]
-    models = {}
-    for (model, kind), (path, rec) in newest.items():
-        models.setdefault(model, []).append((kind, path, rec))
+    models = _by_model(newest)
     for model in sorted(models):
         parts += _model_section(model, models[model], plots_dir, md_dir)
     others = [p for p in sorted(results_dir.glob("*/*.json")) if p.parent.name != HISTORY]
@@ -240,17 +252,10 @@ where they fall short: [Measured performance and known gaps](performance.md).
 def render_docs(results_dir: Path) -> str:
     """The documentation site's results page (docs/guide/results.md): BENCHMARKS.md's run lists and
     summary tables per GPU model, without plots or other formats."""
-    newest, _ = select(Path(results_dir))
-    models: dict = {}
-    for (model, kind), (path, rec) in newest.items():
-        models.setdefault(model, []).append((kind, path, rec))
+    models = _by_model(select(Path(results_dir))[0])
     parts = [DOCS_HEADER]
     for model in sorted(models):
-        runs = models[model]
-        rows = summary_rows(runs)
-        fams = sorted({r["family"] for r in rows})
-        parts += [f"\n## {model}\n", f"{len(rows)} cases in {len(fams)} families, from {len(runs)} runs:\n",
-                  *_sources(runs), "", summary_table(rows)]
+        parts += _summary_parts(model, models[model], False)[0]
     return "\n".join(parts) + "\n"
 
 
