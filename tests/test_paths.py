@@ -103,3 +103,22 @@ def test_a_chosen_path_that_declines_a_call_hands_it_to_the_others(table):
     assert paths.chosen("conv2d", ("d2",)) == "cudnn"
     out = paths.run("conv2d", ("d2",), _cands(calls, declines={"cudnn"}), timer=lambda fn: 1.0)
     assert out == "TRITON"
+
+
+def test_a_table_of_config_indices_rejects_other_values(tmp_path, monkeypatch):
+    """The Triton autotuner's table (runtime/triton.Autotuned): config indices below the count."""
+    import json as _json
+    from cudakit import fallbacks
+    t = TunedTable("k", lambda: ["gpu"], valid=lambda v: isinstance(v, int) and 0 <= v < 2, what="k's configs")
+    monkeypatch.setattr(t, "_file", lambda: tmp_path / "k.json")
+    (tmp_path / "k.json").write_text(_json.dumps({"a": 1}))
+    assert t.get("a") == 1
+    t.put("b", 0, save=False)
+    assert _json.loads((tmp_path / "k.json").read_text()) == {"a": 1}   # kept in memory only
+    t.put("c", 1)
+    assert _json.loads((tmp_path / "k.json").read_text()) == {"a": 1, "b": 0, "c": 1}
+    (tmp_path / "k.json").write_text(_json.dumps({"a": 5}))
+    t.forget()
+    monkeypatch.setattr(t, "_file", lambda: tmp_path / "k.json")
+    assert t.get("a") is None
+    assert any("k's configs are timed again" in why for why in fallbacks.taken().values())

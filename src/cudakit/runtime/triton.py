@@ -32,6 +32,7 @@ from .. import __version__, profiler
 from ..errors import BackendUnavailableError, LaunchError
 from . import _cupy, compiler, launch as _launch
 
+from .tuned import TunedTable
 log = logging.getLogger(__name__)
 stats = {"compiles": 0, "disk_hits": 0, "tunes": 0}   # counted per process (tests, `cudakit info`)
 
@@ -480,8 +481,10 @@ class Autotuned:
                 raise ValueError(f"autotune: {k!r} is not a parameter of {self.kernel.name} ({', '.join(sorted(names))})")
         self.key, self.restore = list(key), list(restore)
         self.warmup, self.reps = warmup, reps
-        self.best: dict = {}
-        self._disk_loaded = False
+        n = len(self.configs)
+        # the winners per key on disk, per (kernel source, configs, device name, Triton and cudakit versions)
+        self.best = TunedTable(self.kernel.name, self._ident, valid=lambda v: isinstance(v, int) and 0 <= v < n,
+                               what=f"{self.kernel.name}'s configs")
 
     def _key_values(self, args, kwargs) -> str:
         pos = {p.name: a for p, a in zip(self.kernel.params, args)}
@@ -492,44 +495,10 @@ class Autotuned:
             vals.append([list(v.shape), str(v.dtype)] if hasattr(v, "shape") else v)
         return json.dumps(vals, default=str)
 
-    def _disk_path(self):
+    def _ident(self):
         from .device import get_device_info
-        triton = _triton()
-        ident = hashlib.sha256(json.dumps([self.kernel.fn.cache_key, [c.key() for c in self.configs],
-                                           get_device_info().name, triton.__version__, __version__]).encode()).hexdigest()
-        return compiler.cache_dir() / "autotune" / f"{self.kernel.name}-{ident[:32]}.json"
-
-    def _load(self):
-        if not self._disk_loaded:
-            path = self._disk_path()
-            try:
-                best = json.loads(path.read_text())
-                if not isinstance(best, dict) or not all(isinstance(v, int) and 0 <= v < len(self.configs)
-                                                         for v in best.values()):
-                    raise ValueError("not a {key: config index} table")
-                self.best.update(best)
-            except FileNotFoundError:
-                pass   # never tuned here: tuned on first use
-            except (OSError, ValueError) as e:
-                from .. import fallbacks
-                fallbacks.note(f"autotune:{path}", f"the autotuning file {path} is unreadable or corrupt ({e}); "
-                                                   f"{self.kernel.name} is tuned again and the file rewritten")
-            self._disk_loaded = True
-
-    def _save(self):
-        import os
-        import tempfile
-        path = self._disk_path()
-        from ..errors import CacheError
-        from . import cache
-        try:
-            cache.prepare(path)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.best, f)
-            os.replace(tmp, path)
-        except (OSError, CacheError) as e:
-            log.warning("could not write autotune cache %s: %s", path, e)
+        return [self.kernel.fn.cache_key, [c.key() for c in self.configs], get_device_info().name,
+                _triton().__version__, __version__]
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.run(grid, args, kwargs)
@@ -537,13 +506,10 @@ class Autotuned:
     def run(self, grid, args, kwargs):
         from ..config import settings
         key = self._key_values(args, kwargs)
-        self._load()
         idx = self.best.get(key)
         if idx is None:
             idx = self._tune(grid, args, kwargs) if settings().autotune else 0
-            self.best[key] = idx
-            if settings().autotune:
-                self._save()
+            self.best.put(key, idx, save=settings().autotune)
         c = self.configs[idx]
         self.kernel.run(grid, args, {**kwargs, **c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages})
 
