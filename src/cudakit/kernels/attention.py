@@ -285,6 +285,27 @@ def _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name, tiles=Non
 
 
 # ---- host-time plans (kernels/path_plans.py): forward()/backward() minus their per-call choices --
+def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: float, causal: bool,
+                  device: int):
+    """The path forward() ("fwd") or backward() ("bwd") chose for this [BH, L, D] signature, for its
+    plan: ("cudnn", the built graph's executor) or ("triton", None); None where no plan applies (not
+    chosen yet, empty, more than 65535 batch-heads, or past the Triton kernels' head dim)."""
+    if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
+        return None
+    if _cudnn_candidate(dtype_name, d, scale):
+        from . import cudnn, paths
+        op = "attention" if kind == "fwd" else "attention_backward"
+        choice = paths.chosen(op, _path_key(kind, bh, lq, lk, d, dtype_name, causal, device))
+        if choice == "cudnn":
+            qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
+            descs = (qd, kd, kd, qd) if kind == "fwd" else (qd, kd, kd, qd, qd, qd, kd, kd)
+            run = cudnn.executor(cudnn.sdpa_sig(f"sdpa_{kind}", descs, dtype_name, scale, causal, device))
+            return None if run is None else ("cudnn", run)
+        if choice != "triton":
+            return None
+    return None if d > MAX_HEAD_DIM else ("triton", None)
+
+
 def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: float, causal: bool, device: int):
     """A function (q, k, v) -> (out like q, lse (bh, lq) float32) for C-contiguous arrays holding
     [bh, L, d], replaying forward()'s chosen path for this signature with everything but the
@@ -292,26 +313,17 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
     signature needs its general handling (empty, more than 65535 batch-heads)."""
     cp = _cupy.cupy()
     nd, f32 = cp.ndarray, cp.float32
-    if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
+    step = _planned_path("fwd", bh, lq, lk, d, dtype_name, scale, causal, device)
+    if step is None:
         return None
-    if _cudnn_candidate(dtype_name, d, scale):
-        from . import cudnn, paths
-        choice = paths.chosen("attention", _path_key("fwd", bh, lq, lk, d, dtype_name, causal, device))
-        if choice == "cudnn":
-            qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
-            run = cudnn.executor(cudnn.sdpa_sig("sdpa_fwd", (qd, kd, kd, qd), dtype_name, scale, causal, device))
-            if run is None:
-                return None
+    if step[0] == "cudnn":
+        run = step[1]
 
-            def fwd(q, k, v):
-                out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-                run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
-                return out, lse
-            return fwd
-        if choice != "triton":
-            return None
-    if d > MAX_HEAD_DIM:
-        return None
+        def fwd(q, k, v):
+            out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
+            run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
+            return out, lse
+        return fwd
     cfg = _config(dtype_name, d, None)
     launch = _specialized("attn_fwd", dict(cfg, D=d, CAUSAL=bool(causal), POS_SCALE=scale > 0))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
@@ -329,28 +341,18 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     path (see plan_forward); None where it does not apply."""
     cp = _cupy.cupy()
     nd, f32 = cp.ndarray, cp.float32
-    if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
+    step = _planned_path("bwd", bh, lq, lk, d, dtype_name, scale, causal, device)
+    if step is None:
         return None
-    if _cudnn_candidate(dtype_name, d, scale):
-        from . import cudnn, paths
-        choice = paths.chosen("attention_backward", _path_key("bwd", bh, lq, lk, d, dtype_name, causal, device))
-        if choice == "cudnn":
-            qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
-            run = cudnn.executor(cudnn.sdpa_sig("sdpa_bwd", (qd, kd, kd, qd, qd, qd, kd, kd), dtype_name, scale,
-                                                causal, device))
-            if run is None:
-                return None
+    if step[0] == "cudnn":
+        run = step[1]
 
-            def bwd(do, q, k, v, out, lse):
-                dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
-                run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr,
-                    dq.data.ptr, dk.data.ptr, dv.data.ptr)
-                return dq, dk, dv
-            return bwd
-        if choice != "triton":
-            return None
-    if d > MAX_HEAD_DIM:
-        return None
+        def bwd(do, q, k, v, out, lse):
+            dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
+            run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr,
+                dq.data.ptr, dk.data.ptr, dv.data.ptr)
+            return dq, dk, dv
+        return bwd
     cfg = _config(dtype_name, d, None)
     kv, qc = _backward_configs(dtype_name, cfg)
     delta_launch = _specialized("attn_bwd_delta", {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})[
