@@ -68,3 +68,9 @@ if [ -n "${TRITON_SLIM:-}" ] && [ -f "$TRITON_SLIM" ]; then
     timeout 90 python3 -m cudakit bench --out /tmp/cudakit-bench-alt --ops triton_launch_overhead 2>>"$LOG" | tee -a "$LOG" | tail -8 | sed 's/^/ALT /'
     cp /tmp/cudakit-bench-alt/results.json "$OUT/results-$(basename "$TRITON_SLIM" .tar.xz).json" 2>/dev/null )
 fi
+# HOST_BREAKDOWN=1 (or row names): where each host_time row's microseconds go (scripts/host_breakdown.py)
+if [ -n "${HOST_BREAKDOWN:-}" ]; then
+  rows=""; [ "$HOST_BREAKDOWN" = 1 ] || rows="$HOST_BREAKDOWN"
+  timeout ${BREAKDOWN_TIMEOUT:-200} python3 scripts/host_breakdown.py $rows 2>&1 | tee -a "$LOG" > "$OUT/breakdown.txt"
+  grep -E "BREAKDOWN-TABLE|Error" "$OUT/breakdown.txt"
+fi

@@ -613,3 +613,202 @@ def test_ew_writes_into_out_when_it_matches_and_declines_a_shifted_view(ew):
     assert len(recent) == n
     with pytest.raises(TypeError, match="out"):
         m.ew(table, a, b, 0.0, o, None)
+
+
+# -- replayed plans (replay_new) and the native call signature, with fake arrays -------------------
+
+class _ReplayMem:
+    """What cupy.cuda.memory.alloc returns: a pointer that `+ offset` moves."""
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __add__(self, off):
+        return _ReplayMem(self.ptr + off)
+
+
+class _ReplayArray(_FakeArray):
+    """cupy.ndarray(shape, dtype, memptr, strides) as the replay builds its outputs."""
+    def __init__(self, shape, dtype, memptr=None, strides=None):
+        super().__init__(shape, dtype, None if memptr is None else memptr.ptr)
+        self.strides = strides
+        self.ndim = len(self.shape)
+
+
+@pytest.fixture
+def rp(tmp_path):
+    m = native_module(tmp_path / "rp.so")
+    recent, allocs = [], []
+
+    def on_error(status, record):
+        raise RuntimeError(f"launch {record[0]} failed with {status}")
+
+    def alloc(size):
+        allocs.append(size)
+        return _ReplayMem(0x7000000 + 0x100000 * len(allocs))
+    _FakeArray.device = 0
+    m.fast_setup(_ReplayArray, lambda: _FakeArray.device, lambda: _Stream(), recent.append, on_error)
+    m.replay_setup(alloc)
+    return m, recent, allocs
+
+
+def _b8(v):
+    return int(v).to_bytes(8, "little")
+
+
+def _all_launches(mod, nparams):
+    seen = []
+
+    def fake(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        seen.append((f, (gx, gy, gz, bx, by, bz), smem, stream,
+                     [struct.unpack("<Q", ctypes.string_at(params[i], 8))[0] for i in range(nparams)]))
+        return 0
+    cb = LAUNCH(fake)
+    mod.set_launch(ctypes.cast(cb, ctypes.c_void_p).value)
+    return seen, cb
+
+
+def test_replay_substitutes_arguments_allocations_and_the_stream(rp):
+    m, recent, allocs = rp
+    seen, _cb = _all_launches(m, 4)
+    x, y = _ReplayArray((4, 8), "float32"), _ReplayArray((8,), "float32")
+    slots = (native.pack_slot("Q", 0), native.pack_slot("i", -3), native.pack_slot("f", 0.5), native.pack_slot("Q", 0))
+    assert all(len(b) == 8 for b in slots)
+    steps = ((0, 0xA1, (2, 1, 1, 128, 1, 1, 64), slots, ((0, 0, 0, 16), (3, 1, 1, 32)), ("k1", (2, 1, 1), (128, 1, 1))),
+             (0, 0xA2, (1, 1, 1, 32, 1, 1, 0), slots, ((0, 0, 1, 0), (3, 1, 0, 0)), ("k2", (1, 1, 1), (32, 1, 1))))
+    outs = ((0, 0, (4, 8), np.dtype("float32"), ()), (1, 32, (2,), np.dtype("float32"), (4,)), None)
+    plan = m.replay_new((128, 64), steps, outs, False, None)
+    r = plan(x, y)
+    assert allocs == [128, 64]
+    a0, a1 = 0x7100000, 0x7200000
+    assert [s[0] for s in seen] == [0xA1, 0xA2] and seen[0][1] == (2, 1, 1, 128, 1, 1) and seen[0][2] == 64
+    assert seen[0][3] == _Stream.ptr
+    assert seen[0][4] == [x.data.ptr + 16, 2**32 - 3, struct.unpack("<I", struct.pack("<f", 0.5))[0], a1 + 32]
+    assert seen[1][4][0] == y.data.ptr and seen[1][4][3] == a0
+    assert isinstance(r, tuple) and len(r) == 3 and r[2] is None
+    assert r[0].shape == (4, 8) and r[0].data.ptr == a0 and r[0].strides is None   # whole: C-contiguous
+    assert r[1].shape == (2,) and r[1].data.ptr == a1 + 32 and r[1].strides == (4,)
+    assert recent == [("k1", (2, 1, 1), (128, 1, 1)), ("k2", (1, 1, 1), (32, 1, 1))]
+
+
+def test_replay_single_output_and_a_none_argument_gives_a_null_pointer(rp):
+    m, _, _ = rp
+    seen, _cb = _all_launches(m, 2)
+    steps = ((0, 0xB1, (1, 1, 1, 32, 1, 1, 0), (_b8(7), _b8(9)), ((1, 0, 1, 8),), ("k", (1, 1, 1), (32, 1, 1))),)
+    plan = m.replay_new((16,), steps, ((0, 0, (4,), np.dtype("float32"), ()),), True, None)
+    out = plan(_ReplayArray((4,), "float32"), None)
+    assert isinstance(out, _ReplayArray) and out.shape == (4,)
+    assert seen[0][4] == [7, 0]   # a slot without substitution as packed; None: a null pointer, whatever the offset
+
+
+def test_replay_cublaslt_step_calls_the_functions_it_was_given_and_raises_on_a_status(rp):
+    m, _, _ = rp
+    calls, sets = [], []
+    MM = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.c_void_p] * 14 + [ctypes.c_size_t, ctypes.c_void_p]))
+    SET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+    status = [0]
+
+    def mm(*a):
+        calls.append(a)
+        return status[0]
+
+    def setattr_(desc, attr, buf, size):
+        sets.append((desc, attr, ctypes.c_void_p.from_address(buf).value))
+        return 0
+    mm_cb, set_cb = MM(mm), SET(setattr_)
+    addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    slots = [addr(mm_cb), addr(set_cb), 0x11, 0x22, 0, 0, 0x33, 0, 0x44, 0, 0x55, 0x66, 0, 0x77, 0, 0x88, 0x99, 0, 4096, 0]
+    subs = ((19, 2, 0, 0), (4, 0, 2, 0), (7, 0, 1, 0), (9, 0, 0, 0), (12, 1, 0, 0), (14, 1, 0, 0), (17, 1, 1, 0))
+    step = (1, 0, (1, 1, 1, 1, 1, 1, 0), tuple(map(_b8, slots)), subs, ("cublaslt_matmul", (1, 1, 1), (1, 1, 1)))
+    failures = []
+
+    def on_status(st, i):
+        failures.append((st, i))
+        raise ValueError(f"status {st}")
+    plan = m.replay_new((256, 4096), (step,), ((0, 0, (8, 8), np.dtype("float32"), ()),), True, on_status)
+    a, b, bias = _ReplayArray((8, 8), "float32"), _ReplayArray((8, 8), "float32"), _ReplayArray((8,), "float32")
+    out = plan(a, b, bias)
+    assert sets == [(0x22, 8, bias.data.ptr)]   # the bias pointer attribute, then the call
+    c = calls[0]
+    assert c[0] == 0x11 and c[1] == 0x22 and c[3] == b.data.ptr and c[5] == a.data.ptr
+    assert c[8] == c[10] == out.data.ptr and c[13] == 0x7200000 and c[14] == 4096 and c[15] == _Stream.ptr
+    status[0] = 15
+    with pytest.raises(ValueError, match="status 15"):
+        plan(a, b, bias)
+    assert failures == [(15, 0)]
+
+
+def test_replay_launch_failure_raises_through_on_error(rp):
+    m, recent, _ = rp
+    seen, _cb = _recorder(m, [], result=700)
+    steps = ((0, 0xC1, (1, 1, 1, 32, 1, 1, 0), (), (), ("bad", (1, 1, 1), (32, 1, 1))),)
+    plan = m.replay_new((16,), steps, ((0, 0, (4,), np.dtype("float32"), ()),), True, None)
+    with pytest.raises(RuntimeError, match="launch bad failed with 700"):
+        plan()
+    assert recent == [("bad", (1, 1, 1), (32, 1, 1))]
+
+
+@pytest.mark.parametrize("allocs,steps,outs,single,err", [
+    ((16,), (), ((0, 0, (4,), "f", ()),), True, "1..32 steps"),
+    ((0,), ((0, 1, (1,) * 7, (), (), None),), (), False, "0 bytes"),
+    ((16,), ((2, 1, (1,) * 7, (), (), None),), (), False, "kind must be 0 or 1"),
+    ((16,), ((0, 0, (1,) * 7, (), (), None),), (), False, "CUfunction"),
+    ((16,), ((0, 1, (1, 1, 1, 2048, 1, 1, 0), (), (), None),), (), False, "1..1024 threads"),
+    ((16,), ((0, 1, (1,) * 7, (b"\0" * 8,), ((1, 0, 0, 0),), None),), (), False, "parameter 1 outside"),
+    ((16,), ((0, 1, (1,) * 7, (b"\0" * 8,), ((0, 1, 3, 0),), None),), (), False, "allocation 3 of 1"),
+    ((16,), ((1, 1, (1,) * 7, (b"\0" * 8,) * 19, (), None),), (), False, "cuBLASLt step 20"),
+    ((16,), ((0, 1, (1,) * 7, (7,), (), None),), (), False, "bytes object"),
+    ((16,), ((0, 1, (1,) * 7, (b"\0" * 5000,), (), None),), (), False, "at most 4096 bytes"),
+    ((16,), ((0, 1, (1,) * 7, (), (), None),), ((2, 0, (4,), "f", ()),), False, "outside the plan"),
+    ((16,), ((0, 1, (1,) * 7, (), (), None),), ((0, 0, (4,), "f", ()), (0, 0, (4,), "f", ())), False, "two outputs"),
+])
+def test_replay_new_refuses_a_malformed_plan(rp, allocs, steps, outs, single, err):
+    m, _, _ = rp
+    with pytest.raises((ValueError, TypeError), match=err):
+        m.replay_new(allocs, steps, outs, single, None)
+
+
+def test_pack_slot_matches_the_launchers_packing():
+    u = lambda b: int.from_bytes(b, "little")  # noqa: E731
+    assert u(native.pack_slot("Q", -1)) == 2**64 - 1 and u(native.pack_slot("i", -1)) == 2**32 - 1
+    assert u(native.pack_slot("h", 0x13F80)) == 0x3F80
+    assert u(native.pack_slot("f", 1.0)) == 0x3F800000 and len(native.pack_slot("f", 1.0)) == 8
+    assert native.pack_slot("d", np.float64(2.0)) == struct.pack("<d", 2.0)
+    with pytest.raises(ValueError, match="unknown parameter code"):
+        native.pack_slot("x", 1)
+
+
+def test_replay_passes_a_struct_parameter_whole_after_substituted_scalars(rp):
+    m, _, _ = rp
+    got = []
+
+    def fake(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        got.append((struct.unpack("<Q", ctypes.string_at(params[0], 8))[0], ctypes.string_at(params[1], 20)))
+        return 0
+    cb = LAUNCH(fake)
+    m.set_launch(ctypes.cast(cb, ctypes.c_void_p).value)
+    blob = bytes(range(20))
+    steps = ((0, 0xD1, (1, 1, 1, 32, 1, 1, 0), (_b8(0), blob), ((0, 0, 0, 4),), ("k", (1, 1, 1), (32, 1, 1))),)
+    x = _ReplayArray((4,), "float32")
+    m.replay_new((16,), steps, ((0, 0, (4,), np.dtype("float32"), ()),), True, None)(x)
+    assert got == [(x.data.ptr + 4, blob)]
+
+
+def test_native_signature_equals_the_python_signature(rp, monkeypatch):
+    from cudakit import dispatch
+    m, _, _ = rp
+    monkeypatch.setattr(dispatch, "_nd", _ReplayArray)
+    monkeypatch.setattr(dispatch, "_get_device", lambda: _FakeArray.device)
+    a = _ReplayArray((4, 8), "float32")
+    a.strides = (32, 4)
+    b = _ReplayArray((3,), "float16")
+    b.strides = (2,)
+    other = _ReplayArray((2,), "float32")
+    other.data.device_id, other.strides = 1, (4,)
+    zero_d = _ReplayArray((), "float32")
+    zero_d.strides = ()
+    for args in [(a,), (a, b, None, True, 3, 0.5, "bhld", (0, 2, 1)), (a, 1.0), (b, (1, None))]:
+        assert m.call_signature(args) == dispatch.signature(args) is not None
+    for args in [(), (1, 2), (a, other), (a, [1]), (a, (1, [2])), (zero_d,), (a, np.float32(1))]:
+        assert m.call_signature(args) is None and dispatch.signature(args) is None
+    _FakeArray.device = 1
+    assert m.call_signature((a,)) is None and dispatch.signature((a,)) is None

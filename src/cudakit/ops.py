@@ -91,9 +91,23 @@ def _planned(op: str, planner, args: tuple, arrays: int = 3):
         checked = _checked_calls[(op, arrays)] = _checked_call(op, arrays)
     if _gemm_plans is None:
         return checked(*args)
+    make = _planners.get((op, planner, arrays))
+    if make is None:
+        make = _planners[(op, planner, arrays)] = _planner(op, planner, checked, arrays)
+    return _dispatch.call(op, make, args, checked)
+
+
+_planners: dict = {}   # (op, planner name, arrays) -> the planner dispatch.call runs
+
+
+def _planner(op: str, planner, checked, arrays: int):
+    """op's planner: a plan traced from the checked call (planner None), or the named planner of
+    kernels.gemm_plans / kernels.path_plans with a traced plan where it has none for the signature
+    (kernels/trace_plans.trace_fallback: the call's launches and cuBLASLt calls recorded)."""
     if planner is None:
-        return _dispatch.call(op, lambda *a: _trace_plans.trace(op, checked, a), args, checked)
-    return _dispatch.call(op, getattr(_gemm_plans, planner, None) or getattr(_path_plans, planner), args, checked)
+        return lambda *a: _trace_plans.trace(op, checked, a)
+    named = getattr(_gemm_plans, planner, None) or getattr(_path_plans, planner)
+    return lambda *a: named(*a) or _trace_plans.trace_fallback(op, checked, a, arrays)
 
 
 def _native(op, x0, x1=None, p=0.0, out=None):

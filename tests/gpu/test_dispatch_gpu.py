@@ -42,6 +42,23 @@ def test_planned_linear_family_equals_checked(dtype, rows, fin, fout):
             assert all(_same(a, b) for a, b in zip(want_t, got_t)), (op, dtype)
 
 
+def test_gemm_plans_replay_natively():
+    """matmul, linear and linear_backward plans are native Replays (runtime/_native.c): one C call
+    allocates, calls cuBLASLt and builds the outputs."""
+    dispatch.clear()
+    x, w = cp.ones((32, 64), "bfloat16"), cp.ones((128, 64), "bfloat16")
+    g = cp.ones((32, 128), "bfloat16")
+    for _ in range(3):
+        cudakit.matmul(x, w.T)
+        cudakit.linear(x, w)
+        gx, gw, gb = cudakit.linear_backward(g, x, w)
+    kinds = {k[0]: type(p).__name__ for k, p in dispatch._plans.items() if p is not None}
+    assert kinds.get("matmul") == "Replay" and kinds.get("linear") == "Replay", kinds
+    assert "linear_backward" in kinds, kinds
+    np.testing.assert_array_equal(gw.get().astype(np.float32), np.full((128, 64), 32, np.float32))
+    np.testing.assert_array_equal(gb.get().astype(np.float32), np.full((128,), 32, np.float32))
+
+
 def test_plans_are_made_and_reused():
     dispatch.clear()
     x, w = cp.ones((32, 64), "bfloat16"), cp.ones((128, 64), "bfloat16")
@@ -108,8 +125,10 @@ def test_traced_plans_equal_checked(dtype):
             got_t = got if isinstance(got, tuple) else (got,)
             assert len(want_t) == len(got_t) and all(_same(a, b) for a, b in zip(want_t, got_t)), (op, dtype, trial)
     traced = {k[0] for k, p in dispatch._plans.items() if p is not None}
-    # permute/transpose pass a parameter struct CuPy marshals (not traceable): they keep the checked path
-    assert {"layernorm_backward", "rmsnorm_backward", "cross_entropy_with_grad", "max_pool2d"} <= traced, traced
+    # permute/transpose pass a parameter struct: traced as its bytes, replayed natively
+    assert {"layernorm_backward", "rmsnorm_backward", "cross_entropy_with_grad", "max_pool2d", "permute"} <= traced, traced
+    native = {k[0] for k, p in dispatch._plans.items() if type(p).__name__ == "Replay"}
+    assert {"layernorm_backward", "cross_entropy_with_grad", "permute", "batch_norm_backward"} <= native, native
 
 
 def test_traced_cross_entropy_still_reports_bad_targets():

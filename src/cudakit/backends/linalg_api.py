@@ -210,9 +210,10 @@ class LinalgOps:
             pre = self.empty((1, rows, fout), x.dtype) if want_pre else None
             done = mod.linear_epilogue(x3, w3, tw, out, bias, gelu, pre)
             if not done and gelu and mod.linear_epilogue(x3, w3, tw, out, bias, False, None):
-                if pre is not None:  # the GEMM with its bias epilogue, then one GELU pass in place
-                    pre[...] = out
-                self.gelu(out, "tanh", out=out)
+                if pre is not None:  # the GEMM with its bias epilogue is the pre-activation; one GELU pass
+                    pre, out = out, self.gelu(out, "tanh")
+                else:
+                    self.gelu(out, "tanh", out=out)
                 done = True
             if not done:
                 acc = "float64" if x.dtype == np.float64 else "float32"

@@ -248,6 +248,8 @@ def bound(a, b, out, trans_a: bool = False, trans_b: bool = False, bias=None, ge
             with cp.cuda.Device(dev):
                 plan = _plans[key] = _plan(key[1], _handle(dev))
             if len(_plans) > _MAX_PLANS:
+                from .. import dispatch
+                dispatch.clear()   # dispatch plans hold the descriptors: none may outlive them
                 _destroy(_plans.popitem(last=False)[1])
         if plan is None:
             return None
@@ -269,9 +271,12 @@ def run(bp, a_ptr: int, b_ptr: int, out_ptr: int, beta: float = 0.0, bias_ptr: i
     alpha, beta_p = _scalar_ptr(scal, 1.0), _scalar_ptr(scal, float(beta))
     nat = _native()
     if nat:
-        call = lambda: nat[0](nat[1], nat[2], handle.value, desc.value, bias_ptr, aux_ptr, alpha,  # noqa: E731
-                              b_ptr, la.value, a_ptr, lb.value, beta_p, out_ptr, lc.value, out_ptr, ld.value,
-                              algo, wptr, wsize, stream)
+        args = (nat[1], nat[2], handle.value, desc.value, bias_ptr, aux_ptr, alpha, b_ptr, la.value, a_ptr,
+                lb.value, beta_p, out_ptr, lc.value, out_ptr, ld.value, algo, wptr, wsize, stream)
+        from ..runtime import compiler
+        if compiler._recorder is not None:   # kernels/trace_plans.py is tracing this call
+            compiler._recorder.lt_call(args)
+        call = lambda: nat[0](*args)  # noqa: E731
     else:
         def call():
             with _lock:   # the descriptor carries this call's bias and aux pointers
@@ -311,6 +316,8 @@ def drop(bp) -> None:
     from .. import fallbacks   # logged once at INFO and listed by `cudakit info`
     fallbacks.note(f"cublaslt:{key}", f"cuBLASLt answered NOT_SUPPORTED for {key}; that case runs another way "
                                       f"(the unfused epilogue, or CuPy's cuBLAS) from now on")
+    from .. import dispatch
+    dispatch.clear()   # dispatch plans hold the descriptor destroyed here
     with _lock:
         plan = _plans.get(key)
         if plan:

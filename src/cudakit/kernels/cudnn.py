@@ -144,6 +144,9 @@ class _Graph:
         self.launch = _launcher(graph, uids, index)
 
     def run(self, ptrs) -> None:
+        from ..runtime import compiler
+        if compiler._recorder is not None:   # a trace (kernels/trace_plans.py) cannot replay cuDNN's work
+            compiler._recorder.other = True
         cp = _cupy.cupy()
         stream = cp.cuda.get_current_stream()
         h = _handle(_load()[0], cp.cuda.runtime.getDevice(), stream.ptr).backend_handle

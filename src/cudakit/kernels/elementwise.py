@@ -16,6 +16,7 @@ import numpy as np
 from .. import profiler
 from ..errors import LaunchError  # noqa: F401  (raised from run)
 from ..runtime import _cupy, launch as _launch
+from ..runtime import compiler as _compiler
 from ..runtime.compiler import _launch_function
 from ..runtime.launch import launch_blocking
 from ._common import FLOAT_DTYPE_NAMES, KernelFamily, collapse, ctype, strides_struct_dtype, vec_width, cuda_source
@@ -287,6 +288,9 @@ def _launch_contig(op, inputs: tuple, ptrs: tuple, out, n: int, dev: int, p: flo
             _ew_gate(True)  # the native path may take the next call (native.close_fast_gate shuts it)
         _launch.recent_launches.append((expr, (gx, 1, 1), block))
         nl = fl._native
+        rec = _compiler._recorder
+        if rec is not None:   # kernels/trace_plans.py is tracing this call
+            rec.launch_packed(expr, fl.func, (gx, 1, 1), block, smem, fl._bcodes, (*ptrs, optr, n, p))
         try:
             if nl is not None:  # the native launcher, called directly: one Python frame less
                 r = nl(fl.func, gx, 1, 1, threads, 1, 1, smem, _stream().ptr, fl._bcodes, *ptrs, optr, n, p)

@@ -35,6 +35,41 @@ def _linear_layout(contiguous: tuple, x, weight):
     return w3, stored, fout, fin, math.prod(x.shape[:-1])
 
 
+def _lt_step(bp, a, b, out, bias=None, aux=None, ws=None):
+    """The native replay step (runtime/_native.c replay_new, kind 1) of one call of bound plan bp:
+    the same lt_matmul arguments cublaslt.run passes. a, b, out, bias, aux, ws: where each address
+    comes from, (0, i) argument i's data or (1, j) allocation j; None: no pointer (0)."""
+    nat = cublaslt._native()
+    handle, desc, (la, lb, lc, ld), algo, wsize, scal, _ = bp
+    slots = [nat[1], nat[2], handle.value, desc.value, 0, 0, cublaslt._scalar_ptr(scal, 1.0), 0, la.value, 0,
+             lb.value, cublaslt._scalar_ptr(scal, 0.0), 0, lc.value, 0, ld.value, algo, 0, wsize, 0]
+    subs = [(19, 2, 0, 0)]   # the current stream
+    for slot, src in ((4, bias), (5, aux), (7, b), (9, a), (12, out), (14, out), (17, ws if wsize else None)):
+        if src is not None:
+            subs.append((slot, src[0], src[1], 0))
+    params = tuple(int(v).to_bytes(8, "little") for v in slots)
+    return (1, 0, (1, 1, 1, 1, 1, 1, 0), params, tuple(subs), ("cublaslt_matmul", (1, 1, 1), (1, 1, 1)))
+
+
+def _replay(op: str, bps: list, allocs: list, steps: list, outs: list, single: bool):
+    """The plan as a native Replay of cuBLASLt steps, or None where the native module (or its
+    cuBLASLt entry) is unavailable: the caller keeps its Python closure."""
+    if not cublaslt._native():
+        return None
+    from ..runtime import native
+
+    def on_status(status, step):
+        if status == _NOT_SUPPORTED:
+            from .. import dispatch
+            dispatch.clear()   # this plan holds the descriptor drop() destroys
+            cublaslt.drop(bps[step])
+        cublaslt._check(status, f"{op}: cublasLtMatmul")
+    try:
+        return native.replay(tuple(allocs), tuple(steps), tuple(outs), single, on_status)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _runner(op: str, bp):
     """run(a_ptr, b_ptr, out_ptr, bias_ptr, aux_ptr) of bound plan bp, raising on a failed call."""
     def run(a_ptr, b_ptr, out_ptr, bias_ptr=0, aux_ptr=0):
@@ -63,8 +98,17 @@ def plan_linear(x, weight, bias=None, gelu=False, want_pre=False, op="linear"):
     bp = cublaslt.bound(x.reshape(1, rows, fin), w3, out, False, stored_nk, bias, gelu, aux)
     if bp is None:
         return None
-    run = _runner(op, bp)
     shape = lead + (fout,)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes:
+        allocs = [nbytes] + ([nbytes] if want_pre else []) + ([bp[4]] if bp[4] else [])
+        ws = (1, len(allocs) - 1) if bp[4] else None
+        step = _lt_step(bp, (0, 0), (0, 1), (1, 0), None if bias is None else (0, 2), (1, 1) if want_pre else None, ws)
+        outs = [(0, 0, shape, dtype, ())] + ([(1, 0, shape, dtype, ())] if want_pre else [])
+        rp = _replay(op, [bp], allocs, [step], outs, not want_pre)
+        if rp is not None:
+            return rp
+    run = _runner(op, bp)
     nd = cp.ndarray
 
     if want_pre:
@@ -110,9 +154,20 @@ def plan_linear_backward(grad_out, x, weight, bias=True):
     bp_w = cublaslt.bound(g3, x3, cp.empty((1, fout, fin), dtype), True, False)
     if bp_x is None or bp_w is None:
         return None
-    run_x, run_w = _runner("linear_backward", bp_x), _runner("linear_backward", bp_w)
     from .. import ops
     nd, xshape, wshape = cp.ndarray, tuple(x.shape), tuple(weight.shape)
+    wsize = max(bp_x[4], bp_w[4])
+    allocs = [rows * fin * dtype.itemsize, fout * fin * dtype.itemsize] + ([wsize] if wsize else [])
+    ws = (1, 2) if wsize else None
+    rp = _replay("linear_backward", [bp_x, bp_w], allocs,
+                 [_lt_step(bp_x, (0, 0), (0, 2), (1, 0), ws=ws), _lt_step(bp_w, (0, 0), (0, 1), (1, 1), ws=ws)],
+                 [(0, 0, xshape, dtype, ()), (1, 0, wshape, dtype, ())], False)
+    if rp is not None:
+        def replayed(grad_out, x, weight, bias=True):
+            gx, gw = rp(grad_out, x, weight)
+            return gx, gw, (ops.sum(grad_out.reshape(rows, fout), 0) if bias else None)
+        return replayed
+    run_x, run_w = _runner("linear_backward", bp_x), _runner("linear_backward", bp_w)
 
     def planned(grad_out, x, weight, bias=True):
         gx, gw = nd(xshape, dtype), nd(wshape, dtype)
@@ -149,6 +204,11 @@ def plan_matmul(a, b, out=None):
     bp = cublaslt.bound(a3, b3, o3, False, tb)
     if bp is None:
         return None
+    allocs = [math.prod(shape) * dtype.itemsize] + ([bp[4]] if bp[4] else [])
+    rp = _replay("matmul", [bp], allocs, [_lt_step(bp, (0, 0), (0, 1), (1, 0), ws=(1, 1) if bp[4] else None)],
+                 [(0, 0, shape, dtype, ())], True)
+    if rp is not None:
+        return rp
     run = _runner("matmul", bp)
     nd = cp.ndarray
 

@@ -23,7 +23,7 @@ so the signature's first call updates them exactly once.
 """
 from __future__ import annotations
 
-from ..runtime import _cupy, compiler
+from ..runtime import _cupy, compiler, native
 from ..runtime import launch as _launch_mod
 
 # ops whose arguments are all read-only (nothing updated in place): a verification run is harmless
@@ -36,14 +36,32 @@ TRACEABLE = frozenset({
 INPLACE = {"batch_norm": (3, 4), "batch_norm_with_stats": (3, 4)}
 
 
+_LT = b"Q" * 20   # the 20 addresses of a cuBLASLt call (runtime/_native.c lt_matmul)
+
+
 class _Recorder:
+    """What the checked call did, from the hooks in the launch paths: runtime/compiler.py
+    (launch), runtime/triton.py and kernels/elementwise.py (launch_packed), kernels/cublaslt.py
+    (lt_call); allocations from the allocator the trace installs."""
+
     def __init__(self):
-        self.launches = []      # (name, fptr, grid, block, smem, codes, values)
+        self.launches = []      # (name, fptr, grid, block, smem, codes, values); fptr 0: a cuBLASLt call
         self.allocs = []        # (ptr, size)
         self.other = False      # a launch that could not be recorded
 
+    def launch_packed(self, name, fptr, grid, block, smem, codes: bytes, values):
+        """A launch whose parameter codes and values the caller packed already."""
+        self.launches.append((name, fptr, tuple(grid), tuple(block), smem, codes, list(values)))
+
+    def lt_call(self, values):
+        """A cuBLASLt call with lt_matmul's 20 addresses, on the current stream (else refused)."""
+        if values[19] != _cupy.cupy().cuda.get_current_stream().ptr:
+            self.other = True
+            return
+        self.launches.append(("cublaslt_matmul", 0, (1, 1, 1), (1, 1, 1), 0, _LT, list(values)))
+
     def launch(self, name, f, grid, block, smem, stream, args):
-        packed = compiler._native_args(args)
+        packed = compiler._native_args(args) or _with_structs(args)
         if packed is None or stream is not None:
             self.other = True
             return
@@ -52,19 +70,61 @@ class _Recorder:
         self.launches.append((name, f.ptr, g, b, smem, packed[0], list(packed[1])))
 
 
+def _with_structs(args):
+    """(codes, values) of a launch whose arguments include parameter structs (a one-element NumPy
+    structured array, as kernels/transpose.py passes them): code S and the struct's bytes; None
+    where another argument has no code."""
+    import numpy as np
+    codes, values = [], []
+    for a in args:
+        if isinstance(a, np.ndarray) and a.dtype.fields is not None and a.size == 1:
+            codes.append(ord("S"))
+            values.append(a.tobytes())
+            continue
+        one = compiler._native_args((a,))
+        if one is None:
+            return None
+        codes.append(one[0][0])
+        values.append(one[1][0])
+    return bytes(codes), values
+
+
 def _flatten(r):
     return list(r) if isinstance(r, tuple) else [r]
+
+
+# ops with a named planner whose checked path writes nothing in place: traced where that planner
+# has no plan for a signature (ops._planner); PRECISION: those whose float32 path follows
+# cudakit.float32_precision(), so a float32 plan hands back to the checked path when it changes
+FALLBACK = frozenset({"matmul", "linear", "linear_backward", "fused_linear_gelu", "fused_linear_gelu_with_preact",
+                      "conv2d", "conv2d_backward", "attention", "attention_with_lse", "attention_backward"})
+PRECISION = frozenset({"conv2d", "conv2d_backward", "attention", "attention_with_lse", "attention_backward"})
+
+
+def trace_fallback(op: str, checked, args: tuple, arrays: int):
+    """The traced plan of an op of FALLBACK whose named planner declined this signature, or None."""
+    if op not in FALLBACK:
+        return None
+    plan = _trace_args(checked, args, ())
+    if plan is None or op not in PRECISION or str(getattr(args[0], "dtype", "")) != "float32":
+        return plan
+    from .path_plans import _f32_guard
+    return _f32_guard("float32", plan, op, arrays)
 
 
 def trace(op: str, checked, args: tuple):
     """The replay plan of checked(*args) (see the module docstring), or None."""
     if op not in TRACEABLE and op not in INPLACE:
         return None
+    return _trace_args(checked, args, INPLACE.get(op, ()))
+
+
+def _trace_args(checked, args: tuple, inplace_at: tuple):
     cp = _cupy.cupy()
     arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, cp.ndarray)]
     if not arrays or any(a.size == 0 for _, a in arrays):
         return None
-    inplace = [args[i] for i in INPLACE.get(op, ()) if isinstance(args[i], cp.ndarray)]
+    inplace = [args[i] for i in inplace_at if isinstance(args[i], cp.ndarray)]
     before = [a.copy() for a in inplace]
 
     def restore():   # the in-place arguments as the signature's first call left them
@@ -90,23 +150,31 @@ def _trace(checked, args, arrays, inplace, restore):
     saved = list(recent)
     recent.clear()
     compiler._recorder = rec
+    native.hold_fast_paths(+1)   # the C fast paths (tiny ops, Triton) bypass the hooks: the Python paths record
     try:
         with cp.cuda.using_allocator(malloc):
             result = checked(*args)
     finally:
+        native.hold_fast_paths(-1)
         compiler._recorder = None
         seen = list(recent)
         recent.clear()
         recent.extend(saved)
     recorded = [a.copy() for a in inplace]
     restore()   # the verification run starts where the recording run did
-    names = [n for n, *_ in rec.launches]
-    if rec.other or not rec.launches or [n for n, _, _ in seen] != names[-len(seen):]:
+    names = [n for n, fptr, *_ in rec.launches if fptr]   # kernel launches (recent_launches has those)
+    if rec.other or not rec.launches or [n for n, _, _ in seen] != names[-len(seen):] or len(seen) > len(names):
         return None
     plan = _build(rec, arrays, result)
     if plan is None:
         return None
-    got = plan(*args)   # verification: bitwise the checked result on the traced arguments
+    def poisoned(size):   # every new byte 0xFF: a result the plan does not write cannot match by chance
+        mp = base_alloc(size)
+        if size:
+            mp.memset_async(0xFF, size)
+        return mp
+    with cp.cuda.using_allocator(poisoned):
+        got = plan(*args)   # verification: bitwise the checked result on the traced arguments
     ok = _same(result, got) and _same(tuple(recorded), tuple(inplace))
     return plan if ok else None
 
@@ -128,6 +196,9 @@ def _build(rec: _Recorder, arrays, result):
         subs = []
         for k, (c, v) in enumerate(zip(codes, vals)):
             if c != ord("Q") or not v:
+                continue
+            if not fptr and k == 19:   # a cuBLASLt call's stream: the current one when replayed
+                subs.append((k, 2, 0, 0))
                 continue
             loc = _locate(int(v), inputs)
             if loc is not None:
@@ -154,6 +225,11 @@ def _build(rec: _Recorder, arrays, result):
     env = _planned.ready()
     if env is None:
         return None
+    native = _native_replay(steps, sizes, outs, single)
+    if native is not None:
+        return native
+    if any(ord("S") in st[5] or not st[1] for st in steps):
+        return None   # a parameter struct or a cuBLASLt call: the native replay only
     ndarray, alloc = env[1], cp.cuda.alloc
 
     def planned(*args):
@@ -167,6 +243,58 @@ def _build(rec: _Recorder, arrays, result):
         res = [None if o is None else ndarray(o[2], o[3], mem[o[0]] + o[1], o[4]) for o in outs]
         return res[0] if single else tuple(res)
     return planned
+
+
+def _native_replay(steps, sizes, outs, single):
+    """The plan as a native Replay (runtime/_native.c: the same allocations and launches without
+    a Python frame per launch), or None where the native module cannot replay it."""
+    from ..runtime import native
+    if len(steps) > 32 or len(sizes) > 16 or any(len(st[5]) > 64 or len(st[7]) > 16 for st in steps):
+        from .. import fallbacks
+        fallbacks.note(f"replay:{steps[0][0]}", f"a traced plan starting with {steps[0][0]} has more steps, "
+                                                f"allocations or parameters than the native replay takes")
+        return None
+    nsteps = []
+    for name, fptr, g, b, smem, codes, vals, subs in steps:
+        params = tuple(v if c == ord("S") else native.pack_slot(chr(c), v) for c, v in zip(codes, vals))
+        nsteps.append((0 if fptr else 1, fptr, tuple(g) + tuple(b) + (smem,), params,
+                       tuple((k, kind, j, off) for k, kind, j, off in subs), (name, g, b)))
+    claimed = set()
+    nouts = []
+    for o in outs:
+        if o is None:
+            nouts.append(None)
+            continue
+        j, off, shape, dtype, strides = o
+        nbytes = dtype.itemsize * _prod(shape)
+        whole = (off == 0 and j not in claimed and nbytes == sizes[j] and nbytes > 0
+                 and strides == _c_strides(shape, dtype.itemsize))
+        if whole:
+            claimed.add(j)
+        nouts.append((j, off, tuple(shape), dtype, () if whole else tuple(strides)))
+    if len(nouts) > 16:
+        return None
+    try:
+        return native.replay(tuple(sizes), tuple(nsteps), tuple(nouts), single)
+    except (TypeError, ValueError, OverflowError) as e:   # a plan outside the native replay's limits
+        from .. import fallbacks
+        fallbacks.note(f"replay:{steps[0][0]}", f"a traced plan starting with {steps[0][0]} replays in Python: {e}")
+        return None
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _c_strides(shape, itemsize: int) -> tuple:
+    st, acc = [], itemsize
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(st))
 
 
 def _same(a, b) -> bool:

@@ -424,7 +424,7 @@ static PyObject *ck_nd, *ck_get_device, *ck_get_stream, *ck_recent, *ck_on_error
 static int ck_gate;
 static long ck_hold; /* fast_hold(+1) while a profile records: fast_gate(True) cannot open it then */
 #define CK_OPEN (ck_gate && ck_hold == 0)
-static PyObject *s_c_contig, *s_dtype, *s_shape, *s_data, *s_num, *s_itemsize;
+static PyObject *s_c_contig, *s_dtype, *s_shape, *s_data, *s_num, *s_itemsize, *s_strides;
 
 /* ---- CuPy's object layout ----------------------------------------------------------------
  * fast_layout() hands over the byte offsets that runtime/_cupy_layout.py found in CuPy's ndarray
@@ -1100,6 +1100,466 @@ static PyObject* tk_bind(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   return (PyObject*)t;
 }
 
+/* ---- replayed plans ----------------------------------------------------------------------------
+ * A dispatch plan (cudakit/dispatch.py) whose work is a fixed sequence of kernel launches and
+ * cuBLASLt calls on addresses that change per call, replayed here instead of in Python: the
+ * Python replay spent more host time in frames, tuples and attribute reads than in its launches.
+ *
+ * replay_new(allocs, steps, outs, single, on_status) -> Replay; replay(*args) -> the outputs.
+ *   allocs: tuple of byte counts (> 0), allocated in order from CuPy's current allocator.
+ *   steps: tuple of (kind, target, dims, params, subs, record):
+ *     kind 0: cuLaunchKernel(target, dims = (gx, gy, gz, bx, by, bz, shared bytes)) with the
+ *       parameters `params` (tuple of bytes: each parameter's value as the kernel reads it, a
+ *       scalar in 8 bytes, a struct in its own size);
+ *     kind 1: lt_matmul with the 20 addresses `params` (8 bytes each; see lt_matmul above);
+ *     subs: tuple of (param, source, index, offset): the first 8 bytes of parameter `param` =
+ *       offset + the data pointer of
+ *       args[index] (source 0; None gives 0), of allocation index (source 1), or the current
+ *       stream (source 2);
+ *     record: (name, grid, block), appended to the launch history; a failed launch raises through
+ *       on_error (fast_setup), a nonzero cuBLASLt status calls on_status(status, step index),
+ *       which raises.
+ *   outs: tuple of (allocation, byte offset, shape, dtype, strides) or None (a None result);
+ *     single: return the one output instead of a tuple.
+ * The caller (dispatch.call) checked that a planned call may run now (no profile, asynchronous
+ * launches); the plan was verified bitwise against the checked call when it was made. */
+#define CK_MAX_ALLOCS 16
+#define CK_MAX_STEPS 32
+#define CK_MAX_SUBS 16
+#define CK_MAX_PARAM_BYTES 4096
+typedef struct {
+  int kind, nparams, nsubs, nbytes;
+  void* target;
+  unsigned dims[7];
+  unsigned char* buf;            /* the parameters' bytes, each from an 8-byte aligned offset */
+  int poff[CK_MAX_PARAMS];       /* parameter i starts at buf + poff[i] */
+  int sub_param[CK_MAX_SUBS], sub_src[CK_MAX_SUBS], sub_idx[CK_MAX_SUBS];
+  long long sub_off[CK_MAX_SUBS];
+  PyObject* record;
+} ck_step;
+
+typedef struct {
+  PyObject_HEAD
+  int nallocs, nsteps, nouts, single, max_arg;
+  long long sizes[CK_MAX_ALLOCS];
+  int direct[CK_MAX_ALLOCS]; /* the output made with CuPy's _ndarray_init for this allocation, or -1 */
+  ck_step* steps;            /* nsteps of them (PyMem) */
+  PyObject* outs;            /* the outs tuple */
+  PyObject* on_status;
+} ck_replay;
+
+static PyObject* ck_py_alloc; /* cupy.cuda.memory.alloc (replay_setup) */
+
+static int ck_replay_traverse(PyObject* o, visitproc visit, void* arg) {
+  ck_replay* p = (ck_replay*)o;
+  Py_VISIT(p->outs);
+  Py_VISIT(p->on_status);
+  for (int i = 0; i < p->nsteps; ++i) Py_VISIT(p->steps[i].record);
+  return 0;
+}
+static int ck_replay_clear(PyObject* o) {
+  ck_replay* p = (ck_replay*)o;
+  Py_CLEAR(p->outs);
+  Py_CLEAR(p->on_status);
+  for (int i = 0; i < p->nsteps; ++i) Py_CLEAR(p->steps[i].record);
+  return 0;
+}
+static void ck_replay_dealloc(PyObject* o) {
+  ck_replay* p = (ck_replay*)o;
+  PyObject_GC_UnTrack(o);
+  ck_replay_clear(o);
+  if (p->steps != NULL) {
+    for (int i = 0; i < p->nsteps; ++i) PyMem_Free(p->steps[i].buf);
+    PyMem_Free(p->steps);
+  }
+  Py_TYPE(o)->tp_free(o);
+}
+
+/* The data pointer of a CuPy array (fields where the layout is known), 0 for None. */
+static int ck_array_ptr(PyObject* a, long long* ptr) {
+  long long dev;
+  *ptr = 0;
+  if (a == Py_None) return 0;
+  if (ck_layout && Py_TYPE(a) == (PyTypeObject*)ck_nd && ck_memptr_fields(CK_FIELD(a, L_data, PyObject*), ptr, &dev))
+    return 0;
+  PyObject* data = PyObject_GetAttr(a, s_data);
+  if (data == NULL) return -1;
+  int bad = ck_getll(data, s_ptr, ptr);
+  Py_DECREF(data);
+  return bad ? -1 : 0;
+}
+
+/* A MemoryPointer of `size` bytes from CuPy's current allocator (mem_malloc directly while it is
+ * that allocator) and its address. New reference or NULL. */
+static PyObject* ck_replay_alloc(long long size, long long* ptr) {
+  PyObject* mp = ck_direct_alloc(size, ptr);
+  if (mp != NULL || PyErr_Occurred()) return mp;
+  if (ck_py_alloc == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "replay_setup() was not called");
+    return NULL;
+  }
+  PyObject* n = PyLong_FromLongLong(size);
+  if (n == NULL) return NULL;
+  mp = PyObject_CallOneArg(ck_py_alloc, n);
+  Py_DECREF(n);
+  if (mp == NULL) return NULL;
+  long long dev;
+  if (!(ck_layout && ck_memptr_fields(mp, ptr, &dev)) && ck_getll(mp, s_ptr, ptr)) {
+    Py_DECREF(mp);
+    return NULL;
+  }
+  return mp;
+}
+
+static PyObject* ck_replay_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  ck_replay* p = (ck_replay*)self;
+  if (p->outs == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "this plan was cleared");
+    return NULL;
+  }
+  if ((kwargs != NULL && PyDict_GET_SIZE(kwargs)) || PyTuple_GET_SIZE(args) <= p->max_arg) {
+    PyErr_Format(PyExc_TypeError, "a replayed plan takes at least %d positional arguments", p->max_arg + 1);
+    return NULL;
+  }
+  PyObject* mem[CK_MAX_ALLOCS] = {NULL};
+  PyObject* res[CK_MAX_ALLOCS] = {NULL};
+  long long ptr[CK_MAX_ALLOCS];
+  PyObject* result = NULL;
+  int nouts = p->nouts;
+  /* the outputs CuPy's _ndarray_init can make whole (allocation and array in one C call) first */
+  for (int j = 0; j < p->nallocs; ++j) {
+    int o = p->direct[j];
+    if (o >= 0 && ck_ndinit != NULL && ck_layout) {
+      PyObject* spec = PyTuple_GET_ITEM(p->outs, o);
+      PyObject* shape = PyTuple_GET_ITEM(spec, 2);
+      Py_ssize_t nd = PyTuple_GET_SIZE(shape), dims[CK_MAX_NDIM];
+      for (Py_ssize_t i = 0; i < nd; ++i)
+        if ((dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i))) == -1 && PyErr_Occurred()) goto fail;
+      ck_vec v = {dims, dims + nd, dims + nd};
+      PyObject* arr = ck_ndinit(ck_nd, &v, PyTuple_GET_ITEM(spec, 3), Py_None);
+      if (arr == NULL) goto fail;
+      long long dev;
+      res[o] = arr;
+      if (!ck_memptr_fields(CK_FIELD(arr, L_data, PyObject*), &ptr[j], &dev)) {
+        PyErr_SetString(PyExc_TypeError, "replay: a new array holds no MemoryPointer");
+        goto fail;
+      }
+    } else {
+      mem[j] = ck_replay_alloc(p->sizes[j], &ptr[j]);
+      if (mem[j] == NULL) goto fail;
+    }
+  }
+  long long sptr;
+  if (ck_current_stream(&sptr)) goto fail;
+  for (int i = 0; i < p->nsteps; ++i) {
+    const ck_step* st = &p->steps[i];
+    uint64_t buf[CK_MAX_PARAM_BYTES / 8];
+    unsigned char* b = (unsigned char*)buf;
+    memcpy(b, st->buf, st->nbytes);
+    for (int k = 0; k < st->nsubs; ++k) {
+      long long v;
+      if (st->sub_src[k] == 0) {
+        if (ck_array_ptr(PyTuple_GET_ITEM(args, st->sub_idx[k]), &v)) goto fail;
+        if (v == 0) { memset(b + st->poff[st->sub_param[k]], 0, 8); continue; }
+      } else if (st->sub_src[k] == 1) {
+        v = ptr[st->sub_idx[k]];
+      } else {
+        v = sptr;
+      }
+      uint64_t u = (uint64_t)(v + st->sub_off[k]);
+      memcpy(b + st->poff[st->sub_param[k]], &u, 8);
+    }
+    int r;
+    if (st->kind == 0) {
+      void* params[CK_MAX_PARAMS];
+      for (int k = 0; k < st->nparams; ++k) params[k] = b + st->poff[k];
+      ck_launch_fn fn = ck_launch;
+      Py_BEGIN_ALLOW_THREADS
+      r = fn(st->target, st->dims[0], st->dims[1], st->dims[2], st->dims[3], st->dims[4], st->dims[5],
+             st->dims[6], (void*)(intptr_t)sptr, params, NULL);
+      Py_END_ALLOW_THREADS
+      if (ck_launched_rec(r, st->record)) goto fail;
+    } else {
+      void* v[20];
+      memcpy(v, b, sizeof(v));
+      ck_ltset_fn set = (ck_ltset_fn)v[1];
+      r = 0;
+      if (v[4] != NULL) r = set(v[3], 8, &v[4], sizeof(void*));
+      if (r == 0 && v[5] != NULL) r = set(v[3], 11, &v[5], sizeof(void*));
+      if (r == 0)
+        r = ((ck_ltmm_fn)v[0])(v[2], v[3], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15],
+                               v[16], v[17], (size_t)(uintptr_t)v[18], v[19]);
+      if (r) {
+        PyObject* e = PyObject_CallFunction(p->on_status, "ii", r, i);
+        if (e != NULL) {
+          Py_DECREF(e);
+          PyErr_SetString(PyExc_RuntimeError, "on_status returned instead of raising");
+        }
+        goto fail;
+      }
+    }
+  }
+  for (int o = 0; o < nouts; ++o) {
+    PyObject* spec = PyTuple_GET_ITEM(p->outs, o);
+    if (spec == Py_None || res[o] != NULL) continue;
+    int j = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    long long off = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 1));
+    PyObject* mp = off ? PyNumber_Add(mem[j], PyTuple_GET_ITEM(spec, 1)) : Py_NewRef(mem[j]);
+    if (mp == NULL) goto fail;
+    PyObject* strides = PyTuple_GET_ITEM(spec, 4); /* () marks a whole C-contiguous allocation */
+    PyObject* cargs[4] = {PyTuple_GET_ITEM(spec, 2), PyTuple_GET_ITEM(spec, 3), mp,
+                          PyTuple_GET_SIZE(strides) ? strides : Py_None};
+    res[o] = PyObject_Vectorcall(ck_nd, cargs, 4, NULL);
+    Py_DECREF(mp);
+    if (res[o] == NULL) goto fail;
+  }
+  if (p->single) {
+    result = res[0] != NULL ? res[0] : Py_NewRef(Py_None);
+    res[0] = NULL;
+  } else {
+    result = PyTuple_New(nouts);
+    if (result == NULL) goto fail;
+    for (int o = 0; o < nouts; ++o) {
+      PyTuple_SET_ITEM(result, o, res[o] != NULL ? res[o] : Py_NewRef(Py_None));
+      res[o] = NULL;
+    }
+  }
+fail:
+  for (int j = 0; j < CK_MAX_ALLOCS; ++j) {
+    Py_XDECREF(mem[j]);
+    Py_XDECREF(res[j]);
+  }
+  return result;
+}
+
+static PyTypeObject ck_replay_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_cudakit_native.Replay",
+    .tp_basicsize = sizeof(ck_replay),
+    .tp_dealloc = ck_replay_dealloc,
+    .tp_call = ck_replay_call,
+    .tp_traverse = ck_replay_traverse,
+    .tp_clear = ck_replay_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "a dispatch plan replayed in C: replay(*args) -> its outputs (see replay_new)",
+};
+
+static int ck_fail(const char* msg, long long a, long long b) {
+  PyErr_Format(PyExc_ValueError, msg, a, b);
+  return -1;
+}
+
+/* Parse one step of replay_new into st (0, or -1 with an exception; st->buf is set or NULL). */
+static int ck_parse_step(PyObject* s, ck_step* st, int nallocs, int* max_arg) {
+  PyObject *dims, *params, *subs;
+  st->buf = NULL;
+  st->record = NULL;
+  if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 6) {
+    PyErr_SetString(PyExc_TypeError, "a step is (kind, target, dims, params, subs, record)");
+    return -1;
+  }
+  st->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(s, 0));
+  if (st->kind == -1 && PyErr_Occurred()) return -1;
+  if (st->kind != 0 && st->kind != 1) return ck_fail("step kind must be 0 or 1 (got %lld)%lld", st->kind, 0);
+  if (ck_ptr(PyTuple_GET_ITEM(s, 1), &st->target) < 0) return -1;
+  if (st->kind == 0 && st->target == NULL) return ck_fail("a launch step needs a CUfunction (got %lld)%lld", 0, 0);
+  dims = PyTuple_GET_ITEM(s, 2);
+  params = PyTuple_GET_ITEM(s, 3);
+  subs = PyTuple_GET_ITEM(s, 4);
+  if (!PyTuple_Check(dims) || PyTuple_GET_SIZE(dims) != 7 || !PyTuple_Check(params) || !PyTuple_Check(subs)) {
+    PyErr_SetString(PyExc_TypeError, "a step's dims (7 ints), params (bytes each) and subs are tuples");
+    return -1;
+  }
+  for (int i = 0; i < 7; ++i)
+    if (ck_uint(PyTuple_GET_ITEM(dims, i), &st->dims[i]) < 0) return -1;
+  if (st->kind == 0 && (st->dims[0] == 0 || st->dims[3] == 0 || st->dims[3] * st->dims[4] * st->dims[5] > 1024))
+    return ck_fail("a launch needs a grid and 1..1024 threads (got grid.x %lld, block.x %lld)", st->dims[0], st->dims[3]);
+  st->nparams = (int)PyTuple_GET_SIZE(params);
+  if (st->nparams > CK_MAX_PARAMS || (st->kind == 1 && st->nparams != 20))
+    return ck_fail("a step has at most %lld parameters, a cuBLASLt step 20 (got %lld)", CK_MAX_PARAMS, st->nparams);
+  long long total = 0;
+  for (int i = 0; i < st->nparams; ++i) {
+    PyObject* b = PyTuple_GET_ITEM(params, i);
+    if (!PyBytes_Check(b) || PyBytes_GET_SIZE(b) == 0 || (st->kind == 1 && PyBytes_GET_SIZE(b) != 8)) {
+      PyErr_SetString(PyExc_TypeError, "each parameter is a non-empty bytes object (8 bytes in a cuBLASLt step)");
+      return -1;
+    }
+    st->poff[i] = (int)total;
+    total += (PyBytes_GET_SIZE(b) + 7) / 8 * 8;
+    if (total > CK_MAX_PARAM_BYTES) return ck_fail("a step's parameters take at most %lld bytes (got %lld)", CK_MAX_PARAM_BYTES, total);
+  }
+  st->nbytes = (int)total;
+  st->buf = PyMem_Calloc(total ? total : 1, 1);
+  if (st->buf == NULL) { PyErr_NoMemory(); return -1; }
+  for (int i = 0; i < st->nparams; ++i) {
+    PyObject* b = PyTuple_GET_ITEM(params, i);
+    memcpy(st->buf + st->poff[i], PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+  }
+  st->nsubs = (int)PyTuple_GET_SIZE(subs);
+  if (st->nsubs > CK_MAX_SUBS) return ck_fail("a step has at most %lld substitutions (got %lld)", CK_MAX_SUBS, st->nsubs);
+  for (int k = 0; k < st->nsubs; ++k) {
+    PyObject* t = PyTuple_GET_ITEM(subs, k);
+    int param, src, idx;
+    long long off;
+    if (!PyArg_ParseTuple(t, "iiiL", &param, &src, &idx, &off)) return -1;
+    if (param < 0 || param >= st->nparams) return ck_fail("substituted parameter %lld outside the %lld parameters", param, st->nparams);
+    if (st->poff[param] + 8 > total || (param + 1 < st->nparams && st->poff[param + 1] - st->poff[param] < 8))
+      return ck_fail("substituted parameter %lld is not 8 bytes wide%lld", param, 0);
+    if (src < 0 || src > 2) return ck_fail("substitution source must be 0, 1 or 2 (got %lld)%lld", src, 0);
+    if (src == 1 && (idx < 0 || idx >= nallocs)) return ck_fail("allocation %lld of %lld", idx, nallocs);
+    if (src == 0 && (idx < 0 || idx > 255)) return ck_fail("argument %lld outside 0..%lld", idx, 255);
+    if (src == 0 && idx > *max_arg) *max_arg = idx;
+    st->sub_param[k] = param; st->sub_src[k] = src; st->sub_idx[k] = idx; st->sub_off[k] = off;
+  }
+  st->record = Py_NewRef(PyTuple_GET_ITEM(s, 5));
+  return 0;
+}
+
+static PyObject* replay_new(PyObject* self, PyObject* args) {
+  PyObject *allocs, *steps, *outs, *on_status;
+  int single;
+  if (!PyArg_ParseTuple(args, "O!O!O!pO", &PyTuple_Type, &allocs, &PyTuple_Type, &steps, &PyTuple_Type, &outs,
+                        &single, &on_status))
+    return NULL;
+  Py_ssize_t na = PyTuple_GET_SIZE(allocs), ns = PyTuple_GET_SIZE(steps), no = PyTuple_GET_SIZE(outs);
+  if (na > CK_MAX_ALLOCS || ns > CK_MAX_STEPS || ns == 0 || no > CK_MAX_ALLOCS || (single && no != 1))
+    return PyErr_Format(PyExc_ValueError, "a replayed plan has 1..%d steps, at most %d allocations and outputs, "
+                        "one output when single (got %zd, %zd, %zd)", CK_MAX_STEPS, CK_MAX_ALLOCS, ns, na, no);
+  ck_replay* p = PyObject_GC_New(ck_replay, &ck_replay_type);
+  if (p == NULL) return NULL;
+  p->steps = NULL;
+  p->outs = p->on_status = NULL;
+  p->nallocs = (int)na; p->nsteps = 0; p->nouts = (int)no; p->single = single; p->max_arg = -1;
+  p->outs = Py_NewRef(outs);
+  p->on_status = Py_NewRef(on_status);
+  p->steps = PyMem_Calloc(ns ? ns : 1, sizeof(ck_step));
+  if (p->steps == NULL) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  for (Py_ssize_t j = 0; j < na; ++j) {
+    p->sizes[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(allocs, j));
+    p->direct[j] = -1;
+    if (p->sizes[j] <= 0) {
+      if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "allocation %zd has %lld bytes (must be > 0)", j, p->sizes[j]);
+      goto fail;
+    }
+  }
+  for (Py_ssize_t i = 0; i < ns; ++i) {
+    int bad = ck_parse_step(PyTuple_GET_ITEM(steps, i), &p->steps[i], p->nallocs, &p->max_arg);
+    p->nsteps = (int)i + 1;   /* its buffer and record are released with the plan */
+    if (bad) goto fail;
+  }
+  for (Py_ssize_t o = 0; o < no; ++o) {
+    PyObject* spec = PyTuple_GET_ITEM(outs, o);
+    if (spec == Py_None) continue;
+    int j, direct;
+    long long off;
+    PyObject *shape, *dtype, *strides;
+    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "iLO!OO!", &j, &off, &PyTuple_Type, &shape, &dtype,
+                                                  &PyTuple_Type, &strides)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "an output is (allocation, offset, shape, dtype, strides) or None");
+      goto fail;
+    }
+    if (j < 0 || j >= na || off < 0 || off >= p->sizes[j] || PyTuple_GET_SIZE(shape) > CK_MAX_NDIM) {
+      PyErr_Format(PyExc_ValueError, "output %zd: allocation %d at offset %lld is outside the plan", o, j, off);
+      goto fail;
+    }
+    /* direct: the output is its whole allocation, C-contiguous from offset 0 (CuPy's _ndarray_init
+     * then allocates and builds it in one call); the caller says so by strides == () */
+    direct = off == 0 && PyTuple_GET_SIZE(strides) == 0;
+    if (direct) {
+      if (p->direct[j] >= 0) {
+        PyErr_Format(PyExc_ValueError, "two outputs claim allocation %d whole", j);
+        goto fail;
+      }
+      p->direct[j] = (int)o;
+    }
+  }
+  PyObject_GC_Track((PyObject*)p);
+  return (PyObject*)p;
+fail:
+  PyObject_GC_Track((PyObject*)p);
+  Py_DECREF(p);
+  return NULL;
+}
+
+static PyObject* replay_setup(PyObject* self, PyObject* alloc) {
+  Py_XSETREF(ck_py_alloc, Py_NewRef(alloc));
+  Py_RETURN_NONE;
+}
+
+/* ---- the signature of a dispatched call (cudakit/dispatch.py signature(), in C) ----------------
+ * call_signature(args) -> (device, entries) or None: per argument, a CuPy array as (shape,
+ * strides, dtype.num, address % 256); None, bool, int, float and str as (type, value); a tuple
+ * of those as itself; anything else, a 0-d array, arrays on two devices or on another device
+ * than the current one give None. Same keys as the Python function. */
+static PyObject* call_signature(PyObject* self, PyObject* args) {
+  if (!PyTuple_Check(args)) {
+    PyErr_SetString(PyExc_TypeError, "call_signature(args: tuple)");
+    return NULL;
+  }
+  if (ck_nd == NULL) Py_RETURN_NONE;
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  PyObject* sig = PyTuple_New(n);
+  if (sig == NULL) return NULL;
+  long long dev = -1;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    PyTypeObject* t = Py_TYPE(a);
+    PyObject* e = NULL;
+    if (t == (PyTypeObject*)ck_nd) {
+      long long ptr, d, num, itemsize;
+      PyObject *data = NULL, *dtype = NULL, *shape, *strides;
+      if (ck_layout && ck_memptr_fields(CK_FIELD(a, L_data, PyObject*), &ptr, &d)) {
+        dtype = Py_XNewRef(CK_FIELD(a, L_dtype, PyObject*));
+      } else {
+        data = PyObject_GetAttr(a, s_data);
+        if (data == NULL || ck_getll(data, s_ptr, &ptr) || ck_getll(data, s_device_id, &d)) { Py_XDECREF(data); goto fail; }
+        Py_DECREF(data);
+        dtype = PyObject_GetAttr(a, s_dtype);
+      }
+      if (dtype == NULL) goto fail;
+      int bad = ck_dtype_info(dtype, &num, &itemsize);
+      Py_DECREF(dtype);
+      if (bad) goto fail;
+      if (dev < 0) dev = d;
+      else if (d != dev) goto none;
+      shape = PyObject_GetAttr(a, s_shape);
+      if (shape == NULL) goto fail;
+      if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) == 0) { Py_DECREF(shape); goto none; }
+      strides = PyObject_GetAttr(a, s_strides);
+      if (strides == NULL) { Py_DECREF(shape); goto fail; }
+      e = Py_BuildValue("(NNLL)", shape, strides, num, ptr & 255);
+    } else if (a == Py_None || t == &PyBool_Type || t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type) {
+      e = PyTuple_Pack(2, (PyObject*)t, a);
+    } else if (t == &PyTuple_Type) {
+      for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(a); ++k) {
+        PyObject* v = PyTuple_GET_ITEM(a, k);
+        PyTypeObject* vt = Py_TYPE(v);
+        if (!(v == Py_None || vt == &PyBool_Type || vt == &PyLong_Type || vt == &PyFloat_Type || vt == &PyUnicode_Type))
+          goto none;
+      }
+      e = Py_NewRef(a);
+    } else {
+      goto none;
+    }
+    if (e == NULL) goto fail;
+    PyTuple_SET_ITEM(sig, i, e);
+  }
+  long long cur;
+  if (dev < 0) goto none;
+  if (ck_current_device(&cur)) goto fail;
+  if (cur != dev) goto none;
+  return Py_BuildValue("(LN)", dev, sig);
+none:
+  Py_DECREF(sig);
+  Py_RETURN_NONE;
+fail:
+  Py_DECREF(sig);
+  return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, "set_launch(address of cuLaunchKernel)"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
@@ -1120,17 +1580,21 @@ static PyMethodDef methods[] = {
     {"fast_gate", fast_gate, METH_O, "fast_gate(open): ew() and Triton launches decline while closed"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p[, out]) -> the result (a new array, or out) or None"},
     {"tk_bind", (PyCFunction)(void (*)(void))tk_bind, METH_FASTCALL, "tk_bind(plans, grid, fallback) -> callable"},
+    {"replay_new", replay_new, METH_VARARGS, "replay_new(allocs, steps, outs, single, on_status) -> Replay"},
+    {"replay_setup", replay_setup, METH_O, "replay_setup(cupy.cuda.memory.alloc)"},
+    {"call_signature", call_signature, METH_O, "call_signature(args) -> (device, entries) or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cudakit_native", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__cudakit_native(void) {
-  if (PyType_Ready(&ck_block_type) < 0 || PyType_Ready(&ck_tk_type) < 0) return NULL;
+  if (PyType_Ready(&ck_block_type) < 0 || PyType_Ready(&ck_tk_type) < 0 || PyType_Ready(&ck_replay_type) < 0) return NULL;
 #define CK_INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
   CK_INTERN(s_ptr, "ptr"); CK_INTERN(s_mem, "mem"); CK_INTERN(s_size, "size");
   CK_INTERN(s_device_id, "device_id"); CK_INTERN(s_block_attr, "_cudakit_block"); CK_INTERN(s_alloc, "alloc"); CK_INTERN(s_free, "free");
   CK_INTERN(s_c_contig, "_c_contiguous"); CK_INTERN(s_dtype, "dtype"); CK_INTERN(s_shape, "shape");
   CK_INTERN(s_data, "data"); CK_INTERN(s_num, "num"); CK_INTERN(s_itemsize, "itemsize");
+  CK_INTERN(s_strides, "strides");
 #undef CK_INTERN
   return PyModule_Create(&module);
 }

@@ -21,6 +21,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -146,6 +147,8 @@ def _setup_fast_paths(mod) -> None:
         log.info("CuPy's get_allocator not usable from C (%s); CuPy allocates the outputs", e)
         mod.fast_alloc(None)
     _set_layout(mod, cp)
+    if hasattr(mod, "replay_setup"):
+        mod.replay_setup(cp.cuda.memory.alloc)
     _fast_ready = True
 
 
@@ -171,6 +174,35 @@ def _set_layout(mod, cp) -> None:
         mod.fast_layout(None, None, None)
     if offsets is None:
         log.info("CuPy's ndarray layout not recognised; ew() reads arrays through attributes")
+
+
+_SLOT_FORMATS = {"Q": "<Q", "i": "<I", "h": "<H", "f": "<f", "d": "<d"}
+_SLOT_MASKS = {"Q": (1 << 64) - 1, "i": (1 << 32) - 1, "h": (1 << 16) - 1}
+
+
+def pack_slot(code: str, value) -> bytes:
+    """`value` as the 8 bytes of a kernel parameter slot, packed as the native launcher packs it
+    (code as in FastLauncher: Q 8-byte integer, i 4-byte, h 16-bit pattern, f float32, d float64;
+    the value in the low bytes, zeros above)."""
+    fmt = _SLOT_FORMATS.get(code)
+    if fmt is None:
+        raise ValueError(f"unknown parameter code {code!r} (expected one of {''.join(_SLOT_FORMATS)})")
+    v = int(value) & _SLOT_MASKS[code] if code in _SLOT_MASKS else float(value)
+    return struct.pack(fmt, v).ljust(8, b"\0")
+
+
+def replay(allocs: tuple, steps: tuple, outs: tuple, single: bool, on_status=None):
+    """A plan replayed in C (_native.c replay_new: the allocations, launches and cuBLASLt calls of
+    a dispatch plan with each call's addresses substituted), or None where the native module or
+    its fast paths are unavailable (the caller keeps its Python replay)."""
+    mod = fast_paths()
+    if mod is None or not hasattr(mod, "replay_new"):
+        return None
+    return mod.replay_new(allocs, steps, outs, single, on_status or _status_error)
+
+
+def _status_error(status: int, step: int):
+    raise RuntimeError(f"step {step} of a replayed plan failed with status {status}")
 
 
 def _c_function(module, name: str):

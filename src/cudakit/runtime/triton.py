@@ -409,6 +409,11 @@ class TritonKernel:
         try:
             if profiler._active is None:
                 nl = fl._native
+                rec = compiler._recorder
+                if rec is not None and stream is None:   # kernels/trace_plans.py is tracing this call
+                    rec.launch_packed(comp.name, fl.func, g, comp.block3, comp.shared, fl._bcodes, vals)
+                elif rec is not None:
+                    rec.other = True
                 if nl is not None:  # the native launcher, called directly: one Python frame less
                     r = nl(fl.func, g[0], g[1], g[2], comp.block, 1, 1, comp.shared, s_ptr, fl._bcodes, *vals)
                     if r:
