@@ -810,5 +810,20 @@ def test_native_signature_equals_the_python_signature(rp, monkeypatch):
         assert m.call_signature(args) == dispatch.signature(args) is not None
     for args in [(), (1, 2), (a, other), (a, [1]), (a, (1, [2])), (zero_d,), (a, np.float32(1))]:
         assert m.call_signature(args) is None and dispatch.signature(args) is None
-    _FakeArray.device = 1
+    monkeypatch.setattr(_FakeArray, "device", 1)   # another current device than the arrays'
     assert m.call_signature((a,)) is None and dispatch.signature((a,)) is None
+
+
+def test_replay_takes_a_per_call_integer_and_its_high_word(rp):
+    m, _, _ = rp
+    seen, _cb = _all_launches(m, 3)
+    steps = ((0, 0xE1, (1, 1, 1, 32, 1, 1, 0), (_b8(0), _b8(0), _b8(5)), ((0, 3, 1, 0), (1, 3, 1, 32)),
+              ("k", (1, 1, 1), (32, 1, 1))),)
+    plan = m.replay_new((16,), steps, ((0, 0, (4,), np.dtype("float32"), ()),), True, None)
+    x = _ReplayArray((4,), "float32")
+    for seed in (7, 0x123456789ABCDEF0, 2**64 - 1):
+        plan(x, seed)
+        p = seen[-1][4]
+        assert p[0] & 0xFFFFFFFF == seed & 0xFFFFFFFF and p[1] & 0xFFFFFFFF == seed >> 32 and p[2] == 5
+    with pytest.raises(ValueError, match="shifts by 0..63"):
+        m.replay_new((16,), ((0, 1, (1,) * 7, (_b8(0),), ((0, 3, 0, 64),), None),), (), False, None)

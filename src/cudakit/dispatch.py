@@ -15,6 +15,12 @@ then replayed.
    path, e.g. a layout the planner does not cover).
 3. Later calls with the signature run the plan: allocation and launches, no checks.
 
+Where the native module is built, the signature is computed in C (runtime/_native.c
+call_signature, the same keys) and most plans are native Replays (kernels/trace_plans.py,
+kernels/gemm_plans.py): one C call allocates, launches and builds the outputs. An int argument
+named in DYNAMIC (dropout's seed) enters the signature as PER_CALL: its plan takes the value on
+each call.
+
 Plans are kept per (op, signature), at most MAX_PLANS (then the cache is cleared). They decline
 while the profiler records or CUDAKIT_LAUNCH_BLOCKING is on (kernels/_planned.ready()), whose
 semantics live in the checked path, and on another current device than the arrays'. The
@@ -73,11 +79,28 @@ def signature(args: tuple):
     return dev, tuple(sig)
 
 
+# op -> positions of int arguments that change from call to call (a dropout seed): the signature
+# holds PER_CALL for them and the plan takes their value per call (kernels/trace_plans.py)
+DYNAMIC = {"dropout": (2,), "dropout_backward": (2,)}
+PER_CALL = "<per call>"
+
+
+def _masked(op: str, args: tuple) -> tuple:
+    dyn = DYNAMIC.get(op)
+    if dyn is None:
+        return args
+    a = list(args)
+    for i in dyn:
+        if type(a[i]) is int and 0 <= a[i] < 1 << 64:
+            a[i] = PER_CALL
+    return tuple(a)
+
+
 def call(op: str, planner, args: tuple, checked):
     """checked(*args), or the plan of args' signature (see the module docstring)."""
     if _nd is None:
         return checked(*args)
-    key = _signature(args)
+    key = _signature(_masked(op, args) if op in DYNAMIC else args)
     if key is None:
         return checked(*args)
     key = (op, key)

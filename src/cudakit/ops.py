@@ -470,12 +470,12 @@ def matrix_transpose(x):
 
 def dropout(x, p=0.5, seed=0, training=True):
     """Inverted dropout with a counter-based Philox mask: same (seed, shape) -> same mask."""
-    return backend_for(x).dropout(x, p, seed, training)
+    return _planned("dropout", None, (x, p, seed, training), 1)
 
 
 def dropout_backward(grad_out, p, seed):
     """Gradient of dropout: the mask regenerated from seed, never stored."""
-    return backend_for(grad_out).dropout_backward(grad_out, p, seed)
+    return _planned("dropout_backward", None, (grad_out, p, seed), 1)
 
 
 def dropout_mask(shape, p, seed, backend=None):

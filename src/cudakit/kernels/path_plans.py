@@ -34,6 +34,8 @@ def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld"):
     if s is None or layout != "bhld":
         return None
     bh, lq, lk, d, name, sc, lead = s
+    if _triton_chosen("fwd", bh, lq, lk, d, name, sc, causal, q.data.device_id):
+        return None   # a plan traced from the checked call (ops._planner): its launches replayed in C
     fwd = attention.plan_forward(bh, lq, lk, d, name, sc, bool(causal), q.data.device_id)
     if fwd is None:
         return None
@@ -59,11 +61,25 @@ def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=Fals
     if lse.dtype != _cupy.cupy().float32:
         return None
     bh, lq, lk, d, name, sc, _ = s
+    if _triton_chosen("bwd", bh, lq, lk, d, name, sc, causal, q.data.device_id):
+        return None   # traced, as in plan_attention_with_lse
     bwd = attention.plan_backward(bh, lq, lk, d, name, sc, bool(causal), q.data.device_id)
     if bwd is None:
         return None
     return _f32_guard(name, lambda grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld":
                       bwd(grad_out, q, k, v, out, lse), "attention_backward", 4)
+
+
+def _triton_chosen(kind, bh, lq, lk, d, name, sc, causal, dev) -> bool:
+    """Whether the signature's chosen attention path is the Triton kernels, which a traced plan
+    (kernels/trace_plans.trace_fallback) replays in C with less host time than their bound
+    launches; only where the native replay exists."""
+    from ..runtime import native
+    mod = native.fast_paths()
+    if mod is None or not hasattr(mod, "replay_new"):
+        return False
+    step = attention._planned_path(kind, bh, lq, lk, d, name, sc, bool(causal), dev)
+    return step is not None and step[0] == "triton"
 
 
 def _f32_guard(dtype_name: str, plan, op: str, arrays: int):

@@ -1,25 +1,35 @@
 """Plans made by tracing: the planner of cudakit.dispatch for ops whose work is a fixed sequence
-of NVRTC kernel launches (runtime.compiler._launch_function) into arrays the op allocates.
+of kernel launches (NVRTC kernels through runtime.compiler._launch_function, Triton kernels,
+the tiny elementwise kernels) and cuBLASLt calls into arrays the op allocates.
 
 Why: layernorm_backward, cross_entropy, permute, dropout ... spend most of their host time in
 argument checks, layout logic and per-launch marshalling, not in their one to three launches.
 For one call signature those launches are always the same kernels with the same grids and
 scalars; only the addresses change. So the planner runs the checked call once more while
 recording (a) every allocation, in order, with its size, and (b) every launch's function,
-grid, block, shared memory and packed parameters. Each 8-byte parameter that points into an
-input array becomes "input i + offset", into an allocation "allocation j + offset"; any other
-value stays as recorded (scalars, persistent buffers such as the device error flag). The
-returned arrays become views of allocations. Replaying allocates the same sizes and launches
-the same kernels through the native launcher with the new addresses.
+grid, block, shared memory and packed parameters (a parameter struct as its bytes), and every
+cuBLASLt call's addresses. Each 8-byte parameter that points into an input array becomes "input
+i + offset", into an allocation "allocation j + offset"; a cuBLASLt call's stream becomes the
+current stream; any other value stays as recorded (scalars, persistent buffers such as the
+device error flag). The returned arrays become views of allocations. Replaying allocates the
+same sizes and makes the same launches with the new addresses, in C where the native module is
+built (runtime/_native.c Replay: no Python frame per launch), else in Python (kernel launches
+of 8-byte parameters only).
 
-Safety: a trace is refused (the checked path keeps running for that signature) when any launch
-went another way (Triton, the tiny-op path, CuPy's own kernels via a launch count that does not
-match: see _other_launches), an array argument is empty, a parameter could not be packed, or
-the plan's result on the traced arguments is not bitwise the checked result. Ops that write
-nothing in place are traced (TRACEABLE), and ops whose in-place arguments are named in INPLACE
-(batch_norm's running statistics): those are copied before the recording run and restored after
-it and after the verification run (whose in-place results must equal the recording's bitwise),
-so the signature's first call updates them exactly once.
+Per-call integers: an op named in dispatch.DYNAMIC (dropout's seed) has that argument out of its
+signature; the planner records the call twice with different values, and the parameters that
+changed by exactly the argument (or its high word) take the argument's value on every replay.
+
+Safety: a trace is refused (the checked path keeps running for that signature) when anything ran
+that the hooks did not record (CuPy's own kernels leave the launch history short, cuDNN marks the
+recorder, a launch on another stream), an array argument is empty, a parameter could not be
+packed, or the plan's result on the traced arguments is not bitwise the checked result; the plan
+is verified into memory filled with 0xFF, so an output the plan does not write cannot match by
+chance. Ops that write nothing in place are traced (TRACEABLE, and FALLBACK where a named planner
+has no plan), and ops whose in-place arguments are named in INPLACE (batch_norm's running
+statistics): those are copied before the recording run and restored after it and after the
+verification run (whose in-place results must equal the recording's bitwise), so the signature's
+first call updates them exactly once.
 """
 from __future__ import annotations
 
@@ -31,7 +41,8 @@ TRACEABLE = frozenset({
     "layernorm_backward", "rmsnorm_backward", "cross_entropy", "cross_entropy_with_grad",
     "cross_entropy_backward", "permute", "permute_backward", "transpose",
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "batch_norm_backward",
-})   # not dropout: its seed changes every step, so every call would be a new signature
+    "dropout", "dropout_backward",   # their seed is a per-call integer (dispatch.DYNAMIC)
+})
 # ops updating arguments in place -> the indices of those arguments (see the module docstring)
 INPLACE = {"batch_norm": (3, 4), "batch_norm_with_stats": (3, 4)}
 
@@ -116,10 +127,12 @@ def trace(op: str, checked, args: tuple):
     """The replay plan of checked(*args) (see the module docstring), or None."""
     if op not in TRACEABLE and op not in INPLACE:
         return None
-    return _trace_args(checked, args, INPLACE.get(op, ()))
+    from .. import dispatch
+    dyn = tuple(i for i in dispatch.DYNAMIC.get(op, ()) if type(args[i]) is int and 0 <= args[i] < 1 << 64)
+    return _trace_args(checked, args, INPLACE.get(op, ()), dyn)
 
 
-def _trace_args(checked, args: tuple, inplace_at: tuple):
+def _trace_args(checked, args: tuple, inplace_at: tuple, dyn: tuple = ()):
     cp = _cupy.cupy()
     arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, cp.ndarray)]
     if not arrays or any(a.size == 0 for _, a in arrays):
@@ -131,15 +144,19 @@ def _trace_args(checked, args: tuple, inplace_at: tuple):
         for a, b in zip(inplace, before):
             a[...] = b
     try:
-        return _trace(checked, args, arrays, inplace, restore)
+        return _trace(checked, args, arrays, inplace, restore, dyn)
     finally:
         restore()
 
 
-def _trace(checked, args, arrays, inplace, restore):
+_ALT = 0x5851F42D4C957F2D   # XOR-ed into a per-call integer for the second recording (both halves change)
+
+
+def _record(checked, args, base_alloc):
+    """(recorder, result) of one run of checked(*args) with its launches and allocations recorded,
+    or None where something ran that the recorder cannot replay."""
     cp = _cupy.cupy()
     rec = _Recorder()
-    base_alloc = cp.cuda.get_allocator()
 
     def malloc(size):
         mp = base_alloc(size)
@@ -160,14 +177,34 @@ def _trace(checked, args, arrays, inplace, restore):
         seen = list(recent)
         recent.clear()
         recent.extend(saved)
-    recorded = [a.copy() for a in inplace]
-    restore()   # the verification run starts where the recording run did
     names = [n for n, fptr, *_ in rec.launches if fptr]   # kernel launches (recent_launches has those)
     if rec.other or not rec.launches or [n for n, _, _ in seen] != names[-len(seen):] or len(seen) > len(names):
         return None
-    plan = _build(rec, arrays, result)
+    return rec, result
+
+
+def _trace(checked, args, arrays, inplace, restore, dyn=()):
+    cp = _cupy.cupy()
+    base_alloc = cp.cuda.get_allocator()
+    first = _record(checked, args, base_alloc)
+    if first is None:
+        return None
+    rec, result = first
+    recorded = [a.copy() for a in inplace]
+    restore()   # the verification run starts where the recording run did
+    seeds, alt = {}, None
+    if dyn:   # a second recording with other per-call integers shows which parameters carry them
+        alt = tuple(a ^ _ALT if i in dyn else a for i, a in enumerate(args))
+        second = _record(checked, alt, base_alloc)
+        restore()
+        seeds = None if second is None else _per_call_params(rec, second[0], args, alt, dyn, arrays)
+        if seeds is None:
+            return None
+        alt_result = second[1]
+    plan = _build(rec, arrays, result, seeds)
     if plan is None:
         return None
+
     def poisoned(size):   # every new byte 0xFF: a result the plan does not write cannot match by chance
         mp = base_alloc(size)
         if size:
@@ -175,8 +212,39 @@ def _trace(checked, args, arrays, inplace, restore):
         return mp
     with cp.cuda.using_allocator(poisoned):
         got = plan(*args)   # verification: bitwise the checked result on the traced arguments
-    ok = _same(result, got) and _same(tuple(recorded), tuple(inplace))
+        ok = _same(result, got) and _same(tuple(recorded), tuple(inplace))
+        if ok and alt is not None:
+            restore()
+            ok = _same(alt_result, plan(*alt))
     return plan if ok else None
+
+
+def _per_call_params(rec, rec2, args, alt, dyn, arrays):
+    """{(launch, parameter): (argument, shift)} for the parameters that hold a per-call integer
+    argument shifted right (a seed's low and high words), from two recordings whose per-call
+    integers differ; None where the recordings differ in any other way."""
+    if len(rec.launches) != len(rec2.launches) or [s for _, s in rec.allocs] != [s for _, s in rec2.allocs]:
+        return None
+    regions = [(a.data.ptr, a.nbytes) for _, a in arrays] + list(rec.allocs)
+    found = {}
+    for n, (l1, l2) in enumerate(zip(rec.launches, rec2.launches)):
+        if l1[:6] != l2[:6]:   # another kernel, grid or parameter layout
+            return None
+        for k, (c, v1, v2) in enumerate(zip(l1[5], l1[6], l2[6])):
+            if c == ord("S"):
+                if v1 != v2:
+                    return None
+                continue
+            if int(v1) == int(v2) or (c == ord("Q") and _locate(int(v1), regions) is not None):
+                continue
+            mask = {ord("Q"): (1 << 64) - 1, ord("i"): (1 << 32) - 1}.get(c)
+            hit = None if mask is None else next(
+                ((i, sh) for i in dyn for sh in range(0, 64, 32)
+                 if int(v1) == (args[i] >> sh) & mask and int(v2) == (alt[i] >> sh) & mask), None)
+            if hit is None:
+                return None
+            found[(n, k)] = hit
+    return found
 
 
 def _locate(ptr: int, regions):
@@ -187,14 +255,18 @@ def _locate(ptr: int, regions):
     return None
 
 
-def _build(rec: _Recorder, arrays, result):
+def _build(rec: _Recorder, arrays, result, seeds=None):
     cp = _cupy.cupy()
     inputs = [(a.data.ptr, a.nbytes) for _, a in arrays]
     in_index = [i for i, _ in arrays]
+    seeds = seeds or {}
     steps = []
-    for name, fptr, g, b, smem, codes, vals in rec.launches:
+    for n, (name, fptr, g, b, smem, codes, vals) in enumerate(rec.launches):
         subs = []
         for k, (c, v) in enumerate(zip(codes, vals)):
+            if (n, k) in seeds:   # a per-call integer argument (native replay source 3)
+                subs.append((k, 3) + seeds[(n, k)])
+                continue
             if c != ord("Q") or not v:
                 continue
             if not fptr and k == 19:   # a cuBLASLt call's stream: the current one when replayed
@@ -228,8 +300,8 @@ def _build(rec: _Recorder, arrays, result):
     native = _native_replay(steps, sizes, outs, single)
     if native is not None:
         return native
-    if any(ord("S") in st[5] or not st[1] for st in steps):
-        return None   # a parameter struct or a cuBLASLt call: the native replay only
+    if any(ord("S") in st[5] or not st[1] for st in steps) or seeds:
+        return None   # a parameter struct, a cuBLASLt call or a per-call integer: the native replay only
     ndarray, alloc = env[1], cp.cuda.alloc
 
     def planned(*args):

@@ -1115,7 +1115,8 @@ static PyObject* tk_bind(PyObject* self, PyObject* const* args, Py_ssize_t nargs
  *     subs: tuple of (param, source, index, offset): the first 8 bytes of parameter `param` =
  *       offset + the data pointer of
  *       args[index] (source 0; None gives 0), of allocation index (source 1), or the current
- *       stream (source 2);
+ *       stream (source 2); or all 8 bytes = the integer args[index] shifted right by offset bits
+ *       (source 3: a per-call seed);
  *     record: (name, grid, block), appended to the launch history; a failed launch raises through
  *       on_error (fast_setup), a nonzero cuBLASLt status calls on_status(status, step index),
  *       which raises.
@@ -1263,6 +1264,12 @@ static PyObject* ck_replay_call(PyObject* self, PyObject* args, PyObject* kwargs
         if (v == 0) { memset(b + st->poff[st->sub_param[k]], 0, 8); continue; }
       } else if (st->sub_src[k] == 1) {
         v = ptr[st->sub_idx[k]];
+      } else if (st->sub_src[k] == 3) {  /* an integer argument (a seed), shifted right by `offset` bits */
+        unsigned long long u = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(args, st->sub_idx[k]));
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) goto fail;
+        u >>= st->sub_off[k];
+        memcpy(b + st->poff[st->sub_param[k]], &u, 8);
+        continue;
       } else {
         v = sptr;
       }
@@ -1405,10 +1412,11 @@ static int ck_parse_step(PyObject* s, ck_step* st, int nallocs, int* max_arg) {
     if (param < 0 || param >= st->nparams) return ck_fail("substituted parameter %lld outside the %lld parameters", param, st->nparams);
     if (st->poff[param] + 8 > total || (param + 1 < st->nparams && st->poff[param + 1] - st->poff[param] < 8))
       return ck_fail("substituted parameter %lld is not 8 bytes wide%lld", param, 0);
-    if (src < 0 || src > 2) return ck_fail("substitution source must be 0, 1 or 2 (got %lld)%lld", src, 0);
+    if (src < 0 || src > 3) return ck_fail("substitution source must be 0, 1, 2 or 3 (got %lld)%lld", src, 0);
     if (src == 1 && (idx < 0 || idx >= nallocs)) return ck_fail("allocation %lld of %lld", idx, nallocs);
-    if (src == 0 && (idx < 0 || idx > 255)) return ck_fail("argument %lld outside 0..%lld", idx, 255);
-    if (src == 0 && idx > *max_arg) *max_arg = idx;
+    if ((src == 0 || src == 3) && (idx < 0 || idx > 255)) return ck_fail("argument %lld outside 0..%lld", idx, 255);
+    if (src == 3 && (off < 0 || off > 63)) return ck_fail("an integer argument shifts by 0..63 bits (got %lld)%lld", off, 0);
+    if ((src == 0 || src == 3) && idx > *max_arg) *max_arg = idx;
     st->sub_param[k] = param; st->sub_src[k] = src; st->sub_idx[k] = idx; st->sub_off[k] = off;
   }
   st->record = Py_NewRef(PyTuple_GET_ITEM(s, 5));
