@@ -24,8 +24,6 @@ _ew = lambda table, x0, x1, p, out=None: None  # noqa: E731 -- the native tiny-o
                                          # (kernels.elementwise.native_ew); declines until then
 _T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
 _T: dict = {}                            # op -> its kernel table (kernels.elementwise.EW_TABLES)
-_sm_fwd = _sm_bwd = None                 # kernels.softmax.forward_fast / backward_fast, with _cuda_nd
-_norm_fwd = None                         # kernels.normalization.forward_fast, with _cuda_nd
 _red_fast = None                         # kernels.reduction.reduce_fast, with _cuda_nd
 
 
@@ -49,11 +47,9 @@ def backend_for(*arrays):
     if be is None:
         be = _backends[name] = get_backend(name)
         if name == "cuda":
-            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU, _sm_fwd, _sm_bwd, _norm_fwd, _red_fast
-            from .kernels import elementwise, normalization as _norm_kernels, reduction, softmax as _softmax_kernels
+            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU, _red_fast
+            from .kernels import elementwise, reduction
             _red_fast = reduction.reduce_fast
-            _sm_fwd, _sm_bwd = _softmax_kernels.forward_fast, _softmax_kernels.backward_fast
-            _norm_fwd = _norm_kernels.forward_fast
             _ew = elementwise.native_ew()
             t = elementwise.EW_TABLES
             _T_ADD, _T_MUL, _T_RELU = t["add"], t["mul"], t["relu"]
@@ -259,22 +255,14 @@ def activation(x, kind, out=None):
     return backend_for(x).activation(x, kind, out=out)
 
 
-def _last_dim(x, normalized_ndim) -> bool:
-    """Whether x is a CuPy array (once the CUDA backend exists) normalised over its last dim only."""
-    return type(x) is _cuda_nd and (normalized_ndim is None or (type(normalized_ndim) is int and normalized_ndim == 1))
-
-
 def layernorm(x, weight=None, bias=None, eps=1e-5, normalized_ndim=None):
     """Layer normalisation over the trailing dims of x (see Backend.layernorm)."""
-    r = _norm_fwd("ln", x, weight, bias, eps) if _last_dim(x, normalized_ndim) else None  # the planned launch
-    return r if r is not None else backend_for(x, weight, bias).layernorm(x, weight, bias, eps, normalized_ndim)
+    return _planned("layernorm", None, (x, weight, bias, eps, normalized_ndim), 3)
 
 
 def layernorm_with_stats(x, weight=None, bias=None, eps=1e-5, normalized_ndim=None):
     """layernorm that also returns (mean, rstd) for the backward (see Backend.layernorm_with_stats)."""
-    r = _norm_fwd("ln", x, weight, bias, eps, True) if _last_dim(x, normalized_ndim) else None
-    return r if r is not None else backend_for(x, weight, bias).layernorm_with_stats(x, weight, bias, eps,
-                                                                                      normalized_ndim)
+    return _planned("layernorm_with_stats", None, (x, weight, bias, eps, normalized_ndim), 3)
 
 
 def layernorm_backward(grad_out, x, weight, mean, rstd, normalized_ndim=None):
@@ -284,14 +272,12 @@ def layernorm_backward(grad_out, x, weight, mean, rstd, normalized_ndim=None):
 
 def rmsnorm(x, weight=None, eps=1e-6, normalized_ndim=None):
     """RMS normalisation over the trailing dims of x (see Backend.rmsnorm)."""
-    r = _norm_fwd("rms", x, weight, None, eps) if _last_dim(x, normalized_ndim) else None
-    return r if r is not None else backend_for(x, weight).rmsnorm(x, weight, eps, normalized_ndim)
+    return _planned("rmsnorm", None, (x, weight, eps, normalized_ndim), 2)
 
 
 def rmsnorm_with_stats(x, weight=None, eps=1e-6, normalized_ndim=None):
     """rmsnorm that also returns rstd for the backward (see Backend.rmsnorm_with_stats)."""
-    r = _norm_fwd("rms", x, weight, None, eps, True) if _last_dim(x, normalized_ndim) else None
-    return r if r is not None else backend_for(x, weight).rmsnorm_with_stats(x, weight, eps, normalized_ndim)
+    return _planned("rmsnorm_with_stats", None, (x, weight, eps, normalized_ndim), 2)
 
 
 def rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim=None):
@@ -390,33 +376,24 @@ def min_backward(grad_out, x, axis=None, keepdims=False):
 
 # -- softmax and cross-entropy (see backends/softmax_api.py) ---------------------------------------
 
-def _last_axis(x, axis) -> bool:
-    """Whether x is a CuPy array (once the CUDA backend exists) and axis names its last axis."""
-    return type(x) is _cuda_nd and type(axis) is int and (axis == -1 or axis == x.ndim - 1)
-
-
 def softmax(x, axis=-1):
     """Numerically stable softmax along axis."""
-    r = _sm_fwd(x, False) if _last_axis(x, axis) else None   # the planned launch, else the checked path
-    return r if r is not None else backend_for(x).softmax(x, axis)
+    return _planned("softmax", None, (x, axis), 1)
 
 
 def log_softmax(x, axis=-1):
     """Numerically stable log-softmax along axis."""
-    r = _sm_fwd(x, True) if _last_axis(x, axis) else None
-    return r if r is not None else backend_for(x).log_softmax(x, axis)
+    return _planned("log_softmax", None, (x, axis), 1)
 
 
 def softmax_backward(grad_out, y, axis=-1):
     """dx of y = softmax(x): y * (grad_out - sum(grad_out * y))."""
-    r = _sm_bwd(grad_out, y, False) if _last_axis(y, axis) else None
-    return r if r is not None else backend_for(grad_out, y).softmax_backward(grad_out, y, axis)
+    return _planned("softmax_backward", None, (grad_out, y, axis), 2)
 
 
 def log_softmax_backward(grad_out, y, axis=-1):
     """dx of y = log_softmax(x): grad_out - exp(y) * sum(grad_out)."""
-    r = _sm_bwd(grad_out, y, True) if _last_axis(y, axis) else None
-    return r if r is not None else backend_for(grad_out, y).log_softmax_backward(grad_out, y, axis)
+    return _planned("log_softmax_backward", None, (grad_out, y, axis), 2)
 
 
 def cross_entropy(logits, targets, reduction="mean", ignore_index=-100, *, validate=False):

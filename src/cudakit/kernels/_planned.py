@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import profiler
 from ..errors import LaunchError
-from ..runtime import _cupy, launch as _launch
+from ..runtime import _cupy, compiler, launch as _launch
 
 MAX_PLANS = 1024
 _env = None   # (native launcher, cupy.ndarray, getDevice, get_current_stream) once CUDA is up
@@ -49,6 +49,9 @@ def output_and_plan(cache: dict, key: tuple, ndarray, shape: tuple, dtype, ptrs:
 def run(env, expr: str, fptr: int, grid: tuple, block: tuple, smem: int, codes: bytes, *values) -> None:
     """Launch the kernel at fptr on the current stream with `values` (one per code)."""
     _launch.recent_launches.append((expr, grid, block))
+    rec = compiler._recorder
+    if rec is not None:   # kernels/trace_plans.py is tracing this call
+        rec.launch_packed(expr, fptr, grid, block, smem, codes, values)
     r = env[0](fptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, env[3]().ptr, codes, *values)
     if r:
         raise LaunchError(str(_cupy.loaded_cupy().cuda.driver.CUDADriverError(r)), expr, grid, block)

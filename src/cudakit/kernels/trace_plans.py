@@ -42,6 +42,8 @@ TRACEABLE = frozenset({
     "cross_entropy_backward", "permute", "permute_backward", "transpose",
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "batch_norm_backward",
     "dropout", "dropout_backward",   # their seed is a per-call integer (dispatch.DYNAMIC)
+    "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
+    "layernorm", "layernorm_with_stats", "rmsnorm", "rmsnorm_with_stats",
 })
 # ops updating arguments in place -> the indices of those arguments (see the module docstring)
 INPLACE = {"batch_norm": (3, 4), "batch_norm_with_stats": (3, 4)}
