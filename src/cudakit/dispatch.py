@@ -13,7 +13,10 @@ then replayed.
    a function computing exactly what `checked` computed (the same kernels, GEMM algorithms and
    rounding) for any arguments with this signature, or None (this signature keeps the checked
    path, e.g. a layout the planner does not cover).
-3. Later calls with the signature run the plan: allocation and launches, no checks.
+3. Later calls with the signature run the plan: allocation and launches, no checks. ops.py
+   first asks plan_call (runtime/_native.c), which finds and runs the plan of a signature with no
+   Python frame in between while the native fast paths are open (no profile, asynchronous
+   launches), and comes here otherwise.
 
 Where the native module is built, the signature is computed in C (runtime/_native.c
 call_signature, the same keys) and most plans are native Replays (kernels/trace_plans.py,
@@ -38,6 +41,10 @@ _nd = None          # cupy.ndarray once the CUDA backend is up (set by ops.backe
 _get_device = None  # cupy.cuda.runtime.getDevice
 _SCALARS = (type(None), bool, int, float, str)
 _signature = None   # signature, or its native twin (runtime/_native.c call_signature), once enabled
+MISS = object()     # what plan_call returns when no plan runs
+plan_call = None    # runtime/_native.c plan_call, once enabled: a signature's plan run with no Python frame
+
+
 
 
 def enable(ndarray, get_device) -> None:
@@ -50,6 +57,10 @@ def enable(ndarray, get_device) -> None:
         from .runtime import native
         mod = native.fast_paths()   # the native module's call_signature: the same keys, a fifth of the time
         _signature = getattr(mod, "call_signature", None) or signature
+        global plan_call
+        if hasattr(mod, "plan_call"):
+            mod.dispatch_setup(MISS)
+            plan_call = mod.plan_call
 
 
 def signature(args: tuple):
@@ -107,6 +118,8 @@ def call(op: str, planner, args: tuple, checked):
     p = _plans.get(key, _MISSING)
     if p is None or (p is not _MISSING and not _ready()):
         return checked(*args)
+    if p is not _MISSING:
+        _open_gate()   # plan_call (C) runs this signature's plan from the next call
     if p is _MISSING:
         r = checked(*args)
         graphs = sys.modules.get("cudakit.graphs")
@@ -136,6 +149,18 @@ def _ready() -> bool:
         from .kernels import _planned
         _ready_fn = _planned.ready
     return _ready_fn() is not None
+
+
+_gate = None
+
+
+def _open_gate() -> None:
+    global _gate
+    if _gate is None:
+        from .runtime import native
+        mod = native.fast_paths()
+        _gate = getattr(mod, "fast_gate", None) or (lambda _open: None)
+    _gate(True)
 
 
 def clear() -> None:

@@ -24,7 +24,6 @@ _ew = lambda table, x0, x1, p, out=None: None  # noqa: E731 -- the native tiny-o
                                          # (kernels.elementwise.native_ew); declines until then
 _T_ADD = _T_MUL = _T_RELU = None         # its kernel tables for add, mul, relu
 _T: dict = {}                            # op -> its kernel table (kernels.elementwise.EW_TABLES)
-_red_fast = None                         # kernels.reduction.reduce_fast, with _cuda_nd
 
 
 def _on_cuda(x) -> bool:
@@ -47,9 +46,8 @@ def backend_for(*arrays):
     if be is None:
         be = _backends[name] = get_backend(name)
         if name == "cuda":
-            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU, _red_fast
-            from .kernels import elementwise, reduction
-            _red_fast = reduction.reduce_fast
+            global _cuda_nd, _fast, _ew, _T_ADD, _T_MUL, _T_RELU
+            from .kernels import elementwise
             _ew = elementwise.native_ew()
             t = elementwise.EW_TABLES
             _T_ADD, _T_MUL, _T_RELU = t["add"], t["mul"], t["relu"]
@@ -82,6 +80,11 @@ def _planned(op: str, planner, args: tuple, arrays: int = 3):
     method (on the backend owning the first `arrays` arguments) on a signature's first call and
     where no plan fits. planner: the name of a function of kernels.gemm_plans or kernels.path_plans,
     or None for a plan traced from the checked call (kernels/trace_plans.py)."""
+    pc = _dispatch.plan_call
+    if pc is not None:   # the signature's plan, run from C, where it has one that may run now
+        r = pc(_dispatch._plans, op, args, args if op not in _dispatch.DYNAMIC else _dispatch._masked(op, args))
+        if r is not _dispatch.MISS:
+            return r
     checked = _checked_calls.get((op, arrays))
     if checked is None:
         checked = _checked_calls[(op, arrays)] = _checked_call(op, arrays)
@@ -307,26 +310,22 @@ def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd):
 
 def sum(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
     """Sum over axis (int, tuple or None for all); float32 accumulation for 16-bit inputs."""
-    r = _red_fast("sum", x, axis, keepdims) if type(x) is _cuda_nd else None   # the planned launches
-    return r if r is not None else backend_for(x).sum(x, axis, keepdims)
+    return _planned("sum", None, (x, axis, keepdims), 1)
 
 
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean over axis (see Backend.mean)."""
-    r = _red_fast("mean", x, axis, keepdims) if type(x) is _cuda_nd else None   # the planned launches
-    return r if r is not None else backend_for(x).mean(x, axis, keepdims)
+    return _planned("mean", None, (x, axis, keepdims), 1)
 
 
 def max(x, axis=None, keepdims=False):  # noqa: A001
     """Maximum over axis; NaN propagates as in NumPy (see Backend.max)."""
-    r = _red_fast("max", x, axis, keepdims) if type(x) is _cuda_nd else None   # the planned launches
-    return r if r is not None else backend_for(x).max(x, axis, keepdims)
+    return _planned("max", None, (x, axis, keepdims), 1)
 
 
 def min(x, axis=None, keepdims=False):  # noqa: A001
     """Minimum over axis; NaN propagates as in NumPy (see Backend.min)."""
-    r = _red_fast("min", x, axis, keepdims) if type(x) is _cuda_nd else None   # the planned launches
-    return r if r is not None else backend_for(x).min(x, axis, keepdims)
+    return _planned("min", None, (x, axis, keepdims), 1)
 
 
 def argmax(x, axis=None, keepdims=False):
@@ -351,12 +350,12 @@ def reduce_sum(x, axis=None):
 
 def sum_backward(grad_out, x_shape, axis=None, keepdims=False):
     """Gradient of sum: grad_out broadcast back to x_shape."""
-    return backend_for(grad_out).sum_backward(grad_out, x_shape, axis, keepdims)
+    return _planned("sum_backward", None, (grad_out, x_shape, axis, keepdims), 1)
 
 
 def mean_backward(grad_out, x_shape, axis=None, keepdims=False):
     """Gradient of mean: grad_out / count broadcast back to x_shape."""
-    return backend_for(grad_out).mean_backward(grad_out, x_shape, axis, keepdims)
+    return _planned("mean_backward", None, (grad_out, x_shape, axis, keepdims), 1)
 
 
 def var_backward(grad_out, x, axis=None, ddof=0, keepdims=False):

@@ -1568,6 +1568,43 @@ fail:
   return NULL;
 }
 
+/* ---- the planned call, whole (cudakit/dispatch.py call(), for a signature that has a plan) ------
+ * plan_call(plans, op, args, key_args) -> plans[(op, call_signature(key_args))](*args), or `miss`
+ * (dispatch_setup) where no plan may run: the fast paths are closed (a profile records, launches
+ * are synchronous), the arguments have no signature, or the signature has no plan (or None: its
+ * checked path). The Python dispatch.call then decides, plans and opens the gate. */
+static PyObject* ck_miss;
+
+static PyObject* dispatch_setup(PyObject* self, PyObject* miss) {
+  Py_XSETREF(ck_miss, Py_NewRef(miss));
+  Py_RETURN_NONE;
+}
+
+static PyObject* plan_call(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (n != 4 || !PyDict_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[3]) || ck_miss == NULL) {
+    PyErr_SetString(PyExc_TypeError, "plan_call(plans: dict, op, args: tuple, key_args: tuple) after dispatch_setup");
+    return NULL;
+  }
+  if (!CK_OPEN) return Py_NewRef(ck_miss);
+  PyObject* sig = call_signature(NULL, a[3]);
+  if (sig == NULL) return NULL;
+  if (sig == Py_None) {
+    Py_DECREF(sig);
+    return Py_NewRef(ck_miss);
+  }
+  PyObject* key = PyTuple_Pack(2, a[1], sig);
+  Py_DECREF(sig);
+  if (key == NULL) return NULL;
+  PyObject* p = PyDict_GetItemWithError(a[0], key); /* borrowed */
+  Py_DECREF(key);
+  if (p == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(ck_miss);
+  if (p == Py_None) return Py_NewRef(ck_miss);
+  Py_INCREF(p); /* the plan may clear the cache while it runs */
+  PyObject* r = PyObject_Call(p, a[2], NULL);
+  Py_DECREF(p);
+  return r;
+}
+
 static PyMethodDef methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, "set_launch(address of cuLaunchKernel)"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
@@ -1591,6 +1628,9 @@ static PyMethodDef methods[] = {
     {"replay_new", replay_new, METH_VARARGS, "replay_new(allocs, steps, outs, single, on_status) -> Replay"},
     {"replay_setup", replay_setup, METH_O, "replay_setup(cupy.cuda.memory.alloc)"},
     {"call_signature", call_signature, METH_O, "call_signature(args) -> (device, entries) or None"},
+    {"dispatch_setup", dispatch_setup, METH_O, "dispatch_setup(miss): the object plan_call returns when no plan runs"},
+    {"plan_call", (PyCFunction)(void (*)(void))plan_call, METH_FASTCALL,
+     "plan_call(plans, op, args, key_args) -> the plan's result, or the miss object"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cudakit_native", NULL, -1, methods};
