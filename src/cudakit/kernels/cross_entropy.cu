@@ -4,8 +4,8 @@ __device__ __forceinline__ long long ck_target(const void* __restrict__ targets,
   return t64 ? reinterpret_cast<const long long*>(targets)[i] : (long long)reinterpret_cast<const int*>(targets)[i];
 }
 
-// targets: [n] (int32 or int64, t64); stat: [3] int64 = (count of targets != ignore, count of those outside
-// [0, C), index of the first of those or n). One block. T (the logits' type, unused) gives each
+// targets: [n] (int32 or int64, t64); stat: [4] int64 = (count of targets != ignore, count of those outside
+// [0, C), index of the first of those or n, 0: the blocks of the main kernel done). One block. T (the logits' type, unused) gives each
 // dtype's kernel family its own instantiation.
 // err: the device's error flag (int64 [8]) or null; code: the op's error code written there with
 // (first bad row, its target, bad count, C, n, ignore) when some target is out of range and no
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(1024) ck_ce_prep(const void* __restrict__ targ
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < nw; ++w) { cnt += sh[0][w]; bad += sh[1][w]; first = sh[2][w] < first ? sh[2][w] : first; }
-    stat[0] = cnt; stat[1] = bad; stat[2] = first;
+    stat[0] = cnt; stat[1] = bad; stat[2] = first; stat[3] = 0;  // stat[3]: the blocks done (ck_ce_total)
     if (bad && err && atomicCAS(reinterpret_cast<unsigned long long*>(err), 0ull, (unsigned long long)code) == 0ull) {
       err[1] = first; err[2] = ck_target(targets, t64, first); err[3] = bad; err[4] = C; err[5] = n; err[6] = ignore;
     }
@@ -50,15 +50,58 @@ __device__ __forceinline__ C ck_ce_weight(const C* __restrict__ gl, int gl_rows,
   return w;
 }
 
+// After a block of the main kernel wrote its rows' losses: the last block to finish (its ticket from
+// stat[3], which ck_ce_prep zeroed) sums all n row losses into total[0] in a fixed order (each
+// thread a strided run, then shuffles and the warps in order: bitwise the same whichever block is
+// last), divided by stat[0] for "mean". Every thread of the block calls it (no thread has returned).
+template <typename C>
+__device__ __forceinline__ void ck_ce_total(const C* loss, long long n, long long* stat, int mean,
+                                            C* __restrict__ total) {
+  __shared__ C part[32];
+  __shared__ int last;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+  __syncthreads();  // this block's losses are written
+  if (tid == 0) {
+    __threadfence();
+    const unsigned long long done = atomicAdd(reinterpret_cast<unsigned long long*>(stat + 3), 1ull);
+    last = done == (unsigned long long)(gridDim.x - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  C s = C(0);
+  for (long long i = tid; i < n; i += nt) s += __ldcg(loss + i);
+  const int lane = tid & 31, cnt = min(32, nt - (tid & ~31));  // this warp's threads (the block may be < 32)
+  const unsigned mask = cnt == 32 ? 0xffffffffu : (1u << cnt) - 1u;
+  for (int off = 16; off > 0; off >>= 1) {
+    const C o = __shfl_down_sync(mask, s, off);
+    if (lane + off < cnt) s += o;
+  }
+  if (lane == 0) part[tid >> 5] = s;
+  __syncthreads();
+  if (tid == 0) {
+    for (int w = 1; w < (nt + 31) >> 5; ++w) s += part[w];
+    total[0] = mean ? s / C(stat[0]) : s;
+  }
+}
+
 // logits, grad: [rows, nvec*V] (C = nvec*V columns); targets: [rows] (int64 when t64, else int32); gl, stat: see
 // ck_ce_weight; loss: [rows] (acc) or null; grad: null for the forward only.
 // Block (tpr, rpb) as ck_softmax_fwd_reg: the row's logits in registers as the accumulation type
 // (padding past the row's end -inf), their exp kept for the gradient.
 template <typename T, int V, int NV>
+__device__ __forceinline__ void ck_ce_reg_out(
+    const T* __restrict__ logits, long long t, bool use, const typename ck_traits<T>::acc* __restrict__ gl, int gl_rows,
+    int mean, const long long* __restrict__ stat, typename ck_traits<T>::acc* __restrict__ loss, T* __restrict__ grad,
+    long long row, long long ncol, int nvec, long long off, typename ck_traits<T>::acc m, typename ck_traits<T>::acc s,
+    typename ck_traits<T>::acc (&v)[NV][V]);
+
+// total: null, or [1] (acc): the rows' losses summed (divided by the count for "mean"), see ck_ce_total.
+template <typename T, int V, int NV>
 __global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value) ck_ce_reg(
     const T* __restrict__ logits, const void* __restrict__ targets, int t64, const typename ck_traits<T>::acc* __restrict__ gl,
-    int gl_rows, int mean, const long long* __restrict__ stat, typename ck_traits<T>::acc* __restrict__ loss,
-    T* __restrict__ grad, long long rows, int nvec, long long ignore) {
+    int gl_rows, int mean, long long* __restrict__ stat, typename ck_traits<T>::acc* __restrict__ loss,
+    T* __restrict__ grad, long long rows, int nvec, long long ignore, typename ck_traits<T>::acc* __restrict__ total) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -96,7 +139,21 @@ __global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value) ck_ce_reg(
     for (int i = 0; i < V; ++i) { v[j][i] = ck_exp<T>(v[j][i] - m); s += v[j][i]; }
   }
   s = ck_row_red<false>(s, red);
-  if (!live) return;  // no barrier below
+  if (live) ck_ce_reg_out<T, V, NV>(logits, t, use, gl, gl_rows, mean, stat, loss, grad, row, ncol, nvec, off, m, s, v);
+  if (total) ck_ce_total(loss, rows, stat, mean, total);
+}
+
+// ck_ce_reg's outputs for a live row: its loss and gradient.
+template <typename T, int V, int NV>
+__device__ __forceinline__ void ck_ce_reg_out(
+    const T* __restrict__ logits, long long t, bool use, const typename ck_traits<T>::acc* __restrict__ gl, int gl_rows,
+    int mean, const long long* __restrict__ stat, typename ck_traits<T>::acc* __restrict__ loss, T* __restrict__ grad,
+    long long row, long long ncol, int nvec, long long off, typename ck_traits<T>::acc m, typename ck_traits<T>::acc s,
+    typename ck_traits<T>::acc (&v)[NV][V]) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  const int tpr = blockDim.x;
   const bool ok = t >= 0 && t < ncol;
   if (loss && threadIdx.x == 0) {
     C l = C(0);
@@ -122,9 +179,25 @@ __global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value) ck_ce_reg(
   }
 }
 
+template <typename T, int V>
+__device__ __forceinline__ void ck_ce_loop_row(
+    const T* __restrict__ logits, const void* __restrict__ targets, int t64, const typename ck_traits<T>::acc* __restrict__ gl,
+    int gl_rows, int mean, const long long* __restrict__ stat, typename ck_traits<T>::acc* __restrict__ loss,
+    T* __restrict__ grad, int nvec, long long ignore);
+
 // Long rows: one 1-D block per row (blockIdx.x). Shapes as ck_ce_reg.
 template <typename T, int V>
 __global__ void __launch_bounds__(1024) ck_ce_loop(
+    const T* __restrict__ logits, const void* __restrict__ targets, int t64, const typename ck_traits<T>::acc* __restrict__ gl,
+    int gl_rows, int mean, long long* __restrict__ stat, typename ck_traits<T>::acc* __restrict__ loss,
+    T* __restrict__ grad, int nvec, long long ignore, typename ck_traits<T>::acc* __restrict__ total) {
+  ck_ce_loop_row<T, V>(logits, targets, t64, gl, gl_rows, mean, stat, loss, grad, nvec, ignore);
+  if (total) ck_ce_total(loss, (long long)gridDim.x, stat, mean, total);
+}
+
+// ck_ce_loop's row (blockIdx.x): its loss and gradient.
+template <typename T, int V>
+__device__ __forceinline__ void ck_ce_loop_row(
     const T* __restrict__ logits, const void* __restrict__ targets, int t64, const typename ck_traits<T>::acc* __restrict__ gl,
     int gl_rows, int mean, const long long* __restrict__ stat, typename ck_traits<T>::acc* __restrict__ loss,
     T* __restrict__ grad, int nvec, long long ignore) {

@@ -16,9 +16,11 @@ Kernels, per call:
    Traffic: N*C*sizeof(T) read (loop: twice, the second mostly from L2) + N*C*sizeof(T) written
    when the gradient is asked for + N*(sizeof(target) + sizeof(loss)); ignored rows read nothing
    and write zeros.
-3. `ck_ce_reduce` ("mean" / "sum"): one block sums the per-row losses in a fixed order (bitwise
-   reproducible) and divides by the count for "mean" (0 / 0 = NaN when every target is ignored,
-   as torch). Traffic: N * sizeof(loss).
+3. "mean" / "sum": the last block of kernel 2 to finish (a ticket counter in stat) sums the
+   per-row losses in a fixed order (bitwise reproducible whichever block is last) and divides by
+   the count for "mean" (0 / 0 = NaN when every target is ignored, as torch): no third launch.
+   `ck_ce_reduce` does the same as its own launch where kernel 2 does not run (C == 0).
+   Traffic: N * sizeof(loss).
 An out-of-range target gives a NaN loss and no one-hot term in its row (nothing is read outside
 the logits); nothing synchronises: the error flag raises TargetIndexError at the next
 cudakit.check() / synchronize() / to_host() (or the caller reads stat back, with validate=True). Inputs: contiguous CuPy arrays on the current device, validated by the caller
@@ -70,7 +72,8 @@ def cross_entropy(logits, targets, reduction: str = "mean", ignore_index: int = 
     1) or an array of the accumulation dtype, shape (1,) ("mean"/"sum") or (N,) ("none").
     Returns (loss, dlogits, stat): loss 0-d ("mean"/"sum") or (N,) ("none") float32 (float64 for
     float64 logits), None unless want_loss; dlogits like logits, None unless want_grad; stat the
-    (3,) int64 device array (non-ignored count, out-of-range count, first out-of-range index) the
+    (4,) int64 device array (non-ignored count, out-of-range count, first out-of-range index, and
+    the count of finished blocks the loss sum uses) the
     caller may check (an out-of-range target gives NaN, not an error, here). err: the device's
     error flag (runtime.device_errors.flag) or None; err_code: the code recorded there for an
     out-of-range target.
@@ -81,11 +84,13 @@ def cross_entropy(logits, targets, reduction: str = "mean", ignore_index: int = 
     t = ctype(dt)
     t64 = np.int32(targets.dtype.itemsize == 8)
     acc = _acc(dt)
-    stat = cp.empty(3, np.int64)
+    stat = cp.empty(4, np.int64)
     launch(_families, f"ck_ce_prep<{t}>", dt, (1, 1, 1), (PREP_THREADS, 1, 1),
            (targets, t64, np.int64(n), np.int64(c), np.int64(ignore_index), stat, _ptr(err), np.int64(err_code)))
     rows_loss = cp.empty(n, acc) if want_loss else None
     grad = cp.empty_like(logits) if want_grad else None
+    # "mean"/"sum": the main kernel's last block sums the rows' losses (ck_ce_total), no third launch
+    total = cp.empty((), acc) if want_loss and reduction != "none" and n and c else None
     if n and c:
         v = vec_for(c, dt, logits, *([grad] if want_grad else []))
         nvec = c // v
@@ -96,14 +101,14 @@ def cross_entropy(logits, targets, reduction: str = "mean", ignore_index: int = 
         if plan is not None:
             tpr, nv, rpb = plan
             launch(_families, f"ck_ce_reg<{t}, {v}, {nv}>", dt, (-(-n // rpb), 1, 1), (tpr, rpb, 1),
-                   args + (np.int64(n), np.int32(nvec), np.int64(ignore_index)))
+                   args + (np.int64(n), np.int32(nvec), np.int64(ignore_index), _ptr(total)))
         else:
             launch(_families, f"ck_ce_loop<{t}, {v}>", dt, (n, 1, 1), (LOOP_THREADS, 1, 1),
-                   args + (np.int32(nvec), np.int64(ignore_index)))
+                   args + (np.int32(nvec), np.int64(ignore_index), _ptr(total)))
     elif n and want_loss:  # C == 0: every target must be ignored (stat says otherwise); loss 0
         rows_loss.fill(0)
-    loss = rows_loss
-    if want_loss and reduction != "none":
+    loss = rows_loss if total is None else total
+    if want_loss and reduction != "none" and total is None:   # C == 0 (or no rows): the separate sum
         loss = cp.empty((), acc)
         launch(_families, f"ck_ce_reduce<{'double' if acc is np.float64 else 'float'}>", dt, (1, 1, 1),
                (REDUCE_THREADS, 1, 1), (rows_loss, np.int64(n), stat, np.int32(reduction == "mean"), loss))

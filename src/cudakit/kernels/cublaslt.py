@@ -45,6 +45,7 @@ _PREF_MIN_ALIGN = (5, 6, 7, 8)   # CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_
 _STATUS_NOT_SUPPORTED = 15
 EPILOGUE = {"none": 1, "bias": 4, "gelu": 32, "gelu_aux": 160, "gelu_bias": 36, "gelu_aux_bias": 164}
 _WORKSPACE = 32 << 20     # cuBLAS's recommendation for Hopper
+_SMALL_PRODUCT = 1 << 24  # batch * M * N * K up to this: an algorithm without workspace where one exists
 _MAX_PLANS = 256          # descriptors kept (a new batch size or shape makes one); the oldest is destroyed
 
 
@@ -172,13 +173,19 @@ def _make_plan(key, handle, desc, layouts, pref):
     if "bias" in epilogue:
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(a_epi))
     _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
-    _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, _PREF_MAX_WORKSPACE, ctypes.c_uint64(_WORKSPACE))
     for attr, a in zip(_PREF_MIN_ALIGN, (a_b, a_a, a_out, a_out)):
         _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, attr, ctypes.c_uint32(a))
     result = _HeuristicResult()
     count = ctypes.c_int(0)
-    status = lib.cublasLtMatmulAlgoGetHeuristic(handle, desc, *layouts, pref, 1, ctypes.byref(result),
-                                                ctypes.byref(count))
+    status = -1
+    # a small product (host-bound: its call costs more than its kernel) asks for an algorithm without
+    # workspace first, which saves an allocation per call; the others may use _WORKSPACE
+    for ws in ((0, _WORKSPACE) if batch * m * n * _k <= _SMALL_PRODUCT else (_WORKSPACE,)):
+        _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, _PREF_MAX_WORKSPACE, ctypes.c_uint64(ws))
+        status = lib.cublasLtMatmulAlgoGetHeuristic(handle, desc, *layouts, pref, 1, ctypes.byref(result),
+                                                    ctypes.byref(count))
+        if status == 0 and count.value >= 1 and result.state == 0:
+            break
     if status != 0 or count.value < 1 or result.state != 0:
         log.info("cuBLASLt has no algorithm for %s (status %d): another path runs", key, status)
         _destroy((desc, layouts, None))
