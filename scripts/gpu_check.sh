@@ -74,3 +74,8 @@ if [ -n "${HOST_BREAKDOWN:-}" ]; then
   timeout ${BREAKDOWN_TIMEOUT:-200} python3 scripts/host_breakdown.py $rows 2>&1 | tee -a "$LOG" > "$OUT/breakdown.txt"
   grep -E "BREAKDOWN-TABLE|Error" "$OUT/breakdown.txt"
 fi
+# STEP_HOST=1 (or a preset): where an eager GPT step's host time goes (scripts/step_host_profile.py)
+if [ -n "${STEP_HOST:-}" ]; then
+  preset=""; [ "$STEP_HOST" = 1 ] || preset="$STEP_HOST"
+  timeout ${STEP_HOST_TIMEOUT:-200} python3 scripts/step_host_profile.py $preset 2>&1 | tee -a "$LOG" | grep -E "STEP-HOST|Error" | head -90
+fi
