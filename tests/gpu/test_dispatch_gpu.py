@@ -164,3 +164,26 @@ def test_batch_norm_training_plan_updates_running_stats_once_per_call(dtype, rng
     for got, want in ((rm, rm_h), (rv, rv_h), (y, y_h), (sm, sm_h), (si, si_h)):
         np.testing.assert_allclose(to_host(got).astype(np.float64), np.asarray(want).astype(np.float64),
                                    rtol=tol, atol=tol)
+
+
+def test_blhd_attention_plans_replay_cudnn_in_place():
+    """attention_with_lse / attention_backward on (B, L, H, D) views of one packed qkv (the GPT
+    example's layout): where cuDNN ran the first call, later calls replay its graph (path_plans),
+    bitwise the checked call's results."""
+    from cudakit.kernels import cudnn
+    if not cudnn.available():
+        pytest.skip("cuDNN's frontend is not installed")
+    rng = np.random.default_rng(3)
+    be = cudakit.get_backend("cuda")
+    qkv = _r(rng, (2, 64, 3, 4, 64), "bfloat16")
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    g = _r(rng, (2, 64, 4, 64), "bfloat16")
+    for _ in range(3):
+        out, lse = cudakit.attention_with_lse(q, k, v, causal=True, layout="blhd")
+        grads = cudakit.attention_backward(g, q, k, v, out, lse, causal=True, layout="blhd")
+    want_out, want_lse = be.attention_with_lse(q, k, v, causal=True, layout="blhd")
+    want = be.attention_backward(g, q, k, v, want_out, want_lse, causal=True, layout="blhd")
+    assert _same(out, want_out) and _same(lse, want_lse)
+    assert all(_same(a, b) for a, b in zip(grads, want))
+    planned = {k[0] for k, p in dispatch._plans.items() if p is not None}
+    assert {"attention_with_lse", "attention_backward"} <= planned, planned

@@ -1,5 +1,5 @@
 """cudakit.dispatch planners of the ops whose implementation kernels/paths.py chooses per
-signature (attention today): after a signature's first, checked call has made the choice, the
+signature (attention, including its (B, L, H, D) views read in place by cuDNN, and conv2d): after a signature's first, checked call has made the choice, the
 plan replays the chosen path -- cuDNN's built graph (kernels/cudnn.executor) or the Triton
 kernels with their launches bound (kernels/attention.plan_forward/plan_backward) -- with no
 argument checks, no path lookup and no per-call configuration. A planner returns None (the
@@ -29,7 +29,66 @@ def _attn_sig(q, k, v, scale):
     return math.prod(lead), lq, k.shape[-2], d, name, sc, lead
 
 
+def _blhd_cudnn(kind: str, arrays: dict, scale, causal):
+    """cuDNN's executor of the (B, L, H, D) pass `kind` ("fwd", "bwd") that kernels/attention.py
+    forward_blhd/backward_blhd chose for these arrays (views of a packed qkv, read in place), and
+    the (B, H, L, D) descriptors of the C-contiguous outputs it writes; None where that path was
+    not chosen (or cuDNN declined) for this signature."""
+    from . import cudnn, paths
+    q, k, v = arrays["q"], arrays["k"], arrays["v"]
+    name = str(q.dtype)
+    if name not in ("float16", "bfloat16") or q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        return None
+    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if not (attention._cudnn_candidate(name, q.shape[-1], sc) and attention._blhd_ok(*arrays.values())):
+        return None
+    dev = q.data.device_id
+    if kind == "fwd":
+        key = ("fwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, name, bool(causal), dev)
+    else:
+        key = ("bwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, arrays["out"].strides,
+               arrays["do"].strides, name, bool(causal), dev)
+    if paths.chosen("attention" if kind == "fwd" else "attention_backward", key) != "cudnn":
+        return None
+    new = lambda x: cudnn.blhd_desc(_Contiguous(x.shape, x.itemsize))  # noqa: E731 -- a C-contiguous output
+    if kind == "fwd":
+        descs = (cudnn.blhd_desc(q), cudnn.blhd_desc(k), cudnn.blhd_desc(v), new(q))
+    else:
+        descs = tuple(cudnn.blhd_desc(arrays[a]) for a in ("q", "k", "v", "out", "do")) + (new(q), new(k), new(v))
+    run = cudnn.executor(cudnn.sdpa_sig(f"sdpa_{kind}", descs, name, sc, causal, dev))
+    return run
+
+
+class _Contiguous:
+    """The shape, strides and itemsize of a C-contiguous array (for a descriptor of an output)."""
+
+    def __init__(self, shape, itemsize):
+        self.shape, self.itemsize = tuple(shape), itemsize
+        st, acc = [], itemsize
+        for n in reversed(self.shape):
+            st.append(acc)
+            acc *= n
+        self.strides = tuple(reversed(st))
+
+
+def _plan_blhd_forward(q, k, v, scale, causal):
+    run = _blhd_cudnn("fwd", {"q": q, "k": k, "v": v}, scale, causal)
+    if run is None:
+        return None
+    nd, f32 = _cupy.cupy().ndarray, _cupy.cupy().float32
+    b, lq, h, _ = q.shape
+    o_shape, lse_shape = tuple(q.shape), (b, h, lq)
+
+    def plan(q, k, v, scale=None, causal=False, layout="blhd"):
+        out, lse = nd(o_shape, q.dtype), nd(lse_shape, f32)
+        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
+        return out, lse
+    return plan
+
+
 def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld"):
+    if layout == "blhd":
+        return _plan_blhd_forward(q, k, v, scale, causal)
     s = _attn_sig(q, k, v, scale)
     if s is None or layout != "bhld":
         return None
@@ -52,7 +111,27 @@ def plan_attention(q, k, v, scale=None, causal=False, layout="bhld"):
     return None if p is None else (lambda *a: p(*a)[0])
 
 
+def _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal):
+    cp = _cupy.cupy()
+    if lse.dtype != cp.float32 or not lse.flags.c_contiguous or grad_out.dtype != q.dtype or out.dtype != q.dtype:
+        return None
+    run = _blhd_cudnn("bwd", {"q": q, "k": k, "v": v, "out": out, "do": grad_out}, scale, causal)
+    if run is None:
+        return None
+    nd = cp.ndarray
+    shapes = tuple(q.shape), tuple(k.shape), tuple(v.shape)
+
+    def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="blhd"):
+        dq, dk, dv = nd(shapes[0], q.dtype), nd(shapes[1], q.dtype), nd(shapes[2], q.dtype)
+        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr,
+            dq.data.ptr, dk.data.ptr, dv.data.ptr)
+        return dq, dk, dv
+    return plan
+
+
 def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld"):
+    if layout == "blhd":
+        return _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal)
     s = _attn_sig(q, k, v, scale)
     if s is None or layout != "bhld" or grad_out.dtype != q.dtype or out.dtype != q.dtype:
         return None
