@@ -768,54 +768,6 @@ __global__ void __launch_bounds__(256, 1) ck_bn_finalize(
   scale[c] = gamma ? tr::load(gamma[c]) * inv : inv;
 }
 
-// Training on a small x: ck_bn_finalize and ck_bn_apply in one launch. Block (256 threads) per
-// channel c = blockIdx.x and split blockIdx.y of its N*(S/V) vectors (per_split each): every block
-// merges channel c's K partials exactly as ck_bn_finalize does (the same order: bitwise the same
-// statistics), split 0 writes save_mean, save_invstd and the running statistics, and each block
-// normalises its vectors. Arguments as ck_bn_finalize and ck_bn_apply; sv = S/V.
-// Traffic: 3*C*K*sizeof(acc) per split read + N*CS*sizeof(T) read + the same written.
-template <typename T, int V>
-__global__ void __launch_bounds__(256, 1) ck_bn_finalize_apply(
-    const typename ck_traits<T>::acc* __restrict__ pn, const typename ck_traits<T>::acc* __restrict__ pm,
-    const typename ck_traits<T>::acc* __restrict__ pm2, long long K, const T* __restrict__ gamma,
-    const T* __restrict__ beta, T* __restrict__ running_mean, T* __restrict__ running_var,
-    typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
-    typename ck_traits<T>::acc momentum, typename ck_traits<T>::acc eps, const T* __restrict__ x,
-    T* __restrict__ y, long long N, long long csv, long long sv, long long per_split) {
-  typedef ck_traits<T> tr;
-  typedef typename tr::acc C;
-  typedef typename ck_raw<sizeof(T) * V>::type R;
-  __shared__ C sh[96];
-  const int c = blockIdx.x;
-  C n = C(0), m = C(0), m2 = C(0);
-  const long long o = (long long)c * K;
-  for (long long i = threadIdx.x; i < K; i += blockDim.x) ck_welford_merge(n, m, m2, pn[o + i], pm[o + i], pm2[o + i]);
-  ck_block_welford(n, m, m2, sh);   // every thread holds the channel's (n, mean, M2)
-  const C inv = ck_rsqrt(m2 / n + eps);
-  const C sc = gamma ? tr::load(gamma[c]) * inv : inv, bt = beta ? tr::load(beta[c]) : C(0);
-  if (blockIdx.y == 0 && threadIdx.x == 0) {
-    if (running_mean) running_mean[c] = tr::store((C(1) - momentum) * tr::load(running_mean[c]) + momentum * m);
-    if (running_var) running_var[c] = tr::store((C(1) - momentum) * tr::load(running_var[c]) + momentum * (m2 / (n - C(1))));
-    save_mean[c] = m;
-    save_invstd[c] = inv;
-  }
-  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
-  R* __restrict__ yr = reinterpret_cast<R*>(y);
-  const long long i0 = (long long)blockIdx.y * per_split, total = N * sv;
-  const long long i1 = i0 + per_split < total ? i0 + per_split : total;
-  for (long long i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
-    const long long r = i / sv, idx = r * csv + (long long)c * sv + (i - r * sv);
-    ck_pack<T, V> p, po;
-    p.raw = xr[idx];
-    C v[V];
-    ck_cvt<T, V>::load(p, v);
-#pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = (v[j] - m) * sc + bt;
-    ck_cvt<T, V>::store(po, v);
-    yr[idx] = po.raw;
-  }
-}
-
 // x, y: [N, CS] as in ck_bn_stats; mean, scale: [C] (acc); beta: [C] of T or null.
 // y = (x - mean[c]) * scale[c] + beta[c]. Grid-stride over rows, CK_U rows in flight per thread.
 // Traffic: N*CS*sizeof(T) read + the same written.

@@ -15,8 +15,7 @@ Layernorm / rmsnorm normalise each row of a (rows, cols) matrix:
   to run on one device.
 Batch norm views x as (N, C*S) (S = H*W, 1 for 2-D input): per-(column, row-chunk) Welford partials,
 a per-channel finalize in a fixed order, then an elementwise apply (2 reads + 1 write of x in
-training; backward 2 reads of x and dy + 1 write of dx). A small x in training (host-bound) takes
-two launches: the finalize merged into the apply (ck_bn_finalize_apply, the same merge order).
+training; backward 2 reads of x and dy + 1 write of dx).
 
 Statistics accumulate in float32 (float64 for float64). Inputs are contiguous CuPy arrays on the
 current device of one dtype (float16, bfloat16, float32, float64), validated by the caller.
@@ -63,7 +62,7 @@ def name_expressions(dtype=None) -> list[str]:
                         f"ck_ln_bwd_reg<{t}, {v}, {nv}>", f"ck_rms_bwd_reg<{t}, {v}, {nv}>"]
             out += [f"ck_ln_fwd_loop<{t}, {v}>", f"ck_rms_fwd_loop<{t}, {v}>",
                     f"ck_ln_bwd_loop<{t}, {v}>", f"ck_rms_bwd_loop<{t}, {v}>",
-                    f"ck_bn_stats<{t}, {v}>", f"ck_bn_apply<{t}, {v}>", f"ck_bn_finalize_apply<{t}, {v}>",
+                    f"ck_bn_stats<{t}, {v}>", f"ck_bn_apply<{t}, {v}>",
                     f"ck_bn_bwd_reduce<{t}, {v}>", f"ck_bn_bwd_apply<{t}, {v}>"]
         out += [f"ck_ln_bwd_cols<{t}>", f"ck_rms_bwd_cols<{t}>", f"ck_norm_colsum<{t}>",
                 f"ck_bn_finalize<{t}>", f"ck_bn_bwd_finalize<{t}>"]
@@ -346,13 +345,6 @@ def _apply_grid(gx: int, n: int, by: int):
     return (gx, max(1, min(-(-n // (by * 4)), 65535)), 1)
 
 
-# training batch_norm finalises and normalises in one launch (ck_bn_finalize_apply) for an x of at most
-# this many vectors whose channels hold at least _BN_FUSED_MIN_SV vectors a row (contiguous runs to read)
-_BN_FUSED_VECTORS = 1 << 18
-_BN_FUSED_MIN_SV = 8
-_BN_FUSED_SPLIT = 4096    # vectors per block of a channel
-
-
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool, momentum: float,
                        eps: float, out=None):
     """Batch normalisation over every axis but 1 of x (N, C) or (N, C, *spatial).
@@ -369,7 +361,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     acc = _acc_dtype(x)
     n, c, s = _bn_layout(x)
     y = cp.empty_like(x) if out is None else out
-    save_mean, save_invstd = cp.empty(c, acc), cp.empty(c, acc)
+    save_mean, save_invstd, scale = (cp.empty(c, acc) for _ in range(3))
     if c == 0:
         return y, save_mean, save_invstd
     v = vec_width(dt)
@@ -389,15 +381,6 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     else:
         pn = pm = pm2 = _null()
         k = 0
-    if training and x.size and n * csv <= _BN_FUSED_VECTORS and sv >= _BN_FUSED_MIN_SV:
-        # a small x (host-bound): statistics, then one launch finalising and normalising
-        per = _BN_FUSED_SPLIT
-        _launch(f"ck_bn_finalize_apply<{t}, {v}>", dt, (c, -(-(n * sv) // per), 1), (256, 1, 1),
-                (pn, pm, pm2, np.int64(k), _ptr(gamma), _ptr(beta), _ptr(running_mean), _ptr(running_var),
-                 save_mean, save_invstd, a(x, momentum), a(x, eps), x, y, np.int64(n), np.int64(csv),
-                 np.int64(sv), np.int64(per)))
-        return y, save_mean, save_invstd
-    scale = cp.empty(c, acc)
     _launch(f"ck_bn_finalize<{t}>", dt, (c, 1, 1), (256, 1, 1),
             (pn, pm, pm2, np.int64(k), _ptr(gamma), _ptr(running_mean), _ptr(running_var),
              save_mean, save_invstd, scale, np.int32(bool(training)), a(x, momentum), a(x, eps)))
