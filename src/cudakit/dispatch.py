@@ -116,8 +116,8 @@ def call(op: str, planner, args: tuple, checked):
         return checked(*args)
     key = (op, key)
     p = _plans.get(key, _MISSING)
-    if p is None or (p is not _MISSING and not _ready()):
-        return checked(*args)
+    if p is None or (p is not _MISSING and (not _ready() or _recording())):
+        return checked(*args)   # (a trace recording a call of which this is a part records the checked launches)
     if p is not _MISSING:
         _open_gate()   # plan_call (C) runs this signature's plan from the next call
     if p is _MISSING:
@@ -149,6 +149,18 @@ def _ready() -> bool:
         from .kernels import _planned
         _ready_fn = _planned.ready
     return _ready_fn() is not None
+
+
+_compiler = None
+
+
+def _recording() -> bool:
+    """Whether kernels/trace_plans.py is recording a call (runtime.compiler._recorder is set)."""
+    global _compiler
+    if _compiler is None:
+        from .runtime import compiler as _c
+        _compiler = _c
+    return _compiler._recorder is not None
 
 
 _gate = None

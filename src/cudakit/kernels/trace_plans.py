@@ -258,6 +258,11 @@ def _locate(ptr: int, regions):
     return None
 
 
+def _holders(ptr: int, regions) -> int:
+    """How many of the regions [start, start + size) hold ptr."""
+    return sum(1 for start, size in regions if start <= ptr < start + max(size, 1))
+
+
 def _build(rec: _Recorder, arrays, result, seeds=None):
     cp = _cupy.cupy()
     inputs = [(a.data.ptr, a.nbytes) for _, a in arrays]
@@ -270,11 +275,17 @@ def _build(rec: _Recorder, arrays, result, seeds=None):
             if (n, k) in seeds:   # a per-call integer argument (native replay source 3)
                 subs.append((k, 3) + seeds[(n, k)])
                 continue
-            if c != ord("Q") or not v:
-                continue
-            if not fptr and k == 19:   # a cuBLASLt call's stream: the current one when replayed
+            if not fptr and k == 19:   # a cuBLASLt call's stream (0 for the default one): the current one
                 subs.append((k, 2, 0, 0))
                 continue
+            if c != ord("Q") or not v:
+                continue
+            bases = [i for i, (start, _) in enumerate(inputs) if start == int(v)]
+            if len(bases) == 1:   # an input's own pointer (views of one buffer may also contain it)
+                subs.append((k, 0, in_index[bases[0]], 0))
+                continue
+            if bases or _holders(int(v), inputs) > 1:   # one array passed twice, or inside overlapping
+                return None                              # views: which one a later call means is unknowable
             loc = _locate(int(v), inputs)
             if loc is not None:
                 subs.append((k, 0, in_index[loc[0]], loc[1]))
@@ -324,12 +335,12 @@ def _native_replay(steps, sizes, outs, single):
     """The plan as a native Replay (runtime/_native.c: the same allocations and launches without
     a Python frame per launch), or None where the native module cannot replay it."""
     from ..runtime import native
+    sizes, where = _merge_temporaries(sizes, outs)
     if len(steps) > 32 or len(sizes) > 16 or any(len(st[5]) > 64 or len(st[7]) > 16 for st in steps):
         from .. import fallbacks
         fallbacks.note(f"replay:{steps[0][0]}", f"a traced plan starting with {steps[0][0]} has more steps, "
                                                 f"allocations or parameters than the native replay takes")
         return None
-    sizes, where = _merge_temporaries(sizes, outs)
     outs = [None if o is None else (where[o[0]][0], where[o[0]][1] + o[1]) + tuple(o[2:]) for o in outs]
     nsteps = []
     for name, fptr, g, b, smem, codes, vals, subs in steps:
@@ -338,6 +349,7 @@ def _native_replay(steps, sizes, outs, single):
                      for k, kind, j, off in subs)
         nsteps.append((0 if fptr else 1, fptr, tuple(g) + tuple(b) + (smem,), params, subs, (name, g, b)))
     claimed = set()
+    shared = [sum(1 for o in outs if o is not None and o[0] == j) for j in range(len(sizes))]
     nouts = []
     for o in outs:
         if o is None:
@@ -345,7 +357,7 @@ def _native_replay(steps, sizes, outs, single):
             continue
         j, off, shape, dtype, strides = o
         nbytes = dtype.itemsize * _prod(shape)
-        whole = (off == 0 and j not in claimed and nbytes == sizes[j] and nbytes > 0
+        whole = (off == 0 and j not in claimed and nbytes == sizes[j] and nbytes > 0 and shared[j] == 1
                  and strides == _c_strides(shape, dtype.itemsize))
         if whole:
             claimed.add(j)

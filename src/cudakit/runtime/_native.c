@@ -1134,6 +1134,7 @@ typedef struct {
   unsigned dims[7];
   unsigned char* buf;            /* the parameters' bytes, each from an 8-byte aligned offset */
   int poff[CK_MAX_PARAMS];       /* parameter i starts at buf + poff[i] */
+  int plen[CK_MAX_PARAMS];       /* and has plen[i] bytes */
   int sub_param[CK_MAX_SUBS], sub_src[CK_MAX_SUBS], sub_idx[CK_MAX_SUBS];
   long long sub_off[CK_MAX_SUBS];
   PyObject* record;
@@ -1278,6 +1279,10 @@ static PyObject* ck_replay_call(PyObject* self, PyObject* args, PyObject* kwargs
     }
     int r;
     if (st->kind == 0) {
+      if (ck_launch == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_launch() was not called");
+        goto fail;
+      }
       void* params[CK_MAX_PARAMS];
       for (int k = 0; k < st->nparams; ++k) params[k] = b + st->poff[k];
       ck_launch_fn fn = ck_launch;
@@ -1379,8 +1384,12 @@ static int ck_parse_step(PyObject* s, ck_step* st, int nallocs, int* max_arg) {
   }
   for (int i = 0; i < 7; ++i)
     if (ck_uint(PyTuple_GET_ITEM(dims, i), &st->dims[i]) < 0) return -1;
-  if (st->kind == 0 && (st->dims[0] == 0 || st->dims[3] == 0 || st->dims[3] * st->dims[4] * st->dims[5] > 1024))
-    return ck_fail("a launch needs a grid and 1..1024 threads (got grid.x %lld, block.x %lld)", st->dims[0], st->dims[3]);
+  if (st->kind == 0) {
+    const unsigned long long threads = (unsigned long long)st->dims[3] * st->dims[4] * st->dims[5];
+    for (int i = 0; i < 6; ++i)
+      if (st->dims[i] == 0) return ck_fail("a launch needs every grid and block dimension >= 1 (dimension %lld is %lld)", i, 0);
+    if (threads > 1024) return ck_fail("a launch has 1..1024 threads a block (got %lld)%lld", (long long)threads, 0);
+  }
   st->nparams = (int)PyTuple_GET_SIZE(params);
   if (st->nparams > CK_MAX_PARAMS || (st->kind == 1 && st->nparams != 20))
     return ck_fail("a step has at most %lld parameters, a cuBLASLt step 20 (got %lld)", CK_MAX_PARAMS, st->nparams);
@@ -1392,6 +1401,7 @@ static int ck_parse_step(PyObject* s, ck_step* st, int nallocs, int* max_arg) {
       return -1;
     }
     st->poff[i] = (int)total;
+    st->plen[i] = (int)PyBytes_GET_SIZE(b);
     total += (PyBytes_GET_SIZE(b) + 7) / 8 * 8;
     if (total > CK_MAX_PARAM_BYTES) return ck_fail("a step's parameters take at most %lld bytes (got %lld)", CK_MAX_PARAM_BYTES, total);
   }
@@ -1410,8 +1420,7 @@ static int ck_parse_step(PyObject* s, ck_step* st, int nallocs, int* max_arg) {
     long long off;
     if (!PyArg_ParseTuple(t, "iiiL", &param, &src, &idx, &off)) return -1;
     if (param < 0 || param >= st->nparams) return ck_fail("substituted parameter %lld outside the %lld parameters", param, st->nparams);
-    if (st->poff[param] + 8 > total || (param + 1 < st->nparams && st->poff[param + 1] - st->poff[param] < 8))
-      return ck_fail("substituted parameter %lld is not 8 bytes wide%lld", param, 0);
+    if (st->plen[param] != 8) return ck_fail("substituted parameter %lld has %lld bytes (must be 8)", param, st->plen[param]);
     if (src < 0 || src > 3) return ck_fail("substitution source must be 0, 1, 2 or 3 (got %lld)%lld", src, 0);
     if (src == 1 && (idx < 0 || idx >= nallocs)) return ck_fail("allocation %lld of %lld", idx, nallocs);
     if ((src == 0 || src == 3) && (idx < 0 || idx > 255)) return ck_fail("argument %lld outside 0..%lld", idx, 255);
@@ -1484,6 +1493,14 @@ static PyObject* replay_new(PyObject* self, PyObject* args) {
       p->direct[j] = (int)o;
     }
   }
+  /* an allocation another output also lives in (a view of a result) is allocated, not made by
+   * _ndarray_init with its direct output: the other output needs its memory object */
+  for (Py_ssize_t o = 0; o < no; ++o) {
+    PyObject* spec = PyTuple_GET_ITEM(outs, o);
+    if (spec == Py_None) continue;
+    const int j = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    if (p->direct[j] >= 0 && p->direct[j] != (int)o) p->direct[j] = -1;
+  }
   PyObject_GC_Track((PyObject*)p);
   return (PyObject*)p;
 fail:
@@ -1521,6 +1538,7 @@ static PyObject* call_signature(PyObject* self, PyObject* args) {
       PyObject *data = NULL, *dtype = NULL, *shape, *strides;
       if (ck_layout && ck_memptr_fields(CK_FIELD(a, L_data, PyObject*), &ptr, &d)) {
         dtype = Py_XNewRef(CK_FIELD(a, L_dtype, PyObject*));
+        if (dtype == NULL) goto none;   /* a half-made array: no signature */
       } else {
         data = PyObject_GetAttr(a, s_data);
         if (data == NULL || ck_getll(data, s_ptr, &ptr) || ck_getll(data, s_device_id, &d)) { Py_XDECREF(data); goto fail; }

@@ -28,7 +28,8 @@ def _arrays(env: Env):
          "q": rand(env, (B, H, T, D), "float32", 7), "k": rand(env, (B, H, T, D), "float32", 8),
          "v": rand(env, (B, H, T, D), "float32", 9), "img": rand(env, (N, C, S, S), "float32", 10),
          "cw": rand(env, (K, C, 3, 3), "float32", 11, 0.1), "cg": rand(env, (N, K, S, S), "float32", 12),
-         "gamma": rand(env, (C,), "float32", 13), "beta": rand(env, (C,), "float32", 14)}
+         "gamma": rand(env, (C,), "float32", 13), "beta": rand(env, (C,), "float32", 14),
+         "go": rand(env, (B, H, T, D), "float32", 15)}
     a["targets"] = env.xp.arange(ROWS, dtype=env.xp.int64) % COLS
     a["rm"], a["rv"] = env.xp.zeros(C, env.xp.float32), env.xp.ones(C, env.xp.float32)
     a["params"] = [rand(env, (ROWS, COLS), "float32", 20 + i) for i in range(N_TENSORS)]
@@ -58,7 +59,7 @@ def _cudakit_calls(a: dict) -> dict:
         "linear_backward": lambda: cudakit.linear_backward(g, x, w),
         "fused_linear_gelu_with_preact": lambda: cudakit.fused_linear_gelu_with_preact(x, w, b),
         "attention_with_lse": lambda: cudakit.attention_with_lse(q, k, v, causal=True),
-        "attention_backward": lambda: cudakit.attention_backward(q, q, k, v, a["att"], a["lse"], causal=True),
+        "attention_backward": lambda: cudakit.attention_backward(a["go"], q, k, v, a["att"], a["lse"], causal=True),
         "cross_entropy_with_grad": lambda: cudakit.cross_entropy_with_grad(x, a["targets"]),
         "dropout": lambda: cudakit.dropout(x, 0.1, 1234),
         "conv2d": lambda: cudakit.conv2d(a["img"], a["cw"], None, 1, 1),
@@ -130,7 +131,7 @@ def _torch_calls(t, a: dict) -> dict:
         "linear_backward": lambda: (g @ w, g.t() @ x, g.sum(0)),
         "fused_linear_gelu_with_preact": lambda: F.gelu(F.linear(x, w, b), approximate="tanh"),
         "attention_with_lse": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-        "attention_backward": lambda: t.autograd.grad(att, (qa, ka, va), q, retain_graph=True),
+        "attention_backward": lambda: t.autograd.grad(att, (qa, ka, va), tv["go"], retain_graph=True),
         "cross_entropy_with_grad": lambda: F.cross_entropy(x, tv["targets"]),
         "dropout": lambda: F.dropout(x, 0.1, True),
         "conv2d": lambda: F.conv2d(img, tv["cw"], None, 1, 1),
