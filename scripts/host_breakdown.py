@@ -47,7 +47,7 @@ for name in rows:
     plan, sig_us, plan_us = "-", 0.0, 0.0
     if "last" in seen:
         op, args = seen["last"]
-        key = dispatch.signature(args)
+        key = dispatch.signature(dispatch._masked(op, args))
         p = dispatch._plans.get((op, key), "missing") if key is not None else "no signature"
         plan = p if isinstance(p, str) else ("checked" if p is None else getattr(p, "__qualname__", type(p).__name__))
         sig_us = min(timeit.repeat(lambda: dispatch.signature(args), number=2000, repeat=5)) / 2000 * 1e6
