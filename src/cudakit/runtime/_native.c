@@ -151,6 +151,16 @@ typedef int (*ck_ltmm_fn)(void*, void*, const void*, const void*, void*, const v
                           const void*, void*, void*, void*, const void*, void*, size_t, void*);
 typedef int (*ck_ltset_fn)(void*, int, const void*, size_t);
 
+/* The call lt_matmul and a replayed plan's cuBLASLt step make, from the 20 addresses. */
+static int ck_lt_call(void* const v[20]) {
+  ck_ltset_fn set = (ck_ltset_fn)v[1];
+  int r;
+  if (v[4] != NULL && (r = set(v[3], 8, &v[4], sizeof(void*))) != 0) return r;
+  if (v[5] != NULL && (r = set(v[3], 11, &v[5], sizeof(void*))) != 0) return r;
+  return ((ck_ltmm_fn)v[0])(v[2], v[3], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15],
+                            v[16], v[17], (size_t)(uintptr_t)v[18], v[19]);
+}
+
 static PyObject* lt_matmul(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 20) {
     PyErr_SetString(PyExc_TypeError, "lt_matmul takes 20 integer addresses");
@@ -163,13 +173,7 @@ static PyObject* lt_matmul(PyObject* self, PyObject* const* args, Py_ssize_t nar
     PyErr_SetString(PyExc_ValueError, "lt_matmul: null cublasLtMatmul or attribute setter");
     return NULL;
   }
-  ck_ltset_fn set = (ck_ltset_fn)v[1];
-  int r;
-  if (v[4] != NULL && (r = set(v[3], 8, &v[4], sizeof(void*))) != 0) return PyLong_FromLong(r);
-  if (v[5] != NULL && (r = set(v[3], 11, &v[5], sizeof(void*))) != 0) return PyLong_FromLong(r);
-  r = ((ck_ltmm_fn)v[0])(v[2], v[3], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15],
-                         v[16], v[17], (size_t)(uintptr_t)v[18], v[19]);
-  return PyLong_FromLong(r);
+  return PyLong_FromLong(ck_lt_call(v));
 }
 
 /* ---- the counting allocator ----------------------------------------------------------------
@@ -1294,13 +1298,7 @@ static PyObject* ck_replay_call(PyObject* self, PyObject* args, PyObject* kwargs
     } else {
       void* v[20];
       memcpy(v, b, sizeof(v));
-      ck_ltset_fn set = (ck_ltset_fn)v[1];
-      r = 0;
-      if (v[4] != NULL) r = set(v[3], 8, &v[4], sizeof(void*));
-      if (r == 0 && v[5] != NULL) r = set(v[3], 11, &v[5], sizeof(void*));
-      if (r == 0)
-        r = ((ck_ltmm_fn)v[0])(v[2], v[3], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15],
-                               v[16], v[17], (size_t)(uintptr_t)v[18], v[19]);
+      r = ck_lt_call(v);
       if (r) {
         PyObject* e = PyObject_CallFunction(p->on_status, "ii", r, i);
         if (e != NULL) {
