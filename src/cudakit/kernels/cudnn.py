@@ -467,6 +467,22 @@ def blhd_desc(x) -> tuple:
     return (b, h, length, d), (s[0], s[2], s[1], s[3])
 
 
+def blhd_out_desc(shape) -> tuple:
+    """blhd_desc of a new C-contiguous (B, L, H, D) array of `shape` (an output cuDNN writes)."""
+    b, length, h, d = shape
+    return (b, h, length, d), (length * h * d, d, h * d, 1)
+
+
+def _sdpa_inputs(layout: str, q, k, v) -> tuple:
+    """(q, k, v descriptors, B, H, Lq) of an attention pass's inputs in `layout` (see sdpa_forward)."""
+    if layout == "bhld":
+        bh, lq, d = q.shape
+        lk = k.shape[1]
+        return bhld_desc(bh, lq, d), bhld_desc(bh, lk, d), bhld_desc(bh, lk, d), bh, 1, lq
+    descs = tuple(bhsd_desc(x) if layout == "bhsd" else blhd_desc(x) for x in (q, k, v))
+    return (*descs, *descs[0][0][:3])
+
+
 def bhsd_desc(x) -> tuple:
     """A C-contiguous (B, H, L, D) array (k and v may have fewer heads than q: grouped-query)."""
     return contiguous_desc(x.shape)
@@ -502,22 +518,9 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
         return None
     cp = _cupy.cupy()
     name = str(q.dtype)
-    if layout == "bhld":
-        bh, lq, d = q.shape
-        lk = k.shape[1]
-        qd, kd, vd = bhld_desc(bh, lq, d), bhld_desc(bh, lk, d), bhld_desc(bh, lk, d)
-        od, b, h = qd, bh, 1
-        out = cp.empty_like(q)
-    elif layout == "bhsd":
-        qd, kd, vd = (bhsd_desc(x) for x in (q, k, v))
-        out = cp.empty_like(q)
-        od = qd
-        b, h, lq = q.shape[:3]
-    else:
-        qd, kd, vd = blhd_desc(q), blhd_desc(k), blhd_desc(v)
-        out = cp.empty(q.shape, q.dtype)
-        od = blhd_desc(out)
-        b, h, lq = qd[0][:3]
+    qd, kd, vd, b, h, lq = _sdpa_inputs(layout, q, k, v)
+    out = cp.empty(q.shape, q.dtype)   # C-contiguous in every layout
+    od = blhd_out_desc(q.shape) if layout == "blhd" else qd
     sd = _stats_desc(b, h, lq)
     sig = sdpa_sig("sdpa_fwd", (qd, kd, vd, od), name, scale, causal, q.data.device_id)
 
@@ -545,24 +548,14 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
         return None
     cp = _cupy.cupy()
     name = str(q.dtype)
-    if layout == "bhld":
-        bh, lq, d = q.shape
-        lk = k.shape[1]
-        qd, kd, vd = bhld_desc(bh, lq, d), bhld_desc(bh, lk, d), bhld_desc(bh, lk, d)
-        od = dod = qd
-        b, h = bh, 1
-        dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
-    elif layout == "bhsd":
-        qd, kd, vd = (bhsd_desc(x) for x in (q, k, v))
-        od = dod = qd
-        b, h, lq = q.shape[:3]
-        dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
-    else:
-        qd, kd, vd, od, dod = (blhd_desc(x) for x in (q, k, v, out, do))
-        b, h, lq = qd[0][:3]
-        dq, dk, dv = cp.empty(q.shape, q.dtype), cp.empty(k.shape, k.dtype), cp.empty(v.shape, v.dtype)
-    dqd, dkd, dvd = (bhld_desc(*x.shape) if layout == "bhld" else bhsd_desc(x) if layout == "bhsd" else blhd_desc(x)
-                     for x in (dq, dk, dv))
+    qd, kd, vd, b, h, lq = _sdpa_inputs(layout, q, k, v)
+    if layout == "blhd":
+        od, dod = blhd_desc(out), blhd_desc(do)
+        dqd, dkd, dvd = (blhd_out_desc(x.shape) for x in (q, k, v))
+    else:   # q, k, v, out and do C-contiguous: the gradients take their descriptors
+        od = dod = dqd = qd
+        dkd, dvd = kd, vd
+    dq, dk, dv = (cp.empty(x.shape, x.dtype) for x in (q, k, v))   # C-contiguous in every layout
     sd = _stats_desc(b, h, lq)
     sig = sdpa_sig("sdpa_bwd", (qd, kd, vd, od, dod, dqd, dkd, dvd), name, scale, causal, q.data.device_id)
 

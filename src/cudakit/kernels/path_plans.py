@@ -50,25 +50,14 @@ def _blhd_cudnn(kind: str, arrays: dict, scale, causal):
                arrays["do"].strides, name, bool(causal), dev)
     if paths.chosen("attention" if kind == "fwd" else "attention_backward", key) != "cudnn":
         return None
-    new = lambda x: cudnn.blhd_desc(_Contiguous(x.shape, x.itemsize))  # noqa: E731 -- a C-contiguous output
+    new = cudnn.blhd_out_desc   # the C-contiguous outputs cuDNN writes
     if kind == "fwd":
-        descs = (cudnn.blhd_desc(q), cudnn.blhd_desc(k), cudnn.blhd_desc(v), new(q))
+        descs = (cudnn.blhd_desc(q), cudnn.blhd_desc(k), cudnn.blhd_desc(v), new(q.shape))
     else:
-        descs = tuple(cudnn.blhd_desc(arrays[a]) for a in ("q", "k", "v", "out", "do")) + (new(q), new(k), new(v))
+        descs = tuple(cudnn.blhd_desc(arrays[a]) for a in ("q", "k", "v", "out", "do")) + tuple(
+            new(x.shape) for x in (q, k, v))
     run = cudnn.executor(cudnn.sdpa_sig(f"sdpa_{kind}", descs, name, sc, causal, dev))
     return run
-
-
-class _Contiguous:
-    """The shape, strides and itemsize of a C-contiguous array (for a descriptor of an output)."""
-
-    def __init__(self, shape, itemsize):
-        self.shape, self.itemsize = tuple(shape), itemsize
-        st, acc = [], itemsize
-        for n in reversed(self.shape):
-            st.append(acc)
-            acc *= n
-        self.strides = tuple(reversed(st))
 
 
 def _plan_blhd_forward(q, k, v, scale, causal):
