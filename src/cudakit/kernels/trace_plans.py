@@ -33,6 +33,8 @@ first call updates them exactly once.
 """
 from __future__ import annotations
 
+import math
+
 from ..runtime import _cupy, compiler, native
 from ..runtime import launch as _launch_mod
 
@@ -348,7 +350,6 @@ def _native_replay(steps, sizes, outs, single):
         subs = tuple((k, 1, where[j][0], where[j][1] + off) if kind == 1 else (k, kind, j, off)
                      for k, kind, j, off in subs)
         nsteps.append((0 if fptr else 1, fptr, tuple(g) + tuple(b) + (smem,), params, subs, (name, g, b)))
-    claimed = set()
     shared = [sum(1 for o in outs if o is not None and o[0] == j) for j in range(len(sizes))]
     nouts = []
     for o in outs:
@@ -356,20 +357,24 @@ def _native_replay(steps, sizes, outs, single):
             nouts.append(None)
             continue
         j, off, shape, dtype, strides = o
-        nbytes = dtype.itemsize * _prod(shape)
-        whole = (off == 0 and j not in claimed and nbytes == sizes[j] and nbytes > 0 and shared[j] == 1
+        nbytes = dtype.itemsize * math.prod(shape)
+        whole = (off == 0 and nbytes == sizes[j] and nbytes > 0 and shared[j] == 1   # the only output there
                  and strides == _c_strides(shape, dtype.itemsize))
-        if whole:
-            claimed.add(j)
         nouts.append((j, off, tuple(shape), dtype, () if whole else tuple(strides)))
     if len(nouts) > 16:
         return None
     try:
-        return native.replay(tuple(sizes), tuple(nsteps), tuple(nouts), single)
+        return native.replay(tuple(sizes), tuple(nsteps), tuple(nouts), single, _lt_status)
     except (TypeError, ValueError, OverflowError) as e:   # a plan outside the native replay's limits
         from .. import fallbacks
         fallbacks.note(f"replay:{steps[0][0]}", f"a traced plan starting with {steps[0][0]} replays in Python: {e}")
         return None
+
+
+def _lt_status(status: int, step: int):
+    """A replayed cuBLASLt call failed: the checked call's error (kernels/cublaslt.py)."""
+    from . import cublaslt
+    cublaslt._check(status, f"step {step} of a traced plan: cublasLtMatmul")
 
 
 _MERGE_ALIGN = 512   # CuPy's pool hands out 512-byte aligned blocks: the merged regions keep that
@@ -395,13 +400,6 @@ def _merge_temporaries(sizes, outs):
         off += -(-sizes[j] // _MERGE_ALIGN) * _MERGE_ALIGN
     new.append(off)
     return new, where
-
-
-def _prod(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _c_strides(shape, itemsize: int) -> tuple:

@@ -191,18 +191,15 @@ def pack_slot(code: str, value) -> bytes:
     return struct.pack(fmt, v).ljust(8, b"\0")
 
 
-def replay(allocs: tuple, steps: tuple, outs: tuple, single: bool, on_status=None):
+def replay(allocs: tuple, steps: tuple, outs: tuple, single: bool, on_status):
     """A plan replayed in C (_native.c replay_new: the allocations, launches and cuBLASLt calls of
     a dispatch plan with each call's addresses substituted), or None where the native module or
-    its fast paths are unavailable (the caller keeps its Python replay)."""
+    its fast paths are unavailable (the caller keeps its Python replay). on_status(status, step)
+    raises the error of a failed cuBLASLt step."""
     mod = fast_paths()
     if mod is None or not hasattr(mod, "replay_new"):
         return None
-    return mod.replay_new(allocs, steps, outs, single, on_status or _status_error)
-
-
-def _status_error(status: int, step: int):
-    raise RuntimeError(f"step {step} of a replayed plan failed with status {status}")
+    return mod.replay_new(allocs, steps, outs, single, on_status)
 
 
 def _c_function(module, name: str):
