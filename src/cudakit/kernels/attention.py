@@ -102,7 +102,8 @@ def _specialized(name: str, consts: dict):
     """Kernel `name` with these constexprs (head_dim D among them) and options bound
     (TritonKernel.specialized): called with its runtime arguments only, it launches from the native
     plans instead of binding each call in Python, whose three launches cost the backward about
-    75 us of host time (H100 host, 2026-11-26, scripts/host_profile.py)."""
+    75 us of host time (H100 host, 2026-11-26, scripts/host_profile.py, since folded into
+    scripts/host_breakdown.py)."""
     key = (name, tuple(sorted(consts.items())))
     k = _special.get(key)
     if k is None:
