@@ -832,7 +832,7 @@ def test_replay_takes_a_per_call_integer_and_its_high_word(rp):
         m.replay_new((16,), ((0, 1, (1,) * 7, (_b8(0),), ((0, 3, 0, 64),), None),), (), False, None)
 
 
-def test_plan_call_runs_the_signatures_plan_only_while_the_gate_is_open(rp):
+def test_plan_call_runs_the_signatures_plan_or_checked_path_only_while_the_gate_is_open(rp):
     m, _, _ = rp
     miss = object()
     m.dispatch_setup(miss)
@@ -842,24 +842,25 @@ def test_plan_call_runs_the_signatures_plan_only_while_the_gate_is_open(rp):
     key = ("softmax", m.call_signature(args))
     seen = []
     plans = {key: lambda *xs: seen.append(xs) or "planned"}
+    ck = lambda *xs: pytest.fail("the checked path ran")  # noqa: E731 -- only a None entry runs it
     m.fast_gate(True)
-    assert m.plan_call(plans, "softmax", args, args) == "planned" and seen == [args]
-    assert m.plan_call(plans, "log_softmax", args, args) is miss            # no plan for this op
-    assert m.plan_call(plans, "softmax", (a, [1]), (a, [1])) is miss        # no signature
+    assert m.plan_call(plans, "softmax", args, args, ck) == "planned" and seen == [args]
+    assert m.plan_call(plans, "log_softmax", args, args, ck) is miss            # no plan for this op
+    assert m.plan_call(plans, "softmax", (a, [1]), (a, [1]), ck) is miss        # no signature
     masked = (a, "<per call>")                                              # key_args differ from args
     plans[("softmax", m.call_signature(masked))] = lambda *xs: xs
-    assert m.plan_call(plans, "softmax", (a, 7), masked) == (a, 7)
+    assert m.plan_call(plans, "softmax", (a, 7), masked, ck) == (a, 7)
     plans[key] = None                                                       # the checked path's signature
-    assert m.plan_call(plans, "softmax", args, args) is miss
+    assert m.plan_call(plans, "softmax", args, args, lambda *xs: ("checked", xs)) == ("checked", args)
     plans[key] = lambda *xs: 1 / 0
     with pytest.raises(ZeroDivisionError):
-        m.plan_call(plans, "softmax", args, args)
+        m.plan_call(plans, "softmax", args, args, ck)
     m.fast_gate(False)                                                      # a profile, synchronous launches
     plans[key] = lambda *xs: "planned"
-    assert m.plan_call(plans, "softmax", args, args) is miss
+    assert m.plan_call(plans, "softmax", args, args, ck) is miss
     m.fast_gate(True)
     m.fast_hold(1)
-    assert m.plan_call(plans, "softmax", args, args) is miss
+    assert m.plan_call(plans, "softmax", args, args, ck) is miss
     m.fast_hold(-1)
     with pytest.raises(TypeError, match="plan_call"):
         m.plan_call(plans, "softmax", args)

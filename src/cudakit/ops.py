@@ -80,14 +80,15 @@ def _planned(op: str, planner, args: tuple, arrays: int = 3):
     method (on the backend owning the first `arrays` arguments) on a signature's first call and
     where no plan fits. planner: the name of a function of kernels.gemm_plans or kernels.path_plans,
     or None for a plan traced from the checked call (kernels/trace_plans.py)."""
-    pc = _dispatch.plan_call
-    if pc is not None:   # the signature's plan, run from C, where it has one that may run now
-        r = pc(_dispatch._plans, op, args, args if op not in _dispatch.DYNAMIC else _dispatch._masked(op, args))
-        if r is not _dispatch.MISS:
-            return r
     checked = _checked_calls.get((op, arrays))
     if checked is None:
         checked = _checked_calls[(op, arrays)] = _checked_call(op, arrays)
+    pc = _dispatch.plan_call
+    if pc is not None:   # the signature's plan (or checked path), run from C, where it is known and may run now
+        r = pc(_dispatch._plans, op, args, args if op not in _dispatch.DYNAMIC else _dispatch._masked(op, args),
+               checked)
+        if r is not _dispatch.MISS:
+            return r
     if _gemm_plans is None:
         return checked(*args)
     make = _planners.get((op, planner, arrays))

@@ -1584,11 +1584,12 @@ fail:
   return NULL;
 }
 
-/* ---- the planned call, whole (cudakit/dispatch.py call(), for a signature that has a plan) ------
- * plan_call(plans, op, args, key_args) -> plans[(op, call_signature(key_args))](*args), or `miss`
+/* ---- the planned call, whole (cudakit/dispatch.py call(), for a signature already seen) --------
+ * plan_call(plans, op, args, key_args, checked) -> plans[(op, call_signature(key_args))](*args), or
+ * checked(*args) where that entry is None (the signature keeps its checked path), or `miss`
  * (dispatch_setup) where no plan may run: the fast paths are closed (a profile records, launches
- * are synchronous), the arguments have no signature, or the signature has no plan (or None: its
- * checked path). The Python dispatch.call then decides, plans and opens the gate. */
+ * are synchronous), the arguments have no signature, or the signature has no entry yet. The
+ * Python dispatch.call then decides, plans and opens the gate. */
 static PyObject* ck_miss;
 
 static PyObject* dispatch_setup(PyObject* self, PyObject* miss) {
@@ -1597,8 +1598,9 @@ static PyObject* dispatch_setup(PyObject* self, PyObject* miss) {
 }
 
 static PyObject* plan_call(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (n != 4 || !PyDict_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[3]) || ck_miss == NULL) {
-    PyErr_SetString(PyExc_TypeError, "plan_call(plans: dict, op, args: tuple, key_args: tuple) after dispatch_setup");
+  if (n != 5 || !PyDict_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[3]) || ck_miss == NULL) {
+    PyErr_SetString(PyExc_TypeError,
+                    "plan_call(plans: dict, op, args: tuple, key_args: tuple, checked) after dispatch_setup");
     return NULL;
   }
   if (!CK_OPEN) return Py_NewRef(ck_miss);
@@ -1614,7 +1616,7 @@ static PyObject* plan_call(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   PyObject* p = PyDict_GetItemWithError(a[0], key); /* borrowed */
   Py_DECREF(key);
   if (p == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(ck_miss);
-  if (p == Py_None) return Py_NewRef(ck_miss);
+  if (p == Py_None) return PyObject_Call(a[4], a[2], NULL);
   Py_INCREF(p); /* the plan may clear the cache while it runs */
   PyObject* r = PyObject_Call(p, a[2], NULL);
   Py_DECREF(p);
@@ -1646,7 +1648,7 @@ static PyMethodDef methods[] = {
     {"call_signature", call_signature, METH_O, "call_signature(args) -> (device, entries) or None"},
     {"dispatch_setup", dispatch_setup, METH_O, "dispatch_setup(miss): the object plan_call returns when no plan runs"},
     {"plan_call", (PyCFunction)(void (*)(void))plan_call, METH_FASTCALL,
-     "plan_call(plans, op, args, key_args) -> the plan's result, or the miss object"},
+     "plan_call(plans, op, args, key_args, checked) -> the plan's (or checked's) result, or the miss object"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cudakit_native", NULL, -1, methods};
