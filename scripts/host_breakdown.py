@@ -5,7 +5,6 @@ import cProfile
 import io
 import pstats
 import sys
-import timeit
 
 import cupy as cp
 import torch
@@ -13,6 +12,7 @@ import torch
 import cudakit
 from cudakit import dispatch
 from cudakit.bench.cases import host_time as ht
+from cudakit.bench.timing import host_time_per_call
 from cudakit.kernels.paths import time_per_call
 
 a = ht._arrays(type("E", (), {"xp": cp, "gpu": True})())
@@ -32,10 +32,8 @@ dispatch.call = spy
 
 
 def per_call(fn, n=2000):
-    for _ in range(200):
-        fn()
-    cp.cuda.runtime.deviceSynchronize()
-    return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+    """Host microseconds per back-to-back call (the bench's own measure, cudakit.bench.timing)."""
+    return host_time_per_call(fn, n, 5, cp.cuda.runtime.deviceSynchronize)["median_ms"] * 1e3
 
 
 table = []
@@ -47,10 +45,11 @@ for name in rows:
     plan, sig_us, plan_us = "-", 0.0, 0.0
     if "last" in seen:
         op, args = seen["last"]
-        key = dispatch.signature(dispatch._masked(op, args))
+        masked = dispatch._masked(op, args)
+        key = dispatch.signature(masked)
         p = dispatch._plans.get((op, key), "missing") if key is not None else "no signature"
         plan = p if isinstance(p, str) else ("checked" if p is None else getattr(p, "__qualname__", type(p).__name__))
-        sig_us = min(timeit.repeat(lambda: dispatch.signature(args), number=2000, repeat=5)) / 2000 * 1e6
+        sig_us = per_call(lambda: dispatch._signature(masked))   # the signature in use (C where built)
         if callable(p):
             plan_us = per_call(lambda: p(*args))
     pr = cProfile.Profile()
