@@ -9,7 +9,6 @@ import sys
 import cupy as cp
 import torch
 
-import cudakit
 from cudakit import dispatch
 from cudakit.bench.cases import host_time as ht
 from cudakit.bench.timing import host_time_per_call

@@ -12,7 +12,6 @@ import time
 
 import cupy as cp
 
-import cudakit
 from cudakit import dispatch
 from cudakit.bench.cases import train as tr
 
