@@ -192,3 +192,54 @@ def test_fast_setup_forgets_the_layout_of_the_previous_array_type(fields_ew):
     m.fast_gate(True)
     out = m.ew(_table(), Other(), None, 0.0)   # read through attributes: no crash, the right pointer
     assert isinstance(out, Other) and _ptrs(seen, 1) == [0x7C0000000000]
+
+
+# -- plan_call's inline cache (arguments compared field by field) --------------------------------
+
+def test_plan_call_cache_takes_a_plan_only_for_arguments_with_the_same_signature(fields_ew):
+    m, seen, recent, state = fields_ew
+    miss = object()
+    m.dispatch_setup(miss)
+    ran = []
+    plan = lambda *a: ran.append(("plan", a[1])) or "planned"  # noqa: E731
+    checked = lambda *a: ran.append(("checked", a[1])) or "checked"  # noqa: E731
+    a = cp.ndarray((4, 6), np.float32, _fake(0x7C0000000000))
+    plans = {("softmax", m.call_signature((a, -1))): plan}
+    call = lambda *args: m.plan_call(plans, "softmax", args, args, checked)  # noqa: E731
+    assert call(a, -1) == "planned"
+    b = cp.ndarray((4, 6), np.float32, _fake(0x7C0000100000))          # another array, same fields
+    assert call(b, -1) == "planned"
+    plans.clear()   # emptied behind the cache's back: a cached signature still finds its plan ...
+    assert call(b, -1) == "planned"
+    m.plans_changed()   # ... until the table says it changed (dispatch.clear() does)
+    assert call(b, -1) is miss
+    plans[("softmax", m.call_signature((a, -1)))] = plan
+    assert call(a, -1) == "planned"
+    plans.clear()   # stale on purpose: only a call with a's exact signature could find the plan
+    others = [
+        (cp.ndarray((6, 4), np.float32, _fake(0x7C0000100000)).T, -1),       # same shape, other strides
+        (cp.ndarray((4, 12), np.float32, _fake(0x7C0000100000))[:, ::2], -1),  # strided view
+        (cp.ndarray((4, 6), np.float64, _fake(0x7C0000100000)), -1),       # other dtype
+        (cp.ndarray((4, 6), np.float32, _fake(0x7C0000100004)), -1),       # other alignment
+        (cp.ndarray((4, 6), np.float32, _fake(0x7C0000100000, dev=1)), -1),  # other device
+        (a, 1), (a, -1.0), (a, True), (a, (-1,)), (a, None),                  # other scalars
+        (cp.ndarray((), np.float32, _fake(0x7C0000100000)), -1),           # 0-d: no signature
+    ]
+    for args in others:
+        assert call(*args) is miss, args
+    assert call(a, -1) == "planned"   # a's entry is still cached: no miss replaced it, the table was not emptied
+    state["device"] = 1                # but not on another current device
+    assert call(a, -1) is miss
+    state["device"] = 0
+    m.fast_gate(False)
+    assert call(a, -1) is miss
+    m.fast_gate(True)
+    wide = cp.ndarray((4, 2), np.float32, _fake(0x7C0000200000))[:, :1]   # (4, 1) strides (8, 4)
+    plans[("softmax", m.call_signature((wide, -1)))] = plan
+    assert call(wide, -1) == "planned"
+    plans.clear()
+    assert call(cp.ndarray((4, 1), np.float32, _fake(0x7C0000300000)), -1) is miss   # strides (4, 4)
+    m.plans_changed()
+    plans[("softmax", m.call_signature((a, -1)))] = None   # the signature's checked path, cached too
+    assert call(a, -1) == "checked" and call(b, -1) == "checked"
+    assert ran[-2:] == [("checked", -1), ("checked", -1)] and not recent

@@ -43,6 +43,7 @@ _SCALARS = (type(None), bool, int, float, str)
 _signature = None   # signature, or its native twin (runtime/_native.c call_signature), once enabled
 MISS = object()     # what plan_call returns when no plan runs
 plan_call = None    # runtime/_native.c plan_call, once enabled: a signature's plan run with no Python frame
+_plans_changed = None   # runtime/_native.c plans_changed: plan_call's inline cache forgets the emptied table
 
 
 
@@ -57,10 +58,10 @@ def enable(ndarray, get_device) -> None:
         from .runtime import native
         mod = native.fast_paths()   # the native module's call_signature: the same keys, a fifth of the time
         _signature = getattr(mod, "call_signature", None) or signature
-        global plan_call
+        global plan_call, _plans_changed
         if hasattr(mod, "plan_call"):
             mod.dispatch_setup(MISS)
-            plan_call = mod.plan_call
+            plan_call, _plans_changed = mod.plan_call, mod.plans_changed
 
 
 def signature(args: tuple):
@@ -128,7 +129,7 @@ def call(op: str, planner, args: tuple, checked):
         if not _ready():
             return r   # planned again on a later call
         if len(_plans) >= MAX_PLANS:
-            _plans.clear()
+            clear()
         try:
             _plans[key] = planner(*args)
         except Exception as e:  # noqa: BLE001 - a planner's failure costs the plan, never the call
@@ -178,3 +179,5 @@ def _open_gate() -> None:
 def clear() -> None:
     """Forget every plan (they are rebuilt on the next calls)."""
     _plans.clear()
+    if _plans_changed is not None:
+        _plans_changed()

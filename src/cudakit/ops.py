@@ -55,12 +55,16 @@ def backend_for(*arrays):
             _cuda_nd, _fast = be._array_type, be._fast
             import cupy
             _dispatch.enable(cupy.ndarray, cupy.cuda.runtime.getDevice)
+            global _plan_call
+            _plan_call = _dispatch.plan_call
             global _gemm_plans, _trace_plans, _path_plans
             from .kernels import gemm_plans as _gemm_plans, trace_plans as _trace_plans, path_plans as _path_plans
     return be
 
 
 _gemm_plans = _trace_plans = _path_plans = None   # kernels.gemm_plans, .trace_plans, .path_plans once CUDA is up
+_plan_call = None   # dispatch.plan_call (native) once CUDA is up
+_PLANS, _DYNAMIC, _MISS = _dispatch._plans, _dispatch.DYNAMIC, _dispatch.MISS   # never rebound
 
 
 _ATTENTION_OPS = ("attention", "attention_with_lse", "attention_backward")
@@ -83,11 +87,9 @@ def _planned(op: str, planner, args: tuple, arrays: int = 3):
     checked = _checked_calls.get((op, arrays))
     if checked is None:
         checked = _checked_calls[(op, arrays)] = _checked_call(op, arrays)
-    pc = _dispatch.plan_call
-    if pc is not None:   # the signature's plan (or checked path), run from C, where it is known and may run now
-        r = pc(_dispatch._plans, op, args, args if op not in _dispatch.DYNAMIC else _dispatch._masked(op, args),
-               checked)
-        if r is not _dispatch.MISS:
+    if _plan_call is not None:   # the signature's plan (or checked path), run from C, where it is known and may run now
+        r = _plan_call(_PLANS, op, args, args if op not in _DYNAMIC else _dispatch._masked(op, args), checked)
+        if r is not _MISS:
             return r
     if _gemm_plans is None:
         return checked(*args)

@@ -208,7 +208,8 @@ def test_cpu_backend_agrees(rng):
 
 # ---------------------------------------------------------------------------------- batch norm
 
-BN_SHAPES = [(64, 3), (1001, 17), (4, 5, 7, 9), (8, 16, 32, 32), (2, 3, 1, 1)]
+# N*S up to BN_SMALL (4096) a channel: one launch; (4, 6, 32, 32) at it, (5, 2, 29, 31) just past
+BN_SHAPES = [(64, 3), (1001, 17), (4, 5, 7, 9), (8, 16, 32, 32), (2, 3, 1, 1), (4, 6, 32, 32), (5, 2, 29, 31)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -809,6 +809,118 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
   }
 }
 
+// Small batches (N*S up to BN_SMALL elements a channel): one launch instead of ck_bn_stats,
+// ck_bn_finalize and ck_bn_apply. One block of 256 threads per channel c = blockIdx.x: the
+// Welford statistics of its N*S/V vectors (vector i: row i / sv, column i % sv of the channel),
+// merged in a fixed order, the running statistics updated as ck_bn_finalize does, then
+// y = (x - mean) * scale + beta over the same vectors (a second read, from cache).
+// x, y: [N, C*S/V] vectors of T; gamma, beta, running_mean, running_var: [C] of T or null;
+// save_mean, save_invstd: [C] (acc). Traffic: N*C*S*sizeof(T) read (twice) + the same written.
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_small(
+    const T* __restrict__ x, T* __restrict__ y, const T* __restrict__ gamma, const T* __restrict__ beta,
+    T* __restrict__ running_mean, T* __restrict__ running_var,
+    typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
+    long long N, long long C_, long long sv, int training,
+    typename ck_traits<T>::acc momentum, typename ck_traits<T>::acc eps) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ C sh[96];
+  const long long c = blockIdx.x, csv = C_ * sv, cnt = N * sv;
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  R* __restrict__ yr = reinterpret_cast<R*>(y);
+  C mean, var;
+  if (training) {
+    C n = C(0), m = C(0), m2 = C(0);
+    for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
+      const long long r = i / sv;
+      ck_pack<T, V> p;
+      p.raw = xr[r * csv + c * sv + (i - r * sv)];
+      ck_welford_pack<T, V, C>(n, m, m2, p);
+    }
+    ck_block_welford(n, m, m2, sh);   // every thread gets the channel's statistics
+    mean = m;
+    var = m2 / n;
+    if (threadIdx.x == 0) {
+      if (running_mean) running_mean[c] = tr::store((C(1) - momentum) * tr::load(running_mean[c]) + momentum * mean);
+      if (running_var) running_var[c] = tr::store((C(1) - momentum) * tr::load(running_var[c]) + momentum * (m2 / (n - C(1))));
+    }
+  } else {
+    mean = tr::load(running_mean[c]);
+    var = tr::load(running_var[c]);
+  }
+  const C inv = ck_rsqrt(var + eps);
+  const C sc = gamma ? tr::load(gamma[c]) * inv : inv, bt = beta ? tr::load(beta[c]) : C(0);
+  if (threadIdx.x == 0) { save_mean[c] = mean; save_invstd[c] = inv; }
+  for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
+    const long long r = i / sv, o = r * csv + c * sv + (i - r * sv);
+    ck_pack<T, V> p, po;
+    p.raw = xr[o];
+    C v[V];
+    ck_cvt<T, V>::load(p, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = (v[j] - mean) * sc + bt;
+    ck_cvt<T, V>::store(po, v);
+    yr[o] = po.raw;
+  }
+}
+
+// The backward of small batches in one launch (ck_bn_bwd_reduce, _finalize and _apply's work):
+// one block of 256 threads per channel sums dy and dy*(x - mean) over its vectors in a fixed
+// order, writes dgamma, dbeta and dx = ka*dy + kb*(x - mean) + kd as ck_bn_bwd_finalize/_apply.
+// dy, x, dx: [N, C*S/V] vectors of T; gamma: [C] of T or null; mean, invstd: [C] (acc);
+// dgamma (or null), dbeta: [C] of T. Traffic: 2 * N*C*S*sizeof(T) read (twice) + N*C*S*sizeof(T) written.
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
+    const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx, const T* __restrict__ gamma,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ invstd,
+    T* __restrict__ dgamma, T* __restrict__ dbeta, long long N, long long C_, long long sv) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ C red[64];
+  const long long c = blockIdx.x, csv = C_ * sv, cnt = N * sv;
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
+  R* __restrict__ dr = reinterpret_cast<R*>(dx);
+  const C mu = mean[c];
+  C sg = C(0), sgx = C(0);
+  for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
+    const long long r = i / sv, o = r * csv + c * sv + (i - r * sv);
+    ck_pack<T, V> px, pg;
+    px.raw = xr[o];
+    pg.raw = gr[o];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const C g = tr::load(pg.v[j]);
+      sg += g;
+      sgx += g * (tr::load(px.v[j]) - mu);
+    }
+  }
+  ck_row_sum2(sg, sgx, red);   // every thread gets the channel's sums
+  const C inv = invstd[c], count = C(cnt * V);
+  const C g = gamma ? tr::load(gamma[c]) : C(1);
+  if (threadIdx.x == 0) {
+    if (dgamma) dgamma[c] = tr::store(sgx * inv);
+    dbeta[c] = tr::store(sg);
+  }
+  const C a = g * inv, b = -a * inv * inv * (sgx / count), d = -a * (sg / count);
+  for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
+    const long long r = i / sv, o = r * csv + c * sv + (i - r * sv);
+    ck_pack<T, V> px, pg, po;
+    px.raw = xr[o];
+    pg.raw = gr[o];
+    C xv[V], gv[V];
+    ck_cvt<T, V>::load(px, xv);
+    ck_cvt<T, V>::load(pg, gv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) xv[j] = a * gv[j] + b * (xv[j] - mu) + d;
+    ck_cvt<T, V>::store(po, xv);
+    dr[o] = po.raw;
+  }
+}
+
 // Backward reduction. dy, x: [N, CS] as in ck_bn_stats; mean: [C] (save_mean).
 // psg, psgx: [CS/V, gridDim.y] partial sums of dy and dy*(x - mean) per vector column and row chunk.
 // Traffic: 2 * N*CS*sizeof(T) read + 2*(CS/V)*gridDim.y*sizeof(acc) written.

@@ -43,6 +43,8 @@ FWD_TARGET_NV = 4
 BWD_TARGET_NV = 2
 LOOP_THREADS = 1024        # block size of the one-block-per-row kernels
 BN_THREADS = 256           # block size of the batch-norm kernels
+BN_SMALL = 4096            # elements a channel (N*S) up to which one block a channel does a batch norm
+                           # (forward or backward) in one launch instead of three (ck_bn_small)
 _MAX_TPR = 1024
 
 
@@ -63,7 +65,8 @@ def name_expressions(dtype=None) -> list[str]:
             out += [f"ck_ln_fwd_loop<{t}, {v}>", f"ck_rms_fwd_loop<{t}, {v}>",
                     f"ck_ln_bwd_loop<{t}, {v}>", f"ck_rms_bwd_loop<{t}, {v}>",
                     f"ck_bn_stats<{t}, {v}>", f"ck_bn_apply<{t}, {v}>",
-                    f"ck_bn_bwd_reduce<{t}, {v}>", f"ck_bn_bwd_apply<{t}, {v}>"]
+                    f"ck_bn_bwd_reduce<{t}, {v}>", f"ck_bn_bwd_apply<{t}, {v}>",
+                    f"ck_bn_small<{t}, {v}>", f"ck_bn_bwd_small<{t}, {v}>"]
         out += [f"ck_ln_bwd_cols<{t}>", f"ck_rms_bwd_cols<{t}>", f"ck_norm_colsum<{t}>",
                 f"ck_bn_finalize<{t}>", f"ck_bn_bwd_finalize<{t}>"]
     return out
@@ -361,15 +364,21 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     acc = _acc_dtype(x)
     n, c, s = _bn_layout(x)
     y = cp.empty_like(x) if out is None else out
-    save_mean, save_invstd, scale = (cp.empty(c, acc) for _ in range(3))
+    save_mean, save_invstd = cp.empty(c, acc), cp.empty(c, acc)
     if c == 0:
         return y, save_mean, save_invstd
     v = vec_width(dt)
     if s % v or x.data.ptr % 16 or y.data.ptr % 16:
         v = 1
     csv, sv = c * s // v, s // v
-    block, gx, gy, chunk = _bn_blocks(csv, n)
     a = _acc_scalar
+    if x.size and n * s <= BN_SMALL:   # one launch: statistics, running statistics and y per channel block
+        _launch(f"ck_bn_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
+                (x, y, _ptr(gamma), _ptr(beta), _ptr(running_mean), _ptr(running_var), save_mean, save_invstd,
+                 np.int64(n), np.int64(c), np.int64(sv), np.int32(bool(training)), a(x, momentum), a(x, eps)))
+        return y, save_mean, save_invstd
+    scale = cp.empty(c, acc)
+    block, gx, gy, chunk = _bn_blocks(csv, n)
     if training:
         pn, pm, pm2 = (cp.empty((csv, gy), acc) for _ in range(3))
         if x.size:
@@ -411,6 +420,11 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
     if s % v or any(a.data.ptr % 16 for a in (dy, x, dx)):
         v = 1
     csv, sv = c * s // v, s // v
+    if x.size and n * s <= BN_SMALL:   # one launch: the channel sums, dgamma, dbeta and dx per channel block
+        _launch(f"ck_bn_bwd_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
+                (dy, x, dx, _ptr(gamma), save_mean, save_invstd, _ptr(dgamma), dbeta,
+                 np.int64(n), np.int64(c), np.int64(sv)))
+        return dx, dgamma, dbeta
     block, gx, gy, chunk = _bn_blocks(csv, n)
     psg, psgx = cp.zeros((csv, gy), acc), cp.zeros((csv, gy), acc)
     if x.size:

@@ -21,7 +21,7 @@ _HEAD = object.__basicsize__   # reference count and type: never scanned
 _ADDR_MAX = 1 << 56            # user-space addresses are below this on every 64-bit Linux
 
 # the tuple handed to the native module, in this order
-FIELDS = ("size", "shape", "c_contiguous", "dtype", "data", "ptr", "device_id")
+FIELDS = ("size", "shape", "c_contiguous", "dtype", "data", "ptr", "device_id", "strides")
 
 
 def _raw(o) -> bytes:
@@ -43,9 +43,10 @@ def _offset(objs, width: int, value) -> int:
     return found[0]
 
 
-def _shape_offset(arrays) -> int:
-    """The offset of the shape vector: (begin, end, capacity) pointers, end - begin = 8 * ndim,
-    and the elements at begin are the shape (the strides vector has the length, not the values)."""
+def _vector_offset(arrays, values) -> int:
+    """The offset of a vector field: (begin, end, capacity) pointers, end - begin = 8 * ndim, and
+    the elements at begin are values(array) (the shape and the strides vectors have the same
+    length: the values tell them apart)."""
     raws = [_raw(a) for a in arrays]
     size = min(len(r) for r in raws)
     found = []
@@ -57,17 +58,18 @@ def _shape_offset(arrays) -> int:
                 ok = False
                 break
         # only a triple that looks like a vector in every probe is read through
-        if ok and all(tuple(memoryview(ctypes.string_at(_int(r, off, 8), 8 * a.ndim)).cast("q")) == a.shape
+        if ok and all(tuple(memoryview(ctypes.string_at(_int(r, off, 8), 8 * a.ndim)).cast("q")) == values(a)
                       for r, a in zip(raws, arrays)):
             found.append(off)
     if len(found) != 1:
-        raise LookupError(f"{len(found)} shape vectors match")
+        raise LookupError(f"{len(found)} vectors match")
     return found[0]
 
 
 def discover(cp) -> tuple | None:
     """The offsets of FIELDS for this CuPy: ndarray (size, shape vector, _c_contiguous as a C
-    int, dtype object, data object) and MemoryPointer (ptr, device_id as a C int); or None."""
+    int, dtype object, data object), MemoryPointer (ptr, device_id as a C int), and the ndarray's
+    strides vector (read by plan_call's inline cache); or None."""
     import numpy as np
     try:
         mem = cp.cuda.memory
@@ -83,10 +85,11 @@ def discover(cp) -> tuple | None:
         ptr = _offset(mps, 8, lambda o: o.ptr)
         dev = _offset(mps, 4, lambda o: o.device_id)
         size = _offset(arrays, 8, lambda a: a.size)
-        shape = _shape_offset(arrays)
+        shape = _vector_offset(arrays, lambda a: a.shape)
+        strides = _vector_offset(arrays, lambda a: a.strides)
         contig = _offset(arrays, 4, lambda a: int(a._c_contiguous))
         dtype = _offset(arrays, 8, lambda a: id(a.dtype))
         data = _offset(arrays, 8, lambda a: id(a.data))
     except (LookupError, TypeError, ValueError, AttributeError):
         return None
-    return size, shape, contig, dtype, data, ptr, dev
+    return size, shape, contig, dtype, data, ptr, dev, strides

@@ -438,7 +438,7 @@ static PyObject *s_c_contig, *s_dtype, *s_shape, *s_data, *s_num, *s_itemsize, *
  * _ndarray_init (the one cupy.empty uses) instead of calling cupy.ndarray(shape, dtype, memptr). */
 #define CK_MAX_NDIM 64
 static int ck_layout; /* the offsets below are known */
-static Py_ssize_t L_size, L_shape, L_contig, L_dtype, L_data, L_ptr, L_dev;
+static Py_ssize_t L_size, L_shape, L_contig, L_dtype, L_data, L_ptr, L_dev, L_strides;
 static PyObject* ck_mp_type; /* cupy.cuda.memory.MemoryPointer */
 #define CK_FIELD(o, off, T) (*(T*)((char*)(o) + (off)))
 /* libstdc++'s and libc++'s std::vector: three pointers (the layout _cupy_layout.py checked) */
@@ -455,10 +455,11 @@ static int ck_offset_ok(Py_ssize_t off, Py_ssize_t width, PyObject* type) {
 }
 
 /* fast_layout(offsets or None, MemoryPointer type, _ndarray_init capsule or None); offsets:
- * (size, shape, c_contiguous, dtype, data) in the ndarray, (ptr, device_id) in the MemoryPointer */
+ * (size, shape, c_contiguous, dtype, data) in the ndarray, (ptr, device_id) in the MemoryPointer,
+ * (strides) in the ndarray */
 static PyObject* fast_layout(PyObject* self, PyObject* args) {
   PyObject *offs, *mptype, *cap;
-  Py_ssize_t o[7];
+  Py_ssize_t o[8];
   void* fn = NULL;
   if (!PyArg_ParseTuple(args, "OOO", &offs, &mptype, &cap)) return NULL;
   ck_layout = 0;
@@ -472,15 +473,15 @@ static PyObject* fast_layout(PyObject* self, PyObject* args) {
     PyErr_SetString(PyExc_TypeError, "fast_layout: the offsets must be a tuple or None");
     return NULL;
   }
-  if (!PyArg_ParseTuple(offs, "nnnnnnn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+  if (!PyArg_ParseTuple(offs, "nnnnnnnn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7])) return NULL;
   if (!ck_offset_ok(o[0], 8, ck_nd) || !ck_offset_ok(o[1], sizeof(ck_vec), ck_nd) || !ck_offset_ok(o[2], 4, ck_nd) ||
       !ck_offset_ok(o[3], 8, ck_nd) || !ck_offset_ok(o[4], 8, ck_nd) || !ck_offset_ok(o[5], 8, mptype) ||
-      !ck_offset_ok(o[6], 4, mptype)) {
+      !ck_offset_ok(o[6], 4, mptype) || !ck_offset_ok(o[7], sizeof(ck_vec), ck_nd)) {
     PyErr_SetString(PyExc_ValueError, "fast_layout: an offset lies outside its object");
     return NULL;
   }
   if (cap != Py_None && ck_capsule_fn(cap, CK_SIG_NDINIT, &fn)) return NULL;
-  L_size = o[0]; L_shape = o[1]; L_contig = o[2]; L_dtype = o[3]; L_data = o[4]; L_ptr = o[5]; L_dev = o[6];
+  L_size = o[0]; L_shape = o[1]; L_contig = o[2]; L_dtype = o[3]; L_data = o[4]; L_ptr = o[5]; L_dev = o[6]; L_strides = o[7];
   Py_XSETREF(ck_mp_type, Py_NewRef(mptype));
   ck_ndinit = (ck_ndinit_fn)fn;
   ck_layout = 1;
@@ -1597,6 +1598,153 @@ static PyObject* dispatch_setup(PyObject* self, PyObject* miss) {
   Py_RETURN_NONE;
 }
 
+/* ---- plan_call's inline cache ---------------------------------------------------------------
+ * Building a call's signature (tuples of shapes and strides) and hashing it into the plan table
+ * costs about a microsecond on a small op, a fifth of the launch it leads to. A call whose
+ * arguments equal a recent call's of the same op field for field -- each CuPy array's dtype
+ * object, shape, strides, address % 256 and device, each scalar's type and value (compared as
+ * the table's keys compare them) -- has that call's signature, so its plan: the cache keeps
+ * (op, the arguments' fields) -> plan for recent calls, found by a hash of the fields and checked
+ * without building an object. The table only gains entries or is emptied whole (dispatch.clear()
+ * and a full table call plans_changed()), so an entry is valid while its generation is current.
+ * Arrays are read from their fields only (fast_layout known); other calls take the signature. */
+#define CK_IC_SLOTS 256
+#define CK_IC_ARGS 12
+#define CK_IC_NDIM 8
+typedef struct {
+  PyObject* obj;   /* array: its dtype; scalar: the value (owned in a cache entry, borrowed in a probe) */
+  int array;       /* 1: a CuPy array, 0: a scalar or a tuple of scalars */
+  int ndim;
+  long long align, dev;
+  Py_ssize_t dims[CK_IC_NDIM], strides[CK_IC_NDIM];
+} ck_ic_arg;
+typedef struct {
+  PyObject *op, *plans, *plan;  /* owned; op NULL: an empty slot; plan None: the checked path */
+  long long gen;
+  int nargs;
+  ck_ic_arg a[CK_IC_ARGS];
+} ck_ic;
+static ck_ic ck_ics[CK_IC_SLOTS];
+static long long ck_plan_gen = 1;
+
+static int ck_scalar_type(PyTypeObject* t) {
+  return t == &PyBool_Type || t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type;
+}
+
+/* The fields of args into rec (nothing owned): 1 and *h (a hash of op and the arrays' fields)
+ * where every argument can be compared so, 0 where the signature must decide. */
+static int ck_ic_read(PyObject* op, PyObject* args, ck_ic_arg* rec, size_t* h) {
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if (!ck_layout || n > CK_IC_ARGS) return 0;
+  size_t hh = (size_t)op >> 4;
+  long long dev = -1;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    PyTypeObject* t = Py_TYPE(a);
+    ck_ic_arg* r = &rec[i];
+    r->obj = a;
+    r->array = 0;
+    if (t == (PyTypeObject*)ck_nd) {
+      long long ptr, d;
+      const ck_vec* sv = (const ck_vec*)((char*)a + L_shape);
+      const ck_vec* tv = (const ck_vec*)((char*)a + L_strides);
+      const Py_ssize_t nd = sv->end - sv->begin;
+      PyObject* dtype = CK_FIELD(a, L_dtype, PyObject*);
+      /* 0-d arrays have no signature (their value would be frozen into the plan) */
+      if (nd < 1 || nd > CK_IC_NDIM || tv->end - tv->begin != nd || dtype == NULL ||
+          !ck_memptr_fields(CK_FIELD(a, L_data, PyObject*), &ptr, &d))
+        return 0;
+      if (dev < 0) dev = d;
+      else if (d != dev) return 0;
+      r->array = 1;
+      r->obj = dtype;
+      r->ndim = (int)nd;
+      r->align = ptr & 255;
+      r->dev = d;
+      memcpy(r->dims, sv->begin, nd * sizeof(Py_ssize_t));
+      memcpy(r->strides, tv->begin, nd * sizeof(Py_ssize_t));
+      hh = (hh * 1000003u) ^ ((size_t)dtype >> 4);
+      for (Py_ssize_t k = 0; k < nd; ++k) hh = (hh * 1000003u) ^ (size_t)r->dims[k];
+    } else if (t == &PyTuple_Type) {
+      for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(a); ++k) {
+        PyObject* v = PyTuple_GET_ITEM(a, k);
+        if (!(v == Py_None || ck_scalar_type(Py_TYPE(v)))) return 0;
+      }
+    } else if (!(a == Py_None || ck_scalar_type(t))) {
+      return 0;
+    }
+  }
+  long long cur;
+  if (dev < 0) return 0;
+  if (ck_current_device(&cur)) { PyErr_Clear(); return 0; }
+  if (cur != dev) return 0;
+  *h = hh;
+  return 1;
+}
+
+/* 1: entry e holds op's plan for arguments with the fields rec (n of them) */
+static int ck_ic_match(const ck_ic* e, PyObject* op, PyObject* plans, const ck_ic_arg* rec, int n) {
+  if (e->op != op || e->plans != plans || e->gen != ck_plan_gen || e->nargs != n) return 0;
+  for (int i = 0; i < n; ++i) {
+    const ck_ic_arg *c = &e->a[i], *r = &rec[i];
+    if (c->array != r->array) return 0;
+    if (c->array) {
+      if (c->obj != r->obj || c->ndim != r->ndim || c->align != r->align || c->dev != r->dev ||
+          memcmp(c->dims, r->dims, r->ndim * sizeof(Py_ssize_t)) ||
+          memcmp(c->strides, r->strides, r->ndim * sizeof(Py_ssize_t)))
+        return 0;
+    } else if (c->obj != r->obj) {
+      if (Py_TYPE(c->obj) != Py_TYPE(r->obj)) return 0;
+      int eq = PyObject_RichCompareBool(r->obj, c->obj, Py_EQ);
+      if (eq < 0) PyErr_Clear();
+      if (eq != 1) return 0;
+    }
+  }
+  return 1;
+}
+
+static void ck_ic_clear(ck_ic* e) {
+  for (int i = 0; i < e->nargs; ++i) Py_CLEAR(e->a[i].obj);
+  e->nargs = 0;
+  Py_CLEAR(e->op);
+  Py_CLEAR(e->plans);
+  Py_CLEAR(e->plan);
+}
+
+static void ck_ic_store(ck_ic* e, PyObject* op, PyObject* plans, PyObject* plan, const ck_ic_arg* rec, int n) {
+  ck_ic old = *e;   /* released after the new entry is in place (a dealloc may run Python code) */
+  for (int i = 0; i < n; ++i) {
+    e->a[i] = rec[i];
+    Py_INCREF(e->a[i].obj);
+  }
+  e->nargs = n;
+  e->op = Py_NewRef(op);
+  e->plans = Py_NewRef(plans);
+  e->plan = Py_NewRef(plan);
+  e->gen = ck_plan_gen;
+  ck_ic_clear(&old);
+}
+
+/* plans_changed(): the plan table was emptied; every cached entry is stale */
+static PyObject* plans_changed(PyObject* self, PyObject* unused) {
+  ++ck_plan_gen;
+  for (int i = 0; i < CK_IC_SLOTS; ++i) {
+    if (ck_ics[i].op == NULL) continue;
+    ck_ic old = ck_ics[i];
+    memset(&ck_ics[i], 0, sizeof(ck_ic));
+    ck_ic_clear(&old);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject* ck_run_plan(PyObject* p, PyObject* args, PyObject* checked) {
+  if (p == Py_None) return PyObject_Call(checked, args, NULL);
+  Py_INCREF(p); /* the plan may clear the cache while it runs */
+  PyObject* r = PyObject_Call(p, args, NULL);
+  Py_DECREF(p);
+  return r;
+}
+
 static PyObject* plan_call(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   if (n != 5 || !PyDict_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[3]) || ck_miss == NULL) {
     PyErr_SetString(PyExc_TypeError,
@@ -1604,6 +1752,13 @@ static PyObject* plan_call(PyObject* self, PyObject* const* a, Py_ssize_t n) {
     return NULL;
   }
   if (!CK_OPEN) return Py_NewRef(ck_miss);
+  ck_ic_arg rec[CK_IC_ARGS];
+  size_t h = 0;
+  ck_ic* e = NULL;
+  if (ck_ic_read(a[1], a[3], rec, &h)) {
+    e = &ck_ics[h % CK_IC_SLOTS];
+    if (ck_ic_match(e, a[1], a[0], rec, (int)PyTuple_GET_SIZE(a[3]))) return ck_run_plan(e->plan, a[2], a[4]);
+  }
   PyObject* sig = call_signature(NULL, a[3]);
   if (sig == NULL) return NULL;
   if (sig == Py_None) {
@@ -1616,11 +1771,8 @@ static PyObject* plan_call(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   PyObject* p = PyDict_GetItemWithError(a[0], key); /* borrowed */
   Py_DECREF(key);
   if (p == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(ck_miss);
-  if (p == Py_None) return PyObject_Call(a[4], a[2], NULL);
-  Py_INCREF(p); /* the plan may clear the cache while it runs */
-  PyObject* r = PyObject_Call(p, a[2], NULL);
-  Py_DECREF(p);
-  return r;
+  if (e != NULL) ck_ic_store(e, a[1], a[0], p, rec, (int)PyTuple_GET_SIZE(a[3]));
+  return ck_run_plan(p, a[2], a[4]);
 }
 
 static PyMethodDef methods[] = {
@@ -1646,6 +1798,7 @@ static PyMethodDef methods[] = {
     {"replay_new", replay_new, METH_VARARGS, "replay_new(allocs, steps, outs, single, on_status) -> Replay"},
     {"replay_setup", replay_setup, METH_O, "replay_setup(cupy.cuda.memory.alloc)"},
     {"call_signature", call_signature, METH_O, "call_signature(args) -> (device, entries) or None"},
+    {"plans_changed", plans_changed, METH_NOARGS, "plans_changed(): the plan table was emptied (plan_call's cache forgets it)"},
     {"dispatch_setup", dispatch_setup, METH_O, "dispatch_setup(miss): the object plan_call returns when no plan runs"},
     {"plan_call", (PyCFunction)(void (*)(void))plan_call, METH_FASTCALL,
      "plan_call(plans, op, args, key_args, checked) -> the plan's (or checked's) result, or the miss object"},
