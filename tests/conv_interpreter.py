@@ -52,13 +52,14 @@ def _pair(v):
     return (v, v) if isinstance(v, int) else v
 
 
-def run(x, w_grsck, bias, geo, upsample=(1, 1), groups=1):
-    """conv._run: x (N, G C, H, W) read as N G images of C channels, y likewise."""
+def run(x, w_grsck, bias, geo, upsample=(1, 1), groups=1, w_kcrs=False):
+    """conv._run: x (N, G C, H, W) read as N G images of C channels, y likewise; w_kcrs: the weight
+    as the caller holds it, (G K, C, R, S)."""
     n, gc, h, wd = x.shape
-    c, k = gc // groups, w_grsck.shape[-1]
+    c, k = gc // groups, (w_grsck.shape[0] // groups if w_kcrs else w_grsck.shape[-1])
     xz = x.reshape(n * groups, c, h, wd)
     y = np.full((n * groups, k, geo[8], geo[9]), 7.0, x.dtype)   # a value the kernel never leaves
-    gm, gn, consts = conv.plan(xz.shape, k, geo, bias is not None, x.dtype.name, upsample)
+    gm, gn, consts = conv.plan(xz.shape, k, geo, bias is not None, x.dtype.name, upsample, w_kcrs=w_kcrs)
     b = bias if bias is not None else w_grsck
     src.conv2d_fwd[(gm, gn, n * groups)](*map(Tensor, (xz, w_grsck, b, y)), c, h, wd, k, geo[8], geo[9], groups,
                                          **consts)
@@ -166,6 +167,8 @@ def check(shape, k, rs, stride, pad, dil, rng, programs=conv._TARGET_PROGRAMS, d
     y = run(x, weight(w, False, groups), b, geo, groups=groups)
     case = (shape, k, rs, stride, pad, dil, groups)
     np.testing.assert_allclose(y.astype(np.float64), want, atol=4e-3, rtol=4e-3, err_msg=f"y {case}")
+    y = run(x, w, b, geo, groups=groups, w_kcrs=True)   # the weight in its own layout (conv.W_IN_PLACE)
+    np.testing.assert_allclose(y.astype(np.float64), want, atol=4e-3, rtol=4e-3, err_msg=f"y, (K, C, R, S) weight {case}")
     g = rng.standard_normal(want.shape).astype(dtype)
     gx_want, gw_want, gb_want = cpu.conv2d_backward(g.astype(np.float64), x.astype(np.float64),
                                                     w.astype(np.float64), stride, pad, dil, groups=groups)

@@ -51,17 +51,20 @@ def _tap(p, q, r, s, m_ok, H, Wd, SH: tl.constexpr, SW: tl.constexpr, PH: tl.con
 
 
 @triton.jit
-def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K]; B: [G K] (HAS_BIAS); Y: [N G, K, P, Q]
-               C, H, Wd, K, P, Q, G,   # C, K: channels per group; G: groups
+def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K] ([G K, C, R, S] with W_KCRS);
+               C, H, Wd, K, P, Q, G,   # B: [G K] (HAS_BIAS); Y: [N G, K, P, Q]; C, K: channels per group; G: groups
                SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                HAS_BIAS: tl.constexpr, AFFINE: tl.constexpr, UH: tl.constexpr, UW: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREC: tl.constexpr):
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREC: tl.constexpr,
+               W_KCRS: tl.constexpr = False):
     """AFFINE: strides 1 and Q == Wd, so an output position pq reads x at pq + a per-tap constant (the
     loads coalesce along the positions); otherwise the row and column are computed per position.
     UH, UW > 1: x is read as if UH - 1 (UW - 1) zero rows (columns) followed each of its rows
     (columns) - the input gradient of a strided convolution (a transposed convolution) - so only the
-    taps landing on a multiple of UH (UW) read anything."""
+    taps landing on a multiple of UH (UW) read anything. W_KCRS: the weight read as the caller holds
+    it, (G K, C, R, S), with gathered loads: for small weights (kernels/conv.py W_IN_PLACE), where a
+    launch reordering it would cost more than the gather."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     n = tl.program_id(2).to(tl.int64)                     # image n of N G (its group: n % G)
@@ -91,7 +94,12 @@ def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K]; B: [G 
         c = c0 + cs
         c_ok = c < C
         a = tl.load(x_img + pos[:, None] + c[None, :] * hw, mask=pos_ok[:, None] & c_ok[None, :], other=0.0)
-        b = tl.load(w_grp + (rs * C + c)[:, None] * K + ks[None, :], mask=c_ok[:, None] & k_ok[None, :], other=0.0)
+        if W_KCRS:
+            b = tl.load(w_grp + ks[None, :] * (C * R * S) + c[:, None] * (R * S) + rs,
+                        mask=c_ok[:, None] & k_ok[None, :], other=0.0)
+        else:
+            b = tl.load(w_grp + (rs * C + c)[:, None] * K + ks[None, :], mask=c_ok[:, None] & k_ok[None, :],
+                        other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PREC)
     if HAS_BIAS:
         acc += tl.load(B + grp * K + ks, mask=k_ok, other=0.0).to(tl.float32)[None, :]

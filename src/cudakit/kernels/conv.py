@@ -116,14 +116,16 @@ def _k(name: str, **consts):
 
 
 def plan(x_shape, k: int, geo, has_bias: bool, dtype_name: str = "bfloat16",
-         upsample: tuple = (1, 1), prec: str | None = None) -> tuple[int, int, dict]:
+         upsample: tuple = (1, 1), prec: str | None = None, w_kcrs: bool = False) -> tuple[int, int, dict]:
     """(programs over the positions of an image, programs over the K channels, the kernel's
     constexprs and options) for x of x_shape (N, C, H, W) and K output channels; upsample: x read
     zero-interleaved (the input gradient of a strided convolution); prec: the products
-    (precision(dtype_name) when None)."""
+    (precision(dtype_name) when None); w_kcrs: the weight read in its own (G K, C, R, S) layout."""
     cfg = _config(x_shape[1], k, dtype_name)
     consts = dict(cfg, **_geo_consts(x_shape, geo, upsample), HAS_BIAS=has_bias, UH=upsample[0], UW=upsample[1],
                   PREC=prec or precision(dtype_name))
+    if w_kcrs:
+        consts["W_KCRS"] = True
     return math.ceil(geo[8] * geo[9] / cfg["BLOCK_M"]), math.ceil(k / cfg["BLOCK_N"]), consts
 
 
@@ -144,18 +146,19 @@ def _weight(w, input_grad: bool, groups: int = 1):
     return out
 
 
-def _run(x, w_grsck, bias, geo, upsample=(1, 1), groups: int = 1):
-    """y (N, G K, P, Q) of x (N, G C, H, W) with the weight as [G, R, S, C, K] (contiguous): x read
-    as N G images of C channels, image z with group z % G's weight."""
+def _run(x, w_grsck, bias, geo, upsample=(1, 1), groups: int = 1, w_kcrs: bool = False):
+    """y (N, G K, P, Q) of x (N, G C, H, W) with the weight as [G, R, S, C, K] (contiguous), or as
+    the caller's (G K, C, R, S) with w_kcrs: x read as N G images of C channels, image z with group
+    z % G's weight."""
     cp = _cupy.cupy()
     n, gc, h, wd = x.shape
-    c, k = gc // groups, w_grsck.shape[-1]
+    c, k = gc // groups, (w_grsck.shape[0] // groups if w_kcrs else w_grsck.shape[-1])
     xz = x.reshape(n * groups, c, h, wd)   # a view: x is C-contiguous
     y = cp.empty((n * groups, k, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y.reshape(n, groups * k, geo[8], geo[9])
     name = dtype_name(x.dtype)
-    kern, grid_m, grid_n = _fwd_launch(xz.shape, k, geo, bias is not None, name, upsample, precision(name))
+    kern, grid_m, grid_n = _fwd_launch(xz.shape, k, geo, bias is not None, name, upsample, precision(name), w_kcrs)
     b = bias if bias is not None else w_grsck   # any pointer: not read without HAS_BIAS
     images = n * groups
     step = (_MAX_GRID_Z // groups) * groups   # images along grid z, whole groups of them per launch
@@ -167,11 +170,12 @@ def _run(x, w_grsck, bias, geo, upsample=(1, 1), groups: int = 1):
 
 
 @functools.lru_cache(maxsize=256)
-def _fwd_launch(x_shape, k: int, geo, has_bias: bool, dtype_name: str, upsample: tuple, prec: str):
+def _fwd_launch(x_shape, k: int, geo, has_bias: bool, dtype_name: str, upsample: tuple, prec: str,
+                w_kcrs: bool = False):
     """(kernel, programs over positions, programs over channels) of conv2d_fwd, per call shape and
     precision: the plan is built once (host time per call is on the order of the kernel's at these
     sizes)."""
-    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias, dtype_name, upsample, prec)
+    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias, dtype_name, upsample, prec, w_kcrs)
     return _k("conv2d_fwd", **consts), grid_m, grid_n
 
 
@@ -369,10 +373,18 @@ def dw_wgrad_consts(geo, ci: int = 1, co: int = 1) -> dict:
     return dict(_window_consts(geo), CI=ci, CO=co, KB=kb, BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WG_WARPS)
 
 
+# Weights of up to this many elements are read by conv2d_fwd in their own (K, C, R, S) layout
+# (gathered loads, from L2 at this size) instead of being reordered by a launch of their own: one
+# launch, not two, for the small convolutions whose time is launches and latency.
+W_IN_PLACE = 16384
+
+
 def conv2d(x, w, bias, geo, groups: int = 1):
     """conv_api's conv2d for C-contiguous x (N, C, H, W), w (K, C / groups, R, S), bias (K,) or None."""
     if direct(x.shape, w.shape, groups, geo):
         return _dw_run(x, w, bias, geo, groups, w.shape[0] // groups)
+    if w.size <= W_IN_PLACE:
+        return _run(x, w, bias, geo, groups=groups, w_kcrs=True)
     return _run(x, _weight(w, False, groups), bias, geo, groups=groups)
 
 
