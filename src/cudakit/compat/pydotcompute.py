@@ -192,9 +192,12 @@ def _numba_signature(signature):
             out.append(t)
             continue
         try:
-            out.append(numba.from_dtype(np.dtype(t)))
+            dt = np.dtype(t)
+            if dt.kind not in "biufc":   # object, strings, ...: Numba would type them as a Python object
+                raise TypeError(dt)
+            out.append(numba.from_dtype(dt))
         except (TypeError, NotImplementedError, numba.core.errors.NumbaError):
-            raise DTypeError(f"signature[{i}]: {t!r} is neither a NumPy nor a Numba type") from None
+            raise DTypeError(f"signature[{i}]: {t!r} is neither a numeric NumPy type nor a Numba type") from None
     # a kernel's signature: void(arg types). A bare tuple would be read by numba-cuda's jit as a list
     # of signatures (seen on the H100 image: the argument was then typed as a Python object)
     return numba.void(*out)
