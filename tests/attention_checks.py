@@ -15,21 +15,56 @@ _TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 2e-5, "float64": 1e-12}
 _SUB = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 0.0, "float64": 0.0}
 # (leading dims, Lq, Lk, head_dim) run on both backends; the GPU tests add longer and wider ones
 SHAPES = [((), 1, 1, 1), ((2, 3), 17, 29, 8), ((1,), 64, 64, 64), ((2,), 33, 5, 24), ((), 0, 4, 8)]
+# (leading dims, Lq, Lk, head_dim, causal, window, key lengths per batch) run on both backends:
+# windows narrower and wider than the sequence, one-sided, key lengths of 0 (rows that see nothing),
+# Lq > Lk causal (bottom-right: the first Lq - Lk rows see nothing), Lq = 1
+MASKS = [((2, 3), 17, 29, 8, False, (4, 2), None),
+         ((2, 3), 17, 29, 8, True, None, [29, 0]),
+         ((3, 2), 40, 40, 16, True, (5, None), [40, 17, 1]),
+         ((1,), 50, 20, 8, True, None, None),
+         ((2,), 1, 70, 8, False, (3, 3), [70, 64]),
+         ((2, 1), 33, 5, 24, False, (100, 100), [5, 2]),
+         ((2,), 30, 30, 8, False, (None, 0), [30, 12])]
 
 
 
 
-def reference(q, k, v, scale, causal, g=None):
-    """float64 (out, lse, dq, dk, dv) of softmax(q k^T scale) v, [..., L, D] arrays."""
+def allowed(lead: tuple, lq: int, lk: int, causal: bool, window=None, lens=None):
+    """Which keys each query row sees, (*lead, lq, lk) bools: causal and window aligned bottom-right
+    (row i at key position i + lk - lq), keys at or past lens[b] (b: the first leading index) masked."""
+    i = np.arange(lq)[:, None] + (lk - lq)
+    j = np.arange(lk)[None, :]
+    ok = np.ones((lq, lk), bool)
+    if causal:
+        ok &= j <= i
+    if window is not None:
+        left, right = window
+        if left is not None:
+            ok &= j >= i - left
+        if right is not None:
+            ok &= j <= i + right
+    ok = np.broadcast_to(ok, tuple(lead) + (lq, lk))
+    if lens is not None:
+        n = np.asarray(lens).reshape((-1,) + (1,) * (len(lead) + 1))
+        ok = ok & (j < n)
+    return ok
+
+
+def reference(q, k, v, scale, causal, g=None, window=None, lens=None):
+    """float64 (out, lse, dq, dk, dv) of softmax(q k^T scale) v, [..., L, D] arrays, with the masks of
+    allowed(); a row that sees no key: out 0, lse -inf, no gradient."""
     q, k, v = f64(q), f64(k), f64(v)
     s = q @ k.swapaxes(-1, -2) * scale
-    if causal:
-        lq, lk = s.shape[-2:]
-        s = np.where(np.arange(lk)[None, :] <= np.arange(lq)[:, None], s, -np.inf)
+    lq, lk = s.shape[-2:]
+    if causal or window is not None or lens is not None:
+        s = np.where(allowed(s.shape[:-2], lq, lk, causal, window, lens), s, -np.inf)
     m = s.max(-1, keepdims=True)
-    e = np.exp(s - m)
-    lse = (m + np.log(e.sum(-1, keepdims=True)))[..., 0]
-    p = np.exp(s - lse[..., None])
+    seen = ~np.isneginf(m)   # a NaN score keeps its row NaN, as the softmax does
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = np.exp(s - np.where(seen, m, 0.0))
+        total = e.sum(-1, keepdims=True)
+        lse = np.where(seen, m + np.log(np.where(seen, total, 1.0)), -np.inf)[..., 0]
+        p = np.where(seen, e / np.where(seen, total, 1.0), 0.0)
     out = p @ v
     if g is None:
         return out, lse, p
@@ -50,25 +85,36 @@ def _close(got, want, scale_ref, dtype, what, sub_ref=0.0):
     assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} off, worst err {err.max():.3g} (tol {tol.max():.3g})"
 
 
-def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, block_size=None, strided=False):
+def _close_lse(got, want, dtype, what):
+    """lse: -inf exactly where the reference's row sees no key, close elsewhere."""
+    got = f64(got)
+    unseen = np.isneginf(want)
+    assert (np.isneginf(got) == unseen).all(), f"{what}: -inf rows differ"
+    _close(np.where(unseen, 0.0, got), np.where(unseen, 0.0, want), np.ones_like(want), dtype, what)
+
+
+def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, block_size=None, strided=False,
+                    window=None, lens=None):
     q, k, v = data(rng, lead + (lq, d), dtype), data(rng, lead + (lk, d), dtype), data(rng, lead + (lk, d), dtype)
     if strided:  # non-contiguous views (every other head_dim column of a wider array)
         dev0 = dev
         dev = lambda a: dev0(np.repeat(a, 2, axis=-1))[..., ::2]
     g = data(rng, lead + (lq, d), dtype)
     sc = 1 / math.sqrt(d) if scale is None else scale
-    out_r, lse_r, p, dq_r, dk_r, dv_r = reference(q, k, v, sc, causal, g)
+    out_r, lse_r, p, dq_r, dk_r, dv_r = reference(q, k, v, sc, causal, g, window, lens)
+    kw = {"window": window, "key_lengths": None if lens is None else dev(np.asarray(lens))}
     if block_size is not None:
-        out = host(cudakit.flash_attention(dev(q), dev(k), dev(v), scale, block_size=block_size, causal=causal))
+        out = host(cudakit.flash_attention(dev(q), dev(k), dev(v), scale, block_size=block_size, causal=causal, **kw))
         _close(out, out_r, np.abs(p) @ np.abs(f64(v)), dtype, "out (flash_attention)")
         return
-    out_d, lse_d = cudakit.attention_with_lse(dev(q), dev(k), dev(v), scale, causal)
+    out_d, lse_d = cudakit.attention_with_lse(dev(q), dev(k), dev(v), scale, causal, **kw)
     out, lse = host(out_d), host(lse_d)
     assert out.dtype == np_dtype(dtype) and out.shape == q.shape
     _close(out, out_r, np.abs(p) @ np.abs(f64(v)), dtype, "out")
     # lse is float32 (float64 for float64) from float32 scores: good to a few float32 ulps
-    _close(lse, lse_r, np.ones_like(lse_r), "float64" if dtype == "float64" else "float32", "lse")
-    dq, dk, dv = (host(t) for t in cudakit.attention_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d, scale, causal))
+    _close_lse(lse, lse_r, "float64" if dtype == "float64" else "float32", "lse")
+    dq, dk, dv = (host(t) for t in cudakit.attention_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d, scale,
+                                                              causal, **kw))
     ag, aq, ak, av = (np.abs(f64(t)) for t in (g, q, k, v))
     # size of the terms: |dS| built from |P| (|dO| |V| + |dO . O|)
     ds_abs = np.abs(p) * (ag @ av.swapaxes(-1, -2) + np.abs((f64(g) * out_r).sum(-1, keepdims=True)))

@@ -34,9 +34,10 @@ def _tiles(cfg):
     return {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
 
 
-def _run(q, k, v, g, causal, dtype, fwd_tiles=None):
+def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None):
     """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
-    the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows."""
+    the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows. lens:
+    int64 key lengths of each batch of `heads` consecutive [BH] entries; err: the error flag."""
     bh, lq, d = q.shape
     lk = k.shape[1]
     scale = 1 / math.sqrt(d)
@@ -45,29 +46,37 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None):
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
     out, dq, dk, dv = (np.full_like(a, 7.0) for a in (q, q, k, v))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
+    dlo, dhi = host.key_bounds(lq, lk, causal, window)
+    has = lens is not None
+    lens_t = _Tensor(np.asarray(lens, np.int64) if has else np.zeros(1, np.int64))
+    err_t = _Tensor(np.zeros(8, np.int64) if err is None else err)
     kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, v, out, lse)), qk_scale, lq, lk, d, CAUSAL=causal, POS_SCALE=pos_scale, **_tiles(cfg))
+        *map(_Tensor, (q, k, v, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, 0, d, HAS_LENS=has,
+        POS_SCALE=pos_scale, **_tiles(cfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
-    args = (qk_scale, scale, lq, lk, d)
+    args = (lens_t, qk_scale, scale, lq, lk, dlo, dhi, heads, 0, d)
     kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, CAUSAL=causal, EVEN_Q=lq % kv["BLOCK_M"] == 0,
+        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0,
         **_tiles(kv))
     kernels.attn_bwd_dq[(math.ceil(lq / qc["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, CAUSAL=causal, **_tiles(qc))
+        *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, HAS_LENS=has, **_tiles(qc))
     return out, lse, dq, dk, dv
 
 
-def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None):
-    case = (bh, lq, lk, d, causal, dtype)
+def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None, window=None, lens=None, heads=1):
+    case = (bh, lq, lk, d, causal, dtype, window, lens)
     q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
     k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
-    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, fwd_tiles)
-    out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, 1 / math.sqrt(d), causal, g)
+    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, fwd_tiles, window, lens, heads)
+    blens = None if lens is None else np.repeat(np.asarray(lens), heads)   # per [BH] entry
+    out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, 1 / math.sqrt(d), causal, g, window, blens)
     tol = 2e-5 if dtype == "float32" else 4e-3
     np.testing.assert_allclose(f64(out), out_r, atol=tol * 4, rtol=tol, err_msg=f"out {case}")
-    np.testing.assert_allclose(lse, lse_r, atol=1e-5, rtol=1e-5, err_msg=f"lse {case}")
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_r), err_msg=f"lse -inf rows {case}")
+    fin = np.isfinite(lse_r)
+    np.testing.assert_allclose(lse[fin], lse_r[fin], atol=1e-5, rtol=1e-5, err_msg=f"lse {case}")
     for name, got, want in (("dq", dq, dq_r), ("dk", dk, dk_r), ("dv", dv, dv_r)):
         # gradients are sums over up to 300 terms of size ~1: an absolute allowance on that scale
         np.testing.assert_allclose(f64(got), want, atol=tol * 10 * max(1.0, np.abs(want).max()), rtol=tol,
@@ -75,16 +84,41 @@ def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None):
 
 
 def check_unseen_key_inf():
-    """Causal, Lq < Lk: keys past Lq are seen by no query, so their dK and dV are 0 even when the
-    key holds inf (the padding rows of a query block must not turn it into NaN)."""
+    """Keys at or past a batch's key length are seen by no query, so their dK and dV are 0 even when
+    the key holds inf (the padding rows of a query block must not turn it into NaN)."""
     rng = np.random.default_rng(1)
     bh, lq, lk, d = 1, 40, 100, 16
     q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
     k, v = (data(rng, (bh, lk, d), "float32") for _ in range(2))
-    k[0, 50] = np.inf
-    _, _, _, dk, dv = _run(q, k, v, g, True, "float32")
-    assert (dk[0, lq:] == 0).all() and (dv[0, lq:] == 0).all(), (dk[0, lq:], dv[0, lq:])
+    k[0, 70] = np.inf
+    _, _, _, dk, dv = _run(q, k, v, g, True, "float32", lens=[60])
+    assert (dk[0, 60:] == 0).all() and (dv[0, 60:] == 0).all(), (dk[0, 60:], dv[0, 60:])
 
+
+def check_bad_key_length():
+    """A key length outside [0, Lk] is recorded in the error flag (code, batch, value, Lk) by the
+    forward and clamped: batch 1's 130 acts as 100."""
+    rng = np.random.default_rng(2)
+    q, g = (data(rng, (4, 30, 16), "float32") for _ in range(2))
+    k, v = (data(rng, (4, 100, 16), "float32") for _ in range(2))
+    err = np.zeros(8, np.int64)
+    out, *_ = _run(q, k, v, g, False, "float32", lens=[50, 130], heads=2, err=err)
+    assert list(err[:4]) == [10, 1, 130, 100], err
+    want = ac.reference(q, k, v, 0.25, False, g, None, np.array([50, 50, 100, 100]))[0]
+    np.testing.assert_allclose(f64(out), want, atol=1e-4, rtol=2e-5)
+
+
+# masks: (case, window, key lengths per batch, heads a batch): windows narrower and wider than the
+# sequence, one-sided, with causal, Lq != Lk (bottom-right), lengths of 0 (rows that see nothing)
+MASK_CASES = [((2, 70, 90, 24, False, "float32"), (10, 5), None, 1),
+              ((2, 70, 90, 24, True, "float32"), (30, None), None, 1),
+              ((1, 130, 130, 32, True, "float16"), (200, 200), None, 1),
+              ((1, 100, 260, 64, False, "float16"), (None, 3), None, 1),
+              ((4, 65, 150, 16, False, "float32"), None, [150, 0, 64, 1], 1),
+              ((4, 90, 70, 16, True, "float32"), None, [70, 35], 2),
+              ((2, 129, 257, 64, True, "float16"), (64, 0), [200, 100], 1),
+              ((1, 300, 100, 16, True, "float32"), None, None, 1),       # Lq > Lk: the first 200 rows see nothing
+              ((2, 40, 100, 16, False, "float32"), (0, 0), [100, 30], 1)]   # one key a row
 
 # forward tile overrides (flash_attention's block_size sets BLOCK_N): narrow and wide key blocks
 TILE_CASES = [((1, 150, 170, 64, True, "float16"), {"BLOCK_N": 16}),
@@ -100,5 +134,8 @@ if __name__ == "__main__":
         check(*case, np.random.default_rng(0))
     for case, tiles in TILE_CASES:
         check(*case, np.random.default_rng(0), fwd_tiles=tiles)
+    for case, window, lens, heads in MASK_CASES:
+        check(*case, np.random.default_rng(0), window=window, lens=lens, heads=heads)
     check_unseen_key_inf()
-    print(f"{len(CASES) + len(TILE_CASES) + 1} cases match the float64 reference")
+    check_bad_key_length()
+    print(f"{len(CASES) + len(TILE_CASES) + len(MASK_CASES) + 2} cases match the float64 reference")

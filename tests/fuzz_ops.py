@@ -137,8 +137,9 @@ def _conv(x, w, b, stride, padding, dilation):
 
 def _attention(q, k, v, scale, causal):
     s = np.einsum("bqd,bkd->bqk", q, k) * scale
-    if causal:
-        s = np.where(np.arange(k.shape[1])[None, :] <= np.arange(q.shape[1])[:, None], s, -np.inf)
+    if causal:   # aligned bottom-right: query i sits at key position i + Lk - Lq
+        s = np.where(np.arange(k.shape[1])[None, :] <= np.arange(q.shape[1])[:, None] + k.shape[1] - q.shape[1], s,
+                     -np.inf)
     return np.einsum("bqk,bkd->bqd", _softmax(s, -1), v)
 
 

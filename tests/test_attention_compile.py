@@ -22,6 +22,7 @@ from cudakit.kernels import _attention_triton as src
 from cudakit.kernels import attention as host
 
 dtype, d, causal, block_n = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]) or None
+# causal: the key-lengths variant (HAS_LENS) here -- causal is a runtime bound (DLO, DHI) of every variant
 ty = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
 cfg = host._config(dtype, d, block_n)
 assert dtype != "float32" or cfg["PREC"] == __import__("os").environ.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3")
@@ -29,10 +30,11 @@ kv, qc = host._backward_configs(dtype, cfg)
 out = {}
 for name, fn, c in (("fwd", src.attn_fwd, cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
-    consts.update(D=d, CAUSAL=causal, **({"EVEN_Q": True} if name == "dkdv" else {}),
+    consts.update(D=d, HAS_LENS=causal, **({"EVEN_Q": True} if name == "dkdv" else {}),
                   **({"POS_SCALE": True} if name == "fwd" else {}))
     names = list(fn.arg_names)
-    sig = {n: "constexpr" if n in consts else ("fp32" if "scale" in n else "i32" if n in ("Lq", "Lk")
+    sig = {n: "constexpr" if n in consts else ("fp32" if "scale" in n else
+           "i32" if n in ("Lq", "Lk", "DLO", "DHI", "H", "BH0") else "*i64" if n in ("LENS", "ERR")
            else "*fp32" if n in ("LSE", "DELTA") else ty) for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
     ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),

@@ -27,6 +27,63 @@ def test_attention(lead, lq, lk, d, dtype, causal, rng):
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("case", ac.MASKS)
+def test_attention_masks(case, dtype, rng):
+    lead, lq, lk, d, causal, window, lens = case
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, window=window, lens=lens)
+
+
+def test_masks_with_grouped_heads_and_blhd_match_the_plain_layout(rng):
+    """Masks on (B, L, H, D) views and with grouped-query k, v give the (B, H, L, D) results."""
+    b, h, hkv, lq, lk, d = 2, 4, 2, 9, 13, 8
+    q, g = ac.data(rng, (b, h, lq, d), "float32"), ac.data(rng, (b, h, lq, d), "float32")
+    k, v = ac.data(rng, (b, hkv, lk, d), "float32"), ac.data(rng, (b, hkv, lk, d), "float32")
+    kw = {"causal": True, "window": (3, None), "key_lengths": np.array([13, 6])}
+    kr, vr = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
+    out_r, lse_r = cudakit.attention_with_lse(q, kr, vr, **kw)
+    out, lse = cudakit.attention_with_lse(q, k, v, **kw)
+    np.testing.assert_allclose(out, out_r, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(lse, lse_r)
+    grads = cudakit.attention_backward(g, q, k, v, out, lse, **kw)
+    dq_r, dk_r, dv_r = cudakit.attention_backward(g, q, kr, vr, out_r, lse_r, **kw)
+    np.testing.assert_allclose(grads[0], dq_r, rtol=1e-6, atol=1e-7)
+    for got, want in zip(grads[1:], (dk_r, dv_r)):
+        np.testing.assert_allclose(got, want.reshape(b, hkv, 2, lk, d).sum(2), rtol=1e-5, atol=1e-6)
+    t = lambda x: np.ascontiguousarray(x.swapaxes(1, 2))   # noqa: E731
+    out_b, lse_b = cudakit.attention_with_lse(t(q), t(kr), t(vr), layout="blhd", **kw)
+    np.testing.assert_allclose(out_b, t(out_r), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(lse_b, lse_r)
+    dq_b = cudakit.attention_backward(t(g), t(q), t(kr), t(vr), out_b, lse_b, layout="blhd", **kw)[0]
+    np.testing.assert_allclose(dq_b, t(dq_r), rtol=1e-6, atol=1e-7)
+
+
+def test_mask_argument_errors(rng):
+    q = ac.data(rng, (2, 3, 5, 8), "float32")
+    for w in (5, (1, 2, 3), (-1, 2), (1.5, 2), (True, 1)):
+        with pytest.raises(cudakit.ArgumentError, match="window must be None or"):
+            cudakit.attention(q, q, q, window=w)
+    with pytest.raises(cudakit.ShapeError, match=r"key_lengths must have shape \(2,\)"):
+        cudakit.attention(q, q, q, key_lengths=np.array([5, 5, 5]))
+    with pytest.raises(cudakit.DTypeError, match="key_lengths must be an integer array"):
+        cudakit.attention(q, q, q, key_lengths=np.array([5.0, 5.0]))
+    with pytest.raises(cudakit.ArgumentError, match=r"key_lengths\[1\] = 6 is outside \[0, Lk = 5\]"):
+        cudakit.attention(q, q, q, key_lengths=[5, 6])
+    with pytest.raises(cudakit.ArgumentError, match=r"key_lengths\[0\] = -1"):
+        cudakit.attention_backward(q, q, q, q, q, np.zeros((2, 3, 5), np.float32), key_lengths=[-1, 2])
+
+
+def test_rows_that_see_no_key_give_zero_and_minus_inf(rng):
+    q = ac.data(rng, (2, 6, 8), "float32")
+    k = ac.data(rng, (2, 4, 8), "float32")
+    out, lse = cudakit.attention_with_lse(q, k, k, causal=True)   # bottom-right: rows 0, 1 see nothing
+    assert (out[:, :2] == 0).all() and np.isneginf(lse[:, :2]).all() and np.isfinite(out).all()
+    out, lse = cudakit.attention_with_lse(q, k, k, key_lengths=[0, 4])
+    assert (out[0] == 0).all() and np.isneginf(lse[0]).all() and np.isfinite(lse[1]).all()
+    grads = cudakit.attention_backward(q, q, k, k, out, lse, key_lengths=[0, 4])
+    assert all(np.isfinite(x).all() for x in grads) and (grads[0][0] == 0).all() and (grads[1][0] == 0).all()
+
+
 def test_flash_attention_seed_call(rng):
     """cuda_backend.flash_attention(q, k, v, scale, block_size=64) with a 0-d array as scale."""
     ac.check_attention(_dev, _host, rng, (2, 2), 40, 40, 16, "float32", False, scale=np.float32(0.25), block_size=64)
@@ -58,7 +115,7 @@ def test_errors(rng):
 
 
 def test_triton_kernels_compile_for_sm90_without_gpu():
-    """Every attention kernel, 16-bit and float32, causal or not, compiles for sm_90 here."""
+    """Every attention kernel, 16-bit and float32, with key lengths or not, compiles for sm_90 here."""
     pytest.importorskip("triton")
     code = r'''
 from triton.compiler import ASTSource
@@ -86,14 +143,16 @@ def compile(fn, ptr_types, n_f32, n_i32, consts):
 for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float32", "fp32", 64)):
     cfg = _config(dt, d, None)
     kv, qc = _backward_configs(dt, cfg)
-    for causal in (False, True):
+    for lens in (False, True):
         for pos in (False, True):
-            compile(src.attn_fwd, ["*" + code] * 4 + ["*fp32"], 1, 3, dict(cfg, CAUSAL=causal, POS_SCALE=pos))
+            compile(src.attn_fwd, ["*" + code] * 4 + ["*fp32", "*i64", "*i64"], 1, 6,
+                    dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos))
         for even in (False, True):
-            compile(src.attn_bwd_dkdv, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code] * 2, 2, 3,
-                    dict(kv, CAUSAL=causal, EVEN_Q=even))
-        compile(src.attn_bwd_dq, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code], 2, 3, dict(qc, CAUSAL=causal))
-    compile(src.attn_bwd_delta, ["*" + code] * 2 + ["*fp32"], 0, 2, {"BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
+            compile(src.attn_bwd_dkdv, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code] * 2 + ["*i64"], 2, 6,
+                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even))
+        compile(src.attn_bwd_dq, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code, "*i64"], 2, 6,
+                dict(qc, D=d, HAS_LENS=lens))
+    compile(src.attn_bwd_delta, ["*" + code] * 2 + ["*fp32"], 0, 1, {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
 print("COMPILED")
 '''
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1,9 +1,9 @@
 """NumPy arrays as Triton's interpreter (TRITON_INTERPRET=1) sees torch tensors: it reads and writes
 through data_ptr. Import after setting TRITON_INTERPRET=1; it teaches Triton the arrays' pointer
-types (float32, float16, float64; the interpreter cannot take bfloat16 from NumPy)."""
+types (float32, float16, float64, int32, int64; the interpreter cannot take bfloat16 from NumPy)."""
 import triton.runtime.jit as triton_jit
 
-_TRITON_TYPES = {"float32": "*fp32", "float16": "*fp16", "float64": "*fp64"}
+_TRITON_TYPES = {"float32": "*fp32", "float16": "*fp16", "float64": "*fp64", "int32": "*i32", "int64": "*i64"}
 
 
 class _Storage:

@@ -74,8 +74,9 @@ _checked_calls: dict = {}
 def _checked_call(op: str, arrays: int):
     """The backend method call of op (made once per op): its layout, the last argument of the
     attention ops, goes by keyword."""
-    if op in _ATTENTION_OPS:
-        return lambda *a: getattr(backend_for(*a[:arrays]), op)(*a[:-1], layout=a[-1])
+    if op in _ATTENTION_OPS:   # (..., layout, window, key_lengths): keywords of the backend methods
+        return lambda *a: getattr(backend_for(*a[:arrays]), op)(*a[:-3], layout=a[-3], window=a[-2],
+                                                                 key_lengths=a[-1])
     return lambda *a: getattr(backend_for(*a[:arrays]), op)(*a)
 
 
@@ -515,26 +516,31 @@ def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bia
 
 # -- attention (see backends/attention_api.py) ----------------------------------------------------
 
-def attention(q, k, v, scale=None, causal=False, *, layout="bhld"):
-    """softmax(q k^T * scale) v, fused; layout "bhld" ((..., L, D) arrays) or "blhd" ((B, L, H, D)
-    arrays, e.g. views of a packed qkv) (see Backend.attention)."""
-    return _planned("attention", "plan_attention", (q, k, v, scale, causal, layout))
+def attention(q, k, v, scale=None, causal=False, *, window=None, key_lengths=None, layout="bhld"):
+    """softmax(q k^T * scale) v, fused; causal and window=(left, right) aligned bottom-right,
+    key_lengths (B,) masking each batch's keys from its length on; layout "bhld" ((..., L, D)
+    arrays) or "blhd" ((B, L, H, D) arrays, e.g. views of a packed qkv) (see Backend.attention)."""
+    return _planned("attention", "plan_attention", (q, k, v, scale, causal, layout, window, key_lengths))
 
 
-def attention_with_lse(q, k, v, scale=None, causal=False, *, layout="bhld"):
+def attention_with_lse(q, k, v, scale=None, causal=False, *, window=None, key_lengths=None, layout="bhld"):
     """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
-    return _planned("attention_with_lse", "plan_attention_with_lse", (q, k, v, scale, causal, layout))
+    return _planned("attention_with_lse", "plan_attention_with_lse",
+                    (q, k, v, scale, causal, layout, window, key_lengths))
 
 
-def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *, layout="bhld"):
+def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *, window=None, key_lengths=None,
+                       layout="bhld"):
     """(grad_q, grad_k, grad_v) of attention (see Backend.attention_backward)."""
     return _planned("attention_backward", "plan_attention_backward",
-                    (grad_out, q, k, v, out, lse, scale, causal, layout), 4)
+                    (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths), 4)
 
 
-def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, layout="bhld"):
+def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, window=None, key_lengths=None,
+                    layout="bhld"):
     """attention with a named key block size (see Backend.flash_attention)."""
-    return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal, layout=layout)
+    return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal, window=window,
+                                                key_lengths=key_lengths, layout=layout)
 
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------

@@ -124,3 +124,47 @@ def test_attention_blhd(b, lq, lk, h, d, dtype, causal, rng):
 def test_attention_grouped_query(b, h, hkv, lq, lk, d, dtype, causal, rng):
     """Grouped-query attention on whichever path the signature takes (cuDNN in place, else repeated heads)."""
     ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal)
+
+
+# -- masks: causal (bottom-right), window, key lengths; the Triton kernels on every path ------------
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("case", ac.MASKS + [((2, 2), 1000, 1000, 64, True, (128, 0), [1000, 333]),
+                                             ((1, 2), 1, 4096, 128, False, None, [4097 - 1]),
+                                             ((2, 1), 257, 300, 96, False, (40, 40), [0, 300]),
+                                             ((1, 1), 4097, 4097, 40, True, (1024, None), None)])
+def test_attention_masks(case, dtype, rng):
+    lead, lq, lk, d, causal, window, lens = case
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, window=window, lens=lens)
+
+
+def test_masks_with_grouped_heads_and_blhd_match_the_plain_layout(rng):
+    """As the CPU test: masks on (B, L, H, D) views and grouped-query k, v (the paths that take
+    cuDNN without masks take the Triton kernels with them) give the (B, H, L, D) results."""
+    b, h, hkv, lq, lk, d = 2, 4, 2, 90, 130, 64
+    q, g = (cp.asarray(ac.data(rng, (b, h, lq, d), "bfloat16")) for _ in range(2))
+    k, v = (cp.asarray(ac.data(rng, (b, hkv, lk, d), "bfloat16")) for _ in range(2))
+    kw = {"causal": True, "window": (30, None), "key_lengths": cp.asarray([130, 61])}
+    kr, vr = cp.repeat(k, 2, axis=1), cp.repeat(v, 2, axis=1)
+    out_r, lse_r = cudakit.attention_with_lse(q, kr, vr, **kw)
+    out, lse = cudakit.attention_with_lse(q, k, v, **kw)
+    np.testing.assert_array_equal(cp.asnumpy(out), cp.asnumpy(out_r))
+    t = lambda x: cp.ascontiguousarray(x.swapaxes(1, 2))   # noqa: E731
+    out_b, lse_b = cudakit.attention_with_lse(t(q), t(kr), t(vr), layout="blhd", **kw)
+    np.testing.assert_array_equal(cp.asnumpy(out_b), cp.asnumpy(t(out_r)))
+    dq_r, dk_r, dv_r = cudakit.attention_backward(g, q, kr, vr, out_r, lse_r, **kw)
+    dq, dk, dv = cudakit.attention_backward(g, q, k, v, out, lse, **kw)
+    np.testing.assert_array_equal(cp.asnumpy(dq), cp.asnumpy(dq_r))
+    np.testing.assert_allclose(cp.asnumpy(dk).astype(np.float32),
+                               cp.asnumpy(dk_r.astype(cp.float32).reshape(b, hkv, 2, lk, d).sum(2)), rtol=2e-2, atol=2e-2)
+
+
+def test_device_key_lengths_out_of_range_raise_at_the_next_check(rng):
+    """A GPU key_lengths is checked by the forward kernel (no wait in the call): the bad value
+    surfaces as an ArgumentError naming it at cudakit.check(), and the flag is clear afterwards."""
+    q = cp.asarray(ac.data(rng, (3, 2, 16, 32), "float16"))
+    cudakit.attention(q, q, q, key_lengths=cp.asarray([16, 17, 3]))
+    with pytest.raises(cudakit.ArgumentError, match=r"key_lengths\[1\] = 17 is outside \[0, Lk = 16\]"):
+        cudakit.check()
+    cudakit.attention(q, q, q, key_lengths=cp.asarray([16, 0, 3]))
+    cudakit.check()

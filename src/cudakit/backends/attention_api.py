@@ -13,9 +13,10 @@ import math
 import numpy as np
 
 
+from .attention_masks import Masks
 from .checks import check_bool, finite_scalar, require_array
 from .normalization_api import is_float
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
 
 
 class AttentionOps:
@@ -51,6 +52,43 @@ class AttentionOps:
                 raise ShapeError(f"{op}: with layout 'blhd' {name} must be (B, L, H, D) "
                                  f"(got shape {tuple(getattr(x, 'shape', ()))})")
         return True
+
+    def _masks(self, op: str, lead: tuple, lk: int, causal, window, key_lengths) -> Masks:
+        """Masks of the call, checked: window None or (left, right) of ints >= 0 or None; key_lengths
+        None or integer (B,) (B: the first leading dim of q's (B, ...) batch, 1 for 2-D q), each in
+        [0, Lk]. A host key_lengths is checked here; one already on the GPU is checked by the
+        forward kernel, which records a bad value in the device's error flag (an ArgumentError at
+        the next cudakit.check() or synchronising call: checking here would wait for the GPU)."""
+        if window is not None:
+            if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(
+                    w is None or (isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0)
+                    for w in window):
+                raise ArgumentError(f"{op}: window must be None or (left, right), each an int >= 0 or None "
+                                    f"(got {window!r})")
+            window = tuple(None if w is None else int(w) for w in window)
+        b = lead[0] if lead else 1
+        heads = math.prod(lead[1:]) if lead else 1
+        if key_lengths is None:
+            return Masks(causal, window)
+        host = isinstance(key_lengths, (list, tuple, np.ndarray))
+        if host:
+            key_lengths = np.asarray(key_lengths)
+            if key_lengths.dtype == object:
+                raise ArgumentTypeError(f"{op}: key_lengths must be an integer array (got {key_lengths!r})")
+        # a host list or NumPy array is copied to the backend's device (a GPU array avoids the copy)
+        x = self._xp().asarray(key_lengths) if host else self._coerce(key_lengths, "key_lengths")
+        if np.dtype(x.dtype).kind not in "iu":
+            raise DTypeError(f"{op}: key_lengths must be an integer array (got {x.dtype})")
+        if tuple(x.shape) != (b,):
+            raise ShapeError(f"{op}: key_lengths must have shape ({b},), one length per batch (got {tuple(x.shape)})")
+        if host and b:
+            bad = np.flatnonzero((key_lengths < 0) | (key_lengths > lk))
+            if bad.size:
+                i = int(bad[0])
+                raise ArgumentError(f"{op}: key_lengths[{i}] = {int(key_lengths[i])} is outside [0, Lk = {lk}]")
+        if x.dtype not in (np.int32, np.int64):
+            x = x.astype(np.int64)
+        return Masks(causal, window, self._ascontiguous(x), heads)
 
     def _attn_args(self, op: str, named: dict, scale, causal) -> tuple:
         """(arrays, dtype name, scale as float): shapes checked, q/k/v 3-D contiguous views."""
@@ -116,77 +154,97 @@ class AttentionOps:
         return None
 
     # ---- ops -------------------------------------------------------------------------------
-    def attention(self, q, k, v, scale=None, causal: bool = False, *, layout: str = "bhld"):
+    def attention(self, q, k, v, scale=None, causal: bool = False, *, window=None, key_lengths=None,
+                  layout: str = "bhld"):
         """softmax(q @ k^T * scale) @ v, fused: the (Lq, Lk) scores are never written out.
 
         q: (..., Lq, D); k, v: (..., Lk, D) with q's leading dims (e.g. batch, heads); float16,
         bfloat16 or float32, and float64 (by matrix products, the scores of a chunk of rows
         materialised; on the GPU too); D <= 128 on the GPU but for float64. scale: default
-        1 / sqrt(D). causal: query i attends to keys j <= i (top-left aligned, as PyTorch's
-        is_causal). Softmax statistics in float32. Returns q's shape and dtype.
+        1 / sqrt(D). Softmax statistics in float32. Returns q's shape and dtype.
+
+        Masks (every backend and path; row i of the queries sits at key position i + Lk - Lq,
+        aligned bottom-right as FlashAttention-2 does, which for Lq == Lk is PyTorch's top-left
+        is_causal):
+        causal: query i attends keys j <= i + Lk - Lq.
+        window=(left, right): keys from left before to right after that position (None: no bound
+        on that side; with causal, right is capped at 0).
+        key_lengths: integer (B,) array (B: q's first dim; a host list or array is copied to the
+        device), keys at or past key_lengths[b] masked for batch b. Values outside [0, Lk] raise
+        ArgumentError: here for host arrays, at the next cudakit.check() or synchronising call for
+        GPU arrays (found by the kernel).
+        A row that attends no key gets output 0 (and lse -inf), not NaN.
 
         layout="blhd": q (B, Lq, H, D), k and v (B, Lk, H, D), e.g. strided views of one packed
         qkv projection (B, L, 3, H, D); the output comes back (B, Lq, H, D) C-contiguous, so
         reshape(B, Lq, H * D) merges the heads without a copy. The CUDA backend's cuDNN path reads
-        such views in place; the other paths transpose them to (B, H, L, D) first."""
-        return self.attention_with_lse(q, k, v, scale, causal, layout=layout)[0]
+        such views in place (without masks beyond an Lq == Lk causal one); the other paths
+        transpose them to (B, H, L, D) first."""
+        return self.attention_with_lse(q, k, v, scale, causal, window=window, key_lengths=key_lengths,
+                                       layout=layout)[0]
 
-    def attention_with_lse(self, q, k, v, scale=None, causal: bool = False, *, layout: str = "bhld"):
+    def attention_with_lse(self, q, k, v, scale=None, causal: bool = False, *, window=None, key_lengths=None,
+                           layout: str = "bhld"):
         """attention() that also returns the log-sum-exp of each score row (..., Lq), float32
         (float64 for float64), which attention_backward needs: (out, lse). With layout "blhd" lse
-        is (B, H, Lq)."""
-        return self._attention_fwd("attention", q, k, v, scale, causal, None, layout)
+        is (B, H, Lq). A row that attends no key has lse -inf."""
+        return self._attention_fwd("attention", q, k, v, scale, causal, None, layout, window, key_lengths)
 
     def flash_attention(self, q, k, v, scale=None, block_size: int = 64, causal: bool = False, *,
-                        layout: str = "bhld"):
+                        window=None, key_lengths=None, layout: str = "bhld"):
         """attention() with the key block size of the fused kernel named (16, 32, 64 or 128), as
         cuda_backend.flash_attention(q, k, v, scale, block_size=64) is called."""
         from ..kernels.attention import KEY_BLOCKS
         if isinstance(block_size, bool) or block_size not in KEY_BLOCKS:
             raise ArgumentError(f"flash_attention: block_size must be one of {KEY_BLOCKS} (got {block_size!r})")
-        return self._attention_fwd("flash_attention", q, k, v, scale, causal, int(block_size), layout)[0]
+        return self._attention_fwd("flash_attention", q, k, v, scale, causal, int(block_size), layout, window,
+                                   key_lengths)[0]
 
-    def _attention_fwd(self, op, q, k, v, scale, causal, block_n, layout="bhld"):
+    def _attention_fwd(self, op, q, k, v, scale, causal, block_n, layout="bhld", window=None, key_lengths=None):
         if self._check_layout(op, layout, {"q": q, "k": k, "v": v}):
-            return self._attention_fwd_blhd(op, q, k, v, scale, causal, block_n)
+            return self._attention_fwd_blhd(op, q, k, v, scale, causal, block_n, window, key_lengths)
         arrs, name, scale = self._attn_args(op, {"q": q, "k": k, "v": v}, scale, causal)
         q, k, v = arrs["q"], arrs["k"], arrs["v"]
-        mod = self._attention_module(name)
         lead = tuple(q.shape[:-2])
+        masks = self._masks(op, lead, k.shape[-2], causal, window, key_lengths)
+        mod = self._attention_module(name)
         n = math.prod(lead)
         groups = _groups(q, k)
+        plain = masks.plain(q.shape[-2], k.shape[-2])
         with self._device_scope(q):
             if groups > 1:
-                if block_n is None:
+                if block_n is None and plain:
                     r = self._attention_gqa_fwd(*self._as_bhsd(q, k, v), scale, bool(causal), name)
                     if r is not None:
                         return r[0].reshape(q.shape), r[1].reshape(lead + (q.shape[-2],))
                 k, v = self._repeat_heads(k, groups), self._repeat_heads(v, groups)
             out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n), self._as_bhld(v, n), scale, bool(causal),
-                                   name, block_n)
+                                   name, block_n, masks=masks)
         return out.reshape(q.shape), lse.reshape(lead + (q.shape[-2],))
 
-    def _attention_fwd_blhd(self, op, q, k, v, scale, causal, block_n):
+    def _attention_fwd_blhd(self, op, q, k, v, scale, causal, block_n, window=None, key_lengths=None):
         """The (B, L, H, D) forms: checked as their (B, H, L, D) views, run in place by the backend's
-        blhd hook where it can, else through the (B, H, L, D) path and transposed back."""
+        blhd hook where it can (no masks beyond an Lq == Lk causal one), else through the
+        (B, H, L, D) path and transposed back."""
         t = {a: x.swapaxes(1, 2) for a, x in (("q", q), ("k", k), ("v", v))}
         arrs, name, sc = self._attn_args(op, t, scale, causal)
-        if block_n is None:
+        plain = window is None and key_lengths is None and (not causal or q.shape[1] == k.shape[1])
+        if block_n is None and plain:
             q, k, v = (arrs[a].swapaxes(1, 2) for a in ("q", "k", "v"))   # the coerced arrays
             with self._device_scope(arrs["q"]):
                 r = self._attention_blhd_fwd(q, k, v, sc, bool(causal), name)
             if r is not None:
                 return r
-        out, lse = self._attention_fwd(op, t["q"], t["k"], t["v"], sc, causal, block_n)
+        out, lse = self._attention_fwd(op, t["q"], t["k"], t["v"], sc, causal, block_n, "bhld", window, key_lengths)
         return self._ascontiguous(out.swapaxes(1, 2)), lse
 
     def attention_backward(self, grad_out, q, k, v, out, lse, scale=None, causal: bool = False, *,
-                           layout: str = "bhld"):
-        """(grad_q, grad_k, grad_v) of out = attention(q, k, v, scale, causal) for dL/dout =
-        grad_out (q's shape), from the forward's out and lse (attention_with_lse); the
-        probabilities are recomputed, never stored. Same scale, causal and layout as the forward.
-        Returns arrays of q's, k's and v's shapes in their dtype (C-contiguous (B, L, H, D) ones
-        with layout "blhd")."""
+                           window=None, key_lengths=None, layout: str = "bhld"):
+        """(grad_q, grad_k, grad_v) of out = attention(q, k, v, scale, causal, window=...,
+        key_lengths=...) for dL/dout = grad_out (q's shape), from the forward's out and lse
+        (attention_with_lse); the probabilities are recomputed, never stored. Same scale, masks
+        and layout as the forward. Returns arrays of q's, k's and v's shapes in their dtype
+        (C-contiguous (B, L, H, D) ones with layout "blhd")."""
         op = "attention_backward"
         blhd = self._check_layout(op, layout, {"grad_out": grad_out, "q": q, "k": k, "v": v, "out": out})
         named = {"q": q, "k": k, "v": v, "grad_out": grad_out, "out": out}
@@ -208,9 +266,11 @@ class AttentionOps:
         if not is_float(lse.dtype):
             raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
                              f"(got {lse.dtype})")
+        masks = self._masks(op, lead, tk.shape[-2], causal, window, key_lengths)
+        plain = masks.plain(tq.shape[-2], tk.shape[-2])
         groups = _groups(tq, tk)
         with self._device_scope(tq):
-            if blhd:
+            if blhd and plain:
                 r = self._attention_blhd_bwd(*(x.swapaxes(1, 2) for x in (tg, tq, tk, tv, to)), lse, scale,
                                              bool(causal), name)
                 if r is not None:
@@ -220,7 +280,7 @@ class AttentionOps:
                 q4, k4, v4 = self._as_bhsd(tq, tk, tv)
                 g4, o4 = (self._ascontiguous(x).reshape(q4.shape) for x in (tg, to))
                 lse4 = self._ascontiguous(lse.astype("float32", copy=False)).reshape(q4.shape[:3]) \
-                    if name != "float64" else None
+                    if name != "float64" and plain else None
                 r = None if lse4 is None else self._attention_gqa_bwd(g4, q4, k4, v4, o4, lse4, scale, bool(causal),
                                                                        name)
                 if r is not None:
@@ -232,7 +292,8 @@ class AttentionOps:
             mod = self._attention_module(name)
             lse = self._ascontiguous(lse.astype(acc, copy=False)).reshape(n, tq.shape[-2])
             dq, dk, dv = mod.backward(self._as_bhld(tg, n), self._as_bhld(tq, n), self._as_bhld(tk, n),
-                                      self._as_bhld(tv, n), self._as_bhld(to, n), lse, scale, bool(causal), name)
+                                      self._as_bhld(tv, n), self._as_bhld(to, n), lse, scale, bool(causal), name,
+                                      masks=masks)
         dq, dk, dv = dq.reshape(tq.shape), dk.reshape(tk.shape), dv.reshape(tv.shape)
         if groups > 1:   # each k and v head's gradient: the sum over the q heads of its group
             dk, dv = (self._sum_groups(x, groups, kv_shape) for x in (dk, dv))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .attention_masks import Masks
+
 _SCORE_BYTES = 64 << 20   # bytes of one chunk's (heads, query rows, Lk) scores
 
 
@@ -33,54 +35,62 @@ def _chunks(bh: int, lq: int, lk: int, itemsize: int):
             yield slice(b0, min(bh, b0 + heads)), slice(r0, min(lq, r0 + rows))
 
 
-def _scores(xp, q, k, scale, causal, r0):
-    """q k^T * scale for query rows from r0 on, keys after the row masked to -inf when causal."""
+def _scores(xp, q, k, scale, masks, lq, hs, rs):
+    """q k^T * scale for the query rows rs of the [BH] entries hs, the keys a row does not see
+    (masks: Masks) set to -inf."""
     acc = _acc(q)
     s = xp.matmul(q.astype(acc), k.astype(acc).swapaxes(1, 2)) * acc(scale)
-    if causal:
-        lq, lk = s.shape[1:]
-        s = xp.where(xp.arange(lk)[None, :] <= xp.arange(r0, r0 + lq)[:, None], s, -xp.inf)
-    return s
+    ok = masks.allowed(xp, lq, s.shape[2], rs, hs)
+    return s if ok is None else xp.where(ok, s, -xp.inf)
 
 
 def _probabilities(xp, s):
     """(softmax of each score row, the row's log-sum-exp): exp(s - max) / sum, normalised by the
     max-subtracted sum itself. Never by exp(s - lse): lse = max + log(sum) rounds to max once
-    |max| is large (1e8 in float32), and the rows would then lose their normalisation."""
+    |max| is large (1e8 in float32), and the rows would then lose their normalisation. A row that
+    sees no key (every score -inf): probabilities 0, log-sum-exp -inf."""
     m = s.max(axis=2, keepdims=True)
-    e = xp.exp(s - m)
+    seen = m != -xp.inf
+    e = xp.exp(s - xp.where(seen, m, 0))
     total = e.sum(axis=2, keepdims=True)
-    return e / total, m + xp.log(total)
+    safe = xp.where(seen, total, 1)
+    return xp.where(seen, e / safe, 0), xp.where(seen, m + xp.log(safe), -xp.inf)
 
 
-def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None):
+def _rows(rs: slice, lq: int) -> slice:
+    return slice(rs.start, min(rs.stop, lq))
+
+
+def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, masks=None):
     """(out, lse) of softmax(q k^T * scale) v; lse float32 (float64 for float64). block_n: the
-    fused kernels' key block, no meaning here."""
+    fused kernels' key block, no meaning here. masks: Masks (Masks(causal) when None)."""
     xp, acc = _xp(q), _acc(q)
+    masks = Masks(causal) if masks is None else masks
     bh, lq, _ = q.shape
     out = xp.empty(q.shape[:2] + (v.shape[2],), q.dtype)
     lse = xp.empty((bh, lq), acc)
     with np.errstate(invalid="ignore", over="ignore"):
         for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
-            p, lse_c = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, causal, rs.start))
+            p, lse_c = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, _rows(rs, lq)))
             out[hs, rs] = xp.matmul(p, v[hs].astype(acc)).astype(q.dtype)
             lse[hs, rs] = lse_c[..., 0]
     return out, lse
 
 
-def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
+def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, masks=None):
     """(dq, dk, dv): dV = P^T dO, dS = P (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s,
     P recomputed chunk by chunk from the scores, normalised by their own max-subtracted sum
     (exp(s - lse) loses the normalisation where lse rounds to the row max); lse is the forward's,
     taken for the interface. dK and dV are summed over the chunks of query rows."""
     xp, acc = _xp(q), _acc(q)
+    masks = Masks(causal) if masks is None else masks
     bh, lq, _ = q.shape
     dq = xp.empty(q.shape, acc)
     dk = xp.zeros(k.shape, acc)
     dv = xp.zeros(v.shape, acc)
     with np.errstate(invalid="ignore", over="ignore"):
         for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
-            p = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, causal, rs.start))[0]
+            p = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, _rows(rs, lq)))[0]
             g = do[hs, rs].astype(acc)
             delta = (g * out[hs, rs].astype(acc)).sum(axis=2, keepdims=True)
             dv[hs] += xp.matmul(p.swapaxes(1, 2), g)

@@ -16,6 +16,25 @@ MAX_HEAD_DIM = 128
 KEY_BLOCKS = (16, 32, 64, 128)   # the block sizes flash_attention's block_size may name
 _MAX_GRID_Y = 65535
 _kernels: dict = {}
+from ..backends.attention_masks import Masks, key_bounds  # noqa: F401 -- key_bounds: part of this module's API
+
+
+def _key_lengths_error(op: str, f: list):
+    from ..errors import ArgumentError
+    return ArgumentError(f"{op}: key_lengths[{f[0]}] = {f[1]} is outside [0, Lk = {f[2]}] (found on the device "
+                         f"by an earlier asynchronous call)")
+
+
+_errors_registered = False
+
+
+def _register_errors() -> None:
+    global _errors_registered
+    if not _errors_registered:
+        from ..runtime import device_errors
+        from ._attention_triton_codes import ERR_KEY_LENGTHS
+        device_errors.register(ERR_KEY_LENGTHS, "attention", _key_lengths_error)
+        _errors_registered = True
 
 
 def _k(name: str):
@@ -82,17 +101,18 @@ def _backward_configs(dtype_name: str, cfg: dict) -> tuple[dict, dict]:
     return kv, dict(cfg, BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
 
 
-def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts: dict) -> None:
+def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts: dict, bh0: bool = False) -> None:
     """Kernel `name` over grid (row blocks, batch*heads): batch*heads is grid dim y (at most 65535),
-    so larger batches go in slices of the [BH, ...] arrays."""
+    so larger batches go in slices of the [BH, ...] arrays; bh0: the kernel takes the slice's first
+    batch*head as its last argument (to find the batch's key length)."""
     bh = arrays[0].shape[0]
     k = _specialized(name, consts)
     if bh <= _MAX_GRID_Y:
-        k[(max(1, math.ceil(rows / block)), bh)](*arrays, *args)
+        k[(max(1, math.ceil(rows / block)), bh)](*arrays, *args, *((0,) if bh0 else ()))
         return
     for b0 in range(0, bh, _MAX_GRID_Y):
         b1 = min(bh, b0 + _MAX_GRID_Y)
-        k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args)
+        k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args, *((b0,) if bh0 else ()))
 
 
 _special: dict = {}   # (kernel name, constexprs and launch options) -> its specialised TritonKernel
@@ -123,21 +143,26 @@ def _cudnn_candidate(dtype_name: str, d: int, scale: float) -> bool:
     return scale > 0 and cudnn.wanted() and cudnn.attention_ok(dtype_name, d)
 
 
-def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None, tiles=None):
+def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None, tiles=None,
+            masks: Masks | None = None):
     """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v: cuDNN's flash forward or
     the Triton kernel, whichever kernels/paths.py measured faster for the signature (Triton alone
-    without the `cudnn` extra, for float32, or when block_n or tiles name the Triton kernel's tiles:
-    benchmarks/sweeps/attention_variants.py). FLOPs: 4 BH Lq Lk D, about half of it causal."""
+    without the `cudnn` extra, for float32, when block_n or tiles name the Triton kernel's tiles
+    (benchmarks/sweeps/attention_variants.py), or with masks beyond an Lq == Lk causal one).
+    masks: causal (bottom-right aligned), window and key lengths (Masks; Masks(causal) when None).
+    A row that sees no key gets out 0 and lse -inf. FLOPs: 4 BH Lq Lk D, about half of it causal."""
     bh, lq, d = q.shape
-    if block_n is None and tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d, scale):
+    masks = Masks(causal) if masks is None else masks
+    if block_n is None and tiles is None and bh * lq * k.shape[1] and masks.plain(lq, k.shape[1]) \
+            and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = _path_key("fwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)
         cands = [("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal))]
         if d <= MAX_HEAD_DIM:
-            cands.append(("triton", lambda: _triton_forward(q, k, v, scale, causal, dtype_name)))
+            cands.append(("triton", lambda: _triton_forward(q, k, v, scale, masks, dtype_name)))
         return _only_cudnn_beyond(d, paths.run("attention", key, cands))
     _check_triton_head_dim(d)
-    return _triton_forward(q, k, v, scale, causal, dtype_name, block_n, tiles)
+    return _triton_forward(q, k, v, scale, masks, dtype_name, block_n, tiles)
 
 
 MAX_CUDNN_HEAD_DIM = 256   # head dims 129..256 (multiples of 8, 16-bit data): cuDNN only
@@ -228,7 +253,7 @@ def _blhd_ok(*arrays) -> bool:
     return True
 
 
-def _triton_forward(q, k, v, scale, causal, dtype_name, block_n=None, tiles=None):
+def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -237,29 +262,35 @@ def _triton_forward(q, k, v, scale, causal, dtype_name, block_n=None, tiles=None
     if bh == 0 or lq == 0:
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
-    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), (float(scale * math.log2(math.e)), lq, lk),
-            dict(cfg, D=d, CAUSAL=bool(causal), POS_SCALE=scale > 0))
+    lens, err, dlo, dhi, heads = masks.args(lq, lk, lse)
+    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse),
+            (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads),
+            dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0), bh0=True)
     return out, lse
 
 
-def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None):
+def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None,
+             masks: Masks | None = None):
     """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it (either path's: both
     are the natural-log log-sum-exp of the scaled scores). cuDNN's flash backward or the Triton
-    kernels, chosen as forward() is. tiles: a pair of dicts overriding the Triton dK/dV and dQ
-    kernels' tile sizes and options. FLOPs: 10 BH Lq Lk D (8 without recomputing the scores)."""
+    kernels, chosen as forward() is; masks as forward's. tiles: a pair of dicts overriding the
+    Triton dK/dV and dQ kernels' tile sizes and options. FLOPs: 10 BH Lq Lk D (8 without
+    recomputing the scores)."""
     bh, lq, d = q.shape
-    if tiles is None and bh * lq * k.shape[1] and _cudnn_candidate(dtype_name, d, scale):
+    masks = Masks(causal) if masks is None else masks
+    if tiles is None and bh * lq * k.shape[1] and masks.plain(lq, k.shape[1]) \
+            and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = _path_key("bwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)
         cands = [("cudnn", lambda: cudnn.sdpa_backward(do, q, k, v, out, lse, scale, causal))]
         if d <= MAX_HEAD_DIM:
-            cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name)))
+            cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name)))
         return _only_cudnn_beyond(d, paths.run("attention_backward", key, cands))
     _check_triton_head_dim(d)
-    return _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name, tiles)
+    return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles)
 
 
-def _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name, tiles=None):
+def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -274,14 +305,16 @@ def _triton_backward(do, q, k, v, out, lse, scale, causal, dtype_name, tiles=Non
     delta = cp.empty((bh, lq), cp.float32)
     _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq,),
             {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
-    scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk)
+    lens, _, dlo, dhi, heads = masks.args(lq, lk, delta)
+    scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads)
     kv, qc = _backward_configs(dtype_name, cfg)
     if tiles is not None:
         kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
+    has = masks.lengths is not None
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars,
-            dict(kv, D=d, CAUSAL=bool(causal), EVEN_Q=lq % kv["BLOCK_M"] == 0))
+            dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0), bh0=True)
     _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars,
-            dict(qc, D=d, CAUSAL=bool(causal)))
+            dict(qc, D=d, HAS_LENS=has), bh0=True)
     return dq, dk, dv
 
 
@@ -293,7 +326,7 @@ def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str,
     chosen yet, empty, more than 65535 batch-heads, or past the Triton kernels' head dim)."""
     if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
         return None
-    if _cudnn_candidate(dtype_name, d, scale):
+    if Masks(causal).plain(lq, lk) and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         op = "attention" if kind == "fwd" else "attention_backward"
         choice = paths.chosen(op, _path_key(kind, bh, lq, lk, d, dtype_name, causal, device))
@@ -326,13 +359,14 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
             return out, lse
         return fwd
     cfg = _config(dtype_name, d, None)
-    launch = _specialized("attn_fwd", dict(cfg, D=d, CAUSAL=bool(causal), POS_SCALE=scale > 0))[
+    launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
     qk_scale = float(scale * math.log2(math.e))
+    dlo, dhi = key_bounds(lq, lk, causal)
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-        launch(q, k, v, out, lse, qk_scale, lq, lk)
+        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, 0)   # LENS, ERR: not read
         return out, lse
     return fwd
 
@@ -358,17 +392,18 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     kv, qc = _backward_configs(dtype_name, cfg)
     delta_launch = _specialized("attn_bwd_delta", {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})[
         (max(1, math.ceil(lq / 64)), bh)]
-    dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, CAUSAL=bool(causal), EVEN_Q=lq % kv["BLOCK_M"] == 0))[
+    dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=lq % kv["BLOCK_M"] == 0))[
         (max(1, math.ceil(lk / kv["BLOCK_N"])), bh)]
-    dq_launch = _specialized("attn_bwd_dq", dict(qc, D=d, CAUSAL=bool(causal)))[
+    dq_launch = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False))[
         (max(1, math.ceil(lq / qc["BLOCK_M"])), bh)]
-    scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk)
+    dlo, dhi = key_bounds(lq, lk, causal)
+    scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, 1, 0)
 
     def bwd(do, q, k, v, out, lse):
         dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
         delta = nd((bh, lq), f32)
         delta_launch(out, do, delta, lq)
-        dkdv(q, k, v, do, lse, delta, dk, dv, *scalars)
-        dq_launch(q, k, v, do, lse, delta, dq, *scalars)
+        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars)   # LENS: not read
+        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars)
         return dq, dk, dv
     return bwd

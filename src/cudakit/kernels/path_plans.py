@@ -39,6 +39,8 @@ def _blhd_cudnn(kind: str, arrays: dict, scale, causal):
     name = str(q.dtype)
     if name not in ("float16", "bfloat16") or q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         return None
+    if causal and q.shape[1] != k.shape[1]:
+        return None   # bottom-right causal: the Triton kernels (cuDNN's graphs here are top-left)
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if not (attention._cudnn_candidate(name, q.shape[-1], sc) and attention._blhd_ok(*arrays.values())):
         return None
@@ -68,14 +70,16 @@ def _plan_blhd_forward(q, k, v, scale, causal):
     b, lq, h, _ = q.shape
     o_shape, lse_shape = tuple(q.shape), (b, h, lq)
 
-    def plan(q, k, v, scale=None, causal=False, layout="blhd"):
+    def plan(q, k, v, scale=None, causal=False, layout="blhd", *_):
         out, lse = nd(o_shape, q.dtype), nd(lse_shape, f32)
         run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
         return out, lse
     return plan
 
 
-def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld"):
+def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None):
+    if window is not None or key_lengths is not None:
+        return None   # the masked kernels: a plan traced from the checked call
     if layout == "blhd":
         return _plan_blhd_forward(q, k, v, scale, causal)
     s = _attn_sig(q, k, v, scale)
@@ -89,14 +93,14 @@ def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld"):
         return None
     lse_shape = lead + (lq,)
 
-    def plan(q, k, v, scale=None, causal=False, layout="bhld"):
+    def plan(q, k, v, scale=None, causal=False, layout="bhld", *_):
         out, lse = fwd(q, k, v)
         return out, lse.reshape(lse_shape)
     return _f32_guard(name, plan, "attention_with_lse", 3)
 
 
-def plan_attention(q, k, v, scale=None, causal=False, layout="bhld"):
-    p = plan_attention_with_lse(q, k, v, scale, causal, layout)
+def plan_attention(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None):
+    p = plan_attention_with_lse(q, k, v, scale, causal, layout, window, key_lengths)
     return None if p is None else (lambda *a: p(*a)[0])
 
 
@@ -110,7 +114,7 @@ def _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal):
     nd = cp.ndarray
     shapes = tuple(q.shape), tuple(k.shape), tuple(v.shape)
 
-    def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="blhd"):
+    def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="blhd", *_):
         dq, dk, dv = nd(shapes[0], q.dtype), nd(shapes[1], q.dtype), nd(shapes[2], q.dtype)
         run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr,
             dq.data.ptr, dk.data.ptr, dv.data.ptr)
@@ -118,7 +122,10 @@ def _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal):
     return plan
 
 
-def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld"):
+def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None,
+                            key_lengths=None):
+    if window is not None or key_lengths is not None:
+        return None   # the masked kernels: a plan traced from the checked call
     if layout == "blhd":
         return _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal)
     s = _attn_sig(q, k, v, scale)
@@ -134,7 +141,7 @@ def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=Fals
     bwd = attention.plan_backward(bh, lq, lk, d, name, sc, bool(causal), q.data.device_id)
     if bwd is None:
         return None
-    return _f32_guard(name, lambda grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld":
+    return _f32_guard(name, lambda grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", *_:
                       bwd(grad_out, q, k, v, out, lse), "attention_backward", 4)
 
 

@@ -1,0 +1,69 @@
+"""Which keys each query row of an attention sees: the masks beyond the plain product, shared by the
+CPU path (backends/matmul_attention.py) and the GPU kernels (kernels/attention.py).
+
+Row i of a batch attends the keys j with i + DLO <= j < i + DHI and j below the batch's key length
+(key_lengths[b], Lk without): one interval a row. causal and window are aligned bottom-right, as
+FlashAttention-2 does: query row i sits at key position i + Lk - Lq, so the last query sees the
+last key (the same as PyTorch's top-left is_causal when Lq == Lk). A row whose interval is empty
+attends nothing: its output is 0 and its log-sum-exp -inf.
+"""
+from __future__ import annotations
+
+_UNBOUNDED = 1 << 30   # DLO / DHI of a side without a bound (past any length the kernels take)
+
+
+def key_bounds(lq: int, lk: int, causal: bool, window=None) -> tuple[int, int]:
+    """(DLO, DHI): query row i attends the keys j with i + DLO <= j < i + DHI. causal and window
+    are aligned bottom-right, as FlashAttention-2 does: row i sits at key position i + Lk - Lq, so
+    the last query row sees the last key (top-left, PyTorch's is_causal, when Lq == Lk). window
+    (left, right): keys from left before to right after that position (None: no bound that side);
+    causal caps right at 0."""
+    off = lk - lq
+    dlo, dhi = -_UNBOUNDED, _UNBOUNDED
+    if window is not None:
+        left, right = window
+        if left is not None:
+            dlo = off - left
+        if right is not None:
+            dhi = off + right + 1
+    if causal:
+        dhi = min(dhi, off + 1)
+    return dlo, dhi
+
+
+class Masks:
+    """What limits the keys each query row sees beyond the plain product: causal, window and the
+    per-batch key lengths (a C-contiguous int32/int64 (B,) array on q's device; heads: how many
+    consecutive [BH] entries share a length). plain: nothing but Lq == Lk causal or no mask at all,
+    the case cuDNN's graphs take."""
+    __slots__ = ("causal", "window", "lengths", "heads")
+
+    def __init__(self, causal: bool, window=None, lengths=None, heads: int = 1):
+        self.causal, self.window, self.lengths, self.heads = bool(causal), window, lengths, max(1, int(heads))
+
+    def plain(self, lq: int, lk: int) -> bool:
+        return self.window is None and self.lengths is None and (not self.causal or lq == lk)
+
+    def args(self, lq: int, lk: int, dummy):
+        """(LENS, ERR, DLO, DHI, H) of the kernels (dummy: any array for the pointers not read)."""
+        dlo, dhi = key_bounds(lq, lk, self.causal, self.window)
+        if self.lengths is None:
+            return dummy, dummy, dlo, dhi, 1
+        from ..kernels.attention import _register_errors
+        from ..runtime import device_errors
+        _register_errors()
+        return self.lengths, device_errors.flag(self.lengths.data.device_id), dlo, dhi, self.heads
+
+    def allowed(self, xp, lq: int, lk: int, rows: slice, heads: slice):
+        """Bools [heads, rows, lk]: which keys the query rows `rows` of the [BH] entries `heads` see
+        (the matrix-product path's mask; lengths an array of xp), or None when every key is seen."""
+        if not self.causal and self.window is None and self.lengths is None:
+            return None
+        dlo, dhi = key_bounds(lq, lk, self.causal, self.window)
+        i = xp.arange(rows.start, rows.stop)[:, None]
+        j = xp.arange(lk)[None, :]
+        ok = ((j >= i + dlo) & (j < i + dhi))[None]
+        if self.lengths is not None:
+            n = self.lengths[xp.arange(heads.start, heads.stop) // self.heads].astype(xp.int64)
+            ok = ok & (j[None] < n[:, None, None])
+        return ok
