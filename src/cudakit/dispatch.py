@@ -16,7 +16,10 @@ then replayed.
 3. Later calls with the signature run the plan: allocation and launches, no checks. ops.py
    first asks plan_call (runtime/_native.c), which finds and runs the plan of a signature with no
    Python frame in between while the native fast paths are open (no profile, asynchronous
-   launches), and comes here otherwise.
+   launches), and comes here otherwise. plan_call checks an inline cache first: arguments equal
+   to a recent call's field for field (array dtype, shape, strides, address % 256, device;
+   scalar type and value) take that call's plan without the signature being built; clear()
+   empties it with the table.
 
 Where the native module is built, the signature is computed in C (runtime/_native.c
 call_signature, the same keys) and most plans are native Replays (kernels/trace_plans.py,
