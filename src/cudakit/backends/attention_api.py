@@ -178,7 +178,7 @@ class AttentionOps:
         layout="blhd": q (B, Lq, H, D), k and v (B, Lk, H, D), e.g. strided views of one packed
         qkv projection (B, L, 3, H, D); the output comes back (B, Lq, H, D) C-contiguous, so
         reshape(B, Lq, H * D) merges the heads without a copy. The CUDA backend's cuDNN path reads
-        such views in place (without masks beyond an Lq == Lk causal one); the other paths
+        such views in place (without masks beyond causal); the other paths
         transpose them to (B, H, L, D) first."""
         return self.attention_with_lse(q, k, v, scale, causal, window=window, key_lengths=key_lengths,
                                        layout=layout)[0]
@@ -224,11 +224,11 @@ class AttentionOps:
 
     def _attention_fwd_blhd(self, op, q, k, v, scale, causal, block_n, window=None, key_lengths=None):
         """The (B, L, H, D) forms: checked as their (B, H, L, D) views, run in place by the backend's
-        blhd hook where it can (no masks beyond an Lq == Lk causal one), else through the
+        blhd hook where it can (no masks beyond causal), else through the
         (B, H, L, D) path and transposed back."""
         t = {a: x.swapaxes(1, 2) for a, x in (("q", q), ("k", k), ("v", v))}
         arrs, name, sc = self._attn_args(op, t, scale, causal)
-        plain = window is None and key_lengths is None and (not causal or q.shape[1] == k.shape[1])
+        plain = window is None and key_lengths is None
         if block_n is None and plain:
             q, k, v = (arrs[a].swapaxes(1, 2) for a in ("q", "k", "v"))   # the coerced arrays
             with self._device_scope(arrs["q"]):

@@ -34,15 +34,15 @@ def key_bounds(lq: int, lk: int, causal: bool, window=None) -> tuple[int, int]:
 class Masks:
     """What limits the keys each query row sees beyond the plain product: causal, window and the
     per-batch key lengths (a C-contiguous int32/int64 (B,) array on q's device; heads: how many
-    consecutive [BH] entries share a length). plain: nothing but Lq == Lk causal or no mask at all,
-    the case cuDNN's graphs take."""
+    consecutive [BH] entries share a length). plain: causal at most, the case cuDNN's graphs take
+    (kernels/cudnn.py aligns their causal mask bottom-right too)."""
     __slots__ = ("causal", "window", "lengths", "heads")
 
     def __init__(self, causal: bool, window=None, lengths=None, heads: int = 1):
         self.causal, self.window, self.lengths, self.heads = bool(causal), window, lengths, max(1, int(heads))
 
     def plain(self, lq: int, lk: int) -> bool:
-        return self.window is None and self.lengths is None and (not self.causal or lq == lk)
+        return self.window is None and self.lengths is None
 
     def args(self, lq: int, lk: int, dummy):
         """(LENS, ERR, DLO, DHI, H) of the kernels (dummy: any array for the pointers not read)."""

@@ -130,7 +130,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     for start_n in range(c, e, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
                                    qk_scale, Lk, D, True, PREC, POS_SCALE)
-    seen = l_i > 0.0   # rows with at least one key (their max contributes 1 to l_i)
+    seen = l_i != 0.0   # rows with at least one key (their max contributes 1 to l_i; NaN stays NaN)
     acc = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
     tl.store(O + q_base + rows[:, None] * D + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])

@@ -148,7 +148,7 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v: cuDNN's flash forward or
     the Triton kernel, whichever kernels/paths.py measured faster for the signature (Triton alone
     without the `cudnn` extra, for float32, when block_n or tiles name the Triton kernel's tiles
-    (benchmarks/sweeps/attention_variants.py), or with masks beyond an Lq == Lk causal one).
+    (benchmarks/sweeps/attention_variants.py), or with a window or key lengths).
     masks: causal (bottom-right aligned), window and key lengths (Masks; Masks(causal) when None).
     A row that sees no key gets out 0 and lse -inf. FLOPs: 4 BH Lq Lk D, about half of it causal."""
     bh, lq, d = q.shape

@@ -506,6 +506,16 @@ def _out(t, desc, dtype):
     t.set_output(True).set_dim(list(desc[0])).set_stride(list(desc[1])).set_data_type(dtype)
 
 
+def _causal_kw(causal: bool, q, k, layout: str) -> dict:
+    """The sdpa graph's causal mask, aligned bottom-right as cudakit's (backends/attention_masks.py):
+    the frontend's top-left use_causal_mask where Lq == Lk (the same mask), its bottom-right one
+    otherwise."""
+    if not causal:
+        return {}
+    axis = 1 if layout == "blhd" else -2
+    return {"use_causal_mask": True} if q.shape[axis] == k.shape[axis] else {"use_causal_mask_bottom_right": True}
+
+
 def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
     """(out, lse) of softmax(q k^T * scale) v for 16-bit q, k, v: cuDNN's flash forward, or None when
     declined. layout "bhld": C-contiguous [BH, L, D] arrays, out like q, lse [BH, Lq]; "bhsd":
@@ -528,7 +538,7 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
         io = g_io(dt, name)
         Q, K, V = _tensor(g, "Q", qd, io), _tensor(g, "K", kd, io), _tensor(g, "V", vd, io)
         O, S = g.sdpa(name="sdpa", q=Q, k=K, v=V, is_inference=False, attn_scale=float(scale),
-                      use_causal_mask=bool(causal))
+                      **_causal_kw(causal, q, k, layout))
         _out(O, od, io)
         _out(S, sd, dt.FLOAT)
         return [Q, K, V, O, S]
@@ -565,7 +575,7 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
         O, DO = _tensor(g, "O", od, io), _tensor(g, "dO", dod, io)
         S = _tensor(g, "Stats", sd, dt.FLOAT)
         DQ, DK, DV = g.sdpa_backward(name="sdpa_backward", q=Q, k=K, v=V, o=O, dO=DO, stats=S,
-                                     attn_scale=float(scale), use_causal_mask=bool(causal))
+                                     attn_scale=float(scale), **_causal_kw(causal, q, k, layout))
         _out(DQ, dqd, io)
         _out(DK, dkd, io)
         _out(DV, dvd, io)

@@ -39,8 +39,6 @@ def _blhd_cudnn(kind: str, arrays: dict, scale, causal):
     name = str(q.dtype)
     if name not in ("float16", "bfloat16") or q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         return None
-    if causal and q.shape[1] != k.shape[1]:
-        return None   # bottom-right causal: the Triton kernels (cuDNN's graphs here are top-left)
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if not (attention._cudnn_candidate(name, q.shape[-1], sc) and attention._blhd_ok(*arrays.values())):
         return None
