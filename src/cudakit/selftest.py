@@ -155,6 +155,16 @@ def cases(quick: bool = False, families=None) -> list:
             add("attention", f"attention_backward {dt} {lq}x{lk}x{d} causal={causal}",
                 lambda g, q, k, v, o, lse, c=causal: ck.attention_backward(g, q, k, v, o, lse, None, c),
                 _rand(rng, o.shape, dt), q, k, v, o, lse)
+        # attention with masks: causal (bottom-right, Lq < Lk), a window and per-batch key lengths
+        q, k, v = _rand(rng, (2, 3, 70, 64), dt), _rand(rng, (2, 3, 90, 64), dt), _rand(rng, (2, 3, 90, 64), dt)
+        lens = np.array([90, 60], np.int64)
+        kw = {"window": (30, None)}
+        add("attention", f"attention masked {dt}",
+            lambda q, k, v, n: ck.attention_with_lse(q, k, v, None, True, key_lengths=n, **kw), q, k, v, lens)
+        o, lse = ck.attention_with_lse(q, k, v, None, True, key_lengths=lens, **kw)
+        add("attention", f"attention_backward masked {dt}",
+            lambda g, q, k, v, o, lse, n: ck.attention_backward(g, q, k, v, o, lse, None, True, key_lengths=n, **kw),
+            _rand(rng, o.shape, dt), q, k, v, o, lse, lens)
         # convolution (implicit GEMM, depthwise direct, strided/dilated) and pooling
         x4 = _rand(rng, (2, 8, 17, 19), dt)
         add("conv", f"conv2d 3x3 {dt}", lambda x, w, b: ck.conv2d(x, w, b, 1, 1), x4, _rand(rng, (16, 8, 3, 3), dt),
