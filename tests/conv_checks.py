@@ -82,6 +82,33 @@ def check_conv2d(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, w
     else:
         assert gb is None
 
+def check_conv1d(dev, host, rng, n, c, length, k, r, stride, pad, dil, dtype, groups=1, with_bias=True, product_u=0.0):
+    """conv1d and conv1d_backward against the 2-D references on (N, C, 1, L) copies (the 1-D
+    convolution is the 2-D one with a 1 x R window, stride, padding and dilation 1, 0, 1 in H)."""
+    x, wt = data(rng, (n, c, length), dtype), data(rng, (k, c // groups, r), dtype)
+    b = data(rng, (k,), dtype) if with_bias else None
+    y = host(cudakit.conv1d(dev(x), dev(wt), None if b is None else dev(b), stride, pad, dil, groups))
+    geo = ((1, stride), (0, pad), (1, dil))
+    want, mag, (_, lo) = conv_reference(x[:, :, None], wt[:, :, None], b, *geo, groups)
+    assert y.shape == (n, k, lo) and y.dtype == np_dtype(dtype)
+    _close(y[:, :, None], want, mag, c // groups * r + 1, dtype, "conv1d", product_u)
+    g = data(rng, (n, k, lo), dtype)
+    gx, gw, gb = (None if t is None else host(t) for t in
+                  cudakit.conv1d_backward(dev(g), dev(x), dev(wt), stride, pad, dil, with_bias, groups))
+    rgx, rgw, magx, magw = _conv_grads(f64(g)[:, :, None], f64(x)[:, :, None], f64(wt)[:, :, None], *geo, groups)
+    assert gx.shape == x.shape and gw.shape == wt.shape
+    _close(gx[:, :, None], rgx, magx, k // groups * r, dtype, "conv1d grad_x", product_u)
+    _close(gw[:, :, None], rgw, magw, n * lo, dtype, "conv1d grad_weight", product_u)
+    if with_bias:
+        _close(gb, f64(g).sum(axis=(0, 2)), np.abs(f64(g)).sum(axis=(0, 2)), n * lo, dtype, "conv1d grad_bias")
+    else:
+        assert gb is None
+
+
+# (n, c, length, k, r, stride, padding, dilation, groups) of conv1d on both backends
+CONV1D_GEOMETRIES = [(2, 3, 17, 4, 3, 1, 1, 1, 1), (1, 6, 40, 9, 5, 2, 3, 2, 3), (3, 4, 9, 4, 3, 1, 1, 1, 4),
+                     (2, 5, 1, 2, 1, 1, 0, 1, 1)]
+
 # (n, c, h, w, k, r, s, stride, padding, dilation) and (n, c, h, w, kernel_size, stride, padding)
 # run on both backends; the GPU tests add a larger case of each
 CONV_GEOMETRIES = [(1, 1, 1, 1, 1, 1, 1, 1, 0, 1), (2, 3, 9, 7, 4, 3, 3, 1, 1, 1),

@@ -190,3 +190,26 @@ def test_conv_plan_cache(rng):
     assert be.checks == 10 and all(a is None or np.array_equal(a, b) for a, b in zip(first, again))
     be.conv2d(list(x), w, None, 1, 1, 1, 4)     # not the backend's own arrays: no key, checked
     assert be.checks == 11
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo", cc.CONV1D_GEOMETRIES)
+def test_conv1d(geo, dtype, rng):
+    n, c, length, k, r, stride, pad, dil, groups = geo
+    cc.check_conv1d(_dev, _host, rng, n, c, length, k, r, stride, pad, dil, dtype, groups, with_bias=groups != 4)
+
+
+def test_conv1d_errors(rng):
+    x, w = np.ones((2, 4, 10), np.float32), np.ones((3, 4, 3), np.float32)
+    with pytest.raises(cudakit.ShapeError, match=r"conv1d: x must be \(N, C, L\)"):
+        cudakit.conv1d(x[0], w)
+    with pytest.raises(cudakit.ShapeError, match=r"conv1d: weight must be \(K, C / groups, R\)"):
+        cudakit.conv1d(x, w[:, :, :, None])
+    with pytest.raises(cudakit.ArgumentError, match="conv1d: stride must be an int or a 1-tuple"):
+        cudakit.conv1d(x, w, stride=(1, 2))
+    with pytest.raises(cudakit.ArgumentError, match="conv1d: padding must be >= 0"):
+        cudakit.conv1d(x, w, padding=-1)
+    with pytest.raises(cudakit.ShapeError, match="conv1d: x's 4 channels are not divisible by groups = 3"):
+        cudakit.conv1d(x, w, groups=3)
+    with pytest.raises(cudakit.ShapeError, match="conv1d_backward: grad_out must be"):
+        cudakit.conv1d_backward(np.ones((2, 3, 8, 1), np.float32), x, w)

@@ -19,7 +19,7 @@ import numbers
 
 import numpy as np
 
-from .checks import MAX_INDEX, check_size
+from .checks import MAX_INDEX, check_size, require_array
 from ..errors import ArgumentError, ShapeError
 
 
@@ -180,6 +180,51 @@ class ConvOps:
         win = self._windows(self._padded(x, ph, pw, 0.0), r, s, ho, wo, sh, sw, dh, dw, "rs_first")
         return self._ascontiguous(win).reshape(n, c * r * s, ho * wo)
 
+    # ---- conv1d: conv2d over (N, C, 1, L) views -------------------------------------------------
+    def conv1d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        """1-D cross-correlation, PyTorch's conv1d: x (N, C, L), weight (K, C / groups, R), bias
+        (K,) or None; stride, padding (zeros), dilation: an int or a 1-tuple; groups as conv2d.
+        Returns (N, K, Lo), Lo = (L + 2 p - d (R - 1) - 1) // s + 1. Runs as conv2d on
+        (N, C, 1, L) views (the same kernels, paths and checks; no copy of x)."""
+        op = "conv1d"
+        x4, w4, geo = self._conv1d_views(op, {"x": x, "weight": weight}, stride, padding, dilation)
+        y = self._conv2d(op, x4, w4, bias, *geo, groups)
+        return y.reshape(y.shape[0], y.shape[1], y.shape[3])
+
+    def conv1d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True, groups=1):
+        """(grad_x, grad_weight, grad_bias) of y = conv1d(x, weight, bias, stride, padding, dilation,
+        groups) for dL/dy = grad_out (N, K, Lo): x's and weight's shapes and (K,) (None when `bias`
+        is False), in x's dtype."""
+        op = "conv1d_backward"
+        x4, w4, geo = self._conv1d_views(op, {"x": x, "weight": weight}, stride, padding, dilation)
+        g = self._coerce(grad_out, "grad_out") if grad_out is not None else None
+        require_array(op, "grad_out", g)
+        if getattr(g, "ndim", None) != 3:
+            raise ShapeError(f"{op}: grad_out must be (N, K, Lo) (got shape {tuple(getattr(g, 'shape', ()))})")
+        gx, gw, gb = self._conv2d_backward(op, g[:, :, None, :], x4, w4, *geo, bias, groups)
+        return gx.reshape(x4.shape[0], x4.shape[1], x4.shape[3]), gw.reshape(w4.shape[0], w4.shape[1], w4.shape[3]), gb
+
+    def _conv1d_views(self, op, named, stride, padding, dilation):
+        """x (N, C, 1, L) and weight (K, C / groups, 1, R) views, and conv2d's (stride, padding,
+        dilation) pairs for conv1d's int (or 1-tuple) arguments."""
+        arrs = {}
+        for name, a in named.items():
+            require_array(op, name, a)
+            a = self._coerce(a, name)
+            if a.ndim != 3:
+                form = "(N, C, L)" if name == "x" else "(K, C / groups, R)"
+                raise ShapeError(f"{op}: {name} must be {form} (got shape {tuple(a.shape)})")
+            arrs[name] = a
+        geo = []
+        for name, v, minimum in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1)):
+            if isinstance(v, (tuple, list)):
+                if len(v) != 1:
+                    raise ArgumentError(f"{op}: {name} must be an int or a 1-tuple (got {v!r})")
+                v = v[0]
+            s = _pair(op, name, v, minimum)[0]
+            geo.append((1 if name != "padding" else 0, s))
+        return arrs["x"][:, :, None, :], arrs["weight"][:, :, None, :], geo
+
     # ---- conv2d ----------------------------------------------------------------------------
     def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         """2-D cross-correlation, PyTorch's conv2d.
@@ -189,7 +234,9 @@ class ConvOps:
         group g's outputs from group g's inputs (C = groups = K: depthwise). Returns (N, K, Ho, Wo)
         with Ho = (H + 2 ph - dh (R - 1) - 1) // sh + 1 (Wo likewise). 16-bit data accumulate in
         float32."""
-        op = "conv2d"
+        return self._conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups)
+
+    def _conv2d(self, op, x, weight, bias, stride, padding, dilation, groups):
         arrs, geo, groups = self._conv_plan(op, {"x": x, "weight": weight, "bias": bias}, stride, padding,
                                             dilation, groups)
         x, w, b = arrs["x"], arrs["weight"], arrs["bias"]
@@ -216,7 +263,9 @@ class ConvOps:
         """(grad_x, grad_weight, grad_bias) of y = conv2d(x, weight, bias, stride, padding, dilation,
         groups) for dL/dy = grad_out (N, K, Ho, Wo): x's shape, weight's shape and (K,), in x's dtype;
         grad_bias None when `bias` (a bool: did the forward have one) is False."""
-        op = "conv2d_backward"
+        return self._conv2d_backward("conv2d_backward", grad_out, x, weight, stride, padding, dilation, bias, groups)
+
+    def _conv2d_backward(self, op, grad_out, x, weight, stride, padding, dilation, bias, groups):
         from .linalg_api import _check_flag
         bias = _check_flag(op, "bias", bias)
         arrs, geo, groups = self._conv_plan(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding,
