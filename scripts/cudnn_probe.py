@@ -31,6 +31,8 @@ def forced(name, fn, keys):
 
 def main():
     print("CUDNN-PROBE cudnn", cudnn.version(), cudnn.why_unavailable())
+    if not cudnn.available():
+        return
     for k, v in sorted(paths._on_disk.table().items()):
         print("CUDNN-PROBE chose", v, k)
     for k, v in sorted(cudnn._plans_on_disk.table().items()):

@@ -126,7 +126,8 @@ def _handle(cudnn, device: int, stream_ptr: int):
 def _ident():
     from ..runtime.device import get_device_info
     from .. import __version__
-    return [get_device_info().name, version(), _load()[0].__version__, __version__]
+    frontend = _load()[0]   # None without the frontend: the table then belongs to no frontend version
+    return [get_device_info().name, version(), getattr(frontend, "__version__", None), __version__]
 
 
 _plans_on_disk = TunedTable("cudnn", _ident)   # signature -> plan name
