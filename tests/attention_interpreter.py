@@ -118,7 +118,9 @@ MASK_CASES = [((2, 70, 90, 24, False, "float32"), (10, 5), None, 1),
               ((4, 90, 70, 16, True, "float32"), None, [70, 35], 2),
               ((2, 129, 257, 64, True, "float16"), (64, 0), [200, 100], 1),
               ((1, 300, 100, 16, True, "float32"), None, None, 1),       # Lq > Lk: the first 200 rows see nothing
-              ((2, 40, 100, 16, False, "float32"), (0, 0), [100, 30], 1)]   # one key a row
+              ((2, 40, 100, 16, False, "float32"), (0, 0), [100, 30], 1),   # one key a row
+              ((1, 20, 20, 16, True, "float32"), (2**31 - 1, None), None, 1),  # sides past int32's reach
+              ((1, 21, 20, 16, False, "float32"), (None, 2**31 - 1), None, 1)]
 
 # forward tile overrides (flash_attention's block_size sets BLOCK_N): narrow and wide key blocks
 TILE_CASES = [((1, 150, 170, 64, True, "float16"), {"BLOCK_N": 16}),

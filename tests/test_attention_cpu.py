@@ -73,6 +73,14 @@ def test_mask_argument_errors(rng):
         cudakit.attention_backward(q, q, q, q, q, np.zeros((2, 3, 5), np.float32), key_lengths=[-1, 2])
 
 
+def test_key_lengths_in_a_tuple_and_of_a_narrow_integer_type(rng):
+    """A tuple of lengths (a plan signature of its own) and int16 lengths give the list's result."""
+    q = ac.data(rng, (2, 2, 9, 8), "float32")
+    want = cudakit.attention(q, q, q, key_lengths=[9, 4])
+    for lens in ((9, 4), np.array([9, 4], np.int16), np.array([9, 4], np.uint8)):
+        np.testing.assert_array_equal(cudakit.attention(q, q, q, key_lengths=lens), want)
+
+
 def test_rows_that_see_no_key_give_zero_and_minus_inf(rng):
     q = ac.data(rng, (2, 6, 8), "float32")
     k = ac.data(rng, (2, 4, 8), "float32")

@@ -243,3 +243,9 @@ def test_plan_call_cache_takes_a_plan_only_for_arguments_with_the_same_signature
     plans[("softmax", m.call_signature((a, -1)))] = None   # the signature's checked path, cached too
     assert call(a, -1) == "checked" and call(b, -1) == "checked"
     assert ran[-2:] == [("checked", -1), ("checked", -1)] and not recent
+    m.plans_changed()
+    plans.clear()
+    plans[("softmax", m.call_signature((a, (1, 0))))] = plan
+    assert call(a, (1, 0)) == "planned"
+    plans.clear()   # stale: a tuple of other element types equal in value must not find it
+    assert call(a, (1.0, 0)) is miss and call(a, (True, 0)) is miss and call(a, (1, 0)) == "planned"

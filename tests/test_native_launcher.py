@@ -811,6 +811,9 @@ def test_native_signature_equals_the_python_signature(rp, monkeypatch):
     zero_d.strides = ()
     for args in [(a,), (a, b, None, True, 3, 0.5, "bhld", (0, 2, 1)), (a, 1.0), (b, (1, None))]:
         assert m.call_signature(args) == dispatch.signature(args) is not None
+    # a tuple's element types are part of its key: (1, 0), (1.0, 0) and (True, 0) compare equal
+    keys = [dispatch.signature((a, t)) for t in ((1, 0), (1.0, 0), (True, 0))]
+    assert len(set(keys)) == 3 and [m.call_signature((a, t)) for t in ((1, 0), (1.0, 0), (True, 0))] == keys
     for args in [(), (1, 2), (a, other), (a, [1]), (a, (1, [2])), (zero_d,), (a, np.float32(1))]:
         assert m.call_signature(args) is None and dispatch.signature(args) is None
     monkeypatch.setattr(_FakeArray, "device", 1)   # another current device than the arrays'

@@ -86,7 +86,7 @@ def signature(args: tuple):
         elif t in _SCALARS:
             sig.append((t, a))
         elif t is tuple and all(type(v) in _SCALARS for v in a):
-            sig.append(a)
+            sig.append((tuple, tuple(map(type, a)), a))   # element types too: (1, 0) is not (1.0, 0)
         else:
             return None
     if dev < 0 or dev != _get_device():

@@ -168,3 +168,15 @@ def test_device_key_lengths_out_of_range_raise_at_the_next_check(rng):
         cudakit.check()
     cudakit.attention(q, q, q, key_lengths=cp.asarray([16, 0, 3]))
     cudakit.check()
+
+
+def test_key_lengths_tuple_and_narrow_types_plan_correctly(rng):
+    """A tuple of lengths and an int16 GPU array (the checked call copies or casts them, which a
+    trace cannot record: those signatures keep the checked path) and an int64 GPU array (traced)
+    give the list's result on every call, and leave no error at the next check."""
+    q = cp.asarray(ac.data(rng, (2, 2, 40, 32), "float16"))
+    want = cp.asnumpy(cudakit.attention(q, q, q, key_lengths=[40, 7]))
+    for lens in ((40, 7), cp.asarray([40, 7], cp.int16), cp.asarray([40, 7], cp.int64)):
+        for _ in range(4):   # the first call, the planning call, replays
+            np.testing.assert_array_equal(cp.asnumpy(cudakit.attention(q, q, q, key_lengths=lens)), want)
+    cudakit.check()

@@ -53,12 +53,14 @@ class AttentionOps:
                                  f"(got shape {tuple(getattr(x, 'shape', ()))})")
         return True
 
-    def _masks(self, op: str, lead: tuple, lk: int, causal, window, key_lengths) -> Masks:
+    def _masks(self, op: str, q, lk: int, causal, window, key_lengths, dtype_name: str) -> Masks:
         """Masks of the call, checked: window None or (left, right) of ints >= 0 or None; key_lengths
-        None or integer (B,) (B: the first leading dim of q's (B, ...) batch, 1 for 2-D q), each in
-        [0, Lk]. A host key_lengths is checked here; one already on the GPU is checked by the
-        forward kernel, which records a bad value in the device's error flag (an ArgumentError at
-        the next cudakit.check() or synchronising call: checking here would wait for the GPU)."""
+        None or integer (B,) (B: the first leading dim of q's (B, ...) batch, 1 for 2-D q), on q's
+        device, each in [0, Lk]. A host key_lengths is checked here; one already on the GPU is
+        checked by the forward kernel, which records a bad value in the device's error flag (an
+        ArgumentError at the next cudakit.check() or synchronising call: checking here would wait
+        for the GPU) -- but for float64, whose unfused path has no such kernel: checked here."""
+        lead = tuple(q.shape[:-2])
         if window is not None:
             if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(
                     w is None or (isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0)
@@ -81,11 +83,14 @@ class AttentionOps:
             raise DTypeError(f"{op}: key_lengths must be an integer array (got {x.dtype})")
         if tuple(x.shape) != (b,):
             raise ShapeError(f"{op}: key_lengths must have shape ({b},), one length per batch (got {tuple(x.shape)})")
-        if host and b:
-            bad = np.flatnonzero((key_lengths < 0) | (key_lengths > lk))
+        if not host:
+            self._check_devices({"q": q, "key_lengths": x})
+        if b and (host or dtype_name == "float64"):
+            n = key_lengths if host else np.asarray(x) if isinstance(x, np.ndarray) else x.get()   # float64: a wait
+            bad = np.flatnonzero((n < 0) | (n > lk))
             if bad.size:
                 i = int(bad[0])
-                raise ArgumentError(f"{op}: key_lengths[{i}] = {int(key_lengths[i])} is outside [0, Lk = {lk}]")
+                raise ArgumentError(f"{op}: key_lengths[{i}] = {int(n[i])} is outside [0, Lk = {lk}]")
         if x.dtype not in (np.int32, np.int64):
             x = x.astype(np.int64)
         return Masks(causal, window, self._ascontiguous(x), heads)
@@ -206,7 +211,7 @@ class AttentionOps:
         arrs, name, scale = self._attn_args(op, {"q": q, "k": k, "v": v}, scale, causal)
         q, k, v = arrs["q"], arrs["k"], arrs["v"]
         lead = tuple(q.shape[:-2])
-        masks = self._masks(op, lead, k.shape[-2], causal, window, key_lengths)
+        masks = self._masks(op, q, k.shape[-2], causal, window, key_lengths, name)
         mod = self._attention_module(name)
         n = math.prod(lead)
         groups = _groups(q, k)
@@ -266,7 +271,7 @@ class AttentionOps:
         if not is_float(lse.dtype):
             raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
                              f"(got {lse.dtype})")
-        masks = self._masks(op, lead, tk.shape[-2], causal, window, key_lengths)
+        masks = self._masks(op, tq, tk.shape[-2], causal, window, key_lengths, name)
         plain = masks.plain(tq.shape[-2], tk.shape[-2])
         groups = _groups(tq, tk)
         with self._device_scope(tq):

@@ -20,12 +20,12 @@ def key_bounds(lq: int, lk: int, causal: bool, window=None) -> tuple[int, int]:
     causal caps right at 0."""
     off = lk - lq
     dlo, dhi = -_UNBOUNDED, _UNBOUNDED
-    if window is not None:
+    if window is not None:   # a side wider than lq + lk bounds nothing (and stays far from int32's end)
         left, right = window
         if left is not None:
-            dlo = off - left
+            dlo = off - min(left, lq + lk)
         if right is not None:
-            dhi = off + right + 1
+            dhi = off + min(right, lq + lk) + 1
     if causal:
         dhi = min(dhi, off + 1)
     return dlo, dhi

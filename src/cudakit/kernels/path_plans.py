@@ -75,9 +75,22 @@ def _plan_blhd_forward(q, k, v, scale, causal):
     return plan
 
 
+def _masked_plan(op: str, arrays: int, key_lengths):
+    """The plan of a call with a window or key lengths: None (traced from the checked call: the
+    masked kernels' launches, the lengths read through their argument's pointer), or the checked
+    path itself where the checked call would make a device array of key_lengths first (a copy
+    from a host tuple, a cast to int64): a trace records launches, not those copies."""
+    cp = _cupy.cupy()
+    if key_lengths is None or (type(key_lengths) is cp.ndarray and key_lengths.dtype in (cp.int32, cp.int64)
+                               and key_lengths.flags.c_contiguous):
+        return None
+    from ..ops import _checked_call
+    return _checked_call(op, arrays)
+
+
 def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None):
     if window is not None or key_lengths is not None:
-        return None   # the masked kernels: a plan traced from the checked call
+        return _masked_plan("attention_with_lse", 3, key_lengths)
     if layout == "blhd":
         return _plan_blhd_forward(q, k, v, scale, causal)
     s = _attn_sig(q, k, v, scale)
@@ -98,6 +111,8 @@ def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld", wi
 
 
 def plan_attention(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None):
+    if window is not None or key_lengths is not None:
+        return _masked_plan("attention", 3, key_lengths)
     p = plan_attention_with_lse(q, k, v, scale, causal, layout, window, key_lengths)
     return None if p is None else (lambda *a: p(*a)[0])
 
@@ -123,7 +138,7 @@ def _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal):
 def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None,
                             key_lengths=None):
     if window is not None or key_lengths is not None:
-        return None   # the masked kernels: a plan traced from the checked call
+        return _masked_plan("attention_backward", 4, key_lengths)
     if layout == "blhd":
         return _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal)
     s = _attn_sig(q, k, v, scale)

@@ -1558,14 +1558,20 @@ static PyObject* call_signature(PyObject* self, PyObject* args) {
       e = Py_BuildValue("(NNLL)", shape, strides, num, ptr & 255);
     } else if (a == Py_None || t == &PyBool_Type || t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type) {
       e = PyTuple_Pack(2, (PyObject*)t, a);
-    } else if (t == &PyTuple_Type) {
+    } else if (t == &PyTuple_Type) {  /* (tuple, element types, the tuple): (1, 0) is not (1.0, 0) */
+      PyObject* types = PyTuple_New(PyTuple_GET_SIZE(a));
+      if (types == NULL) goto fail;
       for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(a); ++k) {
         PyObject* v = PyTuple_GET_ITEM(a, k);
         PyTypeObject* vt = Py_TYPE(v);
-        if (!(v == Py_None || vt == &PyBool_Type || vt == &PyLong_Type || vt == &PyFloat_Type || vt == &PyUnicode_Type))
+        if (!(v == Py_None || vt == &PyBool_Type || vt == &PyLong_Type || vt == &PyFloat_Type || vt == &PyUnicode_Type)) {
+          Py_DECREF(types);
           goto none;
+        }
+        PyTuple_SET_ITEM(types, k, Py_NewRef((PyObject*)vt));
       }
-      e = Py_NewRef(a);
+      e = PyTuple_Pack(3, (PyObject*)&PyTuple_Type, types, a);
+      Py_DECREF(types);
     } else {
       goto none;
     }
@@ -1695,6 +1701,11 @@ static int ck_ic_match(const ck_ic* e, PyObject* op, PyObject* plans, const ck_i
         return 0;
     } else if (c->obj != r->obj) {
       if (Py_TYPE(c->obj) != Py_TYPE(r->obj)) return 0;
+      if (PyTuple_Check(c->obj)) {  /* element types as the signature keys them */
+        if (PyTuple_GET_SIZE(c->obj) != PyTuple_GET_SIZE(r->obj)) return 0;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->obj); ++k)
+          if (Py_TYPE(PyTuple_GET_ITEM(c->obj, k)) != Py_TYPE(PyTuple_GET_ITEM(r->obj, k))) return 0;
+      }
       int eq = PyObject_RichCompareBool(r->obj, c->obj, Py_EQ);
       if (eq < 0) PyErr_Clear();
       if (eq != 1) return 0;
