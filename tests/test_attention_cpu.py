@@ -73,6 +73,17 @@ def test_mask_argument_errors(rng):
         cudakit.attention_backward(q, q, q, q, q, np.zeros((2, 3, 5), np.float32), key_lengths=[-1, 2])
 
 
+def test_deterministic_backward_flag(rng):
+    q = ac.data(rng, (2, 2, 9, 8), "float32")
+    out, lse = cudakit.attention_with_lse(q, q, q, causal=True)
+    want = cudakit.attention_backward(q, q, q, q, out, lse, causal=True)
+    got = cudakit.attention_backward(q, q, q, q, out, lse, causal=True, deterministic=True)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(cudakit.ArgumentTypeError, match="deterministic"):
+        cudakit.attention_backward(q, q, q, q, out, lse, deterministic="yes")
+
+
 def test_key_lengths_in_a_tuple_and_of_a_narrow_integer_type(rng):
     """A tuple of lengths (a plan signature of its own) and int16 lengths give the list's result."""
     q = ac.data(rng, (2, 2, 9, 8), "float32")

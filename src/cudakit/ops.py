@@ -74,6 +74,9 @@ _checked_calls: dict = {}
 def _checked_call(op: str, arrays: int):
     """The backend method call of op (made once per op): its layout, the last argument of the
     attention ops, goes by keyword."""
+    if op == "attention_backward":   # (..., layout, window, key_lengths, deterministic): keywords
+        return lambda *a: backend_for(*a[:arrays]).attention_backward(*a[:-4], layout=a[-4], window=a[-3],
+                                                                      key_lengths=a[-2], deterministic=a[-1])
     if op in _ATTENTION_OPS:   # (..., layout, window, key_lengths): keywords of the backend methods
         return lambda *a: getattr(backend_for(*a[:arrays]), op)(*a[:-3], layout=a[-3], window=a[-2],
                                                                  key_lengths=a[-1])
@@ -530,10 +533,11 @@ def attention_with_lse(q, k, v, scale=None, causal=False, *, window=None, key_le
 
 
 def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *, window=None, key_lengths=None,
-                       layout="bhld"):
-    """(grad_q, grad_k, grad_v) of attention (see Backend.attention_backward)."""
+                       layout="bhld", deterministic=False):
+    """(grad_q, grad_k, grad_v) of attention; deterministic=True: bitwise the same on every run
+    (see Backend.attention_backward)."""
     return _planned("attention_backward", "plan_attention_backward",
-                    (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths), 4)
+                    (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic), 4)
 
 
 def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, window=None, key_lengths=None,

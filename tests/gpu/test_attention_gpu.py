@@ -180,3 +180,19 @@ def test_key_lengths_tuple_and_narrow_types_plan_correctly(rng):
         for _ in range(4):   # the first call, the planning call, replays
             np.testing.assert_array_equal(cp.asnumpy(cudakit.attention(q, q, q, key_lengths=lens)), want)
     cudakit.check()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_deterministic_backward_is_bitwise_repeatable(dtype, rng):
+    """deterministic=True: the Triton backward (no atomics), bitwise equal over repeated runs, and
+    close to the default path's gradients (cuDNN's where it is installed)."""
+    q, k, v, g = (cp.asarray(ac.data(rng, (2, 4, 300, 64), dtype)) for _ in range(4))
+    out, lse = cudakit.attention_with_lse(q, k, v, causal=True)
+    runs = [[cp.asnumpy(t) for t in cudakit.attention_backward(g, q, k, v, out, lse, causal=True, deterministic=True)]
+            for _ in range(3)]
+    for run in runs[1:]:
+        for a, b in zip(run, runs[0]):
+            np.testing.assert_array_equal(a, b)
+    tol = 3e-2 if dtype == "bfloat16" else 1e-3
+    for a, b in zip(runs[0], cudakit.attention_backward(g, q, k, v, out, lse, causal=True)):
+        np.testing.assert_allclose(a.astype(np.float32), cp.asnumpy(b).astype(np.float32), rtol=tol, atol=tol)

@@ -244,13 +244,18 @@ class AttentionOps:
         return self._ascontiguous(out.swapaxes(1, 2)), lse
 
     def attention_backward(self, grad_out, q, k, v, out, lse, scale=None, causal: bool = False, *,
-                           window=None, key_lengths=None, layout: str = "bhld"):
+                           window=None, key_lengths=None, layout: str = "bhld", deterministic: bool = False):
         """(grad_q, grad_k, grad_v) of out = attention(q, k, v, scale, causal, window=...,
         key_lengths=...) for dL/dout = grad_out (q's shape), from the forward's out and lse
         (attention_with_lse); the probabilities are recomputed, never stored. Same scale, masks
         and layout as the forward. Returns arrays of q's, k's and v's shapes in their dtype
-        (C-contiguous (B, L, H, D) ones with layout "blhd")."""
+        (C-contiguous (B, L, H, D) ones with layout "blhd").
+
+        deterministic=True: the gradients are bitwise the same on every run with the same inputs
+        (on the GPU the Triton kernels, which sum without atomics, never cuDNN's backward, whose dQ
+        may not be; head_dim <= 128 then). The CPU backend and float64 are deterministic anyway."""
         op = "attention_backward"
+        check_bool(op, "deterministic", deterministic)
         blhd = self._check_layout(op, layout, {"grad_out": grad_out, "q": q, "k": k, "v": v, "out": out})
         named = {"q": q, "k": k, "v": v, "grad_out": grad_out, "out": out}
         if blhd:   # checked as the (B, H, L, D) views
@@ -272,7 +277,7 @@ class AttentionOps:
             raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
                              f"(got {lse.dtype})")
         masks = self._masks(op, tq, tk.shape[-2], causal, window, key_lengths, name)
-        plain = masks.plain(tq.shape[-2], tk.shape[-2])
+        plain = masks.plain(tq.shape[-2], tk.shape[-2]) and not deterministic
         groups = _groups(tq, tk)
         with self._device_scope(tq):
             if blhd and plain:
@@ -298,7 +303,7 @@ class AttentionOps:
             lse = self._ascontiguous(lse.astype(acc, copy=False)).reshape(n, tq.shape[-2])
             dq, dk, dv = mod.backward(self._as_bhld(tg, n), self._as_bhld(tq, n), self._as_bhld(tk, n),
                                       self._as_bhld(tv, n), self._as_bhld(to, n), lse, scale, bool(causal), name,
-                                      masks=masks)
+                                      masks=masks, deterministic=bool(deterministic))
         dq, dk, dv = dq.reshape(tq.shape), dk.reshape(tk.shape), dv.reshape(tv.shape)
         if groups > 1:   # each k and v head's gradient: the sum over the q heads of its group
             dk, dv = (self._sum_groups(x, groups, kv_shape) for x in (dk, dv))

@@ -77,11 +77,12 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, 
     return out, lse
 
 
-def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, masks=None):
+def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, masks=None, deterministic=False):
     """(dq, dk, dv): dV = P^T dO, dS = P (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s,
     P recomputed chunk by chunk from the scores, normalised by their own max-subtracted sum
     (exp(s - lse) loses the normalisation where lse rounds to the row max); lse is the forward's,
-    taken for the interface. dK and dV are summed over the chunks of query rows."""
+    taken for the interface. dK and dV are summed over the chunks of query rows (in a fixed order:
+    deterministic whatever `deterministic` says)."""
     xp, acc = _xp(q), _acc(q)
     masks = Masks(causal) if masks is None else masks
     bh, lq, _ = q.shape

@@ -270,15 +270,15 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None)
 
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None,
-             masks: Masks | None = None):
+             masks: Masks | None = None, deterministic: bool = False):
     """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it (either path's: both
     are the natural-log log-sum-exp of the scaled scores). cuDNN's flash backward or the Triton
-    kernels, chosen as forward() is; masks as forward's. tiles: a pair of dicts overriding the
-    Triton dK/dV and dQ kernels' tile sizes and options. FLOPs: 10 BH Lq Lk D (8 without
-    recomputing the scores)."""
+    kernels, chosen as forward() is; masks as forward's; deterministic: the Triton kernels only
+    (no atomics: bitwise the same on every run). tiles: a pair of dicts overriding the Triton dK/dV
+    and dQ kernels' tile sizes and options. FLOPs: 10 BH Lq Lk D (8 without recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
-    if tiles is None and bh * lq * k.shape[1] and masks.plain(lq, k.shape[1]) \
+    if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain(lq, k.shape[1]) \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = _path_key("bwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)

@@ -136,8 +136,9 @@ def _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal):
 
 
 def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None,
-                            key_lengths=None):
-    if window is not None or key_lengths is not None:
+                            key_lengths=None, deterministic=False):
+    if window is not None or key_lengths is not None or deterministic is not False:
+        # masks, or the deterministic backward (the Triton kernels alone): traced from the checked call
         return _masked_plan("attention_backward", 4, key_lengths)
     if layout == "blhd":
         return _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal)
