@@ -211,5 +211,9 @@ def test_conv1d_errors(rng):
         cudakit.conv1d(x, w, padding=-1)
     with pytest.raises(cudakit.ShapeError, match="conv1d: x's 4 channels are not divisible by groups = 3"):
         cudakit.conv1d(x, w, groups=3)
+    with pytest.raises(cudakit.ShapeError, match=r"conv1d: weight must be \(K, C / groups, R\) .* got \(3, 2, 3\)"):
+        cudakit.conv1d(x, w[:, :2])
+    with pytest.raises(cudakit.ShapeError, match="larger than the padded input along L"):
+        cudakit.conv1d(x, np.ones((3, 4, 30), np.float32))
     with pytest.raises(cudakit.ShapeError, match="conv1d_backward: grad_out must be"):
         cudakit.conv1d_backward(np.ones((2, 3, 8, 1), np.float32), x, w)

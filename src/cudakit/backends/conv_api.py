@@ -155,9 +155,12 @@ class ConvOps:
         groups = int(groups)
         if x.shape[1] % groups:
             raise ShapeError(f"{op}: x's {x.shape[1]} channels are not divisible by groups = {groups}")
+        one_d = op.startswith("conv1d")   # conv1d's (N, C, 1, L) views: named as its own arrays
         if w.ndim != 4 or w.shape[1] != x.shape[1] // groups:
-            raise ShapeError(f"{op}: weight must be (K, C / groups, R, S) with C / groups = {x.shape[1] // groups} "
-                             f"(x's channels over {groups} group(s)); got {tuple(w.shape)}")
+            form, shape = ("(K, C / groups, R)", tuple(w.shape[:2]) + tuple(w.shape[3:])) if one_d else \
+                ("(K, C / groups, R, S)", tuple(w.shape))
+            raise ShapeError(f"{op}: weight must be {form} with C / groups = {x.shape[1] // groups} "
+                             f"(x's channels over {groups} group(s)); got {shape}")
         if w.shape[0] % groups:
             raise ShapeError(f"{op}: weight's {w.shape[0]} filters are not divisible by groups = {groups}")
         b = arrs.get("bias")
@@ -170,7 +173,7 @@ class ConvOps:
         if r == 0 or s == 0 or w.shape[1] == 0:
             raise ShapeError(f"{op}: weight {tuple(w.shape)} has an empty dimension")
         ho = _out_size(op, x.shape[2], r, sh, ph, dh, "H")
-        wo = _out_size(op, x.shape[3], s, sw, pw, dw, "W")
+        wo = _out_size(op, x.shape[3], s, sw, pw, dw, "L" if one_d else "W")
         _check_sizes(op, x, ph, pw, (x.shape[0], w.shape[0], ho, wo))
         return arrs, (sh, sw, ph, pw, dh, dw, r, s, ho, wo), groups
 
