@@ -215,7 +215,7 @@ class AttentionOps:
         mod = self._attention_module(name)
         n = math.prod(lead)
         groups = _groups(q, k)
-        plain = masks.plain(q.shape[-2], k.shape[-2])
+        plain = masks.plain
         with self._device_scope(q):
             if groups > 1:
                 if block_n is None and plain:
@@ -277,7 +277,7 @@ class AttentionOps:
             raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
                              f"(got {lse.dtype})")
         masks = self._masks(op, tq, tk.shape[-2], causal, window, key_lengths, name)
-        plain = masks.plain(tq.shape[-2], tk.shape[-2]) and not deterministic
+        plain = masks.plain and not deterministic
         groups = _groups(tq, tk)
         with self._device_scope(tq):
             if blhd and plain:

@@ -41,18 +41,9 @@ class Masks:
     def __init__(self, causal: bool, window=None, lengths=None, heads: int = 1):
         self.causal, self.window, self.lengths, self.heads = bool(causal), window, lengths, max(1, int(heads))
 
-    def plain(self, lq: int, lk: int) -> bool:
+    @property
+    def plain(self) -> bool:
         return self.window is None and self.lengths is None
-
-    def args(self, lq: int, lk: int, dummy):
-        """(LENS, ERR, DLO, DHI, H) of the kernels (dummy: any array for the pointers not read)."""
-        dlo, dhi = key_bounds(lq, lk, self.causal, self.window)
-        if self.lengths is None:
-            return dummy, dummy, dlo, dhi, 1
-        from ..kernels.attention import _register_errors
-        from ..runtime import device_errors
-        _register_errors()
-        return self.lengths, device_errors.flag(self.lengths.data.device_id), dlo, dhi, self.heads
 
     def allowed(self, xp, lq: int, lk: int, rows: slice, heads: slice):
         """Bools [heads, rows, lk]: which keys the query rows `rows` of the [BH] entries `heads` see

@@ -57,10 +57,6 @@ def _probabilities(xp, s):
     return xp.where(seen, e / safe, 0), xp.where(seen, m + xp.log(safe), -xp.inf)
 
 
-def _rows(rs: slice, lq: int) -> slice:
-    return slice(rs.start, min(rs.stop, lq))
-
-
 def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, masks=None):
     """(out, lse) of softmax(q k^T * scale) v; lse float32 (float64 for float64). block_n: the
     fused kernels' key block, no meaning here. masks: Masks (Masks(causal) when None)."""
@@ -71,7 +67,7 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, 
     lse = xp.empty((bh, lq), acc)
     with np.errstate(invalid="ignore", over="ignore"):
         for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
-            p, lse_c = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, _rows(rs, lq)))
+            p, lse_c = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, rs))
             out[hs, rs] = xp.matmul(p, v[hs].astype(acc)).astype(q.dtype)
             lse[hs, rs] = lse_c[..., 0]
     return out, lse
@@ -91,7 +87,7 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     dv = xp.zeros(v.shape, acc)
     with np.errstate(invalid="ignore", over="ignore"):
         for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
-            p = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, _rows(rs, lq)))[0]
+            p = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, rs))[0]
             g = do[hs, rs].astype(acc)
             delta = (g * out[hs, rs].astype(acc)).sum(axis=2, keepdims=True)
             dv[hs] += xp.matmul(p.swapaxes(1, 2), g)

@@ -25,20 +25,20 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
-from ._attention_triton_codes import ERR_KEY_LENGTHS  # noqa: F401 -- written as 10 below (a literal in the kernel)
 
 
 @triton.jit
 def _key_length(LENS, ERR, bh, H, Lk, start_m, CHECK: tl.constexpr):
     """Batch (bh // H)'s key length, clamped into [0, Lk]; CHECK (the forward): its first program of
-    the batch records a length outside [0, Lk] in the device's error flag ERR (code ERR_KEY_LENGTHS,
-    then the batch, the value and Lk; the first bad call since the last check wins)."""
+    the batch records a length outside [0, Lk] in the device's error flag ERR (code 10,
+    kernels/attention.py ERR_KEY_LENGTHS, then the batch, the value and Lk; the first bad call since
+    the last check wins)."""
     b = bh // H
     n = tl.load(LENS + b).to(tl.int64)
     if CHECK:
         if ((n < 0) | (n > Lk)) & (start_m == 0) & (bh % H == 0):
             zero = n * 0
-            if tl.atomic_cas(ERR, zero, zero + 10) == 0:   # ERR_KEY_LENGTHS
+            if tl.atomic_cas(ERR, zero, zero + 10) == 0:   # kernels/attention.py ERR_KEY_LENGTHS
                 tl.store(ERR + 1, b)
                 tl.store(ERR + 2, n)
                 tl.store(ERR + 3, zero + Lk)

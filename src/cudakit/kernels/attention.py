@@ -16,7 +16,9 @@ MAX_HEAD_DIM = 128
 KEY_BLOCKS = (16, 32, 64, 128)   # the block sizes flash_attention's block_size may name
 _MAX_GRID_Y = 65535
 _kernels: dict = {}
-from ..backends.attention_masks import Masks, key_bounds  # noqa: F401 -- key_bounds: part of this module's API
+ERR_KEY_LENGTHS = 10   # device error code of a key length outside [0, Lk] (_attention_triton.py writes it)
+
+from ..backends.attention_masks import Masks, key_bounds  # noqa: E402 -- key_bounds: part of this module's API
 
 
 def _key_lengths_error(op: str, f: list):
@@ -28,13 +30,18 @@ def _key_lengths_error(op: str, f: list):
 _errors_registered = False
 
 
-def _register_errors() -> None:
+def _mask_args(masks: Masks, lq: int, lk: int, dummy) -> tuple:
+    """(LENS, ERR, DLO, DHI, H) of the kernels for masks (dummy: any array for the pointers not
+    read); the device error flag and its code are set up with the first key lengths."""
     global _errors_registered
+    dlo, dhi = key_bounds(lq, lk, masks.causal, masks.window)
+    if masks.lengths is None:
+        return dummy, dummy, dlo, dhi, 1
+    from ..runtime import device_errors
     if not _errors_registered:
-        from ..runtime import device_errors
-        from ._attention_triton_codes import ERR_KEY_LENGTHS
         device_errors.register(ERR_KEY_LENGTHS, "attention", _key_lengths_error)
         _errors_registered = True
+    return masks.lengths, device_errors.flag(masks.lengths.data.device_id), dlo, dhi, masks.heads
 
 
 def _k(name: str):
@@ -153,7 +160,7 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     A row that sees no key gets out 0 and lse -inf. FLOPs: 4 BH Lq Lk D, about half of it causal."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
-    if block_n is None and tiles is None and bh * lq * k.shape[1] and masks.plain(lq, k.shape[1]) \
+    if block_n is None and tiles is None and bh * lq * k.shape[1] and masks.plain \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = _path_key("fwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)
@@ -262,7 +269,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None)
     if bh == 0 or lq == 0:
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
-    lens, err, dlo, dhi, heads = masks.args(lq, lk, lse)
+    lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse),
             (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0), bh0=True)
@@ -278,7 +285,7 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     and dQ kernels' tile sizes and options. FLOPs: 10 BH Lq Lk D (8 without recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
-    if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain(lq, k.shape[1]) \
+    if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = _path_key("bwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)
@@ -305,7 +312,7 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     delta = cp.empty((bh, lq), cp.float32)
     _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq,),
             {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
-    lens, _, dlo, dhi, heads = masks.args(lq, lk, delta)
+    lens, _, dlo, dhi, heads = _mask_args(masks, lq, lk, delta)
     scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads)
     kv, qc = _backward_configs(dtype_name, cfg)
     if tiles is not None:
@@ -326,7 +333,7 @@ def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str,
     chosen yet, empty, more than 65535 batch-heads, or past the Triton kernels' head dim)."""
     if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
         return None
-    if Masks(causal).plain(lq, lk) and _cudnn_candidate(dtype_name, d, scale):
+    if _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         op = "attention" if kind == "fwd" else "attention_backward"
         choice = paths.chosen(op, _path_key(kind, bh, lq, lk, d, dtype_name, causal, device))

@@ -816,6 +816,12 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
 // y = (x - mean) * scale + beta over the same vectors (a second read, from cache).
 // x, y: [N, C*S/V] vectors of T; gamma, beta, running_mean, running_var: [C] of T or null;
 // save_mean, save_invstd: [C] (acc). Traffic: N*C*S*sizeof(T) read (twice) + the same written.
+// The [N, C*S/V] offset of channel c's vector i (row i / sv, column i % sv of the channel's sv).
+__device__ __forceinline__ long long ck_bn_vec(long long i, long long c, long long sv, long long csv) {
+  const long long r = i / sv;
+  return r * csv + c * sv + (i - r * sv);
+}
+
 template <typename T, int V>
 __global__ void __launch_bounds__(256, 1) ck_bn_small(
     const T* __restrict__ x, T* __restrict__ y, const T* __restrict__ gamma, const T* __restrict__ beta,
@@ -834,9 +840,8 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
   if (training) {
     C n = C(0), m = C(0), m2 = C(0);
     for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
-      const long long r = i / sv;
       ck_pack<T, V> p;
-      p.raw = xr[r * csv + c * sv + (i - r * sv)];
+      p.raw = xr[ck_bn_vec(i, c, sv, csv)];
       ck_welford_pack<T, V, C>(n, m, m2, p);
     }
     ck_block_welford(n, m, m2, sh);   // every thread gets the channel's statistics
@@ -854,7 +859,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
   const C sc = gamma ? tr::load(gamma[c]) * inv : inv, bt = beta ? tr::load(beta[c]) : C(0);
   if (threadIdx.x == 0) { save_mean[c] = mean; save_invstd[c] = inv; }
   for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
-    const long long r = i / sv, o = r * csv + c * sv + (i - r * sv);
+    const long long o = ck_bn_vec(i, c, sv, csv);
     ck_pack<T, V> p, po;
     p.raw = xr[o];
     C v[V];
@@ -887,7 +892,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
   const C mu = mean[c];
   C sg = C(0), sgx = C(0);
   for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
-    const long long r = i / sv, o = r * csv + c * sv + (i - r * sv);
+    const long long o = ck_bn_vec(i, c, sv, csv);
     ck_pack<T, V> px, pg;
     px.raw = xr[o];
     pg.raw = gr[o];
@@ -907,7 +912,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
   }
   const C a = g * inv, b = -a * inv * inv * (sgx / count), d = -a * (sg / count);
   for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
-    const long long r = i / sv, o = r * csv + c * sv + (i - r * sv);
+    const long long o = ck_bn_vec(i, c, sv, csv);
     ck_pack<T, V> px, pg, po;
     px.raw = xr[o];
     pg.raw = gr[o];

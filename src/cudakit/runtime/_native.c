@@ -1518,6 +1518,11 @@ static PyObject* replay_setup(PyObject* self, PyObject* alloc) {
  * strides, dtype.num, address % 256); None, bool, int, float and str as (type, value); a tuple
  * of those as itself; anything else, a 0-d array, arrays on two devices or on another device
  * than the current one give None. Same keys as the Python function. */
+/* None aside, the scalar types a signature keys by type and value */
+static int ck_scalar_type(PyTypeObject* t) {
+  return t == &PyBool_Type || t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type;
+}
+
 static PyObject* call_signature(PyObject* self, PyObject* args) {
   if (!PyTuple_Check(args)) {
     PyErr_SetString(PyExc_TypeError, "call_signature(args: tuple)");
@@ -1556,7 +1561,7 @@ static PyObject* call_signature(PyObject* self, PyObject* args) {
       strides = PyObject_GetAttr(a, s_strides);
       if (strides == NULL) { Py_DECREF(shape); goto fail; }
       e = Py_BuildValue("(NNLL)", shape, strides, num, ptr & 255);
-    } else if (a == Py_None || t == &PyBool_Type || t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type) {
+    } else if (a == Py_None || ck_scalar_type(t)) {
       e = PyTuple_Pack(2, (PyObject*)t, a);
     } else if (t == &PyTuple_Type) {  /* (tuple, element types, the tuple): (1, 0) is not (1.0, 0) */
       PyObject* types = PyTuple_New(PyTuple_GET_SIZE(a));
@@ -1564,7 +1569,7 @@ static PyObject* call_signature(PyObject* self, PyObject* args) {
       for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(a); ++k) {
         PyObject* v = PyTuple_GET_ITEM(a, k);
         PyTypeObject* vt = Py_TYPE(v);
-        if (!(v == Py_None || vt == &PyBool_Type || vt == &PyLong_Type || vt == &PyFloat_Type || vt == &PyUnicode_Type)) {
+        if (!(v == Py_None || ck_scalar_type(vt))) {
           Py_DECREF(types);
           goto none;
         }
@@ -1632,10 +1637,6 @@ typedef struct {
 } ck_ic;
 static ck_ic ck_ics[CK_IC_SLOTS];
 static long long ck_plan_gen = 1;
-
-static int ck_scalar_type(PyTypeObject* t) {
-  return t == &PyBool_Type || t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type;
-}
 
 /* The fields of args into rec (nothing owned): 1 and *h (a hash of op and the arrays' fields)
  * where every argument can be compared so, 0 where the signature must decide. */
