@@ -270,7 +270,7 @@ def main(argv=None) -> int:
     def next_batch(_i):
         images, labels = generate_batch(rng, cfg)
         return device.asarray(images.astype(dt)), device.asarray(labels)
-    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank)
+    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank, trace=args.trace)
     trainer.dp.close()
     return 0
 

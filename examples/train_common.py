@@ -142,6 +142,9 @@ def parser(description: str, presets: dict) -> argparse.ArgumentParser:
     p.add_argument("--graph", action="store_true",
                    help="capture the forward and backward pass in a CUDA graph (cudakit.graph) and replay it "
                         "every step (needs --backend cuda)")
+    p.add_argument("--trace", metavar="PATH", default=None,
+                   help="after the timed steps, profile one more step and write its Chrome trace to PATH "
+                        "(rank 0; open in Perfetto or chrome://tracing)")
     return p
 
 
@@ -169,12 +172,15 @@ def parse(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     return args
 
 
-def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0) -> list[float]:
+def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, trace: str | None = None) -> list[float]:
     """Call step(*next_batch(i)) for i in range(steps), printing `step i loss X time T ms` each time.
 
     step returns the loss as a 0-d array (or a number); it is converted to a float after the call,
     which waits for the step on a GPU. Returns the losses. After the loop, a summary line gives
-    the median step time of the steps after the first two (which include compilation)."""
+    the median step time of the steps after the first two (which include compilation). trace: a
+    path; one more step (not timed, not returned) runs under cudakit.profile and rank 0 writes its
+    Chrome trace there, with a line saying how much of the collectives' time ran under kernels of
+    other streams (data parallel: the all-reduces overlapping the backward)."""
     losses, times = [], []
     for i in range(steps):
         batch = next_batch(i)
@@ -190,4 +196,16 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0) 
     if rank == 0:
         out(f"done: {steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
             f"median step time {statistics.median(later):.2f} ms (steps {steps - len(later)}..{steps - 1})")
+    if trace is not None:
+        batch = next_batch(steps)
+        device.synchronize()
+        with cudakit.profile() as prof:
+            float(step(*batch))
+            device.synchronize()
+        if rank == 0:
+            prof.export_chrome_trace(trace)
+            o = prof.collective_overlap()
+            out(f"trace: {trace} ({len(prof.records)} records); {o['overlapped']} of {o['collectives']} "
+                f"collectives ran while kernels of other streams ran, {o['overlap_us']:.0f} of "
+                f"{o['collective_us']:.0f} us")
     return losses

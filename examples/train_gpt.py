@@ -395,7 +395,7 @@ def main(argv=None) -> int:
 
     def next_batch(_i):
         return tuple(device.asarray(a) for a in data.batch(rng, cfg.batch, cfg.seq))
-    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank)
+    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank, trace=args.trace)
     trainer.dp.close()
     return 0
 

@@ -42,19 +42,9 @@ cp.cuda.get_current_stream().synchronize()
 with cudakit.profile() as prof:
     step()
     cp.cuda.get_current_stream().synchronize()
-recs = prof.resolve()
-colls = [r for r in recs if r.kind == "collective"]
-comm = {r.stream for r in colls}
-kernels = [(r.gpu_start_us, r.gpu_start_us + r.duration_ms * 1e3) for r in recs
-           if r.kind == "kernel" and r.stream not in comm]
-n, us = 0, 0.0
-for c in colls:
-    a, b = c.gpu_start_us, c.gpu_start_us + c.duration_ms * 1e3
-    ov = sum(max(0.0, min(b, k1) - max(a, k0)) for k0, k1 in kernels)
-    n += ov > 0
-    us += ov
-busbw = [round(r.as_dict()["bus_gb_per_s"], 1) for r in colls]
-print(f"OVERLAP {n} {us:.0f} {len(colls)} busbw={busbw}", flush=True)
+o = prof.collective_overlap()
+busbw = [round(r.as_dict()["bus_gb_per_s"], 1) for r in prof.records if r.kind == "collective"]
+print(f"OVERLAP {o['overlapped']} {o['overlap_us']:.0f} {o['collectives']} busbw={busbw}", flush=True)
 if dist.get_rank() == 0 and len(sys.argv) > 1:
     prof.export_chrome_trace(sys.argv[1])
 dist.destroy_process_group()

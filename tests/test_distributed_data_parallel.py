@@ -18,17 +18,29 @@ MiB = 2**20
 
 def test_buckets_fill_in_reverse_order_up_to_the_cap():
     sizes = [10 * MiB, 10 * MiB, 10 * MiB, 4 * MiB, 30 * MiB, 1 * MiB]
-    assert plan_buckets(sizes, ["float32"] * 6, 25 * MiB) == [[5], [4], [3, 2, 1], [0]]
+    assert plan_buckets(sizes, ["float32"] * 6, 25 * MiB, 0) == [[5], [4], [3, 2, 1], [0]]
 
 
 def test_a_gradient_larger_than_the_cap_gets_its_own_bucket():
-    assert plan_buckets([100, 10 * MiB, 100], ["float32"] * 3, 1 * MiB) == [[2], [1], [0]]
+    assert plan_buckets([100, 10 * MiB, 100], ["float32"] * 3, 1 * MiB, 0) == [[2], [1], [0]]
 
 
 def test_dtypes_go_to_separate_buckets_and_padding_counts():
-    b = plan_buckets([4, 4, 4, 4], ["float32", "bfloat16", "float32", "bfloat16"], 2 * ALIGN_BYTES)
+    b = plan_buckets([4, 4, 4, 4], ["float32", "bfloat16", "float32", "bfloat16"], 2 * ALIGN_BYTES, 0)
     assert b == [[3, 1], [2, 0]]
-    assert plan_buckets([1] * 5, ["float32"] * 5, 2 * ALIGN_BYTES) == [[4, 3], [2, 1], [0]]
+    assert plan_buckets([1] * 5, ["float32"] * 5, 2 * ALIGN_BYTES, 0) == [[4, 3], [2, 1], [0]]
+
+
+def test_the_last_buckets_taper_down_to_the_tail_size():
+    # 40 gradients of 1/4 MiB: the last bucket (the first parameters, which the backward finishes
+    # last) holds 1 MiB, the one before 2 MiB, then 4 MiB (the cap): the rest from the top
+    b = plan_buckets([MiB // 4] * 40, ["float32"] * 40, 4 * MiB, 1 * MiB)
+    assert b == [list(range(39, 23, -1)), list(range(23, 11, -1)), list(range(11, 3, -1)), [3, 2, 1, 0]]
+    # one dtype's taper does not count the other's buckets; a large gradient takes a step alone
+    b = plan_buckets([MiB, 3 * MiB, MiB, MiB, MiB], ["float32", "float32", "float16", "float16", "float32"],
+                     8 * MiB, MiB)
+    assert b == [[4], [3], [2], [1], [0]]   # float32 caps 1, 2, 4 MiB; float16 caps 1, 2 MiB
+    assert plan_buckets([MiB] * 3, ["float32"] * 3, MiB, MiB) == [[2], [1], [0]]   # cap == tail: no taper
 
 
 def test_every_parameter_in_exactly_one_bucket(rng):
@@ -48,6 +60,8 @@ def test_plan_arguments():
         plan_buckets([1, 2], ["float32"])
     with pytest.raises(ValueError, match="bucket_bytes"):
         plan_buckets([1], ["float32"], 0)
+    with pytest.raises(ValueError, match="tail_bucket_bytes must be an int >= 0"):
+        plan_buckets([1], ["float32"], 8, -1)
     assert plan_buckets([], []) == []
 
 

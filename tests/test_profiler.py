@@ -121,3 +121,24 @@ def test_profile_records_the_allocators_events(monkeypatch, tmp_path):
     monkeypatch.setattr(memory, "_user_callback", None)
     memory._apply_callback()
     assert memory._callback is None
+
+
+def test_collective_overlap_counts_the_union_of_other_streams_kernels():
+    from cudakit.profiler import Profile, Record
+    prof = Profile()
+
+    def rec(kind, stream, start, dur_us, device=0):
+        return Record(kind, kind, device, stream, 0.0, duration_ms=dur_us / 1e3, gpu_start_us=start)
+    prof.records = [
+        rec("collective", 7, 100.0, 50.0),     # [100, 150]: kernels cover [90, 120] and [110, 140]
+        rec("kernel", 1, 90.0, 30.0),
+        rec("kernel", 2, 110.0, 30.0),         # overlaps the first kernel: counted once
+        rec("kernel", 7, 100.0, 50.0),         # the collective's own stream: not counted
+        rec("kernel", 1, 100.0, 50.0, device=1),   # another device: not counted
+        rec("collective", 7, 300.0, 10.0),     # nothing runs beside it
+    ]
+    o = prof.collective_overlap()
+    assert o["collectives"] == 2 and o["overlapped"] == 1
+    assert abs(o["overlap_us"] - 40.0) < 1e-9 and abs(o["collective_us"] - 60.0) < 1e-9
+    assert Profile().collective_overlap() == {"collectives": 0, "overlapped": 0, "collective_us": 0.0,
+                                              "overlap_us": 0.0}

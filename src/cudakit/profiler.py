@@ -148,6 +148,34 @@ class Profile:
                          "against the start")
         return "\n".join(lines)
 
+    def collective_overlap(self) -> dict:
+        """How much of the collectives' time ran while kernels of other streams ran on the same
+        device (data parallel: the all-reduces hidden under the backward pass).
+
+        Returns {"collectives": how many, "overlapped": how many ran while at least one such kernel
+        ran, "collective_us": their summed time, "overlap_us": the summed time during which at least
+        one such kernel ran}. Times are the GPU's (CUDA events); 0 of 0 without collectives."""
+        recs = self.resolve()
+
+        def span(r):
+            t = r.gpu_start_us if r.gpu_start_us is not None else r.host_start_us
+            return t, t + (r.duration_ms or 0.0) * 1e3
+        colls = [r for r in recs if r.kind == "collective"]
+        out = {"collectives": len(colls), "overlapped": 0, "collective_us": 0.0, "overlap_us": 0.0}
+        for c in colls:
+            a, b = span(c)
+            busy = sorted(span(k) for k in recs if k.kind == "kernel" and k.device == c.device and k.stream != c.stream)
+            covered, end = 0.0, a   # the union of the kernels' intervals within [a, b]
+            for k0, k1 in busy:
+                k0, k1 = max(k0, end), min(k1, b)
+                if k1 > k0:
+                    covered += k1 - k0
+                    end = k1
+            out["collective_us"] += b - a
+            out["overlap_us"] += covered
+            out["overlapped"] += covered > 0
+        return out
+
     def export_json(self, path) -> None:
         """Every record and the summary table as JSON."""
         data = {"records": [r.as_dict() for r in self.resolve()], "summary": self.table(),

@@ -30,18 +30,30 @@ def _bus(op: str, n: int) -> float:
     return 1.0
 
 
+_names: dict = {}   # dtype -> its name: NumPy builds dtype.name in Python on every read
+
+
+def dtype_name(dt) -> str:
+    """dt.name, cached per dtype (the collectives' per-call path reads it several times)."""
+    try:
+        return _names[dt]
+    except KeyError:
+        n = _names[dt] = dt.name
+        return n
+
+
 def _array(g, a, name: str, write: bool = True):
     """`a` as the group's array type, checked: type, device, dtype, contiguity."""
     if g.backend == "nccl":
         cp = g.transport.cp
-        if not isinstance(a, cp.ndarray):
+        if type(a) is not cp.ndarray and not isinstance(a, cp.ndarray):
             if hasattr(a, "__cuda_array_interface__"):
                 a = cp.asarray(a)   # zero-copy view of a torch / JAX / Numba array
             else:
                 raise DeviceError(f"{name} must be a CUDA array (CuPy, or one with __cuda_array_interface__) for "
                                   f"the nccl backend (got {type(a).__name__}); the cpu backend takes NumPy arrays")
-        if a.device.id != g.device:
-            raise DeviceError(f"{name} is on cuda:{a.device.id} but this rank's group runs on cuda:{g.device}")
+        if a.data.device_id != g.device:
+            raise DeviceError(f"{name} is on cuda:{a.data.device_id} but this rank's group runs on cuda:{g.device}")
     else:
         import numpy as np
         if not isinstance(a, np.ndarray):
@@ -49,25 +61,25 @@ def _array(g, a, name: str, write: bool = True):
                               "CuPy arrays need backend='nccl'")
         if write and not a.flags.writeable:
             raise ShapeError(f"{name} is read-only, but the collective writes its result into it")
-    if a.dtype.name not in DTYPES:
-        raise DTypeError(f"{name} has dtype {a.dtype.name}; collectives take {', '.join(DTYPES)}")
+    if dtype_name(a.dtype) not in DTYPES:
+        raise DTypeError(f"{name} has dtype {dtype_name(a.dtype)}; collectives take {', '.join(DTYPES)}")
     if not a.flags.c_contiguous:
         raise ShapeError(f"{name} must be C-contiguous (got shape {tuple(a.shape)}, strides {tuple(a.strides)}); "
                          "pass a contiguous copy and copy the result back")
     return a
 
 
-def _reduce_op(op, dtype_name: str) -> str:
-    o = str(op).lower() if isinstance(op, str) else op
+def _reduce_op(op, dt: str) -> str:
+    o = op.lower() if isinstance(op, str) else op
     if o not in REDUCE_OPS:
         raise ValueError(f"op must be one of {REDUCE_OPS} (got {op!r})")
-    if o == "avg" and dtype_name.startswith("int"):
-        raise DTypeError(f"op='avg' needs a float dtype (got {dtype_name}); use 'sum' and divide")
+    if o == "avg" and dt.startswith("int"):
+        raise DTypeError(f"op='avg' needs a float dtype (got {dt}); use 'sum' and divide")
     return o
 
 
 def _desc(a) -> dict:
-    return {"shape": list(a.shape), "dtype": a.dtype.name}
+    return {"shape": list(a.shape), "dtype": dtype_name(a.dtype)}
 
 
 def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
@@ -75,7 +87,7 @@ def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
     op: "sum", "avg" (float dtypes), "max", "min", "prod". Returns a Work for async_op=True."""
     g = resolve(group, "all_reduce")
     a = _array(g, tensor, "tensor")
-    o = _reduce_op(op, a.dtype.name)
+    o = _reduce_op(op, dtype_name(a.dtype))
     return g.run("all_reduce", a.nbytes, _bus("all_reduce", g.size),
                  lambda s: g.transport.all_reduce([a], o, s) if a.size else None, async_op, (a,),
                  lambda: {"op": "all_reduce", "reduce": o, **_desc(a)})
@@ -88,7 +100,7 @@ def all_reduce_coalesced(tensors, op: str = "sum", group=None, async_op: bool = 
     if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
         raise ValueError(f"tensors must be a list of arrays (got {type(tensors).__name__})")
     arrays = [_array(g, t, f"tensors[{i}]") for i, t in enumerate(tensors)]
-    ops = {_reduce_op(op, a.dtype.name) for a in arrays} or {_reduce_op(op, "float32")}
+    ops = {_reduce_op(op, dtype_name(a.dtype)) for a in arrays} or {_reduce_op(op, "float32")}
     o = ops.pop()
     live = [a for a in arrays if a.size]
     return g.run("all_reduce_coalesced", sum(a.nbytes for a in arrays), _bus("all_reduce", g.size),
@@ -110,7 +122,7 @@ def reduce(tensor, dst: int, op: str = "sum", group=None, async_op: bool = False
     as they were)."""
     g = resolve(group, "reduce")
     a = _array(g, tensor, "tensor")
-    o = _reduce_op(op, a.dtype.name)
+    o = _reduce_op(op, dtype_name(a.dtype))
     root = g.group_rank(dst, "dst")
     return g.run("reduce", a.nbytes, 1.0, lambda s: g.transport.reduce(a, root, o, s) if a.size else None,
                  async_op, (a,), lambda: {"op": "reduce", "dst": dst, "reduce": o, **_desc(a)})
@@ -146,7 +158,7 @@ def _flat_chunks(g, array, name: str, like, write: bool):
     """`array` checked and coerced: one contiguous array of group-size chunks of like.size elements."""
     a, n = _array(g, array, name, write=write), g.size
     if a.dtype != like.dtype or a.size != n * like.size:
-        raise ShapeError(f"{name} is {a.dtype.name} {tuple(a.shape)} ({a.size} elements); expected "
+        raise ShapeError(f"{name} is {dtype_name(a.dtype)} {tuple(a.shape)} ({a.size} elements); expected "
                          f"{like.dtype.name} with {n} x {like.size} = {n * like.size} elements")
     return a
 
@@ -191,7 +203,7 @@ def reduce_scatter(output, input, op: str = "sum", group=None, async_op: bool = 
     g = resolve(group, "reduce_scatter")
     out = _array(g, output, "output")
     n = g.size
-    o = _reduce_op(op, out.dtype.name)
+    o = _reduce_op(op, dtype_name(out.dtype))
     if isinstance(input, (list, tuple)):
         ins = _chunk_list(g, input, "input", out, "output", write=False)
         xp = _xp(g)

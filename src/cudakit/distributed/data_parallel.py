@@ -9,7 +9,8 @@
         optimizer.step(params, grads)
 
 The gradients live in flat buckets of about `bucket_bytes` (25 MiB), filled in reverse parameter
-order (the order a backward pass produces them), one dtype per bucket. When every gradient of a
+order (the order a backward pass produces them), one dtype per bucket; the last buckets taper down
+to `tail_bucket_bytes` (1 MiB) so that the all-reduce left after the backward is short. When every gradient of a
 bucket is marked ready the bucket's all-reduce starts on the group's communication stream (after
 an event on the current stream), so it overlaps the rest of the backward pass. Buckets start in
 bucket order on every rank whatever the order of marking (NCCL needs the same order on every
@@ -22,33 +23,64 @@ from . import collectives as coll
 from .group import resolve
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20
+DEFAULT_TAIL_BUCKET_BYTES = 2**20   # the last bucket's cap; the taper doubles it up to bucket_bytes
 ALIGN_BYTES = 256   # each gradient's offset in its bucket: 16-byte vector loads and NCCL's alignment
 
 
-def plan_buckets(nbytes, dtypes, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[list[int]]:
-    """Group parameters into buckets: lists of parameter indices, in reverse index order (the
-    backward's), each of one dtype and at most `bucket_bytes` (bytes, counting each gradient's
-    alignment padding) unless a single gradient is larger (it gets a bucket of its own).
+def plan_buckets(nbytes, dtypes, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 tail_bucket_bytes: int = DEFAULT_TAIL_BUCKET_BYTES) -> list[list[int]]:
+    """Group parameters into buckets: lists of parameter indices, in launch order (the backward's:
+    the last parameters first), each of one dtype and at most `bucket_bytes` (bytes, counting each
+    gradient's alignment padding) unless a single gradient is larger (it gets a bucket of its own).
+
+    The gradients the backward produces last (the first parameters) go into a taper of smaller
+    buckets: `tail_bucket_bytes` for the last one, twice that for the one before, and so on up to
+    `bucket_bytes`. Only the last bucket's all-reduce has no backward left to hide under, so it is
+    kept small; the ones before it start while the backward still runs. tail_bucket_bytes=0: no
+    taper, every bucket up to bucket_bytes.
 
     nbytes: bytes of each gradient; dtypes: their dtype names (same length)."""
     nbytes, dtypes = list(nbytes), list(dtypes)
     if len(nbytes) != len(dtypes):
         raise ValueError(f"nbytes and dtypes differ in length ({len(nbytes)} vs {len(dtypes)})")
-    if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
-        raise ValueError(f"bucket_bytes must be an int >= 1 (got {bucket_bytes!r})")
+    for name, v, lo in (("bucket_bytes", bucket_bytes, 1), ("tail_bucket_bytes", tail_bucket_bytes, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be an int >= {lo} (got {v!r})")
+    # the taper, from the first parameter on (the last gradients of the backward)
+    tail: list[list[int]] = []
+    open_: dict[str, tuple[list[int], int, int]] = {}   # dtype -> (bucket, bytes so far, its cap)
+    caps: dict[str, int] = {}                            # dtype -> the cap of its next bucket
+    start = 0
+    for i in range(len(nbytes)) if tail_bucket_bytes else ():
+        size, dt = _padded(nbytes[i]), dtypes[i]
+        cur = open_.get(dt)
+        if cur is not None and cur[1] + size <= cur[2]:
+            cur[0].append(i)
+            open_[dt] = (cur[0], cur[1] + size, cur[2])
+            start = i + 1
+            continue
+        cap = caps.get(dt, tail_bucket_bytes)
+        if cap >= bucket_bytes:   # the taper has reached full-size buckets: the rest are planned below
+            break
+        b = [i]
+        tail.append(b)
+        open_[dt] = (b, size, cap)
+        caps[dt] = cap * 2
+        start = i + 1
+    # the rest, from the last parameter down (the backward's first gradients)
     buckets: list[list[int]] = []
-    open_: dict[str, tuple[list[int], int]] = {}   # dtype -> (bucket, bytes so far)
-    for i in reversed(range(len(nbytes))):
+    full: dict[str, tuple[list[int], int]] = {}   # dtype -> (bucket, bytes so far)
+    for i in reversed(range(start, len(nbytes))):
         size = _padded(nbytes[i])
-        cur = open_.get(dtypes[i])
+        cur = full.get(dtypes[i])
         if cur is not None and cur[1] + size <= bucket_bytes:
             cur[0].append(i)
-            open_[dtypes[i]] = (cur[0], cur[1] + size)
+            full[dtypes[i]] = (cur[0], cur[1] + size)
             continue
         b = [i]
         buckets.append(b)
-        open_[dtypes[i]] = (b, size)
-    return buckets
+        full[dtypes[i]] = (b, size)
+    return buckets + [b[::-1] for b in reversed(tail)]
 
 
 def _padded(n: int) -> int:
@@ -69,10 +101,12 @@ class GradSync:
     grads[i]: the gradient buffer of params[i] (a view into its bucket, params[i]'s shape and
     dtype); with a dict, the methods take names as well as indices and wait() returns a dict.
     average: divide the sum by the group size (an "avg" all-reduce). broadcast_from: the global
-    rank whose parameters every rank starts with (None: no broadcast)."""
+    rank whose parameters every rank starts with (None: no broadcast). bucket_bytes and
+    tail_bucket_bytes: see plan_buckets (the gradients of the first parameters, which the backward
+    produces last, go into smaller buckets so that little is left to all-reduce after it)."""
 
     def __init__(self, params, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, average: bool = True,
-                 broadcast_from: int | None = 0):
+                 broadcast_from: int | None = 0, tail_bucket_bytes: int = DEFAULT_TAIL_BUCKET_BYTES):
         g = resolve(group, "GradSync")
         self.group, self.average = group, average
         self.names = list(params) if isinstance(params, dict) else None
@@ -84,7 +118,7 @@ class GradSync:
             if not p.dtype.name.startswith(("float", "bfloat")):
                 raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; gradients need a float dtype")
         self.buckets = plan_buckets([p.nbytes for p in self.params], [p.dtype.name for p in self.params],
-                                    bucket_bytes)
+                                    bucket_bytes, tail_bucket_bytes)
         xp = coll._xp(g)
         self.buffers, self.grads = [], [None] * len(self.params)
         self._bucket_of = [0] * len(self.params)

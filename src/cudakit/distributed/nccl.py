@@ -18,6 +18,18 @@ _STATUS = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalEr
            5: "ncclInvalidUsage", 6: "ncclRemoteError (a peer failed or the network broke)", 7: "ncclInProgress"}
 
 
+def _code(dt) -> int:
+    """NCCL's enum of a (validated) dtype, by the dtype object: no dtype.name per call."""
+    try:
+        return _codes[dt]
+    except KeyError:
+        c = _codes[dt] = NCCL_DTYPES[dt.name]
+        return c
+
+
+_codes: dict = {}
+
+
 def nccl_message(exc: BaseException) -> str:
     """NCCL's message from an exception of CuPy's binding (CuPy's NcclError cannot name the
     statuses past 5 and raises KeyError(status) instead)."""
@@ -100,11 +112,8 @@ class NcclTransport:
 
     # -- streams and events --
     def current_stream(self):
-        cp = self.cp
-        if cp.cuda.runtime.getDevice() == self.device:
-            return cp.cuda.get_current_stream()
-        with cp.cuda.Device(self.device):
-            return cp.cuda.get_current_stream()
+        """The current CuPy stream of the group's device (whichever device is current)."""
+        return self.cp.cuda.get_current_stream(self.device)
 
     def event(self):
         with self.cp.cuda.Device(self.device):
@@ -115,33 +124,33 @@ class NcclTransport:
         s, o = stream.ptr, NCCL_OPS[op]
         if len(arrays) == 1:
             a = arrays[0]
-            self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, NCCL_DTYPES[a.dtype.name], o, s)
+            self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, _code(a.dtype), o, s)
             return
         self.nccl.groupStart()
         try:
             for a in arrays:
-                self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, NCCL_DTYPES[a.dtype.name], o, s)
+                self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, _code(a.dtype), o, s)
         finally:
             self.nccl.groupEnd()
 
     def broadcast(self, a, root: int, stream) -> None:
-        self.comm.broadcast(a.data.ptr, a.data.ptr, a.size, NCCL_DTYPES[a.dtype.name], root, stream.ptr)
+        self.comm.broadcast(a.data.ptr, a.data.ptr, a.size, _code(a.dtype), root, stream.ptr)
 
     def all_gather(self, out, inp, stream) -> None:
-        self.comm.allGather(inp.data.ptr, out.data.ptr, inp.size, NCCL_DTYPES[inp.dtype.name], stream.ptr)
+        self.comm.allGather(inp.data.ptr, out.data.ptr, inp.size, _code(inp.dtype), stream.ptr)
 
     def reduce_scatter(self, out, inp, op: str, stream) -> None:
-        self.comm.reduceScatter(inp.data.ptr, out.data.ptr, out.size, NCCL_DTYPES[out.dtype.name],
+        self.comm.reduceScatter(inp.data.ptr, out.data.ptr, out.size, _code(out.dtype),
                                 NCCL_OPS[op], stream.ptr)
 
     def reduce(self, a, root: int, op: str, stream) -> None:
-        self.comm.reduce(a.data.ptr, a.data.ptr, a.size, NCCL_DTYPES[a.dtype.name], NCCL_OPS[op], root, stream.ptr)
+        self.comm.reduce(a.data.ptr, a.data.ptr, a.size, _code(a.dtype), NCCL_OPS[op], root, stream.ptr)
 
     def send(self, a, peer: int, stream) -> None:
-        self.comm.send(a.data.ptr, a.size, NCCL_DTYPES[a.dtype.name], peer, stream.ptr)
+        self.comm.send(a.data.ptr, a.size, _code(a.dtype), peer, stream.ptr)
 
     def recv(self, a, peer: int, stream) -> None:
-        self.comm.recv(a.data.ptr, a.size, NCCL_DTYPES[a.dtype.name], peer, stream.ptr)
+        self.comm.recv(a.data.ptr, a.size, _code(a.dtype), peer, stream.ptr)
 
     def barrier(self, stream) -> None:
         self.comm.allReduce(self._one.data.ptr, self._one.data.ptr, 1, NCCL_DTYPES["int32"], NCCL_OPS["sum"],
