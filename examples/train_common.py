@@ -65,10 +65,11 @@ class DataParallel:
     rank takes the same optimizer step. NCCL on the GPU, the store-based CPU backend otherwise.
     """
 
-    def __init__(self, device: Device):
+    def __init__(self, device: Device, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0):
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         self.rank = 0
         self.sync = None
+        self.bucket_bytes, self.tail_bytes = int(bucket_mb * 2**20), int(tail_bucket_mb * 2**20)
         if self.world > 1:
             import cudakit.distributed as dist
             self.dist = dist
@@ -93,7 +94,8 @@ class DataParallel:
         if self.sync is None:
             grads = run_backward(None)
             order = list(grads)[::-1]   # GradSync fills its buckets from the last index backwards
-            self.sync = self.dist.GradSync({n: self.params[n] for n in order}, broadcast_from=None)
+            self.sync = self.dist.GradSync({n: self.params[n] for n in order}, broadcast_from=None,
+                                           bucket_bytes=self.bucket_bytes, tail_bucket_bytes=self.tail_bytes)
             for n in reversed(order):
                 self.sync.set_grad(n, grads[n])
         else:
@@ -142,10 +144,25 @@ def parser(description: str, presets: dict) -> argparse.ArgumentParser:
     p.add_argument("--graph", action="store_true",
                    help="capture the forward and backward pass in a CUDA graph (cudakit.graph) and replay it "
                         "every step (needs --backend cuda)")
+    p.add_argument("--bucket-mb", type=_mib(1), default=25.0,
+                   help="data parallel: gradient bucket size in MiB (GradSync's bucket_bytes; default 25)")
+    p.add_argument("--tail-bucket-mb", type=_mib(0), default=1.0,
+                   help="data parallel: the last bucket's size in MiB, doubling up to --bucket-mb in the buckets "
+                        "before it (GradSync's tail_bucket_bytes; 0: no taper; default 1)")
     p.add_argument("--trace", metavar="PATH", default=None,
                    help="after the timed steps, profile one more step and write its Chrome trace to PATH "
                         "(rank 0; open in Perfetto or chrome://tracing)")
     return p
+
+
+def _mib(least_bytes: int):
+    """An argparse type: a size in MiB of at least `least_bytes` bytes."""
+    def parse(text: str) -> float:
+        mib = float(text)
+        if not mib * 2**20 >= least_bytes:
+            raise argparse.ArgumentTypeError(f"must be {'> 0' if least_bytes else '>= 0'} MiB (got {text})")
+        return mib
+    return parse
 
 
 def _positive_int(text: str) -> int:

@@ -61,7 +61,7 @@ def main():
     }
     for name, fn in rows.items():
         print(f"DIST-HOST {name:<32} {per_call(fn):8.2f} us", flush=True)
-    params = [cp.ones((768, 768), cp.bfloat16) for _ in range(48)]
+    params = [cp.ones((768, 768), cp.float16) for _ in range(48)]
     sync = dist.GradSync(params, broadcast_from=None)
 
     def step():

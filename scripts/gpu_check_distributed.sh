@@ -64,12 +64,20 @@ fi
 #    GPU each over sockets against one node of 2 GPUs (float32 tiny preset, dropout off: the printed
 #    losses must match)
 if has dp; then
-  GPT="examples/train_gpt.py --backend cuda --preset gpt-issue --dtype bfloat16 --steps ${DP_STEPS:-14}"
+  GPT="examples/train_gpt.py --backend cuda --preset gpt-issue --dtype bfloat16 --steps ${DP_STEPS:-30}"
   CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 $GPT 2>&1 | tee /tmp/dp_1.txt | tail -1 | sed 's/^/DP-1GPU /'
   for n in $RANKS; do
     CUDA_VISIBLE_DEVICES=$(first_gpus "$n") timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node "$n" \
       --master-port 29630 $GPT --trace "$OUT/gpt_dp_trace_$n.json" 2>&1 | tee /tmp/dp_$n.txt | tail -2 | sed "s/^/DP-${n}GPU /"
   done
+  # DP_AB=1: the 2-rank step again without the bucket taper, and with NCCL held to 8 channels (SMs)
+  if [ "${DP_AB:-0}" = 1 ]; then
+    for v in "--tail-bucket-mb 0" "NCCL_MAX_NCHANNELS=8" "--bucket-mb 50"; do
+      case "$v" in --*) e=""; a="$v";; *) e="$v"; a="";; esac
+      env $e CUDA_VISIBLE_DEVICES=0,1 timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 2 \
+        --master-port 29635 $GPT $a 2>&1 | tail -1 | sed "s/^/DP-AB [$v] /" | tee -a "$LOG"
+    done
+  fi
   cat /tmp/dp_1.txt /tmp/dp_[0-9]*.txt >> "$LOG" 2>/dev/null
   TINY="examples/train_gpt.py --backend cuda --preset tiny --dropout 0 --steps 8"
   CUDA_VISIBLE_DEVICES=0,1 timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 2 --master-port 29640 $TINY 2>&1 \
