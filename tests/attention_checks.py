@@ -18,6 +18,15 @@ SHAPES = [((), 1, 1, 1), ((2, 3), 17, 29, 8), ((1,), 64, 64, 64), ((2,), 33, 5, 
 # (leading dims, Lq, Lk, head_dim, causal, window, key lengths per batch) run on both backends:
 # windows narrower and wider than the sequence, one-sided, key lengths of 0 (rows that see nothing),
 # Lq > Lk causal (bottom-right: the first Lq - Lk rows see nothing), Lq = 1
+# (leading dims, Lq, Lk, head_dim, causal, the attn_bias's shape) run on both backends: a bias per
+# score, one shared by the batch (ALiBi, relative positions), one per key (padding), a bias
+# broadcast over everything, fewer dims than the scores, Lq > Lk causal
+BIASES = [((2, 3), 17, 29, 8, False, (2, 3, 17, 29)),
+          ((2, 3), 17, 29, 8, True, (1, 3, 17, 29)),
+          ((2, 2), 40, 70, 16, False, (2, 1, 1, 70)),
+          ((3,), 33, 5, 24, True, (33, 1)),
+          ((2,), 1, 70, 8, False, ()),
+          ((1, 2), 50, 20, 8, True, (2, 50, 20))]
 MASKS = [((2, 3), 17, 29, 8, False, (4, 2), None),
          ((2, 3), 17, 29, 8, True, None, [29, 0]),
          ((3, 2), 40, 40, 16, True, (5, None), [40, 17, 1]),
@@ -51,11 +60,15 @@ def allowed(lead: tuple, lq: int, lk: int, causal: bool, window=None, lens=None)
     return ok
 
 
-def reference(q, k, v, scale, causal, g=None, window=None, lens=None):
-    """float64 (out, lse, dq, dk, dv) of softmax(q k^T scale) v, [..., L, D] arrays, with the masks of
-    allowed(); a row that sees no key: out 0, lse -inf, no gradient."""
+def reference(q, k, v, scale, causal, g=None, window=None, lens=None, bias=None, want_ds=False):
+    """float64 (out, lse, dq, dk, dv) of softmax(q k^T scale + bias) v, [..., L, D] arrays, with the
+    masks of allowed(); a row that sees no key: out 0, lse -inf, no gradient. bias: broadcastable to
+    the scores; want_ds: dS (the gradient of the scores, the bias's before its broadcast is summed)
+    appended."""
     q, k, v = f64(q), f64(k), f64(v)
     s = q @ k.swapaxes(-1, -2) * scale
+    if bias is not None:
+        s = s + f64(bias)
     lq, lk = s.shape[-2:]
     if causal or window is not None or lens is not None:
         s = np.where(allowed(s.shape[:-2], lq, lk, causal, window, lens), s, -np.inf)
@@ -73,7 +86,8 @@ def reference(q, k, v, scale, causal, g=None, window=None, lens=None):
     dv = p.swapaxes(-1, -2) @ g
     dp = g @ v.swapaxes(-1, -2)
     ds = p * (dp - (g * out).sum(-1, keepdims=True))
-    return out, lse, p, ds @ k * scale, ds.swapaxes(-1, -2) @ q * scale, dv
+    r = out, lse, p, ds @ k * scale, ds.swapaxes(-1, -2) @ q * scale, dv
+    return r + (ds,) if want_ds else r
 
 
 def _close(got, want, scale_ref, dtype, what, sub_ref=0.0):
@@ -96,27 +110,45 @@ def _close_lse(got, want, dtype, what):
 
 
 def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, block_size=None, strided=False,
-                    window=None, lens=None):
+                    window=None, lens=None, bias=None, layout="bhld"):
+    """bias: the shape of an attn_bias to add (broadcastable to lead + (Lq, Lk)), drawn in dtype with
+    its row 1 (where it has rows) -inf, so that row sees nothing; its gradient is checked too.
+    layout "blhd": q, k, v passed as (B, L, H, D) views (lead must be (B, H))."""
     q, k, v = data(rng, lead + (lq, d), dtype), data(rng, lead + (lk, d), dtype), data(rng, lead + (lk, d), dtype)
+    b_arr = None
+    if bias is not None:
+        b_arr = data(rng, bias, dtype)
+        if len(bias) >= 2 and bias[-2] > 1:
+            b_arr[..., 1, :] = -np.inf
     if strided:  # non-contiguous views (every other head_dim column of a wider array)
         dev0 = dev
         dev = lambda a: dev0(np.repeat(a, 2, axis=-1))[..., ::2]
     g = data(rng, lead + (lq, d), dtype)
     sc = 1 / math.sqrt(d) if scale is None else scale
-    out_r, lse_r, p, dq_r, dk_r, dv_r = reference(q, k, v, sc, causal, g, window, lens)
+    out_r, lse_r, p, dq_r, dk_r, dv_r, ds_r = reference(q, k, v, sc, causal, g, window, lens, b_arr, want_ds=True)
     kw = {"window": window, "key_lengths": None if lens is None else dev(np.asarray(lens))}
+    if b_arr is not None:
+        kw["attn_bias"] = dev(b_arr)
+    if layout == "blhd":   # (B, L, H, D) views of (B, H, L, D) data, results transposed back
+        kw["layout"] = "blhd"
+        qd, kd, vd, gd = (dev(np.ascontiguousarray(a.swapaxes(1, 2))) for a in (q, k, v, g))
     if block_size is not None:
         out = host(cudakit.flash_attention(dev(q), dev(k), dev(v), scale, block_size=block_size, causal=causal, **kw))
         _close(out, out_r, np.abs(p) @ np.abs(f64(v)), dtype, "out (flash_attention)")
         return
-    out_d, lse_d = cudakit.attention_with_lse(dev(q), dev(k), dev(v), scale, causal, **kw)
+    if layout != "blhd":
+        qd, kd, vd, gd = dev(q), dev(k), dev(v), dev(g)
+    out_d, lse_d = cudakit.attention_with_lse(qd, kd, vd, scale, causal, **kw)
     out, lse = host(out_d), host(lse_d)
+    if layout == "blhd":
+        out = out.swapaxes(1, 2)
     assert out.dtype == np_dtype(dtype) and out.shape == q.shape
     _close(out, out_r, np.abs(p) @ np.abs(f64(v)), dtype, "out")
     # lse is float32 (float64 for float64) from float32 scores: good to a few float32 ulps
     _close_lse(lse, lse_r, "float64" if dtype == "float64" else "float32", "lse")
-    dq, dk, dv = (host(t) for t in cudakit.attention_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d, scale,
-                                                              causal, **kw))
+    grads = cudakit.attention_backward(gd, qd, kd, vd, out_d, lse_d, scale, causal, **kw)
+    assert len(grads) == (4 if b_arr is not None else 3)
+    dq, dk, dv = (host(t).swapaxes(1, 2) if layout == "blhd" else host(t) for t in grads[:3])
     ag, aq, ak, av = (np.abs(f64(t)) for t in (g, q, k, v))
     # size of the terms: |dS| built from |P| (|dO| |V| + |dO . O|)
     ds_abs = np.abs(p) * (ag @ av.swapaxes(-1, -2) + np.abs((f64(g) * out_r).sum(-1, keepdims=True)))
@@ -125,6 +157,13 @@ def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, 
     _close(dq, dq_r, ds_abs @ ak * asc, dtype, "dq", ak.sum(-2, keepdims=True) * asc)
     _close(dk, dk_r, ds_abs.swapaxes(-1, -2) @ aq * asc, dtype, "dk", aq.sum(-2, keepdims=True) * asc)
     assert dq.dtype == dk.dtype == dv.dtype == np_dtype(dtype)
+    if b_arr is not None:   # dS summed over the dims the bias broadcasts, in the bias's shape and dtype
+        db = host(grads[3])
+        assert db.shape == b_arr.shape and db.dtype == b_arr.dtype
+        pad = (1,) * (ds_r.ndim - b_arr.ndim) + b_arr.shape
+        axes = tuple(i for i, n in enumerate(pad) if n == 1 and ds_r.shape[i] > 1)
+        fold = lambda x: x.sum(axis=axes, keepdims=True).reshape(b_arr.shape)  # noqa: E731
+        _close(db, fold(ds_r), fold(ds_abs), dtype, "dbias", fold(np.ones_like(ds_abs)))
 
 
 def check_nan(dev, host, dtype):

@@ -34,10 +34,14 @@ def _tiles(cfg):
     return {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
 
 
-def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None):
+def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None, bias=None,
+         bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0):
     """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
     the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows. lens:
-    int64 key lengths of each batch of `heads` consecutive [BH] entries; err: the error flag."""
+    int64 key lengths of each batch of `heads` consecutive [BH] entries; err: the error flag.
+    bias: a 4-D (Bb, Hb, Lq|1, Lk|1) array, [BH] entry t being batch t // bias_heads and head
+    t % bias_heads; db: the buffer its gradient goes to (db_mode 1: stored, 2: added) with
+    db_strides."""
     bh, lq, d = q.shape
     lk = k.shape[1]
     scale = 1 / math.sqrt(d)
@@ -50,18 +54,23 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     has = lens is not None
     lens_t = _Tensor(np.asarray(lens, np.int64) if has else np.zeros(1, np.int64))
     err_t = _Tensor(np.zeros(8, np.int64) if err is None else err)
+    hb = bias is not None
+    b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
+    d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
     kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, v, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, 0, d, HAS_LENS=has,
-        POS_SCALE=pos_scale, **_tiles(cfg))
+        *map(_Tensor, (q, k, v, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args, 0, d,
+        HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, **_tiles(cfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
-    args = (lens_t, qk_scale, scale, lq, lk, dlo, dhi, heads, 0, d)
+    args = (lens_t, qk_scale, scale, lq, lk, dlo, dhi, heads, *b_args)
     kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0,
-        **_tiles(kv))
+        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, 0, d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0,
+        HAS_BIAS=hb, **_tiles(kv))
+    dbq, dbk = (True, True) if db is None else (db_strides[2] != 0 or db.shape[2] > 1, db_strides[3] != 0)
     kernels.attn_bwd_dq[(math.ceil(lq / qc["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, HAS_LENS=has, **_tiles(qc))
+        *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, *d_args, 0, d, HAS_LENS=has, HAS_BIAS=hb,
+        DB_MODE=db_mode, DBQ=dbq, DBK=dbk, **_tiles(qc))
     return out, lse, dq, dk, dv
 
 
@@ -108,6 +117,53 @@ def check_bad_key_length():
     np.testing.assert_allclose(f64(out), want, atol=1e-4, rtol=2e-5)
 
 
+def check_bias(b, h, lq, lk, d, causal, dtype, bshape, mode, neg_inf_row=False):
+    """The bias added to the scores (read by its strides, broadcast dims at stride 0) and its
+    gradient, against float64: mode "store" (an element per score, one writer), "atomic" (summed
+    over the broadcast dims by atomics), "full" (the deterministic path: every score's dS stored in
+    a [B, H, Lq, Lk] buffer, summed after). neg_inf_row: a query row whose bias is -inf at every key
+    (output 0, lse -inf, no NaN in any gradient)."""
+    rng = np.random.default_rng(5)
+    bh = b * h
+    case = (b, h, lq, lk, d, causal, dtype, bshape, mode)
+    q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
+    k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
+    bias = rng.standard_normal(bshape).astype(np.float32)
+    if neg_inf_row:
+        bias[..., min(3, bshape[2] - 1), :] = -np.inf
+    full = np.broadcast_to(bias, (b, h, lq, lk))
+    if mode == "full":
+        db = np.zeros((b, h, lq, lk), np.float32)
+        st, m = (h * lq * lk, lq * lk, lk, 1), 1
+    else:
+        db = np.zeros(bshape, np.float32) if mode == "atomic" else np.full(bshape, 7.0, np.float32)
+        st, m = host._strides(db), 1 if mode == "store" else 2
+    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, bias=bias, bias_heads=h, db=db, db_strides=st,
+                                db_mode=m)
+    ref = ac.reference(q, k, v, 1 / math.sqrt(d), causal, g, bias=full.reshape(bh, lq, lk), want_ds=True)
+    out_r, lse_r, _, dq_r, dk_r, dv_r, ds_r = ref
+    axes = tuple(i for i in range(4) if bshape[i] == 1)
+    db_r = ds_r.reshape(b, h, lq, lk).sum(axis=axes, keepdims=True)
+    if mode == "full":
+        db = db.sum(axis=axes, keepdims=True)
+    tol = 2e-5 if dtype == "float32" else 4e-3
+    np.testing.assert_allclose(f64(out), out_r, atol=tol * 4, rtol=tol, err_msg=f"out {case}")
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_r), err_msg=f"lse -inf rows {case}")
+    for name, got, want in (("dq", dq, dq_r), ("dk", dk, dk_r), ("dv", dv, dv_r), ("dbias", db, db_r)):
+        assert np.isfinite(got).all(), f"{name} {case}: non-finite"
+        np.testing.assert_allclose(f64(got), want, atol=tol * 10 * max(1.0, np.abs(want).max()), rtol=tol,
+                                   err_msg=f"{name} {case}")
+
+
+# bias: (batch, heads, Lq, Lk, head_dim, causal, dtype, the bias's 4-D shape, its gradient's mode)
+BIAS_CASES = [(2, 2, 70, 90, 24, False, "float32", (2, 2, 70, 90), "store"),
+              (2, 2, 70, 90, 24, True, "float32", (1, 2, 70, 90), "atomic"),
+              (2, 2, 65, 130, 16, False, "float32", (2, 1, 1, 130), "atomic"),
+              (1, 3, 40, 50, 16, True, "float32", (1, 1, 40, 1), "atomic"),
+              (2, 1, 30, 20, 16, False, "float32", (1, 1, 1, 1), "atomic"),
+              (1, 2, 129, 150, 64, True, "float16", (1, 2, 129, 150), "atomic"),
+              (2, 2, 50, 70, 16, False, "float32", (1, 2, 50, 70), "full")]
+
 # masks: (case, window, key lengths per batch, heads a batch): windows narrower and wider than the
 # sequence, one-sided, with causal, Lq != Lk (bottom-right), lengths of 0 (rows that see nothing)
 MASK_CASES = [((2, 70, 90, 24, False, "float32"), (10, 5), None, 1),
@@ -140,4 +196,8 @@ if __name__ == "__main__":
         check(*case, np.random.default_rng(0), window=window, lens=lens, heads=heads)
     check_unseen_key_inf()
     check_bad_key_length()
-    print(f"{len(CASES) + len(TILE_CASES) + len(MASK_CASES) + 2} cases match the float64 reference")
+    for case in BIAS_CASES:
+        check_bias(*case)
+    check_bias(2, 2, 40, 60, 16, False, "float32", (2, 2, 40, 60), "store", neg_inf_row=True)
+    check_bias(1, 2, 40, 60, 16, True, "float32", (1, 2, 40, 60), "atomic", neg_inf_row=True)
+    print(f"{len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + 4} cases match the float64 reference")

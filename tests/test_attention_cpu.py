@@ -134,7 +134,8 @@ def test_errors(rng):
 
 
 def test_triton_kernels_compile_for_sm90_without_gpu():
-    """Every attention kernel, 16-bit and float32, with key lengths or not, compiles for sm_90 here."""
+    """Every attention kernel, 16-bit and float32, with key lengths or a bias (each of the bias gradient's
+    modes) or neither, compiles for sm_90 here."""
     pytest.importorskip("triton")
     code = r'''
 from triton.compiler import ASTSource
@@ -143,13 +144,12 @@ import triton
 from cudakit.kernels import _attention_triton as src
 from cudakit.kernels.attention import _backward_configs, _config
 target = GPUTarget("cuda", 90, 32)
-def compile(fn, ptr_types, n_f32, n_i32, consts):
+def compile(fn, types, consts):
     names = [p.name for p in fn.params]
     consts = dict(consts)
     opts = {k: consts.pop(k) for k in ("num_warps", "num_stages") if k in consts}
     sig, cidx = {}, {}
     rt = [n for n in names if n not in consts]
-    types = ptr_types + ["fp32"] * n_f32 + ["i32"] * n_i32
     assert len(rt) == len(types), (rt, types)
     for n, t in zip(rt, types):
         sig[n] = t
@@ -159,19 +159,25 @@ def compile(fn, ptr_types, n_f32, n_i32, consts):
     c = triton.compile(ASTSource(fn, sig, cidx), target=target, options=opts)
     assert len(c.asm["cubin"]) > 1000
     return c
+I = ["i32"]
 for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float32", "fp32", 64)):
     cfg = _config(dt, d, None)
     kv, qc = _backward_configs(dt, cfg)
-    for lens in (False, True):
-        for pos in (False, True):
-            compile(src.attn_fwd, ["*" + code] * 4 + ["*fp32", "*i64", "*i64"], 1, 6,
-                    dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos))
-        for even in (False, True):
-            compile(src.attn_bwd_dkdv, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code] * 2 + ["*i64"], 2, 6,
-                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even))
-        compile(src.attn_bwd_dq, ["*" + code] * 4 + ["*fp32"] * 2 + ["*" + code, "*i64"], 2, 6,
-                dict(qc, D=d, HAS_LENS=lens))
-    compile(src.attn_bwd_delta, ["*" + code] * 2 + ["*fp32"], 0, 1, {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
+    p = "*" + code
+    bias = [p] + I * 5                      # BIAS, its four strides, HB
+    for lens, hb in ((False, False), (True, False)) + (((False, True),) if d == 64 else ()):
+        for pos in ((False, True) if not hb else (False,)):
+            compile(src.attn_fwd, [p] * 4 + ["*fp32", "*i64", "*i64", "fp32"] + I * 5 + bias + I,
+                    dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos, HAS_BIAS=hb))
+        for even in (False, True) if not hb else (False,):
+            compile(src.attn_bwd_dkdv, [p] * 4 + ["*fp32"] * 2 + [p] * 2 + ["*i64", "fp32", "fp32"] + I * 5 + bias + I,
+                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb))
+        modes = ((1, True, True), (2, True, True), (2, True, False), (2, False, True), (2, False, False))
+        for mode, dbq, dbk in (((0, True, True),) if not hb else modes if code == "bf16" else modes[:2]):
+            compile(src.attn_bwd_dq, [p] * 4 + ["*fp32"] * 2 + [p, "*i64", "fp32", "fp32"] + I * 5 + bias
+                    + ["*fp32"] + I * 4 + I, dict(qc, D=d, HAS_LENS=lens, HAS_BIAS=hb, DB_MODE=mode, DBQ=dbq, DBK=dbk))
+    compile(src.attn_bwd_delta, [p] * 2 + ["*fp32"] + I, {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
+compile(src.cast_copy, ["*fp32", "*bf16", "i32"], {"BLOCK": 1024})
 print("COMPILED")
 '''
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -247,3 +253,41 @@ def test_attention_grouped_query_errors():
         cudakit.attention(np.zeros((2, 0, 5, 8), np.float32), *(np.zeros((2, 2, 5, 8), np.float32),) * 2)
     with pytest.raises(ShapeError, match="k and v must be"):
         cudakit.attention(q, np.zeros((2, 3, 5, 8), np.float32), np.zeros((2, 2, 5, 8), np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("case", ac.BIASES)
+def test_attention_bias(case, dtype, rng):
+    lead, lq, lk, d, causal, bias = case
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, bias=bias)
+
+
+def test_attention_bias_with_masks_blhd_and_grouped_heads(rng):
+    ac.check_attention(_dev, _host, rng, (2, 3), 17, 29, 8, "float32", True, window=(4, 2), lens=[29, 9],
+                       bias=(1, 3, 17, 29))
+    ac.check_attention(_dev, _host, rng, (2, 3), 17, 29, 8, "float32", False, bias=(2, 1, 17, 29), layout="blhd")
+    q = ac.data(rng, (2, 4, 9, 8), "float32")
+    k, v = (ac.data(rng, (2, 2, 11, 8), "float32") for _ in range(2))
+    bias = ac.data(rng, (1, 4, 9, 11), "float32")
+    out, lse = cudakit.attention_with_lse(q, k, v, attn_bias=bias)
+    kr, vr = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
+    np.testing.assert_allclose(out, cudakit.attention(q, kr, vr, attn_bias=bias), rtol=1e-6, atol=1e-6)
+    g = ac.data(rng, out.shape, "float32")
+    dq, dk, dv, db = cudakit.attention_backward(g, q, k, v, out, lse, attn_bias=bias)
+    dq_r, dk_r, dv_r, db_r = cudakit.attention_backward(g, q, kr, vr, out, lse, attn_bias=bias)
+    np.testing.assert_allclose(dk, dk_r.reshape(2, 2, 2, 11, 8).sum(2), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(db, db_r, rtol=1e-6, atol=1e-7)
+
+
+def test_attention_bias_errors(rng):
+    q = ac.data(rng, (2, 3, 5, 8), "float32")
+    with pytest.raises(cudakit.ShapeError, match=r"attn_bias of shape \(2, 2, 5, 5\) cannot broadcast to the "
+                                                 r"scores' shape \(2, 3, 5, 5\)"):
+        cudakit.attention(q, q, q, attn_bias=np.zeros((2, 2, 5, 5), np.float32))
+    with pytest.raises(cudakit.ShapeError, match="attn_bias"):
+        cudakit.attention(q, q, q, attn_bias=np.zeros((1, 2, 3, 5, 5), np.float32))
+    with pytest.raises(cudakit.DTypeError, match="attn_bias must be a float array"):
+        cudakit.attention(q, q, q, attn_bias=np.zeros((5, 5), np.int32))
+    out, lse = cudakit.attention_with_lse(q, q, q)
+    with pytest.raises(cudakit.ShapeError, match="attn_bias"):
+        cudakit.attention_backward(q, q, q, q, out, lse, attn_bias=np.zeros((4, 1, 1), np.float32))

@@ -519,32 +519,44 @@ def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bia
 
 # -- attention (see backends/attention_api.py) ----------------------------------------------------
 
-def attention(q, k, v, scale=None, causal=False, *, window=None, key_lengths=None, layout="bhld"):
-    """softmax(q k^T * scale) v, fused; causal and window=(left, right) aligned bottom-right,
-    key_lengths (B,) masking each batch's keys from its length on; layout "bhld" ((..., L, D)
-    arrays) or "blhd" ((B, L, H, D) arrays, e.g. views of a packed qkv) (see Backend.attention)."""
+def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None, key_lengths=None, layout="bhld"):
+    """softmax(q k^T * scale + attn_bias) v, fused; causal and window=(left, right) aligned
+    bottom-right, key_lengths (B,) masking each batch's keys from its length on; attn_bias an
+    additive float array broadcastable to the scores; layout "bhld" ((..., L, D) arrays) or "blhd"
+    ((B, L, H, D) arrays, e.g. views of a packed qkv) (see Backend.attention)."""
+    if attn_bias is not None:   # the checked path: no plan records a bias argument
+        return backend_for(q, k, v).attention(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
+                                              key_lengths=key_lengths, layout=layout)
     return _planned("attention", "plan_attention", (q, k, v, scale, causal, layout, window, key_lengths))
 
 
-def attention_with_lse(q, k, v, scale=None, causal=False, *, window=None, key_lengths=None, layout="bhld"):
+def attention_with_lse(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None, key_lengths=None,
+                       layout="bhld"):
     """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
+    if attn_bias is not None:
+        return backend_for(q, k, v).attention_with_lse(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
+                                                       key_lengths=key_lengths, layout=layout)
     return _planned("attention_with_lse", "plan_attention_with_lse",
                     (q, k, v, scale, causal, layout, window, key_lengths))
 
 
-def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *, window=None, key_lengths=None,
-                       layout="bhld", deterministic=False):
-    """(grad_q, grad_k, grad_v) of attention; deterministic=True: bitwise the same on every run
-    (see Backend.attention_backward)."""
+def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *, attn_bias=None, window=None,
+                       key_lengths=None, layout="bhld", deterministic=False):
+    """(grad_q, grad_k, grad_v) of attention, and grad_attn_bias as a fourth with attn_bias;
+    deterministic=True: bitwise the same on every run (see Backend.attention_backward)."""
+    if attn_bias is not None:
+        return backend_for(grad_out, q, k, v).attention_backward(
+            grad_out, q, k, v, out, lse, scale, causal, attn_bias=attn_bias, window=window,
+            key_lengths=key_lengths, layout=layout, deterministic=deterministic)
     return _planned("attention_backward", "plan_attention_backward",
                     (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic), 4)
 
 
-def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, window=None, key_lengths=None,
-                    layout="bhld"):
+def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, attn_bias=None, window=None,
+                    key_lengths=None, layout="bhld"):
     """attention with a named key block size (see Backend.flash_attention)."""
-    return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal, window=window,
-                                                key_lengths=key_lengths, layout=layout)
+    return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal, attn_bias=attn_bias,
+                                                window=window, key_lengths=key_lengths, layout=layout)
 
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------

@@ -53,7 +53,33 @@ class AttentionOps:
                                  f"(got shape {tuple(getattr(x, 'shape', ()))})")
         return True
 
-    def _masks(self, op: str, q, lk: int, causal, window, key_lengths, dtype_name: str) -> Masks:
+    def _bias(self, op: str, attn_bias, q, lk: int):
+        """(4-D view (Bb, Hb, Lqb, Lkb) of attn_bias for Masks, heads per batch) after checking that
+        it is a float array on q's device broadcastable to q's leading dims + (Lq, Lk). The leading
+        dims before the heads merge into one (a copy only where the bias broadcasts some of them
+        and not others)."""
+        require_array(op, "attn_bias", attn_bias)
+        bias = self._coerce(attn_bias, "attn_bias")
+        if not is_float(bias.dtype):
+            raise DTypeError(f"{op}: attn_bias must be a float array (got {bias.dtype})")
+        self._check_devices({"q": q, "attn_bias": bias})
+        lead, lq = tuple(q.shape[:-2]), q.shape[-2]
+        full = lead + (lq, lk)
+        shape = tuple(bias.shape)
+        if len(shape) > len(full) or any(b not in (1, f) for b, f in zip(shape[::-1], full[::-1])):
+            raise ShapeError(f"{op}: attn_bias of shape {shape} cannot broadcast to the scores' shape {full} "
+                             "(q's leading dims, Lq, Lk)")
+        padded = (1,) * (len(full) - len(shape)) + shape
+        heads = lead[-1] if lead else 1
+        outer, bouter = lead[:-1], padded[:-3]
+        if any(b != 1 for b in bouter) and bouter != outer:   # some outer dims broadcast, others not
+            bias = self._xp().broadcast_to(bias.reshape(padded), outer + padded[-3:])
+            bias = self._ascontiguous(bias)
+            bouter = outer
+        hb = padded[-3] if lead else 1
+        return bias.reshape((math.prod(bouter), hb) + padded[-2:]), heads
+
+    def _masks(self, op: str, q, lk: int, causal, window, key_lengths, dtype_name: str, attn_bias=None) -> Masks:
         """Masks of the call, checked: window None or (left, right) of ints >= 0 or None; key_lengths
         None or integer (B,) (B: the first leading dim of q's (B, ...) batch, 1 for 2-D q), on q's
         device, each in [0, Lk]. A host key_lengths is checked here; one already on the GPU is
@@ -70,8 +96,9 @@ class AttentionOps:
             window = tuple(None if w is None else int(w) for w in window)
         b = lead[0] if lead else 1
         heads = math.prod(lead[1:]) if lead else 1
+        bias, bias_heads = (None, 1) if attn_bias is None else self._bias(op, attn_bias, q, lk)
         if key_lengths is None:
-            return Masks(causal, window)
+            return Masks(causal, window, bias=bias, bias_heads=bias_heads)
         host = isinstance(key_lengths, (list, tuple, np.ndarray))
         if host:
             key_lengths = np.asarray(key_lengths)
@@ -93,7 +120,7 @@ class AttentionOps:
                 raise ArgumentError(f"{op}: key_lengths[{i}] = {int(n[i])} is outside [0, Lk = {lk}]")
         if x.dtype not in (np.int32, np.int64):
             x = x.astype(np.int64)
-        return Masks(causal, window, self._ascontiguous(x), heads)
+        return Masks(causal, window, self._ascontiguous(x), heads, bias, bias_heads)
 
     def _attn_args(self, op: str, named: dict, scale, causal) -> tuple:
         """(arrays, dtype name, scale as float): shapes checked, q/k/v 3-D contiguous views."""
@@ -148,6 +175,10 @@ class AttentionOps:
         hkv, lk, d = kv_shape[-3:]
         return self.sum(x.reshape(lead + (hkv, groups, lk, d)), axis=len(lead) + 1)
 
+    def _cast_like(self, x, dtype):
+        """x (a float32 or float64 gradient) in `dtype` (the array it is the gradient of)."""
+        return x if x.dtype == dtype else x.astype(dtype)
+
     def _attention_gqa_fwd(self, q, k, v, scale, causal, dtype_name):
         """(out (B, H, Lq, D), lse (B, H, Lq)) of grouped-query attention for C-contiguous q
         (B, H, Lq, D) and k, v (B, Hkv, Lk, D) by a backend kernel that reads the shared heads in
@@ -159,8 +190,8 @@ class AttentionOps:
         return None
 
     # ---- ops -------------------------------------------------------------------------------
-    def attention(self, q, k, v, scale=None, causal: bool = False, *, window=None, key_lengths=None,
-                  layout: str = "bhld"):
+    def attention(self, q, k, v, scale=None, causal: bool = False, *, attn_bias=None, window=None,
+                  key_lengths=None, layout: str = "bhld"):
         """softmax(q @ k^T * scale) @ v, fused: the (Lq, Lk) scores are never written out.
 
         q: (..., Lq, D); k, v: (..., Lk, D) with q's leading dims (e.g. batch, heads); float16,
@@ -178,6 +209,11 @@ class AttentionOps:
         device), keys at or past key_lengths[b] masked for batch b. Values outside [0, Lk] raise
         ArgumentError: here for host arrays, at the next cudakit.check() or synchronising call for
         GPU arrays (found by the kernel).
+        attn_bias: a float array broadcastable to the scores, q's leading dims + (Lq, Lk) (e.g.
+        (B, H, Lq, Lk), (1, H, Lq, Lk) for ALiBi or a relative-position bias, (B, 1, 1, Lk) for
+        padding), added to q k^T * scale before the softmax; -inf entries mask. Its gradient comes
+        from attention_backward(..., attn_bias=...). On the GPU the Triton kernels read it in
+        place by its strides (cuDNN's paths are not taken with a bias).
         A row that attends no key gets output 0 (and lse -inf), not NaN.
 
         layout="blhd": q (B, Lq, H, D), k and v (B, Lk, H, D), e.g. strided views of one packed
@@ -185,33 +221,34 @@ class AttentionOps:
         reshape(B, Lq, H * D) merges the heads without a copy. The CUDA backend's cuDNN path reads
         such views in place (without masks beyond causal); the other paths
         transpose them to (B, H, L, D) first."""
-        return self.attention_with_lse(q, k, v, scale, causal, window=window, key_lengths=key_lengths,
-                                       layout=layout)[0]
+        return self.attention_with_lse(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
+                                       key_lengths=key_lengths, layout=layout)[0]
 
-    def attention_with_lse(self, q, k, v, scale=None, causal: bool = False, *, window=None, key_lengths=None,
-                           layout: str = "bhld"):
+    def attention_with_lse(self, q, k, v, scale=None, causal: bool = False, *, attn_bias=None, window=None,
+                           key_lengths=None, layout: str = "bhld"):
         """attention() that also returns the log-sum-exp of each score row (..., Lq), float32
         (float64 for float64), which attention_backward needs: (out, lse). With layout "blhd" lse
         is (B, H, Lq). A row that attends no key has lse -inf."""
-        return self._attention_fwd("attention", q, k, v, scale, causal, None, layout, window, key_lengths)
+        return self._attention_fwd("attention", q, k, v, scale, causal, None, layout, window, key_lengths, attn_bias)
 
     def flash_attention(self, q, k, v, scale=None, block_size: int = 64, causal: bool = False, *,
-                        window=None, key_lengths=None, layout: str = "bhld"):
+                        attn_bias=None, window=None, key_lengths=None, layout: str = "bhld"):
         """attention() with the key block size of the fused kernel named (16, 32, 64 or 128), as
         cuda_backend.flash_attention(q, k, v, scale, block_size=64) is called."""
         from ..kernels.attention import KEY_BLOCKS
         if isinstance(block_size, bool) or block_size not in KEY_BLOCKS:
             raise ArgumentError(f"flash_attention: block_size must be one of {KEY_BLOCKS} (got {block_size!r})")
         return self._attention_fwd("flash_attention", q, k, v, scale, causal, int(block_size), layout, window,
-                                   key_lengths)[0]
+                                   key_lengths, attn_bias)[0]
 
-    def _attention_fwd(self, op, q, k, v, scale, causal, block_n, layout="bhld", window=None, key_lengths=None):
+    def _attention_fwd(self, op, q, k, v, scale, causal, block_n, layout="bhld", window=None, key_lengths=None,
+                       attn_bias=None):
         if self._check_layout(op, layout, {"q": q, "k": k, "v": v}):
-            return self._attention_fwd_blhd(op, q, k, v, scale, causal, block_n, window, key_lengths)
+            return self._attention_fwd_blhd(op, q, k, v, scale, causal, block_n, window, key_lengths, attn_bias)
         arrs, name, scale = self._attn_args(op, {"q": q, "k": k, "v": v}, scale, causal)
         q, k, v = arrs["q"], arrs["k"], arrs["v"]
         lead = tuple(q.shape[:-2])
-        masks = self._masks(op, q, k.shape[-2], causal, window, key_lengths, name)
+        masks = self._masks(op, q, k.shape[-2], causal, window, key_lengths, name, attn_bias)
         mod = self._attention_module(name)
         n = math.prod(lead)
         groups = _groups(q, k)
@@ -227,29 +264,34 @@ class AttentionOps:
                                    name, block_n, masks=masks)
         return out.reshape(q.shape), lse.reshape(lead + (q.shape[-2],))
 
-    def _attention_fwd_blhd(self, op, q, k, v, scale, causal, block_n, window=None, key_lengths=None):
+    def _attention_fwd_blhd(self, op, q, k, v, scale, causal, block_n, window=None, key_lengths=None,
+                            attn_bias=None):
         """The (B, L, H, D) forms: checked as their (B, H, L, D) views, run in place by the backend's
         blhd hook where it can (no masks beyond causal), else through the
         (B, H, L, D) path and transposed back."""
         t = {a: x.swapaxes(1, 2) for a, x in (("q", q), ("k", k), ("v", v))}
         arrs, name, sc = self._attn_args(op, t, scale, causal)
-        plain = window is None and key_lengths is None
+        plain = window is None and key_lengths is None and attn_bias is None
         if block_n is None and plain:
             q, k, v = (arrs[a].swapaxes(1, 2) for a in ("q", "k", "v"))   # the coerced arrays
             with self._device_scope(arrs["q"]):
                 r = self._attention_blhd_fwd(q, k, v, sc, bool(causal), name)
             if r is not None:
                 return r
-        out, lse = self._attention_fwd(op, t["q"], t["k"], t["v"], sc, causal, block_n, "bhld", window, key_lengths)
+        out, lse = self._attention_fwd(op, t["q"], t["k"], t["v"], sc, causal, block_n, "bhld", window, key_lengths,
+                                       attn_bias)
         return self._ascontiguous(out.swapaxes(1, 2)), lse
 
     def attention_backward(self, grad_out, q, k, v, out, lse, scale=None, causal: bool = False, *,
-                           window=None, key_lengths=None, layout: str = "bhld", deterministic: bool = False):
+                           attn_bias=None, window=None, key_lengths=None, layout: str = "bhld",
+                           deterministic: bool = False):
         """(grad_q, grad_k, grad_v) of out = attention(q, k, v, scale, causal, window=...,
         key_lengths=...) for dL/dout = grad_out (q's shape), from the forward's out and lse
         (attention_with_lse); the probabilities are recomputed, never stored. Same scale, masks
         and layout as the forward. Returns arrays of q's, k's and v's shapes in their dtype
-        (C-contiguous (B, L, H, D) ones with layout "blhd").
+        (C-contiguous (B, L, H, D) ones with layout "blhd"). With attn_bias (the forward's): a
+        fourth, the bias's gradient (dL/d scores, summed over the dims the bias broadcasts) in
+        attn_bias's shape and dtype.
 
         deterministic=True: the gradients are bitwise the same on every run with the same inputs
         (on the GPU the Triton kernels, which sum without atomics, never cuDNN's backward, whose dQ
@@ -276,7 +318,7 @@ class AttentionOps:
         if not is_float(lse.dtype):
             raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
                              f"(got {lse.dtype})")
-        masks = self._masks(op, tq, tk.shape[-2], causal, window, key_lengths, name)
+        masks = self._masks(op, tq, tk.shape[-2], causal, window, key_lengths, name, attn_bias)
         plain = masks.plain and not deterministic
         groups = _groups(tq, tk)
         with self._device_scope(tq):
@@ -301,15 +343,18 @@ class AttentionOps:
                 tk, tv = self._repeat_heads(tk, groups), self._repeat_heads(tv, groups)
             mod = self._attention_module(name)
             lse = self._ascontiguous(lse.astype(acc, copy=False)).reshape(n, tq.shape[-2])
-            dq, dk, dv = mod.backward(self._as_bhld(tg, n), self._as_bhld(tq, n), self._as_bhld(tk, n),
-                                      self._as_bhld(tv, n), self._as_bhld(to, n), lse, scale, bool(causal), name,
-                                      masks=masks, deterministic=bool(deterministic))
+            dq, dk, dv, *db = mod.backward(self._as_bhld(tg, n), self._as_bhld(tq, n), self._as_bhld(tk, n),
+                                           self._as_bhld(tv, n), self._as_bhld(to, n), lse, scale, bool(causal), name,
+                                           masks=masks, deterministic=bool(deterministic))
         dq, dk, dv = dq.reshape(tq.shape), dk.reshape(tk.shape), dv.reshape(tv.shape)
         if groups > 1:   # each k and v head's gradient: the sum over the q heads of its group
             dk, dv = (self._sum_groups(x, groups, kv_shape) for x in (dk, dv))
+        grads = (dq, dk, dv)
         if blhd:
-            return tuple(self._ascontiguous(g.swapaxes(1, 2)) for g in (dq, dk, dv))
-        return dq, dk, dv
+            grads = tuple(self._ascontiguous(g.swapaxes(1, 2)) for g in grads)
+        if attn_bias is None:
+            return grads
+        return grads + (self._cast_like(db[0].reshape(tuple(attn_bias.shape)), masks.bias.dtype),)
 
 
 def _groups(q, k) -> int:
@@ -324,6 +369,12 @@ class CpuAttentionHooks(AttentionOps):
 
 
 class CudaAttentionHooks(AttentionOps):
+    def _cast_like(self, x, dtype):
+        if x.dtype == dtype or np.dtype(dtype).name != "bfloat16":
+            return super()._cast_like(x, dtype)
+        from ..kernels import attention   # CuPy has no bfloat16 arithmetic, so no astype to it
+        return attention.cast(x, dtype)
+
     def _attention_gqa_fwd(self, q, k, v, scale, causal, dtype_name):
         from ..kernels import attention
         return attention.forward_gqa(q, k, v, scale, causal, dtype_name)

@@ -34,16 +34,35 @@ def key_bounds(lq: int, lk: int, causal: bool, window=None) -> tuple[int, int]:
 class Masks:
     """What limits the keys each query row sees beyond the plain product: causal, window and the
     per-batch key lengths (a C-contiguous int32/int64 (B,) array on q's device; heads: how many
-    consecutive [BH] entries share a length). plain: causal at most, the case cuDNN's graphs take
+    consecutive [BH] entries share a length), and the additive score bias: a 4-D view (Bb, Hb, Lqb,
+    Lkb) of attn_bias, each dim 1 (broadcast) or the full size, where [BH] entry t is batch
+    t // bias_heads and head t % bias_heads. plain: causal at most, the case cuDNN's graphs take
     (kernels/cudnn.py aligns their causal mask bottom-right too)."""
-    __slots__ = ("causal", "window", "lengths", "heads")
+    __slots__ = ("causal", "window", "lengths", "heads", "bias", "bias_heads")
 
-    def __init__(self, causal: bool, window=None, lengths=None, heads: int = 1):
+    def __init__(self, causal: bool, window=None, lengths=None, heads: int = 1, bias=None, bias_heads: int = 1):
         self.causal, self.window, self.lengths, self.heads = bool(causal), window, lengths, max(1, int(heads))
+        self.bias, self.bias_heads = bias, max(1, int(bias_heads))
 
     @property
     def plain(self) -> bool:
-        return self.window is None and self.lengths is None
+        return self.window is None and self.lengths is None and self.bias is None
+
+    def bias_index(self, xp, heads: slice):
+        """(batch index, head index) arrays into the bias's first two dims for the [BH] entries
+        `heads` (0 where the bias broadcasts that dim)."""
+        t = xp.arange(heads.start, heads.stop)
+        bb, hb = self.bias.shape[:2]
+        return (t // self.bias_heads if bb > 1 else t * 0), (t % self.bias_heads if hb > 1 else t * 0)
+
+    def bias_block(self, xp, heads: slice, rows: slice):
+        """The bias of the query rows `rows` of the [BH] entries `heads`: [heads, rows or 1, Lk or 1]
+        (broadcasting against the scores), or None without a bias."""
+        if self.bias is None:
+            return None
+        bi, hi = self.bias_index(xp, heads)
+        r = rows if self.bias.shape[2] > 1 else slice(0, 1)
+        return self.bias[bi, hi][:, r]
 
     def allowed(self, xp, lq: int, lk: int, rows: slice, heads: slice):
         """Bools [heads, rows, lk]: which keys the query rows `rows` of the [BH] entries `heads` see

@@ -36,10 +36,13 @@ def _chunks(bh: int, lq: int, lk: int, itemsize: int):
 
 
 def _scores(xp, q, k, scale, masks, lq, hs, rs):
-    """q k^T * scale for the query rows rs of the [BH] entries hs, the keys a row does not see
-    (masks: Masks) set to -inf."""
+    """q k^T * scale (+ the bias) for the query rows rs of the [BH] entries hs, the keys a row
+    does not see (masks: Masks) set to -inf."""
     acc = _acc(q)
     s = xp.matmul(q.astype(acc), k.astype(acc).swapaxes(1, 2)) * acc(scale)
+    bias = masks.bias_block(xp, hs, rs)
+    if bias is not None:
+        s = s + bias.astype(acc)
     ok = masks.allowed(xp, lq, s.shape[2], rs, hs)
     return s if ok is None else xp.where(ok, s, -xp.inf)
 
@@ -74,17 +77,20 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, 
 
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, masks=None, deterministic=False):
-    """(dq, dk, dv): dV = P^T dO, dS = P (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s,
-    P recomputed chunk by chunk from the scores, normalised by their own max-subtracted sum
-    (exp(s - lse) loses the normalisation where lse rounds to the row max); lse is the forward's,
-    taken for the interface. dK and dV are summed over the chunks of query rows (in a fixed order:
-    deterministic whatever `deterministic` says)."""
+    """(dq, dk, dv), and the bias's gradient dS (summed over the dims the bias broadcasts, float32
+    or float64, the bias's 4-D shape) as a fourth when masks has a bias: dV = P^T dO,
+    dS = P (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s, P recomputed chunk by chunk from
+    the scores, normalised by their own max-subtracted sum (exp(s - lse) loses the normalisation
+    where lse rounds to the row max); lse is the forward's, taken for the interface. dK, dV and the
+    bias's gradient are summed over the chunks in a fixed order: deterministic whatever
+    `deterministic` says."""
     xp, acc = _xp(q), _acc(q)
     masks = Masks(causal) if masks is None else masks
     bh, lq, _ = q.shape
     dq = xp.empty(q.shape, acc)
     dk = xp.zeros(k.shape, acc)
     dv = xp.zeros(v.shape, acc)
+    db = None if masks.bias is None else xp.zeros(masks.bias.shape, acc)
     with np.errstate(invalid="ignore", over="ignore"):
         for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
             p = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, rs))[0]
@@ -94,4 +100,20 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
             ds = p * (xp.matmul(g, v[hs].astype(acc).swapaxes(1, 2)) - delta)
             dq[hs, rs] = xp.matmul(ds, k[hs].astype(acc)) * acc(scale)
             dk[hs] += xp.matmul(ds.swapaxes(1, 2), q[hs, rs].astype(acc)) * acc(scale)
-        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)   # overflow to +-inf as IEEE
+            if db is not None:
+                _add_bias_grad(db, ds, masks, hs, rs)
+        grads = dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)   # overflow to +-inf as IEEE
+        return grads if db is None else grads + (db,)
+
+
+def _add_bias_grad(db, ds, masks, hs, rs) -> None:
+    """db (the bias's 4-D shape) += ds [heads, rows, Lk] of the [BH] entries hs and query rows rs,
+    summed over the dims the bias broadcasts."""
+    bi, hi = (np.asarray(x) for x in masks.bias_index(np, hs))
+    if db.shape[3] == 1:
+        ds = ds.sum(axis=2, keepdims=True)
+    if db.shape[2] == 1:
+        ds = ds.sum(axis=1, keepdims=True)
+        rs = slice(0, 1)
+    for j in range(ds.shape[0]):
+        db[int(bi[j]), int(hi[j]), rs] += ds[j]

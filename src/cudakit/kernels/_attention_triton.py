@@ -58,14 +58,30 @@ def _ranges(first, last, lo_off, hi_off, hi_cap, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _bias_base(bh, HB, sb_b, sb_h):
+    """The offset of batch*head bh's bias: batch bh // HB, head bh % HB (strides 0 where broadcast)."""
+    return (bh // HB) * sb_b + (bh % HB) * sb_h
+
+
+@triton.jit
+def _bias_tile(BIAS, b_base, row_off, col_off, mask):
+    """The bias tile at those offsets, float32, times log2(e) (the kernels' scores are in base 2)."""
+    return tl.load(BIAS + b_base + row_off + col_off, mask=mask, other=0.0).to(tl.float32) * 1.4426950408889634
+
+
+@triton.jit
 def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale, Lk,
-               D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr):
+               BIAS, b_base, b_rows, sb_k, m_ok,
+               D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
+               HAS_BIAS: tl.constexpr):
     """One key block of the online softmax; MASK: the block crosses the end of the keys or an end
     of some row's interval [lo_r, hi_r). POS_SCALE (qk_scale > 0): the row max is taken on the raw
     scores and scaled once, so each probability is one FMA and an exp2 (s * qk_scale - m), not a
     multiply, a subtract and an exp2: 3-7% faster in bfloat16 on an H100 (.carry A/B, 2026-11-25),
     where the forward's non-matrix work is not overlapped with the products. A zero or negative
-    scale keeps the scaled scores (max(s) * c is not max(s * c) for c < 0, and -inf * 0 is NaN)."""
+    scale keeps the scaled scores (max(s) * c is not max(s * c) for c < 0, and -inf * 0 is NaN).
+    HAS_BIAS (never with POS_SCALE): the bias tile (b_rows: the rows' offsets, sb_k: the key
+    stride) is added to the scaled scores; its -inf entries may empty a row in any block."""
     cols = start_n + offs_n
     kt_mask = d_ok[:, None]
     v_mask = d_ok[None, :]
@@ -77,6 +93,8 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
     s = tl.dot(q, kt, input_precision=PREC)
     if not POS_SCALE:
         s = s * qk_scale
+    if HAS_BIAS:
+        s += _bias_tile(BIAS, b_base, b_rows[:, None], cols[None, :] * sb_k, m_ok[:, None] & (cols < Lk)[None, :])
     if MASK:
         s = tl.where((cols[None, :] >= lo_r[:, None]) & (cols[None, :] < hi_r[:, None]), s, float("-inf"))
     if POS_SCALE:
@@ -85,6 +103,8 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
         m_new = tl.maximum(m_i, tl.max(s, 1))
     m_use = m_new
     if MASK:   # a row that has seen no key yet: its exponentials against 0 (-inf - -inf is NaN)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    if HAS_BIAS:
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
     if POS_SCALE:
         p = tl.math.exp2(s * qk_scale - m_use[:, None])
@@ -100,10 +120,12 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
 @triton.jit
 def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
-             qk_scale, Lq, Lk, DLO, DHI, H, BH0,  # qk_scale: softmax scale * log2(e); BH0: the first bh
+             qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
+             BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
+             BH0,                        # the first bh of this launch (grids of more than 65535 bh)
              D: tl.constexpr, HAS_LENS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-             PREC: tl.constexpr, POS_SCALE: tl.constexpr):
+             PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -117,19 +139,22 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     lo_r = rows + DLO
     hi_r = tl.minimum(rows + DHI, length)
     q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
+    b_rows = rows * sb_q
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, DLO, DHI, length, BLOCK_N)
     for start_n in range(a, b, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, Lk, D, True, PREC, POS_SCALE)
+                                   qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, D, True, PREC, POS_SCALE, HAS_BIAS)
     for start_n in range(b, c, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, Lk, D, False, PREC, POS_SCALE)
+                                   qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, D, False, PREC, POS_SCALE,
+                                   HAS_BIAS)
     for start_n in range(c, e, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, Lk, D, True, PREC, POS_SCALE)
+                                   qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, D, True, PREC, POS_SCALE, HAS_BIAS)
     seen = l_i != 0.0   # rows with at least one key (their max contributes 1 to l_i; NaN stays NaN)
     acc = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
     tl.store(O + q_base + rows[:, None] * D + offs_d[None, :], acc.to(O.dtype.element_ty),
@@ -154,21 +179,28 @@ def attn_bwd_delta(O, DO, DELTA, Lq, D: tl.constexpr,  # O, DO: [BH, Lq, D]; DEL
 
 @triton.jit
 def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d, d_ok,
-                qk_scale, Lq, DLO, DHI, length, D: tl.constexpr, MASK: tl.constexpr, ROWS: tl.constexpr,
-                PREC: tl.constexpr):
+                qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok,
+                D: tl.constexpr, MASK: tl.constexpr, ROWS: tl.constexpr, PREC: tl.constexpr,
+                HAS_BIAS: tl.constexpr):
     """One query block's share of dK, dV, with the scores transposed ([keys, queries]) so that P^T
     and dS^T leave their MMA in the layout the next MMA takes (no trip through shared memory).
     MASK: the block crosses an end of some row's key interval (and rows past Lq are masked too);
     ROWS: it may cross the end of the queries (rows past Lq load as zeros, but 0 * inf in their
     scores would reach dK, dV). Keys past Lk only reach rows of dK, dV that are never stored; rows
-    that see no key (lse -inf) only meet masked blocks."""
+    that see no key (lse -inf) only meet masked blocks -- but with a bias, whose -inf entries can
+    empty a row anywhere: their probabilities are then set to 0 here."""
     rows = start_m + offs_m
     m_ok = rows < Lq
     qT = tl.load(Q + q_base + rows[None, :] * D + offs_d[:, None], mask=m_ok[None, :] & d_ok[:, None], other=0.0)
     do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     lse2 = tl.load(LSE + lse_base + rows, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + lse_base + rows, mask=m_ok, other=0.0)
-    pT = tl.math.exp2(tl.dot(k, qT, input_precision=PREC) * qk_scale - lse2[None, :])   # [BLOCK_N, BLOCK_M]
+    sT = tl.dot(k, qT, input_precision=PREC) * qk_scale                                  # [BLOCK_N, BLOCK_M]
+    if HAS_BIAS:
+        sT += _bias_tile(BIAS, b_base, rows[None, :] * sb_q, b_cols[:, None], m_ok[None, :] & n_ok[:, None])
+    pT = tl.math.exp2(sT - lse2[None, :])
+    if HAS_BIAS:
+        pT = tl.where((lse2 == float("-inf"))[None, :], 0.0, pT)
     if MASK:
         hi = tl.minimum(rows + DHI, length)
         ok = (cols[:, None] >= (rows + DLO)[None, :]) & (cols[:, None] < hi[None, :]) & m_ok[None, :]
@@ -183,9 +215,11 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
 
 @triton.jit
 def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH, Lk, D]
-                  LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H, BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
+                  LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H,
+                  BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
+                  BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  PREC: tl.constexpr, EVEN_Q: tl.constexpr):
+                  PREC: tl.constexpr, EVEN_Q: tl.constexpr, HAS_BIAS: tl.constexpr):
     """EVEN_Q: Lq is a multiple of BLOCK_M, so no query block crosses Lq and none needs a row mask
     (the usual case; the other compiles a row select into every block). Key j is seen by the rows
     i with j - DHI < i <= j - DLO (and j below the key length): the query blocks of the key block
@@ -205,6 +239,8 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     length = Lk
     if HAS_LENS:
         length = _key_length(LENS, LENS, bh + BH0, H, Lk, 0, False)
+    b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
+    b_cols = cols * sb_k
     first = start_n * BLOCK_N
     last = first + BLOCK_N - 1
     # rows seeing some key of the block: (first - DHI, last - DLO]; every key of it: [last - DHI + 1, first - DLO]
@@ -216,22 +252,30 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     c = tl.maximum(b, tl.minimum((tl.maximum(first - DLO + 1, 0) // BLOCK_M) * BLOCK_M, full_cap))
     for start_m in range(a, b, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, DLO, DHI, length, D, True, True, PREC)
+                             d_ok, qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, D, True, True,
+                             PREC, HAS_BIAS)
     for start_m in range(b, c, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, DLO, DHI, length, D, False, not EVEN_Q, PREC)
+                             d_ok, qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, D, False,
+                             not EVEN_Q, PREC, HAS_BIAS)
     for start_m in range(c, e, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, DLO, DHI, length, D, True, True, PREC)
+                             d_ok, qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, D, True, True,
+                             PREC, HAS_BIAS)
     tl.store(DK + kv_base + cols[:, None] * D + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + kv_base + cols[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
 def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale, Lk,
-              D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
+              BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows,
+              D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, HAS_BIAS: tl.constexpr,
+              DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr):
     """One key block's share of dQ; MASK: the block crosses the end of the keys or an end of some
-    row's interval. Rows past Lq load as zeros and are never stored."""
+    row's interval. Rows past Lq load as zeros and are never stored. With a bias: dS, the bias's
+    gradient, goes to DBIAS (db_rows: the rows' offsets, sd_k: the key stride): DB_MODE 1 stores
+    it (each element has one writer), 2 adds it atomically, summed first over the rows (not DBQ)
+    or keys (not DBK) where the bias broadcasts them."""
     cols = start_n + offs_n
     kv_mask = d_ok[None, :]
     if MASK:
@@ -239,19 +283,41 @@ def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n
     k = tl.load(K + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    if HAS_BIAS:
+        s += _bias_tile(BIAS, b_base, b_rows[:, None], cols[None, :] * sb_k, m_ok[:, None] & (cols < Lk)[None, :])
     p = tl.math.exp2(s - lse2[:, None])
+    if HAS_BIAS:
+        p = tl.where((lse2 == float("-inf"))[:, None], 0.0, p)
     if MASK:
         p = tl.where((cols[None, :] >= lo_r[:, None]) & (cols[None, :] < hi_r[:, None]), p, 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=PREC)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    if DB_MODE == 1:
+        tl.store(DBIAS + db_base + db_rows[:, None] + cols[None, :] * sd_k, ds.to(DBIAS.dtype.element_ty),
+                 mask=m_ok[:, None] & (cols < Lk)[None, :])
+    if DB_MODE == 2:
+        if DBQ and DBK:
+            tl.atomic_add(DBIAS + db_base + db_rows[:, None] + cols[None, :] * sd_k, ds,
+                          mask=m_ok[:, None] & (cols < Lk)[None, :])
+        if DBQ and not DBK:
+            tl.atomic_add(DBIAS + db_base + db_rows, tl.sum(ds, 1), mask=m_ok)
+        if DBK and not DBQ:
+            tl.atomic_add(DBIAS + db_base + cols * sd_k, tl.sum(ds, 0), mask=cols < Lk)
+        if not DBQ and not DBK:
+            tl.atomic_add(DBIAS + db_base, tl.sum(tl.sum(ds, 1), 0))
     return dq
 
 
 @triton.jit
 def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq, D]
-                LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H, BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr):
+                LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H,
+                BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
+                DBIAS, sd_b, sd_h, sd_q, sd_k,        # DBIAS: the bias's gradient (float32, or the bias's dtype
+                                                      # for DB_MODE 1), its element strides (0 broadcast)
+                BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+                HAS_BIAS: tl.constexpr, DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -269,15 +335,27 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
     lse2 = tl.load(LSE + bh * Lq + rows, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + bh * Lq + rows, mask=m_ok, other=0.0)
+    b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
+    db_base = _bias_base(bh + BH0, HB, sd_b, sd_h)
+    b_rows, db_rows = rows * sb_q, rows * sd_q
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, DLO, DHI, length, BLOCK_N)
     for start_n in range(a, b, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-                       Lk, D, True, PREC)
+                       Lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, D, True, PREC,
+                       HAS_BIAS, DB_MODE, DBQ, DBK)
     for start_n in range(b, c, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-                       Lk, D, False, PREC)
+                       Lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, D, False, PREC,
+                       HAS_BIAS, DB_MODE, DBQ, DBK)
     for start_n in range(c, e, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-                       Lk, D, True, PREC)
+                       Lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, D, True, PREC,
+                       HAS_BIAS, DB_MODE, DBQ, DBK)
     tl.store(DQ + q_base + rows[:, None] * D + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+
+
+@triton.jit
+def cast_copy(X, Y, N, BLOCK: tl.constexpr):   # X, Y: [1, N], Y's dtype (a gradient into bfloat16)
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + i, tl.load(X + i, mask=i < N).to(Y.dtype.element_ty), mask=i < N)

@@ -44,6 +44,32 @@ def _mask_args(masks: Masks, lq: int, lk: int, dummy) -> tuple:
     return masks.lengths, device_errors.flag(masks.lengths.data.device_id), dlo, dhi, masks.heads
 
 
+def _bias_args(masks: Masks, dummy) -> tuple:
+    """(BIAS, sb_b, sb_h, sb_q, sb_k, HB) of the kernels: the bias's 4-D view read in place by its
+    element strides (0 on the dims it broadcasts); a dummy pointer and zeros without a bias."""
+    b = masks.bias
+    if b is None:
+        return (dummy, 0, 0, 0, 0, 1)
+    return (b, *_strides(b), masks.bias_heads)
+
+
+def _strides(x) -> tuple:
+    """x's element strides, 0 on its size-1 dims (broadcast)."""
+    return tuple(0 if n == 1 else st // x.itemsize for n, st in zip(x.shape, x.strides))
+
+
+def cast(x, dtype):
+    """A C-contiguous copy of CuPy array x converted to `dtype` (bfloat16 among them, which CuPy
+    has no arithmetic for) by a Triton kernel: 2 bytes or more read and written per element."""
+    cp = _cupy.cupy()
+    src = cp.ascontiguousarray(x)
+    out = cp.empty(x.shape, dtype)
+    if src.size:
+        _launch("cast_copy", src.size, 1024, (src.reshape(1, -1), out.reshape(1, -1)), (src.size,),
+                {"BLOCK": 1024, "num_warps": 4})
+    return out
+
+
 def _k(name: str):
     """The TritonKernel `name` of the Triton source, made on first use."""
     k = _kernels.get(name)
@@ -51,7 +77,7 @@ def _k(name: str):
         from ..runtime.triton import TritonKernel, _triton
         _triton()  # BackendUnavailableError naming the extra when Triton is missing
         from . import _attention_triton as src
-        for n in ("attn_fwd", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq"):
+        for n in ("attn_fwd", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq", "cast_copy"):
             _kernels[n] = TritonKernel(getattr(src, n))
         k = _kernels[name]
     return k
@@ -270,9 +296,11 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None)
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
+    has_bias = masks.bias is not None
     _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse),
-            (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads),
-            dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0), bh0=True)
+            (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse)),
+            dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
+                 HAS_BIAS=has_bias), bh0=True)
     return out, lse
 
 
@@ -294,35 +322,74 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
             cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name)))
         return _only_cudnn_beyond(d, paths.run("attention_backward", key, cands))
     _check_triton_head_dim(d)
-    return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles)
+    return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles, deterministic)
 
 
-def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None):
+def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None, deterministic=False):
+    """(dq, dk, dv), and the bias's gradient (the bias's 4-D shape) as a fourth with a bias."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]
     dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
+    bias = masks.bias
+    db, full = _bias_grad_buffer(masks, bh, lq, lk, deterministic)
+    done = (dq, dk, dv) if bias is None else (dq, dk, dv, cp.zeros(bias.shape, cp.float32) if db is None else db)
     if bh == 0 or lk == 0:
-        return dq, dk, dv
+        return done
     if lq == 0:  # no query attends: the key and value gradients are zero
         dk.fill(0)
         dv.fill(0)
-        return dq, dk, dv
+        return done
     cfg = _config(dtype_name, d, None)
     delta = cp.empty((bh, lq), cp.float32)
     _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq,),
             {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
     lens, _, dlo, dhi, heads = _mask_args(masks, lq, lk, delta)
-    scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads)
+    scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads,
+               *_bias_args(masks, delta))
     kv, qc = _backward_configs(dtype_name, cfg)
     if tiles is not None:
         kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
     has = masks.lengths is not None
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars,
-            dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0), bh0=True)
-    _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars,
-            dict(qc, D=d, HAS_LENS=has), bh0=True)
-    return dq, dk, dv
+            dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None), bh0=True)
+    if bias is None:
+        db_args, db_consts = (delta, 0, 0, 0, 0), {"HAS_BIAS": False, "DB_MODE": 0, "DBQ": True, "DBK": True}
+    else:
+        target = full if full is not None else db
+        mode = 1 if full is not None or _unbroadcast(bias, bh, lq, lk) else 2
+        st = _strides(target) if full is None else (masks.bias_heads * lq * lk, lq * lk, lk, 1)
+        db_args = (target, *st)
+        db_consts = {"HAS_BIAS": True, "DB_MODE": mode, "DBQ": bias.shape[2] > 1 or full is not None,
+                     "DBK": bias.shape[3] > 1 or full is not None}
+    _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars + db_args,
+            dict(qc, D=d, HAS_LENS=has, **db_consts), bh0=True)
+    if full is not None:   # deterministic: the per-entry gradients summed over the dims the bias broadcasts
+        axes = tuple(i for i in range(4) if bias.shape[i] == 1 and full.shape[i] > 1)
+        db = full.sum(axis=axes, keepdims=True) if axes else full
+    return done[:3] if bias is None else (dq, dk, dv, db)
+
+
+def _unbroadcast(bias, bh: int, lq: int, lk: int) -> bool:
+    """Whether the bias has an element per score (no dim broadcast): its gradient then has one
+    writer per element."""
+    return bias.shape[0] * bias.shape[1] == bh and bias.shape[2] == lq and bias.shape[3] == lk
+
+
+def _bias_grad_buffer(masks: Masks, bh: int, lq: int, lk: int, deterministic: bool):
+    """(the bias gradient's buffer, zeroed: the bias's 4-D shape, in its dtype where each element
+    has one writer and float32 where atomics sum into it; the full per-score float32 buffer
+    [bh / HB, HB, Lq, Lk] a deterministic backward stores into before summing over the broadcast
+    dims, or None). (None, None) without a bias."""
+    cp = _cupy.cupy()
+    b = masks.bias
+    if b is None:
+        return None, None
+    if _unbroadcast(b, bh, lq, lk):
+        return cp.zeros(b.shape, b.dtype), None
+    if deterministic:
+        return None, cp.zeros((bh // masks.bias_heads, masks.bias_heads, lq, lk), cp.float32)
+    return cp.zeros(b.shape, cp.float32), None
 
 
 # ---- host-time plans (kernels/path_plans.py): forward()/backward() minus their per-call choices --
@@ -366,14 +433,14 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
             return out, lse
         return fwd
     cfg = _config(dtype_name, d, None)
-    launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0))[
+    launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
     qk_scale = float(scale * math.log2(math.e))
     dlo, dhi = key_bounds(lq, lk, causal)
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, 0)   # LENS, ERR: not read
+        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, 0)   # LENS, ERR, BIAS: not read
         return out, lse
     return fwd
 
@@ -399,18 +466,20 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     kv, qc = _backward_configs(dtype_name, cfg)
     delta_launch = _specialized("attn_bwd_delta", {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})[
         (max(1, math.ceil(lq / 64)), bh)]
-    dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=lq % kv["BLOCK_M"] == 0))[
+    dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=lq % kv["BLOCK_M"] == 0,
+                                              HAS_BIAS=False))[
         (max(1, math.ceil(lk / kv["BLOCK_N"])), bh)]
-    dq_launch = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False))[
+    dq_launch = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True,
+                                                 DBK=True))[
         (max(1, math.ceil(lq / qc["BLOCK_M"])), bh)]
     dlo, dhi = key_bounds(lq, lk, causal)
-    scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, 1, 0)
+    scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, 1)
 
     def bwd(do, q, k, v, out, lse):
         dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
         delta = nd((bh, lq), f32)
         delta_launch(out, do, delta, lq)
-        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars)   # LENS: not read
-        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars)
+        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, 0)   # LENS, BIAS: not read
+        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, 0)
         return dq, dk, dv
     return bwd
