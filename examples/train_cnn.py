@@ -240,8 +240,11 @@ class Trainer:
 
     def step(self, images, labels):
         if self.dp.active:   # data parallel: gradients all-reduced in buckets as the backward makes them
-            loss, cache = forward(self.params, (images, labels), self.cfg, self.buffers)
-            self.opt.step(self.dp.gradients(lambda hook: backward(cache, hook), self.names))
+            with cudakit.profiler.range("forward"):
+                loss, cache = forward(self.params, (images, labels), self.cfg, self.buffers)
+            grads = self.dp.gradients(lambda hook: backward(cache, hook), self.names)   # its "backward" range
+            with cudakit.profiler.range("optimizer"):
+                self.opt.step(grads)
             return self.dp.mean_loss(loss)
         if self.graph:
             if self._graphed is None:

@@ -99,7 +99,8 @@ class DataParallel:
             for n in reversed(order):
                 self.sync.set_grad(n, grads[n])
         else:
-            run_backward(self.sync.set_grad)
+            with cudakit.profiler.range("backward"):   # (in a --trace: what the all-reduces overlap)
+                run_backward(self.sync.set_grad)
         grads = self.sync.wait()   # {name: averaged gradient}
         return [grads[n] for n in names]
 
@@ -150,8 +151,9 @@ def parser(description: str, presets: dict) -> argparse.ArgumentParser:
                    help="data parallel: the last bucket's size in MiB, doubling up to --bucket-mb in the buckets "
                         "before it (GradSync's tail_bucket_bytes; 0: no taper; default 1)")
     p.add_argument("--trace", metavar="PATH", default=None,
-                   help="after the timed steps, profile one more step and write its Chrome trace to PATH "
-                        "(rank 0; open in Perfetto or chrome://tracing)")
+                   help="after the timed steps, profile one more step (its forward, backward and optimizer "
+                        "ranges and its collectives) and write its Chrome trace to PATH (rank 0; open in "
+                        "Perfetto or chrome://tracing)")
     return p
 
 
@@ -194,16 +196,22 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
 
     step returns the loss as a 0-d array (or a number); it is converted to a float after the call,
     which waits for the step on a GPU. Returns the losses. After the loop, a summary line gives
-    the median step time of the steps after the first two (which include compilation). trace: a
-    path; one more step (not timed, not returned) runs under cudakit.profile and rank 0 writes its
-    Chrome trace there, with a line saying how much of the collectives' time ran under kernels of
-    other streams (data parallel: the all-reduces overlapping the backward)."""
-    losses, times = [], []
+    the median step time of the steps after the first two (which include compilation), and the
+    median host time until step() returned (a step whose host time is near its step time is
+    host-bound). trace: a
+    path; one more step (not timed, not returned) runs under cudakit.profile(kernels=False) (the
+    step's forward, backward and optimizer ranges and its collectives, no per-launch records, so
+    the step runs at its own speed) and rank 0 writes its Chrome trace there, with a line saying how
+    much of the collectives' time ran under another stream's work (data parallel: the all-reduces
+    overlapping the backward)."""
+    losses, times, queued = [], [], []
     for i in range(steps):
         batch = next_batch(i)
         device.synchronize()
         t0 = time.perf_counter()
-        loss = float(step(*batch))
+        r = step(*batch)
+        queued.append((time.perf_counter() - t0) * 1e3)   # the host's share: until the step is queued
+        loss = float(r)
         ms = (time.perf_counter() - t0) * 1e3
         losses.append(loss)
         times.append(ms)
@@ -212,17 +220,18 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
     later = times[2:] or times
     if rank == 0:
         out(f"done: {steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
-            f"median step time {statistics.median(later):.2f} ms (steps {steps - len(later)}..{steps - 1})")
+            f"median step time {statistics.median(later):.2f} ms (steps {steps - len(later)}..{steps - 1}; "
+            f"host {statistics.median(queued[-len(later):]):.2f} ms of it to queue the step)")
     if trace is not None:
         batch = next_batch(steps)
         device.synchronize()
-        with cudakit.profile() as prof:
+        with cudakit.profile(kernels=False) as prof:   # ranges and collectives: the step at its own speed
             float(step(*batch))
             device.synchronize()
         if rank == 0:
             prof.export_chrome_trace(trace)
             o = prof.collective_overlap()
             out(f"trace: {trace} ({len(prof.records)} records); {o['overlapped']} of {o['collectives']} "
-                f"collectives ran while kernels of other streams ran, {o['overlap_us']:.0f} of "
-                f"{o['collective_us']:.0f} us")
+                f"collectives ran under the step's ranges on another stream (forward, backward, optimizer), "
+                f"{o['overlap_us']:.0f} of {o['collective_us']:.0f} us")
     return losses

@@ -357,8 +357,11 @@ class Trainer:
 
     def step(self, tokens, targets):
         if self.dp.active:   # data parallel: gradients all-reduced in buckets as the backward makes them
-            loss, cache = forward(self.params, (tokens, targets), self.cfg, self.steps, self.device.xp)
-            self.opt.step(self.dp.gradients(lambda hook: backward(cache, hook), self.names))
+            with cudakit.profiler.range("forward"):
+                loss, cache = forward(self.params, (tokens, targets), self.cfg, self.steps, self.device.xp)
+            grads = self.dp.gradients(lambda hook: backward(cache, hook), self.names)   # its "backward" range
+            with cudakit.profiler.range("optimizer"):
+                self.opt.step(grads)
             self.steps += 1
             return self.dp.mean_loss(loss)
         if self.graph:

@@ -25,7 +25,7 @@ _lock = threading.Lock()
 @dataclass
 class Record:
     """One launch or transfer. Durations in milliseconds, filled in by Profile.resolve()."""
-    kind: str            # "kernel", "transfer" or "collective"
+    kind: str            # "kernel", "transfer", "collective" or "range"
     name: str            # kernel name, "HtoD"/"DtoH", or "nccl:all_reduce" ...
     device: int
     stream: int
@@ -149,8 +149,8 @@ class Profile:
         return "\n".join(lines)
 
     def collective_overlap(self) -> dict:
-        """How much of the collectives' time ran while kernels of other streams ran on the same
-        device (data parallel: the all-reduces hidden under the backward pass).
+        """How much of the collectives' time ran while kernels or range()s of other streams ran on
+        the same device (data parallel: the all-reduces hidden under the backward pass).
 
         Returns {"collectives": how many, "overlapped": how many ran while at least one such kernel
         ran, "collective_us": their summed time, "overlap_us": the summed time during which at least
@@ -164,7 +164,8 @@ class Profile:
         out = {"collectives": len(colls), "overlapped": 0, "collective_us": 0.0, "overlap_us": 0.0}
         for c in colls:
             a, b = span(c)
-            busy = sorted(span(k) for k in recs if k.kind == "kernel" and k.device == c.device and k.stream != c.stream)
+            busy = sorted(span(k) for k in recs if k.kind in ("kernel", "range") and k.device == c.device
+                          and k.stream != c.stream)
             covered, end = 0.0, a   # the union of the kernels' intervals within [a, b]
             for k0, k1 in busy:
                 k0, k1 = max(k0, end), min(k1, b)
@@ -210,28 +211,38 @@ class Profile:
 
 
 @contextlib.contextmanager
-def profile(nvtx: bool = False):
+def profile(nvtx: bool = False, kernels: bool = True):
     """Record every cudakit launch and transfer inside the block; yields the Profile.
 
     nvtx=True also pushes an NVTX range per launch so Nsight Systems shows cudakit's kernels by name.
+    kernels=False records only collectives and range()s, no launches or transfers: the code runs
+    at its own speed (recording a launch costs host time, and a host-bound step shows a different
+    timeline), e.g. to see a data-parallel step's all-reduces against its backward pass.
     """
-    prof = start(nvtx)
+    prof = start(nvtx, kernels)
     try:
         yield prof
     finally:
         stop()
 
 
-def start(nvtx: bool = False) -> Profile:
+_light: "Profile | None" = None   # the active profile of start(kernels=False): collectives and ranges only
+
+
+def start(nvtx: bool = False, kernels: bool = True) -> Profile:
     """Begin recording as profile() does, until stop() (for code that cannot wrap a with block);
     returns the Profile. RuntimeError while one is active."""
-    global _active
+    global _active, _light
     from .runtime import memory, native
     with _lock:
-        if _active is not None:
+        if _active is not None or _light is not None:
             raise RuntimeError("a cudakit.profile() is already active")
+        prof = Profile(nvtx)
+        if not kernels:
+            _light = prof
+            return prof
         native.hold_fast_paths(1)  # the native fast paths would not record their launches
-        prof = _active = Profile(nvtx)
+        _active = prof
         memory._add_listener(prof._on_memory)   # the allocator reports to it (once installed)
     return prof
 
@@ -239,17 +250,35 @@ def start(nvtx: bool = False) -> Profile:
 def stop() -> Profile:
     """End the recording start() or profile() began; returns its Profile with every duration
     filled in. RuntimeError when none is active."""
-    global _active
+    global _active, _light
     from .runtime import memory, native
     with _lock:
-        prof = _active
+        prof = _active or _light
         if prof is None:
             raise RuntimeError("no cudakit profile is active (cudakit.profiler.start() begins one)")
-        _active = None
-        native.hold_fast_paths(-1)
-        memory._remove_listener(prof._on_memory)
+        if prof is _light:
+            _light = None
+        else:
+            _active = None
+            native.hold_fast_paths(-1)
+            memory._remove_listener(prof._on_memory)
     prof.resolve()
     return prof
+
+
+def range(name: str, stream=None):  # noqa: A001 - a named range, as NVTX and torch.profiler call it
+    """Context manager: while a profile is active (kernels=True or False), a record of kind "range"
+    named `name` covering the GPU work queued on `stream` (default: the current one) inside the
+    block, timed by two CUDA events; a shared no-op otherwise (and on the CPU backend)."""
+    prof = _active or _light
+    if prof is None or not _gpu():
+        return _null
+    return _timed_transfer(prof, name, 0, stream, kind="range")
+
+
+def _gpu() -> bool:
+    from .runtime import _cupy
+    return _cupy.loaded_cupy() is not None
 
 
 def record_call(name: str, fn, stream=None, grid: tuple = (), block: tuple = ()):
@@ -288,7 +317,7 @@ def _collective(name: str, nbytes: int, bus_factor: float, stream):
     """Context manager timing a collective on `stream` (CUDA events) while a profile is active; a
     shared no-op otherwise. nbytes: the bytes nccl-tests counts for the op (all_gather: the whole
     output); the record's bus bandwidth is nbytes / time * bus_factor."""
-    prof = _active
+    prof = _active or _light
     if prof is None:
         return _null
     return _timed_transfer(prof, name, nbytes, stream, kind="collective", bus_factor=bus_factor)
@@ -297,7 +326,7 @@ def _collective(name: str, nbytes: int, bus_factor: float, stream):
 def _record_host_collective(name: str, nbytes: int, bus_factor: float, host_start: float, host_end: float) -> None:
     """Record a collective that ran on the host (the CPU backend; perf_counter() seconds) while a
     profile is active."""
-    prof = _active
+    prof = _active or _light
     if prof is None:
         return
     prof.records.append(Record("collective", name, -1, 0, (host_start - prof._t0) * 1e6, nbytes=nbytes,

@@ -196,3 +196,36 @@ def test_deterministic_backward_is_bitwise_repeatable(dtype, rng):
     tol = 3e-2 if dtype == "bfloat16" else 1e-3
     for a, b in zip(runs[0], cudakit.attention_backward(g, q, k, v, out, lse, causal=True)):
         np.testing.assert_allclose(a.astype(np.float32), cp.asnumpy(b).astype(np.float32), rtol=tol, atol=tol)
+
+
+# -- attn_bias: the Triton kernels read it by its strides; its gradient stored or added atomically --
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES + ["float64"])
+@pytest.mark.parametrize("case", ac.BIASES + [((2, 4), 300, 257, 64, True, (1, 4, 300, 257)),
+                                              ((2, 2), 130, 1000, 128, False, (2, 1, 1, 1000)),
+                                              ((1, 2), 129, 150, 80, False, (1, 2, 129, 150))])
+def test_attention_bias(case, dtype, rng):
+    lead, lq, lk, d, causal, bias = case
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, bias=bias)
+
+
+def test_attention_bias_with_masks_and_blhd(rng):
+    ac.check_attention(_dev, _host, rng, (2, 3), 100, 130, 64, "bfloat16", True, window=(40, 2), lens=[130, 61],
+                       bias=(1, 3, 100, 130))
+    ac.check_attention(_dev, _host, rng, (2, 4), 90, 90, 64, "float16", True, bias=(2, 1, 90, 90), layout="blhd")
+
+
+@pytest.mark.parametrize("bias_shape", [(2, 4, 200, 200), (1, 4, 200, 200), (2, 1, 1, 200)])
+def test_deterministic_backward_with_a_bias(bias_shape, rng):
+    """deterministic=True with a bias: every score's dS stored and summed over the broadcast dims
+    after (no atomics): bitwise repeatable, and close to the atomic path's gradient."""
+    q, k, v, g = (cp.asarray(ac.data(rng, (2, 4, 200, 64), "bfloat16")) for _ in range(4))
+    bias = cp.asarray(ac.data(rng, bias_shape, "float32"))
+    out, lse = cudakit.attention_with_lse(q, k, v, causal=True, attn_bias=bias)
+    runs = [[cp.asnumpy(t).astype(np.float32) for t in cudakit.attention_backward(
+        g, q, k, v, out, lse, causal=True, attn_bias=bias, deterministic=True)] for _ in range(3)]
+    for run in runs[1:]:
+        for a, b in zip(run, runs[0]):
+            np.testing.assert_array_equal(a, b)
+    fast = cudakit.attention_backward(g, q, k, v, out, lse, causal=True, attn_bias=bias)
+    np.testing.assert_allclose(runs[0][3], cp.asnumpy(fast[3]), rtol=1e-3, atol=1e-3)

@@ -1,0 +1,57 @@
+"""What data parallelism costs one GPU: examples/train_gpt.py's step plain, then with its data-parallel
+path forced on over a one-rank NCCL group (GradSync's bucket copies, the bucket all-reduces, the
+loss all-reduce: everything but a second GPU).
+
+    python3 scripts/dp_overhead_probe.py [--preset gpt-issue] [--dtype bfloat16] [--steps 30]
+
+Prints the example's summary line for each ("median step time ... host ... to queue the step"):
+a step time that grows with the data-parallel path while its host time stays below it is a GPU
+cost of the path; a host time near the step time says the step is host-bound.
+"""
+import argparse
+import os
+import sys
+
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", "29713")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+import numpy as np  # noqa: E402
+import train_common as common  # noqa: E402
+import train_gpt as gpt  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--preset", default="gpt-issue")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--steps", type=int, default=30)
+    a = p.parse_args()
+    device = common.Device("cuda")
+    data = gpt.make_data(gpt.PRESETS[a.preset], 0)
+    cfg = gpt.with_vocab(gpt.PRESETS[a.preset], data)
+
+    def run(label):
+        trainer = gpt.Trainer(cfg, device, a.dtype, 0)
+        rng = np.random.default_rng(1)
+        lines = []
+        common.run(trainer.step, lambda _i: tuple(device.asarray(x) for x in data.batch(rng, cfg.batch, cfg.seq)),
+                   a.steps, device, out=lines.append)
+        print(f"DP-PROBE {label}: {lines[-1]}", flush=True)
+
+    run("plain")
+    import cudakit.distributed as dist
+    dist.init_process_group("nccl", world_size=1, rank=0, timeout=120)
+    common.DataParallel.active = property(lambda self: True)   # the data-parallel path over one rank
+    orig = common.DataParallel.__init__
+
+    def init(self, *args, **kw):
+        orig(self, *args, **kw)
+        self.dist = dist
+    common.DataParallel.__init__ = init
+    run("data parallel, one rank")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
