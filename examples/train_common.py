@@ -194,29 +194,48 @@ def parse(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
 def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, trace: str | None = None) -> list[float]:
     """Call step(*next_batch(i)) for i in range(steps), printing `step i loss X time T ms` each time.
 
-    step returns the loss as a 0-d array (or a number); it is converted to a float after the call,
-    which waits for the step on a GPU. Returns the losses. After the loop, a summary line gives
-    the median step time of the steps after the first two (which include compilation), and the
-    median host time until step() returned (a step whose host time is near its step time is
-    host-bound). trace: a
+    step returns the loss as a 0-d array (or a number). On a GPU step i's loss is read (a float,
+    which waits for that step) after step i + 1 has been queued, as training loops do to keep
+    the GPU fed: the host queues the next step while the GPU finishes this one. A step's time is
+    the interval between two such reads (its time on the GPU where the host keeps ahead; its
+    host time where the host is the bottleneck). Returns the losses. After the loop, a summary
+    line gives the median step time of the steps after the first two (which include compilation)
+    and the median host time until step() returned. trace: a
     path; one more step (not timed, not returned) runs under cudakit.profile(kernels=False) (the
     step's forward, backward and optimizer ranges and its collectives, no per-launch records, so
     the step runs at its own speed) and rank 0 writes its Chrome trace there, with a line saying how
     much of the collectives' time ran under another stream's work (data parallel: the all-reduces
     overlapping the backward)."""
     losses, times, queued = [], [], []
-    for i in range(steps):
-        batch = next_batch(i)
-        device.synchronize()
-        t0 = time.perf_counter()
-        r = step(*batch)
-        queued.append((time.perf_counter() - t0) * 1e3)   # the host's share: until the step is queued
+    device.synchronize()
+    last = [time.perf_counter()]
+
+    def finish(i, r):
         loss = float(r)
-        ms = (time.perf_counter() - t0) * 1e3
+        now = time.perf_counter()
+        ms = (now - last[0]) * 1e3
+        last[0] = now
         losses.append(loss)
         times.append(ms)
         if rank == 0:   # data parallel: the averaged loss, printed once
             out(f"step {i} loss {loss:.4f} time {ms:.2f} ms")
+
+    pending = None
+    for i in range(steps):
+        batch = next_batch(i)
+        t0 = time.perf_counter()
+        r = step(*batch)
+        if device.name == "cuda" and hasattr(r, "copy"):
+            r = r.copy()   # a graphed step's loss lives in a buffer its next replay overwrites
+        queued.append((time.perf_counter() - t0) * 1e3)   # the host's share: until the step is queued
+        if pending is not None:
+            finish(*pending)
+        pending = (i, r)
+        if device.name != "cuda":   # the CPU has run the step already: nothing to overlap
+            finish(*pending)
+            pending = None
+    if pending is not None:
+        finish(*pending)
     later = times[2:] or times
     if rank == 0:
         out(f"done: {steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "

@@ -9,7 +9,10 @@ a step time that grows with the data-parallel path while its host time stays bel
 cost of the path; a host time near the step time says the step is host-bound.
 """
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import sys
 
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -26,6 +29,7 @@ def main():
     p.add_argument("--preset", default="gpt-issue")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--profile", action="store_true", help="then 5 steps of each under cProfile")
     a = p.parse_args()
     device = common.Device("cuda")
     data = gpt.make_data(gpt.PRESETS[a.preset], 0)
@@ -35,9 +39,23 @@ def main():
         trainer = gpt.Trainer(cfg, device, a.dtype, 0)
         rng = np.random.default_rng(1)
         lines = []
-        common.run(trainer.step, lambda _i: tuple(device.asarray(x) for x in data.batch(rng, cfg.batch, cfg.seq)),
-                   a.steps, device, out=lines.append)
+        batch = lambda _i: tuple(device.asarray(x) for x in data.batch(rng, cfg.batch, cfg.seq))  # noqa: E731
+        common.run(trainer.step, batch, a.steps, device, out=lines.append)
         print(f"DP-PROBE {label}: {lines[-1]}", flush=True)
+        if a.profile:   # where the host time of a step goes: 5 steps under cProfile
+            prof = cProfile.Profile()
+            args = [batch(i) for i in range(5)]
+            device.synchronize()
+            prof.enable()
+            for x in args:
+                trainer.step(*x)
+            prof.disable()
+            device.synchronize()
+            for key in ("tottime", "cumtime"):
+                buf = io.StringIO()
+                pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(28)
+                print("\n".join(f"DP-PROF {label} " + ln for ln in buf.getvalue().splitlines()
+                                if ln.strip() and "{" not in ln[:9]), flush=True)
 
     run("plain")
     import cudakit.distributed as dist
