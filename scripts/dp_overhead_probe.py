@@ -2,7 +2,8 @@
 path forced on over a one-rank NCCL group (GradSync's bucket copies, the bucket all-reduces, the
 loss all-reduce: everything but a second GPU).
 
-    python3 scripts/dp_overhead_probe.py [--preset gpt-issue] [--dtype bfloat16] [--steps 30]
+    python3 scripts/dp_overhead_probe.py [--preset gpt-issue] [--dtype bfloat16] [--steps 30] [--profile]
+    cudakit run --nproc-per-node 2 scripts/dp_overhead_probe.py --profile   (the real data-parallel step)
 
 Prints the example's summary line for each ("median step time ... host ... to queue the step"):
 a step time that grows with the data-parallel path while its host time stays below it is a GPU
@@ -57,6 +58,9 @@ def main():
                 print("\n".join(f"DP-PROF {label} " + ln for ln in buf.getvalue().splitlines()
                                 if ln.strip() and "{" not in ln[:9]), flush=True)
 
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # under a launcher: the real data-parallel step
+        run(f"data parallel, rank {os.environ.get('RANK')} of {os.environ['WORLD_SIZE']}")
+        return
     run("plain")
     import cudakit.distributed as dist
     dist.init_process_group("nccl", world_size=1, rank=0, timeout=120)
