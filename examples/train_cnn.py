@@ -234,8 +234,10 @@ class Trainer:
 
     def forward_backward(self, images, labels):
         """(loss, gradient, gradient, ...) in the order of self.names."""
-        loss, cache = forward(self.params, (images, labels), self.cfg, self.buffers)
-        grads = backward(cache)
+        with cudakit.profiler.range("forward"):   # ranges: no-ops unless a profile is active (--trace)
+            loss, cache = forward(self.params, (images, labels), self.cfg, self.buffers)
+        with cudakit.profiler.range("backward"):
+            grads = backward(cache)
         return (loss, *(grads[n] for n in self.names))
 
     def step(self, images, labels):
@@ -252,7 +254,8 @@ class Trainer:
             loss, *grads = self._graphed(images, labels)
         else:
             loss, *grads = self.forward_backward(images, labels)
-        self.opt.step(grads)
+        with cudakit.profiler.range("optimizer"):
+            self.opt.step(grads)
         return loss
 
 

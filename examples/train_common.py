@@ -250,7 +250,8 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
         if rank == 0:
             prof.export_chrome_trace(trace)
             o = prof.collective_overlap()
-            out(f"trace: {trace} ({len(prof.records)} records); {o['overlapped']} of {o['collectives']} "
-                f"collectives ran under the step's ranges on another stream (forward, backward, optimizer), "
-                f"{o['overlap_us']:.0f} of {o['collective_us']:.0f} us")
+            spans = ", ".join(f"{r.name} {r.duration_ms:.2f} ms" for r in prof.records if r.kind == "range")
+            out(f"trace: {trace} ({len(prof.records)} records: {spans}); {o['overlapped']} of {o['collectives']} "
+                f"collectives ran under the step's ranges on another stream, {o['overlap_us']:.0f} of "
+                f"{o['collective_us']:.0f} us")
     return losses

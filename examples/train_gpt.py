@@ -351,8 +351,10 @@ class Trainer:
 
     def forward_backward(self, tokens, targets):
         """(loss, gradient, gradient, ...) in the order of self.names, for the current step."""
-        loss, cache = forward(self.params, (tokens, targets), self.cfg, self.steps, self.device.xp)
-        grads = backward(cache)
+        with cudakit.profiler.range("forward"):   # ranges: no-ops unless a profile is active (--trace)
+            loss, cache = forward(self.params, (tokens, targets), self.cfg, self.steps, self.device.xp)
+        with cudakit.profiler.range("backward"):
+            grads = backward(cache)
         return (loss, *(grads[n] for n in self.names))
 
     def step(self, tokens, targets):
@@ -370,7 +372,8 @@ class Trainer:
             loss, *grads = self._graphed(tokens, targets)
         else:
             loss, *grads = self.forward_backward(tokens, targets)
-        self.opt.step(grads)
+        with cudakit.profiler.range("optimizer"):
+            self.opt.step(grads)
         self.steps += 1
         return loss
 

@@ -73,17 +73,20 @@ fi
 #    losses must match)
 if has dp; then
   GPT="examples/train_gpt.py --backend cuda --preset gpt-issue --dtype bfloat16 --steps ${DP_STEPS:-30}"
-  CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 $GPT 2>&1 | tee /tmp/dp_1.txt | tail -1 | sed 's/^/DP-1GPU /'
+  CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 $GPT --trace /tmp/gpt_1gpu_trace.json 2>&1 | tee /tmp/dp_1.txt \
+    | tail -2 | sed 's/^/DP-1GPU /'
   for n in $RANKS; do
     CUDA_VISIBLE_DEVICES=$(first_gpus "$n") timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node "$n" \
       --master-port 29630 $GPT --trace "$OUT/gpt_dp_trace_$n.json" 2>&1 | tee /tmp/dp_$n.txt | tail -2 | sed "s/^/DP-${n}GPU /"
   done
-  # DP_AB=1: the 2-rank step again without the bucket taper, and with NCCL held to 8 channels (SMs)
+  # DP_AB=1: the 2-rank step again under variants (DP_VARIANTS: ";"-separated, each environment
+  # assignments or example arguments): by default NCCL held to 4, 8 and 16 channels (SMs), no bucket taper
   if [ "${DP_AB:-0}" = 1 ]; then
-    for v in "--tail-bucket-mb 0" "NCCL_MAX_NCHANNELS=8" "--bucket-mb 50"; do
+    IFS=';' read -ra VS <<< "${DP_VARIANTS:-NCCL_MAX_NCHANNELS=4;NCCL_MAX_NCHANNELS=8;NCCL_MAX_NCHANNELS=16;--tail-bucket-mb 0}"
+    for v in "${VS[@]}"; do
       case "$v" in --*) e=""; a="$v";; *) e="$v"; a="";; esac
       env $e CUDA_VISIBLE_DEVICES=0,1 timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 2 \
-        --master-port 29635 $GPT $a 2>&1 | tail -1 | sed "s/^/DP-AB [$v] /" | tee -a "$LOG"
+        --master-port 29635 $GPT $a --trace /tmp/ab.json 2>&1 | tail -2 | sed "s/^/DP-AB [$v] /" | tee -a "$LOG"
     done
   fi
   cat /tmp/dp_1.txt /tmp/dp_[0-9]*.txt >> "$LOG" 2>/dev/null
