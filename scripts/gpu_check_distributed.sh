@@ -74,10 +74,11 @@ fi
 if has dp; then
   GPT="examples/train_gpt.py --backend cuda --preset gpt-issue --dtype bfloat16 --steps ${DP_STEPS:-30}"
   CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 $GPT --trace /tmp/gpt_1gpu_trace.json 2>&1 | tee /tmp/dp_1.txt \
-    | tail -2 | sed 's/^/DP-1GPU /'
+    | grep -E "^(done|trace):" | sed 's/^/DP-1GPU /'
   for n in $RANKS; do
     CUDA_VISIBLE_DEVICES=$(first_gpus "$n") timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node "$n" \
-      --master-port 29630 $GPT --trace "$OUT/gpt_dp_trace_$n.json" 2>&1 | tee /tmp/dp_$n.txt | tail -2 | sed "s/^/DP-${n}GPU /"
+      --master-port 29630 $GPT --trace "$OUT/gpt_dp_trace_$n.json" 2>&1 | tee /tmp/dp_$n.txt \
+      | grep -E "rank0\]: (done|trace):" | sed "s/^/DP-${n}GPU /"
   done
   # DP_AB=1: the 2-rank step again under variants (DP_VARIANTS: ";"-separated, each environment
   # assignments or example arguments): by default NCCL held to 4, 8 and 16 channels (SMs), no bucket taper
@@ -86,7 +87,8 @@ if has dp; then
     for v in "${VS[@]}"; do
       case "$v" in --*) e=""; a="$v";; *) e="$v"; a="";; esac
       env $e CUDA_VISIBLE_DEVICES=0,1 timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 2 \
-        --master-port 29635 $GPT $a --trace /tmp/ab.json 2>&1 | tail -2 | sed "s/^/DP-AB [$v] /" | tee -a "$LOG"
+        --master-port 29635 $GPT $a --trace /tmp/ab.json 2>&1 | grep -E "rank0\]: (done|trace):" | sed "s/^/DP-AB [$v] /" \
+        | tee -a "$LOG"
     done
   fi
   cat /tmp/dp_1.txt /tmp/dp_[0-9]*.txt >> "$LOG" 2>/dev/null

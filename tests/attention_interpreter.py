@@ -55,22 +55,23 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     lens_t = _Tensor(np.asarray(lens, np.int64) if has else np.zeros(1, np.int64))
     err_t = _Tensor(np.zeros(8, np.int64) if err is None else err)
     hb = bias is not None
+    novar = (lens_t, lens_t, 1)   # CU_Q, CU_K, G: not read
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
     kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, v, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args, 0, d,
-        HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, **_tiles(cfg))
+        *map(_Tensor, (q, k, v, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args, *novar, 0, d,
+        HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, **_tiles(cfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
     args = (lens_t, qk_scale, scale, lq, lk, dlo, dhi, heads, *b_args)
     kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, 0, d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0,
-        HAS_BIAS=hb, **_tiles(kv))
+        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, *novar, 0, d, HAS_LENS=has,
+        EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=hb, VARLEN=False, **_tiles(kv))
     dbq, dbk = (True, True) if db is None else (db_strides[2] != 0 or db.shape[2] > 1, db_strides[3] != 0)
     kernels.attn_bwd_dq[(math.ceil(lq / qc["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, *d_args, 0, d, HAS_LENS=has, HAS_BIAS=hb,
-        DB_MODE=db_mode, DBQ=dbq, DBK=dbk, **_tiles(qc))
+        *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, *d_args, *novar, 0, d, HAS_LENS=has, HAS_BIAS=hb,
+        DB_MODE=db_mode, DBQ=dbq, DBK=dbk, VARLEN=False, **_tiles(qc))
     return out, lse, dq, dk, dv
 
 

@@ -31,6 +31,22 @@ def key_bounds(lq: int, lk: int, causal: bool, window=None) -> tuple[int, int]:
     return dlo, dhi
 
 
+def relative_bounds(causal: bool, window=None, cap: int = _UNBOUNDED) -> tuple[int, int]:
+    """(DLO, DHI) of key_bounds before the bottom-right offset Lk - Lq is added: packed
+    variable-length sequences add each sequence's own offset in the kernel. cap (> every
+    sequence's Lq + Lk) bounds the window's sides, which bound nothing past it."""
+    dlo, dhi = -_UNBOUNDED, _UNBOUNDED
+    if window is not None:
+        left, right = window
+        if left is not None:
+            dlo = -min(left, cap)
+        if right is not None:
+            dhi = min(right, cap) + 1
+    if causal:
+        dhi = min(dhi, 1)
+    return dlo, dhi
+
+
 class Masks:
     """What limits the keys each query row sees beyond the plain product: causal, window and the
     per-batch key lengths (a C-contiguous int32/int64 (B,) array on q's device; heads: how many

@@ -46,6 +46,37 @@ def _key_length(LENS, ERR, bh, H, Lk, start_m, CHECK: tl.constexpr):
 
 
 @triton.jit
+def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, DLO, DHI, start, CHECK: tl.constexpr, D: tl.constexpr):
+    """Packed variable-length sequences (VARLEN): batch*head bh is sequence b = bh // H, head
+    h = bh % H of q (total_q, H, D) and of k, v (total_k, H // G, D) (head h // G), the sequence's
+    rows cu[b]..cu[b + 1] of each. Returns its (Lq, Lk) clamped to the launch's maxima Lq, Lk, the
+    element offsets of its first q row (head h), first k row (head h // G) and first row of an
+    (total_k, H, D) key gradient (head h), its mask bounds (DLO, DHI are relative to the
+    bottom-right alignment: this sequence's Lk - Lq is added where they bound), and the offset of
+    its first (total_q, H) lse entry. CHECK (the forward): the first program of the sequence
+    records a length outside [0, max] in the device's error flag ERR (code 11, then b, Lq, Lk)."""
+    b = bh // H
+    h = bh % H
+    q0 = tl.load(CU_Q + b).to(tl.int64)
+    k0 = tl.load(CU_K + b).to(tl.int64)
+    lq = tl.load(CU_Q + b + 1).to(tl.int64) - q0
+    lk = tl.load(CU_K + b + 1).to(tl.int64) - k0
+    if CHECK:
+        if ((lq < 0) | (lq > Lq) | (lk < 0) | (lk > Lk)) & (start == 0) & (h == 0):
+            zero = lq * 0
+            if tl.atomic_cas(ERR, zero, zero + 11) == 0:   # kernels/attention.py ERR_CU_SEQLENS
+                tl.store(ERR + 1, b)
+                tl.store(ERR + 2, lq)
+                tl.store(ERR + 3, lk)
+    lq = tl.minimum(tl.maximum(lq, 0), Lq).to(tl.int32)
+    lk = tl.minimum(tl.maximum(lk, 0), Lk).to(tl.int32)
+    off = lk - lq
+    dlo = tl.where(DLO > -1073741824, DLO + off, DLO)   # -2^30: no bound (attention_masks._UNBOUNDED)
+    dhi = tl.where(DHI < 1073741824, DHI + off, DHI)
+    return lq, lk, q0 * H * D + h * D, k0 * (H // G) * D + (h // G) * D, k0 * H * D + h * D, dlo, dhi, q0 * H + h
+
+
+@triton.jit
 def _ranges(first, last, lo_off, hi_off, hi_cap, BLOCK: tl.constexpr):
     """(a, b, c, e) for the indices t of a block of rows [first, last] that each see the t with
     t - row in [lo_off, hi_off) and t < hi_cap: blocks from a to e hold every t some row sees, those
@@ -71,7 +102,7 @@ def _bias_tile(BIAS, b_base, row_off, col_off, mask):
 
 @triton.jit
 def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale, Lk,
-               BIAS, b_base, b_rows, sb_k, m_ok,
+               BIAS, b_base, b_rows, sb_k, m_ok, KRS,
                D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
                HAS_BIAS: tl.constexpr):
     """One key block of the online softmax; MASK: the block crosses the end of the keys or an end
@@ -89,7 +120,7 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
         n_ok = cols < Lk
         kt_mask = kt_mask & n_ok[None, :]
         v_mask = v_mask & n_ok[:, None]
-    kt = tl.load(K + kv_base + cols[None, :] * D + offs_d[:, None], mask=kt_mask, other=0.0)
+    kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
     s = tl.dot(q, kt, input_precision=PREC)
     if not POS_SCALE:
         s = s * qk_scale
@@ -112,7 +143,7 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
         p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=v_mask, other=0.0)
+    v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return acc, l_i, m_new
 
@@ -122,45 +153,53 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
+             CU_Q, CU_K, G,              # VARLEN: [B + 1] int sequence starts; G q heads per k, v head
              BH0,                        # the first bh of this launch (grids of more than 65535 bh)
              D: tl.constexpr, HAS_LENS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-             PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr):
+             PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    m_ok, d_ok = rows < Lq, offs_d < D
-    q_base, kv_base = bh * Lq * D, bh * Lk * D
-    length = Lk
+    if VARLEN:   # packed (total, heads, D) arrays, this program's sequence and head
+        lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, ERR, bh + BH0, H, G, Lq, Lk, DLO, DHI,
+                                                              start_m, True, D)
+        RS, KRS, LRS = H * D, (H // G) * D, H
+    else:
+        lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
+        q_base, kv_base, lse_base = bh * Lq * D, bh * Lk * D, bh * Lq
+        RS, KRS, LRS = D, D, 1
+    m_ok, d_ok = rows < lq, offs_d < D
+    length = lk
     if HAS_LENS:
         length = _key_length(LENS, ERR, bh + BH0, H, Lk, start_m, True)
-    lo_r = rows + DLO
-    hi_r = tl.minimum(rows + DHI, length)
-    q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    lo_r = rows + dlo
+    hi_r = tl.minimum(rows + dhi, length)
+    q = tl.load(Q + q_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     b_rows = rows * sb_q
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, DLO, DHI, length, BLOCK_N)
+    a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     for start_n in range(a, b, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, D, True, PREC, POS_SCALE, HAS_BIAS)
+                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, D, True, PREC, POS_SCALE, HAS_BIAS)
     for start_n in range(b, c, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, D, False, PREC, POS_SCALE,
+                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, D, False, PREC, POS_SCALE,
                                    HAS_BIAS)
     for start_n in range(c, e, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, D, True, PREC, POS_SCALE, HAS_BIAS)
+                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, D, True, PREC, POS_SCALE, HAS_BIAS)
     seen = l_i != 0.0   # rows with at least one key (their max contributes 1 to l_i; NaN stays NaN)
     acc = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
-    tl.store(O + q_base + rows[:, None] * D + offs_d[None, :], acc.to(O.dtype.element_ty),
+    tl.store(O + q_base + rows[:, None] * RS + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
-    tl.store(LSE + bh * Lq + rows, lse, mask=m_ok)
+    tl.store(LSE + lse_base + rows * LRS, lse, mask=m_ok)
 
 
 @triton.jit
@@ -179,7 +218,7 @@ def attn_bwd_delta(O, DO, DELTA, Lq, D: tl.constexpr,  # O, DO: [BH, Lq, D]; DEL
 
 @triton.jit
 def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d, d_ok,
-                qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok,
+                qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS,
                 D: tl.constexpr, MASK: tl.constexpr, ROWS: tl.constexpr, PREC: tl.constexpr,
                 HAS_BIAS: tl.constexpr):
     """One query block's share of dK, dV, with the scores transposed ([keys, queries]) so that P^T
@@ -191,10 +230,10 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
     empty a row anywhere: their probabilities are then set to 0 here."""
     rows = start_m + offs_m
     m_ok = rows < Lq
-    qT = tl.load(Q + q_base + rows[None, :] * D + offs_d[:, None], mask=m_ok[None, :] & d_ok[:, None], other=0.0)
-    do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
-    lse2 = tl.load(LSE + lse_base + rows, mask=m_ok, other=0.0) * 1.4426950408889634
-    delta = tl.load(DELTA + lse_base + rows, mask=m_ok, other=0.0)
+    qT = tl.load(Q + q_base + rows[None, :] * RS + offs_d[:, None], mask=m_ok[None, :] & d_ok[:, None], other=0.0)
+    do = tl.load(DO + q_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    lse2 = tl.load(LSE + lse_base + rows * LRS, mask=m_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + lse_base + rows * LRS, mask=m_ok, other=0.0)
     sT = tl.dot(k, qT, input_precision=PREC) * qk_scale                                  # [BLOCK_N, BLOCK_M]
     if HAS_BIAS:
         sT += _bias_tile(BIAS, b_base, rows[None, :] * sb_q, b_cols[:, None], m_ok[None, :] & n_ok[:, None])
@@ -217,9 +256,10 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
 def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH, Lk, D]
                   LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H,
                   BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
+                  CU_Q, CU_K, G,                        # as attn_fwd; VARLEN: DK, DV (total_k, H, D)
                   BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  PREC: tl.constexpr, EVEN_Q: tl.constexpr, HAS_BIAS: tl.constexpr):
+                  PREC: tl.constexpr, EVEN_Q: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr):
     """EVEN_Q: Lq is a multiple of BLOCK_M, so no query block crosses Lq and none needs a row mask
     (the usual case; the other compiles a row select into every block). Key j is seen by the rows
     i with j - DHI < i <= j - DLO (and j below the key length): the query blocks of the key block
@@ -229,14 +269,22 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    n_ok, d_ok = cols < Lk, offs_d < D
-    q_base, kv_base, lse_base = bh * Lq * D, bh * Lk * D, bh * Lq
+    if VARLEN:
+        lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, DLO,
+                                                                    DHI, start_n, False, D)
+        RS, KRS, DKRS, LRS = H * D, (H // G) * D, H * D, H
+    else:
+        lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
+        q_base, kv_base, lse_base = bh * Lq * D, bh * Lk * D, bh * Lq
+        dk_base = kv_base
+        RS, KRS, DKRS, LRS = D, D, D, 1
+    n_ok, d_ok = cols < lk, offs_d < D
     kv_mask = n_ok[:, None] & d_ok[None, :]
-    k = tl.load(K + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = tl.load(K + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    length = Lk
+    length = lk
     if HAS_LENS:
         length = _key_length(LENS, LENS, bh + BH0, H, Lk, 0, False)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
@@ -244,31 +292,32 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     first = start_n * BLOCK_N
     last = first + BLOCK_N - 1
     # rows seeing some key of the block: (first - DHI, last - DLO]; every key of it: [last - DHI + 1, first - DLO]
-    row_cap = tl.where(first < length, Lq, 0)   # a block wholly past the key length: no row sees it
-    e = tl.maximum(tl.minimum(last - DLO + 1, row_cap), 0)
-    a = tl.minimum((tl.maximum(first - DHI + 1, 0) // BLOCK_M) * BLOCK_M, e)
+    row_cap = tl.where(first < length, lq, 0)   # a block wholly past the key length: no row sees it
+    e = tl.maximum(tl.minimum(last - dlo + 1, row_cap), 0)
+    a = tl.minimum((tl.maximum(first - dhi + 1, 0) // BLOCK_M) * BLOCK_M, e)
     full_cap = tl.where(last < length, e, a)      # a block crossing the key length: no row sees it whole
-    b = tl.minimum(tl.maximum(a, tl.cdiv(tl.maximum(last - DHI + 1, 0), BLOCK_M) * BLOCK_M), full_cap)
-    c = tl.maximum(b, tl.minimum((tl.maximum(first - DLO + 1, 0) // BLOCK_M) * BLOCK_M, full_cap))
+    b = tl.minimum(tl.maximum(a, tl.cdiv(tl.maximum(last - dhi + 1, 0), BLOCK_M) * BLOCK_M), full_cap)
+    c = tl.maximum(b, tl.minimum((tl.maximum(first - dlo + 1, 0) // BLOCK_M) * BLOCK_M, full_cap))
     for start_m in range(a, b, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, D, True, True,
+                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS, D, True, True,
                              PREC, HAS_BIAS)
     for start_m in range(b, c, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, D, False,
+                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS, D, False,
                              not EVEN_Q, PREC, HAS_BIAS)
     for start_m in range(c, e, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, D, True, True,
+                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS, D, True, True,
                              PREC, HAS_BIAS)
-    tl.store(DK + kv_base + cols[:, None] * D + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + kv_base + cols[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
+    tl.store(DK + dk_base + cols[:, None] * DKRS + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty),
+             mask=kv_mask)
+    tl.store(DV + dk_base + cols[:, None] * DKRS + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
 def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale, Lk,
-              BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows,
+              BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS,
               D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, HAS_BIAS: tl.constexpr,
               DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr):
     """One key block's share of dQ; MASK: the block crosses the end of the keys or an end of some
@@ -280,8 +329,8 @@ def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n
     kv_mask = d_ok[None, :]
     if MASK:
         kv_mask = kv_mask & (cols < Lk)[:, None]
-    k = tl.load(K + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(V + kv_base + cols[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = tl.load(K + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=kv_mask, other=0.0)
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
     if HAS_BIAS:
         s += _bias_tile(BIAS, b_base, b_rows[:, None], cols[None, :] * sb_k, m_ok[:, None] & (cols < Lk)[None, :])
@@ -315,44 +364,53 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                 BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
                 DBIAS, sd_b, sd_h, sd_q, sd_k,        # DBIAS: the bias's gradient (float32, or the bias's dtype
                                                       # for DB_MODE 1), its element strides (0 broadcast)
+                CU_Q, CU_K, G,                        # as attn_fwd
                 BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
-                HAS_BIAS: tl.constexpr, DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr):
+                HAS_BIAS: tl.constexpr, DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr,
+                VARLEN: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    m_ok, d_ok = rows < Lq, offs_d < D
-    q_base, kv_base = bh * Lq * D, bh * Lk * D
-    length = Lk
+    if VARLEN:
+        lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, DLO, DHI,
+                                                              start_m, False, D)
+        RS, KRS, LRS = H * D, (H // G) * D, H
+    else:
+        lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
+        q_base, kv_base, lse_base = bh * Lq * D, bh * Lk * D, bh * Lq
+        RS, KRS, LRS = D, D, 1
+    m_ok, d_ok = rows < lq, offs_d < D
+    length = lk
     if HAS_LENS:
         length = _key_length(LENS, LENS, bh + BH0, H, Lk, 0, False)
-    lo_r = rows + DLO
-    hi_r = tl.minimum(rows + DHI, length)
+    lo_r = rows + dlo
+    hi_r = tl.minimum(rows + dhi, length)
     q_mask = m_ok[:, None] & d_ok[None, :]
-    q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-    do = tl.load(DO + q_base + rows[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-    lse2 = tl.load(LSE + bh * Lq + rows, mask=m_ok, other=0.0) * 1.4426950408889634
-    delta = tl.load(DELTA + bh * Lq + rows, mask=m_ok, other=0.0)
+    q = tl.load(Q + q_base + rows[:, None] * RS + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + q_base + rows[:, None] * RS + offs_d[None, :], mask=q_mask, other=0.0)
+    lse2 = tl.load(LSE + lse_base + rows * LRS, mask=m_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + lse_base + rows * LRS, mask=m_ok, other=0.0)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     db_base = _bias_base(bh + BH0, HB, sd_b, sd_h)
     b_rows, db_rows = rows * sb_q, rows * sd_q
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, DLO, DHI, length, BLOCK_N)
+    a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     for start_n in range(a, b, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-                       Lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, D, True, PREC,
+                       lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS, D, True, PREC,
                        HAS_BIAS, DB_MODE, DBQ, DBK)
     for start_n in range(b, c, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-                       Lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, D, False, PREC,
+                       lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS, D, False, PREC,
                        HAS_BIAS, DB_MODE, DBQ, DBK)
     for start_n in range(c, e, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-                       Lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, D, True, PREC,
+                       lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS, D, True, PREC,
                        HAS_BIAS, DB_MODE, DBQ, DBK)
-    tl.store(DQ + q_base + rows[:, None] * D + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+    tl.store(DQ + q_base + rows[:, None] * RS + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
 
 
 @triton.jit

@@ -17,6 +17,7 @@ KEY_BLOCKS = (16, 32, 64, 128)   # the block sizes flash_attention's block_size 
 _MAX_GRID_Y = 65535
 _kernels: dict = {}
 ERR_KEY_LENGTHS = 10   # device error code of a key length outside [0, Lk] (_attention_triton.py writes it)
+ERR_CU_SEQLENS = 11    # ... of a packed sequence's length outside [0, max_seqlen] (_attention_triton._seq)
 
 from ..backends.attention_masks import Masks, key_bounds  # noqa: E402 -- key_bounds: part of this module's API
 
@@ -28,6 +29,25 @@ def _key_lengths_error(op: str, f: list):
 
 
 _errors_registered = False
+
+
+def _cu_seqlens_error(op: str, f: list):
+    from ..errors import ArgumentError
+    return ArgumentError(f"{op}: sequence {f[0]} of cu_seqlens_q / cu_seqlens_k has Lq = {f[1]}, Lk = {f[2]}: "
+                         f"negative (cu_seqlens not increasing) or past max_seqlen_q / max_seqlen_k (found on the "
+                         f"device by an earlier asynchronous call)")
+
+
+_varlen_errors_registered = False
+
+
+def _varlen_flag(device_id: int):
+    global _varlen_errors_registered
+    from ..runtime import device_errors
+    if not _varlen_errors_registered:
+        device_errors.register(ERR_CU_SEQLENS, "attention_varlen", _cu_seqlens_error)
+        _varlen_errors_registered = True
+    return device_errors.flag(device_id)
 
 
 def _mask_args(masks: Masks, lq: int, lk: int, dummy) -> tuple:
@@ -42,6 +62,11 @@ def _mask_args(masks: Masks, lq: int, lk: int, dummy) -> tuple:
         device_errors.register(ERR_KEY_LENGTHS, "attention", _key_lengths_error)
         _errors_registered = True
     return masks.lengths, device_errors.flag(masks.lengths.data.device_id), dlo, dhi, masks.heads
+
+
+def _NO_VARLEN(dummy) -> tuple:
+    """(CU_Q, CU_K, G) of a launch on [BH, L, D] arrays: not read."""
+    return (dummy, dummy, 1)
 
 
 def _bias_args(masks: Masks, dummy) -> tuple:
@@ -298,9 +323,10 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None)
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     has_bias = masks.bias is not None
     _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse),
-            (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse)),
+            (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
+             *_NO_VARLEN(lse)),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
-                 HAS_BIAS=has_bias), bh0=True)
+                 HAS_BIAS=has_bias, VARLEN=False), bh0=True)
     return out, lse
 
 
@@ -347,12 +373,14 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     lens, _, dlo, dhi, heads = _mask_args(masks, lq, lk, delta)
     scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads,
                *_bias_args(masks, delta))
+    novar = _NO_VARLEN(delta)
     kv, qc = _backward_configs(dtype_name, cfg)
     if tiles is not None:
         kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
     has = masks.lengths is not None
-    _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars,
-            dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None), bh0=True)
+    _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars + novar,
+            dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None, VARLEN=False),
+            bh0=True)
     if bias is None:
         db_args, db_consts = (delta, 0, 0, 0, 0), {"HAS_BIAS": False, "DB_MODE": 0, "DBQ": True, "DBK": True}
     else:
@@ -362,8 +390,8 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
         db_args = (target, *st)
         db_consts = {"HAS_BIAS": True, "DB_MODE": mode, "DBQ": bias.shape[2] > 1 or full is not None,
                      "DBK": bias.shape[3] > 1 or full is not None}
-    _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars + db_args,
-            dict(qc, D=d, HAS_LENS=has, **db_consts), bh0=True)
+    _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars + db_args + novar,
+            dict(qc, D=d, HAS_LENS=has, VARLEN=False, **db_consts), bh0=True)
     if full is not None:   # deterministic: the per-entry gradients summed over the dims the bias broadcasts
         axes = tuple(i for i in range(4) if bias.shape[i] == 1 and full.shape[i] > 1)
         db = full.sum(axis=axes, keepdims=True) if axes else full
@@ -390,6 +418,79 @@ def _bias_grad_buffer(masks: Masks, bh: int, lq: int, lk: int, deterministic: bo
     if deterministic:
         return None, cp.zeros((bh // masks.bias_heads, masks.bias_heads, lq, lk), cp.float32)
     return cp.zeros(b.shape, cp.float32), None
+
+
+# ---- packed variable-length sequences ------------------------------------------------------------
+def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, causal: bool, dtype_name: str,
+                   window=None):
+    """(out (total_q, H, D), lse (total_q, H) float32) of attention over packed sequences: sequence
+    b is rows cu_q[b]..cu_q[b + 1] of q (total_q, H, D) against rows cu_k[b]..cu_k[b + 1] of k, v
+    (total_k, Hkv, D), Hkv dividing H (read in place: q head h takes k, v head h // (H / Hkv)),
+    causal and window aligned bottom-right per sequence. cu_q, cu_k: C-contiguous int32/int64
+    (B + 1,) on q's device; a sequence longer than max_q / max_k (or a decreasing cu_seqlens) is
+    recorded in the device's error flag (ArgumentError at the next cudakit.check()). One program
+    per (query block of max_q, sequence * head): FLOPs 4 H D sum_b Lq_b Lk_b (about half causal)."""
+    cp = _cupy.cupy()
+    total_q, h, d = q.shape
+    b = cu_q.shape[0] - 1
+    out = cp.empty_like(q)
+    lse = cp.empty((total_q, h), cp.float32)
+    if b <= 0 or total_q == 0 or h == 0:
+        lse.fill(float("-inf"))
+        out.fill(0)
+        return out, lse
+    _check_varlen_grid(b, h, d)
+    from ..backends.attention_masks import relative_bounds
+    cfg = _config(dtype_name, d, None)
+    dlo, dhi = relative_bounds(causal, window, max_q + max_k + 1)
+    err = _varlen_flag(q.data.device_id)
+    k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True))
+    k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
+        q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
+        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], 0)
+    return out, lse
+
+
+def backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, scale: float, causal: bool,
+                    dtype_name: str, window=None):
+    """(dq (total_q, H, D), dk, dv (total_k, H, D): each q head's share, which the caller sums over
+    the heads sharing a k, v head when Hkv < H) of forward_varlen, lse as it returned. FLOPs
+    10 H D sum_b Lq_b Lk_b."""
+    cp = _cupy.cupy()
+    total_q, h, d = q.shape
+    total_k = k.shape[0]
+    b = cu_q.shape[0] - 1
+    dq = cp.empty_like(q)
+    dk, dv = cp.empty((total_k, h, d), k.dtype), cp.empty((total_k, h, d), v.dtype)
+    if b <= 0 or h == 0 or total_k == 0 or total_q == 0:
+        for x in (dq, dk, dv):
+            x.fill(0)
+        return dq, dk, dv
+    _check_varlen_grid(b, h, d)
+    from ..backends.attention_masks import relative_bounds
+    cfg = _config(dtype_name, d, None)
+    delta = cp.empty((total_q, h), cp.float32)
+    rows = total_q * h
+    _launch("attn_bwd_delta", rows, 64, (out.reshape(1, rows, d), do.reshape(1, rows, d), delta.reshape(1, rows)),
+            (rows,), {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
+    dlo, dhi = relative_bounds(causal, window, max_q + max_k + 1)
+    kv, qc = _backward_configs(dtype_name, cfg)
+    g = h // k.shape[1]
+    common = (float(scale * math.log2(math.e)), float(scale), max_q, max_k, dlo, dhi, h, delta, 0, 0, 0, 0, 1)
+    _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True))[
+        (max(1, math.ceil(max_k / kv["BLOCK_N"])), b * h)](
+        q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, 0)
+    _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True,
+                                     VARLEN=True))[(max(1, math.ceil(max_q / qc["BLOCK_M"])), b * h)](
+        q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, 0)
+    return dq, dk, dv
+
+
+def _check_varlen_grid(b: int, h: int, d: int) -> None:
+    _check_triton_head_dim(d)
+    if b * h > _MAX_GRID_Y:
+        from ..errors import ShapeError
+        raise ShapeError(f"attention_varlen: sequences x heads must be <= {_MAX_GRID_Y} (got {b} x {h})")
 
 
 # ---- host-time plans (kernels/path_plans.py): forward()/backward() minus their per-call choices --
@@ -433,14 +534,15 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
             return out, lse
         return fwd
     cfg = _config(dtype_name, d, None)
-    launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False))[
+    launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False,
+                                           VARLEN=False))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
     qk_scale = float(scale * math.log2(math.e))
     dlo, dhi = key_bounds(lq, lk, causal)
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, 0)   # LENS, ERR, BIAS: not read
+        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0)   # LENS, ERR, BIAS, CU: not read
         return out, lse
     return fwd
 
@@ -467,10 +569,10 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     delta_launch = _specialized("attn_bwd_delta", {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})[
         (max(1, math.ceil(lq / 64)), bh)]
     dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=lq % kv["BLOCK_M"] == 0,
-                                              HAS_BIAS=False))[
+                                              HAS_BIAS=False, VARLEN=False))[
         (max(1, math.ceil(lk / kv["BLOCK_N"])), bh)]
     dq_launch = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True,
-                                                 DBK=True))[
+                                                 DBK=True, VARLEN=False))[
         (max(1, math.ceil(lq / qc["BLOCK_M"])), bh)]
     dlo, dhi = key_bounds(lq, lk, causal)
     scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, 1)
@@ -479,7 +581,7 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
         dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
         delta = nd((bh, lq), f32)
         delta_launch(out, do, delta, lq)
-        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, 0)   # LENS, BIAS: not read
-        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, 0)
+        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0)   # LENS, BIAS, CU: not read
+        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, lse, lse, 1, 0)
         return dq, dk, dv
     return bwd
