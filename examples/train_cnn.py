@@ -220,10 +220,10 @@ class Trainer:
     """
 
     def __init__(self, cfg: CNNConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
-                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0):
+                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True):
         self.cfg, self.device, self.graph = cfg, device, graph
         # first: joining the group selects this rank's GPU
-        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb)
+        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy)
         self.params = init_params(cfg, seed, device, dtype)
         self.buffers = init_buffers(cfg, device, dtype)
         self.names = sorted(self.params)
@@ -266,7 +266,8 @@ def main(argv=None) -> int:
     if args.lr is not None:
         cfg = replace(cfg, lr=args.lr)
     device = common.Device(args.backend)
-    trainer = Trainer(cfg, device, args.dtype, args.seed, args.graph, args.bucket_mb, args.tail_bucket_mb)
+    trainer = Trainer(cfg, device, args.dtype, args.seed, args.graph, args.bucket_mb, args.tail_bucket_mb,
+                      args.grad_copy)
     rng = np.random.default_rng(args.seed + 1 + 1000 * trainer.dp.rank)   # each rank its own batches
     dt = common.np_dtype(args.dtype)
     print(f"cnn {args.preset}: batch {cfg.batch}, {cfg.channels}x{cfg.image}x{cfg.image} images, widths "

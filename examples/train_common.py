@@ -65,11 +65,12 @@ class DataParallel:
     rank takes the same optimizer step. NCCL on the GPU, the store-based CPU backend otherwise.
     """
 
-    def __init__(self, device: Device, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0):
+    def __init__(self, device: Device, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, copy: bool = True):
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         self.rank = 0
         self.sync = None
         self.bucket_bytes, self.tail_bytes = int(bucket_mb * 2**20), int(tail_bucket_mb * 2**20)
+        self.copy = copy
         if self.world > 1:
             import cudakit.distributed as dist
             self.dist = dist
@@ -95,7 +96,8 @@ class DataParallel:
             grads = run_backward(None)
             order = list(grads)[::-1]   # GradSync fills its buckets from the last index backwards
             self.sync = self.dist.GradSync({n: self.params[n] for n in order}, broadcast_from=None,
-                                           bucket_bytes=self.bucket_bytes, tail_bucket_bytes=self.tail_bytes)
+                                           bucket_bytes=self.bucket_bytes, tail_bucket_bytes=self.tail_bytes,
+                                           copy=self.copy)
             for n in reversed(order):
                 self.sync.set_grad(n, grads[n])
         else:
@@ -150,6 +152,9 @@ def parser(description: str, presets: dict) -> argparse.ArgumentParser:
     p.add_argument("--tail-bucket-mb", type=_mib(0), default=1.0,
                    help="data parallel: the last bucket's size in MiB, doubling up to --bucket-mb in the buckets "
                         "before it (GradSync's tail_bucket_bytes; 0: no taper; default 1)")
+    p.add_argument("--grad-copy", action=argparse.BooleanOptionalAction, default=True,
+                   help="data parallel: copy each gradient into its bucket (GradSync's copy; default) or, with "
+                        "--no-grad-copy, all-reduce the backward's gradient arrays in place")
     p.add_argument("--trace", metavar="PATH", default=None,
                    help="after the timed steps, profile one more step (its forward, backward and optimizer "
                         "ranges and its collectives) and write its Chrome trace to PATH (rank 0; open in "

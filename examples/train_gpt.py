@@ -334,13 +334,13 @@ class Trainer:
     """
 
     def __init__(self, cfg: GPTConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
-                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0):
+                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True):
         if graph and cfg.dropout > 0:
             raise ValueError(f"graph=True replays the dropout masks it captured on every step (cudakit.dropout "
                              f"takes its seed as a host integer); use dropout=0 (got {cfg.dropout})")
         self.cfg, self.device, self.graph = cfg, device, graph
         # first: joining the group selects this rank's GPU
-        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb)
+        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy)
         self.params = init_params(cfg, seed, device, dtype)
         self.names = sorted(self.params)
         self.opt = cudakit.AdamW([self.params[n] for n in self.names], lr=cfg.lr, weight_decay=cfg.weight_decay,
@@ -393,7 +393,8 @@ def main(argv=None) -> int:
     device = common.Device(args.backend)
     data = make_data(cfg, args.seed)
     cfg = with_vocab(cfg, data)
-    trainer = Trainer(cfg, device, args.dtype, args.seed, args.graph, args.bucket_mb, args.tail_bucket_mb)
+    trainer = Trainer(cfg, device, args.dtype, args.seed, args.graph, args.bucket_mb, args.tail_bucket_mb,
+                      args.grad_copy)
     rng = np.random.default_rng(args.seed + 1 + 1000 * trainer.dp.rank)   # each rank its own batches
     print(f"gpt {args.preset}: d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers, seq {cfg.seq}, "
           f"batch {cfg.batch}, vocab {cfg.vocab}, {sum(int(np.prod(s)) for s in param_shapes(cfg).values())} "

@@ -1,11 +1,12 @@
 """One rank of the data-parallel check, launched by `cudakit run` from the tests.
 
-    cudakit run --nproc-per-node N tests/dist_worker_data_parallel.py BACKEND SEED
+    cudakit run --nproc-per-node N tests/dist_worker_data_parallel.py BACKEND SEED [nocopy]
 
 Each rank starts from different parameters (GradSync must broadcast rank 0's), trains two SGD
 steps of tests/dist_mlp.py on its slice of a batch, with small buckets so that several
 all-reduces start during the backward, and compares the synchronised gradients and the
-parameters with one process's on the whole batch. Prints "DP-OK <launched-during-backward>".
+parameters with one process's on the whole batch (nocopy: GradSync(copy=False), the gradients
+reduced in place). Prints "DP-OK <launched-during-backward>".
 """
 import os
 import sys
@@ -18,6 +19,7 @@ import dist_mlp  # noqa: E402
 import cudakit.distributed as dist  # noqa: E402
 
 BACKEND, SEED = sys.argv[1], int(sys.argv[2])
+COPY = not (len(sys.argv) > 3 and sys.argv[3] == "nocopy")
 if BACKEND == "nccl":
     import cupy as xp
     host = xp.asnumpy
@@ -29,7 +31,7 @@ dist.init_process_group(BACKEND, timeout=120)
 R, N = dist.get_rank(), dist.get_world_size()
 ROWS = 6   # per rank
 params = [xp.asarray(p) for p in dist_mlp.init_params(SEED + R)]   # differ per rank until the broadcast
-sync = dist.GradSync(params, bucket_bytes=1024)
+sync = dist.GradSync(params, bucket_bytes=1024, copy=COPY)
 assert len(sync.buckets) >= 3, sync.buckets
 ref = dist_mlp.init_params(SEED)   # rank 0's: the reference's start
 for a, b in zip(params, ref):

@@ -112,10 +112,11 @@ def test_grads_are_views_of_the_buckets_and_set_grad_checks(one_rank):
         dist.GradSync([np.zeros(3, np.int32)])
 
 
-def test_synchronised_gradients_equal_one_process_on_the_combined_batch():
+@pytest.mark.parametrize("copy", ["copy", "nocopy"])
+def test_synchronised_gradients_equal_one_process_on_the_combined_batch(copy):
     seed = int.from_bytes(os.urandom(3), "little")
     r = subprocess.run([sys.executable, "-m", "cudakit", "run", "--nproc-per-node", "2", "--master-port", "0",
-                        os.path.join(HERE, "dist_worker_data_parallel.py"), "cpu", str(seed)],
+                        os.path.join(HERE, "dist_worker_data_parallel.py"), "cpu", str(seed), copy],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"seed {seed}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("DP-OK") == 2
@@ -132,3 +133,16 @@ def test_named_parameters(one_rank):
     assert list(grads) == ["w", "b"] and grads["b"].tolist() == [4.0] * 3 and grads["w"] is sync.grad("w")
     with pytest.raises(ValueError, match="one of the 2 names"):
         sync.mark_ready("nope")
+
+
+def test_copy_false_adopts_contiguous_gradients(one_rank):
+    params = [np.ones((3, 5), np.float32), np.ones(7, np.float32)]
+    sync = dist.GradSync(params, copy=False)
+    g0 = np.full((3, 5), 2.0, np.float32)
+    g1 = np.full((7, 2), 3.0, np.float32)[:, 0]   # not contiguous: copied into its bucket
+    sync.set_grad(1, g1)
+    sync.set_grad(0, g0)
+    grads = sync.wait()
+    assert grads[0] is g0 and grads[1] is sync.grads[1] and grads[1].tolist() == [3.0] * 7
+    with pytest.raises(ValueError, match="copy must be a bool"):
+        dist.GradSync(params, copy=1)

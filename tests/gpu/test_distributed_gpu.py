@@ -61,8 +61,9 @@ def test_every_collective_matches_numpy_on_every_gpu():
     assert r.stdout.count("CHECKED") == ngpu()
 
 
-def test_data_parallel_grads_equal_one_gpu_on_the_combined_batch():
-    r, _ = launch(2, os.path.join(HERE, "dist_worker_data_parallel.py"), "nccl", 11)
+@pytest.mark.parametrize("copy", ["copy", "nocopy"])
+def test_data_parallel_grads_equal_one_gpu_on_the_combined_batch(copy):
+    r, _ = launch(2, os.path.join(HERE, "dist_worker_data_parallel.py"), "nccl", 11, copy)
     assert r.returncode == 0 and r.stdout.count("DP-OK") == 2
 
 

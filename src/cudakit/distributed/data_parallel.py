@@ -18,7 +18,7 @@ rank): a bucket ready before its predecessors waits for them.
 """
 from __future__ import annotations
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DeviceError, DTypeError, ShapeError
 from . import collectives as coll
 from .group import resolve
 
@@ -103,12 +103,19 @@ class GradSync:
     average: divide the sum by the group size (an "avg" all-reduce). broadcast_from: the global
     rank whose parameters every rank starts with (None: no broadcast). bucket_bytes and
     tail_bucket_bytes: see plan_buckets (the gradients of the first parameters, which the backward
-    produces last, go into smaller buckets so that little is left to all-reduce after it)."""
+    produces last, go into smaller buckets so that little is left to all-reduce after it).
+    copy=False: set_grad adopts a C-contiguous gradient instead of copying it into its bucket: the
+    bucket's all-reduce then runs in place on the arrays it was given (one NCCL group call), and
+    wait() returns them; no copy kernel, no second copy of the gradients' bytes."""
 
     def __init__(self, params, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, average: bool = True,
-                 broadcast_from: int | None = 0, tail_bucket_bytes: int = DEFAULT_TAIL_BUCKET_BYTES):
+                 broadcast_from: int | None = 0, tail_bucket_bytes: int = DEFAULT_TAIL_BUCKET_BYTES,
+                 copy: bool = True):
         g = resolve(group, "GradSync")
-        self.group, self.average = group, average
+        if not isinstance(copy, bool):
+            raise ValueError(f"copy must be a bool (got {copy!r})")
+        self.group, self.average, self.copy = group, average, copy
+        self._g = g
         self.names = list(params) if isinstance(params, dict) else None
         if self.names is not None:
             params = [params[n] for n in self.names]
@@ -144,18 +151,30 @@ class GradSync:
         self._missing = [len(b) for b in self.buckets]
         self._works: list = []   # in bucket order
         self._next = 0           # the next bucket to launch
+        self._adopted: dict = {}  # i -> the caller's gradient array (copy=False)
 
     def set_grad(self, i, grad) -> None:
         """Copy `grad` (params[i]'s shape and dtype) into grads[i] on the current stream and mark it
-        ready. i: an index, or a name when params was a dict."""
+        ready (copy=False: take `grad` itself where it is C-contiguous on the group's device; its
+        all-reduce then runs in place on it). i: an index, or a name when params was a dict."""
         i = self._index(i)
         if tuple(grad.shape) != tuple(self.grads[i].shape) or grad.dtype != self.grads[i].dtype:
             raise ShapeError(f"grad {i} is {grad.dtype} {tuple(grad.shape)}; params[{i}] is "
                              f"{self.grads[i].dtype} {tuple(self.grads[i].shape)}")
         if self._ready[i]:
             raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
-        _copy_bits(self.grads[i], grad)
+        if not self.copy and self._adoptable(grad):
+            self._adopted[i] = grad
+        else:
+            _copy_bits(self.grads[i], grad)
         self.mark_ready(i)
+
+    def _adoptable(self, grad) -> bool:
+        try:
+            coll._array(self._g, grad, "grad")
+        except (DeviceError, DTypeError, ShapeError):
+            return False
+        return True
 
     def mark_ready(self, i) -> None:
         """Gradient i (an index, or a name) is written (on the current stream). Starts its bucket's
@@ -169,9 +188,13 @@ class GradSync:
 
     def _launch_ready(self, all_: bool = False) -> None:
         while self._next < len(self.buckets) and (all_ or self._missing[self._next] == 0):
-            buf = self.buffers[self._next]
             op = "avg" if self.average else "sum"
-            self._works.append(coll.all_reduce(buf, op, self.group, async_op=True))
+            idx = self.buckets[self._next]
+            if self._adopted and any(i in self._adopted for i in idx):   # in place on the arrays given
+                arrays = [self._adopted.get(i, self.grads[i]) for i in idx]
+                self._works.append(coll.all_reduce_coalesced(arrays, op, self.group, async_op=True))
+            else:
+                self._works.append(coll.all_reduce(self.buffers[self._next], op, self.group, async_op=True))
             self._next += 1
 
     @property
@@ -186,8 +209,9 @@ class GradSync:
         self._launch_ready(all_=True)
         for w in self._works:
             w.wait()
+        grads = [self._adopted.get(i, g) for i, g in enumerate(self.grads)] if self._adopted else self.grads
         self._reset()
-        return dict(zip(self.names, self.grads)) if self.names is not None else self.grads
+        return dict(zip(self.names, grads)) if self.names is not None else grads
 
     def grad(self, i):
         """The gradient buffer of parameter i (an index, or a name)."""
