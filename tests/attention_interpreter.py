@@ -156,6 +156,91 @@ def check_bias(b, h, lq, lk, d, causal, dtype, bshape, mode, neg_inf_row=False):
                                    err_msg=f"{name} {case}")
 
 
+def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
+    """Packed sequences (VARLEN): q (total_q, H, D), k, v (total_k, Hkv, D) read in place (head
+    h // (H / Hkv)), each sequence's masks aligned bottom-right on its own lengths, against the
+    float64 reference of each sequence; sequences without rows or keys among them. max_pad: the
+    launch's max_seqlen above the longest sequence."""
+    from cudakit.backends.attention_masks import relative_bounds
+    rng = np.random.default_rng(7)
+    case = (h, hkv, d, lq, lk, causal, dtype, window)
+    cq, ck = (np.concatenate([[0], np.cumsum(x)]).astype(np.int32) for x in (lq, lk))
+    tq, tk, nb, grp = int(cq[-1]), int(ck[-1]), len(lq), h // hkv
+    q, g = (data(rng, (tq, h, d), dtype) for _ in range(2))
+    k, v = (data(rng, (tk, hkv, d), dtype) for _ in range(2))
+    mq, mk = max(lq) + max_pad, max(lk) + max_pad
+    scale = 1 / math.sqrt(d)
+    qk_scale = scale * math.log2(math.e)
+    cfg = host._config(dtype, d, None)
+    out = np.full_like(q, 7.0)
+    dq = np.full_like(q, 7.0)
+    dk, dv = (np.full((tk, h, d), 7.0, q.dtype) for _ in range(2))
+    lse, delta = np.zeros((tq, h), np.float32), np.zeros((tq, h), np.float32)
+    err = np.zeros(8, np.int64)
+    dlo, dhi = relative_bounds(causal, window, mq + mk + 1)
+    cu = (_Tensor(cq), _Tensor(ck), grp)
+    dummy = _Tensor(np.zeros(1, np.float32))
+    nobias = (dummy, 0, 0, 0, 0, 1)
+    kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
+        *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
+        HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, **_tiles(cfg))
+    assert not err.any(), err
+    kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
+                                                       _Tensor(delta.reshape(1, -1)), tq * h, d, BLOCK_M=64,
+                                                       BLOCK_D=cfg["BLOCK_D"])
+    kv, qc = host._backward_configs(dtype, cfg)
+    args = (dummy, qk_scale, scale, mq, mk, dlo, dhi, h, *nobias)
+    kernels.attn_bwd_dkdv[(max(1, math.ceil(mk / kv["BLOCK_N"])), nb * h)](
+        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, *cu, 0, d, HAS_LENS=False, EVEN_Q=False,
+        HAS_BIAS=False, VARLEN=True, **_tiles(kv))
+    kernels.attn_bwd_dq[(max(1, math.ceil(mq / qc["BLOCK_M"])), nb * h)](
+        *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, dummy, 0, 0, 0, 0, *cu, 0, d, HAS_LENS=False,
+        HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True, VARLEN=True, **_tiles(qc))
+    tol = 2e-5 if dtype == "float32" else 4e-3
+    for b in range(nb):
+        rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        if lq[b] == 0:
+            continue
+        if lk[b] == 0:   # no keys: out 0, lse -inf
+            assert (out[rq] == 0).all() and np.isneginf(lse[rq]).all(), case
+            assert (dq[rq] == 0).all(), case
+            continue
+        qb, gb = (x[rq].transpose(1, 0, 2) for x in (q, g))
+        kb, vb = (np.repeat(x[rk].transpose(1, 0, 2), grp, axis=0) for x in (k, v))
+        out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(qb, kb, vb, scale, causal, gb, window)
+        big = max(1.0, np.abs(dk_r).max(), np.abs(dq_r).max())
+        np.testing.assert_allclose(f64(out[rq].transpose(1, 0, 2)), out_r, atol=tol * 4, rtol=tol,
+                                   err_msg=f"out {case} seq {b}")
+        np.testing.assert_array_equal(np.isneginf(lse[rq].T), np.isneginf(lse_r), err_msg=f"lse {case} seq {b}")
+        for name, got, want in (("dq", dq[rq], dq_r), ("dk", dk[rk], dk_r), ("dv", dv[rk], dv_r)):
+            np.testing.assert_allclose(f64(got.transpose(1, 0, 2)), want, atol=tol * 10 * big, rtol=tol,
+                                       err_msg=f"{name} {case} seq {b}")
+    for b in range(nb):   # key rows of every sequence written (zeros where no query sees them)
+        assert not (dk[ck[b]:ck[b + 1]] == 7.0).any(), (case, b)
+
+
+def check_varlen_bad_length():
+    """A sequence longer than max_seqlen_q is recorded in the error flag (code 11, the sequence,
+    its Lq and Lk) by the forward: the launch's grid does not cover its rows."""
+    rng = np.random.default_rng(3)
+    q = data(rng, (50, 1, 16), "float32")
+    out, lse, err = np.zeros_like(q), np.zeros((50, 1), np.float32), np.zeros(8, np.int64)
+    cu = _Tensor(np.array([0, 10, 50], np.int32))
+    dummy = _Tensor(np.zeros(1, np.float32))
+    cfg = host._config("float32", 16, None)
+    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 0, 16, HAS_LENS=False,
+                             POS_SCALE=True, HAS_BIAS=False, VARLEN=True, **_tiles(cfg))
+    assert list(err[:4]) == [11, 1, 40, 40], err
+
+
+# (H, Hkv, head_dim, Lq per sequence, Lk per sequence, causal, dtype, window, max_seqlen padding)
+VARLEN_CASES = [(2, 2, 16, [70, 0, 130, 1], [90, 5, 130, 64], False, "float32", None, 0),
+                (2, 2, 16, [70, 0, 130, 1], [90, 5, 130, 64], True, "float32", None, 3),
+                (4, 2, 64, [129, 64], [257, 30], True, "float16", None, 0),
+                (2, 1, 32, [50, 77], [50, 0], False, "float32", (10, 5), 0),
+                (2, 2, 24, [100, 40, 7], [100, 40, 7], True, "float32", (16, None), 0)]
+
 # bias: (batch, heads, Lq, Lk, head_dim, causal, dtype, the bias's 4-D shape, its gradient's mode)
 BIAS_CASES = [(2, 2, 70, 90, 24, False, "float32", (2, 2, 70, 90), "store"),
               (2, 2, 70, 90, 24, True, "float32", (1, 2, 70, 90), "atomic"),
@@ -201,4 +286,8 @@ if __name__ == "__main__":
         check_bias(*case)
     check_bias(2, 2, 40, 60, 16, False, "float32", (2, 2, 40, 60), "store", neg_inf_row=True)
     check_bias(1, 2, 40, 60, 16, True, "float32", (1, 2, 40, 60), "atomic", neg_inf_row=True)
-    print(f"{len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + 4} cases match the float64 reference")
+    for case in VARLEN_CASES:
+        check_varlen(*case[:7], window=case[7], max_pad=case[8])
+    check_varlen_bad_length()
+    n = len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + 5
+    print(f"{n} cases match the float64 reference")

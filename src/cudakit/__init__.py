@@ -59,6 +59,7 @@ for _n in ("add", "sub", "mul", "div", "relu", "relu_backward", "leaky_relu", "l
            "matmul", "matrix_multiply", "matmul_backward", "linear", "linear_backward", "fused_linear_gelu",
            "fused_linear_gelu_with_preact", "fused_linear_gelu_backward",
            "attention", "attention_with_lse", "attention_backward", "flash_attention",
+           "attention_varlen", "attention_varlen_with_lse", "attention_varlen_backward",
            "conv1d", "conv1d_backward", "conv2d", "conv2d_backward", "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward"):
     _LAZY[_n] = ("ops", _n)
 

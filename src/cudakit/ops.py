@@ -559,6 +559,30 @@ def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, attn_bi
                                                 window=window, key_lengths=key_lengths, layout=layout)
 
 
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None, causal=False, *,
+                     window=None):
+    """Attention over packed variable-length sequences: q (total_q, H, D), k, v (total_k, Hkv, D),
+    sequence b the rows cu_seqlens_q[b]..cu_seqlens_q[b + 1] of q against cu_seqlens_k[b]..[b + 1]
+    of k and v (see Backend.attention_varlen)."""
+    return backend_for(q, k, v).attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                 scale, causal, window=window)
+
+
+def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
+                              causal=False, *, window=None):
+    """(out, lse (total_q, H)) of attention_varlen (see Backend.attention_varlen_with_lse)."""
+    return backend_for(q, k, v).attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                          max_seqlen_k, scale, causal, window=window)
+
+
+def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              scale=None, causal=False, *, window=None):
+    """(grad_q, grad_k, grad_v) of attention_varlen (see Backend.attention_varlen_backward)."""
+    return backend_for(grad_out, q, k, v).attention_varlen_backward(
+        grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
+        window=window)
+
+
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

@@ -369,6 +369,12 @@ class CpuAttentionHooks(AttentionOps):
 
 
 class CudaAttentionHooks(AttentionOps):
+    def _varlen_kernels(self, dtype_name):
+        if dtype_name == "float64":   # the matrix-product path, a sequence at a time
+            return None
+        from ..kernels import attention
+        return attention
+
     def _cast_like(self, x, dtype):
         if x.dtype == dtype or np.dtype(dtype).name != "bfloat16":
             return super()._cast_like(x, dtype)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError
 from .attention_api import AttentionOps
+from .attention_varlen import VarlenAttentionOps
 from .conv_api import ConvOps
 from .dropout_api import DropoutOps
 from .layout_api import LayoutOps
@@ -71,7 +72,7 @@ def _is_real(v) -> bool:
 
 
 class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps, LinalgOps, AttentionOps,
-              ConvOps):
+              VarlenAttentionOps, ConvOps):
     """An op table plus array helpers. Obtain one with cudakit.get_backend()."""
 
     name = "?"

@@ -1,0 +1,206 @@
+"""Attention over packed variable-length sequences (FlashAttention's varlen interface), shared by
+every backend as a mixin of Backend.
+
+q: (total_q, H, D), k and v: (total_k, Hkv, D) with Hkv dividing H; sequence b is rows
+cu_seqlens_q[b]..cu_seqlens_q[b + 1] of q against rows cu_seqlens_k[b]..cu_seqlens_k[b + 1] of k
+and v. The CUDA backend runs the Triton kernels on the packed arrays in place
+(kernels/attention.forward_varlen); the CPU backend and float64 attend sequence by sequence with
+the matrix-product path (backends/matmul_attention.py).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .attention_masks import Masks
+from .checks import check_bool, finite_scalar, require_array
+from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+
+
+class VarlenAttentionOps:
+    """attention_varlen, attention_varlen_with_lse and attention_varlen_backward (mixed into Backend)."""
+
+    # ---- hooks --------------------------------------------------------------------------------
+    def _varlen_kernels(self, dtype_name: str):
+        """The module with forward_varlen/backward_varlen (kernels/attention.py) for this dtype, or
+        None: the sequence-by-sequence matrix-product path."""
+        return None
+
+    # ---- ops ----------------------------------------------------------------------------------
+    def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
+                         causal: bool = False, *, window=None):
+        """Attention of each packed sequence to its own keys: q (total_q, H, D), k and v
+        (total_k, Hkv, D) with Hkv dividing H (grouped-query: k and v are read in place);
+        cu_seqlens_q, cu_seqlens_k: integer (B + 1,) arrays of the sequences' first rows (0 first,
+        non-decreasing, the totals last); max_seqlen_q, max_seqlen_k: at least every sequence's
+        length. causal and window=(left, right) as attention()'s, aligned bottom-right within each
+        sequence. Returns (total_q, H, D) in q's dtype; a row that sees no key gets 0.
+
+        Host cu_seqlens (lists, NumPy arrays) are checked in the call; GPU ones by the forward
+        kernel, which records a sequence longer than max_seqlen or a decreasing cu_seqlens in the
+        device's error flag (an ArgumentError at the next cudakit.check()); float64 on the GPU
+        reads them to the host (a wait)."""
+        return self.attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                              scale, causal, window=window)[0]
+
+    def attention_varlen_with_lse(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                  scale=None, causal: bool = False, *, window=None):
+        """attention_varlen() and the log-sum-exp of each score row, (total_q, H) float32 (float64
+        for float64; -inf for a row that sees no key), which attention_varlen_backward needs."""
+        a = self._varlen_args("attention_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                              max_seqlen_k, scale, causal, window)
+        q, k, v, cq, ck, mq, mk, scale, name = a
+        with self._device_scope(q):
+            mod = self._varlen_kernels(name)
+            if mod is not None:
+                return mod.forward_varlen(q, k, v, cq, ck, mq, mk, scale, bool(causal), name, window)
+            return self._varlen_by_sequence(q, k, v, cq, ck, scale, causal, window, name)
+
+    def attention_varlen_backward(self, grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, scale=None, causal: bool = False, *, window=None):
+        """(grad_q, grad_k, grad_v) of attention_varlen for dL/dout = grad_out (q's shape), from the
+        forward's out and lse (attention_varlen_with_lse); same sequences, scale and masks."""
+        op = "attention_varlen_backward"
+        q, k, v, cq, ck, mq, mk, scale, name = self._varlen_args(op, q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                                 max_seqlen_q, max_seqlen_k, scale, causal, window)
+        arrs, _ = self._norm_arrays(op, {"grad_out": grad_out, "out": out, "q": q})
+        g, o = self._ascontiguous(arrs["grad_out"]), self._ascontiguous(arrs["out"])
+        for a, x in (("grad_out", g), ("out", o)):
+            if tuple(x.shape) != tuple(q.shape):
+                raise ShapeError(f"{op}: {a} must have q's shape {tuple(q.shape)} (got {tuple(x.shape)})")
+        require_array(op, "lse", lse)
+        lse = self._coerce(lse, "lse")
+        self._check_devices({"q": q, "lse": lse})
+        if tuple(lse.shape) != tuple(q.shape[:2]):
+            raise ShapeError(f"{op}: lse must have shape {tuple(q.shape[:2])} (total_q, H) (got {tuple(lse.shape)})")
+        acc = "float64" if name == "float64" else "float32"
+        lse = self._ascontiguous(lse.astype(acc, copy=False))
+        groups = q.shape[1] // k.shape[1]
+        with self._device_scope(q):
+            mod = self._varlen_kernels(name)
+            if mod is not None:
+                dq, dk, dv = mod.backward_varlen(g, q, k, v, o, lse, cq, ck, mq, mk, scale, bool(causal), name,
+                                                 window)
+                if groups > 1:   # each q head's share, summed over the heads sharing a k, v head
+                    t, hkv, d = k.shape
+                    dk, dv = (self.sum(x.reshape(t, hkv, groups, d), axis=2) for x in (dk, dv))
+                return dq, dk, dv
+            return self._varlen_by_sequence(q, k, v, cq, ck, scale, causal, window, name, (g, o, lse))
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _varlen_args(self, op, q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window) -> tuple:
+        """(q, k, v contiguous, cu_seqlens_q, cu_seqlens_k as int32/int64 arrays on q's device,
+        max_seqlen_q, max_seqlen_k, scale, dtype name), checked; errors name the argument."""
+        arrs, _ = self._norm_arrays(op, {"q": q, "k": k, "v": v})
+        q, k, v = (self._ascontiguous(arrs[a]) for a in ("q", "k", "v"))
+        for a, x in (("q", q), ("k", k), ("v", v)):
+            if x.ndim != 3:
+                raise ShapeError(f"{op}: {a} must be (total, heads, head_dim) (got shape {tuple(x.shape)})")
+        (tq, h, d), (tk, hkv, dk) = q.shape, k.shape
+        if tuple(v.shape) != tuple(k.shape) or dk != d:
+            raise ShapeError(f"{op}: k and v must be (total_k, Hkv, {d}) alike (got k {tuple(k.shape)}, "
+                             f"v {tuple(v.shape)})")
+        if hkv < 1 or h % hkv:
+            raise ShapeError(f"{op}: k and v have {hkv} heads and q has {h}: Hkv must divide H")
+        if d == 0:
+            raise ShapeError(f"{op}: head_dim must be >= 1 (got 0)")
+        name = self._check_dtype(q, "q")
+        mq = _seqlen(op, "max_seqlen_q", max_q)
+        mk = _seqlen(op, "max_seqlen_k", max_k)
+        cq = self._cu_seqlens(op, "cu_seqlens_q", cu_q, tq, mq, q)
+        ck = self._cu_seqlens(op, "cu_seqlens_k", cu_k, tk, mk, q)
+        if cq.shape[0] != ck.shape[0]:
+            raise ShapeError(f"{op}: cu_seqlens_q and cu_seqlens_k must both be (B + 1,) (got {cq.shape[0]} and "
+                             f"{ck.shape[0]} entries)")
+        if scale is None:
+            scale = 1.0 / math.sqrt(d)
+        scale = finite_scalar(op, "scale", scale)
+        check_bool(op, "causal", causal, ints=True)
+        if window is not None:
+            if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(
+                    w is None or (isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0)
+                    for w in window):
+                raise ArgumentError(f"{op}: window must be None or (left, right), each an int >= 0 or None "
+                                    f"(got {window!r})")
+            window = tuple(None if w is None else int(w) for w in window)
+        return q, k, v, cq, ck, mq, mk, scale, name
+
+    def _cu_seqlens(self, op: str, arg: str, cu, total: int, max_len: int, q):
+        """cu as a C-contiguous int32/int64 array on q's device; a host one checked here: (B + 1,)
+        with B >= 0, 0 first, non-decreasing, `total` last, no step above max_len."""
+        host = isinstance(cu, (list, tuple, np.ndarray))
+        if host:
+            cu = np.asarray(cu)
+            if cu.dtype == object:
+                raise ArgumentTypeError(f"{op}: {arg} must be an integer array (got {cu!r})")
+        x = self._xp().asarray(cu) if host else self._coerce(cu, arg)
+        if np.dtype(x.dtype).kind not in "iu":
+            raise DTypeError(f"{op}: {arg} must be an integer array (got {x.dtype})")
+        if x.ndim != 1 or x.shape[0] < 1:
+            raise ShapeError(f"{op}: {arg} must be 1-D with B + 1 >= 1 entries (got shape {tuple(x.shape)})")
+        if not host:
+            self._check_devices({"q": q, arg: x})
+        if host:
+            n = np.asarray(cu, np.int64)
+            if n[0] != 0:
+                raise ArgumentError(f"{op}: {arg}[0] must be 0 (got {int(n[0])})")
+            steps = np.diff(n)
+            bad = np.flatnonzero(steps < 0)
+            if bad.size:
+                i = int(bad[0]) + 1
+                raise ArgumentError(f"{op}: {arg} must be non-decreasing: {arg}[{i}] = {int(n[i])} < "
+                                    f"{arg}[{i - 1}] = {int(n[i - 1])}")
+            if n[-1] != total:
+                raise ArgumentError(f"{op}: {arg}[-1] = {int(n[-1])} must be the packed total, {total} rows")
+            if steps.size and steps.max() > max_len:
+                i = int(np.argmax(steps))
+                raise ArgumentError(f"{op}: sequence {i} of {arg} has {int(steps[i])} rows, more than "
+                                    f"{'max_seqlen_q' if arg.endswith('q') else 'max_seqlen_k'} = {max_len}")
+        if x.dtype not in (np.int32, np.int64):
+            x = x.astype(np.int64)
+        return self._ascontiguous(x)
+
+    def _varlen_by_sequence(self, q, k, v, cq, ck, scale, causal, window, name, grads=None):
+        """The matrix-product path, one sequence at a time: (out, lse) or, with grads = (grad_out,
+        out, lse), (dq, dk, dv)."""
+        from . import matmul_attention as mm
+        xp = self._xp()
+        cq_h, ck_h = (np.asarray(c.get() if hasattr(c, "get") else c, np.int64) for c in (cq, ck))
+        groups = q.shape[1] // k.shape[1]
+        acc = np.float64 if name == "float64" else np.float32
+        if grads is None:
+            out, lse = xp.zeros(q.shape, q.dtype), xp.full(q.shape[:2], -np.inf, acc)
+        else:
+            g, o, lse_all = grads
+            dq, dk, dv = (xp.zeros(x.shape, x.dtype) for x in (q, k, v))
+        for b in range(cq_h.shape[0] - 1):
+            rq, rk = slice(int(cq_h[b]), int(cq_h[b + 1])), slice(int(ck_h[b]), int(ck_h[b + 1]))
+            if rq.stop <= rq.start or rk.stop <= rk.start:
+                continue   # no rows, or no keys: out 0 and lse -inf, gradients 0
+            qb = self._ascontiguous(q[rq].swapaxes(0, 1))                                 # (H, Lq, D)
+            kb, vb = (self._ascontiguous(x[rk].swapaxes(0, 1)) for x in (k, v))          # (Hkv, Lk, D)
+            if groups > 1:
+                kb, vb = self._repeat_heads(kb, groups), self._repeat_heads(vb, groups)
+            masks = Masks(causal, window)
+            if grads is None:
+                ob, lb = mm.forward(qb, kb, vb, scale, causal, name, masks=masks)
+                out[rq] = ob.swapaxes(0, 1)
+                lse[rq] = lb.swapaxes(0, 1)
+                continue
+            gb, obb = (self._ascontiguous(x[rq].swapaxes(0, 1)) for x in (g, o))
+            lb = self._ascontiguous(lse_all[rq].swapaxes(0, 1))
+            dqb, dkb, dvb = mm.backward(gb, qb, kb, vb, obb, lb, scale, causal, name, masks=masks)
+            dq[rq] = dqb.swapaxes(0, 1)
+            if groups > 1:
+                dkb, dvb = (x.reshape(k.shape[1], groups, *x.shape[1:]).astype(acc).sum(axis=1).astype(k.dtype)
+                            for x in (dkb, dvb))
+            dk[rk] = dkb.swapaxes(0, 1)
+            dv[rk] = dvb.swapaxes(0, 1)
+        return (out, lse) if grads is None else (dq, dk, dv)
+
+
+def _seqlen(op: str, arg: str, n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ArgumentError(f"{op}: {arg} must be an int >= 0 (got {n!r})")
+    return int(n)
