@@ -231,3 +231,50 @@ def check_attention_gqa(dev, host, rng, b, h, hkv, lq, lk, d, dtype, causal, lay
     _close(dv, dv_r, grp(np.abs(p).swapaxes(-1, -2) @ ag), dtype, "dv (gqa)", grp(ag.sum(-2, keepdims=True)))
     _close(dq, dq_r, ds_abs @ ak * sc, dtype, "dq (gqa)", ak.sum(-2, keepdims=True) * sc)
     _close(dk, dk_r, grp(ds_abs.swapaxes(-1, -2) @ aq * sc), dtype, "dk (gqa)", grp(aq.sum(-2, keepdims=True) * sc))
+
+
+# packed sequences: (H, Hkv, head_dim, Lq per sequence, Lk per sequence, causal, window) run on both
+# backends: sequences without rows or without keys, grouped-query heads, windows, Lq != Lk
+VARLEN = [(2, 2, 8, [5, 0, 9, 3], [7, 4, 9, 0], False, None),
+          (4, 2, 16, [17, 1, 30], [17, 29, 30], True, None),
+          (2, 1, 24, [33, 12], [5, 40], True, (4, 2)),
+          (3, 3, 40, [1, 64], [70, 64], False, (None, 0))]
+
+
+def check_varlen(dev, host, rng, h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
+    """attention_varlen forward and backward against each sequence's float64 reference (the heads
+    of k, v repeated for the reference only); cu_seqlens given as a host list and as device arrays."""
+    cq, ck = (np.concatenate([[0], np.cumsum(x)]).astype(np.int32) for x in (lq, lk))
+    grp = h // hkv
+    q, g = data(rng, (int(cq[-1]), h, d), dtype), data(rng, (int(cq[-1]), h, d), dtype)
+    k, v = data(rng, (int(ck[-1]), hkv, d), dtype), data(rng, (int(ck[-1]), hkv, d), dtype)
+    mq, mk = max(lq) + max_pad, max(lk) + max_pad
+    sc = 1 / math.sqrt(d)
+    for cu in ((cq.tolist(), ck.tolist()), (dev(cq), dev(ck))):
+        out_d, lse_d = cudakit.attention_varlen_with_lse(dev(q), dev(k), dev(v), *cu, mq, mk, causal=causal,
+                                                         window=window)
+        dq, dk, dv = (host(t) for t in cudakit.attention_varlen_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d,
+                                                                         *cu, mq, mk, causal=causal, window=window))
+        out, lse = host(out_d), host(lse_d)
+        assert out.shape == q.shape and lse.shape == q.shape[:2] and dk.shape == k.shape and dq.dtype == q.dtype
+        for b in range(len(lq)):
+            rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+            if lq[b] and not lk[b]:
+                assert (out[rq] == 0).all() and np.isneginf(lse[rq]).all() and (dq[rq] == 0).all()
+            if not (lq[b] and lk[b]):
+                assert (f64(dk[rk]) == 0).all() and (f64(dv[rk]) == 0).all()
+                continue
+            qb, gb = (x[rq].transpose(1, 0, 2) for x in (q, g))
+            kb, vb = (np.repeat(x[rk].transpose(1, 0, 2), grp, axis=0) for x in (k, v))
+            out_r, lse_r, p, dq_r, dk_r, dv_r = reference(qb, kb, vb, sc, causal, gb, window)
+            what = f"sequence {b} of {lq}/{lk}"
+            _close(out[rq].transpose(1, 0, 2), out_r, np.abs(p) @ np.abs(f64(vb)), dtype, f"out {what}")
+            _close_lse(lse[rq].T, lse_r, "float64" if dtype == "float64" else "float32", f"lse {what}")
+            ag, aq, ak, av = (np.abs(f64(t)) for t in (gb, qb, kb, vb))
+            ds_abs = np.abs(p) * (ag @ av.swapaxes(-1, -2) + np.abs((f64(gb) * out_r).sum(-1, keepdims=True)))
+            fold = lambda x: x.reshape(hkv, grp, *x.shape[1:]).sum(1)  # noqa: E731 -- a k head's q heads
+            _close(dq[rq].transpose(1, 0, 2), dq_r, ds_abs @ ak * sc, dtype, f"dq {what}", ak.sum(-2, keepdims=True) * sc)
+            _close(dk[rk].transpose(1, 0, 2), fold(dk_r), fold(ds_abs.swapaxes(-1, -2) @ aq * sc), dtype, f"dk {what}",
+                   fold(np.broadcast_to(aq.sum(-2, keepdims=True) * sc, dk_r.shape)))
+            _close(dv[rk].transpose(1, 0, 2), fold(dv_r), fold(np.abs(p).swapaxes(-1, -2) @ ag), dtype, f"dv {what}",
+                   fold(np.broadcast_to(ag.sum(-2, keepdims=True), dv_r.shape)))

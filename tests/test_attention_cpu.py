@@ -164,18 +164,20 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
     cfg = _config(dt, d, None)
     kv, qc = _backward_configs(dt, cfg)
     p = "*" + code
-    bias = [p] + I * 5                      # BIAS, its four strides, HB
-    for lens, hb in ((False, False), (True, False)) + (((False, True),) if d == 64 else ()):
-        for pos in ((False, True) if not hb else (False,)):
+    bias = [p] + I * 5 + ["*i32", "*i32"] + I   # BIAS, its four strides, HB; CU_Q, CU_K, G
+    for lens, hb, var in ((False, False, False), (True, False, False)) + (
+            ((False, True, False), (False, False, True)) if d == 64 and code == "bf16" else ()):
+        for pos in ((False, True) if not (hb or var) else (False,)):
             compile(src.attn_fwd, [p] * 4 + ["*fp32", "*i64", "*i64", "fp32"] + I * 5 + bias + I,
-                    dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos, HAS_BIAS=hb))
-        for even in (False, True) if not hb else (False,):
+                    dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos, HAS_BIAS=hb, VARLEN=var))
+        for even in (False, True) if not (hb or var) else (False,):
             compile(src.attn_bwd_dkdv, [p] * 4 + ["*fp32"] * 2 + [p] * 2 + ["*i64", "fp32", "fp32"] + I * 5 + bias + I,
-                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb))
+                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb, VARLEN=var))
         modes = ((1, True, True), (2, True, True), (2, True, False), (2, False, True), (2, False, False))
-        for mode, dbq, dbk in (((0, True, True),) if not hb else modes if code == "bf16" else modes[:2]):
-            compile(src.attn_bwd_dq, [p] * 4 + ["*fp32"] * 2 + [p, "*i64", "fp32", "fp32"] + I * 5 + bias
-                    + ["*fp32"] + I * 4 + I, dict(qc, D=d, HAS_LENS=lens, HAS_BIAS=hb, DB_MODE=mode, DBQ=dbq, DBK=dbk))
+        for mode, dbq, dbk in (((0, True, True),) if not hb else modes):
+            compile(src.attn_bwd_dq, [p] * 4 + ["*fp32"] * 2 + [p, "*i64", "fp32", "fp32"] + I * 5 + bias[:6]
+                    + ["*fp32"] + I * 4 + bias[6:] + I,
+                    dict(qc, D=d, HAS_LENS=lens, HAS_BIAS=hb, DB_MODE=mode, DBQ=dbq, DBK=dbk, VARLEN=var))
     compile(src.attn_bwd_delta, [p] * 2 + ["*fp32"] + I, {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
 compile(src.cast_copy, ["*fp32", "*bf16", "i32"], {"BLOCK": 1024})
 print("COMPILED")
@@ -291,3 +293,35 @@ def test_attention_bias_errors(rng):
     out, lse = cudakit.attention_with_lse(q, q, q)
     with pytest.raises(cudakit.ShapeError, match="attn_bias"):
         cudakit.attention_backward(q, q, q, q, out, lse, attn_bias=np.zeros((4, 1, 1), np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("case", ac.VARLEN)
+def test_attention_varlen(case, dtype, rng):
+    h, hkv, d, lq, lk, causal, window = case
+    ac.check_varlen(_dev, _host, rng, h, hkv, d, lq, lk, causal, dtype, window)
+
+
+def test_attention_varlen_errors(rng):
+    q = ac.data(rng, (12, 2, 8), "float32")
+    k = ac.data(rng, (12, 2, 8), "float32")
+    f = cudakit.attention_varlen
+    with pytest.raises(cudakit.ArgumentError, match=r"cu_seqlens_q must be non-decreasing: cu_seqlens_q\[2\] = 3 "
+                                                    r"< cu_seqlens_q\[1\] = 5"):
+        f(q, k, k, [0, 5, 3, 12], [0, 4, 8, 12], 9, 9)
+    with pytest.raises(cudakit.ArgumentError, match=r"cu_seqlens_k\[-1\] = 11 must be the packed total, 12 rows"):
+        f(q, k, k, [0, 12], [0, 11], 12, 12)
+    with pytest.raises(cudakit.ArgumentError, match="more than max_seqlen_q = 8"):
+        f(q, k, k, [0, 12], [0, 12], 8, 12)
+    with pytest.raises(cudakit.ArgumentError, match=r"cu_seqlens_q\[0\] must be 0"):
+        f(q, k, k, [1, 12], [0, 12], 12, 12)
+    with pytest.raises(cudakit.ShapeError, match="both be"):
+        f(q, k, k, [0, 12], [0, 6, 12], 12, 12)
+    with pytest.raises(cudakit.DTypeError, match="integer array"):
+        f(q, k, k, np.array([0.0, 12.0]), [0, 12], 12, 12)
+    with pytest.raises(cudakit.ShapeError, match="Hkv must divide H"):
+        f(ac.data(rng, (12, 3, 8), "float32"), k, k, [0, 12], [0, 12], 12, 12)
+    with pytest.raises(cudakit.ShapeError, match=r"q must be \(total, heads, head_dim\)"):
+        f(q[0], k, k, [0, 12], [0, 12], 12, 12)
+    with pytest.raises(cudakit.ArgumentError, match="max_seqlen_k must be an int >= 0"):
+        f(q, k, k, [0, 12], [0, 12], 12, -1)

@@ -229,3 +229,26 @@ def test_deterministic_backward_with_a_bias(bias_shape, rng):
             np.testing.assert_array_equal(a, b)
     fast = cudakit.attention_backward(g, q, k, v, out, lse, causal=True, attn_bias=bias)
     np.testing.assert_allclose(runs[0][3], cp.asnumpy(fast[3]), rtol=1e-3, atol=1e-3)
+
+
+# -- packed variable-length sequences: the Triton kernels on (total, H, D) arrays in place ---------
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES + ["float64"])
+@pytest.mark.parametrize("case", ac.VARLEN + [(2, 2, 64, [300, 1, 1000], [300, 70, 1000], True, None),
+                                              (4, 1, 128, [257, 129], [513, 129], False, None),
+                                              (2, 2, 80, [130, 200], [130, 200], True, (64, 0))])
+def test_attention_varlen(case, dtype, rng):
+    h, hkv, d, lq, lk, causal, window = case
+    ac.check_varlen(_dev, _host, rng, h, hkv, d, lq, lk, causal, dtype, window, max_pad=3)
+
+
+def test_attention_varlen_device_cu_seqlens_out_of_range_raise_at_the_next_check(rng):
+    """GPU cu_seqlens are checked by the forward kernel: a sequence longer than max_seqlen_q is an
+    ArgumentError at cudakit.check(), naming the sequence and its lengths."""
+    q = cp.asarray(ac.data(rng, (50, 2, 32), "float16"))
+    cu = cp.asarray([0, 10, 50], cp.int32)
+    cudakit.attention_varlen(q, q, q, cu, cu, 32, 64)
+    with pytest.raises(cudakit.ArgumentError, match=r"sequence 1 of cu_seqlens_q / cu_seqlens_k has Lq = 40"):
+        cudakit.check()
+    cudakit.attention_varlen(q, q, q, cu, cu, 40, 40)
+    cudakit.check()
