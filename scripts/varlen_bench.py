@@ -50,16 +50,19 @@ def main():
     a = p.parse_args()
     # cudakit and torch on one stream: CuPy's current stream is torch's
     ts = torch.cuda.current_stream()
-    cp.cuda.ExternalStream(ts.cuda_stream).use()
+    stream = cp.cuda.ExternalStream(ts.cuda_stream)
+    stream.use()
     cu = torch.tensor([0] + list(np.cumsum(LENGTHS)), dtype=torch.int32, device="cuda")
     total, mx = int(cu[-1]), max(LENGTHS)
     rows = []
     for name in a.dtype.split(","):
-        tdt = getattr(torch, name)
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v, do = (torch.randn(total, H, D, device="cuda", dtype=tdt, generator=g) for _ in range(4))
-        qc, kc, vc, doc = (cp.asarray(x) for x in (q, k, v, do))
-        cuc = cp.asarray(cu)
+        import ml_dtypes
+        rng = np.random.default_rng(0)
+        npdt = ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
+        # CuPy arrays of the dtype (CuPy reads ml_dtypes' bfloat16), shared with torch through DLPack
+        qc, kc, vc, doc = (cp.asarray(rng.standard_normal((total, H, D), np.float32).astype(npdt)) for _ in range(4))
+        q, k, v, do = (torch.from_dlpack(x) for x in (qc, kc, vc, doc))
+        cuc = cp.asarray(cu.cpu().numpy())
         for causal in (False, True):
             flops = 4 * H * D * sum(L * L for L in LENGTHS) * (0.5 if causal else 1.0)
             r = {"dtype": name, "causal": causal, "lengths": "16 x 100..4000", "heads": H, "head_dim": D}
