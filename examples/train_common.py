@@ -212,11 +212,18 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
     much of the collectives' time ran under another stream's work (data parallel: the all-reduces
     overlapping the backward)."""
     losses, times, queued = [], [], []
+    gpu = device.name == "cuda"
+    side = device.xp.cuda.Stream(non_blocking=True) if gpu else None   # reads losses beside the steps
     device.synchronize()
     last = [time.perf_counter()]
 
-    def finish(i, r):
-        loss = float(r)
+    def finish(i, r, done=None):
+        if done is not None:   # wait for that step only, and read its loss on another stream: a read
+            done.synchronize()   # on the step's stream would wait for the step queued after it too
+            with side:
+                loss = float(r)
+        else:
+            loss = float(r)
         now = time.perf_counter()
         ms = (now - last[0]) * 1e3
         last[0] = now
@@ -230,13 +237,16 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
         batch = next_batch(i)
         t0 = time.perf_counter()
         r = step(*batch)
-        if device.name == "cuda" and hasattr(r, "copy"):
+        done = None
+        if gpu and hasattr(r, "copy"):
             r = r.copy()   # a graphed step's loss lives in a buffer its next replay overwrites
+            done = device.xp.cuda.Event(disable_timing=True)
+            done.record()
         queued.append((time.perf_counter() - t0) * 1e3)   # the host's share: until the step is queued
         if pending is not None:
             finish(*pending)
-        pending = (i, r)
-        if device.name != "cuda":   # the CPU has run the step already: nothing to overlap
+        pending = (i, r, done)
+        if not gpu:   # the CPU has run the step already: nothing to overlap
             finish(*pending)
             pending = None
     if pending is not None:
