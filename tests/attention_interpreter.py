@@ -35,27 +35,29 @@ def _tiles(cfg):
 
 
 def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None, bias=None,
-         bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0):
+         bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1):
     """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
     the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows. lens:
     int64 key lengths of each batch of `heads` consecutive [BH] entries; err: the error flag.
     bias: a 4-D (Bb, Hb, Lq|1, Lk|1) array, [BH] entry t being batch t // bias_heads and head
     t % bias_heads; db: the buffer its gradient goes to (db_mode 1: stored, 2: added) with
-    db_strides."""
+    db_strides. groups > 1: k, v are [BH / groups, Lk, D] read in place (heads: q's heads), dk and
+    dv come back per q head."""
     bh, lq, d = q.shape
     lk = k.shape[1]
     scale = 1 / math.sqrt(d)
     qk_scale = scale * math.log2(math.e)
     cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
-    out, dq, dk, dv = (np.full_like(a, 7.0) for a in (q, q, k, v))
+    out, dq = np.full_like(q, 7.0), np.full_like(q, 7.0)
+    dk, dv = (np.full((bh, lk, d), 7.0, k.dtype) for _ in range(2))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     has = lens is not None
     lens_t = _Tensor(np.asarray(lens, np.int64) if has else np.zeros(1, np.int64))
     err_t = _Tensor(np.zeros(8, np.int64) if err is None else err)
     hb = bias is not None
-    novar = (lens_t, lens_t, 1)   # CU_Q, CU_K, G: not read
+    novar = (lens_t, lens_t, groups)   # CU_Q, CU_K: not read
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
     kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
@@ -241,6 +243,28 @@ VARLEN_CASES = [(2, 2, 16, [70, 0, 130, 1], [90, 5, 130, 64], False, "float32", 
                 (2, 1, 32, [50, 77], [50, 0], False, "float32", (10, 5), 0),
                 (2, 2, 24, [100, 40, 7], [100, 40, 7], True, "float32", (16, None), 0)]
 
+def check_gqa(b, h, hkv, lq, lk, d, causal, dtype, lens=None):
+    """Grouped-query k, v ([B Hkv, Lk, D]) read in place by [B H, Lq, D] q's kernels, dK and dV per
+    q head summed over each group here, against the float64 reference on repeated heads."""
+    rng = np.random.default_rng(9)
+    grp, case = h // hkv, (b, h, hkv, lq, lk, d, causal, dtype, lens)
+    q, g = (data(rng, (b * h, lq, d), dtype) for _ in range(2))
+    k, v = (data(rng, (b * hkv, lk, d), dtype) for _ in range(2))
+    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, lens=lens, heads=h, groups=grp)
+    kr, vr = (np.repeat(x, grp, axis=0) for x in (k, v))
+    blens = None if lens is None else np.repeat(np.asarray(lens), h)
+    out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, kr, vr, 1 / math.sqrt(d), causal, g, None, blens)
+    tol = 2e-5 if dtype == "float32" else 4e-3
+    fold = lambda x: f64(x).reshape(b * hkv, grp, lk, d).sum(1)  # noqa: E731
+    np.testing.assert_allclose(f64(out), out_r, atol=tol * 4, rtol=tol, err_msg=f"out {case}")
+    for name, got, want in (("dq", f64(dq), dq_r), ("dk", fold(dk), fold(dk_r)), ("dv", fold(dv), fold(dv_r))):
+        np.testing.assert_allclose(got, want, atol=tol * 10 * max(1.0, np.abs(want).max()), rtol=tol,
+                                   err_msg=f"{name} {case}")
+
+
+GQA_CASES = [(2, 4, 2, 70, 90, 24, True, "float32", None), (1, 8, 1, 129, 200, 64, False, "float16", None),
+             (2, 6, 3, 50, 50, 16, True, "float32", [50, 17])]
+
 # bias: (batch, heads, Lq, Lk, head_dim, causal, dtype, the bias's 4-D shape, its gradient's mode)
 BIAS_CASES = [(2, 2, 70, 90, 24, False, "float32", (2, 2, 70, 90), "store"),
               (2, 2, 70, 90, 24, True, "float32", (1, 2, 70, 90), "atomic"),
@@ -289,5 +313,7 @@ if __name__ == "__main__":
     for case in VARLEN_CASES:
         check_varlen(*case[:7], window=case[7], max_pad=case[8])
     check_varlen_bad_length()
-    n = len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + 5
+    for case in GQA_CASES:
+        check_gqa(*case)
+    n = len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES) + 5
     print(f"{n} cases match the float64 reference")

@@ -175,6 +175,11 @@ class AttentionOps:
         hkv, lk, d = kv_shape[-3:]
         return self.sum(x.reshape(lead + (hkv, groups, lk, d)), axis=len(lead) + 1)
 
+    def _gqa_in_place(self, dtype_name: str, n: int, masks: Masks, lead: tuple) -> bool:
+        """Whether the backend's fused kernels read grouped-query k, v in place for this call
+        (else the heads are repeated for the fused path)."""
+        return False
+
     def _cast_like(self, x, dtype):
         """x (a float32 or float64 gradient) in `dtype` (the array it is the gradient of)."""
         return x if x.dtype == dtype else x.astype(dtype)
@@ -259,6 +264,11 @@ class AttentionOps:
                     r = self._attention_gqa_fwd(*self._as_bhsd(q, k, v), scale, bool(causal), name)
                     if r is not None:
                         return r[0].reshape(q.shape), r[1].reshape(lead + (q.shape[-2],))
+                if self._gqa_in_place(name, n, masks, lead):   # k, v read in place, no repeat
+                    out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n // groups),
+                                           self._as_bhld(v, n // groups), scale, bool(causal), name, block_n,
+                                           masks=masks, groups=groups, q_heads=lead[-1])
+                    return out.reshape(q.shape), lse.reshape(lead + (q.shape[-2],))
                 k, v = self._repeat_heads(k, groups), self._repeat_heads(v, groups)
             out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n), self._as_bhld(v, n), scale, bool(causal),
                                    name, block_n, masks=masks)
@@ -340,13 +350,20 @@ class AttentionOps:
                     if blhd:
                         return tuple(self._ascontiguous(x.swapaxes(1, 2)) for x in (dq, dk, dv))
                     return dq, dk, dv
-                tk, tv = self._repeat_heads(tk, groups), self._repeat_heads(tv, groups)
             mod = self._attention_module(name)
             lse = self._ascontiguous(lse.astype(acc, copy=False)).reshape(n, tq.shape[-2])
-            dq, dk, dv, *db = mod.backward(self._as_bhld(tg, n), self._as_bhld(tq, n), self._as_bhld(tk, n),
-                                           self._as_bhld(tv, n), self._as_bhld(to, n), lse, scale, bool(causal), name,
-                                           masks=masks, deterministic=bool(deterministic))
-        dq, dk, dv = dq.reshape(tq.shape), dk.reshape(tk.shape), dv.reshape(tv.shape)
+            gqa = {}
+            if groups > 1 and self._gqa_in_place(name, n, masks, lead):   # dK, dV per q head, summed below
+                gqa, nkv = {"groups": groups, "q_heads": lead[-1]}, n // groups
+            elif groups > 1:
+                tk, tv, nkv = self._repeat_heads(tk, groups), self._repeat_heads(tv, groups), n
+            else:
+                nkv = n
+            dq, dk, dv, *db = mod.backward(self._as_bhld(tg, n), self._as_bhld(tq, n), self._as_bhld(tk, nkv),
+                                           self._as_bhld(tv, nkv), self._as_bhld(to, n), lse, scale, bool(causal), name,
+                                           masks=masks, deterministic=bool(deterministic), **gqa)
+        per_q_head = tuple(tq.shape[:-2]) + tuple(tk.shape[-2:])
+        dq, dk, dv = dq.reshape(tq.shape), dk.reshape(per_q_head), dv.reshape(per_q_head)
         if groups > 1:   # each k and v head's gradient: the sum over the q heads of its group
             dk, dv = (self._sum_groups(x, groups, kv_shape) for x in (dk, dv))
         grads = (dq, dk, dv)
@@ -369,6 +386,12 @@ class CpuAttentionHooks(AttentionOps):
 
 
 class CudaAttentionHooks(AttentionOps):
+    def _gqa_in_place(self, dtype_name, n, masks, lead):
+        # the Triton kernels index k, v by q's last leading dim (the heads); key lengths index their
+        # batch by the same divisor, so with lengths only for (B, H, L, D) q
+        from ..kernels.attention import _MAX_GRID_Y
+        return dtype_name != "float64" and n <= _MAX_GRID_Y and (masks.lengths is None or len(lead) == 2)
+
     def _varlen_kernels(self, dtype_name):
         if dtype_name == "float64":   # the matrix-product path, a sequence at a time
             return None

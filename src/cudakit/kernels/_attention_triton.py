@@ -77,6 +77,15 @@ def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, DLO, DHI, start, CHECK: tl.constexpr
 
 
 @triton.jit
+def _kv_row(bh, BH0, H, G):
+    """The [BH / G, Lk, D] k, v entry of [BH, Lq, D] entry bh (local to a launch starting at BH0):
+    bh itself without grouped-query heads (G == 1); with them (the whole arrays in one launch),
+    head (bh % H) // G of batch bh // H, H being q's heads."""
+    bhg = bh + BH0
+    return tl.where(G == 1, bh, (bhg // H) * (H // G) + (bhg % H) // G)
+
+
+@triton.jit
 def _ranges(first, last, lo_off, hi_off, hi_cap, BLOCK: tl.constexpr):
     """(a, b, c, e) for the indices t of a block of rows [first, last] that each see the t with
     t - row in [lo_off, hi_off) and t < hi_cap: blocks from a to e hold every t some row sees, those
@@ -154,6 +163,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
              CU_Q, CU_K, G,              # VARLEN: [B + 1] int sequence starts; G q heads per k, v head
+                                         # (packed, or [BH / G, Lk, D] k, v: H is then q's heads)
              BH0,                        # the first bh of this launch (grids of more than 65535 bh)
              D: tl.constexpr, HAS_LENS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -169,7 +179,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
         RS, KRS, LRS = H * D, (H // G) * D, H
     else:
         lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
-        q_base, kv_base, lse_base = bh * Lq * D, bh * Lk * D, bh * Lq
+        q_base, kv_base, lse_base = bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lq
         RS, KRS, LRS = D, D, 1
     m_ok, d_ok = rows < lq, offs_d < D
     length = lk
@@ -275,8 +285,8 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
         RS, KRS, DKRS, LRS = H * D, (H // G) * D, H * D, H
     else:
         lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
-        q_base, kv_base, lse_base = bh * Lq * D, bh * Lk * D, bh * Lq
-        dk_base = kv_base
+        q_base, kv_base, lse_base = bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lq
+        dk_base = bh * Lk * D   # dK, dV per q head: [BH, Lk, D] (summed over a group by the caller)
         RS, KRS, DKRS, LRS = D, D, D, 1
     n_ok, d_ok = cols < lk, offs_d < D
     kv_mask = n_ok[:, None] & d_ok[None, :]
@@ -380,7 +390,7 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
         RS, KRS, LRS = H * D, (H // G) * D, H
     else:
         lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
-        q_base, kv_base, lse_base = bh * Lq * D, bh * Lk * D, bh * Lq
+        q_base, kv_base, lse_base = bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lq
         RS, KRS, LRS = D, D, 1
     m_ok, d_ok = rows < lq, offs_d < D
     length = lk

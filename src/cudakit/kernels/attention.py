@@ -64,9 +64,10 @@ def _mask_args(masks: Masks, lq: int, lk: int, dummy) -> tuple:
     return masks.lengths, device_errors.flag(masks.lengths.data.device_id), dlo, dhi, masks.heads
 
 
-def _NO_VARLEN(dummy) -> tuple:
-    """(CU_Q, CU_K, G) of a launch on [BH, L, D] arrays: not read."""
-    return (dummy, dummy, 1)
+def _NO_VARLEN(dummy, groups: int = 1) -> tuple:
+    """(CU_Q, CU_K, G) of a launch on [BH, L, D] arrays (CU_Q, CU_K not read); groups: q heads a
+    k, v head serves ([BH / groups, Lk, D] k, v read in place)."""
+    return (dummy, dummy, groups)
 
 
 def _bias_args(masks: Masks, dummy) -> tuple:
@@ -202,16 +203,18 @@ def _cudnn_candidate(dtype_name: str, d: int, scale: float) -> bool:
 
 
 def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None, tiles=None,
-            masks: Masks | None = None):
+            masks: Masks | None = None, groups: int = 1, q_heads: int = 1):
     """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v: cuDNN's flash forward or
     the Triton kernel, whichever kernels/paths.py measured faster for the signature (Triton alone
     without the `cudnn` extra, for float32, when block_n or tiles name the Triton kernel's tiles
     (benchmarks/sweeps/attention_variants.py), or with a window or key lengths).
     masks: causal (bottom-right aligned), window and key lengths (Masks; Masks(causal) when None).
-    A row that sees no key gets out 0 and lse -inf. FLOPs: 4 BH Lq Lk D, about half of it causal."""
+    A row that sees no key gets out 0 and lse -inf. FLOPs: 4 BH Lq Lk D, about half of it causal.
+    groups > 1 (grouped-query attention, the Triton kernels only): k, v are [BH / groups, Lk, D],
+    each serving `groups` consecutive heads of the q_heads of a batch, read in place."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
-    if block_n is None and tiles is None and bh * lq * k.shape[1] and masks.plain \
+    if block_n is None and tiles is None and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = _path_key("fwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)
@@ -220,7 +223,7 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
             cands.append(("triton", lambda: _triton_forward(q, k, v, scale, masks, dtype_name)))
         return _only_cudnn_beyond(d, paths.run("attention", key, cands))
     _check_triton_head_dim(d)
-    return _triton_forward(q, k, v, scale, masks, dtype_name, block_n, tiles)
+    return _triton_forward(q, k, v, scale, masks, dtype_name, block_n, tiles, groups, q_heads)
 
 
 MAX_CUDNN_HEAD_DIM = 256   # head dims 129..256 (multiples of 8, 16-bit data): cuDNN only
@@ -311,7 +314,7 @@ def _blhd_ok(*arrays) -> bool:
     return True
 
 
-def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None):
+def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -321,25 +324,29 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None)
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
+    if groups > 1:
+        heads = q_heads
     has_bias = masks.bias is not None
     _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse),
             (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
-             *_NO_VARLEN(lse)),
+             *_NO_VARLEN(lse, groups)),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
                  HAS_BIAS=has_bias, VARLEN=False), bh0=True)
     return out, lse
 
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None,
-             masks: Masks | None = None, deterministic: bool = False):
+             masks: Masks | None = None, deterministic: bool = False, groups: int = 1, q_heads: int = 1):
     """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it (either path's: both
     are the natural-log log-sum-exp of the scaled scores). cuDNN's flash backward or the Triton
     kernels, chosen as forward() is; masks as forward's; deterministic: the Triton kernels only
     (no atomics: bitwise the same on every run). tiles: a pair of dicts overriding the Triton dK/dV
-    and dQ kernels' tile sizes and options. FLOPs: 10 BH Lq Lk D (8 without recomputing the scores)."""
+    and dQ kernels' tile sizes and options. groups > 1: k, v as forward's; dk, dv come back per q
+    head, [BH, Lk, D], for the caller to sum over each group. FLOPs: 10 BH Lq Lk D (8 without
+    recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
-    if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain \
+    if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = _path_key("bwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)
@@ -348,15 +355,17 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
             cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name)))
         return _only_cudnn_beyond(d, paths.run("attention_backward", key, cands))
     _check_triton_head_dim(d)
-    return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles, deterministic)
+    return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles, deterministic, groups, q_heads)
 
 
-def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None, deterministic=False):
+def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None, deterministic=False, groups=1,
+                     q_heads=1):
     """(dq, dk, dv), and the bias's gradient (the bias's 4-D shape) as a fourth with a bias."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     lk = k.shape[1]
-    dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
+    dq = cp.empty_like(q)
+    dk, dv = cp.empty((bh, lk, d), k.dtype), cp.empty((bh, lk, d), v.dtype)   # per q head
     bias = masks.bias
     db, full = _bias_grad_buffer(masks, bh, lq, lk, deterministic)
     done = (dq, dk, dv) if bias is None else (dq, dk, dv, cp.zeros(bias.shape, cp.float32) if db is None else db)
@@ -371,9 +380,11 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq,),
             {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
     lens, _, dlo, dhi, heads = _mask_args(masks, lq, lk, delta)
+    if groups > 1:
+        heads = q_heads
     scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads,
                *_bias_args(masks, delta))
-    novar = _NO_VARLEN(delta)
+    novar = _NO_VARLEN(delta, groups)
     kv, qc = _backward_configs(dtype_name, cfg)
     if tiles is not None:
         kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
