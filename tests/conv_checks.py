@@ -82,6 +82,34 @@ def check_conv2d(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, w
     else:
         assert gb is None
 
+def check_conv2d_channels_last(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups=1, product_u=0.0):
+    """conv2d and its backward on channels-last data, both forms (memory_format="nhwc" with
+    (N, H, W, C) arrays; an (N, C, H, W) view of channels-last memory), against float64."""
+    x, wt, b = data(rng, (n, c, h, w), dtype), data(rng, (k, c // groups, r, s), dtype), data(rng, (k,), dtype)
+    want, mag, (ho, wo) = conv_reference(x, wt, b, _two(stride), _two(pad), _two(dil), groups)
+    g = data(rng, (n, k, ho, wo), dtype)
+    rgx, rgw, magx, magw = _conv_grads(f64(g), f64(x), f64(wt), _two(stride), _two(pad), _two(dil), groups)
+    nhwc = lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))  # noqa: E731
+    for form in ("nhwc", "view"):
+        if form == "nhwc":
+            xd, gd, kw = dev(nhwc(x)), dev(nhwc(g)), {"memory_format": "nhwc"}
+        else:   # (N, C, H, W) views of (N, H, W, C) memory: the results come back the same way
+            xd, gd, kw = dev(nhwc(x)).transpose(0, 3, 1, 2), dev(nhwc(g)).transpose(0, 3, 1, 2), {}
+        y = cudakit.conv2d(xd, dev(wt), dev(b), stride, pad, dil, groups, **kw)
+        gx, gw, gb = cudakit.conv2d_backward(gd, xd, dev(wt), stride, pad, dil, True, groups, **kw)
+        if form == "nhwc":
+            assert y.shape == (n, ho, wo, k) and gx.shape == (n, h, w, c)
+            y, gx = host(y).transpose(0, 3, 1, 2), host(gx).transpose(0, 3, 1, 2)
+        else:
+            assert y.strides[1] == y.itemsize and gx.strides[1] == gx.itemsize, (y.strides, gx.strides)
+            y, gx = host(y), host(gx)
+        _close(y, want, mag, c // groups * r * s + 1, dtype, f"conv2d {form}", product_u)
+        _close(gx, rgx, magx, k // groups * r * s, dtype, f"grad_x {form}", product_u)
+        _close(host(gw), rgw, magw, n * ho * wo, dtype, f"grad_weight {form}", product_u)
+        _close(host(gb), f64(g).sum(axis=(0, 2, 3)), np.abs(f64(g)).sum(axis=(0, 2, 3)), n * ho * wo, dtype,
+               f"grad_bias {form}")
+
+
 def check_conv1d(dev, host, rng, n, c, length, k, r, stride, pad, dil, dtype, groups=1, with_bias=True, product_u=0.0):
     """conv1d and conv1d_backward against the 2-D references on (N, C, 1, L) copies (the 1-D
     convolution is the 2-D one with a 1 x R window, stride, padding and dilation 1, 0, 1 in H)."""

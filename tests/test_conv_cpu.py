@@ -217,3 +217,22 @@ def test_conv1d_errors(rng):
         cudakit.conv1d(x, np.ones((3, 4, 30), np.float32))
     with pytest.raises(cudakit.ShapeError, match="conv1d_backward: grad_out must be"):
         cudakit.conv1d_backward(np.ones((2, 3, 8, 1), np.float32), x, w)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [(2, 5, 9, 7, 6, 3, 3, (2, 1), 1, 1, 1), (1, 4, 6, 5, 8, 1, 1, 1, 0, 1, 2),
+                                  (3, 6, 7, 8, 6, 3, 2, 1, (1, 0), (2, 1), 6)])
+def test_conv2d_channels_last(case, dtype, rng):
+    n, c, h, w, k, r, s, stride, pad, dil, groups = case
+    cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups)
+
+
+def test_conv2d_memory_format_errors(rng):
+    x = np.zeros((1, 3, 5, 5), np.float32)
+    w = np.zeros((2, 3, 3, 3), np.float32)
+    with pytest.raises(cudakit.ArgumentError, match="memory_format must be None, 'nchw' or 'nhwc'"):
+        cudakit.conv2d(x, w, memory_format="channels_last")
+    with pytest.raises(cudakit.ShapeError, match=r"x must be \(N, H, W, C\)"):
+        cudakit.conv2d(x[0], w, memory_format="nhwc")
+    y = cudakit.conv2d(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2), w, memory_format="nchw")
+    assert y.flags.c_contiguous

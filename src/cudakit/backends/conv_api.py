@@ -30,6 +30,18 @@ def _is_int(v) -> bool:
 _MAX_PLANS = 512   # cached conv2d argument checks (ConvOps._conv_plan) before the cache is emptied
 
 
+def _channels_last(x) -> bool:
+    """x is a 4-D (N, C, H, W) array whose memory is (N, H, W, C) C-contiguous with C > 1 (the
+    channels adjacent), as PyTorch's channels_last; False for anything else (checked later)."""
+    shape, strides = getattr(x, "shape", None), getattr(x, "strides", None)
+    if shape is None or strides is None or len(shape) != 4 or shape[1] <= 1 or 0 in shape:
+        return False
+    n, c, h, w = shape
+    item = getattr(getattr(x, "dtype", None), "itemsize", 0)
+    return bool(item) and strides[1] == item and strides[3] == c * item and strides[2] == w * c * item \
+        and (n == 1 or strides[0] == h * w * c * item)
+
+
 def _plain(v) -> bool:
     """An int or a tuple of ints, exactly (True == 1 in a dict key: bools are checked every call)."""
     return type(v) is int or (type(v) is tuple and all(type(e) is int for e in v))
@@ -229,15 +241,47 @@ class ConvOps:
         return arrs["x"][:, :, None, :], arrs["weight"][:, :, None, :], geo
 
     # ---- conv2d ----------------------------------------------------------------------------
-    def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
         """2-D cross-correlation, PyTorch's conv2d.
 
         x: (N, C, H, W); weight: (K, C / groups, R, S); bias: (K,) or None; one float dtype. stride,
         padding (zeros), dilation: an int or a pair. groups: C and K split into that many groups,
         group g's outputs from group g's inputs (C = groups = K: depthwise). Returns (N, K, Ho, Wo)
         with Ho = (H + 2 ph - dh (R - 1) - 1) // sh + 1 (Wo likewise). 16-bit data accumulate in
-        float32."""
-        return self._conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups)
+        float32.
+
+        memory_format: "nhwc": x is an (N, H, W, C) array and the output comes back (N, Ho, Wo, K);
+        None (the default): x (N, C, H, W), and where its strides are channels-last (an (N, H, W, C)
+        array seen through transpose(0, 3, 1, 2), PyTorch's channels_last) the output is too: an
+        (N, K, Ho, Wo) view of (N, Ho, Wo, K) memory; "nchw": x (N, C, H, W), the output C-contiguous
+        whatever x's strides. The kernels compute in (N, C, H, W): a channels-last call pays a copy of
+        x into that layout and of the output out of it."""
+        nhwc, x = self._conv_layout("conv2d", x, memory_format)
+        y = self._conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups)
+        return self._conv_out(y, nhwc)
+
+    def _conv_layout(self, op: str, x, memory_format):
+        """(the result's layout: None for NCHW, "nhwc" for (N, H, W, C) arrays, "view" for
+        channels-last views, x as the (N, C, H, W) array the kernels take)."""
+        if memory_format not in (None, "nchw", "nhwc"):
+            raise ArgumentError(f"{op}: memory_format must be None, 'nchw' or 'nhwc' (got {memory_format!r})")
+        if memory_format is None and not _channels_last(x):
+            return None, x
+        require_array(op, "x", x)
+        x = self._coerce(x, "x")
+        if getattr(x, "ndim", None) != 4:
+            form = "(N, H, W, C)" if memory_format == "nhwc" else "(N, C, H, W)"
+            raise ShapeError(f"{op}: x must be {form} (got shape {tuple(getattr(x, 'shape', ()))})")
+        if memory_format == "nhwc":
+            return "nhwc", self._ascontiguous(x.transpose(0, 3, 1, 2))
+        return ("view" if memory_format is None else None), self._ascontiguous(x)
+
+    def _conv_out(self, y, nhwc):
+        """y (N, K, Ho, Wo) C-contiguous in the call's layout (see _conv_layout)."""
+        if nhwc is None:
+            return y
+        t = self._ascontiguous(y.transpose(0, 2, 3, 1))   # (N, Ho, Wo, K) memory
+        return t if nhwc == "nhwc" else t.transpose(0, 3, 1, 2)
 
     def _conv2d(self, op, x, weight, bias, stride, padding, dilation, groups):
         arrs, geo, groups = self._conv_plan(op, {"x": x, "weight": weight, "bias": bias}, stride, padding,
@@ -262,11 +306,23 @@ class ConvOps:
             self.add(y, b.astype(acc).reshape(k, 1), out=y)
         return y.astype(x.dtype).reshape(n, k, ho, wo)                      # rounded once
 
-    def conv2d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True, groups=1):
+    def conv2d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True, groups=1, *,
+                        memory_format=None):
         """(grad_x, grad_weight, grad_bias) of y = conv2d(x, weight, bias, stride, padding, dilation,
         groups) for dL/dy = grad_out (N, K, Ho, Wo): x's shape, weight's shape and (K,), in x's dtype;
-        grad_bias None when `bias` (a bool: did the forward have one) is False."""
-        return self._conv2d_backward("conv2d_backward", grad_out, x, weight, stride, padding, dilation, bias, groups)
+        grad_bias None when `bias` (a bool: did the forward have one) is False. memory_format as the
+        forward's (with "nhwc", grad_out is (N, Ho, Wo, K) and grad_x comes back (N, H, W, C);
+        without it, a channels-last x gives a channels-last grad_x)."""
+        op = "conv2d_backward"
+        nhwc, x = self._conv_layout(op, x, memory_format)
+        if nhwc is not None:
+            require_array(op, "grad_out", grad_out)
+            g = self._coerce(grad_out, "grad_out")
+            if getattr(g, "ndim", None) != 4:
+                raise ShapeError(f"{op}: grad_out must be 4-D (got shape {tuple(getattr(g, 'shape', ()))})")
+            grad_out = self._ascontiguous(g.transpose(0, 3, 1, 2) if nhwc == "nhwc" else g)
+        gx, gw, gb = self._conv2d_backward(op, grad_out, x, weight, stride, padding, dilation, bias, groups)
+        return self._conv_out(gx, nhwc), gw, gb
 
     def _conv2d_backward(self, op, grad_out, x, weight, stride, padding, dilation, bias, groups):
         from .linalg_api import _check_flag
