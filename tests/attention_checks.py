@@ -278,3 +278,44 @@ def check_varlen(dev, host, rng, h, hkv, d, lq, lk, causal, dtype, window=None, 
                    fold(np.broadcast_to(aq.sum(-2, keepdims=True) * sc, dk_r.shape)))
             _close(dv[rk].transpose(1, 0, 2), fold(dv_r), fold(np.abs(p).swapaxes(-1, -2) @ ag), dtype, f"dv {what}",
                    fold(np.broadcast_to(ag.sum(-2, keepdims=True), dv_r.shape)))
+
+
+# dropout on the probabilities: (leading dims, Lq, Lk, head_dim, causal, p, seed) on both backends
+DROPOUTS = [((2, 3), 17, 29, 8, False, 0.3, 12345), ((1, 2), 40, 33, 16, True, 0.5, 2**40 + 7),
+            ((3,), 1, 70, 24, False, 0.1, 1)]
+
+
+def check_dropout(dev, host, rng, lead, lq, lk, d, dtype, causal, p, seed):
+    """attention with dropout_p = p against float64 with cudakit.dropout's mask of the flattened
+    (BH, Lq, Lk) scores (the documented stream), forward and backward; the same seed gives the same
+    output, another seed another one."""
+    from cudakit.backends.cpu_dropout import mask
+    from cudakit.backends.dropout_api import threshold
+    q, g = data(rng, lead + (lq, d), dtype), data(rng, lead + (lq, d), dtype)
+    k, v = data(rng, lead + (lk, d), dtype), data(rng, lead + (lk, d), dtype)
+    sc = 1 / math.sqrt(d)
+    keep = mask((math.prod(lead), lq, lk), threshold(p), seed).reshape(lead + (lq, lk))
+    _, lse_r, pr = reference(q, k, v, sc, causal)
+    pd = np.where(keep, pr / (1 - p), 0.0)
+    out_r = pd @ f64(v)
+    dp = np.where(keep, (f64(g) @ f64(v).swapaxes(-1, -2)) / (1 - p), 0.0)
+    ds = pr * (dp - (f64(g) * out_r).sum(-1, keepdims=True))
+    kw = {"dropout_p": p, "seed": seed}
+    out_d, lse_d = cudakit.attention_with_lse(dev(q), dev(k), dev(v), None, causal, **kw)
+    out = host(out_d)
+    ag, aq, ak, av = (np.abs(f64(t)) for t in (g, q, k, v))
+    apd = np.abs(pd)
+    _close(out, out_r, apd @ av, dtype, "out (dropout)")
+    _close_lse(host(lse_d), lse_r, "float64" if dtype == "float64" else "float32", "lse (dropout)")
+    dq, dk, dv = (host(t) for t in cudakit.attention_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d, None,
+                                                              causal, **kw))
+    ds_abs = np.abs(pr) * (np.abs(dp) + np.abs((f64(g) * out_r).sum(-1, keepdims=True))) / (1 - p) + 1e-30
+    _close(dv, pd.swapaxes(-1, -2) @ f64(g), apd.swapaxes(-1, -2) @ ag, dtype, "dv (dropout)",
+           ag.sum(-2, keepdims=True))
+    _close(dq, ds @ f64(k) * sc, ds_abs @ ak * sc, dtype, "dq (dropout)", ak.sum(-2, keepdims=True) * sc)
+    _close(dk, ds.swapaxes(-1, -2) @ f64(q) * sc, ds_abs.swapaxes(-1, -2) @ aq * sc, dtype, "dk (dropout)",
+           aq.sum(-2, keepdims=True) * sc)
+    again = host(cudakit.attention(dev(q), dev(k), dev(v), None, causal, **kw))
+    np.testing.assert_array_equal(again, out)
+    other = host(cudakit.attention(dev(q), dev(k), dev(v), None, causal, dropout_p=p, seed=seed + 1))
+    assert lq * lk < 8 or not np.array_equal(other, out)

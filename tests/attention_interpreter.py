@@ -35,7 +35,7 @@ def _tiles(cfg):
 
 
 def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None, bias=None,
-         bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1):
+         bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1, dropout=None):
     """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
     the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows. lens:
     int64 key lengths of each batch of `heads` consecutive [BH] entries; err: the error flag.
@@ -58,22 +58,28 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     err_t = _Tensor(np.zeros(8, np.int64) if err is None else err)
     hb = bias is not None
     novar = (lens_t, lens_t, groups)   # CU_Q, CU_K: not read
+    if dropout is not None:   # (p, seed): the kernels' (DSEED_LO, DSEED_HI, DTHRESH, DSCALE)
+        from cudakit.backends.dropout_api import threshold
+        novar += (dropout[1] & 0xFFFFFFFF, dropout[1] >> 32, threshold(dropout[0]), 1.0 / (1.0 - dropout[0]))
+    else:
+        novar += (0, 0, 0, 1.0)
+    dr = dropout is not None
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
     kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
         *map(_Tensor, (q, k, v, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args, *novar, 0, d,
-        HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, **_tiles(cfg))
+        HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr, **_tiles(cfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
     args = (lens_t, qk_scale, scale, lq, lk, dlo, dhi, heads, *b_args)
     kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
         *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, *novar, 0, d, HAS_LENS=has,
-        EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=hb, VARLEN=False, **_tiles(kv))
+        EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr, **_tiles(kv))
     dbq, dbk = (True, True) if db is None else (db_strides[2] != 0 or db.shape[2] > 1, db_strides[3] != 0)
     kernels.attn_bwd_dq[(math.ceil(lq / qc["BLOCK_M"]), bh)](
         *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, *d_args, *novar, 0, d, HAS_LENS=has, HAS_BIAS=hb,
-        DB_MODE=db_mode, DBQ=dbq, DBK=dbk, VARLEN=False, **_tiles(qc))
+        DB_MODE=db_mode, DBQ=dbq, DBK=dbk, VARLEN=False, DROPOUT=dr, **_tiles(qc))
     return out, lse, dq, dk, dv
 
 
@@ -180,12 +186,12 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
     lse, delta = np.zeros((tq, h), np.float32), np.zeros((tq, h), np.float32)
     err = np.zeros(8, np.int64)
     dlo, dhi = relative_bounds(causal, window, mq + mk + 1)
-    cu = (_Tensor(cq), _Tensor(ck), grp)
+    cu = (_Tensor(cq), _Tensor(ck), grp, 0, 0, 0, 1.0)   # and no dropout
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
         *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
-        HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, **_tiles(cfg))
+        HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert not err.any(), err
     kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
                                                        _Tensor(delta.reshape(1, -1)), tq * h, d, BLOCK_M=64,
@@ -194,10 +200,10 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
     args = (dummy, qk_scale, scale, mq, mk, dlo, dhi, h, *nobias)
     kernels.attn_bwd_dkdv[(max(1, math.ceil(mk / kv["BLOCK_N"])), nb * h)](
         *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, *cu, 0, d, HAS_LENS=False, EVEN_Q=False,
-        HAS_BIAS=False, VARLEN=True, **_tiles(kv))
+        HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(kv))
     kernels.attn_bwd_dq[(max(1, math.ceil(mq / qc["BLOCK_M"])), nb * h)](
         *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, dummy, 0, 0, 0, 0, *cu, 0, d, HAS_LENS=False,
-        HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True, VARLEN=True, **_tiles(qc))
+        HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True, VARLEN=True, DROPOUT=False, **_tiles(qc))
     tol = 2e-5 if dtype == "float32" else 4e-3
     for b in range(nb):
         rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
@@ -231,8 +237,8 @@ def check_varlen_bad_length():
     dummy = _Tensor(np.zeros(1, np.float32))
     cfg = host._config("float32", 16, None)
     kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 0, 16, HAS_LENS=False,
-                             POS_SCALE=True, HAS_BIAS=False, VARLEN=True, **_tiles(cfg))
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 0, 0, 0, 1.0, 0, 16,
+                             HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 40, 40], err
 
 
@@ -261,6 +267,37 @@ def check_gqa(b, h, hkv, lq, lk, d, causal, dtype, lens=None):
         np.testing.assert_allclose(got, want, atol=tol * 10 * max(1.0, np.abs(want).max()), rtol=tol,
                                    err_msg=f"{name} {case}")
 
+
+def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
+    """Dropout on the probabilities: the kernels' Philox mask (regenerated in the backward) equals
+    cudakit.dropout's stream over the flat (BH, Lq, Lk) scores, so out and the gradients match the
+    float64 reference with that mask."""
+    from cudakit.backends.cpu_dropout import mask
+    from cudakit.backends.dropout_api import threshold
+    rng = np.random.default_rng(11)
+    case = (bh, lq, lk, d, causal, dtype, p, seed)
+    q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
+    k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
+    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, dropout=(p, seed))
+    keep = mask((bh, lq, lk), threshold(p), seed)
+    sc = 1 / math.sqrt(d)
+    _, lse_r, pr = ac.reference(q, k, v, sc, causal)
+    pd = np.where(keep, pr / (1 - p), 0.0)
+    out_r = pd @ f64(v)
+    dv_r = pd.swapaxes(1, 2) @ f64(g)
+    dp = np.where(keep, (f64(g) @ f64(v).swapaxes(1, 2)) / (1 - p), 0.0)
+    ds = pr * (dp - (f64(g) * out_r).sum(-1, keepdims=True))
+    tol = 2e-5 if dtype == "float32" else 4e-3
+    for name, got, want in (("out", out, out_r), ("dq", dq, ds @ f64(k) * sc), ("dk", dk, ds.swapaxes(1, 2) @ f64(q) * sc),
+                            ("dv", dv, dv_r)):
+        np.testing.assert_allclose(f64(got), want, atol=tol * 10 * max(1.0, np.abs(want).max()), rtol=tol,
+                                   err_msg=f"{name} {case}")
+    fin = np.isfinite(lse_r)
+    np.testing.assert_allclose(lse[fin], lse_r[fin], atol=1e-5, rtol=1e-5, err_msg=f"lse {case}")
+
+
+DROPOUT_CASES = [(2, 70, 90, 24, False, "float32", 0.3, 12345), (1, 129, 200, 64, True, "float16", 0.1, 2**40 + 7),
+                 (3, 40, 33, 16, True, "float32", 0.5, 1)]
 
 GQA_CASES = [(2, 4, 2, 70, 90, 24, True, "float32", None), (1, 8, 1, 129, 200, 64, False, "float16", None),
              (2, 6, 3, 50, 50, 16, True, "float32", [50, 17])]
@@ -315,5 +352,8 @@ if __name__ == "__main__":
     check_varlen_bad_length()
     for case in GQA_CASES:
         check_gqa(*case)
-    n = len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES) + 5
+    for case in DROPOUT_CASES:
+        check_dropout(*case)
+    n = (len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
+         + len(DROPOUT_CASES) + 5)
     print(f"{n} cases match the float64 reference")

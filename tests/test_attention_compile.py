@@ -30,12 +30,16 @@ kv, qc = host._backward_configs(dtype, cfg)
 out = {}
 for name, fn, c in (("fwd", src.attn_fwd, cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
-    consts.update(D=d, HAS_LENS=causal, **({"EVEN_Q": True} if name == "dkdv" else {}),
-                  **({"POS_SCALE": True} if name == "fwd" else {}))
+    consts.update(D=d, HAS_LENS=causal, HAS_BIAS=False, VARLEN=False, DROPOUT=False,
+                  **({"EVEN_Q": True} if name == "dkdv" else {}),
+                  **({"POS_SCALE": True} if name == "fwd" else {}),
+                  **({"DB_MODE": 0, "DBQ": True, "DBK": True} if name == "dq" else {}))
     names = list(fn.arg_names)
-    sig = {n: "constexpr" if n in consts else ("fp32" if "scale" in n else
-           "i32" if n in ("Lq", "Lk", "DLO", "DHI", "H", "BH0") else "*i64" if n in ("LENS", "ERR")
-           else "*fp32" if n in ("LSE", "DELTA") else ty) for n in names}
+    ints = ("Lq", "Lk", "DLO", "DHI", "H", "BH0", "sb_b", "sb_h", "sb_q", "sb_k", "HB", "sd_b", "sd_h", "sd_q",
+            "sd_k", "G", "DSEED_LO", "DSEED_HI", "DTHRESH")
+    sig = {n: "constexpr" if n in consts else ("fp32" if "SCALE" in n.upper() else
+           "i32" if n in ints else "*i64" if n in ("LENS", "ERR") else "*i32" if n in ("CU_Q", "CU_K")
+           else "*fp32" if n in ("LSE", "DELTA", "DBIAS") else ty) for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
     ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
                         target=GPUTarget("cuda", 90, 32),

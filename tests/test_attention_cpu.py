@@ -164,20 +164,22 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
     cfg = _config(dt, d, None)
     kv, qc = _backward_configs(dt, cfg)
     p = "*" + code
-    bias = [p] + I * 5 + ["*i32", "*i32"] + I   # BIAS, its four strides, HB; CU_Q, CU_K, G
-    for lens, hb, var in ((False, False, False), (True, False, False)) + (
-            ((False, True, False), (False, False, True)) if d == 64 and code == "bf16" else ()):
-        for pos in ((False, True) if not (hb or var) else (False,)):
+    bias = [p] + I * 5 + ["*i32", "*i32"] + I + ["i64", "i32", "i64", "fp32"]   # BIAS, strides, HB; CU_Q, CU_K, G;
+    # the dropout's seed halves, threshold and scale
+    for lens, hb, var, dr in ((False, False, False, False), (True, False, False, False)) + (
+            ((False, True, False, False), (False, False, True, False), (False, False, False, True))
+            if d == 64 and code == "bf16" else ()):
+        for pos in ((False, True) if not (hb or var or dr) else (False,)):
             compile(src.attn_fwd, [p] * 4 + ["*fp32", "*i64", "*i64", "fp32"] + I * 5 + bias + I,
-                    dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos, HAS_BIAS=hb, VARLEN=var))
-        for even in (False, True) if not (hb or var) else (False,):
+                    dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr))
+        for even in (False, True) if not (hb or var or dr) else (False,):
             compile(src.attn_bwd_dkdv, [p] * 4 + ["*fp32"] * 2 + [p] * 2 + ["*i64", "fp32", "fp32"] + I * 5 + bias + I,
-                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb, VARLEN=var))
+                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr))
         modes = ((1, True, True), (2, True, True), (2, True, False), (2, False, True), (2, False, False))
         for mode, dbq, dbk in (((0, True, True),) if not hb else modes):
             compile(src.attn_bwd_dq, [p] * 4 + ["*fp32"] * 2 + [p, "*i64", "fp32", "fp32"] + I * 5 + bias[:6]
                     + ["*fp32"] + I * 4 + bias[6:] + I,
-                    dict(qc, D=d, HAS_LENS=lens, HAS_BIAS=hb, DB_MODE=mode, DBQ=dbq, DBK=dbk, VARLEN=var))
+                    dict(qc, D=d, HAS_LENS=lens, HAS_BIAS=hb, DB_MODE=mode, DBQ=dbq, DBK=dbk, VARLEN=var, DROPOUT=dr))
     compile(src.attn_bwd_delta, [p] * 2 + ["*fp32"] + I, {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
 compile(src.cast_copy, ["*fp32", "*bf16", "i32"], {"BLOCK": 1024})
 print("COMPILED")
@@ -325,3 +327,21 @@ def test_attention_varlen_errors(rng):
         f(q[0], k, k, [0, 12], [0, 12], 12, 12)
     with pytest.raises(cudakit.ArgumentError, match="max_seqlen_k must be an int >= 0"):
         f(q, k, k, [0, 12], [0, 12], 12, -1)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("case", ac.DROPOUTS)
+def test_attention_dropout(case, dtype, rng):
+    lead, lq, lk, d, causal, p, seed = case
+    ac.check_dropout(_dev, _host, rng, lead, lq, lk, d, dtype, causal, p, seed)
+
+
+def test_attention_dropout_arguments(rng):
+    q = ac.data(rng, (2, 3, 5, 8), "float32")
+    with pytest.raises(cudakit.ArgumentError, match=r"dropout_p must be a real number in \[0, 1\) \(got 1.0\)"):
+        cudakit.attention(q, q, q, dropout_p=1.0)
+    with pytest.raises(cudakit.ArgumentError, match="seed must be in"):
+        cudakit.attention(q, q, q, dropout_p=0.1, seed=-1)
+    with pytest.raises(cudakit.ArgumentTypeError, match="seed must be an int"):
+        cudakit.attention(q, q, q, dropout_p=0.1, seed=1.5)
+    np.testing.assert_array_equal(cudakit.attention(q, q, q, dropout_p=0.0, seed=5), cudakit.attention(q, q, q))

@@ -499,7 +499,7 @@ def test_report_skips_corrupt_and_foreign_files_naming_them(tmp_path):
     res = tmp_path / "results"
     res.mkdir()
     good = "nvidia-h200-optimizers.json"
-    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", good), res / good)
+    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "history", good), res / good)
     (res / "corrupt.json").write_text("{not json")
     (res / "foreign.json").write_text(json.dumps({"hello": "world"}))
     (res / "list.json").write_text("[1, 2]")

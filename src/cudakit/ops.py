@@ -519,44 +519,48 @@ def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bia
 
 # -- attention (see backends/attention_api.py) ----------------------------------------------------
 
-def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None, key_lengths=None, layout="bhld"):
+def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None, key_lengths=None, layout="bhld",
+              dropout_p=0.0, seed=0):
     """softmax(q k^T * scale + attn_bias) v, fused; causal and window=(left, right) aligned
     bottom-right, key_lengths (B,) masking each batch's keys from its length on; attn_bias an
     additive float array broadcastable to the scores; layout "bhld" ((..., L, D) arrays) or "blhd"
-    ((B, L, H, D) arrays, e.g. views of a packed qkv) (see Backend.attention)."""
-    if attn_bias is not None:   # the checked path: no plan records a bias argument
+    ((B, L, H, D) arrays, e.g. views of a packed qkv); dropout_p, seed: dropout on the probabilities
+    (see Backend.attention)."""
+    if attn_bias is not None or dropout_p:   # the checked path: no plan records a bias or a seed
         return backend_for(q, k, v).attention(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
-                                              key_lengths=key_lengths, layout=layout)
+                                              key_lengths=key_lengths, layout=layout, dropout_p=dropout_p, seed=seed)
     return _planned("attention", "plan_attention", (q, k, v, scale, causal, layout, window, key_lengths))
 
 
 def attention_with_lse(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None, key_lengths=None,
-                       layout="bhld"):
+                       layout="bhld", dropout_p=0.0, seed=0):
     """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
-    if attn_bias is not None:
+    if attn_bias is not None or dropout_p:
         return backend_for(q, k, v).attention_with_lse(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
-                                                       key_lengths=key_lengths, layout=layout)
+                                                       key_lengths=key_lengths, layout=layout, dropout_p=dropout_p,
+                                                       seed=seed)
     return _planned("attention_with_lse", "plan_attention_with_lse",
                     (q, k, v, scale, causal, layout, window, key_lengths))
 
 
 def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *, attn_bias=None, window=None,
-                       key_lengths=None, layout="bhld", deterministic=False):
+                       key_lengths=None, layout="bhld", deterministic=False, dropout_p=0.0, seed=0):
     """(grad_q, grad_k, grad_v) of attention, and grad_attn_bias as a fourth with attn_bias;
     deterministic=True: bitwise the same on every run (see Backend.attention_backward)."""
-    if attn_bias is not None:
+    if attn_bias is not None or dropout_p:
         return backend_for(grad_out, q, k, v).attention_backward(
             grad_out, q, k, v, out, lse, scale, causal, attn_bias=attn_bias, window=window,
-            key_lengths=key_lengths, layout=layout, deterministic=deterministic)
+            key_lengths=key_lengths, layout=layout, deterministic=deterministic, dropout_p=dropout_p, seed=seed)
     return _planned("attention_backward", "plan_attention_backward",
                     (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic), 4)
 
 
 def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, attn_bias=None, window=None,
-                    key_lengths=None, layout="bhld"):
+                    key_lengths=None, layout="bhld", dropout_p=0.0, seed=0):
     """attention with a named key block size (see Backend.flash_attention)."""
     return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal, attn_bias=attn_bias,
-                                                window=window, key_lengths=key_lengths, layout=layout)
+                                                window=window, key_lengths=key_lengths, layout=layout,
+                                                dropout_p=dropout_p, seed=seed)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None, causal=False, *,

@@ -252,3 +252,30 @@ def test_attention_varlen_device_cu_seqlens_out_of_range_raise_at_the_next_check
         cudakit.check()
     cudakit.attention_varlen(q, q, q, cu, cu, 40, 40)
     cudakit.check()
+
+
+# -- dropout on the probabilities: the kernels' Philox mask, regenerated in the backward -----------
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES + ["float64"])
+@pytest.mark.parametrize("case", ac.DROPOUTS + [((2, 4), 300, 257, 64, True, 0.2, 2**63 + 11),
+                                                ((1, 2), 130, 1000, 128, False, 0.1, 7)])
+def test_attention_dropout(case, dtype, rng):
+    lead, lq, lk, d, causal, p, seed = case
+    ac.check_dropout(_dev, _host, rng, lead, lq, lk, d, dtype, causal, p, seed)
+
+
+def test_dropout_with_grouped_heads_and_blhd_matches_the_plain_layout(rng):
+    b, h, hkv, lq, lk, d = 2, 4, 2, 90, 130, 64
+    q, g = (cp.asarray(ac.data(rng, (b, h, lq, d), "bfloat16")) for _ in range(2))
+    k, v = (cp.asarray(ac.data(rng, (b, hkv, lk, d), "bfloat16")) for _ in range(2))
+    kw = {"causal": True, "dropout_p": 0.25, "seed": 99}
+    kr, vr = cp.repeat(k, 2, axis=1), cp.repeat(v, 2, axis=1)
+    out_r, lse_r = cudakit.attention_with_lse(q, kr, vr, **kw)
+    out, lse = cudakit.attention_with_lse(q, k, v, **kw)
+    np.testing.assert_array_equal(cp.asnumpy(out), cp.asnumpy(out_r))
+    t = lambda x: cp.ascontiguousarray(x.swapaxes(1, 2))   # noqa: E731
+    np.testing.assert_array_equal(cp.asnumpy(cudakit.attention(t(q), t(kr), t(vr), layout="blhd", **kw)),
+                                  cp.asnumpy(t(out_r)))
+    dq_r = cudakit.attention_backward(g, q, kr, vr, out_r, lse_r, **kw)[0]
+    dq = cudakit.attention_backward(g, q, k, v, out, lse, **kw)[0]
+    np.testing.assert_array_equal(cp.asnumpy(dq), cp.asnumpy(dq_r))

@@ -79,7 +79,8 @@ class AttentionOps:
         hb = padded[-3] if lead else 1
         return bias.reshape((math.prod(bouter), hb) + padded[-2:]), heads
 
-    def _masks(self, op: str, q, lk: int, causal, window, key_lengths, dtype_name: str, attn_bias=None) -> Masks:
+    def _masks(self, op: str, q, lk: int, causal, window, key_lengths, dtype_name: str, attn_bias=None,
+               dropout=(0.0, 0)) -> Masks:
         """Masks of the call, checked: window None or (left, right) of ints >= 0 or None; key_lengths
         None or integer (B,) (B: the first leading dim of q's (B, ...) batch, 1 for 2-D q), on q's
         device, each in [0, Lk]. A host key_lengths is checked here; one already on the GPU is
@@ -97,8 +98,9 @@ class AttentionOps:
         b = lead[0] if lead else 1
         heads = math.prod(lead[1:]) if lead else 1
         bias, bias_heads = (None, 1) if attn_bias is None else self._bias(op, attn_bias, q, lk)
+        drop = _dropout(op, *dropout)
         if key_lengths is None:
-            return Masks(causal, window, bias=bias, bias_heads=bias_heads)
+            return Masks(causal, window, bias=bias, bias_heads=bias_heads, dropout=drop)
         host = isinstance(key_lengths, (list, tuple, np.ndarray))
         if host:
             key_lengths = np.asarray(key_lengths)
@@ -120,7 +122,7 @@ class AttentionOps:
                 raise ArgumentError(f"{op}: key_lengths[{i}] = {int(n[i])} is outside [0, Lk = {lk}]")
         if x.dtype not in (np.int32, np.int64):
             x = x.astype(np.int64)
-        return Masks(causal, window, self._ascontiguous(x), heads, bias, bias_heads)
+        return Masks(causal, window, self._ascontiguous(x), heads, bias, bias_heads, drop)
 
     def _attn_args(self, op: str, named: dict, scale, causal) -> tuple:
         """(arrays, dtype name, scale as float): shapes checked, q/k/v 3-D contiguous views."""
@@ -196,7 +198,7 @@ class AttentionOps:
 
     # ---- ops -------------------------------------------------------------------------------
     def attention(self, q, k, v, scale=None, causal: bool = False, *, attn_bias=None, window=None,
-                  key_lengths=None, layout: str = "bhld"):
+                  key_lengths=None, layout: str = "bhld", dropout_p: float = 0.0, seed: int = 0):
         """softmax(q @ k^T * scale) @ v, fused: the (Lq, Lk) scores are never written out.
 
         q: (..., Lq, D); k, v: (..., Lk, D) with q's leading dims (e.g. batch, heads); float16,
@@ -220,6 +222,11 @@ class AttentionOps:
         from attention_backward(..., attn_bias=...). On the GPU the Triton kernels read it in
         place by its strides (cuDNN's paths are not taken with a bias).
         A row that attends no key gets output 0 (and lse -inf), not NaN.
+        dropout_p, seed: dropout on the probabilities (softmax, then each probability kept with
+        probability 1 - dropout_p and scaled by 1 / (1 - dropout_p)): the mask is a pure function of
+        (seed, dropout_p, the score's index (t Lq + i) Lk + j over q's flattened leading dims t), the
+        Philox stream of cudakit.dropout, never stored: attention_backward regenerates it from the
+        same seed. The CPU backend and the GPU kernels drop the same probabilities.
 
         layout="blhd": q (B, Lq, H, D), k and v (B, Lk, H, D), e.g. strided views of one packed
         qkv projection (B, L, 3, H, D); the output comes back (B, Lq, H, D) C-contiguous, so
@@ -227,33 +234,36 @@ class AttentionOps:
         such views in place (without masks beyond causal); the other paths
         transpose them to (B, H, L, D) first."""
         return self.attention_with_lse(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
-                                       key_lengths=key_lengths, layout=layout)[0]
+                                       key_lengths=key_lengths, layout=layout, dropout_p=dropout_p, seed=seed)[0]
 
     def attention_with_lse(self, q, k, v, scale=None, causal: bool = False, *, attn_bias=None, window=None,
-                           key_lengths=None, layout: str = "bhld"):
+                           key_lengths=None, layout: str = "bhld", dropout_p: float = 0.0, seed: int = 0):
         """attention() that also returns the log-sum-exp of each score row (..., Lq), float32
         (float64 for float64), which attention_backward needs: (out, lse). With layout "blhd" lse
         is (B, H, Lq). A row that attends no key has lse -inf."""
-        return self._attention_fwd("attention", q, k, v, scale, causal, None, layout, window, key_lengths, attn_bias)
+        return self._attention_fwd("attention", q, k, v, scale, causal, None, layout, window, key_lengths, attn_bias,
+                                   (dropout_p, seed))
 
     def flash_attention(self, q, k, v, scale=None, block_size: int = 64, causal: bool = False, *,
-                        attn_bias=None, window=None, key_lengths=None, layout: str = "bhld"):
+                        attn_bias=None, window=None, key_lengths=None, layout: str = "bhld", dropout_p: float = 0.0,
+                        seed: int = 0):
         """attention() with the key block size of the fused kernel named (16, 32, 64 or 128), as
         cuda_backend.flash_attention(q, k, v, scale, block_size=64) is called."""
         from ..kernels.attention import KEY_BLOCKS
         if isinstance(block_size, bool) or block_size not in KEY_BLOCKS:
             raise ArgumentError(f"flash_attention: block_size must be one of {KEY_BLOCKS} (got {block_size!r})")
         return self._attention_fwd("flash_attention", q, k, v, scale, causal, int(block_size), layout, window,
-                                   key_lengths, attn_bias)[0]
+                                   key_lengths, attn_bias, (dropout_p, seed))[0]
 
     def _attention_fwd(self, op, q, k, v, scale, causal, block_n, layout="bhld", window=None, key_lengths=None,
-                       attn_bias=None):
+                       attn_bias=None, dropout=(0.0, 0)):
         if self._check_layout(op, layout, {"q": q, "k": k, "v": v}):
-            return self._attention_fwd_blhd(op, q, k, v, scale, causal, block_n, window, key_lengths, attn_bias)
+            return self._attention_fwd_blhd(op, q, k, v, scale, causal, block_n, window, key_lengths, attn_bias,
+                                            dropout)
         arrs, name, scale = self._attn_args(op, {"q": q, "k": k, "v": v}, scale, causal)
         q, k, v = arrs["q"], arrs["k"], arrs["v"]
         lead = tuple(q.shape[:-2])
-        masks = self._masks(op, q, k.shape[-2], causal, window, key_lengths, name, attn_bias)
+        masks = self._masks(op, q, k.shape[-2], causal, window, key_lengths, name, attn_bias, dropout)
         mod = self._attention_module(name)
         n = math.prod(lead)
         groups = _groups(q, k)
@@ -275,13 +285,13 @@ class AttentionOps:
         return out.reshape(q.shape), lse.reshape(lead + (q.shape[-2],))
 
     def _attention_fwd_blhd(self, op, q, k, v, scale, causal, block_n, window=None, key_lengths=None,
-                            attn_bias=None):
+                            attn_bias=None, dropout=(0.0, 0)):
         """The (B, L, H, D) forms: checked as their (B, H, L, D) views, run in place by the backend's
         blhd hook where it can (no masks beyond causal), else through the
         (B, H, L, D) path and transposed back."""
         t = {a: x.swapaxes(1, 2) for a, x in (("q", q), ("k", k), ("v", v))}
         arrs, name, sc = self._attn_args(op, t, scale, causal)
-        plain = window is None and key_lengths is None and attn_bias is None
+        plain = window is None and key_lengths is None and attn_bias is None and not dropout[0]
         if block_n is None and plain:
             q, k, v = (arrs[a].swapaxes(1, 2) for a in ("q", "k", "v"))   # the coerced arrays
             with self._device_scope(arrs["q"]):
@@ -289,12 +299,12 @@ class AttentionOps:
             if r is not None:
                 return r
         out, lse = self._attention_fwd(op, t["q"], t["k"], t["v"], sc, causal, block_n, "bhld", window, key_lengths,
-                                       attn_bias)
+                                       attn_bias, dropout)
         return self._ascontiguous(out.swapaxes(1, 2)), lse
 
     def attention_backward(self, grad_out, q, k, v, out, lse, scale=None, causal: bool = False, *,
                            attn_bias=None, window=None, key_lengths=None, layout: str = "bhld",
-                           deterministic: bool = False):
+                           deterministic: bool = False, dropout_p: float = 0.0, seed: int = 0):
         """(grad_q, grad_k, grad_v) of out = attention(q, k, v, scale, causal, window=...,
         key_lengths=...) for dL/dout = grad_out (q's shape), from the forward's out and lse
         (attention_with_lse); the probabilities are recomputed, never stored. Same scale, masks
@@ -328,7 +338,7 @@ class AttentionOps:
         if not is_float(lse.dtype):
             raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
                              f"(got {lse.dtype})")
-        masks = self._masks(op, tq, tk.shape[-2], causal, window, key_lengths, name, attn_bias)
+        masks = self._masks(op, tq, tk.shape[-2], causal, window, key_lengths, name, attn_bias, (dropout_p, seed))
         plain = masks.plain and not deterministic
         groups = _groups(tq, tk)
         with self._device_scope(tq):
@@ -372,6 +382,18 @@ class AttentionOps:
         if attn_bias is None:
             return grads
         return grads + (self._cast_like(db[0].reshape(tuple(attn_bias.shape)), masks.bias.dtype),)
+
+
+def _dropout(op: str, p, seed):
+    """(threshold, scale, seed) of dropout on the probabilities, None for p == 0 (checked: p a
+    real in [0, 1), seed an int in [0, 2^64), as cudakit.dropout's)."""
+    from .dropout_api import check_p, check_seed, threshold
+    try:
+        p = check_p(op, p)
+    except ArgumentError:
+        raise ArgumentError(f"{op}: dropout_p must be a real number in [0, 1) (got {p!r})") from None
+    seed = check_seed(op, seed)
+    return None if p == 0.0 else (threshold(p), 1.0 / (1.0 - p), seed)
 
 
 def _groups(q, k) -> int:

@@ -54,15 +54,40 @@ class Masks:
     Lkb) of attn_bias, each dim 1 (broadcast) or the full size, where [BH] entry t is batch
     t // bias_heads and head t % bias_heads. plain: causal at most, the case cuDNN's graphs take
     (kernels/cudnn.py aligns their causal mask bottom-right too)."""
-    __slots__ = ("causal", "window", "lengths", "heads", "bias", "bias_heads")
+    __slots__ = ("causal", "window", "lengths", "heads", "bias", "bias_heads", "dropout")
 
-    def __init__(self, causal: bool, window=None, lengths=None, heads: int = 1, bias=None, bias_heads: int = 1):
+    def __init__(self, causal: bool, window=None, lengths=None, heads: int = 1, bias=None, bias_heads: int = 1,
+                 dropout=None):
         self.causal, self.window, self.lengths, self.heads = bool(causal), window, lengths, max(1, int(heads))
         self.bias, self.bias_heads = bias, max(1, int(bias_heads))
+        self.dropout = dropout   # (threshold, scale, seed) of dropout on the probabilities, or None
 
     @property
     def plain(self) -> bool:
-        return self.window is None and self.lengths is None and self.bias is None
+        return self.window is None and self.lengths is None and self.bias is None and self.dropout is None
+
+    def keep(self, xp, heads: slice, rows: slice, lq: int, lk: int):
+        """Bools [heads, rows, Lk]: the dropout keep-mask of the probabilities of the [BH] entries
+        `heads`, query rows `rows` (None without dropout): score (t, i, j) is element
+        (t Lq + i) Lk + j of cudakit.dropout's Philox stream for the seed, kept iff its word >=
+        the threshold, so the CPU backend and the GPU kernels drop the same probabilities."""
+        if self.dropout is None:
+            return None
+        import numpy as np
+        from .cpu_dropout import philox4x32
+        thr, _, seed = self.dropout
+        t = np.arange(heads.start, heads.stop, dtype=np.uint64)[:, None, None]
+        i = np.arange(rows.start, rows.stop, dtype=np.uint64)[None, :, None]
+        j = np.arange(lk, dtype=np.uint64)[None, None, :]
+        idx = (t * np.uint64(lq) + i) * np.uint64(lk) + j
+        g = idx >> np.uint64(2)
+        zero = np.zeros((), np.uint64)
+        words = philox4x32((g & np.uint64(0xFFFFFFFF), g >> np.uint64(32), zero, zero),
+                           (seed & 0xFFFFFFFF, seed >> 32))
+        w = (idx & np.uint64(3)).astype(np.int64)
+        word = np.choose(w, words)
+        k = word >= np.uint32(thr)
+        return k if xp is np else xp.asarray(k)
 
     def bias_index(self, xp, heads: slice):
         """(batch index, head index) arrays into the bias's first two dims for the [BH] entries

@@ -71,6 +71,9 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, 
     with np.errstate(invalid="ignore", over="ignore"):
         for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
             p, lse_c = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, rs))
+            keep = masks.keep(xp, hs, rs, lq, k.shape[1])
+            if keep is not None:   # dropout on the probabilities (the row sums stay the undropped ones)
+                p = xp.where(keep, p * acc(masks.dropout[1]), 0)
             out[hs, rs] = xp.matmul(p, v[hs].astype(acc)).astype(q.dtype)
             lse[hs, rs] = lse_c[..., 0]
     return out, lse
@@ -96,8 +99,15 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
             p = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, rs))[0]
             g = do[hs, rs].astype(acc)
             delta = (g * out[hs, rs].astype(acc)).sum(axis=2, keepdims=True)
-            dv[hs] += xp.matmul(p.swapaxes(1, 2), g)
-            ds = p * (xp.matmul(g, v[hs].astype(acc).swapaxes(1, 2)) - delta)
+            keep = masks.keep(xp, hs, rs, lq, k.shape[1])
+            dp = xp.matmul(g, v[hs].astype(acc).swapaxes(1, 2))
+            if keep is not None:   # out = (P o M / (1 - p)) V: dV and dP through the same mask
+                sd = acc(masks.dropout[1])
+                dv[hs] += xp.matmul(xp.where(keep, p * sd, 0).swapaxes(1, 2), g)
+                dp = xp.where(keep, dp * sd, 0)
+            else:
+                dv[hs] += xp.matmul(p.swapaxes(1, 2), g)
+            ds = p * (dp - delta)
             dq[hs, rs] = xp.matmul(ds, k[hs].astype(acc)) * acc(scale)
             dk[hs] += xp.matmul(ds.swapaxes(1, 2), q[hs, rs].astype(acc)) * acc(scale)
             if db is not None:

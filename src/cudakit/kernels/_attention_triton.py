@@ -77,6 +77,36 @@ def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, DLO, DHI, start, CHECK: tl.constexpr
 
 
 @triton.jit
+def _keep(idx, seed_lo, seed_hi, thresh):
+    """Dropout's keep-mask of the scores with flat indices idx (int64, (bh Lq + i) Lk + j): word
+    idx % 4 of Philox4x32-10 at counter (idx // 4, 0, 0) under key (seed_lo, seed_hi), kept iff
+    >= thresh. The stream of cudakit.dropout (kernels/dropout.py, backends/cpu_dropout.py)."""
+    g = idx >> 2
+    c0 = (g & 0xFFFFFFFF).to(tl.uint32)
+    c1 = (g >> 32).to(tl.uint32)
+    c2 = c0 * 0
+    c3 = c0 * 0
+    k0 = (c0.to(tl.int64) * 0 + seed_lo).to(tl.uint32)   # (no .to on the scalars: Triton passes 1 as a constant)
+    k1 = (c0.to(tl.int64) * 0 + seed_hi).to(tl.uint32)
+    m0 = (c0 * 0 + 0xD2511F53).to(tl.uint32)
+    m1 = (c0 * 0 + 0xCD9E8D57).to(tl.uint32)
+    w0 = (c0 * 0 + 0x9E3779B9).to(tl.uint32)
+    w1 = (c0 * 0 + 0xBB67AE85).to(tl.uint32)
+    for r in tl.static_range(10):
+        if r > 0:
+            k0 = k0 + w0
+            k1 = k1 + w1
+        hi0 = tl.umulhi(m0, c0)
+        lo0 = m0 * c0
+        hi1 = tl.umulhi(m1, c2)
+        lo1 = m1 * c2
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    w = idx & 3
+    word = tl.where(w == 0, c0, tl.where(w == 1, c1, tl.where(w == 2, c2, c3)))
+    return word.to(tl.int64) >= thresh
+
+
+@triton.jit
 def _kv_row(bh, BH0, H, G):
     """The [BH / G, Lk, D] k, v entry of [BH, Lq, D] entry bh (local to a launch starting at BH0):
     bh itself without grouped-query heads (G == 1); with them (the whole arrays in one launch),
@@ -111,9 +141,9 @@ def _bias_tile(BIAS, b_base, row_off, col_off, mask):
 
 @triton.jit
 def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale, Lk,
-               BIAS, b_base, b_rows, sb_k, m_ok, KRS,
+               BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
                D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
-               HAS_BIAS: tl.constexpr):
+               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
     """One key block of the online softmax; MASK: the block crosses the end of the keys or an end
     of some row's interval [lo_r, hi_r). POS_SCALE (qk_scale > 0): the row max is taken on the raw
     scores and scaled once, so each probability is one FMA and an exp2 (s * qk_scale - m), not a
@@ -153,6 +183,9 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
+    if DROPOUT:   # the row sums above keep every probability; the product takes the kept ones, scaled
+        keep = _keep(drop_rows[:, None] + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
+        p = tl.where(keep, p * DSCALE, 0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return acc, l_i, m_new
 
@@ -164,10 +197,12 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
              CU_Q, CU_K, G,              # VARLEN: [B + 1] int sequence starts; G q heads per k, v head
                                          # (packed, or [BH / G, Lk, D] k, v: H is then q's heads)
+             DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # DROPOUT: the seed's halves, keep threshold, 1 / (1 - p)
              BH0,                        # the first bh of this launch (grids of more than 65535 bh)
              D: tl.constexpr, HAS_LENS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-             PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr):
+             PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
+             DROPOUT: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -190,20 +225,23 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     q = tl.load(Q + q_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     b_rows = rows * sb_q
+    drop_rows = ((bh + BH0) * Lq + rows) * Lk   # the scores' flat indices of these rows (DROPOUT)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     for start_n in range(a, b, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, D, True, PREC, POS_SCALE, HAS_BIAS)
+                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
+                                   DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT)
     for start_n in range(b, c, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, D, False, PREC, POS_SCALE,
-                                   HAS_BIAS)
+                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
+                                   DSEED_HI, DTHRESH, DSCALE, D, False, PREC, POS_SCALE, HAS_BIAS, DROPOUT)
     for start_n in range(c, e, BLOCK_N):
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, D, True, PREC, POS_SCALE, HAS_BIAS)
+                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
+                                   DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT)
     seen = l_i != 0.0   # rows with at least one key (their max contributes 1 to l_i; NaN stays NaN)
     acc = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
     tl.store(O + q_base + rows[:, None] * RS + offs_d[None, :], acc.to(O.dtype.element_ty),
@@ -229,8 +267,9 @@ def attn_bwd_delta(O, DO, DELTA, Lq, D: tl.constexpr,  # O, DO: [BH, Lq, D]; DEL
 @triton.jit
 def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d, d_ok,
                 qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS,
+                drop_base, Lk, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
                 D: tl.constexpr, MASK: tl.constexpr, ROWS: tl.constexpr, PREC: tl.constexpr,
-                HAS_BIAS: tl.constexpr):
+                HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
     """One query block's share of dK, dV, with the scores transposed ([keys, queries]) so that P^T
     and dS^T leave their MMA in the layout the next MMA takes (no trip through shared memory).
     MASK: the block crosses an end of some row's key interval (and rows past Lq are masked too);
@@ -256,8 +295,14 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
         pT = tl.where(ok, pT, 0.0)
     elif ROWS:
         pT = tl.where(m_ok[None, :], pT, 0.0)
-    dv += tl.dot(pT.to(do.dtype), do, input_precision=PREC)
-    dsT = pT * (tl.dot(v, tl.trans(do), input_precision=PREC) - delta[None, :])
+    dpT = tl.dot(v, tl.trans(do), input_precision=PREC)
+    if DROPOUT:   # out = (P o M / (1 - p)) V: dV and dP through the forward's mask
+        keep = _keep((drop_base + rows[None, :]) * Lk + cols[:, None], DSEED_LO, DSEED_HI, DTHRESH)
+        dv += tl.dot(tl.where(keep, pT * DSCALE, 0.0).to(do.dtype), do, input_precision=PREC)
+        dpT = tl.where(keep, dpT * DSCALE, 0.0)
+    else:
+        dv += tl.dot(pT.to(do.dtype), do, input_precision=PREC)
+    dsT = pT * (dpT - delta[None, :])
     dk += tl.dot(dsT.to(qT.dtype), tl.trans(qT), input_precision=PREC)
     return dk, dv
 
@@ -267,9 +312,11 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
                   LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H,
                   BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
                   CU_Q, CU_K, G,                        # as attn_fwd; VARLEN: DK, DV (total_k, H, D)
+                  DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # as attn_fwd
                   BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  PREC: tl.constexpr, EVEN_Q: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr):
+                  PREC: tl.constexpr, EVEN_Q: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
+                  DROPOUT: tl.constexpr):
     """EVEN_Q: Lq is a multiple of BLOCK_M, so no query block crosses Lq and none needs a row mask
     (the usual case; the other compiles a row select into every block). Key j is seen by the rows
     i with j - DHI < i <= j - DLO (and j below the key length): the query blocks of the key block
@@ -299,6 +346,7 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
         length = _key_length(LENS, LENS, bh + BH0, H, Lk, 0, False)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     b_cols = cols * sb_k
+    drop_base = (bh + BH0) * Lq
     first = start_n * BLOCK_N
     last = first + BLOCK_N - 1
     # rows seeing some key of the block: (first - DHI, last - DLO]; every key of it: [last - DHI + 1, first - DLO]
@@ -310,16 +358,19 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     c = tl.maximum(b, tl.minimum((tl.maximum(first - dlo + 1, 0) // BLOCK_M) * BLOCK_M, full_cap))
     for start_m in range(a, b, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS, D, True, True,
-                             PREC, HAS_BIAS)
+                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS,
+                             drop_base, Lk, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, True,
+                             PREC, HAS_BIAS, DROPOUT)
     for start_m in range(b, c, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS, D, False,
-                             not EVEN_Q, PREC, HAS_BIAS)
+                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS,
+                             drop_base, Lk, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, False,
+                             not EVEN_Q, PREC, HAS_BIAS, DROPOUT)
     for start_m in range(c, e, BLOCK_M):
         dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS, D, True, True,
-                             PREC, HAS_BIAS)
+                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS,
+                             drop_base, Lk, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, True,
+                             PREC, HAS_BIAS, DROPOUT)
     tl.store(DK + dk_base + cols[:, None] * DKRS + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty),
              mask=kv_mask)
     tl.store(DV + dk_base + cols[:, None] * DKRS + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
@@ -328,8 +379,9 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
 @triton.jit
 def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale, Lk,
               BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS,
+              drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
               D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, HAS_BIAS: tl.constexpr,
-              DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr):
+              DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr, DROPOUT: tl.constexpr):
     """One key block's share of dQ; MASK: the block crosses the end of the keys or an end of some
     row's interval. Rows past Lq load as zeros and are never stored. With a bias: dS, the bias's
     gradient, goes to DBIAS (db_rows: the rows' offsets, sd_k: the key stride): DB_MODE 1 stores
@@ -350,6 +402,9 @@ def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n
     if MASK:
         p = tl.where((cols[None, :] >= lo_r[:, None]) & (cols[None, :] < hi_r[:, None]), p, 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+    if DROPOUT:
+        keep = _keep(drop_rows[:, None] + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
+        dp = tl.where(keep, dp * DSCALE, 0.0)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
     if DB_MODE == 1:
@@ -375,10 +430,11 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                 DBIAS, sd_b, sd_h, sd_q, sd_k,        # DBIAS: the bias's gradient (float32, or the bias's dtype
                                                       # for DB_MODE 1), its element strides (0 broadcast)
                 CU_Q, CU_K, G,                        # as attn_fwd
+                DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # as attn_fwd
                 BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
                 HAS_BIAS: tl.constexpr, DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr,
-                VARLEN: tl.constexpr):
+                VARLEN: tl.constexpr, DROPOUT: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -406,20 +462,24 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     db_base = _bias_base(bh + BH0, HB, sd_b, sd_h)
     b_rows, db_rows = rows * sb_q, rows * sd_q
+    drop_rows = ((bh + BH0) * Lq + rows) * Lk
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     for start_n in range(a, b, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-                       lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS, D, True, PREC,
-                       HAS_BIAS, DB_MODE, DBQ, DBK)
+                       lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS,
+                       drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, PREC,
+                       HAS_BIAS, DB_MODE, DBQ, DBK, DROPOUT)
     for start_n in range(b, c, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-                       lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS, D, False, PREC,
-                       HAS_BIAS, DB_MODE, DBQ, DBK)
+                       lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS,
+                       drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, False, PREC,
+                       HAS_BIAS, DB_MODE, DBQ, DBK, DROPOUT)
     for start_n in range(c, e, BLOCK_N):
         dq = _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-                       lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS, D, True, PREC,
-                       HAS_BIAS, DB_MODE, DBQ, DBK)
+                       lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS,
+                       drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, PREC,
+                       HAS_BIAS, DB_MODE, DBQ, DBK, DROPOUT)
     tl.store(DQ + q_base + rows[:, None] * RS + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
 
 

@@ -70,6 +70,15 @@ def _NO_VARLEN(dummy, groups: int = 1) -> tuple:
     return (dummy, dummy, groups)
 
 
+def _drop_args(masks: Masks) -> tuple:
+    """(DSEED_LO, DSEED_HI, DTHRESH, DSCALE) of the kernels: dropout on the probabilities, or
+    values not read."""
+    if masks.dropout is None:
+        return (0, 0, 0, 1.0)
+    thr, scale, seed = masks.dropout
+    return (seed & 0xFFFFFFFF, seed >> 32, thr, float(scale))
+
+
 def _bias_args(masks: Masks, dummy) -> tuple:
     """(BIAS, sb_b, sb_h, sb_q, sb_k, HB) of the kernels: the bias's 4-D view read in place by its
     element strides (0 on the dims it broadcasts); a dummy pointer and zeros without a bias."""
@@ -329,9 +338,9 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     has_bias = masks.bias is not None
     _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse),
             (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
-             *_NO_VARLEN(lse, groups)),
+             *_NO_VARLEN(lse, groups), *_drop_args(masks)),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
-                 HAS_BIAS=has_bias, VARLEN=False), bh0=True)
+                 HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None), bh0=True)
     return out, lse
 
 
@@ -384,14 +393,15 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
         heads = q_heads
     scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads,
                *_bias_args(masks, delta))
-    novar = _NO_VARLEN(delta, groups)
+    novar = _NO_VARLEN(delta, groups) + _drop_args(masks)
+    drop = masks.dropout is not None
     kv, qc = _backward_configs(dtype_name, cfg)
     if tiles is not None:
         kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
     has = masks.lengths is not None
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars + novar,
-            dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None, VARLEN=False),
-            bh0=True)
+            dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None, VARLEN=False,
+                 DROPOUT=drop), bh0=True)
     if bias is None:
         db_args, db_consts = (delta, 0, 0, 0, 0), {"HAS_BIAS": False, "DB_MODE": 0, "DBQ": True, "DBK": True}
     else:
@@ -402,7 +412,7 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
         db_consts = {"HAS_BIAS": True, "DB_MODE": mode, "DBQ": bias.shape[2] > 1 or full is not None,
                      "DBK": bias.shape[3] > 1 or full is not None}
     _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars + db_args + novar,
-            dict(qc, D=d, HAS_LENS=has, VARLEN=False, **db_consts), bh0=True)
+            dict(qc, D=d, HAS_LENS=has, VARLEN=False, DROPOUT=drop, **db_consts), bh0=True)
     if full is not None:   # deterministic: the per-entry gradients summed over the dims the bias broadcasts
         axes = tuple(i for i in range(4) if bias.shape[i] == 1 and full.shape[i] > 1)
         db = full.sum(axis=axes, keepdims=True) if axes else full
@@ -455,10 +465,11 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
     cfg = _config(dtype_name, d, None)
     dlo, dhi = relative_bounds(causal, window, max_q + max_k + 1)
     err = _varlen_flag(q.data.device_id)
-    k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True))
+    k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
+                                       DROPOUT=False))
     k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
         q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
-        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], 0)
+        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], 0, 0, 0, 1.0, 0)
     return out, lse
 
 
@@ -488,12 +499,12 @@ def backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, s
     kv, qc = _backward_configs(dtype_name, cfg)
     g = h // k.shape[1]
     common = (float(scale * math.log2(math.e)), float(scale), max_q, max_k, dlo, dhi, h, delta, 0, 0, 0, 0, 1)
-    _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True))[
-        (max(1, math.ceil(max_k / kv["BLOCK_N"])), b * h)](
-        q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, 0)
+    _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True,
+                                       DROPOUT=False))[(max(1, math.ceil(max_k / kv["BLOCK_N"])), b * h)](
+        q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, 0, 0, 0, 1.0, 0)
     _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True,
-                                     VARLEN=True))[(max(1, math.ceil(max_q / qc["BLOCK_M"])), b * h)](
-        q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, 0)
+                                     VARLEN=True, DROPOUT=False))[(max(1, math.ceil(max_q / qc["BLOCK_M"])), b * h)](
+        q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, 0, 0, 0, 1.0, 0)
     return dq, dk, dv
 
 
@@ -546,14 +557,15 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
         return fwd
     cfg = _config(dtype_name, d, None)
     launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False,
-                                           VARLEN=False))[
+                                           VARLEN=False, DROPOUT=False))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
     qk_scale = float(scale * math.log2(math.e))
     dlo, dhi = key_bounds(lq, lk, causal)
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0)   # LENS, ERR, BIAS, CU: not read
+        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1,
+               0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the dropout's: not read
         return out, lse
     return fwd
 
@@ -580,19 +592,21 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     delta_launch = _specialized("attn_bwd_delta", {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})[
         (max(1, math.ceil(lq / 64)), bh)]
     dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=lq % kv["BLOCK_M"] == 0,
-                                              HAS_BIAS=False, VARLEN=False))[
+                                              HAS_BIAS=False, VARLEN=False, DROPOUT=False))[
         (max(1, math.ceil(lk / kv["BLOCK_N"])), bh)]
     dq_launch = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True,
-                                                 DBK=True, VARLEN=False))[
+                                                 DBK=True, VARLEN=False, DROPOUT=False))[
         (max(1, math.ceil(lq / qc["BLOCK_M"])), bh)]
     dlo, dhi = key_bounds(lq, lk, causal)
     scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, 1)
+    nodrop = (0, 0, 0, 1.0)
 
     def bwd(do, q, k, v, out, lse):
         dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
         delta = nd((bh, lq), f32)
         delta_launch(out, do, delta, lq)
-        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0)   # LENS, BIAS, CU: not read
-        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, lse, lse, 1, 0)
+        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, lse, 1, *nodrop, 0)   # not read
+        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, lse, lse, 1, *nodrop,
+                  0)
         return dq, dk, dv
     return bwd
