@@ -88,9 +88,15 @@ def main():
             except Exception as e:   # noqa: BLE001 -- a way this torch lacks
                 r["nested_error"] = f"{type(e).__name__}: {str(e)[:120]}"
             try:
+                import inspect
+
                 from torch.nn.attention.varlen import varlen_attn
-                varlen_attn(q, k, v, cu, cu, mx, mx, is_causal=causal)
-                cands["varlen_attn"] = lambda: varlen_attn(q, k, v, cu, cu, mx, mx, is_causal=causal)
+                params = inspect.signature(varlen_attn).parameters
+                ckw = ({"is_causal": causal} if "is_causal" in params else {"causal": causal} if "causal" in params
+                       else {"window_size": (-1, 0) if causal else (-1, -1)})
+                r["varlen_attn_signature"] = str(inspect.signature(varlen_attn))[:200]
+                varlen_attn(q, k, v, cu, cu, mx, mx, **ckw)
+                cands["varlen_attn"] = lambda: varlen_attn(q, k, v, cu, cu, mx, mx, **ckw)
             except Exception as e:   # noqa: BLE001
                 r["varlen_attn_error"] = f"{type(e).__name__}: {str(e)[:120]}"
             fwd = {n: timed(f) for n, f in cands.items()}
@@ -105,7 +111,7 @@ def main():
                         gs = [d.transpose(0, 1)[None] for d in dos]
                         bwd[n] = timed(lambda: torch.autograd.grad(outs, (qq, kk, vv), gs, retain_graph=True))
                     elif n == "varlen_attn":
-                        o = varlen_attn(qq, kk, vv, cu, cu, mx, mx, is_causal=causal)
+                        o = varlen_attn(qq, kk, vv, cu, cu, mx, mx, **ckw)
                         bwd[n] = timed(lambda: torch.autograd.grad(o, (qq, kk, vv), do, retain_graph=True))
                     else:
                         nq2, nk2, nv2 = (torch.nested.nested_tensor(list(torch.split(x.detach(), LENGTHS)),
