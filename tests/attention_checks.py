@@ -309,7 +309,10 @@ def check_dropout(dev, host, rng, lead, lq, lk, d, dtype, causal, p, seed):
     _close_lse(host(lse_d), lse_r, "float64" if dtype == "float64" else "float32", "lse (dropout)")
     dq, dk, dv = (host(t) for t in cudakit.attention_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d, None,
                                                               causal, **kw))
-    ds_abs = np.abs(pr) * (np.abs(dp) + np.abs((f64(g) * out_r).sum(-1, keepdims=True))) / (1 - p) + 1e-30
+    # the size of dS's terms: the kept |dO| |V| products (their sum's rounding is on that scale, not
+    # on the cancelled |dO . V|), as check_attention's
+    ds_abs = np.abs(pr) * (np.where(keep, ag @ av.swapaxes(-1, -2) / (1 - p), 0.0)
+                           + np.abs((f64(g) * out_r).sum(-1, keepdims=True)))
     _close(dv, pd.swapaxes(-1, -2) @ f64(g), apd.swapaxes(-1, -2) @ ag, dtype, "dv (dropout)",
            ag.sum(-2, keepdims=True))
     _close(dq, ds @ f64(k) * sc, ds_abs @ ak * sc, dtype, "dq (dropout)", ak.sum(-2, keepdims=True) * sc)
