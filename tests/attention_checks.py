@@ -311,8 +311,9 @@ def check_dropout(dev, host, rng, lead, lq, lk, d, dtype, causal, p, seed):
                                                               causal, **kw))
     # the size of dS's terms: the kept |dO| |V| products (their sum's rounding is on that scale, not
     # on the cancelled |dO . V|), as check_attention's
+    # and delta = rowsum(dO * O) from the stored (rounded) output: its rounding on the |dO| |O| scale
     ds_abs = np.abs(pr) * (np.where(keep, ag @ av.swapaxes(-1, -2) / (1 - p), 0.0)
-                           + np.abs((f64(g) * out_r).sum(-1, keepdims=True)))
+                           + (ag * np.abs(out_r)).sum(-1, keepdims=True))
     _close(dv, pd.swapaxes(-1, -2) @ f64(g), apd.swapaxes(-1, -2) @ ag, dtype, "dv (dropout)",
            ag.sum(-2, keepdims=True))
     _close(dq, ds @ f64(k) * sc, ds_abs @ ak * sc, dtype, "dq (dropout)", ak.sum(-2, keepdims=True) * sc)
