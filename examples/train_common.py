@@ -8,6 +8,7 @@ captured in a CUDA graph; T is the wall-clock time from queueing the step to hav
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -166,7 +167,7 @@ def _mib(least_bytes: int):
     """An argparse type: a size in MiB of at least `least_bytes` bytes."""
     def parse(text: str) -> float:
         mib = float(text)
-        if not mib * 2**20 >= least_bytes:
+        if not (math.isfinite(mib) and mib * 2**20 >= least_bytes):
             raise argparse.ArgumentTypeError(f"must be {'> 0' if least_bytes else '>= 0'} MiB (got {text})")
         return mib
     return parse

@@ -345,3 +345,28 @@ def test_attention_dropout_arguments(rng):
     with pytest.raises(cudakit.ArgumentTypeError, match="seed must be an int"):
         cudakit.attention(q, q, q, dropout_p=0.1, seed=1.5)
     np.testing.assert_array_equal(cudakit.attention(q, q, q, dropout_p=0.0, seed=5), cudakit.attention(q, q, q))
+
+
+def test_bias_broadcast_over_some_outer_dims_gets_its_gradient_summed_back(rng):
+    """A bias that broadcasts some of q's outer leading dims and not others (copied out to all of
+    them for the kernels) gets its gradient summed back over the ones it broadcasts."""
+    q, k, v = (ac.data(rng, (2, 3, 2, 4, 8), "float64") for _ in range(3))
+    for shape in [(2, 1, 2, 4, 4), (1, 3, 2, 4, 4), (2, 3, 1, 1, 4)]:
+        b = ac.data(rng, shape, "float64")
+        out, lse = cudakit.attention_with_lse(q, k, v, attn_bias=b)
+        g = ac.data(rng, out.shape, "float64")
+        db = cudakit.attention_backward(g, q, k, v, out, lse, attn_bias=b)[3]
+        full = cudakit.attention_backward(g, q, k, v, out, lse, attn_bias=np.ascontiguousarray(
+            np.broadcast_to(b, (2, 3, 2, 4, 4))))[3]
+        axes = tuple(i for i, n in enumerate(shape) if n == 1)
+        np.testing.assert_allclose(db, full.sum(axis=axes, keepdims=True), rtol=1e-12, atol=1e-14)
+
+
+def test_dropout_arguments_are_checked_on_every_path(rng):
+    q = ac.data(rng, (2, 3, 5, 8), "float32")
+    t = np.ascontiguousarray(q.swapaxes(1, 2))
+    for kw in ({"seed": -1}, {"dropout_p": None}, {"dropout_p": 0.0, "seed": 2**64}):
+        with pytest.raises((cudakit.ArgumentError, cudakit.ArgumentTypeError)):
+            cudakit.attention(q, q, q, **kw)
+        with pytest.raises((cudakit.ArgumentError, cudakit.ArgumentTypeError)):
+            cudakit.attention(t, t, t, layout="blhd", **kw)

@@ -526,7 +526,7 @@ def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None,
     additive float array broadcastable to the scores; layout "bhld" ((..., L, D) arrays) or "blhd"
     ((B, L, H, D) arrays, e.g. views of a packed qkv); dropout_p, seed: dropout on the probabilities
     (see Backend.attention)."""
-    if attn_bias is not None or dropout_p:   # the checked path: no plan records a bias or a seed
+    if attn_bias is not None or not (dropout_p == 0 and seed == 0):   # the checked path: no plan records a bias or a seed
         return backend_for(q, k, v).attention(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
                                               key_lengths=key_lengths, layout=layout, dropout_p=dropout_p, seed=seed)
     return _planned("attention", "plan_attention", (q, k, v, scale, causal, layout, window, key_lengths))
@@ -535,7 +535,7 @@ def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None,
 def attention_with_lse(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None, key_lengths=None,
                        layout="bhld", dropout_p=0.0, seed=0):
     """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
-    if attn_bias is not None or dropout_p:
+    if attn_bias is not None or not (dropout_p == 0 and seed == 0):
         return backend_for(q, k, v).attention_with_lse(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
                                                        key_lengths=key_lengths, layout=layout, dropout_p=dropout_p,
                                                        seed=seed)
@@ -547,7 +547,7 @@ def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *,
                        key_lengths=None, layout="bhld", deterministic=False, dropout_p=0.0, seed=0):
     """(grad_q, grad_k, grad_v) of attention, and grad_attn_bias as a fourth with attn_bias;
     deterministic=True: bitwise the same on every run (see Backend.attention_backward)."""
-    if attn_bias is not None or dropout_p:
+    if attn_bias is not None or not (dropout_p == 0 and seed == 0):
         return backend_for(grad_out, q, k, v).attention_backward(
             grad_out, q, k, v, out, lse, scale, causal, attn_bias=attn_bias, window=window,
             key_lengths=key_lengths, layout=layout, deterministic=deterministic, dropout_p=dropout_p, seed=seed)

@@ -127,7 +127,8 @@ class Profile:
         """Per kernel/transfer name: calls, total, mean and median ms, share of the total time."""
         groups: dict[str, list[float]] = {}
         for r in self.resolve():
-            groups.setdefault(r.name, []).append(r.duration_ms)
+            if r.kind != "range":   # a range spans kernels that are rows of their own
+                groups.setdefault(r.name, []).append(r.duration_ms)
         total = sum(sum(v) for v in groups.values()) or 1.0
         rows = [{"name": k, "calls": len(v), "total_ms": sum(v), "mean_ms": sum(v) / len(v),
                  "median_ms": statistics.median(v), "share": sum(v) / total} for k, v in groups.items()]
@@ -277,8 +278,12 @@ def range(name: str, stream=None):  # noqa: A001 - a named range, as NVTX and to
 
 
 def _gpu() -> bool:
+    """Whether a CUDA device is usable (CuPy imported and a GPU there): no CUDA work otherwise."""
     from .runtime import _cupy
-    return _cupy.loaded_cupy() is not None
+    if _cupy.loaded_cupy() is None:
+        return False
+    from .runtime import device
+    return device.is_available()
 
 
 def record_call(name: str, fn, stream=None, grid: tuple = (), block: tuple = ()):

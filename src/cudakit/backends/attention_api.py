@@ -177,7 +177,7 @@ class AttentionOps:
         hkv, lk, d = kv_shape[-3:]
         return self.sum(x.reshape(lead + (hkv, groups, lk, d)), axis=len(lead) + 1)
 
-    def _gqa_in_place(self, dtype_name: str, n: int, masks: Masks, lead: tuple) -> bool:
+    def _gqa_in_place(self, dtype_name: str, n: int, masks: Masks, lead: tuple, d: int = 0) -> bool:
         """Whether the backend's fused kernels read grouped-query k, v in place for this call
         (else the heads are repeated for the fused path)."""
         return False
@@ -274,7 +274,7 @@ class AttentionOps:
                     r = self._attention_gqa_fwd(*self._as_bhsd(q, k, v), scale, bool(causal), name)
                     if r is not None:
                         return r[0].reshape(q.shape), r[1].reshape(lead + (q.shape[-2],))
-                if self._gqa_in_place(name, n, masks, lead):   # k, v read in place, no repeat
+                if self._gqa_in_place(name, n, masks, lead, q.shape[-1]):   # k, v read in place, no repeat
                     out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n // groups),
                                            self._as_bhld(v, n // groups), scale, bool(causal), name, block_n,
                                            masks=masks, groups=groups, q_heads=lead[-1])
@@ -291,7 +291,7 @@ class AttentionOps:
         (B, H, L, D) path and transposed back."""
         t = {a: x.swapaxes(1, 2) for a, x in (("q", q), ("k", k), ("v", v))}
         arrs, name, sc = self._attn_args(op, t, scale, causal)
-        plain = window is None and key_lengths is None and attn_bias is None and not dropout[0]
+        plain = window is None and key_lengths is None and attn_bias is None and _dropout(op, *dropout) is None
         if block_n is None and plain:
             q, k, v = (arrs[a].swapaxes(1, 2) for a in ("q", "k", "v"))   # the coerced arrays
             with self._device_scope(arrs["q"]):
@@ -363,7 +363,7 @@ class AttentionOps:
             mod = self._attention_module(name)
             lse = self._ascontiguous(lse.astype(acc, copy=False)).reshape(n, tq.shape[-2])
             gqa = {}
-            if groups > 1 and self._gqa_in_place(name, n, masks, lead):   # dK, dV per q head, summed below
+            if groups > 1 and self._gqa_in_place(name, n, masks, lead, tq.shape[-1]):   # dK, dV per q head, summed below
                 gqa, nkv = {"groups": groups, "q_heads": lead[-1]}, n // groups
             elif groups > 1:
                 tk, tv, nkv = self._repeat_heads(tk, groups), self._repeat_heads(tv, groups), n
@@ -381,7 +381,19 @@ class AttentionOps:
             grads = tuple(self._ascontiguous(g.swapaxes(1, 2)) for g in grads)
         if attn_bias is None:
             return grads
-        return grads + (self._cast_like(db[0].reshape(tuple(attn_bias.shape)), masks.bias.dtype),)
+        return grads + (self._cast_like(self._bias_grad(db[0], attn_bias, lead), masks.bias.dtype),)
+
+    def _bias_grad(self, db, attn_bias, lead: tuple):
+        """The bias's gradient (Masks' 4-D form) in attn_bias's shape: summed over the outer dims the
+        bias broadcasts where _bias had to copy it out to every outer dim."""
+        shape = tuple(attn_bias.shape)
+        padded = (1,) * (len(lead) + 2 - len(shape)) + shape
+        outer = lead[:-1]
+        if db.shape[0] == math.prod(padded[:-3]) or not outer:
+            return db.reshape(shape)
+        full = db.reshape(outer + padded[-3:])
+        axes = tuple(i for i, n in enumerate(padded[:-3]) if n == 1 and outer[i] > 1)
+        return self.sum(full, axis=axes, keepdims=True).reshape(shape) if axes else full.reshape(shape)
 
 
 def _dropout(op: str, p, seed):
@@ -408,11 +420,13 @@ class CpuAttentionHooks(AttentionOps):
 
 
 class CudaAttentionHooks(AttentionOps):
-    def _gqa_in_place(self, dtype_name, n, masks, lead):
+    def _gqa_in_place(self, dtype_name, n, masks, lead, d=0):
         # the Triton kernels index k, v by q's last leading dim (the heads); key lengths index their
-        # batch by the same divisor, so with lengths only for (B, H, L, D) q
-        from ..kernels.attention import _MAX_GRID_Y
-        return dtype_name != "float64" and n <= _MAX_GRID_Y and (masks.lengths is None or len(lead) == 2)
+        # batch by the same divisor, so with lengths only for (B, H, L, D) q; head dims past the
+        # Triton kernels' take the repeated heads to cuDNN
+        from ..kernels.attention import _MAX_GRID_Y, MAX_HEAD_DIM
+        return (dtype_name != "float64" and n <= _MAX_GRID_Y and d <= MAX_HEAD_DIM
+                and (masks.lengths is None or len(lead) == 2))
 
     def _varlen_kernels(self, dtype_name):
         if dtype_name == "float64":   # the matrix-product path, a sequence at a time

@@ -39,8 +39,10 @@ class VarlenAttentionOps:
 
         Host cu_seqlens (lists, NumPy arrays) are checked in the call; GPU ones by the forward
         kernel, which records a sequence longer than max_seqlen or a decreasing cu_seqlens in the
-        device's error flag (an ArgumentError at the next cudakit.check()); float64 on the GPU
-        reads them to the host (a wait)."""
+        device's error flag (an ArgumentError at the next cudakit.check()) -- but not their first
+        entry (0) or last (the packed total): GPU cu_seqlens that break those read and write
+        outside the arrays, as FlashAttention's do; pass host ones to have every rule checked.
+        float64 on the GPU reads them to the host (a wait)."""
         return self.attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               scale, causal, window=window)[0]
 

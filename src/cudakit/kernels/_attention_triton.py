@@ -164,7 +164,8 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
     if not POS_SCALE:
         s = s * qk_scale
     if HAS_BIAS:
-        s += _bias_tile(BIAS, b_base, b_rows[:, None], cols[None, :] * sb_k, m_ok[:, None] & (cols < Lk)[None, :])
+        s += _bias_tile(BIAS, b_base, b_rows[:, None], cols.to(tl.int64)[None, :] * sb_k,
+                        m_ok[:, None] & (cols < Lk)[None, :])
     if MASK:
         s = tl.where((cols[None, :] >= lo_r[:, None]) & (cols[None, :] < hi_r[:, None]), s, float("-inf"))
     if POS_SCALE:
@@ -211,7 +212,8 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     if VARLEN:   # packed (total, heads, D) arrays, this program's sequence and head
         lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, ERR, bh + BH0, H, G, Lq, Lk, DLO, DHI,
                                                               start_m, True, D)
-        RS, KRS, LRS = H * D, (H // G) * D, H
+        hq = lse_base * 0 + H   # int64: a packed array's row offsets may pass 2^31 elements
+        RS, KRS, LRS = hq * D, (hq // G) * D, hq
     else:
         lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
         q_base, kv_base, lse_base = bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lq
@@ -224,7 +226,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     hi_r = tl.minimum(rows + dhi, length)
     q = tl.load(Q + q_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
-    b_rows = rows * sb_q
+    b_rows = rows.to(tl.int64) * sb_q   # int64: a bias's Lq Lk elements may pass 2^31
     drop_rows = ((bh + BH0) * Lq + rows) * Lk   # the scores' flat indices of these rows (DROPOUT)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -285,7 +287,8 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
     delta = tl.load(DELTA + lse_base + rows * LRS, mask=m_ok, other=0.0)
     sT = tl.dot(k, qT, input_precision=PREC) * qk_scale                                  # [BLOCK_N, BLOCK_M]
     if HAS_BIAS:
-        sT += _bias_tile(BIAS, b_base, rows[None, :] * sb_q, b_cols[:, None], m_ok[None, :] & n_ok[:, None])
+        sT += _bias_tile(BIAS, b_base, rows.to(tl.int64)[None, :] * sb_q, b_cols[:, None],
+                         m_ok[None, :] & n_ok[:, None])
     pT = tl.math.exp2(sT - lse2[None, :])
     if HAS_BIAS:
         pT = tl.where((lse2 == float("-inf"))[None, :], 0.0, pT)
@@ -329,7 +332,8 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     if VARLEN:
         lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, DLO,
                                                                     DHI, start_n, False, D)
-        RS, KRS, DKRS, LRS = H * D, (H // G) * D, H * D, H
+        hq = lse_base * 0 + H
+        RS, KRS, DKRS, LRS = hq * D, (hq // G) * D, hq * D, hq
     else:
         lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
         q_base, kv_base, lse_base = bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lq
@@ -345,7 +349,7 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     if HAS_LENS:
         length = _key_length(LENS, LENS, bh + BH0, H, Lk, 0, False)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
-    b_cols = cols * sb_k
+    b_cols = cols.to(tl.int64) * sb_k
     drop_base = (bh + BH0) * Lq
     first = start_n * BLOCK_N
     last = first + BLOCK_N - 1
@@ -395,7 +399,8 @@ def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n
     v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=kv_mask, other=0.0)
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
     if HAS_BIAS:
-        s += _bias_tile(BIAS, b_base, b_rows[:, None], cols[None, :] * sb_k, m_ok[:, None] & (cols < Lk)[None, :])
+        s += _bias_tile(BIAS, b_base, b_rows[:, None], cols.to(tl.int64)[None, :] * sb_k,
+                        m_ok[:, None] & (cols < Lk)[None, :])
     p = tl.math.exp2(s - lse2[:, None])
     if HAS_BIAS:
         p = tl.where((lse2 == float("-inf"))[:, None], 0.0, p)
@@ -408,16 +413,16 @@ def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
     if DB_MODE == 1:
-        tl.store(DBIAS + db_base + db_rows[:, None] + cols[None, :] * sd_k, ds.to(DBIAS.dtype.element_ty),
+        tl.store(DBIAS + db_base + db_rows[:, None] + cols.to(tl.int64)[None, :] * sd_k, ds.to(DBIAS.dtype.element_ty),
                  mask=m_ok[:, None] & (cols < Lk)[None, :])
     if DB_MODE == 2:
         if DBQ and DBK:
-            tl.atomic_add(DBIAS + db_base + db_rows[:, None] + cols[None, :] * sd_k, ds,
+            tl.atomic_add(DBIAS + db_base + db_rows[:, None] + cols.to(tl.int64)[None, :] * sd_k, ds,
                           mask=m_ok[:, None] & (cols < Lk)[None, :])
         if DBQ and not DBK:
             tl.atomic_add(DBIAS + db_base + db_rows, tl.sum(ds, 1), mask=m_ok)
         if DBK and not DBQ:
-            tl.atomic_add(DBIAS + db_base + cols * sd_k, tl.sum(ds, 0), mask=cols < Lk)
+            tl.atomic_add(DBIAS + db_base + cols.to(tl.int64) * sd_k, tl.sum(ds, 0), mask=cols < Lk)
         if not DBQ and not DBK:
             tl.atomic_add(DBIAS + db_base, tl.sum(tl.sum(ds, 1), 0))
     return dq
@@ -443,7 +448,8 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     if VARLEN:
         lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, DLO, DHI,
                                                               start_m, False, D)
-        RS, KRS, LRS = H * D, (H // G) * D, H
+        hq = lse_base * 0 + H
+        RS, KRS, LRS = hq * D, (hq // G) * D, hq
     else:
         lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
         q_base, kv_base, lse_base = bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lq
@@ -461,7 +467,7 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     delta = tl.load(DELTA + lse_base + rows * LRS, mask=m_ok, other=0.0)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     db_base = _bias_base(bh + BH0, HB, sd_b, sd_h)
-    b_rows, db_rows = rows * sb_q, rows * sd_q
+    b_rows, db_rows = rows.to(tl.int64) * sb_q, rows.to(tl.int64) * sd_q
     drop_rows = ((bh + BH0) * Lq + rows) * Lk
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)

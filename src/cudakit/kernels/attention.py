@@ -216,7 +216,8 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v: cuDNN's flash forward or
     the Triton kernel, whichever kernels/paths.py measured faster for the signature (Triton alone
     without the `cudnn` extra, for float32, when block_n or tiles name the Triton kernel's tiles
-    (benchmarks/sweeps/attention_variants.py), or with a window or key lengths).
+    (benchmarks/sweeps/attention_variants.py), with a window, key lengths, a bias or dropout, or
+    grouped-query k, v read in place).
     masks: causal (bottom-right aligned), window and key lengths (Masks; Masks(causal) when None).
     A row that sees no key gets out 0 and lse -inf. FLOPs: 4 BH Lq Lk D, about half of it causal.
     groups > 1 (grouped-query attention, the Triton kernels only): k, v are [BH / groups, Lk, D],
@@ -346,7 +347,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None,
              masks: Masks | None = None, deterministic: bool = False, groups: int = 1, q_heads: int = 1):
-    """(dq, dk, dv) of attention for dL/dout = do; lse as forward returned it (either path's: both
+    """(dq, dk, dv), and the bias's gradient as a fourth with a bias (masks.bias; float32 or the
+    bias's dtype, its 4-D shape), of attention for dL/dout = do; lse as forward returned it (either path's: both
     are the natural-log log-sum-exp of the scaled scores). cuDNN's flash backward or the Triton
     kernels, chosen as forward() is; masks as forward's; deterministic: the Triton kernels only
     (no atomics: bitwise the same on every run). tiles: a pair of dicts overriding the Triton dK/dV
