@@ -57,7 +57,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     lens_t = _Tensor(np.asarray(lens, np.int64) if has else np.zeros(1, np.int64))
     err_t = _Tensor(np.zeros(8, np.int64) if err is None else err)
     hb = bias is not None
-    novar = (lens_t, lens_t, groups)   # CU_Q, CU_K: not read
+    novar = (lens_t, lens_t, groups, 0, 0)   # CU_Q, CU_K, TQ, TK: not read
     if dropout is not None:   # (p, seed): the kernels' (DSEED_LO, DSEED_HI, DTHRESH, DSCALE)
         from cudakit.backends.dropout_api import threshold
         novar += (dropout[1] & 0xFFFFFFFF, dropout[1] >> 32, threshold(dropout[0]), 1.0 / (1.0 - dropout[0]))
@@ -186,7 +186,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
     lse, delta = np.zeros((tq, h), np.float32), np.zeros((tq, h), np.float32)
     err = np.zeros(8, np.int64)
     dlo, dhi = relative_bounds(causal, window, mq + mk + 1)
-    cu = (_Tensor(cq), _Tensor(ck), grp, 0, 0, 0, 1.0)   # and no dropout
+    cu = (_Tensor(cq), _Tensor(ck), grp, tq, tk, 0, 0, 0, 1.0)   # and no dropout
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
@@ -237,9 +237,16 @@ def check_varlen_bad_length():
     dummy = _Tensor(np.zeros(1, np.float32))
     cfg = host._config("float32", 16, None)
     kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 0, 0, 0, 1.0, 0, 16,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 40, 40], err
+    # a last entry past the packed total (50 rows): flagged, and the rows read and written stay inside
+    err[:] = 0
+    big = _Tensor(np.array([0, 10, 60], np.int32))
+    kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
+                             HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
+    assert list(err[:4]) == [11, 1, 50, 50], err
 
 
 # (H, Hkv, head_dim, Lq per sequence, Lk per sequence, causal, dtype, window, max_seqlen padding)

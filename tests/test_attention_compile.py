@@ -36,7 +36,7 @@ for name, fn, c in (("fwd", src.attn_fwd, cfg), ("dkdv", src.attn_bwd_dkdv, kv),
                   **({"DB_MODE": 0, "DBQ": True, "DBK": True} if name == "dq" else {}))
     names = list(fn.arg_names)
     ints = ("Lq", "Lk", "DLO", "DHI", "H", "BH0", "sb_b", "sb_h", "sb_q", "sb_k", "HB", "sd_b", "sd_h", "sd_q",
-            "sd_k", "G", "DSEED_LO", "DSEED_HI", "DTHRESH")
+            "sd_k", "G", "TQ", "TK", "DSEED_LO", "DSEED_HI", "DTHRESH")
     sig = {n: "constexpr" if n in consts else ("fp32" if "SCALE" in n.upper() else
            "i32" if n in ints else "*i64" if n in ("LENS", "ERR") else "*i32" if n in ("CU_Q", "CU_K")
            else "*fp32" if n in ("LSE", "DELTA", "DBIAS") else ty) for n in names}

@@ -164,7 +164,7 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
     cfg = _config(dt, d, None)
     kv, qc = _backward_configs(dt, cfg)
     p = "*" + code
-    bias = [p] + I * 5 + ["*i32", "*i32"] + I + ["i64", "i32", "i64", "fp32"]   # BIAS, strides, HB; CU_Q, CU_K, G;
+    bias = [p] + I * 5 + ["*i32", "*i32"] + I * 3 + ["i64", "i32", "i64", "fp32"]   # BIAS, strides, HB; CU_Q, CU_K, G, TQ, TK;
     # the dropout's seed halves, threshold and scale
     for lens, hb, var, dr in ((False, False, False, False), (True, False, False, False)) + (
             ((False, True, False, False), (False, False, True, False), (False, False, False, True))

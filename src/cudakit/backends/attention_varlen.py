@@ -38,11 +38,11 @@ class VarlenAttentionOps:
         sequence. Returns (total_q, H, D) in q's dtype; a row that sees no key gets 0.
 
         Host cu_seqlens (lists, NumPy arrays) are checked in the call; GPU ones by the forward
-        kernel, which records a sequence longer than max_seqlen or a decreasing cu_seqlens in the
-        device's error flag (an ArgumentError at the next cudakit.check()) -- but not their first
-        entry (0) or last (the packed total): GPU cu_seqlens that break those read and write
-        outside the arrays, as FlashAttention's do; pass host ones to have every rule checked.
-        float64 on the GPU reads them to the host (a wait)."""
+        kernel, which records a sequence longer than max_seqlen, reaching outside the packed
+        arrays, or of a decreasing cu_seqlens in the device's error flag (an ArgumentError at the
+        next cudakit.check()) and reads and writes only inside the arrays; rows no sequence covers
+        (a first entry above 0, a last below the total) are left unwritten there. float64 on the
+        GPU reads them to the host (a wait)."""
         return self.attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               scale, causal, window=window)[0]
 

@@ -46,15 +46,16 @@ def _key_length(LENS, ERR, bh, H, Lk, start_m, CHECK: tl.constexpr):
 
 
 @triton.jit
-def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, DLO, DHI, start, CHECK: tl.constexpr, D: tl.constexpr):
+def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, TQ, TK, DLO, DHI, start, CHECK: tl.constexpr, D: tl.constexpr):
     """Packed variable-length sequences (VARLEN): batch*head bh is sequence b = bh // H, head
     h = bh % H of q (total_q, H, D) and of k, v (total_k, H // G, D) (head h // G), the sequence's
     rows cu[b]..cu[b + 1] of each. Returns its (Lq, Lk) clamped to the launch's maxima Lq, Lk, the
     element offsets of its first q row (head h), first k row (head h // G) and first row of an
     (total_k, H, D) key gradient (head h), its mask bounds (DLO, DHI are relative to the
     bottom-right alignment: this sequence's Lk - Lq is added where they bound), and the offset of
-    its first (total_q, H) lse entry. CHECK (the forward): the first program of the sequence
-    records a length outside [0, max] in the device's error flag ERR (code 11, then b, Lq, Lk)."""
+    its first (total_q, H) lse entry. A sequence outside the packed arrays (TQ, TK rows) or longer
+    than the launch covers is cut to what lies inside both; CHECK (the forward): the first program
+    of the sequence records it in the device's error flag ERR (code 11, then b, Lq, Lk)."""
     b = bh // H
     h = bh % H
     q0 = tl.load(CU_Q + b).to(tl.int64)
@@ -62,14 +63,17 @@ def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, DLO, DHI, start, CHECK: tl.constexpr
     lq = tl.load(CU_Q + b + 1).to(tl.int64) - q0
     lk = tl.load(CU_K + b + 1).to(tl.int64) - k0
     if CHECK:
-        if ((lq < 0) | (lq > Lq) | (lk < 0) | (lk > Lk)) & (start == 0) & (h == 0):
+        bad = (lq < 0) | (lq > Lq) | (lk < 0) | (lk > Lk) | (q0 < 0) | (k0 < 0) | (q0 + lq > TQ) | (k0 + lk > TK)
+        if bad & (start == 0) & (h == 0):
             zero = lq * 0
             if tl.atomic_cas(ERR, zero, zero + 11) == 0:   # kernels/attention.py ERR_CU_SEQLENS
                 tl.store(ERR + 1, b)
                 tl.store(ERR + 2, lq)
                 tl.store(ERR + 3, lk)
-    lq = tl.minimum(tl.maximum(lq, 0), Lq).to(tl.int32)
-    lk = tl.minimum(tl.maximum(lk, 0), Lk).to(tl.int32)
+    lq = tl.where(q0 < 0, 0, tl.minimum(tl.maximum(tl.minimum(lq, TQ - q0), 0), Lq)).to(tl.int32)
+    lk = tl.where(k0 < 0, 0, tl.minimum(tl.maximum(tl.minimum(lk, TK - k0), 0), Lk)).to(tl.int32)
+    q0 = tl.maximum(q0, 0)
+    k0 = tl.maximum(k0, 0)
     off = lk - lq
     dlo = tl.where(DLO > -1073741824, DLO + off, DLO)   # -2^30: no bound (attention_masks._UNBOUNDED)
     dhi = tl.where(DHI < 1073741824, DHI + off, DHI)
@@ -196,7 +200,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
-             CU_Q, CU_K, G,              # VARLEN: [B + 1] int sequence starts; G q heads per k, v head
+             CU_Q, CU_K, G, TQ, TK,      # VARLEN: [B + 1] int sequence starts, total rows; G q heads per k, v head
                                          # (packed, or [BH / G, Lk, D] k, v: H is then q's heads)
              DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # DROPOUT: the seed's halves, keep threshold, 1 / (1 - p)
              BH0,                        # the first bh of this launch (grids of more than 65535 bh)
@@ -210,7 +214,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     if VARLEN:   # packed (total, heads, D) arrays, this program's sequence and head
-        lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, ERR, bh + BH0, H, G, Lq, Lk, DLO, DHI,
+        lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, ERR, bh + BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI,
                                                               start_m, True, D)
         hq = lse_base * 0 + H   # int64: a packed array's row offsets may pass 2^31 elements
         RS, KRS, LRS = hq * D, (hq // G) * D, hq
@@ -314,7 +318,7 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
 def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH, Lk, D]
                   LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H,
                   BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
-                  CU_Q, CU_K, G,                        # as attn_fwd; VARLEN: DK, DV (total_k, H, D)
+                  CU_Q, CU_K, G, TQ, TK,                # as attn_fwd; VARLEN: DK, DV (total_k, H, D)
                   DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # as attn_fwd
                   BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -330,7 +334,7 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     if VARLEN:
-        lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, DLO,
+        lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, TQ, TK, DLO,
                                                                     DHI, start_n, False, D)
         hq = lse_base * 0 + H
         RS, KRS, DKRS, LRS = hq * D, (hq // G) * D, hq * D, hq
@@ -434,7 +438,7 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                 BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
                 DBIAS, sd_b, sd_h, sd_q, sd_k,        # DBIAS: the bias's gradient (float32, or the bias's dtype
                                                       # for DB_MODE 1), its element strides (0 broadcast)
-                CU_Q, CU_K, G,                        # as attn_fwd
+                CU_Q, CU_K, G, TQ, TK,                # as attn_fwd
                 DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # as attn_fwd
                 BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
@@ -446,7 +450,7 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     if VARLEN:
-        lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, DLO, DHI,
+        lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI,
                                                               start_m, False, D)
         hq = lse_base * 0 + H
         RS, KRS, LRS = hq * D, (hq // G) * D, hq

@@ -34,8 +34,8 @@ _errors_registered = False
 def _cu_seqlens_error(op: str, f: list):
     from ..errors import ArgumentError
     return ArgumentError(f"{op}: sequence {f[0]} of cu_seqlens_q / cu_seqlens_k has Lq = {f[1]}, Lk = {f[2]}: "
-                         f"negative (cu_seqlens not increasing) or past max_seqlen_q / max_seqlen_k (found on the "
-                         f"device by an earlier asynchronous call)")
+                         f"negative (cu_seqlens not increasing), past max_seqlen_q / max_seqlen_k, or outside the "
+                         f"packed arrays (found on the device by an earlier asynchronous call)")
 
 
 _varlen_errors_registered = False
@@ -65,9 +65,9 @@ def _mask_args(masks: Masks, lq: int, lk: int, dummy) -> tuple:
 
 
 def _NO_VARLEN(dummy, groups: int = 1) -> tuple:
-    """(CU_Q, CU_K, G) of a launch on [BH, L, D] arrays (CU_Q, CU_K not read); groups: q heads a
-    k, v head serves ([BH / groups, Lk, D] k, v read in place)."""
-    return (dummy, dummy, groups)
+    """(CU_Q, CU_K, G, TQ, TK) of a launch on [BH, L, D] arrays (CU_Q, CU_K, TQ, TK not read);
+    groups: q heads a k, v head serves ([BH / groups, Lk, D] k, v read in place)."""
+    return (dummy, dummy, groups, 0, 0)
 
 
 def _drop_args(masks: Masks) -> tuple:
@@ -450,8 +450,9 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
     b is rows cu_q[b]..cu_q[b + 1] of q (total_q, H, D) against rows cu_k[b]..cu_k[b + 1] of k, v
     (total_k, Hkv, D), Hkv dividing H (read in place: q head h takes k, v head h // (H / Hkv)),
     causal and window aligned bottom-right per sequence. cu_q, cu_k: C-contiguous int32/int64
-    (B + 1,) on q's device; a sequence longer than max_q / max_k (or a decreasing cu_seqlens) is
-    recorded in the device's error flag (ArgumentError at the next cudakit.check()). One program
+    (B + 1,) on q's device; a sequence longer than max_q / max_k, reaching outside the packed
+    arrays, or of a decreasing cu_seqlens is cut to what lies inside and recorded in the device's
+    error flag (ArgumentError at the next cudakit.check()). One program
     per (query block of max_q, sequence * head): FLOPs 4 H D sum_b Lq_b Lk_b (about half causal)."""
     cp = _cupy.cupy()
     total_q, h, d = q.shape
@@ -471,7 +472,7 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
                                        DROPOUT=False))
     k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
         q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
-        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], 0, 0, 0, 1.0, 0)
+        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], 0, 0, 0, 1.0, 0)
     return out, lse
 
 
@@ -503,10 +504,11 @@ def backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, s
     common = (float(scale * math.log2(math.e)), float(scale), max_q, max_k, dlo, dhi, h, delta, 0, 0, 0, 0, 1)
     _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True,
                                        DROPOUT=False))[(max(1, math.ceil(max_k / kv["BLOCK_N"])), b * h)](
-        q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, 0, 0, 0, 1.0, 0)
+        q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, total_q, total_k, 0, 0, 0, 1.0, 0)
     _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True,
                                      VARLEN=True, DROPOUT=False))[(max(1, math.ceil(max_q / qc["BLOCK_M"])), b * h)](
-        q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, 0, 0, 0, 1.0, 0)
+        q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, total_q, total_k, 0, 0, 0, 1.0,
+        0)
     return dq, dk, dv
 
 
@@ -566,7 +568,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1,
+        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
                0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the dropout's: not read
         return out, lse
     return fwd
@@ -607,8 +609,8 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
         dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
         delta = nd((bh, lq), f32)
         delta_launch(out, do, delta, lq)
-        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, lse, 1, *nodrop, 0)   # not read
-        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, lse, lse, 1, *nodrop,
-                  0)
+        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0, *nodrop, 0)   # not read
+        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, lse, lse, 1, 0, 0,
+                  *nodrop, 0)
         return dq, dk, dv
     return bwd
