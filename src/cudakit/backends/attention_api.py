@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 
-from .attention_masks import Masks
+from .attention_masks import Masks, check_window
 from .checks import check_bool, finite_scalar, require_array
 from .normalization_api import is_float
 from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
@@ -88,41 +88,44 @@ class AttentionOps:
         ArgumentError at the next cudakit.check() or synchronising call: checking here would wait
         for the GPU) -- but for float64, whose unfused path has no such kernel: checked here."""
         lead = tuple(q.shape[:-2])
-        if window is not None:
-            if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(
-                    w is None or (isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0)
-                    for w in window):
-                raise ArgumentError(f"{op}: window must be None or (left, right), each an int >= 0 or None "
-                                    f"(got {window!r})")
-            window = tuple(None if w is None else int(w) for w in window)
+        window = check_window(op, window)
         b = lead[0] if lead else 1
         heads = math.prod(lead[1:]) if lead else 1
         bias, bias_heads = (None, 1) if attn_bias is None else self._bias(op, attn_bias, q, lk)
         drop = _dropout(op, *dropout)
         if key_lengths is None:
             return Masks(causal, window, bias=bias, bias_heads=bias_heads, dropout=drop)
-        host = isinstance(key_lengths, (list, tuple, np.ndarray))
-        if host:
-            key_lengths = np.asarray(key_lengths)
-            if key_lengths.dtype == object:
-                raise ArgumentTypeError(f"{op}: key_lengths must be an integer array (got {key_lengths!r})")
-        # a host list or NumPy array is copied to the backend's device (a GPU array avoids the copy)
-        x = self._xp().asarray(key_lengths) if host else self._coerce(key_lengths, "key_lengths")
-        if np.dtype(x.dtype).kind not in "iu":
-            raise DTypeError(f"{op}: key_lengths must be an integer array (got {x.dtype})")
+        x, n = self._int_array(op, "key_lengths", key_lengths)
+        host = n is not None
         if tuple(x.shape) != (b,):
             raise ShapeError(f"{op}: key_lengths must have shape ({b},), one length per batch (got {tuple(x.shape)})")
         if not host:
             self._check_devices({"q": q, "key_lengths": x})
         if b and (host or dtype_name == "float64"):
-            n = key_lengths if host else np.asarray(x) if isinstance(x, np.ndarray) else x.get()   # float64: a wait
+            if not host:
+                n = np.asarray(x) if isinstance(x, np.ndarray) else x.get()   # float64: a wait
             bad = np.flatnonzero((n < 0) | (n > lk))
             if bad.size:
                 i = int(bad[0])
                 raise ArgumentError(f"{op}: key_lengths[{i}] = {int(n[i])} is outside [0, Lk = {lk}]")
-        if x.dtype not in (np.int32, np.int64):
-            x = x.astype(np.int64)
-        return Masks(causal, window, self._ascontiguous(x), heads, bias, bias_heads, drop)
+        return Masks(causal, window, self._index_array(x), heads, bias, bias_heads, drop)
+
+    def _int_array(self, op: str, arg: str, value):
+        """(value as an integer array of the backend, its host values or None): a host list or NumPy
+        array is copied to the backend's device (a GPU array avoids the copy)."""
+        host = None
+        if isinstance(value, (list, tuple, np.ndarray)):
+            host = value = np.asarray(value)
+            if value.dtype == object:
+                raise ArgumentTypeError(f"{op}: {arg} must be an integer array (got {value!r})")
+        x = self._xp().asarray(value) if host is not None else self._coerce(value, arg)
+        if np.dtype(x.dtype).kind not in "iu":
+            raise DTypeError(f"{op}: {arg} must be an integer array (got {x.dtype})")
+        return x, host
+
+    def _index_array(self, x):
+        """x (integers) as the C-contiguous int32 or int64 array the kernels read."""
+        return self._ascontiguous(x if x.dtype in (np.int32, np.int64) else x.astype(np.int64))
 
     def _attn_args(self, op: str, named: dict, scale, causal) -> tuple:
         """(arrays, dtype name, scale as float): shapes checked, q/k/v 3-D contiguous views."""

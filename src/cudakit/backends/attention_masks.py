@@ -31,6 +31,18 @@ def key_bounds(lq: int, lk: int, causal: bool, window=None) -> tuple[int, int]:
     return dlo, dhi
 
 
+def check_window(op: str, window):
+    """window as None or a (left, right) tuple of ints >= 0 or None; ArgumentError naming it otherwise."""
+    if window is None:
+        return None
+    import numpy as np
+    from ..errors import ArgumentError
+    if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(
+            w is None or (isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0) for w in window):
+        raise ArgumentError(f"{op}: window must be None or (left, right), each an int >= 0 or None (got {window!r})")
+    return tuple(None if w is None else int(w) for w in window)
+
+
 def relative_bounds(causal: bool, window=None, cap: int = _UNBOUNDED) -> tuple[int, int]:
     """(DLO, DHI) of key_bounds before the bottom-right offset Lk - Lq is added: packed
     variable-length sequences add each sequence's own offset in the kernel. cap (> every

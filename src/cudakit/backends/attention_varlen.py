@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from .attention_masks import Masks
+from .attention_masks import Masks, check_window
 from .checks import check_bool, finite_scalar, require_array
-from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+from ..errors import ArgumentError, ShapeError
 
 
 class VarlenAttentionOps:
@@ -52,7 +52,7 @@ class VarlenAttentionOps:
         for float64; -inf for a row that sees no key), which attention_varlen_backward needs."""
         a = self._varlen_args("attention_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                               max_seqlen_k, scale, causal, window)
-        q, k, v, cq, ck, mq, mk, scale, name = a
+        q, k, v, cq, ck, mq, mk, scale, name, window = a
         with self._device_scope(q):
             mod = self._varlen_kernels(name)
             if mod is not None:
@@ -64,8 +64,8 @@ class VarlenAttentionOps:
         """(grad_q, grad_k, grad_v) of attention_varlen for dL/dout = grad_out (q's shape), from the
         forward's out and lse (attention_varlen_with_lse); same sequences, scale and masks."""
         op = "attention_varlen_backward"
-        q, k, v, cq, ck, mq, mk, scale, name = self._varlen_args(op, q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                                                 max_seqlen_q, max_seqlen_k, scale, causal, window)
+        q, k, v, cq, ck, mq, mk, scale, name, window = self._varlen_args(
+            op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window)
         arrs, _ = self._norm_arrays(op, {"grad_out": grad_out, "out": out, "q": q})
         g, o = self._ascontiguous(arrs["grad_out"]), self._ascontiguous(arrs["out"])
         for a, x in (("grad_out", g), ("out", o)):
@@ -93,7 +93,7 @@ class VarlenAttentionOps:
     # ---- helpers ------------------------------------------------------------------------------
     def _varlen_args(self, op, q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window) -> tuple:
         """(q, k, v contiguous, cu_seqlens_q, cu_seqlens_k as int32/int64 arrays on q's device,
-        max_seqlen_q, max_seqlen_k, scale, dtype name), checked; errors name the argument."""
+        max_seqlen_q, max_seqlen_k, scale, dtype name, window), checked; errors name the argument."""
         arrs, _ = self._norm_arrays(op, {"q": q, "k": k, "v": v})
         q, k, v = (self._ascontiguous(arrs[a]) for a in ("q", "k", "v"))
         for a, x in (("q", q), ("k", k), ("v", v)):
@@ -119,32 +119,19 @@ class VarlenAttentionOps:
             scale = 1.0 / math.sqrt(d)
         scale = finite_scalar(op, "scale", scale)
         check_bool(op, "causal", causal, ints=True)
-        if window is not None:
-            if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(
-                    w is None or (isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0)
-                    for w in window):
-                raise ArgumentError(f"{op}: window must be None or (left, right), each an int >= 0 or None "
-                                    f"(got {window!r})")
-            window = tuple(None if w is None else int(w) for w in window)
-        return q, k, v, cq, ck, mq, mk, scale, name
+        return q, k, v, cq, ck, mq, mk, scale, name, check_window(op, window)
 
     def _cu_seqlens(self, op: str, arg: str, cu, total: int, max_len: int, q):
         """cu as a C-contiguous int32/int64 array on q's device; a host one checked here: (B + 1,)
         with B >= 0, 0 first, non-decreasing, `total` last, no step above max_len."""
-        host = isinstance(cu, (list, tuple, np.ndarray))
-        if host:
-            cu = np.asarray(cu)
-            if cu.dtype == object:
-                raise ArgumentTypeError(f"{op}: {arg} must be an integer array (got {cu!r})")
-        x = self._xp().asarray(cu) if host else self._coerce(cu, arg)
-        if np.dtype(x.dtype).kind not in "iu":
-            raise DTypeError(f"{op}: {arg} must be an integer array (got {x.dtype})")
+        x, n = self._int_array(op, arg, cu)
+        host = n is not None
         if x.ndim != 1 or x.shape[0] < 1:
             raise ShapeError(f"{op}: {arg} must be 1-D with B + 1 >= 1 entries (got shape {tuple(x.shape)})")
         if not host:
             self._check_devices({"q": q, arg: x})
         if host:
-            n = np.asarray(cu, np.int64)
+            n = n.astype(np.int64)
             if n[0] != 0:
                 raise ArgumentError(f"{op}: {arg}[0] must be 0 (got {int(n[0])})")
             steps = np.diff(n)
@@ -159,9 +146,7 @@ class VarlenAttentionOps:
                 i = int(np.argmax(steps))
                 raise ArgumentError(f"{op}: sequence {i} of {arg} has {int(steps[i])} rows, more than "
                                     f"{'max_seqlen_q' if arg.endswith('q') else 'max_seqlen_k'} = {max_len}")
-        if x.dtype not in (np.int32, np.int64):
-            x = x.astype(np.int64)
-        return self._ascontiguous(x)
+        return self._index_array(x)
 
     def _varlen_by_sequence(self, q, k, v, cq, ck, scale, causal, window, name, grads=None):
         """The matrix-product path, one sequence at a time: (out, lse) or, with grads = (grad_out,
