@@ -232,8 +232,8 @@ _UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 def _copy_bits(dst, src) -> None:
     """dst[...] = src for arrays of one dtype, copied as unsigned integers of its size: a pure copy
     that needs no elementwise kernel of the float dtype (CuPy has none for bfloat16). A copy kernel,
-    not cudaMemcpyAsync: on an H100 (2026-11-26, the GPT example's 53 gradients a step) the
-    device-to-device memcpys cost the data-parallel backward about 0.37 ms more than no copies at
-    all (scripts/gpu_check_distributed.sh DP_AB), several microseconds of GPU time each."""
+    not cudaMemcpyAsync: with the GPT example's 53 device-to-device memcpys a step, its
+    data-parallel backward ran 0.37 ms longer than with no copies at all (H100, 2026-11-26,
+    scripts/gpu_check_distributed.sh DP_AB, one run, the no-copy run also without the bucket taper)."""
     u = _UINT[dst.dtype.itemsize]
     dst.view(u)[...] = src.view(u) if src.flags.c_contiguous else src.copy().view(u)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import DistributedError
+from .collectives import dtype_name
 from ..runtime import _cupy
 
 # NCCL's enums (nccl.h; stable since NCCL 2.10, which added ncclAvg and ncclBfloat16)
@@ -19,15 +20,8 @@ _STATUS = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalEr
 
 
 def _code(dt) -> int:
-    """NCCL's enum of a (validated) dtype, by the dtype object: no dtype.name per call."""
-    try:
-        return _codes[dt]
-    except KeyError:
-        c = _codes[dt] = NCCL_DTYPES[dt.name]
-        return c
-
-
-_codes: dict = {}
+    """NCCL's enum of a (validated) dtype, by its cached name (collectives.dtype_name)."""
+    return NCCL_DTYPES[dtype_name(dt)]
 
 
 def nccl_message(exc: BaseException) -> str:
