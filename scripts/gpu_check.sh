@@ -6,15 +6,7 @@ OUT=${OUT:-/tmp/cudakit-out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src:$PWD/tests" PYTHONUNBUFFERED=1 CUDAKIT_RESULTS=/tmp/cudakit-extra  # at most 8 files come back: extras go to the log
 export CUDAKIT_CACHE_DIR=${CUDAKIT_CACHE_DIR:-/tmp/cudakit-cache}
-# The `cudnn` extra's frontend, carried as a wheel in .carry/wheels (git-ignored; pass carry=[".carry"]):
-# the image has cuDNN's runtime (torch's nvidia-cudnn-cu13), not the frontend. Installed into a
-# private directory with the runtime's lib directory on LD_LIBRARY_PATH; CUDAKIT_CUDNN=0 runs without.
-for whl in .carry/wheels/nvidia_cudnn_frontend-*-cp3*.whl; do
-  [ -f "$whl" ] || continue
-  python3 -m pip install -q --no-deps --no-index --target /tmp/cudakit-site "$whl" 2>&1 | tail -2 && export PYTHONPATH="/tmp/cudakit-site:$PYTHONPATH"
-done
-CUDNN_LIB=$(python3 -c "import nvidia.cudnn as m, os; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null) \
-  && export LD_LIBRARY_PATH="$CUDNN_LIB:${LD_LIBRARY_PATH:-}"
+. scripts/cudnn_env.sh   # the carried cudnn frontend, where there is one
 LOG="$OUT/log.txt"
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"

@@ -19,13 +19,7 @@ export CUDAKIT_CACHE_DIR=${CUDAKIT_CACHE_DIR:-/tmp/cudakit-cache}
 # CuPy loads libnccl.so.2: from the NCCL wheel (nvidia-nccl-cu13/-cu12) when one is installed
 NCCL_LIB=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null) \
   && export LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}"
-# the `cudnn` extra's frontend where it is carried (.carry/wheels, pass carry=[".carry"]), as scripts/gpu_check.sh
-for whl in .carry/wheels/nvidia_cudnn_frontend-*-cp3*.whl; do
-  [ -f "$whl" ] || continue
-  python3 -m pip install -q --no-deps --no-index --target /tmp/cudakit-site "$whl" 2>&1 | tail -2 && export PYTHONPATH="/tmp/cudakit-site:$PYTHONPATH"
-done
-CUDNN_LIB=$(python3 -c "import nvidia.cudnn as m, os; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null) \
-  && export LD_LIBRARY_PATH="$CUDNN_LIB:${LD_LIBRARY_PATH:-}"
+. scripts/cudnn_env.sh   # the carried cudnn frontend, where there is one
 LOG="$OUT/log.txt"
 NGPU=$(nvidia-smi -L | wc -l)
 RANKS=${RANKS:-$( [ "$NGPU" -ge 4 ] && echo "4 2" || echo "$NGPU" )}
