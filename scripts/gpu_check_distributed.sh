@@ -6,7 +6,7 @@
 # one GPU, a Chrome trace of one step, two simulated nodes), then a short table.
 #   bash scripts/gpu_check_distributed.sh
 # On 4 GPUs every part runs with 4 ranks and again with 2 (the first two GPUs: CUDA_VISIBLE_DEVICES).
-# RANKS="2 4" picks the rank counts; PARTS="tests bench dp" the parts (split a run over two device
+# RANKS="2 4" picks the rank counts; PARTS="tests bench dp" the parts (TESTS_K: a pytest -k for the tests) (split a run over two device
 # calls with PARTS=tests then PARTS="bench dp"; the table reads whatever $OUT holds).
 # Results under $OUT: log.txt, bench_{cudakit,torch}_N.json, dp_overlap_trace.json,
 # gpt_dp_trace_N.json, dp_gpt.json.
@@ -41,7 +41,7 @@ first_gpus() { seq -s, 0 $(( $1 - 1 )); }
 #    included) on every GPU, then the collectives against NumPy again on the first two
 if has tests; then
   timeout ${TEST_TIMEOUT:-330} python3 -m pytest -q -rs -v -m "cuda or multi_gpu" tests/gpu/test_distributed_gpu.py \
-    -p no:cacheprovider 2>&1 | tee -a "$LOG" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|OVERLAP|REC |Error" | tail -30
+    tests/gpu/test_gather_copy_gpu.py ${TESTS_K:+-k "$TESTS_K"} -p no:cacheprovider 2>&1 | tee -a "$LOG" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|OVERLAP|REC |Error" | tail -30
   if [ "$NGPU" -gt 2 ]; then
     CUDA_VISIBLE_DEVICES=0,1 timeout 120 python3 -m pytest -q -v -m "cuda or multi_gpu" \
       "tests/gpu/test_distributed_gpu.py::test_every_collective_matches_numpy_on_every_gpu" -p no:cacheprovider 2>&1 \
@@ -84,6 +84,12 @@ if has dp; then
         --master-port 29635 $GPT $a --trace /tmp/ab.json 2>&1 | grep -E "rank0\]: (done|trace):" | sed "s/^/DP-AB [$v] /" \
         | tee -a "$LOG"
     done
+  fi
+  # DP_PROBE=1: the one-GPU step plain and with the data-parallel path over a one-rank group (host
+  # time against step time: is the data-parallel cost on the host or on the GPU)
+  if [ "${DP_PROBE:-0}" = 1 ]; then
+    CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 scripts/dp_overhead_probe.py 2>&1 | tee -a "$LOG" \
+      | grep -E "^DP-PROBE"
   fi
   cat /tmp/dp_1.txt /tmp/dp_[0-9]*.txt >> "$LOG" 2>/dev/null
   TINY="examples/train_gpt.py --backend cuda --preset tiny --dropout 0 --steps 8"

@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _launch(*args, timeout=240):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=os.path.join(ROOT, "src"))
-    return subprocess.run([sys.executable, "-m", "cudakit", "run", "--nproc-per-node", "2", *args],
+    return subprocess.run([sys.executable, "-m", "cudakit", "run", "--nproc-per-node", "2", "--master-port", "0", *args],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 

@@ -104,9 +104,14 @@ class GradSync:
     rank whose parameters every rank starts with (None: no broadcast). bucket_bytes and
     tail_bucket_bytes: see plan_buckets (the gradients of the first parameters, which the backward
     produces last, go into smaller buckets so that little is left to all-reduce after it).
-    copy=False: set_grad adopts a C-contiguous gradient instead of copying it into its bucket: the
-    bucket's all-reduce then runs in place on the arrays it was given (one NCCL group call), and
-    wait() returns them; no copy kernel, no second copy of the gradients' bytes."""
+    copy=True (NCCL): set_grad keeps the gradient, and when its bucket is complete one launch
+    (kernels.gather_copy) copies all of the bucket's gradients into it, in place of a copy kernel
+    per gradient (host time: one launch a bucket, not one a gradient); gradients it cannot take
+    (not C-contiguous, not 16-byte aligned) are copied at once. copy=False: set_grad adopts a
+    C-contiguous gradient instead of copying it into its bucket: the bucket's all-reduce then runs
+    in place on the arrays it was given (one NCCL group call), and wait() returns them; no copy
+    kernel, no second copy of the gradients' bytes. Either way a gradient given to set_grad is read
+    up to its bucket's launch (at the latest in wait()): do not write to it before then."""
 
     def __init__(self, params, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, average: bool = True,
                  broadcast_from: int | None = 0, tail_bucket_bytes: int = DEFAULT_TAIL_BUCKET_BYTES,
@@ -127,8 +132,10 @@ class GradSync:
         self.buckets = plan_buckets([p.nbytes for p in self.params], [p.dtype.name for p in self.params],
                                     bucket_bytes, tail_bucket_bytes)
         xp = coll._xp(g)
+        self._gather = xp.__name__ != "numpy"   # CuPy buckets: one gather_copy launch per bucket
         self.buffers, self.grads = [], [None] * len(self.params)
         self._bucket_of = [0] * len(self.params)
+        self._offset = [0] * len(self.params)     # byte offset of each gradient in its bucket
         for b, idx in enumerate(self.buckets):
             dt = self.params[idx[0]].dtype
             item = dt.itemsize
@@ -142,6 +149,7 @@ class GradSync:
                 p = self.params[i]
                 self.grads[i] = buf[o:o + p.size].reshape(p.shape)
                 self._bucket_of[i] = b
+                self._offset[i] = o * item
         self._reset()
         if broadcast_from is not None:
             broadcast_parameters(self.params, broadcast_from, group)
@@ -152,11 +160,14 @@ class GradSync:
         self._works: list = []   # in bucket order
         self._next = 0           # the next bucket to launch
         self._adopted: dict = {}  # i -> the caller's gradient array (copy=False)
+        self._pending: dict = {}  # bucket -> [(i, gradient)] to gather into it at its launch (copy=True)
 
     def set_grad(self, i, grad) -> None:
-        """Copy `grad` (params[i]'s shape and dtype) into grads[i] on the current stream and mark it
-        ready (copy=False: take `grad` itself where it is C-contiguous on the group's device; its
-        all-reduce then runs in place on it). i: an index, or a name when params was a dict."""
+        """Give `grad` (params[i]'s shape and dtype) as gradient i and mark it ready: it is copied
+        into grads[i] on the current stream, with the rest of its bucket when the bucket is
+        complete (copy=False: `grad` itself is taken where it is C-contiguous on the group's
+        device; its all-reduce then runs in place on it). Do not write to `grad` before wait().
+        i: an index, or a name when params was a dict."""
         i = self._index(i)
         if tuple(grad.shape) != tuple(self.grads[i].shape) or grad.dtype != self.grads[i].dtype:
             raise ShapeError(f"grad {i} is {grad.dtype} {tuple(grad.shape)}; params[{i}] is "
@@ -165,9 +176,16 @@ class GradSync:
             raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
         if not self.copy and self._adoptable(grad):
             self._adopted[i] = grad
+        elif self._gather and self._gatherable(grad, i):
+            self._pending.setdefault(self._bucket_of[i], []).append((i, grad))
         else:
             _copy_bits(self.grads[i], grad)
         self.mark_ready(i)
+
+    def _gatherable(self, grad, i) -> bool:
+        from ..kernels import gather_copy
+        return (type(grad) is type(self.grads[i]) and grad.data.device_id == self.grads[i].data.device_id
+                and gather_copy.eligible(grad, self._offset[i]))
 
     def _adoptable(self, grad) -> bool:
         try:
@@ -190,6 +208,11 @@ class GradSync:
         while self._next < len(self.buckets) and (all_ or self._missing[self._next] == 0):
             op = "avg" if self.average else "sum"
             idx = self.buckets[self._next]
+            pending = self._pending.pop(self._next, None)
+            if pending:   # the bucket's kept gradients, in one launch on the current stream
+                from ..kernels import gather_copy
+                gather_copy.gather_copy(self.buffers[self._next], [self._offset[i] for i, _ in pending],
+                                        [a for _, a in pending])
             if self._adopted and any(i in self._adopted for i in idx):   # in place on the arrays given
                 arrays = [self._adopted.get(i, self.grads[i]) for i in idx]
                 self._works.append(coll.all_reduce_coalesced(arrays, op, self.group, async_op=True))
@@ -234,6 +257,7 @@ def _copy_bits(dst, src) -> None:
     that needs no elementwise kernel of the float dtype (CuPy has none for bfloat16). A copy kernel,
     not cudaMemcpyAsync: with the GPT example's 53 device-to-device memcpys a step, its
     data-parallel backward ran 0.37 ms longer than with no copies at all (H100, 2026-11-26,
-    scripts/gpu_check_distributed.sh DP_AB, one run, the no-copy run also without the bucket taper)."""
+    scripts/gpu_check_distributed.sh DP_AB, one run, the no-copy run also without the bucket taper).
+    GradSync takes this path only for the gradients gather_copy cannot take, and on NumPy."""
     u = _UINT[dst.dtype.itemsize]
     dst.view(u)[...] = src.view(u) if src.flags.c_contiguous else src.copy().view(u)

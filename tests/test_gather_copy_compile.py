@@ -1,0 +1,31 @@
+"""kernels.gather_copy's generated kernel compiles for sm_90 with nvcc (no spills, no stack) and
+its parameters fit the 4 KiB a kernel launch may pass. No GPU needed; the copy itself is checked
+against NumPy in tests/gpu/test_gather_copy_gpu.py."""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from cudakit.kernels import gather_copy as gc
+
+
+def test_parameters_fit_a_launch():
+    n = gc.MAX_SOURCES
+    assert 8 + 4 + n * (3 * 8 + 4) <= 4096
+    assert gc.CHUNK % (16 * gc.THREADS) == 0
+
+
+def test_nvcc_compiles_without_spills(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("nvcc is not on the PATH")
+    src = tmp_path / "g.cu"
+    src.write_text(gc.SOURCE)
+    r = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "g.cubin"), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "ck_gather_copy" in r.stderr
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
+    assert spills == [("0", "0")], r.stderr
+    assert re.findall(r"(\d+) bytes stack frame", r.stderr) == ["0"], r.stderr
