@@ -241,16 +241,22 @@ VARLEN = [(2, 2, 8, [5, 0, 9, 3], [7, 4, 9, 0], False, None),
           (3, 3, 40, [1, 64], [70, 64], False, (None, 0))]
 
 
-def check_varlen(dev, host, rng, h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
+def check_varlen(dev, host, rng, h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, one_cu=False):
     """attention_varlen forward and backward against each sequence's float64 reference (the heads
-    of k, v repeated for the reference only); cu_seqlens given as a host list and as device arrays."""
+    of k, v repeated for the reference only); cu_seqlens given as host lists and as device arrays,
+    and where lq == lk as one device array for both (the form cuDNN's ragged path takes). one_cu:
+    only the forms cuDNN's ragged path takes (equal host lists, one device array)."""
     cq, ck = (np.concatenate([[0], np.cumsum(x)]).astype(np.int32) for x in (lq, lk))
     grp = h // hkv
     q, g = data(rng, (int(cq[-1]), h, d), dtype), data(rng, (int(cq[-1]), h, d), dtype)
     k, v = data(rng, (int(ck[-1]), hkv, d), dtype), data(rng, (int(ck[-1]), hkv, d), dtype)
     mq, mk = max(lq) + max_pad, max(lk) + max_pad
     sc = 1 / math.sqrt(d)
-    for cu in ((cq.tolist(), ck.tolist()), (dev(cq), dev(ck))):
+    cus = [(cq.tolist(), ck.tolist())] + ([] if one_cu else [(dev(cq), dev(ck))])
+    if list(lq) == list(lk):
+        one = dev(cq)
+        cus.append((one, one))
+    for cu in cus:
         out_d, lse_d = cudakit.attention_varlen_with_lse(dev(q), dev(k), dev(v), *cu, mq, mk, causal=causal,
                                                          window=window)
         dq, dk, dv = (host(t) for t in cudakit.attention_varlen_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d,

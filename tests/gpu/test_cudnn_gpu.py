@@ -176,3 +176,14 @@ def test_attention_blhd_cudnn(b, lq, lk, h, d, dtype, causal, rng, only_cudnn):
 def test_attention_grouped_query_cudnn(b, h, hkv, lq, lk, d, dtype, causal, layout, rng, only_cudnn):
     """Grouped-query attention read in place by cuDNN (Hkv = H included: plain attention)."""
     ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal, layout)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", [(2, 2, 64, [300, 1, 0, 517], True), (4, 2, 128, [129, 257], False),
+                                  (3, 1, 40, [33, 7, 64], True), (2, 2, 256, [70, 131], True)])
+def test_attention_varlen_cudnn_ragged(case, dtype, rng, only_cudnn):
+    """attention_varlen on cuDNN's ragged graphs (the same sequences for q and k, no window): every
+    sequence's forward, lse and gradients against float64, grouped-query heads and head dim 256
+    included; cu_seqlens as host lists and as one device array."""
+    h, hkv, d, lens, causal = case
+    ac.check_varlen(_dev, _host, rng, h, hkv, d, lens, lens, causal, dtype, one_cu=True)

@@ -84,7 +84,7 @@ class VarlenAttentionOps:
             if mod is not None:
                 dq, dk, dv = mod.backward_varlen(g, q, k, v, o, lse, cq, ck, mq, mk, scale, bool(causal), name,
                                                  window)
-                if groups > 1:   # each q head's share, summed over the heads sharing a k, v head
+                if groups > 1 and dk.shape[1] != k.shape[1]:   # each q head's share, summed per k, v head
                     t, hkv, d = k.shape
                     dk, dv = (self.sum(x.reshape(t, hkv, groups, d), axis=2) for x in (dk, dv))
                 return dq, dk, dv
@@ -110,8 +110,10 @@ class VarlenAttentionOps:
         name = self._check_dtype(q, "q")
         mq = _seqlen(op, "max_seqlen_q", max_q)
         mk = _seqlen(op, "max_seqlen_k", max_k)
-        cq = self._cu_seqlens(op, "cu_seqlens_q", cu_q, tq, mq, q)
-        ck = self._cu_seqlens(op, "cu_seqlens_k", cu_k, tk, mk, q)
+        cq, nq = self._cu_seqlens(op, "cu_seqlens_q", cu_q, tq, mq, q)
+        ck, nk = self._cu_seqlens(op, "cu_seqlens_k", cu_k, tk, mk, q)
+        if cu_k is cu_q or (nq is not None and nk is not None and np.array_equal(nq, nk)):
+            ck = cq   # the same sequences for q and k, known here: the kernels may take cuDNN's ragged path
         if cq.shape[0] != ck.shape[0]:
             raise ShapeError(f"{op}: cu_seqlens_q and cu_seqlens_k must both be (B + 1,) (got {cq.shape[0]} and "
                              f"{ck.shape[0]} entries)")
@@ -122,8 +124,9 @@ class VarlenAttentionOps:
         return q, k, v, cq, ck, mq, mk, scale, name, check_window(op, window)
 
     def _cu_seqlens(self, op: str, arg: str, cu, total: int, max_len: int, q):
-        """cu as a C-contiguous int32/int64 array on q's device; a host one checked here: (B + 1,)
-        with B >= 0, 0 first, non-decreasing, `total` last, no step above max_len."""
+        """(cu as a C-contiguous int32/int64 array on q's device, its int64 host copy or None for a
+        device array); a host one checked here: (B + 1,) with B >= 0, 0 first, non-decreasing,
+        `total` last, no step above max_len."""
         x, n = self._int_array(op, arg, cu)
         host = n is not None
         if x.ndim != 1 or x.shape[0] < 1:
@@ -146,7 +149,7 @@ class VarlenAttentionOps:
                 i = int(np.argmax(steps))
                 raise ArgumentError(f"{op}: sequence {i} of {arg} has {int(steps[i])} rows, more than "
                                     f"{'max_seqlen_q' if arg.endswith('q') else 'max_seqlen_k'} = {max_len}")
-        return self._index_array(x)
+        return self._index_array(x), n
 
     def _varlen_by_sequence(self, q, k, v, cq, ck, scale, causal, window, name, grads=None):
         """The matrix-product path, one sequence at a time: (out, lse) or, with grads = (grad_out,

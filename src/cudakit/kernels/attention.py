@@ -444,6 +444,14 @@ def _bias_grad_buffer(masks: Masks, bh: int, lq: int, lk: int, deterministic: bo
 
 
 # ---- packed variable-length sequences ------------------------------------------------------------
+def _cudnn_varlen(q, k, cu_q, cu_k, window, scale: float, dtype_name: str) -> bool:
+    """cuDNN's ragged graphs may take this varlen call: the same sequences for q and k (cu_k is
+    cu_q: the caller resolved equal host arrays to one), no window, equal packed totals, and what
+    cuDNN's dense attention takes (kernels/cudnn_varlen.py says why the first two)."""
+    return (cu_k is cu_q and window is None and q.shape[0] == k.shape[0]
+            and _cudnn_candidate(dtype_name, q.shape[2], scale))
+
+
 def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, causal: bool, dtype_name: str,
                    window=None):
     """(out (total_q, H, D), lse (total_q, H) float32) of attention over packed sequences: sequence
@@ -452,8 +460,27 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
     causal and window aligned bottom-right per sequence. cu_q, cu_k: C-contiguous int32/int64
     (B + 1,) on q's device; a sequence longer than max_q / max_k, reaching outside the packed
     arrays, or of a decreasing cu_seqlens is cut to what lies inside and recorded in the device's
-    error flag (ArgumentError at the next cudakit.check()). One program
-    per (query block of max_q, sequence * head): FLOPs 4 H D sum_b Lq_b Lk_b (about half causal)."""
+    error flag (ArgumentError at the next cudakit.check()). cuDNN's ragged flash attention where
+    _cudnn_varlen allows and kernels/paths.py measured it faster, else the Triton kernel: one program
+    per (query block of max_q, sequence * head). FLOPs 4 H D sum_b Lq_b Lk_b (about half causal)."""
+    cp = _cupy.cupy()
+    total_q, h, d = q.shape
+    b = cu_q.shape[0] - 1
+    if b > 0 and total_q and h and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
+        from . import cudnn_varlen, paths
+        err = _varlen_flag(q.data.device_id)
+        key = ("fwd_varlen", b, h, k.shape[1], max_q, max_k, d, dtype_name, bool(causal), q.data.device_id)
+        cands = [("cudnn", lambda: cudnn_varlen.forward(q, k, v, cu_q, max_q, max_k, scale, causal, err))]
+        if d <= MAX_HEAD_DIM:
+            cands.append(("triton", lambda: _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal,
+                                                                   dtype_name, window)))
+        r = paths.run("attention_varlen", key, cands)
+        if r is not None:
+            return r
+    return _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window)
+
+
+def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window):
     cp = _cupy.cupy()
     total_q, h, d = q.shape
     b = cu_q.shape[0] - 1
@@ -478,9 +505,27 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
 
 def backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, scale: float, causal: bool,
                     dtype_name: str, window=None):
-    """(dq (total_q, H, D), dk, dv (total_k, H, D): each q head's share, which the caller sums over
-    the heads sharing a k, v head when Hkv < H) of forward_varlen, lse as it returned. FLOPs
-    10 H D sum_b Lq_b Lk_b."""
+    """(dq (total_q, H, D), dk, dv) of forward_varlen, lse as it returned: dk, dv (total_k, Hkv, D)
+    from cuDNN (summed over the q heads sharing a k, v head), (total_k, H, D) from the Triton
+    kernels (each q head's share, which the caller sums when Hkv < H). FLOPs 10 H D sum_b Lq_b Lk_b."""
+    b = cu_q.shape[0] - 1
+    if b > 0 and q.shape[0] and q.shape[1] and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
+        from . import cudnn_varlen, paths
+        err = _varlen_flag(q.data.device_id)
+        total_q, h, d = q.shape
+        key = ("bwd_varlen", b, h, k.shape[1], max_q, max_k, d, dtype_name, bool(causal), q.data.device_id)
+        cands = [("cudnn", lambda: cudnn_varlen.backward(do, q, k, v, out, lse, cu_q, max_q, max_k, scale, causal,
+                                                         err))]
+        if d <= MAX_HEAD_DIM:
+            cands.append(("triton", lambda: _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k,
+                                                                    scale, causal, dtype_name, window)))
+        r = paths.run("attention_varlen_backward", key, cands)
+        if r is not None:
+            return r
+    return _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window)
+
+
+def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window):
     cp = _cupy.cupy()
     total_q, h, d = q.shape
     total_k = k.shape[0]
