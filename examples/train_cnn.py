@@ -220,15 +220,17 @@ class Trainer:
     """
 
     def __init__(self, cfg: CNNConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
-                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True):
+                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = False):
         self.cfg, self.device, self.graph = cfg, device, graph
         # first: joining the group selects this rank's GPU
         self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy)
         self.params = init_params(cfg, seed, device, dtype)
         self.buffers = init_buffers(cfg, device, dtype)
         self.names = sorted(self.params)
-        self.opt = cudakit.SGD([self.params[n] for n in self.names], lr=cfg.lr, momentum=cfg.momentum,
-                               weight_decay=cfg.weight_decay, master_weights=dtype in ("bfloat16", "float16"))
+        self._make_opt = lambda names: cudakit.SGD(   # noqa: E731 -- data parallel: one per part
+            [self.params[n] for n in names], lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+            master_weights=dtype in ("bfloat16", "float16"))
+        self.opt = None if self.dp.active else self._make_opt(self.names)
         self._graphed = None
         self.dp.attach(self.params)
 
@@ -244,10 +246,11 @@ class Trainer:
         if self.dp.active:   # data parallel: gradients all-reduced in buckets as the backward makes them
             with cudakit.profiler.range("forward"):
                 loss, cache = forward(self.params, (images, labels), self.cfg, self.buffers)
-            grads = self.dp.gradients(lambda hook: backward(cache, hook), self.names)   # its "backward" range
-            with cudakit.profiler.range("optimizer"):
-                self.opt.step(grads)
-            return self.dp.mean_loss(loss)
+            mean = self.dp.start_mean_loss(loss)
+            # the backward (its "backward" range) and the optimizer, which steps the parameters of the
+            # last bucket after its all-reduce and the others while it runs
+            self.dp.step(lambda hook: backward(cache, hook), self.names, self._make_opt)
+            return self.dp.finish_mean_loss(mean)
         if self.graph:
             if self._graphed is None:
                 self._graphed = cudakit.graph(self.forward_backward, images, labels)

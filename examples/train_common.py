@@ -88,11 +88,12 @@ class DataParallel:
         if self.active:
             self.dist.broadcast_parameters([params[n] for n in sorted(params)])
 
-    def gradients(self, run_backward, names: list) -> list:
+    def gradients(self, run_backward, names: list, wait: bool = True) -> list | None:
         """The gradients of `names`, averaged over the ranks. run_backward(hook) runs the backward,
         calling hook(name, grad) as each gradient is produced (None: no hook), and returns them as
         a dict in that order. The first step learns the order (its gradients are all-reduced after
-        the backward); from then on each bucket's all-reduce starts as soon as it is complete."""
+        the backward); from then on each bucket's all-reduce starts as soon as it is complete.
+        wait=False: leave the step open (self.sync.wait() ends it) and return None."""
         if self.sync is None:
             grads = run_backward(None)
             order = list(grads)[::-1]   # GradSync fills its buckets from the last index backwards
@@ -104,21 +105,58 @@ class DataParallel:
         else:
             with cudakit.profiler.range("backward"):   # (in a --trace: what the all-reduces overlap)
                 run_backward(self.sync.set_grad)
+        if not wait:
+            return None
         grads = self.sync.wait()   # {name: averaged gradient}
         return [grads[n] for n in names]
+
+    def step(self, run_backward, names: list, make_optimizer) -> None:
+        """One data-parallel backward and optimizer step: run_backward(hook) as for gradients();
+        make_optimizer(names) -> an optimizer over those parameters (its step(grads) taking their
+        gradients in that order), called on the first step. The optimizer steps in two parts: the
+        parameters of the last bucket (the backward's last gradients: its all-reduce has no
+        backward left to hide under) after that bucket, all the others before it, while it still
+        reduces (the optimizer's state is per parameter: two parts step exactly as one would)."""
+        if self.sync is None:
+            self.gradients(run_backward, names, wait=False)
+            late = set(self.sync.bucket_params(-1))
+            parts = [[n for n in names if n not in late], [n for n in names if n in late]]
+            self._parts = [(p, make_optimizer(p)) for p in parts if p]
+        else:
+            with cudakit.profiler.range("backward"):   # (in a --trace: what the all-reduces overlap)
+                run_backward(self.sync.set_grad)
+        with cudakit.profiler.range("optimizer"):
+            for k, (part, opt) in enumerate(self._parts):
+                last = k == len(self._parts) - 1
+                grads = self.sync.wait() if last else self.sync.wait_for(part)
+                opt.step([grads[n] for n in part])
 
     def close(self) -> None:
         """Leave the process group (the other ranks then see a clean exit, not a lost rank)."""
         if self.active:
             self.dist.destroy_process_group()
 
-    def mean_loss(self, loss):
-        """The loss averaged over the ranks (what each rank prints)."""
+    def start_mean_loss(self, loss):
+        """Start averaging the loss over the ranks (what each rank prints) on the communication
+        stream, right after the forward: it runs ahead of the gradient buckets instead of holding
+        the next step's stream after the optimizer. Returns what finish_mean_loss takes."""
         if not self.active:
-            return loss
+            return loss, None
         buf = loss.reshape(1).copy()
-        self.dist.all_reduce(buf, "avg")
+        return buf, self.dist.all_reduce(buf, "avg", async_op=True)
+
+    def finish_mean_loss(self, started):
+        """The averaged loss (0-d) of start_mean_loss: the current stream waits for it (by then
+        long done: it ran before the backward's buckets)."""
+        buf, work = started
+        if work is None:
+            return buf
+        work.wait()
         return buf.reshape(())
+
+    def mean_loss(self, loss):
+        """The loss averaged over the ranks, at once (start_mean_loss and finish_mean_loss)."""
+        return self.finish_mean_loss(self.start_mean_loss(loss))
 
 
 class GradHook(dict):
@@ -153,9 +191,10 @@ def parser(description: str, presets: dict) -> argparse.ArgumentParser:
     p.add_argument("--tail-bucket-mb", type=_mib(0), default=1.0,
                    help="data parallel: the last bucket's size in MiB, doubling up to --bucket-mb in the buckets "
                         "before it (GradSync's tail_bucket_bytes; 0: no taper; default 1)")
-    p.add_argument("--grad-copy", action=argparse.BooleanOptionalAction, default=True,
-                   help="data parallel: copy each gradient into its bucket (GradSync's copy; default) or, with "
-                        "--no-grad-copy, all-reduce the backward's gradient arrays in place")
+    p.add_argument("--grad-copy", action=argparse.BooleanOptionalAction, default=False,
+                   help="data parallel: copy the gradients into their buckets (GradSync's copy=True: one copy "
+                        "launch a bucket) or, by default (--no-grad-copy), all-reduce the backward's gradient "
+                        "arrays in place (no copies: the faster step on the GPU, the GPT example on 2 H100s)")
     p.add_argument("--trace", metavar="PATH", default=None,
                    help="after the timed steps, profile one more step (its forward, backward and optimizer "
                         "ranges and its collectives) and write its Chrome trace to PATH (rank 0; open in "

@@ -334,7 +334,7 @@ class Trainer:
     """
 
     def __init__(self, cfg: GPTConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
-                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True):
+                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = False):
         if graph and cfg.dropout > 0:
             raise ValueError(f"graph=True replays the dropout masks it captured on every step (cudakit.dropout "
                              f"takes its seed as a host integer); use dropout=0 (got {cfg.dropout})")
@@ -343,8 +343,10 @@ class Trainer:
         self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy)
         self.params = init_params(cfg, seed, device, dtype)
         self.names = sorted(self.params)
-        self.opt = cudakit.AdamW([self.params[n] for n in self.names], lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                 master_weights=dtype in ("bfloat16", "float16"))
+        self._make_opt = lambda names: cudakit.AdamW(   # noqa: E731 -- data parallel: one per part
+            [self.params[n] for n in names], lr=cfg.lr, weight_decay=cfg.weight_decay,
+            master_weights=dtype in ("bfloat16", "float16"))
+        self.opt = None if self.dp.active else self._make_opt(self.names)
         self.steps = 0
         self._graphed = None
         self.dp.attach(self.params)
@@ -361,11 +363,12 @@ class Trainer:
         if self.dp.active:   # data parallel: gradients all-reduced in buckets as the backward makes them
             with cudakit.profiler.range("forward"):
                 loss, cache = forward(self.params, (tokens, targets), self.cfg, self.steps, self.device.xp)
-            grads = self.dp.gradients(lambda hook: backward(cache, hook), self.names)   # its "backward" range
-            with cudakit.profiler.range("optimizer"):
-                self.opt.step(grads)
+            mean = self.dp.start_mean_loss(loss)
+            # the backward (its "backward" range) and AdamW, which steps the parameters of the last
+            # bucket after its all-reduce and the others while it runs
+            self.dp.step(lambda hook: backward(cache, hook), self.names, self._make_opt)
             self.steps += 1
-            return self.dp.mean_loss(loss)
+            return self.dp.finish_mean_loss(mean)
         if self.graph:
             if self._graphed is None:
                 self._graphed = cudakit.graph(self.forward_backward, tokens, targets)

@@ -60,6 +60,10 @@ if [ -n "${TRITON_SLIM:-}" ] && [ -f "$TRITON_SLIM" ]; then
     timeout 90 python3 -m cudakit bench --out /tmp/cudakit-bench-alt --ops triton_launch_overhead 2>>"$LOG" | tee -a "$LOG" | tail -8 | sed 's/^/ALT /'
     cp /tmp/cudakit-bench-alt/results.json "$OUT/results-$(basename "$TRITON_SLIM" .tar.xz).json" 2>/dev/null )
 fi
+# VARLEN=1: attention_varlen against torch's fastest way (scripts/varlen_bench.py, issue 27's varlen line)
+if [ "${VARLEN:-0}" = 1 ]; then
+  timeout ${VARLEN_TIMEOUT:-240} python3 scripts/varlen_bench.py --out "$OUT/varlen.json" 2>&1 | tee -a "$LOG" | grep -E "VARLEN|Error"
+fi
 # HOST_BREAKDOWN=1 (or row names): where each host_time row's microseconds go (scripts/host_breakdown.py)
 if [ -n "${HOST_BREAKDOWN:-}" ]; then
   rows=""; [ "$HOST_BREAKDOWN" = 1 ] || rows="$HOST_BREAKDOWN"

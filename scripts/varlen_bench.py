@@ -70,6 +70,9 @@ def main():
             r["cudakit_fwd_ms"] = timed(lambda: cudakit.attention_varlen(qc, kc, vc, cuc, cuc, mx, mx, causal=causal))
             r["cudakit_bwd_ms"] = timed(lambda: cudakit.attention_varlen_backward(doc, qc, kc, vc, out, lse, cuc, cuc,
                                                                                   mx, mx, causal=causal))
+            from cudakit.kernels import paths   # which path ran: cuDNN's ragged graphs or the Triton kernels
+            r["cudakit_paths"] = {op: paths.last_paths().get(op, "triton")
+                                  for op in ("attention_varlen", "attention_varlen_backward")}
             # torch: the ways it has
             cands = {}
             qs, ks, vs = (list(torch.split(x, LENGTHS)) for x in (q, k, v))
@@ -132,7 +135,7 @@ def main():
             r["cudakit_fwd_tflops"] = flops / r["cudakit_fwd_ms"] / 1e9
             r["cudakit_bwd_tflops"] = 2.5 * flops / r["cudakit_bwd_ms"] / 1e9
             rows.append(r)
-            print(f"VARLEN {name:9} causal={causal!s:5} fwd {r['cudakit_fwd_ms']:.3f} ms vs {bf} {fwd[bf]:.3f} "
+            print(f"VARLEN {name:9} causal={causal!s:5} paths {r['cudakit_paths']} fwd {r['cudakit_fwd_ms']:.3f} ms vs {bf} {fwd[bf]:.3f} "
                   f"(x{r['x_fwd']:.3f}, {r['cudakit_fwd_tflops']:.0f} TFLOP/s) | bwd {r['cudakit_bwd_ms']:.3f} ms vs "
                   f"{bb} {bwd.get(bb, float('nan')):.3f} (x{(r['x_bwd'] or float('nan')):.3f})  all fwd {fwd} bwd {bwd}",
                   flush=True)

@@ -146,3 +146,21 @@ def test_copy_false_adopts_contiguous_gradients(one_rank):
     assert grads[0] is g0 and grads[1] is sync.grads[1] and grads[1].tolist() == [3.0] * 7
     with pytest.raises(ValueError, match="copy must be a bool"):
         dist.GradSync(params, copy=1)
+
+
+def test_wait_for_starts_the_rest_and_leaves_the_step_open(one_rank):
+    params = {"w": np.ones((2, 3), np.float32), "b": np.ones(3, np.float32), "e": np.ones(4, np.float32)}
+    sync = dist.GradSync(params, bucket_bytes=ALIGN_BYTES)
+    assert sync.buckets == [[2], [1], [0]] and sync.bucket_params(-1) == ["w"] and sync.bucket_params(0) == ["e"]
+    sync.set_grad("e", np.full(4, 2.0, np.float32))
+    sync.set_grad("b", np.full(3, 5.0, np.float32))
+    assert sync.launched == 2
+    early = sync.wait_for(["e", "b"])   # "w" never marked: started here, the step stays open
+    assert sync.launched == 3 and early["e"].tolist() == [2.0] * 4 and early["b"].tolist() == [5.0] * 3
+    with pytest.raises(ValueError, match="already marked"):
+        sync.mark_ready("b")
+    grads = sync.wait()
+    assert grads["w"] is sync.grad("w") and sync.launched == 0
+    with pytest.raises(ValueError, match="one of the 3 names"):
+        sync.wait_for(["e", "nope"])
+    assert sync.launched == 0   # nothing started by the refused call

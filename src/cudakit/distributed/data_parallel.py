@@ -236,6 +236,25 @@ class GradSync:
         self._reset()
         return dict(zip(self.names, grads)) if self.names is not None else grads
 
+    def wait_for(self, params):
+        """Make the current stream wait for the all-reduces of the buckets holding `params` (indices
+        or names), starting every bucket not started yet (gradients never marked count as written),
+        and return grads as wait() does, without ending the step: what an optimizer step over those
+        parameters may read while the other buckets still reduce (wait() ends the step). NumPy
+        backend: blocks until those buckets are reduced."""
+        buckets = sorted({self._bucket_of[self._index(i)] for i in params})   # checked before anything starts
+        self._launch_ready(all_=True)
+        for b in buckets:
+            self._works[b].wait()
+        grads = [self._adopted.get(i, g) for i, g in enumerate(self.grads)] if self._adopted else self.grads
+        return dict(zip(self.names, grads)) if self.names is not None else list(grads)
+
+    def bucket_params(self, b: int) -> list:
+        """The parameters of bucket b (names when params was a dict, else indices), in bucket order;
+        b = -1: the last bucket, whose all-reduce starts after the backward's last gradient."""
+        idx = self.buckets[b]
+        return [self.names[i] for i in idx] if self.names is not None else list(idx)
+
     def grad(self, i):
         """The gradient buffer of parameter i (an index, or a name)."""
         return self.grads[self._index(i)]
