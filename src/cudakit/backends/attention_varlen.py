@@ -42,7 +42,9 @@ class VarlenAttentionOps:
         arrays, or of a decreasing cu_seqlens in the device's error flag (an ArgumentError at the
         next cudakit.check()) and reads and writes only inside the arrays; rows no sequence covers
         (a first entry above 0, a last below the total) are left unwritten there. float64 on the
-        GPU reads them to the host (a wait)."""
+        GPU reads them to the host (a wait). With the `cudnn` extra, 16-bit data, no window and the
+        same sequences for q and k (one array for both cu_seqlens, or equal host arrays) the GPU
+        may run cuDNN's ragged flash attention instead (kernels/cudnn_varlen.py), with the same checks."""
         return self.attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               scale, causal, window=window)[0]
 
