@@ -220,7 +220,7 @@ class Trainer:
     """
 
     def __init__(self, cfg: CNNConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
-                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = False):
+                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True):
         self.cfg, self.device, self.graph = cfg, device, graph
         # first: joining the group selects this rank's GPU
         self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy)

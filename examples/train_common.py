@@ -191,10 +191,11 @@ def parser(description: str, presets: dict) -> argparse.ArgumentParser:
     p.add_argument("--tail-bucket-mb", type=_mib(0), default=1.0,
                    help="data parallel: the last bucket's size in MiB, doubling up to --bucket-mb in the buckets "
                         "before it (GradSync's tail_bucket_bytes; 0: no taper; default 1)")
-    p.add_argument("--grad-copy", action=argparse.BooleanOptionalAction, default=False,
-                   help="data parallel: copy the gradients into their buckets (GradSync's copy=True: one copy "
-                        "launch a bucket) or, by default (--no-grad-copy), all-reduce the backward's gradient "
-                        "arrays in place (no copies: the faster step on the GPU, the GPT example on 2 H100s)")
+    p.add_argument("--grad-copy", action=argparse.BooleanOptionalAction, default=True,
+                   help="data parallel: copy the gradients into their buckets (GradSync's copy=True, the default: "
+                        "one copy launch and one all-reduce a bucket) or, with --no-grad-copy, all-reduce the "
+                        "backward's gradient arrays in place (no copies, but one NCCL call a gradient, in a group "
+                        "a bucket: more host time, which held the GPT example's step on 2 H100s)")
     p.add_argument("--trace", metavar="PATH", default=None,
                    help="after the timed steps, profile one more step (its forward, backward and optimizer "
                         "ranges and its collectives) and write its Chrome trace to PATH (rank 0; open in "

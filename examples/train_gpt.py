@@ -334,7 +334,7 @@ class Trainer:
     """
 
     def __init__(self, cfg: GPTConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
-                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = False):
+                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True):
         if graph and cfg.dropout > 0:
             raise ValueError(f"graph=True replays the dropout masks it captured on every step (cudakit.dropout "
                              f"takes its seed as a host integer); use dropout=0 (got {cfg.dropout})")
