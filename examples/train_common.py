@@ -100,6 +100,9 @@ class DataParallel:
             self.sync = self.dist.GradSync({n: self.params[n] for n in order}, broadcast_from=None,
                                            bucket_bytes=self.bucket_bytes, tail_bucket_bytes=self.tail_bytes,
                                            copy=self.copy)
+            if self.rank == 0:
+                print(f"data parallel: {len(self.sync.buckets)} gradient buckets, all-reduced by "
+                      f"{self.sync.transport_note}", flush=True)
             for n in reversed(order):
                 self.sync.set_grad(n, grads[n])
         else:

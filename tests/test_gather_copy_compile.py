@@ -29,3 +29,18 @@ def test_nvcc_compiles_without_spills(tmp_path):
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
     assert spills == [("0", "0")], r.stderr
     assert re.findall(r"(\d+) bytes stack frame", r.stderr) == ["0"], r.stderr
+
+
+def test_peer_allreduce_add_kernel_compiles_for_sm90(tmp_path):
+    """distributed/peer_allreduce.py's sum of two halves, every float dtype (nvcc, sm_90)."""
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("nvcc is not on the PATH")
+    from cudakit.distributed import peer_allreduce as pa
+    from cudakit.kernels._common import cuda_source
+    refs = "\n".join(f"void* r{i} = (void*)&ck_peer_add<{c}>;" for i, c in enumerate(pa._CTYPES.values()))
+    src = tmp_path / "p.cu"
+    src.write_text(cuda_source("_preamble.cuh") + pa._REDUCE + refs + "\n")
+    r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "p.cubin"), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]

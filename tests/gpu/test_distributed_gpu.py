@@ -67,6 +67,13 @@ def test_data_parallel_grads_equal_one_gpu_on_the_combined_batch(copy):
     assert r.returncode == 0 and r.stdout.count("DP-OK") == 2
 
 
+def test_gradsync_buckets_by_copy_engines_equal_nccl():
+    """Two ranks on one host: GradSync's buckets all-reduced by the copy engines
+    (distributed/peer_allreduce.py) equal NCCL's all_reduce, every float dtype, odd sizes, avg and sum."""
+    r, _ = launch(2, os.path.join(HERE, "dist_worker_peer.py"))
+    assert r.returncode == 0 and r.stdout.count("PEER-OK copy engines") == 2, r.stdout + r.stderr
+
+
 def test_all_reduce_overlaps_the_backward_in_the_trace():
     out = os.environ.get("OUT")
     trace = os.path.join(out, "dp_overlap_trace.json") if out else os.devnull

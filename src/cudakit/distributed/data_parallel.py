@@ -111,7 +111,11 @@ class GradSync:
     C-contiguous gradient instead of copying it into its bucket: the bucket's all-reduce then runs
     in place on the arrays it was given (one NCCL group call), and wait() returns them; no copy
     kernel, no second copy of the gradients' bytes. Either way a gradient given to set_grad is read
-    up to its bucket's launch (at the latest in wait()): do not write to it before then."""
+    up to its bucket's launch (at the latest in wait()): do not write to it before then.
+    Two ranks on one host whose GPUs reach each other (copy=True): the buckets live in memory both
+    map and are all-reduced by the GPUs' copy engines (peer_allreduce.py), not NCCL's kernels, so
+    the backward they overlap keeps its SMs (CUDAKIT_PEER_ALLREDUCE=0 keeps NCCL); transport_note
+    says which ran and, for NCCL, why. Constructing a GradSync is then collective (both ranks)."""
 
     def __init__(self, params, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, average: bool = True,
                  broadcast_from: int | None = 0, tail_bucket_bytes: int = DEFAULT_TAIL_BUCKET_BYTES,
@@ -136,14 +140,27 @@ class GradSync:
         self.buffers, self.grads = [], [None] * len(self.params)
         self._bucket_of = [0] * len(self.params)
         self._offset = [0] * len(self.params)     # byte offset of each gradient in its bucket
-        for b, idx in enumerate(self.buckets):
+        layout = []   # per bucket: (dtype, offsets of its gradients in elements, its length)
+        for idx in self.buckets:
             dt = self.params[idx[0]].dtype
-            item = dt.itemsize
             offsets, off = [], 0
             for i in idx:
                 offsets.append(off)
-                off += _padded(self.params[i].nbytes) // item
-            buf = xp.zeros(off, dtype=dt)
+                off += _padded(self.params[i].nbytes) // dt.itemsize
+            layout.append((dt, offsets, off))
+        self._peer = None   # two ranks on one host: the buckets' all-reduce by copy engines (peer_allreduce.py)
+        self.transport_note = "NCCL"
+        if g.backend == "nccl" and g.size == 2 and layout:
+            from . import peer_allreduce
+            why = peer_allreduce.why_unavailable(g, wanted=copy)
+            if why is None:
+                self._peer = peer_allreduce.PeerAllReduce(g, [n for _, _, n in layout], [d for d, _, _ in layout])
+                self.transport_note = "copy engines (peer memory)"
+            else:
+                self.transport_note = f"NCCL ({why})"
+        for b, (idx, (dt, offsets, off)) in enumerate(zip(self.buckets, layout)):
+            item = dt.itemsize
+            buf = self._peer.buffer(b) if self._peer is not None else xp.zeros(off, dtype=dt)
             self.buffers.append(buf)
             for i, o in zip(idx, offsets):
                 p = self.params[i]
@@ -216,9 +233,19 @@ class GradSync:
             if self._adopted and any(i in self._adopted for i in idx):   # in place on the arrays given
                 arrays = [self._adopted.get(i, self.grads[i]) for i in idx]
                 self._works.append(coll.all_reduce_coalesced(arrays, op, self.group, async_op=True))
+            elif self._peer is not None:
+                self._works.append(self._peer_all_reduce(self._next))
             else:
                 self._works.append(coll.all_reduce(self.buffers[self._next], op, self.group, async_op=True))
             self._next += 1
+
+    def _peer_all_reduce(self, b: int):
+        """Bucket b's all-reduce by the copy engines, as a collective of the group (its events,
+        watchdog, profiler record and debug check)."""
+        buf, peer, avg = self.buffers[b], self._peer, self.average
+        return self._g.run("peer_all_reduce", buf.nbytes, coll._bus("all_reduce", 2),
+                           lambda s: peer.all_reduce(b, avg, s), True, (buf,),
+                           lambda: {"op": "peer_all_reduce", "bucket": b, **coll._desc(buf)})
 
     @property
     def launched(self) -> int:

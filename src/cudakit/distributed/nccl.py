@@ -71,6 +71,8 @@ class NcclTransport:
             self.comm_stream = self.cp.cuda.Stream(non_blocking=True)
             self._one = self.cp.zeros(1, dtype=self.cp.int32)   # barrier's buffer
         self.lock = threading.Lock()   # held by every call into the communicator (group.py)
+        self.abort_hooks: list = []    # called by abort() first (peer_allreduce.PeerAllReduce.release)
+        self.close_hooks: list = []    # called by destroy() first (peer_allreduce.PeerAllReduce.close)
 
     def _init_comm(self, unique_id: bytes, timeout: float, label: str):
         """ncclCommInitRank blocks until every rank joined: run it on a thread so a missing rank
@@ -166,6 +168,8 @@ class NcclTransport:
         """ncclCommAbort: the kernels of pending collectives return, the communicator is unusable.
         Called from the watchdog: waits at most 5 s for a call that holds the communicator (an
         enqueue stuck connecting to a dead peer is what the abort must end)."""
+        for hook in self.abort_hooks:   # streams waiting on a peer's flag go on
+            hook()
         got = self.lock.acquire(timeout=5.0)
         try:
             self.comm.abort()
@@ -174,5 +178,7 @@ class NcclTransport:
                 self.lock.release()
 
     def destroy(self) -> None:
+        for hook in self.close_hooks:
+            hook()
         with self.lock:
             self.comm.destroy()
