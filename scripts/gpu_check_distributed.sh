@@ -67,8 +67,17 @@ fi
 #    losses must match)
 if has dp; then
   GPT="examples/train_gpt.py --backend cuda --preset gpt-issue --dtype bfloat16 --steps ${DP_STEPS:-30}"
+  nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,utilization.gpu \
+    --format=csv 2>&1 | sed 's/^/DP-GPUS /' | tee -a "$LOG"
   CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 $GPT --trace /tmp/gpt_1gpu_trace.json 2>&1 | tee /tmp/dp_1.txt \
     | grep -E "^(done|trace):" | sed 's/^/DP-1GPU /'
+  # DP_EACH_GPU=1: the one-GPU step on every other GPU too (a data-parallel step waits for the slowest)
+  if [ "${DP_EACH_GPU:-0}" = 1 ]; then
+    for i in $(seq 1 $(( NGPU - 1 ))); do
+      CUDA_VISIBLE_DEVICES=$i timeout ${DP_TIMEOUT:-120} python3 $GPT 2>&1 | grep -E "^done:" | sed "s/^/DP-1GPU [gpu $i] /" \
+        | tee -a "$LOG"
+    done
+  fi
   for n in $RANKS; do
     CUDA_VISIBLE_DEVICES=$(first_gpus "$n") timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node "$n" \
       --master-port 29630 $GPT --trace "$OUT/gpt_dp_trace_$n.json" 2>&1 | tee /tmp/dp_$n.txt \

@@ -113,6 +113,40 @@ def test_killed_rank_the_others_raise_naming_it_within_60_s(tmp_path):
     assert "sending SIGTERM" not in r.stderr   # nobody needed the launcher's kill
 
 
+def test_killed_rank_during_copy_engine_buckets_the_other_raises_within_60_s(tmp_path):
+    """The copy-engine all-reduce (two ranks on one host): a rank killed between steps leaves the
+    other's communication stream waiting on its flags; the watchdog fails the group and releases
+    them, so the survivor raises DistributedError naming the lost rank instead of hanging."""
+    p = job(tmp_path, """
+        import os, signal, time, cupy as cp, cudakit.distributed as dist
+        from cudakit.errors import DistributedError
+        dist.init_process_group("nccl", timeout=600)
+        r = dist.get_rank()
+        params = [cp.zeros(1 << 20, cp.float32) for _ in range(4)]
+        sync = dist.GradSync(params, bucket_bytes=4 << 20, broadcast_from=None)
+        assert sync.transport_note.startswith("copy engines"), sync.transport_note
+        try:
+            for step in range(100000):
+                if r == 1 and step == 5:
+                    print("KILL", time.time(), flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                for i in reversed(range(4)):
+                    sync.set_grad(i, cp.ones(1 << 20, cp.float32))
+                sync.wait()
+                cp.cuda.get_current_stream().synchronize()
+        except DistributedError as e:
+            print("LOST", time.time(), e.lost_ranks, e, flush=True)
+            raise SystemExit(3)
+    """)
+    r, _ = launch(2, p, extra=("--grace", "90"))
+    killed = [float(m.group(1)) for m in re.finditer(r"^\[rank\d+\]: KILL ([0-9.]+)$", r.stdout, re.M)]
+    lost = [ln for ln in r.stdout.splitlines() if re.match(r"^\[rank\d+\]: LOST [0-9.]+ ", ln)]
+    assert killed and len(lost) == 1, r.stdout + r.stderr
+    t = float(lost[0].split("LOST ")[1].split()[0])
+    assert "rank 1 is gone" in lost[0] and t - killed[0] < 60, lost[0]
+    assert "sending SIGTERM" not in r.stderr
+
+
 def test_mismatched_shapes_with_debug_name_both(tmp_path):
     p = job(tmp_path, """
         import cupy as cp, cudakit.distributed as dist
