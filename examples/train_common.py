@@ -296,10 +296,10 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
     if pending is not None:
         finish(*pending)
     later = times[2:] or times
-    if rank == 0:
-        out(f"done: {steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
-            f"median step time {statistics.median(later):.2f} ms (steps {steps - len(later)}..{steps - 1}; "
-            f"host {statistics.median(queued[-len(later):]):.2f} ms of it to queue the step)")
+    # every rank (data parallel: the launcher prefixes each line; a step waits for the slowest rank)
+    out(f"done: {steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
+        f"median step time {statistics.median(later):.2f} ms (steps {steps - len(later)}..{steps - 1}; "
+        f"host {statistics.median(queued[-len(later):]):.2f} ms of it to queue the step)")
     if trace is not None:
         batch = next_batch(steps)
         device.synchronize()
