@@ -79,6 +79,8 @@ if has dp; then
     done
   fi
   for n in $RANKS; do
+    # which processes hold a context on which GPU, mid-run (a rank with work on another rank's GPU time-slices it)
+    ( sleep 15; nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv 2>&1 | sed 's/^/DP-APPS /' ) &
     CUDA_VISIBLE_DEVICES=$(first_gpus "$n") timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node "$n" \
       --master-port 29630 $GPT --trace "$OUT/gpt_dp_trace_$n.json" 2>&1 | tee /tmp/dp_$n.txt \
       | grep -E "rank[0-9]+\]: (done|trace):" | sed "s/^/DP-${n}GPU /"

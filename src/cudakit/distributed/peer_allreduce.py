@@ -24,9 +24,9 @@ Stream order makes every write precede its flag (stream memory operations order 
 work with a memory barrier), and each buffer is written again only after the peer's wait that
 proves the previous reader done (step 7 of a launch precedes step 1 of the next).
 Failure: the waits have no timeout of their own; the group's watchdog fails a collective pending
-past the timeout (or with a lost peer) and the transport's abort calls release(), which writes the
-largest value into this rank's flags so that a stream stuck in a wait goes on (the group is failed
-by then: its next call raises DistributedError).
+past the timeout (or with a lost peer) and the transport's abort calls release(), which writes a
+value far ahead of every count into this rank's flags so that a stream stuck in a wait goes on (the
+group is failed by then: its next call raises DistributedError).
 """
 from __future__ import annotations
 
@@ -227,15 +227,17 @@ class PeerAllReduce:
                          stream)
 
     def release(self) -> None:
-        """Write the largest value into this rank's flags (on a stream of its own): a communication
-        stream waiting for a lost or failed peer goes on. Called by the transport's abort."""
+        """Write a value far ahead of every launch count into this rank's flags (on a stream of its
+        own): a communication stream waiting for a lost or failed peer goes on. The waits compare
+        cyclically ((int32)(flag - c) >= 0), so the value is 0x40404040 (bytes 0x40), not all ones
+        (-1 in that comparison). Called by the transport's abort."""
         if self._closed:
             return
         cp = self.cp
         try:
             with cp.cuda.Device(self.device):
                 s = cp.cuda.Stream(non_blocking=True)
-                cp.cuda.runtime.memsetAsync(self.base + self.flags_off, 0xFF, self.nbytes - self.flags_off, s.ptr)
+                cp.cuda.runtime.memsetAsync(self.base + self.flags_off, 0x40, self.nbytes - self.flags_off, s.ptr)
                 s.synchronize()
         except Exception as e:   # noqa: BLE001 -- best effort on a failing group
             log.warning("releasing the peer all-reduce flags failed: %s", e)
