@@ -187,3 +187,25 @@ def test_attention_varlen_cudnn_ragged(case, dtype, rng, only_cudnn):
     included; cu_seqlens as host lists and as one device array."""
     h, hkv, d, lens, causal = case
     ac.check_varlen(_dev, _host, rng, h, hkv, d, lens, lens, causal, dtype, one_cu=True)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("q_shape,hkv,causal", [((2, 4, 257, 64), None, False), ((1, 8, 128, 128), None, True),
+                                                ((2, 8, 100, 64), 2, True)])
+def test_attention_without_lse_runs_the_inference_graph(q_shape, hkv, causal, dtype, rng, only_cudnn):
+    """attention() (no lse wanted) on cuDNN's inference graph, which writes no statistics, as torch's
+    SDPA does for inputs that need no gradient: against float64, the first (checked) call and the
+    planned calls after it alike; grouped-query heads read in place."""
+    import math
+    import numpy as np
+    b, h, lq, d = q_shape
+    kv_shape = q_shape if hkv is None else (b, hkv, lq, d)
+    q, k, v = (data(rng, s, dtype) for s in (q_shape, kv_shape, kv_shape))
+    grp = 1 if hkv is None else h // hkv
+    kr, vr = (np.repeat(x.astype(np.float64), grp, axis=1) for x in (k, v))
+    want = ac.reference(q.astype(np.float64), kr, vr, 1 / math.sqrt(d), causal)[0]
+    outs = [cp.asnumpy(cudakit.attention(_dev(q), _dev(k), _dev(v), causal=causal)).astype(np.float64)
+            for _ in range(3)]
+    for o in outs:
+        np.testing.assert_allclose(o, want, rtol=2e-2, atol=2e-2)
+    assert any(isinstance(key, tuple) and key[0] == "sdpa_fwd_inf" for key in cudnn._graphs), list(cudnn._graphs)

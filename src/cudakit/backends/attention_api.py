@@ -19,6 +19,11 @@ from .normalization_api import is_float
 from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
 
 
+
+def _lead_lse(lse, lead: tuple, lq: int):
+    """lse [BH, Lq] as lead + (Lq,), or None (a forward that wrote no statistics)."""
+    return None if lse is None else lse.reshape(lead + (lq,))
+
 class AttentionOps:
     """attention, flash_attention and their backward (mixed into Backend)."""
 
@@ -189,10 +194,11 @@ class AttentionOps:
         """x (a float32 or float64 gradient) in `dtype` (the array it is the gradient of)."""
         return x if x.dtype == dtype else x.astype(dtype)
 
-    def _attention_gqa_fwd(self, q, k, v, scale, causal, dtype_name):
+    def _attention_gqa_fwd(self, q, k, v, scale, causal, dtype_name, need_lse: bool = True):
         """(out (B, H, Lq, D), lse (B, H, Lq)) of grouped-query attention for C-contiguous q
         (B, H, Lq, D) and k, v (B, Hkv, Lk, D) by a backend kernel that reads the shared heads in
-        place (the CUDA backend's cuDNN path), or None: the heads are then repeated."""
+        place (the CUDA backend's cuDNN path), or None: the heads are then repeated.
+        need_lse=False: lse may be None."""
         return None
 
     def _attention_gqa_bwd(self, g, q, k, v, out, lse, scale, causal, dtype_name):
@@ -236,8 +242,8 @@ class AttentionOps:
         reshape(B, Lq, H * D) merges the heads without a copy. The CUDA backend's cuDNN path reads
         such views in place (without masks beyond causal); the other paths
         transpose them to (B, H, L, D) first."""
-        return self.attention_with_lse(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
-                                       key_lengths=key_lengths, layout=layout, dropout_p=dropout_p, seed=seed)[0]
+        return self._attention_fwd("attention", q, k, v, scale, causal, None, layout, window, key_lengths, attn_bias,
+                                   (dropout_p, seed), need_lse=False)[0]
 
     def attention_with_lse(self, q, k, v, scale=None, causal: bool = False, *, attn_bias=None, window=None,
                            key_lengths=None, layout: str = "bhld", dropout_p: float = 0.0, seed: int = 0):
@@ -259,7 +265,9 @@ class AttentionOps:
                                    key_lengths, attn_bias, (dropout_p, seed))[0]
 
     def _attention_fwd(self, op, q, k, v, scale, causal, block_n, layout="bhld", window=None, key_lengths=None,
-                       attn_bias=None, dropout=(0.0, 0)):
+                       attn_bias=None, dropout=(0.0, 0), need_lse: bool = True):
+        """(out, lse) of an attention forward; need_lse=False (attention()): lse may be None where a
+        path that writes no statistics ran (cuDNN's inference graph)."""
         if self._check_layout(op, layout, {"q": q, "k": k, "v": v}):
             return self._attention_fwd_blhd(op, q, k, v, scale, causal, block_n, window, key_lengths, attn_bias,
                                             dropout)
@@ -274,9 +282,9 @@ class AttentionOps:
         with self._device_scope(q):
             if groups > 1:
                 if block_n is None and plain:
-                    r = self._attention_gqa_fwd(*self._as_bhsd(q, k, v), scale, bool(causal), name)
+                    r = self._attention_gqa_fwd(*self._as_bhsd(q, k, v), scale, bool(causal), name, need_lse)
                     if r is not None:
-                        return r[0].reshape(q.shape), r[1].reshape(lead + (q.shape[-2],))
+                        return r[0].reshape(q.shape), _lead_lse(r[1], lead, q.shape[-2])
                 if self._gqa_in_place(name, n, masks, lead, q.shape[-1]):   # k, v read in place, no repeat
                     out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n // groups),
                                            self._as_bhld(v, n // groups), scale, bool(causal), name, block_n,
@@ -284,8 +292,8 @@ class AttentionOps:
                     return out.reshape(q.shape), lse.reshape(lead + (q.shape[-2],))
                 k, v = self._repeat_heads(k, groups), self._repeat_heads(v, groups)
             out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n), self._as_bhld(v, n), scale, bool(causal),
-                                   name, block_n, masks=masks)
-        return out.reshape(q.shape), lse.reshape(lead + (q.shape[-2],))
+                                   name, block_n, masks=masks, need_lse=need_lse)
+        return out.reshape(q.shape), _lead_lse(lse, lead, q.shape[-2])
 
     def _attention_fwd_blhd(self, op, q, k, v, scale, causal, block_n, window=None, key_lengths=None,
                             attn_bias=None, dropout=(0.0, 0)):
@@ -443,9 +451,9 @@ class CudaAttentionHooks(AttentionOps):
         from ..kernels import attention   # CuPy has no bfloat16 arithmetic, so no astype to it
         return attention.cast(x, dtype)
 
-    def _attention_gqa_fwd(self, q, k, v, scale, causal, dtype_name):
+    def _attention_gqa_fwd(self, q, k, v, scale, causal, dtype_name, need_lse: bool = True):
         from ..kernels import attention
-        return attention.forward_gqa(q, k, v, scale, causal, dtype_name)
+        return attention.forward_gqa(q, k, v, scale, causal, dtype_name, need_lse)
 
     def _attention_gqa_bwd(self, g, q, k, v, out, lse, scale, causal, dtype_name):
         from ..kernels import attention

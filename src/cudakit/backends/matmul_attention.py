@@ -60,7 +60,7 @@ def _probabilities(xp, s):
     return xp.where(seen, e / safe, 0), xp.where(seen, m + xp.log(safe), -xp.inf)
 
 
-def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, masks=None):
+def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, masks=None, need_lse: bool = True):
     """(out, lse) of softmax(q k^T * scale) v; lse float32 (float64 for float64). block_n: the
     fused kernels' key block, no meaning here. masks: Masks (Masks(causal) when None)."""
     xp, acc = _xp(q), _acc(q)

@@ -212,7 +212,7 @@ def _cudnn_candidate(dtype_name: str, d: int, scale: float) -> bool:
 
 
 def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int | None = None, tiles=None,
-            masks: Masks | None = None, groups: int = 1, q_heads: int = 1):
+            masks: Masks | None = None, groups: int = 1, q_heads: int = 1, need_lse: bool = True):
     """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v: cuDNN's flash forward or
     the Triton kernel, whichever kernels/paths.py measured faster for the signature (Triton alone
     without the `cudnn` extra, for float32, when block_n or tiles name the Triton kernel's tiles
@@ -221,14 +221,16 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     masks: causal (bottom-right aligned), window and key lengths (Masks; Masks(causal) when None).
     A row that sees no key gets out 0 and lse -inf. FLOPs: 4 BH Lq Lk D, about half of it causal.
     groups > 1 (grouped-query attention, the Triton kernels only): k, v are [BH / groups, Lk, D],
-    each serving `groups` consecutive heads of the q_heads of a batch, read in place."""
+    each serving `groups` consecutive heads of the q_heads of a batch, read in place.
+    need_lse=False (attention() without lse): cuDNN runs its inference graph, which writes no
+    statistics, and lse may come back None."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
     if block_n is None and tiles is None and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         key = _path_key("fwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id)
-        cands = [("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal))]
+        cands = [("cudnn", lambda: cudnn.sdpa_forward(q, k, v, scale, causal, inference=not need_lse))]
         if d <= MAX_HEAD_DIM:
             cands.append(("triton", lambda: _triton_forward(q, k, v, scale, masks, dtype_name)))
         return _only_cudnn_beyond(d, paths.run("attention", key, cands))
@@ -295,14 +297,15 @@ def backward_blhd(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name:
                            lambda: cudnn.sdpa_backward(do, q, k, v, out, _f32_contiguous(lse), scale, causal, "blhd"))
 
 
-def forward_gqa(q, k, v, scale: float, causal: bool, dtype_name: str):
+def forward_gqa(q, k, v, scale: float, causal: bool, dtype_name: str, need_lse: bool = True):
     """(out (B, H, Lq, D), lse (B, H, Lq)) of grouped-query attention for C-contiguous q (B, H, Lq, D)
     and k, v (B, Hkv, Lk, D) from cuDNN, which reads each shared head in place; None without cuDNN
-    (the caller repeats the heads for the Triton kernels)."""
+    (the caller repeats the heads for the Triton kernels). need_lse=False: the inference graph,
+    lse None."""
     from . import cudnn
     key = ("fwd_gqa", q.shape, k.shape, dtype_name, bool(causal), q.data.device_id)
     return _cudnn_in_place("attention", key, dtype_name, scale, (q, k, v),
-                           lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "bhsd"))
+                           lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "bhsd", inference=not need_lse))
 
 
 def backward_gqa(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
@@ -584,6 +587,27 @@ def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str,
         if choice != "triton":
             return None
     return None if d > MAX_HEAD_DIM else ("triton", None)
+
+
+def plan_forward_inference(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: float, causal: bool,
+                           device: int):
+    """A function (q, k, v) -> out like q replaying forward(need_lse=False)'s cuDNN inference graph
+    for this signature, or None (another path chosen, or that graph not built yet)."""
+    step = _planned_path("fwd", bh, lq, lk, d, dtype_name, scale, causal, device)
+    if step is None or step[0] != "cudnn":
+        return None
+    from . import cudnn
+    qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
+    run = cudnn.executor(cudnn.sdpa_sig("sdpa_fwd_inf", (qd, kd, kd, qd), dtype_name, scale, causal, device))
+    if run is None:
+        return None
+    nd = _cupy.cupy().ndarray
+
+    def fwd(q, k, v):
+        out = nd(q.shape, q.dtype)
+        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr)
+        return out
+    return fwd
 
 
 def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: float, causal: bool, device: int):

@@ -517,14 +517,15 @@ def _causal_kw(causal: bool, q, k, layout: str) -> dict:
     return {"use_causal_mask": True} if q.shape[axis] == k.shape[axis] else {"use_causal_mask_bottom_right": True}
 
 
-def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
+def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", inference: bool = False):
     """(out, lse) of softmax(q k^T * scale) v for 16-bit q, k, v: cuDNN's flash forward, or None when
     declined. layout "bhld": C-contiguous [BH, L, D] arrays, out like q, lse [BH, Lq]; "bhsd":
     C-contiguous (B, H, L, D) q and (B, Hkv, L, D) k, v with Hkv dividing H (grouped-query: cuDNN
     reads each k and v head for its group of q heads), out like q, lse (B, H, Lq); "blhd":
     (B, L, H, D) arrays of any strides with the last 1 (views of a packed qkv read in place), out a
     C-contiguous (B, Lq, H, D), lse (B, H, Lq). lse: float32, the natural-log log-sum-exp of the
-    scaled scores. FLOPs: 4 B H Lq Lk D (half of it causal)."""
+    scaled scores. inference=True: cuDNN's inference graph, which writes no statistics (lse None;
+    what torch's SDPA runs for inputs that need no gradient). FLOPs: 4 B H Lq Lk D (half causal)."""
     if not aligned(q, k, v):
         return None
     cp = _cupy.cupy()
@@ -533,19 +534,26 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld"):
     out = cp.empty(q.shape, q.dtype)   # C-contiguous in every layout
     od = blhd_out_desc(q.shape) if layout == "blhd" else qd
     sd = _stats_desc(b, h, lq)
-    sig = sdpa_sig("sdpa_fwd", (qd, kd, vd, od), name, scale, causal, q.data.device_id)
+    sig = sdpa_sig("sdpa_fwd_inf" if inference else "sdpa_fwd", (qd, kd, vd, od), name, scale, causal,
+                   q.data.device_id)
 
     def make(g, dt):
         io = g_io(dt, name)
         Q, K, V = _tensor(g, "Q", qd, io), _tensor(g, "K", kd, io), _tensor(g, "V", vd, io)
-        O, S = g.sdpa(name="sdpa", q=Q, k=K, v=V, is_inference=False, attn_scale=float(scale),
+        O, S = g.sdpa(name="sdpa", q=Q, k=K, v=V, is_inference=bool(inference), attn_scale=float(scale),
                       **_causal_kw(causal, q, k, layout))
         _out(O, od, io)
+        if inference:
+            return [Q, K, V, O]
         _out(S, sd, dt.FLOAT)
         return [Q, K, V, O, S]
-    g = _graph(sig, name, make, _scratch((qd, q.dtype), (kd, q.dtype), (vd, q.dtype), (od, q.dtype), (sd, cp.float32)))
+    specs = [(qd, q.dtype), (kd, q.dtype), (vd, q.dtype), (od, q.dtype)] + ([] if inference else [(sd, cp.float32)])
+    g = _graph(sig, name, make, _scratch(*specs))
     if g is None:
         return None
+    if inference:
+        g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr])
+        return out, None
     lse = cp.empty((b, lq) if layout == "bhld" else (b, h, lq), cp.float32)
     g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr])
     return out, lse

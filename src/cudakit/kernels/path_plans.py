@@ -113,6 +113,14 @@ def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld", wi
 def plan_attention(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None):
     if window is not None or key_lengths is not None:
         return _masked_plan("attention", 3, key_lengths)
+    s = _attn_sig(q, k, v, scale) if layout == "bhld" else None
+    if s is not None:   # cuDNN's inference graph, where the checked call built it (no statistics written)
+        bh, lq, lk, d, name, sc, _ = s
+        fwd = attention.plan_forward_inference(bh, lq, lk, d, name, sc, bool(causal), q.data.device_id)
+        if fwd is not None:
+            def plan(q, k, v, scale=None, causal=False, layout="bhld", *_):
+                return fwd(q, k, v)
+            return _f32_guard(name, plan, "attention", 3)
     p = plan_attention_with_lse(q, k, v, scale, causal, layout, window, key_lengths)
     return None if p is None else (lambda *a: p(*a)[0])
 
