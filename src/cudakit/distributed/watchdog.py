@@ -39,6 +39,12 @@ class Watchdog:
             self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
+        if self.world.device is not None:   # this rank's GPU: a CUDA call here would otherwise make a context on GPU 0
+            try:
+                from ..runtime import _cupy
+                _cupy.cupy().cuda.runtime.setDevice(self.world.device)
+            except Exception:   # noqa: BLE001 -- the watchdog works without it (one idle context more)
+                log.exception("cudakit distributed watchdog: setting the device failed")
         next_store = 0.0
         while not self._stop.wait(self.poll):
             try:
