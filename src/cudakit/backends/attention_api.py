@@ -241,7 +241,11 @@ class AttentionOps:
         qkv projection (B, L, 3, H, D); the output comes back (B, Lq, H, D) C-contiguous, so
         reshape(B, Lq, H * D) merges the heads without a copy. The CUDA backend's cuDNN path reads
         such views in place (without masks beyond causal); the other paths
-        transpose them to (B, H, L, D) first."""
+        transpose them to (B, H, L, D) first.
+
+        On the CUDA backend's cuDNN path attention() runs cuDNN's inference graph, which writes no
+        softmax statistics (what torch's SDPA runs for inputs that need no gradient); use
+        attention_with_lse when a backward follows."""
         return self._attention_fwd("attention", q, k, v, scale, causal, None, layout, window, key_lengths, attn_bias,
                                    (dropout_p, seed), need_lse=False)[0]
 
