@@ -243,9 +243,10 @@ class AttentionOps:
         such views in place (without masks beyond causal); the other paths
         transpose them to (B, H, L, D) first.
 
-        On the CUDA backend's cuDNN path attention() runs cuDNN's inference graph, which writes no
-        softmax statistics (what torch's SDPA runs for inputs that need no gradient); use
-        attention_with_lse when a backward follows."""
+        On the CUDA backend's cuDNN path attention() on (B, H, L, D) arrays (grouped-query ones
+        included) runs cuDNN's inference graph, which writes no softmax statistics (what torch's
+        SDPA runs for inputs that need no gradient); layout="blhd" and flash_attention run the
+        graph that writes them. Use attention_with_lse when a backward follows."""
         return self._attention_fwd("attention", q, k, v, scale, causal, None, layout, window, key_lengths, attn_bias,
                                    (dropout_p, seed), need_lse=False)[0]
 

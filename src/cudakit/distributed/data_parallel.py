@@ -111,11 +111,14 @@ class GradSync:
     C-contiguous gradient instead of copying it into its bucket: the bucket's all-reduce then runs
     in place on the arrays it was given (one NCCL group call), and wait() returns them; no copy
     kernel, no second copy of the gradients' bytes. Either way a gradient given to set_grad is read
-    up to its bucket's launch (at the latest in wait()): do not write to it before then.
+    up to its bucket's launch (at the latest in wait()), on the stream current then: do not write
+    to it before then, and produce the gradients on that stream (or order yours before it).
     Two ranks on one host whose GPUs reach each other (copy=True): the buckets live in memory both
     map and are all-reduced by the GPUs' copy engines (peer_allreduce.py), not NCCL's kernels, so
     the backward they overlap keeps its SMs (CUDAKIT_PEER_ALLREDUCE=0 keeps NCCL); transport_note
-    says which ran and, for NCCL, why. Constructing a GradSync is then collective (both ranks)."""
+    says which ran and, for NCCL, why. Constructing a GradSync on a two-rank NCCL group is
+    collective (both ranks, in the same order: they agree on the path through the store); its
+    shared memory lives until the group is destroyed."""
 
     def __init__(self, params, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, average: bool = True,
                  broadcast_from: int | None = 0, tail_bucket_bytes: int = DEFAULT_TAIL_BUCKET_BYTES,

@@ -22,7 +22,10 @@ both ranks), on the communication stream, nothing on the host waits:
   6. write c into the peer's flag 1; 7. wait until my flag 1 >= c.
 Stream order makes every write precede its flag (stream memory operations order after earlier
 work with a memory barrier), and each buffer is written again only after the peer's wait that
-proves the previous reader done (step 7 of a launch precedes step 1 of the next).
+proves the previous reader done (step 7 of a launch precedes step 1 of the next). The waits use no
+CU_STREAM_WAIT_VALUE_FLUSH: they rely on the peer link delivering a copy's writes before the flag
+written after it (NVLink and PCIe peer writes from one stream arrive in order; checked against NCCL's
+results on two H100s over NVLink, tests/gpu/test_distributed_gpu.py).
 Failure: the waits have no timeout of their own; the group's watchdog fails a collective pending
 past the timeout (or with a lost peer) and the transport's abort calls release(), which writes a
 value far ahead of every count into this rank's flags so that a stream stuck in a wait goes on (the
@@ -128,16 +131,21 @@ def why_unavailable(group, wanted: bool = True) -> str | None:
     mine = next(b for b, i in buses.items() if i == dev)
     peer = _exchange(group, "gpu", f"{socket.gethostname()}|{mine}|{0 if reasons else 1}".encode())
     host, bus, ok = peer.decode().rsplit("|", 2)
-    if reasons or ok != "1":
-        return "; ".join(reasons) or "the peer cannot use it"
-    if host != socket.gethostname():
-        return "the peer runs on another host"
+    if not reasons and ok != "1":
+        reasons.append("the peer cannot use it")
+    if not reasons and host != socket.gethostname():
+        reasons.append("the peer runs on another host")
     peer_dev = buses.get(bus.lower())
-    if peer_dev is None:
-        return f"the peer's GPU ({bus}) is not visible to this process"
-    if peer_dev == dev or not cp.cuda.runtime.deviceCanAccessPeer(dev, peer_dev):
-        return f"cuda:{dev} cannot access the peer's GPU cuda:{peer_dev}"
-    return None
+    if not reasons and peer_dev is None:
+        reasons.append(f"the peer's GPU ({bus}) is not visible to this process")
+    if not reasons and (peer_dev == dev or not cp.cuda.runtime.deviceCanAccessPeer(dev, peer_dev)):
+        reasons.append(f"cuda:{dev} cannot access the peer's GPU cuda:{peer_dev}")
+    # the verdicts, exchanged: a check only one rank fails (its GPUs visible differently) must turn
+    # the path off on both, or one would wait in PeerAllReduce's exchange while the other runs NCCL
+    theirs = _exchange(group, "verdict", ("; ".join(reasons) or "ok").encode()).decode()
+    if reasons:
+        return "; ".join(reasons)
+    return None if theirs == "ok" else f"the peer: {theirs}"
 
 
 class PeerAllReduce:
@@ -170,7 +178,11 @@ class PeerAllReduce:
         self.nbytes = self.flags_off + _aligned(8 * max(1, len(self.counts)))
         with cp.cuda.Device(self.device):
             self.base = rt.malloc(self.nbytes)
-            rt.memset(self.base, 0, self.nbytes)
+            # zeroed and finished before the peer can write into it (cudaMemset is asynchronous for
+            # device memory: a late one would wipe the peer's first values and flags)
+            s = cp.cuda.Stream(non_blocking=True)
+            rt.memsetAsync(self.base, 0, self.nbytes, s.ptr)
+            s.synchronize()
             handle = bytes(rt.ipcGetMemHandle(self.base))
         peer_handle = _exchange(group, "mem", handle)
         with cp.cuda.Device(self.device):

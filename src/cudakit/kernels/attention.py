@@ -593,10 +593,11 @@ def plan_forward_inference(bh: int, lq: int, lk: int, d: int, dtype_name: str, s
                            device: int):
     """A function (q, k, v) -> out like q replaying forward(need_lse=False)'s cuDNN inference graph
     for this signature, or None (another path chosen, or that graph not built yet)."""
-    step = _planned_path("fwd", bh, lq, lk, d, dtype_name, scale, causal, device)
-    if step is None or step[0] != "cudnn":
+    if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y or not _cudnn_candidate(dtype_name, d, scale):
         return None
-    from . import cudnn
+    from . import cudnn, paths
+    if paths.chosen("attention", _path_key("fwd", bh, lq, lk, d, dtype_name, causal, device)) != "cudnn":
+        return None   # (the training graph need not exist: _planned_path would look for it)
     qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
     run = cudnn.executor(cudnn.sdpa_sig("sdpa_fwd_inf", (qd, kd, kd, qd), dtype_name, scale, causal, device))
     if run is None:
