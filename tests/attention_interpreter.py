@@ -27,7 +27,8 @@ CASES = [(2, 70, 90, 24, False, "float32"), (2, 70, 90, 24, True, "float32"), (1
          (1, 128, 128, 64, True, "float16"), (1, 129, 257, 64, True, "float16"),
          (1, 256, 256, 64, False, "float16"), (1, 130, 77, 80, False, "float16"),
          (1, 128, 300, 128, True, "float16"), (1, 200, 64, 64, True, "float16"),
-         (1, 100, 260, 128, True, "float16"), (1, 192, 130, 128, False, "float16")]
+         (1, 100, 260, 128, True, "float16"), (1, 192, 130, 128, False, "float16"),
+         (1, 70, 100, 256, True, "float16"), (1, 40, 33, 160, False, "float32")]   # head dims past 128
 
 
 def _tiles(cfg):

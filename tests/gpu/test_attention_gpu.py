@@ -49,9 +49,8 @@ def test_same_as_cpu_and_errors(rng):
     got = cp.asnumpy(cudakit.attention(cp.asarray(q), cp.asarray(q), cp.asarray(q), causal=True))
     want = cudakit.attention(q, q, q, causal=True)
     np.testing.assert_allclose(ac.f64(got), ac.f64(want), atol=2e-2, rtol=2e-2)
-    with pytest.raises(cudakit.ShapeError, match="head_dim must be <= 128"):   # float32: Triton only
-        cudakit.attention(*(cp.zeros((1, 4, 256), cp.float32),) * 3)
-    with pytest.raises(cudakit.ShapeError, match="head_dim must be <= 128.*up to 256"):   # past cuDNN's too
+    assert cudakit.attention(*(cp.zeros((1, 4, 256), cp.float32),) * 3).shape == (1, 4, 256)   # the wide tiles
+    with pytest.raises(cudakit.ShapeError, match="head_dim must be <= 256"):
         cudakit.attention(*(cp.zeros((1, 4, 264), cp.float16),) * 3)
     with pytest.raises(cudakit.DeviceError):
         cudakit.get_backend("cuda").attention(q, cp.asarray(q), cp.asarray(q))
@@ -67,6 +66,17 @@ def test_attention_float64(lead, lq, lk, d, causal, rng, monkeypatch):
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float64", causal)
     q = cp.asarray(ac.data(rng, (2, 5, 8), "float64"))
     assert isinstance(cudakit.attention(q, q, q), cp.ndarray)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("lead,lq,lk,d,causal", [((2, 2), 130, 97, 256, True), ((1, 3), 70, 200, 160, False),
+                                                 ((1, 1), 1, 300, 200, True)])
+def test_attention_wide_head_dims_on_the_triton_kernels(lead, lq, lk, d, causal, dtype, rng, monkeypatch):
+    """Head dims 129..256 on the Triton kernels (their narrower tiles), cuDNN kept out: forward and
+    backward against float64, every float dtype."""
+    from cudakit.kernels import attention
+    monkeypatch.setattr(attention, "_cudnn_candidate", lambda *a: False)
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

@@ -12,7 +12,7 @@ import math
 from .. import config
 from ..runtime import _cupy
 
-MAX_HEAD_DIM = 128
+MAX_HEAD_DIM = 256   # the Triton kernels' head dims (129..256 on narrower tiles: _wide_config)
 KEY_BLOCKS = (16, 32, 64, 128)   # the block sizes flash_attention's block_size may name
 _MAX_GRID_Y = 65535
 _kernels: dict = {}
@@ -127,6 +127,8 @@ def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
     2026-11-23: at head_dim 64, 8 warps and 4 stages ran 4% faster than 4 warps and 3 stages; the
     float32 tiles 2026-11-25, GPU-f25e6ffe: 1.33x and 1.16x the 64 x 32 tiles' speed under tf32x3)."""
     block_d = max(16, 1 << (d - 1).bit_length())
+    if block_d > 128:   # head dims 129..256: smaller tiles fit the 256-wide q, k, v rows in shared memory
+        return _wide_config(dtype_name, block_n, block_d)
     if dtype_name == "float32":
         prec = config.float32_precision()
         if prec == "ieee":
@@ -148,6 +150,26 @@ def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
     return cfg
 
 
+def _wide_config(dtype_name: str, block_n: int | None, block_d: int) -> dict:
+    """Forward tiles for head dims 129..256 (BLOCK_D 256): 16-bit 64 x 64 on 8 warps, 2 stages
+    (q 32 KiB, k and v 64 KiB a stage); float32 64 x 32 on 8 warps (tensor-core products) or 32 x 32
+    on 4 (ieee), one stage. Chosen to fit an H100's shared memory (tests/test_attention_compile.py),
+    checked in Triton's interpreter against float64 (tests/attention_interpreter.py); not yet timed."""
+    if dtype_name == "float32":
+        prec = config.float32_precision()
+        cfg = ({"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4} if prec == "ieee" else
+               {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8})
+        cfg.update(num_stages=1, PREC=prec)
+    else:
+        cfg = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "PREC": "tf32"}
+    if block_n is not None:
+        cfg["BLOCK_N"] = block_n
+        if block_n > 64:
+            cfg["num_stages"] = 1
+    cfg["BLOCK_D"] = block_d
+    return cfg
+
+
 def _backward_configs(dtype_name: str, cfg: dict) -> tuple[dict, dict]:
     """(dK/dV kernel, dQ kernel) tiles: key-major and query-major (FlashAttention-2's split). For
     16-bit data the dK/dV kernel takes 64-row query blocks against 64 keys on 4 warps up to head_dim
@@ -156,6 +178,12 @@ def _backward_configs(dtype_name: str, cfg: dict) -> tuple[dict, dict]:
     the run's noise, 64 x 64 ran 5-15% slower; dQ 128 x 64 on 8 warps 3% faster than 128 x 32 on 4.
     float32: 32 x 64 and 64 x 32 on 4 warps, one stage; with tensor-core products up to head_dim 64,
     32 x 128 and 128 x 32 on 8 warps (9% faster under tf32x3, GPU-f25e6ffe)."""
+    if cfg["BLOCK_D"] > 128:   # head dims 129..256: the dK, dV (and dQ) accumulators are 256 wide
+        f32 = dtype_name == "float32"
+        return (dict(cfg, BLOCK_M=16 if f32 else 32, BLOCK_N=32 if f32 else 64, num_warps=4 if f32 else 8,
+                     num_stages=1),
+                dict(cfg, BLOCK_M=32 if f32 else 64, BLOCK_N=16 if f32 else 32, num_warps=4 if f32 else 8,
+                     num_stages=1))
     if dtype_name == "float32":
         if cfg["PREC"] != "ieee" and cfg["BLOCK_D"] <= 64:
             return (dict(cfg, BLOCK_M=32, BLOCK_N=128, num_warps=8, num_stages=1),
@@ -238,15 +266,13 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     return _triton_forward(q, k, v, scale, masks, dtype_name, block_n, tiles, groups, q_heads)
 
 
-MAX_CUDNN_HEAD_DIM = 256   # head dims 129..256 (multiples of 8, 16-bit data): cuDNN only
+MAX_CUDNN_HEAD_DIM = 256   # cuDNN's head dims (multiples of 8, 16-bit data)
 
 
 def _check_triton_head_dim(d: int) -> None:
     if d > MAX_HEAD_DIM:
         from ..errors import ShapeError
-        raise ShapeError(f"attention: head_dim must be <= {MAX_HEAD_DIM} for the Triton kernels (got {d}); "
-                         f"up to {MAX_CUDNN_HEAD_DIM} takes cuDNN (the `cudnn` extra, float16/bfloat16, a positive "
-                         f"scale, no block_size)")
+        raise ShapeError(f"attention: head_dim must be <= {MAX_HEAD_DIM} on the GPU (got {d})")
 
 
 def _only_cudnn_beyond(d: int, result):
@@ -466,7 +492,6 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
     error flag (ArgumentError at the next cudakit.check()). cuDNN's ragged flash attention where
     _cudnn_varlen allows and kernels/paths.py measured it faster, else the Triton kernel: one program
     per (query block of max_q, sequence * head). FLOPs 4 H D sum_b Lq_b Lk_b (about half causal)."""
-    cp = _cupy.cupy()
     total_q, h, d = q.shape
     b = cu_q.shape[0] - 1
     if b > 0 and total_q and h and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
@@ -515,7 +540,7 @@ def backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, s
     if b > 0 and q.shape[0] and q.shape[1] and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
         from . import cudnn_varlen, paths
         err = _varlen_flag(q.data.device_id)
-        total_q, h, d = q.shape
+        _, h, d = q.shape
         key = ("bwd_varlen", b, h, k.shape[1], max_q, max_k, d, dtype_name, bool(causal), q.data.device_id)
         cands = [("cudnn", lambda: cudnn_varlen.backward(do, q, k, v, out, lse, cu_q, max_q, max_k, scale, causal,
                                                          err))]
