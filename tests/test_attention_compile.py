@@ -53,7 +53,7 @@ print(json.dumps(out))
     ("bfloat16", 64, False, 0, ""), ("bfloat16", 128, True, 0, ""), ("float32", 128, False, 0, "ieee"),
     ("float32", 64, True, 0, "tf32x3"), ("float32", 128, False, 0, "tf32x3"), ("float32", 64, False, 128, "tf32x3"),
     ("float32", 128, False, 128, "tf32"), ("float16", 128, False, 128, ""), ("float16", 40, True, 16, ""),
-    ("bfloat16", 256, True, 0, ""), ("float32", 256, False, 0, "tf32x3"), ("float32", 160, True, 0, "ieee")])
+    ("bfloat16", 256, True, 0, ""), ("float32", 256, False, 128, "tf32x3"), ("float32", 160, True, 0, "ieee")])
 def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n, prec):
     env = {"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ}
     if prec:

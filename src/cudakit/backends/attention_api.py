@@ -331,7 +331,7 @@ class AttentionOps:
 
         deterministic=True: the gradients are bitwise the same on every run with the same inputs
         (on the GPU the Triton kernels, which sum without atomics, never cuDNN's backward, whose dQ
-        may not be; head_dim <= 128 then). The CPU backend and float64 are deterministic anyway."""
+        may not be; head_dim <= 256). The CPU backend and float64 are deterministic anyway."""
         op = "attention_backward"
         check_bool(op, "deterministic", deterministic)
         blhd = self._check_layout(op, layout, {"grad_out": grad_out, "q": q, "k": k, "v": v, "out": out})

@@ -157,9 +157,13 @@ class GradSync:
             from . import peer_allreduce
             why = peer_allreduce.why_unavailable(g, wanted=copy)
             if why is None:
-                self._peer = peer_allreduce.PeerAllReduce(g, [n for _, _, n in layout], [d for d, _, _ in layout])
-                self.transport_note = "copy engines (peer memory)"
-            else:
+                try:
+                    self._peer = peer_allreduce.PeerAllReduce(g, [n for _, _, n in layout],
+                                                              [d for d, _, _ in layout])
+                    self.transport_note = "copy engines (peer memory)"
+                except peer_allreduce.SetupFailed as e:   # raised on both ranks: both take NCCL
+                    why = str(e)
+            if why is not None:
                 self.transport_note = f"NCCL ({why})"
         for b, (idx, (dt, offsets, off)) in enumerate(zip(self.buckets, layout)):
             item = dt.itemsize

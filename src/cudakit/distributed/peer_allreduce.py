@@ -148,6 +148,11 @@ def why_unavailable(group, wanted: bool = True) -> str | None:
     return None if theirs == "ok" else f"the peer: {theirs}"
 
 
+class SetupFailed(RuntimeError):
+    """The copy-engine path could not be set up on one of the two ranks (both raise it: the caller
+    falls back to NCCL on both)."""
+
+
 class PeerAllReduce:
     """The buckets of one GradSync (`counts` elements of `dtypes`, one entry per bucket) in memory
     the peer maps, and their all-reduce by copy engines. Collective to make: both ranks of the
@@ -176,22 +181,50 @@ class PeerAllReduce:
             rec += _aligned(max(h, n - h) * dt.itemsize)
         self.flags_off = off + rec
         self.nbytes = self.flags_off + _aligned(8 * max(1, len(self.counts)))
-        with cp.cuda.Device(self.device):
-            self.base = rt.malloc(self.nbytes)
-            # zeroed and finished before the peer can write into it (cudaMemset is asynchronous for
-            # device memory: a late one would wipe the peer's first values and flags)
-            s = cp.cuda.Stream(non_blocking=True)
-            rt.memsetAsync(self.base, 0, self.nbytes, s.ptr)
-            s.synchronize()
-            handle = bytes(rt.ipcGetMemHandle(self.base))
-        peer_handle = _exchange(group, "mem", handle)
-        with cp.cuda.Device(self.device):
-            self.peer_base = rt.ipcOpenMemHandle(peer_handle, _IPC_LAZY_PEER)
+        self.base = self.peer_base = None
+        # each step's outcome is exchanged, so that a failure on one rank (out of memory, a handle
+        # that does not open) turns the path off on both instead of leaving one waiting for the other
+        try:
+            with cp.cuda.Device(self.device):
+                self.base = rt.malloc(self.nbytes)
+                # zeroed and finished before the peer can write into it (cudaMemset is asynchronous
+                # for device memory: a late one would wipe the peer's first values and flags)
+                s = cp.cuda.Stream(non_blocking=True)
+                rt.memsetAsync(self.base, 0, self.nbytes, s.ptr)
+                s.synchronize()
+                mine = b"OK" + bytes(rt.ipcGetMemHandle(self.base))
+        except Exception as e:   # noqa: BLE001 -- reported to the peer, then raised as SetupFailed
+            mine = b"ER" + f"{type(e).__name__}: {e}".encode()
+        peer = _exchange(group, "mem", mine)
+        self._settle(mine, peer, "allocating the shared buckets")
+        try:
+            with cp.cuda.Device(self.device):
+                self.peer_base = rt.ipcOpenMemHandle(peer[2:], _IPC_LAZY_PEER)
+            mine = b"OK"
+        except Exception as e:   # noqa: BLE001
+            mine = b"ER" + f"{type(e).__name__}: {e}".encode()
+        self._settle(mine, _exchange(group, "opened", mine), "opening the peer's buckets")
         self.launches = [0] * len(self.counts)
         self._kernels: dict = {}
         self._closed = False
         group.transport.abort_hooks.append(self.release)
         group.transport.close_hooks.append(self.close)
+
+    def _settle(self, mine: bytes, peer: bytes, what: str) -> None:
+        """Go on when both ranks' step succeeded ("OK..."); else free what this rank holds and raise
+        SetupFailed on both (each saw both outcomes)."""
+        if mine[:2] == b"OK" and peer[:2] == b"OK":
+            return
+        why = "; ".join(f"{who}: {m[2:].decode(errors='replace')}" for who, m in (("this rank", mine), ("the peer", peer))
+                        if m[:2] != b"OK")
+        rt = self.cp.cuda.runtime
+        with self.cp.cuda.Device(self.device):
+            if self.peer_base is not None:
+                rt.ipcCloseMemHandle(self.peer_base)
+            if self.base is not None:
+                rt.free(self.base)
+        self.base = self.peer_base = None
+        raise SetupFailed(f"{what} failed ({why})")
 
     def buffer(self, b: int):
         """Bucket b as a CuPy array (its dtype, its count), in the shared memory."""

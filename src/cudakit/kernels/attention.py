@@ -2,7 +2,7 @@
 compiled and launched by cudakit's Triton runtime, on the current CuPy stream.
 
 Inputs are contiguous [BH, L, D] CuPy arrays of float16, bfloat16 or float32 (float32 products as
-cudakit.float32_precision() names: three TF32 tensor-core products by default, config.py), D <= 128. The
+cudakit.float32_precision() names: three TF32 tensor-core products by default, config.py), D <= 256. The
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
 """
 from __future__ import annotations
@@ -153,12 +153,14 @@ def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
 def _wide_config(dtype_name: str, block_n: int | None, block_d: int) -> dict:
     """Forward tiles for head dims 129..256 (BLOCK_D 256): 16-bit 64 x 64 on 8 warps, 2 stages
     (q 32 KiB, k and v 64 KiB a stage); float32 64 x 32 on 8 warps (tensor-core products) or 32 x 32
-    on 4 (ieee), one stage. Chosen to fit an H100's shared memory (tests/test_attention_compile.py),
+    on 4 (ieee), one stage, 32-row query tiles when flash_attention's block_size is 64 or 128. Chosen to
+    fit an H100's shared memory for every block_size (tests/test_attention_compile.py compiles some),
     checked in Triton's interpreter against float64 (tests/attention_interpreter.py); not yet timed."""
     if dtype_name == "float32":
         prec = config.float32_precision()
+        wide_keys = block_n is not None and block_n >= 64   # 64 x 64+ float32 tiles of 256 columns: too big
         cfg = ({"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4} if prec == "ieee" else
-               {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8})
+               {"BLOCK_M": 32 if wide_keys else 64, "BLOCK_N": 32, "num_warps": 8})
         cfg.update(num_stages=1, PREC=prec)
     else:
         cfg = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "PREC": "tf32"}
