@@ -164,3 +164,19 @@ def test_wait_for_starts_the_rest_and_leaves_the_step_open(one_rank):
     with pytest.raises(ValueError, match="one of the 3 names"):
         sync.wait_for(["e", "nope"])
     assert sync.launched == 0   # nothing started by the refused call
+
+
+def test_copy_engine_layout_keeps_buckets_halves_and_flags_apart():
+    """distributed/peer_allreduce.layout: buckets, receive areas and flags never overlap, halves
+    split at 16 bytes, each receive area holds the larger half."""
+    from cudakit.distributed.peer_allreduce import layout
+    counts, items = [1, 7, 1000, 2**20 + 3, 0], [2, 4, 2, 2, 8]
+    offs, splits, recv, flags, total = layout(counts, items)
+    spans = [(o, o + n * i) for o, n, i in zip(offs, counts, items)]
+    spans += [(r, r + max(h, n - h) * i) for r, h, n, i in zip(recv, splits, counts, items)]
+    spans.append((flags, flags + 8 * len(counts)))
+    spans = sorted(s for s in spans if s[1] > s[0])
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] <= total
+    assert all(o % 256 == 0 for o in offs + recv + [flags])
+    for h, n, i in zip(splits, counts, items):
+        assert 0 <= h <= n and (h * i) % 16 == 0 and n - h >= h   # rank 1's half is the larger or equal

@@ -148,6 +148,26 @@ def why_unavailable(group, wanted: bool = True) -> str | None:
     return None if theirs == "ok" else f"the peer: {theirs}"
 
 
+def layout(counts, itemsizes) -> tuple:
+    """(bucket byte offsets, split points in elements, receive-area byte offsets, flags' byte offset,
+    total bytes) of one rank's shared memory: bucket b at [offset, offset + n * item), 256-byte
+    aligned, its halves [0, split) (rank 0's) and [split, n) (rank 1's) split at a 16-byte boundary;
+    then one receive area per bucket, each the size of the larger half; then two uint32 flags per
+    bucket."""
+    offsets, splits, recv = [], [], []
+    off = rec = 0
+    for n, item in zip(counts, itemsizes):
+        per16 = max(1, 16 // item)
+        splits.append((n // 2) // per16 * per16)
+        offsets.append(off)
+        off += _aligned(n * item)
+    for n, h, item in zip(counts, splits, itemsizes):
+        recv.append(off + rec)
+        rec += _aligned(max(h, n - h) * item)
+    flags = off + rec
+    return offsets, splits, recv, flags, flags + _aligned(8 * max(1, len(counts)))
+
+
 class SetupFailed(RuntimeError):
     """The copy-engine path could not be set up on one of the two ranks (both raise it: the caller
     falls back to NCCL on both)."""
@@ -166,21 +186,8 @@ class PeerAllReduce:
         self.counts = [int(n) for n in counts]
         self.device = group.transport.device
         self.rank = group.rank
-        # bucket b: [off, off + n * item); its halves split at a 16-byte boundary; receive area: the
-        # larger half
-        self.offsets, self.splits, self.recv = [], [], []
-        off = rec = 0
-        for n, dt in zip(self.counts, self.dtypes):
-            item = dt.itemsize
-            h = (n // 2) // max(1, 16 // item) * max(1, 16 // item)
-            self.offsets.append(off)
-            self.splits.append(h)
-            off += _aligned(n * item)
-        for n, h, dt in zip(self.counts, self.splits, self.dtypes):
-            self.recv.append(off + rec)
-            rec += _aligned(max(h, n - h) * dt.itemsize)
-        self.flags_off = off + rec
-        self.nbytes = self.flags_off + _aligned(8 * max(1, len(self.counts)))
+        self.offsets, self.splits, self.recv, self.flags_off, self.nbytes = layout(
+            self.counts, [dt.itemsize for dt in self.dtypes])
         self.base = self.peer_base = None
         # each step's outcome is exchanged, so that a failure on one rank (out of memory, a handle
         # that does not open) turns the path off on both instead of leaving one waiting for the other
