@@ -39,6 +39,7 @@ for dtype in ("float32", "bfloat16", "float16", "float64"):
                 tol = 1e-2 if dtype in ("bfloat16", "float16") else 1e-6
                 np.testing.assert_allclose(a32, b32, rtol=tol, atol=tol, err_msg=f"{dtype} avg={average} step {step} "
                                                                                    f"grad {i}")
+        sync.close()   # collective: the shared memory freed once both ranks' streams are done with it
 cp.cuda.get_current_stream().synchronize()
 print("PEER-OK", sync.transport_note, flush=True)
 dist.destroy_process_group()

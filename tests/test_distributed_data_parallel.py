@@ -180,3 +180,12 @@ def test_copy_engine_layout_keeps_buckets_halves_and_flags_apart():
     assert all(o % 256 == 0 for o in offs + recv + [flags])
     for h, n, i in zip(splits, counts, items):
         assert 0 <= h <= n and (h * i) % 16 == 0 and n - h >= h   # rank 1's half is the larger or equal
+
+
+def test_close_is_a_no_op_without_the_copy_engine_path(one_rank):
+    params = [np.ones(4, np.float32)]
+    sync = dist.GradSync(params)
+    sync.close()
+    sync.close()
+    sync.set_grad(0, np.full(4, 2.0, np.float32))   # the NCCL/CPU path keeps its buckets
+    assert sync.wait()[0].tolist() == [2.0] * 4

@@ -118,7 +118,7 @@ class GradSync:
     the backward they overlap keeps its SMs (CUDAKIT_PEER_ALLREDUCE=0 keeps NCCL); transport_note
     says which ran and, for NCCL, why. Constructing a GradSync on a two-rank NCCL group is
     collective (both ranks, in the same order: they agree on the path through the store); its
-    shared memory lives until the group is destroyed."""
+    shared memory lives until close() (collective) or the group's destruction."""
 
     def __init__(self, params, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, average: bool = True,
                  broadcast_from: int | None = 0, tail_bucket_bytes: int = DEFAULT_TAIL_BUCKET_BYTES,
@@ -288,6 +288,15 @@ class GradSync:
         b = -1: the last bucket, whose all-reduce starts after the backward's last gradient."""
         idx = self.buckets[b]
         return [self.names[i] for i in idx] if self.names is not None else list(idx)
+
+    def close(self) -> None:
+        """Release the memory the copy-engine path shares with the peer (two ranks on one host; a
+        no-op otherwise). Collective: both ranks call it, after wait(); grads and buffers must not be
+        used afterwards. Without it that memory lives until the group is destroyed."""
+        if self._peer is not None:
+            self._peer.close(barrier=True)
+            self._peer = None
+            self.buffers, self.grads = [], [None] * len(self.params)
 
     def grad(self, i):
         """The gradient buffer of parameter i (an index, or a name)."""

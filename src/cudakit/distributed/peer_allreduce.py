@@ -294,15 +294,24 @@ class PeerAllReduce:
         except Exception as e:   # noqa: BLE001 -- best effort on a failing group
             log.warning("releasing the peer all-reduce flags failed: %s", e)
 
-    def close(self) -> None:
-        """Unmap the peer's memory and free this rank's (the group is being destroyed)."""
+    def close(self, barrier: bool = False) -> None:
+        """Unmap the peer's memory and free this rank's: at the group's destruction, or (barrier=True,
+        GradSync.close: collective) once both ranks' streams are done with it, so that neither frees
+        memory the other's copies may still write."""
         if self._closed:
             return
         self._closed = True
         rt = self.cp.cuda.runtime
+        for hooks, hook in ((self.group.transport.abort_hooks, self.release),
+                            (self.group.transport.close_hooks, self.close)):
+            if hook in hooks:
+                hooks.remove(hook)
         try:
             with self.cp.cuda.Device(self.device):
                 rt.deviceSynchronize()
+            if barrier:
+                _exchange(self.group, "close", b"1")
+            with self.cp.cuda.Device(self.device):
                 rt.ipcCloseMemHandle(self.peer_base)
                 rt.free(self.base)
         except Exception as e:   # noqa: BLE001
