@@ -120,6 +120,23 @@ def _kv_row(bh, BH0, H, G):
 
 
 @triton.jit
+def _geometry(CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI, start, CHECK: tl.constexpr,
+              D: tl.constexpr, VARLEN: tl.constexpr):
+    """Where a program's rows are, for every kernel: (Lq, Lk, first q element, first k/v element,
+    first element of a per-q-head key gradient, mask bounds, first lse entry, and the row strides
+    of q-like, k-like, key-gradient and lse arrays). VARLEN: packed (total, heads, D) arrays, this
+    program's sequence and head (_seq; CHECK: record a bad cu_seqlens in ERR); else [BH, L, D]."""
+    if VARLEN:
+        lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base = _seq(CU_Q, CU_K, ERR, bh + BH0, H, G, Lq, Lk, TQ, TK,
+                                                                    DLO, DHI, start, CHECK, D)
+        hq = lse_base * 0 + H   # int64: a packed array's row offsets may pass 2^31 elements
+        return lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base, hq * D, (hq // G) * D, hq * D, hq
+    else:
+        # dK, dV per q head: [BH, Lk, D] (summed over a group by the caller)
+        return (Lq, Lk, bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lk * D, DLO, DHI, bh * Lq, D, D, D, 1)
+
+
+@triton.jit
 def _ranges(first, last, lo_off, hi_off, hi_cap, BLOCK: tl.constexpr):
     """(a, b, c, e) for the indices t of a block of rows [first, last] that each see the t with
     t - row in [lo_off, hi_off) and t < hi_cap: blocks from a to e hold every t some row sees, those
@@ -213,15 +230,8 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    if VARLEN:   # packed (total, heads, D) arrays, this program's sequence and head
-        lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, ERR, bh + BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI,
-                                                              start_m, True, D)
-        hq = lse_base * 0 + H   # int64: a packed array's row offsets may pass 2^31 elements
-        RS, KRS, LRS = hq * D, (hq // G) * D, hq
-    else:
-        lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
-        q_base, kv_base, lse_base = bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lq
-        RS, KRS, LRS = D, D, 1
+    lq, lk, q_base, kv_base, _, dlo, dhi, lse_base, RS, KRS, _, LRS = _geometry(
+        CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI, start_m, True, D, VARLEN)
     m_ok, d_ok = rows < lq, offs_d < D
     length = lk
     if HAS_LENS:
@@ -333,16 +343,8 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    if VARLEN:
-        lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, TQ, TK, DLO,
-                                                                    DHI, start_n, False, D)
-        hq = lse_base * 0 + H
-        RS, KRS, DKRS, LRS = hq * D, (hq // G) * D, hq * D, hq
-    else:
-        lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
-        q_base, kv_base, lse_base = bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lq
-        dk_base = bh * Lk * D   # dK, dV per q head: [BH, Lk, D] (summed over a group by the caller)
-        RS, KRS, DKRS, LRS = D, D, D, 1
+    lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base, RS, KRS, DKRS, LRS = _geometry(
+        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI, start_n, False, D, VARLEN)
     n_ok, d_ok = cols < lk, offs_d < D
     kv_mask = n_ok[:, None] & d_ok[None, :]
     k = tl.load(K + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=kv_mask, other=0.0)
@@ -449,15 +451,8 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    if VARLEN:
-        lq, lk, q_base, kv_base, _, dlo, dhi, lse_base = _seq(CU_Q, CU_K, CU_Q, bh + BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI,
-                                                              start_m, False, D)
-        hq = lse_base * 0 + H
-        RS, KRS, LRS = hq * D, (hq // G) * D, hq
-    else:
-        lq, lk, dlo, dhi = Lq, Lk, DLO, DHI
-        q_base, kv_base, lse_base = bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lq
-        RS, KRS, LRS = D, D, 1
+    lq, lk, q_base, kv_base, _, dlo, dhi, lse_base, RS, KRS, _, LRS = _geometry(
+        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI, start_m, False, D, VARLEN)
     m_ok, d_ok = rows < lq, offs_d < D
     length = lk
     if HAS_LENS:

@@ -112,29 +112,51 @@ def _varlen_sig(kind: str, b, h, hkv, max_q, max_k, d, dtype_name, scale, causal
     return (kind, b, h, hkv, max_q, max_k, d, dtype_name, float(scale), bool(causal), device)
 
 
+def _pass(kind: str, q, k, cu, max_q: int, max_k: int, scale: float, causal: bool):
+    """What a forward or backward pass ("sdpa_varlen_fwd" / "_bwd") shares: (b, h, dtype name, q-like,
+    k-like and lse descriptors, graph signature), or None for no sequences or rows."""
+    total, h, d = q.shape
+    hkv, b = k.shape[1], cu.shape[0] - 1
+    if b < 1 or total == 0:
+        return None
+    name = str(q.dtype)
+    descs = _packed_desc(b, h, max_q, d), _packed_desc(b, hkv, max_k, d), _stats_desc(b, h, max_q)
+    return b, h, name, *descs, _varlen_sig(kind, b, h, hkv, max_q, max_k, d, name, scale, causal,
+                                                   q.data.device_id)
+
+
+def _scratch_index(b: int, rows: int) -> list:
+    """Plan timing's lengths and offsets: every sequence `rows` long over the same first rows."""
+    cp = _cupy.cupy()
+    return [cp.full(b, rows, cp.int32)] + [cp.zeros(b + 1, cp.int64) for _ in range(3)]
+
+
+def _index_pointers(q, k, cu, max_q: int, max_k: int, err) -> list:
+    """The device pointers of (lengths, q-like offsets, k-like offsets, lse offsets) for this call."""
+    total, h, d = q.shape
+    hkv = k.shape[1]
+    lens, off_q, off_s = ragged(cu, total, min(max_q, max_k), h, d, err)
+    off_k = off_q if hkv == h else ragged(cu, k.shape[0], min(max_q, max_k), hkv, d, err)[1]
+    return [lens.data.ptr, off_q.data.ptr, off_k.data.ptr, off_s.data.ptr]
+
+
 def forward(q, k, v, cu, max_q: int, max_k: int, scale: float, causal: bool, err):
     """(out (total, H, D), lse (total, H) float32) of attention over the packed sequences of cu
     (the same for q and k), or None when cuDNN declines. q (total, H, D), k, v (total, Hkv, D),
     C-contiguous 16-bit. FLOPs: 4 H D sum_b L_b^2 (about half causal)."""
-    if not cudnn.aligned(q, k, v):
+    p = _pass("sdpa_varlen_fwd", q, k, cu, max_q, max_k, scale, causal) if cudnn.aligned(q, k, v) else None
+    if p is None:
         return None
+    b, h, name, qd, kd, sd, sig = p
     cp = _cupy.cupy()
-    total, h, d = q.shape
-    hkv = k.shape[1]
-    b = cu.shape[0] - 1
-    if b < 1 or total == 0:
-        return None
-    name = str(q.dtype)
-    qd, kd, sd = _packed_desc(b, h, max_q, d), _packed_desc(b, hkv, max_k, d), _stats_desc(b, h, max_q)
-    sig = _varlen_sig("sdpa_varlen_fwd", b, h, hkv, max_q, max_k, d, name, scale, causal, q.data.device_id)
+    total = q.shape[0]
 
     def make(g, dt):
         io = cudnn.g_io(dt, name)
         lens, rq, rk, rs = _ragged_tensors(g, dt, b)
         Q, K, V = (cudnn._tensor(g, n, desc, io) for n, desc in (("Q", qd), ("K", kd), ("V", kd)))
-        Q.set_ragged_offset(rq)
-        K.set_ragged_offset(rk)
-        V.set_ragged_offset(rk)
+        for t, r in ((Q, rq), (K, rk), (V, rk)):
+            t.set_ragged_offset(r)
         O, S = g.sdpa(name="sdpa_varlen", q=Q, k=K, v=V, is_inference=False, attn_scale=float(scale),
                       use_padding_mask=True, seq_len_q=lens, seq_len_kv=lens, use_causal_mask=bool(causal))
         cudnn._out(O, qd, io)
@@ -143,38 +165,30 @@ def forward(q, k, v, cu, max_q: int, max_k: int, scale: float, causal: bool, err
         S.set_ragged_offset(rs)
         return [lens, rq, rk, rs, Q, K, V, O, S]
 
-    def scratch():   # plan timing: every sequence over the same first rows (full length, offsets 0)
-        lens = cp.full(b, min(max_q, max_k, total, k.shape[0]), cp.int32)
-        offs = [cp.zeros(b + 1, cp.int64) for _ in range(3)]
-        arrs = [lens, *offs, cp.zeros(total * h * d, q.dtype), cp.zeros(k.size, q.dtype), cp.zeros(k.size, q.dtype),
-                cp.zeros(total * h * d, q.dtype), cp.zeros(total * h, cp.float32)]
+    def scratch():
+        arrs = _scratch_index(b, min(max_q, max_k, total, k.shape[0]))
+        arrs += [cp.zeros(x.size, q.dtype) for x in (q, k, v, q)] + [cp.zeros(total * h, cp.float32)]
         return [a.data.ptr for a in arrs], arrs
     g = cudnn._graph(sig, name, make, scratch)
     if g is None:
         return None
-    lens, off_q, off_s = ragged(cu, total, min(max_q, max_k), h, d, err)
-    off_k = off_q if hkv == h else ragged(cu, k.shape[0], min(max_q, max_k), hkv, d, err)[1]
     out = cp.empty_like(q)
     lse = cp.empty((total, h), cp.float32)
-    g.run([lens.data.ptr, off_q.data.ptr, off_k.data.ptr, off_s.data.ptr, q.data.ptr, k.data.ptr, v.data.ptr,
-           out.data.ptr, lse.data.ptr])
+    g.run(_index_pointers(q, k, cu, max_q, max_k, err) + [q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr,
+                                                           lse.data.ptr])
     return out, lse
 
 
 def backward(do, q, k, v, out, lse, cu, max_q: int, max_k: int, scale: float, causal: bool, err):
     """(dq (total, H, D), dk, dv (total, Hkv, D): summed over the q heads sharing each k, v head) of
     forward(), or None when cuDNN declines. FLOPs: 10 H D sum_b L_b^2 (about half causal)."""
-    if not cudnn.aligned(do, q, k, v, out, lse):
+    p = (_pass("sdpa_varlen_bwd", q, k, cu, max_q, max_k, scale, causal)
+         if cudnn.aligned(do, q, k, v, out, lse) else None)
+    if p is None:
         return None
+    b, h, name, qd, kd, sd, sig = p
     cp = _cupy.cupy()
-    total, h, d = q.shape
-    hkv = k.shape[1]
-    b = cu.shape[0] - 1
-    if b < 1 or total == 0:
-        return None
-    name = str(q.dtype)
-    qd, kd, sd = _packed_desc(b, h, max_q, d), _packed_desc(b, hkv, max_k, d), _stats_desc(b, h, max_q)
-    sig = _varlen_sig("sdpa_varlen_bwd", b, h, hkv, max_q, max_k, d, name, scale, causal, q.data.device_id)
+    total = q.shape[0]
 
     def make(g, dt):
         io = cudnn.g_io(dt, name)
@@ -193,19 +207,16 @@ def backward(do, q, k, v, out, lse, cu, max_q: int, max_k: int, scale: float, ca
             t.set_ragged_offset(r)
         return [lens, rq, rk, rs, Q, K, V, O, DO, S, DQ, DK, DV]
 
-    def scratch():   # as forward's
-        lens = cp.full(b, min(max_q, max_k, total, k.shape[0]), cp.int32)
-        offs = [cp.zeros(b + 1, cp.int64) for _ in range(3)]
-        big = [cp.zeros(x.size, q.dtype) for x in (q, k, v, q, q)]
-        grads = [cp.zeros(x.size, q.dtype) for x in (q, k, v)]
-        arrs = [lens, *offs, *big, cp.zeros(total * h, cp.float32), *grads]
+    def scratch():
+        arrs = _scratch_index(b, min(max_q, max_k, total, k.shape[0]))
+        arrs += [cp.zeros(x.size, q.dtype) for x in (q, k, v, q, q)] + [cp.zeros(total * h, cp.float32)]
+        arrs += [cp.zeros(x.size, q.dtype) for x in (q, k, v)]
         return [a.data.ptr for a in arrs], arrs
     g = cudnn._graph(sig, name, make, scratch)
     if g is None:
         return None
-    lens, off_q, off_s = ragged(cu, total, min(max_q, max_k), h, d, err)
-    off_k = off_q if hkv == h else ragged(cu, k.shape[0], min(max_q, max_k), hkv, d, err)[1]
     dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
-    g.run([lens.data.ptr, off_q.data.ptr, off_k.data.ptr, off_s.data.ptr, q.data.ptr, k.data.ptr, v.data.ptr,
-           out.data.ptr, do.data.ptr, lse.data.ptr, dq.data.ptr, dk.data.ptr, dv.data.ptr])
+    g.run(_index_pointers(q, k, cu, max_q, max_k, err) + [q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr,
+                                                           do.data.ptr, lse.data.ptr, dq.data.ptr, dk.data.ptr,
+                                                           dv.data.ptr])
     return dq, dk, dv
