@@ -1,23 +1,13 @@
 """The ragged-offset kernel of kernels/cudnn_varlen.py compiles for sm_90 with nvcc, and the
 varlen dispatch takes cuDNN's ragged path only for the calls it is safe for. No GPU needed; the
 path itself is checked against float64 in tests/gpu/test_attention_gpu.py (varlen cases)."""
-import shutil
-import subprocess
-
-import pytest
+from test_kernels_compile import nvcc_compile_source
 
 from cudakit.kernels import cudnn_varlen
 
 
 def test_ragged_kernel_compiles_for_sm90(tmp_path):
-    nvcc = shutil.which("nvcc")
-    if not nvcc:
-        pytest.skip("nvcc is not on the PATH")
-    src = tmp_path / "r.cu"
-    src.write_text(cudnn_varlen.RAGGED_SOURCE)
-    r = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-o", str(tmp_path / "r.cubin"), str(src)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
+    nvcc_compile_source(cudnn_varlen.RAGGED_SOURCE, tmp_path)
 
 
 def test_descriptors_address_the_packed_rows():

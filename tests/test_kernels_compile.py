@@ -13,22 +13,28 @@ KERNEL_MODULES = ["cudakit.kernels.elementwise", "cudakit.kernels.normalization"
                   "cudakit.kernels.dropout", "cudakit.kernels.pooling"]
 
 
-def nvcc_compile(mod, tmp_path, names=None, extra=()):
-    """Compile every name expression of kernel module `mod` with nvcc for sm_90 (skips without
-    nvcc); returns the compiler's stderr (ptxas's report with extra=("-Xptxas", "-v"))."""
+def nvcc_compile_source(source: str, tmp_path, extra=()):
+    """Compile CUDA C++ `source` with nvcc for sm_90 (skips without nvcc); returns the compiler's
+    stderr (ptxas's report with extra=("-Xptxas", "-v"))."""
     nvcc = shutil.which("nvcc")
     if not nvcc:
         pytest.skip("nvcc is not on the PATH")
-    names = mod.name_expressions() if names is None else names
-    # taking each template's address forces its instantiation
-    refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(names))
     src = tmp_path / "k.cu"
-    src.write_text(kernel_source(mod) + "\n" + refs + "\n")
+    src.write_text(source)
     r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", *extra, "-o", str(tmp_path / "k.cubin"), str(src)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     assert (tmp_path / "k.cubin").stat().st_size > 1000
     return r.stderr
+
+
+def nvcc_compile(mod, tmp_path, names=None, extra=()):
+    """Compile every name expression of kernel module `mod` with nvcc for sm_90 (skips without
+    nvcc); returns the compiler's stderr (ptxas's report with extra=("-Xptxas", "-v"))."""
+    names = mod.name_expressions() if names is None else names
+    # taking each template's address forces its instantiation
+    refs = "\n".join(f"void* ck_ref_{i} = (void*)&{e};" for i, e in enumerate(names))
+    return nvcc_compile_source(kernel_source(mod) + "\n" + refs + "\n", tmp_path, extra)
 
 
 @pytest.mark.parametrize("modname", KERNEL_MODULES)
