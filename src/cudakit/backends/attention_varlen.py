@@ -113,7 +113,10 @@ class VarlenAttentionOps:
         mq = _seqlen(op, "max_seqlen_q", max_q)
         mk = _seqlen(op, "max_seqlen_k", max_k)
         cq, nq = self._cu_seqlens(op, "cu_seqlens_q", cu_q, tq, mq, q)
-        ck, nk = self._cu_seqlens(op, "cu_seqlens_k", cu_k, tk, mk, q)
+        if cu_k is cu_q and (tk, mk) == (tq, mq):   # the same checks: neither checked nor copied twice
+            ck, nk = cq, nq
+        else:
+            ck, nk = self._cu_seqlens(op, "cu_seqlens_k", cu_k, tk, mk, q)
         if cu_k is cu_q or (nq is not None and nk is not None and np.array_equal(nq, nk)):
             ck = cq   # the same sequences for q and k, known here: the kernels may take cuDNN's ragged path
         if cq.shape[0] != ck.shape[0]:

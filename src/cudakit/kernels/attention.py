@@ -596,10 +596,11 @@ def _check_varlen_grid(b: int, h: int, d: int) -> None:
 
 # ---- host-time plans (kernels/path_plans.py): forward()/backward() minus their per-call choices --
 def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: float, causal: bool,
-                  device: int):
+                  device: int, graph: str | None = None):
     """The path forward() ("fwd") or backward() ("bwd") chose for this [BH, L, D] signature, for its
     plan: ("cudnn", the built graph's executor) or ("triton", None); None where no plan applies (not
-    chosen yet, empty, more than 65535 batch-heads, or past the Triton kernels' head dim)."""
+    chosen yet, empty, more than 65535 batch-heads, or past the Triton kernels' head dim). graph:
+    the cuDNN graph kind to execute (default "sdpa_<kind>"; "sdpa_fwd_inf": the inference graph)."""
     if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
         return None
     if _cudnn_candidate(dtype_name, d, scale):
@@ -609,7 +610,7 @@ def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str,
         if choice == "cudnn":
             qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
             descs = (qd, kd, kd, qd) if kind == "fwd" else (qd, kd, kd, qd, qd, qd, kd, kd)
-            run = cudnn.executor(cudnn.sdpa_sig(f"sdpa_{kind}", descs, dtype_name, scale, causal, device))
+            run = cudnn.executor(cudnn.sdpa_sig(graph or f"sdpa_{kind}", descs, dtype_name, scale, causal, device))
             return None if run is None else ("cudnn", run)
         if choice != "triton":
             return None
@@ -620,16 +621,10 @@ def plan_forward_inference(bh: int, lq: int, lk: int, d: int, dtype_name: str, s
                            device: int):
     """A function (q, k, v) -> out like q replaying forward(need_lse=False)'s cuDNN inference graph
     for this signature, or None (another path chosen, or that graph not built yet)."""
-    if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y or not _cudnn_candidate(dtype_name, d, scale):
+    step = _planned_path("fwd", bh, lq, lk, d, dtype_name, scale, causal, device, graph="sdpa_fwd_inf")
+    if step is None or step[0] != "cudnn":
         return None
-    from . import cudnn, paths
-    if paths.chosen("attention", _path_key("fwd", bh, lq, lk, d, dtype_name, causal, device)) != "cudnn":
-        return None   # (the training graph need not exist: _planned_path would look for it)
-    qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
-    run = cudnn.executor(cudnn.sdpa_sig("sdpa_fwd_inf", (qd, kd, kd, qd), dtype_name, scale, causal, device))
-    if run is None:
-        return None
-    nd = _cupy.cupy().ndarray
+    run, nd = step[1], _cupy.cupy().ndarray
 
     def fwd(q, k, v):
         out = nd(q.shape, q.dtype)
