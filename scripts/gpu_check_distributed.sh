@@ -34,7 +34,8 @@ first_gpus() { seq -s, 0 $(( $1 - 1 )); }
   python3 -c "import cupy; from cupy.cuda import nccl; print('CuPy', cupy.__version__, 'NCCL', nccl.get_version(), 'available', nccl.available)"
   python3 -c "import torch; print('torch', torch.__version__, 'NCCL', torch.cuda.nccl.version())"
   python3 -m cudakit info 2>&1 | grep -iE "cudnn|triton" | head -4
-  echo "ranks: $RANKS; parts: $PARTS"
+  echo "ranks: $RANKS; parts: $PARTS; host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  lscpu | grep -E "^(Model name|Thread\(s\) per core|NUMA node)" 
 } 2>&1 | tee -a "$LOG"
 
 # 1. the multi-GPU tests (faults, debug check, unreachable store and the two-node simulation
@@ -78,12 +79,25 @@ if has dp; then
         | tee -a "$LOG"
     done
   fi
+  # DP_CONCURRENT=1: the one-GPU step on GPU 0 and GPU 1 at the same time, two processes and no
+  # group (what two busy ranks cost each other on this host without any communication)
+  if [ "${DP_CONCURRENT:-0}" = 1 ]; then
+    CUDA_VISIBLE_DEVICES=1 timeout ${DP_TIMEOUT:-120} python3 $GPT > /tmp/dp_conc1.txt 2>&1 &
+    CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 $GPT > /tmp/dp_conc0.txt 2>&1
+    wait
+    for i in 0 1; do grep -E "^done:" /tmp/dp_conc$i.txt | sed "s/^/DP-CONC [gpu $i] /" | tee -a "$LOG"; done
+    python3 scripts/step_times.py "DP-CONC-STEPS [gpu 0]" /tmp/dp_conc0.txt | tee -a "$LOG"
+  fi
+  python3 scripts/step_times.py "DP-1GPU-STEPS" /tmp/dp_1.txt | tee -a "$LOG"
   for n in $RANKS; do
     # which processes hold a context on which GPU, mid-run (a rank with work on another rank's GPU time-slices it)
-    ( sleep 15; nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv 2>&1 | sed 's/^/DP-APPS /' ) &
+    ( sleep 15; nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv 2>&1 | sed 's/^/DP-APPS /'
+      nvidia-smi --query-gpu=index,clocks.sm,power.draw,utilization.gpu,clocks_throttle_reasons.active --format=csv 2>&1 \
+        | sed 's/^/DP-GPUS-MIDRUN /'; ps -eLo psr,pcpu,comm --sort=-pcpu | head -8 | sed 's/^/DP-CPU /' ) &
     CUDA_VISIBLE_DEVICES=$(first_gpus "$n") timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node "$n" \
       --master-port 29630 $GPT --trace "$OUT/gpt_dp_trace_$n.json" 2>&1 | tee /tmp/dp_$n.txt \
       | grep -E "rank[0-9]+\]: (done|trace):" | sed "s/^/DP-${n}GPU /"
+    python3 scripts/step_times.py "DP-${n}GPU-STEPS" /tmp/dp_$n.txt | tee -a "$LOG"
   done
   # DP_AB=1: the 2-rank step again under variants (DP_VARIANTS: ";"-separated, each environment
   # assignments or example arguments): by default NCCL held to 4, 8 and 16 channels (SMs), no bucket taper
@@ -92,8 +106,9 @@ if has dp; then
     for v in "${VS[@]}"; do
       case "$v" in --*) e=""; a="$v";; *) e="$v"; a="";; esac
       env $e CUDA_VISIBLE_DEVICES=0,1 timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 2 \
-        --master-port 29635 $GPT $a --trace /tmp/ab.json 2>&1 | grep -E "rank[0-9]+\]: (done|trace):" | sed "s/^/DP-AB [$v] /" \
-        | tee -a "$LOG"
+        --master-port 29635 $GPT $a --trace /tmp/ab.json > /tmp/dp_ab.txt 2>&1
+      grep -E "rank[0-9]+\]: (done|trace):" /tmp/dp_ab.txt | sed "s/^/DP-AB [$v] /" | tee -a "$LOG"
+      python3 scripts/step_times.py "DP-AB-STEPS [$v]" /tmp/dp_ab.txt | tee -a "$LOG"
     done
   fi
   # DP_PROBE=1: the one-GPU step plain and with the data-parallel path over a one-rank group (host
