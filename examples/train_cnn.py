@@ -216,14 +216,16 @@ class Trainer:
     forward and backward are captured once in a CUDA graph (cudakit.graph) on the first call and
     replayed after; SGD runs outside the graph as one multi-tensor launch (cudakit's optimizer
     passes its step-dependent scalars as host values). The running statistics are updated by the
-    graph's warm-up calls too.
+    graph's warm-up calls too. Data parallel with graph=True: the whole step (with its NCCL
+    all-reduces and both SGD parts) is captured on the second call, after one eager step, and
+    replayed from then on (see train_gpt.Trainer).
     """
 
     def __init__(self, cfg: CNNConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
                  graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True):
         self.cfg, self.device, self.graph = cfg, device, graph
         # first: joining the group selects this rank's GPU
-        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy)
+        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy, peer=not graph)
         self.params = init_params(cfg, seed, device, dtype)
         self.buffers = init_buffers(cfg, device, dtype)
         self.names = sorted(self.params)
@@ -232,6 +234,7 @@ class Trainer:
             master_weights=dtype in ("bfloat16", "float16"))
         self.opt = None if self.dp.active else self._make_opt(self.names)
         self._graphed = None
+        self.steps = 0
         self.dp.attach(self.params)
 
     def forward_backward(self, images, labels):
@@ -242,15 +245,27 @@ class Trainer:
             grads = backward(cache)
         return (loss, *(grads[n] for n in self.names))
 
+    def _dp_step(self, images, labels):
+        """One data-parallel step: gradients all-reduced in buckets as the backward makes them;
+        returns the loss averaged over the ranks."""
+        with cudakit.profiler.range("forward"):
+            loss, cache = forward(self.params, (images, labels), self.cfg, self.buffers)
+        mean = self.dp.start_mean_loss(loss)
+        # the backward (its "backward" range) and the optimizer, which steps the parameters of the
+        # last bucket after its all-reduce and the others while it runs
+        self.dp.step(lambda hook: backward(cache, hook), self.names, self._make_opt)
+        return self.dp.finish_mean_loss(mean)
+
     def step(self, images, labels):
-        if self.dp.active:   # data parallel: gradients all-reduced in buckets as the backward makes them
-            with cudakit.profiler.range("forward"):
-                loss, cache = forward(self.params, (images, labels), self.cfg, self.buffers)
-            mean = self.dp.start_mean_loss(loss)
-            # the backward (its "backward" range) and the optimizer, which steps the parameters of the
-            # last bucket after its all-reduce and the others while it runs
-            self.dp.step(lambda hook: backward(cache, hook), self.names, self._make_opt)
-            return self.dp.finish_mean_loss(mean)
+        if self.dp.active:
+            if self.graph and self.steps > 0:   # step 0 ran eagerly: buckets, optimizer state, plans exist
+                if self._graphed is None:
+                    self._graphed = cudakit.graph(self._dp_step, images, labels, warmup=0)
+                loss = self._graphed(images, labels)
+            else:
+                loss = self._dp_step(images, labels)
+            self.steps += 1
+            return loss
         if self.graph:
             if self._graphed is None:
                 self._graphed = cudakit.graph(self.forward_backward, images, labels)

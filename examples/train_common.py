@@ -66,12 +66,13 @@ class DataParallel:
     rank takes the same optimizer step. NCCL on the GPU, the store-based CPU backend otherwise.
     """
 
-    def __init__(self, device: Device, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, copy: bool = True):
+    def __init__(self, device: Device, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, copy: bool = True,
+                 peer: bool = True):
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         self.rank = 0
         self.sync = None
         self.bucket_bytes, self.tail_bytes = int(bucket_mb * 2**20), int(tail_bucket_mb * 2**20)
-        self.copy = copy
+        self.copy, self.peer = copy, peer   # peer=False: NCCL only (a step captured in a CUDA graph)
         if self.world > 1:
             import cudakit.distributed as dist
             self.dist = dist
@@ -99,7 +100,7 @@ class DataParallel:
             order = list(grads)[::-1]   # GradSync fills its buckets from the last index backwards
             self.sync = self.dist.GradSync({n: self.params[n] for n in order}, broadcast_from=None,
                                            bucket_bytes=self.bucket_bytes, tail_bucket_bytes=self.tail_bytes,
-                                           copy=self.copy)
+                                           copy=self.copy, peer=self.peer)
             if self.rank == 0:
                 print(f"data parallel: {len(self.sync.buckets)} gradient buckets, all-reduced by "
                       f"{self.sync.transport_note}", flush=True)
@@ -188,7 +189,8 @@ def parser(description: str, presets: dict) -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the preset's)")
     p.add_argument("--graph", action="store_true",
                    help="capture the forward and backward pass in a CUDA graph (cudakit.graph) and replay it "
-                        "every step (needs --backend cuda)")
+                        "every step (needs --backend cuda); data parallel: the whole step with its NCCL "
+                        "all-reduces, from the second step on")
     p.add_argument("--bucket-mb", type=_mib(1), default=25.0,
                    help="data parallel: gradient bucket size in MiB (GradSync's bucket_bytes; default 25)")
     p.add_argument("--tail-bucket-mb", type=_mib(0), default=1.0,
@@ -234,9 +236,6 @@ def parse(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     if args.graph and args.backend != "cuda":
         p.error("--graph captures the step in a CUDA graph, which needs --backend cuda (a usable GPU); "
                 "the CPU backend runs every step eagerly")
-    if args.graph and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        p.error("--graph with several ranks is not supported: the all-reduces run outside any graph; "
-                "drop --graph or run one process")
     return args
 
 

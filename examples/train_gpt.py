@@ -328,9 +328,13 @@ class Trainer:
     step(tokens, targets) runs forward, backward and one AdamW step (queued, no host
     synchronisation) and returns the loss before the update as a 0-d array. With graph=True the
     forward and backward are captured once in a CUDA graph (cudakit.graph) on the first call and
-    replayed after; AdamW runs outside the graph as one multi-tensor launch, because its bias
-    corrections change every step and cudakit's optimizer passes them as host values. Dropout
-    needs fresh seeds every step for the same reason, so graph=True needs cfg.dropout == 0.
+    replayed after; AdamW runs outside the graph as one multi-tensor launch. Data parallel with
+    graph=True: the whole step (forward, the loss's all-reduce, the backward with its bucket
+    copies and NCCL all-reduces, both AdamW parts) is captured on the second call, after one
+    eager step made the gradient buckets and the optimizer state, and replayed from then on:
+    the host then spends one launch a step instead of the step's Python, which two busy ranks on
+    one host otherwise fight over. Dropout takes its seed as a host value (baked into a capture),
+    so graph=True needs cfg.dropout == 0.
     """
 
     def __init__(self, cfg: GPTConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
@@ -340,7 +344,7 @@ class Trainer:
                              f"takes its seed as a host integer); use dropout=0 (got {cfg.dropout})")
         self.cfg, self.device, self.graph = cfg, device, graph
         # first: joining the group selects this rank's GPU
-        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy)
+        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy, peer=not graph)
         self.params = init_params(cfg, seed, device, dtype)
         self.names = sorted(self.params)
         self._make_opt = lambda names: cudakit.AdamW(   # noqa: E731 -- data parallel: one per part
@@ -359,16 +363,27 @@ class Trainer:
             grads = backward(cache)
         return (loss, *(grads[n] for n in self.names))
 
+    def _dp_step(self, tokens, targets):
+        """One data-parallel step: gradients all-reduced in buckets as the backward makes them;
+        returns the loss averaged over the ranks."""
+        with cudakit.profiler.range("forward"):
+            loss, cache = forward(self.params, (tokens, targets), self.cfg, self.steps, self.device.xp)
+        mean = self.dp.start_mean_loss(loss)
+        # the backward (its "backward" range) and AdamW, which steps the parameters of the last
+        # bucket after its all-reduce and the others while it runs
+        self.dp.step(lambda hook: backward(cache, hook), self.names, self._make_opt)
+        return self.dp.finish_mean_loss(mean)
+
     def step(self, tokens, targets):
-        if self.dp.active:   # data parallel: gradients all-reduced in buckets as the backward makes them
-            with cudakit.profiler.range("forward"):
-                loss, cache = forward(self.params, (tokens, targets), self.cfg, self.steps, self.device.xp)
-            mean = self.dp.start_mean_loss(loss)
-            # the backward (its "backward" range) and AdamW, which steps the parameters of the last
-            # bucket after its all-reduce and the others while it runs
-            self.dp.step(lambda hook: backward(cache, hook), self.names, self._make_opt)
+        if self.dp.active:
+            if self.graph and self.steps > 0:   # step 0 ran eagerly: buckets, optimizer state, plans exist
+                if self._graphed is None:
+                    self._graphed = cudakit.graph(self._dp_step, tokens, targets, warmup=0)
+                loss = self._graphed(tokens, targets)
+            else:
+                loss = self._dp_step(tokens, targets)
             self.steps += 1
-            return self.dp.finish_mean_loss(mean)
+            return loss
         if self.graph:
             if self._graphed is None:
                 self._graphed = cudakit.graph(self.forward_backward, tokens, targets)

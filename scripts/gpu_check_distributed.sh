@@ -111,6 +111,16 @@ if has dp; then
       python3 scripts/step_times.py "DP-AB-STEPS [$v]" /tmp/dp_ab.txt | tee -a "$LOG"
     done
   fi
+  # DP_GRAPH=1: the same comparison with --graph on both sides (one GPU: forward and backward
+  # replayed, AdamW eager; data parallel: the whole step with its NCCL all-reduces replayed)
+  if [ "${DP_GRAPH:-0}" = 1 ]; then
+    CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 $GPT --graph > /tmp/dp_g1.txt 2>&1
+    grep -E "^done:" /tmp/dp_g1.txt | sed 's/^/DP-GRAPH-1GPU /' | tee -a "$LOG"
+    CUDA_VISIBLE_DEVICES=0,1 timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 2 \
+      --master-port 29637 $GPT --graph > /tmp/dp_g2.txt 2>&1
+    grep -E "rank[0-9]+\]: (done|data parallel)|Error" /tmp/dp_g2.txt | sed 's/^/DP-GRAPH-2GPU /' | tee -a "$LOG"
+    python3 scripts/step_times.py "DP-GRAPH-2GPU-STEPS" /tmp/dp_g2.txt | tee -a "$LOG"
+  fi
   # DP_PROBE=1: the one-GPU step plain and with the data-parallel path over a one-rank group (host
   # time against step time: is the data-parallel cost on the host or on the GPU)
   if [ "${DP_PROBE:-0}" = 1 ]; then
@@ -139,6 +149,7 @@ def median(path):   # the slowest rank's median step time (each rank prints its 
         return None
     return max(ms) if ms else None
 t1 = median("/tmp/dp_1.txt")
+tg1, tg2 = median("/tmp/dp_g1.txt"), median("/tmp/dp_g2.txt")
 res = {"what": "examples/train_gpt.py data parallel (cudakit run; GradSync buckets filled by the backward's hook), "
                "gpt-issue preset bf16, each rank its own batch; two simulated nodes over sockets against one node",
        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -160,6 +171,12 @@ for n in ranks:
               f"throughput {n * t1 / tn:.3f}x one GPU" + (" (acceptance >= 1.85)" if n == 2 else ""))
     else:
         print(f"DP GPT on {n}: no step times (see the log)")
+if tg1 and tg2:
+    res["graph"] = {"one_gpu_ms": tg1, "two_gpus_ms": tg2, "x_throughput_2gpus_vs_one": round(2 * tg1 / tg2, 3),
+                    "command": f"the same with --graph (one GPU: forward and backward replayed; 2 GPUs: the whole "
+                               f"data-parallel step replayed)"}
+    print(f"DP GPT --graph: 1 GPU {tg1:.2f} ms/step, 2 GPUs {tg2:.2f} ms/step: throughput {2 * tg1 / tg2:.3f}x "
+          f"one GPU (acceptance >= 1.85)")
 one = [re.sub(r"^\[rank\d+\]: ", "", l) for l in open("/tmp/dp_one_node.txt").read().split("\n") if l]
 two = [re.sub(r"^\[rank\d+\]: ", "", l) for l in open("/tmp/dp_two_nodes.txt").read().split("\n") if l]
 same = bool(one) and one == two

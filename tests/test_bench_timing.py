@@ -40,7 +40,7 @@ def clock(monkeypatch):
     """A stand-in CuPy whose events read a fake clock (ms) that the timed functions advance."""
     import sys
     import types
-    now = [0.0]
+    now = _Clock([0.0])
 
     class Event:
         def record(self, stream):
@@ -49,11 +49,26 @@ def clock(monkeypatch):
         def synchronize(self):
             pass
 
-    stream = types.SimpleNamespace(synchronize=lambda: None)
-    cuda = types.SimpleNamespace(Event=Event, get_current_stream=lambda: stream,
+    stream = types.SimpleNamespace(synchronize=lambda: None, ptr=7)
+    flushes = []
+
+    def memset(ptr, value, n, stream_ptr):   # the L2 flush: device time before the start event
+        flushes.append((ptr, value, n, stream_ptr))
+        now[0] += 0.05
+
+    runtime = types.SimpleNamespace(getDevice=lambda: 0, cudaDevAttrL2CacheSize=1, memsetAsync=memset,
+                                    deviceGetAttribute=lambda attr, dev: 50 << 20)
+    cuda = types.SimpleNamespace(Event=Event, get_current_stream=lambda: stream, runtime=runtime,
                                  get_elapsed_time=lambda a, b: b.t - a.t)
-    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    empty = lambda n, dtype: types.SimpleNamespace(data=types.SimpleNamespace(ptr=4096), nbytes=n)  # noqa: E731
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda, empty=empty, uint8="uint8"))
+    monkeypatch.setattr(timing, "_flush_buffers", {})
+    now.flushes = flushes
     return now
+
+
+class _Clock(list):
+    pass
 
 
 def test_device_rounds_alternate_providers_and_skip_failures(clock):
@@ -96,3 +111,23 @@ def test_device_rounds_drop_a_provider_that_fails_in_a_later_round(clock):
     res, errors = timing.time_gpu_interleaved({"good": good, "flaky": flaky}, warmup=2, reps=6, rounds=3)
     assert set(res) == {"good"} and isinstance(errors["flaky"], MemoryError)
     assert res["good"]["runs"] == 6
+
+
+def test_cold_timing_flushes_the_l2_cache_before_each_timed_call(clock):
+    """cold=True: every sample is one timed call behind a write of twice the L2 cache (100 MiB for
+    a 50 MiB L2) on the current stream, not behind an untimed call; the flush stays out of the time."""
+    order = []
+
+    def make(name, ms):
+        def fn():
+            order.append(name)
+            clock[0] += ms
+        return fn
+
+    res, errors = timing.time_gpu_interleaved({"a": make("a", 1.0), "b": make("b", 3.0)}, warmup=2, reps=6,
+                                              rounds=3, cold=True)
+    assert not errors
+    assert order[4:] == (["a"] * 2 + ["b"] * 2) * 3   # one timed call a sample, no untimed ones
+    assert len(clock.flushes) == 12
+    assert {f[1:] for f in clock.flushes} == {(0, 100 << 20, 7)}
+    assert res["a"]["median_ms"] == 1.0 and res["b"]["median_ms"] == 3.0

@@ -15,7 +15,7 @@ def test_graph_needs_cuda():
         cudakit.graph(lambda x: x, np.zeros(3, np.float32))
 
 
-@pytest.mark.parametrize("bad, match", [(0, "warmup must be an int >= 1"), (True, "warmup must be"),
+@pytest.mark.parametrize("bad, match", [(-1, "warmup must be an int >= 0"), (True, "warmup must be"),
                                         (1.5, "warmup must be")])
 def test_graph_checks_warmup_first(bad, match):
     with pytest.raises(ValueError, match=match):

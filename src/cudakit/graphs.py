@@ -71,13 +71,30 @@ def check_not_capturing(what: str) -> None:
             f"of cross_entropy, whose errors surface at the next cudakit.check())")
 
 
-def on_replay(fn) -> None:
+def on_replay(fn, key=None) -> None:
     """Register fn() to run on the host before each replay of the graph being captured on this
-    thread (the optimizers refresh their per-step scalars this way). Raises if none is."""
+    thread (the optimizers refresh their per-step scalars this way). Raises if none is. key: a
+    hashable; a second registration under the same key is ignored (once per graph, say per
+    process group)."""
+    _register(fn, key, "_hooks", "on_replay")
+
+
+def after_replay(fn, key=None) -> None:
+    """Register fn(stream) to run on the host right after each replay of the graph being captured
+    on this thread has been launched on `stream` (cudakit.distributed has the watchdog track the
+    replay of captured collectives this way). key as on_replay's."""
+    _register(fn, key, "_after", "after_replay")
+
+
+def _register(fn, key, where: str, name: str) -> None:
     g = capturing()
     if g is None:
-        raise GraphCaptureError("on_replay() needs a capture in progress on this thread")
-    g._hooks.append(fn)
+        raise GraphCaptureError(f"{name}() needs a capture in progress on this thread")
+    if key is not None:
+        if (where, key) in g._keys:
+            return
+        g._keys.add((where, key))
+    getattr(g, where).append(fn)
 
 
 def _calling_op(tb=None) -> str | None:
@@ -120,7 +137,9 @@ class CUDAGraph:
         self.pool = cp.cuda.MemoryPool()
         self.stream = cp.cuda.Stream(non_blocking=True)
         self._graph = None
-        self._hooks: list = []
+        self._hooks: list = []   # fn() before each replay (on_replay)
+        self._after: list = []   # fn(stream) after each replay's launch (after_replay)
+        self._keys: set = set()
         _live.setdefault(self.device, weakref.WeakSet()).add(self)
 
     def allocating(self):
@@ -148,6 +167,8 @@ class CUDAGraph:
             for hook in self._hooks:
                 hook()
             self._graph.launch(s)
+            for hook in self._after:
+                hook(s)
 
 
 class _Scope:
@@ -169,7 +190,7 @@ class _Scope:
             if getattr(_local, "capture", None) is not None:
                 self._exit_plain()
                 raise GraphCaptureError("a capture is already in progress on this thread")
-            g._hooks = []
+            g._hooks, g._after, g._keys = [], [], set()
             g.stream.begin_capture(CUDAGraph._MODES[g.mode])
             _local.capture = g
         return g
@@ -271,16 +292,18 @@ def graph(fn, *sample_args, warmup: int = 2, mode: str = "relaxed") -> GraphedSt
     """Capture fn(*static_args) as a CUDA graph and return a GraphedStep replaying it.
 
     sample_args: CuPy arrays (copied into new static input buffers, from which each replay reads)
-    and other values (baked in). fn is first called `warmup` times (>= 1) for real on the graph's
+    and other values (baked in). fn is first called `warmup` times (>= 0) for real on the graph's
     side stream and pool (compiling kernels, making plans and filling the pool, as torch's
     whole-network capture does: a training step's warm-up calls are real steps), then once under
-    capture. fn's return value (arrays, or tuples / lists / dicts of them) becomes the static
+    capture. warmup=0 suits an fn with side effects (a whole training step with its optimizer
+    update) that has already run eagerly once, so its kernels and plans exist: the capture then
+    takes its memory from the graph's pool as it goes, and the first replay is fn's next real run. fn's return value (arrays, or tuples / lists / dicts of them) becomes the static
     outputs. Needs the CUDA backend (BackendUnavailableError otherwise).
     """
     if not callable(fn):
         raise TypeError(f"graph: fn must be callable (got {type(fn).__name__})")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
-        raise ValueError(f"graph: warmup must be an int >= 1 (got {warmup!r})")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"graph: warmup must be an int >= 0 (got {warmup!r})")
     from .runtime import _cupy
     from .runtime.device import is_available, unavailable_reason
     if not is_available():

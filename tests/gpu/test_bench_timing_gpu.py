@@ -17,6 +17,18 @@ def test_interleaved_device_timing_measures_the_bigger_copy_as_slower():
     assert res["big"]["median_ms"] > 10 * res["small"]["median_ms"] > 0
 
 
+def test_cold_device_timing_reads_from_memory():
+    """cold=True (bench --l2 cold): 16 MiB read and written, which the warm timing serves from the
+    L2 cache, takes no less time than warm; 1 GiB (past any L2) takes about the same either way."""
+    small, big = cp.ones(1 << 22, cp.float32), cp.ones(1 << 28, cp.float32)
+    fns = {"small": lambda: small * 2, "big": lambda: big * 2}
+    cold, e1 = timing.time_gpu_interleaved(fns, warmup=2, reps=9, rounds=3, cold=True)
+    warm, e2 = timing.time_gpu_interleaved(fns, warmup=2, reps=9, rounds=3)
+    assert not e1 and not e2
+    assert cold["small"]["median_ms"] >= 0.9 * warm["small"]["median_ms"]
+    assert 0.8 < cold["big"]["median_ms"] / warm["big"]["median_ms"] < 1.25
+
+
 def test_check_and_cpu_baseline_of_a_gpu_case():
     """bench --check and --cpu-baseline on one GPU case: the kernel's error against float64 is
     within bfloat16's tolerance, and the GPU beats the CPU backend on 2^22 elements."""

@@ -41,6 +41,41 @@ def test_conv2d_cudnn(geo, dtype, rng, only_cudnn):
     cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("geo", [(2, 16, 9, 7, 32, 3, 3, 1, 1, 1), (3, 8, 13, 11, 16, 3, 2, (2, 1), (1, 2), 1),
+                                 (2, 64, 14, 14, 32, 1, 1, 2, 0, 1)])
+def test_conv2d_channels_last_runs_cudnn_in_place(geo, dtype, rng, only_cudnn):
+    """Channels-last calls (both forms) against float64, on graphs whose activations are described
+    channels-last ("nhwc" signatures): cuDNN reads and writes that memory with no layout copies."""
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
+    kinds = {key[0] for key in cudnn._graphs if isinstance(key, tuple) and key[-1] == "nhwc"}
+    assert kinds >= {"conv_fprop", "conv_dgrad", "conv_wgrad"}, list(cudnn._graphs)
+
+
+def test_conv2d_channels_last_output_is_cudnns_own_memory(rng, only_cudnn):
+    """memory_format="nhwc": the (N, Ho, Wo, K) result is the very array cuDNN wrote (a transposed
+    view of it, no copy kernel after the convolution), and a C-contiguous grad_out with a
+    channels-last x (mixed layouts) still gives the right gradients."""
+    x = _dev(data(rng, (2, 9, 11, 16), "bfloat16"))
+    wt = _dev(data(rng, (24, 16, 3, 3), "bfloat16"))
+    launches = []
+    real = cudnn._Graph.run
+    cudnn._Graph.run = lambda self, ptrs: (launches.append(ptrs[-1]), real(self, ptrs))[1]
+    try:
+        y = cudakit.conv2d(x, wt, None, 1, 1, memory_format="nhwc")
+    finally:
+        cudnn._Graph.run = real
+    assert y.shape == (2, 9, 11, 24) and y.flags.c_contiguous and launches == [y.data.ptr]
+    xv = x.transpose(0, 3, 1, 2)   # (N, C, H, W) view of channels-last memory
+    g = _dev(data(rng, (2, 24, 9, 11), "bfloat16"))   # C-contiguous
+    gx, gw, _ = cudakit.conv2d_backward(g, xv, wt, 1, 1, bias=False)
+    xc = cp.ascontiguousarray(xv)
+    rx, rw, _ = cudakit.conv2d_backward(g, xc, wt, 1, 1, bias=False)
+    assert gx.strides[1] == gx.itemsize   # in x's layout
+    assert cp.array_equal(cp.ascontiguousarray(gx), rx) and cp.array_equal(gw, rw)
+
+
 def test_conv2d_cudnn_float32_tf32(rng, only_cudnn):
     old = cudakit.set_float32_precision("tf32")
     try:

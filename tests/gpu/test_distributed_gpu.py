@@ -147,6 +147,87 @@ def test_killed_rank_during_copy_engine_buckets_the_other_raises_within_60_s(tmp
     assert "sending SIGTERM" not in r.stderr
 
 
+_GRAPH_SYNC = """
+    import os, signal, sys, time, cupy as cp, cudakit, cudakit.distributed as dist
+    from cudakit.errors import DistributedError
+    dist.init_process_group("nccl", timeout=600)
+    r, n = dist.get_rank(), dist.get_world_size()
+    sizes = [1 << 20, 3, 70001, 1 << 18]
+    params = [cp.zeros(k, cp.float32) for k in sizes]
+    sync = dist.GradSync(params, bucket_bytes=2 << 20, tail_bucket_bytes=0, broadcast_from=None, peer=False)
+    grads = [cp.zeros(k, cp.float32) for k in sizes]      # static inputs of the captured step
+    out = [cp.zeros(k, cp.float32) for k in sizes]
+
+    def step():   # the backward's set_grad calls, the optimizer-side wait, a copy out
+        for i in reversed(range(len(sizes))):
+            sync.set_grad(i, grads[i] * 1)
+        for o, g in zip(out, sync.wait()):
+            o[...] = g
+    step()        # one eager step: plans and the first bucket order
+    cp.cuda.get_current_stream().synchronize()
+    g = cudakit.CUDAGraph()
+    with g.capture():
+        step()
+"""
+
+
+def test_gradsync_captured_in_a_cuda_graph_averages_every_replay(tmp_path):
+    """GradSync's bucket copies and NCCL all-reduces recorded in a CUDA graph: each replay averages
+    that replay's gradients over the ranks (fresh values every time, odd sizes), as eagerly."""
+    p = job(tmp_path, _GRAPH_SYNC + """
+    for rep in range(3):
+        for i, k in enumerate(sizes):
+            grads[i][...] = cp.arange(k, dtype=cp.float32) * (r + 1) + rep
+        g.replay()
+        cp.cuda.get_current_stream().synchronize()
+        for i, k in enumerate(sizes):
+            want = cp.arange(k, dtype=cp.float32) * (n + 1) / 2 + rep
+            assert cp.allclose(out[i], want, rtol=1e-6), (rep, i, float(abs(out[i] - want).max()))
+    print("GRAPH-DP-OK", flush=True)
+    dist.destroy_process_group()
+    """)
+    r, _ = launch(2, p)
+    assert r.returncode == 0 and r.stdout.count("GRAPH-DP-OK") == 2, r.stdout + r.stderr
+
+
+def test_killed_rank_during_graph_replays_the_other_raises_within_60_s(tmp_path):
+    """Captured all-reduces have no pending entry of their own: the watchdog tracks each replay, so
+    a rank killed between replays leaves the other's replay failing with DistributedError naming
+    it (the communicator aborted, the graph's NCCL kernels returned) instead of hanging."""
+    p = job(tmp_path, _GRAPH_SYNC + """
+    try:
+        for rep in range(100000):
+            if r == 1 and rep == 5:
+                print("KILL", time.time(), flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            g.replay()
+            cp.cuda.get_current_stream().synchronize()
+    except DistributedError as e:
+        print("LOST", time.time(), e.lost_ranks, e, flush=True)
+        raise SystemExit(3)
+    """)
+    r, _ = launch(2, p, extra=("--grace", "90"))
+    killed = [float(m.group(1)) for m in re.finditer(r"^\[rank\d+\]: KILL ([0-9.]+)$", r.stdout, re.M)]
+    lost = [ln for ln in r.stdout.splitlines() if re.match(r"^\[rank\d+\]: LOST [0-9.]+ ", ln)]
+    assert killed and len(lost) == 1, r.stdout + r.stderr
+    t = float(lost[0].split("LOST ")[1].split()[0])
+    assert "rank 1 is gone" in lost[0] and t - killed[0] < 60, lost[0]
+    assert "sending SIGTERM" not in r.stderr
+
+
+def test_gpt_example_graphed_data_parallel_trains_like_eager():
+    """examples/train_gpt.py --graph under the launcher: the whole data-parallel step captured
+    (from step 1) prints the losses of the eager data-parallel run (tiny, float32, no dropout)."""
+    script = os.path.join(HERE, "..", "examples", "train_gpt.py")
+    args = ("--backend", "cuda", "--preset", "tiny", "--dropout", "0", "--steps", "8")
+    runs = {}
+    for mode in ((), ("--graph",)):
+        r, _ = launch(2, script, *args, *mode)
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs[mode] = re.findall(r"step \d+ loss ([0-9.]+)", r.stdout)
+    assert len(runs[()]) == 8 and runs[()] == runs[("--graph",)], runs
+
+
 def test_mismatched_shapes_with_debug_name_both(tmp_path):
     p = job(tmp_path, """
         import cupy as cp, cudakit.distributed as dist

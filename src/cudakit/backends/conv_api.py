@@ -254,15 +254,17 @@ class ConvOps:
         None (the default): x (N, C, H, W), and where its strides are channels-last (an (N, H, W, C)
         array seen through transpose(0, 3, 1, 2), PyTorch's channels_last) the output is too: an
         (N, K, Ho, Wo) view of (N, Ho, Wo, K) memory; "nchw": x (N, C, H, W), the output C-contiguous
-        whatever x's strides. The kernels compute in (N, C, H, W): a channels-last call pays a copy of
-        x into that layout and of the output out of it."""
+        whatever x's strides. On the CUDA backend cuDNN reads and writes channels-last memory in
+        place; cudakit's own kernels compute in (N, C, H, W), so there a channels-last call pays a
+        copy of x into that layout and of the output out of it."""
         nhwc, x = self._conv_layout("conv2d", x, memory_format)
         y = self._conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups)
         return self._conv_out(y, nhwc)
 
     def _conv_layout(self, op: str, x, memory_format):
         """(the result's layout: None for NCHW, "nhwc" for (N, H, W, C) arrays, "view" for
-        channels-last views, x as the (N, C, H, W) array the kernels take)."""
+        channels-last views; x as the (N, C, H, W) array the kernels take: C-contiguous, or a view
+        of channels-last memory, which the kernel hooks read in place or copy)."""
         if memory_format not in (None, "nchw", "nhwc"):
             raise ArgumentError(f"{op}: memory_format must be None, 'nchw' or 'nhwc' (got {memory_format!r})")
         if memory_format is None and not _channels_last(x):
@@ -273,15 +275,25 @@ class ConvOps:
             form = "(N, H, W, C)" if memory_format == "nhwc" else "(N, C, H, W)"
             raise ShapeError(f"{op}: x must be {form} (got shape {tuple(getattr(x, 'shape', ()))})")
         if memory_format == "nhwc":
-            return "nhwc", self._ascontiguous(x.transpose(0, 3, 1, 2))
-        return ("view" if memory_format is None else None), self._ascontiguous(x)
+            return "nhwc", self._channels_last_view(x)
+        if memory_format is None:
+            return "view", x
+        return None, x if _channels_last(x) else self._ascontiguous(x)
+
+    def _channels_last_view(self, nhwc):
+        """The (N, C, H, W) view of (N, H, W, C) array `nhwc`, copied first when its memory is not
+        C-contiguous (a strided slice)."""
+        v = nhwc.transpose(0, 3, 1, 2)
+        return v if _channels_last(v) or nhwc.flags.c_contiguous else self._ascontiguous(nhwc).transpose(0, 3, 1, 2)
 
     def _conv_out(self, y, nhwc):
-        """y (N, K, Ho, Wo) C-contiguous in the call's layout (see _conv_layout)."""
+        """y (N, K, Ho, Wo), C-contiguous or channels-last, in the call's layout (see _conv_layout)."""
         if nhwc is None:
-            return y
-        t = self._ascontiguous(y.transpose(0, 2, 3, 1))   # (N, Ho, Wo, K) memory
-        return t if nhwc == "nhwc" else t.transpose(0, 3, 1, 2)
+            return self._ascontiguous(y)
+        if not _channels_last(y) and not (y.shape[1] == 1 and y.flags.c_contiguous):
+            y = self._ascontiguous(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)   # into (N, Ho, Wo, K) memory
+        t = y.transpose(0, 2, 3, 1)   # (N, Ho, Wo, K), C-contiguous
+        return t if nhwc == "nhwc" else y
 
     def _conv2d(self, op, x, weight, bias, stride, padding, dilation, groups):
         arrs, geo, groups = self._conv_plan(op, {"x": x, "weight": weight, "bias": bias}, stride, padding,
@@ -320,7 +332,7 @@ class ConvOps:
             g = self._coerce(grad_out, "grad_out")
             if getattr(g, "ndim", None) != 4:
                 raise ShapeError(f"{op}: grad_out must be 4-D (got shape {tuple(getattr(g, 'shape', ()))})")
-            grad_out = self._ascontiguous(g.transpose(0, 3, 1, 2) if nhwc == "nhwc" else g)
+            grad_out = self._channels_last_view(g) if nhwc == "nhwc" else g
         gx, gw, gb = self._conv2d_backward(op, grad_out, x, weight, stride, padding, dilation, bias, groups)
         return self._conv_out(gx, nhwc), gw, gb
 

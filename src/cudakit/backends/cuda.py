@@ -86,27 +86,49 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
                 return None
         return tuple(key)
 
+    # The conv2d hooks take activations C-contiguous or as (N, C, H, W) views of channels-last
+    # memory (conv_api's channels-last calls): cuDNN reads and writes either layout in place; the
+    # own kernels compute in NCHW, so a channels-last call copies in and out of it (inside the
+    # candidate, so that the path choice weighs the copies).
+    def _activations(self, *arrays):
+        """(the arrays as cuDNN takes them, their layout "nchw" / "nhwc")."""
+        layout = cudnn.layout_of(*arrays)
+        if layout is None:   # mixed or other strides: C-contiguous copies
+            return tuple(self._ascontiguous(a) for a in arrays), "nchw"
+        return arrays, layout
+
+    def _own(self, fn, layout, *arrays):
+        """fn(*C-contiguous arrays), its result back in channels-last memory for layout "nhwc"."""
+        if layout == "nchw":
+            return fn(*arrays)
+        y = fn(*(self._ascontiguous(a) for a in arrays))
+        return None if y is None else self._ascontiguous(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
     def _conv2d_kernel(self, x, w, b, geo, groups):
-        x, w = self._ascontiguous(x), self._ascontiguous(w)
+        (x,), layout = self._activations(x)
+        w = self._ascontiguous(w)
         b = None if b is None else self._ascontiguous(b)
-        key = conv_path_key("fwd", x.dtype, x.shape, w.shape, geo, groups, b is not None)
+        key = conv_path_key("fwd", x.dtype, x.shape, w.shape, geo, groups, b is not None, layout)
         return self._conv_paths("conv2d", x.dtype, x.shape, w.shape[0], geo, groups, key,
                                 lambda: cudnn.conv_fprop(x, w, b, geo),
-                                lambda: conv.conv2d(x, w, b, geo, groups))
+                                lambda: self._own(lambda x: conv.conv2d(x, w, b, geo, groups), layout, x))
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
-        g, w = self._ascontiguous(grad_out), self._ascontiguous(w)
-        key = conv_path_key("dgrad", w.dtype, x_shape, w.shape, geo, groups, False)
+        (g,), layout = self._activations(grad_out)
+        w = self._ascontiguous(w)
+        key = conv_path_key("dgrad", w.dtype, x_shape, w.shape, geo, groups, False, layout)
         return self._conv_paths("conv2d_input_grad", w.dtype, x_shape, w.shape[0], geo, groups, key,
                                 lambda: cudnn.conv_dgrad(g, w, x_shape, geo),
-                                lambda: conv.conv2d_input_grad(g, w, x_shape, geo, groups))
+                                lambda: self._own(lambda g: conv.conv2d_input_grad(g, w, x_shape, geo, groups),
+                                                  layout, g))
 
     def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias, groups):
-        g, x = self._ascontiguous(grad_out), self._ascontiguous(x)
-        key = conv_path_key("wgrad", x.dtype, x.shape, w_shape, geo, groups, bias)
+        (g, x), layout = self._activations(grad_out, x)
+        key = conv_path_key("wgrad", x.dtype, x.shape, w_shape, geo, groups, bias, layout)
+        own = lambda: conv.conv2d_weight_grad(self._ascontiguous(g), self._ascontiguous(x), w_shape, geo,  # noqa: E731
+                                              bias, groups)
         return self._conv_paths("conv2d_weight_grad", x.dtype, x.shape, w_shape[0], geo, groups, key,
-                                lambda: cudnn.conv_wgrad(g, x, w_shape, geo, bias),
-                                lambda: conv.conv2d_weight_grad(g, x, w_shape, geo, bias, groups))
+                                lambda: cudnn.conv_wgrad(g, x, w_shape, geo, bias), own)
 
     def _conv_paths(self, op, dtype, x_shape, k, geo, groups, key, with_cudnn, with_own):
         """The result of conv2d's faster path for this signature (kernels/paths.py, which records

@@ -34,6 +34,10 @@ def add_arguments(p) -> None:
     p.add_argument("--cpu-baseline", action="store_true",
                    help="GPU runs: also time each checked op against cudakit's CPU backend (NumPy) on the same inputs "
                         "(at most 2^22 elements an input); an 'x cpu' column")
+    p.add_argument("--l2", choices=("cold", "warm"), default="cold",
+                   help="GPU timing: each timed call behind a write that flushes the L2 cache (cold, the default, "
+                        "as triton.testing.do_bench) or behind an untimed call of its own (warm: inputs that fit "
+                        "the L2 cache are timed from it)")
     p.add_argument("--warmup", type=_int_at_least(0), default=None,
                    help="untimed runs of each provider before the timed ones (default: 5 on a GPU, 1 on the CPU; 2 "
                         "on a GPU with --quick)")
@@ -95,7 +99,8 @@ def make_env(quick: bool, force_cpu: bool, dtypes: tuple, compare: set) -> Env:
     return Env(gpu=gpu, quick=quick, xp=xp, torch=torch, dtypes=dtypes)
 
 
-def run_case(case, env: Env, compare: set, reps: int | None = None, warmup: int | None = None) -> dict:
+def run_case(case, env: Env, compare: set, reps: int | None = None, warmup: int | None = None,
+             l2: str = "cold") -> dict:
     """{provider: timing summary} of one case; a provider other than cudakit that raises is left
     out with a line on stderr. Providers' rounds are interleaved, so drift hits all alike. reps,
     warmup: timed and untimed runs (None: the defaults of the mode; host-mode cases time calls in
@@ -111,7 +116,8 @@ def run_case(case, env: Env, compare: set, reps: int | None = None, warmup: int 
         res, errors = timing.host_time_interleaved(provs, calls=300 if env.quick else 3000, sync=sync)
     elif env.gpu:
         res, errors = timing.time_gpu_interleaved(provs, warmup=(2 if env.quick else 5) if warmup is None else warmup,
-                                                  reps=reps or (6 if env.quick else 30), rounds=2 if env.quick else 3)
+                                                  reps=reps or (6 if env.quick else 30), rounds=2 if env.quick else 3,
+                                                  cold=l2 == "cold")
     else:
         import numpy as np
         res, errors = {}, {}
@@ -160,7 +166,8 @@ def versions(env: Env) -> dict:
 
 def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("torch", "cupy", "numpy"),
         cpu: bool = False, reps: int | None = None, warmup: int | None = None, check: bool = False,
-        cpu_baseline: bool = False, progress: bool = True, log=None, command: str | None = None) -> dict:
+        cpu_baseline: bool = False, progress: bool = True, log=None, command: str | None = None,
+        l2: str = "cold") -> dict:
     """Run the benchmark cases in this process and return the record `cudakit bench` writes to
     results.json: {"date", "command", "device", "versions", "copy_bandwidth_gbs", "matmul_peak_tflops",
     "roof_gbs", "roof_tflops" (roof.py; None on the CPU), "not_compared" ({provider: why} for each
@@ -193,7 +200,7 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
     step = _progress(len(cases)) if progress and sys.stderr.isatty() else (lambda label: None)
     for case in cases:
         step(case.label)
-        res = run_case(case, env, compare, reps, warmup)
+        res = run_case(case, env, compare, reps, warmup, l2)
         rows.append(_row(case, res))
         if check and case.check is not None:
             rows[-1]["check"] = _check(case, env)
@@ -205,7 +212,7 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": command or "cudakit.bench.run()", "device": device_record(env), "versions": versions(env),
               "copy_bandwidth_gbs": copy_bw / 1e9, "matmul_peak_tflops": peak / 1e12,
-              "matmul_peak_dtype": peak_dtype, "quick": env.quick,
+              "matmul_peak_dtype": peak_dtype, "quick": env.quick, "l2": l2 if env.gpu else None,
               "tuned_elementwise_shapes": tuned_shapes(env), "rows": rows}
     record["not_compared"] = not_compared(record, compare, env)
     return roof.apply(record)
@@ -249,7 +256,8 @@ def main(args) -> int:
     try:
         record = run(split(args.ops), split(args.dtype), args.quick, split(args.compare), args.cpu, args.reps,
                      args.warmup, args.check, args.cpu_baseline, log=lambda line: print(line, flush=True),
-                     command="cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]))
+                     command="cudakit bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+                     l2=args.l2)
     except (ValueError, CudakitError) as e:
         print(f"cudakit bench: {e}", file=sys.stderr)
         return 2

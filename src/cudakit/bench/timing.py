@@ -11,14 +11,31 @@ def _summ(samples_ms: list[float]) -> dict:
     return {"median_ms": statistics.median(s), "p10_ms": q(0.1), "p90_ms": q(0.9), "runs": len(s)}
 
 
-def _gpu_samples(fn, n: int, cp) -> list[float]:
-    """n device-time samples of fn(), in ms: an event pair around each timed call, with one untimed
-    call queued before its start event (see time_gpu)."""
+_flush_buffers: dict = {}
+
+
+def _l2_flusher(cp):
+    """A function queueing a write of twice the current GPU's L2 cache (at least 64 MiB) on the
+    current stream: it evicts the timed call's inputs, and its device time (tens of microseconds)
+    covers the host's launch of the call queued behind it, as triton.testing.do_bench does."""
+    dev = cp.cuda.runtime.getDevice()
+    buf = _flush_buffers.get(dev)
+    if buf is None:
+        l2 = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrL2CacheSize, dev)
+        buf = _flush_buffers[dev] = cp.empty(max(2 * l2, 64 << 20), cp.uint8)
+    return lambda: cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, cp.cuda.get_current_stream().ptr)
+
+
+def _gpu_samples(fn, n: int, cp, cold: bool = False) -> list[float]:
+    """n device-time samples of fn(), in ms: an event pair around each timed call, queued behind
+    one untimed call (warm caches) or, with cold=True, behind a write that flushes the L2 cache
+    (see time_gpu)."""
     s = cp.cuda.get_current_stream()
+    before = _l2_flusher(cp) if cold else fn
     out = []
     for _ in range(n):
         a, b = cp.cuda.Event(), cp.cuda.Event()
-        fn()
+        before()
         a.record(s)
         fn()
         b.record(s)
@@ -48,10 +65,14 @@ def time_gpu(fn, warmup: int = 3, reps: int = 20, min_ms: float = 0.0) -> dict:
     return _summ(samples)
 
 
-def time_gpu_interleaved(fns: dict, warmup: int = 5, reps: int = 30, rounds: int = 3) -> tuple[dict, dict]:
+def time_gpu_interleaved(fns: dict, warmup: int = 5, reps: int = 30, rounds: int = 3,
+                         cold: bool = False) -> tuple[dict, dict]:
     """Device time of several providers (time_gpu's samples), taken in `rounds` interleaved rounds
     (A B A B ...) of reps/rounds samples each, so a drift in the GPU's clocks or temperature hits
-    every provider alike instead of whichever ran last. Returns ({name: summary in ms},
+    every provider alike instead of whichever ran last. cold=True: each timed call follows an L2
+    flush instead of an untimed call of its own (inputs read from memory, as a training step's
+    next op mostly does; and a call whose host cost is near its device time is still timed on the
+    device alone, behind the flush's tens of microseconds). Returns ({name: summary in ms},
     {name: exception}) -- a provider that raised (in its warm-up or a later round) is left out of
     the first and named in the second."""
     import cupy as cp
@@ -70,7 +91,7 @@ def time_gpu_interleaved(fns: dict, warmup: int = 5, reps: int = 30, rounds: int
     for _ in range(rounds):
         for name, fn in list(fns.items()):
             try:
-                samples[name] += _gpu_samples(fn, per_round, cp)
+                samples[name] += _gpu_samples(fn, per_round, cp, cold)
             except Exception as e:  # noqa: BLE001 -- e.g. out of memory in a later round
                 errors[name] = e
                 del fns[name], samples[name]

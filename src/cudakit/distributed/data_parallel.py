@@ -113,19 +113,25 @@ class GradSync:
     kernel, no second copy of the gradients' bytes. Either way a gradient given to set_grad is read
     up to its bucket's launch (at the latest in wait()), on the stream current then: do not write
     to it before then, and produce the gradients on that stream (or order yours before it).
-    Two ranks on one host whose GPUs reach each other (copy=True): the buckets live in memory both
-    map and are all-reduced by the GPUs' copy engines (peer_allreduce.py), not NCCL's kernels, so
-    the backward they overlap keeps its SMs (CUDAKIT_PEER_ALLREDUCE=0 keeps NCCL); transport_note
-    says which ran and, for NCCL, why. Constructing a GradSync on a two-rank NCCL group is
+    Two ranks on one host whose GPUs reach each other (copy=True, peer=True): the buckets live in
+    memory both map and are all-reduced by the GPUs' copy engines (peer_allreduce.py), not NCCL's
+    kernels, so the backward they overlap keeps its SMs (CUDAKIT_PEER_ALLREDUCE=0 or peer=False keep
+    NCCL); transport_note says which ran and, for NCCL, why.
+    CUDA graphs: a step whose set_grad / wait calls are captured (cudakit.graph, cudakit.CUDAGraph)
+    records the bucket copies and NCCL all-reduces into the graph, and each replay runs them again,
+    overlapping the replayed backward; the watchdog tracks each replay. Make the GradSync outside
+    the capture (it allocates and talks to the other ranks); it needs peer=False on two ranks of one host (the copy-engine
+    path counts steps in flags a graph would freeze; capturing it raises GraphCaptureError). Constructing a GradSync on a two-rank NCCL group is
     collective (both ranks, in the same order: they agree on the path through the store); its
     shared memory lives until close() (collective) or the group's destruction."""
 
     def __init__(self, params, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, average: bool = True,
                  broadcast_from: int | None = 0, tail_bucket_bytes: int = DEFAULT_TAIL_BUCKET_BYTES,
-                 copy: bool = True):
+                 copy: bool = True, peer: bool = True):
         g = resolve(group, "GradSync")
-        if not isinstance(copy, bool):
-            raise ValueError(f"copy must be a bool (got {copy!r})")
+        for name, v in (("copy", copy), ("peer", peer)):
+            if not isinstance(v, bool):
+                raise ValueError(f"{name} must be a bool (got {v!r})")
         self.group, self.average, self.copy = group, average, copy
         self._g = g
         self.names = list(params) if isinstance(params, dict) else None
@@ -155,7 +161,7 @@ class GradSync:
         self.transport_note = "NCCL"
         if g.backend == "nccl" and g.size == 2 and layout:
             from . import peer_allreduce
-            why = peer_allreduce.why_unavailable(g, wanted=copy)
+            why = peer_allreduce.why_unavailable(g, wanted=copy and peer)
             if why is None:
                 try:
                     self._peer = peer_allreduce.PeerAllReduce(g, [n for _, _, n in layout],
@@ -241,6 +247,11 @@ class GradSync:
                 arrays = [self._adopted.get(i, self.grads[i]) for i in idx]
                 self._works.append(coll.all_reduce_coalesced(arrays, op, self.group, async_op=True))
             elif self._peer is not None:
+                from ..graphs import GraphCaptureError, capturing
+                if capturing() is not None:
+                    raise GraphCaptureError("GradSync: the copy-engine all-reduce (two ranks on one host) cannot be "
+                                            "captured in a CUDA graph (its flags count steps); make the GradSync "
+                                            "with peer=False to capture NCCL's all-reduces")
                 self._works.append(self._peer_all_reduce(self._next))
             else:
                 self._works.append(coll.all_reduce(self.buffers[self._next], op, self.group, async_op=True))

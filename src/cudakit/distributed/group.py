@@ -20,7 +20,7 @@ from .. import profiler
 from ..errors import DistributedError
 from . import env as envmod
 from .store import StoreClient, StoreServer, exchange
-from .work import EventWork, FutureWork
+from .work import CapturedWork, EventWork, FutureWork
 
 log = logging.getLogger(__name__)
 BACKENDS = ("nccl", "cpu")
@@ -151,6 +151,8 @@ class ProcessGroup:
     def _run_nccl(self, op, nbytes, bus_factor, fn, async_op, keep):
         t = self.transport
         stream = cur = t.current_stream()
+        if t.capturing(cur):
+            return self._capture_nccl(op, nbytes, fn, async_op, keep, cur)
         if async_op:
             start = self._event()
             start.record(cur)
@@ -171,6 +173,47 @@ class ProcessGroup:
         with self._plock:
             self._pending.append(_Pending(op, self.seq, time.monotonic(), nbytes, event=end, reusable=not async_op))
         return EventWork(self, op, end, keep) if async_op else None
+
+    def _capture_nccl(self, op, nbytes, fn, async_op, keep, cur):
+        """Collective `op` recorded into the CUDA graph being captured on stream `cur` (NCCL
+        records its kernels; async_op: on the communication stream, forked from and joined back
+        to the capture by events). Nothing runs now, so nothing is pending: under cudakit.graph /
+        CUDAGraph each replay checks the group first (a failed or lost group raises instead of
+        launching) and is tracked by the watchdog as one pending "graph replay", whose timeout or
+        lost rank aborts the communicator (the graph's NCCL kernels then return). The profiler
+        does not record captured collectives (a replay is one launch)."""
+        from .. import graphs
+        t = self.transport
+        stream = cur
+        if async_op:
+            start = t.event()
+            start.record(cur)
+            stream = t.comm_stream
+            stream.wait_event(start)
+        try:
+            with t.lock:
+                fn(stream)
+        except Exception as e:
+            from .nccl import nccl_message
+            msg = nccl_message(e)
+            raise DistributedError(f"capturing {op} in a CUDA graph failed: {msg}", rank=self.world.rank, op=op,
+                                   nccl_message=msg) from e
+        if graphs.capturing() is not None:
+            graphs.on_replay(lambda: self._check_usable("graph replay"), key=("distributed", id(self)))
+            graphs.after_replay(lambda s: self._watch_replay(s, nbytes), key=("distributed", id(self)))
+        if not async_op:
+            return None
+        end = t.event()
+        end.record(stream)
+        return CapturedWork(self, op, end, keep)
+
+    def _watch_replay(self, stream, nbytes) -> None:
+        """The watchdog's entry for one replay of a graph holding this group's collectives."""
+        end = self._event()
+        end.record(stream)
+        with self._plock:
+            self._pending.append(_Pending("graph replay", self.seq, time.monotonic(), nbytes, event=end,
+                                          reusable=True))
 
     def _run_cpu(self, op, nbytes, bus_factor, fn, async_op, keep):
         from .cpu import Slot

@@ -111,6 +111,13 @@ class NcclTransport:
         """The current CuPy stream of the group's device (whichever device is current)."""
         return self.cp.cuda.get_current_stream(self.device)
 
+    def capturing(self, stream) -> bool:
+        """Whether `stream` is capturing a CUDA graph (then collectives are recorded, not run)."""
+        is_capturing = getattr(stream, "is_capturing", None)   # CuPy's Stream.is_capturing()
+        if is_capturing is not None:
+            return bool(is_capturing())
+        return bool(self.cp.cuda.runtime.streamIsCapturing(stream.ptr))
+
     def event(self):
         with self.cp.cuda.Device(self.device):
             return self.cp.cuda.Event(disable_timing=True)

@@ -94,3 +94,15 @@ class FutureWork(Work):
             except cf.TimeoutError:
                 if time.monotonic() > deadline:
                     self.group._fail_timeout(self.op, limit)
+
+
+class CapturedWork(EventWork):
+    """A collective recorded into a CUDA graph (async_op=True while capturing): wait(), inside the
+    same capture, joins it back into the captured stream. It runs with each replay, so it has no
+    completion of its own to ask about: is_completed() and synchronize() raise (time or wait for
+    the replay instead)."""
+
+    def _done(self) -> bool:
+        from ..graphs import GraphCaptureError
+        raise GraphCaptureError(f"{self.op} was captured in a CUDA graph: it runs with each replay; wait for "
+                                f"the replay (its stream or an event after it), not for the captured op")

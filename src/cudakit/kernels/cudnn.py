@@ -345,6 +345,30 @@ def _scratch(*specs):
     return make
 
 
+def array_desc(a) -> tuple:
+    """(dims, strides) in elements of a 4-D array as it lies in memory (C-contiguous (N, C, H, W),
+    or an (N, C, H, W) view of channels-last memory): cuDNN reads either layout as described."""
+    return tuple(int(d) for d in a.shape), tuple(int(st) // a.itemsize for st in a.strides)
+
+
+def nchw_out_desc(shape, channels_last: bool) -> tuple:
+    """(dims, strides) of a new (N, C, H, W) output: C-contiguous, or channels-last memory
+    ((N, H, W, C) C-contiguous) when channels_last."""
+    if not channels_last:
+        return contiguous_desc(shape)
+    n, c, h, w = (int(v) for v in shape)
+    return (n, c, h, w), (h * w * c, 1, w * c, c)
+
+
+def new_nchw(shape, dtype, channels_last: bool):
+    """An uninitialised (N, C, H, W) array, C-contiguous or an (N, C, H, W) view of (N, H, W, C) memory."""
+    cp = _cupy.cupy()
+    if not channels_last:
+        return cp.empty(shape, dtype)
+    n, c, h, w = shape
+    return cp.empty((n, h, w, c), dtype).transpose(0, 3, 1, 2)
+
+
 def _conv_geometry(geo):
     sh, sw, ph, pw, dh, dw = geo[:6]
     return dict(padding=[ph, pw], stride=[sh, sw], dilation=[dh, dw])
@@ -352,30 +376,48 @@ def _conv_geometry(geo):
 
 # ---- convolution ------------------------------------------------------------------------------
 # graph signatures, shared with the dispatch plans that look the built graphs up (path_plans.py)
-def fprop_sig(x_shape, w_shape, dtype_name, geo, bias: bool, device: int) -> tuple:
-    return ("conv_fprop", tuple(x_shape), tuple(w_shape), dtype_name, geo, bool(bias), device)
+# layout: "nchw" (C-contiguous operands) or "nhwc" (the activations channels-last, the weight
+# C-contiguous (K, C, R, S)): one graph each, as their strides differ
+def fprop_sig(x_shape, w_shape, dtype_name, geo, bias: bool, device: int, layout: str = "nchw") -> tuple:
+    return ("conv_fprop", tuple(x_shape), tuple(w_shape), dtype_name, geo, bool(bias), device) + \
+        ((layout,) if layout != "nchw" else ())
 
 
-def dgrad_sig(g_shape, w_shape, x_shape, dtype_name, geo, device: int) -> tuple:
-    return ("conv_dgrad", tuple(g_shape), tuple(w_shape), tuple(int(v) for v in x_shape), dtype_name, geo, device)
+def dgrad_sig(g_shape, w_shape, x_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
+    return ("conv_dgrad", tuple(g_shape), tuple(w_shape), tuple(int(v) for v in x_shape), dtype_name, geo,
+            device) + ((layout,) if layout != "nchw" else ())
 
 
-def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int) -> tuple:
-    return ("conv_wgrad", tuple(g_shape), tuple(x_shape), tuple(int(v) for v in w_shape), dtype_name, geo, device)
+def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
+    return ("conv_wgrad", tuple(g_shape), tuple(x_shape), tuple(int(v) for v in w_shape), dtype_name, geo,
+            device) + ((layout,) if layout != "nchw" else ())
+
+
+def layout_of(*arrays) -> str | None:
+    """"nchw" when every array is C-contiguous, "nhwc" when every one is an (N, C, H, W) view of
+    channels-last memory (as ConvOps._channels_last checks), None for anything else (the caller
+    copies)."""
+    if all(a.flags.c_contiguous for a in arrays):
+        return "nchw"
+    if all(array_desc(a)[1] == nchw_out_desc(a.shape, True)[1] for a in arrays):
+        return "nhwc"
+    return None
 
 
 def conv_fprop(x, w, bias, geo):
-    """y (N, K, Ho, Wo) of conv2d for C-contiguous x (N, C, H, W), w (K, C, R, S), bias (K,) or
-    None, one dtype: cuDNN's fprop, the bias added in the same graph. Returns None when cuDNN
-    declines the signature. FLOPs: 2 N K Ho Wo C R S."""
-    if not aligned(x, w, bias):
+    """y (N, K, Ho, Wo) of conv2d for x (N, C, H, W), C-contiguous or a view of channels-last
+    memory, w (K, C, R, S) and bias (K,) or None C-contiguous, one dtype: cuDNN's fprop, the bias
+    added in the same graph; y in x's layout (no copies either way). Returns None when cuDNN
+    declines the signature or x is laid out otherwise. FLOPs: 2 N K Ho Wo C R S."""
+    layout = layout_of(x)
+    if layout is None or not aligned(x, w, bias):
         return None
-    cp = _cupy.cupy()
     name = str(x.dtype)
     k = w.shape[0]
-    xd, wd, yd = contiguous_desc(x.shape), contiguous_desc(w.shape), contiguous_desc((x.shape[0], k, geo[8], geo[9]))
+    y_shape = (x.shape[0], k, geo[8], geo[9])
+    xd, wd, yd = array_desc(x), contiguous_desc(w.shape), nchw_out_desc(y_shape, layout == "nhwc")
     bd = None if bias is None else ((1, k, 1, 1), (k, 1, 1, 1))
-    sig = fprop_sig(x.shape, w.shape, name, geo, bias is not None, x.data.device_id)
+    sig = fprop_sig(x.shape, w.shape, name, geo, bias is not None, x.data.device_id, layout)
 
     def make(g, dt):
         io = g_io(dt, name)
@@ -392,18 +434,20 @@ def conv_fprop(x, w, bias, geo):
     g = _graph(sig, name, make, _scratch(*((d, x.dtype) for d in descs)))
     if g is None:
         return None
-    y = cp.empty(yd[0], x.dtype)
+    y = new_nchw(y_shape, x.dtype, layout == "nhwc")
     g.run([x.data.ptr, w.data.ptr] + ([bias.data.ptr] if bias is not None else []) + [y.data.ptr])
     return y
 
 
-def _conv_backward(kind: str, a, b, out_shape, geo, sig):
-    """The gradient (out_shape, a's dtype) of one cuDNN convolution backward pass from C-contiguous
-    operands a and b: kind "dgrad" (a = dL/dy, b = w: dL/dx) or "wgrad" (a = x, b = dL/dy: dL/dw);
-    None when cuDNN declines the signature."""
-    cp = _cupy.cupy()
+def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str):
+    """The gradient (out_shape, a's dtype) of one cuDNN convolution backward pass: kind "dgrad"
+    (a = dL/dy, b = w: dL/dx, in dL/dy's layout) or "wgrad" (a = x, b = dL/dy: dL/dw, C-contiguous);
+    the activations in `layout` (layout_of), the weight C-contiguous. None when cuDNN declines the
+    signature."""
     name = str(a.dtype)
-    ad, bd, od = contiguous_desc(a.shape), contiguous_desc(b.shape), contiguous_desc(out_shape)
+    ad, bd = array_desc(a), array_desc(b)
+    out_cl = kind == "dgrad" and layout == "nhwc"
+    od = nchw_out_desc(out_shape, out_cl)
 
     def make(g, dt):
         io = g_io(dt, name)
@@ -418,31 +462,34 @@ def _conv_backward(kind: str, a, b, out_shape, geo, sig):
     g = _graph(sig, name, make, _scratch((ad, a.dtype), (bd, a.dtype), (od, a.dtype)))
     if g is None:
         return None
-    out = cp.empty(out_shape, a.dtype)
+    out = new_nchw(out_shape, a.dtype, out_cl)
     g.run([a.data.ptr, b.data.ptr, out.data.ptr])
     return out
 
 
 def conv_dgrad(grad_out, w, x_shape, geo):
-    """dL/dx (x_shape) of conv2d for C-contiguous grad_out (N, K, Ho, Wo) and w (K, C, R, S):
-    cuDNN's dgrad, or None when declined. FLOPs: 2 N K Ho Wo C R S."""
-    if not aligned(grad_out, w):
+    """dL/dx (x_shape) of conv2d for grad_out (N, K, Ho, Wo), C-contiguous or a view of
+    channels-last memory (dL/dx then too), and C-contiguous w (K, C, R, S): cuDNN's dgrad, or
+    None when declined. FLOPs: 2 N K Ho Wo C R S."""
+    layout = layout_of(grad_out)
+    if layout is None or not w.flags.c_contiguous or not aligned(grad_out, w):
         return None
     x_shape = tuple(int(v) for v in x_shape)
-    sig = dgrad_sig(grad_out.shape, w.shape, x_shape, str(w.dtype), geo, w.data.device_id)
-    return _conv_backward("dgrad", grad_out, w, x_shape, geo, sig)
+    sig = dgrad_sig(grad_out.shape, w.shape, x_shape, str(w.dtype), geo, w.data.device_id, layout)
+    return _conv_backward("dgrad", grad_out, w, x_shape, geo, sig, layout)
 
 
 def conv_wgrad(grad_out, x, w_shape, geo, bias: bool):
-    """(dL/dw (w_shape), dL/db (K,) or None) of conv2d for C-contiguous grad_out (N, K, Ho, Wo) and
-    x (N, C, H, W): cuDNN's wgrad (float32 accumulation, rounded once to x's dtype) and the bias
-    gradient as a float32 sum of grad_out over (N, Ho, Wo); None when cuDNN declines.
-    FLOPs: 2 N K Ho Wo C R S."""
-    if not aligned(grad_out, x):
+    """(dL/dw (w_shape), dL/db (K,) or None) of conv2d for grad_out (N, K, Ho, Wo) and x (N, C, H, W),
+    both C-contiguous or both views of channels-last memory: cuDNN's wgrad (float32 accumulation,
+    rounded once to x's dtype) and the bias gradient as a float32 sum of grad_out over (N, Ho, Wo);
+    None when cuDNN declines. FLOPs: 2 N K Ho Wo C R S."""
+    layout = layout_of(grad_out, x)
+    if layout is None or not aligned(grad_out, x):
         return None
     w_shape = tuple(int(v) for v in w_shape)
-    sig = wgrad_sig(grad_out.shape, x.shape, w_shape, str(x.dtype), geo, x.data.device_id)
-    dw = _conv_backward("wgrad", x, grad_out, w_shape, geo, sig)
+    sig = wgrad_sig(grad_out.shape, x.shape, w_shape, str(x.dtype), geo, x.data.device_id, layout)
+    dw = _conv_backward("wgrad", x, grad_out, w_shape, geo, sig, layout)
     if dw is None:
         return None
     cp = _cupy.cupy()

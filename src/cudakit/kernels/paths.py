@@ -28,15 +28,16 @@ _last: dict = {}            # op -> the candidate that ran its last call
 stats = {"tuned": 0}
 
 
-def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bool) -> tuple:
+def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bool, layout: str = "nchw") -> tuple:
     """The signature under which conv2d's path is chosen: kind "fwd", "dgrad" or "wgrad", the
-    shapes, geometry, groups, bias, dtype, float32 precision and current device."""
+    shapes, geometry, groups, bias, dtype, float32 precision and current device, and the layout of
+    the activations ("nhwc": channels-last, which cuDNN reads in place and the own kernels copy)."""
     from .. import config
     from ..runtime import _cupy
     name = str(dtype)
     prec = config.float32_precision() if name == "float32" else ""
     return (kind, tuple(x_shape), tuple(w_shape), geo, groups, bool(bias), name, prec,
-            _cupy.cupy().cuda.runtime.getDevice())
+            _cupy.cupy().cuda.runtime.getDevice()) + ((layout,) if layout != "nchw" else ())
 
 
 def chosen(op: str, key):

@@ -58,15 +58,21 @@ RESNET50 = [(64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1), (256, 5
             (2048, 7, 512, 1, 1), (512, 7, 512, 3, 1)]
 
 
-def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward):
+def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward, channels_last: bool = False):
     """One ResNet-50 convolution, no bias (a batch norm follows each). float32 rows run under
     cudakit.float32_precision `prec` against torch with cuDNN's TF32 allowed (torch's default) for
-    "tf32" and forbidden (strict FP32) otherwise; 16-bit rows name no precision."""
+    "tf32" and forbidden (strict FP32) otherwise; 16-bit rows name no precision. channels_last:
+    the activations are (N, C, H, W) views of (N, H, W, C) memory on both sides (torch's
+    channels_last memory format; cudakit detects it from the strides)."""
     pad = r // 2
     ho = (hw + 2 * pad - r) // stride + 1
 
+    def layout(a):
+        return a.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2) if channels_last else a
+
     def setup():
-        x, w = _rand(env, (n, c, hw, hw), dtype, 1), _rand(env, (k, c, r, r), dtype, 2, (r * r * c) ** -0.5)
+        x = layout(_rand(env, (n, c, hw, hw), dtype, 1))
+        w = _rand(env, (k, c, r, r), dtype, 2, (r * r * c) ** -0.5)
         tf32 = prec == "tf32"
 
         def ours(fn):
@@ -80,7 +86,7 @@ def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward):
                     cudakit.set_float32_precision(old)
             return call
         if backward:
-            g = _rand(env, (n, k, ho, ho), dtype, 4)
+            g = layout(_rand(env, (n, k, ho, ho), dtype, 4))
             prov = {"cudakit": ours(lambda: cudakit.conv2d_backward(g, x, w, stride, pad, bias=False))}
         else:
             prov = {"cudakit": ours(lambda: cudakit.conv2d(x, w, None, stride, pad))}
@@ -108,7 +114,8 @@ def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward):
         return prov
     flops = (2 if backward else 1) * 2 * n * k * ho * ho * c * r * r
     nbytes = (n * c * hw * hw + k * c * r * r + n * k * ho * ho) * _ITEM[dtype] * (2 if backward else 1)
-    name = "conv2d_r50" + (f"_{prec}" if prec else "") + ("_backward" if backward else "")
+    name = "conv2d_r50" + ("_nhwc" if channels_last else "") + (f"_{prec}" if prec else "") + \
+        ("_backward" if backward else "")
     return Case(name, "conv_resnet50", (n, c, hw, hw, k, r, stride), dtype, nbytes, setup, flops=flops)
 
 
@@ -161,4 +168,8 @@ def cases(env: Env) -> list[Case]:
                 for c_, hw_, k_, r_, st_ in RESNET50:
                     out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, False),
                             _r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, True)]
+            if dtype != "float32":   # channels-last (cuDNN reads it in place), against torch's channels_last
+                for c_, hw_, k_, r_, st_ in RESNET50:
+                    out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, None, False, True),
+                            _r50(env, batch, c_, hw_, k_, r_, st_, dtype, None, True, True)]
     return out

@@ -1,0 +1,105 @@
+"""Collectives recorded into a CUDA graph (group._capture_nccl), with a stand-in NCCL transport and
+a stand-in capture: nothing is pending while capturing, the replay hooks are registered once per
+group, a replay is one watchdog entry, a failed group refuses to replay. No GPU needed."""
+import types
+
+import pytest
+
+from cudakit import graphs
+from cudakit.distributed import group as groupmod
+from cudakit.distributed.work import CapturedWork
+from cudakit.errors import DistributedError
+
+
+class Event:
+    def __init__(self):
+        self.recorded_on, self.done = None, False
+
+    def record(self, stream):
+        self.recorded_on = stream
+
+
+class Stream:
+    def __init__(self, name):
+        self.name, self.waits = name, []
+
+    def wait_event(self, e):
+        self.waits.append(e)
+
+
+class Transport:
+    def __init__(self, capturing=True):
+        self.cur, self.comm_stream = Stream("cur"), Stream("comm")
+        self.calls, self.lock, self._capturing, self.aborted = [], _NoLock(), capturing, False
+
+    def current_stream(self):
+        return self.cur
+
+    def capturing(self, stream):
+        return self._capturing
+
+    def event(self):
+        return Event()
+
+    def abort(self):
+        self.aborted = True
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def make_group(capturing=True):
+    world = types.SimpleNamespace(rank=0, backend="nccl", debug=False, lost={}, store_lost=None,
+                                  lost_note=lambda g: "", lost_text=lambda lost: "")
+    return groupmod.ProcessGroup(world, 0, (0, 1), Transport(capturing), 30.0)
+
+
+@pytest.fixture
+def capture(monkeypatch):
+    """A stand-in CUDAGraph capturing on this thread (what graphs.on_replay / after_replay fill)."""
+    g = types.SimpleNamespace(_hooks=[], _after=[], _keys=set())
+    monkeypatch.setattr(graphs._local, "capture", g, raising=False)
+    return g
+
+
+def test_captured_collectives_are_recorded_not_pending(capture):
+    g = make_group()
+    t = g.transport
+    works = [g.run("all_reduce", 64, 1.0, lambda s: t.calls.append(s.name), True) for _ in range(3)]
+    g.run("broadcast", 64, 1.0, lambda s: t.calls.append(s.name), False)
+    assert t.calls == ["comm", "comm", "comm", "cur"]   # async: the communication stream; sync: the current one
+    assert g.pending_snapshot() == []                  # nothing runs while capturing: nothing to watch
+    assert len(capture._hooks) == 1 and len(capture._after) == 1   # once per group, not per collective
+    assert all(isinstance(w, CapturedWork) for w in works)
+    works[0].wait()                                    # joins the captured op back into the capture
+    assert t.cur.waits[-1] is works[0].event and works[0].event.recorded_on is t.comm_stream
+    with pytest.raises(graphs.GraphCaptureError, match="captured in a CUDA graph"):
+        works[1].is_completed()
+
+
+def test_a_replay_is_one_watchdog_entry_and_a_failed_group_refuses_to_replay(capture):
+    g = make_group()
+    g.run("all_reduce", 64, 1.0, lambda s: None, True)
+    before, after = capture._hooks[0], capture._after[0]
+    before()                    # a healthy group: the replay may launch
+    replay_stream = Stream("replay")
+    after(replay_stream)
+    (p,) = g.pending_snapshot()
+    assert p.op == "graph replay" and p.event.recorded_on is replay_stream
+    p.event.done = True
+    assert g.pending_snapshot() == []
+    g.fail("rank 1 was lost", op="all_reduce", lost_ranks=(1,))
+    assert g.transport.aborted
+    with pytest.raises(DistributedError, match="rank 1 was lost"):
+        before()
+
+
+def test_not_capturing_takes_the_eager_path():
+    g = make_group(capturing=False)
+    w = g.run("all_reduce", 64, 1.0, lambda s: None, True)
+    assert not isinstance(w, CapturedWork) and len(g.pending_snapshot()) == 1
