@@ -148,8 +148,9 @@ def test_killed_rank_during_copy_engine_buckets_the_other_raises_within_60_s(tmp
 
 
 _GRAPH_SYNC = """
-    import os, signal, sys, time, cupy as cp, cudakit, cudakit.distributed as dist
+    import faulthandler, os, signal, sys, time, cupy as cp, cudakit, cudakit.distributed as dist
     from cudakit.errors import DistributedError
+    faulthandler.dump_traceback_later(100, exit=True)   # a hang shows its stacks and fails the test
     dist.init_process_group("nccl", timeout=600)
     r, n = dist.get_rank(), dist.get_world_size()
     sizes = [1 << 20, 3, 70001, 1 << 18]
@@ -186,7 +187,7 @@ def test_gradsync_captured_in_a_cuda_graph_averages_every_replay(tmp_path):
     print("GRAPH-DP-OK", flush=True)
     dist.destroy_process_group()
     """)
-    r, _ = launch(2, p)
+    r, _ = launch(2, p, timeout=200)
     assert r.returncode == 0 and r.stdout.count("GRAPH-DP-OK") == 2, r.stdout + r.stderr
 
 
@@ -206,7 +207,7 @@ def test_killed_rank_during_graph_replays_the_other_raises_within_60_s(tmp_path)
         print("LOST", time.time(), e.lost_ranks, e, flush=True)
         raise SystemExit(3)
     """)
-    r, _ = launch(2, p, extra=("--grace", "90"))
+    r, _ = launch(2, p, extra=("--grace", "90"), timeout=200)
     killed = [float(m.group(1)) for m in re.finditer(r"^\[rank\d+\]: KILL ([0-9.]+)$", r.stdout, re.M)]
     lost = [ln for ln in r.stdout.splitlines() if re.match(r"^\[rank\d+\]: LOST [0-9.]+ ", ln)]
     assert killed and len(lost) == 1, r.stdout + r.stderr

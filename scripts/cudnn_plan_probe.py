@@ -1,0 +1,81 @@
+"""Every cuDNN execution plan of a few signatures, timed two ways: back-to-back batches behind a
+spin kernel (paths.time_per_call, how _pick_plan chooses) and one call at a time behind an L2 flush
+(how `cudakit bench --l2 cold` times a call), next to torch on the same inputs. Does the plan choice
+depend on how it is timed? Prints lines starting with PLAN-PROBE.
+
+    python3 scripts/cudnn_plan_probe.py
+"""
+import statistics
+
+import cupy as cp
+
+import cudakit
+from cudakit.bench import timing
+from cudakit.kernels import cudnn, paths
+
+
+def isolated_ms(fn, reps=25):
+    flush = timing._l2_flusher(cp)
+    s = cp.cuda.get_current_stream()
+    out = []
+    fn()
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        flush()
+        a.record(s)
+        fn()
+        b.record(s)
+        b.synchronize()
+        out.append(cp.cuda.get_elapsed_time(a, b))
+    return statistics.median(out)
+
+
+def plans(sig_kind, ptrs, label, torch_fn):
+    keys = [k for k, g in cudnn._graphs.items() if isinstance(k, tuple) and k[0] == sig_kind and isinstance(g, cudnn._Graph)]
+    if not keys:
+        print(f"PLAN-PROBE {label}: no {sig_kind} graph built ({cudnn.declined()})")
+        return
+    g = cudnn._graphs[keys[-1]]
+    graph = g.graph
+    h = cudnn._handle(cudnn._load()[0], cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr).backend_handle
+    print(f"PLAN-PROBE {label}: chosen plan {g.index} {g.plan}; torch isolated {isolated_ms(torch_fn):.4f} ms, "
+          f"batched {paths.time_per_call(torch_fn):.4f} ms")
+    for i in range(graph.get_execution_plan_count()):
+        try:
+            graph.build_plan_at_index(i)
+            ws = graph.get_workspace_size_plan_at_index(i)
+            buf = cp.empty((max(ws, 1),), cp.uint8)
+            pack = dict(zip(g.uids, ptrs))
+            run = lambda: graph._execute_plan_at_index(pack, buf.data.ptr if ws else 0, i, h)  # noqa: E731
+            run()
+            name = graph.get_plan_name_at_index(i)
+            print(f"PLAN-PROBE {label}: plan {i} {name}: batched {paths.time_per_call(run):.4f} ms, "
+                  f"isolated {isolated_ms(run):.4f} ms")
+        except Exception as e:   # noqa: BLE001 -- a plan that does not build or run here
+            print(f"PLAN-PROBE {label}: plan {i}: {type(e).__name__}: {str(e)[:100]}")
+
+
+def main():
+    import torch
+    for dt in ("bfloat16", "float16"):
+        tdt = getattr(torch, dt)
+        q, k, v = (torch.randn(16, 16, 1024, 64, device="cuda", dtype=tdt) for _ in range(3))
+        cq, ck, cv = (cp.from_dlpack(t) for t in (q, k, v))
+        out = cudakit.attention(cq, ck, cv, causal=True)
+        print(f"PLAN-PROBE attention causal 16x16x1024x64 {dt}: path {paths.last_paths().get('attention')}")
+        plans("sdpa_fwd_inf", [cq.data.ptr, ck.data.ptr, cv.data.ptr, out.data.ptr], f"sdpa causal {dt}",
+              lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+        cudnn._graphs.clear()
+    for c, hw, kk in ((64, 56, 64), (256, 56, 64), (512, 28, 128)):
+        x = torch.randn(32, c, hw, hw, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(kk, c, 1, 1, device="cuda", dtype=torch.bfloat16) * c ** -0.5
+        cx, cw = cp.from_dlpack(x), cp.from_dlpack(w)
+        y = cudakit.conv2d(cx, cw)
+        print(f"PLAN-PROBE conv 1x1 {c}->{kk} {hw}x{hw} bf16: path {paths.last_paths().get('conv2d')}")
+        plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"conv1x1 {c}->{kk}",
+              lambda: torch.nn.functional.conv2d(x, w))
+        cudnn._graphs.clear()
+
+
+if __name__ == "__main__":
+    main()
