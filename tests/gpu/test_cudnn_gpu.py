@@ -76,6 +76,21 @@ def test_conv2d_channels_last_output_is_cudnns_own_memory(rng, only_cudnn):
     assert cp.array_equal(cp.ascontiguousarray(gx), rx) and cp.array_equal(gw, rw)
 
 
+def test_conv2d_cudnn_float32_ieee_runs_exact_plans(rng, only_cudnn):
+    """float32 under "ieee" on cuDNN: only plans with FP32 products and sums, so the results meet
+    the FMA-summation bound (product_u 0) that cudakit's own ieee kernels meet, forward and
+    backward, NCHW and channels-last; their graphs are "ieee" signatures of their own."""
+    old = cudakit.set_float32_precision("ieee")
+    try:
+        cc.check_conv2d(_dev, _host, rng, 2, 16, 12, 12, 32, 3, 3, 1, 1, 1, "float32")
+        cc.check_conv2d(_dev, _host, rng, 3, 32, 9, 9, 16, 1, 1, 2, 0, 1, "float32")
+        cc.check_conv2d_channels_last(_dev, _host, rng, 2, 16, 10, 10, 24, 3, 3, 1, 1, 1, "float32")
+    finally:
+        cudakit.set_float32_precision(old)
+    assert {k[0] for k in cudnn._graphs if isinstance(k, tuple) and k[-1] == "ieee"} >= \
+        {"conv_fprop", "conv_dgrad", "conv_wgrad"}
+
+
 def test_conv2d_cudnn_float32_tf32(rng, only_cudnn):
     old = cudakit.set_float32_precision("tf32")
     try:

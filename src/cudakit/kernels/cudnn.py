@@ -22,9 +22,11 @@ Tensors are described to cuDNN in cudakit's layouts: convolution NCHW (C-contigu
 [BH, L, D] as cuDNN's [B=BH, H=1, S=L, D]; the softmax statistics are cuDNN's "Stats", the
 natural-log log-sum-exp of each scaled score row in float32, which is what cudakit's lse is.
 
-float32 convolutions run here only under float32_precision "tf32" (cuDNN's TF32 tensor-core
-engines, what torch runs by default); "ieee" and "tf32x3" stay on cudakit's kernels. cuDNN's
-attention takes float16 and bfloat16.
+float32 convolutions run here under float32_precision "tf32" (cuDNN's TF32 tensor-core engines,
+what torch runs by default) and "ieee" (the plans of engines with a tensor-core, down-converting,
+reduced-precision, FFT or Winograd numerical note deselected: FP32 products summed in FP32, what
+torch runs with TF32 off); "tf32x3" stays on cudakit's kernels. cuDNN's attention takes float16
+and bfloat16.
 """
 from __future__ import annotations
 
@@ -95,13 +97,28 @@ def version() -> str | None:
 
 
 def conv_dtype_ok(dtype_name: str) -> bool:
-    """cuDNN takes this convolution dtype here: 16-bit always, float32 under precision "tf32"."""
+    """cuDNN takes this convolution dtype here: 16-bit always, float32 under precision "tf32" or
+    "ieee" (exact engines only, see the module docstring)."""
     if dtype_name in ("float16", "bfloat16"):
         return True
     if dtype_name == "float32":
         from .. import config
-        return config.float32_precision() == "tf32"
+        return config.float32_precision() in ("tf32", "ieee")
     return False
+
+
+def _exact(dtype_name: str) -> bool:
+    """float32 under precision "ieee": the graph keeps only plans with FP32 products and sums."""
+    if dtype_name != "float32":
+        return False
+    from .. import config
+    return config.float32_precision() == "ieee"
+
+
+# the numerical notes of plans an "ieee" float32 graph leaves out (frontend names; one missing from
+# an older frontend is skipped)
+_INEXACT_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "FFT", "WINOGRAD",
+                  "WINOGRAD_TILE_4x4", "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13")
 
 
 def attention_ok(dtype_name: str, d: int) -> bool:
@@ -211,10 +228,11 @@ def contiguous_desc(shape) -> tuple:
     return tuple(int(d) for d in shape), tuple(st[::-1])
 
 
-def _graph(sig: tuple, dtype_name: str, make, scratch):
+def _graph(sig: tuple, dtype_name: str, make, scratch, exact: bool = False):
     """The _Graph of signature `sig` (built on first use by make(graph, dt) -> operand tensors in
     call order), or None when cuDNN declines it. scratch() -> operand pointers (fresh arrays) for
-    timing plans."""
+    timing plans. exact: only plans with FP32 products and sums (float32 "ieee"; the signature
+    must say so, as the conv signatures do)."""
     g = _graphs.get(sig)
     if g is not None:
         return g if isinstance(g, _Graph) else None
@@ -235,6 +253,9 @@ def _graph(sig: tuple, dtype_name: str, make, scratch):
         graph.validate()
         graph.build_operation_graph()
         graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        if exact:
+            notes = [getattr(cudnn.numerical_note, n) for n in _INEXACT_NOTES if hasattr(cudnn.numerical_note, n)]
+            graph.deselect_numeric_notes(notes)
         graph.check_support()
         uids = list(range(1, len(tensors) + 1))
         index, plan = _pick_plan(graph, sig, uids, scratch, h)
@@ -378,19 +399,24 @@ def _conv_geometry(geo):
 # graph signatures, shared with the dispatch plans that look the built graphs up (path_plans.py)
 # layout: "nchw" (C-contiguous operands) or "nhwc" (the activations channels-last, the weight
 # C-contiguous (K, C, R, S)): one graph each, as their strides differ
+# float32 "ieee" graphs (exact plans only) are signatures of their own too
+def _tags(dtype_name: str, layout: str) -> tuple:
+    return ((layout,) if layout != "nchw" else ()) + (("ieee",) if _exact(dtype_name) else ())
+
+
 def fprop_sig(x_shape, w_shape, dtype_name, geo, bias: bool, device: int, layout: str = "nchw") -> tuple:
     return ("conv_fprop", tuple(x_shape), tuple(w_shape), dtype_name, geo, bool(bias), device) + \
-        ((layout,) if layout != "nchw" else ())
+        _tags(dtype_name, layout)
 
 
 def dgrad_sig(g_shape, w_shape, x_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
     return ("conv_dgrad", tuple(g_shape), tuple(w_shape), tuple(int(v) for v in x_shape), dtype_name, geo,
-            device) + ((layout,) if layout != "nchw" else ())
+            device) + _tags(dtype_name, layout)
 
 
 def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
     return ("conv_wgrad", tuple(g_shape), tuple(x_shape), tuple(int(v) for v in w_shape), dtype_name, geo,
-            device) + ((layout,) if layout != "nchw" else ())
+            device) + _tags(dtype_name, layout)
 
 
 def layout_of(*arrays) -> str | None:
@@ -431,7 +457,7 @@ def conv_fprop(x, w, bias, geo):
         _out(Y, yd, io)
         return ops + [Y]
     descs = [xd, wd] + ([bd] if bd is not None else []) + [yd]
-    g = _graph(sig, name, make, _scratch(*((d, x.dtype) for d in descs)))
+    g = _graph(sig, name, make, _scratch(*((d, x.dtype) for d in descs)), exact=_exact(name))
     if g is None:
         return None
     y = new_nchw(y_shape, x.dtype, layout == "nhwc")
@@ -459,7 +485,7 @@ def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str):
             O = g.conv_wgrad(image=A, loss=B, compute_data_type=dt.FLOAT, name="wgrad", **_conv_geometry(geo))
         _out(O, od, io)
         return [A, B, O]
-    g = _graph(sig, name, make, _scratch((ad, a.dtype), (bd, a.dtype), (od, a.dtype)))
+    g = _graph(sig, name, make, _scratch((ad, a.dtype), (bd, a.dtype), (od, a.dtype)), exact=_exact(name))
     if g is None:
         return None
     out = new_nchw(out_shape, a.dtype, out_cl)
