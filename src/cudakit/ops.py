@@ -591,8 +591,9 @@ def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seql
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
     """2-D convolution, NCHW, or channels-last: memory_format="nhwc" ((N, H, W, C) arrays) or an
-    NCHW view of channels-last memory (see Backend.conv2d)."""
-    if memory_format is not None or _channels_last(x):   # the checked path: plans take NCHW
+    NCHW view of channels-last memory (see Backend.conv2d). Plans cover C-contiguous arrays and
+    channels-last views (their strides are part of the call signature)."""
+    if memory_format is not None:   # the checked path
         return backend_for(x, weight).conv2d(x, weight, bias, stride, padding, dilation, groups,
                                              memory_format=memory_format)
     return _planned("conv2d", "plan_conv2d", (x, weight, bias, stride, padding, dilation, groups))
@@ -600,20 +601,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, m
 
 def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None):
     """(grad_x, grad_weight, grad_bias) of conv2d (see Backend.conv2d_backward)."""
-    if memory_format is not None or _channels_last(x):
+    if memory_format is not None:
         return backend_for(grad_out, x, weight).conv2d_backward(grad_out, x, weight, stride, padding, dilation, bias,
                                                                 groups, memory_format=memory_format)
     return _planned("conv2d_backward", "plan_conv2d_backward",
                     (grad_out, x, weight, stride, padding, dilation, bias, groups))
-
-
-def _channels_last(x) -> bool:
-    """A 4-D array laid out channels-last (a C-contiguous array is not: checked first, cheaply)."""
-    flags = getattr(x, "flags", None)
-    if flags is None or flags.c_contiguous:
-        return False
-    from .backends.conv_api import _channels_last as check
-    return check(x)
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

@@ -208,6 +208,45 @@ def test_conv2d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
         cudakit.set_float32_precision(old)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv2d_channels_last_plans_replay_the_checked_call(bias, rng):
+    """Channels-last views (torch's channels_last) take dispatch plans too (their strides are part
+    of the signature): the planned calls give the checked call's results, in channels-last memory,
+    with cuDNN reading and writing that memory (no layout copies)."""
+    from cudakit import dispatch
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+    dispatch.clear()
+    dev = cp.cuda.runtime.getDevice()
+    x_shape, w_shape = (3, 16, 11, 9), (24, 16, 3, 3)
+    geo = (2, 1, 1, 1, 1, 1, 3, 3, 6, 9)
+    for op, kind, b in (("conv2d", "fwd", bias), ("conv2d_weight_grad", "wgrad", bias),
+                        ("conv2d_input_grad", "dgrad", False)):
+        paths._choice[(op, (kind, x_shape, w_shape, geo, 1, b, "bfloat16", "", dev, "nhwc"))] = "cudnn"
+    cl = lambda a: cp.asarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # noqa: E731 -- channels-last views
+    x, g = cl(data(rng, x_shape, "bfloat16")), cl(data(rng, (3, 24, 6, 9), "bfloat16"))
+    w = cp.asarray(data(rng, w_shape, "bfloat16"))
+    bb = cp.asarray(data(rng, (24,), "bfloat16")) if bias else None
+    runs = []
+    for _ in range(3):   # the second and third calls are planned
+        y = cudakit.conv2d(x, w, bb, (2, 1), 1)
+        runs.append((y,) + tuple(cudakit.conv2d_backward(g, x, w, (2, 1), 1, 1, bias)))
+    planned = [p_ for (op, _), p_ in dispatch._plans.items() if op in ("conv2d", "conv2d_backward")]
+    assert len(planned) == 2 and all(p_ is not None for p_ in planned)
+    for i, (a, b_) in enumerate(zip(runs[0], runs[2])):
+        if a is None:
+            assert b_ is None and i == 3
+            continue
+        assert a.strides == b_.strides
+        if i in (0, 1):   # y and dL/dx in x's layout
+            assert a.strides[1] == a.itemsize, a.strides
+        if i >= 1:   # cuDNN's dgrad and wgrad may split the sum: not bitwise
+            cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
+        else:
+            cp.testing.assert_array_equal(a, b_)
+    assert any(isinstance(k, tuple) and k[0] == "conv_fprop" and k[-1] == "nhwc" for k in cudnn._graphs)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b,lq,lk,h,d", [(2, 64, 64, 4, 64), (2, 33, 70, 2, 32), (1, 100, 100, 3, 80),

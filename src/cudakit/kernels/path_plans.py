@@ -200,16 +200,30 @@ def _conv_geo(op, x, weight, bias, stride, padding, dilation, groups):
     return geo, groups
 
 
-def _conv_ok(*arrays) -> bool:
-    return str(arrays[0].dtype) in _DTYPES and all(a is None or a.flags.c_contiguous for a in arrays)
+def _conv_layout(activations, others) -> str | None:
+    """"nchw" (every array C-contiguous) or "nhwc" (the activations (N, C, H, W) views of
+    channels-last memory, the weight and bias C-contiguous): the layouts the plans cover; None
+    for anything else (the checked path)."""
+    if str(activations[0].dtype) not in _DTYPES or not all(a is None or a.flags.c_contiguous for a in others):
+        return None
+    from . import cudnn
+    return cudnn.layout_of(*activations)
 
 
-def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig):
+def _new_nchw(layout: str):
+    """A function making an uninitialised (N, C, H, W) output in `layout` (channels-last memory for "nhwc")."""
+    nd = _cupy.cupy().ndarray
+    if layout == "nchw":
+        return nd
+    return lambda shape, dtype: nd((shape[0], shape[2], shape[3], shape[1]), dtype).transpose(0, 3, 1, 2)
+
+
+def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig, layout="nchw"):
     """The chosen path of one conv2d pass (see _conv_paths of backends/cuda.py): ("cudnn", its
     executor, called with pointers) or ("triton", None); None when no path was chosen for the
     signature (at the current float32 precision)."""
     from . import cudnn, paths
-    choice = paths.chosen(op, paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias))
+    choice = paths.chosen(op, paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias, layout))
     if choice == "cudnn":
         run = cudnn.executor(cudnn_sig)
         return None if run is None else ("cudnn", run)
@@ -217,16 +231,18 @@ def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig):
 
 
 def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    if not _conv_ok(x, weight, bias):
+    layout = _conv_layout((x,), (weight, bias))
+    if layout is None:
         return None
     geo, groups = _conv_geo("conv2d", x, weight, bias, stride, padding, dilation, groups)
     from . import cudnn
     name = str(x.dtype)
     step = _conv_step("conv2d", "fwd", x.dtype, x.shape, weight.shape, geo, groups, bias is not None,
-                      cudnn.fprop_sig(x.shape, weight.shape, name, geo, bias is not None, x.data.device_id))
+                      cudnn.fprop_sig(x.shape, weight.shape, name, geo, bias is not None, x.data.device_id, layout),
+                      layout)
     if step is None:
         return None
-    nd = _cupy.cupy().ndarray
+    nd = _new_nchw(layout)   # the output in x's layout, as cudnn.conv_fprop makes it
     y_shape = (x.shape[0], weight.shape[0], geo[8], geo[9])
     if step[0] == "cudnn":
         run = step[1]
@@ -246,7 +262,10 @@ def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
 
 
 def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
-    if type(bias) is not bool or not _conv_ok(x, weight, grad_out) or grad_out.dtype != x.dtype:
+    if type(bias) is not bool or grad_out.dtype != x.dtype:
+        return None
+    layout = _conv_layout((grad_out, x), (weight,))
+    if layout is None:
         return None
     geo, groups = _conv_geo("conv2d_backward", x, weight, None, stride, padding, dilation, groups)
     from . import conv, cudnn
@@ -254,13 +273,16 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     name = str(x.dtype)
     w_shape = tuple(weight.shape)
     wg = _conv_step("conv2d_weight_grad", "wgrad", x.dtype, x.shape, w_shape, geo, groups, bias,
-                    cudnn.wgrad_sig(grad_out.shape, x.shape, w_shape, name, geo, dev))
+                    cudnn.wgrad_sig(grad_out.shape, x.shape, w_shape, name, geo, dev, layout), layout)
     dg = _conv_step("conv2d_input_grad", "dgrad", x.dtype, x.shape, w_shape, geo, groups, False,
-                    cudnn.dgrad_sig(grad_out.shape, w_shape, x.shape, name, geo, dev))
-    if wg is None or dg is None or wg[0] == dg[0] == "triton":
+                    cudnn.dgrad_sig(grad_out.shape, w_shape, x.shape, name, geo, dev, layout), layout)
+    if wg is None or dg is None or (wg[0] == dg[0] == "triton"):
         return None   # (the Triton kernels: a plan traced from the checked call, ops._planner)
+    if layout == "nhwc" and "triton" in (wg[0], dg[0]):
+        return None   # the own kernels copy channels-last data: the checked path does that
     cp = _cupy.cupy()
     nd, f32 = cp.ndarray, cp.float32
+    new_gx = _new_nchw(layout)   # dL/dx in x's layout, as cudnn.conv_dgrad makes it
     x_shape, g_ = tuple(x.shape), groups
 
     if wg[0] == "cudnn":
@@ -278,7 +300,7 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
         run_d = dg[1]
 
         def input_grad(grad_out, weight):
-            gx = nd(x_shape, weight.dtype)
+            gx = new_gx(x_shape, weight.dtype)
             run_d(grad_out.data.ptr, weight.data.ptr, gx.data.ptr)
             return gx
     else:
