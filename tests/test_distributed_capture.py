@@ -44,6 +44,9 @@ class Transport:
     def abort(self):
         self.aborted = True
 
+    def destroy(self):
+        self.destroyed = True
+
 
 class _NoLock:
     def __enter__(self):
@@ -59,10 +62,18 @@ def make_group(capturing=True):
     return groupmod.ProcessGroup(world, 0, (0, 1), Transport(capturing), 30.0)
 
 
+class FakeGraph:
+    """A stand-in CUDAGraph capturing on this thread (what graphs.on_replay / after_replay fill)."""
+    def __init__(self):
+        self._hooks, self._after, self._keys, self.released = [], [], set(), None
+
+    def release(self, reason):
+        self.released = reason
+
+
 @pytest.fixture
 def capture(monkeypatch):
-    """A stand-in CUDAGraph capturing on this thread (what graphs.on_replay / after_replay fill)."""
-    g = types.SimpleNamespace(_hooks=[], _after=[], _keys=set())
+    g = FakeGraph()
     monkeypatch.setattr(graphs._local, "capture", g, raising=False)
     return g
 
@@ -103,3 +114,28 @@ def test_not_capturing_takes_the_eager_path():
     g = make_group(capturing=False)
     w = g.run("all_reduce", 64, 1.0, lambda s: None, True)
     assert not isinstance(w, CapturedWork) and len(g.pending_snapshot()) == 1
+
+
+@pytest.mark.parametrize("end", ["destroy", "fail"])
+def test_the_graphs_holding_a_groups_collectives_are_released_before_its_communicator_goes(capture, end):
+    """NCCL's communicator destruction (and abort) waits until every graph with its collectives is
+    gone: destroying or failing the group first releases the graphs that captured its collectives
+    (their replay then raises), so neither hangs."""
+    g = make_group()
+    g.run("all_reduce", 64, 1.0, lambda s: None, True)
+    assert capture.released is None
+    if end == "destroy":
+        g._destroy()
+        assert g.transport.destroyed and "was destroyed" in capture.released
+    else:
+        g.fail("rank 1 was lost", op="all_reduce", lost_ranks=(1,))
+        assert g.transport.aborted and "failed" in capture.released
+
+
+def test_a_released_cuda_graph_refuses_to_replay():
+    cg = graphs.CUDAGraph.__new__(graphs.CUDAGraph)   # no GPU: only the bookkeeping release() touches
+    cg._graph, cg._released = object(), None
+    cg.release("it holds collectives of <ProcessGroup 0>, which was destroyed")
+    assert not cg.captured
+    with pytest.raises(graphs.GraphCaptureError, match="released: it holds collectives"):
+        cg.replay()

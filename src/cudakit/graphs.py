@@ -137,6 +137,7 @@ class CUDAGraph:
         self.pool = cp.cuda.MemoryPool()
         self.stream = cp.cuda.Stream(non_blocking=True)
         self._graph = None
+        self._released: str | None = None   # why release() freed the graph
         self._hooks: list = []   # fn() before each replay (on_replay)
         self._after: list = []   # fn(stream) after each replay's launch (after_replay)
         self._keys: set = set()
@@ -157,16 +158,27 @@ class CUDAGraph:
     def captured(self) -> bool:
         return self._graph is not None
 
+    def release(self, reason: str) -> None:
+        """Free the captured graph now (its CUDA graph and executable, and with them what the
+        captured work holds: NCCL keeps a communicator alive, and its destruction waiting, until
+        every graph with its collectives is gone); replay() raises GraphCaptureError naming
+        `reason` from then on. cudakit.distributed calls it when a process group whose
+        collectives the graph holds is destroyed or fails."""
+        self._released = reason
+        self._graph = None
+
     def replay(self, stream=None) -> None:
         """Run the captured work once on `stream` (default: the current CuPy stream)."""
-        if self._graph is None:
-            raise GraphCaptureError("replay() before a successful capture()")
+        graph = self._graph
+        if graph is None:
+            raise GraphCaptureError(f"this graph was released: {self._released}" if self._released
+                                    else "replay() before a successful capture()")
         cp = self._cp
         s = stream if stream is not None else cp.cuda.get_current_stream()
         with cp.cuda.Device(self.device), s:
             for hook in self._hooks:
                 hook()
-            self._graph.launch(s)
+            graph.launch(s)
             for hook in self._after:
                 hook(s)
 

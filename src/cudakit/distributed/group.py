@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 
 from .. import profiler
 from ..errors import DistributedError
@@ -60,6 +61,7 @@ class ProcessGroup:
         self._plock = threading.Lock()
         self._free_events: list = []
         self._dbg_p2p: dict = {}
+        self._graphs = weakref.WeakSet()   # CUDAGraphs holding this group's captured collectives
 
     def __repr__(self) -> str:
         return f"<ProcessGroup {self.id} {self.backend} ranks={list(self.ranks)} rank={self.rank}>"
@@ -99,6 +101,7 @@ class ProcessGroup:
             self.error = DistributedError(message, rank=self.world.rank, op=op, lost_ranks=lost_ranks,
                                           nccl_message=nccl_message)
         log.error("%s", self.error)
+        self._release_graphs("failed")
         try:
             self.transport.abort()
         except Exception as e:   # the error above is what the ranks need to see
@@ -198,7 +201,9 @@ class ProcessGroup:
             msg = nccl_message(e)
             raise DistributedError(f"capturing {op} in a CUDA graph failed: {msg}", rank=self.world.rank, op=op,
                                    nccl_message=msg) from e
-        if graphs.capturing() is not None:
+        cg = graphs.capturing()
+        if cg is not None:
+            self._graphs.add(cg)
             graphs.on_replay(lambda: self._check_usable("graph replay"), key=("distributed", id(self)))
             graphs.after_replay(lambda s: self._watch_replay(s, nbytes), key=("distributed", id(self)))
         if not async_op:
@@ -206,6 +211,14 @@ class ProcessGroup:
         end = t.event()
         end.record(stream)
         return CapturedWork(self, op, end, keep)
+
+    def _release_graphs(self, why: str) -> None:
+        """Free the CUDA graphs holding this group's captured collectives (they can no longer be
+        replayed): NCCL's communicator destruction, and its abort, wait until every graph with
+        its collectives is gone, so a live one would hang them."""
+        for cg in list(self._graphs):
+            cg.release(f"it holds collectives of {self!r}, which {why}")
+        self._graphs.clear()
 
     def _watch_replay(self, stream, nbytes) -> None:
         """The watchdog's entry for one replay of a graph holding this group's collectives."""
@@ -284,6 +297,7 @@ class ProcessGroup:
             return
         self.destroyed = True
         healthy = self.error is None and not self.lost_members() and self._drain(min(self.timeout, 60.0))
+        self._release_graphs("was destroyed")
         try:
             if healthy:
                 self.transport.destroy()
