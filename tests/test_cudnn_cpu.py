@@ -54,8 +54,8 @@ def test_conv_dtype_ok_follows_float32_precision():
         assert not cudnn._exact("float32") and cudnn.fprop_sig((1, 2, 3, 3), (2, 2, 1, 1), "float32", (), False, 0)[-1] == 0
         cudakit.set_float32_precision("ieee")   # exact plans only: a signature of its own
         assert cudnn.conv_dtype_ok("float32") and cudnn.conv_dtype_ok("float16") and cudnn._exact("float32")
-        assert cudnn.fprop_sig((1, 2, 3, 3), (2, 2, 1, 1), "float32", (), False, 0)[-1] == "ieee"
-        assert cudnn.dgrad_sig((1, 2, 3, 3), (2, 2, 1, 1), (1, 2, 3, 3), "float32", (), 0, "nhwc")[-2:] == ("nhwc", "ieee")
+        assert cudnn.fprop_sig((1, 2, 3, 3), (2, 2, 1, 1), "float32", (), False, 0)[-2:] == ("ieee", 0)
+        assert cudnn.dgrad_sig((1, 2, 3, 3), (2, 2, 1, 1), (1, 2, 3, 3), "float32", (), 0, "nhwc")[-3:] == ("nhwc", "ieee", 0)
         assert not cudnn._exact("bfloat16")
         cudakit.set_float32_precision("tf32x3")
         assert not cudnn.conv_dtype_ok("float32")

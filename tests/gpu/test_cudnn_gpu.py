@@ -49,7 +49,7 @@ def test_conv2d_channels_last_runs_cudnn_in_place(geo, dtype, rng, only_cudnn):
     channels-last ("nhwc" signatures): cuDNN reads and writes that memory with no layout copies."""
     n, c, h, w, k, r, s, stride, pad, dil = geo
     cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
-    kinds = {key[0] for key in cudnn._graphs if isinstance(key, tuple) and key[-1] == "nhwc"}
+    kinds = {key[0] for key in cudnn._graphs if isinstance(key, tuple) and "nhwc" in key}
     assert kinds >= {"conv_fprop", "conv_dgrad", "conv_wgrad"}, list(cudnn._graphs)
 
 
@@ -87,7 +87,7 @@ def test_conv2d_cudnn_float32_ieee_runs_exact_plans(rng, only_cudnn):
         cc.check_conv2d_channels_last(_dev, _host, rng, 2, 16, 10, 10, 24, 3, 3, 1, 1, 1, "float32")
     finally:
         cudakit.set_float32_precision(old)
-    assert {k[0] for k in cudnn._graphs if isinstance(k, tuple) and k[-1] == "ieee"} >= \
+    assert {k[0] for k in cudnn._graphs if isinstance(k, tuple) and "ieee" in k} >= \
         {"conv_fprop", "conv_dgrad", "conv_wgrad"}
 
 
@@ -244,7 +244,7 @@ def test_conv2d_channels_last_plans_replay_the_checked_call(bias, rng):
             cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
         else:
             cp.testing.assert_array_equal(a, b_)
-    assert any(isinstance(k, tuple) and k[0] == "conv_fprop" and k[-1] == "nhwc" for k in cudnn._graphs)
+    assert any(isinstance(k, tuple) and k[0] == "conv_fprop" and "nhwc" in k for k in cudnn._graphs)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

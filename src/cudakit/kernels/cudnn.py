@@ -399,24 +399,25 @@ def _conv_geometry(geo):
 # graph signatures, shared with the dispatch plans that look the built graphs up (path_plans.py)
 # layout: "nchw" (C-contiguous operands) or "nhwc" (the activations channels-last, the weight
 # C-contiguous (K, C, R, S)): one graph each, as their strides differ
-# float32 "ieee" graphs (exact plans only) are signatures of their own too
+# float32 "ieee" graphs (exact plans only) are signatures of their own too. Every signature ends
+# with its device (executor() reads it there).
 def _tags(dtype_name: str, layout: str) -> tuple:
     return ((layout,) if layout != "nchw" else ()) + (("ieee",) if _exact(dtype_name) else ())
 
 
 def fprop_sig(x_shape, w_shape, dtype_name, geo, bias: bool, device: int, layout: str = "nchw") -> tuple:
-    return ("conv_fprop", tuple(x_shape), tuple(w_shape), dtype_name, geo, bool(bias), device) + \
-        _tags(dtype_name, layout)
+    return ("conv_fprop", tuple(x_shape), tuple(w_shape), dtype_name, geo, bool(bias)) + \
+        _tags(dtype_name, layout) + (device,)
 
 
 def dgrad_sig(g_shape, w_shape, x_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
-    return ("conv_dgrad", tuple(g_shape), tuple(w_shape), tuple(int(v) for v in x_shape), dtype_name, geo,
-            device) + _tags(dtype_name, layout)
+    return ("conv_dgrad", tuple(g_shape), tuple(w_shape), tuple(int(v) for v in x_shape), dtype_name, geo) + \
+        _tags(dtype_name, layout) + (device,)
 
 
 def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
-    return ("conv_wgrad", tuple(g_shape), tuple(x_shape), tuple(int(v) for v in w_shape), dtype_name, geo,
-            device) + _tags(dtype_name, layout)
+    return ("conv_wgrad", tuple(g_shape), tuple(x_shape), tuple(int(v) for v in w_shape), dtype_name, geo) + \
+        _tags(dtype_name, layout) + (device,)
 
 
 def layout_of(*arrays) -> str | None:
