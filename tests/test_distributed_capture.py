@@ -67,8 +67,8 @@ class FakeGraph:
     def __init__(self):
         self._hooks, self._after, self._keys, self.released = [], [], set(), None
 
-    def release(self, reason):
-        self.released = reason
+    def release(self, reason, error=None):
+        self.released, self.error = reason, error
 
 
 @pytest.fixture
@@ -126,16 +126,24 @@ def test_the_graphs_holding_a_groups_collectives_are_released_before_its_communi
     assert capture.released is None
     if end == "destroy":
         g._destroy()
-        assert g.transport.destroyed and "was destroyed" in capture.released
-    else:
-        g.fail("rank 1 was lost", op="all_reduce", lost_ranks=(1,))
-        assert g.transport.aborted and "failed" in capture.released
+        assert g.transport.destroyed and "was destroyed" in capture.released and capture.error is None
+    else:   # released on a thread once the replays in flight returned (none here), then the abort
+        import time
+        err = g.fail("rank 1 was lost", op="all_reduce", lost_ranks=(1,))
+        deadline = time.monotonic() + 5
+        while capture.released is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert g.transport.aborted and "failed" in capture.released and capture.error is err
 
 
 def test_a_released_cuda_graph_refuses_to_replay():
     cg = graphs.CUDAGraph.__new__(graphs.CUDAGraph)   # no GPU: only the bookkeeping release() touches
-    cg._graph, cg._released = object(), None
+    cg._graph, cg._released, cg._release_error = object(), None, None
     cg.release("it holds collectives of <ProcessGroup 0>, which was destroyed")
     assert not cg.captured
     with pytest.raises(graphs.GraphCaptureError, match="released: it holds collectives"):
+        cg.replay()
+    lost = DistributedError("rank 1 is gone", rank=0, op="all_reduce", lost_ranks=(1,))
+    cg.release("it holds collectives of <ProcessGroup 0>, which failed", lost)
+    with pytest.raises(DistributedError, match="rank 1 is gone"):   # the group's failure, as its collectives raise
         cg.replay()

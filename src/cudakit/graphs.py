@@ -138,6 +138,7 @@ class CUDAGraph:
         self.stream = cp.cuda.Stream(non_blocking=True)
         self._graph = None
         self._released: str | None = None   # why release() freed the graph
+        self._release_error: Exception | None = None   # what replay() raises then (a group's failure)
         self._hooks: list = []   # fn() before each replay (on_replay)
         self._after: list = []   # fn(stream) after each replay's launch (after_replay)
         self._keys: set = set()
@@ -158,19 +159,21 @@ class CUDAGraph:
     def captured(self) -> bool:
         return self._graph is not None
 
-    def release(self, reason: str) -> None:
+    def release(self, reason: str, error: Exception | None = None) -> None:
         """Free the captured graph now (its CUDA graph and executable, and with them what the
         captured work holds: NCCL keeps a communicator alive, and its destruction waiting, until
-        every graph with its collectives is gone); replay() raises GraphCaptureError naming
-        `reason` from then on. cudakit.distributed calls it when a process group whose
-        collectives the graph holds is destroyed or fails."""
-        self._released = reason
+        every graph with its collectives is gone); replay() raises `error`, or GraphCaptureError
+        naming `reason`, from then on. cudakit.distributed calls it when a process group whose
+        collectives the graph holds is destroyed (`error` None) or fails (its DistributedError)."""
+        self._released, self._release_error = reason, error
         self._graph = None
 
     def replay(self, stream=None) -> None:
         """Run the captured work once on `stream` (default: the current CuPy stream)."""
         graph = self._graph
         if graph is None:
+            if self._release_error is not None:
+                raise self._release_error
             raise GraphCaptureError(f"this graph was released: {self._released}" if self._released
                                     else "replay() before a successful capture()")
         cp = self._cp

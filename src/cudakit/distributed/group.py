@@ -101,7 +101,7 @@ class ProcessGroup:
             self.error = DistributedError(message, rank=self.world.rank, op=op, lost_ranks=lost_ranks,
                                           nccl_message=nccl_message)
         log.error("%s", self.error)
-        self._release_graphs("failed")
+        self._release_graphs("failed", self.error, after_replays=True)
         try:
             self.transport.abort()
         except Exception as e:   # the error above is what the ranks need to see
@@ -212,13 +212,38 @@ class ProcessGroup:
         end.record(stream)
         return CapturedWork(self, op, end, keep)
 
-    def _release_graphs(self, why: str) -> None:
+    def _release_graphs(self, why: str, error=None, after_replays: bool = False) -> None:
         """Free the CUDA graphs holding this group's captured collectives (they can no longer be
-        replayed): NCCL's communicator destruction, and its abort, wait until every graph with
-        its collectives is gone, so a live one would hang them."""
-        for cg in list(self._graphs):
-            cg.release(f"it holds collectives of {self!r}, which {why}")
+        replayed; a replay raises `error`, the group's failure, when given): NCCL's communicator
+        destruction, and its abort, wait until every graph with its collectives is gone, so a
+        live one would hang them. after_replays (a failure: replays may still run, their NCCL
+        kernels waiting for a lost peer until the abort that follows makes them return): released
+        on a thread of its own once the replays' events completed (at most 60 s), so that freeing
+        a graph in flight cannot hold up the abort that ends it."""
+        graphs = list(self._graphs)
         self._graphs.clear()
+        if not graphs:
+            return
+        reason = f"it holds collectives of {self!r}, which {why}"
+        if not after_replays:
+            for cg in graphs:
+                cg.release(reason, error)
+            return
+        with self._plock:
+            running = [p.event for p in self._pending if p.op == "graph replay" and p.event is not None]
+
+        def release_when_done():
+            deadline = time.monotonic() + 60.0
+            while time.monotonic() < deadline:
+                try:
+                    if all(e.done for e in running):
+                        break
+                except Exception:   # noqa: BLE001 -- an event of an aborted context: nothing left to wait for
+                    break
+                time.sleep(0.01)
+            for cg in graphs:
+                cg.release(reason, error)
+        threading.Thread(target=release_when_done, name="cudakit-graph-release", daemon=True).start()
 
     def _watch_replay(self, stream, nbytes) -> None:
         """The watchdog's entry for one replay of a graph holding this group's collectives."""
@@ -297,7 +322,7 @@ class ProcessGroup:
             return
         self.destroyed = True
         healthy = self.error is None and not self.lost_members() and self._drain(min(self.timeout, 60.0))
-        self._release_graphs("was destroyed")
+        self._release_graphs("was destroyed", self.error, after_replays=not healthy)
         try:
             if healthy:
                 self.transport.destroy()
