@@ -61,9 +61,17 @@ def clock(monkeypatch):
     cuda = types.SimpleNamespace(Event=Event, get_current_stream=lambda: stream, runtime=runtime,
                                  get_elapsed_time=lambda a, b: b.t - a.t)
     empty = lambda n, dtype: types.SimpleNamespace(data=types.SimpleNamespace(ptr=4096), nbytes=n)  # noqa: E731
-    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda, empty=empty, uint8="uint8"))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda, empty=empty, uint8="uint8",
+                                                                   int64=int))
     monkeypatch.setattr(timing, "_flush_buffers", {})
-    now.flushes = flushes
+    spins = []
+
+    def spin(grid, block, args):   # the spin after the flush: device time before the start event
+        spins.append(args)
+        now[0] += 0.3
+    from cudakit.kernels import paths
+    monkeypatch.setattr(paths, "_spinner", lambda: spin)
+    now.flushes, now.spins = flushes, spins
     return now
 
 
@@ -115,7 +123,8 @@ def test_device_rounds_drop_a_provider_that_fails_in_a_later_round(clock):
 
 def test_cold_timing_flushes_the_l2_cache_before_each_timed_call(clock):
     """cold=True: every sample is one timed call behind a write of twice the L2 cache (100 MiB for
-    a 50 MiB L2) on the current stream, not behind an untimed call; the flush stays out of the time."""
+    a 50 MiB L2) and a spin kernel on the current stream, not behind an untimed call; neither is in
+    the time."""
     order = []
 
     def make(name, ms):
@@ -128,6 +137,6 @@ def test_cold_timing_flushes_the_l2_cache_before_each_timed_call(clock):
                                               rounds=3, cold=True)
     assert not errors
     assert order[4:] == (["a"] * 2 + ["b"] * 2) * 3   # one timed call a sample, no untimed ones
-    assert len(clock.flushes) == 12
+    assert len(clock.flushes) == 12 and len(clock.spins) == 12   # a flush, then a spin, before each sample
     assert {f[1:] for f in clock.flushes} == {(0, 100 << 20, 7)}
     assert res["a"]["median_ms"] == 1.0 and res["b"]["median_ms"] == 3.0

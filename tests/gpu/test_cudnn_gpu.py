@@ -160,6 +160,33 @@ def test_attention_plans_replay_the_checked_call_bitwise(dtype, path, causal, rn
         assert paths.last_paths()["attention"] == path
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_query_attention_plans_replay_the_checked_call(causal, rng, only_cudnn):
+    """Grouped-query attention (B, H, L, D) q with (B, Hkv, L, D) k, v takes dispatch plans on cuDNN
+    too (attention's inference graph, attention_with_lse, attention_backward): the planned calls
+    give the checked call's results (forwards bit for bit)."""
+    from cudakit import dispatch
+    dispatch.clear()
+    q, g = (cp.asarray(data(rng, (2, 8, 70, 64), "bfloat16")) for _ in range(2))
+    k, v = (cp.asarray(data(rng, (2, 2, 90, 64), "bfloat16")) for _ in range(2))
+    runs = []
+    for _ in range(3):   # the second and third calls are planned
+        y = cudakit.attention(q, k, v, None, causal)
+        out, lse = cudakit.attention_with_lse(q, k, v, None, causal)
+        runs.append((y, out, lse) + tuple(cudakit.attention_backward(g, q, k, v, out, lse, None, causal)))
+    planned = {op: p_ for (op, _), p_ in dispatch._plans.items()
+               if op in ("attention", "attention_with_lse", "attention_backward")}
+    assert set(planned) == {"attention", "attention_with_lse", "attention_backward"}, planned
+    assert all(p_ is not None for p_ in planned.values())
+    for i, (a, b_) in enumerate(zip(runs[0], runs[2])):
+        assert a.shape == b_.shape and a.dtype == b_.dtype
+        if i >= 3:   # cuDNN's backward sums with atomics: not bitwise repeatable
+            cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
+        else:
+            cp.testing.assert_array_equal(a, b_)
+    assert runs[0][3].shape == q.shape and runs[0][4].shape == k.shape
+
+
 @pytest.mark.parametrize("dtype,path,prec", [("bfloat16", "cudnn", ""), ("bfloat16", "triton", ""),
                                              ("float32", "cudnn", "tf32"), ("float32", "triton", "tf32x3")])
 @pytest.mark.parametrize("bias", [False, True])

@@ -14,16 +14,28 @@ def _summ(samples_ms: list[float]) -> dict:
 _flush_buffers: dict = {}
 
 
+_SPIN_AFTER_FLUSH = 600_000   # clock cycles (about 0.3 ms at an H100's 1.98 GHz)
+
+
 def _l2_flusher(cp):
-    """A function queueing a write of twice the current GPU's L2 cache (at least 64 MiB) on the
-    current stream: it evicts the timed call's inputs, and its device time (tens of microseconds)
-    covers the host's launch of the call queued behind it, as triton.testing.do_bench does."""
+    """A function queueing, on the current stream, a write of twice the current GPU's L2 cache (at
+    least 64 MiB), which evicts the timed call's inputs as triton.testing.do_bench does, then a
+    one-thread spin kernel of about 0.3 ms, which touches no memory: the host queues the timed call
+    while the GPU spins, so the sample is the call's device time, not its host time (a flush alone
+    covers only its own tens of microseconds: on 2026-11-27 a grouped-query attention call whose
+    checked path costs more host time than that was timed 16-23% slow)."""
     dev = cp.cuda.runtime.getDevice()
     buf = _flush_buffers.get(dev)
     if buf is None:
         l2 = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrL2CacheSize, dev)
         buf = _flush_buffers[dev] = cp.empty(max(2 * l2, 64 << 20), cp.uint8)
-    return lambda: cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, cp.cuda.get_current_stream().ptr)
+    from ..kernels.paths import _spinner
+    spin, cycles = _spinner(), cp.int64(_SPIN_AFTER_FLUSH)
+
+    def flush():
+        cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, cp.cuda.get_current_stream().ptr)
+        spin((1,), (1,), (cycles,))
+    return flush
 
 
 def _gpu_samples(fn, n: int, cp, cold: bool = False) -> list[float]:
@@ -71,8 +83,8 @@ def time_gpu_interleaved(fns: dict, warmup: int = 5, reps: int = 30, rounds: int
     (A B A B ...) of reps/rounds samples each, so a drift in the GPU's clocks or temperature hits
     every provider alike instead of whichever ran last. cold=True: each timed call follows an L2
     flush instead of an untimed call of its own (inputs read from memory, as a training step's
-    next op mostly does; and a call whose host cost is near its device time is still timed on the
-    device alone, behind the flush's tens of microseconds). Returns ({name: summary in ms},
+    next op mostly does), queued while a spin kernel after the flush keeps the GPU busy, so the
+    sample is the call's device time alone. Returns ({name: summary in ms},
     {name: exception}) -- a provider that raised (in its warm-up or a later round) is left out of
     the first and named in the second."""
     import cupy as cp

@@ -29,6 +29,73 @@ def _attn_sig(q, k, v, scale):
     return math.prod(lead), lq, k.shape[-2], d, name, sc, lead
 
 
+def _gqa_cudnn(kind: str, graph: str, arrays: tuple, scale, causal):
+    """(cuDNN's executor of graph kind `graph`, scale) for grouped-query attention on C-contiguous
+    (B, H, L, D) q (arrays[0]) and (B, Hkv, L, D) k, v (arrays[1:3]; the rest q-shaped, lse last
+    for the backward) where kernels/attention.py forward_gqa / backward_gqa ("fwd", "bwd") chose
+    cuDNN for this signature and its graph is built; None otherwise (the checked path)."""
+    from . import cudnn, paths
+    q, k, v = arrays[:3]
+    name = str(q.dtype)
+    if name not in ("float16", "bfloat16") or q.ndim != 4 or k.ndim != 4 or tuple(v.shape) != tuple(k.shape):
+        return None
+    if not all(a.flags.c_contiguous for a in arrays):
+        return None
+    b, h, lq, d = q.shape
+    hkv = k.shape[1]
+    if k.shape[0] != b or k.shape[3] != d or not 0 < hkv < h or h % hkv:
+        return None
+    dev = q.data.device_id
+    op = "attention" if kind == "fwd" else "attention_backward"
+    if paths.chosen(op, (f"{kind}_gqa", tuple(q.shape), tuple(k.shape), name, bool(causal), dev)) != "cudnn":
+        return None
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    qd, kd = cudnn.bhsd_desc(q), cudnn.bhsd_desc(k)
+    descs = (qd, kd, kd, qd) if kind == "fwd" else (qd, kd, kd, qd, qd, qd, kd, kd)
+    run = cudnn.executor(cudnn.sdpa_sig(graph, descs, name, sc, bool(causal), dev))
+    return None if run is None else (run, sc)
+
+
+def _plan_gqa_forward(q, k, v, scale, causal, with_lse: bool):
+    """The grouped-query forward replayed on cuDNN (the inference graph without lse), or None."""
+    got = _gqa_cudnn("fwd", "sdpa_fwd" if with_lse else "sdpa_fwd_inf", (q, k, v), scale, causal)
+    if got is None:
+        return None
+    run, nd, f32 = got[0], _cupy.cupy().ndarray, _cupy.cupy().float32
+    shape, lse_shape = tuple(q.shape), tuple(q.shape[:3])
+    if with_lse:
+        def plan(q, k, v, scale=None, causal=False, layout="bhld", *_):
+            out, lse = nd(shape, q.dtype), nd(lse_shape, f32)
+            run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
+            return out, lse
+    else:
+        def plan(q, k, v, scale=None, causal=False, layout="bhld", *_):
+            out = nd(shape, q.dtype)
+            run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr)
+            return out
+    return plan
+
+
+def _plan_gqa_backward(grad_out, q, k, v, out, lse, scale, causal):
+    """The grouped-query backward replayed on cuDNN (dk, dv with k's heads), or None."""
+    cp = _cupy.cupy()
+    if lse.dtype != cp.float32 or tuple(lse.shape) != tuple(q.shape[:3]) or grad_out.dtype != q.dtype \
+            or out.dtype != q.dtype or tuple(grad_out.shape) != tuple(q.shape) or tuple(out.shape) != tuple(q.shape):
+        return None
+    got = _gqa_cudnn("bwd", "sdpa_bwd", (q, k, v, out, grad_out, lse), scale, causal)
+    if got is None:
+        return None
+    run, nd = got[0], cp.ndarray
+    qs, ks = tuple(q.shape), tuple(k.shape)
+
+    def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", *_):
+        dq, dk, dv = nd(qs, q.dtype), nd(ks, q.dtype), nd(ks, q.dtype)
+        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr,
+            dq.data.ptr, dk.data.ptr, dv.data.ptr)
+        return dq, dk, dv
+    return plan
+
+
 def _blhd_cudnn(kind: str, arrays: dict, scale, causal):
     """cuDNN's executor of the (B, L, H, D) pass `kind` ("fwd", "bwd") that kernels/attention.py
     forward_blhd/backward_blhd chose for these arrays (views of a packed qkv, read in place), and
@@ -93,6 +160,8 @@ def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld", wi
         return _masked_plan("attention_with_lse", 3, key_lengths)
     if layout == "blhd":
         return _plan_blhd_forward(q, k, v, scale, causal)
+    if layout == "bhld" and k.shape[:-2] != q.shape[:-2]:   # grouped-query attention
+        return _plan_gqa_forward(q, k, v, scale, causal, with_lse=True)
     s = _attn_sig(q, k, v, scale)
     if s is None or layout != "bhld":
         return None
@@ -113,6 +182,8 @@ def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld", wi
 def plan_attention(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None):
     if window is not None or key_lengths is not None:
         return _masked_plan("attention", 3, key_lengths)
+    if layout == "bhld" and k.shape[:-2] != q.shape[:-2]:   # grouped-query attention: cuDNN's inference graph
+        return _plan_gqa_forward(q, k, v, scale, causal, with_lse=False)
     s = _attn_sig(q, k, v, scale) if layout == "bhld" else None
     if s is not None:   # cuDNN's inference graph, where the checked call built it (no statistics written)
         bh, lq, lk, d, name, sc, _ = s
@@ -150,6 +221,8 @@ def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=Fals
         return _masked_plan("attention_backward", 4, key_lengths)
     if layout == "blhd":
         return _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal)
+    if layout == "bhld" and k.shape[:-2] != q.shape[:-2]:   # grouped-query attention
+        return _plan_gqa_backward(grad_out, q, k, v, out, lse, scale, causal)
     s = _attn_sig(q, k, v, scale)
     if s is None or layout != "bhld" or grad_out.dtype != q.dtype or out.dtype != q.dtype:
         return None
