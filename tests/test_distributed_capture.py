@@ -136,14 +136,48 @@ def test_the_graphs_holding_a_groups_collectives_are_released_before_its_communi
         assert g.transport.aborted and "failed" in capture.released and capture.error is err
 
 
-def test_a_released_cuda_graph_refuses_to_replay():
+def _bare_graph():
     cg = graphs.CUDAGraph.__new__(graphs.CUDAGraph)   # no GPU: only the bookkeeping release() touches
     cg._graph, cg._released, cg._release_error = object(), None, None
+    return cg
+
+
+def test_a_released_cuda_graph_refuses_to_replay():
+    cg = _bare_graph()
     cg.release("it holds collectives of <ProcessGroup 0>, which was destroyed")
     assert not cg.captured
     with pytest.raises(graphs.GraphCaptureError, match="released: it holds collectives"):
         cg.replay()
+    cg = _bare_graph()
     lost = DistributedError("rank 1 is gone", rank=0, op="all_reduce", lost_ranks=(1,))
     cg.release("it holds collectives of <ProcessGroup 0>, which failed", lost)
-    with pytest.raises(DistributedError, match="rank 1 is gone"):   # the group's failure, as its collectives raise
+    cg.release("it holds collectives of <ProcessGroup 1>, which was destroyed")   # the first reason stays
+    with pytest.raises(DistributedError, match="rank 1 is gone") as got:   # the group's failure, as its collectives raise
         cg.replay()
+    assert got.value is not lost and got.value.lost_ranks == (1,)   # a copy: the group's error gathers no frames
+
+
+def test_a_collective_in_a_capture_cudakit_does_not_run_is_refused(monkeypatch):
+    """A stream capturing outside cudakit.graph / CUDAGraph: nothing could watch the replays or
+    release the graph before the communicator goes (NCCL waits for it), so the collective raises."""
+    monkeypatch.setattr(graphs._local, "capture", None, raising=False)
+    g = make_group()
+    with pytest.raises(DistributedError, match="did not start"):
+        g.run("all_reduce", 64, 1.0, lambda s: None, True)
+
+
+def test_captured_work_waited_for_after_the_capture_raises(capture, monkeypatch):
+    g = make_group()
+    w = g.run("all_reduce", 64, 1.0, lambda s: None, True)
+    monkeypatch.setattr(graphs._local, "capture", None, raising=False)   # the capture is over
+    with pytest.raises(graphs.GraphCaptureError, match="runs with each replay"):
+        w.wait()
+
+
+def test_the_group_check_runs_before_hooks_registered_earlier(capture):
+    """The group's check may refuse a replay: it runs ahead of hooks (an optimizer's step count)
+    registered before the group's first captured collective."""
+    capture._hooks.append("optimizer hook")
+    g = make_group()
+    g.run("all_reduce", 64, 1.0, lambda s: None, True)
+    assert capture._hooks[1] == "optimizer hook" and capture._hooks[0] != "optimizer hook"

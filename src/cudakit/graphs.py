@@ -71,12 +71,13 @@ def check_not_capturing(what: str) -> None:
             f"of cross_entropy, whose errors surface at the next cudakit.check())")
 
 
-def on_replay(fn, key=None) -> None:
+def on_replay(fn, key=None, first: bool = False) -> None:
     """Register fn() to run on the host before each replay of the graph being captured on this
     thread (the optimizers refresh their per-step scalars this way). Raises if none is. key: a
     hashable; a second registration under the same key is ignored (once per graph, say per
-    process group)."""
-    _register(fn, key, "_hooks", "on_replay")
+    process group). first: ahead of the hooks registered so far (a check that may refuse the
+    replay runs before hooks that count it)."""
+    _register(fn, key, "_hooks", "on_replay", first)
 
 
 def after_replay(fn, key=None) -> None:
@@ -86,7 +87,7 @@ def after_replay(fn, key=None) -> None:
     _register(fn, key, "_after", "after_replay")
 
 
-def _register(fn, key, where: str, name: str) -> None:
+def _register(fn, key, where: str, name: str, first: bool = False) -> None:
     g = capturing()
     if g is None:
         raise GraphCaptureError(f"{name}() needs a capture in progress on this thread")
@@ -94,7 +95,8 @@ def _register(fn, key, where: str, name: str) -> None:
         if (where, key) in g._keys:
             return
         g._keys.add((where, key))
-    getattr(g, where).append(fn)
+    hooks = getattr(g, where)
+    hooks.insert(0, fn) if first else hooks.append(fn)
 
 
 def _calling_op(tb=None) -> str | None:
@@ -165,23 +167,32 @@ class CUDAGraph:
         every graph with its collectives is gone); replay() raises `error`, or GraphCaptureError
         naming `reason`, from then on. cudakit.distributed calls it when a process group whose
         collectives the graph holds is destroyed (`error` None) or fails (its DistributedError)."""
-        self._released, self._release_error = reason, error
+        if self._released is None:   # the first reason (and error) stays
+            self._released, self._release_error = reason, error
         self._graph = None
+
+    def _refuse(self):
+        """The exception replay() raises for a graph that was never captured or was released."""
+        if self._release_error is not None:   # a copy: raising the group's own error again would
+            import copy                       # chain its tracebacks (and their frames) to it
+            return copy.copy(self._release_error).with_traceback(None)
+        return GraphCaptureError(f"this graph was released: {self._released}" if self._released
+                                 else "replay() before a successful capture()")
 
     def replay(self, stream=None) -> None:
         """Run the captured work once on `stream` (default: the current CuPy stream)."""
-        graph = self._graph
-        if graph is None:
-            if self._release_error is not None:
-                raise self._release_error
-            raise GraphCaptureError(f"this graph was released: {self._released}" if self._released
-                                    else "replay() before a successful capture()")
+        if self._graph is None:
+            raise self._refuse()
         cp = self._cp
         s = stream if stream is not None else cp.cuda.get_current_stream()
         with cp.cuda.Device(self.device), s:
-            for hook in self._hooks:
+            for hook in self._hooks:   # first: a hook may fail a process group, which releases this graph
                 hook()
+            graph = self._graph   # read after the hooks, dropped at once: a reference held here
+            if graph is None:     # would keep alive a graph that an NCCL abort waits for
+                raise self._refuse()
             graph.launch(s)
+            del graph
             for hook in self._after:
                 hook(s)
 
@@ -226,7 +237,7 @@ class _Scope:
                 except Exception as e:   # the capture was invalidated (a synchronising call)
                     if et is None:
                         raise GraphCaptureError(f"the capture failed: {e}") from e
-                if et is None:
+                if et is None and g._released is None:   # (released while capturing: dropped)
                     g._graph = graph
                     if hasattr(graph, "upload"):   # instantiate now, not at the first replay
                         graph.upload(g.stream)

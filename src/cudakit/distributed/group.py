@@ -61,7 +61,8 @@ class ProcessGroup:
         self._plock = threading.Lock()
         self._free_events: list = []
         self._dbg_p2p: dict = {}
-        self._graphs = weakref.WeakSet()   # CUDAGraphs holding this group's captured collectives
+        self._graphs = weakref.WeakSet()   # CUDAGraphs holding this group's captured collectives (_plock)
+        self._graph_bytes = weakref.WeakKeyDictionary()   # ... and the bytes of those collectives
 
     def __repr__(self) -> str:
         return f"<ProcessGroup {self.id} {self.backend} ranks={list(self.ranks)} rank={self.rank}>"
@@ -186,6 +187,10 @@ class ProcessGroup:
         lost rank aborts the communicator (the graph's NCCL kernels then return). The profiler
         does not record captured collectives (a replay is one launch)."""
         from .. import graphs
+        if graphs.capturing() is None:   # a capture cudakit does not run: nothing would watch its replays,
+            raise DistributedError(      # nor release it before the communicator goes (NCCL waits for it)
+                f"{op} on a stream capturing a CUDA graph that cudakit.graph / cudakit.CUDAGraph did not start: "
+                f"capture collectives through those", rank=self.world.rank, op=op)
         t = self.transport
         stream = cur
         if async_op:
@@ -202,10 +207,12 @@ class ProcessGroup:
             raise DistributedError(f"capturing {op} in a CUDA graph failed: {msg}", rank=self.world.rank, op=op,
                                    nccl_message=msg) from e
         cg = graphs.capturing()
-        if cg is not None:
+        with self._plock:
             self._graphs.add(cg)
-            graphs.on_replay(lambda: self._check_usable("graph replay"), key=("distributed", id(self)))
-            graphs.after_replay(lambda s: self._watch_replay(s, nbytes), key=("distributed", id(self)))
+            self._graph_bytes[cg] = self._graph_bytes.get(cg, 0) + nbytes
+        graphs.on_replay(lambda: self._check_usable("graph replay"), key=("distributed", id(self)), first=True)
+        graphs.after_replay(lambda s, cg=weakref.ref(cg): self._watch_replay(s, self._graph_bytes.get(cg(), 0)),
+                            key=("distributed", id(self)))
         if not async_op:
             return None
         end = t.event()
@@ -220,8 +227,9 @@ class ProcessGroup:
         kernels waiting for a lost peer until the abort that follows makes them return): released
         on a thread of its own once the replays' events completed (at most 60 s), so that freeing
         a graph in flight cannot hold up the abort that ends it."""
-        graphs = list(self._graphs)
-        self._graphs.clear()
+        with self._plock:
+            graphs = list(self._graphs)
+            self._graphs.clear()
         if not graphs:
             return
         reason = f"it holds collectives of {self!r}, which {why}"
@@ -232,7 +240,15 @@ class ProcessGroup:
         with self._plock:
             running = [p.event for p in self._pending if p.op == "graph replay" and p.event is not None]
 
+        device = self.device
+
         def release_when_done():
+            if device is not None:   # this rank's GPU: a CUDA call here would otherwise make a context on GPU 0
+                try:
+                    from ..runtime import _cupy
+                    _cupy.cupy().cuda.runtime.setDevice(device)
+                except Exception:   # noqa: BLE001 -- the release works without it (one idle context more)
+                    log.exception("cudakit distributed: setting the device of the graph release failed")
             deadline = time.monotonic() + 60.0
             while time.monotonic() < deadline:
                 try:
@@ -246,7 +262,8 @@ class ProcessGroup:
         threading.Thread(target=release_when_done, name="cudakit-graph-release", daemon=True).start()
 
     def _watch_replay(self, stream, nbytes) -> None:
-        """The watchdog's entry for one replay of a graph holding this group's collectives."""
+        """The watchdog's entry for one replay of a graph holding this group's collectives (nbytes:
+        theirs, summed)."""
         end = self._event()
         end.record(stream)
         with self._plock:

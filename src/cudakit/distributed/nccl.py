@@ -73,7 +73,7 @@ class NcclTransport:
         self.lock = threading.Lock()   # held by every call into the communicator (group.py)
         self.abort_hooks: list = []    # called by abort() first (peer_allreduce.PeerAllReduce.release)
         self.close_hooks: list = []    # called by destroy() first (peer_allreduce.PeerAllReduce.close)
-        self._aborted = False
+        self._abort_lock, self._aborting, self._aborted = threading.Lock(), False, threading.Event()
 
     def _init_comm(self, unique_id: bytes, timeout: float, label: str):
         """ncclCommInitRank blocks until every rank joined: run it on a thread so a missing rank
@@ -176,17 +176,23 @@ class NcclTransport:
         """ncclCommAbort: the kernels of pending collectives return, the communicator is unusable.
         Called from the watchdog: waits at most 5 s for a call that holds the communicator (an
         enqueue stuck connecting to a dead peer is what the abort must end)."""
-        if self._aborted:   # once: a second ncclCommAbort of the communicator (the watchdog's, then
-            return          # the exit's) would race the first
-        self._aborted = True
-        for hook in self.abort_hooks:   # streams waiting on a peer's flag go on
-            hook()
-        got = self.lock.acquire(timeout=5.0)
+        with self._abort_lock:   # once: a second ncclCommAbort (the watchdog's, then the exit's) would
+            first = not self._aborting   # race the first; later callers wait for it, at most 10 s
+            self._aborting = True
+        if not first:
+            self._aborted.wait(10.0)
+            return
         try:
-            self.comm.abort()
+            for hook in self.abort_hooks:   # streams waiting on a peer's flag go on
+                hook()
+            got = self.lock.acquire(timeout=5.0)
+            try:
+                self.comm.abort()
+            finally:
+                if got:
+                    self.lock.release()
         finally:
-            if got:
-                self.lock.release()
+            self._aborted.set()
 
     def destroy(self) -> None:
         for hook in self.close_hooks:

@@ -99,10 +99,19 @@ class FutureWork(Work):
 class CapturedWork(EventWork):
     """A collective recorded into a CUDA graph (async_op=True while capturing): wait(), inside the
     same capture, joins it back into the captured stream. It runs with each replay, so it has no
-    completion of its own to ask about: is_completed() and synchronize() raise (time or wait for
-    the replay instead)."""
+    completion of its own to ask about: is_completed() and synchronize(), and wait() once the
+    capture is over, raise (time or wait for the replay instead)."""
+
+    def _refuse(self):
+        from ..graphs import GraphCaptureError
+        return GraphCaptureError(f"{self.op} was captured in a CUDA graph: it runs with each replay; wait for "
+                                 f"the replay (its stream or an event after it), not for the captured op")
 
     def _done(self) -> bool:
-        from ..graphs import GraphCaptureError
-        raise GraphCaptureError(f"{self.op} was captured in a CUDA graph: it runs with each replay; wait for "
-                                f"the replay (its stream or an event after it), not for the captured op")
+        raise self._refuse()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        from ..graphs import capturing
+        if capturing() is None:
+            raise self._refuse()
+        return super().wait(timeout)

@@ -254,6 +254,9 @@ def _graph(sig: tuple, dtype_name: str, make, scratch, exact: bool = False):
         graph.build_operation_graph()
         graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         if exact:
+            missing = [n for n in _INEXACT_NOTES[:2] if not hasattr(cudnn.numerical_note, n)]
+            if missing:   # cannot leave out TF32 plans: decline rather than run them under "ieee"
+                raise RuntimeError(f"this cuDNN frontend has no numerical note {', '.join(missing)}")
             notes = [getattr(cudnn.numerical_note, n) for n in _INEXACT_NOTES if hasattr(cudnn.numerical_note, n)]
             graph.deselect_numeric_notes(notes)
         graph.check_support()
@@ -366,12 +369,6 @@ def _scratch(*specs):
     return make
 
 
-def array_desc(a) -> tuple:
-    """(dims, strides) in elements of a 4-D array as it lies in memory (C-contiguous (N, C, H, W),
-    or an (N, C, H, W) view of channels-last memory): cuDNN reads either layout as described."""
-    return tuple(int(d) for d in a.shape), tuple(int(st) // a.itemsize for st in a.strides)
-
-
 def nchw_out_desc(shape, channels_last: bool) -> tuple:
     """(dims, strides) of a new (N, C, H, W) output: C-contiguous, or channels-last memory
     ((N, H, W, C) C-contiguous) when channels_last."""
@@ -421,14 +418,22 @@ def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: s
 
 
 def layout_of(*arrays) -> str | None:
-    """"nchw" when every array is C-contiguous, "nhwc" when every one is an (N, C, H, W) view of
-    channels-last memory (as ConvOps._channels_last checks), None for anything else (the caller
-    copies)."""
+    """"nhwc" when every array is an (N, C, H, W) view of channels-last memory by the test the
+    checked conv2d call applies (backends/conv_api._channels_last, asked first: an (N, C, 1, 1)
+    view is both), "nchw" when every one is C-contiguous, None for anything else (the caller
+    copies). The dispatch plans ask the same, so a plan returns what the checked call returns."""
+    from ..backends.conv_api import _channels_last
+    if all(_channels_last(a) for a in arrays):
+        return "nhwc"
     if all(a.flags.c_contiguous for a in arrays):
         return "nchw"
-    if all(array_desc(a)[1] == nchw_out_desc(a.shape, True)[1] for a in arrays):
-        return "nhwc"
     return None
+
+
+def _layout_desc(a, layout: str) -> tuple:
+    """(dims, strides) of activation `a` in `layout`, canonical (strides of size-1 axes, which
+    conv1d's (N, C, 1, L) views leave 0, as a packed array has them)."""
+    return nchw_out_desc(a.shape, layout == "nhwc")
 
 
 def conv_fprop(x, w, bias, geo):
@@ -442,7 +447,7 @@ def conv_fprop(x, w, bias, geo):
     name = str(x.dtype)
     k = w.shape[0]
     y_shape = (x.shape[0], k, geo[8], geo[9])
-    xd, wd, yd = array_desc(x), contiguous_desc(w.shape), nchw_out_desc(y_shape, layout == "nhwc")
+    xd, wd, yd = _layout_desc(x, layout), contiguous_desc(w.shape), nchw_out_desc(y_shape, layout == "nhwc")
     bd = None if bias is None else ((1, k, 1, 1), (k, 1, 1, 1))
     sig = fprop_sig(x.shape, w.shape, name, geo, bias is not None, x.data.device_id, layout)
 
@@ -472,7 +477,8 @@ def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str):
     the activations in `layout` (layout_of), the weight C-contiguous. None when cuDNN declines the
     signature."""
     name = str(a.dtype)
-    ad, bd = array_desc(a), array_desc(b)
+    ad = _layout_desc(a, layout)
+    bd = contiguous_desc(b.shape) if kind == "dgrad" else _layout_desc(b, layout)   # dgrad's b: the weight
     out_cl = kind == "dgrad" and layout == "nhwc"
     od = nchw_out_desc(out_shape, out_cl)
 
