@@ -216,6 +216,13 @@ def test_killed_rank_during_graph_replays_the_other_raises_within_60_s(tmp_path)
     assert "sending SIGTERM" not in r.stderr
 
 
+def test_sharded_optimizer_equals_unsharded_adamw_on_the_gpus():
+    """ZeroRedundancyOptimizer over NCCL (reduce_scatter, this rank's shard of AdamW, all_gather in
+    place): every rank ends with one process's unsharded AdamW on the averaged gradients."""
+    r, _ = launch(2, os.path.join(HERE, "dist_worker_zero.py"), "nccl", 11)
+    assert r.returncode == 0 and r.stdout.count("ZERO-OK") == 2, r.stdout + r.stderr
+
+
 def test_gpt_example_graphed_data_parallel_trains_like_eager():
     """examples/train_gpt.py --graph under the launcher: the whole data-parallel step captured
     (from step 1) prints the losses of the eager data-parallel run (tiny, float32, no dropout)."""

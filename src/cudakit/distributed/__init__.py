@@ -46,10 +46,11 @@ from .group import (
 )
 from .store import StoreClient, StoreServer
 from .work import Work
+from .zero import ZeroRedundancyOptimizer
 
 __all__ = ["DistributedError", "DTYPES", "REDUCE_OPS", "ReduceOp", "all_gather", "all_reduce",
            "all_reduce_coalesced", "barrier", "broadcast", "recv", "reduce", "reduce_scatter", "send",
            "GradSync", "broadcast_parameters", "plan_buckets", "LaunchEnv", "read_env", "ProcessGroup",
            "default_group", "destroy_process_group", "get_backend", "get_local_rank", "get_rank",
            "get_world_size", "init_process_group", "is_initialized", "new_group", "StoreClient", "StoreServer",
-           "Work"]
+           "Work", "ZeroRedundancyOptimizer"]

@@ -1,0 +1,122 @@
+"""Optimizer state sharded across the ranks of a group (ZeRO stage 1): each rank keeps and steps
+1/N of every parameter's optimizer state (and float32 master weights), not all of it.
+
+    zero = dist.ZeroRedundancyOptimizer(params, lambda shards: cudakit.AdamW(shards, lr=3e-4))
+    params = zero.params                    # views into flat buckets: use these in the model
+    for step ...:
+        grads = backward(...)               # this rank's gradients, params' shapes
+        zero.step(grads)                    # reduce_scatter, this rank's shard stepped, all_gather
+
+How: the parameters are moved into flat buckets (plan_buckets of data_parallel.py, one dtype a
+bucket, each parameter at a 256-byte boundary), each padded to a multiple of the group size, so
+that rank r owns the r-th contiguous chunk of every bucket. step() reduce-scatters each bucket's
+gradients (the average over the ranks of rank r's chunk lands on rank r), steps the inner
+optimizer, which was built over this rank's chunks only (1-D views into the buckets), and
+all-gathers every bucket's chunks back, in place, so that every rank holds the updated
+parameters. The bytes moved equal one all-reduce of the gradients; the optimizer's state takes
+1/N of its memory on each rank. An elementwise optimizer (SGD, Adam, AdamW, cudakit's) steps a
+chunk exactly as it would step the whole arrays; the padding (zeros, zero gradients) stays zero.
+"""
+from __future__ import annotations
+
+from ..errors import DeviceError, DTypeError, ShapeError
+from . import collectives as coll
+from .data_parallel import ALIGN_BYTES, DEFAULT_BUCKET_BYTES, _copy_bits, _padded, plan_buckets
+from .group import resolve
+
+
+class ZeroRedundancyOptimizer:
+    """`params` (a list of arrays, or a dict {name: array}; CuPy for NCCL, NumPy for the cpu
+    backend; float dtypes; the same shapes on every rank) re-homed into flat buckets whose
+    optimizer state is sharded across the group's ranks, and `make_optimizer(shards)` -> an
+    optimizer over a list of 1-D arrays (this rank's chunks), whose step(grads) takes their
+    gradients in that order (cudakit.SGD / Adam / AdamW; 16-bit parameters: pass
+    master_weights=True, and the float32 master copies are sharded too).
+
+    params: views into the buckets with the given shapes and dtypes (a list, or a dict with the
+    same names), holding the given values (broadcast from global rank `broadcast_from` first,
+    None: no broadcast): the model must use these arrays from now on. grads: gradient views like
+    params; step(grads) copies the given gradients into them, step() takes them as written.
+    average: the gradients are averaged over the ranks (else summed). bucket_bytes: the buckets'
+    size (bytes, before padding); each bucket is one reduce_scatter and one all_gather a step.
+    """
+
+    def __init__(self, params, make_optimizer, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 average: bool = True, broadcast_from: int | None = 0):
+        g = resolve(group, "ZeroRedundancyOptimizer")
+        if not callable(make_optimizer):
+            raise TypeError(f"make_optimizer must be callable (got {type(make_optimizer).__name__})")
+        self.group, self.average, self._g = group, average, g
+        self.names = list(params) if isinstance(params, dict) else None
+        given = [params[n] for n in self.names] if self.names is not None else list(params)
+        arrays = [coll._array(g, p, f"params[{i}]", write=False) for i, p in enumerate(given)]
+        for i, p in enumerate(arrays):
+            if not p.dtype.name.startswith(("float", "bfloat")):
+                raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; an optimizer needs a float dtype")
+        self.buckets = plan_buckets([p.nbytes for p in arrays], [p.dtype.name for p in arrays], bucket_bytes, 0)
+        xp, n, r = coll._xp(g), g.size, g.rank
+        self._flat, self._grad_flat, self._shards, self._grad_shards = [], [], [], []
+        views, grad_views = [None] * len(arrays), [None] * len(arrays)
+        for idx in self.buckets:
+            dt = arrays[idx[0]].dtype
+            offsets, off = [], 0
+            for i in idx:
+                offsets.append(off)
+                off += _padded(arrays[i].nbytes) // dt.itemsize
+            unit = n * max(1, ALIGN_BYTES // dt.itemsize)   # every rank's chunk starts 256-byte aligned
+            total = -(-max(off, 1) // unit) * unit
+            flat, gflat = xp.zeros(total, dtype=dt), xp.zeros(total, dtype=dt)
+            for i, o in zip(idx, offsets):
+                p = arrays[i]
+                views[i] = flat[o:o + p.size].reshape(p.shape)
+                grad_views[i] = gflat[o:o + p.size].reshape(p.shape)
+                _copy_bits(views[i], p)
+            chunk = total // n
+            self._flat.append(flat)
+            self._grad_flat.append(gflat)
+            self._shards.append(flat[r * chunk:(r + 1) * chunk])
+            self._grad_shards.append(xp.zeros(chunk, dtype=dt))
+        self._views, self._grad_views = views, grad_views
+        if broadcast_from is not None:   # one broadcast a bucket, not one a parameter
+            for flat in self._flat:
+                coll.broadcast(flat, broadcast_from, group)
+        self.optimizer = make_optimizer(list(self._shards))
+
+    @property
+    def params(self):
+        """The parameters, as views into the buckets (a dict when params was one)."""
+        return dict(zip(self.names, self._views)) if self.names is not None else list(self._views)
+
+    @property
+    def grads(self):
+        """The gradient buffers step() reduces, like params."""
+        return dict(zip(self.names, self._grad_views)) if self.names is not None else list(self._grad_views)
+
+    def shard_elements(self) -> int:
+        """How many elements of parameters (padding included) this rank's optimizer steps."""
+        return sum(int(s.size) for s in self._shards)
+
+    def step(self, grads=None) -> None:
+        """One optimizer step of every parameter: `grads` (params' shapes and dtypes, a list or a
+        dict like params; None: the gradient buffers as written) copied into the buckets, each
+        bucket reduce-scattered (averaged), this rank's chunks stepped by the inner optimizer and
+        all-gathered back into the parameters on every rank. Collective: every rank calls it."""
+        if grads is not None:
+            given = [grads[n] for n in self.names] if self.names is not None and isinstance(grads, dict) \
+                else list(grads)
+            if len(given) != len(self._grad_views):
+                raise ValueError(f"step: {len(given)} gradients for {len(self._grad_views)} parameters")
+            for i, (dst, gr) in enumerate(zip(self._grad_views, given)):   # every check before any copy
+                if type(gr) is not type(dst):
+                    raise DeviceError(f"grads[{i}] is a {type(gr).__name__}; params[{i}] is a {type(dst).__name__}")
+                if tuple(gr.shape) != tuple(dst.shape) or gr.dtype != dst.dtype:
+                    raise ShapeError(f"grads[{i}] is {gr.dtype} {tuple(gr.shape)}; params[{i}] is {dst.dtype} "
+                                     f"{tuple(dst.shape)}")
+            for dst, gr in zip(self._grad_views, given):
+                _copy_bits(dst, gr)
+        op = "avg" if self.average else "sum"
+        for gflat, gshard in zip(self._grad_flat, self._grad_shards):
+            coll.reduce_scatter(gshard, gflat, op, self.group)
+        self.optimizer.step(list(self._grad_shards))
+        for flat, shard in zip(self._flat, self._shards):
+            coll.all_gather(flat, shard, self.group)
