@@ -222,20 +222,21 @@ class Trainer:
     """
 
     def __init__(self, cfg: CNNConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
-                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True):
+                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True, zero: bool = False):
         self.cfg, self.device, self.graph = cfg, device, graph
         # first: joining the group selects this rank's GPU
-        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy, peer=not graph)
+        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy, peer=not graph, zero=zero)
         self.params = init_params(cfg, seed, device, dtype)
         self.buffers = init_buffers(cfg, device, dtype)
         self.names = sorted(self.params)
-        self._make_opt = lambda names: cudakit.SGD(   # noqa: E731 -- data parallel: one per part
-            [self.params[n] for n in names], lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+        self._optimizer_over = lambda arrays: cudakit.SGD(   # noqa: E731 -- data parallel: one per part
+            arrays, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
             master_weights=dtype in ("bfloat16", "float16"))
+        self._make_opt = lambda names: self._optimizer_over([self.params[n] for n in names])  # noqa: E731
         self.opt = None if self.dp.active else self._make_opt(self.names)
         self._graphed = None
         self.steps = 0
-        self.dp.attach(self.params)
+        self.params = self.dp.attach(self.params, self._optimizer_over)
 
     def forward_backward(self, images, labels):
         """(loss, gradient, gradient, ...) in the order of self.names."""
@@ -285,7 +286,7 @@ def main(argv=None) -> int:
         cfg = replace(cfg, lr=args.lr)
     device = common.Device(args.backend)
     trainer = Trainer(cfg, device, args.dtype, args.seed, args.graph, args.bucket_mb, args.tail_bucket_mb,
-                      args.grad_copy)
+                      args.grad_copy, args.zero)
     rng = np.random.default_rng(args.seed + 1 + 1000 * trainer.dp.rank)   # each rank its own batches
     dt = common.np_dtype(args.dtype)
     print(f"cnn {args.preset}: batch {cfg.batch}, {cfg.channels}x{cfg.image}x{cfg.image} images, widths "

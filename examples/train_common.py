@@ -67,12 +67,13 @@ class DataParallel:
     """
 
     def __init__(self, device: Device, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, copy: bool = True,
-                 peer: bool = True):
+                 peer: bool = True, zero: bool = False):
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         self.rank = 0
         self.sync = None
         self.bucket_bytes, self.tail_bytes = int(bucket_mb * 2**20), int(tail_bucket_mb * 2**20)
         self.copy, self.peer = copy, peer   # peer=False: NCCL only (a step captured in a CUDA graph)
+        self.zero, self._zero = zero, None   # zero: the optimizer state sharded (ZeroRedundancyOptimizer)
         if self.world > 1:
             import cudakit.distributed as dist
             self.dist = dist
@@ -83,11 +84,22 @@ class DataParallel:
     def active(self) -> bool:
         return self.world > 1
 
-    def attach(self, params: dict) -> None:
-        """Make every rank's parameters rank 0's (in place)."""
+    def attach(self, params: dict, optimizer_over=None) -> dict:
+        """Make every rank's parameters rank 0's and return the parameters the model uses: `params`
+        (updated in place), or with zero=True views into the buckets of a ZeroRedundancyOptimizer
+        built by optimizer_over(arrays) -> an optimizer over those arrays (its state sharded: each
+        rank keeps and steps 1/N of it)."""
         self.params = params
         if self.active:
-            self.dist.broadcast_parameters([params[n] for n in sorted(params)])
+            if self.zero:
+                self._zero = self.dist.ZeroRedundancyOptimizer(params, optimizer_over)   # broadcasts rank 0's
+                self.params = self._zero.params
+                if self.rank == 0:
+                    print(f"data parallel: optimizer state sharded over {self.world} ranks ({len(self._zero.buckets)} "
+                          f"buckets; each rank steps {self._zero.shard_elements()} elements)", flush=True)
+            else:
+                self.dist.broadcast_parameters([params[n] for n in sorted(params)])
+        return self.params
 
     def gradients(self, run_backward, names: list, wait: bool = True) -> list | None:
         """The gradients of `names`, averaged over the ranks. run_backward(hook) runs the backward,
@@ -120,7 +132,15 @@ class DataParallel:
         gradients in that order), called on the first step. The optimizer steps in two parts: the
         parameters of the last bucket (the backward's last gradients: its all-reduce has no
         backward left to hide under) after that bucket, all the others before it, while it still
-        reduces (the optimizer's state is per parameter: two parts step exactly as one would)."""
+        reduces (the optimizer's state is per parameter: two parts step exactly as one would).
+        zero=True: the whole backward, then the sharded optimizer's step (its gradients
+        reduce-scattered, this rank's shard stepped, the parameters all-gathered)."""
+        if self._zero is not None:
+            with cudakit.profiler.range("backward"):
+                grads = run_backward(None)
+            with cudakit.profiler.range("optimizer"):
+                self._zero.step({n: grads[n] for n in self._zero.names})
+            return
         if self.sync is None:
             self.gradients(run_backward, names, wait=False)
             late = set(self.sync.bucket_params(-1))
@@ -201,6 +221,10 @@ def parser(description: str, presets: dict) -> argparse.ArgumentParser:
                         "one copy launch and one all-reduce a bucket) or, with --no-grad-copy, all-reduce the "
                         "backward's gradient arrays in place (no copies, but one NCCL call a gradient, in a group "
                         "a bucket: more host time, which held the GPT example's step on 2 H100s)")
+    p.add_argument("--zero", action="store_true",
+                   help="data parallel: shard the optimizer state across the ranks "
+                        "(cudakit.distributed.ZeroRedundancyOptimizer: each rank keeps and steps 1/N of it; the "
+                        "gradients are reduce-scattered at the optimizer step, not all-reduced during the backward)")
     p.add_argument("--trace", metavar="PATH", default=None,
                    help="after the timed steps, profile one more step (its forward, backward and optimizer "
                         "ranges and its collectives) and write its Chrome trace to PATH (rank 0; open in "

@@ -338,22 +338,22 @@ class Trainer:
     """
 
     def __init__(self, cfg: GPTConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
-                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True):
+                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True, zero: bool = False):
         if graph and cfg.dropout > 0:
             raise ValueError(f"graph=True replays the dropout masks it captured on every step (cudakit.dropout "
                              f"takes its seed as a host integer); use dropout=0 (got {cfg.dropout})")
         self.cfg, self.device, self.graph = cfg, device, graph
         # first: joining the group selects this rank's GPU
-        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy, peer=not graph)
+        self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy, peer=not graph, zero=zero)
         self.params = init_params(cfg, seed, device, dtype)
         self.names = sorted(self.params)
-        self._make_opt = lambda names: cudakit.AdamW(   # noqa: E731 -- data parallel: one per part
-            [self.params[n] for n in names], lr=cfg.lr, weight_decay=cfg.weight_decay,
-            master_weights=dtype in ("bfloat16", "float16"))
+        self._optimizer_over = lambda arrays: cudakit.AdamW(   # noqa: E731 -- data parallel: one per part
+            arrays, lr=cfg.lr, weight_decay=cfg.weight_decay, master_weights=dtype in ("bfloat16", "float16"))
+        self._make_opt = lambda names: self._optimizer_over([self.params[n] for n in names])  # noqa: E731
         self.opt = None if self.dp.active else self._make_opt(self.names)
         self.steps = 0
         self._graphed = None
-        self.dp.attach(self.params)
+        self.params = self.dp.attach(self.params, self._optimizer_over)
 
     def forward_backward(self, tokens, targets):
         """(loss, gradient, gradient, ...) in the order of self.names, for the current step."""
@@ -412,7 +412,7 @@ def main(argv=None) -> int:
     data = make_data(cfg, args.seed)
     cfg = with_vocab(cfg, data)
     trainer = Trainer(cfg, device, args.dtype, args.seed, args.graph, args.bucket_mb, args.tail_bucket_mb,
-                      args.grad_copy)
+                      args.grad_copy, args.zero)
     rng = np.random.default_rng(args.seed + 1 + 1000 * trainer.dp.rank)   # each rank its own batches
     print(f"gpt {args.preset}: d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers, seq {cfg.seq}, "
           f"batch {cfg.batch}, vocab {cfg.vocab}, {sum(int(np.prod(s)) for s in param_shapes(cfg).values())} "

@@ -39,3 +39,18 @@ def test_examples_train_data_parallel(script):
 def test_graph_refused_with_several_ranks():
     r = _launch(os.path.join(ROOT, "examples", "train_gpt.py"), "--backend", "cpu", "--graph")
     assert r.returncode != 0 and "--graph" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("script", ["train_gpt.py", "train_cnn.py"])
+def test_sharded_optimizer_trains_as_the_all_reduced_one(script):
+    """--zero (the optimizer state sharded across the ranks: reduce_scatter, 1/N of the step,
+    all_gather) prints the losses of the default data-parallel run (all-reduced buckets)."""
+    args = [os.path.join(ROOT, "examples", script), "--backend", "cpu", "--preset", "tiny", "--steps", "4"]
+    args += ["--dropout", "0"] if script == "train_gpt.py" else []
+    runs = {}
+    for mode in ((), ("--zero",)):
+        r = _launch(*args, *mode)
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs[mode] = re.findall(r"step \d+ loss ([0-9.]+)", r.stdout)
+    assert len(runs[()]) == 4 and runs[()] == runs[("--zero",)], runs
+    assert "optimizer state sharded over 2 ranks" in r.stdout
