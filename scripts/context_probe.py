@@ -30,7 +30,7 @@ def main() -> int:
     where(rank, "train_common.Device('cuda')")
     import cudakit.distributed as dist
     dist.init_process_group("nccl")
-    where(rank, f"init_process_group (device {cudakit.runtime._cupy.cupy().cuda.runtime.getDevice()})")
+    where(rank, f"init_process_group (device {device.xp.cuda.runtime.getDevice()})")
     x = device.xp.ones(1 << 20, device.xp.float32)
     dist.broadcast_parameters([x])
     where(rank, "a broadcast")
