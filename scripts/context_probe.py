@@ -23,7 +23,7 @@ def where(rank: int, phase: str) -> None:
 
 def main() -> int:
     rank = int(os.environ.get("RANK", "0"))
-    import cudakit
+    import cudakit  # noqa: F401 -- the phase measured: importing it
     where(rank, "import cudakit")
     import train_common as common
     device = common.Device("cuda")

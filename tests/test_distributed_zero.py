@@ -1,7 +1,6 @@
 """ZeroRedundancyOptimizer (optimizer state sharded across the ranks) on the cpu backend: three
 ranks match one process's unsharded AdamW, and bad arguments raise before anything is written."""
 import os
-import sys
 
 import numpy as np
 import pytest
