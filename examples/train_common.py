@@ -133,13 +133,14 @@ class DataParallel:
         parameters of the last bucket (the backward's last gradients: its all-reduce has no
         backward left to hide under) after that bucket, all the others before it, while it still
         reduces (the optimizer's state is per parameter: two parts step exactly as one would).
-        zero=True: the whole backward, then the sharded optimizer's step (its gradients
-        reduce-scattered, this rank's shard stepped, the parameters all-gathered)."""
-        if self._zero is not None:
+        zero=True: the sharded optimizer takes each gradient as the backward produces it (a
+        bucket's reduce_scatter starts once it is full), then steps this rank's shard and
+        all-gathers the parameters."""
+        if self._zero is not None:   # each bucket's reduce_scatter starts as the backward fills it
             with cudakit.profiler.range("backward"):
-                grads = run_backward(None)
+                run_backward(self._zero.set_grad)
             with cudakit.profiler.range("optimizer"):
-                self._zero.step({n: grads[n] for n in self._zero.names})
+                self._zero.step()
             return
         if self.sync is None:
             self.gradients(run_backward, names, wait=False)

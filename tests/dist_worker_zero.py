@@ -3,7 +3,8 @@
     cudakit run --nproc-per-node N tests/dist_worker_zero.py BACKEND SEED
 
 Each rank starts from different parameters (rank 0's are broadcast), and takes three AdamW steps
-through ZeroRedundancyOptimizer with its own gradients, in float32 and in bfloat16 (float16 on
+through ZeroRedundancyOptimizer with its own gradients (the second given by set_grad, bucket by
+bucket, as a backward gives them), in float32 and in bfloat16 (float16 on
 GPUs) with float32 master weights, in buckets small enough that several hold parameters of both. The result must
 equal one process's unsharded AdamW on the gradients averaged over the ranks; each rank's
 optimizer must hold about 1/N of the elements. Prints "ZERO-OK <elements stepped here> <total>".
@@ -59,7 +60,13 @@ assert len(zero.buckets) >= 3, zero.buckets
 for n, a in init(SEED).items():   # rank 0's values on every rank
     np.testing.assert_array_equal(host(params[n]).astype(np.float32), a.astype(np.float32))
 for step in range(3):
-    zero.step({n: xp.asarray(g) for n, g in grads_of(R, step).items()})
+    given = {n: xp.asarray(g) for n, g in grads_of(R, step).items()}
+    if step == 1:   # as a backward would: set_grad as each gradient comes, last parameter first
+        for n in reversed(list(SHAPES)):
+            zero.set_grad(n, given[n])
+        zero.step()
+    else:
+        zero.step(given)
 
 # the reference: one process, unsharded AdamW on the averaged gradients (per dtype, as above)
 ref = {n: xp.asarray(a) for n, a in init(SEED).items()}

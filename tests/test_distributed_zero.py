@@ -46,6 +46,14 @@ def test_params_become_bucket_views_and_bad_gradients_write_nothing(one_rank):
     zero.step({"a": np.ones((2, 3), np.float32), "b": np.full(4, 2, np.float32)})
     np.testing.assert_allclose(zero.params["a"], p["a"] - 0.5)
     np.testing.assert_allclose(zero.params["b"], 0.0)
+    zero.set_grad("b", np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="already given in this step"):
+        zero.set_grad("b", np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="parameter must be"):
+        zero.set_grad("c", np.ones(4, np.float32))
+    zero.step()   # "a" not given this step: its buffer as written (the last step's ones)
+    np.testing.assert_allclose(zero.params["a"], p["a"] - 1.0)
+    np.testing.assert_allclose(zero.params["b"], -0.5)
     with pytest.raises(DTypeError):
         dist.ZeroRedundancyOptimizer([np.arange(3)], lambda s: cudakit.SGD(s, lr=0.1))
     with pytest.raises(TypeError):

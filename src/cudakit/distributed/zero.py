@@ -7,6 +7,10 @@
         grads = backward(...)               # this rank's gradients, params' shapes
         zero.step(grads)                    # reduce_scatter, this rank's shard stepped, all_gather
 
+or, overlapping the reduce-scatters with the backward, zero.set_grad(name, g) as each gradient
+is produced (a bucket's reduce_scatter starts on the communication stream once all of its
+gradients are in, in bucket order, the backward's), then zero.step().
+
 How: the parameters are moved into flat buckets (plan_buckets of data_parallel.py, one dtype a
 bucket, each parameter at a 256-byte boundary), each padded to a multiple of the group size, so
 that rank r owns the r-th contiguous chunk of every bucket. step() reduce-scatters each bucket's
@@ -77,6 +81,9 @@ class ZeroRedundancyOptimizer:
             self._shards.append(flat[r * chunk:(r + 1) * chunk])
             self._grad_shards.append(xp.zeros(chunk, dtype=dt))
         self._views, self._grad_views = views, grad_views
+        self._bucket_of = {i: b for b, idx in enumerate(self.buckets) for i in idx}
+        self._by_name = {n: i for i, n in enumerate(self.names or ())}
+        self._reset()
         if broadcast_from is not None:   # one broadcast a bucket, not one a parameter
             for flat in self._flat:
                 coll.broadcast(flat, broadcast_from, group)
@@ -92,31 +99,78 @@ class ZeroRedundancyOptimizer:
         """The gradient buffers step() reduces, like params."""
         return dict(zip(self.names, self._grad_views)) if self.names is not None else list(self._grad_views)
 
+    def _reset(self) -> None:
+        self._ready = [False] * len(self._views)
+        self._missing = [len(b) for b in self.buckets]
+        self._works: list = []   # the reduce_scatters started this step, in bucket order
+        self._next = 0           # the next bucket to start
+
+    def _index(self, i) -> int:
+        if isinstance(i, str) and i in self._by_name:
+            return self._by_name[i]
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self._views):
+            names = f" or one of the {len(self.names)} names" if self.names is not None else ""
+            raise ValueError(f"parameter must be an int in [0, {len(self._views)}){names} (got {i!r})")
+        return i
+
+    def _check_grad(self, i: int, grad) -> None:
+        dst = self._grad_views[i]
+        if type(grad) is not type(dst):
+            raise DeviceError(f"grads[{i}] is a {type(grad).__name__}; params[{i}] is a {type(dst).__name__}")
+        if tuple(grad.shape) != tuple(dst.shape) or grad.dtype != dst.dtype:
+            raise ShapeError(f"grads[{i}] is {grad.dtype} {tuple(grad.shape)}; params[{i}] is {dst.dtype} "
+                             f"{tuple(dst.shape)}")
+        if self._ready[i]:
+            raise ValueError(f"gradient {i} was already given in this step (step() ends the step)")
+
+    def set_grad(self, i, grad) -> None:
+        """Give `grad` (params[i]'s shape and dtype; i an index or a name) as this step's gradient i:
+        copied into its bucket on the current stream; once every gradient of the bucket (and of
+        the buckets before it) is in, the bucket's reduce_scatter starts, asynchronously (the
+        communication stream, ordered after the copies), overlapping what the caller does next."""
+        i = self._index(i)
+        self._check_grad(i, grad)
+        _copy_bits(self._grad_views[i], grad)
+        self._mark(i)
+
+    def _mark(self, i: int) -> None:
+        self._ready[i] = True
+        self._missing[self._bucket_of[i]] -= 1
+        self._launch_ready()
+
+    def _launch_ready(self, all_: bool = False) -> None:
+        op = "avg" if self.average else "sum"
+        while self._next < len(self.buckets) and (all_ or self._missing[self._next] == 0):
+            b = self._next
+            self._works.append(coll.reduce_scatter(self._grad_shards[b], self._grad_flat[b], op, self.group,
+                                                   async_op=True))
+            self._next += 1
+
     def shard_elements(self) -> int:
         """How many elements of parameters (padding included) this rank's optimizer steps."""
         return sum(int(s.size) for s in self._shards)
 
     def step(self, grads=None) -> None:
-        """One optimizer step of every parameter: `grads` (params' shapes and dtypes, a list or a
-        dict like params; None: the gradient buffers as written) copied into the buckets, each
-        bucket reduce-scattered (averaged), this rank's chunks stepped by the inner optimizer and
+        """One optimizer step of every parameter and the end of the step: `grads` (params' shapes
+        and dtypes, a list or a dict like params, all checked before any is copied; None: those
+        given by set_grad, and the gradient buffers as written for the rest) copied into the
+        buckets; every bucket not started yet is reduce-scattered (averaged); once they are done
+        (the current stream waits), this rank's chunks are stepped by the inner optimizer and
         all-gathered back into the parameters on every rank. Collective: every rank calls it."""
         if grads is not None:
             given = [grads[n] for n in self.names] if self.names is not None and isinstance(grads, dict) \
                 else list(grads)
             if len(given) != len(self._grad_views):
                 raise ValueError(f"step: {len(given)} gradients for {len(self._grad_views)} parameters")
-            for i, (dst, gr) in enumerate(zip(self._grad_views, given)):   # every check before any copy
-                if type(gr) is not type(dst):
-                    raise DeviceError(f"grads[{i}] is a {type(gr).__name__}; params[{i}] is a {type(dst).__name__}")
-                if tuple(gr.shape) != tuple(dst.shape) or gr.dtype != dst.dtype:
-                    raise ShapeError(f"grads[{i}] is {gr.dtype} {tuple(gr.shape)}; params[{i}] is {dst.dtype} "
-                                     f"{tuple(dst.shape)}")
-            for dst, gr in zip(self._grad_views, given):
-                _copy_bits(dst, gr)
-        op = "avg" if self.average else "sum"
-        for gflat, gshard in zip(self._grad_flat, self._grad_shards):
-            coll.reduce_scatter(gshard, gflat, op, self.group)
+            for i, gr in enumerate(given):   # every check before any copy
+                self._check_grad(i, gr)
+            for i in reversed(range(len(given))):   # the backward's order: buckets start as they fill
+                _copy_bits(self._grad_views[i], given[i])
+                self._mark(i)
+        self._launch_ready(all_=True)
+        for w in self._works:
+            w.wait()
+        self._reset()
         self.optimizer.step(list(self._grad_shards))
         for flat, shard in zip(self._flat, self._shards):
             coll.all_gather(flat, shard, self.group)
