@@ -92,7 +92,8 @@ class DataParallel:
         self.params = params
         if self.active:
             if self.zero:
-                self._zero = self.dist.ZeroRedundancyOptimizer(params, optimizer_over)   # broadcasts rank 0's
+                self._zero = self.dist.ZeroRedundancyOptimizer(params, optimizer_over,   # broadcasts rank 0's
+                                                               bucket_bytes=self.bucket_bytes)
                 self.params = self._zero.params
                 if self.rank == 0:
                     print(f"data parallel: optimizer state sharded over {self.world} ranks ({len(self._zero.buckets)} "

@@ -51,9 +51,19 @@ def test_params_become_bucket_views_and_bad_gradients_write_nothing(one_rank):
         zero.set_grad("b", np.ones(4, np.float32))
     with pytest.raises(ValueError, match="parameter must be"):
         zero.set_grad("c", np.ones(4, np.float32))
-    zero.step()   # "a" not given this step: its buffer as written (the last step's ones)
-    np.testing.assert_allclose(zero.params["a"], p["a"] - 1.0)
+    with pytest.raises(ValueError, match=r"\['a'\] were not given this step"):   # a partial set: refused
+        zero.step()
+    np.testing.assert_allclose(zero.params["a"], p["a"] - 0.5)   # nothing stepped
+    zero.grads["a"][...] = 2.0   # written in place, then marked
+    zero.mark_ready("a")
+    zero.set_grad("b", np.ones(4, np.float32))
+    zero.step()
+    np.testing.assert_allclose(zero.params["a"], p["a"] - 1.5)
     np.testing.assert_allclose(zero.params["b"], -0.5)
+    with pytest.raises(ValueError, match="dict with the parameters' names"):
+        zero.step({"a": np.ones((2, 3), np.float32)})
+    with pytest.raises(ValueError, match="dict with the parameters' names"):
+        zero.step([np.ones((2, 3), np.float32), np.ones(4, np.float32)])
     with pytest.raises(DTypeError):
         dist.ZeroRedundancyOptimizer([np.arange(3)], lambda s: cudakit.SGD(s, lr=0.1))
     with pytest.raises(TypeError):

@@ -23,6 +23,8 @@ chunk exactly as it would step the whole arrays; the padding (zeros, zero gradie
 """
 from __future__ import annotations
 
+import contextlib
+
 from ..errors import DeviceError, DTypeError, ShapeError
 from . import collectives as coll
 from .data_parallel import ALIGN_BYTES, DEFAULT_BUCKET_BYTES, _copy_bits, _padded, plan_buckets
@@ -40,7 +42,8 @@ class ZeroRedundancyOptimizer:
     params: views into the buckets with the given shapes and dtypes (a list, or a dict with the
     same names), holding the given values (broadcast from global rank `broadcast_from` first,
     None: no broadcast): the model must use these arrays from now on. grads: gradient views like
-    params; step(grads) copies the given gradients into them, step() takes them as written.
+    params. A step's gradients come as step(grads), or set_grad(i, g) / mark_ready(i) for each
+    (all of them: step() refuses a partial set), or written into grads before a bare step().
     average: the gradients are averaged over the ranks (else summed). bucket_bytes: the buckets'
     size (bytes, before padding); each bucket is one reduce_scatter and one all_gather a step.
     """
@@ -59,6 +62,18 @@ class ZeroRedundancyOptimizer:
                 raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; an optimizer needs a float dtype")
         self.buckets = plan_buckets([p.nbytes for p in arrays], [p.dtype.name for p in arrays], bucket_bytes, 0)
         xp, n, r = coll._xp(g), g.size, g.rank
+        with (g.transport.cp.cuda.Device(g.device) if g.backend == "nccl" else contextlib.nullcontext()):
+            self._make_buckets(xp, arrays, n, r)
+        self._bucket_of = {i: b for b, idx in enumerate(self.buckets) for i in idx}
+        self._by_name = {n: i for i, n in enumerate(self.names or ())}
+        self._reset()
+        if broadcast_from is not None:   # one broadcast a bucket, not one a parameter
+            for flat in self._flat:
+                coll.broadcast(flat, broadcast_from, group)
+        self.optimizer = make_optimizer(list(self._shards))
+
+    def _make_buckets(self, xp, arrays, n: int, r: int) -> None:
+        """The flat parameter and gradient buckets, this rank's chunks of them, and the views."""
         self._flat, self._grad_flat, self._shards, self._grad_shards = [], [], [], []
         views, grad_views = [None] * len(arrays), [None] * len(arrays)
         for idx in self.buckets:
@@ -81,13 +96,6 @@ class ZeroRedundancyOptimizer:
             self._shards.append(flat[r * chunk:(r + 1) * chunk])
             self._grad_shards.append(xp.zeros(chunk, dtype=dt))
         self._views, self._grad_views = views, grad_views
-        self._bucket_of = {i: b for b, idx in enumerate(self.buckets) for i in idx}
-        self._by_name = {n: i for i, n in enumerate(self.names or ())}
-        self._reset()
-        if broadcast_from is not None:   # one broadcast a bucket, not one a parameter
-            for flat in self._flat:
-                coll.broadcast(flat, broadcast_from, group)
-        self.optimizer = make_optimizer(list(self._shards))
 
     @property
     def params(self):
@@ -117,6 +125,9 @@ class ZeroRedundancyOptimizer:
         dst = self._grad_views[i]
         if type(grad) is not type(dst):
             raise DeviceError(f"grads[{i}] is a {type(grad).__name__}; params[{i}] is a {type(dst).__name__}")
+        if self._g.backend == "nccl" and grad.data.device_id != dst.data.device_id:
+            raise DeviceError(f"grads[{i}] is on cuda:{grad.data.device_id}; this rank's buckets are on "
+                              f"cuda:{dst.data.device_id}")
         if tuple(grad.shape) != tuple(dst.shape) or grad.dtype != dst.dtype:
             raise ShapeError(f"grads[{i}] is {grad.dtype} {tuple(grad.shape)}; params[{i}] is {dst.dtype} "
                              f"{tuple(dst.shape)}")
@@ -131,6 +142,14 @@ class ZeroRedundancyOptimizer:
         i = self._index(i)
         self._check_grad(i, grad)
         _copy_bits(self._grad_views[i], grad)
+        self._mark(i)
+
+    def mark_ready(self, i) -> None:
+        """Gradient i (an index, or a name) was written into grads[i] directly (on the current
+        stream): as set_grad, without the copy."""
+        i = self._index(i)
+        if self._ready[i]:
+            raise ValueError(f"gradient {i} was already given in this step (step() ends the step)")
         self._mark(i)
 
     def _mark(self, i: int) -> None:
@@ -158,8 +177,17 @@ class ZeroRedundancyOptimizer:
         (the current stream waits), this rank's chunks are stepped by the inner optimizer and
         all-gathered back into the parameters on every rank. Collective: every rank calls it."""
         if grads is not None:
-            given = [grads[n] for n in self.names] if self.names is not None and isinstance(grads, dict) \
-                else list(grads)
+            if self.names is not None:
+                if not isinstance(grads, dict) or set(grads) != set(self.names):
+                    have = set(grads) if isinstance(grads, dict) else None
+                    raise ValueError("step: grads must be a dict with the parameters' names" + (
+                        f" (missing {sorted(set(self.names) - have)}, unknown {sorted(have - set(self.names))})"
+                        if have is not None else f" (got a {type(grads).__name__})"))
+                given = [grads[n] for n in self.names]
+            else:
+                if isinstance(grads, dict) or not isinstance(grads, (list, tuple)):
+                    raise ValueError(f"step: grads must be a list of arrays, as params was (got {type(grads).__name__})")
+                given = list(grads)
             if len(given) != len(self._grad_views):
                 raise ValueError(f"step: {len(given)} gradients for {len(self._grad_views)} parameters")
             for i, gr in enumerate(given):   # every check before any copy
@@ -167,6 +195,13 @@ class ZeroRedundancyOptimizer:
             for i in reversed(range(len(given))):   # the backward's order: buckets start as they fill
                 _copy_bits(self._grad_views[i], given[i])
                 self._mark(i)
+        elif any(self._ready) and not all(self._ready):   # some given, some not: most likely a bug
+            missing = [self.names[i] if self.names else i for i, r in enumerate(self._ready) if not r]
+            for w in self._works:   # what started still completes; the step is abandoned
+                w.wait()
+            self._reset()
+            raise ValueError(f"step: gradients {missing} were not given this step (set_grad, or write grads[i] "
+                             f"and mark_ready(i)); nothing was stepped")
         self._launch_ready(all_=True)
         for w in self._works:
             w.wait()

@@ -50,6 +50,12 @@ def _gqa_cudnn(kind: str, graph: str, arrays: tuple, scale, causal):
     if paths.chosen(op, (f"{kind}_gqa", tuple(q.shape), tuple(k.shape), name, bool(causal), dev)) != "cudnn":
         return None
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    # what forward_gqa / backward_gqa asked before taking cuDNN (a misaligned call of the same shapes
+    # ran the Triton kernels): the dispatch signature holds the addresses modulo 256, so this holds
+    # for every call the plan serves
+    if not (attention._cudnn_candidate(name, d, sc) and attention._blhd_ok(*arrays[:-1] if kind == "bwd" else arrays)
+            and cudnn.aligned(*arrays)):
+        return None
     qd, kd = cudnn.bhsd_desc(q), cudnn.bhsd_desc(k)
     descs = (qd, kd, kd, qd) if kind == "fwd" else (qd, kd, kd, qd, qd, qd, kd, kd)
     run = cudnn.executor(cudnn.sdpa_sig(graph, descs, name, sc, bool(causal), dev))
