@@ -43,6 +43,8 @@ def clock(monkeypatch):
     now = _Clock([0.0])
 
     class Event:
+        done = False   # the host is always ahead here
+
         def record(self, stream):
             self.t = now[0]
 
@@ -100,6 +102,7 @@ def test_device_rounds_alternate_providers_and_skip_failures(clock):
     assert timed == (["a"] * 4 + ["b"] * 4) * 3  # 2 samples a round, each an untimed + a timed call
     assert res["a"]["runs"] == res["b"]["runs"] == 6
     assert res["a"]["median_ms"] == 1.0 and res["b"]["median_ms"] == 3.0
+    assert "host_exposed_runs" not in res["a"]   # the start event was still ahead of the GPU every time
 
 
 def test_device_rounds_drop_a_provider_that_fails_in_a_later_round(clock):
@@ -140,3 +143,4 @@ def test_cold_timing_flushes_the_l2_cache_before_each_timed_call(clock):
     assert len(clock.flushes) == 12 and len(clock.spins) == 12   # a flush, then a spin, before each sample
     assert {f[1:] for f in clock.flushes} == {(0, 100 << 20, 7)}
     assert res["a"]["median_ms"] == 1.0 and res["b"]["median_ms"] == 3.0
+    assert "host_exposed_runs" not in res["a"]   # the start event was still ahead of the GPU every time

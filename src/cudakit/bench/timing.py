@@ -38,10 +38,12 @@ def _l2_flusher(cp):
     return flush
 
 
-def _gpu_samples(fn, n: int, cp, cold: bool = False) -> list[float]:
+def _gpu_samples(fn, n: int, cp, cold: bool = False, exposed: list | None = None) -> list[float]:
     """n device-time samples of fn(), in ms: an event pair around each timed call, queued behind
     one untimed call (warm caches) or, with cold=True, behind a write that flushes the L2 cache
-    (see time_gpu)."""
+    and a spin (see time_gpu_interleaved). exposed: a list that gets one True per sample whose
+    start event the GPU had already passed when fn() returned (the GPU waited for the host, so
+    that sample holds host time too), else False."""
     s = cp.cuda.get_current_stream()
     before = _l2_flusher(cp) if cold else fn
     out = []
@@ -50,6 +52,8 @@ def _gpu_samples(fn, n: int, cp, cold: bool = False) -> list[float]:
         before()
         a.record(s)
         fn()
+        if exposed is not None:
+            exposed.append(a.done)
         b.record(s)
         b.synchronize()
         out.append(cp.cuda.get_elapsed_time(a, b))
@@ -99,15 +103,22 @@ def time_gpu_interleaved(fns: dict, warmup: int = 5, reps: int = 30, rounds: int
             errors[name] = e
             del fns[name]
     samples = {name: [] for name in fns}
+    exposed = {name: [] for name in fns}
     per_round = max(1, -(-reps // rounds))
     for _ in range(rounds):
         for name, fn in list(fns.items()):
             try:
-                samples[name] += _gpu_samples(fn, per_round, cp, cold)
+                samples[name] += _gpu_samples(fn, per_round, cp, cold, exposed[name])
             except Exception as e:  # noqa: BLE001 -- e.g. out of memory in a later round
                 errors[name] = e
                 del fns[name], samples[name]
-    return {name: _summ(v) for name, v in samples.items()}, errors
+    out = {}
+    for name, v in samples.items():
+        out[name] = _summ(v)
+        k = sum(exposed[name])
+        if k:   # samples that include host time: the call's host cost outlasted what ran ahead of it
+            out[name]["host_exposed_runs"] = k
+    return out, errors
 
 
 def time_cpu(fn, warmup: int = 1, reps: int = 10) -> dict:
