@@ -75,6 +75,21 @@ def main():
         plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"conv1x1 {c}->{kk}",
               lambda: torch.nn.functional.conv2d(x, w))
         cudnn._graphs.clear()
+    # float32 under "ieee" (cuDNN's exact plans) against torch's strict FP32 (TF32 off), 1x1 and 3x3
+    old = cudakit.set_float32_precision("ieee")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        for c, hw, kk, r in ((64, 56, 64, 1), (128, 28, 128, 3)):
+            x = torch.randn(32, c, hw, hw, device="cuda")
+            w = torch.randn(kk, c, r, r, device="cuda") * (c * r * r) ** -0.5
+            cx, cw = cp.from_dlpack(x), cp.from_dlpack(w)
+            y = cudakit.conv2d(cx, cw, None, 1, r // 2)
+            print(f"PLAN-PROBE conv {r}x{r} {c}->{kk} {hw}x{hw} float32 ieee: path {paths.last_paths().get('conv2d')}")
+            plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"conv{r}x{r} f32 ieee {c}->{kk}",
+                  lambda: torch.nn.functional.conv2d(x, w, None, 1, r // 2))
+            cudnn._graphs.clear()
+    finally:
+        cudakit.set_float32_precision(old)
 
 
 if __name__ == "__main__":
