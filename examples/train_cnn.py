@@ -235,7 +235,6 @@ class Trainer:
         self._make_opt = lambda names: self._optimizer_over([self.params[n] for n in names])  # noqa: E731
         self.opt = None if self.dp.active else self._make_opt(self.names)
         self._graphed = None
-        self.steps = 0
         self.params = self.dp.attach(self.params, self._optimizer_over)
 
     def forward_backward(self, images, labels):
@@ -259,14 +258,7 @@ class Trainer:
 
     def step(self, images, labels):
         if self.dp.active:
-            if self.graph and self.steps > 0:   # step 0 ran eagerly: buckets, optimizer state, plans exist
-                if self._graphed is None:
-                    self._graphed = cudakit.graph(self._dp_step, images, labels, warmup=0)
-                loss = self._graphed(images, labels)
-            else:
-                loss = self._dp_step(images, labels)
-            self.steps += 1
-            return loss
+            return self.dp.run_step(self._dp_step, (images, labels), self.graph)
         if self.graph:
             if self._graphed is None:
                 self._graphed = cudakit.graph(self.forward_backward, images, labels)

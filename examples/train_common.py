@@ -74,6 +74,7 @@ class DataParallel:
         self.bucket_bytes, self.tail_bytes = int(bucket_mb * 2**20), int(tail_bucket_mb * 2**20)
         self.copy, self.peer = copy, peer   # peer=False: NCCL only (a step captured in a CUDA graph)
         self.zero, self._zero = zero, None   # zero: the optimizer state sharded (ZeroRedundancyOptimizer)
+        self._eager_done, self._graphed = False, None   # run_step's first eager step and captured graph
         if self.world > 1:
             import cudakit.distributed as dist
             self.dist = dist
@@ -156,6 +157,18 @@ class DataParallel:
                 last = k == len(self._parts) - 1
                 grads = self.sync.wait() if last else self.sync.wait_for(part)
                 opt.step([grads[n] for n in part])
+
+    def run_step(self, step_fn, batch: tuple, graph: bool):
+        """step_fn(*batch), one whole data-parallel step. graph=True: the first call runs eagerly
+        (it makes the gradient buckets, the optimizer state and the kernels' plans), the second
+        captures step_fn in a CUDA graph (cudakit.graph, warmup=0: the capture is not a step) and
+        replays it, every later call replays it: one launch of host time a step."""
+        if not graph or not self._eager_done:
+            self._eager_done = True
+            return step_fn(*batch)
+        if self._graphed is None:
+            self._graphed = cudakit.graph(step_fn, *batch, warmup=0)
+        return self._graphed(*batch)
 
     def close(self) -> None:
         """Leave the process group (the other ranks then see a clean exit, not a lost rank)."""

@@ -376,12 +376,7 @@ class Trainer:
 
     def step(self, tokens, targets):
         if self.dp.active:
-            if self.graph and self.steps > 0:   # step 0 ran eagerly: buckets, optimizer state, plans exist
-                if self._graphed is None:
-                    self._graphed = cudakit.graph(self._dp_step, tokens, targets, warmup=0)
-                loss = self._graphed(tokens, targets)
-            else:
-                loss = self._dp_step(tokens, targets)
+            loss = self.dp.run_step(self._dp_step, (tokens, targets), self.graph)
             self.steps += 1
             return loss
         if self.graph:

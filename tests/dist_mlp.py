@@ -5,6 +5,15 @@ import numpy as np
 import cudakit
 
 
+def array_module(backend: str):
+    """(xp, host) of a distributed test worker: CuPy and cupy.asnumpy for "nccl", NumPy and
+    np.asarray for "cpu"."""
+    if backend == "nccl":
+        import cupy
+        return cupy, cupy.asnumpy
+    return np, np.asarray
+
+
 def init_params(seed, d_in=13, d_hidden=33, n_cls=5):
     """[w1, b1, w2, b2] as float32 NumPy arrays."""
     rng = np.random.default_rng(seed)

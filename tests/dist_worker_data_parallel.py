@@ -20,12 +20,7 @@ import cudakit.distributed as dist  # noqa: E402
 
 BACKEND, SEED = sys.argv[1], int(sys.argv[2])
 COPY = not (len(sys.argv) > 3 and sys.argv[3] == "nocopy")
-if BACKEND == "nccl":
-    import cupy as xp
-    host = xp.asnumpy
-else:
-    xp = np
-    host = np.asarray
+xp, host = dist_mlp.array_module(BACKEND)
 
 dist.init_process_group(BACKEND, timeout=120)
 R, N = dist.get_rank(), dist.get_world_size()

@@ -9,21 +9,20 @@ GPUs) with float32 master weights, in buckets small enough that several hold par
 equal one process's unsharded AdamW on the gradients averaged over the ranks; each rank's
 optimizer must hold about 1/N of the elements. Prints "ZERO-OK <elements stepped here> <total>".
 """
+import os
 import sys
 
 import ml_dtypes
 import numpy as np
 
-import cudakit
-import cudakit.distributed as dist
+sys.path.insert(0, os.path.dirname(__file__))
+import dist_mlp  # noqa: E402
+
+import cudakit  # noqa: E402
+import cudakit.distributed as dist  # noqa: E402
 
 BACKEND, SEED = sys.argv[1], int(sys.argv[2])
-if BACKEND == "nccl":
-    import cupy as xp
-    host = xp.asnumpy
-else:
-    xp = np
-    host = np.asarray
+xp, host = dist_mlp.array_module(BACKEND)
 
 dist.init_process_group(BACKEND, timeout=120)
 R, N = dist.get_rank(), dist.get_world_size()

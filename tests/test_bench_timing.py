@@ -81,16 +81,21 @@ class _Clock(list):
     pass
 
 
-def test_device_rounds_alternate_providers_and_skip_failures(clock):
-    """time_gpu_interleaved over a stand-in CuPy whose events read a fake clock: rounds go A B A B,
-    a provider failing its warm-up is named in errors, every provider gets `reps` samples."""
-    order = []
-
+def _timed(order: list, clock):
+    """make(name, ms): a provider that logs its name in `order` and advances the fake clock by ms."""
     def make(name, ms):
         def fn():
             order.append(name)
             clock[0] += ms
         return fn
+    return make
+
+
+def test_device_rounds_alternate_providers_and_skip_failures(clock):
+    """time_gpu_interleaved over a stand-in CuPy whose events read a fake clock: rounds go A B A B,
+    a provider failing its warm-up is named in errors, every provider gets `reps` samples."""
+    order = []
+    make = _timed(order, clock)
 
     def broken():
         raise ValueError("no such dtype")
@@ -129,12 +134,7 @@ def test_cold_timing_flushes_the_l2_cache_before_each_timed_call(clock):
     a 50 MiB L2) and a spin kernel on the current stream, not behind an untimed call; neither is in
     the time."""
     order = []
-
-    def make(name, ms):
-        def fn():
-            order.append(name)
-            clock[0] += ms
-        return fn
+    make = _timed(order, clock)
 
     res, errors = timing.time_gpu_interleaved({"a": make("a", 1.0), "b": make("b", 3.0)}, warmup=2, reps=6,
                                               rounds=3, cold=True)

@@ -1,6 +1,7 @@
 """Collectives recorded into a CUDA graph (group._capture_nccl), with a stand-in NCCL transport and
 a stand-in capture: nothing is pending while capturing, the replay hooks are registered once per
 group, a replay is one watchdog entry, a failed group refuses to replay. No GPU needed."""
+import contextlib
 import types
 
 import pytest
@@ -30,7 +31,7 @@ class Stream:
 class Transport:
     def __init__(self, capturing=True):
         self.cur, self.comm_stream = Stream("cur"), Stream("comm")
-        self.calls, self.lock, self._capturing, self.aborted = [], _NoLock(), capturing, False
+        self.calls, self.lock, self._capturing, self.aborted = [], contextlib.nullcontext(), capturing, False
 
     def current_stream(self):
         return self.cur
@@ -46,14 +47,6 @@ class Transport:
 
     def destroy(self):
         self.destroyed = True
-
-
-class _NoLock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def make_group(capturing=True):

@@ -187,6 +187,34 @@ def test_grouped_query_attention_plans_replay_the_checked_call(causal, rng, only
     assert runs[0][3].shape == q.shape and runs[0][4].shape == k.shape
 
 
+def _choose_conv_paths(path, x_shape, w_shape, geo, bias, key_tail):
+    """Record `path` as conv2d's choice for the forward, wgrad and dgrad of one signature
+    (key_tail: the rest of kernels/paths.conv_path_key after groups and bias)."""
+    for op, kind, b in (("conv2d", "fwd", bias), ("conv2d_weight_grad", "wgrad", bias),
+                        ("conv2d_input_grad", "dgrad", False)):
+        paths._choice[(op, (kind, x_shape, w_shape, geo, 1, b) + tuple(key_tail))] = path
+
+
+def _checked_and_planned_conv(x, w, bb, g, bias):
+    """(index, the checked call's result, the planned call's) for y, dL/dx, dL/dw, dL/db of three
+    conv2d + conv2d_backward calls (stride (2, 1), padding 1): the first is checked, the second and
+    third planned (both plans asserted made); a result None on both sides (no bias) is skipped."""
+    from cudakit import dispatch
+    runs = []
+    for _ in range(3):
+        y = cudakit.conv2d(x, w, bb, (2, 1), 1)
+        runs.append((y,) + tuple(cudakit.conv2d_backward(g, x, w, (2, 1), 1, 1, bias)))
+    planned = [p_ for (op, _), p_ in dispatch._plans.items() if op in ("conv2d", "conv2d_backward")]
+    assert len(planned) == 2 and all(p_ is not None for p_ in planned)
+    out = []
+    for i, (a, b_) in enumerate(zip(runs[0], runs[2])):
+        if a is None:
+            assert b_ is None and i == 3
+            continue
+        out.append((i, a, b_))
+    return out
+
+
 @pytest.mark.parametrize("dtype,path,prec", [("bfloat16", "cudnn", ""), ("bfloat16", "triton", ""),
                                              ("float32", "cudnn", "tf32"), ("float32", "triton", "tf32x3")])
 @pytest.mark.parametrize("bias", [False, True])
@@ -204,22 +232,11 @@ def test_conv2d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
         x_shape, w_shape = (3, 16, 11, 9), (24, 16, 3, 3)
         geo = (2, 1, 1, 1, 1, 1, 3, 3, 6, 9)
         p = prec if dtype == "float32" else ""
-        for op, kind, b in (("conv2d", "fwd", bias), ("conv2d_weight_grad", "wgrad", bias),
-                            ("conv2d_input_grad", "dgrad", False)):
-            paths._choice[(op, (kind, x_shape, w_shape, geo, 1, b, dtype, p, dev))] = path
+        _choose_conv_paths(path, x_shape, w_shape, geo, bias, (dtype, p, dev))
         x, w = cp.asarray(data(rng, x_shape, dtype)), cp.asarray(data(rng, w_shape, dtype))
         bb = cp.asarray(data(rng, (24,), dtype)) if bias else None
         g = cp.asarray(data(rng, (3, 24, 6, 9), dtype))
-        runs = []
-        for _ in range(3):   # the second and third calls are planned
-            y = cudakit.conv2d(x, w, bb, (2, 1), 1)
-            runs.append((y,) + tuple(cudakit.conv2d_backward(g, x, w, (2, 1), 1, 1, bias)))
-        planned = [p_ for (op, _), p_ in dispatch._plans.items() if op in ("conv2d", "conv2d_backward")]
-        assert len(planned) == 2 and all(p_ is not None for p_ in planned)
-        for i, (a, b_) in enumerate(zip(runs[0], runs[2])):
-            if a is None:
-                assert b_ is None and i == 3
-                continue
+        for i, a, b_ in _checked_and_planned_conv(x, w, bb, g, bias):
             if path == "cudnn" and i >= 1:   # cuDNN's dgrad and wgrad may split the sum: not bitwise
                 cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
             else:
@@ -247,23 +264,12 @@ def test_conv2d_channels_last_plans_replay_the_checked_call(bias, rng):
     dev = cp.cuda.runtime.getDevice()
     x_shape, w_shape = (3, 16, 11, 9), (24, 16, 3, 3)
     geo = (2, 1, 1, 1, 1, 1, 3, 3, 6, 9)
-    for op, kind, b in (("conv2d", "fwd", bias), ("conv2d_weight_grad", "wgrad", bias),
-                        ("conv2d_input_grad", "dgrad", False)):
-        paths._choice[(op, (kind, x_shape, w_shape, geo, 1, b, "bfloat16", "", dev, "nhwc"))] = "cudnn"
+    _choose_conv_paths("cudnn", x_shape, w_shape, geo, bias, ("bfloat16", "", dev, "nhwc"))
     cl = lambda a: cp.asarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # noqa: E731 -- channels-last views
     x, g = cl(data(rng, x_shape, "bfloat16")), cl(data(rng, (3, 24, 6, 9), "bfloat16"))
     w = cp.asarray(data(rng, w_shape, "bfloat16"))
     bb = cp.asarray(data(rng, (24,), "bfloat16")) if bias else None
-    runs = []
-    for _ in range(3):   # the second and third calls are planned
-        y = cudakit.conv2d(x, w, bb, (2, 1), 1)
-        runs.append((y,) + tuple(cudakit.conv2d_backward(g, x, w, (2, 1), 1, 1, bias)))
-    planned = [p_ for (op, _), p_ in dispatch._plans.items() if op in ("conv2d", "conv2d_backward")]
-    assert len(planned) == 2 and all(p_ is not None for p_ in planned)
-    for i, (a, b_) in enumerate(zip(runs[0], runs[2])):
-        if a is None:
-            assert b_ is None and i == 3
-            continue
+    for i, a, b_ in _checked_and_planned_conv(x, w, bb, g, bias):
         assert a.strides == b_.strides
         if i in (0, 1):   # y and dL/dx in x's layout
             assert a.strides[1] == a.itemsize, a.strides

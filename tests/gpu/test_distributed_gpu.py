@@ -84,6 +84,19 @@ def test_all_reduce_overlaps_the_backward_in_the_trace():
         assert total == 6 and n >= 1 and us > 0, line   # six buckets, some ran under backward kernels
 
 
+def _assert_survivors_named_rank_1(r, survivors: int) -> None:
+    """The job's workers' own lines ("SIGKILL" in the launcher's and the errors' text is no KILL
+    line): rank 1 printed KILL, `survivors` ranks printed LOST with a DistributedError naming rank 1
+    within 60 s of it, and none needed the launcher's SIGTERM."""
+    killed = [float(m.group(1)) for m in re.finditer(r"^\[rank\d+\]: KILL ([0-9.]+)$", r.stdout, re.M)]
+    lost = [ln for ln in r.stdout.splitlines() if re.match(r"^\[rank\d+\]: LOST [0-9.]+ ", ln)]
+    assert killed and len(lost) == survivors, r.stdout + r.stderr
+    for ln in lost:
+        t = float(ln.split("LOST ")[1].split()[0])
+        assert "rank 1 is gone" in ln and t - killed[0] < 60, ln
+    assert "sending SIGTERM" not in r.stderr   # nobody needed the launcher's kill
+
+
 def test_killed_rank_the_others_raise_naming_it_within_60_s(tmp_path):
     p = job(tmp_path, """
         import os, signal, time, cupy as cp, cudakit.distributed as dist
@@ -103,14 +116,7 @@ def test_killed_rank_the_others_raise_naming_it_within_60_s(tmp_path):
             raise SystemExit(3)
     """)
     r, _ = launch(ngpu(), p, extra=("--grace", "90"))   # the survivors must exit on their own
-    # the workers' own lines only ("SIGKILL" in the launcher's and the errors' text is no KILL line)
-    killed = [float(m.group(1)) for m in re.finditer(r"^\[rank\d+\]: KILL ([0-9.]+)$", r.stdout, re.M)]
-    lost = [ln for ln in r.stdout.splitlines() if re.match(r"^\[rank\d+\]: LOST [0-9.]+ ", ln)]
-    assert killed and len(lost) == ngpu() - 1, r.stdout
-    for ln in lost:
-        t = float(ln.split("LOST ")[1].split()[0])
-        assert "rank 1 is gone" in ln and t - killed[0] < 60, ln
-    assert "sending SIGTERM" not in r.stderr   # nobody needed the launcher's kill
+    _assert_survivors_named_rank_1(r, ngpu() - 1)
 
 
 def test_killed_rank_during_copy_engine_buckets_the_other_raises_within_60_s(tmp_path):
@@ -139,12 +145,7 @@ def test_killed_rank_during_copy_engine_buckets_the_other_raises_within_60_s(tmp
             raise SystemExit(3)
     """)
     r, _ = launch(2, p, extra=("--grace", "90"))
-    killed = [float(m.group(1)) for m in re.finditer(r"^\[rank\d+\]: KILL ([0-9.]+)$", r.stdout, re.M)]
-    lost = [ln for ln in r.stdout.splitlines() if re.match(r"^\[rank\d+\]: LOST [0-9.]+ ", ln)]
-    assert killed and len(lost) == 1, r.stdout + r.stderr
-    t = float(lost[0].split("LOST ")[1].split()[0])
-    assert "rank 1 is gone" in lost[0] and t - killed[0] < 60, lost[0]
-    assert "sending SIGTERM" not in r.stderr
+    _assert_survivors_named_rank_1(r, 1)
 
 
 _GRAPH_SYNC = """
@@ -208,12 +209,7 @@ def test_killed_rank_during_graph_replays_the_other_raises_within_60_s(tmp_path)
         raise SystemExit(3)
     """)
     r, _ = launch(2, p, extra=("--grace", "90"), timeout=200)
-    killed = [float(m.group(1)) for m in re.finditer(r"^\[rank\d+\]: KILL ([0-9.]+)$", r.stdout, re.M)]
-    lost = [ln for ln in r.stdout.splitlines() if re.match(r"^\[rank\d+\]: LOST [0-9.]+ ", ln)]
-    assert killed and len(lost) == 1, r.stdout + r.stderr
-    t = float(lost[0].split("LOST ")[1].split()[0])
-    assert "rank 1 is gone" in lost[0] and t - killed[0] < 60, lost[0]
-    assert "sending SIGTERM" not in r.stderr
+    _assert_survivors_named_rank_1(r, 1)
 
 
 def test_sharded_optimizer_equals_unsharded_adamw_on_the_gpus():

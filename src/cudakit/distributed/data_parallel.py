@@ -314,12 +314,18 @@ class GradSync:
         return self.grads[self._index(i)]
 
     def _index(self, i) -> int:
-        if isinstance(i, str) and i in self._by_name:
-            return self._by_name[i]
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.params):
-            names = f" or one of the {len(self.names)} names" if self.names is not None else ""
-            raise ValueError(f"parameter must be an int in [0, {len(self.params)}){names} (got {i!r})")
-        return i
+        return param_index(i, len(self.params), self._by_name)
+
+
+def param_index(i, n: int, by_name: dict) -> int:
+    """Parameter `i` of n as an index: an int in [0, n), or a name of by_name ({name: index},
+    empty when the parameters came as a list); ValueError naming what is accepted otherwise."""
+    if isinstance(i, str) and i in by_name:
+        return by_name[i]
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+        names = f" or one of the {len(by_name)} names" if by_name else ""
+        raise ValueError(f"parameter must be an int in [0, {n}){names} (got {i!r})")
+    return i
 
 
 _UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}

@@ -27,7 +27,7 @@ import contextlib
 
 from ..errors import DeviceError, DTypeError, ShapeError
 from . import collectives as coll
-from .data_parallel import ALIGN_BYTES, DEFAULT_BUCKET_BYTES, _copy_bits, _padded, plan_buckets
+from .data_parallel import ALIGN_BYTES, DEFAULT_BUCKET_BYTES, _copy_bits, _padded, param_index, plan_buckets
 from .group import resolve
 
 
@@ -114,12 +114,7 @@ class ZeroRedundancyOptimizer:
         self._next = 0           # the next bucket to start
 
     def _index(self, i) -> int:
-        if isinstance(i, str) and i in self._by_name:
-            return self._by_name[i]
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self._views):
-            names = f" or one of the {len(self.names)} names" if self.names is not None else ""
-            raise ValueError(f"parameter must be an int in [0, {len(self._views)}){names} (got {i!r})")
-        return i
+        return param_index(i, len(self._views), self._by_name)
 
     def _check_grad(self, i: int, grad) -> None:
         dst = self._grad_views[i]
