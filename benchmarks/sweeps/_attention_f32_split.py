@@ -1,0 +1,140 @@
+"""Experimental float32 attention kernels with the tf32x3 operands split ahead of the products
+(attention_f32_variants.py times them). Triton's own tf32x3 (`input_precision="tf32x3"`) splits
+both operands of every product inside the loop: a tile read from shared memory into registers,
+split into its TF32 part and remainder, and both written back to shared memory for the tensor
+cores, on every key block. Here the loaded operands (K, V in the forward; Q, dO, K, V in the
+backward) are split once by `split_kernel` into two float32 arrays (hi: rounded to TF32's 10-bit
+mantissa, lo: the exact remainder), so their tiles go from memory to shared memory and to the
+tensor cores as they are; only the operands computed in registers (P, dS, and Q when QREG) are
+split in registers. Each product is three TF32 products, the small ones first:
+a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi (a_lo.b_lo, about 2^-22 of the term, dropped).
+No masks: L must be a multiple of the tiles; [BH, L, D] contiguous float32, D == BLOCK_D."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _split(x):
+    """(hi, lo): hi = x rounded to a 10-bit mantissa (TF32, ties away from zero), lo = x - hi exact."""
+    hi = ((x.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    return hi, x - hi
+
+
+@triton.jit
+def split_kernel(X, HI, LO, HIT, LOT, L,   # X, HI, LO: [BH, L, D]; HIT, LOT: [BH, D, L] (TRANS)
+                 D: tl.constexpr, BLOCK: tl.constexpr, NORMAL: tl.constexpr, TRANS: tl.constexpr):
+    """X's TF32 parts and remainders, in X's layout (NORMAL) and/or transposed (TRANS): the tensor
+    cores take 32-bit operands only contiguous along the product's reduced dimension."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    bh = tl.program_id(1).to(tl.int64)
+    offs_d = tl.arange(0, D)
+    p = bh * L * D + rows[:, None] * D + offs_d[None, :]
+    hi, lo = _split(tl.load(X + p))
+    if NORMAL:
+        tl.store(HI + p, hi)
+        tl.store(LO + p, lo)
+    if TRANS:
+        pt = bh * L * D + offs_d[None, :] * L + rows[:, None]
+        tl.store(HIT + pt, hi)
+        tl.store(LOT + pt, lo)
+
+
+@triton.jit
+def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
+    acc = tl.dot(a_lo, b_hi, acc, input_precision="tf32")
+    acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
+    return tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+
+
+@triton.jit
+def fwd_split(Q, QLO, KHI, KLO, VHI, VLO, O, LSE,   # Q: [BH, L, D] (QREG: the input; else its hi part), QLO
+              qk_scale, L,                           # (unused with QREG); K split [BH, L, D]; V split and
+                                                     # transposed [BH, D, L]; O [BH, L, D]; LSE [BH, L]
+              D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QREG: tl.constexpr):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    base = bh * L * D
+    qp = base + rows[:, None] * D + offs_d[None, :]
+    if QREG:
+        q_hi, q_lo = _split(tl.load(Q + qp))
+    else:
+        q_hi = tl.load(Q + qp)
+        q_lo = tl.load(QLO + qp)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    for start_n in range(0, L, BLOCK_N):
+        cols = start_n + offs_n
+        kp = base + cols[None, :] * D + offs_d[:, None]
+        s = _dot3(q_hi, q_lo, tl.load(KHI + kp), tl.load(KLO + kp), tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        vp = base + offs_d[None, :] * L + cols[:, None]
+        p_hi, p_lo = _split(p)
+        acc = _dot3(p_hi, p_lo, tl.load(VHI + vp), tl.load(VLO + vp), acc * alpha[:, None])
+        m_i = m_new
+    tl.store(O + qp, acc / l_i[:, None])
+    tl.store(LSE + bh * L + rows, (m_i + tl.math.log2(l_i)) * 0.6931471805599453)
+
+
+@triton.jit
+def dkdv_split(QHI, QLO, QTHI, QTLO, KHI, KLO, VHI, VLO, DOHI, DOLO, DOTHI, DOTLO, LSE, DELTA, DK, DV,
+               qk_scale, sm_scale, L,   # split [BH, L, D], the *T ones [BH, D, L]; LSE, DELTA [BH, L]
+               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    start_n = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    base = bh * L * D
+    kp = base + cols[:, None] * D + offs_d[None, :]
+    k_hi, k_lo, v_hi, v_lo = tl.load(KHI + kp), tl.load(KLO + kp), tl.load(VHI + kp), tl.load(VLO + kp)
+    dk = tl.zeros([BLOCK_N, D], tl.float32)
+    dv = tl.zeros([BLOCK_N, D], tl.float32)
+    for start_m in range(0, L, BLOCK_M):
+        rows = start_m + offs_m
+        qtp = base + rows[None, :] * D + offs_d[:, None]      # [D, M] tiles of [BH, L, D] arrays
+        rp = base + offs_d[None, :] * L + rows[:, None]       # [M, D] tiles of [BH, D, L] arrays
+        lse2 = tl.load(LSE + bh * L + rows) * 1.4426950408889634
+        delta = tl.load(DELTA + bh * L + rows)
+        sT = _dot3(k_hi, k_lo, tl.load(QHI + qtp), tl.load(QLO + qtp), tl.zeros([BLOCK_N, BLOCK_M], tl.float32))
+        pT = tl.math.exp2(sT * qk_scale - lse2[None, :])
+        dpT = _dot3(v_hi, v_lo, tl.load(DOHI + qtp), tl.load(DOLO + qtp), tl.zeros([BLOCK_N, BLOCK_M], tl.float32))
+        p_hi, p_lo = _split(pT)
+        dv = _dot3(p_hi, p_lo, tl.load(DOTHI + rp), tl.load(DOTLO + rp), dv)
+        ds_hi, ds_lo = _split(pT * (dpT - delta[None, :]))
+        dk = _dot3(ds_hi, ds_lo, tl.load(QTHI + rp), tl.load(QTLO + rp), dk)
+    tl.store(DK + kp, dk * sm_scale)
+    tl.store(DV + kp, dv)
+
+
+@triton.jit
+def dq_split(QHI, QLO, KHI, KLO, KTHI, KTLO, VHI, VLO, DOHI, DOLO, LSE, DELTA, DQ,
+             qk_scale, sm_scale, L,   # as dkdv_split
+             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    base = bh * L * D
+    qp = base + rows[:, None] * D + offs_d[None, :]
+    q_hi, q_lo, do_hi, do_lo = tl.load(QHI + qp), tl.load(QLO + qp), tl.load(DOHI + qp), tl.load(DOLO + qp)
+    lse2 = tl.load(LSE + bh * L + rows) * 1.4426950408889634
+    delta = tl.load(DELTA + bh * L + rows)
+    dq = tl.zeros([BLOCK_M, D], tl.float32)
+    for start_n in range(0, L, BLOCK_N):
+        cols = start_n + offs_n
+        ktp = base + cols[None, :] * D + offs_d[:, None]
+        s = _dot3(q_hi, q_lo, tl.load(KHI + ktp), tl.load(KLO + ktp), tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
+        p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        dp = _dot3(do_hi, do_lo, tl.load(VHI + ktp), tl.load(VLO + ktp), tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
+        ds_hi, ds_lo = _split(p * (dp - delta[:, None]))
+        kp = base + offs_d[None, :] * L + cols[:, None]       # [N, D] tiles of [BH, D, L] arrays
+        dq = _dot3(ds_hi, ds_lo, tl.load(KTHI + kp), tl.load(KTLO + kp), dq)
+    tl.store(DQ + qp, dq * sm_scale)

@@ -1,0 +1,163 @@
+"""float32 attention (tf32x3 products) against torch's float32 SDPA, in one run: the shipped
+kernels, their tiles, and the split-operand kernels of _attention_f32_split.py (operands split into
+TF32 parts and remainders once, ahead of the products, with the split passes inside the timed call),
+each interleaved with torch, plus each variant's largest error against float64 on a small case.
+    python3 benchmarks/sweeps/attention_f32_variants.py [--shapes 4x8x2048x128,16x8x512x64]
+Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
+import math
+import statistics
+import sys
+
+import cupy as cp
+import torch
+
+import cudakit
+from cudakit.bench import timing
+from cudakit.kernels import attention as at
+from cudakit.runtime.triton import TritonKernel
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import _attention_f32_split as sp  # noqa: E402
+
+ROUNDS = 3
+argv = sys.argv[1:]
+shapes = [(4, 8, 2048, 128), (16, 8, 512, 64)]
+if "--shapes" in argv:
+    shapes = [tuple(int(x) for x in s.split("x")) for s in argv[argv.index("--shapes") + 1].split(",")]
+sdpa = torch.nn.functional.scaled_dot_product_attention
+cudakit.set_float32_precision("tf32x3")
+_kern = {}
+
+
+def kern(fn, **opts):
+    key = (fn.__name__, tuple(sorted(opts.items())))
+    if key not in _kern:
+        nw, ns = opts.pop("num_warps"), opts.pop("num_stages")
+        _kern[key] = TritonKernel(fn).specialized(num_warps=nw, num_stages=ns, **opts)
+    return _kern[key]
+
+
+def split(x, normal=True, trans=False):
+    bh, L, d = x.shape
+    outs = [cp.empty_like(x) if normal else x for _ in range(2)]
+    outs += [cp.empty((bh, d, L), x.dtype) if trans else x for _ in range(2)]
+    blk = 64 if d <= 64 else 32
+    kern(sp.split_kernel, D=d, BLOCK=blk, NORMAL=normal, TRANS=trans, num_warps=4, num_stages=1)[
+        (L // blk, bh)](x, *outs, L)
+    return outs
+
+
+def fwd_split(q, k, v, scale, cfg):
+    bh, L, d = q.shape
+    qreg = cfg.get("QREG", False)
+    qh, ql = (q, q) if qreg else split(q)[:2]
+    kh, kl = split(k)[:2]
+    _, _, vth, vtl = split(v, normal=False, trans=True)
+    o = cp.empty_like(q)
+    lse = cp.empty((bh, L), cp.float32)
+    c = dict(cfg)
+    bm = c.pop("BLOCK_M")
+    kern(sp.fwd_split, D=d, BLOCK_M=bm, QREG=qreg, **{k_: v_ for k_, v_ in c.items() if k_ != "QREG"})[
+        (L // bm, bh)](qh, ql, kh, kl, vth, vtl, o, lse, scale * math.log2(math.e), L)
+    return o, lse
+
+
+def bwd_split(do, q, k, v, o, lse, scale, kvcfg, qcfg):
+    bh, L, d = q.shape
+    qh, ql, qth, qtl = split(q, trans=True)
+    kh, kl, kth, ktl = split(k, trans=True)
+    vh, vl = split(v)[:2]
+    doh, dol, doth, dotl = split(do, trans=True)
+    delta = (o * do).sum(axis=-1)
+    dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
+    c = dict(kvcfg)
+    kern(sp.dkdv_split, D=d, **c)[(L // c["BLOCK_N"], bh)](
+        qh, ql, qth, qtl, kh, kl, vh, vl, doh, dol, doth, dotl, lse, delta, dk, dv, scale * math.log2(math.e), scale, L)
+    c = dict(qcfg)
+    kern(sp.dq_split, D=d, **c)[(L // c["BLOCK_M"], bh)](
+        qh, ql, kh, kl, kth, ktl, vh, vl, doh, dol, lse, delta, dq, scale * math.log2(math.e), scale, L)
+    return dq, dk, dv
+
+
+FWD_SPLIT = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=nw, num_stages=ns, QREG=qr)
+             for bm, bn, nw, ns, qr in [(128, 64, 8, 2, False), (128, 64, 8, 1, False), (64, 64, 4, 2, False),
+                                        (128, 32, 8, 2, False), (64, 32, 4, 2, False), (128, 128, 8, 1, False),
+                                        (64, 128, 4, 1, False), (128, 64, 8, 2, True), (64, 64, 4, 2, True)]]
+FWD_BUILTIN = [{"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
+               {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+               {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2},
+               {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}]
+BWD_SPLIT = [(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=nw, num_stages=ns), dict(BLOCK_M=qm, BLOCK_N=qn, num_warps=qw, num_stages=qs))
+             for (bm, bn, nw, ns), (qm, qn, qw, qs) in [((32, 64, 4, 1), (64, 32, 4, 1)), ((64, 64, 4, 1), (64, 64, 4, 1)),
+                                                        ((32, 128, 8, 1), (128, 32, 8, 1)), ((64, 128, 8, 1), (128, 64, 8, 1)),
+                                                        ((32, 64, 4, 2), (64, 32, 4, 2)), ((16, 64, 4, 2), (64, 16, 4, 2))]]
+
+
+def report(label, fns, flops):
+    ms, errors = {}, {}
+    for _ in range(ROUNDS):
+        res, err = timing.time_gpu_interleaved(fns, warmup=2, reps=6, rounds=2)
+        errors.update(err)
+        for name, r in res.items():
+            ms.setdefault(name, []).append(r["median_ms"])
+    base = statistics.median(ms.pop("torch")) if "torch" in ms else float("nan")
+    print(f"VARIANT {label} torch {base:8.3f} ms {flops / base / 1e9:6.1f} TFLOP/s", flush=True)
+    for name, v in sorted(ms.items(), key=lambda kv: statistics.median(kv[1])):
+        m = statistics.median(v)
+        print(f"VARIANT {label} {name:<70} {m:8.3f} ms {flops / m / 1e9:6.1f} TFLOP/s x torch {base / m:.3f}", flush=True)
+    for name, e in errors.items():
+        print(f"VARIANT {label} {name:<70} failed: {type(e).__name__}: {str(e)[:150]}", flush=True)
+
+
+def accuracy(d):
+    """Largest error of each variant against float64, relative to the output's largest magnitude."""
+    rng = cp.random.default_rng(5)
+    q64, k64, v64, g64 = (rng.standard_normal((2, 256, d)) for _ in range(4))
+    scale = d ** -0.5
+    s = (q64 @ k64.transpose(0, 2, 1)) * scale
+    p = cp.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o64 = p @ v64
+    dp = g64 @ v64.transpose(0, 2, 1)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    ref = {"o": o64, "dq": ds @ k64 * scale, "dk": ds.transpose(0, 2, 1) @ q64 * scale, "dv": p.transpose(0, 2, 1) @ g64}
+    q, k, v, g = (a.astype(cp.float32) for a in (q64, k64, v64, g64))
+
+    def err(name, vals):
+        print(f"VARIANT accuracy d={d} {name}: " + " ".join(
+            f"{n} {float(cp.abs(vals[n] - ref[n]).max() / cp.abs(ref[n]).max()):.2e}" for n in vals), flush=True)
+    o, lse = at.forward(q, k, v, scale, False, "float32")
+    err("shipped", {"o": o, **dict(zip(("dq", "dk", "dv"), at.backward(g, q, k, v, o, lse, scale, False, "float32")))})
+    o2, lse2 = fwd_split(q, k, v, scale, FWD_SPLIT[2])
+    err("split", {"o": o2, **dict(zip(("dq", "dk", "dv"), bwd_split(g, q, k, v, o2, lse2, scale, *BWD_SPLIT[0])))})
+    o3, _ = fwd_split(q, k, v, scale, FWD_SPLIT[7])
+    err("split QREG", {"o": o3})
+
+
+for d in sorted({s[3] for s in shapes}):
+    accuracy(d)
+for b, h, L, d in shapes:
+    rng = cp.random.default_rng(0)
+    q, k, v, g = (rng.standard_normal((b * h, L, d), dtype=cp.float32) for _ in range(4))
+    scale = d ** -0.5
+    tq, tk, tv, tg = (torch.from_dlpack(a).view(b, h, L, d) for a in (q, k, v, g))
+    per = b * h * L * L * d
+    tag = f"{b}x{h}x{L}x{d}"
+    fns = {"torch": lambda: sdpa(tq, tk, tv),
+           "shipped": lambda: at.forward(q, k, v, scale, False, "float32")}
+    for t in FWD_BUILTIN:
+        fns[f"builtin {tuple(t.values())}"] = lambda t=t: at.forward(q, k, v, scale, False, "float32", tiles=t)
+    for c in FWD_SPLIT:
+        fns[f"split {tuple(c.values())}"] = lambda c=c: fwd_split(q, k, v, scale, c)
+    fns["split K,V passes alone"] = lambda: (split(k), split(v, normal=False, trans=True))
+    report(f"{tag} forward", fns, 4 * per)
+    o, lse = at.forward(q, k, v, scale, False, "float32")
+    rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
+    y = sdpa(rq, rk, rv)
+    fns = {"torch": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True),
+           "shipped": lambda: at.backward(g, q, k, v, o, lse, scale, False, "float32")}
+    for kv, qc in BWD_SPLIT:
+        fns[f"split kv{tuple(kv.values())} q{tuple(qc.values())}"] = (
+            lambda kv=kv, qc=qc: bwd_split(g, q, k, v, o, lse, scale, kv, qc))
+    fns["split passes alone"] = lambda: (split(q, trans=True), split(k, trans=True), split(v), split(g, trans=True))
+    report(f"{tag} backward", fns, 10 * per)
