@@ -35,6 +35,9 @@ first_gpus() { seq -s, 0 $(( $1 - 1 )); }
   python3 -c "import torch; print('torch', torch.__version__, 'NCCL', torch.cuda.nccl.version())"
   python3 -m cudakit info 2>&1 | grep -iE "cudnn|triton" | head -4
   echo "ranks: $RANKS; parts: $PARTS; host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  # a CPU quota below the cores nproc reports would throttle two busy ranks where one runs freely
+  echo "cgroup cpu.max: $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null)"
+  echo "cgroup cpu.stat: $(tr '\n' ' ' < /sys/fs/cgroup/cpu.stat 2>/dev/null || tr '\n' ' ' < /sys/fs/cgroup/cpu/cpu.stat 2>/dev/null)"
   lscpu | grep -E "^(Model name|Thread\(s\) per core|NUMA node)" 
 } 2>&1 | tee -a "$LOG"
 
@@ -87,17 +90,19 @@ if has dp; then
     wait
     for i in 0 1; do grep -E "^done:" /tmp/dp_conc$i.txt | sed "s/^/DP-CONC [gpu $i] /" | tee -a "$LOG"; done
     python3 scripts/step_times.py "DP-CONC-STEPS [gpu 0]" /tmp/dp_conc0.txt | tee -a "$LOG"
+    echo "DP-CGROUP after the concurrent runs: $(tr '\n' ' ' < /sys/fs/cgroup/cpu.stat 2>/dev/null)" | tee -a "$LOG"
   fi
   python3 scripts/step_times.py "DP-1GPU-STEPS" /tmp/dp_1.txt | tee -a "$LOG"
   for n in $RANKS; do
     # which processes hold a context on which GPU, mid-run (a rank with work on another rank's GPU time-slices it)
     ( sleep 15; nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv 2>&1 | sed 's/^/DP-APPS /'
       nvidia-smi --query-gpu=index,clocks.sm,power.draw,utilization.gpu,clocks_throttle_reasons.active --format=csv 2>&1 \
-        | sed 's/^/DP-GPUS-MIDRUN /'; ps -eLo psr,pcpu,comm --sort=-pcpu | head -8 | sed 's/^/DP-CPU /' ) &
+        | sed 's/^/DP-GPUS-MIDRUN /'; top -H -b -n 2 -d 1 -w 120 | awk '/^top -/{n++} n==2' | sed -n '7,16p' | sed 's/^/DP-CPU /' ) &
     CUDA_VISIBLE_DEVICES=$(first_gpus "$n") timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node "$n" \
       --master-port 29630 $GPT --trace "$OUT/gpt_dp_trace_$n.json" 2>&1 | tee /tmp/dp_$n.txt \
       | grep -E "rank[0-9]+\]: (done|trace):" | sed "s/^/DP-${n}GPU /"
     python3 scripts/step_times.py "DP-${n}GPU-STEPS" /tmp/dp_$n.txt | tee -a "$LOG"
+    echo "DP-CGROUP after ${n} ranks: $(tr '\n' ' ' < /sys/fs/cgroup/cpu.stat 2>/dev/null)" | tee -a "$LOG"
   done
   # DP_AB=1: the 2-rank step again under variants (DP_VARIANTS: ";"-separated, each environment
   # assignments or example arguments): by default NCCL held to 4, 8 and 16 channels (SMs), no bucket taper

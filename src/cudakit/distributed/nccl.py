@@ -91,8 +91,11 @@ class NcclTransport:
 
         def init():
             try:
-                with self.cp.cuda.Device(self.device):
-                    box.append(make())
+                # set, not `with Device(...)`: leaving that block would make this fresh thread's
+                # previous device, GPU 0, current again, and CUDA 12+ creates a context there
+                # (every rank but 0 held 518 MiB on GPU 0, nvidia-smi on an x2 H100, 2026-11-27)
+                self.cp.cuda.runtime.setDevice(self.device)
+                box.append(make())
             except BaseException as e:   # handed to the caller's thread
                 box.append(e)
         t = threading.Thread(target=init, name="cudakit-nccl-init", daemon=True)
