@@ -3,7 +3,7 @@ spin kernel (paths.time_per_call, how _pick_plan chooses) and one call at a time
 (how `cudakit bench --l2 cold` times a call), next to torch on the same inputs. Does the plan choice
 depend on how it is timed? Prints lines starting with PLAN-PROBE.
 
-    python3 scripts/cudnn_plan_probe.py
+    python3 scripts/cudnn_plan_probe.py [f32]     (f32: the float32 convolutions only)
 """
 import statistics
 
@@ -55,9 +55,9 @@ def plans(sig_kind, ptrs, label, torch_fn):
             print(f"PLAN-PROBE {label}: plan {i}: {type(e).__name__}: {str(e)[:100]}")
 
 
-def main():
+def main(only_f32: bool = False):
     import torch
-    for dt in ("bfloat16", "float16"):
+    for dt in (() if only_f32 else ("bfloat16", "float16")):
         tdt = getattr(torch, dt)
         q, k, v = (torch.randn(16, 16, 1024, 64, device="cuda", dtype=tdt) for _ in range(3))
         cq, ck, cv = (cp.from_dlpack(t) for t in (q, k, v))
@@ -66,7 +66,7 @@ def main():
         plans("sdpa_fwd_inf", [cq.data.ptr, ck.data.ptr, cv.data.ptr, out.data.ptr], f"sdpa causal {dt}",
               lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
         cudnn._graphs.clear()
-    for c, hw, kk in ((64, 56, 64), (256, 56, 64), (512, 28, 128)):
+    for c, hw, kk in (() if only_f32 else ((64, 56, 64), (256, 56, 64), (512, 28, 128))):
         x = torch.randn(32, c, hw, hw, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(kk, c, 1, 1, device="cuda", dtype=torch.bfloat16) * c ** -0.5
         cx, cw = cp.from_dlpack(x), cp.from_dlpack(w)
@@ -79,18 +79,25 @@ def main():
     old = cudakit.set_float32_precision("ieee")
     torch.backends.cudnn.allow_tf32 = False
     try:
-        for c, hw, kk, r in ((64, 56, 64, 1), (128, 28, 128, 3)):
+        # then with only the tensor-core notes left out (FFT and Winograd plans kept: cuDNN's
+        # FP32 math, what torch's strict FP32 may run) -- are torch's faster forwards those?
+        exact_notes = cudnn._INEXACT_NOTES
+        for c, hw, kk, r in ((64, 56, 64, 1), (128, 28, 512, 1), (128, 28, 128, 3), (512, 7, 512, 3)):
             x = torch.randn(32, c, hw, hw, device="cuda")
             w = torch.randn(kk, c, r, r, device="cuda") * (c * r * r) ** -0.5
             cx, cw = cp.from_dlpack(x), cp.from_dlpack(w)
-            y = cudakit.conv2d(cx, cw, None, 1, r // 2)
-            print(f"PLAN-PROBE conv {r}x{r} {c}->{kk} {hw}x{hw} float32 ieee: path {paths.last_paths().get('conv2d')}")
-            plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"conv{r}x{r} f32 ieee {c}->{kk}",
-                  lambda: torch.nn.functional.conv2d(x, w, None, 1, r // 2))
-            cudnn._graphs.clear()
+            for tag, notes in (("ieee", exact_notes), ("no-tensor-core", exact_notes[:3])):
+                cudnn._INEXACT_NOTES = notes
+                y = cudakit.conv2d(cx, cw, None, 1, r // 2)
+                print(f"PLAN-PROBE conv {r}x{r} {c}->{kk} {hw}x{hw} float32 {tag}: path {paths.last_paths().get('conv2d')}")
+                plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"conv{r}x{r} f32 {tag} {c}->{kk} {hw}",
+                      lambda: torch.nn.functional.conv2d(x, w, None, 1, r // 2))
+                cudnn._graphs.clear()
+        cudnn._INEXACT_NOTES = exact_notes
     finally:
         cudakit.set_float32_precision(old)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    main(only_f32="f32" in sys.argv[1:])
