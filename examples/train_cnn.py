@@ -289,7 +289,8 @@ def main(argv=None) -> int:
     def next_batch(_i):
         images, labels = generate_batch(rng, cfg)
         return device.asarray(images.astype(dt)), device.asarray(labels)
-    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank, trace=args.trace)
+    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank, trace=args.trace,
+               profile_host=args.profile_host)
     trainer.dp.close()
     return 0
 

@@ -240,6 +240,10 @@ def parser(description: str, presets: dict) -> argparse.ArgumentParser:
                    help="data parallel: shard the optimizer state across the ranks "
                         "(cudakit.distributed.ZeroRedundancyOptimizer: each rank keeps and steps 1/N of it; the "
                         "gradients are reduce-scattered at the optimizer step, not all-reduced during the backward)")
+    p.add_argument("--profile-host", action="store_true",
+                   help="profile the host side of the steps after the first two (cProfile, every rank) and print "
+                        "the functions that took the most host time, lines starting 'host-profile:' (cProfile "
+                        "slows the Python parts, so step times of such a run are not comparable)")
     p.add_argument("--trace", metavar="PATH", default=None,
                    help="after the timed steps, profile one more step (its forward, backward and optimizer "
                         "ranges and its collectives) and write its Chrome trace to PATH (rank 0; open in "
@@ -278,7 +282,8 @@ def parse(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     return args
 
 
-def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, trace: str | None = None) -> list[float]:
+def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, trace: str | None = None,
+        profile_host: bool = False) -> list[float]:
     """Call step(*next_batch(i)) for i in range(steps), printing `step i loss X time T ms` each time.
 
     step returns the loss as a 0-d array (or a number). On a GPU step i's loss is read (a float,
@@ -292,8 +297,10 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
     step's forward, backward and optimizer ranges and its collectives, no per-launch records, so
     the step runs at its own speed) and rank 0 writes its Chrome trace there, with a line saying how
     much of the collectives' time ran under another stream's work (data parallel: the all-reduces
-    overlapping the backward)."""
+    overlapping the backward). profile_host: cProfile the host side of steps 2.. and print the
+    functions with the most host time of their own (a C call that blocks shows there)."""
     losses, times, queued = [], [], []
+    prof_host = None
     gpu = device.name == "cuda"
     side = device.xp.cuda.Stream(non_blocking=True) if gpu else None   # reads losses beside the steps
     device.synchronize()
@@ -316,6 +323,10 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
 
     pending = None
     for i in range(steps):
+        if profile_host and i == 2:
+            import cProfile
+            prof_host = cProfile.Profile()
+            prof_host.enable()
         batch = next_batch(i)
         t0 = time.perf_counter()
         r = step(*batch)
@@ -333,6 +344,9 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
             pending = None
     if pending is not None:
         finish(*pending)
+    if prof_host is not None:
+        prof_host.disable()
+        _print_host_profile(prof_host, steps - 2, out)
     later = times[2:] or times
     # every rank (data parallel: the launcher prefixes each line; a step waits for the slowest rank)
     out(f"done: {steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
@@ -352,3 +366,16 @@ def run(step, next_batch, steps: int, device: Device, out=print, rank: int = 0, 
                 f"collectives ran under the step's ranges on another stream, {o['overlap_us']:.0f} of "
                 f"{o['collective_us']:.0f} us")
     return losses
+
+
+def _print_host_profile(prof, steps: int, out, top: int = 18) -> None:
+    """The functions with the most host time of their own (tottime) over `steps` steps, per step."""
+    import pstats
+    st = pstats.Stats(prof)
+    rows = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    total = sum(v[2] for v in st.stats.values())
+    out(f"host-profile: {total / steps * 1e3:.2f} ms of profiled host time a step, top {top} functions by own time:")
+    for (file, line, name), (_, ncalls, tottime, cumtime, _) in rows:
+        where = f"{'/'.join(file.rsplit('/', 2)[-2:])}:{line}" if line else file
+        out(f"host-profile: {tottime / steps * 1e3:7.3f} ms/step own, {cumtime / steps * 1e3:7.3f} cum, "
+            f"{ncalls / steps:6.1f} calls/step  {name}  {where}")

@@ -416,7 +416,8 @@ def main(argv=None) -> int:
 
     def next_batch(_i):
         return tuple(device.asarray(a) for a in data.batch(rng, cfg.batch, cfg.seq))
-    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank, trace=args.trace)
+    common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank, trace=args.trace,
+               profile_host=args.profile_host)
     trainer.dp.close()
     return 0
 
