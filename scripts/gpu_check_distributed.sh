@@ -126,6 +126,13 @@ if has dp; then
     grep -E "rank[0-9]+\]: (done|data parallel)|Error" /tmp/dp_g2.txt | sed 's/^/DP-GRAPH-2GPU /' | tee -a "$LOG"
     python3 scripts/step_times.py "DP-GRAPH-2GPU-STEPS" /tmp/dp_g2.txt | tee -a "$LOG"
   fi
+  # DP_PROFILE=1: where the eager step's host time goes, one GPU and rank 0 of two (--profile-host)
+  if [ "${DP_PROFILE:-0}" = 1 ]; then
+    CUDA_VISIBLE_DEVICES=0 timeout ${DP_TIMEOUT:-120} python3 $GPT --profile-host 2>&1 | grep -E "host-profile|^done" \
+      | sed 's/^/DP-PROFILE-1GPU /' | tee -a "$LOG"
+    CUDA_VISIBLE_DEVICES=0,1 timeout ${DP_TIMEOUT:-120} python3 -m cudakit run --nproc-per-node 2 --master-port 29639 \
+      $GPT --profile-host 2>&1 | grep -E "rank0\]: (host-profile|done)" | sed 's/^/DP-PROFILE-2GPU /' | tee -a "$LOG"
+  fi
   # DP_PROBE=1: the one-GPU step plain and with the data-parallel path over a one-rank group (host
   # time against step time: is the data-parallel cost on the host or on the GPU)
   if [ "${DP_PROBE:-0}" = 1 ]; then
