@@ -10,6 +10,7 @@ import statistics
 import cupy as cp
 
 import cudakit
+from cudakit import dispatch
 from cudakit.bench import timing
 from cudakit.kernels import cudnn, paths
 
@@ -88,6 +89,7 @@ def main(only_f32: bool = False):
             cx, cw = cp.from_dlpack(x), cp.from_dlpack(w)
             for tag, notes in (("ieee", exact_notes), ("no-tensor-core", exact_notes[:3])):
                 cudnn._INEXACT_NOTES = notes
+                dispatch.clear()   # else the call replays the previous graph's plan and builds none
                 y = cudakit.conv2d(cx, cw, None, 1, r // 2)
                 print(f"PLAN-PROBE conv {r}x{r} {c}->{kk} {hw}x{hw} float32 {tag}: path {paths.last_paths().get('conv2d')}")
                 plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"conv{r}x{r} f32 {tag} {c}->{kk} {hw}",

@@ -14,10 +14,18 @@ import triton.language as tl
 
 
 @triton.jit
+def _tf32(x):
+    """x rounded to a 10-bit mantissa (TF32; ties away from zero): what the tensor cores read of it
+    exactly (they would drop the low 13 bits, a truncation)."""
+    return ((x.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _split(x):
-    """(hi, lo): hi = x rounded to a 10-bit mantissa (TF32, ties away from zero), lo = x - hi exact."""
-    hi = ((x.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
-    return hi, x - hi
+    """(hi, lo): hi = x in TF32, lo = the remainder x - hi (exact) in TF32 too (rounded, not left for
+    the tensor cores to truncate: half the error of the remainder's product)."""
+    hi = _tf32(x)
+    return hi, _tf32(x - hi)
 
 
 @triton.jit

@@ -25,10 +25,15 @@ def only_cudnn(monkeypatch):
     def run(op, key, candidates, timer=None):
         out = dict(candidates)["cudnn"]()
         assert out is not None, f"cuDNN declined {op} {key}: {cudnn.declined()}"
+        paths._choice[(op, key)] = "cudnn"   # recorded as paths.run records it: the dispatch plans ask
+        recorded.append((op, key))
         return out
+    recorded: list = []
     monkeypatch.setattr(paths, "run", run)
     before = cudnn.stats["executions"]
     yield
+    for k in recorded:   # later tests choose for themselves
+        paths._choice.pop(k, None)
     assert cudnn.stats["executions"] > before, "no call ran on cuDNN"
 
 
