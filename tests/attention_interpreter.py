@@ -28,7 +28,8 @@ CASES = [(2, 70, 90, 24, False, "float32"), (2, 70, 90, 24, True, "float32"), (1
          (1, 256, 256, 64, False, "float16"), (1, 130, 77, 80, False, "float16"),
          (1, 128, 300, 128, True, "float16"), (1, 200, 64, 64, True, "float16"),
          (1, 100, 260, 128, True, "float16"), (1, 192, 130, 128, False, "float16"),
-         (1, 70, 100, 256, True, "float16"), (1, 40, 33, 160, False, "float32")]   # head dims past 128
+         (1, 70, 100, 256, True, "float16"), (1, 40, 33, 160, False, "float32"),   # head dims past 128
+         (2, 70, 150, 96, False, "float32"), (1, 130, 90, 128, True, "float32")]   # the split float32 forward
 
 
 def _tiles(cfg):
@@ -50,6 +51,14 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     qk_scale = scale * math.log2(math.e)
     cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
+    fk, fv, fklo, fvlo, fcfg = k, v, k, v, dict(cfg)
+    if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3 at head dims 65..128: K, V split first
+        fcfg.update(host._SPLIT_TILES, SPLIT=True)
+        fk, fklo = np.zeros_like(k), np.zeros_like(k)
+        fv, fvlo = (np.zeros((k.shape[0], d, lk), np.float32) for _ in range(2))
+        for x, hi, lo, trans in ((k, fk, fklo, False), (v, fv, fvlo, True)):
+            kernels.tf32_split[(math.ceil(x.size / 1024), 1)](*map(_Tensor, (x, hi, lo)), x.size, lk, C=d, BLOCK=1024,
+                                                               TRANS=trans)
     out, dq = np.full_like(q, 7.0), np.full_like(q, 7.0)
     dk, dv = (np.full((bh, lk, d), 7.0, k.dtype) for _ in range(2))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
@@ -67,9 +76,10 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     dr = dropout is not None
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
-    kernels.attn_fwd[(math.ceil(lq / cfg["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, v, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args, *novar, 0, d,
-        HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr, **_tiles(cfg))
+    kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]), bh)](
+        *map(_Tensor, (q, fk, fv, fklo, fvlo, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
+        *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
+        **_tiles(fcfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
@@ -191,7 +201,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
-        *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
+        *map(_Tensor, (q, k, v, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
         HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert not err.any(), err
     kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
@@ -237,14 +247,14 @@ def check_varlen_bad_length():
     cu = _Tensor(np.array([0, 10, 50], np.int32))
     dummy = _Tensor(np.zeros(1, np.float32))
     cfg = host._config("float32", 16, None)
-    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
+    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 40, 40], err
     # a last entry past the packed total (50 rows): flagged, and the rows read and written stay inside
     err[:] = 0
     big = _Tensor(np.array([0, 10, 60], np.int32))
-    kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
+    kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 50, 50], err
@@ -305,10 +315,10 @@ def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
 
 
 DROPOUT_CASES = [(2, 70, 90, 24, False, "float32", 0.3, 12345), (1, 129, 200, 64, True, "float16", 0.1, 2**40 + 7),
-                 (3, 40, 33, 16, True, "float32", 0.5, 1)]
+                 (3, 40, 33, 16, True, "float32", 0.5, 1), (1, 50, 70, 72, False, "float32", 0.2, 99)]
 
 GQA_CASES = [(2, 4, 2, 70, 90, 24, True, "float32", None), (1, 8, 1, 129, 200, 64, False, "float16", None),
-             (2, 6, 3, 50, 50, 16, True, "float32", [50, 17])]
+             (2, 6, 3, 50, 50, 16, True, "float32", [50, 17]), (1, 4, 2, 40, 70, 80, True, "float32", [33])]
 
 # bias: (batch, heads, Lq, Lk, head_dim, causal, dtype, the bias's 4-D shape, its gradient's mode)
 BIAS_CASES = [(2, 2, 70, 90, 24, False, "float32", (2, 2, 70, 90), "store"),
@@ -317,7 +327,8 @@ BIAS_CASES = [(2, 2, 70, 90, 24, False, "float32", (2, 2, 70, 90), "store"),
               (1, 3, 40, 50, 16, True, "float32", (1, 1, 40, 1), "atomic"),
               (2, 1, 30, 20, 16, False, "float32", (1, 1, 1, 1), "atomic"),
               (1, 2, 129, 150, 64, True, "float16", (1, 2, 129, 150), "atomic"),
-              (2, 2, 50, 70, 16, False, "float32", (1, 2, 50, 70), "full")]
+              (2, 2, 50, 70, 16, False, "float32", (1, 2, 50, 70), "full"),
+              (1, 2, 40, 70, 96, True, "float32", (1, 2, 40, 70), "store")]
 
 # masks: (case, window, key lengths per batch, heads a batch): windows narrower and wider than the
 # sequence, one-sided, with causal, Lq != Lk (bottom-right), lengths of 0 (rows that see nothing)
@@ -331,7 +342,8 @@ MASK_CASES = [((2, 70, 90, 24, False, "float32"), (10, 5), None, 1),
               ((1, 300, 100, 16, True, "float32"), None, None, 1),       # Lq > Lk: the first 200 rows see nothing
               ((2, 40, 100, 16, False, "float32"), (0, 0), [100, 30], 1),   # one key a row
               ((1, 20, 20, 16, True, "float32"), (2**31 - 1, None), None, 1),  # sides past int32's reach
-              ((1, 21, 20, 16, False, "float32"), (None, 2**31 - 1), None, 1)]
+              ((1, 21, 20, 16, False, "float32"), (None, 2**31 - 1), None, 1),
+              ((2, 60, 140, 100, True, "float32"), (40, 10), [140, 0], 1)]   # the split float32 forward
 
 # forward tile overrides (flash_attention's block_size sets BLOCK_N): narrow and wide key blocks
 TILE_CASES = [((1, 150, 170, 64, True, "float16"), {"BLOCK_N": 16}),

@@ -27,8 +27,10 @@ ty = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
 cfg = host._config(dtype, d, block_n)
 assert dtype != "float32" or cfg["PREC"] == __import__("os").environ.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3")
 kv, qc = host._backward_configs(dtype, cfg)
+split = host._split_forward(cfg, block_n, None)   # the float32 forward that takes K, V split (SPLIT)
+fwd_cfg = dict(cfg, **host._SPLIT_TILES, SPLIT=True) if split else dict(cfg, SPLIT=False)
 out = {}
-for name, fn, c in (("fwd", src.attn_fwd, cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
+for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
     consts.update(D=d, HAS_LENS=causal, HAS_BIAS=False, VARLEN=False, DROPOUT=False,
                   **({"EVEN_Q": True} if name == "dkdv" else {}),

@@ -161,10 +161,46 @@ def _bias_tile(BIAS, b_base, row_off, col_off, mask):
 
 
 @triton.jit
-def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale, Lk,
-               BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
+def _tf32(x):
+    """float32 x rounded to TF32's 10-bit mantissa (ties away from zero): a value the tensor cores
+    read exactly (of any other they drop the low 13 bits)."""
+    return ((x.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
+    """acc + a.b from TF32 parts and remainders: three tensor-core products, the small ones first
+    (a_lo.b_lo, about 2^-22 of the term, dropped): the tf32x3 product."""
+    acc = tl.dot(a_lo, b_hi, acc, input_precision="tf32")
+    acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
+    return tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+
+
+@triton.jit
+def tf32_split(X, HI, LO, N, TRANS_L,   # X: [R, L, C] float32 (N elements); HI, LO: like X, or [R, C, L] (TRANS)
+               C: tl.constexpr, BLOCK: tl.constexpr, TRANS: tl.constexpr):
+    """X's TF32 parts (HI) and remainders (LO, also TF32): the float32 forward's K and V split once
+    per call (SPLIT), not per product. TRANS: written transposed per [L, C] matrix (L = TRANS_L), so
+    that the tensor cores, which take 32-bit operands only contiguous along the reduced axis, read
+    V's [keys, D] tiles in place. Memory traffic: 12 bytes an element."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < N
+    x = tl.load(X + i, mask=ok, other=0.0)
+    hi = _tf32(x)
+    lo = _tf32(x - hi)
+    if TRANS:
+        c = i % C
+        row = i // C
+        i = (row // TRANS_L) * TRANS_L * C + c * TRANS_L + row % TRANS_L
+    tl.store(HI + i, hi, mask=ok)
+    tl.store(LO + i, lo, mask=ok)
+
+
+@triton.jit
+def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
+               Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
                D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
-               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
+               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr):
     """One key block of the online softmax; MASK: the block crosses the end of the keys or an end
     of some row's interval [lo_r, hi_r). POS_SCALE (qk_scale > 0): the row max is taken on the raw
     scores and scaled once, so each probability is one FMA and an exp2 (s * qk_scale - m), not a
@@ -172,7 +208,11 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
     where the forward's non-matrix work is not overlapped with the products. A zero or negative
     scale keeps the scaled scores (max(s) * c is not max(s * c) for c < 0, and -inf * 0 is NaN).
     HAS_BIAS (never with POS_SCALE): the bias tile (b_rows: the rows' offsets, sb_k: the key
-    stride) is added to the scaled scores; its -inf entries may empty a row in any block."""
+    stride) is added to the scaled scores; its -inf entries may empty a row in any block.
+    SPLIT (float32 tf32x3): q is q's TF32 part and q_lo its remainder; K, KLO hold k's parts and
+    remainders in k's layout, V, VLO v's transposed ([D, Lk] a head): tf32x3 products whose loaded
+    operands go to the tensor cores as they are (Triton's own tf32x3 splits both operands of every
+    product in the loop, through registers and back to shared memory)."""
     cols = start_n + offs_n
     kt_mask = d_ok[:, None]
     v_mask = d_ok[None, :]
@@ -181,7 +221,11 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
         kt_mask = kt_mask & n_ok[None, :]
         v_mask = v_mask & n_ok[:, None]
     kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
-    s = tl.dot(q, kt, input_precision=PREC)
+    if SPLIT:
+        kt_lo = tl.load(KLO + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
+        s = _dot3(q, q_lo, kt, kt_lo, tl.zeros([q.shape[0], kt.shape[1]], tl.float32))
+    else:
+        s = tl.dot(q, kt, input_precision=PREC)
     if not POS_SCALE:
         s = s * qk_scale
     if HAS_BIAS:
@@ -204,16 +248,25 @@ def _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, off
         p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
+    if SPLIT:
+        vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, D] tiles of [D, Lk] arrays
+        v = tl.load(V + vt, mask=v_mask, other=0.0)
+    else:
+        v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
     if DROPOUT:   # the row sums above keep every probability; the product takes the kept ones, scaled
         keep = _keep(drop_rows[:, None] + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
         p = tl.where(keep, p * DSCALE, 0.0)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+    if SPLIT:
+        p_hi = _tf32(p)
+        acc = _dot3(p_hi, _tf32(p - p_hi), v, tl.load(VLO + vt, mask=v_mask, other=0.0), acc * alpha[:, None])
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return acc, l_i, m_new
 
 
 @triton.jit
-def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32
+def attn_fwd(Q, K, V, KLO, VLO, O, LSE,  # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
+                                         # SPLIT: K, KLO k's TF32 parts and remainders, V, VLO v's, [BH, D, Lk]
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
@@ -224,7 +277,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              D: tl.constexpr, HAS_LENS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
-             DROPOUT: tl.constexpr):
+             DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False):
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -239,6 +292,10 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     lo_r = rows + dlo
     hi_r = tl.minimum(rows + dhi, length)
     q = tl.load(Q + q_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    q_lo = q
+    if SPLIT:   # q split once, in registers (the products' A operand)
+        q = _tf32(q_lo)
+        q_lo = _tf32(q_lo - q)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     b_rows = rows.to(tl.int64) * sb_q   # int64: a bias's Lq Lk elements may pass 2^31
     drop_rows = ((bh + BH0) * Lq + rows) * Lk   # the scores' flat indices of these rows (DROPOUT)
@@ -247,17 +304,17 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     for start_n in range(a, b, BLOCK_N):
-        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
                                    qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
-                                   DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT)
+                                   DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
     for start_n in range(b, c, BLOCK_N):
-        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
                                    qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
-                                   DSEED_HI, DTHRESH, DSCALE, D, False, PREC, POS_SCALE, HAS_BIAS, DROPOUT)
+                                   DSEED_HI, DTHRESH, DSCALE, D, False, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
     for start_n in range(c, e, BLOCK_N):
-        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
                                    qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
-                                   DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT)
+                                   DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
     seen = l_i != 0.0   # rows with at least one key (their max contributes 1 to l_i; NaN stays NaN)
     acc = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
     tl.store(O + q_base + rows[:, None] * RS + offs_d[None, :], acc.to(O.dtype.element_ty),

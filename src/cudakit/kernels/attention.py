@@ -112,7 +112,7 @@ def _k(name: str):
         from ..runtime.triton import TritonKernel, _triton
         _triton()  # BackendUnavailableError naming the extra when Triton is missing
         from . import _attention_triton as src
-        for n in ("attn_fwd", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq", "cast_copy"):
+        for n in ("attn_fwd", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq", "cast_copy", "tf32_split"):
             _kernels[n] = TritonKernel(getattr(src, n))
         k = _kernels[name]
     return k
@@ -355,6 +355,36 @@ def _blhd_ok(*arrays) -> bool:
     return True
 
 
+# float32 forwards under tf32x3 at head dims 65..128: K and V split into TF32 parts and remainders
+# once per call (tf32_split, V transposed), then 128 x 64 tiles on 8 warps, one stage. At
+# B4 H8 S2048 D128 on an H100 (2026-11-27, benchmarks/sweeps/attention_f32_variants.py, split
+# passes included) 0.966 ms against torch's float32 SDPA 1.494 ms, where Triton's own tf32x3 took
+# 2.305 ms; at head dim 64 Triton's own was faster (0.182 ms against 0.197 ms), so it stays there.
+_SPLIT_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+
+
+def _split_forward(cfg: dict, block_n, tiles) -> bool:
+    """Whether this float32 forward takes the split-operand kernel (SPLIT): tf32x3 products, head
+    dims 65..128, tiles not named by the caller."""
+    return cfg.get("PREC") == "tf32x3" and cfg["BLOCK_D"] == 128 and block_n is None and not tiles
+
+
+def _split_kv(k, v):
+    """(k's TF32 parts, k's remainders, v's parts, v's remainders), v's as [BH, D, Lk]."""
+    cp = _cupy.cupy()
+    bhk, lk, d = k.shape
+    parts = []
+    for x, trans in ((k, False), (v, True)):
+        src = x if x.flags.c_contiguous else cp.ascontiguousarray(x)
+        shape = (bhk, d, lk) if trans else x.shape
+        hi, lo = cp.empty(shape, cp.float32), cp.empty(shape, cp.float32)
+        if src.size:
+            _specialized("tf32_split", {"C": d, "BLOCK": 1024, "TRANS": trans, "num_warps": 4})[
+                (math.ceil(src.size / 1024), 1)](src, hi, lo, src.size, lk)
+        parts += [hi, lo]
+    return parts
+
+
 def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
@@ -364,11 +394,15 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if bh == 0 or lq == 0:
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
+    kk, klo, vv, vlo = k, k, v, v
+    if _split_forward(cfg, block_n, tiles):
+        cfg.update(_SPLIT_TILES, SPLIT=True)
+        kk, klo, vv, vlo = _split_kv(k, v)
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     if groups > 1:
         heads = q_heads
     has_bias = masks.bias is not None
-    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse),
+    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, kk, vv, klo, vlo, out, lse),
             (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
              *_NO_VARLEN(lse, groups), *_drop_args(masks)),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
@@ -528,7 +562,7 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
                                        DROPOUT=False))
     k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
-        q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
+        q, k, v, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
         lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], 0, 0, 0, 1.0, 0)
     return out, lse
 
@@ -652,6 +686,9 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
             return out, lse
         return fwd
     cfg = _config(dtype_name, d, None)
+    if _split_forward(cfg, None, None):   # the split passes and their buffers: the Triton forward itself
+        masks = Masks(causal)
+        return lambda q, k, v: _triton_forward(q, k, v, scale, masks, dtype_name)
     launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False,
                                            VARLEN=False, DROPOUT=False))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
@@ -660,7 +697,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
+        launch(q, k, v, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
                0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the dropout's: not read
         return out, lse
     return fwd
