@@ -57,8 +57,8 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
         fk, fklo = np.zeros_like(k), np.zeros_like(k)
         fv, fvlo = (np.zeros((k.shape[0], d, lk), np.float32) for _ in range(2))
         for x, hi, lo, trans in ((k, fk, fklo, False), (v, fv, fvlo, True)):
-            kernels.tf32_split[(math.ceil(x.size / 1024), 1)](*map(_Tensor, (x, hi, lo)), x.size, lk, C=d, BLOCK=1024,
-                                                               TRANS=trans)
+            kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (x, hi, lo)), lk, C=d, BLOCK_L=32,
+                                                                 BLOCK_C=cfg["BLOCK_D"], TRANS=trans)
     out, dq = np.full_like(q, 7.0), np.full_like(q, 7.0)
     dk, dv = (np.full((bh, lk, d), 7.0, k.dtype) for _ in range(2))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)

@@ -177,23 +177,28 @@ def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
 
 
 @triton.jit
-def tf32_split(X, HI, LO, N, TRANS_L,   # X: [R, L, C] float32 (N elements); HI, LO: like X, or [R, C, L] (TRANS)
-               C: tl.constexpr, BLOCK: tl.constexpr, TRANS: tl.constexpr):
+def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C, L] (TRANS)
+               C: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr, TRANS: tl.constexpr):
     """X's TF32 parts (HI) and remainders (LO, also TF32): the float32 forward's K and V split once
-    per call (SPLIT), not per product. TRANS: written transposed per [L, C] matrix (L = TRANS_L), so
-    that the tensor cores, which take 32-bit operands only contiguous along the reduced axis, read
-    V's [keys, D] tiles in place. Memory traffic: 12 bytes an element."""
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = i < N
-    x = tl.load(X + i, mask=ok, other=0.0)
+    per call (SPLIT), not per product. One program per (matrix r, BLOCK_L rows). TRANS: written
+    transposed, so that the tensor cores, which take 32-bit operands only contiguous along the
+    reduced axis, read V's [keys, D] tiles in place (the tile is transposed on chip: a store of
+    one row per thread, L apart, ran the forward 0.7 ms slower at B4 H8 S2048 D128 on an H100).
+    Memory traffic: 12 bytes an element."""
+    r = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) * BLOCK_L + tl.arange(0, BLOCK_L)
+    cols = tl.arange(0, BLOCK_C)
+    ok = (rows < L)[:, None] & (cols < C)[None, :]
+    base = r * L * C
+    x = tl.load(X + base + rows[:, None] * C + cols[None, :], mask=ok, other=0.0)
     hi = _tf32(x)
     lo = _tf32(x - hi)
     if TRANS:
-        c = i % C
-        row = i // C
-        i = (row // TRANS_L) * TRANS_L * C + c * TRANS_L + row % TRANS_L
-    tl.store(HI + i, hi, mask=ok)
-    tl.store(LO + i, lo, mask=ok)
+        p = base + cols[None, :] * L + rows[:, None]
+    else:
+        p = base + rows[:, None] * C + cols[None, :]
+    tl.store(HI + p, hi, mask=ok)
+    tl.store(LO + p, lo, mask=ok)
 
 
 @triton.jit

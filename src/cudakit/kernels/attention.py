@@ -379,8 +379,9 @@ def _split_kv(k, v):
         shape = (bhk, d, lk) if trans else x.shape
         hi, lo = cp.empty(shape, cp.float32), cp.empty(shape, cp.float32)
         if src.size:
-            _specialized("tf32_split", {"C": d, "BLOCK": 1024, "TRANS": trans, "num_warps": 4})[
-                (math.ceil(src.size / 1024), 1)](src, hi, lo, src.size, lk)
+            bd = max(16, 1 << (d - 1).bit_length())
+            _specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": bd, "TRANS": trans, "num_warps": 4})[
+                (bhk, math.ceil(lk / 32))](src, hi, lo, lk)
         parts += [hi, lo]
     return parts
 
@@ -395,8 +396,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     kk, klo, vv, vlo = k, k, v, v
-    if _split_forward(cfg, block_n, tiles):
-        cfg.update(_SPLIT_TILES, SPLIT=True)
+    if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
+        cfg.update(_SPLIT_TILES, SPLIT=True)                                              # past 2M take Triton's own)
         kk, klo, vv, vlo = _split_kv(k, v)
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     if groups > 1:
