@@ -19,7 +19,7 @@ _kernels: dict = {}
 ERR_KEY_LENGTHS = 10   # device error code of a key length outside [0, Lk] (_attention_triton.py writes it)
 ERR_CU_SEQLENS = 11    # ... of a packed sequence's length outside [0, max_seqlen] (_attention_triton._seq)
 
-from ..backends.attention_masks import Masks, key_bounds  # noqa: E402 -- key_bounds: part of this module's API
+from ..backends.attention_masks import _UNBOUNDED, Masks, key_bounds  # noqa: E402 -- key_bounds: part of this module's API
 
 
 def _key_lengths_error(op: str, f: list):
@@ -407,7 +407,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
              *_NO_VARLEN(lse, groups), *_drop_args(masks)),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
-                 HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None), bh0=True)
+                 HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED), bh0=True)
     return out, lse
 
 
@@ -561,7 +561,7 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     dlo, dhi = relative_bounds(causal, window, max_q + max_k + 1)
     err = _varlen_flag(q.data.device_id)
     k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
-                                       DROPOUT=False))
+                                       DROPOUT=False, LEFT=dlo > -_UNBOUNDED))
     k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
         q, k, v, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
         lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], 0, 0, 0, 1.0, 0)
@@ -690,11 +690,11 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
     if _split_forward(cfg, None, None):   # the split passes and their buffers: the Triton forward itself
         masks = Masks(causal)
         return lambda q, k, v: _triton_forward(q, k, v, scale, masks, dtype_name)
+    dlo, dhi = key_bounds(lq, lk, causal)
     launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False,
-                                           VARLEN=False, DROPOUT=False))[
+                                           VARLEN=False, DROPOUT=False, LEFT=dlo > -_UNBOUNDED))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
     qk_scale = float(scale * math.log2(math.e))
-    dlo, dhi = key_bounds(lq, lk, causal)
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
