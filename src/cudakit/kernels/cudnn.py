@@ -7,7 +7,7 @@ How a call runs:
   kept in `_graphs`; a signature cuDNN declines is remembered as declined (`supported()` is then
   False for it and the caller's own kernels run, see kernels/paths.py).
 - Execution plans: cuDNN's heuristics (mode A, then FALLBACK) rank the engines. Under
-  CUDAKIT_AUTOTUNE (default on) the first _TUNE_PLANS that build are timed once with CUDA events
+  CUDAKIT_AUTOTUNE (default on) the first _TUNE_PLANS (8) that build are timed once with CUDA events
   and the fastest is kept, by name, on disk next to the Triton autotuner's choices
   (<cache>/autotune/cudnn-*.json), so another process does not time them again; with
   CUDAKIT_AUTOTUNE=0 the heuristic's first plan runs.
@@ -41,7 +41,13 @@ from ..runtime.tuned import TunedTable
 
 log = logging.getLogger("cudakit.cudnn")
 
-_TUNE_PLANS = 4      # plans timed per signature (the heuristic's first that build)
+# plans timed per signature (the heuristic's first that build): 4 left out the fastest exact plan of
+# the float32 3x3 512->512 7x7 forward, the 7th that builds (0.295 ms against the 4's best 0.330 ms and
+# torch's strict FP32 0.333 ms; H100, 2026-11-27, scripts/cudnn_plan_probe.py f32); a plan whose
+# single call takes over _SLOW times the best batch so far (and 0.5 ms more) is not batch-timed (cuDNN's eng0 fallbacks
+# run 10-15x slower, and would cost the first call of every signature 0.1 s each)
+_TUNE_PLANS = 8
+_SLOW = 4.0
 _graphs: dict = {}   # signature -> _Graph, or the reason cuDNN declined it (str)
 _handles = threading.local()
 stats = {"graphs_built": 0, "declined": 0, "plans_timed": 0, "executions": 0}
@@ -343,6 +349,9 @@ def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
         raw = handle.backend_handle
         try:
             graph._execute_plan_at_index(pack, wptr, i, raw)
+            if best_t < math.inf and paths.time_once(
+                    lambda: graph._execute_plan_at_index(pack, wptr, i, raw)) > max(_SLOW * best_t, best_t + 0.5):
+                continue   # (and 0.5 ms over: one call of a short plan is mostly launch latency)
             # batches of back-to-back executions (paths.time_per_call): a single call's launch
             # latency would swamp the difference between plans of a short kernel
             t = paths.time_per_call(lambda: graph._execute_plan_at_index(pack, wptr, i, raw))

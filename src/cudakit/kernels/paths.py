@@ -127,6 +127,20 @@ def time_per_call(fn) -> float:
     return sorted(samples)[len(samples) // 2]
 
 
+def time_once(fn) -> float:
+    """Device milliseconds of one call of fn (launch latency included): enough to tell a candidate
+    many times slower than the best so far, which then needs no batches."""
+    from ..runtime import _cupy
+    cp = _cupy.cupy()
+    s = cp.cuda.get_current_stream()
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    a.record(s)
+    fn()
+    b.record(s)
+    b.synchronize()
+    return cp.cuda.get_elapsed_time(a, b)
+
+
 _SPIN_CYCLES = 2_000_000   # about 1 ms at an H100's 1.98 GHz
 _SPIN_SRC = r"""
 extern "C" __global__ void ck_spin(long long cycles) {   // keeps the stream busy: one thread waits
