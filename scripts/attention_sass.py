@@ -1,0 +1,94 @@
+"""Register spills of the attention kernels, without a GPU: compiles the Triton kernels for sm_90
+as kernels/attention.py launches them (the integers a launch passes divisible by 16 marked so, as
+the launcher specialises them) and counts local-memory loads and stores (spills), tensor-core
+instructions and global loads in the SASS (Triton's bundled cuobjdump).
+
+    python scripts/attention_sass.py [float32|bfloat16|float16] [head_dim]
+
+Prints lines starting with SASS: kernel, registers, stack bytes, LDL, STL, HGMMA, LDG. On
+2026-11-27 (Triton 3.9 here, float32 tf32x3, head dim 128) the split forward's SASS held 506
+local loads before its loops started at a compile-time key 0 (attn_fwd's LEFT) and 84 after."""
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from cudakit.kernels import _attention_triton as src  # noqa: E402
+from cudakit.kernels import attention as host  # noqa: E402
+
+# integer arguments a plain launch passes as multiples of 16 (lengths, unbounded mask sides, zero strides)
+DIVISIBLE = {"Lq", "Lk", "DLO", "DHI", "TQ", "TK", "BH0", "sb_b", "sb_h", "sb_q", "sb_k", "sd_b", "sd_h", "sd_q",
+             "sd_k", "DSEED_LO", "DSEED_HI", "DTHRESH"}
+FLOATS = {"qk_scale", "sm_scale", "DSCALE"}
+DATA = {"Q", "K", "V", "KLO", "VLO", "O", "DO", "DK", "DV", "DQ", "BIAS"}   # the data's own dtype
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def signature(fn, consts: dict, ptr: str) -> tuple[dict, dict]:
+    names = [p.name for p in fn.params]
+    sig, attrs = {}, {}
+    for n in names:
+        if n in consts:
+            sig[n] = "constexpr"
+        elif n in FLOATS:
+            sig[n] = "fp32"
+        elif n in ("LSE", "DELTA", "DBIAS"):
+            sig[n] = "*fp32"
+        elif n in ("LENS", "ERR"):
+            sig[n] = "*i64"
+        elif n in ("CU_Q", "CU_K"):
+            sig[n] = "*i32"
+        elif n in DATA:
+            sig[n] = ptr
+        else:
+            sig[n] = "i32"
+        if sig[n].startswith("*") or n in DIVISIBLE:
+            attrs[(names.index(n),)] = [["tt.divisibility", 16]]
+    return sig, attrs
+
+
+def spills(name: str, fn, cfg: dict, ptr: str, **consts) -> None:
+    cfg = dict(cfg)
+    opts = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
+    consts = dict(cfg, **consts)
+    names = [p.name for p in fn.params]
+    sig, attrs = signature(fn, consts, ptr)
+    ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
+                        target=GPUTarget("cuda", 90, 32), options=opts)
+    path = tempfile.mktemp(suffix=".cubin")
+    with open(path, "wb") as f:
+        f.write(ck.asm["cubin"])
+    usage = subprocess.run([CUOBJDUMP, "--dump-resource-usage", path], capture_output=True, text=True).stdout
+    sass = subprocess.run([CUOBJDUMP, "-sass", path], capture_output=True, text=True).stdout
+    os.unlink(path)
+    ops = collections.Counter(line.split()[1].split(".")[0] for line in sass.splitlines()
+                              if line.strip().startswith("/*") and len(line.split()) > 1)
+    res = next((line.strip() for line in usage.splitlines() if "REG" in line), "")
+    fields = dict(kv.split(":") for kv in res.split() if ":" in kv)
+    print(f"SASS {name}: REG {fields.get('REG')} STACK {fields.get('STACK')} LDL {ops['LDL']} STL {ops['STL']} "
+          f"HGMMA {ops['HGMMA']} LDG {ops['LDG']}", flush=True)
+
+
+def main(dtype: str = "float32", d: int = 128) -> None:
+    ptr = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}[dtype]
+    cfg = host._config(dtype, d, None)
+    plain = dict(D=d, HAS_LENS=False, HAS_BIAS=False, VARLEN=False, DROPOUT=False)
+    fwd = dict(cfg)
+    if host._split_forward(cfg, None, None):
+        fwd.update(host._SPLIT_TILES, SPLIT=True)
+    for left in (True, False):
+        spills(f"attn_fwd {dtype} d={d} LEFT={left}", src.attn_fwd, fwd, ptr, POS_SCALE=True, LEFT=left, **plain)
+    kv, qc = host._backward_configs(dtype, cfg)
+    spills(f"attn_bwd_dkdv {dtype} d={d}", src.attn_bwd_dkdv, kv, ptr, EVEN_Q=True, **plain)
+    spills(f"attn_bwd_dq {dtype} d={d}", src.attn_bwd_dq, qc, ptr, DB_MODE=0, DBQ=True, DBK=True, **plain)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "float32", int(sys.argv[2]) if len(sys.argv) > 2 else 128)
