@@ -80,7 +80,7 @@ def main(dtype: str = "float32", d: int = 128) -> None:
     ptr = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}[dtype]
     cfg = host._config(dtype, d, None)
     plain = dict(D=d, HAS_LENS=False, HAS_BIAS=False, VARLEN=False, DROPOUT=False)
-    fwd = dict(cfg)
+    fwd = dict(cfg, SPLIT=False)
     if host._split_forward(cfg, None, None):
         fwd.update(host._SPLIT_TILES, SPLIT=True)
     for left in (True, False):
