@@ -12,12 +12,7 @@ No masks: L must be a multiple of the tiles; [BH, L, D] contiguous float32, D ==
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _tf32(x):
-    """x rounded to a 10-bit mantissa (TF32; ties away from zero): what the tensor cores read of it
-    exactly (they would drop the low 13 bits, a truncation)."""
-    return ((x.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+from cudakit.kernels._attention_triton import _dot3, _tf32   # the shipped split forward's helpers
 
 
 @triton.jit
@@ -45,13 +40,6 @@ def split_kernel(X, HI, LO, HIT, LOT, L,   # X, HI, LO: [BH, L, D]; HIT, LOT: [B
         pt = bh * L * D + offs_d[None, :] * L + rows[:, None]
         tl.store(HIT + pt, hi)
         tl.store(LOT + pt, lo)
-
-
-@triton.jit
-def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
-    acc = tl.dot(a_lo, b_hi, acc, input_precision="tf32")
-    acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
-    return tl.dot(a_hi, b_hi, acc, input_precision="tf32")
 
 
 @triton.jit
