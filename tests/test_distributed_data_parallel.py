@@ -189,3 +189,26 @@ def test_close_is_a_no_op_without_the_copy_engine_path(one_rank):
     sync.close()
     sync.set_grad(0, np.full(4, 2.0, np.float32))   # the NCCL/CPU path keeps its buckets
     assert sync.wait()[0].tolist() == [2.0] * 4
+
+
+def test_gatherable_looks_at_type_device_contiguity_and_alignment(one_rank):
+    """GradSync._gatherable (CuPy buckets take a gradient into gather_copy's one launch): a gradient
+    of the buckets' array type, on their device, C-contiguous, at an address and bucket offset that
+    are multiples of gather_copy's 16 bytes; anything else is copied on its own. A stand-in array
+    type here (the CuPy path runs in tests/gpu)."""
+    from types import SimpleNamespace
+
+    class Arr:
+        def __init__(self, ptr, dev=0, contiguous=True):
+            self.data = SimpleNamespace(ptr=ptr, device_id=dev)
+            self.flags = SimpleNamespace(c_contiguous=contiguous)
+    sync = dist.GradSync([np.zeros(8, np.float32), np.zeros(8, np.float32)])
+    sync._array_type, sync._device_id, sync._align = Arr, 0, 16
+    sync._offset = [0, 32]
+    assert sync._gatherable(Arr(4096), 0) and sync._gatherable(Arr(4096), 1)
+    assert not sync._gatherable(Arr(4104), 0)                 # address off the 16-byte grid
+    sync._offset = [8, 32]
+    assert not sync._gatherable(Arr(4096), 0)                 # bucket offset off the grid
+    assert not sync._gatherable(Arr(4096, dev=1), 1)          # another device
+    assert not sync._gatherable(Arr(4096, contiguous=False), 1)
+    assert not sync._gatherable(np.zeros(8, np.float32), 1)   # not the buckets' array type
