@@ -4,6 +4,8 @@ compiled and launched by cudakit's Triton runtime, on the current CuPy stream.
 Inputs are contiguous [BH, L, D] CuPy arrays of float16, bfloat16 or float32 (float32 products as
 cudakit.float32_precision() names: three TF32 tensor-core products by default, config.py), D <= 256. The
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
+The float32 forward at head dims 65..128 under tf32x3 takes K and V split into TF32 parts and
+remainders once per call (_split_kv; the kernel's SPLIT), not per product as Triton's own tf32x3.
 """
 from __future__ import annotations
 
