@@ -212,3 +212,19 @@ def test_gatherable_looks_at_type_device_contiguity_and_alignment(one_rank):
     assert not sync._gatherable(Arr(4096, dev=1), 1)          # another device
     assert not sync._gatherable(Arr(4096, contiguous=False), 1)
     assert not sync._gatherable(np.zeros(8, np.float32), 1)   # not the buckets' array type
+
+
+def test_a_gradient_given_after_its_bucket_started_is_refused(one_rank):
+    """wait_for() starts every bucket (unmarked gradients count as written): a gradient given after
+    that would be left out of its bucket's all-reduce, so set_grad and mark_ready refuse it."""
+    params = [np.zeros(64, np.float32) for _ in range(2)]
+    sync = dist.GradSync(params, bucket_bytes=ALIGN_BYTES)
+    sync.set_grad(1, np.ones(64, np.float32))
+    sync.wait_for([1])
+    with pytest.raises(ValueError, match="already started its all-reduce"):
+        sync.set_grad(0, np.ones(64, np.float32))
+    with pytest.raises(ValueError, match="already started its all-reduce"):
+        sync.mark_ready(0)
+    sync.wait()
+    sync.set_grad(0, np.ones(64, np.float32))   # the next step takes it
+    sync.wait()

@@ -211,6 +211,7 @@ class GradSync:
                              f"{want.dtype} {tuple(want.shape)}")
         if self._ready[i]:
             raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
+        self._check_not_started(i)
         if not self.copy and self._adoptable(grad):
             self._adopted[i] = grad
         elif self._gather and self._gatherable(grad, i):
@@ -243,11 +244,19 @@ class GradSync:
     def _mark(self, i: int) -> None:
         if self._ready[i]:
             raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
+        self._check_not_started(i)
         self._ready[i] = True
-        b = self._bucket_of[i]
-        self._missing[b] -= 1
-        if b == self._next and not self._missing[b]:   # buckets start in order: only the next can
+        self._missing[self._bucket_of[i]] -= 1
+        if self._next < len(self.buckets) and not self._missing[self._next]:   # buckets start in order
             self._launch_ready()
+
+    def _check_not_started(self, i: int) -> None:
+        """Gradient i's bucket has not started its all-reduce in this step (wait_for() starts
+        buckets with gradients still unmarked): a gradient given later would be left out of it."""
+        b = self._bucket_of[i]
+        if b < self._next:
+            raise ValueError(f"gradient {i}'s bucket {b} already started its all-reduce in this step (wait_for() "
+                             f"starts every bucket): give gradients before wait_for(), or call wait() to end the step")
 
     def _launch_ready(self, all_: bool = False) -> None:
         while self._next < len(self.buckets) and (all_ or self._missing[self._next] == 0):

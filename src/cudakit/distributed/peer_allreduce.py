@@ -284,8 +284,13 @@ class PeerAllReduce:
             # the native launcher, as gather_copy launches: the general path (kept for profiles,
             # blocking launches and traces) took 0.45 ms of the GPT example's profiled eager
             # step for its seven buckets (H100 x2, 2026-11-27, --profile-host under cProfile)
-            launch.recent_launches.append(("ck_peer_add", (blocks, 1, 1), (threads, 1, 1)))
-            fast(blocks, threads, (dst, src, n, scale), stream.ptr)
+            kname = f"ck_peer_add<{_CTYPES[name]}>"
+            launch.recent_launches.append((kname, (blocks, 1, 1), (threads, 1, 1)))
+            try:
+                fast(blocks, threads, (dst, src, n, scale), stream.ptr)
+            except self.cp.cuda.driver.CUDADriverError as err:   # as the general path reports it
+                from ..errors import LaunchError
+                raise LaunchError(str(err), kname, (blocks, 1, 1), (threads, 1, 1)) from None
             return
         compiler._launch_function(f"ck_peer_add<{_CTYPES[name]}>", f, (blocks, 1, 1), (threads, 1, 1),
                                   (np.uint64(dst), np.uint64(src), np.int64(n), np.float32(scale)), 0, stream)

@@ -399,8 +399,14 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     kk, klo, vv, vlo = k, k, v, v
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
-        cfg.update(_SPLIT_TILES, SPLIT=True)                                              # past 2M take Triton's own)
-        kk, klo, vv, vlo = _split_kv(k, v)
+        try:                                                                              # past 2M take Triton's own)
+            kk, klo, vv, vlo = _split_kv(k, v)
+            cfg.update(_SPLIT_TILES, SPLIT=True)
+        except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies are 4x k's bytes
+            from .. import fallbacks
+            kk, klo, vv, vlo = k, k, v, v
+            fallbacks.note("attention:float32-split", "no memory for the float32 forward's split copies of k and v "
+                                                      "(4 times k's bytes): Triton's own tf32x3 products ran it")
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     if groups > 1:
         heads = q_heads
