@@ -31,7 +31,8 @@ def isolated_ms(fn, reps=25):
     return statistics.median(out)
 
 
-def plans(sig_kind, ptrs, label, torch_fn):
+def plans(sig_kind, ptrs, label, torch_fn, error=None):
+    """error(): the largest error of the output the plan just wrote (printed per plan), or None."""
     keys = [k for k, g in cudnn._graphs.items() if isinstance(k, tuple) and k[0] == sig_kind and isinstance(g, cudnn._Graph)]
     if not keys:
         print(f"PLAN-PROBE {label}: no {sig_kind} graph built ({cudnn.declined()})")
@@ -49,9 +50,10 @@ def plans(sig_kind, ptrs, label, torch_fn):
             pack = dict(zip(g.uids, ptrs))
             run = lambda: graph._execute_plan_at_index(pack, buf.data.ptr if ws else 0, i, h)  # noqa: E731
             run()
+            err = "" if error is None else f", error {error():.2e}"
             name = graph.get_plan_name_at_index(i)
             print(f"PLAN-PROBE {label}: plan {i} {name}: batched {paths.time_per_call(run):.4f} ms, "
-                  f"isolated {isolated_ms(run):.4f} ms")
+                  f"isolated {isolated_ms(run):.4f} ms{err}")
         except Exception as e:   # noqa: BLE001 -- a plan that does not build or run here
             print(f"PLAN-PROBE {label}: plan {i}: {type(e).__name__}: {str(e)[:100]}")
 
@@ -81,19 +83,27 @@ def main(only_f32: bool = False):
     torch.backends.cudnn.allow_tf32 = False
     try:
         # then with only the tensor-core notes left out (FFT and Winograd plans kept: cuDNN's
-        # FP32 math, what torch's strict FP32 may run) -- are torch's faster forwards those?
+        # FP32 math, what torch's strict FP32 may run) -- are torch's faster forwards those? Each
+        # plan's largest error against float64, over the sum of |x| |w| products (the ieee
+        # question: how far do Winograd or FFT plans stray, against the exact ones and torch's)
         exact_notes = cudnn._INEXACT_NOTES
         for c, hw, kk, r in ((64, 56, 64, 1), (128, 28, 512, 1), (128, 28, 128, 3), (512, 7, 512, 3)):
             x = torch.randn(32, c, hw, hw, device="cuda")
             w = torch.randn(kk, c, r, r, device="cuda") * (c * r * r) ** -0.5
             cx, cw = cp.from_dlpack(x), cp.from_dlpack(w)
+            ref = torch.nn.functional.conv2d(x.double(), w.double(), None, 1, r // 2)
+            mag = torch.nn.functional.conv2d(x.double().abs(), w.double().abs(), None, 1, r // 2)
+            t_err = float(((torch.nn.functional.conv2d(x, w, None, 1, r // 2).double() - ref).abs() / mag).max())
+            print(f"PLAN-PROBE conv {r}x{r} {c}->{kk} {hw}x{hw}: torch strict FP32 error {t_err:.2e}")
             for tag, notes in (("ieee", exact_notes), ("no-tensor-core", exact_notes[:3])):
                 cudnn._INEXACT_NOTES = notes
                 dispatch.clear()   # else the call replays the previous graph's plan and builds none
                 y = cudakit.conv2d(cx, cw, None, 1, r // 2)
                 print(f"PLAN-PROBE conv {r}x{r} {c}->{kk} {hw}x{hw} float32 {tag}: path {paths.last_paths().get('conv2d')}")
+                ty = torch.from_dlpack(y)
                 plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"conv{r}x{r} f32 {tag} {c}->{kk} {hw}",
-                      lambda: torch.nn.functional.conv2d(x, w, None, 1, r // 2))
+                      lambda: torch.nn.functional.conv2d(x, w, None, 1, r // 2),
+                      error=lambda: float(((ty.double() - ref).abs() / mag).max()))
                 cudnn._graphs.clear()
         cudnn._INEXACT_NOTES = exact_notes
     finally:
