@@ -286,6 +286,26 @@ def check_gqa(b, h, hkv, lq, lk, d, causal, dtype, lens=None):
                                    err_msg=f"{name} {case}")
 
 
+def check_tf32_split():
+    """tf32_split: parts with TF32's 10-bit mantissas (the low 13 bits zero), remainders that are
+    TF32 too and restore x to within 2^-21 of it (exactly where x needs no more bits), in x's layout
+    and transposed per [L, C] matrix, with a ragged last row block and C below its block."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 45, 40)) * np.exp2(rng.integers(-20, 20, (3, 45, 40)))).astype(np.float32)
+    x[0, 0, :4] = [0.0, -0.0, 1.0, np.float32(1 + 2.0 ** -23)]
+    for trans in (False, True):
+        shape = (3, 40, 45) if trans else x.shape
+        hi, lo = np.full(shape, 7.0, np.float32), np.full(shape, 7.0, np.float32)
+        kernels.tf32_split[(3, math.ceil(45 / 32))](*map(_Tensor, (x, hi, lo)), 45, C=40, BLOCK_L=32, BLOCK_C=64,
+                                                    TRANS=trans)
+        if trans:
+            hi, lo = hi.transpose(0, 2, 1), lo.transpose(0, 2, 1)
+        assert not (hi.view(np.uint32) & 0x1FFF).any() and not (lo.view(np.uint32) & 0x1FFF).any(), trans
+        err = np.abs(hi.astype(np.float64) + lo - x)
+        assert (err <= 2.0 ** -21 * np.abs(x)).all(), (trans, float((err / np.maximum(np.abs(x), 1e-38)).max()))
+        assert hi[0, 0, 2] == 1.0 and lo[0, 0, 2] == 0.0 and hi[0, 0, 3] + lo[0, 0, 3] == x[0, 0, 3]
+
+
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
     """Dropout on the probabilities: the kernels' Philox mask (regenerated in the backward) equals
     cudakit.dropout's stream over the flat (BH, Lq, Lk) scores, so out and the gradients match the
@@ -374,6 +394,7 @@ if __name__ == "__main__":
         check_gqa(*case)
     for case in DROPOUT_CASES:
         check_dropout(*case)
+    check_tf32_split()
     n = (len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + 5)
+         + len(DROPOUT_CASES) + 6)
     print(f"{n} cases match the float64 reference")

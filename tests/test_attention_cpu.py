@@ -133,6 +133,25 @@ def test_errors(rng):
         cudakit.attention_backward(out[:, :3], q, q, q, out, lse)
 
 
+def test_the_split_float32_forward_is_chosen_where_it_was_measured_faster():
+    """The float32 forward splits K and V once per call (SPLIT) under tf32x3 at head dims 65..128
+    with the shipped tiles; Triton's own products elsewhere: 16-bit data, head dim 64 (faster
+    there), 129..256, ieee and tf32, flash_attention's block sizes and explicit tiles."""
+    from cudakit.kernels import attention as at
+    old = cudakit.set_float32_precision("tf32x3")
+    try:
+        assert all(at._split_forward(at._config("float32", d, None), None, None) for d in (65, 96, 128))
+        assert not any(at._split_forward(at._config("float32", d, None), None, None) for d in (40, 64, 160, 256))
+        assert not at._split_forward(at._config("bfloat16", 128, None), None, None)
+        assert not at._split_forward(at._config("float32", 128, 64), 64, None)
+        assert not at._split_forward(at._config("float32", 128, None), None, {"BLOCK_M": 64})
+        for prec in ("ieee", "tf32"):
+            cudakit.set_float32_precision(prec)
+            assert not at._split_forward(at._config("float32", 128, None), None, None), prec
+    finally:
+        cudakit.set_float32_precision(old)
+
+
 def test_triton_kernels_compile_for_sm90_without_gpu():
     """Every attention kernel, 16-bit and float32, with key lengths or a bias (each of the bias gradient's
     modes) or neither, compiles for sm_90 here."""

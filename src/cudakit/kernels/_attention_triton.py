@@ -8,7 +8,9 @@ Backward (FlashAttention-2): delta = rowsum(dO * O); one kernel accumulates dK, 
 over the query blocks, another dQ per query block over the key blocks (no atomics); P is
 recomputed from the saved log-sum-exp. FLOPs: 10 * BH * Lq * Lk * D (halved with causal).
 All arrays contiguous [BH, L, D]; D may be any size up to BLOCK_D (masked; D is a compile-time
-constant, so the mask and the row strides fold away).
+constant, so the mask and the row strides fold away). float32 under tf32x3: each product is three
+TF32 products of parts and remainders; Triton splits both operands inside the loop, except in the
+forward's SPLIT form, whose K and V come split once per call (tf32_split).
 
 Masks. Query row i attends the keys j with i + DLO <= j < i + DHI and j < its batch's key length
 (LENS[b], b = bh // H, with HAS_LENS; Lk without): one interval a row, which covers causal masks
