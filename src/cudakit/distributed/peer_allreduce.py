@@ -267,33 +267,16 @@ class PeerAllReduce:
         _driver.call(_driver.wait, s, self._flag(self.base, b, 1), c, _WAIT_GEQ)    # 7.
 
     def _add(self, b: int, dst: int, src: int, n: int, average: bool, stream) -> None:
-        from ..runtime import compiler, launch
+        from ..runtime.compiler import _launch_function
         name = self.dtypes[b].name
-        got = self._kernels.get(name)
-        if got is None:
-            from ..runtime.fastlaunch import FastLauncher
-            f = _add_kernel(name)._function(self.device)
-            got = self._kernels[name] = (f, FastLauncher(f.ptr, "QQQf"))
-        f, fast = got
+        f = self._kernels.get(name)
+        if f is None:
+            f = self._kernels[name] = _add_kernel(name)._function(self.device)
         threads = 256
         blocks = min(-(-n // threads), 132 * 8)
-        scale = 0.5 if average else 1.0
-        blocking = launch._blocking if launch._blocking is not None else launch.launch_blocking()
-        from .. import profiler
-        if profiler._active is None and not blocking and compiler._recorder is None:
-            # the native launcher, as gather_copy launches: the general path (kept for profiles,
-            # blocking launches and traces) took 0.45 ms of the GPT example's profiled eager
-            # step for its seven buckets (H100 x2, 2026-11-27, --profile-host under cProfile)
-            kname = f"ck_peer_add<{_CTYPES[name]}>"
-            launch.recent_launches.append((kname, (blocks, 1, 1), (threads, 1, 1)))
-            try:
-                fast(blocks, threads, (dst, src, n, scale), stream.ptr)
-            except self.cp.cuda.driver.CUDADriverError as err:   # as the general path reports it
-                from ..errors import LaunchError
-                raise LaunchError(str(err), kname, (blocks, 1, 1), (threads, 1, 1)) from None
-            return
-        compiler._launch_function(f"ck_peer_add<{_CTYPES[name]}>", f, (blocks, 1, 1), (threads, 1, 1),
-                                  (np.uint64(dst), np.uint64(src), np.int64(n), np.float32(scale)), 0, stream)
+        _launch_function(f"ck_peer_add<{_CTYPES[name]}>", f, (blocks, 1, 1), (threads, 1, 1),
+                         (np.uint64(dst), np.uint64(src), np.int64(n), np.float32(0.5 if average else 1.0)), 0,
+                         stream)
 
     def release(self) -> None:
         """Write a value far ahead of every launch count into this rank's flags (on a stream of its
