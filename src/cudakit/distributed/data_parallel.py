@@ -209,9 +209,7 @@ class GradSync:
         if tuple(grad.shape) != want.shape or grad.dtype != want.dtype:
             raise ShapeError(f"grad {i} is {grad.dtype} {tuple(grad.shape)}; params[{i}] is "
                              f"{want.dtype} {tuple(want.shape)}")
-        if self._ready[i]:
-            raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
-        self._check_not_started(i)
+        self._check_markable(i)
         if not self.copy and self._adoptable(grad):
             self._adopted[i] = grad
         elif self._gather and self._gatherable(grad, i):
@@ -239,20 +237,23 @@ class GradSync:
     def mark_ready(self, i) -> None:
         """Gradient i (an index, or a name) is written (on the current stream). Starts its bucket's
         all-reduce when the bucket is complete (and every earlier bucket has started)."""
-        self._mark(self._index(i))
+        i = self._index(i)
+        self._check_markable(i)
+        self._mark(i)
 
     def _mark(self, i: int) -> None:
-        if self._ready[i]:
-            raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
-        self._check_not_started(i)
+        """Gradient i is in (checked by _check_markable): start the buckets now complete."""
         self._ready[i] = True
         self._missing[self._bucket_of[i]] -= 1
         if self._next < len(self.buckets) and not self._missing[self._next]:   # buckets start in order
             self._launch_ready()
 
-    def _check_not_started(self, i: int) -> None:
-        """Gradient i's bucket has not started its all-reduce in this step (wait_for() starts
-        buckets with gradients still unmarked): a gradient given later would be left out of it."""
+    def _check_markable(self, i: int) -> None:
+        """Gradient i is not marked yet in this step, and its bucket has not started its all-reduce
+        (wait_for() starts buckets with gradients still unmarked): a gradient given later would be
+        left out of it."""
+        if self._ready[i]:
+            raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
         b = self._bucket_of[i]
         if b < self._next:
             raise ValueError(f"gradient {i}'s bucket {b} already started its all-reduce in this step (wait_for() "
