@@ -3,7 +3,7 @@
 both operands of every product inside the loop: a tile read from shared memory into registers,
 split into its TF32 part and remainder, and both written back to shared memory for the tensor
 cores, on every key block. Here the loaded operands (K, V in the forward; Q, dO, K, V in the
-backward) are split once by `split_kernel` into two float32 arrays (hi: rounded to TF32's 10-bit
+backward) are split once by the shipped `tf32_split` into two float32 arrays (hi: rounded to TF32's 10-bit
 mantissa, lo: the exact remainder), so their tiles go from memory to shared memory and to the
 tensor cores as they are; only the operands computed in registers (P, dS, and Q when QREG) are
 split in registers. Each product is three TF32 products, the small ones first:
@@ -12,34 +12,7 @@ No masks: L must be a multiple of the tiles; [BH, L, D] contiguous float32, D ==
 import triton
 import triton.language as tl
 
-from cudakit.kernels._attention_triton import _dot3, _tf32   # the shipped split forward's helpers
-
-
-@triton.jit
-def _split(x):
-    """(hi, lo): hi = x in TF32, lo = the remainder x - hi (exact) in TF32 too (rounded, not left for
-    the tensor cores to truncate: half the error of the remainder's product)."""
-    hi = _tf32(x)
-    return hi, _tf32(x - hi)
-
-
-@triton.jit
-def split_kernel(X, HI, LO, HIT, LOT, L,   # X, HI, LO: [BH, L, D]; HIT, LOT: [BH, D, L] (TRANS)
-                 D: tl.constexpr, BLOCK: tl.constexpr, NORMAL: tl.constexpr, TRANS: tl.constexpr):
-    """X's TF32 parts and remainders, in X's layout (NORMAL) and/or transposed (TRANS): the tensor
-    cores take 32-bit operands only contiguous along the product's reduced dimension."""
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    bh = tl.program_id(1).to(tl.int64)
-    offs_d = tl.arange(0, D)
-    p = bh * L * D + rows[:, None] * D + offs_d[None, :]
-    hi, lo = _split(tl.load(X + p))
-    if NORMAL:
-        tl.store(HI + p, hi)
-        tl.store(LO + p, lo)
-    if TRANS:
-        pt = bh * L * D + offs_d[None, :] * L + rows[:, None]
-        tl.store(HIT + pt, hi)
-        tl.store(LOT + pt, lo)
+from cudakit.kernels._attention_triton import _dot3, _tf32_parts as _split   # the shipped forward's helpers
 
 
 @triton.jit

@@ -38,12 +38,19 @@ def kern(fn, **opts):
 
 
 def split(x, normal=True, trans=False):
+    """(hi, lo, hiT, loT): x's TF32 parts and remainders in its layout and/or transposed (x itself
+    in the slots not asked for), by the shipped tf32_split."""
     bh, L, d = x.shape
-    outs = [cp.empty_like(x) if normal else x for _ in range(2)]
-    outs += [cp.empty((bh, d, L), x.dtype) if trans else x for _ in range(2)]
-    blk = 64 if d <= 64 else 32
-    kern(sp.split_kernel, D=d, BLOCK=blk, NORMAL=normal, TRANS=trans, num_warps=4, num_stages=1)[
-        (L // blk, bh)](x, *outs, L)
+    outs = []
+    for want, t in ((normal, False), (trans, True)):
+        if not want:
+            outs += [x, x]
+            continue
+        shape = (bh, d, L) if t else x.shape
+        hi, lo = cp.empty(shape, x.dtype), cp.empty(shape, x.dtype)
+        at._specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": d, "TRANS": t, "num_warps": 4})[
+            (bh, L // 32)](x, hi, lo, L)
+        outs += [hi, lo]
     return outs
 
 

@@ -170,6 +170,14 @@ def _tf32(x):
 
 
 @triton.jit
+def _tf32_parts(x):
+    """(hi, lo): x's TF32 part and the remainder x - hi (exact in float32), itself rounded to TF32
+    (not left for the tensor cores to truncate: half the error of the remainder's product)."""
+    hi = _tf32(x)
+    return hi, _tf32(x - hi)
+
+
+@triton.jit
 def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
     """acc + a.b from TF32 parts and remainders: three tensor-core products, the small ones first
     (a_lo.b_lo, about 2^-22 of the term, dropped): the tf32x3 product."""
@@ -193,8 +201,7 @@ def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C,
     ok = (rows < L)[:, None] & (cols < C)[None, :]
     base = r * L * C
     x = tl.load(X + base + rows[:, None] * C + cols[None, :], mask=ok, other=0.0)
-    hi = _tf32(x)
-    lo = _tf32(x - hi)
+    hi, lo = _tf32_parts(x)
     if TRANS:
         p = base + cols[None, :] * L + rows[:, None]
     else:
@@ -264,8 +271,8 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
         keep = _keep(drop_rows[:, None] + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
         p = tl.where(keep, p * DSCALE, 0.0)
     if SPLIT:
-        p_hi = _tf32(p)
-        acc = _dot3(p_hi, _tf32(p - p_hi), v, tl.load(VLO + vt, mask=v_mask, other=0.0), acc * alpha[:, None])
+        p_hi, p_lo = _tf32_parts(p)
+        acc = _dot3(p_hi, p_lo, v, tl.load(VLO + vt, mask=v_mask, other=0.0), acc * alpha[:, None])
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return acc, l_i, m_new
@@ -301,8 +308,7 @@ def attn_fwd(Q, K, V, KLO, VLO, O, LSE,  # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     q = tl.load(Q + q_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     q_lo = q
     if SPLIT:   # q split once, in registers (the products' A operand)
-        q = _tf32(q_lo)
-        q_lo = _tf32(q_lo - q)
+        q, q_lo = _tf32_parts(q)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     b_rows = rows.to(tl.int64) * sb_q   # int64: a bias's Lq Lk elements may pass 2^31
     drop_rows = ((bh + BH0) * Lq + rows) * Lk   # the scores' flat indices of these rows (DROPOUT)

@@ -371,19 +371,18 @@ def _split_forward(cfg: dict, block_n, tiles) -> bool:
     return cfg.get("PREC") == "tf32x3" and cfg["BLOCK_D"] == 128 and block_n is None and not tiles
 
 
-def _split_kv(k, v):
-    """(k's TF32 parts, k's remainders, v's parts, v's remainders), v's as [BH, D, Lk]."""
+def _split_kv(k, v, block_d: int):
+    """(k's TF32 parts, k's remainders, v's parts, v's remainders), v's as [BH, D, Lk]; block_d:
+    the forward's BLOCK_D (head_dim's power of two)."""
     cp = _cupy.cupy()
     bhk, lk, d = k.shape
     parts = []
     for x, trans in ((k, False), (v, True)):
-        src = x if x.flags.c_contiguous else cp.ascontiguousarray(x)
         shape = (bhk, d, lk) if trans else x.shape
         hi, lo = cp.empty(shape, cp.float32), cp.empty(shape, cp.float32)
-        if src.size:
-            bd = max(16, 1 << (d - 1).bit_length())
-            _specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": bd, "TRANS": trans, "num_warps": 4})[
-                (bhk, math.ceil(lk / 32))](src, hi, lo, lk)
+        if x.size:
+            _specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": block_d, "TRANS": trans, "num_warps": 4})[
+                (bhk, math.ceil(lk / 32))](x, hi, lo, lk)
         parts += [hi, lo]
     return parts
 
@@ -400,11 +399,10 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     kk, klo, vv, vlo = k, k, v, v
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
-            kk, klo, vv, vlo = _split_kv(k, v)
+            kk, klo, vv, vlo = _split_kv(k, v, cfg["BLOCK_D"])
             cfg.update(_SPLIT_TILES, SPLIT=True)
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies are 4x k's bytes
             from .. import fallbacks
-            kk, klo, vv, vlo = k, k, v, v
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's split copies of k and v "
                                                       "(4 times k's bytes): Triton's own tf32x3 products ran it")
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
