@@ -12,12 +12,12 @@ import cupy as cp
 import torch
 
 import cudakit
-from cudakit.bench import timing
 from cudakit.kernels import attention as at
 from cudakit.runtime.triton import TritonKernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import _attention_f32_split as sp  # noqa: E402
+from _medians import run_medians  # noqa: E402
 
 ROUNDS = 3
 argv = sys.argv[1:]
@@ -113,12 +113,7 @@ def bwd_split_cfgs(d):
 
 
 def report(label, fns, flops):
-    ms, errors = {}, {}
-    for _ in range(ROUNDS):
-        res, err = timing.time_gpu_interleaved(fns, warmup=2, reps=6, rounds=2)
-        errors.update(err)
-        for name, r in res.items():
-            ms.setdefault(name, []).append(r["median_ms"])
+    ms, errors = run_medians(fns, ROUNDS, reps=6)
     base = statistics.median(ms.pop("torch")) if "torch" in ms else float("nan")
     print(f"VARIANT {label} torch {base:8.3f} ms {flops / base / 1e9:6.1f} TFLOP/s", flush=True)
     for name, v in sorted(ms.items(), key=lambda kv: statistics.median(kv[1])):

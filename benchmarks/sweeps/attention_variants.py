@@ -11,7 +11,7 @@ import cupy as cp
 import ml_dtypes
 import torch
 
-from cudakit.bench import timing
+from _medians import run_medians
 from cudakit.kernels import attention as at
 
 B, H, L = 8, 16, 4096
@@ -38,13 +38,7 @@ sdpa = torch.nn.functional.scaled_dot_product_attention
 
 
 def report(label, fns, flops):
-    ms = {}
-    errors = {}
-    for _ in range(ROUNDS):
-        res, err = timing.time_gpu_interleaved(fns, warmup=2, reps=6, rounds=2)
-        errors.update(err)
-        for name, r in res.items():
-            ms.setdefault(name, []).append(r["median_ms"])
+    ms, errors = run_medians(fns, ROUNDS, reps=6)
     base = statistics.median(ms.pop("torch"))
     for name, v in sorted(ms.items(), key=lambda kv: statistics.median(kv[1])):
         m = statistics.median(v)

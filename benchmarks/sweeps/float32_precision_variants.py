@@ -9,7 +9,7 @@ import cupy as cp
 import torch
 
 import cudakit
-from cudakit.bench import timing
+from _medians import run_medians
 from cudakit.kernels import attention as at
 
 PRECS = ("ieee", "tf32x3", "tf32")
@@ -17,12 +17,7 @@ ROUNDS = 3
 
 
 def report(label, fns, flops):
-    ms, errors = {}, {}
-    for _ in range(ROUNDS):
-        res, err = timing.time_gpu_interleaved(fns, warmup=2, reps=8, rounds=2)
-        errors.update(err)
-        for name, r in res.items():
-            ms.setdefault(name, []).append(r["median_ms"])
+    ms, errors = run_medians(fns, ROUNDS, reps=8)
     base = statistics.median(ms["torch"])
     for name, v in sorted(ms.items(), key=lambda kv: statistics.median(kv[1])):
         m = statistics.median(v)

@@ -1,0 +1,15 @@
+"""The sweeps' repeated timing: `runs` interleaved timings of the same providers (bench.timing's
+time_gpu_interleaved), each provider's median per run collected, so a sweep reports the median of
+run medians and the spread between runs."""
+from cudakit.bench import timing
+
+
+def run_medians(fns: dict, runs: int, reps: int, warmup: int = 2, rounds: int = 2) -> tuple[dict, dict]:
+    """({name: [median ms of each run]}, {name: the exception of a provider that failed})."""
+    ms, errors = {}, {}
+    for _ in range(runs):
+        res, err = timing.time_gpu_interleaved(fns, warmup=warmup, reps=reps, rounds=rounds)
+        errors.update(err)
+        for name, r in res.items():
+            ms.setdefault(name, []).append(r["median_ms"])
+    return ms, errors
