@@ -82,10 +82,10 @@ def main(only_f32: bool = False):
     old = cudakit.set_float32_precision("ieee")
     torch.backends.cudnn.allow_tf32 = False
     try:
-        # then with only the tensor-core notes left out (FFT and Winograd plans kept: cuDNN's
-        # FP32 math, what torch's strict FP32 may run) -- are torch's faster forwards those? Each
-        # plan's largest error against float64, over the sum of |x| |w| products (the ieee
-        # question: how far do Winograd or FFT plans stray, against the exact ones and torch's)
+        # "ieee" (tensor-core notes left out, FFT and Winograd plans kept: cuDNN's FP32 math, what
+        # torch's strict FP32 runs), then direct plans only (FFT and Winograd left out too). Each
+        # plan's largest error against float64, over the sum of |x| |w| products (how far do
+        # Winograd or FFT plans stray, against the direct ones and torch's)
         exact_notes = cudnn._INEXACT_NOTES
         for c, hw, kk, r in ((64, 56, 64, 1), (128, 28, 512, 1), (128, 28, 128, 3), (512, 7, 512, 3)):
             x = torch.randn(32, c, hw, hw, device="cuda")
@@ -95,7 +95,7 @@ def main(only_f32: bool = False):
             mag = torch.nn.functional.conv2d(x.double().abs(), w.double().abs(), None, 1, r // 2)
             t_err = float(((torch.nn.functional.conv2d(x, w, None, 1, r // 2).double() - ref).abs() / mag).max())
             print(f"PLAN-PROBE conv {r}x{r} {c}->{kk} {hw}x{hw}: torch strict FP32 error {t_err:.2e}")
-            for tag, notes in (("ieee", exact_notes), ("no-tensor-core", exact_notes[:3])):
+            for tag, notes in (("ieee", exact_notes), ("direct", exact_notes + cudnn._TRANSFORM_NOTES)):
                 cudnn._INEXACT_NOTES = notes
                 dispatch.clear()   # else the call replays the previous graph's plan and builds none
                 y = cudakit.conv2d(cx, cw, None, 1, r // 2)

@@ -82,14 +82,17 @@ def test_conv2d_channels_last_output_is_cudnns_own_memory(rng, only_cudnn):
 
 
 def test_conv2d_cudnn_float32_ieee_runs_exact_plans(rng, only_cudnn):
-    """float32 under "ieee" on cuDNN: only plans with FP32 products and sums, so the results meet
-    the FMA-summation bound (product_u 0) that cudakit's own ieee kernels meet, forward and
-    backward, NCHW and channels-last; their graphs are "ieee" signatures of their own."""
+    """float32 under "ieee" on cuDNN: only plans of FP32 arithmetic (FFT and Winograd ones included,
+    as in torch's strict FP32), so the results meet the FMA-summation bound plus the transforms'
+    roundings (PRODUCT_U["ieee_cudnn"], well under TF32's), forward and backward, NCHW and
+    channels-last; their graphs are "ieee" signatures of their own."""
     old = cudakit.set_float32_precision("ieee")
+    u = cc.PRODUCT_U["ieee_cudnn"]
     try:
-        cc.check_conv2d(_dev, _host, rng, 2, 16, 12, 12, 32, 3, 3, 1, 1, 1, "float32")
-        cc.check_conv2d(_dev, _host, rng, 3, 32, 9, 9, 16, 1, 1, 2, 0, 1, "float32")
-        cc.check_conv2d_channels_last(_dev, _host, rng, 2, 16, 10, 10, 24, 3, 3, 1, 1, 1, "float32")
+        cc.check_conv2d(_dev, _host, rng, 2, 16, 12, 12, 32, 3, 3, 1, 1, 1, "float32", product_u=u)
+        cc.check_conv2d(_dev, _host, rng, 3, 32, 9, 9, 16, 1, 1, 2, 0, 1, "float32", product_u=u)
+        cc.check_conv2d(_dev, _host, rng, 4, 64, 20, 20, 64, 3, 3, 1, 1, 1, "float32", product_u=u)
+        cc.check_conv2d_channels_last(_dev, _host, rng, 2, 16, 10, 10, 24, 3, 3, 1, 1, 1, "float32", product_u=u)
     finally:
         cudakit.set_float32_precision(old)
     assert {k[0] for k in cudnn._graphs if isinstance(k, tuple) and "ieee" in k} >= \

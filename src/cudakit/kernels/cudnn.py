@@ -23,9 +23,11 @@ Tensors are described to cuDNN in cudakit's layouts: convolution NCHW (C-contigu
 natural-log log-sum-exp of each scaled score row in float32, which is what cudakit's lse is.
 
 float32 convolutions run here under float32_precision "tf32" (cuDNN's TF32 tensor-core engines,
-what torch runs by default) and "ieee" (the plans of engines with a tensor-core, down-converting,
-reduced-precision, FFT or Winograd numerical note deselected: FP32 products summed in FP32, what
-torch runs with TF32 off); "tf32x3" stays on cudakit's kernels. cuDNN's attention takes float16
+what torch runs by default) and "ieee" (the plans of engines with a tensor-core, down-converting or
+reduced-precision numerical note deselected: FP32 arithmetic throughout, the plans torch's strict
+FP32 (TF32 off) keeps; FFT and Winograd plans stay, as there: their FP32 transforms add a few
+hundred roundings of error at most, against TF32's 2^-11 a product); "tf32x3" stays on cudakit's
+kernels. cuDNN's attention takes float16
 and bfloat16.
 """
 from __future__ import annotations
@@ -104,7 +106,7 @@ def version() -> str | None:
 
 def conv_dtype_ok(dtype_name: str) -> bool:
     """cuDNN takes this convolution dtype here: 16-bit always, float32 under precision "tf32" or
-    "ieee" (exact engines only, see the module docstring)."""
+    "ieee" (FP32-arithmetic engines only, see the module docstring)."""
     if dtype_name in ("float16", "bfloat16"):
         return True
     if dtype_name == "float32":
@@ -114,7 +116,7 @@ def conv_dtype_ok(dtype_name: str) -> bool:
 
 
 def _exact(dtype_name: str) -> bool:
-    """float32 under precision "ieee": the graph keeps only plans with FP32 products and sums."""
+    """float32 under precision "ieee": the graph keeps only plans of FP32 arithmetic (_INEXACT_NOTES)."""
     if dtype_name != "float32":
         return False
     from .. import config
@@ -122,9 +124,12 @@ def _exact(dtype_name: str) -> bool:
 
 
 # the numerical notes of plans an "ieee" float32 graph leaves out (frontend names; one missing from
-# an older frontend is skipped)
-_INEXACT_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "FFT", "WINOGRAD",
-                  "WINOGRAD_TILE_4x4", "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13")
+# an older frontend is skipped): TF32 or lower-precision inputs or sums, as torch leaves out with
+# TF32 off. Its FFT and Winograd plans (_TRANSFORM_NOTES) stay: torch's strict FP32 runs them (its 3x3
+# 128->128 28x28 forward took 0.1355 ms on plan eng3_k11=2, which only they include, against 0.2349 ms
+# for the best direct plan; H100, 2026-11-27, scripts/cudnn_plan_probe.py f32).
+_INEXACT_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")
+_TRANSFORM_NOTES = ("FFT", "WINOGRAD", "WINOGRAD_TILE_4x4", "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13")
 
 
 def attention_ok(dtype_name: str, d: int) -> bool:
@@ -237,7 +242,7 @@ def contiguous_desc(shape) -> tuple:
 def _graph(sig: tuple, dtype_name: str, make, scratch, exact: bool = False):
     """The _Graph of signature `sig` (built on first use by make(graph, dt) -> operand tensors in
     call order), or None when cuDNN declines it. scratch() -> operand pointers (fresh arrays) for
-    timing plans. exact: only plans with FP32 products and sums (float32 "ieee"; the signature
+    timing plans. exact: only plans of FP32 arithmetic (float32 "ieee"; the signature
     must say so, as the conv signatures do)."""
     g = _graphs.get(sig)
     if g is not None:
@@ -405,7 +410,7 @@ def _conv_geometry(geo):
 # graph signatures, shared with the dispatch plans that look the built graphs up (path_plans.py)
 # layout: "nchw" (C-contiguous operands) or "nhwc" (the activations channels-last, the weight
 # C-contiguous (K, C, R, S)): one graph each, as their strides differ
-# float32 "ieee" graphs (exact plans only) are signatures of their own too. Every signature ends
+# float32 "ieee" graphs (FP32-arithmetic plans only) are signatures of their own too. Every signature ends
 # with its device (executor() reads it there).
 def _tags(dtype_name: str, layout: str) -> tuple:
     return ((layout,) if layout != "nchw" else ()) + (("ieee",) if _exact(dtype_name) else ())
