@@ -2,7 +2,10 @@
 kernels, their tiles, and the split-operand kernels of _attention_f32_split.py (operands split into
 TF32 parts and remainders once, ahead of the products, with the split passes inside the timed call),
 each interleaved with torch, plus each variant's largest error against float64 on a small case.
-    python3 benchmarks/sweeps/attention_f32_variants.py [--shapes 4x8x2048x128,16x8x512x64]
+    python3 benchmarks/sweeps/attention_f32_variants.py [--shapes 4x8x2048x128,16x8x512x64] [--bwd-only]
+The backward's kernels (dK/dV, dQ, or the two fused with dQ summed atomically) are timed each on its
+own, on operands split once (their split passes and delta timed apart), so the best pair shows.
+--bwd-only: of the forward, torch's and the shipped kernel's rows only.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -69,21 +72,63 @@ def fwd_split(q, k, v, scale, cfg):
     return o, lse
 
 
-def bwd_split(do, q, k, v, o, lse, scale, kvcfg, qcfg):
-    bh, L, d = q.shape
+def bwd_parts(do, q, k, v, o):
+    """The backward's split operands and delta, computed once (the split kernels' arguments)."""
     qh, ql, qth, qtl = split(q, trans=True)
     kh, kl, kth, ktl = split(k, trans=True)
     vh, vl = split(v)[:2]
     doh, dol, doth, dotl = split(do, trans=True)
-    delta = (o * do).sum(axis=-1)
-    dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
-    c = dict(kvcfg)
-    kern(sp.dkdv_split, D=d, **c)[(L // c["BLOCK_N"], bh)](
-        qh, ql, qth, qtl, kh, kl, vh, vl, doh, dol, doth, dotl, lse, delta, dk, dv, scale * math.log2(math.e), scale, L)
-    c = dict(qcfg)
-    kern(sp.dq_split, D=d, **c)[(L // c["BLOCK_M"], bh)](
-        qh, ql, kh, kl, kth, ktl, vh, vl, doh, dol, lse, delta, dq, scale * math.log2(math.e), scale, L)
-    return dq, dk, dv
+    return dict(qh=qh, ql=ql, qth=qth, qtl=qtl, kh=kh, kl=kl, kth=kth, ktl=ktl, vh=vh, vl=vl, doh=doh, dol=dol,
+                doth=doth, dotl=dotl, delta=(o * do).sum(axis=-1))
+
+
+def _launch(fn, d, cfg, grid_block):
+    c = {k: v for k, v in cfg.items() if k != "RELOAD" or v}
+    return kern(fn, D=d, **c), c[grid_block]
+
+
+def dkdv_only(P, lse, scale, cfg, dk, dv):
+    bh, L, d = P["qh"].shape
+    k, bn = _launch(sp.dkdv_split, d, cfg, "BLOCK_N")
+    k[(L // bn, bh)](P["qh"], P["ql"], P["qth"], P["qtl"], P["kh"], P["kl"], P["vh"], P["vl"], P["doh"], P["dol"],
+                     P["doth"], P["dotl"], lse, P["delta"], dk, dv, scale * math.log2(math.e), scale, L)
+
+
+def dq_only(P, lse, scale, cfg, dq):
+    bh, L, d = P["qh"].shape
+    k, bm = _launch(sp.dq_split, d, cfg, "BLOCK_M")
+    k[(L // bm, bh)](P["qh"], P["ql"], P["kh"], P["kl"], P["kth"], P["ktl"], P["vh"], P["vl"], P["doh"], P["dol"],
+                     lse, P["delta"], dq, scale * math.log2(math.e), scale, L)
+
+
+def fused_only(P, lse, scale, cfg, dq, dk, dv):
+    """dK, dV and dQ in one kernel (bwd_fused_split: dQ summed atomically into dq, zeroed here)."""
+    bh, L, d = P["qh"].shape
+    dq.fill(0)
+    k, bn = _launch(sp.bwd_fused_split, d, cfg, "BLOCK_N")
+    k[(L // bn, bh)](P["qh"], P["ql"], P["qth"], P["qtl"], P["kh"], P["kl"], P["kth"], P["ktl"], P["vh"], P["vl"],
+                     P["doh"], P["dol"], P["doth"], P["dotl"], lse, P["delta"], dk, dv, dq,
+                     scale * math.log2(math.e), scale, L)
+
+
+SHIPPED_BWD_TILES = [((32, 128, 8, 1), (128, 32, 8, 1)), ((16, 128, 8, 1), (128, 16, 8, 1)),
+                     ((16, 64, 4, 1), (64, 16, 4, 1))]
+
+
+def _tiles(rows):
+    return [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=nw, num_stages=ns, RELOAD=rl) for bm, bn, nw, ns, rl in rows]
+
+
+# backward tiles (BLOCK_M, BLOCK_N, num_warps, num_stages, RELOAD) of each kernel, timed on their
+# own: the ones whose sm_90 SASS (Triton 3.9, CPU) spilled least
+DKDV = {64: _tiles([(16, 64, 4, 1, False), (32, 128, 8, 1, False), (16, 128, 8, 1, True), (32, 128, 8, 1, True),
+                    (64, 128, 8, 1, True)]),
+        128: _tiles([(16, 64, 4, 1, False), (32, 128, 8, 1, False), (16, 128, 8, 1, True), (32, 128, 8, 1, True),
+                     (16, 64, 4, 2, False)])}
+DQ = {64: _tiles([(128, 32, 8, 1, False), (64, 32, 4, 1, False), (64, 16, 4, 1, False), (128, 64, 8, 1, False)]),
+      128: _tiles([(128, 32, 8, 1, False), (64, 16, 4, 1, False), (128, 16, 8, 1, False), (64, 32, 4, 1, False)])}
+FUSED = {64: _tiles([(16, 128, 8, 1, False), (16, 64, 4, 1, False), (16, 128, 8, 1, True), (32, 128, 8, 1, False)]),
+         128: _tiles([(16, 64, 4, 1, False), (16, 64, 4, 2, False), (16, 128, 8, 1, False)])}
 
 
 # tiles that fit 227 KiB of shared memory: q's two parts (unless QREG: split in registers) and, a
@@ -96,20 +141,9 @@ FWD_BUILTIN = [{"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
                {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
                {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2},
                {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}]
-_BWD = {64: [((32, 64, 4, 1), (64, 32, 4, 1)), ((64, 64, 4, 1), (64, 64, 4, 1)), ((32, 128, 8, 1), (128, 32, 8, 1)),
-             ((64, 128, 8, 1), (128, 64, 8, 1)), ((32, 64, 4, 2), (64, 32, 4, 2)), ((16, 64, 4, 2), (64, 16, 4, 2))],
-        128: [((16, 64, 4, 1), (64, 16, 4, 1)), ((32, 32, 4, 1), (32, 32, 4, 1)), ((16, 32, 4, 2), (32, 32, 4, 2)),
-              ((32, 64, 4, 1), (64, 32, 4, 1)), ((16, 128, 8, 1), (64, 16, 4, 2))]}
-
 
 def fwd_split_cfgs(d):
     return [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=nw, num_stages=ns, QREG=qr) for bm, bn, nw, ns, qr in _FWD[d]]
-
-
-def bwd_split_cfgs(d):
-    return [(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=nw, num_stages=ns), dict(BLOCK_M=qm, BLOCK_N=qn, num_warps=qw,
-                                                                               num_stages=qs))
-            for (bm, bn, nw, ns), (qm, qn, qw, qs) in _BWD[d]]
 
 
 def report(label, fns, flops):
@@ -148,13 +182,23 @@ def accuracy(d):
             err(f"split {tuple(c.values())}", {"o": o2})
         except Exception as e:   # noqa: BLE001 -- tiles this GPU cannot run
             print(f"VARIANT accuracy d={d} split {tuple(c.values())} failed: {type(e).__name__}: {str(e)[:120]}")
-    for kv, qc in bwd_split_cfgs(d):
-        try:
-            err(f"split bwd {tuple(kv.values())} {tuple(qc.values())}",
-                dict(zip(("dq", "dk", "dv"), bwd_split(g, q, k, v, o, lse, scale, kv, qc))))
-            break
-        except Exception as e:   # noqa: BLE001
-            print(f"VARIANT accuracy d={d} split bwd {tuple(kv.values())} failed: {type(e).__name__}: {str(e)[:120]}")
+    P = bwd_parts(g, q, k, v, o)
+    for name, tiles in (("dkdv", DKDV), ("dq", DQ), ("fused", FUSED)):
+        for c in tiles[d]:
+            dq, dk, dv = cp.zeros_like(q), cp.zeros_like(k), cp.zeros_like(v)
+            try:
+                if name == "dkdv":
+                    dkdv_only(P, lse, scale, c, dk, dv)
+                    got = {"dk": dk, "dv": dv}
+                elif name == "dq":
+                    dq_only(P, lse, scale, c, dq)
+                    got = {"dq": dq}
+                else:
+                    fused_only(P, lse, scale, c, dq, dk, dv)
+                    got = {"dq": dq, "dk": dk, "dv": dv}
+                err(f"{name} {tuple(c.values())}", got)
+            except Exception as e:   # noqa: BLE001 -- tiles this GPU cannot run
+                print(f"VARIANT accuracy d={d} {name} {tuple(c.values())} failed: {type(e).__name__}: {str(e)[:120]}")
 
 
 if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attention.py _SPLIT_TILES) only
@@ -193,9 +237,9 @@ for b, h, L, d in shapes:
     tag = f"{b}x{h}x{L}x{d}"
     fns = {"torch": lambda: sdpa(tq, tk, tv),
            "shipped": lambda: at.forward(q, k, v, scale, False, "float32")}
-    for t in FWD_BUILTIN:
+    for t in ([] if "--bwd-only" in argv else FWD_BUILTIN):
         fns[f"builtin {tuple(t.values())}"] = lambda t=t: at.forward(q, k, v, scale, False, "float32", tiles=t)
-    for c in fwd_split_cfgs(d):
+    for c in ([] if "--bwd-only" in argv else fwd_split_cfgs(d)):
         fns[f"split {tuple(c.values())}"] = lambda c=c: fwd_split(q, k, v, scale, c)
     fns["split K,V passes alone"] = lambda: (split(k), split(v, normal=False, trans=True))
     report(f"{tag} forward", fns, 4 * per)
@@ -204,8 +248,18 @@ for b, h, L, d in shapes:
     y = sdpa(rq, rk, rv)
     fns = {"torch": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True),
            "shipped": lambda: at.backward(g, q, k, v, o, lse, scale, False, "float32")}
-    for kv, qc in bwd_split_cfgs(d):
-        fns[f"split kv{tuple(kv.values())} q{tuple(qc.values())}"] = (
-            lambda kv=kv, qc=qc: bwd_split(g, q, k, v, o, lse, scale, kv, qc))
-    fns["split passes alone"] = lambda: (split(q, trans=True), split(k, trans=True), split(v), split(g, trans=True))
+    for kt, qt in SHIPPED_BWD_TILES:   # the shipped kernels (Triton's own tf32x3) on other tiles
+        tiles = (dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), kt)),
+                 dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), qt)))
+        fns[f"shipped tiles kv{kt} q{qt}"] = lambda t=tiles: at.backward(g, q, k, v, o, lse, scale, False, "float32",
+                                                                         tiles=t)
+    P = bwd_parts(g, q, k, v, o)
+    dq, dk, dv = cp.zeros_like(q), cp.zeros_like(k), cp.zeros_like(v)
+    for c in DKDV[d]:
+        fns[f"dkdv kernel {tuple(c.values())}"] = lambda c=c: dkdv_only(P, lse, scale, c, dk, dv)
+    for c in DQ[d]:
+        fns[f"dq kernel {tuple(c.values())}"] = lambda c=c: dq_only(P, lse, scale, c, dq)
+    for c in FUSED[d]:
+        fns[f"fused kernel {tuple(c.values())}"] = lambda c=c: fused_only(P, lse, scale, c, dq, dk, dv)
+    fns["split passes and delta"] = lambda: bwd_parts(g, q, k, v, o)
     report(f"{tag} backward", fns, 10 * per)
