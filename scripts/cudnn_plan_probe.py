@@ -69,12 +69,25 @@ def main(only_f32: bool = False):
         plans("sdpa_fwd_inf", [cq.data.ptr, ck.data.ptr, cv.data.ptr, out.data.ptr], f"sdpa causal {dt}",
               lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
         cudnn._graphs.clear()
-    for c, hw, kk in (() if only_f32 else ((64, 56, 64), (256, 56, 64), (512, 28, 128))):
+    for c, hw, kk in (() if only_f32 else ((64, 56, 64), (256, 56, 64), (512, 28, 128), (1024, 14, 256))):
         x = torch.randn(32, c, hw, hw, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(kk, c, 1, 1, device="cuda", dtype=torch.bfloat16) * c ** -0.5
         cx, cw = cp.from_dlpack(x), cp.from_dlpack(w)
         y = cudakit.conv2d(cx, cw)
-        print(f"PLAN-PROBE conv 1x1 {c}->{kk} {hw}x{hw} bf16: path {paths.last_paths().get('conv2d')}")
+        call = lambda: cudakit.conv2d(cx, cw)  # noqa: E731 -- the chosen path, as the benchmark calls it
+        print(f"PLAN-PROBE conv 1x1 {c}->{kk} {hw}x{hw} bf16: path {paths.last_paths().get('conv2d')}, "
+              f"batched {paths.time_per_call(call):.4f} ms, isolated {isolated_ms(call):.4f} ms")
+        g = torch.randn(32, kk, hw, hw, device="cuda", dtype=torch.bfloat16)
+        cg = cp.from_dlpack(g)
+        back = lambda: cudakit.conv2d_backward(cg, cx, cw, bias=False)  # noqa: E731
+        back()
+        rx, rw = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+        ty = torch.nn.functional.conv2d(rx, rw)
+        tback = lambda: torch.autograd.grad(ty, (rx, rw), g, retain_graph=True)  # noqa: E731
+        print(f"PLAN-PROBE conv 1x1 {c}->{kk} {hw}x{hw} bf16 backward: dgrad {paths.last_paths().get('conv2d_input_grad')}"
+              f" wgrad {paths.last_paths().get('conv2d_weight_grad')}, batched {paths.time_per_call(back):.4f} ms, "
+              f"isolated {isolated_ms(back):.4f} ms; torch batched {paths.time_per_call(tback):.4f} ms, "
+              f"isolated {isolated_ms(tback):.4f} ms")
         plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"conv1x1 {c}->{kk}",
               lambda: torch.nn.functional.conv2d(x, w))
         cudnn._graphs.clear()

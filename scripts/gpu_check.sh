@@ -47,7 +47,9 @@ cp /tmp/cudakit-bench/results.json /tmp/cudakit-bench/speedup_vs_torch.png "$OUT
 for v in ${VARIANTS:-}; do timeout ${VARIANT_TIMEOUT:-120} python3 "benchmarks/sweeps/$v.py" ${VARIANT_ARGS:-} 2>&1 | tee -a "$LOG" | grep VARIANT; done
 timeout ${PROBE_TIMEOUT:-90} python3 scripts/overhead_probe.py 2>&1 | tee -a "$LOG" | grep OVERHEAD
 # PLAN_PROBE=1: every cuDNN plan of a few signatures timed batched and one call behind an L2 flush
-if [ "${PLAN_PROBE:-0}" = 1 ]; then timeout ${PLAN_PROBE_TIMEOUT:-120} python3 scripts/cudnn_plan_probe.py ${PLAN_PROBE_ARGS:-} 2>&1 | tee -a "$LOG" | grep -E "PLAN-PROBE|Error"; fi
+# (its own cache directory: it builds graphs under signatures it then restricts, whose plan choices
+# would otherwise be kept on disk for later benchmarks of the same signatures)
+if [ "${PLAN_PROBE:-0}" = 1 ]; then CUDAKIT_CACHE_DIR=$(mktemp -d) timeout ${PLAN_PROBE_TIMEOUT:-120} python3 scripts/cudnn_plan_probe.py ${PLAN_PROBE_ARGS:-} 2>&1 | tee -a "$LOG" | grep -E "PLAN-PROBE|Error"; fi
 # which path (cuDNN or cudakit's kernels) each benchmarked signature chose, and their host time per call
 timeout ${CUDNN_PROBE_TIMEOUT:-90} python3 scripts/cudnn_probe.py 2>&1 | tee -a "$LOG" | grep -E "CUDNN-PROBE|Error"
 # TRITON_SLIM: a carried tarball of another Triton (the image has 3.6; the extra pins >= 3.8), built
