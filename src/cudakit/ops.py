@@ -106,6 +106,14 @@ def _planned(op: str, planner, args: tuple, arrays: int = 3):
 _planners: dict = {}   # (op, planner name, arrays) -> the planner dispatch.call runs
 
 
+def planner_of(op: str, arrays: int):
+    """The planner dispatch.call runs for op (made by its first planned call), or None."""
+    for (o, _, n), make in _planners.items():
+        if o == op and n == arrays:
+            return make
+    return None
+
+
 def _planner(op: str, planner, checked, arrays: int):
     """op's planner: a plan traced from the checked call (planner None), or the named planner of
     kernels.gemm_plans / kernels.path_plans with a traced plan where it has none for the signature

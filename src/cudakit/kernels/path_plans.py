@@ -259,15 +259,37 @@ def _triton_chosen(kind, bh, lq, lk, d, name, sc, causal, dev) -> bool:
 
 
 def _f32_guard(dtype_name: str, plan, op: str, arrays: int):
-    """plan, or for float32 (whose kernels and path choice follow float32_precision()) a plan that
-    hands the call to op's checked path (ops._checked_call; `arrays` as ops._planned has it) when
-    the precision changed since the plan was made."""
+    """plan, or for float32 (whose kernels and path choice follow float32_precision()) a plan per
+    precision: the first call under another precision than the plan's runs op's checked path
+    (ops._checked_call; `arrays` as ops._planned has it), which chooses that precision's paths, and
+    then op's planner (ops.planner_of) makes the plan later calls under it replay. Code that switches
+    precision around each call (the benchmark's float32 rows) keeps a plan for each."""
     if dtype_name != "float32":
         return plan
     from .. import config
-    from ..ops import _checked_call
-    prec, checked = config.float32_precision(), _checked_call(op, arrays)
-    return lambda *a: plan(*a) if config.float32_precision() == prec else checked(*a)
+    from ..ops import _checked_call, planner_of
+    checked = _checked_call(op, arrays)
+    plans = {config.float32_precision(): plan}
+
+    def guarded(*a):
+        prec = config.float32_precision()
+        p = plans.get(prec, _MISSING)
+        if p is not _MISSING:
+            return checked(*a) if p is None else p(*a)
+        r = checked(*a)
+        make = planner_of(op, arrays)
+        try:
+            plans[prec] = None if make is None else make(*a)
+        except Exception as e:  # noqa: BLE001 - as dispatch.call: a planner's failure costs the plan only
+            from .. import fallbacks
+            fallbacks.note(f"plan:{op}", f"no {prec} plan for {op} with this signature ({type(e).__name__}: {e}); "
+                                         f"the checked path runs it")
+            plans[prec] = None
+        return r
+    return guarded
+
+
+_MISSING = object()
 
 
 # ---- conv2d ------------------------------------------------------------------------------------

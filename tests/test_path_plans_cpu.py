@@ -1,0 +1,54 @@
+"""kernels/path_plans.py pieces that need no GPU: a float32 plan kept per float32_precision."""
+import cudakit
+from cudakit import ops
+from cudakit.kernels import path_plans
+
+
+def test_a_float32_plan_is_kept_per_precision(monkeypatch):
+    """The first call under another precision runs the checked path and makes that precision's plan
+    with op's planner; later calls under either precision replay their own plan."""
+    calls = []
+    monkeypatch.setattr(ops, "_checked_call", lambda op, arrays: lambda *a: calls.append(("checked", *a)) or "c")
+    made = []
+
+    def make(*a):   # the op's planner: a plan (guarded itself, as the named planners return them)
+        prec = cudakit.float32_precision()
+        made.append(prec)
+        return path_plans._f32_guard("float32", lambda *b: calls.append((prec, *b)) or prec, "conv2d", 3)
+    monkeypatch.setattr(ops, "planner_of", lambda op, arrays: make if (op, arrays) == ("conv2d", 3) else None)
+    old = cudakit.set_float32_precision("tf32")
+    try:
+        plan = make()
+        assert plan(1) == "tf32"
+        cudakit.set_float32_precision("ieee")
+        assert plan(2) == "c" and made == ["tf32", "ieee"]   # checked once, then ieee's plan made
+        assert plan(3) == "ieee" and plan(4) == "ieee"
+        cudakit.set_float32_precision("tf32")
+        assert plan(5) == "tf32"
+        cudakit.set_float32_precision("ieee")
+        assert plan(6) == "ieee" and made == ["tf32", "ieee"]
+    finally:
+        cudakit.set_float32_precision(old)
+    assert calls == [("tf32", 1), ("checked", 2), ("ieee", 3), ("ieee", 4), ("tf32", 5), ("ieee", 6)]
+
+
+def test_16_bit_plans_are_not_guarded():
+    plan = object()
+    assert path_plans._f32_guard("bfloat16", plan, "conv2d", 3) is plan
+
+
+def test_a_planner_that_fails_leaves_the_checked_path(monkeypatch):
+    monkeypatch.setattr(ops, "_checked_call", lambda op, arrays: lambda *a: "c")
+
+    def broken(*a):
+        raise RuntimeError("no plan")
+    monkeypatch.setattr(ops, "planner_of", lambda op, arrays: broken)
+    old = cudakit.set_float32_precision("tf32")
+    try:
+        plan = path_plans._f32_guard("float32", lambda *a: "p", "conv2d", 3)
+        cudakit.set_float32_precision("ieee")
+        assert plan() == "c" and plan() == "c"
+        cudakit.set_float32_precision("tf32")
+        assert plan() == "p"
+    finally:
+        cudakit.set_float32_precision(old)
