@@ -65,7 +65,6 @@ def clock(monkeypatch):
     empty = lambda n, dtype: types.SimpleNamespace(data=types.SimpleNamespace(ptr=4096), nbytes=n)  # noqa: E731
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda, empty=empty, uint8="uint8",
                                                                    int64=int))
-    monkeypatch.setattr(timing, "_flush_buffers", {})
     spins = []
 
     def spin(grid, block, args):   # the spin after the flush: device time before the start event
@@ -73,6 +72,7 @@ def clock(monkeypatch):
         now[0] += 0.3
     from cudakit.kernels import paths
     monkeypatch.setattr(paths, "_spinner", lambda: spin)
+    monkeypatch.setattr(paths, "_flush_buffers", {})
     now.flushes, now.spins = flushes, spins
     return now
 
@@ -144,3 +144,21 @@ def test_cold_timing_flushes_the_l2_cache_before_each_timed_call(clock):
     assert {f[1:] for f in clock.flushes} == {(0, 100 << 20, 7)}
     assert res["a"]["median_ms"] == 1.0 and res["b"]["median_ms"] == 3.0
     assert "host_exposed_runs" not in res["a"]   # the start event was still ahead of the GPU every time
+
+
+def test_path_timing_measures_each_call_behind_a_flush(clock, monkeypatch):
+    """paths.time_per_call (how a path or cuDNN plan is chosen): every call behind an L2 flush,
+    between its own events, so neither the flush nor the queueing spin counts."""
+    import sys
+
+    from cudakit.kernels import paths
+    from cudakit.runtime import _cupy
+    monkeypatch.setattr(_cupy, "cupy", lambda: sys.modules["cupy"])
+    calls = []
+
+    def fn():
+        calls.append(clock[0])
+        clock[0] += 0.2
+    assert paths.time_per_call(fn) == pytest.approx(0.2)
+    assert len(calls) == len(clock.flushes) == paths._REPS * paths._BATCH
+    assert len(clock.spins) == paths._REPS and clock.flushes[0][2] == 100 << 20   # twice the fake 50 MiB L2

@@ -11,9 +11,6 @@ def _summ(samples_ms: list[float]) -> dict:
     return {"median_ms": statistics.median(s), "p10_ms": q(0.1), "p90_ms": q(0.9), "runs": len(s)}
 
 
-_flush_buffers: dict = {}
-
-
 _SPIN_AFTER_FLUSH = 600_000   # clock cycles (about 0.3 ms at an H100's 1.98 GHz)
 
 
@@ -24,12 +21,8 @@ def _l2_flusher(cp):
     while the GPU spins, so the sample is the call's device time, not its host time (a flush alone
     covers only its own tens of microseconds: on 2026-11-27 a grouped-query attention call whose
     checked path costs more host time than that was timed 16-23% slow)."""
-    dev = cp.cuda.runtime.getDevice()
-    buf = _flush_buffers.get(dev)
-    if buf is None:
-        l2 = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrL2CacheSize, dev)
-        buf = _flush_buffers[dev] = cp.empty(max(2 * l2, 64 << 20), cp.uint8)
-    from ..kernels.paths import _spinner
+    from ..kernels.paths import _spinner, l2_flush_buffer
+    buf = l2_flush_buffer(cp)
     spin, cycles = _spinner(), cp.int64(_SPIN_AFTER_FLUSH)
 
     def flush():

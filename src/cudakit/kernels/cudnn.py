@@ -357,8 +357,8 @@ def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
             if best_t < math.inf and paths.time_once(
                     lambda: graph._execute_plan_at_index(pack, wptr, i, raw)) > max(_SLOW * best_t, best_t + 0.5):
                 continue   # (and 0.5 ms over: one call of a short plan is mostly launch latency)
-            # batches of back-to-back executions (paths.time_per_call): a single call's launch
-            # latency would swamp the difference between plans of a short kernel
+            # batches queued behind a spin, each execution behind an L2 flush (paths.time_per_call):
+            # a single call's launch latency would swamp the difference between plans of a short kernel
             t = paths.time_per_call(lambda: graph._execute_plan_at_index(pack, wptr, i, raw))
         except Exception as e:
             log.info("cuDNN plan %s of %s does not run: %s", names[i], sig, e)

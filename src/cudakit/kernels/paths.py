@@ -4,7 +4,7 @@ own kernels (Triton implicit GEMMs, flash attention, direct kernels).
 `run(op, key, candidates)` takes the candidates in order of preference, each a function returning
 the result or None when it declines the call. The first time a signature `key` is seen, every
 candidate that accepts it is run once to warm up (graph build, compilation) and then timed with
-CUDA events; the fastest is kept for that signature, in memory and on disk (next to the Triton
+CUDA events, each call behind an L2 flush (time_per_call); the fastest is kept for that signature, in memory and on disk (next to the Triton
 autotuner's choices, per GPU model and cuDNN/Triton/cudakit version), so a new process does not time
 again. With CUDAKIT_AUTOTUNE=0, or while a CUDA graph is being captured (timing would
 synchronise), the first candidate that accepts the call runs and nothing is stored.
@@ -106,25 +106,47 @@ def run(op: str, key, candidates, timer=None):
 
 
 def time_per_call(fn) -> float:
-    """Device milliseconds per call of fn: the median of _REPS batches of _BATCH back-to-back calls,
-    each batch queued behind a spin kernel of about a millisecond, so the host has enqueued the
-    whole batch before the GPU reaches it and the events measure GPU time alone, not the host's
-    launch latency (which would otherwise decide between two paths of a short kernel)."""
+    """Device milliseconds of one call of fn with its inputs out of the L2 cache: the median of
+    _REPS x _BATCH calls, each behind a write of twice the L2 cache (l2_flush_buffer) and between
+    its own event pair, each batch queued behind a spin kernel of about a millisecond, so that the
+    host has enqueued the batch before the GPU reaches it and the events measure GPU time alone,
+    not the host's launch latency (which would otherwise decide between two paths of a short
+    kernel). Cold, as the benchmark times a call: back-to-back calls on warm inputs had chosen the
+    Triton kernels for the bfloat16 1x1 1024->256 14x14 convolution (0.0279 ms a call against
+    cuDNN's 0.0286), which ran 0.0401 ms a call behind a flush against cuDNN's 0.0305 (H100,
+    2026-11-27, scripts/cudnn_plan_probe.py)."""
     from ..runtime import _cupy
     cp = _cupy.cupy()
     s = cp.cuda.get_current_stream()
-    spin = _spinner()
+    spin, buf = _spinner(), l2_flush_buffer(cp)
     samples = []
     for _ in range(_REPS):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
         spin((1,), (1,), (cp.int64(_SPIN_CYCLES),))
-        a.record(s)
+        pairs = []
         for _ in range(_BATCH):
+            cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, s.ptr)
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record(s)
             fn()
-        b.record(s)
-        b.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(a, b) / _BATCH)
+            b.record(s)
+            pairs.append((a, b))
+        pairs[-1][1].synchronize()
+        samples += [cp.cuda.get_elapsed_time(a, b) for a, b in pairs]
     return sorted(samples)[len(samples) // 2]
+
+
+_flush_buffers: dict = {}   # device -> the buffer whose write evicts the L2 cache
+
+
+def l2_flush_buffer(cp):
+    """A buffer of twice the current GPU's L2 cache (at least 64 MiB), made once per device, whose
+    write evicts a call's inputs from the L2 cache (as triton.testing.do_bench flushes)."""
+    dev = cp.cuda.runtime.getDevice()
+    buf = _flush_buffers.get(dev)
+    if buf is None:
+        l2 = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrL2CacheSize, dev)
+        buf = _flush_buffers[dev] = cp.empty(max(2 * l2, 64 << 20), cp.uint8)
+    return buf
 
 
 def time_once(fn) -> float:
