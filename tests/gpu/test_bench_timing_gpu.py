@@ -27,7 +27,8 @@ def test_cold_device_timing_reads_from_memory():
     warm, e2 = timing.time_gpu_interleaved(fns, warmup=2, reps=9, rounds=3)
     assert not e1 and not e2
     assert cold["small"]["median_ms"] >= 0.9 * warm["small"]["median_ms"]
-    assert 0.8 < cold["big"]["median_ms"] / warm["big"]["median_ms"] < 1.25
+    # the fastest samples: under pytest-xdist other tests share the GPU (a median ran 2.3x slow there)
+    assert 0.8 < cold["big"]["p10_ms"] / warm["big"]["p10_ms"] < 1.25
 
 
 def test_check_and_cpu_baseline_of_a_gpu_case():
