@@ -147,8 +147,8 @@ def test_cold_timing_flushes_the_l2_cache_before_each_timed_call(clock):
 
 
 def test_path_timing_measures_each_call_behind_a_flush(clock, monkeypatch):
-    """paths.time_per_call (how a path or cuDNN plan is chosen): every call behind an L2 flush,
-    between its own events, so neither the flush nor the queueing spin counts."""
+    """paths.time_per_call (how a path or cuDNN plan is chosen): every call behind an L2 flush and
+    a spin, between its own events, so neither counts."""
     import sys
 
     from cudakit.kernels import paths
@@ -161,4 +161,29 @@ def test_path_timing_measures_each_call_behind_a_flush(clock, monkeypatch):
         clock[0] += 0.2
     assert paths.time_per_call(fn) == pytest.approx(0.2)
     assert len(calls) == len(clock.flushes) == paths._REPS * paths._BATCH
-    assert len(clock.spins) == paths._REPS and clock.flushes[0][2] == 100 << 20   # twice the fake 50 MiB L2
+    assert len(clock.spins) == len(calls) and clock.flushes[0][2] == 100 << 20   # twice the fake 50 MiB L2
+
+
+def test_path_timing_drops_samples_that_waited_for_the_host(clock, monkeypatch):
+    """A sample whose start event the GPU passed before the call was queued holds host time: left
+    out while enough others remain."""
+    import sys
+
+    from cudakit.kernels import paths
+    from cudakit.runtime import _cupy
+    cp = sys.modules["cupy"]
+    monkeypatch.setattr(_cupy, "cupy", lambda: cp)
+    n = [0]
+    real = cp.cuda.Event
+
+    class Event(real):
+        @property
+        def done(self):   # every third call: the host was late (and the call looks 5x slower)
+            return n[0] % 3 == 0
+
+    monkeypatch.setattr(cp.cuda, "Event", Event)
+
+    def fn():
+        n[0] += 1
+        clock[0] += 1.0 if n[0] % 3 == 0 else 0.2
+    assert paths.time_per_call(fn) == pytest.approx(0.2)

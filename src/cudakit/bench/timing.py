@@ -11,24 +11,11 @@ def _summ(samples_ms: list[float]) -> dict:
     return {"median_ms": statistics.median(s), "p10_ms": q(0.1), "p90_ms": q(0.9), "runs": len(s)}
 
 
-_SPIN_AFTER_FLUSH = 600_000   # clock cycles (about 0.3 ms at an H100's 1.98 GHz)
-
-
 def _l2_flusher(cp):
-    """A function queueing, on the current stream, a write of twice the current GPU's L2 cache (at
-    least 64 MiB), which evicts the timed call's inputs as triton.testing.do_bench does, then a
-    one-thread spin kernel of about 0.3 ms, which touches no memory: the host queues the timed call
-    while the GPU spins, so the sample is the call's device time, not its host time (a flush alone
-    covers only its own tens of microseconds: on 2026-11-27 a grouped-query attention call whose
-    checked path costs more host time than that was timed 16-23% slow)."""
-    from ..kernels.paths import _spinner, l2_flush_buffer
-    buf = l2_flush_buffer(cp)
-    spin, cycles = _spinner(), cp.int64(_SPIN_AFTER_FLUSH)
-
-    def flush():
-        cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, cp.cuda.get_current_stream().ptr)
-        spin((1,), (1,), (cycles,))
-    return flush
+    """kernels.paths.cold_start: an L2 flush and a 0.3 ms spin queued before a timed call (the
+    timing paths.run chooses a path by, so the two agree)."""
+    from ..kernels.paths import cold_start
+    return cold_start(cp)
 
 
 def _gpu_samples(fn, n: int, cp, cold: bool = False, exposed: list | None = None) -> list[float]:

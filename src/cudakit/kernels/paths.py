@@ -106,35 +106,41 @@ def run(op: str, key, candidates, timer=None):
 
 
 def time_per_call(fn) -> float:
-    """Device milliseconds of one call of fn with its inputs out of the L2 cache: the median of
-    _REPS x _BATCH calls, each behind a write of twice the L2 cache (l2_flush_buffer) and between
-    its own event pair, each batch queued behind a spin kernel of about a millisecond, so that the
-    host has enqueued the batch before the GPU reaches it and the events measure GPU time alone,
-    not the host's launch latency (which would otherwise decide between two paths of a short
-    kernel). Cold, as the benchmark times a call: back-to-back calls on warm inputs had chosen the
-    Triton kernels for the bfloat16 1x1 1024->256 14x14 convolution (0.0279 ms a call against
-    cuDNN's 0.0286), which ran 0.0401 ms a call behind a flush against cuDNN's 0.0305 (H100,
-    2026-11-27, scripts/cudnn_plan_probe.py)."""
+    """Device milliseconds of one call of fn with its inputs out of the L2 cache, as the benchmark
+    times a call: the median of _REPS x _BATCH calls, each queued behind cold_start's L2 flush and
+    spin and between its own event pair. The spin keeps the GPU busy while the host queues the
+    call, so a sample is GPU time alone, not the host's launch latency; a sample whose start event
+    the GPU passed before fn() returned (the host was slower than the spin) is dropped while
+    enough others remain. Back-to-back calls on warm inputs had chosen the Triton kernels for the
+    bfloat16 1x1 1024->256 14x14 convolution (0.0279 ms a call against cuDNN's 0.0286), which ran
+    0.0401 ms a call behind a flush against cuDNN's 0.0305; and a batch of calls behind one spin
+    measured the host time of cuDNN's checked path wherever five calls took the host longer than
+    the spin, which chose the Triton kernels of the channels-last 1x1 64->64 56x56 convolution
+    (0.0985 ms a call against cuDNN's 0.0132; H100, 2026-11-27, scripts/cudnn_plan_probe.py and
+    scripts/path_timing_probe.py)."""
     from ..runtime import _cupy
     cp = _cupy.cupy()
     s = cp.cuda.get_current_stream()
-    spin, buf = _spinner(), l2_flush_buffer(cp)
-    samples = []
+    before = cold_start(cp)
+    clean, late = [], []
     for _ in range(_REPS):
-        spin((1,), (1,), (cp.int64(_SPIN_CYCLES),))
-        pairs = []
+        calls = []
         for _ in range(_BATCH):
-            cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, s.ptr)
             a, b = cp.cuda.Event(), cp.cuda.Event()
+            before()
             a.record(s)
             fn()
+            exposed = a.done
             b.record(s)
-            pairs.append((a, b))
-        pairs[-1][1].synchronize()
-        samples += [cp.cuda.get_elapsed_time(a, b) for a, b in pairs]
+            calls.append((a, b, exposed))
+        calls[-1][1].synchronize()
+        for a, b, exposed in calls:
+            (late if exposed else clean).append(cp.cuda.get_elapsed_time(a, b))
+    samples = clean if len(clean) >= _REPS else clean + late
     return sorted(samples)[len(samples) // 2]
 
 
+_SPIN_AFTER_FLUSH = 600_000   # clock cycles (about 0.3 ms at an H100's 1.98 GHz)
 _flush_buffers: dict = {}   # device -> the buffer whose write evicts the L2 cache
 
 
@@ -147,6 +153,22 @@ def l2_flush_buffer(cp):
         l2 = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrL2CacheSize, dev)
         buf = _flush_buffers[dev] = cp.empty(max(2 * l2, 64 << 20), cp.uint8)
     return buf
+
+
+def cold_start(cp):
+    """A function queueing, on the current stream, a write of l2_flush_buffer (the next call's
+    inputs then come from memory) and a one-thread spin kernel of about 0.3 ms, which touches no
+    memory: the host queues the timed call while the GPU spins, so the call's events measure its
+    device time, not its host time (a flush alone covers only its own tens of microseconds: on
+    2026-11-27 a grouped-query attention call whose checked path costs more host time than that was
+    timed 16-23% slow)."""
+    buf = l2_flush_buffer(cp)
+    spin, cycles = _spinner(), cp.int64(_SPIN_AFTER_FLUSH)
+
+    def start():
+        cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, cp.cuda.get_current_stream().ptr)
+        spin((1,), (1,), (cycles,))
+    return start
 
 
 def time_once(fn) -> float:
@@ -163,7 +185,6 @@ def time_once(fn) -> float:
     return cp.cuda.get_elapsed_time(a, b)
 
 
-_SPIN_CYCLES = 2_000_000   # about 1 ms at an H100's 1.98 GHz
 _SPIN_SRC = r"""
 extern "C" __global__ void ck_spin(long long cycles) {   // keeps the stream busy: one thread waits
     long long t0 = clock64();
