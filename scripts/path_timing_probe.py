@@ -97,5 +97,54 @@ def main():
           + ", ".join(f"{n} {r['median_ms'] * 1e3:.1f}" for n, r in host.items()))
 
 
+def nhwc_backward_host():
+    """The channels-last 1x1 512->256 28x28 bf16 backward (0.169x on 2026-11-27 05:31 UTC, its cuDNN
+    wgrad candidate timed 0.854 ms against its plan's 0.0287 ms): each cuDNN pass called directly,
+    its host time per call (no synchronisation) and where a profile puts it."""
+    import cProfile
+    import pstats
+    import time
+
+    from cudakit.kernels import cudnn
+    x = torch.randn(32, 512, 28, 28, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    g = torch.randn(32, 256, 28, 28, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.randn(256, 512, 1, 1, device="cuda", dtype=torch.bfloat16) * 512 ** -0.5
+    cx, cg, cw = (cp.from_dlpack(t) for t in (x, g, w))
+    geo = (1, 1, 0, 0, 1, 1, 1, 1, 28, 28)
+    calls = {"wgrad nhwc": lambda: cudnn.conv_wgrad(cg, cx, (256, 512, 1, 1), geo, False),
+             "dgrad nhwc": lambda: cudnn.conv_dgrad(cg, cw, (32, 512, 28, 28), geo),
+             "wgrad nchw": lambda: cudnn.conv_wgrad(cp.ascontiguousarray(cg), cp.ascontiguousarray(cx),
+                                                    (256, 512, 1, 1), geo, False),
+             "conv2d_backward nhwc": lambda: cudakit.conv2d_backward(cg, cx, cw, bias=False)}
+    for name, fn in calls.items():
+        fn()
+        cp.cuda.Device().synchronize()
+        t = time.perf_counter()
+        for _ in range(50):
+            fn()
+        host = (time.perf_counter() - t) / 50 * 1e3
+        cp.cuda.Device().synchronize()
+        print(f"PATH-PROBE nhwc bwd {name}: host {host:.3f} ms a call, time_per_call {paths.time_per_call(fn):.4f} ms, "
+              f"bench {bench_ms({name: fn})[name]['median_ms']:.4f} ms")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(20):
+        calls["wgrad nhwc"]()
+    prof.disable()
+    cp.cuda.Device().synchronize()
+    st = pstats.Stats(prof)
+    st.sort_stats("cumulative")
+    import io
+    out = io.StringIO()
+    st.stream = out
+    st.print_stats(15)
+    for line in out.getvalue().splitlines():
+        if line.strip():
+            print("PATH-PROBE prof", line[:160])
+
+
 if __name__ == "__main__":
-    main()
+    if "--nhwc" in sys.argv[1:]:
+        nhwc_backward_host()
+    else:
+        main()
