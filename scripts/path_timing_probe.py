@@ -1,7 +1,8 @@
 """Signatures whose chosen path lost to torch in a benchmark run: each candidate path (cuDNN,
-Triton) forced in turn and timed as paths.run times it (paths.time_per_call) and as the benchmark
-times a call (one call behind an L2 flush and a spin: bench.timing cold), next to torch, in one
-process; the choice's own trials are logged (CUDAKIT_AUTOTUNE_LOG). Prints PATH-PROBE lines.
+Triton) forced in turn (its own dispatch plan, warmed up, then replayed) and timed as paths.run
+times it (paths.time_per_call) and as the benchmark times a call (one call behind an L2 flush and a
+spin: bench.timing cold), next to torch, in one process; the choice's own trials are logged
+(CUDAKIT_AUTOTUNE_LOG). Prints PATH-PROBE lines.
 
     CUDAKIT_AUTOTUNE_LOG=1 python3 scripts/path_timing_probe.py
 """
@@ -34,27 +35,24 @@ def probe(label: str, ops: tuple, ours, theirs, prec=None):
         keys = [k for k in list(paths._choice) if k[0] in ops]
         chosen = {k: paths._choice[k] for k in keys}
         print(f"PATH-PROBE {label}: chosen {sorted(set(chosen.values()))} for {len(keys)} signatures")
-        fns = {"torch": theirs, "chosen": ours}
-        for name in ("cudnn", "triton"):
-            def forced(name=name):   # through the checked path (a dispatch plan replays one path)
-                dispatch.clear()
-                for k in keys:
-                    paths._choice[k] = name
-                try:
-                    return ours()
-                finally:
-                    paths._choice.update(chosen)
-            fns[name] = forced
+        res = {"torch": bench_ms({"torch": theirs}).get("torch")}
+        tpc = {"torch": paths.time_per_call(theirs)}
+        for name in ("chosen", "cudnn", "triton"):   # each path forced in turn: its own plan, warmed up, replayed
+            for k in keys:
+                paths._choice[k] = chosen[k] if name == "chosen" else name
+            dispatch.clear()
+            try:
+                ours()
+                res[name] = bench_ms({name: ours}).get(name)
+                tpc[name] = paths.time_per_call(ours)
+            except Exception as e:  # noqa: BLE001 -- a path that declines the call
+                print(f"PATH-PROBE {label}: {name} failed: {type(e).__name__}: {e}")
+        paths._choice.update(chosen)
         dispatch.clear()
-        res = bench_ms(fns)
-        for name, fn in fns.items():
-            if name not in res:
-                continue
-            r = res[name]
-            tpc = paths.time_per_call(fn)
-            print(f"PATH-PROBE {label}: {name:<7} bench median {r['median_ms']:.4f} p10 {r['p10_ms']:.4f} "
-                  f"exposed {r.get('host_exposed_runs', 0):2d}; time_per_call {tpc:.4f} ms")
-        dispatch.clear()
+        for name, r in res.items():
+            if r is not None and name in tpc:
+                print(f"PATH-PROBE {label}: {name:<7} bench median {r['median_ms']:.4f} p10 {r['p10_ms']:.4f} "
+                      f"exposed {r.get('host_exposed_runs', 0):2d}; time_per_call {tpc[name]:.4f} ms")
     finally:
         if prec:
             cudakit.set_float32_precision(old)

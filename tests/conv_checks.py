@@ -11,8 +11,9 @@ import cudakit
 # tf32x3 rounds each operand's remainder to TF32 (2^-22 of the operand, twice) and drops the
 # remainders' product (2^-22), summed on tensor cores: about 2^-20 (float32's own FMA: exact);
 # tf32 rounds both operands to 10-bit mantissas. ieee_cudnn: "ieee" on cuDNN, whose FP32 plans include
-# FFT and Winograd ones (as torch's strict FP32): their transforms' roundings, about 2^-16 of the
-# products' magnitudes at most, on top of the summation bound (TF32 inputs would stray further).
+# FFT and Winograd ones (as torch's strict FP32): an allowance of 2^-16 of the products' magnitudes
+# for their transforms' roundings on top of the summation bound (not a guarantee: an FFT's error
+# follows the whole input's magnitude; TF32 inputs would stray further).
 PRODUCT_U = {"ieee": 0.0, "tf32x3": 2.0**-20, "tf32": 2.0**-9, "ieee_cudnn": 2.0**-16}
 
 

@@ -7,6 +7,7 @@ from cudakit.kernels import path_plans
 def test_a_float32_plan_is_kept_per_precision(monkeypatch):
     """The first call under another precision runs the checked path and makes that precision's plan
     with op's planner; later calls under either precision replay their own plan."""
+    monkeypatch.setattr(path_plans, "_may_plan", lambda: True)
     calls = []
     monkeypatch.setattr(ops, "_checked_call", lambda op, arrays: lambda *a: calls.append(("checked", *a)) or "c")
     made = []
@@ -38,6 +39,7 @@ def test_16_bit_plans_are_not_guarded():
 
 
 def test_a_planner_that_fails_leaves_the_checked_path(monkeypatch):
+    monkeypatch.setattr(path_plans, "_may_plan", lambda: True)
     monkeypatch.setattr(ops, "_checked_call", lambda op, arrays: lambda *a: "c")
 
     def broken(*a):
@@ -50,5 +52,32 @@ def test_a_planner_that_fails_leaves_the_checked_path(monkeypatch):
         assert plan() == "c" and plan() == "c"
         cudakit.set_float32_precision("tf32")
         assert plan() == "p"
+    finally:
+        cudakit.set_float32_precision(old)
+
+
+def test_no_plan_is_made_while_planning_may_not_run_then_it_is(monkeypatch):
+    """While a CUDA graph is being captured (or the planned paths are not ready) the new
+    precision's call runs the checked path and makes no plan, as dispatch.call does; a later call
+    makes it. A planner that has no plan (None) leaves that precision on the checked path."""
+    may = [False]
+    monkeypatch.setattr(path_plans, "_may_plan", lambda: may[0])
+    monkeypatch.setattr(ops, "_checked_call", lambda op, arrays: lambda *a: "c")
+    made = []
+
+    def make(*a):
+        made.append(cudakit.float32_precision())
+        return None if cudakit.float32_precision() == "tf32x3" else (lambda *b: "ieee plan")
+    monkeypatch.setattr(ops, "planner_of", lambda op, arrays: make)
+    old = cudakit.set_float32_precision("tf32")
+    try:
+        plan = path_plans._f32_guard("float32", lambda *a: "tf32 plan", "conv2d", 3)
+        cudakit.set_float32_precision("ieee")
+        assert plan() == "c" and made == []   # capturing: no plan made
+        may[0] = True
+        assert plan() == "c" and made == ["ieee"]
+        assert plan() == "ieee plan"
+        cudakit.set_float32_precision("tf32x3")
+        assert plan() == "c" and plan() == "c" and made == ["ieee", "tf32x3"]   # no plan: checked path
     finally:
         cudakit.set_float32_precision(old)

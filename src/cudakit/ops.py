@@ -108,7 +108,7 @@ _planners: dict = {}   # (op, planner name, arrays) -> the planner dispatch.call
 
 def planner_of(op: str, arrays: int):
     """The planner dispatch.call runs for op (made by its first planned call), or None."""
-    for (o, _, n), make in _planners.items():
+    for (o, _, n), make in list(_planners.items()):   # (a copy: another thread may add one)
         if o == op and n == arrays:
             return make
     return None

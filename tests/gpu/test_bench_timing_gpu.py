@@ -19,18 +19,18 @@ def test_interleaved_device_timing_measures_the_bigger_copy_as_slower():
 
 def test_cold_device_timing_reads_from_memory():
     """cold=True (bench --l2 cold): 16 MiB read and written, which the warm timing serves from the
-    L2 cache, takes no less time than warm; 1 GiB (past any L2) is not timed with the flush and
-    the 0.3 ms spin queued before it."""
-    small, big = cp.ones(1 << 22, cp.float32), cp.ones(1 << 28, cp.float32)
-    out_small, out_big = cp.empty_like(small), cp.empty_like(big)   # no allocation inside the timed call
-    fns = {"small": lambda: cp.multiply(small, 2, out=out_small), "big": lambda: cp.multiply(big, 2, out=out_big)}
+    L2 cache, takes no less time than warm, and far less than the flush and 0.3 ms spin queued
+    before it (which are not timed)."""
+    small = cp.ones(1 << 22, cp.float32)
+    out_small = cp.empty_like(small)   # no allocation inside the timed call
+    fns = {"small": lambda: cp.multiply(small, 2, out=out_small)}
     cold, e1 = timing.time_gpu_interleaved(fns, warmup=2, reps=9, rounds=3, cold=True)
     warm, e2 = timing.time_gpu_interleaved(fns, warmup=2, reps=9, rounds=3)
     assert not e1 and not e2
     assert cold["small"]["median_ms"] >= 0.9 * warm["small"]["median_ms"]
-    # the fastest samples (under pytest-xdist other tests share the GPU: a warm median ran 2.3x
-    # slow there, a warm p10 1.28x): the flush and spin would add 0.3 ms or more
-    assert cold["big"]["p10_ms"] < warm["big"]["p10_ms"] + 0.25
+    # tens of microseconds (under pytest-xdist other tests share the GPU: a 1 GiB copy's timings
+    # ran 1.28-2.3x apart there, so no ratio of two runs is asserted)
+    assert cold["small"]["p10_ms"] < 0.25
 
 
 def test_check_and_cpu_baseline_of_a_gpu_case():

@@ -25,9 +25,9 @@ natural-log log-sum-exp of each scaled score row in float32, which is what cudak
 float32 convolutions run here under float32_precision "tf32" (cuDNN's TF32 tensor-core engines,
 what torch runs by default) and "ieee" (the plans of engines with a tensor-core, down-converting or
 reduced-precision numerical note deselected: FP32 arithmetic throughout, the plans torch's strict
-FP32 (TF32 off) keeps; FFT and Winograd plans stay, as there: their FP32 transforms add a few
-hundred roundings of error at most, against TF32's 2^-11 a product); "tf32x3" stays on cudakit's
-kernels. cuDNN's attention takes float16
+FP32 (TF32 off) keeps; FFT and Winograd plans stay, as there: their FP32 transforms round
+differently from a direct sum, not per product as TF32 does, and in the plan probe their error
+against float64 was no larger than the direct plans'); "tf32x3" stays on cudakit's kernels. cuDNN's attention takes float16
 and bfloat16.
 """
 from __future__ import annotations
@@ -151,11 +151,18 @@ def _handle(cudnn, device: int, stream_ptr: int):
     return h
 
 
+def paths_timing() -> str:
+    from .paths import _TIMING
+    return _TIMING
+
+
 def _ident():
     from ..runtime.device import get_device_info
     from .. import __version__
     frontend = _load()[0]   # None without the frontend: the table then belongs to no frontend version
-    return [get_device_info().name, version(), getattr(frontend, "__version__", None), __version__]
+    # (and how plans are timed and which an "ieee" graph may keep: a choice made otherwise is not reused)
+    return [get_device_info().name, version(), getattr(frontend, "__version__", None), __version__,
+            paths_timing(), "ieee-fft-winograd"]
 
 
 _plans_on_disk = TunedTable("cudnn", _ident)   # signature -> plan name
@@ -347,18 +354,18 @@ def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
     ptrs, keep = scratch()
     best, best_t = built[0], math.inf
     for i in built:
-        ws = graph.get_workspace_size_plan_at_index(i)
-        buf = cp.empty((ws,), cp.uint8) if ws else None
         pack = dict(zip(uids, ptrs))
-        wptr = 0 if buf is None else buf.data.ptr
         raw = handle.backend_handle
-        try:
+        try:   # (a plan whose workspace does not fit in memory, an FFT one say, is not timed)
+            ws = graph.get_workspace_size_plan_at_index(i)
+            buf = cp.empty((ws,), cp.uint8) if ws else None
+            wptr = 0 if buf is None else buf.data.ptr
             graph._execute_plan_at_index(pack, wptr, i, raw)
             if best_t < math.inf and paths.time_once(
                     lambda: graph._execute_plan_at_index(pack, wptr, i, raw)) > max(_SLOW * best_t, best_t + 0.5):
                 continue   # (and 0.5 ms over: one call of a short plan is mostly launch latency)
-            # batches queued behind a spin, each execution behind an L2 flush (paths.time_per_call):
-            # a single call's launch latency would swamp the difference between plans of a short kernel
+            # each execution behind its own L2 flush and spin (paths.time_per_call): a single
+            # call's launch latency would swamp the difference between plans of a short kernel
             t = paths.time_per_call(lambda: graph._execute_plan_at_index(pack, wptr, i, raw))
         except Exception as e:
             log.info("cuDNN plan %s of %s does not run: %s", names[i], sig, e)
@@ -369,7 +376,8 @@ def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
         if t < best_t:
             best, best_t = i, t
     del keep
-    _plans_on_disk.put(key, names[best])
+    if best_t < math.inf:   # a choice no timing made is not kept on disk
+        _plans_on_disk.put(key, names[best])
     return best, names[best]
 
 

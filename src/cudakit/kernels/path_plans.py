@@ -277,8 +277,10 @@ def _f32_guard(dtype_name: str, plan, op: str, arrays: int):
         if p is not _MISSING:
             return checked(*a) if p is None else p(*a)
         r = checked(*a)
-        make = planner_of(op, arrays)
+        if not _may_plan():
+            return r   # planned on a later call, as dispatch.call does
         try:
+            make = planner_of(op, arrays)
             plans[prec] = None if make is None else make(*a)
         except Exception as e:  # noqa: BLE001 - as dispatch.call: a planner's failure costs the plan only
             from .. import fallbacks
@@ -287,6 +289,16 @@ def _f32_guard(dtype_name: str, plan, op: str, arrays: int):
             plans[prec] = None
         return r
     return guarded
+
+
+def _may_plan() -> bool:
+    """What dispatch.call asks before planning: no CUDA graph being captured (planning may verify
+    with a synchronising comparison) and the planned paths ready."""
+    import sys
+
+    from .. import dispatch
+    graphs = sys.modules.get("cudakit.graphs")
+    return (graphs is None or graphs.capturing() is None) and dispatch._ready()
 
 
 _MISSING = object()

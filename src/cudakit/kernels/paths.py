@@ -106,12 +106,12 @@ def run(op: str, key, candidates, timer=None):
 
 
 def time_per_call(fn) -> float:
-    """Device milliseconds of one call of fn with its inputs out of the L2 cache, as the benchmark
-    times a call: the median of _REPS x _BATCH calls, each queued behind cold_start's L2 flush and
+    """Device milliseconds of one call of fn with its inputs out of the L2 cache (the benchmark's
+    cold timing): the median of _REPS x _BATCH calls, each queued behind cold_start's L2 flush and
     spin and between its own event pair. The spin keeps the GPU busy while the host queues the
     call, so a sample is GPU time alone, not the host's launch latency; a sample whose start event
     the GPU passed before fn() returned (the host was slower than the spin) is dropped while
-    enough others remain. Back-to-back calls on warm inputs had chosen the Triton kernels for the
+    enough others remain (the benchmark keeps such samples and counts them: host_exposed_runs). Back-to-back calls on warm inputs had chosen the Triton kernels for the
     bfloat16 1x1 1024->256 14x14 convolution (0.0279 ms a call against cuDNN's 0.0286), which ran
     0.0401 ms a call behind a flush against cuDNN's 0.0305; and a batch of calls behind one spin
     measured the host time of cuDNN's checked path wherever five calls took the host longer than
@@ -161,12 +161,16 @@ def cold_start(cp):
     memory: the host queues the timed call while the GPU spins, so the call's events measure its
     device time, not its host time (a flush alone covers only its own tens of microseconds: on
     2026-11-27 a grouped-query attention call whose checked path costs more host time than that was
-    timed 16-23% slow)."""
-    buf = l2_flush_buffer(cp)
+    timed 16-23% slow). Where the flush buffer does not fit in memory, the spin alone (warm inputs)."""
+    try:
+        buf = l2_flush_buffer(cp)
+    except (MemoryError, cp.cuda.memory.OutOfMemoryError):
+        buf = None
     spin, cycles = _spinner(), cp.int64(_SPIN_AFTER_FLUSH)
 
     def start():
-        cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, cp.cuda.get_current_stream().ptr)
+        if buf is not None:
+            cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, cp.cuda.get_current_stream().ptr)
         spin((1,), (1,), (cycles,))
     return start
 
@@ -205,6 +209,9 @@ def _spinner():
     return k
 
 
+_TIMING = "cold-1"   # how candidates are timed: choices kept on disk by another timing are not reused
+
+
 def _ident():
     from .. import __version__
     from ..runtime.device import get_device_info
@@ -214,7 +221,7 @@ def _ident():
         tv = triton.__version__
     except ImportError:
         tv = None
-    return [get_device_info().name, cudnn.version(), tv, __version__]
+    return [get_device_info().name, cudnn.version(), tv, __version__, _TIMING]
 
 
 _on_disk = TunedTable("paths", _ident)   # repr((op, key)) -> path name
