@@ -151,7 +151,7 @@ def _handle(cudnn, device: int, stream_ptr: int):
     return h
 
 
-def paths_timing() -> str:
+def _paths_timing() -> str:
     from .paths import _TIMING
     return _TIMING
 
@@ -162,7 +162,7 @@ def _ident():
     frontend = _load()[0]   # None without the frontend: the table then belongs to no frontend version
     # (and how plans are timed and which an "ieee" graph may keep: a choice made otherwise is not reused)
     return [get_device_info().name, version(), getattr(frontend, "__version__", None), __version__,
-            paths_timing(), "ieee-fft-winograd"]
+            _paths_timing(), "ieee-fft-winograd"]
 
 
 _plans_on_disk = TunedTable("cudnn", _ident)   # signature -> plan name
