@@ -5,7 +5,10 @@ each interleaved with torch, plus each variant's largest error against float64 o
     python3 benchmarks/sweeps/attention_f32_variants.py [--shapes 4x8x2048x128,16x8x512x64] [--bwd-only]
 The backward's kernels (dK/dV, dQ, or the two fused with dQ summed atomically) are timed each on its
 own, on operands split once (their split passes and delta timed apart), so the best pair shows.
---bwd-only: of the forward, torch's and the shipped kernel's rows only.
+--bwd-only: of the forward, torch's and the shipped kernel's rows only. --materialized: the
+backward of _attention_f32_materialized.py (P and dS written once, three long products) against
+torch and the shipped backward, each kernel on its own and whole (split passes, delta and
+workspace included), after each variant's error against float64.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -19,6 +22,7 @@ from cudakit.kernels import attention as at
 from cudakit.runtime.triton import TritonKernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import _attention_f32_materialized as mt  # noqa: E402
 import _attention_f32_split as sp  # noqa: E402
 from _medians import run_medians  # noqa: E402
 
@@ -201,6 +205,120 @@ def accuracy(d):
                 print(f"VARIANT accuracy d={d} {name} {tuple(c.values())} failed: {type(e).__name__}: {str(e)[:120]}")
 
 
+def mat_parts(do, k, v, q, o):
+    """The materialised backward's split operands: K, V in their layout, K^T, Q^T, dO^T; delta."""
+    kh, kl = split(k)[:2]
+    vh, vl = split(v)[:2]
+    kth, ktl = split(k, normal=False, trans=True)[2:]
+    qth, qtl = split(q, normal=False, trans=True)[2:]
+    doth, dotl = split(do, normal=False, trans=True)[2:]
+    return dict(kh=kh, kl=kl, vh=vh, vl=vl, kth=kth, ktl=ktl, qth=qth, qtl=qtl, doth=doth, dotl=dotl,
+                delta=(o * do).sum(axis=-1))
+
+
+def mat_scores(do, q, lse, M, scale, cfg, P, DS, h):
+    """P and dS of heads h (a slice) into the workspaces P, DS ([heads, L, L])."""
+    n, L, d = q[h].shape
+    c = dict(cfg)
+    bm, bn = c["BLOCK_M"], c["BLOCK_N"]
+    kern(mt.scores_split, D=d, **c)[(L // bm, L // bn, n)](
+        q[h], do[h], M["kh"][h], M["kl"][h], M["vh"][h], M["vl"][h], lse[h], M["delta"][h], P, DS,
+        scale * math.log2(math.e), L)
+
+
+def mat_long(A, bhi, blo, C, scale, cfg, trans):
+    n, L, d = C.shape
+    c = dict(cfg)
+    kern(mt.long_product_split, D=d, TRANS_A=trans, **c)[(L // c["BLOCK_M"], n)](A, bhi, blo, C, scale, L)
+
+
+def mat_backward(do, q, k, v, o, lse, scale, scfg, lcfg, budget=1 << 30):
+    """(dq, dk, dv) by the materialised backward, heads in chunks whose P and dS fit `budget` bytes."""
+    bh, L, d = q.shape
+    M = mat_parts(do, k, v, q, o)
+    dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
+    chunk = max(1, min(bh, budget // (8 * L * L)))
+    P, DS = cp.empty((chunk, L, L), cp.float32), cp.empty((chunk, L, L), cp.float32)
+    for h0 in range(0, bh, chunk):
+        h = slice(h0, min(bh, h0 + chunk))
+        n = h.stop - h.start
+        mat_scores(do, q, lse, M, scale, scfg, P[:n], DS[:n], h)
+        mat_long(DS[:n], M["kth"][h], M["ktl"][h], dq[h], scale, lcfg, False)
+        mat_long(DS[:n], M["qth"][h], M["qtl"][h], dk[h], scale, lcfg, True)
+        mat_long(P[:n], M["doth"][h], M["dotl"][h], dv[h], 1.0, lcfg, True)
+    return dq, dk, dv
+
+
+def _mtiles(rows, names):
+    return [dict(zip(names, r)) for r in rows]
+
+
+# tiles whose sm_90 SASS (Triton 3.9, CPU) held no spills (the score kernel at D 128 on 4 warps: 7)
+MAT_SCORES = {64: _mtiles([(128, 64, 8, 1), (64, 64, 4, 1), (128, 128, 8, 1)],
+                          ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")),
+              128: _mtiles([(128, 64, 8, 1), (64, 64, 4, 1)], ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))}
+MAT_LONG = {64: _mtiles([(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2)],
+                        ("BLOCK_M", "BLOCK_K", "num_warps", "num_stages")),
+            128: _mtiles([(128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3)],
+                         ("BLOCK_M", "BLOCK_K", "num_warps", "num_stages"))}
+
+
+if "--materialized" in argv:
+    for b, h, L, d in shapes:
+        rng = cp.random.default_rng(5)
+        q64, k64, v64, g64 = (rng.standard_normal((2, 256, d)) for _ in range(4))
+        sc = d ** -0.5
+        s64 = (q64 @ k64.transpose(0, 2, 1)) * sc
+        p64 = cp.exp(s64 - s64.max(-1, keepdims=True))
+        p64 /= p64.sum(-1, keepdims=True)
+        dp64 = g64 @ v64.transpose(0, 2, 1)
+        ds64 = p64 * (dp64 - (dp64 * p64).sum(-1, keepdims=True))
+        ref = {"dq": ds64 @ k64 * sc, "dk": ds64.transpose(0, 2, 1) @ q64 * sc, "dv": p64.transpose(0, 2, 1) @ g64}
+        q_, k_, v_, g_ = (a.astype(cp.float32) for a in (q64, k64, v64, g64))
+        o_, lse_ = at.forward(q_, k_, v_, sc, False, "float32")
+        got = dict(zip(("dq", "dk", "dv"), at.backward(g_, q_, k_, v_, o_, lse_, sc, False, "float32")))
+        print(f"VARIANT accuracy d={d} shipped: " + " ".join(
+            f"{n} {float(cp.abs(got[n] - ref[n]).max() / cp.abs(ref[n]).max()):.2e}" for n in got), flush=True)
+        for sc_cfg in MAT_SCORES[d]:
+            for l_cfg in MAT_LONG[d][:1]:
+                try:
+                    got = dict(zip(("dq", "dk", "dv"), mat_backward(g_, q_, k_, v_, o_, lse_, sc, sc_cfg, l_cfg)))
+                    print(f"VARIANT accuracy d={d} materialized {tuple(sc_cfg.values())}: " + " ".join(
+                        f"{n} {float(cp.abs(got[n] - ref[n]).max() / cp.abs(ref[n]).max()):.2e}" for n in got),
+                        flush=True)
+                except Exception as e:   # noqa: BLE001 -- tiles this GPU cannot run
+                    print(f"VARIANT accuracy d={d} materialized {tuple(sc_cfg.values())} failed: "
+                          f"{type(e).__name__}: {str(e)[:120]}", flush=True)
+        rng = cp.random.default_rng(0)
+        q, k, v, g = (rng.standard_normal((b * h, L, d), dtype=cp.float32) for _ in range(4))
+        scale = d ** -0.5
+        tq, tk, tv, tg = (torch.from_dlpack(a).view(b, h, L, d) for a in (q, k, v, g))
+        o, lse = at.forward(q, k, v, scale, False, "float32")
+        rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
+        y = sdpa(rq, rk, rv)
+        fns = {"torch": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True),
+               "shipped": lambda: at.backward(g, q, k, v, o, lse, scale, False, "float32")}
+        for sc_cfg in MAT_SCORES[d]:
+            for l_cfg in MAT_LONG[d]:
+                fns[f"materialized whole s{tuple(sc_cfg.values())} l{tuple(l_cfg.values())}"] = (
+                    lambda s_=sc_cfg, l_=l_cfg: mat_backward(g, q, k, v, o, lse, scale, s_, l_))
+        Mp = mat_parts(g, k, v, q, o)
+        n_all = b * h
+        chunk = max(1, min(n_all, (1 << 30) // (8 * L * L)))
+        Pw, DSw = cp.empty((chunk, L, L), cp.float32), cp.empty((chunk, L, L), cp.float32)
+        hs = slice(0, chunk)
+        dq_, dk_ = cp.empty_like(q), cp.empty_like(k)
+        for sc_cfg in MAT_SCORES[d]:
+            fns[f"score kernel alone {tuple(sc_cfg.values())} ({chunk} heads)"] = (
+                lambda s_=sc_cfg: mat_scores(g, q, lse, Mp, scale, s_, Pw, DSw, hs))
+        for l_cfg in MAT_LONG[d]:
+            fns[f"dQ product alone {tuple(l_cfg.values())} ({chunk} heads)"] = (
+                lambda l_=l_cfg: mat_long(DSw, Mp["kth"][hs], Mp["ktl"][hs], dq_[hs], scale, l_, False))
+            fns[f"dK product alone {tuple(l_cfg.values())} ({chunk} heads)"] = (
+                lambda l_=l_cfg: mat_long(DSw, Mp["qth"][hs], Mp["qtl"][hs], dk_[hs], scale, l_, True))
+        fns["split passes and delta alone"] = lambda: mat_parts(g, k, v, q, o)
+        report(f"{b}x{h}x{L}x{d} backward (materialized; {chunk} of {n_all} heads a chunk)", fns, 10 * b * h * L * L * d)
+    sys.exit(0)
 if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attention.py _SPLIT_TILES) only
     for b, h, L, d in shapes:
         rng = cp.random.default_rng(0)
