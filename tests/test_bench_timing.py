@@ -162,6 +162,9 @@ def test_path_timing_measures_each_call_behind_a_flush(clock, monkeypatch):
     assert paths.time_per_call(fn) == pytest.approx(0.2)
     assert len(calls) == len(clock.flushes) == paths._REPS * paths._BATCH
     assert len(clock.spins) == len(calls) and clock.flushes[0][2] == 100 << 20   # twice the fake 50 MiB L2
+    assert paths._flush_buffers == {}   # a path's timing does not hold its flush buffer
+    timing._l2_flusher(sys.modules["cupy"])
+    assert list(paths._flush_buffers) == [0]   # the benchmark's is held
 
 
 def test_path_timing_drops_samples_that_waited_for_the_host(clock, monkeypatch):

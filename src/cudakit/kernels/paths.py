@@ -121,7 +121,7 @@ def time_per_call(fn) -> float:
     from ..runtime import _cupy
     cp = _cupy.cupy()
     s = cp.cuda.get_current_stream()
-    before = cold_start(cp)
+    before = cold_start(cp, keep=False)   # (the buffer back to the pool after the timing)
     clean, late = [], []
     for _ in range(_REPS):
         calls = []
@@ -144,26 +144,31 @@ _SPIN_AFTER_FLUSH = 600_000   # clock cycles (about 0.3 ms at an H100's 1.98 GHz
 _flush_buffers: dict = {}   # device -> the buffer whose write evicts the L2 cache
 
 
-def l2_flush_buffer(cp):
-    """A buffer of twice the current GPU's L2 cache (at least 64 MiB), made once per device, whose
-    write evicts a call's inputs from the L2 cache (as triton.testing.do_bench flushes)."""
+def l2_flush_buffer(cp, keep: bool = True):
+    """A buffer of twice the current GPU's L2 cache (at least 64 MiB) whose write evicts a call's
+    inputs from the L2 cache (as triton.testing.do_bench flushes). keep: made once per device and
+    held (the benchmark's timing); else a new one from the pool, freed with its last reference (a
+    path's one-time timing: the memory goes back to the pool for the program's arrays)."""
     dev = cp.cuda.runtime.getDevice()
     buf = _flush_buffers.get(dev)
     if buf is None:
         l2 = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrL2CacheSize, dev)
-        buf = _flush_buffers[dev] = cp.empty(max(2 * l2, 64 << 20), cp.uint8)
+        buf = cp.empty(max(2 * l2, 64 << 20), cp.uint8)
+        if keep:
+            _flush_buffers[dev] = buf
     return buf
 
 
-def cold_start(cp):
+def cold_start(cp, keep: bool = True):
     """A function queueing, on the current stream, a write of l2_flush_buffer (the next call's
     inputs then come from memory) and a one-thread spin kernel of about 0.3 ms, which touches no
     memory: the host queues the timed call while the GPU spins, so the call's events measure its
     device time, not its host time (a flush alone covers only its own tens of microseconds: on
     2026-11-27 a grouped-query attention call whose checked path costs more host time than that was
-    timed 16-23% slow). Where the flush buffer does not fit in memory, the spin alone (warm inputs)."""
+    timed 16-23% slow). Where the flush buffer does not fit in memory, the spin alone (warm inputs).
+    keep: as l2_flush_buffer's."""
     try:
-        buf = l2_flush_buffer(cp)
+        buf = l2_flush_buffer(cp, keep)
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         buf = None
     spin, cycles = _spinner(), cp.int64(_SPIN_AFTER_FLUSH)
