@@ -11,12 +11,11 @@ import cupy as cp
 
 import cudakit
 from cudakit import dispatch
-from cudakit.bench import timing
 from cudakit.kernels import cudnn, paths
 
 
 def isolated_ms(fn, reps=25):
-    flush = timing._l2_flusher(cp)
+    flush = paths.cold_start(cp)
     s = cp.cuda.get_current_stream()
     out = []
     fn()

@@ -1,13 +1,13 @@
 """kernels/path_plans.py pieces that need no GPU: a float32 plan kept per float32_precision."""
 import cudakit
-from cudakit import ops
+from cudakit import dispatch, ops
 from cudakit.kernels import path_plans
 
 
 def test_a_float32_plan_is_kept_per_precision(monkeypatch):
     """The first call under another precision runs the checked path and makes that precision's plan
     with op's planner; later calls under either precision replay their own plan."""
-    monkeypatch.setattr(path_plans, "_may_plan", lambda: True)
+    monkeypatch.setattr(dispatch, "may_plan", lambda: True)
     calls = []
     monkeypatch.setattr(ops, "_checked_call", lambda op, arrays: lambda *a: calls.append(("checked", *a)) or "c")
     made = []
@@ -39,7 +39,7 @@ def test_16_bit_plans_are_not_guarded():
 
 
 def test_a_planner_that_fails_leaves_the_checked_path(monkeypatch):
-    monkeypatch.setattr(path_plans, "_may_plan", lambda: True)
+    monkeypatch.setattr(dispatch, "may_plan", lambda: True)
     monkeypatch.setattr(ops, "_checked_call", lambda op, arrays: lambda *a: "c")
 
     def broken(*a):
@@ -61,7 +61,7 @@ def test_no_plan_is_made_while_planning_may_not_run_then_it_is(monkeypatch):
     precision's call runs the checked path and makes no plan, as dispatch.call does; a later call
     makes it. A planner that has no plan (None) leaves that precision on the checked path."""
     may = [False]
-    monkeypatch.setattr(path_plans, "_may_plan", lambda: may[0])
+    monkeypatch.setattr(dispatch, "may_plan", lambda: may[0])
     monkeypatch.setattr(ops, "_checked_call", lambda op, arrays: lambda *a: "c")
     made = []
 

@@ -126,22 +126,32 @@ def call(op: str, planner, args: tuple, checked):
         _open_gate()   # plan_call (C) runs this signature's plan from the next call
     if p is _MISSING:
         r = checked(*args)
-        graphs = sys.modules.get("cudakit.graphs")
-        if graphs is not None and graphs.capturing() is not None:
-            return r   # planning may verify with a synchronising comparison: not while capturing
-        if not _ready():
+        if not may_plan():
             return r   # planned again on a later call
         if len(_plans) >= MAX_PLANS:
             clear()
-        try:
-            _plans[key] = planner(*args)
-        except Exception as e:  # noqa: BLE001 - a planner's failure costs the plan, never the call
-            from . import fallbacks
-            fallbacks.note(f"plan:{op}", f"no plan for {op} with this signature ({type(e).__name__}: {e}); "
-                                         f"the checked path runs it")
-            _plans[key] = None
+        _plans[key] = make_plan(op, planner, args)
         return r
     return p(*args)
+
+
+def may_plan() -> bool:
+    """Whether a plan may be made now: no CUDA graph being captured (planning may verify with a
+    synchronising comparison) and the planned paths ready."""
+    graphs = sys.modules.get("cudakit.graphs")
+    return (graphs is None or graphs.capturing() is None) and _ready()
+
+
+def make_plan(op: str, planner, args: tuple, what: str = ""):
+    """planner(*args), or None (noted in cudakit.fallbacks) where it raises: a planner's failure
+    costs the plan, never the call. what: the kind of plan, for the note ("ieee " say)."""
+    try:
+        return planner(*args)
+    except Exception as e:  # noqa: BLE001
+        from . import fallbacks
+        fallbacks.note(f"plan:{op}", f"no {what}plan for {op} with this signature ({type(e).__name__}: {e}); "
+                                     f"the checked path runs it")
+        return None
 
 
 _ready_fn = None

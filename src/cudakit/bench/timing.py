@@ -11,21 +11,15 @@ def _summ(samples_ms: list[float]) -> dict:
     return {"median_ms": statistics.median(s), "p10_ms": q(0.1), "p90_ms": q(0.9), "runs": len(s)}
 
 
-def _l2_flusher(cp):
-    """kernels.paths.cold_start: an L2 flush and a 0.3 ms spin queued before a timed call (the
-    timing paths.run chooses a path by, so the two agree)."""
-    from ..kernels.paths import cold_start
-    return cold_start(cp)
-
-
 def _gpu_samples(fn, n: int, cp, cold: bool = False, exposed: list | None = None) -> list[float]:
     """n device-time samples of fn(), in ms: an event pair around each timed call, queued behind
     one untimed call (warm caches) or, with cold=True, behind a write that flushes the L2 cache
     and a spin (see time_gpu_interleaved). exposed: a list that gets one True per sample whose
     start event the GPU had already passed when fn() returned (the GPU waited for the host, so
     that sample holds host time too), else False."""
+    from ..kernels.paths import cold_start   # (the flush and spin paths.run times candidates behind)
     s = cp.cuda.get_current_stream()
-    before = _l2_flusher(cp) if cold else fn
+    before = cold_start(cp) if cold else fn
     out = []
     for _ in range(n):
         a, b = cp.cuda.Event(), cp.cuda.Event()

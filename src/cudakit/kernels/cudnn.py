@@ -27,8 +27,8 @@ what torch runs by default) and "ieee" (the plans of engines with a tensor-core,
 reduced-precision numerical note deselected: FP32 arithmetic throughout, the plans torch's strict
 FP32 (TF32 off) keeps; FFT and Winograd plans stay, as there: their FP32 transforms round
 differently from a direct sum, not per product as TF32 does, and in the plan probe their error
-against float64 was no larger than the direct plans'); "tf32x3" stays on cudakit's kernels. cuDNN's attention takes float16
-and bfloat16.
+against float64 was no larger than the direct plans'); "tf32x3" stays on cudakit's kernels.
+cuDNN's attention takes float16 and bfloat16.
 """
 from __future__ import annotations
 
@@ -43,11 +43,12 @@ from ..runtime.tuned import TunedTable
 
 log = logging.getLogger("cudakit.cudnn")
 
-# plans timed per signature (the heuristic's first that build): 4 left out the fastest exact plan of
-# the float32 3x3 512->512 7x7 forward, the 7th that builds (0.295 ms against the 4's best 0.330 ms and
-# torch's strict FP32 0.333 ms; H100, 2026-11-27, scripts/cudnn_plan_probe.py f32); a plan whose
-# single call takes over _SLOW times the best batch so far (and 0.5 ms more) is not batch-timed (cuDNN's eng0 fallbacks
-# run 10-15x slower, and would cost the first call of every signature 0.1 s each)
+# plans timed per signature (the heuristic's first that build): 4 left out the fastest exact plan
+# of the float32 3x3 512->512 7x7 forward, the 7th that builds (0.295 ms against the 4's best
+# 0.330 ms and torch's strict FP32 0.333 ms; H100, 2026-11-27, scripts/cudnn_plan_probe.py f32); a
+# plan whose single call takes over _SLOW times the best so far (and 0.5 ms more) is not timed
+# further (cuDNN's eng0 fallbacks run 10-15x slower, and would cost the first call of every
+# signature 0.1 s each)
 _TUNE_PLANS = 8
 _SLOW = 4.0
 _graphs: dict = {}   # signature -> _Graph, or the reason cuDNN declined it (str)
@@ -151,18 +152,14 @@ def _handle(cudnn, device: int, stream_ptr: int):
     return h
 
 
-def _paths_timing() -> str:
-    from .paths import _TIMING
-    return _TIMING
-
-
 def _ident():
     from ..runtime.device import get_device_info
     from .. import __version__
+    from .paths import _TIMING
     frontend = _load()[0]   # None without the frontend: the table then belongs to no frontend version
     # (and how plans are timed and which an "ieee" graph may keep: a choice made otherwise is not reused)
     return [get_device_info().name, version(), getattr(frontend, "__version__", None), __version__,
-            _paths_timing(), "ieee-fft-winograd"]
+            _TIMING, "ieee-fft-winograd"]
 
 
 _plans_on_disk = TunedTable("cudnn", _ident)   # signature -> plan name
@@ -418,8 +415,8 @@ def _conv_geometry(geo):
 # graph signatures, shared with the dispatch plans that look the built graphs up (path_plans.py)
 # layout: "nchw" (C-contiguous operands) or "nhwc" (the activations channels-last, the weight
 # C-contiguous (K, C, R, S)): one graph each, as their strides differ
-# float32 "ieee" graphs (FP32-arithmetic plans only) are signatures of their own too. Every signature ends
-# with its device (executor() reads it there).
+# float32 "ieee" graphs (FP32-arithmetic plans only) are signatures of their own too. Every
+# signature ends with its device (executor() reads it there).
 def _tags(dtype_name: str, layout: str) -> tuple:
     return ((layout,) if layout != "nchw" else ()) + (("ieee",) if _exact(dtype_name) else ())
 

@@ -266,7 +266,7 @@ def _f32_guard(dtype_name: str, plan, op: str, arrays: int):
     precision around each call (the benchmark's float32 rows) keeps a plan for each."""
     if dtype_name != "float32":
         return plan
-    from .. import config
+    from .. import config, dispatch
     from ..ops import _checked_call, planner_of
     checked = _checked_call(op, arrays)
     plans = {config.float32_precision(): plan}
@@ -277,28 +277,11 @@ def _f32_guard(dtype_name: str, plan, op: str, arrays: int):
         if p is not _MISSING:
             return checked(*a) if p is None else p(*a)
         r = checked(*a)
-        if not _may_plan():
-            return r   # planned on a later call, as dispatch.call does
-        try:
+        if dispatch.may_plan():   # else planned on a later call, as dispatch.call does
             make = planner_of(op, arrays)
-            plans[prec] = None if make is None else make(*a)
-        except Exception as e:  # noqa: BLE001 - as dispatch.call: a planner's failure costs the plan only
-            from .. import fallbacks
-            fallbacks.note(f"plan:{op}", f"no {prec} plan for {op} with this signature ({type(e).__name__}: {e}); "
-                                         f"the checked path runs it")
-            plans[prec] = None
+            plans[prec] = None if make is None else dispatch.make_plan(op, make, a, f"{prec} ")
         return r
     return guarded
-
-
-def _may_plan() -> bool:
-    """What dispatch.call asks before planning: no CUDA graph being captured (planning may verify
-    with a synchronising comparison) and the planned paths ready."""
-    import sys
-
-    from .. import dispatch
-    graphs = sys.modules.get("cudakit.graphs")
-    return (graphs is None or graphs.capturing() is None) and dispatch._ready()
 
 
 _MISSING = object()

@@ -4,9 +4,9 @@ own kernels (Triton implicit GEMMs, flash attention, direct kernels).
 `run(op, key, candidates)` takes the candidates in order of preference, each a function returning
 the result or None when it declines the call. The first time a signature `key` is seen, every
 candidate that accepts it is run once to warm up (graph build, compilation) and then timed with
-CUDA events, each call behind an L2 flush (time_per_call); the fastest is kept for that signature, in memory and on disk (next to the Triton
-autotuner's choices, per GPU model and cuDNN/Triton/cudakit version), so a new process does not time
-again. With CUDAKIT_AUTOTUNE=0, or while a CUDA graph is being captured (timing would
+CUDA events, each call behind an L2 flush (time_per_call); the fastest is kept for that signature,
+in memory and on disk (next to the Triton autotuner's choices, per GPU model, cuDNN/Triton/cudakit
+version and timing method), so a new process does not time again. With CUDAKIT_AUTOTUNE=0, or while a CUDA graph is being captured (timing would
 synchronise), the first candidate that accepts the call runs and nothing is stored.
 
 `last_paths()` says which path each op took last (also in `cudakit info` and in a profile's
@@ -111,8 +111,9 @@ def time_per_call(fn) -> float:
     spin and between its own event pair. The spin keeps the GPU busy while the host queues the
     call, so a sample is GPU time alone, not the host's launch latency; a sample whose start event
     the GPU passed before fn() returned (the host was slower than the spin) is dropped while
-    enough others remain (the benchmark keeps such samples and counts them: host_exposed_runs). Back-to-back calls on warm inputs had chosen the Triton kernels for the
-    bfloat16 1x1 1024->256 14x14 convolution (0.0279 ms a call against cuDNN's 0.0286), which ran
+    enough others remain (the benchmark keeps such samples and counts them: host_exposed_runs).
+    Back-to-back calls on warm inputs had chosen the Triton kernels for the bfloat16 1x1
+    1024->256 14x14 convolution (0.0279 ms a call against cuDNN's 0.0286), which ran
     0.0401 ms a call behind a flush against cuDNN's 0.0305; and a batch of calls behind one spin
     measured the host time of cuDNN's checked path wherever five calls took the host longer than
     the spin, which chose the Triton kernels of the channels-last 1x1 64->64 56x56 convolution
