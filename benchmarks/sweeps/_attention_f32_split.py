@@ -53,11 +53,16 @@ def fwd_split(Q, QLO, KHI, KLO, VHI, VLO, O, LSE,   # Q: [BH, L, D] (QREG: the i
 
 @triton.jit
 def dkdv_split(QHI, QLO, QTHI, QTLO, KHI, KLO, VHI, VLO, DOHI, DOLO, DOTHI, DOTLO, LSE, DELTA, DK, DV,
+               KTHI, KTLO, DQ,          # FUSE_DQ: K's parts transposed [BH, D, L]; DQ [BH, L, D] float32, zeroed
                qk_scale, sm_scale, L,   # split [BH, L, D], the *T ones [BH, D, L]; LSE, DELTA [BH, L]
-               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, RELOAD: tl.constexpr = False):
+               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, RELOAD: tl.constexpr = False,
+               FUSE_DQ: tl.constexpr = False):
     """RELOAD: the key block's K, V parts loaded again each iteration (from L2, pipelined into shared
     memory) instead of held in registers across the loop: four [BLOCK_N, D] float32 tiles, 128
-    registers a thread at D 64 with 4 warps."""
+    registers a thread at D 64 with 4 warps. FUSE_DQ: dQ too, each (key block, query block) pair's
+    dS K added to DQ atomically (FlashAttention-2's order): five split products a pair where this
+    kernel and dq_split take seven (dq_split recomputes S and dP); atomic traffic BH L D (L / BLOCK_N)
+    float32 adds."""
     start_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -65,6 +70,7 @@ def dkdv_split(QHI, QLO, QTHI, QTLO, KHI, KLO, VHI, VLO, DOHI, DOLO, DOTHI, DOTL
     offs_d = tl.arange(0, D)
     base = bh * L * D
     kp = base + cols[:, None] * D + offs_d[None, :]
+    ktp = base + offs_d[None, :] * L + cols[:, None]       # [N, D] tiles of [BH, D, L] arrays (FUSE_DQ)
     if not RELOAD:
         k_hi, k_lo, v_hi, v_lo = tl.load(KHI + kp), tl.load(KLO + kp), tl.load(VHI + kp), tl.load(VLO + kp)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
@@ -84,6 +90,10 @@ def dkdv_split(QHI, QLO, QTHI, QTLO, KHI, KLO, VHI, VLO, DOHI, DOLO, DOTHI, DOTL
         dv = _dot3(p_hi, p_lo, tl.load(DOTHI + rp), tl.load(DOTLO + rp), dv)
         ds_hi, ds_lo = _split(pT * (dpT - delta[None, :]))
         dk = _dot3(ds_hi, ds_lo, tl.load(QTHI + rp), tl.load(QTLO + rp), dk)
+        if FUSE_DQ:
+            dq = _dot3(tl.trans(ds_hi), tl.trans(ds_lo), tl.load(KTHI + ktp), tl.load(KTLO + ktp),
+                       tl.zeros([BLOCK_M, D], tl.float32))
+            tl.atomic_add(DQ + base + rows[:, None] * D + offs_d[None, :], dq * sm_scale, sem="relaxed")
     tl.store(DK + kp, dk * sm_scale)
     tl.store(DV + kp, dv)
 
@@ -118,45 +128,3 @@ def dq_split(QHI, QLO, KHI, KLO, KTHI, KTLO, VHI, VLO, DOHI, DOLO, LSE, DELTA, D
         dq = _dot3(ds_hi, ds_lo, tl.load(KTHI + kp), tl.load(KTLO + kp), dq)
     tl.store(DQ + qp, dq * sm_scale)
 
-
-@triton.jit
-def bwd_fused_split(QHI, QLO, QTHI, QTLO, KHI, KLO, KTHI, KTLO, VHI, VLO, DOHI, DOLO, DOTHI, DOTLO, LSE, DELTA,
-                    DK, DV, DQ,   # as dkdv_split, KT* [BH, D, L]; DQ [BH, L, D] float32, zeroed: summed atomically
-                    qk_scale, sm_scale, L,
-                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, RELOAD: tl.constexpr = False):
-    """dK, dV and dQ in one pass over the (key block, query block) pairs: dkdv_split's loop, plus
-    each pair's dS K added to DQ atomically (FlashAttention-2's order): five split products a pair
-    where dkdv_split and dq_split take seven (dq_split recomputes S and dP). Atomic traffic:
-    BH L D (L / BLOCK_N) float32 adds. RELOAD: as dkdv_split's (K, V and K^T parts)."""
-    start_n = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
-    base = bh * L * D
-    kp = base + cols[:, None] * D + offs_d[None, :]
-    ktp = base + offs_d[None, :] * L + cols[:, None]       # [N, D] tiles of [BH, D, L] arrays
-    if not RELOAD:
-        k_hi, k_lo, v_hi, v_lo = tl.load(KHI + kp), tl.load(KLO + kp), tl.load(VHI + kp), tl.load(VLO + kp)
-    dk = tl.zeros([BLOCK_N, D], tl.float32)
-    dv = tl.zeros([BLOCK_N, D], tl.float32)
-    for start_m in range(0, L, BLOCK_M):
-        if RELOAD:
-            k_hi, k_lo, v_hi, v_lo = tl.load(KHI + kp), tl.load(KLO + kp), tl.load(VHI + kp), tl.load(VLO + kp)
-        rows = start_m + offs_m
-        qtp = base + rows[None, :] * D + offs_d[:, None]      # [D, M] tiles of [BH, L, D] arrays
-        rp = base + offs_d[None, :] * L + rows[:, None]       # [M, D] tiles of [BH, D, L] arrays
-        lse2 = tl.load(LSE + bh * L + rows) * 1.4426950408889634
-        delta = tl.load(DELTA + bh * L + rows)
-        sT = _dot3(k_hi, k_lo, tl.load(QHI + qtp), tl.load(QLO + qtp), tl.zeros([BLOCK_N, BLOCK_M], tl.float32))
-        pT = tl.math.exp2(sT * qk_scale - lse2[None, :])
-        dpT = _dot3(v_hi, v_lo, tl.load(DOHI + qtp), tl.load(DOLO + qtp), tl.zeros([BLOCK_N, BLOCK_M], tl.float32))
-        p_hi, p_lo = _split(pT)
-        dv = _dot3(p_hi, p_lo, tl.load(DOTHI + rp), tl.load(DOTLO + rp), dv)
-        ds_hi, ds_lo = _split(pT * (dpT - delta[None, :]))
-        dk = _dot3(ds_hi, ds_lo, tl.load(QTHI + rp), tl.load(QTLO + rp), dk)
-        dq = _dot3(tl.trans(ds_hi), tl.trans(ds_lo), tl.load(KTHI + ktp), tl.load(KTLO + ktp),
-                   tl.zeros([BLOCK_M, D], tl.float32))
-        tl.atomic_add(DQ + base + rows[:, None] * D + offs_d[None, :], dq * sm_scale, sem="relaxed")
-    tl.store(DK + kp, dk * sm_scale)
-    tl.store(DV + kp, dv)

@@ -91,11 +91,16 @@ def _launch(fn, d, cfg, grid_block):
     return kern(fn, D=d, **c), c[grid_block]
 
 
-def dkdv_only(P, lse, scale, cfg, dk, dv):
+def dkdv_only(P, lse, scale, cfg, dk, dv, dq=None):
+    """dK, dV by dkdv_split; with dq, dQ too (its FUSE_DQ: summed atomically into dq, zeroed here)."""
     bh, L, d = P["qh"].shape
-    k, bn = _launch(sp.dkdv_split, d, cfg, "BLOCK_N")
+    fuse = dq is not None
+    if fuse:
+        dq.fill(0)
+    k, bn = _launch(sp.dkdv_split, d, dict(cfg, FUSE_DQ=fuse) if fuse else cfg, "BLOCK_N")
     k[(L // bn, bh)](P["qh"], P["ql"], P["qth"], P["qtl"], P["kh"], P["kl"], P["vh"], P["vl"], P["doh"], P["dol"],
-                     P["doth"], P["dotl"], lse, P["delta"], dk, dv, scale * math.log2(math.e), scale, L)
+                     P["doth"], P["dotl"], lse, P["delta"], dk, dv, P["kth"], P["ktl"], dq if fuse else dk,
+                     scale * math.log2(math.e), scale, L)
 
 
 def dq_only(P, lse, scale, cfg, dq):
@@ -105,22 +110,12 @@ def dq_only(P, lse, scale, cfg, dq):
                      lse, P["delta"], dq, scale * math.log2(math.e), scale, L)
 
 
-def fused_only(P, lse, scale, cfg, dq, dk, dv):
-    """dK, dV and dQ in one kernel (bwd_fused_split: dQ summed atomically into dq, zeroed here)."""
-    bh, L, d = P["qh"].shape
-    dq.fill(0)
-    k, bn = _launch(sp.bwd_fused_split, d, cfg, "BLOCK_N")
-    k[(L // bn, bh)](P["qh"], P["ql"], P["qth"], P["qtl"], P["kh"], P["kl"], P["kth"], P["ktl"], P["vh"], P["vl"],
-                     P["doh"], P["dol"], P["doth"], P["dotl"], lse, P["delta"], dk, dv, dq,
-                     scale * math.log2(math.e), scale, L)
-
-
 SHIPPED_BWD_TILES = [((32, 128, 8, 1), (128, 32, 8, 1)), ((16, 128, 8, 1), (128, 16, 8, 1)),
                      ((16, 64, 4, 1), (64, 16, 4, 1))]
 
 
-def _tiles(rows):
-    return [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=nw, num_stages=ns, RELOAD=rl) for bm, bn, nw, ns, rl in rows]
+def _tiles(rows, names=("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "RELOAD")):
+    return [dict(zip(names, r)) for r in rows]
 
 
 # backward tiles (BLOCK_M, BLOCK_N, num_warps, num_stages, RELOAD) of each kernel, timed on their
@@ -161,23 +156,34 @@ def report(label, fns, flops):
         print(f"VARIANT {label} {name:<70} failed: {type(e).__name__}: {str(e)[:150]}", flush=True)
 
 
-def accuracy(d):
-    """Largest error of each variant against float64, relative to the output's largest magnitude."""
+def reference(d):
+    """(q, k, v, dO in float32 (2x256xd), scale, {"o", "dq", "dk", "dv": float64 results}) of a
+    small case every variant's accuracy is checked on."""
     rng = cp.random.default_rng(5)
     q64, k64, v64, g64 = (rng.standard_normal((2, 256, d)) for _ in range(4))
     scale = d ** -0.5
     s = (q64 @ k64.transpose(0, 2, 1)) * scale
     p = cp.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
-    o64 = p @ v64
     dp = g64 @ v64.transpose(0, 2, 1)
     ds = p * (dp - (dp * p).sum(-1, keepdims=True))
-    ref = {"o": o64, "dq": ds @ k64 * scale, "dk": ds.transpose(0, 2, 1) @ q64 * scale, "dv": p.transpose(0, 2, 1) @ g64}
-    q, k, v, g = (a.astype(cp.float32) for a in (q64, k64, v64, g64))
+    ref = {"o": p @ v64, "dq": ds @ k64 * scale, "dk": ds.transpose(0, 2, 1) @ q64 * scale,
+           "dv": p.transpose(0, 2, 1) @ g64}
+    return (*(a.astype(cp.float32) for a in (q64, k64, v64, g64)), scale, ref)
+
+
+def print_errors(d, name, vals, ref):
+    """A VARIANT accuracy line: each output's largest error over the reference's largest magnitude."""
+    print(f"VARIANT accuracy d={d} {name}: " + " ".join(
+        f"{n} {float(cp.abs(vals[n] - ref[n]).max() / cp.abs(ref[n]).max()):.2e}" for n in vals), flush=True)
+
+
+def accuracy(d):
+    """Largest error of each variant against float64, relative to the output's largest magnitude."""
+    q, k, v, g, scale, ref = reference(d)
 
     def err(name, vals):
-        print(f"VARIANT accuracy d={d} {name}: " + " ".join(
-            f"{n} {float(cp.abs(vals[n] - ref[n]).max() / cp.abs(ref[n]).max()):.2e}" for n in vals), flush=True)
+        print_errors(d, name, vals, ref)
     o, lse = at.forward(q, k, v, scale, False, "float32")
     err("shipped", {"o": o, **dict(zip(("dq", "dk", "dv"), at.backward(g, q, k, v, o, lse, scale, False, "float32")))})
     for c in fwd_split_cfgs(d):
@@ -198,7 +204,7 @@ def accuracy(d):
                     dq_only(P, lse, scale, c, dq)
                     got = {"dq": dq}
                 else:
-                    fused_only(P, lse, scale, c, dq, dk, dv)
+                    dkdv_only(P, lse, scale, c, dk, dv, dq)
                     got = {"dq": dq, "dk": dk, "dv": dv}
                 err(f"{name} {tuple(c.values())}", got)
             except Exception as e:   # noqa: BLE001 -- tiles this GPU cannot run
@@ -249,43 +255,26 @@ def mat_backward(do, q, k, v, o, lse, scale, scfg, lcfg, budget=1 << 30):
     return dq, dk, dv
 
 
-def _mtiles(rows, names):
-    return [dict(zip(names, r)) for r in rows]
-
-
 # tiles whose sm_90 SASS (Triton 3.9, CPU) held no spills (the score kernel at D 128 on 4 warps: 7)
-MAT_SCORES = {64: _mtiles([(128, 64, 8, 1), (64, 64, 4, 1), (128, 128, 8, 1)],
-                          ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")),
-              128: _mtiles([(128, 64, 8, 1), (64, 64, 4, 1)], ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))}
-MAT_LONG = {64: _mtiles([(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2)],
-                        ("BLOCK_M", "BLOCK_K", "num_warps", "num_stages")),
-            128: _mtiles([(128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3)],
-                         ("BLOCK_M", "BLOCK_K", "num_warps", "num_stages"))}
+_SCORE_NAMES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+_LONG_NAMES = ("BLOCK_M", "BLOCK_K", "num_warps", "num_stages")
+MAT_SCORES = {64: _tiles([(128, 64, 8, 1), (64, 64, 4, 1), (128, 128, 8, 1)], _SCORE_NAMES),
+              128: _tiles([(128, 64, 8, 1), (64, 64, 4, 1)], _SCORE_NAMES)}
+MAT_LONG = {64: _tiles([(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2)], _LONG_NAMES),
+            128: _tiles([(128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3)], _LONG_NAMES)}
 
 
 if "--materialized" in argv:
     for b, h, L, d in shapes:
-        rng = cp.random.default_rng(5)
-        q64, k64, v64, g64 = (rng.standard_normal((2, 256, d)) for _ in range(4))
-        sc = d ** -0.5
-        s64 = (q64 @ k64.transpose(0, 2, 1)) * sc
-        p64 = cp.exp(s64 - s64.max(-1, keepdims=True))
-        p64 /= p64.sum(-1, keepdims=True)
-        dp64 = g64 @ v64.transpose(0, 2, 1)
-        ds64 = p64 * (dp64 - (dp64 * p64).sum(-1, keepdims=True))
-        ref = {"dq": ds64 @ k64 * sc, "dk": ds64.transpose(0, 2, 1) @ q64 * sc, "dv": p64.transpose(0, 2, 1) @ g64}
-        q_, k_, v_, g_ = (a.astype(cp.float32) for a in (q64, k64, v64, g64))
+        q_, k_, v_, g_, sc, ref = reference(d)
         o_, lse_ = at.forward(q_, k_, v_, sc, False, "float32")
-        got = dict(zip(("dq", "dk", "dv"), at.backward(g_, q_, k_, v_, o_, lse_, sc, False, "float32")))
-        print(f"VARIANT accuracy d={d} shipped: " + " ".join(
-            f"{n} {float(cp.abs(got[n] - ref[n]).max() / cp.abs(ref[n]).max()):.2e}" for n in got), flush=True)
+        print_errors(d, "shipped", dict(zip(("dq", "dk", "dv"), at.backward(g_, q_, k_, v_, o_, lse_, sc, False,
+                                                                             "float32"))), ref)
         for sc_cfg in MAT_SCORES[d]:
             for l_cfg in MAT_LONG[d][:1]:
                 try:
-                    got = dict(zip(("dq", "dk", "dv"), mat_backward(g_, q_, k_, v_, o_, lse_, sc, sc_cfg, l_cfg)))
-                    print(f"VARIANT accuracy d={d} materialized {tuple(sc_cfg.values())}: " + " ".join(
-                        f"{n} {float(cp.abs(got[n] - ref[n]).max() / cp.abs(ref[n]).max()):.2e}" for n in got),
-                        flush=True)
+                    print_errors(d, f"materialized {tuple(sc_cfg.values())}", dict(zip(
+                        ("dq", "dk", "dv"), mat_backward(g_, q_, k_, v_, o_, lse_, sc, sc_cfg, l_cfg))), ref)
                 except Exception as e:   # noqa: BLE001 -- tiles this GPU cannot run
                     print(f"VARIANT accuracy d={d} materialized {tuple(sc_cfg.values())} failed: "
                           f"{type(e).__name__}: {str(e)[:120]}", flush=True)
@@ -378,6 +367,6 @@ for b, h, L, d in shapes:
     for c in DQ[d]:
         fns[f"dq kernel {tuple(c.values())}"] = lambda c=c: dq_only(P, lse, scale, c, dq)
     for c in FUSED[d]:
-        fns[f"fused kernel {tuple(c.values())}"] = lambda c=c: fused_only(P, lse, scale, c, dq, dk, dv)
+        fns[f"fused kernel {tuple(c.values())}"] = lambda c=c: dkdv_only(P, lse, scale, c, dk, dv, dq)
     fns["split passes and delta"] = lambda: bwd_parts(g, q, k, v, o)
     report(f"{tag} backward", fns, 10 * per)
