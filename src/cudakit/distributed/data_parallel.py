@@ -186,15 +186,14 @@ class GradSync:
         if self._gather and self.buffers:
             from ..kernels import gather_copy
             self._device_id, self._align = self.buffers[0].data.device_id, gather_copy.ALIGN
+        self._order = BucketOrder(self.buckets, self._bucket_of, len(self.params))
         self._reset()
         if broadcast_from is not None:
             broadcast_parameters(self.params, broadcast_from, group)
 
     def _reset(self) -> None:
-        self._ready = [False] * len(self.params)
-        self._missing = [len(b) for b in self.buckets]
+        self._order.reset()
         self._works: list = []   # in bucket order
-        self._next = 0           # the next bucket to launch
         self._adopted: dict = {}  # i -> the caller's gradient array (copy=False)
         self._pending: dict = {}  # bucket -> [(i, gradient)] to gather into it at its launch (copy=True)
 
@@ -243,30 +242,28 @@ class GradSync:
 
     def _mark(self, i: int) -> None:
         """Gradient i is in (checked by _check_markable): start the buckets now complete."""
-        self._ready[i] = True
-        self._missing[self._bucket_of[i]] -= 1
-        if self._next < len(self.buckets) and not self._missing[self._next]:   # buckets start in order
+        if self._order.mark(i):
             self._launch_ready()
 
     def _check_markable(self, i: int) -> None:
         """Gradient i is not marked yet in this step, and its bucket has not started its all-reduce
         (wait_for() starts buckets with gradients still unmarked): a gradient given later would be
         left out of it."""
-        if self._ready[i]:
+        if self._order.ready[i]:
             raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
         b = self._bucket_of[i]
-        if b < self._next:
+        if b < self._order.next:
             raise ValueError(f"gradient {i}'s bucket {b} already started its all-reduce in this step (wait_for() "
                              f"starts every bucket): give gradients before wait_for(), or call wait() to end the step")
 
     def _launch_ready(self, all_: bool = False) -> None:
-        while self._next < len(self.buckets) and (all_ or self._missing[self._next] == 0):
-            op = "avg" if self.average else "sum"
-            idx = self.buckets[self._next]
-            pending = self._pending.pop(self._next, None)
+        op = "avg" if self.average else "sum"
+        for b in self._order.startable(all_):
+            idx = self.buckets[b]
+            pending = self._pending.pop(b, None)
             if pending:   # the bucket's kept gradients, in one launch on the current stream
                 from ..kernels import gather_copy
-                gather_copy.gather_copy(self.buffers[self._next], [self._offset[i] for i, _ in pending],
+                gather_copy.gather_copy(self.buffers[b], [self._offset[i] for i, _ in pending],
                                         [a for _, a in pending])
             if self._adopted and any(i in self._adopted for i in idx):   # in place on the arrays given
                 arrays = [self._adopted.get(i, self.grads[i]) for i in idx]
@@ -277,10 +274,9 @@ class GradSync:
                     raise GraphCaptureError("GradSync: the copy-engine all-reduce (two ranks on one host) cannot be "
                                             "captured in a CUDA graph (its flags count steps); make the GradSync "
                                             "with peer=False to capture NCCL's all-reduces")
-                self._works.append(self._peer_all_reduce(self._next))
+                self._works.append(self._peer_all_reduce(b))
             else:
-                self._works.append(coll.all_reduce(self.buffers[self._next], op, self.group, async_op=True))
-            self._next += 1
+                self._works.append(coll.all_reduce(self.buffers[b], op, self.group, async_op=True))
 
     def _peer_all_reduce(self, b: int):
         """Bucket b's all-reduce by the copy engines, as a collective of the group (its events,
@@ -293,7 +289,7 @@ class GradSync:
     @property
     def launched(self) -> int:
         """How many buckets' all-reduces have started in this step."""
-        return self._next
+        return self._order.next
 
     def wait(self):
         """End the step: start the buckets not started yet (gradients never marked count as written:
@@ -351,6 +347,35 @@ def param_index(i, n: int, by_name: dict) -> int:
         names = f" or one of the {len(by_name)} names" if by_name else ""
         raise ValueError(f"parameter must be an int in [0, {n}){names} (got {i!r})")
     return i
+
+
+class BucketOrder:
+    """One step's gradients against their buckets (GradSync's and ZeroRedundancyOptimizer's):
+    which gradients are in (ready), how many each bucket still misses, and which buckets' collectives
+    may start: a bucket once all of its gradients are in and every bucket before it has started
+    (the backward fills them in that order). next: the first bucket not started."""
+
+    def __init__(self, buckets, bucket_of, n: int):
+        self.buckets, self.bucket_of, self.n = buckets, bucket_of, n
+        self.reset()
+
+    def reset(self) -> None:
+        self.ready = [False] * self.n
+        self.missing = [len(b) for b in self.buckets]
+        self.next = 0
+
+    def mark(self, i: int) -> bool:
+        """Gradient i is in: whether the next bucket may start now."""
+        self.ready[i] = True
+        self.missing[self.bucket_of[i]] -= 1
+        return self.next < len(self.buckets) and not self.missing[self.next]
+
+    def startable(self, all_: bool = False):
+        """The buckets that may start (all_: every one not started yet), in order; each counts as
+        started once the caller's loop body for it has run (not if that raised)."""
+        while self.next < len(self.buckets) and (all_ or self.missing[self.next] == 0):
+            yield self.next
+            self.next += 1
 
 
 _UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}

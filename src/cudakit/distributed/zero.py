@@ -27,7 +27,15 @@ import contextlib
 
 from ..errors import DeviceError, DTypeError, ShapeError
 from . import collectives as coll
-from .data_parallel import ALIGN_BYTES, DEFAULT_BUCKET_BYTES, _copy_bits, _padded, param_index, plan_buckets
+from .data_parallel import (
+    ALIGN_BYTES,
+    DEFAULT_BUCKET_BYTES,
+    BucketOrder,
+    _copy_bits,
+    _padded,
+    param_index,
+    plan_buckets,
+)
 from .group import resolve
 
 
@@ -66,6 +74,7 @@ class ZeroRedundancyOptimizer:
             self._make_buckets(xp, arrays, n, r)
         self._bucket_of = {i: b for b, idx in enumerate(self.buckets) for i in idx}
         self._by_name = {n: i for i, n in enumerate(self.names or ())}
+        self._order = BucketOrder(self.buckets, self._bucket_of, len(self._views))
         self._reset()
         if broadcast_from is not None:   # one broadcast a bucket, not one a parameter
             for flat in self._flat:
@@ -108,10 +117,8 @@ class ZeroRedundancyOptimizer:
         return dict(zip(self.names, self._grad_views)) if self.names is not None else list(self._grad_views)
 
     def _reset(self) -> None:
-        self._ready = [False] * len(self._views)
-        self._missing = [len(b) for b in self.buckets]
+        self._order.reset()
         self._works: list = []   # the reduce_scatters started this step, in bucket order
-        self._next = 0           # the next bucket to start
 
     def _index(self, i) -> int:
         return param_index(i, len(self._views), self._by_name)
@@ -126,7 +133,7 @@ class ZeroRedundancyOptimizer:
         if tuple(grad.shape) != tuple(dst.shape) or grad.dtype != dst.dtype:
             raise ShapeError(f"grads[{i}] is {grad.dtype} {tuple(grad.shape)}; params[{i}] is {dst.dtype} "
                              f"{tuple(dst.shape)}")
-        if self._ready[i]:
+        if self._order.ready[i]:
             raise ValueError(f"gradient {i} was already given in this step (step() ends the step)")
 
     def set_grad(self, i, grad) -> None:
@@ -143,22 +150,19 @@ class ZeroRedundancyOptimizer:
         """Gradient i (an index, or a name) was written into grads[i] directly (on the current
         stream): as set_grad, without the copy."""
         i = self._index(i)
-        if self._ready[i]:
+        if self._order.ready[i]:
             raise ValueError(f"gradient {i} was already given in this step (step() ends the step)")
         self._mark(i)
 
     def _mark(self, i: int) -> None:
-        self._ready[i] = True
-        self._missing[self._bucket_of[i]] -= 1
-        self._launch_ready()
+        if self._order.mark(i):
+            self._launch_ready()
 
     def _launch_ready(self, all_: bool = False) -> None:
         op = "avg" if self.average else "sum"
-        while self._next < len(self.buckets) and (all_ or self._missing[self._next] == 0):
-            b = self._next
+        for b in self._order.startable(all_):
             self._works.append(coll.reduce_scatter(self._grad_shards[b], self._grad_flat[b], op, self.group,
                                                    async_op=True))
-            self._next += 1
 
     def shard_elements(self) -> int:
         """How many elements of parameters (padding included) this rank's optimizer steps."""
@@ -190,8 +194,8 @@ class ZeroRedundancyOptimizer:
             for i in reversed(range(len(given))):   # the backward's order: buckets start as they fill
                 _copy_bits(self._grad_views[i], given[i])
                 self._mark(i)
-        elif any(self._ready) and not all(self._ready):   # some given, some not: most likely a bug
-            missing = [self.names[i] if self.names else i for i, r in enumerate(self._ready) if not r]
+        elif any(self._order.ready) and not all(self._order.ready):   # some given, some not: most likely a bug
+            missing = [self.names[i] if self.names else i for i, r in enumerate(self._order.ready) if not r]
             for w in self._works:   # what started still completes; the step is abandoned
                 w.wait()
             self._reset()
