@@ -306,6 +306,39 @@ def check_tf32_split():
         assert hi[0, 0, 2] == 1.0 and lo[0, 0, 2] == 0.0 and hi[0, 0, 3] + lo[0, 0, 3] == x[0, 0, 3]
 
 
+# the materialised float32 backward (kernels/attention_materialized.py): (BH, Lq, Lk, head_dim,
+# causal, window, workspace budget): ragged ends, causal with Lq < Lk and Lq > Lk (rows that see no
+# key), a window, Lq = 1, head dims below their block, heads in chunks of one (budget)
+MAT_CASES = [(2, 70, 90, 24, False, None, None), (2, 70, 90, 24, True, None, None),
+             (1, 150, 60, 80, True, None, None), (1, 100, 150, 32, False, (20, 5), None),
+             (1, 1, 200, 16, True, None, None), (3, 40, 33, 128, False, None, 8 * 128 * 128)]
+
+
+def check_materialized(bh, lq, lk, d, causal, window, budget):
+    """The materialised backward's launch sequence (attention_materialized.run, as the GPU runs it)
+    on the float64 reference's out and lse, against its gradients; outputs start as 7.0."""
+    from cudakit.kernels import _attention_mat_triton as mat
+    from cudakit.kernels import attention_materialized as am
+    case = ("materialized", bh, lq, lk, d, causal, window, budget)
+    rng = np.random.default_rng(4)
+    q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
+    k, v = (data(rng, (bh, lk, d), "float32") for _ in range(2))
+    scale = 1 / math.sqrt(d)
+    out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, scale, causal, g, window)
+
+    def launch(name, grid, args, consts):
+        getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
+                                 **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
+    dlo, dhi = host.key_bounds(lq, lk, causal, window)
+    got = am.run(g, q, k, v, out_r.astype(np.float32), lse_r.astype(np.float32), scale, dlo, dhi,
+                 empty=lambda shape: np.full(shape, 7.0, np.float32), launch=launch, budget=budget)
+    assert got is not None, case
+    for name, x, want in zip(("dq", "dk", "dv"), got, (dq_r, dk_r, dv_r)):
+        np.testing.assert_allclose(f64(x), want, atol=2e-4 * max(1.0, np.abs(want).max()), rtol=2e-5,
+                                   err_msg=f"{name} {case}")
+    assert am.run(g, q, k, v, out_r, lse_r, scale, dlo, dhi, empty=None, launch=None, budget=100) is None
+
+
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
     """Dropout on the probabilities: the kernels' Philox mask (regenerated in the backward) equals
     cudakit.dropout's stream over the flat (BH, Lq, Lk) scores, so out and the gradients match the
@@ -395,6 +428,8 @@ if __name__ == "__main__":
     for case in DROPOUT_CASES:
         check_dropout(*case)
     check_tf32_split()
-    n = (len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
+    for case in MAT_CASES:
+        check_materialized(*case)
+    n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + 6)
     print(f"{n} cases match the float64 reference")

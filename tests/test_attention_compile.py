@@ -67,3 +67,46 @@ def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n, prec):
     shared = json.loads(r.stdout.strip().splitlines()[-1])
     for kernel, nbytes in shared.items():
         assert 0 < nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"
+
+
+_MAT_CODE = r'''
+import json, sys
+sys.path.insert(0, "src")
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from cudakit.kernels import _attention_mat_triton as mat
+from cudakit.kernels import attention_materialized as am
+
+d, masked = int(sys.argv[1]), sys.argv[2] == "1"
+ints = {"Lq", "Lk", "LQP", "LKP", "KP", "M", "DLO", "DHI"}
+out = {}
+for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps": 4, "num_stages": 3}),
+                    ("scores", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked)),
+                    ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False)),
+                    ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True))):
+    consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
+    consts.update(D=d, DP=max(16, 1 << (d - 1).bit_length()))
+    names = list(fn.arg_names)
+    sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in ("qk_scale", "scale")
+           else "*fp32" for n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
+    ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
+                        target=GPUTarget("cuda", 90, 32),
+                        options={"num_warps": c["num_warps"], "num_stages": c["num_stages"]})
+    out[name] = ck.metadata.shared
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("d,masked", [(64, False), (128, True), (40, True)])
+def test_materialized_backward_kernels_compile_for_sm90(d, masked):
+    """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
+    env = {"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ}
+    r = subprocess.run([sys.executable, "-c", _MAT_CODE, str(d), "1" if masked else "0"],
+                       capture_output=True, text=True, check=False, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    shared = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(shared) == {"prep", "scores", "dq", "dkdv"}
+    for kernel, nbytes in shared.items():
+        assert 0 < nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"

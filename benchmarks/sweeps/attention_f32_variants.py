@@ -5,7 +5,9 @@ each interleaved with torch, plus each variant's largest error against float64 o
     python3 benchmarks/sweeps/attention_f32_variants.py [--shapes 4x8x2048x128,16x8x512x64] [--bwd-only]
 The backward's kernels (dK/dV, dQ, or the two fused with dQ summed atomically) are timed each on its
 own, on operands split once (their split passes and delta timed apart), so the best pair shows.
---bwd-only: of the forward, torch's and the shipped kernel's rows only. --materialized: the
+--bwd-only: of the forward, torch's and the shipped kernel's rows only. --mat-shipped: the shipped
+materialised backward (kernels/attention_materialized.py) under other workspace budgets and tiles,
+against torch, the flash kernels and backward()'s own choice, plain and causal. --materialized: the
 backward of _attention_f32_materialized.py (P and dS written once, three long products) against
 torch and the shipped backward, each kernel on its own and whole (split passes, delta and
 workspace included), after each variant's error against float64.
@@ -307,6 +309,47 @@ if "--materialized" in argv:
                 lambda l_=l_cfg: mat_long(DSw, Mp["qth"][hs], Mp["qtl"][hs], dk_[hs], scale, l_, True))
         fns["split passes and delta alone"] = lambda: mat_parts(g, k, v, q, o)
         report(f"{b}x{h}x{L}x{d} backward (materialized; {chunk} of {n_all} heads a chunk)", fns, 10 * b * h * L * L * d)
+    sys.exit(0)
+if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/attention_materialized.py) and its knobs
+    from cudakit.kernels import attention_materialized as am
+    for b, h, L, d in shapes:
+        for causal in (False, True):
+            rng = cp.random.default_rng(0)
+            q, k, v, g = (rng.standard_normal((b * h, L, d), dtype=cp.float32) for _ in range(4))
+            scale = d ** -0.5
+            tq, tk, tv, tg = (torch.from_dlpack(a).view(b, h, L, d) for a in (q, k, v, g))
+            o, lse = at.forward(q, k, v, scale, causal, "float32")
+            masks = at.Masks(causal)
+            rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
+            y = sdpa(rq, rk, rv, is_causal=causal)
+            fns = {"torch": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True),
+                   "flash kernels": lambda: at._triton_backward(g, q, k, v, o, lse, scale, masks, "float32"),
+                   "backward() as chosen": lambda: at.backward(g, q, k, v, o, lse, scale, causal, "float32")}
+
+            def knobs(budget, tiles, score=None):
+                def f():
+                    old = am.WORKSPACE_BYTES, am.LONG_TILES, am.SCORE_TILES
+                    am.WORKSPACE_BYTES, am.LONG_TILES, am.SCORE_TILES = budget, tiles, score or old[2]
+                    try:
+                        return at._materialized_backward(g, q, k, v, o, lse, scale, masks)
+                    finally:
+                        am.WORKSPACE_BYTES, am.LONG_TILES, am.SCORE_TILES = old
+                return f
+            long_tiles = [am.LONG_TILES, {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}]
+            for budget in (1 << 30, 128 << 20, 64 << 20, 32 << 20):
+                for t in long_tiles:
+                    tag = " shipped" if (budget, t) == (am.WORKSPACE_BYTES, am.LONG_TILES) else ""
+                    fns[f"materialized budget {budget >> 20} MiB long {tuple(t.values())}{tag}"] = knobs(budget, t)
+            for sc_t in ({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1},
+                         {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1}):
+                fns[f"materialized score {tuple(sc_t.values())}"] = knobs(1 << 30, am.LONG_TILES, sc_t)
+            report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} backward (shipped materialized)", fns,
+                   10 * b * h * L * L * d // (2 if causal else 1))
+            got = at._materialized_backward(g, q, k, v, o, lse, scale, masks)
+            want = at._triton_backward(g, q, k, v, o, lse, scale, masks, "float32")
+            print(f"VARIANT {b}x{h}x{L}x{d} causal={causal} materialized vs flash: " + " ".join(
+                f"{n} {float(cp.abs(x - y).max() / cp.abs(y).max()):.2e}" for n, x, y in zip(("dq", "dk", "dv"), got, want)),
+                flush=True)
     sys.exit(0)
 if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attention.py _SPLIT_TILES) only
     for b, h, L, d in shapes:

@@ -97,6 +97,51 @@ def test_attention_float32_precisions(lq, lk, d, causal, prec, float32_precision
     ac.check_attention(_dev, _host, rng, (2,), lq, lk, d, "float32", causal)
 
 
+def _only_path(monkeypatch, name):
+    """kernels/paths.run taking candidate `name` alone (no timing, no choice kept)."""
+    from cudakit.kernels import paths
+
+    def run(op, key, candidates, timer=None):
+        return next(fn() for n, fn in candidates if n == name)
+    monkeypatch.setattr(paths, "run", run)
+
+
+@pytest.mark.parametrize("lead,lq,lk,d,causal,window", [
+    ((2, 2), 17, 17, 40, False, None), ((1, 3), 1000, 1000, 80, True, None), ((2,), 1, 4096, 96, False, None),
+    ((1,), 4097, 300, 128, True, None), ((2,), 300, 4097, 64, False, (100, 0)), ((1, 2), 150, 60, 128, True, None)])
+def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window, rng, monkeypatch,
+                                                 float32_precision):
+    """The materialised float32 backward (kernels/attention_materialized.py), taken alone, against
+    float64: ragged lengths, head dims below their block, Lq = 1, rows that see no key (causal with
+    Lq > Lk), a window; then non-contiguous views with heads in chunks of one (a small budget)."""
+    from cudakit.kernels import attention_materialized as am
+    from cudakit.kernels import paths
+    float32_precision("tf32x3")
+    _only_path(monkeypatch, "materialized")
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window)
+    assert paths.last_paths()["attention_backward"] == "materialized"
+    monkeypatch.setattr(am, "WORKSPACE_BYTES", 8 * am.padded(lq) * am.padded(lk))
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, strided=True)
+
+
+def test_attention_float32_materialized_declines(rng, monkeypatch, float32_precision):
+    """Against the flash kernels; a head whose workspace exceeds the budget runs the flash kernels."""
+    from cudakit.kernels import attention as at
+    from cudakit.kernels import attention_materialized as am
+    float32_precision("tf32x3")
+    q, k, v, g = (cp.asarray(ac.data(rng, (2, 200, 64), "float32")) for _ in range(4))
+    out, lse = at.forward(q, k, v, 0.125, False, "float32")
+    want = at._triton_backward(g, q, k, v, out, lse, 0.125, at.Masks(False), "float32")
+    got = at._materialized_backward(g, q, k, v, out, lse, 0.125, at.Masks(False))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(cp.asnumpy(a), cp.asnumpy(b), rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(am, "WORKSPACE_BYTES", 1024)
+    assert at._materialized_backward(g, q, k, v, out, lse, 0.125, at.Masks(False)) is None
+    got = at.backward(g, q, k, v, out, lse, 0.125, False, "float32")
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(cp.asnumpy(a), cp.asnumpy(b))
+
+
 @pytest.mark.parametrize("block_size", [64, 128])
 @pytest.mark.parametrize("d", [64, 128])
 def test_flash_attention_float32_block_sizes(block_size, d, rng):

@@ -113,9 +113,12 @@ def _k(name: str):
     if k is None:
         from ..runtime.triton import TritonKernel, _triton
         _triton()  # BackendUnavailableError naming the extra when Triton is missing
+        from . import _attention_mat_triton as mat
         from . import _attention_triton as src
         for n in ("attn_fwd", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq", "cast_copy", "tf32_split"):
             _kernels[n] = TritonKernel(getattr(src, n))
+        for n in ("mat_prep", "mat_scores", "mat_long"):
+            _kernels[n] = TritonKernel(getattr(mat, n))
         k = _kernels[name]
     return k
 
@@ -429,6 +432,13 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
+    if tiles is None and bh * lq * k.shape[1] and _materialized_candidate(dtype_name, d, masks, groups):
+        from . import paths
+        key = _f32_bwd_key(bh, lq, k.shape[1], d, causal, masks.window, q.data.device_id)
+        return paths.run("attention_backward", key, [
+            ("materialized", lambda: _materialized_backward(do, q, k, v, out, lse, scale, masks)),
+            ("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, None,
+                                                deterministic))])
     if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
@@ -439,6 +449,38 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
         return _only_cudnn_beyond(d, paths.run("attention_backward", key, cands))
     _check_triton_head_dim(d)
     return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles, deterministic, groups, q_heads)
+
+
+def _materialized_candidate(dtype_name: str, d: int, masks: Masks, groups: int) -> bool:
+    """The float32 backward may take the materialised kernels (kernels/attention_materialized.py)."""
+    if dtype_name != "float32":
+        return False
+    from . import attention_materialized as am
+    return am.eligible(d, config.float32_precision(), masks, groups)
+
+
+def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device: int) -> tuple:
+    """The signature the float32 backward's path (materialised or flash) is chosen under: the
+    precision and the window (which decides how much of the workspace is computed) in it."""
+    key = _path_key("bwd", bh, lq, lk, d, f"float32-{config.float32_precision()}", causal, device)
+    return key if window is None else key + (tuple(window),)
+
+
+def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks):
+    """(dq, dk, dv) by the materialised kernels, or None (declined: one head's workspace past the
+    budget, or no memory for it, then noted in cudakit.fallbacks)."""
+    cp = _cupy.cupy()
+    from . import attention_materialized as am
+    dlo, dhi = key_bounds(q.shape[1], k.shape[1], masks.causal, masks.window)
+    arrays = [cp.ascontiguousarray(x) for x in (do, q, k, v, out)] + [_f32_contiguous(lse)]
+    try:
+        return am.run(*arrays, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
+                      launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args))
+    except (MemoryError, cp.cuda.memory.OutOfMemoryError):
+        from .. import fallbacks
+        fallbacks.note("attention:float32-materialized", "no memory for the float32 backward's workspace: "
+                                                         "the flash kernels ran it")
+        return None
 
 
 def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None, deterministic=False, groups=1,
@@ -644,6 +686,10 @@ def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str,
     the cuDNN graph kind to execute (default "sdpa_<kind>"; "sdpa_fwd_inf": the inference graph)."""
     if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
         return None
+    if kind == "bwd" and _materialized_candidate(dtype_name, d, Masks(causal), 1):
+        from . import paths
+        choice = paths.chosen("attention_backward", _f32_bwd_key(bh, lq, lk, d, causal, None, device))
+        return (choice, None) if choice in ("materialized", "triton") else None
     if _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
         op = "attention" if kind == "fwd" else "attention_backward"
@@ -726,6 +772,13 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
             run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr,
                 dq.data.ptr, dk.data.ptr, dv.data.ptr)
             return dq, dk, dv
+        return bwd
+    if step[0] == "materialized":
+        masks = Masks(causal)
+
+        def bwd(do, q, k, v, out, lse):   # (its launches are few against its milliseconds: no replay plan)
+            r = _materialized_backward(do, q, k, v, out, lse, scale, masks)
+            return r if r is not None else _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name)
         return bwd
     cfg = _config(dtype_name, d, None)
     kv, qc = _backward_configs(dtype_name, cfg)

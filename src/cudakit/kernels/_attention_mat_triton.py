@@ -1,0 +1,174 @@
+"""Triton source of the materialised float32 attention backward (tf32x3 products; imported only
+once Triton is known to be there; the host side is kernels/attention_materialized.py).
+
+The flash backward (_attention_triton.py) recomputes the scores in two fused kernels and keeps
+every operand tile in registers and shared memory, where float32 tiles are twice the bytes of
+16-bit ones: at head dim 128 the tiles that fit are 64 x 32 and its products ran at about
+115 TF32 TFLOP/s on an H100. Here the work is split into wide, simple kernels instead:
+  mat_prep    the operands the products read from memory, split once into TF32 parts and
+              remainders (K and V in their layout, K^T, Q^T and dO^T), and delta = rowsum(dO * O);
+  mat_scores  per (query block, key block): S = Q K^T and dP = dO V^T with the reduction over D in
+              one step, then P = exp(S - lse) and dS = P (dP - delta), written to a float32 workspace;
+  mat_long    dQ = dS K, dK = dS^T Q, dV = P^T dO as long-K products over the workspace.
+Five tf32x3 products a (query, key) pair, as FlashAttention-2's order, with no atomics (the
+result is bitwise the same on every run), at the cost of 2 x 4 Lq Lk bytes of workspace a head
+(the host processes heads in chunks). tf32x3: a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi, a_lo.b_lo
+(about 2^-22 of the term) dropped; operands computed in registers (Q, dO, P, dS tiles) are split
+in registers.
+
+Padding: the split arrays and the workspace are padded to LQP / LKP rows (multiples of 128) and DP
+columns (head_dim's power of two) and hold zeros there, so the products read whole tiles without
+masks. Masks: query row i sees the keys j with i + DLO <= j < i + DHI (causal, aligned bottom-right,
+and sliding windows: kernels/attention.py key_bounds). With MASKED, score tiles no row sees are
+neither computed nor written, and the long products read only the workspace entries a row sees.
+"""
+import triton
+import triton.language as tl
+
+from ._attention_triton import _dot3, _tf32_parts
+
+
+@triton.jit
+def _split_rows(X, HI, LO, HIT, LOT, r, rows, L, LP,
+                D: tl.constexpr, DP: tl.constexpr, NORMAL: tl.constexpr, TRANS: tl.constexpr):
+    """Rows `rows` of matrix r of X ([R, L, D]) split into TF32 parts and remainders: into HI, LO
+    ([R, LP, DP]) with NORMAL, into HIT, LOT ([R, DP, LP], transposed) with TRANS; zeros past L
+    and D up to LP and DP. Returns the rows read (float32, zero past L, D)."""
+    cols = tl.arange(0, DP)
+    x = tl.load(X + r * L * D + rows[:, None] * D + cols[None, :],
+                mask=(rows < L)[:, None] & (cols < D)[None, :], other=0.0)
+    hi, lo = _tf32_parts(x)
+    keep = (rows < LP)[:, None]
+    if NORMAL:
+        p = r * LP * DP + rows[:, None] * DP + cols[None, :]
+        tl.store(HI + p, hi, mask=keep)
+        tl.store(LO + p, lo, mask=keep)
+    if TRANS:
+        p = r * DP * LP + cols[None, :] * LP + rows[:, None]
+        tl.store(HIT + p, hi, mask=keep)
+        tl.store(LOT + p, lo, mask=keep)
+    return x
+
+
+@triton.jit
+def mat_prep(Q, K, V, O, DO,                   # Q, O, DO: [BH, Lq, D]; K, V: [BH, Lk, D] float32, contiguous
+             KH, KL, VH, VL,                   # [BH, LKP, DP]: K's and V's TF32 parts and remainders
+             KTH, KTL, QTH, QTL, DOTH, DOTL,   # [BH, DP, LKP] (K^T) and [BH, DP, LQP] (Q^T, dO^T): the same
+             DELTA,                            # [BH, Lq] float32: rowsum(dO * O)
+             Lq, Lk, LQP, LKP,
+             D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
+    """One program per (BLOCK_L rows, matrix, operand): operand 0 K (both layouts), 1 V, 2 Q (its
+    transpose), 3 dO (its transpose, and delta from O). Memory traffic: per element of K 4 + 16
+    bytes, of V 4 + 8, of Q 4 + 8, of dO and O 8 + 8 (the padding's zeros besides)."""
+    rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
+    r = tl.program_id(1).to(tl.int64)
+    which = tl.program_id(2)
+    if which == 0:
+        _split_rows(K, KH, KL, KTH, KTL, r, rows, Lk, LKP, D, DP, True, True)
+    elif which == 1:
+        _split_rows(V, VH, VL, VH, VL, r, rows, Lk, LKP, D, DP, True, False)
+    elif which == 2:
+        _split_rows(Q, QTH, QTL, QTH, QTL, r, rows, Lq, LQP, D, DP, False, True)
+    else:
+        do = _split_rows(DO, DOTH, DOTL, DOTH, DOTL, r, rows, Lq, LQP, D, DP, False, True)
+        cols = tl.arange(0, DP)
+        o = tl.load(O + r * Lq * D + rows[:, None] * D + cols[None, :],
+                    mask=(rows < Lq)[:, None] & (cols < D)[None, :], other=0.0)
+        tl.store(DELTA + r * Lq + rows, tl.sum(o * do, 1), mask=rows < Lq)
+
+
+@triton.jit
+def mat_scores(Q, DO, KH, KL, VH, VL,   # Q, DO: [BH, Lq, D]; KH, KL, VH, VL: [BH, LKP, DP] (mat_prep)
+               LSE, DELTA, P, DS,       # LSE (natural log), DELTA: [BH, Lq] float32; P, DS: [BH, LQP, LKP] float32
+               qk_scale, Lq, Lk, LQP, LKP, DLO, DHI,   # qk_scale: scale * log2(e)
+               D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               MASKED: tl.constexpr):
+    """P and dS of one (BLOCK_M queries, BLOCK_N keys) tile: S = Q K^T and dP = dO V^T (tf32x3,
+    over D in one step), P = exp2(S qk_scale - lse log2(e)), dS = P (dP - delta); 0 where a row
+    does not see a key, past Lq and past Lk. FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3 (tf32x3);
+    memory: 8 BLOCK_M BLOCK_N bytes written, the Q, dO tiles and the split K, V tiles read."""
+    start_m = tl.program_id(0)
+    start_n = tl.program_id(1)
+    bh = tl.program_id(2).to(tl.int64)
+    m0 = start_m * BLOCK_M
+    n0 = start_n * BLOCK_N
+    seen = True
+    if MASKED:   # some row of the tile sees some key of it
+        seen = (n0 + BLOCK_N - 1 >= m0 + DLO) & (n0 < m0 + BLOCK_M - 1 + DHI) & (m0 < Lq) & (n0 < Lk)
+    if seen:
+        rows = m0 + tl.arange(0, BLOCK_M)
+        cols = n0 + tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, DP)
+        r_ok = rows < Lq
+        qp = bh * Lq * D + rows[:, None] * D + offs_d[None, :]
+        q_ok = r_ok[:, None] & (offs_d < D)[None, :]
+        kt = bh * LKP * DP + cols[None, :] * DP + offs_d[:, None]   # [DP, N] tiles of the [BH, LKP, DP] parts
+        q_hi, q_lo = _tf32_parts(tl.load(Q + qp, mask=q_ok, other=0.0))
+        s = _dot3(q_hi, q_lo, tl.load(KH + kt), tl.load(KL + kt), tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
+        do_hi, do_lo = _tf32_parts(tl.load(DO + qp, mask=q_ok, other=0.0))
+        dp = _dot3(do_hi, do_lo, tl.load(VH + kt), tl.load(VL + kt), tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
+        lse2 = tl.load(LSE + bh * Lq + rows, mask=r_ok, other=0.0) * 1.4426950408889634
+        delta = tl.load(DELTA + bh * Lq + rows, mask=r_ok, other=0.0)
+        ok = r_ok[:, None] & (cols < Lk)[None, :]
+        if MASKED:
+            ok = ok & (cols[None, :] >= rows[:, None] + DLO) & (cols[None, :] < rows[:, None] + DHI)
+        p = tl.where(ok, tl.math.exp2(s * qk_scale - lse2[:, None]), 0.0)   # (a row seeing no key: lse -inf)
+        ds = tl.where(ok, p * (dp - delta[:, None]), 0.0)
+        out = bh * LQP * LKP + rows[:, None].to(tl.int64) * LKP + cols[None, :]
+        tl.store(P + out, p)
+        tl.store(DS + out, ds)
+
+
+@triton.jit
+def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: [BH, DP, KP] split (B^T); C: [BH, M, D]
+             scale, M, Lq, Lk, LQP, LKP, KP, DLO, DHI,
+             D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+             TRANS_A: tl.constexpr, MASKED: tl.constexpr):
+    """C = scale * op(A) B, rows BLOCK_M at a time, over the reduced axis: op(A) = A, rows the
+    queries, reduced over the keys (dQ = dS K; M = Lq, KP = LKP) or, with TRANS_A, A^T, rows the
+    keys, reduced over the queries (dK = dS^T Q, dV = P^T dO; M = Lk, KP = LQP), B given as its
+    transpose's TF32 parts (the tensor cores read 32-bit operands only contiguous along the
+    reduced axis). A's tiles are split in registers. With MASKED only the reduced range some row
+    of the block sees is read, and entries a row does not see are masked to 0 on load (the score
+    kernel leaves unseen tiles unwritten). FLOPs: 2 BLOCK_M KP DP x 3 a program (less with
+    MASKED); memory: A's rows (or columns) read once, B's parts once a program."""
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    m0 = start_m * BLOCK_M
+    rows = m0 + tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_d = tl.arange(0, DP)
+    a_base = bh * LQP * LKP
+    b_base = bh * DP * KP
+    lo = 0
+    hi = KP
+    if MASKED:   # the reduced range the block's rows see (DLO, DHI clamped by the host to +-(Lq + Lk))
+        if TRANS_A:   # key j is seen by the queries i with j - DHI < i <= j - DLO
+            lo = tl.maximum(m0 - DHI + 1, 0)
+            hi = tl.minimum(m0 + BLOCK_M - DLO, Lq)
+        else:         # query i sees the keys j with i + DLO <= j < i + DHI
+            lo = tl.maximum(m0 + DLO, 0)
+            hi = tl.minimum(m0 + BLOCK_M - 1 + DHI, Lk)
+        lo = (lo // BLOCK_K) * BLOCK_K
+    acc = tl.zeros([BLOCK_M, DP], tl.float32)
+    for k0 in range(lo, hi, BLOCK_K):
+        ks = k0 + offs_k
+        if TRANS_A:   # rows: keys (columns of A), ks: queries (rows of A)
+            ap = A + a_base + ks[None, :].to(tl.int64) * LKP + rows[:, None]
+        else:
+            ap = A + a_base + rows[:, None].to(tl.int64) * LKP + ks[None, :]
+        if MASKED:
+            if TRANS_A:
+                ok = (ks[None, :] < Lq) & (rows[:, None] < Lk) & (rows[:, None] >= ks[None, :] + DLO) \
+                    & (rows[:, None] < ks[None, :] + DHI)
+            else:
+                ok = (rows[:, None] < Lq) & (ks[None, :] < Lk) & (ks[None, :] >= rows[:, None] + DLO) \
+                    & (ks[None, :] < rows[:, None] + DHI)
+            a = tl.load(ap, mask=ok, other=0.0)
+        else:
+            a = tl.load(ap)
+        a_hi, a_lo = _tf32_parts(a)
+        bp = b_base + offs_d[None, :] * KP + ks[:, None]   # [BLOCK_K, DP] tiles of the [BH, DP, KP] parts
+        acc = _dot3(a_hi, a_lo, tl.load(BHI + bp), tl.load(BLO + bp), acc)
+    tl.store(C + bh * M * D + rows[:, None] * D + offs_d[None, :], acc * scale,
+             mask=(rows < M)[:, None] & (offs_d < D)[None, :])

@@ -1,0 +1,90 @@
+"""The materialised float32 attention backward under tf32x3 (kernels/_attention_mat_triton.py):
+P and dS written once to a float32 workspace, then three long-K products, instead of the flash
+backward's two fused kernels. kernels/attention.py offers it to kernels/paths.py as a second path
+of the float32 backward (timed once per signature against the flash kernels, the choice kept on
+disk), for head dims up to 128 with causal or window masks (not key lengths, a bias, dropout or
+grouped-query k, v: those stay on the flash kernels).
+
+Measured on an H100 (2026-11-27, benchmarks/sweeps/attention_f32_variants.py --materialized, the
+sweep's form of these kernels, split passes and workspace inside the timed call): B4 H8 S2048 D128
+2.387 ms against torch's float32 SDPA backward 5.051 ms and the flash kernels' 10.023 ms; B16 H8
+S512 D64 0.542 ms against 0.711 and 0.728 ms.
+
+The launch sequence is written once, over an array allocator and a kernel launcher, so that
+tests/attention_interpreter.py runs the same sequence in Triton's interpreter on NumPy arrays.
+"""
+from __future__ import annotations
+
+import math
+
+PAD = 128                   # the split arrays' and the workspace's rows: multiples of every tile below
+MAX_HEAD_DIM = 128          # DP 256 tiles do not fit the score kernel's shared memory
+WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a head past it: not this path)
+_MAX_GRID = 65535           # heads a chunk (grid dims y and z)
+PREP_ROWS = 32
+# tiles timed on an H100 (2026-11-27, the sweep above): at D128 the 64 x 64 score tile on 4 warps
+# ran 1.178 ms against 1.325 ms for 128 x 64 on 8, and 128 x 32 long-product tiles on 8 warps
+# with 3 stages were the fastest dQ (0.372 ms) and within 5% of the fastest dK
+SCORE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
+LONG_TILES = {"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3}
+
+
+def padded(n: int) -> int:
+    return max(PAD, -(-n // PAD) * PAD)
+
+
+def eligible(d: int, precision: str, masks, groups: int) -> bool:
+    """Whether this float32 backward may take the materialised path: tf32x3 products, head_dim
+    <= 128, no key lengths, bias, dropout or grouped k, v."""
+    return (precision == "tf32x3" and 0 < d <= MAX_HEAD_DIM and groups == 1 and masks.lengths is None
+            and masks.bias is None and masks.dropout is None)
+
+
+def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None) -> int:
+    """Heads a chunk: as many as the workspace budget holds (0: one head's P and dS exceed it)."""
+    per = 8 * padded(lq) * padded(lk)
+    return min(bh, _MAX_GRID, (WORKSPACE_BYTES if budget is None else budget) // per)
+
+
+def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, budget: int | None = None):
+    """(dq, dk, dv) float32 like q, k, v of attention for dL/dout = do, or None when one head's
+    workspace exceeds the budget. q, out, do: [BH, Lq, D]; k, v: [BH, Lk, D]; lse: [BH, Lq] (natural
+    log, the forward's); all float32, C-contiguous, BH, Lq, Lk > 0. dlo, dhi: key_bounds' interval.
+    empty(shape) -> a float32 array; launch(kernel name, grid, args, constexprs and launch options).
+    Everything is allocated before the first launch (an out-of-memory error leaves nothing written)."""
+    bh, lq, d = q.shape
+    lk = k.shape[1]
+    n = chunk_heads(bh, lq, lk, budget)
+    if n == 0:
+        return None
+    lqp, lkp = padded(lq), padded(lk)
+    dp = max(16, 1 << (d - 1).bit_length())
+    span = lq + lk   # an interval side past it bounds nothing; clamped so the kernels' sums stay in int32
+    masked = dlo > -span or dhi < span
+    dlo, dhi = max(dlo, -span), min(dhi, span)
+    dq, dk, dv = empty(q.shape), empty(k.shape), empty(v.shape)
+    kh, kl, vh, vl = (empty((n, lkp, dp)) for _ in range(4))
+    kth, ktl = (empty((n, dp, lkp)) for _ in range(2))
+    qth, qtl, doth, dotl = (empty((n, dp, lqp)) for _ in range(4))
+    delta = empty((n, lq))
+    p, ds = empty((n, lqp, lkp)), empty((n, lqp, lkp))
+    sc, lt = SCORE_TILES, LONG_TILES
+    qk_scale = float(scale * math.log2(math.e))
+    for h0 in range(0, bh, n):
+        h1 = min(bh, h0 + n)
+        c = h1 - h0
+        hs = slice(h0, h1)
+        launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 4),
+               (q[hs], k[hs], v[hs], out[hs], do[hs], kh, kl, vh, vl, kth, ktl, qth, qtl, doth, dotl, delta,
+                lq, lk, lqp, lkp), {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "num_warps": 4})
+        launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
+               (q[hs], do[hs], kh, kl, vh, vl, lse[hs], delta, p, ds, qk_scale, lq, lk, lqp, lkp, dlo, dhi),
+               dict(sc, D=d, DP=dp, MASKED=masked))
+        for a, b_hi, b_lo, dst, m, kp, factor, trans in (
+                (ds, kth, ktl, dq, lq, lkp, scale, False),    # dQ = scale dS K
+                (ds, qth, qtl, dk, lk, lqp, scale, True),     # dK = scale dS^T Q
+                (p, doth, dotl, dv, lk, lqp, 1.0, True)):     # dV = P^T dO
+            launch("mat_long", (math.ceil(m / lt["BLOCK_M"]), c),
+                   (a, b_hi, b_lo, dst[hs], float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi),
+                   dict(lt, D=d, DP=dp, TRANS_A=trans, MASKED=masked))
+    return dq, dk, dv
