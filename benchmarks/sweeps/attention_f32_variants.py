@@ -7,7 +7,8 @@ The backward's kernels (dK/dV, dQ, or the two fused with dQ summed atomically) a
 own, on operands split once (their split passes and delta timed apart), so the best pair shows.
 --bwd-only: of the forward, torch's and the shipped kernel's rows only. --mat-shipped: the shipped
 materialised backward (kernels/attention_materialized.py) under other workspace budgets and tiles,
-against torch, the flash kernels and backward()'s own choice, plain and causal. --materialized: the
+against torch, the flash kernels and backward()'s own choice, plain and causal. --fwd-tiles: the
+shipped forward on other tiles. --materialized: the
 backward of _attention_f32_materialized.py (P and dS written once, three long products) against
 torch and the shipped backward, each kernel on its own and whole (split passes, delta and
 workspace included), after each variant's error against float64.
@@ -310,6 +311,18 @@ if "--materialized" in argv:
         fns["split passes and delta alone"] = lambda: mat_parts(g, k, v, q, o)
         report(f"{b}x{h}x{L}x{d} backward (materialized; {chunk} of {n_all} heads a chunk)", fns, 10 * b * h * L * L * d)
     sys.exit(0)
+if "--fwd-tiles" in argv:   # the shipped forward kernel (Triton's own tf32x3 below head dim 65) on other tiles
+    for b, h, L, d in shapes:
+        rng = cp.random.default_rng(0)
+        q, k, v = (rng.standard_normal((b * h, L, d), dtype=cp.float32) for _ in range(3))
+        tq, tk, tv = (torch.from_dlpack(a).view(b, h, L, d) for a in (q, k, v))
+        fns = {"torch": lambda: sdpa(tq, tk, tv), "shipped": lambda: at.forward(q, k, v, d ** -0.5, False, "float32")}
+        for bm, bn, nw, ns in ((128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 1), (128, 128, 8, 2), (64, 64, 4, 2),
+                               (64, 64, 4, 3), (64, 128, 4, 2), (128, 32, 8, 3), (128, 64, 4, 2), (64, 32, 4, 4)):
+            t = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": ns}
+            fns[f"tiles {(bm, bn, nw, ns)}"] = lambda t=t: at.forward(q, k, v, d ** -0.5, False, "float32", tiles=t)
+        report(f"{b}x{h}x{L}x{d} forward tiles", fns, 4 * b * h * L * L * d)
+    sys.exit(0)
 if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/attention_materialized.py) and its knobs
     from cudakit.kernels import attention_materialized as am
     for b, h, L, d in shapes:
@@ -326,23 +339,26 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
                    "flash kernels": lambda: at._triton_backward(g, q, k, v, o, lse, scale, masks, "float32"),
                    "backward() as chosen": lambda: at.backward(g, q, k, v, o, lse, scale, causal, "float32")}
 
-            def knobs(budget, tiles, score=None):
+            def knobs(**kw):
                 def f():
-                    old = am.WORKSPACE_BYTES, am.LONG_TILES, am.SCORE_TILES
-                    am.WORKSPACE_BYTES, am.LONG_TILES, am.SCORE_TILES = budget, tiles, score or old[2]
+                    old = {n: getattr(am, n) for n in kw}
+                    for n, x in kw.items():
+                        setattr(am, n, x)
                     try:
                         return at._materialized_backward(g, q, k, v, o, lse, scale, masks)
                     finally:
-                        am.WORKSPACE_BYTES, am.LONG_TILES, am.SCORE_TILES = old
+                        for n, x in old.items():
+                            setattr(am, n, x)
                 return f
-            long_tiles = [am.LONG_TILES, {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}]
-            for budget in (1 << 30, 128 << 20, 64 << 20, 32 << 20):
-                for t in long_tiles:
-                    tag = " shipped" if (budget, t) == (am.WORKSPACE_BYTES, am.LONG_TILES) else ""
-                    fns[f"materialized budget {budget >> 20} MiB long {tuple(t.values())}{tag}"] = knobs(budget, t)
-            for sc_t in ({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1},
-                         {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1}):
-                fns[f"materialized score {tuple(sc_t.values())}"] = knobs(1 << 30, am.LONG_TILES, sc_t)
+            fns["materialized shipped"] = knobs()
+            fns["materialized K, V split in registers"] = knobs(KV_SPLIT=not am.KV_SPLIT)
+            fns["materialized workspace 128 MiB"] = knobs(WORKSPACE_BYTES=128 << 20)
+            for t in ({"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3},
+                      {"BLOCK_M": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2}):
+                fns[f"materialized long {tuple(t.values())}"] = knobs(LONG_TILES=t)
+            for t in ({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1},
+                      {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}):
+                fns[f"materialized score {tuple(t.values())}"] = knobs(SCORE_TILES=t)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} backward (shipped materialized)", fns,
                    10 * b * h * L * L * d // (2 if causal else 1))
             got = at._materialized_backward(g, q, k, v, o, lse, scale, masks)

@@ -97,13 +97,17 @@ def test_attention_float32_precisions(lq, lk, d, causal, prec, float32_precision
     ac.check_attention(_dev, _host, rng, (2,), lq, lk, d, "float32", causal)
 
 
-def _only_path(monkeypatch, name):
-    """kernels/paths.run taking candidate `name` alone (no timing, no choice kept)."""
+def _only_path(monkeypatch, name) -> list:
+    """kernels/paths.run taking candidate `name` alone (no timing, no choice kept); the list it
+    returns gets the op of each call that took it."""
     from cudakit.kernels import paths
+    took = []
 
     def run(op, key, candidates, timer=None):
+        took.append(op)
         return next(fn() for n, fn in candidates if n == name)
     monkeypatch.setattr(paths, "run", run)
+    return took
 
 
 @pytest.mark.parametrize("lead,lq,lk,d,causal,window", [
@@ -115,13 +119,26 @@ def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window
     float64: ragged lengths, head dims below their block, Lq = 1, rows that see no key (causal with
     Lq > Lk), a window; then non-contiguous views with heads in chunks of one (a small budget)."""
     from cudakit.kernels import attention_materialized as am
-    from cudakit.kernels import paths
     float32_precision("tf32x3")
-    _only_path(monkeypatch, "materialized")
+    took = _only_path(monkeypatch, "materialized")
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window)
-    assert paths.last_paths()["attention_backward"] == "materialized"
+    assert "attention_backward" in took
     monkeypatch.setattr(am, "WORKSPACE_BYTES", 8 * am.padded(lq) * am.padded(lk))
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, strided=True)
+
+
+def test_attention_float32_backward_plan(rng, float32_precision):
+    """The float32 backward's replayed plan (kernels/path_plans.py) on (B, H, L, D) arrays takes the
+    path backward() chose (materialised or flash; both deterministic): the same gradients each call."""
+    float32_precision("tf32x3")
+    q, k, v, g = (cp.asarray(ac.data(rng, (2, 3, 200, 64), "float32")) for _ in range(4))
+    out, lse = cudakit.attention_with_lse(q, k, v, causal=True)
+    first = [cp.asnumpy(t) for t in cudakit.attention_backward(g, q, k, v, out, lse, causal=True)]
+    for _ in range(3):
+        again = cudakit.attention_backward(g, q, k, v, out, lse, causal=True)
+        for a, b in zip(again, first):
+            assert a.shape == b.shape
+            np.testing.assert_array_equal(cp.asnumpy(a), b)
 
 
 def test_attention_float32_materialized_declines(rng, monkeypatch, float32_precision):

@@ -56,17 +56,19 @@ def mat_prep(Q, K, V, O, DO,                   # Q, O, DO: [BH, Lq, D]; K, V: [B
              KTH, KTL, QTH, QTL, DOTH, DOTL,   # [BH, DP, LKP] (K^T) and [BH, DP, LQP] (Q^T, dO^T): the same
              DELTA,                            # [BH, Lq] float32: rowsum(dO * O)
              Lq, Lk, LQP, LKP,
-             D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
-    """One program per (BLOCK_L rows, matrix, operand): operand 0 K (both layouts), 1 V, 2 Q (its
-    transpose), 3 dO (its transpose, and delta from O). Memory traffic: per element of K 4 + 16
-    bytes, of V 4 + 8, of Q 4 + 8, of dO and O 8 + 8 (the padding's zeros besides)."""
+             D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr, KV_SPLIT: tl.constexpr):
+    """One program per (BLOCK_L rows, matrix, operand): operand 0 K (its transpose, and with
+    KV_SPLIT its own layout), 1 V (KV_SPLIT; else nothing), 2 Q (its transpose), 3 dO (its
+    transpose, and delta from O). Memory traffic: per element of K 4 + 8 bytes (+ 8 with KV_SPLIT),
+    of V 4 + 8 (KV_SPLIT), of Q 4 + 8, of dO and O 8 + 8 (the padding's zeros besides)."""
     rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
     r = tl.program_id(1).to(tl.int64)
     which = tl.program_id(2)
     if which == 0:
-        _split_rows(K, KH, KL, KTH, KTL, r, rows, Lk, LKP, D, DP, True, True)
+        _split_rows(K, KH, KL, KTH, KTL, r, rows, Lk, LKP, D, DP, KV_SPLIT, True)
     elif which == 1:
-        _split_rows(V, VH, VL, VH, VL, r, rows, Lk, LKP, D, DP, True, False)
+        if KV_SPLIT:
+            _split_rows(V, VH, VL, VH, VL, r, rows, Lk, LKP, D, DP, True, False)
     elif which == 2:
         _split_rows(Q, QTH, QTL, QTH, QTL, r, rows, Lq, LQP, D, DP, False, True)
     else:
@@ -78,15 +80,16 @@ def mat_prep(Q, K, V, O, DO,                   # Q, O, DO: [BH, Lq, D]; K, V: [B
 
 
 @triton.jit
-def mat_scores(Q, DO, KH, KL, VH, VL,   # Q, DO: [BH, Lq, D]; KH, KL, VH, VL: [BH, LKP, DP] (mat_prep)
+def mat_scores(Q, DO, K, V, KH, KL, VH, VL,   # Q, DO: [BH, Lq, D]; K, V: [BH, Lk, D]; KH, KL, VH, VL: [BH, LKP, DP]
                LSE, DELTA, P, DS,       # LSE (natural log), DELTA: [BH, Lq] float32; P, DS: [BH, LQP, LKP] float32
                qk_scale, Lq, Lk, LQP, LKP, DLO, DHI,   # qk_scale: scale * log2(e)
                D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               MASKED: tl.constexpr):
+               MASKED: tl.constexpr, KV_SPLIT: tl.constexpr):
     """P and dS of one (BLOCK_M queries, BLOCK_N keys) tile: S = Q K^T and dP = dO V^T (tf32x3,
     over D in one step), P = exp2(S qk_scale - lse log2(e)), dS = P (dP - delta); 0 where a row
-    does not see a key, past Lq and past Lk. FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3 (tf32x3);
-    memory: 8 BLOCK_M BLOCK_N bytes written, the Q, dO tiles and the split K, V tiles read."""
+    does not see a key, past Lq and past Lk. KV_SPLIT: K and V read as mat_prep split them (KH, KL,
+    VH, VL); else read from K, V and split in registers. FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3
+    (tf32x3); memory: 8 BLOCK_M BLOCK_N bytes written, the Q, dO, K and V tiles read."""
     start_m = tl.program_id(0)
     start_n = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
@@ -102,11 +105,19 @@ def mat_scores(Q, DO, KH, KL, VH, VL,   # Q, DO: [BH, Lq, D]; KH, KL, VH, VL: [B
         r_ok = rows < Lq
         qp = bh * Lq * D + rows[:, None] * D + offs_d[None, :]
         q_ok = r_ok[:, None] & (offs_d < D)[None, :]
-        kt = bh * LKP * DP + cols[None, :] * DP + offs_d[:, None]   # [DP, N] tiles of the [BH, LKP, DP] parts
         q_hi, q_lo = _tf32_parts(tl.load(Q + qp, mask=q_ok, other=0.0))
-        s = _dot3(q_hi, q_lo, tl.load(KH + kt), tl.load(KL + kt), tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
         do_hi, do_lo = _tf32_parts(tl.load(DO + qp, mask=q_ok, other=0.0))
-        dp = _dot3(do_hi, do_lo, tl.load(VH + kt), tl.load(VL + kt), tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
+        if KV_SPLIT:
+            kt = bh * LKP * DP + cols[None, :] * DP + offs_d[:, None]   # [DP, N] tiles of the [BH, LKP, DP] parts
+            k_hi, k_lo = tl.load(KH + kt), tl.load(KL + kt)
+            v_hi, v_lo = tl.load(VH + kt), tl.load(VL + kt)
+        else:
+            kt = bh * Lk * D + cols[None, :] * D + offs_d[:, None]      # [DP, N] tiles of K, V
+            kv_ok = (offs_d < D)[:, None] & (cols < Lk)[None, :]
+            k_hi, k_lo = _tf32_parts(tl.load(K + kt, mask=kv_ok, other=0.0))
+            v_hi, v_lo = _tf32_parts(tl.load(V + kt, mask=kv_ok, other=0.0))
+        s = _dot3(q_hi, q_lo, k_hi, k_lo, tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
+        dp = _dot3(do_hi, do_lo, v_hi, v_lo, tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
         lse2 = tl.load(LSE + bh * Lq + rows, mask=r_ok, other=0.0) * 1.4426950408889634
         delta = tl.load(DELTA + bh * Lq + rows, mask=r_ok, other=0.0)
         ok = r_ok[:, None] & (cols < Lk)[None, :]

@@ -777,8 +777,11 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
         masks = Masks(causal)
 
         def bwd(do, q, k, v, out, lse):   # (its launches are few against its milliseconds: no replay plan)
-            r = _materialized_backward(do, q, k, v, out, lse, scale, masks)
-            return r if r is not None else _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name)
+            a = [x.reshape(bh, -1, d) for x in (do, q, k, v, out)] + [lse.reshape(bh, lq)]
+            r = _materialized_backward(*a, scale, masks)
+            if r is None:
+                r = _triton_backward(*a, scale, masks, dtype_name)
+            return tuple(g.reshape(x.shape) for g, x in zip(r, (q, k, v)))
         return bwd
     cfg = _config(dtype_name, d, None)
     kv, qc = _backward_configs(dtype_name, cfg)

@@ -23,10 +23,11 @@ WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a hea
 _MAX_GRID = 65535           # heads a chunk (grid dims y and z)
 PREP_ROWS = 32
 # tiles timed on an H100 (2026-11-27, the sweep above): at D128 the 64 x 64 score tile on 4 warps
-# ran 1.178 ms against 1.325 ms for 128 x 64 on 8, and 128 x 32 long-product tiles on 8 warps
-# with 3 stages were the fastest dQ (0.372 ms) and within 5% of the fastest dK
+# ran 1.178 ms against 1.325 ms for 128 x 64 on 8; whole, 64 x 32 long-product tiles on 4 warps
+# ran causal backwards 4-5% faster than 128 x 32 on 8, and the others within 1%
 SCORE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
-LONG_TILES = {"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3}
+LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
+KV_SPLIT = True   # the score kernel reads K, V split by mat_prep (False: splits them in registers)
 
 
 def padded(n: int) -> int:
@@ -63,7 +64,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     masked = dlo > -span or dhi < span
     dlo, dhi = max(dlo, -span), min(dhi, span)
     dq, dk, dv = empty(q.shape), empty(k.shape), empty(v.shape)
-    kh, kl, vh, vl = (empty((n, lkp, dp)) for _ in range(4))
+    kh, kl, vh, vl = (empty((n, lkp, dp) if KV_SPLIT else (1,)) for _ in range(4))
     kth, ktl = (empty((n, dp, lkp)) for _ in range(2))
     qth, qtl, doth, dotl = (empty((n, dp, lqp)) for _ in range(4))
     delta = empty((n, lq))
@@ -76,10 +77,10 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         hs = slice(h0, h1)
         launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 4),
                (q[hs], k[hs], v[hs], out[hs], do[hs], kh, kl, vh, vl, kth, ktl, qth, qtl, doth, dotl, delta,
-                lq, lk, lqp, lkp), {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "num_warps": 4})
+                lq, lk, lqp, lkp), {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "KV_SPLIT": KV_SPLIT, "num_warps": 4})
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
-               (q[hs], do[hs], kh, kl, vh, vl, lse[hs], delta, p, ds, qk_scale, lq, lk, lqp, lkp, dlo, dhi),
-               dict(sc, D=d, DP=dp, MASKED=masked))
+               (q[hs], do[hs], k[hs], v[hs], kh, kl, vh, vl, lse[hs], delta, p, ds, qk_scale, lq, lk, lqp, lkp, dlo,
+                dhi), dict(sc, D=d, DP=dp, MASKED=masked, KV_SPLIT=KV_SPLIT))
         for a, b_hi, b_lo, dst, m, kp, factor, trans in (
                 (ds, kth, ktl, dq, lq, lkp, scale, False),    # dQ = scale dS K
                 (ds, qth, qtl, dk, lk, lqp, scale, True),     # dK = scale dS^T Q
