@@ -351,13 +351,11 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
                             setattr(am, n, x)
                 return f
             fns["materialized shipped"] = knobs()
-            fns["materialized K, V split in registers"] = knobs(KV_SPLIT=not am.KV_SPLIT)
-            fns["materialized workspace 128 MiB"] = knobs(WORKSPACE_BYTES=128 << 20)
-            for t in ({"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3},
-                      {"BLOCK_M": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2}):
-                fns[f"materialized long {tuple(t.values())}"] = knobs(LONG_TILES=t)
-            for t in ({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1},
-                      {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}):
+            fns["materialized K, V split by mat_prep"] = knobs(KV_SPLIT=True)
+            fns["materialized K, V split in registers"] = knobs(KV_SPLIT=False)
+            fns["materialized long (128, 32, 8, 3)"] = knobs(LONG_TILES={"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8,
+                                                                         "num_stages": 3})
+            for t in ({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1},):
                 fns[f"materialized score {tuple(t.values())}"] = knobs(SCORE_TILES=t)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} backward (shipped materialized)", fns,
                    10 * b * h * L * L * d // (2 if causal else 1))

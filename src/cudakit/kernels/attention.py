@@ -138,9 +138,10 @@ def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
         prec = config.float32_precision()
         if prec == "ieee":
             cfg = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
-        elif block_d <= 64:
-            cfg = {"BLOCK_M": 128 if block_n is None or block_n <= 64 else 64, "BLOCK_N": 64, "num_warps": 8,
-                   "num_stages": 2}
+        elif block_d <= 64:   # tf32x3: 3 stages ran B16 H8 S512 D64 in 0.182 ms against 0.192 with 2 (H100,
+            wide = block_n is not None and block_n > 64   # 2026-11-27, attention_f32_variants.py --fwd-tiles)
+            cfg = {"BLOCK_M": 64 if wide else 128, "BLOCK_N": 64, "num_warps": 8,
+                   "num_stages": 3 if prec == "tf32x3" and not wide else 2}
         else:
             cfg = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
         if block_n is not None and block_n > 64 and block_d > 64:   # 128 keys x 128 float32: one stage fits
