@@ -78,12 +78,11 @@ from triton.compiler import ASTSource
 from cudakit.kernels import _attention_mat_triton as mat
 from cudakit.kernels import attention_materialized as am
 
-d, masked, kv_split = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1"
+d, masked = int(sys.argv[1]), sys.argv[2] == "1"
 ints = {"Lq", "Lk", "LQP", "LKP", "KP", "M", "DLO", "DHI"}
 out = {}
-for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "KV_SPLIT": kv_split, "num_warps": 4,
-                                             "num_stages": 3}),
-                    ("scores", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked, KV_SPLIT=kv_split)),
+for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps": 4, "num_stages": 3}),
+                    ("scores", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked)),
                     ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False)),
                     ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True))):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
@@ -100,12 +99,11 @@ print(json.dumps(out))
 '''
 
 
-@pytest.mark.parametrize("d,masked,kv_split", [(64, False, True), (128, True, False), (40, True, True),
-                                               (128, False, True)])
-def test_materialized_backward_kernels_compile_for_sm90(d, masked, kv_split):
+@pytest.mark.parametrize("d,masked", [(64, False), (128, True), (40, True), (128, False)])
+def test_materialized_backward_kernels_compile_for_sm90(d, masked):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
     env = {"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ}
-    r = subprocess.run([sys.executable, "-c", _MAT_CODE, str(d), "1" if masked else "0", "1" if kv_split else "0"],
+    r = subprocess.run([sys.executable, "-c", _MAT_CODE, str(d), "1" if masked else "0"],
                        capture_output=True, text=True, check=False, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     shared = json.loads(r.stdout.strip().splitlines()[-1])

@@ -6,7 +6,7 @@ each interleaved with torch, plus each variant's largest error against float64 o
 The backward's kernels (dK/dV, dQ, or the two fused with dQ summed atomically) are timed each on its
 own, on operands split once (their split passes and delta timed apart), so the best pair shows.
 --bwd-only: of the forward, torch's and the shipped kernel's rows only. --mat-shipped: the shipped
-materialised backward (kernels/attention_materialized.py) under other workspace budgets and tiles,
+materialised backward (kernels/attention_materialized.py) on other tiles,
 against torch, the flash kernels and backward()'s own choice, plain and causal. --fwd-tiles: the
 shipped forward on other tiles. --materialized: the
 backward of _attention_f32_materialized.py (P and dS written once, three long products) against
@@ -351,8 +351,6 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
                             setattr(am, n, x)
                 return f
             fns["materialized shipped"] = knobs()
-            fns["materialized K, V split by mat_prep"] = knobs(KV_SPLIT=True)
-            fns["materialized K, V split in registers"] = knobs(KV_SPLIT=False)
             fns["materialized long (128, 32, 8, 3)"] = knobs(LONG_TILES={"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8,
                                                                          "num_stages": 3})
             for t in ({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1},):

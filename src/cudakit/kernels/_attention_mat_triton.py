@@ -5,16 +5,16 @@ The flash backward (_attention_triton.py) recomputes the scores in two fused ker
 every operand tile in registers and shared memory, where float32 tiles are twice the bytes of
 16-bit ones: at head dim 128 the tiles that fit are 64 x 32 and its products ran at about
 115 TF32 TFLOP/s on an H100. Here the work is split into wide, simple kernels instead:
-  mat_prep    the operands the products read from memory, split once into TF32 parts and
-              remainders (K and V in their layout, K^T, Q^T and dO^T), and delta = rowsum(dO * O);
+  mat_prep    the long products' B operands split once into TF32 parts and remainders, transposed
+              (K^T, Q^T and dO^T), and delta = rowsum(dO * O);
   mat_scores  per (query block, key block): S = Q K^T and dP = dO V^T with the reduction over D in
               one step, then P = exp(S - lse) and dS = P (dP - delta), written to a float32 workspace;
   mat_long    dQ = dS K, dK = dS^T Q, dV = P^T dO as long-K products over the workspace.
 Five tf32x3 products a (query, key) pair, as FlashAttention-2's order, with no atomics (the
 result is bitwise the same on every run), at the cost of 2 x 4 Lq Lk bytes of workspace a head
 (the host processes heads in chunks). tf32x3: a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi, a_lo.b_lo
-(about 2^-22 of the term) dropped; operands computed in registers (Q, dO, P, dS tiles) are split
-in registers.
+(about 2^-22 of the term) dropped; the score kernel's operands and the long products' A operands
+(P, dS) are split in registers.
 
 Padding: the split arrays and the workspace are padded to LQP / LKP rows (multiples of 128) and DP
 columns (head_dim's power of two) and hold zeros there, so the products read whole tiles without
@@ -29,50 +29,39 @@ from ._attention_triton import _dot3, _tf32_parts
 
 
 @triton.jit
-def _split_rows(X, HI, LO, HIT, LOT, r, rows, L, LP,
-                D: tl.constexpr, DP: tl.constexpr, NORMAL: tl.constexpr, TRANS: tl.constexpr):
-    """Rows `rows` of matrix r of X ([R, L, D]) split into TF32 parts and remainders: into HI, LO
-    ([R, LP, DP]) with NORMAL, into HIT, LOT ([R, DP, LP], transposed) with TRANS; zeros past L
-    and D up to LP and DP. Returns the rows read (float32, zero past L, D)."""
+def _split_rows_t(X, HIT, LOT, r, rows, L, LP, D: tl.constexpr, DP: tl.constexpr):
+    """Rows `rows` of matrix r of X ([R, L, D]) split into TF32 parts and remainders, written
+    transposed into HIT, LOT ([R, DP, LP]), zeros past L and D up to LP and DP. Returns the rows
+    read (float32, zero past L, D)."""
     cols = tl.arange(0, DP)
     x = tl.load(X + r * L * D + rows[:, None] * D + cols[None, :],
                 mask=(rows < L)[:, None] & (cols < D)[None, :], other=0.0)
     hi, lo = _tf32_parts(x)
+    p = r * DP * LP + cols[None, :] * LP + rows[:, None]
     keep = (rows < LP)[:, None]
-    if NORMAL:
-        p = r * LP * DP + rows[:, None] * DP + cols[None, :]
-        tl.store(HI + p, hi, mask=keep)
-        tl.store(LO + p, lo, mask=keep)
-    if TRANS:
-        p = r * DP * LP + cols[None, :] * LP + rows[:, None]
-        tl.store(HIT + p, hi, mask=keep)
-        tl.store(LOT + p, lo, mask=keep)
+    tl.store(HIT + p, hi, mask=keep)
+    tl.store(LOT + p, lo, mask=keep)
     return x
 
 
 @triton.jit
-def mat_prep(Q, K, V, O, DO,                   # Q, O, DO: [BH, Lq, D]; K, V: [BH, Lk, D] float32, contiguous
-             KH, KL, VH, VL,                   # [BH, LKP, DP]: K's and V's TF32 parts and remainders
-             KTH, KTL, QTH, QTL, DOTH, DOTL,   # [BH, DP, LKP] (K^T) and [BH, DP, LQP] (Q^T, dO^T): the same
+def mat_prep(Q, K, O, DO,                      # Q, O, DO: [BH, Lq, D]; K: [BH, Lk, D] float32, contiguous
+             KTH, KTL, QTH, QTL, DOTH, DOTL,   # [BH, DP, LKP] (K^T) and [BH, DP, LQP] (Q^T, dO^T): TF32 parts, remainders
              DELTA,                            # [BH, Lq] float32: rowsum(dO * O)
              Lq, Lk, LQP, LKP,
-             D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr, KV_SPLIT: tl.constexpr):
-    """One program per (BLOCK_L rows, matrix, operand): operand 0 K (its transpose, and with
-    KV_SPLIT its own layout), 1 V (KV_SPLIT; else nothing), 2 Q (its transpose), 3 dO (its
-    transpose, and delta from O). Memory traffic: per element of K 4 + 8 bytes (+ 8 with KV_SPLIT),
-    of V 4 + 8 (KV_SPLIT), of Q 4 + 8, of dO and O 8 + 8 (the padding's zeros besides)."""
+             D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
+    """One program per (BLOCK_L rows, matrix, operand): operand 0 K, 1 Q, 2 dO (and delta from O),
+    each split and transposed: the long products' B operands. Memory traffic: per element of K
+    and Q 4 + 8 bytes, of dO and O 8 + 8 (the padding's zeros besides)."""
     rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
     r = tl.program_id(1).to(tl.int64)
     which = tl.program_id(2)
     if which == 0:
-        _split_rows(K, KH, KL, KTH, KTL, r, rows, Lk, LKP, D, DP, KV_SPLIT, True)
+        _split_rows_t(K, KTH, KTL, r, rows, Lk, LKP, D, DP)
     elif which == 1:
-        if KV_SPLIT:
-            _split_rows(V, VH, VL, VH, VL, r, rows, Lk, LKP, D, DP, True, False)
-    elif which == 2:
-        _split_rows(Q, QTH, QTL, QTH, QTL, r, rows, Lq, LQP, D, DP, False, True)
+        _split_rows_t(Q, QTH, QTL, r, rows, Lq, LQP, D, DP)
     else:
-        do = _split_rows(DO, DOTH, DOTL, DOTH, DOTL, r, rows, Lq, LQP, D, DP, False, True)
+        do = _split_rows_t(DO, DOTH, DOTL, r, rows, Lq, LQP, D, DP)
         cols = tl.arange(0, DP)
         o = tl.load(O + r * Lq * D + rows[:, None] * D + cols[None, :],
                     mask=(rows < Lq)[:, None] & (cols < D)[None, :], other=0.0)
@@ -80,16 +69,17 @@ def mat_prep(Q, K, V, O, DO,                   # Q, O, DO: [BH, Lq, D]; K, V: [B
 
 
 @triton.jit
-def mat_scores(Q, DO, K, V, KH, KL, VH, VL,   # Q, DO: [BH, Lq, D]; K, V: [BH, Lk, D]; KH, KL, VH, VL: [BH, LKP, DP]
-               LSE, DELTA, P, DS,       # LSE (natural log), DELTA: [BH, Lq] float32; P, DS: [BH, LQP, LKP] float32
+def mat_scores(Q, DO, K, V,      # Q, DO: [BH, Lq, D]; K, V: [BH, Lk, D]
+               LSE, DELTA, P, DS,  # LSE (natural log), DELTA: [BH, Lq] float32; P, DS: [BH, LQP, LKP] float32
                qk_scale, Lq, Lk, LQP, LKP, DLO, DHI,   # qk_scale: scale * log2(e)
                D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               MASKED: tl.constexpr, KV_SPLIT: tl.constexpr):
+               MASKED: tl.constexpr):
     """P and dS of one (BLOCK_M queries, BLOCK_N keys) tile: S = Q K^T and dP = dO V^T (tf32x3,
     over D in one step), P = exp2(S qk_scale - lse log2(e)), dS = P (dP - delta); 0 where a row
-    does not see a key, past Lq and past Lk. KV_SPLIT: K and V read as mat_prep split them (KH, KL,
-    VH, VL); else read from K, V and split in registers. FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3
-    (tf32x3); memory: 8 BLOCK_M BLOCK_N bytes written, the Q, dO, K and V tiles read."""
+    does not see a key, past Lq and past Lk. Every operand is split in registers (K, V split
+    ahead by a pass of their own ran the backward 4-10% slower at head dims 64 and 128 on an
+    H100, 2026-11-27). FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3 (tf32x3); memory: 8 BLOCK_M BLOCK_N
+    bytes written, the Q, dO, K and V tiles read."""
     start_m = tl.program_id(0)
     start_n = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
@@ -105,22 +95,16 @@ def mat_scores(Q, DO, K, V, KH, KL, VH, VL,   # Q, DO: [BH, Lq, D]; K, V: [BH, L
         r_ok = rows < Lq
         qp = bh * Lq * D + rows[:, None] * D + offs_d[None, :]
         q_ok = r_ok[:, None] & (offs_d < D)[None, :]
+        kt = bh * Lk * D + cols[None, :] * D + offs_d[:, None]      # [DP, N] tiles of K, V
+        kv_ok = (offs_d < D)[:, None] & (cols < Lk)[None, :]
         # one product's operands live at a time (Q's parts and dO's together spilled at head dim
         # 128: the backward ran 2.90 ms against 2.35, H100, 2026-11-27)
         q_hi, q_lo = _tf32_parts(tl.load(Q + qp, mask=q_ok, other=0.0))
-        if KV_SPLIT:
-            kt = bh * LKP * DP + cols[None, :] * DP + offs_d[:, None]   # [DP, N] tiles of the [BH, LKP, DP] parts
-            s = _dot3(q_hi, q_lo, tl.load(KH + kt), tl.load(KL + kt), tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
-            do_hi, do_lo = _tf32_parts(tl.load(DO + qp, mask=q_ok, other=0.0))
-            dp = _dot3(do_hi, do_lo, tl.load(VH + kt), tl.load(VL + kt), tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
-        else:
-            kt = bh * Lk * D + cols[None, :] * D + offs_d[:, None]      # [DP, N] tiles of K, V
-            kv_ok = (offs_d < D)[:, None] & (cols < Lk)[None, :]
-            k_hi, k_lo = _tf32_parts(tl.load(K + kt, mask=kv_ok, other=0.0))
-            s = _dot3(q_hi, q_lo, k_hi, k_lo, tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
-            do_hi, do_lo = _tf32_parts(tl.load(DO + qp, mask=q_ok, other=0.0))
-            v_hi, v_lo = _tf32_parts(tl.load(V + kt, mask=kv_ok, other=0.0))
-            dp = _dot3(do_hi, do_lo, v_hi, v_lo, tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
+        k_hi, k_lo = _tf32_parts(tl.load(K + kt, mask=kv_ok, other=0.0))
+        s = _dot3(q_hi, q_lo, k_hi, k_lo, tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
+        do_hi, do_lo = _tf32_parts(tl.load(DO + qp, mask=q_ok, other=0.0))
+        v_hi, v_lo = _tf32_parts(tl.load(V + kt, mask=kv_ok, other=0.0))
+        dp = _dot3(do_hi, do_lo, v_hi, v_lo, tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
         lse2 = tl.load(LSE + bh * Lq + rows, mask=r_ok, other=0.0) * 1.4426950408889634
         delta = tl.load(DELTA + bh * Lq + rows, mask=r_ok, other=0.0)
         ok = r_ok[:, None] & (cols < Lk)[None, :]

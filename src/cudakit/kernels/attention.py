@@ -6,6 +6,8 @@ cudakit.float32_precision() names: three TF32 tensor-core products by default, c
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
 The float32 forward at head dims 65..128 under tf32x3 takes K and V split into TF32 parts and
 remainders once per call (_split_kv; the kernel's SPLIT), not per product as Triton's own tf32x3.
+The float32 backward under tf32x3 has a second path, timed against the flash kernels per signature
+(kernels/paths.py): the materialised kernels of kernels/attention_materialized.py.
 """
 from __future__ import annotations
 

@@ -5,10 +5,11 @@ of the float32 backward (timed once per signature against the flash kernels, the
 disk), for head dims up to 128 with causal or window masks (not key lengths, a bias, dropout or
 grouped-query k, v: those stay on the flash kernels).
 
-Measured on an H100 (2026-11-27, benchmarks/sweeps/attention_f32_variants.py --materialized, the
-sweep's form of these kernels, split passes and workspace inside the timed call): B4 H8 S2048 D128
-2.387 ms against torch's float32 SDPA backward 5.051 ms and the flash kernels' 10.023 ms; B16 H8
-S512 D64 0.542 ms against 0.711 and 0.728 ms.
+Measured on an H100 (2026-11-27 ~07:00 UTC, benchmarks/sweeps/attention_f32_variants.py
+--mat-shipped, prep pass and workspace inside the timed call; K and V split in the score kernel's
+registers, as now shipped): B4 H8 S2048 D128 2.269 ms against torch's float32 SDPA backward
+4.950 ms and the flash kernels' 10.138 ms (causal 1.556 against 2.910 and 5.732 ms); B16 H8 S512
+D64 0.497 ms against 0.696 and 0.721 ms (causal 0.385 against 0.501 and 0.566 ms).
 
 The launch sequence is written once, over an array allocator and a kernel launcher, so that
 tests/attention_interpreter.py runs the same sequence in Triton's interpreter on NumPy arrays.
@@ -27,10 +28,6 @@ PREP_ROWS = 32
 # ran causal backwards 4-5% faster than 128 x 32 on 8, and the others within 1%
 SCORE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
-# whether the score kernel reads K, V split by mat_prep (True) or splits them in its registers
-# (False); None: by head dim, in registers up to 64. At B16 H8 S512 D64 the registers' split ran
-# the backward 0.493 ms against 0.532 (causal 0.378 against 0.420; H100, 2026-11-27, sweep above)
-KV_SPLIT = None
 
 
 def padded(n: int) -> int:
@@ -66,9 +63,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     span = lq + lk   # an interval side past it bounds nothing; clamped so the kernels' sums stay in int32
     masked = dlo > -span or dhi < span
     dlo, dhi = max(dlo, -span), min(dhi, span)
-    kv_split = dp > 64 if KV_SPLIT is None else KV_SPLIT
     dq, dk, dv = empty(q.shape), empty(k.shape), empty(v.shape)
-    kh, kl, vh, vl = (empty((n, lkp, dp) if kv_split else (1,)) for _ in range(4))
     kth, ktl = (empty((n, dp, lkp)) for _ in range(2))
     qth, qtl, doth, dotl = (empty((n, dp, lqp)) for _ in range(4))
     delta = empty((n, lq))
@@ -79,12 +74,12 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         h1 = min(bh, h0 + n)
         c = h1 - h0
         hs = slice(h0, h1)
-        launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 4),
-               (q[hs], k[hs], v[hs], out[hs], do[hs], kh, kl, vh, vl, kth, ktl, qth, qtl, doth, dotl, delta,
-                lq, lk, lqp, lkp), {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "KV_SPLIT": kv_split, "num_warps": 4})
+        launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 3),
+               (q[hs], k[hs], out[hs], do[hs], kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp),
+               {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "num_warps": 4})
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
-               (q[hs], do[hs], k[hs], v[hs], kh, kl, vh, vl, lse[hs], delta, p, ds, qk_scale, lq, lk, lqp, lkp, dlo,
-                dhi), dict(sc, D=d, DP=dp, MASKED=masked, KV_SPLIT=kv_split))
+               (q[hs], do[hs], k[hs], v[hs], lse[hs], delta, p, ds, qk_scale, lq, lk, lqp, lkp, dlo, dhi),
+               dict(sc, D=d, DP=dp, MASKED=masked))
         for a, b_hi, b_lo, dst, m, kp, factor, trans in (
                 (ds, kth, ktl, dq, lq, lkp, scale, False),    # dQ = scale dS K
                 (ds, qth, qtl, dk, lk, lqp, scale, True),     # dK = scale dS^T Q
