@@ -78,17 +78,20 @@ from triton.compiler import ASTSource
 from cudakit.kernels import _attention_mat_triton as mat
 from cudakit.kernels import attention_materialized as am
 
-d, masked = int(sys.argv[1]), sys.argv[2] == "1"
+d, masked, b_reg = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1"
 ints = {"Lq", "Lk", "LQP", "LKP", "KP", "M", "DLO", "DHI"}
+scalars = {"qk_scale", "scale", "scale2"}
 out = {}
-for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps": 4, "num_stages": 3}),
+for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "SPLIT": not b_reg, "num_warps": 4,
+                                             "num_stages": 3}),
                     ("scores", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked)),
-                    ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False)),
-                    ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True))):
+                    ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, B_REG=b_reg)),
+                    ("dk", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, B_REG=b_reg)),
+                    ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, B_REG=b_reg, PAIR=True))):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
     consts.update(D=d, DP=max(16, 1 << (d - 1).bit_length()))
     names = list(fn.arg_names)
-    sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in ("qk_scale", "scale")
+    sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in scalars
            else "*fp32" for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
     ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
@@ -99,14 +102,15 @@ print(json.dumps(out))
 '''
 
 
-@pytest.mark.parametrize("d,masked", [(64, False), (128, True), (40, True), (128, False)])
-def test_materialized_backward_kernels_compile_for_sm90(d, masked):
+@pytest.mark.parametrize("d,masked,b_reg", [(64, False, False), (128, True, True), (40, True, False),
+                                            (128, False, False), (64, False, True)])
+def test_materialized_backward_kernels_compile_for_sm90(d, masked, b_reg):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
     env = {"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ}
-    r = subprocess.run([sys.executable, "-c", _MAT_CODE, str(d), "1" if masked else "0"],
+    r = subprocess.run([sys.executable, "-c", _MAT_CODE, str(d), "1" if masked else "0", "1" if b_reg else "0"],
                        capture_output=True, text=True, check=False, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     shared = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(shared) == {"prep", "scores", "dq", "dkdv"}
+    assert set(shared) == {"prep", "scores", "dq", "dk", "dkdv"}
     for kernel, nbytes in shared.items():
         assert 0 < nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"

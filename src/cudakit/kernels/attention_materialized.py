@@ -28,6 +28,8 @@ PREP_ROWS = 32
 # ran causal backwards 4-5% faster than 128 x 32 on 8, and the others within 1%
 SCORE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
+B_REG = False   # the long products split B in registers (no split pass; mat_prep computes delta alone)
+PAIR = False    # dK and dV in one kernel (one pass over the keys' rows)
 
 
 def padded(n: int) -> int:
@@ -64,8 +66,9 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     masked = dlo > -span or dhi < span
     dlo, dhi = max(dlo, -span), min(dhi, span)
     dq, dk, dv = empty(q.shape), empty(k.shape), empty(v.shape)
-    kth, ktl = (empty((n, dp, lkp)) for _ in range(2))
-    qth, qtl, doth, dotl = (empty((n, dp, lqp)) for _ in range(4))
+    split = (n, dp, lkp), (n, dp, lqp)
+    kth, ktl = (empty(split[0] if not B_REG else (1,)) for _ in range(2))
+    qth, qtl, doth, dotl = (empty(split[1] if not B_REG else (1,)) for _ in range(4))
     delta = empty((n, lq))
     p, ds = empty((n, lqp, lkp)), empty((n, lqp, lkp))
     sc, lt = SCORE_TILES, LONG_TILES
@@ -74,17 +77,25 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         h1 = min(bh, h0 + n)
         c = h1 - h0
         hs = slice(h0, h1)
-        launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 3),
+        launch("mat_prep", (math.ceil((max(lqp, lkp) if not B_REG else lq) / PREP_ROWS), c, 1 if B_REG else 3),
                (q[hs], k[hs], out[hs], do[hs], kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp),
-               {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "num_warps": 4})
+               {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "SPLIT": not B_REG, "num_warps": 4})
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
                (q[hs], do[hs], k[hs], v[hs], lse[hs], delta, p, ds, qk_scale, lq, lk, lqp, lkp, dlo, dhi),
                dict(sc, D=d, DP=dp, MASKED=masked))
-        for a, b_hi, b_lo, dst, m, kp, factor, trans in (
-                (ds, kth, ktl, dq, lq, lkp, scale, False),    # dQ = scale dS K
-                (ds, qth, qtl, dk, lk, lqp, scale, True),     # dK = scale dS^T Q
-                (p, doth, dotl, dv, lk, lqp, 1.0, True)):     # dV = P^T dO
-            launch("mat_long", (math.ceil(m / lt["BLOCK_M"]), c),
-                   (a, b_hi, b_lo, dst[hs], float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi),
-                   dict(lt, D=d, DP=dp, TRANS_A=trans, MASKED=masked))
+        b_k, b_q, b_do = ((k[hs], k), (q[hs], q), (do[hs], do)) if B_REG else ((kth, ktl), (qth, qtl), (doth, dotl))
+        consts = dict(lt, D=d, DP=dp, MASKED=masked, B_REG=B_REG)
+        # dQ = scale dS K
+        launch("mat_long", (math.ceil(lq / lt["BLOCK_M"]), c),
+               (ds, *b_k, dq[hs], ds, *b_k, dq[hs], float(scale), 1.0, lq, lq, lk, lqp, lkp, lkp, dlo, dhi),
+               dict(consts, TRANS_A=False))
+        # dK = scale dS^T Q, dV = P^T dO: in one kernel (PAIR) or two
+        grid = (math.ceil(lk / lt["BLOCK_M"]), c)
+        rest = (float(scale), 1.0, lk, lq, lk, lqp, lkp, lqp, dlo, dhi)
+        if PAIR:
+            launch("mat_long", grid, (ds, *b_q, dk[hs], p, *b_do, dv[hs], *rest), dict(consts, TRANS_A=True, PAIR=True))
+        else:
+            launch("mat_long", grid, (ds, *b_q, dk[hs], ds, *b_q, dk[hs], *rest), dict(consts, TRANS_A=True))
+            launch("mat_long", grid, (p, *b_do, dv[hs], p, *b_do, dv[hs], float(1.0), 1.0, *rest[2:]),
+                   dict(consts, TRANS_A=True))
     return dq, dk, dv
