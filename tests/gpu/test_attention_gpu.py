@@ -127,6 +127,22 @@ def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, strided=True)
 
 
+@pytest.mark.parametrize("b_reg,pair", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("lead,lq,lk,d,causal,window", [((1, 3), 1000, 1000, 80, True, None),
+                                                        ((2,), 300, 1100, 128, False, (100, 0))])
+def test_attention_float32_materialized_options(lead, lq, lk, d, causal, window, b_reg, pair, rng, monkeypatch,
+                                                float32_precision):
+    """The materialised backward's B_REG (B split in registers) and PAIR (dK, dV in one kernel)
+    options against float64."""
+    from cudakit.kernels import attention_materialized as am
+    float32_precision("tf32x3")
+    took = _only_path(monkeypatch, "materialized")
+    monkeypatch.setattr(am, "B_REG", b_reg)
+    monkeypatch.setattr(am, "PAIR", pair)
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window)
+    assert "attention_backward" in took
+
+
 def test_attention_float32_backward_plan(rng, float32_precision):
     """The float32 backward's replayed plan (kernels/path_plans.py) on (B, H, L, D) arrays takes the
     path backward() chose (materialised or flash; both deterministic): the same gradients each call."""
