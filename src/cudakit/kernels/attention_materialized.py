@@ -28,8 +28,12 @@ PREP_ROWS = 32
 # ran causal backwards 4-5% faster than 128 x 32 on 8, and the others within 1%
 SCORE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
-B_REG = False   # the long products split B in registers (no split pass; mat_prep computes delta alone)
-PAIR = False    # dK and dV in one kernel (one pass over the keys' rows)
+# Two options, both slower on an H100 with Triton 3.6 (2026-11-27 07:14 UTC, attention_f32_variants.py
+# --mat-shipped) and kept for the sweep: B_REG, B split in the long products' registers (no split
+# pass; its loads are no longer pipelined into shared memory): B4 H8 S2048 D128 5.795 ms against
+# 2.261, B16 H8 S512 D64 0.597 against 0.499; PAIR, dK and dV in one kernel: 2.420 and 0.514 ms.
+B_REG = False
+PAIR = False
 
 
 def padded(n: int) -> int:
