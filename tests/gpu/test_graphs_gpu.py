@@ -132,6 +132,8 @@ def test_common_ops_capture():
     q, k, v = (f32(2, 4, 64, 32).astype("bfloat16") for _ in range(3))
     x, w = f32(64, 96), f32(128, 96)
     img, wc = f32(2, 8, 12, 12), f32(16, 8, 3, 3)
+    q32, k32, v32, g32 = (f32(2, 4, 200, 64) for _ in range(4))   # float32: the flash or materialised backward
+    o32, lse32 = cudakit.attention_with_lse(q32, k32, v32, causal=True)
     cases = {
         "matmul": (lambda a, b: cudakit.matmul(a, b), (x, w.T.copy())),
         "matmul_batched": (lambda a, b: cudakit.matmul(a, b), (f32(3, 16, 24), f32(3, 24, 8))),
@@ -139,6 +141,8 @@ def test_common_ops_capture():
         "fused_linear_gelu_with_preact": (lambda a, b: cudakit.fused_linear_gelu_with_preact(
             a.astype("bfloat16"), b.astype("bfloat16")), (x, w)),
         "attention_with_lse": (lambda a, b, c: cudakit.attention_with_lse(a, b, c, causal=True), (q, k, v)),
+        "attention_backward_float32": (lambda g, a, b, c, o, m: cudakit.attention_backward(g, a, b, c, o, m, causal=True),
+                                       (g32, q32, k32, v32, o32, lse32)),
         "permute": (lambda a: cudakit.permute(a, (0, 2, 1, 3)), (q,)),
         "softmax": (lambda a: cudakit.softmax(a), (x,)),
         "sum": (lambda a: cudakit.sum(a, axis=0), (x,)),
