@@ -308,22 +308,26 @@ def check_tf32_split():
 
 # the materialised float32 backward (kernels/attention_materialized.py): (BH, Lq, Lk, head_dim,
 # causal, window, workspace budget): ragged ends, causal with Lq < Lk and Lq > Lk (rows that see no
-# key), a window, Lq = 1, head dims below their block, heads in chunks of one (budget)
-# key, heads in chunks of one (budget); B split in the long products' registers (b_reg), dK and dV
-# in one kernel (pair)
-MAT_CASES = [(2, 70, 90, 24, False, None, None, False, False), (2, 70, 90, 24, True, None, None, True, True),
-             (1, 150, 60, 80, True, None, None, False, True), (1, 100, 150, 32, False, (20, 5), None, True, False),
-             (1, 1, 200, 16, True, None, None, False, False), (3, 40, 33, 128, False, None, 8 * 128 * 128, True, True),
-             (3, 40, 33, 96, True, (3, None), 8 * 128 * 128, False, False)]
+# key), a window, Lq = 1, head dims below their block, heads in chunks of one (budget); B split in
+# the long products' registers (b_reg), dK and dV in one kernel (pair), the prep pass folded into
+# the score kernel (fused)
+MAT_CASES = [(2, 70, 90, 24, False, None, None, False, False, True),
+             (2, 70, 90, 24, True, None, None, True, True, False),
+             (1, 150, 60, 80, True, None, None, False, True, True),
+             (1, 100, 150, 32, False, (20, 5), None, True, False, True),
+             (1, 1, 200, 16, True, None, None, False, False, False),
+             (3, 40, 33, 128, False, None, 8 * 128 * 128, True, True, True),
+             (3, 40, 33, 96, True, (3, None), 8 * 128 * 128, False, False, True),
+             (2, 300, 140, 64, True, (50, None), None, False, False, True)]
 
 
-def check_materialized(bh, lq, lk, d, causal, window, budget, b_reg, pair):
+def check_materialized(bh, lq, lk, d, causal, window, budget, b_reg, pair, fused):
     """The materialised backward's launch sequence (attention_materialized.run, as the GPU runs it)
     on the float64 reference's out and lse, against its gradients; outputs start as 7.0."""
     from cudakit.kernels import _attention_mat_triton as mat
     from cudakit.kernels import attention_materialized as am
-    am.B_REG, am.PAIR = b_reg, pair
-    case = ("materialized", bh, lq, lk, d, causal, window, budget, b_reg, pair)
+    am.B_REG, am.PAIR, am.FUSED_PREP = b_reg, pair, fused
+    case = ("materialized", bh, lq, lk, d, causal, window, budget, b_reg, pair, fused)
     rng = np.random.default_rng(4)
     q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
     k, v = (data(rng, (bh, lk, d), "float32") for _ in range(2))

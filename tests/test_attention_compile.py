@@ -85,6 +85,8 @@ out = {}
 for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "SPLIT": not b_reg, "num_warps": 4,
                                              "num_stages": 3}),
                     ("scores", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked)),
+                    ("scores_fused", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked, OWN_DELTA=True,
+                                                          SPLIT_B=not b_reg)),
                     ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, B_REG=b_reg)),
                     ("dk", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, B_REG=b_reg)),
                     ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, B_REG=b_reg, PAIR=True))):
@@ -111,6 +113,6 @@ def test_materialized_backward_kernels_compile_for_sm90(d, masked, b_reg):
                        capture_output=True, text=True, check=False, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     shared = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(shared) == {"prep", "scores", "dq", "dk", "dkdv"}
+    assert set(shared) == {"prep", "scores", "scores_fused", "dq", "dk", "dkdv"}
     for kernel, nbytes in shared.items():
         assert 0 < nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"

@@ -6,7 +6,7 @@ each interleaved with torch, plus each variant's largest error against float64 o
 The backward's kernels (dK/dV, dQ, or the two fused with dQ summed atomically) are timed each on its
 own, on operands split once (their split passes and delta timed apart), so the best pair shows.
 --bwd-only: of the forward, torch's and the shipped kernel's rows only. --mat-shipped: the shipped
-materialised backward (kernels/attention_materialized.py) with its B_REG and PAIR options,
+materialised backward (kernels/attention_materialized.py) with its FUSED_PREP option flipped,
 against torch, the flash kernels and backward()'s own choice, plain and causal. --fwd-tiles: the
 shipped forward on other tiles. --materialized: the
 backward of _attention_f32_materialized.py (P and dS written once, three long products) against
@@ -351,10 +351,8 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
                             setattr(am, n, x)
                 return f
             fns["materialized shipped"] = knobs()
-            for b_reg in (False, True):
-                for pair in (False, True):
-                    if (b_reg, pair) != (am.B_REG, am.PAIR):
-                        fns[f"materialized B_REG={b_reg} PAIR={pair}"] = knobs(B_REG=b_reg, PAIR=pair)
+            flip = not am.fused_prep(max(16, 1 << (d - 1).bit_length()))
+            fns[f"materialized FUSED_PREP={flip}"] = knobs(FUSED_PREP=flip)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} backward (shipped materialized)", fns,
                    10 * b * h * L * L * d // (2 if causal else 1))
             got = at._materialized_backward(g, q, k, v, o, lse, scale, masks)

@@ -75,20 +75,52 @@ def mat_prep(Q, K, O, DO,                      # Q, O, DO: [BH, Lq, D]; K: [BH, 
 
 
 @triton.jit
-def mat_scores(Q, DO, K, V,      # Q, DO: [BH, Lq, D]; K, V: [BH, Lk, D]
+def _prep_in_scores(Q, DO, K, KTH, KTL, QTH, QTL, DOTH, DOTL, bh, start_m, start_n, Lq, Lk, LQP, LKP,
+                    D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """mat_prep's split, done by the score kernel's first column of programs (Q^T, dO^T parts of
+    their rows) and first row (K^T parts of their keys), whether or not their tile is seen."""
+    offs_d = tl.arange(0, DP)
+    if start_n == 0:
+        rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        qp = bh * Lq * D + rows[:, None] * D + offs_d[None, :]
+        q_ok = (rows < Lq)[:, None] & (offs_d < D)[None, :]
+        tp = bh * DP * LQP + offs_d[None, :] * LQP + rows[:, None]
+        hi, lo = _tf32_parts(tl.load(Q + qp, mask=q_ok, other=0.0))
+        tl.store(QTH + tp, hi)
+        tl.store(QTL + tp, lo)
+        hi, lo = _tf32_parts(tl.load(DO + qp, mask=q_ok, other=0.0))
+        tl.store(DOTH + tp, hi)
+        tl.store(DOTL + tp, lo)
+    if start_m == 0:
+        cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        kt = bh * Lk * D + cols[None, :] * D + offs_d[:, None]      # [DP, N]: K^T's tile
+        hi, lo = _tf32_parts(tl.load(K + kt, mask=(offs_d < D)[:, None] & (cols < Lk)[None, :], other=0.0))
+        tp = bh * DP * LKP + offs_d[:, None] * LKP + cols[None, :]
+        tl.store(KTH + tp, hi)
+        tl.store(KTL + tp, lo)
+
+
+@triton.jit
+def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH, Lk, D]
                LSE, DELTA, P, DS,  # LSE (natural log), DELTA: [BH, Lq] float32; P, DS: [BH, LQP, LKP] float32
+               KTH, KTL, QTH, QTL, DOTH, DOTL,   # SPLIT_B: as mat_prep writes them
                qk_scale, Lq, Lk, LQP, LKP, DLO, DHI,   # qk_scale: scale * log2(e)
                D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               MASKED: tl.constexpr):
+               MASKED: tl.constexpr, OWN_DELTA: tl.constexpr = False, SPLIT_B: tl.constexpr = False):
     """P and dS of one (BLOCK_M queries, BLOCK_N keys) tile: S = Q K^T and dP = dO V^T (tf32x3,
     over D in one step), P = exp2(S qk_scale - lse log2(e)), dS = P (dP - delta); 0 where a row
     does not see a key, past Lq and past Lk. Every operand is split in registers (K, V split
     ahead by a pass of their own ran the backward 4-10% slower at head dims 64 and 128 on an
-    H100, 2026-11-27). FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3 (tf32x3); memory: 8 BLOCK_M BLOCK_N
-    bytes written, the Q, dO, K and V tiles read."""
+    H100, 2026-11-27). OWN_DELTA: delta = rowsum(dO * O) of the tile's rows computed here (DELTA
+    not read); SPLIT_B: mat_prep's split of K^T, Q^T, dO^T done here too (_prep_in_scores), so
+    that no prep pass runs. FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3 (tf32x3); memory: 8 BLOCK_M
+    BLOCK_N bytes written, the Q, dO, K and V tiles (and O's with OWN_DELTA) read."""
     start_m = tl.program_id(0)
     start_n = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
+    if SPLIT_B:
+        _prep_in_scores(Q, DO, K, KTH, KTL, QTH, QTL, DOTH, DOTL, bh, start_m, start_n, Lq, Lk, LQP, LKP,
+                        D, DP, BLOCK_M, BLOCK_N)
     m0 = start_m * BLOCK_M
     n0 = start_n * BLOCK_N
     seen = True
@@ -103,6 +135,10 @@ def mat_scores(Q, DO, K, V,      # Q, DO: [BH, Lq, D]; K, V: [BH, Lk, D]
         q_ok = r_ok[:, None] & (offs_d < D)[None, :]
         kt = bh * Lk * D + cols[None, :] * D + offs_d[:, None]      # [DP, N] tiles of K, V
         kv_ok = (offs_d < D)[:, None] & (cols < Lk)[None, :]
+        if OWN_DELTA:
+            delta = tl.sum(tl.load(O + qp, mask=q_ok, other=0.0) * tl.load(DO + qp, mask=q_ok, other=0.0), 1)
+        else:
+            delta = tl.load(DELTA + bh * Lq + rows, mask=r_ok, other=0.0)
         # one product's operands live at a time (Q's parts and dO's together spilled at head dim
         # 128: the backward ran 2.90 ms against 2.35, H100, 2026-11-27)
         q_hi, q_lo = _tf32_parts(tl.load(Q + qp, mask=q_ok, other=0.0))
@@ -112,7 +148,6 @@ def mat_scores(Q, DO, K, V,      # Q, DO: [BH, Lq, D]; K, V: [BH, Lk, D]
         v_hi, v_lo = _tf32_parts(tl.load(V + kt, mask=kv_ok, other=0.0))
         dp = _dot3(do_hi, do_lo, v_hi, v_lo, tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
         lse2 = tl.load(LSE + bh * Lq + rows, mask=r_ok, other=0.0) * 1.4426950408889634
-        delta = tl.load(DELTA + bh * Lq + rows, mask=r_ok, other=0.0)
         ok = r_ok[:, None] & (cols < Lk)[None, :]
         if MASKED:
             ok = ok & (cols[None, :] >= rows[:, None] + DLO) & (cols[None, :] < rows[:, None] + DHI)

@@ -34,6 +34,15 @@ LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
 # 2.261, B16 H8 S512 D64 0.597 against 0.499; PAIR, dK and dV in one kernel: 2.420 and 0.514 ms.
 B_REG = False
 PAIR = False
+# FUSED_PREP: no prep pass; the score kernel computes delta for its rows and its first column and
+# row of programs split K^T, Q^T, dO^T (mat_scores OWN_DELTA, SPLIT_B). None: up to head dim 64
+# (at 128 its sm_90 SASS from Triton 3.9 held 365 local loads against 36 without; at 64, 9 against 0)
+FUSED_PREP = None
+
+
+def fused_prep(dp: int) -> bool:
+    """Whether the score kernel does mat_prep's work at head-dim block dp (FUSED_PREP)."""
+    return dp <= 64 if FUSED_PREP is None else FUSED_PREP
 
 
 def padded(n: int) -> int:
@@ -73,20 +82,23 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     split = (n, dp, lkp), (n, dp, lqp)
     kth, ktl = (empty(split[0] if not B_REG else (1,)) for _ in range(2))
     qth, qtl, doth, dotl = (empty(split[1] if not B_REG else (1,)) for _ in range(4))
-    delta = empty((n, lq))
+    fused = fused_prep(dp)
     p, ds = empty((n, lqp, lkp)), empty((n, lqp, lkp))
+    delta = p if fused else empty((n, lq))   # (not read when fused)
     sc, lt = SCORE_TILES, LONG_TILES
     qk_scale = float(scale * math.log2(math.e))
     for h0 in range(0, bh, n):
         h1 = min(bh, h0 + n)
         c = h1 - h0
         hs = slice(h0, h1)
-        launch("mat_prep", (math.ceil((max(lqp, lkp) if not B_REG else lq) / PREP_ROWS), c, 1 if B_REG else 3),
-               (q[hs], k[hs], out[hs], do[hs], kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp),
-               {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "SPLIT": not B_REG, "num_warps": 4})
+        if not fused:
+            launch("mat_prep", (math.ceil((max(lqp, lkp) if not B_REG else lq) / PREP_ROWS), c, 1 if B_REG else 3),
+                   (q[hs], k[hs], out[hs], do[hs], kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp),
+                   {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "SPLIT": not B_REG, "num_warps": 4})
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
-               (q[hs], do[hs], k[hs], v[hs], lse[hs], delta, p, ds, qk_scale, lq, lk, lqp, lkp, dlo, dhi),
-               dict(sc, D=d, DP=dp, MASKED=masked))
+               (q[hs], do[hs], k[hs], v[hs], out[hs], lse[hs], delta, p, ds, kth, ktl, qth, qtl, doth, dotl,
+                qk_scale, lq, lk, lqp, lkp, dlo, dhi),
+               dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused and not B_REG))
         b_k, b_q, b_do = ((k[hs], k), (q[hs], q), (do[hs], do)) if B_REG else ((kth, ktl), (qth, qtl), (doth, dotl))
         consts = dict(lt, D=d, DP=dp, MASKED=masked, B_REG=B_REG)
         # dQ = scale dS K
