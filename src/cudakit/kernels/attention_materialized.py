@@ -5,11 +5,10 @@ of the float32 backward (timed once per signature against the flash kernels, the
 disk), for head dims up to 128 with causal or window masks (not key lengths, a bias, dropout or
 grouped-query k, v: those stay on the flash kernels).
 
-Measured on an H100 (2026-11-27 ~07:00 UTC, benchmarks/sweeps/attention_f32_variants.py
---mat-shipped, prep pass and workspace inside the timed call; K and V split in the score kernel's
-registers, as now shipped): B4 H8 S2048 D128 2.269 ms against torch's float32 SDPA backward
-4.950 ms and the flash kernels' 10.138 ms (causal 1.556 against 2.910 and 5.732 ms); B16 H8 S512
-D64 0.497 ms against 0.696 and 0.721 ms (causal 0.385 against 0.501 and 0.566 ms).
+Measured on an H100 (2026-11-27 07:22 UTC, benchmarks/sweeps/attention_f32_variants.py
+--mat-shipped, everything inside the timed call): B4 H8 S2048 D128 2.205 ms against torch's float32
+SDPA backward 5.006 ms and the flash kernels' 10.089 ms (causal 1.549 against 2.898 and 5.722 ms);
+B16 H8 S512 D64 0.470 ms against 0.698 and 0.725 ms (causal 0.345 against 0.499 and 0.565 ms).
 
 The launch sequence is written once, over an array allocator and a kernel launcher, so that
 tests/attention_interpreter.py runs the same sequence in Triton's interpreter on NumPy arrays.
@@ -35,8 +34,10 @@ LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
 B_REG = False
 PAIR = False
 # FUSED_PREP: no prep pass; the score kernel computes delta for its rows and its first column and
-# row of programs split K^T, Q^T, dO^T (mat_scores OWN_DELTA, SPLIT_B). None: up to head dim 64
-# (at 128 its sm_90 SASS from Triton 3.9 held 365 local loads against 36 without; at 64, 9 against 0)
+# row of programs split K^T, Q^T, dO^T (mat_scores OWN_DELTA, SPLIT_B). None: up to head dim 64,
+# where it ran B16 H8 S512 D64 in 0.470 ms against 0.498 (causal 0.345 against 0.383); at 128 it
+# ran 2.925 ms against 2.205 (H100, 07:22 UTC, the sweep above), its sm_90 SASS (Triton 3.9)
+# holding 365 local loads against 36 without
 FUSED_PREP = None
 
 
