@@ -318,7 +318,9 @@ MAT_CASES = [(2, 70, 90, 24, False, None, None, False, False, True),
              (1, 1, 200, 16, True, None, None, False, False, False),
              (3, 40, 33, 128, False, None, 8 * 128 * 128, True, True, True),
              (3, 40, 33, 96, True, (3, None), 8 * 128 * 128, False, False, True),
-             (2, 300, 140, 64, True, (50, None), None, False, False, True)]
+             (2, 300, 140, 64, True, (50, None), None, False, False, True),
+             (5, 130, 70, 64, False, None, 2 * 8 * 256 * 128, False, False, False),   # chunks of 2, 2, 1
+             (5, 130, 70, 40, True, None, 2 * 8 * 256 * 128, False, False, True)]
 
 
 def check_materialized(bh, lq, lk, d, causal, window, budget, b_reg, pair, fused):
@@ -326,8 +328,16 @@ def check_materialized(bh, lq, lk, d, causal, window, budget, b_reg, pair, fused
     on the float64 reference's out and lse, against its gradients; outputs start as 7.0."""
     from cudakit.kernels import _attention_mat_triton as mat
     from cudakit.kernels import attention_materialized as am
+    saved = am.B_REG, am.PAIR, am.FUSED_PREP
     am.B_REG, am.PAIR, am.FUSED_PREP = b_reg, pair, fused
-    case = ("materialized", bh, lq, lk, d, causal, window, budget, b_reg, pair, fused)
+    try:
+        _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, (b_reg, pair, fused))
+    finally:
+        am.B_REG, am.PAIR, am.FUSED_PREP = saved
+
+
+def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options):
+    case = ("materialized", bh, lq, lk, d, causal, window, budget, options)
     rng = np.random.default_rng(4)
     q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
     k, v = (data(rng, (bh, lk, d), "float32") for _ in range(2))

@@ -53,6 +53,24 @@ def test_a_declining_candidate_is_not_timed(table):
     assert out == "TRITON" and paths.last_paths()["conv2d"] == "triton"
 
 
+def test_a_choice_made_while_a_candidate_declined_for_now_stays_off_the_disk(table, tmp_path):
+    """A candidate that declines for a passing reason (paths.declined_for_now: no memory at that
+    moment) leaves the choice made without it in this process only; a later process times again."""
+    def short_of_memory():
+        paths.declined_for_now()
+        return None
+    cands = [("materialized", short_of_memory), ("triton", lambda: "TRITON")]
+    assert paths.run("attention_backward", ("m",), cands, timer=lambda fn: fn() and 1.0) == "TRITON"
+    assert paths.chosen("attention_backward", ("m",)) == "triton"
+    assert not (tmp_path / "paths.json").exists() or repr(("attention_backward", ("m",))) not in (
+        json.loads((tmp_path / "paths.json").read_text()))
+    paths.reset()   # a new process: both timed again, and this time the choice is stored
+    times = {"MAT": 1.0, "TRITON": 2.0}
+    cands = [("materialized", lambda: "MAT"), ("triton", lambda: "TRITON")]
+    assert paths.run("attention_backward", ("m",), cands, timer=lambda fn: times[fn()]) == "MAT"
+    assert json.loads((tmp_path / "paths.json").read_text())[repr(("attention_backward", ("m",)))] == "materialized"
+
+
 def test_no_autotune_takes_the_first_that_accepts(table, monkeypatch):
     from cudakit import config
     monkeypatch.setenv("CUDAKIT_AUTOTUNE", "0")

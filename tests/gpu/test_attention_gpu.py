@@ -157,7 +157,26 @@ def test_attention_float32_backward_plan(rng, float32_precision):
             np.testing.assert_array_equal(cp.asnumpy(a), b)
 
 
-def test_attention_float32_materialized_declines(rng, monkeypatch, float32_precision):
+def test_attention_float32_materialized_plan(rng, monkeypatch, float32_precision):
+    """With the materialised path chosen for a signature, plan_backward replays it on (B, H, L, D)
+    arrays: the same gradients as backward() on [BH, L, D] views."""
+    from cudakit.kernels import attention as at
+    from cudakit.kernels import paths
+    float32_precision("tf32x3")
+    monkeypatch.setattr(paths, "chosen", lambda op, key: "materialized" if op == "attention_backward" else None)
+    q, k, v, g = (cp.asarray(ac.data(rng, (2, 3, 150, 40), "float32")) for _ in range(4))
+    out, lse = cudakit.attention_with_lse(q, k, v, causal=True)
+    bwd = at.plan_backward(6, 150, 150, 40, "float32", 40 ** -0.5, True, q.data.device_id)
+    assert bwd is not None
+    got = bwd(g, q, k, v, out, lse)
+    want = at._materialized_backward(*(x.reshape(6, 150, 40) for x in (g, q, k, v, out)), lse.reshape(6, 150),
+                                     40 ** -0.5, at.Masks(True))
+    for a, b in zip(got, want):
+        assert a.shape == (2, 3, 150, 40)
+        np.testing.assert_array_equal(cp.asnumpy(a), cp.asnumpy(b).reshape(2, 3, 150, 40))
+
+
+def test_attention_float32_materialized_declines(rng, monkeypatch, float32_precision, cache_dir):
     """Against the flash kernels; a head whose workspace exceeds the budget runs the flash kernels."""
     from cudakit.kernels import attention as at
     from cudakit.kernels import attention_materialized as am

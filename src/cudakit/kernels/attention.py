@@ -471,7 +471,8 @@ def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device
 
 def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks):
     """(dq, dk, dv) by the materialised kernels, or None (declined: one head's workspace past the
-    budget, or no memory for it, then noted in cudakit.fallbacks)."""
+    budget; or no memory for it, noted in cudakit.fallbacks and, being a passing reason, keeping a
+    choice timed without this path off the disk: paths.declined_for_now)."""
     cp = _cupy.cupy()
     from . import attention_materialized as am
     dlo, dhi = key_bounds(q.shape[1], k.shape[1], masks.causal, masks.window)
@@ -481,8 +482,10 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks):
                       launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args))
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         from .. import fallbacks
+        from . import paths
         fallbacks.note("attention:float32-materialized", "no memory for the float32 backward's workspace: "
                                                          "the flash kernels ran it")
+        paths.declined_for_now()
         return None
 
 

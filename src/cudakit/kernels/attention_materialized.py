@@ -19,7 +19,8 @@ import math
 
 PAD = 128                   # the split arrays' and the workspace's rows: multiples of every tile below
 MAX_HEAD_DIM = 128          # DP 256 tiles do not fit the score kernel's shared memory
-WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a head past it: not this path)
+WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a head past it: not this path);
+                            # the split operands come beside it: 8 DP (LKP + 2 LQP) bytes a head
 _MAX_GRID = 65535           # heads a chunk (grid dims y and z)
 PREP_ROWS = 32
 # tiles timed on an H100 (2026-11-27, the sweep above): at D128 the 64 x 64 score tile on 4 warps
