@@ -5,7 +5,7 @@ of the float32 backward (timed once per signature against the flash kernels, the
 disk), for head dims up to 128 with causal or window masks (not key lengths, a bias, dropout or
 grouped-query k, v: those stay on the flash kernels).
 
-Measured on an H100 (2026-11-27 07:22 UTC, benchmarks/sweeps/attention_f32_variants.py
+Measured on an H100 (2026-11-27, the 07:20 UTC call, benchmarks/sweeps/attention_f32_variants.py
 --mat-shipped, everything inside the timed call): B4 H8 S2048 D128 2.205 ms against torch's float32
 SDPA backward 5.006 ms and the flash kernels' 10.089 ms (causal 1.549 against 2.898 and 5.722 ms);
 B16 H8 S512 D64 0.470 ms against 0.698 and 0.725 ms (causal 0.345 against 0.499 and 0.565 ms).
@@ -28,7 +28,7 @@ PREP_ROWS = 32
 # ran causal backwards 4-5% faster than 128 x 32 on 8, and the others within 1%
 SCORE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
-# Two options, both slower on an H100 with Triton 3.6 (2026-11-27 07:14 UTC, attention_f32_variants.py
+# Two options, both slower on an H100 with Triton 3.6 (2026-11-27 07:10 UTC, attention_f32_variants.py
 # --mat-shipped) and kept for the sweep: B_REG, B split in the long products' registers (no split
 # pass; its loads are no longer pipelined into shared memory): B4 H8 S2048 D128 5.795 ms against
 # 2.261, B16 H8 S512 D64 0.597 against 0.499; PAIR, dK and dV in one kernel: 2.420 and 0.514 ms.
@@ -37,7 +37,7 @@ PAIR = False
 # FUSED_PREP: no prep pass; the score kernel computes delta for its rows and its first column and
 # row of programs split K^T, Q^T, dO^T (mat_scores OWN_DELTA, SPLIT_B). None: up to head dim 64,
 # where it ran B16 H8 S512 D64 in 0.470 ms against 0.498 (causal 0.345 against 0.383); at 128 it
-# ran 2.925 ms against 2.205 (H100, 07:22 UTC, the sweep above), its sm_90 SASS (Triton 3.9)
+# ran 2.925 ms against 2.205 (H100, the 07:20 UTC call, the sweep above), its sm_90 SASS (Triton 3.9)
 # holding 365 local loads against 36 without
 FUSED_PREP = None
 
