@@ -308,32 +308,35 @@ def check_tf32_split():
 
 # the materialised float32 backward (kernels/attention_materialized.py): (BH, Lq, Lk, head_dim,
 # causal, window, workspace budget): ragged ends, causal with Lq < Lk and Lq > Lk (rows that see no
-# key), a window, Lq = 1, head dims below their block, heads in chunks of one (budget); B split in
-# the long products' registers (b_reg), dK and dV in one kernel (pair), the prep pass folded into
-# the score kernel (fused)
-MAT_CASES = [(2, 70, 90, 24, False, None, None, False, False, True),
-             (2, 70, 90, 24, True, None, None, True, True, False),
-             (1, 150, 60, 80, True, None, None, False, True, True),
-             (1, 100, 150, 32, False, (20, 5), None, True, False, True),
-             (1, 1, 200, 16, True, None, None, False, False, False),
-             (3, 40, 33, 128, False, None, 8 * 128 * 128, True, True, True),
-             (3, 40, 33, 96, True, (3, None), 8 * 128 * 128, False, False, True),
-             (2, 300, 140, 64, True, (50, None), None, False, False, True),
-             (5, 130, 70, 64, False, None, 2 * 8 * 256 * 128, False, False, False),   # chunks of 2, 2, 1
-             (5, 130, 70, 40, True, None, 2 * 8 * 256 * 128, False, False, True)]
+# key), a window, Lq = 1, head dims below their block, heads in chunks (budget); with the module's
+# options: B split in the long products' registers, dK and dV in one kernel, the prep pass folded
+# into the score kernel, dQ's heads in reverse order
+MAT_CASES = [(2, 70, 90, 24, False, None, None, {"FUSED_PREP": True}),
+             (2, 70, 90, 24, True, None, None, {"B_REG": True, "PAIR": True, "FUSED_PREP": False}),
+             (1, 150, 60, 80, True, None, None, {"PAIR": True, "FUSED_PREP": True, "L2_ORDER": True}),
+             (1, 100, 150, 32, False, (20, 5), None, {"B_REG": True, "FUSED_PREP": True}),
+             (1, 1, 200, 16, True, None, None, {"FUSED_PREP": False}),
+             (3, 40, 33, 128, False, None, 8 * 128 * 128, {"B_REG": True, "PAIR": True, "FUSED_PREP": True}),
+             (3, 40, 33, 96, True, (3, None), 8 * 128 * 128, {"FUSED_PREP": True, "L2_ORDER": True}),
+             (2, 300, 140, 64, True, (50, None), None, {"FUSED_PREP": True}),
+             (5, 130, 70, 64, False, None, 2 * 8 * 256 * 128, {"FUSED_PREP": False, "L2_ORDER": True}),  # chunks 2, 2, 1
+             (5, 130, 70, 40, True, None, 2 * 8 * 256 * 128, {"FUSED_PREP": True})]
 
 
-def check_materialized(bh, lq, lk, d, causal, window, budget, b_reg, pair, fused):
+def check_materialized(bh, lq, lk, d, causal, window, budget, options):
     """The materialised backward's launch sequence (attention_materialized.run, as the GPU runs it)
-    on the float64 reference's out and lse, against its gradients; outputs start as 7.0."""
+    on the float64 reference's out and lse, against its gradients; outputs start as 7.0. options:
+    the module's switches to set for the case (restored after)."""
     from cudakit.kernels import _attention_mat_triton as mat
     from cudakit.kernels import attention_materialized as am
-    saved = am.B_REG, am.PAIR, am.FUSED_PREP
-    am.B_REG, am.PAIR, am.FUSED_PREP = b_reg, pair, fused
+    saved = {n: getattr(am, n) for n in options}
+    for n, x in options.items():
+        setattr(am, n, x)
     try:
-        _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, (b_reg, pair, fused))
+        _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options)
     finally:
-        am.B_REG, am.PAIR, am.FUSED_PREP = saved
+        for n, x in saved.items():
+            setattr(am, n, x)
 
 
 def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options):

@@ -87,7 +87,7 @@ for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "SPLIT": no
                     ("scores", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked)),
                     ("scores_fused", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked, OWN_DELTA=True,
                                                           SPLIT_B=not b_reg)),
-                    ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, B_REG=b_reg)),
+                    ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, B_REG=b_reg, REV=True)),
                     ("dk", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, B_REG=b_reg)),
                     ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, B_REG=b_reg, PAIR=True))):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}

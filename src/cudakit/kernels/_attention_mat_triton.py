@@ -199,19 +199,22 @@ def mat_long(A, BHI, BLO, C,      # A: [BH, LQP, LKP] float32 (P or dS); BHI, BL
              A2, B2HI, B2LO, C2,  # PAIR: a second product over the same rows and reduced range (dV beside dK)
              scale, scale2, M, Lq, Lk, LQP, LKP, KP, DLO, DHI,
              D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-             TRANS_A: tl.constexpr, MASKED: tl.constexpr, B_REG: tl.constexpr = False, PAIR: tl.constexpr = False):
+             TRANS_A: tl.constexpr, MASKED: tl.constexpr, B_REG: tl.constexpr = False, PAIR: tl.constexpr = False,
+             REV: tl.constexpr = False):
     """C = scale * op(A) B, rows BLOCK_M at a time, over the reduced axis: op(A) = A, rows the
     queries, reduced over the keys (dQ = dS K; M = Lq, KP = LKP) or, with TRANS_A, A^T, rows the
     keys, reduced over the queries (dK = dS^T Q, dV = P^T dO; M = Lk, KP = LQP). B as mat_prep
     split it (its transpose's TF32 parts: the tensor cores read 32-bit operands from shared memory
     only contiguous along the reduced axis) or, with B_REG, split in registers. A's tiles are split
     in registers. PAIR: C2 = scale2 * op(A2) B2 too, in the same loop (dK and dV: one pass over the
-    keys' rows). With MASKED only the reduced range some row of the block sees is read, and
-    entries a row does not see are masked to 0 on load (the score kernel leaves unseen tiles
-    unwritten). FLOPs: 2 BLOCK_M KP DP x 3 a program and product (less with MASKED); memory: A's
+    keys' rows). REV: the heads in reverse order (the last written first, while in L2). With
+    MASKED only the reduced range some row of the block sees is read, and entries a row does not
+    see are masked to 0 on load (the score kernel leaves unseen tiles unwritten). FLOPs: 2 BLOCK_M KP DP x 3 a program and product (less with MASKED); memory: A's
     rows (or columns) read once, B's tiles once a program."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
+    if REV:
+        bh = tl.num_programs(1) - 1 - bh
     m0 = start_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)

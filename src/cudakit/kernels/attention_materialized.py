@@ -34,6 +34,9 @@ LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
 # 2.261, B16 H8 S512 D64 0.597 against 0.499; PAIR, dK and dV in one kernel: 2.420 and 0.514 ms.
 B_REG = False
 PAIR = False
+# L2_ORDER: dQ's product reads the heads in reverse order (the score kernel's last tiles first,
+# while they are in L2), and dK's then forward (dQ's last reads first). Not yet timed: off.
+L2_ORDER = False
 # FUSED_PREP: no prep pass; the score kernel computes delta for its rows and its first column and
 # row of programs split K^T, Q^T, dO^T (mat_scores OWN_DELTA, SPLIT_B). None: up to head dim 64,
 # where it ran B16 H8 S512 D64 in 0.470 ms against 0.498 (causal 0.345 against 0.383); at 128 it
@@ -106,7 +109,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         # dQ = scale dS K
         launch("mat_long", (math.ceil(lq / lt["BLOCK_M"]), c),
                (ds, *b_k, dq[hs], ds, *b_k, dq[hs], float(scale), 1.0, lq, lq, lk, lqp, lkp, lkp, dlo, dhi),
-               dict(consts, TRANS_A=False))
+               dict(consts, TRANS_A=False, **({"REV": True} if L2_ORDER else {})))
         # dK = scale dS^T Q, dV = P^T dO: in one kernel (PAIR) or two
         grid = (math.ceil(lk / lt["BLOCK_M"]), c)
         rest = (float(scale), 1.0, lk, lq, lk, lqp, lkp, lqp, dlo, dhi)
