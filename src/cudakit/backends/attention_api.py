@@ -323,8 +323,10 @@ class AttentionOps:
                            deterministic: bool = False, dropout_p: float = 0.0, seed: int = 0):
         """(grad_q, grad_k, grad_v) of out = attention(q, k, v, scale, causal, window=...,
         key_lengths=...) for dL/dout = grad_out (q's shape), from the forward's out and lse
-        (attention_with_lse); the probabilities are recomputed, never stored. Same scale, masks
-        and layout as the forward. Returns arrays of q's, k's and v's shapes in their dtype
+        (attention_with_lse); the probabilities are recomputed from lse (the float32 backward on
+        the GPU may write them, and dS, to a workspace of at most 1 GiB a chunk of heads where that
+        was timed faster: kernels/attention_materialized.py). Same scale, masks and layout as the
+        forward. Returns arrays of q's, k's and v's shapes in their dtype
         (C-contiguous (B, L, H, D) ones with layout "blhd"). With attn_bias (the forward's): a
         fourth, the bias's gradient (dL/d scores, summed over the dims the bias broadcasts) in
         attn_bias's shape and dtype.
