@@ -98,9 +98,11 @@ def test_attention_float32_precisions(lq, lk, d, causal, prec, float32_precision
 
 
 def _only_path(monkeypatch, name) -> list:
-    """kernels/paths.run taking candidate `name` alone (no timing, no choice kept); the list it
-    returns gets the op of each call that took it."""
+    """kernels/paths.run taking candidate `name` alone (no timing, no choice kept), the materialised
+    backward offered at any size; the list it returns gets the op of each call that took it."""
+    from cudakit.kernels import attention_materialized as am
     from cudakit.kernels import paths
+    monkeypatch.setattr(am, "MIN_SCORES", 0)
     took = []
 
     def run(op, key, candidates, timer=None):
@@ -161,8 +163,10 @@ def test_attention_float32_materialized_plan(rng, monkeypatch, float32_precision
     """With the materialised path chosen for a signature, plan_backward replays it on (B, H, L, D)
     arrays: the same gradients as backward() on [BH, L, D] views."""
     from cudakit.kernels import attention as at
+    from cudakit.kernels import attention_materialized as am
     from cudakit.kernels import paths
     float32_precision("tf32x3")
+    monkeypatch.setattr(am, "MIN_SCORES", 0)
     monkeypatch.setattr(paths, "chosen", lambda op, key: "materialized" if op == "attention_backward" else None)
     q, k, v, g = (cp.asarray(ac.data(rng, (2, 3, 150, 40), "float32")) for _ in range(4))
     out, lse = cudakit.attention_with_lse(q, k, v, causal=True)

@@ -435,7 +435,7 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
-    if tiles is None and bh * lq * k.shape[1] and _materialized_candidate(dtype_name, d, masks, groups):
+    if tiles is None and _materialized_candidate(dtype_name, d, masks, groups, bh * lq * k.shape[1]):
         from . import paths
         key = _f32_bwd_key(bh, lq, k.shape[1], d, causal, masks.window, q.data.device_id)
         return paths.run("attention_backward", key, [
@@ -454,12 +454,13 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles, deterministic, groups, q_heads)
 
 
-def _materialized_candidate(dtype_name: str, d: int, masks: Masks, groups: int) -> bool:
-    """The float32 backward may take the materialised kernels (kernels/attention_materialized.py)."""
+def _materialized_candidate(dtype_name: str, d: int, masks: Masks, groups: int, scores: int) -> bool:
+    """The float32 backward may take the materialised kernels (kernels/attention_materialized.py):
+    scores = BH Lq Lk, at least am.MIN_SCORES."""
     if dtype_name != "float32":
         return False
     from . import attention_materialized as am
-    return am.eligible(d, config.float32_precision(), masks, groups)
+    return scores >= am.MIN_SCORES and am.eligible(d, config.float32_precision(), masks, groups)
 
 
 def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device: int) -> tuple:
@@ -692,7 +693,7 @@ def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str,
     the cuDNN graph kind to execute (default "sdpa_<kind>"; "sdpa_fwd_inf": the inference graph)."""
     if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
         return None
-    if kind == "bwd" and _materialized_candidate(dtype_name, d, Masks(causal), 1):
+    if kind == "bwd" and _materialized_candidate(dtype_name, d, Masks(causal), 1, bh * lq * lk):
         from . import paths
         choice = paths.chosen("attention_backward", _f32_bwd_key(bh, lq, lk, d, causal, None, device))
         return (choice, None) if choice in ("materialized", "triton") else None

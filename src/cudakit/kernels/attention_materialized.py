@@ -22,6 +22,12 @@ MAX_HEAD_DIM = 128          # DP 256 tiles do not fit the score kernel's shared 
 WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a head past it: not this path);
                             # the split operands come beside it: 8 DP (LKP + 2 LQP) bytes a head
 _MAX_GRID = 65535           # heads a chunk (grid dims y and z)
+# BH Lq Lk below which the flash kernels run without timing this path: their replayed plan costs a
+# few launches of host time, this path about 16 allocations and 5 launches bound in Python, and
+# its saving (about 30% of the flash kernels' device time at the shapes timed) is of that order
+# below here: an estimate, not measured (the host-time benchmark's float32 backward, 2x2x64x32,
+# stays on the plan it was measured with)
+MIN_SCORES = 1 << 22
 PREP_ROWS = 32
 # tiles timed on an H100 (2026-11-27, the sweep above): at D128 the 64 x 64 score tile on 4 warps
 # ran 1.178 ms against 1.325 ms for 128 x 64 on 8; whole, 64 x 32 long-product tiles on 4 warps
