@@ -29,9 +29,10 @@ _MAX_GRID = 65535           # heads a chunk (grid dims y and z)
 # stays on the plan it was measured with)
 MIN_SCORES = 1 << 22
 PREP_ROWS = 32
-# tiles timed on an H100 (2026-11-27, the sweep above): at D128 the 64 x 64 score tile on 4 warps
-# ran 1.178 ms against 1.325 ms for 128 x 64 on 8; whole, 64 x 32 long-product tiles on 4 warps
-# ran causal backwards 4-5% faster than 128 x 32 on 8, and the others within 1%
+# tiles timed on an H100 (2026-11-27): at D128 the 64 x 64 score tile on 4 warps ran 1.178 ms
+# against 1.325 ms for 128 x 64 on 8 (the 06:33 UTC call, the sweep's --materialized); whole,
+# 64 x 32 long-product tiles on 4 warps ran causal backwards 4-5% faster than 128 x 32 on 8, and
+# the others within 1% (the 06:43 UTC call, --mat-shipped)
 SCORE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
 # Two options, both slower on an H100 with Triton 3.6 (2026-11-27 07:10 UTC, attention_f32_variants.py
