@@ -6,7 +6,8 @@ each interleaved with torch, plus each variant's largest error against float64 o
 The backward's kernels (dK/dV, dQ, or the two fused with dQ summed atomically) are timed each on its
 own, on operands split once (their split passes and delta timed apart), so the best pair shows.
 --bwd-only: of the forward, torch's and the shipped kernel's rows only. --mat-shipped: the shipped
-materialised backward (kernels/attention_materialized.py) with its FUSED_PREP or L2_ORDER option flipped,
+materialised backward (kernels/attention_materialized.py) with its FUSED_PREP or L2_ORDER option flipped
+or 64 x 128 score tiles,
 against torch, the flash kernels and backward()'s own choice, plain and causal. --fwd-tiles: the
 shipped forward on other tiles. --materialized: the
 backward of _attention_f32_materialized.py (P and dS written once, three long products) against
@@ -354,6 +355,9 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
             flip = not am.fused_prep(max(16, 1 << (d - 1).bit_length()))
             fns[f"materialized FUSED_PREP={flip}"] = knobs(FUSED_PREP=flip)
             fns[f"materialized L2_ORDER={not am.L2_ORDER}"] = knobs(L2_ORDER=not am.L2_ORDER)
+            for t in ({"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1},
+                      {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1}):
+                fns[f"materialized score {tuple(t.values())}"] = knobs(SCORE_TILES=t)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} backward (shipped materialized)", fns,
                    10 * b * h * L * L * d // (2 if causal else 1))
             got = at._materialized_backward(g, q, k, v, o, lse, scale, masks)
