@@ -309,14 +309,13 @@ def check_tf32_split():
 # the materialised float32 backward (kernels/attention_materialized.py): (BH, Lq, Lk, head_dim,
 # causal, window, workspace budget): ragged ends, causal with Lq < Lk and Lq > Lk (rows that see no
 # key), a window, Lq = 1, head dims below their block, heads in chunks (budget); with the module's
-# options: B split in the long products' registers, dK and dV in one kernel, the prep pass folded
-# into the score kernel, dQ's heads in reverse order
+# options: the prep pass folded into the score kernel or not, dQ's heads in reverse order
 MAT_CASES = [(2, 70, 90, 24, False, None, None, {"FUSED_PREP": True}),
-             (2, 70, 90, 24, True, None, None, {"B_REG": True, "PAIR": True, "FUSED_PREP": False}),
-             (1, 150, 60, 80, True, None, None, {"PAIR": True, "FUSED_PREP": True, "L2_ORDER": True}),
-             (1, 100, 150, 32, False, (20, 5), None, {"B_REG": True, "FUSED_PREP": True}),
+             (2, 70, 90, 24, True, None, None, {"FUSED_PREP": False}),
+             (1, 150, 60, 80, True, None, None, {"FUSED_PREP": True, "L2_ORDER": True}),
+             (1, 100, 150, 32, False, (20, 5), None, {"FUSED_PREP": True}),
              (1, 1, 200, 16, True, None, None, {"FUSED_PREP": False}),
-             (3, 40, 33, 128, False, None, 8 * 128 * 128, {"B_REG": True, "PAIR": True, "FUSED_PREP": True}),
+             (3, 40, 33, 128, False, None, 8 * 128 * 128, {"FUSED_PREP": True}),
              (3, 40, 33, 96, True, (3, None), 8 * 128 * 128, {"FUSED_PREP": True, "L2_ORDER": True}),
              (2, 300, 140, 64, True, (50, None), None, {"FUSED_PREP": True}),
              (5, 130, 70, 64, False, None, 2 * 8 * 256 * 128, {"FUSED_PREP": False, "L2_ORDER": True}),  # chunks 2, 2, 1

@@ -12,12 +12,25 @@ pytest.importorskip("triton")
 
 _H100_SHARED = 232448   # bytes of shared memory a block may opt in to on sm_90
 
-_CODE = r'''
+# the subprocesses' common part: shared_bytes(fn, sig, consts, num_warps, num_stages), a kernel's
+# shared memory compiled for sm_90 with its pointers 16-byte aligned
+_COMPILE = r'''
 import json, sys
 sys.path.insert(0, "src")
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+
+
+def shared_bytes(fn, sig, consts, num_warps, num_stages):
+    names = list(fn.arg_names)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
+    ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
+                        target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages})
+    return ck.metadata.shared
+'''
+
+_CODE = _COMPILE + r'''
 from cudakit.kernels import _attention_triton as src
 from cudakit.kernels import attention as host
 
@@ -43,13 +56,22 @@ for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, 
     sig = {n: "constexpr" if n in consts else ("fp32" if "SCALE" in n.upper() else
            "i32" if n in ints else "*i64" if n in ("LENS", "ERR") else "*i32" if n in ("CU_Q", "CU_K")
            else "*fp32" if n in ("LSE", "DELTA", "DBIAS") else ty) for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
-    ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
-                        target=GPUTarget("cuda", 90, 32),
-                        options={"num_warps": c["num_warps"], "num_stages": c["num_stages"]})
-    out[name] = ck.metadata.shared
+    out[name] = shared_bytes(fn, sig, consts, c["num_warps"], c["num_stages"])
 print(json.dumps(out))
 '''
+
+
+def _shared_memory(code: str, args, env_extra=None) -> dict:
+    """{kernel: bytes of shared memory} printed by `code` run in a subprocess with args; each must
+    fit an H100's opt-in shared memory."""
+    env = {"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ, **(env_extra or {})}
+    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, check=False,
+                       timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    shared = json.loads(r.stdout.strip().splitlines()[-1])
+    for kernel, nbytes in shared.items():
+        assert 0 < nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"
+    return shared
 
 
 @pytest.mark.parametrize("dtype,d,causal,block_n,prec", [
@@ -58,61 +80,33 @@ print(json.dumps(out))
     ("float32", 128, False, 128, "tf32"), ("float16", 128, False, 128, ""), ("float16", 40, True, 16, ""),
     ("bfloat16", 256, True, 0, ""), ("float32", 256, False, 128, "tf32x3"), ("float32", 160, True, 0, "ieee")])
 def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n, prec):
-    env = {"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ}
-    if prec:
-        env["CUDAKIT_FLOAT32_PRECISION"] = prec
-    r = subprocess.run([sys.executable, "-c", _CODE, dtype, str(d), "1" if causal else "0", str(block_n)],
-                       capture_output=True, text=True, check=False, timeout=600, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    shared = json.loads(r.stdout.strip().splitlines()[-1])
-    for kernel, nbytes in shared.items():
-        assert 0 < nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"
+    _shared_memory(_CODE, (dtype, d, "1" if causal else "0", block_n),
+                   {"CUDAKIT_FLOAT32_PRECISION": prec} if prec else None)
 
 
-_MAT_CODE = r'''
-import json, sys
-sys.path.insert(0, "src")
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+_MAT_CODE = _COMPILE + r'''
 from cudakit.kernels import _attention_mat_triton as mat
 from cudakit.kernels import attention_materialized as am
 
-d, masked, b_reg = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1"
+d, masked = int(sys.argv[1]), sys.argv[2] == "1"
 ints = {"Lq", "Lk", "LQP", "LKP", "KP", "M", "DLO", "DHI"}
-scalars = {"qk_scale", "scale", "scale2"}
 out = {}
-for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "SPLIT": not b_reg, "num_warps": 4,
-                                             "num_stages": 3}),
+for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps": 4, "num_stages": 3}),
                     ("scores", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked)),
-                    ("scores_fused", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked, OWN_DELTA=True,
-                                                          SPLIT_B=not b_reg)),
-                    ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, B_REG=b_reg, REV=True)),
-                    ("dk", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, B_REG=b_reg)),
-                    ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, B_REG=b_reg, PAIR=True))):
+                    ("scores_fused", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked, OWN_DELTA=True, SPLIT_B=True)),
+                    ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, REV=True)),
+                    ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True))):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
-    consts.update(D=d, DP=max(16, 1 << (d - 1).bit_length()))
-    names = list(fn.arg_names)
-    sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in scalars
-           else "*fp32" for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
-    ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
-                        target=GPUTarget("cuda", 90, 32),
-                        options={"num_warps": c["num_warps"], "num_stages": c["num_stages"]})
-    out[name] = ck.metadata.shared
+    consts.update(D=d, DP=am.head_block(d))
+    sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in ("qk_scale", "scale")
+           else "*fp32" for n in fn.arg_names}
+    out[name] = shared_bytes(fn, sig, consts, c["num_warps"], c["num_stages"])
 print(json.dumps(out))
 '''
 
 
-@pytest.mark.parametrize("d,masked,b_reg", [(64, False, False), (128, True, True), (40, True, False),
-                                            (128, False, False), (64, False, True)])
-def test_materialized_backward_kernels_compile_for_sm90(d, masked, b_reg):
+@pytest.mark.parametrize("d,masked", [(64, False), (128, True), (40, True), (128, False)])
+def test_materialized_backward_kernels_compile_for_sm90(d, masked):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
-    env = {"TRITON_DEFAULT_FP_FUSION": "1", **__import__("os").environ}
-    r = subprocess.run([sys.executable, "-c", _MAT_CODE, str(d), "1" if masked else "0", "1" if b_reg else "0"],
-                       capture_output=True, text=True, check=False, timeout=600, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    shared = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(shared) == {"prep", "scores", "scores_fused", "dq", "dk", "dkdv"}
-    for kernel, nbytes in shared.items():
-        assert 0 < nbytes <= _H100_SHARED, f"{kernel}: {nbytes} bytes of shared memory (the limit is {_H100_SHARED})"
+    shared = _shared_memory(_MAT_CODE, (d, "1" if masked else "0"))
+    assert set(shared) == {"prep", "scores", "scores_fused", "dq", "dkdv"}

@@ -8,11 +8,8 @@ own, on operands split once (their split passes and delta timed apart), so the b
 --bwd-only: of the forward, torch's and the shipped kernel's rows only. --mat-shipped: the shipped
 materialised backward (kernels/attention_materialized.py) with its FUSED_PREP or L2_ORDER option flipped
 or 64 x 128 score tiles,
-against torch, the flash kernels and backward()'s own choice, plain and causal. --fwd-tiles: the
-shipped forward on other tiles. --materialized: the
-backward of _attention_f32_materialized.py (P and dS written once, three long products) against
-torch and the shipped backward, each kernel on its own and whole (split passes, delta and
-workspace included), after each variant's error against float64.
+against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
+flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -26,7 +23,6 @@ from cudakit.kernels import attention as at
 from cudakit.runtime.triton import TritonKernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import _attention_f32_materialized as mt  # noqa: E402
 import _attention_f32_split as sp  # noqa: E402
 from _medians import run_medians  # noqa: E402
 
@@ -215,103 +211,6 @@ def accuracy(d):
                 print(f"VARIANT accuracy d={d} {name} {tuple(c.values())} failed: {type(e).__name__}: {str(e)[:120]}")
 
 
-def mat_parts(do, k, v, q, o):
-    """The materialised backward's split operands: K, V in their layout, K^T, Q^T, dO^T; delta."""
-    kh, kl = split(k)[:2]
-    vh, vl = split(v)[:2]
-    kth, ktl = split(k, normal=False, trans=True)[2:]
-    qth, qtl = split(q, normal=False, trans=True)[2:]
-    doth, dotl = split(do, normal=False, trans=True)[2:]
-    return dict(kh=kh, kl=kl, vh=vh, vl=vl, kth=kth, ktl=ktl, qth=qth, qtl=qtl, doth=doth, dotl=dotl,
-                delta=(o * do).sum(axis=-1))
-
-
-def mat_scores(do, q, lse, M, scale, cfg, P, DS, h):
-    """P and dS of heads h (a slice) into the workspaces P, DS ([heads, L, L])."""
-    n, L, d = q[h].shape
-    c = dict(cfg)
-    bm, bn = c["BLOCK_M"], c["BLOCK_N"]
-    kern(mt.scores_split, D=d, **c)[(L // bm, L // bn, n)](
-        q[h], do[h], M["kh"][h], M["kl"][h], M["vh"][h], M["vl"][h], lse[h], M["delta"][h], P, DS,
-        scale * math.log2(math.e), L)
-
-
-def mat_long(A, bhi, blo, C, scale, cfg, trans):
-    n, L, d = C.shape
-    c = dict(cfg)
-    kern(mt.long_product_split, D=d, TRANS_A=trans, **c)[(L // c["BLOCK_M"], n)](A, bhi, blo, C, scale, L)
-
-
-def mat_backward(do, q, k, v, o, lse, scale, scfg, lcfg, budget=1 << 30):
-    """(dq, dk, dv) by the materialised backward, heads in chunks whose P and dS fit `budget` bytes."""
-    bh, L, d = q.shape
-    M = mat_parts(do, k, v, q, o)
-    dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
-    chunk = max(1, min(bh, budget // (8 * L * L)))
-    P, DS = cp.empty((chunk, L, L), cp.float32), cp.empty((chunk, L, L), cp.float32)
-    for h0 in range(0, bh, chunk):
-        h = slice(h0, min(bh, h0 + chunk))
-        n = h.stop - h.start
-        mat_scores(do, q, lse, M, scale, scfg, P[:n], DS[:n], h)
-        mat_long(DS[:n], M["kth"][h], M["ktl"][h], dq[h], scale, lcfg, False)
-        mat_long(DS[:n], M["qth"][h], M["qtl"][h], dk[h], scale, lcfg, True)
-        mat_long(P[:n], M["doth"][h], M["dotl"][h], dv[h], 1.0, lcfg, True)
-    return dq, dk, dv
-
-
-# tiles whose sm_90 SASS (Triton 3.9, CPU) held no spills (the score kernel at D 128 on 4 warps: 7)
-_SCORE_NAMES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
-_LONG_NAMES = ("BLOCK_M", "BLOCK_K", "num_warps", "num_stages")
-MAT_SCORES = {64: _tiles([(128, 64, 8, 1), (64, 64, 4, 1), (128, 128, 8, 1)], _SCORE_NAMES),
-              128: _tiles([(128, 64, 8, 1), (64, 64, 4, 1)], _SCORE_NAMES)}
-MAT_LONG = {64: _tiles([(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2)], _LONG_NAMES),
-            128: _tiles([(128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3)], _LONG_NAMES)}
-
-
-if "--materialized" in argv:
-    for b, h, L, d in shapes:
-        q_, k_, v_, g_, sc, ref = reference(d)
-        o_, lse_ = at.forward(q_, k_, v_, sc, False, "float32")
-        print_errors(d, "shipped", dict(zip(("dq", "dk", "dv"), at.backward(g_, q_, k_, v_, o_, lse_, sc, False,
-                                                                             "float32"))), ref)
-        for sc_cfg in MAT_SCORES[d]:
-            for l_cfg in MAT_LONG[d][:1]:
-                try:
-                    print_errors(d, f"materialized {tuple(sc_cfg.values())}", dict(zip(
-                        ("dq", "dk", "dv"), mat_backward(g_, q_, k_, v_, o_, lse_, sc, sc_cfg, l_cfg))), ref)
-                except Exception as e:   # noqa: BLE001 -- tiles this GPU cannot run
-                    print(f"VARIANT accuracy d={d} materialized {tuple(sc_cfg.values())} failed: "
-                          f"{type(e).__name__}: {str(e)[:120]}", flush=True)
-        rng = cp.random.default_rng(0)
-        q, k, v, g = (rng.standard_normal((b * h, L, d), dtype=cp.float32) for _ in range(4))
-        scale = d ** -0.5
-        tq, tk, tv, tg = (torch.from_dlpack(a).view(b, h, L, d) for a in (q, k, v, g))
-        o, lse = at.forward(q, k, v, scale, False, "float32")
-        rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
-        y = sdpa(rq, rk, rv)
-        fns = {"torch": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True),
-               "shipped": lambda: at.backward(g, q, k, v, o, lse, scale, False, "float32")}
-        for sc_cfg in MAT_SCORES[d]:
-            for l_cfg in MAT_LONG[d]:
-                fns[f"materialized whole s{tuple(sc_cfg.values())} l{tuple(l_cfg.values())}"] = (
-                    lambda s_=sc_cfg, l_=l_cfg: mat_backward(g, q, k, v, o, lse, scale, s_, l_))
-        Mp = mat_parts(g, k, v, q, o)
-        n_all = b * h
-        chunk = max(1, min(n_all, (1 << 30) // (8 * L * L)))
-        Pw, DSw = cp.empty((chunk, L, L), cp.float32), cp.empty((chunk, L, L), cp.float32)
-        hs = slice(0, chunk)
-        dq_, dk_ = cp.empty_like(q), cp.empty_like(k)
-        for sc_cfg in MAT_SCORES[d]:
-            fns[f"score kernel alone {tuple(sc_cfg.values())} ({chunk} heads)"] = (
-                lambda s_=sc_cfg: mat_scores(g, q, lse, Mp, scale, s_, Pw, DSw, hs))
-        for l_cfg in MAT_LONG[d]:
-            fns[f"dQ product alone {tuple(l_cfg.values())} ({chunk} heads)"] = (
-                lambda l_=l_cfg: mat_long(DSw, Mp["kth"][hs], Mp["ktl"][hs], dq_[hs], scale, l_, False))
-            fns[f"dK product alone {tuple(l_cfg.values())} ({chunk} heads)"] = (
-                lambda l_=l_cfg: mat_long(DSw, Mp["qth"][hs], Mp["qtl"][hs], dk_[hs], scale, l_, True))
-        fns["split passes and delta alone"] = lambda: mat_parts(g, k, v, q, o)
-        report(f"{b}x{h}x{L}x{d} backward (materialized; {chunk} of {n_all} heads a chunk)", fns, 10 * b * h * L * L * d)
-    sys.exit(0)
 if "--fwd-tiles" in argv:   # the shipped forward kernel (Triton's own tf32x3 below head dim 65) on other tiles
     for b, h, L, d in shapes:
         rng = cp.random.default_rng(0)
@@ -327,6 +226,12 @@ if "--fwd-tiles" in argv:   # the shipped forward kernel (Triton's own tf32x3 be
 if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/attention_materialized.py) and its knobs
     from cudakit.kernels import attention_materialized as am
     for b, h, L, d in shapes:
+        q_, k_, v_, g_, sc, ref = reference(d)
+        o_, lse_ = at.forward(q_, k_, v_, sc, False, "float32")
+        m0 = at.Masks(False)
+        for name, f in (("flash", at._triton_backward), ("materialized", at._materialized_backward)):
+            args = (g_, q_, k_, v_, o_, lse_, sc, m0) + (("float32",) if name == "flash" else ())
+            print_errors(d, name, dict(zip(("dq", "dk", "dv"), f(*args))), ref)
         for causal in (False, True):
             rng = cp.random.default_rng(0)
             q, k, v, g = (rng.standard_normal((b * h, L, d), dtype=cp.float32) for _ in range(4))
@@ -352,7 +257,7 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
                             setattr(am, n, x)
                 return f
             fns["materialized shipped"] = knobs()
-            flip = not am.fused_prep(max(16, 1 << (d - 1).bit_length()))
+            flip = not am.fused_prep(am.head_block(d))
             fns[f"materialized FUSED_PREP={flip}"] = knobs(FUSED_PREP=flip)
             fns[f"materialized L2_ORDER={not am.L2_ORDER}"] = knobs(L2_ORDER=not am.L2_ORDER)
             for t in ({"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1},

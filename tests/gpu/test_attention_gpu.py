@@ -129,18 +129,18 @@ def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, strided=True)
 
 
-@pytest.mark.parametrize("b_reg,pair", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True}])
 @pytest.mark.parametrize("lead,lq,lk,d,causal,window", [((1, 3), 1000, 1000, 80, True, None),
                                                         ((2,), 300, 1100, 128, False, (100, 0))])
-def test_attention_float32_materialized_options(lead, lq, lk, d, causal, window, b_reg, pair, rng, monkeypatch,
+def test_attention_float32_materialized_options(lead, lq, lk, d, causal, window, options, rng, monkeypatch,
                                                 float32_precision):
-    """The materialised backward's B_REG (B split in registers) and PAIR (dK, dV in one kernel)
-    options against float64."""
+    """The materialised backward's options against float64: the prep pass folded into the score
+    kernel at every head dim or at none (FUSED_PREP), dQ's heads in reverse order (L2_ORDER)."""
     from cudakit.kernels import attention_materialized as am
     float32_precision("tf32x3")
     took = _only_path(monkeypatch, "materialized")
-    monkeypatch.setattr(am, "B_REG", b_reg)
-    monkeypatch.setattr(am, "PAIR", pair)
+    for name, value in options.items():
+        monkeypatch.setattr(am, name, value)
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window)
     assert "attention_backward" in took
 

@@ -49,28 +49,22 @@ def mat_prep(Q, K, O, DO,                      # Q, O, DO: [BH, Lq, D]; K: [BH, 
              KTH, KTL, QTH, QTL, DOTH, DOTL,   # [BH, DP, LKP] (K^T) and [BH, DP, LQP] (Q^T, dO^T): TF32 parts, remainders
              DELTA,                            # [BH, Lq] float32: rowsum(dO * O)
              Lq, Lk, LQP, LKP,
-             D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr, SPLIT: tl.constexpr):
-    """One program per (BLOCK_L rows, matrix, operand): with SPLIT operand 0 K, 1 Q, 2 dO (and
-    delta from O), each split and transposed: the long products' B operands (B_REG off); without,
-    delta alone (one operand). Memory traffic: per element of K and Q 4 + 8 bytes, of dO and O
-    8 + 8 (the padding's zeros besides); delta alone 8."""
+             D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
+    """One program per (BLOCK_L rows, matrix, operand): operand 0 K, 1 Q, 2 dO (and delta from O),
+    each split and transposed: the long products' B operands. Memory traffic: per element of K
+    and Q 4 + 8 bytes, of dO and O 8 + 8 (the padding's zeros besides)."""
     rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
     r = tl.program_id(1).to(tl.int64)
     which = tl.program_id(2)
-    cols = tl.arange(0, DP)
-    q_ok = (rows < Lq)[:, None] & (cols < D)[None, :]
-    if SPLIT:
-        if which == 0:
-            _split_rows_t(K, KTH, KTL, r, rows, Lk, LKP, D, DP)
-        elif which == 1:
-            _split_rows_t(Q, QTH, QTL, r, rows, Lq, LQP, D, DP)
-        else:
-            do = _split_rows_t(DO, DOTH, DOTL, r, rows, Lq, LQP, D, DP)
-            o = tl.load(O + r * Lq * D + rows[:, None] * D + cols[None, :], mask=q_ok, other=0.0)
-            tl.store(DELTA + r * Lq + rows, tl.sum(o * do, 1), mask=rows < Lq)
+    if which == 0:
+        _split_rows_t(K, KTH, KTL, r, rows, Lk, LKP, D, DP)
+    elif which == 1:
+        _split_rows_t(Q, QTH, QTL, r, rows, Lq, LQP, D, DP)
     else:
-        do = tl.load(DO + r * Lq * D + rows[:, None] * D + cols[None, :], mask=q_ok, other=0.0)
-        o = tl.load(O + r * Lq * D + rows[:, None] * D + cols[None, :], mask=q_ok, other=0.0)
+        do = _split_rows_t(DO, DOTH, DOTL, r, rows, Lq, LQP, D, DP)
+        cols = tl.arange(0, DP)
+        o = tl.load(O + r * Lq * D + rows[:, None] * D + cols[None, :],
+                    mask=(rows < Lq)[:, None] & (cols < D)[None, :], other=0.0)
         tl.store(DELTA + r * Lq + rows, tl.sum(o * do, 1), mask=rows < Lq)
 
 
@@ -159,15 +153,9 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH, Lk, D]
 
 
 @triton.jit
-def _b_tile(BHI, BLO, bh, ks, offs_d, KP, KLEN, D: tl.constexpr, DP: tl.constexpr, B_REG: tl.constexpr):
-    """The [BLOCK_K, DP] tile of B at reduced positions ks: its TF32 parts and remainders, read as
-    mat_prep split them ([BH, DP, KP] transposed parts) or, with B_REG, read from B itself
-    ([BH, KLEN, D], BHI) and split in registers (written to shared memory in the layout the tensor
-    cores read, which needs no transposed copy)."""
-    if B_REG:
-        b = tl.load(BHI + bh * KLEN * D + ks[:, None] * D + offs_d[None, :],
-                    mask=(ks < KLEN)[:, None] & (offs_d < D)[None, :], other=0.0)
-        return _tf32_parts(b)
+def _b_tile(BHI, BLO, bh, ks, offs_d, KP, DP: tl.constexpr):
+    """The [BLOCK_K, DP] tile of B at reduced positions ks: its TF32 parts and remainders, as
+    mat_prep split them ([BH, DP, KP] transposed parts)."""
     bp = bh * DP * KP + offs_d[None, :] * KP + ks[:, None]
     return tl.load(BHI + bp), tl.load(BLO + bp)
 
@@ -194,23 +182,23 @@ def _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A: tl.constexpr, M
 
 
 @triton.jit
-def mat_long(A, BHI, BLO, C,      # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: B's parts [BH, DP, KP] (or B_REG:
-                                  # B itself, [BH, KLEN, D]); C: [BH, M, D]
-             A2, B2HI, B2LO, C2,  # PAIR: a second product over the same rows and reduced range (dV beside dK)
-             scale, scale2, M, Lq, Lk, LQP, LKP, KP, DLO, DHI,
+def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: B's parts [BH, DP, KP]; C: [BH, M, D]
+             scale, M, Lq, Lk, LQP, LKP, KP, DLO, DHI,
              D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-             TRANS_A: tl.constexpr, MASKED: tl.constexpr, B_REG: tl.constexpr = False, PAIR: tl.constexpr = False,
-             REV: tl.constexpr = False):
+             TRANS_A: tl.constexpr, MASKED: tl.constexpr, REV: tl.constexpr = False):
     """C = scale * op(A) B, rows BLOCK_M at a time, over the reduced axis: op(A) = A, rows the
     queries, reduced over the keys (dQ = dS K; M = Lq, KP = LKP) or, with TRANS_A, A^T, rows the
     keys, reduced over the queries (dK = dS^T Q, dV = P^T dO; M = Lk, KP = LQP). B as mat_prep
-    split it (its transpose's TF32 parts: the tensor cores read 32-bit operands from shared memory
-    only contiguous along the reduced axis) or, with B_REG, split in registers. A's tiles are split
-    in registers. PAIR: C2 = scale2 * op(A2) B2 too, in the same loop (dK and dV: one pass over the
-    keys' rows). REV: the heads in reverse order (the last written first, while in L2). With
-    MASKED only the reduced range some row of the block sees is read, and entries a row does not
-    see are masked to 0 on load (the score kernel leaves unseen tiles unwritten). FLOPs: 2 BLOCK_M KP DP x 3 a program and product (less with MASKED); memory: A's
-    rows (or columns) read once, B's tiles once a program."""
+    split it: its transpose's TF32 parts (the tensor cores read 32-bit operands from shared memory
+    only contiguous along the reduced axis). A's tiles are split in registers. REV: the heads in
+    reverse order (the last written first, while in L2). With MASKED only the reduced range some
+    row of the block sees is read, and entries a row does not see are masked to 0 on load (the
+    score kernel leaves unseen tiles unwritten). FLOPs: 2 BLOCK_M KP DP x 3 a program (less with
+    MASKED); memory: A's rows (or columns) read once, B's tiles once a program. Measured slower
+    on an H100 with Triton 3.6 and removed (2026-11-27 07:10 UTC, attention_f32_variants.py
+    --mat-shipped): B split in these registers from B itself (no split pass, but its loads no
+    longer pipelined into shared memory), B4 H8 S2048 D128 5.795 ms against 2.261 and B16 H8
+    S512 D64 0.597 against 0.499; dK and dV in one kernel, 2.420 and 0.514 ms."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     if REV:
@@ -220,7 +208,6 @@ def mat_long(A, BHI, BLO, C,      # A: [BH, LQP, LKP] float32 (P or dS); BHI, BL
     offs_k = tl.arange(0, BLOCK_K)
     offs_d = tl.arange(0, DP)
     a_base = bh * LQP * LKP
-    klen = Lq if TRANS_A else Lk
     lo = 0
     hi = KP
     if MASKED:   # the reduced range the block's rows see (DLO, DHI clamped by the host to +-(Lq + Lk))
@@ -232,18 +219,11 @@ def mat_long(A, BHI, BLO, C,      # A: [BH, LQP, LKP] float32 (P or dS); BHI, BL
             hi = tl.minimum(m0 + BLOCK_M - 1 + DHI, Lk)
         lo = (lo // BLOCK_K) * BLOCK_K
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
-    acc2 = tl.zeros([BLOCK_M, DP], tl.float32)
     for k0 in range(lo, hi, BLOCK_K):
         ks = k0 + offs_k
         a_hi, a_lo = _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A, MASKED)
-        b_hi, b_lo = _b_tile(BHI, BLO, bh, ks, offs_d, KP, klen, D, DP, B_REG)
+        b_hi, b_lo = _b_tile(BHI, BLO, bh, ks, offs_d, KP, DP)
         acc = _dot3(a_hi, a_lo, b_hi, b_lo, acc)
-        if PAIR:
-            a_hi, a_lo = _a_tile(A2, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A, MASKED)
-            b_hi, b_lo = _b_tile(B2HI, B2LO, bh, ks, offs_d, KP, klen, D, DP, B_REG)
-            acc2 = _dot3(a_hi, a_lo, b_hi, b_lo, acc2)
     out = bh * M * D + rows[:, None] * D + offs_d[None, :]
     ok = (rows < M)[:, None] & (offs_d < D)[None, :]
     tl.store(C + out, acc * scale, mask=ok)
-    if PAIR:
-        tl.store(C2 + out, acc2 * scale2, mask=ok)

@@ -30,17 +30,11 @@ _MAX_GRID = 65535           # heads a chunk (grid dims y and z)
 MIN_SCORES = 1 << 22
 PREP_ROWS = 32
 # tiles timed on an H100 (2026-11-27): at D128 the 64 x 64 score tile on 4 warps ran 1.178 ms
-# against 1.325 ms for 128 x 64 on 8 (the 06:33 UTC call, the sweep's --materialized); whole,
-# 64 x 32 long-product tiles on 4 warps ran causal backwards 4-5% faster than 128 x 32 on 8, and
-# the others within 1% (the 06:43 UTC call, --mat-shipped)
+# against 1.325 ms for 128 x 64 on 8 (the 06:33 UTC call, a first form of these kernels since
+# removed); whole, 64 x 32 long-product tiles on 4 warps ran causal backwards 4-5% faster than
+# 128 x 32 on 8, and the others within 1% (the 06:43 UTC call, --mat-shipped)
 SCORE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
-# Two options, both slower on an H100 with Triton 3.6 (2026-11-27 07:10 UTC, attention_f32_variants.py
-# --mat-shipped) and kept for the sweep: B_REG, B split in the long products' registers (no split
-# pass; its loads are no longer pipelined into shared memory): B4 H8 S2048 D128 5.795 ms against
-# 2.261, B16 H8 S512 D64 0.597 against 0.499; PAIR, dK and dV in one kernel: 2.420 and 0.514 ms.
-B_REG = False
-PAIR = False
 # L2_ORDER: dQ's product reads the heads in reverse order (the score kernel's last tiles first,
 # while they are in L2), and dK's then forward (dQ's last reads first). Not yet timed: off.
 L2_ORDER = False
@@ -55,6 +49,11 @@ FUSED_PREP = None
 def fused_prep(dp: int) -> bool:
     """Whether the score kernel does mat_prep's work at head-dim block dp (FUSED_PREP)."""
     return dp <= 64 if FUSED_PREP is None else FUSED_PREP
+
+
+def head_block(d: int) -> int:
+    """DP: head_dim's power of two (at least 16), the kernels' column tile."""
+    return max(16, 1 << (d - 1).bit_length())
 
 
 def padded(n: int) -> int:
@@ -86,14 +85,13 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     if n == 0:
         return None
     lqp, lkp = padded(lq), padded(lk)
-    dp = max(16, 1 << (d - 1).bit_length())
+    dp = head_block(d)
     span = lq + lk   # an interval side past it bounds nothing; clamped so the kernels' sums stay in int32
     masked = dlo > -span or dhi < span
     dlo, dhi = max(dlo, -span), min(dhi, span)
     dq, dk, dv = empty(q.shape), empty(k.shape), empty(v.shape)
-    split = (n, dp, lkp), (n, dp, lqp)
-    kth, ktl = (empty(split[0] if not B_REG else (1,)) for _ in range(2))
-    qth, qtl, doth, dotl = (empty(split[1] if not B_REG else (1,)) for _ in range(4))
+    kth, ktl = (empty((n, dp, lkp)) for _ in range(2))
+    qth, qtl, doth, dotl = (empty((n, dp, lqp)) for _ in range(4))
     fused = fused_prep(dp)
     p, ds = empty((n, lqp, lkp)), empty((n, lqp, lkp))
     delta = p if fused else empty((n, lq))   # (not read when fused)
@@ -104,26 +102,18 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         c = h1 - h0
         hs = slice(h0, h1)
         if not fused:
-            launch("mat_prep", (math.ceil((max(lqp, lkp) if not B_REG else lq) / PREP_ROWS), c, 1 if B_REG else 3),
+            launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 3),
                    (q[hs], k[hs], out[hs], do[hs], kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp),
-                   {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "SPLIT": not B_REG, "num_warps": 4})
+                   {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "num_warps": 4})
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
                (q[hs], do[hs], k[hs], v[hs], out[hs], lse[hs], delta, p, ds, kth, ktl, qth, qtl, doth, dotl,
                 qk_scale, lq, lk, lqp, lkp, dlo, dhi),
-               dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused and not B_REG))
-        b_k, b_q, b_do = ((k[hs], k), (q[hs], q), (do[hs], do)) if B_REG else ((kth, ktl), (qth, qtl), (doth, dotl))
-        consts = dict(lt, D=d, DP=dp, MASKED=masked, B_REG=B_REG)
-        # dQ = scale dS K
-        launch("mat_long", (math.ceil(lq / lt["BLOCK_M"]), c),
-               (ds, *b_k, dq[hs], ds, *b_k, dq[hs], float(scale), 1.0, lq, lq, lk, lqp, lkp, lkp, dlo, dhi),
-               dict(consts, TRANS_A=False, **({"REV": True} if L2_ORDER else {})))
-        # dK = scale dS^T Q, dV = P^T dO: in one kernel (PAIR) or two
-        grid = (math.ceil(lk / lt["BLOCK_M"]), c)
-        rest = (float(scale), 1.0, lk, lq, lk, lqp, lkp, lqp, dlo, dhi)
-        if PAIR:
-            launch("mat_long", grid, (ds, *b_q, dk[hs], p, *b_do, dv[hs], *rest), dict(consts, TRANS_A=True, PAIR=True))
-        else:
-            launch("mat_long", grid, (ds, *b_q, dk[hs], ds, *b_q, dk[hs], *rest), dict(consts, TRANS_A=True))
-            launch("mat_long", grid, (p, *b_do, dv[hs], p, *b_do, dv[hs], float(1.0), 1.0, *rest[2:]),
-                   dict(consts, TRANS_A=True))
+               dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused))
+        consts = dict(lt, D=d, DP=dp, MASKED=masked)
+        for a, b_hi, b_lo, dst, m, kp, factor, extra in (
+                (ds, kth, ktl, dq, lq, lkp, scale, {"TRANS_A": False, "REV": L2_ORDER}),   # dQ = scale dS K
+                (ds, qth, qtl, dk, lk, lqp, scale, {"TRANS_A": True}),                    # dK = scale dS^T Q
+                (p, doth, dotl, dv, lk, lqp, 1.0, {"TRANS_A": True})):                    # dV = P^T dO
+            launch("mat_long", (math.ceil(m / lt["BLOCK_M"]), c),
+                   (a, b_hi, b_lo, dst[hs], float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi), dict(consts, **extra))
     return dq, dk, dv

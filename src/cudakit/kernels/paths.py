@@ -25,7 +25,7 @@ _BATCH = 5
 _MARGIN = 0.02
 _choice: dict = {}          # (op, key) -> candidate name
 _last: dict = {}            # op -> the candidate that ran its last call
-_passing = [False]          # a candidate declined for a passing reason during the current timing
+_passing = False            # a candidate declined for a passing reason during the current timing
 stats = {"tuned": 0}
 
 
@@ -33,7 +33,8 @@ def declined_for_now() -> None:
     """Called by a candidate that declines for a passing reason (no memory for its workspace at
     that moment), before it returns None: the choice made without it is kept in this process only,
     not on disk, so a later process times it again."""
-    _passing[0] = True
+    global _passing
+    _passing = True
 
 
 def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bool, layout: str = "nchw") -> tuple:
@@ -92,8 +93,9 @@ def run(op: str, key, candidates, timer=None):
                     _choice[(op, key)] = n
                 return out
         return None
+    global _passing
     timings, results = {}, {}
-    _passing[0] = False
+    _passing = False
     for n, fn in candidates:
         out = fn()               # warm-up: builds, compiles, autotunes the candidate's own tiles
         if out is None:
@@ -110,7 +112,7 @@ def run(op: str, key, candidates, timer=None):
             best = n
     stats["tuned"] += 1
     _choice[(op, key)] = _last[op] = best
-    if not _passing[0]:
+    if not _passing:
         _on_disk.put(repr((op, key)), best)
     return results[best]
 
