@@ -7,7 +7,7 @@ The backward's kernels (dK/dV, dQ, or the two fused with dQ summed atomically) a
 own, on operands split once (their split passes and delta timed apart), so the best pair shows.
 --bwd-only: of the forward, torch's and the shipped kernel's rows only. --mat-shipped: the shipped
 materialised backward (kernels/attention_materialized.py) with its FUSED_PREP or L2_ORDER option flipped
-or 64 x 128 score tiles,
+or other score or long-product tiles, and each of its launches timed alone,
 against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
@@ -261,8 +261,29 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
             fns[f"materialized FUSED_PREP={flip}"] = knobs(FUSED_PREP=flip)
             fns[f"materialized L2_ORDER={not am.L2_ORDER}"] = knobs(L2_ORDER=not am.L2_ORDER)
             for t in ({"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1},
-                      {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1}):
+                      {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1},
+                      {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}):
                 fns[f"materialized score {tuple(t.values())}"] = knobs(SCORE_TILES=t)
+            for t in ({"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3},
+                      {"BLOCK_M": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
+                      {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 4}):
+                fns[f"materialized long {tuple(t.values())}"] = knobs(LONG_TILES=t)
+            # the shipped sequence's launches recorded once, then each timed alone (and all of them
+            # without the host's allocations): where the time goes
+            rec = []
+            dlo, dhi = at.key_bounds(L, L, causal, None)
+            am.run(g, q, k, v, o, lse, float(scale), dlo, dhi, empty=lambda s: cp.empty(s, cp.float32),
+                   launch=lambda n, gr, a, c: rec.append((n, gr, a, c)))
+
+            def replay(items):
+                def f():
+                    for n, gr, a, c in items:
+                        at._specialized(n, c)[gr](*a)
+                return f
+            for i, r in enumerate(rec):
+                extra = {n: r[3][n] for n in ("TRANS_A", "REV", "OWN_DELTA") if n in r[3]}
+                fns[f"part {i} {r[0]} {extra}"] = replay([r])
+            fns["parts all, no host allocation"] = replay(rec)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} backward (shipped materialized)", fns,
                    10 * b * h * L * L * d // (2 if causal else 1))
             got = at._materialized_backward(g, q, k, v, o, lse, scale, masks)
