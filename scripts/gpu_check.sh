@@ -32,7 +32,8 @@ PY
 # --ignore=tests/gpu/test_attention_gpu.py". With the matmul, attention and conv
 # cases the benchmark is longer than the 240 s it took before: tests and benchmark no longer fit one
 # 600 s device call. Run BENCH=none ... for the tests and TESTS=none ... for the benchmark.
-[ "${TESTS:-}" = none ] || timeout ${TEST_TIMEOUT:-540} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
+# TEST_K: a pytest -k expression (its own variable: TESTS is split on spaces, quotes and all)
+[ "${TESTS:-}" = none ] || timeout ${TEST_TIMEOUT:-540} python3 -m pytest -q -rs -m "cuda or multi_gpu" ${TESTS:-tests} ${TEST_K:+-k "$TEST_K"} -s -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -25
 # CPU tests that need CuPy (skipped in CI, which has none): CuPy's object layout as the native path reads it
 timeout 60 python3 -m pytest -q tests/test_cupy_layout.py -p no:cacheprovider 2>&1 | tee -a "$LOG" | tail -1 | sed 's/^/CUPY-LAYOUT /'
 # SELFTEST=1 (or =sanitize): `cudakit selftest` (every kernel family, dtype and variant against the CPU

@@ -319,12 +319,19 @@ MAT_CASES = [(2, 70, 90, 24, False, None, None, {"FUSED_PREP": True}),
              (3, 40, 33, 96, True, (3, None), 8 * 128 * 128, {"FUSED_PREP": True, "L2_ORDER": True}),
              (2, 300, 140, 64, True, (50, None), None, {"FUSED_PREP": True}),
              (5, 130, 70, 64, False, None, 2 * 8 * 256 * 128, {"FUSED_PREP": False, "L2_ORDER": True}),  # chunks 2, 2, 1
-             (5, 130, 70, 40, True, None, 2 * 8 * 256 * 128, {"FUSED_PREP": True})]
+             (5, 130, 70, 40, True, None, 2 * 8 * 256 * 128, {"FUSED_PREP": True}),
+             # the long products' masked reads: not aligned to the score tiles, or the mask asked for
+             (1, 200, 260, 32, True, (40, 3), None, {"LONG_TILES": {"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8,
+                                                                    "num_stages": 3}}),
+             (2, 70, 190, 96, True, (10, 20), None, {"UNMASKED_LONG": False}),
+             (1, 190, 130, 64, True, (0, 0), None, {"SCORE_TILES": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4,
+                                                                    "num_stages": 1}})]
 
 
 def check_materialized(bh, lq, lk, d, causal, window, budget, options):
     """The materialised backward's launch sequence (attention_materialized.run, as the GPU runs it)
-    on the float64 reference's out and lse, against its gradients; outputs start as 7.0. options:
+    on the float64 reference's out and lse, against its gradients; every array it allocates starts as NaN
+    (an entry read before it is written shows, padding included). options:
     the module's switches to set for the case (restored after)."""
     from cudakit.kernels import _attention_mat_triton as mat
     from cudakit.kernels import attention_materialized as am
@@ -351,7 +358,7 @@ def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options)
                                  **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     got = am.run(g, q, k, v, out_r.astype(np.float32), lse_r.astype(np.float32), scale, dlo, dhi,
-                 empty=lambda shape: np.full(shape, 7.0, np.float32), launch=launch, budget=budget)
+                 empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch, budget=budget)
     assert got is not None, case
     for name, x, want in zip(("dq", "dk", "dv"), got, (dq_r, dk_r, dv_r)):
         np.testing.assert_allclose(f64(x), want, atol=2e-4 * max(1.0, np.abs(want).max()), rtol=2e-5,

@@ -92,10 +92,11 @@ d, masked = int(sys.argv[1]), sys.argv[2] == "1"
 ints = {"Lq", "Lk", "LQP", "LKP", "KP", "M", "DLO", "DHI"}
 out = {}
 for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps": 4, "num_stages": 3}),
-                    ("scores", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked)),
-                    ("scores_fused", mat.mat_scores, dict(am.SCORE_TILES, MASKED=masked, OWN_DELTA=True, SPLIT_B=True)),
+                    ("scores", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked)),
+                    ("scores_fused", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked, OWN_DELTA=True, SPLIT_B=True)),
                     ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, REV=True)),
-                    ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True))):
+                    ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True)),
+                    ("dkdv_aligned", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, ALIGNED=True))):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
     consts.update(D=d, DP=am.head_block(d))
     sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in ("qk_scale", "scale")
@@ -109,4 +110,4 @@ print(json.dumps(out))
 def test_materialized_backward_kernels_compile_for_sm90(d, masked):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
     shared = _shared_memory(_MAT_CODE, (d, "1" if masked else "0"))
-    assert set(shared) == {"prep", "scores", "scores_fused", "dq", "dkdv"}
+    assert set(shared) == {"prep", "scores", "scores_fused", "dq", "dkdv", "dkdv_aligned"}

@@ -6,8 +6,8 @@ each interleaved with torch, plus each variant's largest error against float64 o
 The backward's kernels (dK/dV, dQ, or the two fused with dQ summed atomically) are timed each on its
 own, on operands split once (their split passes and delta timed apart), so the best pair shows.
 --bwd-only: of the forward, torch's and the shipped kernel's rows only. --mat-shipped: the shipped
-materialised backward (kernels/attention_materialized.py) with its FUSED_PREP or L2_ORDER option flipped
-or other score or long-product tiles, and each of its launches timed alone,
+materialised backward (kernels/attention_materialized.py) with its FUSED_PREP, L2_ORDER or UNMASKED_LONG
+option flipped or other score or long-product tiles, and each of its launches timed alone,
 against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
@@ -260,14 +260,15 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
             flip = not am.fused_prep(am.head_block(d))
             fns[f"materialized FUSED_PREP={flip}"] = knobs(FUSED_PREP=flip)
             fns[f"materialized L2_ORDER={not am.L2_ORDER}"] = knobs(L2_ORDER=not am.L2_ORDER)
-            for t in ({"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1},
-                      {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1},
-                      {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}):
-                fns[f"materialized score {tuple(t.values())}"] = knobs(SCORE_TILES=t)
-            for t in ({"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3},
-                      {"BLOCK_M": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
-                      {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 4}):
-                fns[f"materialized long {tuple(t.values())}"] = knobs(LONG_TILES=t)
+            fns[f"materialized UNMASKED_LONG={not am.UNMASKED_LONG}"] = knobs(UNMASKED_LONG=not am.UNMASKED_LONG)
+            shipped_tile = am.score_tiles(am.head_block(d))
+            for t in ({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1},
+                      {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1},
+                      {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1}):
+                if t != shipped_tile and (d <= 64 or t["BLOCK_N"] == 64):
+                    fns[f"materialized score {tuple(t.values())}"] = knobs(SCORE_TILES=t)
+            fns["materialized long (64, 32, 4, 4)"] = knobs(
+                LONG_TILES={"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 4})
             # the shipped sequence's launches recorded once, then each timed alone (and all of them
             # without the host's allocations): where the time goes
             rec = []
@@ -281,7 +282,7 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
                         at._specialized(n, c)[gr](*a)
                 return f
             for i, r in enumerate(rec):
-                extra = {n: r[3][n] for n in ("TRANS_A", "REV", "OWN_DELTA") if n in r[3]}
+                extra = {n: r[3][n] for n in ("TRANS_A", "ALIGNED", "OWN_DELTA", "BLOCK_N") if n in r[3]}
                 fns[f"part {i} {r[0]} {extra}"] = replay([r])
             fns["parts all, no host allocation"] = replay(rec)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} backward (shipped materialized)", fns,

@@ -129,13 +129,16 @@ def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, strided=True)
 
 
-@pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True}])
+@pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True},
+                                     {"UNMASKED_LONG": False},
+                                     {"LONG_TILES": {"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3}}])
 @pytest.mark.parametrize("lead,lq,lk,d,causal,window", [((1, 3), 1000, 1000, 80, True, None),
                                                         ((2,), 300, 1100, 128, False, (100, 0))])
 def test_attention_float32_materialized_options(lead, lq, lk, d, causal, window, options, rng, monkeypatch,
                                                 float32_precision):
     """The materialised backward's options against float64: the prep pass folded into the score
-    kernel at every head dim or at none (FUSED_PREP), dQ's heads in reverse order (L2_ORDER)."""
+    kernel at every head dim or at none (FUSED_PREP), dQ's heads in reverse order (L2_ORDER), the
+    long products' masked reads (asked for, or long-product rows not aligned to the score tiles)."""
     from cudakit.kernels import attention_materialized as am
     float32_precision("tf32x3")
     took = _only_path(monkeypatch, "materialized")

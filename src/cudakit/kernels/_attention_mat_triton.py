@@ -182,23 +182,42 @@ def _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A: tl.constexpr, M
 
 
 @triton.jit
+def _long_steps(acc, A, a_base, BHI, BLO, bh, rows, offs_k, offs_d, k_lo, k_hi, LKP, KP, Lq, Lk, DLO, DHI,
+                DP: tl.constexpr, BLOCK_K: tl.constexpr, TRANS_A: tl.constexpr, MASK: tl.constexpr):
+    """acc + op(A)[rows, k_lo:k_hi] B[k_lo:k_hi] (k_lo a multiple of BLOCK_K), A's entries masked
+    by visibility when MASK."""
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        ks = k0 + offs_k
+        a_hi, a_lo = _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A, MASK)
+        b_hi, b_lo = _b_tile(BHI, BLO, bh, ks, offs_d, KP, DP)
+        acc = _dot3(a_hi, a_lo, b_hi, b_lo, acc)
+    return acc
+
+
+@triton.jit
 def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: B's parts [BH, DP, KP]; C: [BH, M, D]
              scale, M, Lq, Lk, LQP, LKP, KP, DLO, DHI,
              D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-             TRANS_A: tl.constexpr, MASKED: tl.constexpr, REV: tl.constexpr = False):
+             TRANS_A: tl.constexpr, MASKED: tl.constexpr, REV: tl.constexpr = False,
+             ALIGNED: tl.constexpr = False):
     """C = scale * op(A) B, rows BLOCK_M at a time, over the reduced axis: op(A) = A, rows the
     queries, reduced over the keys (dQ = dS K; M = Lq, KP = LKP) or, with TRANS_A, A^T, rows the
     keys, reduced over the queries (dK = dS^T Q, dV = P^T dO; M = Lk, KP = LQP). B as mat_prep
     split it: its transpose's TF32 parts (the tensor cores read 32-bit operands from shared memory
     only contiguous along the reduced axis). A's tiles are split in registers. REV: the heads in
-    reverse order (the last written first, while in L2). With MASKED only the reduced range some
-    row of the block sees is read, and entries a row does not see are masked to 0 on load (the
-    score kernel leaves unseen tiles unwritten). FLOPs: 2 BLOCK_M KP DP x 3 a program (less with
-    MASKED); memory: A's rows (or columns) read once, B's tiles once a program. Measured slower
-    on an H100 with Triton 3.6 and removed (2026-11-27 07:10 UTC, attention_f32_variants.py
-    --mat-shipped): B split in these registers from B itself (no split pass, but its loads no
-    longer pipelined into shared memory), B4 H8 S2048 D128 5.795 ms against 2.261 and B16 H8
-    S512 D64 0.597 against 0.499; dK and dV in one kernel, 2.420 and 0.514 ms."""
+    reverse order (the last written first, while in L2).
+    With MASKED only the reduced range some row of the block sees is read (BLOCK_K blocks). The
+    score kernel leaves the tiles no row sees unwritten; ALIGNED: the block's rows lie in one row
+    of score tiles (BLOCK_M divides the score tile's side along them) and BLOCK_K divides its other
+    side, so every entry read lies in a tile some row of the block sees, written whole (zeros
+    where a row does not see a key, and in the padding): read without a mask. Else entries a row
+    does not see are masked to 0 on load.
+    FLOPs: 2 BLOCK_M KP DP x 3 a program (less with MASKED); memory: A's rows (or columns) read
+    once, B's tiles once a program. Measured slower on an H100 with Triton 3.6 and removed
+    (2026-11-27 07:10 UTC, attention_f32_variants.py --mat-shipped): B split in these registers from
+    B itself (no split pass, but its loads no longer pipelined into shared memory), B4 H8 S2048
+    D128 5.795 ms against 2.261 and B16 H8 S512 D64 0.597 against 0.499; dK and dV in one
+    kernel, 2.420 and 0.514 ms."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     if REV:
@@ -221,7 +240,7 @@ def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: 
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
     for k0 in range(lo, hi, BLOCK_K):
         ks = k0 + offs_k
-        a_hi, a_lo = _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A, MASKED)
+        a_hi, a_lo = _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A, MASKED and not ALIGNED)
         b_hi, b_lo = _b_tile(BHI, BLO, bh, ks, offs_d, KP, DP)
         acc = _dot3(a_hi, a_lo, b_hi, b_lo, acc)
     out = bh * M * D + rows[:, None] * D + offs_d[None, :]

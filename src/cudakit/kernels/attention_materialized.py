@@ -33,8 +33,15 @@ PREP_ROWS = 32
 # against 1.325 ms for 128 x 64 on 8 (the 06:33 UTC call, a first form of these kernels since
 # removed); whole, 64 x 32 long-product tiles on 4 warps ran causal backwards 4-5% faster than
 # 128 x 32 on 8, and the others within 1% (the 06:43 UTC call, --mat-shipped)
-SCORE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
+# the score kernel's tile by head-dim block (score_tiles); SCORE_TILES set: that tile at every head
+# dim. At DP 64, 64 x 128 on 4 warps ran B16 H8 S512 D64 in 0.459 ms against 0.472 ms for 64 x 64,
+# and B4 H16 S1024 D64 in 0.785 against 0.872 ms (causal 0.351 against 0.347 and 0.558 against
+# 0.570); at DP 128 it ran B4 H8 S2048 D128 3.170 ms against 2.231 (H100, 2026-11-27 08:13 UTC,
+# attention_f32_variants.py --mat-shipped); 128 x 64 on 8 warps was slower at both
+SCORE_TILES = None
 LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
+# UNMASKED_LONG: the long products read aligned blocks without the visibility mask (aligned())
+UNMASKED_LONG = True
 # L2_ORDER: dQ's product reads the heads in reverse order (the score kernel's last tiles first,
 # while they are in L2), and dK's then forward (dQ's last reads first). Not yet timed: off.
 L2_ORDER = False
@@ -49,6 +56,20 @@ FUSED_PREP = None
 def fused_prep(dp: int) -> bool:
     """Whether the score kernel does mat_prep's work at head-dim block dp (FUSED_PREP)."""
     return dp <= 64 if FUSED_PREP is None else FUSED_PREP
+
+
+def score_tiles(dp: int) -> dict:
+    """mat_scores' tile and launch options at head-dim block dp (SCORE_TILES)."""
+    if SCORE_TILES is not None:
+        return SCORE_TILES
+    return {"BLOCK_M": 64, "BLOCK_N": 128 if dp <= 64 else 64, "num_warps": 4, "num_stages": 1}
+
+
+def aligned(rows_side: int, reduced_side: int) -> bool:
+    """mat_long's ALIGNED: its row blocks lie in one row (or column) of score tiles, of side
+    rows_side, and its reduced blocks divide the tiles' other side (then its masked reads need no
+    mask: every entry read lies in a score tile that was written). UNMASKED_LONG False: never."""
+    return UNMASKED_LONG and rows_side % LONG_TILES["BLOCK_M"] == 0 and reduced_side % LONG_TILES["BLOCK_K"] == 0
 
 
 def head_block(d: int) -> int:
@@ -95,7 +116,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     fused = fused_prep(dp)
     p, ds = empty((n, lqp, lkp)), empty((n, lqp, lkp))
     delta = p if fused else empty((n, lq))   # (not read when fused)
-    sc, lt = SCORE_TILES, LONG_TILES
+    sc, lt = score_tiles(dp), LONG_TILES
     qk_scale = float(scale * math.log2(math.e))
     for h0 in range(0, bh, n):
         h1 = min(bh, h0 + n)
@@ -110,10 +131,12 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
                 qk_scale, lq, lk, lqp, lkp, dlo, dhi),
                dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused))
         consts = dict(lt, D=d, DP=dp, MASKED=masked)
+        by_rows = {"TRANS_A": False, "REV": L2_ORDER, "ALIGNED": aligned(sc["BLOCK_M"], sc["BLOCK_N"])}
+        by_cols = {"TRANS_A": True, "ALIGNED": aligned(sc["BLOCK_N"], sc["BLOCK_M"])}
         for a, b_hi, b_lo, dst, m, kp, factor, extra in (
-                (ds, kth, ktl, dq, lq, lkp, scale, {"TRANS_A": False, "REV": L2_ORDER}),   # dQ = scale dS K
-                (ds, qth, qtl, dk, lk, lqp, scale, {"TRANS_A": True}),                    # dK = scale dS^T Q
-                (p, doth, dotl, dv, lk, lqp, 1.0, {"TRANS_A": True})):                    # dV = P^T dO
+                (ds, kth, ktl, dq, lq, lkp, scale, by_rows),   # dQ = scale dS K
+                (ds, qth, qtl, dk, lk, lqp, scale, by_cols),   # dK = scale dS^T Q
+                (p, doth, dotl, dv, lk, lqp, 1.0, by_cols)):   # dV = P^T dO
             launch("mat_long", (math.ceil(m / lt["BLOCK_M"]), c),
                    (a, b_hi, b_lo, dst[hs], float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi), dict(consts, **extra))
     return dq, dk, dv
