@@ -259,7 +259,8 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
             fns["materialized shipped"] = knobs()
             flip = not am.fused_prep(am.head_block(d))
             fns[f"materialized FUSED_PREP={flip}"] = knobs(FUSED_PREP=flip)
-            fns[f"materialized L2_ORDER={not am.L2_ORDER}"] = knobs(L2_ORDER=not am.L2_ORDER)
+            flip = not am.l2_order(am.head_block(d))
+            fns[f"materialized L2_ORDER={flip}"] = knobs(L2_ORDER=flip)
             fns[f"materialized UNMASKED_LONG={not am.UNMASKED_LONG}"] = knobs(UNMASKED_LONG=not am.UNMASKED_LONG)
             shipped_tile = am.score_tiles(am.head_block(d))
             for t in ({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1},

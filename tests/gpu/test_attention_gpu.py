@@ -97,32 +97,41 @@ def test_attention_float32_precisions(lq, lk, d, causal, prec, float32_precision
     ac.check_attention(_dev, _host, rng, (2,), lq, lk, d, "float32", causal)
 
 
-def _only_path(monkeypatch, name) -> list:
-    """kernels/paths.run taking candidate `name` alone (no timing, no choice kept), the materialised
-    backward offered at any size; the list it returns gets the op of each call that took it."""
+@pytest.fixture
+def only_path(monkeypatch):
+    """only_path(name): kernels/paths.run taking candidate `name` alone (no timing, no choice kept),
+    the materialised backward offered at any size; returns a list that gets the op of each call
+    that took it. The dispatch plans are cleared before and after: a plan built earlier in the
+    process for the same signature would replay its path without asking paths.run."""
+    from cudakit import dispatch
     from cudakit.kernels import attention_materialized as am
     from cudakit.kernels import paths
-    monkeypatch.setattr(am, "MIN_SCORES", 0)
-    took = []
+    dispatch.clear()
 
-    def run(op, key, candidates, timer=None):
-        took.append(op)
-        return next(fn() for n, fn in candidates if n == name)
-    monkeypatch.setattr(paths, "run", run)
-    return took
+    def only(name) -> list:
+        monkeypatch.setattr(am, "MIN_SCORES", 0)
+        took = []
+
+        def run(op, key, candidates, timer=None):
+            took.append(op)
+            return next(fn() for n, fn in candidates if n == name)
+        monkeypatch.setattr(paths, "run", run)
+        return took
+    yield only
+    dispatch.clear()
 
 
 @pytest.mark.parametrize("lead,lq,lk,d,causal,window", [
     ((2, 2), 17, 17, 40, False, None), ((1, 3), 1000, 1000, 80, True, None), ((2,), 1, 4096, 96, False, None),
     ((1,), 4097, 300, 128, True, None), ((2,), 300, 4097, 64, False, (100, 0)), ((1, 2), 150, 60, 128, True, None)])
-def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window, rng, monkeypatch,
+def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window, rng, monkeypatch, only_path,
                                                  float32_precision):
     """The materialised float32 backward (kernels/attention_materialized.py), taken alone, against
     float64: ragged lengths, head dims below their block, Lq = 1, rows that see no key (causal with
     Lq > Lk), a window; then non-contiguous views with heads in chunks of one (a small budget)."""
     from cudakit.kernels import attention_materialized as am
     float32_precision("tf32x3")
-    took = _only_path(monkeypatch, "materialized")
+    took = only_path("materialized")
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window)
     assert "attention_backward" in took
     monkeypatch.setattr(am, "WORKSPACE_BYTES", 8 * am.padded(lq) * am.padded(lk))
@@ -130,18 +139,19 @@ def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window
 
 
 @pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True},
+                                     {"L2_ORDER": False},
                                      {"UNMASKED_LONG": False},
                                      {"LONG_TILES": {"BLOCK_M": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3}}])
 @pytest.mark.parametrize("lead,lq,lk,d,causal,window", [((1, 3), 1000, 1000, 80, True, None),
                                                         ((2,), 300, 1100, 128, False, (100, 0))])
 def test_attention_float32_materialized_options(lead, lq, lk, d, causal, window, options, rng, monkeypatch,
-                                                float32_precision):
+                                                only_path, float32_precision):
     """The materialised backward's options against float64: the prep pass folded into the score
-    kernel at every head dim or at none (FUSED_PREP), dQ's heads in reverse order (L2_ORDER), the
+    kernel at every head dim or at none (FUSED_PREP), dQ's heads in reverse order or not (L2_ORDER), the
     long products' masked reads (asked for, or long-product rows not aligned to the score tiles)."""
     from cudakit.kernels import attention_materialized as am
     float32_precision("tf32x3")
-    took = _only_path(monkeypatch, "materialized")
+    took = only_path("materialized")
     for name, value in options.items():
         monkeypatch.setattr(am, name, value)
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window)

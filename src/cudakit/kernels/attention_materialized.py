@@ -43,14 +43,22 @@ LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
 # UNMASKED_LONG: the long products read aligned blocks without the visibility mask (aligned())
 UNMASKED_LONG = True
 # L2_ORDER: dQ's product reads the heads in reverse order (the score kernel's last tiles first,
-# while they are in L2), and dK's then forward (dQ's last reads first). Not yet timed: off.
-L2_ORDER = False
+# while they are in L2), and dK's then forward (dQ's last reads first). None: up to head dim 64,
+# where it ran 1-2% faster in both runs of the four D64 cases (B16 H8 S512 and B4 H16 S1024, causal
+# and not: e.g. 0.451 against 0.456 ms and causal 0.327 against 0.333); at D128 B4 H8 S2048 it ran
+# 2.275 against 2.237 ms (causal even) (H100, 2026-11-27 08:13 and 08:22 UTC, the sweep above)
+L2_ORDER = None
 # FUSED_PREP: no prep pass; the score kernel computes delta for its rows and its first column and
 # row of programs split K^T, Q^T, dO^T (mat_scores OWN_DELTA, SPLIT_B). None: up to head dim 64,
 # where it ran B16 H8 S512 D64 in 0.470 ms against 0.498 (causal 0.345 against 0.383); at 128 it
 # ran 2.925 ms against 2.205 (H100, the 07:20 UTC call, the sweep above), its sm_90 SASS (Triton 3.9)
 # holding 365 local loads against 36 without
 FUSED_PREP = None
+
+
+def l2_order(dp: int) -> bool:
+    """Whether dQ's long product reads the heads in reverse order at head-dim block dp (L2_ORDER)."""
+    return dp <= 64 if L2_ORDER is None else L2_ORDER
 
 
 def fused_prep(dp: int) -> bool:
@@ -131,7 +139,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
                 qk_scale, lq, lk, lqp, lkp, dlo, dhi),
                dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused))
         consts = dict(lt, D=d, DP=dp, MASKED=masked)
-        by_rows = {"TRANS_A": False, "REV": L2_ORDER, "ALIGNED": aligned(sc["BLOCK_M"], sc["BLOCK_N"])}
+        by_rows = {"TRANS_A": False, "REV": l2_order(dp), "ALIGNED": aligned(sc["BLOCK_M"], sc["BLOCK_N"])}
         by_cols = {"TRANS_A": True, "ALIGNED": aligned(sc["BLOCK_N"], sc["BLOCK_M"])}
         for a, b_hi, b_lo, dst, m, kp, factor, extra in (
                 (ds, kth, ktl, dq, lq, lkp, scale, by_rows),   # dQ = scale dS K
