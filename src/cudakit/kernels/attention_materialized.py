@@ -5,10 +5,13 @@ of the float32 backward (timed once per signature against the flash kernels, the
 disk), for head dims up to 128 with causal or window masks (not key lengths, a bias, dropout or
 grouped-query k, v: those stay on the flash kernels).
 
-Measured on an H100 (2026-11-27, the 07:20 UTC call, benchmarks/sweeps/attention_f32_variants.py
---mat-shipped, everything inside the timed call): B4 H8 S2048 D128 2.205 ms against torch's float32
-SDPA backward 5.006 ms and the flash kernels' 10.089 ms (causal 1.549 against 2.898 and 5.722 ms);
-B16 H8 S512 D64 0.470 ms against 0.698 and 0.725 ms (causal 0.345 against 0.499 and 0.565 ms).
+Measured on an H100 (2026-11-27, the 08:30 UTC call, benchmarks/sweeps/attention_f32_variants.py
+--mat-shipped, everything inside the timed call): B16 H8 S512 D64 0.453 ms against torch's float32
+SDPA backward 0.703 ms and the flash kernels' 0.724 ms (causal 0.330 against 0.499 and 0.569 ms),
+of which the score kernel 0.235 ms and each long product 0.073-0.077 ms; B4 H8 S1024 D32 0.321
+against 0.578 ms (causal 0.240 against 0.456). The 08:22 UTC call: B4 H8 S2048 D128 2.237 ms
+against 5.040 ms and the flash kernels' 10.174 ms (causal 1.452 against 2.913 and 5.756 ms), the
+score kernel 1.180 ms of it.
 
 The launch sequence is written once, over an array allocator and a kernel launcher, so that
 tests/attention_interpreter.py runs the same sequence in Triton's interpreter on NumPy arrays.
@@ -40,7 +43,9 @@ PREP_ROWS = 32
 # attention_f32_variants.py --mat-shipped); 128 x 64 on 8 warps was slower at both
 SCORE_TILES = None
 LONG_TILES = {"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
-# UNMASKED_LONG: the long products read aligned blocks without the visibility mask (aligned())
+# UNMASKED_LONG: the long products read aligned blocks without the visibility mask (aligned()).
+# Causal backwards ran B16 H8 S512 D64 in 0.330 ms against 0.350 with the mask, B4 H8 S2048 D128
+# in 1.452 against 1.534 (H100, 2026-11-27 08:22 and 08:30 UTC, the sweep above)
 UNMASKED_LONG = True
 # L2_ORDER: dQ's product reads the heads in reverse order (the score kernel's last tiles first,
 # while they are in L2), and dK's then forward (dQ's last reads first). None: up to head dim 64,
