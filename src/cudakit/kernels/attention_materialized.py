@@ -131,25 +131,27 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     delta = p if fused else empty((n, lq))   # (not read when fused)
     sc, lt = score_tiles(dp), LONG_TILES
     qk_scale = float(scale * math.log2(math.e))
+    score_consts = dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused)
+    consts = dict(lt, D=d, DP=dp, MASKED=masked)
+    by_rows = dict(consts, TRANS_A=False, REV=l2_order(dp), ALIGNED=aligned(sc["BLOCK_M"], sc["BLOCK_N"]))
+    by_cols = dict(consts, TRANS_A=True, ALIGNED=aligned(sc["BLOCK_N"], sc["BLOCK_M"]))
     for h0 in range(0, bh, n):
         h1 = min(bh, h0 + n)
         c = h1 - h0
-        hs = slice(h0, h1)
+        # one chunk (the usual case): the arrays themselves, not views (each view costs host time)
+        qc, kc, vc, oc, doc, lsec, dqc, dkc, dvc = (x if c == bh else x[h0:h1]
+                                                    for x in (q, k, v, out, do, lse, dq, dk, dv))
         if not fused:
             launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 3),
-                   (q[hs], k[hs], out[hs], do[hs], kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp),
+                   (qc, kc, oc, doc, kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp),
                    {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "num_warps": 4})
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
-               (q[hs], do[hs], k[hs], v[hs], out[hs], lse[hs], delta, p, ds, kth, ktl, qth, qtl, doth, dotl,
-                qk_scale, lq, lk, lqp, lkp, dlo, dhi),
-               dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused))
-        consts = dict(lt, D=d, DP=dp, MASKED=masked)
-        by_rows = {"TRANS_A": False, "REV": l2_order(dp), "ALIGNED": aligned(sc["BLOCK_M"], sc["BLOCK_N"])}
-        by_cols = {"TRANS_A": True, "ALIGNED": aligned(sc["BLOCK_N"], sc["BLOCK_M"])}
-        for a, b_hi, b_lo, dst, m, kp, factor, extra in (
-                (ds, kth, ktl, dq, lq, lkp, scale, by_rows),   # dQ = scale dS K
-                (ds, qth, qtl, dk, lk, lqp, scale, by_cols),   # dK = scale dS^T Q
-                (p, doth, dotl, dv, lk, lqp, 1.0, by_cols)):   # dV = P^T dO
+               (qc, doc, kc, vc, oc, lsec, delta, p, ds, kth, ktl, qth, qtl, doth, dotl,
+                qk_scale, lq, lk, lqp, lkp, dlo, dhi), score_consts)
+        for a, b_hi, b_lo, dst, m, kp, factor, cs in (
+                (ds, kth, ktl, dqc, lq, lkp, scale, by_rows),   # dQ = scale dS K
+                (ds, qth, qtl, dkc, lk, lqp, scale, by_cols),   # dK = scale dS^T Q
+                (p, doth, dotl, dvc, lk, lqp, 1.0, by_cols)):   # dV = P^T dO
             launch("mat_long", (math.ceil(m / lt["BLOCK_M"]), c),
-                   (a, b_hi, b_lo, dst[hs], float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi), dict(consts, **extra))
+                   (a, b_hi, b_lo, dst, float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi), cs)
     return dq, dk, dv
