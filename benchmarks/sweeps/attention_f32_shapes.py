@@ -5,8 +5,7 @@ CuPy arrays, each timed call behind an L2 flush (bench.timing's cold samples, as
 interleaved with torch.
     python3 benchmarks/sweeps/attention_f32_shapes.py [--shapes 8x16x1024x64,...]
 Prints VARIANT lines: median ms of cudakit and torch, x torch (torch's time / cudakit's), and the
-path the backward took (its first, checked call: paths.last_paths); causal forwards also through
-kernels/attention.forward with HEAVY_FIRST on and off."""
+path the backward took (its first, checked call: paths.last_paths)."""
 import sys
 
 import cupy as cp
@@ -14,7 +13,6 @@ import torch
 
 import cudakit
 from cudakit.bench import timing
-from cudakit.kernels import attention as at
 from cudakit.kernels import paths
 
 argv = sys.argv[1:]
@@ -38,26 +36,8 @@ def case(b, h, L, d, causal):
     q, k, v, g = (rng.standard_normal((b, h, L, d), dtype=cp.float32) for _ in range(4))
     tq, tk, tv, tg = (torch.from_dlpack(a) for a in (q, k, v, g))
     tag = f"{b}x{h}x{L}x{d}{' causal' if causal else ''}"
-    fns = {"cudakit": lambda: cudakit.attention(q, k, v, causal=causal),
-           "torch": lambda: sdpa(tq, tk, tv, is_causal=causal)}
-    if causal:   # kernels/attention.py's HEAVY_FIRST on and off, through forward() itself
-        q3, k3, v3 = (x.reshape(b * h, L, d) for x in (q, k, v))
-
-        def forward(heavy):
-            def f():
-                was, at.HEAVY_FIRST = at.HEAVY_FIRST, heavy
-                try:
-                    return at.forward(q3, k3, v3, d ** -0.5, True, "float32")
-                finally:
-                    at.HEAVY_FIRST = was
-            return f
-        fns["forward() HEAVY_FIRST"] = forward(True)
-        fns["forward() in order"] = forward(False)
-    fwd = medians(fns)
-    for name in ("forward() HEAVY_FIRST", "forward() in order"):
-        if name in fwd and "torch" in fwd:
-            print(f"VARIANT shapes {tag:<24} forward  {name:<22} {fwd[name]:8.3f} ms x torch "
-                  f"{fwd['torch'] / fwd[name]:.3f}", flush=True)
+    fwd = medians({"cudakit": lambda: cudakit.attention(q, k, v, causal=causal),
+                   "torch": lambda: sdpa(tq, tk, tv, is_causal=causal)})
     out, lse = cudakit.attention_with_lse(q, k, v, causal=causal)
     rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
     y = sdpa(rq, rk, rv, is_causal=causal)
