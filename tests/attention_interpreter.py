@@ -79,7 +79,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]), bh)](
         *map(_Tensor, (q, fk, fv, fklo, fvlo, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
         *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
-        LEFT=dlo > -(1 << 30), HEAVY_FIRST=host.heavy_first(host.Masks(causal, window)), **_tiles(fcfg))
+        LEFT=dlo > -(1 << 30), **_tiles(fcfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)

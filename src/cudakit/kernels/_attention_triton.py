@@ -291,15 +291,8 @@ def attn_fwd(Q, K, V, KLO, VLO, O, LSE,  # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              D: tl.constexpr, HAS_LENS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
-             DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
-             HEAVY_FIRST: tl.constexpr = False):
-    """HEAVY_FIRST (causal, no window: a row block's keys grow with its index): the row blocks of
-    each batch*head in reverse order, so that the blocks dispatched last are the short ones (the
-    grid's tail, not the longest block, ends the launch) while the heads stay in order (the
-    programs running together share the heads' K and V in L2)."""
+             DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True):
     start_m = tl.program_id(0)
-    if HEAVY_FIRST:
-        start_m = tl.num_programs(0) - 1 - start_m
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)

@@ -371,18 +371,6 @@ def _blhd_ok(*arrays) -> bool:
 _SPLIT_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 
 
-# HEAVY_FIRST: causal forwards take each batch*head's row blocks longest first. Untimed: on an H100
-# (2026-11-27 08:45 UTC, benchmarks/sweeps/attention_f32_shapes.py) the float32 causal forward ran at
-# 0.79x of its plain one's time at 4x16x1024x128 (0.446 against 0.564 ms) for 56% of its blocks,
-# the longest row blocks dispatched last
-HEAVY_FIRST = True
-
-
-def heavy_first(masks: Masks) -> bool:
-    """attn_fwd's HEAVY_FIRST: causal without a window (a row block's work grows with its index)."""
-    return HEAVY_FIRST and masks.causal and masks.window is None
-
-
 def _split_forward(cfg: dict, block_n, tiles) -> bool:
     """Whether this float32 forward takes the split-operand kernel (SPLIT): tf32x3 products, head
     dims 65..128, tiles not named by the caller."""
@@ -431,8 +419,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
              *_NO_VARLEN(lse, groups), *_drop_args(masks)),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
-                 HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
-                 HEAVY_FIRST=heavy_first(masks)), bh0=True)
+                 HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED), bh0=True)
     return out, lse
 
 
@@ -764,8 +751,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
         return lambda q, k, v: _triton_forward(q, k, v, scale, masks, dtype_name)
     dlo, dhi = key_bounds(lq, lk, causal)
     launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False,
-                                           VARLEN=False, DROPOUT=False, LEFT=dlo > -_UNBOUNDED,
-                                           HEAVY_FIRST=heavy_first(Masks(causal))))[
+                                           VARLEN=False, DROPOUT=False, LEFT=dlo > -_UNBOUNDED))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
     qk_scale = float(scale * math.log2(math.e))
 
