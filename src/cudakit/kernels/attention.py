@@ -369,6 +369,10 @@ def _blhd_ok(*arrays) -> bool:
 # passes included) 0.966 ms against torch's float32 SDPA 1.494 ms, where Triton's own tf32x3 took
 # 2.305 ms; at head dim 64 Triton's own was faster (0.182 ms against 0.197 ms), so it stays there.
 _SPLIT_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+# Causal forwards taking each batch*head's row blocks longest first (so the grid's tail ends on short
+# blocks) ran no faster on an H100 (2026-11-27 08:56 UTC, benchmarks/sweeps/attention_f32_shapes.py
+# with the order as an option, since removed): float32 causal 4x16x1024x128 0.445 ms against 0.444,
+# 2x16x4096x64 1.437 against 1.474, 1x16x2048x80 0.455 against 0.445
 
 
 def _split_forward(cfg: dict, block_n, tiles) -> bool:
