@@ -10,6 +10,8 @@ materialised backward (kernels/attention_materialized.py) with its FUSED_PREP, L
 option flipped or other score or long-product tiles, and each of its launches timed alone,
 against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
+--integrated [--causal]: the shipped split forward (head dims 65..128) on other tiles, and its
+split passes alone; with --causal causal forwards too.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -296,28 +298,31 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
     sys.exit(0)
 if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attention.py _SPLIT_TILES) only
     for b, h, L, d in shapes:
-        rng = cp.random.default_rng(0)
-        q, k, v = (rng.standard_normal((b * h, L, d), dtype=cp.float32) for _ in range(3))
-        tq, tk, tv = (torch.from_dlpack(a).view(b, h, L, d) for a in (q, k, v))
-        fns = {"torch": lambda: sdpa(tq, tk, tv),
-               "sweep kernel (128, 64, 8, 1, QREG)": lambda: fwd_split(q, k, v, d ** -0.5, dict(
-                   BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=1, QREG=True))}
-        shipped = dict(at._SPLIT_TILES)
+        for causal in (False, True) if "--causal" in argv else (False,):
+            rng = cp.random.default_rng(0)
+            q, k, v = (rng.standard_normal((b * h, L, d), dtype=cp.float32) for _ in range(3))
+            tq, tk, tv = (torch.from_dlpack(a).view(b, h, L, d) for a in (q, k, v))
+            fns = {"torch": lambda: sdpa(tq, tk, tv, is_causal=causal)}
+            if not causal and d == 128:   # (the sweep kernel takes D == BLOCK_D only)
+                fns["sweep kernel (128, 64, 8, 1, QREG)"] = lambda: fwd_split(q, k, v, d ** -0.5, dict(
+                    BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=1, QREG=True))
+            shipped = dict(at._SPLIT_TILES)
 
-        def with_tiles(t):
-            def f():
-                at._SPLIT_TILES = t
-                try:
-                    return at.forward(q, k, v, d ** -0.5, False, "float32")
-                finally:
-                    at._SPLIT_TILES = shipped
-            return f
-        for bm, bn, nw, ns in ((128, 64, 8, 1), (128, 32, 8, 1), (64, 64, 4, 1), (128, 64, 8, 2), (64, 32, 4, 2),
-                               (128, 128, 8, 1), (64, 128, 4, 1)):
-            t = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": ns}
-            fns[f"integrated {(bm, bn, nw, ns)}" + (" shipped" if t == shipped else "")] = with_tiles(t)
-        fns["split passes alone"] = lambda: at._split_kv(k, v)
-        report(f"{b}x{h}x{L}x{d} forward", fns, 4 * b * h * L * L * d)
+            def with_tiles(t):
+                def f():
+                    at._SPLIT_TILES = t
+                    try:
+                        return at.forward(q, k, v, d ** -0.5, causal, "float32")
+                    finally:
+                        at._SPLIT_TILES = shipped
+                return f
+            for bm, bn, nw, ns in ((128, 64, 8, 1), (128, 32, 8, 1), (64, 64, 4, 1), (128, 64, 8, 2), (64, 32, 4, 2),
+                                   (128, 128, 8, 1), (64, 128, 4, 1), (64, 64, 4, 2), (128, 32, 8, 2)):
+                t = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": ns}
+                fns[f"integrated {(bm, bn, nw, ns)}" + (" shipped" if t == shipped else "")] = with_tiles(t)
+            fns["split passes alone"] = lambda: at._split_kv(k, v, 128)
+            report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} forward", fns,
+                   4 * b * h * L * L * d // (2 if causal else 1))
     sys.exit(0)
 for d in sorted({s[3] for s in shapes}):
     accuracy(d)
