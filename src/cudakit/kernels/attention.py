@@ -368,6 +368,11 @@ def _blhd_ok(*arrays) -> bool:
 # B4 H8 S2048 D128 on an H100 (2026-11-27, benchmarks/sweeps/attention_f32_variants.py, split
 # passes included) 0.966 ms against torch's float32 SDPA 1.494 ms, where Triton's own tf32x3 took
 # 2.305 ms; at head dim 64 Triton's own was faster (0.182 ms against 0.197 ms), so it stays there.
+# At shorter lengths and padded head dims it stayed the fastest of 128 x 32 on 8 warps, 64 x 32 on 4
+# (2 stages), 64 x 64 and 64 x 128 on 4, plain and causal (2026-11-27 09:03 UTC, the sweep's
+# --integrated --causal: 4x16x1024x128 0.557 ms against 0.689-1.327, 4x32x512x96 0.329 against
+# 0.376-0.485; 1x16x2048x80 causal tied 64 x 32 at 0.440 against 0.439); its split passes took 0.079
+# and 0.062 ms of those (2 stages of 128 x 64 need 384 KiB of shared memory)
 _SPLIT_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 # Causal forwards taking each batch*head's row blocks longest first (so the grid's tail ends on short
 # blocks) ran no faster on an H100 (2026-11-27 08:56 UTC, benchmarks/sweeps/attention_f32_shapes.py
