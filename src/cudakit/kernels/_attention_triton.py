@@ -224,8 +224,9 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
     HAS_BIAS (never with POS_SCALE): the bias tile (b_rows: the rows' offsets, sb_k: the key
     stride) is added to the scaled scores; its -inf entries may empty a row in any block.
     SPLIT (float32 tf32x3): q is q's TF32 part and q_lo its remainder; K, KLO hold k's parts and
-    remainders in k's layout, V, VLO v's transposed ([D, Lk] a head): tf32x3 products whose loaded
-    operands go to the tensor cores as they are (Triton's own tf32x3 splits both operands of every
+    remainders in k's layout (SPLIT 2: K is k itself, split here, KLO not read), V, VLO v's
+    transposed ([D, Lk] a head): tf32x3 products whose loaded operands go to the tensor cores as
+    they are (Triton's own tf32x3 splits both operands of every
     product in the loop, through registers and back to shared memory)."""
     cols = start_n + offs_n
     kt_mask = d_ok[:, None]
@@ -236,7 +237,10 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
         v_mask = v_mask & n_ok[:, None]
     kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
     if SPLIT:
-        kt_lo = tl.load(KLO + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
+        if SPLIT == 2:   # K itself, split here (the tile goes through registers either way at one stage)
+            kt, kt_lo = _tf32_parts(kt)
+        else:
+            kt_lo = tl.load(KLO + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
         s = _dot3(q, q_lo, kt, kt_lo, tl.zeros([q.shape[0], kt.shape[1]], tl.float32))
     else:
         s = tl.dot(q, kt, input_precision=PREC)

@@ -386,13 +386,18 @@ def _split_forward(cfg: dict, block_n, tiles) -> bool:
     return cfg.get("PREC") == "tf32x3" and cfg["BLOCK_D"] == 128 and block_n is None and not tiles
 
 
-def _split_kv(k, v, block_d: int):
+# SPLIT_K_IN_KERNEL: the split forward splits K's tiles in the kernel (attn_fwd SPLIT 2) and only
+# V ahead (transposed, which the tensor cores need); else K too. Untimed: on.
+SPLIT_K_IN_KERNEL = True
+
+
+def _split_kv(k, v, block_d: int, k_too: bool = True):
     """(k's TF32 parts, k's remainders, v's parts, v's remainders), v's as [BH, D, Lk]; block_d:
-    the forward's BLOCK_D (head_dim's power of two)."""
+    the forward's BLOCK_D (head_dim's power of two). k_too False: k itself in k's two slots."""
     cp = _cupy.cupy()
     bhk, lk, d = k.shape
-    parts = []
-    for x, trans in ((k, False), (v, True)):
+    parts = [] if k_too else [k, k]
+    for x, trans in ((k, False), (v, True))[0 if k_too else 1:]:
         shape = (bhk, d, lk) if trans else x.shape
         hi, lo = cp.empty(shape, cp.float32), cp.empty(shape, cp.float32)
         if x.size:
@@ -414,12 +419,12 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     kk, klo, vv, vlo = k, k, v, v
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
-            kk, klo, vv, vlo = _split_kv(k, v, cfg["BLOCK_D"])
-            cfg.update(_SPLIT_TILES, SPLIT=True)
-        except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies are 4x k's bytes
+            kk, klo, vv, vlo = _split_kv(k, v, cfg["BLOCK_D"], not SPLIT_K_IN_KERNEL)
+            cfg.update(_SPLIT_TILES, SPLIT=2 if SPLIT_K_IN_KERNEL else 1)
+        except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies: 2x (4x with K's) k's bytes
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's split copies of k and v "
-                                                      "(4 times k's bytes): Triton's own tf32x3 products ran it")
+                                                      "(2 or 4 times k's bytes): Triton's own tf32x3 products ran it")
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     if groups > 1:
         heads = q_heads
