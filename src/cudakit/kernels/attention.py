@@ -4,8 +4,9 @@ compiled and launched by cudakit's Triton runtime, on the current CuPy stream.
 Inputs are contiguous [BH, L, D] CuPy arrays of float16, bfloat16 or float32 (float32 products as
 cudakit.float32_precision() names: three TF32 tensor-core products by default, config.py), D <= 256. The
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
-The float32 forward at head dims 65..128 under tf32x3 takes K and V split into TF32 parts and
-remainders once per call (_split_kv; the kernel's SPLIT), not per product as Triton's own tf32x3.
+The float32 forward at head dims 65..128 under tf32x3 takes V split into TF32 parts and
+remainders once per call (_split_kv; the kernel's SPLIT) and splits K's tiles itself, not per
+product as Triton's own tf32x3.
 The float32 backward under tf32x3 has a second path, timed against the flash kernels per signature
 (kernels/paths.py): the materialised kernels of kernels/attention_materialized.py.
 """
@@ -387,7 +388,12 @@ def _split_forward(cfg: dict, block_n, tiles) -> bool:
 
 
 # SPLIT_K_IN_KERNEL: the split forward splits K's tiles in the kernel (attn_fwd SPLIT 2) and only
-# V ahead (transposed, which the tensor cores need); else K too. Untimed: on.
+# V ahead (transposed, which the tensor cores need); else K too. At one stage the tiles go through
+# registers either way, and the kernel reads K's bytes once instead of its parts' twice. H100,
+# 2026-11-27 09:20 UTC (benchmarks/sweeps/attention_f32_variants.py --integrated --causal):
+# 4x16x1024x128 0.495 ms against 0.557 (causal 0.383 against 0.439), 4x32x512x96 0.284 against
+# 0.329, 1x16x2048x80 0.506 against 0.550, 4x8x2048x128 0.902 against 0.988 (causal 0.649 against
+# 0.725); V's split pass alone 0.039 ms of K's and V's 0.079 at 4x16x1024x128
 SPLIT_K_IN_KERNEL = True
 
 
