@@ -53,12 +53,11 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
     fk, fv, fklo, fvlo, fcfg = k, v, k, v, dict(cfg)
     if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3 at head dims 65..128: K, V split first
-        mode = host._split_mode()   # 1: K and V split ahead; 2: V only; 3: neither (the kernel splits them)
-        fcfg.update(host._SPLIT_TILES, SPLIT=mode)
-        fk, fklo = (np.zeros_like(k), np.zeros_like(k)) if mode == 1 else (k, k)
-        fv, fvlo = (np.zeros((k.shape[0], d, lk), np.float32) for _ in range(2)) if mode < 3 else (v, v)
-        ahead = ([(k, fk, fklo, False)] if mode == 1 else []) + ([(v, fv, fvlo, True)] if mode < 3 else [])
-        for x, hi, lo, trans in ahead:
+        k_too = not host.SPLIT_K_IN_KERNEL   # (else the kernel splits K's tiles itself: SPLIT 2)
+        fcfg.update(host._SPLIT_TILES, SPLIT=1 if k_too else 2)
+        fk, fklo = (np.zeros_like(k), np.zeros_like(k)) if k_too else (k, k)
+        fv, fvlo = (np.zeros((k.shape[0], d, lk), np.float32) for _ in range(2))
+        for x, hi, lo, trans in ((k, fk, fklo, False), (v, fv, fvlo, True))[0 if k_too else 1:]:
             kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (x, hi, lo)), lk, C=d, BLOCK_L=32,
                                                                  BLOCK_C=cfg["BLOCK_D"], TRANS=trans)
     out, dq = np.full_like(q, 7.0), np.full_like(q, 7.0)

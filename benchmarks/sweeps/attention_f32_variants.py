@@ -11,8 +11,7 @@ option flipped or other score or long-product tiles, and each of its launches ti
 against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
 --integrated [--causal] [--all-tiles]: the shipped split forward (head dims 65..128) on other
-tiles, with K and V split ahead or in the kernel (SPLIT_K_IN_KERNEL, SPLIT_V_IN_KERNEL), and its
-split passes alone; with
+tiles, with K split in the kernel or ahead (SPLIT_K_IN_KERNEL), and its split passes alone; with
 --causal causal forwards too.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
@@ -310,27 +309,22 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
                     BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=1, QREG=True))
             shipped = dict(at._SPLIT_TILES)
 
-            modes = {1: (False, False), 2: (True, False), 3: (True, True)}   # attn_fwd SPLIT: K, V split in the kernel
-            names = {1: "K and V split ahead", 2: "V split ahead", 3: "split in the kernel"}
-
-            def with_tiles(t, mode=at._split_mode()):
+            def with_tiles(t, k_in_kernel=at.SPLIT_K_IN_KERNEL):
                 def f():
-                    was = at.SPLIT_K_IN_KERNEL, at.SPLIT_V_IN_KERNEL
-                    at._SPLIT_TILES = t
-                    at.SPLIT_K_IN_KERNEL, at.SPLIT_V_IN_KERNEL = modes[mode]
+                    was = at.SPLIT_K_IN_KERNEL
+                    at._SPLIT_TILES, at.SPLIT_K_IN_KERNEL = t, k_in_kernel
                     try:
                         return at.forward(q, k, v, d ** -0.5, causal, "float32")
                     finally:
-                        at._SPLIT_TILES = shipped
-                        at.SPLIT_K_IN_KERNEL, at.SPLIT_V_IN_KERNEL = was
+                        at._SPLIT_TILES, at.SPLIT_K_IN_KERNEL = shipped, was
                 return f
-            tiles = ((128, 64, 8, 1),) if "--all-tiles" not in argv else (
+            tiles = ((128, 64, 8, 1), (128, 32, 8, 1), (64, 32, 4, 2)) if "--all-tiles" not in argv else (
                 (128, 64, 8, 1), (128, 32, 8, 1), (64, 64, 4, 1), (64, 32, 4, 2), (64, 128, 4, 1))
             for bm, bn, nw, ns in tiles:
                 t = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": ns}
-                for mode in (1, 2, 3):
-                    fns[f"integrated {(bm, bn, nw, ns)} {names[mode]}"
-                        + (" shipped" if t == shipped and mode == at._split_mode() else "")] = with_tiles(t, mode)
+                for kin in (True, False):
+                    fns[f"integrated {(bm, bn, nw, ns)} K split {'in kernel' if kin else 'ahead'}"
+                        + (" shipped" if t == shipped and kin == at.SPLIT_K_IN_KERNEL else "")] = with_tiles(t, kin)
             fns["split passes alone, V"] = lambda: at._split_kv(k, v, 128, False)
             fns["split passes alone, K and V"] = lambda: at._split_kv(k, v, 128)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} forward", fns,

@@ -224,8 +224,8 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
     HAS_BIAS (never with POS_SCALE): the bias tile (b_rows: the rows' offsets, sb_k: the key
     stride) is added to the scaled scores; its -inf entries may empty a row in any block.
     SPLIT (float32 tf32x3): q is q's TF32 part and q_lo its remainder; K, KLO hold k's parts and
-    remainders in k's layout (SPLIT 2 and 3: K is k itself, split here, KLO not read), V, VLO v's
-    transposed ([D, Lk] a head) (SPLIT 3: V is v itself, split here, VLO not read): tf32x3 products whose loaded operands go to the tensor cores as
+    remainders in k's layout (SPLIT 2: K is k itself, split here, KLO not read), V, VLO v's
+    transposed ([D, Lk] a head): tf32x3 products whose loaded operands go to the tensor cores as
     they are (Triton's own tf32x3 splits both operands of every
     product in the loop, through registers and back to shared memory)."""
     cols = start_n + offs_n
@@ -237,7 +237,7 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
         v_mask = v_mask & n_ok[:, None]
     kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
     if SPLIT:
-        if SPLIT >= 2:   # K itself, split here (the tile goes through registers either way at one stage)
+        if SPLIT == 2:   # K itself, split here (the tile goes through registers either way at one stage)
             kt, kt_lo = _tf32_parts(kt)
         else:
             kt_lo = tl.load(KLO + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
@@ -266,9 +266,7 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
         p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
-    if SPLIT == 3:   # V itself ([keys, D] tiles in v's layout), split here
-        v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
-    elif SPLIT:
+    if SPLIT:
         vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, D] tiles of [D, Lk] arrays
         v = tl.load(V + vt, mask=v_mask, other=0.0)
     else:
@@ -276,11 +274,7 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
     if DROPOUT:   # the row sums above keep every probability; the product takes the kept ones, scaled
         keep = _keep(drop_rows[:, None] + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
         p = tl.where(keep, p * DSCALE, 0.0)
-    if SPLIT == 3:
-        p_hi, p_lo = _tf32_parts(p)
-        v_hi, v_lo = _tf32_parts(v)
-        acc = _dot3(p_hi, p_lo, v_hi, v_lo, acc * alpha[:, None])
-    elif SPLIT:
+    if SPLIT:
         p_hi, p_lo = _tf32_parts(p)
         acc = _dot3(p_hi, p_lo, v, tl.load(VLO + vt, mask=v_mask, other=0.0), acc * alpha[:, None])
     else:

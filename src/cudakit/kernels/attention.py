@@ -395,14 +395,6 @@ def _split_forward(cfg: dict, block_n, tiles) -> bool:
 # 0.329, 1x16x2048x80 0.506 against 0.550, 4x8x2048x128 0.902 against 0.988 (causal 0.649 against
 # 0.725); V's split pass alone 0.039 ms of K's and V's 0.079 at 4x16x1024x128
 SPLIT_K_IN_KERNEL = True
-# SPLIT_V_IN_KERNEL (with SPLIT_K_IN_KERNEL): V's tiles split in the kernel too (SPLIT 3), no split
-# pass. Untimed: on.
-SPLIT_V_IN_KERNEL = True
-
-
-def _split_mode() -> int:
-    """attn_fwd's SPLIT for the split float32 forward: 1 K and V split ahead, 2 V only, 3 neither."""
-    return (3 if SPLIT_V_IN_KERNEL else 2) if SPLIT_K_IN_KERNEL else 1
 
 
 def _split_kv(k, v, block_d: int, k_too: bool = True):
@@ -433,10 +425,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     kk, klo, vv, vlo = k, k, v, v
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
-            mode = _split_mode()
-            if mode < 3:
-                kk, klo, vv, vlo = _split_kv(k, v, cfg["BLOCK_D"], mode == 1)
-            cfg.update(_SPLIT_TILES, SPLIT=mode)
+            kk, klo, vv, vlo = _split_kv(k, v, cfg["BLOCK_D"], not SPLIT_K_IN_KERNEL)
+            cfg.update(_SPLIT_TILES, SPLIT=2 if SPLIT_K_IN_KERNEL else 1)
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies: 2x (4x with K's) k's bytes
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's split copies of k and v "
