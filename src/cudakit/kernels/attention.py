@@ -364,10 +364,10 @@ def _blhd_ok(*arrays) -> bool:
     return True
 
 
-# float32 forwards under tf32x3 at head dims 65..128: K and V split into TF32 parts and remainders
-# once per call (tf32_split, V transposed), then 128 x 64 tiles on 8 warps, one stage. At
-# B4 H8 S2048 D128 on an H100 (2026-11-27, benchmarks/sweeps/attention_f32_variants.py, split
-# passes included) 0.966 ms against torch's float32 SDPA 1.494 ms, where Triton's own tf32x3 took
+# float32 forwards under tf32x3 at head dims 65..128: V split into TF32 parts and remainders once
+# per call (tf32_split, transposed) and K's tiles in the kernel (SPLIT_K_IN_KERNEL below), then
+# 128 x 64 tiles on 8 warps, one stage. With K split ahead too, at B4 H8 S2048 D128 on an H100
+# (2026-11-27, benchmarks/sweeps/attention_f32_variants.py, split passes included) 0.966 ms against torch's float32 SDPA 1.494 ms, where Triton's own tf32x3 took
 # 2.305 ms; at head dim 64 Triton's own was faster (0.182 ms against 0.197 ms), so it stays there.
 # At shorter lengths and padded head dims it stayed the fastest of 128 x 32 on 8 warps, 64 x 32 on 4
 # (2 stages), 64 x 64 and 64 x 128 on 4, plain and causal (2026-11-27 09:03 UTC, the sweep's
@@ -393,7 +393,9 @@ def _split_forward(cfg: dict, block_n, tiles) -> bool:
 # 2026-11-27 09:20 UTC (benchmarks/sweeps/attention_f32_variants.py --integrated --causal):
 # 4x16x1024x128 0.495 ms against 0.557 (causal 0.383 against 0.439), 4x32x512x96 0.284 against
 # 0.329, 1x16x2048x80 0.506 against 0.550, 4x8x2048x128 0.902 against 0.988 (causal 0.649 against
-# 0.725); V's split pass alone 0.039 ms of K's and V's 0.079 at 4x16x1024x128
+# 0.725); V's split pass alone 0.039 ms of K's and V's 0.079 at 4x16x1024x128. V split in the
+# kernel too (its [keys, D] tiles transposed on chip for the tensor cores) ran slower than either:
+# 0.722 ms at 4x16x1024x128, 1.393 at 4x8x2048x128 (09:30 UTC, the same sweep; since removed)
 SPLIT_K_IN_KERNEL = True
 
 
