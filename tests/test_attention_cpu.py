@@ -134,9 +134,10 @@ def test_errors(rng):
 
 
 def test_the_split_float32_forward_is_chosen_where_it_was_measured_faster():
-    """The float32 forward splits V once per call and K's tiles in the kernel (SPLIT) under tf32x3 at head dims 65..128
-    with the shipped tiles; Triton's own products elsewhere: 16-bit data, head dim 64 (faster
-    there), 129..256, ieee and tf32, flash_attention's block sizes and explicit tiles."""
+    """The float32 forward splits V once per call and K's tiles in the kernel (SPLIT) under tf32x3
+    at head dims 65..128 with the shipped tiles; Triton's own products elsewhere: 16-bit data,
+    head dim 64 (faster there), 129..256, ieee and tf32, flash_attention's block sizes and
+    explicit tiles."""
     from cudakit.kernels import attention as at
     old = cudakit.set_float32_precision("tf32x3")
     try:

@@ -190,9 +190,9 @@ def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
 def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C, L] (TRANS)
                C: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr, TRANS: tl.constexpr):
     """X's TF32 parts (HI) and remainders (LO, also TF32): the float32 forward's V (and K, where
-    attention.SPLIT_K_IN_KERNEL is off) split once per call (SPLIT), not per product. One program per (matrix r, BLOCK_L rows). TRANS: written
-    transposed, so that the tensor cores, which take 32-bit operands only contiguous along the
-    reduced axis, read V's [keys, D] tiles in place (the tile is transposed on chip: a store of
+    attention.SPLIT_K_IN_KERNEL is off) split once per call (SPLIT), not per product. One program
+    per (matrix r, BLOCK_L rows). TRANS: written transposed, so that the tensor cores, which take
+    32-bit operands only contiguous along the reduced axis, read V's [keys, D] tiles in place (the tile is transposed on chip: a store of
     one row per thread, L apart, ran the forward 0.7 ms slower at B4 H8 S2048 D128 on an H100).
     Memory traffic: 12 bytes an element."""
     r = tl.program_id(0).to(tl.int64)
