@@ -27,7 +27,7 @@ from cudakit.kernels import attention as host  # noqa: E402
 DIVISIBLE = {"Lq", "Lk", "DLO", "DHI", "TQ", "TK", "BH0", "sb_b", "sb_h", "sb_q", "sb_k", "sd_b", "sd_h", "sd_q",
              "sd_k", "DSEED_LO", "DSEED_HI", "DTHRESH"}
 FLOATS = {"qk_scale", "sm_scale", "DSCALE"}
-DATA = {"Q", "K", "V", "KLO", "VLO", "O", "DO", "DK", "DV", "DQ", "BIAS"}   # the data's own dtype
+DATA = {"Q", "K", "V", "VLO", "O", "DO", "DK", "DV", "DQ", "BIAS"}   # the data's own dtype
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 

@@ -51,15 +51,12 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     qk_scale = scale * math.log2(math.e)
     cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
-    fk, fv, fklo, fvlo, fcfg = k, v, k, v, dict(cfg)
-    if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3 at head dims 65..128: K, V split first
-        k_too = not host.SPLIT_K_IN_KERNEL   # (else the kernel splits K's tiles itself: SPLIT 2)
-        fcfg.update(host._SPLIT_TILES, SPLIT=1 if k_too else 2)
-        fk, fklo = (np.zeros_like(k), np.zeros_like(k)) if k_too else (k, k)
+    fv, fvlo, fcfg = v, v, dict(cfg)
+    if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 65..128: V split first
+        fcfg.update(host._SPLIT_TILES, SPLIT=True)
         fv, fvlo = (np.zeros((k.shape[0], d, lk), np.float32) for _ in range(2))
-        for x, hi, lo, trans in ((k, fk, fklo, False), (v, fv, fvlo, True))[0 if k_too else 1:]:
-            kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (x, hi, lo)), lk, C=d, BLOCK_L=32,
-                                                                 BLOCK_C=cfg["BLOCK_D"], TRANS=trans)
+        kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (v, fv, fvlo)), lk, C=d, BLOCK_L=32,
+                                                             BLOCK_C=cfg["BLOCK_D"], TRANS=True)
     out, dq = np.full_like(q, 7.0), np.full_like(q, 7.0)
     dk, dv = (np.full((bh, lk, d), 7.0, k.dtype) for _ in range(2))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
@@ -78,7 +75,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
     kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, fk, fv, fklo, fvlo, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
+        *map(_Tensor, (q, k, fv, fvlo, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
         *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
         LEFT=dlo > -(1 << 30), **_tiles(fcfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
@@ -202,7 +199,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
-        *map(_Tensor, (q, k, v, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
+        *map(_Tensor, (q, k, v, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
         HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert not err.any(), err
     kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
@@ -248,14 +245,14 @@ def check_varlen_bad_length():
     cu = _Tensor(np.array([0, 10, 50], np.int32))
     dummy = _Tensor(np.zeros(1, np.float32))
     cfg = host._config("float32", 16, None)
-    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
+    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 40, 40], err
     # a last entry past the packed total (50 rows): flagged, and the rows read and written stay inside
     err[:] = 0
     big = _Tensor(np.array([0, 10, 60], np.int32))
-    kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
+    kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 50, 50], err

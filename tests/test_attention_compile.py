@@ -41,7 +41,7 @@ cfg = host._config(dtype, d, block_n)
 assert dtype != "float32" or cfg["PREC"] == __import__("os").environ.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3")
 kv, qc = host._backward_configs(dtype, cfg)
 split = host._split_forward(cfg, block_n, None)   # the float32 forward that takes K, V split (SPLIT)
-fwd_cfg = dict(cfg, **host._SPLIT_TILES, SPLIT=2 if host.SPLIT_K_IN_KERNEL else 1) if split else dict(cfg, SPLIT=False)
+fwd_cfg = dict(cfg, **host._SPLIT_TILES, SPLIT=True) if split else dict(cfg, SPLIT=False)
 fwd_cfg["LEFT"] = False   # no window: the loops start at key 0 (what the host passes then)
 out = {}
 for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):

@@ -11,8 +11,7 @@ option flipped or other score or long-product tiles, and each of its launches ti
 against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
 --integrated [--causal] [--all-tiles]: the shipped split forward (head dims 65..128) on other
-tiles, with K split in the kernel or ahead (SPLIT_K_IN_KERNEL), and its split passes alone; with
---causal causal forwards too.
+tiles, and its split pass (V's) alone; with --causal causal forwards too.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -309,24 +308,20 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
                     BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=1, QREG=True))
             shipped = dict(at._SPLIT_TILES)
 
-            def with_tiles(t, k_in_kernel=at.SPLIT_K_IN_KERNEL):
+            def with_tiles(t):
                 def f():
-                    was = at.SPLIT_K_IN_KERNEL
-                    at._SPLIT_TILES, at.SPLIT_K_IN_KERNEL = t, k_in_kernel
+                    at._SPLIT_TILES = t
                     try:
                         return at.forward(q, k, v, d ** -0.5, causal, "float32")
                     finally:
-                        at._SPLIT_TILES, at.SPLIT_K_IN_KERNEL = shipped, was
+                        at._SPLIT_TILES = shipped
                 return f
             tiles = ((128, 64, 8, 1), (128, 32, 8, 1), (64, 32, 4, 2)) if "--all-tiles" not in argv else (
                 (128, 64, 8, 1), (128, 32, 8, 1), (64, 64, 4, 1), (64, 32, 4, 2), (64, 128, 4, 1))
             for bm, bn, nw, ns in tiles:
                 t = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": ns}
-                for kin in (True, False):
-                    fns[f"integrated {(bm, bn, nw, ns)} K split {'in kernel' if kin else 'ahead'}"
-                        + (" shipped" if t == shipped and kin == at.SPLIT_K_IN_KERNEL else "")] = with_tiles(t, kin)
-            fns["split passes alone, V"] = lambda: at._split_kv(k, v, 128, False)
-            fns["split passes alone, K and V"] = lambda: at._split_kv(k, v, 128)
+                fns[f"integrated {(bm, bn, nw, ns)}" + (" shipped" if t == shipped else "")] = with_tiles(t)
+            fns["split pass alone (V)"] = lambda: at._split_v(v, 128)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} forward", fns,
                    4 * b * h * L * L * d // (2 if causal else 1))
     sys.exit(0)

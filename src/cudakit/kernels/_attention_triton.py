@@ -189,10 +189,10 @@ def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
 @triton.jit
 def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C, L] (TRANS)
                C: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr, TRANS: tl.constexpr):
-    """X's TF32 parts (HI) and remainders (LO, also TF32): the float32 forward's V (and K, where
-    attention.SPLIT_K_IN_KERNEL is off) split once per call (SPLIT), not per product. One program
-    per (matrix r, BLOCK_L rows). TRANS: written transposed, so that the tensor cores, which take
-    32-bit operands only contiguous along the reduced axis, read V's [keys, D] tiles in place (the tile is transposed on chip: a store of
+    """X's TF32 parts (HI) and remainders (LO, also TF32): the float32 forward's V split once per
+    call (SPLIT), not per product. One program per (matrix r, BLOCK_L rows). TRANS: written
+    transposed, so that the tensor cores, which take 32-bit operands only contiguous along the
+    reduced axis, read V's [keys, D] tiles in place (the tile is transposed on chip: a store of
     one row per thread, L apart, ran the forward 0.7 ms slower at B4 H8 S2048 D128 on an H100).
     Memory traffic: 12 bytes an element."""
     r = tl.program_id(0).to(tl.int64)
@@ -211,7 +211,7 @@ def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C,
 
 
 @triton.jit
-def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
+def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
                Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
                D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
                HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr):
@@ -223,11 +223,10 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
     scale keeps the scaled scores (max(s) * c is not max(s * c) for c < 0, and -inf * 0 is NaN).
     HAS_BIAS (never with POS_SCALE): the bias tile (b_rows: the rows' offsets, sb_k: the key
     stride) is added to the scaled scores; its -inf entries may empty a row in any block.
-    SPLIT (float32 tf32x3): q is q's TF32 part and q_lo its remainder; K, KLO hold k's parts and
-    remainders in k's layout (SPLIT 2: K is k itself, split here, KLO not read), V, VLO v's
-    transposed ([D, Lk] a head): tf32x3 products whose loaded operands go to the tensor cores as
-    they are (Triton's own tf32x3 splits both operands of every
-    product in the loop, through registers and back to shared memory)."""
+    SPLIT (float32 tf32x3): q is q's TF32 part and q_lo its remainder; K's tiles are split here; V,
+    VLO hold v's parts and remainders transposed ([D, Lk] a head), split ahead (tf32_split):
+    tf32x3 products, not Triton's own tf32x3, which splits both operands of every product in the
+    loop, through registers and back to shared memory."""
     cols = start_n + offs_n
     kt_mask = d_ok[:, None]
     v_mask = d_ok[None, :]
@@ -236,11 +235,8 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
         kt_mask = kt_mask & n_ok[None, :]
         v_mask = v_mask & n_ok[:, None]
     kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
-    if SPLIT:
-        if SPLIT == 2:   # K itself, split here (the tile goes through registers either way at one stage)
-            kt, kt_lo = _tf32_parts(kt)
-        else:
-            kt_lo = tl.load(KLO + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
+    if SPLIT:   # (the tile goes through registers either way at one stage)
+        kt, kt_lo = _tf32_parts(kt)
         s = _dot3(q, q_lo, kt, kt_lo, tl.zeros([q.shape[0], kt.shape[1]], tl.float32))
     else:
         s = tl.dot(q, kt, input_precision=PREC)
@@ -283,8 +279,8 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, h
 
 
 @triton.jit
-def attn_fwd(Q, K, V, KLO, VLO, O, LSE,  # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
-                                         # SPLIT: K, KLO k's TF32 parts and remainders, V, VLO v's, [BH, D, Lk]
+def attn_fwd(Q, K, V, VLO, O, LSE,       # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
+                                         # SPLIT: V, VLO v's TF32 parts and remainders, [BH, D, Lk]
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
@@ -322,18 +318,18 @@ def attn_fwd(Q, K, V, KLO, VLO, O, LSE,  # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     if LEFT:   # some row's keys start past key 0 (a window's left side): blocks before them skipped
         for start_n in range(a, b, BLOCK_N):
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, hi_r, offs_n,
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n,
                                        offs_d, d_ok, qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows,
                                        DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS,
                                        DROPOUT, SPLIT)
     else:   # every row's keys start at key 0: so does the loop, a start the compiler knows (from b, a
         b = 0   # runtime value, the float32 SPLIT forward spilled 4x more registers at head dim 128)
     for start_n in range(b, c, BLOCK_N):
-        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
                                    qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
                                    DSEED_HI, DTHRESH, DSCALE, D, False, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
     for start_n in range(c, e, BLOCK_N):
-        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, KLO, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
                                    qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
                                    DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
     seen = l_i != 0.0   # rows with at least one key (their max contributes 1 to l_i; NaN stays NaN)

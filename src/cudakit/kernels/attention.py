@@ -5,7 +5,7 @@ Inputs are contiguous [BH, L, D] CuPy arrays of float16, bfloat16 or float32 (fl
 cudakit.float32_precision() names: three TF32 tensor-core products by default, config.py), D <= 256. The
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
 The float32 forward at head dims 65..128 under tf32x3 takes V split into TF32 parts and
-remainders once per call (_split_kv; the kernel's SPLIT) and splits K's tiles itself, not per
+remainders once per call (_split_v; the kernel's SPLIT) and splits K's tiles itself, not per
 product as Triton's own tf32x3.
 The float32 backward under tf32x3 has a second path, timed against the flash kernels per signature
 (kernels/paths.py): the materialised kernels of kernels/attention_materialized.py.
@@ -365,9 +365,10 @@ def _blhd_ok(*arrays) -> bool:
 
 
 # float32 forwards under tf32x3 at head dims 65..128: V split into TF32 parts and remainders once
-# per call (tf32_split, transposed) and K's tiles in the kernel (SPLIT_K_IN_KERNEL below), then
-# 128 x 64 tiles on 8 warps, one stage. With K split ahead too, at B4 H8 S2048 D128 on an H100
-# (2026-11-27, benchmarks/sweeps/attention_f32_variants.py, split passes included) 0.966 ms against torch's float32 SDPA 1.494 ms, where Triton's own tf32x3 took
+# per call (tf32_split, transposed) and K's tiles in the kernel (below), then 128 x 64 tiles on 8
+# warps, one stage. With K split ahead too, at B4 H8 S2048 D128 on an H100 (2026-11-27,
+# benchmarks/sweeps/attention_f32_variants.py, split passes included) 0.966 ms against torch's
+# float32 SDPA 1.494 ms, where Triton's own tf32x3 took
 # 2.305 ms; at head dim 64 Triton's own was faster (0.182 ms against 0.197 ms), so it stays there.
 # At shorter lengths and padded head dims it stayed the fastest of 128 x 32 on 8 warps, 64 x 32 on 4
 # (2 stages), 64 x 64 and 64 x 128 on 4, plain and causal (2026-11-27 09:03 UTC, the sweep's
@@ -387,32 +388,27 @@ def _split_forward(cfg: dict, block_n, tiles) -> bool:
     return cfg.get("PREC") == "tf32x3" and cfg["BLOCK_D"] == 128 and block_n is None and not tiles
 
 
-# SPLIT_K_IN_KERNEL: the split forward splits K's tiles in the kernel (attn_fwd SPLIT 2) and only
-# V ahead (transposed, which the tensor cores need); else K too. At one stage the tiles go through
-# registers either way, and the kernel reads K's bytes once instead of its parts' twice. H100,
-# 2026-11-27 09:20 UTC (benchmarks/sweeps/attention_f32_variants.py --integrated --causal):
+# K's tiles are split in the kernel and only V ahead (transposed, which the tensor cores need): at
+# one stage the tiles go through registers either way, and the kernel reads K's bytes once instead
+# of its parts' twice. Against K split ahead too, H100, 2026-11-27 09:20 UTC
+# (benchmarks/sweeps/attention_f32_variants.py --integrated --causal, both forms then):
 # 4x16x1024x128 0.495 ms against 0.557 (causal 0.383 against 0.439), 4x32x512x96 0.284 against
 # 0.329, 1x16x2048x80 0.506 against 0.550, 4x8x2048x128 0.902 against 0.988 (causal 0.649 against
 # 0.725); V's split pass alone 0.039 ms of K's and V's 0.079 at 4x16x1024x128. V split in the
 # kernel too (its [keys, D] tiles transposed on chip for the tensor cores) ran slower than either:
-# 0.722 ms at 4x16x1024x128, 1.393 at 4x8x2048x128 (09:30 UTC, the same sweep; since removed)
-SPLIT_K_IN_KERNEL = True
+# 0.722 ms at 4x16x1024x128, 1.393 at 4x8x2048x128 (09:30 UTC, the same sweep; both since removed)
 
 
-def _split_kv(k, v, block_d: int, k_too: bool = True):
-    """(k's TF32 parts, k's remainders, v's parts, v's remainders), v's as [BH, D, Lk]; block_d:
-    the forward's BLOCK_D (head_dim's power of two). k_too False: k itself in k's two slots."""
+def _split_v(v, block_d: int):
+    """(v's TF32 parts, v's remainders), each [BH, D, Lk] (transposed); block_d: the forward's
+    BLOCK_D (head_dim's power of two)."""
     cp = _cupy.cupy()
-    bhk, lk, d = k.shape
-    parts = [] if k_too else [k, k]
-    for x, trans in ((k, False), (v, True))[0 if k_too else 1:]:
-        shape = (bhk, d, lk) if trans else x.shape
-        hi, lo = cp.empty(shape, cp.float32), cp.empty(shape, cp.float32)
-        if x.size:
-            _specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": block_d, "TRANS": trans, "num_warps": 4})[
-                (bhk, math.ceil(lk / 32))](x, hi, lo, lk)
-        parts += [hi, lo]
-    return parts
+    bhk, lk, d = v.shape
+    hi, lo = cp.empty((bhk, d, lk), cp.float32), cp.empty((bhk, d, lk), cp.float32)
+    if v.size:
+        _specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": block_d, "TRANS": True, "num_warps": 4})[
+            (bhk, math.ceil(lk / 32))](v, hi, lo, lk)
+    return hi, lo
 
 
 def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
@@ -424,20 +420,20 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if bh == 0 or lq == 0:
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
-    kk, klo, vv, vlo = k, k, v, v
+    vv, vlo = v, v
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
-            kk, klo, vv, vlo = _split_kv(k, v, cfg["BLOCK_D"], not SPLIT_K_IN_KERNEL)
-            cfg.update(_SPLIT_TILES, SPLIT=2 if SPLIT_K_IN_KERNEL else 1)
-        except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies: 2x (4x with K's) k's bytes
+            vv, vlo = _split_v(v, cfg["BLOCK_D"])
+            cfg.update(_SPLIT_TILES, SPLIT=True)
+        except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies are 2x v's bytes
             from .. import fallbacks
-            fallbacks.note("attention:float32-split", "no memory for the float32 forward's split copies of k and v "
-                                                      "(2 or 4 times k's bytes): Triton's own tf32x3 products ran it")
+            fallbacks.note("attention:float32-split", "no memory for the float32 forward's split copies of v "
+                                                      "(2 times its bytes): Triton's own tf32x3 products ran it")
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     if groups > 1:
         heads = q_heads
     has_bias = masks.bias is not None
-    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, kk, vv, klo, vlo, out, lse),
+    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, vv, vlo, out, lse),
             (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
              *_NO_VARLEN(lse, groups), *_drop_args(masks)),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
@@ -640,7 +636,7 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
                                        DROPOUT=False, LEFT=dlo > -_UNBOUNDED))
     k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
-        q, k, v, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
+        q, k, v, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
         lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], 0, 0, 0, 1.0, 0)
     return out, lse
 
@@ -779,7 +775,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-        launch(q, k, v, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
+        launch(q, k, v, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
                0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the dropout's: not read
         return out, lse
     return fwd
