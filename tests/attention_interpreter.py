@@ -29,7 +29,8 @@ CASES = [(2, 70, 90, 24, False, "float32"), (2, 70, 90, 24, True, "float32"), (1
          (1, 128, 300, 128, True, "float16"), (1, 200, 64, 64, True, "float16"),
          (1, 100, 260, 128, True, "float16"), (1, 192, 130, 128, False, "float16"),
          (1, 70, 100, 256, True, "float16"), (1, 40, 33, 160, False, "float32"),   # head dims past 128
-         (2, 70, 150, 96, False, "float32"), (1, 130, 90, 128, True, "float32")]   # the split float32 forward
+         (2, 70, 150, 96, False, "float32"), (1, 130, 90, 128, True, "float32"),   # the split float32 forward,
+         (1, 130, 77, 80, True, "float32"), (1, 129, 200, 90, True, "float32")]   # its columns in two blocks
 
 
 def _tiles(cfg):
@@ -53,7 +54,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
     fv, fvlo, fcfg = v, v, dict(cfg)
     if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 65..128: V split first
-        fcfg.update(host._SPLIT_TILES, SPLIT=True)
+        fcfg.update(host._split_tiles(d))
         fv, fvlo = (np.zeros((k.shape[0], d, lk), np.float32) for _ in range(2))
         kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (v, fv, fvlo)), lk, C=d, BLOCK_L=32,
                                                              BLOCK_C=cfg["BLOCK_D"], TRANS=True)
@@ -421,7 +422,8 @@ MASK_CASES = [((2, 70, 90, 24, False, "float32"), (10, 5), None, 1),
               ((2, 40, 100, 16, False, "float32"), (0, 0), [100, 30], 1),   # one key a row
               ((1, 20, 20, 16, True, "float32"), (2**31 - 1, None), None, 1),  # sides past int32's reach
               ((1, 21, 20, 16, False, "float32"), (None, 2**31 - 1), None, 1),
-              ((2, 60, 140, 100, True, "float32"), (40, 10), [140, 0], 1)]   # the split float32 forward
+              ((2, 60, 140, 100, True, "float32"), (40, 10), [140, 0], 1),   # the split float32 forward
+              ((2, 60, 140, 80, False, "float32"), (30, 20), [100, 7], 1)]
 
 # forward tile overrides (flash_attention's block_size sets BLOCK_N): narrow and wide key blocks
 TILE_CASES = [((1, 150, 170, 64, True, "float16"), {"BLOCK_N": 16}),
@@ -453,8 +455,13 @@ if __name__ == "__main__":
     for case in DROPOUT_CASES:
         check_dropout(*case)
     check_tf32_split()
+    shipped = host._SPLIT_TILES   # the split forward's other forms: one column block at 96, two at 112
+    for top, two in ((96, False), (128, True)):
+        host._SPLIT_TILES = ((top, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}, two),)
+        check(1, 100, 130, top - 16, True, "float32", np.random.default_rng(0))
+    host._SPLIT_TILES = shipped
     for case in MAT_CASES:
         check_materialized(*case)
     n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + 6)
+         + len(DROPOUT_CASES) + 8)
     print(f"{n} cases match the float64 reference")

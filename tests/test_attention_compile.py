@@ -41,8 +41,9 @@ cfg = host._config(dtype, d, block_n)
 assert dtype != "float32" or cfg["PREC"] == __import__("os").environ.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3")
 kv, qc = host._backward_configs(dtype, cfg)
 split = host._split_forward(cfg, block_n, None)   # the float32 forward that takes K, V split (SPLIT)
-fwd_cfg = dict(cfg, **host._SPLIT_TILES, SPLIT=True) if split else dict(cfg, SPLIT=False)
+fwd_cfg = dict(cfg, **host._split_tiles(d)) if split else dict(cfg, SPLIT=False)
 fwd_cfg["LEFT"] = False   # no window: the loops start at key 0 (what the host passes then)
+fwd_cfg.setdefault("BLOCK_D2", 0)
 out = {}
 for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
@@ -76,7 +77,8 @@ def _shared_memory(code: str, args, env_extra=None) -> dict:
 
 @pytest.mark.parametrize("dtype,d,causal,block_n,prec", [
     ("bfloat16", 64, False, 0, ""), ("bfloat16", 128, True, 0, ""), ("float32", 128, False, 0, "ieee"),
-    ("float32", 64, True, 0, "tf32x3"), ("float32", 128, False, 0, "tf32x3"), ("float32", 64, False, 128, "tf32x3"),
+    ("float32", 64, True, 0, "tf32x3"), ("float32", 128, False, 0, "tf32x3"), ("float32", 80, True, 0, "tf32x3"),
+    ("float32", 96, False, 0, "tf32x3"), ("float32", 64, False, 128, "tf32x3"),
     ("float32", 128, False, 128, "tf32"), ("float16", 128, False, 128, ""), ("float16", 40, True, 16, ""),
     ("bfloat16", 256, True, 0, ""), ("float32", 256, False, 128, "tf32x3"), ("float32", 160, True, 0, "ieee")])
 def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n, prec):

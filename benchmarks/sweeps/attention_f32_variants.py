@@ -10,8 +10,9 @@ materialised backward (kernels/attention_materialized.py) with its FUSED_PREP, L
 option flipped or other score or long-product tiles, and each of its launches timed alone,
 against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
---integrated [--causal] [--all-tiles]: the shipped split forward (head dims 65..128) on other
-tiles, and its split pass (V's) alone; with --causal causal forwards too.
+--integrated [--causal] [--all-tiles | --columns]: the shipped split forward (head dims 65..128) on
+other tiles, and its split pass (V's) alone; with --causal causal forwards too; --columns: at head
+dims 65..128, its columns in one block of 128 or two (64 and the rest) on the tiles of COLUMN_TILES.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -145,6 +146,15 @@ FWD_BUILTIN = [{"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
 
 def fwd_split_cfgs(d):
     return [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=nw, num_stages=ns, QREG=qr) for bm, bn, nw, ns, qr in _FWD[d]]
+
+
+# --integrated --columns: (tiles, columns in two blocks) by head dim (the smallest key covering it);
+# those that fit 227 KiB of shared memory (sm_90 compiles, Triton 3.9, CPU)
+COLUMN_TILES = {80: [((128, 64, 8, 2), True), ((128, 32, 8, 2), True), ((128, 64, 8, 1), True)],
+                96: [((128, 64, 8, 1), True), ((128, 32, 8, 2), True), ((128, 64, 8, 1), False),
+                     ((64, 64, 8, 2), True), ((64, 32, 8, 3), True), ((64, 64, 4, 2), True)],
+                128: [((128, 64, 8, 1), False), ((128, 64, 8, 1), True), ((128, 32, 8, 2), True),
+                      ((128, 32, 8, 1), True)]}
 
 
 def report(label, fns, flops):
@@ -306,21 +316,27 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
             if not causal and d == 128:   # (the sweep kernel takes D == BLOCK_D only)
                 fns["sweep kernel (128, 64, 8, 1, QREG)"] = lambda: fwd_split(q, k, v, d ** -0.5, dict(
                     BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=1, QREG=True))
-            shipped = dict(at._SPLIT_TILES)
+            shipped = at._split_tiles
 
-            def with_tiles(t):
+            def with_tiles(t, two):
                 def f():
-                    at._SPLIT_TILES = t
+                    at._split_tiles = lambda d: dict(t, SPLIT=True, **(at.column_blocks(d) if two else {}))
                     try:
                         return at.forward(q, k, v, d ** -0.5, causal, "float32")
                     finally:
-                        at._SPLIT_TILES = shipped
+                        at._split_tiles = shipped
                 return f
+            mine = shipped(d)
+            mine = ((mine["BLOCK_M"], mine["BLOCK_N"], mine["num_warps"], mine["num_stages"]), "BLOCK_D2" in mine)
             tiles = ((128, 64, 8, 1), (128, 32, 8, 1), (64, 32, 4, 2)) if "--all-tiles" not in argv else (
                 (128, 64, 8, 1), (128, 32, 8, 1), (64, 64, 4, 1), (64, 32, 4, 2), (64, 128, 4, 1))
-            for bm, bn, nw, ns in tiles:
-                t = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": ns}
-                fns[f"integrated {(bm, bn, nw, ns)}" + (" shipped" if t == shipped else "")] = with_tiles(t)
+            tiles = [(t, mine[1]) for t in tiles]
+            if "--columns" in argv:   # the columns in one block of 128 or two (64 and the rest), other tiles
+                tiles = COLUMN_TILES[min(c for c in COLUMN_TILES if c >= d)]
+            for t, two in dict.fromkeys([mine] + list(tiles)):
+                fns[f"integrated {t}{' two column blocks' if two else ' one column block'}"
+                    + (" shipped" if (t, two) == mine else "")] = with_tiles(
+                    dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t)), two)
             fns["split pass alone (V)"] = lambda: at._split_v(v, 128)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} forward", fns,
                    4 * b * h * L * L * d // (2 if causal else 1))

@@ -90,7 +90,8 @@ def test_attention_nan(dtype):
 
 
 @pytest.mark.parametrize("prec", ["ieee", "tf32x3"])
-@pytest.mark.parametrize("lq,lk,d,causal", [(200, 190, 64, True), (130, 257, 128, False), (64, 64, 40, True)])
+@pytest.mark.parametrize("lq,lk,d,causal", [(200, 190, 64, True), (130, 257, 128, False), (64, 64, 40, True),
+                                           (150, 300, 72, True), (260, 200, 96, False)])
 def test_attention_float32_precisions(lq, lk, d, causal, prec, float32_precision, rng):
     """ieee and tf32x3 (with the tiles made for each) within float32's bounds, forward and backward."""
     float32_precision(prec)

@@ -211,35 +211,19 @@ def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C,
 
 
 @triton.jit
-def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
-               Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
-               D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
-               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr):
-    """One key block of the online softmax; MASK: the block crosses the end of the keys or an end
-    of some row's interval [lo_r, hi_r). POS_SCALE (qk_scale > 0): the row max is taken on the raw
-    scores and scaled once, so each probability is one FMA and an exp2 (s * qk_scale - m), not a
-    multiply, a subtract and an exp2: 3-7% faster in bfloat16 on an H100 (.carry A/B, 2026-11-25),
-    where the forward's non-matrix work is not overlapped with the products. A zero or negative
-    scale keeps the scaled scores (max(s) * c is not max(s * c) for c < 0, and -inf * 0 is NaN).
-    HAS_BIAS (never with POS_SCALE): the bias tile (b_rows: the rows' offsets, sb_k: the key
-    stride) is added to the scaled scores; its -inf entries may empty a row in any block.
-    SPLIT (float32 tf32x3): q is q's TF32 part and q_lo its remainder; K's tiles are split here; V,
-    VLO hold v's parts and remainders transposed ([D, Lk] a head), split ahead (tf32_split):
-    tf32x3 products, not Triton's own tf32x3, which splits both operands of every product in the
-    loop, through registers and back to shared memory."""
-    cols = start_n + offs_n
-    kt_mask = d_ok[:, None]
-    v_mask = d_ok[None, :]
-    if MASK:
-        n_ok = cols < Lk
-        kt_mask = kt_mask & n_ok[None, :]
-        v_mask = v_mask & n_ok[:, None]
-    kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
-    if SPLIT:   # (the tile goes through registers either way at one stage)
-        kt, kt_lo = _tf32_parts(kt)
-        s = _dot3(q, q_lo, kt, kt_lo, tl.zeros([q.shape[0], kt.shape[1]], tl.float32))
-    else:
-        s = tl.dot(q, kt, input_precision=PREC)
+def _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, drop_rows,
+               DSEED_LO, DSEED_HI, DTHRESH, DSCALE, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
+               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
+    """The online softmax's step on one key block's raw scores s [BLOCK_M, BLOCK_N]: (the
+    probabilities the product with V takes (dropout applied), the rescale of the accumulator,
+    l_i, m_i). MASK: the block crosses the end of the keys or an end of some row's interval
+    [lo_r, hi_r). POS_SCALE (qk_scale > 0): the row max is taken on the raw scores and scaled once,
+    so each probability is one FMA and an exp2 (s * qk_scale - m), not a multiply, a subtract and
+    an exp2: 3-7% faster in bfloat16 on an H100 (.carry A/B, 2026-11-25), where the forward's
+    non-matrix work is not overlapped with the products. A zero or negative scale keeps the scaled
+    scores (max(s) * c is not max(s * c) for c < 0, and -inf * 0 is NaN). HAS_BIAS (never with
+    POS_SCALE): the bias tile (b_rows: the rows' offsets, sb_k: the key stride) is added to the
+    scaled scores; its -inf entries may empty a row in any block."""
     if not POS_SCALE:
         s = s * qk_scale
     if HAS_BIAS:
@@ -262,20 +246,109 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, 
         p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
-    if SPLIT:
-        vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, D] tiles of [D, Lk] arrays
-        v = tl.load(V + vt, mask=v_mask, other=0.0)
-    else:
-        v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
     if DROPOUT:   # the row sums above keep every probability; the product takes the kept ones, scaled
         keep = _keep(drop_rows[:, None] + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
         p = tl.where(keep, p * DSCALE, 0.0)
+    return p, alpha, l_i, m_new
+
+
+@triton.jit
+def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
+               Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
+               D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
+               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr):
+    """One key block of the online softmax (_fwd_probs). SPLIT (float32 tf32x3): q is q's TF32
+    part and q_lo its remainder; K's tiles are split here; V, VLO hold v's parts and remainders
+    transposed ([D, Lk] a head), split ahead (tf32_split): tf32x3 products, not Triton's own
+    tf32x3, which splits both operands of every product in the loop, through registers and back
+    to shared memory."""
+    cols = start_n + offs_n
+    kt_mask = d_ok[:, None]
+    v_mask = d_ok[None, :]
+    if MASK:
+        n_ok = cols < Lk
+        kt_mask = kt_mask & n_ok[None, :]
+        v_mask = v_mask & n_ok[:, None]
+    kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
+    if SPLIT:   # (the tile goes through registers either way at one stage)
+        kt, kt_lo = _tf32_parts(kt)
+        s = _dot3(q, q_lo, kt, kt_lo, tl.zeros([q.shape[0], kt.shape[1]], tl.float32))
+    else:
+        s = tl.dot(q, kt, input_precision=PREC)
+    p, alpha, l_i, m_new = _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok,
+                                      drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS,
+                                      DROPOUT)
     if SPLIT:
+        vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, D] tiles of [D, Lk] arrays
+        v = tl.load(V + vt, mask=v_mask, other=0.0)
         p_hi, p_lo = _tf32_parts(p)
         acc = _dot3(p_hi, p_lo, v, tl.load(VLO + vt, mask=v_mask, other=0.0), acc * alpha[:, None])
     else:
+        v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return acc, l_i, m_new
+
+
+@triton.jit
+def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
+                     offs_d2, d2_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
+                     DSEED_HI, DTHRESH, DSCALE, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
+                     HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
+    """_fwd_block's SPLIT form with the head dim in two column blocks (attn_fwd's BLOCK_D2): offs_d
+    the first BLOCK_D columns (all inside D), offs_d2 the rest (d2_ok: inside D); q, q_lo and acc
+    hold the first block's columns, q2, q2_lo and acc2 the second's. The scores sum both blocks'
+    products; one set of probabilities multiplies both blocks of V."""
+    cols = start_n + offs_n
+    k2_mask = d2_ok[:, None]
+    v2_mask = d2_ok[None, :]
+    if MASK:
+        n_ok = cols < Lk
+        k2_mask = k2_mask & n_ok[None, :]
+        v2_mask = v2_mask & n_ok[:, None]
+        kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=n_ok[None, :], other=0.0)
+    else:
+        kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None])
+    kt2 = tl.load(K + kv_base + cols[None, :] * KRS + offs_d2[:, None], mask=k2_mask, other=0.0)
+    kt, kt_lo = _tf32_parts(kt)
+    s = _dot3(q, q_lo, kt, kt_lo, tl.zeros([q.shape[0], kt.shape[1]], tl.float32))
+    kt2, kt2_lo = _tf32_parts(kt2)
+    s = _dot3(q2, q2_lo, kt2, kt2_lo, s)
+    p, alpha, l_i, m_new = _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok,
+                                      drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS,
+                                      DROPOUT)
+    p_hi, p_lo = _tf32_parts(p)
+    vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, columns] tiles of [D, Lk] arrays
+    vt2 = kv_base + offs_d2[None, :] * Lk + cols[:, None]
+    if MASK:
+        v_mask = n_ok[:, None]
+        v = tl.load(V + vt, mask=v_mask, other=0.0)
+        v_lo = tl.load(VLO + vt, mask=v_mask, other=0.0)
+    else:
+        v = tl.load(V + vt)
+        v_lo = tl.load(VLO + vt)
+    acc = _dot3(p_hi, p_lo, v, v_lo, acc * alpha[:, None])
+    acc2 = _dot3(p_hi, p_lo, tl.load(V + vt2, mask=v2_mask, other=0.0), tl.load(VLO + vt2, mask=v2_mask, other=0.0),
+                 acc2 * alpha[:, None])
+    return acc, acc2, l_i, m_new
+
+
+@triton.jit
+def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
+              offs_d2, d2_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI,
+              DTHRESH, DSCALE, D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
+              HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_D2: tl.constexpr):
+    """One key block: _fwd_block_cols2 with a second column block (BLOCK_D2 > 0), else _fwd_block
+    (acc2, q2, q2_lo then unread placeholders, acc2 returned as it came)."""
+    if BLOCK_D2 > 0:
+        acc, acc2, l_i, m_i = _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n,
+                                               lo_r, hi_r, offs_n, offs_d, offs_d2, d2_ok, qk_scale, Lk, BIAS,
+                                               b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI,
+                                               DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS, DROPOUT)
+    else:
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
+                                   d_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
+                                   DSEED_HI, DTHRESH, DSCALE, D, MASK, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
+    return acc, acc2, l_i, m_i
 
 
 @triton.jit
@@ -291,7 +364,11 @@ def attn_fwd(Q, K, V, VLO, O, LSE,       # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              D: tl.constexpr, HAS_LENS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
-             DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True):
+             DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
+             BLOCK_D2: tl.constexpr = 0):
+    """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
+    BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
+    skip the padding a 128-wide block carries (up to 48 of its 128 columns)."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -309,6 +386,14 @@ def attn_fwd(Q, K, V, VLO, O, LSE,       # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     q_lo = q
     if SPLIT:   # q split once, in registers (the products' A operand)
         q, q_lo = _tf32_parts(q)
+    offs_d2, d2_ok, q2, q2_lo, acc2 = offs_d, d_ok, q, q_lo, 0.0   # (placeholders without a second block)
+    if BLOCK_D2 > 0:
+        offs_d2 = BLOCK_D + tl.arange(0, BLOCK_D2)
+        d2_ok = offs_d2 < D
+        q2 = tl.load(Q + q_base + rows[:, None] * RS + offs_d2[None, :], mask=m_ok[:, None] & d2_ok[None, :],
+                     other=0.0)
+        q2, q2_lo = _tf32_parts(q2)
+        acc2 = tl.zeros([BLOCK_M, BLOCK_D2], tl.float32)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     b_rows = rows.to(tl.int64) * sb_q   # int64: a bias's Lq Lk elements may pass 2^31
     drop_rows = ((bh + BH0) * Lq + rows) * Lk   # the scores' flat indices of these rows (DROPOUT)
@@ -318,24 +403,30 @@ def attn_fwd(Q, K, V, VLO, O, LSE,       # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     if LEFT:   # some row's keys start past key 0 (a window's left side): blocks before them skipped
         for start_n in range(a, b, BLOCK_N):
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n,
-                                       offs_d, d_ok, qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows,
-                                       DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS,
-                                       DROPOUT, SPLIT)
+            acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n,
+                                            lo_r, hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS,
+                                            b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH,
+                                            DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
     else:   # every row's keys start at key 0: so does the loop, a start the compiler knows (from b, a
         b = 0   # runtime value, the float32 SPLIT forward spilled 4x more registers at head dim 128)
     for start_n in range(b, c, BLOCK_N):
-        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
-                                   DSEED_HI, DTHRESH, DSCALE, D, False, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
+        acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n, lo_r,
+                                        hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS, b_base,
+                                        b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D,
+                                        False, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
     for start_n in range(c, e, BLOCK_N):
-        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
-                                   qk_scale, lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
-                                   DSEED_HI, DTHRESH, DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
+        acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n, lo_r,
+                                        hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS, b_base,
+                                        b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D,
+                                        True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
     seen = l_i != 0.0   # rows with at least one key (their max contributes 1 to l_i; NaN stays NaN)
     acc = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
     tl.store(O + q_base + rows[:, None] * RS + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
+    if BLOCK_D2 > 0:
+        acc2 = tl.where(seen[:, None], acc2 / tl.where(seen, l_i, 1.0)[:, None], 0.0)
+        tl.store(O + q_base + rows[:, None] * RS + offs_d2[None, :], acc2.to(O.dtype.element_ty),
+                 mask=m_ok[:, None] & d2_ok[None, :])
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     tl.store(LSE + lse_base + rows * LRS, lse, mask=m_ok)
 

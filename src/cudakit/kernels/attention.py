@@ -375,7 +375,29 @@ def _blhd_ok(*arrays) -> bool:
 # --integrated --causal: 4x16x1024x128 0.557 ms against 0.689-1.327, 4x32x512x96 0.329 against
 # 0.376-0.485; 1x16x2048x80 causal tied 64 x 32 at 0.440 against 0.439); its split passes took 0.079
 # and 0.062 ms of those (2 stages of 128 x 64 need 384 KiB of shared memory)
-_SPLIT_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+# (largest head dim, tiles, columns in two blocks) of the split forward, the first entry that
+# covers the head dim. Two blocks: 64 columns and the rest's power of two (at least 16, the
+# products' least), not one block of 128 (attn_fwd's BLOCK_D2). At head dim 80 they skip 48
+# padded columns and leave room for a second stage: H100, 2026-11-27 10:50 UTC (the sweep's
+# --integrated --causal --columns), 1x16x2048x80 0.354 ms on 2 stages, 0.464 on one, 0.507 in one
+# block (torch 0.716), causal 0.306, 0.367, 0.421 (torch 0.470); 8x16x1024x80 0.743, 0.984, 1.068
+# (torch 1.403). At 96, on one stage, 0.273 ms against 0.276 in one block (4x32x512x96).
+_SPLIT_TILES = ((80, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}, True),
+                (96, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, True),
+                (128, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, False))
+
+
+def _split_tiles(d: int) -> dict:
+    """The split float32 forward's tiles and flags at head dim d (65..128)."""
+    tiles, two = next((t, two) for top, t, two in _SPLIT_TILES if d <= top)
+    return dict(tiles, SPLIT=True, **(column_blocks(d) if two else {}))
+
+
+def column_blocks(d: int) -> dict:
+    """attn_fwd's two column blocks for head dim d (65..128): 64 and the rest's power of two."""
+    return {"BLOCK_D": 64, "BLOCK_D2": max(16, 1 << (d - 65).bit_length())}
+
+
 # Causal forwards taking each batch*head's row blocks longest first (so the grid's tail ends on short
 # blocks) ran no faster on an H100 (2026-11-27 08:56 UTC, benchmarks/sweeps/attention_f32_shapes.py
 # with the order as an option, since removed): float32 causal 4x16x1024x128 0.445 ms against 0.444,
@@ -424,7 +446,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
             vv, vlo = _split_v(v, cfg["BLOCK_D"])
-            cfg.update(_SPLIT_TILES, SPLIT=True)
+            cfg.update(_split_tiles(d))
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies are 2x v's bytes
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's split copies of v "
