@@ -54,10 +54,11 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
     fv, fvlo, fcfg = v, v, dict(cfg)
     if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 65..128: V split first
-        fcfg.update(host._split_tiles(d))
-        fv, fvlo = (np.zeros((k.shape[0], d, lk), np.float32) for _ in range(2))
+        fcfg.update(host._split_tiles(d, bias is not None))
+        fv, fvlo = (np.full((k.shape[0], d, lk), np.nan, np.float32) for _ in range(2))
+        parts = fcfg["SPLIT"] == 1
         kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (v, fv, fvlo)), lk, C=d, BLOCK_L=32,
-                                                             BLOCK_C=cfg["BLOCK_D"], TRANS=True)
+                                                             BLOCK_C=cfg["BLOCK_D"], TRANS=True, PARTS=parts)
     out, dq = np.full_like(q, 7.0), np.full_like(q, 7.0)
     dk, dv = (np.full((bh, lk, d), 7.0, k.dtype) for _ in range(2))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
@@ -455,13 +456,14 @@ if __name__ == "__main__":
     for case in DROPOUT_CASES:
         check_dropout(*case)
     check_tf32_split()
-    shipped = host._SPLIT_TILES   # the split forward's other forms: one column block at 96, two at 112
-    for top, two in ((96, False), (128, True)):
-        host._SPLIT_TILES = ((top, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}, two),)
+    shipped = host._SPLIT_TILES, host.V_PARTS_AHEAD   # the split forward's other forms: one column block
+    for top, two, ahead in ((96, False, True), (128, True, True), (96, False, False), (96, True, False)):   # at 80,
+        host._SPLIT_TILES = ((top, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}, two),)   # two at
+        host.V_PARTS_AHEAD = ahead                                                        # 112; V split in the kernel
         check(1, 100, 130, top - 16, True, "float32", np.random.default_rng(0))
-    host._SPLIT_TILES = shipped
+    host._SPLIT_TILES, host.V_PARTS_AHEAD = shipped
     for case in MAT_CASES:
         check_materialized(*case)
     n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + 8)
+         + len(DROPOUT_CASES) + 10)
     print(f"{n} cases match the float64 reference")

@@ -35,21 +35,22 @@ from cudakit.kernels import _attention_triton as src
 from cudakit.kernels import attention as host
 
 dtype, d, causal, block_n = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]) or None
+bias = sys.argv[5:] == ["bias"]   # with a bias (its tiles take shared memory too)
 # causal: the key-lengths variant (HAS_LENS) here -- causal is a runtime bound (DLO, DHI) of every variant
 ty = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
 cfg = host._config(dtype, d, block_n)
 assert dtype != "float32" or cfg["PREC"] == __import__("os").environ.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3")
 kv, qc = host._backward_configs(dtype, cfg)
 split = host._split_forward(cfg, block_n, None)   # the float32 forward that takes K, V split (SPLIT)
-fwd_cfg = dict(cfg, **host._split_tiles(d)) if split else dict(cfg, SPLIT=False)
+fwd_cfg = dict(cfg, **host._split_tiles(d, bias)) if split else dict(cfg, SPLIT=False)
 fwd_cfg["LEFT"] = False   # no window: the loops start at key 0 (what the host passes then)
 fwd_cfg.setdefault("BLOCK_D2", 0)
 out = {}
 for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
-    consts.update(D=d, HAS_LENS=causal, HAS_BIAS=False, VARLEN=False, DROPOUT=False,
+    consts.update(D=d, HAS_LENS=causal, HAS_BIAS=bias, VARLEN=False, DROPOUT=False,
                   **({"EVEN_Q": True} if name == "dkdv" else {}),
-                  **({"POS_SCALE": True} if name == "fwd" else {}),
+                  **({"POS_SCALE": not bias} if name == "fwd" else {}),
                   **({"DB_MODE": 0, "DBQ": True, "DBK": True} if name == "dq" else {}))
     names = list(fn.arg_names)
     ints = ("Lq", "Lk", "DLO", "DHI", "H", "BH0", "sb_b", "sb_h", "sb_q", "sb_k", "HB", "sd_b", "sd_h", "sd_q",
@@ -84,6 +85,12 @@ def _shared_memory(code: str, args, env_extra=None) -> dict:
 def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n, prec):
     _shared_memory(_CODE, (dtype, d, "1" if causal else "0", block_n),
                    {"CUDAKIT_FLOAT32_PRECISION": prec} if prec else None)
+
+
+def test_attention_split_forward_with_bias_compiles_for_sm90():
+    """The split float32 forward with a bias (its tiles one more load a stage) at head dim 80, whose
+    plain tiles run 2 stages."""
+    _shared_memory(_CODE, ("float32", 80, "0", 0, "bias"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 
 _MAT_CODE = _COMPILE + r'''

@@ -188,26 +188,31 @@ def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
 
 @triton.jit
 def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C, L] (TRANS)
-               C: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr, TRANS: tl.constexpr):
+               C: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr, TRANS: tl.constexpr,
+               PARTS: tl.constexpr = True):
     """X's TF32 parts (HI) and remainders (LO, also TF32): the float32 forward's V split once per
     call (SPLIT), not per product. One program per (matrix r, BLOCK_L rows). TRANS: written
     transposed, so that the tensor cores, which take 32-bit operands only contiguous along the
     reduced axis, read V's [keys, D] tiles in place (the tile is transposed on chip: a store of
     one row per thread, L apart, ran the forward 0.7 ms slower at B4 H8 S2048 D128 on an H100).
-    Memory traffic: 12 bytes an element."""
+    PARTS False: X itself to HI (transposed), LO not written. Memory traffic: 12 bytes an element
+    (8 without PARTS)."""
     r = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * BLOCK_L + tl.arange(0, BLOCK_L)
     cols = tl.arange(0, BLOCK_C)
     ok = (rows < L)[:, None] & (cols < C)[None, :]
     base = r * L * C
     x = tl.load(X + base + rows[:, None] * C + cols[None, :], mask=ok, other=0.0)
-    hi, lo = _tf32_parts(x)
+    hi, lo = x, x
+    if PARTS:
+        hi, lo = _tf32_parts(x)
     if TRANS:
         p = base + cols[None, :] * L + rows[:, None]
     else:
         p = base + rows[:, None] * C + cols[None, :]
     tl.store(HI + p, hi, mask=ok)
-    tl.store(LO + p, lo, mask=ok)
+    if PARTS:
+        tl.store(LO + p, lo, mask=ok)
 
 
 @triton.jit
@@ -259,9 +264,9 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, 
                HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr):
     """One key block of the online softmax (_fwd_probs). SPLIT (float32 tf32x3): q is q's TF32
     part and q_lo its remainder; K's tiles are split here; V, VLO hold v's parts and remainders
-    transposed ([D, Lk] a head), split ahead (tf32_split): tf32x3 products, not Triton's own
-    tf32x3, which splits both operands of every product in the loop, through registers and back
-    to shared memory."""
+    transposed ([D, Lk] a head), split ahead (tf32_split; SPLIT 2: V holds v transposed, its tiles
+    split here): tf32x3 products, not Triton's own tf32x3, which splits both operands of every
+    product in the loop, through registers and back to shared memory."""
     cols = start_n + offs_n
     kt_mask = d_ok[:, None]
     v_mask = d_ok[None, :]
@@ -282,7 +287,11 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, 
         vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, D] tiles of [D, Lk] arrays
         v = tl.load(V + vt, mask=v_mask, other=0.0)
         p_hi, p_lo = _tf32_parts(p)
-        acc = _dot3(p_hi, p_lo, v, tl.load(VLO + vt, mask=v_mask, other=0.0), acc * alpha[:, None])
+        if SPLIT == 2:   # V holds v transposed, split here
+            v, v_lo = _tf32_parts(v)
+        else:
+            v_lo = tl.load(VLO + vt, mask=v_mask, other=0.0)
+        acc = _dot3(p_hi, p_lo, v, v_lo, acc * alpha[:, None])
     else:
         v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
@@ -293,7 +302,7 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, 
 def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
                      offs_d2, d2_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
                      DSEED_HI, DTHRESH, DSCALE, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
-                     HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
+                     HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr):
     """_fwd_block's SPLIT form with the head dim in two column blocks (attn_fwd's BLOCK_D2): offs_d
     the first BLOCK_D columns (all inside D), offs_d2 the rest (d2_ok: inside D); q, q_lo and acc
     hold the first block's columns, q2, q2_lo and acc2 the second's. The scores sum both blocks'
@@ -320,15 +329,21 @@ def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base
     vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, columns] tiles of [D, Lk] arrays
     vt2 = kv_base + offs_d2[None, :] * Lk + cols[:, None]
     if MASK:
-        v_mask = n_ok[:, None]
-        v = tl.load(V + vt, mask=v_mask, other=0.0)
-        v_lo = tl.load(VLO + vt, mask=v_mask, other=0.0)
+        v = tl.load(V + vt, mask=n_ok[:, None], other=0.0)
     else:
         v = tl.load(V + vt)
-        v_lo = tl.load(VLO + vt)
+    v2 = tl.load(V + vt2, mask=v2_mask, other=0.0)
+    if SPLIT == 2:   # V holds v transposed, split here
+        v, v_lo = _tf32_parts(v)
+        v2, v2_lo = _tf32_parts(v2)
+    else:
+        if MASK:
+            v_lo = tl.load(VLO + vt, mask=n_ok[:, None], other=0.0)
+        else:
+            v_lo = tl.load(VLO + vt)
+        v2_lo = tl.load(VLO + vt2, mask=v2_mask, other=0.0)
     acc = _dot3(p_hi, p_lo, v, v_lo, acc * alpha[:, None])
-    acc2 = _dot3(p_hi, p_lo, tl.load(V + vt2, mask=v2_mask, other=0.0), tl.load(VLO + vt2, mask=v2_mask, other=0.0),
-                 acc2 * alpha[:, None])
+    acc2 = _dot3(p_hi, p_lo, v2, v2_lo, acc2 * alpha[:, None])
     return acc, acc2, l_i, m_new
 
 
@@ -343,7 +358,7 @@ def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start
         acc, acc2, l_i, m_i = _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n,
                                                lo_r, hi_r, offs_n, offs_d, offs_d2, d2_ok, qk_scale, Lk, BIAS,
                                                b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI,
-                                               DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS, DROPOUT)
+                                               DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
     else:
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
                                    d_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
@@ -354,6 +369,7 @@ def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start
 @triton.jit
 def attn_fwd(Q, K, V, VLO, O, LSE,       # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
                                          # SPLIT: V, VLO v's TF32 parts and remainders, [BH, D, Lk]
+                                         # (SPLIT 2: V v transposed, [BH, D, Lk]; VLO not read)
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)

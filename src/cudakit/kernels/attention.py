@@ -387,10 +387,20 @@ _SPLIT_TILES = ((80, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages
                 (128, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, False))
 
 
-def _split_tiles(d: int) -> dict:
-    """The split float32 forward's tiles and flags at head dim d (65..128)."""
+# V split into parts and remainders ahead (SPLIT 1), or only transposed ahead and its tiles split
+# in the kernel as K's are (SPLIT 2)
+V_PARTS_AHEAD = True
+
+
+def _split_tiles(d: int, bias: bool = False) -> dict:
+    """The split float32 forward's tiles and flags at head dim d (65..128); bias: with a bias,
+    whose tiles take a stage's shared memory too, on one stage (2 stages of 128 x 64 at head dim
+    80 need 249856 bytes with it on sm_90, Triton 3.6)."""
     tiles, two = next((t, two) for top, t, two in _SPLIT_TILES if d <= top)
-    return dict(tiles, SPLIT=True, **(column_blocks(d) if two else {}))
+    t = dict(tiles, SPLIT=1 if V_PARTS_AHEAD else 2, **(column_blocks(d) if two else {}))
+    if bias:
+        t["num_stages"] = 1
+    return t
 
 
 def column_blocks(d: int) -> dict:
@@ -421,15 +431,16 @@ def _split_forward(cfg: dict, block_n, tiles) -> bool:
 # 0.722 ms at 4x16x1024x128, 1.393 at 4x8x2048x128 (09:30 UTC, the same sweep; both since removed)
 
 
-def _split_v(v, block_d: int):
-    """(v's TF32 parts, v's remainders), each [BH, D, Lk] (transposed); block_d: the forward's
-    BLOCK_D (head_dim's power of two)."""
+def _split_v(v, block_d: int, parts: bool = True):
+    """(v's TF32 parts, v's remainders), each [BH, D, Lk] (transposed), or without parts (v
+    transposed, the same array); block_d: head_dim's power of two."""
     cp = _cupy.cupy()
     bhk, lk, d = v.shape
-    hi, lo = cp.empty((bhk, d, lk), cp.float32), cp.empty((bhk, d, lk), cp.float32)
+    hi = cp.empty((bhk, d, lk), cp.float32)
+    lo = cp.empty((bhk, d, lk), cp.float32) if parts else hi
     if v.size:
-        _specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": block_d, "TRANS": True, "num_warps": 4})[
-            (bhk, math.ceil(lk / 32))](v, hi, lo, lk)
+        _specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": block_d, "TRANS": True, "PARTS": parts,
+                                    "num_warps": 4})[(bhk, math.ceil(lk / 32))](v, hi, lo, lk)
     return hi, lo
 
 
@@ -445,8 +456,9 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     vv, vlo = v, v
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
-            vv, vlo = _split_v(v, cfg["BLOCK_D"])
-            cfg.update(_split_tiles(d))
+            split = _split_tiles(d, masks.bias is not None)
+            vv, vlo = _split_v(v, cfg["BLOCK_D"], split["SPLIT"] == 1)
+            cfg.update(split)
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies are 2x v's bytes
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's split copies of v "
