@@ -52,13 +52,12 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     qk_scale = scale * math.log2(math.e)
     cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
-    fv, fvlo, fcfg = v, v, dict(cfg)
-    if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 65..128: V split first
+    fv, fcfg = v, dict(cfg)
+    if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 65..128: V transposed first
         fcfg.update(host._split_tiles(d, bias is not None))
-        fv, fvlo = (np.full((k.shape[0], d, lk), np.nan, np.float32) for _ in range(2))
-        parts = fcfg["SPLIT"] == 1
-        kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (v, fv, fvlo)), lk, C=d, BLOCK_L=32,
-                                                             BLOCK_C=cfg["BLOCK_D"], TRANS=True, PARTS=parts)
+        fv = np.full((k.shape[0], d, lk), np.nan, np.float32)
+        kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (v, fv, fv)), lk, C=d, BLOCK_L=32,
+                                                             BLOCK_C=cfg["BLOCK_D"], TRANS=True, PARTS=False)
     out, dq = np.full_like(q, 7.0), np.full_like(q, 7.0)
     dk, dv = (np.full((bh, lk, d), 7.0, k.dtype) for _ in range(2))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
@@ -77,7 +76,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
     kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, fv, fvlo, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
+        *map(_Tensor, (q, k, fv, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
         *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
         LEFT=dlo > -(1 << 30), **_tiles(fcfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
@@ -201,7 +200,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
-        *map(_Tensor, (q, k, v, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
+        *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
         HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert not err.any(), err
     kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
@@ -247,14 +246,14 @@ def check_varlen_bad_length():
     cu = _Tensor(np.array([0, 10, 50], np.int32))
     dummy = _Tensor(np.zeros(1, np.float32))
     cfg = host._config("float32", 16, None)
-    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
+    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 40, 40], err
     # a last entry past the packed total (50 rows): flagged, and the rows read and written stay inside
     err[:] = 0
     big = _Tensor(np.array([0, 10, 60], np.int32))
-    kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
+    kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 50, 50], err
@@ -456,14 +455,16 @@ if __name__ == "__main__":
     for case in DROPOUT_CASES:
         check_dropout(*case)
     check_tf32_split()
-    shipped = host._SPLIT_TILES, host.V_PARTS_AHEAD   # the split forward's other forms: one column block
-    for top, two, ahead in ((96, False, True), (128, True, True), (96, False, False), (96, True, False)):   # at 80,
-        host._SPLIT_TILES = ((top, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}, two),)   # two at
-        host.V_PARTS_AHEAD = ahead                                                        # 112; V split in the kernel
+    shipped = host._SPLIT_TILES   # the split forward's other forms: one column block at 80, two at 112
+    for top, two in ((96, False), (128, True)):
+        host._SPLIT_TILES = ((top, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}, two),)
         check(1, 100, 130, top - 16, True, "float32", np.random.default_rng(0))
-    host._SPLIT_TILES, host.V_PARTS_AHEAD = shipped
+    host._SPLIT_TILES, blocks = shipped, host.SPLIT_BLOCK_DS
+    host.SPLIT_BLOCK_DS = (64, 128)   # the split forward at head dims 33..64 (one block, BLOCK_D 64)
+    check(1, 100, 130, 48, True, "float32", np.random.default_rng(0))
+    host.SPLIT_BLOCK_DS = blocks
     for case in MAT_CASES:
         check_materialized(*case)
     n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + 10)
+         + len(DROPOUT_CASES) + 9)
     print(f"{n} cases match the float64 reference")

@@ -10,7 +10,7 @@ recomputed from the saved log-sum-exp. FLOPs: 10 * BH * Lq * Lk * D (halved with
 All arrays contiguous [BH, L, D]; D may be any size up to BLOCK_D (masked; D is a compile-time
 constant, so the mask and the row strides fold away). float32 under tf32x3: each product is three
 TF32 products of parts and remainders; Triton splits both operands inside the loop, except in the
-forward's SPLIT form, whose K and V come split once per call (tf32_split).
+forward's SPLIT form, which splits K's and V's tiles once each (V comes transposed, tf32_split).
 
 Masks. Query row i attends the keys j with i + DLO <= j < i + DHI and j < its batch's key length
 (LENS[b], b = bh // H, with HAS_LENS; Lk without): one interval a row, which covers causal masks
@@ -258,15 +258,14 @@ def _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows
 
 
 @triton.jit
-def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
+def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
                Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
                D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
                HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr):
     """One key block of the online softmax (_fwd_probs). SPLIT (float32 tf32x3): q is q's TF32
-    part and q_lo its remainder; K's tiles are split here; V, VLO hold v's parts and remainders
-    transposed ([D, Lk] a head), split ahead (tf32_split; SPLIT 2: V holds v transposed, its tiles
-    split here): tf32x3 products, not Triton's own tf32x3, which splits both operands of every
-    product in the loop, through registers and back to shared memory."""
+    part and q_lo its remainder; V holds v transposed ([D, Lk] a head, as the tensor cores take
+    its tiles); K's and V's tiles are split here, once each: tf32x3 products, not Triton's own
+    tf32x3, which splits both operands of every product (p and V's tile each twice)."""
     cols = start_n + offs_n
     kt_mask = d_ok[:, None]
     v_mask = d_ok[None, :]
@@ -287,10 +286,7 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, 
         vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, D] tiles of [D, Lk] arrays
         v = tl.load(V + vt, mask=v_mask, other=0.0)
         p_hi, p_lo = _tf32_parts(p)
-        if SPLIT == 2:   # V holds v transposed, split here
-            v, v_lo = _tf32_parts(v)
-        else:
-            v_lo = tl.load(VLO + vt, mask=v_mask, other=0.0)
+        v, v_lo = _tf32_parts(v)
         acc = _dot3(p_hi, p_lo, v, v_lo, acc * alpha[:, None])
     else:
         v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
@@ -299,10 +295,10 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, 
 
 
 @triton.jit
-def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
+def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
                      offs_d2, d2_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
                      DSEED_HI, DTHRESH, DSCALE, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
-                     HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr):
+                     HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
     """_fwd_block's SPLIT form with the head dim in two column blocks (attn_fwd's BLOCK_D2): offs_d
     the first BLOCK_D columns (all inside D), offs_d2 the rest (d2_ok: inside D); q, q_lo and acc
     hold the first block's columns, q2, q2_lo and acc2 the second's. The scores sum both blocks'
@@ -333,43 +329,35 @@ def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base
     else:
         v = tl.load(V + vt)
     v2 = tl.load(V + vt2, mask=v2_mask, other=0.0)
-    if SPLIT == 2:   # V holds v transposed, split here
-        v, v_lo = _tf32_parts(v)
-        v2, v2_lo = _tf32_parts(v2)
-    else:
-        if MASK:
-            v_lo = tl.load(VLO + vt, mask=n_ok[:, None], other=0.0)
-        else:
-            v_lo = tl.load(VLO + vt)
-        v2_lo = tl.load(VLO + vt2, mask=v2_mask, other=0.0)
+    v, v_lo = _tf32_parts(v)
+    v2, v2_lo = _tf32_parts(v2)
     acc = _dot3(p_hi, p_lo, v, v_lo, acc * alpha[:, None])
     acc2 = _dot3(p_hi, p_lo, v2, v2_lo, acc2 * alpha[:, None])
     return acc, acc2, l_i, m_new
 
 
 @triton.jit
-def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
+def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
               offs_d2, d2_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI,
               DTHRESH, DSCALE, D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_D2: tl.constexpr):
     """One key block: _fwd_block_cols2 with a second column block (BLOCK_D2 > 0), else _fwd_block
     (acc2, q2, q2_lo then unread placeholders, acc2 returned as it came)."""
     if BLOCK_D2 > 0:
-        acc, acc2, l_i, m_i = _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n,
+        acc, acc2, l_i, m_i = _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n,
                                                lo_r, hi_r, offs_n, offs_d, offs_d2, d2_ok, qk_scale, Lk, BIAS,
                                                b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI,
-                                               DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
+                                               DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS, DROPOUT)
     else:
-        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, VLO, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
                                    d_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
                                    DSEED_HI, DTHRESH, DSCALE, D, MASK, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
     return acc, acc2, l_i, m_i
 
 
 @triton.jit
-def attn_fwd(Q, K, V, VLO, O, LSE,       # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
-                                         # SPLIT: V, VLO v's TF32 parts and remainders, [BH, D, Lk]
-                                         # (SPLIT 2: V v transposed, [BH, D, Lk]; VLO not read)
+def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
+                                         # SPLIT: V v transposed, [BH, D, Lk]
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
@@ -419,19 +407,19 @@ def attn_fwd(Q, K, V, VLO, O, LSE,       # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     if LEFT:   # some row's keys start past key 0 (a window's left side): blocks before them skipped
         for start_n in range(a, b, BLOCK_N):
-            acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n,
+            acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n,
                                             lo_r, hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS,
                                             b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH,
                                             DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
     else:   # every row's keys start at key 0: so does the loop, a start the compiler knows (from b, a
         b = 0   # runtime value, the float32 SPLIT forward spilled 4x more registers at head dim 128)
     for start_n in range(b, c, BLOCK_N):
-        acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n, lo_r,
+        acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r,
                                         hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS, b_base,
                                         b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D,
                                         False, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
     for start_n in range(c, e, BLOCK_N):
-        acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, VLO, kv_base, start_n, lo_r,
+        acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r,
                                         hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS, b_base,
                                         b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D,
                                         True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)

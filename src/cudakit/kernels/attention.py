@@ -4,9 +4,9 @@ compiled and launched by cudakit's Triton runtime, on the current CuPy stream.
 Inputs are contiguous [BH, L, D] CuPy arrays of float16, bfloat16 or float32 (float32 products as
 cudakit.float32_precision() names: three TF32 tensor-core products by default, config.py), D <= 256. The
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
-The float32 forward at head dims 65..128 under tf32x3 takes V split into TF32 parts and
-remainders once per call (_split_v; the kernel's SPLIT) and splits K's tiles itself, not per
-product as Triton's own tf32x3.
+The float32 forward at head dims 65..128 under tf32x3 takes V transposed (_transpose_v; the
+kernel's SPLIT) and splits K's and V's tiles into TF32 parts once each, not per product as
+Triton's own tf32x3.
 The float32 backward under tf32x3 has a second path, timed against the flash kernels per signature
 (kernels/paths.py): the materialised kernels of kernels/attention_materialized.py.
 """
@@ -364,40 +364,42 @@ def _blhd_ok(*arrays) -> bool:
     return True
 
 
-# float32 forwards under tf32x3 at head dims 65..128: V split into TF32 parts and remainders once
-# per call (tf32_split, transposed) and K's tiles in the kernel (below), then 128 x 64 tiles on 8
-# warps, one stage. With K split ahead too, at B4 H8 S2048 D128 on an H100 (2026-11-27,
-# benchmarks/sweeps/attention_f32_variants.py, split passes included) 0.966 ms against torch's
-# float32 SDPA 1.494 ms, where Triton's own tf32x3 took
-# 2.305 ms; at head dim 64 Triton's own was faster (0.182 ms against 0.197 ms), so it stays there.
-# At shorter lengths and padded head dims it stayed the fastest of 128 x 32 on 8 warps, 64 x 32 on 4
-# (2 stages), 64 x 64 and 64 x 128 on 4, plain and causal (2026-11-27 09:03 UTC, the sweep's
-# --integrated --causal: 4x16x1024x128 0.557 ms against 0.689-1.327, 4x32x512x96 0.329 against
-# 0.376-0.485; 1x16x2048x80 causal tied 64 x 32 at 0.440 against 0.439); its split passes took 0.079
-# and 0.062 ms of those (2 stages of 128 x 64 need 384 KiB of shared memory)
-# (largest head dim, tiles, columns in two blocks) of the split forward, the first entry that
-# covers the head dim. Two blocks: 64 columns and the rest's power of two (at least 16, the
-# products' least), not one block of 128 (attn_fwd's BLOCK_D2). At head dim 80 they skip 48
-# padded columns and leave room for a second stage: H100, 2026-11-27 10:50 UTC (the sweep's
-# --integrated --causal --columns), 1x16x2048x80 0.354 ms on 2 stages, 0.464 on one, 0.507 in one
-# block (torch 0.716), causal 0.306, 0.367, 0.421 (torch 0.470); 8x16x1024x80 0.743, 0.984, 1.068
-# (torch 1.403). At 96, on one stage, 0.273 ms against 0.276 in one block (4x32x512x96).
-_SPLIT_TILES = ((80, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}, True),
+# float32 forwards under tf32x3 at head dims 65..128 (the split forward, attn_fwd's SPLIT): q split
+# into TF32 parts and remainders once in registers, K's and V's tiles in the kernel, V transposed
+# ahead (_transpose_v: the tensor cores take 32-bit operands only contiguous along the reduced axis),
+# then three TF32 products each. Triton's own tf32x3 splits both operands of every product; at
+# B4 H8 S2048 D128 on an H100 it took 2.305 ms where the split forward (K and V split ahead then)
+# took 0.966 and torch's float32 SDPA 1.494 (2026-11-27, benchmarks/sweeps/attention_f32_variants.py).
+# Split ahead into parts, K and V ran slower than split in the kernel, since the tiles pass through
+# registers anyway and the kernel reads one array, not two (the sweep's --integrated --causal
+# [--columns], H100, 2026-11-27): K at 09:20 UTC, 4x16x1024x128 0.495 ms in the kernel against
+# 0.557, 4x8x2048x128 0.902 against 0.988; V at 10:58 UTC, 4x32x512x96 0.220 ms against 0.289 (torch
+# 0.375), 2x16x2048x96 0.729 against 0.962 (torch 1.402), causal 0.507 against 0.599 (torch 0.817),
+# 4x16x1024x112 0.479 against 0.530 (torch 0.783), 4x8x2048x128 0.902 against 0.918, causal 0.622
+# against 0.645 (torch 0.900), its transpose pass 0.027 ms against the split pass's 0.040. V split in
+# the kernel from its untransposed [keys, D] tiles (transposed on chip) ran slower than either:
+# 0.722 ms at 4x16x1024x128 (09:30 UTC).
+# (largest head dim, tiles, columns in two blocks) of the split forward, the first entry covering
+# the head dim. Two blocks: 64 columns and the rest's power of two (at least 16, the products'
+# least) instead of one of 128 (attn_fwd's BLOCK_D2), which skips padded columns and leaves room for
+# more stages at head dims up to 80. 10:58 UTC: 1x16x2048x80 0.332 ms on 3 stages, 0.352 on 2 (torch
+# 0.721), causal 0.295, 0.300 (torch 0.474); at 96, one stage: 4x32x512x96 0.220 against 0.241 on 2;
+# at 112 and 128 one block of 128 ran even with two (4x16x1024x128 0.475 against 0.481, causal 0.357
+# against 0.353). Earlier, V split ahead, 2 stages ran 1x16x2048x80 in 0.354 ms against 0.507 in one
+# block of 128 on one (10:50 UTC). Other tiles at one block of 128: 128 x 64 stayed the fastest of
+# 128 x 32 on 8 warps, 64 x 32 on 4 (2 stages), 64 x 64 and 64 x 128 on 4 (09:03 UTC); with two
+# blocks at 96, of 128 x 32 on 2 stages and 64 x 64 on 4 or 8 warps, 2 stages (10:45 UTC).
+_SPLIT_TILES = ((80, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}, True),
                 (96, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, True),
                 (128, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, False))
-
-
-# V split into parts and remainders ahead (SPLIT 1), or only transposed ahead and its tiles split
-# in the kernel as K's are (SPLIT 2)
-V_PARTS_AHEAD = True
 
 
 def _split_tiles(d: int, bias: bool = False) -> dict:
     """The split float32 forward's tiles and flags at head dim d (65..128); bias: with a bias,
     whose tiles take a stage's shared memory too, on one stage (2 stages of 128 x 64 at head dim
-    80 need 249856 bytes with it on sm_90, Triton 3.6)."""
+    80 needed 249856 bytes with one on sm_90, Triton 3.6, V split ahead)."""
     tiles, two = next((t, two) for top, t, two in _SPLIT_TILES if d <= top)
-    t = dict(tiles, SPLIT=1 if V_PARTS_AHEAD else 2, **(column_blocks(d) if two else {}))
+    t = dict(tiles, SPLIT=True, **(column_blocks(d) if two and d > 64 else {}))
     if bias:
         t["num_stages"] = 1
     return t
@@ -412,36 +414,25 @@ def column_blocks(d: int) -> dict:
 # blocks) ran no faster on an H100 (2026-11-27 08:56 UTC, benchmarks/sweeps/attention_f32_shapes.py
 # with the order as an option, since removed): float32 causal 4x16x1024x128 0.445 ms against 0.444,
 # 2x16x4096x64 1.437 against 1.474, 1x16x2048x80 0.455 against 0.445
+# The head dims' powers of two (BLOCK_D) the split forward takes; the sweep's --columns times it at 64
+SPLIT_BLOCK_DS = (128,)
 
 
 def _split_forward(cfg: dict, block_n, tiles) -> bool:
     """Whether this float32 forward takes the split-operand kernel (SPLIT): tf32x3 products, head
     dims 65..128, tiles not named by the caller."""
-    return cfg.get("PREC") == "tf32x3" and cfg["BLOCK_D"] == 128 and block_n is None and not tiles
+    return cfg.get("PREC") == "tf32x3" and cfg["BLOCK_D"] in SPLIT_BLOCK_DS and block_n is None and not tiles
 
 
-# K's tiles are split in the kernel and only V ahead (transposed, which the tensor cores need): at
-# one stage the tiles go through registers either way, and the kernel reads K's bytes once instead
-# of its parts' twice. Against K split ahead too, H100, 2026-11-27 09:20 UTC
-# (benchmarks/sweeps/attention_f32_variants.py --integrated --causal, both forms then):
-# 4x16x1024x128 0.495 ms against 0.557 (causal 0.383 against 0.439), 4x32x512x96 0.284 against
-# 0.329, 1x16x2048x80 0.506 against 0.550, 4x8x2048x128 0.902 against 0.988 (causal 0.649 against
-# 0.725); V's split pass alone 0.039 ms of K's and V's 0.079 at 4x16x1024x128. V split in the
-# kernel too (its [keys, D] tiles transposed on chip for the tensor cores) ran slower than either:
-# 0.722 ms at 4x16x1024x128, 1.393 at 4x8x2048x128 (09:30 UTC, the same sweep; both since removed)
-
-
-def _split_v(v, block_d: int, parts: bool = True):
-    """(v's TF32 parts, v's remainders), each [BH, D, Lk] (transposed), or without parts (v
-    transposed, the same array); block_d: head_dim's power of two."""
+def _transpose_v(v, block_d: int):
+    """v transposed, [BH, D, Lk] (tf32_split without parts); block_d: head_dim's power of two."""
     cp = _cupy.cupy()
     bhk, lk, d = v.shape
-    hi = cp.empty((bhk, d, lk), cp.float32)
-    lo = cp.empty((bhk, d, lk), cp.float32) if parts else hi
+    vt = cp.empty((bhk, d, lk), cp.float32)
     if v.size:
-        _specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": block_d, "TRANS": True, "PARTS": parts,
-                                    "num_warps": 4})[(bhk, math.ceil(lk / 32))](v, hi, lo, lk)
-    return hi, lo
+        _specialized("tf32_split", {"C": d, "BLOCK_L": 32, "BLOCK_C": block_d, "TRANS": True, "PARTS": False,
+                                    "num_warps": 4})[(bhk, math.ceil(lk / 32))](v, vt, vt, lk)
+    return vt
 
 
 def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
@@ -453,21 +444,20 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if bh == 0 or lq == 0:
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
-    vv, vlo = v, v
+    vv = v
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
-            split = _split_tiles(d, masks.bias is not None)
-            vv, vlo = _split_v(v, cfg["BLOCK_D"], split["SPLIT"] == 1)
-            cfg.update(split)
-        except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the split copies are 2x v's bytes
+            vv = _transpose_v(v, cfg["BLOCK_D"])
+            cfg.update(_split_tiles(d, masks.bias is not None))
+        except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the transposed copy is v's bytes
             from .. import fallbacks
-            fallbacks.note("attention:float32-split", "no memory for the float32 forward's split copies of v "
-                                                      "(2 times its bytes): Triton's own tf32x3 products ran it")
+            fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
+                                                      "Triton's own tf32x3 products ran it")
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     if groups > 1:
         heads = q_heads
     has_bias = masks.bias is not None
-    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, vv, vlo, out, lse),
+    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, vv, out, lse),
             (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
              *_NO_VARLEN(lse, groups), *_drop_args(masks)),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
@@ -670,7 +660,7 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
                                        DROPOUT=False, LEFT=dlo > -_UNBOUNDED))
     k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
-        q, k, v, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
+        q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
         lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], 0, 0, 0, 1.0, 0)
     return out, lse
 
@@ -809,7 +799,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-        launch(q, k, v, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
+        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
                0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the dropout's: not read
         return out, lse
     return fwd
