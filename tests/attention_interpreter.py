@@ -30,7 +30,8 @@ CASES = [(2, 70, 90, 24, False, "float32"), (2, 70, 90, 24, True, "float32"), (1
          (1, 100, 260, 128, True, "float16"), (1, 192, 130, 128, False, "float16"),
          (1, 70, 100, 256, True, "float16"), (1, 40, 33, 160, False, "float32"),   # head dims past 128
          (2, 70, 150, 96, False, "float32"), (1, 130, 90, 128, True, "float32"),   # the split float32 forward,
-         (1, 130, 77, 80, True, "float32"), (1, 129, 200, 90, True, "float32")]   # its columns in two blocks
+         (1, 130, 77, 80, True, "float32"), (1, 129, 200, 90, True, "float32"),   # its columns in two blocks
+         (1, 100, 130, 48, True, "float32"), (2, 64, 64, 64, False, "float32")]   # and one of 64
 
 
 def _tiles(cfg):
@@ -53,7 +54,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
     fv, fcfg = v, dict(cfg)
-    if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 65..128: V transposed first
+    if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 33..128: V transposed first
         fcfg.update(host._split_tiles(d, bias is not None))
         fv = np.full((k.shape[0], d, lk), np.nan, np.float32)
         kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (v, fv, fv)), lk, C=d, BLOCK_L=32,
@@ -459,12 +460,9 @@ if __name__ == "__main__":
     for top, two in ((96, False), (128, True)):
         host._SPLIT_TILES = ((top, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}, two),)
         check(1, 100, 130, top - 16, True, "float32", np.random.default_rng(0))
-    host._SPLIT_TILES, blocks = shipped, host.SPLIT_BLOCK_DS
-    host.SPLIT_BLOCK_DS = (64, 128)   # the split forward at head dims 33..64 (one block, BLOCK_D 64)
-    check(1, 100, 130, 48, True, "float32", np.random.default_rng(0))
-    host.SPLIT_BLOCK_DS = blocks
+    host._SPLIT_TILES = shipped
     for case in MAT_CASES:
         check_materialized(*case)
     n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + 9)
+         + len(DROPOUT_CASES) + 8)
     print(f"{n} cases match the float64 reference")

@@ -134,15 +134,20 @@ def test_errors(rng):
 
 
 def test_the_split_float32_forward_is_chosen_where_it_was_measured_faster():
-    """The float32 forward splits V once per call and K's tiles in the kernel (SPLIT) under tf32x3
-    at head dims 65..128 with the shipped tiles; Triton's own products elsewhere: 16-bit data,
-    head dim 64 (faster there), 129..256, ieee and tf32, flash_attention's block sizes and
+    """The float32 forward transposes V once per call and splits K's and V's tiles in the kernel
+    (SPLIT) under tf32x3 at head dims 33..128 with the shipped tiles; Triton's own products
+    elsewhere: 16-bit data,
+    head dims up to 32, 129..256, ieee and tf32, flash_attention's block sizes and
     explicit tiles."""
     from cudakit.kernels import attention as at
     old = cudakit.set_float32_precision("tf32x3")
     try:
-        assert all(at._split_forward(at._config("float32", d, None), None, None) for d in (65, 96, 128))
-        assert not any(at._split_forward(at._config("float32", d, None), None, None) for d in (40, 64, 160, 256))
+        assert all(at._split_forward(at._config("float32", d, None), None, None) for d in (33, 40, 64, 65, 96, 128))
+        assert not any(at._split_forward(at._config("float32", d, None), None, None) for d in (16, 32, 160, 256))
+        # one column block of 64 at head dims up to 64, two (64 and the rest's power of two) up to 96
+        assert [at._split_tiles(d).get("BLOCK_D2", 0) for d in (40, 64, 65, 80, 81, 96, 97, 128)] == [
+            0, 0, 16, 16, 32, 32, 0, 0]
+        assert at._split_tiles(80, bias=True)["num_stages"] == 1
         assert not at._split_forward(at._config("bfloat16", 128, None), None, None)
         assert not at._split_forward(at._config("float32", 128, 64), 64, None)
         assert not at._split_forward(at._config("float32", 128, None), None, {"BLOCK_M": 64})

@@ -10,10 +10,10 @@ materialised backward (kernels/attention_materialized.py) with its FUSED_PREP, L
 option flipped or other score or long-product tiles, and each of its launches timed alone,
 against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
---integrated [--causal] [--all-tiles | --columns]: the shipped split forward (head dims 65..128) on
+--integrated [--causal] [--all-tiles | --columns]: the shipped split forward (head dims 33..128) on
 other tiles, and its split pass (V's) alone; with --causal causal forwards too; --columns: at head
 dims 65..128, its columns in one block of 128 or two (64 and the rest) on the tiles of COLUMN_TILES;
-at head dim 64, the split forward against Triton's own tf32x3 (shipped there).
+at head dims up to 64 also Triton's own tf32x3 products.
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -151,7 +151,7 @@ def fwd_split_cfgs(d):
 
 
 # --integrated --columns: (tiles, columns in two blocks) by head dim (the smallest key covering it);
-# at 64 the split forward (SPLIT_BLOCK_DS widened) against the shipped Triton tf32x3
+# at 64 also against Triton's own tf32x3 (the split forward off)
 COLUMN_TILES = {64: [((128, 64, 8, 3), False), ((128, 64, 8, 2), False), ((64, 64, 4, 3), False)],
                 80: [((128, 64, 8, 3), True), ((128, 64, 8, 2), True)],
                 96: [((128, 64, 8, 1), True), ((128, 64, 8, 2), True)],
@@ -323,12 +323,18 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
                 fns["sweep kernel (128, 64, 8, 1, QREG)"] = lambda: fwd_split(q, k, v, d ** -0.5, dict(
                     BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=1, QREG=True))
             shipped, shipped_blocks = at._split_tiles, at.SPLIT_BLOCK_DS
+
+            def own():   # Triton's own tf32x3 products (the split forward off)
+                at.SPLIT_BLOCK_DS = ()
+                try:
+                    return at.forward(q, k, v, d ** -0.5, causal, "float32")
+                finally:
+                    at.SPLIT_BLOCK_DS = shipped_blocks
             if d <= 64:
-                fns["shipped (Triton's own tf32x3)"] = lambda: at.forward(q, k, v, d ** -0.5, causal, "float32")
+                fns["Triton's own tf32x3"] = own
 
             def with_tiles(t, two):
                 def f():
-                    at.SPLIT_BLOCK_DS = (64, 128)
                     at._split_tiles = lambda d, bias=False: dict(t, SPLIT=True,
                                                                  **(at.column_blocks(d) if two else {}))
                     try:
@@ -343,10 +349,9 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
             tiles = [(t, mine[1]) for t in tiles]
             if "--columns" in argv:   # the columns in one block of 128 or two (64 and the rest), other tiles
                 tiles = COLUMN_TILES[min(c for c in COLUMN_TILES if c >= d)]
-            for t, two in dict.fromkeys(([] if d <= 64 else [mine]) + list(tiles)):
-                fns[f"{'split forward' if d <= 64 else 'integrated'} {t}"
-                    f"{' two column blocks' if two else ' one column block'}"
-                    + (" shipped" if (t, two) == mine and d > 64 else "")] = with_tiles(
+            for t, two in dict.fromkeys([mine] + list(tiles)):
+                fns[f"integrated {t}{' two column blocks' if two else ' one column block'}"
+                    + (" shipped" if (t, two) == mine else "")] = with_tiles(
                     dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t)), two)
             fns["transpose pass alone (V)"] = lambda: at._transpose_v(v, 128)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} forward", fns,

@@ -4,7 +4,7 @@ compiled and launched by cudakit's Triton runtime, on the current CuPy stream.
 Inputs are contiguous [BH, L, D] CuPy arrays of float16, bfloat16 or float32 (float32 products as
 cudakit.float32_precision() names: three TF32 tensor-core products by default, config.py), D <= 256. The
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
-The float32 forward at head dims 65..128 under tf32x3 takes V transposed (_transpose_v; the
+The float32 forward at head dims 33..128 under tf32x3 takes V transposed (_transpose_v; the
 kernel's SPLIT) and splits K's and V's tiles into TF32 parts once each, not per product as
 Triton's own tf32x3.
 The float32 backward under tf32x3 has a second path, timed against the flash kernels per signature
@@ -364,7 +364,7 @@ def _blhd_ok(*arrays) -> bool:
     return True
 
 
-# float32 forwards under tf32x3 at head dims 65..128 (the split forward, attn_fwd's SPLIT): q split
+# float32 forwards under tf32x3 at head dims 33..128 (the split forward, attn_fwd's SPLIT): q split
 # into TF32 parts and remainders once in registers, K's and V's tiles in the kernel, V transposed
 # ahead (_transpose_v: the tensor cores take 32-bit operands only contiguous along the reduced axis),
 # then three TF32 products each. Triton's own tf32x3 splits both operands of every product; at
@@ -389,13 +389,14 @@ def _blhd_ok(*arrays) -> bool:
 # block of 128 on one (10:50 UTC). Other tiles at one block of 128: 128 x 64 stayed the fastest of
 # 128 x 32 on 8 warps, 64 x 32 on 4 (2 stages), 64 x 64 and 64 x 128 on 4 (09:03 UTC); with two
 # blocks at 96, of 128 x 32 on 2 stages and 64 x 64 on 4 or 8 warps, 2 stages (10:45 UTC).
-_SPLIT_TILES = ((80, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}, True),
+_SPLIT_TILES = ((64, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}, False),
+                (80, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}, True),
                 (96, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, True),
                 (128, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, False))
 
 
 def _split_tiles(d: int, bias: bool = False) -> dict:
-    """The split float32 forward's tiles and flags at head dim d (65..128); bias: with a bias,
+    """The split float32 forward's tiles and flags at head dim d (33..128); bias: with a bias,
     whose tiles take a stage's shared memory too, on one stage (2 stages of 128 x 64 at head dim
     80 needed 249856 bytes with one on sm_90, Triton 3.6, V split ahead)."""
     tiles, two = next((t, two) for top, t, two in _SPLIT_TILES if d <= top)
@@ -414,13 +415,18 @@ def column_blocks(d: int) -> dict:
 # blocks) ran no faster on an H100 (2026-11-27 08:56 UTC, benchmarks/sweeps/attention_f32_shapes.py
 # with the order as an option, since removed): float32 causal 4x16x1024x128 0.445 ms against 0.444,
 # 2x16x4096x64 1.437 against 1.474, 1x16x2048x80 0.455 against 0.445
-# The head dims' powers of two (BLOCK_D) the split forward takes; the sweep's --columns times it at 64
-SPLIT_BLOCK_DS = (128,)
+# The head dims' powers of two (BLOCK_D) the split forward takes. At 64 it ran faster than Triton's
+# own tf32x3 there (the sweep's --integrated --causal --columns, H100, 2026-11-27 11:12 UTC; torch's
+# float32 SDPA in brackets): 8x16x1024x64 0.530 ms against 0.669 (1.040), causal 0.362 against 0.427
+# (0.625); 16x8x512x64 0.155 against 0.179 (0.276); 2x16x4096x64 1.874 against 2.482 (3.961),
+# causal 1.138 against 1.462 (2.281); 128 x 64 tiles on 8 warps and 3 stages, of 2 stages and
+# 64 x 64 on 4 warps
+SPLIT_BLOCK_DS = (64, 128)
 
 
 def _split_forward(cfg: dict, block_n, tiles) -> bool:
     """Whether this float32 forward takes the split-operand kernel (SPLIT): tf32x3 products, head
-    dims 65..128, tiles not named by the caller."""
+    dims 33..128, tiles not named by the caller."""
     return cfg.get("PREC") == "tf32x3" and cfg["BLOCK_D"] in SPLIT_BLOCK_DS and block_n is None and not tiles
 
 
