@@ -27,7 +27,7 @@ from cudakit.kernels import attention as host  # noqa: E402
 DIVISIBLE = {"Lq", "Lk", "DLO", "DHI", "TQ", "TK", "BH0", "sb_b", "sb_h", "sb_q", "sb_k", "sd_b", "sd_h", "sd_q",
              "sd_k", "DSEED_LO", "DSEED_HI", "DTHRESH"}
 FLOATS = {"qk_scale", "sm_scale", "DSCALE"}
-DATA = {"Q", "K", "V", "VLO", "O", "DO", "DK", "DV", "DQ", "BIAS"}   # the data's own dtype
+DATA = {"Q", "K", "V", "O", "DO", "DK", "DV", "DQ", "BIAS"}   # the data's own dtype
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
@@ -80,9 +80,9 @@ def main(dtype: str = "float32", d: int = 128) -> None:
     ptr = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}[dtype]
     cfg = host._config(dtype, d, None)
     plain = dict(D=d, HAS_LENS=False, HAS_BIAS=False, VARLEN=False, DROPOUT=False)
-    fwd = dict(cfg, SPLIT=False)
+    fwd = dict(cfg, SPLIT=False, BLOCK_D2=0)
     if host._split_forward(cfg, None, None):
-        fwd.update(host._SPLIT_TILES, SPLIT=True)
+        fwd.update(host._split_tiles(d))
     for left in (True, False):
         spills(f"attn_fwd {dtype} d={d} LEFT={left}", src.attn_fwd, fwd, ptr, POS_SCALE=True, LEFT=left, **plain)
     kv, qc = host._backward_configs(dtype, cfg)
