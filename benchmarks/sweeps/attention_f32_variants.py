@@ -154,8 +154,9 @@ def fwd_split_cfgs(d):
 # at 64 also against Triton's own tf32x3 (the split forward off)
 COLUMN_TILES = {64: [((128, 64, 8, 3), False), ((128, 64, 8, 2), False), ((64, 64, 4, 3), False)],
                 80: [((128, 64, 8, 3), True), ((128, 64, 8, 2), True)],
-                96: [((128, 64, 8, 1), True), ((128, 64, 8, 2), True)],
-                128: [((128, 64, 8, 1), False), ((128, 64, 8, 1), True)]}
+                96: [((128, 64, 8, 1), True), ((128, 64, 8, 2), True), ((128, 32, 8, 2), True), ((128, 32, 8, 3), True)],
+                128: [((128, 64, 8, 1), False), ((128, 64, 8, 1), True), ((128, 32, 8, 2), True),
+                      ((128, 32, 8, 2), False)]}
 
 
 def report(label, fns, flops):
