@@ -388,7 +388,10 @@ def _blhd_ok(*arrays) -> bool:
 # against 0.353). Earlier, V split ahead, 2 stages ran 1x16x2048x80 in 0.354 ms against 0.507 in one
 # block of 128 on one (10:50 UTC). Other tiles at one block of 128: 128 x 64 stayed the fastest of
 # 128 x 32 on 8 warps, 64 x 32 on 4 (2 stages), 64 x 64 and 64 x 128 on 4 (09:03 UTC); with two
-# blocks at 96, of 128 x 32 on 2 stages and 64 x 64 on 4 or 8 warps, 2 stages (10:45 UTC).
+# blocks at 96, of 128 x 32 on 2 stages and 64 x 64 on 4 or 8 warps, 2 stages (10:45 UTC); with V
+# split in the kernel, 128 x 32 on 2 or 3 stages (which then fit) ran slower at 96 and 128: 11:50 UTC,
+# 4x32x512x96 0.264 ms (3 stages) against 0.222, causal 0.216 against 0.183; 4x16x1024x128 0.592
+# (one block) against 0.481, causal 0.455 (two blocks) against 0.352.
 _SPLIT_TILES = ((64, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}, False),
                 (80, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}, True),
                 (96, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, True),
