@@ -310,7 +310,7 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
     sys.exit(0)
 if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attention.py _SPLIT_TILES) only
     warm = torch.randn(8192, 8192, device="cuda")   # the GPU's clocks up first: the first shape ran up to
-    end = time.perf_counter() + 2                    # 1.6x slower without (H100, 2026-11-27 10:40 UTC)
+    end = time.perf_counter() + 2                    # 1.6x slower without (H100, 2026-11-27 10:29 UTC)
     while time.perf_counter() < end:
         warm @ warm
         torch.cuda.synchronize()

@@ -373,7 +373,7 @@ def _blhd_ok(*arrays) -> bool:
 # Split ahead into parts, K and V ran slower than split in the kernel, since the tiles pass through
 # registers anyway and the kernel reads one array, not two (the sweep's --integrated --causal
 # [--columns], H100, 2026-11-27): K at 09:20 UTC, 4x16x1024x128 0.495 ms in the kernel against
-# 0.557, 4x8x2048x128 0.902 against 0.988; V at 10:58 UTC, 4x32x512x96 0.220 ms against 0.289 (torch
+# 0.557, 4x8x2048x128 0.902 against 0.988; V at 10:44 UTC, 4x32x512x96 0.220 ms against 0.289 (torch
 # 0.375), 2x16x2048x96 0.729 against 0.962 (torch 1.402), causal 0.507 against 0.599 (torch 0.817),
 # 4x16x1024x112 0.479 against 0.530 (torch 0.783), 4x8x2048x128 0.902 against 0.918, causal 0.622
 # against 0.645 (torch 0.900), its transpose pass 0.027 ms against the split pass's 0.040. V split in
@@ -382,14 +382,14 @@ def _blhd_ok(*arrays) -> bool:
 # (largest head dim, tiles, columns in two blocks) of the split forward, the first entry covering
 # the head dim. Two blocks: 64 columns and the rest's power of two (at least 16, the products'
 # least) instead of one of 128 (attn_fwd's BLOCK_D2), which skips padded columns and leaves room for
-# more stages at head dims up to 80. 10:58 UTC: 1x16x2048x80 0.332 ms on 3 stages, 0.352 on 2 (torch
+# more stages at head dims up to 80. 10:44 UTC: 1x16x2048x80 0.332 ms on 3 stages, 0.352 on 2 (torch
 # 0.721), causal 0.295, 0.300 (torch 0.474); at 96, one stage: 4x32x512x96 0.220 against 0.241 on 2;
 # at 112 and 128 one block of 128 ran even with two (4x16x1024x128 0.475 against 0.481, causal 0.357
 # against 0.353). Earlier, V split ahead, 2 stages ran 1x16x2048x80 in 0.354 ms against 0.507 in one
-# block of 128 on one (10:50 UTC). Other tiles at one block of 128: 128 x 64 stayed the fastest of
+# block of 128 on one (10:23 UTC). Other tiles at one block of 128: 128 x 64 stayed the fastest of
 # 128 x 32 on 8 warps, 64 x 32 on 4 (2 stages), 64 x 64 and 64 x 128 on 4 (09:03 UTC); with two
-# blocks at 96, of 128 x 32 on 2 stages and 64 x 64 on 4 or 8 warps, 2 stages (10:45 UTC); with V
-# split in the kernel, 128 x 32 on 2 or 3 stages (which then fit) ran slower at 96 and 128: 11:50 UTC,
+# blocks at 96, of 128 x 32 on 2 stages and 64 x 64 on 4 or 8 warps, 2 stages (10:33 UTC); with V
+# split in the kernel, 128 x 32 on 2 or 3 stages (which then fit) ran slower at 96 and 128: 11:15 UTC,
 # 4x32x512x96 0.264 ms (3 stages) against 0.222, causal 0.216 against 0.183; 4x16x1024x128 0.592
 # (one block) against 0.481, causal 0.455 (two blocks) against 0.352.
 _SPLIT_TILES = ((64, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}, False),
@@ -419,7 +419,7 @@ def column_blocks(d: int) -> dict:
 # with the order as an option, since removed): float32 causal 4x16x1024x128 0.445 ms against 0.444,
 # 2x16x4096x64 1.437 against 1.474, 1x16x2048x80 0.455 against 0.445
 # The head dims' powers of two (BLOCK_D) the split forward takes. At 64 it ran faster than Triton's
-# own tf32x3 there (the sweep's --integrated --causal --columns, H100, 2026-11-27 11:12 UTC; torch's
+# own tf32x3 there (the sweep's --integrated --causal --columns, H100, 2026-11-27 10:52 UTC; torch's
 # float32 SDPA in brackets): 8x16x1024x64 0.530 ms against 0.669 (1.040), causal 0.362 against 0.427
 # (0.625); 16x8x512x64 0.155 against 0.179 (0.276); 2x16x4096x64 1.874 against 2.482 (3.961),
 # causal 1.138 against 1.462 (2.281); 128 x 64 tiles on 8 warps and 3 stages, of 2 stages and
