@@ -136,9 +136,8 @@ def test_errors(rng):
 def test_the_split_float32_forward_is_chosen_where_it_was_measured_faster():
     """The float32 forward transposes V once per call and splits K's and V's tiles in the kernel
     (SPLIT) under tf32x3 at head dims 33..128 with the shipped tiles; Triton's own products
-    elsewhere: 16-bit data,
-    head dims up to 32, 129..256, ieee and tf32, flash_attention's block sizes and
-    explicit tiles."""
+    elsewhere: 16-bit data, head dims up to 32, 129..256, ieee and tf32, flash_attention's block
+    sizes and explicit tiles."""
     from cudakit.kernels import attention as at
     old = cudakit.set_float32_precision("tf32x3")
     try:

@@ -182,19 +182,6 @@ def _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A: tl.constexpr, M
 
 
 @triton.jit
-def _long_steps(acc, A, a_base, BHI, BLO, bh, rows, offs_k, offs_d, k_lo, k_hi, LKP, KP, Lq, Lk, DLO, DHI,
-                DP: tl.constexpr, BLOCK_K: tl.constexpr, TRANS_A: tl.constexpr, MASK: tl.constexpr):
-    """acc + op(A)[rows, k_lo:k_hi] B[k_lo:k_hi] (k_lo a multiple of BLOCK_K), A's entries masked
-    by visibility when MASK."""
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        ks = k0 + offs_k
-        a_hi, a_lo = _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A, MASK)
-        b_hi, b_lo = _b_tile(BHI, BLO, bh, ks, offs_d, KP, DP)
-        acc = _dot3(a_hi, a_lo, b_hi, b_lo, acc)
-    return acc
-
-
-@triton.jit
 def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: B's parts [BH, DP, KP]; C: [BH, M, D]
              scale, M, Lq, Lk, LQP, LKP, KP, DLO, DHI,
              D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,

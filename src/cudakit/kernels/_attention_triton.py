@@ -190,12 +190,12 @@ def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
 def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C, L] (TRANS)
                C: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr, TRANS: tl.constexpr,
                PARTS: tl.constexpr = True):
-    """X's TF32 parts (HI) and remainders (LO, also TF32): the float32 forward's V split once per
-    call (SPLIT), not per product. One program per (matrix r, BLOCK_L rows). TRANS: written
-    transposed, so that the tensor cores, which take 32-bit operands only contiguous along the
-    reduced axis, read V's [keys, D] tiles in place (the tile is transposed on chip: a store of
-    one row per thread, L apart, ran the forward 0.7 ms slower at B4 H8 S2048 D128 on an H100).
-    PARTS False: X itself to HI (transposed), LO not written. Memory traffic: 12 bytes an element
+    """X's TF32 parts (HI) and remainders (LO, also TF32), or with PARTS False X itself to HI (LO
+    not written): the float32 forward's V transposed once per call (SPLIT). One program per
+    (matrix r, BLOCK_L rows). TRANS: written transposed, so that the tensor cores, which take
+    32-bit operands only contiguous along the reduced axis, read V's [keys, D] tiles in place (the
+    tile is transposed on chip: a store of one row per thread, L apart, ran the forward 0.7 ms
+    slower at B4 H8 S2048 D128 on an H100). Memory traffic: 12 bytes an element
     (8 without PARTS)."""
     r = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * BLOCK_L + tl.arange(0, BLOCK_L)
@@ -258,6 +258,19 @@ def _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows
 
 
 @triton.jit
+def _block_masks(cols, ok, Lk, MASK: tl.constexpr):
+    """(K^T tile mask [columns, keys], V tile mask [keys, columns], keys inside Lk) of the key block
+    `cols` over head-dim columns `ok`; the keys are masked only with MASK."""
+    n_ok = cols < Lk
+    k_mask = ok[:, None]
+    v_mask = ok[None, :]
+    if MASK:
+        k_mask = k_mask & n_ok[None, :]
+        v_mask = v_mask & n_ok[:, None]
+    return k_mask, v_mask, n_ok
+
+
+@triton.jit
 def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
                Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
                D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
@@ -267,12 +280,7 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_
     its tiles); K's and V's tiles are split here, once each: tf32x3 products, not Triton's own
     tf32x3, which splits both operands of every product (p and V's tile each twice)."""
     cols = start_n + offs_n
-    kt_mask = d_ok[:, None]
-    v_mask = d_ok[None, :]
-    if MASK:
-        n_ok = cols < Lk
-        kt_mask = kt_mask & n_ok[None, :]
-        v_mask = v_mask & n_ok[:, None]
+    kt_mask, v_mask, _ = _block_masks(cols, d_ok, Lk, MASK)
     kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
     if SPLIT:   # (the tile goes through registers either way at one stage)
         kt, kt_lo = _tf32_parts(kt)
@@ -304,12 +312,8 @@ def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, sta
     hold the first block's columns, q2, q2_lo and acc2 the second's. The scores sum both blocks'
     products; one set of probabilities multiplies both blocks of V."""
     cols = start_n + offs_n
-    k2_mask = d2_ok[:, None]
-    v2_mask = d2_ok[None, :]
+    k2_mask, v2_mask, n_ok = _block_masks(cols, d2_ok, Lk, MASK)
     if MASK:
-        n_ok = cols < Lk
-        k2_mask = k2_mask & n_ok[None, :]
-        v2_mask = v2_mask & n_ok[:, None]
         kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=n_ok[None, :], other=0.0)
     else:
         kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None])

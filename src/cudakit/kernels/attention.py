@@ -16,6 +16,7 @@ import math
 
 from .. import config
 from ..runtime import _cupy
+from .attention_materialized import head_block
 
 MAX_HEAD_DIM = 256   # the Triton kernels' head dims (129..256 on narrower tiles: _wide_config)
 KEY_BLOCKS = (16, 32, 64, 128)   # the block sizes flash_attention's block_size may name
@@ -134,7 +135,7 @@ def _config(dtype_name: str, d: int, block_n: int | None) -> dict:
     64 x 32 on 4 warps, since wider tiles spill. Chosen on an H100 (benchmarks/sweeps/attention_variants.py,
     2026-11-23: at head_dim 64, 8 warps and 4 stages ran 4% faster than 4 warps and 3 stages; the
     float32 tiles 2026-11-25, GPU-f25e6ffe: 1.33x and 1.16x the 64 x 32 tiles' speed under tf32x3)."""
-    block_d = max(16, 1 << (d - 1).bit_length())
+    block_d = head_block(d)
     if block_d > 128:   # head dims 129..256: smaller tiles fit the 256-wide q, k, v rows in shared memory
         return _wide_config(dtype_name, block_n, block_d)
     if dtype_name == "float32":
@@ -403,7 +404,7 @@ def _split_tiles(d: int, bias: bool = False) -> dict:
     whose tiles take a stage's shared memory too, on one stage (2 stages of 128 x 64 at head dim
     80 needed 249856 bytes with one on sm_90, Triton 3.6, V split ahead)."""
     tiles, two = next((t, two) for top, t, two in _SPLIT_TILES if d <= top)
-    t = dict(tiles, SPLIT=True, **(column_blocks(d) if two and d > 64 else {}))
+    t = dict(tiles, SPLIT=True, **(column_blocks(d) if two else {}))
     if bias:
         t["num_stages"] = 1
     return t
@@ -411,7 +412,7 @@ def _split_tiles(d: int, bias: bool = False) -> dict:
 
 def column_blocks(d: int) -> dict:
     """attn_fwd's two column blocks for head dim d (65..128): 64 and the rest's power of two."""
-    return {"BLOCK_D": 64, "BLOCK_D2": max(16, 1 << (d - 65).bit_length())}
+    return {"BLOCK_D": 64, "BLOCK_D2": head_block(d - 64)}
 
 
 # Causal forwards taking each batch*head's row blocks longest first (so the grid's tail ends on short
