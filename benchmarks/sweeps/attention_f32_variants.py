@@ -10,10 +10,12 @@ materialised backward (kernels/attention_materialized.py) with its FUSED_PREP, L
 option flipped or other score or long-product tiles, and each of its launches timed alone,
 against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
---integrated [--causal] [--all-tiles | --columns]: the shipped split forward (head dims 33..128) on
-other tiles, and its split pass (V's) alone; with --causal causal forwards too; --columns: at head
-dims 65..128, its columns in one block of 128 or two (64 and the rest) on the tiles of COLUMN_TILES;
-at head dims up to 64 also Triton's own tf32x3 products.
+--integrated [--causal] [--all-tiles | --columns | --order]: the shipped split forward (head dims
+33..128) on other tiles, and its split pass (V's) alone; with --causal causal forwards too; --columns:
+at head dims 65..128, its columns in one block of 128 or two (64 and the rest) on the tiles of
+COLUMN_TILES; at head dims up to 64 also Triton's own tf32x3 products; --order: the shipped tiles
+only, and causal forwards in the grid's program order and longest first over groups of batch*heads
+(kernels/attention.py CAUSAL_GROUP).
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -350,6 +352,17 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
             tiles = [(t, mine[1]) for t in tiles]
             if "--columns" in argv:   # the columns in one block of 128 or two (64 and the rest), other tiles
                 tiles = COLUMN_TILES[min(c for c in COLUMN_TILES if c >= d)]
+            if "--order" in argv:   # the shipped tiles only, the causal forward's program orders instead
+                tiles = []
+                shipped_group = at.CAUSAL_GROUP
+                for group in (0, 8, 16, 32, 1 << 20) if causal else ():
+                    def ordered(group=group):
+                        at.CAUSAL_GROUP = group
+                        try:
+                            return at.forward(q, k, v, d ** -0.5, causal, "float32")
+                        finally:
+                            at.CAUSAL_GROUP = shipped_group
+                    fns[f"longest first, groups of {group} batch*heads" if group else "grid order"] = ordered
             for t, two in dict.fromkeys([mine] + list(tiles)):
                 fns[f"integrated {t}{' two column blocks' if two else ' one column block'}"
                     + (" shipped" if (t, two) == mine else "")] = with_tiles(

@@ -360,6 +360,26 @@ def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, l
 
 
 @triton.jit
+def _row_block(LPT: tl.constexpr):
+    """(row block, batch*head) of this forward program: LPT = 0, the grid's (row blocks along x,
+    batch*heads along y); LPT > 0 (causal forwards, whose last row blocks see the most keys), the
+    programs in launch order (x fastest, the order the GPU hands them out) over groups of LPT
+    batch*heads, each group's row blocks longest first, so that the launch ends on its shortest
+    blocks, not on long ones that leave the other SMs idle; a group's keys stay in L2 meanwhile."""
+    if LPT == 0:
+        return tl.program_id(0), tl.program_id(1).to(tl.int64)
+    else:
+        n_m = tl.num_programs(0)
+        nbh = tl.num_programs(1)
+        pid = tl.program_id(1).to(tl.int64) * n_m + tl.program_id(0)
+        span = LPT * n_m
+        g = pid // span
+        r = pid - g * span
+        size = tl.minimum(nbh - g * LPT, LPT)   # (the last group may be smaller)
+        return (n_m - 1 - r // size).to(tl.int32), g * LPT + r % size
+
+
+@triton.jit
 def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
                                          # SPLIT: V v transposed, [BH, D, Lk]
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
@@ -373,12 +393,12 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
              DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
-             BLOCK_D2: tl.constexpr = 0):
+             BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0):
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
-    skip the padding a 128-wide block carries (up to 48 of its 128 columns)."""
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
+    skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
+    order of _row_block (0: the grid's own)."""
+    start_m, bh = _row_block(LPT)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)

@@ -445,6 +445,17 @@ def _transpose_v(v, block_d: int):
     return vt
 
 
+# Batch*heads a group of the causal split forward's longest-first program order (attn_fwd's LPT,
+# _row_block); 0: the grid's own order.
+CAUSAL_GROUP = 32
+
+
+def _order(cfg: dict, dlo: int, dhi: int) -> int:
+    """attn_fwd's LPT: CAUSAL_GROUP for the split float32 forward under keys bounded above only (a
+    causal mask: each row block sees more keys than the one before), else 0."""
+    return CAUSAL_GROUP if cfg.get("SPLIT") and dlo <= -_UNBOUNDED < dhi < _UNBOUNDED else 0
+
+
 def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
@@ -471,7 +482,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
              *_NO_VARLEN(lse, groups), *_drop_args(masks)),
             dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
-                 HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED), bh0=True)
+                 HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
+                 LPT=_order(cfg, dlo, dhi)), bh0=True)
     return out, lse
 
 
