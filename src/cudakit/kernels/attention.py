@@ -415,8 +415,8 @@ def column_blocks(d: int) -> dict:
     return {"BLOCK_D": 64, "BLOCK_D2": head_block(d - 64)}
 
 
-# Causal forwards taking each batch*head's row blocks longest first (so the grid's tail ends on short
-# blocks) ran no faster on an H100 (2026-11-27 08:56 UTC, benchmarks/sweeps/attention_f32_shapes.py
+# Causal forwards taking each batch*head's row blocks longest first in the grid's order (batch*heads
+# one after another, so the launch still ended on one batch*head's long blocks) ran no faster on an H100 (2026-11-27 08:56 UTC, benchmarks/sweeps/attention_f32_shapes.py
 # with the order as an option, since removed): float32 causal 4x16x1024x128 0.445 ms against 0.444,
 # 2x16x4096x64 1.437 against 1.474, 1x16x2048x80 0.455 against 0.445
 # The head dims' powers of two (BLOCK_D) the split forward takes. At 64 it ran faster than Triton's
@@ -446,7 +446,14 @@ def _transpose_v(v, block_d: int):
 
 
 # Batch*heads a group of the causal split forward's longest-first program order (attn_fwd's LPT,
-# _row_block); 0: the grid's own order.
+# _row_block); 0: the grid's own order. In the grid's order the launch ended on long row blocks
+# (those of the last batch*heads) while other SMs idled; longest first over groups of 32 ran
+# causal forwards faster on an H100 (2026-11-27 11:58 UTC, benchmarks/sweeps/attention_f32_variants.py
+# --integrated --causal --order; grid order, then groups of 32, torch's float32 SDPA in brackets):
+# 4x16x1024x128 0.353 ms, 0.314 (0.481); 4x16x1024x112 0.354, 0.301 (0.484); 1x16x2048x80 0.295,
+# 0.194 (0.471); 8x16x1024x64 0.363, 0.331 (0.633); 4x8x2048x128 0.616, 0.528 (0.892); 4x32x512x96
+# 0.181, 0.169 (0.250). Groups of 16 ran within 1% of 32, all batch*heads in one group up to 5%
+# slower (4x32x512x96 0.177), groups of 8 up to 11% slower.
 CAUSAL_GROUP = 32
 
 
