@@ -85,9 +85,11 @@ def main(dtype: str = "float32", d: int = 128) -> None:
         fwd.update(host._split_tiles(d))
     for left in (True, False):
         spills(f"attn_fwd {dtype} d={d} LEFT={left}", src.attn_fwd, fwd, ptr, POS_SCALE=True, LEFT=left, **plain)
-    if fwd.get("SPLIT"):   # a causal forward's longest-first order (the kernel computes its row block)
-        spills(f"attn_fwd {dtype} d={d} LEFT=False LPT={host.CAUSAL_GROUP}", src.attn_fwd,
-               dict(fwd, LPT=host.CAUSAL_GROUP), ptr, POS_SCALE=True, LEFT=False, **plain)
+    causal = dict(fwd, LPT=host.CAUSAL_GROUP)   # a causal forward: longest first, its own tiles (split)
+    if fwd.get("SPLIT"):
+        causal.update(host._split_tiles(d, causal=True))
+    spills(f"attn_fwd {dtype} d={d} LEFT=False LPT={host.CAUSAL_GROUP}", src.attn_fwd, causal, ptr,
+           POS_SCALE=True, LEFT=False, **plain)
     kv, qc = host._backward_configs(dtype, cfg)
     spills(f"attn_bwd_dkdv {dtype} d={d}", src.attn_bwd_dkdv, kv, ptr, EVEN_Q=True, **plain)
     spills(f"attn_bwd_dq {dtype} d={d}", src.attn_bwd_dq, qc, ptr, DB_MODE=0, DBQ=True, DBK=True, **plain)

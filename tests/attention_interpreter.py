@@ -54,15 +54,15 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     cfg = dict(host._config(dtype, d, None), **(fwd_tiles or {}))
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
     fv, fcfg = v, dict(cfg)
+    dlo, dhi = host.key_bounds(lq, lk, causal, window)
     if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 33..128: V transposed first
-        fcfg.update(host._split_tiles(d, bias is not None))
+        fcfg.update(host._split_tiles(d, bias is not None, host._bounded_above(dlo, dhi)))
         fv = np.full((k.shape[0], d, lk), np.nan, np.float32)
         kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (v, fv, fv)), lk, C=d, BLOCK_L=32,
                                                              BLOCK_C=cfg["BLOCK_D"], TRANS=True, PARTS=False)
     out, dq = np.full_like(q, 7.0), np.full_like(q, 7.0)
     dk, dv = (np.full((bh, lk, d), 7.0, k.dtype) for _ in range(2))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
-    dlo, dhi = host.key_bounds(lq, lk, causal, window)
     has = lens is not None
     lens_t = _Tensor(np.asarray(lens, np.int64) if has else np.zeros(1, np.int64))
     err_t = _Tensor(np.zeros(8, np.int64) if err is None else err)
@@ -79,7 +79,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]), bh)](
         *map(_Tensor, (q, k, fv, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
         *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
-        LEFT=dlo > -(1 << 30), LPT=host._order(fcfg, dlo, dhi), **_tiles(fcfg))
+        LEFT=dlo > -(1 << 30), LPT=host._order(dlo, dhi), **_tiles(fcfg))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)

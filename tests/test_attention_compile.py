@@ -45,6 +45,7 @@ split = host._split_forward(cfg, block_n, None)   # the float32 forward that tak
 fwd_cfg = dict(cfg, **host._split_tiles(d, bias)) if split else dict(cfg, SPLIT=False)
 fwd_cfg["LEFT"] = False   # no window: the loops start at key 0 (what the host passes then)
 fwd_cfg.setdefault("BLOCK_D2", 0)
+fwd_cfg["LPT"] = host.CAUSAL_GROUP if causal else 0   # a causal forward's longest-first program order
 out = {}
 for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}

@@ -10,8 +10,9 @@ materialised backward (kernels/attention_materialized.py) with its FUSED_PREP, L
 option flipped or other score or long-product tiles, and each of its launches timed alone,
 against torch, the flash kernels and backward()'s own choice, plain and causal, after its and the
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
---integrated [--causal] [--all-tiles | --columns | --order]: the shipped split forward (head dims
-33..128) on other tiles, and its split pass (V's) alone; with --causal causal forwards too; --columns:
+--integrated [--causal | --only-causal] [--all-tiles | --columns | --order]: the shipped split forward
+(head dims 33..128) on other tiles, and its split pass (V's) alone; with --causal causal forwards too
+(--only-causal: those alone); --columns:
 at head dims 65..128, its columns in one block of 128 or two (64 and the rest) on the tiles of
 COLUMN_TILES; at head dims up to 64 also Triton's own tf32x3 products; --order: the shipped tiles
 only, and causal forwards in the grid's program order and longest first over groups of batch*heads
@@ -317,7 +318,7 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
         warm @ warm
         torch.cuda.synchronize()
     for b, h, L, d in shapes:
-        for causal in (False, True) if "--causal" in argv else (False,):
+        for causal in ((True,) if "--only-causal" in argv else (False, True) if "--causal" in argv else (False,)):
             rng = cp.random.default_rng(0)
             q, k, v = (rng.standard_normal((b * h, L, d), dtype=cp.float32) for _ in range(3))
             tq, tk, tv = (torch.from_dlpack(a).view(b, h, L, d) for a in (q, k, v))
@@ -338,17 +339,18 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
 
             def with_tiles(t, two):
                 def f():
-                    at._split_tiles = lambda d, bias=False: dict(t, SPLIT=True,
-                                                                 **(at.column_blocks(d) if two else {}))
+                    at._split_tiles = lambda d, bias=False, causal=False: dict(
+                        t, SPLIT=True, **(at.column_blocks(d) if two else {}))
                     try:
                         return at.forward(q, k, v, d ** -0.5, causal, "float32")
                     finally:
                         at._split_tiles, at.SPLIT_BLOCK_DS = shipped, shipped_blocks
                 return f
-            mine = shipped(d)
+            mine = shipped(d, causal=causal)
             mine = ((mine["BLOCK_M"], mine["BLOCK_N"], mine["num_warps"], mine["num_stages"]), "BLOCK_D2" in mine)
             tiles = ((128, 64, 8, 1), (128, 32, 8, 1), (64, 32, 4, 2)) if "--all-tiles" not in argv else (
-                (128, 64, 8, 1), (128, 32, 8, 1), (64, 64, 4, 1), (64, 32, 4, 2), (64, 128, 4, 1))
+                (128, 64, 8, 1), (128, 32, 8, 1), (64, 64, 4, 1), (64, 64, 4, 2), (64, 32, 4, 1), (64, 32, 4, 2),
+                (64, 128, 4, 1))
             tiles = [(t, mine[1]) for t in tiles]
             if "--columns" in argv:   # the columns in one block of 128 or two (64 and the rest), other tiles
                 tiles = COLUMN_TILES[min(c for c in COLUMN_TILES if c >= d)]
