@@ -147,6 +147,10 @@ def test_the_split_float32_forward_is_chosen_where_it_was_measured_faster():
         assert [at._split_tiles(d).get("BLOCK_D2", 0) for d in (40, 64, 65, 80, 81, 96, 97, 128)] == [
             0, 0, 16, 16, 32, 32, 0, 0]
         assert at._split_tiles(80, bias=True)["num_stages"] == 1
+        # causal forwards at head dims 81..96 on 64-row tiles (two column blocks still), elsewhere as plain ones
+        assert [at._split_tiles(d, causal=True)["BLOCK_M"] for d in (64, 80, 81, 96, 97, 128)] == [
+            128, 128, 64, 64, 128, 128]
+        assert at._split_tiles(90, causal=True)["BLOCK_D2"] == 32
         assert not at._split_forward(at._config("bfloat16", 128, None), None, None)
         assert not at._split_forward(at._config("float32", 128, 64), 64, None)
         assert not at._split_forward(at._config("float32", 128, None), None, {"BLOCK_M": 64})

@@ -12,7 +12,7 @@ against torch, the flash kernels and backward()'s own choice, plain and causal, 
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
 --integrated [--causal | --only-causal] [--all-tiles | --columns | --order]: the shipped split forward
 (head dims 33..128) on other tiles, and its split pass (V's) alone; with --causal causal forwards too
-(--only-causal: those alone); --columns:
+(--only-causal: those alone); --tiles MxNxWxS,...: those tiles; --columns:
 at head dims 65..128, its columns in one block of 128 or two (64 and the rest) on the tiles of
 COLUMN_TILES; at head dims up to 64 also Triton's own tf32x3 products; --order: the shipped tiles
 only, and causal forwards in the grid's program order and longest first over groups of batch*heads
@@ -351,6 +351,8 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
             tiles = ((128, 64, 8, 1), (128, 32, 8, 1), (64, 32, 4, 2)) if "--all-tiles" not in argv else (
                 (128, 64, 8, 1), (128, 32, 8, 1), (64, 64, 4, 1), (64, 64, 4, 2), (64, 32, 4, 1), (64, 32, 4, 2),
                 (64, 128, 4, 1))
+            if "--tiles" in argv:   # e.g. --tiles 64x64x8x1,128x64x8x1 (BLOCK_M x BLOCK_N x warps x stages)
+                tiles = [tuple(int(x) for x in t.split("x")) for t in argv[argv.index("--tiles") + 1].split(",")]
             tiles = [(t, mine[1]) for t in tiles]
             if "--columns" in argv:   # the columns in one block of 128 or two (64 and the rest), other tiles
                 tiles = COLUMN_TILES[min(c for c in COLUMN_TILES if c >= d)]

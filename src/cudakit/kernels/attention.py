@@ -397,23 +397,28 @@ _SPLIT_TILES = ((64, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages
                 (80, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}, True),
                 (96, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, True),
                 (128, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}, False))
-# causal forwards past head dim 80 (the first entry covering it; below, _SPLIT_TILES'): 64 x 64
-# tiles on 4 warps, whose row blocks cross the diagonal on one key block, not two of which one is
-# three quarters masked, and twice as many programs share out the launch. Longest first (CAUSAL_GROUP),
-# 4x32x512x96 ran 0.153 ms against 0.169 on 128 x 64 (torch 0.252), while its plain forward ran
-# 0.222 against 0.218 (H100, 2026-11-27 12:08 UTC, attention_f32_variants.py --integrated --causal
-# --all-tiles)
-_SPLIT_CAUSAL_TILES = ((128, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}),)
+# causal forwards at head dims 81..96 (lo, hi, tiles): 64 x 64 tiles on 4 warps, whose row blocks
+# cross the diagonal on one key block, not two of which one is three quarters masked, and twice as
+# many programs share out the launch. Longest first (CAUSAL_GROUP), on an H100 (2026-11-27,
+# attention_f32_variants.py --integrated --causal --all-tiles, 12:08 UTC; --only-causal, 12:15 UTC;
+# torch's float32 SDPA in brackets): 4x32x512x96 0.153 ms against 0.169 on 128 x 64 (0.252), its
+# plain forward 0.222 against 0.218; 2x16x2048x96 0.408 against 0.431 (0.818). Past 96 they spilled
+# (64 local loads in the sm_90 SASS at 128 against 29, scripts/attention_sass.py) and ran slower
+# than 128 x 64: 4x16x1024x128 0.379 against 0.316 (0.480), 4x16x1024x112 0.374 against 0.304
+# (0.485), 4x8x2048x128 0.673 against 0.532 (0.900), 4x32x512x128 0.229 against 0.207 (0.275),
+# 1x8x4096x128 0.631 against 0.482 (0.990); 64 x 32 on 4 warps ran 0.209-0.586, 128 x 32 on 8
+# 0.237-0.632, 64 x 64 on 2 stages slower than on one.
+_SPLIT_CAUSAL_TILES = ((81, 96, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}),)
 
 
 def _split_tiles(d: int, bias: bool = False, causal: bool = False) -> dict:
     """The split float32 forward's tiles and flags at head dim d (33..128); bias: with a bias,
     whose tiles take a stage's shared memory too, on one stage (2 stages of 128 x 64 at head dim
     80 needed 249856 bytes with one on sm_90, Triton 3.6, V split ahead); causal: keys bounded
-    above only (_SPLIT_CAUSAL_TILES past head dim 80)."""
+    above only (_SPLIT_CAUSAL_TILES where they cover d)."""
     tiles, two = next((t, two) for top, t, two in _SPLIT_TILES if d <= top)
-    if causal and d > 80:
-        tiles = next(t for top, t in _SPLIT_CAUSAL_TILES if d <= top)
+    if causal:
+        tiles = next((t for lo, hi, t in _SPLIT_CAUSAL_TILES if lo <= d <= hi), tiles)
     t = dict(tiles, SPLIT=True, **(column_blocks(d) if two else {}))
     if bias:
         t["num_stages"] = 1
