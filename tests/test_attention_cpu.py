@@ -151,6 +151,9 @@ def test_the_split_float32_forward_is_chosen_where_it_was_measured_faster():
         assert [at._split_tiles(d, causal=True)["BLOCK_M"] for d in (64, 80, 81, 96, 97, 128)] == [
             128, 128, 64, 64, 128, 128]
         assert at._split_tiles(90, causal=True)["BLOCK_D2"] == 32
+        # grids of fewer 128-row blocks than SMs, past head dim 80: 64-row tiles
+        assert [at._split_tiles(d, blocks=b, sms=132)["BLOCK_M"] for d, b in ((128, 64), (128, 132), (96, 131),
+                                                                             (80, 10))] == [64, 128, 64, 128]
         assert not at._split_forward(at._config("bfloat16", 128, None), None, None)
         assert not at._split_forward(at._config("float32", 128, 64), 64, None)
         assert not at._split_forward(at._config("float32", 128, None), None, {"BLOCK_M": 64})

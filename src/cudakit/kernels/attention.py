@@ -409,16 +409,28 @@ _SPLIT_TILES = ((64, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages
 # 1x8x4096x128 0.631 against 0.482 (0.990); 64 x 32 on 4 warps ran 0.209-0.586, 128 x 32 on 8
 # 0.237-0.632, 64 x 64 on 2 stages slower than on one.
 _SPLIT_CAUSAL_TILES = ((81, 96, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}),)
+# past head dim 80, forwards whose 128-row blocks number fewer than the GPU's SMs (less than one
+# wave, at one program an SM): 64 x 64 tiles on 4 warps, twice the programs. On an H100 (132 SMs,
+# 2026-11-27 12:25 UTC, attention_f32_variants.py --integrated --causal --tiles; torch in brackets):
+# 1x8x1024x128 (64 blocks) 0.081 ms against 0.115 on 128 x 64 (0.099), causal 0.081 against 0.118
+# (0.097); 2x4x2048x96 (128 blocks) 0.191 against 0.193 (0.352); at 192 blocks (2x8x1536x128) they
+# ran 0.367 against 0.345 (0.447)
+_SPLIT_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 
 
-def _split_tiles(d: int, bias: bool = False, causal: bool = False) -> dict:
+def _split_tiles(d: int, bias: bool = False, causal: bool = False, blocks: int | None = None,
+                 sms: int | None = None) -> dict:
     """The split float32 forward's tiles and flags at head dim d (33..128); bias: with a bias,
     whose tiles take a stage's shared memory too, on one stage (2 stages of 128 x 64 at head dim
     80 needed 249856 bytes with one on sm_90, Triton 3.6, V split ahead); causal: keys bounded
-    above only (_SPLIT_CAUSAL_TILES where they cover d)."""
+    above only (_SPLIT_CAUSAL_TILES where they cover d); blocks, sms: the launch's 128-row blocks
+    (batch*heads times row blocks) and the GPU's SMs (_SPLIT_SMALL_GRID_TILES past head dim 80 where
+    blocks < sms)."""
     tiles, two = next((t, two) for top, t, two in _SPLIT_TILES if d <= top)
     if causal:
         tiles = next((t for lo, hi, t in _SPLIT_CAUSAL_TILES if lo <= d <= hi), tiles)
+    if d > 80 and blocks is not None and sms is not None and blocks < sms:
+        tiles = _SPLIT_SMALL_GRID_TILES
     t = dict(tiles, SPLIT=True, **(column_blocks(d) if two else {}))
     if bias:
         t["num_stages"] = 1
@@ -502,7 +514,9 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
             vv = _transpose_v(v, cfg["BLOCK_D"])
-            cfg.update(_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi)))
+            from ..runtime.device import get_device_info
+            cfg.update(_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi), bh * math.ceil(lq / 128),
+                                    get_device_info(q.data.device_id).multiprocessors))
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the transposed copy is v's bytes
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
