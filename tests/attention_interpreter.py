@@ -461,6 +461,12 @@ if __name__ == "__main__":
         host._SPLIT_TILES = ((top, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}, two),)
         check(1, 100, 130, top - 16, True, "float32", np.random.default_rng(0))
     host._SPLIT_TILES = shipped
+    # the split forward's tiles for grids of fewer row blocks than SMs (64 x 64, one block of 128 columns)
+    split_tiles = host._split_tiles
+    host._split_tiles = lambda d, bias=False, causal=False, *_: split_tiles(d, bias, causal, 1, 2)
+    for causal in (False, True):
+        check(1, 100, 130, 112, causal, "float32", np.random.default_rng(0))
+    host._split_tiles = split_tiles
     group = host.CAUSAL_GROUP   # the causal split forward's longest-first order, over groups of 2
     host.CAUSAL_GROUP = 2       # batch*heads and a last group of 1 (every output starts at 7.0)
     check(5, 130, 150, 48, True, "float32", np.random.default_rng(0))
@@ -468,5 +474,5 @@ if __name__ == "__main__":
     for case in MAT_CASES:
         check_materialized(*case)
     n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + 9)
+         + len(DROPOUT_CASES) + 11)
     print(f"{n} cases match the float64 reference")

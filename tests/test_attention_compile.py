@@ -35,14 +35,16 @@ from cudakit.kernels import _attention_triton as src
 from cudakit.kernels import attention as host
 
 dtype, d, causal, block_n = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]) or None
-bias = sys.argv[5:] == ["bias"]   # with a bias (its tiles take shared memory too)
-# causal: the key-lengths variant (HAS_LENS) here -- causal is a runtime bound (DLO, DHI) of every variant
+bias = "bias" in sys.argv[5:]   # with a bias (its tiles take shared memory too)
+small = "small" in sys.argv[5:]   # a grid of fewer 128-row blocks than SMs (the split forward's own tiles)
+# causal: the key-lengths variant (HAS_LENS), a causal forward's tiles and program order (LPT) here -- the
+# mask itself is a runtime bound (DLO, DHI) of every variant
 ty = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
 cfg = host._config(dtype, d, block_n)
 assert dtype != "float32" or cfg["PREC"] == __import__("os").environ.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3")
 kv, qc = host._backward_configs(dtype, cfg)
 split = host._split_forward(cfg, block_n, None)   # the float32 forward that takes K, V split (SPLIT)
-fwd_cfg = dict(cfg, **host._split_tiles(d, bias)) if split else dict(cfg, SPLIT=False)
+fwd_cfg = dict(cfg, **host._split_tiles(d, bias, causal, *((1, 2) if small else ()))) if split else dict(cfg, SPLIT=False)
 fwd_cfg["LEFT"] = False   # no window: the loops start at key 0 (what the host passes then)
 fwd_cfg.setdefault("BLOCK_D2", 0)
 fwd_cfg["LPT"] = host.CAUSAL_GROUP if causal else 0   # a causal forward's longest-first program order
@@ -80,7 +82,7 @@ def _shared_memory(code: str, args, env_extra=None) -> dict:
 @pytest.mark.parametrize("dtype,d,causal,block_n,prec", [
     ("bfloat16", 64, False, 0, ""), ("bfloat16", 128, True, 0, ""), ("float32", 128, False, 0, "ieee"),
     ("float32", 64, True, 0, "tf32x3"), ("float32", 128, False, 0, "tf32x3"), ("float32", 80, True, 0, "tf32x3"),
-    ("float32", 96, False, 0, "tf32x3"), ("float32", 64, False, 128, "tf32x3"),
+    ("float32", 96, False, 0, "tf32x3"), ("float32", 96, True, 0, "tf32x3"), ("float32", 64, False, 128, "tf32x3"),
     ("float32", 128, False, 128, "tf32"), ("float16", 128, False, 128, ""), ("float16", 40, True, 16, ""),
     ("bfloat16", 256, True, 0, ""), ("float32", 256, False, 128, "tf32x3"), ("float32", 160, True, 0, "ieee")])
 def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n, prec):
@@ -92,6 +94,13 @@ def test_attention_split_forward_with_bias_compiles_for_sm90():
     """The split float32 forward with a bias (its tiles one more load a stage) at head dim 80, whose
     plain tiles run 2 stages."""
     _shared_memory(_CODE, ("float32", 80, "0", 0, "bias"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
+
+
+@pytest.mark.parametrize("d", [96, 128])
+def test_attention_split_forward_small_grid_compiles_for_sm90(d):
+    """The split float32 forward's tiles for grids of fewer 128-row blocks than SMs (64 x 64, one
+    column block of 128 or two of 64 and 32), causal."""
+    _shared_memory(_CODE, ("float32", d, "1", 0, "small"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 
 _MAT_CODE = _COMPILE + r'''

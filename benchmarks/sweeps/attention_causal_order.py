@@ -29,7 +29,7 @@ shipped_order = at._order
 
 def ordered(group):
     """_order giving `group` to every causal forward (0: the grid's order)."""
-    def order(cfg, dlo, dhi):
+    def order(dlo, dhi):
         return group if dlo <= -at._UNBOUNDED < dhi < at._UNBOUNDED else 0
     return order
 

@@ -339,14 +339,16 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
 
             def with_tiles(t, two):
                 def f():
-                    at._split_tiles = lambda d, bias=False, causal=False: dict(
-                        t, SPLIT=True, **(at.column_blocks(d) if two else {}))
+                    at._split_tiles = lambda d, *args, **kw: dict(t, SPLIT=True,
+                                                                  **(at.column_blocks(d) if two else {}))
                     try:
                         return at.forward(q, k, v, d ** -0.5, causal, "float32")
                     finally:
                         at._split_tiles, at.SPLIT_BLOCK_DS = shipped, shipped_blocks
                 return f
-            mine = shipped(d, causal=causal)
+            from cudakit.runtime.device import get_device_info
+            mine = shipped(d, causal=causal, blocks=b * h * math.ceil(L / 128),
+                           sms=get_device_info().multiprocessors)
             mine = ((mine["BLOCK_M"], mine["BLOCK_N"], mine["num_warps"], mine["num_stages"]), "BLOCK_D2" in mine)
             tiles = ((128, 64, 8, 1), (128, 32, 8, 1), (64, 32, 4, 2)) if "--all-tiles" not in argv else (
                 (128, 64, 8, 1), (128, 32, 8, 1), (64, 64, 4, 1), (64, 64, 4, 2), (64, 32, 4, 1), (64, 32, 4, 2),

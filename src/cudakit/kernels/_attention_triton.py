@@ -369,7 +369,7 @@ def _row_block(LPT: tl.constexpr):
     if LPT == 0:
         return tl.program_id(0), tl.program_id(1).to(tl.int64)
     else:
-        n_m = tl.num_programs(0)
+        n_m = tl.num_programs(0).to(tl.int64)   # (LPT * n_m may pass 2^31)
         nbh = tl.num_programs(1)
         pid = tl.program_id(1).to(tl.int64) * n_m + tl.program_id(0)
         span = LPT * n_m

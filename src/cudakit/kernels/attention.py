@@ -442,10 +442,6 @@ def column_blocks(d: int) -> dict:
     return {"BLOCK_D": 64, "BLOCK_D2": head_block(d - 64)}
 
 
-# Causal forwards taking each batch*head's row blocks longest first in the grid's order (batch*heads
-# one after another, so the launch still ended on one batch*head's long blocks) ran no faster on an H100 (2026-11-27 08:56 UTC, benchmarks/sweeps/attention_f32_shapes.py
-# with the order as an option, since removed): float32 causal 4x16x1024x128 0.445 ms against 0.444,
-# 2x16x4096x64 1.437 against 1.474, 1x16x2048x80 0.455 against 0.445
 # The head dims' powers of two (BLOCK_D) the split forward takes. At 64 it ran faster than Triton's
 # own tf32x3 there (the sweep's --integrated --causal --columns, H100, 2026-11-27 10:52 UTC; torch's
 # float32 SDPA in brackets): 8x16x1024x64 0.530 ms against 0.669 (1.040), causal 0.362 against 0.427
@@ -480,7 +476,11 @@ def _transpose_v(v, block_d: int):
 # 4x16x1024x128 0.353 ms, 0.314 (0.481); 4x16x1024x112 0.354, 0.301 (0.484); 1x16x2048x80 0.295,
 # 0.194 (0.471); 8x16x1024x64 0.363, 0.331 (0.633); 4x8x2048x128 0.616, 0.528 (0.892); 4x32x512x96
 # 0.181, 0.169 (0.250). Groups of 16 ran within 1% of 32, all batch*heads in one group up to 5%
-# slower (4x32x512x96 0.177), groups of 8 up to 11% slower.
+# slower (4x32x512x96 0.177), groups of 8 up to 11% slower. Each batch*head's row blocks longest
+# first in the grid's order (batch*heads one after another, so the launch still ended on one
+# batch*head's long blocks) had run no faster (08:56 UTC, attention_f32_shapes.py with the order as
+# an option, since removed): 4x16x1024x128 0.445 ms against 0.444, 2x16x4096x64 1.437 against 1.474,
+# 1x16x2048x80 0.455 against 0.445.
 CAUSAL_GROUP = 32
 
 
@@ -500,6 +500,18 @@ def _order(dlo: int, dhi: int) -> int:
     return CAUSAL_GROUP if _bounded_above(dlo, dhi) else 0
 
 
+_sms: dict = {}   # device index -> its SMs
+
+
+def _multiprocessors(device: int) -> int:
+    """Device `device`'s SMs, looked up once (get_device_info checks the index with a runtime call)."""
+    n = _sms.get(device)
+    if n is None:
+        from ..runtime.device import get_device_info
+        n = _sms[device] = get_device_info(device).multiprocessors
+    return n
+
+
 def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
@@ -514,9 +526,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
             vv = _transpose_v(v, cfg["BLOCK_D"])
-            from ..runtime.device import get_device_info
             cfg.update(_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi), bh * math.ceil(lq / 128),
-                                    get_device_info(q.data.device_id).multiprocessors))
+                                    _multiprocessors(q.data.device_id)))
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the transposed copy is v's bytes
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
