@@ -80,7 +80,7 @@ def main(dtype: str = "float32", d: int = 128) -> None:
     ptr = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}[dtype]
     cfg = host._config(dtype, d, None)
     plain = dict(D=d, HAS_LENS=False, HAS_BIAS=False, VARLEN=False, DROPOUT=False)
-    fwd = dict(cfg, SPLIT=False, BLOCK_D2=0, LPT=0)
+    fwd = dict(cfg, SPLIT=False, BLOCK_D2=0, LPT=0, KSPLIT=1)
     if host._split_forward(cfg, None, None):
         fwd.update(host._split_tiles(d))
     for left in (True, False):
@@ -89,6 +89,8 @@ def main(dtype: str = "float32", d: int = 128) -> None:
     if fwd.get("SPLIT"):
         causal.update(host._split_tiles(d, causal=True))
     spills(f"attn_fwd {dtype} d={d} LEFT=False LPT={host.CAUSAL_GROUP}", src.attn_fwd, causal, ptr,
+           POS_SCALE=True, LEFT=False, **plain)
+    spills(f"attn_fwd {dtype} d={d} LEFT=False KSPLIT=2", src.attn_fwd, dict(fwd, KSPLIT=2), ptr,   # keys in parts
            POS_SCALE=True, LEFT=False, **plain)
     kv, qc = host._backward_configs(dtype, cfg)
     spills(f"attn_bwd_dkdv {dtype} d={d}", src.attn_bwd_dkdv, kv, ptr, EVEN_Q=True, **plain)

@@ -39,7 +39,7 @@ def _tiles(cfg):
 
 
 def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None, bias=None,
-         bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1, dropout=None):
+         bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1, dropout=None, splits=1):
     """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
     the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows. lens:
     int64 key lengths of each batch of `heads` consecutive [BH] entries; err: the error flag.
@@ -76,10 +76,16 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     dr = dropout is not None
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
-    kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]), bh)](
-        *map(_Tensor, (q, k, fv, out, lse)), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
+    fwd_out = (out, lse)
+    if splits > 1:   # the keys in parts (host._forward_in_parts): float32 workspaces, NaN where unwritten
+        fwd_out = (np.full((splits, bh, lq, d), np.nan, np.float32), np.full((splits, bh, lq), np.nan, np.float32))
+    kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]) * splits, bh)](
+        *map(_Tensor, (q, k, fv) + fwd_out), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
         *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
-        LEFT=dlo > -(1 << 30), LPT=host._order(dlo, dhi), **_tiles(fcfg))
+        LEFT=dlo > -(1 << 30), LPT=0 if splits > 1 else host._order(dlo, dhi), KSPLIT=splits, **_tiles(fcfg))
+    if splits > 1:
+        kernels.attn_fwd_combine[(math.ceil(lq / 32), bh)](*map(_Tensor, fwd_out + (out, lse)), lq, bh, D=d,
+                                                            KSPLIT=splits, BLOCK_M=32, BLOCK_D=host.head_block(d))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
@@ -94,11 +100,11 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     return out, lse, dq, dk, dv
 
 
-def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None, window=None, lens=None, heads=1):
-    case = (bh, lq, lk, d, causal, dtype, window, lens)
+def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None, window=None, lens=None, heads=1, splits=1):
+    case = (bh, lq, lk, d, causal, dtype, window, lens, splits)
     q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
     k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
-    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, fwd_tiles, window, lens, heads)
+    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, fwd_tiles, window, lens, heads, splits=splits)
     blens = None if lens is None else np.repeat(np.asarray(lens), heads)   # per [BH] entry
     out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, 1 / math.sqrt(d), causal, g, window, blens)
     tol = 2e-5 if dtype == "float32" else 4e-3
@@ -426,6 +432,15 @@ MASK_CASES = [((2, 70, 90, 24, False, "float32"), (10, 5), None, 1),
               ((2, 60, 140, 100, True, "float32"), (40, 10), [140, 0], 1),   # the split float32 forward
               ((2, 60, 140, 80, False, "float32"), (30, 20), [100, 7], 1)]
 
+# the forward with the keys in parts (attn_fwd's KSPLIT, attn_fwd_combine): (case, window, key lengths,
+# parts): the split float32 forward in one column block and two, causal parts past the diagonal
+# (no key: lse -inf, merged away), a window and a batch of no keys, parts beyond the only key block
+SPLIT_KEY_CASES = [((2, 130, 300, 128, False, "float32"), None, None, 2),
+                   ((1, 129, 200, 90, True, "float32"), None, None, 3),
+                   ((2, 60, 140, 100, True, "float32"), (40, 10), [140, 0], 2),
+                   ((1, 150, 170, 64, True, "float16"), None, None, 2),
+                   ((1, 65, 1, 8, False, "float32"), None, None, 4)]
+
 # forward tile overrides (flash_attention's block_size sets BLOCK_N): narrow and wide key blocks
 TILE_CASES = [((1, 150, 170, 64, True, "float16"), {"BLOCK_N": 16}),
               ((1, 150, 300, 64, False, "float16"), {"BLOCK_N": 128}),
@@ -442,6 +457,8 @@ if __name__ == "__main__":
         check(*case, np.random.default_rng(0), fwd_tiles=tiles)
     for case, window, lens, heads in MASK_CASES:
         check(*case, np.random.default_rng(0), window=window, lens=lens, heads=heads)
+    for case, window, lens, splits in SPLIT_KEY_CASES:
+        check(*case, np.random.default_rng(0), window=window, lens=lens, splits=splits)
     check_unseen_key_inf()
     check_bad_key_length()
     for case in BIAS_CASES:
@@ -473,6 +490,6 @@ if __name__ == "__main__":
     host.CAUSAL_GROUP = group
     for case in MAT_CASES:
         check_materialized(*case)
-    n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
+    n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + 11)
     print(f"{n} cases match the float64 reference")

@@ -37,6 +37,7 @@ from cudakit.kernels import attention as host
 dtype, d, causal, block_n = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]) or None
 bias = "bias" in sys.argv[5:]   # with a bias (its tiles take shared memory too)
 small = "small" in sys.argv[5:]   # a grid of fewer 128-row blocks than SMs (the split forward's own tiles)
+parts = 3 if "parts" in sys.argv[5:] else 1   # the keys in parts (KSPLIT), merged by attn_fwd_combine
 # causal: the key-lengths variant (HAS_LENS), a causal forward's tiles and program order (LPT) here -- the
 # mask itself is a runtime bound (DLO, DHI) of every variant
 ty = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
@@ -47,8 +48,15 @@ split = host._split_forward(cfg, block_n, None)   # the float32 forward that tak
 fwd_cfg = dict(cfg, **host._split_tiles(d, bias, causal, *((1, 2) if small else ()))) if split else dict(cfg, SPLIT=False)
 fwd_cfg["LEFT"] = False   # no window: the loops start at key 0 (what the host passes then)
 fwd_cfg.setdefault("BLOCK_D2", 0)
-fwd_cfg["LPT"] = host.CAUSAL_GROUP if causal else 0   # a causal forward's longest-first program order
+fwd_cfg["LPT"] = host.CAUSAL_GROUP if causal and parts == 1 else 0   # a causal forward's longest-first order
+fwd_cfg["KSPLIT"] = parts
 out = {}
+if parts > 1:   # (compiled only: it holds nothing in shared memory)
+    assert 0 <= shared_bytes(src.attn_fwd_combine, {"OW": "*fp32", "LW": "*fp32", "O": ty, "LSE": "*fp32",
+                                                         "Lq": "i32", "NBH": "i32", "D": "constexpr",
+                                                         "KSPLIT": "constexpr", "BLOCK_M": "constexpr",
+                                                         "BLOCK_D": "constexpr"},
+                                  {"D": d, "KSPLIT": parts, "BLOCK_M": 32, "BLOCK_D": host.head_block(d)}, 4, 1) <= 232448
 for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
     consts.update(D=d, HAS_LENS=causal, HAS_BIAS=bias, VARLEN=False, DROPOUT=False,
@@ -101,6 +109,13 @@ def test_attention_split_forward_small_grid_compiles_for_sm90(d):
     """The split float32 forward's tiles for grids of fewer 128-row blocks than SMs (64 x 64, one
     column block of 128 or two of 64 and 32), causal."""
     _shared_memory(_CODE, ("float32", d, "1", 0, "small"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
+
+
+@pytest.mark.parametrize("dtype,d", [("float32", 128), ("float32", 80), ("bfloat16", 64)])
+def test_attention_forward_in_key_parts_compiles_for_sm90(dtype, d):
+    """The forward over parts of the keys (attn_fwd's KSPLIT, kernels/attention.py KEY_SPLITS) and
+    the kernel merging them, causal."""
+    _shared_memory(_CODE, (dtype, d, "1", 0, "parts"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 
 _MAT_CODE = _COMPILE + r'''

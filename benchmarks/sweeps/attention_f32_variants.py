@@ -12,7 +12,8 @@ against torch, the flash kernels and backward()'s own choice, plain and causal, 
 flash kernels' error against float64. --fwd-tiles: the shipped forward on other tiles.
 --integrated [--causal | --only-causal] [--all-tiles | --columns | --order]: the shipped split forward
 (head dims 33..128) on other tiles, and its split pass (V's) alone; with --causal causal forwards too
-(--only-causal: those alone); --tiles MxNxWxS,...: those tiles; --columns:
+(--only-causal: those alone); --tiles MxNxWxS,...: those tiles; --key-splits: the shipped tiles,
+the keys in 2, 3 and 4 parts (kernels/attention.py KEY_SPLITS); --columns:
 at head dims 65..128, its columns in one block of 128 or two (64 and the rest) on the tiles of
 COLUMN_TILES; at head dims up to 64 also Triton's own tf32x3 products; --order: the shipped tiles
 only, and causal forwards in the grid's program order and longest first over groups of batch*heads
@@ -358,6 +359,25 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
             tiles = [(t, mine[1]) for t in tiles]
             if "--columns" in argv:   # the columns in one block of 128 or two (64 and the rest), other tiles
                 tiles = COLUMN_TILES[min(c for c in COLUMN_TILES if c >= d)]
+            if "--key-splits" in argv:   # the keys in 2..4 parts (KEY_SPLITS), on the shipped tiles and on
+                want = at.forward(q, k, v, d ** -0.5, causal, "float32")[0]   # those of --tiles
+                for t in [None] + list(tiles) * ("--tiles" in argv):
+                    for splits in (2, 3, 4):
+                        def in_parts(splits=splits, t=t):
+                            at.KEY_SPLITS = splits
+                            try:
+                                return (with_tiles(dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"),
+                                                            t[0])), t[1]) if t else
+                                        lambda: at.forward(q, k, v, d ** -0.5, causal, "float32"))()
+                            finally:
+                                at.KEY_SPLITS = None
+                        name = f"keys in {splits} parts" + (f" on {t[0]}" if t else "")
+                        got = in_parts()[0]
+                        print(f"VARIANT {b}x{h}x{L}x{d}{' causal' if causal else ''} {name}: largest difference "
+                              f"from one part {float(cp.abs(got - want).max()):.2e}", flush=True)
+                        fns[name] = in_parts
+                if "--tiles" not in argv:
+                    tiles = []
             if "--order" in argv:   # the shipped tiles only, the causal forward's program orders instead
                 tiles = []
                 shipped_group = at.CAUSAL_GROUP

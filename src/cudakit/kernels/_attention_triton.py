@@ -393,12 +393,23 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
              DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
-             BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0):
+             BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0, KSPLIT: tl.constexpr = 1):
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
-    order of _row_block (0: the grid's own)."""
+    order of _row_block (0: the grid's own). KSPLIT > 1 (LPT 0, one launch, not VARLEN): the keys a
+    row block sees in KSPLIT parts of whole key blocks, one program each (grid dim x: row block *
+    KSPLIT + part), so that a small grid fills the GPU; O and LSE are then float32 workspaces
+    [KSPLIT, BH, Lq, D] and [KSPLIT, BH, Lq], each part's output normalised by its own sum and its
+    log-sum-exp (-inf: the part saw no key), which attn_fwd_combine merges."""
     start_m, bh = _row_block(LPT)
+    part = 0
+    if KSPLIT > 1:
+        part = start_m % KSPLIT
+        start_m = start_m // KSPLIT
+        nbh = tl.num_programs(1).to(tl.int64)
+        O += part * nbh * Lq * D   # this part's workspace
+        LSE += part * nbh * Lq
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -429,6 +440,15 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
+    klo = 0
+    if KSPLIT > 1:   # this part's key blocks: [klo, khi) of the blocks below e, in KSPLIT even shares
+        share = tl.cdiv(tl.cdiv(e, BLOCK_N), KSPLIT)
+        klo = part * share * BLOCK_N
+        khi = klo + share * BLOCK_N
+        a = tl.minimum(tl.maximum(a, klo), khi)
+        b = tl.minimum(tl.maximum(b, klo), khi)
+        c = tl.minimum(tl.maximum(c, klo), khi)
+        e = tl.minimum(tl.maximum(e, klo), khi)
     if LEFT:   # some row's keys start past key 0 (a window's left side): blocks before them skipped
         for start_n in range(a, b, BLOCK_N):
             acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n,
@@ -436,8 +456,8 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
                                             b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH,
                                             DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
     else:   # every row's keys start at key 0: so does the loop, a start the compiler knows (from b, a
-        b = 0   # runtime value, the float32 SPLIT forward spilled 4x more registers at head dim 128)
-    for start_n in range(b, c, BLOCK_N):
+        b = klo   # runtime value, the float32 SPLIT forward spilled 4x more registers at head dim 128;
+    for start_n in range(b, c, BLOCK_N):   # a part past the first: its first block, a multiple of BLOCK_N)
         acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r,
                                         hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS, b_base,
                                         b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D,
@@ -457,6 +477,38 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
                  mask=m_ok[:, None] & d2_ok[None, :])
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     tl.store(LSE + lse_base + rows * LRS, lse, mask=m_ok)
+
+
+@triton.jit
+def attn_fwd_combine(OW, LW, O, LSE, Lq, NBH,   # OW: [KSPLIT, BH, Lq, D], LW: [KSPLIT, BH, Lq] float32
+                                                 # (attn_fwd's parts); O: [BH, Lq, D]; LSE: [BH, Lq] float32
+                     D: tl.constexpr, KSPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """attn_fwd's KSPLIT parts of each row merged: out = sum_p w_p o_p / sum_p w_p with
+    w_p = exp(lse_p - max_p lse_p), lse = max + log(sum_p w_p); a row no part saw gets out 0 and lse
+    -inf. Memory traffic: (KSPLIT + 1) (4 D + 4) bytes a row read and written (O in its dtype)."""
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok = rows < Lq
+    mask = m_ok[:, None] & (offs_d < D)[None, :]
+    part = NBH.to(tl.int64) * Lq   # a part's rows
+    top = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    for p in tl.static_range(KSPLIT):
+        top = tl.maximum(top, tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf")))
+    top = tl.where(top == float("-inf"), 0.0, top)   # (no part saw a key: every weight 0)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    total = tl.zeros([BLOCK_M], tl.float32)
+    for p in tl.static_range(KSPLIT):
+        w = tl.math.exp(tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf")) - top)
+        o = tl.load(OW + (p * part + bh * Lq + rows)[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
+        acc += w[:, None] * o
+        total += w
+    seen = total != 0.0
+    acc = tl.where(seen[:, None], acc / tl.where(seen, total, 1.0)[:, None], 0.0)
+    tl.store(O + (bh * Lq + rows)[:, None] * D + offs_d[None, :], acc.to(O.dtype.element_ty), mask=mask)
+    tl.store(LSE + bh * Lq + rows, tl.where(seen, top + tl.math.log(tl.where(seen, total, 1.0)), float("-inf")),
+             mask=m_ok)
 
 
 @triton.jit

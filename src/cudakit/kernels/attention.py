@@ -119,7 +119,8 @@ def _k(name: str):
         _triton()  # BackendUnavailableError naming the extra when Triton is missing
         from . import _attention_mat_triton as mat
         from . import _attention_triton as src
-        for n in ("attn_fwd", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq", "cast_copy", "tf32_split"):
+        for n in ("attn_fwd", "attn_fwd_combine", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq", "cast_copy",
+                  "tf32_split"):
             _kernels[n] = TritonKernel(getattr(src, n))
         for n in ("mat_prep", "mat_scores", "mat_long"):
             _kernels[n] = TritonKernel(getattr(mat, n))
@@ -512,6 +513,34 @@ def _multiprocessors(device: int) -> int:
     return n
 
 
+# The Triton forward's key parts (attn_fwd's KSPLIT, merged by attn_fwd_combine): None, one part
+# (the forward as before). Meant for grids that leave SMs idle (a forward with fewer row blocks
+# than SMs, or a last wave mostly empty); not yet timed on a GPU, so off: the sweep's --key-splits
+# (benchmarks/sweeps/attention_f32_variants.py --integrated) sets it to time 2, 3 and 4 parts.
+# plan_forward's own launch (16-bit and non-split float32 forwards replayed) does not take it.
+KEY_SPLITS: int | None = None
+
+
+def _key_splits(bh: int) -> int:
+    """attn_fwd's KSPLIT for a forward over bh batch*heads: KEY_SPLITS where one launch covers them
+    (grid dim y), else 1."""
+    return KEY_SPLITS if KEY_SPLITS and KEY_SPLITS > 1 and bh <= _MAX_GRID_Y else 1
+
+
+def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int) -> None:
+    """attn_fwd over `splits` parts of the keys into float32 workspaces, then attn_fwd_combine into
+    out and lse (KEY_SPLITS). Workspace: splits (D + 1) float32 a query row."""
+    cp = _cupy.cupy()
+    bh, lq, d = q.shape
+    ow, lw = cp.empty((splits, bh, lq, d), cp.float32), cp.empty((splits, bh, lq), cp.float32)
+    block = consts["BLOCK_M"]
+    _launch("attn_fwd", math.ceil(lq / block) * block * splits, block, (q, k, v, ow, lw), args,
+            dict(consts, LPT=0, KSPLIT=splits), bh0=True)
+    _specialized("attn_fwd_combine", {"D": d, "KSPLIT": splits, "BLOCK_M": 32, "BLOCK_D": head_block(d),
+                                      "num_warps": 4, "num_stages": 1})[(math.ceil(lq / 32), bh)](ow, lw, out, lse,
+                                                                                                  lq, bh)
+
+
 def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
     cp = _cupy.cupy()
     bh, lq, d = q.shape
@@ -535,12 +564,16 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if groups > 1:
         heads = q_heads
     has_bias = masks.bias is not None
-    _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, vv, out, lse),
-            (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
-             *_NO_VARLEN(lse, groups), *_drop_args(masks)),
-            dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
-                 HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
-                 LPT=_order(dlo, dhi)), bh0=True)
+    args = (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
+            *_NO_VARLEN(lse, groups), *_drop_args(masks))
+    consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
+                  HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
+                  LPT=_order(dlo, dhi))
+    splits = _key_splits(bh)
+    if splits > 1:
+        _forward_in_parts(q, k, vv, out, lse, args, consts, splits)
+    else:
+        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, vv, out, lse), args, consts, bh0=True)
     return out, lse
 
 
