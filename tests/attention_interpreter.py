@@ -82,7 +82,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]) * splits, bh)](
         *map(_Tensor, (q, k, fv) + fwd_out), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
         *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
-        LEFT=dlo > -(1 << 30), LPT=0 if splits > 1 else host._order(dlo, dhi), KSPLIT=splits, **_tiles(fcfg))
+        LEFT=dlo > -(1 << 30), LPT=host._order(dlo, dhi), KSPLIT=splits, **_tiles(fcfg))
     if splits > 1:
         kernels.attn_fwd_combine[(math.ceil(lq / 32), bh)](*map(_Tensor, fwd_out + (out, lse)), lq, bh, D=d,
                                                             KSPLIT=splits, BLOCK_M=32, BLOCK_D=host.head_block(d))
@@ -439,7 +439,8 @@ SPLIT_KEY_CASES = [((2, 130, 300, 128, False, "float32"), None, None, 2),
                    ((1, 129, 200, 90, True, "float32"), None, None, 3),
                    ((2, 60, 140, 100, True, "float32"), (40, 10), [140, 0], 2),
                    ((1, 150, 170, 64, True, "float16"), None, None, 2),
-                   ((1, 65, 1, 8, False, "float32"), None, None, 4)]
+                   ((1, 65, 1, 8, False, "float32"), None, None, 4),
+                   ((1, 300, 300, 64, True, "float32"), (50, 0), None, 3)]   # row blocks past key 0
 
 # forward tile overrides (flash_attention's block_size sets BLOCK_N): narrow and wide key blocks
 TILE_CASES = [((1, 150, 170, 64, True, "float16"), {"BLOCK_N": 16}),

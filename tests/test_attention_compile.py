@@ -68,7 +68,7 @@ for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, 
             "sd_k", "G", "TQ", "TK", "DSEED_LO", "DSEED_HI", "DTHRESH")
     sig = {n: "constexpr" if n in consts else ("fp32" if "SCALE" in n.upper() else
            "i32" if n in ints else "*i64" if n in ("LENS", "ERR") else "*i32" if n in ("CU_Q", "CU_K")
-           else "*fp32" if n in ("LSE", "DELTA", "DBIAS") else ty) for n in names}
+           else "*fp32" if n in ("LSE", "DELTA", "DBIAS") or (n == "O" and parts > 1) else ty) for n in names}
     out[name] = shared_bytes(fn, sig, consts, c["num_warps"], c["num_stages"])
 print(json.dumps(out))
 '''

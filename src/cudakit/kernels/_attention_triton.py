@@ -397,9 +397,9 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
-    order of _row_block (0: the grid's own). KSPLIT > 1 (LPT 0, one launch, not VARLEN): the keys a
-    row block sees in KSPLIT parts of whole key blocks, one program each (grid dim x: row block *
-    KSPLIT + part), so that a small grid fills the GPU; O and LSE are then float32 workspaces
+    order of _row_block (0: the grid's own). KSPLIT > 1 (one launch, not VARLEN): the keys a row
+    block sees in KSPLIT parts of whole key blocks, one program each (grid dim x: row block *
+    KSPLIT + part, ordered by _row_block as one axis), so that a small grid fills the GPU; O and LSE are then float32 workspaces
     [KSPLIT, BH, Lq, D] and [KSPLIT, BH, Lq], each part's output normalised by its own sum and its
     log-sum-exp (-inf: the part saw no key), which attn_fwd_combine merges."""
     start_m, bh = _row_block(LPT)
@@ -441,9 +441,13 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     klo = 0
-    if KSPLIT > 1:   # this part's key blocks: [klo, khi) of the blocks below e, in KSPLIT even shares
-        share = tl.cdiv(tl.cdiv(e, BLOCK_N), KSPLIT)
-        klo = part * share * BLOCK_N
+    if KSPLIT > 1:   # this part's key blocks: [klo, khi) of the blocks in [a, e), in KSPLIT even shares
+        if LEFT:     # (without a window's left side a is 0: from 0, a start the compiler knows aligned)
+            share = tl.cdiv(tl.cdiv(e - a, BLOCK_N), KSPLIT)
+            klo = a + part * share * BLOCK_N
+        else:
+            share = tl.cdiv(tl.cdiv(e, BLOCK_N), KSPLIT)
+            klo = part * share * BLOCK_N
         khi = klo + share * BLOCK_N
         a = tl.minimum(tl.maximum(a, klo), khi)
         b = tl.minimum(tl.maximum(b, klo), khi)

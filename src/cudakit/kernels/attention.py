@@ -527,18 +527,26 @@ def _key_splits(bh: int) -> int:
     return KEY_SPLITS if KEY_SPLITS and KEY_SPLITS > 1 and bh <= _MAX_GRID_Y else 1
 
 
-def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int) -> None:
+def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int) -> bool:
     """attn_fwd over `splits` parts of the keys into float32 workspaces, then attn_fwd_combine into
-    out and lse (KEY_SPLITS). Workspace: splits (D + 1) float32 a query row."""
+    out and lse (KEY_SPLITS); False (nothing launched) without memory for the workspaces: splits
+    (D + 1) float32 a query row."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
-    ow, lw = cp.empty((splits, bh, lq, d), cp.float32), cp.empty((splits, bh, lq), cp.float32)
+    try:
+        ow, lw = cp.empty((splits, bh, lq, d), cp.float32), cp.empty((splits, bh, lq), cp.float32)
+    except (MemoryError, cp.cuda.memory.OutOfMemoryError):
+        from .. import fallbacks
+        fallbacks.note("attention:key-parts", "no memory for the forward's workspaces over parts of the keys: "
+                                              "one part ran it")
+        return False
     block = consts["BLOCK_M"]
     _launch("attn_fwd", math.ceil(lq / block) * block * splits, block, (q, k, v, ow, lw), args,
-            dict(consts, LPT=0, KSPLIT=splits), bh0=True)
+            dict(consts, KSPLIT=splits), bh0=True)
     _specialized("attn_fwd_combine", {"D": d, "KSPLIT": splits, "BLOCK_M": 32, "BLOCK_D": head_block(d),
                                       "num_warps": 4, "num_stages": 1})[(math.ceil(lq / 32), bh)](ow, lw, out, lse,
                                                                                                   lq, bh)
+    return True
 
 
 def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
@@ -552,11 +560,12 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     vv = v
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
+    splits = _key_splits(bh)
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
             vv = _transpose_v(v, cfg["BLOCK_D"])
-            cfg.update(_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi), bh * math.ceil(lq / 128),
-                                    _multiprocessors(q.data.device_id)))
+            cfg.update(_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi),
+                                    bh * math.ceil(lq / 128) * splits, _multiprocessors(q.data.device_id)))
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the transposed copy is v's bytes
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
@@ -569,10 +578,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
                   HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
                   LPT=_order(dlo, dhi))
-    splits = _key_splits(bh)
-    if splits > 1:
-        _forward_in_parts(q, k, vv, out, lse, args, consts, splits)
-    else:
+    if not (splits > 1 and _forward_in_parts(q, k, vv, out, lse, args, consts, splits)):
         _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, vv, out, lse), args, consts, bh0=True)
     return out, lse
 
