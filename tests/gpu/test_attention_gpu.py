@@ -404,3 +404,26 @@ def test_dropout_with_grouped_heads_and_blhd_matches_the_plain_layout(rng):
     dq_r = cudakit.attention_backward(g, q, kr, vr, out_r, lse_r, **kw)[0]
     dq = cudakit.attention_backward(g, q, k, v, out, lse, **kw)[0]
     np.testing.assert_array_equal(cp.asnumpy(dq), cp.asnumpy(dq_r))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("splits", [2, 3])
+@pytest.mark.parametrize("causal,window", [(False, None), (True, None), (True, (100, 0))])
+def test_forward_over_key_parts_matches_one_part(dtype, splits, causal, window, rng, monkeypatch):
+    """The Triton forward with the keys in parts (kernels/attention.py KEY_SPLITS: attn_fwd's KSPLIT,
+    attn_fwd_combine, the host's _forward_in_parts) against one part: heads 80 and 128 (the split
+    float32 forward's two column forms), ragged lengths."""
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.kernels import attention as at
+    for bh, lq, lk, d in ((3, 200, 333, 80), (2, 130, 520, 128)):
+        q = cp.asarray(ac.data(rng, (bh, lq, d), dtype))
+        k, v = (cp.asarray(ac.data(rng, (bh, lk, d), dtype)) for _ in range(2))
+        masks = Masks(causal, window=window)
+        want = at._triton_forward(q, k, v, d ** -0.5, masks, dtype)
+        monkeypatch.setattr(at, "KEY_SPLITS", splits)
+        got = at._triton_forward(q, k, v, d ** -0.5, masks, dtype)
+        monkeypatch.setattr(at, "KEY_SPLITS", None)
+        tol = 1e-5 if dtype == "float32" else 1e-2
+        np.testing.assert_allclose(_host(got[0]).astype(np.float64), _host(want[0]).astype(np.float64), rtol=tol,
+                                   atol=tol)
+        np.testing.assert_allclose(_host(got[1]), _host(want[1]), rtol=1e-5, atol=1e-5)
