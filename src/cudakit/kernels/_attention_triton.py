@@ -399,9 +399,10 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
     order of _row_block (0: the grid's own). KSPLIT > 1 (one launch, not VARLEN): the keys a row
     block sees in KSPLIT parts of whole key blocks, one program each (grid dim x: row block *
-    KSPLIT + part, ordered by _row_block as one axis), so that a small grid fills the GPU; O and LSE are then float32 workspaces
-    [KSPLIT, BH, Lq, D] and [KSPLIT, BH, Lq], each part's output normalised by its own sum and its
-    log-sum-exp (-inf: the part saw no key), which attn_fwd_combine merges."""
+    KSPLIT + part, ordered by _row_block as one axis), so that a small grid fills the GPU; O and
+    LSE are then float32 workspaces [KSPLIT, BH, Lq, D] and [KSPLIT, BH, Lq], each part's output
+    normalised by its own sum and its log-sum-exp (-inf: the part saw no key), which
+    attn_fwd_combine merges."""
     start_m, bh = _row_block(LPT)
     part = 0
     if KSPLIT > 1:
@@ -459,9 +460,9 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
                                             lo_r, hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS,
                                             b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH,
                                             DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
-    else:   # every row's keys start at key 0: so does the loop, a start the compiler knows (from b, a
-        b = klo   # runtime value, the float32 SPLIT forward spilled 4x more registers at head dim 128;
-    for start_n in range(b, c, BLOCK_N):   # a part past the first: its first block, a multiple of BLOCK_N)
+    else:   # every row's keys start at key 0 (or a part's first block, klo): so does the loop, a start
+        b = klo   # the compiler knows aligned (from b, a runtime value, the float32 SPLIT forward spilled
+    for start_n in range(b, c, BLOCK_N):   # 4x more registers at head dim 128)
         acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r,
                                         hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS, b_base,
                                         b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D,

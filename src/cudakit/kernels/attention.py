@@ -501,18 +501,6 @@ def _order(dlo: int, dhi: int) -> int:
     return CAUSAL_GROUP if _bounded_above(dlo, dhi) else 0
 
 
-_sms: dict = {}   # device index -> its SMs
-
-
-def _multiprocessors(device: int) -> int:
-    """Device `device`'s SMs, looked up once (get_device_info checks the index with a runtime call)."""
-    n = _sms.get(device)
-    if n is None:
-        from ..runtime.device import get_device_info
-        n = _sms[device] = get_device_info(device).multiprocessors
-    return n
-
-
 # The Triton forward's key parts (attn_fwd's KSPLIT, merged by attn_fwd_combine): None, one part
 # (the forward as before). Meant for grids that leave SMs idle (a forward with fewer row blocks
 # than SMs, or a last wave mostly empty); not yet timed on a GPU, so off: the sweep's --key-splits
@@ -564,8 +552,10 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
             vv = _transpose_v(v, cfg["BLOCK_D"])
+            from ..runtime.device import get_device_info
+            sms = get_device_info(q.data.device_id).multiprocessors
             cfg.update(_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi),
-                                    bh * math.ceil(lq / 128) * splits, _multiprocessors(q.data.device_id)))
+                                    bh * math.ceil(lq / 128) * splits, sms))
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the transposed copy is v's bytes
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "

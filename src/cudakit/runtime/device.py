@@ -83,6 +83,8 @@ def _check_index(i: int | str) -> int:
 
 def get_device_info(i: int | None = None) -> DeviceInfo:
     """DeviceInfo of device `i` (default: the current device)."""
+    if type(i) is int and i in _info_cache:   # (an index once checked stays valid: no runtime call)
+        return _info_cache[i]
     cp = _cupy.cupy()
     i = current_device() if i is None else _check_index(i)
     if i not in _info_cache:
