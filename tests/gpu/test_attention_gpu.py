@@ -220,7 +220,10 @@ def test_flash_attention_float32_block_sizes(block_size, d, rng):
 
 def test_attention_float32_precision_is_applied(float32_precision, rng):
     """tf32's error against float64 is far above tf32x3's (the setting reaches the kernels) and
-    within TF32's bound; tf32x3 stays within a few float32 ulps of ieee."""
+    within TF32's bound; tf32x3 stays within 8x ieee's: its operands carry about 21 significant
+    bits (a TF32 part and a TF32 remainder, the remainders' product dropped) against float32's 24,
+    so its products' rounding is about 8x float32's (an H100 run measured 6.6x on the forward, with
+    fresh random inputs: 3.46e-06 against 5.25e-07, 2026-11-27)."""
     q, k, v, g = (ac.data(rng, (2, 4, 300, 64), "float32") for _ in range(4))
     want = ac.reference(q, k, v, 0.125, False, g)
     err = {}
@@ -231,7 +234,7 @@ def test_attention_float32_precision_is_applied(float32_precision, rng):
         err[prec] = (np.abs(cp.asnumpy(out) - want[0]).max(), np.abs(cp.asnumpy(dq) - want[3]).max())
     for i in range(2):
         assert err["tf32"][i] > 30 * err["tf32x3"][i], err
-        assert err["tf32x3"][i] < 4 * err["ieee"][i] + 1e-6, err
+        assert err["tf32x3"][i] < 8 * err["ieee"][i] + 1e-6, err
     assert err["tf32"][0] < 1e-2, err
 
 
@@ -406,6 +409,33 @@ def test_dropout_with_grouped_heads_and_blhd_matches_the_plain_layout(rng):
     np.testing.assert_array_equal(cp.asnumpy(dq), cp.asnumpy(dq_r))
 
 
+@pytest.mark.parametrize("lead,lq,lk,d,causal,window", [
+    ((1, 2), 640, 640, 96, True, None), ((2,), 300, 1000, 128, False, None), ((1, 3), 200, 700, 80, True, (90, 0)),
+    ((2,), 130, 520, 64, False, None)])
+def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, window, rng, monkeypatch):
+    """The public float32 forward (and the backward from its out and lse) with kernels/paths.run
+    taking the key-parts candidate, which the split forward offers where
+    kernels/attention_key_parts.py's model puts parts faster (every launch here: a few row blocks on
+    the GPU's SMs), against float64."""
+    from cudakit import dispatch
+    from cudakit.kernels import paths
+    run, took = paths.run, []
+
+    def parts_first(op, key, candidates, timer=None):
+        parts = [(n, fn) for n, fn in candidates if n.startswith("triton-keys-in-")]
+        if op == "attention" and parts:
+            took.append(parts[0][0])
+            return parts[0][1]()
+        return run(op, key, candidates, timer)
+    dispatch.clear()
+    monkeypatch.setattr(paths, "run", parts_first)
+    try:
+        ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window)
+    finally:
+        dispatch.clear()
+    assert took, "the model offered no key parts"
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("splits", [2, 3])
 @pytest.mark.parametrize("causal,window", [(False, None), (True, None), (True, (100, 0))])
@@ -419,6 +449,7 @@ def test_forward_over_key_parts_matches_one_part(dtype, splits, causal, window, 
         q = cp.asarray(ac.data(rng, (bh, lq, d), dtype))
         k, v = (cp.asarray(ac.data(rng, (bh, lk, d), dtype)) for _ in range(2))
         masks = Masks(causal, window=window)
+        monkeypatch.setattr(at, "KEY_SPLITS", 1)
         want = at._triton_forward(q, k, v, d ** -0.5, masks, dtype)
         monkeypatch.setattr(at, "KEY_SPLITS", splits)
         got = at._triton_forward(q, k, v, d ** -0.5, masks, dtype)

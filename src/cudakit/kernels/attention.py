@@ -26,6 +26,7 @@ ERR_KEY_LENGTHS = 10   # device error code of a key length outside [0, Lk] (_att
 ERR_CU_SEQLENS = 11    # ... of a packed sequence's length outside [0, max_seqlen] (_attention_triton._seq)
 
 from ..backends.attention_masks import _UNBOUNDED, Masks, key_bounds  # noqa: E402 -- key_bounds: part of this module's API
+from . import attention_key_parts as kp  # noqa: E402
 
 
 def _key_lengths_error(op: str, f: list):
@@ -501,18 +502,24 @@ def _order(dlo: int, dhi: int) -> int:
     return CAUSAL_GROUP if _bounded_above(dlo, dhi) else 0
 
 
-# The Triton forward's key parts (attn_fwd's KSPLIT, merged by attn_fwd_combine): None, one part
-# (the forward as before). Meant for grids that leave SMs idle (a forward with fewer row blocks
-# than SMs, or a last wave mostly empty); not yet timed on a GPU, so off: the sweep's --key-splits
-# (benchmarks/sweeps/attention_f32_variants.py --integrated) sets it to time 2, 3 and 4 parts.
-# plan_forward's own launch (16-bit and non-split float32 forwards replayed) does not take it.
+# The Triton forward's key parts (attn_fwd's KSPLIT, merged by attn_fwd_combine). None: the split
+# float32 forward offers kernels/paths.py the part count of kernels/attention_key_parts.py's model
+# beside one part, where the model puts it faster (small grids, a last wave mostly empty, causal
+# launches that end on their longest rows), and the timing there decides; an int: that many parts
+# on every Triton forward (1: one part; the sweep's --key-splits,
+# benchmarks/sweeps/attention_f32_variants.py --integrated, sets 2, 3 and 4 to time them).
+# plan_forward's own launch (16-bit and non-split float32 forwards replayed) does not take them.
 KEY_SPLITS: int | None = None
 
 
-def _key_splits(bh: int) -> int:
-    """attn_fwd's KSPLIT for a forward over bh batch*heads: KEY_SPLITS where one launch covers them
-    (grid dim y), else 1."""
-    return KEY_SPLITS if KEY_SPLITS and KEY_SPLITS > 1 and bh <= _MAX_GRID_Y else 1
+def _key_splits(bh: int, split: bool, model) -> int:
+    """attn_fwd's KSPLIT for a forward over bh batch*heads: KEY_SPLITS where set, else model()
+    (the split float32 forward, split True), else 1; 1 where one launch cannot cover bh (grid dim y)."""
+    if bh > _MAX_GRID_Y:
+        return 1
+    if KEY_SPLITS is not None:
+        return max(1, KEY_SPLITS)
+    return model() if split else 1
 
 
 def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int) -> bool:
@@ -525,8 +532,10 @@ def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int)
         ow, lw = cp.empty((splits, bh, lq, d), cp.float32), cp.empty((splits, bh, lq), cp.float32)
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         from .. import fallbacks
+        from . import paths
         fallbacks.note("attention:key-parts", "no memory for the forward's workspaces over parts of the keys: "
                                               "one part ran it")
+        paths.declined_for_now()
         return False
     block = consts["BLOCK_M"]
     _launch("attn_fwd", math.ceil(lq / block) * block * splits, block, (q, k, v, ow, lw), args,
@@ -548,14 +557,15 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     vv = v
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
-    splits = _key_splits(bh)
+    sms = split = None
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
             vv = _transpose_v(v, cfg["BLOCK_D"])
             from ..runtime.device import get_device_info
             sms = get_device_info(q.data.device_id).multiprocessors
-            cfg.update(_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi),
-                                    bh * math.ceil(lq / 128) * splits, sms))
+            cfg.update(_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi), bh * math.ceil(lq / 128),
+                                    sms))
+            split = True
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the transposed copy is v's bytes
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
@@ -568,9 +578,23 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
                   HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
                   LPT=_order(dlo, dhi))
-    if not (splits > 1 and _forward_in_parts(q, k, vv, out, lse, args, consts, splits)):
+    splits = _key_splits(bh, bool(split), lambda: kp.key_parts(bh, lq, lk, dlo, dhi, cfg["BLOCK_M"], cfg["BLOCK_N"],
+                                                                sms, consts["LPT"] > 0))
+
+    def one_part():
         _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, vv, out, lse), args, consts, bh0=True)
-    return out, lse
+        return out, lse
+
+    def in_parts():
+        return (out, lse) if _forward_in_parts(q, k, vv, out, lse, args, consts, splits) else None
+    if splits == 1:
+        return one_part()
+    if KEY_SPLITS is not None:
+        return in_parts() or one_part()
+    from . import paths   # one part first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
+    key = ("fwd-key-parts", bh, lq, lk, d, splits, dlo, dhi, masks.lengths is not None, has_bias,
+           masks.dropout is not None, q.data.device_id)
+    return paths.run("attention", key, [("triton", one_part), (f"triton-keys-in-{splits}-parts", in_parts)])
 
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None,

@@ -1,0 +1,55 @@
+"""The key-parts model of the Triton attention forward (kernels/attention_key_parts.py): which
+launches it offers parts for, and its pieces on hand-counted cases."""
+import pytest
+
+from cudakit.backends.attention_masks import key_bounds
+from cudakit.kernels import attention_key_parts as kp
+
+
+def test_key_blocks_causal_plain_and_window():
+    # causal, Lq = Lk = 300, 128-row blocks, 64-key blocks: rows 0..127 see keys < 128 (2 blocks),
+    # 128..255 keys < 256 (4), 256..299 keys < 300 (5)
+    assert kp._key_blocks(300, 300, *key_bounds(300, 300, True), 128, 64) == [2, 4, 5]
+    assert kp._key_blocks(300, 300, *key_bounds(300, 300, False), 128, 64) == [5, 5, 5]
+    # a window of 64 keys to the left, causal: rows 128..255 see keys 64..255 (blocks 1..3),
+    # rows 256..299 keys 192..299 (blocks 3..4)
+    assert kp._key_blocks(300, 300, *key_bounds(300, 300, True, (64, 0)), 128, 64) == [2, 3, 2]
+    # causal with Lq < Lk (bottom-right): the one row block of 100 rows sees keys < 1000
+    assert kp._key_blocks(100, 1000, *key_bounds(100, 1000, True), 128, 64) == [16]
+    # a row block that sees no key (a window past every key)
+    assert kp._key_blocks(10, 10, 20, 30, 128, 64) == [0]
+
+
+def test_programs_split_each_row_block_evenly():
+    # shares of ceil(n / parts) blocks, the last ones short or empty; batch*heads outer
+    assert kp._programs([5, 2], 2, 2) == [3, 2, 1, 1] * 2
+    assert kp._programs([1], 1, 3) == [1, 0, 0]
+
+
+def test_makespan_hands_programs_to_the_first_free_sm(monkeypatch):
+    monkeypatch.setattr(kp, "PROGRAM_COST", 0)
+    assert kp._makespan([4, 4, 4], 2) == 8      # a second wave of one program
+    assert kp._makespan([6, 1, 1, 1, 1], 2) == 6   # the short ones fill the other SM
+    assert kp._makespan([1, 1, 1, 1, 1, 6], 2) == 8   # (in launch order: the long one last, 2 + 6)
+    assert kp._makespan([], 132) == 0
+
+
+@pytest.mark.parametrize("bh,l,causal,block_m,want", [
+    (16, 1536, False, 128, 2),   # 192 row blocks on 132 SMs: the second wave half empty
+    (16, 1536, True, 128, 1),    # longest first fills it already
+    (8, 1024, True, 64, 2),      # 128 causal row blocks: the longest rows' SMs end last
+    (8, 1024, False, 64, 1),     # 128 equal row blocks on 132 SMs: one wave either way
+    (128, 512, False, 128, 1),   # 512 row blocks: parts only add traffic
+    (128, 512, True, 128, 1),
+    (64, 4096, True, 128, 1),    # 2048 row blocks: not modelled
+])
+def test_key_parts_on_an_h100s_132_sms(bh, l, causal, block_m, want):
+    dlo, dhi = key_bounds(l, l, causal)
+    assert kp.key_parts(bh, l, l, dlo, dhi, block_m, 64, 132, causal) == want
+
+
+def test_key_parts_grow_with_fewer_row_blocks():
+    # one batch*head of 4 row blocks on 132 SMs: each part's programs finish sooner, up to MAX_PARTS
+    dlo, dhi = key_bounds(512, 8192, False)
+    assert kp.key_parts(1, 512, 8192, dlo, dhi, 128, 64, 132, False) == kp.MAX_PARTS
+    assert kp.key_parts(0, 512, 8192, dlo, dhi, 128, 64, 132, False) == 1
