@@ -80,7 +80,7 @@ def main(dtype: str = "float32", d: int = 128) -> None:
     ptr = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}[dtype]
     cfg = host._config(dtype, d, None)
     plain = dict(D=d, HAS_LENS=False, HAS_BIAS=False, VARLEN=False, DROPOUT=False)
-    fwd = dict(cfg, SPLIT=False, BLOCK_D2=0, LPT=0, KSPLIT=1)
+    fwd = dict(cfg, SPLIT=False, BLOCK_D2=0, LPT=0, KSPLIT=1, OT=False)
     if host._split_forward(cfg, None, None):
         fwd.update(host._split_tiles(d))
     for left in (True, False):
@@ -92,6 +92,15 @@ def main(dtype: str = "float32", d: int = 128) -> None:
            POS_SCALE=True, LEFT=False, **plain)
     spills(f"attn_fwd {dtype} d={d} LEFT=False KSPLIT=2", src.attn_fwd, dict(fwd, KSPLIT=2), ptr,   # keys in parts
            POS_SCALE=True, LEFT=False, **plain)
+    if fwd.get("SPLIT") and "BLOCK_D2" not in host._split_tiles(d):   # O^T = V^T P^T, V in place (V_IN_PLACE)
+        spills(f"attn_fwd {dtype} d={d} LEFT=False OT", src.attn_fwd, dict(fwd, OT=True), ptr, POS_SCALE=True,
+               LEFT=False, **plain)
+        spills(f"attn_fwd {dtype} d={d} LEFT=False LPT={host.CAUSAL_GROUP} OT", src.attn_fwd, dict(causal, OT=True),
+               ptr, POS_SCALE=True, LEFT=False, **plain)
+        small = dict(fwd, **host._SPLIT_SMALL_GRID_TILES)
+        for ot in (False, True):
+            spills(f"attn_fwd {dtype} d={d} LEFT=False small-grid tiles{' OT' if ot else ''}", src.attn_fwd,
+                   dict(small, OT=ot), ptr, POS_SCALE=True, LEFT=False, **plain)
     kv, qc = host._backward_configs(dtype, cfg)
     spills(f"attn_bwd_dkdv {dtype} d={d}", src.attn_bwd_dkdv, kv, ptr, EVEN_Q=True, **plain)
     spills(f"attn_bwd_dq {dtype} d={d}", src.attn_bwd_dq, qc, ptr, DB_MODE=0, DBQ=True, DBK=True, **plain)

@@ -55,11 +55,14 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     pos_scale = cfg.pop("POS_SCALE", True)   # the forward's path for a positive scale, as the host picks
     fv, fcfg = v, dict(cfg)
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
-    if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 33..128: V transposed first
+    if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 33..128
         fcfg.update(host._split_tiles(d, bias is not None, host._bounded_above(dlo, dhi)))
-        fv = np.full((k.shape[0], d, lk), np.nan, np.float32)
-        kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (v, fv, fv)), lk, C=d, BLOCK_L=32,
-                                                             BLOCK_C=cfg["BLOCK_D"], TRANS=True, PARTS=False)
+        if host._v_in_place(fcfg):   # O^T = V^T P^T: V as it comes
+            fcfg["OT"] = True
+        else:                        # V transposed first
+            fv = np.full((k.shape[0], d, lk), np.nan, np.float32)
+            kernels.tf32_split[(k.shape[0], math.ceil(lk / 32))](*map(_Tensor, (v, fv, fv)), lk, C=d, BLOCK_L=32,
+                                                                 BLOCK_C=cfg["BLOCK_D"], TRANS=True, PARTS=False)
     out, dq = np.full_like(q, 7.0), np.full_like(q, 7.0)
     dk, dv = (np.full((bh, lk, d), 7.0, k.dtype) for _ in range(2))
     lse, delta = np.zeros((bh, lq), np.float32), np.zeros((bh, lq), np.float32)
@@ -442,6 +445,17 @@ SPLIT_KEY_CASES = [((2, 130, 300, 128, False, "float32"), None, None, 2),
                    ((1, 65, 1, 8, False, "float32"), None, None, 4),
                    ((1, 300, 300, 64, True, "float32"), (50, 0), None, 3)]   # row blocks past key 0
 
+# the split forward's O^T form (host.V_IN_PLACE, attn_fwd's OT: V read as it comes), one column block
+# (head dims 33..64 and 97..128): (case, window, key lengths, parts); a head dim of 80 (two column
+# blocks) keeps V's transposed copy under it
+V_IN_PLACE_CASES = [((2, 130, 300, 128, False, "float32"), None, None, 1),
+                    ((1, 129, 200, 112, True, "float32"), None, None, 1),
+                    ((2, 150, 170, 48, True, "float32"), None, None, 1),
+                    ((2, 60, 140, 100, True, "float32"), (40, 10), [140, 0], 1),
+                    ((2, 130, 300, 64, False, "float32"), None, None, 2),
+                    ((1, 300, 300, 128, True, "float32"), (50, 0), None, 3),
+                    ((1, 100, 130, 80, True, "float32"), None, None, 1)]
+
 # forward tile overrides (flash_attention's block_size sets BLOCK_N): narrow and wide key blocks
 TILE_CASES = [((1, 150, 170, 64, True, "float16"), {"BLOCK_N": 16}),
               ((1, 150, 300, 64, False, "float16"), {"BLOCK_N": 128}),
@@ -489,8 +503,15 @@ if __name__ == "__main__":
     host.CAUSAL_GROUP = 2       # batch*heads and a last group of 1 (every output starts at 7.0)
     check(5, 130, 150, 48, True, "float32", np.random.default_rng(0))
     host.CAUSAL_GROUP = group
+    host.V_IN_PLACE = True   # the split forward's O^T form (V read as it comes, attn_fwd OT)
+    for case, window, lens, splits in V_IN_PLACE_CASES:
+        check(*case, np.random.default_rng(0), window=window, lens=lens, splits=splits)
+    host._split_tiles = lambda d, bias=False, causal=False, *_: split_tiles(d, bias, causal, 1, 2)
+    check(1, 100, 130, 128, True, "float32", np.random.default_rng(0))   # on the small-grid tiles
+    host._split_tiles = split_tiles
+    host.V_IN_PLACE = False
     for case in MAT_CASES:
         check_materialized(*case)
     n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + 11)
+         + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 12)
     print(f"{n} cases match the float64 reference")

@@ -17,7 +17,8 @@ the keys in 2, 3 and 4 parts (kernels/attention.py KEY_SPLITS); --columns:
 at head dims 65..128, its columns in one block of 128 or two (64 and the rest) on the tiles of
 COLUMN_TILES; at head dims up to 64 also Triton's own tf32x3 products; --order: the shipped tiles
 only, and causal forwards in the grid's program order and longest first over groups of batch*heads
-(kernels/attention.py CAUSAL_GROUP).
+(kernels/attention.py CAUSAL_GROUP); --v-in-place: each one-column-block tile also in the O^T form
+(kernels/attention.py V_IN_PLACE: V read as it comes, no transposed copy).
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -393,6 +394,21 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
                 fns[f"integrated {t}{' two column blocks' if two else ' one column block'}"
                     + (" shipped" if (t, two) == mine else "")] = with_tiles(
                     dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t)), two)
+            if "--v-in-place" in argv:   # the same tiles (one column block) in the O^T form, V as it comes
+                for t, two in dict.fromkeys([mine] + list(tiles)):
+                    if not two:
+                        def in_place(f=with_tiles(dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t)),
+                                                  two)):
+                            at.V_IN_PLACE = True
+                            try:
+                                return f()
+                            finally:
+                                at.V_IN_PLACE = False
+                        got = in_place()[0]
+                        want = with_tiles(dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t)), two)()[0]
+                        print(f"VARIANT {b}x{h}x{L}x{d}{' causal' if causal else ''} V in place {t}: largest "
+                              f"difference from V transposed {float(cp.abs(got - want).max()):.2e}", flush=True)
+                        fns[f"V in place {t}" + (" (shipped tiles)" if (t, two) == mine else "")] = in_place
             fns["transpose pass alone (V)"] = lambda: at._transpose_v(v, 128)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} forward", fns,
                    4 * b * h * L * L * d // (2 if causal else 1))

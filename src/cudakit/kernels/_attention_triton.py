@@ -274,11 +274,14 @@ def _block_masks(cols, ok, Lk, MASK: tl.constexpr):
 def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok, qk_scale,
                Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
                D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
-               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr):
+               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr, OT: tl.constexpr = False):
     """One key block of the online softmax (_fwd_probs). SPLIT (float32 tf32x3): q is q's TF32
     part and q_lo its remainder; V holds v transposed ([D, Lk] a head, as the tensor cores take
     its tiles); K's and V's tiles are split here, once each: tf32x3 products, not Triton's own
-    tf32x3, which splits both operands of every product (p and V's tile each twice)."""
+    tf32x3, which splits both operands of every product (p and V's tile each twice). OT (SPLIT):
+    V as it comes ([Lk, D] a head) and acc transposed, [BLOCK_D, BLOCK_M]: O^T += V^T P^T, whose
+    A operand (V's tile, split) the tensor cores take from registers in any order and whose B
+    operand (P^T) is contiguous along the keys as P is computed: no transposed copy of V."""
     cols = start_n + offs_n
     kt_mask, v_mask, _ = _block_masks(cols, d_ok, Lk, MASK)
     kt = tl.load(K + kv_base + cols[None, :] * KRS + offs_d[:, None], mask=kt_mask, other=0.0)
@@ -290,7 +293,12 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_
     p, alpha, l_i, m_new = _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok,
                                       drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS,
                                       DROPOUT)
-    if SPLIT:
+    if SPLIT and OT:
+        v = tl.load(V + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=v_mask, other=0.0)
+        p_hi, p_lo = _tf32_parts(p)
+        v, v_lo = _tf32_parts(v)
+        acc = _dot3(tl.trans(v), tl.trans(v_lo), tl.trans(p_hi), tl.trans(p_lo), acc * alpha[None, :])
+    elif SPLIT:
         vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, D] tiles of [D, Lk] arrays
         v = tl.load(V + vt, mask=v_mask, other=0.0)
         p_hi, p_lo = _tf32_parts(p)
@@ -344,7 +352,8 @@ def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, sta
 def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d, d_ok,
               offs_d2, d2_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI,
               DTHRESH, DSCALE, D: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, POS_SCALE: tl.constexpr,
-              HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_D2: tl.constexpr):
+              HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_D2: tl.constexpr,
+              OT: tl.constexpr = False):
     """One key block: _fwd_block_cols2 with a second column block (BLOCK_D2 > 0), else _fwd_block
     (acc2, q2, q2_lo then unread placeholders, acc2 returned as it came)."""
     if BLOCK_D2 > 0:
@@ -355,7 +364,8 @@ def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, l
     else:
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
                                    d_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
-                                   DSEED_HI, DTHRESH, DSCALE, D, MASK, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT)
+                                   DSEED_HI, DTHRESH, DSCALE, D, MASK, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT,
+                                   OT)
     return acc, acc2, l_i, m_i
 
 
@@ -381,7 +391,7 @@ def _row_block(LPT: tl.constexpr):
 
 @triton.jit
 def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
-                                         # SPLIT: V v transposed, [BH, D, Lk]
+                                         # SPLIT without OT: V v transposed, [BH, D, Lk]
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
@@ -393,7 +403,8 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
              DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
-             BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0, KSPLIT: tl.constexpr = 1):
+             BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0, KSPLIT: tl.constexpr = 1,
+             OT: tl.constexpr = False):
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
@@ -439,7 +450,10 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     drop_rows = ((bh + BH0) * Lq + rows) * Lk   # the scores' flat indices of these rows (DROPOUT)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if OT:   # (SPLIT, one column block: _fwd_block's O^T form, V as it comes)
+        acc = tl.zeros([BLOCK_D, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
     klo = 0
     if KSPLIT > 1:   # this part's key blocks: [klo, khi) of the blocks in [a, e), in KSPLIT even shares
@@ -459,20 +473,23 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
             acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n,
                                             lo_r, hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS,
                                             b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH,
-                                            DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
+                                            DSCALE, D, True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2,
+                                            OT)
     else:   # every row's keys start at key 0 (or a part's first block, klo): so does the loop, a start
         b = klo   # the compiler knows aligned (from b, a runtime value, the float32 SPLIT forward spilled
     for start_n in range(b, c, BLOCK_N):   # 4x more registers at head dim 128)
         acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r,
                                         hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS, b_base,
                                         b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D,
-                                        False, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
+                                        False, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2, OT)
     for start_n in range(c, e, BLOCK_N):
         acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r,
                                         hi_r, offs_n, offs_d, d_ok, offs_d2, d2_ok, qk_scale, lk, BIAS, b_base,
                                         b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D,
-                                        True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2)
+                                        True, PREC, POS_SCALE, HAS_BIAS, DROPOUT, SPLIT, BLOCK_D2, OT)
     seen = l_i != 0.0   # rows with at least one key (their max contributes 1 to l_i; NaN stays NaN)
+    if OT:
+        acc = tl.trans(acc)
     acc = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
     tl.store(O + q_base + rows[:, None] * RS + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
