@@ -50,6 +50,8 @@ fwd_cfg["LEFT"] = False   # no window: the loops start at key 0 (what the host p
 fwd_cfg.setdefault("BLOCK_D2", 0)
 fwd_cfg["LPT"] = host.CAUSAL_GROUP if causal and parts == 1 else 0   # a causal forward's longest-first order
 fwd_cfg["KSPLIT"] = parts
+fwd_cfg["OT"] = "ot" in sys.argv[5:]   # the split forward's O^T form (V read in place: V_IN_PLACE)
+assert not fwd_cfg["OT"] or (split and not host._split_tiles(d).get("BLOCK_D2"))
 out = {}
 if parts > 1:   # (compiled only: it holds nothing in shared memory)
     assert 0 <= shared_bytes(src.attn_fwd_combine, {"OW": "*fp32", "LW": "*fp32", "O": ty, "LSE": "*fp32",
@@ -116,6 +118,13 @@ def test_attention_forward_in_key_parts_compiles_for_sm90(dtype, d):
     """The forward over parts of the keys (attn_fwd's KSPLIT, kernels/attention.py KEY_SPLITS) and
     the kernel merging them, causal."""
     _shared_memory(_CODE, (dtype, d, "1", 0, "parts"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
+
+
+@pytest.mark.parametrize("d,extra", [(128, ()), (64, ()), (128, ("small",)), (112, ("parts",))])
+def test_attention_split_forward_v_in_place_compiles_for_sm90(d, extra):
+    """The split float32 forward's O^T form (attn_fwd's OT, kernels/attention.py V_IN_PLACE),
+    causal, on the shipped tiles, the small-grid ones and with the keys in parts."""
+    _shared_memory(_CODE, ("float32", d, "1", 0, "ot", *extra), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 
 _MAT_CODE = _COMPILE + r'''
