@@ -57,7 +57,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     if host._split_forward(cfg, None, fwd_tiles):   # float32 tf32x3, head dims 33..128
         fcfg.update(host._split_tiles(d, bias is not None, host._bounded_above(dlo, dhi)))
-        if host._v_in_place(fcfg):   # O^T = V^T P^T: V as it comes
+        if host._v_in_place(fcfg, host._bounded_above(dlo, dhi)):   # O^T = V^T P^T: V as it comes
             fcfg["OT"] = True
         else:                        # V transposed first
             fv = np.full((k.shape[0], d, lk), np.nan, np.float32)
@@ -509,9 +509,11 @@ if __name__ == "__main__":
     host._split_tiles = lambda d, bias=False, causal=False, *_: split_tiles(d, bias, causal, 1, 2)
     check(1, 100, 130, 128, True, "float32", np.random.default_rng(0))   # on the small-grid tiles
     host._split_tiles = split_tiles
-    host.V_IN_PLACE = False
+    host.V_IN_PLACE = False   # and the transposed copy where the shipped choice (None) takes V in place
+    check(1, 129, 200, 112, True, "float32", np.random.default_rng(0))
+    host.V_IN_PLACE = None
     for case in MAT_CASES:
         check_materialized(*case)
     n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 12)
+         + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 13)
     print(f"{n} cases match the float64 reference")

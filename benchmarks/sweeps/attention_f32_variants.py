@@ -339,14 +339,18 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
             if d <= 64:
                 fns["Triton's own tf32x3"] = own
 
-            def with_tiles(t, two):
+            def with_tiles(t, two):   # (in one part, unless set: the parts' choice is kept per shape, not per tile)
                 def f():
                     at._split_tiles = lambda d, *args, **kw: dict(t, SPLIT=True,
                                                                   **(at.column_blocks(d) if two else {}))
+                    parts, vip = at.KEY_SPLITS, at.V_IN_PLACE   # (and V's transposed copy unless set)
+                    at.KEY_SPLITS = 1 if parts is None else parts
+                    at.V_IN_PLACE = False if vip is None else vip
                     try:
                         return at.forward(q, k, v, d ** -0.5, causal, "float32")
                     finally:
-                        at._split_tiles, at.SPLIT_BLOCK_DS = shipped, shipped_blocks
+                        at._split_tiles, at.SPLIT_BLOCK_DS, at.KEY_SPLITS = shipped, shipped_blocks, parts
+                        at.V_IN_PLACE = vip
                 return f
             from cudakit.runtime.device import get_device_info
             mine = shipped(d, causal=causal, blocks=b * h * math.ceil(L / 128),
@@ -403,7 +407,7 @@ if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attent
                             try:
                                 return f()
                             finally:
-                                at.V_IN_PLACE = False
+                                at.V_IN_PLACE = None
                         got = in_place()[0]
                         want = with_tiles(dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t)), two)()[0]
                         print(f"VARIANT {b}x{h}x{L}x{d}{' causal' if causal else ''} V in place {t}: largest "

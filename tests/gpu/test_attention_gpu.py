@@ -436,6 +436,27 @@ def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, windo
     assert took, "the model offered no key parts"
 
 
+@pytest.mark.parametrize("bh,lq,lk,d,causal,window,splits", [
+    (3, 200, 333, 128, False, None, 1), (2, 130, 520, 112, True, None, 1), (40, 300, 300, 128, True, None, 1),
+    (2, 150, 400, 48, True, (100, 0), 1), (2, 130, 520, 128, True, None, 2), (300, 64, 64, 64, False, None, 1)])
+def test_forward_v_in_place_matches_transposed_copy(bh, lq, lk, d, causal, window, splits, rng, monkeypatch):
+    """The split float32 forward's O^T form (kernels/attention.py V_IN_PLACE, attn_fwd's OT: V read
+    as it comes) against the same forward on V's transposed copy: the small-grid and the 128 x 64
+    tiles, a window, the keys in parts."""
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.kernels import attention as at
+    q = cp.asarray(ac.data(rng, (bh, lq, d), "float32"))
+    k, v = (cp.asarray(ac.data(rng, (bh, lk, d), "float32")) for _ in range(2))
+    masks = Masks(causal, window=window)
+    monkeypatch.setattr(at, "KEY_SPLITS", splits)
+    got, want = [], []
+    for flag, into in ((True, got), (False, want)):
+        monkeypatch.setattr(at, "V_IN_PLACE", flag)
+        into.extend(_host(x) for x in at._triton_forward(q, k, v, d ** -0.5, masks, "float32"))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("splits", [2, 3])
 @pytest.mark.parametrize("causal,window", [(False, None), (True, None), (True, (100, 0))])

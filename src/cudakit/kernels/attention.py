@@ -453,15 +453,29 @@ def column_blocks(d: int) -> dict:
 SPLIT_BLOCK_DS = (64, 128)
 
 
-# V_IN_PLACE: the split forward in one column block (head dims 33..64 and 97..128) in its O^T form
-# (attn_fwd's OT: O^T += V^T P^T), which reads V as it comes instead of a transposed copy made
-# first (_transpose_v, about 0.026 ms of the 0.21 of a causal B4 H32 S512 D128 forward on an H100)
-V_IN_PLACE = False
+# The split forward's O^T form (attn_fwd's OT: O^T += V^T P^T), which reads V as it comes instead of
+# a transposed copy made first (_transpose_v), in one column block (head dims 33..64 and 97..128).
+# V_IN_PLACE None: at head dims 97..128 on 64-row tiles (small grids) and in causal forwards; True
+# or False: wherever one column block runs, or nowhere. On an H100 (2026-11-27, the 14:00 UTC call,
+# attention_f32_variants.py --integrated --causal --v-in-place; out within 1.2e-07 of the copy's),
+# O^T against the copy on the same tiles, torch's float32 SDPA in brackets:
+# - 128 x 64 (8 warps, 1 stage): B4 H32 S512 D128 causal 0.184 ms against 0.205 (0.274), plain even
+#   (0.270, 0.271); B4 H8 S2048 D128 causal 0.510 against 0.532 (0.901), plain 0.922 against 0.880;
+# - 64 x 64 (4 warps): B1 H16 S512 D128 0.053 against 0.072, causal 0.080 against 0.108; B4 H32 S512
+#   D128 0.384 against 0.361; B16 H8 S512 D64 0.145 against 0.152, causal 0.092 against 0.102;
+# - at head dim 64 on its 128 x 64 tiles (3 stages) it spilled (44 local loads in the sm_90 SASS
+#   against 0) and ran 0.225 against 0.155.
+V_IN_PLACE: bool | None = None
 
 
-def _v_in_place(tiles: dict) -> bool:
-    """Whether the split forward with these tiles takes V in place (V_IN_PLACE, one column block)."""
-    return V_IN_PLACE and "BLOCK_D2" not in tiles
+def _v_in_place(tiles: dict, causal: bool = False) -> bool:
+    """Whether the split forward with these tiles takes V in place (V_IN_PLACE); causal: keys
+    bounded above only (_bounded_above)."""
+    if "BLOCK_D2" in tiles:
+        return False
+    if V_IN_PLACE is not None:
+        return V_IN_PLACE
+    return tiles.get("BLOCK_D") == 128 and (causal or tiles["BLOCK_M"] == 64)
 
 
 def _split_forward(cfg: dict, block_n, tiles) -> bool:
@@ -573,8 +587,9 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         try:                                                                              # past 2M take Triton's own)
             from ..runtime.device import get_device_info
             sms = get_device_info(q.data.device_id).multiprocessors
-            split = _split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi), bh * math.ceil(lq / 128), sms)
-            if _v_in_place(split):
+            split = dict(cfg, **_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi),
+                                             bh * math.ceil(lq / 128), sms))
+            if _v_in_place(split, _bounded_above(dlo, dhi)):
                 split["OT"] = True
             else:
                 vv = _transpose_v(v, cfg["BLOCK_D"])
