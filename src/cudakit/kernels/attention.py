@@ -455,16 +455,22 @@ SPLIT_BLOCK_DS = (64, 128)
 
 # The split forward's O^T form (attn_fwd's OT: O^T += V^T P^T), which reads V as it comes instead of
 # a transposed copy made first (_transpose_v), in one column block (head dims 33..64 and 97..128).
-# V_IN_PLACE None: at head dims 97..128 on 64-row tiles (small grids) and in causal forwards; True
-# or False: wherever one column block runs, or nowhere. On an H100 (2026-11-27, the 14:00 UTC call,
-# attention_f32_variants.py --integrated --causal --v-in-place; out within 1.2e-07 of the copy's),
-# O^T against the copy on the same tiles, torch's float32 SDPA in brackets:
-# - 128 x 64 (8 warps, 1 stage): B4 H32 S512 D128 causal 0.184 ms against 0.205 (0.274), plain even
-#   (0.270, 0.271); B4 H8 S2048 D128 causal 0.510 against 0.532 (0.901), plain 0.922 against 0.880;
-# - 64 x 64 (4 warps): B1 H16 S512 D128 0.053 against 0.072, causal 0.080 against 0.108; B4 H32 S512
-#   D128 0.384 against 0.361; B16 H8 S512 D64 0.145 against 0.152, causal 0.092 against 0.102;
+# V_IN_PLACE None: causal forwards at head dims 97..128 on 128-row tiles; True or False: wherever
+# one column block runs, or nowhere. On an H100 (2026-11-27; out within 1.2e-07 of the copy's):
+# - the 14:00 UTC call (attention_f32_variants.py --integrated --causal --v-in-place, warm), O^T
+#   against the copy on 128 x 64 tiles (8 warps, 1 stage), torch's float32 SDPA in brackets:
+#   B4 H32 S512 D128 causal 0.184 ms against 0.205 (0.274), plain even (0.270, 0.271); B4 H8 S2048
+#   D128 causal 0.510 against 0.532 (0.901), plain 0.922 against 0.880;
+# - the 14:06 UTC call (attention_f32_shapes.py, the public API behind an L2 flush), x torch, with
+#   it on these and on the 64 x 64 small-grid tiles, against the 13:53 call without it: B4 H32 S512
+#   D128 causal 1.476 against 1.313, B4 H16 S1024 D128 causal 1.630 against 1.524 (the 12:21 call);
+#   on 64 x 64 slower: B1 H8 S1024 D128 1.053 against 1.156 (causal, in 2 key parts, 1.531 against
+#   1.624), B1 H16 S512 D128 1.003 against 1.043 (causal 1.105 against 1.154);
 # - at head dim 64 on its 128 x 64 tiles (3 stages) it spilled (44 local loads in the sm_90 SASS
-#   against 0) and ran 0.225 against 0.155.
+#   against 0) and ran B16 H8 S512 0.225 ms against 0.155; on 64 x 64 tiles (4 warps, 1 stage) it
+#   ran causal forwards faster than the shipped 128 x 64 at short lengths, B16 H8 S512 0.092
+#   against 0.114, B8 H16 S1024 0.286 against 0.330, not at B2 H16 S4096 (1.028 against 1.005),
+#   and plain ones 0.145 against 0.155 at S512, 2.008 against 1.899 at S4096 (14:00 and 14:06 UTC).
 V_IN_PLACE: bool | None = None
 
 
@@ -475,7 +481,7 @@ def _v_in_place(tiles: dict, causal: bool = False) -> bool:
         return False
     if V_IN_PLACE is not None:
         return V_IN_PLACE
-    return tiles.get("BLOCK_D") == 128 and (causal or tiles["BLOCK_M"] == 64)
+    return causal and tiles.get("BLOCK_D") == 128 and tiles["BLOCK_M"] == 128
 
 
 def _split_forward(cfg: dict, block_n, tiles) -> bool:
