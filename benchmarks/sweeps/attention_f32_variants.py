@@ -18,7 +18,8 @@ at head dims 65..128, its columns in one block of 128 or two (64 and the rest) o
 COLUMN_TILES; at head dims up to 64 also Triton's own tf32x3 products; --order: the shipped tiles
 only, and causal forwards in the grid's program order and longest first over groups of batch*heads
 (kernels/attention.py CAUSAL_GROUP); --v-in-place: each one-column-block tile also in the O^T form
-(kernels/attention.py V_IN_PLACE: V read as it comes, no transposed copy).
+(kernels/attention.py V_IN_PLACE: V read as it comes, no transposed copy). --transpose-tiles: V's
+transposed copy (_transpose_v) on other tiles, in GB/s against a copy of V's bytes (cold L2).
 Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
@@ -312,6 +313,31 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
             print(f"VARIANT {b}x{h}x{L}x{d} causal={causal} materialized vs flash: " + " ".join(
                 f"{n} {float(cp.abs(x - y).max() / cp.abs(y).max()):.2e}" for n, x, y in zip(("dq", "dk", "dv"), got, want)),
                 flush=True)
+    sys.exit(0)
+if "--transpose-tiles" in argv:   # V's transposed copy (kernels/attention.py _transpose_v) on other tiles,
+    for b, h, L, d in shapes:     # against a copy of V's bytes (the bandwidth anchor)
+        v = cp.random.default_rng(0).standard_normal((b * h, L, d), dtype=cp.float32)
+        vt = cp.empty((b * h, d, L), cp.float32)
+        copy_to = cp.empty_like(v)
+        fns = {"copy (cupy)": lambda: copy_to.__setitem__(Ellipsis, v)}
+        for rows in (32, 64, 128):
+            for warps in (4, 8):
+                def f(rows=rows, warps=warps):
+                    at._specialized("tf32_split", {"C": d, "BLOCK_L": rows, "BLOCK_C": at.head_block(d), "TRANS": True,
+                                                   "PARTS": False, "num_warps": warps})[(b * h, math.ceil(L / rows))](
+                        v, vt, vt, L)
+                fns[f"transpose BLOCK_L={rows} warps={warps}" + (" (shipped)" if (rows, warps) == (32, 4) else "")] = f
+        fns["shipped _transpose_v"] = lambda: at._transpose_v(v, at.head_block(d))
+        from cudakit.bench import timing   # (behind an L2 flush: V's bytes would otherwise sit in L2)
+        res, errors = timing.time_gpu_interleaved(fns, warmup=2, reps=10, rounds=3, cold=True)
+        ms = {name: [r["median_ms"]] for name, r in res.items()}
+        nbytes = 2 * v.nbytes
+        for name, t in sorted(ms.items(), key=lambda kv: statistics.median(kv[1])):
+            m = statistics.median(t)
+            print(f"VARIANT {b}x{h}x{L}x{d} {name:<40} {m * 1e3:8.1f} us {nbytes / m / 1e6:7.0f} GB/s x copy "
+                  f"{statistics.median(ms['copy (cupy)']) / m:.3f}", flush=True)
+        for name, e in errors.items():
+            print(f"VARIANT {b}x{h}x{L}x{d} {name} failed: {type(e).__name__}: {str(e)[:150]}", flush=True)
     sys.exit(0)
 if "--integrated" in argv:   # the shipped split forward's tiles (kernels/attention.py _SPLIT_TILES) only
     warm = torch.randn(8192, 8192, device="cuda")   # the GPU's clocks up first: the first shape ran up to
