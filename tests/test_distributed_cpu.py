@@ -222,3 +222,20 @@ def test_killed_rank_makes_the_others_raise_naming_it(tmp_path):
     lost = [ln for ln in r.stdout.splitlines() if "LOST" in ln]
     assert len(lost) == 2 and all("(1,)" in ln and "rank 1 is gone" in ln and "SIGKILL" in ln for ln in lost), \
         r.stdout + r.stderr
+
+
+def test_a_rank_that_left_cleanly_is_noted_without_a_warning(caplog):
+    """A rank that left by destroy_process_group is noted as gone (its collectives then fail with the
+    reason) at INFO: at a job's end the ranks leave one after another, and one still tearing down
+    must not warn of those before it (a flaky test saw it). A failed rank still warns."""
+    import logging
+
+    from cudakit.distributed.group import World
+    w = World("gloo", 1, 3, 1, 3, 30.0, False)
+    with caplog.at_level(logging.INFO, logger="cudakit"):
+        w.note_lost(0, "it left the job (destroy_process_group)", left=True)
+        w.note_lost(2, "exit status -9 (SIGKILL)")
+    assert w.lost == {0: "it left the job (destroy_process_group)", 2: "exit status -9 (SIGKILL)"}
+    levels = {r.getMessage(): r.levelno for r in caplog.records}
+    assert levels == {"rank 1: rank 0 is gone: it left the job (destroy_process_group)": logging.INFO,
+                      "rank 1: rank 2 is gone: exit status -9 (SIGKILL)": logging.WARNING}

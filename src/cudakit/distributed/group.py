@@ -368,13 +368,16 @@ class World:
         self.watchdog = None
         self.default_group: ProcessGroup | None = None
 
-    def note_lost(self, r: int, why: str) -> None:
+    def note_lost(self, r: int, why: str, left: bool = False) -> None:
         """Rank r is gone; a later reason replaces an earlier one (the launcher's exit status comes
-        after the store saw the connection close)."""
+        after the store saw the connection close). left: it left cleanly (destroy_process_group),
+        logged at INFO only: at the end of a job the ranks leave one after another, and a rank
+        still tearing down would otherwise warn of each that left before it (a collective that
+        waits on a rank that left still fails with the reason, _check_group)."""
         if r == self.rank or self.lost.get(r) == why:
             return
         if r not in self.lost:
-            log.warning("rank %d: rank %d is gone: %s", self.rank, r, why)
+            (log.info if left else log.warning)("rank %d: rank %d is gone: %s", self.rank, r, why)
         self.lost[r] = why
 
     def note_store_lost(self, why: str) -> None:

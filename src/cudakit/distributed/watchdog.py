@@ -73,7 +73,7 @@ class Watchdog:
         for key in left:
             r = int(key[len(LEFT_PREFIX):])
             if r not in w.lost and FAILED_PREFIX + str(r) not in failed:
-                w.note_lost(r, "it left the job (destroy_process_group)")
+                w.note_lost(r, "it left the job (destroy_process_group)", left=True)
 
     def _check_group(self, g, now: float) -> None:
         if g.error is not None:
