@@ -632,7 +632,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         return in_parts() or one_part()
     from . import paths   # one part first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
     key = ("fwd-key-parts", bh, lq, lk, d, splits, dlo, dhi, masks.lengths is not None, has_bias,
-           masks.dropout is not None, q.data.device_id)
+           masks.dropout is not None, groups, q.data.device_id)
     return paths.run("attention", key, [("triton", one_part), (f"triton-keys-in-{splits}-parts", in_parts)])
 
 
