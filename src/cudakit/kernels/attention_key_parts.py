@@ -10,9 +10,9 @@ float32 outputs are then merged by attn_fwd_combine, which costs memory traffic 
 The model: each program costs its key blocks plus PROGRAM_COST (its Q tile, its stores, the
 pipeline's start), handed in launch order to whichever SM frees first (the order the GPU hands
 blocks out, at one program an SM: the split float32 forward's tiles take a whole SM's registers).
-On an H100 (132 SMs, 2026-11-27, the 13:41 UTC call, benchmarks/sweeps/attention_f32_variants.py --integrated
---causal --key-splits; float32, head dim 128; BxHxS, tiles, then times in 2, 3, 4 parts over one
-part's, modelled / measured):
+On an H100 (132 SMs, 2026-11-27, the 13:41 UTC call, benchmarks/sweeps/attention_f32_variants.py
+--integrated --causal --key-splits; float32, head dim 128; BxHxS, tiles, then times in 2, 3, 4
+parts over one part's, modelled / measured):
 - 2x8x1536 plain, 128 x 64: 0.81 0.96 0.92 / 0.83 0.92 0.92 (2 parts offered);
 - 2x8x1536 causal, 128 x 64: 1.00 1.12 1.19 / 0.98 1.03 1.12 (declined);
 - 1x8x1024 causal, 64 x 64: 0.72 0.83 0.94 / 0.81 0.90 0.94 (2 parts offered);
