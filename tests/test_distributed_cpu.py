@@ -235,7 +235,9 @@ def test_a_rank_that_left_cleanly_is_noted_without_a_warning(caplog):
     with caplog.at_level(logging.INFO, logger="cudakit"):
         w.note_lost(0, "it left the job (destroy_process_group)", left=True)
         w.note_lost(2, "exit status -9 (SIGKILL)")
-    assert w.lost == {0: "it left the job (destroy_process_group)", 2: "exit status -9 (SIGKILL)"}
-    levels = {r.getMessage(): r.levelno for r in caplog.records}
-    assert levels == {"rank 1: rank 0 is gone: it left the job (destroy_process_group)": logging.INFO,
-                      "rank 1: rank 2 is gone: exit status -9 (SIGKILL)": logging.WARNING}
+        w.note_lost(0, "exit status 1")   # a failure reported after the clean leave warns
+    assert w.lost == {0: "exit status 1", 2: "exit status -9 (SIGKILL)"}
+    levels = [(r.getMessage(), r.levelno) for r in caplog.records]
+    assert levels == [("rank 1: rank 0 is gone: it left the job (destroy_process_group)", logging.INFO),
+                      ("rank 1: rank 2 is gone: exit status -9 (SIGKILL)", logging.WARNING),
+                      ("rank 1: rank 0 is gone: exit status 1", logging.WARNING)]

@@ -71,6 +71,38 @@ def test_a_choice_made_while_a_candidate_declined_for_now_stays_off_the_disk(tab
     assert json.loads((tmp_path / "paths.json").read_text())[repr(("attention_backward", ("m",)))] == "materialized"
 
 
+def test_a_candidate_that_declines_while_timed_is_not_chosen_on_that_time(table, tmp_path):
+    """Accepted at the warm-up, declined in its timed calls (no memory beside the flush buffer):
+    those calls returned at once, so its time is dropped and the choice stays off the disk."""
+    state = {"calls": 0}
+
+    def flaky():
+        state["calls"] += 1
+        return "PARTS" if state["calls"] == 1 else None
+    cands = [("triton", lambda: "ONE"), ("triton-keys-in-2-parts", flaky)]
+    times = {"ONE": 1.0, None: 0.0}
+    assert paths.run("attention", ("p",), cands, timer=lambda fn: times[fn()]) == "ONE"
+    assert paths.chosen("attention", ("p",)) == "triton"
+    assert not (tmp_path / "paths.json").exists() or repr(("attention", ("p",))) not in (
+        json.loads((tmp_path / "paths.json").read_text()))
+
+
+def test_the_chosen_candidate_gives_the_result_when_another_was_timed_after_it(table):
+    """Candidates may write the same output arrays (the attention forward's key parts): the first
+    call returns what the chosen one computes, as every later call does."""
+    out = {}
+
+    def writer(name):
+        def fn():
+            out["value"] = name
+            return out
+        return fn
+    times = {"one": 1.0, "parts": 2.0}
+    timer = lambda fn: times[fn()["value"]]   # noqa: E731
+    got = paths.run("attention", ("w",), [("triton", writer("one")), ("parts", writer("parts"))], timer)
+    assert got["value"] == "one"
+
+
 def test_no_autotune_takes_the_first_that_accepts(table, monkeypatch):
     from cudakit import config
     monkeypatch.setenv("CUDAKIT_AUTOTUNE", "0")

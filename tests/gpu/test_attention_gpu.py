@@ -413,14 +413,16 @@ def test_dropout_with_grouped_heads_and_blhd_matches_the_plain_layout(rng):
 
 @pytest.mark.parametrize("lead,lq,lk,d,causal,window", [
     ((1, 2), 640, 640, 96, True, None), ((2,), 300, 1000, 128, False, None), ((1, 3), 200, 700, 80, True, (90, 0)),
-    ((2,), 130, 520, 64, False, None)])
-def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, window, rng, monkeypatch):
+    ((2,), 130, 520, 64, False, None), ((2, 11), 768, 768, 128, True, None)])
+def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, window, rng, monkeypatch,
+                                                  float32_precision):
     """The public float32 forward (and the backward from its out and lse) with kernels/paths.run
     taking the key-parts candidate, which the split forward offers where
-    kernels/attention_key_parts.py's model puts parts faster (every launch here: a few row blocks on
-    the GPU's SMs), against float64."""
+    kernels/attention_key_parts.py's model puts parts faster (every launch here on an H100's 132
+    SMs: a few row blocks, or 132 causal ones of 128 rows with V in place), against float64."""
     from cudakit import dispatch
     from cudakit.kernels import paths
+    float32_precision("tf32x3")
     run, took = paths.run, []
 
     def parts_first(op, key, candidates, timer=None):
@@ -440,21 +442,29 @@ def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, windo
 
 @pytest.mark.parametrize("bh,lq,lk,d,causal,window,splits", [
     (3, 200, 333, 128, False, None, 1), (2, 130, 520, 112, True, None, 1), (40, 300, 300, 128, True, None, 1),
-    (2, 150, 400, 48, True, (100, 0), 1), (2, 130, 520, 128, True, None, 2), (300, 64, 64, 64, False, None, 1)])
-def test_forward_v_in_place_matches_transposed_copy(bh, lq, lk, d, causal, window, splits, rng, monkeypatch):
+    (48, 384, 384, 128, True, None, 1), (2, 150, 400, 48, True, (100, 0), 1), (2, 130, 520, 128, True, None, 2),
+    (300, 64, 64, 64, False, None, 1)])
+def test_forward_v_in_place_matches_transposed_copy(bh, lq, lk, d, causal, window, splits, rng, monkeypatch,
+                                                     float32_precision):
     """The split float32 forward's O^T form (kernels/attention.py V_IN_PLACE, attn_fwd's OT: V read
-    as it comes) against the same forward on V's transposed copy: the small-grid and the 128 x 64
-    tiles, a window, the keys in parts."""
+    as it comes) against the same forward on V's transposed copy: the small-grid tiles (a few
+    128-row blocks), the 128 x 64 ones (48 x 3 row blocks, the shipped causal form; head dims 48
+    and 64), a window, the keys in parts. The copy is made only without V in place."""
     from cudakit.backends.attention_masks import Masks
     from cudakit.kernels import attention as at
+    float32_precision("tf32x3")
     q = cp.asarray(ac.data(rng, (bh, lq, d), "float32"))
     k, v = (cp.asarray(ac.data(rng, (bh, lk, d), "float32")) for _ in range(2))
     masks = Masks(causal, window=window)
     monkeypatch.setattr(at, "KEY_SPLITS", splits)
+    copies, transpose = [], at._transpose_v
+    monkeypatch.setattr(at, "_transpose_v", lambda *a: copies.append(1) or transpose(*a))
     got, want = [], []
     for flag, into in ((True, got), (False, want)):
         monkeypatch.setattr(at, "V_IN_PLACE", flag)
+        copies.clear()
         into.extend(_host(x) for x in at._triton_forward(q, k, v, d ** -0.5, masks, "float32"))
+        assert len(copies) == (0 if flag else 1), (flag, copies)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-6)
 

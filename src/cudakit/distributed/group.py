@@ -364,6 +364,7 @@ class World:
         self.groups: dict[int, ProcessGroup] = {}
         self.next_gid = 0
         self.lost: dict[int, str] = {}
+        self.left: set[int] = set()   # ranks of self.lost that left cleanly (destroy_process_group)
         self.store_lost: str | None = None
         self.watchdog = None
         self.default_group: ProcessGroup | None = None
@@ -376,8 +377,12 @@ class World:
         waits on a rank that left still fails with the reason, _check_group)."""
         if r == self.rank or self.lost.get(r) == why:
             return
-        if r not in self.lost:
+        if r not in self.lost or (r in self.left and not left):   # (a failure after a clean leave warns)
             (log.info if left else log.warning)("rank %d: rank %d is gone: %s", self.rank, r, why)
+        if left:
+            self.left.add(r)
+        else:
+            self.left.discard(r)
         self.lost[r] = why
 
     def note_store_lost(self, why: str) -> None:

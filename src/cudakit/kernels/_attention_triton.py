@@ -451,6 +451,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     if OT:   # (SPLIT, one column block: _fwd_block's O^T form, V as it comes)
+        tl.static_assert(SPLIT and BLOCK_D2 == 0, "OT takes the split forward in one column block")
         acc = tl.zeros([BLOCK_D, BLOCK_M], tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
