@@ -543,18 +543,9 @@ def _order(dlo: int, dhi: int) -> int:
 # launches that end on their longest rows), and the timing there decides; an int: that many parts
 # on every Triton forward (1: one part; the sweep's --key-splits,
 # benchmarks/sweeps/attention_f32_variants.py --integrated, sets 2, 3 and 4 to time them).
-# plan_forward's own launch (16-bit and non-split float32 forwards replayed) does not take them.
+# plan_forward's own launch (16-bit and non-split float32 forwards replayed) does not take them,
+# nor does a launch of more batch*heads than one grid covers (grid dim y).
 KEY_SPLITS: int | None = None
-
-
-def _key_splits(bh: int, split: bool, model) -> int:
-    """attn_fwd's KSPLIT for a forward over bh batch*heads: KEY_SPLITS where set, else model()
-    (the split float32 forward, split True), else 1; 1 where one launch cannot cover bh (grid dim y)."""
-    if bh > _MAX_GRID_Y:
-        return 1
-    if KEY_SPLITS is not None:
-        return max(1, KEY_SPLITS)
-    return model() if split else 1
 
 
 def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int) -> bool:
@@ -592,20 +583,20 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     vv = v
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
-    sms = split = None
+    above = _bounded_above(dlo, dhi)   # (keys bounded above only: a causal mask)
+    sms = None   # (set: the split forward runs)
     if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
         try:                                                                              # past 2M take Triton's own)
             from ..runtime.device import get_device_info
-            sms = get_device_info(q.data.device_id).multiprocessors
-            split = dict(cfg, **_split_tiles(d, masks.bias is not None, _bounded_above(dlo, dhi),
-                                             bh * math.ceil(lq / 128), sms))
-            if _v_in_place(split, _bounded_above(dlo, dhi)):
+            n_sms = get_device_info(q.data.device_id).multiprocessors
+            split = dict(cfg, **_split_tiles(d, masks.bias is not None, above, bh * math.ceil(lq / 128), n_sms))
+            if _v_in_place(split, above):
                 split["OT"] = True
             else:
                 vv = _transpose_v(v, cfg["BLOCK_D"])
             cfg.update(split)
+            sms = n_sms
         except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the transposed copy is v's bytes
-            split = None
             from .. import fallbacks
             fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
                                                       "Triton's own tf32x3 products ran it")
@@ -617,8 +608,12 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
                   HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
                   LPT=_order(dlo, dhi))
-    splits = _key_splits(bh, bool(split), lambda: kp.key_parts(bh, lq, lk, dlo, dhi, cfg["BLOCK_M"], cfg["BLOCK_N"],
-                                                                sms, consts["LPT"] > 0))
+    if bh > _MAX_GRID_Y:
+        splits = 1
+    elif KEY_SPLITS is not None:
+        splits = max(1, KEY_SPLITS)
+    else:   # the split forward: the model's count, timed against one part below
+        splits = kp.key_parts(bh, lq, lk, dlo, dhi, cfg["BLOCK_M"], cfg["BLOCK_N"], sms, above) if sms else 1
 
     def one_part():
         _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, vv, out, lse), args, consts, bh0=True)
