@@ -4,11 +4,14 @@ run medians and the spread between runs."""
 from cudakit.bench import timing
 
 
-def run_medians(fns: dict, runs: int, reps: int, warmup: int = 2, rounds: int = 2) -> tuple[dict, dict]:
-    """({name: [median ms of each run]}, {name: the exception of a provider that failed})."""
+def run_medians(fns: dict, runs: int, reps: int, warmup: int = 2, rounds: int = 2,
+                cold: bool = False) -> tuple[dict, dict]:
+    """({name: [median ms of each run]}, {name: the exception of a provider that failed}); cold:
+    each call behind an L2 flush, queued behind a spin kernel (device time alone, as `cudakit bench`
+    times): warm samples of calls shorter than their host cost time the host instead."""
     ms, errors = {}, {}
     for _ in range(runs):
-        res, err = timing.time_gpu_interleaved(fns, warmup=warmup, reps=reps, rounds=rounds)
+        res, err = timing.time_gpu_interleaved(fns, warmup=warmup, reps=reps, rounds=rounds, cold=cold)
         errors.update(err)
         for name, r in res.items():
             ms.setdefault(name, []).append(r["median_ms"])

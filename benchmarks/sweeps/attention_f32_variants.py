@@ -20,7 +20,9 @@ only, and causal forwards in the grid's program order and longest first over gro
 (kernels/attention.py CAUSAL_GROUP); --v-in-place: each one-column-block tile also in the O^T form
 (kernels/attention.py V_IN_PLACE: V read as it comes, no transposed copy). --transpose-tiles: V's
 transposed copy (_transpose_v) on other tiles, in GB/s against a copy of V's bytes (cold L2).
-Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
+--cold: each timed call behind an L2 flush, queued behind a spin kernel (device time alone; warm,
+calls shorter than their host cost time the host: at B1 H16 S512 D128 the transpose pass alone
+timed 0.022 ms warm, H100 2026-11-27 15:10 UTC). Prints VARIANT lines: median ms, TFLOP/s (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics
 import sys
@@ -166,7 +168,7 @@ COLUMN_TILES = {64: [((128, 64, 8, 3), False), ((128, 64, 8, 2), False), ((64, 6
 
 
 def report(label, fns, flops):
-    ms, errors = run_medians(fns, ROUNDS, reps=6)
+    ms, errors = run_medians(fns, ROUNDS, reps=6, cold="--cold" in argv)
     base = statistics.median(ms.pop("torch")) if "torch" in ms else float("nan")
     print(f"VARIANT {label} torch {base:8.3f} ms {flops / base / 1e9:6.1f} TFLOP/s", flush=True)
     for name, v in sorted(ms.items(), key=lambda kv: statistics.median(kv[1])):

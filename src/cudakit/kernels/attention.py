@@ -581,25 +581,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if bh == 0 or lq == 0:
         return out, lse
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
-    vv = v
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     above = _bounded_above(dlo, dhi)   # (keys bounded above only: a causal mask)
-    sms = None   # (set: the split forward runs)
-    if _split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y:   # (the split's grid: keys
-        try:                                                                              # past 2M take Triton's own)
-            from ..runtime.device import get_device_info
-            n_sms = get_device_info(q.data.device_id).multiprocessors
-            split = dict(cfg, **_split_tiles(d, masks.bias is not None, above, bh * math.ceil(lq / 128), n_sms))
-            if _v_in_place(split, above):
-                split["OT"] = True
-            else:
-                vv = _transpose_v(v, cfg["BLOCK_D"])
-            cfg.update(split)
-            sms = n_sms
-        except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # the transposed copy is v's bytes
-            from .. import fallbacks
-            fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
-                                                      "Triton's own tf32x3 products ran it")
     if groups > 1:
         heads = q_heads
     has_bias = masks.bias is not None
@@ -608,27 +591,90 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
                   HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
                   LPT=_order(dlo, dhi))
-    if bh > _MAX_GRID_Y:
-        splits = 1
-    elif KEY_SPLITS is not None:
-        splits = max(1, KEY_SPLITS)
-    else:   # the split forward: the model's count, timed against one part below
-        splits = kp.key_parts(bh, lq, lk, dlo, dhi, cfg["BLOCK_M"], cfg["BLOCK_N"], sms, above) if sms else 1
+    if not (_split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y):   # (the split's grid:
+        splits = max(1, KEY_SPLITS) if KEY_SPLITS is not None and bh <= _MAX_GRID_Y else 1   # keys past 2M take
+        if splits > 1 and _forward_in_parts(q, k, v, out, lse, args, consts, splits):        # Triton's own)
+            return out, lse
+        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
+        return out, lse
+    from ..runtime.device import get_device_info
+    sms = get_device_info(q.data.device_id).multiprocessors
+    first = _split_consts(consts, d, has_bias, above, bh * math.ceil(lq / 128), sms)
+    transposed = []   # V's transposed copy, made once on the first launch that reads it
+
+    def v_for(c):
+        if c.get("OT"):
+            return v
+        if not transposed:
+            transposed.append(_transpose_v(v, cfg["BLOCK_D"]))
+        return transposed[0]
 
     def one_part():
-        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, vv, out, lse), args, consts, bh0=True)
+        _launch("attn_fwd", lq, first["BLOCK_M"], (q, k, v_for(first), out, lse), args, first, bh0=True)
         return out, lse
 
-    def in_parts():
-        return (out, lse) if _forward_in_parts(q, k, vv, out, lse, args, consts, splits) else None
-    if splits == 1:
-        return one_part()
-    if KEY_SPLITS is not None:
-        return in_parts() or one_part()
-    from . import paths   # one part first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
-    key = ("fwd-key-parts", bh, lq, lk, d, splits, dlo, dhi, masks.lengths is not None, has_bias,
-           masks.dropout is not None, groups, q.data.device_id)
-    return paths.run("attention", key, [("triton", one_part), (f"triton-keys-in-{splits}-parts", in_parts)])
+    def in_parts(c, splits):
+        def run():
+            try:
+                vv = v_for(c)
+            except (MemoryError, cp.cuda.memory.OutOfMemoryError):
+                from . import paths
+                paths.declined_for_now()
+                return None
+            return (out, lse) if _forward_in_parts(q, k, vv, out, lse, args, c, splits) else None
+        return run
+    try:
+        if bh > _MAX_GRID_Y or KEY_SPLITS == 1:
+            return one_part()
+        if KEY_SPLITS is not None:
+            return in_parts(first, max(1, KEY_SPLITS))() or one_part()
+        parts, splits = _parts_candidate(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)
+        if splits == 1:
+            return one_part()
+        from . import paths   # one part first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
+        tag = f"{parts['BLOCK_M']}x{parts['BLOCK_N']}"
+        key = ("fwd-key-parts", bh, lq, lk, d, splits, tag, dlo, dhi, masks.lengths is not None, has_bias,
+               masks.dropout is not None, groups, q.data.device_id)
+        return paths.run("attention", key, [("triton", one_part),
+                                            (f"triton-keys-in-{splits}-parts-on-{tag}", in_parts(parts, splits))])
+    except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # V's transposed copy is v's bytes
+        if transposed:
+            raise
+        from .. import fallbacks
+        fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
+                                                  "Triton's own tf32x3 products ran it")
+        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
+        return out, lse
+
+
+def _split_consts(consts: dict, d: int, bias: bool, above: bool, blocks: int | None = None,
+                  sms: int | None = None) -> dict:
+    """attn_fwd's constexprs for the split float32 forward on _split_tiles's tiles (blocks, sms: its
+    small-grid tiles where they apply), with V in place (OT) where _v_in_place takes it."""
+    c = dict(consts, **_split_tiles(d, bias, above, blocks, sms))
+    if _v_in_place(c, above):
+        c["OT"] = True
+    return c
+
+
+def _parts_candidate(first: dict, consts: dict, d: int, bias: bool, above: bool, bh: int, lq: int, lk: int,
+                     dlo: int, dhi: int, sms: int) -> tuple[dict, int]:
+    """(constexprs, part count) of the split forward's key-parts candidate (count 1: none). Where
+    the small-grid tiles run one part, the parts go on the launch's usual 128-row tiles if the
+    model puts those in parts (twice the rows a program, parts enough to fill the GPU), else on the
+    small-grid tiles. On an H100 (2026-11-27 15:14 UTC, attention_f32_variants.py --integrated
+    --causal --cold --key-splits --tiles ..., each call behind an L2 flush; torch's float32 SDPA in
+    brackets): B1 H8 S1024 D128 on 128 x 64 tiles in 2 parts 0.079 ms against 0.092 on the small-grid
+    64 x 64 in one and 0.100 in 2 (0.106), causal in 3 parts 0.064 against 0.089 and 0.067 (0.107);
+    B1 H16 S512 D128 in 2 parts 0.051 against 0.054 and 0.063 (0.058), causal in 3 parts 0.049
+    against 0.053 and 0.049 (0.057). Of 64 x 32 and 64 x 16 tiles (two programs an SM), in parts or
+    not, none ran faster than both but B1 H16 S512 D128 causal in 3 parts on 64 x 32, 0.046 ms."""
+    usual = _split_consts(consts, d, bias, above)
+    if usual["BLOCK_M"] != first["BLOCK_M"]:
+        n = kp.key_parts(bh, lq, lk, dlo, dhi, usual["BLOCK_M"], usual["BLOCK_N"], sms, above)
+        if n > 1:
+            return usual, n
+    return first, kp.key_parts(bh, lq, lk, dlo, dhi, first["BLOCK_M"], first["BLOCK_N"], sms, above)
 
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None,
