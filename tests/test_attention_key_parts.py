@@ -56,22 +56,21 @@ def test_key_parts_grow_with_fewer_row_blocks():
 
 
 @pytest.mark.parametrize("bh,l,d,causal,want", [
-    (8, 1024, 128, False, (128, 2)),   # 64 row blocks of 128: the usual tiles in 2 parts, not 64 x 64 in one
-    (8, 1024, 128, True, (128, 3)),    # (the model's count on the usual tiles; 3 measured fastest too)
-    (16, 512, 128, False, (128, 2)),
-    (2, 1536, 96, False, (128, 4)),    # 24 blocks of 128 rows (two column blocks at head dim 96)
-    (8, 1536, 128, False, (64, 2)),    # 96 blocks: the usual tiles in parts would take two waves, so the
-                                       # parts go on the small-grid tiles
-    (16, 1536, 128, False, (128, 2)),  # 192 blocks: the usual tiles first and in parts
-    (128, 512, 128, False, (128, 1)),  # 512 blocks: no parts
+    (8, 1024, 128, False, [(128, 2)]),          # 64 row blocks of 128: the usual tiles in 2 parts (64 x 64: one)
+    (8, 1024, 128, True, [(64, 2), (128, 3)]),  # causal: both in parts
+    (16, 512, 128, False, [(128, 2)]),
+    (2, 1536, 96, False, [(64, 2), (128, 4)]),  # 24 blocks of 128 rows (two column blocks at head dim 96)
+    (8, 1536, 128, False, [(64, 2)]),           # 96 blocks: the usual tiles in parts would take two waves
+    (16, 1536, 128, False, [(128, 2)]),         # 192 blocks: the usual tiles first, in parts too
+    (128, 512, 128, False, []),                 # 512 blocks: no parts
 ])
-def test_split_forward_parts_candidate(bh, l, d, causal, want):
-    """The split float32 forward's key-parts candidate (kernels/attention.py _parts_candidate) on an
-    H100's 132 SMs: its tiles' rows and part count."""
+def test_split_forward_parts_candidates(bh, l, d, causal, want):
+    """The split float32 forward's key-parts candidates (kernels/attention.py _parts_candidates) on
+    an H100's 132 SMs: their tiles' rows and part counts."""
     import math
     from cudakit.kernels import attention as at
     consts = dict(at._config("float32", d, None), PREC="tf32x3")
     dlo, dhi = key_bounds(l, l, causal)
     first = at._split_consts(consts, d, False, causal, bh * math.ceil(l / 128), 132)
-    parts, n = at._parts_candidate(first, consts, d, False, causal, bh, l, l, dlo, dhi, 132)
-    assert (parts["BLOCK_M"], n) == want
+    got = at._parts_candidates(first, consts, d, False, causal, bh, l, l, dlo, dhi, 132)
+    assert [(c["BLOCK_M"], n) for c, n in got] == want

@@ -413,13 +413,15 @@ def test_dropout_with_grouped_heads_and_blhd_matches_the_plain_layout(rng):
 
 @pytest.mark.parametrize("lead,lq,lk,d,causal,window", [
     ((1, 2), 640, 640, 96, True, None), ((2,), 300, 1000, 128, False, None), ((1, 3), 200, 700, 80, True, (90, 0)),
-    ((2,), 130, 520, 64, False, None), ((2, 11), 768, 768, 128, True, None)])
-def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, window, rng, monkeypatch,
+    ((2,), 130, 520, 64, False, None), ((2, 11), 768, 768, 128, True, None), ((1, 8), 1024, 1024, 128, True, None)])
+@pytest.mark.parametrize("which", [0, -1])
+def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, window, which, rng, monkeypatch,
                                                   float32_precision):
     """The public float32 forward (and the backward from its out and lse) with kernels/paths.run
-    taking the key-parts candidate, which the split forward offers where
-    kernels/attention_key_parts.py's model puts parts faster (every launch here on an H100's 132
-    SMs: a few row blocks, or 132 causal ones of 128 rows with V in place), against float64."""
+    taking a key-parts candidate (which: the first or the last offered), which the split forward
+    offers where kernels/attention_key_parts.py's model puts parts faster (every launch here on an
+    H100's 132 SMs: a few row blocks, on the small-grid tiles and on the usual 128-row ones with V
+    in place, or 132 causal ones of 128 rows), against float64."""
     from cudakit import dispatch
     from cudakit.kernels import paths
     float32_precision("tf32x3")
@@ -428,8 +430,8 @@ def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, windo
     def parts_first(op, key, candidates, timer=None):
         parts = [(n, fn) for n, fn in candidates if n.startswith("triton-keys-in-")]
         if op == "attention" and parts:
-            took.append(parts[0][0])
-            return parts[0][1]()
+            took.append(parts[which][0])
+            return parts[which][1]()
         return run(op, key, candidates, timer)
     dispatch.clear()
     monkeypatch.setattr(paths, "run", parts_first)

@@ -416,7 +416,9 @@ _SPLIT_CAUSAL_TILES = ((81, 96, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "
 # 2026-11-27 12:25 UTC, attention_f32_variants.py --integrated --causal --tiles; torch in brackets):
 # 1x8x1024x128 (64 blocks) 0.081 ms against 0.115 on 128 x 64 (0.099), causal 0.081 against 0.118
 # (0.097); 2x4x2048x96 (128 blocks) 0.191 against 0.193 (0.352); at 192 blocks (2x8x1536x128) they
-# ran 0.367 against 0.345 (0.447)
+# ran 0.367 against 0.345 (0.447). Each call behind an L2 flush (15:14 UTC, --cold), one part:
+# 1x8x1024x128 0.092 against 0.124 (0.106), 1x16x512x128 0.054 against 0.071 (0.058); the usual
+# tiles in parts then ran faster still (_parts_candidates)
 _SPLIT_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 
 
@@ -628,15 +630,14 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             return one_part()
         if KEY_SPLITS is not None:
             return in_parts(first, max(1, KEY_SPLITS))() or one_part()
-        parts, splits = _parts_candidate(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)
-        if splits == 1:
+        offers = [(f"triton-keys-in-{n}-parts-on-{c['BLOCK_M']}x{c['BLOCK_N']}", c, n)
+                  for c, n in _parts_candidates(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)]
+        if not offers:
             return one_part()
         from . import paths   # one part first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
-        tag = f"{parts['BLOCK_M']}x{parts['BLOCK_N']}"
-        key = ("fwd-key-parts", bh, lq, lk, d, splits, tag, dlo, dhi, masks.lengths is not None, has_bias,
-               masks.dropout is not None, groups, q.data.device_id)
-        return paths.run("attention", key, [("triton", one_part),
-                                            (f"triton-keys-in-{splits}-parts-on-{tag}", in_parts(parts, splits))])
+        key = ("fwd-key-parts", bh, lq, lk, d, tuple(name for name, _, _ in offers), dlo, dhi,
+               masks.lengths is not None, has_bias, masks.dropout is not None, groups, q.data.device_id)
+        return paths.run("attention", key, [("triton", one_part)] + [(name, in_parts(c, n)) for name, c, n in offers])
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # V's transposed copy is v's bytes
         if transposed:
             raise
@@ -657,24 +658,29 @@ def _split_consts(consts: dict, d: int, bias: bool, above: bool, blocks: int | N
     return c
 
 
-def _parts_candidate(first: dict, consts: dict, d: int, bias: bool, above: bool, bh: int, lq: int, lk: int,
-                     dlo: int, dhi: int, sms: int) -> tuple[dict, int]:
-    """(constexprs, part count) of the split forward's key-parts candidate (count 1: none). Where
-    the small-grid tiles run one part, the parts go on the launch's usual 128-row tiles if the
-    model puts those in parts (twice the rows a program, parts enough to fill the GPU), else on the
-    small-grid tiles. On an H100 (2026-11-27 15:14 UTC, attention_f32_variants.py --integrated
-    --causal --cold --key-splits --tiles ..., each call behind an L2 flush; torch's float32 SDPA in
-    brackets): B1 H8 S1024 D128 on 128 x 64 tiles in 2 parts 0.079 ms against 0.092 on the small-grid
-    64 x 64 in one and 0.100 in 2 (0.106), causal in 3 parts 0.064 against 0.089 and 0.067 (0.107);
-    B1 H16 S512 D128 in 2 parts 0.051 against 0.054 and 0.063 (0.058), causal in 3 parts 0.049
-    against 0.053 and 0.049 (0.057). Of 64 x 32 and 64 x 16 tiles (two programs an SM), in parts or
-    not, none ran faster than both but B1 H16 S512 D128 causal in 3 parts on 64 x 32, 0.046 ms."""
+def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool, bh: int, lq: int, lk: int,
+                      dlo: int, dhi: int, sms: int) -> list[tuple[dict, int]]:
+    """[(constexprs, part count)] of the split forward's key-parts candidates: the first launch's
+    tiles (`first`) in the model's count where it is over 1, and, where `first` are the small-grid
+    tiles, the launch's usual 128-row tiles in their own count (twice the rows a program, parts
+    enough to fill the GPU). On an H100 (2026-11-27 15:14 UTC, attention_f32_variants.py
+    --integrated --causal --cold --key-splits --tiles ..., each call behind an L2 flush; torch's
+    float32 SDPA in brackets): B1 H8 S1024 D128 on 128 x 64 tiles in 2 parts 0.079 ms against 0.092
+    on the small-grid 64 x 64 in one and 0.100 in 2 (0.106), causal in 3 parts 0.064 against 0.089
+    and 0.067 (0.107); B1 H16 S512 D128 in 2 parts 0.051 against 0.054 and 0.063 (0.058), causal in
+    3 parts 0.049 against 0.053 and 0.049 (0.057). Of 64 x 32 and 64 x 16 tiles (two programs an SM),
+    in parts or not, none ran faster than both but B1 H16 S512 D128 causal in 3 parts on 64 x 32,
+    0.046 ms."""
+    out = []
+    n = kp.key_parts(bh, lq, lk, dlo, dhi, first["BLOCK_M"], first["BLOCK_N"], sms, above)
+    if n > 1:
+        out.append((first, n))
     usual = _split_consts(consts, d, bias, above)
-    if usual["BLOCK_M"] != first["BLOCK_M"]:
+    if (usual["BLOCK_M"], usual["BLOCK_N"]) != (first["BLOCK_M"], first["BLOCK_N"]):
         n = kp.key_parts(bh, lq, lk, dlo, dhi, usual["BLOCK_M"], usual["BLOCK_N"], sms, above)
         if n > 1:
-            return usual, n
-    return first, kp.key_parts(bh, lq, lk, dlo, dhi, first["BLOCK_M"], first["BLOCK_N"], sms, above)
+            out.append((usual, n))
+    return out
 
 
 def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, tiles=None,
