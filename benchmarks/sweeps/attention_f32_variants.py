@@ -22,7 +22,7 @@ only, and causal forwards in the grid's program order and longest first over gro
 transposed copy (_transpose_v) on other tiles, in GB/s against a copy of V's bytes (cold L2).
 --cold: each timed call behind an L2 flush, queued behind a spin kernel (device time alone; warm,
 calls shorter than their host cost time the host: at B1 H16 S512 D128 the transpose pass alone
-timed 0.022 ms warm, H100 2026-11-27 15:10 UTC). Prints VARIANT lines: median ms, TFLOP/s
+timed 0.022 ms warm, H100 2026-11-27 14:56 UTC). Prints VARIANT lines: median ms, TFLOP/s
 (4 BH L^2 D forward, 10 BH L^2 D backward) and x torch."""
 import math
 import statistics

@@ -416,7 +416,7 @@ _SPLIT_CAUSAL_TILES = ((81, 96, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "
 # 2026-11-27 12:25 UTC, attention_f32_variants.py --integrated --causal --tiles; torch in brackets):
 # 1x8x1024x128 (64 blocks) 0.081 ms against 0.115 on 128 x 64 (0.099), causal 0.081 against 0.118
 # (0.097); 2x4x2048x96 (128 blocks) 0.191 against 0.193 (0.352); at 192 blocks (2x8x1536x128) they
-# ran 0.367 against 0.345 (0.447). Each call behind an L2 flush (15:14 UTC, --cold), one part:
+# ran 0.367 against 0.345 (0.447). Each call behind an L2 flush (15:00 UTC, --cold), one part:
 # 1x8x1024x128 0.092 against 0.124 (0.106), 1x16x512x128 0.054 against 0.071 (0.058); the usual
 # tiles in parts then ran faster still (_parts_candidates)
 _SPLIT_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
@@ -663,7 +663,7 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
     """[(constexprs, part count)] of the split forward's key-parts candidates: the first launch's
     tiles (`first`) in the model's count where it is over 1, and, where `first` are the small-grid
     tiles, the launch's usual 128-row tiles in their own count (twice the rows a program, parts
-    enough to fill the GPU). On an H100 (2026-11-27 15:14 UTC, attention_f32_variants.py
+    enough to fill the GPU). On an H100 (2026-11-27 15:00 UTC, attention_f32_variants.py
     --integrated --causal --cold --key-splits --tiles ..., each call behind an L2 flush; torch's
     float32 SDPA in brackets): B1 H8 S1024 D128 on 128 x 64 tiles in 2 parts 0.079 ms against 0.092
     on the small-grid 64 x 64 in one and 0.100 in 2 (0.106), causal in 3 parts 0.064 against 0.089

@@ -21,7 +21,7 @@ parts over one part's, modelled / measured):
 - 1x8x1024 on 128 x 64 tiles (64 programs, fewer than half the SMs): plain 0.56 0.78 0.67 / 0.97
   0.92 0.93, causal 0.56 0.44 0.50 / 0.64 0.62 0.58.
 That sweep timed warm calls back to back, so calls shorter than their host cost timed the host. Each
-call behind an L2 flush instead (device time alone; the 15:14 UTC call, with --cold), 1x8x1024 on
+call behind an L2 flush instead (device time alone; the 15:00 UTC call, with --cold), 1x8x1024 on
 128 x 64 tiles ran as modelled: plain 0.64 0.85 0.69, causal 0.62 0.50 0.50; the model's count
 there (2, and 3 causal) is kernels/attention.py's candidate beside the small-grid tiles.
 """
