@@ -3,7 +3,11 @@ spin kernel (paths.time_per_call, how _pick_plan chooses) and one call at a time
 (how `cudakit bench --l2 cold` times a call), next to torch on the same inputs. Does the plan choice
 depend on how it is timed? Prints lines starting with PLAN-PROBE.
 
-    python3 scripts/cudnn_plan_probe.py [f32]     (f32: the float32 convolutions only)
+    python3 scripts/cudnn_plan_probe.py [f32 | nhwc]
+
+f32: the float32 convolutions only; nhwc: the bfloat16 3x3 ResNet-50 convolutions on channels-last
+activations (torch's channels_last beside them) that ran below torch in the 05:39 UTC benchmark of
+2026-11-27: the paths cudakit chose, and every plan of their fprop, dgrad and wgrad graphs.
 """
 import statistics
 
@@ -55,6 +59,37 @@ def plans(sig_kind, ptrs, label, torch_fn, error=None):
                   f"isolated {isolated_ms(run):.4f} ms{err}")
         except Exception as e:   # noqa: BLE001 -- a plan that does not build or run here
             print(f"PLAN-PROBE {label}: plan {i}: {type(e).__name__}: {str(e)[:100]}")
+
+
+def nhwc():
+    import torch
+    cl = torch.channels_last
+    for c, hw, kk, stride in ((512, 7, 512, 1), (512, 14, 512, 2)):
+        ho = (hw + 2 - 3) // stride + 1
+        x = torch.randn(32, c, hw, hw, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
+        w = torch.randn(kk, c, 3, 3, device="cuda", dtype=torch.bfloat16) * (9 * c) ** -0.5
+        g = torch.randn(32, kk, ho, ho, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
+        cx, cw, cg = (cp.from_dlpack(t) for t in (x, w, g))
+        label = f"nhwc 3x3 {c}->{kk} {hw}x{hw} s{stride} bf16"
+        cudnn._graphs.clear()
+        dispatch.clear()
+        y = cudakit.conv2d(cx, cw, None, stride, 1)
+        gx, gw, _ = cudakit.conv2d_backward(cg, cx, cw, stride, 1, bias=False)
+        rx, rw = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+        ty = torch.nn.functional.conv2d(rx, rw, None, stride, 1)
+        tfwd = lambda: torch.nn.functional.conv2d(x, w, None, stride, 1)  # noqa: E731
+        tback = lambda: torch.autograd.grad(ty, (rx, rw), g, retain_graph=True)  # noqa: E731
+        fwd = lambda: cudakit.conv2d(cx, cw, None, stride, 1)  # noqa: E731
+        back = lambda: cudakit.conv2d_backward(cg, cx, cw, stride, 1, bias=False)  # noqa: E731
+        lp = paths.last_paths()
+        print(f"PLAN-PROBE {label}: paths fwd {lp.get('conv2d')} dgrad {lp.get('conv2d_input_grad')} wgrad "
+              f"{lp.get('conv2d_weight_grad')}; forward isolated {isolated_ms(fwd):.4f} ms (torch "
+              f"{isolated_ms(tfwd):.4f}), backward {isolated_ms(back):.4f} ms (torch {isolated_ms(tback):.4f})")
+        plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"{label} fprop", tfwd)
+        plans("conv_dgrad", [cg.data.ptr, cw.data.ptr, gx.data.ptr], f"{label} dgrad",
+              lambda: torch.autograd.grad(ty, (rx,), g, retain_graph=True))
+        plans("conv_wgrad", [cx.data.ptr, cg.data.ptr, gw.data.ptr], f"{label} wgrad",
+              lambda: torch.autograd.grad(ty, (rw,), g, retain_graph=True))
 
 
 def main(only_f32: bool = False):
@@ -124,4 +159,7 @@ def main(only_f32: bool = False):
 
 if __name__ == "__main__":
     import sys
-    main(only_f32="f32" in sys.argv[1:])
+    if "nhwc" in sys.argv[1:]:
+        nhwc()
+    else:
+        main(only_f32="f32" in sys.argv[1:])
