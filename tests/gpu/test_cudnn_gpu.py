@@ -56,6 +56,31 @@ def test_conv2d_channels_last_runs_cudnn_in_place(geo, dtype, rng, only_cudnn):
     cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
     kinds = {key[0] for key in cudnn._graphs if isinstance(key, tuple) and "nhwc" in key}
     assert kinds >= {"conv_fprop", "conv_dgrad", "conv_wgrad"}, list(cudnn._graphs)
+    if r * s > 1:   # the weight went to cuDNN channels-last too (cudnn.NHWC_WEIGHT)
+        kinds = {key[0] for key in cudnn._graphs if isinstance(key, tuple) and "krsc" in key}
+        assert kinds >= {"conv_fprop", "conv_dgrad", "conv_wgrad"}, list(cudnn._graphs)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv2d_channels_last_weight_layouts_agree(bias, rng, only_cudnn, monkeypatch):
+    """The weight given to cuDNN as (K, R, S, C) memory (cudnn.NHWC_WEIGHT) or C-contiguous: the
+    same y, dL/dx and dL/dw (C-contiguous either way, as the weight came), on channels-last views."""
+    x = cp.asarray(data(rng, (2, 5, 5, 24), "bfloat16")).transpose(0, 3, 1, 2)
+    w = cp.asarray(data(rng, (16, 24, 3, 3), "bfloat16"))
+    b = cp.asarray(data(rng, (16,), "bfloat16")) if bias else None
+    g = cp.asarray(data(rng, (2, 5, 5, 16), "bfloat16")).transpose(0, 3, 1, 2)
+    from cudakit import dispatch
+    got = {}
+    for flag in (True, False):
+        monkeypatch.setattr(cudnn, "NHWC_WEIGHT", flag)
+        dispatch.clear()   # (a dispatch plan keeps the weight layout it was built with)
+        y = cudakit.conv2d(x, w, b, 1, 1)
+        gx, gw, _ = cudakit.conv2d_backward(g, x, w, 1, 1, bias=bias)
+        assert gw.flags.c_contiguous and gx.strides[1] == gx.itemsize
+        got[flag] = [_host(a).astype("float64") for a in (y, gx, gw)]
+    dispatch.clear()
+    for a, b_ in zip(got[True], got[False]):
+        np.testing.assert_allclose(a, b_, rtol=2e-2, atol=2e-2)
 
 
 def test_conv2d_channels_last_output_is_cudnns_own_memory(rng, only_cudnn):

@@ -413,27 +413,58 @@ def _conv_geometry(geo):
 
 # ---- convolution ------------------------------------------------------------------------------
 # graph signatures, shared with the dispatch plans that look the built graphs up (path_plans.py)
-# layout: "nchw" (C-contiguous operands) or "nhwc" (the activations channels-last, the weight
-# C-contiguous (K, C, R, S)): one graph each, as their strides differ
+# layout: "nchw" (C-contiguous operands) or "nhwc" (the activations channels-last, the weight as
+# weight_layout says): one graph each, as their strides differ
 # float32 "ieee" graphs (FP32-arithmetic plans only) are signatures of their own too. Every
 # signature ends with its device (executor() reads it there).
-def _tags(dtype_name: str, layout: str) -> tuple:
-    return ((layout,) if layout != "nchw" else ()) + (("ieee",) if _exact(dtype_name) else ())
+def _tags(dtype_name: str, layout: str, w_shape) -> tuple:
+    return ((layout,) if layout != "nchw" else ()) + (("krsc",) if weight_layout(layout, w_shape) == "nhwc" else ()) \
+        + (("ieee",) if _exact(dtype_name) else ())
 
 
 def fprop_sig(x_shape, w_shape, dtype_name, geo, bias: bool, device: int, layout: str = "nchw") -> tuple:
     return ("conv_fprop", tuple(x_shape), tuple(w_shape), dtype_name, geo, bool(bias)) + \
-        _tags(dtype_name, layout) + (device,)
+        _tags(dtype_name, layout, w_shape) + (device,)
 
 
 def dgrad_sig(g_shape, w_shape, x_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
     return ("conv_dgrad", tuple(g_shape), tuple(w_shape), tuple(int(v) for v in x_shape), dtype_name, geo) + \
-        _tags(dtype_name, layout) + (device,)
+        _tags(dtype_name, layout, w_shape) + (device,)
 
 
 def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
     return ("conv_wgrad", tuple(g_shape), tuple(x_shape), tuple(int(v) for v in w_shape), dtype_name, geo) + \
-        _tags(dtype_name, layout) + (device,)
+        _tags(dtype_name, layout, w_shape) + (device,)
+
+
+# Whether the weight of a channels-last convolution goes to cuDNN channels-last too ((K, C, R, S)
+# views of (K, R, S, C) memory: a copy of the C-contiguous weight a call, and dL/dw written so and
+# copied back), as torch does (its cuDNN convolution takes the weight in the input's suggested
+# memory format, a copy a call, and returns dL/dw in it). With the weight C-contiguous and the
+# activations channels-last, the 3x3 rows of the ResNet-50 benchmark ran 0.751-0.998x torch
+# (bfloat16, H100, 2026-11-27 05:39 UTC, benchmarks/results/nvidia-h100-80gb-hbm3-conv-r50-bf16.json,
+# conv2d_r50_nhwc*), the 1x1 rows, whose two weight layouts are one memory, 0.969-1.087x.
+NHWC_WEIGHT = True
+
+
+def weight_layout(layout: str, w_shape) -> str:
+    """"nhwc" where a convolution's weight goes to cuDNN as (K, R, S, C) memory (NHWC_WEIGHT: the
+    activations channels-last and a window of more than one tap), else "nchw" (C-contiguous)."""
+    return "nhwc" if NHWC_WEIGHT and layout == "nhwc" and int(w_shape[2]) * int(w_shape[3]) > 1 else "nchw"
+
+
+def weight_in(w, wl: str):
+    """The C-contiguous weight w (K, C, R, S) as cuDNN reads it in weight layout wl: itself, or a
+    (K, C, R, S) view of a (K, R, S, C) copy."""
+    if wl == "nchw":
+        return w
+    cp = _cupy.cupy()
+    return cp.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def weight_out(dw, wl: str):
+    """dL/dw as cuDNN wrote it in weight layout wl (new_nchw(..., wl == "nhwc")), C-contiguous."""
+    return dw if wl == "nchw" else _cupy.cupy().ascontiguousarray(dw)
 
 
 def layout_of(*arrays) -> str | None:
@@ -466,7 +497,8 @@ def conv_fprop(x, w, bias, geo):
     name = str(x.dtype)
     k = w.shape[0]
     y_shape = (x.shape[0], k, geo[8], geo[9])
-    xd, wd, yd = _layout_desc(x, layout), contiguous_desc(w.shape), nchw_out_desc(y_shape, layout == "nhwc")
+    wl = weight_layout(layout, w.shape)
+    xd, wd, yd = _layout_desc(x, layout), nchw_out_desc(w.shape, wl == "nhwc"), nchw_out_desc(y_shape, layout == "nhwc")
     bd = None if bias is None else ((1, k, 1, 1), (k, 1, 1, 1))
     sig = fprop_sig(x.shape, w.shape, name, geo, bias is not None, x.data.device_id, layout)
 
@@ -486,19 +518,20 @@ def conv_fprop(x, w, bias, geo):
     if g is None:
         return None
     y = new_nchw(y_shape, x.dtype, layout == "nhwc")
-    g.run([x.data.ptr, w.data.ptr] + ([bias.data.ptr] if bias is not None else []) + [y.data.ptr])
+    g.run([x.data.ptr, weight_in(w, wl).data.ptr] + ([bias.data.ptr] if bias is not None else []) + [y.data.ptr])
     return y
 
 
 def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str):
     """The gradient (out_shape, a's dtype) of one cuDNN convolution backward pass: kind "dgrad"
     (a = dL/dy, b = w: dL/dx, in dL/dy's layout) or "wgrad" (a = x, b = dL/dy: dL/dw, C-contiguous);
-    the activations in `layout` (layout_of), the weight C-contiguous. None when cuDNN declines the
-    signature."""
+    the activations in `layout` (layout_of), the weight C-contiguous (cuDNN's in weight_layout).
+    None when cuDNN declines the signature."""
     name = str(a.dtype)
+    wl = weight_layout(layout, b.shape if kind == "dgrad" else out_shape)
     ad = _layout_desc(a, layout)
-    bd = contiguous_desc(b.shape) if kind == "dgrad" else _layout_desc(b, layout)   # dgrad's b: the weight
-    out_cl = kind == "dgrad" and layout == "nhwc"
+    bd = nchw_out_desc(b.shape, wl == "nhwc") if kind == "dgrad" else _layout_desc(b, layout)   # dgrad's b: the weight
+    out_cl = layout == "nhwc" if kind == "dgrad" else wl == "nhwc"
     od = nchw_out_desc(out_shape, out_cl)
 
     def make(g, dt):
@@ -515,8 +548,11 @@ def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str):
     if g is None:
         return None
     out = new_nchw(out_shape, a.dtype, out_cl)
+    if kind == "dgrad":
+        g.run([a.data.ptr, weight_in(b, wl).data.ptr, out.data.ptr])
+        return out
     g.run([a.data.ptr, b.data.ptr, out.data.ptr])
-    return out
+    return weight_out(out, wl)
 
 
 def conv_dgrad(grad_out, w, x_shape, geo):

@@ -341,16 +341,16 @@ def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     nd = _new_nchw(layout)   # the output in x's layout, as cudnn.conv_fprop makes it
     y_shape = (x.shape[0], weight.shape[0], geo[8], geo[9])
     if step[0] == "cudnn":
-        run = step[1]
+        run, wl, w_in = step[1], cudnn.weight_layout(layout, weight.shape), cudnn.weight_in
         if bias is None:
             def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                 y = nd(y_shape, x.dtype)
-                run(x.data.ptr, weight.data.ptr, y.data.ptr)
+                run(x.data.ptr, w_in(weight, wl).data.ptr, y.data.ptr)
                 return y
         else:
             def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                 y = nd(y_shape, x.dtype)
-                run(x.data.ptr, weight.data.ptr, bias.data.ptr, y.data.ptr)
+                run(x.data.ptr, w_in(weight, wl).data.ptr, bias.data.ptr, y.data.ptr)
                 return y
     else:
         return None   # the Triton kernels: a plan traced from the checked call (ops._planner)
@@ -377,18 +377,19 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     if layout == "nhwc" and "triton" in (wg[0], dg[0]):
         return None   # the own kernels copy channels-last data: the checked path does that
     cp = _cupy.cupy()
-    nd, f32 = cp.ndarray, cp.float32
+    f32 = cp.float32
     new_gx = _new_nchw(layout)   # dL/dx in x's layout, as cudnn.conv_dgrad makes it
     x_shape, g_ = tuple(x.shape), groups
+    wl = cudnn.weight_layout(layout, w_shape)   # (the weight as cuDNN takes it and writes dL/dw)
 
     if wg[0] == "cudnn":
         run_w = wg[1]
 
         def weight_grad(grad_out, x):
-            gw = nd(w_shape, x.dtype)
+            gw = cudnn.new_nchw(w_shape, x.dtype, wl == "nhwc")
             run_w(x.data.ptr, grad_out.data.ptr, gw.data.ptr)
             gb = grad_out.sum(axis=(0, 2, 3), dtype=f32).astype(x.dtype) if bias else None
-            return gw, gb
+            return cudnn.weight_out(gw, wl), gb
     else:
         def weight_grad(grad_out, x):
             return conv.conv2d_weight_grad(grad_out, x, w_shape, geo, bias, g_)
@@ -397,7 +398,7 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
 
         def input_grad(grad_out, weight):
             gx = new_gx(x_shape, weight.dtype)
-            run_d(grad_out.data.ptr, weight.data.ptr, gx.data.ptr)
+            run_d(grad_out.data.ptr, cudnn.weight_in(weight, wl).data.ptr, gx.data.ptr)
             return gx
     else:
         def input_grad(grad_out, weight):
