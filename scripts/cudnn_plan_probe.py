@@ -34,8 +34,9 @@ def isolated_ms(fn, reps=25):
     return statistics.median(out)
 
 
-def plans(sig_kind, ptrs, label, torch_fn, error=None):
-    """error(): the largest error of the output the plan just wrote (printed per plan), or None."""
+def plans(sig_kind, ptrs, label, torch_fn, error=None, top=None):
+    """error(): the largest error of the output the plan just wrote (printed per plan), or None;
+    top: only the `top` fastest plans (isolated), fastest first; else every plan in index order."""
     keys = [k for k, g in cudnn._graphs.items() if isinstance(k, tuple) and k[0] == sig_kind and isinstance(g, cudnn._Graph)]
     if not keys:
         print(f"PLAN-PROBE {label}: no {sig_kind} graph built ({cudnn.declined()})")
@@ -45,6 +46,7 @@ def plans(sig_kind, ptrs, label, torch_fn, error=None):
     h = cudnn._handle(cudnn._load()[0], cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr).backend_handle
     print(f"PLAN-PROBE {label}: chosen plan {g.index} {g.plan}; torch isolated {isolated_ms(torch_fn):.4f} ms, "
           f"batched {paths.time_per_call(torch_fn):.4f} ms")
+    lines = []
     for i in range(graph.get_execution_plan_count()):
         try:
             graph.build_plan_at_index(i)
@@ -55,41 +57,53 @@ def plans(sig_kind, ptrs, label, torch_fn, error=None):
             run()
             err = "" if error is None else f", error {error():.2e}"
             name = graph.get_plan_name_at_index(i)
-            print(f"PLAN-PROBE {label}: plan {i} {name}: batched {paths.time_per_call(run):.4f} ms, "
-                  f"isolated {isolated_ms(run):.4f} ms{err}")
+            iso = isolated_ms(run, reps=25 if top is None else 10)
+            lines.append((iso, f"PLAN-PROBE {label}: plan {i} {name}: batched {paths.time_per_call(run):.4f} ms, "
+                               f"isolated {iso:.4f} ms{err}"))
         except Exception as e:   # noqa: BLE001 -- a plan that does not build or run here
-            print(f"PLAN-PROBE {label}: plan {i}: {type(e).__name__}: {str(e)[:100]}")
+            if top is None:
+                lines.append((0.0, f"PLAN-PROBE {label}: plan {i}: {type(e).__name__}: {str(e)[:100]}"))
+    for _, line in (sorted(lines)[:top] if top else lines):
+        print(line)
 
 
 def nhwc():
+    """The channels-last 3x3 convolutions, with the weight given to cuDNN C-contiguous and as
+    (K, R, S, C) memory (cudnn.NHWC_WEIGHT): paths, times against torch, the 3 fastest plans."""
     import torch
     cl = torch.channels_last
-    for c, hw, kk, stride in ((512, 7, 512, 1), (512, 14, 512, 2)):
+    paths.run = lambda op, key, cands, timer=None: dict(cands).get("cudnn", cands[0][1])()   # cuDNN, forced
+    for c, hw, kk, stride in ((512, 7, 512, 1), (512, 14, 512, 2), (128, 28, 128, 1)):
         ho = (hw + 2 - 3) // stride + 1
         x = torch.randn(32, c, hw, hw, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
         w = torch.randn(kk, c, 3, 3, device="cuda", dtype=torch.bfloat16) * (9 * c) ** -0.5
         g = torch.randn(32, kk, ho, ho, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
         cx, cw, cg = (cp.from_dlpack(t) for t in (x, w, g))
-        label = f"nhwc 3x3 {c}->{kk} {hw}x{hw} s{stride} bf16"
-        cudnn._graphs.clear()
-        dispatch.clear()
-        y = cudakit.conv2d(cx, cw, None, stride, 1)
-        gx, gw, _ = cudakit.conv2d_backward(cg, cx, cw, stride, 1, bias=False)
         rx, rw = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
         ty = torch.nn.functional.conv2d(rx, rw, None, stride, 1)
         tfwd = lambda: torch.nn.functional.conv2d(x, w, None, stride, 1)  # noqa: E731
         tback = lambda: torch.autograd.grad(ty, (rx, rw), g, retain_graph=True)  # noqa: E731
-        fwd = lambda: cudakit.conv2d(cx, cw, None, stride, 1)  # noqa: E731
-        back = lambda: cudakit.conv2d_backward(cg, cx, cw, stride, 1, bias=False)  # noqa: E731
-        lp = paths.last_paths()
-        print(f"PLAN-PROBE {label}: paths fwd {lp.get('conv2d')} dgrad {lp.get('conv2d_input_grad')} wgrad "
-              f"{lp.get('conv2d_weight_grad')}; forward isolated {isolated_ms(fwd):.4f} ms (torch "
-              f"{isolated_ms(tfwd):.4f}), backward {isolated_ms(back):.4f} ms (torch {isolated_ms(tback):.4f})")
-        plans("conv_fprop", [cx.data.ptr, cw.data.ptr, y.data.ptr], f"{label} fprop", tfwd)
-        plans("conv_dgrad", [cg.data.ptr, cw.data.ptr, gx.data.ptr], f"{label} dgrad",
-              lambda: torch.autograd.grad(ty, (rx,), g, retain_graph=True))
-        plans("conv_wgrad", [cx.data.ptr, cg.data.ptr, gw.data.ptr], f"{label} wgrad",
-              lambda: torch.autograd.grad(ty, (rw,), g, retain_graph=True))
+        for flag in (False, True):
+            cudnn.NHWC_WEIGHT = flag
+            label = f"nhwc 3x3 {c}->{kk} {hw}x{hw} s{stride} bf16 weight {'KRSC' if flag else 'KCRS'}"
+            cudnn._graphs.clear()
+            dispatch.clear()
+            y = cudakit.conv2d(cx, cw, None, stride, 1)
+            gx, gw, _ = cudakit.conv2d_backward(cg, cx, cw, stride, 1, bias=False)
+            fwd = lambda: cudakit.conv2d(cx, cw, None, stride, 1)  # noqa: E731
+            back = lambda: cudakit.conv2d_backward(cg, cx, cw, stride, 1, bias=False)  # noqa: E731
+            print(f"PLAN-PROBE {label}: cuDNN (forced); forward isolated {isolated_ms(fwd):.4f} ms (torch "
+                  f"{isolated_ms(tfwd):.4f}), backward {isolated_ms(back):.4f} ms (torch {isolated_ms(tback):.4f})")
+            wl = cudnn.weight_layout("nhwc", cw.shape)
+            wk = cudnn.weight_in(cw, wl)   # the weight, and dL/dw's buffer, as the graphs take them
+            gwk = cudnn.new_nchw(cw.shape, cw.dtype, wl == "nhwc")
+            plans("conv_fprop", [cx.data.ptr, wk.data.ptr, y.data.ptr], f"{label} fprop", tfwd, top=3)
+            plans("conv_dgrad", [cg.data.ptr, wk.data.ptr, gx.data.ptr], f"{label} dgrad",
+                  lambda: torch.autograd.grad(ty, (rx,), g, retain_graph=True), top=3)
+            plans("conv_wgrad", [cx.data.ptr, cg.data.ptr, gwk.data.ptr], f"{label} wgrad",
+                  lambda: torch.autograd.grad(ty, (rw,), g, retain_graph=True), top=3)
+            del wk, gwk
+    cudnn.NHWC_WEIGHT = True
 
 
 def main(only_f32: bool = False):

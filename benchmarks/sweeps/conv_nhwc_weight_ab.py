@@ -1,7 +1,7 @@
 """Channels-last conv2d on cuDNN with its weight given as (K, R, S, C) memory (kernels/cudnn.py
 NHWC_WEIGHT: a copy a call, dL/dw copied back) or C-contiguous, against torch's channels_last
-(which copies its weight to channels-last a call too), in one run: each call behind an L2 flush,
-interleaved (bench.timing's cold samples, as `cudakit bench` times).
+(which copies its weight to channels-last a call too), in one run, cuDNN forced on cudakit's side:
+each call behind an L2 flush, interleaved (bench.timing's cold samples, as `cudakit bench` times).
     python3 benchmarks/sweeps/conv_nhwc_weight_ab.py [--dtype bfloat16] [--shapes N.C.HW.K.R.STRIDE,...]
 Default shapes: the ResNet-50 3x3 convolutions at batch 32 (the 1x1 ones: one weight memory).
 Prints VARIANT lines: median ms of each provider and x torch, forward and backward."""
@@ -13,9 +13,12 @@ import torch
 import cudakit
 from cudakit import dispatch
 from cudakit.bench import timing
-from cudakit.kernels import cudnn
+from cudakit.kernels import cudnn, paths
 
 argv = sys.argv[1:]
+# cuDNN forced (its path choice is keyed by the activations' layout, not the weight's: one layout's
+# choice would otherwise carry over to the other)
+paths.run = lambda op, key, cands, timer=None: dict(cands).get("cudnn", cands[0][1])()
 dtype = argv[argv.index("--dtype") + 1] if "--dtype" in argv else "bfloat16"
 shapes = [(32, 64, 56, 64, 3, 1), (32, 128, 56, 128, 3, 2), (32, 128, 28, 128, 3, 1), (32, 256, 28, 256, 3, 2),
           (32, 256, 14, 256, 3, 1), (32, 512, 14, 512, 3, 2), (32, 512, 7, 512, 3, 1)]

@@ -3,6 +3,7 @@ call, against the float64 references of tests/conv_checks.py and tests/attention
 
 import attention_checks as ac
 import conv_checks as cc
+import numpy as np
 import pytest
 from helpers import data
 

@@ -455,7 +455,8 @@ def weight_layout(layout: str, w_shape) -> str:
 
 def weight_in(w, wl: str):
     """The C-contiguous weight w (K, C, R, S) as cuDNN reads it in weight layout wl: itself, or a
-    (K, C, R, S) view of a (K, R, S, C) copy."""
+    (K, C, R, S) view of a (K, R, S, C) copy, which the caller holds until cuDNN's launch is queued
+    (a copy freed before could give its memory to that launch's workspace)."""
     if wl == "nchw":
         return w
     cp = _cupy.cupy()
@@ -518,7 +519,8 @@ def conv_fprop(x, w, bias, geo):
     if g is None:
         return None
     y = new_nchw(y_shape, x.dtype, layout == "nhwc")
-    g.run([x.data.ptr, weight_in(w, wl).data.ptr] + ([bias.data.ptr] if bias is not None else []) + [y.data.ptr])
+    wc = weight_in(w, wl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
+    g.run([x.data.ptr, wc.data.ptr] + ([bias.data.ptr] if bias is not None else []) + [y.data.ptr])
     return y
 
 
@@ -549,7 +551,8 @@ def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str):
         return None
     out = new_nchw(out_shape, a.dtype, out_cl)
     if kind == "dgrad":
-        g.run([a.data.ptr, weight_in(b, wl).data.ptr, out.data.ptr])
+        wc = weight_in(b, wl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
+        g.run([a.data.ptr, wc.data.ptr, out.data.ptr])
         return out
     g.run([a.data.ptr, b.data.ptr, out.data.ptr])
     return weight_out(out, wl)

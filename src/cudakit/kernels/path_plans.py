@@ -344,13 +344,13 @@ def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
         run, wl, w_in = step[1], cudnn.weight_layout(layout, weight.shape), cudnn.weight_in
         if bias is None:
             def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-                y = nd(y_shape, x.dtype)
-                run(x.data.ptr, w_in(weight, wl).data.ptr, y.data.ptr)
+                y, wc = nd(y_shape, x.dtype), w_in(weight, wl)   # (wc held until the launch: cudnn.weight_in)
+                run(x.data.ptr, wc.data.ptr, y.data.ptr)
                 return y
         else:
             def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-                y = nd(y_shape, x.dtype)
-                run(x.data.ptr, w_in(weight, wl).data.ptr, bias.data.ptr, y.data.ptr)
+                y, wc = nd(y_shape, x.dtype), w_in(weight, wl)
+                run(x.data.ptr, wc.data.ptr, bias.data.ptr, y.data.ptr)
                 return y
     else:
         return None   # the Triton kernels: a plan traced from the checked call (ops._planner)
@@ -398,7 +398,8 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
 
         def input_grad(grad_out, weight):
             gx = new_gx(x_shape, weight.dtype)
-            run_d(grad_out.data.ptr, cudnn.weight_in(weight, wl).data.ptr, gx.data.ptr)
+            wc = cudnn.weight_in(weight, wl)   # (held until the launch: cudnn.weight_in)
+            run_d(grad_out.data.ptr, wc.data.ptr, gx.data.ptr)
             return gx
     else:
         def input_grad(grad_out, weight):
