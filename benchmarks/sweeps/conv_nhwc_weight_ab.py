@@ -1,7 +1,9 @@
 """Channels-last conv2d on cuDNN with its weight given as (K, R, S, C) memory (kernels/cudnn.py
 NHWC_WEIGHT: a copy a call, dL/dw copied back) or C-contiguous, against torch's channels_last
 (which copies its weight to channels-last a call too), in one run, cuDNN forced on cudakit's side:
-each call behind an L2 flush, interleaved (bench.timing's cold samples, as `cudakit bench` times).
+each call behind an L2 flush and a spin, interleaved with torch's (bench.timing's cold samples, as
+`cudakit bench` times), each weight layout in its own rounds (set outside the timed calls: a
+dispatch plan keeps the layout it was built with).
     python3 benchmarks/sweeps/conv_nhwc_weight_ab.py [--dtype bfloat16] [--shapes N.C.HW.K.R.STRIDE,...]
 Default shapes: the ResNet-50 3x3 convolutions at batch 32 (the 1x1 ones: one weight memory).
 Prints VARIANT lines: median ms of each provider and x torch, forward and backward."""
@@ -26,18 +28,6 @@ if "--shapes" in argv:
     shapes = [tuple(int(v) for v in s.split(".")) for s in argv[argv.index("--shapes") + 1].split(",")]
 
 
-def with_weight(flag, fn):
-    def call():
-        old = cudnn.NHWC_WEIGHT
-        cudnn.NHWC_WEIGHT = flag
-        dispatch.clear()   # (a dispatch plan keeps the weight layout it was built with)
-        try:
-            return fn()
-        finally:
-            cudnn.NHWC_WEIGHT = old
-    return call
-
-
 for n, c, hw, k, r, stride in shapes:
     pad = r // 2
     ho = (hw + 2 * pad - r) // stride + 1
@@ -50,19 +40,21 @@ for n, c, hw, k, r, stride in shapes:
     rx, rw = (t.detach().requires_grad_(True) for t in (tx, tw))
     y = torch.nn.functional.conv2d(rx, rw, None, stride, pad)
     tag = f"{n}x{c}x{hw}x{hw} to {k} {r}x{r} s{stride} {dtype}"
-    for kind, fns in (
-            ("forward", {"weight KRSC": with_weight(True, lambda: cudakit.conv2d(x, w, None, stride, pad)),
-                         "weight KCRS": with_weight(False, lambda: cudakit.conv2d(x, w, None, stride, pad)),
-                         "torch": lambda: torch.nn.functional.conv2d(tx, tw, None, stride, pad)}),
-            ("backward", {"weight KRSC": with_weight(True, lambda: cudakit.conv2d_backward(g, x, w, stride, pad,
-                                                                                            bias=False)),
-                          "weight KCRS": with_weight(False, lambda: cudakit.conv2d_backward(g, x, w, stride, pad,
-                                                                                             bias=False)),
-                          "torch": lambda: torch.autograd.grad(y, (rx, rw), tg, retain_graph=True)})):
-        res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=True)
-        for name, e in err.items():
-            print(f"VARIANT {tag} {kind} {name} failed: {type(e).__name__}: {str(e)[:150]}", flush=True)
-        base = res.get("torch", {}).get("median_ms", float("nan"))
-        for name, m in res.items():
-            print(f"VARIANT {tag} {kind:<8} {name:<12} {m['median_ms']:8.4f} ms x torch {base / m['median_ms']:.3f}",
-                  flush=True)
+    ours = {"forward": lambda: cudakit.conv2d(x, w, None, stride, pad),
+            "backward": lambda: cudakit.conv2d_backward(g, x, w, stride, pad, bias=False)}
+    theirs = {"forward": lambda: torch.nn.functional.conv2d(tx, tw, None, stride, pad),
+              "backward": lambda: torch.autograd.grad(y, (rx, rw), tg, retain_graph=True)}
+    for kind in ("forward", "backward"):
+        for flag in (True, False):   # (the flag set outside the timed calls, whose dispatch plans keep it)
+            cudnn.NHWC_WEIGHT = flag
+            dispatch.clear()
+            name = "weight KRSC" if flag else "weight KCRS"
+            res, err = timing.time_gpu_interleaved({name: ours[kind], "torch": theirs[kind]}, warmup=3, reps=12,
+                                                   rounds=3, cold=True)
+            for e_name, e in err.items():
+                print(f"VARIANT {tag} {kind} {e_name} failed: {type(e).__name__}: {str(e)[:150]}", flush=True)
+            if name in res and "torch" in res:
+                m, t = res[name]["median_ms"], res["torch"]["median_ms"]
+                print(f"VARIANT {tag} {kind:<8} {name} {m:8.4f} ms torch {t:8.4f} ms x torch {t / m:.3f}"
+                      f"{' (host exposed)' if res[name].get('host_exposed_runs') else ''}", flush=True)
+    cudnn.NHWC_WEIGHT = True

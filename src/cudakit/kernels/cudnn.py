@@ -443,7 +443,13 @@ def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: s
 # memory format, a copy a call, and returns dL/dw in it). With the weight C-contiguous and the
 # activations channels-last, the 3x3 rows of the ResNet-50 benchmark ran 0.751-0.998x torch
 # (bfloat16, H100, 2026-11-27 05:39 UTC, benchmarks/results/nvidia-h100-80gb-hbm3-conv-r50-bf16.json,
-# conv2d_r50_nhwc*), the 1x1 rows, whose two weight layouts are one memory, 0.969-1.087x.
+# conv2d_r50_nhwc*), the 1x1 rows, whose two weight layouts are one memory, 0.969-1.087x. cuDNN's
+# fastest plan of each graph with the weight so against C-contiguous (H100, 2026-11-27 15:24 UTC,
+# scripts/cudnn_plan_probe.py nhwc, each plan behind an L2 flush; torch's whole call in brackets):
+# 32x512x7x7 to 512 fprop 0.0202 ms against 0.0346 (0.0307), dgrad 0.0195 against 0.0353 (0.0314),
+# wgrad 0.0210 against 0.0357 (0.0210); 32x512x14x14 stride 2 fprop 0.0211 against 0.0352, dgrad
+# 0.0263 against 0.0409, wgrad 0.0218 against 0.0354; 32x128x28x28 to 128 fprop 0.0214 against
+# 0.0249, dgrad 0.0209 against 0.0235, wgrad 0.0305 against 0.0342.
 NHWC_WEIGHT = True
 
 
@@ -459,13 +465,16 @@ def weight_in(w, wl: str):
     (a copy freed before could give its memory to that launch's workspace)."""
     if wl == "nchw":
         return w
-    cp = _cupy.cupy()
-    return cp.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    from .transpose import permute   # (cudakit's layout kernel: CuPy's strided copy took 13 us a call at
+    return permute(w, (0, 2, 3, 1)).transpose(0, 3, 1, 2)   # 512 x 512 x 3 x 3 bfloat16, H100 15:24 UTC)
 
 
 def weight_out(dw, wl: str):
     """dL/dw as cuDNN wrote it in weight layout wl (new_nchw(..., wl == "nhwc")), C-contiguous."""
-    return dw if wl == "nchw" else _cupy.cupy().ascontiguousarray(dw)
+    if wl == "nchw":
+        return dw
+    from .transpose import permute
+    return permute(dw.transpose(0, 2, 3, 1), (0, 3, 1, 2))
 
 
 def layout_of(*arrays) -> str | None:
