@@ -64,21 +64,19 @@ def test_conv_dtype_ok_follows_float32_precision():
         cudakit.set_float32_precision(old)
 
 
-def test_channels_last_weight_layout(monkeypatch):
-    """A channels-last convolution with a window of more than one tap gives cuDNN its weight as
-    (K, R, S, C) memory (a signature of its own); 1x1 weights and NCHW calls keep theirs."""
-    assert cudnn.weight_layout("nhwc", (8, 4, 3, 3)) == "nhwc"
-    assert cudnn.weight_layout("nhwc", (8, 4, 1, 3)) == "nhwc"
-    assert cudnn.weight_layout("nhwc", (8, 4, 1, 1)) == "nchw"
-    assert cudnn.weight_layout("nchw", (8, 4, 3, 3)) == "nchw"
-    geo = (1, 1, 1, 1, 1, 1, 1, 1, 5, 5)
-    assert "krsc" in cudnn.fprop_sig((1, 4, 5, 5), (8, 4, 3, 3), "bfloat16", geo, False, 0, "nhwc")
-    assert "krsc" in cudnn.wgrad_sig((1, 8, 5, 5), (1, 4, 5, 5), (8, 4, 3, 3), "bfloat16", geo, 0, "nhwc")
-    assert "krsc" not in cudnn.dgrad_sig((1, 8, 5, 5), (8, 4, 3, 3), (1, 4, 5, 5), "bfloat16", geo, 0, "nchw")
-    assert "krsc" not in cudnn.fprop_sig((1, 4, 5, 5), (8, 4, 1, 1), "bfloat16", geo, False, 0, "nhwc")
-    monkeypatch.setattr(cudnn, "NHWC_WEIGHT", False)
-    assert cudnn.weight_layout("nhwc", (8, 4, 3, 3)) == "nchw"
-    assert "krsc" not in cudnn.fprop_sig((1, 4, 5, 5), (8, 4, 3, 3), "bfloat16", geo, False, 0, "nhwc")
+def test_channels_last_weight_path():
+    """The channels-last weight path ("cudnn-krsc") is offered for channels-last activations with a
+    window of more than one tap and 2- or 4-byte elements; its graphs are signatures of their own."""
+    assert cudnn.krsc_offered("nhwc", (8, 4, 3, 3), "bfloat16")
+    assert cudnn.krsc_offered("nhwc", (8, 4, 1, 3), "float32")
+    assert not cudnn.krsc_offered("nhwc", (8, 4, 1, 1), "bfloat16")   # (one memory either way)
+    assert not cudnn.krsc_offered("nchw", (8, 4, 3, 3), "bfloat16")
+    assert not cudnn.krsc_offered("nhwc", (8, 4, 3, 3), "float64")
+    geo = (1, 1, 1, 1, 1, 1, 3, 3, 5, 5)
+    assert "krsc" in cudnn.fprop_sig((1, 4, 5, 5), (8, 4, 3, 3), "bfloat16", geo, False, 0, "nhwc", True)
+    assert "krsc" in cudnn.wgrad_sig((1, 8, 5, 5), (1, 4, 5, 5), (8, 4, 3, 3), "bfloat16", geo, 0, "nhwc", True)
+    plain = cudnn.dgrad_sig((1, 8, 5, 5), (8, 4, 3, 3), (1, 4, 5, 5), "bfloat16", geo, 0, "nhwc")
+    assert "krsc" not in plain and plain[-1] == 0
 
 
 @pytest.fixture

@@ -57,31 +57,63 @@ def test_conv2d_channels_last_runs_cudnn_in_place(geo, dtype, rng, only_cudnn):
     cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
     kinds = {key[0] for key in cudnn._graphs if isinstance(key, tuple) and "nhwc" in key}
     assert kinds >= {"conv_fprop", "conv_dgrad", "conv_wgrad"}, list(cudnn._graphs)
-    if r * s > 1:   # the weight went to cuDNN channels-last too (cudnn.NHWC_WEIGHT)
-        kinds = {key[0] for key in cudnn._graphs if isinstance(key, tuple) and "krsc" in key}
-        assert kinds >= {"conv_fprop", "conv_dgrad", "conv_wgrad"}, list(cudnn._graphs)
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_conv2d_channels_last_weight_layouts_agree(bias, rng, only_cudnn, monkeypatch):
-    """The weight given to cuDNN as (K, R, S, C) memory (cudnn.NHWC_WEIGHT) or C-contiguous: the
-    same y, dL/dx and dL/dw (C-contiguous either way, as the weight came), on channels-last views."""
-    x = cp.asarray(data(rng, (2, 5, 5, 24), "bfloat16")).transpose(0, 3, 1, 2)
-    w = cp.asarray(data(rng, (16, 24, 3, 3), "bfloat16"))
-    b = cp.asarray(data(rng, (16,), "bfloat16")) if bias else None
-    g = cp.asarray(data(rng, (2, 5, 5, 16), "bfloat16")).transpose(0, 3, 1, 2)
+@pytest.fixture
+def cudnn_krsc(monkeypatch):
+    """Every conv2d pass that offers the channels-last weight path ("cudnn-krsc") takes it, the
+    others cuDNN; a declined signature fails the test."""
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
     from cudakit import dispatch
-    got = {}
-    for flag in (True, False):
-        monkeypatch.setattr(cudnn, "NHWC_WEIGHT", flag)
-        dispatch.clear()   # (a dispatch plan keeps the weight layout it was built with)
-        y = cudakit.conv2d(x, w, b, 1, 1)
-        gx, gw, _ = cudakit.conv2d_backward(g, x, w, 1, 1, bias=bias)
-        assert gw.flags.c_contiguous and gx.strides[1] == gx.itemsize
-        got[flag] = [_host(a).astype("float64") for a in (y, gx, gw)]
+    taken, recorded = [], []
+
+    def run(op, key, candidates, timer=None):
+        name = "cudnn-krsc" if "cudnn-krsc" in dict(candidates) else "cudnn"
+        out = dict(candidates)[name]()
+        assert out is not None, f"cuDNN declined {op} {key}: {cudnn.declined()}"
+        paths._choice[(op, key)] = name   # (the dispatch plans replay it)
+        recorded.append((op, key))
+        taken.append(name)
+        return out
     dispatch.clear()
-    for a, b_ in zip(got[True], got[False]):
-        np.testing.assert_allclose(a, b_, rtol=2e-2, atol=2e-2)
+    monkeypatch.setattr(paths, "run", run)
+    yield taken
+    for k in recorded:
+        paths._choice.pop(k, None)
+    dispatch.clear()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("geo", [(2, 16, 9, 7, 32, 3, 3, 1, 1, 1), (3, 8, 13, 11, 16, 3, 2, (2, 1), (1, 2), 1),
+                                 (2, 16, 10, 10, 24, 3, 3, 1, 2, 2)])
+def test_conv2d_channels_last_weight_path(geo, dtype, rng, cudnn_krsc):
+    """The channels-last path with the weight given to cuDNN as (K, R, S, C) memory too
+    ("cudnn-krsc": kernels/weight_layout.py's copies) against float64, both channels-last forms;
+    dL/dw comes back C-contiguous."""
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
+    kinds = {key[0] for key in cudnn._graphs if isinstance(key, tuple) and "krsc" in key}
+    assert kinds >= {"conv_fprop", "conv_dgrad", "conv_wgrad"}, list(cudnn._graphs)
+    assert "cudnn-krsc" in cudnn_krsc
+    x = cp.asarray(data(rng, (n, h, w, c), dtype)).transpose(0, 3, 1, 2)
+    wt = cp.asarray(data(rng, (k, c, r, s), dtype))
+    g = cp.ascontiguousarray(cudakit.conv2d(x, wt, None, stride, pad, dil).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    for _ in range(2):   # (the second call through the dispatch plan)
+        gw = cudakit.conv2d_backward(g, x, wt, stride, pad, dil, bias=False)[1]
+        assert gw.flags.c_contiguous
+
+
+def test_weight_layout_copies_round_trip(rng):
+    """kernels/weight_layout.py: to (K, R, S, C) memory and back, every word size, odd sizes."""
+    from cudakit.kernels import weight_layout as wl
+    for dtype, shape in (("bfloat16", (5, 7, 3, 3)), ("float32", (3, 130, 1, 5)), ("float16", (1, 1, 2, 2))):
+        w = cp.asarray(data(rng, shape, dtype))
+        krsc = wl.to_krsc(w)
+        assert krsc.shape == w.shape and krsc.strides[1] == krsc.itemsize
+        np.testing.assert_array_equal(_host(cp.ascontiguousarray(krsc.transpose(0, 2, 3, 1))),
+                                      _host(w).transpose(0, 2, 3, 1))
+        np.testing.assert_array_equal(_host(wl.from_krsc(krsc)), _host(w))
 
 
 def test_conv2d_channels_last_output_is_cudnns_own_memory(rng, only_cudnn):

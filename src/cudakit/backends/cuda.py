@@ -109,16 +109,16 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         w = self._ascontiguous(w)
         b = None if b is None else self._ascontiguous(b)
         key = conv_path_key("fwd", x.dtype, x.shape, w.shape, geo, groups, b is not None, layout)
-        return self._conv_paths("conv2d", x.dtype, x.shape, w.shape[0], geo, groups, key,
-                                lambda: cudnn.conv_fprop(x, w, b, geo),
+        return self._conv_paths("conv2d", x.dtype, x.shape, w.shape, geo, groups, key, layout,
+                                lambda cl: cudnn.conv_fprop(x, w, b, geo, cl),
                                 lambda: self._own(lambda x: conv.conv2d(x, w, b, geo, groups), layout, x))
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
         (g,), layout = self._activations(grad_out)
         w = self._ascontiguous(w)
         key = conv_path_key("dgrad", w.dtype, x_shape, w.shape, geo, groups, False, layout)
-        return self._conv_paths("conv2d_input_grad", w.dtype, x_shape, w.shape[0], geo, groups, key,
-                                lambda: cudnn.conv_dgrad(g, w, x_shape, geo),
+        return self._conv_paths("conv2d_input_grad", w.dtype, x_shape, w.shape, geo, groups, key, layout,
+                                lambda cl: cudnn.conv_dgrad(g, w, x_shape, geo, cl),
                                 lambda: self._own(lambda g: conv.conv2d_input_grad(g, w, x_shape, geo, groups),
                                                   layout, g))
 
@@ -127,19 +127,24 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         key = conv_path_key("wgrad", x.dtype, x.shape, w_shape, geo, groups, bias, layout)
         own = lambda: conv.conv2d_weight_grad(self._ascontiguous(g), self._ascontiguous(x), w_shape, geo,  # noqa: E731
                                               bias, groups)
-        return self._conv_paths("conv2d_weight_grad", x.dtype, x.shape, w_shape[0], geo, groups, key,
-                                lambda: cudnn.conv_wgrad(g, x, w_shape, geo, bias), own)
+        return self._conv_paths("conv2d_weight_grad", x.dtype, x.shape, w_shape, geo, groups, key, layout,
+                                lambda cl: cudnn.conv_wgrad(g, x, w_shape, geo, bias, cl), own)
 
-    def _conv_paths(self, op, dtype, x_shape, k, geo, groups, key, with_cudnn, with_own):
+    def _conv_paths(self, op, dtype, x_shape, w_shape, geo, groups, key, layout, with_cudnn, with_own):
         """The result of conv2d's faster path for this signature (kernels/paths.py, which records
         the choice for the dispatch plans of kernels/path_plans.py): cuDNN (groups 1, 16-bit or
-        float32 under precision "tf32", the `cudnn` extra installed) and cudakit's implicit-GEMM or
-        direct kernels; None for the im2col path when neither takes the call."""
+        float32 under precision "tf32", the `cudnn` extra installed; with_cudnn(weight_cl), and for
+        channels-last activations with a window the weight given channels-last too,
+        cudnn.krsc_offered) and cudakit's implicit-GEMM or direct kernels; None for the im2col path
+        when neither takes the call."""
         from ..kernels import paths
         name = conv.dtype_name(dtype)
+        k = w_shape[0]
         candidates = []
         if groups == 1 and cudnn.wanted() and cudnn.conv_dtype_ok(name):
-            candidates.append(("cudnn", with_cudnn))
+            candidates.append(("cudnn", lambda: with_cudnn(False)))
+            if cudnn.krsc_offered(layout, w_shape, dtype):
+                candidates.append(("cudnn-krsc", lambda: with_cudnn(True)))
         if conv.why_not(name, x_shape, k, geo, groups) is None:
             candidates.append(("triton", with_own))
         if not candidates:

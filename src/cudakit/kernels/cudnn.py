@@ -417,64 +417,66 @@ def _conv_geometry(geo):
 # weight_layout says): one graph each, as their strides differ
 # float32 "ieee" graphs (FP32-arithmetic plans only) are signatures of their own too. Every
 # signature ends with its device (executor() reads it there).
-def _tags(dtype_name: str, layout: str, w_shape) -> tuple:
-    return ((layout,) if layout != "nchw" else ()) + (("krsc",) if weight_layout(layout, w_shape) == "nhwc" else ()) \
+def _tags(dtype_name: str, layout: str, weight_cl: bool) -> tuple:
+    return ((layout,) if layout != "nchw" else ()) + (("krsc",) if weight_cl else ()) \
         + (("ieee",) if _exact(dtype_name) else ())
 
 
-def fprop_sig(x_shape, w_shape, dtype_name, geo, bias: bool, device: int, layout: str = "nchw") -> tuple:
+def fprop_sig(x_shape, w_shape, dtype_name, geo, bias: bool, device: int, layout: str = "nchw",
+              weight_cl: bool = False) -> tuple:
     return ("conv_fprop", tuple(x_shape), tuple(w_shape), dtype_name, geo, bool(bias)) + \
-        _tags(dtype_name, layout, w_shape) + (device,)
+        _tags(dtype_name, layout, weight_cl) + (device,)
 
 
-def dgrad_sig(g_shape, w_shape, x_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
+def dgrad_sig(g_shape, w_shape, x_shape, dtype_name, geo, device: int, layout: str = "nchw",
+              weight_cl: bool = False) -> tuple:
     return ("conv_dgrad", tuple(g_shape), tuple(w_shape), tuple(int(v) for v in x_shape), dtype_name, geo) + \
-        _tags(dtype_name, layout, w_shape) + (device,)
+        _tags(dtype_name, layout, weight_cl) + (device,)
 
 
-def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: str = "nchw") -> tuple:
+def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: str = "nchw",
+              weight_cl: bool = False) -> tuple:
     return ("conv_wgrad", tuple(g_shape), tuple(x_shape), tuple(int(v) for v in w_shape), dtype_name, geo) + \
-        _tags(dtype_name, layout, w_shape) + (device,)
+        _tags(dtype_name, layout, weight_cl) + (device,)
 
 
-# Whether the weight of a channels-last convolution goes to cuDNN channels-last too ((K, C, R, S)
-# views of (K, R, S, C) memory: a copy of the C-contiguous weight a call, and dL/dw written so and
-# copied back), as torch does (its cuDNN convolution takes the weight in the input's suggested
-# memory format, a copy a call, and returns dL/dw in it). With the weight C-contiguous and the
-# activations channels-last, the 3x3 rows of the ResNet-50 benchmark ran 0.751-0.998x torch
-# (bfloat16, H100, 2026-11-27 05:39 UTC, benchmarks/results/nvidia-h100-80gb-hbm3-conv-r50-bf16.json,
-# conv2d_r50_nhwc*), the 1x1 rows, whose two weight layouts are one memory, 0.969-1.087x. cuDNN's
-# fastest plan of each graph with the weight so against C-contiguous (H100, 2026-11-27 15:24 UTC,
-# scripts/cudnn_plan_probe.py nhwc, each plan behind an L2 flush; torch's whole call in brackets):
-# 32x512x7x7 to 512 fprop 0.0202 ms against 0.0346 (0.0307), dgrad 0.0195 against 0.0353 (0.0314),
-# wgrad 0.0210 against 0.0357 (0.0210); 32x512x14x14 stride 2 fprop 0.0211 against 0.0352, dgrad
-# 0.0263 against 0.0409, wgrad 0.0218 against 0.0354; 32x128x28x28 to 128 fprop 0.0214 against
-# 0.0249, dgrad 0.0209 against 0.0235, wgrad 0.0305 against 0.0342.
-NHWC_WEIGHT = True
+# A channels-last convolution's weight may go to cuDNN channels-last too ((K, C, R, S) views of
+# (K, R, S, C) memory, weight_cl: a copy a call by kernels/weight_layout.py, and dL/dw written so and
+# copied back), as torch does (its cuDNN convolution takes the weight in the input's suggested memory
+# format, a copy a call, and returns dL/dw in it): the path "cudnn-krsc" beside "cudnn" where
+# krsc_offered, timed per signature. With the weight C-contiguous and the activations channels-last,
+# the 3x3 rows of the ResNet-50 benchmark ran 0.751-0.998x torch (bfloat16, H100, 2026-11-27 05:39 UTC,
+# benchmarks/results/nvidia-h100-80gb-hbm3-conv-r50-bf16.json, conv2d_r50_nhwc*), the 1x1 rows, whose
+# two weight layouts are one memory, 0.969-1.087x. cuDNN's fastest plan of each graph with the weight
+# channels-last against C-contiguous (H100, 2026-11-27 15:24 UTC, scripts/cudnn_plan_probe.py nhwc,
+# each plan behind an L2 flush; torch's whole call in brackets): 32x512x7x7 to 512 fprop 0.0202 ms
+# against 0.0346 (0.0307), dgrad 0.0195 against 0.0353 (0.0314), wgrad 0.0210 against 0.0357
+# (0.0210); 32x512x14x14 stride 2 fprop 0.0211 against 0.0352, dgrad 0.0263 against 0.0409, wgrad
+# 0.0218 against 0.0354; 32x128x28x28 to 128 fprop 0.0214 against 0.0249, dgrad 0.0209 against
+# 0.0235, wgrad 0.0305 against 0.0342.
+def krsc_offered(layout: str, w_shape, dtype) -> bool:
+    """Whether the channels-last weight path is offered: channels-last activations, a window of
+    more than one tap (a 1x1 weight's two layouts are one memory), 2- or 4-byte elements."""
+    from .weight_layout import supported
+    return layout == "nhwc" and int(w_shape[2]) * int(w_shape[3]) > 1 and supported(dtype)
 
 
-def weight_layout(layout: str, w_shape) -> str:
-    """"nhwc" where a convolution's weight goes to cuDNN as (K, R, S, C) memory (NHWC_WEIGHT: the
-    activations channels-last and a window of more than one tap), else "nchw" (C-contiguous)."""
-    return "nhwc" if NHWC_WEIGHT and layout == "nhwc" and int(w_shape[2]) * int(w_shape[3]) > 1 else "nchw"
-
-
-def weight_in(w, wl: str):
-    """The C-contiguous weight w (K, C, R, S) as cuDNN reads it in weight layout wl: itself, or a
-    (K, C, R, S) view of a (K, R, S, C) copy, which the caller holds until cuDNN's launch is queued
-    (a copy freed before could give its memory to that launch's workspace)."""
-    if wl == "nchw":
+def weight_in(w, weight_cl: bool):
+    """The C-contiguous weight w (K, C, R, S) as cuDNN reads it: itself, or (weight_cl) a (K, C, R, S)
+    view of a (K, R, S, C) copy, which the caller holds until cuDNN's launch is queued (a copy freed
+    before could give its memory to that launch's workspace)."""
+    if not weight_cl:
         return w
-    from .transpose import permute   # (cudakit's layout kernel: CuPy's strided copy took 13 us a call at
-    return permute(w, (0, 2, 3, 1)).transpose(0, 3, 1, 2)   # 512 x 512 x 3 x 3 bfloat16, H100 15:24 UTC)
+    from .weight_layout import to_krsc
+    return to_krsc(w)
 
 
-def weight_out(dw, wl: str):
-    """dL/dw as cuDNN wrote it in weight layout wl (new_nchw(..., wl == "nhwc")), C-contiguous."""
-    if wl == "nchw":
+def weight_out(dw, weight_cl: bool):
+    """dL/dw as cuDNN wrote it (new_nchw(..., weight_cl)), C-contiguous."""
+    if not weight_cl:
         return dw
-    from .transpose import permute
-    return permute(dw.transpose(0, 2, 3, 1), (0, 3, 1, 2))
+    from .weight_layout import from_krsc
+    return from_krsc(dw)
 
 
 def layout_of(*arrays) -> str | None:
@@ -496,21 +498,21 @@ def _layout_desc(a, layout: str) -> tuple:
     return nchw_out_desc(a.shape, layout == "nhwc")
 
 
-def conv_fprop(x, w, bias, geo):
+def conv_fprop(x, w, bias, geo, weight_cl: bool = False):
     """y (N, K, Ho, Wo) of conv2d for x (N, C, H, W), C-contiguous or a view of channels-last
     memory, w (K, C, R, S) and bias (K,) or None C-contiguous, one dtype: cuDNN's fprop, the bias
     added in the same graph; y in x's layout (no copies either way). Returns None when cuDNN
-    declines the signature or x is laid out otherwise. FLOPs: 2 N K Ho Wo C R S."""
+    declines the signature or x is laid out otherwise. weight_cl: the weight goes to cuDNN
+    channels-last (krsc_offered). FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(x)
-    if layout is None or not aligned(x, w, bias):
+    if layout is None or not aligned(x, w, bias) or (weight_cl and not krsc_offered(layout, w.shape, w.dtype)):
         return None
     name = str(x.dtype)
     k = w.shape[0]
     y_shape = (x.shape[0], k, geo[8], geo[9])
-    wl = weight_layout(layout, w.shape)
-    xd, wd, yd = _layout_desc(x, layout), nchw_out_desc(w.shape, wl == "nhwc"), nchw_out_desc(y_shape, layout == "nhwc")
+    xd, wd, yd = _layout_desc(x, layout), nchw_out_desc(w.shape, weight_cl), nchw_out_desc(y_shape, layout == "nhwc")
     bd = None if bias is None else ((1, k, 1, 1), (k, 1, 1, 1))
-    sig = fprop_sig(x.shape, w.shape, name, geo, bias is not None, x.data.device_id, layout)
+    sig = fprop_sig(x.shape, w.shape, name, geo, bias is not None, x.data.device_id, layout, weight_cl)
 
     def make(g, dt):
         io = g_io(dt, name)
@@ -528,21 +530,20 @@ def conv_fprop(x, w, bias, geo):
     if g is None:
         return None
     y = new_nchw(y_shape, x.dtype, layout == "nhwc")
-    wc = weight_in(w, wl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
+    wc = weight_in(w, weight_cl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
     g.run([x.data.ptr, wc.data.ptr] + ([bias.data.ptr] if bias is not None else []) + [y.data.ptr])
     return y
 
 
-def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str):
+def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str, weight_cl: bool = False):
     """The gradient (out_shape, a's dtype) of one cuDNN convolution backward pass: kind "dgrad"
     (a = dL/dy, b = w: dL/dx, in dL/dy's layout) or "wgrad" (a = x, b = dL/dy: dL/dw, C-contiguous);
-    the activations in `layout` (layout_of), the weight C-contiguous (cuDNN's in weight_layout).
-    None when cuDNN declines the signature."""
+    the activations in `layout` (layout_of), the weight C-contiguous (cuDNN's channels-last where
+    weight_cl). None when cuDNN declines the signature."""
     name = str(a.dtype)
-    wl = weight_layout(layout, b.shape if kind == "dgrad" else out_shape)
     ad = _layout_desc(a, layout)
-    bd = nchw_out_desc(b.shape, wl == "nhwc") if kind == "dgrad" else _layout_desc(b, layout)   # dgrad's b: the weight
-    out_cl = layout == "nhwc" if kind == "dgrad" else wl == "nhwc"
+    bd = nchw_out_desc(b.shape, weight_cl) if kind == "dgrad" else _layout_desc(b, layout)   # dgrad's b: the weight
+    out_cl = layout == "nhwc" if kind == "dgrad" else weight_cl
     od = nchw_out_desc(out_shape, out_cl)
 
     def make(g, dt):
@@ -560,36 +561,38 @@ def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str):
         return None
     out = new_nchw(out_shape, a.dtype, out_cl)
     if kind == "dgrad":
-        wc = weight_in(b, wl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
+        wc = weight_in(b, weight_cl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
         g.run([a.data.ptr, wc.data.ptr, out.data.ptr])
         return out
     g.run([a.data.ptr, b.data.ptr, out.data.ptr])
-    return weight_out(out, wl)
+    return weight_out(out, weight_cl)
 
 
-def conv_dgrad(grad_out, w, x_shape, geo):
+def conv_dgrad(grad_out, w, x_shape, geo, weight_cl: bool = False):
     """dL/dx (x_shape) of conv2d for grad_out (N, K, Ho, Wo), C-contiguous or a view of
     channels-last memory (dL/dx then too), and C-contiguous w (K, C, R, S): cuDNN's dgrad, or
-    None when declined. FLOPs: 2 N K Ho Wo C R S."""
+    None when declined. weight_cl: as conv_fprop's. FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(grad_out)
-    if layout is None or not w.flags.c_contiguous or not aligned(grad_out, w):
+    if layout is None or not w.flags.c_contiguous or not aligned(grad_out, w) or \
+            (weight_cl and not krsc_offered(layout, w.shape, w.dtype)):
         return None
     x_shape = tuple(int(v) for v in x_shape)
-    sig = dgrad_sig(grad_out.shape, w.shape, x_shape, str(w.dtype), geo, w.data.device_id, layout)
-    return _conv_backward("dgrad", grad_out, w, x_shape, geo, sig, layout)
+    sig = dgrad_sig(grad_out.shape, w.shape, x_shape, str(w.dtype), geo, w.data.device_id, layout, weight_cl)
+    return _conv_backward("dgrad", grad_out, w, x_shape, geo, sig, layout, weight_cl)
 
 
-def conv_wgrad(grad_out, x, w_shape, geo, bias: bool):
+def conv_wgrad(grad_out, x, w_shape, geo, bias: bool, weight_cl: bool = False):
     """(dL/dw (w_shape), dL/db (K,) or None) of conv2d for grad_out (N, K, Ho, Wo) and x (N, C, H, W),
     both C-contiguous or both views of channels-last memory: cuDNN's wgrad (float32 accumulation,
     rounded once to x's dtype) and the bias gradient as a float32 sum of grad_out over (N, Ho, Wo);
-    None when cuDNN declines. FLOPs: 2 N K Ho Wo C R S."""
+    None when cuDNN declines. weight_cl: dL/dw written channels-last, then copied (as conv_fprop's).
+    FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(grad_out, x)
-    if layout is None or not aligned(grad_out, x):
-        return None
     w_shape = tuple(int(v) for v in w_shape)
-    sig = wgrad_sig(grad_out.shape, x.shape, w_shape, str(x.dtype), geo, x.data.device_id, layout)
-    dw = _conv_backward("wgrad", x, grad_out, w_shape, geo, sig, layout)
+    if layout is None or not aligned(grad_out, x) or (weight_cl and not krsc_offered(layout, w_shape, x.dtype)):
+        return None
+    sig = wgrad_sig(grad_out.shape, x.shape, w_shape, str(x.dtype), geo, x.data.device_id, layout, weight_cl)
+    dw = _conv_backward("wgrad", x, grad_out, w_shape, geo, sig, layout, weight_cl)
     if dw is None:
         return None
     cp = _cupy.cupy()

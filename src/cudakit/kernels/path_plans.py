@@ -316,14 +316,16 @@ def _new_nchw(layout: str):
 
 def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig, layout="nchw"):
     """The chosen path of one conv2d pass (see _conv_paths of backends/cuda.py): ("cudnn", its
-    executor, called with pointers) or ("triton", None); None when no path was chosen for the
-    signature (at the current float32 precision)."""
+    executor, called with pointers, whether cuDNN takes the weight channels-last) or ("triton",
+    None, False); None when no path was chosen for the signature (at the current float32
+    precision). cudnn_sig(weight_cl): the cuDNN graph's signature."""
     from . import cudnn, paths
     choice = paths.chosen(op, paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias, layout))
-    if choice == "cudnn":
-        run = cudnn.executor(cudnn_sig)
-        return None if run is None else ("cudnn", run)
-    return ("triton", None) if choice == "triton" else None
+    if choice in ("cudnn", "cudnn-krsc"):
+        cl = choice == "cudnn-krsc"
+        run = cudnn.executor(cudnn_sig(cl))
+        return None if run is None else ("cudnn", run, cl)
+    return ("triton", None, False) if choice == "triton" else None
 
 
 def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -334,14 +336,14 @@ def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     from . import cudnn
     name = str(x.dtype)
     step = _conv_step("conv2d", "fwd", x.dtype, x.shape, weight.shape, geo, groups, bias is not None,
-                      cudnn.fprop_sig(x.shape, weight.shape, name, geo, bias is not None, x.data.device_id, layout),
-                      layout)
+                      lambda cl: cudnn.fprop_sig(x.shape, weight.shape, name, geo, bias is not None, x.data.device_id,
+                                                 layout, cl), layout)
     if step is None:
         return None
     nd = _new_nchw(layout)   # the output in x's layout, as cudnn.conv_fprop makes it
     y_shape = (x.shape[0], weight.shape[0], geo[8], geo[9])
     if step[0] == "cudnn":
-        run, wl, w_in = step[1], cudnn.weight_layout(layout, weight.shape), cudnn.weight_in
+        run, wl, w_in = step[1], step[2], cudnn.weight_in
         if bias is None:
             def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                 y, wc = nd(y_shape, x.dtype), w_in(weight, wl)   # (wc held until the launch: cudnn.weight_in)
@@ -369,9 +371,9 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     name = str(x.dtype)
     w_shape = tuple(weight.shape)
     wg = _conv_step("conv2d_weight_grad", "wgrad", x.dtype, x.shape, w_shape, geo, groups, bias,
-                    cudnn.wgrad_sig(grad_out.shape, x.shape, w_shape, name, geo, dev, layout), layout)
+                    lambda cl: cudnn.wgrad_sig(grad_out.shape, x.shape, w_shape, name, geo, dev, layout, cl), layout)
     dg = _conv_step("conv2d_input_grad", "dgrad", x.dtype, x.shape, w_shape, geo, groups, False,
-                    cudnn.dgrad_sig(grad_out.shape, w_shape, x.shape, name, geo, dev, layout), layout)
+                    lambda cl: cudnn.dgrad_sig(grad_out.shape, w_shape, x.shape, name, geo, dev, layout, cl), layout)
     if wg is None or dg is None or (wg[0] == dg[0] == "triton"):
         return None   # (the Triton kernels: a plan traced from the checked call, ops._planner)
     if layout == "nhwc" and "triton" in (wg[0], dg[0]):
@@ -380,25 +382,23 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     f32 = cp.float32
     new_gx = _new_nchw(layout)   # dL/dx in x's layout, as cudnn.conv_dgrad makes it
     x_shape, g_ = tuple(x.shape), groups
-    wl = cudnn.weight_layout(layout, w_shape)   # (the weight as cuDNN takes it and writes dL/dw)
-
     if wg[0] == "cudnn":
-        run_w = wg[1]
+        run_w, w_cl = wg[1], wg[2]   # (w_cl: cuDNN writes dL/dw channels-last)
 
         def weight_grad(grad_out, x):
-            gw = cudnn.new_nchw(w_shape, x.dtype, wl == "nhwc")
+            gw = cudnn.new_nchw(w_shape, x.dtype, w_cl)
             run_w(x.data.ptr, grad_out.data.ptr, gw.data.ptr)
             gb = grad_out.sum(axis=(0, 2, 3), dtype=f32).astype(x.dtype) if bias else None
-            return cudnn.weight_out(gw, wl), gb
+            return cudnn.weight_out(gw, w_cl), gb
     else:
         def weight_grad(grad_out, x):
             return conv.conv2d_weight_grad(grad_out, x, w_shape, geo, bias, g_)
     if dg[0] == "cudnn":
-        run_d = dg[1]
+        run_d, d_cl = dg[1], dg[2]   # (d_cl: cuDNN reads the weight channels-last)
 
         def input_grad(grad_out, weight):
             gx = new_gx(x_shape, weight.dtype)
-            wc = cudnn.weight_in(weight, wl)   # (held until the launch: cudnn.weight_in)
+            wc = cudnn.weight_in(weight, d_cl)   # (held until the launch: cudnn.weight_in)
             run_d(grad_out.data.ptr, wc.data.ptr, gx.data.ptr)
             return gx
     else:
