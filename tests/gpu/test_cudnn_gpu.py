@@ -107,7 +107,8 @@ def test_conv2d_channels_last_weight_path(geo, dtype, rng, cudnn_krsc):
 def test_weight_layout_copies_round_trip(rng):
     """kernels/weight_layout.py: to (K, R, S, C) memory and back, every word size, odd sizes."""
     from cudakit.kernels import weight_layout as wl
-    for dtype, shape in (("bfloat16", (5, 7, 3, 3)), ("float32", (3, 130, 1, 5)), ("float16", (1, 1, 2, 2))):
+    for dtype, shape in (("bfloat16", (5, 7, 3, 3)), ("float32", (3, 130, 1, 5)), ("float16", (1, 1, 2, 2)),
+                         ("bfloat16", (2, 300, 3, 3)), ("float32", (4, 70, 11, 11))):   # (several blocks a filter)
         w = cp.asarray(data(rng, shape, dtype))
         krsc = wl.to_krsc(w)
         assert krsc.shape == w.shape and krsc.strides[1] == krsc.itemsize

@@ -456,9 +456,11 @@ def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: s
 # 0.0235, wgrad 0.0305 against 0.0342.
 def krsc_offered(layout: str, w_shape, dtype) -> bool:
     """Whether the channels-last weight path is offered: channels-last activations, a window of
-    more than one tap (a 1x1 weight's two layouts are one memory), 2- or 4-byte elements."""
+    more than one tap (a 1x1 weight's two layouts are one memory), a weight kernels/weight_layout.py
+    moves (2- or 4-byte elements)."""
     from .weight_layout import supported
-    return layout == "nhwc" and int(w_shape[2]) * int(w_shape[3]) > 1 and supported(dtype)
+    taps = int(w_shape[2]) * int(w_shape[3])
+    return layout == "nhwc" and taps > 1 and supported(dtype, taps)
 
 
 def weight_in(w, weight_cl: bool):

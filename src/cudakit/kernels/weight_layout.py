@@ -2,13 +2,16 @@
 memory, for cuDNN's channels-last graphs (kernels/cudnn.py): the weight a call reads, and dL/dw
 it writes, in that layout.
 
-    ck_weight_layout_u{16,32}(x, y, kc, c, t, to_krsc)
+    ck_weight_layout_u{16,32}(x, y, c, t, cb, k0, to_krsc)     grid (ceil(C / cb), K), cb t words of shared memory
 
-x, y: the weight's words (2 or 4 bytes, whatever the dtype); kc = K C, t = R S. One thread per
-(k, c): to_krsc, y[k, r, c] = x[k, c, r] for r < t (each warp's stores one coalesced row of y per
-r; its loads a 2t-byte run a thread, read whole by the warp); else the reverse. cudakit's general
-layout kernel (kernels/transpose.py) moves t = 9 rows of 18 bytes in 2-byte chunks: 44 us for a
-512 x 512 x 3 x 3 bfloat16 weight on an H100 (2026-11-27 15:46 UTC, conv_nhwc_weight_ab.py).
+x, y: the weight's words (2 or 4 bytes, whatever the dtype); t = R S. Block (b, k) moves channels
+[b cb, b cb + cb) of filter k0 + k: to_krsc, it reads their cb t words of x, one contiguous run,
+into shared memory and writes t rows of cb words of y (y[k, r, c] = x[k, c, r]); else the reverse
+(t rows read, one run written). Every global load and store is coalesced. cudakit's general layout
+kernel (kernels/transpose.py) moves t = 9 rows of 18 bytes in 2-byte chunks: 44 us for a
+512 x 512 x 3 x 3 bfloat16 weight on an H100 (2026-11-27 15:28 UTC, conv_nhwc_weight_ab.py), and a
+thread per (k, c) looping over r (its stores 2t bytes apart) about 6 us (15:41 UTC, the bench's
+conv2d_r50_nhwc against the plan probe's graph alone).
 
 Memory traffic: 2 x the weight's bytes.
 """
@@ -20,20 +23,36 @@ from ..runtime import _cupy
 from ..runtime import compiler as _compiler
 
 THREADS = 256
+SHARED_BYTES = 32768      # a block's staging buffer at most: cb t words
+_MAX_GRID_Y = 65535
 _WORDS = {2: "unsigned short", 4: "unsigned int"}
 
 SOURCE = "".join(f"""
 extern "C" __global__ void __launch_bounds__({THREADS})
-ck_weight_layout_u{8 * size}(const {word}* __restrict__ x, {word}* __restrict__ y, long long kc, int c, int t,
-                           int to_krsc)
+ck_weight_layout_u{8 * size}(const {word}* __restrict__ x, {word}* __restrict__ y, int c, int t, int cb,
+                           long long k0, int to_krsc)
 {{
-  const long long i = (long long)blockIdx.x * {THREADS} + threadIdx.x;   // (k, c) = (i / c, i % c)
-  if (i >= kc) return;
-  const long long k = i / c, ci = i - k * c;
+  extern __shared__ __align__(16) unsigned char smem[];
+  {word}* buf = reinterpret_cast<{word}*>(smem);          // [cb channels][t taps]
+  const long long k = k0 + blockIdx.y;
+  const int c0 = blockIdx.x * cb;
+  const int n = min(cb, c - c0);                          // this block's channels
+  const int m = n * t;
+  const long long run = (k * c + c0) * t;                 // its words of the (K, C, T) layout, contiguous
   if (to_krsc) {{
-    for (int r = 0; r < t; ++r) y[(k * t + r) * c + ci] = x[i * t + r];
+    for (int i = threadIdx.x; i < m; i += {THREADS}) buf[i] = x[run + i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < m; i += {THREADS}) {{  // row r of n channels: y[k, r, c0 + j]
+      const int r = i / n, j = i - r * n;
+      y[(k * t + r) * c + c0 + j] = buf[j * t + r];
+    }}
   }} else {{
-    for (int r = 0; r < t; ++r) y[i * t + r] = x[(k * t + r) * c + ci];
+    for (int i = threadIdx.x; i < m; i += {THREADS}) {{
+      const int r = i / n, j = i - r * n;
+      buf[j * t + r] = x[(k * t + r) * c + c0 + j];
+    }}
+    __syncthreads();
+    for (int i = threadIdx.x; i < m; i += {THREADS}) y[run + i] = buf[i];
   }}
 }}
 """ for size, word in _WORDS.items())
@@ -47,9 +66,11 @@ def _function(dev: int, size: int):
     return _module.get_kernel(f"ck_weight_layout_u{8 * size}")._function(dev)
 
 
-def supported(dtype) -> bool:
-    """Whether the kernel moves this dtype (2- and 4-byte elements)."""
-    return np.dtype(dtype).itemsize in _WORDS
+def supported(dtype, taps: int = 1) -> bool:
+    """Whether the kernel moves a weight of this dtype (2- and 4-byte elements) and window (R S
+    taps, one channel's of which a block stages)."""
+    e = np.dtype(dtype).itemsize
+    return e in _WORDS and 0 < taps * e <= SHARED_BYTES
 
 
 def to_krsc(w):
@@ -69,10 +90,26 @@ def from_krsc(w):
     return y
 
 
+def channels_per_block(c: int, t: int, itemsize: int) -> int:
+    """cb: the channels a block stages, a power of two up to 256 whose cb t words fit SHARED_BYTES
+    (at least 1: a window of up to SHARED_BYTES / itemsize taps)."""
+    cb = 256
+    while cb > 1 and cb * t * itemsize > SHARED_BYTES:
+        cb //= 2
+    return min(cb, 1 << max(0, (c - 1).bit_length()))
+
+
 def _launch(x, y, kc: int, c: int, t: int, to: bool) -> None:
     if kc == 0 or t == 0:
         return
-    f = _function(x.data.device_id, x.dtype.itemsize)
-    _compiler._launch_function(f"ck_weight_layout_u{8 * x.dtype.itemsize}", f, ((kc + THREADS - 1) // THREADS, 1, 1),
-                               (THREADS, 1, 1), (x, y, np.int64(kc), np.int32(c), np.int32(t), np.int32(to)), 0,
-                               None)
+    e = x.dtype.itemsize
+    if t * e > SHARED_BYTES:
+        raise ValueError(f"weight_layout: a window must have at most {SHARED_BYTES // e} taps (got {t})")
+    cb = channels_per_block(c, t, e)
+    f = _function(x.data.device_id, e)
+    k = kc // c
+    for k0 in range(0, k, _MAX_GRID_Y):
+        grid = ((c + cb - 1) // cb, min(_MAX_GRID_Y, k - k0), 1)
+        _compiler._launch_function(f"ck_weight_layout_u{8 * e}", f, grid, (THREADS, 1, 1),
+                                   (x, y, np.int32(c), np.int32(t), np.int32(cb), np.int64(k0), np.int32(to)),
+                                   cb * t * e, None)
