@@ -1,17 +1,19 @@
 """A convolution weight between its C-contiguous (K, C, R, S) memory and channels-last (K, R, S, C)
 memory, for cuDNN's channels-last graphs (kernels/cudnn.py): the weight a call reads, and dL/dw
-it writes, in that layout.
+it writes, in that layout. x, y: the weight's words (2 or 4 bytes, whatever the dtype); t = R S.
 
-    ck_weight_layout_u{16,32}(x, y, c, t, cb, k0, to_krsc)     grid (ceil(C / cb), K), cb t words of shared memory
+    ck_weight_to_krsc_u{16,32}(x, y, kc, c, t)            one thread per (k, c), kc = K C
+    ck_weight_from_krsc_u{16,32}(x, y, c, t, cb, k0)      grid (ceil(C / cb), K), cb t words of shared memory
 
-x, y: the weight's words (2 or 4 bytes, whatever the dtype); t = R S. Block (b, k) moves channels
-[b cb, b cb + cb) of filter k0 + k: to_krsc, it reads their cb t words of x, one contiguous run,
-into shared memory and writes t rows of cb words of y (y[k, r, c] = x[k, c, r]); else the reverse
-(t rows read, one run written). Every global load and store is coalesced. cudakit's general layout
-kernel (kernels/transpose.py) moves t = 9 rows of 18 bytes in 2-byte chunks: 44 us for a
-512 x 512 x 3 x 3 bfloat16 weight on an H100 (2026-11-27 15:28 UTC, conv_nhwc_weight_ab.py), and a
-thread per (k, c) looping over r (its stores 2t bytes apart) about 6 us (15:41 UTC, the bench's
-conv2d_r50_nhwc against the plan probe's graph alone).
+to_krsc: thread (k, c) copies its t taps, x[k, c, :] (one 2t-byte run), to y[k, r, c]: for each r
+the warp's stores are one coalesced row. from_krsc: block (b, k) reads t rows of cb channels of
+filter k0 + k (coalesced) into shared memory and writes their cb t words of y as one run. On an H100
+(2026-11-27, bfloat16 ResNet-50 3x3 convolutions on channels-last activations, `cudakit bench`
+against the plan probe's cuDNN graphs alone), a 512 x 512 x 3 x 3 weight's copy to (K, R, S, C)
+took about 6 us by the thread-per-(k, c) kernel (15:41 UTC) and about 10 by the shared-memory one
+(15:45 UTC), whose copy back ran the backward faster (7x7 to 512: 0.887x torch against 0.856x);
+cudakit's general layout kernel (kernels/transpose.py) moves t = 9 rows of 18 bytes in 2-byte
+chunks: 44 us (15:28 UTC, conv_nhwc_weight_ab.py).
 
 Memory traffic: 2 x the weight's bytes.
 """
@@ -29,8 +31,17 @@ _WORDS = {2: "unsigned short", 4: "unsigned int"}
 
 SOURCE = "".join(f"""
 extern "C" __global__ void __launch_bounds__({THREADS})
-ck_weight_layout_u{8 * size}(const {word}* __restrict__ x, {word}* __restrict__ y, int c, int t, int cb,
-                           long long k0, int to_krsc)
+ck_weight_to_krsc_u{8 * size}(const {word}* __restrict__ x, {word}* __restrict__ y, long long kc, int c, int t)
+{{
+  const long long i = (long long)blockIdx.x * {THREADS} + threadIdx.x;   // (k, c) = (i / c, i % c)
+  if (i >= kc) return;
+  const long long k = i / c, ci = i - k * c;
+  for (int r = 0; r < t; ++r) y[(k * t + r) * c + ci] = x[i * t + r];
+}}
+
+extern "C" __global__ void __launch_bounds__({THREADS})
+ck_weight_from_krsc_u{8 * size}(const {word}* __restrict__ x, {word}* __restrict__ y, int c, int t, int cb,
+                              long long k0)
 {{
   extern __shared__ __align__(16) unsigned char smem[];
   {word}* buf = reinterpret_cast<{word}*>(smem);          // [cb channels][t taps]
@@ -38,32 +49,23 @@ ck_weight_layout_u{8 * size}(const {word}* __restrict__ x, {word}* __restrict__ 
   const int c0 = blockIdx.x * cb;
   const int n = min(cb, c - c0);                          // this block's channels
   const int m = n * t;
-  const long long run = (k * c + c0) * t;                 // its words of the (K, C, T) layout, contiguous
-  if (to_krsc) {{
-    for (int i = threadIdx.x; i < m; i += {THREADS}) buf[i] = x[run + i];
-    __syncthreads();
-    for (int i = threadIdx.x; i < m; i += {THREADS}) {{  // row r of n channels: y[k, r, c0 + j]
-      const int r = i / n, j = i - r * n;
-      y[(k * t + r) * c + c0 + j] = buf[j * t + r];
-    }}
-  }} else {{
-    for (int i = threadIdx.x; i < m; i += {THREADS}) {{
-      const int r = i / n, j = i - r * n;
-      buf[j * t + r] = x[(k * t + r) * c + c0 + j];
-    }}
-    __syncthreads();
-    for (int i = threadIdx.x; i < m; i += {THREADS}) y[run + i] = buf[i];
+  for (int i = threadIdx.x; i < m; i += {THREADS}) {{     // row r of n channels: x[k, r, c0 + j]
+    const int r = i / n, j = i - r * n;
+    buf[j * t + r] = x[(k * t + r) * c + c0 + j];
   }}
+  __syncthreads();
+  const long long run = (k * c + c0) * t;                 // their words of (K, C, T), contiguous
+  for (int i = threadIdx.x; i < m; i += {THREADS}) y[run + i] = buf[i];
 }}
 """ for size, word in _WORDS.items())
 _module = None
 
 
-def _function(dev: int, size: int):
+def _function(dev: int, name: str):
     global _module
     if _module is None:
         _module = _compiler.compile_module(SOURCE, source_name="weight_layout.cu")
-    return _module.get_kernel(f"ck_weight_layout_u{8 * size}")._function(dev)
+    return _module.get_kernel(name)._function(dev)
 
 
 def supported(dtype, taps: int = 1) -> bool:
@@ -103,13 +105,17 @@ def _launch(x, y, kc: int, c: int, t: int, to: bool) -> None:
     if kc == 0 or t == 0:
         return
     e = x.dtype.itemsize
-    if t * e > SHARED_BYTES:
+    if not supported(x.dtype, t):
         raise ValueError(f"weight_layout: a window must have at most {SHARED_BYTES // e} taps (got {t})")
-    cb = channels_per_block(c, t, e)
-    f = _function(x.data.device_id, e)
-    k = kc // c
+    if to:
+        name = f"ck_weight_to_krsc_u{8 * e}"
+        _compiler._launch_function(name, _function(x.data.device_id, name), ((kc + THREADS - 1) // THREADS, 1, 1),
+                                   (THREADS, 1, 1), (x, y, np.int64(kc), np.int32(c), np.int32(t)), 0, None)
+        return
+    name = f"ck_weight_from_krsc_u{8 * e}"
+    f = _function(x.data.device_id, name)
+    cb, k = channels_per_block(c, t, e), kc // c
     for k0 in range(0, k, _MAX_GRID_Y):
         grid = ((c + cb - 1) // cb, min(_MAX_GRID_Y, k - k0), 1)
-        _compiler._launch_function(f"ck_weight_layout_u{8 * e}", f, grid, (THREADS, 1, 1),
-                                   (x, y, np.int32(c), np.int32(t), np.int32(cb), np.int64(k0), np.int32(to)),
-                                   cb * t * e, None)
+        _compiler._launch_function(name, f, grid, (THREADS, 1, 1),
+                                   (x, y, np.int32(c), np.int32(t), np.int32(cb), np.int64(k0)), cb * t * e, None)
