@@ -1,7 +1,8 @@
-"""kernels/trace_plans.py pieces that need no GPU: merging a traced plan's scratch allocations."""
+"""kernels/trace_plans.py pieces that need no GPU: merging a traced plan's scratch allocations, and
+which recorded allocation a pointer lives in."""
 import numpy as np
 
-from cudakit.kernels.trace_plans import _MERGE_ALIGN, _holders, _merge_temporaries
+from cudakit.kernels.trace_plans import _MERGE_ALIGN, _holders, _inside, _latest, _merge_temporaries
 
 
 def _out(j):
@@ -25,3 +26,21 @@ def test_a_pointer_in_two_input_regions_is_ambiguous():
     assert _holders(0x1000, [(0x1000, 64), (0x1000, 64)]) == 2
     assert _holders(0x1020, [(0x1000, 64), (0x1010, 64)]) == 2
     assert _holders(0x1000, [(0x1000, 64), (0x2000, 64)]) == 1 and _holders(0x3000, [(0x1000, 64)]) == 0
+
+
+def test_a_pointer_lives_in_the_latest_allocation_made_before_its_launch():
+    # the pool freed a 32-byte block at 0x1000 and gave the address back, merged into 1024 bytes:
+    # launches after the second allocation, and the outputs, mean the second
+    allocs, before = [(0x1000, 32), (0x4000, 64), (0x1000, 1024)], [0, 1, 3]
+    assert _latest(0x1000, allocs, before, 2) == (0, 0)      # launch 2 ran before the reuse
+    assert _latest(0x1010, allocs, before, 3) == (2, 0x10)   # launch 3 after it
+    assert _latest(0x1100, allocs, before, 2) is None        # past the first block, before the second
+    assert _latest(0x1100, allocs, before) == (2, 0x100)     # an output: the latest of all
+    assert _latest(0x4020, allocs, before, 1) == (1, 0x20) and _latest(0x9000, allocs, before) is None
+
+
+def test_an_output_must_lie_inside_its_allocation():
+    a = np.zeros((3, 7), np.float32)
+    assert _inside(a, 0, 84) and not _inside(a, 0, 80) and not _inside(a, 8, 84)
+    assert _inside(a[:, ::2], 0, 84) and not _inside(a[::-1], 0, 84)
+    assert _inside(np.zeros((0, 4), np.float32), 16, 16)

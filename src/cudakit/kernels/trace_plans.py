@@ -63,6 +63,7 @@ class _Recorder:
     def __init__(self):
         self.launches = []      # (name, fptr, grid, block, smem, codes, values); fptr 0: a cuBLASLt call
         self.allocs = []        # (ptr, size)
+        self.alloc_launch = []  # per allocation, the launches recorded before it (see _latest)
         self.other = False      # a launch that could not be recorded
 
     def launch_packed(self, name, fptr, grid, block, smem, codes: bytes, values):
@@ -166,6 +167,7 @@ def _record(checked, args, base_alloc):
     def malloc(size):
         mp = base_alloc(size)
         rec.allocs.append((mp.ptr, size))
+        rec.alloc_launch.append(len(rec.launches))
         return mp
 
     recent = _launch_mod.recent_launches
@@ -260,6 +262,33 @@ def _locate(ptr: int, regions):
     return None
 
 
+def _latest(ptr: int, allocs, alloc_launch, before: int | None = None):
+    """(index, offset) of the latest allocation holding ptr among those made before launch
+    `before` (all: None), or None. The pool reuses freed memory within a call (a freed block, merged
+    with its neighbours, may come back larger), so several recorded allocations can hold one address:
+    the live one is the latest, and a replay gives each allocation memory of its own. The first one
+    instead had placed a later array in an earlier, smaller block, and its replays wrote past that
+    block (2026-11-27: conv2d_backward's dL/dx wrong on 122 of 378 elements after other tests had
+    fragmented the pool, and NaN in float64)."""
+    for j in range(len(allocs) - 1, -1, -1):
+        if before is not None and alloc_launch[j] > before:
+            continue
+        start, size = allocs[j]
+        if start <= ptr < start + max(size, 1):
+            return j, ptr - start
+    return None
+
+
+def _inside(r, offset: int, size: int) -> bool:
+    """Whether array r, at byte offset `offset` of an allocation of `size` bytes, lies inside it
+    (a replay allocates that size and views r there)."""
+    if r.size == 0:
+        return 0 <= offset <= size
+    if any(st < 0 for st in r.strides):
+        return False
+    return offset + sum((d - 1) * st for d, st in zip(r.shape, r.strides)) + r.itemsize <= size
+
+
 def _holders(ptr: int, regions) -> int:
     """How many of the regions [start, start + size) hold ptr."""
     return sum(1 for start, size in regions if start <= ptr < start + max(size, 1))
@@ -292,7 +321,7 @@ def _build(rec: _Recorder, arrays, result, seeds=None):
             if loc is not None:
                 subs.append((k, 0, in_index[loc[0]], loc[1]))
                 continue
-            loc = _locate(int(v), rec.allocs)
+            loc = _latest(int(v), rec.allocs, rec.alloc_launch, n)
             if loc is not None:
                 subs.append((k, 1, loc[0], loc[1]))
         steps.append((name, fptr, g, b, smem, codes, tuple(vals), tuple(subs)))
@@ -303,8 +332,8 @@ def _build(rec: _Recorder, arrays, result, seeds=None):
             continue
         if not isinstance(r, cp.ndarray):
             return None
-        loc = _locate(r.data.ptr, rec.allocs)
-        if loc is None:
+        loc = _latest(r.data.ptr, rec.allocs, rec.alloc_launch)
+        if loc is None or not _inside(r, loc[1], rec.allocs[loc[0]][1]):
             return None
         outs.append((loc[0], loc[1], r.shape, r.dtype, r.strides))
     sizes = [s for _, s in rec.allocs]
