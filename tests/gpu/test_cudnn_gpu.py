@@ -324,10 +324,12 @@ def test_conv2d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_conv2d_channels_last_plans_replay_the_checked_call(bias, rng):
+@pytest.mark.parametrize("path", ["cudnn", "cudnn-krsc"])
+def test_conv2d_channels_last_plans_replay_the_checked_call(bias, path, rng):
     """Channels-last views (torch's channels_last) take dispatch plans too (their strides are part
     of the signature): the planned calls give the checked call's results, in channels-last memory,
-    with cuDNN reading and writing that memory (no layout copies)."""
+    with cuDNN reading and writing that memory (no layout copies); "cudnn-krsc": the weight given to
+    cuDNN channels-last too, dL/dw back C-contiguous."""
     from cudakit import dispatch
     if not cudnn.available():
         pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
@@ -335,7 +337,7 @@ def test_conv2d_channels_last_plans_replay_the_checked_call(bias, rng):
     dev = cp.cuda.runtime.getDevice()
     x_shape, w_shape = (3, 16, 11, 9), (24, 16, 3, 3)
     geo = (2, 1, 1, 1, 1, 1, 3, 3, 6, 9)
-    _choose_conv_paths("cudnn", x_shape, w_shape, geo, bias, ("bfloat16", "", dev, "nhwc"))
+    _choose_conv_paths(path, x_shape, w_shape, geo, bias, ("bfloat16", "", dev, "nhwc", "krsc"))   # (3x3: offered)
     cl = lambda a: cp.asarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # noqa: E731 -- channels-last views
     x, g = cl(data(rng, x_shape, "bfloat16")), cl(data(rng, (3, 24, 6, 9), "bfloat16"))
     w = cp.asarray(data(rng, w_shape, "bfloat16"))
@@ -348,7 +350,11 @@ def test_conv2d_channels_last_plans_replay_the_checked_call(bias, rng):
             cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
         else:
             cp.testing.assert_array_equal(a, b_)
-    assert any(isinstance(k, tuple) and k[0] == "conv_fprop" and "nhwc" in k for k in cudnn._graphs)
+        if i == 2:
+            assert b_.flags.c_contiguous
+    krsc = path == "cudnn-krsc"
+    assert any(isinstance(k, tuple) and k[0] == "conv_fprop" and "nhwc" in k and ("krsc" in k) == krsc
+               for k in cudnn._graphs)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -602,14 +602,14 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     from ..runtime.device import get_device_info
     sms = get_device_info(q.data.device_id).multiprocessors
     first = _split_consts(consts, d, has_bias, above, bh * math.ceil(lq / 128), sms)
-    transposed = []   # V's transposed copy, made once on the first launch that reads it
 
-    def v_for(c):
-        if c.get("OT"):
+    def v_for(c):   # V as the launch reads it: in place (OT), or a transposed copy of its own, made by
+        if c.get("OT"):   # each call as a real call makes it (kernels/paths.py times every candidate with it)
             return v
-        if not transposed:
-            transposed.append(_transpose_v(v, cfg["BLOCK_D"]))
-        return transposed[0]
+        try:
+            return _transpose_v(v, cfg["BLOCK_D"])
+        except (MemoryError, cp.cuda.memory.OutOfMemoryError) as e:
+            raise _NoMemoryForCopy from e
 
     def one_part():
         _launch("attn_fwd", lq, first["BLOCK_M"], (q, k, v_for(first), out, lse), args, first, bh0=True)
@@ -619,7 +619,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         def run():
             try:
                 vv = v_for(c)
-            except (MemoryError, cp.cuda.memory.OutOfMemoryError):
+            except _NoMemoryForCopy:
                 from . import paths
                 paths.declined_for_now()
                 return None
@@ -638,14 +638,17 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         key = ("fwd-key-parts", bh, lq, lk, d, tuple(name for name, _, _ in offers), dlo, dhi,
                masks.lengths is not None, has_bias, masks.dropout is not None, groups, q.data.device_id)
         return paths.run("attention", key, [("triton", one_part)] + [(name, in_parts(c, n)) for name, c, n in offers])
-    except (MemoryError, cp.cuda.memory.OutOfMemoryError):   # V's transposed copy is v's bytes
-        if transposed:
-            raise
+    except _NoMemoryForCopy:   # (V's transposed copy is v's bytes; other out-of-memory errors propagate)
         from .. import fallbacks
         fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
                                                   "Triton's own tf32x3 products ran it")
         _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
         return out, lse
+
+
+class _NoMemoryForCopy(Exception):
+    """No memory for the split forward's transposed copy of V (_transpose_v): one part then runs
+    Triton's own tf32x3 products on V as it comes; the key-parts candidates decline."""
 
 
 def _split_consts(consts: dict, d: int, bias: bool, above: bool, blocks: int | None = None,
