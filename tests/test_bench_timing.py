@@ -190,3 +190,33 @@ def test_path_timing_drops_samples_that_waited_for_the_host(clock, monkeypatch):
         n[0] += 1
         clock[0] += 0.2 if n[0] % 3 == 0 else 1.0
     assert paths.time_per_call(fn) == pytest.approx(0.2)
+
+
+def test_cold_samples_lengthen_the_spin_the_host_outlasted(clock, monkeypatch):
+    """A cold sample whose start event the GPU passed before the call was queued (the host outlasted
+    the spin) is taken again behind a spin twice as long, which later samples keep; past
+    _MAX_LONGER times the default the sample is kept and counted as host-exposed."""
+    import sys
+
+    from cudakit.kernels import paths
+    cp = sys.modules["cupy"]
+    real = cp.cuda.Event
+
+    def host_slower_than(cycles):
+        class Event(real):
+            @property
+            def done(self):   # late while the last spin was shorter than `cycles`
+                return clock.spins[-1][0] < cycles
+        return Event
+    monkeypatch.setattr(cp.cuda, "Event", host_slower_than(4 * paths._SPIN_AFTER_FLUSH))
+    exposed = []
+    timing._gpu_samples(lambda: None, 3, cp, cold=True, exposed=exposed)
+    base = paths._SPIN_AFTER_FLUSH
+    assert [s[0] for s in clock.spins] == [base, 2 * base, 4 * base, 4 * base, 4 * base]
+    assert exposed == [False] * 3
+    clock.spins.clear()
+    monkeypatch.setattr(cp.cuda, "Event", host_slower_than(1 << 62))   # no spin long enough
+    exposed = []
+    timing._gpu_samples(lambda: None, 2, cp, cold=True, exposed=exposed)
+    assert [s[0] for s in clock.spins] == [base * m for m in (1, 2, 4, 8, 16, 16)]
+    assert exposed == [True, True]

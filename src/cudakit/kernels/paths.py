@@ -197,17 +197,18 @@ def cold_start(cp, keep: bool = True):
     device time, not its host time (a flush alone covers only its own tens of microseconds: on
     2026-11-27 a grouped-query attention call whose checked path costs more host time than that was
     timed 16-23% slow). Where the flush buffer does not fit in memory, the spin alone (warm inputs).
-    keep: as l2_flush_buffer's."""
+    keep: as l2_flush_buffer's. start(longer): the spin `longer` times as long (bench.timing's cold
+    samples lengthen it where the host outlasted it)."""
     try:
         buf = l2_flush_buffer(cp, keep)
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         buf = None
-    spin, cycles = _spinner(), cp.int64(_SPIN_AFTER_FLUSH)
+    spin = _spinner()
 
-    def start():
+    def start(longer: int = 1):
         if buf is not None:
             cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, cp.cuda.get_current_stream().ptr)
-        spin((1,), (1,), (cycles,))
+        spin((1,), (1,), (cp.int64(_SPIN_AFTER_FLUSH * longer),))
     return start
 
 
