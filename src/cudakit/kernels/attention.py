@@ -593,12 +593,14 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
                   HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
                   LPT=_order(dlo, dhi))
+    def plain():   # Triton's own products on V as it comes
+        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
+        return out, lse
     if not (_split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y):   # (the split's grid:
         splits = max(1, KEY_SPLITS) if KEY_SPLITS is not None and bh <= _MAX_GRID_Y else 1   # keys past 2M take
         if splits > 1 and _forward_in_parts(q, k, v, out, lse, args, consts, splits):        # Triton's own)
             return out, lse
-        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
-        return out, lse
+        return plain()
     from ..runtime.device import get_device_info
     sms = get_device_info(q.data.device_id).multiprocessors
     first = _split_consts(consts, d, has_bias, above, bh * math.ceil(lq / 128), sms)
@@ -642,8 +644,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         from .. import fallbacks
         fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
                                                   "Triton's own tf32x3 products ran it")
-        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
-        return out, lse
+        return plain()
 
 
 class _NoMemoryForCopy(Exception):

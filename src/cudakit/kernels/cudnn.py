@@ -505,9 +505,9 @@ def conv_fprop(x, w, bias, geo, weight_cl: bool = False):
     memory, w (K, C, R, S) and bias (K,) or None C-contiguous, one dtype: cuDNN's fprop, the bias
     added in the same graph; y in x's layout (no copies either way). Returns None when cuDNN
     declines the signature or x is laid out otherwise. weight_cl: the weight goes to cuDNN
-    channels-last (krsc_offered). FLOPs: 2 N K Ho Wo C R S."""
+    channels-last (the caller's candidate "cudnn-krsc", offered where krsc_offered). FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(x)
-    if layout is None or not aligned(x, w, bias) or (weight_cl and not krsc_offered(layout, w.shape, w.dtype)):
+    if layout is None or not aligned(x, w, bias):
         return None
     name = str(x.dtype)
     k = w.shape[0]
@@ -575,8 +575,7 @@ def conv_dgrad(grad_out, w, x_shape, geo, weight_cl: bool = False):
     channels-last memory (dL/dx then too), and C-contiguous w (K, C, R, S): cuDNN's dgrad, or
     None when declined. weight_cl: as conv_fprop's. FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(grad_out)
-    if layout is None or not w.flags.c_contiguous or not aligned(grad_out, w) or \
-            (weight_cl and not krsc_offered(layout, w.shape, w.dtype)):
+    if layout is None or not w.flags.c_contiguous or not aligned(grad_out, w):
         return None
     x_shape = tuple(int(v) for v in x_shape)
     sig = dgrad_sig(grad_out.shape, w.shape, x_shape, str(w.dtype), geo, w.data.device_id, layout, weight_cl)
@@ -590,9 +589,9 @@ def conv_wgrad(grad_out, x, w_shape, geo, bias: bool, weight_cl: bool = False):
     None when cuDNN declines. weight_cl: dL/dw written channels-last, then copied (as conv_fprop's).
     FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(grad_out, x)
-    w_shape = tuple(int(v) for v in w_shape)
-    if layout is None or not aligned(grad_out, x) or (weight_cl and not krsc_offered(layout, w_shape, x.dtype)):
+    if layout is None or not aligned(grad_out, x):
         return None
+    w_shape = tuple(int(v) for v in w_shape)
     sig = wgrad_sig(grad_out.shape, x.shape, w_shape, str(x.dtype), geo, x.data.device_id, layout, weight_cl)
     dw = _conv_backward("wgrad", x, grad_out, w_shape, geo, sig, layout, weight_cl)
     if dw is None:

@@ -76,19 +76,30 @@ def supported(dtype, taps: int = 1) -> bool:
 
 
 def to_krsc(w):
-    """The C-contiguous weight w (K, C, R, S) as a (K, C, R, S) view of a new (K, R, S, C) array."""
+    """The C-contiguous weight w (K, C, R, S) (supported: its dtype and window) as a (K, C, R, S)
+    view of a new (K, R, S, C) array."""
     k, c, r, s = w.shape
     y = _cupy.loaded_cupy().empty((k, r, s, c), w.dtype)
-    _launch(w, y, k * c, c, r * s, True)
+    if y.size:
+        e = w.dtype.itemsize
+        name = f"ck_weight_to_krsc_u{8 * e}"
+        _compiler._launch_function(name, _function(w.data.device_id, name), (-(-k * c // THREADS), 1, 1),
+                                   (THREADS, 1, 1), (w, y, np.int64(k * c), np.int32(c), np.int32(r * s)), 0, None)
     return y.transpose(0, 3, 1, 2)
 
 
 def from_krsc(w):
     """A new C-contiguous (K, C, R, S) copy of w, a (K, C, R, S) view of C-contiguous (K, R, S, C)
-    memory (to_krsc's layout)."""
+    memory (to_krsc's layout; supported: its dtype and window)."""
     k, c, r, s = w.shape
     y = _cupy.loaded_cupy().empty((k, c, r, s), w.dtype)
-    _launch(w, y, k * c, c, r * s, False)
+    if y.size:
+        e, t = w.dtype.itemsize, r * s
+        name = f"ck_weight_from_krsc_u{8 * e}"
+        f, cb = _function(w.data.device_id, name), channels_per_block(c, t, e)
+        for k0 in range(0, k, _MAX_GRID_Y):
+            _compiler._launch_function(name, f, (-(-c // cb), min(_MAX_GRID_Y, k - k0), 1), (THREADS, 1, 1),
+                                       (w, y, np.int32(c), np.int32(t), np.int32(cb), np.int64(k0)), cb * t * e, None)
     return y
 
 
@@ -99,23 +110,3 @@ def channels_per_block(c: int, t: int, itemsize: int) -> int:
     while cb > 1 and cb * t * itemsize > SHARED_BYTES:
         cb //= 2
     return min(cb, 1 << max(0, (c - 1).bit_length()))
-
-
-def _launch(x, y, kc: int, c: int, t: int, to: bool) -> None:
-    if kc == 0 or t == 0:
-        return
-    e = x.dtype.itemsize
-    if not supported(x.dtype, t):
-        raise ValueError(f"weight_layout: a window must have at most {SHARED_BYTES // e} taps (got {t})")
-    if to:
-        name = f"ck_weight_to_krsc_u{8 * e}"
-        _compiler._launch_function(name, _function(x.data.device_id, name), ((kc + THREADS - 1) // THREADS, 1, 1),
-                                   (THREADS, 1, 1), (x, y, np.int64(kc), np.int32(c), np.int32(t)), 0, None)
-        return
-    name = f"ck_weight_from_krsc_u{8 * e}"
-    f = _function(x.data.device_id, name)
-    cb, k = channels_per_block(c, t, e), kc // c
-    for k0 in range(0, k, _MAX_GRID_Y):
-        grid = ((c + cb - 1) // cb, min(_MAX_GRID_Y, k - k0), 1)
-        _compiler._launch_function(name, f, grid, (THREADS, 1, 1),
-                                   (x, y, np.int32(c), np.int32(t), np.int32(cb), np.int64(k0)), cb * t * e, None)
