@@ -28,14 +28,3 @@ def test_peer_allreduce_add_kernel_compiles_for_sm90(tmp_path):
     from cudakit.kernels._common import cuda_source
     refs = "\n".join(f"void* r{i} = (void*)&ck_peer_add<{c}>;" for i, c in enumerate(pa._CTYPES.values()))
     nvcc_compile_source(cuda_source("_preamble.cuh") + pa._REDUCE + refs + "\n", tmp_path)
-
-
-def test_weight_layout_kernels_compile_without_spills(tmp_path):
-    """kernels/weight_layout.py's copies of a convolution weight to and from (K, R, S, C) memory
-    (nvcc, sm_90): both word sizes, no spills, no stack."""
-    from cudakit.kernels import weight_layout as wl
-    log = nvcc_compile_source(wl.SOURCE, tmp_path, ("-Xptxas", "-v"))
-    for name in ("to_krsc_u16", "to_krsc_u32", "from_krsc_u16", "from_krsc_u32"):
-        assert f"ck_weight_{name}" in log, log
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    assert spills == [("0", "0")] * 4, log

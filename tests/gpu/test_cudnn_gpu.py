@@ -89,7 +89,7 @@ def cudnn_krsc(monkeypatch):
                                  (2, 16, 10, 10, 24, 3, 3, 1, 2, 2)])
 def test_conv2d_channels_last_weight_path(geo, dtype, rng, cudnn_krsc):
     """The channels-last path with the weight given to cuDNN as (K, R, S, C) memory too
-    ("cudnn-krsc": kernels/weight_layout.py's copies) against float64, both channels-last forms;
+    ("cudnn-krsc": kernels/transpose.py's permute copies the weight) against float64, both channels-last forms;
     dL/dw comes back C-contiguous."""
     n, c, h, w, k, r, s, stride, pad, dil = geo
     cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype)
@@ -104,18 +104,21 @@ def test_conv2d_channels_last_weight_path(geo, dtype, rng, cudnn_krsc):
         assert gw.flags.c_contiguous
 
 
-def test_weight_layout_copies_round_trip(rng):
-    """kernels/weight_layout.py: to (K, R, S, C) memory and back, every word size, odd sizes."""
-    from cudakit.kernels import weight_layout as wl
+def test_weight_copies_to_krsc_and_back_round_trip(rng):
+    """cudnn.weight_in / weight_out (permute's element gather for these short tap dims): to
+    (K, R, S, C) memory and back, every word size cuDNN takes, odd sizes, several blocks a filter."""
+    from cudakit.kernels import transpose
     for dtype, shape in (("bfloat16", (5, 7, 3, 3)), ("float32", (3, 130, 1, 5)), ("float16", (1, 1, 2, 2)),
-                         ("bfloat16", (2, 300, 3, 3)), ("float32", (4, 70, 11, 11))):   # (several blocks a filter)
+                         ("bfloat16", (2, 300, 3, 3)), ("float32", (4, 70, 11, 11)), ("bfloat16", (512, 512, 3, 3))):
         w = cp.asarray(data(rng, shape, dtype))
-        krsc = wl.to_krsc(w)
+        krsc = cudnn.weight_in(w, True)
         assert krsc.shape == w.shape and krsc.strides[1] == krsc.itemsize
         np.testing.assert_array_equal(_host(cp.ascontiguousarray(krsc.transpose(0, 2, 3, 1))),
                                       _host(w).transpose(0, 2, 3, 1))
-        np.testing.assert_array_equal(_host(wl.from_krsc(krsc)), _host(w))
-
+        back = cudnn.weight_out(krsc, True)
+        assert back.flags.c_contiguous
+        np.testing.assert_array_equal(_host(back), _host(w))
+    assert transpose.plan((512, 512, 3, 3), (9216, 18, 6, 2), 2, (0, 2, 3, 1)).kind == "elems"
 
 def test_conv2d_channels_last_output_is_cudnns_own_memory(rng, only_cudnn):
     """memory_format="nhwc": the (N, Ho, Wo, K) result is the very array cuDNN wrote (a transposed

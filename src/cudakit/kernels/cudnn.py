@@ -105,6 +105,9 @@ def version() -> str | None:
     return None if mod is None else str(mod.backend_version())
 
 
+_CONV_DTYPES = ("float16", "bfloat16", "float32")
+
+
 def conv_dtype_ok(dtype_name: str) -> bool:
     """cuDNN takes this convolution dtype here: 16-bit always, float32 under precision "tf32" or
     "ieee" (FP32-arithmetic engines only, see the module docstring)."""
@@ -414,7 +417,7 @@ def _conv_geometry(geo):
 # ---- convolution ------------------------------------------------------------------------------
 # graph signatures, shared with the dispatch plans that look the built graphs up (path_plans.py)
 # layout: "nchw" (C-contiguous operands) or "nhwc" (the activations channels-last, the weight as
-# weight_layout says): one graph each, as their strides differ
+# weight_cl says): one graph each, as their strides differ
 # float32 "ieee" graphs (FP32-arithmetic plans only) are signatures of their own too. Every
 # signature ends with its device (executor() reads it there).
 def _tags(dtype_name: str, layout: str, weight_cl: bool) -> tuple:
@@ -441,8 +444,8 @@ def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: s
 
 
 # A channels-last convolution's weight may go to cuDNN channels-last too ((K, C, R, S) views of
-# (K, R, S, C) memory, weight_cl: a copy a call by kernels/weight_layout.py, and dL/dw written so and
-# copied back), as torch does (its cuDNN convolution takes the weight in the input's suggested memory
+# (K, R, S, C) memory, weight_cl: a copy a call by kernels/transpose.py's permute, and dL/dw written
+# so and copied back), as torch does (its cuDNN convolution takes the weight in the input's suggested memory
 # format, a copy a call, and returns dL/dw in it): the path "cudnn-krsc" beside "cudnn" where
 # krsc_offered, timed per signature. With the weight C-contiguous and the activations channels-last,
 # the 3x3 rows of the ResNet-50 benchmark ran 0.751-0.998x torch (bfloat16, H100, 2026-11-27 05:39 UTC,
@@ -456,11 +459,8 @@ def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: s
 # 0.0235, wgrad 0.0305 against 0.0342.
 def krsc_offered(layout: str, w_shape, dtype) -> bool:
     """Whether the channels-last weight path is offered: channels-last activations, a window of
-    more than one tap (a 1x1 weight's two layouts are one memory), a weight kernels/weight_layout.py
-    moves (2- or 4-byte elements)."""
-    from .weight_layout import supported
-    taps = int(w_shape[2]) * int(w_shape[3])
-    return layout == "nhwc" and taps > 1 and supported(dtype, taps)
+    more than one tap (a 1x1 weight's two layouts are one memory) and a dtype cuDNN convolves."""
+    return layout == "nhwc" and int(w_shape[2]) * int(w_shape[3]) > 1 and str(dtype) in _CONV_DTYPES
 
 
 def weight_in(w, weight_cl: bool):
@@ -469,16 +469,16 @@ def weight_in(w, weight_cl: bool):
     before could give its memory to that launch's workspace)."""
     if not weight_cl:
         return w
-    from .weight_layout import to_krsc
-    return to_krsc(w)
+    from .transpose import permute
+    return permute(w, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
 
 def weight_out(dw, weight_cl: bool):
     """dL/dw as cuDNN wrote it (new_nchw(..., weight_cl)), C-contiguous."""
     if not weight_cl:
         return dw
-    from .weight_layout import from_krsc
-    return from_krsc(dw)
+    from .transpose import permute
+    return permute(dw, (0, 1, 2, 3))   # (reads the view through its strides)
 
 
 def layout_of(*arrays) -> str | None:

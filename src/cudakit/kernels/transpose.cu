@@ -70,6 +70,55 @@ __global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_rows(const typename ck_tr
   for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) ck_tr_rows_tile<C, I>(x, y, p, t, threadIdx.x);
 }
 
+// ------------------------------------------------------------------ element gather
+// y (C-contiguous, n elements) from x through its strides, an element at a time: for permutes
+// whose plane a tile would mostly leave empty (a short dim on either side, ck_tr_tile's TK x TA).
+struct ck_tr_elems_p {
+  long long nd;          // y's dims (<= 8), outermost first
+  long long shape[8];    // their sizes
+  long long in_s[8];     // x's strides along them, in elements
+  long long n;           // product of shape
+  long long ntiles;      // ceil(n / (4 * 256))
+};
+
+// One thread's share of tile `tile`: elements tile * 1024 + tid + u * 256, u < 4 (four loads in
+// flight, then four stores: a copy this small is bound by how many loads are outstanding).
+// I: the type of the index decomposition (unsigned int when n < 2^32).
+template <typename T, typename I>
+__host__ __device__ __forceinline__ void ck_tr_elems_tile(const T* __restrict__ x, T* __restrict__ y,
+                                                          const ck_tr_elems_p& p, long long tile, int tid) {
+  const long long i0 = tile * 4 * CK_TR_THREADS + tid;
+  T v[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const long long i = i0 + (long long)u * CK_TR_THREADS;
+    if (i < p.n) {
+      I r = (I)i;
+      long long off = 0;
+      for (int d = (int)p.nd - 1; d >= 0; --d) {
+        const I s = (I)p.shape[d];
+        off += (long long)(r % s) * p.in_s[d];
+        r /= s;
+      }
+      v[u] = x[off];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const long long i = i0 + (long long)u * CK_TR_THREADS;
+    if (i < p.n) y[i] = v[u];
+  }
+}
+
+// x: strided source (T: a raw word of x's itemsize); y: contiguous. Block 256; grid-stride over
+// p.ntiles. Traffic: n * sizeof(T) read (each x sector from DRAM once: the warps that share it run
+// close together) + the same written.
+template <typename T, typename I>
+__global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_elems(const T* __restrict__ x, T* __restrict__ y,
+                                                             ck_tr_elems_p p) {
+  for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) ck_tr_elems_tile<T, I>(x, y, p, t, threadIdx.x);
+}
+
 // ------------------------------------------------------------------ tiled transpose
 struct ck_tr_tile_p {
   long long nb;          // batch dims: y's dims but a and k (<= 6)

@@ -18,6 +18,11 @@ tests can check it without a GPU):
    distinct chunk slots) and the V scalar reads of the store phase (a warp reads 8 rows whose
    chunks land in 8 distinct slots) are free of bank conflicts without padding (which would break
    the 16-byte alignment of the chunks).
+4. Where the tiles of step 3 would be mostly empty (a short k or a, so that less than
+   MIN_TILE_USE of each TK x TA tile holds elements: a convolution weight's (K, C, 9) taps to
+   (K, 9, C) and back, a 3-channel image to channels-last and back), `ck_tr_elems` gathers y an
+   element at a time through x's strides instead, four loads in flight a thread; the warps that
+   read one sector of x run close together, so DRAM still reads it once.
 Traffic: x read once + y written once, 2 * x.nbytes.
 """
 from __future__ import annotations
@@ -37,6 +42,10 @@ _WORD = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigne
 _ROW_CHUNKS = (16, 8, 4, 2, 1)
 _INDEX = {32: "unsigned int", 64: "unsigned long long"}
 _GRID_MAX = 2**31 - 1
+# the least share of a ck_tr_tile tile's slots its plane must fill (else ck_tr_elems runs). A
+# (512, 512, 3, 3) bfloat16 weight to (K, R, S, C) filled 9 of 64 (its 9 taps along a tile's
+# 64-element side) and took 44 us on an H100 (2026-11-27, conv_nhwc_weight_ab.py)
+MIN_TILE_USE = 0.5
 
 
 def tile_chunks(itemsize: int) -> tuple:
@@ -51,6 +60,7 @@ def name_expressions() -> list[str]:
     out = [f"ck_tr_rows<{c}, {_INDEX[b]}>" for c in _ROW_CHUNKS for b in (32, 64)]
     for e, t in _WORD.items():
         out += [f"ck_tr_tile<{t}, {c}>" for c in tile_chunks(e)]
+        out += [f"ck_tr_elems<{t}, {_INDEX[b]}>" for b in (32, 64)]
     return out
 
 
@@ -68,14 +78,17 @@ def tile_geometry(itemsize: int, chunk: int) -> dict:
 
 ROWS_DTYPE = np.dtype([("nb", "<i8"), ("shape", "<i8", (7,)), ("in_s", "<i8", (7,)), ("rows", "<i8"),
                        ("lc", "<i8"), ("in_sk", "<i8"), ("tpr", "<i8"), ("tiles_c", "<i8"), ("ntiles", "<i8")])
+ELEMS_DTYPE = np.dtype([("nd", "<i8"), ("shape", "<i8", (8,)), ("in_s", "<i8", (8,)), ("n", "<i8"),
+                        ("ntiles", "<i8")])
 TILE_DTYPE = np.dtype([("nb", "<i8"), ("shape", "<i8", (6,)), ("in_s", "<i8", (6,)), ("out_s", "<i8", (6,)),
                        ("na", "<i8"), ("nk", "<i8"), ("in_sa", "<i8"), ("in_sk", "<i8"), ("out_sa", "<i8"),
                        ("tiles_a", "<i8"), ("tiles_k", "<i8"), ("ntiles", "<i8")])
 
 
 class Plan:
-    """One launch: kernel `expr` (kind "rows" or "tile", chunk bytes), its parameter struct
-    `params` (a 1-element structured array of ROWS_DTYPE / TILE_DTYPE) and the 1-D grid."""
+    """One launch: kernel `expr` (kind "rows", "tile" or "elems", chunk bytes), its parameter
+    struct `params` (a 1-element structured array of ROWS_DTYPE / TILE_DTYPE / ELEMS_DTYPE) and
+    the 1-D grid."""
 
     def __init__(self, kind, expr, chunk, params, grid):
         self.kind, self.expr, self.chunk, self.params, self.grid = kind, expr, chunk, params, grid
@@ -170,6 +183,8 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
             break
     g = tile_geometry(itemsize, chunk)
     tiles_a, tiles_k = _cdiv(na, g["TA"]), _cdiv(nk, g["TK"])
+    if na * nk < MIN_TILE_USE * (tiles_a * g["TA"]) * (tiles_k * g["TK"]):
+        return _elems_plan(cshape, cx, itemsize)
     nbatch = 1
     for d in batch:
         nbatch *= cshape[d]
@@ -182,6 +197,21 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
     p["na"], p["nk"], p["in_sa"], p["in_sk"], p["out_sa"] = na, nk, cx[a], cx[k], cy[a]
     p["tiles_a"], p["tiles_k"], p["ntiles"] = tiles_a, tiles_k, ntiles
     return Plan("tile", f"ck_tr_tile<{_WORD[itemsize]}, {chunk}>", chunk, p, (min(ntiles, _GRID_MAX), 1, 1))
+
+
+def _elems_plan(cshape, cx, itemsize):
+    n = 1
+    for d in cshape:
+        n *= d
+    ntiles = _cdiv(n, 4 * THREADS)
+    p = np.zeros(1, ELEMS_DTYPE)
+    p["nd"] = len(cshape)
+    p["shape"][0, :len(cshape)] = cshape
+    p["in_s"][0, :len(cshape)] = cx
+    p["n"], p["ntiles"] = n, ntiles
+    idx = 32 if n < 2**32 else 64
+    return Plan("elems", f"ck_tr_elems<{_WORD[itemsize]}, {_INDEX[idx]}>", itemsize, p,
+                (min(ntiles, _GRID_MAX), 1, 1))
 
 
 # ------------------------------------------------------------------------------------------

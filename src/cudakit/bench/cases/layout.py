@@ -1,4 +1,5 @@
-"""Benchmark cases: transpose (2-D), permute (the attention head reshuffle (0, 2, 1, 3)) and
+"""Benchmark cases: transpose (2-D), permute (the attention head reshuffle (0, 2, 1, 3); a 3x3
+convolution weight to (K, R, S, C) and a 3-channel image to channels-last and back) and
 matrix_transpose (last two axes of the same 4-D array), cudakit
 against torch's x.t().contiguous() / x.permute(...).contiguous() on the GPU and NumPy on the CPU.
 
@@ -90,9 +91,16 @@ def cases(env: Env) -> list[Case]:
     else:
         square = (512, 512) if env.quick else (2048, 2048)
         heads = (2, 64, 32, 128) if env.quick else (4, 512, 32, 128)
+    # short dims on one side of the plane (permute's element gather): a 3x3 convolution weight to
+    # (K, R, S, C), as channels-last cuDNN takes it, and a 3-channel image batch to channels-last and back
+    if env.gpu and not env.quick:
+        short = [((512, 512, 3, 3), (0, 2, 3, 1)), ((32, 3, 224, 224), (0, 2, 3, 1)), ((32, 224, 224, 3), (0, 3, 1, 2))]
+    else:
+        short = [((64, 32, 3, 3), (0, 2, 3, 1)), ((4, 3, 32, 32), (0, 2, 3, 1))]
     out = []
     for dtype in env.dtypes:
         out.append(_transpose2d(env, square, dtype))
         out.append(_permute(env, heads, (0, 2, 1, 3), dtype))
         out.append(_matrix_transpose(env, heads, dtype))   # (B, S, H, D) -> (B, S, D, H)
+        out += [_permute(env, shape, axes, dtype) for shape, axes in short]
     return out
