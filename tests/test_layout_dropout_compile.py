@@ -72,9 +72,9 @@ template <typename T, int C> void run_tile(const char* x, char* y, const ck_tr_t
   }
 }
 
-template <typename T, typename I> void run_elems(const char* x, char* y, const ck_tr_elems_p& p) {
+template <typename T, typename I> void run_runs(const char* x, char* y, const ck_tr_runs_p& p) {
   for (long long t = 0; t < p.ntiles; ++t)
-    for (int tid = 0; tid < 256; ++tid) ck_tr_elems_tile<T, I>((const T*)x, (T*)y, p, t, tid);
+    for (int tid = 0; tid < 256; ++tid) ck_tr_runs_item<T, I>((const T*)x, (T*)y, p, t, tid);
 }
 
 int main(int argc, char** argv) {
@@ -98,8 +98,8 @@ int main(int argc, char** argv) {
     writef(argv[6], w.data(), w.size() * 4);
     return 0;
   }
-  // rows|tile|elems itemsize chunk idx64 params x xoff ybytes y
-  const bool rows = !strcmp(argv[1], "rows"), elems = !strcmp(argv[1], "elems");
+  // rows|tile|runs itemsize chunk idx64 params x xoff ybytes y
+  const bool rows = !strcmp(argv[1], "rows"), runs = !strcmp(argv[1], "runs");
   const int e = atoi(argv[2]), c = atoi(argv[3]), i64 = atoi(argv[4]);
   std::vector<char> pb = readf(argv[5]), xb = readf(argv[6]);
   const long long xoff = atoll(argv[7]), yn = atoll(argv[8]);
@@ -114,11 +114,11 @@ int main(int argc, char** argv) {
     memcpy(&p, pb.data(), sizeof p);
 #define R(CC) if (c == CC) { if (i64) run_rows<CC, unsigned long long>(x, ya, p); else run_rows<CC, unsigned int>(x, ya, p); }
     R(1) R(2) R(4) R(8) R(16)
-  } else if (elems) {
-    if (pb.size() != sizeof(ck_tr_elems_p)) return 5;
-    ck_tr_elems_p p;
+  } else if (runs) {
+    if (pb.size() != sizeof(ck_tr_runs_p)) return 5;
+    ck_tr_runs_p p;
     memcpy(&p, pb.data(), sizeof p);
-#define E(EE, TT) if (e == EE) { if (i64) run_elems<TT, unsigned long long>(x, ya, p); else run_elems<TT, unsigned int>(x, ya, p); }
+#define E(EE, TT) if (e == EE) { if (i64) run_runs<TT, unsigned long long>(x, ya, p); else run_runs<TT, unsigned int>(x, ya, p); }
     E(1, unsigned char) E(2, unsigned short) E(4, unsigned int) E(8, unsigned long long)
   } else {
     if (pb.size() != sizeof(ck_tr_tile_p)) return 5;
@@ -205,7 +205,7 @@ def _emulate(harness, xview, axes, xbase):
     assert pl != "copy"
     (d / "p.bin").write_bytes(pl.params.tobytes())
     (d / "x.bin").write_bytes(xbase.tobytes())
-    idx64 = int(pl.expr.endswith("long long>"))   # (the index type, the last template argument of rows and elems)
+    idx64 = int(pl.expr.endswith("long long>"))   # (the index type, the last template argument of rows and runs)
     _run(exe, pl.kind, e, pl.chunk, idx64, d / "p.bin", d / "x.bin", xoff, want.nbytes, d / "y.bin")
     got = np.fromfile(d / "y.bin", want.dtype).reshape(want.shape)
     np.testing.assert_array_equal(got.view(f"u{e}"), want.view(f"u{e}"), err_msg=f"{pl} {xview.shape} {axes}")
@@ -259,41 +259,48 @@ def test_emulated_permute_strided_views(harness, rng, itemsize):
     _emulate(harness, bc, (2, 1, 0), base)
 
 
-SHORT_DIM_CASES = [  # a short dim on one side of the plane: a tile would be mostly empty
-    ((5, 7, 9), (0, 2, 1)), ((5, 9, 7), (0, 2, 1)),                      # weight taps to (K, R S, C), back
-    ((4, 70, 3, 3), (0, 2, 3, 1)), ((3, 40, 5, 5), (0, 2, 3, 1)),
-    ((2, 3, 17, 19), (0, 2, 3, 1)), ((2, 17, 19, 3), (0, 3, 1, 2)),      # 3-channel images, both ways
-    ((1030, 2), (1, 0)), ((2, 1030), (1, 0)),
+SHORT_DIM_CASES = [  # shape, axes, the short dim of the plane: a tile would be mostly empty
+    ((5, 7, 9), (0, 2, 1), 7), ((5, 9, 7), (0, 2, 1), 7),                # weight taps to (K, R S, C), back
+    ((4, 70, 3, 3), (0, 2, 3, 1), 9), ((3, 40, 2, 5), (0, 2, 3, 1), 10),
+    ((2, 3, 17, 19), (0, 2, 3, 1), 3), ((2, 17, 19, 3), (0, 3, 1, 2), 3),  # 3-channel images, both ways
+    ((1030, 2), (1, 0), 2), ((2, 1030), (1, 0), 2), ((3, 7, 300), (0, 2, 1), 7), ((3, 300, 16), (0, 2, 1), 16),
+    ((2, 5, 3, 7, 2), (4, 1, 3, 0, 2), 2),                               # batch dims around the plane
 ]
 
 
 @pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
-@pytest.mark.parametrize("shape,axes", SHORT_DIM_CASES)
-def test_emulated_permute_short_dims_gather_elements(harness, rng, itemsize, shape, axes):
+@pytest.mark.parametrize("shape,axes,short", SHORT_DIM_CASES)
+def test_emulated_permute_short_dims_move_runs(harness, rng, itemsize, shape, axes, short):
+    """ck_tr_runs up to max_run() words (half as many of 8 bytes), the tiles past it."""
+    from cudakit.kernels import transpose
     x = _words(rng, shape, itemsize)
-    assert _emulate(harness, x, axes, x).kind == "elems"
+    pl = _emulate(harness, x, axes, x)
+    assert (pl.kind == "runs") == (short <= transpose.max_run(itemsize)), pl
 
 
 def test_emulated_permute_short_dims_of_strided_views(harness, rng):
     """A weight's (K, C, R, S) view of (K, R, S, C) memory back to C-contiguous (an identity
     permute of a strided view), and a reversed slice."""
     base = _words(rng, (6, 3, 3, 130), 2)
-    assert _emulate(harness, base.transpose(0, 3, 1, 2), (0, 1, 2, 3), base).kind == "elems"
+    assert _emulate(harness, base.transpose(0, 3, 1, 2), (0, 1, 2, 3), base).kind == "runs"
     _emulate(harness, base[::-1, :, ::-1, 1:], (0, 3, 1, 2), base)
 
 
 def test_plan_keeps_tiles_that_a_plane_fills():
-    """The tile kernel stays wherever both sides of the plane fill its tiles (ck_tr_elems only
-    for short dims), and the 64-bit index past 2^32 elements."""
+    """The tile kernel stays wherever neither side of the plane is short (ck_tr_runs: at most
+    MAX_RUN and under half the tile's side), and runs take the 64-bit index past 2^32 of them."""
     from cudakit.kernels import transpose
-    for shape, axes in (((2, 128, 256), (0, 2, 1)), ((64, 64, 4096), (0, 2, 1)), ((16384, 16384), (1, 0))):
+    for shape, axes in (((2, 128, 256), (0, 2, 1)), ((64, 64, 4096), (0, 2, 1)), ((16384, 16384), (1, 0)),
+                        ((64, 24, 4096), (0, 2, 1)), ((64, 4096, 24), (0, 2, 1))):
         acc, st = 2, []
         for d in reversed(shape):
             st.insert(0, acc)
             acc *= d
         assert transpose.plan(shape, tuple(st), 2, axes).kind == "tile", shape
+    pl = transpose.plan((2**15, 2**16 + 1, 2), (2 * (2**16 + 1), 2, 1), 1, (2, 0, 1))
+    assert pl.kind == "runs" and pl.expr.endswith("unsigned int>")   # (2^31 + 2^15 runs of 2)
     pl = transpose.plan((2**16, 2**16 + 1, 2), (2 * (2**16 + 1), 2, 1), 1, (2, 0, 1))
-    assert pl.kind == "elems" and pl.expr.endswith("unsigned long long>")
+    assert pl.kind == "runs" and pl.expr.endswith("unsigned long long>")
 
 
 def test_emulated_rows_with_64bit_rows_index(harness, rng):

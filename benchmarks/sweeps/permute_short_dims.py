@@ -1,5 +1,5 @@
 """permute (kernels/transpose.py) where a dim on one side of the transposed plane is short: its
-element gather (ck_tr_elems) against the shared-memory tile kernel forced (MIN_TILE_USE 0), torch's
+short runs (ck_tr_runs) against the shared-memory tile kernel forced (MAX_RUN 0), torch's
 x.permute(...).contiguous() and a copy of the bytes (the copy roof), in one run, each call behind
 an L2 flush and a spin (bench.timing's cold samples, as `cudakit bench` times).
     python3 benchmarks/sweeps/permute_short_dims.py [--dtype bfloat16]
@@ -26,30 +26,32 @@ CASES = [  # (shape, axes, what): the conv weight to and from (K, R, S, C), imag
     ((64, 4096, 24), (0, 2, 1), "a 24 of 64"),
     ((64, 40, 4096), (0, 2, 1), "k 40 of 64"),
     ((256, 4096, 12), (0, 2, 1), "a 12"),
+    ((256, 12, 4096), (0, 2, 1), "k 12"),
+    ((1024, 4096, 16), (0, 2, 1), "a 16"),
 ]
-default = transpose.MIN_TILE_USE
+default = transpose.MAX_RUN
 for shape, axes, what in CASES:
     x = cp.random.default_rng(0).standard_normal(shape, dtype=cp.float32).astype(dtype)
     tx = torch.from_dlpack(x)
     plans = {}
-    for name, use in (("elems", 1.01), ("tile", 0.0)):
-        transpose.MIN_TILE_USE = use
+    for name, use in (("runs", 16), ("tile", 0)):
+        transpose.MAX_RUN = use
         transpose._plans.clear()
         plans[name] = transpose.plan(x.shape, x.strides, x.itemsize, axes).kind
-    transpose.MIN_TILE_USE = default
+    transpose.MAX_RUN = default
     transpose._plans.clear()
     chosen = transpose.plan(x.shape, x.strides, x.itemsize, axes).kind
     fns = {}
-    for name, use in (("elems", 1.01), ("tile", 0.0)):
+    for name, use in (("runs", 16), ("tile", 0)):
         if plans[name] != name:
             continue
 
         def call(use=use, own={}):   # (each variant its own memo of plans: they are keyed by shape only)
-            transpose.MIN_TILE_USE, kept, transpose._plans = use, transpose._plans, own
+            transpose.MAX_RUN, kept, transpose._plans = use, transpose._plans, own
             try:
                 return transpose.permute(x, axes)
             finally:
-                transpose.MIN_TILE_USE, transpose._plans = default, kept
+                transpose.MAX_RUN, transpose._plans = default, kept
         fns[name] = call
     fns["torch"] = lambda: tx.permute(*axes).contiguous()
     y = cp.empty_like(x)

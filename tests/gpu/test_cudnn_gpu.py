@@ -105,7 +105,7 @@ def test_conv2d_channels_last_weight_path(geo, dtype, rng, cudnn_krsc):
 
 
 def test_weight_copies_to_krsc_and_back_round_trip(rng):
-    """cudnn.weight_in / weight_out (permute's element gather for these short tap dims): to
+    """cudnn.weight_in / weight_out (permute's short runs for these short tap dims): to
     (K, R, S, C) memory and back, every word size cuDNN takes, odd sizes, several blocks a filter."""
     from cudakit.kernels import transpose
     for dtype, shape in (("bfloat16", (5, 7, 3, 3)), ("float32", (3, 130, 1, 5)), ("float16", (1, 1, 2, 2)),
@@ -118,7 +118,7 @@ def test_weight_copies_to_krsc_and_back_round_trip(rng):
         back = cudnn.weight_out(krsc, True)
         assert back.flags.c_contiguous
         np.testing.assert_array_equal(_host(back), _host(w))
-    assert transpose.plan((512, 512, 3, 3), (9216, 18, 6, 2), 2, (0, 2, 3, 1)).kind == "elems"
+    assert transpose.plan((512, 512, 3, 3), (9216, 18, 6, 2), 2, (0, 2, 3, 1)).kind == "runs"
 
 def test_conv2d_channels_last_output_is_cudnns_own_memory(rng, only_cudnn):
     """memory_format="nhwc": the (N, Ho, Wo, K) result is the very array cuDNN wrote (a transposed

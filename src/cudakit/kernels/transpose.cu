@@ -70,53 +70,63 @@ __global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_rows(const typename ck_tr
   for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) ck_tr_rows_tile<C, I>(x, y, p, t, threadIdx.x);
 }
 
-// ------------------------------------------------------------------ element gather
-// y (C-contiguous, n elements) from x through its strides, an element at a time: for permutes
-// whose plane a tile would mostly leave empty (a short dim on either side, ck_tr_tile's TK x TA).
-struct ck_tr_elems_p {
-  long long nd;          // y's dims (<= 8), outermost first
-  long long shape[8];    // their sizes
-  long long in_s[8];     // x's strides along them, in elements
-  long long n;           // product of shape
-  long long ntiles;      // ceil(n / (4 * 256))
+// ------------------------------------------------------------------ short runs
+// A plane with one short dim s (<= CK_TR_MAX_RUN words, 8 of 8 bytes; a tile would be mostly empty) and one
+// long dim l: a thread moves the s elements at one l, all its loads issued before its stores.
+// Consecutive threads step along l, which is contiguous in x (s = y's last dim: a channels-last
+// image back to NCHW...) or in y (s = x's fastest: a (K, C, 9) weight to (K, 9, C)), so one side's
+// accesses are coalesced and the other's sectors are shared by the same warp's s accesses.
+#define CK_TR_MAX_RUN 16
+struct ck_tr_runs_p {
+  long long nb;          // batch dims: y's dims but s and l (<= 6), outermost first
+  long long shape[6];    // their sizes
+  long long in_s[6];     // x's strides along them, in elements
+  long long out_s[6];    // y's strides along them, in elements
+  long long nl, ns;      // sizes of l and s (ns <= ck_tr_max_run<T>::N)
+  long long in_sl, in_ss, out_sl, out_ss;   // x's and y's strides along l and s
+  long long n;           // runs: nl times the batch
+  long long ntiles;      // ceil(n / 256)
 };
 
-// One thread's share of tile `tile`: elements tile * 1024 + tid + u * 256, u < 4 (four loads in
-// flight, then four stores: a copy this small is bound by how many loads are outstanding).
-// I: the type of the index decomposition (unsigned int when n < 2^32).
+// a thread's words in flight: 16, or 8 of 8 bytes (16 of them spilled: 16 bytes of stack on sm_90)
+template <typename T> struct ck_tr_max_run { static const int N = sizeof(T) > 4 ? CK_TR_MAX_RUN / 2 : CK_TR_MAX_RUN; };
+
+// Run i = tile * 256 + tid: (batch, l) with l fastest. I: the type of the decomposition
+// (unsigned int when n < 2^32).
 template <typename T, typename I>
-__host__ __device__ __forceinline__ void ck_tr_elems_tile(const T* __restrict__ x, T* __restrict__ y,
-                                                          const ck_tr_elems_p& p, long long tile, int tid) {
-  const long long i0 = tile * 4 * CK_TR_THREADS + tid;
-  T v[4];
-#pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    const long long i = i0 + (long long)u * CK_TR_THREADS;
-    if (i < p.n) {
-      I r = (I)i;
-      long long off = 0;
-      for (int d = (int)p.nd - 1; d >= 0; --d) {
-        const I s = (I)p.shape[d];
-        off += (long long)(r % s) * p.in_s[d];
-        r /= s;
-      }
-      v[u] = x[off];
-    }
+__host__ __device__ __forceinline__ void ck_tr_runs_item(const T* __restrict__ x, T* __restrict__ y,
+                                                         const ck_tr_runs_p& p, long long tile, int tid) {
+  const long long i = tile * CK_TR_THREADS + tid;
+  if (i >= p.n) return;
+  I r = (I)i;
+  const I nl = (I)p.nl;
+  const long long l = (long long)(r % nl);
+  r /= nl;
+  long long xo = l * p.in_sl, yo = l * p.out_sl;
+  for (int d = (int)p.nb - 1; d >= 0; --d) {
+    const I s = (I)p.shape[d];
+    const long long j = (long long)(r % s);
+    r /= s;
+    xo += j * p.in_s[d];
+    yo += j * p.out_s[d];
   }
+  const int ns = (int)p.ns;
+  const int N = ck_tr_max_run<T>::N;
+  T v[N];
 #pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    const long long i = i0 + (long long)u * CK_TR_THREADS;
-    if (i < p.n) y[i] = v[u];
-  }
+  for (int j = 0; j < N; ++j)
+    if (j < ns) v[j] = x[xo + j * p.in_ss];
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+    if (j < ns) y[yo + j * p.out_ss] = v[j];
 }
 
 // x: strided source (T: a raw word of x's itemsize); y: contiguous. Block 256; grid-stride over
-// p.ntiles. Traffic: n * sizeof(T) read (each x sector from DRAM once: the warps that share it run
-// close together) + the same written.
+// p.ntiles. Traffic: x.nbytes read + the same written.
 template <typename T, typename I>
-__global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_elems(const T* __restrict__ x, T* __restrict__ y,
-                                                             ck_tr_elems_p p) {
-  for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) ck_tr_elems_tile<T, I>(x, y, p, t, threadIdx.x);
+__global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_runs(const T* __restrict__ x, T* __restrict__ y,
+                                                            ck_tr_runs_p p) {
+  for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) ck_tr_runs_item<T, I>(x, y, p, t, threadIdx.x);
 }
 
 // ------------------------------------------------------------------ tiled transpose

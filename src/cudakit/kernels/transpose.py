@@ -18,11 +18,11 @@ tests can check it without a GPU):
    distinct chunk slots) and the V scalar reads of the store phase (a warp reads 8 rows whose
    chunks land in 8 distinct slots) are free of bank conflicts without padding (which would break
    the 16-byte alignment of the chunks).
-4. Where the tiles of step 3 would be mostly empty (a short k or a, so that less than
-   MIN_TILE_USE of each TK x TA tile holds elements: a convolution weight's (K, C, 9) taps to
-   (K, 9, C) and back, a 3-channel image to channels-last and back), `ck_tr_elems` gathers y an
-   element at a time through x's strides instead, four loads in flight a thread; the warps that
-   read one sector of x run close together, so DRAM still reads it once.
+4. Where k or a is short (at most max_run() elements and under half the tile's side along it, so
+   the tiles of step 3 would be mostly empty: a convolution weight's (K, C, 9) taps to (K, 9, C)
+   and back, a 3-channel image to channels-last and back), `ck_tr_runs` instead gives each thread
+   the short dim's elements at one index of the other (long) dim, all its loads issued before its
+   stores; consecutive threads step along the long dim, contiguous in x or in y.
 Traffic: x read once + y written once, 2 * x.nbytes.
 """
 from __future__ import annotations
@@ -42,10 +42,17 @@ _WORD = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigne
 _ROW_CHUNKS = (16, 8, 4, 2, 1)
 _INDEX = {32: "unsigned int", 64: "unsigned long long"}
 _GRID_MAX = 2**31 - 1
-# the least share of a ck_tr_tile tile's slots its plane must fill (else ck_tr_elems runs). A
-# (512, 512, 3, 3) bfloat16 weight to (K, R, S, C) filled 9 of 64 (its 9 taps along a tile's
-# 64-element side) and took 44 us on an H100 (2026-11-27, conv_nhwc_weight_ab.py)
-MIN_TILE_USE = 0.5
+# the longest dim ck_tr_runs moves a thread (CK_TR_MAX_RUN): shorter than half a tile's side along
+# it, the tile kernel leaves most of its slots empty. A (512, 512, 3, 3) bfloat16 weight to
+# (K, R, S, C) (9 taps along a tile's 64-element side) took 44 us on the tiles, (64, 24, 4096) to
+# (0, 2, 1) (24 of 64) ran faster on the tiles than a gather by elements (H100, 2026-11-27,
+# benchmarks/sweeps/permute_short_dims.py)
+MAX_RUN = 16
+
+
+def max_run(itemsize: int) -> int:
+    """The longest short dim ck_tr_runs moves (ck_tr_max_run): MAX_RUN words, half that of 8 bytes."""
+    return MAX_RUN // 2 if itemsize > 4 else MAX_RUN
 
 
 def tile_chunks(itemsize: int) -> tuple:
@@ -60,7 +67,7 @@ def name_expressions() -> list[str]:
     out = [f"ck_tr_rows<{c}, {_INDEX[b]}>" for c in _ROW_CHUNKS for b in (32, 64)]
     for e, t in _WORD.items():
         out += [f"ck_tr_tile<{t}, {c}>" for c in tile_chunks(e)]
-        out += [f"ck_tr_elems<{t}, {_INDEX[b]}>" for b in (32, 64)]
+        out += [f"ck_tr_runs<{t}, {_INDEX[b]}>" for b in (32, 64)]
     return out
 
 
@@ -78,16 +85,17 @@ def tile_geometry(itemsize: int, chunk: int) -> dict:
 
 ROWS_DTYPE = np.dtype([("nb", "<i8"), ("shape", "<i8", (7,)), ("in_s", "<i8", (7,)), ("rows", "<i8"),
                        ("lc", "<i8"), ("in_sk", "<i8"), ("tpr", "<i8"), ("tiles_c", "<i8"), ("ntiles", "<i8")])
-ELEMS_DTYPE = np.dtype([("nd", "<i8"), ("shape", "<i8", (8,)), ("in_s", "<i8", (8,)), ("n", "<i8"),
-                        ("ntiles", "<i8")])
+RUNS_DTYPE = np.dtype([("nb", "<i8"), ("shape", "<i8", (6,)), ("in_s", "<i8", (6,)), ("out_s", "<i8", (6,)),
+                       ("nl", "<i8"), ("ns", "<i8"), ("in_sl", "<i8"), ("in_ss", "<i8"), ("out_sl", "<i8"),
+                       ("out_ss", "<i8"), ("n", "<i8"), ("ntiles", "<i8")])
 TILE_DTYPE = np.dtype([("nb", "<i8"), ("shape", "<i8", (6,)), ("in_s", "<i8", (6,)), ("out_s", "<i8", (6,)),
                        ("na", "<i8"), ("nk", "<i8"), ("in_sa", "<i8"), ("in_sk", "<i8"), ("out_sa", "<i8"),
                        ("tiles_a", "<i8"), ("tiles_k", "<i8"), ("ntiles", "<i8")])
 
 
 class Plan:
-    """One launch: kernel `expr` (kind "rows", "tile" or "elems", chunk bytes), its parameter
-    struct `params` (a 1-element structured array of ROWS_DTYPE / TILE_DTYPE / ELEMS_DTYPE) and
+    """One launch: kernel `expr` (kind "rows", "tile" or "runs", chunk bytes), its parameter
+    struct `params` (a 1-element structured array of ROWS_DTYPE / TILE_DTYPE / RUNS_DTYPE) and
     the 1-D grid."""
 
     def __init__(self, kind, expr, chunk, params, grid):
@@ -183,8 +191,9 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
             break
     g = tile_geometry(itemsize, chunk)
     tiles_a, tiles_k = _cdiv(na, g["TA"]), _cdiv(nk, g["TK"])
-    if na * nk < MIN_TILE_USE * (tiles_a * g["TA"]) * (tiles_k * g["TK"]):
-        return _elems_plan(cshape, cx, itemsize)
+    short = [(n, d) for n, d, side in ((na, a, g["TA"]), (nk, k, g["TK"])) if n <= max_run(itemsize) and 2 * n < side]
+    if short:
+        return _runs_plan(cshape, cx, cy, min(short)[1], k + a - min(short)[1], itemsize)
     nbatch = 1
     for d in batch:
         nbatch *= cshape[d]
@@ -199,18 +208,22 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
     return Plan("tile", f"ck_tr_tile<{_WORD[itemsize]}, {chunk}>", chunk, p, (min(ntiles, _GRID_MAX), 1, 1))
 
 
-def _elems_plan(cshape, cx, itemsize):
-    n = 1
-    for d in cshape:
-        n *= d
-    ntiles = _cdiv(n, 4 * THREADS)
-    p = np.zeros(1, ELEMS_DTYPE)
-    p["nd"] = len(cshape)
-    p["shape"][0, :len(cshape)] = cshape
-    p["in_s"][0, :len(cshape)] = cx
-    p["n"], p["ntiles"] = n, ntiles
+def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
+    """ck_tr_runs over y's collapsed dims: sd the short dim of the plane, ld the long one."""
+    batch = [d for d in range(len(cshape)) if d not in (sd, ld)]
+    n = cshape[ld]
+    for d in batch:
+        n *= cshape[d]
+    ntiles = _cdiv(n, THREADS)
+    p = np.zeros(1, RUNS_DTYPE)
+    p["nb"] = len(batch)
+    p["shape"][0, :len(batch)] = [cshape[d] for d in batch]
+    p["in_s"][0, :len(batch)] = [cx[d] for d in batch]
+    p["out_s"][0, :len(batch)] = [cy[d] for d in batch]
+    p["nl"], p["ns"], p["in_sl"], p["in_ss"] = cshape[ld], cshape[sd], cx[ld], cx[sd]
+    p["out_sl"], p["out_ss"], p["n"], p["ntiles"] = cy[ld], cy[sd], n, ntiles
     idx = 32 if n < 2**32 else 64
-    return Plan("elems", f"ck_tr_elems<{_WORD[itemsize]}, {_INDEX[idx]}>", itemsize, p,
+    return Plan("runs", f"ck_tr_runs<{_WORD[itemsize]}, {_INDEX[idx]}>", itemsize, p,
                 (min(ntiles, _GRID_MAX), 1, 1))
 
 
