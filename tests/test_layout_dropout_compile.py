@@ -72,9 +72,14 @@ template <typename T, int C> void run_tile(const char* x, char* y, const ck_tr_t
   }
 }
 
-template <typename T, typename I> void run_runs(const char* x, char* y, const ck_tr_runs_p& p) {
-  for (long long t = 0; t < p.ntiles; ++t)
-    for (int tid = 0; tid < 256; ++tid) ck_tr_runs_item<T, I>((const T*)x, (T*)y, p, t, tid);
+template <typename T, typename I, int MODE> void run_runs(const char* x, char* y, const ck_tr_runs_p& p) {
+  std::vector<T> buf(256 * ck_tr_max_run<T>::N);
+  for (long long t = 0; t < p.ntiles; ++t) {
+    memset(buf.data(), 0xAB, buf.size() * sizeof(T));
+    for (int tid = 0; tid < 256; ++tid) ck_tr_runs_load<T, I, MODE>((const T*)x, (T*)y, buf.data(), p, t, tid);
+    if (MODE)
+      for (int tid = 0; tid < 256; ++tid) ck_tr_runs_store<T, I, MODE>((T*)y, buf.data(), p, t, tid);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -98,7 +103,7 @@ int main(int argc, char** argv) {
     writef(argv[6], w.data(), w.size() * 4);
     return 0;
   }
-  // rows|tile|runs itemsize chunk idx64 params x xoff ybytes y
+  // rows|tile|runs itemsize chunk idx64 params x xoff ybytes y [mode]
   const bool rows = !strcmp(argv[1], "rows"), runs = !strcmp(argv[1], "runs");
   const int e = atoi(argv[2]), c = atoi(argv[3]), i64 = atoi(argv[4]);
   std::vector<char> pb = readf(argv[5]), xb = readf(argv[6]);
@@ -118,8 +123,10 @@ int main(int argc, char** argv) {
     if (pb.size() != sizeof(ck_tr_runs_p)) return 5;
     ck_tr_runs_p p;
     memcpy(&p, pb.data(), sizeof p);
-#define E(EE, TT) if (e == EE) { if (i64) run_runs<TT, unsigned long long>(x, ya, p); else run_runs<TT, unsigned int>(x, ya, p); }
-    E(1, unsigned char) E(2, unsigned short) E(4, unsigned int) E(8, unsigned long long)
+    const int mode = argc > 10 ? atoi(argv[10]) : 0;
+#define E(EE, TT, M) if (e == EE && mode == M) { if (i64) run_runs<TT, unsigned long long, M>(x, ya, p); else run_runs<TT, unsigned int, M>(x, ya, p); }
+#define EM(EE, TT) E(EE, TT, 0) E(EE, TT, 1) E(EE, TT, 2)
+    EM(1, unsigned char) EM(2, unsigned short) EM(4, unsigned int) EM(8, unsigned long long)
   } else {
     if (pb.size() != sizeof(ck_tr_tile_p)) return 5;
     ck_tr_tile_p p;
@@ -205,8 +212,10 @@ def _emulate(harness, xview, axes, xbase):
     assert pl != "copy"
     (d / "p.bin").write_bytes(pl.params.tobytes())
     (d / "x.bin").write_bytes(xbase.tobytes())
-    idx64 = int(pl.expr.endswith("long long>"))   # (the index type, the last template argument of rows and runs)
-    _run(exe, pl.kind, e, pl.chunk, idx64, d / "p.bin", d / "x.bin", xoff, want.nbytes, d / "y.bin")
+    targs = [a.strip() for a in pl.expr[pl.expr.index("<") + 1:-1].split(",")]   # rows <C, I>, tile <T, C>, runs <T, I, MODE>
+    idx64 = int(pl.kind != "tile" and targs[1] == "unsigned long long")
+    mode = targs[2] if pl.kind == "runs" else "0"
+    _run(exe, pl.kind, e, pl.chunk, idx64, d / "p.bin", d / "x.bin", xoff, want.nbytes, d / "y.bin", mode)
     got = np.fromfile(d / "y.bin", want.dtype).reshape(want.shape)
     np.testing.assert_array_equal(got.view(f"u{e}"), want.view(f"u{e}"), err_msg=f"{pl} {xview.shape} {axes}")
     return pl
@@ -278,6 +287,24 @@ def test_emulated_permute_short_dims_move_runs(harness, rng, itemsize, shape, ax
     assert (pl.kind == "runs") == (short <= transpose.max_run(itemsize)), pl
 
 
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+def test_emulated_permute_runs_modes(harness, rng, itemsize, monkeypatch):
+    """Each of ck_tr_runs's modes where it applies (1: y holds a block's runs contiguously, 2: x
+    does, 0: neither, or staging off), partial last blocks."""
+    from cudakit.kernels import transpose
+    x = _words(rng, (3, 7, 300), itemsize)
+    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", 1>")
+    x = _words(rng, (3, 300, 7), itemsize)
+    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", 2>")
+    x = _words(rng, (2, 5, 3, 7, 2), itemsize)
+    assert _emulate(harness, x, (4, 1, 3, 0, 2), x).expr.endswith(", 0>")
+    base = _words(rng, (4, 300, 7), itemsize)
+    assert _emulate(harness, base[::2, 1:], (0, 2, 1), base).expr.endswith(", 0>")   # (x not one run)
+    monkeypatch.setattr(transpose, "STAGED", False)
+    x = _words(rng, (3, 7, 300), itemsize)
+    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", 0>")
+
+
 def test_emulated_permute_short_dims_of_strided_views(harness, rng):
     """A weight's (K, C, R, S) view of (K, R, S, C) memory back to C-contiguous (an identity
     permute of a strided view), and a reversed slice."""
@@ -298,9 +325,9 @@ def test_plan_keeps_tiles_that_a_plane_fills():
             acc *= d
         assert transpose.plan(shape, tuple(st), 2, axes).kind == "tile", shape
     pl = transpose.plan((2**15, 2**16 + 1, 2), (2 * (2**16 + 1), 2, 1), 1, (2, 0, 1))
-    assert pl.kind == "runs" and pl.expr.endswith("unsigned int>")   # (2^31 + 2^15 runs of 2)
+    assert pl.kind == "runs" and "unsigned int," in pl.expr   # (2^31 + 2^15 runs of 2)
     pl = transpose.plan((2**16, 2**16 + 1, 2), (2 * (2**16 + 1), 2, 1), 1, (2, 0, 1))
-    assert pl.kind == "runs" and pl.expr.endswith("unsigned long long>")
+    assert pl.kind == "runs" and "unsigned long long," in pl.expr
 
 
 def test_emulated_rows_with_64bit_rows_index(harness, rng):

@@ -1,5 +1,6 @@
 """permute (kernels/transpose.py) where a dim on one side of the transposed plane is short: its
-short runs (ck_tr_runs) against the shared-memory tile kernel forced (MAX_RUN 0), torch's
+short runs (ck_tr_runs; "direct": its mode 0 forced, STAGED off) against the shared-memory tile
+kernel forced (MAX_RUN 0), torch's
 x.permute(...).contiguous() and a copy of the bytes (the copy roof), in one run, each call behind
 an L2 flush and a spin (bench.timing's cold samples, as `cudakit bench` times).
     python3 benchmarks/sweeps/permute_short_dims.py [--dtype bfloat16]
@@ -30,28 +31,28 @@ CASES = [  # (shape, axes, what): the conv weight to and from (K, R, S, C), imag
     ((1024, 4096, 16), (0, 2, 1), "a 16"),
 ]
 default = transpose.MAX_RUN
+VARIANTS = (("runs", 16, True), ("direct", 16, False), ("tile", 0, True))   # (name, MAX_RUN, STAGED)
 for shape, axes, what in CASES:
     x = cp.random.default_rng(0).standard_normal(shape, dtype=cp.float32).astype(dtype)
     tx = torch.from_dlpack(x)
     plans = {}
-    for name, use in (("runs", 16), ("tile", 0)):
-        transpose.MAX_RUN = use
-        transpose._plans.clear()
+    for name, use, staged in VARIANTS:
+        transpose.MAX_RUN, transpose.STAGED = use, staged
         plans[name] = transpose.plan(x.shape, x.strides, x.itemsize, axes).kind
-    transpose.MAX_RUN = default
+    transpose.MAX_RUN, transpose.STAGED = default, True
     transpose._plans.clear()
     chosen = transpose.plan(x.shape, x.strides, x.itemsize, axes).kind
     fns = {}
-    for name, use in (("runs", 16), ("tile", 0)):
-        if plans[name] != name:
+    for name, use, staged in VARIANTS:
+        if plans[name] != {"direct": "runs"}.get(name, name):
             continue
 
-        def call(use=use, own={}):   # (each variant its own memo of plans: they are keyed by shape only)
-            transpose.MAX_RUN, kept, transpose._plans = use, transpose._plans, own
+        def call(use=use, staged=staged, own={}):   # (each variant its own memo of plans: keyed by shape only)
+            transpose.MAX_RUN, transpose.STAGED, kept, transpose._plans = use, staged, transpose._plans, own
             try:
                 return transpose.permute(x, axes)
             finally:
-                transpose.MAX_RUN, transpose._plans = default, kept
+                transpose.MAX_RUN, transpose.STAGED, transpose._plans = default, True, kept
         fns[name] = call
     fns["torch"] = lambda: tx.permute(*axes).contiguous()
     y = cp.empty_like(x)

@@ -21,8 +21,9 @@ tests can check it without a GPU):
 4. Where k or a is short (at most max_run() elements and under half the tile's side along it, so
    the tiles of step 3 would be mostly empty: a convolution weight's (K, C, 9) taps to (K, 9, C)
    and back, a 3-channel image to channels-last and back), `ck_tr_runs` instead gives each thread
-   the short dim's elements at one index of the other (long) dim, all its loads issued before its
-   stores; consecutive threads step along the long dim, contiguous in x or in y.
+   the short dim's elements at one index of the other (long) dim; consecutive threads step along
+   the long dim. Where y (short k) or x (short a) holds a block's runs as one contiguous run, that
+   side moves through shared memory as whole rows (modes 1 and 2), else directly (mode 0).
 Traffic: x read once + y written once, 2 * x.nbytes.
 """
 from __future__ import annotations
@@ -67,7 +68,7 @@ def name_expressions() -> list[str]:
     out = [f"ck_tr_rows<{c}, {_INDEX[b]}>" for c in _ROW_CHUNKS for b in (32, 64)]
     for e, t in _WORD.items():
         out += [f"ck_tr_tile<{t}, {c}>" for c in tile_chunks(e)]
-        out += [f"ck_tr_runs<{t}, {_INDEX[b]}>" for b in (32, 64)]
+        out += [f"ck_tr_runs<{t}, {_INDEX[b]}, {m}>" for b in (32, 64) for m in (0, 1, 2)]
     return out
 
 
@@ -208,6 +209,26 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
     return Plan("tile", f"ck_tr_tile<{_WORD[itemsize]}, {chunk}>", chunk, p, (min(ntiles, _GRID_MAX), 1, 1))
 
 
+def _runs_mode(cshape, cx, cy, sd, ld, batch) -> int:
+    """ck_tr_runs's MODE: 1 where y holds the runs (batch, l) as one contiguous run (s its last dim,
+    l the one before), 2 where x does (strides ns along l, 1 along s, C-order over the batch), else 0."""
+    if not STAGED:
+        return 0
+    ns = cshape[sd]
+    if cy[sd] == 1 and cy[ld] == ns:
+        return 1
+    want = {sd: 1, ld: ns}
+    acc = ns * cshape[ld]
+    for d in reversed(batch):
+        want[d] = acc
+        acc *= cshape[d]
+    return 2 if all(cx[d] == want[d] or cshape[d] == 1 for d in want) else 0
+
+
+# ck_tr_runs's modes 1 and 2 on (True), or mode 0 everywhere (the sweep's comparison)
+STAGED = True
+
+
 def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
     """ck_tr_runs over y's collapsed dims: sd the short dim of the plane, ld the long one."""
     batch = [d for d in range(len(cshape)) if d not in (sd, ld)]
@@ -223,7 +244,8 @@ def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
     p["nl"], p["ns"], p["in_sl"], p["in_ss"] = cshape[ld], cshape[sd], cx[ld], cx[sd]
     p["out_sl"], p["out_ss"], p["n"], p["ntiles"] = cy[ld], cy[sd], n, ntiles
     idx = 32 if n < 2**32 else 64
-    return Plan("runs", f"ck_tr_runs<{_WORD[itemsize]}, {_INDEX[idx]}>", itemsize, p,
+    mode = _runs_mode(cshape, cx, cy, sd, ld, batch)
+    return Plan("runs", f"ck_tr_runs<{_WORD[itemsize]}, {_INDEX[idx]}, {mode}>", itemsize, p,
                 (min(ntiles, _GRID_MAX), 1, 1))
 
 
