@@ -72,13 +72,13 @@ template <typename T, int C> void run_tile(const char* x, char* y, const ck_tr_t
   }
 }
 
-template <typename T, typename I, int MODE> void run_runs(const char* x, char* y, const ck_tr_runs_p& p) {
+template <typename T, typename I, bool STAGED> void run_runs(const char* x, char* y, const ck_tr_runs_p& p) {
   std::vector<T> buf(256 * ck_tr_max_run<T>::N);
   for (long long t = 0; t < p.ntiles; ++t) {
     memset(buf.data(), 0xAB, buf.size() * sizeof(T));
-    for (int tid = 0; tid < 256; ++tid) ck_tr_runs_load<T, I, MODE>((const T*)x, (T*)y, buf.data(), p, t, tid);
-    if (MODE)
-      for (int tid = 0; tid < 256; ++tid) ck_tr_runs_store<T, I, MODE>((T*)y, buf.data(), p, t, tid);
+    for (int tid = 0; tid < 256; ++tid) ck_tr_runs_load<T, I, STAGED>((const T*)x, (T*)y, buf.data(), p, t, tid);
+    if (STAGED)
+      for (int tid = 0; tid < 256; ++tid) ck_tr_runs_store<T>((T*)y, buf.data(), p, t, tid);
   }
 }
 
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     writef(argv[6], w.data(), w.size() * 4);
     return 0;
   }
-  // rows|tile|runs itemsize chunk idx64 params x xoff ybytes y [mode]
+  // rows|tile|runs itemsize chunk idx64 params x xoff ybytes y [staged]
   const bool rows = !strcmp(argv[1], "rows"), runs = !strcmp(argv[1], "runs");
   const int e = atoi(argv[2]), c = atoi(argv[3]), i64 = atoi(argv[4]);
   std::vector<char> pb = readf(argv[5]), xb = readf(argv[6]);
@@ -123,9 +123,9 @@ int main(int argc, char** argv) {
     if (pb.size() != sizeof(ck_tr_runs_p)) return 5;
     ck_tr_runs_p p;
     memcpy(&p, pb.data(), sizeof p);
-    const int mode = argc > 10 ? atoi(argv[10]) : 0;
-#define E(EE, TT, M) if (e == EE && mode == M) { if (i64) run_runs<TT, unsigned long long, M>(x, ya, p); else run_runs<TT, unsigned int, M>(x, ya, p); }
-#define EM(EE, TT) E(EE, TT, 0) E(EE, TT, 1) E(EE, TT, 2)
+    const bool staged = argc > 10 && !strcmp(argv[10], "true");
+#define E(EE, TT, M) if (e == EE && staged == M) { if (i64) run_runs<TT, unsigned long long, M>(x, ya, p); else run_runs<TT, unsigned int, M>(x, ya, p); }
+#define EM(EE, TT) E(EE, TT, false) E(EE, TT, true)
     EM(1, unsigned char) EM(2, unsigned short) EM(4, unsigned int) EM(8, unsigned long long)
   } else {
     if (pb.size() != sizeof(ck_tr_tile_p)) return 5;
@@ -214,7 +214,7 @@ def _emulate(harness, xview, axes, xbase):
     (d / "x.bin").write_bytes(xbase.tobytes())
     targs = [a.strip() for a in pl.expr[pl.expr.index("<") + 1:-1].split(",")]   # rows <C, I>, tile <T, C>, runs <T, I, MODE>
     idx64 = int(pl.kind != "tile" and targs[1] == "unsigned long long")
-    mode = targs[2] if pl.kind == "runs" else "0"
+    mode = targs[2] if pl.kind == "runs" else "false"
     _run(exe, pl.kind, e, pl.chunk, idx64, d / "p.bin", d / "x.bin", xoff, want.nbytes, d / "y.bin", mode)
     got = np.fromfile(d / "y.bin", want.dtype).reshape(want.shape)
     np.testing.assert_array_equal(got.view(f"u{e}"), want.view(f"u{e}"), err_msg=f"{pl} {xview.shape} {axes}")
@@ -289,20 +289,20 @@ def test_emulated_permute_short_dims_move_runs(harness, rng, itemsize, shape, ax
 
 @pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
 def test_emulated_permute_runs_modes(harness, rng, itemsize, monkeypatch):
-    """Each of ck_tr_runs's modes where it applies (1: y holds a block's runs contiguously, 2: x
-    does, 0: neither, or staging off), partial last blocks."""
+    """ck_tr_runs staged (y holds a block's runs as one run, a short k of STAGED_FROM words or
+    more) and direct (a short x-fastest dim, a short k under STAGED_FROM, runs not adjacent in y,
+    staging off), partial last blocks."""
     from cudakit.kernels import transpose
     x = _words(rng, (3, 7, 300), itemsize)
-    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", 1>")
-    x = _words(rng, (3, 300, 7), itemsize)
-    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", 2>")
-    x = _words(rng, (2, 5, 3, 7, 2), itemsize)
-    assert _emulate(harness, x, (4, 1, 3, 0, 2), x).expr.endswith(", 0>")
-    base = _words(rng, (4, 300, 7), itemsize)
-    assert _emulate(harness, base[::2, 1:], (0, 2, 1), base).expr.endswith(", 0>")   # (x not one run)
+    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", true>")
+    base = _words(rng, (4, 7, 300), itemsize)
+    assert _emulate(harness, base[::2, :, 1:], (0, 2, 1), base).expr.endswith(", true>")   # (a strided x)
+    for shape, axes in (((3, 300, 7), (0, 2, 1)), ((2, 5, 3, 7, 2), (4, 1, 3, 0, 2)), ((3, 3, 300), (0, 2, 1))):
+        x = _words(rng, shape, itemsize)
+        assert _emulate(harness, x, axes, x).expr.endswith(", false>"), shape
     monkeypatch.setattr(transpose, "STAGED", False)
     x = _words(rng, (3, 7, 300), itemsize)
-    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", 0>")
+    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", false>")
 
 
 def test_emulated_permute_short_dims_of_strided_views(harness, rng):

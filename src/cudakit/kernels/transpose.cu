@@ -73,14 +73,10 @@ __global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_rows(const typename ck_tr
 // ------------------------------------------------------------------ short runs
 // A plane with one short dim s (<= CK_TR_MAX_RUN words, 8 of 8 bytes; a tile would be mostly
 // empty) and one long dim l: run i = (batch, l), l fastest, is the s words at one l; a block
-// moves 256 consecutive runs. Consecutive threads step along l. MODE says how the side of the
-// plane whose accesses are not coalesced along l is moved:
-//   0: directly, a thread's s loads issued before its s stores;
-//   1 (y contiguous over (l, s): s is y's last dim, a (K, 9, C) weight memory to (K, C, 9), an
-//      NCHW image to NHWC): loads along l into shared memory, then the block's 256 s words of y
-//      stored as one contiguous run;
-//   2 (x contiguous over (batch, l, s), a (K, C, 9) weight to (K, 9, C), an NHWC image to NCHW):
-//      the block's 256 s words of x loaded as one run into shared memory, then stores along l.
+// moves 256 consecutive runs. Consecutive threads step along l, a thread's s loads issued before
+// its s stores. STAGED (y contiguous over (l, s): s is y's last dim, as a (K, 9, C) weight memory
+// to (K, C, 9)): the loads go to shared memory, then the block's 256 s words of y are stored as one
+// contiguous run, instead of s stores a thread ns words apart.
 #define CK_TR_MAX_RUN 16
 struct ck_tr_runs_p {
   long long nb;          // batch dims: y's dims but s and l (<= 6), outermost first
@@ -116,75 +112,53 @@ __host__ __device__ __forceinline__ void ck_tr_run_offsets(const ck_tr_runs_p& p
   }
 }
 
-// Load phase of tile `tile` for thread tid (MODE 0: the whole move). buf: 256 N words (MODE 1, 2).
-template <typename T, typename I, int MODE>
+// Load phase of tile `tile` for thread tid (the whole move unless STAGED). buf: 256 N words (STAGED).
+template <typename T, typename I, bool STAGED>
 __host__ __device__ __forceinline__ void ck_tr_runs_load(const T* __restrict__ x, T* __restrict__ y, T* buf,
                                                          const ck_tr_runs_p& p, long long tile, int tid) {
   const int N = ck_tr_max_run<T>::N, ns = (int)p.ns;
-  const long long i0 = tile * CK_TR_THREADS;
-  T v[N];
-  if (MODE == 2) {   // the block's runs as one contiguous run of x: 256 ns words at most
-    const long long m = (p.n - i0 < CK_TR_THREADS ? p.n - i0 : CK_TR_THREADS) * ns;
-    const T* xr = x + i0 * ns;
-#pragma unroll
-    for (int u = 0; u < N; ++u)
-      if (tid + u * CK_TR_THREADS < m) v[u] = xr[tid + u * CK_TR_THREADS];
-#pragma unroll
-    for (int u = 0; u < N; ++u)
-      if (tid + u * CK_TR_THREADS < m) buf[tid + u * CK_TR_THREADS] = v[u];
-    return;
-  }
-  const long long i = i0 + tid;
+  const long long i = tile * CK_TR_THREADS + tid;
   if (i >= p.n) return;
   long long xo, yo;
   ck_tr_run_offsets<I>(p, i, xo, yo);
+  T v[N];
 #pragma unroll
   for (int j = 0; j < N; ++j)
     if (j < ns) v[j] = x[xo + j * p.in_ss];
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     if (j < ns) {
-      if (MODE == 0) y[yo + j * p.out_ss] = v[j];
-      else buf[tid * ns + j] = v[j];
+      if (STAGED) buf[tid * ns + j] = v[j];
+      else y[yo + j * p.out_ss] = v[j];
     }
   }
 }
 
-// Store phase (MODE 1, 2), after the block's load phase.
-template <typename T, typename I, int MODE>
+// Store phase (STAGED), after the block's load phase: its runs are one contiguous run of y.
+template <typename T>
 __host__ __device__ __forceinline__ void ck_tr_runs_store(T* __restrict__ y, const T* buf, const ck_tr_runs_p& p,
                                                           long long tile, int tid) {
-  const int N = ck_tr_max_run<T>::N, ns = (int)p.ns;
+  const int N = ck_tr_max_run<T>::N;
   const long long i0 = tile * CK_TR_THREADS;
-  if (MODE == 1) {   // the block's runs as one contiguous run of y
-    const long long m = (p.n - i0 < CK_TR_THREADS ? p.n - i0 : CK_TR_THREADS) * ns;
-    T* yr = y + i0 * ns;
+  const long long m = (p.n - i0 < CK_TR_THREADS ? p.n - i0 : CK_TR_THREADS) * p.ns;
+  T* yr = y + i0 * p.ns;
 #pragma unroll
-    for (int u = 0; u < N; ++u)
-      if (tid + u * CK_TR_THREADS < m) yr[tid + u * CK_TR_THREADS] = buf[tid + u * CK_TR_THREADS];
-    return;
-  }
-  const long long i = i0 + tid;
-  if (i >= p.n) return;
-  long long xo, yo;
-  ck_tr_run_offsets<I>(p, i, xo, yo);
-#pragma unroll
-  for (int j = 0; j < N; ++j)
-    if (j < ns) y[yo + j * p.out_ss] = buf[tid * ns + j];
+  for (int u = 0; u < N; ++u)
+    if (tid + u * CK_TR_THREADS < m) yr[tid + u * CK_TR_THREADS] = buf[tid + u * CK_TR_THREADS];
 }
 
 // x: strided source (T: a raw word of x's itemsize); y: contiguous. Block 256; grid-stride over
-// p.ntiles; shared memory 256 N words (<= 16 KB) for MODE 1 and 2. Traffic: x.nbytes read + the
-// same written.
-template <typename T, typename I, int MODE>
+// p.ntiles; shared memory 256 N words (<= 16 KB) where STAGED. Traffic: x.nbytes read + the same
+// written.
+template <typename T, typename I, bool STAGED>
 __global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_runs(const T* __restrict__ x, T* __restrict__ y,
                                                             ck_tr_runs_p p) {
-  __shared__ T buf[MODE == 0 ? 1 : CK_TR_THREADS * ck_tr_max_run<T>::N];
+  __shared__ T buf[STAGED ? CK_TR_THREADS * ck_tr_max_run<T>::N : 1];
   for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) {
-    ck_tr_runs_load<T, I, MODE>(x, y, buf, p, t, threadIdx.x);
-    if (MODE != 0) {
+    ck_tr_runs_load<T, I, STAGED>(x, y, buf, p, t, threadIdx.x);
+    if (STAGED) {
       __syncthreads();
-      ck_tr_runs_store<T, I, MODE>(y, buf, p, t, threadIdx.x);
+      ck_tr_runs_store<T>(y, buf, p, t, threadIdx.x);
       __syncthreads();   // the next tile overwrites buf
     }
   }

@@ -22,8 +22,8 @@ tests can check it without a GPU):
    the tiles of step 3 would be mostly empty: a convolution weight's (K, C, 9) taps to (K, 9, C)
    and back, a 3-channel image to channels-last and back), `ck_tr_runs` instead gives each thread
    the short dim's elements at one index of the other (long) dim; consecutive threads step along
-   the long dim. Where y (short k) or x (short a) holds a block's runs as one contiguous run, that
-   side moves through shared memory as whole rows (modes 1 and 2), else directly (mode 0).
+   the long dim. Where k is the short dim (at least STAGED_FROM long) and y holds a block's runs as
+   one contiguous run, the stores go through shared memory as that whole run (STAGED).
 Traffic: x read once + y written once, 2 * x.nbytes.
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ def name_expressions() -> list[str]:
     out = [f"ck_tr_rows<{c}, {_INDEX[b]}>" for c in _ROW_CHUNKS for b in (32, 64)]
     for e, t in _WORD.items():
         out += [f"ck_tr_tile<{t}, {c}>" for c in tile_chunks(e)]
-        out += [f"ck_tr_runs<{t}, {_INDEX[b]}, {m}>" for b in (32, 64) for m in (0, 1, 2)]
+        out += [f"ck_tr_runs<{t}, {_INDEX[b]}, {m}>" for b in (32, 64) for m in ("false", "true")]
     return out
 
 
@@ -209,24 +209,16 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
     return Plan("tile", f"ck_tr_tile<{_WORD[itemsize]}, {chunk}>", chunk, p, (min(ntiles, _GRID_MAX), 1, 1))
 
 
-def _runs_mode(cshape, cx, cy, sd, ld, batch) -> int:
-    """ck_tr_runs's MODE: 1 where y holds the runs (batch, l) as one contiguous run (s its last dim,
-    l the one before), 2 where x does (strides ns along l, 1 along s, C-order over the batch), else 0."""
-    if not STAGED:
-        return 0
-    ns = cshape[sd]
-    if cy[sd] == 1 and cy[ld] == ns:
-        return 1
-    want = {sd: 1, ld: ns}
-    acc = ns * cshape[ld]
-    for d in reversed(batch):
-        want[d] = acc
-        acc *= cshape[d]
-    return 2 if all(cx[d] == want[d] or cshape[d] == 1 for d in want) else 0
-
-
-# ck_tr_runs's modes 1 and 2 on (True), or mode 0 everywhere (the sweep's comparison)
+# ck_tr_runs stages its stores through shared memory where y holds a block's runs as one run (s
+# y's last dim, l the one before) and s has at least STAGED_FROM words; STAGED False: nowhere (the
+# sweep's comparison). On an H100 (2026-11-27 16:45 UTC, benchmarks/sweeps/permute_short_dims.py,
+# bfloat16, staged against direct, torch's in brackets): (512, 3, 3, 512) to (0, 3, 1, 2) 10.1 us
+# against 21.4 (10.6), (256, 12, 4096) to (0, 2, 1) 31.6 against 107.1 (32.9); an NCHW image of 3
+# channels to NHWC 30.5 against 26.8 (17.0); 4 to 8 words not measured. Staging the loads of a short x-fastest dim the same
+# way (x holding a block's runs as one run) ran slower than direct: (512, 512, 3, 3) to (0, 2, 3,
+# 1) 9.7 us against 9.2 (12.2), (256, 4096, 12) to (0, 2, 1) 27.5 against 24.6 (42.2).
 STAGED = True
+STAGED_FROM = 4
 
 
 def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
@@ -244,8 +236,8 @@ def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
     p["nl"], p["ns"], p["in_sl"], p["in_ss"] = cshape[ld], cshape[sd], cx[ld], cx[sd]
     p["out_sl"], p["out_ss"], p["n"], p["ntiles"] = cy[ld], cy[sd], n, ntiles
     idx = 32 if n < 2**32 else 64
-    mode = _runs_mode(cshape, cx, cy, sd, ld, batch)
-    return Plan("runs", f"ck_tr_runs<{_WORD[itemsize]}, {_INDEX[idx]}, {mode}>", itemsize, p,
+    staged = STAGED and cshape[sd] >= STAGED_FROM and cy[sd] == 1 and cy[ld] == cshape[sd]
+    return Plan("runs", f"ck_tr_runs<{_WORD[itemsize]}, {_INDEX[idx]}, {'true' if staged else 'false'}>", itemsize, p,
                 (min(ntiles, _GRID_MAX), 1, 1))
 
 

@@ -168,8 +168,9 @@ def cases(env: Env) -> list[Case]:
                 for c_, hw_, k_, r_, st_ in RESNET50:
                     out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, False),
                             _r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, True)]
-            if dtype != "float32":   # channels-last (cuDNN reads it in place), against torch's channels_last
+            # channels-last (cuDNN reads it in place), against torch's channels_last
+            for prec in (("tf32", "ieee") if dtype == "float32" else (None,)):
                 for c_, hw_, k_, r_, st_ in RESNET50:
-                    out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, None, False, True),
-                            _r50(env, batch, c_, hw_, k_, r_, st_, dtype, None, True, True)]
+                    out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, False, True),
+                            _r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, True, True)]
     return out
