@@ -72,13 +72,13 @@ template <typename T, int C> void run_tile(const char* x, char* y, const ck_tr_t
   }
 }
 
-template <typename T, typename I, bool STAGED> void run_runs(const char* x, char* y, const ck_tr_runs_p& p) {
+template <typename T, typename I, bool STAGED, int G> void run_runs(const char* x, char* y, const ck_tr_runs_p& p) {
   std::vector<T> buf(256 * ck_tr_max_run<T>::N);
   for (long long t = 0; t < p.ntiles; ++t) {
     memset(buf.data(), 0xAB, buf.size() * sizeof(T));
-    for (int tid = 0; tid < 256; ++tid) ck_tr_runs_load<T, I, STAGED>((const T*)x, (T*)y, buf.data(), p, t, tid);
+    for (int tid = 0; tid < 256; ++tid) ck_tr_runs_load<T, I, STAGED, G>((const T*)x, (T*)y, buf.data(), p, t, tid);
     if (STAGED)
-      for (int tid = 0; tid < 256; ++tid) ck_tr_runs_store<T>((T*)y, buf.data(), p, t, tid);
+      for (int tid = 0; tid < 256; ++tid) ck_tr_runs_store<T, G>((T*)y, buf.data(), p, t, tid);
   }
 }
 
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     writef(argv[6], w.data(), w.size() * 4);
     return 0;
   }
-  // rows|tile|runs itemsize chunk idx64 params x xoff ybytes y [staged]
+  // rows|tile|runs itemsize chunk idx64 params x xoff ybytes y [staged group]
   const bool rows = !strcmp(argv[1], "rows"), runs = !strcmp(argv[1], "runs");
   const int e = atoi(argv[2]), c = atoi(argv[3]), i64 = atoi(argv[4]);
   std::vector<char> pb = readf(argv[5]), xb = readf(argv[6]);
@@ -124,8 +124,9 @@ int main(int argc, char** argv) {
     ck_tr_runs_p p;
     memcpy(&p, pb.data(), sizeof p);
     const bool staged = argc > 10 && !strcmp(argv[10], "true");
-#define E(EE, TT, M) if (e == EE && staged == M) { if (i64) run_runs<TT, unsigned long long, M>(x, ya, p); else run_runs<TT, unsigned int, M>(x, ya, p); }
-#define EM(EE, TT) E(EE, TT, false) E(EE, TT, true)
+    const int group = argc > 11 ? atoi(argv[11]) : 1;
+#define E(EE, TT, M, G) if (e == EE && staged == M && group == G) { if (i64) run_runs<TT, unsigned long long, M, G>(x, ya, p); else run_runs<TT, unsigned int, M, G>(x, ya, p); }
+#define EM(EE, TT) E(EE, TT, false, 1) E(EE, TT, true, 1) E(EE, TT, false, 4) E(EE, TT, true, 4)
     EM(1, unsigned char) EM(2, unsigned short) EM(4, unsigned int) EM(8, unsigned long long)
   } else {
     if (pb.size() != sizeof(ck_tr_tile_p)) return 5;
@@ -214,8 +215,8 @@ def _emulate(harness, xview, axes, xbase):
     (d / "x.bin").write_bytes(xbase.tobytes())
     targs = [a.strip() for a in pl.expr[pl.expr.index("<") + 1:-1].split(",")]   # rows <C, I>, tile <T, C>, runs <T, I, MODE>
     idx64 = int(pl.kind != "tile" and targs[1] == "unsigned long long")
-    mode = targs[2] if pl.kind == "runs" else "false"
-    _run(exe, pl.kind, e, pl.chunk, idx64, d / "p.bin", d / "x.bin", xoff, want.nbytes, d / "y.bin", mode)
+    mode = targs[2:4] if pl.kind == "runs" else ["false", "1"]
+    _run(exe, pl.kind, e, pl.chunk, idx64, d / "p.bin", d / "x.bin", xoff, want.nbytes, d / "y.bin", *mode)
     got = np.fromfile(d / "y.bin", want.dtype).reshape(want.shape)
     np.testing.assert_array_equal(got.view(f"u{e}"), want.view(f"u{e}"), err_msg=f"{pl} {xview.shape} {axes}")
     return pl
@@ -274,6 +275,7 @@ SHORT_DIM_CASES = [  # shape, axes, the short dim of the plane: a tile would be 
     ((2, 3, 17, 19), (0, 2, 3, 1), 3), ((2, 17, 19, 3), (0, 3, 1, 2), 3),  # 3-channel images, both ways
     ((1030, 2), (1, 0), 2), ((2, 1030), (1, 0), 2), ((3, 7, 300), (0, 2, 1), 7), ((3, 300, 16), (0, 2, 1), 16),
     ((2, 5, 3, 7, 2), (4, 1, 3, 0, 2), 2),                               # batch dims around the plane
+    ((2, 3, 16, 19), (0, 2, 3, 1), 3), ((2, 16, 19, 3), (0, 3, 1, 2), 3),  # grouped runs (304 % 4 == 0)
 ]
 
 
@@ -293,16 +295,21 @@ def test_emulated_permute_runs_modes(harness, rng, itemsize, monkeypatch):
     more) and direct (a short x-fastest dim, a short k under STAGED_FROM, runs not adjacent in y,
     staging off), partial last blocks."""
     from cudakit.kernels import transpose
-    x = _words(rng, (3, 7, 300), itemsize)
-    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", true>")
-    base = _words(rng, (4, 7, 300), itemsize)
-    assert _emulate(harness, base[::2, :, 1:], (0, 2, 1), base).expr.endswith(", true>")   # (a strided x)
-    for shape, axes in (((3, 300, 7), (0, 2, 1)), ((2, 5, 3, 7, 2), (4, 1, 3, 0, 2)), ((3, 3, 300), (0, 2, 1))):
-        x = _words(rng, shape, itemsize)
-        assert _emulate(harness, x, axes, x).expr.endswith(", false>"), shape
+    def expr(shape, axes, base=None, view=None):
+        base = _words(rng, shape, itemsize) if base is None else base
+        return _emulate(harness, base if view is None else view, axes, base).expr
+    g4 = 4 * 2 <= transpose.max_run(itemsize)   # (runs of 2 words grouped by 4)
+    assert expr((3, 7, 301), (0, 2, 1)).endswith(", true, 1>")        # staged (7 words), l odd
+    base = _words(rng, (4, 7, 301), itemsize)
+    assert expr(None, (0, 2, 1), base, base[::2, :, 1:]).endswith(", true, 1>")   # (a strided x)
+    assert expr((3, 300, 7), (0, 2, 1)).endswith(", false, 1>")       # a short x-fastest dim
+    assert ", false, " in expr((2, 5, 3, 7, 2), (4, 1, 3, 0, 2))            # (runs not adjacent in y)
+    assert expr((3, 2, 300), (0, 2, 1)).endswith(", true, 4>" if g4 else ", false, 1>")   # short runs, grouped
+    assert expr((3, 300, 2), (0, 2, 1)).endswith(", false, 4>" if g4 else ", false, 1>")
+    assert expr((3, 2, 302), (0, 2, 1)).endswith(", false, 1>")       # (302 % 4: one run a thread)
     monkeypatch.setattr(transpose, "STAGED", False)
-    x = _words(rng, (3, 7, 300), itemsize)
-    assert _emulate(harness, x, (0, 2, 1), x).expr.endswith(", false>")
+    monkeypatch.setattr(transpose, "GROUPED", False)
+    assert expr((3, 7, 300), (0, 2, 1)).endswith(", false, 1>")
 
 
 def test_emulated_permute_short_dims_of_strided_views(harness, rng):

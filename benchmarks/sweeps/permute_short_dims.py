@@ -1,6 +1,6 @@
 """permute (kernels/transpose.py) where a dim on one side of the transposed plane is short: its
-short runs (ck_tr_runs; "direct": its mode 0 forced, STAGED off) against the shared-memory tile
-kernel forced (MAX_RUN 0), torch's
+short runs (ck_tr_runs; "direct": stores never staged, STAGED off; "single": one run a thread,
+GROUPED off) against the shared-memory tile kernel forced (MAX_RUN 0), torch's
 x.permute(...).contiguous() and a copy of the bytes (the copy roof), in one run, each call behind
 an L2 flush and a spin (bench.timing's cold samples, as `cudakit bench` times).
     python3 benchmarks/sweeps/permute_short_dims.py [--dtype bfloat16]
@@ -17,6 +17,8 @@ from cudakit.kernels import transpose
 argv = sys.argv[1:]
 dtype = argv[argv.index("--dtype") + 1] if "--dtype" in argv else "bfloat16"
 CASES = [  # (shape, axes, what): the conv weight to and from (K, R, S, C), images, tiles partly full
+    ((32, 2, 224, 224), (0, 2, 3, 1), "image 2ch NCHW->NHWC"),
+    ((32, 224, 224, 2), (0, 3, 1, 2), "image 2ch NHWC->NCHW"),
     ((512, 512, 3, 3), (0, 2, 3, 1), "weight KCRS->KRSC"),
     ((512, 3, 3, 512), (0, 3, 1, 2), "weight KRSC->KCRS"),
     ((64, 64, 3, 3), (0, 2, 3, 1), "weight 64 KCRS->KRSC"),
@@ -33,28 +35,30 @@ CASES = [  # (shape, axes, what): the conv weight to and from (K, R, S, C), imag
     ((1024, 4096, 16), (0, 2, 1), "a 16"),
 ]
 default = transpose.MAX_RUN
-VARIANTS = (("runs", 16, True), ("direct", 16, False), ("tile", 0, True))   # (name, MAX_RUN, STAGED)
+VARIANTS = (("runs", 16, True, True), ("direct", 16, False, True), ("single", 16, True, False),
+            ("tile", 0, True, True))   # (name, MAX_RUN, STAGED, GROUPED)
 for shape, axes, what in CASES:
     x = cp.random.default_rng(0).standard_normal(shape, dtype=cp.float32).astype(dtype)
     tx = torch.from_dlpack(x)
     plans = {}
-    for name, use, staged in VARIANTS:
-        transpose.MAX_RUN, transpose.STAGED = use, staged
+    for name, use, staged, grouped in VARIANTS:
+        transpose.MAX_RUN, transpose.STAGED, transpose.GROUPED = use, staged, grouped
         plans[name] = transpose.plan(x.shape, x.strides, x.itemsize, axes).kind
-    transpose.MAX_RUN, transpose.STAGED = default, True
+    transpose.MAX_RUN, transpose.STAGED, transpose.GROUPED = default, True, True
     transpose._plans.clear()
     chosen = transpose.plan(x.shape, x.strides, x.itemsize, axes).kind
     fns = {}
-    for name, use, staged in VARIANTS:
-        if plans[name] != {"direct": "runs"}.get(name, name):
+    for name, use, staged, grouped in VARIANTS:
+        if plans[name] != ("tile" if name == "tile" else "runs"):
             continue
 
-        def call(use=use, staged=staged, own={}):   # (each variant its own memo of plans: keyed by shape only)
-            transpose.MAX_RUN, transpose.STAGED, kept, transpose._plans = use, staged, transpose._plans, own
+        def call(use=use, staged=staged, grouped=grouped, own={}):   # (each variant its own memo of plans)
+            kept = transpose._plans
+            transpose.MAX_RUN, transpose.STAGED, transpose.GROUPED, transpose._plans = use, staged, grouped, own
             try:
                 return transpose.permute(x, axes)
             finally:
-                transpose.MAX_RUN, transpose.STAGED, transpose._plans = default, True, kept
+                transpose.MAX_RUN, transpose.STAGED, transpose.GROUPED, transpose._plans = default, True, True, kept
         fns[name] = call
     fns["torch"] = lambda: tx.permute(*axes).contiguous()
     y = cp.empty_like(x)

@@ -111,12 +111,15 @@ def _pct(r: dict) -> str:
 
 
 def summary_table(rows: list) -> str:
-    """A markdown table: family, op, shape, dtype, time, x torch, %roof, run."""
-    out = ["| family | op | shape | dtype | time | x torch | %roof | run |", "|---|---|---|---|---:|---:|---:|---|"]
+    """A markdown table: family (on the first of its rows only: rows come grouped by family), op,
+    shape, dtype, time, x torch, %roof, run. Cells unpadded (BENCHMARKS.md stays under 60 KB)."""
+    out = ["|family|op|shape|dtype|time|x torch|%roof|run|", "|---|---|---|---|---:|---:|---:|---|"]
+    last = None
     for r in rows:
         xt = f"{r['x_torch']:.2f}" if r.get("x_torch") else "-"
-        out.append(f"| {r['family']} | {r['op']} | {'x'.join(map(str, r['shape']))} | {r['dtype']} | "
-                   f"{_cell_time(r)} | {xt} | {_pct(r)} | {r['run']} |")
+        fam, last = ("" if r["family"] == last else r["family"]), r["family"]
+        out.append(f"|{fam}|{r['op']}|{'x'.join(map(str, r['shape']))}|{r['dtype']}|"
+                   f"{_cell_time(r)}|{xt}|{_pct(r)}|{r['run']}|")
     return "\n".join(out)
 
 

@@ -86,7 +86,7 @@ struct ck_tr_runs_p {
   long long nl, ns;      // sizes of l and s (ns <= ck_tr_max_run<T>::N)
   long long in_sl, in_ss, out_sl, out_ss;   // x's and y's strides along l and s
   long long n;           // runs: nl times the batch
-  long long ntiles;      // ceil(n / 256)
+  long long ntiles;      // ceil(n / (256 G))
 };
 
 // a thread's words in flight: 16, or 8 of 8 bytes (16 of them spilled: 16 bytes of stack on sm_90)
@@ -112,35 +112,41 @@ __host__ __device__ __forceinline__ void ck_tr_run_offsets(const ck_tr_runs_p& p
   }
 }
 
-// Load phase of tile `tile` for thread tid (the whole move unless STAGED). buf: 256 N words (STAGED).
-template <typename T, typename I, bool STAGED>
+// Load phase of tile `tile` for thread tid (the whole move unless STAGED). G: runs a thread
+// (1, or 4 consecutive ones along l, as G runs of at most N / G words, where nl % 4 == 0: a short
+// run leaves a thread too little to do). buf: 256 N words (STAGED).
+template <typename T, typename I, bool STAGED, int G>
 __host__ __device__ __forceinline__ void ck_tr_runs_load(const T* __restrict__ x, T* __restrict__ y, T* buf,
                                                          const ck_tr_runs_p& p, long long tile, int tid) {
-  const int N = ck_tr_max_run<T>::N, ns = (int)p.ns;
-  const long long i = tile * CK_TR_THREADS + tid;
+  const int M = ck_tr_max_run<T>::N / G, ns = (int)p.ns;
+  const long long i = (tile * CK_TR_THREADS + tid) * G;   // the thread's first run (n % G == 0)
   if (i >= p.n) return;
   long long xo, yo;
   ck_tr_run_offsets<I>(p, i, xo, yo);
-  T v[N];
+  T v[G][M];
 #pragma unroll
-  for (int j = 0; j < N; ++j)
-    if (j < ns) v[j] = x[xo + j * p.in_ss];
+  for (int r = 0; r < G; ++r)
 #pragma unroll
-  for (int j = 0; j < N; ++j) {
-    if (j < ns) {
-      if (STAGED) buf[tid * ns + j] = v[j];
-      else y[yo + j * p.out_ss] = v[j];
+    for (int j = 0; j < M; ++j)
+      if (j < ns) v[r][j] = x[xo + r * p.in_sl + j * p.in_ss];
+#pragma unroll
+  for (int r = 0; r < G; ++r)
+#pragma unroll
+    for (int j = 0; j < M; ++j) {
+      if (j < ns) {
+        if (STAGED) buf[(tid * G + r) * ns + j] = v[r][j];
+        else y[yo + r * p.out_sl + j * p.out_ss] = v[r][j];
+      }
     }
-  }
 }
 
-// Store phase (STAGED), after the block's load phase: its runs are one contiguous run of y.
-template <typename T>
+// Store phase (STAGED), after the block's load phase: its 256 G runs are one contiguous run of y.
+template <typename T, int G>
 __host__ __device__ __forceinline__ void ck_tr_runs_store(T* __restrict__ y, const T* buf, const ck_tr_runs_p& p,
                                                           long long tile, int tid) {
   const int N = ck_tr_max_run<T>::N;
-  const long long i0 = tile * CK_TR_THREADS;
-  const long long m = (p.n - i0 < CK_TR_THREADS ? p.n - i0 : CK_TR_THREADS) * p.ns;
+  const long long i0 = tile * CK_TR_THREADS * G;
+  const long long m = (p.n - i0 < CK_TR_THREADS * G ? p.n - i0 : CK_TR_THREADS * G) * p.ns;   // <= 256 N
   T* yr = y + i0 * p.ns;
 #pragma unroll
   for (int u = 0; u < N; ++u)
@@ -148,17 +154,17 @@ __host__ __device__ __forceinline__ void ck_tr_runs_store(T* __restrict__ y, con
 }
 
 // x: strided source (T: a raw word of x's itemsize); y: contiguous. Block 256; grid-stride over
-// p.ntiles; shared memory 256 N words (<= 16 KB) where STAGED. Traffic: x.nbytes read + the same
-// written.
-template <typename T, typename I, bool STAGED>
+// p.ntiles (256 G runs each); shared memory 256 N words (<= 16 KB) where STAGED. Traffic: x.nbytes
+// read + the same written.
+template <typename T, typename I, bool STAGED, int G>
 __global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_runs(const T* __restrict__ x, T* __restrict__ y,
                                                             ck_tr_runs_p p) {
   __shared__ T buf[STAGED ? CK_TR_THREADS * ck_tr_max_run<T>::N : 1];
   for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) {
-    ck_tr_runs_load<T, I, STAGED>(x, y, buf, p, t, threadIdx.x);
+    ck_tr_runs_load<T, I, STAGED, G>(x, y, buf, p, t, threadIdx.x);
     if (STAGED) {
       __syncthreads();
-      ck_tr_runs_store<T>(y, buf, p, t, threadIdx.x);
+      ck_tr_runs_store<T, G>(y, buf, p, t, threadIdx.x);
       __syncthreads();   // the next tile overwrites buf
     }
   }

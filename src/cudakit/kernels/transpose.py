@@ -68,7 +68,8 @@ def name_expressions() -> list[str]:
     out = [f"ck_tr_rows<{c}, {_INDEX[b]}>" for c in _ROW_CHUNKS for b in (32, 64)]
     for e, t in _WORD.items():
         out += [f"ck_tr_tile<{t}, {c}>" for c in tile_chunks(e)]
-        out += [f"ck_tr_runs<{t}, {_INDEX[b]}, {m}>" for b in (32, 64) for m in ("false", "true")]
+        out += [f"ck_tr_runs<{t}, {_INDEX[b]}, {m}, {g}>" for b in (32, 64) for m in ("false", "true")
+                for g in (1, RUN_GROUP)]
     return out
 
 
@@ -214,11 +215,18 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
 # sweep's comparison). On an H100 (2026-11-27 16:45 UTC, benchmarks/sweeps/permute_short_dims.py,
 # bfloat16, staged against direct, torch's in brackets): (512, 3, 3, 512) to (0, 3, 1, 2) 10.1 us
 # against 21.4 (10.6), (256, 12, 4096) to (0, 2, 1) 31.6 against 107.1 (32.9); an NCHW image of 3
-# channels to NHWC 30.5 against 26.8 (17.0); 4 to 8 words not measured. Staging the loads of a short x-fastest dim the same
-# way (x holding a block's runs as one run) ran slower than direct: (512, 512, 3, 3) to (0, 2, 3,
-# 1) 9.7 us against 9.2 (12.2), (256, 4096, 12) to (0, 2, 1) 27.5 against 24.6 (42.2).
+# channels to NHWC 30.5 against 26.8 (17.0); at 16:49 UTC (256, 4, 8192) to (0, 2, 1) 37.3 against
+# 35.7 (29.3), (256, 6, 8192) 38.5 against 53.4 (35.4). Staging the loads of a short x-fastest dim
+# the same way (x holding a block's runs as one run) ran slower than direct: (512, 512, 3, 3) to
+# (0, 2, 3, 1) 9.7 us against 9.2 (12.2), (256, 4096, 12) to (0, 2, 1) 27.5 against 24.6 (42.2).
 STAGED = True
-STAGED_FROM = 4
+STAGED_FROM = 6
+# runs a thread takes where they are short (RUN_GROUP of them, consecutive along l, where as many
+# fit max_run() and divide the long dim): an NCHW image of 3 channels to NHWC, one run of 3 words a
+# thread, took 26.9 us against torch's 17.0 (bfloat16, H100, 2026-11-27 16:49 UTC); GROUPED False:
+# one run a thread everywhere (the sweep's comparison)
+RUN_GROUP = 4
+GROUPED = True
 
 
 def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
@@ -227,7 +235,9 @@ def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
     n = cshape[ld]
     for d in batch:
         n *= cshape[d]
-    ntiles = _cdiv(n, THREADS)
+    ns, nl = cshape[sd], cshape[ld]
+    g = RUN_GROUP if GROUPED and ns * RUN_GROUP <= max_run(itemsize) and nl % RUN_GROUP == 0 else 1
+    ntiles = _cdiv(n, THREADS * g)
     p = np.zeros(1, RUNS_DTYPE)
     p["nb"] = len(batch)
     p["shape"][0, :len(batch)] = [cshape[d] for d in batch]
@@ -236,8 +246,9 @@ def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
     p["nl"], p["ns"], p["in_sl"], p["in_ss"] = cshape[ld], cshape[sd], cx[ld], cx[sd]
     p["out_sl"], p["out_ss"], p["n"], p["ntiles"] = cy[ld], cy[sd], n, ntiles
     idx = 32 if n < 2**32 else 64
-    staged = STAGED and cshape[sd] >= STAGED_FROM and cy[sd] == 1 and cy[ld] == cshape[sd]
-    return Plan("runs", f"ck_tr_runs<{_WORD[itemsize]}, {_INDEX[idx]}, {'true' if staged else 'false'}>", itemsize, p,
+    staged = STAGED and (ns >= STAGED_FROM or g > 1) and cy[sd] == 1 and cy[ld] == ns
+    return Plan("runs", f"ck_tr_runs<{_WORD[itemsize]}, {_INDEX[idx]}, {'true' if staged else 'false'}, {g}>",
+                itemsize, p,
                 (min(ntiles, _GRID_MAX), 1, 1))
 
 
