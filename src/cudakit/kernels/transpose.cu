@@ -112,32 +112,38 @@ __host__ __device__ __forceinline__ void ck_tr_run_offsets(const ck_tr_runs_p& p
   }
 }
 
-// Load phase of tile `tile` for thread tid (the whole move unless STAGED). G: runs a thread
-// (1, or 4 consecutive ones along l, as G runs of at most N / G words, where nl % 4 == 0: a short
-// run leaves a thread too little to do). buf: 256 N words (STAGED).
+// Load phase of tile `tile` (runs i0 = tile 256 G onwards) for thread tid (the whole move unless
+// STAGED). G: runs a thread, i0 + r 256 + tid for r < G (1, or 4 where runs are short: one short
+// run leaves a thread too little to do), so consecutive threads still step along l.
+// buf: 256 N words (STAGED), run i0 + q at words q ns onwards.
 template <typename T, typename I, bool STAGED, int G>
 __host__ __device__ __forceinline__ void ck_tr_runs_load(const T* __restrict__ x, T* __restrict__ y, T* buf,
                                                          const ck_tr_runs_p& p, long long tile, int tid) {
   const int M = ck_tr_max_run<T>::N / G, ns = (int)p.ns;
-  const long long i = (tile * CK_TR_THREADS + tid) * G;   // the thread's first run (n % G == 0)
-  if (i >= p.n) return;
-  long long xo, yo;
-  ck_tr_run_offsets<I>(p, i, xo, yo);
+  const long long i0 = tile * CK_TR_THREADS * G;
+  long long xo[G], yo[G];
   T v[G][M];
 #pragma unroll
-  for (int r = 0; r < G; ++r)
+  for (int r = 0; r < G; ++r) {
+    if (i0 + r * CK_TR_THREADS + tid < p.n) {
+      ck_tr_run_offsets<I>(p, i0 + r * CK_TR_THREADS + tid, xo[r], yo[r]);
 #pragma unroll
-    for (int j = 0; j < M; ++j)
-      if (j < ns) v[r][j] = x[xo + r * p.in_sl + j * p.in_ss];
+      for (int j = 0; j < M; ++j)
+        if (j < ns) v[r][j] = x[xo[r] + j * p.in_ss];
+    }
+  }
 #pragma unroll
-  for (int r = 0; r < G; ++r)
+  for (int r = 0; r < G; ++r) {
+    if (i0 + r * CK_TR_THREADS + tid < p.n) {
 #pragma unroll
-    for (int j = 0; j < M; ++j) {
-      if (j < ns) {
-        if (STAGED) buf[(tid * G + r) * ns + j] = v[r][j];
-        else y[yo + r * p.out_sl + j * p.out_ss] = v[r][j];
+      for (int j = 0; j < M; ++j) {
+        if (j < ns) {
+          if (STAGED) buf[(r * CK_TR_THREADS + tid) * ns + j] = v[r][j];
+          else y[yo[r] + j * p.out_ss] = v[r][j];
+        }
       }
     }
+  }
 }
 
 // Store phase (STAGED), after the block's load phase: its 256 G runs are one contiguous run of y.

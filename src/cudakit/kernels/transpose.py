@@ -69,7 +69,7 @@ def name_expressions() -> list[str]:
     for e, t in _WORD.items():
         out += [f"ck_tr_tile<{t}, {c}>" for c in tile_chunks(e)]
         out += [f"ck_tr_runs<{t}, {_INDEX[b]}, {m}, {g}>" for b in (32, 64) for m in ("false", "true")
-                for g in (1, RUN_GROUP)]
+                for g in ((1, RUN_GROUP) if b == 32 else (1,))]   # (grouped with a 64-bit index, it spilled)
     return out
 
 
@@ -221,10 +221,11 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
 # (0, 2, 3, 1) 9.7 us against 9.2 (12.2), (256, 4096, 12) to (0, 2, 1) 27.5 against 24.6 (42.2).
 STAGED = True
 STAGED_FROM = 6
-# runs a thread takes where they are short (RUN_GROUP of them, consecutive along l, where as many
-# fit max_run() and divide the long dim): an NCHW image of 3 channels to NHWC, one run of 3 words a
-# thread, took 26.9 us against torch's 17.0 (bfloat16, H100, 2026-11-27 16:49 UTC); GROUPED False:
-# one run a thread everywhere (the sweep's comparison)
+# runs a thread takes where they are short (RUN_GROUP of them, 256 runs apart, where as many fit
+# max_run()): an NCHW image of 3 channels to NHWC, one run of 3 words a thread, took 26.9 us against
+# torch's 17.0 (bfloat16, H100, 2026-11-27 16:49 UTC); 4 consecutive runs a thread (so 4 words apart
+# along l) ran it in 12.6 us staged, but a float32 NHWC image to NCHW in 35 us against 22.5 for one
+# run a thread (17:00 UTC). GROUPED False: one run a thread everywhere (the sweep's comparison)
 RUN_GROUP = 4
 GROUPED = True
 
@@ -236,7 +237,7 @@ def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
     for d in batch:
         n *= cshape[d]
     ns, nl = cshape[sd], cshape[ld]
-    g = RUN_GROUP if GROUPED and ns * RUN_GROUP <= max_run(itemsize) and nl % RUN_GROUP == 0 else 1
+    g = RUN_GROUP if GROUPED and ns * RUN_GROUP <= max_run(itemsize) and n < 2**32 else 1
     ntiles = _cdiv(n, THREADS * g)
     p = np.zeros(1, RUNS_DTYPE)
     p["nb"] = len(batch)
