@@ -45,9 +45,10 @@ _INDEX = {32: "unsigned int", 64: "unsigned long long"}
 _GRID_MAX = 2**31 - 1
 # the longest dim ck_tr_runs moves a thread (CK_TR_MAX_RUN): shorter than half a tile's side along
 # it, the tile kernel leaves most of its slots empty. A (512, 512, 3, 3) bfloat16 weight to
-# (K, R, S, C) (9 taps along a tile's 64-element side) took 44 us on the tiles, (64, 24, 4096) to
-# (0, 2, 1) (24 of 64) ran faster on the tiles than a gather by elements (H100, 2026-11-27,
-# benchmarks/sweeps/permute_short_dims.py)
+# (K, R, S, C) (9 taps along a tile's 64-element side) took 45.3 us on the tiles, 8.9 in short runs
+# (torch 12.4; H100, 2026-11-27, the 16:58 UTC call, benchmarks/sweeps/permute_short_dims.py);
+# (64, 24, 4096) to (0, 2, 1) (24 of 64) took 17.2 us on the tiles against 31.2 for a gather by
+# elements (torch 23.7; the 16:30 call)
 MAX_RUN = 16
 
 
@@ -212,10 +213,10 @@ def _tile_plan(cshape, cx, cy, a, itemsize, x_ptr, y_ptr):
 
 # ck_tr_runs stages its stores through shared memory where y holds a block's runs as one run (s
 # y's last dim, l the one before) and s has at least STAGED_FROM words; STAGED False: nowhere (the
-# sweep's comparison). On an H100 (2026-11-27 16:45 UTC, benchmarks/sweeps/permute_short_dims.py,
+# sweep's comparison). On an H100 (2026-11-27, the 16:43 UTC call, benchmarks/sweeps/permute_short_dims.py,
 # bfloat16, staged against direct, torch's in brackets): (512, 3, 3, 512) to (0, 3, 1, 2) 10.1 us
 # against 21.4 (10.6), (256, 12, 4096) to (0, 2, 1) 31.6 against 107.1 (32.9); an NCHW image of 3
-# channels to NHWC 30.5 against 26.8 (17.0); at 16:49 UTC (256, 4, 8192) to (0, 2, 1) 37.3 against
+# channels to NHWC 30.5 against 26.8 (17.0); in the 16:48 call (256, 4, 8192) to (0, 2, 1) 37.3 against
 # 35.7 (29.3), (256, 6, 8192) 38.5 against 53.4 (35.4). Staging the loads of a short x-fastest dim
 # the same way (x holding a block's runs as one run) ran slower than direct: (512, 512, 3, 3) to
 # (0, 2, 3, 1) 9.7 us against 9.2 (12.2), (256, 4096, 12) to (0, 2, 1) 27.5 against 24.6 (42.2).
@@ -223,9 +224,11 @@ STAGED = True
 STAGED_FROM = 6
 # runs a thread takes where they are short (RUN_GROUP of them, 256 runs apart, where as many fit
 # max_run()): an NCHW image of 3 channels to NHWC, one run of 3 words a thread, took 26.9 us against
-# torch's 17.0 (bfloat16, H100, 2026-11-27 16:49 UTC); 4 consecutive runs a thread (so 4 words apart
-# along l) ran it in 12.6 us staged, but a float32 NHWC image to NCHW in 35 us against 22.5 for one
-# run a thread (17:00 UTC). GROUPED False: one run a thread everywhere (the sweep's comparison)
+# torch's 17.0 (bfloat16, H100, 2026-11-27, the 16:48 UTC call); 4 consecutive runs a thread (so 4
+# words apart along l) ran it in 12.6 us staged, but a float32 NHWC image to NCHW in 35 us against
+# 22.5 for one run a thread (16:54). 256 apart (16:58, torch's in brackets): bfloat16 14.8 us (17.3),
+# back 14.1 (18.1); float32 18.1 (22.4), back 18.8 (22.2); (256, 4, 8192) to (0, 2, 1) 19.3 against
+# 29.2 one a thread (29.3). GROUPED False: one run a thread everywhere (the sweep's comparison)
 RUN_GROUP = 4
 GROUPED = True
 
