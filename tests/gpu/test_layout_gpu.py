@@ -66,6 +66,30 @@ def test_strided_views(be, rng, dtype):
     _same(be.permute(bc, (2, 1, 0)), np.transpose(np.broadcast_to(base[0, :1, :], (6, 36, 50)), (2, 1, 0)))
 
 
+SHORT = [((5, 7, 9), (0, 2, 1)), ((5, 9, 7), (0, 2, 1)), ((64, 33, 3, 3), (0, 2, 3, 1)), ((64, 3, 3, 33), (0, 3, 1, 2)),
+         ((2, 3, 17, 19), (0, 2, 3, 1)), ((2, 17, 19, 3), (0, 3, 1, 2)), ((3, 2, 301), (0, 2, 1)), ((3, 301, 2), (0, 2, 1)),
+         ((4, 12, 1000), (0, 2, 1)), ((4, 1000, 12), (0, 2, 1)), ((2, 5, 3, 7, 2), (4, 1, 3, 0, 2))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_permute_short_dims(be, rng, dtype):
+    """Planes with a short side (kernels/transpose.py's short runs: one or four a thread, stores
+    staged or not), contiguous and through strided views, and cudnn's weight copies' pattern."""
+    from cudakit.kernels import transpose
+    kinds = set()
+    for shape, axes in SHORT:
+        x = _data(rng, shape, dtype)
+        xd = cp.asarray(x)
+        kinds.add(transpose.plan(xd.shape, xd.strides, xd.itemsize, axes).expr.split(",", 2)[-1])
+        _same(be.permute(xd, axes), np.transpose(x, axes))
+    base = _data(rng, (6, 3, 3, 130), dtype)
+    view = cp.asarray(base).transpose(0, 3, 1, 2)      # (K, C, R, S) view of (K, R, S, C) memory
+    _same(be.permute(view, (0, 1, 2, 3)), base.transpose(0, 3, 1, 2))
+    _same(be.permute(cp.asarray(base)[::-1, :, :, 1:], (0, 3, 1, 2)), base[::-1, :, :, 1:].transpose(0, 3, 1, 2))
+    if np.dtype(dtype).itemsize < 8:   # (8-byte words: shorter runs, fewer of them grouped)
+        assert {" true, 1>", " false, 1>", " true, 4>", " false, 4>"} <= kinds, kinds
+
+
 def test_more_than_8_dims(be, rng):
     x = _data(rng, (2,) * 10, np.float32)
     axes = (9, 0, 8, 1, 7, 2, 6, 3, 5, 4)
