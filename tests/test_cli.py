@@ -100,7 +100,7 @@ def test_report_regenerates_markdown(tmp_path):
     r = run("report", "--results", str(res), "--output", str(out))
     assert r.returncode == 0, r.stderr
     md = out.read_text()
-    assert "## Test GPU" in md and "| 1.25 |" in md and "| 90% |" in md and "| 2026-11-22 |" in md
+    assert "## Test GPU" in md and "|1.25|" in md and "|90%|" in md and "| 2026-11-22 |" in md
     assert "![speedup_elementwise](plots/test-gpu/speedup_elementwise.png)" in md   # plots/ beside --results
     assert (tmp_path / "plots" / "test-gpu" / "speedup_elementwise.png").is_file()
     assert "| - | `cudakit bench` |" in md                            # an older file: shapes not recorded
