@@ -73,6 +73,7 @@ def test_channels_last_weight_path():
     assert not cudnn.krsc_offered("nchw", (8, 4, 3, 3), "bfloat16")
     assert not cudnn.krsc_offered("nhwc", (8, 4, 3, 3), "float64")
     assert cudnn.krsc_offered("nhwc", (8, 4, 100, 100), "float32")   # (permute moves any window)
+    assert cudnn.krsc_offered("nhwc", (8, 4, 3, 3), np.float32) and cudnn.krsc_offered("nhwc", (8, 4, 3, 3), np.dtype("float16"))
     geo = (1, 1, 1, 1, 1, 1, 3, 3, 5, 5)
     assert "krsc" in cudnn.fprop_sig((1, 4, 5, 5), (8, 4, 3, 3), "bfloat16", geo, False, 0, "nhwc", True)
     assert "krsc" in cudnn.wgrad_sig((1, 8, 5, 5), (1, 4, 5, 5), (8, 4, 3, 3), "bfloat16", geo, 0, "nhwc", True)

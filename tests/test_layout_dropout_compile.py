@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   char *xa = 0, *ya = 0;
   if (posix_memalign((void**)&xa, 256, xb.size() + 16) || posix_memalign((void**)&ya, 256, yn + 16)) return 4;
   memcpy(xa, xb.data(), xb.size());
-  memset(ya, 0xCD, yn);
+  memset(ya, 0xCD, yn + 16);   // (16 guard bytes past y, written back and checked)
   const char* x = xa + xoff;
   if (rows) {
     if (pb.size() != sizeof(ck_tr_rows_p)) return 5;
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
     T(4, unsigned int, 16) T(4, unsigned int, 4)
     T(8, unsigned long long, 16) T(8, unsigned long long, 8)
   }
-  writef(argv[9], ya, yn);
+  writef(argv[9], ya, yn + 16);
   return 0;
 }
 """
@@ -217,7 +217,9 @@ def _emulate(harness, xview, axes, xbase):
     idx64 = int(pl.kind != "tile" and targs[1] == "unsigned long long")
     mode = targs[2:4] if pl.kind == "runs" else ["false", "1"]
     _run(exe, pl.kind, e, pl.chunk, idx64, d / "p.bin", d / "x.bin", xoff, want.nbytes, d / "y.bin", *mode)
-    got = np.fromfile(d / "y.bin", want.dtype).reshape(want.shape)
+    raw = np.fromfile(d / "y.bin", np.uint8)
+    assert (raw[want.nbytes:] == 0xCD).all(), f"{pl} wrote past y"
+    got = raw[:want.nbytes].view(want.dtype).reshape(want.shape)
     np.testing.assert_array_equal(got.view(f"u{e}"), want.view(f"u{e}"), err_msg=f"{pl} {xview.shape} {axes}")
     return pl
 
@@ -298,15 +300,15 @@ def test_emulated_permute_runs_modes(harness, rng, itemsize, monkeypatch):
     def expr(shape, axes, base=None, view=None):
         base = _words(rng, shape, itemsize) if base is None else base
         return _emulate(harness, base if view is None else view, axes, base).expr
-    g4 = 4 * 2 <= transpose.max_run(itemsize)   # (runs of 2 words grouped by 4)
     assert expr((3, 7, 301), (0, 2, 1)).endswith(", true, 1>")        # staged (7 words), l odd
     base = _words(rng, (4, 7, 301), itemsize)
     assert expr(None, (0, 2, 1), base, base[::2, :, 1:]).endswith(", true, 1>")   # (a strided x)
     assert expr((3, 300, 7), (0, 2, 1)).endswith(", false, 1>")       # a short x-fastest dim
     assert ", false, " in expr((2, 5, 3, 7, 2), (4, 1, 3, 0, 2))            # (runs not adjacent in y)
-    assert expr((3, 2, 300), (0, 2, 1)).endswith(", true, 4>" if g4 else ", false, 1>")   # short runs, grouped
-    assert expr((3, 300, 2), (0, 2, 1)).endswith(", false, 4>" if g4 else ", false, 1>")
-    assert expr((3, 2, 301), (0, 2, 1)).endswith(", true, 4>" if g4 else ", false, 1>")   # (a partial group)
+    assert expr((3, 2, 300), (0, 2, 1)).endswith(", true, 4>")        # short runs (2 words), grouped
+    assert expr((3, 300, 2), (0, 2, 1)).endswith(", false, 4>")
+    assert expr((3, 2, 301), (0, 2, 1)).endswith(", true, 4>")        # (a partial group)
+    assert expr((3, 4, 300), (0, 2, 1)).endswith(", false, 1>" if itemsize == 8 else ", true, 4>")
     monkeypatch.setattr(transpose, "STAGED", False)
     monkeypatch.setattr(transpose, "GROUPED", False)
     assert expr((3, 7, 300), (0, 2, 1)).endswith(", false, 1>")
@@ -349,6 +351,20 @@ def test_plan_more_than_8_dims_copies():
     shape = (2,) * 10
     strides = tuple(2 ** (9 - i) * 4 for i in range(10))
     assert transpose.plan(shape, strides, 4, tuple(range(9, -1, -1))) == "copy"
+
+
+def test_run_limit_is_the_kernels():
+    """transpose.py's cap on a run (max_run) is the kernel's CK_TR_MAX_RUN: a longer run would lose
+    words past the kernel's register array, whatever MAX_RUN is set to."""
+    import re
+    from cudakit.kernels import transpose
+    assert int(re.search(r"#define CK_TR_MAX_RUN (\d+)", transpose.SOURCE).group(1)) == transpose._KERNEL_MAX_RUN
+    old = transpose.MAX_RUN
+    try:
+        transpose.MAX_RUN = 64
+        assert transpose.max_run(2) == transpose._KERNEL_MAX_RUN and transpose.max_run(8) == transpose._KERNEL_MAX_RUN // 2
+    finally:
+        transpose.MAX_RUN = old
 
 
 def test_tile_geometry_is_the_kernels():

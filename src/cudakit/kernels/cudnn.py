@@ -111,12 +111,12 @@ _CONV_DTYPES = ("float16", "bfloat16", "float32")
 def conv_dtype_ok(dtype_name: str) -> bool:
     """cuDNN takes this convolution dtype here: 16-bit always, float32 under precision "tf32" or
     "ieee" (FP32-arithmetic engines only, see the module docstring)."""
-    if dtype_name in ("float16", "bfloat16"):
+    if dtype_name not in _CONV_DTYPES:
+        return False
+    if dtype_name != "float32":
         return True
-    if dtype_name == "float32":
-        from .. import config
-        return config.float32_precision() in ("tf32", "ieee")
-    return False
+    from .. import config
+    return config.float32_precision() in ("tf32", "ieee")
 
 
 def _exact(dtype_name: str) -> bool:
@@ -460,7 +460,8 @@ def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: s
 def krsc_offered(layout: str, w_shape, dtype) -> bool:
     """Whether the channels-last weight path is offered: channels-last activations, a window of
     more than one tap (a 1x1 weight's two layouts are one memory) and a dtype cuDNN convolves."""
-    return layout == "nhwc" and int(w_shape[2]) * int(w_shape[3]) > 1 and str(dtype) in _CONV_DTYPES
+    from ._common import dtype_name
+    return layout == "nhwc" and int(w_shape[2]) * int(w_shape[3]) > 1 and dtype_name(dtype) in _CONV_DTYPES
 
 
 def weight_in(w, weight_cl: bool):

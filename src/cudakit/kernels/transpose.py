@@ -22,8 +22,9 @@ tests can check it without a GPU):
    the tiles of step 3 would be mostly empty: a convolution weight's (K, C, 9) taps to (K, 9, C)
    and back, a 3-channel image to channels-last and back), `ck_tr_runs` instead gives each thread
    the short dim's elements at one index of the other (long) dim; consecutive threads step along
-   the long dim. Where k is the short dim (at least STAGED_FROM long) and y holds a block's runs as
-   one contiguous run, the stores go through shared memory as that whole run (STAGED).
+   the long dim; runs short enough go 4 a thread (RUN_GROUP). Where k is the short dim and y holds
+   a block's runs as one contiguous run, the stores go through shared memory as that whole run
+   (STAGED: runs of STAGED_FROM words or more, and grouped ones).
 Traffic: x read once + y written once, 2 * x.nbytes.
 """
 from __future__ import annotations
@@ -50,11 +51,14 @@ _GRID_MAX = 2**31 - 1
 # (64, 24, 4096) to (0, 2, 1) (24 of 64) took 17.2 us on the tiles against 31.2 for a gather by
 # elements (torch 23.7; the 16:30 call)
 MAX_RUN = 16
+_KERNEL_MAX_RUN = 16   # CK_TR_MAX_RUN of transpose.cu: the kernel's register array, a longer run would lose words
 
 
 def max_run(itemsize: int) -> int:
-    """The longest short dim ck_tr_runs moves (ck_tr_max_run): MAX_RUN words, half that of 8 bytes."""
-    return MAX_RUN // 2 if itemsize > 4 else MAX_RUN
+    """The longest short dim ck_tr_runs moves (ck_tr_max_run): MAX_RUN words (at most the kernel's
+    CK_TR_MAX_RUN), half that of 8 bytes."""
+    m = min(MAX_RUN, _KERNEL_MAX_RUN)
+    return m // 2 if itemsize > 4 else m
 
 
 def tile_chunks(itemsize: int) -> tuple:
@@ -239,7 +243,7 @@ def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
     n = cshape[ld]
     for d in batch:
         n *= cshape[d]
-    ns, nl = cshape[sd], cshape[ld]
+    ns = cshape[sd]
     g = RUN_GROUP if GROUPED and ns * RUN_GROUP <= max_run(itemsize) and n < 2**32 else 1
     ntiles = _cdiv(n, THREADS * g)
     p = np.zeros(1, RUNS_DTYPE)

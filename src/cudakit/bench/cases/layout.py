@@ -91,7 +91,7 @@ def cases(env: Env) -> list[Case]:
     else:
         square = (512, 512) if env.quick else (2048, 2048)
         heads = (2, 64, 32, 128) if env.quick else (4, 512, 32, 128)
-    # short dims on one side of the plane (permute's element gather): a 3x3 convolution weight to
+    # short dims on one side of the plane (permute's short runs): a 3x3 convolution weight to
     # (K, R, S, C), as channels-last cuDNN takes it, and a 3-channel image batch to channels-last and back
     if env.gpu and not env.quick:
         short = [((512, 512, 3, 3), (0, 2, 3, 1)), ((32, 3, 224, 224), (0, 2, 3, 1)), ((32, 224, 224, 3), (0, 3, 1, 2))]
