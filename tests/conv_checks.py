@@ -85,22 +85,34 @@ def check_conv2d(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, w
     else:
         assert gb is None
 
-def check_conv2d_channels_last(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups=1, product_u=0.0):
+def check_conv2d_channels_last(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups=1, product_u=0.0,
+                               weight_cl=False):
     """conv2d and its backward on channels-last data, both forms (memory_format="nhwc" with
-    (N, H, W, C) arrays; an (N, C, H, W) view of channels-last memory), against float64."""
+    (N, H, W, C) arrays; an (N, C, H, W) view of channels-last memory), against float64.
+    weight_cl: the weight a (K, C, R, S) view of (K, R, S, C) memory (torch's channels_last), NCHW
+    activations too; grad_weight must come back in that layout (a window of more than one tap)."""
     x, wt, b = data(rng, (n, c, h, w), dtype), data(rng, (k, c // groups, r, s), dtype), data(rng, (k,), dtype)
     want, mag, (ho, wo) = conv_reference(x, wt, b, _two(stride), _two(pad), _two(dil), groups)
     g = data(rng, (n, k, ho, wo), dtype)
     rgx, rgw, magx, magw = _conv_grads(f64(g), f64(x), f64(wt), _two(stride), _two(pad), _two(dil), groups)
     nhwc = lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))  # noqa: E731
-    for form in ("nhwc", "view"):
+    wd = dev(nhwc(wt)).transpose(0, 3, 1, 2) if weight_cl else dev(wt)
+    for form in ("nhwc", "view") + (("nchw",) if weight_cl else ()):
         if form == "nhwc":
             xd, gd, kw = dev(nhwc(x)), dev(nhwc(g)), {"memory_format": "nhwc"}
-        else:   # (N, C, H, W) views of (N, H, W, C) memory: the results come back the same way
+        elif form == "view":   # (N, C, H, W) views of (N, H, W, C) memory: the results come back the same way
             xd, gd, kw = dev(nhwc(x)).transpose(0, 3, 1, 2), dev(nhwc(g)).transpose(0, 3, 1, 2), {}
-        y = cudakit.conv2d(xd, dev(wt), dev(b), stride, pad, dil, groups, **kw)
-        gx, gw, gb = cudakit.conv2d_backward(gd, xd, dev(wt), stride, pad, dil, True, groups, **kw)
-        if form == "nhwc":
+        else:
+            xd, gd, kw = dev(x), dev(g), {}
+        y = cudakit.conv2d(xd, wd, dev(b), stride, pad, dil, groups, **kw)
+        gx, gw, gb = cudakit.conv2d_backward(gd, xd, wd, stride, pad, dil, True, groups, **kw)
+        if weight_cl and r * s > 1 and c // groups > 1:   # (one channel or one tap: the layouts are one memory)
+            assert gw.strides[1] == gw.itemsize and gw.strides[3] == gw.shape[1] * gw.itemsize, (form, gw.strides)
+        else:
+            assert gw.flags.c_contiguous, (form, gw.strides)
+        if form == "nchw":
+            y, gx = host(y), host(gx)
+        elif form == "nhwc":
             assert y.shape == (n, ho, wo, k) and gx.shape == (n, h, w, c)
             y, gx = host(y).transpose(0, 3, 1, 2), host(gx).transpose(0, 3, 1, 2)
         else:

@@ -222,9 +222,11 @@ def test_conv1d_errors(rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", [(2, 5, 9, 7, 6, 3, 3, (2, 1), 1, 1, 1), (1, 4, 6, 5, 8, 1, 1, 1, 0, 1, 2),
                                   (3, 6, 7, 8, 6, 3, 2, 1, (1, 0), (2, 1), 6)])
-def test_conv2d_channels_last(case, dtype, rng):
+@pytest.mark.parametrize("weight_cl", [False, True], ids=["weight", "weight_cl"])
+def test_conv2d_channels_last(case, dtype, weight_cl, rng):
     n, c, h, w, k, r, s, stride, pad, dil, groups = case
-    cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups)
+    cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups,
+                                  weight_cl=weight_cl)
 
 
 def test_conv2d_memory_format_errors(rng):

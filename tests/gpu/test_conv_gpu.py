@@ -150,7 +150,8 @@ def test_conv1d(geo, dtype, rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", [(2, 5, 9, 7, 6, 3, 3, (2, 1), 1, 1, 1), (3, 6, 7, 8, 6, 3, 2, 1, (1, 0), (2, 1), 6),
                                   (4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1), (2, 32, 13, 11, 64, 1, 1, 2, 0, 1, 1)])
-def test_conv2d_channels_last(case, dtype, rng):
+@pytest.mark.parametrize("weight_cl", [False, True], ids=["weight", "weight_cl"])
+def test_conv2d_channels_last(case, dtype, weight_cl, rng):
     n, c, h, w, k, r, s, stride, pad, dil, groups = case
     cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups,
-                                  product_u=_product_u(dtype))
+                                  product_u=_product_u(dtype), weight_cl=weight_cl)

@@ -104,6 +104,29 @@ def test_conv2d_channels_last_weight_path(geo, dtype, rng, cudnn_krsc):
         assert gw.flags.c_contiguous
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_conv2d_channels_last_weight_in_place(dtype, rng, cudnn_krsc, monkeypatch):
+    """A channels-last weight (torch's channels_last: a (K, C, R, S) view of (K, R, S, C) memory)
+    beside channels-last activations: on the "cudnn-krsc" path cuDNN reads it and writes dL/dw in
+    place, no weight copy at all; values against float64 in every form (cc's weight_cl), dL/dw
+    channels-last, every call (the second and third after the dispatch plans decline such a weight)."""
+    from cudakit.kernels import transpose
+    cc.check_conv2d_channels_last(_dev, _host, rng, 2, 16, 9, 7, 32, 3, 3, 1, 1, 1, dtype, weight_cl=True)
+    n, c, h, w, k = 2, 16, 9, 7, 32
+    x = cp.asarray(data(rng, (n, h, w, c), dtype)).transpose(0, 3, 1, 2)
+    wt = cp.asarray(data(rng, (k, 3, 3, c), dtype)).transpose(0, 3, 1, 2)
+    g = cp.asarray(data(rng, (n, h, w, k), dtype)).transpose(0, 3, 1, 2)
+    copies = []
+    real = transpose.permute
+    monkeypatch.setattr(transpose, "permute", lambda a, axes: copies.append(a.shape) or real(a, axes))
+    for _ in range(3):
+        y = cudakit.conv2d(x, wt, None, 1, 1)
+        gx, gw, _ = cudakit.conv2d_backward(g, x, wt, 1, 1, bias=False)
+        assert gw.strides == wt.strides and y.strides[1] == y.itemsize and gx.strides[1] == gx.itemsize
+    assert copies == [], copies
+    assert set(cudnn_krsc) == {"cudnn-krsc"}
+
+
 def test_weight_copies_to_krsc_and_back_round_trip(rng):
     """cudnn.weight_in / weight_out (permute's short runs for these short tap dims): to
     (K, R, S, C) memory and back, every word size cuDNN takes, odd sizes, several blocks a filter."""

@@ -42,6 +42,12 @@ def _channels_last(x) -> bool:
         and (n == 1 or strides[0] == h * w * c * item)
 
 
+def _weight_channels_last(w) -> bool:
+    """w is a channels-last (K, C, R, S) weight (a view of (K, R, S, C) memory, as torch's
+    channels_last) with a window of more than one tap: its gradient comes back in that layout."""
+    return int(w.shape[2]) * int(w.shape[3]) > 1 and _channels_last(w)
+
+
 def _plain(v) -> bool:
     """An int or a tuple of ints, exactly (True == 1 in a dict key: bools are checked every call)."""
     return type(v) is int or (type(v) is tuple and all(type(e) is int for e in v))
@@ -107,8 +113,10 @@ class ConvOps:
         """dL/dx of conv2d from a backend's own kernel, or None for the col2im path."""
         return None
 
-    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias: bool, groups: int):
-        """(dL/dw, dL/db or None) of conv2d from a backend's own kernel, or None for the im2col path."""
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias: bool, groups: int, out_cl: bool = False):
+        """(dL/dw, dL/db or None) of conv2d from a backend's own kernel, or None for the im2col path;
+        out_cl: the weight is channels-last, so dL/dw is returned so (a backend may write it so
+        directly; conv2d_backward copies one that is not)."""
         return None
 
     def _plan_key(self, named: dict):
@@ -324,7 +332,9 @@ class ConvOps:
         groups) for dL/dy = grad_out (N, K, Ho, Wo): x's shape, weight's shape and (K,), in x's dtype;
         grad_bias None when `bias` (a bool: did the forward have one) is False. memory_format as the
         forward's (with "nhwc", grad_out is (N, Ho, Wo, K) and grad_x comes back (N, H, W, C);
-        without it, a channels-last x gives a channels-last grad_x)."""
+        without it, a channels-last x gives a channels-last grad_x). grad_weight comes back in the
+        weight's layout: channels-last (a (K, C, R, S) view of (K, R, S, C) memory, as torch's
+        channels_last) for such a weight with a window of more than one tap, else C-contiguous."""
         op = "conv2d_backward"
         nhwc, x = self._conv_layout(op, x, memory_format)
         if nhwc is not None:
@@ -346,8 +356,9 @@ class ConvOps:
         n, k = x.shape[0], w.shape[0]
         if tuple(g.shape) != (n, k, ho, wo):
             raise ShapeError(f"{op}: grad_out must have shape {(n, k, ho, wo)} (got {tuple(g.shape)})")
+        w_cl = _weight_channels_last(w)
         with self._device_scope(x):
-            grads = self._conv2d_weight_grad_kernel(g, x, w.shape, geo, bias, groups)
+            grads = self._conv2d_weight_grad_kernel(g, x, w.shape, geo, bias, groups, out_cl=w_cl)
             if grads is None:
                 gw = self._by_group(groups, lambda i, cg, kg: self._im2col_weight_grad(
                     g[:, i * kg:(i + 1) * kg], x[:, i * cg:(i + 1) * cg], kg, geo), 0, x.shape[1], k)
@@ -359,7 +370,10 @@ class ConvOps:
                 gx = self._by_group(groups, lambda i, cg, kg: self._col2im_input_grad(
                     g[:, i * kg:(i + 1) * kg], w[i * kg:(i + 1) * kg], (n, cg) + tuple(x.shape[2:]), geo),
                     1, x.shape[1], k)
-        return gx, gw.reshape(w.shape), gb
+        gw = gw.reshape(w.shape)
+        if w_cl and not _channels_last(gw):   # dL/dw in the weight's layout
+            gw = self._ascontiguous(gw.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        return gx, gw, gb
 
     def _by_group(self, groups, fn, axis, c, k):
         """fn(i, C / groups, K / groups) of each group, concatenated along axis (one call for one group)."""
@@ -492,7 +506,7 @@ class CpuConvHooks(ConvOps):
         from . import cpu_conv
         return cpu_conv.input_grad(grad_out, w, x_shape, geo) if cpu_conv.depthwise(x_shape, w.shape, groups) else None
 
-    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias, groups):
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias, groups, out_cl=False):
         from . import cpu_conv
         return cpu_conv.weight_grad(grad_out, x, w_shape, geo, bias) if cpu_conv.depthwise(x.shape, w_shape, groups) \
             else None

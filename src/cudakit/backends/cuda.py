@@ -104,31 +104,43 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         y = fn(*(self._ascontiguous(a) for a in arrays))
         return None if y is None else self._ascontiguous(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
+    def _weight(self, w, layout):
+        """(a function giving w C-contiguous, whether w is a channels-last weight cuDNN's channels-last
+        path reads in place): such a weight (channels-last activations too) is copied only by the
+        candidates that read it C-contiguous, each call, so the path choice weighs the copy."""
+        if layout == "nhwc" and cudnn.is_krsc(w):
+            return (lambda: cudnn.as_weight_layout(w, False)), True
+        w = self._ascontiguous(w)
+        return (lambda: w), False
+
     def _conv2d_kernel(self, x, w, b, geo, groups):
         (x,), layout = self._activations(x)
-        w = self._ascontiguous(w)
+        wc, w_cl = self._weight(w, layout)
         b = None if b is None else self._ascontiguous(b)
-        key = conv_path_key("fwd", x.dtype, x.shape, w.shape, geo, groups, b is not None, layout)
+        key = conv_path_key("fwd", x.dtype, x.shape, w.shape, geo, groups, b is not None, layout, w_cl)
         return self._conv_paths("conv2d", x.dtype, x.shape, w.shape, geo, groups, key, layout,
-                                lambda cl: cudnn.conv_fprop(x, w, b, geo, cl),
-                                lambda: self._own(lambda x: conv.conv2d(x, w, b, geo, groups), layout, x))
+                                lambda cl: cudnn.conv_fprop(x, w if cl and w_cl else wc(), b, geo, cl),
+                                lambda: self._own(lambda x: conv.conv2d(x, wc(), b, geo, groups), layout, x))
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
         (g,), layout = self._activations(grad_out)
-        w = self._ascontiguous(w)
-        key = conv_path_key("dgrad", w.dtype, x_shape, w.shape, geo, groups, False, layout)
+        wc, w_cl = self._weight(w, layout)
+        key = conv_path_key("dgrad", w.dtype, x_shape, w.shape, geo, groups, False, layout, w_cl)
         return self._conv_paths("conv2d_input_grad", w.dtype, x_shape, w.shape, geo, groups, key, layout,
-                                lambda cl: cudnn.conv_dgrad(g, w, x_shape, geo, cl),
-                                lambda: self._own(lambda g: conv.conv2d_input_grad(g, w, x_shape, geo, groups),
+                                lambda cl: cudnn.conv_dgrad(g, w if cl and w_cl else wc(), x_shape, geo, cl),
+                                lambda: self._own(lambda g: conv.conv2d_input_grad(g, wc(), x_shape, geo, groups),
                                                   layout, g))
 
-    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias, groups):
+    def _conv2d_weight_grad_kernel(self, grad_out, x, w_shape, geo, bias, groups, out_cl=False):
         (g, x), layout = self._activations(grad_out, x)
-        key = conv_path_key("wgrad", x.dtype, x.shape, w_shape, geo, groups, bias, layout)
-        own = lambda: conv.conv2d_weight_grad(self._ascontiguous(g), self._ascontiguous(x), w_shape, geo,  # noqa: E731
-                                              bias, groups)
+        out_cl = out_cl and layout == "nhwc"   # (else conv2d_backward copies dL/dw into the weight's layout)
+        key = conv_path_key("wgrad", x.dtype, x.shape, w_shape, geo, groups, bias, layout, out_cl)
+
+        def own():
+            r = conv.conv2d_weight_grad(self._ascontiguous(g), self._ascontiguous(x), w_shape, geo, bias, groups)
+            return r if r is None or not out_cl else (cudnn.as_weight_layout(r[0], True), r[1])
         return self._conv_paths("conv2d_weight_grad", x.dtype, x.shape, w_shape, geo, groups, key, layout,
-                                lambda cl: cudnn.conv_wgrad(g, x, w_shape, geo, bias, cl), own)
+                                lambda cl: cudnn.conv_wgrad(g, x, w_shape, geo, bias, cl, out_cl), own)
 
     def _conv_paths(self, op, dtype, x_shape, w_shape, geo, groups, key, layout, with_cudnn, with_own):
         """The result of conv2d's faster path for this signature (kernels/paths.py, which records

@@ -464,22 +464,34 @@ def krsc_offered(layout: str, w_shape, dtype) -> bool:
     return layout == "nhwc" and int(w_shape[2]) * int(w_shape[3]) > 1 and dtype_name(dtype) in _CONV_DTYPES
 
 
+def is_krsc(w) -> bool:
+    """w is a (K, C, R, S) view of (K, R, S, C) memory, a window of more than one tap (a
+    channels-last weight, as torch's channels_last; a 1x1 weight's two layouts are one memory)."""
+    from ..backends.conv_api import _channels_last
+    return int(w.shape[2]) * int(w.shape[3]) > 1 and _channels_last(w)
+
+
+def as_weight_layout(w, channels_last: bool):
+    """The (K, C, R, S) weight or weight gradient w in channels-last memory (is_krsc) or
+    C-contiguous: w itself where it already is, else a copy by kernels/transpose.py's permute,
+    which the caller holds until cuDNN's launch is queued (a copy freed before could give its
+    memory to that launch's workspace)."""
+    from .transpose import permute
+    if channels_last:
+        return w if is_krsc(w) else permute(w, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return w if w.flags.c_contiguous else permute(w, (0, 1, 2, 3))   # (reads the view through its strides)
+
+
 def weight_in(w, weight_cl: bool):
-    """The C-contiguous weight w (K, C, R, S) as cuDNN reads it: itself, or (weight_cl) a (K, C, R, S)
-    view of a (K, R, S, C) copy, which the caller holds until cuDNN's launch is queued (a copy freed
-    before could give its memory to that launch's workspace)."""
-    if not weight_cl:
-        return w
-    from .transpose import permute
-    return permute(w, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    """The weight w (K, C, R, S), C-contiguous or channels-last, as cuDNN's graph reads it:
+    channels-last where weight_cl, else C-contiguous (as_weight_layout)."""
+    return as_weight_layout(w, weight_cl)
 
 
-def weight_out(dw, weight_cl: bool):
-    """dL/dw as cuDNN wrote it (new_nchw(..., weight_cl)), C-contiguous."""
-    if not weight_cl:
-        return dw
-    from .transpose import permute
-    return permute(dw, (0, 1, 2, 3))   # (reads the view through its strides)
+def weight_out(dw, channels_last: bool = False):
+    """dL/dw as cuDNN wrote it (new_nchw(..., weight_cl)) in the layout the caller returns:
+    C-contiguous, or channels-last (for a channels-last weight)."""
+    return as_weight_layout(dw, channels_last)
 
 
 def layout_of(*arrays) -> str | None:
@@ -503,12 +515,14 @@ def _layout_desc(a, layout: str) -> tuple:
 
 def conv_fprop(x, w, bias, geo, weight_cl: bool = False):
     """y (N, K, Ho, Wo) of conv2d for x (N, C, H, W), C-contiguous or a view of channels-last
-    memory, w (K, C, R, S) and bias (K,) or None C-contiguous, one dtype: cuDNN's fprop, the bias
+    memory, w (K, C, R, S) C-contiguous or channels-last (is_krsc) and bias (K,) or None
+    C-contiguous, one dtype: cuDNN's fprop, the bias
     added in the same graph; y in x's layout (no copies either way). Returns None when cuDNN
     declines the signature or x is laid out otherwise. weight_cl: the weight goes to cuDNN
-    channels-last (the caller's candidate "cudnn-krsc", offered where krsc_offered). FLOPs: 2 N K Ho Wo C R S."""
+    channels-last (the caller's candidate "cudnn-krsc", offered where krsc_offered), else
+    C-contiguous, copied where it is not (weight_in). FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(x)
-    if layout is None or not aligned(x, w, bias):
+    if layout is None or not aligned(x, w, bias) or not (w.flags.c_contiguous or is_krsc(w)):
         return None
     name = str(x.dtype)
     k = w.shape[0]
@@ -540,9 +554,9 @@ def conv_fprop(x, w, bias, geo, weight_cl: bool = False):
 
 def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str, weight_cl: bool = False):
     """The gradient (out_shape, a's dtype) of one cuDNN convolution backward pass: kind "dgrad"
-    (a = dL/dy, b = w: dL/dx, in dL/dy's layout) or "wgrad" (a = x, b = dL/dy: dL/dw, C-contiguous);
-    the activations in `layout` (layout_of), the weight C-contiguous (cuDNN's channels-last where
-    weight_cl). None when cuDNN declines the signature."""
+    (a = dL/dy, b = w: dL/dx, in dL/dy's layout) or "wgrad" (a = x, b = dL/dy: dL/dw as cuDNN
+    wrote it, channels-last where weight_cl); the activations in `layout` (layout_of), the weight
+    as cuDNN reads it where weight_cl says (weight_in). None when cuDNN declines the signature."""
     name = str(a.dtype)
     ad = _layout_desc(a, layout)
     bd = nchw_out_desc(b.shape, weight_cl) if kind == "dgrad" else _layout_desc(b, layout)   # dgrad's b: the weight
@@ -568,27 +582,28 @@ def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str, weight_cl:
         g.run([a.data.ptr, wc.data.ptr, out.data.ptr])
         return out
     g.run([a.data.ptr, b.data.ptr, out.data.ptr])
-    return weight_out(out, weight_cl)
+    return out
 
 
 def conv_dgrad(grad_out, w, x_shape, geo, weight_cl: bool = False):
     """dL/dx (x_shape) of conv2d for grad_out (N, K, Ho, Wo), C-contiguous or a view of
-    channels-last memory (dL/dx then too), and C-contiguous w (K, C, R, S): cuDNN's dgrad, or
-    None when declined. weight_cl: as conv_fprop's. FLOPs: 2 N K Ho Wo C R S."""
+    channels-last memory (dL/dx then too), and w (K, C, R, S), C-contiguous or channels-last:
+    cuDNN's dgrad, or None when declined. weight_cl: as conv_fprop's. FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(grad_out)
-    if layout is None or not w.flags.c_contiguous or not aligned(grad_out, w):
+    if layout is None or not (w.flags.c_contiguous or is_krsc(w)) or not aligned(grad_out, w):
         return None
     x_shape = tuple(int(v) for v in x_shape)
     sig = dgrad_sig(grad_out.shape, w.shape, x_shape, str(w.dtype), geo, w.data.device_id, layout, weight_cl)
     return _conv_backward("dgrad", grad_out, w, x_shape, geo, sig, layout, weight_cl)
 
 
-def conv_wgrad(grad_out, x, w_shape, geo, bias: bool, weight_cl: bool = False):
+def conv_wgrad(grad_out, x, w_shape, geo, bias: bool, weight_cl: bool = False, out_cl: bool = False):
     """(dL/dw (w_shape), dL/db (K,) or None) of conv2d for grad_out (N, K, Ho, Wo) and x (N, C, H, W),
     both C-contiguous or both views of channels-last memory: cuDNN's wgrad (float32 accumulation,
     rounded once to x's dtype) and the bias gradient as a float32 sum of grad_out over (N, Ho, Wo);
-    None when cuDNN declines. weight_cl: dL/dw written channels-last, then copied (as conv_fprop's).
-    FLOPs: 2 N K Ho Wo C R S."""
+    None when cuDNN declines. weight_cl: dL/dw written channels-last (as conv_fprop's); out_cl:
+    dL/dw returned channels-last (for a channels-last weight), else C-contiguous, copied where
+    cuDNN wrote the other layout. FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(grad_out, x)
     if layout is None or not aligned(grad_out, x):
         return None
@@ -597,6 +612,7 @@ def conv_wgrad(grad_out, x, w_shape, geo, bias: bool, weight_cl: bool = False):
     dw = _conv_backward("wgrad", x, grad_out, w_shape, geo, sig, layout, weight_cl)
     if dw is None:
         return None
+    dw = weight_out(dw, out_cl)
     cp = _cupy.cupy()
     db = grad_out.sum(axis=(0, 2, 3), dtype=cp.float32).astype(x.dtype) if bias else None
     return dw, db

@@ -389,7 +389,7 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
             gw = cudnn.new_nchw(w_shape, x.dtype, w_cl)
             run_w(x.data.ptr, grad_out.data.ptr, gw.data.ptr)
             gb = grad_out.sum(axis=(0, 2, 3), dtype=f32).astype(x.dtype) if bias else None
-            return cudnn.weight_out(gw, w_cl), gb
+            return cudnn.weight_out(gw), gb   # (C-contiguous: the plans take C-contiguous weights only)
     else:
         def weight_grad(grad_out, x):
             return conv.conv2d_weight_grad(grad_out, x, w_shape, geo, bias, g_)

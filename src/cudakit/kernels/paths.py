@@ -37,12 +37,14 @@ def declined_for_now() -> None:
     _passing = True
 
 
-def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bool, layout: str = "nchw") -> tuple:
+def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bool, layout: str = "nchw",
+                  weight_cl: bool = False) -> tuple:
     """The signature under which conv2d's path is chosen: kind "fwd", "dgrad" or "wgrad", the
     shapes, geometry, groups, bias, dtype, float32 precision and current device, and the layout of
     the activations ("nhwc": channels-last, which cuDNN reads in place and the own kernels copy;
     "krsc" after it where the channels-last weight path is offered, cudnn.krsc_offered: a choice
-    kept on disk from before that path existed is not reused)."""
+    kept on disk from before that path existed is not reused; "wcl" after that where the weight
+    (or, for "wgrad", dL/dw) is channels-last: the paths that read it C-contiguous copy it)."""
     from .. import config
     from ..runtime import _cupy
     from .cudnn import krsc_offered
@@ -50,7 +52,7 @@ def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bo
     prec = config.float32_precision() if name == "float32" else ""
     tags = () if layout == "nchw" else (layout, "krsc") if krsc_offered(layout, w_shape, dtype) else (layout,)
     return (kind, tuple(x_shape), tuple(w_shape), geo, groups, bool(bias), name, prec,
-            _cupy.cupy().cuda.runtime.getDevice()) + tags
+            _cupy.cupy().cuda.runtime.getDevice()) + tags + (("wcl",) if weight_cl else ())
 
 
 def chosen(op: str, key):

@@ -58,12 +58,15 @@ RESNET50 = [(64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1), (256, 5
             (2048, 7, 512, 1, 1), (512, 7, 512, 3, 1)]
 
 
-def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward, channels_last: bool = False):
+def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward, channels_last: bool = False,
+         weight_cl: bool = False):
     """One ResNet-50 convolution, no bias (a batch norm follows each). float32 rows run under
     cudakit.float32_precision `prec` against torch with cuDNN's TF32 allowed (torch's default) for
     "tf32" and forbidden (strict FP32) otherwise; 16-bit rows name no precision. channels_last:
     the activations are (N, C, H, W) views of (N, H, W, C) memory on both sides (torch's
-    channels_last memory format; cudakit detects it from the strides)."""
+    channels_last memory format; cudakit detects it from the strides); weight_cl: the weight too
+    (a model in channels_last, as torch's model.to(memory_format=torch.channels_last) makes it:
+    neither side copies a weight, and dL/dw comes back channels-last on both)."""
     pad = r // 2
     ho = (hw + 2 * pad - r) // stride + 1
 
@@ -73,6 +76,8 @@ def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward, channels_last:
     def setup():
         x = layout(_rand(env, (n, c, hw, hw), dtype, 1))
         w = _rand(env, (k, c, r, r), dtype, 2, (r * r * c) ** -0.5)
+        if weight_cl:
+            w = w.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)
         tf32 = prec == "tf32"
 
         def ours(fn):
@@ -114,8 +119,8 @@ def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward, channels_last:
         return prov
     flops = (2 if backward else 1) * 2 * n * k * ho * ho * c * r * r
     nbytes = (n * c * hw * hw + k * c * r * r + n * k * ho * ho) * _ITEM[dtype] * (2 if backward else 1)
-    name = "conv2d_r50" + ("_nhwc" if channels_last else "") + (f"_{prec}" if prec else "") + \
-        ("_backward" if backward else "")
+    name = "conv2d_r50" + ("_nhwc" if channels_last else "") + ("_wcl" if weight_cl else "") + \
+        (f"_{prec}" if prec else "") + ("_backward" if backward else "")
     return Case(name, "conv_resnet50", (n, c, hw, hw, k, r, stride), dtype, nbytes, setup, flops=flops)
 
 
@@ -168,9 +173,12 @@ def cases(env: Env) -> list[Case]:
                 for c_, hw_, k_, r_, st_ in RESNET50:
                     out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, False),
                             _r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, True)]
-            # channels-last (cuDNN reads it in place), against torch's channels_last
+            # channels-last (cuDNN reads it in place), against torch's channels_last; with the 3x3
+            # weights channels-last too ("_wcl": a 1x1 weight's two layouts are one memory)
             for prec in (("tf32", "ieee") if dtype == "float32" else (None,)):
                 for c_, hw_, k_, r_, st_ in RESNET50:
                     out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, False, True),
                             _r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, True, True)]
+                    if r_ > 1:
+                        out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, bw, True, True) for bw in (False, True)]
     return out
