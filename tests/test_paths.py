@@ -172,3 +172,18 @@ def test_a_table_of_config_indices_rejects_other_values(tmp_path, monkeypatch):
     monkeypatch.setattr(t, "_file", lambda: tmp_path / "k.json")
     assert t.get("a") is None
     assert any("k's configs are timed again" in why for why in fallbacks.taken().values())
+
+
+def test_candidates_are_timed_in_interleaved_rounds(table):
+    """Each candidate once a round, A B A B ... (a drift of the clocks hits all alike), its time the
+    median of its rounds: one disturbed measurement does not decide."""
+    order = []
+    spikes = {"cudnn": [1.0, 1.0, 1.0], "triton": [0.5, 1.5, 1.5]}   # (triton's first round disturbed)
+
+    def timer(fn):
+        name = fn().lower()
+        order.append(name)
+        return spikes[name][sum(1 for o in order if o == name) - 1]
+    assert paths.run("conv2d", ("r",), _cands([]), timer) == "CUDNN"
+    assert order == ["cudnn", "triton"] * paths._ROUNDS
+

@@ -22,6 +22,13 @@ log = logging.getLogger("cudakit.paths")
 
 _REPS = 5
 _BATCH = 5
+# rounds of timing, each candidate once a round, its time the median of its rounds, so that one
+# disturbed measurement does not decide. With one measurement a candidate, one after the other,
+# two ResNet-50 convolutions ran 20% slower in one benchmark run than in the runs before and after
+# (bfloat16 NCHW 256->256 14x14 3x3 backward 0.0888 ms against 0.0736, channels-last 512->512
+# 14x14 stride 2 forward 0.0352 against 0.0281; H100, 2026-11-27 17:14 UTC); whether a path or a
+# cuDNN plan was chosen wrongly there was not recorded
+_ROUNDS = 3
 _MARGIN = 0.02
 _choice: dict = {}          # (op, key) -> candidate name
 _last: dict = {}            # op -> the candidate that ran its last call
@@ -100,26 +107,35 @@ def run(op: str, key, candidates, timer=None):
                 return out
         return None
     global _passing
-    timings, results, fns = {}, {}, dict(candidates)
+    results, fns = {}, dict(candidates)
     _passing = False
     for n, fn in candidates:
         out = fn()               # warm-up: builds, compiles, autotunes the candidate's own tiles
-        if out is None:
-            continue
-        declined = []
+        if out is not None:
+            results[n] = out
+    samples: dict = {n: [] for n in results}
+    last = None
+    for _ in range(_ROUNDS):     # interleaved (A B A B ...): a drift of the GPU's clocks hits all alike
+        for n in list(samples):
+            declined = []
 
-        def timed(fn=fn, declined=declined):
-            r = fn()
-            if r is None:
-                declined.append(True)
-            return r
-        t = (timer or time_per_call)(timed)
-        if declined:             # (e.g. no memory for its workspace beside the flush buffer): not
-            _passing = True      # chosen on a time it did not run, and the choice kept in this process only
-            continue
-        results[n], timings[n] = out, t
-        if settings().autotune_log:
-            log.warning("autotune path %s %r: %s -> %.4f ms", op, key, n, timings[n])
+            def timed(fn=fns[n], declined=declined):
+                r = fn()
+                if r is None:
+                    declined.append(True)
+                return r
+            t = (timer or time_per_call)(timed)
+            last = n
+            if declined:         # (e.g. no memory for its workspace beside the flush buffer): not
+                _passing = True  # chosen on a time it did not run, and the choice kept in this process only
+                del samples[n], results[n]
+                continue
+            samples[n].append(t)
+    timings = {n: sorted(v)[len(v) // 2] for n, v in samples.items()}
+    if settings().autotune_log:
+        for n, t in timings.items():
+            log.warning("autotune path %s %r: %s -> %.4f ms (rounds %s)", op, key, n, t,
+                        ", ".join(f"{v:.4f}" for v in samples[n]))
     if not timings:
         return None
     best = None   # the first in preference order unless another is _MARGIN faster (timing noise)
@@ -130,7 +146,7 @@ def run(op: str, key, candidates, timer=None):
     _choice[(op, key)] = _last[op] = best
     if not _passing:
         _on_disk.put(repr((op, key)), best)
-    if best != list(timings)[-1]:   # candidates may write the same outputs (the attention forward's key
+    if best != last:                # candidates may write the same outputs (the attention forward's key
         again = fns[best]()         # parts): the result is the chosen one's own, as every later call's
         if again is not None:
             return again
