@@ -109,7 +109,8 @@ def test_conv2d_channels_last_weight_in_place(dtype, rng, cudnn_krsc, monkeypatc
     """A channels-last weight (torch's channels_last: a (K, C, R, S) view of (K, R, S, C) memory)
     beside channels-last activations: on the "cudnn-krsc" path cuDNN reads it and writes dL/dw in
     place, no weight copy at all; values against float64 in every form (cc's weight_cl), dL/dw
-    channels-last, every call (the second and third after the dispatch plans decline such a weight)."""
+    channels-last, every call (the later ones through the dispatch plans, which take such a weight)."""
+    from cudakit import dispatch
     from cudakit.kernels import transpose
     cc.check_conv2d_channels_last(_dev, _host, rng, 2, 16, 9, 7, 32, 3, 3, 1, 1, 1, dtype, weight_cl=True)
     n, c, h, w, k = 2, 16, 9, 7, 32
@@ -126,6 +127,8 @@ def test_conv2d_channels_last_weight_in_place(dtype, rng, cudnn_krsc, monkeypatc
         assert gw.strides == wt.strides and y.strides[1] == y.itemsize and gx.strides[1] == gx.itemsize
     assert copies == [], copies
     assert set(cudnn_krsc) == {"cudnn-krsc"}
+    planned = {k[0] for k, p in dispatch._plans.items() if p is not None}
+    assert {"conv2d", "conv2d_backward"} <= planned, planned
 
 
 def test_weight_copies_to_krsc_and_back_round_trip(rng):

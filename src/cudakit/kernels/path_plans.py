@@ -296,14 +296,18 @@ def _conv_geo(op, x, weight, bias, stride, padding, dilation, groups):
     return geo, groups
 
 
-def _conv_layout(activations, others) -> str | None:
-    """"nchw" (every array C-contiguous) or "nhwc" (the activations (N, C, H, W) views of
-    channels-last memory, the weight and bias C-contiguous): the layouts the plans cover; None
-    for anything else (the checked path)."""
-    if str(activations[0].dtype) not in _DTYPES or not all(a is None or a.flags.c_contiguous for a in others):
-        return None
+def _conv_layout(activations, weight, others=()) -> tuple:
+    """(layout, weight_cl): "nchw" (every array C-contiguous) or "nhwc" (the activations (N, C, H, W)
+    views of channels-last memory, the bias C-contiguous, the weight C-contiguous or, weight_cl,
+    channels-last: cudnn.is_krsc): the layouts the plans cover; layout None for anything else (the
+    checked path)."""
     from . import cudnn
-    return cudnn.layout_of(*activations)
+    if str(activations[0].dtype) not in _DTYPES or not all(a is None or a.flags.c_contiguous for a in others):
+        return None, False
+    layout = cudnn.layout_of(*activations)
+    if weight.flags.c_contiguous:
+        return layout, False
+    return (layout, True) if layout == "nhwc" and cudnn.is_krsc(weight) else (None, False)
 
 
 def _new_nchw(layout: str):
@@ -314,13 +318,13 @@ def _new_nchw(layout: str):
     return lambda shape, dtype: nd((shape[0], shape[2], shape[3], shape[1]), dtype).transpose(0, 3, 1, 2)
 
 
-def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig, layout="nchw"):
+def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig, layout="nchw", weight_cl=False):
     """The chosen path of one conv2d pass (see _conv_paths of backends/cuda.py): ("cudnn", its
     executor, called with pointers, whether cuDNN takes the weight channels-last) or ("triton",
     None, False); None when no path was chosen for the signature (at the current float32
     precision). cudnn_sig(weight_cl): the cuDNN graph's signature."""
     from . import cudnn, paths
-    choice = paths.chosen(op, paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias, layout))
+    choice = paths.chosen(op, paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias, layout, weight_cl))
     if choice in ("cudnn", "cudnn-krsc"):
         cl = choice == "cudnn-krsc"
         run = cudnn.executor(cudnn_sig(cl))
@@ -329,7 +333,7 @@ def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig, 
 
 
 def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    layout = _conv_layout((x,), (weight, bias))
+    layout, w_cl = _conv_layout((x,), weight, (bias,))
     if layout is None:
         return None
     geo, groups = _conv_geo("conv2d", x, weight, bias, stride, padding, dilation, groups)
@@ -337,7 +341,7 @@ def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     name = str(x.dtype)
     step = _conv_step("conv2d", "fwd", x.dtype, x.shape, weight.shape, geo, groups, bias is not None,
                       lambda cl: cudnn.fprop_sig(x.shape, weight.shape, name, geo, bias is not None, x.data.device_id,
-                                                 layout, cl), layout)
+                                                 layout, cl), layout, w_cl)
     if step is None:
         return None
     nd = _new_nchw(layout)   # the output in x's layout, as cudnn.conv_fprop makes it
@@ -362,7 +366,7 @@ def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
 def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
     if type(bias) is not bool or grad_out.dtype != x.dtype:
         return None
-    layout = _conv_layout((grad_out, x), (weight,))
+    layout, w_cl = _conv_layout((grad_out, x), weight)
     if layout is None:
         return None
     geo, groups = _conv_geo("conv2d_backward", x, weight, None, stride, padding, dilation, groups)
@@ -371,9 +375,11 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     name = str(x.dtype)
     w_shape = tuple(weight.shape)
     wg = _conv_step("conv2d_weight_grad", "wgrad", x.dtype, x.shape, w_shape, geo, groups, bias,
-                    lambda cl: cudnn.wgrad_sig(grad_out.shape, x.shape, w_shape, name, geo, dev, layout, cl), layout)
+                    lambda cl: cudnn.wgrad_sig(grad_out.shape, x.shape, w_shape, name, geo, dev, layout, cl), layout,
+                    w_cl)
     dg = _conv_step("conv2d_input_grad", "dgrad", x.dtype, x.shape, w_shape, geo, groups, False,
-                    lambda cl: cudnn.dgrad_sig(grad_out.shape, w_shape, x.shape, name, geo, dev, layout, cl), layout)
+                    lambda cl: cudnn.dgrad_sig(grad_out.shape, w_shape, x.shape, name, geo, dev, layout, cl), layout,
+                    w_cl)
     if wg is None or dg is None or (wg[0] == dg[0] == "triton"):
         return None   # (the Triton kernels: a plan traced from the checked call, ops._planner)
     if layout == "nhwc" and "triton" in (wg[0], dg[0]):
@@ -383,13 +389,13 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     new_gx = _new_nchw(layout)   # dL/dx in x's layout, as cudnn.conv_dgrad makes it
     x_shape, g_ = tuple(x.shape), groups
     if wg[0] == "cudnn":
-        run_w, w_cl = wg[1], wg[2]   # (w_cl: cuDNN writes dL/dw channels-last)
+        run_w, written_cl = wg[1], wg[2]   # (written_cl: cuDNN writes dL/dw channels-last)
 
         def weight_grad(grad_out, x):
-            gw = cudnn.new_nchw(w_shape, x.dtype, w_cl)
+            gw = cudnn.new_nchw(w_shape, x.dtype, written_cl)
             run_w(x.data.ptr, grad_out.data.ptr, gw.data.ptr)
             gb = grad_out.sum(axis=(0, 2, 3), dtype=f32).astype(x.dtype) if bias else None
-            return cudnn.weight_out(gw), gb   # (C-contiguous: the plans take C-contiguous weights only)
+            return cudnn.weight_out(gw, w_cl), gb   # (in the weight's layout, as the checked call returns it)
     else:
         def weight_grad(grad_out, x):
             return conv.conv2d_weight_grad(grad_out, x, w_shape, geo, bias, g_)
