@@ -444,12 +444,14 @@ def wgrad_sig(g_shape, x_shape, w_shape, dtype_name, geo, device: int, layout: s
 
 
 # A channels-last convolution's weight may go to cuDNN channels-last too ((K, C, R, S) views of
-# (K, R, S, C) memory, weight_cl: a copy a call by kernels/transpose.py's permute, and dL/dw written
-# so and copied back), as torch does (its cuDNN convolution takes the weight in the input's suggested memory
-# format, a copy a call, and returns dL/dw in it): the path "cudnn-krsc" beside "cudnn" where
-# krsc_offered, timed per signature. With the weight C-contiguous and the activations channels-last,
-# the 3x3 rows of the ResNet-50 benchmark ran 0.751-0.998x torch (bfloat16, H100, 2026-11-27 05:39 UTC,
-# benchmarks/results/nvidia-h100-80gb-hbm3-conv-r50-bf16.json, conv2d_r50_nhwc*), the 1x1 rows, whose
+# (K, R, S, C) memory, weight_cl: a C-contiguous weight copied a call by kernels/transpose.py's
+# permute and dL/dw written so and copied back; a channels-last weight, is_krsc, read and its dL/dw
+# returned in place), as torch does (its cuDNN convolution takes the weight in the input's suggested
+# memory format, a copy a call unless the weight is already so, and returns dL/dw in it): the path
+# "cudnn-krsc" beside "cudnn" where krsc_offered, timed per signature. With the weight C-contiguous
+# and the activations channels-last, the 3x3 rows of the ResNet-50 benchmark ran 0.751-0.998x torch
+# (bfloat16, H100, 2026-11-27 05:39 UTC, history/nvidia-h100-80gb-hbm3-conv-r50-bf16-0539.json,
+# conv2d_r50_nhwc*), the 1x1 rows, whose
 # two weight layouts are one memory, 0.969-1.087x. cuDNN's fastest plan of each graph with the weight
 # channels-last against C-contiguous (H100, 2026-11-27 15:24 UTC, scripts/cudnn_plan_probe.py nhwc,
 # each plan behind an L2 flush; torch's whole call in brackets): 32x512x7x7 to 512 fprop 0.0202 ms
