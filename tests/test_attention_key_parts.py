@@ -56,21 +56,23 @@ def test_key_parts_grow_with_fewer_row_blocks():
 
 
 @pytest.mark.parametrize("bh,l,d,causal,want", [
-    (8, 1024, 128, False, [(128, 2)]),          # 64 row blocks of 128: the usual tiles in 2 parts (64 x 64: one)
-    (8, 1024, 128, True, [(64, 2), (128, 3)]),  # causal: both in parts
-    (16, 512, 128, False, [(128, 2)]),
-    (2, 1536, 96, False, [(64, 2), (128, 4)]),  # 24 blocks of 128 rows (two column blocks at head dim 96)
-    (8, 1536, 128, False, [(64, 2)]),           # 96 blocks: the usual tiles in parts would take two waves
-    (16, 1536, 128, False, [(128, 2)]),         # 192 blocks: the usual tiles first, in parts too
+    (8, 1024, 128, False, [(128, 2, False), (128, 2, True)]),   # 64 row blocks of 128: the usual tiles in 2
+                                                                # parts, V copied or in place (64 x 64: one)
+    (8, 1024, 128, True, [(64, 2, False), (128, 3, True)]),     # causal: both in parts (128 rows: V in place)
+    (16, 512, 128, False, [(128, 2, False), (128, 2, True)]),
+    (2, 1536, 96, False, [(64, 2, False), (128, 4, False)]),    # 24 blocks of 128 rows (two column blocks at
+                                                                # head dim 96: no V in place)
+    (8, 1536, 128, False, [(64, 2, False)]),    # 96 blocks: the usual tiles in parts would take two waves
+    (16, 1536, 128, False, [(128, 2, False), (128, 2, True)]),  # 192 blocks: the usual tiles first, in parts too
     (128, 512, 128, False, []),                 # 512 blocks: no parts
 ])
 def test_split_forward_parts_candidates(bh, l, d, causal, want):
     """The split float32 forward's key-parts candidates (kernels/attention.py _parts_candidates) on
-    an H100's 132 SMs: their tiles' rows and part counts."""
+    an H100's 132 SMs: their tiles' rows, part counts and whether V is read in place (O^T)."""
     import math
     from cudakit.kernels import attention as at
     consts = dict(at._config("float32", d, None), PREC="tf32x3")
     dlo, dhi = key_bounds(l, l, causal)
     first = at._split_consts(consts, d, False, causal, bh * math.ceil(l / 128), 132)
     got = at._parts_candidates(first, consts, d, False, causal, bh, l, l, dlo, dhi, 132)
-    assert [(c["BLOCK_M"], n) for c, n in got] == want
+    assert [(c["BLOCK_M"], n, bool(c.get("OT"))) for c, n in got] == want

@@ -632,7 +632,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             return one_part()
         if KEY_SPLITS is not None:
             return in_parts(first, max(1, KEY_SPLITS))() or one_part()
-        offers = [(f"triton-keys-in-{n}-parts-on-{c['BLOCK_M']}x{c['BLOCK_N']}", c, n)
+        offers = [(f"triton-keys-in-{n}-parts-on-{c['BLOCK_M']}x{c['BLOCK_N']}{'-v-in-place' if c.get('OT') else ''}",
+                   c, n)
                   for c, n in _parts_candidates(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)]
         if not offers:
             return one_part()
@@ -684,6 +685,10 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
         n = kp.key_parts(bh, lq, lk, dlo, dhi, usual["BLOCK_M"], usual["BLOCK_N"], sms, above)
         if n > 1:
             out.append((usual, n))
+    # 128-row tiles in one column block that take V's transposed copy are offered with V in place
+    # too (the O^T form): no copy pass before the launch, against slower products; timed beside it
+    out += [(dict(c, OT=True), n) for c, n in list(out)
+            if c["BLOCK_M"] == 128 and "BLOCK_D2" not in c and not c.get("OT")]
     return out
 
 

@@ -180,5 +180,6 @@ def cases(env: Env) -> list[Case]:
                     out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, False, True),
                             _r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, True, True)]
                     if r_ > 1:
-                        out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, bw, True, True) for bw in (False, True)]
+                        out += [_r50(env, batch, c_, hw_, k_, r_, st_, dtype, prec, bw, True, True)
+                                for bw in (False, True)]
     return out
