@@ -100,7 +100,7 @@ def nhwc():
             back = lambda: cudakit.conv2d_backward(cg, cx, cw, stride, 1, bias=False)  # noqa: E731
             print(f"PLAN-PROBE {label}: {want[0]} (forced); forward isolated {isolated_ms(fwd):.4f} ms (torch "
                   f"{isolated_ms(tfwd):.4f}), backward {isolated_ms(back):.4f} ms (torch {isolated_ms(tback):.4f})")
-            wk = cudnn.weight_in(cw, flag)   # the weight, and dL/dw's buffer, as the graphs take them
+            wk = cudnn.as_weight_layout(cw, flag)   # the weight, and dL/dw's buffer, as the graphs take them
             gwk = cudnn.new_nchw(cw.shape, cw.dtype, flag)
             plans("conv_fprop", [cx.data.ptr, wk.data.ptr, y.data.ptr], f"{label} fprop", tfwd, top=3)
             plans("conv_dgrad", [cg.data.ptr, wk.data.ptr, gx.data.ptr], f"{label} dgrad",

@@ -132,20 +132,20 @@ def test_conv2d_channels_last_weight_in_place(dtype, rng, cudnn_krsc, monkeypatc
 
 
 def test_weight_copies_to_krsc_and_back_round_trip(rng):
-    """cudnn.weight_in / weight_out (permute's short runs for these short tap dims): to
+    """cudnn.as_weight_layout both ways (permute's short runs for these short tap dims): to
     (K, R, S, C) memory and back, every word size cuDNN takes, odd sizes, several blocks a filter."""
     from cudakit.kernels import transpose
     for dtype, shape in (("bfloat16", (5, 7, 3, 3)), ("float32", (3, 130, 1, 5)), ("float16", (1, 1, 2, 2)),
                          ("bfloat16", (2, 300, 3, 3)), ("float32", (4, 70, 11, 11)), ("bfloat16", (512, 512, 3, 3))):
         w = cp.asarray(data(rng, shape, dtype))
-        krsc = cudnn.weight_in(w, True)
+        krsc = cudnn.as_weight_layout(w, True)
         assert krsc.shape == w.shape and krsc.strides[1] == krsc.itemsize
         np.testing.assert_array_equal(_host(cp.ascontiguousarray(krsc.transpose(0, 2, 3, 1))),
                                       _host(w).transpose(0, 2, 3, 1))
-        back = cudnn.weight_out(krsc)
+        back = cudnn.as_weight_layout(krsc)
         assert back.flags.c_contiguous
         if cudnn.is_krsc(krsc):   # (one channel: the two layouts are one memory, and the view is C-contiguous)
-            assert cudnn.weight_out(krsc, True) is krsc and cudnn.weight_in(krsc, True) is krsc
+            assert cudnn.as_weight_layout(krsc, True) is krsc
         np.testing.assert_array_equal(_host(back), _host(w))
     assert transpose.plan((512, 512, 3, 3), (9216, 18, 6, 2), 2, (0, 2, 3, 1)).kind == "runs"
 

@@ -469,31 +469,19 @@ def krsc_offered(layout: str, w_shape, dtype) -> bool:
 def is_krsc(w) -> bool:
     """w is a (K, C, R, S) view of (K, R, S, C) memory, a window of more than one tap (a
     channels-last weight, as torch's channels_last; a 1x1 weight's two layouts are one memory)."""
-    from ..backends.conv_api import _channels_last
-    return int(w.shape[2]) * int(w.shape[3]) > 1 and _channels_last(w)
+    from ..backends.conv_api import _weight_channels_last
+    return _weight_channels_last(w)
 
 
-def as_weight_layout(w, channels_last: bool):
+def as_weight_layout(w, channels_last: bool = False):
     """The (K, C, R, S) weight or weight gradient w in channels-last memory (is_krsc) or
-    C-contiguous: w itself where it already is, else a copy by kernels/transpose.py's permute,
-    which the caller holds until cuDNN's launch is queued (a copy freed before could give its
-    memory to that launch's workspace)."""
+    C-contiguous: w itself where it already is, else a copy by kernels/transpose.py's permute.
+    A weight on its way to cuDNN: the caller holds the copy until cuDNN's launch is queued (a copy
+    freed before could give its memory to that launch's workspace)."""
     from .transpose import permute
     if channels_last:
         return w if is_krsc(w) else permute(w, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
     return w if w.flags.c_contiguous else permute(w, (0, 1, 2, 3))   # (reads the view through its strides)
-
-
-def weight_in(w, weight_cl: bool):
-    """The weight w (K, C, R, S), C-contiguous or channels-last, as cuDNN's graph reads it:
-    channels-last where weight_cl, else C-contiguous (as_weight_layout)."""
-    return as_weight_layout(w, weight_cl)
-
-
-def weight_out(dw, channels_last: bool = False):
-    """dL/dw as cuDNN wrote it (new_nchw(..., weight_cl)) in the layout the caller returns:
-    C-contiguous, or channels-last (for a channels-last weight)."""
-    return as_weight_layout(dw, channels_last)
 
 
 def layout_of(*arrays) -> str | None:
@@ -522,7 +510,7 @@ def conv_fprop(x, w, bias, geo, weight_cl: bool = False):
     added in the same graph; y in x's layout (no copies either way). Returns None when cuDNN
     declines the signature or x is laid out otherwise. weight_cl: the weight goes to cuDNN
     channels-last (the caller's candidate "cudnn-krsc", offered where krsc_offered), else
-    C-contiguous, copied where it is not (weight_in). FLOPs: 2 N K Ho Wo C R S."""
+    C-contiguous, copied where it is not (as_weight_layout). FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(x)
     if layout is None or not aligned(x, w, bias) or not (w.flags.c_contiguous or is_krsc(w)):
         return None
@@ -549,7 +537,7 @@ def conv_fprop(x, w, bias, geo, weight_cl: bool = False):
     if g is None:
         return None
     y = new_nchw(y_shape, x.dtype, layout == "nhwc")
-    wc = weight_in(w, weight_cl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
+    wc = as_weight_layout(w, weight_cl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
     g.run([x.data.ptr, wc.data.ptr] + ([bias.data.ptr] if bias is not None else []) + [y.data.ptr])
     return y
 
@@ -558,7 +546,7 @@ def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str, weight_cl:
     """The gradient (out_shape, a's dtype) of one cuDNN convolution backward pass: kind "dgrad"
     (a = dL/dy, b = w: dL/dx, in dL/dy's layout) or "wgrad" (a = x, b = dL/dy: dL/dw as cuDNN
     wrote it, channels-last where weight_cl); the activations in `layout` (layout_of), the weight
-    as cuDNN reads it where weight_cl says (weight_in). None when cuDNN declines the signature."""
+    as cuDNN reads it where weight_cl says (as_weight_layout). None when cuDNN declines the signature."""
     name = str(a.dtype)
     ad = _layout_desc(a, layout)
     bd = nchw_out_desc(b.shape, weight_cl) if kind == "dgrad" else _layout_desc(b, layout)   # dgrad's b: the weight
@@ -580,7 +568,7 @@ def _conv_backward(kind: str, a, b, out_shape, geo, sig, layout: str, weight_cl:
         return None
     out = new_nchw(out_shape, a.dtype, out_cl)
     if kind == "dgrad":
-        wc = weight_in(b, weight_cl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
+        wc = as_weight_layout(b, weight_cl)   # (held until cuDNN's launch: freed, its memory could be the workspace)
         g.run([a.data.ptr, wc.data.ptr, out.data.ptr])
         return out
     g.run([a.data.ptr, b.data.ptr, out.data.ptr])
@@ -614,7 +602,7 @@ def conv_wgrad(grad_out, x, w_shape, geo, bias: bool, weight_cl: bool = False, o
     dw = _conv_backward("wgrad", x, grad_out, w_shape, geo, sig, layout, weight_cl)
     if dw is None:
         return None
-    dw = weight_out(dw, out_cl)
+    dw = as_weight_layout(dw, out_cl)
     cp = _cupy.cupy()
     db = grad_out.sum(axis=(0, 2, 3), dtype=cp.float32).astype(x.dtype) if bias else None
     return dw, db

@@ -347,10 +347,10 @@ def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     nd = _new_nchw(layout)   # the output in x's layout, as cudnn.conv_fprop makes it
     y_shape = (x.shape[0], weight.shape[0], geo[8], geo[9])
     if step[0] == "cudnn":
-        run, wl, w_in = step[1], step[2], cudnn.weight_in
+        run, wl, w_in = step[1], step[2], cudnn.as_weight_layout
         if bias is None:
             def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-                y, wc = nd(y_shape, x.dtype), w_in(weight, wl)   # (wc held until the launch: cudnn.weight_in)
+                y, wc = nd(y_shape, x.dtype), w_in(weight, wl)   # (wc held until the launch: cudnn.as_weight_layout)
                 run(x.data.ptr, wc.data.ptr, y.data.ptr)
                 return y
         else:
@@ -395,7 +395,7 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
             gw = cudnn.new_nchw(w_shape, x.dtype, written_cl)
             run_w(x.data.ptr, grad_out.data.ptr, gw.data.ptr)
             gb = grad_out.sum(axis=(0, 2, 3), dtype=f32).astype(x.dtype) if bias else None
-            return cudnn.weight_out(gw, w_cl), gb   # (in the weight's layout, as the checked call returns it)
+            return cudnn.as_weight_layout(gw, w_cl), gb   # (in the weight's layout, as the checked call returns it)
     else:
         def weight_grad(grad_out, x):
             return conv.conv2d_weight_grad(grad_out, x, w_shape, geo, bias, g_)
@@ -404,7 +404,7 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
 
         def input_grad(grad_out, weight):
             gx = new_gx(x_shape, weight.dtype)
-            wc = cudnn.weight_in(weight, d_cl)   # (held until the launch: cudnn.weight_in)
+            wc = cudnn.as_weight_layout(weight, d_cl)   # (held until the launch: cudnn.as_weight_layout)
             run_d(grad_out.data.ptr, wc.data.ptr, gx.data.ptr)
             return gx
     else:

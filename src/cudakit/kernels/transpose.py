@@ -29,6 +29,8 @@ Traffic: x read once + y written once, 2 * x.nbytes.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._common import KernelFamily, collapse, cuda_source
@@ -240,24 +242,21 @@ GROUPED = True
 def _runs_plan(cshape, cx, cy, sd, ld, itemsize):
     """ck_tr_runs over y's collapsed dims: sd the short dim of the plane, ld the long one."""
     batch = [d for d in range(len(cshape)) if d not in (sd, ld)]
-    n = cshape[ld]
-    for d in batch:
-        n *= cshape[d]
-    ns = cshape[sd]
-    g = RUN_GROUP if GROUPED and ns * RUN_GROUP <= max_run(itemsize) and n < 2**32 else 1
+    ns, nl = cshape[sd], cshape[ld]
+    n = nl * math.prod(cshape[d] for d in batch)
+    idx = 32 if n < 2**32 else 64
+    g = RUN_GROUP if GROUPED and ns * RUN_GROUP <= max_run(itemsize) and idx == 32 else 1
     ntiles = _cdiv(n, THREADS * g)
     p = np.zeros(1, RUNS_DTYPE)
     p["nb"] = len(batch)
     p["shape"][0, :len(batch)] = [cshape[d] for d in batch]
     p["in_s"][0, :len(batch)] = [cx[d] for d in batch]
     p["out_s"][0, :len(batch)] = [cy[d] for d in batch]
-    p["nl"], p["ns"], p["in_sl"], p["in_ss"] = cshape[ld], cshape[sd], cx[ld], cx[sd]
+    p["nl"], p["ns"], p["in_sl"], p["in_ss"] = nl, ns, cx[ld], cx[sd]
     p["out_sl"], p["out_ss"], p["n"], p["ntiles"] = cy[ld], cy[sd], n, ntiles
-    idx = 32 if n < 2**32 else 64
     staged = STAGED and (ns >= STAGED_FROM or g > 1) and cy[sd] == 1 and cy[ld] == ns
     return Plan("runs", f"ck_tr_runs<{_WORD[itemsize]}, {_INDEX[idx]}, {'true' if staged else 'false'}, {g}>",
-                itemsize, p,
-                (min(ntiles, _GRID_MAX), 1, 1))
+                itemsize, p, (min(ntiles, _GRID_MAX), 1, 1))
 
 
 # ------------------------------------------------------------------------------------------

@@ -70,14 +70,12 @@ def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward, channels_last:
     pad = r // 2
     ho = (hw + 2 * pad - r) // stride + 1
 
-    def layout(a):
-        return a.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2) if channels_last else a
+    def layout(a, cl=channels_last):   # (an (N, C, H, W) view of channels-last memory where cl)
+        return a.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2) if cl else a
 
     def setup():
         x = layout(_rand(env, (n, c, hw, hw), dtype, 1))
-        w = _rand(env, (k, c, r, r), dtype, 2, (r * r * c) ** -0.5)
-        if weight_cl:
-            w = w.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)
+        w = layout(_rand(env, (k, c, r, r), dtype, 2, (r * r * c) ** -0.5), weight_cl)
         tf32 = prec == "tf32"
 
         def ours(fn):
