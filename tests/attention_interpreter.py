@@ -334,7 +334,10 @@ MAT_CASES = [(2, 70, 90, 24, False, None, None, {"FUSED_PREP": True}),
                                                                     "num_stages": 3}}),
              (2, 70, 190, 96, True, (10, 20), None, {"UNMASKED_LONG": False}),
              (1, 190, 130, 64, True, (0, 0), None, {"SCORE_TILES": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4,
-                                                                    "num_stages": 1}})]
+                                                                    "num_stages": 1}}),
+             # the long products' columns in blocks (mat_long's COLS), head dims 128 (two of 64) and 40 (four of 16)
+             (2, 150, 90, 128, True, None, None, {"LONG_COLUMNS": 2}),
+             (3, 70, 130, 40, False, (30, 5), None, {"LONG_COLUMNS": 4})]
 
 
 def check_materialized(bh, lq, lk, d, causal, window, budget, options):

@@ -139,9 +139,12 @@ for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps"
                     ("scores_fused", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked, OWN_DELTA=True, SPLIT_B=True)),
                     ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, REV=True)),
                     ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True)),
-                    ("dkdv_aligned", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, ALIGNED=True))):
+                    ("dkdv_aligned", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, ALIGNED=True)),
+                    ("dq_columns", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, COLS=2))):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
     consts.update(D=d, DP=am.head_block(d))
+    if fn is mat.mat_long:
+        consts.setdefault("COLS", 1)
     sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in ("qk_scale", "scale")
            else "*fp32" for n in fn.arg_names}
     out[name] = shared_bytes(fn, sig, consts, c["num_warps"], c["num_stages"])
@@ -153,4 +156,4 @@ print(json.dumps(out))
 def test_materialized_backward_kernels_compile_for_sm90(d, masked):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
     shared = _shared_memory(_MAT_CODE, (d, "1" if masked else "0"))
-    assert set(shared) == {"prep", "scores", "scores_fused", "dq", "dkdv", "dkdv_aligned"}
+    assert set(shared) == {"prep", "scores", "scores_fused", "dq", "dkdv", "dkdv_aligned", "dq_columns"}

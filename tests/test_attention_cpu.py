@@ -84,6 +84,41 @@ def test_deterministic_backward_flag(rng):
         cudakit.attention_backward(q, q, q, q, out, lse, deterministic="yes")
 
 
+def test_varlen_deterministic_backward_flag_and_lse_dtype(rng):
+    q = ac.data(rng, (12, 2, 8), "float32")
+    cu = np.array([0, 5, 12], np.int32)
+    out, lse = cudakit.attention_varlen_with_lse(q, q, q, cu, cu, 7, 7, causal=True)
+    want = cudakit.attention_varlen_backward(q, q, q, q, out, lse, cu, cu, 7, 7, causal=True)
+    got = cudakit.attention_varlen_backward(q, q, q, q, out, lse, cu, cu, 7, 7, causal=True, deterministic=True)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(cudakit.ArgumentTypeError, match="attention_varlen_backward: deterministic"):
+        cudakit.attention_varlen_backward(q, q, q, q, out, lse, cu, cu, 7, 7, deterministic="yes")
+    with pytest.raises(cudakit.DTypeError, match="attention_varlen_backward: lse must be a float array"):
+        cudakit.attention_varlen_backward(q, q, q, q, out, lse.astype(np.int32), cu, cu, 7, 7)
+
+
+@pytest.mark.parametrize("bias", [[[0.0, 1.0, -2.0]] * 3, (0.5, -1.0, 2.0), 0.25])
+def test_backward_takes_the_bias_in_the_form_the_forward_took(bias, rng):
+    """A nested list, a tuple or a Python float as attn_bias: the backward's bias gradient comes back
+    in its shape, equal to the array bias's."""
+    q, k, v, g = (ac.data(rng, (1, 2, 3, 4), "float64") for _ in range(4))
+    out, lse = cudakit.attention_with_lse(q, k, v, attn_bias=bias)
+    got = cudakit.attention_backward(g, q, k, v, out, lse, attn_bias=bias)
+    want = cudakit.attention_backward(g, q, k, v, out, lse, attn_bias=np.asarray(bias, np.float64))
+    assert np.shape(got[3]) == np.shape(bias)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_errors_name_the_function(rng):
+    q = ac.data(rng, (1, 2, 3, 4), "float32")
+    with pytest.raises(cudakit.ShapeError, match="^attention_with_lse: "):
+        cudakit.attention_with_lse(q, q[..., :2], q)
+    with pytest.raises(cudakit.DTypeError, match="^attention: q: dtype int32"):
+        cudakit.attention(q.astype(np.int32), q, q)
+
+
 def test_key_lengths_in_a_tuple_and_of_a_narrow_integer_type(rng):
     """A tuple of lengths (a plan signature of its own) and int16 lengths give the list's result."""
     q = ac.data(rng, (2, 2, 9, 8), "float32")

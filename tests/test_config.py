@@ -48,8 +48,10 @@ def test_float32_precision_env_and_setter(monkeypatch):
     try:
         assert config.set_float32_precision("TF32") is None   # nothing was set: the environment applied
         assert config.float32_precision() == "tf32"
-        with pytest.raises(ValueError, match=r"one of 'tf32x3', 'ieee', 'tf32' \(got 'fp32'\)"):
+        with pytest.raises(cudakit.ArgumentError, match=r"one of 'tf32x3', 'ieee', 'tf32' \(got 'fp32'\)"):
             config.set_float32_precision("fp32")
+        with pytest.raises(cudakit.ArgumentError, match=r"value must be a string.*\(got 3\)"):
+            config.set_float32_precision(3)
         assert config.float32_precision() == "tf32"   # a refused value changes nothing
         assert config.set_float32_precision("tf32x3") == "tf32"
         assert config.set_float32_precision(None) == "tf32x3"

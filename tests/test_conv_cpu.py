@@ -91,6 +91,17 @@ def test_errors(rng):
         cudakit.max_pool2d_backward(x, x, 2)
 
 
+def test_backward_shape_errors_quote_the_callers_shapes(rng):
+    """grad_out's expected shape in the form the caller passes it: (N, Ho, Wo, K) with
+    memory_format="nhwc", (N, K, Lo) for conv1d."""
+    x, w = cc.data(rng, (2, 7, 9, 4), "float32"), cc.data(rng, (6, 4, 3, 3), "float32")
+    with pytest.raises(cudakit.ShapeError, match=r"grad_out must have shape \(2, 5, 7, 6\) \(got \(2, 6, 5, 7\)\)"):
+        cudakit.conv2d_backward(cc.data(rng, (2, 6, 5, 7), "float32"), x, w, memory_format="nhwc")
+    with pytest.raises(cudakit.ShapeError, match=r"grad_out must have shape \(2, 6, 8\) \(got \(2, 6, 3\)\)"):
+        cudakit.conv1d_backward(cc.data(rng, (2, 6, 3), "float32"), cc.data(rng, (2, 4, 10), "float32"),
+                                cc.data(rng, (6, 4, 3), "float32"))
+
+
 def test_conv2d_zero_filters_and_strided_input(rng):
     x = cc.data(rng, (2, 3, 8, 8), "float32")
     assert cudakit.conv2d(x, cc.data(rng, (0, 3, 3, 3), "float32")).shape == (2, 0, 6, 6)

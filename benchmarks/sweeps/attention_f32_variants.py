@@ -291,6 +291,12 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
                       {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1}):
                 if t != shipped_tile and (d <= 64 or t["BLOCK_N"] == 64):
                     fns[f"materialized score {tuple(t.values())}"] = knobs(SCORE_TILES=t)
+            from cudakit.runtime.device import get_device_info
+            sms = get_device_info(q.data.device_id).multiprocessors
+            shipped_cols = am.long_columns(am.head_block(d), math.ceil(L / am.LONG_TILES["BLOCK_M"]) * b * h, sms)
+            for cols in (1, 2, 4):
+                if cols != shipped_cols and am.head_block(d) // cols >= 16:
+                    fns[f"materialized LONG_COLUMNS={cols}"] = knobs(LONG_COLUMNS=cols)
             fns["materialized long (64, 32, 4, 4)"] = knobs(
                 LONG_TILES={"BLOCK_M": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 4})
             # the shipped sequence's launches recorded once, then each timed alone (and all of them
@@ -298,7 +304,7 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
             rec = []
             dlo, dhi = at.key_bounds(L, L, causal, None)
             am.run(g, q, k, v, o, lse, float(scale), dlo, dhi, empty=lambda s: cp.empty(s, cp.float32),
-                   launch=lambda n, gr, a, c: rec.append((n, gr, a, c)))
+                   launch=lambda n, gr, a, c: rec.append((n, gr, a, c)), sms=sms)
 
             def replay(items):
                 def f():
@@ -306,7 +312,7 @@ if "--mat-shipped" in argv:   # the shipped materialised backward (kernels/atten
                         at._specialized(n, c)[gr](*a)
                 return f
             for i, r in enumerate(rec):
-                extra = {n: r[3][n] for n in ("TRANS_A", "ALIGNED", "OWN_DELTA", "BLOCK_N") if n in r[3]}
+                extra = {n: r[3][n] for n in ("TRANS_A", "ALIGNED", "OWN_DELTA", "BLOCK_N", "COLS") if n in r[3]}
                 fns[f"part {i} {r[0]} {extra}"] = replay([r])
             fns["parts all, no host allocation"] = replay(rec)
             report(f"{b}x{h}x{L}x{d}{' causal' if causal else ''} backward (shipped materialized)", fns,

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ArgumentError, ConfigError
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -133,9 +133,11 @@ FLOAT32_PRECISIONS = ("tf32x3", "ieee", "tf32")
 _float32_precision: str | None = None   # set_float32_precision's value, over the environment's
 
 
-def _check_precision(value, what: str) -> str:
+def _check_precision(value, what: str, error=None) -> str:
+    """value where it is one of FLOAT32_PRECISIONS, else `error` (ConfigError by default: a setting)."""
     if value not in FLOAT32_PRECISIONS:
-        raise ValueError(f"{what} must be one of {', '.join(map(repr, FLOAT32_PRECISIONS))} (got {value!r})")
+        raise (error or ConfigError)(f"{what} must be one of {', '.join(map(repr, FLOAT32_PRECISIONS))} "
+                                     f"(got {value!r})")
     return value
 
 
@@ -152,11 +154,14 @@ def set_float32_precision(value: str | None) -> str | None:
     """Set float32_precision() for this process ("tf32x3", "ieee" or "tf32", any case; None: back to
     CUDAKIT_FLOAT32_PRECISION). Returns what was set before (None when nothing was), so that
     `old = set_float32_precision(p); ...; set_float32_precision(old)` restores it exactly. Raises
-    ValueError for another value."""
+    ArgumentError (a ValueError) for another value or a value that is not a string."""
     global _float32_precision
     previous = _float32_precision
     if value is not None:
-        value = _check_precision(str(value).strip().lower(), "float32 precision")
+        if not isinstance(value, str):
+            raise ArgumentError(f"set_float32_precision: value must be a string, one of "
+                                f"{', '.join(map(repr, FLOAT32_PRECISIONS))}, or None (got {value!r})")
+        value = _check_precision(value.strip().lower(), "set_float32_precision: value", ArgumentError)
     _float32_precision = value
     return previous
 

@@ -588,11 +588,11 @@ def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 
 
 def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              scale=None, causal=False, *, window=None):
+                              scale=None, causal=False, *, window=None, deterministic=False):
     """(grad_q, grad_k, grad_v) of attention_varlen (see Backend.attention_varlen_backward)."""
     return backend_for(grad_out, q, k, v).attention_varlen_backward(
         grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-        window=window)
+        window=window, deterministic=deterministic)
 
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------

@@ -372,6 +372,24 @@ def test_attention_varlen(case, dtype, rng):
     ac.check_varlen(_dev, _host, rng, h, hkv, d, lq, lk, causal, dtype, window, max_pad=3)
 
 
+def test_varlen_deterministic_backward_is_bitwise_repeatable(rng):
+    """deterministic=True on packed sequences: the Triton kernels (no atomics; cuDNN's backward not
+    asked), bitwise equal over repeated runs, close to the default path's gradients."""
+    lens = [300, 1, 517]
+    cu = cp.asarray(np.concatenate([[0], np.cumsum(lens)]), cp.int32)
+    q, g = (cp.asarray(ac.data(rng, (sum(lens), 4, 64), "bfloat16")) for _ in range(2))
+    k, v = (cp.asarray(ac.data(rng, (sum(lens), 2, 64), "bfloat16")) for _ in range(2))
+    out, lse = cudakit.attention_varlen_with_lse(q, k, v, cu, cu, 517, 517, causal=True)
+    runs = [[cp.asnumpy(t).astype(np.float32) for t in cudakit.attention_varlen_backward(
+        g, q, k, v, out, lse, cu, cu, 517, 517, causal=True, deterministic=True)] for _ in range(3)]
+    for run in runs[1:]:
+        for a, b in zip(run, runs[0]):
+            np.testing.assert_array_equal(a, b)
+    fast = cudakit.attention_varlen_backward(g, q, k, v, out, lse, cu, cu, 517, 517, causal=True)
+    for a, b in zip(runs[0], fast):
+        np.testing.assert_allclose(a, cp.asnumpy(b).astype(np.float32), rtol=3e-2, atol=3e-2)
+
+
 def test_attention_varlen_device_cu_seqlens_out_of_range_raise_at_the_next_check(rng):
     """GPU cu_seqlens are checked by the forward kernel: a sequence longer than max_seqlen_q is an
     ArgumentError at cudakit.check(), naming the sequence and its lengths."""

@@ -161,7 +161,7 @@ class AttentionOps:
             scale = 1.0 / math.sqrt(d)
         scale = finite_scalar(op, "scale", scale)  # a 0-d array (cupy.sqrt's result) works too
         check_bool(op, "causal", causal, ints=True)
-        name = self._check_dtype(q, "q")
+        name = self._check_dtype(q, "q", op)
         return arrs, name, scale
 
     def _as_bhld(self, x, n):
@@ -255,7 +255,7 @@ class AttentionOps:
         """attention() that also returns the log-sum-exp of each score row (..., Lq), float32
         (float64 for float64), which attention_backward needs: (out, lse). With layout "blhd" lse
         is (B, H, Lq). A row that attends no key has lse -inf."""
-        return self._attention_fwd("attention", q, k, v, scale, causal, None, layout, window, key_lengths, attn_bias,
+        return self._attention_fwd("attention_with_lse", q, k, v, scale, causal, None, layout, window, key_lengths, attn_bias,
                                    (dropout_p, seed))
 
     def flash_attention(self, q, k, v, scale=None, block_size: int = 64, causal: bool = False, *,
@@ -404,7 +404,7 @@ class AttentionOps:
     def _bias_grad(self, db, attn_bias, lead: tuple):
         """The bias's gradient (Masks' 4-D form) in attn_bias's shape: summed over the outer dims the
         bias broadcasts where _bias had to copy it out to every outer dim."""
-        shape = tuple(attn_bias.shape)
+        shape = tuple(np.shape(attn_bias))   # (the bias as given: an array, or a nested list or a scalar)
         padded = (1,) * (len(lead) + 2 - len(shape)) + shape
         outer = lead[:-1]
         if db.shape[0] == math.prod(padded[:-3]) or not outer:

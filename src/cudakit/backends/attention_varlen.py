@@ -15,7 +15,8 @@ import numpy as np
 
 from .attention_masks import Masks, check_window
 from .checks import check_bool, finite_scalar, require_array
-from ..errors import ArgumentError, ShapeError
+from .normalization_api import is_float
+from ..errors import ArgumentError, DTypeError, ShapeError
 
 
 class VarlenAttentionOps:
@@ -62,10 +63,15 @@ class VarlenAttentionOps:
             return self._varlen_by_sequence(q, k, v, cq, ck, scale, causal, window, name)
 
     def attention_varlen_backward(self, grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                  max_seqlen_k, scale=None, causal: bool = False, *, window=None):
+                                  max_seqlen_k, scale=None, causal: bool = False, *, window=None,
+                                  deterministic: bool = False):
         """(grad_q, grad_k, grad_v) of attention_varlen for dL/dout = grad_out (q's shape), from the
-        forward's out and lse (attention_varlen_with_lse); same sequences, scale and masks."""
+        forward's out and lse (attention_varlen_with_lse); same sequences, scale and masks.
+        deterministic: bitwise the same gradients on every run (on the GPU, cudakit's Triton kernels,
+        which sum without atomics; cuDNN's backward, which may be faster, is not asked; the CPU
+        backend is deterministic either way)."""
         op = "attention_varlen_backward"
+        deterministic = check_bool(op, "deterministic", deterministic)
         q, k, v, cq, ck, mq, mk, scale, name, window = self._varlen_args(
             op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window)
         arrs, _ = self._norm_arrays(op, {"grad_out": grad_out, "out": out, "q": q})
@@ -78,6 +84,9 @@ class VarlenAttentionOps:
         self._check_devices({"q": q, "lse": lse})
         if tuple(lse.shape) != tuple(q.shape[:2]):
             raise ShapeError(f"{op}: lse must have shape {tuple(q.shape[:2])} (total_q, H) (got {tuple(lse.shape)})")
+        if not is_float(lse.dtype):
+            raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
+                             f"(got {lse.dtype})")
         acc = "float64" if name == "float64" else "float32"
         lse = self._ascontiguous(lse.astype(acc, copy=False))
         groups = q.shape[1] // k.shape[1]
@@ -85,7 +94,7 @@ class VarlenAttentionOps:
             mod = self._varlen_kernels(name)
             if mod is not None:
                 dq, dk, dv = mod.backward_varlen(g, q, k, v, o, lse, cq, ck, mq, mk, scale, bool(causal), name,
-                                                 window)
+                                                 window, deterministic=bool(deterministic))
                 if groups > 1 and dk.shape[1] != k.shape[1]:   # each q head's share, summed per k, v head
                     t, hkv, d = k.shape
                     dk, dv = (self.sum(x.reshape(t, hkv, groups, d), axis=2) for x in (dk, dv))
@@ -109,7 +118,7 @@ class VarlenAttentionOps:
             raise ShapeError(f"{op}: k and v have {hkv} heads and q has {h}: Hkv must divide H")
         if d == 0:
             raise ShapeError(f"{op}: head_dim must be >= 1 (got 0)")
-        name = self._check_dtype(q, "q")
+        name = self._check_dtype(q, "q", op)
         mq = _seqlen(op, "max_seqlen_q", max_q)
         mk = _seqlen(op, "max_seqlen_k", max_k)
         cq, nq = self._cu_seqlens(op, "cu_seqlens_q", cu_q, tq, mq, q)

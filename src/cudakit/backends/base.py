@@ -130,10 +130,11 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
     _array_type: type = type(None)   # the backend's native array class (fast path)
 
     @staticmethod
-    def _check_dtype(x, arg: str) -> str:
+    def _check_dtype(x, arg: str, op: str | None = None) -> str:
         name = (_supported or supported_dtypes()).get(x.dtype)
         if name is None:
-            raise DTypeError(f"{arg}: dtype {x.dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+            raise DTypeError(f"{op + ': ' if op else ''}{arg}: dtype {x.dtype} is not supported; use one of "
+                             f"{', '.join(SUPPORTED_DTYPES)}")
         return name
 
     def _prepare(self, op: str, named: dict, out):
@@ -157,7 +158,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
                 arrays[arg] = self._coerce(x, arg)
         if not arrays:
             raise DTypeError(f"{op}: at least one argument must be an array (got only scalars)")
-        dts = {arg: self._check_dtype(x, arg) for arg, x in arrays.items()}
+        dts = {arg: self._check_dtype(x, arg, op) for arg, x in arrays.items()}
         if len(set(dts.values())) > 1:
             desc = ", ".join(f"{a} is {d}" for a, d in dts.items())
             raise DTypeError(f"{op}: arguments must have one dtype ({desc}); cast one with .astype()")

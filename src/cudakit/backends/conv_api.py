@@ -224,7 +224,8 @@ class ConvOps:
         require_array(op, "grad_out", g)
         if getattr(g, "ndim", None) != 3:
             raise ShapeError(f"{op}: grad_out must be (N, K, Lo) (got shape {tuple(getattr(g, 'shape', ()))})")
-        gx, gw, gb = self._conv2d_backward(op, g[:, :, None, :], x4, w4, *geo, bias, groups)
+        gx, gw, gb = self._conv2d_backward(op, g[:, :, None, :], x4, w4, *geo, bias, groups,
+                                           shown=lambda s: (s[0], s[1], s[3]))
         return gx.reshape(x4.shape[0], x4.shape[1], x4.shape[3]), gw.reshape(w4.shape[0], w4.shape[1], w4.shape[3]), gb
 
     def _conv1d_views(self, op, named, stride, padding, dilation):
@@ -343,10 +344,13 @@ class ConvOps:
             if getattr(g, "ndim", None) != 4:
                 raise ShapeError(f"{op}: grad_out must be 4-D (got shape {tuple(getattr(g, 'shape', ()))})")
             grad_out = self._channels_last_view(g) if nhwc == "nhwc" else g
-        gx, gw, gb = self._conv2d_backward(op, grad_out, x, weight, stride, padding, dilation, bias, groups)
+        shown = (lambda s: (s[0], s[2], s[3], s[1])) if nhwc == "nhwc" else None
+        gx, gw, gb = self._conv2d_backward(op, grad_out, x, weight, stride, padding, dilation, bias, groups, shown)
         return self._conv_out(gx, nhwc), gw, gb
 
-    def _conv2d_backward(self, op, grad_out, x, weight, stride, padding, dilation, bias, groups):
+    def _conv2d_backward(self, op, grad_out, x, weight, stride, padding, dilation, bias, groups, shown=None):
+        """shown: an (N, K, Ho, Wo) shape as the caller's grad_out has it ((N, Ho, Wo, K), conv1d's
+        (N, K, Lo)), for the error message; None: as it is."""
         from .linalg_api import _check_flag
         bias = _check_flag(op, "bias", bias)
         arrs, geo, groups = self._conv_plan(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding,
@@ -355,7 +359,8 @@ class ConvOps:
         ho, wo = geo[8], geo[9]
         n, k = x.shape[0], w.shape[0]
         if tuple(g.shape) != (n, k, ho, wo):
-            raise ShapeError(f"{op}: grad_out must have shape {(n, k, ho, wo)} (got {tuple(g.shape)})")
+            shown = shown or tuple
+            raise ShapeError(f"{op}: grad_out must have shape {shown((n, k, ho, wo))} (got {shown(tuple(g.shape))})")
         w_cl = _weight_channels_last(w)
         with self._device_scope(x):
             grads = self._conv2d_weight_grad_kernel(g, x, w.shape, geo, bias, groups, out_cl=w_cl)

@@ -77,7 +77,7 @@ class DropoutOps:
     def _dropout_apply(self, op: str, x, p, seed, arg: str):
         p, seed = check_p(op, p), check_seed(op, seed)
         x = self._coerce(x, arg)
-        self._check_dtype(x, arg)
+        self._check_dtype(x, arg, op)
         with self._device_scope(x):
             if p == 0.0:
                 return self._copy(x)
@@ -101,7 +101,7 @@ class DropoutOps:
             check_p(op, p)
             check_seed(op, seed)
             x = self._coerce(x, "x")
-            self._check_dtype(x, "x")
+            self._check_dtype(x, "x", op)
             with self._device_scope(x):
                 return self._copy(x)
         return self._dropout_apply(op, x, p, seed, "x")

@@ -85,7 +85,7 @@ class NormalizationOps:
             if v is None and a not in optional:
                 require_array(op, a, v)
         arrays = {a: self._coerce(v, a) for a, v in named.items() if v is not None}
-        dts = {a: self._check_dtype(v, a) for a, v in arrays.items()}
+        dts = {a: self._check_dtype(v, a, op) for a, v in arrays.items()}
         first = next(iter(dts))
         for a, d in dts.items():
             if d != dts[first]:

@@ -77,7 +77,7 @@ class ReductionOps:
     # ---- shared checks ---------------------------------------------------------------------
     def _red_x(self, op: str, x, arg: str = "x"):
         x = self._coerce(x, arg)
-        self._check_dtype(x, arg)
+        self._check_dtype(x, arg, op)
         return x
 
     def _red_fast(self, op: str, x, axis, keepdims):

@@ -115,7 +115,7 @@ class SoftmaxOps:
 
     def _softmax_arrays(self, op: str, named: dict) -> dict:
         arrays = {a: self._coerce(v, a) for a, v in named.items()}
-        dts = {a: self._check_dtype(v, a) for a, v in arrays.items()}
+        dts = {a: self._check_dtype(v, a, op) for a, v in arrays.items()}
         first = next(iter(arrays))
         for a, d in dts.items():
             if d != dts[first]:
@@ -206,7 +206,7 @@ class SoftmaxOps:
         reduction = _check_reduction(op, reduction)
         ignore_index = _check_ignore(op, ignore_index)
         logits = self._coerce(logits, "logits")
-        self._check_dtype(logits, "logits")
+        self._check_dtype(logits, "logits", op)
         targets = self._coerce(targets, "targets")
         if logits.ndim != 2:
             raise ShapeError(f"{op}: logits must be 2-D (N, C); got shape {tuple(logits.shape)} ({logits.ndim}-D)")
@@ -233,7 +233,7 @@ class SoftmaxOps:
                     raise ShapeError(f"{op}: reduction='none' needs grad_loss of shape ({n},); got a scalar")
                 return self._scalar_array(grad_loss, acc).reshape(1)
             gl = self._coerce(grad_loss, "grad_loss")
-            self._check_dtype(gl, "grad_loss")
+            self._check_dtype(gl, "grad_loss", op)
             self._check_devices({"logits": logits, "grad_loss": gl})
             want = (n,) if reduction == "none" else ()
             if tuple(gl.shape) != want and not (reduction != "none" and gl.size == 1):

@@ -186,7 +186,7 @@ def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: 
              scale, M, Lq, Lk, LQP, LKP, KP, DLO, DHI,
              D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
              TRANS_A: tl.constexpr, MASKED: tl.constexpr, REV: tl.constexpr = False,
-             ALIGNED: tl.constexpr = False):
+             ALIGNED: tl.constexpr = False, COLS: tl.constexpr = 1):
     """C = scale * op(A) B, rows BLOCK_M at a time, over the reduced axis: op(A) = A, rows the
     queries, reduced over the keys (dQ = dS K; M = Lq, KP = LKP) or, with TRANS_A, A^T, rows the
     keys, reduced over the queries (dK = dS^T Q, dV = P^T dO; M = Lk, KP = LQP). B as mat_prep
@@ -204,7 +204,10 @@ def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: 
     (2026-11-27 07:10 UTC, attention_f32_variants.py --mat-shipped): B split in these registers from
     B itself (no split pass, but its loads no longer pipelined into shared memory), B4 H8 S2048
     D128 5.795 ms against 2.261 and B16 H8 S512 D64 0.597 against 0.499; dK and dV in one
-    kernel, 2.420 and 0.514 ms."""
+    kernel, 2.420 and 0.514 ms.
+    COLS > 1: C's columns in COLS blocks of DP / COLS, one program each (grid dim z): more, smaller
+    programs where the row blocks alone leave SMs idle (A's tiles are then read and split COLS
+    times, from L2)."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     if REV:
@@ -212,7 +215,7 @@ def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: 
     m0 = start_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
-    offs_d = tl.arange(0, DP)
+    offs_d = tl.program_id(2) * (DP // COLS) + tl.arange(0, DP // COLS)
     a_base = bh * LQP * LKP
     lo = 0
     hi = KP
@@ -224,7 +227,7 @@ def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: 
             lo = tl.maximum(m0 + DLO, 0)
             hi = tl.minimum(m0 + BLOCK_M - 1 + DHI, Lk)
         lo = (lo // BLOCK_K) * BLOCK_K
-    acc = tl.zeros([BLOCK_M, DP], tl.float32)
+    acc = tl.zeros([BLOCK_M, DP // COLS], tl.float32)
     for k0 in range(lo, hi, BLOCK_K):
         ks = k0 + offs_k
         a_hi, a_lo = _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A, MASKED and not ALIGNED)

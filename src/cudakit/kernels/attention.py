@@ -752,8 +752,10 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks):
     dlo, dhi = key_bounds(q.shape[1], k.shape[1], masks.causal, masks.window)
     arrays = [cp.ascontiguousarray(x) for x in (do, q, k, v, out)] + [_f32_contiguous(lse)]
     try:
+        from ..runtime.device import get_device_info
         return am.run(*arrays, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
-                      launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args))
+                      launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args),
+                      sms=get_device_info(q.data.device_id).multiprocessors)
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         from .. import fallbacks
         from . import paths
@@ -897,12 +899,14 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
 
 
 def backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, scale: float, causal: bool,
-                    dtype_name: str, window=None):
+                    dtype_name: str, window=None, deterministic: bool = False):
     """(dq (total_q, H, D), dk, dv) of forward_varlen, lse as it returned: dk, dv (total_k, Hkv, D)
     from cuDNN (summed over the q heads sharing a k, v head), (total_k, H, D) from the Triton
-    kernels (each q head's share, which the caller sums when Hkv < H). FLOPs 10 H D sum_b Lq_b Lk_b."""
+    kernels (each q head's share, which the caller sums when Hkv < H). deterministic: the Triton
+    kernels only (each gradient block written by one program, no atomics). FLOPs 10 H D sum_b Lq_b Lk_b."""
     b = cu_q.shape[0] - 1
-    if b > 0 and q.shape[0] and q.shape[1] and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
+    if b > 0 and q.shape[0] and q.shape[1] and not deterministic and _cudnn_varlen(q, k, cu_q, cu_k, window, scale,
+                                                                                     dtype_name):
         from . import cudnn_varlen, paths
         err = _varlen_flag(q.data.device_id)
         _, h, d = q.shape

@@ -61,6 +61,20 @@ L2_ORDER = None
 FUSED_PREP = None
 
 
+# LONG_COLUMNS: the long products' columns in this many blocks (mat_long's COLS, one program each).
+# None: long_columns() decides by the launch's size.
+LONG_COLUMNS: int | None = None
+
+
+def long_columns(dp: int, programs: int, sms: int | None) -> int:
+    """mat_long's COLS for a launch of `programs` row blocks (all heads) on `sms` SMs (None: unknown,
+    one block): two column blocks at DP 128 where the row blocks number under two a SM (LONG_COLUMNS
+    set: that)."""
+    if LONG_COLUMNS is not None:
+        return LONG_COLUMNS
+    return 2 if dp == 128 and sms and programs < 2 * sms else 1
+
+
 def l2_order(dp: int) -> bool:
     """Whether dQ's long product reads the heads in reverse order at head-dim block dp (L2_ORDER)."""
     return dp <= 64 if L2_ORDER is None else L2_ORDER
@@ -107,11 +121,13 @@ def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None) -> int:
     return min(bh, _MAX_GRID, (WORKSPACE_BYTES if budget is None else budget) // per)
 
 
-def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, budget: int | None = None):
+def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, budget: int | None = None,
+        sms: int | None = None):
     """(dq, dk, dv) float32 like q, k, v of attention for dL/dout = do, or None when one head's
     workspace exceeds the budget. q, out, do: [BH, Lq, D]; k, v: [BH, Lk, D]; lse: [BH, Lq] (natural
     log, the forward's); all float32, C-contiguous, BH, Lq, Lk > 0. dlo, dhi: key_bounds' interval.
-    empty(shape) -> a float32 array; launch(kernel name, grid, args, constexprs and launch options).
+    empty(shape) -> a float32 array; launch(kernel name, grid, args, constexprs and launch options);
+    sms: the GPU's SMs (long_columns).
     Everything is allocated before the first launch (an out-of-memory error leaves nothing written)."""
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -152,6 +168,8 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
                 (ds, kth, ktl, dqc, lq, lkp, scale, by_rows),   # dQ = scale dS K
                 (ds, qth, qtl, dkc, lk, lqp, scale, by_cols),   # dK = scale dS^T Q
                 (p, doth, dotl, dvc, lk, lqp, 1.0, by_cols)):   # dV = P^T dO
-            launch("mat_long", (math.ceil(m / lt["BLOCK_M"]), c),
-                   (a, b_hi, b_lo, dst, float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi), cs)
+            rows = math.ceil(m / lt["BLOCK_M"])
+            cols = long_columns(dp, rows * c, sms)
+            launch("mat_long", (rows, c, cols),
+                   (a, b_hi, b_lo, dst, float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi), dict(cs, COLS=cols))
     return dq, dk, dv
