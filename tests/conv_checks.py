@@ -125,21 +125,30 @@ def check_conv2d_channels_last(dev, host, rng, n, c, h, w, k, r, s, stride, pad,
                f"grad_bias {form}")
 
 
-def check_conv1d(dev, host, rng, n, c, length, k, r, stride, pad, dil, dtype, groups=1, with_bias=True, product_u=0.0):
+def check_conv1d(dev, host, rng, n, c, length, k, r, stride, pad, dil, dtype, groups=1, with_bias=True, product_u=0.0,
+                 nlc=False):
     """conv1d and conv1d_backward against the 2-D references on (N, C, 1, L) copies (the 1-D
-    convolution is the 2-D one with a 1 x R window, stride, padding and dilation 1, 0, 1 in H)."""
+    convolution is the 2-D one with a 1 x R window, stride, padding and dilation 1, 0, 1 in H).
+    nlc: the activations passed and returned (N, L, C) (memory_format="nlc")."""
     x, wt = data(rng, (n, c, length), dtype), data(rng, (k, c // groups, r), dtype)
     b = data(rng, (k,), dtype) if with_bias else None
-    y = host(cudakit.conv1d(dev(x), dev(wt), None if b is None else dev(b), stride, pad, dil, groups))
+    fmt = {"memory_format": "nlc"} if nlc else {}
+
+    def given(a):   # an (N, C, L) activation as the call takes it, and back
+        return np.ascontiguousarray(a.swapaxes(1, 2)) if nlc else a
+    y = host(cudakit.conv1d(dev(given(x)), dev(wt), None if b is None else dev(b), stride, pad, dil, groups, **fmt))
     geo = ((1, stride), (0, pad), (1, dil))
     want, mag, (_, lo) = conv_reference(x[:, :, None], wt[:, :, None], b, *geo, groups)
-    assert y.shape == (n, k, lo) and y.dtype == np_dtype(dtype)
+    assert y.shape == ((n, lo, k) if nlc else (n, k, lo)) and y.dtype == np_dtype(dtype)
+    y = given(y)
     _close(y[:, :, None], want, mag, c // groups * r + 1, dtype, "conv1d", product_u)
     g = data(rng, (n, k, lo), dtype)
     gx, gw, gb = (None if t is None else host(t) for t in
-                  cudakit.conv1d_backward(dev(g), dev(x), dev(wt), stride, pad, dil, with_bias, groups))
+                  cudakit.conv1d_backward(dev(given(g)), dev(given(x)), dev(wt), stride, pad, dil, with_bias, groups,
+                                          **fmt))
     rgx, rgw, magx, magw = _conv_grads(f64(g)[:, :, None], f64(x)[:, :, None], f64(wt)[:, :, None], *geo, groups)
-    assert gx.shape == x.shape and gw.shape == wt.shape
+    assert gx.shape == given(x).shape and gw.shape == wt.shape
+    gx = given(gx)
     _close(gx[:, :, None], rgx, magx, k // groups * r, dtype, "conv1d grad_x", product_u)
     _close(gw[:, :, None], rgw, magw, n * lo, dtype, "conv1d grad_weight", product_u)
     if with_bias:

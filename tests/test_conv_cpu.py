@@ -203,11 +203,13 @@ def test_conv_plan_cache(rng):
     assert be.checks == 11
 
 
+@pytest.mark.parametrize("nlc", [False, True], ids=["ncl", "nlc"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("geo", cc.CONV1D_GEOMETRIES)
-def test_conv1d(geo, dtype, rng):
+def test_conv1d(geo, dtype, nlc, rng):
     n, c, length, k, r, stride, pad, dil, groups = geo
-    cc.check_conv1d(_dev, _host, rng, n, c, length, k, r, stride, pad, dil, dtype, groups, with_bias=groups != 4)
+    cc.check_conv1d(_dev, _host, rng, n, c, length, k, r, stride, pad, dil, dtype, groups, with_bias=groups != 4,
+                    nlc=nlc)
 
 
 def test_conv1d_errors(rng):
@@ -228,6 +230,12 @@ def test_conv1d_errors(rng):
         cudakit.conv1d(x, np.ones((3, 4, 30), np.float32))
     with pytest.raises(cudakit.ShapeError, match="conv1d_backward: grad_out must be"):
         cudakit.conv1d_backward(np.ones((2, 3, 8, 1), np.float32), x, w)
+    with pytest.raises(cudakit.ArgumentError, match="conv1d: memory_format must be None, 'ncl' or 'nlc'"):
+        cudakit.conv1d(x, w, memory_format="nhwc")
+    with pytest.raises(cudakit.ShapeError, match=r"conv1d: x must be \(N, L, C\)"):
+        cudakit.conv1d(x[0], w, memory_format="nlc")
+    with pytest.raises(cudakit.ShapeError, match=r"conv1d_backward: grad_out must be \(N, Lo, K\)"):
+        cudakit.conv1d_backward(np.ones((2, 3), np.float32), x, w, memory_format="nlc")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -616,15 +616,17 @@ def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=T
                     (grad_out, x, weight, stride, padding, dilation, bias, groups))
 
 
-def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """1-D convolution, (N, C, L) (see Backend.conv1d): conv2d on (N, C, 1, L) views."""
-    return backend_for(x, weight).conv1d(x, weight, bias, stride, padding, dilation, groups)
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
+    """1-D convolution, (N, C, L), or (N, L, C) with memory_format="nlc" (see Backend.conv1d):
+    conv2d on (N, C, 1, L) views."""
+    return backend_for(x, weight).conv1d(x, weight, bias, stride, padding, dilation, groups,
+                                         memory_format=memory_format)
 
 
-def conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+def conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None):
     """(grad_x, grad_weight, grad_bias) of conv1d (see Backend.conv1d_backward)."""
     return backend_for(grad_out, x, weight).conv1d_backward(grad_out, x, weight, stride, padding, dilation, bias,
-                                                            groups)
+                                                            groups, memory_format=memory_format)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0):

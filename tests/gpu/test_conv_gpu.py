@@ -142,9 +142,11 @@ def test_conv2d_float32_precision_is_applied(float32_precision, rng):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("geo", cc.CONV1D_GEOMETRIES + [(4, 64, 1000, 128, 3, 1, 1, 1, 1), (2, 32, 257, 32, 7, 2, 3, 1, 32)])
-def test_conv1d(geo, dtype, rng):
+@pytest.mark.parametrize("nlc", [False, True], ids=["ncl", "nlc"])
+def test_conv1d(geo, dtype, nlc, rng):
     n, c, length, k, r, stride, pad, dil, groups = geo
-    cc.check_conv1d(_dev, _host, rng, n, c, length, k, r, stride, pad, dil, dtype, groups, product_u=_product_u(dtype))
+    cc.check_conv1d(_dev, _host, rng, n, c, length, k, r, stride, pad, dil, dtype, groups, product_u=_product_u(dtype),
+                    nlc=nlc)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -32,6 +32,9 @@ def test_gather_copy_matches_numpy(dtype, count):
     offs, total = _layout([h.nbytes for h in host])
     dst = cp.full(total, 0xAB, dtype=cp.uint8)
     s = cp.cuda.Stream(non_blocking=True)
+    # a non-blocking stream does not wait for the default stream, where dst's fill and the sources'
+    # uploads were queued: without this wait the copy raced them (the fill landing after it)
+    s.wait_event(cp.cuda.Stream.null.record())
     with s:
         gc.gather_copy(dst, offs, srcs)
     s.synchronize()

@@ -42,6 +42,13 @@ def _channels_last(x) -> bool:
         and (n == 1 or strides[0] == h * w * c * item)
 
 
+def _check_1d_format(op: str, memory_format) -> bool:
+    """conv1d's memory_format: True for "nlc" (channels-last), False for None or "ncl"."""
+    if memory_format not in (None, "ncl", "nlc"):
+        raise ArgumentError(f"{op}: memory_format must be None, 'ncl' or 'nlc' (got {memory_format!r})")
+    return memory_format == "nlc"
+
+
 def _weight_channels_last(w) -> bool:
     """w is a channels-last (K, C, R, S) weight (a view of (K, R, S, C) memory, as torch's
     channels_last) with a window of more than one tap: its gradient comes back in that layout."""
@@ -204,39 +211,61 @@ class ConvOps:
         return self._ascontiguous(win).reshape(n, c * r * s, ho * wo)
 
     # ---- conv1d: conv2d over (N, C, 1, L) views -------------------------------------------------
-    def conv1d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    def conv1d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
         """1-D cross-correlation, PyTorch's conv1d: x (N, C, L), weight (K, C / groups, R), bias
         (K,) or None; stride, padding (zeros), dilation: an int or a 1-tuple; groups as conv2d.
-        Returns (N, K, Lo), Lo = (L + 2 p - d (R - 1) - 1) // s + 1. Runs as conv2d on
-        (N, C, 1, L) views (the same kernels, paths and checks; no copy of x)."""
+        Returns (N, K, Lo), Lo = (L + 2 p - d (R - 1) - 1) // s + 1. memory_format "nlc": x and
+        the result channels-last, (N, L, C) and (N, Lo, K) (a transformer's (batch, time, features)
+        read in place, no transposed copy); None or "ncl": (N, C, L). Runs as conv2d on (N, C, 1, L)
+        views, channels-last ones for "nlc" (the same kernels, paths and checks; no copy of x)."""
         op = "conv1d"
-        x4, w4, geo = self._conv1d_views(op, {"x": x, "weight": weight}, stride, padding, dilation)
+        nlc = _check_1d_format(op, memory_format)
+        x4, w4, geo = self._conv1d_views(op, {"x": x, "weight": weight}, stride, padding, dilation, nlc)
         y = self._conv2d(op, x4, w4, bias, *geo, groups)
-        return y.reshape(y.shape[0], y.shape[1], y.shape[3])
+        return self._conv1d_out(y, nlc)
 
-    def conv1d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True, groups=1):
+    def conv1d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True, groups=1, *,
+                        memory_format=None):
         """(grad_x, grad_weight, grad_bias) of y = conv1d(x, weight, bias, stride, padding, dilation,
         groups) for dL/dy = grad_out (N, K, Lo): x's and weight's shapes and (K,) (None when `bias`
-        is False), in x's dtype."""
+        is False), in x's dtype. memory_format "nlc": grad_out (N, Lo, K), x and grad_x (N, L, C)."""
         op = "conv1d_backward"
-        x4, w4, geo = self._conv1d_views(op, {"x": x, "weight": weight}, stride, padding, dilation)
+        nlc = _check_1d_format(op, memory_format)
+        x4, w4, geo = self._conv1d_views(op, {"x": x, "weight": weight}, stride, padding, dilation, nlc)
         g = self._coerce(grad_out, "grad_out") if grad_out is not None else None
         require_array(op, "grad_out", g)
         if getattr(g, "ndim", None) != 3:
-            raise ShapeError(f"{op}: grad_out must be (N, K, Lo) (got shape {tuple(getattr(g, 'shape', ()))})")
-        gx, gw, gb = self._conv2d_backward(op, g[:, :, None, :], x4, w4, *geo, bias, groups,
-                                           shown=lambda s: (s[0], s[1], s[3]))
-        return gx.reshape(x4.shape[0], x4.shape[1], x4.shape[3]), gw.reshape(w4.shape[0], w4.shape[1], w4.shape[3]), gb
+            form = "(N, Lo, K)" if nlc else "(N, K, Lo)"
+            raise ShapeError(f"{op}: grad_out must be {form} (got shape {tuple(getattr(g, 'shape', ()))})")
+        g4 = self._as_nc1l(g, nlc)
+        shown = (lambda s: (s[0], s[3], s[1])) if nlc else (lambda s: (s[0], s[1], s[3]))
+        gx, gw, gb = self._conv2d_backward(op, g4, x4, w4, *geo, bias, groups, shown=shown)
+        return self._conv1d_out(gx, nlc), gw.reshape(w4.shape[0], w4.shape[1], w4.shape[3]), gb
 
-    def _conv1d_views(self, op, named, stride, padding, dilation):
+    def _as_nc1l(self, a, nlc: bool):
+        """The (N, C, 1, L) view conv2d takes of a 3-D activation: of (N, C, L) a, or with nlc of
+        (N, L, C) a, a channels-last one (a copy first where a's memory is not C-contiguous)."""
+        if not nlc:
+            return a[:, :, None, :]
+        n, length, c = a.shape
+        return self._ascontiguous(a).reshape(n, 1, length, c).transpose(0, 3, 1, 2)
+
+    def _conv1d_out(self, y, nlc: bool):
+        """conv2d's (N, K, 1, Lo) result as conv1d returns it: (N, K, Lo), or (N, Lo, K) with nlc."""
+        n, k, _, lo = y.shape
+        if nlc:
+            return self._conv_out(y, "nhwc").reshape(n, lo, k)
+        return y.reshape(n, k, lo)
+
+    def _conv1d_views(self, op, named, stride, padding, dilation, nlc: bool = False):
         """x (N, C, 1, L) and weight (K, C / groups, 1, R) views, and conv2d's (stride, padding,
-        dilation) pairs for conv1d's int (or 1-tuple) arguments."""
+        dilation) pairs for conv1d's int (or 1-tuple) arguments; nlc: x given (N, L, C)."""
         arrs = {}
         for name, a in named.items():
             require_array(op, name, a)
             a = self._coerce(a, name)
             if a.ndim != 3:
-                form = "(N, C, L)" if name == "x" else "(K, C / groups, R)"
+                form = ("(N, L, C)" if nlc else "(N, C, L)") if name == "x" else "(K, C / groups, R)"
                 raise ShapeError(f"{op}: {name} must be {form} (got shape {tuple(a.shape)})")
             arrs[name] = a
         geo = []
@@ -247,7 +276,7 @@ class ConvOps:
                 v = v[0]
             s = _pair(op, name, v, minimum)[0]
             geo.append((1 if name != "padding" else 0, s))
-        return arrs["x"][:, :, None, :], arrs["weight"][:, :, None, :], geo
+        return self._as_nc1l(arrs["x"], nlc), arrs["weight"][:, :, None, :], geo
 
     # ---- conv2d ----------------------------------------------------------------------------
     def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
