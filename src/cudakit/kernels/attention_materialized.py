@@ -62,7 +62,12 @@ FUSED_PREP = None
 
 
 # LONG_COLUMNS: the long products' columns in this many blocks (mat_long's COLS, one program each).
-# None: long_columns() decides by the launch's size.
+# None: long_columns() decides by the launch's size. On an H100 (2026-11-27 18:14 UTC,
+# attention_f32_variants.py --mat-shipped --cold; whole backward, two blocks against one and four):
+# B1 H16 S512 D128 0.124 ms against 0.128 and 0.127 (causal 0.108 against 0.115 and 0.111); B1 H8
+# S1024 D128 0.196 against 0.206 and 0.210 (causal 0.166 against 0.177 and 0.169); with 1024 row
+# blocks (B4 H32 S512 D128) two ran slower, causal 0.614 against 0.547 ms, and at D64 (B16 H8 S512,
+# 1024 row blocks) 0.588 against 0.459
 LONG_COLUMNS: int | None = None
 
 
