@@ -460,33 +460,6 @@ def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, windo
     assert took, "the model offered no key parts"
 
 
-@pytest.mark.parametrize("lead,lq,lk,bias,lens", [((4, 12), 384, 384, None, None),
-                                                  ((2, 80), 300, 333, (2, 1, 300, 333), [333, 100])])
-def test_attention_float32_forward_v_in_place_candidate(lead, lq, lk, bias, lens, rng, monkeypatch, float32_precision):
-    """The public float32 forward at head dim 128 on 128-row tiles without a causal mask (more row
-    blocks than SMs), with kernels/paths.run taking the one-part V-in-place candidate
-    ("triton-v-in-place": V read as it comes, no transposed copy), with a bias and key lengths too,
-    against float64."""
-    from cudakit import dispatch
-    from cudakit.kernels import paths
-    float32_precision("tf32x3")
-    run, took = paths.run, []
-
-    def in_place(op, key, candidates, timer=None):
-        pick = [(n, fn) for n, fn in candidates if n == "triton-v-in-place"]
-        if op == "attention" and pick:
-            took.append(pick[0][0])
-            return pick[0][1]()
-        return run(op, key, candidates, timer)
-    dispatch.clear()
-    monkeypatch.setattr(paths, "run", in_place)
-    try:
-        ac.check_attention(_dev, _host, rng, lead, lq, lk, 128, "float32", False, bias=bias, lens=lens)
-    finally:
-        dispatch.clear()
-    assert took, "the V-in-place candidate was not offered"
-
-
 @pytest.mark.parametrize("bh,lq,lk,d,causal,window,splits", [
     (3, 200, 333, 128, False, None, 1), (2, 130, 520, 112, True, None, 1), (40, 300, 300, 128, True, None, 1),
     (48, 384, 384, 128, True, None, 1), (2, 150, 400, 48, True, (100, 0), 1), (2, 130, 520, 128, True, None, 2),

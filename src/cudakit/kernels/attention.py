@@ -613,8 +613,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         except (MemoryError, cp.cuda.memory.OutOfMemoryError) as e:
             raise _NoMemoryForCopy from e
 
-    def one_part(c=first):
-        _launch("attn_fwd", lq, c["BLOCK_M"], (q, k, v_for(c), out, lse), args, c, bh0=True)
+    def one_part():
+        _launch("attn_fwd", lq, first["BLOCK_M"], (q, k, v_for(first), out, lse), args, first, bh0=True)
         return out, lse
 
     def in_parts(c, splits):
@@ -635,30 +635,17 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         offers = [(f"triton-keys-in-{n}-parts-on-{c['BLOCK_M']}x{c['BLOCK_N']}{'-v-in-place' if c.get('OT') else ''}",
                    c, n)
                   for c, n in _parts_candidates(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)]
-        if _v_in_place_offered(first):
-            offers.append(("triton-v-in-place", dict(first, OT=True), 1))
         if not offers:
             return one_part()
         from . import paths   # one part first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
         key = ("fwd-key-parts", bh, lq, lk, d, tuple(name for name, _, _ in offers), dlo, dhi,
                masks.lengths is not None, has_bias, masks.dropout is not None, groups, q.data.device_id)
-        return paths.run("attention", key, [("triton", one_part)] + [
-            (name, (lambda c=c: one_part(c)) if n == 1 else in_parts(c, n)) for name, c, n in offers])
+        return paths.run("attention", key, [("triton", one_part)] + [(name, in_parts(c, n)) for name, c, n in offers])
     except _NoMemoryForCopy:   # (V's transposed copy is v's bytes; other out-of-memory errors propagate)
         from .. import fallbacks
         fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
                                                   "Triton's own tf32x3 products ran it")
         return plain()
-
-
-def _v_in_place_offered(first: dict) -> bool:
-    """Whether the split forward in one part is also offered with V in place (the O^T form,
-    "triton-v-in-place"), timed beside V's transposed copy: 128-row tiles in one column block of
-    128 that take the copy (V_IN_PLACE None). The copy is a pass over V's bytes before the launch;
-    O^T's products run slower (without the copy, warm, B4 H32 S512 D128 ran 0.270 ms against 0.271,
-    H100 2026-11-27 14:00 UTC), so which wins depends on the shape and on whether V is in L2."""
-    return (V_IN_PLACE is None and first["BLOCK_M"] == 128 and first.get("BLOCK_D") == 128
-            and "BLOCK_D2" not in first and not first.get("OT"))
 
 
 class _NoMemoryForCopy(Exception):
