@@ -473,6 +473,10 @@ SPLIT_BLOCK_DS = (64, 128)
 #   ran causal forwards faster than the shipped 128 x 64 at short lengths, B16 H8 S512 0.092
 #   against 0.114, B8 H16 S1024 0.286 against 0.330, not at B2 H16 S4096 (1.028 against 1.005),
 #   and plain ones 0.145 against 0.155 at S512, 2.008 against 1.899 at S4096 (14:00 and 14:06 UTC).
+# Offered in one part beside the copy to kernels/paths.py's timing (non-causal 128-row tiles at head
+# dims 97..128), it was never chosen (the 18:24 UTC call, attention_f32_shapes.py, public API behind
+# an L2 flush: B4 H32 S512 D128 1.489x torch, B4 H16 S1024 D128 1.624x, and the benchmark's
+# B4 H8 S2048 D128 1.705x all on the copy) and was removed.
 V_IN_PLACE: bool | None = None
 
 
