@@ -286,6 +286,50 @@ def check_varlen(dev, host, rng, h, hkv, d, lq, lk, causal, dtype, window=None, 
                    fold(np.broadcast_to(ag.sum(-2, keepdims=True), dv_r.shape)))
 
 
+def check_varlen_dropout(dev, host, rng, h, hkv, d, lq, lk, causal, dtype, p=0.3, seed=11):
+    """attention_varlen with dropout against attention() on the same sequences padded to
+    (B, H, max Lq, max Lk) with key_lengths, same p and seed (the varlen scores index the dropout
+    stream as the padded ones do): forward, lse and backward. causal: lq == lk per sequence and
+    the same maxima, so the padded call's bottom-right mask is each sequence's."""
+    cq, ck = (np.concatenate([[0], np.cumsum(x)]).astype(np.int32) for x in (lq, lk))
+    grp, nb, mq, mk = h // hkv, len(lq), max(lq), max(lk)
+    q, g = data(rng, (int(cq[-1]), h, d), dtype), data(rng, (int(cq[-1]), h, d), dtype)
+    k, v = data(rng, (int(ck[-1]), hkv, d), dtype), data(rng, (int(ck[-1]), hkv, d), dtype)
+    drop = {"dropout_p": p, "seed": seed}
+    out_d, lse_d = cudakit.attention_varlen_with_lse(dev(q), dev(k), dev(v), dev(cq), dev(ck), mq, mk, causal=causal,
+                                                     **drop)
+    grads = [host(t) for t in cudakit.attention_varlen_backward(dev(g), dev(q), dev(k), dev(v), out_d, lse_d, dev(cq),
+                                                                dev(ck), mq, mk, causal=causal, **drop)]
+    out, lse = host(out_d), host(lse_d)
+    pad = lambda x, cu, rows, heads: np.stack([np.pad(x[cu[b]:cu[b + 1]], ((0, rows - (cu[b + 1] - cu[b])), (0, 0), (0, 0))).swapaxes(0, 1)  # noqa: E731
+                                               for b in range(nb)])[:, :heads]
+    qp, gp = pad(q, cq, mq, h), pad(g, cq, mq, h)
+    kp, vp = (np.repeat(pad(x, ck, mk, hkv), grp, axis=1) for x in (k, v))
+    lens = np.asarray(lk, np.int64)
+    o_p, l_p = cudakit.attention_with_lse(dev(qp), dev(kp), dev(vp), causal=causal, key_lengths=lens, **drop)
+    want = [host(t) for t in cudakit.attention_backward(dev(gp), dev(qp), dev(kp), dev(vp), o_p, l_p, causal=causal,
+                                                        key_lengths=lens, **drop)]
+    o_p, l_p = host(o_p), host(l_p)
+    tol = {"float64": 1e-10, "float32": 1e-4}.get(dtype, 2e-2)   # (a wrong mask is off by O(0.1))
+    for b in range(nb):
+        rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        what = f"sequence {b} of {lq}/{lk}"
+        np.testing.assert_allclose(f64(out[rq]).swapaxes(0, 1), f64(o_p[b, :, :lq[b]]), rtol=tol, atol=tol, err_msg=what)
+        np.testing.assert_allclose(f64(lse[rq]).T, f64(l_p[b, :, :lq[b]]), rtol=tol, atol=tol, err_msg=what)
+        np.testing.assert_allclose(f64(grads[0][rq]).swapaxes(0, 1), f64(want[0][b, :, :lq[b]]), rtol=tol, atol=tol,
+                                   err_msg=f"dq {what}")
+        for name, got, full in (("dk", grads[1], want[1]), ("dv", grads[2], want[2])):
+            summed = f64(full[b, :, :lk[b]]).reshape(hkv, grp, lk[b], d).sum(1)   # a k head's q heads
+            np.testing.assert_allclose(f64(got[rk]).swapaxes(0, 1), summed, rtol=tol, atol=tol * grp,
+                                       err_msg=f"{name} {what}")
+    undropped = host(cudakit.attention_varlen(dev(q), dev(k), dev(v), dev(cq), dev(ck), mq, mk, causal=causal))
+    assert not np.allclose(f64(undropped), f64(out)), "dropout changed nothing"
+
+
+VARLEN_DROPOUT = [(2, 2, 8, [5, 0, 9, 3], [7, 4, 9, 2], False), (4, 2, 16, [17, 1, 30], [17, 1, 30], True),
+                  (2, 1, 64, [130, 7], [200, 70], False)]
+
+
 # dropout on the probabilities: (leading dims, Lq, Lk, head_dim, causal, p, seed) on both backends
 DROPOUTS = [((2, 3), 17, 29, 8, False, 0.3, 12345), ((1, 2), 40, 33, 16, True, 0.5, 2**40 + 7),
             ((3,), 1, 70, 24, False, 0.1, 1)]

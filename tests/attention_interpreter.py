@@ -184,11 +184,14 @@ def check_bias(b, h, lq, lk, d, causal, dtype, bshape, mode, neg_inf_row=False):
                                    err_msg=f"{name} {case}")
 
 
-def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
+def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropout=None):
     """Packed sequences (VARLEN): q (total_q, H, D), k, v (total_k, Hkv, D) read in place (head
     h // (H / Hkv)), each sequence's masks aligned bottom-right on its own lengths, against the
     float64 reference of each sequence; sequences without rows or keys among them. max_pad: the
-    launch's max_seqlen above the longest sequence."""
+    launch's max_seqlen above the longest sequence. dropout: (p, seed), sequence b's mask that of
+    the padded (B, H, max_seqlen_q, max_seqlen_k) scores in cudakit.dropout's stream."""
+    from cudakit.backends.cpu_dropout import mask
+    from cudakit.backends.dropout_api import threshold
     from cudakit.backends.attention_masks import relative_bounds
     rng = np.random.default_rng(7)
     case = (h, hkv, d, lq, lk, causal, dtype, window)
@@ -206,12 +209,17 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
     lse, delta = np.zeros((tq, h), np.float32), np.zeros((tq, h), np.float32)
     err = np.zeros(8, np.int64)
     dlo, dhi = relative_bounds(causal, window, mq + mk + 1)
-    cu = (_Tensor(cq), _Tensor(ck), grp, tq, tk, 0, 0, 0, 1.0)   # and no dropout
+    drop, keep = (0, 0, 0, 1.0), None
+    if dropout is not None:
+        p, seed = dropout
+        drop = (seed & 0xFFFFFFFF, seed >> 32, threshold(p), 1 / (1 - p))
+        keep = mask((nb * h, mq, mk), threshold(p), seed)
+    cu = (_Tensor(cq), _Tensor(ck), grp, tq, tk, *drop)
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
         *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
-        HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
+        HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(cfg))
     assert not err.any(), err
     kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
                                                        _Tensor(delta.reshape(1, -1)), tq * h, d, BLOCK_M=64,
@@ -220,10 +228,10 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
     args = (dummy, qk_scale, scale, mq, mk, dlo, dhi, h, *nobias)
     kernels.attn_bwd_dkdv[(max(1, math.ceil(mk / kv["BLOCK_N"])), nb * h)](
         *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, *cu, 0, d, HAS_LENS=False, EVEN_Q=False,
-        HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(kv))
+        HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(kv))
     kernels.attn_bwd_dq[(max(1, math.ceil(mq / qc["BLOCK_M"])), nb * h)](
         *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, dummy, 0, 0, 0, 0, *cu, 0, d, HAS_LENS=False,
-        HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True, VARLEN=True, DROPOUT=False, **_tiles(qc))
+        HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True, VARLEN=True, DROPOUT=keep is not None, **_tiles(qc))
     tol = 2e-5 if dtype == "float32" else 4e-3
     for b in range(nb):
         rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
@@ -235,7 +243,15 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0):
             continue
         qb, gb = (x[rq].transpose(1, 0, 2) for x in (q, g))
         kb, vb = (np.repeat(x[rk].transpose(1, 0, 2), grp, axis=0) for x in (k, v))
-        out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(qb, kb, vb, scale, causal, gb, window)
+        out_r, lse_r, pr, dq_r, dk_r, dv_r = ac.reference(qb, kb, vb, scale, causal, gb, window)
+        if keep is not None:   # the same products through sequence b's slice of the padded mask
+            kb_keep = keep[b * h:(b + 1) * h, :lq[b], :lk[b]]
+            pd = np.where(kb_keep, pr / (1 - dropout[0]), 0.0)
+            out_r = pd @ f64(vb)
+            dv_r = pd.swapaxes(1, 2) @ f64(gb)
+            dp = np.where(kb_keep, (f64(gb) @ f64(vb).swapaxes(1, 2)) / (1 - dropout[0]), 0.0)
+            ds = pr * (dp - (f64(gb) * out_r).sum(-1, keepdims=True))
+            dq_r, dk_r = ds @ f64(kb) * scale, ds.swapaxes(1, 2) @ f64(qb) * scale
         big = max(1.0, np.abs(dk_r).max(), np.abs(dq_r).max())
         np.testing.assert_allclose(f64(out[rq].transpose(1, 0, 2)), out_r, atol=tol * 4, rtol=tol,
                                    err_msg=f"out {case} seq {b}")
@@ -270,6 +286,9 @@ def check_varlen_bad_length():
 
 
 # (H, Hkv, head_dim, Lq per sequence, Lk per sequence, causal, dtype, window, max_seqlen padding)
+# varlen with dropout: VARLEN_CASES' fields and (p, seed)
+VARLEN_DROPOUT_CASES = [(2, 1, 16, [70, 0, 33], [90, 5, 40], True, "float32", None, 3, (0.3, 2**33 + 5)),
+                        (2, 2, 24, [40, 17], [40, 17], False, "float16", (8, 0), 0, (0.1, 7))]
 VARLEN_CASES = [(2, 2, 16, [70, 0, 130, 1], [90, 5, 130, 64], False, "float32", None, 0),
                 (2, 2, 16, [70, 0, 130, 1], [90, 5, 130, 64], True, "float32", None, 3),
                 (4, 2, 64, [129, 64], [257, 30], True, "float16", None, 0),
@@ -485,6 +504,8 @@ if __name__ == "__main__":
     check_bias(1, 2, 40, 60, 16, True, "float32", (1, 2, 40, 60), "atomic", neg_inf_row=True)
     for case in VARLEN_CASES:
         check_varlen(*case[:7], window=case[7], max_pad=case[8])
+    for case in VARLEN_DROPOUT_CASES:
+        check_varlen(*case[:7], window=case[7], max_pad=case[8], dropout=case[9])
     check_varlen_bad_length()
     for case in GQA_CASES:
         check_gqa(*case)
@@ -517,6 +538,6 @@ if __name__ == "__main__":
     host.V_IN_PLACE = None
     for case in MAT_CASES:
         check_materialized(*case)
-    n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(GQA_CASES)
+    n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 13)
     print(f"{n} cases match the float64 reference")

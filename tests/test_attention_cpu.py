@@ -372,6 +372,23 @@ def test_attention_varlen(case, dtype, rng):
     ac.check_varlen(_dev, _host, rng, h, hkv, d, lq, lk, causal, dtype, window)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", ac.VARLEN_DROPOUT)
+def test_attention_varlen_dropout_matches_padded_attention(case, dtype, rng):
+    ac.check_varlen_dropout(_dev, _host, rng, *case, dtype)
+
+
+def test_attention_varlen_dropout_errors(rng):
+    q = ac.data(rng, (12, 2, 8), "float32")
+    cu = [0, 5, 12]
+    with pytest.raises(cudakit.ArgumentError, match="attention_varlen: dropout_p must be a real number in"):
+        cudakit.attention_varlen(q, q, q, cu, cu, 7, 7, dropout_p=1.0)
+    with pytest.raises(cudakit.ArgumentError, match="attention_varlen_backward: dropout_p"):
+        cudakit.attention_varlen_backward(q, q, q, q, q, np.zeros((12, 2), np.float32), cu, cu, 7, 7, dropout_p=-0.1)
+    with pytest.raises(cudakit.ArgumentError, match="attention_varlen_with_lse: seed"):
+        cudakit.attention_varlen_with_lse(q, q, q, cu, cu, 7, 7, dropout_p=0.1, seed=-1)
+
+
 def test_attention_varlen_errors(rng):
     q = ac.data(rng, (12, 2, 8), "float32")
     k = ac.data(rng, (12, 2, 8), "float32")

@@ -572,27 +572,28 @@ def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, attn_bi
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None, causal=False, *,
-                     window=None):
+                     window=None, dropout_p=0.0, seed=0):
     """Attention over packed variable-length sequences: q (total_q, H, D), k, v (total_k, Hkv, D),
     sequence b the rows cu_seqlens_q[b]..cu_seqlens_q[b + 1] of q against cu_seqlens_k[b]..[b + 1]
     of k and v (see Backend.attention_varlen)."""
     return backend_for(q, k, v).attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                 scale, causal, window=window)
+                                                 scale, causal, window=window, dropout_p=dropout_p, seed=seed)
 
 
 def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
-                              causal=False, *, window=None):
+                              causal=False, *, window=None, dropout_p=0.0, seed=0):
     """(out, lse (total_q, H)) of attention_varlen (see Backend.attention_varlen_with_lse)."""
     return backend_for(q, k, v).attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                                          max_seqlen_k, scale, causal, window=window)
+                                                          max_seqlen_k, scale, causal, window=window,
+                                                          dropout_p=dropout_p, seed=seed)
 
 
 def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              scale=None, causal=False, *, window=None, deterministic=False):
+                              scale=None, causal=False, *, window=None, deterministic=False, dropout_p=0.0, seed=0):
     """(grad_q, grad_k, grad_v) of attention_varlen (see Backend.attention_varlen_backward)."""
     return backend_for(grad_out, q, k, v).attention_varlen_backward(
         grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-        window=window, deterministic=deterministic)
+        window=window, deterministic=deterministic, dropout_p=dropout_p, seed=seed)
 
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------

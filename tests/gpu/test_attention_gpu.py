@@ -372,6 +372,14 @@ def test_attention_varlen(case, dtype, rng):
     ac.check_varlen(_dev, _host, rng, h, hkv, d, lq, lk, causal, dtype, window, max_pad=3)
 
 
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("case", ac.VARLEN_DROPOUT)
+def test_attention_varlen_dropout_matches_padded_attention(case, dtype, rng):
+    """Dropout on packed sequences (the Triton varlen kernels; cuDNN's ragged path not asked)
+    against attention() on the sequences padded, with key_lengths and the same p and seed."""
+    ac.check_varlen_dropout(_dev, _host, rng, *case, dtype)
+
+
 def test_varlen_deterministic_backward_is_bitwise_repeatable(rng):
     """deterministic=True on packed sequences: the Triton kernels (no atomics; cuDNN's backward not
     asked), bitwise equal over repeated runs, close to the default path's gradients."""

@@ -66,13 +66,17 @@ class Masks:
     Lkb) of attn_bias, each dim 1 (broadcast) or the full size, where [BH] entry t is batch
     t // bias_heads and head t % bias_heads. plain: causal at most, the case cuDNN's graphs take
     (kernels/cudnn.py aligns their causal mask bottom-right too)."""
-    __slots__ = ("causal", "window", "lengths", "heads", "bias", "bias_heads", "dropout")
+    __slots__ = ("causal", "window", "lengths", "heads", "bias", "bias_heads", "dropout", "drop_index")
 
     def __init__(self, causal: bool, window=None, lengths=None, heads: int = 1, bias=None, bias_heads: int = 1,
-                 dropout=None):
+                 dropout=None, drop_index=None):
         self.causal, self.window, self.lengths, self.heads = bool(causal), window, lengths, max(1, int(heads))
         self.bias, self.bias_heads = bias, max(1, int(bias_heads))
         self.dropout = dropout   # (threshold, scale, seed) of dropout on the probabilities, or None
+        # (t0, LQ, LK): score (t, i, j) of these arrays is element ((t0 + t) LQ + i) LK + j of the
+        # dropout stream (one packed sequence's heads in the (B, H, max_seqlen_q, max_seqlen_k)
+        # layout the varlen kernels index); None: (t Lq + i) Lk + j of the arrays' own Lq, Lk
+        self.drop_index = drop_index
 
     @property
     def plain(self) -> bool:
@@ -81,17 +85,19 @@ class Masks:
     def keep(self, xp, heads: slice, rows: slice, lq: int, lk: int):
         """Bools [heads, rows, Lk]: the dropout keep-mask of the probabilities of the [BH] entries
         `heads`, query rows `rows` (None without dropout): score (t, i, j) is element
-        (t Lq + i) Lk + j of cudakit.dropout's Philox stream for the seed, kept iff its word >=
-        the threshold, so the CPU backend and the GPU kernels drop the same probabilities."""
+        (t Lq + i) Lk + j of cudakit.dropout's Philox stream for the seed (drop_index: another
+        layout's), kept iff its word >= the threshold, so the CPU backend and the GPU kernels drop
+        the same probabilities."""
         if self.dropout is None:
             return None
         import numpy as np
         from .cpu_dropout import philox4x32
         thr, _, seed = self.dropout
-        t = np.arange(heads.start, heads.stop, dtype=np.uint64)[:, None, None]
+        t0, row_stride, key_stride = self.drop_index or (0, lq, lk)
+        t = np.arange(heads.start + t0, heads.stop + t0, dtype=np.uint64)[:, None, None]
         i = np.arange(rows.start, rows.stop, dtype=np.uint64)[None, :, None]
         j = np.arange(lk, dtype=np.uint64)[None, None, :]
-        idx = (t * np.uint64(lq) + i) * np.uint64(lk) + j
+        idx = (t * np.uint64(row_stride) + i) * np.uint64(key_stride) + j
         g = idx >> np.uint64(2)
         zero = np.zeros((), np.uint64)
         words = philox4x32((g & np.uint64(0xFFFFFFFF), g >> np.uint64(32), zero, zero),

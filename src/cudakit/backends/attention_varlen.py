@@ -30,13 +30,19 @@ class VarlenAttentionOps:
 
     # ---- ops ----------------------------------------------------------------------------------
     def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
-                         causal: bool = False, *, window=None):
+                         causal: bool = False, *, window=None, dropout_p: float = 0.0, seed: int = 0):
         """Attention of each packed sequence to its own keys: q (total_q, H, D), k and v
         (total_k, Hkv, D) with Hkv dividing H (grouped-query: k and v are read in place);
         cu_seqlens_q, cu_seqlens_k: integer (B + 1,) arrays of the sequences' first rows (0 first,
         non-decreasing, the totals last); max_seqlen_q, max_seqlen_k: at least every sequence's
         length. causal and window=(left, right) as attention()'s, aligned bottom-right within each
         sequence. Returns (total_q, H, D) in q's dtype; a row that sees no key gets 0.
+        dropout_p, seed: dropout on the probabilities as attention()'s, score (b, h, i, j) (sequence
+        b, head h, its query row i and key j) being element ((b H + h) max_seqlen_q + i)
+        max_seqlen_k + j of cudakit.dropout's stream: the padded (B, H, max_seqlen_q, max_seqlen_k)
+        scores' flat index, so the same sequences padded and passed to attention() with key_lengths
+        drop the same probabilities; attention_varlen_backward regenerates the mask from the same
+        dropout_p and seed.
 
         Host cu_seqlens (lists, NumPy arrays) are checked in the call; GPU ones by the forward
         kernel, which records a sequence longer than max_seqlen, reaching outside the packed
@@ -46,32 +52,40 @@ class VarlenAttentionOps:
         GPU reads them to the host (a wait). With the `cudnn` extra, 16-bit data, no window and the
         same sequences for q and k (one array for both cu_seqlens, or equal host arrays) the GPU
         may run cuDNN's ragged flash attention instead (kernels/cudnn_varlen.py), with the same checks."""
-        return self.attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                              scale, causal, window=window)[0]
+        return self._varlen_forward("attention_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, scale, causal, window, dropout_p, seed)[0]
 
     def attention_varlen_with_lse(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                  scale=None, causal: bool = False, *, window=None):
+                                  scale=None, causal: bool = False, *, window=None, dropout_p: float = 0.0,
+                                  seed: int = 0):
         """attention_varlen() and the log-sum-exp of each score row, (total_q, H) float32 (float64
         for float64; -inf for a row that sees no key), which attention_varlen_backward needs."""
-        a = self._varlen_args("attention_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                              max_seqlen_k, scale, causal, window)
-        q, k, v, cq, ck, mq, mk, scale, name, window = a
+        return self._varlen_forward("attention_varlen_with_lse", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, scale, causal, window, dropout_p, seed)
+
+    def _varlen_forward(self, op, q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window, dropout_p, seed):
+        from .attention_api import _dropout
+        q, k, v, cq, ck, mq, mk, scale, name, window = self._varlen_args(op, q, k, v, cu_q, cu_k, max_q, max_k,
+                                                                         scale, causal, window)
+        drop = _dropout(op, dropout_p, seed)
         with self._device_scope(q):
             mod = self._varlen_kernels(name)
             if mod is not None:
-                return mod.forward_varlen(q, k, v, cq, ck, mq, mk, scale, bool(causal), name, window)
-            return self._varlen_by_sequence(q, k, v, cq, ck, scale, causal, window, name)
+                return mod.forward_varlen(q, k, v, cq, ck, mq, mk, scale, bool(causal), name, window, dropout=drop)
+            return self._varlen_by_sequence(q, k, v, cq, ck, mq, mk, scale, causal, window, name, drop)
 
     def attention_varlen_backward(self, grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, scale=None, causal: bool = False, *, window=None,
-                                  deterministic: bool = False):
+                                  deterministic: bool = False, dropout_p: float = 0.0, seed: int = 0):
         """(grad_q, grad_k, grad_v) of attention_varlen for dL/dout = grad_out (q's shape), from the
-        forward's out and lse (attention_varlen_with_lse); same sequences, scale and masks.
+        forward's out and lse (attention_varlen_with_lse); same sequences, scale, masks and dropout.
         deterministic: bitwise the same gradients on every run (on the GPU, cudakit's Triton kernels,
         which sum without atomics; cuDNN's backward, which may be faster, is not asked; the CPU
         backend is deterministic either way)."""
+        from .attention_api import _dropout
         op = "attention_varlen_backward"
         deterministic = check_bool(op, "deterministic", deterministic)
+        drop = _dropout(op, dropout_p, seed)
         q, k, v, cq, ck, mq, mk, scale, name, window = self._varlen_args(
             op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window)
         arrs, _ = self._norm_arrays(op, {"grad_out": grad_out, "out": out, "q": q})
@@ -94,12 +108,12 @@ class VarlenAttentionOps:
             mod = self._varlen_kernels(name)
             if mod is not None:
                 dq, dk, dv = mod.backward_varlen(g, q, k, v, o, lse, cq, ck, mq, mk, scale, bool(causal), name,
-                                                 window, deterministic=bool(deterministic))
+                                                 window, deterministic=bool(deterministic), dropout=drop)
                 if groups > 1 and dk.shape[1] != k.shape[1]:   # each q head's share, summed per k, v head
                     t, hkv, d = k.shape
                     dk, dv = (self.sum(x.reshape(t, hkv, groups, d), axis=2) for x in (dk, dv))
                 return dq, dk, dv
-            return self._varlen_by_sequence(q, k, v, cq, ck, scale, causal, window, name, (g, o, lse))
+            return self._varlen_by_sequence(q, k, v, cq, ck, mq, mk, scale, causal, window, name, drop, (g, o, lse))
 
     # ---- helpers ------------------------------------------------------------------------------
     def _varlen_args(self, op, q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window) -> tuple:
@@ -165,9 +179,10 @@ class VarlenAttentionOps:
                                     f"{'max_seqlen_q' if arg.endswith('q') else 'max_seqlen_k'} = {max_len}")
         return self._index_array(x), n
 
-    def _varlen_by_sequence(self, q, k, v, cq, ck, scale, causal, window, name, grads=None):
+    def _varlen_by_sequence(self, q, k, v, cq, ck, mq, mk, scale, causal, window, name, drop, grads=None):
         """The matrix-product path, one sequence at a time: (out, lse) or, with grads = (grad_out,
-        out, lse), (dq, dk, dv)."""
+        out, lse), (dq, dk, dv). drop: _dropout's (threshold, scale, seed) or None; sequence b's
+        scores index the stream as the (B, H, mq, mk) padded scores do (Masks.drop_index)."""
         from . import matmul_attention as mm
         xp = self._xp()
         cq_h, ck_h = (np.asarray(c.get() if hasattr(c, "get") else c, np.int64) for c in (cq, ck))
@@ -186,7 +201,7 @@ class VarlenAttentionOps:
             kb, vb = (self._ascontiguous(x[rk].swapaxes(0, 1)) for x in (k, v))          # (Hkv, Lk, D)
             if groups > 1:
                 kb, vb = self._repeat_heads(kb, groups), self._repeat_heads(vb, groups)
-            masks = Masks(causal, window)
+            masks = Masks(causal, window, dropout=drop, drop_index=(b * q.shape[1], mq, mk))
             if grads is None:
                 ob, lb = mm.forward(qb, kb, vb, scale, causal, name, masks=masks)
                 out[rq] = ob.swapaxes(0, 1)

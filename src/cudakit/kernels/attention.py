@@ -853,7 +853,7 @@ def _cudnn_varlen(q, k, cu_q, cu_k, window, scale: float, dtype_name: str) -> bo
 
 
 def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, causal: bool, dtype_name: str,
-                   window=None):
+                   window=None, dropout=None):
     """(out (total_q, H, D), lse (total_q, H) float32) of attention over packed sequences: sequence
     b is rows cu_q[b]..cu_q[b + 1] of q (total_q, H, D) against rows cu_k[b]..cu_k[b + 1] of k, v
     (total_k, Hkv, D), Hkv dividing H (read in place: q head h takes k, v head h // (H / Hkv)),
@@ -862,9 +862,13 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
     arrays, or of a decreasing cu_seqlens is cut to what lies inside and recorded in the device's
     error flag (ArgumentError at the next cudakit.check()). cuDNN's ragged flash attention where
     _cudnn_varlen allows and kernels/paths.py measured it faster, else the Triton kernel: one program
-    per (query block of max_q, sequence * head). FLOPs 4 H D sum_b Lq_b Lk_b (about half causal)."""
+    per (query block of max_q, sequence * head). dropout: (threshold, scale, seed) on the
+    probabilities (the Triton kernel only: cuDNN draws its own mask), score (b, h, i, j) at
+    ((b H + h) max_q + i) max_k + j of the stream. FLOPs 4 H D sum_b Lq_b Lk_b (about half causal)."""
     total_q, h, d = q.shape
     b = cu_q.shape[0] - 1
+    if dropout is not None:
+        return _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window, dropout)
     if b > 0 and total_q and h and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
         from . import cudnn_varlen, paths
         err = _varlen_flag(q.data.device_id)
@@ -879,7 +883,7 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
     return _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window)
 
 
-def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window):
+def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window, dropout=None):
     cp = _cupy.cupy()
     total_q, h, d = q.shape
     b = cu_q.shape[0] - 1
@@ -894,23 +898,25 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     cfg = _config(dtype_name, d, None)
     dlo, dhi = relative_bounds(causal, window, max_q + max_k + 1)
     err = _varlen_flag(q.data.device_id)
+    drop = Masks(causal, dropout=dropout)
     k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
-                                       DROPOUT=False, LEFT=dlo > -_UNBOUNDED))
+                                       DROPOUT=dropout is not None, LEFT=dlo > -_UNBOUNDED))
     k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
         q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
-        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], 0, 0, 0, 1.0, 0)
+        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_drop_args(drop), 0)
     return out, lse
 
 
 def backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, scale: float, causal: bool,
-                    dtype_name: str, window=None, deterministic: bool = False):
+                    dtype_name: str, window=None, deterministic: bool = False, dropout=None):
     """(dq (total_q, H, D), dk, dv) of forward_varlen, lse as it returned: dk, dv (total_k, Hkv, D)
     from cuDNN (summed over the q heads sharing a k, v head), (total_k, H, D) from the Triton
     kernels (each q head's share, which the caller sums when Hkv < H). deterministic: the Triton
-    kernels only (each gradient block written by one program, no atomics). FLOPs 10 H D sum_b Lq_b Lk_b."""
+    kernels only (each gradient block written by one program, no atomics); dropout (as
+    forward_varlen's): the Triton kernels only. FLOPs 10 H D sum_b Lq_b Lk_b."""
     b = cu_q.shape[0] - 1
-    if b > 0 and q.shape[0] and q.shape[1] and not deterministic and _cudnn_varlen(q, k, cu_q, cu_k, window, scale,
-                                                                                     dtype_name):
+    if b > 0 and q.shape[0] and q.shape[1] and not deterministic and dropout is None \
+            and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
         from . import cudnn_varlen, paths
         err = _varlen_flag(q.data.device_id)
         _, h, d = q.shape
@@ -923,10 +929,12 @@ def backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, s
         r = paths.run("attention_varlen_backward", key, cands)
         if r is not None:
             return r
-    return _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window)
+    return _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window,
+                                   dropout)
 
 
-def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window):
+def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window,
+                            dropout=None):
     cp = _cupy.cupy()
     total_q, h, d = q.shape
     total_k = k.shape[0]
@@ -948,13 +956,13 @@ def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sca
     kv, qc = _backward_configs(dtype_name, cfg)
     g = h // k.shape[1]
     common = (float(scale * math.log2(math.e)), float(scale), max_q, max_k, dlo, dhi, h, delta, 0, 0, 0, 0, 1)
+    drop, on = _drop_args(Masks(causal, dropout=dropout)), dropout is not None
     _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True,
-                                       DROPOUT=False))[(max(1, math.ceil(max_k / kv["BLOCK_N"])), b * h)](
-        q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, total_q, total_k, 0, 0, 0, 1.0, 0)
+                                       DROPOUT=on))[(max(1, math.ceil(max_k / kv["BLOCK_N"])), b * h)](
+        q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, total_q, total_k, *drop, 0)
     _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True,
-                                     VARLEN=True, DROPOUT=False))[(max(1, math.ceil(max_q / qc["BLOCK_M"])), b * h)](
-        q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, total_q, total_k, 0, 0, 0, 1.0,
-        0)
+                                     VARLEN=True, DROPOUT=on))[(max(1, math.ceil(max_q / qc["BLOCK_M"])), b * h)](
+        q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, total_q, total_k, *drop, 0)
     return dq, dk, dv
 
 
