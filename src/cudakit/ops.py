@@ -619,15 +619,21 @@ def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=T
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
     """1-D convolution, (N, C, L), or (N, L, C) with memory_format="nlc" (see Backend.conv1d):
-    conv2d on (N, C, 1, L) views."""
-    return backend_for(x, weight).conv1d(x, weight, bias, stride, padding, dilation, groups,
-                                         memory_format=memory_format)
+    conv2d on (N, C, 1, L) views. Plans (conv2d's, on those views) cover C-contiguous (N, C, L)
+    calls."""
+    if memory_format is not None:   # the checked path
+        return backend_for(x, weight).conv1d(x, weight, bias, stride, padding, dilation, groups,
+                                             memory_format=memory_format)
+    return _planned("conv1d", "plan_conv1d", (x, weight, bias, stride, padding, dilation, groups))
 
 
 def conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None):
     """(grad_x, grad_weight, grad_bias) of conv1d (see Backend.conv1d_backward)."""
-    return backend_for(grad_out, x, weight).conv1d_backward(grad_out, x, weight, stride, padding, dilation, bias,
-                                                            groups, memory_format=memory_format)
+    if memory_format is not None:
+        return backend_for(grad_out, x, weight).conv1d_backward(grad_out, x, weight, stride, padding, dilation, bias,
+                                                                groups, memory_format=memory_format)
+    return _planned("conv1d_backward", "plan_conv1d_backward",
+                    (grad_out, x, weight, stride, padding, dilation, bias, groups))
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0):

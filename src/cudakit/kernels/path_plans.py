@@ -415,3 +415,53 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
         gw, gb = weight_grad(grad_out, x)
         return input_grad(grad_out, weight), gw, gb
     return _f32_guard(name, plan, "conv2d_backward", 3)
+
+
+# ---- conv1d: conv2d's plans on (N, C, 1, L) views, as the checked conv1d runs conv2d -------------
+def _conv1d_pairs(stride, padding, dilation):
+    """conv2d's (stride, padding, dilation) pairs of conv1d's ints (or 1-tuples), or None for
+    anything else (the checked path reports it)."""
+    pairs = []
+    for v, other in ((stride, 1), (padding, 0), (dilation, 1)):
+        if type(v) is tuple and len(v) == 1:
+            v = v[0]
+        if type(v) is not int:
+            return None
+        pairs.append((other, v))
+    return pairs
+
+
+def _nc1l(a):
+    return a[:, :, None, :]
+
+
+def plan_conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """conv1d's plan: plan_conv2d's on (N, C, 1, L) views, its (N, K, 1, Lo) result read as
+    (N, K, Lo); None where conv2d's planner has none (ops._planner then traces the checked call)."""
+    pairs = _conv1d_pairs(stride, padding, dilation)
+    if pairs is None or x.ndim != 3 or weight.ndim != 3:
+        return None
+    inner = plan_conv2d(_nc1l(x), _nc1l(weight), bias, *pairs, groups)
+    if inner is None:
+        return None
+
+    def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        y = inner(_nc1l(x), _nc1l(weight), bias, *pairs, groups)
+        return y.reshape(y.shape[0], y.shape[1], y.shape[3])
+    return plan
+
+
+def plan_conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+    """conv1d_backward's plan: plan_conv2d_backward's on (N, C, 1, L) views, the gradients read in
+    x's and weight's shapes."""
+    pairs = _conv1d_pairs(stride, padding, dilation)
+    if pairs is None or grad_out.ndim != 3 or x.ndim != 3 or weight.ndim != 3:
+        return None
+    inner = plan_conv2d_backward(_nc1l(grad_out), _nc1l(x), _nc1l(weight), *pairs, bias, groups)
+    if inner is None:
+        return None
+
+    def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+        gx, gw, gb = inner(_nc1l(grad_out), _nc1l(x), _nc1l(weight), *pairs, bias, groups)
+        return gx.reshape(x.shape), gw.reshape(weight.shape), gb
+    return plan

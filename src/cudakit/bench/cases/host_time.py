@@ -17,6 +17,7 @@ from ._inputs import rand
 ROWS, COLS = 64, 128          # the small 2-D shape of the rows below
 B, H, T, D = 2, 2, 64, 32     # attention and permute: (B, H, T, D)
 N, C, S, K = 4, 8, 16, 8      # convolution, pooling, batch norm: (N, C, S, S), K filters
+L = 64                        # conv1d: (N, C, L), K filters of 3 taps
 N_TENSORS = 8                 # optimizer steps over this many (ROWS, COLS) tensors
 
 
@@ -29,7 +30,8 @@ def _arrays(env: Env):
          "v": rand(env, (B, H, T, D), "float32", 9), "img": rand(env, (N, C, S, S), "float32", 10),
          "cw": rand(env, (K, C, 3, 3), "float32", 11, 0.1), "cg": rand(env, (N, K, S, S), "float32", 12),
          "gamma": rand(env, (C,), "float32", 13), "beta": rand(env, (C,), "float32", 14),
-         "go": rand(env, (B, H, T, D), "float32", 15)}
+         "go": rand(env, (B, H, T, D), "float32", 15), "seq": rand(env, (N, C, L), "float32", 16),
+         "c1w": rand(env, (K, C, 3), "float32", 17, 0.1), "c1g": rand(env, (N, K, L), "float32", 18)}
     a["targets"] = env.xp.arange(ROWS, dtype=env.xp.int64) % COLS
     a["rm"], a["rv"] = env.xp.zeros(C, env.xp.float32), env.xp.ones(C, env.xp.float32)
     a["params"] = [rand(env, (ROWS, COLS), "float32", 20 + i) for i in range(N_TENSORS)]
@@ -64,6 +66,8 @@ def _cudakit_calls(a: dict) -> dict:
         "dropout": lambda: cudakit.dropout(x, 0.1, 1234),
         "conv2d": lambda: cudakit.conv2d(a["img"], a["cw"], None, 1, 1),
         "conv2d_backward": lambda: cudakit.conv2d_backward(a["cg"], a["img"], a["cw"], 1, 1, bias=False),
+        "conv1d": lambda: cudakit.conv1d(a["seq"], a["c1w"], None, 1, 1),
+        "conv1d_backward": lambda: cudakit.conv1d_backward(a["c1g"], a["seq"], a["c1w"], 1, 1, bias=False),
         "max_pool2d": lambda: cudakit.max_pool2d(a["img"], 2),
         "batch_norm_with_stats": lambda: cudakit.batch_norm_with_stats(a["img"], a["gamma"], a["beta"], a["rm"],
                                                                        a["rv"], True),
@@ -92,6 +96,8 @@ _SPEC = {
     "dropout": ((ROWS, COLS), "F.dropout"),
     "conv2d": ((N, C, S, S, K), "F.conv2d (cuDNN)"),
     "conv2d_backward": ((N, C, S, S, K), "aten.convolution_backward (input and weight gradients)"),
+    "conv1d": ((N, C, L, K), "F.conv1d (cuDNN)"),
+    "conv1d_backward": ((N, C, L, K), "aten.convolution_backward (input and weight gradients)"),
     "max_pool2d": ((N, C, S, S), "F.max_pool2d"),
     "batch_norm_with_stats": ((N, C, S, S), "F.batch_norm(training=True)"),
     "adamw_step": ((N_TENSORS, ROWS, COLS), "torch.optim.AdamW(fused=True).step()"),
@@ -137,6 +143,9 @@ def _torch_calls(t, a: dict) -> dict:
         "conv2d": lambda: F.conv2d(img, tv["cw"], None, 1, 1),
         "conv2d_backward": lambda: aten.convolution_backward(tv["cg"], img, tv["cw"], None, [1, 1], [1, 1], [1, 1],
                                                              False, [0, 0], 1, [True, True, False]),
+        "conv1d": lambda: F.conv1d(tv["seq"], tv["c1w"], None, 1, 1),
+        "conv1d_backward": lambda: aten.convolution_backward(tv["c1g"], tv["seq"], tv["c1w"], None, [1], [1], [1],
+                                                             False, [0], 1, [True, True, False]),
         "max_pool2d": lambda: F.max_pool2d(img, 2),
         "batch_norm_with_stats": lambda: F.batch_norm(img, tv["rm"], tv["rv"], tv["gamma"], tv["beta"], True),
         "adamw_step": lambda: adamw.step(),
