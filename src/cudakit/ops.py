@@ -68,6 +68,9 @@ _PLANS, _DYNAMIC, _MISS = _dispatch._plans, _dispatch.DYNAMIC, _dispatch.MISS   
 
 
 _ATTENTION_OPS = ("attention", "attention_with_lse", "attention_backward")
+# the planned ops of convolutions on channels-last arrays -> (backend method, memory_format)
+_LAYOUT_OPS = {"conv2d_nhwc": ("conv2d", "nhwc"), "conv2d_backward_nhwc": ("conv2d_backward", "nhwc"),
+               "conv1d_nlc": ("conv1d", "nlc"), "conv1d_backward_nlc": ("conv1d_backward", "nlc")}
 _checked_calls: dict = {}
 
 
@@ -77,6 +80,9 @@ def _checked_call(op: str, arrays: int):
     if op == "attention_backward":   # (..., layout, window, key_lengths, deterministic): keywords
         return lambda *a: backend_for(*a[:arrays]).attention_backward(*a[:-4], layout=a[-4], window=a[-3],
                                                                       key_lengths=a[-2], deterministic=a[-1])
+    if op in _LAYOUT_OPS:   # a convolution on channels-last arrays: the backend method with its memory_format
+        method, fmt = _LAYOUT_OPS[op]
+        return lambda *a: getattr(backend_for(*a[:arrays]), method)(*a, memory_format=fmt)
     if op in _ATTENTION_OPS:   # (..., layout, window, key_lengths): keywords of the backend methods
         return lambda *a: getattr(backend_for(*a[:arrays]), op)(*a[:-3], layout=a[-3], window=a[-2],
                                                                  key_lengths=a[-1])
@@ -600,8 +606,11 @@ def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seql
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
     """2-D convolution, NCHW, or channels-last: memory_format="nhwc" ((N, H, W, C) arrays) or an
-    NCHW view of channels-last memory (see Backend.conv2d). Plans cover C-contiguous arrays and
-    channels-last views (their strides are part of the call signature)."""
+    NCHW view of channels-last memory (see Backend.conv2d). Plans cover C-contiguous arrays,
+    channels-last views (their strides are part of the call signature) and C-contiguous (N, H, W, C)
+    arrays with memory_format="nhwc"."""
+    if type(memory_format) is str and memory_format == "nhwc":
+        return _planned("conv2d_nhwc", "plan_conv2d_nhwc", (x, weight, bias, stride, padding, dilation, groups))
     if memory_format is not None:   # the checked path
         return backend_for(x, weight).conv2d(x, weight, bias, stride, padding, dilation, groups,
                                              memory_format=memory_format)
@@ -610,6 +619,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, m
 
 def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None):
     """(grad_x, grad_weight, grad_bias) of conv2d (see Backend.conv2d_backward)."""
+    if type(memory_format) is str and memory_format == "nhwc":
+        return _planned("conv2d_backward_nhwc", "plan_conv2d_backward_nhwc",
+                        (grad_out, x, weight, stride, padding, dilation, bias, groups))
     if memory_format is not None:
         return backend_for(grad_out, x, weight).conv2d_backward(grad_out, x, weight, stride, padding, dilation, bias,
                                                                 groups, memory_format=memory_format)
@@ -620,7 +632,9 @@ def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=T
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
     """1-D convolution, (N, C, L), or (N, L, C) with memory_format="nlc" (see Backend.conv1d):
     conv2d on (N, C, 1, L) views. Plans (conv2d's, on those views) cover C-contiguous (N, C, L)
-    calls."""
+    and, with "nlc", (N, L, C) arrays."""
+    if type(memory_format) is str and memory_format == "nlc":
+        return _planned("conv1d_nlc", "plan_conv1d_nlc", (x, weight, bias, stride, padding, dilation, groups))
     if memory_format is not None:   # the checked path
         return backend_for(x, weight).conv1d(x, weight, bias, stride, padding, dilation, groups,
                                              memory_format=memory_format)
@@ -629,6 +643,9 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, m
 
 def conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None):
     """(grad_x, grad_weight, grad_bias) of conv1d (see Backend.conv1d_backward)."""
+    if type(memory_format) is str and memory_format == "nlc":
+        return _planned("conv1d_backward_nlc", "plan_conv1d_backward_nlc",
+                        (grad_out, x, weight, stride, padding, dilation, bias, groups))
     if memory_format is not None:
         return backend_for(grad_out, x, weight).conv1d_backward(grad_out, x, weight, stride, padding, dilation, bias,
                                                                 groups, memory_format=memory_format)

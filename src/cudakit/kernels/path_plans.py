@@ -465,3 +465,87 @@ def plan_conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
         gx, gw, gb = inner(_nc1l(grad_out), _nc1l(x), _nc1l(weight), *pairs, bias, groups)
         return gx.reshape(x.shape), gw.reshape(weight.shape), gb
     return plan
+
+
+# ---- channels-last arrays (conv2d's memory_format="nhwc", conv1d's "nlc"): the plans above on
+# the channels-last (N, C, H, W) views the checked calls make of them, results read back ----------
+def _cl_view(a):
+    """The (N, C, H, W) view of a C-contiguous (N, H, W, C) array (channels-last memory)."""
+    return a.transpose(0, 3, 1, 2)
+
+
+def _cl_view_1d(a):
+    """The (N, C, 1, L) channels-last view of a C-contiguous (N, L, C) array."""
+    n, length, c = a.shape
+    return a.reshape(n, 1, length, c).transpose(0, 3, 1, 2)
+
+
+def _channels_last_views(*views) -> bool:
+    """Whether conv2d's plans take these views as channels-last (cudnn.layout_of), so that their
+    results are channels-last memory as the checked calls return them (an (N, 1, H, W) view is
+    C-contiguous too, and its result would not be)."""
+    from . import cudnn
+    return cudnn.layout_of(*views) == "nhwc"
+
+
+def plan_conv2d_nhwc(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """conv2d(..., memory_format="nhwc")'s plan: plan_conv2d's on the (N, C, H, W) view of the
+    (N, H, W, C) x, the result read back as (N, Ho, Wo, K)."""
+    if x.ndim != 4 or not x.flags.c_contiguous or not _channels_last_views(_cl_view(x)):
+        return None
+    inner = plan_conv2d(_cl_view(x), weight, bias, stride, padding, dilation, groups)
+    if inner is None:
+        return None
+
+    def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        return inner(_cl_view(x), weight, bias, stride, padding, dilation, groups).transpose(0, 2, 3, 1)
+    return plan
+
+
+def plan_conv2d_backward_nhwc(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+    """conv2d_backward(..., memory_format="nhwc")'s plan, as plan_conv2d_nhwc's."""
+    if grad_out.ndim != 4 or x.ndim != 4 or not (grad_out.flags.c_contiguous and x.flags.c_contiguous) \
+            or not _channels_last_views(_cl_view(grad_out), _cl_view(x)):
+        return None
+    inner = plan_conv2d_backward(_cl_view(grad_out), _cl_view(x), weight, stride, padding, dilation, bias, groups)
+    if inner is None:
+        return None
+
+    def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+        gx, gw, gb = inner(_cl_view(grad_out), _cl_view(x), weight, stride, padding, dilation, bias, groups)
+        return gx.transpose(0, 2, 3, 1), gw, gb
+    return plan
+
+
+def plan_conv1d_nlc(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """conv1d(..., memory_format="nlc")'s plan: plan_conv2d's on the (N, C, 1, L) channels-last
+    view of the (N, L, C) x, the result read back as (N, Lo, K)."""
+    pairs = _conv1d_pairs(stride, padding, dilation)
+    if pairs is None or x.ndim != 3 or weight.ndim != 3 or not x.flags.c_contiguous \
+            or not _channels_last_views(_cl_view_1d(x)):
+        return None
+    inner = plan_conv2d(_cl_view_1d(x), _nc1l(weight), bias, *pairs, groups)
+    if inner is None:
+        return None
+
+    def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        y = inner(_cl_view_1d(x), _nc1l(weight), bias, *pairs, groups)
+        return y.transpose(0, 2, 3, 1).reshape(y.shape[0], y.shape[3], y.shape[1])
+    return plan
+
+
+def plan_conv1d_backward_nlc(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+    """conv1d_backward(..., memory_format="nlc")'s plan, as plan_conv1d_nlc's."""
+    pairs = _conv1d_pairs(stride, padding, dilation)
+    if pairs is None or grad_out.ndim != 3 or x.ndim != 3 or weight.ndim != 3 \
+            or not (grad_out.flags.c_contiguous and x.flags.c_contiguous) \
+            or not _channels_last_views(_cl_view_1d(grad_out), _cl_view_1d(x)):
+        return None
+    inner = plan_conv2d_backward(_cl_view_1d(grad_out), _cl_view_1d(x), _nc1l(weight), *pairs, bias, groups)
+    if inner is None:
+        return None
+
+    def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+        gx, gw, gb = inner(_cl_view_1d(grad_out), _cl_view_1d(x), _nc1l(weight), *pairs, bias, groups)
+        return gx.transpose(0, 2, 3, 1).reshape(x.shape), gw.reshape(weight.shape), gb
+    return plan

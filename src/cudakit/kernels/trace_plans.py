@@ -114,10 +114,10 @@ def _flatten(r):
 # has no plan for a signature (ops._planner); PRECISION: those whose float32 path follows
 # cudakit.float32_precision(), so a float32 plan hands back to the checked path when it changes
 FALLBACK = frozenset({"matmul", "linear", "linear_backward", "fused_linear_gelu", "fused_linear_gelu_with_preact",
-                      "conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "attention", "attention_with_lse",
-                      "attention_backward"})
-PRECISION = frozenset({"conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "attention", "attention_with_lse",
-                       "attention_backward"})
+                      "conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
+                      "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward"})
+PRECISION = frozenset({"conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
+                       "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward"})
 
 
 def trace_fallback(op: str, checked, args: tuple, arrays: int):

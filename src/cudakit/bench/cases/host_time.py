@@ -32,6 +32,9 @@ def _arrays(env: Env):
          "gamma": rand(env, (C,), "float32", 13), "beta": rand(env, (C,), "float32", 14),
          "go": rand(env, (B, H, T, D), "float32", 15), "seq": rand(env, (N, C, L), "float32", 16),
          "c1w": rand(env, (K, C, 3), "float32", 17, 0.1), "c1g": rand(env, (N, K, L), "float32", 18)}
+    # the image and its gradient as (N, H, W, C) arrays (memory_format="nhwc"; torch: channels_last views)
+    a["img_nhwc"] = env.xp.ascontiguousarray(a["img"].transpose(0, 2, 3, 1))
+    a["cg_nhwc"] = env.xp.ascontiguousarray(a["cg"].transpose(0, 2, 3, 1))
     a["targets"] = env.xp.arange(ROWS, dtype=env.xp.int64) % COLS
     a["rm"], a["rv"] = env.xp.zeros(C, env.xp.float32), env.xp.ones(C, env.xp.float32)
     a["params"] = [rand(env, (ROWS, COLS), "float32", 20 + i) for i in range(N_TENSORS)]
@@ -66,6 +69,9 @@ def _cudakit_calls(a: dict) -> dict:
         "dropout": lambda: cudakit.dropout(x, 0.1, 1234),
         "conv2d": lambda: cudakit.conv2d(a["img"], a["cw"], None, 1, 1),
         "conv2d_backward": lambda: cudakit.conv2d_backward(a["cg"], a["img"], a["cw"], 1, 1, bias=False),
+        "conv2d_nhwc": lambda: cudakit.conv2d(a["img_nhwc"], a["cw"], None, 1, 1, memory_format="nhwc"),
+        "conv2d_backward_nhwc": lambda: cudakit.conv2d_backward(a["cg_nhwc"], a["img_nhwc"], a["cw"], 1, 1, bias=False,
+                                                                memory_format="nhwc"),
         "conv1d": lambda: cudakit.conv1d(a["seq"], a["c1w"], None, 1, 1),
         "conv1d_backward": lambda: cudakit.conv1d_backward(a["c1g"], a["seq"], a["c1w"], 1, 1, bias=False),
         "max_pool2d": lambda: cudakit.max_pool2d(a["img"], 2),
@@ -96,6 +102,8 @@ _SPEC = {
     "dropout": ((ROWS, COLS), "F.dropout"),
     "conv2d": ((N, C, S, S, K), "F.conv2d (cuDNN)"),
     "conv2d_backward": ((N, C, S, S, K), "aten.convolution_backward (input and weight gradients)"),
+    "conv2d_nhwc": ((N, S, S, C, K), "F.conv2d on channels_last views (cuDNN)"),
+    "conv2d_backward_nhwc": ((N, S, S, C, K), "aten.convolution_backward on channels_last views"),
     "conv1d": ((N, C, L, K), "F.conv1d (cuDNN)"),
     "conv1d_backward": ((N, C, L, K), "aten.convolution_backward (input and weight gradients)"),
     "max_pool2d": ((N, C, S, S), "F.max_pool2d"),
@@ -123,6 +131,7 @@ def _torch_calls(t, a: dict) -> dict:
     sgd = t.optim.SGD(with_grads([t.from_dlpack(p).clone() for p in a["params"]]), lr=1e-4, momentum=0.9,
                       foreach=True)
     aten = t.ops.aten
+    img_cl, cg_cl = tv["img_nhwc"].permute(0, 3, 1, 2), tv["cg_nhwc"].permute(0, 3, 1, 2)   # channels_last views
     return {
         "add": lambda: t.add(x, y),
         "gelu": lambda: F.gelu(x, approximate="tanh"),
@@ -143,6 +152,9 @@ def _torch_calls(t, a: dict) -> dict:
         "conv2d": lambda: F.conv2d(img, tv["cw"], None, 1, 1),
         "conv2d_backward": lambda: aten.convolution_backward(tv["cg"], img, tv["cw"], None, [1, 1], [1, 1], [1, 1],
                                                              False, [0, 0], 1, [True, True, False]),
+        "conv2d_nhwc": lambda: F.conv2d(img_cl, tv["cw"], None, 1, 1),
+        "conv2d_backward_nhwc": lambda: aten.convolution_backward(cg_cl, img_cl, tv["cw"], None, [1, 1], [1, 1],
+                                                                  [1, 1], False, [0, 0], 1, [True, True, False]),
         "conv1d": lambda: F.conv1d(tv["seq"], tv["c1w"], None, 1, 1),
         "conv1d_backward": lambda: aten.convolution_backward(tv["c1g"], tv["seq"], tv["c1w"], None, [1], [1], [1],
                                                              False, [0], 1, [True, True, False]),
