@@ -429,24 +429,28 @@ def test_conv2d_channels_last_plans_replay_the_checked_call(bias, path, rng):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("path", ["cudnn", "cudnn-krsc"])
-def test_channels_last_memory_format_calls_take_plans(bias, path, rng):
+@pytest.mark.parametrize("dtype,path", [("bfloat16", "cudnn"), ("bfloat16", "cudnn-krsc"), ("float32", "triton")])
+def test_channels_last_memory_format_calls_take_plans(dtype, path, bias, rng, float32_precision):
     """conv2d(..., memory_format="nhwc") on (N, H, W, C) arrays and conv1d(..., memory_format="nlc")
     on (N, L, C) arrays, forward and backward, take dispatch plans (conv2d's on the channels-last
-    views the checked calls make) that give the checked call's results, shapes and strides."""
+    views the checked calls make; for cudakit's Triton kernels, which compute in NCHW, a plan traced
+    from the checked call, its layout copies cudakit's permute launches) that give the checked
+    call's results, shapes and strides."""
     from cudakit import dispatch
-    if not cudnn.available():
+    if path != "triton" and not cudnn.available():
         pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+    prec = "tf32x3" if dtype == "float32" else ""
+    float32_precision(prec or "tf32x3")
     dispatch.clear()
     dev = cp.cuda.runtime.getDevice()
-    tail = ("bfloat16", "", dev, "nhwc", "krsc")
+    tail = (dtype, prec, dev, "nhwc", "krsc")
     _choose_conv_paths(path, (3, 16, 11, 9), (24, 16, 3, 3), (2, 1, 1, 1, 1, 1, 3, 3, 6, 9), bias, tail)
     _choose_conv_paths(path, (3, 16, 1, 37), (24, 16, 1, 3), (1, 2, 0, 1, 1, 1, 1, 3, 1, 19), bias, tail)
-    w = cp.asarray(data(rng, (24, 16, 3, 3), "bfloat16"))
-    w1 = cp.asarray(data(rng, (24, 16, 3), "bfloat16"))
-    bb = cp.asarray(data(rng, (24,), "bfloat16")) if bias else None
-    x, g = cp.asarray(data(rng, (3, 11, 9, 16), "bfloat16")), cp.asarray(data(rng, (3, 6, 9, 24), "bfloat16"))
-    x1, g1 = cp.asarray(data(rng, (3, 37, 16), "bfloat16")), cp.asarray(data(rng, (3, 19, 24), "bfloat16"))
+    w = cp.asarray(data(rng, (24, 16, 3, 3), dtype))
+    w1 = cp.asarray(data(rng, (24, 16, 3), dtype))
+    bb = cp.asarray(data(rng, (24,), dtype)) if bias else None
+    x, g = cp.asarray(data(rng, (3, 11, 9, 16), dtype)), cp.asarray(data(rng, (3, 6, 9, 24), dtype))
+    x1, g1 = cp.asarray(data(rng, (3, 37, 16), dtype)), cp.asarray(data(rng, (3, 19, 24), dtype))
     runs = []
     for _ in range(3):   # the first call checked, the second and third planned
         runs.append((cudakit.conv2d(x, w, bb, (2, 1), 1, memory_format="nhwc"),
@@ -455,14 +459,17 @@ def test_channels_last_memory_format_calls_take_plans(bias, path, rng):
                      *cudakit.conv1d_backward(g1, x1, w1, 2, 1, 1, bias, memory_format="nlc")))
     planned = {op: p_ for (op, _), p_ in dispatch._plans.items()
                if op in ("conv2d_nhwc", "conv2d_backward_nhwc", "conv1d_nlc", "conv1d_backward_nlc")}
-    assert len(planned) == 4 and all(p_ is not None for p_ in planned.values()), planned
+    # (the Triton backward with a bias sums dL/db by CuPy, which a trace does not record: no plan)
+    want = 2 if path == "triton" and bias else 4
+    assert len(planned) == 4 and sum(p_ is not None for p_ in planned.values()) >= want, planned
+    assert paths.last_paths()["conv2d"] == path
     shapes = [(3, 6, 9, 24), x.shape, w.shape, (24,), (3, 19, 24), x1.shape, w1.shape, (24,)]
     for i, (a, b_) in enumerate(zip(runs[0], runs[2])):
         if a is None:
             assert b_ is None and i in (3, 7)
             continue
         assert a.shape == b_.shape == shapes[i] and a.strides == b_.strides and b_.flags.c_contiguous, i
-        if i not in (0, 4):   # cuDNN's dgrad and wgrad may split the sum: not bitwise
+        if i not in (0, 4) and path != "triton":   # cuDNN's dgrad and wgrad may split the sum: not bitwise
             cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
         else:
             cp.testing.assert_array_equal(a, b_)

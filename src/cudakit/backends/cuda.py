@@ -26,6 +26,16 @@ from .reduction_api import CudaReductionHooks
 from .softmax_api import CudaSoftmaxHooks
 
 
+def _dense(a):
+    """a itself where C-contiguous, else a C-contiguous copy by kernels/transpose.py's permute (one
+    of cudakit's launches, which a dispatch plan traced from the call replays, where CuPy's copy
+    would keep the call off the plans: kernels/trace_plans.py)."""
+    if a.flags.c_contiguous:
+        return a
+    from ..kernels.transpose import permute
+    return permute(a, tuple(range(a.ndim)))
+
+
 class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, CudaLayoutHooks, CudaDropoutHooks,
                   CudaLinalgHooks, CudaAttentionHooks, Backend):
     name = "cuda"
@@ -101,8 +111,8 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         """fn(*C-contiguous arrays), its result back in channels-last memory for layout "nhwc"."""
         if layout == "nchw":
             return fn(*arrays)
-        y = fn(*(self._ascontiguous(a) for a in arrays))
-        return None if y is None else self._ascontiguous(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        y = fn(*(_dense(a) for a in arrays))
+        return None if y is None else _dense(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
     def _weight(self, w, layout):
         """(a function giving w C-contiguous, whether w is a channels-last weight cuDNN's channels-last
@@ -137,7 +147,7 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         key = conv_path_key("wgrad", x.dtype, x.shape, w_shape, geo, groups, bias, layout, out_cl)
 
         def own():
-            r = conv.conv2d_weight_grad(self._ascontiguous(g), self._ascontiguous(x), w_shape, geo, bias, groups)
+            r = conv.conv2d_weight_grad(_dense(g), _dense(x), w_shape, geo, bias, groups)
             return r if r is None or not out_cl else (cudnn.as_weight_layout(r[0], True), r[1])
         return self._conv_paths("conv2d_weight_grad", x.dtype, x.shape, w_shape, geo, groups, key, layout,
                                 lambda cl: cudnn.conv_wgrad(g, x, w_shape, geo, bias, cl, out_cl), own)
