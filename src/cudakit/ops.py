@@ -68,6 +68,8 @@ _PLANS, _DYNAMIC, _MISS = _dispatch._plans, _dispatch.DYNAMIC, _dispatch.MISS   
 
 
 _ATTENTION_OPS = ("attention", "attention_with_lse", "attention_backward")
+# the attention ops with an attn_bias: plans traced from the checked call (kernels/trace_plans.py)
+_BIAS_OPS = ("attention_bias", "attention_with_lse_bias", "attention_backward_bias")
 # the planned ops of convolutions on channels-last arrays -> (backend method, memory_format)
 _LAYOUT_OPS = {"conv2d_nhwc": ("conv2d", "nhwc"), "conv2d_backward_nhwc": ("conv2d_backward", "nhwc"),
                "conv1d_nlc": ("conv1d", "nlc"), "conv1d_backward_nlc": ("conv1d_backward", "nlc")}
@@ -80,6 +82,13 @@ def _checked_call(op: str, arrays: int):
     if op == "attention_backward":   # (..., layout, window, key_lengths, deterministic): keywords
         return lambda *a: backend_for(*a[:arrays]).attention_backward(*a[:-4], layout=a[-4], window=a[-3],
                                                                       key_lengths=a[-2], deterministic=a[-1])
+    if op in _BIAS_OPS:   # (..., layout, window, key_lengths, [deterministic,] attn_bias): keywords
+        method = op[:-len("_bias")]
+        if method == "attention_backward":
+            return lambda *a: backend_for(*a[:arrays]).attention_backward(
+                *a[:-5], layout=a[-5], window=a[-4], key_lengths=a[-3], deterministic=a[-2], attn_bias=a[-1])
+        return lambda *a: getattr(backend_for(*a[:arrays]), method)(*a[:-4], layout=a[-4], window=a[-3],
+                                                                     key_lengths=a[-2], attn_bias=a[-1])
     if op in _LAYOUT_OPS:   # a convolution on channels-last arrays: the backend method with its memory_format
         method, fmt = _LAYOUT_OPS[op]
         return lambda *a: getattr(backend_for(*a[:arrays]), method)(*a, memory_format=fmt)
@@ -540,19 +549,24 @@ def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None,
     additive float array broadcastable to the scores; layout "bhld" ((..., L, D) arrays) or "blhd"
     ((B, L, H, D) arrays, e.g. views of a packed qkv); dropout_p, seed: dropout on the probabilities
     (see Backend.attention)."""
-    if attn_bias is not None or not (dropout_p == 0 and seed == 0):   # the checked path: no plan records a bias or a seed
+    if not (dropout_p == 0 and seed == 0):   # the checked path: no plan records a per-call seed
         return backend_for(q, k, v).attention(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
                                               key_lengths=key_lengths, layout=layout, dropout_p=dropout_p, seed=seed)
+    if attn_bias is not None:   # a plan traced from the checked call (the bias an input array like q, k, v)
+        return _planned("attention_bias", None, (q, k, v, scale, causal, layout, window, key_lengths, attn_bias))
     return _planned("attention", "plan_attention", (q, k, v, scale, causal, layout, window, key_lengths))
 
 
 def attention_with_lse(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None, key_lengths=None,
                        layout="bhld", dropout_p=0.0, seed=0):
     """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
-    if attn_bias is not None or not (dropout_p == 0 and seed == 0):
+    if not (dropout_p == 0 and seed == 0):
         return backend_for(q, k, v).attention_with_lse(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
                                                        key_lengths=key_lengths, layout=layout, dropout_p=dropout_p,
                                                        seed=seed)
+    if attn_bias is not None:
+        return _planned("attention_with_lse_bias", None, (q, k, v, scale, causal, layout, window, key_lengths,
+                                                          attn_bias))
     return _planned("attention_with_lse", "plan_attention_with_lse",
                     (q, k, v, scale, causal, layout, window, key_lengths))
 
@@ -561,10 +575,13 @@ def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *,
                        key_lengths=None, layout="bhld", deterministic=False, dropout_p=0.0, seed=0):
     """(grad_q, grad_k, grad_v) of attention, and grad_attn_bias as a fourth with attn_bias;
     deterministic=True: bitwise the same on every run (see Backend.attention_backward)."""
-    if attn_bias is not None or not (dropout_p == 0 and seed == 0):
+    if not (dropout_p == 0 and seed == 0):
         return backend_for(grad_out, q, k, v).attention_backward(
             grad_out, q, k, v, out, lse, scale, causal, attn_bias=attn_bias, window=window,
             key_lengths=key_lengths, layout=layout, deterministic=deterministic, dropout_p=dropout_p, seed=seed)
+    if attn_bias is not None:
+        return _planned("attention_backward_bias", None, (grad_out, q, k, v, out, lse, scale, causal, layout, window,
+                                                          key_lengths, deterministic, attn_bias), 4)
     return _planned("attention_backward", "plan_attention_backward",
                     (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic), 4)
 

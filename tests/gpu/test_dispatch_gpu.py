@@ -131,6 +131,36 @@ def test_traced_plans_equal_checked(dtype):
     assert {"layernorm_backward", "cross_entropy_with_grad", "permute", "batch_norm_backward"} <= native, native
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("bias_shape", [(2, 3, 40, 56), (1, 3, 1, 56)])
+def test_attention_with_a_bias_takes_traced_plans(dtype, bias_shape):
+    """attention / attention_with_lse with an attn_bias (read in place by the Triton kernels) take
+    plans traced from the checked call, which replay bitwise what the checked call computes on
+    fresh data of the signature; attention_backward with a bias gives the checked call's results
+    whether or not its trace was taken (a broadcast bias's gradient is summed by CuPy, which a trace
+    does not record)."""
+    be = cudakit.get_backend("cuda")
+    rng = np.random.default_rng(9)
+    dispatch.clear()
+    for trial in range(3):   # the first call is checked, the second builds the plan, the third replays
+        q, g = _r(rng, (2, 3, 40, 32), dtype), _r(rng, (2, 3, 40, 32), dtype)
+        k, v = _r(rng, (2, 3, 56, 32), dtype), _r(rng, (2, 3, 56, 32), dtype)
+        b = _r(rng, bias_shape, dtype)
+        want = be.attention_with_lse(q, k, v, causal=True, attn_bias=b)
+        got = cudakit.attention_with_lse(q, k, v, causal=True, attn_bias=b)
+        assert all(_same(x, y) for x, y in zip(want, got)), (dtype, trial)
+        assert _same(be.attention(q, k, v, attn_bias=b), cudakit.attention(q, k, v, attn_bias=b)), (dtype, trial)
+        grads_want = be.attention_backward(g, q, k, v, *want, causal=True, attn_bias=b)
+        grads = cudakit.attention_backward(g, q, k, v, *want, causal=True, attn_bias=b)
+        assert len(grads) == 4 and grads[3].shape == b.shape
+        for x, y in zip(grads_want[:3], grads[:3]):   # (dQ, dK, dV: the same kernels, no atomics)
+            assert _same(x, y), (dtype, trial)
+        cp.testing.assert_allclose(grads_want[3].astype(cp.float32), grads[3].astype(cp.float32), rtol=1e-2,
+                                   atol=1e-2)
+    traced = {k[0] for k, p in dispatch._plans.items() if p is not None}
+    assert {"attention_bias", "attention_with_lse_bias"} <= traced, traced
+
+
 def test_traced_cross_entropy_still_reports_bad_targets():
     x = cp.zeros((4, 7), cp.float32)
     good = cp.asarray(np.array([0, 1, 2, 3]))

@@ -47,6 +47,7 @@ TRACEABLE = frozenset({
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
     "layernorm", "layernorm_with_stats", "rmsnorm", "rmsnorm_with_stats",
     "sum", "mean", "max", "min", "sum_backward", "mean_backward",
+    "attention_bias", "attention_with_lse_bias", "attention_backward_bias",   # (ops._BIAS_OPS)
 })
 # ops updating arguments in place -> the indices of those arguments (see the module docstring)
 INPLACE = {"batch_norm": (3, 4), "batch_norm_with_stats": (3, 4)}

@@ -31,6 +31,7 @@ def _arrays(env: Env):
          "cw": rand(env, (K, C, 3, 3), "float32", 11, 0.1), "cg": rand(env, (N, K, S, S), "float32", 12),
          "gamma": rand(env, (C,), "float32", 13), "beta": rand(env, (C,), "float32", 14),
          "go": rand(env, (B, H, T, D), "float32", 15), "seq": rand(env, (N, C, L), "float32", 16),
+         "att_bias": rand(env, (B, H, T, T), "float32", 19),
          "c1w": rand(env, (K, C, 3), "float32", 17, 0.1), "c1g": rand(env, (N, K, L), "float32", 18)}
     # the image and its gradient as (N, H, W, C) arrays (memory_format="nhwc"; torch: channels_last views)
     a["img_nhwc"] = env.xp.ascontiguousarray(a["img"].transpose(0, 2, 3, 1))
@@ -65,6 +66,7 @@ def _cudakit_calls(a: dict) -> dict:
         "fused_linear_gelu_with_preact": lambda: cudakit.fused_linear_gelu_with_preact(x, w, b),
         "attention_with_lse": lambda: cudakit.attention_with_lse(q, k, v, causal=True),
         "attention_backward": lambda: cudakit.attention_backward(a["go"], q, k, v, a["att"], a["lse"], causal=True),
+        "attention_with_lse_bias": lambda: cudakit.attention_with_lse(q, k, v, attn_bias=a["att_bias"]),
         "cross_entropy_with_grad": lambda: cudakit.cross_entropy_with_grad(x, a["targets"]),
         "dropout": lambda: cudakit.dropout(x, 0.1, 1234),
         "conv2d": lambda: cudakit.conv2d(a["img"], a["cw"], None, 1, 1),
@@ -97,6 +99,7 @@ _SPEC = {
     "fused_linear_gelu_with_preact": ((ROWS, COLS, COLS), "F.linear then F.gelu: two calls"),
     "attention_with_lse": ((B, H, T, D), "F.scaled_dot_product_attention(is_causal=True), no lse returned"),
     "attention_backward": ((B, H, T, D), "torch.autograd.grad of scaled_dot_product_attention"),
+    "attention_with_lse_bias": ((B, H, T, D), "F.scaled_dot_product_attention(attn_mask=the bias), no lse returned"),
     "cross_entropy_with_grad": ((ROWS, COLS), ("F.cross_entropy, forward only (cudakit's call also returns "
                                                "the gradient)")),
     "dropout": ((ROWS, COLS), "F.dropout"),
@@ -147,6 +150,7 @@ def _torch_calls(t, a: dict) -> dict:
         "fused_linear_gelu_with_preact": lambda: F.gelu(F.linear(x, w, b), approximate="tanh"),
         "attention_with_lse": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "attention_backward": lambda: t.autograd.grad(att, (qa, ka, va), tv["go"], retain_graph=True),
+        "attention_with_lse_bias": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=tv["att_bias"]),
         "cross_entropy_with_grad": lambda: F.cross_entropy(x, tv["targets"]),
         "dropout": lambda: F.dropout(x, 0.1, True),
         "conv2d": lambda: F.conv2d(img, tv["cw"], None, 1, 1),
