@@ -76,3 +76,14 @@ def test_split_forward_parts_candidates(bh, l, d, causal, want):
     first = at._split_consts(consts, d, False, causal, bh * math.ceil(l / 128), 132)
     got = at._parts_candidates(first, consts, d, False, causal, bh, l, l, dlo, dhi, 132)
     assert [(c["BLOCK_M"], n, bool(c.get("OT"))) for c, n in got] == want
+
+
+def test_long_columns_override_is_halved_to_blocks_of_16_columns_or_more(monkeypatch):
+    """attention_materialized.LONG_COLUMNS: a count that would leave column blocks under 16 wide
+    (the tensor-core products' least) or not divide the head-dim block is halved until it fits."""
+    from cudakit.kernels import attention_materialized as am
+    monkeypatch.setattr(am, "LONG_COLUMNS", 4)
+    assert [am.long_columns(dp, 1, 132) for dp in (16, 32, 64, 128)] == [1, 2, 4, 4]
+    monkeypatch.setattr(am, "LONG_COLUMNS", None)
+    assert am.long_columns(128, 100, 132) == 2 and am.long_columns(128, 264, 132) == 1
+    assert am.long_columns(64, 100, 132) == 1 and am.long_columns(128, 100, None) == 1

@@ -68,7 +68,8 @@ _PLANS, _DYNAMIC, _MISS = _dispatch._plans, _dispatch.DYNAMIC, _dispatch.MISS   
 
 
 _ATTENTION_OPS = ("attention", "attention_with_lse", "attention_backward")
-# the attention ops with an attn_bias: plans traced from the checked call (kernels/trace_plans.py)
+# the attention ops with an attn_bias: plans traced from the checked call (kernels/path_plans.py
+# plan_attention_bias and the like, then kernels/trace_plans.py trace_fallback)
 _BIAS_OPS = ("attention_bias", "attention_with_lse_bias", "attention_backward_bias")
 # the planned ops of convolutions on channels-last arrays -> (backend method, memory_format)
 _LAYOUT_OPS = {"conv2d_nhwc": ("conv2d", "nhwc"), "conv2d_backward_nhwc": ("conv2d_backward", "nhwc"),
@@ -553,7 +554,8 @@ def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None,
         return backend_for(q, k, v).attention(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
                                               key_lengths=key_lengths, layout=layout, dropout_p=dropout_p, seed=seed)
     if attn_bias is not None:   # a plan traced from the checked call (the bias an input array like q, k, v)
-        return _planned("attention_bias", None, (q, k, v, scale, causal, layout, window, key_lengths, attn_bias))
+        return _planned("attention_bias", "plan_attention_bias",
+                        (q, k, v, scale, causal, layout, window, key_lengths, attn_bias))
     return _planned("attention", "plan_attention", (q, k, v, scale, causal, layout, window, key_lengths))
 
 
@@ -565,8 +567,8 @@ def attention_with_lse(q, k, v, scale=None, causal=False, *, attn_bias=None, win
                                                        key_lengths=key_lengths, layout=layout, dropout_p=dropout_p,
                                                        seed=seed)
     if attn_bias is not None:
-        return _planned("attention_with_lse_bias", None, (q, k, v, scale, causal, layout, window, key_lengths,
-                                                          attn_bias))
+        return _planned("attention_with_lse_bias", "plan_attention_with_lse_bias",
+                        (q, k, v, scale, causal, layout, window, key_lengths, attn_bias))
     return _planned("attention_with_lse", "plan_attention_with_lse",
                     (q, k, v, scale, causal, layout, window, key_lengths))
 
@@ -580,8 +582,9 @@ def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *,
             grad_out, q, k, v, out, lse, scale, causal, attn_bias=attn_bias, window=window,
             key_lengths=key_lengths, layout=layout, deterministic=deterministic, dropout_p=dropout_p, seed=seed)
     if attn_bias is not None:
-        return _planned("attention_backward_bias", None, (grad_out, q, k, v, out, lse, scale, causal, layout, window,
-                                                          key_lengths, deterministic, attn_bias), 4)
+        return _planned("attention_backward_bias", "plan_attention_backward_bias",
+                        (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic,
+                         attn_bias), 4)
     return _planned("attention_backward", "plan_attention_backward",
                     (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic), 4)
 
@@ -652,7 +655,7 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, m
     and, with "nlc", (N, L, C) arrays."""
     if type(memory_format) is str and memory_format == "nlc":
         return _planned("conv1d_nlc", "plan_conv1d_nlc", (x, weight, bias, stride, padding, dilation, groups))
-    if memory_format is not None:   # the checked path
+    if memory_format is not None and not (type(memory_format) is str and memory_format == "ncl"):   # (its error)
         return backend_for(x, weight).conv1d(x, weight, bias, stride, padding, dilation, groups,
                                              memory_format=memory_format)
     return _planned("conv1d", "plan_conv1d", (x, weight, bias, stride, padding, dilation, groups))
@@ -663,7 +666,7 @@ def conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=T
     if type(memory_format) is str and memory_format == "nlc":
         return _planned("conv1d_backward_nlc", "plan_conv1d_backward_nlc",
                         (grad_out, x, weight, stride, padding, dilation, bias, groups))
-    if memory_format is not None:
+    if memory_format is not None and not (type(memory_format) is str and memory_format == "ncl"):
         return backend_for(grad_out, x, weight).conv1d_backward(grad_out, x, weight, stride, padding, dilation, bias,
                                                                 groups, memory_format=memory_format)
     return _planned("conv1d_backward", "plan_conv1d_backward",

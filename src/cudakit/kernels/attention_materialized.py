@@ -75,8 +75,11 @@ def long_columns(dp: int, programs: int, sms: int | None) -> int:
     """mat_long's COLS for a launch of `programs` row blocks (all heads) on `sms` SMs (None: unknown,
     one block): two column blocks at DP 128 where the row blocks number under two a SM (LONG_COLUMNS
     set: that)."""
-    if LONG_COLUMNS is not None:
-        return LONG_COLUMNS
+    if LONG_COLUMNS is not None:   # (halved to blocks of 16 columns or more: the products' least)
+        cols = max(1, int(LONG_COLUMNS))
+        while cols > 1 and (dp % cols or dp // cols < 16):
+            cols //= 2
+        return cols
     return 2 if dp == 128 and sms and programs < 2 * sms else 1
 
 

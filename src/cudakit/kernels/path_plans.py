@@ -161,6 +161,26 @@ def _masked_plan(op: str, arrays: int, key_lengths):
     return _checked_call(op, arrays)
 
 
+def plan_attention_bias(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
+                        attn_bias=None):
+    """attention with an attn_bias: None (a plan traced from the checked call, the bias read through
+    its argument's pointer, guarded per float32 precision: trace_plans.PRECISION), or the checked
+    path where key_lengths would be copied first (_masked_plan)."""
+    return _masked_plan("attention_bias", 3, key_lengths)
+
+
+def plan_attention_with_lse_bias(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
+                                 attn_bias=None):
+    """attention_with_lse with an attn_bias (as plan_attention_bias)."""
+    return _masked_plan("attention_with_lse_bias", 3, key_lengths)
+
+
+def plan_attention_backward_bias(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None,
+                                 key_lengths=None, deterministic=False, attn_bias=None):
+    """attention_backward with an attn_bias (as plan_attention_bias)."""
+    return _masked_plan("attention_backward_bias", 4, key_lengths)
+
+
 def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None):
     if window is not None or key_lengths is not None:
         return _masked_plan("attention_with_lse", 3, key_lengths)
@@ -418,6 +438,10 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
 
 
 # ---- conv1d: conv2d's plans on (N, C, 1, L) views, as the checked conv1d runs conv2d -------------
+# Each wrapper is guarded (_f32_guard) under its own op: after a float32 precision change its first
+# call runs its own checked call and then its own planner, which builds the inner conv2d plan at
+# that precision (the inner plan's guard, under "conv2d", would find no planner of conv2d where the
+# program never called conv2d itself, and keep the checked conv2d for the views).
 def _conv1d_pairs(stride, padding, dilation):
     """conv2d's (stride, padding, dilation) pairs of conv1d's ints (or 1-tuples), or None for
     anything else (the checked path reports it)."""
@@ -448,7 +472,7 @@ def plan_conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         y = inner(_nc1l(x), _nc1l(weight), bias, *pairs, groups)
         return y.reshape(y.shape[0], y.shape[1], y.shape[3])
-    return plan
+    return _f32_guard(str(x.dtype), plan, "conv1d", 3)
 
 
 def plan_conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
@@ -464,7 +488,7 @@ def plan_conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
         gx, gw, gb = inner(_nc1l(grad_out), _nc1l(x), _nc1l(weight), *pairs, bias, groups)
         return gx.reshape(x.shape), gw.reshape(weight.shape), gb
-    return plan
+    return _f32_guard(str(x.dtype), plan, "conv1d_backward", 3)
 
 
 # ---- channels-last arrays (conv2d's memory_format="nhwc", conv1d's "nlc"): the plans above on
@@ -499,7 +523,7 @@ def plan_conv2d_nhwc(x, weight, bias=None, stride=1, padding=0, dilation=1, grou
 
     def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         return inner(_cl_view(x), weight, bias, stride, padding, dilation, groups).transpose(0, 2, 3, 1)
-    return plan
+    return _f32_guard(str(x.dtype), plan, "conv2d_nhwc", 3)
 
 
 def plan_conv2d_backward_nhwc(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
@@ -514,7 +538,7 @@ def plan_conv2d_backward_nhwc(grad_out, x, weight, stride=1, padding=0, dilation
     def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
         gx, gw, gb = inner(_cl_view(grad_out), _cl_view(x), weight, stride, padding, dilation, bias, groups)
         return gx.transpose(0, 2, 3, 1), gw, gb
-    return plan
+    return _f32_guard(str(x.dtype), plan, "conv2d_backward_nhwc", 3)
 
 
 def plan_conv1d_nlc(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -531,7 +555,7 @@ def plan_conv1d_nlc(x, weight, bias=None, stride=1, padding=0, dilation=1, group
     def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         y = inner(_cl_view_1d(x), _nc1l(weight), bias, *pairs, groups)
         return y.transpose(0, 2, 3, 1).reshape(y.shape[0], y.shape[3], y.shape[1])
-    return plan
+    return _f32_guard(str(x.dtype), plan, "conv1d_nlc", 3)
 
 
 def plan_conv1d_backward_nlc(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
@@ -548,4 +572,4 @@ def plan_conv1d_backward_nlc(grad_out, x, weight, stride=1, padding=0, dilation=
     def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
         gx, gw, gb = inner(_cl_view_1d(grad_out), _cl_view_1d(x), _nc1l(weight), *pairs, bias, groups)
         return gx.transpose(0, 2, 3, 1).reshape(x.shape), gw.reshape(weight.shape), gb
-    return plan
+    return _f32_guard(str(x.dtype), plan, "conv1d_backward_nlc", 3)

@@ -47,7 +47,6 @@ TRACEABLE = frozenset({
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
     "layernorm", "layernorm_with_stats", "rmsnorm", "rmsnorm_with_stats",
     "sum", "mean", "max", "min", "sum_backward", "mean_backward",
-    "attention_bias", "attention_with_lse_bias", "attention_backward_bias",   # (ops._BIAS_OPS)
 })
 # ops updating arguments in place -> the indices of those arguments (see the module docstring)
 INPLACE = {"batch_norm": (3, 4), "batch_norm_with_stats": (3, 4)}
@@ -116,9 +115,11 @@ def _flatten(r):
 # cudakit.float32_precision(), so a float32 plan hands back to the checked path when it changes
 FALLBACK = frozenset({"matmul", "linear", "linear_backward", "fused_linear_gelu", "fused_linear_gelu_with_preact",
                       "conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
-                      "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward"})
+                      "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward",
+                      "attention_bias", "attention_with_lse_bias", "attention_backward_bias"})
 PRECISION = frozenset({"conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
-                       "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward"})
+                       "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward",
+                       "attention_bias", "attention_with_lse_bias", "attention_backward_bias"})
 
 
 def trace_fallback(op: str, checked, args: tuple, arrays: int):
