@@ -71,9 +71,13 @@ _ATTENTION_OPS = ("attention", "attention_with_lse", "attention_backward")
 # the attention ops with an attn_bias: plans traced from the checked call (kernels/path_plans.py
 # plan_attention_bias and the like, then kernels/trace_plans.py trace_fallback)
 _BIAS_OPS = ("attention_bias", "attention_with_lse_bias", "attention_backward_bias")
+# convolution op -> (its plain form's planner, its channels-last memory_format, the planned op and
+# planner of that format (on the views its checked call makes), other names of its plain form)
+_CONV_FORMATS = {op: (f"plan_{op}", cl, f"{op}_{cl}", f"plan_{op}_{cl}", plain)
+                 for op, cl, plain in (("conv2d", "nhwc", ()), ("conv2d_backward", "nhwc", ()),
+                                       ("conv1d", "nlc", ("ncl",)), ("conv1d_backward", "nlc", ("ncl",)))}
 # the planned ops of convolutions on channels-last arrays -> (backend method, memory_format)
-_LAYOUT_OPS = {"conv2d_nhwc": ("conv2d", "nhwc"), "conv2d_backward_nhwc": ("conv2d_backward", "nhwc"),
-               "conv1d_nlc": ("conv1d", "nlc"), "conv1d_backward_nlc": ("conv1d_backward", "nlc")}
+_LAYOUT_OPS = {f[2]: (op, f[1]) for op, f in _CONV_FORMATS.items()}
 _checked_calls: dict = {}
 
 
@@ -624,53 +628,46 @@ def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seql
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------
 
+def _conv_call(op: str, memory_format, args: tuple, arrays: int):
+    """A convolution call by its memory_format: the planned op (its channels-last form's op for
+    that format), or for any other value the backend's checked method (its error; "nchw" for
+    conv2d: a C-contiguous result from a channels-last view). arrays: the leading arguments the
+    checked call's backend comes from."""
+    planner, cl, cl_op, cl_planner, plain = _CONV_FORMATS[op]
+    if memory_format is None:
+        return _planned(op, planner, args)
+    if type(memory_format) is str and memory_format == cl:
+        return _planned(cl_op, cl_planner, args)
+    if type(memory_format) is str and memory_format in plain:
+        return _planned(op, planner, args)
+    return getattr(backend_for(*args[:arrays]), op)(*args, memory_format=memory_format)
+
+
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
     """2-D convolution, NCHW, or channels-last: memory_format="nhwc" ((N, H, W, C) arrays) or an
     NCHW view of channels-last memory (see Backend.conv2d). Plans cover C-contiguous arrays,
     channels-last views (their strides are part of the call signature) and C-contiguous (N, H, W, C)
     arrays with memory_format="nhwc"."""
-    if type(memory_format) is str and memory_format == "nhwc":
-        return _planned("conv2d_nhwc", "plan_conv2d_nhwc", (x, weight, bias, stride, padding, dilation, groups))
-    if memory_format is not None:   # the checked path
-        return backend_for(x, weight).conv2d(x, weight, bias, stride, padding, dilation, groups,
-                                             memory_format=memory_format)
-    return _planned("conv2d", "plan_conv2d", (x, weight, bias, stride, padding, dilation, groups))
+    return _conv_call("conv2d", memory_format, (x, weight, bias, stride, padding, dilation, groups), 2)
 
 
 def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None):
     """(grad_x, grad_weight, grad_bias) of conv2d (see Backend.conv2d_backward)."""
-    if type(memory_format) is str and memory_format == "nhwc":
-        return _planned("conv2d_backward_nhwc", "plan_conv2d_backward_nhwc",
-                        (grad_out, x, weight, stride, padding, dilation, bias, groups))
-    if memory_format is not None:
-        return backend_for(grad_out, x, weight).conv2d_backward(grad_out, x, weight, stride, padding, dilation, bias,
-                                                                groups, memory_format=memory_format)
-    return _planned("conv2d_backward", "plan_conv2d_backward",
-                    (grad_out, x, weight, stride, padding, dilation, bias, groups))
+    return _conv_call("conv2d_backward", memory_format, (grad_out, x, weight, stride, padding, dilation, bias, groups),
+                      3)
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
     """1-D convolution, (N, C, L), or (N, L, C) with memory_format="nlc" (see Backend.conv1d):
     conv2d on (N, C, 1, L) views. Plans (conv2d's, on those views) cover C-contiguous (N, C, L)
     and, with "nlc", (N, L, C) arrays."""
-    if type(memory_format) is str and memory_format == "nlc":
-        return _planned("conv1d_nlc", "plan_conv1d_nlc", (x, weight, bias, stride, padding, dilation, groups))
-    if memory_format is not None and not (type(memory_format) is str and memory_format == "ncl"):   # (its error)
-        return backend_for(x, weight).conv1d(x, weight, bias, stride, padding, dilation, groups,
-                                             memory_format=memory_format)
-    return _planned("conv1d", "plan_conv1d", (x, weight, bias, stride, padding, dilation, groups))
+    return _conv_call("conv1d", memory_format, (x, weight, bias, stride, padding, dilation, groups), 2)
 
 
 def conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None):
     """(grad_x, grad_weight, grad_bias) of conv1d (see Backend.conv1d_backward)."""
-    if type(memory_format) is str and memory_format == "nlc":
-        return _planned("conv1d_backward_nlc", "plan_conv1d_backward_nlc",
-                        (grad_out, x, weight, stride, padding, dilation, bias, groups))
-    if memory_format is not None and not (type(memory_format) is str and memory_format == "ncl"):
-        return backend_for(grad_out, x, weight).conv1d_backward(grad_out, x, weight, stride, padding, dilation, bias,
-                                                                groups, memory_format=memory_format)
-    return _planned("conv1d_backward", "plan_conv1d_backward",
-                    (grad_out, x, weight, stride, padding, dilation, bias, groups))
+    return _conv_call("conv1d_backward", memory_format, (grad_out, x, weight, stride, padding, dilation, bias, groups),
+                      3)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0):

@@ -358,40 +358,37 @@ def test_conv2d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
 @pytest.mark.parametrize("dtype,path,prec", [("bfloat16", "cudnn", ""), ("bfloat16", "triton", ""),
                                              ("float32", "cudnn", "tf32"), ("float32", "triton", "tf32x3")])
 @pytest.mark.parametrize("bias", [False, True])
-def test_conv1d_plans_replay_the_checked_call(dtype, path, prec, bias, rng):
+def test_conv1d_plans_replay_the_checked_call(dtype, path, prec, bias, rng, float32_precision):
     """conv1d / conv1d_backward's dispatch plans (conv2d's plans on (N, C, 1, L) views, or a plan
     traced from the checked call for the Triton kernels) give the checked call's results in the
     checked call's shapes (bitwise but for cuDNN's gradients)."""
     from cudakit import dispatch
     if path == "cudnn" and not cudnn.available():
         pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
-    old = cudakit.set_float32_precision(prec or None)
-    try:
-        dispatch.clear()
-        dev = cp.cuda.runtime.getDevice()
-        geo = (1, 2, 0, 1, 1, 1, 1, 3, 1, 19)   # stride 2, padding 1, 3 taps: L 37 -> Lo 19
-        _choose_conv_paths(path, (3, 16, 1, 37), (24, 16, 1, 3), geo, bias,
-                           (dtype, prec if dtype == "float32" else "", dev))
-        x, w = cp.asarray(data(rng, (3, 16, 37), dtype)), cp.asarray(data(rng, (24, 16, 3), dtype))
-        bb = cp.asarray(data(rng, (24,), dtype)) if bias else None
-        g = cp.asarray(data(rng, (3, 24, 19), dtype))
-        runs = []
-        for _ in range(3):   # the first call checked, the second and third planned
-            runs.append((cudakit.conv1d(x, w, bb, 2, 1),) + tuple(cudakit.conv1d_backward(g, x, w, 2, 1, 1, bias)))
-        planned = {op: p_ for (op, _), p_ in dispatch._plans.items() if op in ("conv1d", "conv1d_backward")}
-        assert set(planned) == {"conv1d", "conv1d_backward"} and all(p_ is not None for p_ in planned.values())
-        assert paths.last_paths()["conv2d"] == path
-        for i, (a, b_) in enumerate(zip(runs[0], runs[2])):
-            if a is None:
-                assert b_ is None and i == 3
-                continue
-            assert a.shape == b_.shape == [(3, 24, 19), x.shape, w.shape, (24,)][i]
-            if path == "cudnn" and i >= 1:
-                cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
-            else:
-                cp.testing.assert_array_equal(a, b_)
-    finally:
-        cudakit.set_float32_precision(old)
+    float32_precision(prec or None)
+    dispatch.clear()
+    dev = cp.cuda.runtime.getDevice()
+    geo = (1, 2, 0, 1, 1, 1, 1, 3, 1, 19)   # stride 2, padding 1, 3 taps: L 37 -> Lo 19
+    _choose_conv_paths(path, (3, 16, 1, 37), (24, 16, 1, 3), geo, bias,
+                       (dtype, prec if dtype == "float32" else "", dev))
+    x, w = cp.asarray(data(rng, (3, 16, 37), dtype)), cp.asarray(data(rng, (24, 16, 3), dtype))
+    bb = cp.asarray(data(rng, (24,), dtype)) if bias else None
+    g = cp.asarray(data(rng, (3, 24, 19), dtype))
+    runs = []
+    for _ in range(3):   # the first call checked, the second and third planned
+        runs.append((cudakit.conv1d(x, w, bb, 2, 1),) + tuple(cudakit.conv1d_backward(g, x, w, 2, 1, 1, bias)))
+    planned = {op: p_ for (op, _), p_ in dispatch._plans.items() if op in ("conv1d", "conv1d_backward")}
+    assert set(planned) == {"conv1d", "conv1d_backward"} and all(p_ is not None for p_ in planned.values())
+    assert paths.last_paths()["conv2d"] == path
+    for i, (a, b_) in enumerate(zip(runs[0], runs[2])):
+        if a is None:
+            assert b_ is None and i == 3
+            continue
+        assert a.shape == b_.shape == [(3, 24, 19), x.shape, w.shape, (24,)][i]
+        if path == "cudnn" and i >= 1:
+            cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
+        else:
+            cp.testing.assert_array_equal(a, b_)
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -42,6 +42,17 @@ def _channels_last(x) -> bool:
         and (n == 1 or strides[0] == h * w * c * item)
 
 
+def nc1l_view(a):
+    """The (N, C, 1, L) view of an (N, C, L) array (or a (K, C, 1, R) one of a conv1d weight)."""
+    return a[:, :, None, :]
+
+
+def nlc_view(a):
+    """The (N, C, 1, L) channels-last view of a C-contiguous (N, L, C) array."""
+    n, length, c = a.shape
+    return a.reshape(n, 1, length, c).transpose(0, 3, 1, 2)
+
+
 def _check_1d_format(op: str, memory_format) -> bool:
     """conv1d's memory_format: True for "nlc" (channels-last), False for None or "ncl"."""
     if memory_format not in (None, "ncl", "nlc"):
@@ -245,10 +256,7 @@ class ConvOps:
     def _as_nc1l(self, a, nlc: bool):
         """The (N, C, 1, L) view conv2d takes of a 3-D activation: of (N, C, L) a, or with nlc of
         (N, L, C) a, a channels-last one (a copy first where a's memory is not C-contiguous)."""
-        if not nlc:
-            return a[:, :, None, :]
-        n, length, c = a.shape
-        return self._ascontiguous(a).reshape(n, 1, length, c).transpose(0, 3, 1, 2)
+        return nlc_view(self._ascontiguous(a)) if nlc else nc1l_view(a)
 
     def _conv1d_out(self, y, nlc: bool):
         """conv2d's (N, K, 1, Lo) result as conv1d returns it: (N, K, Lo), or (N, Lo, K) with nlc."""
@@ -276,7 +284,7 @@ class ConvOps:
                 v = v[0]
             s = _pair(op, name, v, minimum)[0]
             geo.append((1 if name != "padding" else 0, s))
-        return self._as_nc1l(arrs["x"], nlc), arrs["weight"][:, :, None, :], geo
+        return self._as_nc1l(arrs["x"], nlc), nc1l_view(arrs["weight"]), geo
 
     # ---- conv2d ----------------------------------------------------------------------------
     def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import DeviceError
 from ..kernels import conv, cudnn   # import neither CuPy, Triton nor cuDNN until a kernel runs
 from ..kernels.paths import conv_path_key
+from ..kernels.transpose import contiguous
 from ..runtime import _cupy, memory
 from ..runtime import device as _device_mod
 from .base import Backend
@@ -24,16 +25,6 @@ from .linalg_api import CudaLinalgHooks
 from .normalization_api import CudaNormalizationHooks
 from .reduction_api import CudaReductionHooks
 from .softmax_api import CudaSoftmaxHooks
-
-
-def _dense(a):
-    """a itself where C-contiguous, else a C-contiguous copy by kernels/transpose.py's permute (one
-    of cudakit's launches, which a dispatch plan traced from the call replays, where CuPy's copy
-    would keep the call off the plans: kernels/trace_plans.py)."""
-    if a.flags.c_contiguous:
-        return a
-    from ..kernels.transpose import permute
-    return permute(a, tuple(range(a.ndim)))
 
 
 class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, CudaLayoutHooks, CudaDropoutHooks,
@@ -111,8 +102,8 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         """fn(*C-contiguous arrays), its result back in channels-last memory for layout "nhwc"."""
         if layout == "nchw":
             return fn(*arrays)
-        y = fn(*(_dense(a) for a in arrays))
-        return None if y is None else _dense(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        y = fn(*(contiguous(a) for a in arrays))
+        return None if y is None else contiguous(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
     def _weight(self, w, layout):
         """(a function giving w C-contiguous, whether w is a channels-last weight cuDNN's channels-last
@@ -147,7 +138,7 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         key = conv_path_key("wgrad", x.dtype, x.shape, w_shape, geo, groups, bias, layout, out_cl)
 
         def own():
-            r = conv.conv2d_weight_grad(_dense(g), _dense(x), w_shape, geo, bias, groups)
+            r = conv.conv2d_weight_grad(contiguous(g), contiguous(x), w_shape, geo, bias, groups)
             return r if r is None or not out_cl else (cudnn.as_weight_layout(r[0], True), r[1])
         return self._conv_paths("conv2d_weight_grad", x.dtype, x.shape, w_shape, geo, groups, key, layout,
                                 lambda cl: cudnn.conv_wgrad(g, x, w_shape, geo, bias, cl, out_cl), own)

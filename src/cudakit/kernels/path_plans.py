@@ -437,10 +437,11 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     return _f32_guard(name, plan, "conv2d_backward", 3)
 
 
-# ---- conv1d: conv2d's plans on (N, C, 1, L) views, as the checked conv1d runs conv2d -------------
-# Each wrapper is guarded (_f32_guard) under its own op: after a float32 precision change its first
-# call runs its own checked call and then its own planner, which builds the inner conv2d plan at
-# that precision (the inner plan's guard, under "conv2d", would find no planner of conv2d where the
+# ---- conv1d and channels-last arrays (conv2d's memory_format="nhwc", conv1d's "nlc"): conv2d's
+# plans on the (N, C, H, W) views the checked calls make, the results read back in the call's form.
+# Each is guarded (_f32_guard) under its own op: after a float32 precision change its first call
+# runs its own checked call and then its own planner, which builds the inner conv2d plan at that
+# precision (the inner plan's guard, under "conv2d", would find no planner of conv2d where the
 # program never called conv2d itself, and keep the checked conv2d for the views).
 def _conv1d_pairs(stride, padding, dilation):
     """conv2d's (stride, padding, dilation) pairs of conv1d's ints (or 1-tuples), or None for
@@ -455,53 +456,13 @@ def _conv1d_pairs(stride, padding, dilation):
     return pairs
 
 
-def _nc1l(a):
-    return a[:, :, None, :]
-
-
-def plan_conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """conv1d's plan: plan_conv2d's on (N, C, 1, L) views, its (N, K, 1, Lo) result read as
-    (N, K, Lo); None where conv2d's planner has none (ops._planner then traces the checked call)."""
-    pairs = _conv1d_pairs(stride, padding, dilation)
-    if pairs is None or x.ndim != 3 or weight.ndim != 3:
-        return None
-    inner = plan_conv2d(_nc1l(x), _nc1l(weight), bias, *pairs, groups)
-    if inner is None:
-        return None
-
-    def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-        y = inner(_nc1l(x), _nc1l(weight), bias, *pairs, groups)
-        return y.reshape(y.shape[0], y.shape[1], y.shape[3])
-    return _f32_guard(str(x.dtype), plan, "conv1d", 3)
-
-
-def plan_conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
-    """conv1d_backward's plan: plan_conv2d_backward's on (N, C, 1, L) views, the gradients read in
-    x's and weight's shapes."""
-    pairs = _conv1d_pairs(stride, padding, dilation)
-    if pairs is None or grad_out.ndim != 3 or x.ndim != 3 or weight.ndim != 3:
-        return None
-    inner = plan_conv2d_backward(_nc1l(grad_out), _nc1l(x), _nc1l(weight), *pairs, bias, groups)
-    if inner is None:
-        return None
-
-    def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
-        gx, gw, gb = inner(_nc1l(grad_out), _nc1l(x), _nc1l(weight), *pairs, bias, groups)
-        return gx.reshape(x.shape), gw.reshape(weight.shape), gb
-    return _f32_guard(str(x.dtype), plan, "conv1d_backward", 3)
-
-
-# ---- channels-last arrays (conv2d's memory_format="nhwc", conv1d's "nlc"): the plans above on
-# the channels-last (N, C, H, W) views the checked calls make of them, results read back ----------
 def _cl_view(a):
     """The (N, C, H, W) view of a C-contiguous (N, H, W, C) array (channels-last memory)."""
     return a.transpose(0, 3, 1, 2)
 
 
-def _cl_view_1d(a):
-    """The (N, C, 1, L) channels-last view of a C-contiguous (N, L, C) array."""
-    n, length, c = a.shape
-    return a.reshape(n, 1, length, c).transpose(0, 3, 1, 2)
+def _same(a, _like=None):
+    return a
 
 
 def _channels_last_views(*views) -> bool:
@@ -512,18 +473,79 @@ def _channels_last_views(*views) -> bool:
     return cudnn.layout_of(*views) == "nhwc"
 
 
+def _forward_on_views(op, x, weight, bias, geo, groups, view, w_view, read_back):
+    """op's plan: plan_conv2d's on view(x), w_view(weight) with conv2d's geo (stride, padding,
+    dilation), its result y given back as read_back(y)."""
+    inner = plan_conv2d(view(x), w_view(weight), bias, *geo, groups)
+    if inner is None:
+        return None
+
+    def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        return read_back(inner(view(x), w_view(weight), bias, *geo, groups))
+    return _f32_guard(str(x.dtype), plan, op, 3)
+
+
+def _backward_on_views(op, grad_out, x, weight, geo, bias, groups, view, w_view, read_back, w_back=_same):
+    """op's plan: plan_conv2d_backward's on the views (as _forward_on_views), dL/dx given back as
+    read_back(gx, x), dL/dw as w_back(gw, weight)."""
+    inner = plan_conv2d_backward(view(grad_out), view(x), w_view(weight), *geo, bias, groups)
+    if inner is None:
+        return None
+
+    def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+        gx, gw, gb = inner(view(grad_out), view(x), w_view(weight), *geo, bias, groups)
+        return read_back(gx, x), w_back(gw, weight), gb
+    return _f32_guard(str(x.dtype), plan, op, 3)
+
+
+def _in_shape(a, like):
+    return a.reshape(like.shape)
+
+
+def _ncl(y):
+    """conv2d's (N, K, 1, Lo) result as conv1d's (N, K, Lo)."""
+    return y.reshape(y.shape[0], y.shape[1], y.shape[3])
+
+
+def _nhwc(y, _like=None):
+    """A channels-last (N, C, H, W) result as the (N, H, W, C) array it views."""
+    return y.transpose(0, 2, 3, 1)
+
+
+def _nlc(y, like=None):
+    """A channels-last (N, C, 1, L) result as (N, L, C) (like's shape where given)."""
+    t = y.transpose(0, 2, 3, 1)
+    return t.reshape(like.shape if like is not None else (y.shape[0], y.shape[3], y.shape[1]))
+
+
+def plan_conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """conv1d's plan: plan_conv2d's on (N, C, 1, L) views, its (N, K, 1, Lo) result read as
+    (N, K, Lo); None where conv2d's planner has none (ops._planner then traces the checked call)."""
+    from ..backends.conv_api import nc1l_view
+    pairs = _conv1d_pairs(stride, padding, dilation)
+    if pairs is None or x.ndim != 3 or weight.ndim != 3:
+        return None
+    return _forward_on_views("conv1d", x, weight, bias, pairs, groups, nc1l_view, nc1l_view, _ncl)
+
+
+def plan_conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
+    """conv1d_backward's plan: plan_conv2d_backward's on (N, C, 1, L) views, the gradients read in
+    x's and weight's shapes."""
+    from ..backends.conv_api import nc1l_view
+    pairs = _conv1d_pairs(stride, padding, dilation)
+    if pairs is None or grad_out.ndim != 3 or x.ndim != 3 or weight.ndim != 3:
+        return None
+    return _backward_on_views("conv1d_backward", grad_out, x, weight, pairs, bias, groups, nc1l_view, nc1l_view,
+                              _in_shape, _in_shape)
+
+
 def plan_conv2d_nhwc(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """conv2d(..., memory_format="nhwc")'s plan: plan_conv2d's on the (N, C, H, W) view of the
     (N, H, W, C) x, the result read back as (N, Ho, Wo, K)."""
     if x.ndim != 4 or not x.flags.c_contiguous or not _channels_last_views(_cl_view(x)):
         return None
-    inner = plan_conv2d(_cl_view(x), weight, bias, stride, padding, dilation, groups)
-    if inner is None:
-        return None
-
-    def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-        return inner(_cl_view(x), weight, bias, stride, padding, dilation, groups).transpose(0, 2, 3, 1)
-    return _f32_guard(str(x.dtype), plan, "conv2d_nhwc", 3)
+    return _forward_on_views("conv2d_nhwc", x, weight, bias, (stride, padding, dilation), groups, _cl_view, _same,
+                             _nhwc)
 
 
 def plan_conv2d_backward_nhwc(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
@@ -531,45 +553,28 @@ def plan_conv2d_backward_nhwc(grad_out, x, weight, stride=1, padding=0, dilation
     if grad_out.ndim != 4 or x.ndim != 4 or not (grad_out.flags.c_contiguous and x.flags.c_contiguous) \
             or not _channels_last_views(_cl_view(grad_out), _cl_view(x)):
         return None
-    inner = plan_conv2d_backward(_cl_view(grad_out), _cl_view(x), weight, stride, padding, dilation, bias, groups)
-    if inner is None:
-        return None
-
-    def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
-        gx, gw, gb = inner(_cl_view(grad_out), _cl_view(x), weight, stride, padding, dilation, bias, groups)
-        return gx.transpose(0, 2, 3, 1), gw, gb
-    return _f32_guard(str(x.dtype), plan, "conv2d_backward_nhwc", 3)
+    return _backward_on_views("conv2d_backward_nhwc", grad_out, x, weight, (stride, padding, dilation), bias, groups,
+                              _cl_view, _same, _nhwc)
 
 
 def plan_conv1d_nlc(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """conv1d(..., memory_format="nlc")'s plan: plan_conv2d's on the (N, C, 1, L) channels-last
     view of the (N, L, C) x, the result read back as (N, Lo, K)."""
+    from ..backends.conv_api import nc1l_view, nlc_view
     pairs = _conv1d_pairs(stride, padding, dilation)
     if pairs is None or x.ndim != 3 or weight.ndim != 3 or not x.flags.c_contiguous \
-            or not _channels_last_views(_cl_view_1d(x)):
+            or not _channels_last_views(nlc_view(x)):
         return None
-    inner = plan_conv2d(_cl_view_1d(x), _nc1l(weight), bias, *pairs, groups)
-    if inner is None:
-        return None
-
-    def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-        y = inner(_cl_view_1d(x), _nc1l(weight), bias, *pairs, groups)
-        return y.transpose(0, 2, 3, 1).reshape(y.shape[0], y.shape[3], y.shape[1])
-    return _f32_guard(str(x.dtype), plan, "conv1d_nlc", 3)
+    return _forward_on_views("conv1d_nlc", x, weight, bias, pairs, groups, nlc_view, nc1l_view, _nlc)
 
 
 def plan_conv1d_backward_nlc(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
     """conv1d_backward(..., memory_format="nlc")'s plan, as plan_conv1d_nlc's."""
+    from ..backends.conv_api import nc1l_view, nlc_view
     pairs = _conv1d_pairs(stride, padding, dilation)
     if pairs is None or grad_out.ndim != 3 or x.ndim != 3 or weight.ndim != 3 \
             or not (grad_out.flags.c_contiguous and x.flags.c_contiguous) \
-            or not _channels_last_views(_cl_view_1d(grad_out), _cl_view_1d(x)):
+            or not _channels_last_views(nlc_view(grad_out), nlc_view(x)):
         return None
-    inner = plan_conv2d_backward(_cl_view_1d(grad_out), _cl_view_1d(x), _nc1l(weight), *pairs, bias, groups)
-    if inner is None:
-        return None
-
-    def plan(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
-        gx, gw, gb = inner(_cl_view_1d(grad_out), _cl_view_1d(x), _nc1l(weight), *pairs, bias, groups)
-        return gx.transpose(0, 2, 3, 1).reshape(x.shape), gw.reshape(weight.shape), gb
-    return _f32_guard(str(x.dtype), plan, "conv1d_backward_nlc", 3)
+    return _backward_on_views("conv1d_backward_nlc", grad_out, x, weight, pairs, bias, groups, nlc_view, nc1l_view,
+                              _nlc, _in_shape)

@@ -282,6 +282,13 @@ def _cached_plan(x, y, itemsize: int, axes):
     return pl
 
 
+def contiguous(x):
+    """x itself where C-contiguous, else a C-contiguous copy by permute (read through x's strides;
+    one of cudakit's launches, which a dispatch plan traced from the call replays, where CuPy's
+    copy would keep the call off the plans: kernels/trace_plans.py)."""
+    return x if x.flags.c_contiguous else permute(x, tuple(range(x.ndim)))
+
+
 def permute(x, axes):
     """y = x.transpose(axes) as a new C-contiguous CuPy array on x's device (the current one).
 
