@@ -38,6 +38,12 @@ def _tiles(cfg):
     return {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
 
 
+def _seed_words(seed):
+    """The kernels' (DSEED_LO, DSEED_HI) of a seed, as kernels/attention.py passes them."""
+    from cudakit.kernels.attention import _signed32
+    return _signed32(seed & 0xFFFFFFFF), _signed32(seed >> 32)
+
+
 def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None, bias=None,
          bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1, dropout=None, splits=1):
     """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
@@ -73,7 +79,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     novar = (lens_t, lens_t, groups, 0, 0)   # CU_Q, CU_K, TQ, TK: not read
     if dropout is not None:   # (p, seed): the kernels' (DSEED_LO, DSEED_HI, DTHRESH, DSCALE)
         from cudakit.backends.dropout_api import threshold
-        novar += (dropout[1] & 0xFFFFFFFF, dropout[1] >> 32, threshold(dropout[0]), 1.0 / (1.0 - dropout[0]))
+        novar += (*_seed_words(dropout[1]), threshold(dropout[0]), 1.0 / (1.0 - dropout[0]))
     else:
         novar += (0, 0, 0, 1.0)
     dr = dropout is not None
@@ -212,7 +218,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropo
     drop, keep = (0, 0, 0, 1.0), None
     if dropout is not None:
         p, seed = dropout
-        drop = (seed & 0xFFFFFFFF, seed >> 32, threshold(p), 1 / (1 - p))
+        drop = (*_seed_words(seed), threshold(p), 1 / (1 - p))
         keep = mask((nb * h, mq, mk), threshold(p), seed)
     cu = (_Tensor(cq), _Tensor(ck), grp, tq, tk, *drop)
     dummy = _Tensor(np.zeros(1, np.float32))
@@ -426,7 +432,8 @@ def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
 
 
 DROPOUT_CASES = [(2, 70, 90, 24, False, "float32", 0.3, 12345), (1, 129, 200, 64, True, "float16", 0.1, 2**40 + 7),
-                 (3, 40, 33, 16, True, "float32", 0.5, 1), (1, 50, 70, 72, False, "float32", 0.2, 99)]
+                 (3, 40, 33, 16, True, "float32", 0.5, 1), (1, 50, 70, 72, False, "float32", 0.2, 99),
+                 (2, 33, 47, 32, True, "float32", 0.25, 0xF00DFACE_9ABCDEF0)]   # both words >= 2^31: negative int32s
 
 GQA_CASES = [(2, 4, 2, 70, 90, 24, True, "float32", None), (1, 8, 1, 129, 200, 64, False, "float16", None),
              (2, 6, 3, 50, 50, 16, True, "float32", [50, 17]), (1, 4, 2, 40, 70, 80, True, "float32", [33])]

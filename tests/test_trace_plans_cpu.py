@@ -44,3 +44,30 @@ def test_an_output_must_lie_inside_its_allocation():
     assert _inside(a, 0, 84) and not _inside(a, 0, 80) and not _inside(a, 8, 84)
     assert _inside(a[:, ::2], 0, 84) and not _inside(a[::-1], 0, 84)
     assert _inside(np.zeros((0, 4), np.float32), 16, 16)
+
+
+def test_a_seed_word_in_an_int32_parameter_is_found_by_its_bits():
+    """The attention kernels take a dropout seed's two words as int32 parameters, so a word at or
+    above 2^31 is recorded negative: the two recordings still show which parameters carry the seed
+    (the low word, then the high word) and that nothing else changed."""
+    from cudakit.kernels.attention import _signed32
+    from cudakit.kernels.trace_plans import _ALT, _per_call_params, _Recorder
+
+    def recording(seed):
+        rec = _Recorder()
+        words = [_signed32(seed & 0xFFFFFFFF), _signed32(seed >> 32)]
+        rec.launch_packed("attn_fwd", 1, (2, 1, 1), (128, 1, 1), 0, b"iiif", words + [429496730, 1.25])
+        return rec
+    for seed in (0x89ABCDEF_F0000010, 5, 2**64 - 1):
+        alt = seed ^ _ALT
+        assert _per_call_params(recording(seed), recording(alt), (seed,), (alt,), (0,), []) == {
+            (0, 0): (0, 0), (0, 1): (0, 32)}, hex(seed)
+    other = recording(5)
+    other.launches[0][6][2] += 1   # a third parameter that changed too: not a seed's doing
+    assert _per_call_params(recording(5), other, (5,), (5 ^ _ALT,), (0,), []) is None
+
+
+def test_seed_words_travel_as_int32_of_the_same_bits():
+    from cudakit.kernels.attention import _signed32
+    assert [_signed32(w) for w in (0, 5, 2**31 - 1, 2**31, 2**32 - 1)] == [0, 5, 2**31 - 1, -2**31, -1]
+    assert all(_signed32(w) & 0xFFFFFFFF == w for w in (0, 2**31, 0xDEADBEEF))

@@ -96,7 +96,8 @@ def signature(args: tuple):
 
 # op -> positions of int arguments that change from call to call (a dropout seed): the signature
 # holds PER_CALL for them and the plan takes their value per call (kernels/trace_plans.py)
-DYNAMIC = {"dropout": (2,), "dropout_backward": (2,)}
+DYNAMIC = {"dropout": (2,), "dropout_backward": (2,), "attention_dropout": (10,), "attention_with_lse_dropout": (10,),
+           "attention_backward_dropout": (14,), "flash_attention": (11,)}
 PER_CALL = "<per call>"
 
 

@@ -67,10 +67,17 @@ _plan_call = None   # dispatch.plan_call (native) once CUDA is up
 _PLANS, _DYNAMIC, _MISS = _dispatch._plans, _dispatch.DYNAMIC, _dispatch.MISS   # never rebound
 
 
-_ATTENTION_OPS = ("attention", "attention_with_lse", "attention_backward")
-# the attention ops with an attn_bias: plans traced from the checked call (kernels/path_plans.py
-# plan_attention_bias and the like, then kernels/trace_plans.py trace_fallback)
-_BIAS_OPS = ("attention_bias", "attention_with_lse_bias", "attention_backward_bias")
+# planned attention op -> (backend method, the keywords its trailing arguments go by). With an
+# attn_bias (*_bias) or dropout (*_dropout: the seed a per-call integer, dispatch.DYNAMIC) the plans
+# are traced from the checked call (kernels/path_plans.py plan_attention_bias and the like, then
+# kernels/trace_plans.py trace_fallback)
+_FWD_KEYS, _BWD_KEYS = ("layout", "window", "key_lengths"), ("layout", "window", "key_lengths", "deterministic")
+_ATTENTION_KEYS = {op + tail: (op, keys + more)
+                   for op, keys in (("attention", _FWD_KEYS), ("attention_with_lse", _FWD_KEYS),
+                                    ("attention_backward", _BWD_KEYS))
+                   for tail, more in (("", ()), ("_bias", ("attn_bias",)),
+                                      ("_dropout", ("attn_bias", "dropout_p", "seed")))}
+_ATTENTION_KEYS["flash_attention"] = ("flash_attention", _FWD_KEYS + ("attn_bias", "dropout_p", "seed"))
 # convolution op -> (its plain form's planner, its channels-last memory_format, the planned op and
 # planner of that format (on the views its checked call makes), other names of its plain form)
 _CONV_FORMATS = {op: (f"plan_{op}", cl, f"{op}_{cl}", f"plan_{op}_{cl}", plain)
@@ -82,24 +89,15 @@ _checked_calls: dict = {}
 
 
 def _checked_call(op: str, arrays: int):
-    """The backend method call of op (made once per op): its layout, the last argument of the
-    attention ops, goes by keyword."""
-    if op == "attention_backward":   # (..., layout, window, key_lengths, deterministic): keywords
-        return lambda *a: backend_for(*a[:arrays]).attention_backward(*a[:-4], layout=a[-4], window=a[-3],
-                                                                      key_lengths=a[-2], deterministic=a[-1])
-    if op in _BIAS_OPS:   # (..., layout, window, key_lengths, [deterministic,] attn_bias): keywords
-        method = op[:-len("_bias")]
-        if method == "attention_backward":
-            return lambda *a: backend_for(*a[:arrays]).attention_backward(
-                *a[:-5], layout=a[-5], window=a[-4], key_lengths=a[-3], deterministic=a[-2], attn_bias=a[-1])
-        return lambda *a: getattr(backend_for(*a[:arrays]), method)(*a[:-4], layout=a[-4], window=a[-3],
-                                                                     key_lengths=a[-2], attn_bias=a[-1])
+    """The backend method call of op (made once per op): the trailing arguments of the attention
+    ops (layout, window, ...) go by keyword."""
+    if op in _ATTENTION_KEYS:   # (..., layout, window, ...): keywords of the backend method
+        method, keys = _ATTENTION_KEYS[op]
+        n = len(keys)
+        return lambda *a: getattr(backend_for(*a[:arrays]), method)(*a[:-n], **dict(zip(keys, a[-n:])))
     if op in _LAYOUT_OPS:   # a convolution on channels-last arrays: the backend method with its memory_format
         method, fmt = _LAYOUT_OPS[op]
         return lambda *a: getattr(backend_for(*a[:arrays]), method)(*a, memory_format=fmt)
-    if op in _ATTENTION_OPS:   # (..., layout, window, key_lengths): keywords of the backend methods
-        return lambda *a: getattr(backend_for(*a[:arrays]), op)(*a[:-3], layout=a[-3], window=a[-2],
-                                                                 key_lengths=a[-1])
     return lambda *a: getattr(backend_for(*a[:arrays]), op)(*a)
 
 
@@ -554,9 +552,9 @@ def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None,
     additive float array broadcastable to the scores; layout "bhld" ((..., L, D) arrays) or "blhd"
     ((B, L, H, D) arrays, e.g. views of a packed qkv); dropout_p, seed: dropout on the probabilities
     (see Backend.attention)."""
-    if not (dropout_p == 0 and seed == 0):   # the checked path: no plan records a per-call seed
-        return backend_for(q, k, v).attention(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
-                                              key_lengths=key_lengths, layout=layout, dropout_p=dropout_p, seed=seed)
+    if not (dropout_p == 0 and seed == 0):   # a plan traced from the checked call, the seed taken per call
+        return _planned("attention_dropout", "plan_attention_dropout",
+                        (q, k, v, scale, causal, layout, window, key_lengths, attn_bias, dropout_p, seed))
     if attn_bias is not None:   # a plan traced from the checked call (the bias an input array like q, k, v)
         return _planned("attention_bias", "plan_attention_bias",
                         (q, k, v, scale, causal, layout, window, key_lengths, attn_bias))
@@ -567,9 +565,8 @@ def attention_with_lse(q, k, v, scale=None, causal=False, *, attn_bias=None, win
                        layout="bhld", dropout_p=0.0, seed=0):
     """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
     if not (dropout_p == 0 and seed == 0):
-        return backend_for(q, k, v).attention_with_lse(q, k, v, scale, causal, attn_bias=attn_bias, window=window,
-                                                       key_lengths=key_lengths, layout=layout, dropout_p=dropout_p,
-                                                       seed=seed)
+        return _planned("attention_with_lse_dropout", "plan_attention_with_lse_dropout",
+                        (q, k, v, scale, causal, layout, window, key_lengths, attn_bias, dropout_p, seed))
     if attn_bias is not None:
         return _planned("attention_with_lse_bias", "plan_attention_with_lse_bias",
                         (q, k, v, scale, causal, layout, window, key_lengths, attn_bias))
@@ -582,9 +579,9 @@ def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *,
     """(grad_q, grad_k, grad_v) of attention, and grad_attn_bias as a fourth with attn_bias;
     deterministic=True: bitwise the same on every run (see Backend.attention_backward)."""
     if not (dropout_p == 0 and seed == 0):
-        return backend_for(grad_out, q, k, v).attention_backward(
-            grad_out, q, k, v, out, lse, scale, causal, attn_bias=attn_bias, window=window,
-            key_lengths=key_lengths, layout=layout, deterministic=deterministic, dropout_p=dropout_p, seed=seed)
+        return _planned("attention_backward_dropout", "plan_attention_backward_dropout",
+                        (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic,
+                         attn_bias, dropout_p, seed), 4)
     if attn_bias is not None:
         return _planned("attention_backward_bias", "plan_attention_backward_bias",
                         (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic,
@@ -595,10 +592,10 @@ def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *,
 
 def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, attn_bias=None, window=None,
                     key_lengths=None, layout="bhld", dropout_p=0.0, seed=0):
-    """attention with a named key block size (see Backend.flash_attention)."""
-    return backend_for(q, k, v).flash_attention(q, k, v, scale, block_size, causal, attn_bias=attn_bias,
-                                                window=window, key_lengths=key_lengths, layout=layout,
-                                                dropout_p=dropout_p, seed=seed)
+    """attention with a named key block size (see Backend.flash_attention); a plan traced from the
+    checked call (the Triton kernels at that block size), the seed taken per call."""
+    return _planned("flash_attention", "plan_flash_attention",
+                    (q, k, v, scale, block_size, causal, layout, window, key_lengths, attn_bias, dropout_p, seed))
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None, causal=False, *,

@@ -161,6 +161,37 @@ def test_attention_with_a_bias_takes_traced_plans(dtype, bias_shape):
     assert {"attention_bias", "attention_with_lse_bias"} <= traced, traced
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_with_dropout_takes_traced_plans_with_a_seed_per_call(dtype, causal):
+    """attention, attention_with_lse and attention_backward with dropout, and flash_attention, take
+    plans traced from the checked call whose native replays write each call's seed into the kernels' seed words: on fresh
+    data and seeds (words at and above 2^31, multiples of 16 and not) every planned call is bitwise
+    the checked call, and different seeds give different results."""
+    be = cudakit.get_backend("cuda")
+    rng = np.random.default_rng(13)
+    dispatch.clear()
+    seeds = (7, 2**31 + 5, 2**63 + 3 * 2**32 + 16, 0x0123456789ABCDEF, 48, 2**64 - 1)
+    for seed in seeds:   # the first call is checked, the second builds the plan, the rest replay
+        q, g = _r(rng, (2, 3, 40, 32), dtype), _r(rng, (2, 3, 40, 32), dtype)
+        k, v = _r(rng, (2, 3, 56, 32), dtype), _r(rng, (2, 3, 56, 32), dtype)
+        kw = dict(causal=causal, dropout_p=0.2, seed=seed)
+        want = be.attention_with_lse(q, k, v, **kw)
+        got = cudakit.attention_with_lse(q, k, v, **kw)
+        assert all(_same(x, y) for x, y in zip(want, got)), (dtype, hex(seed))
+        assert _same(be.attention(q, k, v, **kw), cudakit.attention(q, k, v, **kw)), (dtype, hex(seed))
+        for fkw in (kw, dict(causal=causal)):   # flash_attention at a named block size, with and without dropout
+            assert _same(be.flash_attention(q, k, v, None, 32, **fkw), cudakit.flash_attention(q, k, v, None, 32, **fkw))
+        grads_want = be.attention_backward(g, q, k, v, *want, **kw)
+        grads = cudakit.attention_backward(g, q, k, v, *want, **kw)
+        assert all(_same(x, y) for x, y in zip(grads_want, grads)), (dtype, hex(seed))
+    kinds = {k[0]: type(p).__name__ for k, p in dispatch._plans.items() if p is not None}
+    for op in ("attention_dropout", "attention_with_lse_dropout", "attention_backward_dropout", "flash_attention"):
+        assert op in kinds, kinds
+    a, b = (cudakit.attention(q, k, v, dropout_p=0.2, seed=s) for s in (1, 2))
+    assert not _same(a, b)
+
+
 def test_traced_cross_entropy_still_reports_bad_targets():
     x = cp.zeros((4, 7), cp.float32)
     good = cp.asarray(np.array([0, 1, 2, 3]))

@@ -77,13 +77,22 @@ def _NO_VARLEN(dummy, groups: int = 1) -> tuple:
     return (dummy, dummy, groups, 0, 0)
 
 
+_SEED_WORDS = ("DSEED_LO", "DSEED_HI")
+
+
 def _drop_args(masks: Masks) -> tuple:
     """(DSEED_LO, DSEED_HI, DTHRESH, DSCALE) of the kernels: dropout on the probabilities, or
-    values not read."""
+    values not read. The seed's words travel as signed int32 (the kernels take their low 32 bits),
+    so every seed launches the same compiled kernel with the same parameter layout."""
     if masks.dropout is None:
         return (0, 0, 0, 1.0)
     thr, scale, seed = masks.dropout
-    return (seed & 0xFFFFFFFF, seed >> 32, thr, float(scale))
+    return (_signed32(seed & 0xFFFFFFFF), _signed32(seed >> 32), thr, float(scale))
+
+
+def _signed32(w: int) -> int:
+    """The 32-bit word w (0 <= w < 2^32) as the int32 of the same bits."""
+    return w - (1 << 32) if w >= 1 << 31 else w
 
 
 def _bias_args(masks: Masks, dummy) -> tuple:
@@ -122,7 +131,9 @@ def _k(name: str):
         from . import _attention_triton as src
         for n in ("attn_fwd", "attn_fwd_combine", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq", "cast_copy",
                   "tf32_split"):
-            _kernels[n] = TritonKernel(getattr(src, n))
+            # the dropout seed's words are not specialised: one kernel for every seed, so a traced
+            # plan takes a new seed per call (kernels/trace_plans.py, dispatch.DYNAMIC)
+            _kernels[n] = TritonKernel(getattr(src, n), do_not_specialize=_SEED_WORDS)
         for n in ("mat_prep", "mat_scores", "mat_long"):
             _kernels[n] = TritonKernel(getattr(mat, n))
         k = _kernels[name]

@@ -181,6 +181,33 @@ def plan_attention_backward_bias(grad_out, q, k, v, out, lse, scale=None, causal
     return _masked_plan("attention_backward_bias", 4, key_lengths)
 
 
+def plan_attention_dropout(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
+                           attn_bias=None, dropout_p=0.0, seed=0):
+    """attention with dropout on the probabilities: None (a plan traced from the checked call whose
+    replays take each call's seed: trace_plans.trace_fallback with dispatch.DYNAMIC), or the checked
+    path where key_lengths would be copied first (_masked_plan)."""
+    return _masked_plan("attention_dropout", 3, key_lengths)
+
+
+def plan_attention_with_lse_dropout(q, k, v, scale=None, causal=False, layout="bhld", window=None,
+                                    key_lengths=None, attn_bias=None, dropout_p=0.0, seed=0):
+    """attention_with_lse with dropout (as plan_attention_dropout)."""
+    return _masked_plan("attention_with_lse_dropout", 3, key_lengths)
+
+
+def plan_attention_backward_dropout(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld",
+                                    window=None, key_lengths=None, deterministic=False, attn_bias=None,
+                                    dropout_p=0.0, seed=0):
+    """attention_backward with dropout (as plan_attention_dropout)."""
+    return _masked_plan("attention_backward_dropout", 4, key_lengths)
+
+
+def plan_flash_attention(q, k, v, scale=None, block_size=64, causal=False, layout="bhld", window=None,
+                         key_lengths=None, attn_bias=None, dropout_p=0.0, seed=0):
+    """flash_attention (the Triton kernels at a named key block size): as plan_attention_dropout."""
+    return _masked_plan("flash_attention", 3, key_lengths)
+
+
 def plan_attention_with_lse(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None):
     if window is not None or key_lengths is not None:
         return _masked_plan("attention_with_lse", 3, key_lengths)

@@ -116,17 +116,19 @@ def _flatten(r):
 FALLBACK = frozenset({"matmul", "linear", "linear_backward", "fused_linear_gelu", "fused_linear_gelu_with_preact",
                       "conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
                       "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward",
-                      "attention_bias", "attention_with_lse_bias", "attention_backward_bias"})
+                      "attention_bias", "attention_with_lse_bias", "attention_backward_bias", "attention_dropout",
+                      "attention_with_lse_dropout", "attention_backward_dropout", "flash_attention"})
 PRECISION = frozenset({"conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
                        "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward",
-                       "attention_bias", "attention_with_lse_bias", "attention_backward_bias"})
+                       "attention_bias", "attention_with_lse_bias", "attention_backward_bias", "attention_dropout",
+                       "attention_with_lse_dropout", "attention_backward_dropout", "flash_attention"})
 
 
 def trace_fallback(op: str, checked, args: tuple, arrays: int):
     """The traced plan of an op of FALLBACK whose named planner declined this signature, or None."""
     if op not in FALLBACK:
         return None
-    plan = _trace_args(checked, args, ())
+    plan = _trace_args(checked, args, (), _dynamic(op, args))
     if plan is None or op not in PRECISION or str(getattr(args[0], "dtype", "")) != "float32":
         return plan
     from .path_plans import _f32_guard
@@ -137,9 +139,14 @@ def trace(op: str, checked, args: tuple):
     """The replay plan of checked(*args) (see the module docstring), or None."""
     if op not in TRACEABLE and op not in INPLACE:
         return None
+    return _trace_args(checked, args, INPLACE.get(op, ()), _dynamic(op, args))
+
+
+def _dynamic(op: str, args: tuple) -> tuple:
+    """The positions of op's per-call integer arguments (dispatch.DYNAMIC) that this call gives as
+    ints the signature leaves out."""
     from .. import dispatch
-    dyn = tuple(i for i in dispatch.DYNAMIC.get(op, ()) if type(args[i]) is int and 0 <= args[i] < 1 << 64)
-    return _trace_args(checked, args, INPLACE.get(op, ()), dyn)
+    return tuple(i for i in dispatch.DYNAMIC.get(op, ()) if type(args[i]) is int and 0 <= args[i] < 1 << 64)
 
 
 def _trace_args(checked, args: tuple, inplace_at: tuple, dyn: tuple = ()):
@@ -249,9 +256,10 @@ def _per_call_params(rec, rec2, args, alt, dyn, arrays):
             if int(v1) == int(v2) or (c == ord("Q") and _locate(int(v1), regions) is not None):
                 continue
             mask = {ord("Q"): (1 << 64) - 1, ord("i"): (1 << 32) - 1}.get(c)
+            # (compared as bits: an int32 parameter may hold a word of the seed as a negative value)
             hit = None if mask is None else next(
                 ((i, sh) for i in dyn for sh in range(0, 64, 32)
-                 if int(v1) == (args[i] >> sh) & mask and int(v2) == (alt[i] >> sh) & mask), None)
+                 if int(v1) & mask == (args[i] >> sh) & mask and int(v2) & mask == (alt[i] >> sh) & mask), None)
             if hit is None:
                 return None
             found[(n, k)] = hit

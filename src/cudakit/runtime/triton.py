@@ -187,6 +187,9 @@ class TritonKernel:
         self.defaults = Config({}, num_warps, num_stages)
         self.do_not_specialize = set(do_not_specialize)
         self._rt_names = [p.name for p in self.params if not p.is_constexpr]
+        # per runtime argument: an int whose 16-divisibility is not compiled in (a per-call seed:
+        # one compiled kernel for every value, so a traced plan may substitute it)
+        self._nospec = [n in self.do_not_specialize for n in self._rt_names]
         self._const_names = [p.name for p in self.params if p.is_constexpr]
         self._const_set = set(self._const_names)
         self._const_defaults = {p.name: p.default for p in self.params if p.is_constexpr and p.has_default}
@@ -356,8 +359,7 @@ class TritonKernel:
         nd = cp.ndarray
         codes = _ptr_codes or _dtype_codes() and _ptr_codes
         sig, vals, pcodes = [], [], []  # pcodes: the plan-key code of each argument (plan_key)
-        spec_ints = not self.do_not_specialize
-        for name, a in zip(self._rt_names, runtime):
+        for name, a, nospec in zip(self._rt_names, runtime, self._nospec):
             t = type(a)
             if t is nd and a.dtype in codes:
                 ptr = a.data.ptr
@@ -365,8 +367,10 @@ class TritonKernel:
                 vals.append(ptr)
                 num = a.dtype.num  # _native.c declines dtype numbers past 20000 (uint16 key codes)
                 pcodes.append(1024 + 2 * num + (not ptr & 15) if num <= 20000 else None)
-            elif t is int and spec_ints and -0x80000000 <= a <= 0x7FFFFFFF:
-                sig.append(_I32_DIV if not a & 15 else _I32)
+            elif t is int and -0x80000000 <= a <= 0x7FFFFFFF:
+                # a do_not_specialize int compiles as not divisible whatever its value; its plan-key
+                # code still follows the value (the C binder computes it so), both codes one function
+                sig.append(_I32_DIV if not (a & 15 or nospec) else _I32)
                 vals.append(a)
                 pcodes.append(1 if a & 15 else 2)
             elif t is float:
@@ -436,7 +440,7 @@ class TritonKernel:
         call with arguments of the same kinds would launch the same way: constexprs at their
         defaults, every argument an array, int32 or float, no 16-bit scalar or scratch, the
         current stream; and open the gate when launches are asynchronous."""
-        if (stream is None and not self.do_not_specialize and not comp.half_args and not comp.needs_scratch
+        if (stream is None and not comp.half_args and not comp.needs_scratch
                 and None not in pcodes and 0 <= dev <= 255):
             self._plans[plan_key(dev, pcodes)] = (fl.func, comp.block, comp.shared, fl._bcodes, comp.name,
                                                    comp.block3)

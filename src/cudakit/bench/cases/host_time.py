@@ -9,6 +9,8 @@ the row's note.
 """
 from __future__ import annotations
 
+import itertools
+
 import cudakit
 
 from ..case import Case, Env
@@ -52,6 +54,7 @@ def _cudakit_calls(a: dict) -> dict:
     adamw = cudakit.AdamW(a["params"], lr=1e-4)
     sgd = cudakit.SGD([p.copy() for p in a["params"]], lr=1e-4, momentum=0.9)
     grads = a["grads"]
+    seeds = itertools.count(1)   # dropout with a new seed per call, as a training step draws them
     return {
         "add": lambda: cudakit.add(x, y),
         "gelu": lambda: cudakit.gelu(x),
@@ -67,6 +70,10 @@ def _cudakit_calls(a: dict) -> dict:
         "attention_with_lse": lambda: cudakit.attention_with_lse(q, k, v, causal=True),
         "attention_backward": lambda: cudakit.attention_backward(a["go"], q, k, v, a["att"], a["lse"], causal=True),
         "attention_with_lse_bias": lambda: cudakit.attention_with_lse(q, k, v, attn_bias=a["att_bias"]),
+        "attention_with_lse_dropout": lambda: cudakit.attention_with_lse(q, k, v, causal=True, dropout_p=0.1,
+                                                                         seed=next(seeds)),
+        "attention_backward_dropout": lambda: cudakit.attention_backward(a["go"], q, k, v, a["att"], a["lse"],
+                                                                         causal=True, dropout_p=0.1, seed=next(seeds)),
         "cross_entropy_with_grad": lambda: cudakit.cross_entropy_with_grad(x, a["targets"]),
         "dropout": lambda: cudakit.dropout(x, 0.1, 1234),
         "conv2d": lambda: cudakit.conv2d(a["img"], a["cw"], None, 1, 1),
@@ -100,6 +107,10 @@ _SPEC = {
     "attention_with_lse": ((B, H, T, D), "F.scaled_dot_product_attention(is_causal=True), no lse returned"),
     "attention_backward": ((B, H, T, D), "torch.autograd.grad of scaled_dot_product_attention"),
     "attention_with_lse_bias": ((B, H, T, D), "F.scaled_dot_product_attention(attn_mask=the bias), no lse returned"),
+    "attention_with_lse_dropout": ((B, H, T, D), ("F.scaled_dot_product_attention(dropout_p=0.1, is_causal=True), "
+                                                  "no lse returned; cudakit's seed new on every call")),
+    "attention_backward_dropout": ((B, H, T, D), ("torch.autograd.grad of scaled_dot_product_attention(dropout_p=0.1, "
+                                                  "is_causal=True)")),
     "cross_entropy_with_grad": ((ROWS, COLS), ("F.cross_entropy, forward only (cudakit's call also returns "
                                                "the gradient)")),
     "dropout": ((ROWS, COLS), "F.dropout"),
@@ -125,6 +136,7 @@ def _torch_calls(t, a: dict) -> dict:
     _, mean, rstd = t.ops.aten.native_layer_norm(x, (COLS,), tv["ln_w"], b, 1e-5)
     qa, ka, va = (u.detach().requires_grad_(True) for u in (q, k, v))
     att = F.scaled_dot_product_attention(qa, ka, va, is_causal=True)
+    att_drop = F.scaled_dot_product_attention(qa, ka, va, dropout_p=0.1, is_causal=True)
 
     def with_grads(params):
         for p, gr in zip(params, a["grads"]):
@@ -151,6 +163,8 @@ def _torch_calls(t, a: dict) -> dict:
         "attention_with_lse": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "attention_backward": lambda: t.autograd.grad(att, (qa, ka, va), tv["go"], retain_graph=True),
         "attention_with_lse_bias": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=tv["att_bias"]),
+        "attention_with_lse_dropout": lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, is_causal=True),
+        "attention_backward_dropout": lambda: t.autograd.grad(att_drop, (qa, ka, va), tv["go"], retain_graph=True),
         "cross_entropy_with_grad": lambda: F.cross_entropy(x, tv["targets"]),
         "dropout": lambda: F.dropout(x, 0.1, True),
         "conv2d": lambda: F.conv2d(img, tv["cw"], None, 1, 1),
