@@ -93,7 +93,8 @@ def main():
                     dq, dk, dv = (cp.full(x.shape, 7, x.dtype) for x in (q, k, v))   # 7: an unwritten row shows
                     ws = graph.get_workspace_size_plan_at_index(i)
                     buf = cp.full((max(ws, 1),), 0xAB if trial else 0, cp.uint8)   # garbage or zeros in the workspace
-                    ptrs = cudnn_varlen._index_pointers(q, k, cu, mx, mx, err) + [
+                    index = cudnn_varlen._index_arrays(q, k, cu, mx, mx, err)
+                    ptrs = [a.data.ptr for a in index] + [
                         q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr,
                         dq.data.ptr, dk.data.ptr, dv.data.ptr]
                     try:

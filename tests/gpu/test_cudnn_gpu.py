@@ -502,6 +502,23 @@ def test_attention_varlen_cudnn_ragged(case, dtype, rng, only_cudnn):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_attention_varlen_cudnn_holds_its_offsets_until_the_launch(dtype, rng, only_cudnn, monkeypatch):
+    """The ragged graphs read lengths and offsets the call makes on the device: they stay allocated
+    until the launch is queued. Here every graph launch first takes small blocks from the pool and
+    fills them with 0xFF, as cuDNN's workspace (cleared, then accumulated into) may take them: a
+    freed offsets array would come back among them and the results would be wrong."""
+    real = cudnn._Graph.run
+
+    def run(self, ptrs):
+        grab = [cp.full(64, -1, cp.int64) for _ in range(16)]   # (512-byte blocks, the offsets' size)
+        real(self, ptrs)
+        del grab
+    monkeypatch.setattr(cudnn._Graph, "run", run)
+    ac.check_varlen(_dev, _host, rng, 3, 1, 40, [33, 7, 64], [33, 7, 64], True, dtype, one_cu=True)
+    ac.check_varlen(_dev, _host, rng, 2, 2, 64, [300, 1, 0, 517], [300, 1, 0, 517], True, dtype, one_cu=True)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("q_shape,hkv,causal", [((2, 4, 257, 64), None, False), ((1, 8, 128, 128), None, True),
                                                 ((2, 8, 100, 64), 2, True)])
 def test_attention_without_lse_runs_the_inference_graph(q_shape, hkv, causal, dtype, rng, only_cudnn):

@@ -131,13 +131,17 @@ def _scratch_index(b: int, rows: int) -> list:
     return [cp.full(b, rows, cp.int32)] + [cp.zeros(b + 1, cp.int64) for _ in range(3)]
 
 
-def _index_pointers(q, k, cu, max_q: int, max_k: int, err) -> list:
-    """The device pointers of (lengths, q-like offsets, k-like offsets, lse offsets) for this call."""
+def _index_arrays(q, k, cu, max_q: int, max_k: int, err) -> list:
+    """(lengths, q-like offsets, k-like offsets, lse offsets) for this call, made on the device.
+    The caller holds them until the graph's launch is queued: freed before, their memory could come
+    back from the pool as that launch's workspace, which cuDNN clears and accumulates dQ in while
+    it reads the offsets (2026-11-27 19:48 UTC on an H100: dQ of zeros for a whole sequence in one
+    run of test_attention_varlen_cudnn_ragged, right in the next)."""
     total, h, d = q.shape
     hkv = k.shape[1]
     lens, off_q, off_s = ragged(cu, total, min(max_q, max_k), h, d, err)
     off_k = off_q if hkv == h else ragged(cu, k.shape[0], min(max_q, max_k), hkv, d, err)[1]
-    return [lens.data.ptr, off_q.data.ptr, off_k.data.ptr, off_s.data.ptr]
+    return [lens, off_q, off_k, off_s]
 
 
 def forward(q, k, v, cu, max_q: int, max_k: int, scale: float, causal: bool, err):
@@ -174,8 +178,9 @@ def forward(q, k, v, cu, max_q: int, max_k: int, scale: float, causal: bool, err
         return None
     out = cp.empty_like(q)
     lse = cp.empty((total, h), cp.float32)
-    g.run(_index_pointers(q, k, cu, max_q, max_k, err) + [q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr,
-                                                           lse.data.ptr])
+    index = _index_arrays(q, k, cu, max_q, max_k, err)   # (held until the launch is queued)
+    g.run([a.data.ptr for a in index] + [q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr])
+    del index
     return out, lse
 
 
@@ -216,7 +221,8 @@ def backward(do, q, k, v, out, lse, cu, max_q: int, max_k: int, scale: float, ca
     if g is None:
         return None
     dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
-    g.run(_index_pointers(q, k, cu, max_q, max_k, err) + [q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr,
-                                                           do.data.ptr, lse.data.ptr, dq.data.ptr, dk.data.ptr,
-                                                           dv.data.ptr])
+    index = _index_arrays(q, k, cu, max_q, max_k, err)   # (held until the launch is queued)
+    g.run([a.data.ptr for a in index] + [q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr,
+                                         lse.data.ptr, dq.data.ptr, dk.data.ptr, dv.data.ptr])
+    del index
     return dq, dk, dv
