@@ -166,5 +166,7 @@ def test_host_time_torch_equivalents_run():
     a = host_time._arrays(Env(gpu=False, quick=True, xp=np, torch=torch))
     calls = host_time._torch_calls(torch, a)
     assert set(calls) == set(host_time._SPEC) == set(host_time._cudakit_calls(a))
-    for fn in calls.values():
+    for name, fn in calls.items():
+        if name.startswith("attention_varlen") and not torch.cuda.is_available():
+            continue   # torch's varlen_attn runs on CUDA only
         fn()

@@ -78,6 +78,16 @@ _ATTENTION_KEYS = {op + tail: (op, keys + more)
                    for tail, more in (("", ()), ("_bias", ("attn_bias",)),
                                       ("_dropout", ("attn_bias", "dropout_p", "seed")))}
 _ATTENTION_KEYS["flash_attention"] = ("flash_attention", _FWD_KEYS + ("attn_bias", "dropout_p", "seed"))
+_ATTENTION_KEYS.update({op: (op, ("window", "dropout_p", "seed")) for op in ("attention_varlen",
+                                                                            "attention_varlen_with_lse")})
+_ATTENTION_KEYS["attention_varlen_backward"] = ("attention_varlen_backward",
+                                                ("window", "deterministic", "dropout_p", "seed"))
+# the varlen ops called with one cu_seqlens array for q and k -> the position of that array: planned
+# under their own names with the array passed once (a trace then knows which argument a pointer is,
+# and cuDNN's ragged graphs, which need the same sequences for both, may be replayed)
+_VARLEN_SHARED = {"attention_varlen_shared": 3, "attention_varlen_with_lse_shared": 3,
+                  "attention_varlen_backward_shared": 6}
+_ATTENTION_KEYS.update({op: _ATTENTION_KEYS[op[:-len("_shared")]] for op in _VARLEN_SHARED})
 # convolution op -> (its plain form's planner, its channels-last memory_format, the planned op and
 # planner of that format (on the views its checked call makes), other names of its plain form)
 _CONV_FORMATS = {op: (f"plan_{op}", cl, f"{op}_{cl}", f"plan_{op}_{cl}", plain)
@@ -91,6 +101,11 @@ _checked_calls: dict = {}
 def _checked_call(op: str, arrays: int):
     """The backend method call of op (made once per op): the trailing arguments of the attention
     ops (layout, window, ...) go by keyword."""
+    if op in _VARLEN_SHARED:   # cu_seqlens_q passed once: given to the method as cu_seqlens_k too
+        method, keys = _ATTENTION_KEYS[op]
+        n, at = len(keys), _VARLEN_SHARED[op] + 1
+        return lambda *a: getattr(backend_for(*a[:arrays]), method)(*a[:at], a[at - 1], *a[at:-n],
+                                                                    **dict(zip(keys, a[-n:])))
     if op in _ATTENTION_KEYS:   # (..., layout, window, ...): keywords of the backend method
         method, keys = _ATTENTION_KEYS[op]
         n = len(keys)
@@ -603,24 +618,34 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     """Attention over packed variable-length sequences: q (total_q, H, D), k, v (total_k, Hkv, D),
     sequence b the rows cu_seqlens_q[b]..cu_seqlens_q[b + 1] of q against cu_seqlens_k[b]..[b + 1]
     of k and v (see Backend.attention_varlen)."""
-    return backend_for(q, k, v).attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                 scale, causal, window=window, dropout_p=dropout_p, seed=seed)
+    if cu_seqlens_k is cu_seqlens_q:
+        return _planned("attention_varlen_shared", "plan_attention_varlen_shared",
+                        (q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, scale, causal, window, dropout_p, seed))
+    return _planned("attention_varlen", "plan_attention_varlen", (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                                  max_seqlen_k, scale, causal, window, dropout_p, seed))
 
 
 def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
                               causal=False, *, window=None, dropout_p=0.0, seed=0):
     """(out, lse (total_q, H)) of attention_varlen (see Backend.attention_varlen_with_lse)."""
-    return backend_for(q, k, v).attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                                          max_seqlen_k, scale, causal, window=window,
-                                                          dropout_p=dropout_p, seed=seed)
+    if cu_seqlens_k is cu_seqlens_q:
+        return _planned("attention_varlen_with_lse_shared", "plan_attention_varlen_with_lse_shared",
+                        (q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, scale, causal, window, dropout_p, seed))
+    return _planned("attention_varlen_with_lse", "plan_attention_varlen_with_lse",
+                    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window,
+                     dropout_p, seed))
 
 
 def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               scale=None, causal=False, *, window=None, deterministic=False, dropout_p=0.0, seed=0):
     """(grad_q, grad_k, grad_v) of attention_varlen (see Backend.attention_varlen_backward)."""
-    return backend_for(grad_out, q, k, v).attention_varlen_backward(
-        grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-        window=window, deterministic=deterministic, dropout_p=dropout_p, seed=seed)
+    if cu_seqlens_k is cu_seqlens_q:
+        return _planned("attention_varlen_backward_shared", "plan_attention_varlen_backward_shared",
+                        (grad_out, q, k, v, out, lse, cu_seqlens_q, max_seqlen_q, max_seqlen_k, scale, causal, window,
+                         deterministic, dropout_p, seed), 4)
+    return _planned("attention_varlen_backward", "plan_attention_varlen_backward",
+                    (grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                     causal, window, deterministic, dropout_p, seed), 4)
 
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------

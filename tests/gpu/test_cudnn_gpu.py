@@ -502,6 +502,42 @@ def test_attention_varlen_cudnn_ragged(case, dtype, rng, only_cudnn):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_varlen_plans_replay_cudnns_ragged_graphs(dtype, causal, only_cudnn):
+    """attention_varlen, attention_varlen_with_lse and attention_varlen_backward with one device
+    cu_seqlens array for q and k take plans that replay cuDNN's ragged graphs: on fresh data and
+    fresh sequences of the signature the forward is bitwise the checked call's and the gradients
+    agree (cuDNN accumulates dQ with atomics); a cu_seqlens_k that is another array gets the checked
+    path (the Triton kernels), whose result it returns."""
+    from cudakit import dispatch
+    be = cudakit.get_backend("cuda")
+    rng = np.random.default_rng(21)
+    dispatch.clear()
+    h, hkv, d, mx = 4, 2, 64, 96
+
+    def same(a, b):
+        return a.shape == b.shape and a.dtype == b.dtype and bool((a.view(cp.uint8) == b.view(cp.uint8)).all())
+    for lens in ([40, 96, 14], [96, 1, 53], [0, 60, 90], [50, 50, 50]):   # the same totals: one signature
+        cu = cp.asarray(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32))
+        q, g = (cp.asarray(rng.standard_normal((150, h, d)), dtype) for _ in range(2))
+        k, v = (cp.asarray(rng.standard_normal((150, hkv, d)), dtype) for _ in range(2))
+        want = be.attention_varlen_with_lse(q, k, v, cu, cu, mx, mx, causal=causal)
+        got = cudakit.attention_varlen_with_lse(q, k, v, cu, cu, mx, mx, causal=causal)
+        assert same(want[0], got[0]) and same(want[1], got[1]), lens
+        assert same(want[0], cudakit.attention_varlen(q, k, v, cu, cu, mx, mx, causal=causal)), lens
+        grads_want = be.attention_varlen_backward(g, q, k, v, *want, cu, cu, mx, mx, causal=causal)
+        grads = cudakit.attention_varlen_backward(g, q, k, v, *want, cu, cu, mx, mx, causal=causal)
+        for x, y in zip(grads_want, grads):
+            assert x.shape == y.shape and x.dtype == y.dtype
+            cp.testing.assert_allclose(x.astype(cp.float32), y.astype(cp.float32), rtol=2e-2, atol=2e-2)
+        cu_k = cu.copy()   # the same sequences in another array: the checked path's Triton kernels
+        assert same(be.attention_varlen(q, k, v, cu, cu_k, mx, mx, causal=causal),
+                    cudakit.attention_varlen(q, k, v, cu, cu_k, mx, mx, causal=causal)), lens
+    planned = {key[0] for key, p in dispatch._plans.items() if p is not None}
+    assert {"attention_varlen", "attention_varlen_with_lse", "attention_varlen_backward"} <= planned, planned
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_attention_varlen_cudnn_holds_its_offsets_until_the_launch(dtype, rng, only_cudnn, monkeypatch):
     """The ragged graphs read lengths and offsets the call makes on the device: they stay allocated
     until the launch is queued. Here every graph launch first takes small blocks from the pool and

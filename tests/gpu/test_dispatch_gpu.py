@@ -192,6 +192,40 @@ def test_attention_with_dropout_takes_traced_plans_with_a_seed_per_call(dtype, c
     assert not _same(a, b)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_attention_varlen_takes_plans(dtype):
+    """attention_varlen and attention_varlen_with_lse with device cu_seqlens take plans (the path
+    the signature's checked call chose: cuDNN's ragged graphs replayed, or the Triton kernels traced,
+    with dropout's seed per call) that give the checked call's results on fresh data and sequences;
+    float64 keeps the checked path, which reads the sequences to the host."""
+    be = cudakit.get_backend("cuda")
+    rng = np.random.default_rng(17)
+    dispatch.clear()
+    h, hkv, d, mx = 4, 2, 64, 96
+    for trial, lens in enumerate(([40, 96, 14], [96, 1, 53], [0, 60, 90], [50, 50, 50])):
+        cu = cp.asarray(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32))
+        cu_k = cu.copy()   # other arrays for q and k: the Triton kernels
+        q, g = _r(rng, (150, h, d), dtype), _r(rng, (150, h, d), dtype)
+        k, v = _r(rng, (150, hkv, d), dtype), _r(rng, (150, hkv, d), dtype)
+        for kw in (dict(causal=True), dict(causal=False, dropout_p=0.1, seed=trial * 2**33 + 5)):
+            for c_k in (cu, cu_k):
+                want = be.attention_varlen_with_lse(q, k, v, cu, c_k, mx, mx, **kw)
+                got = cudakit.attention_varlen_with_lse(q, k, v, cu, c_k, mx, mx, **kw)
+                assert _same(want[0], got[0]) and _same(want[1], got[1]), (lens, kw)
+                assert _same(want[0], cudakit.attention_varlen(q, k, v, cu, c_k, mx, mx, **kw)), (lens, kw)
+                grads_want = be.attention_varlen_backward(g, q, k, v, *want, cu, c_k, mx, mx, **kw)
+                grads = cudakit.attention_varlen_backward(g, q, k, v, *want, cu, c_k, mx, mx, **kw)
+                for x, y in zip(grads_want, grads):   # (cuDNN's dQ is accumulated with atomics)
+                    cp.testing.assert_allclose(x.astype(cp.float32), y.astype(cp.float32), rtol=2e-2, atol=2e-2)
+    planned = {key[0] for key, p in dispatch._plans.items() if p is not None}
+    assert {"attention_varlen", "attention_varlen_with_lse"} <= planned, planned
+    q64, k64, v64 = (x.astype(cp.float64) for x in (q, k, v))
+    for lens in ([40, 96, 14], [40, 96, 14], [40, 96, 14], [96, 1, 53]):   # the signature's later calls: new sequences
+        cu = cp.asarray(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32))
+        assert _same(be.attention_varlen(q64, k64, v64, cu, cu, mx, mx), cudakit.attention_varlen(q64, k64, v64, cu, cu,
+                                                                                                   mx, mx)), lens
+
+
 def test_traced_cross_entropy_still_reports_bad_targets():
     x = cp.zeros((4, 7), cp.float32)
     good = cp.asarray(np.array([0, 1, 2, 3]))

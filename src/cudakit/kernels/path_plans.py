@@ -605,3 +605,113 @@ def plan_conv1d_backward_nlc(grad_out, x, weight, stride=1, padding=0, dilation=
         return None
     return _backward_on_views("conv1d_backward_nlc", grad_out, x, weight, pairs, bias, groups, nlc_view, nc1l_view,
                               _nlc, _in_shape)
+
+
+# ---- attention_varlen ---------------------------------------------------------------------------
+# The Triton kernels' varlen calls are traced from the checked call (trace_plans.trace_fallback,
+# dropout's seed taken per call). A call with one cu_seqlens array for q and k comes as its op's
+# *_shared form (ops._VARLEN_SHARED: the array passed once); where its checked call chose cuDNN's
+# ragged graphs, the plan replays them: the lengths and offsets kernel, then the built graph.
+# float64 keeps the checked path: it reads the sequences to the host and launches per sequence,
+# which a trace would freeze at the first call's sequences.
+
+def _varlen_checked(op: str, arrays: int, q):
+    """The checked path as the plan of a float64 varlen call (see above), else None (traced)."""
+    if str(q.dtype) in _DTYPES:
+        return None
+    from ..ops import _checked_call
+    return _checked_call(op, arrays)
+
+
+def plan_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=None, causal=False, window=None, dropout_p=0.0,
+                          seed=0):
+    return _varlen_checked("attention_varlen", 3, q)
+
+
+def plan_attention_varlen_with_lse(q, k, v, cu_q, cu_k, max_q, max_k, scale=None, causal=False, window=None,
+                                   dropout_p=0.0, seed=0):
+    return _varlen_checked("attention_varlen_with_lse", 3, q)
+
+
+def plan_attention_varlen_backward(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale=None, causal=False,
+                                   window=None, deterministic=False, dropout_p=0.0, seed=0):
+    return _varlen_checked("attention_varlen_backward", 4, q)
+
+
+def _varlen_cudnn(kind: str, q, k, cu, max_q, max_k, scale, causal, window, dropout_p, extra=()):
+    """cuDNN's executor of the ragged pass `kind` ("fwd", "bwd") where the checked call of this
+    signature chose it (kernels/attention.forward_varlen / backward_varlen), else None. extra: the
+    other arrays the graph reads (v; and grad_out, out, lse for the backward)."""
+    from . import cudnn, cudnn_varlen, paths
+    cp = _cupy.cupy()
+    name = str(q.dtype)
+    arrays = (q, k) + tuple(extra)
+    if (name not in ("float16", "bfloat16") or window is not None or dropout_p != 0 or q.ndim != 3 or k.ndim != 3
+            or type(cu) is not cp.ndarray or cu.ndim != 1 or cu.dtype not in (cp.int32, cp.int64)
+            or not cu.flags.c_contiguous or not all(a.flags.c_contiguous for a in arrays)
+            or q.shape[0] != k.shape[0] or max_q != max_k):
+        return None
+    total, h, d = q.shape
+    b = cu.shape[0] - 1
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    key = (f"{kind}_varlen", b, h, k.shape[1], max_q, max_k, d, name, bool(causal), q.data.device_id)
+    op = "attention_varlen" if kind == "fwd" else "attention_varlen_backward"
+    if b < 1 or not total or paths.chosen(op, key) != "cudnn" or not cudnn.aligned(*arrays):
+        return None
+    p = cudnn_varlen._pass(f"sdpa_varlen_{kind}", q, k, cu, max_q, max_k, sc, causal)
+    return None if p is None else cudnn.executor(p[-1])
+
+
+def plan_attention_varlen_with_lse_shared(q, k, v, cu, max_q, max_k, scale=None, causal=False, window=None,
+                                          dropout_p=0.0, seed=0):
+    """attention_varlen_with_lse with one cu_seqlens array: cuDNN's ragged forward replayed where
+    the checked call chose it, else as plan_attention_varlen_with_lse."""
+    run = _varlen_cudnn("fwd", q, k, cu, max_q, max_k, scale, causal, window, dropout_p, (v,))
+    if run is None:
+        return _varlen_checked("attention_varlen_with_lse_shared", 3, q)
+    from . import cudnn_varlen
+    cp = _cupy.cupy()
+    nd, f32 = cp.ndarray, cp.float32
+    err = attention._varlen_flag(q.data.device_id)
+    lse_shape = tuple(q.shape[:2])
+
+    def plan(q, k, v, cu, *_):
+        out, lse = nd(q.shape, q.dtype), nd(lse_shape, f32)
+        index = cudnn_varlen._index_arrays(q, k, cu, max_q, max_k, err)   # (held until the launch is queued)
+        run(*[a.data.ptr for a in index], q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
+        return out, lse
+    return plan
+
+
+def plan_attention_varlen_shared(q, k, v, cu, max_q, max_k, scale=None, causal=False, window=None, dropout_p=0.0,
+                                 seed=0):
+    """attention_varlen with one cu_seqlens array: the forward's plan, its output alone."""
+    if str(q.dtype) not in _DTYPES:
+        return _varlen_checked("attention_varlen_shared", 3, q)
+    p = plan_attention_varlen_with_lse_shared(q, k, v, cu, max_q, max_k, scale, causal, window, dropout_p, seed)
+    return None if p is None else (lambda *a: p(*a)[0])
+
+
+def plan_attention_varlen_backward_shared(grad_out, q, k, v, out, lse, cu, max_q, max_k, scale=None, causal=False,
+                                          window=None, deterministic=False, dropout_p=0.0, seed=0):
+    """attention_varlen_backward with one cu_seqlens array: cuDNN's ragged backward replayed where
+    the checked call chose it (dk, dv come summed over each k, v head's q heads), else as
+    plan_attention_varlen_backward."""
+    cp = _cupy.cupy()
+    run = None
+    if (deterministic is False and grad_out.dtype == q.dtype and out.dtype == q.dtype and lse.dtype == cp.float32
+            and tuple(grad_out.shape) == tuple(q.shape) == tuple(out.shape) and tuple(lse.shape) == tuple(q.shape[:2])):
+        run = _varlen_cudnn("bwd", q, k, cu, max_q, max_k, scale, causal, window, dropout_p, (v, grad_out, out, lse))
+    if run is None:
+        return _varlen_checked("attention_varlen_backward_shared", 4, q)
+    from . import cudnn_varlen
+    nd = cp.ndarray
+    err = attention._varlen_flag(q.data.device_id)
+
+    def plan(grad_out, q, k, v, out, lse, cu, *_):
+        dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
+        index = cudnn_varlen._index_arrays(q, k, cu, max_q, max_k, err)   # (held until the launch is queued)
+        run(*[a.data.ptr for a in index], q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr,
+            lse.data.ptr, dq.data.ptr, dk.data.ptr, dv.data.ptr)
+        return dq, dk, dv
+    return plan

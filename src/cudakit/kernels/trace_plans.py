@@ -117,11 +117,16 @@ FALLBACK = frozenset({"matmul", "linear", "linear_backward", "fused_linear_gelu"
                       "conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
                       "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward",
                       "attention_bias", "attention_with_lse_bias", "attention_backward_bias", "attention_dropout",
-                      "attention_with_lse_dropout", "attention_backward_dropout", "flash_attention"})
+                      "attention_with_lse_dropout", "attention_backward_dropout", "flash_attention",
+                      "attention_varlen", "attention_varlen_with_lse", "attention_varlen_backward",
+                      "attention_varlen_shared", "attention_varlen_with_lse_shared", "attention_varlen_backward_shared"})
 PRECISION = frozenset({"conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
                        "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward",
                        "attention_bias", "attention_with_lse_bias", "attention_backward_bias", "attention_dropout",
-                       "attention_with_lse_dropout", "attention_backward_dropout", "flash_attention"})
+                       "attention_with_lse_dropout", "attention_backward_dropout", "flash_attention",
+                       "attention_varlen", "attention_varlen_with_lse", "attention_varlen_backward",
+                       "attention_varlen_shared", "attention_varlen_with_lse_shared",
+                       "attention_varlen_backward_shared"})
 
 
 def trace_fallback(op: str, checked, args: tuple, arrays: int):

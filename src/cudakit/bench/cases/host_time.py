@@ -1,4 +1,5 @@
-"""Benchmark cases: host time per call (us/call, back-to-back calls on small float32 inputs, where
+"""Benchmark cases: host time per call (us/call, back-to-back calls on small float32 inputs -- bfloat16
+for the packed-sequence rows --, where
 the host's cost decides) of each op family's common call, next to torch's equivalent in the same
 run. Rows are named <call>_host. GPU runs only: on the CPU backend the host time is the op.
 
@@ -44,6 +45,12 @@ def _arrays(env: Env):
     a["grads"] = [rand(env, (ROWS, COLS), "float32", 40 + i) for i in range(N_TENSORS)]
     _, a["mean"], a["rstd"] = cudakit.layernorm_with_stats(a["x"], a["ln_w"], a["b"])
     a["att"], a["lse"] = cudakit.attention_with_lse(a["q"], a["k"], a["v"], causal=True)
+    # packed sequences (B * T, H, D) in bfloat16 (torch's varlen_attn takes 16-bit data), one
+    # cu_seqlens array for q and k
+    a["pq"], a["pk"], a["pv"], a["pg"] = (rand(env, (B * T, H, D), "float32", 50 + i).astype("bfloat16")
+                                          for i in range(4))
+    a["cu"] = env.xp.arange(0, B * T + 1, T, dtype=env.xp.int32)
+    a["pout"], a["plse"] = cudakit.attention_varlen_with_lse(a["pq"], a["pk"], a["pv"], a["cu"], a["cu"], T, T)
     return a
 
 
@@ -74,6 +81,10 @@ def _cudakit_calls(a: dict) -> dict:
                                                                          seed=next(seeds)),
         "attention_backward_dropout": lambda: cudakit.attention_backward(a["go"], q, k, v, a["att"], a["lse"],
                                                                          causal=True, dropout_p=0.1, seed=next(seeds)),
+        "attention_varlen_with_lse": lambda: cudakit.attention_varlen_with_lse(a["pq"], a["pk"], a["pv"], a["cu"],
+                                                                               a["cu"], T, T),
+        "attention_varlen_backward": lambda: cudakit.attention_varlen_backward(
+            a["pg"], a["pq"], a["pk"], a["pv"], a["pout"], a["plse"], a["cu"], a["cu"], T, T),
         "cross_entropy_with_grad": lambda: cudakit.cross_entropy_with_grad(x, a["targets"]),
         "dropout": lambda: cudakit.dropout(x, 0.1, 1234),
         "conv2d": lambda: cudakit.conv2d(a["img"], a["cw"], None, 1, 1),
@@ -111,6 +122,10 @@ _SPEC = {
                                                   "no lse returned; cudakit's seed new on every call")),
     "attention_backward_dropout": ((B, H, T, D), ("torch.autograd.grad of scaled_dot_product_attention(dropout_p=0.1, "
                                                   "is_causal=True)")),
+    "attention_varlen_with_lse": ((B * T, H, D), ("torch.nn.attention.varlen.varlen_attn, no lse returned; "
+                                                  "bfloat16, B sequences of T"), "bfloat16"),
+    "attention_varlen_backward": ((B * T, H, D), ("torch.autograd.grad of varlen_attn; bfloat16, B sequences of T"),
+                                  "bfloat16"),
     "cross_entropy_with_grad": ((ROWS, COLS), ("F.cross_entropy, forward only (cudakit's call also returns "
                                                "the gradient)")),
     "dropout": ((ROWS, COLS), "F.dropout"),
@@ -137,6 +152,13 @@ def _torch_calls(t, a: dict) -> dict:
     qa, ka, va = (u.detach().requires_grad_(True) for u in (q, k, v))
     att = F.scaled_dot_product_attention(qa, ka, va, is_causal=True)
     att_drop = F.scaled_dot_product_attention(qa, ka, va, dropout_p=0.1, is_causal=True)
+    pq, pk, pv, cu = tv["pq"], tv["pk"], tv["pv"], tv["cu"]
+    pqa, pka, pva = (u.detach().requires_grad_(True) for u in (pq, pk, pv))
+
+    def varlen(q, k, v):
+        from torch.nn.attention.varlen import varlen_attn
+        return varlen_attn(q, k, v, cu, cu, T, T)
+    pout = varlen(pqa, pka, pva)
 
     def with_grads(params):
         for p, gr in zip(params, a["grads"]):
@@ -165,6 +187,8 @@ def _torch_calls(t, a: dict) -> dict:
         "attention_with_lse_bias": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=tv["att_bias"]),
         "attention_with_lse_dropout": lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, is_causal=True),
         "attention_backward_dropout": lambda: t.autograd.grad(att_drop, (qa, ka, va), tv["go"], retain_graph=True),
+        "attention_varlen_with_lse": lambda: varlen(pq, pk, pv),
+        "attention_varlen_backward": lambda: t.autograd.grad(pout, (pqa, pka, pva), tv["pg"], retain_graph=True),
         "cross_entropy_with_grad": lambda: F.cross_entropy(x, tv["targets"]),
         "dropout": lambda: F.dropout(x, 0.1, True),
         "conv2d": lambda: F.conv2d(img, tv["cw"], None, 1, 1),
@@ -193,16 +217,16 @@ def host_cases(env: Env) -> list[Case]:
             shared.update(_arrays(env))
         return shared
 
-    def row(name, shape, torch_what):
+    def row(name, shape, torch_what, dtype="float32"):
         def setup():
             a = arrays()
             prov = {"cudakit": _cudakit_calls(a)[name]}
             if env.gpu and env.torch is not None:
                 prov["torch"] = _torch_calls(env.torch, a)[name]
             return prov
-        return Case(f"{name}_host", "host_time", shape, "float32", 0, setup, mode="host",
+        return Case(f"{name}_host", "host_time", shape, dtype, 0, setup, mode="host",
                     note=f"host time per call, back-to-back; torch: {torch_what}")
-    return [row(name, shape, what) for name, (shape, what) in _SPEC.items()]
+    return [row(name, *spec) for name, spec in _SPEC.items()]
 
 
 def cases(env: Env) -> list[Case]:
