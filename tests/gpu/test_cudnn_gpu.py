@@ -534,7 +534,8 @@ def test_attention_varlen_plans_replay_cudnns_ragged_graphs(dtype, causal, only_
         assert same(be.attention_varlen(q, k, v, cu, cu_k, mx, mx, causal=causal),
                     cudakit.attention_varlen(q, k, v, cu, cu_k, mx, mx, causal=causal)), lens
     planned = {key[0] for key, p in dispatch._plans.items() if p is not None}
-    assert {"attention_varlen", "attention_varlen_with_lse", "attention_varlen_backward"} <= planned, planned
+    assert {"attention_varlen_shared", "attention_varlen_with_lse_shared", "attention_varlen_backward_shared"} <= planned, \
+        planned
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -218,7 +218,8 @@ def test_attention_varlen_takes_plans(dtype):
                 for x, y in zip(grads_want, grads):   # (cuDNN's dQ is accumulated with atomics)
                     cp.testing.assert_allclose(x.astype(cp.float32), y.astype(cp.float32), rtol=2e-2, atol=2e-2)
     planned = {key[0] for key, p in dispatch._plans.items() if p is not None}
-    assert {"attention_varlen", "attention_varlen_with_lse"} <= planned, planned
+    assert {"attention_varlen", "attention_varlen_with_lse", "attention_varlen_shared",
+            "attention_varlen_with_lse_shared"} <= planned, planned
     q64, k64, v64 = (x.astype(cp.float64) for x in (q, k, v))
     for lens in ([40, 96, 14], [40, 96, 14], [40, 96, 14], [96, 1, 53]):   # the signature's later calls: new sequences
         cu = cp.asarray(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32))
