@@ -455,3 +455,23 @@ def test_dropout_arguments_are_checked_on_every_path(rng):
             cudakit.attention(q, q, q, **kw)
         with pytest.raises((cudakit.ArgumentError, cudakit.ArgumentTypeError)):
             cudakit.attention(t, t, t, layout="blhd", **kw)
+
+
+def test_attention_varlen_with_one_cu_seqlens_array_equals_two(rng):
+    """One cu_seqlens array for q and k goes through its own planned op (ops._VARLEN_SHARED, the
+    array passed once) and hands the backend both arguments: the results equal a call with two
+    arrays of the same sequences, with dropout and the backward's keywords."""
+    q = ac.data(rng, (30, 4, 8), "float32")
+    k, v = ac.data(rng, (30, 2, 8), "float32"), ac.data(rng, (30, 2, 8), "float32")
+    g = ac.data(rng, (30, 4, 8), "float32")
+    cu = np.array([0, 10, 25, 30], np.int32)
+    kw = dict(causal=True, window=(6, 0), dropout_p=0.2, seed=2**40 + 3)
+    one = cudakit.attention_varlen_with_lse(q, k, v, cu, cu, 15, 15, **kw)
+    two = cudakit.attention_varlen_with_lse(q, k, v, cu, cu.copy(), 15, 15, **kw)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(cudakit.attention_varlen(q, k, v, cu, cu, 15, 15, **kw), one[0])
+    grads = [cudakit.attention_varlen_backward(g, q, k, v, *one, cu, c, 15, 15, deterministic=True, **kw)
+             for c in (cu, cu.copy())]
+    for a, b in zip(*grads):
+        np.testing.assert_array_equal(a, b)
