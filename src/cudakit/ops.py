@@ -520,12 +520,13 @@ def matmul(a, b, out=None):
 
 def matrix_multiply(a, b):
     """matmul(a, b) (CudaMath's name)."""
-    return backend_for(a, b).matmul(a, b)
+    return _planned("matmul", "plan_matmul", (a, b))
 
 
 def matmul_backward(grad_out, a, b):
-    """(grad_a, grad_b) of matmul(a, b) (see Backend.matmul_backward)."""
-    return backend_for(grad_out, a, b).matmul_backward(grad_out, a, b)
+    """(grad_a, grad_b) of matmul(a, b) (see Backend.matmul_backward); a plan traced from the checked
+    call (its cuBLASLt calls replayed)."""
+    return _planned("matmul_backward", None, (grad_out, a, b))
 
 
 def linear(x, weight, bias=None):

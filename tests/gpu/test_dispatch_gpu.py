@@ -32,14 +32,18 @@ def test_planned_linear_family_equals_checked(dtype, rows, fin, fout):
         ("linear", (x, w, b)), ("linear", (x, w, None)), ("linear", (x, w.T.copy().T, b)),
         ("linear_backward", (g, x, w, True)), ("linear_backward", (g, x, w, False)),
         ("fused_linear_gelu", (x, w, b, "tanh")), ("fused_linear_gelu_with_preact", (x, w, b, "tanh")),
-        ("matmul", (x, w.T.copy())), ("matmul", (x, _r(rng, (2, fin, fout), dtype)[:x.shape[0]]))]
+        ("matmul", (x, w.T.copy())), ("matmul", (x, _r(rng, (2, fin, fout), dtype)[:x.shape[0]])),
+        ("matrix_multiply", (x, w.T.copy())), ("matmul_backward", (g, x, w.T.copy())),
+        ("matmul_backward", (g, x, _r(rng, (2, fin, fout), dtype)[:x.shape[0]]))]
     for op, args in calls:
-        want = getattr(be, op)(*args)
+        want = getattr(be, "matmul" if op == "matrix_multiply" else op)(*args)
         for _ in range(3):   # first call checked (plan made), then planned
             got = getattr(cudakit, op)(*args)
             want_t = want if isinstance(want, tuple) else (want,)
             got_t = got if isinstance(got, tuple) else (got,)
             assert all(_same(a, b) for a, b in zip(want_t, got_t)), (op, dtype)
+    planned = {k[0] for k, p in dispatch._plans.items() if p is not None}
+    assert "matmul_backward" in planned, planned   # (traced: its cuBLASLt calls replayed)
 
 
 def test_gemm_plans_replay_natively():
