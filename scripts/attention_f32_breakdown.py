@@ -1,0 +1,71 @@
+"""Where a float32 attention forward's GPU time goes on the small grids that stay under 1.5x torch
+(issue 27): per call, each kernel's duration and the idle gaps between kernels
+(cudakit.profile's per-launch events), next to the whole call behind an L2 flush and torch's
+float32 SDPA on the same inputs. Prints lines starting with F32-BREAKDOWN.
+
+    python3 scripts/attention_f32_breakdown.py
+"""
+import statistics
+
+import cupy as cp
+import numpy as np
+import torch
+
+import cudakit
+from cudakit.kernels import paths
+
+SHAPES = [(1, 16, 512, 128, False), (1, 16, 512, 128, True), (1, 8, 1024, 128, False), (4, 32, 512, 128, False)]
+
+
+def cold_ms(fn, reps=30):
+    flush = paths.cold_start(cp)
+    s = cp.cuda.get_current_stream()
+    out = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        flush()
+        a.record(s)
+        fn()
+        b.record(s)
+        b.synchronize()
+        out.append(cp.cuda.get_elapsed_time(a, b))
+    return statistics.median(out)
+
+
+def main():
+    rng = np.random.default_rng(0)
+    for b, h, s, d, causal in SHAPES:
+        q, k, v = (cp.asarray(rng.standard_normal((b, h, s, d)).astype(np.float32)) for _ in range(3))
+        run = lambda: cudakit.attention_with_lse(q, k, v, causal=causal)   # noqa: E731
+        for _ in range(3):   # the path choice (autotuned), then the plan
+            run()
+        cp.cuda.Device().synchronize()
+        tq, tk, tv = (torch.from_dlpack(x) for x in (q, k, v))
+        ours, theirs = cold_ms(run), cold_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+            tq, tk, tv, is_causal=causal))
+        per_kernel, gaps, spans = {}, [], []
+        flush = paths.cold_start(cp)
+        for _ in range(10):
+            cp.cuda.Device().synchronize()
+            flush()   # the GPU spins while the host queues the profiled call: the gaps are the device's
+            with cudakit.profile() as prof:
+                run()
+            recs = [r for r in prof.resolve() if r.kind == "kernel" and r.gpu_start_us is not None]
+            recs.sort(key=lambda r: r.gpu_start_us)
+            for r in recs:
+                per_kernel.setdefault(r.name[:70], []).append(r.duration_ms * 1e3)
+            for r0, r1 in zip(recs, recs[1:]):
+                gaps.append(r1.gpu_start_us - (r0.gpu_start_us + r0.duration_ms * 1e3))
+            if recs:
+                spans.append(recs[-1].gpu_start_us + recs[-1].duration_ms * 1e3 - recs[0].gpu_start_us)
+        label = f"{b}x{h}x{s}x{d}{' causal' if causal else ''}"
+        print(f"F32-BREAKDOWN {label}: cudakit {ours * 1e3:.1f} us, torch {theirs * 1e3:.1f} us "
+              f"({theirs / ours:.3f}x), path {paths.last_paths().get('attention')}; profiled span "
+              f"{statistics.median(spans) if spans else float('nan'):.1f} us, gaps between kernels "
+              f"{[round(g, 1) for g in gaps[:4]]} us", flush=True)
+        for name, us in per_kernel.items():
+            print(f"F32-BREAKDOWN   {statistics.median(us):8.1f} us x{len(us) // 10}  {name}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
