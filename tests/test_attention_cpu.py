@@ -466,12 +466,14 @@ def test_attention_varlen_with_one_cu_seqlens_array_equals_two(rng):
     g = ac.data(rng, (30, 4, 8), "float32")
     cu = np.array([0, 10, 25, 30], np.int32)
     kw = dict(causal=True, window=(6, 0), dropout_p=0.2, seed=2**40 + 3)
-    one = cudakit.attention_varlen_with_lse(q, k, v, cu, cu, 15, 15, **kw)
-    two = cudakit.attention_varlen_with_lse(q, k, v, cu, cu.copy(), 15, 15, **kw)
+    # max_seqlen_q != max_seqlen_k (the dropout stream's index takes both): a mapping that swapped them shows
+    one = cudakit.attention_varlen_with_lse(q, k, v, cu, cu, 15, 17, **kw)
+    two = cudakit.attention_varlen_with_lse(q, k, v, cu, cu.copy(), 15, 17, **kw)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(cudakit.attention_varlen(q, k, v, cu, cu, 15, 15, **kw), one[0])
-    grads = [cudakit.attention_varlen_backward(g, q, k, v, *one, cu, c, 15, 15, deterministic=True, **kw)
+    assert not np.array_equal(one[0], cudakit.attention_varlen(q, k, v, cu, cu, 17, 15, **kw))
+    np.testing.assert_array_equal(cudakit.attention_varlen(q, k, v, cu, cu, 15, 17, **kw), one[0])
+    grads = [cudakit.attention_varlen_backward(g, q, k, v, *one, cu, c, 15, 17, deterministic=True, **kw)
              for c in (cu, cu.copy())]
     for a, b in zip(*grads):
         np.testing.assert_array_equal(a, b)

@@ -530,10 +530,11 @@ def test_attention_varlen_plans_replay_cudnns_ragged_graphs(dtype, causal, only_
         for x, y in zip(grads_want, grads):
             assert x.shape == y.shape and x.dtype == y.dtype
             cp.testing.assert_allclose(x.astype(cp.float32), y.astype(cp.float32), rtol=2e-2, atol=2e-2)
-        cu_k = cu.copy()   # the same sequences in another array: the checked path's Triton kernels
+        cu_k = cu.copy()   # the same sequences in another array: the Triton kernels (checked, then traced)
         assert same(be.attention_varlen(q, k, v, cu, cu_k, mx, mx, causal=causal),
                     cudakit.attention_varlen(q, k, v, cu, cu_k, mx, mx, causal=causal)), lens
     planned = {key[0] for key, p in dispatch._plans.items() if p is not None}
+    dispatch.clear()   # (these plans replay cuDNN, which only_cudnn forced: later tests choose for themselves)
     assert {"attention_varlen_shared", "attention_varlen_with_lse_shared", "attention_varlen_backward_shared"} <= planned, \
         planned
 
@@ -544,15 +545,36 @@ def test_attention_varlen_cudnn_holds_its_offsets_until_the_launch(dtype, rng, o
     until the launch is queued. Here every graph launch first takes small blocks from the pool and
     fills them with 0xFF, as cuDNN's workspace (cleared, then accumulated into) may take them: a
     freed offsets array would come back among them and the results would be wrong."""
-    real = cudnn._Graph.run
+    from cudakit import dispatch
+    real, real_executor = cudnn._Graph.run, cudnn.executor
 
-    def run(self, ptrs):
-        grab = [cp.full(64, -1, cp.int64) for _ in range(16)]   # (512-byte blocks, the offsets' size)
+    def grab():
+        return [cp.full(64, -1, cp.int64) for _ in range(16)]   # (512-byte blocks, the offsets' size)
+
+    def run(self, ptrs):   # the checked calls' launches
+        taken = grab()
         real(self, ptrs)
-        del grab
+        del taken
+
+    def executor(sig):   # the dispatch plans' launches (kernels/path_plans.py)
+        launch = real_executor(sig)
+        if launch is None:
+            return None
+
+        def replay(*ptrs):
+            taken = grab()
+            launch(*ptrs)
+            del taken
+        return replay
     monkeypatch.setattr(cudnn._Graph, "run", run)
-    ac.check_varlen(_dev, _host, rng, 3, 1, 40, [33, 7, 64], [33, 7, 64], True, dtype, one_cu=True)
-    ac.check_varlen(_dev, _host, rng, 2, 2, 64, [300, 1, 0, 517], [300, 1, 0, 517], True, dtype, one_cu=True)
+    monkeypatch.setattr(cudnn, "executor", executor)
+    dispatch.clear()
+    for _ in range(3):   # each signature's checked call, then its plan's replays
+        ac.check_varlen(_dev, _host, rng, 3, 1, 40, [33, 7, 64], [33, 7, 64], True, dtype, one_cu=True)
+        ac.check_varlen(_dev, _host, rng, 2, 2, 64, [300, 1, 0, 517], [300, 1, 0, 517], True, dtype, one_cu=True)
+    planned = {key[0] for key, p in dispatch._plans.items() if p is not None}
+    dispatch.clear()   # (plans of cuDNN, which only_cudnn forced)
+    assert {"attention_varlen_with_lse_shared", "attention_varlen_backward_shared"} <= planned, planned
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -615,9 +615,15 @@ def plan_conv1d_backward_nlc(grad_out, x, weight, stride=1, padding=0, dilation=
 # float64 keeps the checked path: it reads the sequences to the host and launches per sequence,
 # which a trace would freeze at the first call's sequences.
 
-def _varlen_checked(op: str, arrays: int, q):
-    """The checked path as the plan of a float64 varlen call (see above), else None (traced)."""
-    if str(q.dtype) in _DTYPES:
+def _varlen_checked(op: str, arrays: int, q, *cus):
+    """The checked path as the plan of a varlen call a trace cannot serve, else None (traced): float64
+    (see above), or cu_seqlens that are not C-contiguous int32/int64 device arrays -- a tuple, which
+    the signature takes by value, is copied to the device by the checked call, and a trace records
+    launches, not copies (its verification would read the sequences from poisoned memory and set the
+    device error flag, as plans with host key_lengths would: _masked_plan)."""
+    cp = _cupy.cupy()
+    if str(q.dtype) in _DTYPES and all(type(c) is cp.ndarray and c.ndim == 1 and c.dtype in (cp.int32, cp.int64)
+                                       and c.flags.c_contiguous for c in cus):
         return None
     from ..ops import _checked_call
     return _checked_call(op, arrays)
@@ -625,17 +631,17 @@ def _varlen_checked(op: str, arrays: int, q):
 
 def plan_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=None, causal=False, window=None, dropout_p=0.0,
                           seed=0):
-    return _varlen_checked("attention_varlen", 3, q)
+    return _varlen_checked("attention_varlen", 3, q, cu_q, cu_k)
 
 
 def plan_attention_varlen_with_lse(q, k, v, cu_q, cu_k, max_q, max_k, scale=None, causal=False, window=None,
                                    dropout_p=0.0, seed=0):
-    return _varlen_checked("attention_varlen_with_lse", 3, q)
+    return _varlen_checked("attention_varlen_with_lse", 3, q, cu_q, cu_k)
 
 
 def plan_attention_varlen_backward(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale=None, causal=False,
                                    window=None, deterministic=False, dropout_p=0.0, seed=0):
-    return _varlen_checked("attention_varlen_backward", 4, q)
+    return _varlen_checked("attention_varlen_backward", 4, q, cu_q, cu_k)
 
 
 def _varlen_cudnn(kind: str, q, k, cu, max_q, max_k, scale, causal, window, dropout_p, extra=()):
@@ -668,7 +674,7 @@ def plan_attention_varlen_with_lse_shared(q, k, v, cu, max_q, max_k, scale=None,
     the checked call chose it, else as plan_attention_varlen_with_lse."""
     run = _varlen_cudnn("fwd", q, k, cu, max_q, max_k, scale, causal, window, dropout_p, (v,))
     if run is None:
-        return _varlen_checked("attention_varlen_with_lse_shared", 3, q)
+        return _varlen_checked("attention_varlen_with_lse_shared", 3, q, cu)
     from . import cudnn_varlen
     cp = _cupy.cupy()
     nd, f32 = cp.ndarray, cp.float32
@@ -686,8 +692,9 @@ def plan_attention_varlen_with_lse_shared(q, k, v, cu, max_q, max_k, scale=None,
 def plan_attention_varlen_shared(q, k, v, cu, max_q, max_k, scale=None, causal=False, window=None, dropout_p=0.0,
                                  seed=0):
     """attention_varlen with one cu_seqlens array: the forward's plan, its output alone."""
-    if str(q.dtype) not in _DTYPES:
-        return _varlen_checked("attention_varlen_shared", 3, q)
+    checked = _varlen_checked("attention_varlen_shared", 3, q, cu)
+    if checked is not None:
+        return checked
     p = plan_attention_varlen_with_lse_shared(q, k, v, cu, max_q, max_k, scale, causal, window, dropout_p, seed)
     return None if p is None else (lambda *a: p(*a)[0])
 
@@ -697,13 +704,16 @@ def plan_attention_varlen_backward_shared(grad_out, q, k, v, out, lse, cu, max_q
     """attention_varlen_backward with one cu_seqlens array: cuDNN's ragged backward replayed where
     the checked call chose it (dk, dv come summed over each k, v head's q heads), else as
     plan_attention_varlen_backward."""
+    checked = _varlen_checked("attention_varlen_backward_shared", 4, q, cu)
+    if checked is not None:
+        return checked
     cp = _cupy.cupy()
     run = None
     if (deterministic is False and grad_out.dtype == q.dtype and out.dtype == q.dtype and lse.dtype == cp.float32
             and tuple(grad_out.shape) == tuple(q.shape) == tuple(out.shape) and tuple(lse.shape) == tuple(q.shape[:2])):
         run = _varlen_cudnn("bwd", q, k, cu, max_q, max_k, scale, causal, window, dropout_p, (v, grad_out, out, lse))
     if run is None:
-        return _varlen_checked("attention_varlen_backward_shared", 4, q)
+        return None
     from . import cudnn_varlen
     nd = cp.ndarray
     err = attention._varlen_flag(q.data.device_id)
