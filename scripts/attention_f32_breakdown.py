@@ -17,21 +17,6 @@ from cudakit.kernels import paths
 SHAPES = [(1, 16, 512, 128, False), (1, 16, 512, 128, True), (1, 8, 1024, 128, False), (4, 32, 512, 128, False)]
 
 
-def cold_ms(fn, reps=30):
-    flush = paths.cold_start(cp)
-    s = cp.cuda.get_current_stream()
-    out = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        flush()
-        a.record(s)
-        fn()
-        b.record(s)
-        b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b))
-    return statistics.median(out)
-
-
 def main():
     rng = np.random.default_rng(0)
     for b, h, s, d, causal in SHAPES:
@@ -41,8 +26,8 @@ def main():
             run()
         cp.cuda.Device().synchronize()
         tq, tk, tv = (torch.from_dlpack(x) for x in (q, k, v))
-        ours, theirs = cold_ms(run), cold_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-            tq, tk, tv, is_causal=causal))
+        ours, theirs = paths.time_per_call(run), paths.time_per_call(   # (each call behind an L2 flush)
+            lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal))
         per_kernel, gaps, spans = {}, [], []
         flush = paths.cold_start(cp)
         for _ in range(10):

@@ -94,12 +94,14 @@ def signature(args: tuple):
     return dev, tuple(sig)
 
 
-# op -> positions of int arguments that change from call to call (a dropout seed): the signature
-# holds PER_CALL for them and the plan takes their value per call (kernels/trace_plans.py)
-DYNAMIC = {"dropout": (2,), "dropout_backward": (2,), "attention_dropout": (10,), "attention_with_lse_dropout": (10,),
-           "attention_backward_dropout": (14,), "flash_attention": (11,), "attention_varlen": (11,),
-           "attention_varlen_with_lse": (11,), "attention_varlen_backward": (15,), "attention_varlen_shared": (10,),
-           "attention_varlen_with_lse_shared": (10,), "attention_varlen_backward_shared": (14,)}
+# op -> positions of int arguments that change from call to call (a dropout seed; negative: from the
+# end): the signature holds PER_CALL for them and the plan takes their value per call
+# (kernels/trace_plans.py). The planned attention ops with dropout take the seed last.
+DYNAMIC = {"dropout": (2,), "dropout_backward": (2,),
+           **{op: (-1,) for op in ("attention_dropout", "attention_with_lse_dropout", "attention_backward_dropout",
+                                   "flash_attention", "attention_varlen", "attention_varlen_with_lse",
+                                   "attention_varlen_backward", "attention_varlen_shared",
+                                   "attention_varlen_with_lse_shared", "attention_varlen_backward_shared")}}
 PER_CALL = "<per call>"
 
 

@@ -614,39 +614,35 @@ def flash_attention(q, k, v, scale=None, block_size=64, causal=False, *, attn_bi
                     (q, k, v, scale, block_size, causal, layout, window, key_lengths, attn_bias, dropout_p, seed))
 
 
+def _varlen(op: str, lead: tuple, cu_q, cu_k, rest: tuple, arrays: int = 3):
+    """A varlen op through cudakit.dispatch: with one cu_seqlens array for q and k, its *_shared form
+    with the array passed once (ops._VARLEN_SHARED)."""
+    if cu_k is cu_q:
+        return _planned(f"{op}_shared", f"plan_{op}_shared", lead + (cu_q,) + rest, arrays)
+    return _planned(op, f"plan_{op}", lead + (cu_q, cu_k) + rest, arrays)
+
+
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None, causal=False, *,
                      window=None, dropout_p=0.0, seed=0):
     """Attention over packed variable-length sequences: q (total_q, H, D), k, v (total_k, Hkv, D),
     sequence b the rows cu_seqlens_q[b]..cu_seqlens_q[b + 1] of q against cu_seqlens_k[b]..[b + 1]
     of k and v (see Backend.attention_varlen)."""
-    if cu_seqlens_k is cu_seqlens_q:
-        return _planned("attention_varlen_shared", "plan_attention_varlen_shared",
-                        (q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, scale, causal, window, dropout_p, seed))
-    return _planned("attention_varlen", "plan_attention_varlen", (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                                                  max_seqlen_k, scale, causal, window, dropout_p, seed))
+    return _varlen("attention_varlen", (q, k, v), cu_seqlens_q, cu_seqlens_k,
+                   (max_seqlen_q, max_seqlen_k, scale, causal, window, dropout_p, seed))
 
 
 def attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
                               causal=False, *, window=None, dropout_p=0.0, seed=0):
     """(out, lse (total_q, H)) of attention_varlen (see Backend.attention_varlen_with_lse)."""
-    if cu_seqlens_k is cu_seqlens_q:
-        return _planned("attention_varlen_with_lse_shared", "plan_attention_varlen_with_lse_shared",
-                        (q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, scale, causal, window, dropout_p, seed))
-    return _planned("attention_varlen_with_lse", "plan_attention_varlen_with_lse",
-                    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window,
-                     dropout_p, seed))
+    return _varlen("attention_varlen_with_lse", (q, k, v), cu_seqlens_q, cu_seqlens_k,
+                   (max_seqlen_q, max_seqlen_k, scale, causal, window, dropout_p, seed))
 
 
 def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               scale=None, causal=False, *, window=None, deterministic=False, dropout_p=0.0, seed=0):
     """(grad_q, grad_k, grad_v) of attention_varlen (see Backend.attention_varlen_backward)."""
-    if cu_seqlens_k is cu_seqlens_q:
-        return _planned("attention_varlen_backward_shared", "plan_attention_varlen_backward_shared",
-                        (grad_out, q, k, v, out, lse, cu_seqlens_q, max_seqlen_q, max_seqlen_k, scale, causal, window,
-                         deterministic, dropout_p, seed), 4)
-    return _planned("attention_varlen_backward", "plan_attention_varlen_backward",
-                    (grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
-                     causal, window, deterministic, dropout_p, seed), 4)
+    return _varlen("attention_varlen_backward", (grad_out, q, k, v, out, lse), cu_seqlens_q, cu_seqlens_k,
+                   (max_seqlen_q, max_seqlen_k, scale, causal, window, deterministic, dropout_p, seed), 4)
 
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------

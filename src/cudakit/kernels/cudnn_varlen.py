@@ -180,7 +180,6 @@ def forward(q, k, v, cu, max_q: int, max_k: int, scale: float, causal: bool, err
     lse = cp.empty((total, h), cp.float32)
     index = _index_arrays(q, k, cu, max_q, max_k, err)   # (held until the launch is queued)
     g.run([a.data.ptr for a in index] + [q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr])
-    del index
     return out, lse
 
 
@@ -224,5 +223,4 @@ def backward(do, q, k, v, out, lse, cu, max_q: int, max_k: int, scale: float, ca
     index = _index_arrays(q, k, cu, max_q, max_k, err)   # (held until the launch is queued)
     g.run([a.data.ptr for a in index] + [q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr,
                                          lse.data.ptr, dq.data.ptr, dk.data.ptr, dv.data.ptr])
-    del index
     return dq, dk, dv

@@ -114,13 +114,7 @@ def _flatten(r):
 # ops with a named planner whose checked path writes nothing in place: traced where that planner
 # has no plan for a signature (ops._planner); PRECISION: those whose float32 path follows
 # cudakit.float32_precision(), so a float32 plan hands back to the checked path when it changes
-FALLBACK = frozenset({"matmul", "linear", "linear_backward", "fused_linear_gelu", "fused_linear_gelu_with_preact",
-                      "conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
-                      "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward",
-                      "attention_bias", "attention_with_lse_bias", "attention_backward_bias", "attention_dropout",
-                      "attention_with_lse_dropout", "attention_backward_dropout", "flash_attention",
-                      "attention_varlen", "attention_varlen_with_lse", "attention_varlen_backward",
-                      "attention_varlen_shared", "attention_varlen_with_lse_shared", "attention_varlen_backward_shared"})
+_GEMMS = frozenset({"matmul", "linear", "linear_backward", "fused_linear_gelu", "fused_linear_gelu_with_preact"})
 PRECISION = frozenset({"conv2d", "conv2d_backward", "conv1d", "conv1d_backward", "conv2d_nhwc", "conv2d_backward_nhwc",
                        "conv1d_nlc", "conv1d_backward_nlc", "attention", "attention_with_lse", "attention_backward",
                        "attention_bias", "attention_with_lse_bias", "attention_backward_bias", "attention_dropout",
@@ -128,6 +122,7 @@ PRECISION = frozenset({"conv2d", "conv2d_backward", "conv1d", "conv1d_backward",
                        "attention_varlen", "attention_varlen_with_lse", "attention_varlen_backward",
                        "attention_varlen_shared", "attention_varlen_with_lse_shared",
                        "attention_varlen_backward_shared"})
+FALLBACK = _GEMMS | PRECISION
 
 
 def trace_fallback(op: str, checked, args: tuple, arrays: int):
@@ -149,10 +144,11 @@ def trace(op: str, checked, args: tuple):
 
 
 def _dynamic(op: str, args: tuple) -> tuple:
-    """The positions of op's per-call integer arguments (dispatch.DYNAMIC) that this call gives as
-    ints the signature leaves out."""
+    """The positions, counted from the start, of op's per-call integer arguments (dispatch.DYNAMIC)
+    that this call gives as ints the signature leaves out."""
     from .. import dispatch
-    return tuple(i for i in dispatch.DYNAMIC.get(op, ()) if type(args[i]) is int and 0 <= args[i] < 1 << 64)
+    return tuple(i % len(args) for i in dispatch.DYNAMIC.get(op, ())
+                 if type(args[i]) is int and 0 <= args[i] < 1 << 64)
 
 
 def _trace_args(checked, args: tuple, inplace_at: tuple, dyn: tuple = ()):
