@@ -45,7 +45,7 @@ cfg = host._config(dtype, d, block_n)
 assert dtype != "float32" or cfg["PREC"] == __import__("os").environ.get("CUDAKIT_FLOAT32_PRECISION", "tf32x3")
 kv, qc = host._backward_configs(dtype, cfg)
 split = host._split_forward(cfg, block_n, None)   # the float32 forward that takes K, V split (SPLIT)
-fwd_cfg = dict(cfg, **host._split_tiles(d, bias, causal, *((1, 2) if small else ()))) if split else dict(cfg, SPLIT=False)
+fwd_cfg = dict(cfg, **host._split_tiles(d, bias, causal, small=small or None)) if split else dict(cfg, SPLIT=False)
 fwd_cfg["LEFT"] = False   # no window: the loops start at key 0 (what the host passes then)
 fwd_cfg.setdefault("BLOCK_D2", 0)
 fwd_cfg["LPT"] = host.CAUSAL_GROUP if causal and parts == 1 else 0   # a causal forward's longest-first order
@@ -106,10 +106,11 @@ def test_attention_split_forward_with_bias_compiles_for_sm90():
     _shared_memory(_CODE, ("float32", 80, "0", 0, "bias"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 
-@pytest.mark.parametrize("d", [96, 128])
+@pytest.mark.parametrize("d", [64, 80, 96, 128])
 def test_attention_split_forward_small_grid_compiles_for_sm90(d):
     """The split float32 forward's tiles for grids of fewer 128-row blocks than SMs (64 x 64, one
-    column block of 128 or two of 64 and 32), causal."""
+    column block of 64 or 128, or two of 64 and 16 or 32), causal; below head dim 81 a candidate
+    beside the usual tiles (kernels/attention.py _parts_candidates)."""
     _shared_memory(_CODE, ("float32", d, "1", 0, "small"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 

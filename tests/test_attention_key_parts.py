@@ -56,19 +56,25 @@ def test_key_parts_grow_with_fewer_row_blocks():
 
 
 @pytest.mark.parametrize("bh,l,d,causal,want", [
-    (8, 1024, 128, False, [(128, 2, False), (128, 2, True)]),   # 64 row blocks of 128: the usual tiles in 2
-                                                                # parts, V copied or in place (64 x 64: one)
-    (8, 1024, 128, True, [(64, 2, False), (128, 3, True)]),     # causal: both in parts (128 rows: V in place)
-    (16, 512, 128, False, [(128, 2, False), (128, 2, True)]),
-    (2, 1536, 96, False, [(64, 2, False), (128, 4, False)]),    # 24 blocks of 128 rows (two column blocks at
-                                                                # head dim 96: no V in place)
-    (8, 1536, 128, False, [(64, 2, False)]),    # 96 blocks: the usual tiles in parts would take two waves
+    # 64 row blocks of 128 (the small-grid 64 x 64 tiles first): the usual tiles in one part and in 2,
+    # V copied or in place (64 x 64: no parts)
+    (8, 1024, 128, False, [(128, 1, False), (128, 2, False), (128, 1, True), (128, 2, True)]),
+    (8, 1024, 128, True, [(128, 1, True), (64, 2, False), (128, 3, True)]),   # causal: 128 rows take V in place
+    (16, 512, 128, False, [(128, 1, False), (128, 2, False), (128, 1, True), (128, 2, True)]),
+    (2, 1536, 96, False, [(128, 1, False), (64, 2, False), (128, 4, False)]),   # 24 blocks of 128 rows (two
+                                                                                # column blocks: no V in place)
+    (8, 1536, 128, False, [(128, 1, False), (64, 2, False), (128, 1, True)]),  # 96 blocks: the usual tiles in
+                                                                                # parts would take two waves
+    (64, 256, 128, False, [(128, 1, False), (128, 1, True)]),   # 128 blocks: the usual tiles in one part only
     (16, 1536, 128, False, [(128, 2, False), (128, 2, True)]),  # 192 blocks: the usual tiles first, in parts too
-    (128, 512, 128, False, []),                 # 512 blocks: no parts
+    (32, 256, 64, False, [(64, 1, False), (128, 2, False), (128, 2, True)]),   # head dim 64, 64 blocks: the
+                                                                               # usual tiles first, 64 x 64 too
+    (128, 512, 128, False, []),                 # 512 blocks: nothing else
 ])
 def test_split_forward_parts_candidates(bh, l, d, causal, want):
-    """The split float32 forward's key-parts candidates (kernels/attention.py _parts_candidates) on
-    an H100's 132 SMs: their tiles' rows, part counts and whether V is read in place (O^T)."""
+    """The split float32 forward's candidates beside its first tiles in one part (kernels/attention.py
+    _parts_candidates) on an H100's 132 SMs: their tiles' rows, part counts and whether V is read in
+    place (O^T)."""
     import math
     from cudakit.kernels import attention as at
     consts = dict(at._config("float32", d, None), PREC="tf32x3")

@@ -468,6 +468,37 @@ def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, windo
     assert took, "the model offered no key parts"
 
 
+@pytest.mark.parametrize("lead,lq,lk,d,causal", [
+    ((8, 8), 256, 256, 128, False), ((4,), 256, 256, 128, True), ((2,), 200, 333, 64, True),
+    ((1, 3), 130, 520, 80, False)])
+@pytest.mark.parametrize("which", [0, -1])
+def test_attention_float32_forward_other_tiling_path(lead, lq, lk, d, causal, which, rng, monkeypatch,
+                                                     float32_precision):
+    """The public float32 forward (and the backward from its out and lse) with kernels/paths.run
+    taking the split forward's other tiling in one part (`triton-on-MxN`, which: the first or the
+    last offered): on grids of fewer 128-row blocks than an H100's SMs, the usual 128-row tiles
+    (V copied or in place) where the small-grid ones come first (head dim 128) and the small-grid
+    ones where the usual come first (head dims 64 and 80, two column blocks at 80), against float64."""
+    from cudakit import dispatch
+    from cudakit.kernels import paths
+    float32_precision("tf32x3")
+    run, took = paths.run, []
+
+    def other_first(op, key, candidates, timer=None):
+        other = [(n, fn) for n, fn in candidates if n.startswith("triton-on-")]
+        if op == "attention" and other:
+            took.append(other[which][0])
+            return other[which][1]()
+        return run(op, key, candidates, timer)
+    dispatch.clear()
+    monkeypatch.setattr(paths, "run", other_first)
+    try:
+        ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal)
+    finally:
+        dispatch.clear()
+    assert took, "no other tiling offered"
+
+
 @pytest.mark.parametrize("bh,lq,lk,d,causal,window,splits", [
     (3, 200, 333, 128, False, None, 1), (2, 130, 520, 112, True, None, 1), (40, 300, 300, 128, True, None, 1),
     (48, 384, 384, 128, True, None, 1), (2, 150, 400, 48, True, (100, 0), 1), (2, 130, 520, 128, True, None, 2),

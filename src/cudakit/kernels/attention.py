@@ -434,22 +434,27 @@ _SPLIT_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_st
 
 
 def _split_tiles(d: int, bias: bool = False, causal: bool = False, blocks: int | None = None,
-                 sms: int | None = None) -> dict:
+                 sms: int | None = None, small: bool | None = None) -> dict:
     """The split float32 forward's tiles and flags at head dim d (33..128); bias: with a bias,
     whose tiles take a stage's shared memory too, on one stage (2 stages of 128 x 64 at head dim
     80 needed 249856 bytes with one on sm_90, Triton 3.6, V split ahead); causal: keys bounded
     above only (_SPLIT_CAUSAL_TILES where they cover d); blocks, sms: the launch's 128-row blocks
     (batch*heads times row blocks) and the GPU's SMs (_SPLIT_SMALL_GRID_TILES past head dim 80 where
-    blocks < sms)."""
+    blocks < sms); small: _SPLIT_SMALL_GRID_TILES (True) or not (False) whatever blocks says."""
     tiles, two = next((t, two) for top, t, two in _SPLIT_TILES if d <= top)
     if causal:
         tiles = next((t for lo, hi, t in _SPLIT_CAUSAL_TILES if lo <= d <= hi), tiles)
-    if d > 80 and blocks is not None and sms is not None and blocks < sms:
+    if small if small is not None else (d > 80 and _small_grid(blocks, sms)):
         tiles = _SPLIT_SMALL_GRID_TILES
     t = dict(tiles, SPLIT=True, **(column_blocks(d) if two else {}))
     if bias:
         t["num_stages"] = 1
     return t
+
+
+def _small_grid(blocks: int | None, sms: int | None) -> bool:
+    """Whether a split forward of `blocks` 128-row blocks is less than one wave on `sms` SMs."""
+    return blocks is not None and sms is not None and blocks < sms
 
 
 def column_blocks(d: int) -> dict:
@@ -632,7 +637,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         _launch("attn_fwd", lq, first["BLOCK_M"], (q, k, v_for(first), out, lse), args, first, bh0=True)
         return out, lse
 
-    def in_parts(c, splits):
+    def in_parts(c, splits):   # (one part: these tiles in one launch)
         def run():
             try:
                 vv = v_for(c)
@@ -640,6 +645,9 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
                 from . import paths
                 paths.declined_for_now()
                 return None
+            if splits == 1:
+                _launch("attn_fwd", lq, c["BLOCK_M"], (q, k, vv, out, lse), args, c, bh0=True)
+                return out, lse
             return (out, lse) if _forward_in_parts(q, k, vv, out, lse, args, c, splits) else None
         return run
     try:
@@ -647,8 +655,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             return one_part()
         if KEY_SPLITS is not None:
             return in_parts(first, max(1, KEY_SPLITS))() or one_part()
-        offers = [(f"triton-keys-in-{n}-parts-on-{c['BLOCK_M']}x{c['BLOCK_N']}{'-v-in-place' if c.get('OT') else ''}",
-                   c, n)
+        offers = [(f"triton-{f'keys-in-{n}-parts-' if n > 1 else ''}on-{c['BLOCK_M']}x{c['BLOCK_N']}"
+                   f"{'-v-in-place' if c.get('OT') else ''}", c, n)
                   for c, n in _parts_candidates(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)]
         if not offers:
             return one_part()
@@ -669,10 +677,10 @@ class _NoMemoryForCopy(Exception):
 
 
 def _split_consts(consts: dict, d: int, bias: bool, above: bool, blocks: int | None = None,
-                  sms: int | None = None) -> dict:
-    """attn_fwd's constexprs for the split float32 forward on _split_tiles's tiles (blocks, sms: its
-    small-grid tiles where they apply), with V in place (OT) where _v_in_place takes it."""
-    c = dict(consts, **_split_tiles(d, bias, above, blocks, sms))
+                  sms: int | None = None, small: bool | None = None) -> dict:
+    """attn_fwd's constexprs for the split float32 forward on _split_tiles's tiles (blocks, sms,
+    small: its small-grid tiles where they apply), with V in place (OT) where _v_in_place takes it."""
+    c = dict(consts, **_split_tiles(d, bias, above, blocks, sms, small))
     if _v_in_place(c, above):
         c["OT"] = True
     return c
@@ -680,26 +688,34 @@ def _split_consts(consts: dict, d: int, bias: bool, above: bool, blocks: int | N
 
 def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool, bh: int, lq: int, lk: int,
                       dlo: int, dhi: int, sms: int) -> list[tuple[dict, int]]:
-    """[(constexprs, part count)] of the split forward's key-parts candidates: the first launch's
-    tiles (`first`) in the model's count where it is over 1, and, where `first` are the small-grid
-    tiles, the launch's usual 128-row tiles in their own count (twice the rows a program, parts
-    enough to fill the GPU). On an H100 (2026-11-27 15:00 UTC, attention_f32_variants.py
-    --integrated --causal --cold --key-splits --tiles ..., each call behind an L2 flush; torch's
-    float32 SDPA in brackets): B1 H8 S1024 D128 on 128 x 64 tiles in 2 parts 0.079 ms against 0.092
-    on the small-grid 64 x 64 in one and 0.100 in 2 (0.106), causal in 3 parts 0.064 against 0.089
-    and 0.067 (0.107); B1 H16 S512 D128 in 2 parts 0.051 against 0.054 and 0.063 (0.058), causal in
-    3 parts 0.049 against 0.053 and 0.049 (0.057). Of 64 x 32 and 64 x 16 tiles (two programs an SM),
-    in parts or not, none ran faster than both but B1 H16 S512 D128 causal in 3 parts on 64 x 32,
-    0.046 ms."""
+    """[(constexprs, part count)] the split forward offers kernels/paths.py beside `first` in one
+    part: on a grid of less than one wave of 128-row blocks, the other of the usual and the
+    small-grid tiles (_SPLIT_SMALL_GRID_TILES) in one part; and either tiling in the part count
+    of the key-parts model where it is over 1.
+    Small grids, in one part, on an H100 (2026-11-27 20:57 UTC, attention_f32_variants.py
+    --integrated --causal --cold --tiles ..., torch's float32 SDPA in brackets): the usual 128 x 64
+    ran B8 H8 S256 D128 in 0.050 ms against 0.062 on the small-grid 64 x 64 (0.061), B2 H16 S512
+    D128 0.077 against 0.098 (0.109), causal the small-grid tiles the faster (0.050 against 0.055;
+    0.068 against 0.082); at head dim 64 the small-grid tiles ran B1 H32 S256 in 0.025 ms against
+    0.029 on 128 x 64 (0.036), causal 0.024 against 0.029. In parts, on an H100 (15:00 UTC,
+    --key-splits --tiles ...): B1 H8 S1024 D128 on 128 x 64 tiles in 2 parts 0.079 ms against
+    0.092 on the small-grid 64 x 64 in one and 0.100 in 2 (0.106), causal in 3 parts 0.064 against
+    0.089 and 0.067 (0.107); B1 H16 S512 D128 in 2 parts 0.051 against 0.054 and 0.063 (0.058),
+    causal in 3 parts 0.049 against 0.053 and 0.049 (0.057)."""
+    def tiles(c):
+        return c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]
     out = []
-    n = kp.key_parts(bh, lq, lk, dlo, dhi, first["BLOCK_M"], first["BLOCK_N"], sms, above)
-    if n > 1:
-        out.append((first, n))
-    usual = _split_consts(consts, d, bias, above)
-    if (usual["BLOCK_M"], usual["BLOCK_N"]) != (first["BLOCK_M"], first["BLOCK_N"]):
-        n = kp.key_parts(bh, lq, lk, dlo, dhi, usual["BLOCK_M"], usual["BLOCK_N"], sms, above)
+    tilings = [first]
+    if _small_grid(bh * math.ceil(lq / 128), sms):
+        small = tiles(first) == tiles(dict(_SPLIT_SMALL_GRID_TILES))
+        other = _split_consts(consts, d, bias, above, small=not small)
+        if tiles(other) != tiles(first):
+            tilings.append(other)
+            out.append((other, 1))
+    for c in tilings:
+        n = kp.key_parts(bh, lq, lk, dlo, dhi, c["BLOCK_M"], c["BLOCK_N"], sms, above)
         if n > 1:
-            out.append((usual, n))
+            out.append((c, n))
     # 128-row tiles in one column block that take V's transposed copy are offered with V in place
     # too (the O^T form): no copy pass before the launch, against slower products; timed beside it.
     # On an H100 (2026-11-27 17:40 UTC, attention_f32_shapes.py, public API behind an L2 flush, x

@@ -26,11 +26,14 @@ WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a hea
                             # the split operands come beside it: 8 DP (LKP + 2 LQP) bytes a head
 _MAX_GRID = 65535           # heads a chunk (grid dims y and z)
 # BH Lq Lk below which the flash kernels run without timing this path: their replayed plan costs a
-# few launches of host time, this path about 16 allocations and 5 launches bound in Python, and
-# its saving (about 30% of the flash kernels' device time at the shapes timed) is of that order
-# below here: an estimate, not measured (the host-time benchmark's float32 backward, 2x2x64x32,
-# stays on the plan it was measured with)
-MIN_SCORES = 1 << 22
+# few launches of host time, this path about 16 allocations and 5 launches bound in Python (no
+# replay plan). Measured down to 2^20 on an H100 (2026-11-27 20:58 UTC, attention_f32_variants.py
+# --mat-shipped --cold, device time alone): B1 H32 S256 D64 (2^21) 0.054 ms against the flash
+# kernels' 0.104 (torch's float32 SDPA 0.098), causal 0.053 against 0.104 (0.097); B8 H8 S128 D64
+# (2^20) 0.042 against 0.064 (0.066). At 2^21 the flash kernels' device time is past this path's
+# host cost; below it a host-bound loop could run slower on this path than on the flash plan: not
+# offered there (the host-time benchmark's float32 backward, 2x2x64x32, stays on the flash plan)
+MIN_SCORES = 1 << 21
 PREP_ROWS = 32
 # tiles timed on an H100 (2026-11-27): at D128 the 64 x 64 score tile on 4 warps ran 1.178 ms
 # against 1.325 ms for 128 x 64 on 8 (the 06:33 UTC call, a first form of these kernels since
