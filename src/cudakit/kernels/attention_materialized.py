@@ -25,14 +25,17 @@ MAX_HEAD_DIM = 128          # DP 256 tiles do not fit the score kernel's shared 
 WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a head past it: not this path);
                             # the split operands come beside it: 8 DP (LKP + 2 LQP) bytes a head
 _MAX_GRID = 65535           # heads a chunk (grid dims y and z)
-# BH Lq Lk below which the flash kernels run without timing this path: their replayed plan costs a
-# few launches of host time, this path about 16 allocations and 5 launches bound in Python (no
-# replay plan). Measured down to 2^20 on an H100 (2026-11-27 20:58 UTC, attention_f32_variants.py
-# --mat-shipped --cold, device time alone): B1 H32 S256 D64 (2^21) 0.054 ms against the flash
-# kernels' 0.104 (torch's float32 SDPA 0.098), causal 0.053 against 0.104 (0.097); B8 H8 S128 D64
-# (2^20) 0.042 against 0.064 (0.066). At 2^21 the flash kernels' device time is past this path's
-# host cost; below it a host-bound loop could run slower on this path than on the flash plan: not
-# offered there (the host-time benchmark's float32 backward, 2x2x64x32, stays on the flash plan)
+# BH Lq Lk at head-dim block 64 below which the flash kernels run without timing this path
+# (offered(): scaled by the head-dim block, since the flash kernels' device time grows with both
+# and this path's host cost with neither): their replayed plan costs a few launches of host time,
+# this path about 16 allocations and 5 launches bound in Python (no replay plan). On an H100, device
+# time alone (2026-11-27, the 20:58 UTC call, attention_f32_variants.py --mat-shipped --cold): B1
+# H32 S256 D64 (2^21) 0.054 ms against the flash kernels' 0.104 (torch's float32 SDPA 0.098), causal
+# 0.053 against 0.104 (0.097); B8 H8 S128 D64 (2^20) 0.042 against 0.064 (0.066); the 21:08 UTC
+# call (attention_f32_shapes.py): the flash kernels ran B1 H16 S256 D80 (2^20 at block 128) in
+# 0.210 ms (torch 0.104). Where the flash kernels take less device time than this path's host cost,
+# a host-bound loop could run slower on it: not offered there (the host-time benchmark's float32
+# backward, 2x2x64x32, stays on the flash plan)
 MIN_SCORES = 1 << 21
 PREP_ROWS = 32
 # tiles timed on an H100 (2026-11-27): at D128 the 64 x 64 score tile on 4 warps ran 1.178 ms
@@ -117,6 +120,12 @@ def head_block(d: int) -> int:
 
 def padded(n: int) -> int:
     return max(PAD, -(-n // PAD) * PAD)
+
+
+def offered(scores: int, d: int) -> bool:
+    """Whether a backward of `scores` (BH Lq Lk) at head dim d is past MIN_SCORES, scaled by its
+    head-dim block (MIN_SCORES at block 64: twice the scores at 32, half at 128)."""
+    return scores * head_block(d) >= MIN_SCORES * 64
 
 
 def eligible(d: int, precision: str, masks, groups: int) -> bool:
