@@ -701,13 +701,16 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
     --key-splits --tiles ...): B1 H8 S1024 D128 on 128 x 64 tiles in 2 parts 0.079 ms against
     0.092 on the small-grid 64 x 64 in one and 0.100 in 2 (0.106), causal in 3 parts 0.064 against
     0.089 and 0.067 (0.107); B1 H16 S512 D128 in 2 parts 0.051 against 0.054 and 0.063 (0.058),
-    causal in 3 parts 0.049 against 0.053 and 0.049 (0.057)."""
+    causal in 3 parts 0.049 against 0.053 and 0.049 (0.057). Of 64 x 32 and 64 x 16 tiles (two
+    programs an SM), in parts or not, none ran faster than both but B1 H16 S512 D128 causal in 3
+    parts on 64 x 32, 0.046 ms; on 64 x 64 tiles 8 warps ran slower than 4 at every small grid
+    timed at 20:57 UTC (B8 H8 S256 D128 0.084 ms against 0.062)."""
     def tiles(c):
         return c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]
     out = []
     tilings = [first]
     if _small_grid(bh * math.ceil(lq / 128), sms):
-        small = tiles(first) == tiles(dict(_SPLIT_SMALL_GRID_TILES))
+        small = tiles(first) == tiles(_SPLIT_SMALL_GRID_TILES)
         other = _split_consts(consts, d, bias, above, small=not small)
         if tiles(other) != tiles(first):
             tilings.append(other)
