@@ -196,6 +196,35 @@ def test_attention_float32_materialized_plan(rng, monkeypatch, float32_precision
         np.testing.assert_array_equal(cp.asnumpy(a), cp.asnumpy(b).reshape(2, 3, 150, 40))
 
 
+def test_attention_float32_materialized_backward_plan_is_a_trace(rng, monkeypatch, only_path, float32_precision):
+    """With the materialised float32 backward chosen for a signature, the public call's dispatch plan
+    replays a trace of its allocations and launches (kernels/trace_plans.py, path_plans._triton_chosen):
+    once the plan is made no call runs the materialised path's Python, and every call's gradients
+    are bitwise the path's own on fresh data of the signature."""
+    from cudakit.kernels import attention as at
+    from cudakit.kernels import paths
+    from cudakit.runtime import native
+    mod = native.fast_paths()
+    if mod is None or not hasattr(mod, "replay_new"):
+        pytest.skip("no native replay")
+    float32_precision("tf32x3")
+    only_path("materialized")
+    monkeypatch.setattr(paths, "chosen", lambda op, key: "materialized" if op == "attention_backward" else None)
+    real, calls = at._materialized_backward, []
+    monkeypatch.setattr(at, "_materialized_backward", lambda *a: calls.append(1) or real(*a))
+    shape, seen = (2, 3, 150, 40), []
+    for _ in range(4):   # checked, then the plan made, then replayed
+        q, k, v, g = (cp.asarray(ac.data(rng, shape, "float32")) for _ in range(4))
+        out, lse = cudakit.attention_with_lse(q, k, v, causal=True)
+        seen.append(len(calls))
+        got = cudakit.attention_backward(g, q, k, v, out, lse, causal=True)
+        want = real(*(x.reshape(6, 150, 40) for x in (g, q, k, v, out)), lse.reshape(6, 150), 40 ** -0.5,
+                    at.Masks(True))
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(cp.asnumpy(a), cp.asnumpy(b).reshape(shape))
+    assert seen[0] < seen[1] and len(calls) == seen[-1], (seen, len(calls))
+
+
 def test_attention_float32_materialized_declines(rng, monkeypatch, float32_precision, cache_dir):
     """Against the flash kernels; a head whose workspace exceeds the budget runs the flash kernels."""
     from cudakit.kernels import attention as at
