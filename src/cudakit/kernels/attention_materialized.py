@@ -26,17 +26,18 @@ WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a hea
                             # the split operands come beside it: 8 DP (LKP + 2 LQP) bytes a head
 _MAX_GRID = 65535           # heads a chunk (grid dims y and z)
 # BH Lq Lk at head-dim block 64 below which the flash kernels run without timing this path
-# (offered(): scaled by the head-dim block, since the flash kernels' device time grows with both
-# and this path's host cost with neither): their replayed plan costs a few launches of host time,
-# this path about 16 allocations and 5 launches bound in Python (no replay plan). On an H100, device
-# time alone (2026-11-27, the 20:58 UTC call, attention_f32_variants.py --mat-shipped --cold): B1
-# H32 S256 D64 (2^21) 0.054 ms against the flash kernels' 0.104 (torch's float32 SDPA 0.098), causal
-# 0.053 against 0.104 (0.097); B8 H8 S128 D64 (2^20) 0.042 against 0.064 (0.066); the 21:08 UTC
-# call (attention_f32_shapes.py): the flash kernels ran B1 H16 S256 D80 (2^20 at block 128) in
-# 0.210 ms (torch 0.104). Where the flash kernels take less device time than this path's host cost,
-# a host-bound loop could run slower on it: not offered there (the host-time benchmark's float32
-# backward, 2x2x64x32, stays on the flash plan)
-MIN_SCORES = 1 << 21
+# (offered(): scaled by the head-dim block, since the flash kernels' device time grows with both).
+# Below it the flash kernels' device time nears this path's, and their plan's host cost is the
+# lower: the host-time benchmark's float32 backward, 2x2x64x32, stays on the flash plan. Both
+# paths' dispatch plans are traces replayed in C (kernels/path_plans._triton_chosen). On an H100
+# (2026-11-27, benchmarks/sweeps/attention_f32_bwd_small.py, history/attention/*-f32-bwd-small*.json;
+# device time behind an L2 flush, flash against materialised, torch's float32 SDPA in brackets):
+# B8 H8 S128 D64 (2^20) 0.064 ms against 0.043 (0.067), B1 H8 S256 D64 (2^19) 0.103 against 0.041
+# (0.094), B1 H8 S256 D80 (2^19 at block 128) 0.208 against 0.042 (0.103), B2 H8 S128 D128 0.116
+# against 0.036 (0.067), B2 H2 S64 D32 0.024 against 0.026 (0.040). The materialised plan's
+# host-bound loop ran at its device time where measured (B1 H32 S256 D64 0.053 ms a call, device
+# 0.054; B1 H16 S256 D128 0.050, device 0.052), 0.15 ms a call before it was traced.
+MIN_SCORES = 1 << 19
 PREP_ROWS = 32
 # tiles timed on an H100 (2026-11-27): at D128 the 64 x 64 score tile on 4 warps ran 1.178 ms
 # against 1.325 ms for 128 x 64 on 8 (the 06:33 UTC call, a first form of these kernels since
