@@ -106,12 +106,13 @@ def test_attention_split_forward_with_bias_compiles_for_sm90():
     _shared_memory(_CODE, ("float32", 80, "0", 0, "bias"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 
-@pytest.mark.parametrize("d", [64, 80, 96, 128])
-def test_attention_split_forward_small_grid_compiles_for_sm90(d):
+@pytest.mark.parametrize("d,extra", [(64, ()), (80, ()), (96, ()), (128, ()), (80, ("bias",)), (64, ("parts",))])
+def test_attention_split_forward_small_grid_compiles_for_sm90(d, extra):
     """The split float32 forward's tiles for grids of fewer 128-row blocks than SMs (64 x 64, one
     column block of 64 or 128, or two of 64 and 16 or 32), causal; below head dim 81 a candidate
-    beside the usual tiles (kernels/attention.py _parts_candidates)."""
-    _shared_memory(_CODE, ("float32", d, "1", 0, "small"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
+    beside the usual tiles (kernels/attention.py _parts_candidates), also with a bias or the keys
+    in parts."""
+    _shared_memory(_CODE, ("float32", d, "1", 0, "small", *extra), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 
 @pytest.mark.parametrize("dtype,d", [("float32", 128), ("float32", 80), ("bfloat16", 64)])
