@@ -93,3 +93,22 @@ def test_long_columns_override_is_halved_to_blocks_of_16_columns_or_more(monkeyp
     monkeypatch.setattr(am, "LONG_COLUMNS", None)
     assert am.long_columns(128, 100, 132) == 2 and am.long_columns(128, 264, 132) == 1
     assert am.long_columns(64, 100, 132) == 1 and am.long_columns(128, 100, None) == 1
+
+
+@pytest.mark.parametrize("bh,lq,lk,d", [(6, 150, 150, 40), (32, 256, 256, 64), (3, 1, 4096, 128), (2, 300, 129, 80)])
+def test_materialized_workspace_bytes_are_what_run_allocates(bh, lq, lk, d):
+    """attention_materialized.workspace_bytes (which decides whether the path's dispatch plan is a
+    trace: TRACE_MAX_BYTES) counts the bytes run() allocates beside the three gradients."""
+    import numpy as np
+    from cudakit.kernels import attention_materialized as am
+    sizes = []
+
+    def empty(shape):
+        sizes.append(4 * int(np.prod(shape)))
+        return np.empty(shape, np.float32)
+    q, do, out = (np.zeros((bh, lq, d), np.float32) for _ in range(3))
+    k, v = (np.zeros((bh, lk, d), np.float32) for _ in range(2))
+    dlo, dhi = key_bounds(lq, lk, False)
+    am.run(do, q, k, v, out, np.zeros((bh, lq), np.float32), 0.1, dlo, dhi, empty=empty,
+           launch=lambda *a: None)
+    assert sum(sizes[3:]) == am.workspace_bytes(bh, lq, lk, d)

@@ -110,3 +110,22 @@ def test_materialized_backward_offered_for_large_float32_tf32x3_only(monkeypatch
         assert not at._materialized_candidate("float32", 64, at.Masks(False), 1, big)
     finally:
         config.set_float32_precision(old)
+
+
+def test_materialized_choice_is_traced_up_to_a_workspace_size(monkeypatch):
+    """path_plans._triton_chosen: a signature whose chosen float32 backward is the materialised one
+    takes a traced plan (native replay) up to attention_materialized.TRACE_MAX_BYTES of workspace,
+    and plan_backward's closure past it (whose want of memory falls back to the flash kernels)."""
+    import types
+    from cudakit.kernels import attention as at
+    from cudakit.kernels import attention_materialized as am
+    from cudakit.kernels import path_plans
+    from cudakit.runtime import native
+    monkeypatch.setattr(native, "fast_paths", lambda: types.SimpleNamespace(replay_new=None))
+    monkeypatch.setattr(at, "_planned_path", lambda *a, **k: ("materialized", None))
+    small, large = (32, 256, 256, 64), (64, 1024, 1024, 64)
+    assert am.workspace_bytes(*small) <= am.TRACE_MAX_BYTES < am.workspace_bytes(*large)
+    assert path_plans._triton_chosen("bwd", *small, "float32", 0.1, False, 0)
+    assert not path_plans._triton_chosen("bwd", *large, "float32", 0.1, False, 0)
+    monkeypatch.setattr(at, "_planned_path", lambda *a, **k: ("cudnn", None))
+    assert not path_plans._triton_chosen("bwd", *small, "float32", 0.1, False, 0)

@@ -142,6 +142,25 @@ def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None) -> int:
     return min(bh, _MAX_GRID, (WORKSPACE_BYTES if budget is None else budget) // per)
 
 
+# Workspaces (workspace_bytes) up to which the dispatch plan of a signature that chose this path
+# replays a trace of its launches (kernels/path_plans._triton_chosen), whose host cost suits the
+# small problems the trace is for; past it the plan runs this module's Python, whose want of
+# memory for the workspace falls back to the flash kernels (kernels/attention._materialized_backward)
+# where a replay would raise. At this size the device time is past the Python's host cost (about
+# 0.15 ms a call): B1 H32 S256 D64 takes 28 MiB, B2 H32 S256 D64 56 MiB.
+# A trace keeps this module's options (FUSED_PREP, SCORE_TILES, ...) as they were when it was made:
+# cudakit.dispatch.clear() after changing them.
+TRACE_MAX_BYTES = 64 << 20
+
+
+def workspace_bytes(bh: int, lq: int, lk: int, d: int) -> int:
+    """Bytes run() allocates beside the gradients for a [BH, Lq, Lk] backward at head dim d: P and
+    dS, the split operands and (without fused_prep) delta, for one chunk of heads (chunk_heads; 0
+    where a head exceeds the budget)."""
+    n, lqp, lkp, dp = chunk_heads(bh, lq, lk), padded(lq), padded(lk), head_block(d)
+    return 4 * n * (2 * lqp * lkp + dp * (2 * lkp + 4 * lqp) + (0 if fused_prep(dp) else lq))
+
+
 def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, budget: int | None = None,
         sms: int | None = None):
     """(dq, dk, dv) float32 like q, k, v of attention for dL/dout = do, or None when one head's

@@ -295,8 +295,9 @@ def plan_attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=Fals
 
 def _triton_chosen(kind, bh, lq, lk, d, name, sc, causal, dev) -> bool:
     """Whether the signature's chosen attention path is Triton kernels alone (the flash kernels, or
-    the float32 backward's materialised ones), which a traced plan (kernels/trace_plans.trace_fallback)
-    replays in C with less host time than their bound launches; only where the native replay exists.
+    the float32 backward's materialised ones up to attention_materialized.TRACE_MAX_BYTES of
+    workspace), which a traced plan (kernels/trace_plans.trace_fallback) replays in C with less host
+    time than their bound launches; only where the native replay exists.
     The materialised backward's own launches, bound in Python, cost about 0.15 ms of host time a call
     (H100, 2026-11-27 21:16 UTC, benchmarks/sweeps/attention_f32_bwd_small.py: a warm loop ran
     B1 H32 S256 D64 at 0.148 ms a call against its 0.055 ms of device time)."""
@@ -305,7 +306,10 @@ def _triton_chosen(kind, bh, lq, lk, d, name, sc, causal, dev) -> bool:
     if mod is None or not hasattr(mod, "replay_new"):
         return False
     step = attention._planned_path(kind, bh, lq, lk, d, name, sc, bool(causal), dev)
-    return step is not None and step[0] in ("triton", "materialized")
+    if step is not None and step[0] == "materialized":   # (past TRACE_MAX_BYTES: plan_backward's closure,
+        from . import attention_materialized as am       # with its fallback for want of memory)
+        return am.workspace_bytes(bh, lq, lk, d) <= am.TRACE_MAX_BYTES
+    return step is not None and step[0] == "triton"
 
 
 def _f32_guard(dtype_name: str, plan, op: str, arrays: int):
