@@ -96,12 +96,8 @@ def signature(args: tuple):
 
 # op -> positions of int arguments that change from call to call (a dropout seed; negative: from the
 # end): the signature holds PER_CALL for them and the plan takes their value per call
-# (kernels/trace_plans.py). The planned attention ops with dropout take the seed last.
-DYNAMIC = {"dropout": (2,), "dropout_backward": (2,),
-           **{op: (-1,) for op in ("attention_dropout", "attention_with_lse_dropout", "attention_backward_dropout",
-                                   "flash_attention", "attention_varlen", "attention_varlen_with_lse",
-                                   "attention_varlen_backward", "attention_varlen_shared",
-                                   "attention_varlen_with_lse_shared", "attention_varlen_backward_shared")}}
+# (kernels/trace_plans.py). ops.py adds the planned attention ops whose seed comes last.
+DYNAMIC = {"dropout": (2,), "dropout_backward": (2,)}
 PER_CALL = "<per call>"
 
 

@@ -88,6 +88,8 @@ _ATTENTION_KEYS["attention_varlen_backward"] = ("attention_varlen_backward",
 _VARLEN_SHARED = {"attention_varlen_shared": 3, "attention_varlen_with_lse_shared": 3,
                   "attention_varlen_backward_shared": 6}
 _ATTENTION_KEYS.update({op: _ATTENTION_KEYS[op[:-len("_shared")]] for op in _VARLEN_SHARED})
+# the attention ops with dropout take its seed last: a per-call integer of their plans
+_DYNAMIC.update({op: (-1,) for op, (_, keys) in _ATTENTION_KEYS.items() if keys[-1] == "seed"})
 # convolution op -> (its plain form's planner, its channels-last memory_format, the planned op and
 # planner of that format (on the views its checked call makes), other names of its plain form)
 _CONV_FORMATS = {op: (f"plan_{op}", cl, f"{op}_{cl}", f"plan_{op}_{cl}", plain)

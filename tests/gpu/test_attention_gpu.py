@@ -477,24 +477,34 @@ def test_attention_float32_forward_key_parts_path(lead, lq, lk, d, causal, windo
     offers where kernels/attention_key_parts.py's model puts parts faster (every launch here on an
     H100's 132 SMs: a few row blocks, on the small-grid tiles and on the usual 128-row ones with V
     in place, or 132 causal ones of 128 rows), against float64."""
+    float32_precision("tf32x3")
+    took = _forward_taking("triton-keys-in-", which, monkeypatch,
+                           lambda: ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal,
+                                                      window=window))
+    assert took, "the model offered no key parts"
+
+
+def _forward_taking(prefix: str, which: int, monkeypatch, check) -> list:
+    """check() run with kernels/paths.run taking, for the forward ("attention"), the candidate
+    `which` of those whose names start with `prefix` (elsewhere its usual choice), the dispatch
+    plans cleared before and after; returns the names taken."""
     from cudakit import dispatch
     from cudakit.kernels import paths
-    float32_precision("tf32x3")
     run, took = paths.run, []
 
-    def parts_first(op, key, candidates, timer=None):
-        parts = [(n, fn) for n, fn in candidates if n.startswith("triton-keys-in-")]
-        if op == "attention" and parts:
-            took.append(parts[which][0])
-            return parts[which][1]()
+    def taking(op, key, candidates, timer=None):
+        named = [(n, fn) for n, fn in candidates if n.startswith(prefix)]
+        if op == "attention" and named:
+            took.append(named[which][0])
+            return named[which][1]()
         return run(op, key, candidates, timer)
     dispatch.clear()
-    monkeypatch.setattr(paths, "run", parts_first)
+    monkeypatch.setattr(paths, "run", taking)
     try:
-        ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window)
+        check()
     finally:
         dispatch.clear()
-    assert took, "the model offered no key parts"
+    return took
 
 
 @pytest.mark.parametrize("lead,lq,lk,d,causal", [
@@ -508,23 +518,9 @@ def test_attention_float32_forward_other_tiling_path(lead, lq, lk, d, causal, wh
     last offered): on grids of fewer 128-row blocks than an H100's SMs, the usual 128-row tiles
     (V copied or in place) where the small-grid ones come first (head dim 128) and the small-grid
     ones where the usual come first (head dims 64 and 80, two column blocks at 80), against float64."""
-    from cudakit import dispatch
-    from cudakit.kernels import paths
     float32_precision("tf32x3")
-    run, took = paths.run, []
-
-    def other_first(op, key, candidates, timer=None):
-        other = [(n, fn) for n, fn in candidates if n.startswith("triton-on-")]
-        if op == "attention" and other:
-            took.append(other[which][0])
-            return other[which][1]()
-        return run(op, key, candidates, timer)
-    dispatch.clear()
-    monkeypatch.setattr(paths, "run", other_first)
-    try:
-        ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal)
-    finally:
-        dispatch.clear()
+    took = _forward_taking("triton-on-", which, monkeypatch,
+                           lambda: ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal))
     assert took, "no other tiling offered"
 
 

@@ -653,16 +653,14 @@ def plan_attention_varlen_backward(grad_out, q, k, v, out, lse, cu_q, cu_k, max_
 
 def _varlen_cudnn(kind: str, q, k, cu, max_q, max_k, scale, causal, window, dropout_p, extra=()):
     """cuDNN's executor of the ragged pass `kind` ("fwd", "bwd") where the checked call of this
-    signature chose it (kernels/attention.forward_varlen / backward_varlen), else None. extra: the
-    other arrays the graph reads (v; and grad_out, out, lse for the backward)."""
+    signature chose it (kernels/attention.forward_varlen / backward_varlen), else None; cu a device
+    array _varlen_checked let through. extra: the other arrays the graph reads (v; and grad_out, out,
+    lse for the backward)."""
     from . import cudnn, cudnn_varlen, paths
-    cp = _cupy.cupy()
     name = str(q.dtype)
     arrays = (q, k) + tuple(extra)
     if (name not in ("float16", "bfloat16") or window is not None or dropout_p != 0 or q.ndim != 3 or k.ndim != 3
-            or type(cu) is not cp.ndarray or cu.ndim != 1 or cu.dtype not in (cp.int32, cp.int64)
-            or not cu.flags.c_contiguous or not all(a.flags.c_contiguous for a in arrays)
-            or q.shape[0] != k.shape[0] or max_q != max_k):
+            or not all(a.flags.c_contiguous for a in arrays) or q.shape[0] != k.shape[0] or max_q != max_k):
         return None
     total, h, d = q.shape
     b = cu.shape[0] - 1
@@ -679,9 +677,18 @@ def plan_attention_varlen_with_lse_shared(q, k, v, cu, max_q, max_k, scale=None,
                                           dropout_p=0.0, seed=0):
     """attention_varlen_with_lse with one cu_seqlens array: cuDNN's ragged forward replayed where
     the checked call chose it, else as plan_attention_varlen_with_lse."""
+    checked = _varlen_checked("attention_varlen_with_lse_shared", 3, q, cu)
+    if checked is not None:
+        return checked
+    return _varlen_cudnn_forward(q, k, v, cu, max_q, max_k, scale, causal, window, dropout_p)
+
+
+def _varlen_cudnn_forward(q, k, v, cu, max_q, max_k, scale, causal, window, dropout_p):
+    """(out, lse) by cuDNN's ragged forward replayed where the checked call chose it, else None
+    (traced); cu as _varlen_cudnn takes it."""
     run = _varlen_cudnn("fwd", q, k, cu, max_q, max_k, scale, causal, window, dropout_p, (v,))
     if run is None:
-        return _varlen_checked("attention_varlen_with_lse_shared", 3, q, cu)
+        return None
     from . import cudnn_varlen
     cp = _cupy.cupy()
     nd, f32 = cp.ndarray, cp.float32
@@ -702,7 +709,7 @@ def plan_attention_varlen_shared(q, k, v, cu, max_q, max_k, scale=None, causal=F
     checked = _varlen_checked("attention_varlen_shared", 3, q, cu)
     if checked is not None:
         return checked
-    p = plan_attention_varlen_with_lse_shared(q, k, v, cu, max_q, max_k, scale, causal, window, dropout_p, seed)
+    p = _varlen_cudnn_forward(q, k, v, cu, max_q, max_k, scale, causal, window, dropout_p)
     return None if p is None else (lambda *a: p(*a)[0])
 
 
