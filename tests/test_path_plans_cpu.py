@@ -83,31 +83,23 @@ def test_no_plan_is_made_while_planning_may_not_run_then_it_is(monkeypatch):
         cudakit.set_float32_precision(old)
 
 
-def test_materialized_backward_offered_for_large_float32_tf32x3_only(monkeypatch):
+def test_materialized_backward_offered_for_float32_tf32x3_only(monkeypatch):
     """kernels/attention.py offers the materialised float32 backward only under tf32x3, for head
-    dims up to 128, without key lengths, bias, dropout or grouped k, v, and from
-    attention_materialized.MIN_SCORES scores (BH Lq Lk) on at head dim 64 (offered: scaled by
-    the head-dim block)."""
+    dims up to 128, without key lengths, bias, dropout or grouped k, v, at any size but an empty one."""
     from cudakit import config
     from cudakit.kernels import attention as at
-    from cudakit.kernels import attention_materialized as am
     old = config.set_float32_precision("tf32x3")
     try:
-        big = am.MIN_SCORES
-        assert at._materialized_candidate("float32", 64, at.Masks(True), 1, big)
-        assert at._materialized_candidate("float32", 128, at.Masks(False, window=(8, 0)), 1, big)
-        assert not at._materialized_candidate("float32", 64, at.Masks(False), 1, big - 1)
-        # scaled by the head-dim block: half the scores at 65..128, twice at 17..32
-        assert at._materialized_candidate("float32", 80, at.Masks(False), 1, big // 2)
-        assert not at._materialized_candidate("float32", 128, at.Masks(False), 1, big // 2 - 1)
-        assert not at._materialized_candidate("float32", 32, at.Masks(False), 1, big)
-        assert at._materialized_candidate("float32", 32, at.Masks(False), 1, 2 * big)
-        assert not at._materialized_candidate("bfloat16", 64, at.Masks(False), 1, big)
-        assert not at._materialized_candidate("float32", 160, at.Masks(False), 1, big)
-        assert not at._materialized_candidate("float32", 64, at.Masks(False), 2, big)
-        assert not at._materialized_candidate("float32", 64, at.Masks(False, lengths=object()), 1, big)
+        assert at._materialized_candidate("float32", 64, at.Masks(True), 1, 2 * 2 * 64 * 64)
+        assert at._materialized_candidate("float32", 128, at.Masks(False, window=(8, 0)), 1, 1)
+        assert at._materialized_candidate("float32", 1, at.Masks(False), 1, 1)
+        assert not at._materialized_candidate("float32", 64, at.Masks(False), 1, 0)
+        assert not at._materialized_candidate("bfloat16", 64, at.Masks(False), 1, 1 << 20)
+        assert not at._materialized_candidate("float32", 160, at.Masks(False), 1, 1 << 20)
+        assert not at._materialized_candidate("float32", 64, at.Masks(False), 2, 1 << 20)
+        assert not at._materialized_candidate("float32", 64, at.Masks(False, lengths=object()), 1, 1 << 20)
         config.set_float32_precision("ieee")
-        assert not at._materialized_candidate("float32", 64, at.Masks(False), 1, big)
+        assert not at._materialized_candidate("float32", 64, at.Masks(False), 1, 1 << 20)
     finally:
         config.set_float32_precision(old)
 

@@ -1,12 +1,12 @@
-"""The float32 attention backward (tf32x3) on small problems, under the materialised path's offer
-(kernels/attention_materialized.py offered()): the flash kernels, the materialised kernels and
-torch's float32 SDPA backward, each two ways, in one run:
+"""The float32 attention backward (tf32x3) on small problems: the flash kernels, the materialised
+kernels (kernels/attention_materialized.py) and torch's float32 SDPA backward, each two ways, in
+one run:
 - device: each call behind an L2 flush, queued behind a spin (bench.timing's cold samples, as
   kernels/paths.py times the candidates);
 - loop: the wall time per call of 200 calls back to back, warm (what a host-bound step sees: the
   host's cost per call where it outlasts the device's).
 The public call (`cudakit.attention_backward`, its dispatch plan after the first call) is timed
-both ways too, so the path the offer leaves it on shows beside the other.
+both ways too, so the path its timing chose shows beside the others.
     python3 benchmarks/sweeps/attention_f32_bwd_small.py [--shapes 1x8x256x80,...] [--out f.json]
 Prints VARIANT lines (ms) and writes the rows to --out."""
 import json
@@ -19,7 +19,6 @@ import torch
 import cudakit
 from cudakit.bench import timing
 from cudakit.kernels import attention as at
-from cudakit.kernels import attention_materialized as am
 
 argv = sys.argv[1:]
 shapes = [(2, 2, 64, 32), (4, 4, 128, 32), (8, 8, 128, 64), (1, 16, 128, 64), (2, 4, 512, 64), (1, 8, 256, 80),
@@ -63,14 +62,16 @@ for b, h, L, d in shapes:
         print(f"VARIANT failed {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
     loops = {name: loop_ms(fn) for name, fn in fns.items() if name not in err}
     tag = f"{b}x{h}x{L}x{d}"
-    row = {"case": tag, "scores": b * h * L * L, "offered": am.offered(b * h * L * L, d)}
+    row = {"case": tag, "scores": b * h * L * L}
     for name in fns:
         if name in res:
             row[f"{name}_device_ms"] = round(res[name]["median_ms"], 4)
             row[f"{name}_loop_ms"] = round(loops[name], 4)
     rows.append(row)
-    print(f"VARIANT bwd-small {tag:<14} offered={row['offered']!s:<5} " + " ".join(
+    print(f"VARIANT bwd-small {tag:<14} " + " ".join(
         f"{n} {row.get(n + '_device_ms', float('nan')):.4f}/{row.get(n + '_loop_ms', float('nan')):.4f}"
         for n in fns) + "  (device/loop ms)", flush=True)
 if "--out" in argv:
-    json.dump({"what": __doc__.split("\n")[0], "rows": rows}, open(argv[argv.index("--out") + 1], "w"), indent=1)
+    meta = {"what": __doc__.split("\n")[0], "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv)}
+    json.dump(dict(meta, rows=rows), open(argv[argv.index("--out") + 1], "w"), indent=1)

@@ -101,16 +101,14 @@ def test_attention_float32_precisions(lq, lk, d, causal, prec, float32_precision
 @pytest.fixture
 def only_path(monkeypatch):
     """only_path(name): kernels/paths.run taking candidate `name` alone where offered (no timing, no
-    choice kept; elsewhere the first candidate), the materialised backward offered at any size;
+    choice kept; elsewhere the first candidate);
     returns a list that gets the op of each call that took it. The dispatch plans are cleared before and after: a plan built earlier in the
     process for the same signature would replay its path without asking paths.run."""
     from cudakit import dispatch
-    from cudakit.kernels import attention_materialized as am
     from cudakit.kernels import paths
     dispatch.clear()
 
     def only(name) -> list:
-        monkeypatch.setattr(am, "MIN_SCORES", 0)
         took = []
 
         def run(op, key, candidates, timer=None):
@@ -179,10 +177,8 @@ def test_attention_float32_materialized_plan(rng, monkeypatch, float32_precision
     """With the materialised path chosen for a signature, plan_backward replays it on (B, H, L, D)
     arrays: the same gradients as backward() on [BH, L, D] views."""
     from cudakit.kernels import attention as at
-    from cudakit.kernels import attention_materialized as am
     from cudakit.kernels import paths
     float32_precision("tf32x3")
-    monkeypatch.setattr(am, "MIN_SCORES", 0)
     monkeypatch.setattr(paths, "chosen", lambda op, key: "materialized" if op == "attention_backward" else None)
     q, k, v, g = (cp.asarray(ac.data(rng, (2, 3, 150, 40), "float32")) for _ in range(4))
     out, lse = cudakit.attention_with_lse(q, k, v, causal=True)

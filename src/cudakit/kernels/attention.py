@@ -763,11 +763,11 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
 
 def _materialized_candidate(dtype_name: str, d: int, masks: Masks, groups: int, scores: int) -> bool:
     """The float32 backward may take the materialised kernels (kernels/attention_materialized.py):
-    scores = BH Lq Lk, enough for am.offered at head dim d."""
-    if dtype_name != "float32":
+    scores = BH Lq Lk, not 0 (an empty backward launches nothing)."""
+    if dtype_name != "float32" or scores == 0:
         return False
     from . import attention_materialized as am
-    return am.offered(scores, d) and am.eligible(d, config.float32_precision(), masks, groups)
+    return am.eligible(d, config.float32_precision(), masks, groups)
 
 
 def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device: int) -> tuple:

@@ -25,19 +25,17 @@ MAX_HEAD_DIM = 128          # DP 256 tiles do not fit the score kernel's shared 
 WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a head past it: not this path);
                             # the split operands come beside it: 8 DP (LKP + 2 LQP) bytes a head
 _MAX_GRID = 65535           # heads a chunk (grid dims y and z)
-# BH Lq Lk at head-dim block 64 below which the flash kernels run without timing this path
-# (offered(): scaled by the head-dim block, since the flash kernels' device time grows with both).
-# Below it the flash kernels' device time nears this path's, and their plan's host cost is the
-# lower: the host-time benchmark's float32 backward, 2x2x64x32, stays on the flash plan. Both
-# paths' dispatch plans are traces replayed in C (kernels/path_plans._triton_chosen). On an H100
-# (2026-11-27, benchmarks/sweeps/attention_f32_bwd_small.py, history/attention/*-f32-bwd-small*.json;
-# device time behind an L2 flush, flash against materialised, torch's float32 SDPA in brackets):
-# B8 H8 S128 D64 (2^20) 0.064 ms against 0.043 (0.067), B1 H8 S256 D64 (2^19) 0.103 against 0.041
-# (0.094), B1 H8 S256 D80 (2^19 at block 128) 0.208 against 0.042 (0.103), B2 H8 S128 D128 0.116
-# against 0.036 (0.067), B2 H2 S64 D32 0.024 against 0.026 (0.040). The materialised plan's
-# host-bound loop ran at its device time where measured (B1 H32 S256 D64 0.053 ms a call, device
-# 0.054; B1 H16 S256 D128 0.050, device 0.052), 0.15 ms a call before it was traced.
-MIN_SCORES = 1 << 19
+# Offered at every size (kernels/attention.py times it against the flash kernels once per
+# signature). Under its former least size (2^19 scores at head dim 64, 2^18 past 64) it still won
+# wherever the head dim passed 64. On an H100
+# (2026-11-27 22:00 UTC, benchmarks/sweeps/attention_f32_bwd_small.py,
+# history/attention/*-f32-bwd-small-hd.json; device time behind an L2 flush, flash against
+# materialised, torch's float32 SDPA in brackets): B1 H2 S256 D96 0.211 ms against 0.039 (0.103),
+# B1 H2 S128 D128 0.118 against 0.031 (0.067), B2 H4 S128 D80 0.123 against 0.033 (0.064), B2 H2 S64
+# D128 0.080 against 0.031 (0.056); the flash kernels lost to torch on all of them. Where the flash
+# kernels are as fast (B2 H2 S64 D32: 0.024 against 0.026 ms, the 21:20 UTC call,
+# *-f32-bwd-small.json) the timing picks either. Both paths' dispatch plans are traces replayed in C
+# (kernels/path_plans._triton_chosen), so neither costs more host time a call.
 PREP_ROWS = 32
 # tiles timed on an H100 (2026-11-27): at D128 the 64 x 64 score tile on 4 warps ran 1.178 ms
 # against 1.325 ms for 128 x 64 on 8 (the 06:33 UTC call, a first form of these kernels since
@@ -121,12 +119,6 @@ def head_block(d: int) -> int:
 
 def padded(n: int) -> int:
     return max(PAD, -(-n // PAD) * PAD)
-
-
-def offered(scores: int, d: int) -> bool:
-    """Whether a backward of `scores` (BH Lq Lk) at head dim d is past MIN_SCORES, scaled by its
-    head-dim block (MIN_SCORES at block 64: twice the scores at 32, half at 128)."""
-    return scores * head_block(d) >= MIN_SCORES * 64
 
 
 def eligible(d: int, precision: str, masks, groups: int) -> bool:
