@@ -363,39 +363,53 @@ MAT_CASES = [(2, 70, 90, 24, False, None, None, {"FUSED_PREP": True}),
              # the long products' columns in blocks (mat_long's COLS), head dims 128 (two of 64) and 40 (four of 16)
              (2, 150, 90, 128, True, None, None, {"LONG_COLUMNS": 2}),
              (3, 70, 130, 40, False, (30, 5), None, {"LONG_COLUMNS": 4})]
+# grouped k, v and key lengths: (case as above, groups, key lengths per batch, q heads a batch): a
+# length of 0 (rows that see nothing), one past a score tile and one inside the first, lengths
+# with causal and a window, groups split over chunks of heads (budget) or not, both prep forms
+MAT_MASK_CASES = [((4, 70, 90, 24, True, None, None, {"FUSED_PREP": True}), 2, None, 4),
+                  ((6, 50, 140, 96, False, None, 4 * 8 * 256 * 256, {"FUSED_PREP": False}), 3, None, 6),  # chunks 3, 3
+                  ((4, 65, 150, 16, False, None, None, {"FUSED_PREP": True}), 1, [150, 0, 64, 1], 1),
+                  ((4, 90, 200, 64, True, None, None, {"FUSED_PREP": False}), 1, [200, 35], 2),
+                  ((4, 60, 140, 80, True, (40, 10), None, {"FUSED_PREP": True}), 2, [140, 0], 2),
+                  ((8, 40, 300, 32, False, None, 5 * 8 * 128 * 384, {"FUSED_PREP": True}), 4, [129, 300], 4)]  # chunks 4, 4
 
 
-def check_materialized(bh, lq, lk, d, causal, window, budget, options):
+def check_materialized(bh, lq, lk, d, causal, window, budget, options, groups=1, lens=None, heads=1):
     """The materialised backward's launch sequence (attention_materialized.run, as the GPU runs it)
     on the float64 reference's out and lse, against its gradients; every array it allocates starts as NaN
     (an entry read before it is written shows, padding included). options:
-    the module's switches to set for the case (restored after)."""
+    the module's switches to set for the case (restored after); groups: q heads a k, v head serves
+    (dk, dv compared per q head); lens: key lengths per batch of `heads` [BH] entries."""
     from cudakit.kernels import _attention_mat_triton as mat
     from cudakit.kernels import attention_materialized as am
     saved = {n: getattr(am, n) for n in options}
     for n, x in options.items():
         setattr(am, n, x)
     try:
-        _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options)
+        _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options, groups, lens, heads)
     finally:
         for n, x in saved.items():
             setattr(am, n, x)
 
 
-def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options):
-    case = ("materialized", bh, lq, lk, d, causal, window, budget, options)
+def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options, groups, lens, heads):
+    case = ("materialized", bh, lq, lk, d, causal, window, budget, options, groups, lens, heads)
     rng = np.random.default_rng(4)
     q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
-    k, v = (data(rng, (bh, lk, d), "float32") for _ in range(2))
+    k, v = (data(rng, (bh // groups, lk, d), "float32") for _ in range(2))
     scale = 1 / math.sqrt(d)
-    out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, scale, causal, g, window)
+    blens = None if lens is None else np.repeat(np.asarray(lens), heads)   # per [BH] entry
+    # per q head: the gradients of k, v repeated over each group
+    out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, np.repeat(k, groups, 0), np.repeat(v, groups, 0), scale,
+                                                     causal, g, window, blens)
 
     def launch(name, grid, args, consts):
         getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
                                  **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     got = am.run(g, q, k, v, out_r.astype(np.float32), lse_r.astype(np.float32), scale, dlo, dhi,
-                 empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch, budget=budget)
+                 empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch, budget=budget,
+                 groups=groups, lengths=None if lens is None else np.asarray(lens, np.int64), heads=heads)
     assert got is not None, case
     for name, x, want in zip(("dq", "dk", "dv"), got, (dq_r, dk_r, dv_r)):
         np.testing.assert_allclose(f64(x), want, atol=2e-4 * max(1.0, np.abs(want).max()), rtol=2e-5,
@@ -545,6 +559,8 @@ if __name__ == "__main__":
     host.V_IN_PLACE = None
     for case in MAT_CASES:
         check_materialized(*case)
-    n = (len(MAT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
+    for case, groups, lens, heads in MAT_MASK_CASES:
+        check_materialized(*case, groups=groups, lens=lens, heads=heads)
+    n = (len(MAT_CASES) + len(MAT_MASK_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 13)
     print(f"{n} cases match the float64 reference")

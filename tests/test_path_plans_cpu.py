@@ -85,23 +85,36 @@ def test_no_plan_is_made_while_planning_may_not_run_then_it_is(monkeypatch):
 
 def test_materialized_backward_offered_for_float32_tf32x3_only(monkeypatch):
     """kernels/attention.py offers the materialised float32 backward only under tf32x3, for head
-    dims up to 128, without key lengths, bias, dropout or grouped k, v, at any size but an empty one."""
+    dims up to 128, without a bias or dropout (key lengths and grouped k, v: yes), at any size
+    but an empty one."""
     from cudakit import config
     from cudakit.kernels import attention as at
     old = config.set_float32_precision("tf32x3")
     try:
-        assert at._materialized_candidate("float32", 64, at.Masks(True), 1, 2 * 2 * 64 * 64)
-        assert at._materialized_candidate("float32", 128, at.Masks(False, window=(8, 0)), 1, 1)
-        assert at._materialized_candidate("float32", 1, at.Masks(False), 1, 1)
-        assert not at._materialized_candidate("float32", 64, at.Masks(False), 1, 0)
-        assert not at._materialized_candidate("bfloat16", 64, at.Masks(False), 1, 1 << 20)
-        assert not at._materialized_candidate("float32", 160, at.Masks(False), 1, 1 << 20)
-        assert not at._materialized_candidate("float32", 64, at.Masks(False), 2, 1 << 20)
-        assert not at._materialized_candidate("float32", 64, at.Masks(False, lengths=object()), 1, 1 << 20)
+        assert at._materialized_candidate("float32", 64, at.Masks(True), 2 * 2 * 64 * 64)
+        assert at._materialized_candidate("float32", 128, at.Masks(False, window=(8, 0)), 1)
+        assert at._materialized_candidate("float32", 1, at.Masks(False), 1)
+        assert at._materialized_candidate("float32", 64, at.Masks(False, lengths=object()), 1 << 20)
+        assert not at._materialized_candidate("float32", 64, at.Masks(False), 0)
+        assert not at._materialized_candidate("bfloat16", 64, at.Masks(False), 1 << 20)
+        assert not at._materialized_candidate("float32", 160, at.Masks(False), 1 << 20)
+        assert not at._materialized_candidate("float32", 64, at.Masks(False, bias=object()), 1 << 20)
+        assert not at._materialized_candidate("float32", 64, at.Masks(False, dropout=(1, 2.0, 3)), 1 << 20)
         config.set_float32_precision("ieee")
-        assert not at._materialized_candidate("float32", 64, at.Masks(False), 1, 1 << 20)
+        assert not at._materialized_candidate("float32", 64, at.Masks(False), 1 << 20)
     finally:
         config.set_float32_precision(old)
+
+
+def test_float32_backward_key_names_groups_and_lengths():
+    """The float32 backward's path is chosen per signature: grouped k, v and key lengths change
+    the work, so they are in the key; without them the key is the one chosen before they were."""
+    from cudakit.kernels import attention as at
+    plain = at._f32_bwd_key(8, 64, 64, 64, True, None, 0)
+    assert at._f32_bwd_key(8, 64, 64, 64, True, None, 0, 1, False) == plain
+    keys = {plain, at._f32_bwd_key(8, 64, 64, 64, True, None, 0, 2), at._f32_bwd_key(8, 64, 64, 64, True, None, 0, 4),
+            at._f32_bwd_key(8, 64, 64, 64, True, None, 0, 1, True), at._f32_bwd_key(8, 64, 64, 64, True, (3, 0), 0)}
+    assert len(keys) == 5
 
 
 def test_materialized_choice_is_traced_up_to_a_workspace_size(monkeypatch):

@@ -139,6 +139,31 @@ def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, strided=True)
 
 
+@pytest.mark.parametrize("b,h,hkv,lq,lk,d,causal", [(2, 8, 2, 100, 300, 128, True), (1, 6, 3, 257, 130, 40, False),
+                                                     (2, 4, 1, 1, 600, 80, False)])
+def test_attention_float32_materialized_backward_grouped(b, h, hkv, lq, lk, d, causal, rng, only_path,
+                                                         float32_precision):
+    """The materialised float32 backward with grouped-query k, v (read in place, dk, dv summed over
+    each group by the caller), taken alone, against float64."""
+    float32_precision("tf32x3")
+    took = only_path("materialized")
+    ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, "float32", causal)
+    assert "attention_backward" in took
+
+
+@pytest.mark.parametrize("lead,lq,lk,d,causal,window,lens", [
+    ((3, 2), 70, 300, 64, False, None, [300, 0, 129]), ((2,), 200, 150, 128, True, None, [150, 1]),
+    ((2, 2), 90, 260, 96, True, (40, 5), [17, 260])])
+def test_attention_float32_materialized_backward_key_lengths(lead, lq, lk, d, causal, window, lens, rng, only_path,
+                                                             float32_precision):
+    """The materialised float32 backward with key lengths (0: rows that see nothing; with causal
+    and a window), taken alone, against float64."""
+    float32_precision("tf32x3")
+    took = only_path("materialized")
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, lens=lens)
+    assert "attention_backward" in took
+
+
 @pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True},
                                      {"L2_ORDER": False},
                                      {"UNMASKED_LONG": False},

@@ -16,6 +16,11 @@ result is bitwise the same on every run), at the cost of 2 x 4 Lq Lk bytes of wo
 (about 2^-22 of the term) dropped; the score kernel's operands and the long products' A operands
 (P, dS) are split in registers.
 
+Grouped-query k, v (G > 1): k, v hold BH / G heads, q head t reading head t // G; the split K^T
+and the gradients dK, dV stay per q head (the caller sums dK, dV over each group). Key lengths
+(HAS_LENS): [BH] entry t sees keys below LENS[t // H] (clamped to [0, Lk]); the score kernel writes
+zeros past it.
+
 Padding: the split arrays and the workspace are padded to LQP / LKP rows (multiples of 128) and DP
 columns (head_dim's power of two) and hold zeros there, so the products read whole tiles without
 masks. Masks: query row i sees the keys j with i + DLO <= j < i + DHI (causal, aligned bottom-right,
@@ -29,12 +34,12 @@ from ._attention_triton import _dot3, _tf32_parts
 
 
 @triton.jit
-def _split_rows_t(X, HIT, LOT, r, rows, L, LP, D: tl.constexpr, DP: tl.constexpr):
-    """Rows `rows` of matrix r of X ([R, L, D]) split into TF32 parts and remainders, written
-    transposed into HIT, LOT ([R, DP, LP]), zeros past L and D up to LP and DP. Returns the rows
-    read (float32, zero past L, D)."""
+def _split_rows_t(X, HIT, LOT, r, src, rows, L, LP, D: tl.constexpr, DP: tl.constexpr):
+    """Rows `rows` of matrix src of X ([R', L, D]) split into TF32 parts and remainders, written
+    transposed into matrix r of HIT, LOT ([R, DP, LP]), zeros past L and D up to LP and DP.
+    Returns the rows read (float32, zero past L, D)."""
     cols = tl.arange(0, DP)
-    x = tl.load(X + r * L * D + rows[:, None] * D + cols[None, :],
+    x = tl.load(X + src * L * D + rows[:, None] * D + cols[None, :],
                 mask=(rows < L)[:, None] & (cols < D)[None, :], other=0.0)
     hi, lo = _tf32_parts(x)
     p = r * DP * LP + cols[None, :] * LP + rows[:, None]
@@ -45,10 +50,10 @@ def _split_rows_t(X, HIT, LOT, r, rows, L, LP, D: tl.constexpr, DP: tl.constexpr
 
 
 @triton.jit
-def mat_prep(Q, K, O, DO,                      # Q, O, DO: [BH, Lq, D]; K: [BH, Lk, D] float32, contiguous
+def mat_prep(Q, K, O, DO,                      # Q, O, DO: [BH, Lq, D]; K: [BH / G, Lk, D] float32, contiguous
              KTH, KTL, QTH, QTL, DOTH, DOTL,   # [BH, DP, LKP] (K^T) and [BH, DP, LQP] (Q^T, dO^T): TF32 parts, remainders
              DELTA,                            # [BH, Lq] float32: rowsum(dO * O)
-             Lq, Lk, LQP, LKP,
+             Lq, Lk, LQP, LKP, G,              # G: q heads a k head serves
              D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
     """One program per (BLOCK_L rows, matrix, operand): operand 0 K, 1 Q, 2 dO (and delta from O),
     each split and transposed: the long products' B operands. Memory traffic: per element of K
@@ -57,11 +62,11 @@ def mat_prep(Q, K, O, DO,                      # Q, O, DO: [BH, Lq, D]; K: [BH, 
     r = tl.program_id(1).to(tl.int64)
     which = tl.program_id(2)
     if which == 0:
-        _split_rows_t(K, KTH, KTL, r, rows, Lk, LKP, D, DP)
+        _split_rows_t(K, KTH, KTL, r, r // G, rows, Lk, LKP, D, DP)
     elif which == 1:
-        _split_rows_t(Q, QTH, QTL, r, rows, Lq, LQP, D, DP)
+        _split_rows_t(Q, QTH, QTL, r, r, rows, Lq, LQP, D, DP)
     else:
-        do = _split_rows_t(DO, DOTH, DOTL, r, rows, Lq, LQP, D, DP)
+        do = _split_rows_t(DO, DOTH, DOTL, r, r, rows, Lq, LQP, D, DP)
         cols = tl.arange(0, DP)
         o = tl.load(O + r * Lq * D + rows[:, None] * D + cols[None, :],
                     mask=(rows < Lq)[:, None] & (cols < D)[None, :], other=0.0)
@@ -69,7 +74,7 @@ def mat_prep(Q, K, O, DO,                      # Q, O, DO: [BH, Lq, D]; K: [BH, 
 
 
 @triton.jit
-def _prep_in_scores(Q, DO, K, KTH, KTL, QTH, QTL, DOTH, DOTL, bh, start_m, start_n, Lq, Lk, LQP, LKP,
+def _prep_in_scores(Q, DO, K, KTH, KTL, QTH, QTL, DOTH, DOTL, bh, kvh, start_m, start_n, Lq, Lk, LQP, LKP,
                     D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """mat_prep's split, done by the score kernel's first column of programs (Q^T, dO^T parts of
     their rows) and first row (K^T parts of their keys), whether or not their tile is seen."""
@@ -87,7 +92,7 @@ def _prep_in_scores(Q, DO, K, KTH, KTL, QTH, QTL, DOTH, DOTL, bh, start_m, start
         tl.store(DOTL + tp, lo)
     if start_m == 0:
         cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        kt = bh * Lk * D + cols[None, :] * D + offs_d[:, None]      # [DP, N]: K^T's tile
+        kt = kvh * Lk * D + cols[None, :] * D + offs_d[:, None]      # [DP, N]: K^T's tile
         hi, lo = _tf32_parts(tl.load(K + kt, mask=(offs_d < D)[:, None] & (cols < Lk)[None, :], other=0.0))
         tp = bh * DP * LKP + offs_d[:, None] * LKP + cols[None, :]
         tl.store(KTH + tp, hi)
@@ -95,12 +100,16 @@ def _prep_in_scores(Q, DO, K, KTH, KTL, QTH, QTL, DOTH, DOTL, bh, start_m, start
 
 
 @triton.jit
-def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH, Lk, D]
+def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
                LSE, DELTA, P, DS,  # LSE (natural log), DELTA: [BH, Lq] float32; P, DS: [BH, LQP, LKP] float32
                KTH, KTL, QTH, QTL, DOTH, DOTL,   # SPLIT_B: as mat_prep writes them
+               LENS,               # HAS_LENS: int32/int64 [B] key lengths, [BH] entry t (BH0 + t: the whole
+                                   # arrays' entry) seeing LENS[(BH0 + t) // H]
                qk_scale, Lq, Lk, LQP, LKP, DLO, DHI,   # qk_scale: scale * log2(e)
+               G, H, BH0,          # G: q heads a k, v head serves
                D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               MASKED: tl.constexpr, OWN_DELTA: tl.constexpr = False, SPLIT_B: tl.constexpr = False):
+               MASKED: tl.constexpr, OWN_DELTA: tl.constexpr = False, SPLIT_B: tl.constexpr = False,
+               HAS_LENS: tl.constexpr = False):
     """P and dS of one (BLOCK_M queries, BLOCK_N keys) tile: S = Q K^T and dP = dO V^T (tf32x3,
     over D in one step), P = exp2(S qk_scale - lse log2(e)), dS = P (dP - delta); 0 where a row
     does not see a key, past Lq and past Lk. Every operand is split in registers (K, V split
@@ -112,22 +121,34 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH, Lk, D]
     start_m = tl.program_id(0)
     start_n = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
+    kvh = bh // G
     if SPLIT_B:
-        _prep_in_scores(Q, DO, K, KTH, KTL, QTH, QTL, DOTH, DOTL, bh, start_m, start_n, Lq, Lk, LQP, LKP,
+        _prep_in_scores(Q, DO, K, KTH, KTL, QTH, QTL, DOTH, DOTL, bh, kvh, start_m, start_n, Lq, Lk, LQP, LKP,
                         D, DP, BLOCK_M, BLOCK_N)
     m0 = start_m * BLOCK_M
     n0 = start_n * BLOCK_N
     seen = True
     if MASKED:   # some row of the tile sees some key of it
         seen = (n0 + BLOCK_N - 1 >= m0 + DLO) & (n0 < m0 + BLOCK_M - 1 + DHI) & (m0 < Lq) & (n0 < Lk)
-    if seen:
+    length = Lk
+    live = seen
+    if HAS_LENS:
+        length = tl.minimum(tl.maximum(tl.load(LENS + (bh + BH0) // H).to(tl.int32), 0), Lk)
+        if seen & (n0 >= length):   # a tile past the keys: zeros (the long products may read them)
+            zout = bh * LQP * LKP + (m0 + tl.arange(0, BLOCK_M))[:, None].to(tl.int64) * LKP \
+                + (n0 + tl.arange(0, BLOCK_N))[None, :]
+            zero = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            tl.store(P + zout, zero)
+            tl.store(DS + zout, zero)
+        live = seen & (n0 < length)
+    if live:
         rows = m0 + tl.arange(0, BLOCK_M)
         cols = n0 + tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, DP)
         r_ok = rows < Lq
         qp = bh * Lq * D + rows[:, None] * D + offs_d[None, :]
         q_ok = r_ok[:, None] & (offs_d < D)[None, :]
-        kt = bh * Lk * D + cols[None, :] * D + offs_d[:, None]      # [DP, N] tiles of K, V
+        kt = kvh * Lk * D + cols[None, :] * D + offs_d[:, None]      # [DP, N] tiles of K, V
         kv_ok = (offs_d < D)[:, None] & (cols < Lk)[None, :]
         if OWN_DELTA:
             delta = tl.sum(tl.load(O + qp, mask=q_ok, other=0.0) * tl.load(DO + qp, mask=q_ok, other=0.0), 1)
@@ -142,7 +163,7 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH, Lk, D]
         v_hi, v_lo = _tf32_parts(tl.load(V + kt, mask=kv_ok, other=0.0))
         dp = _dot3(do_hi, do_lo, v_hi, v_lo, tl.zeros([BLOCK_M, BLOCK_N], tl.float32))
         lse2 = tl.load(LSE + bh * Lq + rows, mask=r_ok, other=0.0) * 1.4426950408889634
-        ok = r_ok[:, None] & (cols < Lk)[None, :]
+        ok = r_ok[:, None] & (cols < length)[None, :]
         if MASKED:
             ok = ok & (cols[None, :] >= rows[:, None] + DLO) & (cols[None, :] < rows[:, None] + DHI)
         p = tl.where(ok, tl.math.exp2(s * qk_scale - lse2[:, None]), 0.0)   # (a row seeing no key: lse -inf)

@@ -742,13 +742,14 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
-    if tiles is None and _materialized_candidate(dtype_name, d, masks, groups, bh * lq * k.shape[1]):
+    if tiles is None and _materialized_candidate(dtype_name, d, masks, bh * lq * k.shape[1]):
         from . import paths
-        key = _f32_bwd_key(bh, lq, k.shape[1], d, causal, masks.window, q.data.device_id)
+        key = _f32_bwd_key(bh, lq, k.shape[1], d, causal, masks.window, q.data.device_id, groups,
+                           masks.lengths is not None)
         return paths.run("attention_backward", key, [
-            ("materialized", lambda: _materialized_backward(do, q, k, v, out, lse, scale, masks)),
+            ("materialized", lambda: _materialized_backward(do, q, k, v, out, lse, scale, masks, groups)),
             ("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, None,
-                                                deterministic))])
+                                                deterministic, groups, q_heads))])
     if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
@@ -761,26 +762,31 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles, deterministic, groups, q_heads)
 
 
-def _materialized_candidate(dtype_name: str, d: int, masks: Masks, groups: int, scores: int) -> bool:
+def _materialized_candidate(dtype_name: str, d: int, masks: Masks, scores: int) -> bool:
     """The float32 backward may take the materialised kernels (kernels/attention_materialized.py):
     scores = BH Lq Lk, not 0 (an empty backward launches nothing)."""
     if dtype_name != "float32" or scores == 0:
         return False
     from . import attention_materialized as am
-    return am.eligible(d, config.float32_precision(), masks, groups)
+    return am.eligible(d, config.float32_precision(), masks)
 
 
-def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device: int) -> tuple:
+def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device: int, groups: int = 1,
+                 lengths: bool = False) -> tuple:
     """The signature the float32 backward's path (materialised or flash) is chosen under: the
-    precision and the window (which decides how much of the workspace is computed) in it."""
+    precision, the window (which decides how much of the workspace is computed), grouped k, v
+    (("groups", G)) and key lengths (("lengths",)) in it, the last two only where they are."""
     key = _path_key("bwd", bh, lq, lk, d, f"float32-{config.float32_precision()}", causal, device)
-    return key if window is None else key + (tuple(window),)
+    key = key if window is None else key + (tuple(window),)
+    key = key if groups == 1 else key + (("groups", groups),)
+    return key + (("lengths",),) if lengths else key
 
 
-def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks):
-    """(dq, dk, dv) by the materialised kernels, or None (declined: one head's workspace past the
-    budget; or no memory for it, noted in cudakit.fallbacks and, being a passing reason, keeping a
-    choice timed without this path off the disk: paths.declined_for_now)."""
+def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: int = 1):
+    """(dq, dk, dv) by the materialised kernels (dk, dv per q head with grouped k, v, as
+    _triton_backward's), or None (declined: one group of heads' workspace past the budget; or no
+    memory for it, noted in cudakit.fallbacks and, being a passing reason, keeping a choice timed
+    without this path off the disk: paths.declined_for_now)."""
     cp = _cupy.cupy()
     from . import attention_materialized as am
     dlo, dhi = key_bounds(q.shape[1], k.shape[1], masks.causal, masks.window)
@@ -789,7 +795,8 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks):
         from ..runtime.device import get_device_info
         return am.run(*arrays, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
                       launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args),
-                      sms=get_device_info(q.data.device_id).multiprocessors)
+                      sms=get_device_info(q.data.device_id).multiprocessors, groups=groups,
+                      lengths=masks.lengths, heads=masks.heads)
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         from .. import fallbacks
         from . import paths
@@ -1012,7 +1019,7 @@ def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str,
     the cuDNN graph kind to execute (default "sdpa_<kind>"; "sdpa_fwd_inf": the inference graph)."""
     if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
         return None
-    if kind == "bwd" and _materialized_candidate(dtype_name, d, Masks(causal), 1, bh * lq * lk):
+    if kind == "bwd" and _materialized_candidate(dtype_name, d, Masks(causal), bh * lq * lk):
         from . import paths
         choice = paths.chosen("attention_backward", _f32_bwd_key(bh, lq, lk, d, causal, None, device))
         return (choice, None) if choice in ("materialized", "triton") else None

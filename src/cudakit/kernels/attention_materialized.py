@@ -2,8 +2,8 @@
 P and dS written once to a float32 workspace, then three long-K products, instead of the flash
 backward's two fused kernels. kernels/attention.py offers it to kernels/paths.py as a second path
 of the float32 backward (timed once per signature against the flash kernels, the choice kept on
-disk), for head dims up to 128 with causal or window masks (not key lengths, a bias, dropout or
-grouped-query k, v: those stay on the flash kernels).
+disk), for head dims up to 128 with causal or window masks, key lengths and grouped-query k, v
+(not a bias or dropout: those stay on the flash kernels).
 
 Measured on an H100 (2026-11-27, the 08:30 UTC call, benchmarks/sweeps/attention_f32_variants.py
 --mat-shipped, everything inside the timed call): B16 H8 S512 D64 0.453 ms against torch's float32
@@ -121,17 +121,18 @@ def padded(n: int) -> int:
     return max(PAD, -(-n // PAD) * PAD)
 
 
-def eligible(d: int, precision: str, masks, groups: int) -> bool:
+def eligible(d: int, precision: str, masks) -> bool:
     """Whether this float32 backward may take the materialised path: tf32x3 products, head_dim
-    <= 128, no key lengths, bias, dropout or grouped k, v."""
-    return (precision == "tf32x3" and 0 < d <= MAX_HEAD_DIM and groups == 1 and masks.lengths is None
-            and masks.bias is None and masks.dropout is None)
+    <= 128, no bias or dropout (any mask else, grouped k, v too)."""
+    return precision == "tf32x3" and 0 < d <= MAX_HEAD_DIM and masks.bias is None and masks.dropout is None
 
 
-def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None) -> int:
-    """Heads a chunk: as many as the workspace budget holds (0: one head's P and dS exceed it)."""
+def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None, groups: int = 1) -> int:
+    """Heads a chunk: as many as the workspace budget holds, a multiple of groups (each chunk
+    reads whole k, v heads; 0: one group's P and dS exceed it)."""
     per = 8 * padded(lq) * padded(lk)
-    return min(bh, _MAX_GRID, (WORKSPACE_BYTES if budget is None else budget) // per)
+    n = min(bh, _MAX_GRID, (WORKSPACE_BYTES if budget is None else budget) // per)
+    return n - n % groups
 
 
 # Workspaces (workspace_bytes) up to which the dispatch plan of a signature that chose this path
@@ -145,25 +146,27 @@ def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None) -> int:
 TRACE_MAX_BYTES = 64 << 20
 
 
-def workspace_bytes(bh: int, lq: int, lk: int, d: int) -> int:
+def workspace_bytes(bh: int, lq: int, lk: int, d: int, groups: int = 1) -> int:
     """Bytes run() allocates beside the gradients for a [BH, Lq, Lk] backward at head dim d: P and
     dS, the split operands and (without fused_prep) delta, for one chunk of heads (chunk_heads; 0
-    where a head exceeds the budget)."""
-    n, lqp, lkp, dp = chunk_heads(bh, lq, lk), padded(lq), padded(lk), head_block(d)
+    where a group of heads exceeds the budget)."""
+    n, lqp, lkp, dp = chunk_heads(bh, lq, lk, None, groups), padded(lq), padded(lk), head_block(d)
     return 4 * n * (2 * lqp * lkp + dp * (2 * lkp + 4 * lqp) + (0 if fused_prep(dp) else lq))
 
 
 def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, budget: int | None = None,
-        sms: int | None = None):
-    """(dq, dk, dv) float32 like q, k, v of attention for dL/dout = do, or None when one head's
-    workspace exceeds the budget. q, out, do: [BH, Lq, D]; k, v: [BH, Lk, D]; lse: [BH, Lq] (natural
-    log, the forward's); all float32, C-contiguous, BH, Lq, Lk > 0. dlo, dhi: key_bounds' interval.
-    empty(shape) -> a float32 array; launch(kernel name, grid, args, constexprs and launch options);
-    sms: the GPU's SMs (long_columns).
+        sms: int | None = None, groups: int = 1, lengths=None, heads: int = 1):
+    """(dq, dk, dv) float32 of attention for dL/dout = do, dq like q and dk, dv [BH, Lk, D] (per q
+    head), or None when one group of heads' workspace exceeds the budget. q, out, do: [BH, Lq, D];
+    k, v: [BH / groups, Lk, D] (q head t reads head t // groups); lse: [BH, Lq] (natural log, the
+    forward's); all float32, C-contiguous, BH, Lq, Lk > 0. dlo, dhi: key_bounds' interval;
+    lengths: an integer [B] array of key lengths, [BH] entry t seeing those of batch t // heads
+    (None: all Lk). empty(shape) -> a float32 array; launch(kernel name, grid, args, constexprs
+    and launch options); sms: the GPU's SMs (long_columns).
     Everything is allocated before the first launch (an out-of-memory error leaves nothing written)."""
     bh, lq, d = q.shape
     lk = k.shape[1]
-    n = chunk_heads(bh, lq, lk, budget)
+    n = chunk_heads(bh, lq, lk, budget, groups)
     if n == 0:
         return None
     lqp, lkp = padded(lq), padded(lk)
@@ -171,7 +174,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     span = lq + lk   # an interval side past it bounds nothing; clamped so the kernels' sums stay in int32
     masked = dlo > -span or dhi < span
     dlo, dhi = max(dlo, -span), min(dhi, span)
-    dq, dk, dv = empty(q.shape), empty(k.shape), empty(v.shape)
+    dq, dk, dv = empty(q.shape), empty((bh, lk, d)), empty((bh, lk, d))
     kth, ktl = (empty((n, dp, lkp)) for _ in range(2))
     qth, qtl, doth, dotl = (empty((n, dp, lqp)) for _ in range(4))
     fused = fused_prep(dp)
@@ -179,7 +182,8 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     delta = p if fused else empty((n, lq))   # (not read when fused)
     sc, lt = score_tiles(dp), LONG_TILES
     qk_scale = float(scale * math.log2(math.e))
-    score_consts = dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused)
+    score_consts = dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused, HAS_LENS=lengths is not None)
+    lens = p if lengths is None else lengths   # (not read without lengths)
     consts = dict(lt, D=d, DP=dp, MASKED=masked)
     by_rows = dict(consts, TRANS_A=False, REV=l2_order(dp), ALIGNED=aligned(sc["BLOCK_M"], sc["BLOCK_N"]))
     by_cols = dict(consts, TRANS_A=True, ALIGNED=aligned(sc["BLOCK_N"], sc["BLOCK_M"]))
@@ -187,15 +191,15 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         h1 = min(bh, h0 + n)
         c = h1 - h0
         # one chunk (the usual case): the arrays themselves, not views (each view costs host time)
-        qc, kc, vc, oc, doc, lsec, dqc, dkc, dvc = (x if c == bh else x[h0:h1]
-                                                    for x in (q, k, v, out, do, lse, dq, dk, dv))
+        qc, oc, doc, lsec, dqc, dkc, dvc = (x if c == bh else x[h0:h1] for x in (q, out, do, lse, dq, dk, dv))
+        kc, vc = (x if c == bh else x[h0 // groups:h1 // groups] for x in (k, v))
         if not fused:
             launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 3),
-                   (qc, kc, oc, doc, kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp),
+                   (qc, kc, oc, doc, kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp, groups),
                    {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "num_warps": 4})
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
-               (qc, doc, kc, vc, oc, lsec, delta, p, ds, kth, ktl, qth, qtl, doth, dotl,
-                qk_scale, lq, lk, lqp, lkp, dlo, dhi), score_consts)
+               (qc, doc, kc, vc, oc, lsec, delta, p, ds, kth, ktl, qth, qtl, doth, dotl, lens,
+                qk_scale, lq, lk, lqp, lkp, dlo, dhi, groups, heads, h0), score_consts)
         for a, b_hi, b_lo, dst, m, kp, factor, cs in (
                 (ds, kth, ktl, dqc, lq, lkp, scale, by_rows),   # dQ = scale dS K
                 (ds, qth, qtl, dkc, lk, lqp, scale, by_cols),   # dK = scale dS^T Q
