@@ -4,6 +4,12 @@ backward's two fused kernels. kernels/attention.py offers it to kernels/paths.py
 of the float32 backward (timed once per signature against the flash kernels, the choice kept on
 disk), for head dims up to 128 with causal or window masks, key lengths and grouped-query k, v
 (not a bias or dropout: those stay on the flash kernels).
+With grouped k, v and key lengths, on an H100 (2026-11-27 22:09 UTC, benchmarks/sweeps/
+attention_f32_bwd_masks.py, history/attention/*-f32-bwd-masks.json; device time behind an L2 flush
+against torch's fastest float32 way, enable_gqa or repeated heads, a boolean mask for lengths):
+B1 H32 Hkv8 S1024 D128 causal 0.473 ms against torch's 0.899 and the flash kernels' 1.724 (the
+public call, summing dK, dV over each group after, 0.519); key lengths at B2 H8 S2048 D128 causal
+0.745 against 2.566 and 2.488; B4 H16 S1024 D64 0.708 against 1.387 and 0.966.
 
 Measured on an H100 (2026-11-27, the 08:30 UTC call, benchmarks/sweeps/attention_f32_variants.py
 --mat-shipped, everything inside the timed call): B16 H8 S512 D64 0.453 ms against torch's float32
