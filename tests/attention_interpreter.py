@@ -417,6 +417,62 @@ def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options,
     assert am.run(g, q, k, v, out_r, lse_r, scale, dlo, dhi, empty=None, launch=None, budget=100) is None
 
 
+# the materialised backward with a bias: (batch, heads, Lq, Lk, head_dim, causal, window, the bias's
+# 4-D shape, its gradient's mode, a row the bias masks whole, the module's options); heads in chunks
+# (a budget) with a stored gradient
+MAT_BIAS_CASES = [(2, 2, 70, 90, 24, False, None, (2, 2, 70, 90), "store", True, {"FUSED_PREP": True}, None),
+                  (2, 2, 70, 150, 96, True, (30, 4), (1, 2, 70, 150), "atomic", False, {"FUSED_PREP": False}, None),
+                  (2, 3, 65, 130, 64, False, None, (2, 1, 1, 130), "atomic", False, {"FUSED_PREP": True}, None),
+                  (1, 3, 40, 50, 16, True, None, (1, 1, 40, 1), "atomic", True, {}, None),
+                  (2, 1, 30, 20, 40, False, None, (1, 1, 1, 1), "atomic", False, {}, None),
+                  (3, 2, 50, 70, 32, True, None, (3, 2, 50, 70), "store", False, {}, 2 * 8 * 128 * 128)]  # chunks 2, 2, 2
+
+
+def check_materialized_bias(b, h, lq, lk, d, causal, window, bshape, mode, neg_inf_row, options, budget):
+    """The materialised backward with an attn_bias read by its strides (broadcast dims at stride 0):
+    the gradients and the bias's, stored (one writer an element) or summed by atomics, against
+    float64, the forward's out and lse from the reference; neg_inf_row: a query row whose bias is
+    -inf at every key (no NaN in any gradient)."""
+    from cudakit.kernels import _attention_mat_triton as mat
+    from cudakit.kernels import attention_materialized as am
+    saved = {n: getattr(am, n) for n in options}
+    for n, x in options.items():
+        setattr(am, n, x)
+    try:
+        rng = np.random.default_rng(6)
+        bh = b * h
+        case = ("materialized bias", b, h, lq, lk, d, causal, window, bshape, mode, options, budget)
+        q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
+        k, v = (data(rng, (bh, lk, d), "float32") for _ in range(2))
+        bias = rng.standard_normal(bshape).astype(np.float32)
+        if neg_inf_row:
+            bias[..., min(3, bshape[2] - 1), :] = -np.inf
+        full = np.broadcast_to(bias, (b, h, lq, lk)).reshape(bh, lq, lk)
+        scale = 1 / math.sqrt(d)
+        out_r, lse_r, _, dq_r, dk_r, dv_r, ds_r = ac.reference(q, k, v, scale, causal, g, window, bias=full,
+                                                               want_ds=True)
+        axes = tuple(i for i in range(4) if bshape[i] == 1)
+        db_r = ds_r.reshape(b, h, lq, lk).sum(axis=axes, keepdims=True)
+        db = np.zeros(bshape, np.float32)
+        grad = (db, *host._strides(db), 1 if mode == "store" else 2, bshape[2] > 1, bshape[3] > 1)
+
+        def launch(name, grid, args, consts):
+            getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
+                                     **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
+        dlo, dhi = host.key_bounds(lq, lk, causal, window)
+        got = am.run(g, q, k, v, out_r.astype(np.float32), lse_r.astype(np.float32), scale, dlo, dhi,
+                     empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch, budget=budget,
+                     bias=(bias, *host._strides(bias), h), bias_grad=grad)
+        assert got is not None, case
+        for name, x, want in zip(("dq", "dk", "dv", "dbias"), (*got, db), (dq_r, dk_r, dv_r, db_r)):
+            assert np.isfinite(x).all(), f"{name} {case}: non-finite"
+            np.testing.assert_allclose(f64(x), want, atol=2e-4 * max(1.0, np.abs(want).max()), rtol=2e-5,
+                                       err_msg=f"{name} {case}")
+    finally:
+        for n, x in saved.items():
+            setattr(am, n, x)
+
+
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
     """Dropout on the probabilities: the kernels' Philox mask (regenerated in the backward) equals
     cudakit.dropout's stream over the flat (BH, Lq, Lk) scores, so out and the gradients match the
@@ -561,6 +617,8 @@ if __name__ == "__main__":
         check_materialized(*case)
     for case, groups, lens, heads in MAT_MASK_CASES:
         check_materialized(*case, groups=groups, lens=lens, heads=heads)
-    n = (len(MAT_CASES) + len(MAT_MASK_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
+    for case in MAT_BIAS_CASES:
+        check_materialized_bias(*case)
+    n = (len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 13)
     print(f"{n} cases match the float64 reference")

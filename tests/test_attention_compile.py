@@ -134,7 +134,8 @@ from cudakit.kernels import _attention_mat_triton as mat
 from cudakit.kernels import attention_materialized as am
 
 d, masked = int(sys.argv[1]), sys.argv[2] == "1"
-ints = {"Lq", "Lk", "LQP", "LKP", "KP", "M", "DLO", "DHI", "G", "H", "BH0"}
+ints = {"Lq", "Lk", "LQP", "LKP", "KP", "M", "DLO", "DHI", "G", "H", "BH0", "HB", "sb_b", "sb_h", "sb_q", "sb_k",
+        "sd_b", "sd_h", "sd_q", "sd_k"}
 out = {}
 for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps": 4, "num_stages": 3}),
                     ("scores", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked)),
@@ -142,14 +143,16 @@ for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps"
                     ("scores_lengths", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked, HAS_LENS=True,
                                                             OWN_DELTA=am.fused_prep(am.head_block(d)),
                                                             SPLIT_B=am.fused_prep(am.head_block(d)))),
+                    ("scores_bias", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked, HAS_BIAS=True,
+                                                         DB_MODE=2, DBQ=True, DBK=False)),
                     ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, REV=True)),
                     ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True)),
                     ("dkdv_aligned", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, ALIGNED=True)),
                     ("dq_columns", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, COLS=2))):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
     consts.update(D=d, DP=am.head_block(d))
-    if fn is mat.mat_long:
-        consts.setdefault("COLS", 1)
+    # (constexprs left out take their defaults: else the signature below would make them pointers)
+    consts.update({p.name: p.default for p in fn.params if p.is_constexpr and p.has_default and p.name not in consts})
     sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in ("qk_scale", "scale")
            else "*i64" if n == "LENS" else "*fp32" for n in fn.arg_names}
     out[name] = shared_bytes(fn, sig, consts, c["num_warps"], c["num_stages"])
@@ -161,5 +164,5 @@ print(json.dumps(out))
 def test_materialized_backward_kernels_compile_for_sm90(d, masked):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
     shared = _shared_memory(_MAT_CODE, (d, "1" if masked else "0"))
-    assert set(shared) == {"prep", "scores", "scores_fused", "scores_lengths", "dq", "dkdv", "dkdv_aligned",
-                           "dq_columns"}
+    assert set(shared) == {"prep", "scores", "scores_fused", "scores_lengths", "scores_bias", "dq", "dkdv",
+                           "dkdv_aligned", "dq_columns"}

@@ -85,36 +85,45 @@ def test_no_plan_is_made_while_planning_may_not_run_then_it_is(monkeypatch):
 
 def test_materialized_backward_offered_for_float32_tf32x3_only(monkeypatch):
     """kernels/attention.py offers the materialised float32 backward only under tf32x3, for head
-    dims up to 128, without a bias or dropout (key lengths and grouped k, v: yes), at any size
-    but an empty one."""
+    dims up to 128, without dropout (key lengths, grouped k, v and a bias: yes, but a bias that
+    broadcasts not in a deterministic backward: its gradient is summed by atomics there), at any
+    size but an empty one."""
+    import numpy as np
     from cudakit import config
     from cudakit.kernels import attention as at
+    cand = at._materialized_candidate
     old = config.set_float32_precision("tf32x3")
     try:
-        assert at._materialized_candidate("float32", 64, at.Masks(True), 2 * 2 * 64 * 64)
-        assert at._materialized_candidate("float32", 128, at.Masks(False, window=(8, 0)), 1)
-        assert at._materialized_candidate("float32", 1, at.Masks(False), 1)
-        assert at._materialized_candidate("float32", 64, at.Masks(False, lengths=object()), 1 << 20)
-        assert not at._materialized_candidate("float32", 64, at.Masks(False), 0)
-        assert not at._materialized_candidate("bfloat16", 64, at.Masks(False), 1 << 20)
-        assert not at._materialized_candidate("float32", 160, at.Masks(False), 1 << 20)
-        assert not at._materialized_candidate("float32", 64, at.Masks(False, bias=object()), 1 << 20)
-        assert not at._materialized_candidate("float32", 64, at.Masks(False, dropout=(1, 2.0, 3)), 1 << 20)
+        assert cand("float32", 64, at.Masks(True), 2, 64, 64)
+        assert cand("float32", 128, at.Masks(False, window=(8, 0)), 1, 1, 1)
+        assert cand("float32", 1, at.Masks(False), 1, 1, 1)
+        assert cand("float32", 64, at.Masks(False, lengths=object()), 4, 512, 512)
+        assert not cand("float32", 64, at.Masks(False), 4, 0, 512)
+        assert not cand("bfloat16", 64, at.Masks(False), 4, 512, 512)
+        assert not cand("float32", 160, at.Masks(False), 4, 512, 512)
+        assert not cand("float32", 64, at.Masks(False, dropout=(1, 2.0, 3)), 4, 512, 512)
+        full, row = np.zeros((2, 2, 64, 80), np.float32), np.zeros((2, 1, 1, 80), np.float32)
+        for bias, det, want in ((full, False, True), (full, True, True), (row, False, True), (row, True, False)):
+            assert cand("float32", 64, at.Masks(False, bias=bias, bias_heads=bias.shape[1]), 4, 64, 80, det) is want
         config.set_float32_precision("ieee")
-        assert not at._materialized_candidate("float32", 64, at.Masks(False), 1 << 20)
+        assert not cand("float32", 64, at.Masks(False), 4, 512, 512)
     finally:
         config.set_float32_precision(old)
 
 
-def test_float32_backward_key_names_groups_and_lengths():
-    """The float32 backward's path is chosen per signature: grouped k, v and key lengths change
-    the work, so they are in the key; without them the key is the one chosen before they were."""
+def test_float32_backward_key_names_groups_lengths_and_bias():
+    """The float32 backward's path is chosen per signature: grouped k, v, key lengths and a bias
+    (which dims it broadcasts, its dtype, deterministic) change the work, so they are in the key;
+    without them the key is the one chosen before they were."""
+    import numpy as np
     from cudakit.kernels import attention as at
-    plain = at._f32_bwd_key(8, 64, 64, 64, True, None, 0)
-    assert at._f32_bwd_key(8, 64, 64, 64, True, None, 0, 1, False) == plain
-    keys = {plain, at._f32_bwd_key(8, 64, 64, 64, True, None, 0, 2), at._f32_bwd_key(8, 64, 64, 64, True, None, 0, 4),
-            at._f32_bwd_key(8, 64, 64, 64, True, None, 0, 1, True), at._f32_bwd_key(8, 64, 64, 64, True, (3, 0), 0)}
-    assert len(keys) == 5
+    key = lambda *a: at._f32_bwd_key(8, 64, 64, 64, True, *a)   # noqa: E731
+    plain = key(None, 0)
+    assert key(None, 0, 1, False, None, True) == plain
+    full, row = np.zeros((2, 4, 64, 64), np.float32), np.zeros((2, 1, 1, 64), np.float32)
+    keys = {plain, key(None, 0, 2), key(None, 0, 4), key(None, 0, 1, True), key((3, 0), 0), key(None, 0, 1, False, full),
+            key(None, 0, 1, False, row), key(None, 0, 1, False, row, True), key(None, 0, 1, False, full.astype(np.float16))}
+    assert len(keys) == 9
 
 
 def test_materialized_choice_is_traced_up_to_a_workspace_size(monkeypatch):

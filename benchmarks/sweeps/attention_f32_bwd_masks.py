@@ -1,11 +1,13 @@
-"""The float32 attention backward (tf32x3) with grouped-query k, v or key lengths: the flash
+"""The float32 attention backward (tf32x3) with grouped-query k, v, key lengths or a bias: the flash
 kernels, the materialised kernels (kernels/attention_materialized.py) and the public call
 (`cudakit.attention_backward`, which times the two once per signature and keeps the faster)
 against torch's float32 SDPA backward, each call's device time behind an L2 flush (bench.timing's
 cold samples), in one run. torch's anchor is its fastest way: for grouped k, v the faster of
-`enable_gqa=True` and k, v repeated over each group; for key lengths a boolean (B, 1, 1, Lk) mask.
+`enable_gqa=True` and k, v repeated over each group; for key lengths a boolean (B, 1, 1, Lk) mask;
+for a bias the same float attn_mask, its gradient asked for too.
     python3 benchmarks/sweeps/attention_f32_bwd_masks.py [--cases gqa:2x32x8x1024x128c,len:4x16x1024x64] [--out f.json]
-A case: gqa:BxHxHKVxLxD or len:BxHxLxD, a trailing c for causal. Prints VARIANT lines (ms) and
+A case: gqa:BxHxHKVxLxD, len:BxHxLxD, bias:BxHxLxD (a (1, H, L, L) bias, as ALiBi's) or
+pad:BxHxLxD (a (B, 1, 1, L) bias), a trailing c for causal. Prints VARIANT lines (ms) and
 writes the rows to --out."""
 import json
 import sys
@@ -21,7 +23,7 @@ from cudakit.kernels import attention as at
 
 argv = sys.argv[1:]
 cases = ["gqa:1x32x8x1024x128c", "gqa:2x16x4x512x64c", "gqa:1x8x2x256x128", "len:4x16x1024x64", "len:2x8x2048x128c",
-         "len:2x8x256x96"]
+         "len:2x8x256x96", "bias:4x16x1024x64", "bias:2x8x2048x128c", "pad:4x16x1024x64", "bias:1x8x256x96"]
 if "--cases" in argv:
     cases = argv[argv.index("--cases") + 1].split(",")
 cudakit.set_float32_precision("tf32x3")
@@ -36,12 +38,14 @@ def case_fns(spec: str):
     rng = cp.random.default_rng(0)
     q, g = (rng.standard_normal((b, h, L, d), dtype=cp.float32) for _ in range(2))
     k, v = (rng.standard_normal((b, hkv, L, d), dtype=cp.float32) for _ in range(2))
-    lens = None
+    lens = bias = None
     if kind == "len":   # lengths from a quarter of L to L
         lens = cp.asarray(np.linspace(L // 4, L, b).astype(np.int64))
-    out, lse = cudakit.attention_with_lse(q, k, v, None, causal, key_lengths=lens)
+    if kind in ("bias", "pad"):
+        bias = rng.standard_normal((1, h, L, L) if kind == "bias" else (b, 1, 1, L), dtype=cp.float32)
+    out, lse = cudakit.attention_with_lse(q, k, v, None, causal, key_lengths=lens, attn_bias=bias)
     groups = h // hkv
-    masks = at.Masks(causal, lengths=lens, heads=h)
+    masks = at.Masks(causal, lengths=lens, heads=h, bias=bias, bias_heads=1 if bias is None else bias.shape[1])
     q3, g3, o3 = (x.reshape(b * h, L, d) for x in (q, g, out))
     k3, v3 = (x.reshape(b * hkv, L, d) for x in (k, v))
     l3 = lse.reshape(b * h, L)
@@ -55,16 +59,24 @@ def case_fns(spec: str):
         rk2, rv2 = (x.repeat_interleave(groups, 1).detach().requires_grad_(True) for x in (tk, tv))
         y2 = sdpa(rq, rk2, rv2, is_causal=causal)
         fns["torch_repeat"] = lambda: torch.autograd.grad(y2, (rq, rk2, rv2), tg, retain_graph=True)
-    else:
+    elif kind == "len":
         mask = (torch.arange(L, device="cuda")[None, :] < torch.from_dlpack(lens)[:, None])[:, None, None, :]
         if causal:
             mask = mask & torch.ones(L, L, dtype=torch.bool, device="cuda").tril()
         y = sdpa(rq, rk, rv, attn_mask=mask)
         fns["torch_mask"] = lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True)
+    else:
+        tb = torch.from_dlpack(bias)
+        if causal:
+            tb = tb.masked_fill(~torch.ones(L, L, dtype=torch.bool, device="cuda").tril(), float("-inf"))
+        rb = tb.detach().requires_grad_(True)
+        y = sdpa(rq, rk, rv, attn_mask=rb)
+        fns["torch_bias"] = lambda: torch.autograd.grad(y, (rq, rk, rv, rb), tg, retain_graph=True)
     fns["flash"] = lambda: at._triton_backward(g3, q3, k3, v3, o3, l3, scale, masks, "float32", None, False,
                                                groups, h)
     fns["materialized"] = lambda: at._materialized_backward(g3, q3, k3, v3, o3, l3, scale, masks, groups)
-    fns["public"] = lambda: cudakit.attention_backward(g, q, k, v, out, lse, None, causal, key_lengths=lens)
+    fns["public"] = lambda: cudakit.attention_backward(g, q, k, v, out, lse, None, causal, key_lengths=lens,
+                                                       attn_bias=bias)
     return fns
 
 

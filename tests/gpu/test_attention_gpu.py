@@ -164,6 +164,20 @@ def test_attention_float32_materialized_backward_key_lengths(lead, lq, lk, d, ca
     assert "attention_backward" in took
 
 
+@pytest.mark.parametrize("lead,lq,lk,d,causal,bias", [
+    ((2, 3), 70, 300, 64, False, (2, 3, 70, 300)), ((2, 2), 200, 150, 128, True, (1, 2, 200, 150)),
+    ((2, 2), 90, 260, 96, False, (2, 1, 1, 260)), ((3,), 1, 4096, 80, False, (1, 1, 4096))])
+def test_attention_float32_materialized_backward_bias(lead, lq, lk, d, causal, bias, rng, only_path,
+                                                      float32_precision):
+    """The materialised float32 backward with an attn_bias (its row 1 -inf where it has rows: a
+    row that sees nothing) and the bias's gradient, stored or summed over broadcast dims by
+    atomics, taken alone, against float64."""
+    float32_precision("tf32x3")
+    took = only_path("materialized")
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, bias=bias)
+    assert "attention_backward" in took
+
+
 @pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True},
                                      {"L2_ORDER": False},
                                      {"UNMASKED_LONG": False},

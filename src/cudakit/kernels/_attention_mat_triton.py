@@ -19,7 +19,9 @@ result is bitwise the same on every run), at the cost of 2 x 4 Lq Lk bytes of wo
 Grouped-query k, v (G > 1): k, v hold BH / G heads, q head t reading head t // G; the split K^T
 and the gradients dK, dV stay per q head (the caller sums dK, dV over each group). Key lengths
 (HAS_LENS): [BH] entry t sees keys below LENS[t // H] (clamped to [0, Lk]); the score kernel writes
-zeros past it.
+zeros past it. A bias (HAS_BIAS) is added to the scores as the flash kernels add it, read in place
+by its strides; its gradient, dS summed over the dims it broadcasts, goes out of the score kernel
+(DB_MODE 1: stored, one writer an element; 2: added atomically).
 
 Padding: the split arrays and the workspace are padded to LQP / LKP rows (multiples of 128) and DP
 columns (head_dim's power of two) and hold zeros there, so the products read whole tiles without
@@ -30,7 +32,7 @@ neither computed nor written, and the long products read only the workspace entr
 import triton
 import triton.language as tl
 
-from ._attention_triton import _dot3, _tf32_parts
+from ._attention_triton import _bias_base, _bias_tile, _dot3, _tf32_parts
 
 
 @triton.jit
@@ -105,11 +107,15 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
                KTH, KTL, QTH, QTL, DOTH, DOTL,   # SPLIT_B: as mat_prep writes them
                LENS,               # HAS_LENS: int32/int64 [B] key lengths, [BH] entry t (BH0 + t: the whole
                                    # arrays' entry) seeing LENS[(BH0 + t) // H]
+               BIAS, sb_b, sb_h, sb_q, sb_k, HB,   # HAS_BIAS: the 4-D bias, element strides (0 broadcast),
+                                                   # entry t its batch t // HB, head t % HB
+               DBIAS, sd_b, sd_h, sd_q, sd_k,      # its gradient (float32, or the bias's dtype for DB_MODE 1)
                qk_scale, Lq, Lk, LQP, LKP, DLO, DHI,   # qk_scale: scale * log2(e)
                G, H, BH0,          # G: q heads a k, v head serves
                D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                MASKED: tl.constexpr, OWN_DELTA: tl.constexpr = False, SPLIT_B: tl.constexpr = False,
-               HAS_LENS: tl.constexpr = False):
+               HAS_LENS: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, DB_MODE: tl.constexpr = 0,
+               DBQ: tl.constexpr = True, DBK: tl.constexpr = True):
     """P and dS of one (BLOCK_M queries, BLOCK_N keys) tile: S = Q K^T and dP = dO V^T (tf32x3,
     over D in one step), P = exp2(S qk_scale - lse log2(e)), dS = P (dP - delta); 0 where a row
     does not see a key, past Lq and past Lk. Every operand is split in registers (K, V split
@@ -166,11 +172,39 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
         ok = r_ok[:, None] & (cols < length)[None, :]
         if MASKED:
             ok = ok & (cols[None, :] >= rows[:, None] + DLO) & (cols[None, :] < rows[:, None] + DHI)
-        p = tl.where(ok, tl.math.exp2(s * qk_scale - lse2[:, None]), 0.0)   # (a row seeing no key: lse -inf)
+        s = s * qk_scale
+        if HAS_BIAS:   # (a row the bias masks whole: lse -inf, its p 0 below, not NaN)
+            s += _bias_tile(BIAS, _bias_base(bh + BH0, HB, sb_b, sb_h), rows.to(tl.int64)[:, None] * sb_q,
+                            cols.to(tl.int64)[None, :] * sb_k, r_ok[:, None] & (cols < Lk)[None, :])
+            ok = ok & (lse2 != float("-inf"))[:, None]
+        p = tl.where(ok, tl.math.exp2(s - lse2[:, None]), 0.0)   # (a row seeing no key: lse -inf)
         ds = tl.where(ok, p * (dp - delta[:, None]), 0.0)
         out = bh * LQP * LKP + rows[:, None].to(tl.int64) * LKP + cols[None, :]
         tl.store(P + out, p)
         tl.store(DS + out, ds)
+        if DB_MODE != 0:
+            _bias_grad(DBIAS, _bias_base(bh + BH0, HB, sd_b, sd_h), rows.to(tl.int64) * sd_q,
+                       cols.to(tl.int64) * sd_k, ds, r_ok, cols < Lk, DB_MODE, DBQ, DBK)
+
+
+@triton.jit
+def _bias_grad(DBIAS, base, row_off, col_off, ds, r_ok, c_ok, DB_MODE: tl.constexpr, DBQ: tl.constexpr,
+               DBK: tl.constexpr):
+    """A score tile's dS into the bias's gradient at base + row_off + col_off: DB_MODE 1 stored
+    (one writer an element), 2 added atomically, summed first over the rows (not DBQ) or keys (not
+    DBK) where the bias broadcasts them."""
+    if DB_MODE == 1:
+        tl.store(DBIAS + base + row_off[:, None] + col_off[None, :], ds.to(DBIAS.dtype.element_ty),
+                 mask=r_ok[:, None] & c_ok[None, :])
+    if DB_MODE == 2:
+        if DBQ and DBK:
+            tl.atomic_add(DBIAS + base + row_off[:, None] + col_off[None, :], ds, mask=r_ok[:, None] & c_ok[None, :])
+        if DBQ and not DBK:
+            tl.atomic_add(DBIAS + base + row_off, tl.sum(ds, 1), mask=r_ok)
+        if DBK and not DBQ:
+            tl.atomic_add(DBIAS + base + col_off, tl.sum(ds, 0), mask=c_ok)
+        if not DBQ and not DBK:
+            tl.atomic_add(DBIAS + base, tl.sum(tl.sum(ds, 1), 0))
 
 
 @triton.jit

@@ -742,12 +742,13 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
-    if tiles is None and _materialized_candidate(dtype_name, d, masks, bh * lq * k.shape[1]):
+    if tiles is None and _materialized_candidate(dtype_name, d, masks, bh, lq, k.shape[1], deterministic):
         from . import paths
         key = _f32_bwd_key(bh, lq, k.shape[1], d, causal, masks.window, q.data.device_id, groups,
-                           masks.lengths is not None)
+                           masks.lengths is not None, masks.bias, deterministic)
         return paths.run("attention_backward", key, [
-            ("materialized", lambda: _materialized_backward(do, q, k, v, out, lse, scale, masks, groups)),
+            ("materialized", lambda: _materialized_backward(do, q, k, v, out, lse, scale, masks, groups,
+                                                            deterministic)),
             ("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, None,
                                                 deterministic, groups, q_heads))])
     if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain and groups == 1 \
@@ -762,41 +763,57 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles, deterministic, groups, q_heads)
 
 
-def _materialized_candidate(dtype_name: str, d: int, masks: Masks, scores: int) -> bool:
-    """The float32 backward may take the materialised kernels (kernels/attention_materialized.py):
-    scores = BH Lq Lk, not 0 (an empty backward launches nothing)."""
-    if dtype_name != "float32" or scores == 0:
+def _materialized_candidate(dtype_name: str, d: int, masks: Masks, bh: int, lq: int, lk: int,
+                            deterministic: bool = False) -> bool:
+    """The float32 backward of [BH, Lq, D] q and Lk keys may take the materialised kernels
+    (kernels/attention_materialized.py): not an empty one (it launches nothing); a bias's gradient
+    is summed there by atomics where the bias broadcasts, so not for a deterministic backward then."""
+    if dtype_name != "float32" or bh * lq * lk == 0:
         return False
     from . import attention_materialized as am
-    return am.eligible(d, config.float32_precision(), masks)
+    b = masks.bias
+    atomic_ok = b is None or not deterministic or _unbroadcast(b, bh, lq, lk)
+    return am.eligible(d, config.float32_precision(), masks, atomic_ok)
 
 
 def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device: int, groups: int = 1,
-                 lengths: bool = False) -> tuple:
+                 lengths: bool = False, bias=None, deterministic: bool = False) -> tuple:
     """The signature the float32 backward's path (materialised or flash) is chosen under: the
     precision, the window (which decides how much of the workspace is computed), grouped k, v
-    (("groups", G)) and key lengths (("lengths",)) in it, the last two only where they are."""
+    (("groups", G)), key lengths (("lengths",)) and a bias (("bias", the dims it broadcasts, its
+    dtype, deterministic): how its gradient is summed) in it, the last three only where they are."""
     key = _path_key("bwd", bh, lq, lk, d, f"float32-{config.float32_precision()}", causal, device)
     key = key if window is None else key + (tuple(window),)
     key = key if groups == 1 else key + (("groups", groups),)
-    return key + (("lengths",),) if lengths else key
+    key = key + (("lengths",),) if lengths else key
+    if bias is None:
+        return key
+    return key + (("bias", tuple(n == 1 for n in bias.shape), str(bias.dtype), bool(deterministic)),)
 
 
-def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: int = 1):
-    """(dq, dk, dv) by the materialised kernels (dk, dv per q head with grouped k, v, as
-    _triton_backward's), or None (declined: one group of heads' workspace past the budget; or no
+def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: int = 1, deterministic: bool = False):
+    """(dq, dk, dv), and the bias's gradient as a fourth with a bias, by the materialised kernels
+    (dk, dv per q head with grouped k, v, as _triton_backward's), or None (declined: one group of heads' workspace past the budget; or no
     memory for it, noted in cudakit.fallbacks and, being a passing reason, keeping a choice timed
     without this path off the disk: paths.declined_for_now)."""
     cp = _cupy.cupy()
     from . import attention_materialized as am
     dlo, dhi = key_bounds(q.shape[1], k.shape[1], masks.causal, masks.window)
     arrays = [cp.ascontiguousarray(x) for x in (do, q, k, v, out)] + [_f32_contiguous(lse)]
+    bias, bias_grad, db = masks.bias, None, None
     try:
+        if bias is not None:   # (the buffer zeroed: tiles no row sees add nothing to it)
+            bh, lq, lk = q.shape[0], q.shape[1], k.shape[1]
+            db, _ = _bias_grad_buffer(masks, bh, lq, lk, deterministic)
+            bias = (bias, *_strides(bias), masks.bias_heads)
+            bias_grad = (db, *_strides(db), 1 if _unbroadcast(masks.bias, bh, lq, lk) else 2,
+                         masks.bias.shape[2] > 1, masks.bias.shape[3] > 1)
         from ..runtime.device import get_device_info
-        return am.run(*arrays, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
-                      launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args),
-                      sms=get_device_info(q.data.device_id).multiprocessors, groups=groups,
-                      lengths=masks.lengths, heads=masks.heads)
+        r = am.run(*arrays, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
+                   launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args),
+                   sms=get_device_info(q.data.device_id).multiprocessors, groups=groups,
+                   lengths=masks.lengths, heads=masks.heads, bias=bias, bias_grad=bias_grad)
+        return r if r is None or db is None else (*r, db)
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         from .. import fallbacks
         from . import paths
@@ -1019,7 +1036,7 @@ def _planned_path(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str,
     the cuDNN graph kind to execute (default "sdpa_<kind>"; "sdpa_fwd_inf": the inference graph)."""
     if bh == 0 or lq == 0 or lk == 0 or bh > _MAX_GRID_Y:
         return None
-    if kind == "bwd" and _materialized_candidate(dtype_name, d, Masks(causal), bh * lq * lk):
+    if kind == "bwd" and _materialized_candidate(dtype_name, d, Masks(causal), bh, lq, lk):
         from . import paths
         choice = paths.chosen("attention_backward", _f32_bwd_key(bh, lq, lk, d, causal, None, device))
         return (choice, None) if choice in ("materialized", "triton") else None

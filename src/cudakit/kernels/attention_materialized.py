@@ -2,8 +2,9 @@
 P and dS written once to a float32 workspace, then three long-K products, instead of the flash
 backward's two fused kernels. kernels/attention.py offers it to kernels/paths.py as a second path
 of the float32 backward (timed once per signature against the flash kernels, the choice kept on
-disk), for head dims up to 128 with causal or window masks, key lengths and grouped-query k, v
-(not a bias or dropout: those stay on the flash kernels).
+disk), for head dims up to 128 with causal or window masks, key lengths, grouped-query k, v
+and an additive bias (not dropout, nor a bias whose gradient a deterministic backward must sum
+over broadcast dims: those stay on the flash kernels).
 With grouped k, v and key lengths, on an H100 (2026-11-27 22:09 UTC, benchmarks/sweeps/
 attention_f32_bwd_masks.py, history/attention/*-f32-bwd-masks.json; device time behind an L2 flush
 against torch's fastest float32 way, enable_gqa or repeated heads, a boolean mask for lengths):
@@ -127,10 +128,12 @@ def padded(n: int) -> int:
     return max(PAD, -(-n // PAD) * PAD)
 
 
-def eligible(d: int, precision: str, masks) -> bool:
+def eligible(d: int, precision: str, masks, atomic_bias_grad: bool = False) -> bool:
     """Whether this float32 backward may take the materialised path: tf32x3 products, head_dim
-    <= 128, no bias or dropout (any mask else, grouped k, v too)."""
-    return precision == "tf32x3" and 0 < d <= MAX_HEAD_DIM and masks.bias is None and masks.dropout is None
+    <= 128, no dropout (any mask else, grouped k, v too); a bias only where its gradient may be
+    summed by atomics (atomic_bias_grad: not deterministic, or a bias that broadcasts no dim)."""
+    return (precision == "tf32x3" and 0 < d <= MAX_HEAD_DIM and masks.dropout is None
+            and (masks.bias is None or atomic_bias_grad))
 
 
 def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None, groups: int = 1) -> int:
@@ -161,14 +164,17 @@ def workspace_bytes(bh: int, lq: int, lk: int, d: int, groups: int = 1) -> int:
 
 
 def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, budget: int | None = None,
-        sms: int | None = None, groups: int = 1, lengths=None, heads: int = 1):
+        sms: int | None = None, groups: int = 1, lengths=None, heads: int = 1, bias=None, bias_grad=None):
     """(dq, dk, dv) float32 of attention for dL/dout = do, dq like q and dk, dv [BH, Lk, D] (per q
     head), or None when one group of heads' workspace exceeds the budget. q, out, do: [BH, Lq, D];
     k, v: [BH / groups, Lk, D] (q head t reads head t // groups); lse: [BH, Lq] (natural log, the
     forward's); all float32, C-contiguous, BH, Lq, Lk > 0. dlo, dhi: key_bounds' interval;
     lengths: an integer [B] array of key lengths, [BH] entry t seeing those of batch t // heads
-    (None: all Lk). empty(shape) -> a float32 array; launch(kernel name, grid, args, constexprs
-    and launch options); sms: the GPU's SMs (long_columns).
+    (None: all Lk). bias: (the 4-D bias, its 4 element strides (0 broadcast), HB: [BH] entry t is
+    its batch t // HB, head t % HB) or None; bias_grad (with a bias): (its gradient's buffer, zeroed,
+    its 4 element strides, DB_MODE: 1 store or 2 add atomically, DBQ, DBK: whether it has a row
+    and a key dim), filled here. empty(shape) -> a float32 array; launch(kernel name, grid, args,
+    constexprs and launch options); sms: the GPU's SMs (long_columns).
     Everything is allocated before the first launch (an out-of-memory error leaves nothing written)."""
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -190,6 +196,10 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     qk_scale = float(scale * math.log2(math.e))
     score_consts = dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused, HAS_LENS=lengths is not None)
     lens = p if lengths is None else lengths   # (not read without lengths)
+    b_args, db_args = (p, 0, 0, 0, 0, 1), (p, 0, 0, 0, 0)   # (not read without a bias)
+    if bias is not None:
+        b_args, (*db_args, mode, dbq, dbk) = tuple(bias), bias_grad
+        score_consts.update(HAS_BIAS=True, DB_MODE=mode, DBQ=dbq, DBK=dbk)
     consts = dict(lt, D=d, DP=dp, MASKED=masked)
     by_rows = dict(consts, TRANS_A=False, REV=l2_order(dp), ALIGNED=aligned(sc["BLOCK_M"], sc["BLOCK_N"]))
     by_cols = dict(consts, TRANS_A=True, ALIGNED=aligned(sc["BLOCK_N"], sc["BLOCK_M"]))
@@ -204,7 +214,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
                    (qc, kc, oc, doc, kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp, groups),
                    {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "num_warps": 4})
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
-               (qc, doc, kc, vc, oc, lsec, delta, p, ds, kth, ktl, qth, qtl, doth, dotl, lens,
+               (qc, doc, kc, vc, oc, lsec, delta, p, ds, kth, ktl, qth, qtl, doth, dotl, lens, *b_args, *db_args,
                 qk_scale, lq, lk, lqp, lkp, dlo, dhi, groups, heads, h0), score_consts)
         for a, b_hi, b_lo, dst, m, kp, factor, cs in (
                 (ds, kth, ktl, dqc, lq, lkp, scale, by_rows),   # dQ = scale dS K
