@@ -407,7 +407,7 @@ def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options,
         getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
                                  **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
-    got = am.run(g, q, k, v, out_r.astype(np.float32), lse_r.astype(np.float32), scale, dlo, dhi,
+    got = am.run(g, q, k, v, np.ascontiguousarray(out_r, np.float32), np.ascontiguousarray(lse_r, np.float32), scale, dlo, dhi,
                  empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch, budget=budget,
                  groups=groups, lengths=None if lens is None else np.asarray(lens, np.int64), heads=heads)
     assert got is not None, case
@@ -425,12 +425,20 @@ MAT_BIAS_CASES = [(2, 2, 70, 90, 24, False, None, (2, 2, 70, 90), "store", True,
                   (2, 3, 65, 130, 64, False, None, (2, 1, 1, 130), "atomic", False, {"FUSED_PREP": True}, None),
                   (1, 3, 40, 50, 16, True, None, (1, 1, 40, 1), "atomic", True, {}, None),
                   (2, 1, 30, 20, 40, False, None, (1, 1, 1, 1), "atomic", False, {}, None),
-                  (3, 2, 50, 70, 32, True, None, (3, 2, 50, 70), "store", False, {}, 2 * 8 * 128 * 128)]  # chunks 2, 2, 2
+                  (3, 2, 50, 70, 32, True, None, (3, 2, 50, 70), "store", False, {}, 2 * 8 * 128 * 128),  # chunks 2, 2, 2
+                  # summed from the workspace (mat_bias_sum): whole tiles over the batch, over the heads,
+                  # rows and keys summed too, with a window (tiles no row sees skipped), over chunks
+                  (3, 2, 70, 150, 64, False, None, (1, 2, 70, 150), "reduce", True, {"FUSED_PREP": True}, None),
+                  (2, 3, 130, 200, 96, True, (50, 3), (2, 1, 130, 200), "reduce", False, {}, None),
+                  (2, 3, 65, 130, 40, True, None, (2, 1, 1, 130), "reduce", False, {}, 2 * 8 * 128 * 256),
+                  (3, 2, 140, 70, 16, False, (20, 20), (1, 1, 140, 1), "reduce", False, {}, 4 * 8 * 256 * 128),
+                  (2, 2, 30, 20, 24, True, None, (1, 1, 1, 1), "reduce", False, {}, None)]
 
 
 def check_materialized_bias(b, h, lq, lk, d, causal, window, bshape, mode, neg_inf_row, options, budget):
     """The materialised backward with an attn_bias read by its strides (broadcast dims at stride 0):
-    the gradients and the bias's, stored (one writer an element) or summed by atomics, against
+    the gradients and the bias's, stored (one writer an element), summed by atomics or from the
+    workspace after the score kernel (mode "reduce"), against
     float64, the forward's out and lse from the reference; neg_inf_row: a query row whose bias is
     -inf at every key (no NaN in any gradient)."""
     from cudakit.kernels import _attention_mat_triton as mat
@@ -454,13 +462,13 @@ def check_materialized_bias(b, h, lq, lk, d, causal, window, bshape, mode, neg_i
         axes = tuple(i for i in range(4) if bshape[i] == 1)
         db_r = ds_r.reshape(b, h, lq, lk).sum(axis=axes, keepdims=True)
         db = np.zeros(bshape, np.float32)
-        grad = (db, *host._strides(db), 1 if mode == "store" else 2, bshape[2] > 1, bshape[3] > 1)
+        grad = (db, *host._strides(db), {"store": 1, "atomic": 2, "reduce": 3}[mode], bshape[2] > 1, bshape[3] > 1)
 
         def launch(name, grid, args, consts):
             getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
                                      **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
         dlo, dhi = host.key_bounds(lq, lk, causal, window)
-        got = am.run(g, q, k, v, out_r.astype(np.float32), lse_r.astype(np.float32), scale, dlo, dhi,
+        got = am.run(g, q, k, v, np.ascontiguousarray(out_r, np.float32), np.ascontiguousarray(lse_r, np.float32), scale, dlo, dhi,
                      empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch, budget=budget,
                      bias=(bias, *host._strides(bias), h), bias_grad=grad)
         assert got is not None, case

@@ -178,6 +178,28 @@ def test_attention_float32_materialized_backward_bias(lead, lq, lk, d, causal, b
     assert "attention_backward" in took
 
 
+@pytest.mark.parametrize("bias_shape", [(1, 4, 300, 200), (2, 1, 1, 200), (1, 1, 300, 1)])
+def test_attention_float32_materialized_backward_bias_deterministic(bias_shape, rng, only_path, float32_precision):
+    """deterministic=True with a bias that broadcasts: the materialised backward sums its gradient
+    from the workspace (no atomics): bitwise the same on every call, and as the default call's."""
+    float32_precision("tf32x3")
+    took = only_path("materialized")
+    q, g = (cp.asarray(ac.data(rng, (2, 4, 300, 64), "float32")) for _ in range(2))
+    k, v = (cp.asarray(ac.data(rng, (2, 4, 200, 64), "float32")) for _ in range(2))
+    b = cp.asarray(ac.data(rng, bias_shape, "float32"))
+    out, lse = cudakit.attention_with_lse(q, k, v, causal=True, attn_bias=b)
+    first = [cp.asnumpy(t) for t in cudakit.attention_backward(g, q, k, v, out, lse, causal=True, attn_bias=b,
+                                                               deterministic=True)]
+    for _ in range(2):
+        again = cudakit.attention_backward(g, q, k, v, out, lse, causal=True, attn_bias=b, deterministic=True)
+        for a, want in zip(again, first):
+            np.testing.assert_array_equal(cp.asnumpy(a), want)
+    loose = cudakit.attention_backward(g, q, k, v, out, lse, causal=True, attn_bias=b)
+    for a, want in zip(loose, first):
+        np.testing.assert_allclose(cp.asnumpy(a), want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+    assert took.count("attention_backward") == 4
+
+
 @pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True},
                                      {"L2_ORDER": False},
                                      {"UNMASKED_LONG": False},

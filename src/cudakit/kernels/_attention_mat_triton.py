@@ -21,7 +21,8 @@ and the gradients dK, dV stay per q head (the caller sums dK, dV over each group
 (HAS_LENS): [BH] entry t sees keys below LENS[t // H] (clamped to [0, Lk]); the score kernel writes
 zeros past it. A bias (HAS_BIAS) is added to the scores as the flash kernels add it, read in place
 by its strides; its gradient, dS summed over the dims it broadcasts, goes out of the score kernel
-(DB_MODE 1: stored, one writer an element; 2: added atomically).
+(DB_MODE 1: stored, one writer an element; 2: added atomically) or is summed from the workspace's
+dS after it (mat_bias_sum: no atomics).
 
 Padding: the split arrays and the workspace are padded to LQP / LKP rows (multiples of 128) and DP
 columns (head_dim's power of two) and hold zeros there, so the products read whole tiles without
@@ -205,6 +206,65 @@ def _bias_grad(DBIAS, base, row_off, col_off, ds, r_ok, c_ok, DB_MODE: tl.conste
             tl.atomic_add(DBIAS + base + col_off, tl.sum(ds, 0), mask=c_ok)
         if not DBQ and not DBK:
             tl.atomic_add(DBIAS + base, tl.sum(tl.sum(ds, 1), 0))
+
+
+@triton.jit
+def mat_bias_sum(DS,                            # [CH, LQP, LKP] float32: dS of [BH] entries T0 .. T0 + CH - 1
+                 DBIAS, sd_b, sd_h, sd_q, sd_k,  # [NB, NH, Lq | 1, Lk | 1] float32, zeroed before the first chunk
+                 NB, NH, HB, NBATCH, T0, CH, Lq, Lk, LQP, LKP, DLO, DHI,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr,
+                 MASKED: tl.constexpr):
+    """The bias's gradient summed from the workspace: program (row block, key block, target
+    (batch, head)) adds to its block of DBIAS the dS tiles of every [BH] entry t = b HB + h in this
+    chunk (T0 <= t < T0 + CH) that the target broadcasts over (every batch b < NBATCH where NB is 1, every head h < HB
+    where NH is 1), over every row block where the bias has no row dim (not DBQ) and every key block
+    where it has no key dim (not DBK). One writer an element: deterministic. The tiles are the
+    score kernel's, and with MASKED those no row sees (not written) are skipped as it skips them.
+    Memory: the chunk's dS read once (8 BLOCK_M BLOCK_N bytes a tile), DBIAS read and written."""
+    pid_t = tl.program_id(2)
+    bb = pid_t // NH
+    hb = pid_t % NH
+    b_lo = tl.where(NB > 1, bb, 0)
+    b_hi = tl.where(NB > 1, bb + 1, NBATCH)
+    h_lo = tl.where(NH > 1, hb, 0)
+    h_hi = tl.where(NH > 1, hb + 1, HB)
+    m_lo, m_hi, n_lo, n_hi = 0, Lq, 0, Lk
+    if DBQ:
+        m_lo = tl.program_id(0) * BLOCK_M
+        m_hi = m_lo + 1
+    if DBK:
+        n_lo = tl.program_id(1) * BLOCK_N
+        n_hi = n_lo + 1
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for b in range(b_lo, b_hi):
+        for h in range(h_lo, h_hi):
+            t = (b * HB + h - T0).to(tl.int64)
+            if (t >= 0) & (t < CH):
+                for m0 in range(m_lo, m_hi, BLOCK_M):
+                    for n0 in range(n_lo, n_hi, BLOCK_N):
+                        seen = True
+                        if MASKED:   # (as mat_scores decides)
+                            seen = (n0 + BLOCK_N - 1 >= m0 + DLO) & (n0 < m0 + BLOCK_M - 1 + DHI)
+                        if seen:
+                            acc += tl.load(DS + t * LQP * LKP + (m0 + offs_m)[:, None].to(tl.int64) * LKP
+                                           + (n0 + offs_n)[None, :])
+    base = bb.to(tl.int64) * sd_b + hb.to(tl.int64) * sd_h
+    rows = tl.program_id(0) * BLOCK_M + offs_m
+    cols = tl.program_id(1) * BLOCK_N + offs_n
+    if DBQ and DBK:
+        ptr = DBIAS + base + rows[:, None].to(tl.int64) * sd_q + cols[None, :].to(tl.int64) * sd_k
+        ok = (rows < Lq)[:, None] & (cols < Lk)[None, :]
+        tl.store(ptr, tl.load(ptr, mask=ok, other=0.0) + acc, mask=ok)
+    if DBQ and not DBK:
+        ptr = DBIAS + base + rows.to(tl.int64) * sd_q
+        tl.store(ptr, tl.load(ptr, mask=rows < Lq, other=0.0) + tl.sum(acc, 1), mask=rows < Lq)
+    if DBK and not DBQ:
+        ptr = DBIAS + base + cols.to(tl.int64) * sd_k
+        tl.store(ptr, tl.load(ptr, mask=cols < Lk, other=0.0) + tl.sum(acc, 0), mask=cols < Lk)
+    if not DBQ and not DBK:
+        tl.store(DBIAS + base, tl.load(DBIAS + base) + tl.sum(tl.sum(acc, 1), 0))
 
 
 @triton.jit

@@ -742,7 +742,7 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
-    if tiles is None and _materialized_candidate(dtype_name, d, masks, bh, lq, k.shape[1], deterministic):
+    if tiles is None and _materialized_candidate(dtype_name, d, masks, bh, lq, k.shape[1]):
         from . import paths
         key = _f32_bwd_key(bh, lq, k.shape[1], d, causal, masks.window, q.data.device_id, groups,
                            masks.lengths is not None, masks.bias, deterministic)
@@ -763,17 +763,13 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles, deterministic, groups, q_heads)
 
 
-def _materialized_candidate(dtype_name: str, d: int, masks: Masks, bh: int, lq: int, lk: int,
-                            deterministic: bool = False) -> bool:
+def _materialized_candidate(dtype_name: str, d: int, masks: Masks, bh: int, lq: int, lk: int) -> bool:
     """The float32 backward of [BH, Lq, D] q and Lk keys may take the materialised kernels
-    (kernels/attention_materialized.py): not an empty one (it launches nothing); a bias's gradient
-    is summed there by atomics where the bias broadcasts, so not for a deterministic backward then."""
+    (kernels/attention_materialized.py): not an empty one (it launches nothing)."""
     if dtype_name != "float32" or bh * lq * lk == 0:
         return False
     from . import attention_materialized as am
-    b = masks.bias
-    atomic_ok = b is None or not deterministic or _unbroadcast(b, bh, lq, lk)
-    return am.eligible(d, config.float32_precision(), masks, atomic_ok)
+    return am.eligible(d, config.float32_precision(), masks)
 
 
 def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device: int, groups: int = 1,
@@ -803,11 +799,13 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: i
     bias, bias_grad, db = masks.bias, None, None
     try:
         if bias is not None:   # (the buffer zeroed: tiles no row sees add nothing to it)
-            bh, lq, lk = q.shape[0], q.shape[1], k.shape[1]
-            db, _ = _bias_grad_buffer(masks, bh, lq, lk, deterministic)
-            bias = (bias, *_strides(bias), masks.bias_heads)
-            bias_grad = (db, *_strides(db), 1 if _unbroadcast(masks.bias, bh, lq, lk) else 2,
-                         masks.bias.shape[2] > 1, masks.bias.shape[3] > 1)
+            dbq, dbk = bias.shape[2] > 1, bias.shape[3] > 1
+            if _unbroadcast(bias, q.shape[0], q.shape[1], k.shape[1]):   # stored, one writer an element
+                db, mode = cp.zeros(bias.shape, bias.dtype), 1
+            else:   # summed from the workspace (deterministic) where whole score tiles are summed, or
+                # where asked to be deterministic; else the score kernel's row or key sums by atomics
+                db, mode = cp.zeros(bias.shape, cp.float32), 3 if deterministic or (dbq and dbk) else 2
+            bias, bias_grad = (bias, *_strides(bias), masks.bias_heads), (db, *_strides(db), mode, dbq, dbk)
         from ..runtime.device import get_device_info
         r = am.run(*arrays, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
                    launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args),

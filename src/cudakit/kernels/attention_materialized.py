@@ -3,8 +3,7 @@ P and dS written once to a float32 workspace, then three long-K products, instea
 backward's two fused kernels. kernels/attention.py offers it to kernels/paths.py as a second path
 of the float32 backward (timed once per signature against the flash kernels, the choice kept on
 disk), for head dims up to 128 with causal or window masks, key lengths, grouped-query k, v
-and an additive bias (not dropout, nor a bias whose gradient a deterministic backward must sum
-over broadcast dims: those stay on the flash kernels).
+and an additive bias (not dropout: that stays on the flash kernels).
 With grouped k, v and key lengths, on an H100 (2026-11-27 22:09 UTC, benchmarks/sweeps/
 attention_f32_bwd_masks.py, history/attention/*-f32-bwd-masks.json; device time behind an L2 flush
 against torch's fastest float32 way, enable_gqa or repeated heads, a boolean mask for lengths):
@@ -128,12 +127,10 @@ def padded(n: int) -> int:
     return max(PAD, -(-n // PAD) * PAD)
 
 
-def eligible(d: int, precision: str, masks, atomic_bias_grad: bool = False) -> bool:
+def eligible(d: int, precision: str, masks) -> bool:
     """Whether this float32 backward may take the materialised path: tf32x3 products, head_dim
-    <= 128, no dropout (any mask else, grouped k, v too); a bias only where its gradient may be
-    summed by atomics (atomic_bias_grad: not deterministic, or a bias that broadcasts no dim)."""
-    return (precision == "tf32x3" and 0 < d <= MAX_HEAD_DIM and masks.dropout is None
-            and (masks.bias is None or atomic_bias_grad))
+    <= 128, no dropout (any mask else, key lengths, a bias and grouped k, v too)."""
+    return precision == "tf32x3" and 0 < d <= MAX_HEAD_DIM and masks.dropout is None
 
 
 def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None, groups: int = 1) -> int:
@@ -172,8 +169,9 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     lengths: an integer [B] array of key lengths, [BH] entry t seeing those of batch t // heads
     (None: all Lk). bias: (the 4-D bias, its 4 element strides (0 broadcast), HB: [BH] entry t is
     its batch t // HB, head t % HB) or None; bias_grad (with a bias): (its gradient's buffer, zeroed,
-    its 4 element strides, DB_MODE: 1 store or 2 add atomically, DBQ, DBK: whether it has a row
-    and a key dim), filled here. empty(shape) -> a float32 array; launch(kernel name, grid, args,
+    its 4 element strides, mode: 1 stored or 2 added atomically by the score kernel, 3 summed
+    from the workspace after it (mat_bias_sum; a float32 buffer in the bias's shape), DBQ, DBK:
+    whether it has a row and a key dim), filled here. empty(shape) -> a float32 array; launch(kernel name, grid, args,
     constexprs and launch options); sms: the GPU's SMs (long_columns).
     Everything is allocated before the first launch (an out-of-memory error leaves nothing written)."""
     bh, lq, d = q.shape
@@ -197,9 +195,10 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     score_consts = dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused, HAS_LENS=lengths is not None)
     lens = p if lengths is None else lengths   # (not read without lengths)
     b_args, db_args = (p, 0, 0, 0, 0, 1), (p, 0, 0, 0, 0)   # (not read without a bias)
+    mode = 0
     if bias is not None:
         b_args, (*db_args, mode, dbq, dbk) = tuple(bias), bias_grad
-        score_consts.update(HAS_BIAS=True, DB_MODE=mode, DBQ=dbq, DBK=dbk)
+        score_consts.update(HAS_BIAS=True, DB_MODE=mode if mode < 3 else 0, DBQ=dbq, DBK=dbk)
     consts = dict(lt, D=d, DP=dp, MASKED=masked)
     by_rows = dict(consts, TRANS_A=False, REV=l2_order(dp), ALIGNED=aligned(sc["BLOCK_M"], sc["BLOCK_N"]))
     by_cols = dict(consts, TRANS_A=True, ALIGNED=aligned(sc["BLOCK_N"], sc["BLOCK_M"]))
@@ -216,6 +215,13 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
                (qc, doc, kc, vc, oc, lsec, delta, p, ds, kth, ktl, qth, qtl, doth, dotl, lens, *b_args, *db_args,
                 qk_scale, lq, lk, lqp, lkp, dlo, dhi, groups, heads, h0), score_consts)
+        if mode == 3:   # the bias's gradient from this chunk's dS: a program per block of it
+            db, nb, nh, hb = db_args[0], db_args[0].shape[0], db_args[0].shape[1], b_args[5]
+            launch("mat_bias_sum", (math.ceil(lq / sc["BLOCK_M"]) if dbq else 1,
+                                    math.ceil(lk / sc["BLOCK_N"]) if dbk else 1, nb * nh),
+                   (ds, *db_args, nb, nh, hb, bh // hb, h0, c, lq, lk, lqp, lkp, dlo, dhi),
+                   {"BLOCK_M": sc["BLOCK_M"], "BLOCK_N": sc["BLOCK_N"], "DBQ": dbq, "DBK": dbk, "MASKED": masked,
+                    "num_warps": 4})
         for a, b_hi, b_lo, dst, m, kp, factor, cs in (
                 (ds, kth, ktl, dqc, lq, lkp, scale, by_rows),   # dQ = scale dS K
                 (ds, qth, qtl, dkc, lk, lqp, scale, by_cols),   # dK = scale dS^T Q
