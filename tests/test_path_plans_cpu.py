@@ -109,6 +109,29 @@ def test_materialized_backward_offered_for_float32_tf32x3_only(monkeypatch):
         config.set_float32_precision(old)
 
 
+def test_materialized_run_launches_only_registered_kernels():
+    """Every kernel attention_materialized.run launches, with every form of bias gradient, is in
+    its KERNELS, which kernels/attention.py registers (a name missing there fails at the launch)."""
+    import numpy as np
+    from cudakit.kernels import attention_materialized as am
+    names = set()
+    q = np.zeros((4, 70, 32), np.float32)
+    lse = np.zeros((4, 70), np.float32)
+    for bshape, mode in (((2, 2, 70, 90), 1), ((1, 2, 70, 90), 3), ((2, 1, 1, 90), 2), ((2, 1, 1, 90), 3)):
+        for fused in (True, False):
+            old = am.FUSED_PREP
+            am.FUSED_PREP = fused
+            try:
+                b = np.zeros(bshape, np.float32)
+                k = np.zeros((4, 90, 32), np.float32)
+                am.run(q, q, k, k, q, lse, 0.1, -90, 90, empty=lambda s: np.zeros(s, np.float32),
+                       launch=lambda name, *a: names.add(name), bias=(b, 0, 0, 0, 0, 2),
+                       bias_grad=(b, 0, 0, 0, 0, mode, bshape[2] > 1, bshape[3] > 1))
+            finally:
+                am.FUSED_PREP = old
+    assert names == set(am.KERNELS)
+
+
 def test_float32_backward_key_names_groups_lengths_and_bias():
     """The float32 backward's path is chosen per signature: grouped k, v, key lengths and a bias
     (which dims it broadcasts, its dtype, deterministic) change the work, so they are in the key;

@@ -134,7 +134,8 @@ def _k(name: str):
             # the dropout seed's words are not specialised: one kernel for every seed, so a traced
             # plan takes a new seed per call (kernels/trace_plans.py, dispatch.DYNAMIC)
             _kernels[n] = TritonKernel(getattr(src, n), do_not_specialize=_SEED_WORDS)
-        for n in ("mat_prep", "mat_scores", "mat_long"):
+        from .attention_materialized import KERNELS
+        for n in KERNELS:
             _kernels[n] = TritonKernel(getattr(mat, n))
         k = _kernels[name]
     return k

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+KERNELS = ("mat_prep", "mat_scores", "mat_long", "mat_bias_sum")   # what run() launches (_attention_mat_triton)
 PAD = 128                   # the split arrays' and the workspace's rows: multiples of every tile below
 MAX_HEAD_DIM = 128          # DP 256 tiles do not fit the score kernel's shared memory
 WORKSPACE_BYTES = 1 << 30   # P and dS of one chunk of heads at most this (a head past it: not this path);
