@@ -9,7 +9,12 @@ attention_f32_bwd_masks.py, history/attention/*-f32-bwd-masks.json; device time 
 against torch's fastest float32 way, enable_gqa or repeated heads, a boolean mask for lengths):
 B1 H32 Hkv8 S1024 D128 causal 0.473 ms against torch's 0.899 and the flash kernels' 1.724 (the
 public call, summing dK, dV over each group after, 0.519); key lengths at B2 H8 S2048 D128 causal
-0.745 against 2.566 and 2.488; B4 H16 S1024 D64 0.708 against 1.387 and 0.966.
+0.745 against 2.566 and 2.488; B4 H16 S1024 D64 0.708 against 1.387 and 0.966. With a bias (the
+22:37 UTC call, history/attention/*-f32-bwd-bias.json; torch: the bias as a float attn_mask, its
+gradient asked for): (1, H, L, L) at B4 H16 S1024 D64 1.278 ms against torch's 1.682 and the flash
+kernels' 4.255 (3.412 when its gradient was added by atomics, the 22:18 UTC call); causal B2 H8 S2048
+D128 1.590 against 2.864 and 6.645; a (B, 1, 1, L) padding bias at B4 H16 S1024 D64 0.850 against
+1.582 and 1.677.
 
 Measured on an H100 (2026-11-27, the 08:30 UTC call, benchmarks/sweeps/attention_f32_variants.py
 --mat-shipped, everything inside the timed call): B16 H8 S512 D64 0.453 ms against torch's float32
