@@ -481,6 +481,56 @@ def check_materialized_bias(b, h, lq, lk, d, causal, window, bshape, mode, neg_i
             setattr(am, n, x)
 
 
+# the materialised backward with dropout: (BH, Lq, Lk, head_dim, causal, p, seed, workspace budget,
+# the module's options): both prep forms, a causal diagonal, heads in chunks (the mask indexes the
+# whole arrays' heads), a seed whose words are negative int32s
+MAT_DROPOUT_CASES = [(2, 70, 90, 24, False, 0.3, 12345, None, {"FUSED_PREP": True}),
+                     (3, 130, 100, 96, True, 0.2, 0xF00DFACE_9ABCDEF0, None, {"FUSED_PREP": False}),
+                     (5, 50, 140, 40, True, 0.5, 2**40 + 7, 2 * 8 * 128 * 256, {})]   # chunks 2, 2, 1
+
+
+def check_materialized_dropout(bh, lq, lk, d, causal, p, seed, budget, options):
+    """The materialised backward with dropout on the probabilities: the mask regenerated from
+    cudakit.dropout's Philox stream over the flat (BH, Lq, Lk) scores, so the gradients match the
+    float64 reference under that mask (out and lse from the reference)."""
+    from cudakit.backends.cpu_dropout import mask
+    from cudakit.backends.dropout_api import threshold
+    from cudakit.kernels import _attention_mat_triton as mat
+    from cudakit.kernels import attention_materialized as am
+    saved = {n: getattr(am, n) for n in options}
+    for n, x in options.items():
+        setattr(am, n, x)
+    try:
+        rng = np.random.default_rng(12)
+        case = ("materialized dropout", bh, lq, lk, d, causal, p, seed, budget, options)
+        q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
+        k, v = (data(rng, (bh, lk, d), "float32") for _ in range(2))
+        keep = mask((bh, lq, lk), threshold(p), seed)
+        sc = 1 / math.sqrt(d)
+        _, lse_r, pr = ac.reference(q, k, v, sc, causal)
+        pd = np.where(keep, pr / (1 - p), 0.0)
+        out_r = pd @ f64(v)
+        dp = np.where(keep, (f64(g) @ f64(v).swapaxes(1, 2)) / (1 - p), 0.0)
+        ds = pr * (dp - (f64(g) * out_r).sum(-1, keepdims=True))
+        want = (ds @ f64(k) * sc, ds.swapaxes(1, 2) @ f64(q) * sc, pd.swapaxes(1, 2) @ f64(g))
+
+        def launch(name, grid, args, consts):
+            getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
+                                     **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
+        dlo, dhi = host.key_bounds(lq, lk, causal, None)
+        lo, hi = _seed_words(seed)
+        got = am.run(g, q, k, v, np.ascontiguousarray(out_r, np.float32), np.ascontiguousarray(lse_r, np.float32), sc,
+                     dlo, dhi, empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch, budget=budget,
+                     dropout=(lo, hi, threshold(p), 1.0 / (1.0 - p)))
+        assert got is not None, case
+        for name, x, w in zip(("dq", "dk", "dv"), got, want):
+            np.testing.assert_allclose(f64(x), w, atol=2e-4 * max(1.0, np.abs(w).max()), rtol=2e-5,
+                                       err_msg=f"{name} {case}")
+    finally:
+        for n, x in saved.items():
+            setattr(am, n, x)
+
+
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
     """Dropout on the probabilities: the kernels' Philox mask (regenerated in the backward) equals
     cudakit.dropout's stream over the flat (BH, Lq, Lk) scores, so out and the gradients match the
@@ -627,6 +677,8 @@ if __name__ == "__main__":
         check_materialized(*case, groups=groups, lens=lens, heads=heads)
     for case in MAT_BIAS_CASES:
         check_materialized_bias(*case)
-    n = (len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
+    for case in MAT_DROPOUT_CASES:
+        check_materialized_dropout(*case)
+    n = (len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 13)
     print(f"{n} cases match the float64 reference")

@@ -137,7 +137,7 @@ from cudakit.kernels import attention_materialized as am
 
 d, masked = int(sys.argv[1]), sys.argv[2] == "1"
 ints = {"Lq", "Lk", "LQP", "LKP", "KP", "M", "DLO", "DHI", "G", "H", "BH0", "HB", "sb_b", "sb_h", "sb_q", "sb_k",
-        "sd_b", "sd_h", "sd_q", "sd_k", "NB", "NH", "NBATCH", "T0", "CH"}
+        "sd_b", "sd_h", "sd_q", "sd_k", "NB", "NH", "NBATCH", "T0", "CH", "DSEED_LO", "DSEED_HI", "DTHRESH"}
 out = {}
 for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps": 4, "num_stages": 3}),
                     ("scores", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked)),
@@ -147,6 +147,8 @@ for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps"
                                                             SPLIT_B=am.fused_prep(am.head_block(d)))),
                     ("scores_bias", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked, HAS_BIAS=True,
                                                          DB_MODE=2, DBQ=True, DBK=False)),
+                    ("scores_dropout", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked,
+                                                            DROPOUT=True)),
                     ("bias_sum", mat.mat_bias_sum, dict(BLOCK_M=am.score_tiles(am.head_block(d))["BLOCK_M"],
                                                         BLOCK_N=am.score_tiles(am.head_block(d))["BLOCK_N"],
                                                         DBQ=True, DBK=not masked, MASKED=masked, num_warps=4,
@@ -159,7 +161,7 @@ for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps"
     consts.update({n: x for n, x in (("D", d), ("DP", am.head_block(d))) if n in fn.arg_names})
     # (constexprs left out take their defaults: else the signature below would make them pointers)
     consts.update({p.name: p.default for p in fn.params if p.is_constexpr and p.has_default and p.name not in consts})
-    sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in ("qk_scale", "scale")
+    sig = {n: "constexpr" if n in consts else "i32" if n in ints else "fp32" if n in ("qk_scale", "scale", "DSCALE")
            else "*i64" if n == "LENS" else "*fp32" for n in fn.arg_names}
     out[name] = shared_bytes(fn, sig, consts, c["num_warps"], c["num_stages"])
 print(json.dumps(out))
@@ -170,5 +172,5 @@ print(json.dumps(out))
 def test_materialized_backward_kernels_compile_for_sm90(d, masked):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
     shared = _shared_memory(_MAT_CODE, (d, "1" if masked else "0"), unshared=("bias_sum",))
-    assert set(shared) == {"prep", "scores", "scores_fused", "scores_lengths", "scores_bias", "bias_sum", "dq",
-                           "dkdv", "dkdv_aligned", "dq_columns"}
+    assert set(shared) == {"prep", "scores", "scores_fused", "scores_lengths", "scores_bias", "scores_dropout",
+                           "bias_sum", "dq", "dkdv", "dkdv_aligned", "dq_columns"}

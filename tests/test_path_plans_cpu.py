@@ -85,8 +85,8 @@ def test_no_plan_is_made_while_planning_may_not_run_then_it_is(monkeypatch):
 
 def test_materialized_backward_offered_for_float32_tf32x3_only(monkeypatch):
     """kernels/attention.py offers the materialised float32 backward only under tf32x3, for head
-    dims up to 128, without dropout (key lengths, grouped k, v and a bias: yes), at any size but
-    an empty one."""
+    dims up to 128 (masks, key lengths, grouped k, v, a bias and dropout in the arrays' own score
+    layout: yes; another layout's, as packed sequences index it: no), at any size but an empty one."""
     import numpy as np
     from cudakit import config
     from cudakit.kernels import attention as at
@@ -100,7 +100,8 @@ def test_materialized_backward_offered_for_float32_tf32x3_only(monkeypatch):
         assert not cand("float32", 64, at.Masks(False), 4, 0, 512)
         assert not cand("bfloat16", 64, at.Masks(False), 4, 512, 512)
         assert not cand("float32", 160, at.Masks(False), 4, 512, 512)
-        assert not cand("float32", 64, at.Masks(False, dropout=(1, 2.0, 3)), 4, 512, 512)
+        assert cand("float32", 64, at.Masks(False, dropout=(1, 2.0, 3)), 4, 512, 512)
+        assert not cand("float32", 64, at.Masks(False, dropout=(1, 2.0, 3), drop_index=(0, 512, 512)), 4, 512, 512)
         for bias in (np.zeros((2, 2, 64, 80), np.float32), np.zeros((2, 1, 1, 80), np.float32)):
             assert cand("float32", 64, at.Masks(False, bias=bias, bias_heads=bias.shape[1]), 4, 64, 80)
         config.set_float32_precision("ieee")
@@ -143,8 +144,9 @@ def test_float32_backward_key_names_groups_lengths_and_bias():
     assert key(None, 0, 1, False, None, True) == plain
     full, row = np.zeros((2, 4, 64, 64), np.float32), np.zeros((2, 1, 1, 64), np.float32)
     keys = {plain, key(None, 0, 2), key(None, 0, 4), key(None, 0, 1, True), key((3, 0), 0), key(None, 0, 1, False, full),
-            key(None, 0, 1, False, row), key(None, 0, 1, False, row, True), key(None, 0, 1, False, full.astype(np.float16))}
-    assert len(keys) == 9
+            key(None, 0, 1, False, row), key(None, 0, 1, False, row, True), key(None, 0, 1, False, full.astype(np.float16)),
+            key(None, 0, 1, False, None, False, True)}
+    assert len(keys) == 10
 
 
 def test_materialized_choice_is_traced_up_to_a_workspace_size(monkeypatch):

@@ -200,6 +200,18 @@ def test_attention_float32_materialized_backward_bias_deterministic(bias_shape, 
     assert "attention_backward" in took
 
 
+@pytest.mark.parametrize("lead,lq,lk,d,causal,p,seed", [((2, 3), 130, 257, 64, True, 0.2, 7),
+                                                         ((1, 2), 300, 200, 128, False, 0.5, 2**40 + 3)])
+def test_attention_float32_materialized_backward_dropout(lead, lq, lk, d, causal, p, seed, rng, only_path,
+                                                         float32_precision):
+    """The materialised float32 backward with dropout (the mask regenerated from cudakit.dropout's
+    stream), taken alone, against float64 under that mask."""
+    float32_precision("tf32x3")
+    took = only_path("materialized")
+    ac.check_dropout(_dev, _host, rng, lead, lq, lk, d, "float32", causal, p, seed)
+    assert "attention_backward" in took
+
+
 @pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True},
                                      {"L2_ORDER": False},
                                      {"UNMASKED_LONG": False},

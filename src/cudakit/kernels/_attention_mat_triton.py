@@ -22,7 +22,9 @@ and the gradients dK, dV stay per q head (the caller sums dK, dV over each group
 zeros past it. A bias (HAS_BIAS) is added to the scores as the flash kernels add it, read in place
 by its strides; its gradient, dS summed over the dims it broadcasts, goes out of the score kernel
 (DB_MODE 1: stored, one writer an element; 2: added atomically) or is summed from the workspace's
-dS after it (mat_bias_sum: no atomics).
+dS after it (mat_bias_sum: no atomics). Dropout on the probabilities (DROPOUT): the flash kernels'
+Philox mask of score (t, i, j), element (t Lq + i) Lk + j of cudakit.dropout's stream, regenerated
+here once: P is stored dropped and scaled (dV's operand) and dP masked and scaled before dS.
 
 Padding: the split arrays and the workspace are padded to LQP / LKP rows (multiples of 128) and DP
 columns (head_dim's power of two) and hold zeros there, so the products read whole tiles without
@@ -33,7 +35,7 @@ neither computed nor written, and the long products read only the workspace entr
 import triton
 import triton.language as tl
 
-from ._attention_triton import _bias_base, _bias_tile, _dot3, _tf32_parts
+from ._attention_triton import _bias_base, _bias_tile, _dot3, _keep, _tf32_parts
 
 
 @triton.jit
@@ -113,10 +115,11 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
                DBIAS, sd_b, sd_h, sd_q, sd_k,      # its gradient (float32, or the bias's dtype for DB_MODE 1)
                qk_scale, Lq, Lk, LQP, LKP, DLO, DHI,   # qk_scale: scale * log2(e)
                G, H, BH0,          # G: q heads a k, v head serves
+               DSEED_LO, DSEED_HI, DTHRESH, DSCALE,   # DROPOUT: the seed's words, keep threshold, 1 / (1 - p)
                D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                MASKED: tl.constexpr, OWN_DELTA: tl.constexpr = False, SPLIT_B: tl.constexpr = False,
                HAS_LENS: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, DB_MODE: tl.constexpr = 0,
-               DBQ: tl.constexpr = True, DBK: tl.constexpr = True):
+               DBQ: tl.constexpr = True, DBK: tl.constexpr = True, DROPOUT: tl.constexpr = False):
     """P and dS of one (BLOCK_M queries, BLOCK_N keys) tile: S = Q K^T and dP = dO V^T (tf32x3,
     over D in one step), P = exp2(S qk_scale - lse log2(e)), dS = P (dP - delta); 0 where a row
     does not see a key, past Lq and past Lk. Every operand is split in registers (K, V split
@@ -179,9 +182,15 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
                             cols.to(tl.int64)[None, :] * sb_k, r_ok[:, None] & (cols < Lk)[None, :])
             ok = ok & (lse2 != float("-inf"))[:, None]
         p = tl.where(ok, tl.math.exp2(s - lse2[:, None]), 0.0)   # (a row seeing no key: lse -inf)
+        if DROPOUT:
+            keep = _keep(((bh + BH0) * Lq + rows)[:, None] * Lk + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
+            dp = tl.where(keep, dp * DSCALE, 0.0)
         ds = tl.where(ok, p * (dp - delta[:, None]), 0.0)
         out = bh * LQP * LKP + rows[:, None].to(tl.int64) * LKP + cols[None, :]
-        tl.store(P + out, p)
+        if DROPOUT:
+            tl.store(P + out, tl.where(keep, p * DSCALE, 0.0))
+        else:
+            tl.store(P + out, p)
         tl.store(DS + out, ds)
         if DB_MODE != 0:
             _bias_grad(DBIAS, _bias_base(bh + BH0, HB, sd_b, sd_h), rows.to(tl.int64) * sd_q,

@@ -135,8 +135,8 @@ def _k(name: str):
             # plan takes a new seed per call (kernels/trace_plans.py, dispatch.DYNAMIC)
             _kernels[n] = TritonKernel(getattr(src, n), do_not_specialize=_SEED_WORDS)
         from .attention_materialized import KERNELS
-        for n in KERNELS:
-            _kernels[n] = TritonKernel(getattr(mat, n))
+        for n in KERNELS:   # (the score kernel's seed words not specialised either)
+            _kernels[n] = TritonKernel(getattr(mat, n), do_not_specialize=_SEED_WORDS if n == "mat_scores" else ())
         k = _kernels[name]
     return k
 
@@ -746,7 +746,7 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     if tiles is None and _materialized_candidate(dtype_name, d, masks, bh, lq, k.shape[1]):
         from . import paths
         key = _f32_bwd_key(bh, lq, k.shape[1], d, causal, masks.window, q.data.device_id, groups,
-                           masks.lengths is not None, masks.bias, deterministic)
+                           masks.lengths is not None, masks.bias, deterministic, masks.dropout is not None)
         return paths.run("attention_backward", key, [
             ("materialized", lambda: _materialized_backward(do, q, k, v, out, lse, scale, masks, groups,
                                                             deterministic)),
@@ -774,15 +774,17 @@ def _materialized_candidate(dtype_name: str, d: int, masks: Masks, bh: int, lq: 
 
 
 def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device: int, groups: int = 1,
-                 lengths: bool = False, bias=None, deterministic: bool = False) -> tuple:
+                 lengths: bool = False, bias=None, deterministic: bool = False, dropout: bool = False) -> tuple:
     """The signature the float32 backward's path (materialised or flash) is chosen under: the
     precision, the window (which decides how much of the workspace is computed), grouped k, v
-    (("groups", G)), key lengths (("lengths",)) and a bias (("bias", the dims it broadcasts, its
-    dtype, deterministic): how its gradient is summed) in it, the last three only where they are."""
+    (("groups", G)), key lengths (("lengths",)), dropout (("dropout",)) and a bias (("bias", the
+    dims it broadcasts, its dtype, deterministic): how its gradient is summed) in it, the last four
+    only where they are."""
     key = _path_key("bwd", bh, lq, lk, d, f"float32-{config.float32_precision()}", causal, device)
     key = key if window is None else key + (tuple(window),)
     key = key if groups == 1 else key + (("groups", groups),)
     key = key + (("lengths",),) if lengths else key
+    key = key + (("dropout",),) if dropout else key
     if bias is None:
         return key
     return key + (("bias", tuple(n == 1 for n in bias.shape), str(bias.dtype), bool(deterministic)),)
@@ -811,7 +813,8 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: i
         r = am.run(*arrays, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
                    launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args),
                    sms=get_device_info(q.data.device_id).multiprocessors, groups=groups,
-                   lengths=masks.lengths, heads=masks.heads, bias=bias, bias_grad=bias_grad)
+                   lengths=masks.lengths, heads=masks.heads, bias=bias, bias_grad=bias_grad,
+                   dropout=None if masks.dropout is None else _drop_args(masks))
         return r if r is None or db is None else (*r, db)
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         from .. import fallbacks

@@ -2,8 +2,8 @@
 P and dS written once to a float32 workspace, then three long-K products, instead of the flash
 backward's two fused kernels. kernels/attention.py offers it to kernels/paths.py as a second path
 of the float32 backward (timed once per signature against the flash kernels, the choice kept on
-disk), for head dims up to 128 with causal or window masks, key lengths, grouped-query k, v
-and an additive bias (not dropout: that stays on the flash kernels).
+disk), for head dims up to 128 with causal or window masks, key lengths, grouped-query k, v,
+an additive bias and dropout on the probabilities.
 With grouped k, v and key lengths, on an H100 (2026-11-27 22:09 UTC, benchmarks/sweeps/
 attention_f32_bwd_masks.py, history/attention/*-f32-bwd-masks.json; device time behind an L2 flush
 against torch's fastest float32 way, enable_gqa or repeated heads, a boolean mask for lengths):
@@ -135,8 +135,8 @@ def padded(n: int) -> int:
 
 def eligible(d: int, precision: str, masks) -> bool:
     """Whether this float32 backward may take the materialised path: tf32x3 products, head_dim
-    <= 128, no dropout (any mask else, key lengths, a bias and grouped k, v too)."""
-    return precision == "tf32x3" and 0 < d <= MAX_HEAD_DIM and masks.dropout is None
+    <= 128 (any mask, key lengths, a bias, grouped k, v, dropout in the arrays' own score layout)."""
+    return precision == "tf32x3" and 0 < d <= MAX_HEAD_DIM and masks.drop_index is None
 
 
 def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None, groups: int = 1) -> int:
@@ -167,7 +167,8 @@ def workspace_bytes(bh: int, lq: int, lk: int, d: int, groups: int = 1) -> int:
 
 
 def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, budget: int | None = None,
-        sms: int | None = None, groups: int = 1, lengths=None, heads: int = 1, bias=None, bias_grad=None):
+        sms: int | None = None, groups: int = 1, lengths=None, heads: int = 1, bias=None, bias_grad=None,
+        dropout=None):
     """(dq, dk, dv) float32 of attention for dL/dout = do, dq like q and dk, dv [BH, Lk, D] (per q
     head), or None when one group of heads' workspace exceeds the budget. q, out, do: [BH, Lq, D];
     k, v: [BH / groups, Lk, D] (q head t reads head t // groups); lse: [BH, Lq] (natural log, the
@@ -177,7 +178,8 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     its batch t // HB, head t % HB) or None; bias_grad (with a bias): (its gradient's buffer, zeroed,
     its 4 element strides, mode: 1 stored or 2 added atomically by the score kernel, 3 summed
     from the workspace after it (mat_bias_sum; a float32 buffer in the bias's shape), DBQ, DBK:
-    whether it has a row and a key dim), filled here. empty(shape) -> a float32 array; launch(kernel name, grid, args,
+    whether it has a row and a key dim), filled here. dropout: (the seed's low and high words as
+    int32, the keep threshold, 1 / (1 - p)) of dropout on the probabilities, or None. empty(shape) -> a float32 array; launch(kernel name, grid, args,
     constexprs and launch options); sms: the GPU's SMs (long_columns).
     Everything is allocated before the first launch (an out-of-memory error leaves nothing written)."""
     bh, lq, d = q.shape
@@ -201,6 +203,8 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     score_consts = dict(sc, D=d, DP=dp, MASKED=masked, OWN_DELTA=fused, SPLIT_B=fused, HAS_LENS=lengths is not None)
     lens = p if lengths is None else lengths   # (not read without lengths)
     b_args, db_args = (p, 0, 0, 0, 0, 1), (p, 0, 0, 0, 0)   # (not read without a bias)
+    score_consts["DROPOUT"] = dropout is not None
+    drop = (0, 0, 0, 1.0) if dropout is None else tuple(dropout)
     mode = 0
     if bias is not None:
         b_args, (*db_args, mode, dbq, dbk) = tuple(bias), bias_grad
@@ -220,7 +224,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
                    {"D": d, "DP": dp, "BLOCK_L": PREP_ROWS, "num_warps": 4})
         launch("mat_scores", (lqp // sc["BLOCK_M"], lkp // sc["BLOCK_N"], c),
                (qc, doc, kc, vc, oc, lsec, delta, p, ds, kth, ktl, qth, qtl, doth, dotl, lens, *b_args, *db_args,
-                qk_scale, lq, lk, lqp, lkp, dlo, dhi, groups, heads, h0), score_consts)
+                qk_scale, lq, lk, lqp, lkp, dlo, dhi, groups, heads, h0, *drop), score_consts)
         if mode == 3:   # the bias's gradient from this chunk's dS: a program per block of it
             db, nb, nh, hb = db_args[0], db_args[0].shape[0], db_args[0].shape[1], b_args[5]
             launch("mat_bias_sum", (math.ceil(lq / sc["BLOCK_M"]) if dbq else 1,
