@@ -561,7 +561,9 @@ def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
 
 DROPOUT_CASES = [(2, 70, 90, 24, False, "float32", 0.3, 12345), (1, 129, 200, 64, True, "float16", 0.1, 2**40 + 7),
                  (3, 40, 33, 16, True, "float32", 0.5, 1), (1, 50, 70, 72, False, "float32", 0.2, 99),
-                 (2, 33, 47, 32, True, "float32", 0.25, 0xF00DFACE_9ABCDEF0)]   # both words >= 2^31: negative int32s
+                 (2, 33, 47, 32, True, "float32", 0.25, 0xF00DFACE_9ABCDEF0),   # both words >= 2^31: negative int32s
+                 # key strides of a multiple of 4 (a Philox call serves four keys: _keep_tile), odd Lq
+                 (2, 71, 92, 24, True, "float32", 0.3, 77), (1, 65, 128, 64, False, "float16", 0.2, 2**33 + 5)]
 
 GQA_CASES = [(2, 4, 2, 70, 90, 24, True, "float32", None), (1, 8, 1, 129, 200, 64, False, "float16", None),
              (2, 6, 3, 50, 50, 16, True, "float32", [50, 17]), (1, 4, 2, 40, 70, 80, True, "float32", [33])]

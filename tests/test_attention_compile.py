@@ -61,7 +61,7 @@ if parts > 1:   # (compiled only: it holds nothing in shared memory)
                                   {"D": d, "KSPLIT": parts, "BLOCK_M": 32, "BLOCK_D": host.head_block(d)}, 4, 1) <= 232448
 for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
-    consts.update(D=d, HAS_LENS=causal, HAS_BIAS=bias, VARLEN=False, DROPOUT=False,
+    consts.update(D=d, HAS_LENS=causal, HAS_BIAS=bias, VARLEN=False, DROPOUT="dropout" in sys.argv[5:],
                   **({"EVEN_Q": True} if name == "dkdv" else {}),
                   **({"POS_SCALE": not bias} if name == "fwd" else {}),
                   **({"DB_MODE": 0, "DBQ": True, "DBK": True} if name == "dq" else {}))
@@ -100,6 +100,14 @@ def _shared_memory(code: str, args, env_extra=None, unshared=()) -> dict:
 def test_attention_kernels_compile_for_sm90(dtype, d, causal, block_n, prec):
     _shared_memory(_CODE, (dtype, d, "1" if causal else "0", block_n),
                    {"CUDAKIT_FLOAT32_PRECISION": prec} if prec else None)
+
+
+@pytest.mark.parametrize("dtype,d,causal", [("bfloat16", 64, False), ("bfloat16", 128, True), ("float32", 128, True),
+                                             ("float16", 40, False)])
+def test_attention_kernels_with_dropout_compile_for_sm90(dtype, d, causal):
+    """The three kernels with dropout on the probabilities: the mask's Philox words four keys a
+    call (_keep_tile: split, join and reshape of the tile; dK, dV's transposed)."""
+    _shared_memory(_CODE, (dtype, d, "1" if causal else "0", 0, "dropout"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 
 def test_attention_split_forward_with_bias_compiles_for_sm90():

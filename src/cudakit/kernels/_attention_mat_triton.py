@@ -35,7 +35,7 @@ neither computed nor written, and the long products read only the workspace entr
 import triton
 import triton.language as tl
 
-from ._attention_triton import _bias_base, _bias_tile, _dot3, _keep, _tf32_parts
+from ._attention_triton import _bias_base, _bias_tile, _dot3, _keep_tile, _tf32_parts
 
 
 @triton.jit
@@ -183,7 +183,7 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
             ok = ok & (lse2 != float("-inf"))[:, None]
         p = tl.where(ok, tl.math.exp2(s - lse2[:, None]), 0.0)   # (a row seeing no key: lse -inf)
         if DROPOUT:
-            keep = _keep(((bh + BH0) * Lq + rows)[:, None] * Lk + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
+            keep = _keep_tile(((bh + BH0) * Lq + rows) * Lk, cols, DSEED_LO, DSEED_HI, DTHRESH)
             dp = tl.where(keep, dp * DSCALE, 0.0)
         ds = tl.where(ok, p * (dp - delta[:, None]), 0.0)
         out = bh * LQP * LKP + rows[:, None].to(tl.int64) * LKP + cols[None, :]

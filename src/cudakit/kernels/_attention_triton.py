@@ -87,7 +87,33 @@ def _keep(idx, seed_lo, seed_hi, thresh):
     """Dropout's keep-mask of the scores with flat indices idx (int64, (bh Lq + i) Lk + j): word
     idx % 4 of Philox4x32-10 at counter (idx // 4, 0, 0) under key (seed_lo, seed_hi), kept iff
     >= thresh. The stream of cudakit.dropout (kernels/dropout.py, backends/cpu_dropout.py)."""
-    g = idx >> 2
+    c0, c1, c2, c3 = _philox(idx >> 2, seed_lo, seed_hi)
+    w = idx & 3
+    word = tl.where(w == 0, c0, tl.where(w == 1, c1, tl.where(w == 2, c2, c3)))
+    return word.to(tl.int64) >= thresh
+
+
+@triton.jit
+def _keep_tile(row_idx, cols, seed_lo, seed_hi, thresh):
+    """_keep of the [R, C] tile of scores with flat indices row_idx[r] + cols[c] (row_idx int64,
+    cols consecutive from a multiple of 4). Where every row_idx is a multiple of 4 (the flat index's
+    key stride is), the four keys 4m .. 4m + 3 of a row share one Philox call, whose four words they
+    take in order: a quarter of _keep's work; else _keep's."""
+    if tl.max(row_idx % 4, 0) == 0:
+        c4 = tl.reshape(cols, [cols.shape[0] // 4, 2, 2])   # (m, a, b): cols[4m + 2a + b]
+        first, _ = tl.split(c4)
+        first, _ = tl.split(first)                           # cols[4m]
+        c0, c1, c2, c3 = _philox((row_idx[:, None] + first[None, :]) >> 2, seed_lo, seed_hi)
+        word = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), [row_idx.shape[0], cols.shape[0]])
+        keep = word.to(tl.int64) >= thresh
+    else:
+        keep = _keep(row_idx[:, None] + cols[None, :], seed_lo, seed_hi, thresh)
+    return keep
+
+
+@triton.jit
+def _philox(g, seed_lo, seed_hi):
+    """The four words of Philox4x32-10 at counter (g, 0, 0) (g int64) under key (seed_lo, seed_hi)."""
     c0 = (g & 0xFFFFFFFF).to(tl.uint32)
     c1 = (g >> 32).to(tl.uint32)
     c2 = c0 * 0
@@ -107,9 +133,7 @@ def _keep(idx, seed_lo, seed_hi, thresh):
         hi1 = tl.umulhi(m1, c2)
         lo1 = m1 * c2
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-    w = idx & 3
-    word = tl.where(w == 0, c0, tl.where(w == 1, c1, tl.where(w == 2, c2, c3)))
-    return word.to(tl.int64) >= thresh
+    return c0, c1, c2, c3
 
 
 @triton.jit
@@ -252,7 +276,7 @@ def _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:   # the row sums above keep every probability; the product takes the kept ones, scaled
-        keep = _keep(drop_rows[:, None] + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
+        keep = _keep_tile(drop_rows, cols, DSEED_LO, DSEED_HI, DTHRESH)
         p = tl.where(keep, p * DSCALE, 0.0)
     return p, alpha, l_i, m_new
 
@@ -582,7 +606,7 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
         pT = tl.where(m_ok[None, :], pT, 0.0)
     dpT = tl.dot(v, tl.trans(do), input_precision=PREC)
     if DROPOUT:   # out = (P o M / (1 - p)) V: dV and dP through the forward's mask
-        keep = _keep((drop_base + rows[None, :]) * Lk + cols[:, None], DSEED_LO, DSEED_HI, DTHRESH)
+        keep = tl.trans(_keep_tile((drop_base + rows) * Lk, cols, DSEED_LO, DSEED_HI, DTHRESH))
         dv += tl.dot(tl.where(keep, pT * DSCALE, 0.0).to(do.dtype), do, input_precision=PREC)
         dpT = tl.where(keep, dpT * DSCALE, 0.0)
     else:
@@ -682,7 +706,7 @@ def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n
         p = tl.where((cols[None, :] >= lo_r[:, None]) & (cols[None, :] < hi_r[:, None]), p, 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=PREC)
     if DROPOUT:
-        keep = _keep(drop_rows[:, None] + cols[None, :], DSEED_LO, DSEED_HI, DTHRESH)
+        keep = _keep_tile(drop_rows, cols, DSEED_LO, DSEED_HI, DTHRESH)
         dp = tl.where(keep, dp * DSCALE, 0.0)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
