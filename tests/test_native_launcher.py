@@ -690,6 +690,29 @@ def test_replay_substitutes_arguments_allocations_and_the_stream(rp):
     assert recent == [("k1", (2, 1, 1), (128, 1, 1)), ("k2", (1, 1, 1), (32, 1, 1))]
 
 
+def test_replay_takes_a_step_of_more_than_16_substitutions(rp):
+    """A step with 24 substituted pointers (past the 16 the replay took until 2026-11-27: the
+    materialised attention backward's score kernel has 18, with dropout's seed words 20) replays
+    each from its source; one past CK_MAX_SUBS is refused."""
+    from cudakit.kernels import trace_plans
+    m, _, _ = rp
+    n = 24
+    seen, _cb = _all_launches(m, n)
+    x = _ReplayArray((64,), "float32")
+    slots = tuple(_b8(0) for _ in range(n))
+    subs = tuple((i, 0, 0, 4 * i) if i % 2 else (i, 1, 0, 8 * i) for i in range(n))
+    steps = ((0, 0xC1, (1, 1, 1, 32, 1, 1, 0), slots, subs, ("k", (1, 1, 1), (32, 1, 1))),)
+    plan = m.replay_new((256,), steps, ((0, 0, (4,), np.dtype("float32"), ()),), True, None)
+    plan(x)
+    a0 = 0x7100000
+    assert seen[0][4] == [x.data.ptr + 4 * i if i % 2 else a0 + 8 * i for i in range(n)]
+    many = trace_plans._MAX_SUBS + 1
+    steps = ((0, 0xC2, (1, 1, 1, 32, 1, 1, 0), tuple(_b8(0) for _ in range(many)),
+              tuple((i, 0, 0, 0) for i in range(many)), ("k", (1, 1, 1), (32, 1, 1))),)
+    with pytest.raises(ValueError, match="substitutions"):
+        m.replay_new((16,), steps, ((0, 0, (4,), np.dtype("float32"), ()),), True, None)
+
+
 def test_replay_single_output_and_a_none_argument_gives_a_null_pointer(rp):
     m, _, _ = rp
     seen, _cb = _all_launches(m, 2)
@@ -867,3 +890,18 @@ def test_plan_call_runs_the_signatures_plan_or_checked_path_only_while_the_gate_
     m.fast_hold(-1)
     with pytest.raises(TypeError, match="plan_call"):
         m.plan_call(plans, "softmax", args)
+
+
+def test_replay_limits_agree_with_the_tracer():
+    """kernels/trace_plans.py declines to make a native replay past _native.c's limits (steps,
+    allocations, substitutions a step): the two must agree, else a plan the C side would take
+    replays in Python (and one with a per-call seed not at all), or the C side fails to build one."""
+    import re
+    from pathlib import Path
+
+    from cudakit.kernels import trace_plans
+    src = Path(native.__file__).with_name("_native.c").read_text()
+    limits = {n: int(re.search(rf"#define CK_MAX_{n} (\d+)", src).group(1)) for n in ("STEPS", "ALLOCS", "SUBS")}
+    assert (trace_plans._MAX_STEPS, trace_plans._MAX_ALLOCS, trace_plans._MAX_SUBS) == \
+        (limits["STEPS"], limits["ALLOCS"], limits["SUBS"])
+    assert trace_plans._MAX_SUBS >= 20   # the materialised attention backward's score kernel with dropout

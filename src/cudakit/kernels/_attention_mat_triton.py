@@ -143,7 +143,7 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
     length = Lk
     live = seen
     if HAS_LENS:
-        length = tl.minimum(tl.maximum(tl.load(LENS + (bh + BH0) // H).to(tl.int32), 0), Lk)
+        length = tl.minimum(tl.maximum(tl.load(LENS + (bh + BH0) // H).to(tl.int64), 0), Lk).to(tl.int32)
         if seen & (n0 >= length):   # a tile past the keys: zeros (the long products may read them)
             zout = bh * LQP * LKP + (m0 + tl.arange(0, BLOCK_M))[:, None].to(tl.int64) * LKP \
                 + (n0 + tl.arange(0, BLOCK_N))[None, :]

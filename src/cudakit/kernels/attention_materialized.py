@@ -226,7 +226,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
                (qc, doc, kc, vc, oc, lsec, delta, p, ds, kth, ktl, qth, qtl, doth, dotl, lens, *b_args, *db_args,
                 qk_scale, lq, lk, lqp, lkp, dlo, dhi, groups, heads, h0, *drop), score_consts)
         if mode == 3:   # the bias's gradient from this chunk's dS: a program per block of it
-            db, nb, nh, hb = db_args[0], db_args[0].shape[0], db_args[0].shape[1], b_args[5]
+            nb, nh, hb = db_args[0].shape[0], db_args[0].shape[1], b_args[5]
             launch("mat_bias_sum", (math.ceil(lq / sc["BLOCK_M"]) if dbq else 1,
                                     math.ceil(lk / sc["BLOCK_N"]) if dbk else 1, nb * nh),
                    (ds, *db_args, nb, nh, hb, bh // hb, h0, c, lq, lk, lqp, lkp, dlo, dhi),

@@ -376,12 +376,18 @@ def _build(rec: _Recorder, arrays, result, seeds=None):
     return planned
 
 
+# runtime/_native.c's CK_MAX_STEPS, CK_MAX_ALLOCS, CK_MAX_SUBS (tests/test_native_launcher.py checks
+# they agree): past them a plan replays in Python, and not at all with a per-call seed
+_MAX_STEPS, _MAX_ALLOCS, _MAX_SUBS = 32, 16, 32
+
+
 def _native_replay(steps, sizes, outs, single):
     """The plan as a native Replay (runtime/_native.c: the same allocations and launches without
     a Python frame per launch), or None where the native module cannot replay it."""
     from ..runtime import native
     sizes, where = _merge_temporaries(sizes, outs)
-    if len(steps) > 32 or len(sizes) > 16 or any(len(st[5]) > 64 or len(st[7]) > 16 for st in steps):
+    if len(steps) > _MAX_STEPS or len(sizes) > _MAX_ALLOCS or any(len(st[5]) > 64 or len(st[7]) > _MAX_SUBS
+                                                                  for st in steps):
         from .. import fallbacks
         fallbacks.note(f"replay:{steps[0][0]}", f"a traced plan starting with {steps[0][0]} has more steps, "
                                                 f"allocations or parameters than the native replay takes")

@@ -1131,7 +1131,7 @@ static PyObject* tk_bind(PyObject* self, PyObject* const* args, Py_ssize_t nargs
  * launches); the plan was verified bitwise against the checked call when it was made. */
 #define CK_MAX_ALLOCS 16
 #define CK_MAX_STEPS 32
-#define CK_MAX_SUBS 16
+#define CK_MAX_SUBS 32   /* (the materialised attention backward's score kernel: 18 pointers, 2 seed words) */
 #define CK_MAX_PARAM_BYTES 4096
 typedef struct {
   int kind, nparams, nsubs, nbytes;
