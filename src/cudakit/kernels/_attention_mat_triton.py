@@ -11,7 +11,8 @@ every operand tile in registers and shared memory, where float32 tiles are twice
               one step, then P = exp(S - lse) and dS = P (dP - delta), written to a float32 workspace;
   mat_long    dQ = dS K, dK = dS^T Q, dV = P^T dO as long-K products over the workspace.
 Five tf32x3 products a (query, key) pair, as FlashAttention-2's order, with no atomics (the
-result is bitwise the same on every run), at the cost of 2 x 4 Lq Lk bytes of workspace a head
+result is bitwise the same on every run; but a broadcasting bias's row or key sums in a call not
+asked to be deterministic, below), at the cost of 2 x 4 Lq Lk bytes of workspace a head
 (the host processes heads in chunks). tf32x3: a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi, a_lo.b_lo
 (about 2^-22 of the term) dropped; the score kernel's operands and the long products' A operands
 (P, dS) are split in registers.
