@@ -179,8 +179,9 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     its 4 element strides, mode: 1 stored or 2 added atomically by the score kernel, 3 summed
     from the workspace after it (mat_bias_sum; a float32 buffer in the bias's shape), DBQ, DBK:
     whether it has a row and a key dim), filled here. dropout: (the seed's low and high words as
-    int32, the keep threshold, 1 / (1 - p)) of dropout on the probabilities, or None. empty(shape) -> a float32 array; launch(kernel name, grid, args,
-    constexprs and launch options); sms: the GPU's SMs (long_columns).
+    int32, the keep threshold, 1 / (1 - p)) of dropout on the probabilities, or None.
+    empty(shape) -> a float32 array; launch(kernel name, grid, args, constexprs and launch
+    options); sms: the GPU's SMs (long_columns).
     Everything is allocated before the first launch (an out-of-memory error leaves nothing written)."""
     bh, lq, d = q.shape
     lk = k.shape[1]
