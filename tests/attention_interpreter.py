@@ -371,7 +371,10 @@ MAT_MASK_CASES = [((4, 70, 90, 24, True, None, None, {"FUSED_PREP": True}), 2, N
                   ((4, 65, 150, 16, False, None, None, {"FUSED_PREP": True}), 1, [150, 0, 64, 1], 1),
                   ((4, 90, 200, 64, True, None, None, {"FUSED_PREP": False}), 1, [200, 35], 2),
                   ((4, 60, 140, 80, True, (40, 10), None, {"FUSED_PREP": True}), 2, [140, 0], 2),
-                  ((8, 40, 300, 32, False, None, 5 * 8 * 128 * 384, {"FUSED_PREP": True}), 4, [129, 300], 4)]  # chunks 4, 4
+                  ((8, 40, 300, 32, False, None, 5 * 8 * 128 * 384, {"FUSED_PREP": True}), 4, [129, 300], 4),  # chunks 4, 4
+                  # the group sums with the long products' columns in blocks, and with their masked reads
+                  ((4, 70, 90, 128, True, None, None, {"LONG_COLUMNS": 2}), 2, None, 4),
+                  ((6, 100, 70, 40, True, (30, 5), None, {"UNMASKED_LONG": False}), 3, [70, 20], 3)]
 
 
 def check_materialized(bh, lq, lk, d, causal, window, budget, options, groups=1, lens=None, heads=1):
@@ -379,7 +382,7 @@ def check_materialized(bh, lq, lk, d, causal, window, budget, options, groups=1,
     on the float64 reference's out and lse, against its gradients; every array it allocates starts as NaN
     (an entry read before it is written shows, padding included). options:
     the module's switches to set for the case (restored after); groups: q heads a k, v head serves
-    (dk, dv compared per q head); lens: key lengths per batch of `heads` [BH] entries."""
+    (dk, dv: each k, v head's sum over its group); lens: key lengths per batch of `heads` [BH] entries."""
     from cudakit.kernels import _attention_mat_triton as mat
     from cudakit.kernels import attention_materialized as am
     saved = {n: getattr(am, n) for n in options}
@@ -399,9 +402,10 @@ def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options,
     k, v = (data(rng, (bh // groups, lk, d), "float32") for _ in range(2))
     scale = 1 / math.sqrt(d)
     blens = None if lens is None else np.repeat(np.asarray(lens), heads)   # per [BH] entry
-    # per q head: the gradients of k, v repeated over each group
+    # on k, v repeated over each group; each k, v head's gradient the sum over its group
     out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, np.repeat(k, groups, 0), np.repeat(v, groups, 0), scale,
                                                      causal, g, window, blens)
+    dk_r, dv_r = (x.reshape(bh // groups, groups, lk, d).sum(1) for x in (dk_r, dv_r))
 
     def launch(name, grid, args, consts):
         getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),

@@ -164,7 +164,8 @@ for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps"
                     ("dq", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, REV=True)),
                     ("dkdv", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True)),
                     ("dkdv_aligned", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, ALIGNED=True)),
-                    ("dq_columns", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, COLS=2))):
+                    ("dq_columns", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=False, COLS=2)),
+                    ("dkdv_groups", mat.mat_long, dict(am.LONG_TILES, MASKED=masked, TRANS_A=True, GROUPS=4))):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
     consts.update({n: x for n, x in (("D", d), ("DP", am.head_block(d))) if n in fn.arg_names})
     # (constexprs left out take their defaults: else the signature below would make them pointers)
@@ -181,4 +182,4 @@ def test_materialized_backward_kernels_compile_for_sm90(d, masked):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
     shared = _shared_memory(_MAT_CODE, (d, "1" if masked else "0"), unshared=("bias_sum",))
     assert set(shared) == {"prep", "scores", "scores_fused", "scores_lengths", "scores_bias", "scores_dropout",
-                           "bias_sum", "dq", "dkdv", "dkdv_aligned", "dq_columns"}
+                           "bias_sum", "dq", "dkdv", "dkdv_aligned", "dq_columns", "dkdv_groups"}

@@ -316,6 +316,32 @@ def test_attention_grouped_query(b, h, hkv, lq, lk, d, dtype, causal, layout, rn
     ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal, layout)
 
 
+@pytest.mark.parametrize("layout", ["bhld", "blhd"])
+def test_grouped_query_backward_takes_gradients_summed_by_the_kernels(layout, rng, monkeypatch):
+    """A backward module that reads grouped k, v in place may return dk, dv either per q head (the
+    backend sums each group) or already summed like k, v (the GPU's materialised float32 kernels):
+    both give the reference's gradients. Here the CPU backend's module is made to do the latter."""
+    be = cudakit.get_backend("cpu")
+    mod = be._attention_module("float32")
+
+    class Summing:
+        @staticmethod
+        def forward(q, k, v, scale, causal, name, block_n=None, masks=None, need_lse=True, groups=1, q_heads=1):
+            kr, vr = (np.repeat(x, groups, axis=0) for x in (k, v))
+            return mod.forward(q, kr, vr, scale, causal, name, block_n, masks=masks, need_lse=need_lse)
+
+        @staticmethod
+        def backward(do, q, k, v, out, lse, scale, causal, name, masks=None, deterministic=False, groups=1,
+                     q_heads=1):
+            kr, vr = (np.repeat(x, groups, axis=0) for x in (k, v))
+            dq, dk, dv = mod.backward(do, q, kr, vr, out, lse, scale, causal, name, masks=masks)
+            return (dq,) + tuple(x.reshape(-1, groups, *x.shape[1:]).sum(1) for x in (dk, dv))
+
+    monkeypatch.setattr(type(be), "_gqa_in_place", lambda self, *a, **k: True)
+    monkeypatch.setattr(type(be), "_attention_module", lambda self, name: Summing)
+    ac.check_attention_gqa(_dev, _host, rng, 2, 6, 2, 9, 13, 8, "float32", True, layout)
+
+
 def test_attention_grouped_query_errors():
     from cudakit.errors import ShapeError
     q, k = np.zeros((2, 6, 5, 8), np.float32), np.zeros((2, 4, 5, 8), np.float32)

@@ -144,7 +144,7 @@ def test_attention_float32_materialized_backward(lead, lq, lk, d, causal, window
 def test_attention_float32_materialized_backward_grouped(b, h, hkv, lq, lk, d, causal, rng, only_path,
                                                          float32_precision):
     """The materialised float32 backward with grouped-query k, v (read in place, dk, dv summed over
-    each group by the caller), taken alone, against float64."""
+    each group by its long products), taken alone, against float64."""
     float32_precision("tf32x3")
     took = only_path("materialized")
     ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, "float32", causal)

@@ -391,9 +391,13 @@ class AttentionOps:
                                            self._as_bhld(tv, nkv), self._as_bhld(to, n), lse, scale, bool(causal), name,
                                            masks=masks, deterministic=bool(deterministic), **gqa)
         per_q_head = tuple(tq.shape[:-2]) + tuple(tk.shape[-2:])
-        dq, dk, dv = dq.reshape(tq.shape), dk.reshape(per_q_head), dv.reshape(per_q_head)
-        if groups > 1:   # each k and v head's gradient: the sum over the q heads of its group
-            dk, dv = (self._sum_groups(x, groups, kv_shape) for x in (dk, dv))
+        dq = dq.reshape(tq.shape)
+        if groups > 1 and dk.size != math.prod(per_q_head):   # summed over each group by the kernels
+            dk, dv = dk.reshape(kv_shape), dv.reshape(kv_shape)
+        else:
+            dk, dv = dk.reshape(per_q_head), dv.reshape(per_q_head)
+            if groups > 1:   # each k and v head's gradient: the sum over the q heads of its group
+                dk, dv = (self._sum_groups(x, groups, kv_shape) for x in (dk, dv))
         grads = (dq, dk, dv)
         if blhd:
             grads = tuple(self._ascontiguous(g.swapaxes(1, 2)) for g in grads)

@@ -18,7 +18,7 @@ asked to be deterministic, below), at the cost of 2 x 4 Lq Lk bytes of workspace
 (P, dS) are split in registers.
 
 Grouped-query k, v (G > 1): k, v hold BH / G heads, q head t reading head t // G; the split K^T
-and the gradients dK, dV stay per q head (the caller sums dK, dV over each group). Key lengths
+stays per q head, and dK, dV's long products sum each group's heads (mat_long GROUPS). Key lengths
 (HAS_LENS): [BH] entry t sees keys below LENS[t // H] (clamped to [0, Lk]); the score kernel writes
 zeros past it. A bias (HAS_BIAS) is added to the scores as the flash kernels add it, read in place
 by its strides; its gradient, dS summed over the dims it broadcasts, goes out of the score kernel
@@ -307,11 +307,12 @@ def _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A: tl.constexpr, M
 
 
 @triton.jit
-def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: B's parts [BH, DP, KP]; C: [BH, M, D]
+def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: B's parts [BH, DP, KP];
+                               # C: [BH / GROUPS, M, D]
              scale, M, Lq, Lk, LQP, LKP, KP, DLO, DHI,
              D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
              TRANS_A: tl.constexpr, MASKED: tl.constexpr, REV: tl.constexpr = False,
-             ALIGNED: tl.constexpr = False, COLS: tl.constexpr = 1):
+             ALIGNED: tl.constexpr = False, COLS: tl.constexpr = 1, GROUPS: tl.constexpr = 1):
     """C = scale * op(A) B, rows BLOCK_M at a time, over the reduced axis: op(A) = A, rows the
     queries, reduced over the keys (dQ = dS K; M = Lq, KP = LKP) or, with TRANS_A, A^T, rows the
     keys, reduced over the queries (dK = dS^T Q, dV = P^T dO; M = Lk, KP = LQP). B as mat_prep
@@ -332,16 +333,16 @@ def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: 
     kernel, 2.420 and 0.514 ms.
     COLS > 1: C's columns in COLS blocks of DP / COLS, one program each (grid dim z): more, smaller
     programs where the row blocks alone leave SMs idle (A's tiles are then read and split COLS
-    times, from L2)."""
+    times, from L2). GROUPS > 1 (grouped-query k, v; with TRANS_A): program (., g, .) sums the
+    products of heads g GROUPS .. g GROUPS + GROUPS - 1 into C's head g (dK, dV per k, v head)."""
     start_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
+    bh_out = tl.program_id(1).to(tl.int64)
     if REV:
-        bh = tl.num_programs(1) - 1 - bh
+        bh_out = tl.num_programs(1) - 1 - bh_out
     m0 = start_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     offs_d = tl.program_id(2) * (DP // COLS) + tl.arange(0, DP // COLS)
-    a_base = bh * LQP * LKP
     lo = 0
     hi = KP
     if MASKED:   # the reduced range the block's rows see (DLO, DHI clamped by the host to +-(Lq + Lk))
@@ -353,11 +354,14 @@ def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: 
             hi = tl.minimum(m0 + BLOCK_M - 1 + DHI, Lk)
         lo = (lo // BLOCK_K) * BLOCK_K
     acc = tl.zeros([BLOCK_M, DP // COLS], tl.float32)
-    for k0 in range(lo, hi, BLOCK_K):
-        ks = k0 + offs_k
-        a_hi, a_lo = _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A, MASKED and not ALIGNED)
-        b_hi, b_lo = _b_tile(BHI, BLO, bh, ks, offs_d, KP, DP)
-        acc = _dot3(a_hi, a_lo, b_hi, b_lo, acc)
-    out = bh * M * D + rows[:, None] * D + offs_d[None, :]
+    for g in range(GROUPS):
+        bh = bh_out * GROUPS + g
+        a_base = bh * LQP * LKP
+        for k0 in range(lo, hi, BLOCK_K):
+            ks = k0 + offs_k
+            a_hi, a_lo = _a_tile(A, a_base, rows, ks, LKP, Lq, Lk, DLO, DHI, TRANS_A, MASKED and not ALIGNED)
+            b_hi, b_lo = _b_tile(BHI, BLO, bh, ks, offs_d, KP, DP)
+            acc = _dot3(a_hi, a_lo, b_hi, b_lo, acc)
+    out = bh_out * M * D + rows[:, None] * D + offs_d[None, :]
     ok = (rows < M)[:, None] & (offs_d < D)[None, :]
     tl.store(C + out, acc * scale, mask=ok)

@@ -738,8 +738,9 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     are the natural-log log-sum-exp of the scaled scores). cuDNN's flash backward or the Triton
     kernels, chosen as forward() is; masks as forward's; deterministic: the Triton kernels only
     (no atomics: bitwise the same on every run). tiles: a pair of dicts overriding the Triton dK/dV
-    and dQ kernels' tile sizes and options. groups > 1: k, v as forward's; dk, dv come back per q
-    head, [BH, Lk, D], for the caller to sum over each group. FLOPs: 10 BH Lq Lk D (8 without
+    and dQ kernels' tile sizes and options. groups > 1: k, v as forward's; dk, dv come back either
+    per q head, [BH, Lk, D], for the caller to sum over each group (the flash kernels), or like
+    k, v, summed (the materialised kernels): the caller tells them apart by their first dim. FLOPs: 10 BH Lq Lk D (8 without
     recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
@@ -792,7 +793,7 @@ def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device
 
 def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: int = 1, deterministic: bool = False):
     """(dq, dk, dv), and the bias's gradient as a fourth with a bias, by the materialised kernels
-    (dk, dv per q head with grouped k, v, as _triton_backward's), or None (declined: one group of heads' workspace past the budget; or no
+    (dk, dv like k, v: with grouped k, v summed over each group already), or None (declined: one group of heads' workspace past the budget; or no
     memory for it, noted in cudakit.fallbacks and, being a passing reason, keeping a choice timed
     without this path off the disk: paths.declined_for_now)."""
     cp = _cupy.cupy()

@@ -8,7 +8,8 @@ With grouped k, v and key lengths, on an H100 (2026-11-27 22:09 UTC, benchmarks/
 attention_f32_bwd_masks.py, history/attention/*-f32-bwd-masks.json; device time behind an L2 flush
 against torch's fastest float32 way, enable_gqa or repeated heads, a boolean mask for lengths):
 B1 H32 Hkv8 S1024 D128 causal 0.473 ms against torch's 0.899 and the flash kernels' 1.724 (the
-public call, summing dK, dV over each group after, 0.519); key lengths at B2 H8 S2048 D128 causal
+public call, then summing dK, dV over each group after the kernels, 0.519; since summed
+by the long products themselves, not yet timed); key lengths at B2 H8 S2048 D128 causal
 0.745 against 2.566 and 2.488; B4 H16 S1024 D64 0.708 against 1.387 and 0.966. With a bias (the
 22:37 UTC call, history/attention/*-f32-bwd-bias.json; torch: the bias as a float attn_mask, its
 gradient asked for): (1, H, L, L) at B4 H16 S1024 D64 1.278 ms against torch's 1.682 and the flash
@@ -169,8 +170,9 @@ def workspace_bytes(bh: int, lq: int, lk: int, d: int, groups: int = 1) -> int:
 def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, budget: int | None = None,
         sms: int | None = None, groups: int = 1, lengths=None, heads: int = 1, bias=None, bias_grad=None,
         dropout=None):
-    """(dq, dk, dv) float32 of attention for dL/dout = do, dq like q and dk, dv [BH, Lk, D] (per q
-    head), or None when one group of heads' workspace exceeds the budget. q, out, do: [BH, Lq, D];
+    """(dq, dk, dv) float32 of attention for dL/dout = do, dq like q and dk, dv like k, v (each k, v
+    head's the sum over its group of q heads), or None when one group of heads' workspace exceeds
+    the budget. q, out, do: [BH, Lq, D];
     k, v: [BH / groups, Lk, D] (q head t reads head t // groups); lse: [BH, Lq] (natural log, the
     forward's); all float32, C-contiguous, BH, Lq, Lk > 0. dlo, dhi: key_bounds' interval;
     lengths: an integer [B] array of key lengths, [BH] entry t seeing those of batch t // heads
@@ -193,7 +195,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     span = lq + lk   # an interval side past it bounds nothing; clamped so the kernels' sums stay in int32
     masked = dlo > -span or dhi < span
     dlo, dhi = max(dlo, -span), min(dhi, span)
-    dq, dk, dv = empty(q.shape), empty((bh, lk, d)), empty((bh, lk, d))
+    dq, dk, dv = empty(q.shape), empty(k.shape), empty(v.shape)
     kth, ktl = (empty((n, dp, lkp)) for _ in range(2))
     qth, qtl, doth, dotl = (empty((n, dp, lqp)) for _ in range(4))
     fused = fused_prep(dp)
@@ -217,8 +219,8 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         h1 = min(bh, h0 + n)
         c = h1 - h0
         # one chunk (the usual case): the arrays themselves, not views (each view costs host time)
-        qc, oc, doc, lsec, dqc, dkc, dvc = (x if c == bh else x[h0:h1] for x in (q, out, do, lse, dq, dk, dv))
-        kc, vc = (x if c == bh else x[h0 // groups:h1 // groups] for x in (k, v))
+        qc, oc, doc, lsec, dqc = (x if c == bh else x[h0:h1] for x in (q, out, do, lse, dq))
+        kc, vc, dkc, dvc = (x if c == bh else x[h0 // groups:h1 // groups] for x in (k, v, dk, dv))
         if not fused:
             launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 3),
                    (qc, kc, oc, doc, kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp, groups),
@@ -233,12 +235,13 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
                    (ds, *db_args, nb, nh, hb, bh // hb, h0, c, lq, lk, lqp, lkp, dlo, dhi),
                    {"BLOCK_M": sc["BLOCK_M"], "BLOCK_N": sc["BLOCK_N"], "DBQ": dbq, "DBK": dbk, "MASKED": masked,
                     "num_warps": 4})
-        for a, b_hi, b_lo, dst, m, kp, factor, cs in (
-                (ds, kth, ktl, dqc, lq, lkp, scale, by_rows),   # dQ = scale dS K
-                (ds, qth, qtl, dkc, lk, lqp, scale, by_cols),   # dK = scale dS^T Q
-                (p, doth, dotl, dvc, lk, lqp, 1.0, by_cols)):   # dV = P^T dO
+        for a, b_hi, b_lo, dst, m, kp, factor, cs, g in (
+                (ds, kth, ktl, dqc, lq, lkp, scale, by_rows, 1),        # dQ = scale dS K
+                (ds, qth, qtl, dkc, lk, lqp, scale, by_cols, groups),   # dK = scale dS^T Q, summed over each group
+                (p, doth, dotl, dvc, lk, lqp, 1.0, by_cols, groups)):   # dV = P^T dO, the same
             rows = math.ceil(m / lt["BLOCK_M"])
-            cols = long_columns(dp, rows * c, sms)
-            launch("mat_long", (rows, c, cols),
-                   (a, b_hi, b_lo, dst, float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi), dict(cs, COLS=cols))
+            cols = long_columns(dp, rows * c // g, sms)
+            launch("mat_long", (rows, c // g, cols),
+                   (a, b_hi, b_lo, dst, float(factor), m, lq, lk, lqp, lkp, kp, dlo, dhi),
+                   dict(cs, COLS=cols, GROUPS=g))
     return dq, dk, dv
