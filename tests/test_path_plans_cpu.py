@@ -166,3 +166,13 @@ def test_materialized_choice_is_traced_up_to_a_workspace_size(monkeypatch):
     assert not path_plans._triton_chosen("bwd", *large, "float32", 0.1, False, 0)
     monkeypatch.setattr(at, "_planned_path", lambda *a, **k: ("cudnn", None))
     assert not path_plans._triton_chosen("bwd", *small, "float32", 0.1, False, 0)
+
+
+def test_materialized_group_sum_keeps_two_programs_an_sm():
+    """attention_materialized.sum_groups: dK, dV's long products sum each group of q heads where
+    the launch keeps two programs an SM (or the SMs are unknown), not for one k, v head's MQA grid
+    on an H100's 132 SMs, never without groups."""
+    from cudakit.kernels import attention_materialized as am
+    assert am.sum_groups(4, 16 * 32, 132) and am.sum_groups(4, 264, 132) and am.sum_groups(8, 1, None)
+    assert not am.sum_groups(16, 16, 132) and not am.sum_groups(4, 263, 132)
+    assert not am.sum_groups(1, 10_000, 132) and not am.sum_groups(1, 1, None)

@@ -159,6 +159,16 @@ def chunk_heads(bh: int, lq: int, lk: int, budget: int | None = None, groups: in
 TRACE_MAX_BYTES = 64 << 20
 
 
+def sum_groups(groups: int, programs: int, sms: int | None) -> bool:
+    """Whether dK, dV's long products sum each group of q heads themselves (mat_long GROUPS), for
+    a launch of `programs` row blocks (all k, v heads) on `sms` SMs (None: unknown, yes): where that
+    keeps two programs an SM at least. Fewer, each G times as long, would leave SMs idle (an MQA
+    grid of 16 row blocks on one k, v head: 16 programs); the q heads' gradients are then summed by
+    the caller. The bound is a guess, not timed: on an H100 (2026-11-27 22:09 UTC) the sum after
+    the kernels took B1 H32 Hkv8 S1024 D128's backward from 0.473 to 0.519 ms."""
+    return groups > 1 and (sms is None or programs >= 2 * sms)
+
+
 def workspace_bytes(bh: int, lq: int, lk: int, d: int, groups: int = 1) -> int:
     """Bytes run() allocates beside the gradients for a [BH, Lq, Lk] backward at head dim d: P and
     dS, the split operands and (without fused_prep) delta, for one chunk of heads (chunk_heads; 0
@@ -171,8 +181,9 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         sms: int | None = None, groups: int = 1, lengths=None, heads: int = 1, bias=None, bias_grad=None,
         dropout=None):
     """(dq, dk, dv) float32 of attention for dL/dout = do, dq like q and dk, dv like k, v (each k, v
-    head's the sum over its group of q heads), or None when one group of heads' workspace exceeds
-    the budget. q, out, do: [BH, Lq, D];
+    head's the sum over its group of q heads: sum_groups()) or, where summing in the kernels
+    would leave too few programs, per q head [BH, Lk, D] for the caller to sum; None when one group
+    of heads' workspace exceeds the budget. q, out, do: [BH, Lq, D];
     k, v: [BH / groups, Lk, D] (q head t reads head t // groups); lse: [BH, Lq] (natural log, the
     forward's); all float32, C-contiguous, BH, Lq, Lk > 0. dlo, dhi: key_bounds' interval;
     lengths: an integer [B] array of key lengths, [BH] entry t seeing those of batch t // heads
@@ -195,7 +206,8 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     span = lq + lk   # an interval side past it bounds nothing; clamped so the kernels' sums stay in int32
     masked = dlo > -span or dhi < span
     dlo, dhi = max(dlo, -span), min(dhi, span)
-    dq, dk, dv = empty(q.shape), empty(k.shape), empty(v.shape)
+    g_sum = groups if sum_groups(groups, math.ceil(lk / LONG_TILES["BLOCK_M"]) * (n // groups), sms) else 1
+    dq, dk, dv = empty(q.shape), empty((bh // g_sum, lk, d)), empty((bh // g_sum, lk, d))
     kth, ktl = (empty((n, dp, lkp)) for _ in range(2))
     qth, qtl, doth, dotl = (empty((n, dp, lqp)) for _ in range(4))
     fused = fused_prep(dp)
@@ -220,7 +232,8 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
         c = h1 - h0
         # one chunk (the usual case): the arrays themselves, not views (each view costs host time)
         qc, oc, doc, lsec, dqc = (x if c == bh else x[h0:h1] for x in (q, out, do, lse, dq))
-        kc, vc, dkc, dvc = (x if c == bh else x[h0 // groups:h1 // groups] for x in (k, v, dk, dv))
+        kc, vc = (x if c == bh else x[h0 // groups:h1 // groups] for x in (k, v))
+        dkc, dvc = (x if c == bh else x[h0 // g_sum:h1 // g_sum] for x in (dk, dv))
         if not fused:
             launch("mat_prep", (math.ceil(max(lqp, lkp) / PREP_ROWS), c, 3),
                    (qc, kc, oc, doc, kth, ktl, qth, qtl, doth, dotl, delta, lq, lk, lqp, lkp, groups),
@@ -237,8 +250,8 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
                     "num_warps": 4})
         for a, b_hi, b_lo, dst, m, kp, factor, cs, g in (
                 (ds, kth, ktl, dqc, lq, lkp, scale, by_rows, 1),        # dQ = scale dS K
-                (ds, qth, qtl, dkc, lk, lqp, scale, by_cols, groups),   # dK = scale dS^T Q, summed over each group
-                (p, doth, dotl, dvc, lk, lqp, 1.0, by_cols, groups)):   # dV = P^T dO, the same
+                (ds, qth, qtl, dkc, lk, lqp, scale, by_cols, g_sum),   # dK = scale dS^T Q (summed over each group)
+                (p, doth, dotl, dvc, lk, lqp, 1.0, by_cols, g_sum)):   # dV = P^T dO (the same)
             rows = math.ceil(m / lt["BLOCK_M"])
             cols = long_columns(dp, rows * c // g, sms)
             launch("mat_long", (rows, c // g, cols),
