@@ -36,7 +36,7 @@ neither computed nor written, and the long products read only the workspace entr
 import triton
 import triton.language as tl
 
-from ._attention_triton import _bias_base, _bias_tile, _dot3, _keep_tile, _tf32_parts
+from ._attention_triton import _bias_base, _bias_grad, _bias_tile, _dot3, _keep_tile, _tf32_parts
 
 
 @triton.jit
@@ -196,26 +196,6 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
         if DB_MODE != 0:
             _bias_grad(DBIAS, _bias_base(bh + BH0, HB, sd_b, sd_h), rows.to(tl.int64) * sd_q,
                        cols.to(tl.int64) * sd_k, ds, r_ok, cols < Lk, DB_MODE, DBQ, DBK)
-
-
-@triton.jit
-def _bias_grad(DBIAS, base, row_off, col_off, ds, r_ok, c_ok, DB_MODE: tl.constexpr, DBQ: tl.constexpr,
-               DBK: tl.constexpr):
-    """A score tile's dS into the bias's gradient at base + row_off + col_off: DB_MODE 1 stored
-    (one writer an element), 2 added atomically, summed first over the rows (not DBQ) or keys (not
-    DBK) where the bias broadcasts them."""
-    if DB_MODE == 1:
-        tl.store(DBIAS + base + row_off[:, None] + col_off[None, :], ds.to(DBIAS.dtype.element_ty),
-                 mask=r_ok[:, None] & c_ok[None, :])
-    if DB_MODE == 2:
-        if DBQ and DBK:
-            tl.atomic_add(DBIAS + base + row_off[:, None] + col_off[None, :], ds, mask=r_ok[:, None] & c_ok[None, :])
-        if DBQ and not DBK:
-            tl.atomic_add(DBIAS + base + row_off, tl.sum(ds, 1), mask=r_ok)
-        if DBK and not DBQ:
-            tl.atomic_add(DBIAS + base + col_off, tl.sum(ds, 0), mask=c_ok)
-        if not DBQ and not DBK:
-            tl.atomic_add(DBIAS + base, tl.sum(tl.sum(ds, 1), 0))
 
 
 @triton.jit

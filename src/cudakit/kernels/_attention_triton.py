@@ -191,6 +191,26 @@ def _bias_tile(BIAS, b_base, row_off, col_off, mask):
 
 
 @triton.jit
+def _bias_grad(DBIAS, base, row_off, col_off, ds, r_ok, c_ok, DB_MODE: tl.constexpr, DBQ: tl.constexpr,
+               DBK: tl.constexpr):
+    """A score tile's dS into the bias's gradient at base + row_off + col_off: DB_MODE 1 stored
+    (one writer an element), 2 added atomically, summed first over the rows (not DBQ) or keys (not
+    DBK) where the bias broadcasts them."""
+    if DB_MODE == 1:
+        tl.store(DBIAS + base + row_off[:, None] + col_off[None, :], ds.to(DBIAS.dtype.element_ty),
+                 mask=r_ok[:, None] & c_ok[None, :])
+    if DB_MODE == 2:
+        if DBQ and DBK:
+            tl.atomic_add(DBIAS + base + row_off[:, None] + col_off[None, :], ds, mask=r_ok[:, None] & c_ok[None, :])
+        if DBQ and not DBK:
+            tl.atomic_add(DBIAS + base + row_off, tl.sum(ds, 1), mask=r_ok)
+        if DBK and not DBQ:
+            tl.atomic_add(DBIAS + base + col_off, tl.sum(ds, 0), mask=c_ok)
+        if not DBQ and not DBK:
+            tl.atomic_add(DBIAS + base, tl.sum(tl.sum(ds, 1), 0))
+
+
+@triton.jit
 def _tf32(x):
     """float32 x rounded to TF32's 10-bit mantissa (ties away from zero): a value the tensor cores
     read exactly (of any other they drop the low 13 bits)."""
@@ -714,19 +734,8 @@ def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n
         dp = tl.where(keep, dp * DSCALE, 0.0)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
-    if DB_MODE == 1:
-        tl.store(DBIAS + db_base + db_rows[:, None] + cols.to(tl.int64)[None, :] * sd_k, ds.to(DBIAS.dtype.element_ty),
-                 mask=m_ok[:, None] & (cols < Lk)[None, :])
-    if DB_MODE == 2:
-        if DBQ and DBK:
-            tl.atomic_add(DBIAS + db_base + db_rows[:, None] + cols.to(tl.int64)[None, :] * sd_k, ds,
-                          mask=m_ok[:, None] & (cols < Lk)[None, :])
-        if DBQ and not DBK:
-            tl.atomic_add(DBIAS + db_base + db_rows, tl.sum(ds, 1), mask=m_ok)
-        if DBK and not DBQ:
-            tl.atomic_add(DBIAS + db_base + cols.to(tl.int64) * sd_k, tl.sum(ds, 0), mask=cols < Lk)
-        if not DBQ and not DBK:
-            tl.atomic_add(DBIAS + db_base, tl.sum(tl.sum(ds, 1), 0))
+    if DB_MODE != 0:
+        _bias_grad(DBIAS, db_base, db_rows, cols.to(tl.int64) * sd_k, ds, m_ok, cols < Lk, DB_MODE, DBQ, DBK)
     return dq
 
 

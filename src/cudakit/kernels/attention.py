@@ -129,14 +129,13 @@ def _k(name: str):
         _triton()  # BackendUnavailableError naming the extra when Triton is missing
         from . import _attention_mat_triton as mat
         from . import _attention_triton as src
-        for n in ("attn_fwd", "attn_fwd_combine", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq", "cast_copy",
-                  "tf32_split"):
-            # the dropout seed's words are not specialised: one kernel for every seed, so a traced
-            # plan takes a new seed per call (kernels/trace_plans.py, dispatch.DYNAMIC)
-            _kernels[n] = TritonKernel(getattr(src, n), do_not_specialize=_SEED_WORDS)
         from .attention_materialized import KERNELS
-        for n in KERNELS:   # (the score kernel's seed words not specialised either)
-            _kernels[n] = TritonKernel(getattr(mat, n), do_not_specialize=_SEED_WORDS if n == "mat_scores" else ())
+        for mod, names in ((src, ("attn_fwd", "attn_fwd_combine", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq",
+                                  "cast_copy", "tf32_split")), (mat, KERNELS)):
+            for n in names:
+                # the dropout seed's words are not specialised: one kernel for every seed, so a traced
+                # plan takes a new seed per call (kernels/trace_plans.py, dispatch.DYNAMIC)
+                _kernels[n] = TritonKernel(getattr(mod, n), do_not_specialize=_SEED_WORDS)
         k = _kernels[name]
     return k
 
@@ -740,8 +739,8 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     (no atomics: bitwise the same on every run). tiles: a pair of dicts overriding the Triton dK/dV
     and dQ kernels' tile sizes and options. groups > 1: k, v as forward's; dk, dv come back either
     per q head, [BH, Lk, D], for the caller to sum over each group (the flash kernels), or like
-    k, v, summed (the materialised kernels): the caller tells them apart by their first dim. FLOPs: 10 BH Lq Lk D (8 without
-    recomputing the scores)."""
+    k, v, summed (the materialised kernels): the caller tells them apart by their size.
+    FLOPs: 10 BH Lq Lk D (8 without recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
     if tiles is None and _materialized_candidate(dtype_name, d, masks, bh, lq, k.shape[1]):
@@ -793,9 +792,9 @@ def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device
 
 def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: int = 1, deterministic: bool = False):
     """(dq, dk, dv), and the bias's gradient as a fourth with a bias, by the materialised kernels
-    (dk, dv like k, v: with grouped k, v summed over each group already), or None (declined: one group of heads' workspace past the budget; or no
-    memory for it, noted in cudakit.fallbacks and, being a passing reason, keeping a choice timed
-    without this path off the disk: paths.declined_for_now)."""
+    (dk, dv as attention_materialized.run returns them), or None (declined: one group of heads'
+    workspace past the budget; or no memory for it, noted in cudakit.fallbacks and, being a passing
+    reason, keeping a choice timed without this path off the disk: paths.declined_for_now)."""
     cp = _cupy.cupy()
     from . import attention_materialized as am
     dlo, dhi = key_bounds(q.shape[1], k.shape[1], masks.causal, masks.window)
@@ -804,11 +803,12 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: i
     try:
         if bias is not None:   # (the buffer zeroed: tiles no row sees add nothing to it)
             dbq, dbk = bias.shape[2] > 1, bias.shape[3] > 1
-            if _unbroadcast(bias, q.shape[0], q.shape[1], k.shape[1]):   # stored, one writer an element
-                db, mode = cp.zeros(bias.shape, bias.dtype), 1
-            else:   # summed from the workspace (deterministic) where whole score tiles are summed, or
-                # where asked to be deterministic; else the score kernel's row or key sums by atomics
-                db, mode = cp.zeros(bias.shape, cp.float32), 3 if deterministic or (dbq and dbk) else 2
+            bh, lq, lk = q.shape[0], q.shape[1], k.shape[1]
+            db, _ = _bias_grad_buffer(masks, bh, lq, lk, False)
+            # stored, one writer an element; else summed from the workspace (deterministic) where
+            # whole score tiles are summed, or where asked to be deterministic; else the score
+            # kernel's row or key sums by atomics
+            mode = 1 if _unbroadcast(bias, bh, lq, lk) else 3 if deterministic or (dbq and dbk) else 2
             bias, bias_grad = (bias, *_strides(bias), masks.bias_heads), (db, *_strides(db), mode, dbq, dbk)
         from ..runtime.device import get_device_info
         r = am.run(*arrays, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
