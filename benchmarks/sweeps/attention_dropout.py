@@ -4,14 +4,14 @@ L2 flush (bench.timing's cold samples), in one run. Run it twice with PYTHONPATH
 trees to compare two forms of the kernels (the ratio to torch is the comparable figure).
     python3 benchmarks/sweeps/attention_dropout.py [--cases bf16:4x16x1024x64c,...] [--tag name] [--out f.json]
 A case: dtype:BxHxLxD, a trailing c for causal. Prints VARIANT lines (ms) and writes the rows to --out."""
-import json
 import sys
-import time
 
 import cupy as cp
 import torch
 
 import cudakit
+from _results import dump_rows
+
 from cudakit.bench import timing
 
 argv = sys.argv[1:]
@@ -50,7 +50,4 @@ for spec in cases:
     print(f"VARIANT dropout{tag} {spec:<22} " + " ".join(f"{n} {row.get(n + '_ms', float('nan')):.4f}" for n in fns)
           + f"  ms; x torch fwd {row.get('x_fwd', float('nan')):.3f} bwd {row.get('x_bwd', float('nan')):.3f}",
           flush=True)
-if "--out" in argv:
-    meta = {"what": __doc__.split("\n")[0], "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv), "tag": tag}
-    json.dump(dict(meta, rows=rows), open(argv[argv.index("--out") + 1], "w"), indent=1)
+dump_rows(argv, __doc__, rows, tag=tag)

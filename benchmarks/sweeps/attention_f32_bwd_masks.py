@@ -9,15 +9,15 @@ for a bias the same float attn_mask, its gradient asked for too; for dropout dro
 A case: gqa:BxHxHKVxLxD, len:BxHxLxD, bias:BxHxLxD (a (1, H, L, L) bias, as ALiBi's) or
 pad:BxHxLxD (a (B, 1, 1, L) bias) or drop:BxHxLxD (dropout 0.1), a trailing c for causal. Prints VARIANT lines (ms) and
 writes the rows to --out."""
-import json
 import sys
-import time
 
 import cupy as cp
 import numpy as np
 import torch
 
 import cudakit
+from _results import dump_rows
+
 from cudakit.bench import timing
 from cudakit.kernels import attention as at
 
@@ -105,7 +105,4 @@ for spec in cases:
     print(f"VARIANT bwd-masks {spec:<22} " + " ".join(f"{n} {row.get(n + '_ms', float('nan')):.4f}" for n in fns)
           + "  ms;  x torch's fastest: " + " ".join(f"{n} {row.get('x_' + n, float('nan')):.3f}"
                                                      for n in ("flash", "materialized", "public")), flush=True)
-if "--out" in argv:
-    meta = {"what": __doc__.split("\n")[0], "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv)}
-    json.dump(dict(meta, rows=rows), open(argv[argv.index("--out") + 1], "w"), indent=1)
+dump_rows(argv, __doc__, rows)

@@ -9,7 +9,6 @@ The public call (`cudakit.attention_backward`, its dispatch plan after the first
 both ways too, so the path its timing chose shows beside the others.
     python3 benchmarks/sweeps/attention_f32_bwd_small.py [--shapes 1x8x256x80,...] [--out f.json]
 Prints VARIANT lines (ms) and writes the rows to --out."""
-import json
 import sys
 import time
 
@@ -17,6 +16,8 @@ import cupy as cp
 import torch
 
 import cudakit
+from _results import dump_rows
+
 from cudakit.bench import timing
 from cudakit.kernels import attention as at
 
@@ -71,7 +72,4 @@ for b, h, L, d in shapes:
     print(f"VARIANT bwd-small {tag:<14} " + " ".join(
         f"{n} {row.get(n + '_device_ms', float('nan')):.4f}/{row.get(n + '_loop_ms', float('nan')):.4f}"
         for n in fns) + "  (device/loop ms)", flush=True)
-if "--out" in argv:
-    meta = {"what": __doc__.split("\n")[0], "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv)}
-    json.dump(dict(meta, rows=rows), open(argv[argv.index("--out") + 1], "w"), indent=1)
+dump_rows(argv, __doc__, rows)
