@@ -5,6 +5,7 @@ runs the attention Triton kernels on NumPy arrays for each case in CASES against
 reference; an AssertionError names the case and the output that is off. NumPy arrays reach
 the interpreter through tests/triton_numpy.py. float16 stands in for
 the 16-bit types (same tiles as bfloat16, which the interpreter cannot read from NumPy)."""
+import contextlib
 import math
 import os
 import sys
@@ -377,25 +378,44 @@ MAT_MASK_CASES = [((4, 70, 90, 24, True, None, None, {"FUSED_PREP": True}), 2, N
                   ((6, 100, 70, 40, True, (30, 5), None, {"UNMASKED_LONG": False}), 3, [70, 20], 3)]
 
 
+@contextlib.contextmanager
+def _mat_options(options):
+    """attention_materialized's module switches set to `options` inside, restored after."""
+    from cudakit.kernels import attention_materialized as am
+    saved = {n: getattr(am, n) for n in options}
+    for n, x in options.items():
+        setattr(am, n, x)
+    try:
+        yield am
+    finally:
+        for n, x in saved.items():
+            setattr(am, n, x)
+
+
+def _mat_launch(name, grid, args, consts):
+    """attention_materialized.run's launcher in the interpreter: kernel `name` of
+    _attention_mat_triton on NumPy arrays, the launch options dropped."""
+    from cudakit.kernels import _attention_mat_triton as mat
+    getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
+                             **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
+
+
+def _nan_empty(shape):
+    """run()'s allocator: NaN everywhere (an entry read before it is written shows)."""
+    return np.full(shape, np.nan, np.float32)
+
+
 def check_materialized(bh, lq, lk, d, causal, window, budget, options, groups=1, lens=None, heads=1):
     """The materialised backward's launch sequence (attention_materialized.run, as the GPU runs it)
     on the float64 reference's out and lse, against its gradients; every array it allocates starts as NaN
     (an entry read before it is written shows, padding included). options:
     the module's switches to set for the case (restored after); groups: q heads a k, v head serves
     (dk, dv: each k, v head's sum over its group); lens: key lengths per batch of `heads` [BH] entries."""
-    from cudakit.kernels import _attention_mat_triton as mat
-    from cudakit.kernels import attention_materialized as am
-    saved = {n: getattr(am, n) for n in options}
-    for n, x in options.items():
-        setattr(am, n, x)
-    try:
-        _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options, groups, lens, heads)
-    finally:
-        for n, x in saved.items():
-            setattr(am, n, x)
+    with _mat_options(options) as am:
+        _check_materialized(am, bh, lq, lk, d, causal, window, budget, options, groups, lens, heads)
 
 
-def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options, groups, lens, heads):
+def _check_materialized(am, bh, lq, lk, d, causal, window, budget, options, groups, lens, heads):
     case = ("materialized", bh, lq, lk, d, causal, window, budget, options, groups, lens, heads)
     rng = np.random.default_rng(4)
     q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
@@ -407,16 +427,12 @@ def _check_materialized(mat, am, bh, lq, lk, d, causal, window, budget, options,
                                                      causal, g, window, blens)
     dk_r, dv_r = (x.reshape(bh // groups, groups, lk, d).sum(1) for x in (dk_r, dv_r))
 
-    def launch(name, grid, args, consts):
-        getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
-                                 **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     # sms None: dK, dV summed over each group by the kernels; a GPU too large for the grid to fill:
     # per q head (am.sum_groups), summed here
     for sms in (None, 1 << 30) if groups > 1 else (None,):
         got = am.run(g, q, k, v, np.ascontiguousarray(out_r, np.float32), np.ascontiguousarray(lse_r, np.float32),
-                     scale, dlo, dhi, empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch,
-                     budget=budget, sms=sms, groups=groups, lengths=None if lens is None else np.asarray(lens, np.int64),
+                     scale, dlo, dhi, empty=_nan_empty, launch=_mat_launch, budget=budget, sms=sms, groups=groups, lengths=None if lens is None else np.asarray(lens, np.int64),
                      heads=heads)
         assert got is not None, case
         dq, dk, dv = got
@@ -453,12 +469,7 @@ def check_materialized_bias(b, h, lq, lk, d, causal, window, bshape, mode, neg_i
     workspace after the score kernel (mode "reduce"), against
     float64, the forward's out and lse from the reference; neg_inf_row: a query row whose bias is
     -inf at every key (no NaN in any gradient)."""
-    from cudakit.kernels import _attention_mat_triton as mat
-    from cudakit.kernels import attention_materialized as am
-    saved = {n: getattr(am, n) for n in options}
-    for n, x in options.items():
-        setattr(am, n, x)
-    try:
+    with _mat_options(options) as am:
         rng = np.random.default_rng(6)
         bh = b * h
         case = ("materialized bias", b, h, lq, lk, d, causal, window, bshape, mode, options, budget)
@@ -476,21 +487,15 @@ def check_materialized_bias(b, h, lq, lk, d, causal, window, bshape, mode, neg_i
         db = np.zeros(bshape, np.float32)
         grad = (db, *host._strides(db), {"store": 1, "atomic": 2, "reduce": 3}[mode], bshape[2] > 1, bshape[3] > 1)
 
-        def launch(name, grid, args, consts):
-            getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
-                                     **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
         dlo, dhi = host.key_bounds(lq, lk, causal, window)
         got = am.run(g, q, k, v, np.ascontiguousarray(out_r, np.float32), np.ascontiguousarray(lse_r, np.float32), scale, dlo, dhi,
-                     empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch, budget=budget,
-                     bias=(bias, *host._strides(bias), h), bias_grad=grad)
+                     empty=_nan_empty, launch=_mat_launch, budget=budget, bias=(bias, *host._strides(bias), h),
+                     bias_grad=grad)
         assert got is not None, case
         for name, x, want in zip(("dq", "dk", "dv", "dbias"), (*got, db), (dq_r, dk_r, dv_r, db_r)):
             assert np.isfinite(x).all(), f"{name} {case}: non-finite"
             np.testing.assert_allclose(f64(x), want, atol=2e-4 * max(1.0, np.abs(want).max()), rtol=2e-5,
                                        err_msg=f"{name} {case}")
-    finally:
-        for n, x in saved.items():
-            setattr(am, n, x)
 
 
 # the materialised backward with dropout: (BH, Lq, Lk, head_dim, causal, p, seed, workspace budget,
@@ -507,12 +512,7 @@ def check_materialized_dropout(bh, lq, lk, d, causal, p, seed, budget, options):
     float64 reference under that mask (out and lse from the reference)."""
     from cudakit.backends.cpu_dropout import mask
     from cudakit.backends.dropout_api import threshold
-    from cudakit.kernels import _attention_mat_triton as mat
-    from cudakit.kernels import attention_materialized as am
-    saved = {n: getattr(am, n) for n in options}
-    for n, x in options.items():
-        setattr(am, n, x)
-    try:
+    with _mat_options(options) as am:
         rng = np.random.default_rng(12)
         case = ("materialized dropout", bh, lq, lk, d, causal, p, seed, budget, options)
         q, g = (data(rng, (bh, lq, d), "float32") for _ in range(2))
@@ -526,21 +526,15 @@ def check_materialized_dropout(bh, lq, lk, d, causal, p, seed, budget, options):
         ds = pr * (dp - (f64(g) * out_r).sum(-1, keepdims=True))
         want = (ds @ f64(k) * sc, ds.swapaxes(1, 2) @ f64(q) * sc, pd.swapaxes(1, 2) @ f64(g))
 
-        def launch(name, grid, args, consts):
-            getattr(mat, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
-                                     **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
         dlo, dhi = host.key_bounds(lq, lk, causal, None)
         lo, hi = _seed_words(seed)
         got = am.run(g, q, k, v, np.ascontiguousarray(out_r, np.float32), np.ascontiguousarray(lse_r, np.float32), sc,
-                     dlo, dhi, empty=lambda shape: np.full(shape, np.nan, np.float32), launch=launch, budget=budget,
+                     dlo, dhi, empty=_nan_empty, launch=_mat_launch, budget=budget,
                      dropout=(lo, hi, threshold(p), 1.0 / (1.0 - p)))
         assert got is not None, case
         for name, x, w in zip(("dq", "dk", "dv"), got, want):
             np.testing.assert_allclose(f64(x), w, atol=2e-4 * max(1.0, np.abs(w).max()), rtol=2e-5,
                                        err_msg=f"{name} {case}")
-    finally:
-        for n, x in saved.items():
-            setattr(am, n, x)
 
 
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
