@@ -46,13 +46,14 @@ def _seed_words(seed):
 
 
 def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None, bias=None,
-         bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1, dropout=None, splits=1):
+         bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1, dropout=None, splits=1,
+         db_dims=None):
     """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
     the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows. lens:
     int64 key lengths of each batch of `heads` consecutive [BH] entries; err: the error flag.
     bias: a 4-D (Bb, Hb, Lq|1, Lk|1) array, [BH] entry t being batch t // bias_heads and head
     t % bias_heads; db: the buffer its gradient goes to (db_mode 1: stored, 2: added) with
-    db_strides. groups > 1: k, v are [BH / groups, Lk, D] read in place (heads: q's heads), dk and
+    db_strides (db_mode 4: a workspace of per-tile partials, db_dims the bias's (DBQ, DBK)). groups > 1: k, v are [BH / groups, Lk, D] read in place (heads: q's heads), dk and
     dv come back per q head."""
     bh, lq, d = q.shape
     lk = k.shape[1]
@@ -104,6 +105,8 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
         *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, *novar, 0, d, HAS_LENS=has,
         EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr, **_tiles(kv))
     dbq, dbk = (True, True) if db is None else (db_strides[2] != 0 or db.shape[2] > 1, db_strides[3] != 0)
+    if db_dims is not None:
+        dbq, dbk = db_dims
     kernels.attn_bwd_dq[(math.ceil(lq / qc["BLOCK_M"]), bh)](
         *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, *d_args, *novar, 0, d, HAS_LENS=has, HAS_BIAS=hb,
         DB_MODE=db_mode, DBQ=dbq, DBK=dbk, VARLEN=False, DROPOUT=dr, **_tiles(qc))
@@ -156,7 +159,8 @@ def check_bad_key_length():
 def check_bias(b, h, lq, lk, d, causal, dtype, bshape, mode, neg_inf_row=False):
     """The bias added to the scores (read by its strides, broadcast dims at stride 0) and its
     gradient, against float64: mode "store" (an element per score, one writer), "atomic" (summed
-    over the broadcast dims by atomics), "full" (the deterministic path: every score's dS stored in
+    over the broadcast dims by atomics), "partial" (a bias broadcast over its rows or keys: each
+    tile's sums stored as partials, summed here), "full" (the deterministic path: every score's dS stored in
     a [B, H, Lq, Lk] buffer, summed after). neg_inf_row: a query row whose bias is -inf at every key
     (output 0, lse -inf, no NaN in any gradient)."""
     rng = np.random.default_rng(5)
@@ -168,14 +172,22 @@ def check_bias(b, h, lq, lk, d, causal, dtype, bshape, mode, neg_inf_row=False):
     if neg_inf_row:
         bias[..., min(3, bshape[2] - 1), :] = -np.inf
     full = np.broadcast_to(bias, (b, h, lq, lk))
+    dims, view = None, None
     if mode == "full":
         db = np.zeros((b, h, lq, lk), np.float32)
         st, m = (h * lq * lk, lq * lk, lk, 1), 1
+    elif mode == "partial":   # per-tile partials, summed after (host._bias_partials' layout)
+        _, qc = host._backward_configs(dtype, host._config(dtype, d, None))
+        shape, st, view, sum_axes = host._partials_layout(bshape, h, bh, lq, lk, math.ceil(lq / qc["BLOCK_M"]),
+                                                          math.ceil(lk / qc["BLOCK_N"]))
+        db, m, dims = np.zeros(shape, np.float32), 4, (bshape[2] > 1, bshape[3] > 1)
     else:
         db = np.zeros(bshape, np.float32) if mode == "atomic" else np.full(bshape, 7.0, np.float32)
         st, m = host._strides(db), 1 if mode == "store" else 2
     out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, bias=bias, bias_heads=h, db=db, db_strides=st,
-                                db_mode=m)
+                                db_mode=m, db_dims=dims)
+    if mode == "partial":
+        db = db.astype(np.float64).reshape(view).sum(axis=sum_axes).reshape(bshape)
     ref = ac.reference(q, k, v, 1 / math.sqrt(d), causal, g, bias=full.reshape(bh, lq, lk), want_ds=True)
     out_r, lse_r, _, dq_r, dk_r, dv_r, ds_r = ref
     axes = tuple(i for i in range(4) if bshape[i] == 1)
@@ -341,6 +353,15 @@ def check_tf32_split():
         assert hi[0, 0, 2] == 1.0 and lo[0, 0, 2] == 0.0 and hi[0, 0, 3] + lo[0, 0, 3] == x[0, 0, 3]
 
 
+def check_zero_fill():
+    """zero_fill (kernels/attention.py zeros, the bias gradient's buffers): every element 0, NaN
+    bits before included, over a ragged last block; nothing past N written."""
+    for dtype in (np.float32, np.float16):
+        y = np.full(2600, np.nan, dtype)
+        kernels.zero_fill[(math.ceil(2500 / 1024),)](_Tensor(y.reshape(1, -1)), 2500, BLOCK=1024)
+        assert not y[:2500].view(np.uint8).any() and np.isnan(y[2500:]).all(), dtype
+
+
 # the materialised float32 backward (kernels/attention_materialized.py): (BH, Lq, Lk, head_dim,
 # causal, window, workspace budget): ragged ends, causal with Lq < Lk and Lq > Lk (rows that see no
 # key), a window, Lq = 1, head dims below their block, heads in chunks (budget); with the module's
@@ -459,6 +480,10 @@ MAT_BIAS_CASES = [(2, 2, 70, 90, 24, False, None, (2, 2, 70, 90), "store", True,
                   (3, 2, 70, 150, 64, False, None, (1, 2, 70, 150), "reduce", True, {"FUSED_PREP": True}, None),
                   (2, 3, 130, 200, 96, True, (50, 3), (2, 1, 130, 200), "reduce", False, {}, None),
                   (2, 3, 65, 130, 40, True, None, (2, 1, 1, 130), "reduce", False, {}, 2 * 8 * 128 * 256),
+                  # per-tile partials (keys, rows, neither), a window's unvisited tiles, over chunks
+                  (2, 3, 65, 130, 64, True, (40, 2), (2, 1, 1, 130), "partial", False, {"FUSED_PREP": True}, None),
+                  (1, 3, 140, 50, 16, True, None, (1, 3, 140, 1), "partial", True, {}, 2 * 8 * 256 * 128),
+                  (2, 1, 30, 20, 40, False, None, (1, 1, 1, 1), "partial", False, {}, None),
                   (3, 2, 140, 70, 16, False, (20, 20), (1, 1, 140, 1), "reduce", False, {}, 4 * 8 * 256 * 128),
                   (2, 2, 30, 20, 24, True, None, (1, 1, 1, 1), "reduce", False, {}, None)]
 
@@ -485,13 +510,21 @@ def check_materialized_bias(b, h, lq, lk, d, causal, window, bshape, mode, neg_i
         axes = tuple(i for i in range(4) if bshape[i] == 1)
         db_r = ds_r.reshape(b, h, lq, lk).sum(axis=axes, keepdims=True)
         db = np.zeros(bshape, np.float32)
-        grad = (db, *host._strides(db), {"store": 1, "atomic": 2, "reduce": 3}[mode], bshape[2] > 1, bshape[3] > 1)
+        grad = (db, *host._strides(db), {"store": 1, "atomic": 2, "reduce": 3}.get(mode), bshape[2] > 1, bshape[3] > 1)
+        if mode == "partial":   # per-tile partials of the score kernel's tiles, summed here
+            sc = am.score_tiles(am.head_block(d))
+            shape, st, view, sum_axes = host._partials_layout(bshape, h, bh, lq, lk, am.padded(lq) // sc["BLOCK_M"],
+                                                              am.padded(lk) // sc["BLOCK_N"])
+            db = np.zeros(shape, np.float32)
+            grad = (db, *st, 4, bshape[2] > 1, bshape[3] > 1)
 
         dlo, dhi = host.key_bounds(lq, lk, causal, window)
         got = am.run(g, q, k, v, np.ascontiguousarray(out_r, np.float32), np.ascontiguousarray(lse_r, np.float32), scale, dlo, dhi,
                      empty=_nan_empty, launch=_mat_launch, budget=budget, bias=(bias, *host._strides(bias), h),
                      bias_grad=grad)
         assert got is not None, case
+        if mode == "partial":
+            db = db.astype(np.float64).reshape(view).sum(axis=sum_axes).reshape(bshape)
         for name, x, want in zip(("dq", "dk", "dv", "dbias"), (*got, db), (dq_r, dk_r, dv_r, db_r)):
             assert np.isfinite(x).all(), f"{name} {case}: non-finite"
             np.testing.assert_allclose(f64(x), want, atol=2e-4 * max(1.0, np.abs(want).max()), rtol=2e-5,
@@ -582,7 +615,13 @@ BIAS_CASES = [(2, 2, 70, 90, 24, False, "float32", (2, 2, 70, 90), "store"),
               (2, 1, 30, 20, 16, False, "float32", (1, 1, 1, 1), "atomic"),
               (1, 2, 129, 150, 64, True, "float16", (1, 2, 129, 150), "atomic"),
               (2, 2, 50, 70, 16, False, "float32", (1, 2, 50, 70), "full"),
-              (1, 2, 40, 70, 96, True, "float32", (1, 2, 40, 70), "store")]
+              (1, 2, 40, 70, 96, True, "float32", (1, 2, 40, 70), "store"),
+              # per-tile partials: keys only (padding), rows only, neither; a window and causal
+              # diagonals leave tiles unvisited (zeros)
+              (2, 2, 65, 130, 16, True, "float32", (2, 1, 1, 130), "partial"),
+              (2, 3, 100, 70, 32, False, "float16", (1, 3, 100, 1), "partial"),
+              (3, 2, 30, 150, 16, True, "float32", (3, 1, 1, 1), "partial"),
+              (1, 2, 129, 300, 64, True, "float16", (1, 2, 1, 300), "partial")]
 
 # masks: (case, window, key lengths per batch, heads a batch): windows narrower and wider than the
 # sequence, one-sided, with causal, Lq != Lk (bottom-right), lengths of 0 (rows that see nothing)
@@ -655,6 +694,7 @@ if __name__ == "__main__":
     for case in DROPOUT_CASES:
         check_dropout(*case)
     check_tf32_split()
+    check_zero_fill()
     shipped = host._SPLIT_TILES   # the split forward's other forms: one column block at 80, two at 112
     for top, two in ((96, False), (128, True)):
         host._SPLIT_TILES = ((top, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}, two),)
@@ -688,5 +728,5 @@ if __name__ == "__main__":
     for case in MAT_DROPOUT_CASES:
         check_materialized_dropout(*case)
     n = (len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 13)
+         + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 14)
     print(f"{n} cases match the float64 reference")

@@ -64,7 +64,9 @@ for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, 
     consts.update(D=d, HAS_LENS=causal, HAS_BIAS=bias, VARLEN=False, DROPOUT="dropout" in sys.argv[5:],
                   **({"EVEN_Q": True} if name == "dkdv" else {}),
                   **({"POS_SCALE": not bias} if name == "fwd" else {}),
-                  **({"DB_MODE": 0, "DBQ": True, "DBK": True} if name == "dq" else {}))
+                  # ("partial": a padding bias's gradient as per-tile partials, DB_MODE 4)
+                  **({"DB_MODE": 4 if "partial" in sys.argv[5:] else 0, "DBQ": "partial" not in sys.argv[5:],
+                      "DBK": True} if name == "dq" else {}))
     names = list(fn.arg_names)
     ints = ("Lq", "Lk", "DLO", "DHI", "H", "BH0", "sb_b", "sb_h", "sb_q", "sb_k", "HB", "sd_b", "sd_h", "sd_q",
             "sd_k", "G", "TQ", "TK", "DSEED_LO", "DSEED_HI", "DTHRESH")
@@ -108,6 +110,12 @@ def test_attention_kernels_with_dropout_compile_for_sm90(dtype, d, causal):
     """The three kernels with dropout on the probabilities: the mask's Philox words four keys a
     call (_keep_tile: split, join and reshape of the tile; dK, dV's transposed)."""
     _shared_memory(_CODE, (dtype, d, "1" if causal else "0", 0, "dropout"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
+
+
+@pytest.mark.parametrize("dtype,d", [("bfloat16", 128), ("float32", 64), ("float16", 40)])
+def test_attention_backward_with_bias_partials_compiles_for_sm90(dtype, d):
+    """The dQ kernel storing a padding bias's gradient as per-tile partials (DB_MODE 4), causal."""
+    _shared_memory(_CODE, (dtype, d, "1", 0, "bias", "partial"), {"CUDAKIT_FLOAT32_PRECISION": "tf32x3"})
 
 
 def test_attention_split_forward_with_bias_compiles_for_sm90():
@@ -155,6 +163,8 @@ for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps"
                                                             SPLIT_B=am.fused_prep(am.head_block(d)))),
                     ("scores_bias", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked, HAS_BIAS=True,
                                                          DB_MODE=2, DBQ=True, DBK=False)),
+                    ("scores_partials", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked,
+                                                             HAS_BIAS=True, DB_MODE=4, DBQ=not masked, DBK=False)),
                     ("scores_dropout", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked,
                                                             DROPOUT=True)),
                     ("bias_sum", mat.mat_bias_sum, dict(BLOCK_M=am.score_tiles(am.head_block(d))["BLOCK_M"],
@@ -181,5 +191,6 @@ print(json.dumps(out))
 def test_materialized_backward_kernels_compile_for_sm90(d, masked):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
     shared = _shared_memory(_MAT_CODE, (d, "1" if masked else "0"), unshared=("bias_sum",))
-    assert set(shared) == {"prep", "scores", "scores_fused", "scores_lengths", "scores_bias", "scores_dropout",
+    assert set(shared) == {"prep", "scores", "scores_fused", "scores_lengths", "scores_bias", "scores_partials",
+                           "scores_dropout",
                            "bias_sum", "dq", "dkdv", "dkdv_aligned", "dq_columns", "dkdv_groups"}

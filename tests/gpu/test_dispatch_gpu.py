@@ -136,13 +136,16 @@ def test_traced_plans_equal_checked(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("bias_shape", [(2, 3, 40, 56), (1, 3, 1, 56)])
-def test_attention_with_a_bias_takes_traced_plans(dtype, bias_shape):
-    """attention / attention_with_lse with an attn_bias (read in place by the Triton kernels) take
-    plans traced from the checked call, which replay bitwise what the checked call computes on
-    fresh data of the signature; attention_backward with a bias gives the checked call's results
-    whether or not its trace was taken (a broadcast bias's gradient is summed by CuPy, which a trace
-    does not record)."""
+@pytest.mark.parametrize("bias_shape,deterministic", [((2, 3, 40, 56), False), ((1, 3, 1, 56), False),
+                                                      ((2, 1, 40, 1), True), ((1, 3, 40, 56), True)])
+def test_attention_with_a_bias_takes_traced_plans(dtype, bias_shape, deterministic):
+    """attention, attention_with_lse and attention_backward with an attn_bias (read in place by the
+    Triton kernels) take plans traced from the checked call, which replay bitwise what the checked
+    call computes on fresh data of the signature. The backward's bias gradient buffers are zeroed
+    by a launch (a memset is not traced), a bias broadcast over its rows or keys has its gradient
+    summed from per-tile partials by cudakit's reduction (not atomics, whose order a bitwise check
+    of the trace cannot rely on; not CuPy's sum, which a trace does not record), and the
+    deterministic backward's full buffer is summed by cudakit's reduction too."""
     be = cudakit.get_backend("cuda")
     rng = np.random.default_rng(9)
     dispatch.clear()
@@ -154,15 +157,14 @@ def test_attention_with_a_bias_takes_traced_plans(dtype, bias_shape):
         got = cudakit.attention_with_lse(q, k, v, causal=True, attn_bias=b)
         assert all(_same(x, y) for x, y in zip(want, got)), (dtype, trial)
         assert _same(be.attention(q, k, v, attn_bias=b), cudakit.attention(q, k, v, attn_bias=b)), (dtype, trial)
-        grads_want = be.attention_backward(g, q, k, v, *want, causal=True, attn_bias=b)
-        grads = cudakit.attention_backward(g, q, k, v, *want, causal=True, attn_bias=b)
+        kw = dict(causal=True, attn_bias=b, deterministic=deterministic)
+        grads_want = be.attention_backward(g, q, k, v, *want, **kw)
+        grads = cudakit.attention_backward(g, q, k, v, *want, **kw)
         assert len(grads) == 4 and grads[3].shape == b.shape
-        for x, y in zip(grads_want[:3], grads[:3]):   # (dQ, dK, dV: the same kernels, no atomics)
+        for x, y in zip(grads_want, grads):   # (no atomics: the bias's gradient too)
             assert _same(x, y), (dtype, trial)
-        cp.testing.assert_allclose(grads_want[3].astype(cp.float32), grads[3].astype(cp.float32), rtol=1e-2,
-                                   atol=1e-2)
     traced = {k[0] for k, p in dispatch._plans.items() if p is not None}
-    assert {"attention_bias", "attention_with_lse_bias"} <= traced, traced
+    assert {"attention_bias", "attention_with_lse_bias", "attention_backward_bias"} <= traced, traced
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -22,7 +22,8 @@ stays per q head, and dK, dV's long products sum each group's heads (mat_long GR
 (HAS_LENS): [BH] entry t sees keys below LENS[t // H] (clamped to [0, Lk]); the score kernel writes
 zeros past it. A bias (HAS_BIAS) is added to the scores as the flash kernels add it, read in place
 by its strides; its gradient, dS summed over the dims it broadcasts, goes out of the score kernel
-(DB_MODE 1: stored, one writer an element; 2: added atomically) or is summed from the workspace's
+(DB_MODE 1: stored, one writer an element; 2: added atomically; 4, a bias broadcast over its rows
+or its keys: each tile's sums stored as partials, summed after) or is summed from the workspace's
 dS after it (mat_bias_sum: no atomics). Dropout on the probabilities (DROPOUT): the flash kernels'
 Philox mask of score (t, i, j), element (t Lq + i) Lk + j of cudakit.dropout's stream, regenerated
 here once: P is stored dropped and scaled (dV's operand) and dP masked and scaled before dS.
@@ -113,7 +114,9 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
                                    # arrays' entry) seeing LENS[(BH0 + t) // H]
                BIAS, sb_b, sb_h, sb_q, sb_k, HB,   # HAS_BIAS: the 4-D bias, element strides (0 broadcast),
                                                    # entry t its batch t // HB, head t % HB
-               DBIAS, sd_b, sd_h, sd_q, sd_k,      # its gradient (float32, or the bias's dtype for DB_MODE 1)
+               DBIAS, sd_b, sd_h, sd_q, sd_k,      # its gradient (float32, or the bias's dtype for DB_MODE 1);
+                                                   # DB_MODE 4: the partials' workspace, strides of a
+                                                   # bh, a row block and a key block (sd_h not read)
                qk_scale, Lq, Lk, LQP, LKP, DLO, DHI,   # qk_scale: scale * log2(e)
                G, H, BH0,          # G: q heads a k, v head serves
                DSEED_LO, DSEED_HI, DTHRESH, DSCALE,   # DROPOUT: the seed's words, keep threshold, 1 / (1 - p)
@@ -193,7 +196,10 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
         else:
             tl.store(P + out, p)
         tl.store(DS + out, ds)
-        if DB_MODE != 0:
+        if DB_MODE == 4:   # this tile's partials (sd_b, sd_q, sd_k: the strides of a bh, a row and a key block)
+            _bias_grad(DBIAS, (bh + BH0) * sd_b + start_m.to(tl.int64) * sd_q + start_n.to(tl.int64) * sd_k,
+                       rows.to(tl.int64), cols.to(tl.int64), ds, r_ok, cols < Lk, DB_MODE, DBQ, DBK)
+        elif DB_MODE != 0:
             _bias_grad(DBIAS, _bias_base(bh + BH0, HB, sd_b, sd_h), rows.to(tl.int64) * sd_q,
                        cols.to(tl.int64) * sd_k, ds, r_ok, cols < Lk, DB_MODE, DBQ, DBK)
 

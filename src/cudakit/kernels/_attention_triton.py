@@ -195,7 +195,10 @@ def _bias_grad(DBIAS, base, row_off, col_off, ds, r_ok, c_ok, DB_MODE: tl.conste
                DBK: tl.constexpr):
     """A score tile's dS into the bias's gradient at base + row_off + col_off: DB_MODE 1 stored
     (one writer an element), 2 added atomically, summed first over the rows (not DBQ) or keys (not
-    DBK) where the bias broadcasts them."""
+    DBK) where the bias broadcasts them. DB_MODE 4 (a bias broadcast over its rows or its keys):
+    the tile's sums over the dims the bias broadcasts stored into a workspace of per-tile partials
+    (one writer an element, no atomics: deterministic), base the tile's place in it and row_off,
+    col_off the rows and keys themselves (kernels/attention.py _bias_partials sums them after)."""
     if DB_MODE == 1:
         tl.store(DBIAS + base + row_off[:, None] + col_off[None, :], ds.to(DBIAS.dtype.element_ty),
                  mask=r_ok[:, None] & c_ok[None, :])
@@ -208,6 +211,14 @@ def _bias_grad(DBIAS, base, row_off, col_off, ds, r_ok, c_ok, DB_MODE: tl.conste
             tl.atomic_add(DBIAS + base + col_off, tl.sum(ds, 0), mask=c_ok)
         if not DBQ and not DBK:
             tl.atomic_add(DBIAS + base, tl.sum(tl.sum(ds, 1), 0))
+    if DB_MODE == 4:
+        tl.static_assert(not (DBQ and DBK), "DB_MODE 4 takes a bias broadcast over its rows or its keys")
+        if DBK:
+            tl.store(DBIAS + base + col_off, tl.sum(ds, 0), mask=c_ok)
+        if DBQ:
+            tl.store(DBIAS + base + row_off, tl.sum(ds, 1), mask=r_ok)
+        if not DBQ and not DBK:
+            tl.store(DBIAS + base, tl.sum(tl.sum(ds, 1), 0))
 
 
 @triton.jit
@@ -734,7 +745,10 @@ def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n
         dp = tl.where(keep, dp * DSCALE, 0.0)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
-    if DB_MODE != 0:
+    if DB_MODE == 4:   # this key block's partials (db_base: the row block's, attn_bwd_dq)
+        _bias_grad(DBIAS, db_base + (start_n // offs_n.shape[0]) * sd_k, db_rows, cols.to(tl.int64), ds, m_ok,
+                   cols < Lk, DB_MODE, DBQ, DBK)
+    elif DB_MODE != 0:
         _bias_grad(DBIAS, db_base, db_rows, cols.to(tl.int64) * sd_k, ds, m_ok, cols < Lk, DB_MODE, DBQ, DBK)
     return dq
 
@@ -744,7 +758,9 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                 LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H,
                 BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
                 DBIAS, sd_b, sd_h, sd_q, sd_k,        # DBIAS: the bias's gradient (float32, or the bias's dtype
-                                                      # for DB_MODE 1), its element strides (0 broadcast)
+                                                      # for DB_MODE 1), its element strides (0 broadcast);
+                                                      # DB_MODE 4: the partials' workspace, the element
+                                                      # strides of a bh, a row block and a key block
                 CU_Q, CU_K, G, TQ, TK,                # as attn_fwd
                 DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # as attn_fwd
                 BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
@@ -772,6 +788,9 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     db_base = _bias_base(bh + BH0, HB, sd_b, sd_h)
     b_rows, db_rows = rows.to(tl.int64) * sb_q, rows.to(tl.int64) * sd_q
+    if DB_MODE == 4:   # this row block's partials (_bias_grad), rows and keys as they are
+        db_base = (bh + BH0) * sd_b + start_m.to(tl.int64) * sd_q
+        db_rows = rows.to(tl.int64)
     drop_rows = ((bh + BH0) * Lq + rows) * Lk
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
@@ -791,6 +810,13 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                        drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, PREC,
                        HAS_BIAS, DB_MODE, DBQ, DBK, DROPOUT)
     tl.store(DQ + q_base + rows[:, None] * RS + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+
+
+@triton.jit
+def zero_fill(Y, N, BLOCK: tl.constexpr):   # Y: [1, N] (a gradient buffer the kernels add into)
+    """Y = 0, by a launch (kernels/attention.py zeros): 4 bytes or fewer written per element."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + i, tl.zeros([BLOCK], Y.dtype.element_ty), mask=i < N)
 
 
 @triton.jit

@@ -27,6 +27,7 @@ ERR_CU_SEQLENS = 11    # ... of a packed sequence's length outside [0, max_seqle
 
 from ..backends.attention_masks import _UNBOUNDED, Masks, key_bounds  # noqa: E402 -- key_bounds: part of this module's API
 from . import attention_key_parts as kp  # noqa: E402
+from . import reduction  # noqa: E402
 
 
 def _key_lengths_error(op: str, f: list):
@@ -121,6 +122,18 @@ def cast(x, dtype):
     return out
 
 
+def zeros(shape, dtype):
+    """A zeroed C-contiguous CuPy array written by a Triton launch, not by CuPy's memset: a traced
+    plan (kernels/trace_plans.py) records and replays launches and sees no memset, so a backward that
+    zeroed a bias gradient's buffer (atomics add into it) had its trace refused and took the
+    checked path on every call."""
+    cp = _cupy.cupy()
+    out = cp.empty(shape, dtype)
+    if out.size:
+        _launch("zero_fill", out.size, 1024, (out.reshape(1, -1),), (out.size,), {"BLOCK": 1024, "num_warps": 4})
+    return out
+
+
 def _k(name: str):
     """The TritonKernel `name` of the Triton source, made on first use."""
     k = _kernels.get(name)
@@ -131,7 +144,7 @@ def _k(name: str):
         from . import _attention_triton as src
         from .attention_materialized import KERNELS
         for mod, names in ((src, ("attn_fwd", "attn_fwd_combine", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq",
-                                  "cast_copy", "tf32_split")), (mat, KERNELS)):
+                                  "cast_copy", "zero_fill", "tf32_split")), (mat, KERNELS)):
             for n in names:
                 # the dropout seed's words are not specialised: one kernel for every seed, so a traced
                 # plan takes a new seed per call (kernels/trace_plans.py, dispatch.DYNAMIC)
@@ -799,24 +812,38 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: i
     from . import attention_materialized as am
     dlo, dhi = key_bounds(q.shape[1], k.shape[1], masks.causal, masks.window)
     arrays = [cp.ascontiguousarray(x) for x in (do, q, k, v, out)] + [_f32_contiguous(lse)]
-    bias, bias_grad, db = masks.bias, None, None
+    bias, bias_grad, db, finish = masks.bias, None, None, None
     try:
         if bias is not None:   # (the buffer zeroed: tiles no row sees add nothing to it)
             dbq, dbk = bias.shape[2] > 1, bias.shape[3] > 1
             bh, lq, lk = q.shape[0], q.shape[1], k.shape[1]
-            db, _ = _bias_grad_buffer(masks, bh, lq, lk, False)
-            # stored, one writer an element; else summed from the workspace (deterministic) where
-            # whole score tiles are summed, or where asked to be deterministic; else the score
-            # kernel's row or key sums by atomics
-            mode = 1 if _unbroadcast(bias, bh, lq, lk) else 3 if deterministic or (dbq and dbk) else 2
-            bias, bias_grad = (bias, *_strides(bias), masks.bias_heads), (db, *_strides(db), mode, dbq, dbk)
+            # stored, one writer an element; the score kernel's row or key sums as per-tile partials,
+            # summed after, where the bias broadcasts its rows or keys; else summed from the workspace
+            # (deterministic) where whole score tiles are summed, or where asked to be deterministic;
+            # else (a bias broadcast over batch or heads alone) added atomically
+            if _unbroadcast(bias, bh, lq, lk):
+                mode = 1
+            elif _partial_bias(bias):
+                mode = 4
+            else:
+                mode = 3 if deterministic or (dbq and dbk) else 2
+            if mode == 4:
+                sc = am.score_tiles(am.head_block(q.shape[2]))
+                db, st, finish = _bias_partials(masks, bh, lq, lk, am.padded(lq) // sc["BLOCK_M"],
+                                                am.padded(lk) // sc["BLOCK_N"])
+            else:
+                db, _ = _bias_grad_buffer(masks, bh, lq, lk, False)
+                st, finish = _strides(db), None
+            bias, bias_grad = (bias, *_strides(bias), masks.bias_heads), (db, *st, mode, dbq, dbk)
         from ..runtime.device import get_device_info
         r = am.run(*arrays, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
                    launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args),
                    sms=get_device_info(q.data.device_id).multiprocessors, groups=groups,
                    lengths=masks.lengths, heads=masks.heads, bias=bias, bias_grad=bias_grad,
                    dropout=None if masks.dropout is None else _drop_args(masks))
-        return r if r is None or db is None else (*r, db)
+        if r is None or db is None:
+            return r
+        return (*r, db if finish is None else finish(db))
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         from .. import fallbacks
         from . import paths
@@ -835,14 +862,20 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     dq = cp.empty_like(q)
     dk, dv = cp.empty((bh, lk, d), k.dtype), cp.empty((bh, lk, d), v.dtype)   # per q head
     bias = masks.bias
-    db, full = _bias_grad_buffer(masks, bh, lq, lk, deterministic)
-    done = (dq, dk, dv) if bias is None else (dq, dk, dv, cp.zeros(bias.shape, cp.float32) if db is None else db)
-    if bh == 0 or lk == 0:
-        return done
-    if lq == 0:  # no query attends: the key and value gradients are zero
-        dk.fill(0)
-        dv.fill(0)
-        return done
+    db, full, finish = None, None, None
+    if bias is not None and not _unbroadcast(bias, bh, lq, lk) and _partial_bias(bias) and bh * lq * lk:
+        kv, qc = _backward_configs(dtype_name, _config(dtype_name, d, None))
+        if tiles is not None:
+            qc = dict(qc, **tiles[1])
+        db, db_st, finish = _bias_partials(masks, bh, lq, lk, math.ceil(lq / qc["BLOCK_M"]),
+                                           math.ceil(lk / qc["BLOCK_N"]))
+    else:
+        db, full = _bias_grad_buffer(masks, bh, lq, lk, deterministic)
+    if bh == 0 or lk == 0 or lq == 0:
+        if lq == 0:  # no query attends: the key and value gradients are zero
+            dk.fill(0)
+            dv.fill(0)
+        return (dq, dk, dv) if bias is None else (dq, dk, dv, zeros(bias.shape, cp.float32) if db is None else db)
     cfg = _config(dtype_name, d, None)
     delta = cp.empty((bh, lq), cp.float32)
     _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq,),
@@ -865,8 +898,11 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
         db_args, db_consts = (delta, 0, 0, 0, 0), {"HAS_BIAS": False, "DB_MODE": 0, "DBQ": True, "DBK": True}
     else:
         target = full if full is not None else db
-        mode = 1 if full is not None or _unbroadcast(bias, bh, lq, lk) else 2
-        st = _strides(target) if full is None else (masks.bias_heads * lq * lk, lq * lk, lk, 1)
+        if finish is not None:   # per-tile partials, summed below
+            mode, st = 4, db_st
+        else:
+            mode = 1 if full is not None or _unbroadcast(bias, bh, lq, lk) else 2
+            st = _strides(target) if full is None else (masks.bias_heads * lq * lk, lq * lk, lk, 1)
         db_args = (target, *st)
         db_consts = {"HAS_BIAS": True, "DB_MODE": mode, "DBQ": bias.shape[2] > 1 or full is not None,
                      "DBK": bias.shape[3] > 1 or full is not None}
@@ -874,14 +910,51 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
             dict(qc, D=d, HAS_LENS=has, VARLEN=False, DROPOUT=drop, **db_consts), bh0=True)
     if full is not None:   # deterministic: the per-entry gradients summed over the dims the bias broadcasts
         axes = tuple(i for i in range(4) if bias.shape[i] == 1 and full.shape[i] > 1)
-        db = full.sum(axis=axes, keepdims=True) if axes else full
-    return done[:3] if bias is None else (dq, dk, dv, db)
+        # (cudakit's reduction, no atomics: its launches are traced, where CuPy's sum refused the trace)
+        db = reduction.reduce(full, "sum", axes).reshape(bias.shape) if axes else full
+    if finish is not None:
+        db = finish(db)
+    return (dq, dk, dv) if bias is None else (dq, dk, dv, db)
 
 
 def _unbroadcast(bias, bh: int, lq: int, lk: int) -> bool:
     """Whether the bias has an element per score (no dim broadcast): its gradient then has one
     writer per element."""
     return bias.shape[0] * bias.shape[1] == bh and bias.shape[2] == lq and bias.shape[3] == lk
+
+
+def _partial_bias(bias) -> bool:
+    """Whether the bias's gradient is summed from per-tile partials (the kernels' DB_MODE 4): a
+    bias broadcast over its rows or its keys (a padding bias (B, 1, 1, Lk), ...), whose sums
+    atomics would otherwise add in no fixed order."""
+    return bias.shape[2] == 1 or bias.shape[3] == 1
+
+
+def _partials_layout(bias_shape, bias_heads: int, bh: int, lq: int, lk: int, nr: int, nk: int):
+    """(the workspace's shape [BH, R, C], its strides for the kernels (a bh's, 0, a row block's, a
+    key block's), its 4-D view [BH / bias_heads, bias_heads, R, C], the axes of that view summed
+    into the gradient) of a bias of 4-D shape bias_shape summed from per-tile partials
+    (_partial_bias) by kernels of nr row blocks and nk key blocks: [BH, nr, Lk] where the bias has a
+    key dim, [BH, nk, Lq] where it has a row dim, [BH, nr, nk] where neither."""
+    dbq, dbk = bias_shape[2] > 1, bias_shape[3] > 1
+    r, c = (nr, lk) if dbk else (nk, lq) if dbq else (nr, nk)
+    strides = (r * c, 0, c, 0) if dbk else (r * c, 0, 0, c) if dbq else (r * c, 0, c, 1)
+    view = (bh // bias_heads, bias_heads, r, c)
+    axes = tuple(i for i in (0, 1) if bias_shape[i] == 1 and view[i] > 1) + ((2,) if dbq or dbk else (2, 3))
+    return (bh, r, c), strides, view, axes
+
+
+def _bias_partials(masks: Masks, bh: int, lq: int, lk: int, nr: int, nk: int):
+    """(workspace, its strides, finish) of a bias gradient summed from per-tile partials
+    (_partial_bias, _partials_layout), the workspace zeroed (tiles no row sees add nothing).
+    finish(workspace) -> the gradient in the bias's 4-D shape, float32: the partials summed over
+    the tiles and the batches and heads the bias broadcasts, by cudakit's reduction (no atomics:
+    bitwise the same every run, and its launches are traced)."""
+    cp = _cupy.cupy()
+    b = masks.bias
+    shape, strides, view, axes = _partials_layout(b.shape, masks.bias_heads, bh, lq, lk, nr, nk)
+    return (zeros(shape, cp.float32), strides,
+            lambda w: reduction.reduce(w.reshape(view), "sum", axes).reshape(b.shape))
 
 
 def _bias_grad_buffer(masks: Masks, bh: int, lq: int, lk: int, deterministic: bool):
@@ -894,10 +967,10 @@ def _bias_grad_buffer(masks: Masks, bh: int, lq: int, lk: int, deterministic: bo
     if b is None:
         return None, None
     if _unbroadcast(b, bh, lq, lk):
-        return cp.zeros(b.shape, b.dtype), None
+        return zeros(b.shape, b.dtype), None
     if deterministic:
-        return None, cp.zeros((bh // masks.bias_heads, masks.bias_heads, lq, lk), cp.float32)
-    return cp.zeros(b.shape, cp.float32), None
+        return None, zeros((bh // masks.bias_heads, masks.bias_heads, lq, lk), cp.float32)
+    return zeros(b.shape, cp.float32), None
 
 
 # ---- packed variable-length sequences ------------------------------------------------------------

@@ -190,7 +190,9 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     (None: all Lk). bias: (the 4-D bias, its 4 element strides (0 broadcast), HB: [BH] entry t is
     its batch t // HB, head t % HB) or None; bias_grad (with a bias): (its gradient's buffer, zeroed,
     its 4 element strides, mode: 1 stored or 2 added atomically by the score kernel, 3 summed
-    from the workspace after it (mat_bias_sum; a float32 buffer in the bias's shape), DBQ, DBK:
+    from the workspace after it (mat_bias_sum; a float32 buffer in the bias's shape), 4 each score
+    tile's partial sums stored (a zeroed float32 workspace, the strides of a bh, a row block of
+    score_tiles' BLOCK_M and a key block of its BLOCK_N, for the caller to sum), DBQ, DBK:
     whether it has a row and a key dim), filled here. dropout: (the seed's low and high words as
     int32, the keep threshold, 1 / (1 - p)) of dropout on the probabilities, or None.
     empty(shape) -> a float32 array; launch(kernel name, grid, args, constexprs and launch
@@ -223,7 +225,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     mode = 0
     if bias is not None:
         b_args, (*db_args, mode, dbq, dbk) = tuple(bias), bias_grad
-        score_consts.update(HAS_BIAS=True, DB_MODE=mode if mode < 3 else 0, DBQ=dbq, DBK=dbk)
+        score_consts.update(HAS_BIAS=True, DB_MODE=0 if mode == 3 else mode, DBQ=dbq, DBK=dbk)
     consts = dict(lt, D=d, DP=dp, MASKED=masked)
     by_rows = dict(consts, TRANS_A=False, REV=l2_order(dp), ALIGNED=aligned(sc["BLOCK_M"], sc["BLOCK_N"]))
     by_cols = dict(consts, TRANS_A=True, ALIGNED=aligned(sc["BLOCK_N"], sc["BLOCK_M"]))
