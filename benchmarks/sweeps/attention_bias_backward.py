@@ -1,6 +1,7 @@
 """The attention backward with an attn_bias broadcast over its rows or keys (a padding bias (B, 1, 1, L), a
 per-query one (1, H, L, 1)): cudakit.attention_backward, the bias's gradient asked for, against torch's SDPA
-backward with the same float attn_mask requiring grad, each call's device time behind an L2 flush
+backward with the same float attn_mask requiring grad (a per-query bias expanded over the keys first, as
+torch's SDPA takes it), each call's device time behind an L2 flush
 (bench.timing's cold samples), in one run. Run it twice with PYTHONPATH on two source trees to compare two
 forms of the kernels (the ratio to torch is the comparable figure).
     python3 benchmarks/sweeps/attention_bias_backward.py [--cases bf16:pad:4x16x1024x64,...] [--tag name] [--out f.json]
@@ -37,6 +38,8 @@ for spec in cases:
     tq, tk, tv, tg, tb = (torch.from_dlpack(a) for a in (q, k, v, g, bias))
     if causal:   # torch takes one mask: the bias with the causal -inf above the diagonal
         tb = tb.masked_fill(~torch.ones(L, L, dtype=torch.bool, device="cuda").tril(), float("-inf"))
+    if kind == "rows":   # (torch's SDPA wants the mask's last dim contiguous: the bias expanded over the keys)
+        tb = tb.expand(1, h, L, L).contiguous()
     rq, rk, rv, rb = (x.detach().requires_grad_(True) for x in (tq, tk, tv, tb))
     y = sdpa(rq, rk, rv, attn_mask=rb)
     fns = {"torch": lambda: torch.autograd.grad(y, (rq, rk, rv, rb), tg, retain_graph=True),
