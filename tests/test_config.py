@@ -94,3 +94,35 @@ def test_float32_precision_reaches_the_kernel_plans(prec):
         assert (cfg["BLOCK_M"], cfg["BLOCK_N"]) == ((64, 32) if prec == "ieee" else (128, 64))
     finally:
         config.set_float32_precision(old)
+
+
+def test_attention_dropout_stream_setting(monkeypatch):
+    """CUDAKIT_ATTENTION_DROPOUT: "cudakit" unless set, "cudnn" (any case), anything else a
+    ConfigError naming the variable and the accepted values. Under "cudnn", the calls cuDNN's
+    dropout cannot take (a window, key lengths, a bias, grouped k, v, causal with Lq != Lk, no
+    dropout at all) keep cudakit's stream before cuDNN is asked."""
+    from cudakit import config
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.kernels import attention
+    monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT", raising=False)
+    assert config.reload().attention_dropout == "cudakit"
+    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", " CUDNN ")
+    assert config.reload().attention_dropout == "cudnn"
+    drop = (429496730, 1 / 0.9, 5)
+    asked = []
+    monkeypatch.setattr(attention, "_cudnn_candidate", lambda *a: asked.append(a) or False)
+    for masks, lq, lk, groups, dtype in ((Masks(False, window=(4, 0), dropout=drop), 64, 64, 1, "bfloat16"),
+                                         (Masks(False, lengths=object(), dropout=drop), 64, 64, 1, "bfloat16"),
+                                         (Masks(False, bias=object(), dropout=drop), 64, 64, 1, "bfloat16"),
+                                         (Masks(False, dropout=drop), 64, 64, 2, "bfloat16"),
+                                         (Masks(True, dropout=drop), 32, 64, 1, "bfloat16"),
+                                         (Masks(False), 64, 64, 1, "bfloat16")):
+        assert not attention.cudnn_dropout(dtype, 4, lq, lk, 64, 0.125, masks, groups, 0)
+    assert not asked
+    assert not attention.cudnn_dropout("bfloat16", 4, 64, 64, 64, 0.125, Masks(True, dropout=drop), 1, 0)
+    assert asked   # (a call it may take asks whether cuDNN is there: here it is not)
+    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", "philox")
+    with pytest.raises(cudakit.ConfigError, match="CUDAKIT_ATTENTION_DROPOUT='philox' must be one of 'cudakit', 'cudnn'"):
+        config.reload()
+    monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
+    config.reload()

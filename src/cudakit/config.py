@@ -17,6 +17,9 @@
 |                           | "ieee" or "tf32" (see float32_precision below)                   |
 | CUDAKIT_DISTRIBUTED_DEBUG | "1": check that shapes and dtypes agree across ranks before each |
 |                           | collective (one store round trip per collective)                 |
+| CUDAKIT_ATTENTION_DROPOUT | attention's dropout mask on the GPU: "cudakit" (default, cudakit.|
+|                           | dropout's Philox stream, the CPU backend's) or "cudnn" (cuDNN's  |
+|                           | fused dropout and its own stream where cuDNN takes the call)     |
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class Settings:
     cache_size: str | None = None
     distributed_debug: bool = False
     cudnn: str = "auto"
+    attention_dropout: str = "cudakit"
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -76,6 +80,10 @@ class Settings:
         if cudnn is None:
             raise ConfigError(f"CUDAKIT_CUDNN={env.get('CUDAKIT_CUDNN')!r} must be 'auto', '0' (never use cuDNN) or "
                               f"'1' (require it)")
+        drop = env.get("CUDAKIT_ATTENTION_DROPOUT", "cudakit").strip().lower() or "cudakit"
+        if drop not in ATTENTION_DROPOUT_STREAMS:
+            raise ConfigError(f"CUDAKIT_ATTENTION_DROPOUT={env.get('CUDAKIT_ATTENTION_DROPOUT')!r} must be one of "
+                              f"{', '.join(map(repr, ATTENTION_DROPOUT_STREAMS))}")
         return cls(
             backend=backend,
             cache_dir=Path(cache),
@@ -89,10 +97,15 @@ class Settings:
             float32_precision=prec,
             distributed_debug=_flag(env, "CUDAKIT_DISTRIBUTED_DEBUG", False),
             cudnn=cudnn,
+            attention_dropout=drop,
         )
 
 
 BACKENDS = ("auto", "cpu", "cuda")
+# where attention's dropout mask comes from on the GPU: "cudakit" (cudakit.dropout's Philox stream
+# over the flat scores, the CPU backend's too: both backends drop the same probabilities) or "cudnn"
+# (cuDNN's fused dropout, its own Philox stream: faster for 16-bit data, not the CPU backend's mask)
+ATTENTION_DROPOUT_STREAMS = ("cudakit", "cudnn")
 _FALSE = {"0", "false", "no", "off"}
 
 

@@ -597,3 +597,122 @@ def test_attention_without_lse_runs_the_inference_graph(q_shape, hkv, causal, dt
     for o in outs:
         np.testing.assert_allclose(o, want, rtol=2e-2, atol=2e-2)
     assert any(isinstance(key, tuple) and key[0] == "sdpa_fwd_inf" for key in cudnn._graphs), list(cudnn._graphs)
+
+
+# -- dropout by cuDNN (CUDAKIT_ATTENTION_DROPOUT=cudnn): its own Philox stream ---------------------
+
+@pytest.fixture
+def cudnn_dropout(monkeypatch):
+    """CUDAKIT_ATTENTION_DROPOUT=cudnn for the test (its plans and choices cleared before and after)."""
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+    from cudakit import config, dispatch
+    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", "cudnn")
+    config.reload()
+    dispatch.clear()
+    yield
+    monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
+    config.reload()
+    dispatch.clear()
+
+
+def _drop_reference(q, k, v, g, keep, p, causal):
+    """float64 (out, lse, dq, dk, dv) of attention with dropout by the keep mask `keep` [BH, Lq, Lk]."""
+    q, k, v, g, keep = (np.asarray(x, np.float64) for x in (q, k, v, g, keep))
+    scale = q.shape[-1] ** -0.5
+    s = q @ k.swapaxes(-1, -2) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - m)
+    lse = (m + np.log(e.sum(-1, keepdims=True)))[..., 0]
+    pr = e / e.sum(-1, keepdims=True)
+    ms = keep / (1 - p)
+    out = (pr * ms) @ v
+    dpd = g @ v.swapaxes(-1, -2)
+    dv = (pr * ms).swapaxes(-1, -2) @ g
+    ds = pr * (dpd * ms - (g * out).sum(-1, keepdims=True))
+    return out, lse, ds @ k * scale, ds.swapaxes(-1, -2) @ q * scale, dv
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("lead,lq,lk,d,causal,p,seed", [((2, 3), 128, 128, 64, False, 0.1, 7),
+                                                        ((1, 2), 200, 200, 128, True, 0.3, 2**63 + 5),
+                                                        ((3,), 64, 96, 40, False, 0.5, 11)])
+def test_attention_dropout_by_cudnn_matches_float64_with_its_mask(dtype, lead, lq, lk, d, causal, p, seed, rng,
+                                                                  cudnn_dropout):
+    """attention_with_lse and attention_backward with dropout under CUDAKIT_ATTENTION_DROPOUT=cudnn
+    run cuDNN's fused dropout: against float64 with the keep mask cuDNN dumps for the same (p,
+    seed) (its rng_dump), the forward's outputs and the backward's gradients (the mask regenerated);
+    the mask drops about p of the probabilities, a seed gives the same mask every call, another
+    seed another one."""
+    q, g = (cp.asarray(data(rng, lead + (lq, d), dtype)) for _ in range(2))
+    k, v = (cp.asarray(data(rng, lead + (lk, d), dtype)) for _ in range(2))
+    kw = dict(causal=causal, dropout_p=p, seed=seed)
+    before = cudnn.stats["executions"]
+    out, lse = cudakit.attention_with_lse(q, k, v, **kw)
+    grads = cudakit.attention_backward(g, q, k, v, out, lse, **kw)
+    assert cudnn.stats["executions"] >= before + 2, "the dropout calls did not run on cuDNN"
+    bh = int(np.prod(lead))
+    keep = cp.full((bh, 1, lq, lk), 0.5, cp.float32)
+    r3 = [x.reshape(bh, x.shape[-2], d) for x in (q, k, v)]
+    assert cudnn.sdpa_forward(*r3, d ** -0.5, causal, dropout=(p, seed), rng_dump=keep) is not None
+    keep = cp.asnumpy(keep).reshape(bh, lq, lk)
+    seen = np.broadcast_to(np.tril(np.ones((lq, lk), bool)) if causal else np.ones((lq, lk), bool), keep.shape)
+    assert set(np.unique(keep[seen])) <= {0.0, 1.0}, np.unique(keep[seen])[:8]
+    assert abs((keep[seen] == 0).mean() - p) < 0.05, (keep[seen] == 0).mean()
+    keep = np.where(seen, keep, 0.0)   # (what cuDNN leaves above a causal diagonal meets p = 0 there)
+    h = [_host(x).astype(np.float64).reshape(bh, x.shape[-2], d) for x in (q, k, v, g)]
+    want = _drop_reference(*h, keep, p, causal)
+    got = (out, lse, *grads)
+    tol = 2e-2 if dtype == "bfloat16" else 4e-3
+    for name, x, w in zip(("out", "lse", "dq", "dk", "dv"), got, want):
+        x = _host(x).astype(np.float64).reshape(w.shape)
+        np.testing.assert_allclose(x, w, atol=tol * max(1.0, np.abs(w).max()), rtol=tol, err_msg=name)
+    again = cudakit.attention_with_lse(q, k, v, **kw)[0]
+    np.testing.assert_array_equal(_host(again), _host(out))
+    other = cudakit.attention_with_lse(q, k, v, **dict(kw, seed=seed + 1))[0]
+    assert not np.array_equal(_host(other), _host(out))
+
+
+def test_attention_dropout_by_cudnn_leaves_what_cudnn_cannot_take_to_cudakits_stream(rng, cudnn_dropout,
+                                                                                     monkeypatch):
+    """Under CUDAKIT_ATTENTION_DROPOUT=cudnn, grouped-query k, v, key lengths and float32 keep
+    cudakit.dropout's stream in the forward and the backward alike: bitwise what the default
+    setting computes."""
+    from cudakit import config, dispatch
+    b, h, hkv, L, d = 2, 4, 2, 96, 64
+    q, g = (cp.asarray(data(rng, (b, h, L, d), "bfloat16")) for _ in range(2))
+    k, v = (cp.asarray(data(rng, (b, hkv, L, d), "bfloat16")) for _ in range(2))
+    q32, k32, v32, g32 = (cp.asarray(data(rng, (b, h, L, d), "float32")) for _ in range(4))
+    calls = [(q, k, v, g, {}), (q, cp.repeat(k, 2, axis=1), cp.repeat(v, 2, axis=1), g, {"key_lengths": [50, 96]}),
+             (q32, k32, v32, g32, {})]
+    kw = dict(causal=True, dropout_p=0.2, seed=3)
+    got = []
+    for qq, kk, vv, gg, extra in calls:
+        out, lse = cudakit.attention_with_lse(qq, kk, vv, **kw, **extra)
+        got.append((out, lse, *cudakit.attention_backward(gg, qq, kk, vv, out, lse, **kw, **extra)))
+    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", "cudakit")
+    config.reload()
+    dispatch.clear()
+    for (qq, kk, vv, gg, extra), have in zip(calls, got):
+        out, lse = cudakit.attention_with_lse(qq, kk, vv, **kw, **extra)
+        want = (out, lse, *cudakit.attention_backward(gg, qq, kk, vv, out, lse, **kw, **extra))
+        for x, y in zip(have, want):
+            np.testing.assert_array_equal(_host(x), _host(y))
+
+
+def test_attention_dropout_by_cudnn_deterministic_backward_is_bitwise_repeatable(rng, cudnn_dropout):
+    """deterministic=True with cuDNN's dropout: cuDNN's deterministic algorithm, bitwise the same
+    gradients run after run, close to the default algorithm's."""
+    q, k, v, g = (cp.asarray(data(rng, (2, 4, 256, 64), "bfloat16")) for _ in range(4))
+    kw = dict(causal=True, dropout_p=0.1, seed=21)
+    out, lse = cudakit.attention_with_lse(q, k, v, **kw)
+    runs = [[_host(x).astype(np.float32) for x in cudakit.attention_backward(g, q, k, v, out, lse, deterministic=True,
+                                                                              **kw)] for _ in range(3)]
+    for run in runs[1:]:
+        for a, b in zip(run, runs[0]):
+            np.testing.assert_array_equal(a, b)
+    fast = cudakit.attention_backward(g, q, k, v, out, lse, **kw)
+    for a, b in zip(runs[0], fast):
+        np.testing.assert_allclose(a, _host(b).astype(np.float32), rtol=3e-2, atol=3e-2)

@@ -292,6 +292,9 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     statistics, and lse may come back None."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
+    if block_n is None and tiles is None and cudnn_dropout(dtype_name, bh, lq, k.shape[1], d, scale, masks, groups,
+                                                           q.data.device_id):
+        return _cudnn_dropout_forward(q, k, v, scale, masks, dtype_name)
     if block_n is None and tiles is None and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
@@ -305,6 +308,87 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
 
 
 MAX_CUDNN_HEAD_DIM = 256   # cuDNN's head dims (multiples of 8, 16-bit data)
+
+
+# ---- dropout by cuDNN (CUDAKIT_ATTENTION_DROPOUT=cudnn) ------------------------------------------
+_cudnn_dropout_ok: dict = {}   # signature -> whether cuDNN's dropout graphs take it
+
+
+def _dropout_p(masks: Masks) -> float:
+    """The dropout probability of masks.dropout (threshold, 1 / (1 - p), seed)."""
+    return 1.0 - 1.0 / masks.dropout[1]
+
+
+def cudnn_dropout(dtype_name: str, bh: int, lq: int, lk: int, d: int, scale: float, masks: Masks, groups: int,
+                  device: int) -> bool:
+    """Whether this attention pass with dropout runs cuDNN's fused dropout, whose mask is cuDNN's
+    Philox stream, not cudakit.dropout's: CUDAKIT_ATTENTION_DROPOUT=cudnn, a call cuDNN's attention
+    takes (installed, 16-bit, head_dim a multiple of 8 up to 256, a positive scale), no window, key
+    lengths or bias, causal only with Lq = Lk (cuDNN's bottom-right causal mask takes no dropout),
+    one q head a k, v head, and both the forward's and the backward's graph of the signature build.
+    A function of the signature alone, so the forward and the backward of one call agree on the
+    stream (a forward by one stream and its backward by the other would give wrong gradients)."""
+    from ..config import settings
+    if masks.dropout is None or settings().attention_dropout != "cudnn":
+        return False
+    if masks.window is not None or masks.lengths is not None or masks.bias is not None \
+            or masks.drop_index is not None or groups != 1 or (masks.causal and lq != lk) or not bh * lq * lk:
+        return False
+    if not _cudnn_candidate(dtype_name, d, scale):
+        return False
+    key = (bh, lq, lk, d, dtype_name, float(scale), masks.causal, _dropout_p(masks), device)
+    ok = _cudnn_dropout_ok.get(key)
+    if ok is None:   # both graphs built once, on scratch arrays (a declined graph is remembered by kernels/cudnn.py)
+        from . import cudnn
+        cp = _cupy.cupy()
+        q, g = (cp.zeros((bh, lq, d), dtype_name) for _ in range(2))
+        kv = cp.zeros((bh, lk, d), dtype_name)
+        drop = (_dropout_p(masks), 0)
+        fwd = cudnn.sdpa_forward(q, kv, kv, scale, masks.causal, dropout=drop)
+        ok = fwd is not None and cudnn.sdpa_backward(g, q, kv, kv, fwd[0], fwd[1], scale, masks.causal,
+                                                     dropout=drop) is not None
+        _cudnn_dropout_ok[key] = ok
+    return ok
+
+
+def _aligned_for_cudnn(*arrays):
+    """The arrays, each copied where its address is not 16-byte aligned (a view's offset): cuDNN's
+    graphs describe aligned tensors, and this call may not fall back to another dropout stream."""
+    from . import cudnn
+    return tuple(x if cudnn.aligned(x) else x.copy() for x in arrays)
+
+
+def _cudnn_dropout_forward(q, k, v, scale: float, masks: Masks, dtype_name: str):
+    """(out, lse) by cuDNN's fused dropout (cudnn_dropout said yes for this signature)."""
+    from . import cudnn
+    from ..errors import BackendUnavailableError
+    q, k, v = _aligned_for_cudnn(q, k, v)
+    r = cudnn.sdpa_forward(q, k, v, scale, masks.causal, dropout=(_dropout_p(masks), masks.dropout[2]))
+    if r is None:
+        raise BackendUnavailableError("attention: cuDNN declined the dropout forward of a signature it took before "
+                                      "(CUDAKIT_ATTENTION_DROPOUT=cudnn)")
+    return r
+
+
+def _cudnn_dropout_backward(do, q, k, v, out, lse, scale: float, masks: Masks, dtype_name: str,
+                            deterministic: bool):
+    """(dq, dk, dv) by cuDNN's fused dropout backward, the forward's mask regenerated from (p,
+    seed); deterministic: cuDNN's deterministic algorithm (a BackendUnavailableError where cuDNN
+    has none for the signature: cudakit's kernels would drop other probabilities)."""
+    from . import cudnn
+    from ..errors import BackendUnavailableError
+    do, q, k, v, out = _aligned_for_cudnn(do, q, k, v, out)
+    lse = _f32_contiguous(lse)
+    lse = lse if cudnn.aligned(lse) else lse.copy()
+    r = cudnn.sdpa_backward(do, q, k, v, out, lse, scale, masks.causal,
+                            dropout=(_dropout_p(masks), masks.dropout[2]), deterministic=deterministic)
+    if r is None:
+        raise BackendUnavailableError(
+            "attention_backward: cuDNN declined the dropout backward of this signature"
+            + (" with deterministic=True" if deterministic else "")
+            + " (CUDAKIT_ATTENTION_DROPOUT=cudnn: its forward ran cuDNN's dropout, whose mask cudakit's kernels "
+              "cannot regenerate); set CUDAKIT_ATTENTION_DROPOUT=cudakit for cudakit.dropout's stream")
+    return r
 
 
 def _check_triton_head_dim(d: int) -> None:
@@ -756,6 +840,8 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     FLOPs: 10 BH Lq Lk D (8 without recomputing the scores)."""
     bh, lq, d = q.shape
     masks = Masks(causal) if masks is None else masks
+    if tiles is None and cudnn_dropout(dtype_name, bh, lq, k.shape[1], d, scale, masks, groups, q.data.device_id):
+        return _cudnn_dropout_backward(do, q, k, v, out, lse, scale, masks, dtype_name, deterministic)
     if tiles is None and _materialized_candidate(dtype_name, d, masks, bh, lq, k.shape[1]):
         from . import paths
         key = _f32_bwd_key(bh, lq, k.shape[1], d, causal, masks.window, q.data.device_id, groups,

@@ -675,7 +675,29 @@ def _causal_kw(causal: bool, q, k, layout: str) -> dict:
     return {"use_causal_mask": True} if q.shape[axis] == k.shape[axis] else {"use_causal_mask_bottom_right": True}
 
 
-def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", inference: bool = False):
+def _dropout_tensors(g, dt, dropout):
+    """The graph's dropout: (the sdpa node's `dropout` argument, [Seed, Offset] operands) for
+    dropout = (p, seed), or (None, []) without: Seed and Offset int64 [1, 1, 1, 1] device tensors
+    (dropout_words writes them each call), p a graph attribute (part of the signature)."""
+    if dropout is None:
+        return None, []
+    one = ((1, 1, 1, 1), (1, 1, 1, 1))
+    seed, offset = _tensor(g, "Seed", one, dt.INT64), _tensor(g, "Offset", one, dt.INT64)
+    return (float(dropout[0]), seed, offset), [seed, offset]
+
+
+def dropout_words(seed: int):
+    """A device int64 [2] array for a graph's Seed and Offset: the seed's 64 bits as an int64 and
+    Philox offset 0, written by a memset and a fill launch (no host synchronisation; an array made
+    from host memory would synchronise the stream)."""
+    cp = _cupy.cupy()
+    w = cp.zeros((2,), cp.int64)
+    w[:1].fill(seed - (1 << 64) if seed >= 1 << 63 else seed)
+    return w
+
+
+def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", inference: bool = False,
+                 dropout=None, rng_dump=None):
     """(out, lse) of softmax(q k^T * scale) v for 16-bit q, k, v: cuDNN's flash forward, or None when
     declined. layout "bhld": C-contiguous [BH, L, D] arrays, out like q, lse [BH, Lq]; "bhsd":
     C-contiguous (B, H, L, D) q and (B, Hkv, L, D) k, v with Hkv dividing H (grouped-query: cuDNN
@@ -683,7 +705,12 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
     (B, L, H, D) arrays of any strides with the last 1 (views of a packed qkv read in place), out a
     C-contiguous (B, Lq, H, D), lse (B, H, Lq). lse: float32, the natural-log log-sum-exp of the
     scaled scores. inference=True: cuDNN's inference graph, which writes no statistics (lse None;
-    what torch's SDPA runs for inputs that need no gradient). FLOPs: 4 B H Lq Lk D (half causal)."""
+    what torch's SDPA runs for inputs that need no gradient). FLOPs: 4 B H Lq Lk D (half causal).
+    dropout = (p, seed): cuDNN's fused dropout on the probabilities (kept with probability 1 - p,
+    scaled by 1 / (1 - p)), its mask cuDNN's Philox stream under the seed (offset 0), which
+    sdpa_backward regenerates from the same (p, seed); always the training graph (lse written).
+    rng_dump: with dropout, a float32 array of the scores' shape (B, H, Lq, Lk), C-contiguous, that
+    cuDNN writes the keep mask into (1 kept, 0 dropped: tests)."""
     if not aligned(q, k, v):
         return None
     cp = _cupy.cupy()
@@ -692,20 +719,38 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
     out = cp.empty(q.shape, q.dtype)   # C-contiguous in every layout
     od = blhd_out_desc(q.shape) if layout == "blhd" else qd
     sd = _stats_desc(b, h, lq)
-    sig = sdpa_sig("sdpa_fwd_inf" if inference else "sdpa_fwd", (qd, kd, vd, od), name, scale, causal,
-                   q.data.device_id)
+    inference = bool(inference) and dropout is None
+    kind = "sdpa_fwd_inf" if inference else "sdpa_fwd"
+    descs = (qd, kd, vd, od)
+    rd = None
+    if dropout is not None:
+        rd = contiguous_desc((b, h, lq, kd[0][2]))
+        kind += "_rng_dump" if rng_dump is not None else "_dropout"
+        descs += (("p", float(dropout[0])),)
+    sig = sdpa_sig(kind, descs, name, scale, causal, q.data.device_id)
 
     def make(g, dt):
         io = g_io(dt, name)
         Q, K, V = _tensor(g, "Q", qd, io), _tensor(g, "K", kd, io), _tensor(g, "V", vd, io)
-        O, S = g.sdpa(name="sdpa", q=Q, k=K, v=V, is_inference=bool(inference), attn_scale=float(scale),
-                      **_causal_kw(causal, q, k, layout))
+        drop, drop_ops = _dropout_tensors(g, dt, dropout)
+        extra = {}
+        if drop is not None:
+            extra["dropout"] = drop
+            if rng_dump is not None:
+                R = _tensor(g, "RngDump", rd, dt.FLOAT)
+                extra["rng_dump"] = R
+                drop_ops = drop_ops + [R]
+        O, S = g.sdpa(name="sdpa", q=Q, k=K, v=V, is_inference=inference, attn_scale=float(scale),
+                      **_causal_kw(causal, q, k, layout), **extra)
         _out(O, od, io)
         if inference:
             return [Q, K, V, O]
         _out(S, sd, dt.FLOAT)
-        return [Q, K, V, O, S]
-    specs = [(qd, q.dtype), (kd, q.dtype), (vd, q.dtype), (od, q.dtype)] + ([] if inference else [(sd, cp.float32)])
+        return [Q, K, V, *drop_ops, O, S]
+    drop_specs = [] if dropout is None else [(((1,), (1,)), cp.int64)] * 2 + (
+        [(rd, cp.float32)] if rng_dump is not None else [])
+    specs = [(qd, q.dtype), (kd, q.dtype), (vd, q.dtype), *drop_specs, (od, q.dtype)] + (
+        [] if inference else [(sd, cp.float32)])
     g = _graph(sig, name, make, _scratch(*specs))
     if g is None:
         return None
@@ -713,14 +758,21 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
         g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr])
         return out, None
     lse = cp.empty((b, lq) if layout == "bhld" else (b, h, lq), cp.float32)
-    g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr])
+    drop_ptrs = []
+    if dropout is not None:
+        words = dropout_words(int(dropout[1]))
+        drop_ptrs = [words.data.ptr, words.data.ptr + 8] + ([rng_dump.data.ptr] if rng_dump is not None else [])
+    g.run([q.data.ptr, k.data.ptr, v.data.ptr, *drop_ptrs, out.data.ptr, lse.data.ptr])
     return out, lse
 
 
-def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str = "bhld"):
+def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str = "bhld", dropout=None,
+                  deterministic: bool = False):
     """(dq, dk, dv) of sdpa_forward for dL/dout = do (out's layout), from its out and lse (float32,
     C-contiguous): cuDNN's flash backward, or None when declined. Gradients like q, k, v with
-    layout "bhld", C-contiguous (B, L, H, D) with "blhd". FLOPs: 10 B H Lq Lk D (half causal)."""
+    layout "bhld", C-contiguous (B, L, H, D) with "blhd". FLOPs: 10 B H Lq Lk D (half causal).
+    dropout = (p, seed): the forward's, its mask regenerated; deterministic (with dropout only:
+    cudakit's kernels take the other deterministic calls): cuDNN's deterministic algorithm."""
     if not aligned(do, q, k, v, out, lse):
         return None
     cp = _cupy.cupy()
@@ -734,25 +786,39 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
         dkd, dvd = kd, vd
     dq, dk, dv = (cp.empty(x.shape, x.dtype) for x in (q, k, v))   # C-contiguous in every layout
     sd = _stats_desc(b, h, lq)
-    sig = sdpa_sig("sdpa_bwd", (qd, kd, vd, od, dod, dqd, dkd, dvd), name, scale, causal, q.data.device_id)
+    descs = (qd, kd, vd, od, dod, dqd, dkd, dvd)
+    kind = "sdpa_bwd"
+    if dropout is not None:
+        kind = "sdpa_bwd_dropout" + ("_deterministic" if deterministic else "")
+        descs += (("p", float(dropout[0])),)
+    sig = sdpa_sig(kind, descs, name, scale, causal, q.data.device_id)
 
     def make(g, dt):
         io = g_io(dt, name)
         Q, K, V = _tensor(g, "Q", qd, io), _tensor(g, "K", kd, io), _tensor(g, "V", vd, io)
         O, DO = _tensor(g, "O", od, io), _tensor(g, "dO", dod, io)
         S = _tensor(g, "Stats", sd, dt.FLOAT)
+        drop, drop_ops = _dropout_tensors(g, dt, dropout)
+        extra = {} if drop is None else {"dropout": drop}
+        if dropout is not None and deterministic:
+            extra["use_deterministic_algorithm"] = True
         DQ, DK, DV = g.sdpa_backward(name="sdpa_backward", q=Q, k=K, v=V, o=O, dO=DO, stats=S,
-                                     attn_scale=float(scale), **_causal_kw(causal, q, k, layout))
+                                     attn_scale=float(scale), **_causal_kw(causal, q, k, layout), **extra)
         _out(DQ, dqd, io)
         _out(DK, dkd, io)
         _out(DV, dvd, io)
-        return [Q, K, V, O, DO, S, DQ, DK, DV]
+        return [Q, K, V, O, DO, S, *drop_ops, DQ, DK, DV]
     t = q.dtype
-    g = _graph(sig, name, make, _scratch(*((x, t) for x in (qd, kd, vd, od, dod)), (sd, cp.float32),
+    drop_specs = [] if dropout is None else [(((1,), (1,)), cp.int64)] * 2
+    g = _graph(sig, name, make, _scratch(*((x, t) for x in (qd, kd, vd, od, dod)), (sd, cp.float32), *drop_specs,
                                          *((x, t) for x in (dqd, dkd, dvd))))
     if g is None:
         return None
-    g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr,
+    drop_ptrs = []
+    if dropout is not None:
+        words = dropout_words(int(dropout[1]))
+        drop_ptrs = [words.data.ptr, words.data.ptr + 8]
+    g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr, *drop_ptrs,
            dq.data.ptr, dk.data.ptr, dv.data.ptr])
     return dq, dk, dv
 
