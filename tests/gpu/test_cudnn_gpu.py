@@ -716,3 +716,28 @@ def test_attention_dropout_by_cudnn_deterministic_backward_is_bitwise_repeatable
     fast = cudakit.attention_backward(g, q, k, v, out, lse, **kw)
     for a, b in zip(runs[0], fast):
         np.testing.assert_allclose(a, _host(b).astype(np.float32), rtol=3e-2, atol=3e-2)
+
+
+def test_attention_dropout_by_cudnn_takes_plans_with_a_seed_per_call(rng, cudnn_dropout):
+    """Under CUDAKIT_ATTENTION_DROPOUT=cudnn, attention, attention_with_lse and attention_backward
+    with dropout take plans executing cuDNN's dropout graphs with each call's seed
+    (kernels/path_plans.py): on fresh data and seeds (at and above 2^63 too), bitwise what the checked
+    call computes (the backward deterministic: cuDNN's default one may sum in any order)."""
+    from cudakit import dispatch
+    be = cudakit.get_backend("cuda")
+    bits = lambda x: _host(x).view(np.uint8)   # noqa: E731
+    for seed in (7, 2**63 + 5, 12345, 2**64 - 1):   # the first call is checked, the second plans, the rest replay
+        q, k, v, g = (cp.asarray(data(rng, (2, 3, 128, 64), "bfloat16")) for _ in range(4))
+        kw = dict(causal=True, dropout_p=0.2, seed=seed)
+        want = be.attention_with_lse(q, k, v, **kw)
+        got = cudakit.attention_with_lse(q, k, v, **kw)
+        for x, y in zip(want, got):
+            np.testing.assert_array_equal(bits(x), bits(y))
+        np.testing.assert_array_equal(bits(be.attention(q, k, v, **kw)), bits(cudakit.attention(q, k, v, **kw)))
+        gw = be.attention_backward(g, q, k, v, *want, deterministic=True, **kw)
+        gg = cudakit.attention_backward(g, q, k, v, *want, deterministic=True, **kw)
+        for x, y in zip(gw, gg):
+            np.testing.assert_array_equal(bits(x), bits(y))
+    kinds = {key[0]: type(p).__name__ for key, p in dispatch._plans.items() if p is not None}
+    for op in ("attention_dropout", "attention_with_lse_dropout", "attention_backward_dropout"):
+        assert kinds.get(op) == "function", kinds

@@ -181,25 +181,102 @@ def plan_attention_backward_bias(grad_out, q, k, v, out, lse, scale=None, causal
     return _masked_plan("attention_backward_bias", 4, key_lengths)
 
 
+def _cudnn_dropout_run(kind: str, arrays: tuple, scale, causal, layout, window, key_lengths, attn_bias, dropout_p,
+                       deterministic=False):
+    """(cuDNN's executor of the dropout graph ("fwd" or "bwd") this signature's checked call ran
+    under CUDAKIT_ATTENTION_DROPOUT=cudnn, attention._attn_sig's tuple) for C-contiguous (B, H, L, D)
+    q, k, v (arrays[:3]; for "bwd" out, grad_out and lse after them), or None (cudakit's stream, or
+    a form the checked path copies first: the plan is then traced or the checked path runs)."""
+    from ..backends.attention_masks import Masks
+    from ..config import settings
+    from . import cudnn
+    if settings().attention_dropout != "cudnn" or layout != "bhld" or window is not None \
+            or key_lengths is not None or attn_bias is not None or type(dropout_p) is not float:
+        return None
+    q, k, v = arrays[:3]
+    s = _attn_sig(q, k, v, scale)
+    if s is None or not 0.0 < dropout_p < 1.0 or not all(a.flags.c_contiguous for a in arrays):
+        return None
+    bh, lq, lk, d, name, sc, lead = s
+    masks = Masks(causal, dropout=(0, 1.0 / (1.0 - dropout_p), 0))   # (as backends/attention_api._dropout)
+    if not attention.cudnn_dropout(name, bh, lq, lk, d, sc, masks, 1, q.data.device_id) or not cudnn.aligned(*arrays):
+        return None   # (a misaligned view: the checked call copies it)
+    qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
+    p = (("p", attention._dropout_p(masks)),)
+    if kind == "fwd":
+        sig = cudnn.sdpa_sig("sdpa_fwd_dropout", (qd, kd, kd, qd) + p, name, sc, bool(causal), q.data.device_id)
+    else:
+        sig = cudnn.sdpa_sig("sdpa_bwd_dropout" + ("_deterministic" if deterministic else ""),
+                             (qd, kd, kd, qd, qd, qd, kd, kd) + p, name, sc, bool(causal), q.data.device_id)
+    run = cudnn.executor(sig)
+    return None if run is None else (run, s)
+
+
+def _cudnn_dropout_forward_plan(op: str, q, k, v, scale, causal, layout, window, key_lengths, attn_bias, dropout_p,
+                                with_lse: bool):
+    """The plan of attention / attention_with_lse with cuDNN's dropout (_cudnn_dropout_run): the
+    graph executed with each call's seed written into its Seed word, no checks; else as before."""
+    got = _cudnn_dropout_run("fwd", (q, k, v), scale, causal, layout, window, key_lengths, attn_bias, dropout_p)
+    if got is None:
+        return _masked_plan(op, 3, key_lengths)
+    from . import cudnn
+    run, (bh, lq, lk, d, name, sc, lead) = got
+    cp = _cupy.cupy()
+    nd, f32, words = cp.ndarray, cp.float32, cudnn.dropout_words
+    shape, lse_shape = tuple(q.shape), lead + (lq,)
+
+    def plan(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None, attn_bias=None,
+             dropout_p=0.0, seed=0):
+        out, lse = nd(shape, q.dtype), nd(lse_shape, f32)
+        w = words(seed).data.ptr
+        run(q.data.ptr, k.data.ptr, v.data.ptr, w, w + 8, out.data.ptr, lse.data.ptr)
+        return (out, lse) if with_lse else out
+    return plan
+
+
 def plan_attention_dropout(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
                            attn_bias=None, dropout_p=0.0, seed=0):
-    """attention with dropout on the probabilities: None (a plan traced from the checked call whose
-    replays take each call's seed: trace_plans.trace_fallback with dispatch.DYNAMIC), or the checked
-    path where key_lengths would be copied first (_masked_plan)."""
-    return _masked_plan("attention_dropout", 3, key_lengths)
+    """attention with dropout on the probabilities: under CUDAKIT_ATTENTION_DROPOUT=cudnn, where the
+    checked call ran cuDNN's dropout graph, that graph with each call's seed; else None (a plan
+    traced from the checked call whose replays take each call's seed: trace_plans.trace_fallback
+    with dispatch.DYNAMIC), or the checked path where key_lengths would be copied first
+    (_masked_plan)."""
+    return _cudnn_dropout_forward_plan("attention_dropout", q, k, v, scale, causal, layout, window, key_lengths,
+                                       attn_bias, dropout_p, False)
 
 
 def plan_attention_with_lse_dropout(q, k, v, scale=None, causal=False, layout="bhld", window=None,
                                     key_lengths=None, attn_bias=None, dropout_p=0.0, seed=0):
     """attention_with_lse with dropout (as plan_attention_dropout)."""
-    return _masked_plan("attention_with_lse_dropout", 3, key_lengths)
+    return _cudnn_dropout_forward_plan("attention_with_lse_dropout", q, k, v, scale, causal, layout, window,
+                                       key_lengths, attn_bias, dropout_p, True)
 
 
 def plan_attention_backward_dropout(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld",
                                     window=None, key_lengths=None, deterministic=False, attn_bias=None,
                                     dropout_p=0.0, seed=0):
     """attention_backward with dropout (as plan_attention_dropout)."""
-    return _masked_plan("attention_backward_dropout", 4, key_lengths)
+    cp = _cupy.cupy()
+    got = None
+    if type(deterministic) is bool and lse.dtype == cp.float32 and grad_out.dtype == q.dtype == out.dtype \
+            and tuple(grad_out.shape) == tuple(out.shape) == tuple(q.shape):
+        got = _cudnn_dropout_run("bwd", (q, k, v, out, grad_out, lse), scale, causal, layout, window, key_lengths,
+                                 attn_bias, dropout_p, deterministic)
+    if got is None:
+        return _masked_plan("attention_backward_dropout", 4, key_lengths)
+    from . import cudnn
+    run = got[0]
+    nd, words = cp.ndarray, cudnn.dropout_words
+    shapes = tuple(q.shape), tuple(k.shape), tuple(v.shape)
+
+    def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
+             deterministic=False, attn_bias=None, dropout_p=0.0, seed=0):
+        dq, dk, dv = nd(shapes[0], q.dtype), nd(shapes[1], q.dtype), nd(shapes[2], q.dtype)
+        w = words(seed).data.ptr
+        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr, w, w + 8,
+            dq.data.ptr, dk.data.ptr, dv.data.ptr)
+        return dq, dk, dv
+    return plan
 
 
 def plan_flash_attention(q, k, v, scale=None, block_size=64, causal=False, layout="bhld", window=None,
