@@ -1,0 +1,56 @@
+"""Host time per call of attention with dropout on a small bfloat16 problem (B2 H2 S64 D32, p 0.1, a new seed
+every call): cudakit's attention_with_lse and attention_backward under CUDAKIT_ATTENTION_DROPOUT=cudnn (cuDNN's
+dropout graphs, planned), then the default (cudakit's stream: the Triton kernels' traced plans), against
+torch's SDPA with dropout_p (forward; torch.autograd.grad for the backward), rounds interleaved
+(bench.timing.host_time_interleaved), in one process.
+    python3 benchmarks/sweeps/attention_dropout_host.py [--out f.json]
+Prints VARIANT lines (us a call) and writes the rows to --out."""
+import itertools
+import os
+import sys
+
+import cupy as cp
+import torch
+
+import cudakit
+from _results import dump_rows
+
+from cudakit import config, dispatch
+from cudakit.bench import timing
+
+argv = sys.argv[1:]
+B, H, T, D, P = 2, 2, 64, 32, 0.1
+rng = cp.random.default_rng(0)
+q, k, v, g = (rng.standard_normal((B, H, T, D), dtype=cp.float32).astype("bfloat16") for _ in range(4))
+tq, tk, tv, tg = (torch.from_dlpack(a) for a in (q, k, v, g))
+rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
+sdpa = torch.nn.functional.scaled_dot_product_attention
+y = sdpa(rq, rk, rv, is_causal=True, dropout_p=P)
+seeds = itertools.count(1)
+fns = {"torch_fwd": lambda: sdpa(tq, tk, tv, is_causal=True, dropout_p=P),
+       "torch_bwd": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True)}
+rows = []
+for stream in ("cudnn", "cudakit"):
+    os.environ["CUDAKIT_ATTENTION_DROPOUT"] = stream
+    config.reload()
+    dispatch.clear()
+    out, lse = cudakit.attention_with_lse(q, k, v, causal=True, dropout_p=P, seed=5)
+    res, err = timing.host_time_interleaved(
+        {f"{stream}_fwd": lambda: cudakit.attention_with_lse(q, k, v, causal=True, dropout_p=P, seed=next(seeds)),
+         f"{stream}_bwd": lambda: cudakit.attention_backward(g, q, k, v, out, lse, causal=True, dropout_p=P,
+                                                             seed=next(seeds)),
+         **fns}, calls=500, rounds=7, sync=cp.cuda.Device().synchronize)
+    for name, e in err.items():
+        print(f"VARIANT failed {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
+    us = {n: r["median_ms"] * 1e3 for n, r in res.items()}
+    row = {"stream": stream, **{f"{n}_us": round(t, 3) for n, t in us.items()}}
+    for kind in ("fwd", "bwd"):
+        if f"{stream}_{kind}" in us and f"torch_{kind}" in us:
+            row[f"x_{kind}"] = round(us[f"torch_{kind}"] / us[f"{stream}_{kind}"], 3)
+    kinds = {key[0]: type(p).__name__ for key, p in dispatch._plans.items() if p is not None}
+    row["plans"] = kinds
+    print(f"VARIANT dropout-host {stream:<8} " + " ".join(f"{n} {t:.2f}" for n, t in us.items())
+          + f" us; x torch fwd {row.get('x_fwd', float('nan')):.3f} bwd {row.get('x_bwd', float('nan')):.3f}; "
+          f"plans {kinds}", flush=True)
+    rows.append(row)
+dump_rows(argv, __doc__, rows)
