@@ -686,22 +686,14 @@ def _dropout_tensors(g, dt, dropout):
     return (float(dropout[0]), seed, offset), [seed, offset]
 
 
-_words_kernel = None
-
-
 def dropout_words(seed: int):
     """A device int64 [2] array for a graph's Seed and Offset: the seed's 64 bits as an int64 and
-    Philox offset 0, written by one launch taking the seed as its argument (no host
-    synchronisation, where an array made from host memory would synchronise the stream; a memset
-    and a fill, two operations, ran the bfloat16 B8 H16 S512 D64 backward 3% slower than torch's on
-    an H100, 2026-11-28 00:42 UTC)."""
-    global _words_kernel
-    cp = _cupy.cupy()
-    if _words_kernel is None:
-        _words_kernel = cp.ElementwiseKernel("int64 s", "int64 w", "w = i == 0 ? s : 0", "cudakit_dropout_words")
-    w = cp.empty((2,), cp.int64)
-    _words_kernel(seed - (1 << 64) if seed >= 1 << 63 else seed, w)
-    return w
+    Philox offset 0, written by one launch taking the seed as its argument (kernels/dropout.py
+    philox_words; an array made from host memory would synchronise the stream). The caller keeps
+    it alive until the graph has been executed: freed before, its memory may become the
+    execution's workspace."""
+    from .dropout import philox_words
+    return philox_words(seed)
 
 
 def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", inference: bool = False,

@@ -228,8 +228,9 @@ def _cudnn_dropout_forward_plan(op: str, q, k, v, scale, causal, layout, window,
     def plan(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None, attn_bias=None,
              dropout_p=0.0, seed=0):
         out, lse = nd(shape, q.dtype), nd(lse_shape, f32)
-        w = words(seed).data.ptr
-        run(q.data.ptr, k.data.ptr, v.data.ptr, w, w + 8, out.data.ptr, lse.data.ptr)
+        w = words(seed)   # (alive until the graph has run: freed, it could become the workspace)
+        p = w.data.ptr
+        run(q.data.ptr, k.data.ptr, v.data.ptr, p, p + 8, out.data.ptr, lse.data.ptr)
         return (out, lse) if with_lse else out
     return plan
 
@@ -272,8 +273,9 @@ def plan_attention_backward_dropout(grad_out, q, k, v, out, lse, scale=None, cau
     def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
              deterministic=False, attn_bias=None, dropout_p=0.0, seed=0):
         dq, dk, dv = nd(shapes[0], q.dtype), nd(shapes[1], q.dtype), nd(shapes[2], q.dtype)
-        w = words(seed).data.ptr
-        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr, w, w + 8,
+        w = words(seed)   # (alive until the graph has run: freed, it could become the workspace)
+        p = w.data.ptr
+        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr, p, p + 8,
             dq.data.ptr, dk.data.ptr, dv.data.ptr)
         return dq, dk, dv
     return plan
