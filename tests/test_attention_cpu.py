@@ -503,3 +503,28 @@ def test_attention_varlen_with_one_cu_seqlens_array_equals_two(rng):
              for c in (cu, cu.copy())]
     for a, b in zip(*grads):
         np.testing.assert_array_equal(a, b)
+
+
+def test_bias_partials_layout_and_bound():
+    """A bias broadcast over its rows or keys has its gradient summed from per-tile partials: the
+    workspace [BH, row blocks, Lk] (a key dim), [BH, key blocks, Lq] (a row dim) or [BH, row
+    blocks, key blocks] (neither), the axes summed the batches and heads it broadcasts plus the
+    tiles'; taken while it fits PARTIALS_MAX_BYTES, or always when deterministic; never for a bias
+    with both dims (broadcast over batch or heads alone) or for an unbroadcast one's bound."""
+    import numpy as np
+
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.kernels import attention as at
+    assert at._partials_layout((2, 1, 1, 300), 4, 8, 100, 300, 1, 5) == ((8, 1, 300), (300, 0, 300, 0),
+                                                                        (2, 4, 1, 300), (1, 2))
+    assert at._partials_layout((1, 4, 100, 1), 4, 8, 100, 300, 1, 5) == ((8, 5, 100), (500, 0, 0, 100),
+                                                                        (2, 4, 5, 100), (0, 2))
+    assert at._partials_layout((1, 1, 1, 1), 4, 8, 100, 300, 2, 5) == ((8, 2, 5), (10, 0, 5, 1),
+                                                                      (2, 4, 2, 5), (0, 1, 2, 3))
+    pad = Masks(False, bias=np.zeros((4, 1, 1, 32768), np.float32), bias_heads=32)
+    small = Masks(False, bias=np.zeros((4, 1, 1, 1024), np.float32), bias_heads=32)
+    both = Masks(False, bias=np.zeros((1, 32, 1024, 1024), np.float32), bias_heads=32)
+    big = (128, 32768, 32768, 256, 512)   # 4 GiB of partials
+    assert not at._partial_bias(pad, *big, False) and at._partial_bias(pad, *big, True)
+    assert at._partial_bias(small, 128, 1024, 1024, 8, 16, False)
+    assert not at._partial_bias(both, 128, 1024, 1024, 8, 16, True)

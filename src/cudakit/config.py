@@ -180,11 +180,16 @@ def set_float32_precision(value: str | None) -> str | None:
 
 
 def reload() -> Settings:
-    """Re-read every CUDAKIT_* variable (after changing os.environ)."""
+    """Re-read every CUDAKIT_* variable (after changing os.environ), and forget cudakit.dispatch's
+    plans: a plan keeps what the settings chose when it was made (CUDAKIT_ATTENTION_DROPOUT's mask
+    stream among them: a forward replayed under the old one and a backward checked under the new
+    one would drop different probabilities)."""
     global _settings
     _settings = None
+    from . import dispatch
     from .runtime import launch  # the launch path caches launch_blocking
     launch._refresh()
+    dispatch.clear()
     return settings()
 
 

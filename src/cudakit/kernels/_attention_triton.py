@@ -746,8 +746,10 @@ def _dq_block(dq, q, do, lse2, delta, K, V, kv_base, start_n, lo_r, hi_r, offs_n
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
     if DB_MODE == 4:   # this key block's partials (db_base: the row block's, attn_bwd_dq)
-        _bias_grad(DBIAS, db_base + (start_n // offs_n.shape[0]) * sd_k, db_rows, cols.to(tl.int64), ds, m_ok,
-                   cols < Lk, DB_MODE, DBQ, DBK)
+        # (the key block's index in int64, as kb Lq may pass 2^31; tl.cast: in Triton's interpreter
+        # start_n is a constexpr)
+        kb = tl.cast(start_n // offs_n.shape[0], tl.int64)
+        _bias_grad(DBIAS, db_base + kb * sd_k, db_rows, cols.to(tl.int64), ds, m_ok, cols < Lk, DB_MODE, DBQ, DBK)
     elif DB_MODE != 0:
         _bias_grad(DBIAS, db_base, db_rows, cols.to(tl.int64) * sd_k, ds, m_ok, cols < Lk, DB_MODE, DBQ, DBK)
     return dq

@@ -907,16 +907,16 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: i
             # summed after, where the bias broadcasts its rows or keys; else summed from the workspace
             # (deterministic) where whole score tiles are summed, or where asked to be deterministic;
             # else (a bias broadcast over batch or heads alone) added atomically
+            sc = am.score_tiles(am.head_block(q.shape[2]))
+            blocks = (am.padded(lq) // sc["BLOCK_M"], am.padded(lk) // sc["BLOCK_N"])
             if _unbroadcast(bias, bh, lq, lk):
                 mode = 1
-            elif _partial_bias(bias):
+            elif _partial_bias(masks, bh, lq, lk, *blocks, False):   # (deterministic past the bound: mode 3)
                 mode = 4
             else:
                 mode = 3 if deterministic or (dbq and dbk) else 2
             if mode == 4:
-                sc = am.score_tiles(am.head_block(q.shape[2]))
-                db, st, finish = _bias_partials(masks, bh, lq, lk, am.padded(lq) // sc["BLOCK_M"],
-                                                am.padded(lk) // sc["BLOCK_N"])
+                db, st, finish = _bias_partials(masks, bh, lq, lk, *blocks)
             else:
                 db, _ = _bias_grad_buffer(masks, bh, lq, lk, False)
                 st, finish = _strides(db), None
@@ -949,12 +949,14 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     dk, dv = cp.empty((bh, lk, d), k.dtype), cp.empty((bh, lk, d), v.dtype)   # per q head
     bias = masks.bias
     db, full, finish = None, None, None
-    if bias is not None and not _unbroadcast(bias, bh, lq, lk) and _partial_bias(bias) and bh * lq * lk:
+    blocks = None
+    if bias is not None and not _unbroadcast(bias, bh, lq, lk) and bh * lq * lk:
         kv, qc = _backward_configs(dtype_name, _config(dtype_name, d, None))
         if tiles is not None:
             qc = dict(qc, **tiles[1])
-        db, db_st, finish = _bias_partials(masks, bh, lq, lk, math.ceil(lq / qc["BLOCK_M"]),
-                                           math.ceil(lk / qc["BLOCK_N"]))
+        blocks = (math.ceil(lq / qc["BLOCK_M"]), math.ceil(lk / qc["BLOCK_N"]))
+    if blocks is not None and _partial_bias(masks, bh, lq, lk, *blocks, deterministic):
+        db, db_st, finish = _bias_partials(masks, bh, lq, lk, *blocks)
     else:
         db, full = _bias_grad_buffer(masks, bh, lq, lk, deterministic)
     if bh == 0 or lk == 0 or lq == 0:
@@ -1009,11 +1011,24 @@ def _unbroadcast(bias, bh: int, lq: int, lk: int) -> bool:
     return bias.shape[0] * bias.shape[1] == bh and bias.shape[2] == lq and bias.shape[3] == lk
 
 
-def _partial_bias(bias) -> bool:
-    """Whether the bias's gradient is summed from per-tile partials (the kernels' DB_MODE 4): a
-    bias broadcast over its rows or its keys (a padding bias (B, 1, 1, Lk), ...), whose sums
-    atomics would otherwise add in no fixed order."""
-    return bias.shape[2] == 1 or bias.shape[3] == 1
+# the partials' workspace a bias gradient may take without being asked to be deterministic: past it
+# the sums are added by atomics into a buffer of the bias's size (at 64 MiB the backward's device
+# time is far past the host time a traced plan saves, the reason for partials there; the workspace
+# grows as Lq Lk / block: 4.3 GB at B4 H32 S32768 in bfloat16, where the atomics' buffer is 0.5 MB)
+PARTIALS_MAX_BYTES = 64 << 20
+
+
+def _partial_bias(masks: Masks, bh: int, lq: int, lk: int, nr: int, nk: int, always: bool) -> bool:
+    """Whether the bias's gradient is summed from per-tile partials (the kernels' DB_MODE 4, kernels
+    of nr row blocks and nk key blocks): a bias broadcast over its rows or its keys (a padding bias
+    (B, 1, 1, Lk), ...), whose sums atomics would otherwise add in no fixed order (a traced plan,
+    which checks its replay bitwise, is then refused), where its workspace takes at most
+    PARTIALS_MAX_BYTES or `always` (deterministic, where the alternative is larger)."""
+    b = masks.bias
+    if not (b.shape[2] == 1 or b.shape[3] == 1):
+        return False
+    shape = _partials_layout(b.shape, masks.bias_heads, bh, lq, lk, nr, nk)[0]
+    return always or 4 * math.prod(shape) <= PARTIALS_MAX_BYTES
 
 
 def _partials_layout(bias_shape, bias_heads: int, bh: int, lq: int, lk: int, nr: int, nk: int):
