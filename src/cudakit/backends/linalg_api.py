@@ -163,7 +163,9 @@ class LinalgOps:
         full = product(acc).reshape(tuple(batch) + tuple(x2.shape[-2:]))
         axes = tuple(i for i, (d, e) in enumerate(zip(xb, batch)) if d == 1 and e != 1)
         red = self.sum(full, axis=axes, keepdims=True) if axes else full
-        return red.reshape(x2.shape).astype(x2.dtype)
+        # (copy=False: a float32 or float64 operand takes the sum as it is, no copy by CuPy's astype,
+        # which a traced plan would not record)
+        return red.reshape(x2.shape).astype(x2.dtype, copy=False)
 
     # ---- linear ----------------------------------------------------------------------------
     def _linear_args(self, op: str, named: dict) -> dict:

@@ -47,7 +47,7 @@ TRACEABLE = frozenset({
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
     "layernorm", "layernorm_with_stats", "rmsnorm", "rmsnorm_with_stats",
     "sum", "mean", "max", "min", "sum_backward", "mean_backward",
-    "matmul_backward",   # its two or three cuBLASLt calls (a broadcast operand's sum and cast refuse it)
+    "matmul_backward",   # its cuBLASLt calls, a broadcast operand's sum (16-bit: CuPy's cast refuses it)
 })
 # ops updating arguments in place -> the indices of those arguments (see the module docstring)
 INPLACE = {"batch_norm": (3, 4), "batch_norm_with_stats": (3, 4)}
