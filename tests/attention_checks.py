@@ -335,6 +335,19 @@ DROPOUTS = [((2, 3), 17, 29, 8, False, 0.3, 12345), ((1, 2), 40, 33, 16, True, 0
             ((3,), 1, 70, 24, False, 0.1, 1)]
 
 
+def dropout_reference(q, k, v, g, keep, p, scale, causal):
+    """float64 (out, lse, dq, dk, dv, the probabilities, the dropped and scaled ones, dS) of
+    attention with dropout p by the keep mask `keep` (the scores' shape, nonzero: kept), as
+    reference()'s: lse is the undropped softmax's."""
+    _, lse, pr = reference(q, k, v, scale, causal)
+    pd = np.where(keep, pr / (1 - p), 0.0)
+    out = pd @ f64(v)
+    dp = np.where(keep, (f64(g) @ f64(v).swapaxes(-1, -2)) / (1 - p), 0.0)
+    ds = pr * (dp - (f64(g) * out).sum(-1, keepdims=True))
+    return (out, lse, ds @ f64(k) * scale, ds.swapaxes(-1, -2) @ f64(q) * scale, pd.swapaxes(-1, -2) @ f64(g),
+            pr, pd, ds)
+
+
 def check_dropout(dev, host, rng, lead, lq, lk, d, dtype, causal, p, seed):
     """attention with dropout_p = p against float64 with cudakit.dropout's mask of the flattened
     (BH, Lq, Lk) scores (the documented stream), forward and backward; the same seed gives the same
@@ -345,11 +358,7 @@ def check_dropout(dev, host, rng, lead, lq, lk, d, dtype, causal, p, seed):
     k, v = data(rng, lead + (lk, d), dtype), data(rng, lead + (lk, d), dtype)
     sc = 1 / math.sqrt(d)
     keep = mask((math.prod(lead), lq, lk), threshold(p), seed).reshape(lead + (lq, lk))
-    _, lse_r, pr = reference(q, k, v, sc, causal)
-    pd = np.where(keep, pr / (1 - p), 0.0)
-    out_r = pd @ f64(v)
-    dp = np.where(keep, (f64(g) @ f64(v).swapaxes(-1, -2)) / (1 - p), 0.0)
-    ds = pr * (dp - (f64(g) * out_r).sum(-1, keepdims=True))
+    out_r, lse_r, dq_r, dk_r, dv_r, pr, pd, _ = dropout_reference(q, k, v, g, keep, p, sc, causal)
     kw = {"dropout_p": p, "seed": seed}
     out_d, lse_d = cudakit.attention_with_lse(dev(q), dev(k), dev(v), None, causal, **kw)
     out = host(out_d)
@@ -364,11 +373,9 @@ def check_dropout(dev, host, rng, lead, lq, lk, d, dtype, causal, p, seed):
     # and delta = rowsum(dO * O) from the stored (rounded) output: its rounding on the |dO| |O| scale
     ds_abs = np.abs(pr) * (np.where(keep, ag @ av.swapaxes(-1, -2) / (1 - p), 0.0)
                            + (ag * np.abs(out_r)).sum(-1, keepdims=True))
-    _close(dv, pd.swapaxes(-1, -2) @ f64(g), apd.swapaxes(-1, -2) @ ag, dtype, "dv (dropout)",
-           ag.sum(-2, keepdims=True))
-    _close(dq, ds @ f64(k) * sc, ds_abs @ ak * sc, dtype, "dq (dropout)", ak.sum(-2, keepdims=True) * sc)
-    _close(dk, ds.swapaxes(-1, -2) @ f64(q) * sc, ds_abs.swapaxes(-1, -2) @ aq * sc, dtype, "dk (dropout)",
-           aq.sum(-2, keepdims=True) * sc)
+    _close(dv, dv_r, apd.swapaxes(-1, -2) @ ag, dtype, "dv (dropout)", ag.sum(-2, keepdims=True))
+    _close(dq, dq_r, ds_abs @ ak * sc, dtype, "dq (dropout)", ak.sum(-2, keepdims=True) * sc)
+    _close(dk, dk_r, ds_abs.swapaxes(-1, -2) @ aq * sc, dtype, "dk (dropout)", aq.sum(-2, keepdims=True) * sc)
     again = host(cudakit.attention(dev(q), dev(k), dev(v), None, causal, **kw))
     np.testing.assert_array_equal(again, out)
     other = host(cudakit.attention(dev(q), dev(k), dev(v), None, causal, dropout_p=p, seed=seed + 1))

@@ -336,14 +336,15 @@ def cudnn_dropout(dtype_name: str, bh: int, lq: int, lk: int, d: int, scale: flo
         return False
     if not _cudnn_candidate(dtype_name, d, scale):
         return False
-    key = (bh, lq, lk, d, dtype_name, float(scale), masks.causal, _dropout_p(masks), device)
+    p = _dropout_p(masks)
+    key = (bh, lq, lk, d, dtype_name, float(scale), masks.causal, p, device)
     ok = _cudnn_dropout_ok.get(key)
     if ok is None:   # both graphs built once, on scratch arrays (a declined graph is remembered by kernels/cudnn.py)
         from . import cudnn
         cp = _cupy.cupy()
         q, g = (cp.zeros((bh, lq, d), dtype_name) for _ in range(2))
         kv = cp.zeros((bh, lk, d), dtype_name)
-        drop = (_dropout_p(masks), 0)
+        drop = (p, 0)
         fwd = cudnn.sdpa_forward(q, kv, kv, scale, masks.causal, dropout=drop)
         ok = fwd is not None and cudnn.sdpa_backward(g, q, kv, kv, fwd[0], fwd[1], scale, masks.causal,
                                                      dropout=drop) is not None
@@ -377,9 +378,7 @@ def _cudnn_dropout_backward(do, q, k, v, out, lse, scale: float, masks: Masks, d
     has none for the signature: cudakit's kernels would drop other probabilities)."""
     from . import cudnn
     from ..errors import BackendUnavailableError
-    do, q, k, v, out = _aligned_for_cudnn(do, q, k, v, out)
-    lse = _f32_contiguous(lse)
-    lse = lse if cudnn.aligned(lse) else lse.copy()
+    do, q, k, v, out, lse = _aligned_for_cudnn(do, q, k, v, out, _f32_contiguous(lse))
     r = cudnn.sdpa_backward(do, q, k, v, out, lse, scale, masks.causal,
                             dropout=(_dropout_p(masks), masks.dropout[2]), deterministic=deterministic)
     if r is None:
@@ -948,14 +947,14 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     dq = cp.empty_like(q)
     dk, dv = cp.empty((bh, lk, d), k.dtype), cp.empty((bh, lk, d), v.dtype)   # per q head
     bias = masks.bias
+    cfg = _config(dtype_name, d, None)
+    kv, qc = _backward_configs(dtype_name, cfg)
+    if tiles is not None:
+        kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
     db, full, finish = None, None, None
-    blocks = None
-    if bias is not None and not _unbroadcast(bias, bh, lq, lk) and bh * lq * lk:
-        kv, qc = _backward_configs(dtype_name, _config(dtype_name, d, None))
-        if tiles is not None:
-            qc = dict(qc, **tiles[1])
-        blocks = (math.ceil(lq / qc["BLOCK_M"]), math.ceil(lk / qc["BLOCK_N"]))
-    if blocks is not None and _partial_bias(masks, bh, lq, lk, *blocks, deterministic):
+    blocks = (math.ceil(lq / qc["BLOCK_M"]), math.ceil(lk / qc["BLOCK_N"]))   # the dQ kernel's tiles
+    if bias is not None and not _unbroadcast(bias, bh, lq, lk) and bh * lq * lk \
+            and _partial_bias(masks, bh, lq, lk, *blocks, deterministic):
         db, db_st, finish = _bias_partials(masks, bh, lq, lk, *blocks)
     else:
         db, full = _bias_grad_buffer(masks, bh, lq, lk, deterministic)
@@ -964,7 +963,6 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
             dk.fill(0)
             dv.fill(0)
         return (dq, dk, dv) if bias is None else (dq, dk, dv, zeros(bias.shape, cp.float32) if db is None else db)
-    cfg = _config(dtype_name, d, None)
     delta = cp.empty((bh, lq), cp.float32)
     _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq,),
             {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
@@ -975,9 +973,6 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
                *_bias_args(masks, delta))
     novar = _NO_VARLEN(delta, groups) + _drop_args(masks)
     drop = masks.dropout is not None
-    kv, qc = _backward_configs(dtype_name, cfg)
-    if tiles is not None:
-        kv, qc = dict(kv, **tiles[0]), dict(qc, **tiles[1])
     has = masks.lengths is not None
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars + novar,
             dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None, VARLEN=False,

@@ -678,7 +678,7 @@ def _causal_kw(causal: bool, q, k, layout: str) -> dict:
 def _dropout_tensors(g, dt, dropout):
     """The graph's dropout: (the sdpa node's `dropout` argument, [Seed, Offset] operands) for
     dropout = (p, seed), or (None, []) without: Seed and Offset int64 [1, 1, 1, 1] device tensors
-    (dropout_words writes them each call), p a graph attribute (part of the signature)."""
+    (dropout_operands writes them each call), p a graph attribute (part of the signature)."""
     if dropout is None:
         return None, []
     one = ((1, 1, 1, 1), (1, 1, 1, 1))
@@ -686,14 +686,24 @@ def _dropout_tensors(g, dt, dropout):
     return (float(dropout[0]), seed, offset), [seed, offset]
 
 
-def dropout_words(seed: int):
-    """A device int64 [2] array for a graph's Seed and Offset: the seed's 64 bits as an int64 and
-    Philox offset 0, written by one launch taking the seed as its argument (kernels/dropout.py
-    philox_words; an array made from host memory would synchronise the stream). The caller keeps
-    it alive until the graph has been executed: freed before, its memory may become the
-    execution's workspace."""
+def dropout_operands(seed: int) -> tuple:
+    """(words, [the Seed pointer, the Offset pointer]) of a dropout graph's call: words a device
+    int64 [2] array, the seed's 64 bits as an int64 and Philox offset 0, written by one launch
+    taking the seed as its argument (kernels/dropout.py philox_words; an array made from host
+    memory would synchronise the stream). The caller keeps `words` alive until the graph has been
+    executed: freed before, its memory may become the execution's workspace."""
     from .dropout import philox_words
-    return philox_words(seed)
+    w = philox_words(seed)
+    return w, [w.data.ptr, w.data.ptr + 8]
+
+
+def dropout_sig(kind: str, descs: tuple, dtype_name: str, scale: float, causal: bool, device: int, p: float,
+                deterministic: bool = False, rng_dump: bool = False) -> tuple:
+    """sdpa_sig of an attention pass with dropout p (a graph attribute): kind "fwd" or "bwd";
+    deterministic (the backward's algorithm), rng_dump (the forward writing its keep mask) in it."""
+    name = ("sdpa_fwd_rng_dump" if rng_dump else "sdpa_fwd_dropout") if kind == "fwd" else \
+        "sdpa_bwd_dropout" + ("_deterministic" if deterministic else "")
+    return sdpa_sig(name, descs + (("p", float(p)),), dtype_name, scale, causal, device)
 
 
 def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", inference: bool = False,
@@ -720,14 +730,12 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
     od = blhd_out_desc(q.shape) if layout == "blhd" else qd
     sd = _stats_desc(b, h, lq)
     inference = bool(inference) and dropout is None
-    kind = "sdpa_fwd_inf" if inference else "sdpa_fwd"
-    descs = (qd, kd, vd, od)
-    rd = None
-    if dropout is not None:
+    descs, rd, dev = (qd, kd, vd, od), None, q.data.device_id
+    if dropout is None:
+        sig = sdpa_sig("sdpa_fwd_inf" if inference else "sdpa_fwd", descs, name, scale, causal, dev)
+    else:
         rd = contiguous_desc((b, h, lq, kd[0][2]))
-        kind += "_rng_dump" if rng_dump is not None else "_dropout"
-        descs += (("p", float(dropout[0])),)
-    sig = sdpa_sig(kind, descs, name, scale, causal, q.data.device_id)
+        sig = dropout_sig("fwd", descs, name, scale, causal, dev, dropout[0], rng_dump=rng_dump is not None)
 
     def make(g, dt):
         io = g_io(dt, name)
@@ -758,10 +766,10 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
         g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr])
         return out, None
     lse = cp.empty((b, lq) if layout == "bhld" else (b, h, lq), cp.float32)
-    drop_ptrs = []
-    if dropout is not None:
-        words = dropout_words(int(dropout[1]))
-        drop_ptrs = [words.data.ptr, words.data.ptr + 8] + ([rng_dump.data.ptr] if rng_dump is not None else [])
+    # (words held until the graph has run)
+    words, drop_ptrs = (None, []) if dropout is None else dropout_operands(int(dropout[1]))
+    if rng_dump is not None:
+        drop_ptrs.append(rng_dump.data.ptr)
     g.run([q.data.ptr, k.data.ptr, v.data.ptr, *drop_ptrs, out.data.ptr, lse.data.ptr])
     return out, lse
 
@@ -786,12 +794,9 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
         dkd, dvd = kd, vd
     dq, dk, dv = (cp.empty(x.shape, x.dtype) for x in (q, k, v))   # C-contiguous in every layout
     sd = _stats_desc(b, h, lq)
-    descs = (qd, kd, vd, od, dod, dqd, dkd, dvd)
-    kind = "sdpa_bwd"
-    if dropout is not None:
-        kind = "sdpa_bwd_dropout" + ("_deterministic" if deterministic else "")
-        descs += (("p", float(dropout[0])),)
-    sig = sdpa_sig(kind, descs, name, scale, causal, q.data.device_id)
+    descs, dev = (qd, kd, vd, od, dod, dqd, dkd, dvd), q.data.device_id
+    sig = sdpa_sig("sdpa_bwd", descs, name, scale, causal, dev) if dropout is None else \
+        dropout_sig("bwd", descs, name, scale, causal, dev, dropout[0], deterministic)
 
     def make(g, dt):
         io = g_io(dt, name)
@@ -814,10 +819,8 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
                                          *((x, t) for x in (dqd, dkd, dvd))))
     if g is None:
         return None
-    drop_ptrs = []
-    if dropout is not None:
-        words = dropout_words(int(dropout[1]))
-        drop_ptrs = [words.data.ptr, words.data.ptr + 8]
+    # (words held until the graph has run)
+    words, drop_ptrs = (None, []) if dropout is None else dropout_operands(int(dropout[1]))
     g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr, *drop_ptrs,
            dq.data.ptr, dk.data.ptr, dv.data.ptr])
     return dq, dk, dv

@@ -202,13 +202,9 @@ def _cudnn_dropout_run(kind: str, arrays: tuple, scale, causal, layout, window, 
     if not attention.cudnn_dropout(name, bh, lq, lk, d, sc, masks, 1, q.data.device_id) or not cudnn.aligned(*arrays):
         return None   # (a misaligned view: the checked call copies it)
     qd, kd = cudnn.bhld_desc(bh, lq, d), cudnn.bhld_desc(bh, lk, d)
-    p = (("p", attention._dropout_p(masks)),)
-    if kind == "fwd":
-        sig = cudnn.sdpa_sig("sdpa_fwd_dropout", (qd, kd, kd, qd) + p, name, sc, bool(causal), q.data.device_id)
-    else:
-        sig = cudnn.sdpa_sig("sdpa_bwd_dropout" + ("_deterministic" if deterministic else ""),
-                             (qd, kd, kd, qd, qd, qd, kd, kd) + p, name, sc, bool(causal), q.data.device_id)
-    run = cudnn.executor(sig)
+    descs = (qd, kd, kd, qd) if kind == "fwd" else (qd, kd, kd, qd, qd, qd, kd, kd)
+    run = cudnn.executor(cudnn.dropout_sig(kind, descs, name, sc, bool(causal), q.data.device_id,
+                                           attention._dropout_p(masks), deterministic))
     return None if run is None else (run, s)
 
 
@@ -222,15 +218,14 @@ def _cudnn_dropout_forward_plan(op: str, q, k, v, scale, causal, layout, window,
     from . import cudnn
     run, (bh, lq, lk, d, name, sc, lead) = got
     cp = _cupy.cupy()
-    nd, f32, words = cp.ndarray, cp.float32, cudnn.dropout_words
+    nd, f32, operands = cp.ndarray, cp.float32, cudnn.dropout_operands
     shape, lse_shape = tuple(q.shape), lead + (lq,)
 
     def plan(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None, attn_bias=None,
              dropout_p=0.0, seed=0):
         out, lse = nd(shape, q.dtype), nd(lse_shape, f32)
-        w = words(seed)   # (alive until the graph has run: freed, it could become the workspace)
-        p = w.data.ptr
-        run(q.data.ptr, k.data.ptr, v.data.ptr, p, p + 8, out.data.ptr, lse.data.ptr)
+        words, (s, o) = operands(seed)   # (words alive until the graph has run)
+        run(q.data.ptr, k.data.ptr, v.data.ptr, s, o, out.data.ptr, lse.data.ptr)
         return (out, lse) if with_lse else out
     return plan
 
@@ -267,15 +262,14 @@ def plan_attention_backward_dropout(grad_out, q, k, v, out, lse, scale=None, cau
         return _masked_plan("attention_backward_dropout", 4, key_lengths)
     from . import cudnn
     run = got[0]
-    nd, words = cp.ndarray, cudnn.dropout_words
+    nd, operands = cp.ndarray, cudnn.dropout_operands
     shapes = tuple(q.shape), tuple(k.shape), tuple(v.shape)
 
     def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
              deterministic=False, attn_bias=None, dropout_p=0.0, seed=0):
         dq, dk, dv = nd(shapes[0], q.dtype), nd(shapes[1], q.dtype), nd(shapes[2], q.dtype)
-        w = words(seed)   # (alive until the graph has run: freed, it could become the workspace)
-        p = w.data.ptr
-        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr, p, p + 8,
+        words, (s, o) = operands(seed)   # (words alive until the graph has run)
+        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr, s, o,
             dq.data.ptr, dk.data.ptr, dv.data.ptr)
         return dq, dk, dv
     return plan
