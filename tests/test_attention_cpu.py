@@ -528,3 +528,22 @@ def test_bias_partials_layout_and_bound():
     assert not at._partial_bias(pad, *big, False) and at._partial_bias(pad, *big, True)
     assert at._partial_bias(small, 128, 1024, 1024, 8, 16, False)
     assert not at._partial_bias(both, 128, 1024, 1024, 8, 16, True)
+
+
+def test_full_bias_gradient_bound():
+    """A bias broadcast over batch or heads alone (ALiBi's (1, H, Lq, Lk)) has every score's dS
+    stored and summed by cudakit's reduction (no atomics) while that float32 buffer fits
+    PARTIALS_MAX_BYTES; past it (or for a bias broadcast over its rows or keys, summed from partials
+    instead) it is not."""
+    import numpy as np
+
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.kernels import attention as at
+    alibi = Masks(False, bias=np.zeros((1, 8, 256, 256), np.float32), bias_heads=8)
+    assert at._full_bias(alibi, 16, 256, 256)                                   # 4 MiB
+    assert at._full_bias(alibi, 256, 256, 256)                                  # 64 MiB: the bound
+    assert not at._full_bias(alibi, 257, 256, 256)
+    pad = Masks(False, bias=np.zeros((2, 1, 1, 256), np.float32), bias_heads=8)
+    rows = Masks(False, bias=np.zeros((1, 8, 256, 1), np.float32), bias_heads=8)
+    assert not at._full_bias(pad, 16, 256, 256) and not at._full_bias(rows, 16, 256, 256)
+    assert not at._full_bias(Masks(False), 16, 256, 256)

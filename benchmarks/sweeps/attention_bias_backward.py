@@ -1,11 +1,14 @@
 """The attention backward with an attn_bias broadcast over its rows or keys (a padding bias (B, 1, 1, L), a
-per-query one (1, H, L, 1)): cudakit.attention_backward, the bias's gradient asked for, against torch's SDPA
+per-query one (1, H, L, 1)) or over the batch alone (ALiBi's (1, H, L, L)): cudakit.attention_backward, the bias's gradient asked for, against torch's SDPA
 backward with the same float attn_mask requiring grad (a per-query bias expanded over the keys first, as
 torch's SDPA takes it), each call's device time behind an L2 flush
 (bench.timing's cold samples), in one run. Run it twice with PYTHONPATH on two source trees to compare two
 forms of the kernels (the ratio to torch is the comparable figure).
-    python3 benchmarks/sweeps/attention_bias_backward.py [--cases bf16:pad:4x16x1024x64,...] [--tag name] [--out f.json]
-A case: dtype:kind:BxHxLxD, kind pad ((B, 1, 1, L)) or rows ((1, H, L, 1)), a trailing c for causal. Prints
+    python3 benchmarks/sweeps/attention_bias_backward.py [--cases bf16:pad:4x16x1024x64,...] [--tag name] [--fwd]
+        [--out f.json]
+--fwd: the forward too (attention_with_lse against SDPA with the same mask, no grad).
+A case: dtype:kind:BxHxLxD, kind pad ((B, 1, 1, L)), rows ((1, H, L, 1)) or alibi ((1, H, L, L)), a trailing
+c for causal. Prints
 VARIANT lines (ms) and writes the rows to --out."""
 import sys
 
@@ -33,7 +36,8 @@ for spec in cases:
     dtype = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dt]
     rng = cp.random.default_rng(0)
     q, k, v, g = (rng.standard_normal((b, h, L, d), dtype=cp.float32).astype(dtype) for _ in range(4))
-    bias = rng.standard_normal((b, 1, 1, L) if kind == "pad" else (1, h, L, 1), dtype=cp.float32).astype(dtype)
+    shape = {"pad": (b, 1, 1, L), "rows": (1, h, L, 1), "alibi": (1, h, L, L)}[kind]
+    bias = rng.standard_normal(shape, dtype=cp.float32).astype(dtype)
     out, lse = cudakit.attention_with_lse(q, k, v, None, causal, attn_bias=bias)
     tq, tk, tv, tg, tb = (torch.from_dlpack(a) for a in (q, k, v, g, bias))
     if causal:   # torch takes one mask: the bias with the causal -inf above the diagonal
@@ -44,13 +48,21 @@ for spec in cases:
     y = sdpa(rq, rk, rv, attn_mask=rb)
     fns = {"torch": lambda: torch.autograd.grad(y, (rq, rk, rv, rb), tg, retain_graph=True),
            "cudakit": lambda: cudakit.attention_backward(g, q, k, v, out, lse, None, causal, attn_bias=bias)}
+    if "--fwd" in argv:   # the forward too (attention_with_lse against SDPA with the mask, no grad)
+        fns.update(torch_fwd=lambda: sdpa(tq, tk, tv, attn_mask=tb),
+                   cudakit_fwd=lambda: cudakit.attention_with_lse(q, k, v, None, causal, attn_bias=bias))
     res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=True)
     for name, e in err.items():
         print(f"VARIANT failed {spec} {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
     row = {"case": spec, **{f"{n}_ms": round(r["median_ms"], 4) for n, r in res.items()}, "form": tag}
     if "torch_ms" in row and "cudakit_ms" in row:
         row["x_torch"] = round(row["torch_ms"] / row["cudakit_ms"], 3)
+    if "torch_fwd_ms" in row and "cudakit_fwd_ms" in row:
+        row["x_torch_fwd"] = round(row["torch_fwd_ms"] / row["cudakit_fwd_ms"], 3)
+    from cudakit.kernels import paths
+    row["paths"] = {op: paths.last_paths().get(op) for op in ("attention", "attention_backward")}
     rows.append(row)
     print(f"VARIANT bias-bwd {tag:<4} {spec:<26} torch {row.get('torch_ms', float('nan')):.4f} cudakit "
-          f"{row.get('cudakit_ms', float('nan')):.4f} ms  x torch {row.get('x_torch', float('nan')):.3f}", flush=True)
+          f"{row.get('cudakit_ms', float('nan')):.4f} ms  x torch {row.get('x_torch', float('nan')):.3f}"
+          f"  fwd x torch {row.get('x_torch_fwd', float('nan')):.3f} paths {row['paths']}", flush=True)
 dump_rows(argv, __doc__, rows)

@@ -51,7 +51,7 @@ for spec in cases:
             finally:
                 am.sum_groups = shipped
             if dk.shape[0] != b * hkv:   # per q head: summed over each group as the backend sums them
-                dk, dv = (cudakit.sum(x.reshape(b, hkv, groups, L, d), axis=2) for x in (dk, dv))
+                dk, dv = (cudakit.sum(x.reshape(b, hkv, groups, L, d), axis=2).reshape(b * hkv, L, d) for x in (dk, dv))
             return dq, dk, dv
         return run
     tq, tk, tv, tg = (torch.from_dlpack(a) for a in (q, k, v, g))

@@ -211,6 +211,70 @@ def test_attention_cudnn(lead, lq, lk, d, dtype, causal, rng, request):
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lead,lq,lk,d,bias", [((2, 3), 64, 64, 64, (1, 3, 64, 64)), ((2, 4), 136, 136, 128, (4, 136, 136)),
+                                               ((1, 2), 40, 72, 32, (1, 1, 40, 72)), ((2, 2), 96, 96, 64, (2, 2, 96, 96)),
+                                               ((3, 2), 48, 48, 80, (3, 1, 48, 48)), ((2, 2), 64, 64, 256, (1, 2, 64, 64)),
+                                               ((2, 3), 80, 80, 64, (2, 1, 1, 80))])
+def test_attention_bias_cudnn(lead, lq, lk, d, bias, dtype, causal, rng, monkeypatch):
+    """A bias over every query row and key (broadcast over batch or heads at most: ALiBi's and a
+    relative-position bias's (1, H, Lq, Lk), a shared (Lq, Lk) one, a per-batch (B, 1, Lq, Lk)) runs
+    on cuDNN's graphs, forward and backward with its gradient, against float64 (a row of -inf, which
+    sees no key, gives out 0 and lse -inf there). At head dim 256, whose bias gradient cuDNN does
+    not write, the backward's graph may decline, as both do for a causal mask with Lq != Lk (cuDNN's
+    bottom-right mask takes no bias): the Triton kernels then take them. A padding bias
+    (B, 1, 1, Lk) runs the forward on cuDNN (a zero row stride), its backward on the Triton kernels."""
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+
+    def run(op, key, candidates, timer=None):   # cuDNN first, the next candidate where it declines
+        for _, fn in candidates:
+            out = fn()
+            if out is not None:
+                return out
+        return None
+    monkeypatch.setattr(paths, "run", run)
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, bias=bias)
+    built = {key[0] for key, g in cudnn._graphs.items()
+             if isinstance(g, cudnn._Graph) and key[0].endswith("_bias") and key[1][0][0] == tuple(lead) + (lq, d)
+             and key[2] == dtype and key[4] == causal}
+    if causal and lq != lk:
+        assert not built, built
+        return
+    assert "sdpa_fwd_bias" in built and (d == 256 or bias[-2] == 1 or "sdpa_bwd_bias" in built), (built,
+                                                                                              cudnn.declined())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_bias_cudnn_plans_replay_the_checked_call(dtype, causal, rng, only_cudnn):
+    """attention, attention_with_lse and attention_backward with a bias that cuDNN's graphs took
+    replay those graphs from dispatch plans (kernels/path_plans.py _bias_cudnn: a trace cannot
+    record cuDNN's work), the forward bitwise, the backward to rounding (cuDNN sums dQ and the bias
+    gradient in no fixed order)."""
+    from cudakit import dispatch
+    dispatch.clear()
+    q, k, v, g = (cp.asarray(data(rng, (2, 3, 64, 64), dtype)) for _ in range(4))
+    b = cp.asarray(data(rng, (3, 64, 64), dtype))   # ALiBi's form, without the batch dim
+    results = []
+    for _ in range(3):   # the first call is checked, the second builds the plans, the third replays them
+        out, lse = cudakit.attention_with_lse(q, k, v, None, causal, attn_bias=b)
+        o2 = cudakit.attention(q, k, v, None, causal, attn_bias=b)
+        grads = cudakit.attention_backward(g, q, k, v, out, lse, None, causal, attn_bias=b)
+        results.append((out, lse, o2, *grads))
+    plans = {op: p for (op, *_), p in dispatch._plans.items()}
+    for op in ("attention_bias", "attention_with_lse_bias", "attention_backward_bias"):
+        p = plans.get(op)
+        assert p is not None and getattr(p, "__module__", "").endswith("path_plans"), (op, p)
+    for i, (a, c) in enumerate(zip(results[0], results[2])):
+        assert a.shape == c.shape and a.dtype == c.dtype
+        if i < 3:
+            cp.testing.assert_array_equal(a, c)
+        else:
+            cp.testing.assert_allclose(a.astype(cp.float32), c.astype(cp.float32), rtol=2e-2, atol=2e-2)
+    assert results[0][6].shape == b.shape
+
 
 def test_paths_choose_and_report(rng):
     """Without forcing, each op times its candidates once and reports the path it took."""

@@ -137,15 +137,21 @@ def test_traced_plans_equal_checked(dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("bias_shape,deterministic", [((2, 3, 40, 56), False), ((1, 3, 1, 56), False),
-                                                      ((2, 1, 40, 1), True), ((1, 3, 40, 56), True)])
-def test_attention_with_a_bias_takes_traced_plans(dtype, bias_shape, deterministic):
+                                                      ((2, 1, 40, 1), True), ((1, 3, 40, 56), True),
+                                                      ((1, 3, 40, 56), False), ((1, 1, 40, 56), False)])
+def test_attention_with_a_bias_takes_traced_plans(dtype, bias_shape, deterministic, monkeypatch):
     """attention, attention_with_lse and attention_backward with an attn_bias (read in place by the
     Triton kernels) take plans traced from the checked call, which replay bitwise what the checked
     call computes on fresh data of the signature. The backward's bias gradient buffers are zeroed
     by a launch (a memset is not traced), a bias broadcast over its rows or keys has its gradient
     summed from per-tile partials by cudakit's reduction (not atomics, whose order a bitwise check
-    of the trace cannot rely on; not CuPy's sum, which a trace does not record), and the
-    deterministic backward's full buffer is summed by cudakit's reduction too."""
+    of the trace cannot rely on; not CuPy's sum, which a trace does not record), and the full
+    per-score buffer of the deterministic backward, or of a bias broadcast over batch or heads alone
+    (ALiBi's (1, H, L, L), within the partials' bound), is summed by cudakit's reduction too.
+    (The Triton kernels' plans: cuDNN's graphs, which may take a bias over every row and key, have
+    their own, test_cudnn_gpu.py.)"""
+    from cudakit.kernels import attention
+    monkeypatch.setattr(attention, "cudnn_bias", lambda *a: False)
     be = cudakit.get_backend("cuda")
     rng = np.random.default_rng(9)
     dispatch.clear()

@@ -229,7 +229,8 @@ class AttentionOps:
         (B, H, Lq, Lk), (1, H, Lq, Lk) for ALiBi or a relative-position bias, (B, 1, 1, Lk) for
         padding), added to q k^T * scale before the softmax; -inf entries mask. Its gradient comes
         from attention_backward(..., attn_bias=...). On the GPU the Triton kernels read it in
-        place by its strides (cuDNN's paths are not taken with a bias).
+        place by its strides, or cuDNN's graphs (16-bit, the bias in q's dtype over every query row
+        and key, broadcast over batch or heads at most), whichever was timed faster.
         A row that attends no key gets output 0 (and lse -inf), not NaN.
         dropout_p, seed: dropout on the probabilities (softmax, then each probability kept with
         probability 1 - dropout_p and scaled by 1 / (1 - dropout_p)): the mask is a pure function of

@@ -295,6 +295,14 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     if block_n is None and tiles is None and cudnn_dropout(dtype_name, bh, lq, k.shape[1], d, scale, masks, groups,
                                                            q.data.device_id):
         return _cudnn_dropout_forward(q, k, v, scale, masks, dtype_name)
+    if block_n is None and tiles is None and cudnn_bias(dtype_name, d, scale, masks, bh, lq, k.shape[1], groups,
+                                                        grad=False):
+        from . import paths
+        key = bias_path_key("fwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id, masks.bias)
+        cands = [("cudnn", lambda: _cudnn_bias_forward(q, k, v, scale, masks, need_lse))]
+        if d <= MAX_HEAD_DIM:
+            cands.append(("triton", lambda: _triton_forward(q, k, v, scale, masks, dtype_name)))
+        return _only_cudnn_beyond(d, paths.run("attention", key, cands))
     if block_n is None and tiles is None and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
@@ -308,6 +316,63 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
 
 
 MAX_CUDNN_HEAD_DIM = 256   # cuDNN's head dims (multiples of 8, 16-bit data)
+
+
+# ---- an additive score bias on cuDNN -----------------------------------------------------------
+def cudnn_bias(dtype_name: str, d: int, scale: float, masks: Masks, bh: int, lq: int, lk: int, groups: int,
+               grad: bool = True) -> bool:
+    """Whether cuDNN's graphs are a candidate for this attention pass with a bias and no other mask
+    beyond causal: cuDNN takes the call (_cudnn_candidate) and reads the bias in place
+    (cudnn.bias_ok: q's dtype, a bias over every query row and key, broadcast over batch or heads
+    at most: ALiBi's or a relative-position bias (1, H, Lq, Lk), a full (B, H, Lq, Lk) one),
+    one q head a k, v head. grad=False (the forward): a bias broadcast over the query rows too (a
+    padding bias (B, 1, 1, Lk)), whose gradient is the Triton kernels' (cuDNN writes a gradient
+    over every row)."""
+    b = masks.bias
+    if b is None or masks.window is not None or masks.lengths is not None or masks.dropout is not None \
+            or masks.drop_index is not None or groups != 1 or not bh * lq * lk or bh % masks.bias_heads:
+        return False
+    from . import cudnn
+    return _cudnn_candidate(dtype_name, d, scale) and cudnn.bias_ok(b, dtype_name, lq, lk, grad)
+
+
+def bias_path_key(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str, causal: bool, device: int,
+                  bias) -> tuple:
+    """The signature kernels/paths.py chooses a pass with a bias under (cudnn_bias): _path_key's,
+    the bias's 4-D shape (the dims it broadcasts) and dtype added."""
+    return _path_key(kind, bh, lq, lk, d, dtype_name, causal, device) + (("bias", tuple(bias.shape), str(bias.dtype)),)
+
+
+def _bias_bhsd(masks: Masks, bh: int, *arrays):
+    """[BH, L, D] arrays as the (B, H, L, D) views cuDNN's graphs take with a bias (H: the bias's heads)."""
+    h = masks.bias_heads
+    return tuple(x.reshape(bh // h, h, x.shape[1], x.shape[2]) for x in arrays)
+
+
+def _cudnn_bias_forward(q, k, v, scale: float, masks: Masks, need_lse: bool):
+    """(out [BH, Lq, D], lse [BH, Lq] or None without need_lse) from cuDNN's graph with the bias,
+    or None (declined)."""
+    from . import cudnn
+    bh, lq, d = q.shape
+    r = cudnn.sdpa_forward(*_bias_bhsd(masks, bh, q, k, v), scale, masks.causal, "bhsd", inference=not need_lse,
+                           bias=masks.bias)
+    if r is None:
+        return None
+    return r[0].reshape(bh, lq, d), None if r[1] is None else r[1].reshape(bh, lq)
+
+
+def _cudnn_bias_backward(do, q, k, v, out, lse, scale: float, masks: Masks):
+    """(dq, dk, dv, the bias's gradient in its 4-D shape and dtype) from cuDNN's backward graph
+    with the bias, or None (declined: e.g. a bias shape whose gradient cuDNN does not write)."""
+    from . import cudnn
+    bh, lq, d = q.shape
+    lse4 = _f32_contiguous(lse).reshape(bh // masks.bias_heads, masks.bias_heads, lq)
+    r = cudnn.sdpa_backward(*_bias_bhsd(masks, bh, do, q, k, v, out), lse4, scale, masks.causal, "bhsd",
+                            bias=masks.bias)
+    if r is None:
+        return None
+    dq, dk, dv, db = r
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), db
 
 
 # ---- dropout by cuDNN (CUDAKIT_ATTENTION_DROPOUT=cudnn) ------------------------------------------
@@ -850,6 +915,13 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
                                                             deterministic)),
             ("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, None,
                                                 deterministic, groups, q_heads))])
+    if tiles is None and not deterministic and cudnn_bias(dtype_name, d, scale, masks, bh, lq, k.shape[1], groups):
+        from . import paths
+        key = bias_path_key("bwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id, masks.bias)
+        cands = [("cudnn", lambda: _cudnn_bias_backward(do, q, k, v, out, lse, scale, masks))]
+        if d <= MAX_HEAD_DIM:
+            cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name)))
+        return _only_cudnn_beyond(d, paths.run("attention_backward", key, cands))
     if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):
         from . import cudnn, paths
@@ -957,7 +1029,7 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
             and _partial_bias(masks, bh, lq, lk, *blocks, deterministic):
         db, db_st, finish = _bias_partials(masks, bh, lq, lk, *blocks)
     else:
-        db, full = _bias_grad_buffer(masks, bh, lq, lk, deterministic)
+        db, full = _bias_grad_buffer(masks, bh, lq, lk, deterministic or _full_bias(masks, bh, lq, lk))
     if bh == 0 or lk == 0 or lq == 0:
         if lq == 0:  # no query attends: the key and value gradients are zero
             dk.fill(0)
@@ -1038,6 +1110,16 @@ def _partials_layout(bias_shape, bias_heads: int, bh: int, lq: int, lk: int, nr:
     view = (bh // bias_heads, bias_heads, r, c)
     axes = tuple(i for i in (0, 1) if bias_shape[i] == 1 and view[i] > 1) + ((2,) if dbq or dbk else (2, 3))
     return (bh, r, c), strides, view, axes
+
+
+def _full_bias(masks: Masks, bh: int, lq: int, lk: int) -> bool:
+    """Whether a bias broadcast over batch or heads alone (ALiBi's (1, H, Lq, Lk), a shared
+    (Lq, Lk) mask) has its gradient stored per score and summed over the broadcast dims by
+    cudakit's reduction, as a deterministic backward does, rather than added by atomics: where that
+    float32 buffer takes at most PARTIALS_MAX_BYTES (the reason and bound of _partial_bias: atomics
+    in no fixed order refuse a traced plan, which checks its replay bitwise)."""
+    b = masks.bias
+    return b is not None and b.shape[2] > 1 and b.shape[3] > 1 and 4 * bh * lq * lk <= PARTIALS_MAX_BYTES
 
 
 def _bias_partials(masks: Masks, bh: int, lq: int, lk: int, nr: int, nk: int):

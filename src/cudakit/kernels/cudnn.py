@@ -651,6 +651,36 @@ def _stats_desc(b: int, h: int, lq: int) -> tuple:
     return (b, h, lq, 1), (h * lq, lq, 1, 1)
 
 
+def bias_ok(bias, dtype_name: str, lq: int, lk: int, grad: bool = True) -> bool:
+    """Whether cuDNN's attention graphs may read this 4-D additive score bias (Masks.bias) in place
+    and write its gradient: q's dtype, a row per query and a column per key (cuDNN broadcasts a
+    bias over batch and heads only: (1, H, Lq, Lk) for ALiBi or a relative-position bias,
+    (B, 1, Lq, Lk), (1, 1, Lq, Lk), (B, H, Lq, Lk)), keys contiguous, the other strides and the
+    address 16-byte aligned (how the graphs load it). (The frontend's own tests give a bias of
+    (1, H, Lq, Lk) a gradient, and none at head dim 256: a shape the graph does not build declines.)
+    grad=False (a forward): a bias broadcast over the query rows too (a padding bias (B, 1, 1, Lk)),
+    described with a zero row stride (bias_desc); its gradient (rows summed) is the Triton kernels'."""
+    rows_ok = bias.shape[2] == lq if grad else bias.shape[2] in (1, lq)
+    if str(bias.dtype) != dtype_name or bias.ndim != 4 or not rows_ok or bias.shape[3] != lk or not bias.size:
+        return False
+    if lk > 1 and bias.strides[3] != bias.itemsize:
+        return False
+    return not bias.data.ptr % 16 and all(s > 0 and s % 16 == 0 for n, s in zip(bias.shape[:3], bias.strides[:3])
+                                          if n > 1)   # (a stride-0 view of a broadcast: the Triton kernels)
+
+
+def bias_desc(bias, lq: int) -> tuple:
+    """(dims, strides) of a bias that bias_ok takes, read in place: its element strides, a
+    C-contiguous array's on its size-1 dims (any stride serves there); a bias of one row for Lq
+    query rows as Lq rows of stride 0 (cuDNN broadcasts batch and heads, not rows)."""
+    dims, packed = contiguous_desc(bias.shape)
+    st = tuple(n // bias.itemsize for n in bias.strides)
+    strides = tuple(c if d == 1 else x for d, x, c in zip(dims, st, packed))
+    if dims[2] == 1 and lq > 1:
+        return dims[:2] + (int(lq),) + dims[3:], strides[:2] + (0,) + strides[3:]
+    return dims, strides
+
+
 def sdpa_sig(kind: str, descs: tuple, dtype_name: str, scale: float, causal: bool, device: int) -> tuple:
     """The graph signature of an attention pass: kind "sdpa_fwd" / "sdpa_bwd", the (dims, strides)
     of its q, k, v and outputs (forward) or q, k, v, o, dO and outputs (backward)."""
@@ -706,8 +736,14 @@ def dropout_sig(kind: str, descs: tuple, dtype_name: str, scale: float, causal: 
     return sdpa_sig(name, descs + (("p", float(p)),), dtype_name, scale, causal, device)
 
 
+def bias_sig(kind: str, descs: tuple, bd: tuple, dtype_name: str, scale: float, causal: bool, device: int) -> tuple:
+    """sdpa_sig of an attention pass with an additive score bias of (dims, strides) bd: kind "fwd",
+    "fwd_inf" (the inference graph) or "bwd" (its gradient written too)."""
+    return sdpa_sig(f"sdpa_{kind}_bias", descs + (bd,), dtype_name, scale, causal, device)
+
+
 def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", inference: bool = False,
-                 dropout=None, rng_dump=None):
+                 dropout=None, rng_dump=None, bias=None):
     """(out, lse) of softmax(q k^T * scale) v for 16-bit q, k, v: cuDNN's flash forward, or None when
     declined. layout "bhld": C-contiguous [BH, L, D] arrays, out like q, lse [BH, Lq]; "bhsd":
     C-contiguous (B, H, L, D) q and (B, Hkv, L, D) k, v with Hkv dividing H (grouped-query: cuDNN
@@ -720,7 +756,8 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
     scaled by 1 / (1 - p)), its mask cuDNN's Philox stream under the seed (offset 0), which
     sdpa_backward regenerates from the same (p, seed); always the training graph (lse written).
     rng_dump: with dropout, a float32 array of the scores' shape (B, H, Lq, Lk), C-contiguous, that
-    cuDNN writes the keep mask into (1 kept, 0 dropped: tests)."""
+    cuDNN writes the keep mask into (1 kept, 0 dropped: tests). bias: an additive score bias
+    (B or 1, H or 1, Lq, Lk) of q's dtype that bias_ok takes, read in place ("bhsd" layout)."""
     if not aligned(q, k, v):
         return None
     cp = _cupy.cupy()
@@ -731,7 +768,10 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
     sd = _stats_desc(b, h, lq)
     inference = bool(inference) and dropout is None
     descs, rd, dev = (qd, kd, vd, od), None, q.data.device_id
-    if dropout is None:
+    bd = None if bias is None else bias_desc(bias, lq)
+    if bias is not None:
+        sig = bias_sig("fwd_inf" if inference else "fwd", descs, bd, name, scale, causal, dev)
+    elif dropout is None:
         sig = sdpa_sig("sdpa_fwd_inf" if inference else "sdpa_fwd", descs, name, scale, causal, dev)
     else:
         rd = contiguous_desc((b, h, lq, kd[0][2]))
@@ -742,6 +782,9 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
         Q, K, V = _tensor(g, "Q", qd, io), _tensor(g, "K", kd, io), _tensor(g, "V", vd, io)
         drop, drop_ops = _dropout_tensors(g, dt, dropout)
         extra = {}
+        if bias is not None:
+            extra["bias"] = _tensor(g, "Bias", bd, io)
+            drop_ops = [extra["bias"]] + drop_ops
         if drop is not None:
             extra["dropout"] = drop
             if rng_dump is not None:
@@ -752,35 +795,39 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
                       **_causal_kw(causal, q, k, layout), **extra)
         _out(O, od, io)
         if inference:
-            return [Q, K, V, O]
+            return [Q, K, V, *drop_ops, O]   # (the bias, where there is one: no dropout in inference)
         _out(S, sd, dt.FLOAT)
         return [Q, K, V, *drop_ops, O, S]
     drop_specs = [] if dropout is None else [(((1,), (1,)), cp.int64)] * 2 + (
         [(rd, cp.float32)] if rng_dump is not None else [])
-    specs = [(qd, q.dtype), (kd, q.dtype), (vd, q.dtype), *drop_specs, (od, q.dtype)] + (
+    bias_specs = [] if bias is None else [(bd, q.dtype)]
+    specs = [(qd, q.dtype), (kd, q.dtype), (vd, q.dtype), *bias_specs, *drop_specs, (od, q.dtype)] + (
         [] if inference else [(sd, cp.float32)])
     g = _graph(sig, name, make, _scratch(*specs))
     if g is None:
         return None
+    bias_ptrs = [] if bias is None else [bias.data.ptr]
     if inference:
-        g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr])
+        g.run([q.data.ptr, k.data.ptr, v.data.ptr, *bias_ptrs, out.data.ptr])
         return out, None
     lse = cp.empty((b, lq) if layout == "bhld" else (b, h, lq), cp.float32)
     # (words held until the graph has run)
     words, drop_ptrs = (None, []) if dropout is None else dropout_operands(int(dropout[1]))
     if rng_dump is not None:
         drop_ptrs.append(rng_dump.data.ptr)
-    g.run([q.data.ptr, k.data.ptr, v.data.ptr, *drop_ptrs, out.data.ptr, lse.data.ptr])
+    g.run([q.data.ptr, k.data.ptr, v.data.ptr, *bias_ptrs, *drop_ptrs, out.data.ptr, lse.data.ptr])
     return out, lse
 
 
 def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str = "bhld", dropout=None,
-                  deterministic: bool = False):
+                  deterministic: bool = False, bias=None):
     """(dq, dk, dv) of sdpa_forward for dL/dout = do (out's layout), from its out and lse (float32,
     C-contiguous): cuDNN's flash backward, or None when declined. Gradients like q, k, v with
     layout "bhld", C-contiguous (B, L, H, D) with "blhd". FLOPs: 10 B H Lq Lk D (half causal).
     dropout = (p, seed): the forward's, its mask regenerated; deterministic (with dropout only:
-    cudakit's kernels take the other deterministic calls): cuDNN's deterministic algorithm."""
+    cudakit's kernels take the other deterministic calls): cuDNN's deterministic algorithm.
+    bias: the forward's (sdpa_forward); its gradient (dL/d scores summed over the dims the bias
+    broadcasts, C-contiguous, the bias's shape and dtype) comes back as a fourth."""
     if not aligned(do, q, k, v, out, lse):
         return None
     cp = _cupy.cupy()
@@ -795,8 +842,14 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
     dq, dk, dv = (cp.empty(x.shape, x.dtype) for x in (q, k, v))   # C-contiguous in every layout
     sd = _stats_desc(b, h, lq)
     descs, dev = (qd, kd, vd, od, dod, dqd, dkd, dvd), q.data.device_id
-    sig = sdpa_sig("sdpa_bwd", descs, name, scale, causal, dev) if dropout is None else \
-        dropout_sig("bwd", descs, name, scale, causal, dev, dropout[0], deterministic)
+    bd = dbd = None
+    if bias is not None:
+        bd, dbd = bias_desc(bias, lq), contiguous_desc(bias.shape)
+        sig = bias_sig("bwd", descs, bd, name, scale, causal, dev)
+    elif dropout is None:
+        sig = sdpa_sig("sdpa_bwd", descs, name, scale, causal, dev)
+    else:
+        sig = dropout_sig("bwd", descs, name, scale, causal, dev, dropout[0], deterministic)
 
     def make(g, dt):
         io = g_io(dt, name)
@@ -807,23 +860,31 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
         extra = {} if drop is None else {"dropout": drop}
         if dropout is not None and deterministic:
             extra["use_deterministic_algorithm"] = True
+        grads = []
+        if bias is not None:   # (dBias: a tensor the node writes, described up front as the frontend's tests do)
+            extra["bias"], extra["dBias"] = _tensor(g, "Bias", bd, io), _tensor(g, "dBias", dbd, io)
+            drop_ops, grads = [extra["bias"]] + drop_ops, [extra["dBias"]]
         DQ, DK, DV = g.sdpa_backward(name="sdpa_backward", q=Q, k=K, v=V, o=O, dO=DO, stats=S,
                                      attn_scale=float(scale), **_causal_kw(causal, q, k, layout), **extra)
         _out(DQ, dqd, io)
         _out(DK, dkd, io)
         _out(DV, dvd, io)
-        return [Q, K, V, O, DO, S, *drop_ops, DQ, DK, DV]
+        return [Q, K, V, O, DO, S, *drop_ops, DQ, DK, DV, *grads]
     t = q.dtype
     drop_specs = [] if dropout is None else [(((1,), (1,)), cp.int64)] * 2
-    g = _graph(sig, name, make, _scratch(*((x, t) for x in (qd, kd, vd, od, dod)), (sd, cp.float32), *drop_specs,
-                                         *((x, t) for x in (dqd, dkd, dvd))))
+    bias_specs = [] if bias is None else [(bd, t)]
+    g = _graph(sig, name, make, _scratch(*((x, t) for x in (qd, kd, vd, od, dod)), (sd, cp.float32), *bias_specs,
+                                         *drop_specs, *((x, t) for x in (dqd, dkd, dvd)),
+                                         *([] if bias is None else [(dbd, t)])))
     if g is None:
         return None
     # (words held until the graph has run)
     words, drop_ptrs = (None, []) if dropout is None else dropout_operands(int(dropout[1]))
-    g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr, *drop_ptrs,
-           dq.data.ptr, dk.data.ptr, dv.data.ptr])
-    return dq, dk, dv
+    db = None if bias is None else cp.empty(bias.shape, bias.dtype)
+    bias_in, bias_out = ([], []) if bias is None else ([bias.data.ptr], [db.data.ptr])
+    g.run([q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, do.data.ptr, lse.data.ptr, *bias_in, *drop_ptrs,
+           dq.data.ptr, dk.data.ptr, dv.data.ptr, *bias_out])
+    return (dq, dk, dv) if bias is None else (dq, dk, dv, db)
 
 
 def _extent(desc) -> tuple:

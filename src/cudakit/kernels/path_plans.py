@@ -161,24 +161,103 @@ def _masked_plan(op: str, arrays: int, key_lengths):
     return _checked_call(op, arrays)
 
 
+def _bias_cudnn(kind: str, arrays: tuple, scale, causal, layout, window, key_lengths, attn_bias):
+    """(cuDNN's executor of the bias graph of `kind` ("fwd", "fwd_inf", "bwd") that the checked call
+    of this signature chose (kernels/attention.py cudnn_bias), the bias's 4-D view) for C-contiguous
+    (B, H, L, D) q, k, v (arrays[:3]; for "bwd" out and grad_out after them) and a CuPy attn_bias
+    broadcastable to the scores; None otherwise (a traced plan or the checked path serves it)."""
+    from ..backends.attention_masks import Masks
+    from . import cudnn, paths
+    cp = _cupy.cupy()
+    if layout != "bhld" or window is not None or key_lengths is not None or type(attn_bias) is not cp.ndarray:
+        return None
+    q, k, v = arrays[:3]
+    s = _attn_sig(q, k, v, scale)
+    if s is None or q.ndim != 4 or attn_bias.ndim > 4 or not all(a.flags.c_contiguous for a in arrays):
+        return None
+    bh, lq, lk, d, name, sc, lead = s
+    # (the 4-D view the checked call makes, backends/attention_api._bias: q's (B, H) and the bias's
+    # dims, padded with leading 1s, each 1 or full)
+    b4 = attn_bias.reshape((1,) * (4 - attn_bias.ndim) + tuple(attn_bias.shape))
+    if any(n not in (1, f) for n, f in zip(b4.shape, (q.shape[0], q.shape[1], lq, lk))):
+        return None
+    masks = Masks(causal, bias=b4, bias_heads=q.shape[1])
+    dev = q.data.device_id
+    if not attention.cudnn_bias(name, d, sc, masks, bh, lq, lk, 1, kind == "bwd") or not cudnn.aligned(*arrays):
+        return None
+    op = "attention" if kind != "bwd" else "attention_backward"
+    if paths.chosen(op, attention.bias_path_key(kind[:3], bh, lq, lk, d, name, causal, dev, b4)) != "cudnn":
+        return None
+    qd, kd = cudnn.contiguous_desc(q.shape), cudnn.contiguous_desc(k.shape)
+    descs = (qd, kd, kd, qd) if kind != "bwd" else (qd, kd, kd, qd, qd, qd, kd, kd)
+    run = cudnn.executor(cudnn.bias_sig(kind, descs, cudnn.bias_desc(b4, lq), name, sc, bool(causal), dev))
+    return None if run is None else (run, b4)
+
+
+def _cudnn_bias_forward_plan(op: str, q, k, v, scale, causal, layout, window, key_lengths, attn_bias,
+                             with_lse: bool):
+    """The plan of attention / attention_with_lse with a bias on cuDNN (_bias_cudnn): its graph
+    executed with the bias read in place, no checks; else _masked_plan's."""
+    got = _bias_cudnn("fwd" if with_lse else "fwd_inf", (q, k, v), scale, causal, layout, window, key_lengths,
+                      attn_bias)
+    if got is None:
+        return _masked_plan(op, 3, key_lengths)
+    run = got[0]
+    nd, f32 = _cupy.cupy().ndarray, _cupy.cupy().float32
+    shape, lse_shape = tuple(q.shape), tuple(q.shape[:3])
+    if with_lse:
+        def plan(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None, attn_bias=None):
+            out, lse = nd(shape, q.dtype), nd(lse_shape, f32)
+            run(q.data.ptr, k.data.ptr, v.data.ptr, attn_bias.data.ptr, out.data.ptr, lse.data.ptr)
+            return out, lse
+    else:
+        def plan(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None, attn_bias=None):
+            out = nd(shape, q.dtype)
+            run(q.data.ptr, k.data.ptr, v.data.ptr, attn_bias.data.ptr, out.data.ptr)
+            return out
+    return plan
+
+
 def plan_attention_bias(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
                         attn_bias=None):
-    """attention with an attn_bias: None (a plan traced from the checked call, the bias read through
-    its argument's pointer, guarded per float32 precision: trace_plans.PRECISION), or the checked
-    path where key_lengths would be copied first (_masked_plan)."""
-    return _masked_plan("attention_bias", 3, key_lengths)
+    """attention with an attn_bias: where its checked call ran cuDNN's graph with the bias
+    (_bias_cudnn), that graph; else None (a plan traced from the checked call, the bias read
+    through its argument's pointer, guarded per float32 precision: trace_plans.PRECISION), or the
+    checked path where key_lengths would be copied first (_masked_plan)."""
+    return _cudnn_bias_forward_plan("attention_bias", q, k, v, scale, causal, layout, window, key_lengths, attn_bias,
+                                    False)
 
 
 def plan_attention_with_lse_bias(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
                                  attn_bias=None):
     """attention_with_lse with an attn_bias (as plan_attention_bias)."""
-    return _masked_plan("attention_with_lse_bias", 3, key_lengths)
+    return _cudnn_bias_forward_plan("attention_with_lse_bias", q, k, v, scale, causal, layout, window, key_lengths,
+                                    attn_bias, True)
 
 
 def plan_attention_backward_bias(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None,
                                  key_lengths=None, deterministic=False, attn_bias=None):
-    """attention_backward with an attn_bias (as plan_attention_bias)."""
-    return _masked_plan("attention_backward_bias", 4, key_lengths)
+    """attention_backward with an attn_bias (as plan_attention_bias; deterministic calls are never
+    cuDNN's: the Triton kernels' traced plan)."""
+    cp = _cupy.cupy()
+    got = None
+    if deterministic is False and lse.dtype == cp.float32 and lse.flags.c_contiguous \
+            and grad_out.dtype == q.dtype == out.dtype and tuple(grad_out.shape) == tuple(out.shape) == tuple(q.shape):
+        got = _bias_cudnn("bwd", (q, k, v, out, grad_out), scale, causal, layout, window, key_lengths, attn_bias)
+    if got is None:
+        return _masked_plan("attention_backward_bias", 4, key_lengths)
+    run, b4 = got
+    nd = cp.ndarray
+    shapes, b_shape, g_shape = (tuple(q.shape), tuple(k.shape), tuple(v.shape)), tuple(b4.shape), tuple(attn_bias.shape)
+
+    def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
+             deterministic=False, attn_bias=None):
+        dq, dk, dv = nd(shapes[0], q.dtype), nd(shapes[1], q.dtype), nd(shapes[2], q.dtype)
+        db = nd(b_shape, attn_bias.dtype)
+        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr, attn_bias.data.ptr,
+            dq.data.ptr, dk.data.ptr, dv.data.ptr, db.data.ptr)
+        return dq, dk, dv, db.reshape(g_shape)
+    return plan
 
 
 def _cudnn_dropout_run(kind: str, arrays: tuple, scale, causal, layout, window, key_lengths, attn_bias, dropout_p,

@@ -35,6 +35,7 @@ def _arrays(env: Env):
          "gamma": rand(env, (C,), "float32", 13), "beta": rand(env, (C,), "float32", 14),
          "go": rand(env, (B, H, T, D), "float32", 15), "seq": rand(env, (N, C, L), "float32", 16),
          "att_bias": rand(env, (B, H, T, T), "float32", 19), "pad_bias": rand(env, (B, 1, 1, T), "float32", 60),
+         "alibi_bias": rand(env, (1, H, T, T), "float32", 61),
          "c1w": rand(env, (K, C, 3), "float32", 17, 0.1), "c1g": rand(env, (N, K, L), "float32", 18)}
     # the image and its gradient as (N, H, W, C) arrays (memory_format="nhwc"; torch: channels_last views)
     a["img_nhwc"] = env.xp.ascontiguousarray(a["img"].transpose(0, 2, 3, 1))
@@ -46,6 +47,7 @@ def _arrays(env: Env):
     _, a["mean"], a["rstd"] = cudakit.layernorm_with_stats(a["x"], a["ln_w"], a["b"])
     a["att"], a["lse"] = cudakit.attention_with_lse(a["q"], a["k"], a["v"], causal=True)
     a["att_pad"], a["lse_pad"] = cudakit.attention_with_lse(a["q"], a["k"], a["v"], attn_bias=a["pad_bias"])
+    a["att_alibi"], a["lse_alibi"] = cudakit.attention_with_lse(a["q"], a["k"], a["v"], attn_bias=a["alibi_bias"])
     # packed sequences (B * T, H, D) in bfloat16 (torch's varlen_attn takes 16-bit data), one
     # cu_seqlens array for q and k
     a["pq"], a["pk"], a["pv"], a["pg"] = (rand(env, (B * T, H, D), "float32", 50 + i).astype("bfloat16")
@@ -81,6 +83,8 @@ def _cudakit_calls(a: dict) -> dict:
         "attention_with_lse_bias": lambda: cudakit.attention_with_lse(q, k, v, attn_bias=a["att_bias"]),
         "attention_backward_pad_bias": lambda: cudakit.attention_backward(a["go"], q, k, v, a["att_pad"], a["lse_pad"],
                                                                           attn_bias=a["pad_bias"]),
+        "attention_backward_alibi_bias": lambda: cudakit.attention_backward(a["go"], q, k, v, a["att_alibi"],
+                                                                            a["lse_alibi"], attn_bias=a["alibi_bias"]),
         "attention_with_lse_dropout": lambda: cudakit.attention_with_lse(q, k, v, causal=True, dropout_p=0.1,
                                                                          seed=next(seeds)),
         "attention_backward_dropout": lambda: cudakit.attention_backward(a["go"], q, k, v, a["att"], a["lse"],
@@ -125,6 +129,8 @@ _SPEC = {
     "attention_with_lse_bias": ((B, H, T, D), "F.scaled_dot_product_attention(attn_mask=the bias), no lse returned"),
     "attention_backward_pad_bias": ((B, H, T, D), ("torch.autograd.grad of scaled_dot_product_attention(attn_mask=a "
                                                    "(B, 1, 1, T) bias), the bias's gradient too")),
+    "attention_backward_alibi_bias": ((B, H, T, D), ("torch.autograd.grad of scaled_dot_product_attention(attn_mask="
+                                                     "a (1, H, T, T) bias), the bias's gradient too")),
     "attention_with_lse_dropout": ((B, H, T, D), ("F.scaled_dot_product_attention(dropout_p=0.1, is_causal=True), "
                                                   "no lse returned; cudakit's seed new on every call")),
     "attention_backward_dropout": ((B, H, T, D), ("torch.autograd.grad of scaled_dot_product_attention(dropout_p=0.1, "
@@ -161,6 +167,8 @@ def _torch_calls(t, a: dict) -> dict:
     att_drop = F.scaled_dot_product_attention(qa, ka, va, dropout_p=0.1, is_causal=True)
     pad_a = tv["pad_bias"].detach().requires_grad_(True)
     att_pad = F.scaled_dot_product_attention(qa, ka, va, attn_mask=pad_a)
+    alibi_a = tv["alibi_bias"].detach().requires_grad_(True)
+    att_alibi = F.scaled_dot_product_attention(qa, ka, va, attn_mask=alibi_a)
     pq, pk, pv, cu = tv["pq"], tv["pk"], tv["pv"], tv["cu"]
     pqa, pka, pva = (u.detach().requires_grad_(True) for u in (pq, pk, pv))
 
@@ -197,6 +205,8 @@ def _torch_calls(t, a: dict) -> dict:
         "attention_with_lse_bias": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=tv["att_bias"]),
         "attention_backward_pad_bias": lambda: t.autograd.grad(att_pad, (qa, ka, va, pad_a), tv["go"],
                                                                retain_graph=True),
+        "attention_backward_alibi_bias": lambda: t.autograd.grad(att_alibi, (qa, ka, va, alibi_a), tv["go"],
+                                                                 retain_graph=True),
         "attention_with_lse_dropout": lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, is_causal=True),
         "attention_backward_dropout": lambda: t.autograd.grad(att_drop, (qa, ka, va), tv["go"], retain_graph=True),
         "attention_varlen_with_lse": lambda: varlen(pq, pk, pv),
