@@ -151,7 +151,7 @@ def test_attention_with_a_bias_takes_traced_plans(dtype, bias_shape, determinist
     (The Triton kernels' plans: cuDNN's graphs, which may take a bias over every row and key, have
     their own, test_cudnn_gpu.py.)"""
     from cudakit.kernels import attention
-    monkeypatch.setattr(attention, "cudnn_bias", lambda *a: False)
+    monkeypatch.setattr(attention, "cudnn_bias", lambda *a, **kw: False)
     be = cudakit.get_backend("cuda")
     rng = np.random.default_rng(9)
     dispatch.clear()
