@@ -164,8 +164,12 @@ def sum_groups(groups: int, programs: int, sms: int | None) -> bool:
     a launch of `programs` row blocks (all k, v heads) on `sms` SMs (None: unknown, yes): where that
     keeps two programs an SM at least. Fewer, each G times as long, would leave SMs idle (an MQA
     grid of 16 row blocks on one k, v head: 16 programs); the q heads' gradients are then summed by
-    the caller. The bound is a guess, not timed: on an H100 (2026-11-27 22:09 UTC) the sum after
-    the kernels took B1 H32 Hkv8 S1024 D128's backward from 0.473 to 0.519 ms."""
+    the caller. Timed on an H100 (2026-11-28 01:50 UTC, benchmarks/sweeps/attention_f32_gqa_sum.py,
+    history/attention/*-attention-f32-gqa-sum.json, both forms with the caller's sum): per q head
+    was faster at B1 H32 Hkv8 S1024 D128 causal (0.516 against 0.525 ms), B2 H16 Hkv4 S512 D64
+    causal (0.128 / 0.154) and MQA B1 H16 Hkv1 S1024 D128 causal (0.284 / 0.699); summed in the
+    kernels at B4 H32 Hkv4 S512 D64 (0.507 / 0.518, 128 programs). The bound picks per q head at all
+    four: the faster form or within 2% of it."""
     return groups > 1 and (sms is None or programs >= 2 * sms)
 
 
