@@ -204,26 +204,30 @@ def check_attention_blhd(dev, host, rng, b, lq, lk, h, d, dtype, causal):
     _close(dk.swapaxes(1, 2), dk_r, ds_abs.swapaxes(-1, -2) @ aq * sc, dtype, "dk (blhd)", aq.sum(-2, keepdims=True) * sc)
 
 
-def check_attention_gqa(dev, host, rng, b, h, hkv, lq, lk, d, dtype, causal, layout="bhld"):
+def check_attention_gqa(dev, host, rng, b, h, hkv, lq, lk, d, dtype, causal, layout="bhld", bias=None):
     """Grouped-query attention: k and v with hkv heads shared by groups of h / hkv q heads, against
     the reference on repeated heads; dk and dv are the sums over each group. layout "bhld" (B, H, L, D)
-    or "blhd" (B, L, H, D)."""
+    or "blhd" (B, L, H, D). bias: the shape of an attn_bias (broadcastable to (B, H, Lq, Lk)), its
+    gradient checked too."""
     g = h // hkv
     q, k, v = data(rng, (b, h, lq, d), dtype), data(rng, (b, hkv, lk, d), dtype), data(rng, (b, hkv, lk, d), dtype)
     go = data(rng, (b, h, lq, d), dtype)
+    b_arr = None if bias is None else data(rng, bias, dtype)
     kr, vr = np.repeat(f64(k), g, axis=1), np.repeat(f64(v), g, axis=1)
     sc = 1 / math.sqrt(d)
-    out_r, lse_r, p, dq_r, dk_r, dv_r = reference(q, kr, vr, sc, causal, go)
+    out_r, lse_r, p, dq_r, dk_r, dv_r, ds_r = reference(q, kr, vr, sc, causal, go, bias=b_arr, want_ds=True)
     dk_r, dv_r = (x.reshape(b, hkv, g, lk, d).sum(2) for x in (dk_r, dv_r))
     t = (lambda x: np.ascontiguousarray(x.swapaxes(1, 2))) if layout == "blhd" else (lambda x: x)  # noqa: E731
-    out_d, lse_d = cudakit.attention_with_lse(dev(t(q)), dev(t(k)), dev(t(v)), None, causal, layout=layout)
+    kw = {} if b_arr is None else {"attn_bias": dev(b_arr)}
+    out_d, lse_d = cudakit.attention_with_lse(dev(t(q)), dev(t(k)), dev(t(v)), None, causal, layout=layout, **kw)
     out = t(host(out_d))
     assert out.shape == (b, h, lq, d) and out.dtype == np_dtype(dtype)
     _close(out, out_r, np.abs(p) @ np.abs(vr), dtype, f"out (gqa {layout})")
     _close(host(lse_d), lse_r, np.ones_like(lse_r), "float64" if dtype == "float64" else "float32", "lse (gqa)")
     grads = cudakit.attention_backward(dev(t(go)), dev(t(q)), dev(t(k)), dev(t(v)), out_d, lse_d, None, causal,
-                                       layout=layout)
-    dq, dk, dv = (t(host(x)) for x in grads)
+                                       layout=layout, **kw)
+    assert len(grads) == (3 if b_arr is None else 4)
+    dq, dk, dv = (t(host(x)) for x in grads[:3])
     assert dk.shape == dv.shape == (b, hkv, lk, d) and dq.shape == (b, h, lq, d)
     ag, aq, ak, av = np.abs(f64(go)), np.abs(f64(q)), np.abs(kr), np.abs(vr)
     ds_abs = np.abs(p) * (ag @ av.swapaxes(-1, -2) + np.abs((f64(go) * out_r).sum(-1, keepdims=True)))
@@ -231,6 +235,13 @@ def check_attention_gqa(dev, host, rng, b, h, hkv, lq, lk, d, dtype, causal, lay
     _close(dv, dv_r, grp(np.abs(p).swapaxes(-1, -2) @ ag), dtype, "dv (gqa)", grp(ag.sum(-2, keepdims=True)))
     _close(dq, dq_r, ds_abs @ ak * sc, dtype, "dq (gqa)", ak.sum(-2, keepdims=True) * sc)
     _close(dk, dk_r, grp(ds_abs.swapaxes(-1, -2) @ aq * sc), dtype, "dk (gqa)", grp(aq.sum(-2, keepdims=True) * sc))
+    if b_arr is not None:   # dS summed over the dims the bias broadcasts, in its shape and dtype
+        db = host(grads[3])
+        assert db.shape == b_arr.shape and db.dtype == b_arr.dtype
+        pad = (1,) * (ds_r.ndim - b_arr.ndim) + b_arr.shape
+        axes = tuple(i for i, n in enumerate(pad) if n == 1 and ds_r.shape[i] > 1)
+        fold = lambda x: x.sum(axis=axes, keepdims=True).reshape(b_arr.shape)  # noqa: E731
+        _close(db, fold(ds_r), fold(ds_abs), dtype, "dbias (gqa)", fold(np.ones_like(ds_abs)))
 
 
 # packed sequences: (H, Hkv, head_dim, Lq per sequence, Lk per sequence, causal, window) run on both

@@ -316,6 +316,14 @@ def test_attention_grouped_query(b, h, hkv, lq, lk, d, dtype, causal, layout, rn
     ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal, layout)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [(1, 6, 9, 13), (2, 1, 9, 13), (9, 13), (2, 1, 1, 13), (2, 6, 9, 13)])
+def test_attention_grouped_query_with_a_bias(bias, dtype, rng):
+    """Grouped-query k, v with an additive bias (the (B, 1, Lq, Lk) float mask a grouped-query model
+    passes, ALiBi's (1, H, Lq, Lk), ...), forward and backward with the bias's gradient."""
+    ac.check_attention_gqa(_dev, _host, rng, 2, 6, 2, 9, 13, 8, dtype, True, bias=bias)
+
+
 @pytest.mark.parametrize("layout", ["bhld", "blhd"])
 def test_grouped_query_backward_takes_gradients_summed_by_the_kernels(layout, rng, monkeypatch):
     """A backward module that reads grouped k, v in place may return dk, dv either per q head (the

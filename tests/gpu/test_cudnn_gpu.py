@@ -248,14 +248,27 @@ def test_attention_bias_cudnn(lead, lq, lk, d, bias, dtype, causal, rng, monkeyp
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_bias_cudnn_plans_replay_the_checked_call(dtype, causal, rng, only_cudnn):
+@pytest.mark.parametrize("b,h,hkv,lq,lk,d,bias", [(2, 8, 2, 64, 64, 64, (2, 1, 64, 64)), (1, 4, 1, 48, 48, 128, (1, 4, 48, 48)),
+                                                  (2, 6, 3, 40, 40, 32, (40, 40))])
+def test_attention_grouped_query_bias_cudnn(b, h, hkv, lq, lk, d, bias, dtype, causal, rng, only_cudnn):
+    """Grouped-query k, v with a bias (a grouped-query model's (B, 1, Lq, Lk) float mask, ALiBi's
+    (1, H, Lq, Lk), a shared (Lq, Lk) one) on cuDNN's graphs, each k, v head read in place for its
+    group of q heads and its gradient summed over the group by cuDNN, against float64."""
+    ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal, bias=bias)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hkv", [3, 1])
+def test_attention_bias_cudnn_plans_replay_the_checked_call(dtype, causal, hkv, rng, only_cudnn):
     """attention, attention_with_lse and attention_backward with a bias that cuDNN's graphs took
     replay those graphs from dispatch plans (kernels/path_plans.py _bias_cudnn: a trace cannot
     record cuDNN's work), the forward bitwise, the backward to rounding (cuDNN sums dQ and the bias
     gradient in no fixed order)."""
     from cudakit import dispatch
     dispatch.clear()
-    q, k, v, g = (cp.asarray(data(rng, (2, 3, 64, 64), dtype)) for _ in range(4))
+    q, g = (cp.asarray(data(rng, (2, 3, 64, 64), dtype)) for _ in range(2))
+    k, v = (cp.asarray(data(rng, (2, hkv, 64, 64), dtype)) for _ in range(2))   # (hkv 1: grouped-query)
     b = cp.asarray(data(rng, (3, 64, 64), dtype))   # ALiBi's form, without the batch dim
     results = []
     for _ in range(3):   # the first call is checked, the second builds the plans, the third replays them

@@ -298,10 +298,11 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     if block_n is None and tiles is None and cudnn_bias(dtype_name, d, scale, masks, bh, lq, k.shape[1], groups,
                                                         grad=False):
         from . import paths
-        key = bias_path_key("fwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id, masks.bias)
+        key = bias_path_key("fwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id, masks.bias, groups)
         cands = [("cudnn", lambda: _cudnn_bias_forward(q, k, v, scale, masks, need_lse))]
         if d <= MAX_HEAD_DIM:
-            cands.append(("triton", lambda: _triton_forward(q, k, v, scale, masks, dtype_name)))
+            cands.append(("triton", lambda: _triton_forward(q, k, v, scale, masks, dtype_name, None, None, groups,
+                                                            q_heads)))
         return _only_cudnn_beyond(d, paths.run("attention", key, cands))
     if block_n is None and tiles is None and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):
@@ -324,29 +325,34 @@ def cudnn_bias(dtype_name: str, d: int, scale: float, masks: Masks, bh: int, lq:
     """Whether cuDNN's graphs are a candidate for this attention pass with a bias and no other mask
     beyond causal: cuDNN takes the call (_cudnn_candidate) and reads the bias in place
     (cudnn.bias_ok: q's dtype, a bias over every query row and key, broadcast over batch or heads
-    at most: ALiBi's or a relative-position bias (1, H, Lq, Lk), a full (B, H, Lq, Lk) one),
-    one q head a k, v head. grad=False (the forward): a bias broadcast over the query rows too (a
-    padding bias (B, 1, 1, Lk)), whose gradient is the Triton kernels' (cuDNN writes a gradient
-    over every row)."""
+    at most: ALiBi's or a relative-position bias (1, H, Lq, Lk), a full (B, H, Lq, Lk) one, the
+    (B, 1, Lq, Lk) float mask of a grouped-query model), k, v with H / groups heads (cuDNN reads
+    each for its group of q heads). grad=False (the forward): a bias broadcast over the query rows
+    too (a padding bias (B, 1, 1, Lk)), whose gradient is the Triton kernels' (cuDNN writes a
+    gradient over every row)."""
     b = masks.bias
     if b is None or masks.window is not None or masks.lengths is not None or masks.dropout is not None \
-            or masks.drop_index is not None or groups != 1 or not bh * lq * lk or bh % masks.bias_heads:
+            or masks.drop_index is not None or not bh * lq * lk or bh % masks.bias_heads \
+            or masks.bias_heads % groups:
         return False
     from . import cudnn
     return _cudnn_candidate(dtype_name, d, scale) and cudnn.bias_ok(b, dtype_name, lq, lk, grad)
 
 
 def bias_path_key(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str, causal: bool, device: int,
-                  bias) -> tuple:
+                  bias, groups: int = 1) -> tuple:
     """The signature kernels/paths.py chooses a pass with a bias under (cudnn_bias): _path_key's,
-    the bias's 4-D shape (the dims it broadcasts) and dtype added."""
-    return _path_key(kind, bh, lq, lk, d, dtype_name, causal, device) + (("bias", tuple(bias.shape), str(bias.dtype)),)
+    the bias's 4-D shape (the dims it broadcasts) and dtype added, and the q heads a k, v head
+    serves where more than one."""
+    key = _path_key(kind, bh, lq, lk, d, dtype_name, causal, device) + (("bias", tuple(bias.shape), str(bias.dtype)),)
+    return key if groups == 1 else key + (("groups", groups),)
 
 
 def _bias_bhsd(masks: Masks, bh: int, *arrays):
-    """[BH, L, D] arrays as the (B, H, L, D) views cuDNN's graphs take with a bias (H: the bias's heads)."""
+    """[BH, L, D] arrays (k, v: [BH / groups, L, D]) as the (B, H, L, D) views cuDNN's graphs take
+    with a bias (H: the bias's heads, H / groups for grouped k, v)."""
     h = masks.bias_heads
-    return tuple(x.reshape(bh // h, h, x.shape[1], x.shape[2]) for x in arrays)
+    return tuple(x.reshape(bh // h, h * x.shape[0] // bh, x.shape[1], x.shape[2]) for x in arrays)
 
 
 def _cudnn_bias_forward(q, k, v, scale: float, masks: Masks, need_lse: bool):
@@ -371,7 +377,7 @@ def _cudnn_bias_backward(do, q, k, v, out, lse, scale: float, masks: Masks):
                             bias=masks.bias)
     if r is None:
         return None
-    dq, dk, dv, db = r
+    dq, dk, dv, db = r   # (grouped k, v: dk, dv summed over each group by cuDNN, like k, v)
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), db
 
 
@@ -917,10 +923,11 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
                                                 deterministic, groups, q_heads))])
     if tiles is None and not deterministic and cudnn_bias(dtype_name, d, scale, masks, bh, lq, k.shape[1], groups):
         from . import paths
-        key = bias_path_key("bwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id, masks.bias)
+        key = bias_path_key("bwd", bh, lq, k.shape[1], d, dtype_name, causal, q.data.device_id, masks.bias, groups)
         cands = [("cudnn", lambda: _cudnn_bias_backward(do, q, k, v, out, lse, scale, masks))]
         if d <= MAX_HEAD_DIM:
-            cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name)))
+            cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, None,
+                                                             False, groups, q_heads)))
         return _only_cudnn_beyond(d, paths.run("attention_backward", key, cands))
     if tiles is None and not deterministic and bh * lq * k.shape[1] and masks.plain and groups == 1 \
             and _cudnn_candidate(dtype_name, d, scale):

@@ -164,18 +164,25 @@ def _masked_plan(op: str, arrays: int, key_lengths):
 def _bias_cudnn(kind: str, arrays: tuple, scale, causal, layout, window, key_lengths, attn_bias):
     """(cuDNN's executor of the bias graph of `kind` ("fwd", "fwd_inf", "bwd") that the checked call
     of this signature chose (kernels/attention.py cudnn_bias), the bias's 4-D view) for C-contiguous
-    (B, H, L, D) q, k, v (arrays[:3]; for "bwd" out and grad_out after them) and a CuPy attn_bias
-    broadcastable to the scores; None otherwise (a traced plan or the checked path serves it)."""
+    16-bit (B, H, L, D) q and (B, Hkv, L, D) k, v, Hkv dividing H (arrays[:3]; for "bwd" out and
+    grad_out after them) and a CuPy attn_bias broadcastable to the scores; None otherwise (a traced
+    plan or the checked path serves it)."""
     from ..backends.attention_masks import Masks
     from . import cudnn, paths
     cp = _cupy.cupy()
     if layout != "bhld" or window is not None or key_lengths is not None or type(attn_bias) is not cp.ndarray:
         return None
     q, k, v = arrays[:3]
-    s = _attn_sig(q, k, v, scale)
-    if s is None or q.ndim != 4 or attn_bias.ndim > 4 or not all(a.flags.c_contiguous for a in arrays):
+    name = str(q.dtype)
+    if name not in ("float16", "bfloat16") or q.ndim != 4 or k.ndim != 4 or tuple(v.shape) != tuple(k.shape) \
+            or attn_bias.ndim > 4 or not all(a.flags.c_contiguous for a in arrays):
         return None
-    bh, lq, lk, d, name, sc, lead = s
+    b, h, lq, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    if k.shape[0] != b or k.shape[3] != d or not 0 < hkv <= h or h % hkv or k.dtype != q.dtype or v.dtype != q.dtype:
+        return None
+    bh, groups = b * h, h // hkv   # (grouped-query k, v read in place, as the checked call's)
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     # (the 4-D view the checked call makes, backends/attention_api._bias: q's (B, H) and the bias's
     # dims, padded with leading 1s, each 1 or full)
     b4 = attn_bias.reshape((1,) * (4 - attn_bias.ndim) + tuple(attn_bias.shape))
@@ -183,10 +190,10 @@ def _bias_cudnn(kind: str, arrays: tuple, scale, causal, layout, window, key_len
         return None
     masks = Masks(causal, bias=b4, bias_heads=q.shape[1])
     dev = q.data.device_id
-    if not attention.cudnn_bias(name, d, sc, masks, bh, lq, lk, 1, kind == "bwd") or not cudnn.aligned(*arrays):
+    if not attention.cudnn_bias(name, d, sc, masks, bh, lq, lk, groups, kind == "bwd") or not cudnn.aligned(*arrays):
         return None
     op = "attention" if kind != "bwd" else "attention_backward"
-    if paths.chosen(op, attention.bias_path_key(kind[:3], bh, lq, lk, d, name, causal, dev, b4)) != "cudnn":
+    if paths.chosen(op, attention.bias_path_key(kind[:3], bh, lq, lk, d, name, causal, dev, b4, groups)) != "cudnn":
         return None
     qd, kd = cudnn.contiguous_desc(q.shape), cudnn.contiguous_desc(k.shape)
     descs = (qd, kd, kd, qd) if kind != "bwd" else (qd, kd, kd, qd, qd, qd, kd, kd)
