@@ -294,8 +294,8 @@ class AttentionOps:
                 if self._gqa_in_place(name, n, masks, lead, q.shape[-1]):   # k, v read in place, no repeat
                     out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n // groups),
                                            self._as_bhld(v, n // groups), scale, bool(causal), name, block_n,
-                                           masks=masks, groups=groups, q_heads=lead[-1])
-                    return out.reshape(q.shape), lse.reshape(lead + (q.shape[-2],))
+                                           masks=masks, groups=groups, q_heads=lead[-1], need_lse=need_lse)
+                    return out.reshape(q.shape), _lead_lse(lse, lead, q.shape[-2])
                 k, v = self._repeat_heads(k, groups), self._repeat_heads(v, groups)
             out, lse = mod.forward(self._as_bhld(q, n), self._as_bhld(k, n), self._as_bhld(v, n), scale, bool(causal),
                                    name, block_n, masks=masks, need_lse=need_lse)
