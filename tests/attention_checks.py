@@ -157,13 +157,18 @@ def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, 
     _close(dq, dq_r, ds_abs @ ak * asc, dtype, "dq", ak.sum(-2, keepdims=True) * asc)
     _close(dk, dk_r, ds_abs.swapaxes(-1, -2) @ aq * asc, dtype, "dk", aq.sum(-2, keepdims=True) * asc)
     assert dq.dtype == dk.dtype == dv.dtype == np_dtype(dtype)
-    if b_arr is not None:   # dS summed over the dims the bias broadcasts, in the bias's shape and dtype
-        db = host(grads[3])
-        assert db.shape == b_arr.shape and db.dtype == b_arr.dtype
-        pad = (1,) * (ds_r.ndim - b_arr.ndim) + b_arr.shape
-        axes = tuple(i for i, n in enumerate(pad) if n == 1 and ds_r.shape[i] > 1)
-        fold = lambda x: x.sum(axis=axes, keepdims=True).reshape(b_arr.shape)  # noqa: E731
-        _close(db, fold(ds_r), fold(ds_abs), dtype, "dbias", fold(np.ones_like(ds_abs)))
+    if b_arr is not None:
+        _check_bias_grad(host(grads[3]), b_arr, ds_r, ds_abs, dtype, "dbias")
+
+
+def _check_bias_grad(db, b_arr, ds_r, ds_abs, dtype, what):
+    """The bias's gradient: dS summed over the dims the bias broadcasts, in the bias's shape and dtype
+    (ds_abs: the size of dS's terms)."""
+    assert db.shape == b_arr.shape and db.dtype == b_arr.dtype
+    pad = (1,) * (ds_r.ndim - b_arr.ndim) + b_arr.shape
+    axes = tuple(i for i, n in enumerate(pad) if n == 1 and ds_r.shape[i] > 1)
+    fold = lambda x: x.sum(axis=axes, keepdims=True).reshape(b_arr.shape)  # noqa: E731
+    _close(db, fold(ds_r), fold(ds_abs), dtype, what, fold(np.ones_like(ds_abs)))
 
 
 def check_nan(dev, host, dtype):
@@ -235,13 +240,8 @@ def check_attention_gqa(dev, host, rng, b, h, hkv, lq, lk, d, dtype, causal, lay
     _close(dv, dv_r, grp(np.abs(p).swapaxes(-1, -2) @ ag), dtype, "dv (gqa)", grp(ag.sum(-2, keepdims=True)))
     _close(dq, dq_r, ds_abs @ ak * sc, dtype, "dq (gqa)", ak.sum(-2, keepdims=True) * sc)
     _close(dk, dk_r, grp(ds_abs.swapaxes(-1, -2) @ aq * sc), dtype, "dk (gqa)", grp(aq.sum(-2, keepdims=True) * sc))
-    if b_arr is not None:   # dS summed over the dims the bias broadcasts, in its shape and dtype
-        db = host(grads[3])
-        assert db.shape == b_arr.shape and db.dtype == b_arr.dtype
-        pad = (1,) * (ds_r.ndim - b_arr.ndim) + b_arr.shape
-        axes = tuple(i for i, n in enumerate(pad) if n == 1 and ds_r.shape[i] > 1)
-        fold = lambda x: x.sum(axis=axes, keepdims=True).reshape(b_arr.shape)  # noqa: E731
-        _close(db, fold(ds_r), fold(ds_abs), dtype, "dbias (gqa)", fold(np.ones_like(ds_abs)))
+    if b_arr is not None:
+        _check_bias_grad(host(grads[3]), b_arr, ds_r, ds_abs, dtype, "dbias (gqa)")
 
 
 # packed sequences: (H, Hkv, head_dim, Lq per sequence, Lk per sequence, causal, window) run on both
