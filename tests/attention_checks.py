@@ -110,16 +110,17 @@ def _close_lse(got, want, dtype, what):
 
 
 def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, block_size=None, strided=False,
-                    window=None, lens=None, bias=None, layout="bhld"):
+                    window=None, lens=None, bias=None, layout="bhld", row_fill=-np.inf):
     """bias: the shape of an attn_bias to add (broadcastable to lead + (Lq, Lk)), drawn in dtype with
-    its row 1 (where it has rows) -inf, so that row sees nothing; its gradient is checked too.
+    its row 1 (where it has rows) row_fill: -inf, so that row sees nothing, or a finite value such
+    as -1e4 (a whole row of it: a log-sum-exp far below ln(FLT_MAX)); its gradient is checked too.
     layout "blhd": q, k, v passed as (B, L, H, D) views (lead must be (B, H))."""
     q, k, v = data(rng, lead + (lq, d), dtype), data(rng, lead + (lk, d), dtype), data(rng, lead + (lk, d), dtype)
     b_arr = None
     if bias is not None:
         b_arr = data(rng, bias, dtype)
         if len(bias) >= 2 and bias[-2] > 1:
-            b_arr[..., 1, :] = -np.inf
+            b_arr[..., 1, :] = row_fill
     if strided:  # non-contiguous views (every other head_dim column of a wider array)
         dev0 = dev
         dev = lambda a: dev0(np.repeat(a, 2, axis=-1))[..., ::2]

@@ -538,6 +538,21 @@ def test_bias_partials_layout_and_bound():
     assert not at._partial_bias(both, 128, 1024, 1024, 8, 16, True)
 
 
+def test_cudnn_bias_backward_leaves_out_known_cudnn_failures():
+    """cuDNN's backward with a bias is not asked at head dim 256 (no bias gradient there), for one
+    query row, or, before backend 9.26, where Lk % 128 == 64 (NaN dQ for rows of very negative
+    log-sum-exp: pytorch/pytorch#196678)."""
+    from cudakit.kernels import attention as at
+    assert at._cudnn_bias_grad_ok(192, 192, 64, 91900) is False
+    assert at._cudnn_bias_grad_ok(64, 64, 64, 91900) is False
+    assert at._cudnn_bias_grad_ok(192, 192, 64, 92600) is True
+    assert at._cudnn_bias_grad_ok(256, 256, 64, 91900) is True
+    assert at._cudnn_bias_grad_ok(100, 1000, 128, 91900) is True
+    assert at._cudnn_bias_grad_ok(1, 256, 64, 92600) is False
+    assert at._cudnn_bias_grad_ok(128, 128, 256, 92600) is False
+    assert at._cudnn_bias_grad_ok(192, 192, 64, "not a version") is False
+
+
 def test_full_bias_gradient_bound():
     """A bias broadcast over batch or heads alone (ALiBi's (1, H, Lq, Lk)) has every score's dS
     stored and summed by cudakit's reduction (no atomics) while that float32 buffer fits

@@ -213,7 +213,7 @@ def test_attention_cudnn(lead, lq, lk, d, dtype, causal, rng, request):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("lead,lq,lk,d,bias", [((2, 3), 64, 64, 64, (1, 3, 64, 64)), ((2, 4), 136, 136, 128, (4, 136, 136)),
+@pytest.mark.parametrize("lead,lq,lk,d,bias", [((2, 3), 96, 96, 64, (1, 3, 96, 96)), ((2, 4), 136, 136, 128, (4, 136, 136)),
                                                ((1, 2), 40, 72, 32, (1, 1, 40, 72)), ((2, 2), 96, 96, 64, (2, 2, 96, 96)),
                                                ((3, 2), 48, 48, 80, (3, 1, 48, 48)), ((2, 2), 64, 64, 256, (1, 2, 64, 64)),
                                                ((2, 3), 80, 80, 64, (2, 1, 1, 80))])
@@ -247,8 +247,31 @@ def test_attention_bias_cudnn(lead, lq, lk, d, bias, dtype, causal, rng, monkeyp
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("lk", [192, 256])
+def test_attention_bias_backward_with_a_finite_masked_row(lk, dtype, rng, monkeypatch):
+    """A whole row of a finite large negative bias (-1e4, as a finfo.min mask gives) puts that row's
+    log-sum-exp far below ln(FLT_MAX); cuDNN's backward with a bias returned NaN in dQ for such rows
+    where Lk % 128 == 64 (pytorch/pytorch#196678, fixed in backend 9.26): before 9.26 those key
+    lengths take the Triton kernels' backward, and both lengths match float64 with no NaN."""
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+
+    def run(op, key, candidates, timer=None):   # cuDNN first where it is a candidate
+        for _, fn in candidates:
+            out = fn()
+            if out is not None:
+                return out
+        return None
+    monkeypatch.setattr(paths, "run", run)
+    ac.check_attention(_dev, _host, rng, (1, 2), lk, lk, 64, dtype, False, bias=(1, 2, lk, lk), row_fill=-1e4)
+    from cudakit.kernels import attention
+    took = attention._cudnn_bias_grad_ok(lk, lk, 64)
+    assert took == (lk % 128 != 64 or int(cudnn.version()) >= attention._BIAS_BWD_FIXED)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("b,h,hkv,lq,lk,d,bias", [(2, 8, 2, 64, 64, 64, (2, 1, 64, 64)), (1, 4, 1, 48, 48, 128, (1, 4, 48, 48)),
+@pytest.mark.parametrize("b,h,hkv,lq,lk,d,bias", [(2, 8, 2, 96, 96, 64, (2, 1, 96, 96)), (1, 4, 1, 48, 48, 128, (1, 4, 48, 48)),
                                                   (2, 6, 3, 40, 40, 32, (40, 40))])
 def test_attention_grouped_query_bias_cudnn(b, h, hkv, lq, lk, d, bias, dtype, causal, rng, only_cudnn):
     """Grouped-query k, v with a bias (a grouped-query model's (B, 1, Lq, Lk) float mask, ALiBi's
@@ -267,9 +290,9 @@ def test_attention_bias_cudnn_plans_replay_the_checked_call(dtype, causal, hkv, 
     gradient in no fixed order)."""
     from cudakit import dispatch
     dispatch.clear()
-    q, g = (cp.asarray(data(rng, (2, 3, 64, 64), dtype)) for _ in range(2))
-    k, v = (cp.asarray(data(rng, (2, hkv, 64, 64), dtype)) for _ in range(2))   # (hkv 1: grouped-query)
-    b = cp.asarray(data(rng, (3, 64, 64), dtype))   # ALiBi's form, without the batch dim
+    q, g = (cp.asarray(data(rng, (2, 3, 128, 64), dtype)) for _ in range(2))
+    k, v = (cp.asarray(data(rng, (2, hkv, 128, 64), dtype)) for _ in range(2))   # (hkv 1: grouped-query)
+    b = cp.asarray(data(rng, (3, 128, 128), dtype))   # ALiBi's form, without the batch dim
     results = []
     for _ in range(3):   # the first call is checked, the second builds the plans, the third replays them
         out, lse = cudakit.attention_with_lse(q, k, v, None, causal, attn_bias=b)

@@ -329,14 +329,46 @@ def cudnn_bias(dtype_name: str, d: int, scale: float, masks: Masks, bh: int, lq:
     (B, 1, Lq, Lk) float mask of a grouped-query model), k, v with H / groups heads (cuDNN reads
     each for its group of q heads). grad=False (the forward): a bias broadcast over the query rows
     too (a padding bias (B, 1, 1, Lk)), whose gradient is the Triton kernels' (cuDNN writes a
-    gradient over every row)."""
+    gradient over every row).
+    Calls cuDNN is known to decline or to get wrong are left out (CUDAKIT_CUDNN=1 would otherwise
+    raise where the Triton kernels ran them): a causal mask with Lq != Lk (its bottom-right mask
+    takes no bias), and for the backward _cudnn_bias_grad_ok's."""
     b = masks.bias
     if b is None or masks.window is not None or masks.lengths is not None or masks.dropout is not None \
             or masks.drop_index is not None or not bh * lq * lk or bh % masks.bias_heads \
-            or masks.bias_heads % groups:
+            or masks.bias_heads % groups or (masks.causal and lq != lk):
         return False
     from . import cudnn
-    return _cudnn_candidate(dtype_name, d, scale) and cudnn.bias_ok(b, dtype_name, lq, lk, grad)
+    if not (_cudnn_candidate(dtype_name, d, scale) and cudnn.bias_ok(b, dtype_name, lq, lk, grad)):
+        return False
+    return not grad or _cudnn_bias_grad_ok(lq, lk, d)
+
+
+# cuDNN's SDPA backward with an explicit bias or mask returned NaN in dQ where Lk % 128 == 64 and a
+# row's log-sum-exp is below ln(FLT_MAX) ~ -88.7 (a finite mask such as finfo.min over a whole row,
+# or very negative scores), on H100/H200, reported against torch 2.11's default cuDNN backend
+# (pytorch/pytorch#196678) and fixed in the 9.26 backend (NVIDIA/cudnn-frontend#628): a row's lse
+# cannot be known on the host, so those key lengths take the Triton kernels before 9.26
+_BIAS_BWD_FIXED = 92600
+
+
+def _cudnn_bias_grad_ok(lq: int, lk: int, d: int, version=None) -> bool:
+    """Whether cuDNN's backward with a bias may be asked at these sizes: not at head dim 256
+    (its graph writes no bias gradient there), nor for one query row (a case the frontend's own
+    tests skip; cuDNN 9.25-9.26 returned NaN dK, dV for Sq = 1 with a very negative lse,
+    NVIDIA/cudnn-frontend#1072), nor for Lk % 128 == 64 before backend 9.26 (_BIAS_BWD_FIXED).
+    version: cuDNN's backend version number (cudnn.version(); None: asked)."""
+    if d == 256 or lq == 1:
+        return False
+    if lk % 128 != 64:
+        return True
+    if version is None:
+        from . import cudnn
+        version = cudnn.version()
+    try:
+        return int(version) >= _BIAS_BWD_FIXED
+    except (TypeError, ValueError):
+        return False
 
 
 def bias_path_key(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str, causal: bool, device: int,
@@ -355,13 +387,30 @@ def _bias_bhsd(masks: Masks, bh: int, *arrays):
     return tuple(x.reshape(bh // h, h * x.shape[0] // bh, x.shape[1], x.shape[2]) for x in arrays)
 
 
+def _or_declined_for_memory(call):
+    """call()'s result, or None where it ran out of device memory (cuDNN's bias graphs take a
+    workspace that grows as B H Lq Lk, and their plan timing copies the bias): noted in
+    cudakit.fallbacks and, being a passing reason, keeping a choice timed without this path off
+    the disk (paths.declined_for_now), as the float32 materialised backward does; the Triton
+    kernels then run the call."""
+    cp = _cupy.cupy()
+    try:
+        return call()
+    except (MemoryError, cp.cuda.memory.OutOfMemoryError):
+        from .. import fallbacks
+        from . import paths
+        fallbacks.note("attention:cudnn-bias", "no memory for cuDNN's graph with the bias: the Triton kernels ran it")
+        paths.declined_for_now()
+        return None
+
+
 def _cudnn_bias_forward(q, k, v, scale: float, masks: Masks, need_lse: bool):
     """(out [BH, Lq, D], lse [BH, Lq] or None without need_lse) from cuDNN's graph with the bias,
     or None (declined)."""
     from . import cudnn
     bh, lq, d = q.shape
-    r = cudnn.sdpa_forward(*_bias_bhsd(masks, bh, q, k, v), scale, masks.causal, "bhsd", inference=not need_lse,
-                           bias=masks.bias)
+    r = _or_declined_for_memory(lambda: cudnn.sdpa_forward(*_bias_bhsd(masks, bh, q, k, v), scale, masks.causal,
+                                                           "bhsd", inference=not need_lse, bias=masks.bias))
     if r is None:
         return None
     return r[0].reshape(bh, lq, d), None if r[1] is None else r[1].reshape(bh, lq)
@@ -373,8 +422,8 @@ def _cudnn_bias_backward(do, q, k, v, out, lse, scale: float, masks: Masks):
     from . import cudnn
     bh, lq, d = q.shape
     lse4 = _f32_contiguous(lse).reshape(bh // masks.bias_heads, masks.bias_heads, lq)
-    r = cudnn.sdpa_backward(*_bias_bhsd(masks, bh, do, q, k, v, out), lse4, scale, masks.causal, "bhsd",
-                            bias=masks.bias)
+    r = _or_declined_for_memory(lambda: cudnn.sdpa_backward(*_bias_bhsd(masks, bh, do, q, k, v, out), lse4, scale,
+                                                            masks.causal, "bhsd", bias=masks.bias))
     if r is None:
         return None
     dq, dk, dv, db = r   # (grouped k, v: dk, dv summed over each group by cuDNN, like k, v)
