@@ -38,6 +38,22 @@ def only_cudnn(monkeypatch):
     assert cudnn.stats["executions"] > before, "no call ran on cuDNN"
 
 
+@pytest.fixture
+def prefer_cudnn(monkeypatch):
+    """Each call with a cuDNN candidate takes it where cuDNN builds the graph, else the next
+    candidate (no timing): which calls cuDNN takes and which it declines."""
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+
+    def run(op, key, candidates, timer=None):
+        for _, fn in candidates:
+            out = fn()
+            if out is not None:
+                return out
+        return None
+    monkeypatch.setattr(paths, "run", run)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("geo", [(2, 16, 9, 7, 32, 3, 3, 1, 1, 1), (4, 32, 28, 28, 64, 3, 3, 1, 1, 1),
                                  (3, 8, 13, 11, 16, 3, 2, (2, 1), (1, 2), 1), (2, 16, 10, 10, 24, 3, 3, 1, 2, 2),
@@ -217,24 +233,15 @@ def test_attention_cudnn(lead, lq, lk, d, dtype, causal, rng, request):
                                                ((1, 2), 40, 72, 32, (1, 1, 40, 72)), ((2, 2), 96, 96, 64, (2, 2, 96, 96)),
                                                ((3, 2), 48, 48, 80, (3, 1, 48, 48)), ((2, 2), 64, 64, 256, (1, 2, 64, 64)),
                                                ((2, 3), 80, 80, 64, (2, 1, 1, 80))])
-def test_attention_bias_cudnn(lead, lq, lk, d, bias, dtype, causal, rng, monkeypatch):
+def test_attention_bias_cudnn(lead, lq, lk, d, bias, dtype, causal, rng, prefer_cudnn):
     """A bias over every query row and key (broadcast over batch or heads at most: ALiBi's and a
     relative-position bias's (1, H, Lq, Lk), a shared (Lq, Lk) one, a per-batch (B, 1, Lq, Lk)) runs
     on cuDNN's graphs, forward and backward with its gradient, against float64 (a row of -inf, which
-    sees no key, gives out 0 and lse -inf there). At head dim 256, whose bias gradient cuDNN does
-    not write, the backward's graph may decline, as both do for a causal mask with Lq != Lk (cuDNN's
-    bottom-right mask takes no bias): the Triton kernels then take them. A padding bias
-    (B, 1, 1, Lk) runs the forward on cuDNN (a zero row stride), its backward on the Triton kernels."""
-    if not cudnn.available():
-        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
-
-    def run(op, key, candidates, timer=None):   # cuDNN first, the next candidate where it declines
-        for _, fn in candidates:
-            out = fn()
-            if out is not None:
-                return out
-        return None
-    monkeypatch.setattr(paths, "run", run)
+    sees no key, gives out 0 and lse -inf there). The calls cuDNN declines are the Triton kernels'
+    from the start (attention.cudnn_bias): the backward at head dim 256 (no bias gradient there),
+    both passes for a causal mask with Lq != Lk (cuDNN's bottom-right mask takes no bias). A padding
+    bias (B, 1, 1, Lk) runs the forward on cuDNN (a zero row stride), its backward on the Triton
+    kernels."""
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, bias=bias)
     built = {key[0] for key, g in cudnn._graphs.items()
              if isinstance(g, cudnn._Graph) and key[0].endswith("_bias") and key[1][0][0] == tuple(lead) + (lq, d)
@@ -248,21 +255,11 @@ def test_attention_bias_cudnn(lead, lq, lk, d, bias, dtype, causal, rng, monkeyp
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("lk", [192, 256])
-def test_attention_bias_backward_with_a_finite_masked_row(lk, dtype, rng, monkeypatch):
+def test_attention_bias_backward_with_a_finite_masked_row(lk, dtype, rng, prefer_cudnn):
     """A whole row of a finite large negative bias (-1e4, as a finfo.min mask gives) puts that row's
     log-sum-exp far below ln(FLT_MAX); cuDNN's backward with a bias returned NaN in dQ for such rows
     where Lk % 128 == 64 (pytorch/pytorch#196678, fixed in backend 9.26): before 9.26 those key
     lengths take the Triton kernels' backward, and both lengths match float64 with no NaN."""
-    if not cudnn.available():
-        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
-
-    def run(op, key, candidates, timer=None):   # cuDNN first where it is a candidate
-        for _, fn in candidates:
-            out = fn()
-            if out is not None:
-                return out
-        return None
-    monkeypatch.setattr(paths, "run", run)
     ac.check_attention(_dev, _host, rng, (1, 2), lk, lk, 64, dtype, False, bias=(1, 2, lk, lk), row_fill=-1e4)
     from cudakit.kernels import attention
     took = attention._cudnn_bias_grad_ok(lk, lk, 64)
