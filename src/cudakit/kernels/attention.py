@@ -387,19 +387,20 @@ def _bias_bhsd(masks: Masks, bh: int, *arrays):
     return tuple(x.reshape(bh // h, h * x.shape[0] // bh, x.shape[1], x.shape[2]) for x in arrays)
 
 
-def _or_declined_for_memory(call):
-    """call()'s result, or None where it ran out of device memory (cuDNN's bias graphs take a
-    workspace that grows as B H Lq Lk, and their plan timing copies the bias): noted in
-    cudakit.fallbacks and, being a passing reason, keeping a choice timed without this path off
-    the disk (paths.declined_for_now), as the float32 materialised backward does; the Triton
-    kernels then run the call."""
+def _or_declined_for_memory(call, key: str = "attention:cudnn-bias",
+                            reason: str = "no memory for cuDNN's graph with the bias: the Triton kernels ran it"):
+    """call()'s result, or None where it ran out of device memory (a path candidate's workspace:
+    cuDNN's bias graphs take one that grows as B H Lq Lk, and their plan timing copies the bias;
+    the float32 materialised backward's P and dS): noted in cudakit.fallbacks under `key` and,
+    being a passing reason, keeping a choice timed without this path off the disk
+    (paths.declined_for_now); the call's other candidate then runs it."""
     cp = _cupy.cupy()
     try:
         return call()
     except (MemoryError, cp.cuda.memory.OutOfMemoryError):
         from .. import fallbacks
         from . import paths
-        fallbacks.note("attention:cudnn-bias", "no memory for cuDNN's graph with the bias: the Triton kernels ran it")
+        fallbacks.note(key, reason)
         paths.declined_for_now()
         return None
 
@@ -1025,8 +1026,9 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: i
     from . import attention_materialized as am
     dlo, dhi = key_bounds(q.shape[1], k.shape[1], masks.causal, masks.window)
     arrays = [cp.ascontiguousarray(x) for x in (do, q, k, v, out)] + [_f32_contiguous(lse)]
-    bias, bias_grad, db, finish = masks.bias, None, None, None
-    try:
+
+    def run():   # (its buffers and the workspace: an out-of-memory declines, _or_declined_for_memory)
+        bias, bias_grad, db, finish = masks.bias, None, None, None
         if bias is not None:   # (the buffer zeroed: tiles no row sees add nothing to it)
             dbq, dbk = bias.shape[2] > 1, bias.shape[3] > 1
             bh, lq, lk = q.shape[0], q.shape[1], k.shape[1]
@@ -1057,13 +1059,8 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: i
         if r is None or db is None:
             return r
         return (*r, db if finish is None else finish(db))
-    except (MemoryError, cp.cuda.memory.OutOfMemoryError):
-        from .. import fallbacks
-        from . import paths
-        fallbacks.note("attention:float32-materialized", "no memory for the float32 backward's workspace: "
-                                                         "the flash kernels ran it")
-        paths.declined_for_now()
-        return None
+    return _or_declined_for_memory(run, "attention:float32-materialized",
+                                   "no memory for the float32 backward's workspace: the flash kernels ran it")
 
 
 def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None, deterministic=False, groups=1,
@@ -1191,18 +1188,18 @@ def _bias_partials(masks: Masks, bh: int, lq: int, lk: int, nr: int, nk: int):
             lambda w: reduction.reduce(w.reshape(view), "sum", axes).reshape(b.shape))
 
 
-def _bias_grad_buffer(masks: Masks, bh: int, lq: int, lk: int, deterministic: bool):
+def _bias_grad_buffer(masks: Masks, bh: int, lq: int, lk: int, per_score: bool):
     """(the bias gradient's buffer, zeroed: the bias's 4-D shape, in its dtype where each element
-    has one writer and float32 where atomics sum into it; the full per-score float32 buffer
-    [bh / HB, HB, Lq, Lk] a deterministic backward stores into before summing over the broadcast
-    dims, or None). (None, None) without a bias."""
+    has one writer and float32 where atomics sum into it; with per_score, the full per-score
+    float32 buffer [bh / HB, HB, Lq, Lk] the backward stores into before summing over the broadcast
+    dims (a deterministic backward, or _full_bias), else None). (None, None) without a bias."""
     cp = _cupy.cupy()
     b = masks.bias
     if b is None:
         return None, None
     if _unbroadcast(b, bh, lq, lk):
         return zeros(b.shape, b.dtype), None
-    if deterministic:
+    if per_score:
         return None, zeros((bh // masks.bias_heads, masks.bias_heads, lq, lk), cp.float32)
     return zeros(b.shape, cp.float32), None
 

@@ -8,8 +8,8 @@ With grouped k, v and key lengths, on an H100 (2026-11-27 22:09 UTC, benchmarks/
 attention_f32_bwd_masks.py, history/attention/*-f32-bwd-masks.json; device time behind an L2 flush
 against torch's fastest float32 way, enable_gqa or repeated heads, a boolean mask for lengths):
 B1 H32 Hkv8 S1024 D128 causal 0.473 ms against torch's 0.899 and the flash kernels' 1.724 (the
-public call, then summing dK, dV over each group after the kernels, 0.519; since summed
-by the long products themselves, not yet timed); key lengths at B2 H8 S2048 D128 causal
+public call, then summing dK, dV over each group after the kernels, 0.519; which of the two
+sums a call takes: sum_groups, timed); key lengths at B2 H8 S2048 D128 causal
 0.745 against 2.566 and 2.488; B4 H16 S1024 D64 0.708 against 1.387 and 0.966. With a bias (the
 22:37 UTC call, history/attention/*-f32-bwd-bias.json; torch: the bias as a float attn_mask, its
 gradient asked for): (1, H, L, L) at B4 H16 S1024 D64 1.278 ms against torch's 1.682 and the flash

@@ -29,22 +29,33 @@ def _attn_sig(q, k, v, scale):
     return math.prod(lead), lq, k.shape[-2], d, name, sc, lead
 
 
+def _bhsd16(arrays: tuple):
+    """(B, H, Hkv, Lq, Lk, D, dtype name) where arrays (q, k, v, then any others) are C-contiguous
+    16-bit (B, H, Lq, D) q and (B, Hkv, Lk, D) k, v of q's dtype, Hkv dividing H (the (B, H, L, D)
+    form cuDNN's graphs read, grouped-query k, v among them), else None."""
+    q, k, v = arrays[:3]
+    name = str(q.dtype)
+    if name not in ("float16", "bfloat16") or q.ndim != 4 or k.ndim != 4 or tuple(v.shape) != tuple(k.shape) \
+            or k.dtype != q.dtype or v.dtype != q.dtype or not all(a.flags.c_contiguous for a in arrays):
+        return None
+    b, h, lq, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    if k.shape[0] != b or k.shape[3] != d or not 0 < hkv <= h or h % hkv:
+        return None
+    return b, h, hkv, lq, lk, d, name
+
+
 def _gqa_cudnn(kind: str, graph: str, arrays: tuple, scale, causal):
     """(cuDNN's executor of graph kind `graph`, scale) for grouped-query attention on C-contiguous
     (B, H, L, D) q (arrays[0]) and (B, Hkv, L, D) k, v (arrays[1:3]; the rest q-shaped, lse last
     for the backward) where kernels/attention.py forward_gqa / backward_gqa ("fwd", "bwd") chose
     cuDNN for this signature and its graph is built; None otherwise (the checked path)."""
     from . import cudnn, paths
-    q, k, v = arrays[:3]
-    name = str(q.dtype)
-    if name not in ("float16", "bfloat16") or q.ndim != 4 or k.ndim != 4 or tuple(v.shape) != tuple(k.shape):
+    q, k = arrays[:2]
+    s = _bhsd16(arrays)
+    if s is None or s[2] == s[1]:   # (k, v with q's heads: not grouped-query)
         return None
-    if not all(a.flags.c_contiguous for a in arrays):
-        return None
-    b, h, lq, d = q.shape
-    hkv = k.shape[1]
-    if k.shape[0] != b or k.shape[3] != d or not 0 < hkv < h or h % hkv:
-        return None
+    d, name = s[5], s[6]
     dev = q.data.device_id
     op = "attention" if kind == "fwd" else "attention_backward"
     if paths.chosen(op, (f"{kind}_gqa", tuple(q.shape), tuple(k.shape), name, bool(causal), dev)) != "cudnn":
@@ -172,23 +183,19 @@ def _bias_cudnn(kind: str, arrays: tuple, scale, causal, layout, window, key_len
     cp = _cupy.cupy()
     if layout != "bhld" or window is not None or key_lengths is not None or type(attn_bias) is not cp.ndarray:
         return None
-    q, k, v = arrays[:3]
-    name = str(q.dtype)
-    if name not in ("float16", "bfloat16") or q.ndim != 4 or k.ndim != 4 or tuple(v.shape) != tuple(k.shape) \
-            or attn_bias.ndim > 4 or not all(a.flags.c_contiguous for a in arrays):
+    q, k = arrays[:2]
+    s = _bhsd16(arrays)
+    if s is None or attn_bias.ndim > 4:
         return None
-    b, h, lq, d = q.shape
-    hkv, lk = k.shape[1], k.shape[2]
-    if k.shape[0] != b or k.shape[3] != d or not 0 < hkv <= h or h % hkv or k.dtype != q.dtype or v.dtype != q.dtype:
-        return None
+    b, h, hkv, lq, lk, d, name = s
     bh, groups = b * h, h // hkv   # (grouped-query k, v read in place, as the checked call's)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     # (the 4-D view the checked call makes, backends/attention_api._bias: q's (B, H) and the bias's
     # dims, padded with leading 1s, each 1 or full)
     b4 = attn_bias.reshape((1,) * (4 - attn_bias.ndim) + tuple(attn_bias.shape))
-    if any(n not in (1, f) for n, f in zip(b4.shape, (q.shape[0], q.shape[1], lq, lk))):
+    if any(n not in (1, f) for n, f in zip(b4.shape, (b, h, lq, lk))):
         return None
-    masks = Masks(causal, bias=b4, bias_heads=q.shape[1])
+    masks = Masks(causal, bias=b4, bias_heads=h)
     dev = q.data.device_id
     if not attention.cudnn_bias(name, d, sc, masks, bh, lq, lk, groups, kind == "bwd") or not cudnn.aligned(*arrays):
         return None
