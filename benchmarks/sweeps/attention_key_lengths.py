@@ -1,0 +1,61 @@
+"""Attention with key_lengths (a padded batch): cudakit.attention_with_lse and attention_backward against
+torch's SDPA with the same keys masked by a boolean (B, 1, 1, Lk) attn_mask (and the causal triangle
+with it), each call's device time behind an L2 flush (bench.timing's cold samples), in one run.
+    python3 benchmarks/sweeps/attention_key_lengths.py [--cases bf16:4x16x1024x64,...] [--tag name]
+        [--out f.json]
+A case: dtype:BxHxLxD[c] (a trailing c for causal). The lengths run evenly from a quarter of L to L
+over the batch (one sequence unpadded, one at L/4). Prints VARIANT lines (ms) and writes the rows to
+--out; the paths are those each op last ran (paths.last_paths)."""
+import sys
+
+import cupy as cp
+import numpy as np
+import torch
+
+import cudakit
+from _results import dump_rows
+
+from cudakit.bench import timing
+
+argv = sys.argv[1:]
+cases = ["bf16:4x16x1024x64", "bf16:4x16x1024x64c", "bf16:8x16x512x128", "bf16:2x16x2048x128c",
+         "f16:4x12x512x64", "f32:4x16x1024x64"]
+if "--cases" in argv:
+    cases = argv[argv.index("--cases") + 1].split(",")
+tag = argv[argv.index("--tag") + 1] if "--tag" in argv else ""
+cudakit.set_float32_precision("tf32x3")
+sdpa = torch.nn.functional.scaled_dot_product_attention
+rows = []
+for spec in cases:
+    dt, dims = spec.split(":")
+    causal = dims.endswith("c")
+    b, h, L, d = (int(x) for x in dims.rstrip("c").split("x"))
+    dtype = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dt]
+    rng = cp.random.default_rng(0)
+    q, k, v, g = (rng.standard_normal((b, h, L, d), dtype=cp.float32).astype(dtype) for _ in range(4))
+    lens = cp.asarray(np.linspace(L // 4, L, b).astype(np.int32))
+    out, lse = cudakit.attention_with_lse(q, k, v, None, causal, key_lengths=lens)
+    tq, tk, tv, tg = (torch.from_dlpack(a) for a in (q, k, v, g))
+    mask = (torch.arange(L, device="cuda")[None, :] < torch.from_dlpack(lens)[:, None])[:, None, None, :]
+    if causal:
+        mask = mask & torch.ones(L, L, dtype=torch.bool, device="cuda").tril()
+    rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
+    y = sdpa(rq, rk, rv, attn_mask=mask)
+    fns = {"torch": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True),
+           "cudakit": lambda: cudakit.attention_backward(g, q, k, v, out, lse, None, causal, key_lengths=lens),
+           "torch_fwd": lambda: sdpa(tq, tk, tv, attn_mask=mask),
+           "cudakit_fwd": lambda: cudakit.attention_with_lse(q, k, v, None, causal, key_lengths=lens)}
+    res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=True)
+    for name, e in err.items():
+        print(f"VARIANT failed {spec} {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
+    row = {"case": spec, **{f"{n}_ms": round(r["median_ms"], 4) for n, r in res.items()}, "form": tag}
+    for side in ("", "_fwd"):
+        if f"torch{side}_ms" in row and f"cudakit{side}_ms" in row:
+            row[f"x_torch{side}"] = round(row[f"torch{side}_ms"] / row[f"cudakit{side}_ms"], 3)
+    from cudakit.kernels import paths
+    row["paths"] = {op: paths.last_paths().get(op) for op in ("attention", "attention_backward")}
+    rows.append(row)
+    print(f"VARIANT key-lengths {tag:<4} {spec:<22} bwd x torch {row.get('x_torch', float('nan')):.3f} "
+          f"({row.get('cudakit_ms', float('nan')):.4f} ms)  fwd x torch {row.get('x_torch_fwd', float('nan')):.3f} "
+          f"({row.get('cudakit_fwd_ms', float('nan')):.4f} ms) paths {row['paths']}", flush=True)
+dump_rows(argv, __doc__, rows)
