@@ -97,20 +97,25 @@ def test_float32_precision_reaches_the_kernel_plans(prec):
 
 
 def test_attention_dropout_stream_setting(monkeypatch):
-    """CUDAKIT_ATTENTION_DROPOUT: "cudakit" unless set, "cudnn" (any case), anything else a
-    ConfigError naming the variable and the accepted values. Under "cudnn", the calls cuDNN's
+    """CUDAKIT_ATTENTION_DROPOUT: "cudnn" unless set, "cudakit" (any case), anything else a
+    ConfigError naming the variable and the accepted values. Under "cudakit" no call asks cuDNN;
+    under "cudnn", the calls cuDNN's
     dropout cannot take (a window, key lengths, a bias, grouped k, v, causal with Lq != Lk, no
     dropout at all) keep cudakit's stream before cuDNN is asked."""
     from cudakit import config
     from cudakit.backends.attention_masks import Masks
     from cudakit.kernels import attention
     monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT", raising=False)
-    assert config.reload().attention_dropout == "cudakit"
-    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", " CUDNN ")
     assert config.reload().attention_dropout == "cudnn"
     drop = (429496730, 1 / 0.9, 5)
     asked = []
     monkeypatch.setattr(attention, "_cudnn_candidate", lambda *a: asked.append(a) or False)
+    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", " CUDAKIT ")
+    assert config.reload().attention_dropout == "cudakit"
+    assert not attention.cudnn_dropout("bfloat16", 4, 64, 64, 64, 0.125, Masks(True, dropout=drop), 1, 0)
+    assert not asked
+    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", " CUDNN ")
+    assert config.reload().attention_dropout == "cudnn"
     for masks, lq, lk, groups, dtype in ((Masks(False, window=(4, 0), dropout=drop), 64, 64, 1, "bfloat16"),
                                          (Masks(False, lengths=object(), dropout=drop), 64, 64, 1, "bfloat16"),
                                          (Masks(False, bias=object(), dropout=drop), 64, 64, 1, "bfloat16"),

@@ -513,12 +513,12 @@ def test_attention_varlen_device_cu_seqlens_out_of_range_raise_at_the_next_check
 @pytest.mark.parametrize("dtype", GPU_DTYPES + ["float64"])
 @pytest.mark.parametrize("case", ac.DROPOUTS + [((2, 4), 300, 257, 64, True, 0.2, 2**63 + 11),
                                                 ((1, 2), 130, 1000, 128, False, 0.1, 7)])
-def test_attention_dropout(case, dtype, rng):
+def test_attention_dropout(case, dtype, rng, cudakit_dropout_stream):
     lead, lq, lk, d, causal, p, seed = case
     ac.check_dropout(_dev, _host, rng, lead, lq, lk, d, dtype, causal, p, seed)
 
 
-def test_dropout_with_grouped_heads_and_blhd_matches_the_plain_layout(rng):
+def test_dropout_with_grouped_heads_and_blhd_matches_the_plain_layout(rng, cudakit_dropout_stream):
     b, h, hkv, lq, lk, d = 2, 4, 2, 90, 130, 64
     q, g = (cp.asarray(ac.data(rng, (b, h, lq, d), "bfloat16")) for _ in range(2))
     k, v = (cp.asarray(ac.data(rng, (b, hkv, lk, d), "bfloat16")) for _ in range(2))

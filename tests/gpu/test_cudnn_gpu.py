@@ -780,6 +780,51 @@ def test_attention_dropout_by_cudnn_leaves_what_cudnn_cannot_take_to_cudakits_st
             np.testing.assert_array_equal(_host(x), _host(y))
 
 
+def test_attention_dropout_takes_cudnn_by_default(rng, monkeypatch):
+    """With CUDAKIT_ATTENTION_DROPOUT unset, 16-bit attention with dropout that cuDNN takes runs
+    cuDNN's fused dropout, forward and backward (deterministic=True too: the signature was taken
+    only because its deterministic graph builds), the same results as under "cudnn"; float32 and
+    grouped k, v stay on cudakit's stream (bitwise what "cudakit" computes)."""
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+    from cudakit import config, dispatch
+    monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT", raising=False)
+    assert config.reload().attention_dropout == "cudnn"
+    dispatch.clear()
+    q, k, v, g = (cp.asarray(data(rng, (2, 3, 192, 64), "bfloat16")) for _ in range(4))
+    kw = dict(causal=True, dropout_p=0.15, seed=2**40 + 9)
+    before = cudnn.stats["executions"]
+    out, lse = cudakit.attention_with_lse(q, k, v, **kw)
+    det = [cudakit.attention_backward(g, q, k, v, out, lse, deterministic=True, **kw) for _ in range(2)]
+    assert cudnn.stats["executions"] >= before + 3, "the dropout calls did not run on cuDNN"
+    for a, b in zip(*det):
+        np.testing.assert_array_equal(_host(a), _host(b))
+    keep = cp.full((6, 1, 192, 192), 0.5, cp.float32)
+    r3 = [x.reshape(6, 192, 64) for x in (q, k, v)]
+    assert cudnn.sdpa_forward(*r3, 64 ** -0.5, True, dropout=(0.15, kw["seed"]), rng_dump=keep) is not None
+    h = [_host(x).astype(np.float64).reshape(6, 192, 64) for x in (q, k, v, g)]
+    keep = np.where(np.tril(np.ones((192, 192), bool)), cp.asnumpy(keep).reshape(6, 192, 192), 0.0)
+    want = ac.dropout_reference(*h, keep, 0.15, 64 ** -0.5, True)[:5]
+    for name, x, w in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, *det[0]), want):
+        x = _host(x).astype(np.float64).reshape(w.shape)
+        np.testing.assert_allclose(x, w, atol=2e-2 * max(1.0, np.abs(w).max()), rtol=2e-2, err_msg=name)
+    q32, k32, v32 = (cp.asarray(data(rng, (2, 3, 96, 64), "float32")) for _ in range(3))
+    kg, vg = k[:, :1].copy(), v[:, :1].copy()
+    calls = [(q32, k32, v32), (q, kg, vg)]
+    got = [cudakit.attention_with_lse(*a, **kw) for a in calls]
+    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", "cudakit")
+    config.reload()
+    dispatch.clear()
+    try:
+        for a, have in zip(calls, got):
+            for x, y in zip(have, cudakit.attention_with_lse(*a, **kw)):
+                np.testing.assert_array_equal(_host(x), _host(y))
+    finally:
+        monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
+        config.reload()
+        dispatch.clear()
+
+
 def test_attention_dropout_by_cudnn_deterministic_backward_is_bitwise_repeatable(rng, cudnn_dropout):
     """deterministic=True with cuDNN's dropout: cuDNN's deterministic algorithm, bitwise the same
     gradients run after run, close to the default algorithm's."""

@@ -175,7 +175,7 @@ def test_attention_with_a_bias_takes_traced_plans(dtype, bias_shape, determinist
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_with_dropout_takes_traced_plans_with_a_seed_per_call(dtype, causal):
+def test_attention_with_dropout_takes_traced_plans_with_a_seed_per_call(dtype, causal, cudakit_dropout_stream):
     """attention, attention_with_lse and attention_backward with dropout, and flash_attention, take
     plans traced from the checked call whose native replays write each call's seed into the kernels' seed words: on fresh
     data and seeds (words at and above 2^31, multiples of 16 and not) every planned call is bitwise
@@ -209,7 +209,7 @@ def test_attention_with_dropout_takes_traced_plans_with_a_seed_per_call(dtype, c
 
 
 @pytest.mark.parametrize("variant", ["gqa", "window", "key_lengths", "blhd", "no_dropout_seed"])
-def test_attention_with_dropout_plans_keep_the_masks(variant):
+def test_attention_with_dropout_plans_keep_the_masks(variant, cudakit_dropout_stream):
     """Dropout with grouped-query heads, a window, device key_lengths, (B, L, H, D) views, and a seed
     with dropout_p 0: every call (the checked one, then planned ones where a trace serves) is
     bitwise the checked call's, on fresh data and seeds."""

@@ -234,9 +234,11 @@ class AttentionOps:
         A row that attends no key gets output 0 (and lse -inf), not NaN.
         dropout_p, seed: dropout on the probabilities (softmax, then each probability kept with
         probability 1 - dropout_p and scaled by 1 / (1 - dropout_p)): the mask is a pure function of
-        (seed, dropout_p, the score's index (t Lq + i) Lk + j over q's flattened leading dims t), the
-        Philox stream of cudakit.dropout, never stored: attention_backward regenerates it from the
-        same seed. The CPU backend and the GPU kernels drop the same probabilities.
+        (seed, dropout_p and the call's signature), never stored: attention_backward regenerates it
+        from the same seed. The 16-bit GPU calls cuDNN takes draw it from cuDNN's fused dropout (its
+        own Philox stream); the others, and every call under CUDAKIT_ATTENTION_DROPOUT=cudakit, from
+        cudakit.dropout's Philox stream over the score's index (t Lq + i) Lk + j (q's flattened
+        leading dims t), which the CPU backend draws too.
 
         layout="blhd": q (B, Lq, H, D), k and v (B, Lk, H, D), e.g. strided views of one packed
         qkv projection (B, L, 3, H, D); the output comes back (B, Lq, H, D) C-contiguous, so

@@ -431,7 +431,7 @@ def _cudnn_bias_backward(do, q, k, v, out, lse, scale: float, masks: Masks):
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), db
 
 
-# ---- dropout by cuDNN (CUDAKIT_ATTENTION_DROPOUT=cudnn) ------------------------------------------
+# ---- dropout by cuDNN (CUDAKIT_ATTENTION_DROPOUT=cudnn, the default) -----------------------------
 _cudnn_dropout_ok: dict = {}   # signature -> whether cuDNN's dropout graphs take it
 
 
@@ -443,12 +443,14 @@ def _dropout_p(masks: Masks) -> float:
 def cudnn_dropout(dtype_name: str, bh: int, lq: int, lk: int, d: int, scale: float, masks: Masks, groups: int,
                   device: int) -> bool:
     """Whether this attention pass with dropout runs cuDNN's fused dropout, whose mask is cuDNN's
-    Philox stream, not cudakit.dropout's: CUDAKIT_ATTENTION_DROPOUT=cudnn, a call cuDNN's attention
-    takes (installed, 16-bit, head_dim a multiple of 8 up to 256, a positive scale), no window, key
-    lengths or bias, causal only with Lq = Lk (cuDNN's bottom-right causal mask takes no dropout),
-    one q head a k, v head, and both the forward's and the backward's graph of the signature build.
-    A function of the signature alone, so the forward and the backward of one call agree on the
-    stream (a forward by one stream and its backward by the other would give wrong gradients)."""
+    Philox stream, not cudakit.dropout's: CUDAKIT_ATTENTION_DROPOUT=cudnn (the default), a call
+    cuDNN's attention takes (installed, 16-bit, head_dim a multiple of 8 up to 256, a positive
+    scale), no window, key lengths or bias, causal only with Lq = Lk (cuDNN's bottom-right causal
+    mask takes no dropout), one q head a k, v head, and the forward's graph and both backward
+    graphs (the default and the deterministic algorithm) of the signature build. A function of the
+    signature alone, so the forward and the backward of one call agree on the stream (a forward by
+    one stream and its backward by the other would give wrong gradients), whether or not the
+    backward is asked for deterministic=True."""
     from ..config import settings
     if masks.dropout is None or settings().attention_dropout != "cudnn":
         return False
@@ -467,8 +469,9 @@ def cudnn_dropout(dtype_name: str, bh: int, lq: int, lk: int, d: int, scale: flo
         kv = cp.zeros((bh, lk, d), dtype_name)
         drop = (p, 0)
         fwd = cudnn.sdpa_forward(q, kv, kv, scale, masks.causal, dropout=drop)
-        ok = fwd is not None and cudnn.sdpa_backward(g, q, kv, kv, fwd[0], fwd[1], scale, masks.causal,
-                                                     dropout=drop) is not None
+        ok = fwd is not None and all(cudnn.sdpa_backward(g, q, kv, kv, fwd[0], fwd[1], scale, masks.causal,
+                                                         dropout=drop, deterministic=det) is not None
+                                     for det in (False, True))
         _cudnn_dropout_ok[key] = ok
     return ok
 
