@@ -3,7 +3,10 @@ every call): cudakit's attention_with_lse and attention_backward under CUDAKIT_A
 dropout graphs, planned), then the default (cudakit's stream: the Triton kernels' traced plans), against
 torch's SDPA with dropout_p (forward; torch.autograd.grad for the backward), rounds interleaved
 (bench.timing.host_time_interleaved), in one process.
-    python3 benchmarks/sweeps/attention_dropout_host.py [--out f.json]
+    python3 benchmarks/sweeps/attention_dropout_host.py [--parts] [--out f.json]
+--parts: also, under cudnn, the parts of the forward's plan timed alone (the seed words' launch,
+the output allocations, the graph's execution on fixed pointers) beside the forward without
+dropout (cuDNN's plan) and torch's SDPA without it.
 Prints VARIANT lines (us a call) and writes the rows to --out."""
 import itertools
 import os
@@ -35,11 +38,23 @@ for stream in ("cudnn", "cudakit"):
     config.reload()
     dispatch.clear()
     out, lse = cudakit.attention_with_lse(q, k, v, causal=True, dropout_p=P, seed=5)
+    parts = {}
+    if "--parts" in argv and stream == "cudnn":
+        from cudakit.kernels import cudnn, path_plans
+        from cudakit.kernels.dropout import philox_words
+        run, _ = path_plans._cudnn_dropout_run("fwd", (q, k, v), None, True, "bhld", None, None, None, P)
+        words, (s_ptr, o_ptr) = cudnn.dropout_operands(5)
+        parts = {"part_seed_words": lambda: philox_words(next(seeds)),
+                 "part_alloc": lambda: (cp.ndarray(q.shape, q.dtype), cp.ndarray((B, H, T), cp.float32)),
+                 "part_execute": lambda: run(q.data.ptr, k.data.ptr, v.data.ptr, s_ptr, o_ptr, out.data.ptr,
+                                             lse.data.ptr),
+                 "plain_fwd": lambda: cudakit.attention_with_lse(q, k, v, causal=True),
+                 "torch_plain_fwd": lambda: sdpa(tq, tk, tv, is_causal=True)}
     res, err = timing.host_time_interleaved(
         {f"{stream}_fwd": lambda: cudakit.attention_with_lse(q, k, v, causal=True, dropout_p=P, seed=next(seeds)),
          f"{stream}_bwd": lambda: cudakit.attention_backward(g, q, k, v, out, lse, causal=True, dropout_p=P,
                                                              seed=next(seeds)),
-         **fns}, calls=500, rounds=7, sync=cp.cuda.Device().synchronize)
+         **fns, **parts}, calls=500, rounds=7, sync=cp.cuda.Device().synchronize)
     for name, e in err.items():
         print(f"VARIANT failed {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
     us = {n: r["median_ms"] * 1e3 for n, r in res.items()}
