@@ -67,8 +67,8 @@ def test_key_parts_grow_with_fewer_row_blocks():
                                                                                 # parts would take two waves
     (64, 256, 128, False, [(128, 1, False), (128, 1, True)]),   # 128 blocks: the usual tiles in one part only
     (16, 1536, 128, False, [(128, 2, False), (128, 2, True)]),  # 192 blocks: the usual tiles first, in parts too
-    (32, 256, 64, False, [(64, 1, False), (128, 2, False), (128, 2, True)]),   # head dim 64, 64 blocks: the
-                                                                               # usual tiles first, 64 x 64 too
+    (32, 256, 64, False, [(64, 1, False), (128, 2, False), (64, 1, True), (128, 2, True)]),   # head dim 64,
+                                                            # 64 blocks: the usual tiles first, 64 x 64 too
     (128, 512, 128, False, []),                 # 512 blocks: nothing else
 ])
 def test_split_forward_parts_candidates(bh, l, d, causal, want):

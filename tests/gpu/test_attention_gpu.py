@@ -593,6 +593,19 @@ def test_attention_float32_forward_other_tiling_path(lead, lq, lk, d, causal, wh
     assert took, "no other tiling offered"
 
 
+@pytest.mark.parametrize("lead,lq,lk,d,causal", [((1, 32), 256, 256, 64, False), ((2, 3), 200, 333, 48, True),
+                                                  ((4, 8), 256, 256, 64, True)])
+def test_attention_float32_forward_small_grid_tiles_with_v_in_place(lead, lq, lk, d, causal, rng, monkeypatch,
+                                                                    float32_precision):
+    """The public float32 forward (and the backward from its out and lse) with kernels/paths.run
+    taking the small-grid 64 x 64 tiles with V read in place (O^T), which the split forward offers
+    at head dims up to 64 on grids of fewer 128-row blocks than the SMs, against float64."""
+    float32_precision("tf32x3")
+    took = _forward_taking("triton-on-64x64-v-in-place", 0, monkeypatch,
+                           lambda: ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal))
+    assert took, "the small-grid tiles with V in place were not offered"
+
+
 @pytest.mark.parametrize("bh,lq,lk,d,causal,window,splits", [
     (3, 200, 333, 128, False, None, 1), (2, 130, 520, 112, True, None, 1), (40, 300, 300, 128, True, None, 1),
     (48, 384, 384, 128, True, None, 1), (2, 150, 400, 48, True, (100, 0), 1), (2, 130, 520, 128, True, None, 2),

@@ -944,9 +944,13 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
     # On an H100 (2026-11-27 17:40 UTC, attention_f32_shapes.py, public API behind an L2 flush, x
     # torch's float32 SDPA) the timing took it for B1 H16 S512 D128, 1.165x (1.128x at 15:10 with the
     # copy), and for the causal B1 H8 S1024 D128 in 3 parts, 1.751x (1.609x); the copy stayed for
-    # B1 H8 S1024 D128, 1.365x
+    # B1 H8 S1024 D128, 1.365x. The small-grid 64 x 64 tiles are offered with V in place too at head
+    # dims up to 64 (BLOCK_D 64), where they ran faster than on the copy; at 128 they ran slower
+    # (2026-11-28 03:13 UTC, attention_f32_variants.py --integrated --causal --cold --v-in-place,
+    # torch's float32 SDPA in brackets): B1 H32 S256 D64 0.021 ms against 0.024 (0.036), causal
+    # 0.021 against 0.024 (0.036); B1 H16 S512 D128 0.057 against 0.054 (0.057)
     out += [(dict(c, OT=True), n) for c, n in list(out)
-            if c["BLOCK_M"] == 128 and "BLOCK_D2" not in c and not c.get("OT")]
+            if (c["BLOCK_M"] == 128 or c["BLOCK_D"] <= 64) and "BLOCK_D2" not in c and not c.get("OT")]
     return out
 
 
