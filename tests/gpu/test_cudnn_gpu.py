@@ -825,6 +825,54 @@ def test_attention_dropout_takes_cudnn_by_default(rng, monkeypatch):
         dispatch.clear()
 
 
+@pytest.mark.parametrize("failure", ["declined", "out_of_memory"])
+def test_attention_dropout_keeps_cudakits_stream_where_a_cudnn_graph_fails(failure, rng, monkeypatch):
+    """The default setting with CUDAKIT_CUDNN=1: where cuDNN declines the signature's deterministic
+    backward graph (raising under =1) or memory runs out while the graphs are built, the forward and
+    the backward both keep cudakit's stream, bitwise what CUDAKIT_ATTENTION_DROPOUT=cudakit
+    computes, and the answer is kept for the process (the graphs are not asked again)."""
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+    from cudakit import config, dispatch
+    from cudakit.errors import BackendUnavailableError
+    from cudakit.kernels import attention as at
+    q, k, v, g = (cp.asarray(data(rng, (2, 2, 160, 64), "bfloat16")) for _ in range(4))
+    kw = dict(causal=True, dropout_p=0.125, seed=77)
+    results = {}
+    for stream in ("cudakit", "cudnn"):
+        monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", stream)
+        monkeypatch.setenv("CUDAKIT_CUDNN", "1")
+        config.reload()
+        dispatch.clear()
+        at._cudnn_dropout_ok.clear()
+        asked = []
+        real = cudnn.sdpa_backward
+
+        def failing(*a, deterministic=False, **kws):
+            asked.append(deterministic)
+            if deterministic and failure == "declined":
+                raise BackendUnavailableError("CUDAKIT_CUDNN=1 but cuDNN declined sdpa_bwd_dropout_deterministic")
+            if deterministic:
+                raise cp.cuda.memory.OutOfMemoryError(1 << 40, 0)
+            return real(*a, deterministic=deterministic, **kws)
+        monkeypatch.setattr(cudnn, "sdpa_backward", failing)
+        try:
+            out, lse = cudakit.attention_with_lse(q, k, v, **kw)
+            results[stream] = (out, lse, *cudakit.attention_backward(g, q, k, v, out, lse, **kw))
+            n = len(asked)
+            cudakit.attention_with_lse(q, k, v, **kw)
+            assert len(asked) == n, "the failed signature was asked again"
+        finally:
+            monkeypatch.setattr(cudnn, "sdpa_backward", real)
+            monkeypatch.delenv("CUDAKIT_CUDNN")
+            monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
+            config.reload()
+            dispatch.clear()
+            at._cudnn_dropout_ok.clear()
+    for x, y in zip(results["cudnn"], results["cudakit"]):
+        np.testing.assert_array_equal(_host(x), _host(y))
+
+
 def test_attention_dropout_by_cudnn_deterministic_backward_is_bitwise_repeatable(rng, cudnn_dropout):
     """deterministic=True with cuDNN's dropout: cuDNN's deterministic algorithm, bitwise the same
     gradients run after run, close to the default algorithm's."""

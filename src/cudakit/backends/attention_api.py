@@ -335,8 +335,9 @@ class AttentionOps:
         attn_bias's shape and dtype.
 
         deterministic=True: the gradients are bitwise the same on every run with the same inputs
-        (on the GPU the Triton kernels, which sum without atomics, never cuDNN's backward, whose dQ
-        may not be; head_dim <= 256). The CPU backend and float64 are deterministic anyway."""
+        (on the GPU the Triton kernels, which sum without atomics, not cuDNN's default backward,
+        whose dQ may not be; head_dim <= 256; a call whose forward ran cuDNN's fused dropout runs
+        cuDNN's deterministic backward). The CPU backend and float64 are deterministic anyway."""
         op = "attention_backward"
         check_bool(op, "deterministic", deterministic)
         blhd = self._check_layout(op, layout, {"grad_out": grad_out, "q": q, "k": k, "v": v, "out": out})

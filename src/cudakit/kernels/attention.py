@@ -282,8 +282,9 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
     """(out [BH, Lq, D], lse [BH, Lq] float32) of softmax(q k^T * scale) v: cuDNN's flash forward or
     the Triton kernel, whichever kernels/paths.py measured faster for the signature (Triton alone
     without the `cudnn` extra, for float32, when block_n or tiles name the Triton kernel's tiles
-    (benchmarks/sweeps/attention_variants.py), with a window, key lengths, a bias or dropout, or
-    grouped-query k, v read in place).
+    (benchmarks/sweeps/attention_variants.py), with a window or key lengths, or grouped-query k, v
+    read in place; with a bias, cudnn_bias; with dropout, cuDNN's fused dropout where
+    cudnn_dropout takes the signature, else the Triton kernel).
     masks: causal (bottom-right aligned), window and key lengths (Masks; Masks(causal) when None).
     A row that sees no key gets out 0 and lse -inf. FLOPs: 4 BH Lq Lk D, about half of it causal.
     groups > 1 (grouped-query attention, the Triton kernels only): k, v are [BH / groups, Lk, D],
@@ -450,7 +451,11 @@ def cudnn_dropout(dtype_name: str, bh: int, lq: int, lk: int, d: int, scale: flo
     graphs (the default and the deterministic algorithm) of the signature build. A function of the
     signature alone, so the forward and the backward of one call agree on the stream (a forward by
     one stream and its backward by the other would give wrong gradients), whether or not the
-    backward is asked for deterministic=True."""
+    backward is asked for deterministic=True. A graph cuDNN declines, even under CUDAKIT_CUDNN=1,
+    or an out-of-memory while they are built makes the answer False for the process (the signature
+    keeps cudakit's stream: no later call may answer otherwise). The callers ask it for calls
+    without named tiles; a forward at a named key block size (flash_attention, which returns no
+    lse for a backward) keeps cudakit's stream."""
     from ..config import settings
     if masks.dropout is None or settings().attention_dropout != "cudnn":
         return False
@@ -462,16 +467,25 @@ def cudnn_dropout(dtype_name: str, bh: int, lq: int, lk: int, d: int, scale: flo
     p = _dropout_p(masks)
     key = (bh, lq, lk, d, dtype_name, float(scale), masks.causal, p, device)
     ok = _cudnn_dropout_ok.get(key)
-    if ok is None:   # both graphs built once, on scratch arrays (a declined graph is remembered by kernels/cudnn.py)
+    if ok is None:   # the graphs built once, on scratch arrays (a declined graph is remembered by kernels/cudnn.py)
         from . import cudnn
+        from ..errors import BackendUnavailableError
         cp = _cupy.cupy()
-        q, g = (cp.zeros((bh, lq, d), dtype_name) for _ in range(2))
-        kv = cp.zeros((bh, lk, d), dtype_name)
         drop = (p, 0)
-        fwd = cudnn.sdpa_forward(q, kv, kv, scale, masks.causal, dropout=drop)
-        ok = fwd is not None and all(cudnn.sdpa_backward(g, q, kv, kv, fwd[0], fwd[1], scale, masks.causal,
-                                                         dropout=drop, deterministic=det) is not None
-                                     for det in (False, True))
+        try:
+            q, g = (cp.zeros((bh, lq, d), dtype_name) for _ in range(2))
+            kv = cp.zeros((bh, lk, d), dtype_name)
+            fwd = cudnn.sdpa_forward(q, kv, kv, scale, masks.causal, dropout=drop)
+            ok = fwd is not None and all(cudnn.sdpa_backward(g, q, kv, kv, fwd[0], fwd[1], scale, masks.causal,
+                                                             dropout=drop, deterministic=det) is not None
+                                         for det in (False, True))
+        except BackendUnavailableError:   # (CUDAKIT_CUDNN=1 raises on a declined graph)
+            ok = False
+        except (MemoryError, cp.cuda.memory.OutOfMemoryError):
+            from .. import fallbacks
+            fallbacks.note("attention:cudnn-dropout", "no memory to build cuDNN's dropout graphs for a signature: "
+                                                      "it keeps cudakit's dropout stream in this process")
+            ok = False
         _cudnn_dropout_ok[key] = ok
     return ok
 
@@ -959,8 +973,9 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     """(dq, dk, dv), and the bias's gradient as a fourth with a bias (masks.bias; float32 or the
     bias's dtype, its 4-D shape), of attention for dL/dout = do; lse as forward returned it (either path's: both
     are the natural-log log-sum-exp of the scaled scores). cuDNN's flash backward or the Triton
-    kernels, chosen as forward() is; masks as forward's; deterministic: the Triton kernels only
-    (no atomics: bitwise the same on every run). tiles: a pair of dicts overriding the Triton dK/dV
+    kernels, chosen as forward() is; masks as forward's; deterministic: bitwise the same on every
+    run, the Triton kernels (no atomics) or, with cuDNN's dropout (cudnn_dropout), cuDNN's
+    deterministic algorithm. tiles: a pair of dicts overriding the Triton dK/dV
     and dQ kernels' tile sizes and options. groups > 1: k, v as forward's; dk, dv come back either
     per q head, [BH, Lk, D], for the caller to sum over each group (the flash kernels), or like
     k, v, summed (the materialised kernels): the caller tells them apart by their size.
