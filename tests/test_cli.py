@@ -22,6 +22,19 @@ def test_info_text_and_json(tmp_path):
         assert "no GPU found" in r.stdout and "backend: cpu" in r.stdout
 
 
+def test_info_names_the_settings_that_pick_paths(tmp_path):
+    """`cudakit info` names the float32 precision, attention's dropout stream (cuDNN's by default),
+    the cuDNN setting, dispatch plans and autotuning, as set in the environment."""
+    env = {"CUDAKIT_CACHE_DIR": str(tmp_path), "CUDAKIT_ATTENTION_DROPOUT": "cudakit", "CUDAKIT_AUTOTUNE": "0"}
+    r = run("info", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "attention dropout stream cudakit" in r.stdout and "autotune off" in r.stdout, r.stdout
+    e = {k: v for k, v in os.environ.items() if k not in ("CUDAKIT_ATTENTION_DROPOUT", "CUDAKIT_FLOAT32_PRECISION")}
+    j = json.loads(subprocess.run([sys.executable, "-m", "cudakit", "info", "--json"], capture_output=True,
+                                  text=True, env=dict(e, CUDAKIT_CACHE_DIR=str(tmp_path))).stdout)
+    assert j["settings"]["attention_dropout"] == "cudnn" and j["settings"]["float32_precision"] == "tf32x3"
+
+
 def test_cache_info_and_clear(tmp_path):
     (tmp_path / ".cudakit-cache").write_text("")
     (tmp_path / "nvrtc").mkdir()

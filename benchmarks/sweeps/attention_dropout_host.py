@@ -1,6 +1,7 @@
 """Host time per call of attention with dropout on a small bfloat16 problem (B2 H2 S64 D32, p 0.1, a new seed
-every call): cudakit's attention_with_lse and attention_backward under CUDAKIT_ATTENTION_DROPOUT=cudnn (cuDNN's
-dropout graphs, planned), then the default (cudakit's stream: the Triton kernels' traced plans), against
+every call): cudakit's attention_with_lse and attention_backward under CUDAKIT_ATTENTION_DROPOUT=cudnn (the
+default since 2026-11-28: cuDNN's dropout graphs, planned), then =cudakit (cudakit's stream: the Triton kernels'
+traced plans), against
 torch's SDPA with dropout_p (forward; torch.autograd.grad for the backward), rounds interleaved
 (bench.timing.host_time_interleaved), in one process.
     python3 benchmarks/sweeps/attention_dropout_host.py [--parts] [--out f.json]

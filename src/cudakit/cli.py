@@ -71,6 +71,11 @@ def collect_info() -> dict:
             from .kernels import ew_shapes
             dd["tuned_elementwise_shapes"] = len(ew_shapes.shapes(d.index))
             info["devices"].append(dd)
+    info["settings"] = {}
+    if config_error is None:   # the settings that pick paths (docs/guide/configuration.md)
+        st = config.settings()
+        info["settings"] = {"float32_precision": config.float32_precision(), "attention_dropout": st.attention_dropout,
+                            "cudnn": st.cudnn, "dispatch_plans": st.dispatch_plans, "autotune": st.autotune}
     from cudakit import fallbacks
     info["fallbacks"] = fallbacks.taken()
     info["cudnn"], info["paths"] = None, {}
@@ -122,6 +127,12 @@ def cmd_info(args) -> int:
         print(f"kernel cache: {c['path'] or '-'}: {c['error']}")
     else:
         print(f"kernel cache: {c['path']} ({c['entries']} files, {c['bytes'] / 2**20:.1f} MiB)")
+    st = info["settings"]
+    if st:
+        on = {True: "on", False: "off"}
+        print(f"settings: float32 precision {st['float32_precision']}, attention dropout stream "
+              f"{st['attention_dropout']}, cuDNN {st['cudnn']}, dispatch plans {on[st['dispatch_plans']]}, "
+              f"autotune {on[st['autotune']]}")
     print(f"native launcher: {info['native_launcher']}")
     print(f"cuDNN: {info['cudnn'] or '-'}")
     for op, path in info["paths"].items():
