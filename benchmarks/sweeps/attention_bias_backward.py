@@ -17,16 +17,13 @@ import cupy as cp
 import torch
 
 import cudakit
+from _cases import cases_and_tag, timed_row
 from _results import dump_rows
 
-from cudakit.bench import timing
 
 argv = sys.argv[1:]
-cases = ["bf16:pad:4x16x1024x64", "bf16:pad:2x16x2048x128c", "bf16:rows:4x16x1024x64", "f32:pad:4x16x1024x64",
-         "f32:pad:2x8x2048x128c"]
-if "--cases" in argv:
-    cases = argv[argv.index("--cases") + 1].split(",")
-tag = argv[argv.index("--tag") + 1] if "--tag" in argv else ""
+cases, tag = cases_and_tag(argv, ["bf16:pad:4x16x1024x64", "bf16:pad:2x16x2048x128c", "bf16:rows:4x16x1024x64",
+                                  "f32:pad:4x16x1024x64", "f32:pad:2x8x2048x128c"])
 cudakit.set_float32_precision("tf32x3")
 sdpa = torch.nn.functional.scaled_dot_product_attention
 rows = []
@@ -56,16 +53,7 @@ for spec in cases:
     if "--fwd" in argv:   # the forward too (attention_with_lse against SDPA with the mask, no grad)
         fns.update(torch_fwd=lambda: sdpa(tq, tk, tv, attn_mask=tb, **gqa),
                    cudakit_fwd=lambda: cudakit.attention_with_lse(q, k, v, None, causal, attn_bias=bias))
-    res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=True)
-    for name, e in err.items():
-        print(f"VARIANT failed {spec} {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
-    row = {"case": spec, **{f"{n}_ms": round(r["median_ms"], 4) for n, r in res.items()}, "form": tag}
-    if "torch_ms" in row and "cudakit_ms" in row:
-        row["x_torch"] = round(row["torch_ms"] / row["cudakit_ms"], 3)
-    if "torch_fwd_ms" in row and "cudakit_fwd_ms" in row:
-        row["x_torch_fwd"] = round(row["torch_fwd_ms"] / row["cudakit_fwd_ms"], 3)
-    from cudakit.kernels import paths
-    row["paths"] = {op: paths.last_paths().get(op) for op in ("attention", "attention_backward")}
+    row = timed_row(spec, tag, fns)
     rows.append(row)
     print(f"VARIANT bias-bwd {tag:<4} {spec:<26} torch {row.get('torch_ms', float('nan')):.4f} cudakit "
           f"{row.get('cudakit_ms', float('nan')):.4f} ms  x torch {row.get('x_torch', float('nan')):.3f}"

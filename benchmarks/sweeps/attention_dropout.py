@@ -6,30 +6,23 @@ trees to compare two forms of the kernels (the ratio to torch is the comparable 
 A case: dtype:BxHxLxD, a trailing c for causal. Prints VARIANT lines (ms) and writes the rows to --out."""
 import sys
 
-import cupy as cp
 import torch
 
 import cudakit
+from _cases import attention_case, cases_and_tag
 from _results import dump_rows
 
 from cudakit.bench import timing
 
 argv = sys.argv[1:]
-cases = ["bf16:4x16x1024x64c", "bf16:2x16x2048x128c", "bf16:8x16x512x64", "f32:2x16x512x64c", "f32:4x16x1024x64"]
-if "--cases" in argv:
-    cases = argv[argv.index("--cases") + 1].split(",")
-tag = argv[argv.index("--tag") + 1] if "--tag" in argv else ""
+cases, tag = cases_and_tag(argv, ["bf16:4x16x1024x64c", "bf16:2x16x2048x128c", "bf16:8x16x512x64",
+                                  "f32:2x16x512x64c", "f32:4x16x1024x64"])
 cudakit.set_float32_precision("tf32x3")
 sdpa = torch.nn.functional.scaled_dot_product_attention
 P = 0.1
 rows = []
 for spec in cases:
-    dt, dims = spec.split(":")
-    causal = dims.endswith("c")
-    b, h, L, d = (int(x) for x in dims.rstrip("c").split("x"))
-    dtype = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dt]
-    rng = cp.random.default_rng(0)
-    q, k, v, g = (rng.standard_normal((b, h, L, d), dtype=cp.float32).astype(dtype) for _ in range(4))
+    dtype, causal, (b, h, L, d), (q, k, v, g) = attention_case(spec)
     seed = iter(range(1, 1 << 30))
     out, lse = cudakit.attention_with_lse(q, k, v, None, causal, dropout_p=P, seed=5)
     tq, tk, tv, tg = (torch.from_dlpack(a) for a in (q, k, v, g))

@@ -13,26 +13,18 @@ import numpy as np
 import torch
 
 import cudakit
+from _cases import attention_case, cases_and_tag, timed_row
 from _results import dump_rows
 
-from cudakit.bench import timing
 
 argv = sys.argv[1:]
-cases = ["bf16:4x16x1024x64", "bf16:4x16x1024x64c", "bf16:8x16x512x128", "bf16:2x16x2048x128c",
-         "f16:4x12x512x64", "f32:4x16x1024x64"]
-if "--cases" in argv:
-    cases = argv[argv.index("--cases") + 1].split(",")
-tag = argv[argv.index("--tag") + 1] if "--tag" in argv else ""
+cases, tag = cases_and_tag(argv, ["bf16:4x16x1024x64", "bf16:4x16x1024x64c", "bf16:8x16x512x128",
+                                  "bf16:2x16x2048x128c", "f16:4x12x512x64", "f32:4x16x1024x64"])
 cudakit.set_float32_precision("tf32x3")
 sdpa = torch.nn.functional.scaled_dot_product_attention
 rows = []
 for spec in cases:
-    dt, dims = spec.split(":")
-    causal = dims.endswith("c")
-    b, h, L, d = (int(x) for x in dims.rstrip("c").split("x"))
-    dtype = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dt]
-    rng = cp.random.default_rng(0)
-    q, k, v, g = (rng.standard_normal((b, h, L, d), dtype=cp.float32).astype(dtype) for _ in range(4))
+    dtype, causal, (b, h, L, d), (q, k, v, g) = attention_case(spec)
     lens = cp.asarray(np.linspace(L // 4, L, b).astype(np.int32))
     out, lse = cudakit.attention_with_lse(q, k, v, None, causal, key_lengths=lens)
     tq, tk, tv, tg = (torch.from_dlpack(a) for a in (q, k, v, g))
@@ -45,15 +37,7 @@ for spec in cases:
            "cudakit": lambda: cudakit.attention_backward(g, q, k, v, out, lse, None, causal, key_lengths=lens),
            "torch_fwd": lambda: sdpa(tq, tk, tv, attn_mask=mask),
            "cudakit_fwd": lambda: cudakit.attention_with_lse(q, k, v, None, causal, key_lengths=lens)}
-    res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=True)
-    for name, e in err.items():
-        print(f"VARIANT failed {spec} {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
-    row = {"case": spec, **{f"{n}_ms": round(r["median_ms"], 4) for n, r in res.items()}, "form": tag}
-    for side in ("", "_fwd"):
-        if f"torch{side}_ms" in row and f"cudakit{side}_ms" in row:
-            row[f"x_torch{side}"] = round(row[f"torch{side}_ms"] / row[f"cudakit{side}_ms"], 3)
-    from cudakit.kernels import paths
-    row["paths"] = {op: paths.last_paths().get(op) for op in ("attention", "attention_backward")}
+    row = timed_row(spec, tag, fns)
     rows.append(row)
     print(f"VARIANT key-lengths {tag:<4} {spec:<22} bwd x torch {row.get('x_torch', float('nan')):.3f} "
           f"({row.get('cudakit_ms', float('nan')):.4f} ms)  fwd x torch {row.get('x_torch_fwd', float('nan')):.3f} "

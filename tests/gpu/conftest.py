@@ -19,16 +19,27 @@ def float32_precision():
         cudakit.set_float32_precision(old[0])
 
 
-@pytest.fixture
-def cudakit_dropout_stream(monkeypatch):
-    """CUDAKIT_ATTENTION_DROPOUT=cudakit for one test: attention's dropout from cudakit.dropout's
-    Philox stream on every call (the CPU backend's mask; the default gives the 16-bit calls cuDNN
-    takes to cuDNN's own stream), the dispatch plans and settings renewed before and after."""
+def _dropout_stream(monkeypatch, stream: str):
+    """CUDAKIT_ATTENTION_DROPOUT=stream while the fixture lives, the settings and dispatch plans
+    renewed before and after (a plan keeps the stream it was made under)."""
     from cudakit import config, dispatch
-    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", "cudakit")
+    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", stream)
     config.reload()
     dispatch.clear()
     yield
     monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
     config.reload()
     dispatch.clear()
+
+
+@pytest.fixture
+def cudakit_dropout_stream(monkeypatch):
+    """Attention's dropout from cudakit.dropout's Philox stream on every call (the CPU backend's
+    mask; the default gives the 16-bit calls cuDNN takes to cuDNN's own stream)."""
+    yield from _dropout_stream(monkeypatch, "cudakit")
+
+
+@pytest.fixture
+def cudnn_dropout_stream(monkeypatch):
+    """CUDAKIT_ATTENTION_DROPOUT=cudnn (the default) set explicitly for one test."""
+    yield from _dropout_stream(monkeypatch, "cudnn")

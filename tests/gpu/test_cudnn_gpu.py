@@ -699,18 +699,11 @@ def test_attention_without_lse_runs_the_inference_graph(q_shape, hkv, causal, dt
 # -- dropout by cuDNN (CUDAKIT_ATTENTION_DROPOUT=cudnn): its own Philox stream ---------------------
 
 @pytest.fixture
-def cudnn_dropout(monkeypatch):
-    """CUDAKIT_ATTENTION_DROPOUT=cudnn for the test (its plans and choices cleared before and after)."""
+def cudnn_dropout(cudnn_dropout_stream):
+    """CUDAKIT_ATTENTION_DROPOUT=cudnn for the test (its plans and choices cleared before and after),
+    where cuDNN is usable."""
     if not cudnn.available():
         pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
-    from cudakit import config, dispatch
-    monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", "cudnn")
-    config.reload()
-    dispatch.clear()
-    yield
-    monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
-    config.reload()
-    dispatch.clear()
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
