@@ -1,4 +1,6 @@
 """conv2d and pooling on the CPU backend against float64 references; argument errors."""
+import re
+
 import conv_checks as cc
 import numpy as np
 import pytest
@@ -77,6 +79,10 @@ def test_errors(rng):
         cudakit.conv2d(x[0], w)
     with pytest.raises(cudakit.ShapeError, match="larger than the padded input"):
         cudakit.conv2d(x[:, :, :2, :2], w)
+    for pool in (cudakit.max_pool2d, cudakit.avg_pool2d):   # (a pool has no dilation to name)
+        with pytest.raises(cudakit.ShapeError, match=re.escape("kernel_size 9 is larger than the padded input "
+                                                               "along H (8 + 2 * 0)")):
+            pool(cc.data(rng, (1, 2, 8, 8), "float32"), 9)
     with pytest.raises(ValueError, match="stride must be >= 1"):
         cudakit.conv2d(x, w, stride=0)
     with pytest.raises(ValueError, match="padding must be an int or a pair"):
@@ -220,6 +226,14 @@ def test_conv1d_errors(rng):
         cudakit.conv1d(x, w[:, :, :, None])
     with pytest.raises(cudakit.ArgumentError, match="conv1d: stride must be an int or a 1-tuple"):
         cudakit.conv1d(x, w, stride=(1, 2))
+    for bad in (1.5, True, (2.0,), None):   # the value as given, not conv2d's "pair of ints"
+        with pytest.raises(cudakit.ArgumentError, match=re.escape(f"conv1d: dilation must be an int or a 1-tuple "
+                                                                  f"(got {bad!r})")):
+            cudakit.conv1d(x, w, dilation=bad)
+    with pytest.raises(cudakit.ArgumentError, match=re.escape("conv1d: stride must be >= 1 (got (0,))")):
+        cudakit.conv1d(x, w, stride=(0,))
+    with pytest.raises(cudakit.ShapeError, match=re.escape("conv1d: weight (3, 4, 0) has an empty dimension")):
+        cudakit.conv1d(x, np.ones((3, 4, 0), np.float32))
     with pytest.raises(cudakit.ArgumentError, match="conv1d: padding must be >= 0"):
         cudakit.conv1d(x, w, padding=-1)
     with pytest.raises(cudakit.ShapeError, match="conv1d: x's 4 channels are not divisible by groups = 3"):

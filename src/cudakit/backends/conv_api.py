@@ -85,12 +85,13 @@ def _pair(op: str, name: str, v, minimum: int) -> tuple[int, int]:
     return int(t[0]), int(t[1])
 
 
-def _out_size(op, size, k, stride, pad, dil, axis):
+def _out_size(op, size, k, stride, pad, dil, axis, dilated: bool = True):
+    """The output size along one axis; dilated: the op takes a dilation (conv), not a pool."""
     span = dil * (k - 1) + 1
     o = (size + 2 * pad - span) // stride + 1
     if size + 2 * pad < span:
-        raise ShapeError(f"{op}: the window ({span} with dilation) is larger than the padded input along {axis} "
-                         f"({size} + 2 * {pad})")
+        window = f"the window ({span} with dilation)" if dilated else f"kernel_size {k}"
+        raise ShapeError(f"{op}: {window} is larger than the padded input along {axis} ({size} + 2 * {pad})")
     return o
 
 
@@ -209,7 +210,8 @@ class ConvOps:
         dh, dw = _pair(op, "dilation", dilation, 1)
         r, s = w.shape[2:]
         if r == 0 or s == 0 or w.shape[1] == 0:
-            raise ShapeError(f"{op}: weight {tuple(w.shape)} has an empty dimension")
+            given = (w.shape[0], w.shape[1], s) if one_d else tuple(w.shape)   # (conv1d's (K, C / groups, R))
+            raise ShapeError(f"{op}: weight {given} has an empty dimension")
         ho = _out_size(op, x.shape[2], r, sh, ph, dh, "H")
         wo = _out_size(op, x.shape[3], s, sw, pw, dw, "L" if one_d else "W")
         _check_sizes(op, x, ph, pw, (x.shape[0], w.shape[0], ho, wo))
@@ -278,12 +280,18 @@ class ConvOps:
             arrs[name] = a
         geo = []
         for name, v, minimum in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1)):
+            given = v
             if isinstance(v, (tuple, list)):
                 if len(v) != 1:
-                    raise ArgumentError(f"{op}: {name} must be an int or a 1-tuple (got {v!r})")
+                    raise ArgumentError(f"{op}: {name} must be an int or a 1-tuple (got {given!r})")
                 v = v[0]
-            s = _pair(op, name, v, minimum)[0]
-            geo.append((1 if name != "padding" else 0, s))
+            if type(v) is not int:   # (bools, floats and NumPy scalars too, as conv2d's _pair)
+                raise ArgumentError(f"{op}: {name} must be an int or a 1-tuple (got {given!r})")
+            if v < minimum:
+                raise ArgumentError(f"{op}: {name} must be >= {minimum} (got {given!r})")
+            if v > MAX_INDEX:
+                raise ArgumentError(f"{op}: {name} must be <= {MAX_INDEX} (2**31 - 1) (got {given!r})")
+            geo.append((1 if name != "padding" else 0, v))
         return self._as_nc1l(arrs["x"], nlc), nc1l_view(arrs["weight"]), geo
 
     # ---- conv2d ----------------------------------------------------------------------------
@@ -468,8 +476,8 @@ class ConvOps:
         ph, pw = _pair(op, "padding", padding, 0)
         if ph > r // 2 or pw > s // 2:
             raise ArgumentError(f"{op}: padding must be <= half the kernel size ({r // 2}, {s // 2}) (got {padding!r})")
-        ho = _out_size(op, x.shape[2], r, sh, ph, 1, "H")
-        wo = _out_size(op, x.shape[3], s, sw, pw, 1, "W")
+        ho = _out_size(op, x.shape[2], r, sh, ph, 1, "H", dilated=False)
+        wo = _out_size(op, x.shape[3], s, sw, pw, 1, "W", dilated=False)
         _check_sizes(op, x, ph, pw, tuple(x.shape[:2]) + (ho, wo))
         return x, (sh, sw, ph, pw, 1, 1, r, s, ho, wo)
 
