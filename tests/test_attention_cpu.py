@@ -1,6 +1,7 @@
 """attention on the CPU backend against float64 references; the Triton kernels compiled for sm_90
 without a GPU; argument errors."""
 import math
+import re
 import subprocess
 import sys
 
@@ -161,6 +162,20 @@ def test_errors(rng):
         cudakit.flash_attention(q, q, q, block_size=48)
     with pytest.raises(ValueError, match="scale must be a finite number"):
         cudakit.attention(q, q, q, scale=float("inf"))
+    for block in (64.0, True, np.int64(64)):   # an int, as documented
+        with pytest.raises(cudakit.ArgumentError, match=re.escape(f"block_size must be one of (16, 32, 64, 128) "
+                                                                  f"(got {block!r})")):
+            cudakit.flash_attention(q, q, q, block_size=block)
+    for big in (1e39, -1e300):   # finite, but past float32's arithmetic: every output would be NaN
+        with pytest.raises(cudakit.ArgumentError, match="attention: scale must be at most 2.359e[+]38 in magnitude "
+                                                        "for float32 data"):
+            cudakit.attention(q, q, q, scale=big)
+    cu = np.array([0, 5], np.int32)
+    with pytest.raises(cudakit.ArgumentError, match="attention_varlen: scale must be at most"):
+        cudakit.attention_varlen(q.swapaxes(0, 1).copy(), q.swapaxes(0, 1).copy(), q.swapaxes(0, 1).copy(), cu, cu,
+                                 5, 5, scale=1e39)
+    q64 = q.astype(np.float64)
+    assert np.isfinite(cudakit.attention(q64, q64, q64, scale=1e39)).all()   # float64 arithmetic takes it
     out, lse = cudakit.attention_with_lse(q, q, q)
     with pytest.raises(cudakit.ShapeError, match="lse must have shape"):
         cudakit.attention_backward(out, q, q, q, out, lse[:, :3])
@@ -446,6 +461,9 @@ def test_attention_varlen_errors(rng):
         f(q[0], k, k, [0, 12], [0, 12], 12, 12)
     with pytest.raises(cudakit.ArgumentError, match="max_seqlen_k must be an int >= 0"):
         f(q, k, k, [0, 12], [0, 12], 12, -1)
+    out, lse = cudakit.attention_varlen_with_lse(q, k, k, [0, 12], [0, 12], 12, 12)
+    with pytest.raises(cudakit.DTypeError, match="attention_varlen_backward: grad_out is float64 but q is float32"):
+        cudakit.attention_varlen_backward(out.astype(np.float64), q, k, k, out, lse, [0, 12], [0, 12], 12, 12)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
@@ -484,9 +502,14 @@ def test_bias_broadcast_over_some_outer_dims_gets_its_gradient_summed_back(rng):
 def test_dropout_arguments_are_checked_on_every_path(rng):
     q = ac.data(rng, (2, 3, 5, 8), "float32")
     t = np.ascontiguousarray(q.swapaxes(1, 2))
-    for kw in ({"seed": -1}, {"dropout_p": None}, {"dropout_p": 0.0, "seed": 2**64}):
+    for kw in ({"seed": -1}, {"dropout_p": None}, {"dropout_p": 0.0, "seed": 2**64},
+               {"dropout_p": np.array([0.1, 0.2])}, {"seed": np.array([1, 2])}):   # (arrays: no NumPy truth error)
         with pytest.raises((cudakit.ArgumentError, cudakit.ArgumentTypeError)):
             cudakit.attention(q, q, q, **kw)
+        with pytest.raises((cudakit.ArgumentError, cudakit.ArgumentTypeError)):
+            cudakit.attention_with_lse(q, q, q, **kw)
+        with pytest.raises((cudakit.ArgumentError, cudakit.ArgumentTypeError)):
+            cudakit.attention_backward(q, q, q, q, q, q[..., 0], **kw)
         with pytest.raises((cudakit.ArgumentError, cudakit.ArgumentTypeError)):
             cudakit.attention(t, t, t, layout="blhd", **kw)
 

@@ -563,6 +563,13 @@ def fused_linear_gelu_backward(grad_out, x, weight, pre, approximate="tanh", bia
 
 # -- attention (see backends/attention_api.py) ----------------------------------------------------
 
+def _dropout_asked(dropout_p, seed) -> bool:
+    """Whether a call takes the dropout form (its plans key the seed per call): anything but the
+    plain int or float 0 for both. Arrays and other odd values go there too, whose checked call
+    raises the typed error naming the argument (a comparison here would raise NumPy's own)."""
+    return not (type(dropout_p) in (int, float) and dropout_p == 0 and type(seed) is int and seed == 0)
+
+
 def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None, key_lengths=None, layout="bhld",
               dropout_p=0.0, seed=0):
     """softmax(q k^T * scale + attn_bias) v, fused; causal and window=(left, right) aligned
@@ -570,7 +577,7 @@ def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None,
     additive float array broadcastable to the scores; layout "bhld" ((..., L, D) arrays) or "blhd"
     ((B, L, H, D) arrays, e.g. views of a packed qkv); dropout_p, seed: dropout on the probabilities
     (see Backend.attention)."""
-    if not (dropout_p == 0 and seed == 0):   # a plan traced from the checked call, the seed taken per call
+    if _dropout_asked(dropout_p, seed):   # a plan traced from the checked call, the seed taken per call
         return _planned("attention_dropout", "plan_attention_dropout",
                         (q, k, v, scale, causal, layout, window, key_lengths, attn_bias, dropout_p, seed))
     if attn_bias is not None:   # a plan traced from the checked call (the bias an input array like q, k, v)
@@ -582,7 +589,7 @@ def attention(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None,
 def attention_with_lse(q, k, v, scale=None, causal=False, *, attn_bias=None, window=None, key_lengths=None,
                        layout="bhld", dropout_p=0.0, seed=0):
     """(out, lse) of attention, lse for the backward (see Backend.attention_with_lse)."""
-    if not (dropout_p == 0 and seed == 0):
+    if _dropout_asked(dropout_p, seed):
         return _planned("attention_with_lse_dropout", "plan_attention_with_lse_dropout",
                         (q, k, v, scale, causal, layout, window, key_lengths, attn_bias, dropout_p, seed))
     if attn_bias is not None:
@@ -596,7 +603,7 @@ def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *,
                        key_lengths=None, layout="bhld", deterministic=False, dropout_p=0.0, seed=0):
     """(grad_q, grad_k, grad_v) of attention, and grad_attn_bias as a fourth with attn_bias;
     deterministic=True: bitwise the same on every run (see Backend.attention_backward)."""
-    if not (dropout_p == 0 and seed == 0):
+    if _dropout_asked(dropout_p, seed):
         return _planned("attention_backward_dropout", "plan_attention_backward_dropout",
                         (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic,
                          attn_bias, dropout_p, seed), 4)

@@ -14,7 +14,7 @@ import numpy as np
 
 
 from .attention_masks import Masks, check_window
-from .checks import check_bool, finite_scalar, require_array
+from .checks import check_bool, check_scale_range, finite_scalar, require_array
 from .normalization_api import is_float
 from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
 
@@ -162,7 +162,7 @@ class AttentionOps:
         scale = finite_scalar(op, "scale", scale)  # a 0-d array (cupy.sqrt's result) works too
         check_bool(op, "causal", causal, ints=True)
         name = self._check_dtype(q, "q", op)
-        return arrs, name, scale
+        return arrs, name, check_scale_range(op, scale, name)
 
     def _as_bhld(self, x, n):
         return self._ascontiguous(x).reshape(n, x.shape[-2], x.shape[-1])
@@ -267,7 +267,7 @@ class AttentionOps:
         """attention() with the key block size of the fused kernel named (16, 32, 64 or 128), as
         cuda_backend.flash_attention(q, k, v, scale, block_size=64) is called."""
         from ..kernels.attention import KEY_BLOCKS
-        if isinstance(block_size, bool) or block_size not in KEY_BLOCKS:
+        if type(block_size) is not int or block_size not in KEY_BLOCKS:   # (not 64.0, True or np.int64(64))
             raise ArgumentError(f"flash_attention: block_size must be one of {KEY_BLOCKS} (got {block_size!r})")
         return self._attention_fwd("flash_attention", q, k, v, scale, causal, int(block_size), layout, window,
                                    key_lengths, attn_bias, (dropout_p, seed))[0]

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .attention_masks import Masks, check_window
-from .checks import check_bool, finite_scalar, require_array
+from .checks import check_bool, check_scale_range, finite_scalar, require_array
 from .normalization_api import is_float
 from ..errors import ArgumentError, DTypeError, ShapeError
 
@@ -88,7 +88,7 @@ class VarlenAttentionOps:
         drop = _dropout(op, dropout_p, seed)
         q, k, v, cq, ck, mq, mk, scale, name, window = self._varlen_args(
             op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window)
-        arrs, _ = self._norm_arrays(op, {"grad_out": grad_out, "out": out, "q": q})
+        arrs, _ = self._norm_arrays(op, {"q": q, "grad_out": grad_out, "out": out})   # (errors name them against q)
         g, o = self._ascontiguous(arrs["grad_out"]), self._ascontiguous(arrs["out"])
         for a, x in (("grad_out", g), ("out", o)):
             if tuple(x.shape) != tuple(q.shape):
@@ -147,7 +147,7 @@ class VarlenAttentionOps:
                              f"{ck.shape[0]} entries)")
         if scale is None:
             scale = 1.0 / math.sqrt(d)
-        scale = finite_scalar(op, "scale", scale)
+        scale = check_scale_range(op, finite_scalar(op, "scale", scale), name)
         check_bool(op, "causal", causal, ints=True)
         return q, k, v, cq, ck, mq, mk, scale, name, check_window(op, window)
 

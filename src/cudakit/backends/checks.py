@@ -72,6 +72,20 @@ def finite_scalar(op: str, arg: str, v) -> float:
     return f
 
 
+# the largest |scale| the float32 arithmetic of the kernels takes (they scale by scale * log2(e) in
+# float32, the CPU backend by scale in the data's float32): float16, bfloat16 and float32 data
+F32_SCALE_MAX = float(np.finfo(np.float32).max) / math.log2(math.e)
+
+
+def check_scale_range(op: str, scale: float, dtype_name: str) -> float:
+    """scale, or ArgumentError where |scale| overflows the float32 arithmetic of 16- and 32-bit data
+    (a finite Python float such as 1e39 would turn every output NaN)."""
+    if dtype_name != "float64" and abs(scale) > F32_SCALE_MAX:
+        raise ArgumentError(f"{op}: scale must be at most {F32_SCALE_MAX:.4g} in magnitude for {dtype_name} data, "
+                            f"whose products are taken in float32 (got {scale!r})")
+    return scale
+
+
 def check_size(op: str, what: str, shape, itemsize: int) -> None:
     """Raise ShapeError when an array of `shape` and `itemsize` would exceed MAX_BYTES."""
     n = 1
