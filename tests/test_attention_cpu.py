@@ -455,6 +455,8 @@ def test_attention_varlen_errors(rng):
         f(q, k, k, [0, 12], [0, 6, 12], 12, 12)
     with pytest.raises(cudakit.DTypeError, match="integer array"):
         f(q, k, k, np.array([0.0, 12.0]), [0, 12], 12, 12)
+    with pytest.raises(cudakit.ArgumentTypeError, match="attention_varlen: cu_seqlens_k is required"):
+        f(q, k, k, [0, 12], None, 12, 12)
     with pytest.raises(cudakit.ShapeError, match="Hkv must divide H"):
         f(ac.data(rng, (12, 3, 8), "float32"), k, k, [0, 12], [0, 12], 12, 12)
     with pytest.raises(cudakit.ShapeError, match=r"q must be \(total, heads, head_dim\)"):

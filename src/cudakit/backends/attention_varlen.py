@@ -155,6 +155,7 @@ class VarlenAttentionOps:
         """(cu as a C-contiguous int32/int64 array on q's device, its int64 host copy or None for a
         device array); a host one checked here: (B + 1,) with B >= 0, 0 first, non-decreasing,
         `total` last, no step above max_len."""
+        require_array(op, arg, cu)
         x, n = self._int_array(op, arg, cu)
         host = n is not None
         if x.ndim != 1 or x.shape[0] < 1:
