@@ -818,6 +818,37 @@ def test_attention_dropout_takes_cudnn_by_default(rng, monkeypatch):
         dispatch.clear()
 
 
+def test_attention_dropout_by_cudnn_agrees_across_layouts_and_views(rng, cudnn_dropout):
+    """cuDNN's dropout mask is a function of the call's signature and seed, whatever form the
+    arrays come in: (B, L, H, D) views of one packed qkv (layout="blhd"), non-contiguous (B, H, L,
+    D) views and C-contiguous arrays give the same forward and deterministic backward (to bfloat16
+    rounding: another mask would move them by tenths), on the checked call and on the planned ones
+    after it; each form's forward and backward agree on the mask (the gradients match each other,
+    so no form's backward regenerated another mask)."""
+    b, h, L, d = 2, 3, 160, 64
+    qkv = cp.asarray(data(rng, (b, L, 3, h, d), "bfloat16"))
+    g = cp.asarray(data(rng, (b, h, L, d), "bfloat16"))
+    kw = dict(causal=True, dropout_p=0.2, seed=2**63 + 17)
+    bl = [qkv[:, :, i] for i in range(3)]                       # (B, L, H, D) strided views
+    views = [x.transpose(0, 2, 1, 3) for x in bl]                # (B, H, L, D) non-contiguous views
+    dense = [cp.ascontiguousarray(x) for x in views]
+    t = lambda x: x.transpose(0, 2, 1, 3)   # noqa: E731
+    for _ in range(3):   # the first call checked, the second plans, the third replays
+        want_o, want_l = cudakit.attention_with_lse(*dense, **kw)
+        want_g = cudakit.attention_backward(g, *dense, want_o, want_l, deterministic=True, **kw)
+        for arrays, layout in ((views, "bhld"), (bl, "blhd")):
+            gg = cp.ascontiguousarray(t(g)) if layout == "blhd" else g
+            o, lse = cudakit.attention_with_lse(*arrays, layout=layout, **kw)
+            grads = cudakit.attention_backward(gg, *arrays, o, lse, layout=layout, deterministic=True, **kw)
+            if layout == "blhd":
+                o, grads = t(o), [t(x) for x in grads]
+            f32 = lambda x: _host(x).astype(np.float32)   # noqa: E731
+            np.testing.assert_allclose(f32(o), f32(want_o), rtol=2e-2, atol=2e-2, err_msg=layout)
+            np.testing.assert_allclose(f32(lse), f32(want_l), rtol=1e-3, atol=1e-3, err_msg=layout)
+            for name, x, w in zip(("dq", "dk", "dv"), grads, want_g):
+                np.testing.assert_allclose(f32(x), f32(w), rtol=2e-2, atol=2e-2, err_msg=f"{layout} {name}")
+
+
 @pytest.mark.parametrize("failure", ["declined", "out_of_memory"])
 def test_attention_dropout_keeps_cudakits_stream_where_a_cudnn_graph_fails(failure, rng, monkeypatch):
     """The default setting with CUDAKIT_CUDNN=1: where cuDNN declines the signature's deterministic
