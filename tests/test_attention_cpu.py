@@ -28,6 +28,23 @@ def test_attention(lead, lq, lk, d, dtype, causal, rng):
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal)
 
 
+# issue 27's correctness shapes on the CPU backend (the GPU's are in tests/gpu/test_attention_gpu.py):
+# lengths 1, 17, 1000 and 4097 (past the CPU backend's 64 MiB chunks of heads and query rows), head
+# dims 40, 80, 96, 128 and 256, one query row against 4096 keys, fully masked rows (key lengths of 0),
+# a window wider than the sequence, and a non-contiguous view
+LONG_CASES = [((1,), 4097, 4097, 40, True, None, None), ((1, 2), 1000, 1000, 80, False, (1500, 2000), [1000]),
+              ((2,), 1, 4096, 96, False, None, None), ((1, 1), 17, 4097, 128, True, None, [0]),
+              ((2, 1), 300, 1000, 256, True, (50, 0), [0, 999])]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize("case", LONG_CASES)
+def test_attention_issue_shapes(case, dtype, rng):
+    lead, lq, lk, d, causal, window, lens = case
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, window=window, lens=lens,
+                       strided=d == 96)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 @pytest.mark.parametrize("case", ac.MASKS)
 def test_attention_masks(case, dtype, rng):
