@@ -179,7 +179,8 @@ def test_errors(rng):
         cudakit.flash_attention(q, q, q, block_size=48)
     with pytest.raises(ValueError, match="scale must be a finite number"):
         cudakit.attention(q, q, q, scale=float("inf"))
-    for block in (64.0, True, np.int64(64)):   # an int, as documented
+    assert cudakit.flash_attention(q, q, q, block_size=np.int64(64)).shape == q.shape   # an integer, as documented
+    for block in (64.0, True, np.float32(64)):
         with pytest.raises(cudakit.ArgumentError, match=re.escape(f"block_size must be one of (16, 32, 64, 128) "
                                                                   f"(got {block!r})")):
             cudakit.flash_attention(q, q, q, block_size=block)

@@ -9,6 +9,7 @@ matmul_attention or kernels.attention), which runs on the device of q.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -267,7 +268,8 @@ class AttentionOps:
         """attention() with the key block size of the fused kernel named (16, 32, 64 or 128), as
         cuda_backend.flash_attention(q, k, v, scale, block_size=64) is called."""
         from ..kernels.attention import KEY_BLOCKS
-        if type(block_size) is not int or block_size not in KEY_BLOCKS:   # (not 64.0, True or np.int64(64))
+        if not isinstance(block_size, numbers.Integral) or isinstance(block_size, (bool, np.bool_)) \
+                or block_size not in KEY_BLOCKS:   # an integer (np.int64 too), not 64.0 or True
             raise ArgumentError(f"flash_attention: block_size must be one of {KEY_BLOCKS} (got {block_size!r})")
         return self._attention_fwd("flash_attention", q, k, v, scale, causal, int(block_size), layout, window,
                                    key_lengths, attn_bias, (dropout_p, seed))[0]
