@@ -30,6 +30,7 @@ from .store import FAILED_PREFIX, StoreClient, StoreServer
 
 EXIT_PREFIX = "__exit__/"   # "__exit__/<rank>" -> "<code>" for every rank that exited, written by its launcher
 KILL_AFTER_TERM_S = 5.0
+OUTPUT_DRAIN_S = 5.0   # the longest the launcher waits, after its ranks exit, for their last output
 
 
 def add_arguments(p) -> None:
@@ -107,6 +108,7 @@ class Launcher:
         self.server: StoreServer | None = None
         self.store: StoreClient | None = None
         self._signal: int | None = None
+        self._prefixers: list[_Prefixer] = []
 
     def _open_store(self) -> None:
         a = self.args
@@ -136,7 +138,9 @@ class Launcher:
             if pipe is not None:
                 tag = f"[rank{rank}]: ".encode()
                 for src, sink in ((p.stdout, sys.stdout.buffer), (p.stderr, sys.stderr.buffer)):
-                    _Prefixer(src, sink, tag, lock).start()
+                    t = _Prefixer(src, sink, tag, lock)
+                    t.start()
+                    self._prefixers.append(t)
 
     def _kill(self, sig: int) -> None:
         for p in self.procs.values():
@@ -160,9 +164,19 @@ class Launcher:
             self._kill(signal.SIGKILL)
             for p in self.procs.values():
                 p.wait()
+            self._drain_output()
             for s, h in old.items():
                 signal.signal(s, h)
             self._close()
+
+    def _drain_output(self) -> None:
+        """Wait for the prefixing threads to copy what the ranks wrote last: the threads are
+        daemons, so a launcher that returned as its ranks exited lost lines still in the pipes (a
+        rank's only line, now and then). A pipe a rank's own child still holds open ends the wait
+        after OUTPUT_DRAIN_S."""
+        deadline = time.monotonic() + OUTPUT_DRAIN_S
+        for t in self._prefixers:
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def _close(self) -> None:
         if self.store is not None:
