@@ -197,6 +197,8 @@ def test_errors(rng):
     out, lse = cudakit.attention_with_lse(q, q, q)
     with pytest.raises(cudakit.ShapeError, match="lse must have shape"):
         cudakit.attention_backward(out, q, q, q, out, lse[:, :3])
+    with pytest.raises(cudakit.DTypeError, match="attention_backward: lse must be a float array"):
+        cudakit.attention_backward(out, q, q, q, out, "abc")
     with pytest.raises(cudakit.ShapeError, match="grad_out must have q's shape"):
         cudakit.attention_backward(out[:, :3], q, q, q, out, lse)
 

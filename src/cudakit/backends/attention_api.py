@@ -356,12 +356,12 @@ class AttentionOps:
         require_array(op, "lse", lse)
         lse = self._coerce(lse, "lse")
         self._check_devices({"q": tq, "lse": lse})
+        if not is_float(lse.dtype):   # (first: a string or an object made into a 0-d array is a wrong type)
+            raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
+                             f"(got {lse.dtype})")
         if tuple(lse.shape) != lead + (tq.shape[-2],):
             raise ShapeError(f"{op}: lse must have shape {lead + (tq.shape[-2],)} (got {tuple(lse.shape)})")
         acc = "float64" if name == "float64" else "float32"
-        if not is_float(lse.dtype):
-            raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
-                             f"(got {lse.dtype})")
         masks = self._masks(op, tq, tk.shape[-2], causal, window, key_lengths, name, attn_bias, (dropout_p, seed))
         plain = masks.plain and not deterministic
         groups = _groups(tq, tk)
