@@ -21,11 +21,12 @@ def attention_case(spec: str, n: int = 4):
     return dtype, causal, shape, [rng.standard_normal(shape, dtype=cp.float32).astype(dtype) for _ in range(n)]
 
 
-def timed_row(spec: str, tag: str, fns: dict) -> dict:
+def timed_row(label: str, spec: str, tag: str, fns: dict) -> dict:
     """A case's row: fns {name: call} timed by bench.timing (each call behind an L2 flush, interleaved,
     medians; a failed one printed as a VARIANT failed line), each name's median as name_ms, x_torch
     (torch_ms / cudakit_ms) and x_torch_fwd (the same of the *_fwd names) where both were timed, and
-    the paths attention and attention_backward last ran (paths.last_paths)."""
+    the paths attention and attention_backward last ran (paths.last_paths); printed as a VARIANT
+    line starting with `label`."""
     from cudakit.bench import timing
     from cudakit.kernels import paths
     res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=True)
@@ -36,4 +37,9 @@ def timed_row(spec: str, tag: str, fns: dict) -> dict:
         if f"torch{side}_ms" in row and f"cudakit{side}_ms" in row:
             row[f"x_torch{side}"] = round(row[f"torch{side}_ms"] / row[f"cudakit{side}_ms"], 3)
     row["paths"] = {op: paths.last_paths().get(op) for op in ("attention", "attention_backward")}
+    nan = float("nan")
+    print(f"VARIANT {label} {tag:<4} {spec:<26} bwd: torch {row.get('torch_ms', nan):.4f} cudakit "
+          f"{row.get('cudakit_ms', nan):.4f} ms x torch {row.get('x_torch', nan):.3f}  fwd: cudakit "
+          f"{row.get('cudakit_fwd_ms', nan):.4f} ms x torch {row.get('x_torch_fwd', nan):.3f}  paths {row['paths']}",
+          flush=True)
     return row

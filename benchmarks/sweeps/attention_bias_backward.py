@@ -53,9 +53,5 @@ for spec in cases:
     if "--fwd" in argv:   # the forward too (attention_with_lse against SDPA with the mask, no grad)
         fns.update(torch_fwd=lambda: sdpa(tq, tk, tv, attn_mask=tb, **gqa),
                    cudakit_fwd=lambda: cudakit.attention_with_lse(q, k, v, None, causal, attn_bias=bias))
-    row = timed_row(spec, tag, fns)
-    rows.append(row)
-    print(f"VARIANT bias-bwd {tag:<4} {spec:<26} torch {row.get('torch_ms', float('nan')):.4f} cudakit "
-          f"{row.get('cudakit_ms', float('nan')):.4f} ms  x torch {row.get('x_torch', float('nan')):.3f}"
-          f"  fwd x torch {row.get('x_torch_fwd', float('nan')):.3f} paths {row['paths']}", flush=True)
+    rows.append(timed_row("bias-bwd", spec, tag, fns))
 dump_rows(argv, __doc__, rows)

@@ -37,9 +37,5 @@ for spec in cases:
            "cudakit": lambda: cudakit.attention_backward(g, q, k, v, out, lse, None, causal, key_lengths=lens),
            "torch_fwd": lambda: sdpa(tq, tk, tv, attn_mask=mask),
            "cudakit_fwd": lambda: cudakit.attention_with_lse(q, k, v, None, causal, key_lengths=lens)}
-    row = timed_row(spec, tag, fns)
-    rows.append(row)
-    print(f"VARIANT key-lengths {tag:<4} {spec:<22} bwd x torch {row.get('x_torch', float('nan')):.3f} "
-          f"({row.get('cudakit_ms', float('nan')):.4f} ms)  fwd x torch {row.get('x_torch_fwd', float('nan')):.3f} "
-          f"({row.get('cudakit_fwd_ms', float('nan')):.4f} ms) paths {row['paths']}", flush=True)
+    rows.append(timed_row("key-lengths", spec, tag, fns))
 dump_rows(argv, __doc__, rows)

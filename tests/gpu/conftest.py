@@ -20,16 +20,14 @@ def float32_precision():
 
 
 def _dropout_stream(monkeypatch, stream: str):
-    """CUDAKIT_ATTENTION_DROPOUT=stream while the fixture lives, the settings and dispatch plans
-    renewed before and after (a plan keeps the stream it was made under)."""
-    from cudakit import config, dispatch
+    """CUDAKIT_ATTENTION_DROPOUT=stream while the fixture lives, the settings re-read before and after
+    (config.reload also forgets the dispatch plans, which keep the stream they were made under)."""
+    from cudakit import config
     monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", stream)
     config.reload()
-    dispatch.clear()
     yield
     monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
     config.reload()
-    dispatch.clear()
 
 
 @pytest.fixture

@@ -751,7 +751,7 @@ def test_attention_dropout_by_cudnn_leaves_what_cudnn_cannot_take_to_cudakits_st
     """Under CUDAKIT_ATTENTION_DROPOUT=cudnn, grouped-query k, v, key lengths and float32 keep
     cudakit.dropout's stream in the forward and the backward alike: bitwise what the default
     setting computes."""
-    from cudakit import config, dispatch
+    from cudakit import config
     b, h, hkv, L, d = 2, 4, 2, 96, 64
     q, g = (cp.asarray(data(rng, (b, h, L, d), "bfloat16")) for _ in range(2))
     k, v = (cp.asarray(data(rng, (b, hkv, L, d), "bfloat16")) for _ in range(2))
@@ -765,7 +765,6 @@ def test_attention_dropout_by_cudnn_leaves_what_cudnn_cannot_take_to_cudakits_st
         got.append((out, lse, *cudakit.attention_backward(gg, qq, kk, vv, out, lse, **kw, **extra)))
     monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", "cudakit")
     config.reload()
-    dispatch.clear()
     for (qq, kk, vv, gg, extra), have in zip(calls, got):
         out, lse = cudakit.attention_with_lse(qq, kk, vv, **kw, **extra)
         want = (out, lse, *cudakit.attention_backward(gg, qq, kk, vv, out, lse, **kw, **extra))
@@ -780,10 +779,9 @@ def test_attention_dropout_takes_cudnn_by_default(rng, monkeypatch):
     grouped k, v stay on cudakit's stream (bitwise what "cudakit" computes)."""
     if not cudnn.available():
         pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
-    from cudakit import config, dispatch
+    from cudakit import config
     monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT", raising=False)
     assert config.reload().attention_dropout == "cudnn"
-    dispatch.clear()
     q, k, v, g = (cp.asarray(data(rng, (2, 3, 192, 64), "bfloat16")) for _ in range(4))
     kw = dict(causal=True, dropout_p=0.15, seed=2**40 + 9)
     before = cudnn.stats["executions"]
@@ -807,7 +805,6 @@ def test_attention_dropout_takes_cudnn_by_default(rng, monkeypatch):
     got = [cudakit.attention_with_lse(*a, **kw) for a in calls]
     monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", "cudakit")
     config.reload()
-    dispatch.clear()
     try:
         for a, have in zip(calls, got):
             for x, y in zip(have, cudakit.attention_with_lse(*a, **kw)):
@@ -815,7 +812,6 @@ def test_attention_dropout_takes_cudnn_by_default(rng, monkeypatch):
     finally:
         monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
         config.reload()
-        dispatch.clear()
 
 
 def test_attention_dropout_by_cudnn_agrees_across_layouts_and_views(rng, cudnn_dropout):
@@ -857,7 +853,7 @@ def test_attention_dropout_keeps_cudakits_stream_where_a_cudnn_graph_fails(failu
     computes, and the answer is kept for the process (the graphs are not asked again)."""
     if not cudnn.available():
         pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
-    from cudakit import config, dispatch
+    from cudakit import config
     from cudakit.errors import BackendUnavailableError
     from cudakit.kernels import attention as at
     q, k, v, g = (cp.asarray(data(rng, (2, 2, 160, 64), "bfloat16")) for _ in range(4))
@@ -867,7 +863,6 @@ def test_attention_dropout_keeps_cudakits_stream_where_a_cudnn_graph_fails(failu
         monkeypatch.setenv("CUDAKIT_ATTENTION_DROPOUT", stream)
         monkeypatch.setenv("CUDAKIT_CUDNN", "1")
         config.reload()
-        dispatch.clear()
         at._cudnn_dropout_ok.clear()
         asked = []
         real = cudnn.sdpa_backward
@@ -891,7 +886,6 @@ def test_attention_dropout_keeps_cudakits_stream_where_a_cudnn_graph_fails(failu
             monkeypatch.delenv("CUDAKIT_CUDNN")
             monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
             config.reload()
-            dispatch.clear()
             at._cudnn_dropout_ok.clear()
     for x, y in zip(results["cudnn"], results["cudakit"]):
         np.testing.assert_array_equal(_host(x), _host(y))
