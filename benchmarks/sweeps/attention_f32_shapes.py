@@ -3,7 +3,7 @@ benchmark does not time: does the 1.5x of the benchmark's two shapes hold elsewh
 (`cudakit.attention`) and backward (`cudakit.attention_backward`), plain and causal, on (B, H, L, D)
 CuPy arrays, each timed call behind an L2 flush (bench.timing's cold samples, as `cudakit bench`),
 interleaved with torch.
-    python3 benchmarks/sweeps/attention_f32_shapes.py [--shapes 8x16x1024x64,...]
+    python3 benchmarks/sweeps/attention_f32_shapes.py [--shapes 8x16x1024x64,...] [--fwd-only]
 Prints VARIANT lines: median ms of cudakit and torch, x torch (torch's time / cudakit's), and the
 paths the forward and the backward took (paths.last_paths; a forward that asked paths.run nothing,
 no key parts offered: "triton")."""
@@ -42,6 +42,10 @@ def case(b, h, L, d, causal):
     took_fwd = paths.last_paths().get("attention", "triton")
     fwd = medians({"cudakit": lambda: cudakit.attention(q, k, v, causal=causal),
                    "torch": lambda: sdpa(tq, tk, tv, is_causal=causal)})
+    if "--fwd-only" in argv:
+        print(f"VARIANT shapes {tag:<24} forward  cudakit {fwd['cudakit']:8.3f} ms torch {fwd['torch']:8.3f} ms "
+              f"x torch {fwd['torch'] / fwd['cudakit']:.3f} path {took_fwd}", flush=True)
+        return
     out, lse = cudakit.attention_with_lse(q, k, v, causal=causal)
     rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
     y = sdpa(rq, rk, rv, is_causal=causal)

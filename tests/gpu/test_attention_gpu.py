@@ -609,13 +609,15 @@ def test_attention_float32_forward_small_grid_tiles_with_v_in_place(lead, lq, lk
 @pytest.mark.parametrize("bh,lq,lk,d,causal,window,splits", [
     (3, 200, 333, 128, False, None, 1), (2, 130, 520, 112, True, None, 1), (40, 300, 300, 128, True, None, 1),
     (48, 384, 384, 128, True, None, 1), (2, 150, 400, 48, True, (100, 0), 1), (2, 130, 520, 128, True, None, 2),
-    (300, 64, 64, 64, False, None, 1)])
+    (300, 64, 64, 64, False, None, 1), (2, 200, 333, 80, False, None, 1), (3, 130, 520, 90, True, None, 3),
+    (60, 256, 256, 96, True, (100, 0), 1)])
 def test_forward_v_in_place_matches_transposed_copy(bh, lq, lk, d, causal, window, splits, rng, monkeypatch,
                                                      float32_precision):
     """The split float32 forward's O^T form (kernels/attention.py V_IN_PLACE, attn_fwd's OT: V read
     as it comes) against the same forward on V's transposed copy: the small-grid tiles (a few
     128-row blocks), the 128 x 64 ones (48 x 3 row blocks, the shipped causal form; head dims 48
-    and 64), a window, the keys in parts. The copy is made only without V in place."""
+    and 64), a window, the keys in parts; head dims 80, 90 and 96 in two column blocks. The copy is
+    made only without V in place."""
     from cudakit.backends.attention_masks import Masks
     from cudakit.kernels import attention as at
     float32_precision("tf32x3")
@@ -657,3 +659,40 @@ def test_forward_over_key_parts_matches_one_part(dtype, splits, causal, window, 
         np.testing.assert_allclose(_host(got[0]).astype(np.float64), _host(want[0]).astype(np.float64), rtol=tol,
                                    atol=tol)
         np.testing.assert_allclose(_host(got[1]), _host(want[1]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_parts_merged_in_the_launch_equal_the_combine_kernel(causal, rng, monkeypatch):
+    """The keys in parts merged by each row block's last part (attn_fwd's MERGE, counters of
+    runtime/stream_counters.py) give attn_fwd_combine's bits: back to back (the counters must be
+    zero again after each launch), on a second stream meanwhile, and in a captured graph (which
+    takes the combine kernel) replayed."""
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.kernels import attention as at
+    from cudakit.runtime import stream_counters
+    bh, lq, lk, d = 3, 200, 333, 80
+    q = cp.asarray(ac.data(rng, (bh, lq, d), "float32"))
+    k, v = (cp.asarray(ac.data(rng, (bh, lk, d), "float32")) for _ in range(2))
+    masks = Masks(causal)
+    monkeypatch.setattr(at, "KEY_SPLITS", 3)
+    monkeypatch.setattr(stream_counters, "available", lambda slots: False)
+    want = [_host(a) for a in at._triton_forward(q, k, v, d ** -0.5, masks, "float32")]
+    monkeypatch.undo()
+    monkeypatch.setattr(at, "KEY_SPLITS", 3)
+    side = cp.cuda.Stream(non_blocking=True)
+    for _ in range(5):
+        got = at._triton_forward(q, k, v, d ** -0.5, masks, "float32")
+        with side:
+            got2 = at._triton_forward(q, k, v, d ** -0.5, masks, "float32")
+        for g in (got, got2):
+            np.testing.assert_array_equal(_host(g[0]), want[0])
+            np.testing.assert_array_equal(_host(g[1]), want[1])
+    side.synchronize()
+    dev = q.data.device_id
+    assert not any(int(c.any()) for key, c in stream_counters._counters.items() if key[0] == dev)
+    graphed = cudakit.graph(lambda a, b, c: at._triton_forward(a, b, c, d ** -0.5, masks, "float32"), q, k, v,
+                            warmup=1)
+    for _ in range(2):
+        out, lse = graphed(q, k, v)
+        np.testing.assert_array_equal(_host(out), want[0])
+        np.testing.assert_array_equal(_host(lse), want[1])

@@ -373,11 +373,12 @@ def _fwd_block(acc, l_i, m_i, q, q_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_
 def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
                      offs_d2, d2_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
                      DSEED_HI, DTHRESH, DSCALE, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
-                     HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
+                     HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, OT: tl.constexpr = False):
     """_fwd_block's SPLIT form with the head dim in two column blocks (attn_fwd's BLOCK_D2): offs_d
     the first BLOCK_D columns (all inside D), offs_d2 the rest (d2_ok: inside D); q, q_lo and acc
     hold the first block's columns, q2, q2_lo and acc2 the second's. The scores sum both blocks'
-    products; one set of probabilities multiplies both blocks of V."""
+    products; one set of probabilities multiplies both blocks of V. OT: V as it comes and both
+    accumulators transposed (_fwd_block's O^T form)."""
     cols = start_n + offs_n
     k2_mask, v2_mask, n_ok = _block_masks(cols, d2_ok, Lk, MASK)
     if MASK:
@@ -393,17 +394,30 @@ def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, sta
                                       drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS,
                                       DROPOUT)
     p_hi, p_lo = _tf32_parts(p)
-    vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, columns] tiles of [D, Lk] arrays
-    vt2 = kv_base + offs_d2[None, :] * Lk + cols[:, None]
-    if MASK:
-        v = tl.load(V + vt, mask=n_ok[:, None], other=0.0)
+    if OT:   # [keys, columns] tiles of V as it comes, O^T += V^T P^T
+        vo = kv_base + cols[:, None] * KRS
+        if MASK:
+            v = tl.load(V + vo + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        else:
+            v = tl.load(V + vo + offs_d[None, :])
+        v2 = tl.load(V + vo + offs_d2[None, :], mask=v2_mask, other=0.0)
+        v, v_lo = _tf32_parts(v)
+        v2, v2_lo = _tf32_parts(v2)
+        p_hi, p_lo = tl.trans(p_hi), tl.trans(p_lo)
+        acc = _dot3(tl.trans(v), tl.trans(v_lo), p_hi, p_lo, acc * alpha[None, :])
+        acc2 = _dot3(tl.trans(v2), tl.trans(v2_lo), p_hi, p_lo, acc2 * alpha[None, :])
     else:
-        v = tl.load(V + vt)
-    v2 = tl.load(V + vt2, mask=v2_mask, other=0.0)
-    v, v_lo = _tf32_parts(v)
-    v2, v2_lo = _tf32_parts(v2)
-    acc = _dot3(p_hi, p_lo, v, v_lo, acc * alpha[:, None])
-    acc2 = _dot3(p_hi, p_lo, v2, v2_lo, acc2 * alpha[:, None])
+        vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, columns] tiles of [D, Lk] arrays
+        vt2 = kv_base + offs_d2[None, :] * Lk + cols[:, None]
+        if MASK:
+            v = tl.load(V + vt, mask=n_ok[:, None], other=0.0)
+        else:
+            v = tl.load(V + vt)
+        v2 = tl.load(V + vt2, mask=v2_mask, other=0.0)
+        v, v_lo = _tf32_parts(v)
+        v2, v2_lo = _tf32_parts(v2)
+        acc = _dot3(p_hi, p_lo, v, v_lo, acc * alpha[:, None])
+        acc2 = _dot3(p_hi, p_lo, v2, v2_lo, acc2 * alpha[:, None])
     return acc, acc2, l_i, m_new
 
 
@@ -419,7 +433,7 @@ def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, l
         acc, acc2, l_i, m_i = _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n,
                                                lo_r, hi_r, offs_n, offs_d, offs_d2, d2_ok, qk_scale, Lk, BIAS,
                                                b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO, DSEED_HI,
-                                               DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS, DROPOUT)
+                                               DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS, DROPOUT, OT)
     else:
         acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, q_lo, K, V, kv_base, start_n, lo_r, hi_r, offs_n, offs_d,
                                    d_ok, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, KRS, drop_rows, DSEED_LO,
@@ -451,6 +465,9 @@ def _row_block(LPT: tl.constexpr):
 @triton.jit
 def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
                                          # SPLIT without OT: V v transposed, [BH, D, Lk]
+             OF, LF, CNT,                # MERGE: OF, LF the merged outputs, like O and LSE without KSPLIT
+                                         # (O, LSE then the parts' workspaces); CNT: int32 [BH * row blocks]
+                                         # zeros (runtime/stream_counters.py); else not read
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
@@ -463,7 +480,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
              DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
              BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0, KSPLIT: tl.constexpr = 1,
-             OT: tl.constexpr = False):
+             OT: tl.constexpr = False, MERGE: tl.constexpr = False):
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
@@ -472,9 +489,11 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     KSPLIT + part, ordered by _row_block as one axis), so that a small grid fills the GPU; O and
     LSE are then float32 workspaces [KSPLIT, BH, Lq, D] and [KSPLIT, BH, Lq], each part's output
     normalised by its own sum and its log-sum-exp (-inf: the part saw no key), which
-    attn_fwd_combine merges."""
+    attn_fwd_combine merges; or with MERGE the row block's last part to finish merges them into OF
+    and LF (_merge_last): one launch, not two."""
     start_m, bh = _row_block(LPT)
     part = 0
+    OW, LW = O, LSE   # (the parts' workspaces, whole)
     if KSPLIT > 1:
         part = start_m % KSPLIT
         start_m = start_m // KSPLIT
@@ -503,14 +522,17 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
         q2 = tl.load(Q + q_base + rows[:, None] * RS + offs_d2[None, :], mask=m_ok[:, None] & d2_ok[None, :],
                      other=0.0)
         q2, q2_lo = _tf32_parts(q2)
-        acc2 = tl.zeros([BLOCK_M, BLOCK_D2], tl.float32)
+        if OT:
+            acc2 = tl.zeros([BLOCK_D2, BLOCK_M], tl.float32)
+        else:
+            acc2 = tl.zeros([BLOCK_M, BLOCK_D2], tl.float32)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     b_rows = rows.to(tl.int64) * sb_q   # int64: a bias's Lq Lk elements may pass 2^31
     drop_rows = ((bh + BH0) * Lq + rows) * Lk   # the scores' flat indices of these rows (DROPOUT)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    if OT:   # (SPLIT, one column block: _fwd_block's O^T form, V as it comes)
-        tl.static_assert(SPLIT and BLOCK_D2 == 0, "OT takes the split forward in one column block")
+    if OT:   # (SPLIT: _fwd_block's O^T form, V as it comes)
+        tl.static_assert(SPLIT, "OT takes the split forward")
         acc = tl.zeros([BLOCK_D, BLOCK_M], tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -554,11 +576,67 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     tl.store(O + q_base + rows[:, None] * RS + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
     if BLOCK_D2 > 0:
+        if OT:
+            acc2 = tl.trans(acc2)
         acc2 = tl.where(seen[:, None], acc2 / tl.where(seen, l_i, 1.0)[:, None], 0.0)
         tl.store(O + q_base + rows[:, None] * RS + offs_d2[None, :], acc2.to(O.dtype.element_ty),
                  mask=m_ok[:, None] & d2_ok[None, :])
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     tl.store(LSE + lse_base + rows * LRS, lse, mask=m_ok)
+    if MERGE:
+        tl.static_assert(KSPLIT > 1 and not VARLEN, "MERGE takes a launch of the keys in parts")
+        _merge_last(OW, LW, OF, LF, CNT, bh, start_m, Lq, D, KSPLIT, BLOCK_M, BLOCK_D, BLOCK_D2)
+
+
+@triton.jit
+def _merge_last(OW, LW, O, LSE, CNT, bh, start_m, Lq, D: tl.constexpr, KSPLIT: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr):
+    """attn_fwd's MERGE: each part of row block start_m of bh takes a ticket from its counter
+    (CNT, zero between launches) once its stores are issued; the part that draws the last ticket
+    merges every part (_merge_rows, attn_fwd_combine's arithmetic, so the same bits) and puts the
+    counter back to 0 for the stream's next launch. The barrier before the ticket orders every
+    thread's stores before the one thread's release (acq_rel at GPU scope); the merge's loads
+    bypass L1 (.cg), which another SM's stores do not update."""
+    tl.debug_barrier()
+    slot = CNT + bh * (tl.num_programs(0) // KSPLIT) + start_m
+    if tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu") == KSPLIT - 1:
+        tl.store(slot, 0)
+        nbh = tl.num_programs(1)
+        for r in tl.static_range(0, BLOCK_M, _MERGE_ROWS):
+            rows = start_m * BLOCK_M + r + tl.arange(0, _MERGE_ROWS)
+            _merge_rows(OW, LW, O, LSE, bh, rows, tl.arange(0, BLOCK_D), Lq, nbh, D, KSPLIT)
+            if BLOCK_D2 > 0:
+                _merge_rows(OW, LW, O, LSE, bh, rows, BLOCK_D + tl.arange(0, BLOCK_D2), Lq, nbh, D, KSPLIT)
+
+
+_MERGE_ROWS = tl.constexpr(32)   # rows _merge_last merges at a time (attn_fwd_combine's BLOCK_M)
+
+
+@triton.jit
+def _merge_rows(OW, LW, O, LSE, bh, rows, cols, Lq, NBH, D: tl.constexpr, KSPLIT: tl.constexpr):
+    """Rows `rows`, head-dim columns `cols` of bh merged from KSPLIT parts (see attn_fwd_combine)."""
+    m_ok = rows < Lq
+    mask = m_ok[:, None] & (cols < D)[None, :]
+    part = NBH.to(tl.int64) * Lq   # a part's rows
+    top = tl.full([rows.shape[0]], float("-inf"), tl.float32)
+    for p in tl.static_range(KSPLIT):
+        top = tl.maximum(top, tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf"),
+                                      cache_modifier=".cg"))
+    top = tl.where(top == float("-inf"), 0.0, top)   # (no part saw a key: every weight 0)
+    acc = tl.zeros([rows.shape[0], cols.shape[0]], tl.float32)
+    total = tl.zeros([rows.shape[0]], tl.float32)
+    for p in tl.static_range(KSPLIT):
+        w = tl.math.exp(tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf"),
+                                cache_modifier=".cg") - top)
+        o = tl.load(OW + (p * part + bh * Lq + rows)[:, None] * D + cols[None, :], mask=mask, other=0.0,
+                    cache_modifier=".cg")
+        acc += w[:, None] * o
+        total += w
+    seen = total != 0.0
+    acc = tl.where(seen[:, None], acc / tl.where(seen, total, 1.0)[:, None], 0.0)
+    tl.store(O + (bh * Lq + rows)[:, None] * D + cols[None, :], acc.to(O.dtype.element_ty), mask=mask)
+    tl.store(LSE + bh * Lq + rows, tl.where(seen, top + tl.math.log(tl.where(seen, total, 1.0)), float("-inf")),
+             mask=m_ok)
 
 
 @triton.jit
@@ -568,29 +646,8 @@ def attn_fwd_combine(OW, LW, O, LSE, Lq, NBH,   # OW: [KSPLIT, BH, Lq, D], LW: [
     """attn_fwd's KSPLIT parts of each row merged: out = sum_p w_p o_p / sum_p w_p with
     w_p = exp(lse_p - max_p lse_p), lse = max + log(sum_p w_p); a row no part saw gets out 0 and lse
     -inf. Memory traffic: (KSPLIT + 1) (4 D + 4) bytes a row read and written (O in its dtype)."""
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    m_ok = rows < Lq
-    mask = m_ok[:, None] & (offs_d < D)[None, :]
-    part = NBH.to(tl.int64) * Lq   # a part's rows
-    top = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    for p in tl.static_range(KSPLIT):
-        top = tl.maximum(top, tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf")))
-    top = tl.where(top == float("-inf"), 0.0, top)   # (no part saw a key: every weight 0)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    total = tl.zeros([BLOCK_M], tl.float32)
-    for p in tl.static_range(KSPLIT):
-        w = tl.math.exp(tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf")) - top)
-        o = tl.load(OW + (p * part + bh * Lq + rows)[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
-        acc += w[:, None] * o
-        total += w
-    seen = total != 0.0
-    acc = tl.where(seen[:, None], acc / tl.where(seen, total, 1.0)[:, None], 0.0)
-    tl.store(O + (bh * Lq + rows)[:, None] * D + offs_d[None, :], acc.to(O.dtype.element_ty), mask=mask)
-    tl.store(LSE + bh * Lq + rows, tl.where(seen, top + tl.math.log(tl.where(seen, total, 1.0)), float("-inf")),
-             mask=m_ok)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    _merge_rows(OW, LW, O, LSE, tl.program_id(1).to(tl.int64), rows, tl.arange(0, BLOCK_D), Lq, NBH, D, KSPLIT)
 
 
 @triton.jit
