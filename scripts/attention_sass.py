@@ -27,7 +27,7 @@ from cudakit.kernels import attention as host  # noqa: E402
 DIVISIBLE = {"Lq", "Lk", "DLO", "DHI", "TQ", "TK", "BH0", "sb_b", "sb_h", "sb_q", "sb_k", "sd_b", "sd_h", "sd_q",
              "sd_k", "DSEED_LO", "DSEED_HI", "DTHRESH"}
 FLOATS = {"qk_scale", "sm_scale", "DSCALE"}
-DATA = {"Q", "K", "V", "O", "OF", "DO", "DK", "DV", "DQ", "BIAS"}   # the data's own dtype
+DATA = {"Q", "K", "V", "O", "DO", "DK", "DV", "DQ", "BIAS"}   # the data's own dtype
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
@@ -39,11 +39,11 @@ def signature(fn, consts: dict, ptr: str) -> tuple[dict, dict]:
             sig[n] = "constexpr"
         elif n in FLOATS:
             sig[n] = "fp32"
-        elif n in ("LSE", "DELTA", "DBIAS", "LF"):
+        elif n in ("LSE", "DELTA", "DBIAS"):
             sig[n] = "*fp32"
         elif n in ("LENS", "ERR"):
             sig[n] = "*i64"
-        elif n in ("CU_Q", "CU_K", "CNT"):
+        elif n in ("CU_Q", "CU_K"):
             sig[n] = "*i32"
         elif n in DATA:
             sig[n] = ptr

@@ -47,7 +47,7 @@ def _seed_words(seed):
 
 def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None, bias=None,
          bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1, dropout=None, splits=1,
-         db_dims=None, merge=False):
+         db_dims=None):
     """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
     the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows. lens:
     int64 key lengths of each batch of `heads` consecutive [BH] entries; err: the error flag.
@@ -90,16 +90,11 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     fwd_out = (out, lse)
     if splits > 1:   # the keys in parts (host._forward_in_parts): float32 workspaces, NaN where unwritten
         fwd_out = (np.full((splits, bh, lq, d), np.nan, np.float32), np.full((splits, bh, lq), np.nan, np.float32))
-    # merge (the keys in parts): each row block's last part merges them (attn_fwd's MERGE) into out
-    # and lse, its counters (runtime/stream_counters.py) back to 0 after; else attn_fwd_combine after
-    counters = np.zeros(math.ceil(lq / fcfg["BLOCK_M"]) * bh, np.int32)
-    merged = (out, lse, counters) if merge else (lse, lse, lse)
     kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]) * splits, bh)](
-        *map(_Tensor, (q, k, fv) + fwd_out + merged), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
+        *map(_Tensor, (q, k, fv) + fwd_out), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
         *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
-        LEFT=dlo > -(1 << 30), LPT=host._order(dlo, dhi), KSPLIT=splits, MERGE=merge, **_tiles(fcfg))
-    assert not counters.any(), counters
-    if splits > 1 and not merge:
+        LEFT=dlo > -(1 << 30), LPT=host._order(dlo, dhi), KSPLIT=splits, **_tiles(fcfg))
+    if splits > 1:
         kernels.attn_fwd_combine[(math.ceil(lq / 32), bh)](*map(_Tensor, fwd_out + (out, lse)), lq, bh, D=d,
                                                             KSPLIT=splits, BLOCK_M=32, BLOCK_D=host.head_block(d))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
@@ -118,13 +113,11 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     return out, lse, dq, dk, dv
 
 
-def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None, window=None, lens=None, heads=1, splits=1,
-          merge=False):
-    case = (bh, lq, lk, d, causal, dtype, window, lens, splits, merge)
+def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None, window=None, lens=None, heads=1, splits=1):
+    case = (bh, lq, lk, d, causal, dtype, window, lens, splits)
     q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
     k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
-    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, fwd_tiles, window, lens, heads, splits=splits,
-                                merge=merge)
+    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, fwd_tiles, window, lens, heads, splits=splits)
     blens = None if lens is None else np.repeat(np.asarray(lens), heads)   # per [BH] entry
     out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, 1 / math.sqrt(d), causal, g, window, blens)
     tol = 2e-5 if dtype == "float32" else 4e-3
@@ -244,7 +237,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropo
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
-        *map(_Tensor, (q, k, v, out, lse, lse, lse, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
+        *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
         HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(cfg))
     assert not err.any(), err
     kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
@@ -298,14 +291,14 @@ def check_varlen_bad_length():
     cu = _Tensor(np.array([0, 10, 50], np.int32))
     dummy = _Tensor(np.zeros(1, np.float32))
     cfg = host._config("float32", 16, None)
-    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse, lse, lse, lse)), dummy, _Tensor(err), 0.36, 32, 32,
+    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 40, 40], err
     # a last entry past the packed total (50 rows): flagged, and the rows read and written stay inside
     err[:] = 0
     big = _Tensor(np.array([0, 10, 60], np.int32))
-    kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, out, lse, lse, lse, lse)), dummy, _Tensor(err), 0.36, 64, 64,
+    kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 50, 50], err
@@ -683,9 +676,8 @@ if __name__ == "__main__":
         check(*case, np.random.default_rng(0), fwd_tiles=tiles)
     for case, window, lens, heads in MASK_CASES:
         check(*case, np.random.default_rng(0), window=window, lens=lens, heads=heads)
-    for i, (case, window, lens, splits) in enumerate(SPLIT_KEY_CASES):   # (merged in the launch, and
-        for merge in (True, False) if i < 2 else (True,):                  # by the combine kernel)
-            check(*case, np.random.default_rng(0), window=window, lens=lens, splits=splits, merge=merge)
+    for case, window, lens, splits in SPLIT_KEY_CASES:
+        check(*case, np.random.default_rng(0), window=window, lens=lens, splits=splits)
     check_unseen_key_inf()
     check_bad_key_length()
     for case in BIAS_CASES:
@@ -720,7 +712,7 @@ if __name__ == "__main__":
     host.CAUSAL_GROUP = group
     host.V_IN_PLACE = True   # the split forward's O^T form (V read as it comes, attn_fwd OT)
     for case, window, lens, splits in V_IN_PLACE_CASES:
-        check(*case, np.random.default_rng(0), window=window, lens=lens, splits=splits, merge=splits > 1)
+        check(*case, np.random.default_rng(0), window=window, lens=lens, splits=splits)
     host._split_tiles = lambda d, bias=False, causal=False, *_: split_tiles(d, bias, causal, 1, 2)
     check(1, 100, 130, 128, True, "float32", np.random.default_rng(0))   # on the small-grid tiles
     host._split_tiles = split_tiles

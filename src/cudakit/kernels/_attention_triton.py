@@ -465,9 +465,6 @@ def _row_block(LPT: tl.constexpr):
 @triton.jit
 def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D]; LSE: [BH, Lq] float32;
                                          # SPLIT without OT: V v transposed, [BH, D, Lk]
-             OF, LF, CNT,                # MERGE: OF, LF the merged outputs, like O and LSE without KSPLIT
-                                         # (O, LSE then the parts' workspaces); CNT: int32 [BH * row blocks]
-                                         # zeros (runtime/stream_counters.py); else not read
              LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
              qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
@@ -480,7 +477,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
              DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
              BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0, KSPLIT: tl.constexpr = 1,
-             OT: tl.constexpr = False, MERGE: tl.constexpr = False):
+             OT: tl.constexpr = False):
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
@@ -489,11 +486,9 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     KSPLIT + part, ordered by _row_block as one axis), so that a small grid fills the GPU; O and
     LSE are then float32 workspaces [KSPLIT, BH, Lq, D] and [KSPLIT, BH, Lq], each part's output
     normalised by its own sum and its log-sum-exp (-inf: the part saw no key), which
-    attn_fwd_combine merges; or with MERGE the row block's last part to finish merges them into OF
-    and LF (_merge_last): one launch, not two."""
+    attn_fwd_combine merges."""
     start_m, bh = _row_block(LPT)
     part = 0
-    OW, LW = O, LSE   # (the parts' workspaces, whole)
     if KSPLIT > 1:
         part = start_m % KSPLIT
         start_m = start_m // KSPLIT
@@ -583,60 +578,6 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
                  mask=m_ok[:, None] & d2_ok[None, :])
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     tl.store(LSE + lse_base + rows * LRS, lse, mask=m_ok)
-    if MERGE:
-        tl.static_assert(KSPLIT > 1 and not VARLEN, "MERGE takes a launch of the keys in parts")
-        _merge_last(OW, LW, OF, LF, CNT, bh, start_m, Lq, D, KSPLIT, BLOCK_M, BLOCK_D, BLOCK_D2)
-
-
-@triton.jit
-def _merge_last(OW, LW, O, LSE, CNT, bh, start_m, Lq, D: tl.constexpr, KSPLIT: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr):
-    """attn_fwd's MERGE: each part of row block start_m of bh takes a ticket from its counter
-    (CNT, zero between launches) once its stores are issued; the part that draws the last ticket
-    merges every part (_merge_rows, attn_fwd_combine's arithmetic, so the same bits) and puts the
-    counter back to 0 for the stream's next launch. The barrier before the ticket orders every
-    thread's stores before the one thread's release (acq_rel at GPU scope); the merge's loads
-    bypass L1 (.cg), which another SM's stores do not update."""
-    tl.debug_barrier()
-    slot = CNT + bh * (tl.num_programs(0) // KSPLIT) + start_m
-    if tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu") == KSPLIT - 1:
-        tl.store(slot, 0)
-        nbh = tl.num_programs(1)
-        for r in tl.static_range(0, BLOCK_M, _MERGE_ROWS):
-            rows = start_m * BLOCK_M + r + tl.arange(0, _MERGE_ROWS)
-            _merge_rows(OW, LW, O, LSE, bh, rows, tl.arange(0, BLOCK_D), Lq, nbh, D, KSPLIT)
-            if BLOCK_D2 > 0:
-                _merge_rows(OW, LW, O, LSE, bh, rows, BLOCK_D + tl.arange(0, BLOCK_D2), Lq, nbh, D, KSPLIT)
-
-
-_MERGE_ROWS = tl.constexpr(32)   # rows _merge_last merges at a time (attn_fwd_combine's BLOCK_M)
-
-
-@triton.jit
-def _merge_rows(OW, LW, O, LSE, bh, rows, cols, Lq, NBH, D: tl.constexpr, KSPLIT: tl.constexpr):
-    """Rows `rows`, head-dim columns `cols` of bh merged from KSPLIT parts (see attn_fwd_combine)."""
-    m_ok = rows < Lq
-    mask = m_ok[:, None] & (cols < D)[None, :]
-    part = NBH.to(tl.int64) * Lq   # a part's rows
-    top = tl.full([rows.shape[0]], float("-inf"), tl.float32)
-    for p in tl.static_range(KSPLIT):
-        top = tl.maximum(top, tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf"),
-                                      cache_modifier=".cg"))
-    top = tl.where(top == float("-inf"), 0.0, top)   # (no part saw a key: every weight 0)
-    acc = tl.zeros([rows.shape[0], cols.shape[0]], tl.float32)
-    total = tl.zeros([rows.shape[0]], tl.float32)
-    for p in tl.static_range(KSPLIT):
-        w = tl.math.exp(tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf"),
-                                cache_modifier=".cg") - top)
-        o = tl.load(OW + (p * part + bh * Lq + rows)[:, None] * D + cols[None, :], mask=mask, other=0.0,
-                    cache_modifier=".cg")
-        acc += w[:, None] * o
-        total += w
-    seen = total != 0.0
-    acc = tl.where(seen[:, None], acc / tl.where(seen, total, 1.0)[:, None], 0.0)
-    tl.store(O + (bh * Lq + rows)[:, None] * D + cols[None, :], acc.to(O.dtype.element_ty), mask=mask)
-    tl.store(LSE + bh * Lq + rows, tl.where(seen, top + tl.math.log(tl.where(seen, total, 1.0)), float("-inf")),
-             mask=m_ok)
 
 
 @triton.jit
@@ -646,8 +587,29 @@ def attn_fwd_combine(OW, LW, O, LSE, Lq, NBH,   # OW: [KSPLIT, BH, Lq, D], LW: [
     """attn_fwd's KSPLIT parts of each row merged: out = sum_p w_p o_p / sum_p w_p with
     w_p = exp(lse_p - max_p lse_p), lse = max + log(sum_p w_p); a row no part saw gets out 0 and lse
     -inf. Memory traffic: (KSPLIT + 1) (4 D + 4) bytes a row read and written (O in its dtype)."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    _merge_rows(OW, LW, O, LSE, tl.program_id(1).to(tl.int64), rows, tl.arange(0, BLOCK_D), Lq, NBH, D, KSPLIT)
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok = rows < Lq
+    mask = m_ok[:, None] & (offs_d < D)[None, :]
+    part = NBH.to(tl.int64) * Lq   # a part's rows
+    top = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    for p in tl.static_range(KSPLIT):
+        top = tl.maximum(top, tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf")))
+    top = tl.where(top == float("-inf"), 0.0, top)   # (no part saw a key: every weight 0)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    total = tl.zeros([BLOCK_M], tl.float32)
+    for p in tl.static_range(KSPLIT):
+        w = tl.math.exp(tl.load(LW + p * part + bh * Lq + rows, mask=m_ok, other=float("-inf")) - top)
+        o = tl.load(OW + (p * part + bh * Lq + rows)[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
+        acc += w[:, None] * o
+        total += w
+    seen = total != 0.0
+    acc = tl.where(seen[:, None], acc / tl.where(seen, total, 1.0)[:, None], 0.0)
+    tl.store(O + (bh * Lq + rows)[:, None] * D + offs_d[None, :], acc.to(O.dtype.element_ty), mask=mask)
+    tl.store(LSE + bh * Lq + rows, tl.where(seen, top + tl.math.log(tl.where(seen, total, 1.0)), float("-inf")),
+             mask=m_ok)
 
 
 @triton.jit

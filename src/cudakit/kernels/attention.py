@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from .. import config
-from ..runtime import _cupy, stream_counters
+from ..runtime import _cupy
 from .attention_materialized import head_block
 
 MAX_HEAD_DIM = 256   # the Triton kernels' head dims (129..256 on narrower tiles: _wide_config)
@@ -805,13 +805,9 @@ KEY_SPLITS: int | None = None
 
 
 def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int) -> bool:
-    """attn_fwd over `splits` parts of the keys into float32 workspaces, merged into out and lse by
-    each row block's last part to finish (MERGE, one launch) or, while a graph is being captured
-    and for more row blocks than runtime/stream_counters.py has counters, by attn_fwd_combine
-    after it (KEY_SPLITS); False (nothing launched) without memory for the workspaces: splits
-    (D + 1) float32 a query row. The merge in the launch spared 1x16x256x80's forward the combine's
-    launch (3.1 us of device time, 2026-11-28 01:52 UTC, history/attention/nvidia-h100-80gb-hbm3-
-    attention-f32-kernels.json) and the gap before it."""
+    """attn_fwd over `splits` parts of the keys into float32 workspaces, then attn_fwd_combine into
+    out and lse (KEY_SPLITS); False (nothing launched) without memory for the workspaces: splits
+    (D + 1) float32 a query row."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     try:
@@ -824,13 +820,8 @@ def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int)
         paths.declined_for_now()
         return False
     block = consts["BLOCK_M"]
-    blocks = math.ceil(lq / block)
-    merge = block % 32 == 0 and stream_counters.available(bh * blocks)   # (_merge_last's 32-row steps)
-    tail = (out, lse, stream_counters.counters(q.data.device_id)) if merge else (lse, lse, lse)
-    _launch("attn_fwd", blocks * block * splits, block, (q, k, v, ow, lw, *tail), args,
-            dict(consts, KSPLIT=splits, MERGE=merge), bh0=True)
-    if merge:
-        return True
+    _launch("attn_fwd", math.ceil(lq / block) * block * splits, block, (q, k, v, ow, lw), args,
+            dict(consts, KSPLIT=splits), bh0=True)
     _specialized("attn_fwd_combine", {"D": d, "KSPLIT": splits, "BLOCK_M": 32, "BLOCK_D": head_block(d),
                                       "num_warps": 4, "num_stages": 1})[(math.ceil(lq / 32), bh)](ow, lw, out, lse,
                                                                                                   lq, bh)
@@ -857,7 +848,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
                   HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
                   LPT=_order(dlo, dhi))
     def plain():   # Triton's own products on V as it comes
-        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse, lse, lse, lse), args, consts, bh0=True)
+        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
         return out, lse
     if not (_split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y):   # (the split's grid:
         splits = max(1, KEY_SPLITS) if KEY_SPLITS is not None and bh <= _MAX_GRID_Y else 1   # keys past 2M take
@@ -877,7 +868,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             raise _NoMemoryForCopy from e
 
     def one_part():
-        _launch("attn_fwd", lq, first["BLOCK_M"], (q, k, v_for(first), out, lse, lse, lse, lse), args, first, bh0=True)
+        _launch("attn_fwd", lq, first["BLOCK_M"], (q, k, v_for(first), out, lse), args, first, bh0=True)
         return out, lse
 
     def in_parts(c, splits):   # (one part: these tiles in one launch)
@@ -889,7 +880,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
                 paths.declined_for_now()
                 return None
             if splits == 1:
-                _launch("attn_fwd", lq, c["BLOCK_M"], (q, k, vv, out, lse, lse, lse, lse), args, c, bh0=True)
+                _launch("attn_fwd", lq, c["BLOCK_M"], (q, k, vv, out, lse), args, c, bh0=True)
                 return out, lse
             return (out, lse) if _forward_in_parts(q, k, vv, out, lse, args, c, splits) else None
         return run
@@ -1310,7 +1301,7 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
                                        DROPOUT=dropout is not None, LEFT=dlo > -_UNBOUNDED))
     k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
-        q, k, v, out, lse, lse, lse, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
+        q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
         lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_drop_args(drop), 0)
     return out, lse
 
@@ -1455,8 +1446,8 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
 
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
-        launch(q, k, v, out, lse, lse, lse, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse,
-               lse, 1, 0, 0, 0, 0, 0, 1.0, 0)   # OF, LF, CNT, LENS, ERR, BIAS, CU, the dropout's: not read
+        launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
+               0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the dropout's: not read
         return out, lse
     return fwd
 
