@@ -61,8 +61,9 @@ def test_key_parts_grow_with_fewer_row_blocks():
     (8, 1024, 128, False, [(128, 1, False), (128, 2, False), (128, 1, True), (128, 2, True)]),
     (8, 1024, 128, True, [(128, 1, True), (64, 2, False), (128, 3, True)]),   # causal: 128 rows take V in place
     (16, 512, 128, False, [(128, 1, False), (128, 2, False), (128, 1, True), (128, 2, True)]),
-    (2, 1536, 96, False, [(128, 1, False), (64, 2, False), (128, 4, False)]),   # 24 blocks of 128 rows (two
-                                                                                # column blocks: no V in place)
+    # 24 blocks of 128 rows, two column blocks: each also with V in place, the first tiles in one part too
+    (2, 1536, 96, False, [(128, 1, False), (64, 2, False), (128, 4, False), (128, 1, True), (64, 2, True),
+                          (128, 4, True), (64, 1, True)]),
     (8, 1536, 128, False, [(128, 1, False), (64, 2, False), (128, 1, True)]),  # 96 blocks: the usual tiles in
                                                                                 # parts would take two waves
     (64, 256, 128, False, [(128, 1, False), (128, 1, True)]),   # 128 blocks: the usual tiles in one part only

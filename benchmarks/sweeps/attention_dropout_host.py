@@ -5,6 +5,7 @@ traced plans), against
 torch's SDPA with dropout_p (forward; torch.autograd.grad for the backward), rounds interleaved
 (bench.timing.host_time_interleaved), in one process.
     python3 benchmarks/sweeps/attention_dropout_host.py [--parts] [--out f.json]
+A step: the forward, then its backward with the forward's seed (torch: SDPA and torch.autograd.grad).
 --parts: also, under cudnn, the parts of the forward's plan timed alone (the seed words' launch,
 the output allocations, the graph's execution on fixed pointers) beside the forward without
 dropout (cuDNN's plan) and torch's SDPA without it.
@@ -32,7 +33,8 @@ sdpa = torch.nn.functional.scaled_dot_product_attention
 y = sdpa(rq, rk, rv, is_causal=True, dropout_p=P)
 seeds = itertools.count(1)
 fns = {"torch_fwd": lambda: sdpa(tq, tk, tv, is_causal=True, dropout_p=P),
-       "torch_bwd": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True)}
+       "torch_bwd": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True),
+       "torch_step": lambda: torch.autograd.grad(sdpa(rq, rk, rv, is_causal=True, dropout_p=P), (rq, rk, rv), tg)}
 rows = []
 for stream in ("cudnn", "cudakit"):
     os.environ["CUDAKIT_ATTENTION_DROPOUT"] = stream
@@ -51,22 +53,27 @@ for stream in ("cudnn", "cudakit"):
                                              lse.data.ptr),
                  "plain_fwd": lambda: cudakit.attention_with_lse(q, k, v, causal=True),
                  "torch_plain_fwd": lambda: sdpa(tq, tk, tv, is_causal=True)}
+    def step():   # a training step's pair: the forward, then its backward with the forward's seed
+        s = next(seeds)
+        o, m = cudakit.attention_with_lse(q, k, v, causal=True, dropout_p=P, seed=s)
+        return cudakit.attention_backward(g, q, k, v, o, m, causal=True, dropout_p=P, seed=s)
     res, err = timing.host_time_interleaved(
         {f"{stream}_fwd": lambda: cudakit.attention_with_lse(q, k, v, causal=True, dropout_p=P, seed=next(seeds)),
          f"{stream}_bwd": lambda: cudakit.attention_backward(g, q, k, v, out, lse, causal=True, dropout_p=P,
                                                              seed=next(seeds)),
-         **fns, **parts}, calls=500, rounds=7, sync=cp.cuda.Device().synchronize)
+         f"{stream}_step": step, **fns, **parts}, calls=500, rounds=7, sync=cp.cuda.Device().synchronize)
     for name, e in err.items():
         print(f"VARIANT failed {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
     us = {n: r["median_ms"] * 1e3 for n, r in res.items()}
     row = {"stream": stream, **{f"{n}_us": round(t, 3) for n, t in us.items()}}
-    for kind in ("fwd", "bwd"):
+    for kind in ("fwd", "bwd", "step"):
         if f"{stream}_{kind}" in us and f"torch_{kind}" in us:
             row[f"x_{kind}"] = round(us[f"torch_{kind}"] / us[f"{stream}_{kind}"], 3)
     kinds = {key[0]: type(p).__name__ for key, p in dispatch._plans.items() if p is not None}
     row["plans"] = kinds
     print(f"VARIANT dropout-host {stream:<8} " + " ".join(f"{n} {t:.2f}" for n, t in us.items())
-          + f" us; x torch fwd {row.get('x_fwd', float('nan')):.3f} bwd {row.get('x_bwd', float('nan')):.3f}; "
+          + f" us; x torch fwd {row.get('x_fwd', float('nan')):.3f} bwd {row.get('x_bwd', float('nan')):.3f} "
+          f"step {row.get('x_step', float('nan')):.3f}; "
           f"plans {kinds}", flush=True)
     rows.append(row)
 dump_rows(argv, __doc__, rows)

@@ -930,3 +930,35 @@ def test_attention_dropout_by_cudnn_takes_plans_with_a_seed_per_call(rng, cudnn_
     kinds = {key[0]: type(p).__name__ for key, p in dispatch._plans.items() if p is not None}
     for op in ("attention_dropout", "attention_with_lse_dropout", "attention_backward_dropout"):
         assert kinds.get(op) == "function", kinds
+
+
+def test_attention_dropout_backward_reuses_its_forwards_seed_words(rng, cudnn_dropout, monkeypatch):
+    """A backward right after its forward on the same stream reads the forward's seed words
+    (kernels/cudnn.py dropout_operands: no second launch); the gradients equal, bit for bit, those
+    of the backward given freshly written words (another seed's call in between), planned or not;
+    a call on another stream writes its own words."""
+    from cudakit.kernels import dropout as dropout_kernels
+    q, k, v, g = (cp.asarray(data(rng, (2, 2, 128, 64), "bfloat16")) for _ in range(4))
+    kw = dict(causal=True, dropout_p=0.2)
+    cudakit.attention_with_lse(q, k, v, seed=1, **kw)   # (builds the signature's graphs)
+    launches = []
+    real = dropout_kernels.philox_words
+    monkeypatch.setattr(dropout_kernels, "philox_words", lambda seed: launches.append(seed) or real(seed))
+    for _ in range(3):   # the checked calls, then the planned ones
+        launches.clear()
+        o, lse = cudakit.attention_with_lse(q, k, v, seed=91, **kw)
+        reused = cudakit.attention_backward(g, q, k, v, o, lse, seed=91, deterministic=True, **kw)
+        assert launches == [91], launches
+        cudakit.attention_with_lse(q, k, v, seed=92, **kw)
+        fresh = cudakit.attention_backward(g, q, k, v, o, lse, seed=91, deterministic=True, **kw)
+        assert launches == [91, 92, 91], launches
+        for a, b in zip(reused, fresh):
+            np.testing.assert_array_equal(_host(a), _host(b))
+        side = cp.cuda.Stream(non_blocking=True)
+        with side:
+            other = cudakit.attention_backward(g, q, k, v, o, lse, seed=91, deterministic=True, **kw)
+        side.synchronize()
+        assert launches == [91, 92, 91, 91], launches
+        cudakit.attention_with_lse(q, k, v, seed=93, **kw)   # (the side stream's words no longer kept)
+        for a, b in zip(other, fresh):
+            np.testing.assert_array_equal(_host(a), _host(b))
