@@ -106,3 +106,74 @@ def test_required_but_unusable_raises_naming_why(cudnn_setting):
         cudnn.wanted()
     cudnn_setting("auto")
     assert cudnn.wanted() is False and cudnn.why_unavailable()
+
+
+def test_dropout_seed_words_are_read_again_only_by_the_same_thread_stream_and_seed(monkeypatch):
+    """kernels/cudnn.py dropout_operands: the last call's seed words are read again (no launch) by a
+    call with the same seed on the same thread, device and stream object; another seed, stream,
+    device or thread, a graph being captured, or a stream whose capture state cannot be read
+    writes new words (on fakes of CuPy and of the words' launch)."""
+    import threading
+    import types
+
+    from cudakit import graphs
+    from cudakit.kernels import cudnn as cd
+    from cudakit.kernels import dropout as dk
+
+    class Err(Exception):
+        pass
+
+    class Stream:
+        capturing = False
+
+        def is_capturing(self):
+            if self.capturing == "error":
+                raise Err("cudaErrorStreamCaptureImplicit")
+            return self.capturing
+
+    state = types.SimpleNamespace(stream=Stream(), device=0)
+    runtime = types.SimpleNamespace(getDevice=lambda: state.device, CUDARuntimeError=Err)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: state.stream,
+                                                            runtime=runtime))
+    monkeypatch.setattr(cd._cupy, "loaded_cupy", lambda: fake)
+    launches = []
+
+    def words(seed):
+        launches.append(seed)
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=1024 * len(launches)))
+    monkeypatch.setattr(dk, "philox_words", words)
+    monkeypatch.setattr(cd, "_last_words", [None])
+
+    def call(seed):
+        w, ptrs = cd.dropout_operands(seed)
+        assert ptrs == [w.data.ptr, w.data.ptr + 8]
+        return w
+
+    first = call(5)
+    assert call(5) is first and launches == [5]          # the backward after its forward
+    call(6)
+    assert call(5) is not first and launches == [5, 6, 5]
+    state.stream = Stream()                              # another stream object
+    call(5)
+    assert launches == [5, 6, 5, 5]
+    state.device = 1                                     # another device
+    call(5)
+    assert launches[-1] == 5 and len(launches) == 5
+    out = []
+    t = threading.Thread(target=lambda: out.append(call(5)))   # another thread (a per-thread default
+    t.start()                                                  # stream is one object for all threads)
+    t.join()
+    assert len(launches) == 6
+    state.stream.capturing = True                        # captured: new words, not kept
+    call(7)
+    call(7)
+    assert launches[-2:] == [7, 7]
+    state.stream.capturing = "error"
+    call(8)
+    call(8)
+    assert launches[-2:] == [8, 8]
+    state.stream.capturing = False
+    monkeypatch.setattr(graphs._local, "capture", object(), raising=False)   # cudakit.graph capturing
+    call(9)
+    call(9)
+    assert launches[-2:] == [9, 9]
