@@ -143,7 +143,7 @@ def test_attention_forward_in_key_parts_compiles_for_sm90(dtype, d):
 
 
 @pytest.mark.parametrize("d,extra", [(128, ()), (64, ()), (128, ("small",)), (112, ("parts",)), (80, ("parts",)),
-                                     (96, ("small",))])
+                                     (96, ("small",)), (96, ("parts",))])
 def test_attention_split_forward_v_in_place_compiles_for_sm90(d, extra):
     """The split float32 forward's O^T form (attn_fwd's OT, kernels/attention.py V_IN_PLACE),
     causal, on the shipped tiles, the small-grid ones and with the keys in parts; at head dims 80

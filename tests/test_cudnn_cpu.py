@@ -142,7 +142,7 @@ def test_dropout_seed_words_are_read_again_only_by_the_same_thread_stream_and_se
         launches.append(seed)
         return types.SimpleNamespace(data=types.SimpleNamespace(ptr=1024 * len(launches)))
     monkeypatch.setattr(dk, "philox_words", words)
-    monkeypatch.setattr(cd, "_last_words", [None])
+    monkeypatch.setattr(cd, "_last_words", threading.local())
 
     def call(seed):
         w, ptrs = cd.dropout_operands(seed)

@@ -43,6 +43,8 @@ def case(b, h, L, d, causal):
     fwd = medians({"cudakit": lambda: cudakit.attention(q, k, v, causal=causal),
                    "torch": lambda: sdpa(tq, tk, tv, is_causal=causal)})
     if "--fwd-only" in argv:
+        if "cudakit" not in fwd or "torch" not in fwd:
+            return
         print(f"VARIANT shapes {tag:<24} forward  cudakit {fwd['cudakit']:8.3f} ms torch {fwd['torch']:8.3f} ms "
               f"x torch {fwd['torch'] / fwd['cudakit']:.3f} path {took_fwd}", flush=True)
         return

@@ -583,10 +583,11 @@ def _forward_taking(prefix: str, which: int, monkeypatch, check) -> list:
 def test_attention_float32_forward_other_tiling_path(lead, lq, lk, d, causal, which, rng, monkeypatch,
                                                      float32_precision):
     """The public float32 forward (and the backward from its out and lse) with kernels/paths.run
-    taking the split forward's other tiling in one part (`triton-on-MxN`, which: the first or the
-    last offered): on grids of fewer 128-row blocks than an H100's SMs, the usual 128-row tiles
-    (V copied or in place) where the small-grid ones come first (head dim 128) and the small-grid
-    ones where the usual come first (head dims 64 and 80, two column blocks at 80), against float64."""
+    taking a tiling offered in one part (`triton-on-...`, which: the first or the last offered): on
+    grids of fewer 128-row blocks than an H100's SMs, the usual 128-row tiles (V copied or in place)
+    where the small-grid ones come first (head dim 128) and the small-grid ones where the usual come
+    first (head dims 64 and 80, two column blocks at 80; the last offered at 80: the usual tiles
+    with V in place, in two column blocks), against float64."""
     float32_precision("tf32x3")
     took = _forward_taking("triton-on-", which, monkeypatch,
                            lambda: ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal))

@@ -706,7 +706,8 @@ SPLIT_BLOCK_DS = (64, 128)
 
 
 # The split forward's O^T form (attn_fwd's OT: O^T += V^T P^T), which reads V as it comes instead of
-# a transposed copy made first (_transpose_v), in one column block (head dims 33..64 and 97..128).
+# a transposed copy made first (_transpose_v); here in one column block (head dims 33..64 and
+# 97..128), and offered in two on small grids (_parts_candidates).
 # V_IN_PLACE None: causal forwards at head dims 97..128 on 128-row tiles; True or False: wherever
 # one column block runs, or nowhere. On an H100 (2026-11-27; out within 1.2e-07 of the copy's):
 # - the 14:00 UTC call (attention_f32_variants.py --integrated --causal --v-in-place, warm), O^T
@@ -926,7 +927,7 @@ _OT_TWO_BLOCK_STAGES = 1
 def _with_v_in_place(c: dict) -> dict:
     """The split forward's constexprs c with V read in place (OT)."""
     t = dict(c, OT=True)
-    if "BLOCK_D2" in c:
+    if c.get("BLOCK_D2"):   # (0: one column block)
         t["num_stages"] = min(c["num_stages"], _OT_TWO_BLOCK_STAGES)
     return t
 
@@ -974,8 +975,8 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
     # (2026-11-28 03:13 UTC, attention_f32_variants.py --integrated --causal --cold --v-in-place,
     # torch's float32 SDPA in brackets): B1 H32 S256 D64 0.021 ms against 0.024 (0.036), causal
     # 0.021 against 0.024 (0.036); B1 H16 S512 D128 0.057 against 0.054 (0.057)
-    # Head dims in two column blocks (65..96; BLOCK_D 64) are offered with V in place too, the one-part
-    # usual tiles among them: on a small grid V's copy is a launch of its own before the forward
+    # Head dims in two column blocks (65..96; BLOCK_D 64) are offered with V in place too, `first` in
+    # one part among them: on a small grid V's copy is a launch of its own before the forward
     # (1.7 us of device time at B1 H16 S256 D80 beside the forward's 11.8, 2026-11-28 01:52 UTC,
     # history/attention/nvidia-h100-80gb-hbm3-attention-f32-kernels.json).
     two = [(first, 1)] if "BLOCK_D2" in first and _small_grid(bh * math.ceil(lq / 128), sms) else []

@@ -716,7 +716,7 @@ def _dropout_tensors(g, dt, dropout):
     return (float(dropout[0]), seed, offset), [seed, offset]
 
 
-_last_words: list = [None]   # (thread, device, stream, seed, its words) of the last call, see dropout_operands
+_last_words = threading.local()   # .kept: (device, stream, seed, its words) of this thread's last call
 
 
 def dropout_operands(seed: int) -> tuple:
@@ -726,9 +726,9 @@ def dropout_operands(seed: int) -> tuple:
     memory would synchronise the stream). The caller keeps `words` alive until the graph has been
     executed: freed before, its memory may become the execution's workspace.
     The last call's words are kept with its stream and read again by the next call with the same
-    seed on the same thread, stream object and device (a backward right after its forward; the
-    thread as well, since CuPy's per-thread default stream is one object for every thread's own
-    stream): no launch, and
+    seed on the same thread, stream object and device (a backward right after its forward; kept
+    per thread, since CuPy's per-thread default stream is one object for every thread's own stream
+    and a finished thread's id may pass to a new one): no launch, and
     none of the launch's host cost (19.07 us of a 48.80 us planned forward, H100 host, 2026-11-28
     03:10 UTC, history/host-time/nvidia-h100-80gb-hbm3-host-attention-dropout-parts.json). Words are
     only read, and were written on that stream before any call that reads them; the stream is held
@@ -739,18 +739,18 @@ def dropout_operands(seed: int) -> tuple:
     from .dropout import philox_words
     cp = _cupy.loaded_cupy()
     stream = cp.cuda.get_current_stream()
-    key = (threading.get_ident(), cp.cuda.runtime.getDevice(), stream)
-    last = _last_words[0]
+    device = cp.cuda.runtime.getDevice()
+    last = getattr(_last_words, "kept", None)
     try:
         free = capturing() is None and not stream.is_capturing()
     except cp.cuda.runtime.CUDARuntimeError:   # (the legacy stream asked while another captures)
         free = False
-    if free and last is not None and last[:2] == key[:2] and last[2] is stream and last[3] == seed:
-        w = last[4]
+    if free and last is not None and last[0] == device and last[1] is stream and last[2] == seed:
+        w = last[3]
     else:
         w = philox_words(seed)
         if free:
-            _last_words[0] = (*key, seed, w)
+            _last_words.kept = (device, stream, seed, w)
     return w, [w.data.ptr, w.data.ptr + 8]
 
 
