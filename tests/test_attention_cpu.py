@@ -615,3 +615,50 @@ def test_full_bias_gradient_bound():
     rows = Masks(False, bias=np.zeros((1, 8, 256, 1), np.float32), bias_heads=8)
     assert not at._full_bias(pad, 16, 256, 256) and not at._full_bias(rows, 16, 256, 256)
     assert not at._full_bias(Masks(False), 16, 256, 256)
+
+
+def test_argument_errors_name_what_the_caller_passed(rng):
+    """Checks shared by both backends (found by a probing helper, 2026-11-28): with layout "blhd"
+    the shape errors quote the (B, L, H, D) shapes as given, not the (B, H, L, D) views checked
+    after; nested lists work there as with "bhld"; a wrong type is an ArgumentTypeError (also a
+    TypeError); ragged lists and NumPy complex scales are refused; varlen's dropout index must fit
+    in 64 bits and its cu_seqlens counts are compared before their entries."""
+    q = ac.data(rng, (2, 5, 4, 8), "float32")
+    k = ac.data(rng, (2, 6, 4, 8), "float32")
+    blhd = dict(layout="blhd")
+    out, lse = cudakit.attention_with_lse(q, k, k, **blhd)
+    with pytest.raises(cudakit.ShapeError, match=re.escape("out must have q's shape (2, 5, 4, 8) (got (2, 5, 2, 8))")):
+        cudakit.attention_backward(q, q, k, k, np.zeros((2, 5, 2, 8), np.float32), lse, **blhd)
+    with pytest.raises(cudakit.ShapeError, match=re.escape("got q (2, 5, 4, 8), k (1, 6, 4, 8)")):
+        cudakit.attention(q, k[:1], k[:1], **blhd)
+    with pytest.raises(cudakit.ShapeError, match="k and v have 3 heads and q has 4"):
+        cudakit.attention(q, k[:, :, :3], k[:, :, :3], **blhd)
+    q64, k64 = q.astype(np.float64), k.astype(np.float64)
+    np.testing.assert_array_equal(cudakit.attention(q64.tolist(), k64.tolist(), k64.tolist(), **blhd),
+                                  cudakit.attention(q64, k64, k64, **blhd))
+    typed = [(lambda: cudakit.attention(q, k, k, key_lengths=[[1], [2, 3]], **blhd), "key_lengths"),
+             (lambda: cudakit.attention(q, k, k, scale=np.complex128(0.3 + 5j), **blhd), "scale must be a real"),
+             (lambda: cudakit.attention(q, k, k, dropout_p=None, **blhd), "dropout_p"),
+             (lambda: cudakit.attention(q, k, k, window="ab", **blhd), "window"),
+             (lambda: cudakit.attention(q, k, k, layout=None), "layout"),
+             (lambda: cudakit.flash_attention(q, k, k, block_size="64", **blhd), "block_size")]
+    for call, what in typed:
+        with pytest.raises(cudakit.ArgumentTypeError, match=what):
+            call()
+    with pytest.raises(cudakit.ArgumentError, match="window") as e:
+        cudakit.attention(q, k, k, window=(-1, 2), **blhd)
+    assert not isinstance(e.value, TypeError)
+    vq = ac.data(rng, (8, 2, 8), "float32")
+    cu = [0, 4, 8]
+    for big in (2 ** 32, 2 ** 70):   # the padded scores' count past 2^63: the masks would repeat
+        with pytest.raises(cudakit.ArgumentError, match=re.escape("must be below 2**63")):
+            cudakit.attention_varlen(vq, vq, vq, cu, cu, big, big, dropout_p=0.5, seed=7)
+    assert cudakit.attention_varlen(vq, vq, vq, cu, cu, 2 ** 32, 2 ** 32).shape == vq.shape   # (no dropout)
+    with pytest.raises(cudakit.ArgumentTypeError, match="max_seqlen_q must be an int"):
+        cudakit.attention_varlen(vq, vq, vq, cu, cu, "5", 4)
+    with pytest.raises(cudakit.ShapeError, match=re.escape("(got 3 and 2 entries)")):
+        cudakit.attention_varlen(vq, vq, vq, cu, [0, 8], 4, 8)
+    with pytest.raises(cudakit.ArgumentTypeError, match="cu_seqlens_q must be an integer array"):
+        cudakit.attention_varlen(vq, vq, vq, [[0], [3, 7], 12], cu, 4, 4)
+    with pytest.raises(cudakit.DTypeError, match="lse must be a float array"):
+        cudakit.attention_varlen_backward(vq, vq, vq, vq, vq, "abc", cu, cu, 4, 4)

@@ -45,19 +45,41 @@ class AttentionOps:
 
     # ---- helpers ---------------------------------------------------------------------------
     @staticmethod
-    def _check_layout(op: str, layout, arrays: dict) -> bool:
-        """True for layout "blhd" (each array 4-D), False for "bhld"; ArgumentError otherwise."""
+    def _check_layout(op: str, layout, arrays: dict):
+        """None for layout "bhld"; for "blhd" the arrays (nested lists as NumPy arrays), each 4-D, with
+        shapes that agree as given, (B, L, H, D): k and v one shape with q's batch and head_dim and
+        heads Hkv equal to q's H or dividing it, grad_out and out q's shape (the errors name the
+        shapes the caller passed, not the (B, H, L, D) views the checks after it see). ArgumentError
+        for another layout."""
         if layout == "bhld":
-            return False
-        if layout != "blhd":
-            raise ArgumentError(f"{op}: layout must be 'bhld' ((..., L, D) arrays) or 'blhd' ((B, L, H, D) "
-                                f"arrays) (got {layout!r})")
+            return None
+        if not isinstance(layout, str) or layout != "blhd":
+            err = ArgumentError if isinstance(layout, str) else ArgumentTypeError
+            raise err(f"{op}: layout must be 'bhld' ((..., L, D) arrays) or 'blhd' ((B, L, H, D) "
+                      f"arrays) (got {layout!r})")
+        out = {}
         for name, x in arrays.items():
             require_array(op, name, x)
+            if isinstance(x, (list, tuple)):
+                try:
+                    x = np.asarray(x)
+                except ValueError as e:   # (a ragged nested list)
+                    raise ArgumentTypeError(f"{op}: {name} must be an array (got a ragged nested list: {e})") from None
             if getattr(x, "ndim", None) != 4:
                 raise ShapeError(f"{op}: with layout 'blhd' {name} must be (B, L, H, D) "
                                  f"(got shape {tuple(getattr(x, 'shape', ()))})")
-        return True
+            out[name] = x
+        qs, ks, vs = (tuple(out[a].shape) for a in ("q", "k", "v"))
+        if ks != vs or ks[0] != qs[0] or ks[3] != qs[3]:
+            raise ShapeError(f"{op}: with layout 'blhd' k and v must be (B, Lk, Hkv, D) of one shape with q's "
+                             f"batch and head_dim (B = {qs[0]}, D = {qs[3]}); got q {qs}, k {ks}, v {vs}")
+        if ks[2] != qs[2] and not (1 <= ks[2] < qs[2] and qs[2] % ks[2] == 0):
+            raise ShapeError(f"{op}: k and v have {ks[2]} heads and q has {qs[2]}: grouped-query attention needs "
+                             f"1 <= Hkv <= H with Hkv dividing H (layout 'blhd': heads are dim 2)")
+        for a in ("grad_out", "out"):
+            if a in out and tuple(out[a].shape) != qs:
+                raise ShapeError(f"{op}: {a} must have q's shape {qs} (got {tuple(out[a].shape)})")
+        return out
 
     def _bias(self, op: str, attn_bias, q, lk: int):
         """(4-D view (Bb, Hb, Lqb, Lkb) of attn_bias for Masks, heads per batch) after checking that
@@ -121,7 +143,11 @@ class AttentionOps:
         array is copied to the backend's device (a GPU array avoids the copy)."""
         host = None
         if isinstance(value, (list, tuple, np.ndarray)):
-            host = value = np.asarray(value)
+            try:
+                host = value = np.asarray(value)
+            except ValueError:   # (a ragged nested list)
+                raise ArgumentTypeError(f"{op}: {arg} must be an integer array (got a ragged list {value!r})") \
+                    from None
             if value.dtype == object:
                 raise ArgumentTypeError(f"{op}: {arg} must be an integer array (got {value!r})")
         x = self._xp().asarray(value) if host is not None else self._coerce(value, arg)
@@ -270,7 +296,8 @@ class AttentionOps:
         from ..kernels.attention import KEY_BLOCKS
         if not isinstance(block_size, numbers.Integral) or isinstance(block_size, (bool, np.bool_)) \
                 or block_size not in KEY_BLOCKS:   # an integer (np.int64 too), not 64.0 or True
-            raise ArgumentError(f"flash_attention: block_size must be one of {KEY_BLOCKS} (got {block_size!r})")
+            err = ArgumentError if isinstance(block_size, numbers.Integral) else ArgumentTypeError
+            raise err(f"flash_attention: block_size must be one of {KEY_BLOCKS} (got {block_size!r})")
         return self._attention_fwd("flash_attention", q, k, v, scale, causal, int(block_size), layout, window,
                                    key_lengths, attn_bias, (dropout_p, seed))[0]
 
@@ -278,9 +305,10 @@ class AttentionOps:
                        attn_bias=None, dropout=(0.0, 0), need_lse: bool = True):
         """(out, lse) of an attention forward; need_lse=False (attention()): lse may be None where a
         path that writes no statistics ran (cuDNN's inference graph)."""
-        if self._check_layout(op, layout, {"q": q, "k": k, "v": v}):
-            return self._attention_fwd_blhd(op, q, k, v, scale, causal, block_n, window, key_lengths, attn_bias,
-                                            dropout)
+        blhd = self._check_layout(op, layout, {"q": q, "k": k, "v": v})
+        if blhd is not None:
+            return self._attention_fwd_blhd(op, blhd["q"], blhd["k"], blhd["v"], scale, causal, block_n, window,
+                                            key_lengths, attn_bias, dropout)
         arrs, name, scale = self._attn_args(op, {"q": q, "k": k, "v": v}, scale, causal)
         q, k, v = arrs["q"], arrs["k"], arrs["v"]
         lead = tuple(q.shape[:-2])
@@ -342,10 +370,11 @@ class AttentionOps:
         cuDNN's deterministic backward). The CPU backend and float64 are deterministic anyway."""
         op = "attention_backward"
         check_bool(op, "deterministic", deterministic)
-        blhd = self._check_layout(op, layout, {"grad_out": grad_out, "q": q, "k": k, "v": v, "out": out})
+        given = self._check_layout(op, layout, {"grad_out": grad_out, "q": q, "k": k, "v": v, "out": out})
+        blhd = given is not None
         named = {"q": q, "k": k, "v": v, "grad_out": grad_out, "out": out}
         if blhd:   # checked as the (B, H, L, D) views
-            named = {a: x.swapaxes(1, 2) for a, x in named.items()}
+            named = {a: given[a].swapaxes(1, 2) for a in named}
         arrs, name, scale = self._attn_args(op, named, scale, causal)
         tq, tk, tv, tg, to = (arrs[a] for a in ("q", "k", "v", "grad_out", "out"))
         for a, x in (("grad_out", tg), ("out", to)):
@@ -430,8 +459,8 @@ def _dropout(op: str, p, seed):
     from .dropout_api import check_p, check_seed, threshold
     try:
         p = check_p(op, p)
-    except ArgumentError:
-        raise ArgumentError(f"{op}: dropout_p must be a real number in [0, 1) (got {p!r})") from None
+    except ArgumentError as e:   # (ArgumentTypeError for a value that is not a real number)
+        raise type(e)(f"{op}: dropout_p must be a real number in [0, 1) (got {p!r})") from None
     seed = check_seed(op, seed)
     return None if p == 0.0 else (threshold(p), 1.0 / (1.0 - p), seed)
 

@@ -37,9 +37,15 @@ def check_window(op: str, window):
         return None
     import numpy as np
     from ..errors import ArgumentError
-    if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(
-            w is None or (isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0) for w in window):
-        raise ArgumentError(f"{op}: window must be None or (left, right), each an int >= 0 or None (got {window!r})")
+    from ..errors import ArgumentTypeError
+    msg = f"{op}: window must be None or (left, right), each an int >= 0 or None (got {window!r})"
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise (ArgumentError if isinstance(window, (tuple, list)) else ArgumentTypeError)(msg)
+    if not all(w is None or (isinstance(w, (int, np.integer)) and not isinstance(w, (bool, np.bool_)))
+               for w in window):
+        raise ArgumentTypeError(msg)
+    if any(w is not None and w < 0 for w in window):
+        raise ArgumentError(msg)
     return tuple(None if w is None else int(w) for w in window)
 
 

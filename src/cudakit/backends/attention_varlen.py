@@ -16,7 +16,7 @@ import numpy as np
 from .attention_masks import Masks, check_window
 from .checks import check_bool, check_scale_range, finite_scalar, require_array
 from .normalization_api import is_float
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
 
 
 class VarlenAttentionOps:
@@ -68,6 +68,7 @@ class VarlenAttentionOps:
         q, k, v, cq, ck, mq, mk, scale, name, window = self._varlen_args(op, q, k, v, cu_q, cu_k, max_q, max_k,
                                                                          scale, causal, window)
         drop = _dropout(op, dropout_p, seed)
+        _check_dropout_index(op, drop, cq.shape[0] - 1, q.shape[1], mq, mk)
         with self._device_scope(q):
             mod = self._varlen_kernels(name)
             if mod is not None:
@@ -88,6 +89,7 @@ class VarlenAttentionOps:
         drop = _dropout(op, dropout_p, seed)
         q, k, v, cq, ck, mq, mk, scale, name, window = self._varlen_args(
             op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window)
+        _check_dropout_index(op, drop, cq.shape[0] - 1, q.shape[1], mq, mk)
         arrs, _ = self._norm_arrays(op, {"q": q, "grad_out": grad_out, "out": out})   # (errors name them against q)
         g, o = self._ascontiguous(arrs["grad_out"]), self._ascontiguous(arrs["out"])
         for a, x in (("grad_out", g), ("out", o)):
@@ -96,11 +98,11 @@ class VarlenAttentionOps:
         require_array(op, "lse", lse)
         lse = self._coerce(lse, "lse")
         self._check_devices({"q": q, "lse": lse})
-        if tuple(lse.shape) != tuple(q.shape[:2]):
-            raise ShapeError(f"{op}: lse must have shape {tuple(q.shape[:2])} (total_q, H) (got {tuple(lse.shape)})")
-        if not is_float(lse.dtype):
+        if not is_float(lse.dtype):   # (first: a string made a 0-d array is a wrong type, not a wrong shape)
             raise DTypeError(f"{op}: lse must be a float array: float16, bfloat16, float32 or float64 "
                              f"(got {lse.dtype})")
+        if tuple(lse.shape) != tuple(q.shape[:2]):
+            raise ShapeError(f"{op}: lse must have shape {tuple(q.shape[:2])} (total_q, H) (got {tuple(lse.shape)})")
         acc = "float64" if name == "float64" else "float32"
         lse = self._ascontiguous(lse.astype(acc, copy=False))
         groups = q.shape[1] // k.shape[1]
@@ -139,7 +141,7 @@ class VarlenAttentionOps:
         if cu_k is cu_q and (tk, mk) == (tq, mq):   # the same checks: neither checked nor copied twice
             ck, nk = cq, nq
         else:
-            ck, nk = self._cu_seqlens(op, "cu_seqlens_k", cu_k, tk, mk, q)
+            ck, nk = self._cu_seqlens(op, "cu_seqlens_k", cu_k, tk, mk, q, entries=cq.shape[0])
         if cu_k is cu_q or (nq is not None and nk is not None and np.array_equal(nq, nk)):
             ck = cq   # the same sequences for q and k, known here: the kernels may take cuDNN's ragged path
         if cq.shape[0] != ck.shape[0]:
@@ -151,15 +153,18 @@ class VarlenAttentionOps:
         check_bool(op, "causal", causal, ints=True)
         return q, k, v, cq, ck, mq, mk, scale, name, check_window(op, window)
 
-    def _cu_seqlens(self, op: str, arg: str, cu, total: int, max_len: int, q):
+    def _cu_seqlens(self, op: str, arg: str, cu, total: int, max_len: int, q, entries: int | None = None):
         """(cu as a C-contiguous int32/int64 array on q's device, its int64 host copy or None for a
-        device array); a host one checked here: (B + 1,) with B >= 0, 0 first, non-decreasing,
-        `total` last, no step above max_len."""
+        device array); a host one checked here: (B + 1,) with B >= 0 (`entries` of them where given:
+        cu_seqlens_q's count), 0 first, non-decreasing, `total` last, no step above max_len."""
         require_array(op, arg, cu)
         x, n = self._int_array(op, arg, cu)
         host = n is not None
         if x.ndim != 1 or x.shape[0] < 1:
             raise ShapeError(f"{op}: {arg} must be 1-D with B + 1 >= 1 entries (got shape {tuple(x.shape)})")
+        if entries is not None and x.shape[0] != entries:
+            raise ShapeError(f"{op}: cu_seqlens_q and cu_seqlens_k must both be (B + 1,) (got {entries} and "
+                             f"{x.shape[0]} entries)")
         if not host:
             self._check_devices({"q": q, arg: x})
         if host:
@@ -221,6 +226,18 @@ class VarlenAttentionOps:
 
 
 def _seqlen(op: str, arg: str, n) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise ArgumentTypeError(f"{op}: {arg} must be an int >= 0 (got {type(n).__name__} {n!r})")
+    if n < 0:
         raise ArgumentError(f"{op}: {arg} must be an int >= 0 (got {n!r})")
     return int(n)
+
+
+def _check_dropout_index(op: str, drop, b: int, h: int, mq: int, mk: int) -> None:
+    """With dropout, the padded scores' count B H max_seqlen_q max_seqlen_k indexes the dropout
+    stream in 64 bits: past 2^63 the index would wrap and repeat masks (the CPU backend's) or
+    overflow (the GPU's int64)."""
+    if drop is not None and b * h * mq * mk >= 1 << 63:
+        raise ArgumentError(f"{op}: with dropout, B * H * max_seqlen_q * max_seqlen_k must be below 2**63, "
+                            f"the dropout stream's index (got {b} * {h} * {mq} * {mk}); pass the longest "
+                            f"sequences' lengths as max_seqlen_q and max_seqlen_k")

@@ -48,6 +48,9 @@ def float_scalar(op: str, arg: str, v) -> float:
     (10**400) and an array of more than one element raise ArgumentError naming `arg`."""
     if isinstance(v, (bool, np.bool_)):
         raise ArgumentTypeError(f"{op}: {arg} must be a number (got the bool {v!r})")
+    dt = getattr(v, "dtype", None)
+    if isinstance(v, (complex, np.complexfloating)) or (isinstance(dt, np.dtype) and dt.kind == "c"):
+        raise ArgumentTypeError(f"{op}: {arg} must be a real number (got the complex {_short(v)})")
     if not isinstance(v, numbers.Real):
         size = getattr(v, "size", None)
         if size is not None and size != 1:

@@ -29,7 +29,9 @@ _TWO32 = 1 << 32
 
 
 def check_p(op: str, p) -> float:
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not (0.0 <= float_scalar(op, "p", p) < 1.0):
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real):
+        raise ArgumentTypeError(f"{op}: p must be a real number in [0, 1) (got p={p!r} of type {type(p).__name__})")
+    if not 0.0 <= float_scalar(op, "p", p) < 1.0:
         raise ArgumentError(f"{op}: p must be a real number in [0, 1) (got p={p!r})")
     return float(p)
 
