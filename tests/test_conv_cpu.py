@@ -238,6 +238,9 @@ def test_conv1d_errors(rng):
         cudakit.conv1d(x, w, padding=-1)
     with pytest.raises(cudakit.ShapeError, match="conv1d: x's 4 channels are not divisible by groups = 3"):
         cudakit.conv1d(x, w, groups=3)
+    # NumPy integers as conv2d takes them (found by a probing helper, 2026-11-28)
+    np.testing.assert_array_equal(cudakit.conv1d(x, w, stride=np.int64(2), padding=(np.int32(1),)),
+                                  cudakit.conv1d(x, w, stride=2, padding=1))
     with pytest.raises(cudakit.ShapeError, match=r"conv1d: weight must be \(K, C / groups, R\) .* got \(3, 2, 3\)"):
         cudakit.conv1d(x, w[:, :2])
     with pytest.raises(cudakit.ShapeError, match="larger than the padded input along L"):

@@ -285,8 +285,9 @@ class ConvOps:
                 if len(v) != 1:
                     raise ArgumentError(f"{op}: {name} must be an int or a 1-tuple (got {given!r})")
                 v = v[0]
-            if type(v) is not int:   # (bools, floats and NumPy scalars too, as conv2d's _pair)
+            if not _is_int(v):   # (an int or NumPy integer, not a bool or a float, as conv2d's _pair)
                 raise ArgumentError(f"{op}: {name} must be an int or a 1-tuple (got {given!r})")
+            v = int(v)
             if v < minimum:
                 raise ArgumentError(f"{op}: {name} must be >= {minimum} (got {given!r})")
             if v > MAX_INDEX:
