@@ -1,11 +1,14 @@
 """The CPU backend's layernorm, rmsnorm and batch_norm (cudakit.backends.cpu_normalization) against
 the independent float64 references of tests/norm_reference.py, which a finite-difference check
 validates in turn."""
+import re
+
 import norm_reference as ref
 import numpy as np
 import pytest
 from helpers import DTYPES, np_dtype
 
+import cudakit
 from cudakit.backends import cpu_normalization as cn
 
 HIDDEN = [1, 127, 769, 8193]
@@ -175,3 +178,43 @@ def test_batch_norm_inference(dtype, rng):
     want = want * ref.f64(gamma).reshape(shp) + ref.f64(beta).reshape(shp)
     ref.assert_close(y, want, dtype, "y")
     assert (rm == rm0).all() and (rv == rv0).all()
+
+
+def test_inputs_that_gave_silent_wrong_results_are_refused():
+    """Found by a probing helper (2026-11-28), each a silent wrong result before: batch_norm's
+    running statistics sharing memory (the variance update read the mean just written), given as
+    lists in training (the update went to a temporary copy), a momentum outside [0, 1] (a negative
+    running variance); an eps float32 rounds to 0 for 16- and 32-bit data (NaN for a constant
+    row); uint64 targets past 2^63 (cast to a negative index, dropped as ignore_index)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 2))
+    buf = np.r_[0.0, 0, 0, 1, 1, 1, 1]
+    for rm, rv in ((buf[:3], buf[:3]), (buf[0:3], buf[1:4]), (buf[0:6:2], buf[1:7:2])):
+        before = buf.copy()
+        with pytest.raises(cudakit.ArgumentError, match="running_mean and running_var overlap in memory"):
+            cudakit.batch_norm(x, None, None, rm, rv, True)
+        np.testing.assert_array_equal(buf, before)
+    with pytest.raises(cudakit.ArgumentTypeError, match="running_mean is updated in place"):
+        cudakit.batch_norm(x, None, None, [0.0, 0, 0], np.ones(3), True)
+    assert cudakit.batch_norm(x, None, None, [0.0, 0, 0], [1.0, 1, 1], False).shape == x.shape   # (read only)
+    for m in (-0.5, 1.5, 2.0):
+        with pytest.raises(cudakit.ArgumentError, match=re.escape(f"momentum must be in [0, 1] (got {m})")):
+            cudakit.batch_norm(x, None, None, np.zeros(3), np.ones(3), True, momentum=m)
+    for dt in ("float32", "float16"):
+        with pytest.raises(cudakit.ArgumentError, match="eps must be at least 1.4e-45"):
+            cudakit.layernorm(np.full((1, 4), 3, dt), eps=1e-50)
+        with pytest.raises(cudakit.ArgumentError, match="eps must be at least 1.4e-45"):
+            cudakit.rmsnorm(np.full((1, 4), 3, dt), eps=1e-50)
+    np.testing.assert_array_equal(cudakit.layernorm(np.full((1, 4), 3.0), eps=1e-50), np.zeros((1, 4)))   # float64
+    logits = rng.standard_normal((3, 4)).astype(np.float32)
+    with pytest.raises(cudakit.TargetIndexError):
+        cudakit.cross_entropy(logits, np.array([2 ** 64 - 100, 1, 2], np.uint64))
+    with pytest.raises(cudakit.ArgumentError, match="grad_loss = .* is beyond the float range"):
+        cudakit.cross_entropy_backward(10 ** 400, logits, np.array([0, 1, 2]))
+    for bad in ("no", None, 2):
+        with pytest.raises(cudakit.ArgumentTypeError, match="validate must be a bool"):
+            cudakit.cross_entropy(logits, np.array([0, 1, 2]), validate=bad)
+    for call in (lambda: cudakit.softmax(None), lambda: cudakit.dropout(None, 0.5),
+                 lambda: cudakit.cross_entropy(None, np.array([0]))):
+        with pytest.raises(cudakit.ArgumentTypeError, match="is required"):
+            call()

@@ -449,24 +449,25 @@ def cross_entropy(logits, targets, reduction="mean", ignore_index=-100, *, valid
     """Cross-entropy of (N, C) logits against int class targets, fused (no softmax written out).
     On CUDA an out-of-range target raises TargetIndexError at the next cudakit.check() unless
     validate=True (see Backend.cross_entropy)."""
-    if validate:
-        return backend_for(logits, targets).cross_entropy(logits, targets, reduction, ignore_index, validate=True)
+    if validate is not False:   # (True, or a value the backend refuses as not a bool)
+        return backend_for(logits, targets).cross_entropy(logits, targets, reduction, ignore_index,
+                                                          validate=validate)
     return _planned("cross_entropy", None, (logits, targets, reduction, ignore_index), 2)
 
 
 def cross_entropy_backward(grad_loss, logits, targets, reduction="mean", ignore_index=-100, *, validate=False):
     """dlogits of cross_entropy for the upstream gradient grad_loss."""
-    if validate:
+    if validate is not False:
         return backend_for(grad_loss, logits, targets).cross_entropy_backward(
-            grad_loss, logits, targets, reduction, ignore_index, validate=True)
+            grad_loss, logits, targets, reduction, ignore_index, validate=validate)
     return _planned("cross_entropy_backward", None, (grad_loss, logits, targets, reduction, ignore_index), 3)
 
 
 def cross_entropy_with_grad(logits, targets, reduction="mean", ignore_index=-100, *, validate=False):
     """(loss, dlogits) in one pass over the logits (training step with grad_loss = 1)."""
-    if validate:
+    if validate is not False:
         return backend_for(logits, targets).cross_entropy_with_grad(logits, targets, reduction, ignore_index,
-                                                                    validate=True)
+                                                                    validate=validate)
     return _planned("cross_entropy_with_grad", None, (logits, targets, reduction, ignore_index), 2)
 
 

@@ -133,17 +133,26 @@ def _short(v) -> str:
 
 
 def _span(a) -> tuple[int, int]:
-    """(first byte address, one past the last) of a C-contiguous NumPy or CuPy array."""
+    """(first byte address, one past the last) of the memory a NumPy or CuPy array spans (of a
+    strided one, from its lowest element to its highest: two interleaved views count as
+    overlapping)."""
     if type(a).__module__ == "numpy" or not hasattr(a, "data"):   # NumPy's .data is a buffer, not a pointer
         ptr = a.__array_interface__["data"][0]
     else:   # CuPy: a MemoryPointer
         ptr = a.data.ptr
-    return int(ptr), int(ptr) + int(a.nbytes)
+    lo = hi = int(ptr)
+    for n, s in zip(a.shape, a.strides):
+        if n > 1:
+            if s > 0:
+                hi += (n - 1) * s
+            else:
+                lo += (n - 1) * s
+    return lo, hi + int(a.itemsize)
 
 
 def check_distinct(op: str, arrays: dict) -> None:
-    """Raise ArgumentError when two of `arrays` ({label: C-contiguous array the op updates in
-    place}, None entries skipped) are the same array or overlap in memory -- one would be updated
+    """Raise ArgumentError when two of `arrays` ({label: array the op updates in place}, None
+    entries skipped) are the same array or overlap in memory -- one would be updated
     twice, or through the other -- naming both."""
     labels = list(arrays)
     spans = sorted((*_span(a), i) for i, a in enumerate(arrays.values()) if a is not None and a.nbytes)

@@ -181,6 +181,8 @@ class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuL
     def _coerce(self, x, arg):
         if isinstance(x, np.ndarray):
             return x
+        if x is None:   # (an object array would be reported as a dtype)
+            raise ArgumentTypeError(f"{arg} is required: an array (got None)")
         if hasattr(x, "__cuda_array_interface__") or _dlpack_on_cuda(x):
             raise DeviceError(f"{arg} is on a CUDA device but this is the CPU backend; "
                               f"copy it with cudakit.to_host() or use the CUDA backend")

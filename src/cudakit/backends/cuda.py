@@ -10,7 +10,7 @@ import contextlib
 
 import numpy as np
 
-from ..errors import DeviceError
+from ..errors import ArgumentTypeError, DeviceError
 from ..kernels import conv, cudnn   # import neither CuPy, Triton nor cuDNN until a kernel runs
 from ..kernels.paths import conv_path_key
 from ..kernels.transpose import contiguous
@@ -169,6 +169,8 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         cp = self._cp
         if isinstance(x, cp.ndarray):
             return x
+        if x is None:
+            raise ArgumentTypeError(f"{arg} is required: an array (got None)")
         if hasattr(x, "__cuda_array_interface__"):
             return cp.asarray(x)
         if _dlpack_on_cuda(x):

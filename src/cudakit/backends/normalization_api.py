@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import numbers
 
-from ..errors import ArgumentError, DTypeError, ShapeError
-from .checks import check_bool, check_writeable, finite_scalar, require_array
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+from .checks import check_bool, check_distinct, check_writeable, finite_scalar, require_array
 from .softmax_api import last_axis_rows
 
 
@@ -37,10 +39,20 @@ def _prod(shape) -> int:
     return n
 
 
-def _check_eps(op: str, eps) -> float:
+# the least eps 16- and 32-bit data take: their statistics are in float32, where a smaller one is 0
+# (and var + eps of a constant row 0, its rstd inf, its output NaN)
+EPS_MIN_F32 = float(np.finfo(np.float32).smallest_subnormal)
+
+
+def _check_eps(op: str, eps, x=None) -> float:
+    """eps as a float, > 0 and finite; for x (the input as given) not float64, at least
+    EPS_MIN_F32."""
     f = finite_scalar(op, "eps", eps)
     if f <= 0:
         raise ArgumentError(f"{op}: eps must be a finite number > 0 (got {eps!r})")
+    if f < EPS_MIN_F32 and getattr(x, "dtype", None) is not None and np.dtype(x.dtype) != np.float64:
+        raise ArgumentError(f"{op}: eps must be at least {EPS_MIN_F32:.3g} for {np.dtype(x.dtype).name} data, "
+                            f"whose statistics are float32, where a smaller eps is 0 (got {eps!r})")
     return f
 
 
@@ -155,7 +167,7 @@ class NormalizationOps:
         if r is not None:
             return r
         op = "layernorm"
-        eps = _check_eps(op, eps)
+        eps = _check_eps(op, eps, x)
         r = self._norm_fast_rows(x, (weight, bias), normalized_ndim)
         if r is not None:  # the common call, with a fraction of the host time of the checks below
             y, mean, rstd = self._norm_module().layernorm_forward(r, weight, bias, eps)
@@ -217,7 +229,7 @@ class NormalizationOps:
         if r is not None:
             return r
         op = "rmsnorm"
-        eps = _check_eps(op, eps)
+        eps = _check_eps(op, eps, x)
         r = self._norm_fast_rows(x, (weight,), normalized_ndim)
         if r is not None:
             y, rstd = self._norm_module().rmsnorm_forward(r, weight, eps)
@@ -274,8 +286,10 @@ class NormalizationOps:
         """batch_norm() that also returns (save_mean, save_invstd), each (C,) float32 (float64 for
         float64 x), invstd = 1 / sqrt(var + eps): (y, save_mean, save_invstd)."""
         op = "batch_norm"
-        eps = _check_eps(op, eps)
+        eps = _check_eps(op, eps, x)
         momentum = _check_real(op, "momentum", momentum)
+        if not 0.0 <= momentum <= 1.0:   # (outside, the running variance can turn negative)
+            raise ArgumentError(f"{op}: momentum must be in [0, 1] (got {momentum!r})")
         training = check_bool(op, "training", training)
         a, _ = self._norm_arrays(op, {"x": x, "gamma": gamma, "beta": beta, "running_mean": running_mean,
                                       "running_var": running_var})
@@ -293,9 +307,13 @@ class NormalizationOps:
             raise ArgumentError(f"{op}: training needs more than one value per channel (x has shape "
                                 f"{tuple(x.shape)})")
         if training:   # validate everything before writing anything: both statistics are written
-            for n in ("running_mean", "running_var"):
+            for n, given in (("running_mean", running_mean), ("running_var", running_var)):
+                if a[n] is not None and a[n] is not given:   # (a list made an array: the update would be lost)
+                    raise ArgumentTypeError(f"{op}: with training=True {n} is updated in place, so it must be an "
+                                            f"array of this backend (got {type(given).__name__})")
                 if a[n] is not None:
                     check_writeable(op, n, a[n])
+            check_distinct(op, {"running_mean": rm, "running_var": rv})
         if x.size == 0:
             return self._bn_empty(x, rm, rv, training, eps)
         with self._device_scope(x):

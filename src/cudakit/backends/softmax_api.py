@@ -28,6 +28,7 @@ from __future__ import annotations
 import numbers
 
 from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError, TargetIndexError
+from .checks import float_scalar
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -219,6 +220,8 @@ class SoftmaxOps:
                              f"{tuple(logits.shape)}); got {tuple(targets.shape)}")
         self._check_devices({"logits": logits, "targets": targets})
         with self._device_scope(logits):
+            if targets.dtype.name == "uint64":   # past 2^63 a cast would wrap (to ignore_index, say): clamp,
+                targets = self._xp().minimum(targets, (1 << 63) - 1)   # out of range for every C, as it was
             if targets.dtype.name not in ("int32", "int64"):
                 targets = targets.astype("int64")
             return self._ascontiguous(logits), self._ascontiguous(targets), reduction, ignore_index
@@ -231,7 +234,7 @@ class SoftmaxOps:
             if isinstance(grad_loss, numbers.Real) and not isinstance(grad_loss, bool):
                 if reduction == "none":
                     raise ShapeError(f"{op}: reduction='none' needs grad_loss of shape ({n},); got a scalar")
-                return self._scalar_array(grad_loss, acc).reshape(1)
+                return self._scalar_array(float_scalar(op, "grad_loss", grad_loss), acc).reshape(1)
             gl = self._coerce(grad_loss, "grad_loss")
             self._check_dtype(gl, "grad_loss", op)
             self._check_devices({"logits": logits, "grad_loss": gl})

@@ -445,6 +445,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
 
 _fast: dict = {}   # (kind, shape, dtype, device, 16-byte aligned) -> launch plan, or None: not this path
 _INF = float("inf")
+_EPS_MIN = 1.401298464324817e-45   # float32's least subnormal (backends/normalization_api.py EPS_MIN_F32)
 
 
 def _plan_fast(kind: str, shape: tuple, dtype, dev: int, aligned: bool):
@@ -477,8 +478,8 @@ def forward_fast(kind: str, x, weight, bias, eps, stats: bool = False):
     if env is None:
         return None
     _, ndarray, get_device, _ = env
-    if type(x) is not ndarray or type(eps) is not float or not 0.0 < eps < _INF or not x._c_contiguous:
-        return None
+    if type(x) is not ndarray or type(eps) is not float or not _EPS_MIN <= eps < _INF or not x._c_contiguous:
+        return None   # (an eps float32 rounds to 0: the checked path refuses it for 16- and 32-bit data)
     shape, dtype = x.shape, x.dtype
     dev = get_device()
     if not shape or x.data.device_id != dev:
