@@ -312,3 +312,25 @@ def test_own_gradient_buffers(rng):
             g[...] = h
         opt.step()
     assert_close(opt.params, want, "float32", False)
+
+
+def test_flags_must_be_bools_and_a_read_only_parameter_stops_step_before_any_write():
+    """Found by a probing helper (2026-11-28): a string flag counted as True (maximize="False"
+    ascended), and step() after a parameter was made read-only updated the ones before it, then
+    raised NumPy's error with the step count unchanged (a retry updated them twice)."""
+    p = [np.zeros(3, np.float32)]
+    for cls, flag, kw in ((cudakit.SGD, "maximize", dict(lr=1.0, maximize="False")),
+                          (cudakit.SGD, "nesterov", dict(lr=0.1, momentum=0.9, nesterov="no")),
+                          (cudakit.Adam, "amsgrad", dict(amsgrad="False")),
+                          (cudakit.Adam, "master_weights", dict(master_weights="no")),
+                          (cudakit.AdamW, "maximize", dict(maximize=np.array([1, 0])))):
+        with pytest.raises(cudakit.ArgumentTypeError, match=f"{flag} must be a bool"):
+            cls(p, **kw)
+    assert cudakit.SGD(p, lr=1.0, maximize=np.bool_(True)).hyper.maximize
+    ps = [np.ones(3, np.float32), np.ones(2, np.float32)]
+    opt = cudakit.SGD(ps, lr=0.1, momentum=0.9)
+    ps[1].flags.writeable = False
+    with pytest.raises(cudakit.ArgumentError, match=r"params\[1\] is read-only"):
+        opt.step([np.ones(3, np.float32), np.ones(2, np.float32)])
+    np.testing.assert_array_equal(ps[0], np.ones(3, np.float32))
+    assert opt.hyper.step == 0

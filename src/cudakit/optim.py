@@ -102,6 +102,15 @@ class OptimizerState:
                                 f"(got momentum={self.momentum!r}, dampening={self.dampening!r})")
         if isinstance(self.step, bool) or not isinstance(self.step, numbers.Integral) or self.step < 0:
             raise ArgumentError(f"step must be an integer >= 0 (got {self.step!r})")
+        for name in ("nesterov", "amsgrad", "decoupled_weight_decay", "maximize"):
+            _flag(getattr(self, name), name)
+
+
+def _flag(v, name: str) -> bool:
+    """v, a bool (NumPy's too): a string such as "False" would count as True."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise ArgumentTypeError(f"{name} must be a bool (got {type(v).__name__} {v!r})")
+    return bool(v)
 
 
 def _real(v, name: str) -> float:
@@ -588,7 +597,7 @@ class _Optimizer:
         self.params = ps
         self._dtypes = _check_params(ps)
         self.hyper = hyper
-        self.master_weights = bool(master_weights)
+        self.master_weights = _flag(master_weights, "master_weights")
         self._state = {k: [_zeros_like_state(p, dt, self._where) for p, dt in zip(ps, self._dtypes)]
                        for k in self._structure(hyper)}
         self._master = [_master_copy(p, self._where) if self.master_weights and dt in ("float16", "bfloat16")
@@ -659,6 +668,10 @@ class _Optimizer:
         if grads is None:
             grads = self.grads
         if self._where == "cpu":
+            for i, p in enumerate(self.params):   # (made read-only after construction: refused before any write)
+                if not p.flags.writeable:
+                    raise ArgumentError(f"{self._name}: params[{i}] is read-only; optimizers update parameters "
+                                        f"in place")
             self._step_cpu(_check_grads(_as_list(grads, "grads")[0], self.params, self._dtypes, "cpu"))
         else:
             dyn = self._dynamic_buffers()
