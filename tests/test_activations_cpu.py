@@ -116,6 +116,8 @@ def test_activation_by_kind_and_bad_input():
         cudakit.activation(x, "softplus")
     with pytest.raises(ValueError, match="approximate must be 'tanh' or 'none'"):
         cudakit.gelu(x, approximate="fast")
+    with pytest.raises(cudakit.ArgumentTypeError, match="approximate must be 'tanh' or 'none'"):
+        cudakit.gelu(x, approximate=np.array(["tanh", "none"]))   # (was NumPy's truth-value error)
     with pytest.raises(ValueError, match="negative_slope must be a finite number"):
         cudakit.leaky_relu(x, float("nan"))
     with pytest.raises(cudakit.ShapeError):

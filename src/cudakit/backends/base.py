@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
 from .attention_api import AttentionOps
 from .attention_varlen import VarlenAttentionOps
 from .conv_api import ConvOps
@@ -44,6 +44,9 @@ def _slope(v) -> float:
 
 
 def _gelu_op(approximate: str) -> str:
+    if not isinstance(approximate, str):   # (an array compared with a string is an array: no truth value)
+        raise ArgumentTypeError(f"approximate must be 'tanh' or 'none' (got {type(approximate).__name__} "
+                                f"{approximate!r})")
     if approximate == "tanh":
         return "gelu_tanh"
     if approximate in ("none", "erf"):
