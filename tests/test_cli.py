@@ -206,3 +206,13 @@ def test_bench_from_python():
     assert lines and lines[0].startswith("device: ") and "max err" in cudakit.bench.format_table(rec)
     with pytest.raises(ValueError, match="unknown op.*nosuch; known: "):
         cudakit.bench.run(ops=["nosuch"], quick=True, cpu=True, progress=False)
+
+
+def test_an_unwritable_output_path_is_one_line_and_exit_2(tmp_path):
+    """A path a command cannot write (a missing folder, a folder) is one error line naming the
+    command and the path, exit status 2, not a traceback (found by a probing helper)."""
+    results = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results")
+    for out in (str(tmp_path / "missing" / "x.md"), str(tmp_path)):
+        r = run("report", "--results", results, "--output", out, "--docs", "", "--no-plots")
+        assert r.returncode == 2, (r.returncode, r.stderr[-500:])
+        assert "Traceback" not in r.stderr and r.stderr.strip().splitlines()[-1].startswith("cudakit report: error:")

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 import cudakit
@@ -55,3 +57,30 @@ def test_native_args_code_each_signature_once(monkeypatch):
     assert len(compiler._SIGNATURES) == 2
     assert compiler._native_args((Arr(1), 3)) is None          # a Python int: CuPy's marshalling
     assert compiler._SIGNATURES[(Arr, int)] is None
+
+
+def test_launch_dimensions_are_ints_never_truncated_or_split():
+    """Found by a probing helper (2026-11-28): a float block was truncated (32.9 -> 32), a string
+    split into digits ("32" -> (3, 2)), NumPy integers refused; shared_mem took floats and None
+    failed with a bare TypeError; launch_config took floats and bools."""
+    import numpy as np
+
+    import cudakit
+    for grid, block, what in ((1, (32.9,), "block must be an int (got float 32.9)"),
+                              ((2.5,), 32, "grid must be an int (got float 2.5)"),
+                              (1, "32", "block must be an int or a tuple of up to 3 ints (got '32')"),
+                              (1, (True,), "block must be an int (got the bool True)")):
+        with pytest.raises(LaunchError, match=re.escape(what)):
+            cudakit.LaunchConfig(grid, block)
+    cfg = cudakit.LaunchConfig((np.int32(4), 2), [32, np.int64(2)], np.int64(128))
+    assert (cfg.grid, cfg.block, cfg.shared_mem) == ((4, 2, 1), (32, 2, 1), 128)
+    assert all(type(v) is int for v in cfg.grid + cfg.block + (cfg.shared_mem,))
+    for bad in (1.5, None, True):
+        with pytest.raises(LaunchError, match="shared_mem must be an int"):
+            cudakit.LaunchConfig(1, 32, bad)
+    with pytest.raises(LaunchError, match=re.escape("n must be an int (got float 10.5)")):
+        cudakit.launch_config(10.5)
+    with pytest.raises(LaunchError, match="threads must be an int"):
+        cudakit.launch_config(100, True)
+    assert cudakit.launch_config(np.int64(1000), np.int32(128)) == (8, 128)
+    assert cudakit.launch_config(0) == (0, 256)

@@ -327,7 +327,11 @@ def main(argv=None) -> int:
     if not getattr(args, "fn", None):
         p.print_help()
         return 0
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except OSError as e:   # a path the command cannot read or write (--output in a missing folder): one line
+        print(f"cudakit {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

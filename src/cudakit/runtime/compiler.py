@@ -209,16 +209,19 @@ class Kernel:
         cp = _cupy.cupy()
         dev = cp.cuda.runtime.getDevice()
         f = self._funcs.get(dev) or self._function(dev)
-        g = grid if type(grid) is tuple and len(grid) == 3 else _launch._dim3(grid, "grid")
-        b = block if type(block) is tuple and len(block) == 3 else _launch._dim3(block, "block")
+        g, b = _launch.dims3(grid, block)
+        if type(shared_mem) is not int:
+            shared_mem = _launch._index(shared_mem, "shared_mem")
         max_threads, max_shared = self._limits[dev]
         _launch.validate(g, b, shared_mem, max_threads, max_shared, self.name)
         _launch_function(self.name, f, g, b, args, shared_mem, stream)
 
     def __getitem__(self, cfg):
+        if isinstance(cfg, _launch.LaunchConfig):   # kernel[LaunchConfig(grid, block, shared_mem)]
+            return lambda *args: self.launch(cfg.grid, cfg.block, args, cfg.shared_mem, None)
         if not isinstance(cfg, tuple) or not 2 <= len(cfg) <= 4:
-            raise LaunchError("use kernel[grid, block], kernel[grid, block, shared_mem] or "
-                              "kernel[grid, block, shared_mem, stream]", self.name)
+            raise LaunchError("use kernel[grid, block], kernel[grid, block, shared_mem], "
+                              "kernel[grid, block, shared_mem, stream] or kernel[LaunchConfig(...)]", self.name)
         grid, block, shared, stream = (tuple(cfg) + (0, None))[:4]
         return lambda *args: self.launch(grid, block, args, shared, stream)
 

@@ -3,6 +3,7 @@ single launch path every cudakit kernel goes through (profiling, error attributi
 from __future__ import annotations
 
 import collections
+import operator
 from dataclasses import dataclass
 
 from ..errors import LaunchError
@@ -23,16 +24,37 @@ def _refresh() -> None:
     native.close_fast_gate()  # CUDAKIT_LAUNCH_BLOCKING may have changed: the Python path decides again
 
 
-def _dim3(v, what: str) -> tuple[int, int, int]:
-    if isinstance(v, int) and not isinstance(v, bool):
-        v = (v,)
+def _index(x, what: str) -> int:
+    """x as an int: an int or an integer type (NumPy's too), not a bool, a float or a string (which
+    int() would truncate or split instead of refusing)."""
+    if type(x) is int:
+        return x
+    if type(x).__name__ in ("bool", "bool_"):
+        raise LaunchError(f"{what} must be an int (got the bool {x!r})")
     try:
-        t = tuple(int(x) for x in v)
+        return operator.index(x)
     except TypeError:
-        raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints (got {v!r})") from None
+        raise LaunchError(f"{what} must be an int (got {type(x).__name__} {x!r})") from None
+
+
+def _dim3(v, what: str) -> tuple[int, int, int]:
+    if not isinstance(v, (tuple, list)):
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__index__"):
+            raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints (got {v!r})")
+        v = (v,)
+    t = tuple(_index(x, what) for x in v)
     if not 1 <= len(t) <= 3:
         raise LaunchError(f"{what} must have 1 to 3 dimensions (got {len(t)})")
     return t + (1,) * (3 - len(t))
+
+
+def dims3(grid, block) -> tuple[tuple, tuple]:
+    """(grid, block) as 3-tuples of ints (_dim3), the usual 3-tuples of ints as they are."""
+    g = grid if type(grid) is tuple and len(grid) == 3 and all(type(x) is int for x in grid) else \
+        _dim3(grid, "grid")
+    b = block if type(block) is tuple and len(block) == 3 and all(type(x) is int for x in block) else \
+        _dim3(block, "block")
+    return g, b
 
 
 @dataclass(frozen=True)
@@ -49,6 +71,7 @@ class LaunchConfig:
         g, b = _dim3(self.grid, "grid"), _dim3(self.block, "block")
         object.__setattr__(self, "grid", g)
         object.__setattr__(self, "block", b)
+        object.__setattr__(self, "shared_mem", _index(self.shared_mem, "shared_mem"))
         validate(g, b, self.shared_mem)
 
 
@@ -64,16 +87,20 @@ def validate(grid: tuple, block: tuple, shared_mem: int = 0, max_threads: int = 
     for i, (g, lim) in enumerate(zip(grid, MAX_GRID)):
         if not 1 <= g <= lim:
             raise LaunchError(f"grid dimension {i} must be in [1, {lim}] (got {g})", kernel, grid, block)
+    if type(shared_mem) is not int:
+        shared_mem = _index(shared_mem, "shared_mem")
     if shared_mem < 0 or (max_shared is not None and shared_mem > max_shared):
-        raise LaunchError(f"dynamic shared memory must be in [0, {max_shared}] bytes (got {shared_mem})",
-                          kernel, grid, block)
+        limit = f"[0, {max_shared}] bytes" if max_shared is not None else ">= 0 bytes"
+        raise LaunchError(f"dynamic shared memory must be in {limit} (got {shared_mem})", kernel, grid, block)
 
 
 def launch_config(n: int, threads: int = 256) -> tuple[int, int]:
     """(grid, block) for a 1-D launch of one thread per element: grid = ceil(n / threads).
 
-    A grid-stride kernel may take fewer blocks; n = 0 gives grid 0 (launch nothing).
+    A grid-stride kernel may take fewer blocks; n = 0 gives grid 0: nothing to launch (skip the
+    launch: a launch of grid 0 is refused). n and threads: ints (NumPy's too), not floats or bools.
     """
+    n, threads = _index(n, "n"), _index(threads, "threads")
     if not 1 <= threads <= MAX_THREADS_PER_BLOCK:
         raise LaunchError(f"threads must be in [1, {MAX_THREADS_PER_BLOCK}] (got {threads})")
     if n < 0:
