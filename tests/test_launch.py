@@ -84,3 +84,14 @@ def test_launch_dimensions_are_ints_never_truncated_or_split():
         cudakit.launch_config(100, True)
     assert cudakit.launch_config(np.int64(1000), np.int32(128)) == (8, 128)
     assert cudakit.launch_config(0) == (0, 256)
+
+
+def test_compiler_options_string_is_one_option():
+    """compile_ptx(options="-lineinfo") passed its characters to the compiler as options, and
+    autotune(key="n") took "n" as a list of one-letter names (found by a probing helper)."""
+    from cudakit.runtime.compiler import _options
+    assert _options("-lineinfo") == ("-lineinfo",) and _options(["-a", "-b"]) == ("-a", "-b")
+    with pytest.raises(cudakit.ArgumentTypeError, match="options must be strings"):
+        _options(["-a", 1])
+    with pytest.raises(cudakit.ArgumentTypeError, match="options must be a string or a sequence"):
+        _options(3)

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from .. import __version__, profiler
-from ..errors import CacheError, CompileError, LaunchError
+from ..errors import ArgumentTypeError, CacheError, CompileError, LaunchError
 from . import _cupy, cache as _cache, launch as _launch
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,21 @@ def _write_entry(path: Path, binary: bytes, mapping: dict) -> None:
         log.warning("could not write kernel cache entry %s: %s", path, e)
 
 
+def _options(options) -> tuple:
+    """Compiler options as a tuple of strings: one string is one option ("-lineinfo"), not its
+    characters."""
+    if isinstance(options, str):
+        return (options,)
+    try:
+        opts = tuple(options)
+    except TypeError:
+        raise ArgumentTypeError(f"options must be a string or a sequence of strings (got {options!r})") from None
+    bad = [o for o in opts if not isinstance(o, str)]
+    if bad:
+        raise ArgumentTypeError(f"options must be strings (got {bad[0]!r})")
+    return opts
+
+
 def compile_to_cubin(source: str, options=(), name_expressions=(), arch: str | None = None,
                      source_name: str = "cudakit_kernel.cu") -> tuple[bytes, dict]:
     """Compile CUDA C++ with NVRTC -> (cubin bytes, {name expression: lowered name}).
@@ -92,7 +107,7 @@ def compile_to_cubin(source: str, options=(), name_expressions=(), arch: str | N
     Served from the memory and disk caches when the same inputs were compiled before.
     """
     arch = arch or current_arch()
-    opts = tuple(DEFAULT_OPTIONS) + tuple(options) + (f"-arch={arch}",)
+    opts = tuple(DEFAULT_OPTIONS) + _options(options) + (f"-arch={arch}",)
     names = tuple(name_expressions)
     key = _cache_key(source, opts, names, arch)
     hit = _memory_cache.get(key)
@@ -383,7 +398,7 @@ def compile_ptx(source: str, path=None, options=(), arch: str | None = None,
     """
     if compiler not in ("nvrtc", "nvcc"):
         raise ValueError(f"compiler must be 'nvrtc' or 'nvcc' (got {compiler!r})")
-    opts = tuple(DEFAULT_OPTIONS) + tuple(options) + (f"-arch={_virtual_arch(arch or current_arch())}",)
+    opts = tuple(DEFAULT_OPTIONS) + _options(options) + (f"-arch={_virtual_arch(arch or current_arch())}",)
     ptx = (_nvrtc_ptx if compiler == "nvrtc" else _nvcc_ptx)(source, opts, source_name)
     if path is not None:
         p = Path(path)

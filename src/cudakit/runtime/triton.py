@@ -570,7 +570,10 @@ def autotune(configs, key, restore=(), warmup: int = 2, reps: int = 10):
     process does not tune again. CUDAKIT_AUTOTUNE=0 uses the first config; CUDAKIT_AUTOTUNE_LOG=1
     logs every trial.
     """
+    key = [key] if isinstance(key, str) else list(key)   # (one name, not its characters)
+    restore = [restore] if isinstance(restore, str) else list(restore)
+
     def wrap(kernel):
-        return Autotuned(kernel, list(configs), list(key), list(restore), warmup, reps)
+        return Autotuned(kernel, list(configs), key, restore, warmup, reps)
     return wrap
 
