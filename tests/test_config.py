@@ -13,7 +13,7 @@ def test_parse_size(text, expected):
     assert config.parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["eight gigs", "150%", "0%", "-5", "5 parsecs"])
+@pytest.mark.parametrize("bad", ["eight gigs", "150%", "0%", "-5", "5 parsecs", float("inf"), float("nan")])
 def test_parse_size_rejects(bad):
     with pytest.raises(ValueError, match="memory"):
         config.parse_size(bad)
@@ -131,3 +131,16 @@ def test_attention_dropout_stream_setting(monkeypatch):
         config.reload()
     monkeypatch.delenv("CUDAKIT_ATTENTION_DROPOUT")
     config.reload()
+
+
+def test_set_limit_checks_its_arguments_before_the_pool():
+    """memory.set_limit: an infinite size was an OverflowError, a string fraction NumPy's TypeError,
+    a bad size a plain ValueError (found by a probing helper); now cudakit's errors naming the call,
+    raised before the pool is touched (so also without a GPU)."""
+    from cudakit.runtime import memory
+    for kw, err, what in (({"bytes": float("inf")}, cudakit.ArgumentError, "finite number of bytes"),
+                          ({"bytes": "abc"}, cudakit.ArgumentError, "bad memory size 'abc'"),
+                          ({"fraction": "x"}, cudakit.ArgumentTypeError, "fraction must be a number"),
+                          ({"fraction": 1.5}, cudakit.ArgumentError, "fraction must be in")):
+        with pytest.raises(err, match=what):
+            memory.set_limit(**kw)

@@ -206,6 +206,8 @@ def parse_size(text: str | int | float) -> tuple[int | None, float | None]:
     Raises ValueError naming the text when it is neither.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text != text or text in (float("inf"), float("-inf")):
+            raise ValueError(f"memory size must be a finite number of bytes (got {text})")
         if text < 0:
             raise ValueError(f"memory size must be >= 0 (got {text})")
         if 0 < text < 1:   # 0.8 meant as a fraction would silently be 0 bytes: no cap at all

@@ -300,14 +300,22 @@ def set_limit(bytes: int | str | None = None, fraction: float | None = None,
     """Cap the pool of `device` (default: current): `bytes` (an int or "8GiB") or `fraction`
     of total device memory (0 < fraction <= 1; "80%" as `bytes` also works). No argument removes
     the cap. Allocations past it raise OutOfMemoryError."""
+    import numbers
+
     from ..config import parse_size
+    from ..errors import ArgumentError, ArgumentTypeError
     if bytes is not None and fraction is not None:
-        raise ValueError("give bytes or fraction, not both")
+        raise ArgumentError("set_limit: give bytes or fraction, not both")
     if bytes is not None:
-        bytes, frac = parse_size(bytes)
+        try:
+            bytes, frac = parse_size(bytes)
+        except ValueError as e:
+            raise ArgumentError(f"set_limit: {e}") from None
         fraction = frac if frac is not None else None
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, numbers.Real)):
+        raise ArgumentTypeError(f"set_limit: fraction must be a number in (0, 1] (got {fraction!r})")
     if fraction is not None and not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1] (got {fraction})")
+        raise ArgumentError(f"set_limit: fraction must be in (0, 1] (got {fraction})")
     pool = ensure_installed()
     with _on_device(device):
         if fraction is not None:
