@@ -76,3 +76,14 @@ print("TORCH", "torch" in sys.modules)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("TYPEERROR") == 3 and "missing argument 'n'" in r.stdout
     assert "TORCH False" in r.stdout
+
+
+def test_triton_config_types():
+    """num_warps=True, num_stages=2.5 and kwargs=None were accepted (found by a probing helper)."""
+    for kw, what in (({"num_warps": True}, "num_warps must be an int"), ({"num_stages": 2.5}, "num_stages must be an int"),
+                     ({"kwargs": None}, "kwargs must be a dict"), ({"num_warps": "4"}, "num_warps must be an int")):
+        with pytest.raises(cudakit.ArgumentTypeError, match=what):
+            cudakit.TritonConfig(**kw)
+    with pytest.raises(cudakit.ArgumentError, match="num_warps must be a power of two"):
+        cudakit.TritonConfig(num_warps=3)
+    assert cudakit.TritonConfig({"B": 1}, 8, 2).num_warps == 8

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import numbers
 import threading
 from dataclasses import dataclass, field
 
@@ -106,10 +107,17 @@ class Config:
     num_stages: int = 3
 
     def __post_init__(self):
+        from ..errors import ArgumentError, ArgumentTypeError
+        if not isinstance(self.kwargs, dict):
+            raise ArgumentTypeError(f"kwargs must be a dict of constexpr values (got {self.kwargs!r})")
+        for name in ("num_warps", "num_stages"):   # (a bool or a float compared equal to an int: refused)
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise ArgumentTypeError(f"{name} must be an int (got {type(v).__name__} {v!r})")
         if self.num_warps not in (1, 2, 4, 8, 16, 32):
-            raise ValueError(f"num_warps must be a power of two in [1, 32] (got {self.num_warps})")
+            raise ArgumentError(f"num_warps must be a power of two in [1, 32] (got {self.num_warps})")
         if self.num_stages < 1:
-            raise ValueError(f"num_stages must be >= 1 (got {self.num_stages})")
+            raise ArgumentError(f"num_stages must be >= 1 (got {self.num_stages})")
 
     def key(self) -> str:
         return json.dumps([sorted(self.kwargs.items()), self.num_warps, self.num_stages], default=str)
