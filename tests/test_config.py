@@ -144,3 +144,12 @@ def test_set_limit_checks_its_arguments_before_the_pool():
                           ({"fraction": 1.5}, cudakit.ArgumentError, "fraction must be in")):
         with pytest.raises(err, match=what):
             memory.set_limit(**kw)
+
+
+def test_to_host_out_must_be_a_numpy_array():
+    """to_host(x, out=[0, 0, 0]) was an AttributeError (found by a probing helper)."""
+    import numpy as np
+    with pytest.raises(cudakit.ArgumentTypeError, match="out must be a NumPy array"):
+        cudakit.to_host(np.ones(3), out=[0, 0, 0])
+    out = np.zeros(3)
+    assert cudakit.to_host(np.ones(3), out=out) is out and out.sum() == 3

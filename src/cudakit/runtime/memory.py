@@ -453,6 +453,9 @@ def to_host(x, out=None, stream=None, non_blocking: bool = False):
     A NumPy array `x` is already on the host: a copy of it is returned (into `out` when given,
     which must then have x's shape), no GPU needed."""
     import numpy as np
+    if out is not None and not isinstance(out, np.ndarray):
+        from ..errors import ArgumentTypeError
+        raise ArgumentTypeError(f"to_host: out must be a NumPy array (got {type(out).__name__})")
     if isinstance(x, np.ndarray):
         if out is None:
             return x.copy()
