@@ -95,3 +95,21 @@ def test_compiler_options_string_is_one_option():
         _options(["-a", 1])
     with pytest.raises(cudakit.ArgumentTypeError, match="options must be a string or a sequence"):
         _options(3)
+
+
+def test_compile_ptx_without_arch_or_gpu_and_to_a_folder(tmp_path):
+    """compile_ptx without a GPU and without arch says to pass arch (it said CuPy is missing), and a
+    failed write leaves no temporary file beside the path (found by a probing helper)."""
+    import shutil
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on the PATH")
+    src = 'extern "C" __global__ void k(float* x) { x[0] = 1; }'
+    if not cudakit.is_available():
+        with pytest.raises(cudakit.BackendUnavailableError, match="pass arch"):
+            cudakit.compile_ptx(src, compiler="nvcc")
+    folder = tmp_path / "out.ptx"
+    folder.mkdir()
+    with pytest.raises(OSError):
+        cudakit.compile_ptx(src, path=folder, arch="sm_90", compiler="nvcc")
+    assert [f.name for f in tmp_path.iterdir()] == ["out.ptx"]
+    assert "k" in cudakit.compile_ptx(src, path=tmp_path / "k.ptx", arch="sm_90", compiler="nvcc", options="-lineinfo")

@@ -9,6 +9,7 @@ cudakit uses NVRTC directly rather than CuPy's RawModule so that the cache locat
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -19,7 +20,7 @@ import threading
 from pathlib import Path
 
 from .. import __version__, profiler
-from ..errors import ArgumentTypeError, CacheError, CompileError, LaunchError
+from ..errors import ArgumentTypeError, BackendUnavailableError, CacheError, CompileError, LaunchError
 from . import _cupy, cache as _cache, launch as _launch
 
 log = logging.getLogger(__name__)
@@ -398,15 +399,26 @@ def compile_ptx(source: str, path=None, options=(), arch: str | None = None,
     """
     if compiler not in ("nvrtc", "nvcc"):
         raise ValueError(f"compiler must be 'nvrtc' or 'nvcc' (got {compiler!r})")
-    opts = tuple(DEFAULT_OPTIONS) + _options(options) + (f"-arch={_virtual_arch(arch or current_arch())}",)
+    if arch is None:
+        try:
+            arch = current_arch()
+        except BackendUnavailableError as e:
+            raise BackendUnavailableError(f"compile_ptx: no usable GPU to take the architecture from ({e}); pass "
+                                          f"arch, e.g. arch='sm_90', to compile without one") from None
+    opts = tuple(DEFAULT_OPTIONS) + _options(options) + (f"-arch={_virtual_arch(arch)}",)
     ptx = (_nvrtc_ptx if compiler == "nvrtc" else _nvcc_ptx)(source, opts, source_name)
     if path is not None:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".ptx")
-        with os.fdopen(fd, "w") as f:
-            f.write(ptx)
-        os.replace(tmp, p)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(ptx)
+            os.replace(tmp, p)
+        except BaseException:   # (path a folder, say: the temporary file is not left behind)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     return ptx
 
 
