@@ -154,7 +154,8 @@ class NormalizationOps:
 
         x: any shape, float16/bfloat16/float32/float64; weight, bias: the shape of the normalised
         trailing dims (x.shape[-k:], k = normalized_ndim, default weight.ndim or 1), x's dtype, or
-        None. var is the biased variance; statistics accumulate in float32 (float64 for float64).
+        None. var is the biased variance; statistics accumulate in float32 (float64 for float64),
+        so eps (> 0) must be at least 1.4e-45, the least float32 above 0, for 16- and 32-bit x.
         Returns y with x's shape and dtype.
         """
         r = self._norm_fast("ln", x, weight, bias, eps, normalized_ndim, False)
@@ -273,10 +274,11 @@ class NormalizationOps:
         """Batch normalisation over every axis but 1 of x, (N, C) or (N, C, *spatial).
 
         gamma, beta, running_mean, running_var: (C,) of x's dtype, or None. training=True: batch
-        statistics, and running_mean / running_var (when given) are updated in place:
-        r = (1 - momentum) * r + momentum * batch value, with the unbiased variance for running_var
-        (as PyTorch). training=False: the running statistics, which are then required.
-        Returns y with x's shape and dtype.
+        statistics, and running_mean / running_var (when given: arrays of this backend, separate in
+        memory) are updated in place: r = (1 - momentum) * r + momentum * batch value, momentum in
+        [0, 1], with the unbiased variance for running_var (as PyTorch). training=False: the running
+        statistics, which are then required. eps > 0; for 16- and 32-bit x at least 1.4e-45, the
+        least float32 above 0 (statistics are float32). Returns y with x's shape and dtype.
         """
         return self.batch_norm_with_stats(x, gamma, beta, running_mean, running_var, training,
                                           momentum, eps)[0]
