@@ -113,3 +113,20 @@ def test_compile_ptx_without_arch_or_gpu_and_to_a_folder(tmp_path):
         cudakit.compile_ptx(src, path=folder, arch="sm_90", compiler="nvcc")
     assert [f.name for f in tmp_path.iterdir()] == ["out.ptx"]
     assert "k" in cudakit.compile_ptx(src, path=tmp_path / "k.ptx", arch="sm_90", compiler="nvcc", options="-lineinfo")
+
+
+def test_array_like_dimensions_and_validate_flags_still_work():
+    """A review of the stricter checks: a 1-D NumPy array or a range is still a grid (an ndarray
+    has __index__ too, but is not a scalar), a 0-d float array is refused; cross_entropy's validate
+    takes NumPy bools and 0 / 1 as before."""
+    import numpy as np
+
+    from cudakit.runtime.launch import _dim3
+    assert _dim3(np.array([4, 2]), "grid") == (4, 2, 1) and _dim3(range(1, 4), "block") == (1, 2, 3)
+    assert _dim3(np.int64(5), "grid") == (5, 1, 1)
+    with pytest.raises(LaunchError, match="grid must be an int"):
+        _dim3(np.array(2.5), "grid")
+    logits, t = np.random.default_rng(0).standard_normal((3, 4)), np.array([0, 1, 2])
+    want = cudakit.cross_entropy(logits, t)
+    for v in (np.True_, np.False_, 0, 1):
+        assert cudakit.cross_entropy(logits, t, validate=v) == want

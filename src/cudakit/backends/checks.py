@@ -136,10 +136,12 @@ def _span(a) -> tuple[int, int]:
     """(first byte address, one past the last) of the memory a NumPy or CuPy array spans (of a
     strided one, from its lowest element to its highest: two interleaved views count as
     overlapping)."""
-    if type(a).__module__ == "numpy" or not hasattr(a, "data"):   # NumPy's .data is a buffer, not a pointer
+    if isinstance(a, np.ndarray) or not hasattr(a, "data"):   # NumPy's .data is a buffer, not a pointer
         ptr = a.__array_interface__["data"][0]
     else:   # CuPy: a MemoryPointer
         ptr = a.data.ptr
+    if a.flags.c_contiguous:   # (the usual case: the optimizers check every parameter each step)
+        return int(ptr), int(ptr) + int(a.nbytes)
     lo = hi = int(ptr)
     for n, s in zip(a.shape, a.strides):
         if n > 1:
@@ -156,8 +158,13 @@ def check_distinct(op: str, arrays: dict) -> None:
     twice, or through the other -- naming both."""
     labels = list(arrays)
     spans = sorted((*_span(a), i) for i, a in enumerate(arrays.values()) if a is not None and a.nbytes)
+    values = list(arrays.values())
     for (_s0, e0, i), (s1, _e1, j) in zip(spans, spans[1:]):
         if s1 < e0:
+            a, b = values[i], values[j]
+            if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and not (
+                    a.flags.c_contiguous and b.flags.c_contiguous) and not np.shares_memory(a, b):
+                continue   # interleaved strided views: their spans cross, their elements do not
             i, j = min(i, j), max(i, j)
             what = "are the same array" if arrays[labels[i]] is arrays[labels[j]] else "overlap in memory"
             raise ArgumentError(f"{op}: {labels[i]} and {labels[j]} {what}; every array updated in place "

@@ -50,9 +50,10 @@ def _check_eps(op: str, eps, x=None) -> float:
     f = finite_scalar(op, "eps", eps)
     if f <= 0:
         raise ArgumentError(f"{op}: eps must be a finite number > 0 (got {eps!r})")
-    if f < EPS_MIN_F32 and getattr(x, "dtype", None) is not None and np.dtype(x.dtype) != np.float64:
-        raise ArgumentError(f"{op}: eps must be at least {EPS_MIN_F32:.3g} for {np.dtype(x.dtype).name} data, "
-                            f"whose statistics are float32, where a smaller eps is 0 (got {eps!r})")
+    dt = getattr(x, "dtype", None)
+    if f < EPS_MIN_F32 and dt is not None and not str(dt).endswith("float64"):   # (torch's dtypes too)
+        raise ArgumentError(f"{op}: eps must be at least {EPS_MIN_F32:.3g} for {dt} data, whose statistics are "
+                            f"float32, where a smaller eps is 0 (got {eps!r})")
     return f
 
 
@@ -310,9 +311,9 @@ class NormalizationOps:
                                 f"{tuple(x.shape)})")
         if training:   # validate everything before writing anything: both statistics are written
             for n, given in (("running_mean", running_mean), ("running_var", running_var)):
-                if a[n] is not None and a[n] is not given:   # (a list made an array: the update would be lost)
+                if isinstance(given, (list, tuple, numbers.Number)):   # (made a new array: the update would be
                     raise ArgumentTypeError(f"{op}: with training=True {n} is updated in place, so it must be an "
-                                            f"array of this backend (got {type(given).__name__})")
+                                            f"array (got {type(given).__name__})")   # lost with it)
                 if a[n] is not None:
                     check_writeable(op, n, a[n])
             check_distinct(op, {"running_mean": rm, "running_var": rv})

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numbers
 
 from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError, TargetIndexError
-from .checks import float_scalar
+from .checks import check_bool, float_scalar
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -78,9 +78,8 @@ def _ce_err_code(op: str) -> int:
 
 
 def _check_validate(op: str, validate) -> bool:
-    if not isinstance(validate, bool):
-        raise ArgumentTypeError(f"{op}: validate must be a bool (got {validate!r})")
-    return validate
+    """validate as a bool: a bool, NumPy's, or the ints 0 and 1 (check_bool); 'no' or None refused."""
+    return check_bool(op, "validate", validate, ints=True)
 
 
 def _check_ignore(op: str, ignore_index) -> int:

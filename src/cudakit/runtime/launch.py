@@ -39,9 +39,15 @@ def _index(x, what: str) -> int:
 
 def _dim3(v, what: str) -> tuple[int, int, int]:
     if not isinstance(v, (tuple, list)):
-        if isinstance(v, (str, bytes)) or not hasattr(v, "__index__"):
+        if isinstance(v, (str, bytes)):
             raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints (got {v!r})")
-        v = (v,)
+        if getattr(v, "ndim", 0) == 0 and hasattr(v, "__index__"):   # an int, a NumPy integer
+            v = (v,)
+        else:   # a 1-D array, a range
+            try:
+                v = tuple(v)
+            except TypeError:
+                raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints (got {v!r})") from None
     t = tuple(_index(x, what) for x in v)
     if not 1 <= len(t) <= 3:
         raise LaunchError(f"{what} must have 1 to 3 dimensions (got {len(t)})")
@@ -50,11 +56,13 @@ def _dim3(v, what: str) -> tuple[int, int, int]:
 
 def dims3(grid, block) -> tuple[tuple, tuple]:
     """(grid, block) as 3-tuples of ints (_dim3), the usual 3-tuples of ints as they are."""
-    g = grid if type(grid) is tuple and len(grid) == 3 and all(type(x) is int for x in grid) else \
-        _dim3(grid, "grid")
-    b = block if type(block) is tuple and len(block) == 3 and all(type(x) is int for x in block) else \
-        _dim3(block, "block")
-    return g, b
+    if not (type(grid) is tuple and len(grid) == 3 and type(grid[0]) is int and type(grid[1]) is int
+            and type(grid[2]) is int):
+        grid = _dim3(grid, "grid")
+    if not (type(block) is tuple and len(block) == 3 and type(block[0]) is int and type(block[1]) is int
+            and type(block[2]) is int):
+        block = _dim3(block, "block")
+    return grid, block
 
 
 @dataclass(frozen=True)
