@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .backends.checks import check_distinct, check_writeable
+from .backends.checks import check_bool, check_distinct, check_writeable
 from .errors import ArgumentError, ArgumentTypeError, DeviceError, DTypeError, ShapeError
 
 __all__ = ["OptimizerState", "sgd_update", "adam_update", "SGD", "Adam", "AdamW"]
@@ -102,15 +102,8 @@ class OptimizerState:
                                 f"(got momentum={self.momentum!r}, dampening={self.dampening!r})")
         if isinstance(self.step, bool) or not isinstance(self.step, numbers.Integral) or self.step < 0:
             raise ArgumentError(f"step must be an integer >= 0 (got {self.step!r})")
-        for name in ("nesterov", "amsgrad", "decoupled_weight_decay", "maximize"):
-            _flag(getattr(self, name), name)
-
-
-def _flag(v, name: str) -> bool:
-    """v, a bool (NumPy's too): a string such as "False" would count as True."""
-    if not isinstance(v, (bool, np.bool_)):
-        raise ArgumentTypeError(f"{name} must be a bool (got {type(v).__name__} {v!r})")
-    return bool(v)
+        for name in ("nesterov", "amsgrad", "decoupled_weight_decay", "maximize"):   # ("False" would be True)
+            check_bool("optimizer", name, getattr(self, name))
 
 
 def _real(v, name: str) -> float:
@@ -188,6 +181,13 @@ def _contiguous(x) -> bool:
     return x.flags.c_contiguous
 
 
+def _refuse_read_only(p, label: str) -> None:
+    """ArgumentError naming parameter `label` where it is a read-only NumPy array: optimizers update
+    parameters in place."""
+    if isinstance(p, np.ndarray) and not p.flags.writeable:
+        raise ArgumentError(f"{label} is read-only; optimizers update parameters in place")
+
+
 def _check_params(params: list, name: str = "params") -> list[str]:
     """dtype names of the parameters; parameters must be C-contiguous (they are updated in place,
     so a strided view cannot be replaced by a copy)."""
@@ -197,8 +197,7 @@ def _check_params(params: list, name: str = "params") -> list[str]:
         if not _contiguous(p):
             raise ShapeError(f"{name}[{i}]: parameters must be C-contiguous (got strides {p.strides} for "
                              f"shape {p.shape}); optimizers update them in place")
-        if isinstance(p, np.ndarray) and not p.flags.writeable:
-            raise ArgumentError(f"{name}[{i}] is read-only; optimizers update parameters in place")
+        _refuse_read_only(p, f"{name}[{i}]")
     check_distinct("optimizer", {f"{name}[{i}]": p for i, p in enumerate(params)})
     return dtypes
 
@@ -597,7 +596,7 @@ class _Optimizer:
         self.params = ps
         self._dtypes = _check_params(ps)
         self.hyper = hyper
-        self.master_weights = _flag(master_weights, "master_weights")
+        self.master_weights = check_bool("optimizer", "master_weights", master_weights)
         self._state = {k: [_zeros_like_state(p, dt, self._where) for p, dt in zip(ps, self._dtypes)]
                        for k in self._structure(hyper)}
         self._master = [_master_copy(p, self._where) if self.master_weights and dt in ("float16", "bfloat16")
@@ -668,10 +667,8 @@ class _Optimizer:
         if grads is None:
             grads = self.grads
         if self._where == "cpu":
-            for i, p in enumerate(self.params):   # (made read-only after construction: refused before any write)
-                if not p.flags.writeable:
-                    raise ArgumentError(f"{self._name}: params[{i}] is read-only; optimizers update parameters "
-                                        f"in place")
+            for i, p in enumerate(self.params):   # (made read-only after construction: before any write)
+                _refuse_read_only(p, f"{self._name}: params[{i}]")
             self._step_cpu(_check_grads(_as_list(grads, "grads")[0], self.params, self._dtypes, "cpu"))
         else:
             dyn = self._dynamic_buffers()

@@ -44,9 +44,8 @@ class AttentionOps:
         return None
 
     # ---- helpers ---------------------------------------------------------------------------
-    @staticmethod
-    def _check_layout(op: str, layout, arrays: dict):
-        """None for layout "bhld"; for "blhd" the arrays (nested lists as NumPy arrays), each 4-D, with
+    def _check_layout(self, op: str, layout, arrays: dict):
+        """None for layout "bhld"; for "blhd" the arrays (coerced: nested lists as arrays), each 4-D, with
         shapes that agree as given, (B, L, H, D): k and v one shape with q's batch and head_dim and
         heads Hkv equal to q's H or dividing it, grad_out and out q's shape (the errors name the
         shapes the caller passed, not the (B, H, L, D) views the checks after it see). ArgumentError
@@ -61,10 +60,7 @@ class AttentionOps:
         for name, x in arrays.items():
             require_array(op, name, x)
             if isinstance(x, (list, tuple)):
-                try:
-                    x = np.asarray(x)
-                except ValueError as e:   # (a ragged nested list)
-                    raise ArgumentTypeError(f"{op}: {name} must be an array (got a ragged nested list: {e})") from None
+                x = self._coerce(x, name)
             if getattr(x, "ndim", None) != 4:
                 raise ShapeError(f"{op}: with layout 'blhd' {name} must be (B, L, H, D) "
                                  f"(got shape {tuple(getattr(x, 'shape', ()))})")

@@ -36,8 +36,7 @@ def check_window(op: str, window):
     if window is None:
         return None
     import numpy as np
-    from ..errors import ArgumentError
-    from ..errors import ArgumentTypeError
+    from ..errors import ArgumentError, ArgumentTypeError
     msg = f"{op}: window must be None or (left, right), each an int >= 0 or None (got {window!r})"
     if not isinstance(window, (tuple, list)) or len(window) != 2:
         raise (ArgumentError if isinstance(window, (tuple, list)) else ArgumentTypeError)(msg)

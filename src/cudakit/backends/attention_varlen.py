@@ -144,9 +144,6 @@ class VarlenAttentionOps:
             ck, nk = self._cu_seqlens(op, "cu_seqlens_k", cu_k, tk, mk, q, entries=cq.shape[0])
         if cu_k is cu_q or (nq is not None and nk is not None and np.array_equal(nq, nk)):
             ck = cq   # the same sequences for q and k, known here: the kernels may take cuDNN's ragged path
-        if cq.shape[0] != ck.shape[0]:
-            raise ShapeError(f"{op}: cu_seqlens_q and cu_seqlens_k must both be (B + 1,) (got {cq.shape[0]} and "
-                             f"{ck.shape[0]} entries)")
         if scale is None:
             scale = 1.0 / math.sqrt(d)
         scale = check_scale_range(op, finite_scalar(op, "scale", scale), name)

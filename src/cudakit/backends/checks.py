@@ -134,8 +134,8 @@ def _short(v) -> str:
 
 def _span(a) -> tuple[int, int]:
     """(first byte address, one past the last) of the memory a NumPy or CuPy array spans (of a
-    strided one, from its lowest element to its highest: two interleaved views count as
-    overlapping)."""
+    strided one, from its lowest element to its highest: the spans of two interleaved views cross,
+    and check_distinct then asks NumPy whether they share an element)."""
     if isinstance(a, np.ndarray) or not hasattr(a, "data"):   # NumPy's .data is a buffer, not a pointer
         ptr = a.__array_interface__["data"][0]
     else:   # CuPy: a MemoryPointer

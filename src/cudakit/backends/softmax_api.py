@@ -77,11 +77,6 @@ def _ce_err_code(op: str) -> int:
     return _CE_CODE[op]
 
 
-def _check_validate(op: str, validate) -> bool:
-    """validate as a bool: a bool, NumPy's, or the ints 0 and 1 (check_bool); 'no' or None refused."""
-    return check_bool(op, "validate", validate, ints=True)
-
-
 def _check_ignore(op: str, ignore_index) -> int:
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
         raise ArgumentTypeError(f"{op}: ignore_index must be an int (got {ignore_index!r})")
@@ -282,7 +277,7 @@ class SoftmaxOps:
         to_host() (no synchronisation here; the loss of that row is NaN meanwhile).
         """
         op = "cross_entropy"
-        validate = _check_validate(op, validate)
+        validate = check_bool(op, "validate", validate, ints=True)
         lg, t, reduction, ignore_index = self._ce_inputs(op, logits, targets, reduction, ignore_index)
         return self._ce_run(op, lg, t, reduction, ignore_index, None, True, False, validate)[0]
 
@@ -293,7 +288,7 @@ class SoftmaxOps:
         0 in ignored rows. grad_loss: the loss's shape (a 0-d array or a number for "mean"/"sum",
         (N,) for "none"), any float dtype. Returns dlogits with logits' shape and dtype."""
         op = "cross_entropy_backward"
-        validate = _check_validate(op, validate)
+        validate = check_bool(op, "validate", validate, ints=True)
         lg, t, reduction, ignore_index = self._ce_inputs(op, logits, targets, reduction, ignore_index)
         gl = self._ce_grad_loss(op, grad_loss, lg, reduction)
         return self._ce_run(op, lg, t, reduction, ignore_index, gl, False, True, validate)[1]
@@ -304,7 +299,7 @@ class SoftmaxOps:
         (read once, the gradient written once; the softmax is never stored): (loss, dlogits),
         as cross_entropy() and cross_entropy_backward()."""
         op = "cross_entropy_with_grad"
-        validate = _check_validate(op, validate)
+        validate = check_bool(op, "validate", validate, ints=True)
         lg, t, reduction, ignore_index = self._ce_inputs(op, logits, targets, reduction, ignore_index)
         return self._ce_run(op, lg, t, reduction, ignore_index, None, True, True, validate)
 

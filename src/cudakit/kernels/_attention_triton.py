@@ -394,28 +394,24 @@ def _fwd_block_cols2(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, sta
                                       drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS,
                                       DROPOUT)
     p_hi, p_lo = _tf32_parts(p)
-    if OT:   # [keys, columns] tiles of V as it comes, O^T += V^T P^T
-        vo = kv_base + cols[:, None] * KRS
-        if MASK:
-            v = tl.load(V + vo + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-        else:
-            v = tl.load(V + vo + offs_d[None, :])
-        v2 = tl.load(V + vo + offs_d2[None, :], mask=v2_mask, other=0.0)
-        v, v_lo = _tf32_parts(v)
-        v2, v2_lo = _tf32_parts(v2)
+    if OT:   # [keys, columns] tiles of V as it comes
+        vt = kv_base + cols[:, None] * KRS + offs_d[None, :]
+        vt2 = kv_base + cols[:, None] * KRS + offs_d2[None, :]
+    else:    # [keys, columns] tiles of [D, Lk] arrays
+        vt = kv_base + offs_d[None, :] * Lk + cols[:, None]
+        vt2 = kv_base + offs_d2[None, :] * Lk + cols[:, None]
+    if MASK:
+        v = tl.load(V + vt, mask=n_ok[:, None], other=0.0)
+    else:
+        v = tl.load(V + vt)
+    v2 = tl.load(V + vt2, mask=v2_mask, other=0.0)
+    v, v_lo = _tf32_parts(v)
+    v2, v2_lo = _tf32_parts(v2)
+    if OT:   # O^T += V^T P^T
         p_hi, p_lo = tl.trans(p_hi), tl.trans(p_lo)
         acc = _dot3(tl.trans(v), tl.trans(v_lo), p_hi, p_lo, acc * alpha[None, :])
         acc2 = _dot3(tl.trans(v2), tl.trans(v2_lo), p_hi, p_lo, acc2 * alpha[None, :])
     else:
-        vt = kv_base + offs_d[None, :] * Lk + cols[:, None]   # [keys, columns] tiles of [D, Lk] arrays
-        vt2 = kv_base + offs_d2[None, :] * Lk + cols[:, None]
-        if MASK:
-            v = tl.load(V + vt, mask=n_ok[:, None], other=0.0)
-        else:
-            v = tl.load(V + vt)
-        v2 = tl.load(V + vt2, mask=v2_mask, other=0.0)
-        v, v_lo = _tf32_parts(v)
-        v2, v2_lo = _tf32_parts(v2)
         acc = _dot3(p_hi, p_lo, v, v_lo, acc * alpha[:, None])
         acc2 = _dot3(p_hi, p_lo, v2, v2_lo, acc2 * alpha[:, None])
     return acc, acc2, l_i, m_new

@@ -811,15 +811,13 @@ def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int)
     (D + 1) float32 a query row."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
-    try:
-        ow, lw = cp.empty((splits, bh, lq, d), cp.float32), cp.empty((splits, bh, lq), cp.float32)
-    except (MemoryError, cp.cuda.memory.OutOfMemoryError):
-        from .. import fallbacks
-        from . import paths
-        fallbacks.note("attention:key-parts", "no memory for the forward's workspaces over parts of the keys: "
-                                              "one part ran it")
-        paths.declined_for_now()
+    ws = _or_declined_for_memory(lambda: (cp.empty((splits, bh, lq, d), cp.float32),
+                                          cp.empty((splits, bh, lq), cp.float32)),
+                                 "attention:key-parts",
+                                 "no memory for the forward's workspaces over parts of the keys: one part ran it")
+    if ws is None:
         return False
+    ow, lw = ws
     block = consts["BLOCK_M"]
     _launch("attn_fwd", math.ceil(lq / block) * block * splits, block, (q, k, v, ow, lw), args,
             dict(consts, KSPLIT=splits), bh0=True)

@@ -226,10 +226,8 @@ class Kernel:
         dev = cp.cuda.runtime.getDevice()
         f = self._funcs.get(dev) or self._function(dev)
         g, b = _launch.dims3(grid, block)
-        if type(shared_mem) is not int:
-            shared_mem = _launch._index(shared_mem, "shared_mem")
         max_threads, max_shared = self._limits[dev]
-        _launch.validate(g, b, shared_mem, max_threads, max_shared, self.name)
+        shared_mem = _launch.validate(g, b, shared_mem, max_threads, max_shared, self.name)
         _launch_function(self.name, f, g, b, args, shared_mem, stream)
 
     def __getitem__(self, cfg):

@@ -54,15 +54,13 @@ def _dim3(v, what: str) -> tuple[int, int, int]:
     return t + (1,) * (3 - len(t))
 
 
+def _ints3(t) -> bool:
+    return type(t) is tuple and len(t) == 3 and type(t[0]) is int and type(t[1]) is int and type(t[2]) is int
+
+
 def dims3(grid, block) -> tuple[tuple, tuple]:
     """(grid, block) as 3-tuples of ints (_dim3), the usual 3-tuples of ints as they are."""
-    if not (type(grid) is tuple and len(grid) == 3 and type(grid[0]) is int and type(grid[1]) is int
-            and type(grid[2]) is int):
-        grid = _dim3(grid, "grid")
-    if not (type(block) is tuple and len(block) == 3 and type(block[0]) is int and type(block[1]) is int
-            and type(block[2]) is int):
-        block = _dim3(block, "block")
-    return grid, block
+    return grid if _ints3(grid) else _dim3(grid, "grid"), block if _ints3(block) else _dim3(block, "block")
 
 
 @dataclass(frozen=True)
@@ -79,13 +77,13 @@ class LaunchConfig:
         g, b = _dim3(self.grid, "grid"), _dim3(self.block, "block")
         object.__setattr__(self, "grid", g)
         object.__setattr__(self, "block", b)
-        object.__setattr__(self, "shared_mem", _index(self.shared_mem, "shared_mem"))
-        validate(g, b, self.shared_mem)
+        object.__setattr__(self, "shared_mem", validate(g, b, self.shared_mem))
 
 
 def validate(grid: tuple, block: tuple, shared_mem: int = 0, max_threads: int = MAX_THREADS_PER_BLOCK,
-             max_shared: int | None = None, kernel: str = "?") -> None:
-    """Check 3-tuples `grid`, `block` and `shared_mem` against the limits; LaunchError if over."""
+             max_shared: int | None = None, kernel: str = "?") -> int:
+    """Check 3-tuples `grid`, `block` and `shared_mem` against the limits; LaunchError if over.
+    Returns shared_mem as an int (_index)."""
     threads = block[0] * block[1] * block[2]
     if threads > max_threads:
         raise LaunchError(f"block must be <= {max_threads} threads (got {threads})", kernel, grid, block)
@@ -100,6 +98,7 @@ def validate(grid: tuple, block: tuple, shared_mem: int = 0, max_threads: int = 
     if shared_mem < 0 or (max_shared is not None and shared_mem > max_shared):
         limit = f"[0, {max_shared}] bytes" if max_shared is not None else ">= 0 bytes"
         raise LaunchError(f"dynamic shared memory must be in {limit} (got {shared_mem})", kernel, grid, block)
+    return shared_mem
 
 
 def launch_config(n: int, threads: int = 256) -> tuple[int, int]:

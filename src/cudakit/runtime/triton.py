@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import __version__, profiler
-from ..errors import BackendUnavailableError, LaunchError
+from ..errors import ArgumentError, ArgumentTypeError, BackendUnavailableError, LaunchError
 from . import _cupy, compiler, launch as _launch
 
 from .tuned import TunedTable
@@ -107,7 +107,6 @@ class Config:
     num_stages: int = 3
 
     def __post_init__(self):
-        from ..errors import ArgumentError, ArgumentTypeError
         if not isinstance(self.kwargs, dict):
             raise ArgumentTypeError(f"kwargs must be a dict of constexpr values (got {self.kwargs!r})")
         for name in ("num_warps", "num_stages"):   # (a bool or a float compared equal to an int: refused)
