@@ -3,10 +3,10 @@ benchmark does not time: does the 1.5x of the benchmark's two shapes hold elsewh
 (`cudakit.attention`) and backward (`cudakit.attention_backward`), plain and causal, on (B, H, L, D)
 CuPy arrays, each timed call behind an L2 flush (bench.timing's cold samples, as `cudakit bench`),
 interleaved with torch.
-    python3 benchmarks/sweeps/attention_f32_shapes.py [--shapes 8x16x1024x64,...] [--fwd-only]
+    python3 benchmarks/sweeps/attention_f32_shapes.py [--shapes 8x16x1024x64,...] [--fwd-only] [--out F]
 Prints VARIANT lines: median ms of cudakit and torch, x torch (torch's time / cudakit's), and the
 paths the forward and the backward took (paths.last_paths; a forward that asked paths.run nothing,
-no key parts offered: "triton")."""
+no key parts offered: "triton"); --out writes them as rows of a JSON file (_results.dump_rows)."""
 import sys
 
 import cupy as cp
@@ -15,6 +15,7 @@ import torch
 import cudakit
 from cudakit.bench import timing
 from cudakit.kernels import paths
+from _results import dump_rows
 
 argv = sys.argv[1:]
 shapes = [(8, 16, 1024, 64), (2, 16, 4096, 64), (4, 16, 1024, 128), (8, 8, 1024, 32), (4, 32, 512, 96),
@@ -23,6 +24,14 @@ if "--shapes" in argv:
     shapes = [tuple(int(x) for x in s.split("x")) for s in argv[argv.index("--shapes") + 1].split(",")]
 cudakit.set_float32_precision("tf32x3")
 sdpa = torch.nn.functional.scaled_dot_product_attention
+rows = []
+
+
+def report(tag, kind, m, path):
+    rows.append({"case": tag, "pass": kind, "cudakit_ms": round(m["cudakit"], 4), "torch_ms": round(m["torch"], 4),
+                 "x_torch": round(m["torch"] / m["cudakit"], 3), "path": path})
+    print(f"VARIANT shapes {tag:<24} {kind:<8} cudakit {m['cudakit']:8.3f} ms torch {m['torch']:8.3f} ms "
+          f"x torch {m['torch'] / m['cudakit']:.3f} path {path}", flush=True)
 
 
 def medians(fns):
@@ -45,8 +54,7 @@ def case(b, h, L, d, causal):
     if "--fwd-only" in argv:
         if "cudakit" not in fwd or "torch" not in fwd:
             return
-        print(f"VARIANT shapes {tag:<24} forward  cudakit {fwd['cudakit']:8.3f} ms torch {fwd['torch']:8.3f} ms "
-              f"x torch {fwd['torch'] / fwd['cudakit']:.3f} path {took_fwd}", flush=True)
+        report(tag, "forward", fwd, took_fwd)
         return
     out, lse = cudakit.attention_with_lse(q, k, v, causal=causal)
     rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
@@ -56,11 +64,10 @@ def case(b, h, L, d, causal):
     took = paths.last_paths().get("attention_backward", "?")
     for kind, m in (("forward", fwd), ("backward", bwd)):
         if "cudakit" in m and "torch" in m:
-            print(f"VARIANT shapes {tag:<24} {kind:<8} cudakit {m['cudakit']:8.3f} ms torch {m['torch']:8.3f} ms "
-                  f"x torch {m['torch'] / m['cudakit']:.3f}" + f" path {took if kind == 'backward' else took_fwd}",
-                  flush=True)
+            report(tag, kind, m, took if kind == "backward" else took_fwd)
 
 
 for shape in shapes:
     for causal in (False, True):
         case(*shape, causal)
+        dump_rows(argv, __doc__, rows)   # (after each case: a call cut off by its time limit keeps what ran)

@@ -324,6 +324,31 @@ def test_batch_norm_training_plan_updates_running_stats_once_per_call(dtype, rng
                                    rtol=tol, atol=tol)
 
 
+def test_batch_norm_plan_refuses_running_stats_that_overlap(rng):
+    """A batch_norm signature planned with separate running statistics: a later call with the same
+    shapes, strides and alignment whose running_mean and running_var overlap in one buffer gets the
+    checked call's ArgumentError (the plan checks their spans), and leaves the buffer as it was;
+    separate ones still replay."""
+    import cupy as cp
+    from cupy_io import to_dev
+    from helpers import data
+    dispatch.clear()
+    xd = to_dev(data(rng, (8, 4, 5, 5), "float32"))
+    rm, rv = cp.zeros(4, cp.float32), cp.ones(4, cp.float32)
+    for _ in range(3):
+        cudakit.batch_norm_with_stats(xd, None, None, rm, rv, True, 0.1, 1e-5)
+    plans = [p for (op, _), p in dispatch._plans.items() if op == "batch_norm_with_stats"]
+    assert plans and plans[0] is not None
+    buf = cp.ones(4 + 256 // 4, cp.float32)   # the second view 256 bytes on: the same address % 256
+    before = buf.copy()
+    with pytest.raises(cudakit.ArgumentError, match="running_mean and running_var overlap in memory"):
+        cudakit.batch_norm_with_stats(xd, None, None, buf[:4], buf[:4], True, 0.1, 1e-5)
+    assert bool((buf == before).all())
+    far_m, far_v = buf[:4], buf[64:68]   # 256 bytes apart: separate, and planned
+    cudakit.batch_norm_with_stats(xd, None, None, far_m, far_v, True, 0.1, 1e-5)
+    assert float(far_m.sum()) != 4.0
+
+
 def test_blhd_attention_plans_replay_cudnn_in_place():
     """attention_with_lse / attention_backward on (B, L, H, D) views of one packed qkv (the GPT
     example's layout): where cuDNN ran the first call, later calls replay its graph (path_plans),
