@@ -108,6 +108,47 @@ def test_ptx_scalar_arguments_take_the_declared_types(tmp_path):
         k((1,), (32,), (a, a, a))
 
 
+def test_ptx_scalars_pass_as_the_parameter_bits_numpy_scalars_too():
+    """nvcc declares a C int .u32: -1 passes as its 32-bit pattern, NumPy scalars are converted as
+    Python ones (an int64 to .u32 was passed as 8 bytes, a float32 to .f64 as 4), and a value
+    outside the parameter's range raises naming it."""
+    conv = fc._scalar_param
+    assert conv(-1, "u32", 3, "k") == np.uint32(0xFFFFFFFF) and type(conv(-1, "u32", 3, "k")) is np.uint32
+    assert conv(np.int64(7), "u32", 3, "k") == 7 and type(conv(np.int64(7), "u32", 3, "k")) is np.uint32
+    assert conv(2**32 - 1, "s32", 0, "k") == -1 and type(conv(2**32 - 1, "s32", 0, "k")) is np.int32
+    assert type(conv(np.float32(2.5), "f64", 1, "k")) is np.float64 and conv(np.float32(2.5), "f64", 1, "k") == 2.5
+    assert type(conv(np.int32(3), "f32", 1, "k")) is np.float32
+    assert conv(True, "u8", 0, "k") == 1
+    for bad, t in ((np.int64(2**40), "u32"), (-(2**31) - 1, "u32"), (2**32, "s32"), (np.float32(2.0), "u32"),
+                   (2.0, "s64"), (2**200, "f32"), (1e300, "f32")):
+        with pytest.raises(LaunchError, match=r"args\[2\]: .* does not fit the kernel's \." + t):
+            conv(bad, t, 2, "k")
+    assert np.isnan(conv(float("nan"), "f32", 0, "k")) and conv(float("inf"), "f32", 0, "k") == np.inf
+    a = np.zeros(3, np.float32)
+    assert conv(a, "u64", 0, "k") is a   # arrays pass as they come (pointers)
+
+
+def test_load_kernel_cache_follows_the_resolved_path(tmp_path, monkeypatch):
+    """A relative PTX path names another file after a chdir: load_kernel loads that one (its cache
+    was keyed on the path as given and returned the first directory's kernel)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on the PATH")
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d2" / "backend").mkdir(parents=True)
+    _ptx(tmp_path / "d1", "nvcc", "sm_90")
+    cudakit.compile_ptx('extern "C" __global__ void add_kernel(float* x, int n) { if (n) x[0] = 1.0f; }',
+                        path=tmp_path / "d2" / "backend" / "ops_elementwise.ptx", arch="sm_90", compiler="nvcc")
+    backend = fc.CUDABackend()
+    monkeypatch.chdir(tmp_path / "d1")
+    k1 = backend.load_kernel("add_kernel", "backend/ops_elementwise.ptx")
+    monkeypatch.chdir(tmp_path / "d2")
+    k2 = backend.load_kernel("add_kernel", "backend/ops_elementwise.ptx")
+    assert k1.params == ["u64", "u64", "u64", "u32"] and k2.params == ["u64", "u32"]
+    assert backend.load_kernel("add_kernel", tmp_path / "d2" / "backend" / "ops_elementwise.ptx") is k2
+    with pytest.raises(TypeError, match="ptx_file must be a str or a path"):
+        backend.load_kernel("add_kernel", None)
+
+
 def test_ptx_through_nvrtc(tmp_path):
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     try:

@@ -224,6 +224,35 @@ def test_cpu_tensors_devices_and_matmul(rng):
     np.testing.assert_array_equal(genesis.matmul(a, b), cudakit.matmul(a, b))
 
 
+def test_tensor_refuses_what_is_not_numbers_and_devices_check_themselves():
+    """genesis.tensor made NaN of None and of object arrays holding None, kept object and string
+    dtypes, and turned 1e300 into inf silently; a Device made directly took any type ('tpu' ran
+    as CUDA) and any index."""
+    from cudakit.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+    import ml_dtypes
+    for data in (None, "abc", {1: 2}, np.array([1, None], object), [1j]):
+        with pytest.raises(ArgumentTypeError, match="genesis.tensor: data must be numbers"):
+            genesis.tensor(data)
+    for dt in (object, str, "nope", np.complex64):
+        with pytest.raises(DTypeError, match="genesis.tensor: dtype"):
+            genesis.tensor([1, 2], dtype=dt)
+    with pytest.raises(ShapeError, match="rectangular"):
+        genesis.tensor([[1, 2], [3]])
+    with pytest.raises(ArgumentError, match="overflows float32"):
+        genesis.tensor(np.array([1.0, 1e300]))
+    inf_nan = genesis.tensor([np.inf, np.nan])   # non-finite data stays as it is
+    assert np.isinf(inf_nan[0]) and np.isnan(inf_nan[1])
+    assert genesis.tensor(np.ones(2, ml_dtypes.bfloat16)).dtype == np.float32
+    assert genesis.tensor([1, 2], dtype="bfloat16").dtype.name == "bfloat16"
+    assert genesis.tensor([3, 4], dtype=np.int32).dtype == np.int32
+    for args, match in ((("tpu",), "type must be 'cpu' or 'cuda'"), (("CPU",), "type must be"),
+                        (("cuda", -3), "index must be an int >= 0"), (("cuda", 1.0), "index must be"),
+                        (("cpu", 3), "cpu Device has no index")):
+        with pytest.raises(DeviceError, match=match):
+            genesis.Device(*args)
+    assert genesis.Device("cuda", np.int64(1)) == genesis.Device("cuda", 1)
+
+
 def test_without_a_gpu(no_gpu):
     with pytest.raises(RuntimeError, match="genesis.tensor on a CUDA device needs a usable CUDA GPU"):
         genesis.tensor([1, 2, 3], device=genesis.device("cuda:0"))
@@ -238,6 +267,14 @@ def test_without_a_gpu(no_gpu):
     assert genesis.cuda.enable_profiling(True) is prof
     assert genesis.cuda.enable_profiling(False) is prof and prof.records == []
     assert genesis.cuda.enable_profiling(False) is None
+    # stopped through cudakit.profiler: True starts a new profile (it returned the dead one), and
+    # False returns the stopped one (it raised "no cudakit profile is active")
+    dead = genesis.cuda.enable_profiling(True)
+    cudakit.profiler.stop()
+    live = genesis.cuda.enable_profiling(True)
+    assert live is not dead and cudakit.profiler._active is live
+    cudakit.profiler.stop()
+    assert genesis.cuda.enable_profiling(False) is live and cudakit.profiler._active is None
 
 
 def test_bad_arguments_are_named():

@@ -70,6 +70,11 @@ def test_cupy_without_a_gpu_gives_an_unavailable_backend(no_gpu, monkeypatch, ca
     assert isinstance(be, UnavailableCudaBackend) and not be.is_available and not be.has_custom_kernels
     with pytest.raises(BackendUnavailableError, match="the CUDA backend is unavailable"):
         be.gelu(np.ones(3, np.float32))
+    for op in ("relu", "matmul", "to_device", "synchronize"):   # every op of cudakit's backends, not AttributeError
+        with pytest.raises(BackendUnavailableError, match="the CUDA backend is unavailable"):
+            getattr(be, op)(np.ones(3, np.float32))
+    with pytest.raises(AttributeError, match="nosuch"):
+        be.nosuch
     seed_doc.run(DOC, [11, 12], IMPORTS)
     out = capsys.readouterr().out
     assert "❌ CUDA backend not available" in out and "⚠️  Custom kernels not available" in out
@@ -79,6 +84,27 @@ def test_get_backend_names():
     assert neural_arch.get_backend("numpy") is cudakit.get_backend("cpu")
     with pytest.raises(ValueError, match="name must be one of 'cuda', 'numpy', 'cpu' \\(got 'mps'\\)"):
         neural_arch.get_backend("mps")
+    with pytest.raises(ValueError, match="name must be one of"):   # (an array was NumPy's truth-value error)
+        neural_arch.get_backend(np.array(["cuda", "numpy"]))
+
+
+def test_benchmark_kernel_checks_its_arguments():
+    """benchmark_kernel takes op names only (it ran any attribute, '__init__' included) and int
+    counts (2.5 was a TypeError from inside the timing, -1 warm-up runs and True were taken)."""
+    from cudakit.errors import ArgumentError, ArgumentTypeError
+    be = neural_arch.get_backend("numpy")
+    x = np.ones(3, np.float32)
+    for name in ("__init__", "benchmark_kernel", "nosuch"):
+        with pytest.raises(ArgumentError, match=f"unknown op '{name}'; known: .*relu"):
+            be.benchmark_kernel(name, x)
+    for kw, err, match in ((dict(num_runs=2.5), ArgumentTypeError, "num_runs must be an int"),
+                           (dict(num_runs=True), ArgumentTypeError, "num_runs must be an int"),
+                           (dict(warmup=None), ArgumentTypeError, "warmup must be an int"),
+                           (dict(num_runs=0), ArgumentError, "num_runs must be >= 1"),
+                           (dict(warmup=-1), ArgumentError, "warmup must be >= 0")):
+        with pytest.raises(err, match=match):
+            be.benchmark_kernel("relu", x, **kw)
+    assert be.benchmark_kernel("relu", x, num_runs=np.int64(2), warmup=0) > 0
 
 
 def test_kernel_manager_on_numpy_arrays(rng):

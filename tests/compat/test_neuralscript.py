@@ -259,7 +259,7 @@ def test_profiling_logging_devices_and_validation_examples(fresh_cwd, profiling_
 
 @pytest.mark.cuda
 def test_ml_operations_example(capsys):
-    ns = seed_doc.run(DOC, 2, IMPORTS)
+    seed_doc.run(DOC, 2, IMPORTS)
     out = capsys.readouterr().out
     assert "Convolution output shape: (32, 128, 128, 128)" in out and "Final output shape: (32, 128, 64, 64)" in out
 
@@ -324,6 +324,60 @@ def test_multi_gpu_example():
     ns = seed_doc.run(DOC, [1, 6, 8], IMPORTS)
     assert ns["tensor_gpu0"].device_id == 0 and ns["tensor_gpu1"].device_id == 1
     cudakit.set_device(0)
+
+
+def test_tensors_of_other_dtypes_are_refused_and_none_is_float32():
+    """from_numpy took bfloat16, bool and complex arrays, whose CudaTensor then could not say its
+    dtype (repr raised) and whose ops crashed after computing (bfloat16's memoryview);
+    create_tensor(dtype=None) gave float64."""
+    import ml_dtypes
+    m = get_cuda_math()
+    for dt in (ml_dtypes.bfloat16, bool, np.complex64, np.int8):
+        with pytest.raises(DTypeError, match="array: dtype .* is not a CudaDataType"):
+            m.from_numpy(np.ones(3, dt))
+    assert m.create_tensor((2, 3), None).dtype == CudaDataType.FLOAT32
+    t = m.from_numpy(np.array([-1.0, 2.0], np.float16))
+    np.testing.assert_array_equal(m.to_numpy(m.relu(t)), [0.0, 2.0])
+
+
+def test_backends_share_one_profile(fresh_cwd):
+    """CudaBackend(enable_profiling=True) held cudakit's one profile until the process ended, so a
+    second backend (the seed's get_cuda_backend(enable_profiling=True) after any CudaBackend())
+    raised; now the recording backends share it, and it stops after the last one stops or is
+    collected. A report written to a folder leaves no temporary file."""
+    import gc
+    from cudakit import profiler
+    from cudakit.compat.neuralscript import CudaBackend
+    a = CudaBackend()
+    b = CudaBackend(enable_profiling=True)
+    assert a.enable_profiling and b.enable_profiling and profiler._active is not None
+    del a
+    gc.collect()
+    assert profiler._active is not None   # b still records
+    b.set_profiling(False)
+    assert profiler._active is None
+    c = CudaBackend()
+    profiler.stop()            # stopped from outside: the next holder starts a new one
+    d = CudaBackend()
+    assert profiler._active is not None and d._profile is profiler._active
+    c.set_profiling(False)
+    d.set_profiling(False)
+    assert profiler._active is None
+    (fresh_cwd / "folder").mkdir()
+    with pytest.raises(IsADirectoryError):
+        d.export_performance_report(fresh_cwd / "folder")
+    assert [p.name for p in fresh_cwd.iterdir()] == ["folder"]
+    with pytest.raises(TypeError, match="filename must be a str or a path"):
+        d.export_performance_report(None)
+
+
+def test_test_configuration_names_are_sequences():
+    from cudakit.compat.neuralscript import TestConfiguration
+    with pytest.raises(TypeError, match="dtypes must be a tuple or list of names \\(got 'float32'\\)"):
+        TestConfiguration(dtypes="float32")   # (was split into its characters)
+    with pytest.raises(TypeError, match="operations must be a tuple or list of names"):
+        TestConfiguration(operations=None)
+    assert TestConfiguration(dtypes=["float16"]).dtypes == ("float16",)
 
 
 def test_tensor_repr_and_types():

@@ -88,6 +88,17 @@ def test_cpu_backend_fallback(rng):
         be.allocate((2, -1))
     with pytest.raises(DTypeError, match="dtype: 'nope' is not a NumPy dtype"):
         be.allocate((2,), "nope")
+    # None is the documented float32 default (NumPy's would be float64); bfloat16 by name as cudakit's
+    # backends take it; object, string and structured dtypes are not arrays of numbers
+    assert be.allocate((2,), None).dtype == np.float32 and be.allocate((2,), "bfloat16").dtype.name == "bfloat16"
+    for dt in (object, "<U3", [("a", "f4")]):
+        with pytest.raises(DTypeError, match="is not a numeric dtype"):
+            be.allocate((2,), dt)
+    from cudakit.errors import ArgumentTypeError
+    for call in (be.to_host, be.to_device):
+        for bad in (None, "abc"):
+            with pytest.raises(ArgumentTypeError, match="data must be an array"):
+                call(bad)
 
 
 @pytest.mark.cuda

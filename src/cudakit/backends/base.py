@@ -295,12 +295,20 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
     def benchmark_kernel(self, name_or_fn, *args, num_runs: int = 20, warmup: int = 3, **kwargs) -> float:
         """Median milliseconds of one call of op `name_or_fn` (an op name such as "relu", or any
         callable) on `args`: CUDA-event timing on the CUDA backend, wall clock on the CPU."""
-        fn = getattr(self, name_or_fn, None) if isinstance(name_or_fn, str) else name_or_fn
+        ops = [n for n in dir(Backend)
+               if not n.startswith("_") and n != "benchmark_kernel" and callable(getattr(Backend, n))]
+        if isinstance(name_or_fn, str):   # (an op's name only: not __init__, nor another attribute)
+            fn = getattr(self, name_or_fn) if name_or_fn in ops else None
+        else:
+            fn = name_or_fn
         if not callable(fn):
-            ops = sorted(n for n in dir(Backend) if not n.startswith("_") and callable(getattr(Backend, n)))
-            raise ArgumentError(f"unknown op {name_or_fn!r}; known: {', '.join(ops)}")
-        if num_runs < 1:
-            raise ArgumentError(f"num_runs must be >= 1 (got {num_runs})")
+            raise ArgumentError(f"unknown op {name_or_fn!r}; known: {', '.join(sorted(ops))}")
+        for arg, v, least in (("num_runs", num_runs, 1), ("warmup", warmup, 0)):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+                raise ArgumentTypeError(f"benchmark_kernel: {arg} must be an int (got {type(v).__name__} {v!r})")
+            if v < least:
+                raise ArgumentError(f"benchmark_kernel: {arg} must be >= {least} (got {v})")
+        num_runs, warmup = int(num_runs), int(warmup)
         from ..bench import timing
         run = lambda: fn(*args, **kwargs)  # noqa: E731
         if self.name == "cuda":

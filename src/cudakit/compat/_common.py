@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+import threading
 
 from ..errors import BackendUnavailableError
 
@@ -49,7 +50,6 @@ def report(log: logging.Logger, text: str) -> str:
 def process_instance(factory, doc: str):
     """A function returning the process's one `factory()`, made on its first call (thread-safe);
     `doc` is its docstring. The seeds' get_* accessors."""
-    import threading
     lock, made = threading.Lock(), []
 
     def get():
@@ -59,3 +59,34 @@ def process_instance(factory, doc: str):
             return made[0]
     get.__doc__ = doc
     return get
+
+
+class SharedProfile:
+    """cudakit's one active profile shared by a facade's objects that record (cudakit runs one
+    profile at a time, so a second object starting its own would raise): hold() starts it for the
+    first holder, or again where it was stopped through cudakit.profiler; release() stops it after
+    the last. RuntimeError from hold() where another cudakit profile is active."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.profile = None
+        self.holders = 0
+
+    def hold(self):
+        from .. import profiler
+        with self._lock:
+            if self.profile is None or profiler._active is not self.profile:
+                self.profile = profiler.start()
+            self.holders += 1
+            return self.profile
+
+    def release(self) -> None:
+        from .. import profiler
+        with self._lock:
+            if self.holders == 0:
+                return
+            self.holders -= 1
+            if self.holders == 0:
+                prof, self.profile = self.profile, None
+                if prof is not None and profiler._active is prof:
+                    profiler.stop()

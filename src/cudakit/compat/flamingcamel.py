@@ -16,6 +16,7 @@ Produce the PTX that load_kernel() reads from the seed's .cu listing with
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +33,29 @@ log = logging.getLogger(__name__)
 _PTX_SCALARS = {"u8": np.uint8, "s8": np.int8, "b8": np.uint8, "u16": np.uint16, "s16": np.int16,
                 "b16": np.uint16, "u32": np.uint32, "s32": np.int32, "b32": np.uint32, "u64": np.uint64,
                 "s64": np.int64, "b64": np.uint64, "f32": np.float32, "f64": np.float64}
+
+
+def _scalar_param(a, t: str, i: int, name: str):
+    """Scalar argument `a` (a Python or NumPy bool, int or float; anything else is passed as it
+    comes) as the PTX parameter type `t` takes it. An integer parameter of n bits takes integers in
+    [-2^(n-1), 2^n) as their n-bit pattern: nvcc declares a C `int` .u32, so -1 reaches an `int n`
+    as -1 and 2^32 - 1 a `unsigned n` as itself. A float parameter takes ints and floats of its
+    range (a NumPy float32 to an .f64 parameter is widened, never passed as 4 bytes read as 8)."""
+    if not isinstance(a, (bool, int, float, np.bool_, np.integer, np.floating)):
+        return a
+    nt = _PTX_SCALARS[t]
+    if np.dtype(nt).kind in "iu":
+        bits = np.dtype(nt).itemsize * 8
+        if not isinstance(a, (int, np.integer, np.bool_)) or not -(1 << (bits - 1)) <= int(a) < 1 << bits:
+            raise LaunchError(f"args[{i}]: {a!r} does not fit the kernel's .{t} parameter (an integer in "
+                              f"[-2^{bits - 1}, 2^{bits}))", name)
+        u = int(a) & ((1 << bits) - 1)
+        return nt(u - (1 << bits) if np.dtype(nt).kind == "i" and u >= 1 << (bits - 1) else u)
+    v = float(a)
+    if v == v and abs(v) != float("inf") and abs(v) > np.finfo(nt).max:
+        raise LaunchError(f"args[{i}]: {a!r} does not fit the kernel's .{t} parameter (|x| <= "
+                          f"{float(np.finfo(nt).max):.6g})", name)
+    return nt(v)
 
 
 def _entry_params(ptx: str, name: str) -> list[str] | None:
@@ -53,8 +77,10 @@ class PtxKernel:
     """A kernel loaded from a PTX file, launched as CuPy's RawKernel is:
     `kernel((grid,), (block,), (a, b, out, n))`.
 
-    Python ints and floats are passed as the types the PTX declares (a Python float to a `float`
-    parameter as float32, not float64); the argument count must match the kernel's.
+    Python and NumPy ints and floats are passed as the types the PTX declares (a Python float to a
+    `float` parameter as float32, not float64; -1 to an `int`, which nvcc declares .u32, as -1),
+    and one out of the parameter's range raises LaunchError naming it (_scalar_param); the argument
+    count must match the kernel's.
     """
 
     def __init__(self, kernel, params: list[str]):
@@ -64,16 +90,8 @@ class PtxKernel:
     def _convert(self, args: tuple) -> tuple:
         if len(args) != len(self.params):
             raise LaunchError(f"args: the kernel takes {len(self.params)} arguments (got {len(args)})", self.name)
-        out = []
-        for i, (a, t) in enumerate(zip(args, self.params)):
-            if isinstance(a, (bool, int, float)) and t in _PTX_SCALARS:
-                nt = _PTX_SCALARS[t]
-                kind = np.dtype(nt).kind
-                if kind in "iu" and (not isinstance(a, int) or not np.iinfo(nt).min <= a <= np.iinfo(nt).max):
-                    raise LaunchError(f"args[{i}]: {a!r} does not fit the kernel's .{t} parameter", self.name)
-                a = nt(a)
-            out.append(a)
-        return tuple(out)
+        return tuple(_scalar_param(a, t, i, self.name) if t in _PTX_SCALARS else a
+                     for i, (a, t) in enumerate(zip(args, self.params)))
 
     def __call__(self, grid, block, args, shared_mem: int = 0, stream=None) -> None:
         """Launch on `grid` x `block` (ints or tuples) with `args` (CuPy arrays and scalars) on
@@ -95,6 +113,8 @@ class CUDABackend:
     def __init__(self, root=None):
         self._kernels: dict[str, PtxKernel] = {}
         self._device_id = 0
+        if root is not None and not isinstance(root, (str, os.PathLike)):
+            raise TypeError(f"root must be a str or a path (got {type(root).__name__})")
         self._root = None if root is None else Path(root)
         self._device_available = cuda_usable()
         if self._device_available:
@@ -119,10 +139,12 @@ class CUDABackend:
         """
         if not isinstance(kernel_name, str) or not kernel_name:
             raise TypeError(f"kernel_name must be a non-empty str (got {kernel_name!r})")
-        cache_key = f"{ptx_file}::{kernel_name}"
+        if not isinstance(ptx_file, (str, os.PathLike)):
+            raise TypeError(f"ptx_file must be a str or a path (got {type(ptx_file).__name__})")
+        ptx_path = (self._root or Path.cwd()) / Path(ptx_file)
+        cache_key = f"{ptx_path.resolve()}::{kernel_name}"   # (resolved: a relative path after a chdir is another file)
         if cache_key in self._kernels:
             return self._kernels[cache_key]
-        ptx_path = (self._root or Path.cwd()) / Path(ptx_file)
         if not ptx_path.is_file():
             raise FileNotFoundError(
                 f"PTX file not found: {ptx_path}\nCompile the kernels first, e.g. "

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..errors import ArgumentTypeError, DTypeError, ShapeError
 from ._common import check_bool, check_int, require_cuda
 
 
@@ -32,10 +32,27 @@ def _shape(shape, name: str = "shape") -> tuple[int, ...]:
 
 
 def _dtype(dtype, name: str = "dtype") -> np.dtype:
+    """A numeric dtype (bool, integer, float or complex; bfloat16 by name too) or DTypeError naming
+    `name`. None is float32, allocate()'s default (np.dtype(None) would be float64)."""
+    if dtype is None:
+        return np.dtype(np.float32)
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
     try:
-        return np.dtype(dtype)
+        dt = np.dtype(dtype)
     except TypeError:
         raise DTypeError(f"{name}: {dtype!r} is not a NumPy dtype") from None
+    if dt.kind not in "biufc" and dt.name != "bfloat16":
+        raise DTypeError(f"{name}: {dt} is not a numeric dtype (bool, integer, float or complex)")
+    return dt
+
+
+def _host_data(data, name: str = "data"):
+    """data unless it is None or a string (NumPy would make a 0-d object or string array of it)."""
+    if data is None or isinstance(data, (str, bytes)):
+        raise ArgumentTypeError(f"{name} must be an array (got {type(data).__name__})")
+    return data
 
 
 class Backend(abc.ABC):
@@ -62,11 +79,11 @@ class Backend(abc.ABC):
 
     def to_device(self, data: np.ndarray) -> Any:
         """A copy of host array `data` on this backend's device."""
-        return self._backend().to_device(data)
+        return self._backend().to_device(_host_data(data))
 
     def to_host(self, data: Any) -> np.ndarray:
         """A NumPy copy of `data`."""
-        return self._backend().to_host(data)
+        return self._backend().to_host(_host_data(data))
 
     def synchronize(self) -> None:
         """Wait for all queued work to complete."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import ops
-from ...errors import DeviceError
+from ...errors import ArgumentError, ArgumentTypeError, DeviceError, DTypeError, ShapeError
 from . import cuda
 from .backends import CUDAMemoryPool, CUDAStorage, get_memory_stats
 
@@ -22,6 +22,16 @@ class Device:
     """A device: type "cpu" or "cuda", and for CUDA an index (None: the current GPU)."""
     type: str
     index: int | None = None
+
+    def __post_init__(self):   # (a Device made directly is checked as device() checks its spec)
+        if self.type not in ("cpu", "cuda"):
+            raise DeviceError(f"Device type must be 'cpu' or 'cuda' (got {self.type!r})")
+        if self.index is not None:
+            if isinstance(self.index, bool) or not isinstance(self.index, (int, np.integer)) or self.index < 0:
+                raise DeviceError(f"Device index must be an int >= 0 or None (got {self.index!r})")
+            if self.type == "cpu":
+                raise DeviceError(f"a cpu Device has no index (got {self.index!r})")
+            object.__setattr__(self, "index", int(self.index))
 
     def __str__(self):
         return self.type if self.index is None else f"{self.type}:{self.index}"
@@ -51,14 +61,47 @@ def tensor(data, device=None, dtype=None):
     """An array holding `data` (a nested list, a scalar or an array) on `device` (default "cpu"):
     a CuPy array on a GPU, a NumPy array on the CPU. dtype: default float32 (Genesis's default
     dtype; integer data becomes float32). Raises RuntimeError (BackendUnavailableError) for a
-    CUDA device without one, DeviceError naming a bad device."""
+    CUDA device without one, DeviceError naming a bad device, DTypeError naming a dtype other
+    than bool, integer or float (bfloat16 included), ArgumentTypeError for data that is not
+    numbers (None, strings, objects) and ShapeError for ragged lists; ArgumentError where finite
+    data overflows the dtype (1e300 as float32)."""
     dev = _parse_device(device if device is not None else "cpu")
-    host = np.array(data, dtype=np.float32 if dtype is None else dtype)
+    dt = _tensor_dtype(dtype)
+    if data is None or isinstance(data, (str, bytes, dict, set)):
+        raise ArgumentTypeError(f"genesis.tensor: data must be numbers, a nested list or an array "
+                                f"(got {type(data).__name__})")
+    try:
+        raw = np.asarray(data)
+    except ValueError as e:   # (a ragged nested list)
+        raise ShapeError(f"genesis.tensor: data must be rectangular ({e})") from None
+    if raw.dtype.kind not in "biuf" and raw.dtype.name != "bfloat16":
+        raise ArgumentTypeError(f"genesis.tensor: data must be numbers (got {raw.dtype} data)")
+    with np.errstate(over="ignore", invalid="ignore"):
+        host = np.array(raw, dtype=dt)
+    if host.dtype.kind == "f" and raw.dtype.kind in "iuf" and not np.isfinite(host).all() \
+            and np.isfinite(raw[~np.isfinite(host)]).any():
+        raise ArgumentError(f"genesis.tensor: data overflows {host.dtype} (largest {float(np.finfo(host.dtype).max):.6g})")
     if dev.type == "cpu":
         return host
     cuda._cuda("genesis.tensor on a CUDA device")
     from ...backends import get_backend
     return get_backend("cuda", device=dev.index).to_device(host)
+
+
+def _tensor_dtype(dtype) -> np.dtype:
+    """tensor()'s dtype: float32 for None; bool, an integer or a float type (bfloat16 by name too)."""
+    if dtype is None:
+        return np.dtype(np.float32)
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise DTypeError(f"genesis.tensor: dtype {dtype!r} is not a data type") from None
+    if dt.kind not in "biuf" and dt.name != "bfloat16":
+        raise DTypeError(f"genesis.tensor: dtype must be bool, an integer or a float type (got {dt})")
+    return dt
 
 
 def matmul(a, b):

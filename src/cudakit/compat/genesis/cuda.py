@@ -178,19 +178,21 @@ def enable_memory_debugging(enabled: bool = True) -> None:
 
 def enable_profiling(enabled: bool = True):
     """True: record every cudakit launch and transfer (cudakit.profiler.start()); returns the
-    Profile. False: stop, log the per-kernel summary at INFO and return the finished Profile (None
-    when none was running). RuntimeError when another cudakit profile is already active."""
+    Profile (a new one where the last was stopped through cudakit.profiler). False: stop, log the
+    per-kernel summary at INFO and return the finished Profile (None when none was running).
+    RuntimeError when another cudakit profile is already active."""
     global _profile
     enabled = check_bool(enabled, "enabled")
     with _lock:
         if enabled:
-            if _profile is None:
+            if _profile is None or profiler._active is not _profile:   # (none, or stopped through cudakit.profiler)
                 _profile = profiler.start()
             return _profile
         if _profile is None:
             return None
-        _profile = None
-    prof = profiler.stop()
+        prof, _profile = _profile, None
+        if profiler._active is prof:
+            prof = profiler.stop()
     report(log, prof.summary())
     return prof
 

@@ -39,6 +39,13 @@ class UnavailableCudaBackend:
 
     gelu = fused_linear_gelu = flash_attention = layernorm = benchmark_kernel = _unavailable
 
+    def __getattr__(self, name: str):
+        """Every other op of cudakit's backends raises as the seed's ones do (not AttributeError)."""
+        from ...backends.base import Backend
+        if not name.startswith("_") and callable(getattr(Backend, name, None)):
+            return self._unavailable
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def __repr__(self):
         return f"<cudakit.compat.neural_arch CUDA backend, unavailable: {self.reason}>"
 
@@ -47,7 +54,7 @@ def get_backend(name: str = "cuda"):
     """The backend `name`: "cuda" (cudakit's CUDA backend), "numpy" or "cpu" (cudakit's CPU
     backend). Raises CuPyNotInstalledError (an ImportError) for "cuda" without CuPy, ValueError
     naming `name` for another name."""
-    if name not in _NAMES:
+    if not isinstance(name, str) or name not in _NAMES:
         raise ValueError(f"name must be one of {', '.join(map(repr, _NAMES))} (got {name!r})")
     from ...backends import get_backend as _get
     if name != "cuda":

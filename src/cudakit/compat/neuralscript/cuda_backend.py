@@ -14,6 +14,7 @@ import os
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,9 +24,10 @@ import numpy as np
 from ... import profiler
 from ...errors import DeviceError
 from ...runtime import compiler, device, memory
-from .._common import check_bool, check_int, cuda_usable, require_cuda
+from .._common import SharedProfile, check_bool, check_int, cuda_usable, require_cuda
 
 log = logging.getLogger(__name__)
+_PROFILE = SharedProfile()   # the one cudakit profile the recording CudaBackends share
 
 
 class CudaDataType(enum.Enum):
@@ -104,8 +106,9 @@ class CudaBackend:
     statistics (NeuralScript's CudaBackend).
 
     enable_profiling: record every cudakit launch and transfer (cudakit.profiler) for
-    get_performance_stats(); each launch then pays for two CUDA events. RuntimeError when another
-    cudakit profile is already active.
+    get_performance_stats(); each launch then pays for two CUDA events. Backends that record share
+    one profile (set_profiling). RuntimeError when a cudakit profile other than theirs is active.
+    In fallback mode nothing launches on a GPU, so the statistics stay empty.
     """
 
     def __init__(self, enable_profiling: bool = True):
@@ -136,13 +139,16 @@ class CudaBackend:
         return self._profile is not None
 
     def set_profiling(self, enabled: bool) -> None:
-        """Start (True) or stop (False) the backend's cudakit profile."""
+        """Start (True) or stop (False) recording. Backends that record share cudakit's one
+        profile (_PROFILE): it starts with the first and stops after the last stops or is
+        garbage-collected, so each one's statistics include the others' launches."""
         with self._lock:
             if enabled and self._profile is None:
-                self._profile = profiler.start()
+                self._profile = _PROFILE.hold()
+                self._release = weakref.finalize(self, _PROFILE.release)   # (a backend dropped while recording)
             elif not enabled and self._profile is not None:
                 self._profile = None
-                profiler.stop()
+                self._release()
 
     def get_device_info(self, device_id: int) -> CudaDeviceInfo:
         """CudaDeviceInfo of GPU `device_id`; DeviceError naming it when it does not exist."""
@@ -290,13 +296,19 @@ class CudaBackend:
 
     def export_performance_report(self, filename: str = "cuda_report.json") -> Path:
         """Write get_performance_stats() as JSON to `filename` (atomically); returns its path."""
+        if not isinstance(filename, (str, os.PathLike)):
+            raise TypeError(f"filename must be a str or a path (got {type(filename).__name__})")
         path = Path(filename)
         data = json.dumps(self.get_performance_stats(), indent=1, default=list)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:   # (filename a folder, say: no temporary file left beside it)
+            os.unlink(tmp)
+            raise
         return path
 
 

@@ -67,6 +67,10 @@ def _array(t, name: str):
 
 
 def _dtype(dtype) -> np.dtype:
+    """The NumPy dtype of a CudaDataType or a dtype one names; None is FLOAT32, create_tensor's
+    default (np.dtype(None) would be float64); DTypeError for any other."""
+    if dtype is None:
+        return CudaDataType.FLOAT32.numpy
     if isinstance(dtype, CudaDataType):
         return dtype.numpy
     try:
@@ -87,6 +91,8 @@ class CudaMath:
         return get_backend("cpu" if self.backend.fallback else "cuda")
 
     def _wrap(self, arr) -> CudaTensor:
+        if isinstance(arr, np.ndarray):   # (a NumPy array's .data is a memoryview, which bfloat16 cannot make)
+            return CudaTensor(arr, 0)
         dev = getattr(getattr(arr, "data", None), "device_id", 0)
         return CudaTensor(arr, int(dev) if isinstance(dev, int) else 0)
 
@@ -101,10 +107,13 @@ class CudaMath:
         return self._wrap(self._be().zeros(tuple(int(d) for d in shape), _dtype(dtype)))
 
     def from_numpy(self, array: np.ndarray, device_id: int = 0) -> CudaTensor:
-        """A copy of NumPy `array` on GPU `device_id` (the host in fallback mode, where only
-        device 0 exists)."""
+        """A copy of NumPy `array` (of a CudaDataType's dtype, else DTypeError) on GPU `device_id`
+        (the host in fallback mode, where only device 0 exists)."""
         if not isinstance(array, np.ndarray):
             raise TypeError(f"array must be a NumPy array (got {type(array).__name__})")
+        if array.dtype.name not in {m.value for m in CudaDataType}:   # (a CudaTensor's dtype is one of them)
+            raise DTypeError(f"array: dtype {array.dtype} is not a CudaDataType "
+                             f"({', '.join(m.value for m in CudaDataType)})")
         device_id = check_int(device_id, "device_id")
         if self.backend.fallback:
             if device_id != 0:

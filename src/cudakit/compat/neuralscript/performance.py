@@ -52,6 +52,11 @@ class TestConfiguration:
         check_int(self.benchmark_iterations, "benchmark_iterations", 1)
         for name in ("enable_plots", "save_results", "quick"):
             check_bool(getattr(self, name), name)
+        for name in ("operations", "dtypes"):   # (a string would be split into its characters)
+            v = getattr(self, name)
+            if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)) or \
+                    not all(isinstance(x, str) for x in v):
+                raise TypeError(f"{name} must be a tuple or list of names (got {v!r})")
         self.operations, self.dtypes = tuple(self.operations), tuple(self.dtypes)
 
 
