@@ -663,7 +663,11 @@ _SPLIT_CAUSAL_TILES = ((81, 96, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "
 # (0.097); 2x4x2048x96 (128 blocks) 0.191 against 0.193 (0.352); at 192 blocks (2x8x1536x128) they
 # ran 0.367 against 0.345 (0.447). Each call behind an L2 flush (15:00 UTC, --cold), one part:
 # 1x8x1024x128 0.092 against 0.124 (0.106), 1x16x512x128 0.054 against 0.071 (0.058); the usual
-# tiles in parts then ran faster still (_parts_candidates)
+# tiles in parts then ran faster still (_parts_candidates). On 2 stages (asynchronous copies; more
+# registers spill) no small-grid candidate ran faster than on one, in parts or not, V in place or
+# copied (H100, 2026-11-28 07:21 UTC, the first call's path timings at B1 H16 S256 D80, B1 H16 S512
+# D128 and B8 H8 S256 D128, plain and causal:
+# history/attention/nvidia-h100-80gb-hbm3-attention-f32-small-grid-2-stages.json)
 _SPLIT_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 
 
