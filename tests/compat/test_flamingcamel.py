@@ -119,8 +119,10 @@ def test_ptx_scalars_pass_as_the_parameter_bits_numpy_scalars_too():
     assert type(conv(np.float32(2.5), "f64", 1, "k")) is np.float64 and conv(np.float32(2.5), "f64", 1, "k") == 2.5
     assert type(conv(np.int32(3), "f32", 1, "k")) is np.float32
     assert conv(True, "u8", 0, "k") == 1
+    assert type(conv(np.float32(2.5), "b32", 0, "k")) is np.float32 and type(conv(1.5, "b64", 0, "k")) is np.float64
+    assert conv(3.40282347e38, "f32", 0, "k") == np.finfo(np.float32).max   # (rounds to FLT_MAX, no warning)
     for bad, t in ((np.int64(2**40), "u32"), (-(2**31) - 1, "u32"), (2**32, "s32"), (np.float32(2.0), "u32"),
-                   (2.0, "s64"), (2**200, "f32"), (1e300, "f32")):
+                   (2.0, "s64"), (2**200, "f32"), (1e300, "f32"), (2**2000, "f64"), (1.5, "b8")):
         with pytest.raises(LaunchError, match=r"args\[2\]: .* does not fit the kernel's \." + t):
             conv(bad, t, 2, "k")
     assert np.isnan(conv(float("nan"), "f32", 0, "k")) and conv(float("inf"), "f32", 0, "k") == np.inf
@@ -128,7 +130,7 @@ def test_ptx_scalars_pass_as_the_parameter_bits_numpy_scalars_too():
     assert conv(a, "u64", 0, "k") is a   # arrays pass as they come (pointers)
 
 
-def test_load_kernel_cache_follows_the_resolved_path(tmp_path, monkeypatch):
+def test_load_kernel_cache_follows_the_working_directory(tmp_path, monkeypatch):
     """A relative PTX path names another file after a chdir: load_kernel loads that one (its cache
     was keyed on the path as given and returned the first directory's kernel)."""
     if shutil.which("nvcc") is None:
@@ -144,7 +146,8 @@ def test_load_kernel_cache_follows_the_resolved_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "d2")
     k2 = backend.load_kernel("add_kernel", "backend/ops_elementwise.ptx")
     assert k1.params == ["u64", "u64", "u64", "u32"] and k2.params == ["u64", "u32"]
-    assert backend.load_kernel("add_kernel", tmp_path / "d2" / "backend" / "ops_elementwise.ptx") is k2
+    assert backend.load_kernel("add_kernel", "backend/ops_elementwise.ptx") is k2   # (a hit: the same object)
+    assert backend.load_kernel("add_kernel", tmp_path / "d2" / "backend" / "ops_elementwise.ptx").params == k2.params
     with pytest.raises(TypeError, match="ptx_file must be a str or a path"):
         backend.load_kernel("add_kernel", None)
 

@@ -240,6 +240,18 @@ def test_tensor_refuses_what_is_not_numbers_and_devices_check_themselves():
         genesis.tensor([[1, 2], [3]])
     with pytest.raises(ArgumentError, match="overflows float32"):
         genesis.tensor(np.array([1.0, 1e300]))
+    with pytest.raises(ArgumentError, match="overflows bfloat16"):
+        genesis.tensor([1e39], dtype="bfloat16")
+    for data, dt, match in (([300], np.int8, "outside int8's range"), ([-1], np.uint8, "outside uint8's range"),
+                            ([128.0], np.int8, "outside int8's range"), ([np.nan], np.int32, "NaN or inf"),
+                            ([2**200], np.int64, "outside int64's range")):
+        with pytest.raises(ArgumentError, match=match):   # (NumPy's cast wrapped them: 300 became 44)
+            genesis.tensor(data, dtype=dt)
+    np.testing.assert_array_equal(genesis.tensor([127.7, -128.5], dtype=np.int8), [127, -128])   # truncated
+    import decimal
+    import fractions
+    np.testing.assert_allclose(genesis.tensor([2**70, decimal.Decimal("1.5"), fractions.Fraction(1, 4)]),
+                               [2.0**70, 1.5, 0.25], rtol=1e-7)   # numbers NumPy keeps as objects
     inf_nan = genesis.tensor([np.inf, np.nan])   # non-finite data stays as it is
     assert np.isinf(inf_nan[0]) and np.isnan(inf_nan[1])
     assert genesis.tensor(np.ones(2, ml_dtypes.bfloat16)).dtype == np.float32

@@ -357,12 +357,17 @@ def test_backends_share_one_profile(fresh_cwd):
     b.set_profiling(False)
     assert profiler._active is None
     c = CudaBackend()
-    profiler.stop()            # stopped from outside: the next holder starts a new one
+    profiler.stop()            # stopped from outside: c no longer records; the next holder starts a new one
+    assert not c.enable_profiling
     d = CudaBackend()
-    assert profiler._active is not None and d._profile is profiler._active
+    assert profiler._active is not None and d.enable_profiling and c.enable_profiling   # (c shares it)
+    profiler.stop()
+    c.set_profiling(True)      # a holder asking again after an outside stop starts one too
+    assert c.enable_profiling and d.enable_profiling
     c.set_profiling(False)
+    assert profiler._active is not None
     d.set_profiling(False)
-    assert profiler._active is None
+    assert profiler._active is None and not c.enable_profiling and not d.enable_profiling
     (fresh_cwd / "folder").mkdir()
     with pytest.raises(IsADirectoryError):
         d.export_performance_report(fresh_cwd / "folder")

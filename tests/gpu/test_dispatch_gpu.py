@@ -344,9 +344,32 @@ def test_batch_norm_plan_refuses_running_stats_that_overlap(rng):
     with pytest.raises(cudakit.ArgumentError, match="running_mean and running_var overlap in memory"):
         cudakit.batch_norm_with_stats(xd, None, None, buf[:4], buf[:4], True, 0.1, 1e-5)
     assert bool((buf == before).all())
-    far_m, far_v = buf[:4], buf[64:68]   # 256 bytes apart: separate, and planned
+    # the guard's two branches, told apart: its plan counted, its checked path refused
+    from cudakit.kernels import trace_plans
+    key = next(k for k in dispatch._plans if k[0] == "batch_norm_with_stats")
+    replay, hits = dispatch._plans[key].plan, []
+
+    def counted(*a):
+        hits.append(1)
+        return replay(*a)
+
+    def refused(*a):
+        raise AssertionError("the checked path ran")
+    args = (xd, None, None, rm, rv, True, 0.1, 1e-5)
+    dispatch._plans[key] = trace_plans._separate(counted, refused, args, (3, 4))
+    dispatch._plans_changed and dispatch._plans_changed()   # (plan_call's inline cache)
+    far_m, far_v = buf[:4], buf[64:68]   # 256 bytes apart: separate, the same signature
     cudakit.batch_norm_with_stats(xd, None, None, far_m, far_v, True, 0.1, 1e-5)
-    assert float(far_m.sum()) != 4.0
+    assert hits == [1] and float(far_m.sum()) != 4.0
+    with pytest.raises(AssertionError, match="the checked path ran"):
+        cudakit.batch_norm_with_stats(xd, None, None, buf[:4], buf[:4], True, 0.1, 1e-5)
+    assert hits == [1]
+    # inference writes nothing: its plan is not wrapped
+    for _ in range(3):
+        cudakit.batch_norm_with_stats(xd, None, None, rm, rv, False, 0.1, 1e-5)
+    inference = [p for (op, sig), p in dispatch._plans.items() if op == "batch_norm_with_stats" and p is not None
+                 and not hasattr(p, "plan")]
+    assert inference, "the inference signature's plan is the replay itself"
 
 
 def test_blhd_attention_plans_replay_cudnn_in_place():

@@ -68,7 +68,7 @@ class SharedProfile:
     the last. RuntimeError from hold() where another cudakit profile is active."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()   # (a holder's finalizer may run release() inside hold(), from a GC there)
         self.profile = None
         self.holders = 0
 

@@ -39,11 +39,17 @@ def _scalar_param(a, t: str, i: int, name: str):
     """Scalar argument `a` (a Python or NumPy bool, int or float; anything else is passed as it
     comes) as the PTX parameter type `t` takes it. An integer parameter of n bits takes integers in
     [-2^(n-1), 2^n) as their n-bit pattern: nvcc declares a C `int` .u32, so -1 reaches an `int n`
-    as -1 and 2^32 - 1 a `unsigned n` as itself. A float parameter takes ints and floats of its
-    range (a NumPy float32 to an .f64 parameter is widened, never passed as 4 bytes read as 8)."""
+    as -1 and 2^32 - 1 an `unsigned n` as itself; an untyped .bN one also takes a float as the float
+    of its size (hand-written PTX may carry a float there). A float parameter takes ints and floats
+    that do not overflow it (a NumPy float32 to an .f64 parameter is widened, never passed as 4 bytes
+    read as 8; NaN and infinities pass)."""
     if not isinstance(a, (bool, int, float, np.bool_, np.integer, np.floating)):
         return a
     nt = _PTX_SCALARS[t]
+    if t[0] == "b" and isinstance(a, (float, np.floating)):
+        nt = {1: np.float16, 2: np.float16, 4: np.float32, 8: np.float64}[np.dtype(nt).itemsize]
+        if np.dtype(nt).itemsize != np.dtype(_PTX_SCALARS[t]).itemsize:
+            raise LaunchError(f"args[{i}]: {a!r}: a float does not fit the kernel's .{t} parameter", name)
     if np.dtype(nt).kind in "iu":
         bits = np.dtype(nt).itemsize * 8
         if not isinstance(a, (int, np.integer, np.bool_)) or not -(1 << (bits - 1)) <= int(a) < 1 << bits:
@@ -51,11 +57,17 @@ def _scalar_param(a, t: str, i: int, name: str):
                               f"[-2^{bits - 1}, 2^{bits}))", name)
         u = int(a) & ((1 << bits) - 1)
         return nt(u - (1 << bits) if np.dtype(nt).kind == "i" and u >= 1 << (bits - 1) else u)
-    v = float(a)
-    if v == v and abs(v) != float("inf") and abs(v) > np.finfo(nt).max:
-        raise LaunchError(f"args[{i}]: {a!r} does not fit the kernel's .{t} parameter (|x| <= "
+    finite = isinstance(a, (bool, int, np.bool_, np.integer)) or bool(np.isfinite(a))
+    try:
+        with np.errstate(over="ignore"):
+            f = nt(a)
+    except OverflowError:   # (a Python int past float64's range)
+        f = nt("inf")
+    if np.isinf(f) and finite:
+        shown = repr(a) if len(repr(a)) <= 40 else f"{repr(a)[:20]}...({len(repr(a))} digits)"
+        raise LaunchError(f"args[{i}]: {shown} does not fit the kernel's .{t} parameter (|x| <= "
                           f"{float(np.finfo(nt).max):.6g})", name)
-    return nt(v)
+    return f
 
 
 def _entry_params(ptx: str, name: str) -> list[str] | None:
@@ -111,7 +123,7 @@ class CUDABackend:
     """
 
     def __init__(self, root=None):
-        self._kernels: dict[str, PtxKernel] = {}
+        self._kernels: dict[tuple, PtxKernel] = {}
         self._device_id = 0
         if root is not None and not isinstance(root, (str, os.PathLike)):
             raise TypeError(f"root must be a str or a path (got {type(root).__name__})")
@@ -141,10 +153,13 @@ class CUDABackend:
             raise TypeError(f"kernel_name must be a non-empty str (got {kernel_name!r})")
         if not isinstance(ptx_file, (str, os.PathLike)):
             raise TypeError(f"ptx_file must be a str or a path (got {type(ptx_file).__name__})")
-        ptx_path = (self._root or Path.cwd()) / Path(ptx_file)
-        cache_key = f"{ptx_path.resolve()}::{kernel_name}"   # (resolved: a relative path after a chdir is another file)
+        # (with the working directory: a relative path after a chdir is another file; not resolved,
+        # a cache hit stays about a microsecond: the seed's wrappers call this on every op)
+        cache_key = (os.fspath(self._root) if self._root is not None else os.getcwd(), os.fspath(ptx_file),
+                     kernel_name)
         if cache_key in self._kernels:
             return self._kernels[cache_key]
+        ptx_path = (self._root or Path.cwd()) / Path(ptx_file)
         if not ptx_path.is_file():
             raise FileNotFoundError(
                 f"PTX file not found: {ptx_path}\nCompile the kernels first, e.g. "

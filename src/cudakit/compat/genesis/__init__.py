@@ -7,6 +7,7 @@ Differences from the seed (no torch, no printing, no silent fallback): docs/comp
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,18 +75,45 @@ def tensor(data, device=None, dtype=None):
         raw = np.asarray(data)
     except ValueError as e:   # (a ragged nested list)
         raise ShapeError(f"genesis.tensor: data must be rectangular ({e})") from None
-    if raw.dtype.kind not in "biuf" and raw.dtype.name != "bfloat16":
+    if raw.dtype.kind == "O":   # ints past int64, Decimal, Fraction: numbers NumPy keeps as objects
+        if not all(isinstance(v, numbers.Real) or (isinstance(v, numbers.Number) and not isinstance(v, numbers.Complex))
+                   for v in raw.flat):   # (Decimal is a Number, not a Real)
+            raise ArgumentTypeError("genesis.tensor: data must be numbers (got objects that are not)")
+        raw = raw.astype(np.float64)
+    elif raw.dtype.kind not in "biuf" and raw.dtype.name != "bfloat16":
         raise ArgumentTypeError(f"genesis.tensor: data must be numbers (got {raw.dtype} data)")
-    with np.errstate(over="ignore", invalid="ignore"):
-        host = np.array(raw, dtype=dt)
-    if host.dtype.kind == "f" and raw.dtype.kind in "iuf" and not np.isfinite(host).all() \
-            and np.isfinite(raw[~np.isfinite(host)]).any():
-        raise ArgumentError(f"genesis.tensor: data overflows {host.dtype} (largest {float(np.finfo(host.dtype).max):.6g})")
+    _check_fits(raw, dt)
+    with np.errstate(over="ignore"):
+        host = raw.astype(dt, copy=True)
+    if host.dtype.kind == "f" or host.dtype.name == "bfloat16":   # finite data the cast made inf
+        inf = np.isinf(host)
+        if inf.any() and np.isfinite(raw[inf]).any():
+            raise ArgumentError(f"genesis.tensor: data overflows {host.dtype}")
     if dev.type == "cpu":
         return host
     cuda._cuda("genesis.tensor on a CUDA device")
     from ...backends import get_backend
     return get_backend("cuda", device=dev.index).to_device(host)
+
+
+def _check_fits(raw: np.ndarray, dt: np.dtype) -> None:
+    """ArgumentError where a value of raw (bool, integer, float or bfloat16) has no value of an
+    integer dt (out of its range; NaN or inf), which NumPy's cast would wrap; nothing to check
+    where every value of raw's dtype fits (NumPy's safe casts). (Float overflow: tensor() after
+    the cast.)"""
+    if raw.size == 0 or np.can_cast(raw.dtype, dt, "safe"):
+        return
+    if dt.kind in "iu" and raw.dtype.kind != "b":
+        info = np.iinfo(dt)
+        if raw.dtype.kind in "iu":
+            lo, hi = int(raw.min()), int(raw.max())
+        else:   # (floats are truncated toward 0: -128.5 and 127.5 become int8's -128 and 127)
+            f = raw.astype(np.float64)
+            if not np.isfinite(f).all():
+                raise ArgumentError(f"genesis.tensor: NaN or inf has no {dt} value")
+            lo, hi = float(np.trunc(f.min())), float(np.trunc(f.max()))
+        if lo < info.min or hi > info.max:
+            raise ArgumentError(f"genesis.tensor: data outside {dt}'s range [{info.min}, {info.max}]")
 
 
 def _tensor_dtype(dtype) -> np.dtype:

@@ -118,7 +118,7 @@ class CudaBackend:
                      device.unavailable_reason())
         self._allocations: dict[int, tuple] = {}
         self._kernels: dict[str, CudaKernel] = {}
-        self._profile = None
+        self._recording = False   # holding _PROFILE
         self._lock = threading.Lock()
         self.set_profiling(check_bool(enable_profiling, "enable_profiling"))
 
@@ -135,19 +135,25 @@ class CudaBackend:
 
     @property
     def enable_profiling(self) -> bool:
-        """Whether the backend's cudakit profile is recording."""
-        return self._profile is not None
+        """Whether the backend records: it holds the shared profile and that profile is cudakit's
+        active one (not stopped through cudakit.profiler)."""
+        return self._recording and _PROFILE.profile is not None and profiler._active is _PROFILE.profile
 
     def set_profiling(self, enabled: bool) -> None:
         """Start (True) or stop (False) recording. Backends that record share cudakit's one
         profile (_PROFILE): it starts with the first and stops after the last stops or is
-        garbage-collected, so each one's statistics include the others' launches."""
+        garbage-collected, so each one's statistics include the others' launches. True after the
+        profile was stopped through cudakit.profiler starts a new one."""
         with self._lock:
-            if enabled and self._profile is None:
-                self._profile = _PROFILE.hold()
+            if enabled and self._recording and not self.enable_profiling:   # (stopped from outside)
+                self._recording = False
+                self._release()
+            if enabled and not self._recording:
+                _PROFILE.hold()
+                self._recording = True
                 self._release = weakref.finalize(self, _PROFILE.release)   # (a backend dropped while recording)
-            elif not enabled and self._profile is not None:
-                self._profile = None
+            elif not enabled and self._recording:
+                self._recording = False
                 self._release()
 
     def get_device_info(self, device_id: int) -> CudaDeviceInfo:
@@ -279,14 +285,15 @@ class CudaBackend:
         every cudakit launch and transfer since profiling began (waits for them)."""
         kernels: dict = {}
         transfers: dict = {}
-        if self._profile is not None:
-            for r in self._profile.resolve():
+        prof = _PROFILE.profile if self._recording else None
+        if prof is not None:
+            for r in prof.resolve():
                 group = kernels if r.kind == "kernel" else transfers
                 g = group.setdefault(r.name, [])
                 g.append(r)
         stats = {"kernel_execution_times": {k: _timing(v, "total_executions") for k, v in kernels.items()},
                  "memory_transfer_times": {k: _timing(v, "total_transfers") for k, v in transfers.items()},
-                 "profiling_enabled": self._profile is not None, "fallback_mode": self.fallback,
+                 "profiling_enabled": self.enable_profiling, "fallback_mode": self.fallback,
                  "devices": [asdict(d) for d in self.devices]}
         for name, recs in transfers.items():
             t = stats["memory_transfer_times"][name]
