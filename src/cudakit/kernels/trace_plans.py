@@ -156,8 +156,10 @@ def _separate(plan, checked, args: tuple, at: tuple):
     another, which the checked call refuses (checks.check_distinct: batch_norm's running_var
     update would read a running_mean just written). A call whose spans cross runs the checked path,
     which raises. Each span is kept relative to its array's address (the signature fixes shape and
-    strides), so a pair costs two addresses and two comparisons: about 1.1 us a call on an H100
-    host (2026-11-28, .carry/bn_guard_ab.py: 10.22 us against 9.11 for the plan alone)."""
+    strides), so a pair costs two addresses and two comparisons: 0.65 us a call on an H100 host
+    (2026-11-28 07:28 UTC, benchmarks/sweeps/batch_norm_plan_guard_host.py: 10.04 us against 9.39
+    for the plan alone, torch's F.batch_norm 18.26;
+    history/host-time/nvidia-h100-80gb-hbm3-host-batch-norm-plan-guard.json)."""
     from ..backends.checks import _span
     nd = _cupy.cupy().ndarray
     rel = []
