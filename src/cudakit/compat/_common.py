@@ -5,7 +5,7 @@ import logging
 import numbers
 import threading
 
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, DTypeError
 
 
 def cuda_usable() -> bool:
@@ -90,3 +90,23 @@ class SharedProfile:
                 prof, self.profile = self.profile, None
                 if prof is not None and profiler._active is prof:
                     profiler.stop()
+
+
+def numeric_dtype(dtype, name: str, complex_ok: bool = True):
+    """dtype as a NumPy dtype of numbers: bool, an integer, a float (bfloat16 by name too) or, with
+    complex_ok, a complex type. None is float32, the facades' default (np.dtype(None) would be
+    float64). DTypeError naming `name` otherwise."""
+    import numpy as np
+    if dtype is None:
+        return np.dtype(np.float32)
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise DTypeError(f"{name}: {dtype!r} is not a NumPy dtype") from None
+    if dt.kind not in ("biufc" if complex_ok else "biuf") and dt.name != "bfloat16":
+        raise DTypeError(f"{name}: {dt} is not a numeric dtype (bool, integer, float"
+                         f"{' or complex' if complex_ok else ''})")
+    return dt

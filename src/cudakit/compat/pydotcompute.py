@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ArgumentTypeError, DTypeError, ShapeError
-from ._common import check_bool, check_int, require_cuda
+from ._common import check_bool, check_int, numeric_dtype, require_cuda
 
 
 def _shape(shape, name: str = "shape") -> tuple[int, ...]:
@@ -32,20 +32,8 @@ def _shape(shape, name: str = "shape") -> tuple[int, ...]:
 
 
 def _dtype(dtype, name: str = "dtype") -> np.dtype:
-    """A numeric dtype (bool, integer, float or complex; bfloat16 by name too) or DTypeError naming
-    `name`. None is float32, allocate()'s default (np.dtype(None) would be float64)."""
-    if dtype is None:
-        return np.dtype(np.float32)
-    if isinstance(dtype, str) and dtype == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise DTypeError(f"{name}: {dtype!r} is not a NumPy dtype") from None
-    if dt.kind not in "biufc" and dt.name != "bfloat16":
-        raise DTypeError(f"{name}: {dt} is not a numeric dtype (bool, integer, float or complex)")
-    return dt
+    """A numeric dtype (numeric_dtype: None is allocate()'s float32 default)."""
+    return numeric_dtype(dtype, name)
 
 
 def _host_data(data, name: str = "data"):

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import ops
-from ...errors import ArgumentError, ArgumentTypeError, DeviceError, DTypeError, ShapeError
+from ...errors import ArgumentError, ArgumentTypeError, DeviceError, ShapeError
+from .._common import numeric_dtype
 from . import cuda
 from .backends import CUDAMemoryPool, CUDAStorage, get_memory_stats
 
@@ -67,7 +68,7 @@ def tensor(data, device=None, dtype=None):
     numbers (None, strings, objects) and ShapeError for ragged lists; ArgumentError where finite
     data overflows the dtype (1e300 as float32)."""
     dev = _parse_device(device if device is not None else "cpu")
-    dt = _tensor_dtype(dtype)
+    dt = numeric_dtype(dtype, "genesis.tensor: dtype", complex_ok=False)
     if data is None or isinstance(data, (str, bytes, dict, set)):
         raise ArgumentTypeError(f"genesis.tensor: data must be numbers, a nested list or an array "
                                 f"(got {type(data).__name__})")
@@ -114,22 +115,6 @@ def _check_fits(raw: np.ndarray, dt: np.dtype) -> None:
             lo, hi = float(np.trunc(f.min())), float(np.trunc(f.max()))
         if lo < info.min or hi > info.max:
             raise ArgumentError(f"genesis.tensor: data outside {dt}'s range [{info.min}, {info.max}]")
-
-
-def _tensor_dtype(dtype) -> np.dtype:
-    """tensor()'s dtype: float32 for None; bool, an integer or a float type (bfloat16 by name too)."""
-    if dtype is None:
-        return np.dtype(np.float32)
-    if isinstance(dtype, str) and dtype == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise DTypeError(f"genesis.tensor: dtype {dtype!r} is not a data type") from None
-    if dt.kind not in "biuf" and dt.name != "bfloat16":
-        raise DTypeError(f"genesis.tensor: dtype must be bool, an integer or a float type (got {dt})")
-    return dt
 
 
 def matmul(a, b):
