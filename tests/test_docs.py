@@ -102,6 +102,7 @@ _NEEDS_GPU = {
     "pinned_empty": lambda: cudakit.pinned_empty((3,)),
     "current_device": lambda: cudakit.current_device(),
     "set_device": lambda: cudakit.set_device(0),
+    "device(i)": lambda: cudakit.device(0).__enter__(),
     "get_device_info": lambda: cudakit.get_device_info(),
     "compile": lambda: cudakit.compile(_SRC, "k"),
     "compile_module": lambda: cudakit.compile_module(_SRC),
@@ -121,9 +122,12 @@ def test_calls_documented_as_needing_a_gpu_say_so_without_one(call):
         _NEEDS_GPU[call]()
 
 
-def test_calls_documented_as_working_without_a_gpu_do():
+def test_calls_documented_as_working_without_a_gpu_do(tmp_path):
     if cudakit.is_available():
         pytest.skip("a GPU is usable here")
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(".version 8.0\n.target sm_90\n.address_size 64\n")
+    assert cudakit.load_module(ptx) is not None   # (reads and checks the file; its kernels need a GPU)
     assert cudakit.warm_up_kernels() == {}
     assert cudakit.device_count() == 0 and cudakit.devices() == []
     assert cudakit.memory_info() == (0, 0)

@@ -17,6 +17,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ..errors import ArgumentError
 from ._common import FLOAT_DTYPE_NAMES
 
 log = logging.getLogger("cudakit")
@@ -47,14 +48,14 @@ def warm_up_kernels(families=None, dtypes=None, devices=None) -> dict[str, float
     devices: device indices, or "all" (default: the current device only: loading on a device
     creates its CUDA context).
     Without a usable GPU there is nothing to compile: returns {} (the reason is logged).
-    Unknown names raise ValueError listing the known ones.
+    Unknown names raise ArgumentError (a ValueError) listing the known ones.
     """
     names = tuple(FAMILIES if families is None else ([families] if isinstance(families, str) else families))
     dts = tuple(FLOAT_DTYPE_NAMES if dtypes is None else ([dtypes] if isinstance(dtypes, str) else dtypes))
     for what, got, known in (("kernel family", names, FAMILIES), ("dtype", dts, FLOAT_DTYPE_NAMES)):
         bad = [g for g in got if g not in known]
         if bad:
-            raise ValueError(f"unknown {what} {', '.join(map(repr, bad))}; known: {', '.join(known)}")
+            raise ArgumentError(f"unknown {what} {', '.join(map(repr, bad))}; known: {', '.join(known)}")
     from ..runtime import device as _device
     if not _device.is_available():
         log.info("warm_up_kernels: no usable GPU (%s): nothing to compile", _device.unavailable_reason())
@@ -68,7 +69,7 @@ def warm_up_kernels(families=None, dtypes=None, devices=None) -> dict[str, float
         n = _device.device_count()
         bad = [d for d in devs if not isinstance(d, int) or not 0 <= d < n]
         if bad:
-            raise ValueError(f"devices must be in [0, {n}) (got {bad})")
+            raise ArgumentError(f"devices must be in [0, {n}) (got {bad})")
     from ..runtime import _cupy
     cp = _cupy.cupy()
     times = {}

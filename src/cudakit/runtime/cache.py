@@ -13,7 +13,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from ..errors import CacheError
+from ..errors import ArgumentError, CacheError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def subdir(name: str) -> Path:
     """root()/name, created, with the root marked as cudakit's (before anything is written).
     name: one of ENTRIES or KEPT."""
     if name not in ENTRIES + KEPT:
-        raise ValueError(f"{name!r} is not a cudakit cache entry ({', '.join(ENTRIES + KEPT)})")
+        raise ArgumentError(f"{name!r} is not a cudakit cache entry ({', '.join(ENTRIES + KEPT)})")
     r = root()
     _check_dir(r)
     r.mkdir(parents=True, exist_ok=True)

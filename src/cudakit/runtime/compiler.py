@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from .. import __version__, profiler
-from ..errors import ArgumentTypeError, BackendUnavailableError, CacheError, CompileError, LaunchError
+from ..errors import ArgumentError, ArgumentTypeError, BackendUnavailableError, CacheError, CompileError, LaunchError
 from . import _cupy, cache as _cache, launch as _launch
 
 log = logging.getLogger(__name__)
@@ -342,7 +342,7 @@ def _virtual_arch(arch: str) -> str:
     for prefix in ("sm_", "compute_"):
         if isinstance(arch, str) and arch.startswith(prefix) and arch[len(prefix):].rstrip("af").isdigit():
             return "compute_" + arch[len(prefix):]
-    raise ValueError(f"arch must be like 'sm_90' or 'compute_90' (got {arch!r})")
+    raise ArgumentError(f"arch must be like 'sm_90' or 'compute_90' (got {arch!r})")
 
 
 def _nvcc_path() -> str:
@@ -396,7 +396,7 @@ def compile_ptx(source: str, path=None, options=(), arch: str | None = None,
     is missing, ValueError for another `compiler` or a malformed `arch`.
     """
     if compiler not in ("nvrtc", "nvcc"):
-        raise ValueError(f"compiler must be 'nvrtc' or 'nvcc' (got {compiler!r})")
+        raise ArgumentError(f"compiler must be 'nvrtc' or 'nvcc' (got {compiler!r})")
     if arch is None:
         try:
             arch = current_arch()

@@ -209,21 +209,22 @@ class TritonKernel:
 
     # -- binding and specialisation ---------------------------------------------------------
     def bind(self, args: tuple, kwargs: dict) -> tuple[list, dict, dict]:
-        """Split a call into runtime arguments, constexpr values and options; raise TypeError on a
-        wrong argument count or an unknown keyword, before anything is compiled or launched."""
+        """Split a call into runtime arguments, constexpr values and options; raise
+        ArgumentTypeError (a TypeError) on a wrong argument count or an unknown keyword, before
+        anything is compiled or launched."""
         opts = {"num_warps": kwargs.pop("num_warps", self.defaults.num_warps),
                 "num_stages": kwargs.pop("num_stages", self.defaults.num_stages)}
         if len(args) > len(self.params):
-            raise TypeError(f"{self.name}() takes {len(self.params)} arguments "
+            raise ArgumentTypeError(f"{self.name}() takes {len(self.params)} arguments "
                             f"({', '.join(p.name for p in self.params)}), got {len(args)}")
         values = {}
         for p, a in zip(self.params, args):
             values[p.name] = a
         for k, v in kwargs.items():
             if k in values:
-                raise TypeError(f"{self.name}() got multiple values for argument {k!r}")
+                raise ArgumentTypeError(f"{self.name}() got multiple values for argument {k!r}")
             if k not in {p.name for p in self.params}:
-                raise TypeError(f"{self.name}() got an unexpected keyword argument {k!r}")
+                raise ArgumentTypeError(f"{self.name}() got an unexpected keyword argument {k!r}")
             values[k] = v
         runtime, consts = [], {}
         for p in self.params:
@@ -231,7 +232,7 @@ class TritonKernel:
                 if p.has_default:
                     values[p.name] = p.default
                 else:
-                    raise TypeError(f"{self.name}() missing argument {p.name!r} "
+                    raise ArgumentTypeError(f"{self.name}() missing argument {p.name!r} "
                                     f"(parameters: {', '.join(q.name for q in self.params)})")
             if p.is_constexpr:
                 consts[p.name] = values[p.name]
@@ -245,14 +246,14 @@ class TritonKernel:
         if cp is not None and isinstance(a, cp.ndarray):
             code = _DTYPE_CODE.get(a.dtype.name)
             if code is None:
-                raise TypeError(f"{self.name}: argument {name!r} has unsupported dtype {a.dtype}")
+                raise ArgumentTypeError(f"{self.name}: argument {name!r} has unsupported dtype {a.dtype}")
             ptr = a.data.ptr
             return "*" + code, ptr % 16 == 0, ptr
         cai = getattr(a, "__cuda_array_interface__", None)
         if cai is not None:
             code = _DTYPE_CODE.get(np.dtype(cai["typestr"]).name)
             if code is None:
-                raise TypeError(f"{self.name}: argument {name!r} has unsupported dtype {cai['typestr']}")
+                raise ArgumentTypeError(f"{self.name}: argument {name!r} has unsupported dtype {cai['typestr']}")
             ptr = cai["data"][0]
             return "*" + code, ptr % 16 == 0, ptr
         if isinstance(a, (bool, np.bool_)):
@@ -264,9 +265,9 @@ class TritonKernel:
         if isinstance(a, (float, np.floating)):
             return ("fp64" if isinstance(a, np.float64) else "fp32"), False, float(a)
         if isinstance(a, np.ndarray):
-            raise TypeError(f"{self.name}: argument {name!r} is a host (NumPy) array; copy it to the "
+            raise ArgumentTypeError(f"{self.name}: argument {name!r} is a host (NumPy) array; copy it to the "
                             f"device with cudakit.to_device() first")
-        raise TypeError(f"{self.name}: argument {name!r} of type {type(a).__name__} is not supported")
+        raise ArgumentTypeError(f"{self.name}: argument {name!r} of type {type(a).__name__} is not supported")
 
     def _compile(self, sig: tuple, consts: dict, opts: dict, dev: int) -> _Compiled:
         triton = _triton()
@@ -316,7 +317,7 @@ class TritonKernel:
         plans (no per-call binding in Python). Shares this kernel's compile cache."""
         unknown = sorted(set(consts) - self._const_set)
         if unknown:
-            raise TypeError(f"{self.name}() has no constexpr parameter {', '.join(unknown)}")
+            raise ArgumentTypeError(f"{self.name}() has no constexpr parameter {', '.join(unknown)}")
         k = TritonKernel.__new__(TritonKernel)
         k.__dict__.update(self.__dict__)
         k.defaults = Config({}, self.defaults.num_warps if num_warps is None else num_warps,
@@ -487,14 +488,14 @@ class Autotuned:
 
     def __init__(self, kernel: TritonKernel, configs: list, key: list, restore=(), warmup: int = 2, reps: int = 10):
         if not configs:
-            raise ValueError("autotune needs at least one config")
+            raise ArgumentError("autotune needs at least one config")
         self.kernel = kernel if isinstance(kernel, TritonKernel) else TritonKernel(kernel)
         self.configs = [c if isinstance(c, Config) else Config(dict(c.kwargs), c.num_warps, c.num_stages)
                         for c in configs]
         names = {p.name for p in self.kernel.params}
         for k in list(key) + list(restore):
             if k not in names:
-                raise ValueError(f"autotune: {k!r} is not a parameter of {self.kernel.name} ({', '.join(sorted(names))})")
+                raise ArgumentError(f"autotune: {k!r} is not a parameter of {self.kernel.name} ({', '.join(sorted(names))})")
         self.key, self.restore = list(key), list(restore)
         self.warmup, self.reps = warmup, reps
         n = len(self.configs)
