@@ -292,7 +292,7 @@ def silu_backward(grad_out, x, out=None):
 
 
 def gelu(x, approximate="tanh", out=None):
-    """GELU, tanh form by default, approximate="none" for the exact erf (see Backend.gelu)."""
+    """GELU, tanh form by default, approximate="none" (or "erf") for the exact erf (see Backend.gelu)."""
     r = _native(_gelu_op(approximate), x, None, 0.0, out)
     return r if r is not None else backend_for(x).gelu(x, approximate, out=out)
 

@@ -45,13 +45,13 @@ def _slope(v) -> float:
 
 def _gelu_op(approximate: str) -> str:
     if not isinstance(approximate, str):   # (an array compared with a string is an array: no truth value)
-        raise ArgumentTypeError(f"approximate must be 'tanh' or 'none' (got {type(approximate).__name__} "
-                                f"{approximate!r})")
+        raise ArgumentTypeError(f"approximate must be 'tanh' or 'none' ('erf' too) (got "
+                                f"{type(approximate).__name__} {approximate!r})")
     if approximate == "tanh":
         return "gelu_tanh"
     if approximate in ("none", "erf"):
         return "gelu_erf"
-    raise ArgumentError(f"approximate must be 'tanh' or 'none' (got {approximate!r})")
+    raise ArgumentError(f"approximate must be 'tanh' or 'none' ('erf' too) (got {approximate!r})")
 
 
 # op -> (its form for `array op scalar`, its form for `scalar op array`)
