@@ -473,10 +473,12 @@ def _check_state_type(state) -> None:
         raise ArgumentTypeError(f"optimizer_state must be a cudakit.optim.OptimizerState (got {type(state).__name__})")
 
 
-def _prepare(params, gradients, named_states: dict, master, state: OptimizerState):
-    """Lists, side, dtypes and checked arrays of one functional update."""
-    _check_state_type(state)
-    state.validate()
+def _prepare(params, gradients, named_states: dict, master, state: OptimizerState, validated: bool = False):
+    """Lists, side, dtypes and checked arrays of one functional update (validated: the caller has
+    checked `state` already)."""
+    if not validated:
+        _check_state_type(state)
+        state.validate()
     ps, single = _as_list(params, "params")
     gs, _ = _as_list(gradients, "gradients")
     where = _placement(ps, "params")
@@ -559,12 +561,13 @@ def adam_update(params, gradients, m_buffer, v_buffer, optimizer_state: Optimize
     """
     h = optimizer_state
     _check_state_type(h)
+    h.validate()   # (before its amsgrad is read: a string there would count as True)
     named = {"m_buffer": m_buffer, "v_buffer": v_buffer}
     if h.amsgrad:
         if v_max is None:
             raise ArgumentError("optimizer_state.amsgrad needs v_max buffers (got v_max=None)")
         named["v_max"] = v_max
-    ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master, h)
+    ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master, h, validated=True)
     c = _adam_scalars(h, h.step + 1)
     if where == "cpu":
         vmaxes = states[2] if h.amsgrad else [None] * len(ps)

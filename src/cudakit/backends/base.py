@@ -39,8 +39,16 @@ def dtype_name(dt) -> str:
     return np.dtype(dt).name
 
 
+_SLOPE_MAX = float(np.finfo(np.float32).max)
+
+
 def _slope(v) -> float:
-    return finite_scalar("leaky_relu", "negative_slope", v)
+    """leaky_relu's slope: finite, and float32's (the GPU kernels and 16- and 32-bit data multiply in
+    float32, where a larger slope is inf and 0 * inf turned x = 0 into NaN)."""
+    s = finite_scalar("leaky_relu", "negative_slope", v)
+    if abs(s) > _SLOPE_MAX:
+        raise ArgumentError(f"leaky_relu: negative_slope must be at most {_SLOPE_MAX:.6g} in magnitude (got {v!r})")
+    return s
 
 
 def _gelu_op(approximate: str) -> str:
@@ -232,7 +240,8 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
         return self._elementwise_op("div", {"a": a, "b": b}, out)
 
     def leaky_relu(self, x, negative_slope: float = 0.01, out=None):
-        """x where x > 0, else negative_slope * x. Any float dtype and shape."""
+        """x where x > 0, else negative_slope * x. Any float dtype and shape; |negative_slope| at
+        most float32's largest value."""
         return self._elementwise_op("leaky_relu", {"x": x}, out, _slope(negative_slope))
 
     def leaky_relu_backward(self, grad_out, x, negative_slope: float = 0.01, out=None):

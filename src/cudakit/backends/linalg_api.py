@@ -284,8 +284,17 @@ class LinalgOps:
                                    bias: bool = True):
         """(grad_x, grad_weight, grad_bias) of y = fused_linear_gelu(x, weight, bias) for dL/dy =
         grad_out, from the pre-activation `pre` the forward returned: gelu_backward, then
-        linear_backward (shapes and dtypes as there; grad_bias None when `bias` is False)."""
-        return self.linear_backward(self.gelu_backward(grad_out, pre, approximate), x, weight, bias)
+        linear_backward (shapes and dtypes as there, pre's as grad_out's; grad_bias None when `bias`
+        is False)."""
+        op = "fused_linear_gelu_backward"
+        arrs = self._linear_args(op, {"x": x, "weight": weight, "grad_out": grad_out, "pre": pre})
+        want = tuple(arrs["x"].shape[:-1]) + (arrs["weight"].shape[0],)
+        for name in ("grad_out", "pre"):   # (gelu_backward would broadcast one against the other)
+            if tuple(arrs[name].shape) != want:
+                raise ShapeError(f"{op}: {name} must have shape {want} (x's rows, out_features) "
+                                 f"(got {tuple(arrs[name].shape)})")
+        return self.linear_backward(self.gelu_backward(arrs["grad_out"], arrs["pre"], approximate), arrs["x"],
+                                    arrs["weight"], bias)
 
 
 class CpuLinalgHooks(LinalgOps):

@@ -196,7 +196,8 @@ class ReductionOps:
             return self._reduction_module().sum_backward(g, shape, axes, float(n) if n else float("nan"))
 
     def var_backward(self, grad_out, x, axis=None, ddof=0, keepdims: bool = False):
-        """Gradient of var(x, axis, ddof, keepdims): grad_out * 2 (x - mean) / (N - ddof).
+        """Gradient of var(x, axis, ddof, keepdims): grad_out * 2 (x - mean) / (N - ddof); NaN where
+        N - ddof <= 0 (where var() divides by max(N - ddof, 0), as NumPy, and gives inf or NaN).
 
         grad_out: the shape var() returned, x's dtype; x: the forward's input. The mean is taken
         in float32 (double for float64). Returns dx, C-contiguous, with x's shape and dtype.
@@ -213,7 +214,7 @@ class ReductionOps:
         x = self._red_x(op, x)
         g, axes = self._red_grad(op, grad_out, tuple(x.shape), axis, keepdims, dtype_of=x)
         self._check_devices({"grad_out": g, "x": x})
-        if _prod(x.shape[d] for d in axes) == 0 and x.size:
+        if _prod(x.shape[d] for d in axes) == 0:   # (as the forward refuses it, x empty or not)
             raise ShapeError(f"{op}: {kind} of an empty reduction (axis={axis!r} of shape {tuple(x.shape)}) "
                              f"has no value, so no gradient")
         with self._device_scope(x):

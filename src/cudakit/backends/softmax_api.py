@@ -80,6 +80,8 @@ def _ce_err_code(op: str) -> int:
 def _check_ignore(op: str, ignore_index) -> int:
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
         raise ArgumentTypeError(f"{op}: ignore_index must be an int (got {ignore_index!r})")
+    if not -(1 << 63) <= int(ignore_index) < 1 << 63:   # (the kernels compare int64 targets with it)
+        raise ArgumentError(f"{op}: ignore_index must be in [-2^63, 2^63) (got {ignore_index!r})")
     return int(ignore_index)
 
 
