@@ -178,7 +178,10 @@ def test_debug_check_names_both_shapes(tmp_path):
     for ln in errs:
         assert "rank 0 has all_reduce float32 (4, 8) (reduce=sum); rank 1 has all_reduce float32 (4, 9)" in ln, ln
     p2p = [ln for ln in r.stdout.splitlines() if "P2P" in ln]
-    assert len(p2p) == 2 and all("rank 0 has float32 (3,); rank 1 has float64 (3,)" in ln for ln in p2p), r.stdout
+    # (only the receiver compares: a send publishes its description and goes on, so that an asynchronous
+    # send before a receive on every rank does not deadlock; test_debug_send_recv_ring below)
+    assert len(p2p) == 1 and "rank 0 has float32 (3,); rank 1 has float64 (3,)" in p2p[0] and "rank1" in p2p[0], \
+        r.stdout
 
 
 def test_hung_collective_becomes_an_error_after_the_timeout(tmp_path):
@@ -241,3 +244,71 @@ def test_a_rank_that_left_cleanly_is_noted_without_a_warning(caplog):
     assert levels == [("rank 1: rank 0 is gone: it left the job (destroy_process_group)", logging.INFO),
                       ("rank 1: rank 2 is gone: exit status -9 (SIGKILL)", logging.WARNING),
                       ("rank 1: rank 0 is gone: exit status 1", logging.WARNING)]
+
+
+@pytest.mark.parametrize("debug", ["0", "1"])
+def test_send_recv_ring_and_cross_rank_mismatches(tmp_path, debug):
+    """Every rank sends to the next asynchronously, then receives from the one before: with the
+    debug check this deadlocked (each send waited for its receive's description). Without the
+    check, a dtype or shape that differs across ranks is a DistributedError naming both (another
+    rank's bytes were read as this rank's dtype, or a reshape raised NumPy's ValueError)."""
+    p = script(tmp_path, """
+        import numpy as np, cudakit.distributed as dist
+        from cudakit.errors import DistributedError
+        dist.init_process_group("cpu", timeout=20)
+        r, n = dist.get_rank(), dist.get_world_size()
+        w = dist.send(np.full(4, r, np.float32), (r + 1) % n, async_op=True)
+        y = np.zeros(4, np.float32)
+        dist.recv(y, (r - 1) % n)
+        w.wait()
+        print("RING", r, y.tolist())
+        g = dist.new_group()
+        try:
+            dist.all_reduce(np.full(4, 1.5, np.float32) if r == 0 else np.full(4, 3, np.int32), group=g)
+        except DistributedError as e:
+            print("MISMATCH", e)
+        dist.destroy_process_group()
+    """)
+    r = launch(2, p, env={"CUDAKIT_DISTRIBUTED_DEBUG": debug})
+    assert r.returncode == 0, r.stderr
+    assert "RING 0 [1.0, 1.0, 1.0, 1.0]" in r.stdout and "RING 1 [0.0, 0.0, 0.0, 0.0]" in r.stdout, r.stdout
+    bad = [ln for ln in r.stdout.splitlines() if "MISMATCH" in ln]
+    assert len(bad) == 2 and all("float32" in ln and "int32" in ln for ln in bad), r.stdout
+
+
+def test_argument_checks_leave_the_group_usable(tmp_path):
+    """A bad wait or barrier timeout (0, negative, a string) raised the timeout's DistributedError
+    and failed the group for good; new_group took 0.5 as rank 0; async_op='no' ran asynchronously;
+    a NumPy src was not a rank; get_rank('x') and set_grad(0, list) were AttributeErrors. Now each
+    is a typed error before anything runs, and the group goes on."""
+    p = script(tmp_path, """
+        import numpy as np, cudakit.distributed as dist
+        dist.init_process_group("cpu", timeout=20)
+        r = dist.get_rank()
+        def refused(call, kind):
+            try:
+                call()
+            except kind as e:
+                return type(e).__name__
+            raise AssertionError("not refused: " + repr(call))
+        x = np.ones(4, np.float32)
+        w = dist.all_reduce(x, async_op=True)
+        out = [refused(lambda: w.wait(timeout=0), ValueError), refused(lambda: w.wait(timeout="1"), TypeError),
+               refused(lambda: dist.barrier(timeout=-1), ValueError), refused(lambda: dist.new_group([0.5]), ValueError),
+               refused(lambda: dist.all_reduce(x, async_op="no"), TypeError),
+               refused(lambda: dist.get_rank("x"), TypeError), refused(lambda: dist.get_world_size("x"), TypeError)]
+        w.wait()
+        b = np.full(2, float(r), np.float32)
+        dist.broadcast(b, src=np.int64(1))
+        sync = dist.GradSync([np.zeros(3, np.float32)])
+        out.append(refused(lambda: sync.set_grad(0, [0.0, 0.0, 0.0]), TypeError))
+        dist.barrier(timeout=float("inf"))
+        print("OK", r, x.tolist(), b.tolist(), out)
+        dist.destroy_process_group()
+    """)
+    r = launch(2, p)
+    assert r.returncode == 0, r.stderr
+    for rank in (0, 1):
+        assert f"OK {rank} [2.0, 2.0, 2.0, 2.0] [1.0, 1.0]" in r.stdout, r.stdout
+    assert "ArgumentError', 'ArgumentTypeError', 'ArgumentError', 'ValueError', 'TypeError', 'TypeError', " \
+           "'TypeError', 'ArgumentTypeError']" in r.stdout, r.stdout

@@ -157,3 +157,22 @@ def test_exchange_between_threads_and_cleanup(server):
         t.join()
     assert all(o == [b"v0", b"v1", b"v2", b"v3"] for o in out)
     assert clients[0].list("x/") == {}   # the last one deleted every key
+
+
+def test_a_thread_waiting_for_a_key_does_not_hold_back_another_threads_requests(server):
+    """One client, two threads: while one waits for a key, the other sets, gets and adds over the
+    same client, and sets the first one's key (it waited on the connection all requests shared, so
+    this deadlocked until its timeout)."""
+    c = StoreClient(server.host, server.port, timeout=20)
+    got = {}
+    waiter = threading.Thread(target=lambda: got.setdefault("a", c.get("a", timeout=20)))
+    waiter.start()
+    c.set("b", b"2")
+    assert c.get("b", timeout=5) == b"2" and c.add("n", 3) == 3
+    c.set("a", b"1")
+    waiter.join(timeout=20)
+    assert not waiter.is_alive() and got == {"a": b"1"}
+    c.close()
+    assert c.closed
+    with pytest.raises(DistributedError, match="is closed"):
+        c.get("a", timeout=1)

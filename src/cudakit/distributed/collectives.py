@@ -257,6 +257,8 @@ def barrier(group=None, async_op: bool = False, timeout: float | None = None):
     barrier's all-reduce finished on the GPU), at most `timeout` s (default: the group's); with
     async_op=True returns a Work instead."""
     g = resolve(group, "barrier")
+    from .work import wait_limit
+    wait_limit(g, timeout)   # (checked before the barrier starts)
     work = g.run("barrier", 4, 1.0, lambda s: g.transport.barrier(s), True, (), lambda: {"op": "barrier"})
     if async_op:
         return work

@@ -2,7 +2,9 @@
 
 Every rank publishes its array under a key of the collective's sequence number and reads the
 others' (store.exchange); reductions run in float64 (int64 for integers) in rank order and are
-rounded once to the array's dtype. It is for tests of the collective semantics without a GPU and
+rounded once to the array's dtype. Each published array carries its dtype, shape and reduce op, which
+every reader compares with its own: ranks that disagree get a DistributedError naming both, not
+another rank's bytes read as their dtype. It is for tests of the collective semantics without a GPU and
 for small CPU-only jobs: each collective moves every array through the store process, so it is
 slow for large arrays. Ops run in order on one worker thread per group (async_op=True returns at
 once; a synchronous op waits for its turn).
@@ -13,6 +15,7 @@ import concurrent.futures as cf
 
 import numpy as np
 
+from ..errors import DistributedError
 from .store import exchange
 
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
@@ -49,6 +52,24 @@ class Slot:
         return "/".join([self.prefix, str(self.seq), *map(str, parts)])
 
 
+def _pack(a: np.ndarray, op: str = "") -> bytes:
+    """a's bytes behind a line describing them: dtype, shape and the reduce op (if any)."""
+    return f"{a.dtype.name} {tuple(a.shape)} {op}".encode() + b"\n" + np.ascontiguousarray(a).tobytes()
+
+
+def _unpack(payload: bytes, a: np.ndarray, op: str, peer: int, rank: int, what: str) -> np.ndarray:
+    """The array a peer published with _pack, refused unless it describes what `a` and `op` would."""
+    head, _, data = payload.partition(b"\n")
+    mine = f"{a.dtype.name} {tuple(a.shape)} {op}"
+    if head.decode() != mine:
+        theirs = head.decode().split(" ", 1) + [""]
+        raise DistributedError(f"rank {peer} passed {theirs[0]} {theirs[1].strip() or '?'}, this rank "
+                               f"{a.dtype.name} {tuple(a.shape)} {op}".rstrip() + "; every rank must pass the same "
+                               "dtype, shape and op (CUDAKIT_DISTRIBUTED_DEBUG=1 compares every collective's "
+                               "arguments before it runs)", rank=rank, op=what)
+    return np.frombuffer(data, dtype=a.dtype).reshape(a.shape)
+
+
 class CpuTransport:
     """Collectives of `size` ranks over `store`; this process is `rank`; keys under `prefix`."""
 
@@ -67,10 +88,9 @@ class CpuTransport:
     def _abort(self):
         self.abort_check()
 
-    def _exchange(self, slot: Slot, a: np.ndarray) -> list[np.ndarray]:
-        got = exchange(self.store, slot.key("x"), self.rank, self.size, np.ascontiguousarray(a).tobytes(),
-                       self.timeout, self._abort)
-        return [np.frombuffer(b, dtype=a.dtype).reshape(a.shape) for b in got]
+    def _exchange(self, slot: Slot, a: np.ndarray, what: str, op: str = "") -> list[np.ndarray]:
+        got = exchange(self.store, slot.key("x"), self.rank, self.size, _pack(a, op), self.timeout, self._abort)
+        return [_unpack(b, a, op, r, self.rank, what) for r, b in enumerate(got)]
 
     # -- the collectives (arrays validated and contiguous) --
     def all_reduce(self, arrays, op: str, slot: Slot) -> None:
@@ -80,7 +100,7 @@ class CpuTransport:
             by_dtype.setdefault(a.dtype, []).append(i)
         for n, (dt, idx) in enumerate(by_dtype.items()):
             joined = np.concatenate([flat[i] for i in idx]) if idx else np.empty(0, dt)
-            total = reduce_arrays(self._exchange(Slot(slot.key(n), 0), joined), op, dt)
+            total = reduce_arrays(self._exchange(Slot(slot.key(n), 0), joined, "all_reduce", op), op, dt)
             off = 0
             for i in idx:
                 k = flat[i].size
@@ -90,23 +110,23 @@ class CpuTransport:
     def broadcast(self, a, root: int, slot: Slot) -> None:
         key = slot.key("b")
         if self.rank == root:
-            self.store.set(key, a.tobytes())
+            self.store.set(key, _pack(a))
         else:
-            a.reshape(-1)[...] = np.frombuffer(self.store.get(key, self.timeout, self._abort), dtype=a.dtype)
+            a[...] = _unpack(self.store.get(key, self.timeout, self._abort), a, "", root, self.rank, "broadcast")
         if self.store.add(key + "/n", 1) == self.size:
             self.store.delete(key, key + "/n")
 
     def all_gather(self, out, inp, slot: Slot) -> None:
-        parts = self._exchange(slot, inp)
+        parts = self._exchange(slot, inp, "all_gather")
         out.reshape(-1)[...] = np.concatenate([p.reshape(-1) for p in parts]) if parts else out.reshape(-1)
 
     def reduce_scatter(self, out, inp, op: str, slot: Slot) -> None:
-        total = reduce_arrays(self._exchange(slot, inp), op, inp.dtype).reshape(-1)
+        total = reduce_arrays(self._exchange(slot, inp, "reduce_scatter", op), op, inp.dtype).reshape(-1)
         n = out.size
         out.reshape(-1)[...] = total[self.rank * n:(self.rank + 1) * n]
 
     def reduce(self, a, root: int, op: str, slot: Slot) -> None:
-        parts = self._exchange(slot, a)
+        parts = self._exchange(slot, a, "reduce", op)
         if self.rank == root:
             a[...] = reduce_arrays(parts, op, a.dtype)
 
@@ -116,11 +136,11 @@ class CpuTransport:
         return f"{self.prefix}/p2p/{src}-{dst}/{n}"
 
     def send(self, a, peer: int, slot: Slot) -> None:
-        self.store.set(self._p2p_key(self.rank, peer), a.tobytes())
+        self.store.set(self._p2p_key(self.rank, peer), _pack(a))
 
     def recv(self, a, peer: int, slot: Slot) -> None:
         key = self._p2p_key(peer, self.rank)
-        a.reshape(-1)[...] = np.frombuffer(self.store.get(key, self.timeout, self._abort), dtype=a.dtype)
+        a[...] = _unpack(self.store.get(key, self.timeout, self._abort), a, "", peer, self.rank, "recv")
         self.store.delete(key)
 
     def barrier(self, slot: Slot) -> None:

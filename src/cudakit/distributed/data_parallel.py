@@ -18,7 +18,7 @@ rank): a bucket ready before its predecessors waits for them.
 """
 from __future__ import annotations
 
-from ..errors import DeviceError, DTypeError, ShapeError
+from ..errors import ArgumentTypeError, DeviceError, DTypeError, ShapeError
 from . import collectives as coll
 from .group import resolve
 
@@ -205,6 +205,8 @@ class GradSync:
         i: an index, or a name when params was a dict."""
         i = self._index(i)
         want = self.grads[i]
+        if not hasattr(grad, "shape") or not hasattr(grad, "dtype"):
+            raise ArgumentTypeError(f"grad {i} must be an array (got {type(grad).__name__})")
         if tuple(grad.shape) != want.shape or grad.dtype != want.dtype:
             raise ShapeError(f"grad {i} is {grad.dtype} {tuple(grad.shape)}; params[{i}] is "
                              f"{want.dtype} {tuple(want.shape)}")

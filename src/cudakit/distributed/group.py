@@ -13,9 +13,12 @@ import collections
 import datetime
 import json
 import logging
+import numbers
 import threading
 import time
 import weakref
+
+import numpy as np
 
 from .. import profiler
 from ..errors import DistributedError
@@ -73,11 +76,13 @@ class ProcessGroup:
         return getattr(self.transport, "device", None)
 
     def group_rank(self, global_rank, what: str) -> int:
-        """The group rank of global rank `global_rank` (argument `what`); ValueError when it is none."""
-        if isinstance(global_rank, bool) or not isinstance(global_rank, int) or global_rank not in self.ranks:
+        """The group rank of global rank `global_rank` (argument `what`, an int; NumPy's too);
+        ValueError when it is none."""
+        if isinstance(global_rank, (bool, np.bool_)) or not isinstance(global_rank, numbers.Integral) \
+                or int(global_rank) not in self.ranks:
             raise ValueError(f"{what}={global_rank!r} is not a rank of the group (its global ranks: "
                              f"{list(self.ranks)})")
-        return self.ranks.index(global_rank)
+        return self.ranks.index(int(global_rank))
 
     # -- failure state (shared with the watchdog) --
     def _prune(self) -> None:
@@ -135,6 +140,8 @@ class ProcessGroup:
         """Run fn(where) as collective `op`: `where` is the CUDA stream (NCCL) or the store slot (CPU).
         check(): the dict of shapes and arguments the debug check compares across ranks.
         Returns a Work for async_op=True, else None."""
+        if not isinstance(async_op, (bool, np.bool_)):   # ("no" would have run asynchronously)
+            raise TypeError(f"{op}: async_op must be a bool (got {type(async_op).__name__} {async_op!r})")
         self._check_usable(op)
         self.seq += 1
         if check is not None and self.world.debug:
@@ -297,20 +304,29 @@ class ProcessGroup:
     # -- CUDAKIT_DISTRIBUTED_DEBUG=1 --
     def _debug_check(self, op: str, check: dict) -> None:
         """Exchange (op, shape, dtype, ...) with the other participants and raise DistributedError
-        naming every rank's when they differ. Send and recv compare with their peer only."""
+        naming every rank's when they differ. Send and recv compare with their peer only, and only
+        the receiver waits: a send publishes its description and goes on (the pattern of an
+        asynchronous send to the next rank before a receive from the previous one deadlocked when
+        each send waited for its receive's description), and its recv compares."""
         w = self.world
         peer = check.pop("peer", None)
         payload = json.dumps(check, sort_keys=True).encode()
         if peer is None:
             prefix, me, n, who = f"{w.ns}/dbg/{self.id}/{self.seq}", self.rank, self.size, list(self.ranks)
+            got = [json.loads(b) for b in exchange(w.store, prefix, me, n, payload, self.timeout,
+                                                   lambda: self._raise_if_failed(op))]
         else:
             src, dst = (self.rank, peer) if op == "send" else (peer, self.rank)
             k = self._dbg_p2p.get((src, dst), 0)
             self._dbg_p2p[(src, dst)] = k + 1
-            prefix, me, n = f"{w.ns}/dbg/{self.id}/p2p/{src}-{dst}/{k}", 0 if op == "send" else 1, 2
+            key = f"{w.ns}/dbg/{self.id}/p2p/{src}-{dst}/{k}"
             who = [self.ranks[src], self.ranks[dst]]
-        got = [json.loads(b) for b in exchange(w.store, prefix, me, n, payload, self.timeout,
-                                               lambda: self._raise_if_failed(op))]
+            if op == "send":
+                w.store.set(key, payload)
+                return
+            sent = w.store.get(key, self.timeout, lambda: self._raise_if_failed(op))
+            w.store.delete(key)
+            got = [json.loads(sent), json.loads(payload)]
         if peer is not None:   # send and recv: the same shape and dtype, whatever the op names
             for g in got:
                 g.pop("op", None)
@@ -561,9 +577,12 @@ def new_group(ranks=None, timeout=None) -> ProcessGroup:
     if ranks is None:
         ranks = range(w.size)
     try:
-        rs = sorted({int(r) for r in ranks})
-    except (TypeError, ValueError):
+        given = list(ranks)
+    except TypeError:
         raise ValueError(f"ranks must be an iterable of ints (got {ranks!r})") from None
+    if not all(isinstance(r, numbers.Integral) and not isinstance(r, (bool, np.bool_)) for r in given):
+        raise ValueError(f"ranks must be an iterable of ints (got {ranks!r})")   # (0.5 was taken as 0)
+    rs = sorted({int(r) for r in given})
     if not rs or rs[0] < 0 or rs[-1] >= w.size:
         raise ValueError(f"ranks must be non-empty and in [0, {w.size}) (got {list(ranks)})")
     return _new_group(w, tuple(rs), w.timeout if timeout is None else _seconds(timeout))
@@ -617,16 +636,21 @@ def is_initialized() -> bool:
     return _world is not None
 
 
+def _group_or_default(group) -> ProcessGroup:
+    w = _require()
+    if group is not None and not isinstance(group, ProcessGroup):
+        raise TypeError(f"group must be a ProcessGroup from new_group() or None (got {group!r})")
+    return w.default_group if group is None else group
+
+
 def get_rank(group=None) -> int:
     """This process's rank in `group` (default: the job), -1 when not a member."""
-    w = _require()
-    return (w.default_group if group is None else group).rank
+    return _group_or_default(group).rank
 
 
 def get_world_size(group=None) -> int:
     """The number of ranks of `group` (default: the job)."""
-    w = _require()
-    return (w.default_group if group is None else group).size
+    return _group_or_default(group).size
 
 
 def get_local_rank() -> int:

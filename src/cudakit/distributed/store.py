@@ -213,7 +213,11 @@ class StoreServer:
 
 
 class StoreClient:
-    """A connection to a StoreServer; thread-safe (one request at a time).
+    """A connection to a StoreServer; thread-safe. Requests go one at a time over the main
+    connection, but for blocking ones (get waiting for a key), which each thread sends over a
+    connection of its own: a thread waiting for a key must not hold the others' requests back (two
+    groups' worker threads waiting on one connection stalled each other a wait slice, 0.5 s, per
+    collective, each waiting for a key the other's peer could only set after its own wait).
 
     Connects within `timeout` seconds, retrying while the server is not up yet; raises
     DistributedError naming host and port when it cannot. `rank` only labels error messages.
@@ -227,6 +231,8 @@ class StoreClient:
         self.host, self.port, self.timeout, self.rank = host, port, float(timeout), rank
         self._lock = threading.Lock()
         self._sock = self._connect()
+        self._local = threading.local()   # .sock: this thread's connection for blocking requests
+        self._extra: list = []            # those connections, closed by close()
 
     def _connect(self) -> socket.socket:
         deadline = time.monotonic() + self.timeout
@@ -249,28 +255,71 @@ class StoreClient:
             delay = min(delay * 2, 0.5)
 
     def _request(self, parts: list[bytes], what: str, wait: float = 0.0) -> list[bytes]:
-        with self._lock:
-            if self._sock is None:
-                raise DistributedError(f"the connection to the store at {self.host}:{self.port} is closed",
-                                       rank=self.rank, op=what)
-            try:
-                self._sock.settimeout(wait + 30.0)   # the server answers a blocking request after `wait`
-                _send_frame(self._sock, parts)
-                reply = _recv_frame(self._sock)
-            except (OSError, ConnectionError) as e:
-                self._drop()
-                raise DistributedError(f"lost the store at {self.host}:{self.port} ({type(e).__name__}: {e}); "
-                                       "the process serving it (rank 0 or the node-0 launcher) is gone",
-                                       rank=self.rank, op=what) from None
+        if wait > 0:
+            reply = self._blocking_request(parts, what, wait)
+        else:
+            with self._lock:
+                if self._sock is None:
+                    raise self._closed_error(what)
+                try:
+                    self._sock.settimeout(30.0)
+                    _send_frame(self._sock, parts)
+                    reply = _recv_frame(self._sock)
+                except (OSError, ConnectionError) as e:
+                    self._drop()
+                    raise self._lost_error(e, what) from None
         if reply[0] == b"error":
             raise DistributedError(f"the store refused the request: {reply[1].decode()}", rank=self.rank, op=what)
         return reply
+
+    def _blocking_request(self, parts: list[bytes], what: str, wait: float) -> list[bytes]:
+        """A request the server answers after up to `wait` s, over this thread's own connection."""
+        s = getattr(self._local, "sock", None)
+        if s is None:
+            if self._sock is None:
+                raise self._closed_error(what)
+            s = self._connect()
+            with self._lock:
+                if self._sock is None:   # (closed meanwhile)
+                    s.close()
+                    raise self._closed_error(what)
+                self._extra.append(s)
+            self._local.sock = s
+        try:
+            s.settimeout(wait + 30.0)   # the server answers after `wait`
+            _send_frame(s, parts)
+            return _recv_frame(s)
+        except (OSError, ConnectionError) as e:
+            self._local.sock = None
+            with self._lock:
+                if s in self._extra:
+                    self._extra.remove(s)
+            s.close()
+            if self._sock is None:
+                raise self._closed_error(what) from None
+            raise self._lost_error(e, what) from None
+
+    def _closed_error(self, what: str) -> DistributedError:
+        return DistributedError(f"the connection to the store at {self.host}:{self.port} is closed",
+                                rank=self.rank, op=what)
+
+    def _lost_error(self, e: Exception, what: str) -> DistributedError:
+        return DistributedError(f"lost the store at {self.host}:{self.port} ({type(e).__name__}: {e}); "
+                                "the process serving it (rank 0 or the node-0 launcher) is gone",
+                                rank=self.rank, op=what)
 
     def _drop(self) -> None:
         try:
             self._sock.close()
         finally:
             self._sock = None
+            for s in self._extra:   # (a thread blocked on one gets an OSError: the store is closed)
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+            self._extra.clear()
 
     # -- operations --
     def set(self, key: str, value: bytes) -> None:

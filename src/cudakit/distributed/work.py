@@ -1,9 +1,28 @@
 """Handles of collectives started with async_op=True."""
 from __future__ import annotations
 
+import math
+import numbers
 import time
 
 _POLL_S = 0.002   # how often a host-blocking wait looks at the op and the group's error
+
+
+def wait_limit(group, timeout) -> float:
+    """The seconds a host-blocking wait may take: the group's timeout for None, else `timeout`, a
+    number > 0 (inf: no limit). Checked before anything waits: a wait that times out fails the
+    group (its op may still be in flight, as torch.distributed's NCCL watchdog aborts the
+    communicator), so a bad value must not get that far."""
+    from ..errors import ArgumentError, ArgumentTypeError
+    if timeout is None:
+        return group.timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise ArgumentTypeError(f"timeout must be a number of seconds or None (got {type(timeout).__name__} "
+                                f"{timeout!r})")
+    t = float(timeout)
+    if not t > 0 or math.isnan(t):
+        raise ArgumentError(f"timeout must be > 0 seconds (got {timeout!r})")
+    return t
 
 
 class Work:
@@ -29,8 +48,9 @@ class Work:
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Block the host until the collective finished, at most `timeout` s (default: the group's
-        timeout); raises DistributedError on failure or timeout."""
-        limit = self.group.timeout if timeout is None else float(timeout)
+        timeout); raises DistributedError on failure or timeout, which fails the group
+        (wait_limit)."""
+        limit = wait_limit(self.group, timeout)
         deadline = time.monotonic() + limit
         while not self.is_completed():
             if time.monotonic() > deadline:
@@ -81,9 +101,10 @@ class FutureWork(Work):
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until the collective finished (waking at once when it does), at most `timeout` s
-        (default: the group's); raises DistributedError on failure or timeout."""
+        (default: the group's); raises DistributedError on failure or timeout, which fails the
+        group (wait_limit)."""
         import concurrent.futures as cf
-        limit = self.group.timeout if timeout is None else float(timeout)
+        limit = wait_limit(self.group, timeout)
         deadline = time.monotonic() + limit
         while True:
             self.group._raise_if_failed(self.op)
