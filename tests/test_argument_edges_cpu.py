@@ -15,6 +15,8 @@ def test_leaky_relu_slope_past_float32_is_refused(dtype):
         with pytest.raises(ArgumentError, match="negative_slope must be at most 3.40282e\\+38"):
             call(1e39)
     np.testing.assert_array_equal(cudakit.leaky_relu(x, 2.0), np.array([0.0, 0.0, -2.0], dtype))
+    # float64 data multiplies in float64: such a slope is a number there
+    np.testing.assert_array_equal(cudakit.leaky_relu(np.array([-1.0, 0.0, 2.0]), 1e39), [-1e39, 0.0, 2.0])
 
 
 def test_fused_linear_gelu_backward_checks_pre_and_grad_out_shapes():

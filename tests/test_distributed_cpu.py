@@ -312,3 +312,35 @@ def test_argument_checks_leave_the_group_usable(tmp_path):
         assert f"OK {rank} [2.0, 2.0, 2.0, 2.0] [1.0, 1.0]" in r.stdout, r.stdout
     assert "ArgumentError', 'ArgumentTypeError', 'ArgumentError', 'ValueError', 'TypeError', 'TypeError', " \
            "'TypeError', 'ArgumentTypeError']" in r.stdout, r.stdout
+
+
+def test_groups_come_and_go_without_leaking_connections_and_reduce_scatter_shapes(tmp_path):
+    """Each group's worker thread waits on a store connection of its own: one left open per
+    destroyed group ran a store host out of file descriptors after enough groups. reduce_scatter's
+    input may come as a list on one rank and in another shape of the same size on another (the
+    published description is of the flat input). Under the debug check, NumPy ints as src/dst."""
+    p = script(tmp_path, """
+        import numpy as np, cudakit.distributed as dist
+        from cudakit.distributed import group as gmod
+        dist.init_process_group("cpu", timeout=20)
+        r = dist.get_rank()
+        for _ in range(12):
+            g = dist.new_group()
+            x = np.ones(4, np.float32)
+            dist.all_reduce(x, group=g)
+            dist.destroy_process_group(g)
+        extra = len(gmod._world.store._extra)
+        out = np.zeros(4, np.float32)
+        inp = [np.full(4, r + 1.0, np.float32), np.full(4, r + 1.0, np.float32)] if r == 0 else \\
+            np.full((2, 4), r + 1.0, np.float32)
+        dist.reduce_scatter(out, inp)
+        b = np.full(2, float(r), np.float32)
+        dist.broadcast(b, src=np.int64(1))
+        print("OK", r, extra <= 3, out.tolist(), b.tolist())
+        dist.destroy_process_group()
+    """)
+    for debug in ("0", "1"):
+        r = launch(2, p, env={"CUDAKIT_DISTRIBUTED_DEBUG": debug})
+        assert r.returncode == 0, r.stderr
+        for rank in (0, 1):
+            assert f"OK {rank} True [3.0, 3.0, 3.0, 3.0] [1.0, 1.0]" in r.stdout, r.stdout

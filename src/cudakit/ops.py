@@ -245,13 +245,13 @@ def div(a, b, out=None):
 
 def leaky_relu(x, negative_slope=0.01, out=None):
     """x where x > 0, else negative_slope * x (see Backend.leaky_relu)."""
-    r = _native("leaky_relu", x, None, _slope(negative_slope), out)
+    r = _native("leaky_relu", x, None, _slope(negative_slope, x), out)
     return r if r is not None else backend_for(x).leaky_relu(x, negative_slope, out=out)
 
 
 def leaky_relu_backward(grad_out, x, negative_slope=0.01, out=None):
     """Gradient of leaky_relu (see Backend.leaky_relu_backward)."""
-    r = _native("leaky_relu_backward", grad_out, x, _slope(negative_slope), out)
+    r = _native("leaky_relu_backward", grad_out, x, _slope(negative_slope, x, "leaky_relu_backward"), out)
     return r if r is not None else backend_for(grad_out, x).leaky_relu_backward(grad_out, x, negative_slope, out=out)
 
 

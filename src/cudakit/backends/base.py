@@ -42,12 +42,13 @@ def dtype_name(dt) -> str:
 _SLOPE_MAX = float(np.finfo(np.float32).max)
 
 
-def _slope(v) -> float:
-    """leaky_relu's slope: finite, and float32's (the GPU kernels and 16- and 32-bit data multiply in
-    float32, where a larger slope is inf and 0 * inf turned x = 0 into NaN)."""
-    s = finite_scalar("leaky_relu", "negative_slope", v)
-    if abs(s) > _SLOPE_MAX:
-        raise ArgumentError(f"leaky_relu: negative_slope must be at most {_SLOPE_MAX:.6g} in magnitude (got {v!r})")
+def _slope(v, x=None, op: str = "leaky_relu") -> float:
+    """leaky_relu's slope: finite, and for data x other than float64 float32's too (16- and 32-bit
+    data multiply in float32, where a larger slope is inf and 0 * inf turned x = 0 into NaN)."""
+    s = finite_scalar(op, "negative_slope", v)
+    if abs(s) > _SLOPE_MAX and getattr(getattr(x, "dtype", None), "name", "") != "float64":
+        raise ArgumentError(f"{op}: negative_slope must be at most {_SLOPE_MAX:.6g} in magnitude for "
+                            f"{getattr(getattr(x, 'dtype', None), 'name', 'this')} data (got {v!r})")
     return s
 
 
@@ -241,13 +242,13 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
 
     def leaky_relu(self, x, negative_slope: float = 0.01, out=None):
         """x where x > 0, else negative_slope * x. Any float dtype and shape; |negative_slope| at
-        most float32's largest value."""
-        return self._elementwise_op("leaky_relu", {"x": x}, out, _slope(negative_slope))
+        most float32's largest value but for float64 x."""
+        return self._elementwise_op("leaky_relu", {"x": x}, out, _slope(negative_slope, x))
 
     def leaky_relu_backward(self, grad_out, x, negative_slope: float = 0.01, out=None):
         """grad_out where x > 0, else negative_slope * grad_out."""
         return self._elementwise_op("leaky_relu_backward", {"grad_out": grad_out, "x": x}, out,
-                                    _slope(negative_slope))
+                                    _slope(negative_slope, x, "leaky_relu_backward"))
 
     def sigmoid(self, x, out=None):
         """1 / (1 + exp(-x)) elementwise."""

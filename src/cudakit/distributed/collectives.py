@@ -114,7 +114,7 @@ def broadcast(tensor, src: int, group=None, async_op: bool = False):
     a = _array(g, tensor, "tensor")
     root = g.group_rank(src, "src")
     return g.run("broadcast", a.nbytes, 1.0, lambda s: g.transport.broadcast(a, root, s) if a.size else None,
-                 async_op, (a,), lambda: {"op": "broadcast", "src": src, **_desc(a)})
+                 async_op, (a,), lambda: {"op": "broadcast", "src": int(src), **_desc(a)})
 
 
 def reduce(tensor, dst: int, op: str = "sum", group=None, async_op: bool = False):
@@ -125,7 +125,7 @@ def reduce(tensor, dst: int, op: str = "sum", group=None, async_op: bool = False
     o = _reduce_op(op, dtype_name(a.dtype))
     root = g.group_rank(dst, "dst")
     return g.run("reduce", a.nbytes, 1.0, lambda s: g.transport.reduce(a, root, o, s) if a.size else None,
-                 async_op, (a,), lambda: {"op": "reduce", "dst": dst, "reduce": o, **_desc(a)})
+                 async_op, (a,), lambda: {"op": "reduce", "dst": int(dst), "reduce": o, **_desc(a)})
 
 
 def _xp(g):

@@ -121,7 +121,8 @@ class CpuTransport:
         out.reshape(-1)[...] = np.concatenate([p.reshape(-1) for p in parts]) if parts else out.reshape(-1)
 
     def reduce_scatter(self, out, inp, op: str, slot: Slot) -> None:
-        total = reduce_arrays(self._exchange(slot, inp, "reduce_scatter", op), op, inp.dtype).reshape(-1)
+        flat = inp.reshape(-1)   # (ranks may pass the input in other shapes of the same size)
+        total = reduce_arrays(self._exchange(slot, flat, "reduce_scatter", op), op, inp.dtype)
         n = out.size
         out.reshape(-1)[...] = total[self.rank * n:(self.rank + 1) * n]
 

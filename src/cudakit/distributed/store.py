@@ -88,8 +88,14 @@ class StoreServer:
         while True:
             try:
                 conn, _ = self._sock.accept()
-            except OSError:
-                return   # closed
+            except OSError as e:
+                if self._closed:
+                    return
+                # (out of file descriptors, say: the connection waits in the backlog; returning here
+                # left every later client unanswered, blaming a store that was still up)
+                log.warning("the store's accept failed (%s: %s); retrying", type(e).__name__, e)
+                time.sleep(0.1)
+                continue
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._serve, args=(conn,), name="cudakit-store-conn", daemon=True).start()
 
@@ -232,7 +238,8 @@ class StoreClient:
         self._lock = threading.Lock()
         self._sock = self._connect()
         self._local = threading.local()   # .sock: this thread's connection for blocking requests
-        self._extra: list = []            # those connections, closed by close()
+        self._extra: dict = {}            # those connections -> their thread, closed by close() (and
+        # each once its thread has ended: a group's worker thread ends with the group)
 
     def _connect(self) -> socket.socket:
         deadline = time.monotonic() + self.timeout
@@ -283,7 +290,11 @@ class StoreClient:
                 if self._sock is None:   # (closed meanwhile)
                     s.close()
                     raise self._closed_error(what)
-                self._extra.append(s)
+                for old, t in list(self._extra.items()):   # (threads gone: each group destroyed left one)
+                    if not t.is_alive():
+                        del self._extra[old]
+                        old.close()
+                self._extra[s] = threading.current_thread()
             self._local.sock = s
         try:
             s.settimeout(wait + 30.0)   # the server answers after `wait`
@@ -292,8 +303,7 @@ class StoreClient:
         except (OSError, ConnectionError) as e:
             self._local.sock = None
             with self._lock:
-                if s in self._extra:
-                    self._extra.remove(s)
+                self._extra.pop(s, None)
             s.close()
             if self._sock is None:
                 raise self._closed_error(what) from None
@@ -313,7 +323,7 @@ class StoreClient:
             self._sock.close()
         finally:
             self._sock = None
-            for s in self._extra:   # (a thread blocked on one gets an OSError: the store is closed)
+            for s in list(self._extra):   # (a thread blocked on one gets an OSError: the store is closed)
                 try:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
