@@ -58,3 +58,48 @@ def test_adam_update_checks_its_state_before_reading_amsgrad():
     with pytest.raises(ArgumentTypeError, match="amsgrad must be a bool"):
         cudakit.adam_update(p, g, m, v, st)
     assert st.step == 0 and (p == 1).all()
+
+
+def test_bench_run_checks_its_arguments_before_measuring():
+    """reps=0 ran the default count, reps=-1 failed in statistics after the roofs were measured,
+    l2='hot' ran warm, ops='add' was taken as the ops 'a', 'd', 'd'."""
+    from cudakit import bench
+    base = dict(ops=["add"], dtypes=["float32"], quick=True, progress=False)
+    for kw, err, match in ((dict(reps=0), ArgumentError, "reps must be >= 1"),
+                           (dict(reps=1.5), ArgumentTypeError, "reps must be an int"),
+                           (dict(warmup=-1), ArgumentError, "warmup must be >= 0"),
+                           (dict(l2="hot"), ArgumentError, "l2 must be 'cold' or 'warm'"),
+                           (dict(ops="add"), ArgumentTypeError, "ops must be a sequence of names"),
+                           (dict(ops=["nope"]), ArgumentError, "unknown op\\(s\\) nope")):
+        with pytest.raises(err, match=match):
+            bench.run(**dict(base, **kw))
+
+
+def test_bench_cli_unknown_op_creates_no_out_folder(tmp_path):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "cudakit", "bench", "--ops", "nope", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown op(s) nope" in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_record_call_without_a_gpu_records_nothing():
+    from cudakit import profiler
+    if cudakit.is_available():
+        pytest.skip("a GPU is usable here")
+    with cudakit.profile() as prof:
+        assert profiler.record_call("x", lambda: 3) == 3   # (it failed reaching for CUDA events)
+    assert prof.records == []
+
+
+def test_to_host_out_checks_are_typed():
+    from cudakit.errors import DTypeError
+    x = np.arange(3.0)
+    with pytest.raises(DTypeError, match="out must have x's dtype float64"):
+        cudakit.to_host(x, out=np.zeros(3, np.int8))
+    ro = np.zeros(3)
+    ro.setflags(write=False)
+    with pytest.raises(ArgumentError, match="out is read-only"):
+        cudakit.to_host(x, out=ro)
+    with pytest.raises(ArgumentTypeError, match="x must be an array"):
+        cudakit.to_host(None)

@@ -57,9 +57,10 @@ def test_benchmark_kernel_cpu():
         be.benchmark_kernel("nosuch", x)
 
 
-def test_record_call_returns_the_result_and_records_only_when_active():
+def test_record_call_returns_the_result_and_records_only_when_active(monkeypatch):
     from cudakit import profiler
     assert profiler.record_call("x", lambda: 7) == 7   # no profile active: called, nothing kept
+    monkeypatch.setattr(profiler, "_gpu", lambda: True)   # (without a GPU nothing is recorded)
     calls = []
 
     class Prof:

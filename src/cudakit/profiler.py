@@ -289,9 +289,9 @@ def _gpu() -> bool:
 def record_call(name: str, fn, stream=None, grid: tuple = (), block: tuple = ()):
     """fn()'s result; while a profile is active, its device time on `stream` (default: the current
     one) is recorded under `name`: the launches that do not pass the kernel launch paths (cuBLAS
-    and cuBLASLt calls, Numba kernels)."""
+    and cuBLASLt calls, Numba kernels). Without a usable GPU nothing is recorded (fn() runs)."""
     prof = _active
-    if prof is None:
+    if prof is None or not _gpu():
         return fn()
     out = []
     prof._record_launch(name, grid, block, stream, lambda: out.append(fn()))

@@ -5,6 +5,7 @@ import argparse
 import datetime
 import importlib
 import json
+import numbers
 import os
 import pkgutil
 import platform
@@ -63,15 +64,42 @@ def discover() -> dict:
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
-def validate(dtypes, compare) -> None:
-    """Raise ValueError naming an unknown dtype or comparison provider (before anything is
-    created or measured)."""
+def validate(dtypes, compare, ops=(), reps=None, warmup=None, l2="cold") -> None:
+    """Raise ArgumentError (a ValueError) or ArgumentTypeError naming an unknown dtype or
+    comparison provider, names not given as a sequence of strings, or reps, warmup or l2 out of
+    the CLI's range (before anything is created or measured)."""
+    from cudakit.errors import ArgumentError, ArgumentTypeError
+    for arg, v in (("ops", ops), ("dtypes", dtypes), ("compare", compare)):
+        if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list, set, frozenset)) or \
+                not all(isinstance(x, str) for x in v):   # (a string was taken as its characters)
+            raise ArgumentTypeError(f"{arg} must be a sequence of names (got {v!r})")
+    for arg, v, least in (("reps", reps, 1), ("warmup", warmup, 0)):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ArgumentTypeError(f"{arg} must be an int or None (got {type(v).__name__} {v!r})")
+        if v < least:
+            raise ArgumentError(f"{arg} must be >= {least} (got {v})")
+    if l2 not in ("cold", "warm"):
+        raise ArgumentError(f"l2 must be 'cold' or 'warm' (got {l2!r})")
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
-        raise ValueError(f"unknown dtype(s) {', '.join(bad)}; cudakit's ops take {', '.join(DTYPES)}")
+        raise ArgumentError(f"unknown dtype(s) {', '.join(bad)}; cudakit's ops take {', '.join(DTYPES)}")
     bad = [c for c in compare if c not in PROVIDERS[1:]]
     if bad:
-        raise ValueError(f"unknown --compare provider(s) {', '.join(bad)}; known: {', '.join(PROVIDERS[1:])}")
+        raise ArgumentError(f"unknown --compare provider(s) {', '.join(bad)}; known: {', '.join(PROVIDERS[1:])}")
+
+
+def select_cases(env: Env, ops) -> list:
+    """The cases of `env` for ops (empty: all); ArgumentError naming unknown ops and the known."""
+    from cudakit.errors import ArgumentError
+    env.ops = tuple(ops)
+    cases = [c for m in discover().values() for c in m.cases(env)]
+    known = sorted({c.op for c in cases})
+    unknown = [o for o in ops if o not in known]
+    if unknown:
+        raise ArgumentError(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [c for c in cases if c.op in set(ops)] if ops else cases
 
 
 def make_env(quick: bool, force_cpu: bool, dtypes: tuple, compare: set) -> Env:
@@ -175,21 +203,15 @@ def run(ops=(), dtypes=("float32", "bfloat16"), quick: bool = False, compare=("t
     timings, gbs, x_torch, of_copy_bw / of_peak (fractions of the roofs), ... and "check" /
     "cpu_baseline" when asked]}. The arguments are the CLI's (`cudakit bench --help`), as
     Python values: ops and dtypes as sequences of names (ops empty: all). log(line) receives the
-    device line; progress shows a bar on stderr when stderr is a terminal. Unknown ops raise
-    ValueError naming the known ones.
+    device line; progress shows a bar on stderr when stderr is a terminal. Bad arguments raise
+    before anything is measured (validate); unknown ops ArgumentError (a ValueError) naming the
+    known ones.
     format_table(record) renders it as the CLI prints it.
     """
-    validate(dtypes, compare)
+    validate(dtypes, compare, ops, reps, warmup, l2)
     compare = set(compare)
-    env = make_env(quick, cpu, tuple(dtypes) or ("float32", "bfloat16"), compare)
-    env.ops = tuple(ops)
-    cases = [c for m in discover().values() for c in m.cases(env)]
-    known = sorted({c.op for c in cases})
-    unknown = [o for o in ops if o not in known]
-    if unknown:
-        raise ValueError(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    if ops:
-        cases = [c for c in cases if c.op in set(ops)]
+    env = make_env(quick, cpu, tuple(dict.fromkeys(dtypes)) or ("float32", "bfloat16"), compare)
+    cases = select_cases(env, ops)
     copy_bytes = (1 << 30) if env.gpu and not env.quick else (1 << 26) if env.gpu else (1 << 26 if not quick else 1 << 24)
     copy_bw = timing.copy_bandwidth(env.gpu, copy_bytes)
     peak, peak_dtype = timing.matmul_peak(env.gpu, 4096 if env.quick else 8192)
@@ -239,8 +261,9 @@ def main(args) -> int:
     from cudakit.errors import CudakitError
     split = lambda v: tuple(x.strip() for x in v.split(",") if x.strip())  # noqa: E731
     try:   # every argument and setting checked before --out is created
-        validate(split(args.dtype), split(args.compare))
-        make_env(args.quick, args.cpu, (), set())
+        validate(split(args.dtype), split(args.compare), split(args.ops), args.reps, args.warmup, args.l2)
+        select_cases(make_env(args.quick, args.cpu, split(args.dtype) or ("float32", "bfloat16"), set()),
+                     split(args.ops))
     except (ValueError, CudakitError) as e:
         print(f"cudakit bench: {e}", file=sys.stderr)
         return 2

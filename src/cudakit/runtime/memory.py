@@ -453,15 +453,22 @@ def to_host(x, out=None, stream=None, non_blocking: bool = False):
     A NumPy array `x` is already on the host: a copy of it is returned (into `out` when given,
     which must then have x's shape), no GPU needed."""
     import numpy as np
-    if out is not None and not isinstance(out, np.ndarray):
+    if x is None:
         from ..errors import ArgumentTypeError
-        raise ArgumentTypeError(f"to_host: out must be a NumPy array (got {type(out).__name__})")
+        raise ArgumentTypeError("to_host: x must be an array (got None)")
+    if out is not None:   # (checked for both kinds of x: NumPy's and CuPy's own errors were untyped)
+        from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+        if not isinstance(out, np.ndarray):
+            raise ArgumentTypeError(f"to_host: out must be a NumPy array (got {type(out).__name__})")
+        if tuple(out.shape) != tuple(x.shape):
+            raise ShapeError(f"to_host: out must have x's shape {tuple(x.shape)} (got {out.shape})")
+        if out.dtype != x.dtype:
+            raise DTypeError(f"to_host: out must have x's dtype {x.dtype} (got {out.dtype})")
+        if not out.flags.writeable:
+            raise ArgumentError("to_host: out is read-only")
     if isinstance(x, np.ndarray):
         if out is None:
             return x.copy()
-        if out.shape != x.shape:
-            from ..errors import ShapeError
-            raise ShapeError(f"to_host: out must have x's shape {x.shape} (got {out.shape})")
         np.copyto(out, x)
         return out
     from .. import profiler
