@@ -103,3 +103,11 @@ def test_to_host_out_checks_are_typed():
         cudakit.to_host(x, out=ro)
     with pytest.raises(ArgumentTypeError, match="x must be an array"):
         cudakit.to_host(None)
+
+
+def test_set_cache_size_checks_its_size_before_the_gpu():
+    """It asked for the GPU first (BackendUnavailableError for 'garbage' on a CPU machine) and let
+    parse_size's plain ValueError through on a GPU."""
+    for v, err in (("garbage", ArgumentError), (True, ArgumentTypeError), (-5, ArgumentError)):
+        with pytest.raises(err, match="set_cache_size"):
+            cudakit.memory.set_cache_size(v)

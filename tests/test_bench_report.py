@@ -165,3 +165,17 @@ def test_compare_names_a_provider_that_was_not_measured(tmp_path):
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     assert "--compare torch: not measured: torch" in r.stderr and "--compare numpy" not in r.stderr
+
+
+def test_report_checks_where_it_writes_before_moving_or_drawing(tmp_path, capsys):
+    """A missing folder for --output (or an explicit --docs) left the plots written and the report
+    not, and --docs in a missing folder was skipped silently."""
+    res = tmp_path / "benchmarks" / "results"
+    res.mkdir(parents=True)
+    (res / "test-gpu-ew.json").write_text(json.dumps(_rec("2026-01-02")))
+    for out, docs, what in ((tmp_path / "nodir" / "B.md", None, "--output"),
+                            (tmp_path / "B.md", str(tmp_path / "nodir" / "r.md"), "--docs")):
+        args = SimpleNamespace(results=str(res), output=str(out), plots=None, no_plots=False, archive=True, docs=docs)
+        assert report.main(args) == 2
+        assert f"cudakit report: error: {what}" in capsys.readouterr().err
+    assert not (tmp_path / "benchmarks" / "plots").exists() and not (tmp_path / "B.md").exists()

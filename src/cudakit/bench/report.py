@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import sys
 from pathlib import Path
 
 from . import plots, roof
@@ -277,9 +278,16 @@ def archive(results_dir: Path, paths: list) -> list:
 def main(args) -> int:
     results = Path(args.results)
     if not results.is_dir():
-        print(f"cudakit report: no results directory {results.resolve()}")
+        print(f"cudakit report: no results directory {results.resolve()}", file=sys.stderr)
         return 2
     out = Path(args.output)
+    docs = getattr(args, "docs", None)
+    # where it writes, checked before anything is moved or drawn (a missing folder left the plots
+    # written and the report not)
+    for what, path in (("--output", out), ("--docs", Path(docs) if docs else None)):
+        if path is not None and not path.parent.is_dir():
+            print(f"cudakit report: error: {what} {path}: no folder {path.parent.resolve()}", file=sys.stderr)
+            return 2
     skipped: list = []
     _, older = select(results, skipped)
     clash = [p.name for p in older if (results / HISTORY / p.name).exists()]
@@ -294,7 +302,6 @@ def main(args) -> int:
     out.write_text(text)
     newest, _ = select(results)
     print(f"wrote {out} ({len(text.encode()) / 1024:.1f} KB) from {len(newest)} result files")
-    docs = getattr(args, "docs", None)
     if docs is None:   # the repository's docs beside its benchmarks/results (none for other folders)
         docs = results.resolve().parent.parent / "docs" / "guide" / "results.md"
     if docs and Path(docs).parent.is_dir():

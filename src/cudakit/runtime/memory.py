@@ -342,12 +342,22 @@ def set_cache_size(size: int | str | None = None, device: int | None = None) -> 
     cached: every allocation past the first frees what the pool holds, like a pool-less allocator.
     """
     from ..config import parse_size
+    from ..errors import ArgumentError, ArgumentTypeError
+    nbytes = frac = None
+    if size is not None:   # (checked before the GPU is asked for, as set_limit's)
+        if isinstance(size, bool):
+            raise ArgumentTypeError(f"set_cache_size: size must be bytes, a size string or None (got {size!r})")
+        try:
+            nbytes, frac = parse_size(size)
+        except TypeError as e:
+            raise ArgumentTypeError(f"set_cache_size: {e}") from None
+        except ValueError as e:
+            raise ArgumentError(f"set_cache_size: {e}") from None
     pool = ensure_installed()
     with _on_device(device) as d:
         if size is None:
             cap = None
         else:
-            nbytes, frac = parse_size(size)
             cap = nbytes if frac is None else int(frac * d.mem_info[1])
         _counters_for(d.id).cache_limit = cap
         if _native is not None:
