@@ -46,9 +46,10 @@ def _slope(v, x=None, op: str = "leaky_relu") -> float:
     """leaky_relu's slope: finite, and for data x other than float64 float32's too (16- and 32-bit
     data multiply in float32, where a larger slope is inf and 0 * inf turned x = 0 into NaN)."""
     s = finite_scalar(op, "negative_slope", v)
-    if abs(s) > _SLOPE_MAX and getattr(getattr(x, "dtype", None), "name", "") != "float64":
+    dt = getattr(getattr(x, "dtype", None), "name", None)
+    if abs(s) > _SLOPE_MAX and dt != "float64":
         raise ArgumentError(f"{op}: negative_slope must be at most {_SLOPE_MAX:.6g} in magnitude for "
-                            f"{getattr(getattr(x, 'dtype', None), 'name', 'this')} data (got {v!r})")
+                            f"{dt or 'this'} data (got {v!r})")
     return s
 
 

@@ -46,9 +46,9 @@ def _scalar_param(a, t: str, i: int, name: str):
     if not isinstance(a, (bool, int, float, np.bool_, np.integer, np.floating)):
         return a
     nt = _PTX_SCALARS[t]
-    if t[0] == "b" and isinstance(a, (float, np.floating)):
-        nt = {1: np.float16, 2: np.float16, 4: np.float32, 8: np.float64}[np.dtype(nt).itemsize]
-        if np.dtype(nt).itemsize != np.dtype(_PTX_SCALARS[t]).itemsize:
+    if t[0] == "b" and isinstance(a, (float, np.floating)):   # (the float of the parameter's size)
+        nt = {2: np.float16, 4: np.float32, 8: np.float64}.get(np.dtype(nt).itemsize)
+        if nt is None:
             raise LaunchError(f"args[{i}]: {a!r}: a float does not fit the kernel's .{t} parameter", name)
     if np.dtype(nt).kind in "iu":
         bits = np.dtype(nt).itemsize * 8
@@ -155,11 +155,11 @@ class CUDABackend:
             raise TypeError(f"ptx_file must be a str or a path (got {type(ptx_file).__name__})")
         # (with the working directory: a relative path after a chdir is another file; not resolved,
         # a cache hit stays about a microsecond: the seed's wrappers call this on every op)
-        cache_key = (os.fspath(self._root) if self._root is not None else os.getcwd(), os.fspath(ptx_file),
-                     kernel_name)
+        base = os.fspath(self._root) if self._root is not None else os.getcwd()
+        cache_key = (base, os.fspath(ptx_file), kernel_name)
         if cache_key in self._kernels:
             return self._kernels[cache_key]
-        ptx_path = (self._root or Path.cwd()) / Path(ptx_file)
+        ptx_path = Path(base) / Path(ptx_file)
         if not ptx_path.is_file():
             raise FileNotFoundError(
                 f"PTX file not found: {ptx_path}\nCompile the kernels first, e.g. "

@@ -31,11 +31,6 @@ def _shape(shape, name: str = "shape") -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
-def _dtype(dtype, name: str = "dtype") -> np.dtype:
-    """A numeric dtype (numeric_dtype: None is allocate()'s float32 default)."""
-    return numeric_dtype(dtype, name)
-
-
 def _host_data(data, name: str = "data"):
     """data unless it is None or a string (NumPy would make a 0-d object or string array of it)."""
     if data is None or isinstance(data, (str, bytes)):
@@ -63,7 +58,7 @@ class Backend(abc.ABC):
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype = np.float32) -> Any:
         """An uninitialised array of `shape` (ints >= 0) and `dtype` on this backend. Raises
         ShapeError / DTypeError naming the argument."""
-        return self._backend().empty(_shape(shape), _dtype(dtype))
+        return self._backend().empty(_shape(shape), numeric_dtype(dtype, "dtype"))
 
     def to_device(self, data: np.ndarray) -> Any:
         """A copy of host array `data` on this backend's device."""

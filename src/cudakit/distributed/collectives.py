@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..errors import DeviceError, DistributedError, DTypeError, ShapeError
 from .group import resolve
+from .work import wait_limit
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64")
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
@@ -257,7 +258,6 @@ def barrier(group=None, async_op: bool = False, timeout: float | None = None):
     barrier's all-reduce finished on the GPU), at most `timeout` s (default: the group's); with
     async_op=True returns a Work instead."""
     g = resolve(group, "barrier")
-    from .work import wait_limit
     wait_limit(g, timeout)   # (checked before the barrier starts)
     work = g.run("barrier", 4, 1.0, lambda s: g.transport.barrier(s), True, (), lambda: {"op": "barrier"})
     if async_op:

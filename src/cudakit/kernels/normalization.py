@@ -445,7 +445,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
 
 _fast: dict = {}   # (kind, shape, dtype, device, 16-byte aligned) -> launch plan, or None: not this path
 _INF = float("inf")
-_EPS_MIN = 1.401298464324817e-45   # float32's least subnormal (backends/normalization_api.py EPS_MIN_F32)
+_EPS_MIN = float(np.finfo(np.float32).smallest_subnormal)   # (backends/normalization_api.py EPS_MIN_F32)
 
 
 def _plan_fast(kind: str, shape: tuple, dtype, dev: int, aligned: bool):

@@ -295,6 +295,16 @@ def empty_cache() -> None:
     _cupy.cupy().get_default_pinned_memory_pool().free_all_blocks()
 
 
+def _size_arg(op: str, value) -> tuple:
+    """config.parse_size(value), its ValueError an ArgumentError naming `op`."""
+    from ..config import parse_size
+    from ..errors import ArgumentError
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise ArgumentError(f"{op}: {e}") from None
+
+
 def set_limit(bytes: int | str | None = None, fraction: float | None = None,
               device: int | None = None) -> None:
     """Cap the pool of `device` (default: current): `bytes` (an int or "8GiB") or `fraction`
@@ -302,15 +312,11 @@ def set_limit(bytes: int | str | None = None, fraction: float | None = None,
     the cap. Allocations past it raise OutOfMemoryError."""
     import numbers
 
-    from ..config import parse_size
     from ..errors import ArgumentError, ArgumentTypeError
     if bytes is not None and fraction is not None:
         raise ArgumentError("set_limit: give bytes or fraction, not both")
     if bytes is not None:
-        try:
-            bytes, frac = parse_size(bytes)
-        except ValueError as e:
-            raise ArgumentError(f"set_limit: {e}") from None
+        bytes, frac = _size_arg("set_limit", bytes)
         fraction = frac if frac is not None else None
     if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, numbers.Real)):
         raise ArgumentTypeError(f"set_limit: fraction must be a number in (0, 1] (got {fraction!r})")
@@ -341,18 +347,12 @@ def set_cache_size(size: int | str | None = None, device: int | None = None) -> 
     the last allocation stays cached until the next one (or `empty_cache()`). 0 keeps nothing
     cached: every allocation past the first frees what the pool holds, like a pool-less allocator.
     """
-    from ..config import parse_size
-    from ..errors import ArgumentError, ArgumentTypeError
+    from ..errors import ArgumentTypeError
     nbytes = frac = None
     if size is not None:   # (checked before the GPU is asked for, as set_limit's)
         if isinstance(size, bool):
             raise ArgumentTypeError(f"set_cache_size: size must be bytes, a size string or None (got {size!r})")
-        try:
-            nbytes, frac = parse_size(size)
-        except TypeError as e:
-            raise ArgumentTypeError(f"set_cache_size: {e}") from None
-        except ValueError as e:
-            raise ArgumentError(f"set_cache_size: {e}") from None
+        nbytes, frac = _size_arg("set_cache_size", size)
     pool = ensure_installed()
     with _on_device(device) as d:
         if size is None:

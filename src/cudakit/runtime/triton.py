@@ -216,7 +216,7 @@ class TritonKernel:
                 "num_stages": kwargs.pop("num_stages", self.defaults.num_stages)}
         if len(args) > len(self.params):
             raise ArgumentTypeError(f"{self.name}() takes {len(self.params)} arguments "
-                            f"({', '.join(p.name for p in self.params)}), got {len(args)}")
+                                    f"({', '.join(p.name for p in self.params)}), got {len(args)}")
         values = {}
         for p, a in zip(self.params, args):
             values[p.name] = a
@@ -233,7 +233,7 @@ class TritonKernel:
                     values[p.name] = p.default
                 else:
                     raise ArgumentTypeError(f"{self.name}() missing argument {p.name!r} "
-                                    f"(parameters: {', '.join(q.name for q in self.params)})")
+                                            f"(parameters: {', '.join(q.name for q in self.params)})")
             if p.is_constexpr:
                 consts[p.name] = values[p.name]
             else:
@@ -265,8 +265,8 @@ class TritonKernel:
         if isinstance(a, (float, np.floating)):
             return ("fp64" if isinstance(a, np.float64) else "fp32"), False, float(a)
         if isinstance(a, np.ndarray):
-            raise ArgumentTypeError(f"{self.name}: argument {name!r} is a host (NumPy) array; copy it to the "
-                            f"device with cudakit.to_device() first")
+            raise ArgumentTypeError(f"{self.name}: argument {name!r} is a host (NumPy) array; copy it to "
+                                    f"the device with cudakit.to_device() first")
         raise ArgumentTypeError(f"{self.name}: argument {name!r} of type {type(a).__name__} is not supported")
 
     def _compile(self, sig: tuple, consts: dict, opts: dict, dev: int) -> _Compiled:
