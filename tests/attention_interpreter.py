@@ -47,15 +47,14 @@ def _seed_words(seed):
 
 def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, heads=1, err=None, bias=None,
          bias_heads=1, db=None, db_strides=(0, 0, 0, 0), db_mode=0, groups=1, dropout=None, splits=1,
-         db_dims=None, merge_in_kernel=True):
+         db_dims=None):
     """(out, lse, dq, dk, dv) from the four kernels launched as kernels/attention.py launches them;
     the outputs start as 7.0, a value no kernel leaves, so an element a kernel skips shows. lens:
     int64 key lengths of each batch of `heads` consecutive [BH] entries; err: the error flag.
     bias: a 4-D (Bb, Hb, Lq|1, Lk|1) array, [BH] entry t being batch t // bias_heads and head
     t % bias_heads; db: the buffer its gradient goes to (db_mode 1: stored, 2: added) with
     db_strides (db_mode 4: a workspace of per-tile partials, db_dims the bias's (DBQ, DBK)). groups > 1: k, v are [BH / groups, Lk, D] read in place (heads: q's heads), dk and
-    dv come back per q head. splits > 1: the keys in that many parts, merged by the last part to
-    finish (merge_in_kernel) or by attn_fwd_combine."""
+    dv come back per q head."""
     bh, lq, d = q.shape
     lk = k.shape[1]
     scale = 1 / math.sqrt(d)
@@ -89,21 +88,13 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
     fwd_out = (out, lse)
-    merge = (_Tensor(lse),) * 3   # attn_fwd's OF, LF, CNT: not read in one part
-    counts = None
     if splits > 1:   # the keys in parts (host._forward_in_parts): float32 workspaces, NaN where unwritten
         fwd_out = (np.full((splits, bh, lq, d), np.nan, np.float32), np.full((splits, bh, lq), np.nan, np.float32))
-        if merge_in_kernel:   # each row block's last part merges (MERGE); its count back to 0 after
-            counts = np.zeros(bh * math.ceil(lq / fcfg["BLOCK_M"]) + 3, np.int32)
-            merge = (_Tensor(out), _Tensor(lse), _Tensor(counts))
     kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]) * splits, bh)](
         *map(_Tensor, (q, k, fv) + fwd_out), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
-        *novar, *merge, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False,
-        DROPOUT=dr, LEFT=dlo > -(1 << 30), LPT=host._order(dlo, dhi), KSPLIT=splits, MERGE=counts is not None,
-        **_tiles(fcfg))
-    if counts is not None:
-        assert not counts.any(), f"part counts left at {counts[counts != 0]}"
-    elif splits > 1:
+        *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
+        LEFT=dlo > -(1 << 30), LPT=host._order(dlo, dhi), KSPLIT=splits, **_tiles(fcfg))
+    if splits > 1:
         kernels.attn_fwd_combine[(math.ceil(lq / 32), bh)](*map(_Tensor, fwd_out + (out, lse)), lq, bh, D=d,
                                                             KSPLIT=splits, BLOCK_M=32, BLOCK_D=host.head_block(d))
     kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
@@ -122,13 +113,11 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     return out, lse, dq, dk, dv
 
 
-def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None, window=None, lens=None, heads=1, splits=1,
-          merge_in_kernel=True):
-    case = (bh, lq, lk, d, causal, dtype, window, lens, splits, merge_in_kernel)
+def check(bh, lq, lk, d, causal, dtype, rng, fwd_tiles=None, window=None, lens=None, heads=1, splits=1):
+    case = (bh, lq, lk, d, causal, dtype, window, lens, splits)
     q, g = (data(rng, (bh, lq, d), dtype) for _ in range(2))
     k, v = (data(rng, (bh, lk, d), dtype) for _ in range(2))
-    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, fwd_tiles, window, lens, heads, splits=splits,
-                                merge_in_kernel=merge_in_kernel)
+    out, lse, dq, dk, dv = _run(q, k, v, g, causal, dtype, fwd_tiles, window, lens, heads, splits=splits)
     blens = None if lens is None else np.repeat(np.asarray(lens), heads)   # per [BH] entry
     out_r, lse_r, _, dq_r, dk_r, dv_r = ac.reference(q, k, v, 1 / math.sqrt(d), causal, g, window, blens)
     tol = 2e-5 if dtype == "float32" else 4e-3
@@ -248,8 +237,8 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropo
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
-        *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu,
-        dummy, dummy, dummy, 0, d, HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(cfg))
+        *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
+        HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(cfg))
     assert not err.any(), err
     kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
                                                        _Tensor(delta.reshape(1, -1)), tq * h, d, BLOCK_M=64,
@@ -303,16 +292,14 @@ def check_varlen_bad_length():
     dummy = _Tensor(np.zeros(1, np.float32))
     cfg = host._config("float32", 16, None)
     kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 0, 0, 0, 1.0, dummy, dummy, dummy, 0,
-                             16,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 40, 40], err
     # a last entry past the packed total (50 rows): flagged, and the rows read and written stay inside
     err[:] = 0
     big = _Tensor(np.array([0, 10, 60], np.int32))
     kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 0, 0, 0, 1.0, dummy, dummy, dummy,
-                             0, 16,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:4]) == [11, 1, 50, 50], err
 
@@ -691,8 +678,6 @@ if __name__ == "__main__":
         check(*case, np.random.default_rng(0), window=window, lens=lens, heads=heads)
     for case, window, lens, splits in SPLIT_KEY_CASES:
         check(*case, np.random.default_rng(0), window=window, lens=lens, splits=splits)
-    for case, window, lens, splits in SPLIT_KEY_CASES[1:3]:   # merged by attn_fwd_combine
-        check(*case, np.random.default_rng(0), window=window, lens=lens, splits=splits, merge_in_kernel=False)
     check_unseen_key_inf()
     check_bad_key_length()
     for case in BIAS_CASES:
@@ -743,5 +728,5 @@ if __name__ == "__main__":
     for case in MAT_DROPOUT_CASES:
         check_materialized_dropout(*case)
     n = (len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 16)
+         + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 14)
     print(f"{n} cases match the float64 reference")

@@ -37,8 +37,7 @@ from cudakit.kernels import attention as host
 dtype, d, causal, block_n = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]) or None
 bias = "bias" in sys.argv[5:]   # with a bias (its tiles take shared memory too)
 small = "small" in sys.argv[5:]   # a grid of fewer 128-row blocks than SMs (the split forward's own tiles)
-parts = 3 if "parts" in sys.argv[5:] else 1   # the keys in parts (KSPLIT), merged in attn_fwd (MERGE) or by
-                                              # attn_fwd_combine ("combine")
+parts = 3 if "parts" in sys.argv[5:] else 1   # the keys in parts (KSPLIT), merged by attn_fwd_combine
 # causal: the key-lengths variant (HAS_LENS), a causal forward's tiles and program order (LPT) here -- the
 # mask itself is a runtime bound (DLO, DHI) of every variant
 ty = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
@@ -51,7 +50,6 @@ fwd_cfg["LEFT"] = False   # no window: the loops start at key 0 (what the host p
 fwd_cfg.setdefault("BLOCK_D2", 0)
 fwd_cfg["LPT"] = host.CAUSAL_GROUP if causal and parts == 1 else 0   # a causal forward's longest-first order
 fwd_cfg["KSPLIT"] = parts
-fwd_cfg["MERGE"] = parts > 1 and "combine" not in sys.argv[5:]   # merged by the last part to finish, as shipped
 fwd_cfg["OT"] = False
 if "ot" in sys.argv[5:]:   # the split forward's O^T form (V read in place: V_IN_PLACE), on its stages
     assert split
@@ -76,8 +74,7 @@ for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, 
             "sd_k", "G", "TQ", "TK", "DSEED_LO", "DSEED_HI", "DTHRESH")
     sig = {n: "constexpr" if n in consts else ("fp32" if "SCALE" in n.upper() else
            "i32" if n in ints else "*i64" if n in ("LENS", "ERR") else "*i32" if n in ("CU_Q", "CU_K")
-           else "*i32" if n == "CNT" else "*fp32" if n in ("LSE", "LF", "DELTA", "DBIAS") or (n == "O" and parts > 1)
-           else ty) for n in names}
+           else "*fp32" if n in ("LSE", "DELTA", "DBIAS") or (n == "O" and parts > 1) else ty) for n in names}
     out[name] = shared_bytes(fn, sig, consts, c["num_warps"], c["num_stages"])
 print(json.dumps(out))
 '''

@@ -271,11 +271,10 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
             ((False, True, False, False), (False, False, True, False), (False, False, False, True))
             if d == 64 and code == "bf16" else ()):
         for pos in ((False, True) if not (hb or var or dr) else (False,)):
-            compile(src.attn_fwd, [p] * 4 + ["*fp32", "*i64", "*i64", "fp32"] + I * 5 + bias   # Q, K, V, O ...
-                    + [p, "*fp32", "*i32"] + I,   # OF, LF, CNT (MERGE), BH0
+            compile(src.attn_fwd, [p] * 4 + ["*fp32", "*i64", "*i64", "fp32"] + I * 5 + bias + I,   # Q, K, V, O
                     dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr, SPLIT=False,
                          LEFT=lens, BLOCK_D2=0, LPT=32 if pos and not (lens or hb or var or dr) else 0,
-                         KSPLIT=2 if lens else 1, OT=False, MERGE=lens and pos))
+                         KSPLIT=2 if lens else 1, OT=False))
         for even in (False, True) if not (hb or var or dr) else (False,):
             compile(src.attn_bwd_dkdv, [p] * 4 + ["*fp32"] * 2 + [p] * 2 + ["*i64", "fp32", "fp32"] + I * 5 + bias + I,
                     dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr))

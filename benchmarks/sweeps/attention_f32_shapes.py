@@ -3,13 +3,10 @@ benchmark does not time: does the 1.5x of the benchmark's two shapes hold elsewh
 (`cudakit.attention`) and backward (`cudakit.attention_backward`), plain and causal, on (B, H, L, D)
 CuPy arrays, each timed call behind an L2 flush (bench.timing's cold samples, as `cudakit bench`),
 interleaved with torch.
-    python3 benchmarks/sweeps/attention_f32_shapes.py [--shapes 8x16x1024x64,...] [--fwd-only]
-        [--combine-kernel] [--out F]
+    python3 benchmarks/sweeps/attention_f32_shapes.py [--shapes 8x16x1024x64,...] [--fwd-only] [--out F]
 Prints VARIANT lines: median ms of cudakit and torch, x torch (torch's time / cudakit's), and the
 paths the forward and the backward took (paths.last_paths; a forward that asked paths.run nothing,
-no key parts offered: "triton"); --out writes them as rows of a JSON file (_results.dump_rows).
---combine-kernel: the forward also with its key parts merged by attn_fwd_combine after the launch
-(kernels/attention.py MERGE_IN_KERNEL off; the same path), timed in the same rounds."""
+no key parts offered: "triton"); --out writes them as rows of a JSON file (_results.dump_rows)."""
 import sys
 
 import cupy as cp
@@ -17,7 +14,6 @@ import torch
 
 import cudakit
 from cudakit.bench import timing
-from cudakit.kernels import attention as attention_kernels
 from cudakit.kernels import paths
 from _results import dump_rows
 
@@ -32,26 +28,10 @@ rows = []
 
 
 def report(tag, kind, m, path):
-    row = {"case": tag, "pass": kind, "cudakit_ms": round(m["cudakit"], 4), "torch_ms": round(m["torch"], 4),
-           "x_torch": round(m["torch"] / m["cudakit"], 3), "path": path}
-    more = ""
-    if "combine" in m:
-        row.update(combine_kernel_ms=round(m["combine"], 4), combine_kernel_x_torch=round(m["torch"] / m["combine"], 3))
-        more = f" (combine kernel {m['combine']:.4f} ms, x torch {m['torch'] / m['combine']:.3f})"
-    rows.append(row)
-    print(f"VARIANT shapes {tag:<24} {kind:<8} cudakit {m['cudakit']:8.4f} ms torch {m['torch']:8.4f} ms "
-          f"x torch {m['torch'] / m['cudakit']:.3f} path {path}{more}", flush=True)
-
-
-def with_combine_kernel(fn):
-    """fn run with the key parts merged by attn_fwd_combine (MERGE_IN_KERNEL off)."""
-    def run():
-        attention_kernels.MERGE_IN_KERNEL = False
-        try:
-            return fn()
-        finally:
-            attention_kernels.MERGE_IN_KERNEL = True
-    return run
+    rows.append({"case": tag, "pass": kind, "cudakit_ms": round(m["cudakit"], 4), "torch_ms": round(m["torch"], 4),
+                 "x_torch": round(m["torch"] / m["cudakit"], 3), "path": path})
+    print(f"VARIANT shapes {tag:<24} {kind:<8} cudakit {m['cudakit']:8.3f} ms torch {m['torch']:8.3f} ms "
+          f"x torch {m['torch'] / m['cudakit']:.3f} path {path}", flush=True)
 
 
 def medians(fns):
@@ -69,11 +49,8 @@ def case(b, h, L, d, causal):
     paths._last.pop("attention", None)
     cudakit.attention(q, k, v, causal=causal)   # (the first call times the paths offered, if any)
     took_fwd = paths.last_paths().get("attention", "triton")
-    fns = {"cudakit": lambda: cudakit.attention(q, k, v, causal=causal),
-           "torch": lambda: sdpa(tq, tk, tv, is_causal=causal)}
-    if "--combine-kernel" in argv:
-        fns["combine"] = with_combine_kernel(fns["cudakit"])
-    fwd = medians(fns)
+    fwd = medians({"cudakit": lambda: cudakit.attention(q, k, v, causal=causal),
+                   "torch": lambda: sdpa(tq, tk, tv, is_causal=causal)})
     if "--fwd-only" in argv:
         if "cudakit" not in fwd or "torch" not in fwd:
             return

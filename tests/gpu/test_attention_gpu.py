@@ -641,15 +641,12 @@ def test_forward_v_in_place_matches_transposed_copy(bh, lq, lk, d, causal, windo
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("splits", [2, 3])
 @pytest.mark.parametrize("causal,window", [(False, None), (True, None), (True, (100, 0))])
-@pytest.mark.parametrize("merge_in_kernel", [True, False])
-def test_forward_over_key_parts_matches_one_part(dtype, splits, causal, window, merge_in_kernel, rng, monkeypatch):
+def test_forward_over_key_parts_matches_one_part(dtype, splits, causal, window, rng, monkeypatch):
     """The Triton forward with the keys in parts (kernels/attention.py KEY_SPLITS: attn_fwd's KSPLIT,
-    merged by the last part to finish (MERGE_IN_KERNEL) or by attn_fwd_combine, the host's
-    _forward_in_parts) against one part: heads 80 and 128 (the split float32 forward's two column
-    forms), ragged lengths; the part counts left at 0."""
+    attn_fwd_combine, the host's _forward_in_parts) against one part: heads 80 and 128 (the split
+    float32 forward's two column forms), ragged lengths."""
     from cudakit.backends.attention_masks import Masks
     from cudakit.kernels import attention as at
-    monkeypatch.setattr(at, "MERGE_IN_KERNEL", merge_in_kernel)
     for bh, lq, lk, d in ((3, 200, 333, 80), (2, 130, 520, 128)):
         q = cp.asarray(ac.data(rng, (bh, lq, d), dtype))
         k, v = (cp.asarray(ac.data(rng, (bh, lk, d), dtype)) for _ in range(2))
@@ -663,43 +660,3 @@ def test_forward_over_key_parts_matches_one_part(dtype, splits, causal, window, 
         np.testing.assert_allclose(_host(got[0]).astype(np.float64), _host(want[0]).astype(np.float64), rtol=tol,
                                    atol=tol)
         np.testing.assert_allclose(_host(got[1]), _host(want[1]), rtol=1e-5, atol=1e-5)
-        if merge_in_kernel:
-            assert not at._counts[(q.data.device_id, cp.cuda.get_current_stream().ptr)].any()
-
-
-def test_forward_over_key_parts_on_streams_and_in_a_graph(rng, monkeypatch):
-    """The parts merged in the kernel (attn_fwd's MERGE) on two streams at once, each counting in
-    its own array, queued many times without a synchronisation between, and captured in a graph
-    (its own zeroed counts) replayed twice: every result equals one part's."""
-    from cudakit import graphs
-    from cudakit.backends.attention_masks import Masks
-    from cudakit.kernels import attention as at
-    bh, lq, lk, d = 4, 190, 600, 80
-    masks = Masks(True)
-    qs = [cp.asarray(ac.data(rng, (bh, lq, d), "float32")) for _ in range(2)]
-    k, v = (cp.asarray(ac.data(rng, (bh, lk, d), "float32")) for _ in range(2))
-    monkeypatch.setattr(at, "KEY_SPLITS", 1)
-    want = [_host(at._triton_forward(q, k, v, d ** -0.5, masks, "float32")[0]) for q in qs]
-    monkeypatch.setattr(at, "KEY_SPLITS", 3)
-    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
-    outs = [[], []]
-    for _ in range(20):
-        for i, s in enumerate(streams):
-            with s:
-                outs[i].append(at._triton_forward(qs[i], k, v, d ** -0.5, masks, "float32")[0])
-    for s in streams:
-        s.synchronize()
-    for i in range(2):
-        for got in outs[i]:
-            np.testing.assert_allclose(_host(got), want[i], rtol=1e-5, atol=1e-5)
-    for s in streams:
-        assert not at._counts[(qs[0].data.device_id, s.ptr)].any()
-    g = graphs.CUDAGraph()
-    with g.allocating():
-        at._triton_forward(qs[0], k, v, d ** -0.5, masks, "float32")
-    with g.capture():
-        got = at._triton_forward(qs[0], k, v, d ** -0.5, masks, "float32")[0]
-    for _ in range(2):
-        got.fill(7.0)
-        g.replay()
-        np.testing.assert_allclose(_host(got), want[0], rtol=1e-5, atol=1e-5)

@@ -467,15 +467,13 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              CU_Q, CU_K, G, TQ, TK,      # VARLEN: [B + 1] int sequence starts, total rows; G q heads per k, v head
                                          # (packed, or [BH / G, Lk, D] k, v: H is then q's heads)
              DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # DROPOUT: the seed's halves, keep threshold, 1 / (1 - p)
-             OF, LF, CNT,                # MERGE: the merged O [BH, Lq, D], LSE [BH, Lq] float32; CNT: int32
-                                         # [BH * row blocks] counts of parts done, 0 on entry and on exit
              BH0,                        # the first bh of this launch (grids of more than 65535 bh)
              D: tl.constexpr, HAS_LENS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
              DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
              BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0, KSPLIT: tl.constexpr = 1,
-             OT: tl.constexpr = False, MERGE: tl.constexpr = False):
+             OT: tl.constexpr = False):
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
@@ -484,11 +482,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     KSPLIT + part, ordered by _row_block as one axis), so that a small grid fills the GPU; O and
     LSE are then float32 workspaces [KSPLIT, BH, Lq, D] and [KSPLIT, BH, Lq], each part's output
     normalised by its own sum and its log-sum-exp (-inf: the part saw no key), which
-    attn_fwd_combine merges, or (MERGE) the row block's last part to finish, in this launch: each
-    part counts itself done in CNT after its stores, and the one that counts KSPLIT merges the
-    parts into OF and LF (_merge_parts) and sets the count back to 0 for the next launch. That
-    saves attn_fwd_combine's launch, whose own time and the gap before it were a quarter of a
-    small grid's forward (B1 H16 S256 D80, float32)."""
+    attn_fwd_combine merges."""
     start_m, bh = _row_block(LPT)
     part = 0
     if KSPLIT > 1:
@@ -580,52 +574,6 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
                  mask=m_ok[:, None] & d2_ok[None, :])
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     tl.store(LSE + lse_base + rows * LRS, lse, mask=m_ok)
-    if MERGE:
-        tl.static_assert(KSPLIT > 1 and not VARLEN, "MERGE takes the keys in parts")
-        # every thread's stores above issued before the count's release (one thread's atomic, acq_rel
-        # at GPU scope: cumulative over what the barrier ordered before it)
-        tl.debug_barrier()
-        count = CNT + bh * (tl.num_programs(0) // KSPLIT) + start_m
-        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == KSPLIT - 1:   # the last part: the
-            tl.store(count, 0)                                                  # others' stores seen
-            part_o = tl.num_programs(1).to(tl.int64) * Lq * D
-            part_l = tl.num_programs(1).to(tl.int64) * Lq
-            ow, lw = O - part * part_o, LSE - part * part_l   # part 0's workspaces
-            l_off = lse_base + rows * LRS
-            top = tl.full([BLOCK_M], float("-inf"), tl.float32)
-            for p in tl.static_range(KSPLIT):
-                top = tl.maximum(top, tl.load(lw + p * part_l + l_off, mask=m_ok, other=float("-inf"),
-                                              cache_modifier=".cg"))
-            top = tl.where(top == float("-inf"), 0.0, top)   # (no part saw a key: every weight 0)
-            o_off = q_base + rows[:, None] * RS + offs_d[None, :]
-            total = _merge_parts(ow, lw, OF, o_off, l_off, m_ok, m_ok[:, None] & d_ok[None, :], top, part_o,
-                                 part_l, KSPLIT, BLOCK_M, BLOCK_D)
-            if BLOCK_D2 > 0:
-                o_off2 = q_base + rows[:, None] * RS + offs_d2[None, :]
-                _merge_parts(ow, lw, OF, o_off2, l_off, m_ok, m_ok[:, None] & d2_ok[None, :], top, part_o, part_l,
-                             KSPLIT, BLOCK_M, BLOCK_D2)
-            seen = total != 0.0
-            tl.store(LF + l_off, tl.where(seen, top + tl.math.log(tl.where(seen, total, 1.0)), float("-inf")),
-                     mask=m_ok)
-
-
-@triton.jit
-def _merge_parts(OW, LW, OF, o_off, l_off, m_ok, mask, top, part_o, part_l,
-                 KSPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Columns o_off ([BLOCK_M, BLOCK_C] offsets) of attn_fwd's KSPLIT parts OW ([KSPLIT, BH, Lq, D]
-    float32, parts part_o apart; their log-sum-exps LW at l_off, part_l apart) merged into OF as
-    attn_fwd_combine merges them, top the rows' largest lse (0 where none is finite); returns the
-    rows' sums of weights. Loads at L2 (.cg): other SMs wrote the parts in this launch."""
-    acc = tl.zeros([BLOCK_M, BLOCK_C], tl.float32)
-    total = tl.zeros([BLOCK_M], tl.float32)
-    for p in tl.static_range(KSPLIT):
-        w = tl.math.exp(tl.load(LW + p * part_l + l_off, mask=m_ok, other=float("-inf"), cache_modifier=".cg") - top)
-        acc += w[:, None] * tl.load(OW + p * part_o + o_off, mask=mask, other=0.0, cache_modifier=".cg")
-        total += w
-    seen = total != 0.0
-    acc = tl.where(seen[:, None], acc / tl.where(seen, total, 1.0)[:, None], 0.0)
-    tl.store(OF + o_off, acc.to(OF.dtype.element_ty), mask=mask)
-    return total
 
 
 @triton.jit

@@ -809,17 +809,15 @@ def _order(dlo: int, dhi: int) -> int:
 KEY_SPLITS: int | None = None
 
 
-def _unmerged(dummy) -> tuple:
-    """attn_fwd's (OF, LF, CNT) of a launch that merges no parts (not read)."""
-    return (dummy, dummy, dummy)
-
-
 def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int) -> bool:
-    """attn_fwd over `splits` parts of the keys into float32 workspaces, merged into out and lse by
-    each row block's last part to finish (attn_fwd's MERGE, counting in _part_counts), or where no
-    counts are to be had by attn_fwd_combine after it (KEY_SPLITS); args: attn_fwd's runtime
-    arguments from LENS to DSCALE. False (nothing launched) without memory for the workspaces:
-    splits (D + 1) float32 a query row."""
+    """attn_fwd over `splits` parts of the keys into float32 workspaces, then attn_fwd_combine into
+    out and lse (KEY_SPLITS); False (nothing launched) without memory for the workspaces: splits
+    (D + 1) float32 a query row.
+    The parts merged inside attn_fwd instead, by each row block's last part to finish (counts per
+    stream, no combine launch; commit 3b5b196), ran no faster on an H200 (2026-11-28 09:34 UTC,
+    attention_f32_shapes.py --combine-kernel: B1 H16 S256 D80 0.0232 ms against 0.0233, B1 H16
+    S512 D128 0.0474 against 0.0476; history/attention/nvidia-h200-attention-f32-merge-in-kernel.json):
+    the combine launch is not what keeps small float32 grids from 1.5x torch."""
     cp = _cupy.cupy()
     bh, lq, d = q.shape
     ws = _or_declined_for_memory(lambda: (cp.empty((splits, bh, lq, d), cp.float32),
@@ -830,52 +828,12 @@ def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int)
         return False
     ow, lw = ws
     block = consts["BLOCK_M"]
-    counts = _part_counts(bh * math.ceil(lq / block), q.data.device_id)
-    _launch("attn_fwd", math.ceil(lq / block) * block * splits, block, (q, k, v, ow, lw),
-            args + ((out, lse, counts) if counts is not None else _unmerged(lse)),
-            dict(consts, KSPLIT=splits, MERGE=counts is not None), bh0=True)
-    if counts is None:
-        _specialized("attn_fwd_combine", {"D": d, "KSPLIT": splits, "BLOCK_M": 32, "BLOCK_D": head_block(d),
-                                          "num_warps": 4, "num_stages": 1})[(math.ceil(lq / 32), bh)](
-            ow, lw, out, lse, lq, bh)
+    _launch("attn_fwd", math.ceil(lq / block) * block * splits, block, (q, k, v, ow, lw), args,
+            dict(consts, KSPLIT=splits), bh0=True)
+    _specialized("attn_fwd_combine", {"D": d, "KSPLIT": splits, "BLOCK_M": 32, "BLOCK_D": head_block(d),
+                                      "num_warps": 4, "num_stages": 1})[(math.ceil(lq / 32), bh)](ow, lw, out, lse,
+                                                                                                  lq, bh)
     return True
-
-
-# The forward's part counts (attn_fwd's CNT), one int32 array per (device, stream), outside the
-# memory pool (held for the process's life, as cuBLAS holds a workspace per handle): each launch
-# leaves its counts at 0, so the next launch on that stream finds them ready, with no memset;
-# launches on other streams, which may run at the same time, count in arrays of their own.
-_COUNTS_STREAMS = 64   # streams with arrays of their own; past them (and in a graph capture) a
-_COUNTS_MIN = 4096     # launch takes zeroed pool memory of its own (a memset before it), as does
-_COUNTS_MAX = 1 << 20  # one of more row blocks than this (4 MiB of counts)
-_counts: dict = {}
-# Whether the parts are merged in attn_fwd (MERGE) or by attn_fwd_combine after it (False: the
-# sweeps' A/B, benchmarks/sweeps/attention_f32_shapes.py --combine-kernel)
-MERGE_IN_KERNEL = True
-
-
-def _part_counts(n: int, device: int):
-    """int32 zeros of at least n entries for attn_fwd's MERGE on the current stream (see _counts);
-    None where n passes what one grid launches (the caller merges with attn_fwd_combine)."""
-    if not MERGE_IN_KERNEL:
-        return None
-    cp = _cupy.cupy()
-    stream = cp.cuda.get_current_stream()
-    from ..graphs import capturing
-    if capturing() is not None or stream.is_capturing():   # the capture's pool: its own zeros, a
-        return cp.zeros(n, cp.int32)                       # memset node in the graph
-    key = (device, stream.ptr)
-    have = _counts.get(key)
-    if have is not None and have.size >= n:
-        return have
-    if n > _COUNTS_MAX or (have is None and len(_counts) >= _COUNTS_STREAMS):
-        return cp.zeros(n, cp.int32)
-    size = max(n, _COUNTS_MIN)
-    mem = cp.cuda.memory.Memory(size * 4)   # (cudaMalloc: not in the pool's statistics)
-    arr = cp.ndarray((size,), cp.int32, cp.cuda.MemoryPointer(mem, 0))
-    arr.fill(0)
-    _counts[key] = arr   # (a smaller array this replaces was last used by launches on this stream)
-    return arr
 
 
 def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
@@ -897,10 +855,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
                   HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
                   LPT=_order(dlo, dhi))
-    one = args + _unmerged(lse)   # (a launch of one part)
-
     def plain():   # Triton's own products on V as it comes
-        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), one, consts, bh0=True)
+        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
         return out, lse
     if not (_split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y):   # (the split's grid:
         splits = max(1, KEY_SPLITS) if KEY_SPLITS is not None and bh <= _MAX_GRID_Y else 1   # keys past 2M take
@@ -920,7 +876,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             raise _NoMemoryForCopy from e
 
     def one_part():
-        _launch("attn_fwd", lq, first["BLOCK_M"], (q, k, v_for(first), out, lse), one, first, bh0=True)
+        _launch("attn_fwd", lq, first["BLOCK_M"], (q, k, v_for(first), out, lse), args, first, bh0=True)
         return out, lse
 
     def in_parts(c, splits):   # (one part: these tiles in one launch)
@@ -932,7 +888,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
                 paths.declined_for_now()
                 return None
             if splits == 1:
-                _launch("attn_fwd", lq, c["BLOCK_M"], (q, k, vv, out, lse), one, c, bh0=True)
+                _launch("attn_fwd", lq, c["BLOCK_M"], (q, k, vv, out, lse), args, c, bh0=True)
                 return out, lse
             return (out, lse) if _forward_in_parts(q, k, vv, out, lse, args, c, splits) else None
         return run
@@ -1354,8 +1310,7 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
                                        DROPOUT=dropout is not None, LEFT=dlo > -_UNBOUNDED))
     k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
         q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
-        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_drop_args(drop), *_unmerged(lse),
-        0)
+        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_drop_args(drop), 0)
     return out, lse
 
 
@@ -1500,7 +1455,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
         launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
-               0, 0, 0, 1.0, lse, lse, lse, 0)   # LENS, ERR, BIAS, CU, the dropout's, OF, LF, CNT: not read
+               0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the dropout's: not read
         return out, lse
     return fwd
 
