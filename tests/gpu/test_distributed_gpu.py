@@ -293,7 +293,9 @@ def test_profiler_records_nccl_collectives(tmp_path):
             dist.all_reduce(x)
             dist.all_gather(cp.empty(x.size * dist.get_world_size(), cp.float32), x)
         d = [r.as_dict() for r in prof.records]
-        print("REC", [(r["name"], r["nbytes"], r["bus_gb_per_s"] > 10) for r in d], flush=True)
+        # a rate was derived (its size, not a speed bar: tests running beside this one on the same
+        # GPUs, sockets-only NCCL among them, took a 64 MiB all_reduce below 10 GB/s on an H200 pair)
+        print("REC", [(r["name"], r["nbytes"], 0 < r["bus_gb_per_s"] < float("inf")) for r in d], flush=True)
         dist.destroy_process_group()
     """)
     r, _ = launch(2, p)
