@@ -61,9 +61,16 @@ def test_key_parts_grow_with_fewer_row_blocks():
     (8, 1024, 128, False, [(128, 1, False), (128, 2, False), (128, 1, True), (128, 2, True)]),
     (8, 1024, 128, True, [(128, 1, True), (64, 2, False), (128, 3, True)]),   # causal: 128 rows take V in place
     (16, 512, 128, False, [(128, 1, False), (128, 2, False), (128, 1, True), (128, 2, True)]),
-    # 24 blocks of 128 rows, two column blocks: each also with V in place, the first tiles in one part too
-    (2, 1536, 96, False, [(128, 1, False), (64, 2, False), (128, 4, False), (128, 1, True), (64, 2, True),
-                          (128, 4, True), (64, 1, True)]),
+    # 24 blocks of 128 rows, two column blocks: each also with V in place, the first tiles in one part too,
+    # and the small-grid tiles in the parts that put two programs on each SM (48 row blocks of 64: 4 parts)
+    (2, 1536, 96, False, [(128, 1, False), (64, 2, False), (128, 4, False), (64, 4, False), (128, 1, True),
+                          (64, 2, True), (128, 4, True), (64, 4, True), (64, 1, True)]),
+    # head dim 80, 64 row blocks of 64: in 4 parts, causal too; at 96 causal the 64 x 64 tiles come first
+    (16, 256, 80, False, [(64, 1, False), (128, 4, False), (64, 2, False), (64, 4, False), (64, 1, True),
+                          (128, 4, True), (64, 2, True), (64, 4, True), (128, 1, True)]),
+    (16, 256, 96, True, [(64, 2, False), (64, 4, False), (64, 2, True), (64, 4, True), (64, 1, True)]),
+    (8, 1024, 80, True, [(64, 1, False), (128, 3, False), (64, 2, False), (64, 3, False), (64, 1, True),
+                         (128, 3, True), (64, 2, True), (64, 3, True), (128, 1, True)]),
     (8, 1536, 128, False, [(128, 1, False), (64, 2, False), (128, 1, True)]),  # 96 blocks: the usual tiles in
                                                                                 # parts would take two waves
     (64, 256, 128, False, [(128, 1, False), (128, 1, True)]),   # 128 blocks: the usual tiles in one part only
@@ -83,6 +90,21 @@ def test_split_forward_parts_candidates(bh, l, d, causal, want):
     first = at._split_consts(consts, d, False, causal, bh * math.ceil(l / 128), 132)
     got = at._parts_candidates(first, consts, d, False, causal, bh, l, l, dlo, dhi, 132)
     assert [(c["BLOCK_M"], n, bool(c.get("OT"))) for c, n in got] == want
+
+
+@pytest.mark.parametrize("bh,l,causal,want", [
+    (16, 256, False, 4),    # 64 row blocks of 64: 4 parts fill two programs an SM (MAX_PARTS)
+    (8, 1024, True, 3),     # 128 row blocks: 3 parts
+    (16, 64, False, 1),     # 16 row blocks of one key block each: no parts to make
+    (2, 128, False, 2),     # 4 row blocks of 2 key blocks: at most 2 parts
+    (64, 512, False, 1),    # 512 row blocks: two an SM already
+])
+def test_filling_parts_put_two_programs_on_each_sm(bh, l, causal, want):
+    """kernels/attention_key_parts.filling_parts on 64 x 64 tiles and 132 SMs: the part count
+    nearest to PROGRAMS_PER_SM programs an SM, bounded by MAX_PARTS and the longest row block's
+    key blocks."""
+    dlo, dhi = key_bounds(l, l, causal)
+    assert kp.filling_parts(bh, l, l, dlo, dhi, 64, 64, 132) == want
 
 
 def test_long_columns_override_is_halved_to_blocks_of_16_columns_or_more(monkeypatch):

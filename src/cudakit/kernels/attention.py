@@ -972,6 +972,14 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
         n = kp.key_parts(bh, lq, lk, dlo, dhi, c["BLOCK_M"], c["BLOCK_N"], sms, above)
         if n > 1:
             out.append((c, n))
+    # head dims in two column blocks (65..96) on small grids: the small-grid tiles also in the part
+    # count that puts two programs on each SM (kp.filling_parts), which the model above does not count
+    small_tiles = [t for t in tilings if tiles(t) == tiles(_SPLIT_SMALL_GRID_TILES)]
+    if "BLOCK_D2" in first and small_tiles and _small_grid(bh * math.ceil(lq / 128), sms):
+        c = small_tiles[0]
+        n = kp.filling_parts(bh, lq, lk, dlo, dhi, c["BLOCK_M"], c["BLOCK_N"], sms)
+        if n > 1 and (c, n) not in out:
+            out.append((c, n))
     # 128-row tiles in one column block that take V's transposed copy are offered with V in place
     # too (the O^T form): no copy pass before the launch, against slower products; timed beside it.
     # On an H100 (2026-11-27 17:40 UTC, attention_f32_shapes.py, public API behind an L2 flush, x

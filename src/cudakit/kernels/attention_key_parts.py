@@ -80,3 +80,26 @@ def key_parts(bh: int, lq: int, lk: int, dlo: int, dhi: int, block_m: int, block
         times[parts] = _makespan(sorted(progs, reverse=True) if longest_first else progs, sms)
     best = min(times, key=lambda p: (times[p], p))   # (ties: the fewer parts, less traffic)
     return best if times[best] <= MIN_GAIN * times[1] else 1
+
+
+# Programs an SM the split float32 forward's 64 x 64 tiles (4 warps) fit at once: their registers
+# (255 a thread) and shared memory (106.5 KiB at head dim 80) allow two, and a program alone on
+# its SM issues from one warp a scheduler, latency-bound (H200, ncu, 2026-11-28 09:39 UTC,
+# history/attention/nvidia-h200-attention-f32-small-grid-ncu.json).
+PROGRAMS_PER_SM = 2
+
+
+@functools.lru_cache(maxsize=1024)
+def filling_parts(bh: int, lq: int, lk: int, dlo: int, dhi: int, block_m: int, block_n: int, sms: int) -> int:
+    """The part count (2..MAX_PARTS) that brings a launch of `bh` batch*heads on block_m-row tiles
+    nearest to PROGRAMS_PER_SM programs on each of `sms` SMs, no more parts than the longest row
+    block has key blocks; 1 where one part already fills them so. A candidate beside key_parts'
+    (whose model counts one program an SM at a time): on an H200 (2026-11-28 09:51 UTC,
+    benchmarks/sweeps/attention_f32_variants.py --integrated --causal --cold --key-splits --tiles
+    64x64x4x1, V transposed), B1 H16 S256 D80 on 64 x 64 tiles in 4 parts ran 0.023 ms against
+    0.025 in 2 (torch 0.029), causal 0.023 against 0.024 (torch 0.029)."""
+    blocks = _key_blocks(lq, lk, dlo, dhi, block_m, block_n)
+    rows = bh * len(blocks)
+    if rows <= 0 or rows >= PROGRAMS_PER_SM * sms:
+        return 1
+    return max(1, min(MAX_PARTS, math.ceil(PROGRAMS_PER_SM * sms / rows), max(blocks)))
