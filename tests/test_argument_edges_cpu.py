@@ -50,6 +50,20 @@ def test_cross_entropy_ignore_index_within_int64():
     assert np.isclose(cudakit.cross_entropy(logits, t, ignore_index=2**63 - 1), np.log(4))
 
 
+def test_cross_entropy_uint64_targets_past_int64_are_out_of_range_not_ignored():
+    """uint64 targets past 2^63 - 1 (which an int64 cast would wrap) are out of range for every
+    class count, also where ignore_index is 2^63 - 1; a target of exactly 2^63 - 1 is ignored there."""
+    from cudakit.errors import TargetIndexError
+    logits = np.zeros((3, 4), np.float32)
+    for ig in (-100, 2**63 - 1):
+        with pytest.raises(TargetIndexError, match="targets\\[1\\]"):
+            cudakit.cross_entropy(logits, np.array([1, 2**64 - 1, 3], np.uint64), ignore_index=ig)
+    t = np.array([1, 2**63 - 1, 3], np.uint64)
+    assert np.isclose(cudakit.cross_entropy(logits, t, ignore_index=2**63 - 1), np.log(4))
+    loss, grad = cudakit.cross_entropy_with_grad(logits, t, ignore_index=2**63 - 1)
+    assert np.isclose(loss, np.log(4)) and not grad[1].any()
+
+
 def test_adam_update_checks_its_state_before_reading_amsgrad():
     """A string amsgrad was read for its truth before validate(): the error blamed v_max."""
     p, g, m, v = (np.ones(3, np.float32), np.ones(3, np.float32), np.zeros(3, np.float32), np.zeros(3, np.float32))

@@ -216,8 +216,10 @@ class SoftmaxOps:
                              f"{tuple(logits.shape)}); got {tuple(targets.shape)}")
         self._check_devices({"logits": logits, "targets": targets})
         with self._device_scope(logits):
-            if targets.dtype.name == "uint64":   # past 2^63 a cast would wrap (to ignore_index, say): clamp,
-                targets = self._xp().minimum(targets, (1 << 63) - 1)   # out of range for every C, as it was
+            if targets.dtype.name == "uint64":   # past 2^63 a cast would wrap (to ignore_index, say): those
+                xp, top = self._xp(), (1 << 63) - 1   # become an index out of range for every C that is not
+                cap = top - 1 if ignore_index == top else top   # ignore_index (2^63 - 1 may be one)
+                targets = xp.where(targets > top, xp.uint64(cap), targets)
             if targets.dtype.name not in ("int32", "int64"):
                 targets = targets.astype("int64")
             return self._ascontiguous(logits), self._ascontiguous(targets), reduction, ignore_index
