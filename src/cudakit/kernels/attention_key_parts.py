@@ -98,8 +98,8 @@ def filling_parts(bh: int, lq: int, lk: int, dlo: int, dhi: int, block_m: int, b
     benchmarks/sweeps/attention_f32_variants.py --integrated --causal --cold --key-splits --tiles
     64x64x4x1, V transposed), B1 H16 S256 D80 on 64 x 64 tiles in 4 parts ran 0.023 ms against
     0.025 in 2 (torch 0.029), causal 0.023 against 0.024 (torch 0.029); through the public call the
-    timing took it, 1.375x torch and causal 1.429x where the shipped candidates had given 1.232x and
-    1.168x (09:54 and 09:34 UTC, attention_f32_shapes.py --fwd-only,
+    timing took it, 1.375x torch and causal 1.429x where the shipped candidates had given 1.226x and
+    1.164x (09:54 and 09:34 UTC, attention_f32_shapes.py --fwd-only,
     history/attention/nvidia-h200-attention-f32-small-grid-filling-parts.json)."""
     blocks = _key_blocks(lq, lk, dlo, dhi, block_m, block_n)
     rows = bh * len(blocks)
