@@ -815,7 +815,7 @@ def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int)
     (D + 1) float32 a query row.
     The parts merged inside attn_fwd instead, by each row block's last part to finish (counts per
     stream, no combine launch; commit 3b5b196), ran no faster on an H200 (2026-11-28 09:34 UTC,
-    attention_f32_shapes.py --combine-kernel: B1 H16 S256 D80 0.0232 ms against 0.0233, B1 H16
+    attention_f32_shapes.py --combine-kernel at 3b5b196: B1 H16 S256 D80 0.0232 ms against 0.0233, B1 H16
     S512 D128 0.0474 against 0.0476; history/attention/nvidia-h200-attention-f32-merge-in-kernel.json):
     the combine launch is not what keeps small float32 grids from 1.5x torch."""
     cp = _cupy.cupy()
