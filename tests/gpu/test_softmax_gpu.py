@@ -190,6 +190,18 @@ def test_cross_entropy_out_of_range(be, cols):
     cudakit.check()
 
 
+def test_cross_entropy_uint64_targets_past_int64(be):
+    """uint64 targets past 2^63 - 1 are out of range, also where ignore_index is 2^63 - 1 (they
+    had been clamped to it and ignored); a target of exactly 2^63 - 1 is ignored there."""
+    from cudakit.errors import TargetIndexError
+    x = cp.zeros((3, 4), cp.float32)
+    for ig in (-100, 2**63 - 1):
+        with pytest.raises(TargetIndexError, match=r"targets\[1\]"):
+            be.cross_entropy(x, cp.asarray(np.array([1, 2**64 - 1, 3], np.uint64)), ignore_index=ig, validate=True)
+    t = cp.asarray(np.array([1, 2**63 - 1, 3], np.uint64))
+    assert np.isclose(float(be.cross_entropy(x, t, ignore_index=2**63 - 1, validate=True).get()), np.log(4))
+
+
 def test_cross_entropy_does_not_synchronise(be):
     """The default call queues its kernels behind a long-running kernel without waiting for it:
     captured into a CUDA graph, which raises on any synchronisation."""
