@@ -473,12 +473,9 @@ def _check_state_type(state) -> None:
         raise ArgumentTypeError(f"optimizer_state must be a cudakit.optim.OptimizerState (got {type(state).__name__})")
 
 
-def _prepare(params, gradients, named_states: dict, master, state: OptimizerState, validated: bool = False):
-    """Lists, side, dtypes and checked arrays of one functional update (validated: the caller has
-    checked `state` already)."""
-    if not validated:
-        _check_state_type(state)
-        state.validate()
+def _prepare(params, gradients, named_states: dict, master):
+    """Lists, side, dtypes and checked arrays of one functional update (its OptimizerState checked
+    by the caller first)."""
     ps, single = _as_list(params, "params")
     gs, _ = _as_list(gradients, "gradients")
     where = _placement(ps, "params")
@@ -530,7 +527,8 @@ def sgd_update(params, gradients, momentum, optimizer_state: OptimizerState, *, 
         if momentum is None:
             raise ArgumentError("optimizer_state.momentum != 0 needs momentum buffers (got momentum=None)")
         named["momentum"] = momentum
-    ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master, h)
+    h.validate()
+    ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master)
     c = _sgd_scalars(h)
     bufs = states[0] if states else [None] * len(ps)
     if where == "cpu":
@@ -567,7 +565,7 @@ def adam_update(params, gradients, m_buffer, v_buffer, optimizer_state: Optimize
         if v_max is None:
             raise ArgumentError("optimizer_state.amsgrad needs v_max buffers (got v_max=None)")
         named["v_max"] = v_max
-    ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master, h, validated=True)
+    ps, single, where, dtypes, gs, states, masters = _prepare(params, gradients, named, master)
     c = _adam_scalars(h, h.step + 1)
     if where == "cpu":
         vmaxes = states[2] if h.amsgrad else [None] * len(ps)

@@ -132,7 +132,7 @@ def _short(v) -> str:
     return s if len(s) <= 40 else f"{s[:20]}...({len(s)} characters)"
 
 
-def _span(a) -> tuple[int, int]:
+def memory_span(a) -> tuple[int, int]:
     """(first byte address, one past the last) of the memory a NumPy or CuPy array spans (of a
     strided one, from its lowest element to its highest: the spans of two interleaved views cross,
     and check_distinct then asks NumPy whether they share an element)."""
@@ -157,7 +157,7 @@ def check_distinct(op: str, arrays: dict) -> None:
     entries skipped) are the same array or overlap in memory -- one would be updated
     twice, or through the other -- naming both."""
     labels = list(arrays)
-    spans = sorted((*_span(a), i) for i, a in enumerate(arrays.values()) if a is not None and a.nbytes)
+    spans = sorted((*memory_span(a), i) for i, a in enumerate(arrays.values()) if a is not None and a.nbytes)
     values = list(arrays.values())
     for (_s0, e0, i), (s1, _e1, j) in zip(spans, spans[1:]):
         if s1 < e0:

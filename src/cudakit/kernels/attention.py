@@ -962,7 +962,8 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
         return c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]
     out = []
     tilings = [first]
-    if _small_grid(bh * math.ceil(lq / 128), sms):
+    small_grid = _small_grid(bh * math.ceil(lq / 128), sms)
+    if small_grid:
         small = tiles(first) == tiles(_SPLIT_SMALL_GRID_TILES)
         other = _split_consts(consts, d, bias, above, small=not small)
         if tiles(other) != tiles(first):
@@ -974,9 +975,8 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
             out.append((c, n))
     # head dims in two column blocks (65..96) on small grids: the small-grid tiles also in the part
     # count that puts two programs on each SM (kp.filling_parts), which the model above does not count
-    small_tiles = [t for t in tilings if tiles(t) == tiles(_SPLIT_SMALL_GRID_TILES)]
-    if "BLOCK_D2" in first and small_tiles and _small_grid(bh * math.ceil(lq / 128), sms):
-        c = small_tiles[0]
+    c = next((t for t in tilings if tiles(t) == tiles(_SPLIT_SMALL_GRID_TILES)), None)
+    if "BLOCK_D2" in first and c is not None and small_grid:
         n = kp.filling_parts(bh, lq, lk, dlo, dhi, c["BLOCK_M"], c["BLOCK_N"], sms)
         if n > 1 and (c, n) not in out:
             out.append((c, n))
@@ -994,7 +994,7 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
     # one part among them: on a small grid V's copy is a launch of its own before the forward
     # (1.7 us of device time at B1 H16 S256 D80 beside the forward's 11.8, 2026-11-28 01:52 UTC,
     # history/attention/nvidia-h100-80gb-hbm3-attention-f32-kernels.json).
-    two = [(first, 1)] if "BLOCK_D2" in first and _small_grid(bh * math.ceil(lq / 128), sms) else []
+    two = [(first, 1)] if "BLOCK_D2" in first and small_grid else []
     out += [(_with_v_in_place(c), n) for c, n in list(out) + two
             if (c["BLOCK_M"] == 128 or c["BLOCK_D"] <= 64) and not c.get("OT")]
     return out

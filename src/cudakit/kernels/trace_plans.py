@@ -160,12 +160,12 @@ def _separate(plan, checked, args: tuple, at: tuple):
     (2026-11-28 07:28 UTC, benchmarks/sweeps/batch_norm_plan_guard_host.py: 10.04 us against 9.39
     for the plan alone, torch's F.batch_norm 18.26;
     history/host-time/nvidia-h100-80gb-hbm3-host-batch-norm-plan-guard.json)."""
-    from ..backends.checks import _span
+    from ..backends.checks import memory_span
     nd = _cupy.cupy().ndarray
     rel = []
     for i in at:
         if isinstance(args[i], nd):   # (None in this signature: None in every call)
-            lo, hi = _span(args[i])
+            lo, hi = memory_span(args[i])
             rel.append((i, lo - args[i].data.ptr, hi - args[i].data.ptr))
     pairs = list(itertools.combinations(rel, 2))
     if not pairs:
