@@ -334,9 +334,10 @@ def check_gqa(b, h, hkv, lq, lk, d, causal, dtype, lens=None):
 
 
 def check_tf32_split():
-    """tf32_split: parts with TF32's 10-bit mantissas (the low 13 bits zero), remainders that are
-    TF32 too and restore x to within 2^-21 of it (exactly where x needs no more bits), in x's layout
-    and transposed per [L, C] matrix, with a ragged last row block and C below its block."""
+    """tf32_split: parts with TF32's 10-bit mantissas (the low 13 bits zero) and remainders x - hi
+    exactly, whose TF32 truncation (what the tensor cores read of them) restores x to within 2^-21
+    of it (exactly where x needs no more bits), in x's layout and transposed per [L, C] matrix,
+    with a ragged last row block and C below its block."""
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((3, 45, 40)) * np.exp2(rng.integers(-20, 20, (3, 45, 40)))).astype(np.float32)
     x[0, 0, :4] = [0.0, -0.0, 1.0, np.float32(1 + 2.0 ** -23)]
@@ -347,8 +348,10 @@ def check_tf32_split():
                                                     TRANS=trans)
         if trans:
             hi, lo = hi.transpose(0, 2, 1), lo.transpose(0, 2, 1)
-        assert not (hi.view(np.uint32) & 0x1FFF).any() and not (lo.view(np.uint32) & 0x1FFF).any(), trans
-        err = np.abs(hi.astype(np.float64) + lo - x)
+        assert not (hi.view(np.uint32) & 0x1FFF).any(), trans
+        assert (hi.astype(np.float64) + lo == x).all(), trans
+        read = (lo.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)   # the tensor cores' truncation
+        err = np.abs(hi.astype(np.float64) + read - x)
         assert (err <= 2.0 ** -21 * np.abs(x)).all(), (trans, float((err / np.maximum(np.abs(x), 1e-38)).max()))
         assert hi[0, 0, 2] == 1.0 and lo[0, 0, 2] == 0.0 and hi[0, 0, 3] + lo[0, 0, 3] == x[0, 0, 3]
 

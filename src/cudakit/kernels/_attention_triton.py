@@ -230,10 +230,11 @@ def _tf32(x):
 
 @triton.jit
 def _tf32_parts(x):
-    """(hi, lo): x's TF32 part and the remainder x - hi (exact in float32), itself rounded to TF32
-    (not left for the tensor cores to truncate: half the error of the remainder's product)."""
+    """(hi, lo): x's TF32 part (rounded) and the remainder x - hi (exact in float32), left for the
+    tensor cores to truncate to TF32: that drops at most 2^-21 of the term, the order of the
+    product a_lo.b_lo that tf32x3 drops anyway, for two integer operations an element fewer."""
     hi = _tf32(x)
-    return hi, _tf32(x - hi)
+    return hi, x - hi
 
 
 @triton.jit
@@ -249,7 +250,7 @@ def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
 def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C, L] (TRANS)
                C: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr, TRANS: tl.constexpr,
                PARTS: tl.constexpr = True):
-    """X's TF32 parts (HI) and remainders (LO, also TF32), or with PARTS False X itself to HI (LO
+    """X's TF32 parts (HI) and remainders (LO, X - HI), or with PARTS False X itself to HI (LO
     not written): the float32 forward's V transposed once per call (SPLIT). One program per
     (matrix r, BLOCK_L rows). TRANS: written transposed, so that the tensor cores, which take
     32-bit operands only contiguous along the reduced axis, read V's [keys, D] tiles in place (the

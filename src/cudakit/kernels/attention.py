@@ -807,6 +807,13 @@ def _order(dlo: int, dhi: int) -> int:
 # plan_forward's own launch (16-bit and non-split float32 forwards replayed) does not take them,
 # nor does a launch of more batch*heads than one grid covers (grid dim y).
 KEY_SPLITS: int | None = None
+# Query rows a program of attn_fwd_combine merges. The launches that take parts are small grids, so
+# the merge, latency-bound, wants many programs: on an H200 (2026-11-28, attention_f32_shapes.py
+# --fwd-only, one process a source tree, history/attention/nvidia-h200-attention-f32-remainders-combine.json)
+# 16 rows against 32 ran B1 H16 S256 D80 at 1.461x torch against 1.397x (causal 1.501x against
+# 1.471x), B1 H16 S512 D128 1.223x against 1.207x; 8 rows against 16 B1 H16 S256 D80 causal 1.545x
+# against 1.509x, B2 H8 S256 D96 causal 1.352x against 1.327x, the plain forwards within 0.4%.
+COMBINE_ROWS = 8
 
 
 def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int) -> bool:
@@ -830,9 +837,9 @@ def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int)
     block = consts["BLOCK_M"]
     _launch("attn_fwd", math.ceil(lq / block) * block * splits, block, (q, k, v, ow, lw), args,
             dict(consts, KSPLIT=splits), bh0=True)
-    _specialized("attn_fwd_combine", {"D": d, "KSPLIT": splits, "BLOCK_M": 32, "BLOCK_D": head_block(d),
-                                      "num_warps": 4, "num_stages": 1})[(math.ceil(lq / 32), bh)](ow, lw, out, lse,
-                                                                                                  lq, bh)
+    combine = _specialized("attn_fwd_combine", {"D": d, "KSPLIT": splits, "BLOCK_M": COMBINE_ROWS,
+                                                "BLOCK_D": head_block(d), "num_warps": 4, "num_stages": 1})
+    combine[(math.ceil(lq / COMBINE_ROWS), bh)](ow, lw, out, lse, lq, bh)
     return True
 
 
