@@ -964,7 +964,10 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
     causal in 3 parts 0.049 against 0.053 and 0.049 (0.057). Of 64 x 32 and 64 x 16 tiles (two
     programs an SM), in parts or not, none ran faster than both but B1 H16 S512 D128 causal in 3
     parts on 64 x 32, 0.046 ms; on 64 x 64 tiles 8 warps ran slower than 4 at every small grid
-    timed at 20:57 UTC (B8 H8 S256 D128 0.084 ms against 0.062)."""
+    timed at 20:57 UTC (B8 H8 S256 D128 0.084 ms against 0.062). On an H200 (2026-11-28 10:53-10:55
+    UTC, history/attention/nvidia-h200-attention-f32-d128-small-grid-tiles.json) 64 x 32 again ran
+    faster than none of these at B8 H8 S256 D128 and B1 H16 S512 D128, plain or causal, in parts
+    or not, V copied or in place."""
     def tiles(c):
         return c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]
     out = []
