@@ -145,6 +145,19 @@ def test_key_lengths_in_a_tuple_and_of_a_narrow_integer_type(rng):
         np.testing.assert_array_equal(cudakit.attention(q, q, q, key_lengths=lens), want)
 
 
+def test_an_empty_list_of_lengths_is_the_empty_batchs_lengths():
+    """[] has no element to take a dtype from (NumPy makes it float64): for a batch of 0 it is the
+    (0,) lengths; cu_seqlens of [] is refused for its length (B + 1 entries), not its dtype."""
+    q = np.zeros((0, 4, 5, 8), np.float32)
+    assert cudakit.attention(q, q, q, key_lengths=[]).shape == (0, 4, 5, 8)
+    p = np.zeros((0, 2, 8), np.float32)
+    with pytest.raises(cudakit.ShapeError, match="cu_seqlens_q must be 1-D with B \\+ 1 >= 1 entries"):
+        cudakit.attention_varlen(p, p, p, [], [], 0, 0)
+    with pytest.raises(cudakit.ShapeError, match="key_lengths"):
+        cudakit.attention(np.zeros((2, 4, 5, 8), np.float32), *(np.zeros((2, 4, 5, 8), np.float32),) * 2,
+                          key_lengths=[])
+
+
 def test_rows_that_see_no_key_give_zero_and_minus_inf(rng):
     q = ac.data(rng, (2, 6, 8), "float32")
     k = ac.data(rng, (2, 4, 8), "float32")

@@ -243,6 +243,16 @@ def test_huge_and_array_valued_parameters_are_typed_errors(call, match):
         call()
 
 
+def test_one_element_arrays_are_single_numbers():
+    """A scale or eps given as an array of one element, of any ndim, is that number (NumPy 2.4
+    refuses float() of an array of ndim > 0)."""
+    q = X[None]
+    want = ck.attention(q, q, q, scale=0.3)
+    for scale in (np.array([0.3]), np.array([[0.3]]), np.float64(0.3), np.array(0.3)):
+        np.testing.assert_array_equal(ck.attention(q, q, q, scale=scale), want)
+    np.testing.assert_array_equal(ck.layernorm(X, eps=np.array([1e-3])), ck.layernorm(X, eps=1e-3))
+
+
 def test_a_one_element_array_scale_still_works():
     q = np.random.default_rng(3).standard_normal((1, 3, 4)).astype(F32)
     np.testing.assert_array_equal(ck.attention(q, q, q, scale=np.float32(0.5)), ck.attention(q, q, q, scale=0.5))

@@ -139,8 +139,8 @@ class AttentionOps:
         array is copied to the backend's device (a GPU array avoids the copy)."""
         host = None
         if isinstance(value, (list, tuple, np.ndarray)):
-            try:
-                host = value = np.asarray(value)
+            try:   # (an empty list has no element to take a dtype from: NumPy's float64 is not its dtype)
+                host = value = np.asarray(value, np.int64 if isinstance(value, (list, tuple)) and not value else None)
             except ValueError:   # (a ragged nested list)
                 raise ArgumentTypeError(f"{op}: {arg} must be an integer array (got a ragged list {value!r})") \
                     from None

@@ -58,6 +58,8 @@ def float_scalar(op: str, arg: str, v) -> float:
                                 f"{tuple(getattr(v, 'shape', ()))})")
         if size is None and not hasattr(v, "__float__"):
             raise ArgumentTypeError(f"{op}: {arg} must be a number (got {type(v).__name__} {v!r})")
+        if size == 1 and getattr(v, "ndim", 0) > 0:   # (NumPy 2.4 refuses float() of an array of ndim > 0)
+            v = v.reshape(())
     try:
         return float(v)
     except OverflowError:
