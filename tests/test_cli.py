@@ -140,6 +140,8 @@ def test_bench_reps_warmup_and_tflops(tmp_path):
     assert all(row["tflops"] > 0 for row in rows)
     r = run("bench", "--reps", "0", "--out", str(tmp_path))
     assert r.returncode == 2 and "--reps: must be >= 1 (got 0)" in r.stderr
+    r = run("bench", "--warmup", "x", "--out", str(tmp_path))
+    assert r.returncode == 2 and "--warmup: must be an integer >= 0 (got 'x')" in r.stderr
 
 
 def test_bench_check_records_errors_against_float64(tmp_path):

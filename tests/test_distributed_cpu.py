@@ -344,3 +344,111 @@ def test_groups_come_and_go_without_leaking_connections_and_reduce_scatter_shape
         assert r.returncode == 0, r.stderr
         for rank in (0, 1):
             assert f"OK {rank} True [3.0, 3.0, 3.0, 3.0] [1.0, 1.0]" in r.stdout, r.stdout
+
+
+def _ranks_without_launcher(p, n, timeout=120):
+    """Run script p as n ranks from the environment alone (MASTER_ADDR/PORT, RANK, WORLD_SIZE):
+    rank 0 serves the store itself, as without `cudakit run`."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(n))
+    procs = [subprocess.Popen([sys.executable, str(p)], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(n)]
+    try:
+        return [(q.wait(timeout=timeout), q.stdout.read()) for q in procs]
+    finally:
+        for q in procs:
+            q.kill()
+
+
+def test_ranks_join_again_on_the_same_port_after_destroy(tmp_path):
+    """A rank that left may reach its next init_process_group while rank 0 still serves the last
+    job's store: it must join the next job's store, not the old one (it timed out there)."""
+    p = script(tmp_path, """
+        import os, numpy as np, cudakit.distributed as dist
+        r = int(os.environ["RANK"])
+        for it in range(4):
+            dist.init_process_group("cpu", timeout=20)
+            x = np.ones(2) * (r + 1)
+            dist.all_reduce(x)
+            print("ROUND", it, x.tolist(), flush=True)
+            dist.destroy_process_group()
+    """)
+    for rc, out in _ranks_without_launcher(p, 2):
+        assert rc == 0 and out.count("ROUND") == 4 and out.count("[3.0, 3.0]") == 4, out
+
+
+def test_a_long_queue_of_quick_async_collectives_is_not_a_timeout(tmp_path):
+    """The group runs its collectives one after another: each one's timeout counts from when those
+    before it finished, and a wait without a timeout is bounded by that, not by its own clock."""
+    p = script(tmp_path, """
+        import time, numpy as np, cudakit.distributed as dist
+        dist.init_process_group("cpu", timeout=1.0)
+        xs = [np.ones(1 << 18, np.float32) for _ in range(240)]
+        t = time.monotonic()
+        works = [dist.all_reduce(x, async_op=True) for x in xs]
+        works[-1].wait()
+        dist.all_reduce(np.ones(4))   # (a synchronous one behind them)
+        print("QUEUE", round(time.monotonic() - t, 2), float(xs[-1][0]), flush=True)
+        dist.destroy_process_group()
+    """)
+    r = launch(2, p)
+    line = [ln for ln in r.stdout.splitlines() if "QUEUE" in ln]
+    assert r.returncode == 0 and len(line) == 2 and all(ln.endswith(" 2.0") for ln in line), r.stdout + r.stderr
+
+
+def test_async_collective_issued_in_a_profile_is_recorded_there(tmp_path):
+    """A record belongs to the profile active when the collective was issued, even where it
+    finishes after the block (its peer joins late); stop() waits for it."""
+    p = script(tmp_path, """
+        import time, numpy as np, cudakit, cudakit.distributed as dist
+        dist.init_process_group("cpu", timeout=20)
+        if dist.get_rank() == 0:
+            with cudakit.profile() as prof:
+                w = dist.all_reduce(np.ones(3), async_op=True)
+            w.wait()
+            with cudakit.profile() as later:
+                time.sleep(0.05)
+            print("RECORDS", [r.name for r in prof.records], [r.name for r in later.records],
+                  all(r.duration_ms > 0 for r in prof.records), flush=True)
+        else:
+            time.sleep(0.5)
+            dist.all_reduce(np.ones(3))
+        dist.destroy_process_group()
+    """)
+    r = launch(2, p)
+    assert r.returncode == 0 and "RECORDS ['cpu:all_reduce'] [] True" in r.stdout, r.stdout + r.stderr
+
+
+def test_non_native_byte_order_and_a_non_group_are_refused(one_rank):
+    """Ranks exchange raw bytes: '>f8' would be read as '<f8' by a peer (dtype names are equal)."""
+    for x in (np.ones(3, ">f8"), np.ones(3, ">i4")):
+        with pytest.raises(DTypeError, match="tensor has non-native byte order"):
+            dist.all_reduce(x)
+    out = np.zeros((1, 3), ">f4")
+    with pytest.raises(DTypeError, match="non-native byte order"):
+        dist.all_gather(out, np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="group must be a ProcessGroup"):
+        dist.destroy_process_group("x")
+    assert dist.is_initialized()
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_an_ipv6_init_method_serves_the_store_over_ipv6():
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("cpu", f"tcp://[::1]:{port}", world_size=1, rank=0, timeout=10)
+    try:
+        x = np.ones(3)
+        dist.all_reduce(x)
+        assert x.tolist() == [1.0, 1.0, 1.0]
+    finally:
+        dist.destroy_process_group()

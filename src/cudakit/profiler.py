@@ -11,6 +11,7 @@ the trace). When no profile is active the launch path pays one global read (`_ac
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import statistics
@@ -37,6 +38,7 @@ class Record:
     bus_factor: float = 0.0   # collectives: bus bandwidth = bytes / time * bus_factor (nccl-tests)
     gpu_start_us: float | None = None   # when the GPU started it, on the profile's host clock (resolve())
     _events: tuple = field(default=(), repr=False)
+    _host: object = field(default=None, repr=False)   # a host collective's future (the CPU backend's), until resolve()
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("kind", "name", "device", "stream", "host_start_us",
@@ -111,7 +113,13 @@ class Profile:
     # -- results --
     def resolve(self) -> list[Record]:
         """Wait for the recorded work and fill in every duration."""
+        failed = []
         for r in self.records:
+            if r._host is not None:   # a CPU-backend collective issued in the profile: it fills its own times
+                concurrent.futures.wait([r._host])   # (the group's watchdog bounds it)
+                if r._host.cancelled() or r._host.exception() is not None:
+                    failed.append(r)   # (it never completed: no duration to report)
+                r._host = None
             if r.duration_ms is None and r._events:
                 r._events[1].synchronize()
                 from .runtime import _cupy
@@ -121,6 +129,8 @@ class Profile:
                 if ref is not None:
                     r.gpu_start_us = ref[1] + cp.cuda.get_elapsed_time(ref[0], r._events[0]) * 1e3
                 r._events = ()
+        if failed:
+            self.records = [r for r in self.records if not any(r is f for f in failed)]
         return self.records
 
     def table(self) -> list[dict]:
@@ -328,11 +338,23 @@ def _collective(name: str, nbytes: int, bus_factor: float, stream):
     return _timed_transfer(prof, name, nbytes, stream, kind="collective", bus_factor=bus_factor)
 
 
-def _record_host_collective(name: str, nbytes: int, bus_factor: float, host_start: float, host_end: float) -> None:
-    """Record a collective that ran on the host (the CPU backend; perf_counter() seconds) while a
-    profile is active."""
+def _begin_host_collective(name: str, nbytes: int, bus_factor: float):
+    """(profile, record) for a collective the host runs later (the CPU backend's worker thread),
+    issued while a profile is active, else None: it belongs to the profile active when it was
+    issued, as a GPU collective's events do. The caller sets the record's _host to the op's future,
+    which the profile's resolve() waits for; _end_host_collective fills in its times."""
     prof = _active or _light
     if prof is None:
-        return
-    prof.records.append(Record("collective", name, -1, 0, (host_start - prof._t0) * 1e6, nbytes=nbytes,
-                               duration_ms=(host_end - host_start) * 1e3, bus_factor=bus_factor))
+        return None
+    rec = Record("collective", name, -1, 0, (time.perf_counter() - prof._t0) * 1e6, nbytes=nbytes,
+                 bus_factor=bus_factor)
+    prof.records.append(rec)
+    return prof, rec
+
+
+def _end_host_collective(begun, host_start: float, host_end: float) -> None:
+    """The times (perf_counter() seconds) of the collective _begin_host_collective recorded."""
+    if begun is not None:
+        prof, rec = begun
+        rec.host_start_us = (host_start - prof._t0) * 1e6
+        rec.duration_ms = (host_end - host_start) * 1e3

@@ -36,6 +36,17 @@ def test_seed_example(rng):
     np.testing.assert_allclose(cp.asnumpy(out), want, rtol=1e-4, atol=1e-4)
 
 
+def test_one_element_scale_and_empty_lengths(rng):
+    """A scale given as a one-element CuPy array of ndim 1 or 2 is that number; key_lengths=[] is
+    the (0,) lengths of a batch of 0 (17e4f53: the CUDA backend takes the same checks)."""
+    q = cp.asarray(ac.data(rng, (2, 3, 40, 32), "float32"))
+    want = cp.asnumpy(cudakit.attention(q, q, q, scale=0.3))
+    for scale in (cp.array([0.3]), cp.array([[0.3]]), cp.array(0.3)):
+        np.testing.assert_array_equal(cp.asnumpy(cudakit.attention(q, q, q, scale=scale)), want)
+    z = cp.zeros((0, 4, 5, 8), cp.float32)
+    assert cudakit.attention(z, z, z, key_lengths=[]).shape == (0, 4, 5, 8)
+
+
 @pytest.mark.parametrize("scale", [-0.3, 0.0, 0.05])
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_any_scale(scale, causal, rng):

@@ -47,7 +47,10 @@ def add_arguments(p) -> None:
 def _int_at_least(lo: int):
     """An argparse type: an int >= lo, else the error names the limit and the value."""
     def parse(v: str) -> int:
-        n = int(v)
+        try:
+            n = int(v)
+        except ValueError:   # (argparse's own message would name this function: "invalid parse value")
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo} (got {v!r})") from None
         if n < lo:
             raise argparse.ArgumentTypeError(f"must be >= {lo} (got {n})")
         return n

@@ -62,6 +62,10 @@ def _array(g, a, name: str, write: bool = True):
                               "CuPy arrays need backend='nccl'")
         if write and not a.flags.writeable:
             raise ShapeError(f"{name} is read-only, but the collective writes its result into it")
+        if not a.dtype.isnative:   # (ranks send their bytes as they are: a swapped array would be another
+            # rank's bytes read in the other order, and dtype names do not tell '<f8' from '>f8')
+            raise DTypeError(f"{name} has non-native byte order (dtype {a.dtype.str}); collectives take "
+                             f"native-order arrays: pass {name}.astype({name}.dtype.newbyteorder('='))")
     if dtype_name(a.dtype) not in DTYPES:
         raise DTypeError(f"{name} has dtype {dtype_name(a.dtype)}; collectives take {', '.join(DTYPES)}")
     if not a.flags.c_contiguous:
@@ -255,8 +259,8 @@ def recv(tensor, src: int, group=None, async_op: bool = False):
 
 def barrier(group=None, async_op: bool = False, timeout: float | None = None):
     """Wait until every rank of the group reached the barrier. Blocks the host (NCCL: until the
-    barrier's all-reduce finished on the GPU), at most `timeout` s (default: the group's); with
-    async_op=True returns a Work instead."""
+    barrier's all-reduce finished on the GPU), at most `timeout` s (default: the group's timeout,
+    by the watchdog); with async_op=True returns a Work instead."""
     g = resolve(group, "barrier")
     wait_limit(g, timeout)   # (checked before the barrier starts)
     work = g.run("barrier", 4, 1.0, lambda s: g.transport.barrier(s), True, (), lambda: {"op": "barrier"})

@@ -35,7 +35,8 @@ _atexit_registered = False
 
 
 class _Pending:
-    """A collective the watchdog waits for: its CUDA event (NCCL) or future (CPU)."""
+    """A collective the watchdog waits for: its CUDA event (NCCL) or future (CPU); t0: when its
+    timeout's clock started (queued, or later when the collectives before it finished)."""
     __slots__ = ("op", "seq", "t0", "nbytes", "event", "future", "reusable")
 
     def __init__(self, op, seq, t0, nbytes, event=None, future=None, reusable=False):
@@ -88,10 +89,14 @@ class ProcessGroup:
     def _prune(self) -> None:
         """Drop the completed collectives at the front of the pending queue (holding _plock)."""
         q = self._pending
+        popped = False
         while q and q[0].done():
             p = q.popleft()
+            popped = True
             if p.reusable:   # no Work handle holds its event
                 self._free_events.append(p.event)
+        if popped and q:   # the collectives run one after another: the new front's clock starts now, not
+            q[0].t0 = max(q[0].t0, time.monotonic())   # when it was queued behind the others
 
     def pending_snapshot(self) -> list:
         """The collectives not known to be complete, oldest first (drops the completed ones)."""
@@ -281,6 +286,8 @@ class ProcessGroup:
         from .cpu import Slot
         slot = Slot(self.transport.prefix, self.seq)
 
+        begun = profiler._begin_host_collective(f"cpu:{op}", nbytes, bus_factor)   # (the profile active now)
+
         def job():
             self._raise_if_failed(op)
             t0 = time.perf_counter()
@@ -291,8 +298,10 @@ class ProcessGroup:
                     if self.error is None:
                         self.error = e
                 raise
-            profiler._record_host_collective(f"cpu:{op}", nbytes, bus_factor, t0, time.perf_counter())
+            profiler._end_host_collective(begun, t0, time.perf_counter())
         fut = self.transport.submit(job)
+        if begun is not None:
+            begun[1]._host = fut
         with self._plock:
             self._pending.append(_Pending(op, self.seq, time.monotonic(), nbytes, future=fut))
         work = FutureWork(self, op, fut, keep)
@@ -417,6 +426,8 @@ class World:
         return f"; {self.lost_text(lost)}" if lost or self.store_lost else ""
 
     def close(self) -> None:
+        if self.server is not None:   # (at once: a rank that already left may be joining the next job)
+            self.server.closing()
         if self.watchdog is not None:
             self.watchdog.stop()
         for g in list(self.groups.values()):
@@ -512,7 +523,8 @@ def init_process_group(backend: str = "nccl", init_method: str = "env://", world
         if backend == "nccl":
             w.device = _select_device(local_rank, local_size)
         if rank == 0 and not (kind == "env" and same and env.store_hosted):
-            w.server = StoreServer(host if host in _LOOPBACK else "", port)
+            bind = host if host in _LOOPBACK else ("::" if ":" in host else "")   # (IPv6 init_method: [addr])
+            w.server = StoreServer(bind, port, one_job=True)
             w.store_host_rank = 0
         w.store = StoreClient(host, port, limit, rank)
         w.store.hello(str(rank))
@@ -608,7 +620,7 @@ def destroy_process_group(group=None) -> None:
     global _world
     w = _require()
     if group is not None and group is not w.default_group:
-        g = resolve(group, "destroy_process_group") if group.rank >= 0 else group
+        g = group if isinstance(group, ProcessGroup) and group.rank < 0 else resolve(group, "destroy_process_group")
         g._destroy()
         w.groups.pop(g.id, None)
         return
@@ -627,6 +639,7 @@ def _at_exit() -> None:
     if w.watchdog is not None:
         w.watchdog.stop()
     if w.server is not None:
+        w.server.closing()
         w.server.wait_for_clients_to_leave(min(w.timeout, 30.0), ignore=str(w.rank))
         w.server.close()
 

@@ -60,17 +60,29 @@ def _recv_frame(sock: socket.socket) -> list[bytes]:
 class StoreServer:
     """Serves the store on (host, port) from daemon threads until close().
 
-    host: the address to bind ("127.0.0.1" for one machine, "" or "0.0.0.0" for every interface);
+    host: the address to bind ("127.0.0.1" or "::1" for one machine, "" or "0.0.0.0" for every IPv4
+    interface, "::" for every interface over IPv6);
     port 0 picks a free port (read .port). Raises DistributedError when the port cannot be bound.
+    one_job: the store of one init_process_group (rank 0's), which a rank that left (bye) may not
+    join again: its hello then belongs to the port's next job, whose store comes up once this one
+    closed (a launcher's store, which outlives the jobs it serves, takes them all).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, one_job: bool = False):
         self._data: dict[str, bytes] = {}
+        self._one_job = one_job   # (a rank that left may not join again: see _handle's hello)
         self._cond = threading.Condition()
         self._clients: dict[int, str | None] = {}   # id(connection) -> hello label
         self._closed = False
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._closing = False   # (the job is ending: a rank's hello is refused, see closing())
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET   # ("::1", "::": an IPv6 address)
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and host == "::":   # every interface: IPv4 clients too, where the OS lets
+            try:
+                self._sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            except OSError:
+                pass
         try:
             self._sock.bind((host, port))
         except OSError as e:
@@ -175,6 +187,10 @@ class StoreServer:
                 return out
             if op == "hello":
                 label = args[0].decode()
+                # a rank joining the next job on this port before this store (one job's: rank 0's
+                # init_process_group) closed: it left this job (bye), or the job is ending
+                if self._closing or (self._one_job and LEFT_PREFIX + label in d):
+                    return [b"closing"]
                 self._clients[key] = label
                 d.pop(FAILED_PREFIX + label, None)
                 d.pop(LEFT_PREFIX + label, None)
@@ -188,6 +204,14 @@ class StoreServer:
         """The hello labels (ranks) of the clients connected now."""
         with self._cond:
             return [v for v in self._clients.values() if v is not None]
+
+    def closing(self) -> None:
+        """The job is ending: from now on a hello (a rank joining) is answered "closing", so that a
+        rank that left and joins the next job on the same port (init_process_group again) does not
+        register with this store while it waits for the others to leave; its client connects
+        again until the next job's store is up (StoreClient.hello)."""
+        with self._cond:
+            self._closing = True
 
     def wait_for_clients_to_leave(self, timeout: float, ignore: str | None = None) -> bool:
         """Wait until no labelled client but `ignore` is connected, at most `timeout` s; True when none is."""
@@ -374,8 +398,21 @@ class StoreClient:
 
     def hello(self, label: str) -> None:
         """Register this connection as `label` (a rank): if it closes without bye(), the server
-        records "__failed__/<label>"."""
-        self._request([b"hello", label.encode()], "store.hello")
+        records "__failed__/<label>". A store whose job is ending (StoreServer.closing: the port's
+        previous job, still waiting for its ranks to leave) refuses it: this connects again, within
+        the timeout, until the next job's store answers."""
+        deadline = time.monotonic() + self.timeout
+        while self._request([b"hello", label.encode()], "store.hello")[0] == b"closing":
+            if time.monotonic() > deadline:
+                raise DistributedError(f"the store at {self.host}:{self.port} is closing (the job that served it "
+                                       f"ended) and no other came up within {self.timeout:g} s",
+                                       rank=self.rank, op="store.hello")
+            time.sleep(0.05)
+            s = self._connect()
+            with self._lock:
+                old, self._sock = self._sock, s
+            if old is not None:
+                old.close()
 
     def bye(self) -> None:
         """Say this labelled connection is ending on purpose (destroy_process_group)."""

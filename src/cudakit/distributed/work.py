@@ -9,13 +9,15 @@ _POLL_S = 0.002   # how often a host-blocking wait looks at the op and the group
 
 
 def wait_limit(group, timeout) -> float:
-    """The seconds a host-blocking wait may take: the group's timeout for None, else `timeout`, a
-    number > 0 (inf: no limit). Checked before anything waits: a wait that times out fails the
-    group (its op may still be in flight, as torch.distributed's NCCL watchdog aborts the
-    communicator), so a bad value must not get that far."""
+    """The seconds a host-blocking wait may take: `timeout`, a number > 0 (inf: no limit); None: no
+    limit of the wait's own, since the watchdog fails the group when a collective runs longer than
+    the group's timeout from when the ones queued before it finished (a wait for the last of many
+    queued collectives, each quick, may take longer than that). Checked before anything waits: a
+    wait that times out fails the group (its op may still be in flight, as torch.distributed's
+    NCCL watchdog aborts the communicator), so a bad value must not get that far."""
     from ..errors import ArgumentError, ArgumentTypeError
     if timeout is None:
-        return group.timeout
+        return math.inf
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise ArgumentTypeError(f"timeout must be a number of seconds or None (got {type(timeout).__name__} "
                                 f"{timeout!r})")
@@ -47,9 +49,9 @@ class Work:
         raise NotImplementedError
 
     def synchronize(self, timeout: float | None = None) -> None:
-        """Block the host until the collective finished, at most `timeout` s (default: the group's
-        timeout); raises DistributedError on failure or timeout, which fails the group
-        (wait_limit)."""
+        """Block the host until the collective finished, at most `timeout` s (default: until the
+        watchdog's limit, wait_limit); raises DistributedError on failure or timeout, which fails
+        the group."""
         limit = wait_limit(self.group, timeout)
         deadline = time.monotonic() + limit
         while not self.is_completed():
@@ -95,14 +97,14 @@ class FutureWork(Work):
         return False
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the collective finished, at most `timeout` s (default: the group's)."""
+        """Block until the collective finished, at most `timeout` s (default: wait_limit's)."""
         self.synchronize(timeout)
         return True
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until the collective finished (waking at once when it does), at most `timeout` s
-        (default: the group's); raises DistributedError on failure or timeout, which fails the
-        group (wait_limit)."""
+        (default: wait_limit's); raises DistributedError on failure or timeout, which fails the
+        group."""
         import concurrent.futures as cf
         limit = wait_limit(self.group, timeout)
         deadline = time.monotonic() + limit
