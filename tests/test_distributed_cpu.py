@@ -372,8 +372,9 @@ def test_ranks_join_again_on_the_same_port_after_destroy(tmp_path):
             print("ROUND", it, x.tolist(), flush=True)
             dist.destroy_process_group()
     """)
-    for rc, out in _ranks_without_launcher(p, 2):
-        assert rc == 0 and out.count("ROUND") == 4 and out.count("[3.0, 3.0]") == 4, out
+    runs = _ranks_without_launcher(p, 2)
+    for rc, out in runs:
+        assert rc == 0 and out.count("ROUND") == 4 and out.count("[3.0, 3.0]") == 4, "\n\n".join(o for _, o in runs)
 
 
 def test_a_long_queue_of_quick_async_collectives_is_not_a_timeout(tmp_path):

@@ -402,10 +402,17 @@ class StoreClient:
         previous job, still waiting for its ranks to leave) refuses it: this connects again, within
         the timeout, until the next job's store answers."""
         deadline = time.monotonic() + self.timeout
-        while self._request([b"hello", label.encode()], "store.hello")[0] == b"closing":
+        while True:
+            try:
+                if self._request([b"hello", label.encode()], "store.hello")[0] != b"closing":
+                    return
+                why = f"the store at {self.host}:{self.port} is closing (the job that served it ended)"
+            except DistributedError as e:   # (the closing store went away mid-request: connect again)
+                if self._sock is not None:
+                    raise
+                why = str(e)
             if time.monotonic() > deadline:
-                raise DistributedError(f"the store at {self.host}:{self.port} is closing (the job that served it "
-                                       f"ended) and no other came up within {self.timeout:g} s",
+                raise DistributedError(f"{why}, and no other store came up within {self.timeout:g} s",
                                        rank=self.rank, op="store.hello")
             time.sleep(0.05)
             s = self._connect()
