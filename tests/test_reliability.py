@@ -237,6 +237,16 @@ def test_read_only_out_is_refused_before_anything_runs(op):
     (lambda: ck.attention(X[None], X[None], X[None], scale=np.array([0.3, 0.4])), "scale must be a single number"),
     (lambda: ck.attention(X[None], X[None], X[None], scale="0.5"), "scale"),
     (lambda: ck.attention(X[None], X[None], X[None], scale=10 ** 400), "scale"),
+    (lambda: ck.mul(np.ones((2 ** 24, 1)), np.ones((1, 2 ** 24))), "the result of shape"),
+    (lambda: ck.add(np.broadcast_to(np.ones((1, 1)), (2 ** 31, 1)), np.broadcast_to(np.ones((1, 1)), (1, 2 ** 31))),
+     "over the"),
+    (lambda: ck.matmul(np.broadcast_to(np.ones((1, 4, 4)), (2 ** 48, 4, 4)), np.ones((4, 4))), "the result"),
+    (lambda: ck.dropout_mask((10 ** 400,), 0.5, 0), "about 1e"),
+    (lambda: ck.sum_backward(np.ones(()), (2 ** 1100,)), "would need"),
+    (lambda: ck.SGD([np.zeros(3)], 0.1, 0.9, 0.0, np.array([1, 2])), "nesterov"),
+    (lambda: ck.relu(X, out=[[0.0] * 4] * 2), "out must be an array"),
+    (lambda: ck.add(X, X, out=np.float32(0)), "out must be an array"),
+    (lambda: ck.matmul(np.ones((1, 2)), np.ones((2, 1)), out=[[0.0]]), "out must be an array"),
 ])
 def test_huge_and_array_valued_parameters_are_typed_errors(call, match):
     with pytest.raises(CudakitError, match=match):
@@ -523,3 +533,15 @@ def test_report_skips_corrupt_and_foreign_files_naming_them(tmp_path):
 def test_cache_error_types():
     assert issubclass(CacheError, CudakitError) and issubclass(ConfigError, ValueError)
     assert issubclass(ArgumentTypeError, TypeError) and issubclass(ArgumentTypeError, ValueError)
+
+
+def test_float16_log_softmax_past_its_range_warns_nothing_and_var_backward_past_ddof():
+    """A log-probability below float16's range rounds to -inf with no NumPy RuntimeWarning; the
+    gradient of a variance with N - ddof <= 0 is +-inf, as var_backward's docstring says."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = ck.log_softmax(np.array([[65504, -65504]], np.float16))
+    assert y[0, 0] == 0 and np.isneginf(y[0, 1])
+    g = ck.var_backward(np.array([1.0]), np.array([[1.0, 2.0]]), axis=1, ddof=2)
+    assert g[0, 0] == -np.inf and g[0, 1] == np.inf

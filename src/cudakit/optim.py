@@ -97,13 +97,13 @@ class OptimizerState:
             raise ArgumentError(f"momentum must be >= 0 and finite (got {self.momentum!r})")
         if not math.isfinite(_real(self.dampening, "dampening")):
             raise ArgumentError(f"dampening must be finite (got {self.dampening!r})")
+        for name in ("nesterov", "amsgrad", "decoupled_weight_decay", "maximize"):   # ("False" would be True;
+            check_bool("optimizer", name, getattr(self, name))                      # first: read as flags below)
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ArgumentError(f"nesterov needs momentum > 0 and dampening == 0 "
                                 f"(got momentum={self.momentum!r}, dampening={self.dampening!r})")
         if isinstance(self.step, bool) or not isinstance(self.step, numbers.Integral) or self.step < 0:
             raise ArgumentError(f"step must be an integer >= 0 (got {self.step!r})")
-        for name in ("nesterov", "amsgrad", "decoupled_weight_decay", "maximize"):   # ("False" would be True)
-            check_bool("optimizer", name, getattr(self, name))
 
 
 def _real(v, name: str) -> float:

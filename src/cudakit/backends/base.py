@@ -20,7 +20,7 @@ from .linalg_api import LinalgOps
 from .normalization_api import NormalizationOps
 from .reduction_api import ReductionOps
 from .softmax_api import SoftmaxOps
-from .checks import check_writeable, finite_scalar, float_scalar, require_array
+from .checks import check_size, check_writeable, finite_scalar, float_scalar, require_array, require_out_array
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _supported: dict = {}  # np.dtype -> name; dtype hashing is cheap, dtype.name is not
@@ -186,8 +186,10 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
             desc = ", ".join(f"{a} {tuple(x.shape)}" for a, x in zip(named, inputs))
             raise ShapeError(f"{op}: shapes do not broadcast: {desc}") from None
         if out is None:
+            check_size(op, "the result", shape, np.dtype(dtype).itemsize)   # (inputs broadcast into it)
             out = self.empty(shape, dtype)
         else:
+            require_out_array(op, out)
             out = self._coerce(out, "out")
             if tuple(out.shape) != tuple(shape):
                 raise ShapeError(f"{op}: out must have shape {tuple(shape)} (got {tuple(out.shape)})")

@@ -30,6 +30,15 @@ def require_array(op: str, arg: str, x) -> None:
         raise ArgumentTypeError(f"{op}: {arg} is required and must be an array (got None)")
 
 
+def require_out_array(op: str, out) -> None:
+    """Raise ArgumentTypeError unless `out` is an array the result can be written into: a list or
+    a scalar would be copied into a new array first, and the result lost with it."""
+    if isinstance(out, np.generic) or not (hasattr(out, "__array_interface__")
+                                           or hasattr(out, "__cuda_array_interface__")):
+        raise ArgumentTypeError(f"{op}: out must be an array to write the result into (got {type(out).__name__}: "
+                                f"a copy of it would take the result)")
+
+
 def is_writeable(x) -> bool:
     """Whether x can be written in place (NumPy's WRITEABLE flag; CuPy arrays always can)."""
     flags = getattr(x, "flags", None)
@@ -97,7 +106,9 @@ def check_size(op: str, what: str, shape, itemsize: int) -> None:
     for d in shape:
         n *= int(d)
     if n * itemsize > MAX_BYTES:
-        raise ShapeError(f"{op}: {what} of shape {tuple(int(d) for d in shape)} would need {n * itemsize:.3g} "
+        need = n * itemsize
+        need = f"{need:.3g}" if need < 1e300 else f"about 1e{len(str(need)) - 1}"   # (float() of it overflows)
+        raise ShapeError(f"{op}: {what} of shape {tuple(int(d) for d in shape)} would need {need} "
                          f"bytes, over the {MAX_BYTES:.3g} bytes (256 TiB) any array can have; check the shape "
                          f"and the geometry arguments")
 

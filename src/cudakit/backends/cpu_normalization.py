@@ -15,6 +15,13 @@ def _acc(dtype) -> np.dtype:
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
+def _cross_rows(x, axis, acc):
+    """x summed over `axis`, axes that are not x's last (the batch's rows), in acc: NumPy adds
+    those one row after another, not pairwise, so float32 sums over many rows are taken in float64
+    (a float32 running sum of 65536 rows near 1e4 was off by 3 in the mean)."""
+    return np.sum(x, axis=axis, dtype=np.float64).astype(acc)
+
+
 def _up(a, acc):
     return None if a is None else np.asarray(a).astype(acc, copy=False)
 
@@ -95,8 +102,8 @@ def layernorm_backward(dy, x, weight, mean, rstd, out=None):
         mg = g.mean(axis=1, dtype=acc)[:, None] if cols else 0
         mgx = (g * xh).mean(axis=1, dtype=acc)[:, None] if cols else 0
         dx = _up(rstd, acc)[:, None] * (g - mg - xh * mgx)
-        dw = (d * xh).sum(axis=0, dtype=acc).astype(x.dtype) if weight is not None else None
-        db = d.sum(axis=0, dtype=acc).astype(x.dtype)
+        dw = _cross_rows(d * xh, 0, acc).astype(x.dtype) if weight is not None else None
+        db = _cross_rows(d, 0, acc).astype(x.dtype)
     return _write(dx, x.dtype, out), dw, db
 
 
@@ -129,7 +136,7 @@ def rmsnorm_backward(dy, x, weight, rstd, out=None):
         g = d * _up(weight, acc) if weight is not None else d
         mgx = (g * xh).mean(axis=1, dtype=acc)[:, None] if x.shape[1] else 0
         dx = r * (g - xh * mgx)
-        dw = (d * xh).sum(axis=0, dtype=acc).astype(x.dtype) if weight is not None else None
+        dw = _cross_rows(d * xh, 0, acc).astype(x.dtype) if weight is not None else None
     return _write(dx, x.dtype, out), dw
 
 
@@ -153,9 +160,9 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     with np.errstate(all="ignore"):
         xa = x3.astype(acc, copy=False)
         if training:
-            mean = xa.mean(axis=(0, 2), dtype=acc)
+            mean = (np.sum(xa, axis=(0, 2), dtype=np.float64) / count).astype(acc)   # (as _cross_rows)
             xc = xa - mean[None, :, None]
-            m2 = np.sum(xc * xc, axis=(0, 2), dtype=acc)
+            m2 = _cross_rows(xc * xc, (0, 2), acc)
             var = m2 / acc.type(count)
             if running_mean is not None:
                 rm = (1 - momentum) * _up(running_mean, acc) + acc.type(momentum) * mean
@@ -187,8 +194,8 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
         inv = _up(save_invstd, acc)[None, :, None]
         xc = x3.astype(acc, copy=False) - _up(save_mean, acc)[None, :, None]
         d = d3.astype(acc, copy=False)
-        sg = d.sum(axis=(0, 2), dtype=acc)
-        sgx = (d * xc).sum(axis=(0, 2), dtype=acc)
+        sg = _cross_rows(d, (0, 2), acc)
+        sgx = _cross_rows(d * xc, (0, 2), acc)
         g = _up(gamma, acc) if gamma is not None else np.ones(x3.shape[1], acc)
         a = (g * _up(save_invstd, acc))[None, :, None]
         n = acc.type(max(count, 1))

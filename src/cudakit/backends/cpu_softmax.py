@@ -16,9 +16,11 @@ def _acc(dtype) -> np.dtype:
 
 
 def _write(result, dtype, out):
+    with np.errstate(over="ignore"):   # (a log-probability past float16's range rounds to -inf: no warning)
+        r = result.astype(dtype)
     if out is None:
-        return result.astype(dtype)
-    out[...] = result.astype(dtype)
+        return r
+    out[...] = r
     return out
 
 

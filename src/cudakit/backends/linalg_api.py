@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .checks import check_writeable
+from .checks import check_size, check_writeable, require_out_array
 from ..errors import ArgumentError, DTypeError, ShapeError
 
 
@@ -89,6 +89,7 @@ class LinalgOps:
         return gemm(a3, b3, out, ta, tb)
 
     def _check_out(self, op: str, out, shape, dtype):
+        require_out_array(op, out)
         out = self._coerce(out, "out")
         if tuple(out.shape) != tuple(shape):
             raise ShapeError(f"{op}: out must have shape {tuple(shape)} (got {tuple(out.shape)})")
@@ -110,6 +111,7 @@ class LinalgOps:
         arrs, _ = self._norm_arrays(op, {"a": a, "b": b})
         a, b = arrs["a"], arrs["b"]
         a2, b2, batch, m, _k, n, shape = self._mm_shapes(op, a, b)
+        check_size(op, "the result", shape, np.dtype(a.dtype).itemsize)   # (batch dims broadcast into it)
         if out is not None:
             out = self._check_out(op, out, shape, a.dtype)
             self._check_devices({"a": a, "out": out})

@@ -196,8 +196,9 @@ class ReductionOps:
             return self._reduction_module().sum_backward(g, shape, axes, float(n) if n else float("nan"))
 
     def var_backward(self, grad_out, x, axis=None, ddof=0, keepdims: bool = False):
-        """Gradient of var(x, axis, ddof, keepdims): grad_out * 2 (x - mean) / (N - ddof); NaN where
-        N - ddof <= 0 (where var() divides by max(N - ddof, 0), as NumPy, and gives inf or NaN).
+        """Gradient of var(x, axis, ddof, keepdims): grad_out * 2 (x - mean) / (N - ddof); where
+        N - ddof <= 0 (var() divides by max(N - ddof, 0), as NumPy, and gives inf or NaN) the
+        gradient is +-inf (NaN where x equals the mean or grad_out is 0).
 
         grad_out: the shape var() returned, x's dtype; x: the forward's input. The mean is taken
         in float32 (double for float64). Returns dx, C-contiguous, with x's shape and dtype.
