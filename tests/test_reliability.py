@@ -545,3 +545,108 @@ def test_float16_log_softmax_past_its_range_warns_nothing_and_var_backward_past_
     assert y[0, 0] == 0 and np.isneginf(y[0, 1])
     g = ck.var_backward(np.array([1.0]), np.array([[1.0, 2.0]]), axis=1, ddof=2)
     assert g[0, 0] == -np.inf and g[0, 1] == np.inf
+
+
+# ---- the kernel cache and the compile arguments (a CPU probe of the runtime, 2026-11-28) ----------
+def _fresh_cache(tmp_path, monkeypatch):
+    from cudakit import config
+    monkeypatch.setenv("CUDAKIT_CACHE_DIR", str(tmp_path / "cache"))
+    config.reload()
+
+
+def test_damaged_cache_entries_are_compiled_again(tmp_path, monkeypatch):
+    """A truncated, overwritten or malformed entry reads as missing (compiled again), not loaded."""
+    import struct
+    from cudakit import config
+    from cudakit.runtime import compiler
+    _fresh_cache(tmp_path, monkeypatch)
+    try:
+        p = compiler.cache_dir() / "nvrtc" / "k.bin"
+        compiler._write_entry(p, b"\x7fELF" + bytes(range(200)), {"k<1>": "_Z1kILi1EEvv"})
+        assert compiler._read_entry(p) == (b"\x7fELF" + bytes(range(200)), {"k<1>": "_Z1kILi1EEvv"})
+        whole = p.read_bytes()
+        for damaged in (whole[:len(whole) - 50], whole[:-1] + b"x", whole + b"junk",
+                        struct.pack("<I", 5) + b"[1,2]" + b"\x7fELF", whole[:6]):
+            p.write_bytes(damaged)
+            assert compiler._read_entry(p) is None
+        assert not [f for f in p.parent.iterdir() if f.name.startswith(".tmp-")]
+        p.unlink()
+        p.mkdir()   # os.replace onto a folder fails: the entry is not written and no temporary file stays
+        compiler._write_entry(p, b"cubin", {})
+        assert not [f for f in p.parent.iterdir() if f.name.startswith(".tmp-")]
+    finally:
+        monkeypatch.undo()
+        config.reload()
+
+
+def test_an_edited_header_changes_the_cache_key(tmp_path, monkeypatch):
+    from cudakit.runtime import compiler
+    monkeypatch.setattr(compiler, "nvrtc_version", lambda: (13, 0))
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "val.h").write_text('#include "deeper.h"\n#define VAL 3.0f\n')
+    (inc / "deeper.h").write_text("#define DEEP 1\n")
+    src = '#include "val.h"\n#include <cuda_fp16.h>\nextern "C" __global__ void k(float* x) { x[0] = VAL; }\n'
+    for opts in ((f"-I{inc}",), ("-I", str(inc)), (f"--include-path={inc}",)):
+        key = compiler._cache_key(src, opts, (), "sm_90")
+        assert compiler._cache_key(src, opts, (), "sm_90") == key
+        (inc / "deeper.h").write_text("#define DEEP 2\n")   # (a header the included one includes)
+        assert compiler._cache_key(src, opts, (), "sm_90") != key
+        (inc / "deeper.h").write_text("#define DEEP 1\n")
+        assert compiler._cache_key(src, opts, (), "sm_90") == key
+
+
+@pytest.mark.parametrize("call, err, match", [
+    (lambda c: c.compile(b"__global__ void f() {}", "f", arch="sm_90"), "ArgumentTypeError", "decode bytes"),
+    (lambda c: c.compile(None, "f", arch="sm_90"), "ArgumentTypeError", "source must be"),
+    (lambda c: c.compile("x", 3, arch="sm_90"), "ArgumentTypeError", "name must be"),
+    (lambda c: c.compile("x", "f", name_expressions=None, arch="sm_90"), "ArgumentTypeError", "name_expressions"),
+    (lambda c: c.compile("x", "f", name_expressions=[1], arch="sm_90"), "ArgumentTypeError", "name_expressions"),
+    (lambda c: c.compile("x", "f", arch="compute_90"), "ArgumentError", "compile_ptx"),
+    (lambda c: c.compile("x", "f", arch=90), "ArgumentError", "arch must be a real architecture"),
+    (lambda c: c.compile_module("x", arch="sm90"), "ArgumentError", "arch must be"),
+])
+def test_compile_arguments_are_typed_errors_before_the_compiler_runs(call, err, match):
+    from cudakit import errors
+    from cudakit.runtime import compiler
+    with pytest.raises(getattr(errors, err), match=match):
+        call(compiler)
+
+
+def test_one_name_expression_string_is_one_expression():
+    from cudakit.runtime import compiler
+    assert compiler._name_expressions("g<1>") == ("g<1>",)
+    assert compiler._name_expressions(["g<1>", "g<2>"]) == ("g<1>", "g<2>")
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_nvcc_ptx_of_a_cpp_named_source():
+    from cudakit.runtime import compiler
+    ptx = compiler.compile_ptx('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', arch="sm_90",
+                               source_name="k.cpp", compiler="nvcc")
+    assert ".entry k" in ptx
+
+
+def test_numpy_integers_are_device_indices(monkeypatch):
+    from cudakit.runtime import device
+    monkeypatch.setattr(device, "device_count", lambda: 2)
+    assert device._check_index(np.int64(1)) == 1 and type(device._check_index(np.int32(0))) is int
+    for bad in (np.bool_(True), np.int64(2), 1.0):
+        with pytest.raises(ck.DeviceError):
+            device._check_index(bad)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the native launcher is built on Linux")
+def test_a_damaged_native_launcher_is_built_again(tmp_path, monkeypatch):
+    from cudakit.runtime import native
+    from cudakit.runtime.native import NativeBuildError
+    p = tmp_path / "native" / "_cudakit_native-test.so"
+    try:
+        native.build(p)
+    except NativeBuildError as e:
+        pytest.skip(f"no C toolchain here: {e}")
+    whole = p.read_bytes()
+    p.write_bytes(whole[:len(whole) // 3])   # (loading this one killed the process with SIGBUS)
+    assert native.build(p) == p and p.read_bytes() == whole
+    (p.parent / (p.name + ".digest")).unlink()   # (a module without its digest: built again too)
+    assert native.build(p) == p and native._intact(p)

@@ -81,3 +81,20 @@ def test_cuda_backend_typed_errors():
     assert ck.dropout(cp.asarray(3.0, cp.float32), 0.5, 1).shape == ()
     empty = cp.ones((0, 3), cp.float32)
     assert ck.batch_norm(empty, training=True).shape == (0, 3)
+
+
+def test_out_that_is_not_an_array_and_huge_results_on_cuda():
+    """7b4a717 on the CUDA backend: out= as a list, a NumPy scalar or a host array is refused
+    (a copy would take the result), and a broadcast result past 256 TiB is a ShapeError."""
+    x = cp.ones((2, 3), cp.float32)
+    for bad in ([[0.0] * 3] * 2, np.float32(0)):
+        with pytest.raises(ck.ArgumentTypeError, match="out must be an array"):
+            ck.add(x, x, out=bad)
+        with pytest.raises(ck.ArgumentTypeError, match="out must be an array"):
+            ck.matmul(x, x.T, out=bad)
+    with pytest.raises(ck.DeviceError):
+        ck.relu(x, out=np.zeros((2, 3), np.float32))
+    with pytest.raises(ck.ShapeError, match="the result of shape"):
+        ck.mul(cp.ones((2 ** 24, 1), cp.float32), cp.ones((1, 2 ** 24), cp.float32))   # (1 PiB)
+    y = cp.ones((2, 3), cp.float32)
+    assert ck.add(x, x, out=y) is y and float(y[0, 0]) == 2.0

@@ -2,8 +2,10 @@
 
 Compiled binaries are cached in memory (per process) and on disk under CUDAKIT_CACHE_DIR/nvrtc,
 keyed by everything that changes the binary: source, options, name expressions, target
-architecture, NVRTC version and cudakit version. Files are written to a temporary name and moved
-into place with os.replace, so a crash or a concurrent process never leaves a torn entry.
+architecture, NVRTC version, cudakit version and the included headers found on disk. Files are
+written to a temporary name and moved into place with os.replace, so a crash or a concurrent
+process never leaves a torn entry; each carries its binary's length and digest, so one damaged
+afterwards is compiled again.
 cudakit uses NVRTC directly rather than CuPy's RawModule so that the cache location, key and
 `cudakit cache clear` are its own; CuPy's cache (CUPY_CACHE_DIR) is not involved.
 """
@@ -14,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import struct
 import tempfile
 import threading
@@ -58,23 +61,76 @@ def current_arch() -> str:
     return f"sm_{major}{minor}"
 
 
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^">]+)[">]', re.MULTILINE)
+
+
+def _include_dirs(options) -> list[str]:
+    """The -I / --include-path directories of compiler options."""
+    dirs, it = [], iter(options)
+    for o in it:
+        if o in ("-I", "--include-path"):
+            dirs.append(next(it, ""))
+        elif o.startswith("--include-path="):
+            dirs.append(o.split("=", 1)[1])
+        elif o.startswith("-I"):
+            dirs.append(o[2:])
+    return [d for d in dirs if d]
+
+
+def _included(source: str, options) -> list:
+    """[(path, contents)] of the headers `source` includes, found under the options' include
+    directories or the working directory, and of those they include (NVRTC's own and the
+    toolkit's headers are not found there and not read): a header edited since an entry was
+    cached changes its key. Unreadable or missing headers are left out (the compiler reports them)."""
+    dirs = _include_dirs(options) + [os.getcwd()]
+    seen: dict[str, bytes] = {}
+    todo = [source]
+    while todo and len(seen) < 256:
+        for name in _INCLUDE.findall(todo.pop()):
+            for d in dirs:
+                p = os.path.normpath(os.path.join(d, name))
+                if p in seen or not os.path.isfile(p):
+                    continue
+                try:
+                    seen[p] = Path(p).read_bytes()
+                except OSError:
+                    continue
+                todo.append(seen[p].decode(errors="replace"))
+                break
+    return [(p, hashlib.sha256(b).hexdigest()) for p, b in sorted(seen.items())]
+
+
 def _cache_key(source, options, name_expressions, arch) -> str:
     blob = json.dumps([source, list(options), list(name_expressions), arch, list(nvrtc_version()),
-                       __version__], separators=(",", ":"))
+                       __version__, _included(source, options)], separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _digest(binary: bytes) -> str:
+    return hashlib.blake2b(binary, digest_size=16).hexdigest()
+
+
 def _read_entry(path: Path):
+    """(binary, mapping) of a cache entry, or None when it is missing or damaged: its header (a
+    JSON object) carries the binary's length and digest, so a truncated or overwritten file is
+    compiled again, not loaded."""
     try:
         data = path.read_bytes()
         (hlen,) = struct.unpack("<I", data[:4])
-        return data[4 + hlen:], json.loads(data[4:4 + hlen])
+        header = json.loads(data[4:4 + hlen])
+        binary = data[4 + hlen:]
     except (OSError, ValueError, struct.error):
         return None
+    if not isinstance(header, dict) or not isinstance(header.get("mapping"), dict) \
+            or header.get("n") != len(binary) or header.get("digest") != _digest(binary):
+        log.warning("kernel cache entry %s is damaged (length or digest): compiling it again", path)
+        return None
+    return binary, header["mapping"]
 
 
 def _write_entry(path: Path, binary: bytes, mapping: dict) -> None:
-    header = json.dumps(mapping).encode()
+    header = json.dumps({"mapping": mapping, "n": len(binary), "digest": _digest(binary)}).encode()
+    tmp = None
     try:
         _cache.prepare(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -83,6 +139,9 @@ def _write_entry(path: Path, binary: bytes, mapping: dict) -> None:
         os.replace(tmp, path)
     except (OSError, CacheError) as e:  # an unwritable cache slows later runs but must not fail this one
         log.warning("could not write kernel cache entry %s: %s", path, e)
+        if tmp is not None:   # (not left behind for cache_info() to count)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _options(options) -> tuple:
@@ -100,6 +159,37 @@ def _options(options) -> tuple:
     return opts
 
 
+def _check_source(source) -> None:
+    if not isinstance(source, str):
+        raise ArgumentTypeError(f"source must be CUDA C++ text, a str (got {type(source).__name__})"
+                                + ("; decode bytes first, e.g. source.decode()" if isinstance(source, bytes) else ""))
+
+
+def _name_expressions(names) -> tuple:
+    """Name expressions as a tuple of strings: one string is one expression, not its characters
+    (as _options)."""
+    if isinstance(names, str):
+        return (names,)
+    try:
+        out = tuple(names)
+    except TypeError:
+        raise ArgumentTypeError(f"name_expressions must be a string or a sequence of strings (got {names!r})") \
+            from None
+    bad = [n for n in out if not isinstance(n, str)]
+    if bad:
+        raise ArgumentTypeError(f"name_expressions must be strings (got {bad[0]!r})")
+    return out
+
+
+def _real_arch(arch) -> str:
+    """A cubin's target: "sm_90" ("a" or "f" suffix kept); compute_XX (PTX only) and anything else
+    raise ArgumentError."""
+    if isinstance(arch, str) and arch.startswith("sm_") and arch[3:].rstrip("af").isdigit():
+        return arch
+    hint = "; a virtual 'compute_XX' target makes PTX: compile_ptx()" if str(arch).startswith("compute_") else ""
+    raise ArgumentError(f"arch must be a real architecture like 'sm_90' (got {arch!r}){hint}")
+
+
 def compile_to_cubin(source: str, options=(), name_expressions=(), arch: str | None = None,
                      source_name: str = "cudakit_kernel.cu") -> tuple[bytes, dict]:
     """Compile CUDA C++ with NVRTC -> (cubin bytes, {name expression: lowered name}).
@@ -107,9 +197,10 @@ def compile_to_cubin(source: str, options=(), name_expressions=(), arch: str | N
     `arch` ("sm_90") defaults to the current device's; giving it compiles without a GPU.
     Served from the memory and disk caches when the same inputs were compiled before.
     """
-    arch = arch or current_arch()
+    _check_source(source)
+    arch = _real_arch(arch) if arch is not None else current_arch()
     opts = tuple(DEFAULT_OPTIONS) + _options(options) + (f"-arch={arch}",)
-    names = tuple(name_expressions)
+    names = _name_expressions(name_expressions)
     key = _cache_key(source, opts, names, arch)
     hit = _memory_cache.get(key)
     if hit is not None:
@@ -330,7 +421,10 @@ def compile(source: str, name: str, options=(), name_expressions=(), source_name
     `options` are NVRTC options ("-use_fast_math", "-DBLOCK=256"). Raises CompileError with the
     compiler log on failure.
     """
-    names = tuple(name_expressions)
+    _check_source(source)
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"name must be the kernel's symbol or name expression, a str (got {name!r})")
+    names = _name_expressions(name_expressions)
     if "<" in name and name not in names:
         names += (name,)
     return compile_module(source, options, names, source_name or f"{name.split('<')[0]}.cu",
@@ -362,7 +456,8 @@ def _nvcc_ptx(source: str, opts: tuple, source_name: str) -> str:
     with tempfile.TemporaryDirectory(prefix="cudakit-ptx-") as tmp:
         src, out = Path(tmp) / Path(source_name).name, Path(tmp) / "out.ptx"
         src.write_text(source)
-        r = subprocess.run([nvcc, "-ptx", *opts, "-o", str(out), str(src)], capture_output=True, text=True)
+        r = subprocess.run([nvcc, "-ptx", "-x", "cu", *opts, "-o", str(out), str(src)],   # ("-x cu": CUDA
+                           capture_output=True, text=True)                                # whatever the suffix)
         if r.returncode != 0:
             raise CompileError(source_name, opts, r.stderr or r.stdout)
         return out.read_text()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 from dataclasses import asdict, dataclass
 
 from ..errors import DeviceError
@@ -76,6 +77,8 @@ def _check_index(i: int | str) -> int:
         if name.startswith("cuda:") and name[5:].isdigit():
             i = int(name[5:])
     n = device_count()
+    if isinstance(i, numbers.Integral) and not isinstance(i, bool):
+        i = int(i)   # (NumPy's integers too, as the launch dimensions take them; numpy.bool_ is not Integral)
     if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
         raise DeviceError(f"device index must be in [0, {n}) or 'cuda:N' (got {i!r})")
     return i

@@ -54,7 +54,9 @@ def build(path: Path | None = None) -> Path:
     compiler's output when that fails."""
     path = Path(path or module_path())
     if path.exists():
-        return path
+        if _intact(path):
+            return path
+        log.warning("the native launcher %s is damaged (its digest does not match): building it again", path)
     if not sys.platform.startswith("linux"):
         raise NativeBuildError(f"the native launcher is built on Linux only (this is {sys.platform})")
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
@@ -72,11 +74,39 @@ def build(path: Path | None = None) -> Path:
                            capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise NativeBuildError(f"{cc} failed to compile {_SOURCE.name}:\n{(r.stderr or r.stdout)[-2000:]}")
-        os.replace(tmp, path)  # atomic: a concurrent process sees the old state or the whole file
+        # the digest first: a reader that finds the new module beside an old digest builds again,
+        # and never loads a torn module (os.replace: it sees the old state or the whole file)
+        _write_digest(path, Path(tmp).read_bytes())
+        os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".digest")
+
+
+def _write_digest(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(suffix=".digest", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(hashlib.blake2b(data, digest_size=16).hexdigest())
+        os.replace(tmp, _digest_path(path))
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _intact(path: Path) -> bool:
+    """Whether the module file matches the digest written when it was built: a truncated or
+    overwritten module loaded as it is crashed the process (SIGBUS) or disabled the launcher."""
+    try:
+        want = _digest_path(path).read_text().strip()
+        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest() == want
+    except OSError:
+        return False
 
 
 def load(path: Path | None = None):
