@@ -247,6 +247,8 @@ def test_read_only_out_is_refused_before_anything_runs(op):
     (lambda: ck.relu(X, out=[[0.0] * 4] * 2), "out must be an array"),
     (lambda: ck.add(X, X, out=np.float32(0)), "out must be an array"),
     (lambda: ck.matmul(np.ones((1, 2)), np.ones((2, 1)), out=[[0.0]]), "out must be an array"),
+    (lambda: ck.get_backend("cpu").empty((10 ** 12, 10 ** 12)), "cannot make an array"),
+    (lambda: ck.get_backend("cpu").zeros((10 ** 12, 10 ** 12), "float64"), "cannot make an array"),
 ])
 def test_huge_and_array_valued_parameters_are_typed_errors(call, match):
     with pytest.raises(CudakitError, match=match):

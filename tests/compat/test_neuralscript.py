@@ -103,8 +103,10 @@ def test_cuda_math_bad_input(rng):
 def test_fallback_mode_without_a_gpu(no_gpu, caplog):
     be = ns_mod.CudaBackend(enable_profiling=False)
     assert be.fallback and be.devices == [] and len(be.memory_pools) == 0
-    with pytest.raises(KeyError, match="fallback mode"):
-        be.memory_pools[0]
+    for err in (KeyError, DeviceError):   # (a Mapping's lookup error, and the backend's device error)
+        with pytest.raises(err, match="fallback mode"):
+            be.memory_pools[0]
+    assert be.memory_pools.get(0) is None and 0 not in be.memory_pools
     with pytest.raises(DeviceError, match="fallback mode"):
         be.set_device(0)
     with pytest.raises(RuntimeError, match="compile_kernel needs a usable CUDA GPU"):
@@ -181,6 +183,28 @@ def test_optimizer_updates(rng):
     state = ns_mod.OptimizerState(lr=0.01)
     ml.adam_update(pt, gt, m, v, state)
     assert state.step == 1 and np.allclose(ml.math.to_numpy(m), 0.1 * grad)
+
+
+def test_one_optimizer_state_over_several_tensors_in_one_call(rng):
+    """A list of tensors takes one step with one state: the same update for every tensor, as two
+    states called once each give (a shared state called per tensor stepped it per tensor)."""
+    ml = get_cuda_ml()
+    g = rng.standard_normal(4).astype(np.float32)
+    shared = ns_mod.OptimizerState(lr=0.01)
+    ps = [ml.math.from_numpy(np.ones(4, np.float32)) for _ in range(2)]
+    mv = [(ml.math.create_tensor((4,)), ml.math.create_tensor((4,))) for _ in range(2)]
+    for _ in range(2):
+        ml.adam_update(ps, [ml.math.from_numpy(g)] * 2, [m for m, _ in mv], [v for _, v in mv], shared)
+    alone = ml.math.from_numpy(np.ones(4, np.float32))
+    m, v, own = ml.math.create_tensor((4,)), ml.math.create_tensor((4,)), ns_mod.OptimizerState(lr=0.01)
+    for _ in range(2):
+        ml.adam_update(alone, ml.math.from_numpy(g), m, v, own)
+    assert shared.step == 2
+    for p in ps:
+        np.testing.assert_array_equal(ml.math.to_numpy(p), ml.math.to_numpy(alone))
+    sgd = [ml.math.from_numpy(np.ones(4, np.float32)) for _ in range(2)]
+    ml.sgd_update(sgd, [ml.math.from_numpy(g)] * 2, None, ns_mod.OptimizerState(lr=0.1))
+    np.testing.assert_allclose(ml.math.to_numpy(sgd[1]), 1 - np.float32(0.1) * g, rtol=1e-6)
 
 
 def test_kernel_generator_source_compiles_with_nvcc(tmp_path):

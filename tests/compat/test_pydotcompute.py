@@ -96,9 +96,25 @@ def test_cpu_backend_fallback(rng):
             be.allocate((2,), dt)
     from cudakit.errors import ArgumentTypeError
     for call in (be.to_host, be.to_device):
-        for bad in (None, "abc"):
+        for bad in (None, "abc", object(), {"a": 1}):
             with pytest.raises(ArgumentTypeError, match="data must be an array"):
                 call(bad)
+
+
+def test_cpu_backend_answers_the_cuda_backends_device_calls():
+    """The seed's Memory Management example, and the device properties, on the fallback."""
+    from cudakit.errors import BackendUnavailableError
+    backend = pdc.CPUBackend()
+    free, total = backend.get_memory_info()
+    assert 0 < free <= total
+    max_elements = free // 4
+    arr = backend.allocate((min(max_elements, 1_000_000),), dtype=np.float32)
+    assert arr.shape == (1_000_000,)
+    assert (backend.device_id, backend.device_name, backend.compute_capability) == (-1, "cpu", (0, 0))
+    for call in (lambda: backend.compile_kernel(lambda a: None, (np.float32,)),
+                 lambda: backend.launch_kernel(None, (1,), (1,))):
+        with pytest.raises(BackendUnavailableError, match="CPU fallback"):
+            call()
 
 
 @pytest.mark.cuda

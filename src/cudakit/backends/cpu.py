@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, DeviceError
+from ..errors import ArgumentTypeError, DeviceError, ShapeError
 from .base import Backend
 from .attention_api import CpuAttentionHooks
 from .conv_api import CpuConvHooks
@@ -225,10 +225,16 @@ class CpuBackend(CpuNormalizationHooks, CpuReductionHooks, CpuSoftmaxHooks, CpuL
         return np.array(x, copy=True)
 
     def empty(self, shape, dtype="float32"):
-        return np.empty(shape, _dtype(dtype))
+        try:
+            return np.empty(shape, _dtype(dtype))
+        except ValueError as e:   # ("array is too big", a negative dimension: NumPy's own ValueError)
+            raise ShapeError(f"empty: cannot make an array of shape {shape!r}: {e}") from None
 
     def zeros(self, shape, dtype="float32"):
-        return np.zeros(shape, _dtype(dtype))
+        try:
+            return np.zeros(shape, _dtype(dtype))
+        except ValueError as e:
+            raise ShapeError(f"zeros: cannot make an array of shape {shape!r}: {e}") from None
 
 
 def _dlpack_on_cuda(x) -> bool:

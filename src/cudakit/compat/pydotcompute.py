@@ -32,8 +32,12 @@ def _shape(shape, name: str = "shape") -> tuple[int, ...]:
 
 
 def _host_data(data, name: str = "data"):
-    """data unless it is None or a string (NumPy would make a 0-d object or string array of it)."""
+    """data unless it is None, a string or an object NumPy would make a 0-d object array of (a dict,
+    say): numbers, sequences of numbers and arrays pass."""
     if data is None or isinstance(data, (str, bytes)):
+        raise ArgumentTypeError(f"{name} must be an array (got {type(data).__name__})")
+    if not (hasattr(data, "__array_interface__") or hasattr(data, "__cuda_array_interface__")
+            or hasattr(data, "__array__") or isinstance(data, (numbers.Number, list, tuple))):
         raise ArgumentTypeError(f"{name} must be an array (got {type(data).__name__})")
     return data
 
@@ -89,6 +93,47 @@ class CPUBackend(Backend):
     def _backend(self):
         from ..backends import get_backend
         return get_backend("cpu")
+
+    # CUDABackend's device calls, so that code written for it (`backend = CUDABackend() if
+    # CUDABackend.check_available() else CPUBackend()`) runs on the fallback too
+    @property
+    def device_id(self) -> int:
+        """-1: no GPU (the host)."""
+        return -1
+
+    @property
+    def device_name(self) -> str:
+        """'cpu'."""
+        return "cpu"
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        """(0, 0): no GPU."""
+        return (0, 0)
+
+    def get_memory_info(self) -> tuple[int, int]:
+        """(free_bytes, total_bytes) of the host's memory (available and physical pages), where the
+        fallback's arrays live; (0, 0) where the system does not say."""
+        import os
+        try:
+            page = os.sysconf("SC_PAGE_SIZE")
+            return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+        except (ValueError, OSError, AttributeError):
+            return (0, 0)
+
+    def compile_kernel(self, func: Callable, signature: tuple[type, ...]) -> Callable:
+        """CUDA kernels need a GPU: raises BackendUnavailableError (a RuntimeError)."""
+        raise _no_kernels("compile_kernel")
+
+    def launch_kernel(self, kernel: Callable, grid: tuple[int, ...], block: tuple[int, ...], *args: Any) -> None:
+        """CUDA kernels need a GPU: raises BackendUnavailableError (a RuntimeError)."""
+        raise _no_kernels("launch_kernel")
+
+
+def _no_kernels(op: str):
+    from ..errors import BackendUnavailableError
+    return BackendUnavailableError(f"CPUBackend.{op}: CUDA kernels run on a GPU, and this is the CPU fallback; "
+                                   f"write the CPU path with NumPy, or run where CUDABackend.check_available()")
 
 
 class CUDABackend(Backend):

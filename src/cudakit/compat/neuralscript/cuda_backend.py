@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import numbers
 import os
 import tempfile
 import threading
@@ -85,13 +86,20 @@ class _PoolView:
         return memory.stats(self.device_id)
 
 
+class NoSuchPoolError(DeviceError, KeyError):
+    """memory_pools[device_id] of a GPU that is not there: a DeviceError, as the backend's other
+    device calls raise, and a KeyError, as a Mapping's lookup (`in`, .get()) expects."""
+
+
 class _Pools(Mapping):
     """{device id: its pool}, one per visible GPU (none in fallback mode)."""
 
     def __getitem__(self, device_id):
         n = device.device_count()
+        if isinstance(device_id, numbers.Integral) and not isinstance(device_id, bool):
+            device_id = int(device_id)
         if isinstance(device_id, bool) or not isinstance(device_id, int) or not 0 <= device_id < n:
-            raise KeyError(f"device_id {device_id!r}: {n} GPU(s) visible" + ("" if n else " (fallback mode)"))
+            raise NoSuchPoolError(f"device_id {device_id!r}: {n} GPU(s) visible" + ("" if n else " (fallback mode)"))
         return _PoolView(device_id)
 
     def __iter__(self):

@@ -112,16 +112,28 @@ class CudaML:
     def sgd_update(self, params: CudaTensor, gradients: CudaTensor, momentum: CudaTensor | None,
                    optimizer_state: OptimizerState) -> None:
         """One SGD step on params in place (cudakit.sgd_update); momentum: the buffer (None when
-        optimizer_state.momentum is 0)."""
-        optim.sgd_update(_array(params, "params"), _array(gradients, "gradients"),
-                         None if momentum is None else _array(momentum, "momentum"), optimizer_state)
+        optimizer_state.momentum is 0). Each argument may be a list of tensors (one step over all
+        of them: see adam_update)."""
+        optim.sgd_update(_arrays(params, "params"), _arrays(gradients, "gradients"),
+                         None if momentum is None else _arrays(momentum, "momentum"), optimizer_state)
 
     def adam_update(self, params: CudaTensor, gradients: CudaTensor, m_buffer: CudaTensor, v_buffer: CudaTensor,
                     optimizer_state: OptimizerState) -> None:
         """One Adam step on params in place (cudakit.adam_update); m_buffer, v_buffer float32 zeros
-        before the first step."""
-        optim.adam_update(_array(params, "params"), _array(gradients, "gradients"), _array(m_buffer, "m_buffer"),
-                          _array(v_buffer, "v_buffer"), optimizer_state)
+        before the first step. optimizer_state.step counts calls (its bias correction is the
+        step's), so a model's tensors share one state only when they go in one call: each argument
+        may be a list of tensors, index by index; else keep one OptimizerState per tensor (a
+        shared one called per tensor steps it once per tensor, and the later tensors of an
+        iteration get a later step's bias correction)."""
+        optim.adam_update(_arrays(params, "params"), _arrays(gradients, "gradients"),
+                          _arrays(m_buffer, "m_buffer"), _arrays(v_buffer, "v_buffer"), optimizer_state)
+
+
+def _arrays(t, name: str):
+    """A tensor's array, or a list's arrays (the optimizers' multi-tensor form)."""
+    if isinstance(t, (list, tuple)):
+        return [_array(x, f"{name}[{i}]") for i, x in enumerate(t)]
+    return _array(t, name)
 
 
 get_cuda_ml = process_instance(CudaML, "The process's CudaML, on get_cuda_math().")
