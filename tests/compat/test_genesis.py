@@ -104,6 +104,24 @@ def test_environment_variables_are_checked_and_the_cache_dir_applied(fresh_env, 
         genesis.cuda.clear_kernel_cache()
 
 
+@pytest.mark.parametrize("first", ["enable_profiling", "empty_cache", "set_kernel_fusion", "current_device"])
+def test_the_cache_dir_applies_at_whichever_call_comes_first(first, fresh_env, tmp_path):
+    """'at the first genesis.cuda call': enable_profiling, empty_cache or set_kernel_fusion first
+    left the kernel cache where it was."""
+    fresh_env.setenv("GENESIS_KERNEL_CACHE_DIR", str(tmp_path / "genesis_kernels"))
+    call = getattr(genesis.cuda, first)
+    try:
+        if first == "enable_profiling":
+            call(False)
+        elif first == "set_kernel_fusion":
+            call(True)
+        else:
+            call()
+    except RuntimeError:   # (the calls that need a GPU raise without one, after applying the variables)
+        pass
+    assert cudakit.config.settings().cache_dir == tmp_path / "genesis_kernels"
+
+
 def test_cudakit_cache_dir_wins_over_genesis(fresh_env, tmp_path, caplog):
     fresh_env.setenv("CUDAKIT_CACHE_DIR", str(tmp_path / "ours"))
     fresh_env.setenv("GENESIS_KERNEL_CACHE_DIR", str(tmp_path / "theirs"))

@@ -9,6 +9,7 @@ RuntimeError, Genesis's "CUDA not available") without one.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import numbers
@@ -228,3 +229,18 @@ def warm_up_kernels(families=None, dtypes=None) -> dict:
 __all__ = ["set_memory_fraction", "set_cache_size", "enable_lazy_init", "current_device", "memory_allocated",
            "memory_stats", "set_memory_callback", "enable_memory_debugging", "enable_profiling", "empty_cache",
            "clear_kernel_cache", "set_kernel_fusion", "warm_up_kernels"]
+
+
+def _configured_first(fn):
+    """fn, applying the GENESIS_* variables (_configure) before it runs: the docstring above
+    promises them at the first genesis.cuda call, whichever call that is."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        _configure()
+        return fn(*args, **kwargs)
+    return call
+
+
+for _name in __all__:
+    globals()[_name] = _configured_first(globals()[_name])
+del _name
