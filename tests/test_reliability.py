@@ -652,3 +652,14 @@ def test_a_damaged_native_launcher_is_built_again(tmp_path, monkeypatch):
     assert native.build(p) == p and p.read_bytes() == whole
     (p.parent / (p.name + ".digest")).unlink()   # (a module without its digest: built again too)
     assert native.build(p) == p and native._intact(p)
+
+
+def test_numpy_scalars_alone_are_zero_d_arrays():
+    """ck.relu(np.float32(-1)) was 'at least one argument must be an array' while ck.sum took it;
+    a NumPy scalar beside an array stays a scalar operand (the array's dtype wins)."""
+    r = ck.relu(np.float32(-1.0))
+    assert r.shape == () and r.dtype == np.float32 and r == 0
+    assert ck.add(np.float64(1.0), 2.0).dtype == np.float64 and ck.mul(np.float32(2), np.float32(3)) == 6
+    assert ck.add(np.ones(3, np.float16), np.float32(2.0)).dtype == np.float16
+    with pytest.raises(ck.DTypeError, match="only scalars"):
+        ck.add(1.0, 2.0)

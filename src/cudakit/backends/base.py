@@ -169,8 +169,12 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
             else:
                 require_array(op, arg, x)
                 arrays[arg] = self._coerce(x, arg)
-        if not arrays:
-            raise DTypeError(f"{op}: at least one argument must be an array (got only scalars)")
+        if not arrays:   # NumPy scalars alone are 0-d arrays of their dtype (as sum() takes them)
+            for arg in [a for a, v in scalars.items() if isinstance(v, np.generic)]:
+                arrays[arg] = self._coerce(np.asarray(scalars.pop(arg)), arg)
+            if not arrays:
+                raise DTypeError(f"{op}: at least one argument must be an array (got only scalars)")
+            arrays = {a: arrays[a] for a in named if a in arrays}
         dts = {arg: self._check_dtype(x, arg, op) for arg, x in arrays.items()}
         if len(set(dts.values())) > 1:
             desc = ", ".join(f"{a} is {d}" for a, d in dts.items())
