@@ -228,3 +228,36 @@ def test_a_gradient_given_after_its_bucket_started_is_refused(one_rank):
     sync.wait()
     sync.set_grad(0, np.ones(64, np.float32))   # the next step takes it
     sync.wait()
+
+
+def test_ranks_with_other_parameter_lists_fail_at_construction_on_every_rank(tmp_path):
+    """GradSync, ZeroRedundancyOptimizer and broadcast_parameters check the ranks' lists (count,
+    shapes, dtypes, order) first: ZeRO's padded buckets hid a swapped pair and stepped one
+    parameter's tail with another's gradient; GradSync with broadcast_from=None mixed gradients;
+    an extra parameter on one rank hung until the timeout."""
+    p = tmp_path / "job.py"
+    p.write_text(
+        "import numpy as np, cudakit, cudakit.distributed as dist\n"
+        "dist.init_process_group('cpu', timeout=20)\n"
+        "f, R = np.float32, dist.get_rank()\n"
+        "ps = [np.full(7, R + 1, f), np.full(5, R + 1, f)] if R == 0 else [np.full(5, R + 1, f), np.full(7, R + 1, f)]\n"
+        "for name, make in (('zero', lambda: dist.ZeroRedundancyOptimizer(ps, lambda sh: cudakit.SGD(sh, lr=1.0))),\n"
+        "                   ('sync', lambda: dist.GradSync(ps, broadcast_from=None)),\n"
+        "                   ('bcast', lambda: dist.broadcast_parameters(ps + [np.ones(3, f)] * (R == 0)))):\n"
+        "    try:\n"
+        "        make()\n"
+        "        print(name, 'ACCEPTED', flush=True)\n"
+        "    except cudakit.DistributedError as e:\n"
+        "        print(name, 'REFUSED', 'differ' in str(e), flush=True)\n"
+        "ok = [np.ones(3, f), np.ones((2, 2), np.float64)]\n"
+        "s = dist.GradSync(ok)\n"
+        "print('SAME', s.transport_note, flush=True)\n"
+        "dist.ZeroRedundancyOptimizer(ok, lambda sh: cudakit.SGD(sh, lr=1.0))\n"
+        "s.set_grad(np.int64(0), np.ones(3, f))\n"
+        "dist.destroy_process_group()\n")
+    r = subprocess.run([sys.executable, "-m", "cudakit", "run", "--nproc-per-node", "2", "--master-port", "0", str(p)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in ("zero", "sync", "bcast"):
+        assert r.stdout.count(f"{name} REFUSED True") == 2, r.stdout + r.stderr
+    assert r.stdout.count("SAME the TCP store (cpu backend)") == 2, r.stdout

@@ -663,3 +663,27 @@ def test_numpy_scalars_alone_are_zero_d_arrays():
     assert ck.add(np.ones(3, np.float16), np.float32(2.0)).dtype == np.float16
     with pytest.raises(ck.DTypeError, match="only scalars"):
         ck.add(1.0, 2.0)
+
+
+def test_optimizer_state_dicts_name_shapes_and_refuse_what_would_load_wrongly():
+    """SGD without momentum keeps no state: its dict now names the parameters' shapes, so loading
+    it into other parameters is a ShapeError; a dict without hyper['step'] (Adam's bias correction
+    restarted) or with a state that is not a list is an ArgumentError, nothing loaded."""
+    f = np.float32
+    sd = ck.SGD([np.ones(3, f)], lr=0.1).state_dict()
+    assert sd["shapes"] == [[3]]
+    with pytest.raises(ck.ShapeError, match="shapes"):
+        ck.SGD([np.ones(4, f), np.ones(1, f)], lr=0.1).load_state_dict(sd)
+    adam = ck.Adam([np.ones(3, f)], lr=0.1)
+    adam.step([np.ones(3, f)])
+    for edit, match in ((lambda d: d["hyper"].pop("step"), "no 'step'"),
+                        (lambda d: d["state"].__setitem__("exp_avg", None), "must be a list")):
+        d = adam.state_dict()
+        edit(d)
+        with pytest.raises(ck.ArgumentError, match=match):
+            adam.load_state_dict(d)
+    assert adam.hyper.step == 1
+    d = adam.state_dict()
+    del d["shapes"]   # (a dict saved before 'shapes' was written still loads)
+    adam.load_state_dict(d)
+    np.testing.assert_array_equal(ck.transpose(np.arange(6).reshape(1, 2, 3), range(3)), np.arange(6).reshape(1, 2, 3))

@@ -766,14 +766,15 @@ class _Optimizer:
         self.hyper.step = 0
 
     def state_dict(self) -> dict:
-        """{"optimizer": name, "hyper": OptimizerState fields, "state": {name: [NumPy copies]}}.
+        """{"optimizer": name, "hyper": OptimizerState fields, "shapes": the parameters' shapes,
+        "state": {name: [NumPy copies]}}.
 
         The arrays are host copies, so the dict pickles and loads onto either backend."""
         def host(x):
             return None if x is None else (x.copy() if isinstance(x, np.ndarray) else x.get())
         hyper = asdict(self.hyper)
         hyper["betas"] = list(hyper["betas"])
-        return {"optimizer": self._name, "hyper": hyper,
+        return {"optimizer": self._name, "hyper": hyper, "shapes": [list(p.shape) for p in self.params],
                 "state": {k: [host(x) for x in v] for k, v in self.state.items()}}
 
     def load_state_dict(self, sd: dict) -> None:
@@ -793,8 +794,18 @@ class _Optimizer:
                                 f"({', '.join(self._state) or 'none'})")
         if hyper.decoupled_weight_decay != self.hyper.decoupled_weight_decay:
             raise ArgumentError(f"{self._name}: the state dict's decoupled_weight_decay differs")
+        shapes = sd.get("shapes")   # (SGD without momentum keeps no state to compare shapes by;
+        if shapes is not None:      # state dicts saved before 'shapes' was written load without it)
+            want = [list(p.shape) for p in self.params]
+            if not isinstance(shapes, (list, tuple)) or [list(s) for s in shapes] != want:
+                raise ShapeError(f"{self._name} state dict: saved for parameters of shapes {shapes!r}; this "
+                                 f"optimizer's are {want}")
         mine = self.state
         theirs = sd["state"]
+        bad = [k for k, v in theirs.items() if not isinstance(v, (list, tuple))]
+        if bad:
+            raise ArgumentError(f"{self._name} state dict: state[{bad[0]!r}] must be a list of arrays "
+                                f"(got {type(theirs[bad[0]]).__name__})")
         if set(theirs) != set(mine):
             raise ArgumentError(f"state dict holds {sorted(theirs)}, this optimizer keeps {sorted(mine)} "
                                 f"(momentum / amsgrad / master weights differ)")
@@ -830,6 +841,8 @@ def _hyper_from_dict(h, name: str) -> OptimizerState:
     unknown = sorted(set(h) - fields)
     if unknown:
         raise ArgumentError(f"{name} state dict: 'hyper' has unknown fields {unknown}; known: {sorted(fields)}")
+    if "step" not in h:   # (a default of 0 would silently restart Adam's bias correction)
+        raise ArgumentError(f"{name} state dict: 'hyper' has no 'step'; pass what state_dict() returned")
     betas = h.get("betas", OptimizerState.betas)
     if not isinstance(betas, (list, tuple)):
         raise ArgumentError(f"{name} state dict: hyper['betas'] must be a pair (got {betas!r})")

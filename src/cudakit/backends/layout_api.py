@@ -34,7 +34,7 @@ class LayoutOps:
     @staticmethod
     def _layout_axes(op: str, axes, ndim: int, shape) -> tuple:
         """axes as a tuple of non-negative ints forming a permutation of range(ndim)."""
-        if not isinstance(axes, (tuple, list)) and not hasattr(axes, "__array__"):
+        if not isinstance(axes, (tuple, list, range)) and not hasattr(axes, "__array__"):
             # a set or a dict iterates in an arbitrary order: the permutation would be a guess
             raise ShapeError(f"{op}: axes must be a sequence of ints, a tuple or a list (got {type(axes).__name__} {axes!r})")
         try:

@@ -18,7 +18,9 @@ rank): a bucket ready before its predecessors waits for them.
 """
 from __future__ import annotations
 
-from ..errors import ArgumentTypeError, DeviceError, DTypeError, ShapeError
+import numbers
+
+from ..errors import ArgumentTypeError, DeviceError, DistributedError, DTypeError, ShapeError
 from . import collectives as coll
 from .group import resolve
 
@@ -87,8 +89,42 @@ def _padded(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
 
 
+def check_same_parameters(arrays, group=None, op: str = "check_same_parameters") -> None:
+    """Raise DistributedError on every rank of the group unless every rank passed parameters of
+    the same shapes and dtypes in the same order (one all-gather of a digest of them, and a host
+    wait for it): a broadcast or an all-reduce over lists that differ would exchange mismatched
+    bytes, or wait on a rank that has nothing more to send until the timeout."""
+    import hashlib
+    import json
+
+    import numpy as np
+    g = resolve(group, op)
+    arrays = list(arrays)
+    desc = json.dumps([[list(map(int, a.shape)), a.dtype.name] for a in arrays]).encode()
+    mine = np.concatenate([[len(arrays)], np.frombuffer(hashlib.sha256(desc).digest(), np.int64)])
+    xp = coll._xp(g)
+    everyone = xp.empty((g.size, mine.size), np.int64)
+    coll.all_gather(everyone, xp.asarray(mine), group)
+    everyone = everyone.get() if hasattr(everyone, "get") else everyone
+    if not (everyone == everyone[0]).all():
+        kinds = {}
+        for i, row in enumerate(everyone):
+            kinds.setdefault(row.tobytes(), []).append((g.ranks[i], int(row[0])))
+        desc = "; ".join(f"global rank{'s' if len(v) > 1 else ''} {', '.join(str(r) for r, _ in v)}: {v[0][1]} "
+                         f"parameters, layout {k[8:12].hex()}" for k, v in kinds.items())
+        raise DistributedError(f"the ranks' parameter lists differ in count, shapes, dtypes or order ({desc}); "
+                               f"every rank must pass the same parameters in the same order", rank=g.world.rank, op=op)
+
+
 def broadcast_parameters(params, src: int = 0, group=None) -> None:
-    """Copy every array of `params` from global rank `src` to every rank of the group (in place)."""
+    """Copy every array of `params` from global rank `src` to every rank of the group (in place),
+    after checking that every rank passed the same shapes and dtypes in the same order
+    (check_same_parameters: DistributedError on every rank otherwise, not a broadcast of
+    mismatched bytes or a wait until the timeout)."""
+    params = list(params.values()) if isinstance(params, dict) else list(params)
+    g = resolve(group, "broadcast_parameters")
+    check_same_parameters([coll._array(g, p, f"params[{i}]") for i, p in enumerate(params)], group,
+                          "broadcast_parameters")
     for p in params:
         coll.broadcast(p, src, group)
 
@@ -142,6 +178,7 @@ class GradSync:
         for i, p in enumerate(self.params):
             if not p.dtype.name.startswith(("float", "bfloat")):
                 raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; gradients need a float dtype")
+        check_same_parameters(self.params, group, "GradSync")   # (buckets of other lists would mix gradients)
         self.buckets = plan_buckets([p.nbytes for p in self.params], [p.dtype.name for p in self.params],
                                     bucket_bytes, tail_bucket_bytes)
         xp = coll._xp(g)
@@ -158,7 +195,7 @@ class GradSync:
                 off += _padded(self.params[i].nbytes) // dt.itemsize
             layout.append((dt, offsets, off))
         self._peer = None   # two ranks on one host: the buckets' all-reduce by copy engines (peer_allreduce.py)
-        self.transport_note = "NCCL"
+        self.transport_note = "NCCL" if g.backend == "nccl" else "the TCP store (cpu backend)"
         if g.backend == "nccl" and g.size == 2 and layout:
             from . import peer_allreduce
             why = peer_allreduce.why_unavailable(g, wanted=copy and peer)
@@ -188,8 +225,9 @@ class GradSync:
             self._device_id, self._align = self.buffers[0].data.device_id, gather_copy.ALIGN
         self._order = BucketOrder(self.buckets, self._bucket_of, len(self.params))
         self._reset()
-        if broadcast_from is not None:
-            broadcast_parameters(self.params, broadcast_from, group)
+        if broadcast_from is not None:   # (the lists checked above)
+            for p in self.params:
+                coll.broadcast(p, broadcast_from, group)
 
     def _reset(self) -> None:
         self._order.reset()
@@ -345,6 +383,8 @@ def param_index(i, n: int, by_name: dict) -> int:
     empty when the parameters came as a list); ValueError naming what is accepted otherwise."""
     if isinstance(i, str) and i in by_name:
         return by_name[i]
+    if isinstance(i, numbers.Integral) and not isinstance(i, bool):
+        i = int(i)   # (NumPy's integers too)
     if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
         names = f" or one of the {len(by_name)} names" if by_name else ""
         raise ValueError(f"parameter must be an int in [0, {n}){names} (got {i!r})")

@@ -31,6 +31,7 @@ from .data_parallel import (
     ALIGN_BYTES,
     DEFAULT_BUCKET_BYTES,
     BucketOrder,
+    check_same_parameters,
     _copy_bits,
     _padded,
     param_index,
@@ -68,6 +69,7 @@ class ZeroRedundancyOptimizer:
         for i, p in enumerate(arrays):
             if not p.dtype.name.startswith(("float", "bfloat")):
                 raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; an optimizer needs a float dtype")
+        check_same_parameters(arrays, group, "ZeroRedundancyOptimizer")   # (same padded buckets hid a mismatch)
         self.buckets = plan_buckets([p.nbytes for p in arrays], [p.dtype.name for p in arrays], bucket_bytes, 0)
         xp, n, r = coll._xp(g), g.size, g.rank
         with (g.transport.cp.cuda.Device(g.device) if g.backend == "nccl" else contextlib.nullcontext()):
