@@ -246,6 +246,7 @@ def test_read_only_out_is_refused_before_anything_runs(op):
     (lambda: ck.SGD([np.zeros(3)], 0.1, 0.9, 0.0, np.array([1, 2])), "nesterov"),
     (lambda: ck.relu(X, out=[[0.0] * 4] * 2), "out must be an array"),
     (lambda: ck.add(X, X, out=np.float32(0)), "out must be an array"),
+    (lambda: ck.add(X, X, out=(1.0, 2.0)), "out must be an array"),
     (lambda: ck.matmul(np.ones((1, 2)), np.ones((2, 1)), out=[[0.0]]), "out must be an array"),
     (lambda: ck.get_backend("cpu").empty((10 ** 12, 10 ** 12)), "cannot make an array"),
     (lambda: ck.get_backend("cpu").zeros((10 ** 12, 10 ** 12), "float64"), "cannot make an array"),
@@ -598,6 +599,23 @@ def test_an_edited_header_changes_the_cache_key(tmp_path, monkeypatch):
         assert compiler._cache_key(src, opts, (), "sm_90") == key
 
 
+def test_headers_next_to_the_including_header_and_the_memory_cache(tmp_path, monkeypatch):
+    """A quoted include is searched in the including header's folder first (as the compiler does),
+    so editing it changes the key; a memory-cache hit checks the headers' stat and reads none."""
+    from cudakit.runtime import compiler
+    monkeypatch.setattr(compiler, "nvrtc_version", lambda: (13, 0))
+    (tmp_path / "inc" / "sub").mkdir(parents=True)
+    (tmp_path / "inc" / "sub" / "a.h").write_text('#include "b.h"\n')
+    (tmp_path / "inc" / "sub" / "b.h").write_text("#define B 1\n")
+    src, opts = '#include "sub/a.h"\n', (f"-I{tmp_path / 'inc'}",)
+    found = compiler._included(src, opts)
+    assert [os.path.basename(p) for p, _, _ in found] == ["a.h", "b.h"] and compiler._headers_unchanged(found)
+    key = compiler._cache_key(src, opts, (), "sm_90")
+    (tmp_path / "inc" / "sub" / "b.h").write_text("#define B 22\n")
+    assert compiler._cache_key(src, opts, (), "sm_90") != key and not compiler._headers_unchanged(found)
+    assert compiler._included('extern "C" __global__ void k() {}', opts) == []   # (no include: nothing read)
+
+
 @pytest.mark.parametrize("call, err, match", [
     (lambda c: c.compile(b"__global__ void f() {}", "f", arch="sm_90"), "ArgumentTypeError", "decode bytes"),
     (lambda c: c.compile(None, "f", arch="sm_90"), "ArgumentTypeError", "source must be"),
@@ -650,8 +668,10 @@ def test_a_damaged_native_launcher_is_built_again(tmp_path, monkeypatch):
     whole = p.read_bytes()
     p.write_bytes(whole[:len(whole) // 3])   # (loading this one killed the process with SIGBUS)
     assert native.build(p) == p and p.read_bytes() == whole
-    (p.parent / (p.name + ".digest")).unlink()   # (a module without its digest: built again too)
-    assert native.build(p) == p and native._intact(p)
+    before = p.stat().st_mtime_ns
+    (p.parent / (p.name + ".digest")).unlink()   # (built before digests: trusted and given one, not rebuilt,
+    assert native.build(p) == p and native._intact(p)   # so a host without a compiler keeps its launcher)
+    assert p.stat().st_mtime_ns == before
 
 
 def test_numpy_scalars_alone_are_zero_d_arrays():
@@ -683,7 +703,35 @@ def test_optimizer_state_dicts_name_shapes_and_refuse_what_would_load_wrongly():
         with pytest.raises(ck.ArgumentError, match=match):
             adam.load_state_dict(d)
     assert adam.hyper.step == 1
+    for shapes in ([6], [None]):
+        d = adam.state_dict()
+        d["shapes"] = shapes
+        with pytest.raises(ck.ShapeError, match="saved for parameters of shapes"):
+            adam.load_state_dict(d)
     d = adam.state_dict()
     del d["shapes"]   # (a dict saved before 'shapes' was written still loads)
     adam.load_state_dict(d)
     np.testing.assert_array_equal(ck.transpose(np.arange(6).reshape(1, 2, 3), range(3)), np.arange(6).reshape(1, 2, 3))
+
+
+def test_out_may_be_anything_written_through():
+    """out= refuses what a copy would take (lists, tuples, scalars) and nothing else: a memoryview,
+    an array.array or an object with __array__ over a NumPy buffer take the result."""
+    import array
+
+    class Wrapped:
+        def __init__(self, a):
+            self.a = a
+
+        def __array__(self, dtype=None, copy=None):
+            return self.a
+    x = np.array([-1.0, 2.0, -3.0])
+    for make in (lambda: memoryview(np.zeros(3)), lambda: array.array("d", [0.0] * 3),
+                 lambda: Wrapped(np.zeros(3))):
+        o = make()
+        ck.relu(x, out=o)
+        assert list(np.asarray(o)) == [0.0, 2.0, 0.0]
+    m = np.ones((2, 2))
+    o = memoryview(np.zeros((2, 2)))
+    ck.matmul(m, m, out=o)
+    assert np.asarray(o).tolist() == [[2.0, 2.0], [2.0, 2.0]]

@@ -797,7 +797,8 @@ class _Optimizer:
         shapes = sd.get("shapes")   # (SGD without momentum keeps no state to compare shapes by;
         if shapes is not None:      # state dicts saved before 'shapes' was written load without it)
             want = [list(p.shape) for p in self.params]
-            if not isinstance(shapes, (list, tuple)) or [list(s) for s in shapes] != want:
+            if not isinstance(shapes, (list, tuple)) or not all(isinstance(s, (list, tuple)) for s in shapes) \
+                    or [list(s) for s in shapes] != want:
                 raise ShapeError(f"{self._name} state dict: saved for parameters of shapes {shapes!r}; this "
                                  f"optimizer's are {want}")
         mine = self.state

@@ -99,6 +99,9 @@ def test_cpu_backend_fallback(rng):
         for bad in (None, "abc", object(), {"a": 1}):
             with pytest.raises(ArgumentTypeError, match="data must be an array"):
                 call(bad)
+    import array   # (what NumPy makes numbers of passes: a range, a memoryview, an array.array)
+    for good in (range(4), memoryview(np.arange(4.0)), array.array("d", [0.0, 1.0, 2.0, 3.0])):
+        np.testing.assert_array_equal(be.to_device(good), np.arange(4))
 
 
 def test_cpu_backend_answers_the_cuda_backends_device_calls():

@@ -31,12 +31,15 @@ def require_array(op: str, arg: str, x) -> None:
 
 
 def require_out_array(op: str, out) -> None:
-    """Raise ArgumentTypeError unless `out` is an array the result can be written into: a list or
-    a scalar would be copied into a new array first, and the result lost with it."""
-    if isinstance(out, np.generic) or not (hasattr(out, "__array_interface__")
-                                           or hasattr(out, "__cuda_array_interface__")):
+    """Raise ArgumentTypeError when `out` is a list, a tuple or a scalar: it would be copied into a
+    new array first, and the result lost with the copy. (Anything the backend writes through, an
+    array, a memoryview or an object with __array__, passes: _coerce takes it.)"""
+    if isinstance(out, _COPIED):
         raise ArgumentTypeError(f"{op}: out must be an array to write the result into (got {type(out).__name__}: "
                                 f"a copy of it would take the result)")
+
+
+_COPIED = (list, tuple, numbers.Number, np.generic, str, bytes)   # what np.asarray copies (require_out_array)
 
 
 def is_writeable(x) -> bool:

@@ -32,13 +32,17 @@ def _shape(shape, name: str = "shape") -> tuple[int, ...]:
 
 
 def _host_data(data, name: str = "data"):
-    """data unless it is None, a string or an object NumPy would make a 0-d object array of (a dict,
-    say): numbers, sequences of numbers and arrays pass."""
+    """data unless it is None, a string or something NumPy makes an array of objects of (a dict,
+    say): arrays, memoryviews, ranges and sequences of numbers pass."""
     if data is None or isinstance(data, (str, bytes)):
         raise ArgumentTypeError(f"{name} must be an array (got {type(data).__name__})")
-    if not (hasattr(data, "__array_interface__") or hasattr(data, "__cuda_array_interface__")
-            or hasattr(data, "__array__") or isinstance(data, (numbers.Number, list, tuple))):
-        raise ArgumentTypeError(f"{name} must be an array (got {type(data).__name__})")
+    if not (hasattr(data, "__cuda_array_interface__") or hasattr(data, "__array_interface__")):
+        try:
+            kind = np.asarray(data).dtype.kind
+        except (TypeError, ValueError):
+            kind = "O"
+        if kind == "O":
+            raise ArgumentTypeError(f"{name} must be an array (got {type(data).__name__})")
     return data
 
 

@@ -29,7 +29,7 @@ from . import _cupy, cache as _cache, launch as _launch
 log = logging.getLogger(__name__)
 
 DEFAULT_OPTIONS = ("-std=c++17",)
-_memory_cache: dict[str, tuple[bytes, dict]] = {}
+_memory_cache: dict[tuple, tuple[list, tuple[bytes, dict]]] = {}   # -> (headers, entry)
 _lock = threading.Lock()
 
 # CUfunction_attribute values
@@ -61,7 +61,8 @@ def current_arch() -> str:
     return f"sm_{major}{minor}"
 
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^">]+)[">]', re.MULTILINE)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^">]+)[">]', re.MULTILINE)
+_MAX_HEADERS = 1024   # headers followed for one source at most (a cycle or a huge tree: the rest unhashed)
 
 
 def _include_dirs(options) -> list[str]:
@@ -78,31 +79,55 @@ def _include_dirs(options) -> list[str]:
 
 
 def _included(source: str, options) -> list:
-    """[(path, contents)] of the headers `source` includes, found under the options' include
-    directories or the working directory, and of those they include (NVRTC's own and the
-    toolkit's headers are not found there and not read): a header edited since an entry was
-    cached changes its key. Unreadable or missing headers are left out (the compiler reports them)."""
-    dirs = _include_dirs(options) + [os.getcwd()]
-    seen: dict[str, bytes] = {}
-    todo = [source]
-    while todo and len(seen) < 256:
-        for name in _INCLUDE.findall(todo.pop()):
-            for d in dirs:
+    """[(path, sha256 of its contents, (mtime_ns, size))] of the headers `source` includes, found
+    on disk as the compiler searches them: a quoted include in the including header's own folder
+    first, then under the options' include directories, then the working directory; and of the
+    headers those include. A header edited since an entry was cached changes its key. NVRTC's own
+    and the toolkit's headers are not found there and not read; unreadable or missing headers are
+    left out (the compiler reports them)."""
+    if "include" not in source:
+        return []
+    dirs = _include_dirs(options)
+    with contextlib.suppress(OSError):   # (a working directory since deleted: not searched)
+        dirs.append(os.getcwd())
+    seen: dict[str, tuple] = {}
+    todo = [(source, None)]
+    while todo and len(seen) < _MAX_HEADERS:
+        text, here = todo.pop()
+        for delim, name in _INCLUDE.findall(text):
+            for d in ([here] if delim == '"' and here else []) + dirs:
                 p = os.path.normpath(os.path.join(d, name))
-                if p in seen or not os.path.isfile(p):
-                    continue
+                if p in seen:
+                    break
                 try:
-                    seen[p] = Path(p).read_bytes()
+                    st = os.stat(p)
+                    data = Path(p).read_bytes()
                 except OSError:
                     continue
-                todo.append(seen[p].decode(errors="replace"))
+                seen[p] = (hashlib.sha256(data).hexdigest(), (st.st_mtime_ns, st.st_size))
+                todo.append((data.decode(errors="replace"), os.path.dirname(p)))
                 break
-    return [(p, hashlib.sha256(b).hexdigest()) for p, b in sorted(seen.items())]
+    return [(p, h, stamp) for p, (h, stamp) in sorted(seen.items())]
 
 
-def _cache_key(source, options, name_expressions, arch) -> str:
+def _headers_unchanged(included: list) -> bool:
+    """Whether the headers _included() found still have their mtime and size (one stat each: the
+    memory cache's check, so that a hit reads no header)."""
+    for p, _h, stamp in included:
+        try:
+            st = os.stat(p)
+        except OSError:
+            return False
+        if (st.st_mtime_ns, st.st_size) != stamp:
+            return False
+    return True
+
+
+def _cache_key(source, options, name_expressions, arch, included=None) -> str:
+    """The disk cache's key: the inputs and the included headers' contents (_included)."""
+    included = _included(source, options) if included is None else included
     blob = json.dumps([source, list(options), list(name_expressions), arch, list(nvrtc_version()),
-                       __version__, _included(source, options)], separators=(",", ":"))
+                       __version__, [(p, h) for p, h, _ in included]], separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -201,10 +226,12 @@ def compile_to_cubin(source: str, options=(), name_expressions=(), arch: str | N
     arch = _real_arch(arch) if arch is not None else current_arch()
     opts = tuple(DEFAULT_OPTIONS) + _options(options) + (f"-arch={arch}",)
     names = _name_expressions(name_expressions)
-    key = _cache_key(source, opts, names, arch)
-    hit = _memory_cache.get(key)
-    if hit is not None:
-        return hit
+    mkey = (source, opts, names, arch)   # (the memory cache: the headers checked by their stat alone)
+    hit = _memory_cache.get(mkey)
+    if hit is not None and _headers_unchanged(hit[0]):
+        return hit[1]
+    included = _included(source, opts)
+    key = _cache_key(source, opts, names, arch, included)
     path = cache_dir() / "nvrtc" / f"{key}.bin"
     entry = _read_entry(path)
     if entry is None:
@@ -212,7 +239,7 @@ def compile_to_cubin(source: str, options=(), name_expressions=(), arch: str | N
         _write_entry(path, *entry)
         log.debug("compiled %s for %s (%d bytes), cached as %s", source_name, arch, len(entry[0]), path)
     with _lock:
-        _memory_cache[key] = entry
+        _memory_cache[mkey] = (included, entry)
     return entry
 
 

@@ -14,6 +14,7 @@ at INFO and shown by `cudakit info`, and launches go through CuPy's binding: slo
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib.machinery
@@ -54,6 +55,9 @@ def build(path: Path | None = None) -> Path:
     compiler's output when that fails."""
     path = Path(path or module_path())
     if path.exists():
+        if not _digest_path(path).exists():   # (built before digests were written: trusted as it was, and
+            with contextlib.suppress(OSError):  # a host without a compiler keeps its launcher)
+                _write_digest(path, path.read_bytes())
         if _intact(path):
             return path
         log.warning("the native launcher %s is damaged (its digest does not match): building it again", path)
