@@ -310,7 +310,7 @@ def test_argument_checks_leave_the_group_usable(tmp_path):
     assert r.returncode == 0, r.stderr
     for rank in (0, 1):
         assert f"OK {rank} [2.0, 2.0, 2.0, 2.0] [1.0, 1.0]" in r.stdout, r.stdout
-    assert "ArgumentError', 'ArgumentTypeError', 'ArgumentError', 'ValueError', 'TypeError', 'TypeError', " \
+    assert "ArgumentError', 'ArgumentTypeError', 'ArgumentError', 'ArgumentError', 'TypeError', 'TypeError', " \
            "'TypeError', 'ArgumentTypeError']" in r.stdout, r.stdout
 
 
@@ -453,3 +453,13 @@ def test_an_ipv6_init_method_serves_the_store_over_ipv6():
         assert x.tolist() == [1.0, 1.0, 1.0]
     finally:
         dist.destroy_process_group()
+
+
+def test_bad_distributed_arguments_are_cudakit_argument_errors():
+    """Every error cudakit raises is a CudakitError (docs/guide/errors.md): the distributed API's
+    bad arguments are ArgumentError, still a ValueError."""
+    from cudakit.errors import ArgumentError
+    for kwargs in ({"backend": "foo"}, {"timeout": -1}, {"rank": 5, "world_size": 2}, {"rank": "0", "world_size": 2}):
+        with pytest.raises(ArgumentError):
+            dist.init_process_group(**{"backend": "cpu", "init_method": "tcp://127.0.0.1:1", **kwargs})
+    assert not dist.is_initialized()

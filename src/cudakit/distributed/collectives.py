@@ -9,7 +9,7 @@ live in the arrays passed; with async_op=True they are ready after work.wait().
 """
 from __future__ import annotations
 
-from ..errors import DeviceError, DistributedError, DTypeError, ShapeError
+from ..errors import ArgumentError, DeviceError, DistributedError, DTypeError, ShapeError
 from .group import resolve
 from .work import wait_limit
 
@@ -77,7 +77,7 @@ def _array(g, a, name: str, write: bool = True):
 def _reduce_op(op, dt: str) -> str:
     o = op.lower() if isinstance(op, str) else op
     if o not in REDUCE_OPS:
-        raise ValueError(f"op must be one of {REDUCE_OPS} (got {op!r})")
+        raise ArgumentError(f"op must be one of {REDUCE_OPS} (got {op!r})")
     if o == "avg" and dt.startswith("int"):
         raise DTypeError(f"op='avg' needs a float dtype (got {dt}); use 'sum' and divide")
     return o
@@ -103,7 +103,7 @@ def all_reduce_coalesced(tensors, op: str = "sum", group=None, async_op: bool = 
     reduced in place). For many small arrays, where one launch per array would dominate."""
     g = resolve(group, "all_reduce_coalesced")
     if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
-        raise ValueError(f"tensors must be a list of arrays (got {type(tensors).__name__})")
+        raise ArgumentError(f"tensors must be a list of arrays (got {type(tensors).__name__})")
     arrays = [_array(g, t, f"tensors[{i}]") for i, t in enumerate(tensors)]
     ops = {_reduce_op(op, dtype_name(a.dtype)) for a in arrays} or {_reduce_op(op, "float32")}
     o = ops.pop()
@@ -234,7 +234,7 @@ def reduce_scatter(output, input, op: str = "sum", group=None, async_op: bool = 
 def _peer(g, r, what: str) -> int:
     p = g.group_rank(r, what)
     if p == g.rank:
-        raise ValueError(f"{what}={r} is this rank; send and recv need another rank")
+        raise ArgumentError(f"{what}={r} is this rank; send and recv need another rank")
     return p
 
 

@@ -15,7 +15,7 @@ import concurrent.futures as cf
 
 import numpy as np
 
-from ..errors import DistributedError
+from ..errors import ArgumentError, DistributedError
 from .store import exchange
 
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
@@ -38,7 +38,7 @@ def reduce_arrays(chunks: list, op: str, dtype) -> np.ndarray:
         elif op == "min":
             r = stack.min(axis=0)
         else:
-            raise ValueError(f"unknown reduce op {op!r}")
+            raise ArgumentError(f"unknown reduce op {op!r}")
         return r.astype(dtype)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numbers
 
-from ..errors import ArgumentTypeError, DeviceError, DistributedError, DTypeError, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, DeviceError, DistributedError, DTypeError, ShapeError
 from . import collectives as coll
 from .group import resolve
 
@@ -44,10 +44,10 @@ def plan_buckets(nbytes, dtypes, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     nbytes: bytes of each gradient; dtypes: their dtype names (same length)."""
     nbytes, dtypes = list(nbytes), list(dtypes)
     if len(nbytes) != len(dtypes):
-        raise ValueError(f"nbytes and dtypes differ in length ({len(nbytes)} vs {len(dtypes)})")
+        raise ArgumentError(f"nbytes and dtypes differ in length ({len(nbytes)} vs {len(dtypes)})")
     for name, v, lo in (("bucket_bytes", bucket_bytes, 1), ("tail_bucket_bytes", tail_bucket_bytes, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f"{name} must be an int >= {lo} (got {v!r})")
+            raise ArgumentError(f"{name} must be an int >= {lo} (got {v!r})")
     # the taper, from the first parameter on (the last gradients of the backward)
     tail: list[list[int]] = []
     open_: dict[str, tuple[list[int], int, int]] = {}   # dtype -> (bucket, bytes so far, its cap)
@@ -167,7 +167,7 @@ class GradSync:
         g = resolve(group, "GradSync")
         for name, v in (("copy", copy), ("peer", peer)):
             if not isinstance(v, bool):
-                raise ValueError(f"{name} must be a bool (got {v!r})")
+                raise ArgumentError(f"{name} must be a bool (got {v!r})")
         self.group, self.average, self.copy = group, average, copy
         self._g = g
         self.names = list(params) if isinstance(params, dict) else None
@@ -290,10 +290,10 @@ class GradSync:
         (wait_for() starts buckets with gradients still unmarked): a gradient given later would be
         left out of it."""
         if self._order.ready[i]:
-            raise ValueError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
+            raise ArgumentError(f"gradient {i} was already marked ready in this step (call wait() to end the step)")
         b = self._bucket_of[i]
         if b < self._order.next:
-            raise ValueError(f"gradient {i}'s bucket {b} already started its all-reduce in this step (wait_for() "
+            raise ArgumentError(f"gradient {i}'s bucket {b} already started its all-reduce in this step (wait_for() "
                              f"starts every bucket): give gradients before wait_for(), or call wait() to end the step")
 
     def _launch_ready(self, all_: bool = False) -> None:
@@ -387,7 +387,7 @@ def param_index(i, n: int, by_name: dict) -> int:
         i = int(i)   # (NumPy's integers too)
     if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
         names = f" or one of the {len(by_name)} names" if by_name else ""
-        raise ValueError(f"parameter must be an int in [0, {n}){names} (got {i!r})")
+        raise ArgumentError(f"parameter must be an int in [0, {n}){names} (got {i!r})")
     return i
 
 

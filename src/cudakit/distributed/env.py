@@ -25,6 +25,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..errors import ArgumentError
+
 DEFAULT_PORT = 29500
 
 
@@ -44,12 +46,12 @@ class LaunchEnv:
 def _int(env, name: str, source: str) -> int:
     raw = env.get(name)
     if raw is None or not raw.strip():   # (a launcher's environment with this one variable missing)
-        raise ValueError(f"{name} is not set ({source} sets it with the others); the environment looks like "
+        raise ArgumentError(f"{name} is not set ({source} sets it with the others); the environment looks like "
                          f"a partial {source} one")
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} ({source}) is not an integer") from None
+        raise ArgumentError(f"{name}={raw!r} ({source}) is not an integer") from None
 
 
 def _opt_int(env, name: str, source: str) -> int | None:
@@ -61,7 +63,7 @@ def expand_first_host(nodelist: str) -> str:
     s = nodelist.strip()
     m = re.match(r"([^,\[]+)(\[([^\]]+)\])?", s)
     if not m or not m.group(1):
-        raise ValueError(f"cannot read a host from the Slurm node list {nodelist!r}")
+        raise ArgumentError(f"cannot read a host from the Slurm node list {nodelist!r}")
     if m.group(3) is None:
         return m.group(1)
     first = m.group(3).split(",")[0].split("-")[0]
@@ -74,10 +76,10 @@ def tasks_on_node(tasks_per_node: str, node_id: int) -> int:
     for part in tasks_per_node.split(","):
         m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
         if not m:
-            raise ValueError(f"cannot read Slurm's tasks per node {tasks_per_node!r}")
+            raise ArgumentError(f"cannot read Slurm's tasks per node {tasks_per_node!r}")
         counts += [int(m.group(1))] * int(m.group(2) or 1)
     if not 0 <= node_id < len(counts):
-        raise ValueError(f"SLURM_NODEID={node_id} is outside the {len(counts)} nodes of {tasks_per_node!r}")
+        raise ArgumentError(f"SLURM_NODEID={node_id} is outside the {len(counts)} nodes of {tasks_per_node!r}")
     return counts[node_id]
 
 
@@ -132,13 +134,13 @@ def read_env(environ=None) -> LaunchEnv | None:
 
 def _checked(e: LaunchEnv) -> LaunchEnv:
     if e.world_size < 1:
-        raise ValueError(f"world size must be >= 1 (got {e.world_size} from {e.source}'s variables)")
+        raise ArgumentError(f"world size must be >= 1 (got {e.world_size} from {e.source}'s variables)")
     if not 0 <= e.rank < e.world_size:
-        raise ValueError(f"rank {e.rank} is outside [0, {e.world_size}) ({e.source}'s variables)")
+        raise ArgumentError(f"rank {e.rank} is outside [0, {e.world_size}) ({e.source}'s variables)")
     if not 0 <= e.local_rank < max(e.local_world_size, 1):
-        raise ValueError(f"local rank {e.local_rank} is outside [0, {e.local_world_size}) ({e.source}'s variables)")
+        raise ArgumentError(f"local rank {e.local_rank} is outside [0, {e.local_world_size}) ({e.source}'s variables)")
     if e.master_port is not None and not 0 < e.master_port < 65536:
-        raise ValueError(f"MASTER_PORT={e.master_port} is not a TCP port (1..65535)")
+        raise ArgumentError(f"MASTER_PORT={e.master_port} is not a TCP port (1..65535)")
     return e
 
 
@@ -149,8 +151,8 @@ def parse_init_method(init_method: str) -> tuple[str, str | None, int | None]:
         return "env", None, None
     m = re.fullmatch(r"tcp://(\[[^\]]+\]|[^:/\[\]]+):(\d+)/?", init_method or "")
     if not m:
-        raise ValueError(f"init_method must be 'env://' or 'tcp://host:port' (got {init_method!r})")
+        raise ArgumentError(f"init_method must be 'env://' or 'tcp://host:port' (got {init_method!r})")
     port = int(m.group(2))
     if not 0 < port < 65536:
-        raise ValueError(f"init_method {init_method!r}: port {port} is not in 1..65535")
+        raise ArgumentError(f"init_method {init_method!r}: port {port} is not in 1..65535")
     return "tcp", m.group(1).strip("[]"), port

@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 
 from .. import profiler
-from ..errors import DistributedError
+from ..errors import ArgumentError, DistributedError
 from . import env as envmod
 from .store import StoreClient, StoreServer, exchange
 from .work import CapturedWork, EventWork, FutureWork
@@ -81,7 +81,7 @@ class ProcessGroup:
         ValueError when it is none."""
         if isinstance(global_rank, (bool, np.bool_)) or not isinstance(global_rank, numbers.Integral) \
                 or int(global_rank) not in self.ranks:
-            raise ValueError(f"{what}={global_rank!r} is not a rank of the group (its global ranks: "
+            raise ArgumentError(f"{what}={global_rank!r} is not a rank of the group (its global ranks: "
                              f"{list(self.ranks)})")
         return self.ranks.index(int(global_rank))
 
@@ -452,7 +452,7 @@ def _seconds(timeout) -> float:
     if isinstance(timeout, datetime.timedelta):
         timeout = timeout.total_seconds()
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds or a timedelta (got {timeout!r})")
+        raise ArgumentError(f"timeout must be a positive number of seconds or a timedelta (got {timeout!r})")
     return float(timeout)
 
 
@@ -490,20 +490,20 @@ def init_process_group(backend: str = "nccl", init_method: str = "env://", world
         raise DistributedError("the process group is already initialised; call destroy_process_group() first",
                                rank=_world.rank, op="init_process_group")
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS} (got {backend!r})")
+        raise ArgumentError(f"backend must be one of {BACKENDS} (got {backend!r})")
     limit = _seconds(timeout)
     kind, host, port = envmod.parse_init_method(init_method)
     env = envmod.read_env()
     for name, v in (("rank", rank), ("world_size", world_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            raise ValueError(f"{name} must be an int (got {v!r})")
+            raise ArgumentError(f"{name} must be an int (got {v!r})")
     rank = env.rank if rank is None and env else rank
     world_size = env.world_size if world_size is None and env else world_size
     if rank is None or world_size is None:
-        raise ValueError("rank and world_size are unknown: launch with `cudakit run`, torchrun, mpirun or srun, "
+        raise ArgumentError("rank and world_size are unknown: launch with `cudakit run`, torchrun, mpirun or srun, "
                          "or pass rank= and world_size=")
     if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size) and world_size >= 1 (got rank={rank}, "
+        raise ArgumentError(f"rank must be in [0, world_size) and world_size >= 1 (got rank={rank}, "
                          f"world_size={world_size})")
     same = env is not None and env.rank == rank and env.world_size == world_size
     local_rank, local_size = (env.local_rank, env.local_world_size) if same else (rank, world_size)
@@ -515,7 +515,7 @@ def init_process_group(backend: str = "nccl", init_method: str = "env://", world
         if port is None and os.environ.get("MASTER_PORT", "").strip():
             port = envmod._int(os.environ, "MASTER_PORT", "environment")
         if host is None or port is None:
-            raise ValueError("init_method='env://' needs MASTER_ADDR and MASTER_PORT (the store's host and port): "
+            raise ArgumentError("init_method='env://' needs MASTER_ADDR and MASTER_PORT (the store's host and port): "
                              "set them, launch with `cudakit run`, or use init_method='tcp://host:port'")
     from .. import config
     w = World(backend, rank, world_size, local_rank, local_size, limit, config.settings().distributed_debug)
@@ -591,12 +591,12 @@ def new_group(ranks=None, timeout=None) -> ProcessGroup:
     try:
         given = list(ranks)
     except TypeError:
-        raise ValueError(f"ranks must be an iterable of ints (got {ranks!r})") from None
+        raise ArgumentError(f"ranks must be an iterable of ints (got {ranks!r})") from None
     if not all(isinstance(r, numbers.Integral) and not isinstance(r, (bool, np.bool_)) for r in given):
-        raise ValueError(f"ranks must be an iterable of ints (got {ranks!r})")   # (0.5 was taken as 0)
+        raise ArgumentError(f"ranks must be an iterable of ints (got {ranks!r})")   # (0.5 was taken as 0)
     rs = sorted({int(r) for r in given})
     if not rs or rs[0] < 0 or rs[-1] >= w.size:
-        raise ValueError(f"ranks must be non-empty and in [0, {w.size}) (got {list(ranks)})")
+        raise ArgumentError(f"ranks must be non-empty and in [0, {w.size}) (got {list(ranks)})")
     return _new_group(w, tuple(rs), w.timeout if timeout is None else _seconds(timeout))
 
 

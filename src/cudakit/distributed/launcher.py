@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from ..errors import DistributedError
+from ..errors import ArgumentError, DistributedError
 from .store import FAILED_PREFIX, StoreClient, StoreServer
 
 EXIT_PREFIX = "__exit__/"   # "__exit__/<rank>" -> "<code>" for every rank that exited, written by its launcher
@@ -67,19 +67,19 @@ def _describe(code: int) -> str:
 def _check(args) -> None:
     n, m, r = args.nproc_per_node, args.nnodes, args.node_rank
     if n < 1:
-        raise ValueError(f"--nproc-per-node must be >= 1 (got {n})")
+        raise ArgumentError(f"--nproc-per-node must be >= 1 (got {n})")
     if m < 1:
-        raise ValueError(f"--nnodes must be >= 1 (got {m})")
+        raise ArgumentError(f"--nnodes must be >= 1 (got {m})")
     if not 0 <= r < m:
-        raise ValueError(f"--node-rank must be in [0, {m}) (got {r})")
+        raise ArgumentError(f"--node-rank must be in [0, {m}) (got {r})")
     if not 0 <= args.master_port < 65535 or (args.master_port == 0 and m > 1):
-        raise ValueError(f"--master-port must be in [1, 65534] (0 only on one node) (got {args.master_port})")
+        raise ArgumentError(f"--master-port must be in [1, 65534] (0 only on one node) (got {args.master_port})")
     if not args.grace >= 0:
-        raise ValueError(f"--grace must be >= 0 seconds (got {args.grace})")
+        raise ArgumentError(f"--grace must be >= 0 seconds (got {args.grace})")
     if not args.store_timeout > 0:
-        raise ValueError(f"--store-timeout must be > 0 seconds (got {args.store_timeout})")
+        raise ArgumentError(f"--store-timeout must be > 0 seconds (got {args.store_timeout})")
     if not args.module and not os.path.exists(args.script):
-        raise ValueError(f"script {args.script!r} does not exist")
+        raise ArgumentError(f"script {args.script!r} does not exist")
 
 
 class _Prefixer(threading.Thread):

@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 
-from ..errors import DistributedError
+from ..errors import ArgumentError, DistributedError
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +255,9 @@ class StoreClient:
 
     def __init__(self, host: str, port: int, timeout: float = 600.0, rank: int | None = None):
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-            raise ValueError(f"store port must be an int in [1, 65535] (got {port!r})")
+            raise ArgumentError(f"store port must be an int in [1, 65535] (got {port!r})")
         if not timeout > 0:
-            raise ValueError(f"store timeout must be > 0 seconds (got {timeout!r})")
+            raise ArgumentError(f"store timeout must be > 0 seconds (got {timeout!r})")
         self.host, self.port, self.timeout, self.rank = host, port, float(timeout), rank
         self._lock = threading.Lock()
         self._sock = self._connect()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..errors import DeviceError, DTypeError, ShapeError
+from ..errors import ArgumentError, DeviceError, DTypeError, ShapeError
 from . import collectives as coll
 from .data_parallel import (
     ALIGN_BYTES,
@@ -136,7 +136,7 @@ class ZeroRedundancyOptimizer:
             raise ShapeError(f"grads[{i}] is {grad.dtype} {tuple(grad.shape)}; params[{i}] is {dst.dtype} "
                              f"{tuple(dst.shape)}")
         if self._order.ready[i]:
-            raise ValueError(f"gradient {i} was already given in this step (step() ends the step)")
+            raise ArgumentError(f"gradient {i} was already given in this step (step() ends the step)")
 
     def set_grad(self, i, grad) -> None:
         """Give `grad` (params[i]'s shape and dtype; i an index or a name) as this step's gradient i:
@@ -153,7 +153,7 @@ class ZeroRedundancyOptimizer:
         stream): as set_grad, without the copy."""
         i = self._index(i)
         if self._order.ready[i]:
-            raise ValueError(f"gradient {i} was already given in this step (step() ends the step)")
+            raise ArgumentError(f"gradient {i} was already given in this step (step() ends the step)")
         self._mark(i)
 
     def _mark(self, i: int) -> None:
@@ -181,16 +181,16 @@ class ZeroRedundancyOptimizer:
             if self.names is not None:
                 if not isinstance(grads, dict) or set(grads) != set(self.names):
                     have = set(grads) if isinstance(grads, dict) else None
-                    raise ValueError("step: grads must be a dict with the parameters' names" + (
+                    raise ArgumentError("step: grads must be a dict with the parameters' names" + (
                         f" (missing {sorted(set(self.names) - have)}, unknown {sorted(have - set(self.names))})"
                         if have is not None else f" (got a {type(grads).__name__})"))
                 given = [grads[n] for n in self.names]
             else:
                 if isinstance(grads, dict) or not isinstance(grads, (list, tuple)):
-                    raise ValueError(f"step: grads must be a list of arrays, as params was (got {type(grads).__name__})")
+                    raise ArgumentError(f"step: grads must be a list of arrays, as params was (got {type(grads).__name__})")
                 given = list(grads)
             if len(given) != len(self._grad_views):
-                raise ValueError(f"step: {len(given)} gradients for {len(self._grad_views)} parameters")
+                raise ArgumentError(f"step: {len(given)} gradients for {len(self._grad_views)} parameters")
             for i, gr in enumerate(given):   # every check before any copy
                 self._check_grad(i, gr)
             for i in reversed(range(len(given))):   # the backward's order: buckets start as they fill
@@ -201,7 +201,7 @@ class ZeroRedundancyOptimizer:
             for w in self._works:   # what started still completes; the step is abandoned
                 w.wait()
             self._reset()
-            raise ValueError(f"step: gradients {missing} were not given this step (set_grad, or write grads[i] "
+            raise ArgumentError(f"step: gradients {missing} were not given this step (set_grad, or write grads[i] "
                              f"and mark_ready(i)); nothing was stepped")
         self._launch_ready(all_=True)
         for w in self._works:
