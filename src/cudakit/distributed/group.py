@@ -482,8 +482,10 @@ def init_process_group(backend: str = "nccl", init_method: str = "env://", world
     waited on in it, for NCCL's initialisation and for every collective (the watchdog's limit).
 
     Rank 0 serves the store on the port unless a launcher serves it (`cudakit run`). With NCCL
-    the rank takes GPU local_rank (GPU 0 when it sees one GPU). Raises ValueError for bad
-    arguments or environment, DistributedError when the store or a rank cannot be reached in time.
+    the rank takes GPU local_rank (GPU 0 when it sees one GPU). Raises ArgumentError (a
+    ValueError) for bad arguments or environment, DistributedError when the store cannot be
+    reached in time, or a rank: with NCCL here (its initialisation waits for every rank), with
+    the cpu backend at the first collective that needs it (this returns without waiting for them).
     """
     global _world, _atexit_registered
     if _world is not None:
