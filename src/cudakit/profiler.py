@@ -113,13 +113,14 @@ class Profile:
     # -- results --
     def resolve(self) -> list[Record]:
         """Wait for the recorded work and fill in every duration."""
-        failed = []
+        failed = False
         for r in self.records:
             if r._host is not None:   # a CPU-backend collective issued in the profile: it fills its own times
                 concurrent.futures.wait([r._host])   # (the group's watchdog bounds it)
                 if r._host.cancelled() or r._host.exception() is not None:
-                    failed.append(r)   # (it never completed: no duration to report)
-                r._host = None
+                    failed = True   # (it never completed: no duration to report; left out below)
+                else:
+                    r._host = None
             if r.duration_ms is None and r._events:
                 r._events[1].synchronize()
                 from .runtime import _cupy
@@ -130,7 +131,7 @@ class Profile:
                     r.gpu_start_us = ref[1] + cp.cuda.get_elapsed_time(ref[0], r._events[0]) * 1e3
                 r._events = ()
         if failed:
-            self.records = [r for r in self.records if not any(r is f for f in failed)]
+            self.records = [r for r in self.records if r._host is None]
         return self.records
 
     def table(self) -> list[dict]:

@@ -174,7 +174,6 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
                 arrays[arg] = self._coerce(np.asarray(scalars.pop(arg)), arg)
             if not arrays:
                 raise DTypeError(f"{op}: at least one argument must be an array (got only scalars)")
-            arrays = {a: arrays[a] for a in named if a in arrays}
         dts = {arg: self._check_dtype(x, arg, op) for arg, x in arrays.items()}
         if len(set(dts.values())) > 1:
             desc = ", ".join(f"{a} is {d}" for a, d in dts.items())

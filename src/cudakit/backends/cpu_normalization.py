@@ -160,7 +160,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     with np.errstate(all="ignore"):
         xa = x3.astype(acc, copy=False)
         if training:
-            mean = (np.sum(xa, axis=(0, 2), dtype=np.float64) / count).astype(acc)   # (as _cross_rows)
+            mean = (_cross_rows(xa, (0, 2), np.float64) / count).astype(acc)
             xc = xa - mean[None, :, None]
             m2 = _cross_rows(xc * xc, (0, 2), acc)
             var = m2 / acc.type(count)

@@ -18,7 +18,11 @@ rank): a bucket ready before its predecessors waits for them.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import numbers
+
+import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, DeviceError, DistributedError, DTypeError, ShapeError
 from . import collectives as coll
@@ -89,22 +93,16 @@ def _padded(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
 
 
-def check_same_parameters(arrays, group=None, op: str = "check_same_parameters") -> None:
-    """Raise DistributedError on every rank of the group unless every rank passed parameters of
-    the same shapes and dtypes in the same order (one all-gather of a digest of them, and a host
-    wait for it): a broadcast or an all-reduce over lists that differ would exchange mismatched
-    bytes, or wait on a rank that has nothing more to send until the timeout."""
-    import hashlib
-    import json
-
-    import numpy as np
-    g = resolve(group, op)
-    arrays = list(arrays)
+def check_same_parameters(g, arrays: list, op: str) -> None:
+    """Raise DistributedError on every rank of group `g` (resolved) unless every rank passed
+    parameters of the same shapes and dtypes in the same order (one all-gather of a digest of
+    them, and a host wait for it): a broadcast or an all-reduce over lists that differ would
+    exchange mismatched bytes, or wait on a rank that has nothing more to send until the timeout."""
     desc = json.dumps([[list(map(int, a.shape)), a.dtype.name] for a in arrays]).encode()
     mine = np.concatenate([[len(arrays)], np.frombuffer(hashlib.sha256(desc).digest(), np.int64)])
     xp = coll._xp(g)
     everyone = xp.empty((g.size, mine.size), np.int64)
-    coll.all_gather(everyone, xp.asarray(mine), group)
+    coll.all_gather(everyone, xp.asarray(mine), g)
     everyone = everyone.get() if hasattr(everyone, "get") else everyone
     if not (everyone == everyone[0]).all():
         kinds = {}
@@ -123,7 +121,7 @@ def broadcast_parameters(params, src: int = 0, group=None) -> None:
     mismatched bytes or a wait until the timeout)."""
     params = list(params.values()) if isinstance(params, dict) else list(params)
     g = resolve(group, "broadcast_parameters")
-    check_same_parameters([coll._array(g, p, f"params[{i}]") for i, p in enumerate(params)], group,
+    check_same_parameters(g, [coll._array(g, p, f"params[{i}]") for i, p in enumerate(params)],
                           "broadcast_parameters")
     for p in params:
         coll.broadcast(p, src, group)
@@ -178,7 +176,7 @@ class GradSync:
         for i, p in enumerate(self.params):
             if not p.dtype.name.startswith(("float", "bfloat")):
                 raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; gradients need a float dtype")
-        check_same_parameters(self.params, group, "GradSync")   # (buckets of other lists would mix gradients)
+        check_same_parameters(g, self.params, "GradSync")   # (buckets of other lists would mix gradients)
         self.buckets = plan_buckets([p.nbytes for p in self.params], [p.dtype.name for p in self.params],
                                     bucket_bytes, tail_bucket_bytes)
         xp = coll._xp(g)
@@ -294,7 +292,7 @@ class GradSync:
         b = self._bucket_of[i]
         if b < self._order.next:
             raise ArgumentError(f"gradient {i}'s bucket {b} already started its all-reduce in this step (wait_for() "
-                             f"starts every bucket): give gradients before wait_for(), or call wait() to end the step")
+                                f"starts every bucket): give gradients before wait_for(), or call wait() to end the step")
 
     def _launch_ready(self, all_: bool = False) -> None:
         op = "avg" if self.average else "sum"

@@ -47,7 +47,7 @@ def _int(env, name: str, source: str) -> int:
     raw = env.get(name)
     if raw is None or not raw.strip():   # (a launcher's environment with this one variable missing)
         raise ArgumentError(f"{name} is not set ({source} sets it with the others); the environment looks like "
-                         f"a partial {source} one")
+                            f"a partial {source} one")
     try:
         return int(raw)
     except ValueError:

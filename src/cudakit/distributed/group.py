@@ -82,21 +82,20 @@ class ProcessGroup:
         if isinstance(global_rank, (bool, np.bool_)) or not isinstance(global_rank, numbers.Integral) \
                 or int(global_rank) not in self.ranks:
             raise ArgumentError(f"{what}={global_rank!r} is not a rank of the group (its global ranks: "
-                             f"{list(self.ranks)})")
+                                f"{list(self.ranks)})")
         return self.ranks.index(int(global_rank))
 
     # -- failure state (shared with the watchdog) --
     def _prune(self) -> None:
         """Drop the completed collectives at the front of the pending queue (holding _plock)."""
         q = self._pending
-        popped = False
+        n = len(q)
         while q and q[0].done():
             p = q.popleft()
-            popped = True
             if p.reusable:   # no Work handle holds its event
                 self._free_events.append(p.event)
-        if popped and q:   # the collectives run one after another: the new front's clock starts now, not
-            q[0].t0 = max(q[0].t0, time.monotonic())   # when it was queued behind the others
+        if q and len(q) < n:   # the collectives run one after another: the new front's clock starts now,
+            q[0].t0 = max(q[0].t0, time.monotonic())   # not when it was queued behind the others
 
     def pending_snapshot(self) -> list:
         """The collectives not known to be complete, oldest first (drops the completed ones)."""
@@ -503,10 +502,10 @@ def init_process_group(backend: str = "nccl", init_method: str = "env://", world
     world_size = env.world_size if world_size is None and env else world_size
     if rank is None or world_size is None:
         raise ArgumentError("rank and world_size are unknown: launch with `cudakit run`, torchrun, mpirun or srun, "
-                         "or pass rank= and world_size=")
+                            "or pass rank= and world_size=")
     if world_size < 1 or not 0 <= rank < world_size:
         raise ArgumentError(f"rank must be in [0, world_size) and world_size >= 1 (got rank={rank}, "
-                         f"world_size={world_size})")
+                            f"world_size={world_size})")
     same = env is not None and env.rank == rank and env.world_size == world_size
     local_rank, local_size = (env.local_rank, env.local_world_size) if same else (rank, world_size)
     if kind == "env":
@@ -518,7 +517,7 @@ def init_process_group(backend: str = "nccl", init_method: str = "env://", world
             port = envmod._int(os.environ, "MASTER_PORT", "environment")
         if host is None or port is None:
             raise ArgumentError("init_method='env://' needs MASTER_ADDR and MASTER_PORT (the store's host and port): "
-                             "set them, launch with `cudakit run`, or use init_method='tcp://host:port'")
+                                "set them, launch with `cudakit run`, or use init_method='tcp://host:port'")
     from .. import config
     w = World(backend, rank, world_size, local_rank, local_size, limit, config.settings().distributed_debug)
     try:

@@ -69,7 +69,7 @@ class ZeroRedundancyOptimizer:
         for i, p in enumerate(arrays):
             if not p.dtype.name.startswith(("float", "bfloat")):
                 raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; an optimizer needs a float dtype")
-        check_same_parameters(arrays, group, "ZeroRedundancyOptimizer")   # (same padded buckets hid a mismatch)
+        check_same_parameters(g, arrays, "ZeroRedundancyOptimizer")   # (same padded buckets hid a mismatch)
         self.buckets = plan_buckets([p.nbytes for p in arrays], [p.dtype.name for p in arrays], bucket_bytes, 0)
         xp, n, r = coll._xp(g), g.size, g.rank
         with (g.transport.cp.cuda.Device(g.device) if g.backend == "nccl" else contextlib.nullcontext()):
@@ -202,7 +202,7 @@ class ZeroRedundancyOptimizer:
                 w.wait()
             self._reset()
             raise ArgumentError(f"step: gradients {missing} were not given this step (set_grad, or write grads[i] "
-                             f"and mark_ready(i)); nothing was stepped")
+                                f"and mark_ready(i)); nothing was stepped")
         self._launch_ready(all_=True)
         for w in self._works:
             w.wait()

@@ -9,8 +9,12 @@ are kept by a clear.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from ..errors import ArgumentError, CacheError
@@ -52,6 +56,26 @@ def subdir(name: str) -> Path:
     d = r / name
     d.mkdir(exist_ok=True)
     return d
+
+
+def write_atomic(path: Path, data: bytes, suffix: str = "") -> None:
+    """Write `data` to `path` through a temporary file in its folder moved into place with
+    os.replace: a reader sees the old file or the whole new one, never a torn one. Raises OSError;
+    the temporary file is not left behind."""
+    fd, tmp = tempfile.mkstemp(dir=Path(path).parent, prefix=".tmp-", suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def digest(data: bytes) -> str:
+    """A short content digest of a cached file (its integrity check, not a security one)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def prepare(path: Path) -> None:

@@ -131,10 +131,6 @@ def _cache_key(source, options, name_expressions, arch, included=None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _digest(binary: bytes) -> str:
-    return hashlib.blake2b(binary, digest_size=16).hexdigest()
-
-
 def _read_entry(path: Path):
     """(binary, mapping) of a cache entry, or None when it is missing or damaged: its header (a
     JSON object) carries the binary's length and digest, so a truncated or overwritten file is
@@ -147,26 +143,19 @@ def _read_entry(path: Path):
     except (OSError, ValueError, struct.error):
         return None
     if not isinstance(header, dict) or not isinstance(header.get("mapping"), dict) \
-            or header.get("n") != len(binary) or header.get("digest") != _digest(binary):
+            or header.get("n") != len(binary) or header.get("digest") != _cache.digest(binary):
         log.warning("kernel cache entry %s is damaged (length or digest): compiling it again", path)
         return None
     return binary, header["mapping"]
 
 
 def _write_entry(path: Path, binary: bytes, mapping: dict) -> None:
-    header = json.dumps({"mapping": mapping, "n": len(binary), "digest": _digest(binary)}).encode()
-    tmp = None
+    header = json.dumps({"mapping": mapping, "n": len(binary), "digest": _cache.digest(binary)}).encode()
     try:
         _cache.prepare(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<I", len(header)) + header + binary)
-        os.replace(tmp, path)
+        _cache.write_atomic(path, struct.pack("<I", len(header)) + header + binary)
     except (OSError, CacheError) as e:  # an unwritable cache slows later runs but must not fail this one
         log.warning("could not write kernel cache entry %s: %s", path, e)
-        if tmp is not None:   # (not left behind for cache_info() to count)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def _options(options) -> tuple:
@@ -530,15 +519,7 @@ def compile_ptx(source: str, path=None, options=(), arch: str | None = None,
     if path is not None:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".ptx")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(ptx)
-            os.replace(tmp, p)
-        except BaseException:   # (path a folder, say: the temporary file is not left behind)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        _cache.write_atomic(p, ptx.encode(), suffix=".ptx")   # (path a folder, say: nothing left behind)
     return ptx
 
 

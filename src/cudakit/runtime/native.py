@@ -58,6 +58,7 @@ def build(path: Path | None = None) -> Path:
         if not _digest_path(path).exists():   # (built before digests were written: trusted as it was, and
             with contextlib.suppress(OSError):  # a host without a compiler keeps its launcher)
                 _write_digest(path, path.read_bytes())
+                return path
         if _intact(path):
             return path
         log.warning("the native launcher %s is damaged (its digest does not match): building it again", path)
@@ -93,22 +94,16 @@ def _digest_path(path: Path) -> Path:
 
 
 def _write_digest(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(suffix=".digest", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(hashlib.blake2b(data, digest_size=16).hexdigest())
-        os.replace(tmp, _digest_path(path))
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from .cache import digest, write_atomic
+    write_atomic(_digest_path(path), digest(data).encode(), suffix=".digest")
 
 
 def _intact(path: Path) -> bool:
     """Whether the module file matches the digest written when it was built: a truncated or
     overwritten module loaded as it is crashed the process (SIGBUS) or disabled the launcher."""
+    from .cache import digest
     try:
-        want = _digest_path(path).read_text().strip()
-        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest() == want
+        return digest(path.read_bytes()) == _digest_path(path).read_text().strip()
     except OSError:
         return False
 
