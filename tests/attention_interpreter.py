@@ -573,100 +573,6 @@ def check_materialized_dropout(bh, lq, lk, d, causal, p, seed, budget, options):
                                        err_msg=f"{name} {case}")
 
 
-# the materialised float32 forward (kernels/attention_materialized_forward.py): (BH, Lq, Lk, head_dim,
-# causal, window, groups, key lengths per batch, q heads a batch, sms): ragged ends, causal with
-# Lq < Lk and Lq > Lk (rows that see no key), windows, Lq = 1, head dims below their block, grouped
-# k, v, lengths of 0 and inside the first tile, DP 128 in two column blocks (sms: a GPU the grid
-# leaves idle) and one
-MATF_CASES = [(2, 70, 90, 24, False, None, 1, None, 1, None),
-              (2, 70, 90, 24, True, None, 1, None, 1, None),
-              (1, 150, 60, 80, True, None, 1, None, 1, None),
-              (1, 100, 150, 32, False, (20, 5), 1, None, 1, None),
-              (1, 1, 200, 16, True, None, 1, None, 1, None),
-              (3, 40, 33, 128, False, None, 1, None, 1, 1000),
-              (3, 40, 133, 96, True, (3, None), 1, None, 1, None),
-              (2, 300, 140, 64, True, (50, None), 1, None, 1, None),
-              (2, 150, 90, 128, True, None, 1, None, 1, None),
-              (4, 70, 90, 128, True, None, 2, None, 4, 1000),
-              (6, 50, 140, 96, False, None, 3, [140, 0], 3, None),
-              (4, 65, 150, 16, False, None, 1, [150, 0, 64, 1], 1, None),
-              (4, 60, 140, 80, True, (40, 10), 2, [140, 0], 2, None),
-              (1, 65, 1, 8, False, None, 1, None, 1, None)]
-
-
-def check_materialized_forward(bh, lq, lk, d, causal, window, groups, lens, heads, sms, bias=None, bias_heads=1,
-                               dropout=None):
-    """The materialised forward's launch sequence (attention_materialized_forward.run, as the GPU
-    runs it) against the float64 reference's out and lse; every array it allocates starts as NaN (an
-    entry read before it is written shows). groups: q heads a k, v head serves; lens: key lengths
-    per batch of `heads` [BH] entries; bias: a 4-D array, [BH] entry t its batch t // bias_heads, head
-    t % bias_heads; dropout: (p, seed)."""
-    from cudakit.kernels import _attention_matfwd_triton as matf
-    from cudakit.kernels import attention_materialized_forward as amf
-    case = ("materialized forward", bh, lq, lk, d, causal, window, groups, lens, heads, sms,
-            None if bias is None else bias.shape, dropout)
-    rng = np.random.default_rng(5)
-    q = data(rng, (bh, lq, d), "float32")
-    k, v = (data(rng, (bh // groups, lk, d), "float32") for _ in range(2))
-    scale = 1 / math.sqrt(d)
-    blens = None if lens is None else np.repeat(np.asarray(lens), heads)   # per [BH] entry
-    kr, vr = np.repeat(k, groups, 0), np.repeat(v, groups, 0)
-    full = None if bias is None else np.broadcast_to(
-        bias, (bh // bias_heads, bias_heads, lq, lk)).reshape(bh, lq, lk)
-    out_r, lse_r, pr = ac.reference(q, kr, vr, scale, causal, None, window, blens, bias=full)
-    drop = None
-    if dropout is not None:
-        from cudakit.backends.cpu_dropout import mask
-        from cudakit.backends.dropout_api import threshold
-        p, seed = dropout
-        out_r = np.where(mask((bh, lq, lk), threshold(p), seed), pr / (1 - p), 0.0) @ f64(vr)
-        drop = (*_seed_words(seed), threshold(p), 1.0 / (1.0 - p))
-
-    def launch(name, grid, args, consts):
-        getattr(matf, name)[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
-                                  **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")})
-    dlo, dhi = host.key_bounds(lq, lk, causal, window)
-    err = np.zeros(8, np.int64)
-    out, lse = amf.run(q, k, v, scale, dlo, dhi, empty=_nan_empty, launch=launch, sms=sms, groups=groups,
-                       lengths=None if lens is None else np.asarray(lens, np.int64), heads=heads,
-                       bias=None if bias is None else (bias, *host._strides(bias), bias_heads), dropout=drop,
-                       err=err)
-    assert not err.any(), f"error flag {case}: {err}"
-    assert np.isfinite(out).all(), f"out {case}: non-finite"
-    np.testing.assert_allclose(f64(out), out_r, atol=2e-5 * max(1.0, np.abs(out_r).max()), rtol=2e-5,
-                               err_msg=f"out {case}")
-    assert (np.isneginf(lse) == np.isneginf(lse_r)).all() and not np.isnan(lse).any(), f"lse {case}: -inf rows"
-    fin = np.isfinite(lse_r)
-    np.testing.assert_allclose(lse[fin], lse_r[fin], atol=1e-5, rtol=1e-5, err_msg=f"lse {case}")
-
-
-def check_materialized_forward_extras():
-    """The materialised forward with a bias (broadcast over heads, a row it masks whole) and with
-    dropout (a causal diagonal, a seed whose words are negative int32s). Returns the cases run."""
-    rng = np.random.default_rng(7)
-    bias = rng.standard_normal((2, 1, 70, 150)).astype(np.float32)
-    bias[..., 3, :] = -np.inf
-    check_materialized_forward(4, 70, 150, 96, True, (30, 4), 1, None, 1, None, bias=bias, bias_heads=2)
-    bias = rng.standard_normal((1, 1, 1, 90)).astype(np.float32)
-    check_materialized_forward(2, 65, 90, 40, False, None, 1, None, 1, None, bias=bias)
-    check_materialized_forward(2, 70, 90, 24, False, None, 1, None, 1, None, dropout=(0.3, 12345))
-    check_materialized_forward(3, 130, 100, 128, True, None, 1, None, 1, 1000, dropout=(0.2, 0xF00DFACE_9ABCDEF0))
-    # a key length past Lk: recorded in the error flag as the flash forward records it (code 10,
-    # the batch, the value, Lk), the keys clamped to Lk
-    from cudakit.kernels import _attention_matfwd_triton as matf
-    from cudakit.kernels import attention_materialized_forward as amf
-    q, k, v = (data(rng, (4, 70, 32), "float32") for _ in range(3))
-    err = np.zeros(8, np.int64)
-    out, _ = amf.run(q, k, v, 0.2, *host.key_bounds(70, 70, False, None), empty=_nan_empty,
-                     launch=lambda name, grid, args, consts: getattr(matf, name)[grid](
-                         *(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
-                         **{n: c for n, c in consts.items() if n not in ("num_warps", "num_stages")}),
-                     lengths=np.array([70, 75], np.int64), heads=2, err=err)
-    assert list(err[:4]) == [host.ERR_KEY_LENGTHS, 1, 75, 70], err
-    np.testing.assert_allclose(f64(out), ac.reference(q, k, v, 0.2, False)[0], atol=2e-5, rtol=2e-5)
-    return 5
-
-
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
     """Dropout on the probabilities: the kernels' Philox mask (regenerated in the backward) equals
     cudakit.dropout's stream over the flat (BH, Lq, Lk) scores, so out and the gradients match the
@@ -824,9 +730,6 @@ if __name__ == "__main__":
         check_materialized_bias(*case)
     for case in MAT_DROPOUT_CASES:
         check_materialized_dropout(*case)
-    for case in MATF_CASES:
-        check_materialized_forward(*case)
-    extras = check_materialized_forward_extras()
-    n = (len(MATF_CASES) + extras + len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
+    n = (len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 14)
     print(f"{n} cases match the float64 reference")

@@ -223,45 +223,6 @@ def test_attention_float32_materialized_backward_dropout(lead, lq, lk, d, causal
     assert "attention_backward" in took
 
 
-@pytest.mark.parametrize("lead,lq,lk,d,causal,window,lens,bias", [
-    ((2, 2), 17, 17, 40, False, None, None, None), ((1, 3), 1000, 1000, 80, True, None, None, None),
-    ((2,), 1, 4096, 96, False, None, None, None), ((1,), 4097, 300, 128, True, None, None, None),
-    ((2,), 300, 4097, 64, False, (100, 0), None, None), ((1, 2), 150, 60, 128, True, None, None, None),
-    ((3, 2), 70, 300, 64, False, None, [300, 0, 129], None), ((2, 2), 90, 260, 96, True, (40, 5), [17, 260], None),
-    ((2, 3), 70, 300, 64, False, None, None, (2, 3, 70, 300)), ((2, 2), 90, 260, 100, False, None, None, (2, 1, 1, 260))])
-def test_attention_float32_materialized_forward(lead, lq, lk, d, causal, window, lens, bias, rng, only_path,
-                                                float32_precision):
-    """The materialised float32 forward (kernels/attention_materialized_forward.py), taken alone,
-    against float64: ragged lengths, head dims below their block, Lq = 1 against 4096 keys, rows
-    that see no key (causal with Lq > Lk, key lengths of 0), windows, a bias with a row of -inf."""
-    float32_precision("tf32x3")
-    took = only_path("materialized")
-    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, lens=lens, bias=bias)
-    assert "attention" in took
-
-
-@pytest.mark.parametrize("b,h,hkv,lq,lk,d,causal", [(2, 8, 2, 100, 300, 128, True), (2, 4, 1, 1, 600, 80, False)])
-def test_attention_float32_materialized_forward_grouped(b, h, hkv, lq, lk, d, causal, rng, only_path,
-                                                        float32_precision):
-    """The materialised float32 forward with grouped-query k, v read in place, taken alone."""
-    float32_precision("tf32x3")
-    took = only_path("materialized")
-    ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, "float32", causal)
-    assert "attention" in took
-
-
-def test_materialized_forward_records_bad_device_key_lengths(rng, only_path, float32_precision):
-    """A GPU key_lengths past Lk reaches cudakit.check() as an ArgumentError from the materialised
-    forward too (it records it as the flash forward does), the keys clamped meanwhile."""
-    float32_precision("tf32x3")
-    took = only_path("materialized")
-    q = cp.asarray(ac.data(rng, (3, 2, 40, 64), "float32"))
-    cudakit.attention(q, q, q, key_lengths=cp.asarray([40, 41, 3]))
-    assert "attention" in took
-    with pytest.raises(cudakit.ArgumentError, match=r"key_lengths\[1\] = 41 is outside \[0, Lk = 40\]"):
-        cudakit.check()
-
-
 @pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True},
                                      {"L2_ORDER": False},
                                      {"UNMASKED_LONG": False},

@@ -141,12 +141,10 @@ def _k(name: str):
         from ..runtime.triton import TritonKernel, _triton
         _triton()  # BackendUnavailableError naming the extra when Triton is missing
         from . import _attention_mat_triton as mat
-        from . import _attention_matfwd_triton as matf
         from . import _attention_triton as src
         from .attention_materialized import KERNELS
-        from .attention_materialized_forward import KERNELS as FWD_KERNELS
         for mod, names in ((src, ("attn_fwd", "attn_fwd_combine", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq",
-                                  "cast_copy", "zero_fill", "tf32_split")), (mat, KERNELS), (matf, FWD_KERNELS)):
+                                  "cast_copy", "zero_fill", "tf32_split")), (mat, KERNELS)):
             for n in names:
                 # the dropout seed's words are not specialised: one kernel for every seed, so a traced
                 # plan takes a new seed per call (kernels/trace_plans.py, dispatch.DYNAMIC)
@@ -909,49 +907,17 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         offers = [(f"triton-{f'keys-in-{n}-parts-' if n > 1 else ''}on-{c['BLOCK_M']}x{c['BLOCK_N']}"
                    f"{'-v-in-place' if c.get('OT') else ''}", c, n)
                   for c, n in _parts_candidates(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)]
-        cands = [(name, in_parts(c, n)) for name, c, n in offers]
-        if MATERIALIZED_FORWARD and _amf().eligible(d, "tf32x3", bh, lq, lk, groups):
-            cands.append(("materialized", lambda: _materialized_forward(q, k, v, scale, masks, groups, heads, sms)))
-        if not cands:
+        if not offers:
             return one_part()
         from . import paths   # one part first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
-        key = ("fwd-key-parts", bh, lq, lk, d, tuple(name for name, _ in cands), dlo, dhi,
+        key = ("fwd-key-parts", bh, lq, lk, d, tuple(name for name, _, _ in offers), dlo, dhi,
                masks.lengths is not None, has_bias, masks.dropout is not None, groups, q.data.device_id)
-        return paths.run("attention", key, [("triton", one_part)] + cands)
+        return paths.run("attention", key, [("triton", one_part)] + [(name, in_parts(c, n)) for name, c, n in offers])
     except _NoMemoryForCopy:   # (V's transposed copy is v's bytes; other out-of-memory errors propagate)
         from .. import fallbacks
         fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
                                                   "Triton's own tf32x3 products ran it")
         return plain()
-
-
-# The materialised forward (kernels/attention_materialized_forward.py) offered to kernels/paths.py
-# beside the flash forward's tilings wherever its workspace fits (eligible()); False: never.
-MATERIALIZED_FORWARD = True
-
-
-def _amf():
-    from . import attention_materialized_forward
-    return attention_materialized_forward
-
-
-def _materialized_forward(q, k, v, scale, masks: Masks, groups: int, heads: int, sms: int):
-    """(out, lse) of the float32 forward by the materialised kernels, or None (no memory for the
-    workspace: noted in cudakit.fallbacks, the flash kernels run it). heads: q's heads a batch
-    (key lengths, a bias)."""
-    cp = _cupy.cupy()
-    bh, lq, _ = q.shape
-    lk = k.shape[1]
-    lens, err, dlo, dhi, _ = _mask_args(masks, lq, lk, q)
-    return _or_declined_for_memory(
-        lambda: _amf().run(q, k, v, float(scale), dlo, dhi, empty=lambda shape: cp.empty(shape, cp.float32),
-                           launch=lambda name, grid, args, consts: _specialized(name, consts)[grid](*args),
-                           sms=sms, groups=groups, lengths=masks.lengths, heads=heads,
-                           bias=None if masks.bias is None else (masks.bias, *_strides(masks.bias), masks.bias_heads),
-                           dropout=None if masks.dropout is None else _drop_args(masks),
-                           err=None if masks.lengths is None else err),
-        "attention:float32-materialized-forward",
-        "no memory for the float32 forward's score workspace: the flash kernels ran it")
 
 
 class _NoMemoryForCopy(Exception):
@@ -1001,7 +967,12 @@ def _parts_candidates(first: dict, consts: dict, d: int, bias: bool, above: bool
     timed at 20:57 UTC (B8 H8 S256 D128 0.084 ms against 0.062). On an H200 (2026-11-28 10:53-10:55
     UTC, history/attention/nvidia-h200-attention-f32-d128-small-grid-tiles.json) 64 x 32 again ran
     faster than none of these at B8 H8 S256 D128 and B1 H16 S512 D128, plain or causal, in parts
-    or not, V copied or in place."""
+    or not, V copied or in place. A materialised forward (the scores and the softmax's per-tile
+    partials to a workspace, then O as a long-K product; commit ac55303, reverted) ran slower than
+    these on every small grid and its every tiling (H200, 2026-11-28 13:00 UTC: B1 H16 S512 D128
+    0.0647 ms against 0.0475, B8 H8 S256 D128 0.0659 against 0.0459;
+    history/attention/nvidia-h200-attention-f32-materialized-forward.json): its tf32x3 products
+    ran no faster than the flash kernels', so more programs bought nothing."""
     def tiles(c):
         return c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]
     out = []
