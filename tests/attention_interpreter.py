@@ -573,6 +573,104 @@ def check_materialized_dropout(bh, lq, lk, d, causal, p, seed, budget, options):
                                        err_msg=f"{name} {case}")
 
 
+# the float32 forward on float16 parts (_attention_f16p_triton.py, kernels/attention.py
+# _f16_candidates): (BH, Lq, Lk, head_dim, causal, window, groups, key lengths per batch, q heads a
+# batch, key parts, tiles): ragged ends, causal with Lq < Lk and Lq > Lk, windows, Lq = 1, head dims
+# below their block (parts padded with zeros), grouped k, v, lengths of 0, the keys in parts
+F16P_CASES = [(2, 70, 90, 24, False, None, 1, None, 1, 1, None),
+              (2, 70, 90, 40, True, None, 1, None, 1, 1, None),
+              (1, 150, 60, 80, True, None, 1, None, 1, 1, None),
+              (1, 100, 150, 64, False, (20, 5), 1, None, 1, 1, None),
+              (1, 1, 200, 48, True, None, 1, None, 1, 1, None),
+              (2, 300, 140, 96, True, (50, None), 1, None, 1, 2, None),
+              (2, 130, 300, 128, False, None, 1, None, 1, 3, "small"),
+              (4, 70, 90, 128, True, None, 2, None, 4, 2, None),
+              (6, 50, 140, 100, False, None, 3, [140, 0], 3, 1, "small"),
+              (4, 60, 140, 80, True, (40, 10), 2, [140, 0], 2, 2, None),
+              (1, 65, 1, 40, False, None, 1, None, 1, 4, None)]
+
+
+def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles, bias=None, bias_heads=1,
+                    dropout=None, data_scale=None):
+    """The float16-parts forward's launch sequence (f16_split of k and v, attn_fwd_f16p, with key parts
+    attn_fwd_combine) against the float64 reference's out and lse; outputs start as 7.0, the parts'
+    arrays as NaN. bias: a 4-D array ([BH] entry t its batch t // bias_heads, head t % bias_heads);
+    dropout: (p, seed); data_scale: per-key and per-row factors spreading the operands' magnitudes."""
+    from cudakit.kernels import _attention_f16p_triton as f16p
+    case = ("f16 parts", bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles,
+            None if bias is None else bias.shape, dropout, data_scale is not None)
+    rng = np.random.default_rng(8)
+    q = data(rng, (bh, lq, d), "float32")
+    k, v = (data(rng, (bh // groups, lk, d), "float32") for _ in range(2))
+    if data_scale is not None:   # rows of very different magnitudes (and a zero key)
+        q *= np.float32(10.0) ** rng.integers(-data_scale, data_scale + 1, (bh, lq, 1))
+        k *= np.float32(10.0) ** rng.integers(-data_scale, data_scale + 1, (bh // groups, lk, 1))
+        v *= np.float32(10.0) ** rng.integers(-data_scale, data_scale + 1, (bh // groups, lk, 1))
+        k[:, 0] = 0.0
+    scale = 1 / math.sqrt(d)
+    blens = None if lens is None else np.repeat(np.asarray(lens), heads)
+    kr, vr = np.repeat(k, groups, 0), np.repeat(v, groups, 0)
+    full = None if bias is None else np.broadcast_to(
+        bias, (bh // bias_heads, bias_heads, lq, lk)).reshape(bh, lq, lk)
+    out_r, lse_r, pr = ac.reference(q, kr, vr, scale, causal, None, window, blens, bias=full)
+    drop = (0, 0, 0, 1.0)
+    if dropout is not None:
+        from cudakit.backends.cpu_dropout import mask
+        from cudakit.backends.dropout_api import threshold
+        p, seed = dropout
+        out_r = np.where(mask((bh, lq, lk), threshold(p), seed), pr / (1 - p), 0.0) @ f64(vr)
+        drop = (*_seed_words(seed), threshold(p), 1.0 / (1.0 - p))
+    dp = host.head_block(d)
+    parts = []
+    for x in (k, v):
+        hi, lo = (np.full(x.shape[:2] + (dp,), np.nan, np.float16) for _ in range(2))
+        sc = np.full(x.shape[:2], np.nan, np.float32)
+        f16p.f16_split[(math.ceil(lk / 32), x.shape[0])](*map(_Tensor, (x, hi, lo, sc)), lk, D=d, DP=dp, BLOCK_L=32)
+        parts += [hi, lo, sc]
+    t = host._F16_SMALL_GRID_TILES if tiles == "small" else host._F16_TILES
+    dlo, dhi = host.key_bounds(lq, lk, causal, window)
+    err = np.zeros(8, np.int64)
+    lens_a = np.asarray(lens if lens is not None else [0], np.int64)
+    b_args = (np.zeros(1, np.float32), 0, 0, 0, 0, 1) if bias is None else (bias, *host._strides(bias), bias_heads)
+    consts = dict(D=d, DP=dp, HAS_LENS=lens is not None, BLOCK_M=t["BLOCK_M"], BLOCK_N=t["BLOCK_N"],
+                  POS_SCALE=bias is None, HAS_BIAS=bias is not None, DROPOUT=dropout is not None,
+                  LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits)
+    out, lse = np.full(q.shape, 7.0, np.float32), np.full((bh, lq), 7.0, np.float32)
+    ow, lw = (out, lse) if splits == 1 else (np.full((splits, bh, lq, d), 7.0, np.float32),
+                                             np.full((splits, bh, lq), 7.0, np.float32))
+    rows = math.ceil(lq / t["BLOCK_M"]) * splits
+    args = (q, *parts, ow, lw, lens_a, err, scale * math.log2(math.e), lq, lk, dlo, dhi,
+            heads if (lens is not None or groups > 1) else 1, *b_args, groups, *drop, 0)
+    f16p.attn_fwd_f16p[(rows, bh)](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args), **consts)
+    if splits > 1:
+        kernels.attn_fwd_combine[(math.ceil(lq / 8), bh)](*map(_Tensor, (ow, lw, out, lse)), lq, bh, D=d,
+                                                          KSPLIT=splits, BLOCK_M=8, BLOCK_D=dp)
+    assert not err.any(), f"error flag {case}: {err}"
+    assert np.isfinite(out).all(), f"out {case}: non-finite"
+    top = max(1.0, np.abs(out_r).max())
+    np.testing.assert_allclose(f64(out), out_r, atol=2e-6 * top, rtol=2e-5, err_msg=f"out {case}")
+    assert (np.isneginf(lse) == np.isneginf(lse_r)).all(), f"lse {case}: -inf rows"
+    fin = np.isfinite(lse_r)
+    np.testing.assert_allclose(lse[fin], lse_r[fin], atol=1e-5 * max(1.0, np.abs(lse_r[fin]).max()), rtol=1e-5,
+                               err_msg=f"lse {case}")
+
+
+def check_f16_parts_extras():
+    """The float16-parts forward with a bias (broadcast over heads, a row it masks whole), with
+    dropout, and on operands whose rows span 10^-6 .. 10^6 (and an all-zero key). Returns the
+    cases run."""
+    rng = np.random.default_rng(9)
+    bias = rng.standard_normal((2, 1, 70, 150)).astype(np.float32)
+    bias[..., 3, :] = -np.inf
+    check_f16_parts(4, 70, 150, 96, True, (30, 4), 1, None, 1, 1, None, bias=bias, bias_heads=2)
+    check_f16_parts(2, 65, 90, 40, False, None, 1, None, 1, 2, None,
+                    bias=rng.standard_normal((1, 1, 1, 90)).astype(np.float32))
+    check_f16_parts(2, 70, 90, 64, False, None, 1, None, 1, 1, None, dropout=(0.3, 12345))
+    check_f16_parts(3, 130, 100, 128, True, None, 1, None, 1, 2, "small", dropout=(0.2, 0xF00DFACE_9ABCDEF0))
+    check_f16_parts(2, 90, 130, 64, False, None, 1, None, 1, 1, None, data_scale=6)
+    return 5
+
+
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
     """Dropout on the probabilities: the kernels' Philox mask (regenerated in the backward) equals
     cudakit.dropout's stream over the flat (BH, Lq, Lk) scores, so out and the gradients match the
@@ -730,6 +828,9 @@ if __name__ == "__main__":
         check_materialized_bias(*case)
     for case in MAT_DROPOUT_CASES:
         check_materialized_dropout(*case)
-    n = (len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
+    for case in F16P_CASES:
+        check_f16_parts(*case)
+    extras = check_f16_parts_extras()
+    n = (len(F16P_CASES) + extras + len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 14)
     print(f"{n} cases match the float64 reference")

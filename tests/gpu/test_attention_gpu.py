@@ -1,4 +1,6 @@
 """attention through the Triton kernels (kernels/attention.py) against float64 references."""
+import math
+
 import attention_checks as ac
 import numpy as np
 import pytest
@@ -221,6 +223,112 @@ def test_attention_float32_materialized_backward_dropout(lead, lq, lk, d, causal
     took = only_path("materialized")
     ac.check_dropout(_dev, _host, rng, lead, lq, lk, d, "float32", causal, p, seed)
     assert "attention_backward" in took
+
+
+@pytest.fixture
+def f16_path(monkeypatch):
+    """f16_path(parts=False): kernels/paths.run taking the float32 forward on float16 parts
+    (kernels/attention.py _f16_candidates; in key parts with parts=True) alone where offered, the
+    first accepting candidate elsewhere (no timing, no plan); returns the names taken."""
+    from cudakit import dispatch
+    from cudakit.kernels import paths
+    dispatch.clear()
+
+    def take(parts: bool = False) -> list:
+        took = []
+
+        def run(op, key, candidates, timer=None):
+            names = [n for n, _ in candidates if n.startswith("f16-parts") and ("keys-in" in n) == parts]
+            if not names:
+                return next(out for _, fn in candidates if (out := fn()) is not None)
+            took.append(names[0])
+            return dict(candidates)[names[0]]()
+        monkeypatch.setattr(paths, "run", run)
+        return took
+    yield take
+    dispatch.clear()
+
+
+@pytest.mark.parametrize("lead,lq,lk,d,causal,window,lens,bias", [
+    ((2, 2), 17, 17, 40, False, None, None, None), ((1, 3), 1000, 1000, 80, True, None, None, None),
+    ((2,), 1, 4096, 96, False, None, None, None), ((1,), 4097, 300, 128, True, None, None, None),
+    ((2,), 300, 4097, 64, False, (100, 0), None, None), ((1, 2), 150, 60, 128, True, None, None, None),
+    ((3, 2), 70, 300, 64, False, None, [300, 0, 129], None), ((2, 2), 90, 260, 96, True, (40, 5), [17, 260], None),
+    ((2, 3), 70, 300, 64, False, None, None, (2, 3, 70, 300)), ((2, 2), 90, 260, 100, False, None, None, (2, 1, 1, 260)),
+    ((2, 2), 200, 150, 128, True, None, None, (1, 2, 200, 150))])
+def test_attention_float32_f16_parts_forward(lead, lq, lk, d, causal, window, lens, bias, rng, f16_path,
+                                             float32_precision):
+    """The float32 forward on float16 parts (_attention_f16p_triton.py), taken alone, against float64
+    within float32's bounds: ragged lengths, head dims below their block, Lq = 1 against 4096 keys,
+    rows that see no key (causal with Lq > Lk, key lengths of 0), windows, a bias with a row of -inf."""
+    float32_precision("tf32x3")
+    took = f16_path()
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, lens=lens, bias=bias)
+    assert took
+
+
+@pytest.mark.parametrize("lead,lq,lk,d,causal", [((1, 1), 64, 2048, 128, False), ((1, 2), 100, 1500, 80, True),
+                                                 ((1, 1), 1, 4096, 64, False)])
+def test_attention_float32_f16_parts_forward_in_key_parts(lead, lq, lk, d, causal, rng, f16_path, float32_precision):
+    """The float16-parts forward with the keys in parts (merged by attn_fwd_combine) on grids the
+    key-parts model splits, against float64."""
+    float32_precision("tf32x3")
+    took = f16_path(parts=True)
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal)
+    assert took and "keys-in" in took[0]
+
+
+@pytest.mark.parametrize("b,h,hkv,lq,lk,d,causal", [(2, 8, 2, 100, 300, 128, True), (2, 4, 1, 1, 600, 80, False)])
+def test_attention_float32_f16_parts_forward_grouped(b, h, hkv, lq, lk, d, causal, rng, f16_path,
+                                                     float32_precision):
+    """The float16-parts forward with grouped-query k, v (each k, v head split once, read by its
+    group of q heads), taken alone."""
+    float32_precision("tf32x3")
+    took = f16_path()
+    ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, "float32", causal)
+    assert took
+
+
+def test_attention_float32_f16_parts_forward_dropout(rng, f16_path, float32_precision):
+    """The float16-parts forward with dropout: cudakit.dropout's stream, as the other kernels."""
+    float32_precision("tf32x3")
+    took = f16_path()
+    ac.check_dropout(_dev, _host, rng, (2, 3), 130, 257, 64, "float32", True, 0.2, 7)
+    assert took
+
+
+@pytest.mark.parametrize("spread", [3, 6])
+def test_attention_float32_f16_parts_forward_magnitudes(spread, rng, f16_path, float32_precision):
+    """Rows of q and k spanning 10^-spread .. 1 and of v 10^-spread .. 10^spread (each row its own
+    power-of-two scale), an all-zero key: within float32's bound of the output's largest magnitude
+    of float64 (the other tests' 2e-5; in Triton's interpreter the kernel's error was 0.5-0.8 of
+    2^-20 of it), lse within float32's bound."""
+    float32_precision("tf32x3")
+    took = f16_path()
+    b, h, lq, lk, d = 2, 2, 150, 300, 128
+    q, k, v = (ac.data(rng, (b, h, n, d), "float32") for n in (lq, lk, lk))
+    for x, top in ((q, 0), (k, 0), (v, spread)):
+        x *= np.float32(10.0) ** rng.integers(-spread, top + 1, x.shape[:-1] + (1,))
+    k[:, :, 7] = 0.0
+    scale = 1 / math.sqrt(d)
+    out, lse = cudakit.attention_with_lse(cp.asarray(q), cp.asarray(k), cp.asarray(v), scale)
+    out_r, lse_r, _ = ac.reference(q, k, v, scale, False)
+    assert took
+    got = cp.asnumpy(out).astype(np.float64)
+    assert np.abs(got - out_r).max() <= 2e-5 * np.abs(out_r).max(), np.abs(got - out_r).max()
+    np.testing.assert_allclose(cp.asnumpy(lse), lse_r, rtol=2e-5, atol=2e-5 * max(1.0, np.abs(lse_r).max()))
+
+
+def test_f16_parts_forward_records_bad_device_key_lengths(rng, f16_path, float32_precision):
+    """A GPU key_lengths past Lk reaches cudakit.check() as an ArgumentError from the float16-parts
+    forward too."""
+    float32_precision("tf32x3")
+    took = f16_path()
+    q = cp.asarray(ac.data(rng, (3, 2, 40, 64), "float32"))
+    cudakit.attention(q, q, q, key_lengths=cp.asarray([40, 41, 3]))
+    assert took
+    with pytest.raises(cudakit.ArgumentError, match=r"key_lengths\[1\] = 41 is outside \[0, Lk = 40\]"):
+        cudakit.check()
 
 
 @pytest.mark.parametrize("options", [{"FUSED_PREP": True}, {"FUSED_PREP": False}, {"L2_ORDER": True},

@@ -6,7 +6,9 @@ cudakit.float32_precision() names: three TF32 tensor-core products by default, c
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
 The float32 forward at head dims 33..128 under tf32x3 takes V transposed (_transpose_v; the
 kernel's SPLIT) and splits K's and V's tiles into TF32 parts once each, not per product as
-Triton's own tf32x3.
+Triton's own tf32x3; timed against it per signature, and first where nothing is timed, the forward
+on float16 parts (kernels/_attention_f16p_triton.py: each row a power-of-two scale times two
+float16 parts, three float16 products; _f16_candidates).
 The float32 backward under tf32x3 has a second path, timed against the flash kernels per signature
 (kernels/paths.py): the materialised kernels of kernels/attention_materialized.py.
 """
@@ -140,11 +142,13 @@ def _k(name: str):
     if k is None:
         from ..runtime.triton import TritonKernel, _triton
         _triton()  # BackendUnavailableError naming the extra when Triton is missing
+        from . import _attention_f16p_triton as f16p
         from . import _attention_mat_triton as mat
         from . import _attention_triton as src
         from .attention_materialized import KERNELS
         for mod, names in ((src, ("attn_fwd", "attn_fwd_combine", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq",
-                                  "cast_copy", "zero_fill", "tf32_split")), (mat, KERNELS)):
+                                  "cast_copy", "zero_fill", "tf32_split")), (mat, KERNELS),
+                           (f16p, ("attn_fwd_f16p", "f16_split"))):
             for n in names:
                 # the dropout seed's words are not specialised: one kernel for every seed, so a traced
                 # plan takes a new seed per call (kernels/trace_plans.py, dispatch.DYNAMIC)
@@ -816,17 +820,18 @@ KEY_SPLITS: int | None = None
 COMBINE_ROWS = 8
 
 
-def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int) -> bool:
-    """attn_fwd over `splits` parts of the keys into float32 workspaces, then attn_fwd_combine into
-    out and lse (KEY_SPLITS); False (nothing launched) without memory for the workspaces: splits
-    (D + 1) float32 a query row.
+def _forward_in_parts(inputs: tuple, out, lse, args: tuple, consts: dict, splits: int, kernel: str = "attn_fwd") -> bool:
+    """`kernel` (attn_fwd, or attn_fwd_f16p) over `splits` parts of the keys into float32
+    workspaces, then attn_fwd_combine into out and lse (KEY_SPLITS); inputs: the kernel's arrays
+    before O, q first. False (nothing launched) without memory for the workspaces: splits (D + 1)
+    float32 a query row.
     The parts merged inside attn_fwd instead, by each row block's last part to finish (counts per
     stream, no combine launch; commit 3b5b196), ran no faster on an H200 (2026-11-28 09:34 UTC,
     attention_f32_shapes.py --combine-kernel at 3b5b196: B1 H16 S256 D80 0.0232 ms against 0.0233, B1 H16
     S512 D128 0.0474 against 0.0476; history/attention/nvidia-h200-attention-f32-merge-in-kernel.json):
     the combine launch is not what keeps small float32 grids from 1.5x torch."""
     cp = _cupy.cupy()
-    bh, lq, d = q.shape
+    bh, lq, d = inputs[0].shape
     ws = _or_declined_for_memory(lambda: (cp.empty((splits, bh, lq, d), cp.float32),
                                           cp.empty((splits, bh, lq), cp.float32)),
                                  "attention:key-parts",
@@ -835,7 +840,7 @@ def _forward_in_parts(q, k, v, out, lse, args: tuple, consts: dict, splits: int)
         return False
     ow, lw = ws
     block = consts["BLOCK_M"]
-    _launch("attn_fwd", math.ceil(lq / block) * block * splits, block, (q, k, v, ow, lw), args,
+    _launch(kernel, math.ceil(lq / block) * block * splits, block, (*inputs, ow, lw), args,
             dict(consts, KSPLIT=splits), bh0=True)
     combine = _specialized("attn_fwd_combine", {"D": d, "KSPLIT": splits, "BLOCK_M": COMBINE_ROWS,
                                                 "BLOCK_D": head_block(d), "num_warps": 4, "num_stages": 1})
@@ -867,7 +872,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         return out, lse
     if not (_split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y):   # (the split's grid:
         splits = max(1, KEY_SPLITS) if KEY_SPLITS is not None and bh <= _MAX_GRID_Y else 1   # keys past 2M take
-        if splits > 1 and _forward_in_parts(q, k, v, out, lse, args, consts, splits):        # Triton's own)
+        if splits > 1 and _forward_in_parts((q, k, v), out, lse, args, consts, splits):      # Triton's own)
             return out, lse
         return plain()
     from ..runtime.device import get_device_info
@@ -897,7 +902,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             if splits == 1:
                 _launch("attn_fwd", lq, c["BLOCK_M"], (q, k, vv, out, lse), args, c, bh0=True)
                 return out, lse
-            return (out, lse) if _forward_in_parts(q, k, vv, out, lse, args, c, splits) else None
+            return (out, lse) if _forward_in_parts((q, k, vv), out, lse, args, c, splits) else None
         return run
     try:
         if bh > _MAX_GRID_Y or KEY_SPLITS == 1:
@@ -907,17 +912,96 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         offers = [(f"triton-{f'keys-in-{n}-parts-' if n > 1 else ''}on-{c['BLOCK_M']}x{c['BLOCK_N']}"
                    f"{'-v-in-place' if c.get('OT') else ''}", c, n)
                   for c, n in _parts_candidates(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)]
-        if not offers:
+        cands = [("triton", one_part)] + [(name, in_parts(c, n)) for name, c, n in offers]
+        if F16_PARTS:   # first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
+            cands = _f16_candidates(q, k, v, out, lse, args, consts, groups, bh, lq, lk, dlo, dhi, above, sms) + cands
+        if len(cands) == 1:
             return one_part()
-        from . import paths   # one part first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
-        key = ("fwd-key-parts", bh, lq, lk, d, tuple(name for name, _, _ in offers), dlo, dhi,
+        from . import paths
+        key = ("fwd-key-parts", bh, lq, lk, d, tuple(name for name, _ in cands), dlo, dhi,
                masks.lengths is not None, has_bias, masks.dropout is not None, groups, q.data.device_id)
-        return paths.run("attention", key, [("triton", one_part)] + [(name, in_parts(c, n)) for name, c, n in offers])
+        return paths.run("attention", key, cands)
     except _NoMemoryForCopy:   # (V's transposed copy is v's bytes; other out-of-memory errors propagate)
         from .. import fallbacks
         fallbacks.note("attention:float32-split", "no memory for the float32 forward's transposed copy of v: "
                                                   "Triton's own tf32x3 products ran it")
         return plain()
+
+
+# The float32 forward on float16 parts (_attention_f16p_triton.py): each operand row as a power-of-two
+# scale times two float16 parts, three float16 products (tf32x3's split on operands half the size,
+# at twice TF32's rate). F16_PARTS: offered to kernels/paths.py before the TF32 split forward's
+# candidates (its one part on _F16_TILES the choice without timing); False: never. On an H200
+# (2026-11-28 13:08 UTC, benchmarks/sweeps/attention_f32_f16split.py, the kernels' first form
+# without masks, K's and V's split pass inside the timed call, history/attention/
+# nvidia-h200-attention-f32-f16-parts.json; x torch's float32 SDPA) 128 x 64 tiles on 8 warps and
+# 2 stages ran B4 H16 S1024 D128 at 2.260x against the TF32 split forward's 1.674x, B16 H16 S1024
+# D64 3.476x against 1.958x, B4 H16 S4096 D128 2.594x against 1.730x, its largest error against
+# float64 (relative to the output's largest magnitude) 1.9e-5 against the TF32 split's 3.8e-5
+# there; on 3 stages they need 263688 bytes of shared memory at head dim 128 (232448 the limit).
+# On small grids 64 x 64 on 4 warps and 2 stages ran B1 H16 S512 D128 at 1.246x (one part)
+# against 1.218x (two parts, TF32), and 128 x 64 B8 H8 S256 D128 at 1.416x against 1.317x.
+F16_PARTS = True
+_F16_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+_F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+_F16_SPLIT_ROWS = 32   # rows a program of f16_split
+
+
+def _f16_split(x, dp: int) -> tuple:
+    """(hi, lo, scales) of x [R, L, D] float32 (f16_split): [R, L, dp] float16 parts (zeros past D)
+    and [R, L] float32 row scales. Memory traffic: 4 + 4 dp / D bytes an element."""
+    cp = _cupy.cupy()
+    r, n, d = x.shape
+    hi, lo, sc = cp.empty((r, n, dp), cp.float16), cp.empty((r, n, dp), cp.float16), cp.empty((r, n), cp.float32)
+    if x.size:
+        _specialized("f16_split", {"D": d, "DP": dp, "BLOCK_L": _F16_SPLIT_ROWS, "num_warps": 4})[
+            (math.ceil(n / _F16_SPLIT_ROWS), r)](x, hi, lo, sc, n)
+    return hi, lo, sc
+
+
+def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, groups: int, bh: int, lq: int, lk: int,
+                    dlo: int, dhi: int, above: bool, sms: int) -> list:
+    """[(name, fn)] of the float16-parts forward for _triton_forward's candidates: one part on
+    _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES, each
+    also in the key-parts model's part count where it is over 1. args: attn_fwd's runtime
+    arguments (the same but VARLEN's, which attn_fwd_f16p does not take); consts: attn_fwd's
+    constexprs (masks, bias, dropout, order)."""
+    d = q.shape[2]
+    dp = head_block(d)
+    lens, err, qk_scale, _lq, _lk, _dlo, _dhi, heads, *rest = args
+    bias_args, drop_args = rest[:6], rest[11:15]   # (rest[6:11]: attn_fwd's varlen arguments)
+    f_args = (lens, err, qk_scale, lq, lk, dlo, dhi, heads, *bias_args, groups, *drop_args)
+    base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "DROPOUT", "LEFT", "LPT")}
+    tilings = [_F16_TILES]
+    if math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh < sms:
+        tilings.append(_F16_SMALL_GRID_TILES)
+    offers = []
+    for t in tilings:
+        c = dict(base, **t, D=d, DP=dp)
+        offers.append((c, 1))
+        n = kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms, above)
+        if n > 1:
+            offers.append((c, n))
+
+    def run(c, splits):
+        def go():
+            cp = _cupy.cupy()
+            try:
+                parts = (*_f16_split(k, dp), *_f16_split(v, dp))
+            except (MemoryError, cp.cuda.memory.OutOfMemoryError):
+                from .. import fallbacks
+                from . import paths
+                fallbacks.note("attention:float32-f16-parts", "no memory for the float32 forward's float16 parts "
+                                                              "of k and v: the TF32 split forward ran it")
+                paths.declined_for_now()
+                return None
+            if splits == 1:
+                _launch("attn_fwd_f16p", lq, c["BLOCK_M"], (q, *parts, out, lse), f_args, c, bh0=True)
+                return out, lse
+            return (out, lse) if _forward_in_parts((q, *parts), out, lse, f_args, c, splits, "attn_fwd_f16p") else None
+        return go
+    return [(f"f16-parts-{f'keys-in-{n}-parts-' if n > 1 else ''}on-{c['BLOCK_M']}x{c['BLOCK_N']}", run(c, n))
+            for c, n in offers]
 
 
 class _NoMemoryForCopy(Exception):

@@ -1,0 +1,192 @@
+"""Triton source of the float32 attention forward on float16 parts (imported only once Triton is
+known to be there; the host side is kernels/attention.py, _f16_parts_forward).
+
+Each float32 operand row x (a row of Q, a key of K or of V) is taken as s (hi + lo): s the power
+of two 2^floor(log2 max|x|) of the row, hi = fp16(x / s) (round to nearest) and lo = fp16(x / s - hi),
+22 bits of the mantissa; a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi summed on the float16 tensor
+cores in float32 (a_lo.b_lo, about 2^-22 of the term, dropped). That is the split of tf32x3 (three
+products of parts and remainders) on operands half the size: the float16 products run at twice
+TF32's rate, a part takes half the registers, and K's and V's parts, split once ahead by
+f16_split into 4 bytes an element (float32's own size), are read by the loop as they are, into
+shared memory without a pass through registers. A row's parts hold 22 bits of its largest
+element, so an element far below that one keeps an absolute error of about 2^-22 of it (float32
+keeps 24 bits of every element); the GPU tests hold it to the float32 bound against float64.
+
+Q's parts and its row scales are made in registers once a program; each key block's scores are
+the products times (Q's row scale x K's key scale). The probabilities P (<= 1) take V's key
+scales relative to the largest seen so far (c, carried through the loop with the running max),
+so that P's parts stay in float16's range: O = c sum_j (p_j vs_j / c) (v_j / vs_j).
+
+Masks, key lengths, grouped-query k, v, a bias and dropout as attn_fwd (_attention_triton.py),
+whose helpers this kernel shares (_fwd_probs: the online softmax's step); [BH, L, D] arrays, no
+varlen. KSPLIT > 1 writes each part's output for attn_fwd_combine as attn_fwd does.
+FLOPs: 4 BH Lq Lk DP (halved with causal) in float16 x 3; memory: Q, K's and V's parts read once
+a query block, O written once.
+"""
+import triton
+import triton.language as tl
+
+from ._attention_triton import _bias_base, _fwd_probs, _key_length, _kv_row, _ranges, _row_block
+
+
+@triton.jit
+def _pow2(m):
+    """2^floor(log2 m) of m >= 0 (1 where m is 0 or subnormal; inf for inf and NaN)."""
+    e = (m.to(tl.uint32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
+    return tl.where(e == 0.0, 1.0, e)
+
+
+@triton.jit
+def _f16_parts(x):
+    """(hi, lo) float16 of x (|x| < 2 where it comes scaled): hi rounded to nearest, lo the rest."""
+    hi = x.to(tl.float16)
+    return hi, (x - hi.to(tl.float32)).to(tl.float16)
+
+
+@triton.jit
+def f16_split(X, HI, LO, SC, L,   # X: [R, L, D] float32; HI, LO: [R, L, DP] float16; SC: [R, L] float32
+              D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
+    """Each row of X as SC (HI + LO) (the module's parts; zeros in columns D..DP). One program per
+    (BLOCK_L rows, matrix r). Memory traffic: 4 bytes an element read, 4 DP / D written."""
+    r = tl.program_id(1).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
+    cols = tl.arange(0, DP)
+    r_ok = rows < L
+    x = tl.load(X + r * L * D + rows[:, None] * D + cols[None, :], mask=r_ok[:, None] & (cols < D)[None, :],
+                other=0.0)
+    s = _pow2(tl.max(tl.abs(x), 1))
+    hi, lo = _f16_parts(x * (1.0 / s)[:, None])
+    p = r * L * DP + rows[:, None] * DP + cols[None, :]
+    tl.store(HI + p, hi, mask=r_ok[:, None])
+    tl.store(LO + p, lo, mask=r_ok[:, None])
+    tl.store(SC + r * L + rows, s, mask=r_ok)
+
+
+@triton.jit
+def _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base, start_n, lo_r, hi_r,
+              offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI,
+              DTHRESH, DSCALE, DP: tl.constexpr, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
+              HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
+    """One key block: the scores from the parts, the online softmax's step (_fwd_probs), then
+    acc += P V on the parts, P scaled by V's key scales over c (the largest so far, returned
+    updated). MASK: the block crosses the end of the keys or an end of some row's interval."""
+    cols = start_n + offs_n
+    kp = kv_base + cols[None, :] * DP + offs_d[:, None]   # [DP, N]: K^T's tile
+    vp = kv_base + cols[:, None] * DP + offs_d[None, :]   # [N, DP]: V's tile
+    if MASK:
+        n_ok = cols < Lk
+        kh = tl.load(KH + kp, mask=n_ok[None, :], other=0.0)
+        kl = tl.load(KL + kp, mask=n_ok[None, :], other=0.0)
+        ks = tl.load(KS + ks_base + cols, mask=n_ok, other=0.0)
+    else:
+        kh = tl.load(KH + kp)
+        kl = tl.load(KL + kp)
+        ks = tl.load(KS + ks_base + cols)
+    s = tl.dot(q_lo, kh)
+    s = tl.dot(q_hi, kl, s)
+    s = tl.dot(q_hi, kh, s)
+    s = s * (rq[:, None] * ks[None, :])   # (the scales' product first: either alone may pass float32's range)
+    p, alpha, l_i, m_new = _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok,
+                                      drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS,
+                                      DROPOUT)
+    if MASK:
+        vs = tl.load(VS + ks_base + cols, mask=n_ok, other=0.0)
+        vh = tl.load(VH + vp, mask=n_ok[:, None], other=0.0)
+        vl = tl.load(VL + vp, mask=n_ok[:, None], other=0.0)
+    else:
+        vs = tl.load(VS + ks_base + cols)
+        vh = tl.load(VH + vp)
+        vl = tl.load(VL + vp)
+    c_new = tl.maximum(c, tl.max(vs, 0))
+    p_hi, p_lo = _f16_parts(p * (vs / c_new)[None, :])
+    acc = acc * (alpha * (c / c_new))[:, None]
+    acc = tl.dot(p_lo, vh, acc)
+    acc = tl.dot(p_hi, vl, acc)
+    acc = tl.dot(p_hi, vh, acc)
+    return acc, l_i, m_new, c_new
+
+
+@triton.jit
+def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL, VH, VL: [BH / G, Lk, DP] float16,
+                                              # KS, VS: [BH / G, Lk] float32 (f16_split's parts and scales)
+                  O, LSE,                     # O: [BH, Lq, D] float32, LSE: [BH, Lq] float32 (KSPLIT: workspaces)
+                  LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
+                  qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
+                  BIAS, sb_b, sb_h, sb_q, sb_k, HB,   # as attn_fwd
+                  G,                          # q heads a k, v head serves (H: q's heads a batch)
+                  DSEED_LO, DSEED_HI, DTHRESH, DSCALE,   # DROPOUT: as attn_fwd
+                  BH0,                        # the first bh of this launch
+                  D: tl.constexpr, DP: tl.constexpr, HAS_LENS: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  DROPOUT: tl.constexpr, LEFT: tl.constexpr = True, LPT: tl.constexpr = 0,
+                  KSPLIT: tl.constexpr = 1):
+    """attn_fwd's forward (its masks, program order LPT and key parts KSPLIT) on the module's
+    float16 parts; DP: head_dim's power of two (the parts' row length, zeros past D)."""
+    start_m, bh = _row_block(LPT)
+    part = 0
+    if KSPLIT > 1:
+        part = start_m % KSPLIT
+        start_m = start_m // KSPLIT
+        nbh = tl.num_programs(1).to(tl.int64)
+        O += part * nbh * Lq * D   # this part's workspace
+        LSE += part * nbh * Lq
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, DP)
+    kvh = _kv_row(bh, BH0, H, G).to(tl.int64)
+    q_base = bh * Lq * D
+    kv_base = kvh * Lk * DP
+    ks_base = kvh * Lk
+    m_ok, d_ok = rows < Lq, offs_d < D
+    length = Lk
+    if HAS_LENS:
+        length = _key_length(LENS, ERR, bh + BH0, H, Lk, start_m, True)
+    lo_r = rows + DLO
+    hi_r = tl.minimum(rows + DHI, length)
+    q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    rq = _pow2(tl.max(tl.abs(q), 1))
+    q_hi, q_lo = _f16_parts(q * (1.0 / rq)[:, None])
+    b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
+    b_rows = rows.to(tl.int64) * sb_q
+    drop_rows = ((bh + BH0) * Lq + rows) * Lk
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, DP], tl.float32)
+    c = 1.1754943508222875e-38   # V's largest key scale so far (FLT_MIN before any: c / c_new is then 0)
+    a, b, cc, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, DLO, DHI, length, BLOCK_N)
+    klo = 0
+    if KSPLIT > 1:   # this part's key blocks (attn_fwd's shares)
+        if LEFT:
+            share = tl.cdiv(tl.cdiv(e - a, BLOCK_N), KSPLIT)
+            klo = a + part * share * BLOCK_N
+        else:
+            share = tl.cdiv(tl.cdiv(e, BLOCK_N), KSPLIT)
+            klo = part * share * BLOCK_N
+        khi = klo + share * BLOCK_N
+        a = tl.minimum(tl.maximum(a, klo), khi)
+        b = tl.minimum(tl.maximum(b, klo), khi)
+        cc = tl.minimum(tl.maximum(cc, klo), khi)
+        e = tl.minimum(tl.maximum(e, klo), khi)
+    if LEFT:
+        for start_n in range(a, b, BLOCK_N):
+            acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
+                                         start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
+                                         sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, True,
+                                         POS_SCALE, HAS_BIAS, DROPOUT)
+    else:   # (from klo: a start the compiler knows aligned, as attn_fwd)
+        b = klo
+    for start_n in range(b, cc, BLOCK_N):
+        acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
+                                     start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
+                                     sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, False,
+                                     POS_SCALE, HAS_BIAS, DROPOUT)
+    for start_n in range(cc, e, BLOCK_N):
+        acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
+                                     start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
+                                     sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, True,
+                                     POS_SCALE, HAS_BIAS, DROPOUT)
+    seen = l_i != 0.0   # rows with at least one key (NaN stays NaN)
+    acc = tl.where(seen[:, None], acc * (c / tl.where(seen, l_i, 1.0))[:, None], 0.0)
+    tl.store(O + q_base + rows[:, None] * D + offs_d[None, :], acc, mask=m_ok[:, None] & d_ok[None, :])
+    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    tl.store(LSE + bh * Lq + rows, lse, mask=m_ok)
