@@ -229,9 +229,12 @@ def test_attention_float32_materialized_backward_dropout(lead, lq, lk, d, causal
 def f16_path(monkeypatch):
     """f16_path(parts=False): kernels/paths.run taking the float32 forward on float16 parts
     (kernels/attention.py _f16_candidates; in key parts with parts=True) alone where offered, the
-    first accepting candidate elsewhere (no timing, no plan); returns the names taken."""
+    first accepting candidate elsewhere (no timing, no plan); returns the names taken. Offered
+    whatever kernels/attention.py F16_PARTS says."""
     from cudakit import dispatch
+    from cudakit.kernels import attention as at
     from cudakit.kernels import paths
+    monkeypatch.setattr(at, "F16_PARTS", True)
     dispatch.clear()
 
     def take(parts: bool = False) -> list:

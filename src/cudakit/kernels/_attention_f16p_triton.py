@@ -15,7 +15,16 @@ keeps 24 bits of every element); the GPU tests hold it to the float32 bound agai
 Q's parts and its row scales are made in registers once a program; each key block's scores are
 the products times (Q's row scale x K's key scale). The probabilities P (<= 1) take V's key
 scales relative to the largest seen so far (c, carried through the loop with the running max),
-so that P's parts stay in float16's range: O = c sum_j (p_j vs_j / c) (v_j / vs_j).
+so that P's parts stay in float16's range: O = c sum_j (p_j vs_j / c) (v_j / vs_j). In that
+product P's and V's remainders come times 2^11 (and P's part too, exactly, for the parts'
+product; the accumulator holds O in units of 2^-11): a remainder below float16's normal range
+would keep only the absolute error 2^-25 of its row's largest element, and an output element of
+a row that sees few keys, far below its keys' largest elements, then missed the float32 bound
+(H200, 2026-11-28 13:39 UTC: 4 of 147 float32 attention tests, errors 6e-7 where their bound was
+below that); with the shift each element keeps 22 bits of itself (a NumPy model of the product,
+rows of V from 10^-3 to 10^3: the largest error 0.03 of the tests' bound, against 7.3 without).
+The scores keep Q's and K's remainders unshifted: their error, 2^-25 of the row's largest
+products, moves the probabilities by a relative 2^-25 of the scores' spread.
 
 Masks, key lengths, grouped-query k, v, a bias and dropout as attn_fwd (_attention_triton.py),
 whose helpers this kernel shares (_fwd_probs: the online softmax's step); [BH, L, D] arrays, no
@@ -37,17 +46,23 @@ def _pow2(m):
 
 
 @triton.jit
-def _f16_parts(x):
-    """(hi, lo) float16 of x (|x| < 2 where it comes scaled): hi rounded to nearest, lo the rest."""
+def _f16_parts(x, SHIFT: tl.constexpr = False):
+    """(hi, lo) float16 of x (|x| < 2 where it comes scaled): hi rounded to nearest, lo the rest;
+    SHIFT: lo times 2^11, which keeps it clear of float16's subnormals (below 2^-14, 11 bits
+    apart from hi), so that an element far below its row's largest keeps 22 bits of itself."""
     hi = x.to(tl.float16)
-    return hi, (x - hi.to(tl.float32)).to(tl.float16)
+    lo = x - hi.to(tl.float32)
+    if SHIFT:
+        lo = lo * 2048.0
+    return hi, lo.to(tl.float16)
 
 
 @triton.jit
 def f16_split(X, HI, LO, SC, L,   # X: [R, L, D] float32; HI, LO: [R, L, DP] float16; SC: [R, L] float32
-              D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
-    """Each row of X as SC (HI + LO) (the module's parts; zeros in columns D..DP). One program per
-    (BLOCK_L rows, matrix r). Memory traffic: 4 bytes an element read, 4 DP / D written."""
+              D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr, SHIFT: tl.constexpr = False):
+    """Each row of X as SC (HI + LO) (the module's parts; zeros in columns D..DP; SHIFT: LO times
+    2^11, _f16_parts). One program per (BLOCK_L rows, matrix r). Memory traffic: 4 bytes an
+    element read, 4 DP / D written."""
     r = tl.program_id(1).to(tl.int64)
     rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
     cols = tl.arange(0, DP)
@@ -55,7 +70,7 @@ def f16_split(X, HI, LO, SC, L,   # X: [R, L, D] float32; HI, LO: [R, L, DP] flo
     x = tl.load(X + r * L * D + rows[:, None] * D + cols[None, :], mask=r_ok[:, None] & (cols < D)[None, :],
                 other=0.0)
     s = _pow2(tl.max(tl.abs(x), 1))
-    hi, lo = _f16_parts(x * (1.0 / s)[:, None])
+    hi, lo = _f16_parts(x * (1.0 / s)[:, None], SHIFT)
     p = r * L * DP + rows[:, None] * DP + cols[None, :]
     tl.store(HI + p, hi, mask=r_ok[:, None])
     tl.store(LO + p, lo, mask=r_ok[:, None])
@@ -98,11 +113,11 @@ def _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base,
         vh = tl.load(VH + vp)
         vl = tl.load(VL + vp)
     c_new = tl.maximum(c, tl.max(vs, 0))
-    p_hi, p_lo = _f16_parts(p * (vs / c_new)[None, :])
-    acc = acc * (alpha * (c / c_new))[:, None]
+    p_hi, p_lo = _f16_parts(p * (vs / c_new)[None, :], True)
+    acc = acc * (alpha * (c / c_new))[:, None]   # (acc in units of 2^-11: P's and V's remainders come times 2^11)
     acc = tl.dot(p_lo, vh, acc)
     acc = tl.dot(p_hi, vl, acc)
-    acc = tl.dot(p_hi, vh, acc)
+    acc = tl.dot((p_hi.to(tl.float32) * 2048.0).to(tl.float16), vh, acc)   # (exact: p_hi <= 1)
     return acc, l_i, m_new, c_new
 
 
@@ -186,7 +201,7 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
                                      sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, True,
                                      POS_SCALE, HAS_BIAS, DROPOUT)
     seen = l_i != 0.0   # rows with at least one key (NaN stays NaN)
-    acc = tl.where(seen[:, None], acc * (c / tl.where(seen, l_i, 1.0))[:, None], 0.0)
+    acc = tl.where(seen[:, None], acc * ((c * 0.00048828125) / tl.where(seen, l_i, 1.0))[:, None], 0.0)
     tl.store(O + q_base + rows[:, None] * D + offs_d[None, :], acc, mask=m_ok[:, None] & d_ok[None, :])
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     tl.store(LSE + bh * Lq + rows, lse, mask=m_ok)

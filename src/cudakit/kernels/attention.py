@@ -6,9 +6,10 @@ cudakit.float32_precision() names: three TF32 tensor-core products by default, c
 softmax statistics are float32. Requires the `triton` extra (BackendUnavailableError otherwise).
 The float32 forward at head dims 33..128 under tf32x3 takes V transposed (_transpose_v; the
 kernel's SPLIT) and splits K's and V's tiles into TF32 parts once each, not per product as
-Triton's own tf32x3; timed against it per signature, and first where nothing is timed, the forward
-on float16 parts (kernels/_attention_f16p_triton.py: each row a power-of-two scale times two
-float16 parts, three float16 products; _f16_candidates).
+Triton's own tf32x3. The forward on float16 parts (kernels/_attention_f16p_triton.py: each row a
+power-of-two scale times two float16 parts, three float16 products; _f16_candidates) is timed
+against it per signature, and taken first where nothing is timed, where F16_PARTS is set (off for
+now: its current form has not run on a GPU).
 The float32 backward under tf32x3 has a second path, timed against the flash kernels per signature
 (kernels/paths.py): the materialised kernels of kernels/attention_materialized.py.
 """
@@ -930,8 +931,13 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 
 # The float32 forward on float16 parts (_attention_f16p_triton.py): each operand row as a power-of-two
 # scale times two float16 parts, three float16 products (tf32x3's split on operands half the size,
-# at twice TF32's rate). F16_PARTS: offered to kernels/paths.py before the TF32 split forward's
-# candidates (its one part on _F16_TILES the choice without timing); False: never. On an H200
+# at twice TF32's rate). F16_PARTS True: offered to kernels/paths.py before the TF32 split forward's
+# candidates (its one part on _F16_TILES the choice without timing); False (for now): never. Its
+# first form (P's and V's remainders unshifted) missed the float32 bound on a few output elements
+# (4 of 147 float32 attention GPU tests, H200, 2026-11-28 13:39 UTC: rows that see few keys,
+# elements far below their keys' largest); the remainders now come shifted by 2^11 (the kernel's
+# docstring), which Triton's interpreter and a NumPy model hold to the bound, but that form has not
+# run on a GPU yet: it stays off until it has. The first form's figures, on an H200
 # (2026-11-28 13:08 UTC, benchmarks/sweeps/attention_f32_f16split.py, the kernels' first form
 # without masks, K's and V's split pass inside the timed call, history/attention/
 # nvidia-h200-attention-f32-f16-parts.json; x torch's float32 SDPA) 128 x 64 tiles on 8 warps and
@@ -941,20 +947,21 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 # there; on 3 stages they need 263688 bytes of shared memory at head dim 128 (232448 the limit).
 # On small grids 64 x 64 on 4 warps and 2 stages ran B1 H16 S512 D128 at 1.246x (one part)
 # against 1.218x (two parts, TF32), and 128 x 64 B8 H8 S256 D128 at 1.416x against 1.317x.
-F16_PARTS = True
+F16_PARTS = False
 _F16_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 _F16_SPLIT_ROWS = 32   # rows a program of f16_split
 
 
-def _f16_split(x, dp: int) -> tuple:
-    """(hi, lo, scales) of x [R, L, D] float32 (f16_split): [R, L, dp] float16 parts (zeros past D)
-    and [R, L] float32 row scales. Memory traffic: 4 + 4 dp / D bytes an element."""
+def _f16_split(x, dp: int, shift: bool) -> tuple:
+    """(hi, lo, scales) of x [R, L, D] float32 (f16_split; shift: lo times 2^11, V's): [R, L, dp]
+    float16 parts (zeros past D) and [R, L] float32 row scales. Memory traffic: 4 + 4 dp / D bytes
+    an element."""
     cp = _cupy.cupy()
     r, n, d = x.shape
     hi, lo, sc = cp.empty((r, n, dp), cp.float16), cp.empty((r, n, dp), cp.float16), cp.empty((r, n), cp.float32)
     if x.size:
-        _specialized("f16_split", {"D": d, "DP": dp, "BLOCK_L": _F16_SPLIT_ROWS, "num_warps": 4})[
+        _specialized("f16_split", {"D": d, "DP": dp, "BLOCK_L": _F16_SPLIT_ROWS, "SHIFT": shift, "num_warps": 4})[
             (math.ceil(n / _F16_SPLIT_ROWS), r)](x, hi, lo, sc, n)
     return hi, lo, sc
 
@@ -987,7 +994,7 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, groups: int, b
         def go():
             cp = _cupy.cupy()
             try:
-                parts = (*_f16_split(k, dp), *_f16_split(v, dp))
+                parts = (*_f16_split(k, dp, False), *_f16_split(v, dp, True))
             except (MemoryError, cp.cuda.memory.OutOfMemoryError):
                 from .. import fallbacks
                 from . import paths
