@@ -35,6 +35,17 @@ def test_not_capturing_on_cpu():
         graphs.on_replay(lambda: None)
 
 
+def test_bad_graph_arguments_are_typed_before_the_gpu_check():
+    """graph() and CUDAGraph() check their arguments first, with cudakit's argument errors (still
+    TypeError / ValueError)."""
+    with pytest.raises(cudakit.ArgumentTypeError, match="fn must be callable"):
+        cudakit.graph(5)
+    with pytest.raises(cudakit.ArgumentError, match="warmup must be an int >= 0"):
+        cudakit.graph(lambda: None, warmup=-1)
+    with pytest.raises(cudakit.ArgumentError, match="mode must be one of"):
+        cudakit.CUDAGraph(mode="x")
+
+
 def test_graph_error_is_typed():
     assert issubclass(cudakit.GraphCaptureError, cudakit.CudakitError)
     assert issubclass(cudakit.GraphCaptureError, RuntimeError)

@@ -334,3 +334,17 @@ def test_flags_must_be_bools_and_a_read_only_parameter_stops_step_before_any_wri
         opt.step([np.ones(3, np.float32), np.ones(2, np.float32)])
     np.testing.assert_array_equal(ps[0], np.ones(3, np.float32))
     assert opt.hyper.step == 0
+
+
+def test_a_step_count_past_int64_is_refused_before_any_write():
+    """A step count of 2**63 or more is an ArgumentError naming step (it overflowed the bias
+    correction's float(beta) ** step with a bare OverflowError after validation)."""
+    from cudakit.optim import OptimizerState
+    with pytest.raises(cudakit.ArgumentError, match=r"step must be an integer in \[0, 2\*\*63\)"):
+        OptimizerState(lr=0.1, step=10**400)
+    st = OptimizerState(lr=0.1)
+    st.step = 1 << 63
+    p = np.ones(3, np.float32)
+    with pytest.raises(cudakit.ArgumentError, match="step must be"):
+        cudakit.adam_update(p, np.ones(3, np.float32), np.zeros(3, np.float32), np.zeros(3, np.float32), st)
+    assert (p == 1).all()

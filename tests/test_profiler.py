@@ -47,6 +47,18 @@ def test_nested_profiles_refused():
                 pass
 
 
+def test_profiler_state_errors_are_typed():
+    """stop() without a profile and start() inside one raise ProfilerStateError: a CudakitError (as
+    every error cudakit raises) and still a RuntimeError."""
+    from cudakit import profiler
+    with pytest.raises(profiler.ProfilerStateError, match="no cudakit profile is active") as e:
+        profiler.stop()
+    assert isinstance(e.value, cudakit.CudakitError) and isinstance(e.value, RuntimeError)
+    with cudakit.profile():
+        with pytest.raises(profiler.ProfilerStateError, match="already active"):
+            profiler.start()
+
+
 def test_benchmark_kernel_cpu():
     be = cudakit.get_backend("cpu")
     x = np.ones(1 << 16, np.float32)

@@ -45,7 +45,7 @@ import threading
 import traceback
 import weakref
 
-from .errors import CudakitError, ShapeError
+from .errors import ArgumentError, ArgumentTypeError, CudakitError, ShapeError
 
 _local = threading.local()   # .capture: the CUDAGraph capturing on this thread, or None
 _live: dict[int, weakref.WeakSet] = {}   # device -> live CUDAGraphs (their pools in memory stats)
@@ -129,7 +129,7 @@ class CUDAGraph:
 
     def __init__(self, mode: str = "relaxed"):
         if mode not in self._MODES:
-            raise ValueError(f"mode must be one of {', '.join(self._MODES)} (got {mode!r})")
+            raise ArgumentError(f"mode must be one of {', '.join(self._MODES)} (got {mode!r})")
         from .runtime import _cupy, memory
         cp = _cupy.cupy()
         memory.ensure_installed()
@@ -277,7 +277,7 @@ class GraphedStep:
     def __call__(self, *args):
         cp = self.cuda_graph._cp
         if len(args) != len(self.static_inputs):
-            raise TypeError(f"the graphed step takes {len(self.static_inputs)} arguments (got {len(args)})")
+            raise ArgumentTypeError(f"the graphed step takes {len(self.static_inputs)} arguments (got {len(args)})")
         for i, (a, s) in enumerate(zip(args, self.static_inputs)):
             if isinstance(s, cp.ndarray):
                 a = _as_cupy(cp, a, i)
@@ -288,7 +288,7 @@ class GraphedStep:
                 if a is not s:
                     cp.copyto(s, a)
             elif not _same_value(a, s):
-                raise ValueError(f"graphed step: argument {i} was captured as {s!r} (got {a!r}); non-array "
+                raise ArgumentError(f"graphed step: argument {i} was captured as {s!r} (got {a!r}); non-array "
                                  f"arguments are baked into the graph")
         self.cuda_graph.replay()
         return self.static_outputs
@@ -303,7 +303,7 @@ def _as_cupy(cp, a, i: int):
         return a
     if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__"):
         return cp.asarray(a)
-    raise TypeError(f"graphed step: argument {i} must be a CUDA array (got {type(a).__name__}); copy host "
+    raise ArgumentTypeError(f"graphed step: argument {i} must be a CUDA array (got {type(a).__name__}); copy host "
                     f"data to the device first (cudakit.to_device)")
 
 
@@ -327,9 +327,9 @@ def graph(fn, *sample_args, warmup: int = 2, mode: str = "relaxed") -> GraphedSt
     outputs. Needs the CUDA backend (BackendUnavailableError otherwise).
     """
     if not callable(fn):
-        raise TypeError(f"graph: fn must be callable (got {type(fn).__name__})")
+        raise ArgumentTypeError(f"graph: fn must be callable (got {type(fn).__name__})")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"graph: warmup must be an int >= 0 (got {warmup!r})")
+        raise ArgumentError(f"graph: warmup must be an int >= 0 (got {warmup!r})")
     from .runtime import _cupy
     from .runtime.device import is_available, unavailable_reason
     if not is_available():
@@ -344,7 +344,7 @@ def graph(fn, *sample_args, warmup: int = 2, mode: str = "relaxed") -> GraphedSt
             cp.copyto(s, a)
             statics.append(s)
         elif type(a).__module__ == "numpy" and hasattr(a, "shape") and getattr(a, "ndim", 0) > 0:
-            raise TypeError(f"graph: argument {i} is a NumPy array; pass CUDA arrays (cudakit.to_device)")
+            raise ArgumentTypeError(f"graph: argument {i} is a NumPy array; pass CUDA arrays (cudakit.to_device)")
         else:
             statics.append(a)
     statics = tuple(statics)

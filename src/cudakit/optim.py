@@ -102,8 +102,12 @@ class OptimizerState:
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ArgumentError(f"nesterov needs momentum > 0 and dampening == 0 "
                                 f"(got momentum={self.momentum!r}, dampening={self.dampening!r})")
-        if isinstance(self.step, bool) or not isinstance(self.step, numbers.Integral) or self.step < 0:
-            raise ArgumentError(f"step must be an integer >= 0 (got {self.step!r})")
+        if isinstance(self.step, bool) or not isinstance(self.step, numbers.Integral) or not 0 <= self.step < _MAX_STEP:
+            got = repr(self.step)
+            raise ArgumentError(f"step must be an integer in [0, 2**63) (got {got if len(got) <= 40 else got[:37] + '...'})")
+
+
+_MAX_STEP = 1 << 63   # an int64 count (a larger one overflowed float(beta) ** step in the bias correction)
 
 
 def _real(v, name: str) -> float:

@@ -19,6 +19,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .errors import CudakitError
+
 _active: "Profile | None" = None
 _lock = threading.Lock()
 
@@ -238,17 +240,21 @@ def profile(nvtx: bool = False, kernels: bool = True):
         stop()
 
 
+class ProfilerStateError(CudakitError, RuntimeError):
+    """start() while a profile is active, or stop() while none is."""
+
+
 _light: "Profile | None" = None   # the active profile of start(kernels=False): collectives and ranges only
 
 
 def start(nvtx: bool = False, kernels: bool = True) -> Profile:
     """Begin recording as profile() does, until stop() (for code that cannot wrap a with block);
-    returns the Profile. RuntimeError while one is active."""
+    returns the Profile. ProfilerStateError (a RuntimeError) while one is active."""
     global _active, _light
     from .runtime import memory, native
     with _lock:
         if _active is not None or _light is not None:
-            raise RuntimeError("a cudakit.profile() is already active")
+            raise ProfilerStateError("a cudakit.profile() is already active")
         prof = Profile(nvtx)
         if not kernels:
             _light = prof
@@ -261,13 +267,13 @@ def start(nvtx: bool = False, kernels: bool = True) -> Profile:
 
 def stop() -> Profile:
     """End the recording start() or profile() began; returns its Profile with every duration
-    filled in. RuntimeError when none is active."""
+    filled in. ProfilerStateError (a RuntimeError) when none is active."""
     global _active, _light
     from .runtime import memory, native
     with _lock:
         prof = _active or _light
         if prof is None:
-            raise RuntimeError("no cudakit profile is active (cudakit.profiler.start() begins one)")
+            raise ProfilerStateError("no cudakit profile is active (cudakit.profiler.start() begins one)")
         if prof is _light:
             _light = None
         else:

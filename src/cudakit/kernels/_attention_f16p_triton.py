@@ -35,7 +35,8 @@ a query block, O written once.
 import triton
 import triton.language as tl
 
-from ._attention_triton import _bias_base, _fwd_probs, _key_length, _kv_row, _ranges, _row_block
+from ._attention_triton import (_bias_base, _fwd_probs, _key_length, _key_part, _kv_row, _part_blocks, _ranges,
+                                _row_block)
 
 
 @triton.jit
@@ -138,13 +139,7 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
     """attn_fwd's forward (its masks, program order LPT and key parts KSPLIT) on the module's
     float16 parts; DP: head_dim's power of two (the parts' row length, zeros past D)."""
     start_m, bh = _row_block(LPT)
-    part = 0
-    if KSPLIT > 1:
-        part = start_m % KSPLIT
-        start_m = start_m // KSPLIT
-        nbh = tl.num_programs(1).to(tl.int64)
-        O += part * nbh * Lq * D   # this part's workspace
-        LSE += part * nbh * Lq
+    start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, DP)
@@ -169,19 +164,7 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
     c = 1.1754943508222875e-38   # V's largest key scale so far (FLT_MIN before any: c / c_new is then 0)
     a, b, cc, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, DLO, DHI, length, BLOCK_N)
-    klo = 0
-    if KSPLIT > 1:   # this part's key blocks (attn_fwd's shares)
-        if LEFT:
-            share = tl.cdiv(tl.cdiv(e - a, BLOCK_N), KSPLIT)
-            klo = a + part * share * BLOCK_N
-        else:
-            share = tl.cdiv(tl.cdiv(e, BLOCK_N), KSPLIT)
-            klo = part * share * BLOCK_N
-        khi = klo + share * BLOCK_N
-        a = tl.minimum(tl.maximum(a, klo), khi)
-        b = tl.minimum(tl.maximum(b, klo), khi)
-        cc = tl.minimum(tl.maximum(cc, klo), khi)
-        e = tl.minimum(tl.maximum(e, klo), khi)
+    a, b, cc, e, klo = _part_blocks(a, b, cc, e, part, LEFT, KSPLIT, BLOCK_N)   # (this part's key blocks)
     if LEFT:
         for start_n in range(a, b, BLOCK_N):
             acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,

@@ -440,6 +440,43 @@ def _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n, l
 
 
 @triton.jit
+def _key_part(start_m, O, LSE, Lq, D: tl.constexpr, KSPLIT: tl.constexpr):
+    """(row block, key part, O, LSE) of a forward program: with KSPLIT > 1 grid dim x holds row
+    block * KSPLIT + part, and O, LSE are [KSPLIT, BH, Lq, D] and [KSPLIT, BH, Lq] workspaces, moved
+    to this part's; else (start_m, 0, O, LSE) as they came."""
+    part = 0
+    if KSPLIT > 1:
+        part = start_m % KSPLIT
+        start_m = start_m // KSPLIT
+        nbh = tl.num_programs(1).to(tl.int64)
+        O += part * nbh * Lq * D   # this part's workspace
+        LSE += part * nbh * Lq
+    return start_m, part, O, LSE
+
+
+@triton.jit
+def _part_blocks(a, b, c, e, part, LEFT: tl.constexpr, KSPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
+    """_ranges's (a, b, c, e) narrowed to key part `part` of KSPLIT, and its first key klo: the
+    part's blocks are [klo, khi) of those in [a, e), in KSPLIT even shares (klo 0 with one part;
+    without a window's left side, not LEFT, a is 0 and the shares start from 0: a start the
+    compiler knows aligned)."""
+    klo = 0
+    if KSPLIT > 1:
+        if LEFT:
+            share = tl.cdiv(tl.cdiv(e - a, BLOCK_N), KSPLIT)
+            klo = a + part * share * BLOCK_N
+        else:
+            share = tl.cdiv(tl.cdiv(e, BLOCK_N), KSPLIT)
+            klo = part * share * BLOCK_N
+        khi = klo + share * BLOCK_N
+        a = tl.minimum(tl.maximum(a, klo), khi)
+        b = tl.minimum(tl.maximum(b, klo), khi)
+        c = tl.minimum(tl.maximum(c, klo), khi)
+        e = tl.minimum(tl.maximum(e, klo), khi)
+    return a, b, c, e, klo
+
+
+@triton.jit
 def _row_block(LPT: tl.constexpr):
     """(row block, batch*head) of this forward program: LPT = 0, the grid's (row blocks along x,
     batch*heads along y); LPT > 0 (causal forwards, whose last row blocks see the most keys), the
@@ -485,13 +522,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     normalised by its own sum and its log-sum-exp (-inf: the part saw no key), which
     attn_fwd_combine merges."""
     start_m, bh = _row_block(LPT)
-    part = 0
-    if KSPLIT > 1:
-        part = start_m % KSPLIT
-        start_m = start_m // KSPLIT
-        nbh = tl.num_programs(1).to(tl.int64)
-        O += part * nbh * Lq * D   # this part's workspace
-        LSE += part * nbh * Lq
+    start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -529,19 +560,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
-    klo = 0
-    if KSPLIT > 1:   # this part's key blocks: [klo, khi) of the blocks in [a, e), in KSPLIT even shares
-        if LEFT:     # (without a window's left side a is 0: from 0, a start the compiler knows aligned)
-            share = tl.cdiv(tl.cdiv(e - a, BLOCK_N), KSPLIT)
-            klo = a + part * share * BLOCK_N
-        else:
-            share = tl.cdiv(tl.cdiv(e, BLOCK_N), KSPLIT)
-            klo = part * share * BLOCK_N
-        khi = klo + share * BLOCK_N
-        a = tl.minimum(tl.maximum(a, klo), khi)
-        b = tl.minimum(tl.maximum(b, klo), khi)
-        c = tl.minimum(tl.maximum(c, klo), khi)
-        e = tl.minimum(tl.maximum(e, klo), khi)
+    a, b, c, e, klo = _part_blocks(a, b, c, e, part, LEFT, KSPLIT, BLOCK_N)   # (this part's key blocks)
     if LEFT:   # some row's keys start past key 0 (a window's left side): blocks before them skipped
         for start_n in range(a, b, BLOCK_N):
             acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n,
