@@ -587,7 +587,11 @@ F16P_CASES = [(2, 70, 90, 24, False, None, 1, None, 1, 1, None),
               (4, 70, 90, 128, True, None, 2, None, 4, 2, None),
               (6, 50, 140, 100, False, None, 3, [140, 0], 3, 1, "small"),
               (4, 60, 140, 80, True, (40, 10), 2, [140, 0], 2, 2, None),
-              (1, 65, 1, 40, False, None, 1, None, 1, 4, None)]
+              (1, 65, 1, 40, False, None, 1, None, 1, 4, None),
+              # EVEN (no masked block, whole row and column tiles): one part, in parts, small tiles
+              (2, 128, 192, 64, False, None, 1, None, 1, 1, None),
+              (2, 256, 320, 128, False, None, 2, None, 2, 3, None),
+              (3, 64, 128, 64, False, None, 1, None, 1, 2, "small")]
 
 
 def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles, bias=None, bias_heads=1,
@@ -637,9 +641,11 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     err = np.zeros(8, np.int64)
     lens_a = np.asarray(lens if lens is not None else [0], np.int64)
     b_args = (np.zeros(1, np.float32), 0, 0, 0, 0, 1) if bias is None else (bias, *host._strides(bias), bias_heads)
+    even = (dlo <= -host._UNBOUNDED and dhi >= host._UNBOUNDED and lens is None and lk % t["BLOCK_N"] == 0
+            and lq % t["BLOCK_M"] == 0 and d == dp)   # (as _f16_candidates decides it)
     consts = dict(D=d, DP=dp, HAS_LENS=lens is not None, BLOCK_M=t["BLOCK_M"], BLOCK_N=t["BLOCK_N"],
                   POS_SCALE=bias is None, HAS_BIAS=bias is not None, DROPOUT=dropout is not None,
-                  LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits)
+                  LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even)
     out, lse = np.full(q.shape, 7.0, np.float32), np.full((bh, lq), 7.0, np.float32)
     ow, lw = (out, lse) if splits == 1 else (np.full((splits, bh, lq, d), 7.0, np.float32),
                                              np.full((splits, bh, lq), 7.0, np.float32))

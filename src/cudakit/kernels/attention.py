@@ -982,9 +982,11 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, groups: int, b
     tilings = [_F16_TILES]
     if math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh < sms:
         tilings.append(_F16_SMALL_GRID_TILES)
+    plain = dlo <= -_UNBOUNDED and dhi >= _UNBOUNDED and not base["HAS_LENS"]   # (no key block needs a mask)
     offers = []
     for t in tilings:
-        c = dict(base, **t, D=d, DP=dp)
+        c = dict(base, **t, D=d, DP=dp,
+                 EVEN=plain and lk % t["BLOCK_N"] == 0 and lq % t["BLOCK_M"] == 0 and d == dp)
         offers.append((c, 1))
         n = kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms, above)
         if n > 1:
