@@ -258,12 +258,14 @@ def f16_path(monkeypatch):
     ((2,), 300, 4097, 64, False, (100, 0), None, None), ((1, 2), 150, 60, 128, True, None, None, None),
     ((3, 2), 70, 300, 64, False, None, [300, 0, 129], None), ((2, 2), 90, 260, 96, True, (40, 5), [17, 260], None),
     ((2, 3), 70, 300, 64, False, None, None, (2, 3, 70, 300)), ((2, 2), 90, 260, 100, False, None, None, (2, 1, 1, 260)),
-    ((2, 2), 200, 150, 128, True, None, None, (1, 2, 200, 150))])
+    ((2, 2), 200, 150, 128, True, None, None, (1, 2, 200, 150)),
+    ((2, 2), 256, 512, 64, False, None, None, None), ((1, 2), 128, 256, 128, False, None, None, (1, 2, 128, 256))])
 def test_attention_float32_f16_parts_forward(lead, lq, lk, d, causal, window, lens, bias, rng, f16_path,
                                              float32_precision):
     """The float32 forward on float16 parts (_attention_f16p_triton.py), taken alone, against float64
     within float32's bounds: ragged lengths, head dims below their block, Lq = 1 against 4096 keys,
-    rows that see no key (causal with Lq > Lk, key lengths of 0), windows, a bias with a row of -inf."""
+    rows that see no key (causal with Lq > Lk, key lengths of 0), windows, a bias with a row of -inf,
+    and whole tiles without masks (the kernel's EVEN form)."""
     float32_precision("tf32x3")
     took = f16_path()
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, lens=lens, bias=bias)
