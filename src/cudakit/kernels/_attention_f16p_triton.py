@@ -171,7 +171,9 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
     c = 1.1754943508222875e-38   # V's largest key scale so far (FLT_MIN before any: c / c_new is then 0)
     a, b, cc, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, DLO, DHI, length, BLOCK_N)
-    a, b, cc, e, klo = _part_blocks(a, b, cc, e, part, LEFT, KSPLIT, BLOCK_N)   # (this part's key blocks)
+    klo = 0   # (a compile-time 0 with one part: the loops' start the compiler knows aligned)
+    if KSPLIT > 1:   # this part's key blocks
+        a, b, cc, e, klo = _part_blocks(a, b, cc, e, part, LEFT, KSPLIT, BLOCK_N)
     if LEFT:
         for start_n in range(a, b, BLOCK_N):
             acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,

@@ -456,23 +456,20 @@ def _key_part(start_m, O, LSE, Lq, D: tl.constexpr, KSPLIT: tl.constexpr):
 
 @triton.jit
 def _part_blocks(a, b, c, e, part, LEFT: tl.constexpr, KSPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
-    """_ranges's (a, b, c, e) narrowed to key part `part` of KSPLIT, and its first key klo: the
-    part's blocks are [klo, khi) of those in [a, e), in KSPLIT even shares (klo 0 with one part;
-    without a window's left side, not LEFT, a is 0 and the shares start from 0: a start the
-    compiler knows aligned)."""
-    klo = 0
-    if KSPLIT > 1:
-        if LEFT:
-            share = tl.cdiv(tl.cdiv(e - a, BLOCK_N), KSPLIT)
-            klo = a + part * share * BLOCK_N
-        else:
-            share = tl.cdiv(tl.cdiv(e, BLOCK_N), KSPLIT)
-            klo = part * share * BLOCK_N
-        khi = klo + share * BLOCK_N
-        a = tl.minimum(tl.maximum(a, klo), khi)
-        b = tl.minimum(tl.maximum(b, klo), khi)
-        c = tl.minimum(tl.maximum(c, klo), khi)
-        e = tl.minimum(tl.maximum(e, klo), khi)
+    """_ranges's (a, b, c, e) narrowed to key part `part` of KSPLIT > 1, and the part's first key
+    klo: its blocks are [klo, khi) of those in [a, e), in KSPLIT even shares (without a window's
+    left side, not LEFT, a is 0 and the shares start from 0)."""
+    if LEFT:
+        share = tl.cdiv(tl.cdiv(e - a, BLOCK_N), KSPLIT)
+        klo = a + part * share * BLOCK_N
+    else:
+        share = tl.cdiv(tl.cdiv(e, BLOCK_N), KSPLIT)
+        klo = part * share * BLOCK_N
+    khi = klo + share * BLOCK_N
+    a = tl.minimum(tl.maximum(a, klo), khi)
+    b = tl.minimum(tl.maximum(b, klo), khi)
+    c = tl.minimum(tl.maximum(c, klo), khi)
+    e = tl.minimum(tl.maximum(e, klo), khi)
     return a, b, c, e, klo
 
 
@@ -560,7 +557,9 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     a, b, c, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, dlo, dhi, length, BLOCK_N)
-    a, b, c, e, klo = _part_blocks(a, b, c, e, part, LEFT, KSPLIT, BLOCK_N)   # (this part's key blocks)
+    klo = 0   # (a compile-time 0 with one part: the loops' start the compiler knows aligned)
+    if KSPLIT > 1:   # this part's key blocks
+        a, b, c, e, klo = _part_blocks(a, b, c, e, part, LEFT, KSPLIT, BLOCK_N)
     if LEFT:   # some row's keys start past key 0 (a window's left side): blocks before them skipped
         for start_n in range(a, b, BLOCK_N):
             acc, acc2, l_i, m_i = _fwd_step(acc, acc2, l_i, m_i, q, q_lo, q2, q2_lo, K, V, kv_base, start_n,
