@@ -641,8 +641,7 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     err = np.zeros(8, np.int64)
     lens_a = np.asarray(lens if lens is not None else [0], np.int64)
     b_args = (np.zeros(1, np.float32), 0, 0, 0, 0, 1) if bias is None else (bias, *host._strides(bias), bias_heads)
-    even = (dlo <= -host._UNBOUNDED and dhi >= host._UNBOUNDED and lens is None and lk % t["BLOCK_N"] == 0
-            and lq % t["BLOCK_M"] == 0 and d == dp)   # (as _f16_candidates decides it)
+    even = host.f16_even(dlo, dhi, lens is not None, lq, lk, d, t)
     consts = dict(D=d, DP=dp, HAS_LENS=lens is not None, BLOCK_M=t["BLOCK_M"], BLOCK_N=t["BLOCK_N"],
                   POS_SCALE=bias is None, HAS_BIAS=bias is not None, DROPOUT=dropout is not None,
                   LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even)

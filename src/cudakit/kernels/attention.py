@@ -863,8 +863,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if groups > 1:
         heads = q_heads
     has_bias = masks.bias is not None
-    args = (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse),
-            *_NO_VARLEN(lse, groups), *_drop_args(masks))
+    shared = (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse))
+    args = (*shared, *_NO_VARLEN(lse, groups), *_drop_args(masks))
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
                   HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
                   LPT=_order(dlo, dhi))
@@ -915,7 +915,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
                   for c, n in _parts_candidates(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)]
         cands = [("triton", one_part)] + [(name, in_parts(c, n)) for name, c, n in offers]
         if F16_PARTS:   # first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
-            cands = _f16_candidates(q, k, v, out, lse, args, consts, groups, bh, lq, lk, dlo, dhi, above, sms) + cands
+            cands = _f16_candidates(q, k, v, out, lse, (*shared, groups, *_drop_args(masks)), consts, bh, lq, lk,
+                                    dlo, dhi, above, sms) + cands
         if len(cands) == 1:
             return one_part()
         from . import paths
@@ -966,27 +967,29 @@ def _f16_split(x, dp: int, shift: bool) -> tuple:
     return hi, lo, sc
 
 
-def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, groups: int, bh: int, lq: int, lk: int,
-                    dlo: int, dhi: int, above: bool, sms: int) -> list:
+def f16_even(dlo: int, dhi: int, lengths: bool, lq: int, lk: int, d: int, tiles: dict) -> bool:
+    """attn_fwd_f16p's EVEN on these tiles: no key block needs a mask (no bound on the keys, no key
+    lengths, Lk a multiple of the key tile), Lq a multiple of the row tile and head_dim its own
+    power of two."""
+    return (dlo <= -_UNBOUNDED and dhi >= _UNBOUNDED and not lengths and lk % tiles["BLOCK_N"] == 0
+            and lq % tiles["BLOCK_M"] == 0 and d == head_block(d))
+
+
+def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: int, lk: int, dlo: int, dhi: int,
+                    above: bool, sms: int) -> list:
     """[(name, fn)] of the float16-parts forward for _triton_forward's candidates: one part on
     _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES, each
-    also in the key-parts model's part count where it is over 1. args: attn_fwd's runtime
-    arguments (the same but VARLEN's, which attn_fwd_f16p does not take); consts: attn_fwd's
-    constexprs (masks, bias, dropout, order)."""
+    also in the key-parts model's part count where it is over 1. args: attn_fwd_f16p's runtime
+    arguments but BH0; consts: attn_fwd's constexprs (masks, bias, dropout, order)."""
     d = q.shape[2]
     dp = head_block(d)
-    lens, err, qk_scale, _lq, _lk, _dlo, _dhi, heads, *rest = args
-    bias_args, drop_args = rest[:6], rest[11:15]   # (rest[6:11]: attn_fwd's varlen arguments)
-    f_args = (lens, err, qk_scale, lq, lk, dlo, dhi, heads, *bias_args, groups, *drop_args)
     base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "DROPOUT", "LEFT", "LPT")}
     tilings = [_F16_TILES]
     if math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh < sms:
         tilings.append(_F16_SMALL_GRID_TILES)
-    plain = dlo <= -_UNBOUNDED and dhi >= _UNBOUNDED and not base["HAS_LENS"]   # (no key block needs a mask)
     offers = []
     for t in tilings:
-        c = dict(base, **t, D=d, DP=dp,
-                 EVEN=plain and lk % t["BLOCK_N"] == 0 and lq % t["BLOCK_M"] == 0 and d == dp)
+        c = dict(base, **t, D=d, DP=dp, EVEN=f16_even(dlo, dhi, base["HAS_LENS"], lq, lk, d, t))
         offers.append((c, 1))
         n = kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms, above)
         if n > 1:
@@ -994,20 +997,15 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, groups: int, b
 
     def run(c, splits):
         def go():
-            cp = _cupy.cupy()
-            try:
-                parts = (*_f16_split(k, dp, False), *_f16_split(v, dp, True))
-            except (MemoryError, cp.cuda.memory.OutOfMemoryError):
-                from .. import fallbacks
-                from . import paths
-                fallbacks.note("attention:float32-f16-parts", "no memory for the float32 forward's float16 parts "
-                                                              "of k and v: the TF32 split forward ran it")
-                paths.declined_for_now()
+            parts = _or_declined_for_memory(lambda: (*_f16_split(k, dp, False), *_f16_split(v, dp, True)),
+                                            "attention:float32-f16-parts", "no memory for the float32 forward's "
+                                            "float16 parts of k and v: the TF32 split forward ran it")
+            if parts is None:
                 return None
             if splits == 1:
-                _launch("attn_fwd_f16p", lq, c["BLOCK_M"], (q, *parts, out, lse), f_args, c, bh0=True)
+                _launch("attn_fwd_f16p", lq, c["BLOCK_M"], (q, *parts, out, lse), args, c, bh0=True)
                 return out, lse
-            return (out, lse) if _forward_in_parts((q, *parts), out, lse, f_args, c, splits, "attn_fwd_f16p") else None
+            return (out, lse) if _forward_in_parts((q, *parts), out, lse, args, c, splits, "attn_fwd_f16p") else None
         return go
     return [(f"f16-parts-{f'keys-in-{n}-parts-' if n > 1 else ''}on-{c['BLOCK_M']}x{c['BLOCK_N']}", run(c, n))
             for c, n in offers]
