@@ -107,8 +107,21 @@ def grad_scale(dy, w, rstd, channels=False):
     return max(float(g.max(initial=0.0)), 1e-30)
 
 
+def batch_norm_y_scale(y_ref, x, gamma, mean_ref, invstd_ref):
+    """Elementwise scale for batch norm's y: max |y_ref|, or |mean| invstd |gamma| where that is
+    larger. The mean of a channel carries roundings of size u |mean|, and y = (x - mean) invstd
+    gamma scales them by invstd |gamma|: a channel whose spread is small against its mean and
+    against sqrt(eps) (two samples close together, say) amplifies them past max |y_ref|."""
+    shp = (1, -1) + (1,) * (np.ndim(x) - 2)
+    s = np.abs(f64(mean_ref)) * np.abs(f64(invstd_ref))
+    if gamma is not None:
+        s = s * np.abs(f64(gamma))
+    return np.maximum(max(float(np.abs(y_ref).max(initial=0.0)), 1e-30), s.reshape(shp))
+
+
 def assert_close(got, ref, dtype, what="", scale=None, factor=1.0):
-    """Elementwise |got - ref| <= factor * (RTOL |ref| + ATOL scale), scale = max |ref| (>= 1e-30)."""
+    """Elementwise |got - ref| <= factor * (RTOL |ref| + ATOL scale), scale = max |ref| (>= 1e-30)
+    unless given (a number, or an array that broadcasts against ref)."""
     got = np.asarray(got).astype(np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     assert got.shape == ref.shape, (what, got.shape, ref.shape)

@@ -171,7 +171,7 @@ def test_batch_norm_training(shape, dtype, affine, rng):
     rm, rv = rm0.copy(), rv0.copy()
     y, sm, si = cn.batch_norm_forward(x, gamma, beta, rm, rv, True, 0.1, 1e-5)
     yr, mr, vr, vu = ref.batch_norm_train(x, gamma, beta, 1e-5)
-    ref.assert_close(y, yr, dtype, "y")
+    ref.assert_close(y, yr, dtype, "y", scale=ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + 1e-5)))
     sd = _stat_dtype(dtype)
     assert sm.dtype == np.dtype(sd) and si.dtype == np.dtype(sd)
     ref.assert_close(sm, mr, sd, "save_mean")
