@@ -595,16 +595,17 @@ F16P_CASES = [(2, 70, 90, 24, False, None, 1, None, 1, 1, None),
 
 
 def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles, bias=None, bias_heads=1,
-                    dropout=None, data_scale=None):
+                    dropout=None, data_scale=None, inline=False):
     """The float16-parts forward's launch sequence (f16_split of k and v, attn_fwd_f16p, with key parts
     attn_fwd_combine) against the float64 reference's out and lse; outputs start as 7.0, the parts'
     arrays as NaN. bias: a 4-D array ([BH] entry t its batch t // bias_heads, head t % bias_heads);
     dropout: (p, seed); data_scale: rows of q, k spread over 10^-data_scale .. 1, of v over
     10^-data_scale .. 10^data_scale, V's elements over three more decades. Each output element is
-    held to the float32 bound of its terms' size (attention_checks._close), as the GPU tests."""
+    held to the float32 bound of its terms' size (attention_checks._close), as the GPU tests.
+    inline: the kernel's INLINE form, k and v split in its loop (no f16_split launches)."""
     from cudakit.kernels import _attention_f16p_triton as f16p
     case = ("f16 parts", bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles,
-            None if bias is None else bias.shape, dropout, data_scale is not None)
+            None if bias is None else bias.shape, dropout, data_scale is not None, inline)
     rng = np.random.default_rng(8)
     q = data(rng, (bh, lq, d), "float32")
     k, v = (data(rng, (bh // groups, lk, d), "float32") for _ in range(2))
@@ -629,14 +630,14 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
         out_r = np.where(mask((bh, lq, lk), threshold(p), seed), pr / (1 - p), 0.0) @ f64(vr)
         drop = (*_seed_words(seed), threshold(p), 1.0 / (1.0 - p))
     dp = host.head_block(d)
-    parts = []
-    for x, shift in ((k, False), (v, True)):
+    parts = [k, k, k, v, v, v] if inline else []   # (INLINE: KL, KS, VL, VS not read)
+    for x, shift in () if inline else ((k, False), (v, True)):
         hi, lo = (np.full(x.shape[:2] + (dp,), np.nan, np.float16) for _ in range(2))
         sc = np.full(x.shape[:2], np.nan, np.float32)
         f16p.f16_split[(math.ceil(lk / 32), x.shape[0])](*map(_Tensor, (x, hi, lo, sc)), lk, D=d, DP=dp, BLOCK_L=32,
                                                          SHIFT=shift)
         parts += [hi, lo, sc]
-    t = host._F16_SMALL_GRID_TILES if tiles == "small" else host._F16_TILES
+    t = {"small": host._F16_SMALL_GRID_TILES, "inline": host._F16_INLINE_TILES}.get(tiles, host._F16_TILES)
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     err = np.zeros(8, np.int64)
     lens_a = np.asarray(lens if lens is not None else [0], np.int64)
@@ -644,7 +645,7 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     even = host.f16_even(dlo, dhi, lens is not None, lq, lk, d, t)
     consts = dict(D=d, DP=dp, HAS_LENS=lens is not None, BLOCK_M=t["BLOCK_M"], BLOCK_N=t["BLOCK_N"],
                   POS_SCALE=bias is None, HAS_BIAS=bias is not None, DROPOUT=dropout is not None,
-                  LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even)
+                  LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even, INLINE=inline)
     out, lse = np.full(q.shape, 7.0, np.float32), np.full((bh, lq), 7.0, np.float32)
     ow, lw = (out, lse) if splits == 1 else (np.full((splits, bh, lq, d), 7.0, np.float32),
                                              np.full((splits, bh, lq), 7.0, np.float32))
@@ -680,7 +681,10 @@ def check_f16_parts_extras():
     check_f16_parts(3, 130, 100, 128, True, None, 1, None, 1, 2, "small", dropout=(0.2, 0xF00DFACE_9ABCDEF0))
     check_f16_parts(2, 90, 130, 64, False, None, 1, None, 1, 1, None, data_scale=6)
     check_f16_parts(2, 300, 140, 128, True, None, 1, None, 1, 1, None, data_scale=3)   # rows seeing few keys
-    return 6
+    check_f16_parts(2, 300, 140, 128, True, None, 1, None, 1, 2, "inline", data_scale=3, inline=True)
+    check_f16_parts(3, 130, 100, 96, True, (40, 3), 1, None, 1, 2, "inline", dropout=(0.2, 77), inline=True,
+                    bias=rng.standard_normal((3, 1, 130, 100)).astype(np.float32))
+    return 8
 
 
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
@@ -842,7 +846,9 @@ if __name__ == "__main__":
         check_materialized_dropout(*case)
     for case in F16P_CASES:
         check_f16_parts(*case)
+    for case in F16P_CASES:   # the INLINE form (k and v split in the kernel's loop) on its tiles
+        check_f16_parts(*case[:-1], "inline", inline=True)
     extras = check_f16_parts_extras()
-    n = (len(F16P_CASES) + extras + len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
+    n = (2 * len(F16P_CASES) + extras + len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 14)
     print(f"{n} cases match the float64 reference")

@@ -227,21 +227,23 @@ def test_attention_float32_materialized_backward_dropout(lead, lq, lk, d, causal
 
 @pytest.fixture
 def f16_path(monkeypatch):
-    """f16_path(parts=False): kernels/paths.run taking the float32 forward on float16 parts
-    (kernels/attention.py _f16_candidates; in key parts with parts=True) alone where offered, the
-    first accepting candidate elsewhere (no timing, no plan); returns the names taken. Offered
-    whatever kernels/attention.py F16_PARTS says."""
+    """f16_path(parts=False, inline=False): kernels/paths.run taking the float32 forward on float16
+    parts (kernels/attention.py _f16_candidates; in key parts with parts=True; its INLINE form, k
+    and v split in the loop, with inline=True) alone where offered, the first accepting candidate
+    elsewhere (no timing, no plan); returns the names taken. Offered whatever kernels/attention.py
+    F16_PARTS says."""
     from cudakit import dispatch
     from cudakit.kernels import attention as at
     from cudakit.kernels import paths
     monkeypatch.setattr(at, "F16_PARTS", True)
     dispatch.clear()
 
-    def take(parts: bool = False) -> list:
+    def take(parts: bool = False, inline: bool = False) -> list:
         took = []
 
         def run(op, key, candidates, timer=None):
-            names = [n for n, _ in candidates if n.startswith("f16-parts") and ("keys-in" in n) == parts]
+            names = [n for n, _ in candidates if n.startswith("f16-parts") and ("keys-in" in n) == parts
+                     and ("-inline-" in n) == inline]
             if not names:
                 return next(out for _, fn in candidates if (out := fn()) is not None)
             took.append(names[0])
@@ -252,14 +254,17 @@ def f16_path(monkeypatch):
     dispatch.clear()
 
 
-@pytest.mark.parametrize("lead,lq,lk,d,causal,window,lens,bias", [
+F16_FORWARD_CASES = [
     ((2, 2), 17, 17, 40, False, None, None, None), ((1, 3), 1000, 1000, 80, True, None, None, None),
     ((2,), 1, 4096, 96, False, None, None, None), ((1,), 4097, 300, 128, True, None, None, None),
     ((2,), 300, 4097, 64, False, (100, 0), None, None), ((1, 2), 150, 60, 128, True, None, None, None),
     ((3, 2), 70, 300, 64, False, None, [300, 0, 129], None), ((2, 2), 90, 260, 96, True, (40, 5), [17, 260], None),
     ((2, 3), 70, 300, 64, False, None, None, (2, 3, 70, 300)), ((2, 2), 90, 260, 100, False, None, None, (2, 1, 1, 260)),
     ((2, 2), 200, 150, 128, True, None, None, (1, 2, 200, 150)),
-    ((2, 2), 256, 512, 64, False, None, None, None), ((1, 2), 128, 256, 128, False, None, None, (1, 2, 128, 256))])
+    ((2, 2), 256, 512, 64, False, None, None, None), ((1, 2), 128, 256, 128, False, None, None, (1, 2, 128, 256))]
+
+
+@pytest.mark.parametrize("lead,lq,lk,d,causal,window,lens,bias", F16_FORWARD_CASES)
 def test_attention_float32_f16_parts_forward(lead, lq, lk, d, causal, window, lens, bias, rng, f16_path,
                                              float32_precision):
     """The float32 forward on float16 parts (_attention_f16p_triton.py), taken alone, against float64
@@ -270,6 +275,20 @@ def test_attention_float32_f16_parts_forward(lead, lq, lk, d, causal, window, le
     took = f16_path()
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, lens=lens, bias=bias)
     assert took
+
+
+@pytest.mark.parametrize("lead,lq,lk,d,causal,window,lens,bias", F16_FORWARD_CASES)
+@pytest.mark.parametrize("parts", [False, True])
+def test_attention_float32_f16_parts_inline_forward(lead, lq, lk, d, causal, window, lens, bias, parts, rng, f16_path,
+                                                    float32_precision):
+    """The float16-parts forward's INLINE form (k and v split in the kernel's loop, offered on grids
+    of less than a wave), in one part and where the key-parts model splits them in parts, against
+    float64 as the other form."""
+    float32_precision("tf32x3")
+    took = f16_path(parts=parts, inline=True)
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, lens=lens, bias=bias)
+    if not parts:
+        assert took and "-inline-" in took[0]
 
 
 @pytest.mark.parametrize("lead,lq,lk,d,causal", [((1, 1), 64, 2048, 128, False), ((1, 2), 100, 1500, 80, True),

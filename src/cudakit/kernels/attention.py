@@ -951,6 +951,11 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 F16_PARTS = False
 _F16_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+# attn_fwd_f16p's INLINE form (K and V split in its loop, no f16_split pass) on grids of less than a
+# wave: 64 x 32 on 4 warps, whose sm_90 SASS (Triton 3.9, here) holds 205-240 registers without
+# spills at head dims 80, 96 and 128 (64 x 64 on 4 warps spilled up to 86 loads at 128, on 8 warps
+# 43-61 at every one; scripts/attention_sass.py). Not timed on a GPU yet.
+_F16_INLINE_TILES = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
 _F16_SPLIT_ROWS = 32   # rows a program of f16_split
 
 
@@ -978,18 +983,19 @@ def f16_even(dlo: int, dhi: int, lengths: bool, lq: int, lk: int, d: int, tiles:
 def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: int, lk: int, dlo: int, dhi: int,
                     above: bool, sms: int) -> list:
     """[(name, fn)] of the float16-parts forward for _triton_forward's candidates: one part on
-    _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES, each
-    also in the key-parts model's part count where it is over 1. args: attn_fwd_f16p's runtime
-    arguments but BH0; consts: attn_fwd's constexprs (masks, bias, dropout, order)."""
+    _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES and
+    the INLINE form on _F16_INLINE_TILES, each also in the key-parts model's part count where it is
+    over 1. args: attn_fwd_f16p's runtime arguments but BH0; consts: attn_fwd's constexprs (masks,
+    bias, dropout, order)."""
     d = q.shape[2]
     dp = head_block(d)
     base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "DROPOUT", "LEFT", "LPT")}
-    tilings = [_F16_TILES]
+    tilings = [(_F16_TILES, False)]
     if math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh < sms:
-        tilings.append(_F16_SMALL_GRID_TILES)
+        tilings += [(_F16_SMALL_GRID_TILES, False), (_F16_INLINE_TILES, True)]
     offers = []
-    for t in tilings:
-        c = dict(base, **t, D=d, DP=dp, EVEN=f16_even(dlo, dhi, base["HAS_LENS"], lq, lk, d, t))
+    for t, inline in tilings:
+        c = dict(base, **t, D=d, DP=dp, EVEN=f16_even(dlo, dhi, base["HAS_LENS"], lq, lk, d, t), INLINE=inline)
         offers.append((c, 1))
         n = kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms, above)
         if n > 1:
@@ -997,9 +1003,12 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
 
     def run(c, splits):
         def go():
-            parts = _or_declined_for_memory(lambda: (*_f16_split(k, dp, False), *_f16_split(v, dp, True)),
-                                            "attention:float32-f16-parts", "no memory for the float32 forward's "
-                                            "float16 parts of k and v: the TF32 split forward ran it")
+            if c["INLINE"]:   # (KL, KS, VL, VS not read)
+                parts = (k, k, k, v, v, v)
+            else:
+                parts = _or_declined_for_memory(lambda: (*_f16_split(k, dp, False), *_f16_split(v, dp, True)),
+                                                "attention:float32-f16-parts", "no memory for the float32 "
+                                                "forward's float16 parts of k and v: the TF32 split forward ran it")
             if parts is None:
                 return None
             if splits == 1:
@@ -1007,8 +1016,8 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
                 return out, lse
             return (out, lse) if _forward_in_parts((q, *parts), out, lse, args, c, splits, "attn_fwd_f16p") else None
         return go
-    return [(f"f16-parts-{f'keys-in-{n}-parts-' if n > 1 else ''}on-{c['BLOCK_M']}x{c['BLOCK_N']}", run(c, n))
-            for c, n in offers]
+    return [(f"f16-parts-{'inline-' if c['INLINE'] else ''}{f'keys-in-{n}-parts-' if n > 1 else ''}"
+             f"on-{c['BLOCK_M']}x{c['BLOCK_N']}", run(c, n)) for c, n in offers]
 
 
 class _NoMemoryForCopy(Exception):
