@@ -20,6 +20,8 @@
 | CUDAKIT_ATTENTION_DROPOUT | attention's dropout mask on the GPU: "cudnn" (default: cuDNN's   |
 |                           | fused dropout and its own stream where cuDNN takes the call) or  |
 |                           | "cudakit" (cudakit.dropout's Philox stream, the CPU backend's)   |
+| CUDAKIT_ATTENTION_F16_PARTS | "1": offer the float32 attention forward on float16 parts (off |
+|                           | by default until it has passed the GPU tests in its current form) |
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ class Settings:
     distributed_debug: bool = False
     cudnn: str = "auto"
     attention_dropout: str = "cudnn"
+    attention_f16_parts: bool = False
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -98,6 +101,7 @@ class Settings:
             distributed_debug=_flag(env, "CUDAKIT_DISTRIBUTED_DEBUG", False),
             cudnn=cudnn,
             attention_dropout=drop,
+            attention_f16_parts=_flag(env, "CUDAKIT_ATTENTION_F16_PARTS", False),
         )
 
 

@@ -230,8 +230,8 @@ def f16_path(monkeypatch):
     """f16_path(parts=False, inline=False): kernels/paths.run taking the float32 forward on float16
     parts (kernels/attention.py _f16_candidates; in key parts with parts=True; its INLINE form, k
     and v split in the loop, with inline=True) alone where offered, the first accepting candidate
-    elsewhere (no timing, no plan); returns the names taken. Offered whatever kernels/attention.py
-    F16_PARTS says."""
+    elsewhere (no timing, no plan); returns the names taken. Offered whatever
+    CUDAKIT_ATTENTION_F16_PARTS says (kernels/attention.py F16_PARTS set True)."""
     from cudakit import dispatch
     from cudakit.kernels import attention as at
     from cudakit.kernels import paths

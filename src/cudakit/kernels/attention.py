@@ -8,8 +8,8 @@ The float32 forward at head dims 33..128 under tf32x3 takes V transposed (_trans
 kernel's SPLIT) and splits K's and V's tiles into TF32 parts once each, not per product as
 Triton's own tf32x3. The forward on float16 parts (kernels/_attention_f16p_triton.py: each row a
 power-of-two scale times two float16 parts, three float16 products; _f16_candidates) is timed
-against it per signature, and taken first where nothing is timed, where F16_PARTS is set (off for
-now: its current form has not run on a GPU).
+against it per signature, and taken first where nothing is timed, where CUDAKIT_ATTENTION_F16_PARTS
+offers it (off by default for now: its current form has not run on a GPU).
 The float32 backward under tf32x3 has a second path, timed against the flash kernels per signature
 (kernels/paths.py): the materialised kernels of kernels/attention_materialized.py.
 """
@@ -914,7 +914,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
                    f"{'-v-in-place' if c.get('OT') else ''}", c, n)
                   for c, n in _parts_candidates(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)]
         cands = [("triton", one_part)] + [(name, in_parts(c, n)) for name, c, n in offers]
-        if F16_PARTS:   # first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
+        if _f16_parts_offered():   # first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
             cands = _f16_candidates(q, k, v, out, lse, (*shared, groups, *_drop_args(masks)), consts, bh, lq, lk,
                                     dlo, dhi, above, sms) + cands
         if len(cands) == 1:
@@ -932,8 +932,9 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 
 # The float32 forward on float16 parts (_attention_f16p_triton.py): each operand row as a power-of-two
 # scale times two float16 parts, three float16 products (tf32x3's split on operands half the size,
-# at twice TF32's rate). F16_PARTS True: offered to kernels/paths.py before the TF32 split forward's
-# candidates (its one part on _F16_TILES the choice without timing); False (for now): never. Its
+# at twice TF32's rate). Offered (CUDAKIT_ATTENTION_F16_PARTS=1, off by default for now; F16_PARTS
+# True or False overrides the setting, for tests and sweeps) to kernels/paths.py before the TF32
+# split forward's candidates (its one part on _F16_TILES the choice without timing). Its
 # first form (P's and V's remainders unshifted) missed the float32 bound on a few output elements
 # (4 of 147 float32 attention GPU tests, H200, 2026-11-28 13:39 UTC: rows that see few keys,
 # elements far below their keys' largest); the remainders now come shifted by 2^11 (the kernel's
@@ -948,7 +949,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 # there; on 3 stages they need 263688 bytes of shared memory at head dim 128 (232448 the limit).
 # On small grids 64 x 64 on 4 warps and 2 stages ran B1 H16 S512 D128 at 1.246x (one part)
 # against 1.218x (two parts, TF32), and 128 x 64 B8 H8 S256 D128 at 1.416x against 1.317x.
-F16_PARTS = False
+F16_PARTS: bool | None = None
 _F16_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 # attn_fwd_f16p's INLINE form (K and V split in its loop, no f16_split pass) on grids of less than a
@@ -957,6 +958,14 @@ _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stag
 # 43-61 at every one; scripts/attention_sass.py). Not timed on a GPU yet.
 _F16_INLINE_TILES = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
 _F16_SPLIT_ROWS = 32   # rows a program of f16_split
+
+
+def _f16_parts_offered() -> bool:
+    """F16_PARTS where set, else CUDAKIT_ATTENTION_F16_PARTS."""
+    if F16_PARTS is not None:
+        return F16_PARTS
+    from ..config import settings
+    return settings().attention_f16_parts
 
 
 def _f16_split(x, dp: int, shift: bool) -> tuple:
