@@ -303,12 +303,13 @@ def test_attention_float32_f16_parts_forward_in_key_parts(lead, lq, lk, d, causa
 
 
 @pytest.mark.parametrize("b,h,hkv,lq,lk,d,causal", [(2, 8, 2, 100, 300, 128, True), (2, 4, 1, 1, 600, 80, False)])
-def test_attention_float32_f16_parts_forward_grouped(b, h, hkv, lq, lk, d, causal, rng, f16_path,
+@pytest.mark.parametrize("inline", [False, True])
+def test_attention_float32_f16_parts_forward_grouped(b, h, hkv, lq, lk, d, causal, inline, rng, f16_path,
                                                      float32_precision):
-    """The float16-parts forward with grouped-query k, v (each k, v head split once, read by its
-    group of q heads), taken alone."""
+    """The float16-parts forward with grouped-query k, v (each k, v head split once, or in the
+    INLINE form each key block as a row block reads it, for its group of q heads), taken alone."""
     float32_precision("tf32x3")
-    took = f16_path()
+    took = f16_path(inline=inline)
     ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, "float32", causal)
     assert took
 
@@ -322,13 +323,14 @@ def test_attention_float32_f16_parts_forward_dropout(rng, f16_path, float32_prec
 
 
 @pytest.mark.parametrize("spread", [3, 6])
-def test_attention_float32_f16_parts_forward_magnitudes(spread, rng, f16_path, float32_precision):
+@pytest.mark.parametrize("inline", [False, True])
+def test_attention_float32_f16_parts_forward_magnitudes(spread, inline, rng, f16_path, float32_precision):
     """Rows of q and k spanning 10^-spread .. 1 and of v 10^-spread .. 10^spread (each row its own
     power-of-two scale), an all-zero key: within float32's bound of the output's largest magnitude
     of float64 (the other tests' 2e-5; in Triton's interpreter the kernel's error was 0.5-0.8 of
     2^-20 of it), lse within float32's bound."""
     float32_precision("tf32x3")
-    took = f16_path()
+    took = f16_path(inline=inline)
     b, h, lq, lk, d = 2, 2, 150, 300, 128
     q, k, v = (ac.data(rng, (b, h, n, d), "float32") for n in (lq, lk, lk))
     for x, top in ((q, 0), (k, 0), (v, spread)):
