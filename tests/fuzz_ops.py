@@ -51,6 +51,7 @@ class Case:
     ref_inplace: object = None   # f(float64 kwargs) -> {name: wanted value after the call}
     scale: object = None         # f(float64 kwargs) -> the size of the terms of an output that
                                  # cancel (its error is relative to that, not to the result)
+    inplace_scale: object = None  # f(float64 kwargs) -> {name: that size} for the kwargs written
     skip_mutation: tuple = ()    # kwargs whose bad values are not fuzzed (see the family's note)
     extra: dict = field(default_factory=dict)
 
@@ -194,9 +195,14 @@ def make_normalization(rng, dt):
     b = _data(rng, norm, dt) if rng.random() < 0.6 else None
     eps = float(rng.choice([1e-5, 1e-3, 0.1]))
     if kind == "layernorm":
+        def ln_scale(a):   # y = (x - mean) rstd w cancels in x - mean: one rounding of the mean is
+            # relative to |x| rstd |w| (a row of close values around a large mean: rstd in the hundreds)
+            ax = tuple(range(len(shape) - k, len(shape)))
+            spread = np.abs(a["x"]).max(axis=ax) / np.sqrt(a["x"].var(axis=ax) + a["eps"])
+            return float(spread.max()) * (float(np.abs(a["weight"]).max()) if a["weight"] is not None else 1.0)
         return Case("normalization", kind, ck.layernorm,
                     {"x": x, "weight": w, "bias": b, "eps": eps, "normalized_ndim": k},
-                    lambda a: (_ln(a["x"], a["weight"], a["bias"], a["eps"], a["normalized_ndim"]),))
+                    lambda a: (_ln(a["x"], a["weight"], a["bias"], a["eps"], a["normalized_ndim"]),), scale=ln_scale)
     if kind == "rmsnorm":
         return Case("normalization", kind, ck.rmsnorm, {"x": x, "weight": w, "eps": eps, "normalized_ndim": k},
                     lambda a: (_ln(a["x"], a["weight"], None, a["eps"], a["normalized_ndim"], rms=True),))
@@ -248,9 +254,17 @@ def make_normalization(rng, dt):
     def scale(a):   # y = (x - mean) * invstd cancels in x - mean: its error is relative to |x| * invstd
         spread = np.abs(a["x"]).max(axis=ax) / np.sqrt(a["x"].var(axis=ax) + a["eps"])
         return float(spread.max()) * (float(np.abs(a["gamma"]).max()) if a["gamma"] is not None else 1.0)
+
+    def inplace_scale(a):   # (1 - m) r + m mean may cancel; the mean carries roundings of |x|, the
+        # variance (of x - mean) of 2 |x| std
+        m, big = a["momentum"], np.abs(a["x"]).max(axis=ax)
+        std = np.sqrt(a["x"].var(axis=ax))
+        return {"running_mean": float(((1 - m) * np.abs(a["running_mean"]) + m * big).max()),
+                "running_var": float(((1 - m) * np.abs(a["running_var"]) + m * (std * std + 2 * big * std)).max())}
     return Case("normalization", "batch_norm", ck.batch_norm,
                 {"x": x, "gamma": gamma, "beta": beta, "running_mean": rm, "running_var": rv, "training": True,
-                 "momentum": mom, "eps": eps}, ref, ("running_mean", "running_var"), ref_inplace, scale)
+                 "momentum": mom, "eps": eps}, ref, ("running_mean", "running_var"), ref_inplace, scale,
+                inplace_scale=inplace_scale)
 
 
 def make_reduction(rng, dt):
@@ -325,11 +339,15 @@ def make_linalg(rng, dt):
     if rng.random() < 0.5:
         batch = _shape(rng, 0, 2, 3)
         a, b = _data(rng, batch + (m, k), dt), _data(rng, (k, n), dt)
-        return Case("linalg", "matmul", ck.matmul, {"a": a, "b": b}, lambda z: (z["a"] @ z["b"],))
+        # (a dot product's terms may cancel: its error is relative to sum |a_i b_i|)
+        return Case("linalg", "matmul", ck.matmul, {"a": a, "b": b}, lambda z: (z["a"] @ z["b"],),
+                    scale=lambda z: float((np.abs(z["a"]) @ np.abs(z["b"])).max(initial=0.0)))
     x, w = _data(rng, (m, k), dt), _data(rng, (n, k), dt)
     bias = _data(rng, (n,), dt) if rng.random() < 0.5 else None
     return Case("linalg", "linear", ck.linear, {"x": x, "weight": w, "bias": bias},
-                lambda z: (z["x"] @ z["weight"].T + (0 if z["bias"] is None else z["bias"]),))
+                lambda z: (z["x"] @ z["weight"].T + (0 if z["bias"] is None else z["bias"]),),
+                scale=lambda z: float((np.abs(z["x"]) @ np.abs(z["weight"]).T
+                                       + (0 if z["bias"] is None else np.abs(z["bias"]))).max(initial=0.0)))
 
 
 def make_attention(rng, dt):
@@ -339,7 +357,12 @@ def make_attention(rng, dt):
     scale = None if rng.random() < 0.5 else float(rng.uniform(0.1, 1.0))
     return Case("attention", "attention", ck.attention, {"q": q, "k": k, "v": v, "scale": scale, "causal": causal},
                 lambda a: (_attention(a["q"], a["k"], a["v"], 1 / math.sqrt(d) if a["scale"] is None else a["scale"],
-                                      a["causal"]),))
+                                      a["causal"]),),
+                # (P V, a weighted mean of v, cancels where v's signs differ: its error is relative to
+                # max |v|, times 1 + the largest |score| whose rounding moves the weights)
+                scale=lambda a: float(np.abs(a["v"]).max()) * (1.0 + float(np.abs(
+                    np.einsum("bqd,bkd->bqk", a["q"], a["k"])).max()) * (1 / math.sqrt(d) if a["scale"] is None
+                                                                        else a["scale"])))
 
 
 def make_conv(rng, dt):
@@ -356,7 +379,11 @@ def make_conv(rng, dt):
             dil = 1
         return Case("conv", kind, ck.conv2d, {"x": x, "weight": wt, "bias": bias, "stride": stride, "padding": pad,
                                                "dilation": dil},
-                    lambda a: (_conv(a["x"], a["weight"], a["bias"], a["stride"], a["padding"], a["dilation"]),))
+                    lambda a: (_conv(a["x"], a["weight"], a["bias"], a["stride"], a["padding"], a["dilation"]),),
+                    # (its sums of products may cancel: the error is relative to the sums of |terms|)
+                    scale=lambda a: float(_conv(np.abs(a["x"]), np.abs(a["weight"]),
+                                                None if a["bias"] is None else np.abs(a["bias"]), a["stride"],
+                                                a["padding"], a["dilation"]).max(initial=0.0)))
     ks = int(rng.integers(1, 4))
     stride = int(rng.integers(1, 3))
     pad = int(rng.integers(0, ks // 2 + 1))
@@ -376,7 +403,10 @@ def make_optim(rng, dt):
         st = ck.OptimizerState(lr=lr)
         return Case("optimizers", "sgd_update", ck.sgd_update,
                     {"params": p, "gradients": g, "momentum": None, "optimizer_state": st}, None, ("params",),
-                    lambda a: {"params": a["params"] - lr * a["gradients"]})
+                    lambda a: {"params": a["params"] - lr * a["gradients"]},
+                    # (p - lr g cancels: its error is relative to |p| + lr |g|)
+                    inplace_scale=lambda a: {"params": float(np.abs(a["params"]).max()
+                                                             + lr * np.abs(a["gradients"]).max())})
     st = ck.OptimizerState(lr=lr)
     m, v = np.zeros(shape, acc), np.zeros(shape, acc)
 
@@ -386,7 +416,9 @@ def make_optim(rng, dt):
         return {"params": a["params"] - lr * (m1 / 0.1) / (np.sqrt(v1 / 0.001) + 1e-8), "m_buffer": m1, "v_buffer": v1}
     return Case("optimizers", "adam_update", ck.adam_update,
                 {"params": p, "gradients": g, "m_buffer": m, "v_buffer": v, "optimizer_state": st}, None,
-                ("params", "m_buffer", "v_buffer"), ref_inplace)
+                ("params", "m_buffer", "v_buffer"), ref_inplace,
+                # (the first step moves p by lr m / sqrt(v), at most lr: p minus it may cancel)
+                inplace_scale=lambda a: {"params": float(np.abs(a["params"]).max()) + lr})
 
 
 MAKERS = {"elementwise": make_elementwise, "normalization": make_normalization, "reduction": make_reduction,
@@ -491,6 +523,15 @@ def _error(got, want, dt: str) -> float:
     return float(np.maximum(np.abs(g[fin] - w[fin]) - 2 * tiny, 0).max()) / scale
 
 
+def _relative_to(err: float, want, size: float) -> float:
+    """_error's err (relative to max |want|) relative to max(max |want|, size) instead: size, the
+    terms that cancel in the result."""
+    if not np.isfinite(err):
+        return err
+    mx = float(np.abs(want).max()) if want.size else 0.0
+    return err * mx / max(mx, size, 1e-300)
+
+
 def _check_valid(case: Case, rep: Report) -> None:
     kw64 = {k: f64(v) for k, v in case.kwargs.items()}
     before = _snapshot(case.kwargs)
@@ -514,17 +555,19 @@ def _check_valid(case: Case, rep: Report) -> None:
                 rep.wrong.append(f"{label}: shape {np.asarray(g).shape}, want {w.shape}")
                 return
             err = _error(np.asarray(g), w, dt)
-            if case.scale is not None and np.isfinite(err):
-                mx = float(np.abs(w).max()) if w.size else 0.0
-                err = err * mx / max(mx, case.scale(kw64))
+            if case.scale is not None:
+                err = _relative_to(err, w, case.scale(kw64))
             if err > tol:
                 rep.wrong.append(f"{label} {dt}: error {err:.3g} > {tol:.3g}")
                 return
     if case.ref_inplace is not None:
         with np.errstate(all="ignore"):
             want = case.ref_inplace(kw64)
+        sizes = case.inplace_scale(kw64) if case.inplace_scale is not None else {}
         for k, w in want.items():
             err = _error(case.kwargs[k], np.asarray(w), dt)
+            if k in sizes:
+                err = _relative_to(err, np.asarray(w), sizes[k])
             if err > tol:
                 rep.wrong.append(f"{label} {dt}: in-place {k} error {err:.3g} > {tol:.3g}")
                 return

@@ -116,12 +116,33 @@ def test_gpt_backward_matches_finite_differences(rng):
     _check_directional(loss_of, params, grads, rng, smooth=True)
 
 
+def _kink_margin(cache) -> float:
+    """How far the forward's point lies from a kink: the smallest |ReLU input|, and the smallest gap
+    between the two largest inputs of a 2x2 max-pool window whose largest is above 0 (a window of
+    ReLU's zeros stays one under a small step; even sizes, as the test's)."""
+    gaps = [float(np.abs(y).min()) for y in cache["relu_in"].values()]
+    for x in cache["pool_in"].values():
+        n, ch, h, w = x.shape
+        win = np.sort(x.reshape(n, ch, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(-1, 4), axis=1)
+        live = win[:, -1] > 0
+        gaps.append(float((win[live, -1] - win[live, -2]).min(initial=np.inf)))
+    return min(gaps)
+
+
 def test_cnn_backward_matches_finite_differences(rng):
     cfg = train_cnn.CNNConfig(batch=4, image=6, widths=(3, 4), classes=3)
     device = train_common.Device("cpu")
-    params = _perturbed(train_cnn.init_params(cfg, 1, device, "float64"), rng, 0.2)
-    images = rng.standard_normal((cfg.batch, cfg.channels, cfg.image, cfg.image))
-    labels = rng.integers(0, cfg.classes, cfg.batch)
+    # a point whose ReLU inputs and max-pool windows' leaders sit at least 1e-5 from a tie, ten times
+    # what the stencil's 1e-6 steps move them (else a draw one in a thousand had a ReLU input 1e-7
+    # from 0, within every direction's stencil): drawn again where not
+    for _ in range(20):
+        params = _perturbed(train_cnn.init_params(cfg, 1, device, "float64"), rng, 0.2)
+        images = rng.standard_normal((cfg.batch, cfg.channels, cfg.image, cfg.image))
+        labels = rng.integers(0, cfg.classes, cfg.batch)
+        if _kink_margin(train_cnn.forward(params, (images, labels), cfg)[1]) >= 1e-5:
+            break
+    else:
+        raise AssertionError("no point 1e-5 clear of a kink in 20 draws")
 
     def loss_of(ps):
         return float(train_cnn.forward(ps, (images, labels), cfg)[0])
