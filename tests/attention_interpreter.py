@@ -588,27 +588,39 @@ F16P_CASES = [(2, 70, 90, 24, False, None, 1, None, 1, 1, None),
               (6, 50, 140, 100, False, None, 3, [140, 0], 3, 1, "small"),
               (4, 60, 140, 80, True, (40, 10), 2, [140, 0], 2, 2, None),
               (1, 65, 1, 40, False, None, 1, None, 1, 4, None),
+              (2, 70, 96, 40, False, None, 1, None, 1, 1, None),   # D < DP, Lk whole key tiles
               # EVEN (no masked block, whole row and column tiles): one part, in parts, small tiles
               (2, 128, 192, 64, False, None, 1, None, 1, 1, None),
               (2, 256, 320, 128, False, None, 2, None, 2, 3, None),
               (3, 64, 128, 64, False, None, 1, None, 1, 2, "small")]
 
 
+def _nan_after(x):
+    """x as a view at the start of a buffer whose rest (a few tiles' worth) is NaN."""
+    buf = np.full(x.size + 8192, np.nan, x.dtype)
+    buf[:x.size] = x.ravel()
+    return buf[:x.size].reshape(x.shape)
+
+
 def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles, bias=None, bias_heads=1,
-                    dropout=None, data_scale=None, inline=False):
+                    dropout=None, data_scale=None, inline=False, v_scale=None):
     """The float16-parts forward's launch sequence (f16_split of k and v, attn_fwd_f16p, with key parts
     attn_fwd_combine) against the float64 reference's out and lse; outputs start as 7.0, the parts'
     arrays as NaN. bias: a 4-D array ([BH] entry t its batch t // bias_heads, head t % bias_heads);
     dropout: (p, seed); data_scale: rows of q, k spread over 10^-data_scale .. 1, of v over
     10^-data_scale .. 10^data_scale, V's elements over three more decades. Each output element is
     held to the float32 bound of its terms' size (attention_checks._close), as the GPU tests.
-    inline: the kernel's INLINE form, k and v split in its loop (no f16_split launches)."""
+    inline: the kernel's INLINE form, k and v split in its loop (no f16_split launches); k and v
+    are followed in memory by NaN (a read past their end shows). v_scale: every row of v that
+    small (no row of scale 1 to hide a masked key's scale counted in V's running largest)."""
     from cudakit.kernels import _attention_f16p_triton as f16p
     case = ("f16 parts", bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles,
-            None if bias is None else bias.shape, dropout, data_scale is not None, inline)
+            None if bias is None else bias.shape, dropout, data_scale is not None, inline, v_scale)
     rng = np.random.default_rng(8)
     q = data(rng, (bh, lq, d), "float32")
     k, v = (data(rng, (bh // groups, lk, d), "float32") for _ in range(2))
+    if v_scale is not None:
+        v *= np.float32(v_scale)
     if data_scale is not None:   # rows of very different magnitudes (q, k up to 1: scores float32 can
         # resolve), an all-zero key, and elements far below their row's largest
         q *= np.float32(10.0) ** rng.integers(-data_scale, 1, (bh, lq, 1))
@@ -616,6 +628,7 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
         v *= np.float32(10.0) ** rng.integers(-data_scale, data_scale + 1, (bh // groups, lk, 1))
         v *= np.float32(10.0) ** rng.integers(-3, 1, v.shape)
         k[:, 0] = 0.0
+    k, v = (_nan_after(x) for x in (k, v))
     scale = 1 / math.sqrt(d)
     blens = None if lens is None else np.repeat(np.asarray(lens), heads)
     kr, vr = np.repeat(k, groups, 0), np.repeat(v, groups, 0)
@@ -669,8 +682,8 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
 
 def check_f16_parts_extras():
     """The float16-parts forward with a bias (broadcast over heads, a row it masks whole), with
-    dropout, and on operands whose rows span many magnitudes (and an all-zero key). Returns the
-    cases run."""
+    dropout, on operands whose rows span many magnitudes (and an all-zero key), and with every
+    row of v tiny (both forms). Returns the cases run."""
     rng = np.random.default_rng(9)
     bias = rng.standard_normal((2, 1, 70, 150)).astype(np.float32)
     bias[..., 3, :] = -np.inf
@@ -684,7 +697,12 @@ def check_f16_parts_extras():
     check_f16_parts(2, 300, 140, 128, True, None, 1, None, 1, 2, "inline", data_scale=3, inline=True)
     check_f16_parts(3, 130, 100, 96, True, (40, 3), 1, None, 1, 2, "inline", dropout=(0.2, 77), inline=True,
                     bias=rng.standard_normal((3, 1, 130, 100)).astype(np.float32))
-    return 8
+    for inline in (False, True):   # every row of v tiny: a masked key's scale must not count in c
+        check_f16_parts(2, 70, 90, 64, False, None, 1, None, 1, 1, "inline" if inline else None, inline=inline,
+                        v_scale=1e-7)
+        check_f16_parts(1, 60, 100, 40, True, None, 1, None, 1, 2, "inline" if inline else None, inline=inline,
+                        v_scale=1e-7)
+    return 12
 
 
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):

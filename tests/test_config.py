@@ -174,6 +174,6 @@ def test_attention_f16_parts_setting(monkeypatch):
         monkeypatch.setenv("CUDAKIT_ATTENTION_F16_PARTS", "maybe")
         with pytest.raises(config.ConfigError, match="CUDAKIT_ATTENTION_F16_PARTS='maybe' is not a yes/no value"):
             config.reload()
-    finally:
-        monkeypatch.delenv("CUDAKIT_ATTENTION_F16_PARTS", raising=False)
+    finally:   # (the environment as it was, then the settings read from it)
+        monkeypatch.undo()
         config.reload()

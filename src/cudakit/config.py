@@ -20,8 +20,8 @@
 | CUDAKIT_ATTENTION_DROPOUT | attention's dropout mask on the GPU: "cudnn" (default: cuDNN's   |
 |                           | fused dropout and its own stream where cuDNN takes the call) or  |
 |                           | "cudakit" (cudakit.dropout's Philox stream, the CPU backend's)   |
-| CUDAKIT_ATTENTION_F16_PARTS | "1": offer the float32 attention forward on float16 parts (off |
-|                           | by default until it has passed the GPU tests in its current form) |
+| CUDAKIT_ATTENTION_F16_PARTS | "1": offer the float32 attention forward on float16 parts   |
+|                           | (off by default until its current form passes the GPU tests)     |
 """
 from __future__ import annotations
 

@@ -261,7 +261,8 @@ F16_FORWARD_CASES = [
     ((3, 2), 70, 300, 64, False, None, [300, 0, 129], None), ((2, 2), 90, 260, 96, True, (40, 5), [17, 260], None),
     ((2, 3), 70, 300, 64, False, None, None, (2, 3, 70, 300)), ((2, 2), 90, 260, 100, False, None, None, (2, 1, 1, 260)),
     ((2, 2), 200, 150, 128, True, None, None, (1, 2, 200, 150)),
-    ((2, 2), 256, 512, 64, False, None, None, None), ((1, 2), 128, 256, 128, False, None, None, (1, 2, 128, 256))]
+    ((2, 2), 256, 512, 64, False, None, None, None), ((1, 2), 128, 256, 128, False, None, None, (1, 2, 128, 256)),
+    ((2, 1), 70, 96, 40, False, None, None, None)]
 
 
 @pytest.mark.parametrize("lead,lq,lk,d,causal,window,lens,bias", F16_FORWARD_CASES)
@@ -285,10 +286,19 @@ def test_attention_float32_f16_parts_inline_forward(lead, lq, lk, d, causal, win
     of less than a wave), in one part and where the key-parts model splits them in parts, against
     float64 as the other form."""
     float32_precision("tf32x3")
+    from cudakit.kernels import attention_key_parts as kp
+    from cudakit.kernels import attention as at
+    from cudakit.runtime.device import get_device_info
+    if parts:   # (offered where the key-parts model splits the INLINE tiles' launch)
+        t = at._F16_INLINE_TILES
+        dlo, dhi = at.key_bounds(lq, lk, causal, window)
+        bh = int(np.prod(lead))
+        if kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"],
+                        get_device_info(0).multiprocessors, at._bounded_above(dlo, dhi)) < 2:
+            pytest.skip("the key-parts model keeps this launch in one part")
     took = f16_path(parts=parts, inline=True)
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, lens=lens, bias=bias)
-    if not parts:
-        assert took and "-inline-" in took[0]
+    assert took and "-inline-" in took[0] and ("keys-in" in took[0]) == parts
 
 
 @pytest.mark.parametrize("lead,lq,lk,d,causal", [((1, 1), 64, 2048, 128, False), ((1, 2), 100, 1500, 80, True),
@@ -314,10 +324,12 @@ def test_attention_float32_f16_parts_forward_grouped(b, h, hkv, lq, lk, d, causa
     assert took
 
 
-def test_attention_float32_f16_parts_forward_dropout(rng, f16_path, float32_precision):
-    """The float16-parts forward with dropout: cudakit.dropout's stream, as the other kernels."""
+@pytest.mark.parametrize("inline", [False, True])
+def test_attention_float32_f16_parts_forward_dropout(inline, rng, f16_path, float32_precision):
+    """The float16-parts forward (both forms) with dropout: cudakit.dropout's stream, as the other
+    kernels."""
     float32_precision("tf32x3")
-    took = f16_path()
+    took = f16_path(inline=inline)
     ac.check_dropout(_dev, _host, rng, (2, 3), 130, 257, 64, "float32", True, 0.2, 7)
     assert took
 
@@ -345,11 +357,12 @@ def test_attention_float32_f16_parts_forward_magnitudes(spread, inline, rng, f16
     np.testing.assert_allclose(cp.asnumpy(lse), lse_r, rtol=2e-5, atol=2e-5 * max(1.0, np.abs(lse_r).max()))
 
 
-def test_f16_parts_forward_records_bad_device_key_lengths(rng, f16_path, float32_precision):
+@pytest.mark.parametrize("inline", [False, True])
+def test_f16_parts_forward_records_bad_device_key_lengths(inline, rng, f16_path, float32_precision):
     """A GPU key_lengths past Lk reaches cudakit.check() as an ArgumentError from the float16-parts
-    forward too."""
+    forward too (both forms)."""
     float32_precision("tf32x3")
-    took = f16_path()
+    took = f16_path(inline=inline)
     q = cp.asarray(ac.data(rng, (3, 2, 40, 64), "float32"))
     cudakit.attention(q, q, q, key_lengths=cp.asarray([40, 41, 3]))
     assert took

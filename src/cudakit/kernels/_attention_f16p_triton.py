@@ -1,5 +1,5 @@
 """Triton source of the float32 attention forward on float16 parts (imported only once Triton is
-known to be there; the host side is kernels/attention.py, _f16_parts_forward).
+known to be there; the host side is kernels/attention.py, _f16_candidates).
 
 Each float32 operand row x (a row of Q, a key of K or of V) is taken as s (hi + lo): s the power
 of two 2^floor(log2 max|x|) of the row, hi = fp16(x / s) (round to nearest) and lo = fp16(x / s - hi),
@@ -8,7 +8,8 @@ cores in float32 (a_lo.b_lo, about 2^-22 of the term, dropped). That is the spli
 products of parts and remainders) on operands half the size: the float16 products run at twice
 TF32's rate, a part takes half the registers, and K's and V's parts, split once ahead by
 f16_split into 4 bytes an element (float32's own size), are read by the loop as they are, into
-shared memory without a pass through registers. A row's parts hold 22 bits of its largest
+shared memory without a pass through registers (or, in the INLINE form for grids of less than a
+wave, split by each row block from K and V as it reads them: _inline_parts). A row's parts hold 22 bits of its largest
 element, so an element far below that one keeps an absolute error of about 2^-22 of it (float32
 keeps 24 bits of every element); the GPU tests hold it to the float32 bound against float64.
 
@@ -29,8 +30,9 @@ products, moves the probabilities by a relative 2^-25 of the scores' spread.
 Masks, key lengths, grouped-query k, v, a bias and dropout as attn_fwd (_attention_triton.py),
 whose helpers this kernel shares (_fwd_probs: the online softmax's step); [BH, L, D] arrays, no
 varlen. KSPLIT > 1 writes each part's output for attn_fwd_combine as attn_fwd does.
-FLOPs: 4 BH Lq Lk DP (halved with causal) in float16 x 3; memory: Q, K's and V's parts read once
-a query block, O written once.
+FLOPs: 4 BH Lq Lk DP (halved with causal) in float16 x 3; memory: Q, K's and V's parts (INLINE: K
+and V) read once a query block, O written once; f16_split's pass (not INLINE) 4 + 4 DP / D bytes
+an element of K and V besides.
 """
 import triton
 import triton.language as tl

@@ -953,10 +953,11 @@ F16_PARTS: bool | None = None
 _F16_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 # attn_fwd_f16p's INLINE form (K and V split in its loop, no f16_split pass) on grids of less than a
-# wave: 64 x 32 on 4 warps, whose sm_90 SASS (Triton 3.9, here) holds 205-240 registers without
-# spills at head dims 80, 96 and 128 (64 x 64 on 4 warps spilled up to 86 loads at 128; on 8 warps
-# 42-61 at each head dim where a key block has a mask; scripts/attention_sass.py). Not timed on a
-# GPU yet.
+# wave: 64 x 32 on 4 warps, whose sm_90 SASS (Triton 3.9, here; scripts/attention_sass.py, no bias
+# or dropout) holds 205-240 registers without spills at head dims 80, 96 and 128 (64 x 64 on 4
+# warps spilled up to 86 loads at 128; on 8 warps 42-61 at each head dim where a key block has a
+# mask). With a bias it spilled 8-12 loads, with dropout 36-43, with both 173-184, fewer than the
+# pass's form on 64 x 64 (22-25, 103, 414-415; a reviewer's compiles). Not timed on a GPU yet.
 _F16_INLINE_TILES = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
 _F16_SPLIT_ROWS = 32   # rows a program of f16_split
 
