@@ -603,17 +603,19 @@ def _nan_after(x):
 
 
 def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles, bias=None, bias_heads=1,
-                    dropout=None, data_scale=None, inline=False, v_scale=None):
+                    dropout=None, data_scale=None, v_scale=None):
     """The float16-parts forward's launch sequence (f16_split of k and v, attn_fwd_f16p, with key parts
     attn_fwd_combine) against the float64 reference's out and lse; outputs start as 7.0, the parts'
     arrays as NaN. bias: a 4-D array ([BH] entry t its batch t // bias_heads, head t % bias_heads);
     dropout: (p, seed); data_scale: rows of q, k spread over 10^-data_scale .. 1, of v over
     10^-data_scale .. 10^data_scale, V's elements over three more decades. Each output element is
     held to the float32 bound of its terms' size (attention_checks._close), as the GPU tests.
-    inline: the kernel's INLINE form, k and v split in its loop (no f16_split launches); k and v
-    are followed in memory by NaN (a read past their end shows). v_scale: every row of v that
+    tiles: None (_F16_TILES), "small" (_F16_SMALL_GRID_TILES) or "inline" (the kernel's INLINE form
+    on _F16_INLINE_TILES, as it is offered: k and v split in its loop, no f16_split launches); k and
+    v are followed in memory by NaN (a read past their end shows). v_scale: every row of v that
     small (no row of scale 1 to hide a masked key's scale counted in V's running largest)."""
     from cudakit.kernels import _attention_f16p_triton as f16p
+    inline = tiles == "inline"
     case = ("f16 parts", bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles,
             None if bias is None else bias.shape, dropout, data_scale is not None, inline, v_scale)
     rng = np.random.default_rng(8)
@@ -635,12 +637,13 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     full = None if bias is None else np.broadcast_to(
         bias, (bh // bias_heads, bias_heads, lq, lk)).reshape(bh, lq, lk)
     out_r, lse_r, pr = ac.reference(q, kr, vr, scale, causal, None, window, blens, bias=full)
-    drop = (0, 0, 0, 1.0)
+    drop, pd = (0, 0, 0, 1.0), pr   # pd: the probabilities as dropout scales them
     if dropout is not None:
         from cudakit.backends.cpu_dropout import mask
         from cudakit.backends.dropout_api import threshold
         p, seed = dropout
-        out_r = np.where(mask((bh, lq, lk), threshold(p), seed), pr / (1 - p), 0.0) @ f64(vr)
+        pd = np.where(mask((bh, lq, lk), threshold(p), seed), pr / (1 - p), 0.0)
+        out_r = pd @ f64(vr)
         drop = (*_seed_words(seed), threshold(p), 1.0 / (1.0 - p))
     dp = host.head_block(d)
     parts = [k, k, k, v, v, v] if inline else []   # (INLINE: KL, KS, VL, VS not read)
@@ -672,8 +675,7 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     assert not err.any(), f"error flag {case}: {err}"
     # each element within the float32 bound of its terms' size, as the GPU tests hold it
     # (attention_checks.check_attention), |P| |V| of the probabilities as dropout scales them
-    size = np.abs(pr if dropout is None else np.where(mask((bh, lq, lk), threshold(p), seed), pr / (1 - p), 0.0))
-    ac._close(out, out_r, size @ np.abs(f64(vr)), "float32", f"out {case}")
+    ac._close(out, out_r, np.abs(pd) @ np.abs(f64(vr)), "float32", f"out {case}")
     assert (np.isneginf(lse) == np.isneginf(lse_r)).all(), f"lse {case}: -inf rows"
     fin = np.isfinite(lse_r)
     np.testing.assert_allclose(lse[fin], lse_r[fin], atol=1e-5 * max(1.0, np.abs(lse_r[fin]).max()), rtol=1e-5,
@@ -694,14 +696,12 @@ def check_f16_parts_extras():
     check_f16_parts(3, 130, 100, 128, True, None, 1, None, 1, 2, "small", dropout=(0.2, 0xF00DFACE_9ABCDEF0))
     check_f16_parts(2, 90, 130, 64, False, None, 1, None, 1, 1, None, data_scale=6)
     check_f16_parts(2, 300, 140, 128, True, None, 1, None, 1, 1, None, data_scale=3)   # rows seeing few keys
-    check_f16_parts(2, 300, 140, 128, True, None, 1, None, 1, 2, "inline", data_scale=3, inline=True)
-    check_f16_parts(3, 130, 100, 96, True, (40, 3), 1, None, 1, 2, "inline", dropout=(0.2, 77), inline=True,
+    check_f16_parts(2, 300, 140, 128, True, None, 1, None, 1, 2, "inline", data_scale=3)
+    check_f16_parts(3, 130, 100, 96, True, (40, 3), 1, None, 1, 2, "inline", dropout=(0.2, 77),
                     bias=rng.standard_normal((3, 1, 130, 100)).astype(np.float32))
-    for inline in (False, True):   # every row of v tiny: a masked key's scale must not count in c
-        check_f16_parts(2, 70, 90, 64, False, None, 1, None, 1, 1, "inline" if inline else None, inline=inline,
-                        v_scale=1e-7)
-        check_f16_parts(1, 60, 100, 40, True, None, 1, None, 1, 2, "inline" if inline else None, inline=inline,
-                        v_scale=1e-7)
+    for tiles in (None, "inline"):   # every row of v tiny: a masked key's scale must not count in c
+        check_f16_parts(2, 70, 90, 64, False, None, 1, None, 1, 1, tiles, v_scale=1e-7)
+        check_f16_parts(1, 60, 100, 40, True, None, 1, None, 1, 2, tiles, v_scale=1e-7)
     return 12
 
 
@@ -865,7 +865,7 @@ if __name__ == "__main__":
     for case in F16P_CASES:
         check_f16_parts(*case)
     for case in F16P_CASES:   # the INLINE form (k and v split in the kernel's loop) on its tiles
-        check_f16_parts(*case[:-1], "inline", inline=True)
+        check_f16_parts(*case[:-1], "inline")
     extras = check_f16_parts_extras()
     n = (2 * len(F16P_CASES) + extras + len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 14)

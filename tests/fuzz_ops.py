@@ -185,6 +185,14 @@ def make_elementwise(rng, dt):
                 scale=lambda k: float(np.abs(k["x"]).max(initial=0.0)))
 
 
+def _mean_rounding_scale(x, axes, eps, w) -> float:
+    """The size of a normalisation's output error where y = (x - mean) rstd w cancels in x - mean:
+    one rounding of the mean is relative to |x| rstd |w| (a group of close values around a large
+    mean: rstd in the hundreds)."""
+    spread = np.abs(x).max(axis=axes) / np.sqrt(x.var(axis=axes) + eps)
+    return float(spread.max()) * (float(np.abs(w).max()) if w is not None else 1.0)
+
+
 def make_normalization(rng, dt):
     kind = str(rng.choice(["layernorm", "rmsnorm", "layernorm_backward", "batch_norm"]))
     shape = _shape(rng, 2, 3, 7)
@@ -195,14 +203,11 @@ def make_normalization(rng, dt):
     b = _data(rng, norm, dt) if rng.random() < 0.6 else None
     eps = float(rng.choice([1e-5, 1e-3, 0.1]))
     if kind == "layernorm":
-        def ln_scale(a):   # y = (x - mean) rstd w cancels in x - mean: one rounding of the mean is
-            # relative to |x| rstd |w| (a row of close values around a large mean: rstd in the hundreds)
-            ax = tuple(range(len(shape) - k, len(shape)))
-            spread = np.abs(a["x"]).max(axis=ax) / np.sqrt(a["x"].var(axis=ax) + a["eps"])
-            return float(spread.max()) * (float(np.abs(a["weight"]).max()) if a["weight"] is not None else 1.0)
         return Case("normalization", kind, ck.layernorm,
                     {"x": x, "weight": w, "bias": b, "eps": eps, "normalized_ndim": k},
-                    lambda a: (_ln(a["x"], a["weight"], a["bias"], a["eps"], a["normalized_ndim"]),), scale=ln_scale)
+                    lambda a: (_ln(a["x"], a["weight"], a["bias"], a["eps"], a["normalized_ndim"]),),
+                    scale=lambda a: _mean_rounding_scale(a["x"], tuple(range(len(shape) - k, len(shape))), a["eps"],
+                                                         a["weight"]))
     if kind == "rmsnorm":
         return Case("normalization", kind, ck.rmsnorm, {"x": x, "weight": w, "eps": eps, "normalized_ndim": k},
                     lambda a: (_ln(a["x"], a["weight"], None, a["eps"], a["normalized_ndim"], rms=True),))
@@ -251,9 +256,8 @@ def make_normalization(rng, dt):
         mu, var = a["x"].mean(axis=ax), a["x"].var(axis=ax) * n / (n - 1)
         m = a["momentum"]
         return {"running_mean": (1 - m) * a["running_mean"] + m * mu, "running_var": (1 - m) * a["running_var"] + m * var}
-    def scale(a):   # y = (x - mean) * invstd cancels in x - mean: its error is relative to |x| * invstd
-        spread = np.abs(a["x"]).max(axis=ax) / np.sqrt(a["x"].var(axis=ax) + a["eps"])
-        return float(spread.max()) * (float(np.abs(a["gamma"]).max()) if a["gamma"] is not None else 1.0)
+    def scale(a):
+        return _mean_rounding_scale(a["x"], ax, a["eps"], a["gamma"])
 
     def inplace_scale(a):   # (1 - m) r + m mean may cancel; the mean carries roundings of |x|, the
         # variance (of x - mean) of 2 |x| std

@@ -9,18 +9,9 @@ No masks: L a multiple of the tiles; [BH, L, D] contiguous float32, D == the hea
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _pow2(m):
-    """The power of two 2^floor(log2 m) of positive m (1 where m is 0 or subnormal)."""
-    e = (m.to(tl.uint32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
-    return tl.where(e == 0.0, 1.0, e)
-
-
-@triton.jit
-def _parts(x):
-    hi = x.to(tl.float16)
-    return hi, (x - hi.to(tl.float32)).to(tl.float16)
+# the shipped kernel's helpers (kernels/_attention_f16p_triton.py): the row scale, and the parts
+# unshifted (SHIFT's default), as this first form took them
+from cudakit.kernels._attention_f16p_triton import _f16_parts as _parts, _pow2
 
 
 @triton.jit

@@ -37,8 +37,8 @@ an element of K and V besides.
 import triton
 import triton.language as tl
 
-from ._attention_triton import (_bias_base, _fwd_probs, _key_length, _key_part, _kv_row, _part_blocks, _ranges,
-                                _row_block)
+from ._attention_triton import (_bias_base, _fwd_probs, _key_part, _kv_row, _part_blocks, _ranges, _row_block,
+                                _row_keys)
 
 
 @triton.jit
@@ -197,11 +197,7 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
         kv_base = kvh * Lk * DP
     ks_base = kvh * Lk
     m_ok, d_ok = rows < Lq, offs_d < D
-    length = Lk
-    if HAS_LENS:
-        length = _key_length(LENS, ERR, bh + BH0, H, Lk, start_m, True)
-    lo_r = rows + DLO
-    hi_r = tl.minimum(rows + DHI, length)
+    length, lo_r, hi_r = _row_keys(rows, DLO, DHI, Lk, LENS, ERR, bh + BH0, H, Lk, start_m, HAS_LENS)
     if EVEN:
         q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :])
     else:

@@ -474,6 +474,17 @@ def _part_blocks(a, b, c, e, part, LEFT: tl.constexpr, KSPLIT: tl.constexpr, BLO
 
 
 @triton.jit
+def _row_keys(rows, dlo, dhi, lk, LENS, ERR, bhg, H, Lk, start_m, HAS_LENS: tl.constexpr):
+    """(length, lo_r, hi_r) of a forward program's query rows: the keys end at length (lk, or with
+    HAS_LENS batch bhg // H's key length, checked into ERR: _key_length), and row i sees the keys
+    [i + dlo, min(i + dhi, length))."""
+    length = lk
+    if HAS_LENS:
+        length = _key_length(LENS, ERR, bhg, H, Lk, start_m, True)
+    return length, rows + dlo, tl.minimum(rows + dhi, length)
+
+
+@triton.jit
 def _row_block(LPT: tl.constexpr):
     """(row block, batch*head) of this forward program: LPT = 0, the grid's (row blocks along x,
     batch*heads along y); LPT > 0 (causal forwards, whose last row blocks see the most keys), the
@@ -526,11 +537,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     lq, lk, q_base, kv_base, _, dlo, dhi, lse_base, RS, KRS, _, LRS = _geometry(
         CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI, start_m, True, D, VARLEN)
     m_ok, d_ok = rows < lq, offs_d < D
-    length = lk
-    if HAS_LENS:
-        length = _key_length(LENS, ERR, bh + BH0, H, Lk, start_m, True)
-    lo_r = rows + dlo
-    hi_r = tl.minimum(rows + dhi, length)
+    length, lo_r, hi_r = _row_keys(rows, dlo, dhi, lk, LENS, ERR, bh + BH0, H, Lk, start_m, HAS_LENS)
     q = tl.load(Q + q_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     q_lo = q
     if SPLIT:   # q split once, in registers (the products' A operand)

@@ -910,8 +910,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
             return one_part()
         if KEY_SPLITS is not None:
             return in_parts(first, max(1, KEY_SPLITS))() or one_part()
-        offers = [(f"triton-{f'keys-in-{n}-parts-' if n > 1 else ''}on-{c['BLOCK_M']}x{c['BLOCK_N']}"
-                   f"{'-v-in-place' if c.get('OT') else ''}", c, n)
+        offers = [(_offer_name("triton-", c, n, "-v-in-place" if c.get("OT") else ""), c, n)
                   for c, n in _parts_candidates(first, consts, d, has_bias, above, bh, lq, lk, dlo, dhi, sms)]
         cands = [("triton", one_part)] + [(name, in_parts(c, n)) for name, c, n in offers]
         if _f16_parts_offered():   # first: the choice without timing (CUDAKIT_AUTOTUNE=0, graph capture)
@@ -1027,8 +1026,13 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
                 return out, lse
             return (out, lse) if _forward_in_parts((q, *parts), out, lse, args, c, splits, "attn_fwd_f16p") else None
         return go
-    return [(f"f16-parts-{'inline-' if c['INLINE'] else ''}{f'keys-in-{n}-parts-' if n > 1 else ''}"
-             f"on-{c['BLOCK_M']}x{c['BLOCK_N']}", run(c, n)) for c, n in offers]
+    return [(_offer_name(f"f16-parts-{'inline-' if c['INLINE'] else ''}", c, n), run(c, n)) for c, n in offers]
+
+
+def _offer_name(prefix: str, c: dict, splits: int, suffix: str = "") -> str:
+    """A float32 forward candidate's name for kernels/paths.py (and its key on disk): prefix, the
+    key parts where over 1, the tiles."""
+    return f"{prefix}{f'keys-in-{splits}-parts-' if splits > 1 else ''}on-{c['BLOCK_M']}x{c['BLOCK_N']}{suffix}"
 
 
 class _NoMemoryForCopy(Exception):
