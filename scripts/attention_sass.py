@@ -40,8 +40,8 @@ def signature(fn, consts: dict, ptr: str) -> tuple[dict, dict]:
             sig[n] = "constexpr"
         elif n in FLOATS:
             sig[n] = "fp32"
-        elif n in F16_PARTS:   # attn_fwd_f16p's parts of K and V (INLINE: K and V themselves)
-            sig[n] = ptr if consts.get("INLINE") else "*fp16"
+        elif n in F16_PARTS:   # attn_fwd_f16p's parts of K and V
+            sig[n] = "*fp16"
         elif n in ("LSE", "DELTA", "DBIAS", "KS", "VS"):
             sig[n] = "*fp32"
         elif n in ("LENS", "ERR"):
@@ -107,13 +107,12 @@ def main(dtype: str = "float32", d: int = 128) -> None:
     if dtype == "float32" and 32 < d <= 128:   # the forward on float16 parts, each tiling it is offered on
         from cudakit.kernels import _attention_f16p_triton as f16p
         dp = host.head_block(d)
-        for tiles, inline in ((host._F16_TILES, False), (host._F16_SMALL_GRID_TILES, False),
-                              (host._F16_INLINE_TILES, True)):
+        for tiles in (host._F16_TILES, host._F16_SMALL_GRID_TILES):
             for even in (False, True) if d == dp else (False,):
                 for ksplit in (1, 2):
                     spills(f"attn_fwd_f16p d={d} {tiles['BLOCK_M']}x{tiles['BLOCK_N']}w{tiles['num_warps']} "
-                           f"INLINE={inline} EVEN={even} KSPLIT={ksplit}", f16p.attn_fwd_f16p, tiles, ptr,
-                           DP=dp, POS_SCALE=True, LEFT=False, KSPLIT=ksplit, EVEN=even, INLINE=inline, LPT=0,
+                           f"EVEN={even} KSPLIT={ksplit}", f16p.attn_fwd_f16p, tiles, ptr,
+                           DP=dp, POS_SCALE=True, LEFT=False, KSPLIT=ksplit, EVEN=even, LPT=0,
                            **{n: v for n, v in plain.items() if n != "VARLEN"})
     kv, qc = host._backward_configs(dtype, cfg)
     spills(f"attn_bwd_dkdv {dtype} d={d}", src.attn_bwd_dkdv, kv, ptr, EVEN_Q=True, **plain)

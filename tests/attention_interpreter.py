@@ -610,14 +610,12 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     dropout: (p, seed); data_scale: rows of q, k spread over 10^-data_scale .. 1, of v over
     10^-data_scale .. 10^data_scale, V's elements over three more decades. Each output element is
     held to the float32 bound of its terms' size (attention_checks._close), as the GPU tests.
-    tiles: None (_F16_TILES), "small" (_F16_SMALL_GRID_TILES) or "inline" (the kernel's INLINE form
-    on _F16_INLINE_TILES, as it is offered: k and v split in its loop, no f16_split launches); k and
-    v are followed in memory by NaN (a read past their end shows). v_scale: every row of v that
+    tiles: None (_F16_TILES) or "small" (_F16_SMALL_GRID_TILES); k and v are followed in memory by
+    NaN (a read past their end shows). v_scale: every row of v that
     small (no row of scale 1 to hide a masked key's scale counted in V's running largest)."""
     from cudakit.kernels import _attention_f16p_triton as f16p
-    inline = tiles == "inline"
     case = ("f16 parts", bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles,
-            None if bias is None else bias.shape, dropout, data_scale is not None, inline, v_scale)
+            None if bias is None else bias.shape, dropout, data_scale is not None, v_scale)
     rng = np.random.default_rng(8)
     q = data(rng, (bh, lq, d), "float32")
     k, v = (data(rng, (bh // groups, lk, d), "float32") for _ in range(2))
@@ -646,14 +644,14 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
         out_r = pd @ f64(vr)
         drop = (*_seed_words(seed), threshold(p), 1.0 / (1.0 - p))
     dp = host.head_block(d)
-    parts = [k, k, k, v, v, v] if inline else []   # (INLINE: KL, KS, VL, VS not read)
-    for x, shift in () if inline else ((k, False), (v, True)):
+    parts = []
+    for x, shift in ((k, False), (v, True)):
         hi, lo = (np.full(x.shape[:2] + (dp,), np.nan, np.float16) for _ in range(2))
         sc = np.full(x.shape[:2], np.nan, np.float32)
         f16p.f16_split[(math.ceil(lk / 32), x.shape[0])](*map(_Tensor, (x, hi, lo, sc)), lk, D=d, DP=dp, BLOCK_L=32,
                                                          SHIFT=shift)
         parts += [hi, lo, sc]
-    t = {"small": host._F16_SMALL_GRID_TILES, "inline": host._F16_INLINE_TILES}.get(tiles, host._F16_TILES)
+    t = host._F16_SMALL_GRID_TILES if tiles == "small" else host._F16_TILES
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     err = np.zeros(8, np.int64)
     lens_a = np.asarray(lens if lens is not None else [0], np.int64)
@@ -661,7 +659,7 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     even = host.f16_even(dlo, dhi, lens is not None, lq, lk, d, t)
     consts = dict(D=d, DP=dp, HAS_LENS=lens is not None, BLOCK_M=t["BLOCK_M"], BLOCK_N=t["BLOCK_N"],
                   POS_SCALE=bias is None, HAS_BIAS=bias is not None, DROPOUT=dropout is not None,
-                  LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even, INLINE=inline)
+                  LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even)
     out, lse = np.full(q.shape, 7.0, np.float32), np.full((bh, lq), 7.0, np.float32)
     ow, lw = (out, lse) if splits == 1 else (np.full((splits, bh, lq, d), 7.0, np.float32),
                                              np.full((splits, bh, lq), 7.0, np.float32))
@@ -685,7 +683,7 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
 def check_f16_parts_extras():
     """The float16-parts forward with a bias (broadcast over heads, a row it masks whole), with
     dropout, on operands whose rows span many magnitudes (and an all-zero key), and with every
-    row of v tiny (both forms). Returns the cases run."""
+    row of v tiny (both tilings). Returns the cases run."""
     rng = np.random.default_rng(9)
     bias = rng.standard_normal((2, 1, 70, 150)).astype(np.float32)
     bias[..., 3, :] = -np.inf
@@ -696,10 +694,10 @@ def check_f16_parts_extras():
     check_f16_parts(3, 130, 100, 128, True, None, 1, None, 1, 2, "small", dropout=(0.2, 0xF00DFACE_9ABCDEF0))
     check_f16_parts(2, 90, 130, 64, False, None, 1, None, 1, 1, None, data_scale=6)
     check_f16_parts(2, 300, 140, 128, True, None, 1, None, 1, 1, None, data_scale=3)   # rows seeing few keys
-    check_f16_parts(2, 300, 140, 128, True, None, 1, None, 1, 2, "inline", data_scale=3)
-    check_f16_parts(3, 130, 100, 96, True, (40, 3), 1, None, 1, 2, "inline", dropout=(0.2, 77),
+    check_f16_parts(2, 300, 140, 128, True, None, 1, None, 1, 2, "small", data_scale=3)
+    check_f16_parts(3, 130, 100, 96, True, (40, 3), 1, None, 1, 2, "small", dropout=(0.2, 77),
                     bias=rng.standard_normal((3, 1, 130, 100)).astype(np.float32))
-    for tiles in (None, "inline"):   # every row of v tiny: a masked key's scale must not count in c
+    for tiles in (None, "small"):   # every row of v tiny: a masked key's scale must not count in c
         check_f16_parts(2, 70, 90, 64, False, None, 1, None, 1, 1, tiles, v_scale=1e-7)
         check_f16_parts(1, 60, 100, 40, True, None, 1, None, 1, 2, tiles, v_scale=1e-7)
     return 12
@@ -864,8 +862,8 @@ if __name__ == "__main__":
         check_materialized_dropout(*case)
     for case in F16P_CASES:
         check_f16_parts(*case)
-    for case in F16P_CASES:   # the INLINE form (k and v split in the kernel's loop) on its tiles
-        check_f16_parts(*case[:-1], "inline")
+    for case in F16P_CASES:   # each on the other tiling too
+        check_f16_parts(*case[:-1], None if case[-1] == "small" else "small")
     extras = check_f16_parts_extras()
     n = (2 * len(F16P_CASES) + extras + len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 14)

@@ -156,7 +156,7 @@ def test_to_host_out_must_be_a_numpy_array():
 
 
 def test_attention_f16_parts_setting(monkeypatch):
-    """CUDAKIT_ATTENTION_F16_PARTS: off unless set, a yes/no value, anything else a ConfigError naming
+    """CUDAKIT_ATTENTION_F16_PARTS: on unless set off, a yes/no value, anything else a ConfigError naming
     the variable; kernels/attention.py offers the float16-parts forward by it unless its F16_PARTS
     overrides the setting (tests, sweeps)."""
     from cudakit import config
@@ -164,13 +164,13 @@ def test_attention_f16_parts_setting(monkeypatch):
     monkeypatch.setattr(attention, "F16_PARTS", None)
     try:
         monkeypatch.delenv("CUDAKIT_ATTENTION_F16_PARTS", raising=False)
-        assert config.reload().attention_f16_parts is False
-        assert attention._f16_parts_offered() is False
-        monkeypatch.setenv("CUDAKIT_ATTENTION_F16_PARTS", " On ")
         assert config.reload().attention_f16_parts is True
         assert attention._f16_parts_offered() is True
-        monkeypatch.setattr(attention, "F16_PARTS", False)
+        monkeypatch.setenv("CUDAKIT_ATTENTION_F16_PARTS", " Off ")
+        assert config.reload().attention_f16_parts is False
         assert attention._f16_parts_offered() is False
+        monkeypatch.setattr(attention, "F16_PARTS", True)
+        assert attention._f16_parts_offered() is True
         monkeypatch.setenv("CUDAKIT_ATTENTION_F16_PARTS", "maybe")
         with pytest.raises(config.ConfigError, match="CUDAKIT_ATTENTION_F16_PARTS='maybe' is not a yes/no value"):
             config.reload()

@@ -20,8 +20,8 @@
 | CUDAKIT_ATTENTION_DROPOUT | attention's dropout mask on the GPU: "cudnn" (default: cuDNN's   |
 |                           | fused dropout and its own stream where cuDNN takes the call) or  |
 |                           | "cudakit" (cudakit.dropout's Philox stream, the CPU backend's)   |
-| CUDAKIT_ATTENTION_F16_PARTS | "1": offer the float32 attention forward on float16 parts   |
-|                           | (off by default until its current form passes the GPU tests)     |
+| CUDAKIT_ATTENTION_F16_PARTS | "0": withdraw the float32 attention forward on float16     |
+|                           | parts (offered by default, timed against the TF32 split forward) |
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class Settings:
     distributed_debug: bool = False
     cudnn: str = "auto"
     attention_dropout: str = "cudnn"
-    attention_f16_parts: bool = False
+    attention_f16_parts: bool = True
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -101,7 +101,7 @@ class Settings:
             distributed_debug=_flag(env, "CUDAKIT_DISTRIBUTED_DEBUG", False),
             cudnn=cudnn,
             attention_dropout=drop,
-            attention_f16_parts=_flag(env, "CUDAKIT_ATTENTION_F16_PARTS", False),
+            attention_f16_parts=_flag(env, "CUDAKIT_ATTENTION_F16_PARTS", True),
         )
 
 

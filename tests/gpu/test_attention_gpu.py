@@ -227,10 +227,9 @@ def test_attention_float32_materialized_backward_dropout(lead, lq, lk, d, causal
 
 @pytest.fixture
 def f16_path(monkeypatch):
-    """f16_path(parts=False, inline=False): kernels/paths.run taking the float32 forward on float16
-    parts (kernels/attention.py _f16_candidates; in key parts with parts=True; its INLINE form, k
-    and v split in the loop, with inline=True) alone where offered, the first accepting candidate
-    elsewhere (no timing, no plan); returns the names taken. Offered whatever
+    """f16_path(parts=False): kernels/paths.run taking the float32 forward on float16 parts
+    (kernels/attention.py _f16_candidates; in key parts with parts=True) alone where offered, the
+    first accepting candidate elsewhere (no timing, no plan); returns the names taken. Offered whatever
     CUDAKIT_ATTENTION_F16_PARTS says (kernels/attention.py F16_PARTS set True)."""
     from cudakit import dispatch
     from cudakit.kernels import attention as at
@@ -238,12 +237,11 @@ def f16_path(monkeypatch):
     monkeypatch.setattr(at, "F16_PARTS", True)
     dispatch.clear()
 
-    def take(parts: bool = False, inline: bool = False) -> list:
+    def take(parts: bool = False) -> list:
         took = []
 
         def run(op, key, candidates, timer=None):
-            names = [n for n, _ in candidates if n.startswith("f16-parts") and ("keys-in" in n) == parts
-                     and ("-inline-" in n) == inline]
+            names = [n for n, _ in candidates if n.startswith("f16-parts") and ("keys-in" in n) == parts]
             if not names:
                 return next(out for _, fn in candidates if (out := fn()) is not None)
             took.append(names[0])
@@ -278,29 +276,6 @@ def test_attention_float32_f16_parts_forward(lead, lq, lk, d, causal, window, le
     assert took
 
 
-@pytest.mark.parametrize("lead,lq,lk,d,causal,window,lens,bias", F16_FORWARD_CASES)
-@pytest.mark.parametrize("parts", [False, True])
-def test_attention_float32_f16_parts_inline_forward(lead, lq, lk, d, causal, window, lens, bias, parts, rng, f16_path,
-                                                    float32_precision):
-    """The float16-parts forward's INLINE form (k and v split in the kernel's loop, offered on grids
-    of less than a wave), in one part and where the key-parts model splits them in parts, against
-    float64 as the other form."""
-    float32_precision("tf32x3")
-    from cudakit.kernels import attention_key_parts as kp
-    from cudakit.kernels import attention as at
-    from cudakit.runtime.device import get_device_info
-    if parts:   # (offered where the key-parts model splits the INLINE tiles' launch)
-        t = at._F16_INLINE_TILES
-        dlo, dhi = at.key_bounds(lq, lk, causal, window)
-        bh = int(np.prod(lead))
-        if kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"],
-                        get_device_info(0).multiprocessors, at._bounded_above(dlo, dhi)) < 2:
-            pytest.skip("the key-parts model keeps this launch in one part")
-    took = f16_path(parts=parts, inline=True)
-    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal, window=window, lens=lens, bias=bias)
-    assert took and "-inline-" in took[0] and ("keys-in" in took[0]) == parts
-
-
 @pytest.mark.parametrize("lead,lq,lk,d,causal", [((1, 1), 64, 2048, 128, False), ((1, 2), 100, 1500, 80, True),
                                                  ((1, 1), 1, 4096, 64, False)])
 def test_attention_float32_f16_parts_forward_in_key_parts(lead, lq, lk, d, causal, rng, f16_path, float32_precision):
@@ -313,36 +288,31 @@ def test_attention_float32_f16_parts_forward_in_key_parts(lead, lq, lk, d, causa
 
 
 @pytest.mark.parametrize("b,h,hkv,lq,lk,d,causal", [(2, 8, 2, 100, 300, 128, True), (2, 4, 1, 1, 600, 80, False)])
-@pytest.mark.parametrize("inline", [False, True])
-def test_attention_float32_f16_parts_forward_grouped(b, h, hkv, lq, lk, d, causal, inline, rng, f16_path,
-                                                     float32_precision):
-    """The float16-parts forward with grouped-query k, v (each k, v head split once, or in the
-    INLINE form each key block as a row block reads it, for its group of q heads), taken alone."""
+def test_attention_float32_f16_parts_forward_grouped(b, h, hkv, lq, lk, d, causal, rng, f16_path, float32_precision):
+    """The float16-parts forward with grouped-query k, v (each k, v head split once, for its group
+    of q heads), taken alone."""
     float32_precision("tf32x3")
-    took = f16_path(inline=inline)
+    took = f16_path()
     ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, "float32", causal)
     assert took
 
 
-@pytest.mark.parametrize("inline", [False, True])
-def test_attention_float32_f16_parts_forward_dropout(inline, rng, f16_path, float32_precision):
-    """The float16-parts forward (both forms) with dropout: cudakit.dropout's stream, as the other
-    kernels."""
+def test_attention_float32_f16_parts_forward_dropout(rng, f16_path, float32_precision):
+    """The float16-parts forward with dropout: cudakit.dropout's stream, as the other kernels."""
     float32_precision("tf32x3")
-    took = f16_path(inline=inline)
+    took = f16_path()
     ac.check_dropout(_dev, _host, rng, (2, 3), 130, 257, 64, "float32", True, 0.2, 7)
     assert took
 
 
 @pytest.mark.parametrize("spread", [3, 6])
-@pytest.mark.parametrize("inline", [False, True])
-def test_attention_float32_f16_parts_forward_magnitudes(spread, inline, rng, f16_path, float32_precision):
+def test_attention_float32_f16_parts_forward_magnitudes(spread, rng, f16_path, float32_precision):
     """Rows of q and k spanning 10^-spread .. 1 and of v 10^-spread .. 10^spread (each row its own
     power-of-two scale), an all-zero key: within float32's bound of the output's largest magnitude
     of float64 (the other tests' 2e-5; in Triton's interpreter the kernel's error was 0.5-0.8 of
     2^-20 of it), lse within float32's bound."""
     float32_precision("tf32x3")
-    took = f16_path(inline=inline)
+    took = f16_path()
     b, h, lq, lk, d = 2, 2, 150, 300, 128
     q, k, v = (ac.data(rng, (b, h, n, d), "float32") for n in (lq, lk, lk))
     for x, top in ((q, 0), (k, 0), (v, spread)):
@@ -357,12 +327,11 @@ def test_attention_float32_f16_parts_forward_magnitudes(spread, inline, rng, f16
     np.testing.assert_allclose(cp.asnumpy(lse), lse_r, rtol=2e-5, atol=2e-5 * max(1.0, np.abs(lse_r).max()))
 
 
-@pytest.mark.parametrize("inline", [False, True])
-def test_f16_parts_forward_records_bad_device_key_lengths(inline, rng, f16_path, float32_precision):
+def test_f16_parts_forward_records_bad_device_key_lengths(rng, f16_path, float32_precision):
     """A GPU key_lengths past Lk reaches cudakit.check() as an ArgumentError from the float16-parts
-    forward too (both forms)."""
+    forward too."""
     float32_precision("tf32x3")
-    took = f16_path(inline=inline)
+    took = f16_path()
     q = cp.asarray(ac.data(rng, (3, 2, 40, 64), "float32"))
     cudakit.attention(q, q, q, key_lengths=cp.asarray([40, 41, 3]))
     assert took

@@ -8,8 +8,10 @@ cores in float32 (a_lo.b_lo, about 2^-22 of the term, dropped). That is the spli
 products of parts and remainders) on operands half the size: the float16 products run at twice
 TF32's rate, a part takes half the registers, and K's and V's parts, split once ahead by
 f16_split into 4 bytes an element (float32's own size), are read by the loop as they are, into
-shared memory without a pass through registers (or, in the INLINE form for grids of less than a
-wave, split by each row block from K and V as it reads them: _inline_parts). A row's parts hold 22 bits of its largest
+shared memory without a pass through registers. (Splitting K and V in the loop instead, each row
+block its key blocks again, with no pass ahead, ran 1.3-1.8x slower than the pass and this loop on
+every small grid timed: H200, 2026-11-28, scripts/gpu_check_attention_f32.sh parts; it was
+removed.) A row's parts hold 22 bits of its largest
 element, so an element far below that one keeps an absolute error of about 2^-22 of it (float32
 keeps 24 bits of every element); the GPU tests hold it to the float32 bound against float64.
 
@@ -30,9 +32,8 @@ products, moves the probabilities by a relative 2^-25 of the scores' spread.
 Masks, key lengths, grouped-query k, v, a bias and dropout as attn_fwd (_attention_triton.py),
 whose helpers this kernel shares (_fwd_probs: the online softmax's step); [BH, L, D] arrays, no
 varlen. KSPLIT > 1 writes each part's output for attn_fwd_combine as attn_fwd does.
-FLOPs: 4 BH Lq Lk DP (halved with causal) in float16 x 3; memory: Q, K's and V's parts (INLINE: K
-and V) read once a query block, O written once; f16_split's pass (not INLINE) 4 + 4 DP / D bytes
-an element of K and V besides.
+FLOPs: 4 BH Lq Lk DP (halved with causal) in float16 x 3; memory: Q, K's and V's parts read once a
+query block, O written once; f16_split's pass 4 + 4 DP / D bytes an element of K and V besides.
 """
 import triton
 import triton.language as tl
@@ -81,57 +82,24 @@ def f16_split(X, HI, LO, SC, L,   # X: [R, L, D] float32; HI, LO: [R, L, DP] flo
 
 
 @triton.jit
-def _inline_parts(X, base, cols, n_ok, offs_d, AXIS: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
-                  MASK: tl.constexpr, SHIFT: tl.constexpr):
-    """(hi, lo, scales) of a tile of float32 keys X [.., D] (rows base + cols) as f16_split makes
-    them: K^T's [DP, N] (AXIS 0) or V's [N, DP] (AXIS 1); columns past D read as 0, and with MASK
-    keys past the end too, their scales 0 as f16_split's parts give them. Per element a row block
-    re-splits: 6 float32 ops against the 6 BLOCK_M FLOPs of its three products; what it saves is
-    f16_split's pass over K and V (two launches, 8 bytes an element), the cost on grids of less
-    than a wave."""
-    if AXIS == 0:
-        ptrs = X + base + cols[None, :] * D + offs_d[:, None]
-        ok = (offs_d < D)[:, None] & n_ok[None, :] if MASK else (offs_d < D)[:, None]
-    else:
-        ptrs = X + base + cols[:, None] * D + offs_d[None, :]
-        ok = (offs_d < D)[None, :] & n_ok[:, None] if MASK else (offs_d < D)[None, :]
-    if MASK or D < DP:
-        x = tl.load(ptrs, mask=ok, other=0.0)
-    else:
-        x = tl.load(ptrs)
-    sc = _pow2(tl.max(tl.abs(x), AXIS))
-    if AXIS == 0:
-        hi, lo = _f16_parts(x * (1.0 / sc)[None, :], SHIFT)
-    else:
-        hi, lo = _f16_parts(x * (1.0 / sc)[:, None], SHIFT)
-    if MASK:
-        sc = tl.where(n_ok, sc, 0.0)
-    return hi, lo, sc
-
-
-@triton.jit
 def _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base, start_n, lo_r, hi_r,
               offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI,
               DTHRESH, DSCALE, D: tl.constexpr, DP: tl.constexpr, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
-              HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, INLINE: tl.constexpr):
+              HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
     """One key block: the scores from the parts, the online softmax's step (_fwd_probs), then
     acc += P V on the parts, P scaled by V's key scales over c (the largest so far, returned
-    updated). MASK: the block crosses the end of the keys or an end of some row's interval.
-    INLINE: KH and VH are K and V themselves (float32, rows of D), split here (_inline_parts)."""
+    updated). MASK: the block crosses the end of the keys or an end of some row's interval."""
     cols = start_n + offs_n
     n_ok = cols < Lk
-    if INLINE:
-        kh, kl, ks = _inline_parts(KH, kv_base, cols, n_ok, offs_d, 0, D, DP, MASK, False)   # K^T's tile
+    kp = kv_base + cols[None, :] * DP + offs_d[:, None]   # [DP, N]: K^T's tile
+    if MASK:
+        kh = tl.load(KH + kp, mask=n_ok[None, :], other=0.0)
+        kl = tl.load(KL + kp, mask=n_ok[None, :], other=0.0)
+        ks = tl.load(KS + ks_base + cols, mask=n_ok, other=0.0)
     else:
-        kp = kv_base + cols[None, :] * DP + offs_d[:, None]   # [DP, N]: K^T's tile
-        if MASK:
-            kh = tl.load(KH + kp, mask=n_ok[None, :], other=0.0)
-            kl = tl.load(KL + kp, mask=n_ok[None, :], other=0.0)
-            ks = tl.load(KS + ks_base + cols, mask=n_ok, other=0.0)
-        else:
-            kh = tl.load(KH + kp)
-            kl = tl.load(KL + kp)
-            ks = tl.load(KS + ks_base + cols)
+        kh = tl.load(KH + kp)
+        kl = tl.load(KL + kp)
+        ks = tl.load(KS + ks_base + cols)
     s = tl.dot(q_lo, kh)
     s = tl.dot(q_hi, kl, s)
     s = tl.dot(q_hi, kh, s)
@@ -139,18 +107,15 @@ def _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base,
     p, alpha, l_i, m_new = _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok,
                                       drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS,
                                       DROPOUT)
-    if INLINE:
-        vh, vl, vs = _inline_parts(VH, kv_base, cols, n_ok, offs_d, 1, D, DP, MASK, True)   # V's tile
+    vp = kv_base + cols[:, None] * DP + offs_d[None, :]   # [N, DP]: V's tile
+    if MASK:
+        vs = tl.load(VS + ks_base + cols, mask=n_ok, other=0.0)
+        vh = tl.load(VH + vp, mask=n_ok[:, None], other=0.0)
+        vl = tl.load(VL + vp, mask=n_ok[:, None], other=0.0)
     else:
-        vp = kv_base + cols[:, None] * DP + offs_d[None, :]   # [N, DP]: V's tile
-        if MASK:
-            vs = tl.load(VS + ks_base + cols, mask=n_ok, other=0.0)
-            vh = tl.load(VH + vp, mask=n_ok[:, None], other=0.0)
-            vl = tl.load(VL + vp, mask=n_ok[:, None], other=0.0)
-        else:
-            vs = tl.load(VS + ks_base + cols)
-            vh = tl.load(VH + vp)
-            vl = tl.load(VL + vp)
+        vs = tl.load(VS + ks_base + cols)
+        vh = tl.load(VH + vp)
+        vl = tl.load(VL + vp)
     c_new = tl.maximum(c, tl.max(vs, 0))
     p_hi, p_lo = _f16_parts(p * (vs / c_new)[None, :], True)
     acc = acc * (alpha * (c / c_new))[:, None]   # (acc in units of 2^-11: P's and V's remainders come times 2^11)
@@ -162,8 +127,7 @@ def _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base,
 
 @triton.jit
 def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL, VH, VL: [BH / G, Lk, DP] float16,
-                                              # KS, VS: [BH / G, Lk] float32 (f16_split's parts and scales);
-                                              # INLINE: KH, VH K and V [BH / G, Lk, D] float32, the rest unread
+                                              # KS, VS: [BH / G, Lk] float32 (f16_split's parts and scales)
                   O, LSE,                     # O: [BH, Lq, D] float32, LSE: [BH, Lq] float32 (KSPLIT: workspaces)
                   LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
                   qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
@@ -174,16 +138,13 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
                   D: tl.constexpr, DP: tl.constexpr, HAS_LENS: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                   DROPOUT: tl.constexpr, LEFT: tl.constexpr = True, LPT: tl.constexpr = 0,
-                  KSPLIT: tl.constexpr = 1, EVEN: tl.constexpr = False, INLINE: tl.constexpr = False):
+                  KSPLIT: tl.constexpr = 1, EVEN: tl.constexpr = False):
     """attn_fwd's forward (its masks, program order LPT and key parts KSPLIT) on the module's
     float16 parts; DP: head_dim's power of two (the parts' row length, zeros past D). EVEN: no key
     block needs a mask (no causal mask, window or key lengths, Lk a multiple of BLOCK_N), Lq is a
     multiple of BLOCK_M and D == DP: the masked loop and the row and column masks are not compiled
     (on 128 x 64 tiles its sm_90 SASS, Triton 3.9, held 160 registers against 226 at head dim 64,
-    204 against 255 at 128; not timed on a GPU yet). INLINE: K's and V's parts made in the loop from
-    K and V themselves (_inline_parts), each row block splitting its key blocks again, instead of
-    f16_split's pass ahead (its two launches and 8 bytes an element of traffic): for grids of less
-    than a wave, where the pass costs most (not timed on a GPU yet)."""
+    204 against 255 at 128)."""
     start_m, bh = _row_block(LPT)
     start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -191,10 +152,7 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
     offs_d = tl.arange(0, DP)
     kvh = _kv_row(bh, BH0, H, G).to(tl.int64)
     q_base = bh * Lq * D
-    if INLINE:   # (K and V themselves, rows of D)
-        kv_base = kvh * Lk * D
-    else:
-        kv_base = kvh * Lk * DP
+    kv_base = kvh * Lk * DP
     ks_base = kvh * Lk
     m_ok, d_ok = rows < Lq, offs_d < D
     length, lo_r, hi_r = _row_keys(rows, DLO, DHI, Lk, LENS, ERR, bh + BH0, H, Lk, start_m, HAS_LENS)
@@ -220,20 +178,20 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
             acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
                                          start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
                                          sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, DP, True,
-                                         POS_SCALE, HAS_BIAS, DROPOUT, INLINE)
+                                         POS_SCALE, HAS_BIAS, DROPOUT)
     else:   # (from klo: a start the compiler knows aligned, as attn_fwd)
         b = klo
     for start_n in range(b, cc, BLOCK_N):
         acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
                                      start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
                                      sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, DP, False,
-                                     POS_SCALE, HAS_BIAS, DROPOUT, INLINE)
+                                     POS_SCALE, HAS_BIAS, DROPOUT)
     if not EVEN:
         for start_n in range(cc, e, BLOCK_N):
             acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
                                          start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
                                          sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, DP, True,
-                                         POS_SCALE, HAS_BIAS, DROPOUT, INLINE)
+                                         POS_SCALE, HAS_BIAS, DROPOUT)
     seen = l_i != 0.0   # rows with at least one key (NaN stays NaN)
     acc = tl.where(seen[:, None], acc * ((c * 0.00048828125) / tl.where(seen, l_i, 1.0))[:, None], 0.0)
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))

@@ -8,8 +8,8 @@ The float32 forward at head dims 33..128 under tf32x3 takes V transposed (_trans
 kernel's SPLIT) and splits K's and V's tiles into TF32 parts once each, not per product as
 Triton's own tf32x3. The forward on float16 parts (kernels/_attention_f16p_triton.py: each row a
 power-of-two scale times two float16 parts, three float16 products; _f16_candidates) is timed
-against it per signature, and taken first where nothing is timed, where CUDAKIT_ATTENTION_F16_PARTS
-offers it (off by default for now: its current form has not run on a GPU).
+against it per signature, and taken first where nothing is timed (CUDAKIT_ATTENTION_F16_PARTS=0
+withdraws it).
 The float32 backward under tf32x3 has a second path, timed against the flash kernels per signature
 (kernels/paths.py): the materialised kernels of kernels/attention_materialized.py.
 """
@@ -931,14 +931,20 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 
 # The float32 forward on float16 parts (_attention_f16p_triton.py): each operand row as a power-of-two
 # scale times two float16 parts, three float16 products (tf32x3's split on operands half the size,
-# at twice TF32's rate). Offered (CUDAKIT_ATTENTION_F16_PARTS=1, off by default for now; F16_PARTS
+# at twice TF32's rate). Offered by default (CUDAKIT_ATTENTION_F16_PARTS=0 withdraws it; F16_PARTS
 # True or False overrides the setting, for tests and sweeps) to kernels/paths.py before the TF32
 # split forward's candidates (its one part on _F16_TILES the choice without timing). Its
 # first form (P's and V's remainders unshifted) missed the float32 bound on a few output elements
 # (4 of 147 float32 attention GPU tests, H200, 2026-11-28 13:39 UTC: rows that see few keys,
 # elements far below their keys' largest); the remainders now come shifted by 2^11 (the kernel's
-# docstring), which Triton's interpreter and a NumPy model hold to the bound, but that form has not
-# run on a GPU yet: it stays off until it has. The first form's figures, on an H200
+# docstring): with it every float32 attention GPU test passes with the parts offered (201, H200,
+# 2026-11-28 17:13 UTC, pytest -m cuda tests/gpu/test_attention_gpu.py -k float32 with
+# CUDAKIT_ATTENTION_F16_PARTS=1). Timed by the public call against torch's float32 SDPA (H200,
+# 2026-11-28 17:13 UTC, benchmarks/sweeps/attention_f32_shapes.py --fwd-only, history/attention/
+# nvidia-h200-attention-f32-f16-parts-default.json) the parts won B4 H16 S4096 D128 at 3.07x
+# (causal 2.97x), B16 H16 S1024 D64 at 2.58x (2.22x), B1 H16 S512 D128 at 1.49x (1.39x) and
+# B4 H8 S512 D64 at 2.25x (2.30x); at head dims 80 and 96 on 16 heads of 256 the TF32 split in
+# four key parts stayed faster (1.29-1.49x). The first form's figures, on an H200
 # (2026-11-28 13:08 UTC, benchmarks/sweeps/attention_f32_f16split.py, the kernels' first form
 # without masks, K's and V's split pass inside the timed call, history/attention/
 # nvidia-h200-attention-f32-f16-parts.json; x torch's float32 SDPA) 128 x 64 tiles on 8 warps and
@@ -951,13 +957,6 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 F16_PARTS: bool | None = None
 _F16_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
-# attn_fwd_f16p's INLINE form (K and V split in its loop, no f16_split pass) on grids of less than a
-# wave: 64 x 32 on 4 warps, whose sm_90 SASS (Triton 3.9, here; scripts/attention_sass.py, no bias
-# or dropout) holds 205-240 registers without spills at head dims 80, 96 and 128 (64 x 64 on 4
-# warps spilled up to 86 loads at 128; on 8 warps 42-61 at each head dim where a key block has a
-# mask). With a bias it spilled 8-12 loads, with dropout 36-43, with both 173-184, fewer than the
-# pass's form on 64 x 64 (22-25, 103, 414-415; a reviewer's compiles). Not timed on a GPU yet.
-_F16_INLINE_TILES = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
 _F16_SPLIT_ROWS = 32   # rows a program of f16_split
 
 
@@ -993,19 +992,18 @@ def f16_even(dlo: int, dhi: int, lengths: bool, lq: int, lk: int, d: int, tiles:
 def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: int, lk: int, dlo: int, dhi: int,
                     above: bool, sms: int) -> list:
     """[(name, fn)] of the float16-parts forward for _triton_forward's candidates: one part on
-    _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES and
-    the INLINE form on _F16_INLINE_TILES, each also in the key-parts model's part count where it is
-    over 1. args: attn_fwd_f16p's runtime arguments but BH0; consts: attn_fwd's constexprs (masks,
+    _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES, each
+    also in the key-parts model's part count where it is over 1. args: attn_fwd_f16p's runtime arguments but BH0; consts: attn_fwd's constexprs (masks,
     bias, dropout, order)."""
     d = q.shape[2]
     dp = head_block(d)
     base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "DROPOUT", "LEFT", "LPT")}
-    tilings = [(_F16_TILES, False)]
+    tilings = [_F16_TILES]
     if math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh < sms:
-        tilings += [(_F16_SMALL_GRID_TILES, False), (_F16_INLINE_TILES, True)]
+        tilings.append(_F16_SMALL_GRID_TILES)
     offers = []
-    for t, inline in tilings:
-        c = dict(base, **t, D=d, DP=dp, EVEN=f16_even(dlo, dhi, base["HAS_LENS"], lq, lk, d, t), INLINE=inline)
+    for t in tilings:
+        c = dict(base, **t, D=d, DP=dp, EVEN=f16_even(dlo, dhi, base["HAS_LENS"], lq, lk, d, t))
         offers.append((c, 1))
         n = kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms, above)
         if n > 1:
@@ -1013,12 +1011,9 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
 
     def run(c, splits):
         def go():
-            if c["INLINE"]:   # (KL, KS, VL, VS not read)
-                parts = (k, k, k, v, v, v)
-            else:
-                parts = _or_declined_for_memory(lambda: (*_f16_split(k, dp, False), *_f16_split(v, dp, True)),
-                                                "attention:float32-f16-parts", "no memory for the float32 "
-                                                "forward's float16 parts of k and v: the TF32 split forward ran it")
+            parts = _or_declined_for_memory(lambda: (*_f16_split(k, dp, False), *_f16_split(v, dp, True)),
+                                            "attention:float32-f16-parts", "no memory for the float32 "
+                                            "forward's float16 parts of k and v: the TF32 split forward ran it")
             if parts is None:
                 return None
             if splits == 1:
@@ -1026,7 +1021,7 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
                 return out, lse
             return (out, lse) if _forward_in_parts((q, *parts), out, lse, args, c, splits, "attn_fwd_f16p") else None
         return go
-    return [(_offer_name(f"f16-parts-{'inline-' if c['INLINE'] else ''}", c, n), run(c, n)) for c, n in offers]
+    return [(_offer_name("f16-parts-", c, n), run(c, n)) for c, n in offers]
 
 
 def _offer_name(prefix: str, c: dict, splits: int, suffix: str = "") -> str:
