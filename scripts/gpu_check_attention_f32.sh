@@ -1,33 +1,35 @@
 #!/usr/bin/env bash
-# One device call on the float32 attention forward on float16 parts (CUDAKIT_ATTENTION_F16_PARTS),
+# One device call on the float32 attention forward on float16 parts (offered by default),
 # after scripts/gpu_check.sh's environment (the carried cuDNN frontend, a fresh cache):
 #   bash scripts/gpu_check_attention_f32.sh parts   # its own GPU tests (each form forced), then every
 #                                                   # candidate's time (CUDAKIT_AUTOTUNE_LOG) and the
 #                                                   # public call against torch's float32 SDPA
-#   bash scripts/gpu_check_attention_f32.sh all     # every other float32 attention GPU test with it offered
+#   bash scripts/gpu_check_attention_f32.sh all     # every other float32 attention GPU test
 # SHAPES: BxHxLxD,... for `parts` (default: small grids at head dims 64..128 and issue 27's two shapes);
-# rows go to $OUT/f16-shapes.json. Lines: TUNE <bh>x<lq>x<lk>x<d> <candidate> <ms>, VARIANT (the sweep's).
+# rows go to $OUT/f16-shapes.json, whole logs to $OUT/tests.log and $OUT/sweep.log.
+# Lines: TUNE <bh>x<lq>x<lk>x<d> <candidate> <ms>, VARIANT (the sweep's).
 set -u
 OUT=${OUT:-/tmp/cudakit-out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src:$PWD/tests" PYTHONUNBUFFERED=1 CUDAKIT_CACHE_DIR=${CUDAKIT_CACHE_DIR:-/tmp/ck-f16}
 . scripts/cudnn_env.sh >/dev/null 2>&1
-export CUDAKIT_ATTENTION_F16_PARTS=1
 date -u +"%Y-%m-%dT%H:%M:%SZ"; nvidia-smi --query-gpu=name --format=csv,noheader
 case "${1:-parts}" in
   parts)
     timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_attention_gpu.py -k f16_parts \
-      -p no:cacheprovider 2>&1 | tail -8
+      -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
+    tail -1 "$OUT/tests.log"
     date -u +"%H:%M:%SZ"
     CUDAKIT_AUTOTUNE_LOG=1 timeout ${SWEEP_TIMEOUT:-240} python3 benchmarks/sweeps/attention_f32_shapes.py --fwd-only \
       --out "$OUT/f16-shapes.json" \
       --shapes "${SHAPES:-1x16x512x128,8x8x256x128,1x16x256x80,2x8x256x96,4x8x512x64,4x16x4096x128,16x16x1024x64}" 2>&1 \
-      | grep -E "VARIANT|autotune path" \
+      | tee "$OUT/sweep.log" | grep -E "VARIANT|autotune path" \
       | sed -E "s/^autotune path attention \('fwd-key-parts', ([0-9]+), ([0-9]+), ([0-9]+), ([0-9]+),.*\): ([^ ]+) -> ([0-9.]+) ms.*/TUNE \1x\2x\3x\4 \5 \6/" \
       | cut -c1-200 ;;
   all)
     timeout ${TEST_TIMEOUT:-560} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_attention_gpu.py \
-      -k "float32 and not f16_parts" -p no:cacheprovider 2>&1 | tail -12 ;;
+      -k "float32 and not f16_parts" -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
+    grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log" ;;
   *) echo "usage: $0 parts|all" >&2; exit 2 ;;
 esac
 date -u +"%H:%M:%SZ"
