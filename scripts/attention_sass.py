@@ -107,6 +107,8 @@ def main(dtype: str = "float32", d: int = 128) -> None:
     if dtype == "float32" and 32 < d <= 128:   # the forward on float16 parts, each tiling it is offered on
         from cudakit.kernels import _attention_f16p_triton as f16p
         dp = host.head_block(d)
+        spills(f"f16_split_kv d={d}", f16p.f16_split_kv, {"num_warps": 4, "num_stages": 3}, ptr, D=d, DP=dp,
+               BLOCK_L=host._F16_SPLIT_ROWS)
         for tiles in (host._F16_TILES, host._F16_SMALL_GRID_TILES):
             for even in (False, True) if d == dp else (False,):
                 for ksplit in (1, 2):

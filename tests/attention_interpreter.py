@@ -604,7 +604,7 @@ def _nan_after(x):
 
 def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles, bias=None, bias_heads=1,
                     dropout=None, data_scale=None, v_scale=None):
-    """The float16-parts forward's launch sequence (f16_split of k and v, attn_fwd_f16p, with key parts
+    """The float16-parts forward's launch sequence (f16_split_kv of k and v, attn_fwd_f16p, with key parts
     attn_fwd_combine) against the float64 reference's out and lse; outputs start as 7.0, the parts'
     arrays as NaN. bias: a 4-D array ([BH] entry t its batch t // bias_heads, head t % bias_heads);
     dropout: (p, seed); data_scale: rows of q, k spread over 10^-data_scale .. 1, of v over
@@ -645,12 +645,10 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
         drop = (*_seed_words(seed), threshold(p), 1.0 / (1.0 - p))
     dp = host.head_block(d)
     parts = []
-    for x, shift in ((k, False), (v, True)):
-        hi, lo = (np.full(x.shape[:2] + (dp,), np.nan, np.float16) for _ in range(2))
-        sc = np.full(x.shape[:2], np.nan, np.float32)
-        f16p.f16_split[(math.ceil(lk / 32), x.shape[0])](*map(_Tensor, (x, hi, lo, sc)), lk, D=d, DP=dp, BLOCK_L=32,
-                                                         SHIFT=shift)
-        parts += [hi, lo, sc]
+    for _ in (k, v):
+        parts += [*(np.full(k.shape[:2] + (dp,), np.nan, np.float16) for _ in range(2)),
+                  np.full(k.shape[:2], np.nan, np.float32)]
+    f16p.f16_split_kv[(math.ceil(lk / 32), k.shape[0], 2)](*map(_Tensor, (k, v, *parts)), lk, D=d, DP=dp, BLOCK_L=32)
     t = host._F16_SMALL_GRID_TILES if tiles == "small" else host._F16_TILES
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     err = np.zeros(8, np.int64)

@@ -6,9 +6,9 @@ of two 2^floor(log2 max|x|) of the row, hi = fp16(x / s) (round to nearest) and 
 22 bits of the mantissa; a.b ~ a_lo.b_hi + a_hi.b_lo + a_hi.b_hi summed on the float16 tensor
 cores in float32 (a_lo.b_lo, about 2^-22 of the term, dropped). That is the split of tf32x3 (three
 products of parts and remainders) on operands half the size: the float16 products run at twice
-TF32's rate, a part takes half the registers, and K's and V's parts, split once ahead by
-f16_split into 4 bytes an element (float32's own size), are read by the loop as they are, into
-shared memory without a pass through registers. (Splitting K and V in the loop instead, each row
+TF32's rate, a part takes half the registers, and K's and V's parts, split once ahead (both in
+one launch of f16_split_kv) into 4 bytes an element (float32's own size), are read by the loop as
+they are, into shared memory without a pass through registers. (Splitting K and V in the loop instead, each row
 block its key blocks again, with no pass ahead, ran 1.3-1.8x slower than the pass and this loop on
 every small grid timed: H200, 2026-11-28, scripts/gpu_check_attention_f32.sh parts; it was
 removed.) A row's parts hold 22 bits of its largest
@@ -33,7 +33,7 @@ Masks, key lengths, grouped-query k, v, a bias and dropout as attn_fwd (_attenti
 whose helpers this kernel shares (_fwd_probs: the online softmax's step); [BH, L, D] arrays, no
 varlen. KSPLIT > 1 writes each part's output for attn_fwd_combine as attn_fwd does.
 FLOPs: 4 BH Lq Lk DP (halved with causal) in float16 x 3; memory: Q, K's and V's parts read once a
-query block, O written once; f16_split's pass 4 + 4 DP / D bytes an element of K and V besides.
+query block, O written once; f16_split_kv's pass 4 + 4 DP / D bytes an element of K and V besides.
 """
 import triton
 import triton.language as tl
@@ -62,11 +62,23 @@ def _f16_parts(x, SHIFT: tl.constexpr = False):
 
 
 @triton.jit
-def f16_split(X, HI, LO, SC, L,   # X: [R, L, D] float32; HI, LO: [R, L, DP] float16; SC: [R, L] float32
-              D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr, SHIFT: tl.constexpr = False):
-    """Each row of X as SC (HI + LO) (the module's parts; zeros in columns D..DP; SHIFT: LO times
-    2^11, _f16_parts). One program per (BLOCK_L rows, matrix r). Memory traffic: 4 bytes an
-    element read, 4 DP / D written."""
+def f16_split_kv(K, V,            # K, V: [R, L, D] float32
+                 KH, KL, KS,      # KH, KL: [R, L, DP] float16; KS: [R, L] float32 (K's parts and row scales)
+                 VH, VL, VS,      # the same of V, its LO times 2^11
+                 L, D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
+    """K's and V's rows split in one launch (_split_rows; V's remainders shifted): on small grids
+    each launch ahead of the forward costs about as much as its bytes. One program per (BLOCK_L
+    rows, matrix r, K or V). Memory traffic: 4 bytes an element read, 4 DP / D written."""
+    if tl.program_id(2) == 0:
+        _split_rows(K, KH, KL, KS, L, D, DP, BLOCK_L, False)
+    else:
+        _split_rows(V, VH, VL, VS, L, D, DP, BLOCK_L, True)
+
+
+@triton.jit
+def _split_rows(X, HI, LO, SC, L, D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr, SHIFT: tl.constexpr):
+    """This program's BLOCK_L rows of X [R, L, D] as SC (HI + LO) (the module's parts; zeros in
+    columns D..DP; SHIFT: LO times 2^11, _f16_parts)."""
     r = tl.program_id(1).to(tl.int64)
     rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
     cols = tl.arange(0, DP)

@@ -149,7 +149,7 @@ def _k(name: str):
         from .attention_materialized import KERNELS
         for mod, names in ((src, ("attn_fwd", "attn_fwd_combine", "attn_bwd_delta", "attn_bwd_dkdv", "attn_bwd_dq",
                                   "cast_copy", "zero_fill", "tf32_split")), (mat, KERNELS),
-                           (f16p, ("attn_fwd_f16p", "f16_split"))):
+                           (f16p, ("attn_fwd_f16p", "f16_split_kv"))):
             for n in names:
                 # the dropout seed's words are not specialised: one kernel for every seed, so a traced
                 # plan takes a new seed per call (kernels/trace_plans.py, dispatch.DYNAMIC)
@@ -958,7 +958,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 F16_PARTS: bool | None = None
 _F16_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
-_F16_SPLIT_ROWS = 32   # rows a program of f16_split
+_F16_SPLIT_ROWS = 32   # rows a program of f16_split_kv
 
 
 def _f16_parts_offered() -> bool:
@@ -969,17 +969,17 @@ def _f16_parts_offered() -> bool:
     return settings().attention_f16_parts
 
 
-def _f16_split(x, dp: int, shift: bool) -> tuple:
-    """(hi, lo, scales) of x [R, L, D] float32 (f16_split; shift: lo times 2^11, V's): [R, L, dp]
-    float16 parts (zeros past D) and [R, L] float32 row scales. Memory traffic: 4 + 4 dp / D bytes
-    an element."""
+def _f16_split_kv(k, v, dp: int) -> tuple:
+    """(kh, kl, ks, vh, vl, vs): the float16 parts of k and v [R, L, D] float32 (f16_split_kv, one
+    launch; V's remainders times 2^11): [R, L, dp] float16 parts (zeros past D) and [R, L] float32
+    row scales, in two allocations. Memory traffic: 4 + 4 dp / D bytes an element of each."""
     cp = _cupy.cupy()
-    r, n, d = x.shape
-    hi, lo, sc = cp.empty((r, n, dp), cp.float16), cp.empty((r, n, dp), cp.float16), cp.empty((r, n), cp.float32)
-    if x.size:
-        _specialized("f16_split", {"D": d, "DP": dp, "BLOCK_L": _F16_SPLIT_ROWS, "SHIFT": shift, "num_warps": 4})[
-            (math.ceil(n / _F16_SPLIT_ROWS), r)](x, hi, lo, sc, n)
-    return hi, lo, sc
+    r, n, d = k.shape
+    parts, sc = cp.empty((4, r, n, dp), cp.float16), cp.empty((2, r, n), cp.float32)
+    if k.size:
+        _specialized("f16_split_kv", {"D": d, "DP": dp, "BLOCK_L": _F16_SPLIT_ROWS, "num_warps": 4})[
+            (math.ceil(n / _F16_SPLIT_ROWS), r, 2)](k, v, parts[0], parts[1], sc[0], parts[2], parts[3], sc[1], n)
+    return parts[0], parts[1], sc[0], parts[2], parts[3], sc[1]
 
 
 def f16_even(dlo: int, dhi: int, lengths: bool, lq: int, lk: int, d: int, tiles: dict) -> bool:
@@ -1012,7 +1012,7 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
 
     def run(c, splits):
         def go():
-            parts = _or_declined_for_memory(lambda: (*_f16_split(k, dp, False), *_f16_split(v, dp, True)),
+            parts = _or_declined_for_memory(lambda: _f16_split_kv(k, v, dp),
                                             "attention:float32-f16-parts", "no memory for the float32 "
                                             "forward's float16 parts of k and v: the TF32 split forward ran it")
             if parts is None:
