@@ -939,13 +939,14 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 # elements far below their keys' largest); the remainders now come shifted by 2^11 (the kernel's
 # docstring): with it every float32 attention GPU test passes with the parts offered (201, H200,
 # 2026-11-28 17:13 UTC, pytest -m cuda tests/gpu/test_attention_gpu.py -k float32 with
-# CUDAKIT_ATTENTION_F16_PARTS=1). Offered by default, timed by the public call against torch's
-# float32 SDPA (H200, 2026-11-28 17:25 UTC, scripts/gpu_check_attention_f32.sh parts, history/
-# attention/nvidia-h200-attention-f32-f16-parts-default.json) the parts won B4 H16 S4096 D128 at
-# 3.08x (causal 2.97x), B16 H16 S1024 D64 at 2.60x (2.23x), B1 H16 S512 D128 at 1.52x (1.39x),
-# B8 H8 S256 D128 at 1.48x (1.35x) and B4 H8 S512 D64 at 2.27x (2.31x); at head dims 80 and 96
-# on 16 heads of 256 the TF32 split in four key parts stayed faster (1.30-1.54x). The first
-# form's figures, on an H200
+# CUDAKIT_ATTENTION_F16_PARTS=1). Offered by default, K and V split in one launch, timed by the
+# public call against torch's float32 SDPA (H200, 2026-11-28 17:32 UTC, scripts/
+# gpu_check_attention_f32.sh parts, history/attention/
+# nvidia-h200-attention-f32-f16-parts-one-split-launch.json) the parts won B4 H16 S4096 D128 at
+# 3.11x (causal 2.98x), B1 H16 S512 D128 at 1.66x (1.52x), B8 H8 S256 D128 at 1.60x (1.44x) and
+# B4 H8 S512 D64 at 2.44x (2.49x); with two split launches (17:25 UTC) those small grids ran
+# 1.52x (1.39x) and 1.48x (1.35x). At head dims 80 and 96 on 16 heads of 256 the TF32 split in
+# four key parts stayed faster (1.30-1.54x). The first form's figures, on an H200
 # (2026-11-28 13:08 UTC, benchmarks/sweeps/attention_f32_f16split.py, the kernels' first form
 # without masks, K's and V's split pass inside the timed call, history/attention/
 # nvidia-h200-attention-f32-f16-parts.json; x torch's float32 SDPA) 128 x 64 tiles on 8 warps and
