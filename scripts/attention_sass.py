@@ -57,6 +57,14 @@ def signature(fn, consts: dict, ptr: str) -> tuple[dict, dict]:
     return sig, attrs
 
 
+def _opcode(line: str) -> str:
+    """A SASS line's opcode without its modifiers, past a predicate (@P0, @!PT) where it has one."""
+    words = line.split()[1:]
+    if words and words[0].startswith("@") and len(words) > 1:
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
 def spills(name: str, fn, cfg: dict, ptr: str, **consts) -> None:
     cfg = dict(cfg)
     opts = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
@@ -71,7 +79,7 @@ def spills(name: str, fn, cfg: dict, ptr: str, **consts) -> None:
     usage = subprocess.run([CUOBJDUMP, "--dump-resource-usage", path], capture_output=True, text=True).stdout
     sass = subprocess.run([CUOBJDUMP, "-sass", path], capture_output=True, text=True).stdout
     os.unlink(path)
-    ops = collections.Counter(line.split()[1].split(".")[0] for line in sass.splitlines()
+    ops = collections.Counter(_opcode(line) for line in sass.splitlines()
                               if line.strip().startswith("/*") and len(line.split()) > 1)
     res = next((line.strip() for line in usage.splitlines() if "REG" in line), "")
     fields = dict(kv.split(":") for kv in res.split() if ":" in kv)

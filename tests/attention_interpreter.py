@@ -644,10 +644,10 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
         out_r = pd @ f64(vr)
         drop = (*_seed_words(seed), threshold(p), 1.0 / (1.0 - p))
     dp = host.head_block(d)
-    parts = []
-    for _ in (k, v):
-        parts += [*(np.full(k.shape[:2] + (dp,), np.nan, np.float16) for _ in range(2)),
-                  np.full(k.shape[:2], np.nan, np.float32)]
+    # (as the host lays them out: views of one float16 and one float32 array, so a store past one
+    # part's end lands in the next)
+    hl, sc = np.full((4, *k.shape[:2], dp), np.nan, np.float16), np.full((2, *k.shape[:2]), np.nan, np.float32)
+    parts = [hl[0], hl[1], sc[0], hl[2], hl[3], sc[1]]
     f16p.f16_split_kv[(math.ceil(lk / 32), k.shape[0], 2)](*map(_Tensor, (k, v, *parts)), lk, D=d, DP=dp, BLOCK_L=32)
     t = host._F16_SMALL_GRID_TILES if tiles == "small" else host._F16_TILES
     dlo, dhi = host.key_bounds(lq, lk, causal, window)

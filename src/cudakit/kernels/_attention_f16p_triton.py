@@ -139,7 +139,7 @@ def _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base,
 
 @triton.jit
 def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL, VH, VL: [BH / G, Lk, DP] float16,
-                                              # KS, VS: [BH / G, Lk] float32 (f16_split's parts and scales)
+                                              # KS, VS: [BH / G, Lk] float32 (f16_split_kv's parts and scales)
                   O, LSE,                     # O: [BH, Lq, D] float32, LSE: [BH, Lq] float32 (KSPLIT: workspaces)
                   LENS, ERR,                  # LENS: [B] int key lengths (HAS_LENS); ERR: int64 [8] error flag
                   qk_scale, Lq, Lk, DLO, DHI, H,   # qk_scale: softmax scale * log2(e)
