@@ -5,6 +5,8 @@
 #                                                   # candidate's time (CUDAKIT_AUTOTUNE_LOG) and the
 #                                                   # public call against torch's float32 SDPA
 #   bash scripts/gpu_check_attention_f32.sh all     # every other float32 attention GPU test
+#   bash scripts/gpu_check_attention_f32.sh bwd     # forward and backward through the public calls
+#                                                   # against torch (small grids by default)
 # SHAPES: BxHxLxD,... for `parts` (default: small grids at head dims 64..128 and issue 27's two shapes);
 # rows go to $OUT/f16-shapes.json, whole logs to $OUT/tests.log and $OUT/sweep.log.
 # Lines: TUNE <bh>x<lq>x<lk>x<d> <candidate> <ms>, VARIANT (the sweep's).
@@ -30,6 +32,10 @@ case "${1:-parts}" in
     timeout ${TEST_TIMEOUT:-560} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_attention_gpu.py \
       -k "float32 and not f16_parts" -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
     grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log" ;;
-  *) echo "usage: $0 parts|all" >&2; exit 2 ;;
+  bwd)
+    timeout ${SWEEP_TIMEOUT:-400} python3 benchmarks/sweeps/attention_f32_shapes.py --out "$OUT/f32-bwd-shapes.json" \
+      --shapes "${SHAPES:-1x16x512x128,8x8x256x128,1x16x256x80,2x8x256x96,4x8x512x64,2x16x1024x128}" \
+      > "$OUT/sweep.log" 2>&1; grep VARIANT "$OUT/sweep.log" | cut -c1-160 ;;
+  *) echo "usage: $0 parts|all|bwd" >&2; exit 2 ;;
 esac
 date -u +"%H:%M:%SZ"
