@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the float32 attention forward on float16 parts (offered by default),
 # after scripts/gpu_check.sh's environment (the carried cuDNN frontend, a fresh cache):
-#   bash scripts/gpu_check_attention_f32.sh parts   # its own GPU tests (each form forced), then every
+#   bash scripts/gpu_check_attention_f32.sh parts   # its own GPU tests (each path forced), then every
 #                                                   # candidate's time (CUDAKIT_AUTOTUNE_LOG) and the
 #                                                   # public call against torch's float32 SDPA
 #   bash scripts/gpu_check_attention_f32.sh all     # every other float32 attention GPU test

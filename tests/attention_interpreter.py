@@ -648,7 +648,9 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     # part's end lands in the next)
     hl, sc = np.full((4, *k.shape[:2], dp), np.nan, np.float16), np.full((2, *k.shape[:2]), np.nan, np.float32)
     parts = [hl[0], hl[1], sc[0], hl[2], hl[3], sc[1]]
-    f16p.f16_split_kv[(math.ceil(lk / 32), k.shape[0], 2)](*map(_Tensor, (k, v, *parts)), lk, D=d, DP=dp, BLOCK_L=32)
+    per = host._F16_SPLIT_ROWS
+    f16p.f16_split_kv[(math.ceil(lk / per), k.shape[0], 2)](*map(_Tensor, (k, v, *parts)), lk, D=d, DP=dp,
+                                                            BLOCK_L=per)
     t = host._F16_SMALL_GRID_TILES if tiles == "small" else host._F16_TILES
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     err = np.zeros(8, np.int64)

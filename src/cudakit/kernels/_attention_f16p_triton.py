@@ -8,12 +8,12 @@ cores in float32 (a_lo.b_lo, about 2^-22 of the term, dropped). That is the spli
 products of parts and remainders) on operands half the size: the float16 products run at twice
 TF32's rate, a part takes half the registers, and K's and V's parts, split once ahead (both in
 one launch of f16_split_kv) into 4 bytes an element (float32's own size), are read by the loop as
-they are, into shared memory without a pass through registers. (Splitting K and V in the loop instead, each row
-block its key blocks again, with no pass ahead, ran 1.3-1.8x slower than the pass and this loop on
-every small grid timed: H200, 2026-11-28, scripts/gpu_check_attention_f32.sh parts; it was
-removed.) A row's parts hold 22 bits of its largest
-element, so an element far below that one keeps an absolute error of about 2^-22 of it (float32
-keeps 24 bits of every element); the GPU tests hold it to the float32 bound against float64.
+they are, into shared memory without a pass through registers. (Splitting K and V in the loop
+instead, each row block its key blocks again, with no pass ahead, ran 1.3-1.8x slower than the
+pass and this loop on every small grid timed: H200, 2026-11-28, scripts/gpu_check_attention_f32.sh
+parts; it was removed.) A row's parts hold 22 bits of its largest element, so an element far
+below that one keeps an absolute error of about 2^-22 of it (float32 keeps 24 bits of every
+element); the GPU tests hold it to the float32 bound against float64.
 
 Q's parts and its row scales are made in registers once a program; each key block's scores are
 the products times (Q's row scale x K's key scale). The probabilities P (<= 1) take V's key
@@ -96,7 +96,7 @@ def _split_rows(X, HI, LO, SC, L, D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl
 @triton.jit
 def _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base, start_n, lo_r, hi_r,
               offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI,
-              DTHRESH, DSCALE, D: tl.constexpr, DP: tl.constexpr, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
+              DTHRESH, DSCALE, DP: tl.constexpr, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
               HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
     """One key block: the scores from the parts, the online softmax's step (_fwd_probs), then
     acc += P V on the parts, P scaled by V's key scales over c (the largest so far, returned
@@ -189,20 +189,20 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
         for start_n in range(a, b, BLOCK_N):
             acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
                                          start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
-                                         sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, DP, True,
+                                         sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, True,
                                          POS_SCALE, HAS_BIAS, DROPOUT)
     else:   # (from klo: a start the compiler knows aligned, as attn_fwd)
         b = klo
     for start_n in range(b, cc, BLOCK_N):
         acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
                                      start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
-                                     sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, DP, False,
+                                     sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, False,
                                      POS_SCALE, HAS_BIAS, DROPOUT)
     if not EVEN:
         for start_n in range(cc, e, BLOCK_N):
             acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
                                          start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
-                                         sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, DP, True,
+                                         sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, True,
                                          POS_SCALE, HAS_BIAS, DROPOUT)
     seen = l_i != 0.0   # rows with at least one key (NaN stays NaN)
     acc = tl.where(seen[:, None], acc * ((c * 0.00048828125) / tl.where(seen, l_i, 1.0))[:, None], 0.0)

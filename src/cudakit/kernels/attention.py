@@ -995,8 +995,8 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
                     above: bool, sms: int) -> list:
     """[(name, fn)] of the float16-parts forward for _triton_forward's candidates: one part on
     _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES, each
-    also in the key-parts model's part count where it is over 1. args: attn_fwd_f16p's runtime arguments but BH0; consts: attn_fwd's constexprs (masks,
-    bias, dropout, order)."""
+    also in the key-parts model's part count where it is over 1. args: attn_fwd_f16p's runtime
+    arguments but BH0; consts: attn_fwd's constexprs (masks, bias, dropout, order)."""
     d = q.shape[2]
     dp = head_block(d)
     base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "DROPOUT", "LEFT", "LPT")}
