@@ -5,7 +5,7 @@ instructions and global loads in the SASS (Triton's bundled cuobjdump).
 
     python scripts/attention_sass.py [float32|bfloat16|float16] [head_dim]
 
-Prints lines starting with SASS: kernel, registers, stack bytes, LDL, STL, HGMMA, LDG. On
+Prints lines starting with SASS: kernel, registers, stack bytes, LDL, STL, HGMMA, LDG, shared bytes. On
 2026-11-27 (Triton 3.9 here, float32 tf32x3, head dim 128) the split forward's SASS held 506
 local loads before its loops started at a compile-time key 0 (attn_fwd's LEFT) and 84 after."""
 import collections
@@ -84,7 +84,7 @@ def spills(name: str, fn, cfg: dict, ptr: str, **consts) -> None:
     res = next((line.strip() for line in usage.splitlines() if "REG" in line), "")
     fields = dict(kv.split(":") for kv in res.split() if ":" in kv)
     print(f"SASS {name}: REG {fields.get('REG')} STACK {fields.get('STACK')} LDL {ops['LDL']} STL {ops['STL']} "
-          f"HGMMA {ops['HGMMA']} LDG {ops['LDG']}", flush=True)
+          f"HGMMA {ops['HGMMA']} LDG {ops['LDG']} SMEM {ck.metadata.shared}", flush=True)
 
 
 def main(dtype: str = "float32", d: int = 128) -> None:
@@ -117,11 +117,11 @@ def main(dtype: str = "float32", d: int = 128) -> None:
         dp = host.head_block(d)
         spills(f"f16_split_kv d={d}", f16p.f16_split_kv, {"num_warps": 4, "num_stages": 3}, ptr, D=d, DP=dp,
                BLOCK_L=host._F16_SPLIT_ROWS)
-        for tiles in (host._F16_TILES, host._F16_SMALL_GRID_TILES):
+        for tiles in (host._F16_TILES, host._F16_SMALL_GRID_TILES, host._F16_FILL_TILES):
             for even in (False, True) if d == dp else (False,):
                 for ksplit in (1, 2):
-                    spills(f"attn_fwd_f16p d={d} {tiles['BLOCK_M']}x{tiles['BLOCK_N']}w{tiles['num_warps']} "
-                           f"EVEN={even} KSPLIT={ksplit}", f16p.attn_fwd_f16p, tiles, ptr,
+                    t = f"{tiles['BLOCK_M']}x{tiles['BLOCK_N']}w{tiles['num_warps']}s{tiles['num_stages']}"
+                    spills(f"attn_fwd_f16p d={d} {t} EVEN={even} KSPLIT={ksplit}", f16p.attn_fwd_f16p, tiles, ptr,
                            DP=dp, POS_SCALE=True, LEFT=False, KSPLIT=ksplit, EVEN=even, LPT=0,
                            **{n: v for n, v in plain.items() if n != "VARLEN"})
     kv, qc = host._backward_configs(dtype, cfg)

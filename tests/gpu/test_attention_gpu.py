@@ -227,8 +227,9 @@ def test_attention_float32_materialized_backward_dropout(lead, lq, lk, d, causal
 
 @pytest.fixture
 def f16_path(monkeypatch):
-    """f16_path(parts=False): kernels/paths.run taking the float32 forward on float16 parts
-    (kernels/attention.py _f16_candidates; in key parts with parts=True) alone where offered, the
+    """f16_path(parts=False, one_stage=False): kernels/paths.run taking the float32 forward on
+    float16 parts (kernels/attention.py _f16_candidates; in key parts with parts=True, on the
+    one-stage small-grid tiles with one_stage=True) alone where offered, the
     first accepting candidate elsewhere (no timing, no plan); returns the names taken. Offered whatever
     CUDAKIT_ATTENTION_F16_PARTS says (kernels/attention.py F16_PARTS set True)."""
     from cudakit import dispatch
@@ -237,11 +238,12 @@ def f16_path(monkeypatch):
     monkeypatch.setattr(at, "F16_PARTS", True)
     dispatch.clear()
 
-    def take(parts: bool = False) -> list:
+    def take(parts: bool = False, one_stage: bool = False) -> list:
         took = []
 
         def run(op, key, candidates, timer=None):
-            names = [n for n, _ in candidates if n.startswith("f16-parts") and ("keys-in" in n) == parts]
+            names = [n for n, _ in candidates if n.startswith("f16-parts") and ("keys-in" in n) == parts
+                     and (not one_stage or n.endswith("-one-stage"))]
             if not names:
                 return next(out for _, fn in candidates if (out := fn()) is not None)
             took.append(names[0])
@@ -285,6 +287,18 @@ def test_attention_float32_f16_parts_forward_in_key_parts(lead, lq, lk, d, causa
     took = f16_path(parts=True)
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal)
     assert took and "keys-in" in took[0]
+
+
+@pytest.mark.parametrize("lead,lq,lk,d,causal,parts", [((1, 2), 100, 700, 80, True, True), ((2, 3), 130, 260, 128, False, False),
+                                                       ((1, 4), 256, 256, 96, False, True)])
+def test_attention_float32_f16_parts_forward_one_stage(lead, lq, lk, d, causal, parts, rng, f16_path,
+                                                       float32_precision):
+    """The float16-parts forward on the small-grid tiles without the loop's second stage
+    (_F16_FILL_TILES), in one part and in the part count that fills two programs an SM."""
+    float32_precision("tf32x3")
+    took = f16_path(parts=parts, one_stage=True)
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, "float32", causal)
+    assert took and took[0].endswith("-one-stage") and ("keys-in" in took[0]) == parts
 
 
 @pytest.mark.parametrize("b,h,hkv,lq,lk,d,causal", [(2, 8, 2, 100, 300, 128, True), (2, 4, 1, 1, 600, 80, False)])

@@ -959,6 +959,17 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
 F16_PARTS: bool | None = None
 _F16_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+# The small-grid tiles without the loop's second stage: 64 KiB of shared memory against 161 KiB, so
+# two programs share an SM (their registers, 255 a thread at 4 warps with a few spills, allow two;
+# sm_90, Triton 3.9, scripts/attention_sass.py), where the two-stage tiles hold one. Offered on small grids in one part and in the part count
+# that fills two programs an SM (kp.filling_parts): the two-stage tiles in 4 key parts on B1 H16
+# S256 D80 took two waves and ran 0.0286 ms against 0.0227 in one part (H200, 2026-11-28 18:12 UTC,
+# scripts/gpu_check_attention_f32.sh parts), while the TF32 split forward, two programs an SM,
+# gained from the same parts (0.0205 ms against 0.0294). With them (18:21 UTC, the same script,
+# history/attention/nvidia-h200-attention-f32-f16-parts-one-stage.json) B2 H8 S256 D96 in 4 parts
+# ran 0.0216 ms, the fastest candidate (1.365x torch's float32 SDPA, was 1.305x on the TF32 split),
+# B1 H16 S256 D80 0.0214 against the TF32 split's 0.0198, B8 H8 S256 D128 no faster than 128 x 64.
+_F16_FILL_TILES = dict(_F16_SMALL_GRID_TILES, num_stages=1)
 _F16_SPLIT_ROWS = 32   # rows a program of f16_split_kv
 
 
@@ -994,20 +1005,22 @@ def f16_even(dlo: int, dhi: int, lengths: bool, lq: int, lk: int, d: int, tiles:
 def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: int, lk: int, dlo: int, dhi: int,
                     above: bool, sms: int) -> list:
     """[(name, fn)] of the float16-parts forward for _triton_forward's candidates: one part on
-    _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES, each
-    also in the key-parts model's part count where it is over 1. args: attn_fwd_f16p's runtime
+    _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES and
+    _F16_FILL_TILES, each also in the key-parts model's part count where it is over 1 (the fill
+    tiles: kp.filling_parts'). args: attn_fwd_f16p's runtime
     arguments but BH0; consts: attn_fwd's constexprs (masks, bias, dropout, order)."""
     d = q.shape[2]
     dp = head_block(d)
     base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "DROPOUT", "LEFT", "LPT")}
-    tilings = [_F16_TILES]
-    if math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh < sms:
-        tilings.append(_F16_SMALL_GRID_TILES)
+    small = math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh < sms
     offers = []
-    for t in tilings:
+    for t in (_F16_TILES, _F16_SMALL_GRID_TILES, _F16_FILL_TILES) if small else (_F16_TILES,):
         c = dict(base, **t, D=d, DP=dp, EVEN=f16_even(dlo, dhi, base["HAS_LENS"], lq, lk, d, t))
         offers.append((c, 1))
-        n = kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms, above)
+        if t is _F16_FILL_TILES:
+            n = kp.filling_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms)
+        else:
+            n = kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms, above)
         if n > 1:
             offers.append((c, n))
 
@@ -1023,7 +1036,8 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
                 return out, lse
             return (out, lse) if _forward_in_parts((q, *parts), out, lse, args, c, splits, "attn_fwd_f16p") else None
         return go
-    return [(_offer_name("f16-parts-", c, n), run(c, n)) for c, n in offers]
+    return [(_offer_name("f16-parts-", c, n, "-one-stage" if c["num_stages"] == 1 else ""), run(c, n))
+            for c, n in offers]
 
 
 def _offer_name(prefix: str, c: dict, splits: int, suffix: str = "") -> str:
