@@ -114,17 +114,16 @@ def main(dtype: str = "float32", d: int = 128) -> None:
                    dict(small, OT=ot), ptr, POS_SCALE=True, LEFT=False, **plain)
     if dtype == "float32" and 32 < d <= 128:   # the forward on float16 parts, each tiling it is offered on
         from cudakit.kernels import _attention_f16p_triton as f16p
-        for form in host.f16_column_forms(d):
-            w, d2 = form["DP"], form["BLOCK_D2"]
-            spills(f"f16_split_kv d={d} W={w}", f16p.f16_split_kv, {"num_warps": 4, "num_stages": 3}, ptr, D=d,
-                   DP=host.head_block(d), W=w, BLOCK_L=host._F16_SPLIT_ROWS)
-            for tiles in (host._F16_TILES, host._F16_SMALL_GRID_TILES, host._F16_FILL_TILES):
-                for even in (False, True) if d == w else (False,):   # (host.f16_even: d == DP)
-                    for ksplit in (1, 2):
-                        t = f"{tiles['BLOCK_M']}x{tiles['BLOCK_N']}w{tiles['num_warps']}s{tiles['num_stages']}"
-                        spills(f"attn_fwd_f16p d={d} DP={w} BLOCK_D2={d2} {t} EVEN={even} KSPLIT={ksplit}",
-                               f16p.attn_fwd_f16p, tiles, ptr, **form, POS_SCALE=True, LEFT=False, KSPLIT=ksplit,
-                               EVEN=even, LPT=0, **{n: v for n, v in plain.items() if n != "VARLEN"})
+        dp = host.head_block(d)
+        spills(f"f16_split_kv d={d}", f16p.f16_split_kv, {"num_warps": 4, "num_stages": 3}, ptr, D=d, DP=dp,
+               BLOCK_L=host._F16_SPLIT_ROWS)
+        for tiles in (host._F16_TILES, host._F16_SMALL_GRID_TILES, host._F16_FILL_TILES):
+            for even in (False, True) if d == dp else (False,):
+                for ksplit in (1, 2):
+                    t = f"{tiles['BLOCK_M']}x{tiles['BLOCK_N']}w{tiles['num_warps']}s{tiles['num_stages']}"
+                    spills(f"attn_fwd_f16p d={d} {t} EVEN={even} KSPLIT={ksplit}", f16p.attn_fwd_f16p, tiles, ptr,
+                           DP=dp, POS_SCALE=True, LEFT=False, KSPLIT=ksplit, EVEN=even, LPT=0,
+                           **{n: v for n, v in plain.items() if n != "VARLEN"})
     kv, qc = host._backward_configs(dtype, cfg)
     spills(f"attn_bwd_dkdv {dtype} d={d}", src.attn_bwd_dkdv, kv, ptr, EVEN_Q=True, **plain)
     spills(f"attn_bwd_dq {dtype} d={d}", src.attn_bwd_dq, qc, ptr, DB_MODE=0, DBQ=True, DBK=True, **plain)

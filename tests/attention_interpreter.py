@@ -592,9 +592,7 @@ F16P_CASES = [(2, 70, 90, 24, False, None, 1, None, 1, 1, None),
               # EVEN (no masked block, whole row and column tiles): one part, in parts, small tiles
               (2, 128, 192, 64, False, None, 1, None, 1, 1, None),
               (2, 256, 320, 128, False, None, 2, None, 2, 3, None),
-              (3, 64, 128, 64, False, None, 1, None, 1, 2, "small"),
-              (2, 128, 192, 96, False, None, 1, None, 1, 2, None),   # (EVEN in two column blocks too)
-              (2, 128, 128, 80, False, None, 2, None, 2, 1, None)]
+              (3, 64, 128, 64, False, None, 1, None, 1, 2, "small")]
 
 
 def _nan_after(x):
@@ -605,7 +603,7 @@ def _nan_after(x):
 
 
 def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles, bias=None, bias_heads=1,
-                    dropout=None, data_scale=None, v_scale=None, cols2=False):
+                    dropout=None, data_scale=None, v_scale=None):
     """The float16-parts forward's launch sequence (f16_split_kv of k and v, attn_fwd_f16p, with key parts
     attn_fwd_combine) against the float64 reference's out and lse; outputs start as 7.0, the parts'
     arrays as NaN. bias: a 4-D array ([BH] entry t its batch t // bias_heads, head t % bias_heads);
@@ -614,11 +612,10 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     held to the float32 bound of its terms' size (attention_checks._close), as the GPU tests.
     tiles: None (_F16_TILES) or "small" (_F16_SMALL_GRID_TILES); k and v are followed in memory by
     NaN (a read past their end shows). v_scale: every row of v that
-    small (no row of scale 1 to hide a masked key's scale counted in V's running largest). cols2: the
-    kernel's two column blocks (host.f16_column_forms' second form, head dims 65..96)."""
+    small (no row of scale 1 to hide a masked key's scale counted in V's running largest)."""
     from cudakit.kernels import _attention_f16p_triton as f16p
     case = ("f16 parts", bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles,
-            None if bias is None else bias.shape, dropout, data_scale is not None, v_scale, cols2)
+            None if bias is None else bias.shape, dropout, data_scale is not None, v_scale)
     rng = np.random.default_rng(8)
     q = data(rng, (bh, lq, d), "float32")
     k, v = (data(rng, (bh // groups, lk, d), "float32") for _ in range(2))
@@ -646,23 +643,21 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
         pd = np.where(mask((bh, lq, lk), threshold(p), seed), pr / (1 - p), 0.0)
         out_r = pd @ f64(vr)
         drop = (*_seed_words(seed), threshold(p), 1.0 / (1.0 - p))
-    form = host.f16_column_forms(d)[-1 if cols2 else 0]
-    assert bool(form["BLOCK_D2"]) == cols2, f"no two-column form at head dim {d}"
-    dp = form["DP"]   # the parts' row length
+    dp = host.head_block(d)
     # (as the host lays them out: views of one float16 and one float32 array, so a store past one
     # part's end lands in the next)
     hl, sc = np.full((4, *k.shape[:2], dp), np.nan, np.float16), np.full((2, *k.shape[:2]), np.nan, np.float32)
     parts = [hl[0], hl[1], sc[0], hl[2], hl[3], sc[1]]
     per = host._F16_SPLIT_ROWS
-    f16p.f16_split_kv[(math.ceil(lk / per), k.shape[0], 2)](*map(_Tensor, (k, v, *parts)), lk, D=d,
-                                                            DP=host.head_block(d), W=dp, BLOCK_L=per)
+    f16p.f16_split_kv[(math.ceil(lk / per), k.shape[0], 2)](*map(_Tensor, (k, v, *parts)), lk, D=d, DP=dp,
+                                                            BLOCK_L=per)
     t = host._F16_SMALL_GRID_TILES if tiles == "small" else host._F16_TILES
     dlo, dhi = host.key_bounds(lq, lk, causal, window)
     err = np.zeros(8, np.int64)
     lens_a = np.asarray(lens if lens is not None else [0], np.int64)
     b_args = (np.zeros(1, np.float32), 0, 0, 0, 0, 1) if bias is None else (bias, *host._strides(bias), bias_heads)
-    even = host.f16_even(dlo, dhi, lens is not None, lq, lk, d, t, dp)
-    consts = dict(D=d, DP=dp, BLOCK_D2=form["BLOCK_D2"], HAS_LENS=lens is not None, BLOCK_M=t["BLOCK_M"], BLOCK_N=t["BLOCK_N"],
+    even = host.f16_even(dlo, dhi, lens is not None, lq, lk, d, t)
+    consts = dict(D=d, DP=dp, HAS_LENS=lens is not None, BLOCK_M=t["BLOCK_M"], BLOCK_N=t["BLOCK_N"],
                   POS_SCALE=bias is None, HAS_BIAS=bias is not None, DROPOUT=dropout is not None,
                   LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even)
     out, lse = np.full(q.shape, 7.0, np.float32), np.full((bh, lq), 7.0, np.float32)
@@ -674,7 +669,7 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     f16p.attn_fwd_f16p[(rows, bh)](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args), **consts)
     if splits > 1:
         kernels.attn_fwd_combine[(math.ceil(lq / 8), bh)](*map(_Tensor, (ow, lw, out, lse)), lq, bh, D=d,
-                                                          KSPLIT=splits, BLOCK_M=8, BLOCK_D=host.head_block(d))
+                                                          KSPLIT=splits, BLOCK_M=8, BLOCK_D=dp)
     assert not err.any(), f"error flag {case}: {err}"
     # each element within the float32 bound of its terms' size, as the GPU tests hold it
     # (attention_checks.check_attention), |P| |V| of the probabilities as dropout scales them
@@ -705,12 +700,7 @@ def check_f16_parts_extras():
     for tiles in (None, "small"):   # every row of v tiny: a masked key's scale must not count in c
         check_f16_parts(2, 70, 90, 64, False, None, 1, None, 1, 1, tiles, v_scale=1e-7)
         check_f16_parts(1, 60, 100, 40, True, None, 1, None, 1, 2, tiles, v_scale=1e-7)
-    # two column blocks: a bias with a row it masks whole, dropout, spread magnitudes, tiny v
-    check_f16_parts(4, 70, 150, 96, True, (30, 4), 1, None, 1, 1, None, bias=bias, bias_heads=2, cols2=True)
-    check_f16_parts(3, 130, 100, 80, True, (40, 3), 1, None, 1, 2, "small", dropout=(0.2, 77), cols2=True)
-    check_f16_parts(2, 300, 140, 72, True, None, 1, None, 1, 2, "small", data_scale=3, cols2=True)
-    check_f16_parts(1, 60, 100, 90, True, None, 1, None, 1, 2, None, v_scale=1e-7, cols2=True)
-    return 16
+    return 12
 
 
 def check_dropout(bh, lq, lk, d, causal, dtype, p, seed):
@@ -874,10 +864,7 @@ if __name__ == "__main__":
         check_f16_parts(*case)
     for case in F16P_CASES:   # each on the other tiling too
         check_f16_parts(*case[:-1], None if case[-1] == "small" else "small")
-    cols2 = [c for c in F16P_CASES if 64 < c[3] <= 96]   # and in two column blocks
-    for case in cols2:
-        check_f16_parts(*case, cols2=True)
     extras = check_f16_parts_extras()
-    n = (2 * len(F16P_CASES) + len(cols2) + extras + len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
+    n = (2 * len(F16P_CASES) + extras + len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
          + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 14)
     print(f"{n} cases match the float64 reference")

@@ -63,25 +63,22 @@ def _f16_parts(x, SHIFT: tl.constexpr = False):
 
 @triton.jit
 def f16_split_kv(K, V,            # K, V: [R, L, D] float32
-                 KH, KL, KS,      # KH, KL: [R, L, W] float16; KS: [R, L] float32 (K's parts and row scales)
+                 KH, KL, KS,      # KH, KL: [R, L, DP] float16; KS: [R, L] float32 (K's parts and row scales)
                  VH, VL, VS,      # the same of V, its LO times 2^11
-                 L, D: tl.constexpr, DP: tl.constexpr, W: tl.constexpr, BLOCK_L: tl.constexpr):
+                 L, D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
     """K's and V's rows split in one launch (_split_rows; V's remainders shifted): on small grids
     each launch ahead of the forward costs about as much as its bytes. One program per (BLOCK_L
-    rows, matrix r, K or V); DP: D's power of two, W (D <= W <= DP): the parts' row length (DP, or
-    attn_fwd_f16p's two column blocks 64 + BLOCK_D2). Memory traffic: 4 bytes an element read,
-    4 W / D written."""
+    rows, matrix r, K or V). Memory traffic: 4 bytes an element read, 4 DP / D written."""
     if tl.program_id(2) == 0:
-        _split_rows(K, KH, KL, KS, L, D, DP, W, BLOCK_L, False)
+        _split_rows(K, KH, KL, KS, L, D, DP, BLOCK_L, False)
     else:
-        _split_rows(V, VH, VL, VS, L, D, DP, W, BLOCK_L, True)
+        _split_rows(V, VH, VL, VS, L, D, DP, BLOCK_L, True)
 
 
 @triton.jit
-def _split_rows(X, HI, LO, SC, L, D: tl.constexpr, DP: tl.constexpr, W: tl.constexpr, BLOCK_L: tl.constexpr,
-                SHIFT: tl.constexpr):
-    """This program's BLOCK_L rows of X [R, L, D] as SC (HI + LO) (the module's parts, rows of W;
-    zeros in columns D..W; SHIFT: LO times 2^11, _f16_parts)."""
+def _split_rows(X, HI, LO, SC, L, D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr, SHIFT: tl.constexpr):
+    """This program's BLOCK_L rows of X [R, L, D] as SC (HI + LO) (the module's parts; zeros in
+    columns D..DP; SHIFT: LO times 2^11, _f16_parts)."""
     r = tl.program_id(1).to(tl.int64)
     rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
     cols = tl.arange(0, DP)
@@ -90,72 +87,54 @@ def _split_rows(X, HI, LO, SC, L, D: tl.constexpr, DP: tl.constexpr, W: tl.const
                 other=0.0)
     s = _pow2(tl.max(tl.abs(x), 1))
     hi, lo = _f16_parts(x * (1.0 / s)[:, None], SHIFT)
-    p = r * L * W + rows[:, None] * W + cols[None, :]
-    w_ok = r_ok[:, None] & (cols < W)[None, :]
-    tl.store(HI + p, hi, mask=w_ok)
-    tl.store(LO + p, lo, mask=w_ok)
+    p = r * L * DP + rows[:, None] * DP + cols[None, :]
+    tl.store(HI + p, hi, mask=r_ok[:, None])
+    tl.store(LO + p, lo, mask=r_ok[:, None])
     tl.store(SC + r * L + rows, s, mask=r_ok)
 
 
 @triton.jit
-def _f16_parts_tile(HI, LO, p, n_ok, MASK: tl.constexpr, KEYS_ON_ROWS: tl.constexpr):
-    """A tile of parts (hi, lo) at offsets p; MASK: keys past Lk (n_ok) read as 0, the keys on the
-    tile's rows (KEYS_ON_ROWS, V's tiles) or columns (K^T's)."""
-    if MASK:
-        m = n_ok[:, None] if KEYS_ON_ROWS else n_ok[None, :]
-        return tl.load(HI + p, mask=m, other=0.0), tl.load(LO + p, mask=m, other=0.0)
-    return tl.load(HI + p), tl.load(LO + p)
-
-
-@triton.jit
-def _f16_step(acc, acc2, l_i, m_i, c, q_hi, q_lo, q2_hi, q2_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
-              start_n, lo_r, hi_r, offs_n, offs_d, offs_d2, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok,
-              drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP: tl.constexpr, MASK: tl.constexpr,
-              POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_D2: tl.constexpr):
+def _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base, start_n, lo_r, hi_r,
+              offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI,
+              DTHRESH, DSCALE, DP: tl.constexpr, MASK: tl.constexpr, POS_SCALE: tl.constexpr,
+              HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
     """One key block: the scores from the parts, the online softmax's step (_fwd_probs), then
     acc += P V on the parts, P scaled by V's key scales over c (the largest so far, returned
-    updated). MASK: the block crosses the end of the keys or an end of some row's interval.
-    BLOCK_D2 > 0: the second column block's products too (q2_*, acc2, offs_d2; else placeholders,
-    acc2 returned as it came)."""
+    updated). MASK: the block crosses the end of the keys or an end of some row's interval."""
     cols = start_n + offs_n
     n_ok = cols < Lk
-    kh, kl = _f16_parts_tile(KH, KL, kv_base + cols[None, :] * DP + offs_d[:, None], n_ok, MASK, False)   # K^T
+    kp = kv_base + cols[None, :] * DP + offs_d[:, None]   # [DP, N]: K^T's tile
     if MASK:
+        kh = tl.load(KH + kp, mask=n_ok[None, :], other=0.0)
+        kl = tl.load(KL + kp, mask=n_ok[None, :], other=0.0)
         ks = tl.load(KS + ks_base + cols, mask=n_ok, other=0.0)
     else:
+        kh = tl.load(KH + kp)
+        kl = tl.load(KL + kp)
         ks = tl.load(KS + ks_base + cols)
     s = tl.dot(q_lo, kh)
     s = tl.dot(q_hi, kl, s)
     s = tl.dot(q_hi, kh, s)
-    if BLOCK_D2 > 0:
-        kh2, kl2 = _f16_parts_tile(KH, KL, kv_base + cols[None, :] * DP + offs_d2[:, None], n_ok, MASK, False)
-        s = tl.dot(q2_lo, kh2, s)
-        s = tl.dot(q2_hi, kl2, s)
-        s = tl.dot(q2_hi, kh2, s)
     s = s * (rq[:, None] * ks[None, :])   # (the scales' product first: either alone may pass float32's range)
     p, alpha, l_i, m_new = _fwd_probs(s, l_i, m_i, cols, lo_r, hi_r, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok,
                                       drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, MASK, POS_SCALE, HAS_BIAS,
                                       DROPOUT)
+    vp = kv_base + cols[:, None] * DP + offs_d[None, :]   # [N, DP]: V's tile
     if MASK:
         vs = tl.load(VS + ks_base + cols, mask=n_ok, other=0.0)
+        vh = tl.load(VH + vp, mask=n_ok[:, None], other=0.0)
+        vl = tl.load(VL + vp, mask=n_ok[:, None], other=0.0)
     else:
         vs = tl.load(VS + ks_base + cols)
-    vh, vl = _f16_parts_tile(VH, VL, kv_base + cols[:, None] * DP + offs_d[None, :], n_ok, MASK, True)   # V
+        vh = tl.load(VH + vp)
+        vl = tl.load(VL + vp)
     c_new = tl.maximum(c, tl.max(vs, 0))
     p_hi, p_lo = _f16_parts(p * (vs / c_new)[None, :], True)
-    p_hi_s = (p_hi.to(tl.float32) * 2048.0).to(tl.float16)   # (exact: p_hi <= 1)
-    rescale = (alpha * (c / c_new))[:, None]
-    acc = acc * rescale   # (acc in units of 2^-11: P's and V's remainders come times 2^11)
+    acc = acc * (alpha * (c / c_new))[:, None]   # (acc in units of 2^-11: P's and V's remainders come times 2^11)
     acc = tl.dot(p_lo, vh, acc)
     acc = tl.dot(p_hi, vl, acc)
-    acc = tl.dot(p_hi_s, vh, acc)
-    if BLOCK_D2 > 0:
-        vh2, vl2 = _f16_parts_tile(VH, VL, kv_base + cols[:, None] * DP + offs_d2[None, :], n_ok, MASK, True)
-        acc2 = acc2 * rescale
-        acc2 = tl.dot(p_lo, vh2, acc2)
-        acc2 = tl.dot(p_hi, vl2, acc2)
-        acc2 = tl.dot(p_hi_s, vh2, acc2)
-    return acc, acc2, l_i, m_new, c_new
+    acc = tl.dot((p_hi.to(tl.float32) * 2048.0).to(tl.float16), vh, acc)   # (exact: p_hi <= 1)
+    return acc, l_i, m_new, c_new
 
 
 @triton.jit
@@ -171,20 +150,18 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
                   D: tl.constexpr, DP: tl.constexpr, HAS_LENS: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                   DROPOUT: tl.constexpr, LEFT: tl.constexpr = True, LPT: tl.constexpr = 0,
-                  KSPLIT: tl.constexpr = 1, EVEN: tl.constexpr = False, BLOCK_D2: tl.constexpr = 0):
+                  KSPLIT: tl.constexpr = 1, EVEN: tl.constexpr = False):
     """attn_fwd's forward (its masks, program order LPT and key parts KSPLIT) on the module's
-    float16 parts; DP: the parts' row length (zeros past D): head_dim's power of two, or with
-    BLOCK_D2 > 0 two column blocks, DP - BLOCK_D2 (all inside D) and BLOCK_D2 (the rest), as attn_fwd's
-    BLOCK_D2 at head dims 65..96: the products skip the padding a 128-wide block carries. EVEN: no key
+    float16 parts; DP: head_dim's power of two (the parts' row length, zeros past D). EVEN: no key
     block needs a mask (no causal mask, window or key lengths, Lk a multiple of BLOCK_N), Lq is a
-    multiple of BLOCK_M and D == DP, one column block: the masked loop and the row and column masks are not compiled
+    multiple of BLOCK_M and D == DP: the masked loop and the row and column masks are not compiled
     (on 128 x 64 tiles its sm_90 SASS, Triton 3.9, held 160 registers against 226 at head dim 64,
     204 against 255 at 128)."""
     start_m, bh = _row_block(LPT)
     start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, DP - BLOCK_D2)
+    offs_d = tl.arange(0, DP)
     kvh = _kv_row(bh, BH0, H, G).to(tl.int64)
     q_base = bh * Lq * D
     kv_base = kvh * Lk * DP
@@ -195,25 +172,14 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
         q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :])
     else:
         q = tl.load(Q + q_base + rows[:, None] * D + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
-    amax = tl.max(tl.abs(q), 1)
-    offs_d2, q2, acc2 = offs_d, q, 0.0   # (placeholders without a second block)
-    if BLOCK_D2 > 0:
-        offs_d2 = (DP - BLOCK_D2) + tl.arange(0, BLOCK_D2)
-        q2 = tl.load(Q + q_base + rows[:, None] * D + offs_d2[None, :], mask=m_ok[:, None] & (offs_d2 < D)[None, :],
-                     other=0.0)
-        amax = tl.maximum(amax, tl.max(tl.abs(q2), 1))
-        acc2 = tl.zeros([BLOCK_M, BLOCK_D2], tl.float32)
-    rq = _pow2(amax)
+    rq = _pow2(tl.max(tl.abs(q), 1))
     q_hi, q_lo = _f16_parts(q * (1.0 / rq)[:, None])
-    q2_hi, q2_lo = q_hi, q_lo
-    if BLOCK_D2 > 0:
-        q2_hi, q2_lo = _f16_parts(q2 * (1.0 / rq)[:, None])
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
     b_rows = rows.to(tl.int64) * sb_q
     drop_rows = ((bh + BH0) * Lq + rows) * Lk
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, DP - BLOCK_D2], tl.float32)
+    acc = tl.zeros([BLOCK_M, DP], tl.float32)
     c = 1.1754943508222875e-38   # V's largest key scale so far (FLT_MIN before any: c / c_new is then 0)
     a, b, cc, e = _ranges(start_m * BLOCK_M, start_m * BLOCK_M + BLOCK_M - 1, DLO, DHI, length, BLOCK_N)
     klo = 0   # (a compile-time 0 with one part: the loops' start the compiler knows aligned)
@@ -221,29 +187,25 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
         a, b, cc, e, klo = _part_blocks(a, b, cc, e, part, LEFT, KSPLIT, BLOCK_N)
     if LEFT:
         for start_n in range(a, b, BLOCK_N):
-            acc, acc2, l_i, m_i, c = _f16_step(acc, acc2, l_i, m_i, c, q_hi, q_lo, q2_hi, q2_lo, rq, KH, KL, KS, VH,
-                                               VL, VS, kv_base, ks_base, start_n, lo_r, hi_r, offs_n, offs_d,
-                                               offs_d2, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, drop_rows,
-                                               DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, True, POS_SCALE, HAS_BIAS,
-                                               DROPOUT, BLOCK_D2)
+            acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
+                                         start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
+                                         sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, True,
+                                         POS_SCALE, HAS_BIAS, DROPOUT)
     else:   # (from klo: a start the compiler knows aligned, as attn_fwd)
         b = klo
     for start_n in range(b, cc, BLOCK_N):
-        acc, acc2, l_i, m_i, c = _f16_step(acc, acc2, l_i, m_i, c, q_hi, q_lo, q2_hi, q2_lo, rq, KH, KL, KS, VH, VL,
-                                           VS, kv_base, ks_base, start_n, lo_r, hi_r, offs_n, offs_d, offs_d2,
-                                           qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, drop_rows, DSEED_LO,
-                                           DSEED_HI, DTHRESH, DSCALE, DP, False, POS_SCALE, HAS_BIAS, DROPOUT,
-                                           BLOCK_D2)
+        acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
+                                     start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
+                                     sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, False,
+                                     POS_SCALE, HAS_BIAS, DROPOUT)
     if not EVEN:
         for start_n in range(cc, e, BLOCK_N):
-            acc, acc2, l_i, m_i, c = _f16_step(acc, acc2, l_i, m_i, c, q_hi, q_lo, q2_hi, q2_lo, rq, KH, KL, KS, VH,
-                                               VL, VS, kv_base, ks_base, start_n, lo_r, hi_r, offs_n, offs_d,
-                                               offs_d2, qk_scale, Lk, BIAS, b_base, b_rows, sb_k, m_ok, drop_rows,
-                                               DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, True, POS_SCALE, HAS_BIAS,
-                                               DROPOUT, BLOCK_D2)
+            acc, l_i, m_i, c = _f16_step(acc, l_i, m_i, c, q_hi, q_lo, rq, KH, KL, KS, VH, VL, VS, kv_base, ks_base,
+                                         start_n, lo_r, hi_r, offs_n, offs_d, qk_scale, Lk, BIAS, b_base, b_rows,
+                                         sb_k, m_ok, drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, DP, True,
+                                         POS_SCALE, HAS_BIAS, DROPOUT)
     seen = l_i != 0.0   # rows with at least one key (NaN stays NaN)
-    norm = ((c * 0.00048828125) / tl.where(seen, l_i, 1.0))[:, None]
-    acc = tl.where(seen[:, None], acc * norm, 0.0)
+    acc = tl.where(seen[:, None], acc * ((c * 0.00048828125) / tl.where(seen, l_i, 1.0))[:, None], 0.0)
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     if EVEN:
         tl.store(O + q_base + rows[:, None] * D + offs_d[None, :], acc)
@@ -251,6 +213,3 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
     else:
         tl.store(O + q_base + rows[:, None] * D + offs_d[None, :], acc, mask=m_ok[:, None] & d_ok[None, :])
         tl.store(LSE + bh * Lq + rows, lse, mask=m_ok)
-    if BLOCK_D2 > 0:
-        acc2 = tl.where(seen[:, None], acc2 * norm, 0.0)
-        tl.store(O + q_base + rows[:, None] * D + offs_d2[None, :], acc2, mask=m_ok[:, None] & (offs_d2 < D)[None, :])

@@ -981,37 +981,25 @@ def _f16_parts_offered() -> bool:
     return settings().attention_f16_parts
 
 
-def _f16_split_kv(k, v, w: int) -> tuple:
+def _f16_split_kv(k, v, dp: int) -> tuple:
     """(kh, kl, ks, vh, vl, vs): the float16 parts of k and v [R, L, D] float32 (f16_split_kv, one
-    launch; V's remainders times 2^11): [R, L, w] float16 parts (zeros past D; w: attn_fwd_f16p's DP)
-    and [R, L] float32 row scales, in two allocations. Memory traffic: 4 + 4 w / D bytes an element
-    of each."""
+    launch; V's remainders times 2^11): [R, L, dp] float16 parts (zeros past D) and [R, L] float32
+    row scales, in two allocations. Memory traffic: 4 + 4 dp / D bytes an element of each."""
     cp = _cupy.cupy()
     r, n, d = k.shape
-    parts, sc = cp.empty((4, r, n, w), cp.float16), cp.empty((2, r, n), cp.float32)
+    parts, sc = cp.empty((4, r, n, dp), cp.float16), cp.empty((2, r, n), cp.float32)
     if k.size:
-        _specialized("f16_split_kv", {"D": d, "DP": head_block(d), "W": w, "BLOCK_L": _F16_SPLIT_ROWS,
-                                      "num_warps": 4})[
+        _specialized("f16_split_kv", {"D": d, "DP": dp, "BLOCK_L": _F16_SPLIT_ROWS, "num_warps": 4})[
             (math.ceil(n / _F16_SPLIT_ROWS), r, 2)](k, v, parts[0], parts[1], sc[0], parts[2], parts[3], sc[1], n)
     return parts[0], parts[1], sc[0], parts[2], parts[3], sc[1]
 
 
-def f16_column_forms(d: int) -> list[dict]:
-    """attn_fwd_f16p's column forms for head dim d, as constexprs: one block of d's power of two
-    (DP); at 65..96 also two, 64 and the rest's power of two (DP 64 + BLOCK_D2, BLOCK_D2), which
-    skip the padding of a 128-wide block (48 of 128 columns at 80)."""
-    forms = [{"DP": head_block(d), "BLOCK_D2": 0}]
-    if 64 < d <= 96:
-        forms.append({"DP": 64 + head_block(d - 64), "BLOCK_D2": head_block(d - 64)})
-    return forms
-
-
-def f16_even(dlo: int, dhi: int, lengths: bool, lq: int, lk: int, d: int, tiles: dict, dp: int) -> bool:
+def f16_even(dlo: int, dhi: int, lengths: bool, lq: int, lk: int, d: int, tiles: dict) -> bool:
     """attn_fwd_f16p's EVEN on these tiles: no key block needs a mask (no bound on the keys, no key
-    lengths, Lk a multiple of the key tile), Lq a multiple of the row tile and head_dim the parts'
-    row length dp (its power of two in one column block; 80 or 96 in two)."""
+    lengths, Lk a multiple of the key tile), Lq a multiple of the row tile and head_dim its own
+    power of two."""
     return (dlo <= -_UNBOUNDED and dhi >= _UNBOUNDED and not lengths and lk % tiles["BLOCK_N"] == 0
-            and lq % tiles["BLOCK_M"] == 0 and d == dp)
+            and lq % tiles["BLOCK_M"] == 0 and d == head_block(d))
 
 
 def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: int, lk: int, dlo: int, dhi: int,
@@ -1019,26 +1007,26 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
     """[(name, fn)] of the float16-parts forward for _triton_forward's candidates: one part on
     _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES and
     _F16_FILL_TILES, each also in the key-parts model's part count where it is over 1 (the fill
-    tiles: kp.filling_parts'), each in every column form of f16_column_forms. args: attn_fwd_f16p's runtime
+    tiles: kp.filling_parts'). args: attn_fwd_f16p's runtime
     arguments but BH0; consts: attn_fwd's constexprs (masks, bias, dropout, order)."""
     d = q.shape[2]
+    dp = head_block(d)
     base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "DROPOUT", "LEFT", "LPT")}
     small = math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh < sms
     offers = []
-    for form in f16_column_forms(d):
-        for t in (_F16_TILES, _F16_SMALL_GRID_TILES, _F16_FILL_TILES) if small else (_F16_TILES,):
-            c = dict(base, **t, **form, D=d, EVEN=f16_even(dlo, dhi, base["HAS_LENS"], lq, lk, d, t, form["DP"]))
-            offers.append((c, 1))
-            if t is _F16_FILL_TILES:
-                n = kp.filling_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms)
-            else:
-                n = kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms, above)
-            if n > 1:
-                offers.append((c, n))
+    for t in (_F16_TILES, _F16_SMALL_GRID_TILES, _F16_FILL_TILES) if small else (_F16_TILES,):
+        c = dict(base, **t, D=d, DP=dp, EVEN=f16_even(dlo, dhi, base["HAS_LENS"], lq, lk, d, t))
+        offers.append((c, 1))
+        if t is _F16_FILL_TILES:
+            n = kp.filling_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms)
+        else:
+            n = kp.key_parts(bh, lq, lk, dlo, dhi, t["BLOCK_M"], t["BLOCK_N"], sms, above)
+        if n > 1:
+            offers.append((c, n))
 
     def run(c, splits):
         def go():
-            parts = _or_declined_for_memory(lambda: _f16_split_kv(k, v, c["DP"]),
+            parts = _or_declined_for_memory(lambda: _f16_split_kv(k, v, dp),
                                             "attention:float32-f16-parts", "no memory for the float32 "
                                             "forward's float16 parts of k and v: the TF32 split forward ran it")
             if parts is None:
@@ -1048,8 +1036,8 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
                 return out, lse
             return (out, lse) if _forward_in_parts((q, *parts), out, lse, args, c, splits, "attn_fwd_f16p") else None
         return go
-    return [(_offer_name("f16-parts-", c, n, ("-one-stage" if c["num_stages"] == 1 else "")
-                         + ("-two-column-blocks" if c["BLOCK_D2"] else "")), run(c, n)) for c, n in offers]
+    return [(_offer_name("f16-parts-", c, n, "-one-stage" if c["num_stages"] == 1 else ""), run(c, n))
+            for c, n in offers]
 
 
 def _offer_name(prefix: str, c: dict, splits: int, suffix: str = "") -> str:
