@@ -7,6 +7,9 @@
 #   bash scripts/gpu_check_attention_f32.sh all     # every other float32 attention GPU test
 #   bash scripts/gpu_check_attention_f32.sh bwd     # forward and backward through the public calls
 #                                                   # against torch (small grids by default)
+#   K="pytest -k expression" bash scripts/gpu_check_attention_f32.sh sanitize
+#                                                   # those attention GPU tests under compute-sanitizer
+#                                                   # (memcheck), one process; its report to $OUT/sanitize.log
 # SHAPES: BxHxLxD,... for `parts` (default: small grids at head dims 64..128 and issue 27's two shapes);
 # rows go to $OUT/f16-shapes.json, whole logs to $OUT/tests.log and $OUT/sweep.log.
 # Lines: TUNE <bh>x<lq>x<lk>x<d> <candidate> <ms>, VARIANT (the sweep's).
@@ -36,6 +39,11 @@ case "${1:-parts}" in
     timeout ${SWEEP_TIMEOUT:-400} python3 benchmarks/sweeps/attention_f32_shapes.py --out "$OUT/f32-bwd-shapes.json" \
       --shapes "${SHAPES:-1x16x512x128,8x8x256x128,1x16x256x80,2x8x256x96,4x8x512x64,2x16x1024x128}" \
       > "$OUT/sweep.log" 2>&1; grep VARIANT "$OUT/sweep.log" | cut -c1-160 ;;
-  *) echo "usage: $0 parts|all|bwd" >&2; exit 2 ;;
+  sanitize)
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    timeout ${TEST_TIMEOUT:-500} "$SAN" --tool memcheck --print-limit 20 python3 -m pytest -q -x -m cuda \
+      tests/gpu/test_attention_gpu.py -k "${K:?K: a pytest -k expression}" -p no:cacheprovider > "$OUT/sanitize.log" 2>&1
+    grep -E "^=+ (Invalid|ERROR SUMMARY)|^(FAILED|ERROR)" "$OUT/sanitize.log" | head -20; tail -1 "$OUT/sanitize.log" ;;
+  *) echo "usage: $0 parts|all|bwd|sanitize" >&2; exit 2 ;;
 esac
 date -u +"%H:%M:%SZ"
