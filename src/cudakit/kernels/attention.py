@@ -961,13 +961,15 @@ _F16_TILES = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 # The small-grid tiles without the loop's second stage: 64 KiB of shared memory against 161 KiB, so
 # two programs share an SM (their registers, 255 a thread at 4 warps with a few spills, allow two;
-# sm_90, Triton 3.9, scripts/attention_sass.py), where the two-stage tiles hold one. Offered on small grids in one part and in the part count
-# that fills two programs an SM (kp.filling_parts): the two-stage tiles in 4 key parts on B1 H16
+# sm_90, Triton 3.9, scripts/attention_sass.py), where the two-stage tiles hold one. Offered on
+# small grids in one part and in the part count that fills two programs an SM
+# (kp.filling_parts): the two-stage tiles in 4 key parts on B1 H16
 # S256 D80 took two waves and ran 0.0286 ms against 0.0227 in one part (H200, 2026-11-28 18:12 UTC,
 # scripts/gpu_check_attention_f32.sh parts), while the TF32 split forward, two programs an SM,
 # gained from the same parts (0.0205 ms against 0.0294). With them (18:21 UTC, the same script,
 # history/attention/nvidia-h200-attention-f32-f16-parts-one-stage.json) B2 H8 S256 D96 in 4 parts
-# ran 0.0216 ms, the fastest candidate (1.365x torch's float32 SDPA, was 1.305x on the TF32 split),
+# ran 0.0216 ms, the fastest candidate (1.365x torch's float32 SDPA, was 1.305x on the TF32 split;
+# 1.307x on the same path at 18:25 UTC: calls this short vary by about 5% from run to run),
 # B1 H16 S256 D80 0.0214 against the TF32 split's 0.0198, B8 H8 S256 D128 no faster than 128 x 64.
 _F16_FILL_TILES = dict(_F16_SMALL_GRID_TILES, num_stages=1)
 _F16_SPLIT_ROWS = 32   # rows a program of f16_split_kv
