@@ -23,11 +23,8 @@ SHAPES = [(1, 16, 512, 128, False), (1, 16, 512, 128, True), (1, 8, 1024, 128, F
 
 
 def _shapes(arg: str) -> list:
-    out = []
-    for s in arg.split(","):
-        causal = s.endswith("c")
-        out.append((*(int(x) for x in s.rstrip("c").split("x")), causal))
-    return out
+    """[(B, H, S, D, causal)] of BxHxSxD[c],..."""
+    return [(*(int(x) for x in s.rstrip("c").split("x")), s.endswith("c")) for s in arg.split(",")]
 
 
 def main(shapes=SHAPES):

@@ -5,9 +5,9 @@ instructions and global loads in the SASS (Triton's bundled cuobjdump).
 
     python scripts/attention_sass.py [float32|bfloat16|float16] [head_dim]
 
-Prints lines starting with SASS: kernel, registers, stack bytes, LDL, STL, HGMMA, LDG, shared bytes. On
-2026-11-27 (Triton 3.9 here, float32 tf32x3, head dim 128) the split forward's SASS held 506
-local loads before its loops started at a compile-time key 0 (attn_fwd's LEFT) and 84 after."""
+Prints lines starting with SASS: kernel, registers, stack bytes, LDL, STL, HGMMA, LDG, shared
+bytes. On 2026-11-27 (Triton 3.9 here, float32 tf32x3, head dim 128) the split forward's SASS held
+506 local loads before its loops started at a compile-time key 0 (attn_fwd's LEFT) and 84 after."""
 import collections
 import os
 import subprocess

@@ -611,8 +611,8 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     10^-data_scale .. 10^data_scale, V's elements over three more decades. Each output element is
     held to the float32 bound of its terms' size (attention_checks._close), as the GPU tests.
     tiles: None (_F16_TILES) or "small" (_F16_SMALL_GRID_TILES); k and v are followed in memory by
-    NaN (a read past their end shows). v_scale: every row of v that
-    small (no row of scale 1 to hide a masked key's scale counted in V's running largest)."""
+    NaN (a read past their end shows). v_scale: every row of v that small (no row of scale 1 to
+    hide a masked key's scale counted in V's running largest)."""
     from cudakit.kernels import _attention_f16p_triton as f16p
     case = ("f16 parts", bh, lq, lk, d, causal, window, groups, lens, heads, splits, tiles,
             None if bias is None else bias.shape, dropout, data_scale is not None, v_scale)

@@ -229,8 +229,8 @@ def test_attention_float32_materialized_backward_dropout(lead, lq, lk, d, causal
 def f16_path(monkeypatch):
     """f16_path(parts=False, one_stage=False): kernels/paths.run taking the float32 forward on
     float16 parts (kernels/attention.py _f16_candidates; in key parts with parts=True, on the
-    one-stage small-grid tiles with one_stage=True) alone where offered, the
-    first accepting candidate elsewhere (no timing, no plan); returns the names taken. Offered whatever
+    one-stage small-grid tiles with one_stage=True) alone where offered, the first accepting
+    candidate elsewhere (no timing, no plan); returns the names taken. Offered whatever
     CUDAKIT_ATTENTION_F16_PARTS says (kernels/attention.py F16_PARTS set True)."""
     from cudakit import dispatch
     from cudakit.kernels import attention as at

@@ -962,11 +962,10 @@ _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stag
 # The small-grid tiles without the loop's second stage: 64 KiB of shared memory against 161 KiB, so
 # two programs share an SM (their registers, 255 a thread at 4 warps with a few spills, allow two;
 # sm_90, Triton 3.9, scripts/attention_sass.py), where the two-stage tiles hold one. Offered on
-# small grids in one part and in the part count that fills two programs an SM
-# (kp.filling_parts): the two-stage tiles in 4 key parts on B1 H16
-# S256 D80 took two waves and ran 0.0286 ms against 0.0227 in one part (H200, 2026-11-28 18:12 UTC,
-# scripts/gpu_check_attention_f32.sh parts), while the TF32 split forward, two programs an SM,
-# gained from the same parts (0.0205 ms against 0.0294). With them (18:21 UTC, the same script,
+# small grids in one part and in the part count that fills two programs an SM (kp.filling_parts):
+# the two-stage tiles in 4 key parts on B1 H16 S256 D80 took two waves and ran 0.0286 ms against
+# 0.0227 in one part (H200, 2026-11-28 18:12 UTC, scripts/gpu_check_attention_f32.sh parts), while
+# the TF32 split forward, two programs an SM, gained from the same parts (0.0205 ms against 0.0294). With them (18:21 UTC, the same script,
 # history/attention/nvidia-h200-attention-f32-f16-parts-one-stage.json) B2 H8 S256 D96 in 4 parts
 # ran 0.0216 ms, the fastest candidate (1.365x torch's float32 SDPA, was 1.305x on the TF32 split;
 # 1.307x on the same path at 18:25 UTC: calls this short vary by about 5% from run to run),
@@ -1009,12 +1008,12 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
     """[(name, fn)] of the float16-parts forward for _triton_forward's candidates: one part on
     _F16_TILES, on grids of less than one wave of its row blocks also _F16_SMALL_GRID_TILES and
     _F16_FILL_TILES, each also in the key-parts model's part count where it is over 1 (the fill
-    tiles: kp.filling_parts'). args: attn_fwd_f16p's runtime
-    arguments but BH0; consts: attn_fwd's constexprs (masks, bias, dropout, order)."""
+    tiles: kp.filling_parts'). args: attn_fwd_f16p's runtime arguments but BH0; consts: attn_fwd's
+    constexprs (masks, bias, dropout, order)."""
     d = q.shape[2]
     dp = head_block(d)
     base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "DROPOUT", "LEFT", "LPT")}
-    small = math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh < sms
+    small = _small_grid(math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh, sms)
     offers = []
     for t in (_F16_TILES, _F16_SMALL_GRID_TILES, _F16_FILL_TILES) if small else (_F16_TILES,):
         c = dict(base, **t, D=d, DP=dp, EVEN=f16_even(dlo, dhi, base["HAS_LENS"], lq, lk, d, t))
