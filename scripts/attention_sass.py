@@ -70,6 +70,8 @@ def spills(name: str, fn, cfg: dict, ptr: str, **consts) -> None:
     opts = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
     consts = dict(cfg, **consts)
     names = [p.name for p in fn.params]
+    if "PDL" in names:   # (as the runtime compiles it for sm_90: runtime.triton.pdl_supported)
+        consts.setdefault("PDL", True)
     sig, attrs = signature(fn, consts, ptr)
     ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
                         target=GPUTarget("cuda", 90, 32), options=opts)

@@ -24,6 +24,8 @@ from triton.compiler import ASTSource
 
 def shared_bytes(fn, sig, consts, num_warps, num_stages):
     names = list(fn.arg_names)
+    if "PDL" in names:   # (compiled as the runtime compiles it for sm_90: runtime.triton.pdl_supported)
+        consts, sig = dict(consts, PDL=True), dict(sig, PDL="constexpr")
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}
     ck = triton.compile(ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs),
                         target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages})

@@ -101,6 +101,53 @@ def test_compile_error_is_reported(tmp_path, monkeypatch):
         native.build(tmp_path / "x.so")
 
 
+class _Attr(ctypes.Structure):   # cuda.h's CUlaunchAttribute
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+
+
+class _Config(ctypes.Structure):   # cuda.h's CUlaunchConfig
+    _fields_ = [(n, ctypes.c_uint) for n in ("gx", "gy", "gz", "bx", "by", "bz", "smem")] + [
+        ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_Attr)), ("n_attrs", ctypes.c_uint)]
+
+
+LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                             ctypes.c_void_p)
+
+
+def test_pdl_registered_functions_launch_through_launch_ex_with_the_attribute(tmp_path):
+    """A CUfunction given to pdl_register launches through cuLaunchKernelEx with one attribute,
+    programmatic stream serialization (id 6) allowed, and the same dims, stream and parameters;
+    every other function still through cuLaunchKernel; nothing registers without cuLaunchKernelEx."""
+    m = native_module(tmp_path / "pdl.so")
+    seen, _cb = _recorder(m, [4])
+    assert m.pdl_register(0x5000) is False   # no cuLaunchKernelEx given yet
+    ex = {}
+
+    def fake_ex(cfg, f, params, extra):
+        c = cfg.contents
+        value = ctypes.string_at(ctypes.addressof(c.attrs[0]) + 8, 4)   # (the value's first int)
+        ex.update(f=f, dims=(c.gx, c.gy, c.gz, c.bx, c.by, c.bz), smem=c.smem, stream=c.stream, n=c.n_attrs,
+                  id=c.attrs[0].id, allowed=struct.unpack("<i", value)[0], raw=ctypes.string_at(params[0], 4),
+                  extra=extra)
+        return 0
+    cb_ex = LAUNCH_EX(fake_ex)
+    m.set_launch_ex(ctypes.cast(cb_ex, ctypes.c_void_p).value)
+    assert m.pdl_register(0x5000) is True and m.pdl_register(0x5000) is True   # (twice: one entry)
+    assert m.launch(0x5000, 3, 2, 1, 128, 1, 1, 1024, 0xABC, b"i", 7) == 0
+    assert ex == {"f": 0x5000, "dims": (3, 2, 1, 128, 1, 1), "smem": 1024, "stream": 0xABC, "n": 1, "id": 6,
+                  "allowed": 1, "raw": struct.pack("<i", 7), "extra": None}
+    assert "f" not in seen
+    assert m.launch(0x6000, 1, 1, 1, 32, 1, 1, 0, 0, b"i", 5) == 0   # not registered: cuLaunchKernel
+    assert seen["f"] == 0x6000 and ex["f"] == 0x5000
+    with pytest.raises(ValueError, match="CUfunction"):
+        m.pdl_register(0)
+    # the set holds at most half its slots (its probes always end): past that, plain launches
+    results = [m.pdl_register(0x10000 + 16 * i) for i in range(2100)]
+    assert all(results[:2047]) and not any(results[2047:])
+    seen.clear()
+    assert m.launch(0x10000 + 16 * 2099, 1, 1, 1, 32, 1, 1, 0, 0, b"i", 5) == 0 and seen["f"] == 0x10000 + 16 * 2099
+
+
 def test_numpy_integers_are_accepted_for_dimensions(mod):
     np = pytest.importorskip("numpy")
     seen, _cb = _recorder(mod, [8])

@@ -22,6 +22,8 @@
 |                           | "cudakit" (cudakit.dropout's Philox stream, the CPU backend's)   |
 | CUDAKIT_ATTENTION_F16_PARTS | "0": withdraw the float32 attention forward on float16     |
 |                           | parts (offered by default, timed against the TF32 split forward) |
+| CUDAKIT_PDL               | "0": launch the kernels that support it without programmatic     |
+|                           | dependent launch (on by default from compute capability 9.0)     |
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ class Settings:
     cudnn: str = "auto"
     attention_dropout: str = "cudnn"
     attention_f16_parts: bool = True
+    pdl: bool = True
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -102,6 +105,7 @@ class Settings:
             cudnn=cudnn,
             attention_dropout=drop,
             attention_f16_parts=_flag(env, "CUDAKIT_ATTENTION_F16_PARTS", True),
+            pdl=_flag(env, "CUDAKIT_PDL", True),
         )
 
 

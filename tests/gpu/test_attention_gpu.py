@@ -301,6 +301,35 @@ def test_attention_float32_f16_parts_forward_one_stage(lead, lq, lk, d, causal, 
     assert took and took[0].endswith("-one-stage") and ("keys-in" in took[0]) == parts
 
 
+@pytest.mark.parametrize("parts", [False, True])
+def test_attention_float32_pdl_launches_give_the_same_bits(parts, f16_path, float32_precision, monkeypatch):
+    """Programmatic dependent launch (each attention kernel waits for the one before it first
+    thing) changes when a kernel starts, not what it computes: the float16-parts forward (K's and
+    V's split, the forward, with parts the combine) and the backward return the same bits with it
+    and without, and the kernels launched with it were compiled and registered for it."""
+    from cudakit import dispatch
+    from cudakit.kernels import attention as at
+    from cudakit.runtime import triton as rt
+    if not rt.pdl_supported():
+        pytest.skip("no programmatic dependent launch here (compute capability below 9.0 or no cuLaunchKernelEx)")
+    float32_precision("tf32x3")
+    took = f16_path(parts=parts)
+    rng = np.random.default_rng(5)
+    q, k, v, g = (cp.asarray(rng.standard_normal((1, 16, 256, 80), dtype=np.float32)) for _ in range(4))
+    res = {}
+    for flag in (False, True):
+        monkeypatch.setattr(at, "PDL", flag)
+        dispatch.clear()   # (no plan replays the other flag's launches: each call reads at.PDL)
+        out, lse = cudakit.attention_with_lse(q, k, v, causal=True)
+        grads = cudakit.attention_backward(g, q, k, v, out, lse, causal=True)
+        res[flag] = [cp.asnumpy(x) for x in (out, lse, *grads)]
+    assert took and ("keys-in" in took[0]) == parts
+    for a, b in zip(res[False], res[True]):
+        np.testing.assert_array_equal(a, b)
+    compiled = [(key[2], c.pdl) for key, kern in at._special.items() for c in kern._cache.values()]
+    assert any(flag and pdl for flag, pdl in compiled) and not any(pdl for flag, pdl in compiled if flag is False)
+
+
 @pytest.mark.parametrize("b,h,hkv,lq,lk,d,causal", [(2, 8, 2, 100, 300, 128, True), (2, 4, 1, 1, 600, 80, False)])
 def test_attention_float32_f16_parts_forward_grouped(b, h, hkv, lq, lk, d, causal, rng, f16_path, float32_precision):
     """The float16-parts forward with grouped-query k, v (each k, v head split once, for its group

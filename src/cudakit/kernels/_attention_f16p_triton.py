@@ -38,8 +38,8 @@ query block, O written once; f16_split_kv's pass 4 + 4 DP / D bytes an element o
 import triton
 import triton.language as tl
 
-from ._attention_triton import (_bias_base, _fwd_probs, _key_part, _kv_row, _part_blocks, _ranges, _row_block,
-                                _row_keys)
+from ._attention_triton import (_bias_base, _fwd_probs, _key_part, _kv_row, _part_blocks, _pdl_start, _ranges,
+                                _row_block, _row_keys)
 
 
 @triton.jit
@@ -65,10 +65,11 @@ def _f16_parts(x, SHIFT: tl.constexpr = False):
 def f16_split_kv(K, V,            # K, V: [R, L, D] float32
                  KH, KL, KS,      # KH, KL: [R, L, DP] float16; KS: [R, L] float32 (K's parts and row scales)
                  VH, VL, VS,      # the same of V, its LO times 2^11
-                 L, D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
+                 L, D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr, PDL: tl.constexpr = None):
     """K's and V's rows split in one launch (_split_rows; V's remainders shifted): on small grids
     each launch ahead of the forward costs about as much as its bytes. One program per (BLOCK_L
     rows, matrix r, K or V). Memory traffic: 4 bytes an element read, 4 DP / D written."""
+    _pdl_start(PDL)
     if tl.program_id(2) == 0:
         _split_rows(K, KH, KL, KS, L, D, DP, BLOCK_L, False)
     else:
@@ -150,13 +151,14 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
                   D: tl.constexpr, DP: tl.constexpr, HAS_LENS: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                   DROPOUT: tl.constexpr, LEFT: tl.constexpr = True, LPT: tl.constexpr = 0,
-                  KSPLIT: tl.constexpr = 1, EVEN: tl.constexpr = False):
+                  KSPLIT: tl.constexpr = 1, EVEN: tl.constexpr = False, PDL: tl.constexpr = None):
     """attn_fwd's forward (its masks, program order LPT and key parts KSPLIT) on the module's
     float16 parts; DP: head_dim's power of two (the parts' row length, zeros past D). EVEN: no key
     block needs a mask (no causal mask, window or key lengths, Lk a multiple of BLOCK_N), Lq is a
     multiple of BLOCK_M and D == DP: the masked loop and the row and column masks are not compiled
     (on 128 x 64 tiles its sm_90 SASS, Triton 3.9, held 160 registers against 226 at head dim 64,
     204 against 255 at 128)."""
+    _pdl_start(PDL)
     start_m, bh = _row_block(LPT)
     start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -37,7 +37,7 @@ neither computed nor written, and the long products read only the workspace entr
 import triton
 import triton.language as tl
 
-from ._attention_triton import _bias_base, _bias_grad, _bias_tile, _dot3, _keep_tile, _tf32_parts
+from ._attention_triton import _bias_base, _bias_grad, _bias_tile, _dot3, _keep_tile, _pdl_start, _tf32_parts
 
 
 @triton.jit
@@ -61,10 +61,11 @@ def mat_prep(Q, K, O, DO,                      # Q, O, DO: [BH, Lq, D]; K: [BH /
              KTH, KTL, QTH, QTL, DOTH, DOTL,   # [BH, DP, LKP] (K^T) and [BH, DP, LQP] (Q^T, dO^T): TF32 parts, remainders
              DELTA,                            # [BH, Lq] float32: rowsum(dO * O)
              Lq, Lk, LQP, LKP, G,              # G: q heads a k head serves
-             D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr):
+             D: tl.constexpr, DP: tl.constexpr, BLOCK_L: tl.constexpr, PDL: tl.constexpr = None):
     """One program per (BLOCK_L rows, matrix, operand): operand 0 K, 1 Q, 2 dO (and delta from O),
     each split and transposed: the long products' B operands. Memory traffic: per element of K
     and Q 4 + 8 bytes, of dO and O 8 + 8 (the padding's zeros besides)."""
+    _pdl_start(PDL)
     rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
     r = tl.program_id(1).to(tl.int64)
     which = tl.program_id(2)
@@ -123,7 +124,8 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
                D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                MASKED: tl.constexpr, OWN_DELTA: tl.constexpr = False, SPLIT_B: tl.constexpr = False,
                HAS_LENS: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, DB_MODE: tl.constexpr = 0,
-               DBQ: tl.constexpr = True, DBK: tl.constexpr = True, DROPOUT: tl.constexpr = False):
+               DBQ: tl.constexpr = True, DBK: tl.constexpr = True, DROPOUT: tl.constexpr = False,
+               PDL: tl.constexpr = None):
     """P and dS of one (BLOCK_M queries, BLOCK_N keys) tile: S = Q K^T and dP = dO V^T (tf32x3,
     over D in one step), P = exp2(S qk_scale - lse log2(e)), dS = P (dP - delta); 0 where a row
     does not see a key, past Lq and past Lk. Every operand is split in registers (K, V split
@@ -132,6 +134,7 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
     not read); SPLIT_B: mat_prep's split of K^T, Q^T, dO^T done here too (_prep_in_scores), so
     that no prep pass runs. FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3 (tf32x3); memory: 8 BLOCK_M
     BLOCK_N bytes written, the Q, dO, K and V tiles (and O's with OWN_DELTA) read."""
+    _pdl_start(PDL)
     start_m = tl.program_id(0)
     start_n = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
@@ -209,7 +212,7 @@ def mat_bias_sum(DS,                            # [CH, LQP, LKP] float32: dS of 
                  DBIAS, sd_b, sd_h, sd_q, sd_k,  # [NB, NH, Lq | 1, Lk | 1] float32, zeroed before the first chunk
                  NB, NH, HB, NBATCH, T0, CH, Lq, Lk, LQP, LKP, DLO, DHI,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr,
-                 MASKED: tl.constexpr):
+                 MASKED: tl.constexpr, PDL: tl.constexpr = None):
     """The bias's gradient summed from the workspace: program (row block, key block, target
     (batch, head)) adds to its block of DBIAS the dS tiles of every [BH] entry t = b HB + h in this
     chunk (T0 <= t < T0 + CH) that the target broadcasts over (every batch b < NBATCH where NB is 1, every head h < HB
@@ -217,6 +220,7 @@ def mat_bias_sum(DS,                            # [CH, LQP, LKP] float32: dS of 
     where it has no key dim (not DBK). One writer an element: deterministic. The tiles are the
     score kernel's, and with MASKED those no row sees (not written) are skipped as it skips them.
     Memory: the chunk's dS read once (8 BLOCK_M BLOCK_N bytes a tile), DBIAS read and written."""
+    _pdl_start(PDL)
     pid_t = tl.program_id(2)
     bb = pid_t // NH
     hb = pid_t % NH
@@ -298,7 +302,8 @@ def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: 
              scale, M, Lq, Lk, LQP, LKP, KP, DLO, DHI,
              D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
              TRANS_A: tl.constexpr, MASKED: tl.constexpr, REV: tl.constexpr = False,
-             ALIGNED: tl.constexpr = False, COLS: tl.constexpr = 1, GROUPS: tl.constexpr = 1):
+             ALIGNED: tl.constexpr = False, COLS: tl.constexpr = 1, GROUPS: tl.constexpr = 1,
+             PDL: tl.constexpr = None):
     """C = scale * op(A) B, rows BLOCK_M at a time, over the reduced axis: op(A) = A, rows the
     queries, reduced over the keys (dQ = dS K; M = Lq, KP = LKP) or, with TRANS_A, A^T, rows the
     keys, reduced over the queries (dK = dS^T Q, dV = P^T dO; M = Lk, KP = LQP). B as mat_prep
@@ -321,6 +326,7 @@ def mat_long(A, BHI, BLO, C,   # A: [BH, LQP, LKP] float32 (P or dS); BHI, BLO: 
     programs where the row blocks alone leave SMs idle (A's tiles are then read and split COLS
     times, from L2). GROUPS > 1 (grouped-query k, v; with TRANS_A): program (., g, .) sums the
     products of heads g GROUPS .. g GROUPS + GROUPS - 1 into C's head g (dK, dV per k, v head)."""
+    _pdl_start(PDL)
     start_m = tl.program_id(0)
     bh_out = tl.program_id(1).to(tl.int64)
     if REV:

@@ -26,7 +26,24 @@ block: a select-driven loop ran the causal backward 1.3-1.6x slower on an H100).
 import triton
 import triton.language as tl
 
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:   # (a Triton without grid dependency control: runtime.triton.pdl_supported is then False)
+    gdc_launch_dependents = gdc_wait = None
+
 LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _pdl_start(PDL: tl.constexpr):
+    """Each kernel's first step. PDL (compiled in where runtime.triton.pdl_supported: the launch
+    then may overlap the previous kernel's tail, runtime/native.pdl_register): wait until the
+    previous kernel in the stream has finished and its writes are visible, before this one touches
+    global memory; then let the next kernel launch, which waits the same way before it reads what
+    this one writes. Without PDL nothing is compiled (Triton's interpreter runs it so)."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -249,7 +266,7 @@ def _dot3(a_hi, a_lo, b_hi, b_lo, acc):
 @triton.jit
 def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C, L] (TRANS)
                C: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr, TRANS: tl.constexpr,
-               PARTS: tl.constexpr = True):
+               PARTS: tl.constexpr = True, PDL: tl.constexpr = None):
     """X's TF32 parts (HI) and remainders (LO, X - HI), or with PARTS False X itself to HI (LO
     not written): the float32 forward's V transposed once per call (SPLIT). One program per
     (matrix r, BLOCK_L rows). TRANS: written transposed, so that the tensor cores, which take
@@ -257,6 +274,7 @@ def tf32_split(X, HI, LO, L,   # X: [R, L, C] float32; HI, LO: like X, or [R, C,
     tile is transposed on chip: a store of one row per thread, L apart, ran the forward 0.7 ms
     slower at B4 H8 S2048 D128 on an H100). Memory traffic: 12 bytes an element
     (8 without PARTS)."""
+    _pdl_start(PDL)
     r = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * BLOCK_L + tl.arange(0, BLOCK_L)
     cols = tl.arange(0, BLOCK_C)
@@ -519,7 +537,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
              DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
              BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0, KSPLIT: tl.constexpr = 1,
-             OT: tl.constexpr = False):
+             OT: tl.constexpr = False, PDL: tl.constexpr = None):
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
@@ -529,6 +547,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     LSE are then float32 workspaces [KSPLIT, BH, Lq, D] and [KSPLIT, BH, Lq], each part's output
     normalised by its own sum and its log-sum-exp (-inf: the part saw no key), which
     attn_fwd_combine merges."""
+    _pdl_start(PDL)
     start_m, bh = _row_block(LPT)
     start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -605,10 +624,12 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
 @triton.jit
 def attn_fwd_combine(OW, LW, O, LSE, Lq, NBH,   # OW: [KSPLIT, BH, Lq, D], LW: [KSPLIT, BH, Lq] float32
                                                  # (attn_fwd's parts); O: [BH, Lq, D]; LSE: [BH, Lq] float32
-                     D: tl.constexpr, KSPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+                     D: tl.constexpr, KSPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                     PDL: tl.constexpr = None):
     """attn_fwd's KSPLIT parts of each row merged: out = sum_p w_p o_p / sum_p w_p with
     w_p = exp(lse_p - max_p lse_p), lse = max + log(sum_p w_p); a row no part saw gets out 0 and lse
     -inf. Memory traffic: (KSPLIT + 1) (4 D + 4) bytes a row read and written (O in its dtype)."""
+    _pdl_start(PDL)
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -636,7 +657,8 @@ def attn_fwd_combine(OW, LW, O, LSE, Lq, NBH,   # OW: [KSPLIT, BH, Lq, D], LW: [
 
 @triton.jit
 def attn_bwd_delta(O, DO, DELTA, Lq, D: tl.constexpr,  # O, DO: [BH, Lq, D]; DELTA: [BH, Lq] float32
-                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = None):
+    _pdl_start(PDL)
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -701,11 +723,12 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
                   BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                   PREC: tl.constexpr, EVEN_Q: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
-                  DROPOUT: tl.constexpr):
+                  DROPOUT: tl.constexpr, PDL: tl.constexpr = None):
     """EVEN_Q: Lq is a multiple of BLOCK_M, so no query block crosses Lq and none needs a row mask
     (the usual case; the other compiles a row select into every block). Key j is seen by the rows
     i with j - DHI < i <= j - DLO (and j below the key length): the query blocks of the key block
     split as the forward's key blocks do."""
+    _pdl_start(PDL)
     start_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -809,7 +832,8 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                 BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
                 HAS_BIAS: tl.constexpr, DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr,
-                VARLEN: tl.constexpr, DROPOUT: tl.constexpr):
+                VARLEN: tl.constexpr, DROPOUT: tl.constexpr, PDL: tl.constexpr = None):
+    _pdl_start(PDL)
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -856,13 +880,17 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
 
 
 @triton.jit
-def zero_fill(Y, N, BLOCK: tl.constexpr):   # Y: [1, N] (a gradient buffer the kernels add into)
+def zero_fill(Y, N, BLOCK: tl.constexpr,   # Y: [1, N] (a gradient buffer the kernels add into)
+              PDL: tl.constexpr = None):
     """Y = 0, by a launch (kernels/attention.py zeros): 4 bytes or fewer written per element."""
+    _pdl_start(PDL)
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     tl.store(Y + i, tl.zeros([BLOCK], Y.dtype.element_ty), mask=i < N)
 
 
 @triton.jit
-def cast_copy(X, Y, N, BLOCK: tl.constexpr):   # X, Y: [1, N], Y's dtype (a gradient into bfloat16)
+def cast_copy(X, Y, N, BLOCK: tl.constexpr,   # X, Y: [1, N], Y's dtype (a gradient into bfloat16)
+              PDL: tl.constexpr = None):
+    _pdl_start(PDL)
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(Y + i, tl.load(X + i, mask=i < N).to(Y.dtype.element_ty), mask=i < N)

@@ -254,7 +254,12 @@ def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts
         k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args, *((b0,) if bh0 else ()))
 
 
-_special: dict = {}   # (kernel name, constexprs and launch options) -> its specialised TritonKernel
+_special: dict = {}   # (kernel name, constexprs and launch options, PDL) -> its specialised TritonKernel
+# Programmatic dependent launch of these kernels (each waits for the kernel before it in the stream
+# first thing, _attention_triton._pdl_start): None as runtime.triton.pdl_supported says at compile
+# time (CUDAKIT_PDL, compute capability 9.0+); True or False forces it (an A/B timing in one process,
+# benchmarks/sweeps/attention_pdl.py, with dispatch plans off so that each call reads it).
+PDL: bool | None = None
 
 
 def _specialized(name: str, consts: dict):
@@ -263,10 +268,12 @@ def _specialized(name: str, consts: dict):
     plans instead of binding each call in Python, whose three launches cost the backward about
     75 us of host time (H100 host, 2026-11-26, scripts/host_profile.py, since folded into
     scripts/host_breakdown.py)."""
-    key = (name, tuple(sorted(consts.items())))
+    key = (name, tuple(sorted(consts.items())), PDL)
     k = _special.get(key)
     if k is None:
         opts = dict(consts)
+        if PDL is not None:
+            opts["PDL"] = PDL
         nw, ns = opts.pop("num_warps", None), opts.pop("num_stages", None)
         k = _special[key] = _k(name).specialized(num_warps=nw, num_stages=ns, **opts)
     return k

@@ -10,6 +10,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -18,7 +19,56 @@
 typedef int (*ck_launch_fn)(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, unsigned smem, void* stream, void** params, void** extra);
 
-static ck_launch_fn ck_launch = NULL;
+static ck_launch_fn ck_launch = NULL;        /* every launch below: ck_launch_any once set_launch ran */
+static ck_launch_fn ck_launch_plain = NULL;  /* cuLaunchKernel */
+
+/* ---- programmatic dependent launch (PDL) ------------------------------------------------------
+ * A kernel registered here (pdl_register: a Triton kernel compiled with its PDL constexpr set,
+ * which waits on griddepcontrol.wait before touching global memory) is launched through
+ * cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so that its launch
+ * and prologue overlap the previous kernel's tail in the stream instead of following its
+ * completion. The layouts are cuda.h's CUlaunchAttribute and CUlaunchConfig (CUDA 12+). */
+typedef struct { int id; char pad[4]; char value[64]; } ck_attr;
+typedef struct {
+  unsigned gx, gy, gz, bx, by, bz, smem;
+  void* stream;
+  ck_attr* attrs;
+  unsigned n_attrs;
+} ck_config;
+/* (cuda.h's offsets on a 64-bit host: a mismatch fails the build, not a launch) */
+typedef char ck_config_layout[(offsetof(ck_config, stream) == 32 && offsetof(ck_config, attrs) == 40 &&
+                               offsetof(ck_config, n_attrs) == 48 && offsetof(ck_attr, value) == 8 &&
+                               sizeof(ck_attr) == 72) ? 1 : -1];
+typedef int (*ck_launchex_fn)(const ck_config* config, void* f, void** params, void** extra);
+static ck_launchex_fn ck_launch_ex = NULL;   /* cuLaunchKernelEx (NULL: this driver has none) */
+
+#define CK_PDL_SLOTS 4096                    /* an open-addressing set of CUfunctions, at most half full */
+static void* ck_pdl[CK_PDL_SLOTS];
+static int ck_pdl_count = 0;
+
+static size_t ck_pdl_slot(void* f) { return ((uintptr_t)f >> 4) & (CK_PDL_SLOTS - 1); }
+
+static int ck_pdl_has(void* f) {
+  for (size_t h = ck_pdl_slot(f);; h = (h + 1) & (CK_PDL_SLOTS - 1)) {
+    void* e = ck_pdl[h];
+    if (e == f) return 1;
+    if (e == NULL) return 0;
+  }
+}
+
+static int ck_launch_any(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         unsigned smem, void* stream, void** params, void** extra) {
+  if (ck_pdl_count && ck_pdl_has(f)) {
+    ck_attr a;
+    memset(&a, 0, sizeof a);
+    a.id = 6;   /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
+    int allowed = 1;
+    memcpy(a.value, &allowed, sizeof allowed);
+    ck_config c = {gx, gy, gz, bx, by, bz, smem, stream, &a, 1};
+    return ck_launch_ex(&c, f, params, extra);
+  }
+  return ck_launch_plain(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra);
+}
 
 static PyObject* set_launch(PyObject* self, PyObject* addr) {
   void* p = PyLong_AsVoidPtr(addr);
@@ -27,8 +77,40 @@ static PyObject* set_launch(PyObject* self, PyObject* addr) {
     PyErr_SetString(PyExc_ValueError, "set_launch needs the address of cuLaunchKernel (got 0)");
     return NULL;
   }
-  ck_launch = (ck_launch_fn)p;
+  ck_launch_plain = (ck_launch_fn)p;
+  ck_launch = ck_launch_any;
   Py_RETURN_NONE;
+}
+
+/* set_launch_ex(address of cuLaunchKernelEx): what pdl_register needs */
+static PyObject* set_launch_ex(PyObject* self, PyObject* addr) {
+  void* p = PyLong_AsVoidPtr(addr);
+  if (p == NULL && PyErr_Occurred()) return NULL;
+  if (p == NULL) {
+    PyErr_SetString(PyExc_ValueError, "set_launch_ex needs the address of cuLaunchKernelEx (got 0)");
+    return NULL;
+  }
+  ck_launch_ex = (ck_launchex_fn)p;
+  Py_RETURN_NONE;
+}
+
+/* pdl_register(CUfunction address) -> bool: whether its launches now carry the PDL attribute
+ * (False: no cuLaunchKernelEx, or the set is full; it then launches as any other kernel) */
+static PyObject* pdl_register(PyObject* self, PyObject* addr) {
+  void* f = PyLong_AsVoidPtr(addr);
+  if (f == NULL && PyErr_Occurred()) return NULL;
+  if (f == NULL) {
+    PyErr_SetString(PyExc_ValueError, "pdl_register needs a CUfunction (got 0)");
+    return NULL;
+  }
+  if (ck_launch_ex == NULL) Py_RETURN_FALSE;
+  if (ck_pdl_has(f)) Py_RETURN_TRUE;
+  if (ck_pdl_count >= CK_PDL_SLOTS / 2) Py_RETURN_FALSE;
+  size_t h = ck_pdl_slot(f);
+  while (ck_pdl[h] != NULL) h = (h + 1) & (CK_PDL_SLOTS - 1);
+  ck_pdl[h] = f;   /* (the slot before the count: a launch reading the count sees a whole entry) */
+  ck_pdl_count++;
+  Py_RETURN_TRUE;
 }
 
 /* One parameter into its 8-byte slot. Codes: 'Q' 8-byte integer (pointer, int64 or uint64; a
@@ -1789,6 +1871,9 @@ static PyObject* plan_call(PyObject* self, PyObject* const* a, Py_ssize_t n) {
 
 static PyMethodDef methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, "set_launch(address of cuLaunchKernel)"},
+    {"set_launch_ex", (PyCFunction)set_launch_ex, METH_O, "set_launch_ex(address of cuLaunchKernelEx)"},
+    {"pdl_register", (PyCFunction)pdl_register, METH_O,
+     "pdl_register(CUfunction) -> whether its launches carry the programmatic-serialization attribute"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, smem, stream, codes, *values) -> CUresult"},
     {"lt_matmul", (PyCFunction)(void (*)(void))lt_matmul, METH_FASTCALL,

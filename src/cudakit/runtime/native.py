@@ -118,9 +118,23 @@ def load(path: Path | None = None):
     return mod
 
 
-def _cu_launch_kernel_address() -> int:
+def _cu_launch_kernel_address(name: str = "cuLaunchKernel") -> int | None:
+    """The address of a driver entry point (None where this driver has no such symbol)."""
     lib = ctypes.CDLL("libcuda.so.1")  # the driver CuPy already loaded: dlopen returns that copy
-    return ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
+    try:
+        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    except AttributeError:
+        return None
+
+
+def pdl_register(func_ptr: int) -> bool:
+    """Launch the CUfunction func_ptr with programmatic stream serialization from now on (every
+    native launch path: kernel[grid], plans, replays), so that its launch overlaps the tail of the
+    kernel before it in the stream; the kernel must wait (griddepcontrol.wait) before it touches
+    global memory. False where that cannot be done (no native launcher or no cuLaunchKernelEx):
+    it then launches as any other kernel, its wait a no-op."""
+    mod = module()
+    return bool(mod is not None and hasattr(mod, "pdl_register") and mod.pdl_register(func_ptr))
 
 
 def launcher():
@@ -280,6 +294,9 @@ def _init() -> tuple:
         try:
             mod = load()
             mod.set_launch(_cu_launch_kernel_address())
+            ex = _cu_launch_kernel_address("cuLaunchKernelEx")
+            if ex:
+                mod.set_launch_ex(ex)
             return mod.launch, "active", mod
         except (NativeBuildError, OSError, ImportError, subprocess.SubprocessError) as e:
             reason = str(e)

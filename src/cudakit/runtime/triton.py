@@ -14,6 +14,12 @@ stream works.
     add[(cudakit.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
     add[lambda meta: (cudakit.cdiv(n, meta["BLOCK"]),)](x, y, out, n, BLOCK=1024)
 
+Programmatic dependent launch: a kernel with a constexpr parameter named PDL, compiled with it
+True, is launched with programmatic stream serialization (runtime/native.pdl_register), its launch
+overlapping the previous kernel's tail; such a kernel must wait (gdc_wait) before it touches
+global memory. Left None, PDL is set at compile time to pdl_supported(device) (CUDAKIT_PDL, compute
+capability 9.0+, a Triton with gdc_wait, the native launcher with cuLaunchKernelEx).
+
 Kernel ABI (Triton 3.6 to 3.9): the non-constexpr arguments in order, then two pointers to
 global and profile scratch space (null unless the metadata asks for scratch); block = 32 * num_warps;
 dynamic shared memory = metadata.shared.
@@ -126,10 +132,10 @@ class _Compiled:
     """One specialisation: the cubin as a cudakit Module, its metadata, and a launcher."""
 
     __slots__ = ("kernel", "meta", "name", "types", "block", "block3", "shared", "n_params", "needs_scratch",
-                 "half_args", "codes", "launchers")
+                 "half_args", "codes", "launchers", "pdl")
 
-    def __init__(self, binary: bytes, meta: dict, types: list[str]):
-        self.meta, self.name = meta, meta["name"]
+    def __init__(self, binary: bytes, meta: dict, types: list[str], pdl: bool = False):
+        self.meta, self.name, self.pdl = meta, meta["name"], pdl
         self.kernel = compiler.Module(binary, {}, f"triton:{meta['name']}").get_kernel(meta["name"])
         self.types = types                                  # Triton type of each runtime argument
         self.half_args = [i for i, t in enumerate(types) if t in ("fp16", "bf16")]
@@ -156,12 +162,43 @@ class _Compiled:
             f = self.kernel._function(dev)
             if self.shared > 48 * 1024:
                 self.kernel.set_max_dynamic_shared_memory(self.shared)
+            if self.pdl:
+                from . import native
+                native.pdl_register(f.ptr)
         return f
 
     def launcher(self, dev: int, f):
         from .fastlaunch import FastLauncher
         fl = self.launchers[dev] = FastLauncher(f.ptr, self.codes)
         return fl
+
+
+_pdl_devices: dict = {}   # device -> whether it and the launcher can take PDL launches
+
+
+def pdl_supported(dev: int | None = None) -> bool:
+    """Whether to compile kernels with their PDL constexpr set for device dev (default: the
+    current one): CUDAKIT_PDL on, compute capability 9.0 or later (griddepcontrol), and the
+    native launcher with the driver's cuLaunchKernelEx."""
+    from ..config import settings
+    if not settings().pdl:
+        return False
+    if dev is None:
+        dev = (_get_device or _first_use().cuda.runtime.getDevice)()
+    ok = _pdl_devices.get(dev)
+    if ok is None:
+        from . import native
+        from .device import get_device_info
+        mod = native.module()
+        try:
+            from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
+            gdc = True
+        except ImportError:
+            gdc = False
+        ok = _pdl_devices[dev] = (gdc and get_device_info(dev).compute_capability[0] >= 9 and mod is not None
+                                  and hasattr(mod, "pdl_register")
+                                  and native._cu_launch_kernel_address("cuLaunchKernelEx") is not None)
+    return ok
 
 
 def _param_code(t: str) -> str:
@@ -276,6 +313,12 @@ class TritonKernel:
         from .device import get_device_info
         major, minor = get_device_info(dev).compute_capability
         arch = major * 10 + minor
+        if "PDL" in self._const_set and consts.get("PDL") is None:   # (None: as this device and setting allow)
+            consts = dict(consts, PDL=pdl_supported(dev))
+        pdl = consts.get("PDL") is True and "PDL" in self._const_set
+        if pdl and major < 9:
+            raise ArgumentError(f"{self.name}: PDL=True needs compute capability 9.0 or later (got {major}.{minor}); "
+                                f"ask pdl_supported()")
         runtime_names = [p.name for p in self.params if not p.is_constexpr]
         signature, attrs, types = {}, {}, []
         rt = iter(zip(runtime_names, sig))
@@ -309,7 +352,7 @@ class TritonKernel:
             compiler._write_entry(path, binary, meta)
             stats["compiles"] += 1
             log.debug("triton: compiled %s %s for sm_%d", self.name, signature, arch)
-        return _Compiled(binary, meta, types)
+        return _Compiled(binary, meta, types, pdl)
 
     def specialized(self, num_warps: int | None = None, num_stages: int | None = None, **consts) -> "TritonKernel":
         """A kernel of the same function whose constexprs default to `consts` (and whose launch

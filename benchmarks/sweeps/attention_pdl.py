@@ -1,0 +1,90 @@
+"""float32 attention with and without programmatic dependent launch, against torch's float32 SDPA:
+the same path (chosen once, kept on disk) timed with its kernels launched with PDL and without,
+interleaved with torch in one timing, forward and backward, plain and causal, on (B, H, L, D) CuPy
+arrays, each call behind an L2 flush (bench.timing's cold samples).
+    CUDAKIT_DISPATCH_PLANS=0 python3 benchmarks/sweeps/attention_pdl.py [--shapes 1x16x256x80,...]
+        [--fwd-only] [--out F]
+Dispatch plans must be off: each call then runs kernels/attention.py's Python, which reads
+attention.PDL (forced True or False per provider) when it specialises a kernel. Prints VARIANT
+lines: median ms of each provider, x torch of each, and the path taken."""
+import os
+import sys
+
+import cupy as cp
+import torch
+
+import cudakit
+from cudakit.bench import timing
+from cudakit.kernels import attention as ka
+from cudakit.kernels import paths
+from _results import dump_rows
+
+argv = sys.argv[1:]
+if os.environ.get("CUDAKIT_DISPATCH_PLANS", "1").strip().lower() not in ("0", "false", "no", "off"):
+    sys.exit("set CUDAKIT_DISPATCH_PLANS=0: a replayed plan would not read attention.PDL")
+shapes = [(1, 16, 256, 80), (2, 8, 256, 96), (8, 8, 256, 128), (1, 16, 512, 128)]
+if "--shapes" in argv:
+    shapes = [tuple(int(x) for x in s.split("x")) for s in argv[argv.index("--shapes") + 1].split(",")]
+cudakit.set_float32_precision("tf32x3")
+sdpa = torch.nn.functional.scaled_dot_product_attention
+rows = []
+
+
+def with_pdl(flag, fn):
+    def call():
+        ka.PDL = flag
+        try:
+            return fn()
+        finally:
+            ka.PDL = None
+    return call
+
+
+def measure(tag, kind, fn, ref, path):
+    res, err = timing.time_gpu_interleaved({"pdl": with_pdl(True, fn), "plain": with_pdl(False, fn), "torch": ref},
+                                           warmup=3, reps=15, rounds=3, cold=True)
+    for name, e in err.items():
+        print(f"VARIANT failed {tag} {kind} {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
+    if len(res) < 3:
+        return
+    m = {n: r["median_ms"] for n, r in res.items()}
+    row = {"case": tag, "pass": kind, "pdl_ms": round(m["pdl"], 4), "plain_ms": round(m["plain"], 4),
+           "torch_ms": round(m["torch"], 4), "x_torch_pdl": round(m["torch"] / m["pdl"], 3),
+           "x_torch_plain": round(m["torch"] / m["plain"], 3), "path": path}
+    rows.append(row)
+    print(f"VARIANT pdl {tag:<22} {kind:<8} pdl {m['pdl']:.4f} plain {m['plain']:.4f} torch {m['torch']:.4f} ms "
+          f"x torch {row['x_torch_pdl']:.3f} (plain {row['x_torch_plain']:.3f}) path {path}", flush=True)
+
+
+def case(b, h, L, d, causal):
+    rng = cp.random.default_rng(0)
+    q, k, v, g = (rng.standard_normal((b, h, L, d), dtype=cp.float32) for _ in range(4))
+    tq, tk, tv, tg = (torch.from_dlpack(a) for a in (q, k, v, g))
+    tag = f"{b}x{h}x{L}x{d}{' causal' if causal else ''}"
+    paths._last.pop("attention", None)
+    out, lse = cudakit.attention_with_lse(q, k, v, causal=causal)   # (the first call chooses the path)
+    fwd_path = paths.last_paths().get("attention_with_lse", paths.last_paths().get("attention", "triton"))
+    # the same output both ways, bit for bit (the launch attribute changes when kernels start, not what they do)
+    ka.PDL = False
+    plain = cudakit.attention(q, k, v, causal=causal)
+    ka.PDL = True
+    with_ = cudakit.attention(q, k, v, causal=causal)
+    ka.PDL = None
+    same = bool(cp.array_equal(plain, with_))
+    print(f"VARIANT pdl {tag} forward outputs equal: {same}", flush=True)
+    measure(tag, "forward", lambda: cudakit.attention(q, k, v, causal=causal),
+            lambda: sdpa(tq, tk, tv, is_causal=causal), fwd_path)
+    if "--fwd-only" in argv:
+        return
+    rq, rk, rv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
+    y = sdpa(rq, rk, rv, is_causal=causal)
+    cudakit.attention_backward(g, q, k, v, out, lse, causal=causal)
+    measure(tag, "backward", lambda: cudakit.attention_backward(g, q, k, v, out, lse, causal=causal),
+            lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True),
+            paths.last_paths().get("attention_backward", "?"))
+
+
+for shape in shapes:
+    for causal in (False, True):
+        case(*shape, causal)
+        dump_rows(argv, __doc__, rows)   # (after each case: a call cut off by its time limit keeps what ran)
