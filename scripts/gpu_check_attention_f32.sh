@@ -7,6 +7,11 @@
 #   bash scripts/gpu_check_attention_f32.sh all     # every other float32 attention GPU test
 #   bash scripts/gpu_check_attention_f32.sh bwd     # forward and backward through the public calls
 #                                                   # against torch (small grids by default)
+#   bash scripts/gpu_check_attention_f32.sh pdl     # programmatic dependent launch: the attention GPU
+#                                                   # tests of K (default: PDL's own, the float16 parts in
+#                                                   # key parts, the materialised backward), the graph and
+#                                                   # runtime tests, then the same paths with and without
+#                                                   # it against torch (benchmarks/sweeps/attention_pdl.py)
 #   K="pytest -k expression" bash scripts/gpu_check_attention_f32.sh sanitize
 #                                                   # those attention GPU tests under compute-sanitizer
 #                                                   # (memcheck), one process; its report to $OUT/sanitize.log
@@ -39,11 +44,23 @@ case "${1:-parts}" in
     timeout ${SWEEP_TIMEOUT:-400} python3 benchmarks/sweeps/attention_f32_shapes.py --out "$OUT/f32-bwd-shapes.json" \
       --shapes "${SHAPES:-1x16x512x128,8x8x256x128,1x16x256x80,2x8x256x96,4x8x512x64,2x16x1024x128}" \
       > "$OUT/sweep.log" 2>&1; grep VARIANT "$OUT/sweep.log" | cut -c1-160 ;;
+  pdl)
+    timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_attention_gpu.py \
+      -k "${K:-pdl or (f16_parts and one_stage) or materialized_backward}" -p no:cacheprovider -rfE \
+      > "$OUT/tests.log" 2>&1
+    grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log"
+    timeout 150 python3 -m pytest -q -n 8 -m cuda tests/gpu/test_graphs_gpu.py tests/gpu/test_runtime_gpu.py \
+      tests/gpu/test_triton_gpu.py -p no:cacheprovider -rfE > "$OUT/tests-runtime.log" 2>&1
+    grep -E "^(FAILED|ERROR)" "$OUT/tests-runtime.log" | head -20; tail -1 "$OUT/tests-runtime.log"
+    date -u +"%H:%M:%SZ"
+    CUDAKIT_DISPATCH_PLANS=0 timeout ${SWEEP_TIMEOUT:-300} python3 benchmarks/sweeps/attention_pdl.py \
+      --out "$OUT/pdl.json" --shapes "${SHAPES:-1x16x256x80,2x8x256x96,8x8x256x128,1x16x512x128}" \
+      > "$OUT/sweep.log" 2>&1; grep VARIANT "$OUT/sweep.log" | cut -c1-170 ;;
   sanitize)
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     timeout ${TEST_TIMEOUT:-500} "$SAN" --tool memcheck --print-limit 20 python3 -m pytest -q -x -m cuda \
       tests/gpu/test_attention_gpu.py -k "${K:?K: a pytest -k expression}" -p no:cacheprovider > "$OUT/sanitize.log" 2>&1
     grep -E "^=+ (Invalid|ERROR SUMMARY)|^(FAILED|ERROR)" "$OUT/sanitize.log" | head -20; tail -1 "$OUT/sanitize.log" ;;
-  *) echo "usage: $0 parts|all|bwd|sanitize" >&2; exit 2 ;;
+  *) echo "usage: $0 parts|all|bwd|pdl|sanitize" >&2; exit 2 ;;
 esac
 date -u +"%H:%M:%SZ"
