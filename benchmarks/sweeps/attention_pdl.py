@@ -1,12 +1,13 @@
 """float32 attention with and without programmatic dependent launch, against torch's float32 SDPA:
-the same path (chosen once, kept on disk) timed with its kernels launched with PDL and without,
+the same path (chosen once, kept on disk) timed with its kernels launched with PDL (each letting
+the next launch at its start, "early", or as its programs exit, "late") and without ("plain"),
 interleaved with torch in one timing, forward and backward, plain and causal, on (B, H, L, D) CuPy
 arrays, each call behind an L2 flush (bench.timing's cold samples).
     CUDAKIT_DISPATCH_PLANS=0 python3 benchmarks/sweeps/attention_pdl.py [--shapes 1x16x256x80,...]
         [--fwd-only] [--out F]
 Dispatch plans must be off: each call then runs kernels/attention.py's Python, which reads
-attention.PDL (forced True or False per provider) when it specialises a kernel. Prints VARIANT
-lines: median ms of each provider, x torch of each, and the path taken."""
+attention.PDL (forced 1, 2 or False per provider) when it specialises a kernel. Prints VARIANT
+lines: x torch of each provider, and the path taken."""
 import os
 import sys
 
@@ -41,19 +42,20 @@ def with_pdl(flag, fn):
 
 
 def measure(tag, kind, fn, ref, path):
-    res, err = timing.time_gpu_interleaved({"pdl": with_pdl(True, fn), "plain": with_pdl(False, fn), "torch": ref},
+    res, err = timing.time_gpu_interleaved({"early": with_pdl(1, fn), "late": with_pdl(2, fn),
+                                            "plain": with_pdl(False, fn), "torch": ref},
                                            warmup=3, reps=15, rounds=3, cold=True)
     for name, e in err.items():
         print(f"VARIANT failed {tag} {kind} {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
-    if len(res) < 3:
+    if len(res) < 4:
         return
     m = {n: r["median_ms"] for n, r in res.items()}
-    row = {"case": tag, "pass": kind, "pdl_ms": round(m["pdl"], 4), "plain_ms": round(m["plain"], 4),
-           "torch_ms": round(m["torch"], 4), "x_torch_pdl": round(m["torch"] / m["pdl"], 3),
-           "x_torch_plain": round(m["torch"] / m["plain"], 3), "path": path}
+    row = {"case": tag, "pass": kind, "path": path, "torch_ms": round(m["torch"], 4)}
+    for n in ("early", "late", "plain"):
+        row[f"{n}_ms"], row[f"x_torch_{n}"] = round(m[n], 4), round(m["torch"] / m[n], 3)
     rows.append(row)
-    print(f"VARIANT pdl {tag:<22} {kind:<8} pdl {m['pdl']:.4f} plain {m['plain']:.4f} torch {m['torch']:.4f} ms "
-          f"x torch {row['x_torch_pdl']:.3f} (plain {row['x_torch_plain']:.3f}) path {path}", flush=True)
+    print(f"VARIANT pdl {tag:<20} {kind:<8} torch {m['torch']:.4f} ms; x torch: early {row['x_torch_early']:.3f} "
+          f"late {row['x_torch_late']:.3f} plain {row['x_torch_plain']:.3f} path {path}", flush=True)
 
 
 def case(b, h, L, d, causal):

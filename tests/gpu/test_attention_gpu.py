@@ -326,8 +326,13 @@ def test_attention_float32_pdl_launches_give_the_same_bits(parts, f16_path, floa
     assert took and ("keys-in" in took[0]) == parts
     for a, b in zip(res[False], res[True]):
         np.testing.assert_array_equal(a, b)
-    compiled = [(key[2], c.pdl) for key, kern in at._special.items() for c in kern._cache.values()]
-    assert any(flag and pdl for flag, pdl in compiled) and not any(pdl for flag, pdl in compiled if flag is False)
+    compiled = []   # (PDL asked, registered) of each compiled kernel (a kernel's specialisations share its cache)
+    for kern in at._kernels.values():
+        if "PDL" in kern._const_names:
+            i = kern._const_names.index("PDL")
+            compiled += [(ckey[2][i], c.pdl) for ckey, c in kern._cache.items()]
+    assert (False, False) in compiled and (True, True) in compiled
+    assert all(pdl == (flag is not False) for flag, pdl in compiled)   # (None: as pdl_supported, here True)
 
 
 @pytest.mark.parametrize("b,h,hkv,lq,lk,d,causal", [(2, 8, 2, 100, 300, 128, True), (2, 4, 1, 1, 600, 80, False)])

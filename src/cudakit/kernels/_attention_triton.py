@@ -39,11 +39,13 @@ def _pdl_start(PDL: tl.constexpr):
     """Each kernel's first step. PDL (compiled in where runtime.triton.pdl_supported: the launch
     then may overlap the previous kernel's tail, runtime/native.pdl_register): wait until the
     previous kernel in the stream has finished and its writes are visible, before this one touches
-    global memory; then let the next kernel launch, which waits the same way before it reads what
-    this one writes. Without PDL nothing is compiled (Triton's interpreter runs it so)."""
+    global memory; PDL 1 (or True) then lets the next kernel launch at once (it waits the same way
+    before it reads what this one writes), PDL 2 as this kernel's programs exit. Without PDL
+    nothing is compiled (Triton's interpreter runs it so)."""
     if PDL:
         gdc_wait()
-        gdc_launch_dependents()
+        if PDL == 1:
+            gdc_launch_dependents()
 
 
 @triton.jit

@@ -315,9 +315,10 @@ class TritonKernel:
         arch = major * 10 + minor
         if "PDL" in self._const_set and consts.get("PDL") is None:   # (None: as this device and setting allow)
             consts = dict(consts, PDL=pdl_supported(dev))
-        pdl = consts.get("PDL") is True and "PDL" in self._const_set
+        pdl = bool(consts.get("PDL")) and "PDL" in self._const_set
         if pdl and major < 9:
-            raise ArgumentError(f"{self.name}: PDL=True needs compute capability 9.0 or later (got {major}.{minor}); "
+            raise ArgumentError(f"{self.name}: PDL={consts['PDL']!r} needs compute capability 9.0 or later "
+                                f"(got {major}.{minor}); "
                                 f"ask pdl_supported()")
         runtime_names = [p.name for p in self.params if not p.is_constexpr]
         signature, attrs, types = {}, {}, []
