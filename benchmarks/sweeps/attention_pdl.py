@@ -6,7 +6,7 @@ arrays, each call behind an L2 flush (bench.timing's cold samples).
     CUDAKIT_DISPATCH_PLANS=0 python3 benchmarks/sweeps/attention_pdl.py [--shapes 1x16x256x80,...]
         [--fwd-only] [--out F]
 Dispatch plans must be off: each call then runs kernels/attention.py's Python, which reads
-attention.PDL (forced 1, 2 or False per provider) when it specialises a kernel. Prints VARIANT
+attention.PDL (forced 2, 1 or False per provider: _attention_triton._pdl_start) when it specialises a kernel. Prints VARIANT
 lines: x torch of each provider, and the path taken."""
 import os
 import sys
@@ -42,7 +42,7 @@ def with_pdl(flag, fn):
 
 
 def measure(tag, kind, fn, ref, path):
-    res, err = timing.time_gpu_interleaved({"early": with_pdl(1, fn), "late": with_pdl(2, fn),
+    res, err = timing.time_gpu_interleaved({"early": with_pdl(2, fn), "late": with_pdl(1, fn),
                                             "plain": with_pdl(False, fn), "torch": ref},
                                            warmup=3, reps=15, rounds=3, cold=True)
     for name, e in err.items():
