@@ -155,6 +155,25 @@ def test_to_host_out_must_be_a_numpy_array():
     assert cudakit.to_host(np.ones(3), out=out) is out and out.sum() == 3
 
 
+def test_pdl_setting(monkeypatch):
+    """CUDAKIT_PDL: on unless set off, a yes/no value; off, runtime.triton.pdl_supported says no on
+    any device (without asking the device), so kernels with a PDL constexpr compile without it."""
+    from cudakit import config
+    from cudakit.runtime import triton as rt
+    try:
+        monkeypatch.delenv("CUDAKIT_PDL", raising=False)
+        assert config.reload().pdl is True
+        monkeypatch.setenv("CUDAKIT_PDL", "0")
+        assert config.reload().pdl is False
+        assert rt.pdl_supported(0) is False
+        monkeypatch.setenv("CUDAKIT_PDL", "sometimes")
+        with pytest.raises(config.ConfigError, match="CUDAKIT_PDL='sometimes' is not a yes/no value"):
+            config.reload()
+    finally:
+        monkeypatch.delenv("CUDAKIT_PDL", raising=False)
+        config.reload()
+
+
 def test_attention_f16_parts_setting(monkeypatch):
     """CUDAKIT_ATTENTION_F16_PARTS: on unless set off, a yes/no value, anything else a ConfigError naming
     the variable; kernels/attention.py offers the float16-parts forward by it unless its F16_PARTS

@@ -87,3 +87,35 @@ def test_triton_config_types():
     with pytest.raises(cudakit.ArgumentError, match="num_warps must be a power of two"):
         cudakit.TritonConfig(num_warps=3)
     assert cudakit.TritonConfig({"B": 1}, 8, 2).num_warps == 8
+
+
+def test_pdl_constexpr_is_resolved_when_the_kernel_compiles(monkeypatch, tmp_path):
+    """A kernel's PDL constexpr left None is compiled as runtime.triton.pdl_supported says for the
+    device (and the compiled kernel marked for PDL launches only then); PDL asked on a device
+    below compute capability 9.0 is an ArgumentError naming the capability. sm_90 compiles, no GPU."""
+    pytest.importorskip("triton")
+    import types
+
+    from cudakit import config
+    from cudakit.errors import ArgumentError
+    from cudakit.kernels import _attention_triton as src
+    from cudakit.runtime import device
+    from cudakit.runtime import triton as rt
+    monkeypatch.setenv("CUDAKIT_CACHE_DIR", str(tmp_path))
+    config.reload()
+    cc = {"v": (9, 0)}
+    monkeypatch.setattr(device, "get_device_info", lambda dev: types.SimpleNamespace(compute_capability=cc["v"]))
+    k = rt.TritonKernel(src.zero_fill)
+    sig, opts = [("*fp32", True), ("i32", False)], {"num_warps": 4, "num_stages": 1}
+    try:
+        for supported in (True, False):
+            monkeypatch.setattr(rt, "pdl_supported", lambda dev, s=supported: s)
+            assert k._compile(sig, {"BLOCK": 128, "PDL": None}, opts, 0).pdl is supported
+        assert k._compile(sig, {"BLOCK": 128, "PDL": 2}, opts, 0).pdl is True   # (asked: whatever pdl_supported says)
+        assert k._compile(sig, {"BLOCK": 128, "PDL": False}, opts, 0).pdl is False
+        cc["v"] = (8, 0)
+        with pytest.raises(ArgumentError, match=r"PDL=True needs compute capability 9.0 or later \(got 8.0\)"):
+            k._compile(sig, {"BLOCK": 128, "PDL": True}, opts, 0)
+    finally:
+        monkeypatch.delenv("CUDAKIT_CACHE_DIR")
+        config.reload()
