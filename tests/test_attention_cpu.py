@@ -260,7 +260,7 @@ from cudakit.kernels.attention import _backward_configs, _config
 target = GPUTarget("cuda", 90, 32)
 def compile(fn, types, consts):
     names = [p.name for p in fn.params]
-    consts = dict(consts)
+    consts = dict(consts, **({"PDL": True} if "PDL" in names else {}))   # (as the runtime compiles for sm_90)
     opts = {k: consts.pop(k) for k in ("num_warps", "num_stages") if k in consts}
     sig, cidx = {}, {}
     rt = [n for n in names if n not in consts]

@@ -178,8 +178,8 @@ _pdl_devices: dict = {}   # device -> whether it and the launcher can take PDL l
 
 def pdl_supported(dev: int | None = None) -> bool:
     """Whether to compile kernels with their PDL constexpr set for device dev (default: the
-    current one): CUDAKIT_PDL on, compute capability 9.0 or later (griddepcontrol), and the
-    native launcher with the driver's cuLaunchKernelEx."""
+    current one): CUDAKIT_PDL on, compute capability 9.0 or later (griddepcontrol), a Triton with
+    gdc_wait, and the native launcher with the driver's cuLaunchKernelEx. Asked once a device."""
     from ..config import settings
     if not settings().pdl:
         return False
@@ -318,8 +318,7 @@ class TritonKernel:
         pdl = bool(consts.get("PDL")) and "PDL" in self._const_set
         if pdl and major < 9:
             raise ArgumentError(f"{self.name}: PDL={consts['PDL']!r} needs compute capability 9.0 or later "
-                                f"(got {major}.{minor}); "
-                                f"ask pdl_supported()")
+                                f"(got {major}.{minor}); leave it None to follow pdl_supported()")
         runtime_names = [p.name for p in self.params if not p.is_constexpr]
         signature, attrs, types = {}, {}, []
         rt = iter(zip(runtime_names, sig))
