@@ -6,8 +6,8 @@ arrays, each call behind an L2 flush (bench.timing's cold samples).
     CUDAKIT_DISPATCH_PLANS=0 python3 benchmarks/sweeps/attention_pdl.py [--shapes 1x16x256x80,...]
         [--fwd-only] [--out F]
 Dispatch plans must be off: each call then runs kernels/attention.py's Python, which reads
-attention.PDL (forced 2, 1 or False per provider: _attention_triton._pdl_start) when it specialises a kernel. Prints VARIANT
-lines: x torch of each provider, and the path taken."""
+attention.PDL (forced 2, 1 or False per provider: _attention_triton._pdl_start) when it
+specialises a kernel. Prints VARIANT lines: x torch of each provider, and the path taken."""
 import os
 import sys
 
@@ -18,6 +18,7 @@ import cudakit
 from cudakit.bench import timing
 from cudakit.kernels import attention as ka
 from cudakit.kernels import paths
+from _cases import attention_case
 from _results import dump_rows
 
 argv = sys.argv[1:]
@@ -59,8 +60,7 @@ def measure(tag, kind, fn, ref, path):
 
 
 def case(b, h, L, d, causal):
-    rng = cp.random.default_rng(0)
-    q, k, v, g = (rng.standard_normal((b, h, L, d), dtype=cp.float32) for _ in range(4))
+    _, _, _, (q, k, v, g) = attention_case(f"f32:{b}x{h}x{L}x{d}{'c' if causal else ''}")
     tq, tk, tv, tg = (torch.from_dlpack(a) for a in (q, k, v, g))
     tag = f"{b}x{h}x{L}x{d}{' causal' if causal else ''}"
     paths._last.pop("attention", None)

@@ -70,13 +70,16 @@ static int ck_launch_any(void* f, unsigned gx, unsigned gy, unsigned gz, unsigne
   return ck_launch_plain(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra);
 }
 
-static PyObject* set_launch(PyObject* self, PyObject* addr) {
+/* A nonzero address from a Python int, else NULL with ValueError "<fn> needs <what> (got 0)". */
+static void* ck_address(PyObject* addr, const char* fn, const char* what) {
   void* p = PyLong_AsVoidPtr(addr);
-  if (p == NULL && PyErr_Occurred()) return NULL;
-  if (p == NULL) {
-    PyErr_SetString(PyExc_ValueError, "set_launch needs the address of cuLaunchKernel (got 0)");
-    return NULL;
-  }
+  if (p == NULL && !PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s needs %s (got 0)", fn, what);
+  return p;
+}
+
+static PyObject* set_launch(PyObject* self, PyObject* addr) {
+  void* p = ck_address(addr, "set_launch", "the address of cuLaunchKernel");
+  if (p == NULL) return NULL;
   ck_launch_plain = (ck_launch_fn)p;
   ck_launch = ck_launch_any;
   Py_RETURN_NONE;
@@ -84,12 +87,8 @@ static PyObject* set_launch(PyObject* self, PyObject* addr) {
 
 /* set_launch_ex(address of cuLaunchKernelEx): what pdl_register needs */
 static PyObject* set_launch_ex(PyObject* self, PyObject* addr) {
-  void* p = PyLong_AsVoidPtr(addr);
-  if (p == NULL && PyErr_Occurred()) return NULL;
-  if (p == NULL) {
-    PyErr_SetString(PyExc_ValueError, "set_launch_ex needs the address of cuLaunchKernelEx (got 0)");
-    return NULL;
-  }
+  void* p = ck_address(addr, "set_launch_ex", "the address of cuLaunchKernelEx");
+  if (p == NULL) return NULL;
   ck_launch_ex = (ck_launchex_fn)p;
   Py_RETURN_NONE;
 }
@@ -97,12 +96,8 @@ static PyObject* set_launch_ex(PyObject* self, PyObject* addr) {
 /* pdl_register(CUfunction address) -> bool: whether its launches now carry the PDL attribute
  * (False: no cuLaunchKernelEx, or the set is full; it then launches as any other kernel) */
 static PyObject* pdl_register(PyObject* self, PyObject* addr) {
-  void* f = PyLong_AsVoidPtr(addr);
-  if (f == NULL && PyErr_Occurred()) return NULL;
-  if (f == NULL) {
-    PyErr_SetString(PyExc_ValueError, "pdl_register needs a CUfunction (got 0)");
-    return NULL;
-  }
+  void* f = ck_address(addr, "pdl_register", "a CUfunction");
+  if (f == NULL) return NULL;
   if (ck_launch_ex == NULL) Py_RETURN_FALSE;
   if (ck_pdl_has(f)) Py_RETURN_TRUE;
   if (ck_pdl_count >= CK_PDL_SLOTS / 2) Py_RETURN_FALSE;
