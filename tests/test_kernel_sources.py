@@ -90,7 +90,7 @@ def test_shared_pieces_come_from_their_files():
     assert _common.PREAMBLE == _common.cuda_file("_preamble.cuh") and "struct __align__(2) ck_half" in _common.PREAMBLE
     assert _common.PACK_HELPERS == _common.cuda_file("_pack_helpers.cuh")
     assert softmax.HELPERS == _common.PACK_HELPERS + _common.cuda_file("softmax_helpers.cuh")
-    assert softmax.SOURCE.startswith(_common.PREAMBLE + softmax.HELPERS)
+    assert softmax.SOURCE.startswith(_common.cuda_file("_pdl.cuh") + _common.PREAMBLE + softmax.HELPERS)
 
 
 def _kernel_bodies(text: str):

@@ -97,7 +97,7 @@ class KernelFamily:
 
     def __init__(self, source: str, name_expressions, source_name: str, group=None):
         self.source, self.source_name = source, source_name
-        # each kernel waits for the previous one first thing (CK_PDL_WAIT, _preamble.cuh): then they
+        # each kernel waits for the previous one first thing (CK_PDL_WAIT, _pdl.cuh): then they
         # are marked for programmatic dependent launch where the device takes it (a source with a
         # kernel more than waits is not; tests/test_kernel_sources.py checks that each kernel waits)
         self.pdl = 0 < source.count("__global__") == source.count("CK_PDL_WAIT();")

@@ -1,13 +1,4 @@
 
-// Programmatic dependent launch: every kernel of these sources calls CK_PDL_WAIT() first thing, which
-// waits for the kernel before it in the stream to finish and its writes to be visible. A kernel launched with
-// programmatic stream serialization (runtime/native.pdl_register, from compute capability 9.0)
-// may start as the previous kernel's programs exit; launched without it, the wait returns at once.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define CK_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
-#else
-#define CK_PDL_WAIT() ((void)0)
-#endif
 
 struct __align__(2) ck_half { unsigned short bits; };
 struct __align__(2) ck_bf16 { unsigned short bits; };

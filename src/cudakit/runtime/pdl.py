@@ -4,7 +4,7 @@ A kernel marked here (register) is launched by the native launcher with programm
 serialization (runtime/_native.c, cuLaunchKernelEx), so that its launch overlaps the end of the
 kernel before it in the stream instead of following that kernel's completion. Only a kernel that
 waits (griddepcontrol.wait) before it touches global memory may be marked: cudakit's CUDA C++
-kernels (CK_PDL_WAIT, kernels/_preamble.cuh) and Triton kernels compiled with a PDL constexpr set
+kernels (CK_PDL_WAIT, kernels/_pdl.cuh) and Triton kernels compiled with a PDL constexpr set
 (runtime/triton.py). CUDAKIT_PDL=0 marks none.
 """
 from __future__ import annotations
