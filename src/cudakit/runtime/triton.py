@@ -189,15 +189,12 @@ def pdl_supported(dev: int | None = None) -> bool:
     if ok is None:
         from . import native
         from .device import get_device_info
-        mod = native.module()
         try:
             from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
             gdc = True
         except ImportError:
             gdc = False
-        ok = _pdl_devices[dev] = (gdc and get_device_info(dev).compute_capability[0] >= 9 and mod is not None
-                                  and hasattr(mod, "pdl_register")
-                                  and native._cu_launch_kernel_address("cuLaunchKernelEx") is not None)
+        ok = _pdl_devices[dev] = gdc and get_device_info(dev).compute_capability[0] >= 9 and native.pdl_capable()
     return ok
 
 
