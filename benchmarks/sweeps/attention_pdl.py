@@ -65,7 +65,7 @@ def case(b, h, L, d, causal):
     tag = f"{b}x{h}x{L}x{d}{' causal' if causal else ''}"
     paths._last.pop("attention", None)
     out, lse = cudakit.attention_with_lse(q, k, v, causal=causal)   # (the first call chooses the path)
-    fwd_path = paths.last_paths().get("attention_with_lse", paths.last_paths().get("attention", "triton"))
+    fwd_path = paths.last_paths().get("attention", "triton")
     # the same output both ways, bit for bit (the launch attribute changes when kernels start, not what they do)
     ka.PDL = False
     plain = cudakit.attention(q, k, v, causal=causal)

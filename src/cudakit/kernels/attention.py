@@ -973,7 +973,8 @@ _F16_SMALL_GRID_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stag
 # small grids in one part and in the part count that fills two programs an SM (kp.filling_parts):
 # the two-stage tiles in 4 key parts on B1 H16 S256 D80 took two waves and ran 0.0286 ms against
 # 0.0227 in one part (H200, 2026-11-28 18:12 UTC, scripts/gpu_check_attention_f32.sh parts), while
-# the TF32 split forward, two programs an SM, gained from the same parts (0.0205 ms against 0.0294). With them (18:21 UTC, the same script,
+# the TF32 split forward, two programs an SM, gained from the same parts (0.0205 ms against 0.0294).
+# With them (18:21 UTC, the same script,
 # history/attention/nvidia-h200-attention-f32-f16-parts-one-stage.json) B2 H8 S256 D96 in 4 parts
 # ran 0.0216 ms, the fastest candidate (1.365x torch's float32 SDPA, was 1.305x on the TF32 split;
 # 1.307x on the same path at 18:25 UTC: calls this short vary by about 5% from run to run),

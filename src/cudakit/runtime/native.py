@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 _SOURCE = Path(__file__).with_name("_native.c")
 _lock = threading.Lock()
 _state: tuple | None = None     # (launch function or None, reason, module or None)
+_launch_ex = False              # whether _init gave the module cuLaunchKernelEx (pdl_capable)
 
 
 class NativeBuildError(RuntimeError):
@@ -127,14 +128,19 @@ def _cu_launch_kernel_address(name: str = "cuLaunchKernel") -> int | None:
         return None
 
 
+def pdl_capable() -> bool:
+    """Whether registered kernels launch with programmatic stream serialization: the native
+    launcher is loaded and was given the driver's cuLaunchKernelEx."""
+    return launcher() is not None and _launch_ex
+
+
 def pdl_register(func_ptr: int) -> bool:
     """Launch the CUfunction func_ptr with programmatic stream serialization from now on (every
     native launch path: kernel[grid], plans, replays), so that its launch overlaps the tail of the
     kernel before it in the stream; the kernel must wait (griddepcontrol.wait) before it touches
-    global memory. False where that cannot be done (no native launcher or no cuLaunchKernelEx):
-    it then launches as any other kernel, its wait a no-op."""
-    mod = module()
-    return bool(mod is not None and hasattr(mod, "pdl_register") and mod.pdl_register(func_ptr))
+    global memory. False where that cannot be done (not pdl_capable(), or the launcher's set is
+    full): it then launches as any other kernel, its wait a no-op."""
+    return pdl_capable() and bool(_state[2].pdl_register(func_ptr))
 
 
 def launcher():
@@ -287,7 +293,9 @@ def status() -> str:
 
 
 def _init() -> tuple:
+    global _launch_ex
     from ..config import settings
+    _launch_ex = False
     if not settings().native:
         reason = "disabled by CUDAKIT_NATIVE=0"
     else:
@@ -297,6 +305,7 @@ def _init() -> tuple:
             ex = _cu_launch_kernel_address("cuLaunchKernelEx")
             if ex:
                 mod.set_launch_ex(ex)
+                _launch_ex = True
             return mod.launch, "active", mod
         except (NativeBuildError, OSError, ImportError, subprocess.SubprocessError) as e:
             reason = str(e)

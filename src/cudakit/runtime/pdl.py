@@ -26,10 +26,7 @@ def supported(dev: int | None = None) -> bool:
     if ok is None:
         from . import native
         from .device import get_device_info
-        mod = native.module()
-        ok = _devices[dev] = (get_device_info(dev).compute_capability[0] >= 9 and mod is not None
-                              and hasattr(mod, "pdl_register")
-                              and native._cu_launch_kernel_address("cuLaunchKernelEx") is not None)
+        ok = _devices[dev] = get_device_info(dev).compute_capability[0] >= 9 and native.pdl_capable()
     return ok
 
 
