@@ -41,6 +41,7 @@ for name, fn, c in (("fwd", src.conv2d_fwd, fwd), ("dx", src.conv2d_fwd, dx), ("
                     ("dw_fwd", src.conv2d_direct_fwd, conv._dw_consts(geo, (2, 2), True, True, min(c, 8), min(k, 8))),
                     ("dw_wgrad", src.conv2d_direct_wgrad, conv.dw_wgrad_consts(geo, min(c, 8), min(k, 8)))):
     consts = {n: v for n, v in c.items() if n not in ("num_warps", "num_stages")}
+    consts["PDL"] = True   # (as the runtime compiles them for sm_90: runtime.triton.pdl_supported)
     names = list(fn.arg_names)
     sig = {n: "constexpr" if n in consts else pointers[name].get(n, "i32") for n in names}   # the rest: int32 sizes
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n][0] == "*"}

@@ -90,4 +90,45 @@ def test_shared_pieces_come_from_their_files():
     assert _common.PREAMBLE == _common.cuda_file("_preamble.cuh") and "struct __align__(2) ck_half" in _common.PREAMBLE
     assert _common.PACK_HELPERS == _common.cuda_file("_pack_helpers.cuh")
     assert softmax.HELPERS == _common.PACK_HELPERS + _common.cuda_file("softmax_helpers.cuh")
-    assert softmax.SOURCE.startswith(_common.PREAMBLE + softmax.HELPERS)
+    assert softmax.SOURCE.startswith(_common.cuda_file("_pdl.cuh") + _common.PREAMBLE + softmax.HELPERS)
+
+
+def _kernel_bodies(text: str):
+    """(name, the body's first statement) of each __global__ function of CUDA C++ text."""
+    import re
+    for m in re.finditer(r"__global__", text):
+        i = text.index("(", m.end())
+        if "__launch_bounds__" in text[m.end():i]:   # (its parenthesis first, then the name's)
+            i = text.index("(", text.index(")", i) + 1)
+        name = text[m.end():i].split()[-1]
+        depth, k = 0, i
+        while True:
+            depth += {"(": 1, ")": -1}.get(text[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        body = text[text.index("{", k) + 1:]
+        yield name, body.lstrip().split("\n", 1)[0].strip()
+
+
+@pytest.mark.parametrize("name", [n for n in _cuda_files() if n.endswith(".cu")])
+def test_every_kernel_waits_for_the_previous_one_first(name):
+    """Every kernel of the .cu files calls CK_PDL_WAIT() as its first statement, before it touches
+    global memory: they are launched with programmatic dependent launch where the device takes it
+    (runtime/pdl.py), so they may start before the kernel they read from has finished."""
+    text = (KERNELS_DIR / name).read_text()
+    kernels = list(_kernel_bodies(text))
+    assert kernels and all(first == "CK_PDL_WAIT();" for _, first in kernels), \
+        [k for k, first in kernels if first != "CK_PDL_WAIT();"]
+
+
+@pytest.mark.parametrize("modname", SOURCE_MODULES)
+def test_every_family_is_marked_for_pdl(modname):
+    """Each kernel family's source waits in each kernel (the count check of KernelFamily.pdl), so
+    its modules are marked for programmatic dependent launch; a source with a kernel that does not
+    wait would not be."""
+    from cudakit.kernels._common import KernelFamily
+    mod = importlib.import_module(f"cudakit.kernels.{modname}")
+    families = [mod._family] if hasattr(mod, "_family") else list(mod._families.values())
+    assert families and all(f.pdl for f in families)
+    assert not KernelFamily(mod.SOURCE + "\n__global__ void k(float* x) { x[0] = 0; }\n", [], "x.cu").pdl

@@ -133,6 +133,7 @@ def test_pdl_registered_functions_launch_through_launch_ex_with_the_attribute(tm
     cb_ex = LAUNCH_EX(fake_ex)
     m.set_launch_ex(ctypes.cast(cb_ex, ctypes.c_void_p).value)
     assert m.pdl_register(0x5000) is True and m.pdl_register(0x5000) is True   # (twice: one entry)
+    assert m.pdl_has(0x5000) is True and m.pdl_has(0x6000) is False
     assert m.launch(0x5000, 3, 2, 1, 128, 1, 1, 1024, 0xABC, b"i", 7) == 0
     assert ex == {"f": 0x5000, "dims": (3, 2, 1, 128, 1, 1), "smem": 1024, "stream": 0xABC, "n": 1, "id": 6,
                   "allowed": 1, "raw": struct.pack("<i", 7), "extra": None}

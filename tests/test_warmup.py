@@ -79,7 +79,7 @@ def test_a_family_compiles_the_group_of_the_kernel_asked_for(monkeypatch):
         def get_kernel(self, e):
             return (e, self.names)
 
-    monkeypatch.setattr(compiler, "compile_module", lambda src, name_expressions, source_name: (
+    monkeypatch.setattr(compiler, "compile_module", lambda src, name_expressions, source_name, pdl=False: (
         calls.append(tuple(name_expressions)) or Mod(tuple(name_expressions))))
     fam = KernelFamily("", ["k<1, x>", "k<2, x>", "k<1, y>"], "t.cu", group=lambda e: e.split(",")[1].strip(" >"))
     assert fam.groups() == {"x": ["k<1, x>", "k<2, x>"], "y": ["k<1, y>"]}

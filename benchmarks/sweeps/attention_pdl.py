@@ -6,7 +6,7 @@ arrays, each call behind an L2 flush (bench.timing's cold samples).
     CUDAKIT_DISPATCH_PLANS=0 python3 benchmarks/sweeps/attention_pdl.py [--shapes 1x16x256x80,...]
         [--fwd-only] [--out F]
 Dispatch plans must be off: each call then runs kernels/attention.py's Python, which reads
-attention.PDL (forced 2, 1 or False per provider: _attention_triton._pdl_start) when it
+attention.PDL (forced 2, 1 or False per provider: kernels/_triton_pdl._pdl_start) when it
 specialises a kernel. Prints VARIANT lines: x torch of each provider, and the path taken."""
 import os
 import sys

@@ -79,3 +79,21 @@ def test_example_script_on_cuda(script, dtype):
     assert r.returncode == 0, r.stderr
     losses = [float(line.split()[3]) for line in r.stdout.splitlines() if line.startswith("step ")]
     assert len(losses) == 30 and losses[-1] <= 0.7 * losses[0], r.stdout
+
+
+@pytest.mark.parametrize("script", ["train_gpt.py", "train_cnn.py"])
+def test_example_losses_are_the_same_with_and_without_pdl(script, tmp_path):
+    """Programmatic dependent launch changes when kernels start, not what they compute: the tiny
+    preset's bfloat16 losses with CUDAKIT_PDL=0 and at the default are the same, step for step (one
+    cache directory: the second run takes the first's path choices)."""
+    from cudakit.runtime import pdl
+    if not pdl.supported():
+        pytest.skip("no programmatic dependent launch here (compute capability below 9.0 or no cuLaunchKernelEx)")
+    runs = {}
+    for flag in ("0", "1"):
+        r = subprocess.run([sys.executable, str(EXAMPLES / script), "--backend", "cuda", "--preset", "tiny",
+                            "--steps", "10", "--dtype", "bfloat16"], capture_output=True, text=True, check=False,
+                           timeout=600, env=dict(os.environ, CUDAKIT_PDL=flag, CUDAKIT_CACHE_DIR=str(tmp_path)))
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[flag] = [line.split()[3] for line in r.stdout.splitlines() if line.startswith("step ")]
+    assert len(runs["0"]) == 10 and runs["0"] == runs["1"]

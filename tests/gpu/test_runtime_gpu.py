@@ -405,3 +405,23 @@ def test_backend_bound_to_device_1_creates_its_arrays_there():
         assert x.device.id == 1 and be1.empty(3).device.id == 1 and be1.device == "cuda:1"
         y = be1.add(x, x)
         assert y.device.id == 1 and cp.cuda.runtime.getDevice() == 0
+
+
+def test_own_kernels_are_marked_for_pdl_where_the_device_takes_it(cache_dir):
+    """The kernel families' functions (each waits for the previous kernel first, CK_PDL_WAIT) are
+    marked for programmatic dependent launch exactly where runtime.pdl.supported says so; a kernel
+    compiled by the user is not."""
+    from cudakit.kernels import elementwise, softmax
+    from cudakit.runtime import native, pdl
+    x = cp.ones((64, 256), cp.float32)
+    cudakit.softmax(cudakit.add(x, x))
+    cp.cuda.get_current_stream().synchronize()
+    dev = cp.cuda.runtime.getDevice()
+    mod = native.module()
+    fams = [elementwise._family, softmax._families["float32"]]
+    funcs = [f for fam in fams for (d, _), f in fam._functions.items() if d == dev]
+    funcs += [k._funcs[dev] for fam in fams for k in fam._kernels.values() if dev in k._funcs]
+    assert funcs and all(mod.pdl_has(f.ptr) == pdl.supported(dev) for f in funcs)
+    user = cudakit.compile(SCALE_SRC, "scale")
+    user[(1,), (32,)](x, np.float32(1.0), np.int64(32))
+    assert not mod.pdl_has(user._funcs[dev].ptr)

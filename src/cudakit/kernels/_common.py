@@ -97,6 +97,10 @@ class KernelFamily:
 
     def __init__(self, source: str, name_expressions, source_name: str, group=None):
         self.source, self.source_name = source, source_name
+        # each kernel waits for the previous one first thing (CK_PDL_WAIT, _pdl.cuh): then they
+        # are marked for programmatic dependent launch where the device takes it (a source with a
+        # kernel more than waits is not; tests/test_kernel_sources.py checks that each kernel waits)
+        self.pdl = 0 < source.count("__global__") == source.count("CK_PDL_WAIT();")
         self._names = name_expressions
         self._group = group or (lambda expr: None)
         self._lock = threading.Lock()
@@ -122,7 +126,7 @@ class KernelFamily:
             return
         from ..runtime.compiler import compile_module
         exprs = self.groups().get(key, [])
-        m = compile_module(self.source, name_expressions=exprs, source_name=self.source_name)
+        m = compile_module(self.source, name_expressions=exprs, source_name=self.source_name, pdl=self.pdl)
         with self._lock:
             for e in exprs:
                 self._kernels.setdefault(e, m.get_kernel(e))
@@ -134,7 +138,7 @@ class KernelFamily:
         from ..runtime.compiler import compile_module
         exprs = [e for e in dict.fromkeys(exprs) if e not in self._kernels]
         if exprs:
-            m = compile_module(self.source, name_expressions=exprs, source_name=self.source_name)
+            m = compile_module(self.source, name_expressions=exprs, source_name=self.source_name, pdl=self.pdl)
             with self._lock:
                 for e in exprs:
                     self._kernels.setdefault(e, m.get_kernel(e))

@@ -16,6 +16,8 @@ of K channels; image z takes group z % G's weight. The weight is laid out per gr
 import triton
 import triton.language as tl
 
+from ._triton_pdl import _pdl_start
+
 
 @triton.jit
 def _axis(i, n, U: tl.constexpr):
@@ -57,7 +59,8 @@ def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K] ([G K, 
                DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                HAS_BIAS: tl.constexpr, AFFINE: tl.constexpr, UH: tl.constexpr, UW: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREC: tl.constexpr,
-               W_KCRS: tl.constexpr = False):
+               W_KCRS: tl.constexpr = False,
+               PDL: tl.constexpr = None):
     """AFFINE: strides 1 and Q == Wd, so an output position pq reads x at pq + a per-tap constant (the
     loads coalesce along the positions); otherwise the row and column are computed per position.
     UH, UW > 1: x is read as if UH - 1 (UW - 1) zero rows (columns) followed each of its rows
@@ -65,6 +68,7 @@ def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K] ([G K, 
     taps landing on a multiple of UH (UW) read anything. W_KCRS: the weight read as the caller holds
     it, (G K, C, R, S), with gathered loads: for small weights (kernels/conv.py W_IN_PLACE), where a
     launch reordering it would cost more than the gather."""
+    _pdl_start(PDL)
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     n = tl.program_id(2).to(tl.int64)                     # image n of N G (its group: n % G)
@@ -112,12 +116,14 @@ def conv2d_wgrad(X, G, GW,     # X: [N NG, C, H, Wd]; G: [N NG, K, P, Q] (dL/dy)
                  N, C, H, Wd, K, P, Q, STEPS, NG,   # C, K: channels per group; NG: groups
                  SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                  DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr, AFFINE: tl.constexpr,
-                 BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+                 BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr,
+                 PDL: tl.constexpr = None):
     """GW[k, c, r, s] = sum over (n, p, q) of G[n, k, p, q] * x at tap (r, s): per tap a GEMM
     [K, N P Q] x [N P Q, C]. Program (group and channel tile, tap, split): split `sp` sums STEPS
     blocks of BLOCK_M positions (each within one image) starting at block sp * STEPS into its own
     slice of GW (conv2d_wgrad_finish sums the splits: no atomics, deterministic). Group g reads
     images n NG + g."""
+    _pdl_start(PDL)
     n_cb = tl.cdiv(C, BLOCK_C)
     n_t = tl.cdiv(K, BLOCK_K) * n_cb
     grp = tl.program_id(0) // n_t
@@ -157,8 +163,10 @@ def conv2d_wgrad(X, G, GW,     # X: [N NG, C, H, Wd]; G: [N NG, K, P, Q] (dL/dy)
 
 @triton.jit
 def conv2d_bias_grad(G, GB,     # G: [N, K, P*Q] (dL/dy); GB: [SPLIT, K] float32 partial sums
-                     N, K, PQ, IMAGES, BLOCK: tl.constexpr):
+                     N, K, PQ, IMAGES, BLOCK: tl.constexpr,
+                     PDL: tl.constexpr = None):
     """GB[sp, k] = sum of G[n, k, :] over the IMAGES images of split sp (program (k, sp))."""
+    _pdl_start(PDL)
     k = tl.program_id(0)
     sp = tl.program_id(1)
     offs = tl.arange(0, BLOCK)
@@ -172,8 +180,10 @@ def conv2d_bias_grad(G, GB,     # G: [N, K, P*Q] (dL/dy); GB: [SPLIT, K] float32
 
 @triton.jit
 def conv2d_wgrad_finish(PART, PART_B, GW, GB,   # PART: [SPLIT, n_w] float32; PART_B: [SPLIT_B, K]; GW: [n_w]; GB: [K]
-                        SPLIT, SPLIT_B, n_w, K, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+                        SPLIT, SPLIT_B, n_w, K, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+                        PDL: tl.constexpr = None):
     """GW = sum of PART over its splits (and GB of PART_B over its), rounded once to GW's dtype."""
+    _pdl_start(PDL)
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < n_w
     acc = tl.zeros([BLOCK], tl.float32)
@@ -191,9 +201,11 @@ def conv2d_wgrad_finish(PART, PART_B, GW, GB,   # PART: [SPLIT, n_w] float32; PA
 
 @triton.jit
 def conv2d_weight_layout(W, OUT,   # W: [G K, C, R*S] (conv2d's weight); OUT: [G, R*S, C, K], or [G, R*S, K, C] (INPUT_GRAD)
-                         K, C, RS, G, INPUT_GRAD: tl.constexpr, BLOCK: tl.constexpr):   # K, C: per group
+                         K, C, RS, G, INPUT_GRAD: tl.constexpr, BLOCK: tl.constexpr,   # K, C: per group
+                         PDL: tl.constexpr = None):
     """The weight as conv2d_fwd reads it: OUT[g, rs, c, k] = W[g K + k, c, rs]; for the input gradient
     (the convolution of dL/dy with the flipped weight) OUT[g, rs, k, c] = W[g K + k, c, RS - 1 - rs]."""
+    _pdl_start(PDL)
     j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = j < G * K * C * RS
     grp = j // (K * C * RS)
@@ -247,7 +259,8 @@ def conv2d_direct_fwd(X, W, B, Y,   # X: [NG CI, H, Wd]; W: [G CO, CI, R*S] ([G 
                       SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                       DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                       UH: tl.constexpr, UW: tl.constexpr, FLIP: tl.constexpr, HAS_BIAS: tl.constexpr,
-                      BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
+                      BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr,
+                      PDL: tl.constexpr = None):
     """Grouped convolution with few channels a group (depthwise: CI = CO = 1) by direct float32
     FMAs: y[n, g CO + co] = sum over ci and taps of x[n, g CI + ci] at the tap times
     w[g CO + co, ci, tap]. Program (BLOCK_Z (image, group) pairs z = n G + g, BLOCK_P output rows,
@@ -258,6 +271,7 @@ def conv2d_direct_fwd(X, W, B, Y,   # X: [NG CI, H, Wd]; W: [G CO, CI, R*S] ([G 
     UH, UW and FLIP: the input gradient (dL/dy read zero-interleaved, the taps reversed and the
     weight's channel axes swapped), as conv2d_fwd.
     Memory traffic: x once from DRAM (re-reads of its rows by neighbouring programs from L2), y once."""
+    _pdl_start(PDL)
     z = tl.program_id(0) * BLOCK_Z + tl.arange(0, BLOCK_Z)
     p0 = tl.program_id(1) * BLOCK_P
     q = tl.program_id(2) * BLOCK_Q + tl.arange(0, BLOCK_Q)
@@ -306,7 +320,8 @@ def conv2d_direct_wgrad(X, G, PART,   # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy
                         KB: tl.constexpr,   # filters a program (divides CO)
                         SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                         DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
-                        BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
+                        BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr,
+                        PDL: tl.constexpr = None):
     """Weight gradient of conv2d_direct_fwd: PART[sp, k CI + ci, tap] = sum of dL/dy[n, k] times
     x[n, (k // CO) CI + ci] at the tap over the STEPS tiles of split sp; program (input channel
     c = g CI + ci and block b of KB filters, sp) makes the rows of filters k = g CO + b KB + f, so
@@ -316,6 +331,7 @@ def conv2d_direct_wgrad(X, G, PART,   # X: [N, C, H, Wd]; G: [N, K, P, Q] (dL/dy
     accumulator per (filter, tap) (a tuple, unrolled), reduced once at the end.
     Memory traffic: x and dL/dy from DRAM once (x's planes re-read by the CO / KB filter blocks
     and dL/dy's by the CI channels of a group, from L2), KB R S floats a program."""
+    _pdl_start(PDL)
     xc = tl.program_id(0) // (CO // KB)   # a channel's filter blocks run next to each other (x from L2)
     sp = tl.program_id(1)
     k0 = (xc // CI) * CO + (tl.program_id(0) % (CO // KB)) * KB

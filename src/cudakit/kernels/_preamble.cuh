@@ -1,4 +1,5 @@
 
+
 struct __align__(2) ck_half { unsigned short bits; };
 struct __align__(2) ck_bf16 { unsigned short bits; };
 

@@ -256,7 +256,7 @@ def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts
 
 _special: dict = {}   # (kernel name, constexprs and launch options, PDL) -> its specialised TritonKernel
 # Programmatic dependent launch of these kernels (each waits for the kernel before it in the stream
-# first thing, _attention_triton._pdl_start): None as runtime.triton.pdl_supported says at compile
+# first thing, _triton_pdl._pdl_start): None as runtime.triton.pdl_supported says at compile
 # time (CUDAKIT_PDL, compute capability 9.0+); False, True (1) or 2 forces it off or that mode (an A/B
 # timing in one process, benchmarks/sweeps/attention_pdl.py, with dispatch plans off so that each
 # call reads it).

@@ -14,6 +14,7 @@ template <typename T>
 __global__ void __launch_bounds__(1024) ck_ce_prep(const void* __restrict__ targets, int t64, long long n,
                                                    long long C, long long ignore, long long* __restrict__ stat,
                                                    long long* __restrict__ err, long long code) {
+  CK_PDL_WAIT();
   __shared__ long long sh[3][32];
   long long cnt = 0, bad = 0, first = n;
   for (long long i = threadIdx.x; i < n; i += blockDim.x) {
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value) ck_ce_reg(
     const T* __restrict__ logits, const void* __restrict__ targets, int t64, const typename ck_traits<T>::acc* __restrict__ gl,
     int gl_rows, int mean, long long* __restrict__ stat, typename ck_traits<T>::acc* __restrict__ loss,
     T* __restrict__ grad, long long rows, int nvec, long long ignore, typename ck_traits<T>::acc* __restrict__ total) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -191,6 +193,7 @@ __global__ void __launch_bounds__(1024) ck_ce_loop(
     const T* __restrict__ logits, const void* __restrict__ targets, int t64, const typename ck_traits<T>::acc* __restrict__ gl,
     int gl_rows, int mean, long long* __restrict__ stat, typename ck_traits<T>::acc* __restrict__ loss,
     T* __restrict__ grad, int nvec, long long ignore, typename ck_traits<T>::acc* __restrict__ total) {
+  CK_PDL_WAIT();
   ck_ce_loop_row<T, V>(logits, targets, t64, gl, gl_rows, mean, stat, loss, grad, nvec, ignore);
   if (total) ck_ce_total(loss, (long long)gridDim.x, stat, mean, total);
 }
@@ -265,6 +268,7 @@ __device__ __forceinline__ void ck_ce_loop_row(
 template <typename C>
 __global__ void __launch_bounds__(1024) ck_ce_reduce(const C* __restrict__ loss_rows, long long n,
                                                      const long long* __restrict__ stat, int mean, C* __restrict__ out) {
+  CK_PDL_WAIT();
   __shared__ C red[CK_RED];
   C s = C(0);
   for (long long i = threadIdx.x; i < n; i += blockDim.x) s += loss_rows[i];

@@ -37,7 +37,7 @@ from .softmax import FWD_TARGET_NV, HELPER_FILES, LOOP_THREADS, fwd_bound, launc
 PREP_THREADS = 1024
 REDUCE_THREADS = 1024
 
-SOURCE_FILES = ("_preamble.cuh", *HELPER_FILES, "cross_entropy.cu")
+SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", *HELPER_FILES, "cross_entropy.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 

@@ -50,6 +50,7 @@ template <typename T, bool VEC>
 __global__ void __launch_bounds__(256, 4) ck_dropout(const T* __restrict__ x, T* __restrict__ y, long long n,
                                                   unsigned int k0, unsigned int k1, unsigned int thr,
                                                   typename ck_traits<T>::acc scale) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
   typedef ck_dp_item<T> I;
@@ -96,6 +97,7 @@ __global__ void __launch_bounds__(256, 4) ck_dropout(const T* __restrict__ x, T*
 template <bool VEC>
 __global__ void __launch_bounds__(256) ck_dropout_mask(unsigned char* __restrict__ m, long long n, unsigned int k0,
                                                        unsigned int k1, unsigned int thr) {
+  CK_PDL_WAIT();
   const long long ng = (n + 3) >> 2, nfull = n >> 2;
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < ng; g += stride) {
@@ -113,6 +115,7 @@ __global__ void __launch_bounds__(256) ck_dropout_mask(unsigned char* __restrict
 // w = {seed, 0}: the Seed and Offset words of cuDNN's dropout graphs (kernels/cudnn.py dropout_words), the
 // seed taken as the launch's argument. One thread; 16 bytes written.
 __global__ void ck_philox_words(long long* __restrict__ w, long long seed) {
+  CK_PDL_WAIT();
   w[0] = seed;
   w[1] = 0;
 }

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._common import FLOAT_DTYPE_NAMES, KernelFamily, ctype, cuda_source
 
-SOURCE_FILES = ("_preamble.cuh", "dropout.cu")
+SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "dropout.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 THREADS = 256

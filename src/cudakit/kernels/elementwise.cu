@@ -226,6 +226,7 @@ template <> __device__ __forceinline__ void ck_release<uint4>(const uint4* p) {}
 template <typename T, typename Op, int V, int U>
 __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
                               long long n, double p) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   const R* __restrict__ ra = reinterpret_cast<const R*>(a);
@@ -265,6 +266,7 @@ __global__ void ck_ew2_contig(const T* __restrict__ a, const T* __restrict__ b, 
 // x, out: [n] contiguous, pointers aligned to V * sizeof(T) bytes
 template <typename T, typename Op, int V, int U>
 __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long long n, double p) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   const R* __restrict__ rx = reinterpret_cast<const R*>(x);
@@ -302,6 +304,7 @@ __global__ void ck_ew1_contig(const T* __restrict__ x, T* __restrict__ out, long
 // a, b, out: strided views of the n-element output shape s.shape (strides s.s0, s.s1, s.s2)
 template <typename T, typename Op>
 __global__ void ck_ew2_strided(const T* a, const T* b, T* out, long long n, ck_strides3 s, double p) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   Op op;
   op.p = p;
@@ -320,6 +323,7 @@ __global__ void ck_ew2_strided(const T* a, const T* b, T* out, long long n, ck_s
 // x, out: strided views of the output shape s.shape (strides s.s0, s.s1)
 template <typename T, typename Op>
 __global__ void ck_ew1_strided(const T* x, T* out, long long n, ck_strides2 s, double p) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   Op op;
   op.p = p;

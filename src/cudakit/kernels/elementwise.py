@@ -22,7 +22,7 @@ from ..runtime.launch import launch_blocking
 from ._common import FLOAT_DTYPE_NAMES, KernelFamily, collapse, ctype, strides_struct_dtype, vec_width, cuda_source
 from . import ew_shapes
 
-SOURCE_FILES = ("_preamble.cuh", "elementwise.cu")
+SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "elementwise.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 MAX_GRID_X = 2**31 - 1

@@ -249,6 +249,7 @@ __global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value, 1) ck_ln_fwd_re
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ mean, typename ck_traits<T>::acc* __restrict__ rstd,
     long long rows, int cols, typename ck_traits<T>::acc eps) {
+  CK_PDL_WAIT();
   ck_norm_fwd_reg<T, V, NV, false>(x, w, b, y, mean, rstd, rows, cols, eps);
 }
 
@@ -256,6 +257,7 @@ template <typename T, int V, int NV>
 __global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value, 1) ck_rms_fwd_reg(
     const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ rstd, long long rows, int cols, typename ck_traits<T>::acc eps) {
+  CK_PDL_WAIT();
   ck_norm_fwd_reg<T, V, NV, true>(x, w, (const T*)0, y, (typename ck_traits<T>::acc*)0, rstd, rows, cols, eps);
 }
 
@@ -387,6 +389,7 @@ __global__ void __launch_bounds__(1024, 1) ck_ln_fwd_loop(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ mean, typename ck_traits<T>::acc* __restrict__ rstd,
     int cols, typename ck_traits<T>::acc eps) {
+  CK_PDL_WAIT();
   ck_norm_fwd_loop<T, V, false>(x, w, b, y, mean, rstd, cols, eps);
 }
 
@@ -394,6 +397,7 @@ template <typename T, int V>
 __global__ void __launch_bounds__(1024, 1) ck_rms_fwd_loop(
     const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     typename ck_traits<T>::acc* __restrict__ rstd, int cols, typename ck_traits<T>::acc eps) {
+  CK_PDL_WAIT();
   ck_norm_fwd_loop<T, V, true>(x, w, (const T*)0, y, (typename ck_traits<T>::acc*)0, rstd, cols, eps);
 }
 
@@ -518,6 +522,7 @@ __global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_ln_bwd_re
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
     T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  CK_PDL_WAIT();
   ck_norm_bwd_reg<T, V, NV, false>(dy, x, w, mean, rstd, dx, part, rows, cols, chunk);
 }
 
@@ -526,6 +531,7 @@ __global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_rms_bwd_r
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ rstd,
     T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  CK_PDL_WAIT();
   ck_norm_bwd_reg<T, V, NV, true>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, dx, part, rows, cols, chunk);
 }
 
@@ -608,6 +614,7 @@ __global__ void __launch_bounds__(1024, 1) ck_ln_bwd_loop(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
     T* __restrict__ dx, int cols) {
+  CK_PDL_WAIT();
   ck_norm_bwd_loop<T, V, false>(dy, x, w, mean, rstd, dx, cols);
 }
 
@@ -615,6 +622,7 @@ template <typename T, int V>
 __global__ void __launch_bounds__(1024, 1) ck_rms_bwd_loop(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ rstd, T* __restrict__ dx, int cols) {
+  CK_PDL_WAIT();
   ck_norm_bwd_loop<T, V, true>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, dx, cols);
 }
 
@@ -652,6 +660,7 @@ __global__ void ck_ln_bwd_cols(
     const T* __restrict__ dy, const T* __restrict__ x,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
     typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  CK_PDL_WAIT();
   ck_norm_bwd_cols<T, false>(dy, x, mean, rstd, part, rows, cols, chunk);
 }
 
@@ -659,6 +668,7 @@ template <typename T>
 __global__ void ck_rms_bwd_cols(
     const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ rstd,
     typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  CK_PDL_WAIT();
   ck_norm_bwd_cols<T, true>(dy, x, (const typename ck_traits<T>::acc*)0, rstd, part, rows, cols, chunk);
 }
 
@@ -668,6 +678,7 @@ __global__ void ck_rms_bwd_cols(
 template <typename T>
 __global__ void ck_norm_colsum(const typename ck_traits<T>::acc* __restrict__ part, T* __restrict__ out0,
                                T* __restrict__ out1, int nparts, int cols) {
+  CK_PDL_WAIT();
   typedef typename ck_traits<T>::acc C;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int p = blockIdx.y, np = gridDim.y;
@@ -690,6 +701,7 @@ template <typename T, int V>
 __global__ void __launch_bounds__(256, 1) ck_bn_stats(
     const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
     typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -742,6 +754,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_finalize(
     typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
     typename ck_traits<T>::acc* __restrict__ scale, int training,
     typename ck_traits<T>::acc momentum, typename ck_traits<T>::acc eps) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   __shared__ C sh[96];
@@ -776,6 +789,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
     const T* __restrict__ x, T* __restrict__ y, const typename ck_traits<T>::acc* __restrict__ mean,
     const typename ck_traits<T>::acc* __restrict__ scale, const T* __restrict__ beta,
     long long N, long long csv, long long sv) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -829,6 +843,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
     typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
     long long N, long long C_, long long sv, int training,
     typename ck_traits<T>::acc momentum, typename ck_traits<T>::acc eps) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -881,6 +896,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
     const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx, const T* __restrict__ gamma,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ invstd,
     T* __restrict__ dgamma, T* __restrict__ dbeta, long long N, long long C_, long long sv) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -934,6 +950,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
     const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
     typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
     long long N, long long csv, long long sv, long long chunk) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -993,6 +1010,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_finalize(
     T* __restrict__ dgamma, T* __restrict__ dbeta, typename ck_traits<T>::acc* __restrict__ ka,
     typename ck_traits<T>::acc* __restrict__ kb, typename ck_traits<T>::acc* __restrict__ kd,
     typename ck_traits<T>::acc count) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   __shared__ C red[64];
@@ -1020,6 +1038,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ ka,
     const typename ck_traits<T>::acc* __restrict__ kb, const typename ck_traits<T>::acc* __restrict__ kd,
     long long N, long long csv, long long sv) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;

@@ -29,7 +29,7 @@ from ..runtime.compiler import _launch_function
 from . import _planned
 from ._common import _ITEMSIZE, FLOAT_DTYPE_NAMES, KernelFamily, by_template, ctype, dtype_name, vec_width, cuda_source
 
-SOURCE_FILES = ("_preamble.cuh", "_pack_helpers.cuh", "normalization.cu")
+SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "_pack_helpers.cuh", "normalization.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 # ------------------------------------------------------------------------------------------

@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(CK_OPT_THREADS)
 ck_adam_mt(const long long* __restrict__ tensors, const long long* __restrict__ grads,
            const long long* __restrict__ blocks, S omb1, S beta2, S omb2, S neg_step, S bc2_sqrt,
            S eps, S wd, S decay, int flags, const S* __restrict__ dyn) {
+  CK_PDL_WAIT();
   // dyn (null, or [3] = neg_step, bc2_sqrt, decay): the per-step scalars read from device memory,
   // so a CUDA graph replaying this launch sees each step's values (written before each replay)
   ck_adam_op<S, AMSGRAD> op;
@@ -227,6 +228,7 @@ __global__ void __launch_bounds__(CK_OPT_THREADS)
 ck_sgd_mt(const long long* __restrict__ tensors, const long long* __restrict__ grads,
           const long long* __restrict__ blocks, S neg_lr, S wd, S momentum, S omd, int flags,
           const S* __restrict__ dyn) {
+  CK_PDL_WAIT();
   // dyn (null, or [2] = -lr, first step (1) or not (0)): per-step values from device memory (graphs)
   ck_sgd_op<S, MOMENTUM> op;
   op.neg_lr = dyn ? dyn[0] : neg_lr; op.wd = wd; op.momentum = momentum; op.omd = omd;

@@ -44,7 +44,7 @@ CHUNK = 8192      # CK_OPT_CHUNK: elements per block
 UNROLL = 1        # CK_OPT_UNROLL: 16-byte packs per stream and thread loaded before first use
 ROW = 8           # int64 words per tensor in the `tensors` table
 
-SOURCE_FILES = ("_preamble.cuh", "optimizers.cu")
+SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "optimizers.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 # flags (the CK_* defines of optimizers.cu)

@@ -35,6 +35,7 @@ __device__ __forceinline__ int ck_pool_argmax(const T* __restrict__ x, const ck_
 template <typename T, bool AVG>
 __global__ void __launch_bounds__(256) ck_pool2d(const T* __restrict__ x, T* __restrict__ y, long long planes,
                                                  CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
@@ -65,6 +66,7 @@ template <typename T, bool AVG>
 __global__ void __launch_bounds__(256) ck_pool2d_backward(const T* __restrict__ x, const T* __restrict__ gy,
                                                           T* __restrict__ gx, long long planes,
                                                           CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
@@ -98,6 +100,7 @@ template <typename T, bool AVG>
 __global__ void __launch_bounds__(256) ck_pool2d_backward_cells(const T* __restrict__ x, const T* __restrict__ gy,
                                                                 T* __restrict__ gx, long long planes,
                                                                 CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;

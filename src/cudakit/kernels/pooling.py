@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ShapeError
 from ._common import FLOAT_DTYPE_NAMES, KernelFamily, by_template, ctype, cuda_source
 
-SOURCE_FILES = ("_preamble.cuh", "pooling.cu")
+SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "pooling.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 THREADS = 256

@@ -207,6 +207,7 @@ __global__ void __launch_bounds__(256) ck_red_rows(
     typename ck_traits<T>::acc* __restrict__ w0, typename ck_traits<T>::acc* __restrict__ w1,
     typename ck_traits<T>::acc* __restrict__ w2, long long* __restrict__ wi,
     long long outer, long long nvec, typename ck_traits<T>::acc div) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -286,6 +287,7 @@ __global__ void __launch_bounds__(256, ck_cols_min_blocks<OP>::value) ck_red_col
     typename ck_traits<T>::acc* __restrict__ w0, typename ck_traits<T>::acc* __restrict__ w1,
     typename ck_traits<T>::acc* __restrict__ w2, long long* __restrict__ wi,
     long long outer, long long R_, long long ivec, int tiles, typename ck_traits<T>::acc div) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -371,6 +373,7 @@ __global__ void __launch_bounds__(256) ck_red_final(
     const typename ck_traits<T>::acc* __restrict__ w0, const typename ck_traits<T>::acc* __restrict__ w1,
     const typename ck_traits<T>::acc* __restrict__ w2, const long long* __restrict__ wi,
     O* __restrict__ out, long long n_out, int nsplit, typename ck_traits<T>::acc div) {
+  CK_PDL_WAIT();
   typedef typename ck_traits<T>::acc C;
   const long long q = (long long)blockIdx.x * blockDim.y + threadIdx.y;
   const bool live = q < n_out;
@@ -398,6 +401,7 @@ __global__ void __launch_bounds__(256) ck_red_expand(
     const T* __restrict__ g, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
     const long long* __restrict__ idx, T* __restrict__ dx, long long npacks, long long R_, long long inner,
     typename ck_traits<T>::acc scale) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;

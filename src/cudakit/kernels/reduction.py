@@ -37,7 +37,7 @@ from ..runtime.compiler import _launch_function
 from . import _planned
 from ._common import FLOAT_DTYPE_NAMES, KernelFamily, by_template, ctype, dtype_name, vec_width, cuda_source
 
-SOURCE_FILES = ("_preamble.cuh", "reduction.cu")
+SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "reduction.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 # ------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 template <typename T, int V, int NV>
 __global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value) ck_softmax_fwd_reg(
     const T* __restrict__ x, T* __restrict__ y, long long rows, int nvec, int is_log) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(ck_fwd_bound<T, V, NV>::value) ck_softmax_fwd_
 template <typename T, int V>
 __global__ void __launch_bounds__(1024) ck_softmax_fwd_loop(
     const T* __restrict__ x, T* __restrict__ y, int nvec, int is_log) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -122,6 +124,7 @@ template <typename T, int V, int NV> struct ck_bwd_bound {
 template <typename T, int V, int NV>
 __global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value) ck_softmax_bwd_reg(
     const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ dx, long long rows, int nvec, int is_log) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -190,6 +193,7 @@ __device__ __forceinline__ void ck_cp_wait() {
 template <typename T, int V, int NV>
 __global__ void __launch_bounds__(1024) ck_softmax_bwd_smem(
     const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ dx, int nvec, int is_log) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -244,6 +248,7 @@ __global__ void __launch_bounds__(1024) ck_softmax_bwd_smem(
 template <typename T, int V>
 __global__ void __launch_bounds__(1024) ck_softmax_bwd_loop(
     const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ dx, int nvec, int is_log) {
+  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;

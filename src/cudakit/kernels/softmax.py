@@ -42,7 +42,7 @@ from ._common import FLOAT_DTYPE_NAMES, KernelFamily, by_template, ctype, dtype_
 HELPER_FILES = ("_pack_helpers.cuh", "softmax_helpers.cuh")
 HELPERS = cuda_source(*HELPER_FILES)
 
-SOURCE_FILES = ("_preamble.cuh", *HELPER_FILES, "softmax.cu")
+SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", *HELPER_FILES, "softmax.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 # ------------------------------------------------------------------------------------------

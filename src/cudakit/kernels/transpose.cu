@@ -67,6 +67,7 @@ template <int C, typename I>
 __global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_rows(const typename ck_tr_raw<C>::type* __restrict__ x,
                                                             typename ck_tr_raw<C>::type* __restrict__ y,
                                                             ck_tr_rows_p p) {
+  CK_PDL_WAIT();
   for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) ck_tr_rows_tile<C, I>(x, y, p, t, threadIdx.x);
 }
 
@@ -165,6 +166,7 @@ __host__ __device__ __forceinline__ void ck_tr_runs_store(T* __restrict__ y, con
 template <typename T, typename I, bool STAGED, int G>
 __global__ void __launch_bounds__(CK_TR_THREADS) ck_tr_runs(const T* __restrict__ x, T* __restrict__ y,
                                                             ck_tr_runs_p p) {
+  CK_PDL_WAIT();
   __shared__ T buf[STAGED ? CK_TR_THREADS * ck_tr_max_run<T>::N : 1];
   for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) {
     ck_tr_runs_load<T, I, STAGED, G>(x, y, buf, p, t, threadIdx.x);
@@ -311,6 +313,7 @@ __host__ __device__ __forceinline__ void ck_tr_tile_store(T* __restrict__ y, con
 // Shared memory: TK * TA * sizeof(T) <= 16 KB. Traffic: x.nbytes read + x.nbytes written.
 template <typename T, int C>
 __global__ void __launch_bounds__(CK_TR_THREADS, 4) ck_tr_tile(const T* __restrict__ x, T* __restrict__ y, ck_tr_tile_p p) {
+  CK_PDL_WAIT();
   typedef ck_tr_geom<T, C> G;
   __shared__ __align__(16) T tile_smem[G::TK * G::TA];
   for (long long t = blockIdx.x; t < p.ntiles; t += gridDim.x) {

@@ -35,7 +35,7 @@ import numpy as np
 
 from ._common import KernelFamily, collapse, cuda_source
 
-SOURCE_FILES = ("transpose.cu",)
+SOURCE_FILES = ("_pdl.cuh", "transpose.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 THREADS = 256

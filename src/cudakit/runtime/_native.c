@@ -108,6 +108,13 @@ static PyObject* pdl_register(PyObject* self, PyObject* addr) {
   Py_RETURN_TRUE;
 }
 
+/* pdl_has(CUfunction address) -> bool: whether its launches carry the PDL attribute */
+static PyObject* pdl_has(PyObject* self, PyObject* addr) {
+  void* f = ck_address(addr, "pdl_has", "a CUfunction");
+  if (f == NULL) return NULL;
+  return PyBool_FromLong(ck_pdl_has(f));
+}
+
 /* One parameter into its 8-byte slot. Codes: 'Q' 8-byte integer (pointer, int64 or uint64; a
  * negative int is stored as its two's complement), 'i' 4-byte integer, 'h' 2-byte integer (the bit
  * pattern of a 16-bit float), 'f' float32, 'd' float64. */
@@ -1869,6 +1876,7 @@ static PyMethodDef methods[] = {
     {"set_launch_ex", (PyCFunction)set_launch_ex, METH_O, "set_launch_ex(address of cuLaunchKernelEx)"},
     {"pdl_register", (PyCFunction)pdl_register, METH_O,
      "pdl_register(CUfunction) -> whether its launches carry the programmatic-serialization attribute"},
+    {"pdl_has", (PyCFunction)pdl_has, METH_O, "pdl_has(CUfunction) -> whether pdl_register took it"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, smem, stream, codes, *values) -> CUresult"},
     {"lt_matmul", (PyCFunction)(void (*)(void))lt_matmul, METH_FASTCALL,

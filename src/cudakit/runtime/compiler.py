@@ -248,10 +248,12 @@ def _nvrtc_compile(source, opts, names, source_name):
 
 
 class Module:
-    """A compiled binary, loaded lazily on each device that launches from it."""
+    """A compiled binary, loaded lazily on each device that launches from it. pdl: every kernel of
+    it waits for the previous kernel first thing (CK_PDL_WAIT), so each is marked for programmatic
+    dependent launch where runtime.pdl.supported."""
 
-    def __init__(self, binary: bytes, mapping: dict | None = None, name: str = "module"):
-        self.binary, self.mapping, self.name = binary, dict(mapping or {}), name
+    def __init__(self, binary: bytes, mapping: dict | None = None, name: str = "module", pdl: bool = False):
+        self.binary, self.mapping, self.name, self.pdl = binary, dict(mapping or {}), name, pdl
         self._loaded: dict[int, object] = {}
 
     def _on(self, dev: int):
@@ -298,6 +300,10 @@ class Kernel:
             self._funcs[dev] = f
             self._limits[dev] = (self._attr(f, "max_threads_per_block"),
                                  self._attr(f, "max_dynamic_shared_memory"))
+            if self.module.pdl:
+                from . import pdl
+                if pdl.supported(dev):
+                    pdl.register(f.ptr)
         return f
 
     @staticmethod
@@ -420,10 +426,11 @@ def _native_args(args):
 
 
 def compile_module(source: str, options=(), name_expressions=(), source_name: str = "cudakit_kernel.cu",
-                   arch: str | None = None) -> Module:
-    """Compile CUDA C++ source with NVRTC into a Module (see compile())."""
+                   arch: str | None = None, pdl: bool = False) -> Module:
+    """Compile CUDA C++ source with NVRTC into a Module (see compile()); pdl: every kernel of the
+    source calls CK_PDL_WAIT() first (Module)."""
     binary, mapping = compile_to_cubin(source, options, name_expressions, arch, source_name)
-    return Module(binary, mapping, source_name)
+    return Module(binary, mapping, source_name, pdl)
 
 
 def compile(source: str, name: str, options=(), name_expressions=(), source_name: str | None = None,

@@ -163,8 +163,8 @@ class _Compiled:
             if self.shared > 48 * 1024:
                 self.kernel.set_max_dynamic_shared_memory(self.shared)
             if self.pdl:
-                from . import native
-                native.pdl_register(f.ptr)
+                from . import pdl
+                pdl.register(f.ptr)
         return f
 
     def launcher(self, dev: int, f):
@@ -173,29 +173,21 @@ class _Compiled:
         return fl
 
 
-_pdl_devices: dict = {}   # device -> whether it and the launcher can take PDL launches
+_gdc: list = []   # [whether this Triton has gdc_wait], asked once
 
 
 def pdl_supported(dev: int | None = None) -> bool:
     """Whether to compile kernels with their PDL constexpr set for device dev (default: the
-    current one): CUDAKIT_PDL on, compute capability 9.0 or later (griddepcontrol), a Triton with
-    gdc_wait, and the native launcher with the driver's cuLaunchKernelEx. Asked once a device."""
-    from ..config import settings
-    if not settings().pdl:
-        return False
-    if dev is None:
-        dev = (_get_device or _first_use().cuda.runtime.getDevice)()
-    ok = _pdl_devices.get(dev)
-    if ok is None:
-        from . import native
-        from .device import get_device_info
+    current one): runtime.pdl.supported (CUDAKIT_PDL, compute capability 9.0 or later, the native
+    launcher with cuLaunchKernelEx) and a Triton with gdc_wait."""
+    if not _gdc:
         try:
             from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
-            gdc = True
+            _gdc.append(True)
         except ImportError:
-            gdc = False
-        ok = _pdl_devices[dev] = gdc and get_device_info(dev).compute_capability[0] >= 9 and native.pdl_capable()
-    return ok
+            _gdc.append(False)
+    from . import pdl
+    return _gdc[0] and pdl.supported(dev)
 
 
 def _param_code(t: str) -> str:
