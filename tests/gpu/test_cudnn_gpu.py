@@ -75,6 +75,56 @@ def test_conv2d_channels_last_runs_cudnn_in_place(geo, dtype, rng, only_cudnn):
     assert kinds >= {"conv_fprop", "conv_dgrad", "conv_wgrad"}, list(cudnn._graphs)
 
 
+GROUPED = [((2, 16, 9, 7, 32, 3, 3, 1, 1, 1), 2), ((3, 32, 13, 11, 32, 3, 2, (2, 1), (1, 2), 1), 4),
+           ((2, 16, 10, 10, 16, 3, 3, 1, 1, 1), 16), ((2, 64, 14, 14, 32, 1, 1, 2, 0, 1), 8),
+           ((2, 24, 12, 12, 48, 3, 3, 1, 2, 2), 3)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("geo,groups", GROUPED)
+def test_conv2d_grouped_cudnn(geo, groups, dtype, rng, only_cudnn):
+    """Grouped convolutions (depthwise, groups = channels = filters, among them) on cuDNN, forward
+    and backward, against float64: cuDNN reads the group count off the weight's C / groups, on
+    graphs of their own (the weight's shape is in the signature)."""
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups=groups)
+    shapes = {key[2] for key in cudnn._graphs if isinstance(key, tuple) and key[0] == "conv_fprop"}
+    assert (k, c // groups, r, s) in shapes, shapes
+
+
+@pytest.mark.parametrize("geo,groups", GROUPED[:3])
+def test_conv2d_grouped_cudnn_channels_last_and_tf32(geo, groups, rng, only_cudnn, float32_precision):
+    """Grouped convolutions on cuDNN: channels-last bfloat16 (both forms, read in place) and float32
+    under precision "tf32" (cuDNN's TF32 engines), against float64."""
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, "bfloat16", groups=groups)
+    float32_precision("tf32")
+    cc.check_conv2d(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, "float32", groups=groups,
+                    product_u=cc.PRODUCT_U["tf32"])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_grouped_conv2d_plans_replay_cudnn(dtype, rng, only_cudnn):
+    """After a grouped call's checked run on cuDNN, conv2d's and conv2d_backward's dispatch plans
+    replay cuDNN's graphs: the forward bitwise, the gradients as cuDNN's engines sum them."""
+    from cudakit import dispatch
+    dispatch.clear()
+    x = cp.asarray(data(rng, (3, 32, 11, 9), dtype))
+    w = cp.asarray(data(rng, (64, 8, 3, 3), dtype))
+    b = cp.asarray(data(rng, (64,), dtype))
+    g = cp.asarray(data(rng, (3, 64, 11, 9), dtype))
+    runs = [(cudakit.conv2d(x, w, b, 1, 1, 1, 4),) + tuple(cudakit.conv2d_backward(g, x, w, 1, 1, 1, True, 4))
+            for _ in range(3)]
+    planned = [p for (op, _), p in dispatch._plans.items() if op in ("conv2d", "conv2d_backward")]
+    # path_plans' own plans, which replay cuDNN's graphs (the own kernels' would be traced Replays)
+    assert len(planned) == 2 and all(getattr(p, "__module__", None) == "cudakit.kernels.path_plans"
+                                     for p in planned), planned
+    cp.testing.assert_array_equal(runs[0][0], runs[2][0])
+    for a, b_ in zip(runs[0][1:], runs[2][1:]):
+        cp.testing.assert_allclose(a.astype(cp.float32), b_.astype(cp.float32), rtol=2e-2, atol=2e-3)
+    dispatch.clear()
+
+
 @pytest.fixture
 def cudnn_krsc(monkeypatch):
     """Every conv2d pass that offers the channels-last weight path ("cudnn-krsc") takes it, the

@@ -192,3 +192,30 @@ def test_the_planned_fast_call_equals_the_checked_reduce(dtype, rng, monkeypatch
     with cudakit.profile() as prof:
         cudakit.sum(x)
     assert [r["name"] for r in prof.table()][0].startswith("ck_red_")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 7, 5, 9), (32, 24, 28, 28), (1, 5, 1, 1), (4, 3, 11), (0, 6, 4, 4),
+                                   (2, 4, 0, 3)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_channel_sum_against_float64(rng, shape, dtype, channels_last):
+    """reduction.channel_sum (a convolution's bias gradient, every axis but 1 summed): C-contiguous
+    and channels-last views, empty ones, against a float64 sum, in g's dtype, rounded once."""
+    from helpers import data
+    from cudakit.kernels.reduction import channel_sum
+    g = data(rng, shape, dtype)
+    want = g.astype(np.float64).sum(axis=(0,) + tuple(range(2, g.ndim)))
+    if channels_last and g.ndim == 4:
+        d = cp.asarray(np.ascontiguousarray(g.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+        if 0 not in shape and shape[1] > 1 and shape[2] * shape[3] > 1:   # (else both layouts are one memory)
+            assert not d.flags.c_contiguous
+    else:
+        d = cp.asarray(g)
+    got = channel_sum(d)
+    assert got.shape == (shape[1],) and got.dtype == np_dtype(dtype)
+    # float32 sums (blocked: at most a few hundred roundings deep) rounded once to the dtype
+    mag = np.abs(g.astype(np.float64)).sum(axis=(0,) + tuple(range(2, g.ndim)))
+    eps = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}[dtype]
+    bound = np.abs(want) * eps + mag * 256 * (2.0**-24 if dtype != "float64" else 2.0**-53) + 1e-30
+    err = np.abs(_host(got).astype(np.float64) - want)
+    assert (err <= 2 * bound).all(), (err.max(), bound.min())

@@ -145,8 +145,8 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
 
     def _conv_paths(self, op, dtype, x_shape, w_shape, geo, groups, key, layout, with_cudnn, with_own):
         """The result of conv2d's faster path for this signature (kernels/paths.py, which records
-        the choice for the dispatch plans of kernels/path_plans.py): cuDNN (groups 1, 16-bit or
-        float32 under precision "tf32", the `cudnn` extra installed; with_cudnn(weight_cl), and for
+        the choice for the dispatch plans of kernels/path_plans.py): cuDNN (any groups, 16-bit or
+        float32 under precision "tf32" or "ieee", the `cudnn` extra installed; with_cudnn(weight_cl), and for
         channels-last activations with a window the weight given channels-last too,
         cudnn.krsc_offered) and cudakit's implicit-GEMM or direct kernels; None for the im2col path
         when neither takes the call."""
@@ -154,7 +154,7 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         name = conv.dtype_name(dtype)
         k = w_shape[0]
         candidates = []
-        if groups == 1 and cudnn.wanted() and cudnn.conv_dtype_ok(name):
+        if cudnn.wanted() and cudnn.conv_dtype_ok(name):   # (groups: cuDNN reads them off the weight's C / groups)
             candidates.append(("cudnn", lambda: with_cudnn(False)))
             if cudnn.krsc_offered(layout, w_shape, dtype):
                 candidates.append(("cudnn-krsc", lambda: with_cudnn(True)))

@@ -590,7 +590,8 @@ def conv_dgrad(grad_out, w, x_shape, geo, weight_cl: bool = False):
 def conv_wgrad(grad_out, x, w_shape, geo, bias: bool, weight_cl: bool = False, out_cl: bool = False):
     """(dL/dw (w_shape), dL/db (K,) or None) of conv2d for grad_out (N, K, Ho, Wo) and x (N, C, H, W),
     both C-contiguous or both views of channels-last memory: cuDNN's wgrad (float32 accumulation,
-    rounded once to x's dtype) and the bias gradient as a float32 sum of grad_out over (N, Ho, Wo);
+    rounded once to x's dtype) and the bias gradient as a float32 sum of grad_out over (N, Ho, Wo)
+    (reduction.channel_sum);
     None when cuDNN declines. weight_cl: dL/dw written channels-last (as conv_fprop's); out_cl:
     dL/dw returned channels-last (for a channels-last weight), else C-contiguous, copied where
     cuDNN wrote the other layout. FLOPs: 2 N K Ho Wo C R S."""
@@ -603,9 +604,8 @@ def conv_wgrad(grad_out, x, w_shape, geo, bias: bool, weight_cl: bool = False, o
     if dw is None:
         return None
     dw = as_weight_layout(dw, out_cl)
-    cp = _cupy.cupy()
-    db = grad_out.sum(axis=(0, 2, 3), dtype=cp.float32).astype(x.dtype) if bias else None
-    return dw, db
+    from .reduction import channel_sum
+    return dw, (channel_sum(grad_out) if bias else None)
 
 
 def g_io(dt, dtype_name: str):

@@ -604,8 +604,7 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
         return None   # (the Triton kernels: a plan traced from the checked call, ops._planner)
     if layout == "nhwc" and "triton" in (wg[0], dg[0]):
         return None   # the own kernels copy channels-last data: the checked path does that
-    cp = _cupy.cupy()
-    f32 = cp.float32
+    from .reduction import channel_sum
     new_gx = _new_nchw(layout)   # dL/dx in x's layout, as cudnn.conv_dgrad makes it
     x_shape, g_ = tuple(x.shape), groups
     if wg[0] == "cudnn":
@@ -614,7 +613,7 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
         def weight_grad(grad_out, x):
             gw = cudnn.new_nchw(w_shape, x.dtype, written_cl)
             run_w(x.data.ptr, grad_out.data.ptr, gw.data.ptr)
-            gb = grad_out.sum(axis=(0, 2, 3), dtype=f32).astype(x.dtype) if bias else None
+            gb = channel_sum(grad_out) if bias else None
             return cudnn.as_weight_layout(gw, w_cl), gb   # (in the weight's layout, as the checked call returns it)
     else:
         def weight_grad(grad_out, x):

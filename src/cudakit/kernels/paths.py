@@ -51,7 +51,9 @@ def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bo
     the activations ("nhwc": channels-last, which cuDNN reads in place and the own kernels copy;
     "krsc" after it where the channels-last weight path is offered, cudnn.krsc_offered: a choice
     kept on disk from before that path existed is not reused; "wcl" after that where the weight
-    (or, for "wgrad", dL/dw) is channels-last: the paths that read it C-contiguous copy it)."""
+    (or, for "wgrad", dL/dw) is channels-last: the paths that read it C-contiguous copy it; and
+    "grouped-cudnn" last for groups > 1, whose choices kept on disk from before cuDNN was a
+    candidate for them (2026-11-28) were made among cudakit's own kernels alone)."""
     from .. import config
     from ..runtime import _cupy
     from .cudnn import krsc_offered
@@ -59,7 +61,8 @@ def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bo
     prec = config.float32_precision() if name == "float32" else ""
     tags = () if layout == "nchw" else (layout, "krsc") if krsc_offered(layout, w_shape, dtype) else (layout,)
     return (kind, tuple(x_shape), tuple(w_shape), geo, groups, bool(bias), name, prec,
-            _cupy.cupy().cuda.runtime.getDevice()) + tags + (("wcl",) if weight_cl else ())
+            _cupy.cupy().cuda.runtime.getDevice()) + tags + (("wcl",) if weight_cl else ()) \
+        + (("grouped-cudnn",) if groups > 1 else ())
 
 
 def chosen(op: str, key):
