@@ -1,4 +1,4 @@
-# Sourced by scripts/gpu_check.sh and gpu_check_distributed.sh: the `cudnn` extra's frontend, carried
+# Sourced by scripts/gpu_check.sh, gpu_check_distributed.sh and device_env.sh: the `cudnn` extra's frontend, carried
 # as a wheel in .carry/wheels (git-ignored; pass carry=[".carry"]). The image has cuDNN's runtime
 # (torch's nvidia-cudnn-cu13), not the frontend: installed into a private directory, with the
 # runtime's lib directory on LD_LIBRARY_PATH. CUDAKIT_CUDNN=0 runs without it.

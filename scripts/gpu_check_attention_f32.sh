@@ -19,11 +19,8 @@
 # rows go to $OUT/f16-shapes.json, whole logs to $OUT/tests.log and $OUT/sweep.log.
 # Lines: TUNE <bh>x<lq>x<lk>x<d> <candidate> <ms>, VARIANT (the sweep's).
 set -u
-OUT=${OUT:-/tmp/cudakit-out}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD/src:$PWD/tests" PYTHONUNBUFFERED=1 CUDAKIT_CACHE_DIR=${CUDAKIT_CACHE_DIR:-/tmp/ck-f16}
-. scripts/cudnn_env.sh >/dev/null 2>&1
-date -u +"%Y-%m-%dT%H:%M:%SZ"; nvidia-smi --query-gpu=name --format=csv,noheader
+: "${CUDAKIT_CACHE_DIR:=/tmp/ck-f16}"
+. scripts/device_env.sh
 case "${1:-parts}" in
   parts)
     timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_attention_gpu.py -k f16_parts \

@@ -6,11 +6,8 @@
 #   bash scripts/gpu_check_conv_grouped.sh     # TEST_TIMEOUT, SWEEP_TIMEOUT, BENCH_TIMEOUT (seconds)
 # Results: $OUT/grouped.json (the sweep), $OUT/results-grouped.json (the bench); logs in $OUT.
 set -u
-OUT=${OUT:-/tmp/cudakit-out}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD/src:$PWD/tests" PYTHONUNBUFFERED=1 CUDAKIT_CACHE_DIR=${CUDAKIT_CACHE_DIR:-/tmp/ck-grouped}
-. scripts/cudnn_env.sh >/dev/null 2>&1
-date -u +"%Y-%m-%dT%H:%M:%SZ"; nvidia-smi --query-gpu=name --format=csv,noheader
+: "${CUDAKIT_CACHE_DIR:=/tmp/ck-grouped}"
+. scripts/device_env.sh
 timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_cudnn_gpu.py tests/gpu/test_conv_gpu.py tests/gpu/test_reduction_gpu.py \
   -k "${TEST_K:-grouped or group or depthwise or conv2d_cudnn or conv2d_plans or channel_sum or conv2d_channels_last}" -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log"

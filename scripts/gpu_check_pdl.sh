@@ -6,11 +6,8 @@
 #   bash scripts/gpu_check_pdl.sh            # OPS: the train cases (default below); TEST_K: pytest -k
 # Results: $OUT/results-train-nopdl.json, $OUT/results-train-pdl.json; logs $OUT/tests.log, log-bench.txt.
 set -u
-OUT=${OUT:-/tmp/cudakit-out}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD/src:$PWD/tests" PYTHONUNBUFFERED=1 CUDAKIT_CACHE_DIR=${CUDAKIT_CACHE_DIR:-/tmp/ck-pdl}
-. scripts/cudnn_env.sh >/dev/null 2>&1
-date -u +"%Y-%m-%dT%H:%M:%SZ"; nvidia-smi --query-gpu=name --format=csv,noheader
+: "${CUDAKIT_CACHE_DIR:=/tmp/ck-pdl}"
+. scripts/device_env.sh
 timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_runtime_gpu.py tests/gpu/test_examples_gpu.py \
   tests/gpu/test_graphs_gpu.py -k "${TEST_K:-pdl or graph or example}" -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log"
