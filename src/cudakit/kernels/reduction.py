@@ -4,7 +4,9 @@ backward passes of sum, mean, var, max and min.
 Layout. x is viewed as (outer, R, inner) with the reduced axes in the middle: a non-C-contiguous x
 that is a permutation of a contiguous buffer (x.T) is reduced in that buffer's order (no copy);
 any other view is copied to C order; reduced axes that are not adjacent are transposed together
-(kept axes first, then the reduced ones, inner = 1), which costs one extra copy of x.
+(kept axes first, then the reduced ones, inner = 1), which costs one extra copy of x. The copies
+are kernels/transpose.py's permute (not CuPy's strided copy: a launch of cudakit's, which a
+dispatch plan traced from the call replays).
 - inner == 1, rows (`ck_red_rows`): tpr threads per row (1..256, a power of two; several rows per
   256-thread block when tpr < 256), 16-byte loads, CK_RU loads in flight per thread. Few long rows
   (axis=None is one row): each row is split over `nsplit` blocks that take groups of its vectors
@@ -36,6 +38,7 @@ from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
 from . import _planned
 from ._common import FLOAT_DTYPE_NAMES, KernelFamily, by_template, ctype, dtype_name, vec_width, cuda_source
+from .transpose import contiguous, permute   # (cudakit's permute: faster than CuPy's strided copy, and traced)
 
 SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "reduction.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
@@ -283,18 +286,17 @@ def _layout(x, axes: tuple, keep_index_order: bool):
     """(xc, kept axes of x in xc's order, outer, R, inner): xc contiguous, laid out so the reduced
     axes are one block. keep_index_order: the reduced axes stay in x's order (flattened indices of
     several reduced axes mean the C order of x)."""
-    cp = _cupy.loaded_cupy()
     nd = x.ndim
     base = _base_order(x)
     if base is None or (keep_index_order and len(axes) > 1 and base != tuple(sorted(base))):
-        x, base = cp.ascontiguousarray(x), tuple(range(nd))
+        x, base = contiguous(x), tuple(range(nd))
     elif not x._c_contiguous:
         x = x.transpose(base)  # C-contiguous: a view
     b_axes = tuple(sorted(i for i, d in enumerate(base) if d in axes))
     perm, outer, R, inner = plan(x.shape, b_axes)
     order = [base[i] for i in range(nd) if base[i] not in axes]
     if perm is not None:
-        x = cp.ascontiguousarray(x.transpose(perm))
+        x = permute(x, perm)
         order = [base[i] for i in perm if base[i] not in axes]
     return x, order, outer, R, inner
 
@@ -315,7 +317,7 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
         p = _plans.get(key)
         if p is not None:
             perm, out_shape, rp = p
-            return _run_exec(rp, x if perm is None else cp.ascontiguousarray(x.transpose(perm))).reshape(out_shape)
+            return _run_exec(rp, x if perm is None else permute(x, perm)).reshape(out_shape)
     code = OP_CODES[op]
     kept = tuple(d for d in range(x.ndim) if d not in axes)
     out_shape = tuple(x.shape[d] for d in kept)
@@ -400,9 +402,7 @@ def _grad_layout(x_shape: tuple, axes: tuple):
 def _unpermute(dx, perm):
     if perm is None:
         return dx
-    cp = _cupy.loaded_cupy()
-    inv = [perm.index(d) for d in range(len(perm))]
-    return cp.ascontiguousarray(dx.transpose(inv))
+    return permute(dx, [perm.index(d) for d in range(len(perm))])
 
 
 def sum_backward(g, x_shape: tuple, axes: tuple, divisor: float = 1.0):
@@ -426,7 +426,7 @@ def var_backward(g, x, axes: tuple, ddof: float):
     if x.size == 0:
         return cp.empty(x.shape, x.dtype)
     mean = cp.ascontiguousarray(reduce(x, "mean", axes, acc_out=True))
-    xc = cp.ascontiguousarray(x if perm is None else x.transpose(perm))
+    xc = contiguous(x) if perm is None else permute(x, perm)
     scale = 2.0 / (N - ddof) if N - ddof > 0 else float("inf")  # N - ddof <= 0: inf / NaN, as the forward
     dx = _expand(1, cp.ascontiguousarray(g), xc, mean, None, shape_c, outer, R, inner, scale, x.dtype)
     return _unpermute(dx, perm)
