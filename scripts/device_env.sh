@@ -1,4 +1,4 @@
-# Sourced first by the gpu_check_*.sh scripts: makes $OUT (default /tmp/cudakit-out), puts the source
+# Sourced first by the gpu_check_*.sh scripts (not gpu_check.sh): makes $OUT (default /tmp/cudakit-out), puts the source
 # tree and tests/ on PYTHONPATH, keeps compiled kernels in CUDAKIT_CACHE_DIR (each script sets its own
 # default before sourcing), installs the carried cuDNN frontend (cudnn_env.sh), prints the date and the GPU.
 OUT=${OUT:-/tmp/cudakit-out}

@@ -219,6 +219,8 @@ FORWARD_CASES = [
     ((64, 4096), -1, False, None),           # 16-byte loads along rows
     ((4096, 64), 0, False, None),            # 16-byte loads along columns
     ((8, 40, 64), 1, False, None),
+    ((32, 24, 28, 28), (0, 2, 3), False, None),  # per-channel of NCHW: reduced in passes (two runs)
+    ((3, 5, 4, 6, 7), (0, 2, 4), True, None),    # three runs of reduced axes, keepdims
 ]
 
 

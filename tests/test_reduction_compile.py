@@ -78,3 +78,45 @@ def test_plan_matches_numpy_layout():
 def test_splits_fill_the_last_wave(blocks, target, cap, want):
     from cudakit.kernels.reduction import _splits
     assert _splits(blocks, target, cap) == want
+
+
+def test_pass_plans_reduce_exactly_the_requested_axes(monkeypatch):
+    """Where plan() would transpose (reduced axes in several runs), reduce() runs _pass_plans'
+    passes instead: each reduces one run of adjacent reduced axes of the previous result, innermost
+    first. Replayed here with NumPy on every such axes set of a few shapes (size-1 axes among them):
+    the passes give x.sum / mean / max over the axes; sums carry float32 partials and round once,
+    mean divides once by every reduced element, max keeps x's dtype throughout."""
+    import itertools
+
+    import numpy as np
+
+    from cudakit.kernels import reduction
+    monkeypatch.setattr(reduction, "_run_plan",
+                        lambda code, dt, aligned, outer, R, inner, odt, div: (code, dt, outer, R, inner, np.dtype(odt),
+                                                                              div))
+    ops = {0: np.sum, 1: np.max}
+    rng = np.random.default_rng(1)
+    seen = 0
+    for shape in [(2, 3, 4), (3, 1, 4, 2), (2, 3, 1, 5, 2), (4, 3, 2, 5)]:
+        x = rng.standard_normal(shape)
+        for k in range(2, len(shape) + 1):
+            for axes in itertools.combinations(range(len(shape)), k):
+                if reduction.plan(shape, axes)[0] is None:
+                    continue
+                seen += 1
+                n = int(np.prod([shape[d] for d in axes]))
+                for code, op, dt, odt, div in ((0, "sum", "bfloat16", np.float16, 1.0),
+                                               (0, "mean", "float32", np.float32, n),
+                                               (1, "max", "float64", np.float64, 1.0)):
+                    steps = reduction._pass_plans(shape, axes, code, dt, True, odt, div)
+                    cur, cur_dt = x.ravel(), dt
+                    for i, (c, sdt, outer, R, inner, out, d) in enumerate(steps):
+                        last = i == len(steps) - 1
+                        assert (c, sdt) == (code, cur_dt) and outer * R * inner == cur.size
+                        assert out == (np.dtype(odt) if last or code else np.dtype(np.float32)), (axes, op, i, out)
+                        assert d == (div if last else 1.0)
+                        cur = ops[code](cur.reshape(outer, R, inner), axis=1).ravel() / d
+                        cur_dt = reduction.dtype_name(out)
+                    want = ops[code](x, axis=axes) / (n if op == "mean" else 1)
+                    np.testing.assert_allclose(cur.reshape(want.shape), want, rtol=1e-12, atol=1e-12)
+    assert seen >= 10

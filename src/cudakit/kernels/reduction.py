@@ -3,10 +3,12 @@ backward passes of sum, mean, var, max and min.
 
 Layout. x is viewed as (outer, R, inner) with the reduced axes in the middle: a non-C-contiguous x
 that is a permutation of a contiguous buffer (x.T) is reduced in that buffer's order (no copy);
-any other view is copied to C order; reduced axes that are not adjacent are transposed together
-(kept axes first, then the reduced ones, inner = 1), which costs one extra copy of x. The copies
-are kernels/transpose.py's permute (not CuPy's strided copy: a launch of cudakit's, which a
-dispatch plan traced from the call replays).
+any other view is copied to C order. Reduced axes that are not adjacent: sum, mean, max and min
+reduce one run of adjacent reduced axes a pass, innermost first, each pass on the previous one's
+contiguous result (_pass_plans: x read once, no copy; sums carry float32 partials and round once);
+var, argmax and argmin transpose them together (kept axes first, then the reduced ones, inner =
+1), one extra copy of x. The copies are kernels/transpose.py's permute (not CuPy's strided copy:
+a launch of cudakit's, which a dispatch plan traced from the call replays).
 - inner == 1, rows (`ck_red_rows`): tpr threads per row (1..256, a power of two; several rows per
   256-thread block when tpr < 256), 16-byte loads, CK_RU loads in flight per thread. Few long rows
   (axis=None is one row): each row is split over `nsplit` blocks that take groups of its vectors
@@ -61,6 +63,8 @@ def _out_types(dt: str, code: int) -> list[str]:
         return ["long long"]
     if code == 0 and _ACC_CTYPE[dt] != t:
         return [t, _ACC_CTYPE[dt]]   # mean in the accumulation type (var_backward's mean)
+    if code == 0 and dt == "float32":   # float32 partial sums rounded once into a 16-bit result (_pass_plans)
+        return [t, ctype("float16"), ctype("bfloat16")]
     return [t]
 
 
@@ -89,6 +93,7 @@ _occ_cache: dict = {}
 # (permutation or None, result shape, _run_plan): reduce()'s planning is most of its host time
 _plans: dict = {}
 _MAX_PLANS = 1024
+_PASSES = object()   # a _plans entry reduced in passes: (_PASSES, result shape, _pass_plans' steps)
 
 
 def _launch(expr: str, dt: str, grid: tuple, block: tuple, args: tuple) -> None:
@@ -171,11 +176,10 @@ def _nan_array(shape, dtype):
     return a
 
 
-def plan(shape: tuple, axes: tuple):
-    """(perm, outer, R, inner) for reducing `axes` (sorted, non-negative) of a C-ordered array of
-    `shape`: perm is None when the reduced axes form one block of the layout (size-1 axes do not
-    count), else the permutation (kept axes, then reduced axes) to apply first, and inner is 1."""
-    groups = []  # [reduced?, size] of runs of non-trivial axes
+def _runs(shape: tuple, axes: tuple) -> list:
+    """[reduced?, size] of the runs of adjacent reduced or kept axes of `shape` (size-1 axes do not
+    count: they neither separate two runs nor form one)."""
+    groups = []
     for d, n in enumerate(shape):
         if n == 1:
             continue
@@ -184,6 +188,14 @@ def plan(shape: tuple, axes: tuple):
             groups[-1][1] *= int(n)
         else:
             groups.append([red, int(n)])
+    return groups
+
+
+def plan(shape: tuple, axes: tuple):
+    """(perm, outer, R, inner) for reducing `axes` (sorted, non-negative) of a C-ordered array of
+    `shape`: perm is None when the reduced axes form one block of the layout (size-1 axes do not
+    count), else the permutation (kept axes, then reduced axes) to apply first, and inner is 1."""
+    groups = _runs(shape, axes)
     nred = sum(1 for g in groups if g[0])
     if nred <= 1:
         k = next((i for i, g in enumerate(groups) if g[0]), len(groups))
@@ -265,6 +277,36 @@ def _run_plan(code: int, dt: str, aligned: bool, outer: int, R: int, inner: int,
     return odt, n_out, main, (final, ws)
 
 
+def _pass_plans(shape: tuple, axes: tuple, code: int, dt: str, aligned: bool, odt, div: float) -> list:
+    """The _run_plans reducing `axes` (sorted) of a C-contiguous array of `shape` whose reduced axes
+    form several runs (plan() would transpose the array first): one pass a run of adjacent reduced
+    axes (size-1 axes do not count), innermost first, each on the previous pass's contiguous result,
+    so x is read once and never copied. sum and mean (code 0) carry their partial sums between
+    passes in the accumulation dtype and round once into odt at the last pass, which divides by
+    `div` (mean: every reduced element); max and min (1, 2) keep x's dtype (exact). aligned: x's
+    data is 16-byte aligned (the intermediate arrays are)."""
+    groups = _runs(shape, axes)
+    sizes = [n for _, n in groups]
+    reduced = [i for i, (red, _) in enumerate(groups) if red]
+    acc = np.dtype(np.float64 if dt == "float64" else np.float32)   # (code 0's partial sums)
+    steps = []
+    for k, j in enumerate(reversed(reduced)):   # j: the run's index in sizes (the later ones removed)
+        last = k == len(reduced) - 1
+        out = np.dtype(odt) if last or code else acc
+        steps.append(_run_plan(code, dt, aligned, _prod(sizes[:j]), sizes[j], _prod(sizes[j + 1:]), out,
+                               div if last else 1.0))
+        del sizes[j]
+        dt, aligned = dtype_name(out), True
+    return steps
+
+
+def _run_passes(steps: list, xc):
+    """Run _pass_plans' steps on the contiguous array xc; returns the flat result."""
+    for rp in steps:
+        xc = _run_exec(rp, xc)
+    return xc
+
+
 def _run_exec(plan: tuple, xc):
     """Run a _run_plan on the contiguous array xc; returns the flat result."""
     cp = _cupy.loaded_cupy()
@@ -317,6 +359,8 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
         p = _plans.get(key)
         if p is not None:
             perm, out_shape, rp = p
+            if perm is _PASSES:
+                return _run_passes(rp, x).reshape(out_shape)
             return _run_exec(rp, x if perm is None else permute(x, perm)).reshape(out_shape)
     code = OP_CODES[op]
     kept = tuple(d for d in range(x.ndim) if d not in axes)
@@ -337,8 +381,21 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
             return _nan_array(out_shape, odt)
         raise ShapeError(f"{op}: the reduction over axes {axes} of shape {tuple(x.shape)} is empty; "
                          f"{op} of an empty sequence has no value")
-    xc, order, outer, Rv, inner = _layout(x, axes, keep_index_order=code in (3, 4))
     div = {"mean": R, "var": max(R - ddof, 0.0)}.get(op, 1.0)
+    base = _base_order(x) if code in (0, 1, 2) else None
+    if base is not None:   # sum, mean, max, min of a permutation of a contiguous buffer
+        xb = x if x._c_contiguous else x.transpose(base)   # (a C-contiguous view)
+        b_axes = tuple(sorted(i for i, d in enumerate(base) if d in axes))
+        if plan(xb.shape, b_axes)[0] is not None:   # reduced axes in several runs: passes, no copy of x
+            steps = _pass_plans(xb.shape, b_axes, code, dtype_name(x.dtype), xb.data.ptr % 16 == 0, odt, div)
+            if key is not None:
+                if len(_plans) >= _MAX_PLANS:
+                    _plans.clear()
+                _plans[key] = (_PASSES, out_shape, steps)
+            order = [base[i] for i in range(x.ndim) if base[i] not in axes]
+            res = _run_passes(steps, xb).reshape([x.shape[d] for d in order])
+            return res if order == list(kept) else permute(res, [order.index(d) for d in kept])
+    xc, order, outer, Rv, inner = _layout(x, axes, keep_index_order=code in (3, 4))
     rp = _run_plan(code, dtype_name(xc.dtype), xc.data.ptr % 16 == 0, outer, Rv, inner, odt, div)
     if key is not None:  # C-contiguous x: xc is x or its copy permuted by plan(), order == kept
         if len(_plans) >= _MAX_PLANS:
@@ -347,24 +404,18 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
     flat = _run_exec(rp, xc)
     res = flat.reshape([x.shape[d] for d in order])
     if order != list(kept):  # computed in another layout: back to x's order of the kept axes
-        res = cp.ascontiguousarray(res.transpose([order.index(d) for d in kept]))
+        res = permute(res, [order.index(d) for d in kept])
     return res
 
 
 def channel_sum(g):
     """g (N, K, *spatial) summed over every axis but 1 (a convolution's dL/db from dL/dy): (K,) in
     g's dtype, float32 sums rounded once (double for float64). C-contiguous g: each (image,
-    channel) plane's sum, then the images' (two passes, no copy; reduce() over the non-adjacent
-    axes (0, 2, 3) would transpose g first); a channels-last view reduces its (N H W, K) buffer in
-    place. Traffic: g read once, plus N K float32 partial sums. CuPy's
+    channel) plane's sum, then the images' (reduce()'s passes, no copy); a channels-last view
+    reduces its (N H W, K) buffer in place. Traffic: g read once, plus N K float32 partial sums. CuPy's
     g.sum(axis=(0, 2, 3), dtype=float32) in its place (the cuDNN backward's bias gradient until
     2026-11-28) ran slower (Performance, grouped convolutions)."""
-    n, k = g.shape[:2]
-    if not g._c_contiguous:
-        return reduce(g, "sum", (0,) + tuple(range(2, g.ndim)))
-    planes = reduce(g.reshape(n, k, _prod(g.shape[2:])), "sum", (2,), acc_out=True)   # (N, K), accumulator dtype
-    s = reduce(planes, "sum", (0,))
-    return s if s.dtype == g.dtype else s.astype(g.dtype)
+    return reduce(g, "sum", (0,) + tuple(range(2, g.ndim)))
 
 
 # ------------------------------------------------------------------------------------------
