@@ -1,6 +1,8 @@
-"""Benchmark cases: conv2d forward and backward (the Triton implicit-GEMM kernels of kernels/conv.py),
-3x3 dense, depthwise (groups = channels) and grouped (ResNeXt's groups of 8 channels), 2x2 max pooling forward and
-backward and average pooling, NCHW, against torch in the same run (cuDNN for conv2d, ATen's own
+"""Benchmark cases: conv2d forward and backward (each signature's timed path: cuDNN, the Triton
+implicit-GEMM or direct kernels of kernels/conv.py), 3x3 dense, depthwise (groups = channels) and
+grouped (ResNeXt's groups of 8 channels) with a bias, NCHW, and dense and grouped channels-last
+(`_nhwc` rows); 2x2 max pooling forward and backward and average pooling, NCHW; each against torch
+in the same run (cuDNN for conv2d, ATen's own
 kernels for pooling; torch's max-pooling backward reads the int64 indices its forward saved, ours
 reads x). FLOPs: 2 * N * K * Ho * Wo * C * R * S per product (forward one, backward two); bytes:
 input, weight and output once each."""
@@ -12,14 +14,20 @@ from ._inputs import ITEM as _ITEM
 from ._inputs import rand as _rand
 
 
-def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1):
+def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1, channels_last: bool = False):
+    """A 3x3 convolution (stride 1, padding 1) with a bias, whose backward returns dL/db too.
+    channels_last: x and dL/dy are (N, C, H, W) views of (N, H, W, C) memory on both sides (torch's
+    channels_last; the results come back so), the weight C-contiguous."""
     cg = c // groups
 
+    def layout(a):
+        return a.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2) if channels_last else a
+
     def setup():
-        x, w = _rand(env, (n, c, hw, hw), dtype, 1), _rand(env, (k, cg, 3, 3), dtype, 2, (9 * cg) ** -0.5)
+        x, w = layout(_rand(env, (n, c, hw, hw), dtype, 1)), _rand(env, (k, cg, 3, 3), dtype, 2, (9 * cg) ** -0.5)
         b = _rand(env, (k,), dtype, 3)
         if backward:
-            g = _rand(env, (n, k, hw, hw), dtype, 4)
+            g = layout(_rand(env, (n, k, hw, hw), dtype, 4))
             prov = {"cudakit": lambda: cudakit.conv2d_backward(g, x, w, 1, 1, groups=groups)}
         else:
             prov = {"cudakit": lambda: cudakit.conv2d(x, w, b, 1, 1, groups=groups)}
@@ -37,12 +45,12 @@ def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1):
     flops = (2 if backward else 1) * 2 * n * k * hw * hw * cg * 9
     nbytes = (n * c * hw * hw + k * cg * 9 + n * k * hw * hw) * _ITEM[dtype] * (2 if backward else 1)
     kind = "" if groups == 1 else "_depthwise" if groups == c == k else "_grouped"
-    name = "conv2d" + kind + ("_backward" if backward else "")
+    name = "conv2d" + kind + ("_nhwc" if channels_last else "") + ("_backward" if backward else "")
     def check():
-        x = _rand(env, check_batch((n, c, hw, hw)), dtype, 11)
+        x = layout(_rand(env, check_batch((n, c, hw, hw)), dtype, 11))
         w, b = _rand(env, (k, cg, 3, 3), dtype, 12, (9 * cg) ** -0.5), _rand(env, (k,), dtype, 13)
         if backward:
-            g = _rand(env, (x.shape[0], k, hw, hw), dtype, 14)
+            g = layout(_rand(env, (x.shape[0], k, hw, hw), dtype, 14))
             return (lambda g, x, w: cudakit.conv2d_backward(g, x, w, 1, 1, groups=groups)), (g, x, w)
         return (lambda x, w, b: cudakit.conv2d(x, w, b, 1, 1, groups=groups)), (x, w, b)
     return Case(name, "conv", (n, c, hw, hw, k), dtype, nbytes, setup, flops=flops, check=check)
@@ -161,6 +169,11 @@ def cases(env: Env) -> list[Case]:
         out += [_conv(env, n, c, hw, k, dtype, False), _conv(env, n, c, hw, k, dtype, True),
                 _conv(env, n, 2 * c, hw, 2 * c, dtype, False, 2 * c), _conv(env, n, 2 * c, hw, 2 * c, dtype, True, 2 * c),
                 _conv(env, n, 4 * c, hw // 2, 4 * c, dtype, False, c // 2), _conv(env, n, 4 * c, hw // 2, 4 * c, dtype, True, c // 2),
+                # channels-last with a bias (dL/db summed from channels-last dL/dy: CuPy's sum there
+                # had taken 0.6-2.3 ms a call until 2026-11-28, unseen by the bias-free rows)
+                _conv(env, n, c, hw, k, dtype, False, channels_last=True),
+                _conv(env, n, c, hw, k, dtype, True, channels_last=True),
+                _conv(env, n, 4 * c, hw // 2, 4 * c, dtype, True, c // 2, channels_last=True),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", False),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", True),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "avg", False)]
