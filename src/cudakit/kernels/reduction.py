@@ -4,7 +4,7 @@ backward passes of sum, mean, var, max and min.
 Layout. x is viewed as (outer, R, inner) with the reduced axes in the middle: a non-C-contiguous x
 that is a permutation of a contiguous buffer (x.T) is reduced in that buffer's order (no copy);
 any other view is copied to C order; reduced axes that are not adjacent are transposed together
-(kept axes first, then the reduced ones, inner = 1), which costs one extra copy of x. The copies
+(kept axes first, then the reduced ones, inner = 1), which costs one extra copy of x. The copies of x
 are kernels/transpose.py's permute (not CuPy's strided copy: a launch of cudakit's, which a
 dispatch plan traced from the call replays).
 - inner == 1, rows (`ck_red_rows`): tpr threads per row (1..256, a power of two; several rows per
