@@ -176,3 +176,23 @@ def test_materialized_group_sum_keeps_two_programs_an_sm():
     assert am.sum_groups(4, 16 * 32, 132) and am.sum_groups(4, 264, 132) and am.sum_groups(8, 1, None)
     assert not am.sum_groups(16, 16, 132) and not am.sum_groups(4, 263, 132)
     assert not am.sum_groups(1, 10_000, 132) and not am.sum_groups(1, 1, None)
+
+
+def test_grouped_conv_path_keys_are_tagged_for_cudnn(monkeypatch):
+    """conv2d's path keys (the checked path's and the dispatch plans', both paths.conv_path_key) end
+    with "grouped-cudnn" for groups > 1: a choice kept on disk from before cuDNN was a candidate for
+    grouped convolutions, made among cudakit's own kernels alone, is not reused. groups 1 keys are
+    as before (their choices on disk stay valid)."""
+    import types
+
+    from cudakit.kernels import paths
+    from cudakit.runtime import _cupy
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0)))
+    monkeypatch.setattr(_cupy, "cupy", lambda: fake)
+    geo = (1, 1, 1, 1, 1, 1, 3, 3, 8, 8)
+    one = paths.conv_path_key("fwd", "bfloat16", (2, 8, 8, 8), (8, 8, 3, 3), geo, 1, False)
+    assert one == ("fwd", (2, 8, 8, 8), (8, 8, 3, 3), geo, 1, False, "bfloat16", "", 0)
+    for kind, layout, wcl in (("fwd", "nchw", False), ("dgrad", "nhwc", False), ("wgrad", "nhwc", True)):
+        key = paths.conv_path_key(kind, "bfloat16", (2, 8, 8, 8), (8, 2, 3, 3), geo, 4, True, layout, wcl)
+        assert key[-1] == "grouped-cudnn" and key[:9] == (kind, (2, 8, 8, 8), (8, 2, 3, 3), geo, 4, True,
+                                                          "bfloat16", "", 0), key

@@ -7,8 +7,8 @@ any other view is copied to C order. Reduced axes that are not adjacent: sum, me
 reduce one run of adjacent reduced axes a pass, innermost first, each pass on the previous one's
 contiguous result (_pass_plans: x read once, no copy; sums carry float32 partials and round once);
 var, argmax and argmin transpose them together (kept axes first, then the reduced ones, inner =
-1), one extra copy of x. The copies are kernels/transpose.py's permute (not CuPy's strided copy:
-a launch of cudakit's, which a dispatch plan traced from the call replays).
+1), one extra copy of x. The copies of x are kernels/transpose.py's permute (not CuPy's strided
+copy: a launch of cudakit's, which a dispatch plan traced from the call replays).
 - inner == 1, rows (`ck_red_rows`): tpr threads per row (1..256, a power of two; several rows per
   256-thread block when tpr < 256), 16-byte loads, CK_RU loads in flight per thread. Few long rows
   (axis=None is one row): each row is split over `nsplit` blocks that take groups of its vectors
