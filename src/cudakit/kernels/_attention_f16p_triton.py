@@ -38,8 +38,8 @@ query block, O written once; f16_split_kv's pass 4 + 4 DP / D bytes an element o
 import triton
 import triton.language as tl
 
-from ._attention_triton import (_bias_base, _fwd_probs, _key_part, _kv_row, _part_blocks, _pdl_start, _ranges,
-                                _row_block, _row_keys)
+from ._attention_triton import _bias_base, _fwd_probs, _key_part, _kv_row, _part_blocks, _ranges, _row_block, _row_keys
+from ._triton_pdl import _pdl_start
 
 
 @triton.jit

@@ -37,7 +37,8 @@ neither computed nor written, and the long products read only the workspace entr
 import triton
 import triton.language as tl
 
-from ._attention_triton import _bias_base, _bias_grad, _bias_tile, _dot3, _keep_tile, _pdl_start, _tf32_parts
+from ._attention_triton import _bias_base, _bias_grad, _bias_tile, _dot3, _keep_tile, _tf32_parts
+from ._triton_pdl import _pdl_start
 
 
 @triton.jit

@@ -1,5 +1,4 @@
 
-
 struct __align__(2) ck_half { unsigned short bits; };
 struct __align__(2) ck_bf16 { unsigned short bits; };
 

@@ -40,6 +40,7 @@ import threading
 from .. import profiler
 from ..runtime import _cupy
 from ..runtime.tuned import TunedTable
+from .reduction import channel_sum
 
 log = logging.getLogger("cudakit.cudnn")
 
@@ -604,7 +605,6 @@ def conv_wgrad(grad_out, x, w_shape, geo, bias: bool, weight_cl: bool = False, o
     if dw is None:
         return None
     dw = as_weight_layout(dw, out_cl)
-    from .reduction import channel_sum
     return dw, (channel_sum(grad_out) if bias else None)
 
 

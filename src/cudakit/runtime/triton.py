@@ -15,10 +15,11 @@ stream works.
     add[lambda meta: (cudakit.cdiv(n, meta["BLOCK"]),)](x, y, out, n, BLOCK=1024)
 
 Programmatic dependent launch: a kernel with a constexpr parameter named PDL, compiled with it
-True, is launched with programmatic stream serialization (runtime/native.pdl_register), its launch
-overlapping the previous kernel's tail; such a kernel must wait (gdc_wait) before it touches
-global memory. Left None, PDL is set at compile time to pdl_supported(device) (CUDAKIT_PDL, compute
-capability 9.0+, a Triton with gdc_wait, the native launcher with cuLaunchKernelEx).
+True, is launched with programmatic stream serialization where runtime.pdl.supported (its Module
+registers it, as cudakit's CUDA C++ kernels), its launch overlapping the previous kernel's tail;
+such a kernel must wait (gdc_wait) before it touches global memory. Left None, PDL is set at
+compile time to pdl_supported(device) (CUDAKIT_PDL, compute capability 9.0+, a Triton with
+gdc_wait, the native launcher with cuLaunchKernelEx).
 
 Kernel ABI (Triton 3.6 to 3.9): the non-constexpr arguments in order, then two pointers to
 global and profile scratch space (null unless the metadata asks for scratch); block = 32 * num_warps;
@@ -26,6 +27,7 @@ dynamic shared memory = metadata.shared.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -136,7 +138,8 @@ class _Compiled:
 
     def __init__(self, binary: bytes, meta: dict, types: list[str], pdl: bool = False):
         self.meta, self.name, self.pdl = meta, meta["name"], pdl
-        self.kernel = compiler.Module(binary, {}, f"triton:{meta['name']}").get_kernel(meta["name"])
+        # (a PDL kernel's Module registers its function for PDL launches where runtime.pdl.supported)
+        self.kernel = compiler.Module(binary, {}, f"triton:{meta['name']}", pdl).get_kernel(meta["name"])
         self.types = types                                  # Triton type of each runtime argument
         self.half_args = [i for i, t in enumerate(types) if t in ("fp16", "bf16")]
         self.block = 32 * meta["num_warps"]
@@ -162,9 +165,6 @@ class _Compiled:
             f = self.kernel._function(dev)
             if self.shared > 48 * 1024:
                 self.kernel.set_max_dynamic_shared_memory(self.shared)
-            if self.pdl:
-                from . import pdl
-                pdl.register(f.ptr)
         return f
 
     def launcher(self, dev: int, f):
@@ -173,21 +173,22 @@ class _Compiled:
         return fl
 
 
-_gdc: list = []   # [whether this Triton has gdc_wait], asked once
+@functools.cache
+def _has_gdc() -> bool:
+    """Whether this Triton has grid dependency control (gdc_wait, gdc_launch_dependents)."""
+    try:
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def pdl_supported(dev: int | None = None) -> bool:
     """Whether to compile kernels with their PDL constexpr set for device dev (default: the
     current one): runtime.pdl.supported (CUDAKIT_PDL, compute capability 9.0 or later, the native
     launcher with cuLaunchKernelEx) and a Triton with gdc_wait."""
-    if not _gdc:
-        try:
-            from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
-            _gdc.append(True)
-        except ImportError:
-            _gdc.append(False)
     from . import pdl
-    return _gdc[0] and pdl.supported(dev)
+    return _has_gdc() and pdl.supported(dev)
 
 
 def _param_code(t: str) -> str:

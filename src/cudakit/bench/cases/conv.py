@@ -14,6 +14,11 @@ from ._inputs import ITEM as _ITEM
 from ._inputs import rand as _rand
 
 
+def _in_layout(a, channels_last: bool):
+    """a (N, C, H, W), or where channels_last an (N, C, H, W) view of a copy in (N, H, W, C) memory."""
+    return a.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2) if channels_last else a
+
+
 def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1, channels_last: bool = False):
     """A 3x3 convolution (stride 1, padding 1) with a bias, whose backward returns dL/db too.
     channels_last: x and dL/dy are (N, C, H, W) views of (N, H, W, C) memory on both sides (torch's
@@ -21,7 +26,7 @@ def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1, channels_last: bool 
     cg = c // groups
 
     def layout(a):
-        return a.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2) if channels_last else a
+        return _in_layout(a, channels_last)
 
     def setup():
         x, w = layout(_rand(env, (n, c, hw, hw), dtype, 1)), _rand(env, (k, cg, 3, 3), dtype, 2, (9 * cg) ** -0.5)
@@ -78,8 +83,8 @@ def _r50(env: Env, n, c, hw, k, r, stride, dtype, prec, backward, channels_last:
     pad = r // 2
     ho = (hw + 2 * pad - r) // stride + 1
 
-    def layout(a, cl=channels_last):   # (an (N, C, H, W) view of channels-last memory where cl)
-        return a.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2) if cl else a
+    def layout(a, cl=channels_last):
+        return _in_layout(a, cl)
 
     def setup():
         x = layout(_rand(env, (n, c, hw, hw), dtype, 1))
