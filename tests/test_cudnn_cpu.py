@@ -108,72 +108,82 @@ def test_required_but_unusable_raises_naming_why(cudnn_setting):
     assert cudnn.wanted() is False and cudnn.why_unavailable()
 
 
-def test_dropout_seed_words_are_read_again_only_by_the_same_thread_stream_and_seed(monkeypatch):
-    """kernels/cudnn.py dropout_operands: the last call's seed words are read again (no launch) by a
-    call with the same seed on the same thread, device and stream object; another seed, stream,
-    device or thread, a graph being captured, or a stream whose capture state cannot be read
-    writes new words (on fakes of CuPy and of the words' launch)."""
+def test_dropout_seed_and_offset_are_host_words_passed_by_value():
+    """kernels/cudnn.py dropout_operands: the Seed and Offset pointers point at host memory holding
+    the seed's 64 bits as an int64 (seeds at and above 2^63 wrap to negative) and offset 0, which
+    cuDNN's graphs read by value (no launch, no device memory); the plan timing's scratch passes a
+    host int64 for them too."""
+    import ctypes
+
+    from cudakit.kernels import cudnn as cd
+    for seed, word in ((0, 0), (7, 7), (2**63 - 1, 2**63 - 1), (2**63, -2**63), (2**64 - 1, -1)):
+        words, (s, o) = cd.dropout_operands(seed)
+        assert o == s + 8 and s == ctypes.addressof(words)
+        assert ctypes.c_int64.from_address(s).value == word and ctypes.c_int64.from_address(o).value == 0
+    ptrs, keep = cd._scratch(cd._BY_VALUE, cd._BY_VALUE)()
+    assert [ctypes.c_int64.from_address(p).value for p in ptrs] == [0, 0] and len(keep) == 2
+
+
+def test_small_workspaces_are_kept_per_thread_device_and_stream(monkeypatch):
+    """kernels/cudnn.py _workspace: a workspace of up to _WS_KEPT bytes is one buffer per (thread,
+    device, stream), reused by the next execution there and replaced by a larger one when asked;
+    another stream, device or thread gets its own; a stream being captured (or whose capture state
+    cannot be read) and a larger workspace get a fresh buffer each call (on a fake of CuPy)."""
     import threading
     import types
 
-    from cudakit import graphs
     from cudakit.kernels import cudnn as cd
-    from cudakit.kernels import dropout as dk
 
     class Err(Exception):
         pass
 
+    class Buf:
+        def __init__(self, n):
+            self.nbytes = n
+            self.data = types.SimpleNamespace(ptr=id(self))
+
+    made = []
+
+    def empty(shape, dtype):
+        made.append(Buf(shape[0]))
+        return made[-1]
+
     class Stream:
         capturing = False
+
+        def __init__(self, ptr):
+            self.ptr = ptr
 
         def is_capturing(self):
             if self.capturing == "error":
                 raise Err("cudaErrorStreamCaptureImplicit")
             return self.capturing
 
-    state = types.SimpleNamespace(stream=Stream(), device=0)
-    runtime = types.SimpleNamespace(getDevice=lambda: state.device, CUDARuntimeError=Err)
-    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: state.stream,
-                                                            runtime=runtime))
-    monkeypatch.setattr(cd._cupy, "loaded_cupy", lambda: fake)
-    launches = []
-
-    def words(seed):
-        launches.append(seed)
-        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=1024 * len(launches)))
-    monkeypatch.setattr(dk, "philox_words", words)
-    monkeypatch.setattr(cd, "_last_words", threading.local())
-
-    def call(seed):
-        w, ptrs = cd.dropout_operands(seed)
-        assert ptrs == [w.data.ptr, w.data.ptr + 8]
-        return w
-
-    first = call(5)
-    assert call(5) is first and launches == [5]          # the backward after its forward
-    call(6)
-    assert call(5) is not first and launches == [5, 6, 5]
-    state.stream = Stream()                              # another stream object
-    call(5)
-    assert launches == [5, 6, 5, 5]
-    state.device = 1                                     # another device
-    call(5)
-    assert launches[-1] == 5 and len(launches) == 5
-    out = []
-    t = threading.Thread(target=lambda: out.append(call(5)))   # another thread (a per-thread default
-    t.start()                                                  # stream is one object for all threads)
+    fake = types.SimpleNamespace(empty=empty, uint8="uint8",
+                                 cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(CUDARuntimeError=Err)))
+    monkeypatch.setattr(cd._cupy, "cupy", lambda: fake)
+    monkeypatch.setattr(cd, "_kept", threading.local())
+    s1, s2 = Stream(1), Stream(2)
+    p, buf = cd._workspace(256, 0, s1)
+    assert p == buf.data.ptr and buf.nbytes >= 256 and len(made) == 1
+    assert cd._workspace(1000, 0, s1)[1] is buf and len(made) == 1      # fits: the same buffer
+    big = cd._workspace(buf.nbytes + 1, 0, s1)[1]                        # larger: replaced, then kept
+    assert big is not buf and cd._workspace(256, 0, s1)[1] is big
+    other = cd._workspace(256, 0, s2)[1]
+    assert other is not big and cd._workspace(256, 0, s2)[1] is other   # another stream: its own
+    assert cd._workspace(256, 1, s1)[1] is not big                      # another device
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(cd._workspace(256, 0, s1)[1]))
+    t.start()
     t.join()
-    assert len(launches) == 6
-    state.stream.capturing = True                        # captured: new words, not kept
-    call(7)
-    call(7)
-    assert launches[-2:] == [7, 7]
-    state.stream.capturing = "error"
-    call(8)
-    call(8)
-    assert launches[-2:] == [8, 8]
-    state.stream.capturing = False
-    monkeypatch.setattr(graphs._local, "capture", object(), raising=False)   # cudakit.graph capturing
-    call(9)
-    call(9)
-    assert launches[-2:] == [9, 9]
+    assert seen[0] is not big                                           # another thread
+    n = len(made)
+    for state in (True, "error"):
+        s1.capturing = state                                            # captured: fresh each call
+        a, b = cd._workspace(256, 0, s1)[1], cd._workspace(256, 0, s1)[1]
+        assert a is not b and big not in (a, b)
+    s1.capturing = False
+    assert len(made) == n + 4 and cd._workspace(256, 0, s1)[1] is big
+    huge = cd._WS_KEPT + 1                                              # over the cap: fresh each call
+    assert cd._workspace(huge, 0, s1)[1] is not cd._workspace(huge, 0, s1)[1]
+    assert cd._workspace(256, 0, s1)[1] is big

@@ -6,7 +6,8 @@ torch's SDPA with dropout_p (forward; torch.autograd.grad for the backward), rou
 (bench.timing.host_time_interleaved), in one process.
     python3 benchmarks/sweeps/attention_dropout_host.py [--parts] [--out f.json]
 A step: the forward, then its backward with the forward's seed (torch: SDPA and torch.autograd.grad).
---parts: also, under cudnn, the parts of the forward's plan timed alone (the seed words' launch,
+--parts: also, under cudnn, the parts of the forward's plan timed alone (the seed words: host
+memory cuDNN reads by value since 2026-11-28, before that a launch writing device words;
 the output allocations, the graph's execution on fixed pointers) beside the forward without
 dropout (cuDNN's plan) and torch's SDPA without it.
 Prints VARIANT lines (us a call) and writes the rows to --out."""
@@ -44,10 +45,9 @@ for stream in ("cudnn", "cudakit"):
     parts = {}
     if "--parts" in argv and stream == "cudnn":
         from cudakit.kernels import cudnn, path_plans
-        from cudakit.kernels.dropout import philox_words
         run, _ = path_plans._cudnn_dropout_run("fwd", (q, k, v), None, True, "bhld", None, None, None, P)
         words, (s_ptr, o_ptr) = cudnn.dropout_operands(5)
-        parts = {"part_seed_words": lambda: philox_words(next(seeds)),
+        parts = {"part_seed_words": lambda: cudnn.dropout_operands(next(seeds)),
                  "part_alloc": lambda: (cp.ndarray(q.shape, q.dtype), cp.ndarray((B, H, T), cp.float32)),
                  "part_execute": lambda: run(q.data.ptr, k.data.ptr, v.data.ptr, s_ptr, o_ptr, out.data.ptr,
                                              lse.data.ptr),

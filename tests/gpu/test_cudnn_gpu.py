@@ -982,33 +982,31 @@ def test_attention_dropout_by_cudnn_takes_plans_with_a_seed_per_call(rng, cudnn_
         assert kinds.get(op) == "function", kinds
 
 
-def test_attention_dropout_backward_reuses_its_forwards_seed_words(rng, cudnn_dropout, monkeypatch):
-    """A backward right after its forward on the same stream reads the forward's seed words
-    (kernels/cudnn.py dropout_operands: no second launch); the gradients equal, bit for bit, those
-    of the backward given freshly written words (another seed's call in between), planned or not;
-    a call on another stream writes its own words."""
-    from cudakit.kernels import dropout as dropout_kernels
+def test_attention_dropout_by_cudnn_reads_each_calls_seed_by_value(rng, cudnn_dropout):
+    """cuDNN's dropout graphs take the seed by value (kernels/cudnn.py dropout_operands: host words
+    read when the graph is executed): a backward regenerates its forward's mask whatever ran in
+    between (another seed's forward) and on another stream, bit for bit, planned or not; a CUDA
+    graph replays the seed it captured, eager calls with other seeds around it."""
     q, k, v, g = (cp.asarray(data(rng, (2, 2, 128, 64), "bfloat16")) for _ in range(4))
     kw = dict(causal=True, dropout_p=0.2)
-    cudakit.attention_with_lse(q, k, v, seed=1, **kw)   # (builds the signature's graphs)
-    launches = []
-    real = dropout_kernels.philox_words
-    monkeypatch.setattr(dropout_kernels, "philox_words", lambda seed: launches.append(seed) or real(seed))
+    o, lse = cudakit.attention_with_lse(q, k, v, seed=91, **kw)
+    first = [_host(x) for x in cudakit.attention_backward(g, q, k, v, o, lse, seed=91, deterministic=True, **kw)]
     for _ in range(3):   # the checked calls, then the planned ones
-        launches.clear()
-        o, lse = cudakit.attention_with_lse(q, k, v, seed=91, **kw)
-        reused = cudakit.attention_backward(g, q, k, v, o, lse, seed=91, deterministic=True, **kw)
-        assert launches == [91], launches
+        o2, lse2 = cudakit.attention_with_lse(q, k, v, seed=91, **kw)
+        np.testing.assert_array_equal(_host(o2), _host(o))
         cudakit.attention_with_lse(q, k, v, seed=92, **kw)
-        fresh = cudakit.attention_backward(g, q, k, v, o, lse, seed=91, deterministic=True, **kw)
-        assert launches == [91, 92, 91], launches
-        for a, b in zip(reused, fresh):
-            np.testing.assert_array_equal(_host(a), _host(b))
+        again = cudakit.attention_backward(g, q, k, v, o, lse, seed=91, deterministic=True, **kw)
         side = cp.cuda.Stream(non_blocking=True)
         with side:
             other = cudakit.attention_backward(g, q, k, v, o, lse, seed=91, deterministic=True, **kw)
         side.synchronize()
-        assert launches == [91, 92, 91, 91], launches
-        cudakit.attention_with_lse(q, k, v, seed=93, **kw)   # (the side stream's words no longer kept)
-        for a, b in zip(other, fresh):
-            np.testing.assert_array_equal(_host(a), _host(b))
+        for a, b, c in zip(first, again, other):
+            np.testing.assert_array_equal(a, _host(b))
+            np.testing.assert_array_equal(a, _host(c))
+    assert not (_host(cudakit.attention_with_lse(q, k, v, seed=92, **kw)[0]) == _host(o)).all()
+    step = cudakit.graph(lambda a, b, c: cudakit.attention_with_lse(a, b, c, seed=91, **kw), q, k, v, warmup=1)
+    for seed in (93, 94):
+        cudakit.attention_with_lse(q, k, v, seed=seed, **kw)
+        got = step(q, k, v)
+        np.testing.assert_array_equal(_host(got[0]), _host(o))
+        np.testing.assert_array_equal(_host(got[1]), _host(lse))

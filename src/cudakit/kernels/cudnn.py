@@ -11,8 +11,9 @@ How a call runs:
   and the fastest is kept, by name, on disk next to the Triton autotuner's choices
   (<cache>/autotune/cudnn-*.json), so another process does not time them again; with
   CUDAKIT_AUTOTUNE=0 the heuristic's first plan runs.
-- Workspaces are allocated from cudakit's pool (CuPy's allocator) for each call and released after
-  it, stream-ordered as every other temporary.
+- Workspaces come from cudakit's pool (CuPy's allocator), stream-ordered as every other temporary;
+  one of up to 4 MiB is kept per (thread, device, stream) and reused by the next execution on that
+  stream (_workspace), except while the stream is captured into a CUDA graph.
 - One cuDNN handle per (thread, device), bound to the current CuPy stream before each execution
   (the frontend skips the rebinding when the stream has not changed).
 - Nothing here synchronises the host except the one-time plan timing, which never runs while a
@@ -32,6 +33,7 @@ cuDNN's attention takes float16 and bfloat16.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import logging
 import math
@@ -186,9 +188,9 @@ class _Graph:
             compiler._recorder.other = True
         cp = _cupy.cupy()
         stream = cp.cuda.get_current_stream()
-        h = _handle(_load()[0], cp.cuda.runtime.getDevice(), stream.ptr).backend_handle
-        ws = cp.empty((self.workspace,), cp.uint8) if self.workspace else None
-        wptr = 0 if ws is None else ws.data.ptr
+        dev = cp.cuda.runtime.getDevice()
+        h = _handle(_load()[0], dev, stream.ptr).backend_handle
+        wptr, ws = _workspace(self.workspace, dev, stream) if self.workspace else (0, None)
         profiler.record_call(self.label, lambda: self.launch(ptrs, wptr, h), stream)
         stats["executions"] += 1
 
@@ -226,16 +228,51 @@ def executor(sig):
     cudnn = _load()[0]
     cp = _cupy.cupy()
     launch, nws = g.launch, g.workspace
-    dev, get_stream, empty, u8 = sig[-1], cp.cuda.get_current_stream, cp.empty, cp.uint8
+    dev, get_stream = sig[-1], cp.cuda.get_current_stream
 
     def run(*ptrs):
-        h = _handle(cudnn, dev, get_stream().ptr).backend_handle
+        stream = get_stream()
+        h = _handle(cudnn, dev, stream.ptr).backend_handle
         if nws:
-            ws = empty((nws,), u8)
-            launch(ptrs, ws.data.ptr, h)
+            wptr, ws = _workspace(nws, dev, stream)   # (ws held until the launch has returned)
+            launch(ptrs, wptr, h)
         else:
             launch(ptrs, 0, h)
     return run
+
+
+_WS_KEPT = 4 << 20   # workspaces up to this many bytes are kept per (thread, device, stream)
+_kept = threading.local()
+
+
+def _workspace(nbytes: int, device: int, stream) -> tuple:
+    """(pointer, holder) of an execution's workspace of nbytes on the current device and `stream`.
+    Up to _WS_KEPT bytes, one buffer per (thread, device, stream) is kept and reused by the next
+    execution on that stream, which stream order runs after this one: the same memory CuPy's pool
+    would hand back for an allocation freed on the stream, without its 3.8 us of host time a call
+    (H200 host, 2026-11-28, scripts/cudnn_host_parts_probe.py). Per thread, since CuPy's per-thread
+    default stream has one pointer for every thread's own stream. Not while the stream is being
+    captured into a CUDA graph, whose workspace must stay its own: a fresh buffer from the pool, as
+    for larger workspaces."""
+    cp = _cupy.cupy()
+    if nbytes <= _WS_KEPT:
+        try:
+            free = not stream.is_capturing()
+        except cp.cuda.runtime.CUDARuntimeError:   # (the legacy stream asked while another captures)
+            free = False
+        if free:
+            by_stream = getattr(_kept, "by_stream", None)
+            if by_stream is None:
+                by_stream = _kept.by_stream = {}
+            key = (device, stream.ptr)
+            buf = by_stream.get(key)
+            if buf is None or buf.nbytes < nbytes:
+                if len(by_stream) >= 8:   # (streams come and go: keep a few)
+                    by_stream.clear()
+                buf = by_stream[key] = cp.empty((max(nbytes, 4096),), cp.uint8)
+            return buf.data.ptr, buf
+    buf = cp.empty((nbytes,), cp.uint8)
+    return buf.data.ptr, buf
 
 
 def contiguous_desc(shape) -> tuple:
@@ -382,13 +419,17 @@ def _pick_plan(graph, sig, uids, scratch, handle) -> tuple[int, str]:
     return best, names[best]
 
 
+_BY_VALUE = (None, "int64 by value")   # a _scratch spec: an operand passed by value (dropout_operands)
+
+
 def _scratch(*specs):
-    """A function making fresh zeroed buffers for plan timing, one per (descriptor, dtype) spec
-    (each large enough for its strided tensor): (pointers, the arrays)."""
+    """A function making fresh buffers for plan timing, one per (descriptor, dtype) spec (each
+    zeroed and large enough for its strided tensor; _BY_VALUE: a host int64 0): (pointers, the
+    buffers)."""
     def make():
-        cp = _cupy.cupy()
-        arrs = [cp.zeros(_extent(desc), dtype) for desc, dtype in specs]
-        return [a.data.ptr for a in arrs], arrs
+        arrs = [ctypes.c_int64(0) if spec is _BY_VALUE else _cupy.cupy().zeros(_extent(spec[0]), spec[1])
+                for spec in specs]
+        return [ctypes.addressof(a) if isinstance(a, ctypes.c_int64) else a.data.ptr for a in arrs], arrs
     return make
 
 
@@ -707,51 +748,34 @@ def _causal_kw(causal: bool, q, k, layout: str) -> dict:
 
 def _dropout_tensors(g, dt, dropout):
     """The graph's dropout: (the sdpa node's `dropout` argument, [Seed, Offset] operands) for
-    dropout = (p, seed), or (None, []) without: Seed and Offset int64 [1, 1, 1, 1] device tensors
-    (dropout_operands writes them each call), p a graph attribute (part of the signature)."""
+    dropout = (p, seed), or (None, []) without: Seed and Offset int64 [1, 1, 1, 1] tensors passed
+    by value (cuDNN reads them from host memory when the graph is executed: dropout_operands), p a
+    graph attribute (part of the signature)."""
     if dropout is None:
         return None, []
     one = ((1, 1, 1, 1), (1, 1, 1, 1))
-    seed, offset = _tensor(g, "Seed", one, dt.INT64), _tensor(g, "Offset", one, dt.INT64)
+    seed, offset = (g.tensor(name=n, dim=list(one[0]), stride=list(one[1]), data_type=dt.INT64, is_pass_by_value=True)
+                    for n in ("Seed", "Offset"))
     return (float(dropout[0]), seed, offset), [seed, offset]
 
 
-_last_words = threading.local()   # .kept: (device, stream, seed, its words) of this thread's last call
+_WORDS = ctypes.c_int64 * 2
 
 
 def dropout_operands(seed: int) -> tuple:
-    """(words, [the Seed pointer, the Offset pointer]) of a dropout graph's call: words a device
-    int64 [2] array, the seed's 64 bits as an int64 and Philox offset 0, written by one launch
-    taking the seed as its argument (kernels/dropout.py philox_words; an array made from host
-    memory would synchronise the stream). The caller keeps `words` alive until the graph has been
-    executed: freed before, its memory may become the execution's workspace.
-    The last call's words are kept with its stream and read again by the next call with the same
-    seed on the same thread, stream object and device (a backward right after its forward; kept
-    per thread, since CuPy's per-thread default stream is one object for every thread's own stream
-    and a finished thread's id may pass to a new one): no launch, and
-    none of the launch's host cost (19.07 us of a 48.80 us planned forward, H100 host, 2026-11-28
-    03:10 UTC, history/host-time/nvidia-h100-80gb-hbm3-host-attention-dropout-parts.json). Words are
-    only read, and were written on that stream before any call that reads them; the stream is held
-    (one at a time), so its handle cannot pass to another stream meanwhile. Not while a graph is
-    being captured: its words stay the graph's own."""
-    from ..graphs import capturing
-    from ..runtime import _cupy
-    from .dropout import philox_words
-    cp = _cupy.loaded_cupy()
-    stream = cp.cuda.get_current_stream()
-    device = cp.cuda.runtime.getDevice()
-    last = getattr(_last_words, "kept", None)
-    try:
-        free = capturing() is None and not stream.is_capturing()
-    except cp.cuda.runtime.CUDARuntimeError:   # (the legacy stream asked while another captures)
-        free = False
-    if free and last is not None and last[0] == device and last[1] is stream and last[2] == seed:
-        w = last[3]
-    else:
-        w = philox_words(seed)
-        if free:
-            _last_words.kept = (device, stream, seed, w)
-    return w, [w.data.ptr, w.data.ptr + 8]
+    """(words, [the Seed pointer, the Offset pointer]) of a dropout graph's call: words a host
+    int64 [2] (ctypes) array, the seed's 64 bits as an int64 and Philox offset 0, which the caller
+    keeps alive until the graph's execution has returned. cuDNN copies values passed by value into
+    the launch itself, so nothing is written on the device and the words may be freed or reused
+    right after (under CUDA graph capture the values are the captured launch's). Before 2026-11-28
+    the words were device memory written by a launch each call: 19.07 us of a 48.80 us planned
+    forward (H100 host, 03:10 UTC, history/host-time/nvidia-h100-80gb-hbm3-host-attention-dropout-parts.json);
+    by value the planned forward takes 19.20 us against 34.63 with the launch (H200 host, 22:53 and
+    23:00 UTC, benchmarks/sweeps/attention_dropout_host.py,
+    history/host-time/nvidia-h200-host-attention-dropout-words.json and -by-value.json)."""
+    w = _WORDS(seed - (1 << 64) if seed >= 1 << 63 else seed, 0)
+    p = ctypes.addressof(w)
+    return w, [p, p + 8]
 
 
 def dropout_sig(kind: str, descs: tuple, dtype_name: str, scale: float, causal: bool, device: int, p: float,
@@ -825,8 +849,7 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
             return [Q, K, V, *drop_ops, O]   # (the bias, where there is one: no dropout in inference)
         _out(S, sd, dt.FLOAT)
         return [Q, K, V, *drop_ops, O, S]
-    drop_specs = [] if dropout is None else [(((1,), (1,)), cp.int64)] * 2 + (
-        [(rd, cp.float32)] if rng_dump is not None else [])
+    drop_specs = [] if dropout is None else [_BY_VALUE] * 2 + ([(rd, cp.float32)] if rng_dump is not None else [])
     bias_specs = [] if bias is None else [(bd, q.dtype)]
     specs = [(qd, q.dtype), (kd, q.dtype), (vd, q.dtype), *bias_specs, *drop_specs, (od, q.dtype)] + (
         [] if inference else [(sd, cp.float32)])
@@ -898,7 +921,7 @@ def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str
         _out(DV, dvd, io)
         return [Q, K, V, O, DO, S, *drop_ops, DQ, DK, DV, *grads]
     t = q.dtype
-    drop_specs = [] if dropout is None else [(((1,), (1,)), cp.int64)] * 2
+    drop_specs = [] if dropout is None else [_BY_VALUE] * 2
     bias_specs = [] if bias is None else [(bd, t)]
     g = _graph(sig, name, make, _scratch(*((x, t) for x in (qd, kd, vd, od, dod)), (sd, cp.float32), *bias_specs,
                                          *drop_specs, *((x, t) for x in (dqd, dkd, dvd)),

@@ -111,11 +111,3 @@ __global__ void __launch_bounds__(256) ck_dropout_mask(unsigned char* __restrict
     }
   }
 }
-
-// w = {seed, 0}: the Seed and Offset words of cuDNN's dropout graphs (kernels/cudnn.py dropout_words), the
-// seed taken as the launch's argument. One thread; 16 bytes written.
-__global__ void ck_philox_words(long long* __restrict__ w, long long seed) {
-  CK_PDL_WAIT();
-  w[0] = seed;
-  w[1] = 0;
-}

@@ -25,7 +25,7 @@ _WAVES = 8   # resident-block waves the grid covers at most (each thread then lo
 def name_expressions() -> list[str]:
     """Every template instantiation this module launches."""
     out = [f"ck_dropout<{ctype(dt)}, {v}>" for dt in FLOAT_DTYPE_NAMES for v in ("true", "false")]
-    return out + ["ck_dropout_mask<true>", "ck_dropout_mask<false>", "ck_philox_words"]
+    return out + ["ck_dropout_mask<true>", "ck_dropout_mask<false>"]
 
 
 _family = KernelFamily(SOURCE, name_expressions, "cudakit/dropout.cu")
@@ -80,18 +80,3 @@ def mask(shape, threshold: int, seed: int):
     _launch_function(expr, f, _grid(1, -(-n // 4)), (THREADS, 1, 1),
                      (m, np.int64(n), k0, k1, np.uint32(threshold)), 0, None)
     return m
-
-
-def philox_words(seed: int):
-    """A device int64 [2] array {the seed's 64 bits as an int64, 0}: the Seed and Offset of cuDNN's
-    dropout graphs (kernels/cudnn.py), written by one launch taking the seed as its argument (no
-    host synchronisation; the launcher's host cost, not a CuPy kernel's)."""
-    from ..runtime import _cupy
-    from ..runtime.compiler import _launch_function
-    cp = _cupy.loaded_cupy()
-    w = cp.empty((2,), np.int64)
-    expr = "ck_philox_words"
-    f = _family.function(w.data.device_id, expr)
-    _launch_function(expr, f, (1, 1, 1), (1, 1, 1), (w, np.int64(seed - (1 << 64) if seed >= 1 << 63 else seed)),
-                     0, None)
-    return w
