@@ -117,6 +117,24 @@ def test_ew_reads_fields_and_builds_the_output_through_cupy(fields_ew, ctor):
     assert z.shape == (4, 0, 2) and len(recent) == 2  # nothing launched for no elements
 
 
+def test_nd_empty_builds_arrays_through_cupys_constructor(fields_ew):
+    """nd_empty(shape, dtype) through CuPy's _ndarray_init: C-contiguous arrays of the shape and
+    dtype (given as a numpy dtype or a scalar type) from CuPy's current allocator; 0-d and empty
+    shapes; dims CuPy's constructor must check (negative, numpy ints) go through cupy.ndarray."""
+    m, seen, recent, state = fields_ew
+    start = state["next"]
+    a = m.nd_empty((3, 5, 7), np.dtype(np.float16))
+    assert type(a) is cp.ndarray and a.shape == (3, 5, 7) and a.dtype == np.float16
+    assert a._c_contiguous and a.strides == (70, 14, 2) and a.data.ptr >= start
+    b = m.nd_empty((4,), cp.float32)
+    assert b.dtype == np.float32 and b.data.ptr > a.data.ptr
+    assert m.nd_empty((), np.int64).shape == () and m.nd_empty((2, 0), np.float32).size == 0
+    assert m.nd_empty((np.int64(2), 3), np.float32).shape == (2, 3)
+    with pytest.raises(ValueError):
+        m.nd_empty((-1, 3), np.float32)
+    assert not recent   # (nothing launched)
+
+
 def test_ew_through_fields_declines_what_the_python_path_handles(fields_ew):
     m, seen, recent, state = fields_ew
     table = {**_table(), **_table(dev=1)}

@@ -462,6 +462,23 @@ def test_fast_setup_refuses_a_capsule_with_another_signature(ew):
         m.fast_setup(_FakeArray, lambda: 0)             # five objects are needed
 
 
+def test_nd_empty_calls_the_array_type_without_cupys_constructor(ew, tmp_path):
+    """nd_empty(shape, dtype): without fast_layout's _ndarray_init, the array type's own call
+    (here the fake's); a shape that is not a tuple is a TypeError; before fast_setup, a RuntimeError."""
+    import numpy as np
+    m, _, _ = ew
+    a = m.nd_empty((3, 4), np.float32)
+    assert type(a) is _FakeArray and a.shape == (3, 4) and a.dtype == np.float32
+    assert m.nd_empty((), "int64").shape == ()
+    with pytest.raises(TypeError, match=r"nd_empty\(shape tuple, dtype\)"):
+        m.nd_empty([3, 4], np.float32)
+    with pytest.raises(TypeError):
+        m.nd_empty((3, 4))
+    fresh = native_module(tmp_path / "fresh.so")
+    with pytest.raises(RuntimeError, match="fast_setup first"):
+        fresh.nd_empty((1,), np.float32)
+
+
 def test_ew_empty_arrays_launch_nothing_and_errors_go_to_on_error(ew):
     m, recent, errors = ew
     seen, _cb = _recorder(m, [], result=700)

@@ -19,6 +19,7 @@ import math
 
 from .. import config
 from ..runtime import _cupy
+from ..runtime.native import empty_fn
 from .attention_materialized import head_block
 
 MAX_HEAD_DIM = 256   # the Triton kernels' head dims (129..256 on narrower tiles: _wide_config)
@@ -1573,7 +1574,7 @@ def plan_forward_inference(bh: int, lq: int, lk: int, d: int, dtype_name: str, s
     step = _planned_path("fwd", bh, lq, lk, d, dtype_name, scale, causal, device, graph="sdpa_fwd_inf")
     if step is None or step[0] != "cudnn":
         return None
-    run, nd = step[1], _cupy.cupy().ndarray
+    run, nd = step[1], empty_fn()
 
     def fwd(q, k, v):
         out = nd(q.shape, q.dtype)
@@ -1588,7 +1589,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
     output allocation and the launch bound; None where forward() has not chosen yet or the
     signature needs its general handling (empty, more than 65535 batch-heads)."""
     cp = _cupy.cupy()
-    nd, f32 = cp.ndarray, cp.float32
+    nd, f32 = empty_fn(), cp.float32
     step = _planned_path("fwd", bh, lq, lk, d, dtype_name, scale, causal, device)
     if step is None:
         return None
@@ -1623,7 +1624,7 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     """A function (do, q, k, v, out, lse) -> (dq, dk, dv) like q, k, v, replaying backward()'s chosen
     path (see plan_forward); None where it does not apply."""
     cp = _cupy.cupy()
-    nd, f32 = cp.ndarray, cp.float32
+    nd, f32 = empty_fn(), cp.float32
     step = _planned_path("bwd", bh, lq, lk, d, dtype_name, scale, causal, device)
     if step is None:
         return None

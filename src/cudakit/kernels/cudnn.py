@@ -250,7 +250,7 @@ def _workspace(nbytes: int, device: int, stream) -> tuple:
     Up to _WS_KEPT bytes, one buffer per (thread, device, stream) is kept and reused by the next
     execution on that stream, which stream order runs after this one: the same memory CuPy's pool
     would hand back for an allocation freed on the stream, without its 3.8 us of host time a call
-    (H200 host, 2026-11-28, scripts/cudnn_host_parts_probe.py). Per thread, since CuPy's per-thread
+    (H200 host, 2026-11-28, benchmarks/sweeps/attention_bias_host_parts.py). Per thread, since CuPy's per-thread
     default stream has one pointer for every thread's own stream. Not while the stream is being
     captured into a CUDA graph, whose workspace must stay its own: a fresh buffer from the pool, as
     for larger workspaces."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from ..runtime import _cupy
+from ..runtime.native import empty_fn
 from . import attention
 
 _DTYPES = ("float16", "bfloat16", "float32")
@@ -78,7 +79,7 @@ def _plan_gqa_forward(q, k, v, scale, causal, with_lse: bool):
     got = _gqa_cudnn("fwd", "sdpa_fwd" if with_lse else "sdpa_fwd_inf", (q, k, v), scale, causal)
     if got is None:
         return None
-    run, nd, f32 = got[0], _cupy.cupy().ndarray, _cupy.cupy().float32
+    run, nd, f32 = got[0], empty_fn(), _cupy.cupy().float32
     shape, lse_shape = tuple(q.shape), tuple(q.shape[:3])
     if with_lse:
         def plan(q, k, v, scale=None, causal=False, layout="bhld", *_):
@@ -102,7 +103,7 @@ def _plan_gqa_backward(grad_out, q, k, v, out, lse, scale, causal):
     got = _gqa_cudnn("bwd", "sdpa_bwd", (q, k, v, out, grad_out, lse), scale, causal)
     if got is None:
         return None
-    run, nd = got[0], cp.ndarray
+    run, nd = got[0], empty_fn()
     qs, ks = tuple(q.shape), tuple(k.shape)
 
     def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", *_):
@@ -148,7 +149,7 @@ def _plan_blhd_forward(q, k, v, scale, causal):
     run = _blhd_cudnn("fwd", {"q": q, "k": k, "v": v}, scale, causal)
     if run is None:
         return None
-    nd, f32 = _cupy.cupy().ndarray, _cupy.cupy().float32
+    nd, f32 = empty_fn(), _cupy.cupy().float32
     b, lq, h, _ = q.shape
     o_shape, lse_shape = tuple(q.shape), (b, h, lq)
 
@@ -217,7 +218,7 @@ def _cudnn_bias_forward_plan(op: str, q, k, v, scale, causal, layout, window, ke
     if got is None:
         return _masked_plan(op, 3, key_lengths)
     run = got[0]
-    nd, f32 = _cupy.cupy().ndarray, _cupy.cupy().float32
+    nd, f32 = empty_fn(), _cupy.cupy().float32
     shape, lse_shape = tuple(q.shape), tuple(q.shape[:3])
     if with_lse:
         def plan(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None, attn_bias=None):
@@ -261,7 +262,7 @@ def plan_attention_backward_bias(grad_out, q, k, v, out, lse, scale=None, causal
     if got is None:
         return _masked_plan("attention_backward_bias", 4, key_lengths)
     run, b4 = got
-    nd = cp.ndarray
+    nd = empty_fn()
     shapes, b_shape, g_shape = (tuple(q.shape), tuple(k.shape), tuple(v.shape)), tuple(b4.shape), tuple(attn_bias.shape)
 
     def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
@@ -311,7 +312,7 @@ def _cudnn_dropout_forward_plan(op: str, q, k, v, scale, causal, layout, window,
     from . import cudnn
     run, (bh, lq, lk, d, name, sc, lead) = got
     cp = _cupy.cupy()
-    nd, f32, operands = cp.ndarray, cp.float32, cudnn.dropout_operands
+    nd, f32, operands = empty_fn(), cp.float32, cudnn.dropout_operands
     shape, lse_shape = tuple(q.shape), lead + (lq,)
 
     def plan(q, k, v, scale=None, causal=False, layout="bhld", window=None, key_lengths=None, attn_bias=None,
@@ -355,7 +356,7 @@ def plan_attention_backward_dropout(grad_out, q, k, v, out, lse, scale=None, cau
         return _masked_plan("attention_backward_dropout", 4, key_lengths)
     from . import cudnn
     run = got[0]
-    nd, operands = cp.ndarray, cudnn.dropout_operands
+    nd, operands = empty_fn(), cudnn.dropout_operands
     shapes = tuple(q.shape), tuple(k.shape), tuple(v.shape)
 
     def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="bhld", window=None, key_lengths=None,
@@ -422,7 +423,7 @@ def _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal):
     run = _blhd_cudnn("bwd", {"q": q, "k": k, "v": v, "out": out, "do": grad_out}, scale, causal)
     if run is None:
         return None
-    nd = cp.ndarray
+    nd = empty_fn()
     shapes = tuple(q.shape), tuple(k.shape), tuple(v.shape)
 
     def plan(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="blhd", *_):
@@ -532,7 +533,7 @@ def _conv_layout(activations, weight, others=()) -> tuple:
 
 def _new_nchw(layout: str):
     """A function making an uninitialised (N, C, H, W) output in `layout` (channels-last memory for "nhwc")."""
-    nd = _cupy.cupy().ndarray
+    nd = empty_fn()
     if layout == "nchw":
         return nd
     return lambda shape, dtype: nd((shape[0], shape[2], shape[3], shape[1]), dtype).transpose(0, 3, 1, 2)
@@ -856,7 +857,7 @@ def _varlen_cudnn_forward(q, k, v, cu, max_q, max_k, scale, causal, window, drop
         return None
     from . import cudnn_varlen
     cp = _cupy.cupy()
-    nd, f32 = cp.ndarray, cp.float32
+    nd, f32 = empty_fn(), cp.float32
     err = attention._varlen_flag(q.data.device_id)
     lse_shape = tuple(q.shape[:2])
 
@@ -894,7 +895,7 @@ def plan_attention_varlen_backward_shared(grad_out, q, k, v, out, lse, cu, max_q
     if run is None:
         return None
     from . import cudnn_varlen
-    nd = cp.ndarray
+    nd = empty_fn()
     err = attention._varlen_flag(q.data.device_id)
 
     def plan(grad_out, q, k, v, out, lse, cu, *_):

@@ -572,6 +572,42 @@ static PyObject* fast_layout(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* nd_empty(shape tuple, dtype) -> a new C-contiguous array of ck_nd (CuPy's ndarray): through CuPy's
+ * _ndarray_init where fast_layout gave it (allocation and array in one C call, what cupy.empty does,
+ * with CuPy's current allocator), else ck_nd(shape, dtype). The outputs of the plans written in
+ * Python (kernels/path_plans.py: cuDNN's graphs) come from here. A negative or non-int dim takes
+ * ck_nd's call, which raises CuPy's error. */
+static PyObject* nd_empty(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "nd_empty(shape tuple, dtype)");
+    return NULL;
+  }
+  if (ck_nd == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "nd_empty: call fast_setup first");
+    return NULL;
+  }
+  PyObject* shape = args[0];
+  const Py_ssize_t n = PyTuple_GET_SIZE(shape);
+  const ck_ndinit_fn ndinit = ck_layout ? ck_ndinit : NULL;
+  if (ndinit != NULL && n <= CK_MAX_NDIM) {
+    Py_ssize_t dims[CK_MAX_NDIM];
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < n && ok; ++i) {
+      PyObject* d = PyTuple_GET_ITEM(shape, i);
+      dims[i] = PyLong_CheckExact(d) ? PyLong_AsSsize_t(d) : -1;
+      if (dims[i] < 0) {
+        PyErr_Clear();
+        ok = 0;
+      }
+    }
+    if (ok) {
+      ck_vec v = {dims, dims + n, dims + n};
+      return ndinit(ck_nd, &v, args[1], Py_None);
+    }
+  }
+  return PyObject_CallFunctionObjArgs(ck_nd, shape, args[1], NULL);
+}
+
 /* An operand of ew(): its shape as CuPy's tuple (read through attributes) or as dims (read from
  * the array's fields); dtype is owned. */
 typedef struct {
@@ -1892,6 +1928,8 @@ static PyMethodDef methods[] = {
     {"fast_hold", fast_hold, METH_O, "fast_hold(+1 or -1): while held, the fast paths decline"},
     {"fast_alloc", fast_alloc, METH_O, "fast_alloc(CuPy's get_allocator capsule or None): ew() allocates through mem_malloc directly while it is CuPy's allocator"},
     {"fast_layout", fast_layout, METH_VARARGS, "fast_layout(offsets or None, MemoryPointer, _ndarray_init capsule or None)"},
+    {"nd_empty", (PyCFunction)(void (*)(void))nd_empty, METH_FASTCALL,
+     "nd_empty(shape tuple, dtype) -> a new C-contiguous CuPy array (CuPy's _ndarray_init where known)"},
     {"fast_gate", fast_gate, METH_O, "fast_gate(open): ew() and Triton launches decline while closed"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(table, x0, x1 or None, p[, out]) -> the result (a new array, or out) or None"},
     {"tk_bind", (PyCFunction)(void (*)(void))tk_bind, METH_FASTCALL, "tk_bind(plans, grid, fallback) -> callable"},

@@ -175,6 +175,18 @@ def fast_paths():
     return mod
 
 
+def empty_fn():
+    """A function (shape tuple, dtype) -> a new C-contiguous CuPy array, for the outputs of plans
+    written in Python (kernels/path_plans.py): the native module's nd_empty (CuPy's C constructor
+    _ndarray_init, allocation and array in one C call) where it is built, else cupy.ndarray."""
+    mod = fast_paths()
+    fn = getattr(mod, "nd_empty", None) if mod is not None else None
+    if fn is None:
+        from . import _cupy
+        return _cupy.loaded_cupy().ndarray
+    return fn
+
+
 def _setup_fast_paths(mod) -> None:
     global _fast_ready
     from . import _cupy, launch

@@ -1,21 +1,26 @@
 """Where the host time of attention on cuDNN's graphs goes, on a small bfloat16 shape (B2 H4 S128
 D64, a (1, H, L, L) bias, the path held to cuDNN): the call, its plan's parts (the output
-allocations, the executor's run, the raw launch on a fixed handle and workspace, the handle lookup,
-a workspace's allocation from the pool) and the plain forward on cuDNN, beside torch's SDPA with and
-without the bias, rounds interleaved in one process.
-    python3 scripts/cudnn_host_parts_probe.py
-Prints PROBE lines (us a call). (Its first version, 2026-11-28 22:56 UTC, also checked that cuDNN's
-dropout graphs take the Seed and Offset by value, bit for bit as with device words: now
-kernels/cudnn.py dropout_operands, tested in tests/gpu/test_cudnn_gpu.py.)"""
+allocations by cupy.ndarray and by the native module's nd_empty, the executor's run, the raw
+launch on a fixed handle and workspace, the handle lookup, a workspace's allocation from the pool)
+and the plain forward on cuDNN, beside torch's SDPA with and without the bias, rounds interleaved in
+one process.
+    python3 benchmarks/sweeps/attention_bias_host_parts.py [--out f.json]
+Prints a PROBE line (us a call) and writes it as a row to --out. (Its first version,
+scripts/cudnn_host_parts_probe.py at 2026-11-28 22:56 UTC, also checked that cuDNN's dropout graphs
+take the Seed and Offset by value, bit for bit as with device words: now kernels/cudnn.py
+dropout_operands, tested in tests/gpu/test_cudnn_gpu.py.)"""
 import math
+import sys
 
 import cupy as cp
 import torch
+from _results import dump_rows
 
 import cudakit
 from cudakit import dispatch
 from cudakit.bench import timing
 from cudakit.kernels import cudnn, path_plans, paths
+from cudakit.runtime import native
 
 sync = cp.cuda.Device().synchronize
 sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -48,10 +53,11 @@ cud = cudnn._load()[0]
 h = cudnn._handle(cud, 0, cp.cuda.get_current_stream().ptr).backend_handle
 ws = cp.empty((max(gr.workspace, 1),), cp.uint8) if isinstance(gr, cudnn._Graph) else None
 ptrs = (q.data.ptr, k.data.ptr, v.data.ptr, bias.data.ptr, out.data.ptr, lse.data.ptr)
-nd = cp.ndarray
+nd, empty = cp.ndarray, native.empty_fn()
 parts = {"call": lambda: cudakit.attention_with_lse(q, k, v, attn_bias=bias),
          "plain_call": lambda: cudakit.attention_with_lse(q, k, v),
          "alloc_out_lse": lambda: (nd(q.shape, q.dtype), nd((B, H, T), cp.float32)),
+         "alloc_out_lse_native": lambda: (empty(q.shape, q.dtype), empty((B, H, T), cp.float32)),
          "executor_run": lambda: run(*ptrs),
          "handle": lambda: cudnn._handle(cud, 0, cp.cuda.get_current_stream().ptr).backend_handle,
          "torch_fwd": lambda: sdpa(tq, tk, tv, attn_mask=tb),
@@ -64,3 +70,7 @@ t = host(parts)
 print("PROBE bias host us: " + " ".join(f"{n} {x:.2f}" for n, x in t.items())
       + f"; plans {[(key[0], getattr(p, '__module__', type(p).__name__)) for key, p in dispatch._plans.items()]}",
       flush=True)
+dump_rows(sys.argv[1:], __doc__, [{**{f"{n}_us": round(x, 3) for n, x in t.items()},
+                                   "x_torch_fwd": round(t["torch_fwd"] / t["call"], 3),
+                                   "workspace_bytes": getattr(gr, "workspace", None),
+                                   "plan": getattr(gr, "plan", None)}])
