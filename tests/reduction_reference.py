@@ -193,7 +193,8 @@ def check_backward(got, op, g, x_or_shape, axis=None, ddof=0, what=""):
 
 OPS = ("sum", "mean", "max", "min", "var", "argmax", "argmin")
 
-# (shape, axis, keepdims, view): view "T" = x.T, "step" = x[:, ::2], "perm" = x.transpose(2, 0, 1)
+# (shape, axis, keepdims, view): view "T" = x.T, "step" = x[:, ::2], "perm" = x.transpose(2, 0, 1),
+# "perm4" = x.transpose(2, 1, 0, 3), "step4" = x[:, :, ::2, :]
 FORWARD_CASES = [
     ((1,), None, False, None),
     ((7,), 0, True, None),
@@ -221,6 +222,8 @@ FORWARD_CASES = [
     ((8, 40, 64), 1, False, None),
     ((32, 24, 28, 28), (0, 2, 3), False, None),  # per-channel of NCHW: reduced in passes (two runs)
     ((3, 5, 4, 6, 7), (0, 2, 4), True, None),    # three runs of reduced axes, keepdims
+    ((4, 3, 2, 5), (1, 3), False, "perm4"),      # passes over a transposed view, kept axes in another order
+    ((3, 4, 5, 6), (0, 2), False, "step4"),      # passes after a C-order copy of a strided view
 ]
 
 
@@ -238,14 +241,32 @@ def apply_view(a, view):
         return a[:, ::2]
     if view == "perm":
         return a.transpose(2, 0, 1)
+    if view == "perm4":
+        return a.transpose(2, 1, 0, 3)
+    if view == "step4":
+        return a[:, :, ::2, :]
     raise ValueError(view)
+
+
+def _base_shape(shape: tuple, view):
+    """The shape of the array apply_view makes a view of `shape` from."""
+    if view == "T":
+        return shape[::-1]
+    if view == "step":
+        return (shape[0], shape[1] * 2)
+    if view == "perm":
+        return (shape[1], shape[2], shape[0])
+    if view == "perm4":
+        return (shape[2], shape[1], shape[0], shape[3])
+    if view == "step4":
+        return (shape[0], shape[1], shape[2] * 2, shape[3])
+    return shape
 
 
 def run_forward_case(b, dev, host, rng, case, dtype):
     """Every op on one case: normal data against tolerances, integer data exactly."""
     shape, axis, keepdims, view = case
-    base_shape = shape[::-1] if view == "T" else (shape[0], shape[1] * 2) if view == "step" else \
-        (shape[1], shape[2], shape[0]) if view == "perm" else shape
+    base_shape = _base_shape(shape, view)
     for kind in ("normal", "ints"):
         xb = normal(rng, base_shape, dtype, loc=0.5) if kind == "normal" else ints(rng, base_shape, dtype)
         x = apply_view(xb, view)

@@ -128,7 +128,8 @@ def test_small_workspaces_are_kept_per_thread_device_and_stream(monkeypatch):
     """kernels/cudnn.py _workspace: a workspace of up to _WS_KEPT bytes is one buffer per (thread,
     device, stream), reused by the next execution there and replaced by a larger one when asked;
     another stream, device or thread gets its own; a stream being captured (or whose capture state
-    cannot be read) and a larger workspace get a fresh buffer each call (on a fake of CuPy)."""
+    cannot be read), an allocator other than cudakit's pool's (a CUDA graph's warm-up) and a larger
+    workspace get a fresh buffer each call (on a fake of CuPy)."""
     import threading
     import types
 
@@ -163,6 +164,10 @@ def test_small_workspaces_are_kept_per_thread_device_and_stream(monkeypatch):
                                  cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(CUDARuntimeError=Err)))
     monkeypatch.setattr(cd._cupy, "cupy", lambda: fake)
     monkeypatch.setattr(cd, "_kept", threading.local())
+    pool_malloc, current = object(), {}   # CuPy's allocator: cudakit's pool's, or a scope's on top
+    monkeypatch.setattr(cd.memory, "_allocator", pool_malloc)
+    allocators = types.SimpleNamespace(get_allocator=lambda: current.get("a", pool_malloc))
+    monkeypatch.setattr(cd.memory, "_mem_mod", allocators)
     s1, s2 = Stream(1), Stream(2)
     p, buf = cd._workspace(256, 0, s1)
     assert p == buf.data.ptr and buf.nbytes >= 256 and len(made) == 1
@@ -183,7 +188,11 @@ def test_small_workspaces_are_kept_per_thread_device_and_stream(monkeypatch):
         a, b = cd._workspace(256, 0, s1)[1], cd._workspace(256, 0, s1)[1]
         assert a is not b and big not in (a, b)
     s1.capturing = False
-    assert len(made) == n + 4 and cd._workspace(256, 0, s1)[1] is big
+    current["a"] = object()   # a graph's warm-up (its private pool) or a user's allocator: fresh each call
+    a, b = cd._workspace(256, 0, s1)[1], cd._workspace(256, 0, s1)[1]
+    assert a is not b and big not in (a, b)
+    del current["a"]
+    assert len(made) == n + 6 and cd._workspace(256, 0, s1)[1] is big
     huge = cd._WS_KEPT + 1                                              # over the cap: fresh each call
     assert cd._workspace(huge, 0, s1)[1] is not cd._workspace(huge, 0, s1)[1]
     assert cd._workspace(256, 0, s1)[1] is big

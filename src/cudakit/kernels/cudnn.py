@@ -13,7 +13,7 @@ How a call runs:
   CUDAKIT_AUTOTUNE=0 the heuristic's first plan runs.
 - Workspaces come from cudakit's pool (CuPy's allocator), stream-ordered as every other temporary;
   one of up to 4 MiB is kept per (thread, device, stream) and reused by the next execution on that
-  stream (_workspace), except while the stream is captured into a CUDA graph.
+  stream (_workspace), except in a CUDA graph's warm-up and capture (its private pool).
 - One cuDNN handle per (thread, device), bound to the current CuPy stream before each execution
   (the frontend skips the rebinding when the stream has not changed).
 - Nothing here synchronises the host except the one-time plan timing, which never runs while a
@@ -40,7 +40,7 @@ import math
 import threading
 
 from .. import profiler
-from ..runtime import _cupy
+from ..runtime import _cupy, memory
 from ..runtime.tuned import TunedTable
 from .reduction import channel_sum
 
@@ -251,11 +251,13 @@ def _workspace(nbytes: int, device: int, stream) -> tuple:
     execution on that stream, which stream order runs after this one: the same memory CuPy's pool
     would hand back for an allocation freed on the stream, without its 3.8 us of host time a call
     (H200 host, 2026-11-28, benchmarks/sweeps/attention_bias_host_parts.py). Per thread, since CuPy's per-thread
-    default stream has one pointer for every thread's own stream. Not while the stream is being
-    captured into a CUDA graph, whose workspace must stay its own: a fresh buffer from the pool, as
-    for larger workspaces."""
+    default stream has one pointer for every thread's own stream. Only from cudakit's pool
+    (memory.pool_allocator_active): not in a CUDA graph's warm-up or capture, whose allocations come
+    from the graph's private pool, nor under a user's own allocator; and not while the stream is
+    being captured, whose workspace must stay the graph's: there, and for larger workspaces, a fresh
+    buffer each execution."""
     cp = _cupy.cupy()
-    if nbytes <= _WS_KEPT:
+    if nbytes <= _WS_KEPT and memory.pool_allocator_active():
         try:
             free = not stream.is_capturing()
         except cp.cuda.runtime.CUDARuntimeError:   # (the legacy stream asked while another captures)
@@ -773,6 +775,7 @@ def dropout_operands(seed: int) -> tuple:
     by value the planned forward takes 19.20 us against 34.63 with the launch (H200 host, 22:53 and
     23:00 UTC, benchmarks/sweeps/attention_dropout_host.py,
     history/host-time/nvidia-h200-host-attention-dropout-words.json and -by-value.json)."""
+    seed = int(seed)
     w = _WORDS(seed - (1 << 64) if seed >= 1 << 63 else seed, 0)
     p = ctypes.addressof(w)
     return w, [p, p + 8]

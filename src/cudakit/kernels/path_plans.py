@@ -305,7 +305,7 @@ def _cudnn_dropout_run(kind: str, arrays: tuple, scale, causal, layout, window, 
 def _cudnn_dropout_forward_plan(op: str, q, k, v, scale, causal, layout, window, key_lengths, attn_bias, dropout_p,
                                 with_lse: bool):
     """The plan of attention / attention_with_lse with cuDNN's dropout (_cudnn_dropout_run): the
-    graph executed with each call's seed written into its Seed word, no checks; else as before."""
+    graph executed with each call's seed passed by value (cudnn.dropout_operands), no checks; else as before."""
     got = _cudnn_dropout_run("fwd", (q, k, v), scale, causal, layout, window, key_lengths, attn_bias, dropout_p)
     if got is None:
         return _masked_plan(op, 3, key_lengths)

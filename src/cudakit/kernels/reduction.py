@@ -383,6 +383,8 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
                          f"{op} of an empty sequence has no value")
     div = {"mean": R, "var": max(R - ddof, 0.0)}.get(op, 1.0)
     base = _base_order(x) if code in (0, 1, 2) else None
+    if base is None and code in (0, 1, 2) and len(axes) > 1:   # a view no permutation makes contiguous
+        x, base = contiguous(x), tuple(range(x.ndim))           # (x[:, ::2]): one C-order copy, then passes
     if base is not None:   # sum, mean, max, min of a permutation of a contiguous buffer
         xb = x if x._c_contiguous else x.transpose(base)   # (a C-contiguous view)
         b_axes = tuple(sorted(i for i, d in enumerate(base) if d in axes))

@@ -127,7 +127,7 @@ def _make_tracked_memory_class(cp):
 def ensure_installed():
     """Install the counting allocator in front of CuPy's pool (once) and apply
     CUDAKIT_GPU_MEMORY_LIMIT and CUDAKIT_GPU_CACHE_SIZE to every device."""
-    global _installed, _pool, _TrackedMemory, _mem_mod
+    global _installed, _pool, _TrackedMemory, _mem_mod, _allocator
     if _installed:
         return _pool
     cp = _cupy.cupy()
@@ -137,7 +137,8 @@ def ensure_installed():
         _pool = cp.get_default_memory_pool()
         _TrackedMemory = _make_tracked_memory_class(cp)
         _mem_mod = cp.cuda.memory
-        cp.cuda.set_allocator(_native_allocator(cp) or _malloc)
+        _allocator = _native_allocator(cp) or _malloc
+        cp.cuda.set_allocator(_allocator)
         _installed = True
     from ..config import settings
     from .device import device_count
@@ -149,6 +150,17 @@ def ensure_installed():
             set_cache_size(settings().cache_size, device=d)
     _apply_callback()
     return _pool
+
+
+_allocator = None   # what ensure_installed made CuPy's allocator
+
+
+def pool_allocator_active() -> bool:
+    """Whether CuPy allocates through the counting allocator ensure_installed set (cudakit's pool),
+    not through an allocator a `cupy.cuda.using_allocator` scope put in front of it on this thread
+    (a CUDA graph's private pool during warm-up and capture, a user's own pool). Memory kept past a
+    call (kernels/cudnn.py's workspaces) is only taken from cudakit's pool."""
+    return _allocator is not None and _mem_mod.get_allocator() is _allocator
 
 
 def _native_allocator(cp):
