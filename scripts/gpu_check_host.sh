@@ -23,19 +23,5 @@ if [ "${SWEEPS:-1}" != 0 ]; then
      --out "$OUT/bias-host.json") > "$OUT/log-sweeps.txt" 2>&1
   grep VARIANT "$OUT/log-sweeps.txt"; grep -E "Error|Traceback" "$OUT/log-sweeps.txt" | head -5
 fi
-python3 - "$OUT" <<'PY'
-import json, sys
-def rows(name):
-    try:
-        d = json.load(open(f"{sys.argv[1]}/results-{name}.json"))
-    except OSError:
-        return {}
-    return {r["op"]: r for r in d["rows"]}
-a, b = rows("host-nopdl"), rows("host-pdl")
-us = lambda r: f"{r['providers']['cudakit']['median_ms'] * 1e3:.2f}" if r else "-"
-xt = lambda r: f"{r['x_torch']:.3f}" if r and r.get("x_torch") else "-"
-print(f"{'row':<40} {'us no PDL':>10} {'us PDL':>8} {'x torch no PDL':>15} {'x torch PDL':>12}")
-for key in sorted(set(a) | set(b)):
-    print(f"{key:<40} {us(a.get(key)):>10} {us(b.get(key)):>8} {xt(a.get(key)):>15} {xt(b.get(key)):>12}")
-PY
+python3 scripts/side_by_side.py "$OUT" host-nopdl host-pdl us
 date -u +"%H:%M:%SZ"

@@ -14,20 +14,5 @@ grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log"
 OPS=${OPS:-train_gpt,train_gpt_graph,train_gpt_graph_vs_torch_graph,train_cnn,train_cnn_graph,train_cnn_graph_vs_torch_graph}
 CUDAKIT_PDL=0 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240} TAIL=0 bash scripts/bench_sets.sh "train-nopdl=$OPS=bfloat16"
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240} TAIL=0 bash scripts/bench_sets.sh "train-pdl=$OPS=bfloat16"
-python3 - "$OUT" <<'PY'
-import json, sys
-def rows(name):
-    try:
-        d = json.load(open(f"{sys.argv[1]}/results-{name}.json"))
-    except OSError:
-        return {}
-    return {(r["op"], "x".join(map(str, r["shape"]))): r for r in d["rows"]}
-a, b = rows("train-nopdl"), rows("train-pdl")
-print(f"{'case':<52} {'ms no PDL':>10} {'ms PDL':>10} {'x torch no PDL':>15} {'x torch PDL':>12}")
-for key in sorted(set(a) | set(b)):
-    ra, rb = a.get(key), b.get(key)
-    ms = lambda r: f"{r['providers']['cudakit']['median_ms']:.4f}" if r else "-"
-    xt = lambda r: f"{r['x_torch']:.3f}" if r and r.get("x_torch") else "-"
-    print(f"{' '.join(key):<52} {ms(ra):>10} {ms(rb):>10} {xt(ra):>15} {xt(rb):>12}")
-PY
+python3 scripts/side_by_side.py "$OUT" train-nopdl train-pdl ms
 date -u +"%H:%M:%SZ"
