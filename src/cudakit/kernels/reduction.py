@@ -416,8 +416,11 @@ def channel_sum(g):
     channel) plane's sum, then the images' (reduce()'s passes, no copy); a channels-last view
     reduces its (N H W, K) buffer in place. Traffic: g read once, plus N K float32 partial sums. CuPy's
     g.sum(axis=(0, 2, 3), dtype=float32) in its place (the cuDNN backward's bias gradient until
-    2026-11-28) ran slower (Performance, grouped convolutions)."""
-    return reduce(g, "sum", (0,) + tuple(range(2, g.ndim)))
+    2026-11-28) ran slower (Performance, grouped convolutions). A C-contiguous g takes the planned
+    launches (reduce_fast, the same passes) where they apply."""
+    axes = (0,) + tuple(range(2, g.ndim))
+    out = reduce_fast("sum", g, axes, False)
+    return reduce(g, "sum", axes) if out is None else out
 
 
 # ------------------------------------------------------------------------------------------
