@@ -429,9 +429,15 @@ def _scratch(*specs):
     zeroed and large enough for its strided tensor; _BY_VALUE: a host int64 0): (pointers, the
     buffers)."""
     def make():
-        arrs = [ctypes.c_int64(0) if spec is _BY_VALUE else _cupy.cupy().zeros(_extent(spec[0]), spec[1])
-                for spec in specs]
-        return [ctypes.addressof(a) if isinstance(a, ctypes.c_int64) else a.data.ptr for a in arrs], arrs
+        ptrs, arrs = [], []
+        for spec in specs:
+            if spec is _BY_VALUE:
+                arrs.append(ctypes.c_int64(0))
+                ptrs.append(ctypes.addressof(arrs[-1]))
+            else:
+                arrs.append(_cupy.cupy().zeros(_extent(spec[0]), spec[1]))
+                ptrs.append(arrs[-1].data.ptr)
+        return ptrs, arrs
     return make
 
 
@@ -730,8 +736,10 @@ def sdpa_sig(kind: str, descs: tuple, dtype_name: str, scale: float, causal: boo
     return (kind, descs, dtype_name, float(scale), bool(causal), device)
 
 
-def _tensor(g, name: str, desc, dtype):
-    return g.tensor(name=name, dim=list(desc[0]), stride=list(desc[1]), data_type=dtype)
+def _tensor(g, name: str, desc, dtype, by_value: bool = False):
+    """A graph tensor of (dims, strides) desc; by_value: read from host memory at execution."""
+    kw = {"is_pass_by_value": True} if by_value else {}
+    return g.tensor(name=name, dim=list(desc[0]), stride=list(desc[1]), data_type=dtype, **kw)
 
 
 def _out(t, desc, dtype):
@@ -756,8 +764,7 @@ def _dropout_tensors(g, dt, dropout):
     if dropout is None:
         return None, []
     one = ((1, 1, 1, 1), (1, 1, 1, 1))
-    seed, offset = (g.tensor(name=n, dim=list(one[0]), stride=list(one[1]), data_type=dt.INT64, is_pass_by_value=True)
-                    for n in ("Seed", "Offset"))
+    seed, offset = (_tensor(g, n, one, dt.INT64, by_value=True) for n in ("Seed", "Offset"))
     return (float(dropout[0]), seed, offset), [seed, offset]
 
 

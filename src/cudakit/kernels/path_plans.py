@@ -12,6 +12,7 @@ import math
 from ..runtime import _cupy
 from ..runtime.native import empty_fn
 from . import attention
+from .reduction import channel_sum
 
 _DTYPES = ("float16", "bfloat16", "float32")
 
@@ -605,7 +606,6 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
         return None   # (the Triton kernels: a plan traced from the checked call, ops._planner)
     if layout == "nhwc" and "triton" in (wg[0], dg[0]):
         return None   # the own kernels copy channels-last data: the checked path does that
-    from .reduction import channel_sum
     new_gx = _new_nchw(layout)   # dL/dx in x's layout, as cudnn.conv_dgrad makes it
     x_shape, g_ = tuple(x.shape), groups
     if wg[0] == "cudnn":

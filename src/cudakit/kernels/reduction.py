@@ -343,6 +343,15 @@ def _layout(x, axes: tuple, keep_index_order: bool):
     return x, order, outer, R, inner
 
 
+def _keep_plan(key, entry: tuple) -> None:
+    """Keep reduce()'s plan of a C-contiguous call (key None: not kept), _MAX_PLANS at most."""
+    if key is None:
+        return
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()
+    _plans[key] = entry
+
+
 def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
     """Reduce `axes` of x with op ("sum", "mean", "max", "min", "argmax", "argmin", "var").
 
@@ -390,19 +399,14 @@ def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
         b_axes = tuple(sorted(i for i, d in enumerate(base) if d in axes))
         if plan(xb.shape, b_axes)[0] is not None:   # reduced axes in several runs: passes, no copy of x
             steps = _pass_plans(xb.shape, b_axes, code, dtype_name(x.dtype), xb.data.ptr % 16 == 0, odt, div)
-            if key is not None:
-                if len(_plans) >= _MAX_PLANS:
-                    _plans.clear()
-                _plans[key] = (_PASSES, out_shape, steps)
+            _keep_plan(key, (_PASSES, out_shape, steps))
             order = [base[i] for i in range(x.ndim) if base[i] not in axes]
             res = _run_passes(steps, xb).reshape([x.shape[d] for d in order])
             return res if order == list(kept) else permute(res, [order.index(d) for d in kept])
     xc, order, outer, Rv, inner = _layout(x, axes, keep_index_order=code in (3, 4))
     rp = _run_plan(code, dtype_name(xc.dtype), xc.data.ptr % 16 == 0, outer, Rv, inner, odt, div)
-    if key is not None:  # C-contiguous x: xc is x or its copy permuted by plan(), order == kept
-        if len(_plans) >= _MAX_PLANS:
-            _plans.clear()
-        _plans[key] = (plan(x.shape, axes)[0], out_shape, rp)
+    _keep_plan(key, (plan(x.shape, axes)[0], out_shape, rp))   # (C-contiguous x: xc is x or its copy
+                                                                  # permuted by plan(), order == kept)
     flat = _run_exec(rp, xc)
     res = flat.reshape([x.shape[d] for d in order])
     if order != list(kept):  # computed in another layout: back to x's order of the kept axes

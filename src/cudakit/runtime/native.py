@@ -180,11 +180,10 @@ def empty_fn():
     written in Python (kernels/path_plans.py): the native module's nd_empty (CuPy's C constructor
     _ndarray_init, allocation and array in one C call) where it is built, else cupy.ndarray."""
     mod = fast_paths()
-    fn = getattr(mod, "nd_empty", None) if mod is not None else None
-    if fn is None:
+    if mod is None:
         from . import _cupy
         return _cupy.loaded_cupy().ndarray
-    return fn
+    return mod.nd_empty
 
 
 def _setup_fast_paths(mod) -> None:
