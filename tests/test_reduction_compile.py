@@ -120,3 +120,18 @@ def test_pass_plans_reduce_exactly_the_requested_axes(monkeypatch):
                     want = ops[code](x, axis=axes) / (n if op == "mean" else 1)
                     np.testing.assert_allclose(cur.reshape(want.shape), want, rtol=1e-12, atol=1e-12)
     assert seen >= 10
+
+
+def test_fast_axes_take_only_what_the_checked_path_would_accept_unchanged():
+    """kernels/reduction.py _fast_axes: None, an int or a tuple of ints in range and not repeated
+    (negative ones counted from the end) name sorted axes for the planned launches; anything else
+    (out of range, repeated, empty, lists, numpy ints, bools) is None, so the checked path judges it
+    and raises its own error."""
+    import numpy as np
+
+    from cudakit.kernels.reduction import _fast_axes
+    assert _fast_axes(None, 3) == (0, 1, 2)
+    assert _fast_axes(-1, 3) == (2,) and _fast_axes(0, 1) == (0,)
+    assert _fast_axes((2, 0), 4) == (0, 2) and _fast_axes((-1, -4, 1), 4) == (0, 1, 3)
+    for bad in (3, -4, (0, 3), (1, -2), (), [0, 1], np.int64(1), (np.int64(0),), True, (0, True), 1.0, "0"):
+        assert _fast_axes(bad, 3) is None, bad

@@ -136,17 +136,17 @@ def test_cached_plans_serve_new_data_and_keep_shape_specific_settings(b, rng):
         np.testing.assert_array_equal(_host(b.argmax(dx, axis=1)), x.argmax(axis=1))
         flat = cp.asarray(np.concatenate([[0.0], x.ravel()]).astype(np.float32))[1:]  # 4 bytes past alignment
         np.testing.assert_allclose(float(_host(b.sum(flat))), float(x.sum(dtype=np.float64)), rtol=1e-5)
-    assert len(reduction._plans) == 4   # sum (0, 2), var ddof 0 and 1, argmax
-    assert len(reduction._fast) == 1    # the shifted full sum: the planned launches (reduce_fast)
+    assert len(reduction._plans) == 3   # var ddof 0 and 1, argmax
+    assert len(reduction._fast) == 2    # sum (0, 2) and the shifted full sum: the planned launches (reduce_fast)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_planned_fast_call_equals_the_checked_reduce(dtype, rng, monkeypatch):
-    """cudakit.sum/mean/max/min (and the Backend methods) over all axes or one int axis of a
-    C-contiguous CuPy array take kernels.reduction's planned launches (no Python launch wrapper):
-    bitwise reduce()'s result for one-block, split (with the final kernel), row and column layouts,
-    keepdims and 16-byte-unaligned data; tuples of axes, transposed layouts, empty reductions and
-    bad axes take the checked path."""
+    """cudakit.sum/mean/max/min (and the Backend methods) over all axes, one int axis or a tuple of
+    them of a C-contiguous CuPy array take kernels.reduction's planned launches (no Python launch
+    wrapper): bitwise reduce()'s result for one-block, split (with the final kernel), row and column
+    layouts, reduced axes in several runs (reduce()'s passes), keepdims and 16-byte-unaligned data;
+    axis lists and numpy ints, transposed layouts, empty reductions and bad axes take the checked path."""
     import cudakit
     from cudakit.kernels import reduction as rd
     from helpers import data
@@ -155,10 +155,12 @@ def test_the_planned_fast_call_equals_the_checked_reduce(dtype, rng, monkeypatch
     real = rd._launch_function
     monkeypatch.setattr(rd, "_launch_function", lambda *a: (calls.append(a[0]), real(*a)))
     cases = [(((1 << 20) + 3,), None), ((64, 96), None), ((64, 96), -1), ((64, 96), 0), ((3, 5, 96), 1),
-             ((7, 1, 33), 2), ((4096, 8), 0)]
+             ((7, 1, 33), 2), ((4096, 8), 0), ((5, 6, 7), (1, 2)), ((4, 6, 8), (0, 2)), ((4, 6, 8), (-1, 0)),
+             ((32, 24, 28, 28), (0, 2, 3)), ((3, 5, 4, 6, 7), (0, 2, 4)), ((2, 1, 4, 1, 5), (0, 2))]
     for shape, axis in cases:
         x = _dev(data(rng, shape, dtype))
-        axes = tuple(range(len(shape))) if axis is None else (axis % len(shape),)
+        axes = tuple(range(len(shape))) if axis is None else \
+            tuple(sorted(a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)))
         for op in ("sum", "mean", "max", "min"):
             for keepdims in (False, True):
                 calls.clear()
@@ -178,13 +180,16 @@ def test_the_planned_fast_call_equals_the_checked_reduce(dtype, rng, monkeypatch
     np.testing.assert_array_equal(_host(cudakit.sum(x, -1)).astype(np.float64),
                                   _host(rd.reduce(x, "sum", (1,))).astype(np.float64))
     assert any(k[1] == (64, 96) and not k[6] for k in rd._fast)
-    # the checked path: a tuple of axes, a transposed layout, an empty reduction, a bad axis
+    # the checked path: a list of axes, a numpy int axis, a transposed layout, an empty reduction, a bad axis
     x = _dev(data(rng, (4, 6, 8), dtype))
     calls.clear()
-    cudakit.sum(x, (0, 2))
+    cudakit.sum(x, [0, 2])
+    cudakit.sum(x, np.int64(1))
     cudakit.sum(x.transpose(1, 0, 2), 0)
-    assert len(calls) >= 2
+    assert len(calls) >= 3
     assert _host(cudakit.sum(_dev(data(rng, (3, 0), dtype)), 1)).tolist() == [0, 0, 0]
+    with pytest.raises(ShapeError, match="repeated"):
+        cudakit.sum(x, (1, -2))
     with pytest.raises(ShapeError):
         cudakit.max(_dev(data(rng, (3, 0), dtype)), 1)
     with pytest.raises(ShapeError, match="out of range"):

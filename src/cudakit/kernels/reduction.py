@@ -420,8 +420,11 @@ def channel_sum(g):
     channel) plane's sum, then the images' (reduce()'s passes, no copy); a channels-last view
     reduces its (N H W, K) buffer in place. Traffic: g read once, plus N K float32 partial sums. CuPy's
     g.sum(axis=(0, 2, 3), dtype=float32) in its place (the cuDNN backward's bias gradient until
-    2026-11-28) ran slower (Performance, grouped convolutions)."""
-    return reduce(g, "sum", (0,) + tuple(range(2, g.ndim)))
+    2026-11-28) ran slower (Performance, grouped convolutions). A C-contiguous g takes the planned
+    launches (reduce_fast, the same passes) where they apply."""
+    axes = (0,) + tuple(range(2, g.ndim))
+    out = reduce_fast("sum", g, axes, False)
+    return reduce(g, "sum", axes) if out is None else out
 
 
 # ------------------------------------------------------------------------------------------
@@ -503,8 +506,8 @@ def extreme_backward(g, x, axes: tuple, kind: str):
 
 
 # ------------------------------------------------------------------------------------------
-# the host-time path of the common call: sum/mean/max/min over all axes or one axis of a
-# C-contiguous array (ops.sum & co. and the Backend methods)
+# the host-time path of the common call: sum/mean/max/min over all axes, one axis or a tuple of
+# axes of a C-contiguous array (ops.sum & co. and the Backend methods)
 
 _fast: dict = {}   # (op, shape, dtype, axis, keepdims, device, 16-byte aligned) -> launches, or None
 _FAST_OPS = frozenset(("sum", "mean", "max", "min"))
@@ -515,57 +518,94 @@ def _codes(head: str, tail: tuple) -> bytes:
     return (head + "".join(_CODES[type(v)] for v in tail)).encode()
 
 
-def _plan_fast(op: str, shape: tuple, dtype, axis, keepdims: bool, aligned: bool):
-    """(result shape, result dtype, main launch, final launch or None, workspace elements and dtype)
-    of reduce() for this call, or None where it takes the checked path: an axis out of range, an
-    empty reduction or result, a layout that needs a transposed copy, a dtype the kernels lack."""
-    nd = len(shape)
-    dt = dtype_name(dtype)
-    if dt not in FLOAT_DTYPE_NAMES or nd == 0 or (axis is not None and not -nd <= axis < nd):
+def _fast_axes(axis, nd: int):
+    """The sorted axes `axis` (None, an int or a tuple of ints) names for nd dims, or None where
+    the checked path must judge it (out of range, repeated, another type: its error)."""
+    if axis is None:
+        return tuple(range(nd))
+    items = (axis,) if type(axis) is int else axis
+    if type(items) is not tuple or not items:
         return None
-    axes = tuple(range(nd)) if axis is None else (axis % nd,)
-    perm, outer, R, inner = plan(shape, axes)
-    kept = [n for d, n in enumerate(shape) if d not in axes]
-    if perm is not None or R == 0 or _prod(kept) == 0:
-        return None
-    odt, n_out, (expr, f, grid, block, tail), split = _run_plan(
-        OP_CODES[op], dt, aligned, outer, R, inner, dtype, R if op == "mean" else 1.0)
-    out_shape = tuple(1 if d in axes else n for d, n in enumerate(shape)) if keepdims else tuple(kept)
+    out = set()
+    for a in items:
+        if type(a) is not int or not -nd <= a < nd or a % nd in out:
+            return None
+        out.add(a % nd)
+    return tuple(sorted(out))
+
+
+def _launch_spec(rp: tuple) -> tuple:
+    """(result dtype, result elements, main launch, final launch or None, workspace elements and
+    dtype or None) of a _run_plan for the planned launches."""
+    odt, n_out, (expr, f, grid, block, tail), split = rp
     main = (expr, f.ptr, grid, block, _codes("QQQQQQ", tail), tail)   # x, out, w0, w1, w2, wi
     if split is None:
-        return out_shape, odt, main, None, None
+        return odt, n_out, main, None, None
     (fexpr, ff, fgrid, fblock, ftail), (n_ws, acc, _, _) = split   # sum/mean/max/min: one workspace
-    return out_shape, odt, main, (fexpr, ff.ptr, fgrid, fblock, _codes("QQQQQ", ftail), ftail), (n_ws, acc)
+    return odt, n_out, main, (fexpr, ff.ptr, fgrid, fblock, _codes("QQQQQ", ftail), ftail), (n_ws, acc)
+
+
+def _plan_fast(op: str, shape: tuple, dtype, axis, keepdims: bool, aligned: bool):
+    """(result shape, the launch specs of reduce()'s passes for this call, first to last) or None
+    where it takes the checked path: a bad axis, an empty reduction or result, a dtype the kernels
+    lack. Reduced axes in one run: one pass; in several (sum over (0, 2, 3) of NCHW data): one pass
+    a run (_pass_plans), as reduce() runs them on a C-contiguous array."""
+    nd = len(shape)
+    dt = dtype_name(dtype)
+    if dt not in FLOAT_DTYPE_NAMES or nd == 0:
+        return None
+    axes = _fast_axes(axis, nd)
+    if axes is None:
+        return None
+    perm, outer, R, inner = plan(shape, axes)
+    kept = [n for d, n in enumerate(shape) if d not in axes]
+    if R == 0 or _prod(kept) == 0:
+        return None
+    div = _prod(shape[d] for d in axes) if op == "mean" else 1.0
+    if perm is None:
+        steps = [_run_plan(OP_CODES[op], dt, aligned, outer, R, inner, dtype, div)]
+    else:
+        steps = _pass_plans(shape, axes, OP_CODES[op], dt, aligned, dtype, div)
+    out_shape = tuple(1 if d in axes else n for d, n in enumerate(shape)) if keepdims else tuple(kept)
+    return out_shape, tuple(_launch_spec(rp) for rp in steps)
 
 
 def reduce_fast(op: str, x, axis, keepdims):
-    """op ("sum", "mean", "max" or "min") of x over all axes (axis None) or one int axis through
-    launches planned once per (op, shape, dtype, axis, keepdims, device, alignment), bitwise
-    reduce()'s result; None where this path does not apply and the caller takes the checked one
-    (another op, x not a C-contiguous CuPy array on the current device, an axis tuple, a
-    non-bool keepdims, _plan_fast's cases, or _planned.ready() declines)."""
+    """op ("sum", "mean", "max" or "min") of x over all axes (axis None), one int axis or a tuple
+    of int axes through launches planned once per (op, shape, dtype, axis, keepdims, device,
+    alignment), bitwise reduce()'s result (reduced axes in several runs: its passes, one a run);
+    None where this path does not apply and the caller takes the checked one (another op, x not a
+    C-contiguous CuPy array on the current device, a non-bool keepdims, _plan_fast's cases, or
+    _planned.ready() declines)."""
     env = _planned.ready()
     if env is None or op not in _FAST_OPS:
         return None
     _, ndarray, get_device, _ = env
-    if (type(x) is not ndarray or not x._c_contiguous or type(keepdims) is not bool
-            or (axis is not None and type(axis) is not int)):
+    if type(x) is not ndarray or not x._c_contiguous or type(keepdims) is not bool:
         return None
     dev = get_device()
     if x.data.device_id != dev:
         return None
-    key = (op, x.shape, x.dtype, axis, keepdims, dev, not x.data.ptr & 15)
+    try:
+        key = (op, x.shape, x.dtype, axis, keepdims, dev, not x.data.ptr & 15)
+        hash(key)
+    except TypeError:   # (an axis list: the checked path)
+        return None
     p = _planned.plan(_fast, key, lambda: _plan_fast(op, x.shape, x.dtype, axis, keepdims, key[6]))
     if p is None:
         return None
-    out_shape, odt, main, final, ws_spec = p
-    out = ndarray(out_shape, odt)
-    expr, fptr, grid, block, codes, tail = main
-    if final is None:
-        _planned.run(env, expr, fptr, grid, block, 0, codes, x.data.ptr, out.data.ptr, 0, 0, 0, 0, *tail)
-        return out
-    ws = ndarray((ws_spec[0],), ws_spec[1])
-    _planned.run(env, expr, fptr, grid, block, 0, codes, x.data.ptr, out.data.ptr, ws.data.ptr, 0, 0, 0, *tail)
-    fexpr, ffptr, fgrid, fblock, fcodes, ftail = final
-    _planned.run(env, fexpr, ffptr, fgrid, fblock, 0, fcodes, ws.data.ptr, 0, 0, 0, out.data.ptr, *ftail)
-    return out
+    out_shape, steps = p
+    src, last = x, len(steps) - 1
+    for i, (odt, n_out, main, final, ws_spec) in enumerate(steps):
+        out = ndarray(out_shape if i == last else (n_out,), odt)
+        expr, fptr, grid, block, codes, tail = main
+        if final is None:
+            _planned.run(env, expr, fptr, grid, block, 0, codes, src.data.ptr, out.data.ptr, 0, 0, 0, 0, *tail)
+        else:
+            ws = ndarray((ws_spec[0],), ws_spec[1])
+            _planned.run(env, expr, fptr, grid, block, 0, codes, src.data.ptr, out.data.ptr, ws.data.ptr, 0, 0, 0,
+                         *tail)
+            fexpr, ffptr, fgrid, fblock, fcodes, ftail = final
+            _planned.run(env, fexpr, ffptr, fgrid, fblock, 0, fcodes, ws.data.ptr, 0, 0, 0, out.data.ptr, *ftail)
+        src = out
+    return src
