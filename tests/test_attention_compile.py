@@ -65,7 +65,7 @@ if parts > 1:   # (compiled only: it holds nothing in shared memory)
                                   {"D": d, "KSPLIT": parts, "BLOCK_M": 32, "BLOCK_D": host.head_block(d)}, 4, 1) <= 232448
 for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
-    consts.update(D=d, HAS_LENS=causal, HAS_BIAS=bias, VARLEN=False, DROPOUT="dropout" in sys.argv[5:],
+    consts.update(D=d, HAS_LENS=causal, HAS_BIAS=bias, BIAS_K1=bias, VARLEN=False, DROPOUT="dropout" in sys.argv[5:],
                   **({"EVEN_Q": True} if name == "dkdv" else {}),
                   **({"POS_SCALE": not bias} if name == "fwd" else {}),
                   # ("partial": a padding bias's gradient as per-tile partials, DB_MODE 4)
@@ -169,6 +169,10 @@ for name, fn, c in (("prep", mat.mat_prep, {"BLOCK_L": am.PREP_ROWS, "num_warps"
                                                             SPLIT_B=am.fused_prep(am.head_block(d)))),
                     ("scores_bias", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked, HAS_BIAS=True,
                                                          DB_MODE=2, DBQ=True, DBK=False)),
+                    # a (B, H, L, L) bias whose keys and gradient's keys are contiguous (BIAS_K1, DB_K1)
+                    ("scores_bias_k1", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked,
+                                                            HAS_BIAS=True, DB_MODE=1, DBQ=True, DBK=True, BIAS_K1=True,
+                                                            DB_K1=True)),
                     ("scores_partials", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked,
                                                              HAS_BIAS=True, DB_MODE=4, DBQ=not masked, DBK=False)),
                     ("scores_dropout", mat.mat_scores, dict(am.score_tiles(am.head_block(d)), MASKED=masked,
@@ -197,6 +201,7 @@ print(json.dumps(out))
 def test_materialized_backward_kernels_compile_for_sm90(d, masked):
     """kernels/attention_materialized.py's tiles compile and fit an H100's shared memory."""
     shared = _shared_memory(_MAT_CODE, (d, "1" if masked else "0"), unshared=("bias_sum",))
-    assert set(shared) == {"prep", "scores", "scores_fused", "scores_lengths", "scores_bias", "scores_partials",
+    assert set(shared) == {"prep", "scores", "scores_fused", "scores_lengths", "scores_bias", "scores_bias_k1",
+                           "scores_partials",
                            "scores_dropout",
                            "bias_sum", "dq", "dkdv", "dkdv_aligned", "dq_columns", "dkdv_groups"}

@@ -287,15 +287,16 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
             compile(src.attn_fwd, [p] * 4 + ["*fp32", "*i64", "*i64", "fp32"] + I * 5 + bias + I,   # Q, K, V, O
                     dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr, SPLIT=False,
                          LEFT=lens, BLOCK_D2=0, LPT=32 if pos and not (lens or hb or var or dr) else 0,
-                         KSPLIT=2 if lens else 1, OT=False))
+                         KSPLIT=2 if lens else 1, OT=False, BIAS_K1=hb))
         for even in (False, True) if not (hb or var or dr) else (False,):
             compile(src.attn_bwd_dkdv, [p] * 4 + ["*fp32"] * 2 + [p] * 2 + ["*i64", "fp32", "fp32"] + I * 5 + bias + I,
-                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr))
+                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr, BIAS_K1=hb))
         modes = ((1, True, True), (2, True, True), (2, True, False), (2, False, True), (2, False, False))
         for mode, dbq, dbk in (((0, True, True),) if not hb else modes):
             compile(src.attn_bwd_dq, [p] * 4 + ["*fp32"] * 2 + [p, "*i64", "fp32", "fp32"] + I * 5 + bias[:6]
                     + ["*fp32"] + I * 4 + bias[6:] + I,
-                    dict(qc, D=d, HAS_LENS=lens, HAS_BIAS=hb, DB_MODE=mode, DBQ=dbq, DBK=dbk, VARLEN=var, DROPOUT=dr))
+                    dict(qc, D=d, HAS_LENS=lens, HAS_BIAS=hb, DB_MODE=mode, DBQ=dbq, DBK=dbk, VARLEN=var, DROPOUT=dr,
+                         BIAS_K1=hb, DB_K1=hb and dbk))
     compile(src.attn_bwd_delta, [p] * 2 + ["*fp32"] + I, {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
 compile(src.cast_copy, ["*fp32", "*bf16", "i32"], {"BLOCK": 1024})
 print("COMPILED")
@@ -675,3 +676,16 @@ def test_argument_errors_name_what_the_caller_passed(rng):
         cudakit.attention_varlen(vq, vq, vq, [[0], [3, 7], 12], cu, 4, 4)
     with pytest.raises(cudakit.DTypeError, match="lse must be a float array"):
         cudakit.attention_varlen_backward(vq, vq, vq, vq, vq, "abc", cu, cu, 4, 4)
+
+
+def test_the_kernels_take_the_bias_key_stride_as_a_constant_only_where_it_is_1():
+    """kernels/attention.py _bias_unit_keys (the kernels' BIAS_K1): a bias whose keys are contiguous,
+    broadcast over its other dims or not; not a bias broadcast over its keys (stride 0), nor a view
+    whose keys are strided or transposed, nor no bias."""
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.kernels.attention import _bias_unit_keys
+    full = np.zeros((2, 3, 5, 7), np.float32)
+    for bias, want in ((full, True), (full[:1, :, :1], True), (np.zeros((2, 1, 1, 7), np.float16), True),
+                       (full[..., ::2], False), (full.transpose(0, 1, 3, 2), False),
+                       (np.broadcast_to(full[..., :1], full.shape), False), (full[..., :1], False), (None, False)):
+        assert _bias_unit_keys(Masks(False, bias=bias)) is want, (None if bias is None else bias.strides)

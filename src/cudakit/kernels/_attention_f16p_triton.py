@@ -151,7 +151,8 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
                   D: tl.constexpr, DP: tl.constexpr, HAS_LENS: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                   DROPOUT: tl.constexpr, LEFT: tl.constexpr = True, LPT: tl.constexpr = 0,
-                  KSPLIT: tl.constexpr = 1, EVEN: tl.constexpr = False, PDL: tl.constexpr = None):
+                  KSPLIT: tl.constexpr = 1, EVEN: tl.constexpr = False, BIAS_K1: tl.constexpr = False,
+                  PDL: tl.constexpr = None):
     """attn_fwd's forward (its masks, program order LPT and key parts KSPLIT) on the module's
     float16 parts; DP: head_dim's power of two (the parts' row length, zeros past D). EVEN: no key
     block needs a mask (no causal mask, window or key lengths, Lk a multiple of BLOCK_N), Lq is a
@@ -159,6 +160,8 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
     (on 128 x 64 tiles its sm_90 SASS, Triton 3.9, held 160 registers against 226 at head dim 64,
     204 against 255 at 128)."""
     _pdl_start(PDL)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+        sb_k = 1
     start_m, bh = _row_block(LPT)
     start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)

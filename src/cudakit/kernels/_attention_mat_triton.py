@@ -126,7 +126,7 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
                MASKED: tl.constexpr, OWN_DELTA: tl.constexpr = False, SPLIT_B: tl.constexpr = False,
                HAS_LENS: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, DB_MODE: tl.constexpr = 0,
                DBQ: tl.constexpr = True, DBK: tl.constexpr = True, DROPOUT: tl.constexpr = False,
-               PDL: tl.constexpr = None):
+               BIAS_K1: tl.constexpr = False, DB_K1: tl.constexpr = False, PDL: tl.constexpr = None):
     """P and dS of one (BLOCK_M queries, BLOCK_N keys) tile: S = Q K^T and dP = dO V^T (tf32x3,
     over D in one step), P = exp2(S qk_scale - lse log2(e)), dS = P (dP - delta); 0 where a row
     does not see a key, past Lq and past Lk. Every operand is split in registers (K, V split
@@ -136,6 +136,10 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
     that no prep pass runs. FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3 (tf32x3); memory: 8 BLOCK_M
     BLOCK_N bytes written, the Q, dO, K and V tiles (and O's with OWN_DELTA) read."""
     _pdl_start(PDL)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+        sb_k = 1
+    if DB_K1:   # (DB_MODE 1 or 2: the gradient's key stride 1, as BIAS_K1)
+        sd_k = 1
     start_m = tl.program_id(0)
     start_n = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)

@@ -522,7 +522,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
              DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
              BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0, KSPLIT: tl.constexpr = 1,
-             OT: tl.constexpr = False, PDL: tl.constexpr = None):
+             OT: tl.constexpr = False, BIAS_K1: tl.constexpr = False, PDL: tl.constexpr = None):
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
@@ -533,6 +533,8 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     normalised by its own sum and its log-sum-exp (-inf: the part saw no key), which
     attn_fwd_combine merges."""
     _pdl_start(PDL)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+        sb_k = 1
     start_m, bh = _row_block(LPT)
     start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -708,12 +710,14 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
                   BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                   PREC: tl.constexpr, EVEN_Q: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
-                  DROPOUT: tl.constexpr, PDL: tl.constexpr = None):
+                  DROPOUT: tl.constexpr, BIAS_K1: tl.constexpr = False, PDL: tl.constexpr = None):
     """EVEN_Q: Lq is a multiple of BLOCK_M, so no query block crosses Lq and none needs a row mask
     (the usual case; the other compiles a row select into every block). Key j is seen by the rows
     i with j - DHI < i <= j - DLO (and j below the key length): the query blocks of the key block
     split as the forward's key blocks do."""
     _pdl_start(PDL)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+        sb_k = 1
     start_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -817,8 +821,13 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                 BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
                 HAS_BIAS: tl.constexpr, DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr,
-                VARLEN: tl.constexpr, DROPOUT: tl.constexpr, PDL: tl.constexpr = None):
+                VARLEN: tl.constexpr, DROPOUT: tl.constexpr, BIAS_K1: tl.constexpr = False,
+                DB_K1: tl.constexpr = False, PDL: tl.constexpr = None):
     _pdl_start(PDL)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+        sb_k = 1
+    if DB_K1:   # (DB_MODE 1 or 2: the gradient's key stride 1, as BIAS_K1)
+        sd_k = 1
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)

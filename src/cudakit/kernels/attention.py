@@ -109,6 +109,16 @@ def _bias_args(masks: Masks, dummy) -> tuple:
     return (b, *_strides(b), masks.bias_heads)
 
 
+def _bias_unit_keys(masks: Masks) -> bool:
+    """The kernels' BIAS_K1: whether the bias's key stride is 1, which the kernels then take as a
+    constant (the launcher compiles an int argument's divisibility by 16 in, not its value), so that
+    the compiler knows each bias tile's keys contiguous and loads them as vectors. float32, a (B, H,
+    L, L) bias, B4 H16 S1024 D64: forward 0.519 -> 0.242 ms, backward 1.674 -> 0.871 (H200,
+    2026-11-29, benchmarks/sweeps/attention_f32_bias.py, history/attention/*-f32-bias-k1.json)."""
+    b = masks.bias
+    return b is not None and b.shape[3] > 1 and b.strides[3] == b.itemsize
+
+
 def _strides(x) -> tuple:
     """x's element strides, 0 on its size-1 dims (broadcast)."""
     return tuple(0 if n == 1 else st // x.itemsize for n, st in zip(x.shape, x.strides))
@@ -875,7 +885,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     shared = (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse))
     args = (*shared, *_NO_VARLEN(lse, groups), *_drop_args(masks))
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
-                  HAS_BIAS=has_bias, VARLEN=False, DROPOUT=masks.dropout is not None, LEFT=dlo > -_UNBOUNDED,
+                  HAS_BIAS=has_bias, BIAS_K1=_bias_unit_keys(masks), VARLEN=False, DROPOUT=masks.dropout is not None,
+                  LEFT=dlo > -_UNBOUNDED,
                   LPT=_order(dlo, dhi))
     def plain():   # Triton's own products on V as it comes
         _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
@@ -1022,7 +1033,7 @@ def _f16_candidates(q, k, v, out, lse, args: tuple, consts: dict, bh: int, lq: i
     constexprs (masks, bias, dropout, order)."""
     d = q.shape[2]
     dp = head_block(d)
-    base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "DROPOUT", "LEFT", "LPT")}
+    base = {n: consts[n] for n in ("HAS_LENS", "POS_SCALE", "HAS_BIAS", "BIAS_K1", "DROPOUT", "LEFT", "LPT")}
     small = _small_grid(math.ceil(lq / _F16_TILES["BLOCK_M"]) * bh, sms)
     offers = []
     for t in (_F16_TILES, _F16_SMALL_GRID_TILES, _F16_FILL_TILES) if small else (_F16_TILES,):
@@ -1306,8 +1317,8 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     drop = masks.dropout is not None
     has = masks.lengths is not None
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars + novar,
-            dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None, VARLEN=False,
-                 DROPOUT=drop), bh0=True)
+            dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None,
+                 BIAS_K1=_bias_unit_keys(masks), VARLEN=False, DROPOUT=drop), bh0=True)
     if bias is None:
         db_args, db_consts = (delta, 0, 0, 0, 0), {"HAS_BIAS": False, "DB_MODE": 0, "DBQ": True, "DBK": True}
     else:
@@ -1319,7 +1330,8 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
             st = _strides(target) if full is None else (masks.bias_heads * lq * lk, lq * lk, lk, 1)
         db_args = (target, *st)
         db_consts = {"HAS_BIAS": True, "DB_MODE": mode, "DBQ": bias.shape[2] > 1 or full is not None,
-                     "DBK": bias.shape[3] > 1 or full is not None}
+                     "DBK": bias.shape[3] > 1 or full is not None, "BIAS_K1": _bias_unit_keys(masks),
+                     "DB_K1": mode in (1, 2) and st[3] == 1}
     _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars + db_args + novar,
             dict(qc, D=d, HAS_LENS=has, VARLEN=False, DROPOUT=drop, **db_consts), bh0=True)
     if full is not None:   # deterministic: the per-entry gradients summed over the dims the bias broadcasts
