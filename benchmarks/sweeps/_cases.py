@@ -9,6 +9,13 @@ def cases_and_tag(argv: list, default: list) -> tuple[list, str]:
     return cases, (argv[argv.index("--tag") + 1] if "--tag" in argv else "")
 
 
+def shapes_arg(argv: list, default: list) -> list:
+    """The (B, H, L, D) shapes after --shapes (BxHxLxD, split at commas), else `default`."""
+    if "--shapes" not in argv:
+        return default
+    return [tuple(int(x) for x in s.split("x")) for s in argv[argv.index("--shapes") + 1].split(",")]
+
+
 def attention_case(spec: str, n: int = 4):
     """(dtype name, causal, (B, H, L, D), n standard-normal (B, H, L, D) CuPy arrays of that dtype, drawn
     from a generator seeded 0) of a case dtype:BxHxLxD[c]."""

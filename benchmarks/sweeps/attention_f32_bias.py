@@ -13,18 +13,17 @@ import sys
 
 import cupy as cp
 import torch
+from _cases import shapes_arg
+from _results import dump_rows
 
 import cudakit
 from cudakit.backends.attention_masks import Masks
 from cudakit.bench import timing
 from cudakit.kernels import attention as at
 from cudakit.kernels import paths
-from _results import dump_rows
 
 argv = sys.argv[1:]
-shapes = [(2, 2, 64, 32), (4, 8, 512, 32), (4, 8, 512, 64), (4, 16, 1024, 64), (2, 16, 2048, 128)]
-if "--shapes" in argv:
-    shapes = [tuple(int(x) for x in s.split("x")) for s in argv[argv.index("--shapes") + 1].split(",")]
+shapes = shapes_arg(argv, [(2, 2, 64, 32), (4, 8, 512, 32), (4, 8, 512, 64), (4, 16, 1024, 64), (2, 16, 2048, 128)])
 cudakit.set_float32_precision("tf32x3")
 sdpa = torch.nn.functional.scaled_dot_product_attention
 rows = []
