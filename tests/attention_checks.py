@@ -110,11 +110,13 @@ def _close_lse(got, want, dtype, what):
 
 
 def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, block_size=None, strided=False,
-                    window=None, lens=None, bias=None, layout="bhld", row_fill=-np.inf):
+                    window=None, lens=None, bias=None, layout="bhld", row_fill=-np.inf, bias_strided=False):
     """bias: the shape of an attn_bias to add (broadcastable to lead + (Lq, Lk)), drawn in dtype with
     its row 1 (where it has rows) row_fill: -inf, so that row sees nothing, or a finite value such
     as -1e4 (a whole row of it: a log-sum-exp far below ln(FLT_MAX)); its gradient is checked too.
-    layout "blhd": q, k, v passed as (B, L, H, D) views (lead must be (B, H))."""
+    layout "blhd": q, k, v passed as (B, L, H, D) views (lead must be (B, H)). bias_strided: the bias
+    passed as a view of every other key of a wider array (a key stride of 2, which the GPU kernels
+    read element by element: kernels/attention.py _bias_unit_keys)."""
     q, k, v = data(rng, lead + (lq, d), dtype), data(rng, lead + (lk, d), dtype), data(rng, lead + (lk, d), dtype)
     b_arr = None
     if bias is not None:
@@ -129,7 +131,7 @@ def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, 
     out_r, lse_r, p, dq_r, dk_r, dv_r, ds_r = reference(q, k, v, sc, causal, g, window, lens, b_arr, want_ds=True)
     kw = {"window": window, "key_lengths": None if lens is None else dev(np.asarray(lens))}
     if b_arr is not None:
-        kw["attn_bias"] = dev(b_arr)
+        kw["attn_bias"] = dev(np.repeat(b_arr, 2, axis=-1))[..., ::2] if bias_strided else dev(b_arr)
     if layout == "blhd":   # (B, L, H, D) views of (B, H, L, D) data, results transposed back
         kw["layout"] = "blhd"
         qd, kd, vd, gd = (dev(np.ascontiguousarray(a.swapaxes(1, 2))) for a in (q, k, v, g))

@@ -16,6 +16,7 @@ import numpy as np
 from helpers import data, f64
 from triton_numpy import Tensor as _Tensor
 
+from cudakit.backends.attention_masks import Masks
 from cudakit.kernels import _attention_triton as kernels
 from cudakit.kernels import attention as host
 
@@ -87,13 +88,16 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     dr = dropout is not None
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
+    # the key strides 1 as constants where the host takes them so (kernels/attention.py _bias_unit_keys)
+    k1 = host._bias_unit_keys(Masks(causal, bias=bias, bias_heads=bias_heads))
+    db_k1 = db_mode in (1, 2) and db_strides[3] == 1
     fwd_out = (out, lse)
     if splits > 1:   # the keys in parts (host._forward_in_parts): float32 workspaces, NaN where unwritten
         fwd_out = (np.full((splits, bh, lq, d), np.nan, np.float32), np.full((splits, bh, lq), np.nan, np.float32))
     kernels.attn_fwd[(math.ceil(lq / fcfg["BLOCK_M"]) * splits, bh)](
         *map(_Tensor, (q, k, fv) + fwd_out), lens_t, err_t, qk_scale, lq, lk, dlo, dhi, heads, *b_args,
         *novar, 0, d, HAS_LENS=has, POS_SCALE=pos_scale and not hb, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr,
-        LEFT=dlo > -(1 << 30), LPT=host._order(dlo, dhi), KSPLIT=splits, **_tiles(fcfg))
+        LEFT=dlo > -(1 << 30), LPT=host._order(dlo, dhi), KSPLIT=splits, BIAS_K1=k1, **_tiles(fcfg))
     if splits > 1:
         kernels.attn_fwd_combine[(math.ceil(lq / 32), bh)](*map(_Tensor, fwd_out + (out, lse)), lq, bh, D=d,
                                                             KSPLIT=splits, BLOCK_M=32, BLOCK_D=host.head_block(d))
@@ -103,13 +107,13 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     args = (lens_t, qk_scale, scale, lq, lk, dlo, dhi, heads, *b_args)
     kernels.attn_bwd_dkdv[(math.ceil(lk / kv["BLOCK_N"]), bh)](
         *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, *novar, 0, d, HAS_LENS=has,
-        EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr, **_tiles(kv))
+        EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=hb, VARLEN=False, DROPOUT=dr, BIAS_K1=k1, **_tiles(kv))
     dbq, dbk = (True, True) if db is None else (db_strides[2] != 0 or db.shape[2] > 1, db_strides[3] != 0)
     if db_dims is not None:
         dbq, dbk = db_dims
     kernels.attn_bwd_dq[(math.ceil(lq / qc["BLOCK_M"]), bh)](
         *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, *d_args, *novar, 0, d, HAS_LENS=has, HAS_BIAS=hb,
-        DB_MODE=db_mode, DBQ=dbq, DBK=dbk, VARLEN=False, DROPOUT=dr, **_tiles(qc))
+        DB_MODE=db_mode, DBQ=dbq, DBK=dbk, VARLEN=False, DROPOUT=dr, BIAS_K1=k1, DB_K1=db_k1, **_tiles(qc))
     return out, lse, dq, dk, dv
 
 
@@ -659,7 +663,8 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     even = host.f16_even(dlo, dhi, lens is not None, lq, lk, d, t)
     consts = dict(D=d, DP=dp, HAS_LENS=lens is not None, BLOCK_M=t["BLOCK_M"], BLOCK_N=t["BLOCK_N"],
                   POS_SCALE=bias is None, HAS_BIAS=bias is not None, DROPOUT=dropout is not None,
-                  LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even)
+                  LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even,
+                  BIAS_K1=host._bias_unit_keys(Masks(causal, bias=bias, bias_heads=bias_heads)))
     out, lse = np.full(q.shape, 7.0, np.float32), np.full((bh, lq), 7.0, np.float32)
     ow, lw = (out, lse) if splits == 1 else (np.full((splits, bh, lq, d), 7.0, np.float32),
                                              np.full((splits, bh, lq), 7.0, np.float32))

@@ -65,9 +65,12 @@ if parts > 1:   # (compiled only: it holds nothing in shared memory)
                                   {"D": d, "KSPLIT": parts, "BLOCK_M": 32, "BLOCK_D": host.head_block(d)}, 4, 1) <= 232448
 for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, kv), ("dq", src.attn_bwd_dq, qc)):
     consts = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
-    consts.update(D=d, HAS_LENS=causal, HAS_BIAS=bias, BIAS_K1=bias, VARLEN=False, DROPOUT="dropout" in sys.argv[5:],
+    # (BIAS_K1, a bias's keys contiguous, but for the partials' case: the strided form compiles there)
+    consts.update(D=d, HAS_LENS=causal, HAS_BIAS=bias, BIAS_K1=bias and "partial" not in sys.argv[5:], VARLEN=False,
+                  DROPOUT="dropout" in sys.argv[5:],
                   **({"EVEN_Q": True} if name == "dkdv" else {}),
                   **({"POS_SCALE": not bias} if name == "fwd" else {}),
+                  **({"DB_K1": False} if name == "dq" else {}),
                   # ("partial": a padding bias's gradient as per-tile partials, DB_MODE 4)
                   **({"DB_MODE": 4 if "partial" in sys.argv[5:] else 0, "DBQ": "partial" not in sys.argv[5:],
                       "DBK": True} if name == "dq" else {}))

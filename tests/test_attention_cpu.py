@@ -287,16 +287,17 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
             compile(src.attn_fwd, [p] * 4 + ["*fp32", "*i64", "*i64", "fp32"] + I * 5 + bias + I,   # Q, K, V, O
                     dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr, SPLIT=False,
                          LEFT=lens, BLOCK_D2=0, LPT=32 if pos and not (lens or hb or var or dr) else 0,
-                         KSPLIT=2 if lens else 1, OT=False, BIAS_K1=hb))
+                         KSPLIT=2 if lens else 1, OT=False, BIAS_K1=hb))   # (with a bias: keys contiguous)
         for even in (False, True) if not (hb or var or dr) else (False,):
             compile(src.attn_bwd_dkdv, [p] * 4 + ["*fp32"] * 2 + [p] * 2 + ["*i64", "fp32", "fp32"] + I * 5 + bias + I,
-                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr, BIAS_K1=hb))
+                    dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr,
+                         BIAS_K1=False))   # (a bias of strided keys)
         modes = ((1, True, True), (2, True, True), (2, True, False), (2, False, True), (2, False, False))
         for mode, dbq, dbk in (((0, True, True),) if not hb else modes):
             compile(src.attn_bwd_dq, [p] * 4 + ["*fp32"] * 2 + [p, "*i64", "fp32", "fp32"] + I * 5 + bias[:6]
                     + ["*fp32"] + I * 4 + bias[6:] + I,
                     dict(qc, D=d, HAS_LENS=lens, HAS_BIAS=hb, DB_MODE=mode, DBQ=dbq, DBK=dbk, VARLEN=var, DROPOUT=dr,
-                         BIAS_K1=hb, DB_K1=hb and dbk))
+                         BIAS_K1=hb and mode == 1, DB_K1=hb and mode == 1))   # (mode 2: strided keys)
     compile(src.attn_bwd_delta, [p] * 2 + ["*fp32"] + I, {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
 compile(src.cast_copy, ["*fp32", "*bf16", "i32"], {"BLOCK": 1024})
 print("COMPILED")
@@ -415,6 +416,14 @@ def test_attention_grouped_query_errors():
 def test_attention_bias(case, dtype, rng):
     lead, lq, lk, d, causal, bias = case
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, bias=bias)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("case", ac.BIASES[:3])
+def test_attention_bias_with_strided_keys(case, dtype, rng):
+    """A bias passed as a view whose keys are strided (the GPU kernels read it by element, not as vectors)."""
+    lead, lq, lk, d, causal, bias = case
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, bias=bias, bias_strided=True)
 
 
 def test_attention_bias_with_masks_blhd_and_grouped_heads(rng):

@@ -225,3 +225,40 @@ def test_an_unwritable_output_path_is_one_line_and_exit_2(tmp_path):
         r = run("report", "--results", results, "--output", out, "--docs", "", "--no-plots")
         assert r.returncode == 2, (r.returncode, r.stderr[-500:])
         assert "Traceback" not in r.stderr and r.stderr.strip().splitlines()[-1].startswith("cudakit report: error:")
+
+
+def test_compile_writes_ptx_beside_each_source_or_into_a_folder(tmp_path):
+    """`cudakit compile` (compile_ptx from the command line, as seed 000's compile_kernels.sh): PTX
+    beside the source, or under -o; a compile error gives the compiler's log and status 1; two
+    sources of one name into one folder, a bad --arch and no --arch without a GPU give status 2."""
+    import shutil
+
+    import cudakit
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on the PATH")
+    a = tmp_path / "a.cu"
+    a.write_text('extern "C" __global__ void add1(float* x) { x[threadIdx.x] += 1.0f; }\n')
+    r = run("compile", str(a), "--arch", "sm_90", "--compiler", "nvcc", "-X=-lineinfo")
+    assert r.returncode == 0, r.stderr
+    assert ".entry add1" in (tmp_path / "a.ptx").read_text() and "a.ptx" in r.stdout
+    sub = tmp_path / "sub"
+    (sub / "x").mkdir(parents=True)
+    b = sub / "b.cu"
+    b.write_text('extern "C" __global__ void twice(float* x) { x[0] *= 2.0f; }\n')
+    out = tmp_path / "ptx"
+    out.mkdir()
+    r = run("compile", str(a), str(b), "-o", str(out), "--arch", "sm_90", "--compiler", "nvcc")
+    assert r.returncode == 0, r.stderr
+    assert ".entry twice" in (out / "b.ptx").read_text() and (out / "a.ptx").exists()
+    (sub / "x" / "a.cu").write_text(a.read_text())
+    r = run("compile", str(a), str(sub / "x" / "a.cu"), "-o", str(out), "--arch", "sm_90", "--compiler", "nvcc")
+    assert r.returncode == 2 and "same name" in r.stderr
+    bad = tmp_path / "bad.cu"
+    bad.write_text('extern "C" __global__ void bad(float* x) { x[0] = y; }\n')
+    r = run("compile", str(bad), "--arch", "sm_90", "--compiler", "nvcc")
+    assert r.returncode == 1 and '"y" is undefined' in r.stderr and not (tmp_path / "bad.ptx").exists()
+    r = run("compile", str(a), "--arch", "sm90", "--compiler", "nvcc")
+    assert r.returncode == 2 and "sm_90" in r.stderr
+    if not cudakit.is_available():
+        r = run("compile", str(a), "--compiler", "nvcc")
+        assert r.returncode == 2 and "--arch" in r.stderr

@@ -119,3 +119,26 @@ def test_pdl_constexpr_is_resolved_when_the_kernel_compiles(monkeypatch, tmp_pat
     finally:
         monkeypatch.delenv("CUDAKIT_CACHE_DIR")
         config.reload()
+
+
+def test_a_triton_autotune_kernel_becomes_cudakits_autotune():
+    """cudakit.triton_kernel over @triton.autotune (seed 002's form): cudakit's autotune of its
+    configs, key and restore_value over the @triton.jit function; reset_to_zero and a user's hook,
+    which cudakit's tuner lacks, raise a typed error naming them."""
+    triton = pytest.importorskip("triton")
+    tl = pytest.importorskip("triton.language")
+    from cudakit.runtime.triton import Autotuned
+
+    def body(x, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x + i, tl.load(x + i, mask=i < n) + 1, mask=i < n)
+    configs = [triton.Config({"BLOCK": 128}, num_warps=4), triton.Config({"BLOCK": 256}, num_warps=8, num_stages=2)]
+    k = cudakit.triton_kernel(triton.autotune(configs=configs, key=["n"], restore_value=["x"])(triton.jit(body)))
+    assert isinstance(k, Autotuned) and k.key == ["n"] and k.restore == ["x"]
+    assert [(c.kwargs, c.num_warps, c.num_stages) for c in k.configs] == [({"BLOCK": 128}, 4, 3),
+                                                                          ({"BLOCK": 256}, 8, 2)]
+    assert k.kernel.name == "body"
+    with pytest.raises(cudakit.ArgumentError, match="reset_to_zero"):
+        cudakit.triton_kernel(triton.autotune(configs=configs, key=["n"], reset_to_zero=["x"])(triton.jit(body)))
+    with pytest.raises(cudakit.ArgumentError, match="pre_hook"):
+        cudakit.triton_kernel(triton.autotune(configs=configs, key=["n"], pre_hook=lambda kw: None)(triton.jit(body)))

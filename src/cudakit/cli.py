@@ -305,11 +305,57 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--archive", action="store_true",
                     help="move the runs that are not rendered (older of their kind, --quick) to <results>/history/")
     pr.set_defaults(fn=cmd_report)
+    pk = add("compile", help="compile CUDA C++ files to PTX (cudakit.compile_ptx); without a GPU when --arch is given")
+    pk.add_argument("sources", nargs="+", help=".cu files; kernels declared extern \"C\" keep their names")
+    pk.add_argument("-o", "--output", default=None,
+                    help="the .ptx file (one source) or a folder (default: each source's path with .ptx)")
+    pk.add_argument("--arch", default=None, help="sm_90 or compute_90 (default: the current GPU's)")
+    pk.add_argument("--compiler", choices=("nvrtc", "nvcc"), default="nvrtc",
+                    help="nvrtc: the NVRTC library CuPy ships; nvcc: the CUDA toolkit's (CUDA_HOME/bin or the PATH)")
+    pk.add_argument("-X", "--option", action="append", default=[], dest="options",
+                    help="a compiler option, repeatable; one starting with - as -X=-lineinfo")
+    pk.set_defaults(fn=cmd_compile)
     pn = add("run", help="launch a script on N ranks per node (torchrun's environment; cudakit.distributed)")
     from cudakit.distributed.launcher import add_arguments as add_run_arguments
     add_run_arguments(pn)
     pn.set_defaults(fn=cmd_run)
     return p
+
+
+def _ptx_paths(sources: list, output) -> list:
+    """Where `cudakit compile` writes each source's PTX: --output itself for one source that is not
+    a folder, else <folder>/<stem>.ptx; without --output, the source's path with .ptx."""
+    from pathlib import Path
+    srcs = [Path(s) for s in sources]
+    if output is None:
+        return [s.with_suffix(".ptx") for s in srcs]
+    out = Path(output)
+    if len(srcs) == 1 and not out.is_dir():
+        return [out]
+    if len({s.stem for s in srcs}) < len(srcs):
+        raise OSError(f"sources with the same name would write one {out}/<name>.ptx: "
+                      f"{', '.join(sorted(str(s) for s in srcs))}")
+    return [out / f"{s.stem}.ptx" for s in srcs]
+
+
+def cmd_compile(args) -> int:
+    from pathlib import Path
+
+    from cudakit.errors import BackendUnavailableError, CompileError, CudakitError
+    from cudakit.runtime.compiler import compile_ptx
+    for src, dst in zip(args.sources, _ptx_paths(args.sources, args.output)):
+        try:
+            compile_ptx(Path(src).read_text(), path=dst, options=args.options, arch=args.arch,
+                        source_name=Path(src).name, compiler=args.compiler)
+        except CompileError as e:
+            print(f"cudakit compile: {src}: {e}", file=sys.stderr)
+            return 1
+        except (BackendUnavailableError, CudakitError, ValueError) as e:
+            hint = " (here: --arch sm_90, say)" if isinstance(e, BackendUnavailableError) and args.arch is None else ""
+            print(f"cudakit compile: {e}{hint}", file=sys.stderr)
+            return 2
+        print(f"{src} -> {dst}")
+    return 0
 
 
 def cmd_run(args) -> int:

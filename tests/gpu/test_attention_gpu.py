@@ -612,6 +612,18 @@ def test_attention_bias(case, dtype, rng):
     ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, bias=bias)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("case", [((2, 3), 100, 130, 64, True, (2, 3, 100, 130)),
+                                  ((2, 2), 70, 200, 32, False, (2, 1, 1, 200)),
+                                  ((1, 4), 129, 150, 80, False, (1, 4, 129, 150))])
+def test_attention_bias_with_strided_keys(case, dtype, rng):
+    """A bias whose keys are strided (a view of every other key): the kernels read it by its key
+    stride, where a contiguous bias takes the stride as the constant 1 (BIAS_K1); forward, backward
+    and the bias's gradient against float64."""
+    lead, lq, lk, d, causal, bias = case
+    ac.check_attention(_dev, _host, rng, lead, lq, lk, d, dtype, causal, bias=bias, bias_strided=True)
+
+
 def test_attention_bias_with_masks_and_blhd(rng):
     ac.check_attention(_dev, _host, rng, (2, 3), 100, 130, 64, "bfloat16", True, window=(40, 2), lens=[130, 61],
                        bias=(1, 3, 100, 130))

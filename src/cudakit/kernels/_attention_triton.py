@@ -826,7 +826,8 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     _pdl_start(PDL)
     if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
         sb_k = 1
-    if DB_K1:   # (DB_MODE 1 or 2: the gradient's key stride 1, as BIAS_K1)
+    tl.static_assert(not DB_K1 or DB_MODE == 1 or DB_MODE == 2, "DB_K1: a per-element gradient (DB_MODE 1, 2)")
+    if DB_K1:   # (DB_MODE 1 or 2: the gradient's key stride 1, as BIAS_K1; DB_MODE 4's sd_k strides key blocks)
         sd_k = 1
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)

@@ -507,11 +507,36 @@ def triton_kernel(fn=None, *, num_warps: int = 4, num_stages: int = 3, do_not_sp
     """Wrap a @triton.jit function (or a plain function, jitted here) so cudakit launches it.
 
     Usable bare (`@cudakit.triton_kernel`) or with defaults (`@cudakit.triton_kernel(num_warps=8)`).
-    Raises BackendUnavailableError naming the extra when Triton is not installed.
+    A `@triton.autotune(configs, key=...)` kernel comes back as cudakit's autotune of the same configs
+    and key (its restore_value too; reset_to_zero and hooks raise ArgumentError, as cudakit's tuner
+    has neither). Raises BackendUnavailableError naming the extra when Triton is not installed.
     """
     def wrap(f):
-        return TritonKernel(f, num_warps, num_stages, do_not_specialize)
+        tuned = _from_triton_autotuner(f, num_warps, num_stages, do_not_specialize)
+        return tuned if tuned is not None else TritonKernel(f, num_warps, num_stages, do_not_specialize)
     return wrap(fn) if fn is not None else wrap
+
+
+def _from_triton_autotuner(f, num_warps: int, num_stages: int, do_not_specialize):
+    """cudakit's Autotuned for a triton.runtime.Autotuner `f` (its configs, key and restore_value over
+    its JIT function); None for anything else."""
+    triton = _triton()
+    autotuner = getattr(triton.runtime, "Autotuner", None)
+    if autotuner is None or not isinstance(f, autotuner):
+        return None
+    name = getattr(getattr(f, "fn", None), "__name__", "the kernel")
+    unsupported = [what for what, v in (("reset_to_zero", getattr(f, "reset_to_zero", None)),
+                                        ("pre_hook", getattr(f, "user_defined_pre_hook", False)),
+                                        ("post_hook", getattr(f, "user_defined_post_hook", False))) if v]
+    if unsupported:
+        raise ArgumentError(f"{name}: @triton.autotune's {', '.join(unsupported)} has no counterpart in cudakit's "
+                            f"autotune; zero or restore those arguments in the kernel's caller, or use "
+                            f"cudakit.autotune(configs, key, restore=[...]) on the @triton.jit function")
+    if not isinstance(f.fn, triton.runtime.JITFunction):
+        raise ArgumentTypeError(f"{name}: @triton.autotune over {type(f.fn).__name__} (a @triton.heuristics?); "
+                                f"cudakit launches @triton.autotune over a @triton.jit function")
+    kernel = TritonKernel(f.fn, num_warps, num_stages, do_not_specialize)
+    return Autotuned(kernel, list(f.configs), list(f.keys), list(getattr(f, "restore_value", None) or ()))
 
 
 # ---- autotuning ------------------------------------------------------------------------------
