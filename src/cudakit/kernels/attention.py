@@ -886,8 +886,7 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     args = (*shared, *_NO_VARLEN(lse, groups), *_drop_args(masks))
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
                   HAS_BIAS=has_bias, BIAS_K1=_bias_unit_keys(masks), VARLEN=False, DROPOUT=masks.dropout is not None,
-                  LEFT=dlo > -_UNBOUNDED,
-                  LPT=_order(dlo, dhi))
+                  LEFT=dlo > -_UNBOUNDED, LPT=_order(dlo, dhi))
     def plain():   # Triton's own products on V as it comes
         _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
         return out, lse
