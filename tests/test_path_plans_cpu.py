@@ -147,6 +147,22 @@ def test_float32_backward_key_names_groups_lengths_and_bias():
             key(None, 0, 1, False, row), key(None, 0, 1, False, row, True), key(None, 0, 1, False, full.astype(np.float16)),
             key(None, 0, 1, False, None, False, True)}
     assert len(keys) == 10
+    # a bias of strided keys runs the kernels' other form (not BIAS_K1): timed under its own key
+    wide = np.zeros((2, 4, 64, 128), np.float32)
+    assert key(None, 0, 1, False, wide[..., ::2]) != key(None, 0, 1, False, full)
+    assert key(None, 0, 1, False, np.ascontiguousarray(wide[..., ::2])) == key(None, 0, 1, False, full)
+
+
+def test_a_bias_pass_is_chosen_apart_for_strided_keys():
+    """attention.bias_path_key (cuDNN or the Triton kernels with a bias) tells a bias of contiguous
+    keys, which the Triton kernels read as vectors (BIAS_K1), from a strided view of the same shape."""
+    import numpy as np
+    from cudakit.kernels import attention as at
+    full = np.zeros((2, 4, 64, 64), np.float32)
+    strided = np.zeros((2, 4, 64, 128), np.float32)[..., ::2]
+    key = lambda b: at.bias_path_key("fwd", 8, 64, 64, 64, "bfloat16", False, 0, b)   # noqa: E731
+    assert key(full) != key(strided) and key(full) == key(full.copy())
+    assert key(full)[:-1] == key(strided)[:-1]
 
 
 def test_materialized_choice_is_traced_up_to_a_workspace_size(monkeypatch):

@@ -115,8 +115,12 @@ def _bias_unit_keys(masks: Masks) -> bool:
     the compiler knows each bias tile's keys contiguous and loads them as vectors. float32, a (B, H,
     L, L) bias, B4 H16 S1024 D64: forward 0.519 -> 0.242 ms, backward 1.674 -> 0.871 (H200,
     2026-11-29, benchmarks/sweeps/attention_f32_bias.py, history/attention/*-f32-bias-k1.json)."""
-    b = masks.bias
-    return b is not None and b.shape[3] > 1 and b.strides[3] == b.itemsize
+    return masks.bias is not None and _unit_keys(masks.bias)
+
+
+def _unit_keys(b) -> bool:
+    """Whether bias b's keys are contiguous (its last dim more than one element, of stride one)."""
+    return b.shape[3] > 1 and b.strides[3] == b.itemsize
 
 
 def _strides(x) -> tuple:
@@ -399,9 +403,10 @@ def _cudnn_bias_grad_ok(lq: int, lk: int, d: int, version=None) -> bool:
 def bias_path_key(kind: str, bh: int, lq: int, lk: int, d: int, dtype_name: str, causal: bool, device: int,
                   bias, groups: int = 1) -> tuple:
     """The signature kernels/paths.py chooses a pass with a bias under (cudnn_bias): _path_key's,
-    the bias's 4-D shape (the dims it broadcasts) and dtype added, and the q heads a k, v head
-    serves where more than one."""
-    key = _path_key(kind, bh, lq, lk, d, dtype_name, causal, device) + (("bias", tuple(bias.shape), str(bias.dtype)),)
+    the bias's 4-D shape (the dims it broadcasts), dtype and whether its keys are contiguous (the
+    Triton kernels' BIAS_K1 form) added, and the q heads a k, v head serves where more than one."""
+    key = _path_key(kind, bh, lq, lk, d, dtype_name, causal, device) + (
+        ("bias", tuple(bias.shape), str(bias.dtype), "k1" if _unit_keys(bias) else "strided"),)
     return key if groups == 1 else key + (("groups", groups),)
 
 
@@ -940,6 +945,8 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
         from . import paths
         key = ("fwd-key-parts", bh, lq, lk, d, tuple(name for name, _ in cands), dlo, dhi,
                masks.lengths is not None, has_bias, masks.dropout is not None, groups, q.data.device_id)
+        if consts["BIAS_K1"]:   # (the kernels' form for a bias of contiguous keys: timed apart)
+            key += ("bias-k1",)
         return paths.run("attention", key, cands)
     except _NoMemoryForCopy:   # (V's transposed copy is v's bytes; other out-of-memory errors propagate)
         from .. import fallbacks
@@ -1221,8 +1228,9 @@ def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device
     """The signature the float32 backward's path (materialised or flash) is chosen under: the
     precision, the window (which decides how much of the workspace is computed), grouped k, v
     (("groups", G)), key lengths (("lengths",)), dropout (("dropout",)) and a bias (("bias", the
-    dims it broadcasts, its dtype, deterministic): how its gradient is summed) in it, the last four
-    only where they are."""
+    dims it broadcasts, its dtype, deterministic): how its gradient is summed; "k1" or "strided":
+    whether its keys are contiguous, the kernels' BIAS_K1 form) in it, the last four only where they
+    are."""
     key = _path_key("bwd", bh, lq, lk, d, f"float32-{config.float32_precision()}", causal, device)
     key = key if window is None else key + (tuple(window),)
     key = key if groups == 1 else key + (("groups", groups),)
@@ -1230,7 +1238,8 @@ def _f32_bwd_key(bh: int, lq: int, lk: int, d: int, causal: bool, window, device
     key = key + (("dropout",),) if dropout else key
     if bias is None:
         return key
-    return key + (("bias", tuple(n == 1 for n in bias.shape), str(bias.dtype), bool(deterministic)),)
+    return key + (("bias", tuple(n == 1 for n in bias.shape), str(bias.dtype), bool(deterministic),
+                   "k1" if _unit_keys(bias) else "strided"),)
 
 
 def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: int = 1, deterministic: bool = False):
