@@ -14,11 +14,11 @@ import sys
 import cupy as cp
 import torch
 from _cases import shapes_arg
+from _medians import medians
 from _results import dump_rows
 
 import cudakit
 from cudakit.backends.attention_masks import Masks
-from cudakit.bench import timing
 from cudakit.kernels import attention as at
 from cudakit.kernels import paths
 
@@ -27,13 +27,6 @@ shapes = shapes_arg(argv, [(2, 2, 64, 32), (4, 8, 512, 32), (4, 8, 512, 64), (4,
 cudakit.set_float32_precision("tf32x3")
 sdpa = torch.nn.functional.scaled_dot_product_attention
 rows = []
-
-
-def medians(fns, cold=True):
-    res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=cold)
-    for name, e in err.items():
-        print(f"VARIANT failed {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
-    return {name: r["median_ms"] for name, r in res.items()}
 
 
 def report(tag, kind, m, path):

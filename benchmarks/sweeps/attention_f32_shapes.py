@@ -11,17 +11,16 @@ import sys
 
 import cupy as cp
 import torch
-
-import cudakit
-from cudakit.bench import timing
-from cudakit.kernels import paths
+from _cases import shapes_arg
+from _medians import medians
 from _results import dump_rows
 
+import cudakit
+from cudakit.kernels import paths
+
 argv = sys.argv[1:]
-shapes = [(8, 16, 1024, 64), (2, 16, 4096, 64), (4, 16, 1024, 128), (8, 8, 1024, 32), (4, 32, 512, 96),
-          (1, 16, 2048, 80)]
-if "--shapes" in argv:
-    shapes = [tuple(int(x) for x in s.split("x")) for s in argv[argv.index("--shapes") + 1].split(",")]
+shapes = shapes_arg(argv, [(8, 16, 1024, 64), (2, 16, 4096, 64), (4, 16, 1024, 128), (8, 8, 1024, 32),
+                           (4, 32, 512, 96), (1, 16, 2048, 80)])
 cudakit.set_float32_precision("tf32x3")
 sdpa = torch.nn.functional.scaled_dot_product_attention
 rows = []
@@ -32,13 +31,6 @@ def report(tag, kind, m, path):
                  "x_torch": round(m["torch"] / m["cudakit"], 3), "path": path})
     print(f"VARIANT shapes {tag:<24} {kind:<8} cudakit {m['cudakit']:8.3f} ms torch {m['torch']:8.3f} ms "
           f"x torch {m['torch'] / m['cudakit']:.3f} path {path}", flush=True)
-
-
-def medians(fns):
-    res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=True)
-    for name, e in err.items():
-        print(f"VARIANT failed {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
-    return {name: r["median_ms"] for name, r in res.items()}
 
 
 def case(b, h, L, d, causal):

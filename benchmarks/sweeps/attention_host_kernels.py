@@ -1,21 +1,20 @@
 """Which kernels the small float32 attention calls of the host-time rows launch, and whether such a
 call is bound by the host or by the GPU: B2 H2 S64 D32 float32 (bench/cases/host_time.py), the forward
 without and with a (B, H, L, L) bias, cudakit's and torch's SDPA side by side. For each: host time a
-call (N back-to-back calls, synchronised before only, as host_time_interleaved times them), GPU time a
+call (N back-to-back calls, synchronised before and after: bench.timing.host_time_per_call), GPU time a
 call (CUDA events around N calls) and the kernels of 20 calls from torch.profiler (CUPTI sees CuPy's and
 Triton's launches too), with their mean device time.
     python3 benchmarks/sweeps/attention_host_kernels.py [--out f.json]
 Prints VARIANT lines and writes the rows to --out."""
 import sys
-import time
 
 import cupy as cp
 import torch
+from _results import dump_rows
 from torch.profiler import ProfilerActivity, profile
 
 import cudakit
-from _results import dump_rows
-
+from cudakit.bench import timing
 from cudakit.kernels import paths
 
 argv = sys.argv[1:]
@@ -33,14 +32,7 @@ calls = {"cudakit_fwd": lambda: cudakit.attention_with_lse(q, k, v),
 stream = cp.cuda.get_current_stream()
 rows = []
 for name, fn in calls.items():
-    for _ in range(200):
-        fn()
-    cp.cuda.Device().synchronize()
-    t = time.perf_counter()
-    for _ in range(N):
-        fn()
-    host_us = (time.perf_counter() - t) * 1e6 / N
-    cp.cuda.Device().synchronize()
+    host_us = timing.host_time_per_call(fn, calls=N, rounds=1, sync=cp.cuda.Device().synchronize)["median_ms"] * 1e3
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     e0.record(stream)
     for _ in range(N):

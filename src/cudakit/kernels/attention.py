@@ -1324,9 +1324,10 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     novar = _NO_VARLEN(delta, groups) + _drop_args(masks)
     drop = masks.dropout is not None
     has = masks.lengths is not None
+    k1 = _bias_unit_keys(masks)
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars + novar,
             dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None,
-                 BIAS_K1=_bias_unit_keys(masks), VARLEN=False, DROPOUT=drop), bh0=True)
+                 BIAS_K1=k1, VARLEN=False, DROPOUT=drop), bh0=True)
     if bias is None:
         db_args, db_consts = (delta, 0, 0, 0, 0), {"HAS_BIAS": False, "DB_MODE": 0, "DBQ": True, "DBK": True}
     else:
@@ -1338,7 +1339,7 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
             st = _strides(target) if full is None else (masks.bias_heads * lq * lk, lq * lk, lk, 1)
         db_args = (target, *st)
         db_consts = {"HAS_BIAS": True, "DB_MODE": mode, "DBQ": bias.shape[2] > 1 or full is not None,
-                     "DBK": bias.shape[3] > 1 or full is not None, "BIAS_K1": _bias_unit_keys(masks),
+                     "DBK": bias.shape[3] > 1 or full is not None, "BIAS_K1": k1,
                      "DB_K1": mode in (1, 2) and st[3] == 1}
     _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars + db_args + novar,
             dict(qc, D=d, HAS_LENS=has, VARLEN=False, DROPOUT=drop, **db_consts), bh0=True)

@@ -782,8 +782,7 @@ def dropout_operands(seed: int) -> tuple:
     by value the planned forward takes 19.20 us against 34.63 with the launch (H200 host, 22:53 and
     23:00 UTC, benchmarks/sweeps/attention_dropout_host.py,
     history/host-time/nvidia-h200-host-attention-dropout-words.json and -by-value.json)."""
-    seed = int(seed)
-    w = _WORDS(seed - (1 << 64) if seed >= 1 << 63 else seed, 0)
+    w = _WORDS(int(seed), 0)   # (ctypes keeps a seed's low 64 bits: 2^63 and above as negative int64s)
     p = ctypes.addressof(w)
     return w, [p, p + 8]
 
