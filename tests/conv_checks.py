@@ -201,13 +201,42 @@ def _conv_grads(g, x, w, stride, pad, dil, groups=1):
     return gxp[crop], gw, magxp[crop], magw
 
 
-def check_pool(dev, host, rng, kind, n, c, h, w, ksize, stride, pad, dtype, nan=False):
+def _nhwc(a):
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+
+
+def _pool_io(dev, host, layout, x, g, c):
+    """(x, grad_out as passed, keywords, a function checking a result's layout and giving it back
+    as an (N, C, H, W) host array) for one pooling layout: None (C-contiguous (N, C, H, W)), "view"
+    ((N, C, H, W) views of (N, H, W, C) memory: the results channels-last views too), "nhwc"
+    ((N, H, W, C) arrays, memory_format="nhwc"), "nchw" (channels-last views in, memory_format
+    "nchw": C-contiguous results)."""
+    def back(a):
+        if layout == "nhwc":
+            return host(a).transpose(0, 3, 1, 2)
+        if layout == "view" and c > 1:
+            assert a.strides[1] == a.itemsize and a.strides[3] == c * a.itemsize, ("channels-last", a.strides)
+        elif layout != "view":
+            assert a.flags.c_contiguous, (layout, a.strides)
+        return host(a)
+    if layout is None:
+        return dev(x), (None if g is None else dev(g)), {}, back
+    if layout == "nhwc":
+        return dev(_nhwc(x)), (None if g is None else dev(_nhwc(g))), {"memory_format": "nhwc"}, back
+    view = lambda a: None if a is None else dev(_nhwc(a)).transpose(0, 3, 1, 2)  # noqa: E731
+    return view(x), view(g), ({"memory_format": "nchw"} if layout == "nchw" else {}), back
+
+
+def check_pool(dev, host, rng, kind, n, c, h, w, ksize, stride, pad, dtype, nan=False, layout=None):
+    """max_pool2d / avg_pool2d and their backward against float64 window references; layout: see
+    _pool_io (the backward takes grad_out in the same layout as x)."""
     x = data(rng, (n, c, h, w), dtype)
     if nan:
         x[0, 0, 1, 1] = np.nan
     fwd = cudakit.max_pool2d if kind == "max" else cudakit.avg_pool2d
     bwd = cudakit.max_pool2d_backward if kind == "max" else cudakit.avg_pool2d_backward
-    y = host(fwd(dev(x), ksize, stride, pad))
+    xd, _, kw, back = _pool_io(dev, host, layout, x, None, c)
+    y = back(fwd(xd, ksize, stride, pad, **kw))
     r, s = _two(ksize)
     sh, sw = _two(ksize if stride is None else stride)
     ph, pw = _two(pad)
@@ -221,7 +250,8 @@ def check_pool(dev, host, rng, kind, n, c, h, w, ksize, stride, pad, dtype, nan=
     else:
         _close(y, want, np.abs(win).mean(-1), r * s, dtype, "avg_pool2d")
     g = data(rng, y.shape, dtype)
-    gx = f64(host(bwd(dev(g), dev(x), ksize, stride, pad)))
+    xd, gd, kw, back = _pool_io(dev, host, layout, x, g, c)
+    gx = f64(back(bwd(gd, xd, ksize, stride, pad, **kw)))
     want_gx, mag = np.zeros_like(xp), np.zeros_like(xp)
     pick = np.argmax(win, axis=-1)
     for t in range(r * s):

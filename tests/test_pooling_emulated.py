@@ -1,7 +1,8 @@
 """kernels/pooling.py run on the CPU by tests/kernel_emulation.py (every thread of the real launch
 grid, float32 and float64) against the CPU backend's pooling: window bounds with padding, strides
-unequal to the window, ties, NaN, windows of -inf, and the grid's y dimension striding over the
-planes."""
+unequal to the window, ties, NaN, windows of -inf, plane counts that are not a multiple of the
+planes a thread takes, launches split into chunks (pooling.chunks with a small thread limit), and
+the channels-last kernels at every channel width V."""
 import ctypes
 
 import numpy as np
@@ -15,24 +16,68 @@ from cudakit.kernels import pooling
 _DRIVER = r"""
 #define CK_GEO_PARAMS int h, int w, int ho, int wo, int r, int s, int sh, int sw, int ph, int pw
 #define CK_GEO h, w, ho, wo, r, s, sh, sw, ph, pw
-#define CK_DRIVERS(SFX, T)                                                                          \
-extern "C" void fwd_##SFX(const T* x, T* y, long long planes, int avg, unsigned gx, unsigned gy,     \
-                          CK_GEO_PARAMS) {                                                         \
-  if (avg) CK_EMULATE(gx, gy, 256, (ck_pool2d<T, true>(x, y, planes, CK_GEO)))                      \
-  else CK_EMULATE(gx, gy, 256, (ck_pool2d<T, false>(x, y, planes, CK_GEO)))                         \
-}                                                                                                  \
-extern "C" void bwd_##SFX(const T* x, const T* g, T* gxo, long long planes, int avg, unsigned gx,   \
-                          unsigned gy, CK_GEO_PARAMS) {                                            \
-  if (avg) CK_EMULATE(gx, gy, 256, (ck_pool2d_backward<T, true>(x, g, gxo, planes, CK_GEO)))        \
-  else CK_EMULATE(gx, gy, 256, (ck_pool2d_backward<T, false>(x, g, gxo, planes, CK_GEO)))           \
-}                                                                                                  \
-extern "C" void bwdc_##SFX(const T* x, const T* g, T* gxo, long long planes, int avg, unsigned gx,  \
-                           unsigned gy, CK_GEO_PARAMS) {                                           \
-  if (avg) CK_EMULATE(gx, gy, 256, (ck_pool2d_backward_cells<T, true>(x, g, gxo, planes, CK_GEO)))  \
-  else CK_EMULATE(gx, gy, 256, (ck_pool2d_backward_cells<T, false>(x, g, gxo, planes, CK_GEO)))     \
+typedef unsigned char u8;
+// each driver: the kernel once per thread of `blocks` blocks of 256; (a, b, c) its array arguments
+// (the forward kernels take (x, y): their drivers get (x, x, y) and drop the middle one)
+#define CK_RUN(KCALL) CK_EMULATE(blocks, 1, 256, (KCALL))
+#define CK_NCHW(NAME, T, K)                                                                         \
+extern "C" void NAME(const void* a, const void* b, void* c, int planes, int avg, int p, unsigned blocks,   \
+                     CK_GEO_PARAMS) {                                                               \
+  const T* x = (const T*)a; const T* g = (const T*)b; T* o = (T*)c;                                 \
+  if (avg && p == 4) CK_RUN((K<T, true, 4>(x, g, o, planes, CK_GEO)))                                 \
+  else if (avg) CK_RUN((K<T, true, 1>(x, g, o, planes, CK_GEO)))                                      \
+  else if (p == 4) CK_RUN((K<T, false, 4>(x, g, o, planes, CK_GEO)))                                  \
+  else CK_RUN((K<T, false, 1>(x, g, o, planes, CK_GEO)))                                              \
 }
+#define CK_TWO_PASS(SFX, T)                                                                         \
+extern "C" void argmax_##SFX(const void* a, const void*, void* c, int planes, int, int p, unsigned blocks, \
+                             CK_GEO_PARAMS) {                                                       \
+  if (p == 4) CK_RUN((ck_pool2d_argmax<T, 4>((const T*)a, (u8*)c, planes, CK_GEO)))                 \
+  else CK_RUN((ck_pool2d_argmax<T, 1>((const T*)a, (u8*)c, planes, CK_GEO)))                        \
+}                                                                                                   \
+extern "C" void bwdi_##SFX(const void* a, const void* b, void* c, int planes, int, int p, unsigned blocks, \
+                           CK_GEO_PARAMS) {                                                         \
+  if (p == 4) CK_RUN((ck_pool2d_backward_idx<T, 4>((const u8*)a, (const T*)b, (T*)c, planes, CK_GEO)))  \
+  else CK_RUN((ck_pool2d_backward_idx<T, 1>((const u8*)a, (const T*)b, (T*)c, planes, CK_GEO)))     \
+}
+#define CK_CL(NAME, T, V, K)                                                                        \
+extern "C" void NAME(const void* a, const void* b, void* c, int total, int cv, int avg, unsigned blocks,   \
+                     CK_GEO_PARAMS) {                                                               \
+  if (avg) CK_RUN((K<T, true, V>((const T*)a, (const T*)b, (T*)c, total, cv, CK_GEO)))              \
+  else CK_RUN((K<T, false, V>((const T*)a, (const T*)b, (T*)c, total, cv, CK_GEO)))                 \
+}
+#define CK_CL_TWO_PASS(SFX, T, V)                                                                   \
+extern "C" void clargmax_##SFX##_##V(const void* a, const void*, void* c, int total, int cv, int,    \
+                                     unsigned blocks, CK_GEO_PARAMS) {                              \
+  CK_RUN((ck_pool2d_cl_argmax<T, V>((const T*)a, (u8*)c, total, cv, CK_GEO)));                       \
+}                                                                                                   \
+extern "C" void clbwdi_##SFX##_##V(const void* a, const void* b, void* c, int total, int cv, int,    \
+                                   unsigned blocks, CK_GEO_PARAMS) {                                \
+  CK_RUN((ck_pool2d_cl_backward_idx<T, V>((const u8*)a, (const T*)b, (T*)c, total, cv, CK_GEO)));    \
+}
+template <typename T, bool AVG, int P> void ck_fwd(const T* x, const T*, T* y, int planes, CK_GEO_PARAMS) {
+  ck_pool2d<T, AVG, P>(x, y, planes, CK_GEO);
+}
+template <typename T, bool AVG, int V> void ck_fwd_cl(const T* x, const T*, T* y, int total, int cv, CK_GEO_PARAMS) {
+  ck_pool2d_cl<T, AVG, V>(x, y, total, cv, CK_GEO);
+}
+#define CK_DRIVERS(SFX, T)                                  \
+  CK_NCHW(fwd_##SFX, T, ck_fwd)                             \
+  CK_NCHW(bwd_##SFX, T, ck_pool2d_backward)                 \
+  CK_NCHW(bwdc_##SFX, T, ck_pool2d_backward_cells)          \
+  CK_TWO_PASS(SFX, T)
+#define CK_CL_DRIVERS(SFX, T, V)                            \
+  CK_CL(clfwd_##SFX##_##V, T, V, ck_fwd_cl)                 \
+  CK_CL(clbwd_##SFX##_##V, T, V, ck_pool2d_cl_backward)     \
+  CK_CL(clbwdc_##SFX##_##V, T, V, ck_pool2d_cl_backward_cells) \
+  CK_CL_TWO_PASS(SFX, T, V)
 CK_DRIVERS(f32, float)
 CK_DRIVERS(f64, double)
+CK_CL_DRIVERS(f32, float, 1)
+CK_CL_DRIVERS(f32, float, 2)
+CK_CL_DRIVERS(f32, float, 4)
+CK_CL_DRIVERS(f64, double, 1)
+CK_CL_DRIVERS(f64, double, 2)
 """
 
 # (x shape, kernel_size, stride, padding)
@@ -42,7 +87,7 @@ GEOMETRIES = [((2, 3, 7, 9), 2, None, 0), ((1, 2, 8, 8), 3, 2, 1), ((2, 2, 5, 6)
               # windows that do not overlap (one thread per window): stride above the window,
               # ragged ends, padding, one window
               ((2, 2, 9, 11), 2, 3, 0), ((1, 2, 10, 7), (2, 3), (3, 4), (1, 1)), ((1, 1, 3, 5), 3, 4, 1),
-              ((2, 3, 112, 112), 2, None, 0)]
+              ((2, 3, 112, 112), 2, None, 0), ((1, 9, 12, 12), 3, 2, 1)]
 
 
 @pytest.fixture(scope="module")
@@ -54,37 +99,95 @@ def _two(v):
     return (v, v) if isinstance(v, int) else v
 
 
-def _run(lib, kind, x, ks, st, pad, g, grid_y_limit):
-    """(y, dx) from the emulated kernels with the grid pooling._launch uses (y capped at grid_y_limit)."""
-    n, c, h, w = x.shape
+def _ptr(a):
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def _geometry(shape, ks, st, pad):
+    n, c, h, w = shape
     (r, s), (ph, pw) = _two(ks), _two(pad)
     sh, sw = (r, s) if st is None else _two(st)
     ho, wo = (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1
+    return (sh, sw, ph, pw, 1, 1, r, s, ho, wo)
+
+
+_NAMES = {"ck_pool2d_backward": "bwd_", "ck_pool2d_backward_cells": "bwdc_", "ck_pool2d_backward_idx": "bwdi_"}
+
+
+def _launches(kernel, kind, x, g, y, dx, h, w, ho, wo, c=1):
+    """The launches pooling.py makes for one forward and one backward: (driver prefix, arrays,
+    elements of each a unit (plane or image), threads a unit) - the two-pass max backward's
+    argmax into a byte buffer first."""
+    big, small = h * w * c, ho * wo * c
+    out = [("fwd_", (x, x, y), (big, big, small), ho * wo)]
+    if kernel == "ck_pool2d_backward_idx":
+        idx = np.full(y.size, 255, np.uint8)
+        out += [("argmax_", (x, x, idx), (big, big, small), ho * wo), ("bwdi_", (idx, g, dx), (small, small, big), h * w)]
+    else:
+        per = ho * wo if kernel.endswith("cells") else h * w
+        out += [(_NAMES[kernel], (x, g, dx), (big, small, big), per)]
+    return out
+
+
+def _run_nchw(lib, kind, x, g, geo, limit, planes):
+    """(y, dx) from the emulated NCHW kernels, each taking `planes` planes a thread, launched as
+    pooling._nchw does (chunks of planes under `limit` threads, each chunk's arrays offset by its
+    first plane)."""
+    n, c, h, w = x.shape
+    ho, wo = geo[8], geo[9]
     sfx = "f32" if x.dtype == np.float32 else "f64"
-    # the kernels' geometry arguments as pooling.py builds them from conv_api's tuple
-    geo = [ctypes.c_int(int(v)) for v in pooling._geo(x.shape, (sh, sw, ph, pw, 1, 1, r, s, ho, wo))]
-    common = (ctypes.c_longlong(n * c), ctypes.c_int(kind == "avg"))
-    gy = ctypes.c_uint(min(n * c, grid_y_limit))
+    args = [ctypes.c_int(int(v)) for v in pooling._geo(x.shape, geo)]
     y = np.full((n, c, ho, wo), 7.0, x.dtype)   # a value no output keeps: every one is written
-    getattr(lib, "fwd_" + sfx)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data), *common,
-                               ctypes.c_uint(-(-ho * wo // pooling.THREADS)), gy, *geo)
     dx = np.full(x.shape, 7.0, x.dtype)
-    kernel, per_plane = pooling.backward_kernel(x.shape, (sh, sw, ph, pw, 1, 1, r, s, ho, wo))
-    getattr(lib, ("bwdc_" if kernel.endswith("cells") else "bwd_") + sfx)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(g.ctypes.data),
-                               ctypes.c_void_p(dx.ctypes.data), *common,
-                               ctypes.c_uint(-(-per_plane // pooling.THREADS)), gy, *geo)
+    kernel, _ = pooling.backward_kernel(x.shape, geo, kind)
+    for name, arrs, sizes, per in _launches(kernel, kind, x.reshape(-1), g.reshape(-1), y.reshape(-1),
+                                            dx.reshape(-1), h, w, ho, wo):
+        for p0, np_ in pooling.chunks(n * c, per, planes, limit):
+            threads = -(-np_ // planes) * per
+            getattr(lib, name + sfx)(*(_ptr(a[p0 * e:]) for a, e in zip(arrs, sizes)), ctypes.c_int(np_),
+                                     ctypes.c_int(kind == "avg"), ctypes.c_int(planes),
+                                     ctypes.c_uint(-(-threads // 256)), *args)
     return y, dx
 
 
-def _check(lib, kind, x, ks, st, pad, rng, grid_y_limit=65535):
+def _run_cl(lib, kind, x, g, geo, v, limit):
+    """(y, dx) from the emulated channels-last kernels of width v on x's (N, H, W, C) copy, launched
+    as pooling._cl does; returned as (N, C, ...) arrays."""
+    n, c, h, w = x.shape
+    ho, wo = geo[8], geo[9]
+    sfx = "f32" if x.dtype == np.float32 else "f64"
+    args = [ctypes.c_int(int(a)) for a in pooling._geo(x.shape, geo)]
+    xt, gt = np.ascontiguousarray(x.transpose(0, 2, 3, 1)), np.ascontiguousarray(g.transpose(0, 2, 3, 1))
+    yt = np.full((n, ho, wo, c), 7.0, x.dtype)
+    dxt = np.full(xt.shape, 7.0, x.dtype)
+    kernel, _ = pooling.backward_kernel(x.shape, geo, kind)
+    cv = c // v
+    for name, arrs, sizes, per in _launches(kernel, kind, xt.reshape(-1), gt.reshape(-1), yt.reshape(-1),
+                                            dxt.reshape(-1), h, w, ho, wo, c):
+        for n0, nn in pooling.chunks(n, per * cv, 1, limit):
+            total = nn * per * cv
+            getattr(lib, f"cl{name}{sfx}_{v}")(*(_ptr(a[n0 * e:]) for a, e in zip(arrs, sizes)), ctypes.c_int(total),
+                                               ctypes.c_int(cv), ctypes.c_int(kind == "avg"),
+                                               ctypes.c_uint(-(-total // 256)), *args)
+    return yt.transpose(0, 3, 1, 2), dxt.transpose(0, 3, 1, 2)
+
+
+def _check(lib, kind, x, ks, st, pad, rng, limit=pooling._MAX_THREADS, widths=None):
     cpu = cudakit.get_backend("cpu")
     fwd, bwd = (cpu.max_pool2d, cpu.max_pool2d_backward) if kind == "max" else (cpu.avg_pool2d, cpu.avg_pool2d_backward)
     want = fwd(x, ks, st, pad)
     g = rng.standard_normal(want.shape).astype(x.dtype)
-    y, dx = _run(lib, kind, x, ks, st, pad, g, grid_y_limit)
+    want_dx = bwd(g, x, ks, st, pad)
+    geo = _geometry(x.shape, ks, st, pad)
     tol = 1e-6 if x.dtype == np.float32 else 1e-13
-    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
-    np.testing.assert_allclose(dx, bwd(g, x, ks, st, pad), rtol=10 * tol, atol=tol)
+    results = [_run_nchw(lib, kind, x, g, geo, limit, p) for p in (1, 4)]
+    c = x.shape[1]
+    for v in (widths or pooling.widths(x.dtype.name)):
+        if c % v == 0:
+            results.append(_run_cl(lib, kind, x, g, geo, v, limit))
+    for y, dx in results:
+        np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+        np.testing.assert_allclose(dx, want_dx, rtol=10 * tol, atol=tol)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -98,12 +201,34 @@ def test_pooling_kernels_emulated(lib, geo, kind, dtype, rng):
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
-def test_nan_inf_windows_and_grid_y_striding(lib, kind, rng):
-    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+def test_nan_inf_windows_and_chunked_launches(lib, kind, rng):
+    x = rng.standard_normal((3, 4, 6, 6)).astype(np.float32)
     x[0, 0, 2, 3] = np.nan
     x[0, 0, 2, 4] = np.nan   # two NaNs in a window: the first one takes its gradient
     x[0, 1, :3, :3] = -np.inf
-    _check(lib, kind, x, 3, 1, 1, rng)
-    _check(lib, kind, x, 3, 1, 1, rng, grid_y_limit=2)   # planes past grid y: the kernels stride
-    _check(lib, kind, x, 2, None, 0, rng)   # the same through the one-thread-per-window backward
-    _check(lib, kind, x, 2, None, 0, rng, grid_y_limit=2)
+    x[1, 2, 1, :] = np.nan
+    for ks, st, pad in ((3, 1, 1), (2, None, 0), (3, 2, 1)):
+        _check(lib, kind, x, ks, st, pad, rng)
+        # launches of at most 300 threads: several chunks of planes / images, offsets included
+        _check(lib, kind, x, ks, st, pad, rng, limit=300)
+
+
+def test_chunks_cover_every_unit_once():
+    assert pooling.chunks(10, 100, 4, limit=250) == [(0, 8), (8, 2)]
+    assert pooling.chunks(3, 7, 1, limit=7) == [(0, 1), (1, 1), (2, 1)]
+    assert pooling.chunks(5, 10) == [(0, 5)]
+    with pytest.raises(cudakit.ShapeError, match="<= 9"):
+        pooling.chunks(1, 10, 1, limit=9)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_channel_width_follows_channels_and_alignment(dtype):
+    class A:   # an array stand-in: its device address only
+        def __init__(self, ptr):
+            self.data = type("D", (), {"ptr": ptr})()
+    item = np.dtype(np.float32 if dtype == "bfloat16" else dtype).itemsize if dtype != "bfloat16" else 2
+    widest = 16 // item
+    assert pooling._width(dtype, 64, (A(256), A(512))) == widest
+    assert pooling._width(dtype, 6, (A(256), A(512))) == 2
+    assert pooling._width(dtype, 5, (A(256),)) == 1
+    assert pooling._width(dtype, 64, (A(256), A(256 + item))) == 1   # one array off by an element

@@ -95,6 +95,8 @@ _DYNAMIC.update({op: (-1,) for op, (_, keys) in _ATTENTION_KEYS.items() if keys[
 _CONV_FORMATS = {op: (f"plan_{op}", cl, f"{op}_{cl}", f"plan_{op}_{cl}", plain)
                  for op, cl, plain in (("conv2d", "nhwc", ()), ("conv2d_backward", "nhwc", ()),
                                        ("conv1d", "nlc", ("ncl",)), ("conv1d_backward", "nlc", ("ncl",)))}
+_CONV_FORMATS.update({op: (None, "nhwc", f"{op}_nhwc", None, ())   # pooling: plans traced from the checked call
+                      for op in ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")})
 # the planned ops of convolutions on channels-last arrays -> (backend method, memory_format)
 _LAYOUT_OPS = {f[2]: (op, f[1]) for op, f in _CONV_FORMATS.items()}
 _checked_calls: dict = {}
@@ -657,18 +659,18 @@ def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seql
 
 # -- convolution and pooling (see backends/conv_api.py) -------------------------------------------
 
-def _conv_call(op: str, memory_format, args: tuple, arrays: int):
-    """A convolution call by its memory_format: the planned op (its channels-last form's op for
-    that format), or for any other value the backend's checked method (its error; "nchw" for
-    conv2d: a C-contiguous result from a channels-last view). arrays: the leading arguments the
-    checked call's backend comes from."""
+def _conv_call(op: str, memory_format, args: tuple, arrays: int, planned: int = 3):
+    """A convolution or pooling call by its memory_format: the planned op (its channels-last form's
+    op for that format), or for any other value the backend's checked method (its error; "nchw":
+    a C-contiguous result from a channels-last view). arrays: the leading arguments the checked
+    call's backend comes from; planned: those of the planned call (_planned's `arrays`)."""
     planner, cl, cl_op, cl_planner, plain = _CONV_FORMATS[op]
     if memory_format is None:
-        return _planned(op, planner, args)
+        return _planned(op, planner, args, planned)
     if type(memory_format) is str and memory_format == cl:
-        return _planned(cl_op, cl_planner, args)
+        return _planned(cl_op, cl_planner, args, planned)
     if type(memory_format) is str and memory_format in plain:
-        return _planned(op, planner, args)
+        return _planned(op, planner, args, planned)
     return getattr(backend_for(*args[:arrays]), op)(*args, memory_format=memory_format)
 
 
@@ -699,21 +701,21 @@ def conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=T
                       3)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0):
-    """Max over windows, NCHW (see Backend.max_pool2d)."""
-    return _planned("max_pool2d", None, (x, kernel_size, stride, padding), 1)
+def max_pool2d(x, kernel_size, stride=None, padding=0, *, memory_format=None):
+    """Max over windows, NCHW or channels-last (see Backend.max_pool2d)."""
+    return _conv_call("max_pool2d", memory_format, (x, kernel_size, stride, padding), 1, 1)
 
 
-def max_pool2d_backward(grad_out, x, kernel_size, stride=None, padding=0):
+def max_pool2d_backward(grad_out, x, kernel_size, stride=None, padding=0, *, memory_format=None):
     """dL/dx of max_pool2d (see Backend.max_pool2d_backward)."""
-    return _planned("max_pool2d_backward", None, (grad_out, x, kernel_size, stride, padding), 2)
+    return _conv_call("max_pool2d_backward", memory_format, (grad_out, x, kernel_size, stride, padding), 2, 2)
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0):
-    """Mean over windows, NCHW (see Backend.avg_pool2d)."""
-    return _planned("avg_pool2d", None, (x, kernel_size, stride, padding), 1)
+def avg_pool2d(x, kernel_size, stride=None, padding=0, *, memory_format=None):
+    """Mean over windows, NCHW or channels-last (see Backend.avg_pool2d)."""
+    return _conv_call("avg_pool2d", memory_format, (x, kernel_size, stride, padding), 1, 1)
 
 
-def avg_pool2d_backward(grad_out, x, kernel_size, stride=None, padding=0):
+def avg_pool2d_backward(grad_out, x, kernel_size, stride=None, padding=0, *, memory_format=None):
     """dL/dx of avg_pool2d (see Backend.avg_pool2d_backward)."""
-    return _planned("avg_pool2d_backward", None, (grad_out, x, kernel_size, stride, padding), 2)
+    return _conv_call("avg_pool2d_backward", memory_format, (grad_out, x, kernel_size, stride, padding), 2, 2)

@@ -122,15 +122,27 @@ def test_traced_plans_equal_checked(dtype):
                  ("max_pool2d", (img, 2)), ("max_pool2d_backward", (gimg, img, 2)),
                  ("avg_pool2d", (img, 2)), ("avg_pool2d_backward", (gimg, img, 2)),
                  ("batch_norm_backward", (bn_g, img, None, sm, si))]
-        for op, args in calls:
-            want = getattr(be, op)(*args)
-            got = getattr(cudakit, op)(*args)
+        # channels-last pooling: (N, C, H, W) views of (N, H, W, C) memory in and out, and
+        # (N, H, W, C) arrays with memory_format="nhwc"; overlapping 3x3 windows of stride 2
+        img_t, gimg_t = cp.ascontiguousarray(img.transpose(0, 2, 3, 1)), _r(rng, (3, 5, 6, 5), dtype)
+        nhwc = {"memory_format": "nhwc"}
+        calls += [("max_pool2d", (img_t.transpose(0, 3, 1, 2), 3, 2, 1)),
+                  ("max_pool2d_backward", (gimg_t.transpose(0, 3, 1, 2), img_t.transpose(0, 3, 1, 2), 3, 2, 1)),
+                  ("avg_pool2d", (img_t, 3, 2, 1), nhwc), ("avg_pool2d_backward", (gimg_t, img_t, 3, 2, 1), nhwc),
+                  ("max_pool2d_backward", (gimg_t, img_t, 3, 2, 1), nhwc)]
+        for op, args, *kw in calls:
+            kw = kw[0] if kw else {}
+            want = getattr(be, op)(*args, **kw)
+            got = getattr(cudakit, op)(*args, **kw)
             want_t = want if isinstance(want, tuple) else (want,)
             got_t = got if isinstance(got, tuple) else (got,)
             assert len(want_t) == len(got_t) and all(_same(a, b) for a, b in zip(want_t, got_t)), (op, dtype, trial)
+            if "pool" in op:   # the layout too: a channels-last result stays channels-last when replayed
+                assert want.strides == got.strides, (op, want.strides, got.strides)
     traced = {k[0] for k, p in dispatch._plans.items() if p is not None}
     # permute/transpose pass a parameter struct: traced as its bytes, replayed natively
-    assert {"layernorm_backward", "rmsnorm_backward", "cross_entropy_with_grad", "max_pool2d", "permute"} <= traced, traced
+    assert {"layernorm_backward", "rmsnorm_backward", "cross_entropy_with_grad", "max_pool2d", "permute",
+            "avg_pool2d_nhwc", "max_pool2d_backward_nhwc"} <= traced, traced
     native = {k[0] for k, p in dispatch._plans.items() if type(p).__name__ == "Replay"}
     assert {"layernorm_backward", "cross_entropy_with_grad", "permute", "batch_norm_backward"} <= native, native
 

@@ -486,36 +486,54 @@ class ConvOps:
         sh, sw, ph, pw, _, _, r, s, ho, wo = geo
         return self._windows(self._padded(x, ph, pw, pad_value), r, s, ho, wo, sh, sw, 1, 1, "pos_first")
 
-    def max_pool2d(self, x, kernel_size, stride=None, padding=0):
+    def max_pool2d(self, x, kernel_size, stride=None, padding=0, *, memory_format=None):
         """Max over each (R, S) window of x (N, C, H, W), PyTorch's max_pool2d: stride defaults to
         kernel_size, padding (<= half the kernel, with -inf) on both sides; a window holding a NaN
-        gives NaN. Returns (N, C, Ho, Wo)."""
-        x, geo = self._pool_args("max_pool2d", x, kernel_size, stride, padding)
-        with self._device_scope(x):
-            y = self._pool_kernel("max", x, geo)
-            return self.max(self._pool_windows(x, geo, -np.inf), axis=(4, 5)) if y is None else y
+        gives NaN. Returns (N, C, Ho, Wo). memory_format as conv2d's: "nhwc" for (N, H, W, C) arrays
+        (the output (N, Ho, Wo, C)); None: a channels-last view gives a channels-last output; "nchw":
+        a C-contiguous output whatever x's strides."""
+        return self._pool("max_pool2d", "max", x, kernel_size, stride, padding, memory_format)
 
-    def max_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0):
-        """dL/dx of max_pool2d, x's shape and dtype: each window's gradient goes to its first largest
-        element (the first NaN where there is one; the first in-bounds element of a window of -inf),
-        recomputed from x."""
-        op = "max_pool2d_backward"
-        x, geo = self._pool_args(op, x, kernel_size, stride, padding)
-        return self._pool_backward(op, grad_out, x, geo, "max")
+    def max_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0, *, memory_format=None):
+        """dL/dx of max_pool2d, x's shape, dtype and layout: each window's gradient goes to its first
+        largest element (the first NaN where there is one; the first in-bounds element of a window
+        of -inf), recomputed from x. memory_format as max_pool2d's ("nhwc": grad_out (N, Ho, Wo, C),
+        x and dL/dx (N, H, W, C))."""
+        return self._pool_grad("max_pool2d_backward", "max", grad_out, x, kernel_size, stride, padding,
+                               memory_format)
 
-    def avg_pool2d(self, x, kernel_size, stride=None, padding=0):
+    def avg_pool2d(self, x, kernel_size, stride=None, padding=0, *, memory_format=None):
         """Mean over each (R, S) window of x (N, C, H, W), PyTorch's avg_pool2d with its default
-        count_include_pad=True (padding zeros count); 16-bit data summed in float32."""
-        x, geo = self._pool_args("avg_pool2d", x, kernel_size, stride, padding)
-        with self._device_scope(x):  # mean: float32 sum and division, one rounding
-            y = self._pool_kernel("avg", x, geo)
-            return self.mean(self._pool_windows(x, geo, 0.0), axis=(4, 5)) if y is None else y
+        count_include_pad=True (padding zeros count); 16-bit data summed in float32. memory_format
+        as max_pool2d's."""
+        return self._pool("avg_pool2d", "avg", x, kernel_size, stride, padding, memory_format)
 
-    def avg_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0):
-        """dL/dx of avg_pool2d, x's shape and dtype: grad_out / (R * S) spread over each window."""
-        op = "avg_pool2d_backward"
+    def avg_pool2d_backward(self, grad_out, x, kernel_size, stride=None, padding=0, *, memory_format=None):
+        """dL/dx of avg_pool2d, x's shape, dtype and layout: grad_out / (R * S) spread over each
+        window. memory_format as max_pool2d_backward's."""
+        return self._pool_grad("avg_pool2d_backward", "avg", grad_out, x, kernel_size, stride, padding,
+                               memory_format)
+
+    def _pool(self, op, kind, x, kernel_size, stride, padding, memory_format):
+        layout, x = self._conv_layout(op, x, memory_format)
         x, geo = self._pool_args(op, x, kernel_size, stride, padding)
-        return self._pool_backward(op, grad_out, x, geo, "avg")
+        with self._device_scope(x):
+            y = self._pool_kernel(kind, x, geo)
+            if y is None:   # max or mean (float32 sum and division for 16-bit data, one rounding)
+                win = self._pool_windows(x, geo, -np.inf if kind == "max" else 0.0)
+                y = self.max(win, axis=(4, 5)) if kind == "max" else self.mean(win, axis=(4, 5))
+            return self._conv_out(y, layout)
+
+    def _pool_grad(self, op, kind, grad_out, x, kernel_size, stride, padding, memory_format):
+        layout, x = self._conv_layout(op, x, memory_format)
+        if layout == "nhwc":
+            require_array(op, "grad_out", grad_out)
+            g = self._coerce(grad_out, "grad_out")
+            if getattr(g, "ndim", None) != 4:
+                raise ShapeError(f"{op}: grad_out must be (N, Ho, Wo, C) (got shape {tuple(getattr(g, 'shape', ()))})")
+            grad_out = self._channels_last_view(g)
+        x, geo = self._pool_args(op, x, kernel_size, stride, padding)
+        return self._conv_out(self._pool_backward(op, grad_out, x, geo, kind), layout)
 
     def _pool_backward(self, op, grad_out, x, geo, kind):
         sh, sw, ph, pw, _, _, r, s, ho, wo = geo

@@ -69,10 +69,15 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
 
     def _pool_kernel(self, kind, x, geo):
         from ..kernels import pooling
-        return pooling.pool2d(self._ascontiguous(x), kind, geo)
+        return pooling.pool2d(x if pooling.channels_last(x) else self._ascontiguous(x), kind, geo)
 
     def _pool_backward_kernel(self, kind, grad_out, x, geo):
+        """Channels-last x reads grad_out in that layout too (copied into it where it is not)."""
         from ..kernels import pooling
+        if pooling.channels_last(x):
+            if not pooling.channels_last(grad_out):
+                grad_out = self._ascontiguous(grad_out.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+            return pooling.pool2d_backward(grad_out, x, kind, geo)
         return pooling.pool2d_backward(self._ascontiguous(grad_out), self._ascontiguous(x), kind, geo)
 
     def _plan_key(self, named):

@@ -5,123 +5,508 @@ struct ck_pool_geo {   // (H, W) input, (Ho, Wo) output, R x S window, stride, p
 #define CK_POOL_GEO_ARGS int h, int w, int ho, int wo, int r, int s, int sh, int sw, int ph, int pw
 #define CK_POOL_GEO const ck_pool_geo g = {h, w, ho, wo, r, s, sh, sw, ph, pw}
 
+// P: the planes one thread of the NCHW kernels takes, their loads of a tap issued together (the
+// host picks it per kernel, pooling.py PLANES).
+
 template <typename A> __device__ __forceinline__ bool ck_pool_isnan(A v) { return v != v; }
 
-// Index (i * S + j) of the winner of window (oh, ow) of plane x: the first NaN, else the first
-// largest, else the first in-bounds tap (every window holds one: padding <= half the window).
-template <typename T>
-__device__ __forceinline__ int ck_pool_argmax(const T* __restrict__ x, const ck_pool_geo& g, int oh, int ow) {
-  typedef ck_traits<T> tr;
-  typedef typename ck_traits<T>::acc A;
-  int best = -1;
-  A bv = A(0);
-  for (int i = 0; i < g.r; ++i) {
-    const int ih = oh * g.sh - g.ph + i;
-    if (ih < 0 || ih >= g.h) continue;
-    for (int j = 0; j < g.s; ++j) {
-      const int iw = ow * g.sw - g.pw + j;
-      if (iw < 0 || iw >= g.w) continue;
-      const A v = tr::load(x[ih * g.w + iw]);
-      if (best < 0 || (!ck_pool_isnan(bv) && (ck_pool_isnan(v) || v > bv))) { best = i * g.s + j; bv = v; }
-    }
+// The window (oh, ow): its top-left tap (h0, w0) in x and its in-bounds taps [i0, i1) x [j0, j1).
+struct ck_pool_win {
+  int h0, w0, i0, i1, j0, j1;
+  __device__ __forceinline__ ck_pool_win(const ck_pool_geo& g, int oh, int ow) {
+    h0 = oh * g.sh - g.ph; w0 = ow * g.sw - g.pw;
+    i0 = max(0, -h0); i1 = min(g.r, g.h - h0); j0 = max(0, -w0); j1 = min(g.s, g.w - w0);
   }
-  return best;
+};
+
+// The max rule of every kernel here: with bv the best so far (-inf before the first tap) and best
+// its tap (the window's first in-bounds tap before any is taken), v takes over when bv is not NaN
+// and v is NaN or larger - so the first NaN wins, else the first largest, else (a window of -inf)
+// the first in-bounds tap.
+template <typename A> __device__ __forceinline__ bool ck_pool_takes(A bv, A v) {
+  return !ck_pool_isnan(bv) && (ck_pool_isnan(v) || v > bv);
 }
 
+// best[k] = index (i * S + j) of the winner of window (oh, ow) of plane k < np of x (planes hw
+// elements apart), by ck_pool_takes.
+template <typename T, int P>
+__device__ __forceinline__ void ck_pool_argmax(const T* __restrict__ x, long long hw, int np, const ck_pool_geo& g,
+                                               int oh, int ow, int (&best)[P]) {
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  const ck_pool_win b(g, oh, ow);
+  A bv[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) { best[k] = b.i0 * g.s + b.j0; bv[k] = A(-__int_as_float(0x7f800000)); }
+  for (int i = b.i0; i < b.i1; ++i) {
+    for (int j = b.j0; j < b.j1; ++j) {
+      const T* xt = x + (long long)(b.h0 + i) * g.w + (b.w0 + j);
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        if (k < np) {
+          const A v = tr::load(xt[k * hw]);
+          if (ck_pool_takes(bv[k], v)) { best[k] = i * g.s + j; bv[k] = v; }
+        }
+      }
+    }
+  }
+}
+
+// The thread's place in the NCHW kernels' flat grid of (plane group, element) pairs: element e of
+// `per` elements a plane, planes [p0, p0 + np), np <= P. 32-bit: the host keeps groups * per < 2^31.
+struct ck_pool_slot {
+  int e, p0, np;
+  __device__ __forceinline__ ck_pool_slot(int per, int planes, int P) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int grp = t / per;
+    e = t - grp * per;
+    p0 = grp * P;
+    np = min(P, planes - p0);
+  }
+};
+
 // y[p, oh, ow] = max (AVG: mean) of window (oh, ow) of plane p of x.
-// x: [planes, H, W], y: [planes, Ho, Wo], contiguous; planes = N * C. Block 256; grid x covers the
-// Ho * Wo outputs of a plane (32-bit index arithmetic: 64-bit divisions cost more than the loads),
-// grid y strides over the planes.
-template <typename T, bool AVG>
-__global__ void __launch_bounds__(256) ck_pool2d(const T* __restrict__ x, T* __restrict__ y, long long planes,
+// x: [planes, H, W], y: [planes, Ho, Wo], contiguous; planes = N * C (this launch's). Block 256; the
+// flat grid covers ceil(planes / P) * Ho * Wo threads, each one output of P planes.
+// Traffic: planes (H W + Ho Wo) elements.
+template <typename T, bool AVG, int P>
+__global__ void __launch_bounds__(256) ck_pool2d(const T* __restrict__ x, T* __restrict__ y, int planes,
                                                  CK_POOL_GEO_ARGS) {
   CK_PDL_WAIT();
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
-  const int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= g.ho * g.wo) return;
-  const int oh = o / g.wo, ow = o - oh * g.wo;
-  const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
-  const int i0 = max(0, -h0), i1 = min(g.r, g.h - h0), j0 = max(0, -w0), j1 = min(g.s, g.w - w0);
-  for (long long p = blockIdx.y; p < planes; p += gridDim.y) {
-    const T* xp = x + p * g.h * g.w + (long long)h0 * g.w + w0;
-    A m = AVG ? A(0) : A(-__int_as_float(0x7f800000));
-    for (int i = i0; i < i1; ++i) {
-      for (int j = j0; j < j1; ++j) {
-        const A v = tr::load(xp[i * g.w + j]);
-        if (AVG) m += v;
-        else if (ck_pool_isnan(v) || v > m) m = v;   // NaN stays: nothing compares greater
+  const int per = g.ho * g.wo;
+  const ck_pool_slot t(per, planes, P);
+  if (t.np <= 0) return;
+  const int oh = t.e / g.wo, ow = t.e - oh * g.wo;
+  const ck_pool_win b(g, oh, ow);
+  const long long hw = (long long)g.h * g.w;
+  const T* xp = x + t.p0 * hw;
+  A m[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) m[k] = AVG ? A(0) : A(-__int_as_float(0x7f800000));
+  for (int i = b.i0; i < b.i1; ++i) {
+    for (int j = b.j0; j < b.j1; ++j) {
+      const T* xt = xp + (long long)(b.h0 + i) * g.w + (b.w0 + j);
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        if (k < t.np) {
+          const A v = tr::load(xt[k * hw]);
+          if (AVG) m[k] += v;
+          else if (ck_pool_isnan(v) || v > m[k]) m[k] = v;   // NaN stays: nothing compares greater
+        }
       }
     }
-    y[p * g.ho * g.wo + o] = tr::store(AVG ? m / A(g.r * g.s) : m);
   }
+  T* yp = y + (long long)t.p0 * per + t.e;
+#pragma unroll
+  for (int k = 0; k < P; ++k)
+    if (k < t.np) yp[(long long)k * per] = tr::store(AVG ? m[k] / A(g.r * g.s) : m[k]);
 }
 
 // gx[p, ih, iw] = sum over the windows (oh, ow) covering (ih, iw) of gy[p, oh, ow] / (R S) (AVG) or
 // of gy[p, oh, ow] where (ih, iw) wins the window (max).
-// x, gx: [planes, H, W], gy: [planes, Ho, Wo], contiguous. Block 256; grid x covers the H * W
-// elements of a plane, grid y strides over the planes.
-template <typename T, bool AVG>
+// x, gx: [planes, H, W], gy: [planes, Ho, Wo], contiguous. Block 256; the flat grid covers
+// ceil(planes / P) * H * W threads, each one element of P planes.
+template <typename T, bool AVG, int P>
 __global__ void __launch_bounds__(256) ck_pool2d_backward(const T* __restrict__ x, const T* __restrict__ gy,
-                                                          T* __restrict__ gx, long long planes,
-                                                          CK_POOL_GEO_ARGS) {
+                                                          T* __restrict__ gx, int planes, CK_POOL_GEO_ARGS) {
   CK_PDL_WAIT();
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
-  const int e = blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= g.h * g.w) return;
-  const int ih = e / g.w, iw = e - ih * g.w;
+  const ck_pool_slot t(g.h * g.w, planes, P);
+  if (t.np <= 0) return;
+  const int ih = t.e / g.w, iw = t.e - ih * g.w;
   // windows oh with oh*sh - ph <= ih <= oh*sh - ph + R - 1, likewise ow (a negative numerator
   // truncates towards 0, which the max with 0 makes right)
   const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
   const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
-  for (long long p = blockIdx.y; p < planes; p += gridDim.y) {
-    const T* xp = x + p * g.h * g.w;
-    const T* gp = gy + p * g.ho * g.wo;
-    A acc = A(0);
-    for (int oh = oh0; oh <= oh1; ++oh) {
-      for (int ow = ow0; ow <= ow1; ++ow) {
-        if (AVG || ck_pool_argmax(xp, g, oh, ow) == (ih - oh * g.sh + g.ph) * g.s + (iw - ow * g.sw + g.pw))
-          acc += tr::load(gp[oh * g.wo + ow]);
-      }
+  const long long hw = (long long)g.h * g.w, per = (long long)g.ho * g.wo;
+  const T* xp = x + t.p0 * hw;
+  const T* gp = gy + t.p0 * per;
+  A acc[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) acc[k] = A(0);
+  for (int oh = oh0; oh <= oh1; ++oh) {
+    for (int ow = ow0; ow <= ow1; ++ow) {
+      int best[P];
+      if (!AVG) ck_pool_argmax<T, P>(xp, hw, t.np, g, oh, ow, best);
+      const int tap = (ih - oh * g.sh + g.ph) * g.s + (iw - ow * g.sw + g.pw);
+#pragma unroll
+      for (int k = 0; k < P; ++k)
+        if (k < t.np && (AVG || best[k] == tap)) acc[k] += tr::load(gp[k * per + oh * g.wo + ow]);
     }
-    gx[p * g.h * g.w + e] = tr::store(AVG ? acc / A(g.r * g.s) : acc);
   }
+  T* out = gx + t.p0 * hw + t.e;
+#pragma unroll
+  for (int k = 0; k < P; ++k)
+    if (k < t.np) out[k * hw] = tr::store(AVG ? acc[k] / A(g.r * g.s) : acc[k]);
 }
 
 // The backward when windows do not overlap (stride >= window, the usual 2x2 / stride 2): one thread
-// per window, writing the whole stride cell (oh*sh - ph + [0, sh)) x (ow*sw - pw + [0, sw)) of gx -
-// the window's gradient to its winner (max) or spread over it (AVG), 0 elsewhere - so x and gy are
-// read once and gx written once. The last row and column of cells reach to the plane's edge: every
-// element of gx is written exactly once. Launch as ck_pool2d.
-template <typename T, bool AVG>
+// per window (of P planes), writing the whole stride cell (oh*sh - ph + [0, sh)) x
+// (ow*sw - pw + [0, sw)) of gx - the window's gradient to its winner (max) or spread over it (AVG),
+// 0 elsewhere - so x and gy are read once and gx written once. The last row and column of cells
+// reach to the plane's edge: every element of gx is written exactly once. Launch as ck_pool2d.
+template <typename T, bool AVG, int P>
 __global__ void __launch_bounds__(256) ck_pool2d_backward_cells(const T* __restrict__ x, const T* __restrict__ gy,
-                                                                T* __restrict__ gx, long long planes,
-                                                                CK_POOL_GEO_ARGS) {
+                                                                T* __restrict__ gx, int planes, CK_POOL_GEO_ARGS) {
   CK_PDL_WAIT();
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
-  const int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= g.ho * g.wo) return;
-  const int oh = o / g.wo, ow = o - oh * g.wo;
+  const int per = g.ho * g.wo;
+  const ck_pool_slot t(per, planes, P);
+  if (t.np <= 0) return;
+  const int oh = t.e / g.wo, ow = t.e - oh * g.wo;
   const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
   const int i0 = max(0, h0), i1 = oh == g.ho - 1 ? g.h : min(g.h, h0 + g.sh);
   const int j0 = max(0, w0), j1 = ow == g.wo - 1 ? g.w : min(g.w, w0 + g.sw);
+  const long long hw = (long long)g.h * g.w;
   const T zero = tr::store(A(0));
-  for (long long p = blockIdx.y; p < planes; p += gridDim.y) {
-    const A gv = tr::load(gy[p * g.ho * g.wo + o]);
-    const T share = tr::store(AVG ? gv / A(g.r * g.s) : gv);
-    const int best = AVG ? -1 : ck_pool_argmax(x + p * g.h * g.w, g, oh, ow);
-    T* gp = gx + p * g.h * g.w;
-    for (int ih = i0; ih < i1; ++ih) {
-      const int i = ih - h0;
-      for (int iw = j0; iw < j1; ++iw) {
-        const int j = iw - w0;
-        gp[ih * g.w + iw] = (i < g.r && j < g.s && (AVG || i * g.s + j == best)) ? share : zero;
+  T share[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const A gv = k < t.np ? tr::load(gy[(long long)(t.p0 + k) * per + t.e]) : A(0);
+    share[k] = tr::store(AVG ? gv / A(g.r * g.s) : gv);
+  }
+  int best[P];
+  if (!AVG) ck_pool_argmax<T, P>(x + t.p0 * hw, hw, t.np, g, oh, ow, best);
+  T* gp = gx + t.p0 * hw;
+  for (int ih = i0; ih < i1; ++ih) {
+    const int i = ih - h0;
+    for (int iw = j0; iw < j1; ++iw) {
+      const int j = iw - w0;
+      const bool in = i < g.r && j < g.s;
+#pragma unroll
+      for (int k = 0; k < P; ++k)
+        if (k < t.np) gp[k * hw + ih * g.w + iw] = (in && (AVG || i * g.s + j == best[k])) ? share[k] : zero;
+    }
+  }
+}
+
+// The max backward of overlapping windows in two passes (R S <= 256): ck_pool2d_argmax writes each
+// window's winner as a byte, then each input element of ck_pool2d_backward_idx sums the gradients
+// of the windows (at most ceil(R / sh) x ceil(S / sw)) whose byte names it. One pass recomputing
+// every covering window's winner from x read R S elements a window, (R S) x (windows covering an
+// element) per element: 36 for ResNet's 3x3 / stride 2, 81 at stride 1 (0.2-0.4x torch, whose
+// backward reads the int64 indices its forward saved).
+// idx: [planes, Ho, Wo] bytes. Launch as ck_pool2d.
+template <typename T, int P>
+__global__ void __launch_bounds__(256) ck_pool2d_argmax(const T* __restrict__ x, unsigned char* __restrict__ idx,
+                                                        int planes, CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
+  CK_POOL_GEO;
+  const int per = g.ho * g.wo;
+  const ck_pool_slot t(per, planes, P);
+  if (t.np <= 0) return;
+  const int oh = t.e / g.wo, ow = t.e - oh * g.wo;
+  const long long hw = (long long)g.h * g.w;
+  int best[P];
+  ck_pool_argmax<T, P>(x + t.p0 * hw, hw, t.np, g, oh, ow, best);
+  unsigned char* ip = idx + (long long)t.p0 * per + t.e;
+#pragma unroll
+  for (int k = 0; k < P; ++k)
+    if (k < t.np) ip[(long long)k * per] = (unsigned char)best[k];
+}
+
+// gx[p, ih, iw] = sum of gy[p, oh, ow] over the windows covering (ih, iw) whose winner (idx) it is.
+// idx, gy: [planes, Ho, Wo], gx: [planes, H, W]. Launch as ck_pool2d_backward.
+template <typename T, int P>
+__global__ void __launch_bounds__(256) ck_pool2d_backward_idx(const unsigned char* __restrict__ idx,
+                                                              const T* __restrict__ gy, T* __restrict__ gx,
+                                                              int planes, CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
+  CK_POOL_GEO;
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  const ck_pool_slot t(g.h * g.w, planes, P);
+  if (t.np <= 0) return;
+  const int ih = t.e / g.w, iw = t.e - ih * g.w;
+  const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
+  const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+  const long long hw = (long long)g.h * g.w, per = (long long)g.ho * g.wo;
+  const unsigned char* ip = idx + t.p0 * per;
+  const T* gp = gy + t.p0 * per;
+  A acc[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) acc[k] = A(0);
+  // 2 x 2 windows at a time, their bytes and gradients loaded before any is used (one window at a
+  // time, each gradient's load waited on its byte's: a chain of dependent loads a thread)
+  for (int oh = oh0; oh <= oh1; oh += 2) {
+    for (int ow = ow0; ow <= ow1; ow += 2) {
+      bool ok[4];
+      int tap[4];
+      unsigned char wi[4][P];
+      A gv[4][P];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int wh = oh + (q >> 1), ww = ow + (q & 1);
+        ok[q] = wh <= oh1 && ww <= ow1;
+        tap[q] = (ih - wh * g.sh + g.ph) * g.s + (iw - ww * g.sw + g.pw);
+        const int o = wh * g.wo + ww;
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          const bool v = ok[q] && k < t.np;
+          wi[q][k] = v ? ip[k * per + o] : (unsigned char)0;
+          gv[q][k] = v ? tr::load(gp[k * per + o]) : A(0);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int k = 0; k < P; ++k)
+          if (ok[q] && wi[q][k] == tap[q]) acc[k] += gv[q][k];
+    }
+  }
+  T* out = gx + t.p0 * hw + t.e;
+#pragma unroll
+  for (int k = 0; k < P; ++k)
+    if (k < t.np) out[k * hw] = tr::store(acc[k]);
+}
+
+// ---- channels-last (NHWC memory) ------------------------------------------------------------
+// x: [N, H, W, C], y / gy: [N, Ho, Wo, C], gx: [N, H, W, C], C-contiguous. A thread takes V adjacent
+// channels [c, c + V) of one position: one load of V * sizeof(T) <= 16 bytes a tap, adjacent threads
+// adjacent channels (the host picks V with C % V == 0 and every pointer aligned to V elements).
+// Flat grid of total = positions * C / V threads, 32-bit: the host keeps total < 2^31.
+
+template <typename T, int V> struct ck_pool_vec {
+  typedef typename ck_raw<sizeof(T) * V>::type raw;
+  static __device__ __forceinline__ ck_pack<T, V> load(const T* p) {
+    ck_pack<T, V> k;
+    k.raw = *reinterpret_cast<const raw*>(p);
+    return k;
+  }
+  static __device__ __forceinline__ void store(T* p, const ck_pack<T, V>& k) { *reinterpret_cast<raw*>(p) = k.raw; }
+};
+
+// V winner bytes (ck_pool2d_cl_argmax's) as one load.
+template <int V> struct ck_pool_bytes { typedef typename ck_raw<V>::type raw; };
+template <> struct ck_pool_bytes<1> { typedef unsigned char raw; };
+template <int V> union ck_pool_idx {
+  typename ck_pool_bytes<V>::raw raw;
+  unsigned char v[V];
+  __device__ __forceinline__ void load(const unsigned char* p) {
+    raw = *reinterpret_cast<const typename ck_pool_bytes<V>::raw*>(p);
+  }
+};
+
+// The thread's (position q, first channel c) in the channels-last flat grid; false past the end.
+__device__ __forceinline__ bool ck_pool_cl_slot(int total, int cv, int V, int& q, int& c) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= total) return false;
+  q = t / cv;
+  c = (t - q * cv) * V;
+  return true;
+}
+
+// best[l] = index (i * S + j) of the winner of window (oh, ow) for channel l of the V at xn (image
+// n's origin plus c), by ck_pool_takes.
+template <typename T, int V>
+__device__ __forceinline__ void ck_pool_argmax_cl(const T* __restrict__ xn, int C, const ck_pool_geo& g, int oh,
+                                                  int ow, int (&best)[V]) {
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  const ck_pool_win b(g, oh, ow);
+  A bv[V];
+#pragma unroll
+  for (int l = 0; l < V; ++l) { best[l] = b.i0 * g.s + b.j0; bv[l] = A(-__int_as_float(0x7f800000)); }
+  for (int i = b.i0; i < b.i1; ++i) {
+    for (int j = b.j0; j < b.j1; ++j) {
+      const ck_pack<T, V> p = ck_pool_vec<T, V>::load(xn + ((long long)(b.h0 + i) * g.w + (b.w0 + j)) * C);
+#pragma unroll
+      for (int l = 0; l < V; ++l) {
+        const A v = tr::load(p.v[l]);
+        if (ck_pool_takes(bv[l], v)) { best[l] = i * g.s + j; bv[l] = v; }
       }
     }
   }
+}
+
+// y[n, oh, ow, c] = max (AVG: mean) of window (oh, ow) of channel c of image n; positions N Ho Wo.
+// Traffic: N (H W + Ho Wo) C elements.
+template <typename T, bool AVG, int V>
+__global__ void __launch_bounds__(256) ck_pool2d_cl(const T* __restrict__ x, T* __restrict__ y, int total, int cv,
+                                                    CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
+  CK_POOL_GEO;
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  int q, c;
+  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
+  const int C = cv * V;
+  const int ow = q % g.wo, rq = q / g.wo, oh = rq % g.ho, n = rq / g.ho;
+  const ck_pool_win b(g, oh, ow);
+  const T* xn = x + (long long)n * g.h * g.w * C + c;
+  A m[V];
+#pragma unroll
+  for (int l = 0; l < V; ++l) m[l] = AVG ? A(0) : A(-__int_as_float(0x7f800000));
+  for (int i = b.i0; i < b.i1; ++i) {
+    for (int j = b.j0; j < b.j1; ++j) {
+      const ck_pack<T, V> p = ck_pool_vec<T, V>::load(xn + ((long long)(b.h0 + i) * g.w + (b.w0 + j)) * C);
+#pragma unroll
+      for (int l = 0; l < V; ++l) {
+        const A v = tr::load(p.v[l]);
+        if (AVG) m[l] += v;
+        else if (ck_pool_isnan(v) || v > m[l]) m[l] = v;
+      }
+    }
+  }
+  if (AVG) {
+#pragma unroll
+    for (int l = 0; l < V; ++l) m[l] /= A(g.r * g.s);
+  }
+  ck_pack<T, V> out;
+  ck_store_pack<T, V, A>(out, m);
+  ck_pool_vec<T, V>::store(y + (long long)q * C + c, out);
+}
+
+// gx[n, ih, iw, c]: ck_pool2d_backward's sum for channels-last memory; positions N H W.
+template <typename T, bool AVG, int V>
+__global__ void __launch_bounds__(256) ck_pool2d_cl_backward(const T* __restrict__ x, const T* __restrict__ gy,
+                                                             T* __restrict__ gx, int total, int cv, CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
+  CK_POOL_GEO;
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  int q, c;
+  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
+  const int C = cv * V;
+  const int iw = q % g.w, rq = q / g.w, ih = rq % g.h, n = rq / g.h;
+  const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
+  const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+  const T* xn = x + (long long)n * g.h * g.w * C + c;
+  const T* gn = gy + (long long)n * g.ho * g.wo * C + c;
+  A acc[V];
+#pragma unroll
+  for (int l = 0; l < V; ++l) acc[l] = A(0);
+  for (int oh = oh0; oh <= oh1; ++oh) {
+    for (int ow = ow0; ow <= ow1; ++ow) {
+      int best[V];
+      if (!AVG) ck_pool_argmax_cl<T, V>(xn, C, g, oh, ow, best);
+      const int tap = (ih - oh * g.sh + g.ph) * g.s + (iw - ow * g.sw + g.pw);
+      const ck_pack<T, V> p = ck_pool_vec<T, V>::load(gn + ((long long)oh * g.wo + ow) * C);
+#pragma unroll
+      for (int l = 0; l < V; ++l)
+        if (AVG || best[l] == tap) acc[l] += tr::load(p.v[l]);
+    }
+  }
+  if (AVG) {
+#pragma unroll
+    for (int l = 0; l < V; ++l) acc[l] /= A(g.r * g.s);
+  }
+  ck_pack<T, V> out;
+  ck_store_pack<T, V, A>(out, acc);
+  ck_pool_vec<T, V>::store(gx + (long long)q * C + c, out);
+}
+
+// ck_pool2d_backward_cells for channels-last memory: one thread per window (V channels), positions
+// N Ho Wo; launch as ck_pool2d_cl.
+template <typename T, bool AVG, int V>
+__global__ void __launch_bounds__(256) ck_pool2d_cl_backward_cells(const T* __restrict__ x, const T* __restrict__ gy,
+                                                                   T* __restrict__ gx, int total, int cv,
+                                                                   CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
+  CK_POOL_GEO;
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  int q, c;
+  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
+  const int C = cv * V;
+  const int ow = q % g.wo, rq = q / g.wo, oh = rq % g.ho, n = rq / g.ho;
+  const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+  const int i0 = max(0, h0), i1 = oh == g.ho - 1 ? g.h : min(g.h, h0 + g.sh);
+  const int j0 = max(0, w0), j1 = ow == g.wo - 1 ? g.w : min(g.w, w0 + g.sw);
+  const T* xn = x + (long long)n * g.h * g.w * C + c;
+  T* gn = gx + (long long)n * g.h * g.w * C + c;
+  const ck_pack<T, V> gv = ck_pool_vec<T, V>::load(gy + (long long)q * C + c);
+  ck_pack<T, V> share, zero;
+#pragma unroll
+  for (int l = 0; l < V; ++l) {
+    share.v[l] = AVG ? tr::store(tr::load(gv.v[l]) / A(g.r * g.s)) : gv.v[l];
+    zero.v[l] = tr::store(A(0));
+  }
+  int best[V];
+  if (!AVG) ck_pool_argmax_cl<T, V>(xn, C, g, oh, ow, best);
+  for (int ih = i0; ih < i1; ++ih) {
+    const int i = ih - h0;
+    for (int iw = j0; iw < j1; ++iw) {
+      const int j = iw - w0;
+      const bool in = i < g.r && j < g.s;
+      ck_pack<T, V> out;
+#pragma unroll
+      for (int l = 0; l < V; ++l) out.v[l] = (in && (AVG || i * g.s + j == best[l])) ? share.v[l] : zero.v[l];
+      ck_pool_vec<T, V>::store(gn + ((long long)ih * g.w + iw) * C, out);
+    }
+  }
+}
+
+// The two passes of the overlapping max backward (see ck_pool2d_argmax) for channels-last memory:
+// idx [N, Ho, Wo, C] bytes; ck_pool2d_cl_argmax launches as ck_pool2d_cl, ck_pool2d_cl_backward_idx
+// as ck_pool2d_cl_backward.
+template <typename T, int V>
+__global__ void __launch_bounds__(256) ck_pool2d_cl_argmax(const T* __restrict__ x, unsigned char* __restrict__ idx,
+                                                           int total, int cv, CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
+  CK_POOL_GEO;
+  int q, c;
+  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
+  const int C = cv * V;
+  const int ow = q % g.wo, rq = q / g.wo, oh = rq % g.ho, n = rq / g.ho;
+  int best[V];
+  ck_pool_argmax_cl<T, V>(x + (long long)n * g.h * g.w * C + c, C, g, oh, ow, best);
+  unsigned char* ip = idx + (long long)q * C + c;
+#pragma unroll
+  for (int l = 0; l < V; ++l) ip[l] = (unsigned char)best[l];
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(256) ck_pool2d_cl_backward_idx(const unsigned char* __restrict__ idx,
+                                                                 const T* __restrict__ gy, T* __restrict__ gx,
+                                                                 int total, int cv, CK_POOL_GEO_ARGS) {
+  CK_PDL_WAIT();
+  CK_POOL_GEO;
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  int q, c;
+  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
+  const int C = cv * V;
+  const int iw = q % g.w, rq = q / g.w, ih = rq % g.h, n = rq / g.h;
+  const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
+  const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+  const long long base = (long long)n * g.ho * g.wo * C + c;
+  A acc[V];
+#pragma unroll
+  for (int l = 0; l < V; ++l) acc[l] = A(0);
+  // 2 x 2 windows at a time, their loads before any use (as ck_pool2d_backward_idx)
+  for (int oh = oh0; oh <= oh1; oh += 2) {
+    for (int ow = ow0; ow <= ow1; ow += 2) {
+      bool ok[4];
+      int tap[4];
+      ck_pool_idx<V> wi[4];
+      ck_pack<T, V> gv[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int wh = oh + (q >> 1), ww = ow + (q & 1);
+        ok[q] = wh <= oh1 && ww <= ow1;
+        tap[q] = (ih - wh * g.sh + g.ph) * g.s + (iw - ww * g.sw + g.pw);
+        const long long o = base + ((long long)wh * g.wo + ww) * C;
+        if (ok[q]) {
+          wi[q].load(idx + o);
+          gv[q] = ck_pool_vec<T, V>::load(gy + o);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int l = 0; l < V; ++l)
+          if (ok[q] && wi[q].v[l] == tap[q]) acc[l] += tr::load(gv[q].v[l]);
+    }
+  }
+  ck_pack<T, V> out;
+  ck_store_pack<T, V, A>(out, acc);
+  ck_pool_vec<T, V>::store(gx + (long long)q * C + c, out);
 }

@@ -1,13 +1,20 @@
-"""2-D max and average pooling (NCHW) forward and backward, one thread per output (forward) or per
-input element (backward), with the semantics of backends/conv_api.py: padding of -inf (max) or zeros
-(average, counted in the divisor, PyTorch's count_include_pad=True); a window holding a NaN gives
-NaN; the backward of max pooling sends each window's gradient to its first NaN, else its first
-largest element, else (a window of -inf) its first in-bounds element.
+"""2-D max and average pooling, forward and backward, on C-contiguous (N, C, H, W) arrays and on
+channels-last ones ((N, C, H, W) views of (N, H, W, C) memory, PyTorch's channels_last), with the
+semantics of backends/conv_api.py: padding of -inf (max) or zeros (average, counted in the divisor,
+PyTorch's count_include_pad=True); a window holding a NaN gives NaN; the backward of max pooling
+sends each window's gradient to its first NaN, else its first largest element, else (a window of
+-inf) its first in-bounds element.
 
-Forward: each output reads its R x S window (neighbouring threads share rows, so the reads
-coalesce and repeat in L1). Backward, no atomics (deterministic), the max winner recomputed from x:
-windows that do not overlap (stride >= window) take one thread each, which writes its stride cell
-of dx; otherwise each input element sums the gradients of the windows that cover it. Arithmetic in ck_traits<T>::acc (float32 for 16-bit data), rounded once.
+NCHW: one thread per output (forward) or per input element (backward) of P planes (PLANES), their
+loads of a tap issued together (with one plane a thread, the forward's blocks did too little to cover
+launch and DRAM latency: 25% of copy bandwidth on an H100). Channels-last: one thread per position and V
+adjacent channels, one load of up to 16 bytes a tap, adjacent threads adjacent channels; the output
+comes back channels-last (no copy into NCHW and back).
+Backward, no atomics (deterministic), the max winner recomputed from x: windows that do not overlap
+(stride >= window) take one thread each, which writes its stride cell of dx; otherwise each input
+element sums the gradients of the windows that cover it, for max pooling from a byte a window
+naming its winner, written by a first launch (backward_kernel). Arithmetic in ck_traits<T>::acc (float32
+for 16-bit data), rounded once.
 Traffic: forward N C H W read + N C Ho Wo written; backward N C Ho Wo (+ N C H W for max) read,
 N C H W written.
 """
@@ -16,21 +23,49 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ._common import FLOAT_DTYPE_NAMES, KernelFamily, by_template, ctype, cuda_source
+from ._common import FLOAT_DTYPE_NAMES, KernelFamily, ctype, cuda_source
 
 SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "pooling.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
 
 THREADS = 256
+# planes a thread of each NCHW kernel takes (its template argument P): their loads of a tap go out
+# together. With one plane a thread the forward's block of 256 threads did so little that launch
+# and DRAM latency, not bandwidth, set its time; the backward's one-window-a-thread cells write
+# 2 x 2 elements a plane already.
+PLANES = {"ck_pool2d": 4, "ck_pool2d_backward": 4, "ck_pool2d_backward_cells": 1, "ck_pool2d_argmax": 4,
+          "ck_pool2d_backward_idx": 4}
+_P_CHOICES = (1, 4)
+MAX_IDX_TAPS = 256   # the two-pass max backward stores a window's winner in a byte
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+_NCHW = ("ck_pool2d", "ck_pool2d_backward", "ck_pool2d_backward_cells")
+_CL = ("ck_pool2d_cl", "ck_pool2d_cl_backward", "ck_pool2d_cl_backward_cells")
+_MAX_THREADS = 2**31 - THREADS   # the kernels index their flat grid (rounded up to whole blocks) in 32 bits
+
+
+def widths(dtype_name: str) -> tuple:
+    """The channel widths V of the channels-last kernels for a dtype: 1, 2, 4, 8 up to 16 bytes."""
+    return tuple(v for v in (1, 2, 4, 8) if v * _ITEMSIZE[dtype_name] <= 16)
 
 
 def name_expressions() -> list[str]:
     """Every template instantiation this module launches."""
-    return [f"{k}<{ctype(dt)}, {avg}>" for k in ("ck_pool2d", "ck_pool2d_backward", "ck_pool2d_backward_cells")
-            for dt in FLOAT_DTYPE_NAMES for avg in ("true", "false")]
+    avgs = ("true", "false")
+    dts = FLOAT_DTYPE_NAMES
+    return ([f"{k}<{ctype(dt)}, {a}, {p}>" for k in _NCHW for dt in dts for a in avgs for p in _P_CHOICES]
+            + [f"{k}<{ctype(dt)}, {p}>" for k in ("ck_pool2d_argmax", "ck_pool2d_backward_idx") for dt in dts
+               for p in _P_CHOICES]
+            + [f"{k}<{ctype(dt)}, {a}, {v}>" for k in _CL for dt in dts for a in avgs for v in widths(dt)]
+            + [f"{k}<{ctype(dt)}, {v}>" for k in ("ck_pool2d_cl_argmax", "ck_pool2d_cl_backward_idx") for dt in dts
+               for v in widths(dt)])
 
 
-_family = KernelFamily(SOURCE, name_expressions, "cudakit/pooling.cu", group=by_template)
+def _by_kernel_and_dtype(expr: str) -> str:
+    """A KernelFamily group: one kernel template of one dtype (its AVG and width forms, at most 8)."""
+    return expr.split(",", 1)[0]
+
+
+_family = KernelFamily(SOURCE, name_expressions, "cudakit/pooling.cu", group=_by_kernel_and_dtype)
 
 
 def _geo(x_shape, geo) -> tuple:
@@ -39,56 +74,145 @@ def _geo(x_shape, geo) -> tuple:
     return tuple(np.int32(v) for v in (x_shape[2], x_shape[3], ho, wo, r, s, sh, sw, ph, pw))
 
 
-_MAX_GRID_Y = 65535
+def channels_last(a) -> bool:
+    """a is a 4-D (N, C, H, W) view of (N, H, W, C) C-contiguous memory with C > 1."""
+    from ..backends.conv_api import _channels_last
+    return _channels_last(a)
 
 
-def _launch(expr: str, x, geo, per_plane: int, args: tuple) -> None:
-    """Grid x over the per_plane elements of one plane, y over the N * C planes (striding past
-    65535). The kernels index within a padded plane in 32 bits."""
+def _launch(expr: str, device_id: int, threads: int, args: tuple) -> None:
     from ..runtime.compiler import _launch_function
+    f = _family.function(device_id, expr)
+    _launch_function(expr, f, (-(-threads // THREADS), 1, 1), (THREADS, 1, 1), args, 0, None)
+
+
+def _check_plane(x, geo) -> None:
     padded = (x.shape[2] + 2 * geo[2]) * (x.shape[3] + 2 * geo[3])
     if padded >= 2**31:
         raise ShapeError(f"pooling: a padded (H, W) plane must have fewer than 2^31 elements (got {padded})")
-    planes = x.shape[0] * x.shape[1]
-    f = _family.function(x.data.device_id, expr)
-    grid = (-(-per_plane // THREADS), min(planes, _MAX_GRID_Y), 1)
-    _launch_function(expr, f, grid, (THREADS, 1, 1), args, 0, None)
+
+
+def chunks(units: int, threads_per_unit: int, group: int = 1, limit: int = _MAX_THREADS) -> list:
+    """(first, count) ranges of `units` (planes, images) for launches of at most `limit` threads, a
+    unit taking threads_per_unit threads and a thread `group` units (NCHW: PLANES planes)."""
+    if threads_per_unit > limit:
+        raise ShapeError(f"pooling: a launch's threads must be <= {limit} (one image needs {threads_per_unit})")
+    step = (limit // threads_per_unit) * group
+    return [(u, min(step, units - u)) for u in range(0, units, step)]
+
+
+def _nchw(kernel: str, targs: str, arrays: tuple, planes: int, per_plane: int, geo_args: tuple) -> None:
+    """Launch NCHW kernel<targs, P> (P = PLANES[kernel]) over `planes` planes of per_plane threads
+    each (a thread P planes), in chunks of planes whose threads fit 32-bit indices; arrays: (array,
+    elements a plane) pairs, each chunk's offset by its first plane."""
+    p = PLANES[kernel]
+    expr = f"{kernel}<{targs}, {p}>"
+    for p0, n in chunks(planes, per_plane, p):
+        ptrs = tuple(a if p0 == 0 else a.ravel()[p0 * per:] for a, per in arrays)
+        _launch(expr, arrays[0][0].data.device_id, -(-n // p) * per_plane, (*ptrs, np.int32(n), *geo_args))
+
+
+def _cl(expr: str, arrays: tuple, images: int, per_image: int, cv: int, geo_args: tuple) -> None:
+    """Launch a channels-last kernel over `images` images of per_image positions x cv channel packs,
+    in chunks of images whose threads fit 32-bit indices; arrays: (NHWC array, elements an image)."""
+    for n0, n in chunks(images, per_image * cv):
+        ptrs = tuple(a if n0 == 0 else a.ravel()[n0 * e:] for a, e in arrays)
+        total = n * per_image * cv
+        _launch(expr, arrays[0][0].data.device_id, total, (*ptrs, np.int32(total), np.int32(cv), *geo_args))
+
+
+def _width(dtype_name: str, c: int, arrays) -> int:
+    """The widest V of the channels-last kernels dividing C with every array aligned to V elements."""
+    item = _ITEMSIZE[dtype_name]
+    for v in reversed(widths(dtype_name)):
+        if c % v == 0 and all(a.data.ptr % (v * item) == 0 for a in arrays):
+            return v
+    return 1
+
+
+def _nhwc(a):
+    """The (N, H, W, C) C-contiguous array under channels-last view `a`."""
+    return a.transpose(0, 2, 3, 1)
 
 
 def pool2d(x, kind: str, geo):
-    """max ("max") or average ("avg") pooling of a C-contiguous (N, C, H, W) CuPy array on the
-    current device; geo: conv_api's (sh, sw, ph, pw, 1, 1, R, S, Ho, Wo), validated by the caller."""
+    """max ("max") or average ("avg") pooling of x (N, C, H, W), C-contiguous or channels-last, a
+    CuPy array on the current device; geo: conv_api's (sh, sw, ph, pw, 1, 1, R, S, Ho, Wo),
+    validated by the caller. The output has x's layout."""
     from ..runtime import _cupy
     cp = _cupy.loaded_cupy()
-    n, c = x.shape[:2]
-    y = cp.empty((n, c, geo[8], geo[9]), x.dtype)
+    n, c, h, w = x.shape
+    ho, wo = geo[8], geo[9]
+    avg = "true" if kind == "avg" else "false"
+    dt = x.dtype.name
+    if channels_last(x):
+        yt = cp.empty((n, ho, wo, c), x.dtype)
+        if yt.size:
+            xt = _nhwc(x)
+            v = _width(dt, c, (xt, yt))
+            _cl(f"ck_pool2d_cl<{ctype(dt)}, {avg}, {v}>", ((xt, h * w * c), (yt, ho * wo * c)), n, ho * wo,
+                c // v, _geo(x.shape, geo))
+        return yt.transpose(0, 3, 1, 2)
+    y = cp.empty((n, c, ho, wo), x.dtype)
     if y.size and x.size:
-        expr = f"ck_pool2d<{ctype(x.dtype.name)}, {'true' if kind == 'avg' else 'false'}>"
-        _launch(expr, x, geo, geo[8] * geo[9], (x, y, np.int64(n * c), *_geo(x.shape, geo)))
+        _check_plane(x, geo)
+        _nchw("ck_pool2d", f"{ctype(dt)}, {avg}", ((x, h * w), (y, ho * wo)), n * c, ho * wo, _geo(x.shape, geo))
     return y
 
 
-def backward_kernel(x_shape, geo) -> tuple[str, int]:
-    """(kernel, threads per plane) pool2d_backward launches: one thread per window when the windows
-    do not overlap (stride >= window), else one per input element gathering its windows."""
+def backward_kernel(x_shape, geo, kind: str = "avg") -> tuple[str, int]:
+    """(kernel, threads per plane) of the launch writing pool2d_backward's dx on NCHW arrays: one
+    thread per window when the windows do not overlap (stride >= window); else one per input
+    element, which for max pooling of windows of at most MAX_IDX_TAPS taps reads each covering
+    window's winner as a byte written by a first launch (ck_pool2d_argmax, one thread per window),
+    and otherwise recomputes them from x. The channels-last kernels' names add "_cl" after
+    "ck_pool2d"."""
     sh, sw, r, s, ho, wo = geo[0], geo[1], geo[6], geo[7], geo[8], geo[9]
     if sh >= r and sw >= s:
         return "ck_pool2d_backward_cells", ho * wo
+    if kind == "max" and r * s <= MAX_IDX_TAPS:
+        return "ck_pool2d_backward_idx", x_shape[2] * x_shape[3]
     return "ck_pool2d_backward", x_shape[2] * x_shape[3]
 
 
 def pool2d_backward(grad_out, x, kind: str, geo):
-    """dL/dx of pool2d for C-contiguous grad_out (N, C, Ho, Wo) and x of one dtype and device."""
+    """dL/dx of pool2d for grad_out (N, C, Ho, Wo) and x of one dtype and device, both C-contiguous
+    or both channels-last (dL/dx then channels-last too)."""
     from ..runtime import _cupy
     cp = _cupy.loaded_cupy()
-    gx = cp.empty(x.shape, x.dtype)
+    n, c, h, w = x.shape
+    ho, wo = geo[8], geo[9]
+    cl = channels_last(x)
+    gx = cp.empty((n, h, w, c) if cl else x.shape, x.dtype)
+    out = gx.transpose(0, 3, 1, 2) if cl else gx
     if gx.size == 0:
-        return gx
+        return out
     if grad_out.size == 0:
         gx.fill(0)
-        return gx
-    kernel, per_plane = backward_kernel(x.shape, geo)
-    expr = f"{kernel}<{ctype(x.dtype.name)}, {'true' if kind == 'avg' else 'false'}>"
-    n, c = x.shape[:2]
-    _launch(expr, x, geo, per_plane, (x, grad_out, gx, np.int64(n * c), *_geo(x.shape, geo)))
-    return gx
+        return out
+    kernel, per_plane = backward_kernel(x.shape, geo, kind)
+    two_pass = kernel == "ck_pool2d_backward_idx"
+    avg = "true" if kind == "avg" else "false"
+    dt = x.dtype.name
+    ga = _geo(x.shape, geo)
+    if cl:
+        xt, gt = _nhwc(x), _nhwc(grad_out)
+        v = _width(dt, c, (xt, gt, gx))
+        name = kernel.replace("ck_pool2d", "ck_pool2d_cl", 1)
+        img, out_img = h * w * c, ho * wo * c
+        if two_pass:
+            idx = cp.empty((n, ho, wo, c), cp.uint8)
+            _cl(f"ck_pool2d_cl_argmax<{ctype(dt)}, {v}>", ((xt, img), (idx, out_img)), n, ho * wo, c // v, ga)
+            _cl(f"{name}<{ctype(dt)}, {v}>", ((idx, out_img), (gt, out_img), (gx, img)), n, h * w, c // v, ga)
+        else:
+            per_image = ho * wo if kernel.endswith("cells") else h * w
+            _cl(f"{name}<{ctype(dt)}, {avg}, {v}>", ((xt, img), (gt, out_img), (gx, img)), n, per_image, c // v, ga)
+        return out
+    _check_plane(x, geo)
+    if two_pass:
+        idx = cp.empty((n, c, ho, wo), cp.uint8)
+        _nchw("ck_pool2d_argmax", ctype(dt), ((x, h * w), (idx, ho * wo)), n * c, ho * wo, ga)
+        _nchw(kernel, ctype(dt), ((idx, ho * wo), (grad_out, ho * wo), (gx, h * w)), n * c, per_plane, ga)
+    else:
+        _nchw(kernel, f"{ctype(dt)}, {avg}", ((x, h * w), (grad_out, ho * wo), (gx, h * w)), n * c, per_plane, ga)
+    return out

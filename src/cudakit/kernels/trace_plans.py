@@ -45,6 +45,7 @@ TRACEABLE = frozenset({
     "layernorm_backward", "rmsnorm_backward", "cross_entropy", "cross_entropy_with_grad",
     "cross_entropy_backward", "permute", "permute_backward", "transpose",
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "batch_norm_backward",
+    "max_pool2d_nhwc", "max_pool2d_backward_nhwc", "avg_pool2d_nhwc", "avg_pool2d_backward_nhwc",
     "dropout", "dropout_backward",   # their seed is a per-call integer (dispatch.DYNAMIC)
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
     "layernorm", "layernorm_with_stats", "rmsnorm", "rmsnorm_with_stats",

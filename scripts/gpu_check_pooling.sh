@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call on pooling: the pooling GPU tests (NCHW and channels-last, traced plans, graphs),
+# then benchmarks/sweeps/pooling.py on this tree (and pooling_passes.py: the two-pass max backward's
+# launches alone) and, where $OLD_SRC names an older tree's src
+# directory, on that one too (its own kernel cache), each against torch and a device copy in its run.
+#   bash scripts/gpu_check_pooling.sh        # TEST_TIMEOUT, SWEEP_TIMEOUT (seconds), OLD_SRC, PLANES_AB
+# Results: $OUT/pooling.json (this tree), $OUT/pooling-before.json; logs in $OUT.
+set -u
+: "${CUDAKIT_CACHE_DIR:=/tmp/ck-pool}"
+. scripts/device_env.sh
+timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_conv_gpu.py tests/gpu/test_dispatch_gpu.py \
+  tests/gpu/test_graphs_gpu.py -k "pool or traced_plans_equal" -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
+grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log"
+(cd benchmarks/sweeps && timeout ${SWEEP_TIMEOUT:-200} python3 pooling.py --tag after --out "$OUT/pooling.json") \
+  > "$OUT/log-sweep.txt" 2>&1
+(cd benchmarks/sweeps && timeout 120 python3 pooling_passes.py --out "$OUT/pooling-passes.json") > "$OUT/log-passes.txt" 2>&1
+for p in ${PLANES_AB:-}; do   # e.g. PLANES_AB="1 4": the NCHW cases with every kernel at that many planes a thread
+  (cd benchmarks/sweeps && timeout ${SWEEP_TIMEOUT:-200} python3 pooling.py --tag "p$p" --planes all=$p --nchw \
+     --out "$OUT/pooling-p$p.json") > "$OUT/log-sweep-p$p.txt" 2>&1
+done
+if [ -n "${OLD_SRC:-}" ]; then
+  (cd benchmarks/sweeps && PYTHONPATH="$OLD_SRC:$PYTHONPATH" CUDAKIT_CACHE_DIR=/tmp/ck-pool-old \
+     timeout ${SWEEP_TIMEOUT:-200} python3 pooling.py --tag before --out "$OUT/pooling-before.json") \
+    > "$OUT/log-sweep-before.txt" 2>&1
+fi
+grep -hE "Error|Traceback" "$OUT"/log-sweep*.txt "$OUT/log-passes.txt" | head -5
+grep VARIANT "$OUT/log-passes.txt" | cut -c9-
+grep -h VARIANT "$OUT"/log-sweep*.txt | sort -k3,7 -k2,2 \
+  | awk '{printf "%-6s %-8s %-15s %-4s %-8s %s ck %s torch %s x%s %s GB/s copy %s out %s\n", $2, $3, $4, $5, $6, $7, $9, $12, $16, $17, $20, $22}'
+date -u +"%H:%M:%SZ"
