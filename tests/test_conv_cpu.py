@@ -61,8 +61,8 @@ def test_max_pool_nan_propagates(rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("layout", ["view", "nhwc", "nchw"])
-@pytest.mark.parametrize("geo", [(2, 3, 9, 7, 3, 2, 1), (1, 16, 12, 12, 2, None, 0), (2, 6, 10, 9, (2, 3), (1, 2), (1, 0)),
-                                 (3, 24, 15, 15, 3, 2, 1)])
+@pytest.mark.parametrize("geo", [(2, 3, 9, 7, 3, 2, 1), (1, 16, 12, 12, 2, None, 0),
+                                 (2, 6, 10, 9, (2, 3), (1, 2), (1, 0)), (3, 24, 15, 15, 3, 2, 1)])
 def test_pool_channels_last(geo, layout, kind, dtype, rng):
     """Channels-last pooling, each layout (conv_checks._pool_io): the results in the input's layout;
     channel counts that take every channel width of the GPU kernels (3: one, 6: two, 16 and 24: all)."""

@@ -122,7 +122,8 @@ def _launches(kernel, kind, x, g, y, dx, h, w, ho, wo, c=1):
     out = [("fwd_", (x, x, y), (big, big, small), ho * wo)]
     if kernel == "ck_pool2d_backward_idx":
         idx = np.full(y.size, 255, np.uint8)
-        out += [("argmax_", (x, x, idx), (big, big, small), ho * wo), ("bwdi_", (idx, g, dx), (small, small, big), h * w)]
+        out += [("argmax_", (x, x, idx), (big, big, small), ho * wo),
+                ("bwdi_", (idx, g, dx), (small, small, big), h * w)]
     else:
         per = ho * wo if kernel.endswith("cells") else h * w
         out += [(_NAMES[kernel], (x, g, dx), (big, small, big), per)]
@@ -211,6 +212,16 @@ def test_nan_inf_windows_and_chunked_launches(lib, kind, rng):
         _check(lib, kind, x, ks, st, pad, rng)
         # launches of at most 300 threads: several chunks of planes / images, offsets included
         _check(lib, kind, x, ks, st, pad, rng, limit=300)
+
+
+def test_backward_kernel_choice():
+    three_s2 = (2, 2, 1, 1, 1, 1, 3, 3, 56, 56)
+    assert pooling.backward_kernel((1, 1, 112, 112), three_s2, "max") == ("ck_pool2d_backward_idx", 112 * 112)
+    assert pooling.backward_kernel((1, 1, 112, 112), three_s2, "avg")[0] == "ck_pool2d_backward"
+    assert pooling.backward_kernel((1, 1, 112, 112), (2, 2, 0, 0, 1, 1, 2, 2, 56, 56), "max") == \
+        ("ck_pool2d_backward_cells", 56 * 56)
+    big = (1, 1, 8, 8, 1, 1, 17, 17, 24, 24)   # 289 taps: no byte for its winner
+    assert pooling.backward_kernel((1, 1, 40, 40), big, "max")[0] == "ck_pool2d_backward"
 
 
 def test_chunks_cover_every_unit_once():

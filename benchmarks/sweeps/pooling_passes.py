@@ -1,7 +1,10 @@
 """The max backward of overlapping windows pass by pass (kernels/pooling.py): the forward, the
 winner bytes (ck_pool2d_argmax / ck_pool2d_cl_argmax), the gather from them (ck_pool2d_backward_idx
-/ ck_pool2d_cl_backward_idx) and the whole backward, each launched alone, device time behind an L2
-flush, next to torch's backward; NCHW at 1 and 4 planes a thread, and channels-last.
+/ ck_pool2d_cl_backward_idx) and the whole backward as the op runs it, each launched alone, device
+time behind an L2 flush, next to torch's backward; NCHW at 1 and 4 planes a thread, and
+channels-last. (history/pooling/nvidia-h200-pooling-passes-tiled.json also times a one-pass NCHW
+form tried on 2026-11-29, by 16 x 32 tiles of dx with the windows' winners in shared memory: 2-3x
+slower than the two passes, not kept.)
     python3 benchmarks/sweeps/pooling_passes.py [--out F]
 Prints VARIANT lines (median ms)."""
 import sys

@@ -54,13 +54,30 @@ def test_max_pool_nan_propagates(rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("layout", ["view", "nhwc", "nchw"])
-@pytest.mark.parametrize("geo", [(2, 3, 9, 7, 3, 2, 1), (1, 16, 12, 12, 2, None, 0), (2, 6, 10, 9, (2, 3), (1, 2), (1, 0)),
-                                 (3, 24, 15, 15, 3, 2, 1)])
+@pytest.mark.parametrize("geo", [(2, 3, 9, 7, 3, 2, 1), (1, 16, 12, 12, 2, None, 0),
+                                 (2, 6, 10, 9, (2, 3), (1, 2), (1, 0)), (3, 24, 15, 15, 3, 2, 1)])
 def test_pool_channels_last(geo, layout, kind, dtype, rng):
     """Channels-last pooling, each layout (conv_checks._pool_io): the results in the input's layout;
     channel counts that take every channel width of the GPU kernels (3: one, 6: two, 16 and 24: all)."""
     n, c, h, w, ks, st, pad = geo
     cc.check_pool(_dev, _host, rng, kind, n, c, h, w, ks, st, pad, dtype, layout=layout)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo", [(2, 3, 37, 70, 5, 1, 2), (1, 2, 33, 65, 3, 2, 1),
+                                 (2, 2, 18, 40, (3, 5), (1, 2), (1, 2)), (1, 1, 40, 40, 17, 1, 0),
+                                 (1, 3, 20, 34, 16, 1, 8)])
+def test_max_pool_backward_of_overlapping_windows(geo, dtype, rng):
+    """The max backward of overlapping windows, NCHW and channels-last: winner bytes then a gather
+    (stride 1 and 2, unequal windows, a 16 x 16 window: 256 taps, the most a byte names) and, past
+    256 taps (17 x 17), the gather recomputing winners from x."""
+    n, c, h, w, ks, st, pad = geo
+    cc.check_pool(_dev, _host, rng, "max", n, c, h, w, ks, st, pad, dtype)
+    cc.check_pool(_dev, _host, rng, "max", n, c, h, w, ks, st, pad, dtype, layout="view")
+
+
+def test_max_pool_backward_of_overlapping_windows_nan():
+    cc.check_pool(_dev, _host, np.random.default_rng(3), "max", 2, 2, 19, 35, 3, 1, 1, "float32", nan=True)
 
 
 def test_pool_memory_format_errors(rng):

@@ -36,7 +36,7 @@ THREADS = 256
 PLANES = {"ck_pool2d": 4, "ck_pool2d_backward": 4, "ck_pool2d_backward_cells": 1, "ck_pool2d_argmax": 4,
           "ck_pool2d_backward_idx": 4}
 _P_CHOICES = (1, 4)
-MAX_IDX_TAPS = 256   # the two-pass max backward stores a window's winner in a byte
+MAX_IDX_TAPS = 256   # the two-pass max backward keeps a window's winner in a byte
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 _NCHW = ("ck_pool2d", "ck_pool2d_backward", "ck_pool2d_backward_cells")
 _CL = ("ck_pool2d_cl", "ck_pool2d_cl_backward", "ck_pool2d_cl_backward_cells")
@@ -161,12 +161,13 @@ def pool2d(x, kind: str, geo):
 
 
 def backward_kernel(x_shape, geo, kind: str = "avg") -> tuple[str, int]:
-    """(kernel, threads per plane) of the launch writing pool2d_backward's dx on NCHW arrays: one
-    thread per window when the windows do not overlap (stride >= window); else one per input
-    element, which for max pooling of windows of at most MAX_IDX_TAPS taps reads each covering
-    window's winner as a byte written by a first launch (ck_pool2d_argmax, one thread per window),
-    and otherwise recomputes them from x. The channels-last kernels' names add "_cl" after
-    "ck_pool2d"."""
+    """(kernel, threads per plane) of the launch writing pool2d_backward's dx (NCHW names; the
+    channels-last kernels add "_cl" after "ck_pool2d"): one thread per window when the windows do
+    not overlap (stride >= window). Else one thread per input element gathering the gradients of
+    the windows covering it: for max pooling of windows of at most MAX_IDX_TAPS taps, reading each
+    window's winner as a byte written by a first launch (ck_pool2d_argmax, one thread per window);
+    otherwise recomputing max winners from x (R S loads a window, for each window covering the
+    element: 0.05-0.3x torch where this was the only form)."""
     sh, sw, r, s, ho, wo = geo[0], geo[1], geo[6], geo[7], geo[8], geo[9]
     if sh >= r and sw >= s:
         return "ck_pool2d_backward_cells", ho * wo
