@@ -224,6 +224,14 @@ def test_backward_kernel_choice():
     assert pooling.backward_kernel((1, 1, 40, 40), big, "max")[0] == "ck_pool2d_backward"
 
 
+def test_nchw_max_backward_goes_channels_last_for_16_bit_data_of_many_channels(monkeypatch):
+    assert pooling.via_channels_last(16, "bfloat16") and pooling.via_channels_last(256, "float16")
+    assert not pooling.via_channels_last(12, "bfloat16")
+    assert not pooling.via_channels_last(256, "float32") and not pooling.via_channels_last(256, "float64")
+    monkeypatch.setattr(pooling, "VIA_CHANNELS_LAST_FROM", None)
+    assert not pooling.via_channels_last(256, "bfloat16")
+
+
 def test_chunks_cover_every_unit_once():
     assert pooling.chunks(10, 100, 4, limit=250) == [(0, 8), (8, 2)]
     assert pooling.chunks(3, 7, 1, limit=7) == [(0, 1), (1, 1), (2, 1)]

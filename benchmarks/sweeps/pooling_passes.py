@@ -1,10 +1,12 @@
 """The max backward of overlapping windows pass by pass (kernels/pooling.py): the forward, the
 winner bytes (ck_pool2d_argmax / ck_pool2d_cl_argmax), the gather from them (ck_pool2d_backward_idx
-/ ck_pool2d_cl_backward_idx) and the whole backward as the op runs it, each launched alone, device
-time behind an L2 flush, next to torch's backward; NCHW at 1 and 4 planes a thread, and
-channels-last. (history/pooling/nvidia-h200-pooling-passes-tiled.json also times a one-pass NCHW
-form tried on 2026-11-29, by 16 x 32 tiles of dx with the windows' winners in shared memory: 2-3x
-slower than the two passes, not kept.)
+/ ck_pool2d_cl_backward_idx), the whole backward as the op runs it and, for NCHW, its two forms
+(its own kernels; the channels-last ones, x and grad_out permuted and dx back:
+pooling.VIA_CHANNELS_LAST_FROM), each launched alone, device time behind an L2 flush, next to
+torch's backward; NCHW at 1 and 4 planes a thread, and channels-last.
+(history/pooling/nvidia-h200-pooling-passes-tiled.json also times a one-pass NCHW form tried on
+2026-11-29, by 16 x 32 tiles of dx with the windows' winners in shared memory: 2-3x slower than
+the two passes, not kept.)
     python3 benchmarks/sweeps/pooling_passes.py [--out F]
 Prints VARIANT lines (median ms)."""
 import sys
@@ -20,7 +22,8 @@ from cudakit.kernels._common import ctype
 
 argv = sys.argv[1:]
 rows = []
-for (n, c, hw, ks, st, pad) in ((32, 64, 112, 3, 2, 1), (32, 256, 28, 3, 1, 1), (32, 256, 20, 5, 1, 2)):
+for (n, c, hw, ks, st, pad) in ((32, 64, 112, 3, 2, 1), (32, 256, 28, 3, 1, 1), (32, 256, 20, 5, 1, 2),
+                                (32, 8, 112, 3, 2, 1), (32, 4, 112, 3, 2, 1), (64, 12, 56, 3, 1, 1)):
     for dtype in ("bfloat16", "float32"):
         for cl in (False, True):
             tdt = getattr(torch, dtype)
@@ -60,6 +63,15 @@ for (n, c, hw, ks, st, pad) in ((32, 64, 112, 3, 2, 1), (32, 256, 28, 3, 1, 1), 
                         pl._nchw("ck_pool2d_backward_idx", t, ((idx, ho * ho), (g, ho * ho), (gx, hw * hw)), n * c,
                                  hw * hw, ga)
                     fns[f"argmax_p{p}"], fns[f"gather_p{p}"] = argmax, gather
+
+                def direct():
+                    keep, pl.VIA_CHANNELS_LAST_FROM = pl.VIA_CHANNELS_LAST_FROM, None
+                    try:
+                        pl.pool2d_backward(g, x, "max", geo)
+                    finally:
+                        pl.VIA_CHANNELS_LAST_FROM = keep
+                fns["nchw_kernels"] = direct
+                fns["via_cl"] = lambda: pl._via_channels_last(g, x, "max", geo)
             m = medians(fns)
             pl.PLANES.update({"ck_pool2d_argmax": 4, "ck_pool2d_backward_idx": 4})
             case = f"max{ks}s{st}p{pad} {n}x{c}x{hw}x{hw} {'cl' if cl else 'nchw'} {dtype}"

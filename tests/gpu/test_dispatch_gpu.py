@@ -129,7 +129,9 @@ def test_traced_plans_equal_checked(dtype):
         calls += [("max_pool2d", (img_t.transpose(0, 3, 1, 2), 3, 2, 1)),
                   ("max_pool2d_backward", (gimg_t.transpose(0, 3, 1, 2), img_t.transpose(0, 3, 1, 2), 3, 2, 1)),
                   ("avg_pool2d", (img_t, 3, 2, 1), nhwc), ("avg_pool2d_backward", (gimg_t, img_t, 3, 2, 1), nhwc),
-                  ("max_pool2d_backward", (gimg_t, img_t, 3, 2, 1), nhwc)]
+                  ("max_pool2d_backward", (gimg_t, img_t, 3, 2, 1), nhwc),
+                  # NCHW 16-bit data of 16 channels: through the channels-last kernels, permutes around them
+                  ("max_pool2d_backward", (_r(rng, (2, 16, 5, 6), dtype), _r(rng, (2, 16, 9, 11), dtype), 3, 2, 1))]
         for op, args, *kw in calls:
             kw = kw[0] if kw else {}
             want = getattr(be, op)(*args, **kw)

@@ -37,6 +37,14 @@ PLANES = {"ck_pool2d": 4, "ck_pool2d_backward": 4, "ck_pool2d_backward_cells": 1
           "ck_pool2d_backward_idx": 4}
 _P_CHOICES = (1, 4)
 MAX_IDX_TAPS = 256   # the two-pass max backward keeps a window's winner in a byte
+# NCHW max backward of overlapping windows of 16-bit data through the channels-last kernels (x and
+# grad_out permuted to (N, H, W, C), dx back) from this many channels on; None: the NCHW kernels
+# always. The NCHW kernels are instruction-bound there (ncu on an H200: SM 69-79%, DRAM 3-4%: one
+# plane's loads of a tap are one element each), the channels-last ones move up to 8 channels a
+# load. H200, 2026-11-29 (history/pooling/nvidia-h200-pooling-passes.json): bfloat16 0.189 against
+# 0.213 ms (3 x 3 / 2, C 64), 0.110 against 0.144 (3 x 3 / 1, C 256), a tie at C 12, 0.039 against
+# 0.037 at C 8; float32 pays more for the permutes than it saves (0.320 against 0.192 ms).
+VIA_CHANNELS_LAST_FROM = 16
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 _NCHW = ("ck_pool2d", "ck_pool2d_backward", "ck_pool2d_backward_cells")
 _CL = ("ck_pool2d_cl", "ck_pool2d_cl_backward", "ck_pool2d_cl_backward_cells")
@@ -176,6 +184,21 @@ def backward_kernel(x_shape, geo, kind: str = "avg") -> tuple[str, int]:
     return "ck_pool2d_backward", x_shape[2] * x_shape[3]
 
 
+def via_channels_last(channels: int, dtype_name: str) -> bool:
+    """Whether the NCHW max backward of overlapping windows goes through the channels-last kernels
+    (VIA_CHANNELS_LAST_FROM)."""
+    return VIA_CHANNELS_LAST_FROM is not None and _ITEMSIZE[dtype_name] == 2 and channels >= VIA_CHANNELS_LAST_FROM
+
+
+def _via_channels_last(grad_out, x, kind: str, geo):
+    """pool2d_backward of C-contiguous x and grad_out by the channels-last kernels: both permuted
+    to (N, H, W, C) memory and dx permuted back (kernels/transpose.py, 2 x (x, grad_out, dx) bytes
+    more traffic)."""
+    from . import transpose
+    cl = lambda a: transpose.permute(a, (0, 2, 3, 1)).transpose(0, 3, 1, 2)  # noqa: E731
+    return transpose.contiguous(pool2d_backward(cl(grad_out), cl(x), kind, geo))
+
+
 def pool2d_backward(grad_out, x, kind: str, geo):
     """dL/dx of pool2d for grad_out (N, C, Ho, Wo) and x of one dtype and device, both C-contiguous
     or both channels-last (dL/dx then channels-last too)."""
@@ -193,6 +216,8 @@ def pool2d_backward(grad_out, x, kind: str, geo):
         return out
     kernel, per_plane = backward_kernel(x.shape, geo, kind)
     two_pass = kernel == "ck_pool2d_backward_idx"
+    if two_pass and not cl and via_channels_last(c, x.dtype.name):
+        return _via_channels_last(grad_out, x, kind, geo)
     avg = "true" if kind == "avg" else "false"
     dt = x.dtype.name
     ga = _geo(x.shape, geo)
