@@ -170,6 +170,25 @@ CONV_GEOMETRIES = [(1, 1, 1, 1, 1, 1, 1, 1, 0, 1), (2, 3, 9, 7, 4, 3, 3, 1, 1, 1
 GROUPED_GEOMETRIES = [((2, 6, 9, 7, 9, 3, 3, 1, 1, 1), 3), ((2, 8, 10, 9, 8, 3, 3, 2, 1, 1), 8),
                       ((1, 4, 11, 10, 12, 3, 3, 1, 2, 2), 2)]
 POOL_GEOMETRIES = [(1, 1, 4, 4, 2, None, 0), (2, 3, 9, 7, 3, 2, 1), (1, 2, 8, 8, (2, 3), (1, 2), (1, 0))]
+# channels-last pooling: channel counts that take every channel width of the GPU kernels (3: one,
+# 6: two, 16 and 24: all)
+POOL_CL_GEOMETRIES = [(2, 3, 9, 7, 3, 2, 1), (1, 16, 12, 12, 2, None, 0), (2, 6, 10, 9, (2, 3), (1, 2), (1, 0)),
+                      (3, 24, 15, 15, 3, 2, 1)]
+
+
+def check_pool_memory_format_errors(dev, rng):
+    """Typed errors naming the argument: an unknown memory_format, "nhwc" arrays of the wrong rank
+    or of a gradient of the wrong shape."""
+    import pytest
+    x = data(rng, (2, 3, 6, 6), "float32")
+    with pytest.raises(cudakit.ArgumentError, match="memory_format must be None, 'nchw' or 'nhwc'"):
+        cudakit.max_pool2d(dev(x), 2, memory_format="channels_last")
+    with pytest.raises(cudakit.ShapeError, match="x must be"):
+        cudakit.avg_pool2d(dev(x[0]), 2, memory_format="nhwc")
+    with pytest.raises(cudakit.ShapeError, match="grad_out must be"):
+        cudakit.max_pool2d_backward(dev(x[0]), dev(x), 2, memory_format="nhwc")
+    with pytest.raises(cudakit.ShapeError, match="grad_out must have shape"):   # (N, Ho, Wo, C) expected
+        cudakit.max_pool2d_backward(dev(x[:, :, :3, :3]), dev(x), 2, memory_format="nhwc")
 
 
 def _two(v):

@@ -61,25 +61,15 @@ def test_max_pool_nan_propagates(rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("layout", ["view", "nhwc", "nchw"])
-@pytest.mark.parametrize("geo", [(2, 3, 9, 7, 3, 2, 1), (1, 16, 12, 12, 2, None, 0),
-                                 (2, 6, 10, 9, (2, 3), (1, 2), (1, 0)), (3, 24, 15, 15, 3, 2, 1)])
+@pytest.mark.parametrize("geo", cc.POOL_CL_GEOMETRIES)
 def test_pool_channels_last(geo, layout, kind, dtype, rng):
-    """Channels-last pooling, each layout (conv_checks._pool_io): the results in the input's layout;
-    channel counts that take every channel width of the GPU kernels (3: one, 6: two, 16 and 24: all)."""
+    """Channels-last pooling, each layout (conv_checks._pool_io): the results in the input's layout."""
     n, c, h, w, ks, st, pad = geo
     cc.check_pool(_dev, _host, rng, kind, n, c, h, w, ks, st, pad, dtype, layout=layout)
 
 
 def test_pool_memory_format_errors(rng):
-    x = cc.data(rng, (2, 3, 6, 6), "float32")
-    with pytest.raises(cudakit.ArgumentError, match="memory_format must be None, 'nchw' or 'nhwc'"):
-        cudakit.max_pool2d(_dev(x), 2, memory_format="channels_last")
-    with pytest.raises(cudakit.ShapeError, match="x must be"):
-        cudakit.avg_pool2d(_dev(x[0]), 2, memory_format="nhwc")
-    with pytest.raises(cudakit.ShapeError, match="grad_out must be"):
-        cudakit.max_pool2d_backward(_dev(x[0]), _dev(x), 2, memory_format="nhwc")
-    with pytest.raises(cudakit.ShapeError, match="grad_out must have shape"):   # (N, Ho, Wo, C) expected
-        cudakit.max_pool2d_backward(_dev(x[:, :, :3, :3]), _dev(x), 2, memory_format="nhwc")
+    cc.check_pool_memory_format_errors(_dev, rng)
 
 
 def test_errors(rng):

@@ -19,6 +19,21 @@ struct ck_pool_win {
   }
 };
 
+// The windows covering element (ih, iw): rows [oh0, oh1], columns [ow0, ow1] (oh with
+// oh*sh - ph <= ih <= oh*sh - ph + R - 1, likewise ow; a negative numerator truncates towards 0,
+// which the max with 0 makes right).
+struct ck_pool_cover {
+  int oh0, oh1, ow0, ow1;
+  __device__ __forceinline__ ck_pool_cover(const ck_pool_geo& g, int ih, int iw) {
+    oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh); oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
+    ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw); ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+  }
+  // tap index (i * S + j) of (ih, iw) in window (oh, ow)
+  static __device__ __forceinline__ int tap(const ck_pool_geo& g, int ih, int iw, int oh, int ow) {
+    return (ih - oh * g.sh + g.ph) * g.s + (iw - ow * g.sw + g.pw);
+  }
+};
+
 // The max rule of every kernel here: with bv the best so far (-inf before the first tap) and best
 // its tap (the window's first in-bounds tap before any is taken), v takes over when bv is not NaN
 // and v is NaN or larger - so the first NaN wins, else the first largest, else (a window of -inf)
@@ -119,10 +134,8 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward(const T* __restrict__ 
   const ck_pool_slot t(g.h * g.w, planes, P);
   if (t.np <= 0) return;
   const int ih = t.e / g.w, iw = t.e - ih * g.w;
-  // windows oh with oh*sh - ph <= ih <= oh*sh - ph + R - 1, likewise ow (a negative numerator
-  // truncates towards 0, which the max with 0 makes right)
-  const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
-  const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+  const ck_pool_cover cover(g, ih, iw);
+  const int oh0 = cover.oh0, oh1 = cover.oh1, ow0 = cover.ow0, ow1 = cover.ow1;
   const long long hw = (long long)g.h * g.w, per = (long long)g.ho * g.wo;
   const T* xp = x + t.p0 * hw;
   const T* gp = gy + t.p0 * per;
@@ -133,7 +146,7 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward(const T* __restrict__ 
     for (int ow = ow0; ow <= ow1; ++ow) {
       int best[P];
       if (!AVG) ck_pool_argmax<T, P>(xp, hw, t.np, g, oh, ow, best);
-      const int tap = (ih - oh * g.sh + g.ph) * g.s + (iw - ow * g.sw + g.pw);
+      const int tap = ck_pool_cover::tap(g, ih, iw, oh, ow);
 #pragma unroll
       for (int k = 0; k < P; ++k)
         if (k < t.np && (AVG || best[k] == tap)) acc[k] += tr::load(gp[k * per + oh * g.wo + ow]);
@@ -225,8 +238,8 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_idx(const unsigned cha
   const ck_pool_slot t(g.h * g.w, planes, P);
   if (t.np <= 0) return;
   const int ih = t.e / g.w, iw = t.e - ih * g.w;
-  const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
-  const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+  const ck_pool_cover cover(g, ih, iw);
+  const int oh0 = cover.oh0, oh1 = cover.oh1, ow0 = cover.ow0, ow1 = cover.ow1;
   const long long hw = (long long)g.h * g.w, per = (long long)g.ho * g.wo;
   const unsigned char* ip = idx + t.p0 * per;
   const T* gp = gy + t.p0 * per;
@@ -245,7 +258,7 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_idx(const unsigned cha
       for (int q = 0; q < 4; ++q) {
         const int wh = oh + (q >> 1), ww = ow + (q & 1);
         ok[q] = wh <= oh1 && ww <= ow1;
-        tap[q] = (ih - wh * g.sh + g.ph) * g.s + (iw - ww * g.sw + g.pw);
+        tap[q] = ck_pool_cover::tap(g, ih, iw, wh, ww);
         const int o = wh * g.wo + ww;
 #pragma unroll
         for (int k = 0; k < P; ++k) {
@@ -283,6 +296,18 @@ template <typename T, int V> struct ck_pool_vec {
   static __device__ __forceinline__ void store(T* p, const ck_pack<T, V>& k) { *reinterpret_cast<raw*>(p) = k.raw; }
 };
 
+// acc (divided by R S for AVG) rounded to T and stored as one pack at p.
+template <typename T, int V, bool AVG, typename A>
+__device__ __forceinline__ void ck_pool_store_cl(T* p, A (&acc)[V], const ck_pool_geo& g) {
+  if (AVG) {
+#pragma unroll
+    for (int l = 0; l < V; ++l) acc[l] /= A(g.r * g.s);
+  }
+  ck_pack<T, V> out;
+  ck_store_pack<T, V, A>(out, acc);
+  ck_pool_vec<T, V>::store(p, out);
+}
+
 // V winner bytes (ck_pool2d_cl_argmax's) as one load.
 template <int V> struct ck_pool_bytes { typedef typename ck_raw<V>::type raw; };
 template <> struct ck_pool_bytes<1> { typedef unsigned char raw; };
@@ -302,6 +327,17 @@ __device__ __forceinline__ bool ck_pool_cl_slot(int total, int cv, int V, int& q
   c = (t - q * cv) * V;
   return true;
 }
+
+// (n, row, col) of flat position q of an (N, rows, cols) grid.
+struct ck_pool_pos {
+  int n, row, col;
+  __device__ __forceinline__ ck_pool_pos(int q, int rows, int cols) {
+    const int rq = q / cols;
+    col = q - rq * cols;
+    n = rq / rows;
+    row = rq - n * rows;
+  }
+};
 
 // best[l] = index (i * S + j) of the winner of window (oh, ow) for channel l of the V at xn (image
 // n's origin plus c), by ck_pool_takes.
@@ -338,7 +374,8 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl(const T* __restrict__ x, T* 
   int q, c;
   if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
   const int C = cv * V;
-  const int ow = q % g.wo, rq = q / g.wo, oh = rq % g.ho, n = rq / g.ho;
+  const ck_pool_pos at(q, g.ho, g.wo);
+  const int n = at.n, oh = at.row, ow = at.col;
   const ck_pool_win b(g, oh, ow);
   const T* xn = x + (long long)n * g.h * g.w * C + c;
   A m[V];
@@ -355,13 +392,7 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl(const T* __restrict__ x, T* 
       }
     }
   }
-  if (AVG) {
-#pragma unroll
-    for (int l = 0; l < V; ++l) m[l] /= A(g.r * g.s);
-  }
-  ck_pack<T, V> out;
-  ck_store_pack<T, V, A>(out, m);
-  ck_pool_vec<T, V>::store(y + (long long)q * C + c, out);
+  ck_pool_store_cl<T, V, AVG, A>(y + (long long)q * C + c, m, g);
 }
 
 // gx[n, ih, iw, c]: ck_pool2d_backward's sum for channels-last memory; positions N H W.
@@ -375,9 +406,10 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward(const T* __restrict
   int q, c;
   if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
   const int C = cv * V;
-  const int iw = q % g.w, rq = q / g.w, ih = rq % g.h, n = rq / g.h;
-  const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
-  const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+  const ck_pool_pos at(q, g.h, g.w);
+  const int n = at.n, ih = at.row, iw = at.col;
+  const ck_pool_cover cover(g, ih, iw);
+  const int oh0 = cover.oh0, oh1 = cover.oh1, ow0 = cover.ow0, ow1 = cover.ow1;
   const T* xn = x + (long long)n * g.h * g.w * C + c;
   const T* gn = gy + (long long)n * g.ho * g.wo * C + c;
   A acc[V];
@@ -387,20 +419,14 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward(const T* __restrict
     for (int ow = ow0; ow <= ow1; ++ow) {
       int best[V];
       if (!AVG) ck_pool_argmax_cl<T, V>(xn, C, g, oh, ow, best);
-      const int tap = (ih - oh * g.sh + g.ph) * g.s + (iw - ow * g.sw + g.pw);
+      const int tap = ck_pool_cover::tap(g, ih, iw, oh, ow);
       const ck_pack<T, V> p = ck_pool_vec<T, V>::load(gn + ((long long)oh * g.wo + ow) * C);
 #pragma unroll
       for (int l = 0; l < V; ++l)
         if (AVG || best[l] == tap) acc[l] += tr::load(p.v[l]);
     }
   }
-  if (AVG) {
-#pragma unroll
-    for (int l = 0; l < V; ++l) acc[l] /= A(g.r * g.s);
-  }
-  ck_pack<T, V> out;
-  ck_store_pack<T, V, A>(out, acc);
-  ck_pool_vec<T, V>::store(gx + (long long)q * C + c, out);
+  ck_pool_store_cl<T, V, AVG, A>(gx + (long long)q * C + c, acc, g);
 }
 
 // ck_pool2d_backward_cells for channels-last memory: one thread per window (V channels), positions
@@ -416,7 +442,8 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_cells(const T* __re
   int q, c;
   if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
   const int C = cv * V;
-  const int ow = q % g.wo, rq = q / g.wo, oh = rq % g.ho, n = rq / g.ho;
+  const ck_pool_pos at(q, g.ho, g.wo);
+  const int n = at.n, oh = at.row, ow = at.col;
   const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
   const int i0 = max(0, h0), i1 = oh == g.ho - 1 ? g.h : min(g.h, h0 + g.sh);
   const int j0 = max(0, w0), j1 = ow == g.wo - 1 ? g.w : min(g.w, w0 + g.sw);
@@ -455,7 +482,8 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_argmax(const T* __restrict__
   int q, c;
   if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
   const int C = cv * V;
-  const int ow = q % g.wo, rq = q / g.wo, oh = rq % g.ho, n = rq / g.ho;
+  const ck_pool_pos at(q, g.ho, g.wo);
+  const int n = at.n, oh = at.row, ow = at.col;
   int best[V];
   ck_pool_argmax_cl<T, V>(x + (long long)n * g.h * g.w * C + c, C, g, oh, ow, best);
   unsigned char* ip = idx + (long long)q * C + c;
@@ -474,9 +502,10 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_idx(const unsigned 
   int q, c;
   if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
   const int C = cv * V;
-  const int iw = q % g.w, rq = q / g.w, ih = rq % g.h, n = rq / g.h;
-  const int oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh), oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
-  const int ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw), ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+  const ck_pool_pos at(q, g.h, g.w);
+  const int n = at.n, ih = at.row, iw = at.col;
+  const ck_pool_cover cover(g, ih, iw);
+  const int oh0 = cover.oh0, oh1 = cover.oh1, ow0 = cover.ow0, ow1 = cover.ow1;
   const long long base = (long long)n * g.ho * g.wo * C + c;
   A acc[V];
 #pragma unroll
@@ -492,7 +521,7 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_idx(const unsigned 
       for (int q = 0; q < 4; ++q) {
         const int wh = oh + (q >> 1), ww = ow + (q & 1);
         ok[q] = wh <= oh1 && ww <= ow1;
-        tap[q] = (ih - wh * g.sh + g.ph) * g.s + (iw - ww * g.sw + g.pw);
+        tap[q] = ck_pool_cover::tap(g, ih, iw, wh, ww);
         const long long o = base + ((long long)wh * g.wo + ww) * C;
         if (ok[q]) {
           wi[q].load(idx + o);
@@ -506,7 +535,5 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_idx(const unsigned 
           if (ok[q] && wi[q].v[l] == tap[q]) acc[l] += tr::load(gv[q].v[l]);
     }
   }
-  ck_pack<T, V> out;
-  ck_store_pack<T, V, A>(out, acc);
-  ck_pool_vec<T, V>::store(gx + (long long)q * C + c, out);
+  ck_pool_store_cl<T, V, false, A>(gx + (long long)q * C + c, acc, g);
 }
