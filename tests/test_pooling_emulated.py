@@ -224,12 +224,14 @@ def test_backward_kernel_choice():
     assert pooling.backward_kernel((1, 1, 40, 40), big, "max")[0] == "ck_pool2d_backward"
 
 
-def test_nchw_max_backward_goes_channels_last_for_16_bit_data_of_many_channels(monkeypatch):
-    assert pooling.via_channels_last(16, "bfloat16") and pooling.via_channels_last(256, "float16")
-    assert not pooling.via_channels_last(12, "bfloat16")
-    assert not pooling.via_channels_last(256, "float32") and not pooling.via_channels_last(256, "float64")
+def test_nchw_max_backward_goes_channels_last_for_large_16_bit_data_of_many_channels(monkeypatch):
+    big = 1 << 20
+    assert pooling.via_channels_last(16, "bfloat16", big) and pooling.via_channels_last(256, "float16", big)
+    assert not pooling.via_channels_last(12, "bfloat16", big)
+    assert not pooling.via_channels_last(256, "float32", big) and not pooling.via_channels_last(256, "float64", big)
+    assert not pooling.via_channels_last(256, "bfloat16", big - 1)
     monkeypatch.setattr(pooling, "VIA_CHANNELS_LAST_FROM", None)
-    assert not pooling.via_channels_last(256, "bfloat16")
+    assert not pooling.via_channels_last(256, "bfloat16", big)
 
 
 def test_chunks_cover_every_unit_once():

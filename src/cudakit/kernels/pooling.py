@@ -45,6 +45,9 @@ MAX_IDX_TAPS = 256   # the two-pass max backward keeps a window's winner in a by
 # 0.213 ms (3 x 3 / 2, C 64), 0.110 against 0.144 (3 x 3 / 1, C 256), a tie at C 12, 0.039 against
 # 0.037 at C 8; float32 pays more for the permutes than it saves (0.320 against 0.192 ms).
 VIA_CHANNELS_LAST_FROM = 16
+# ... and from this many elements of x: below, the backward takes microseconds of GPU time either way
+# and the three permutes' launches would cost more host time than they save (not measured).
+VIA_CHANNELS_LAST_MIN_ELEMENTS = 1 << 20
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 _NCHW = ("ck_pool2d", "ck_pool2d_backward", "ck_pool2d_backward_cells")
 _CL = ("ck_pool2d_cl", "ck_pool2d_cl_backward", "ck_pool2d_cl_backward_cells")
@@ -184,10 +187,11 @@ def backward_kernel(x_shape, geo, kind: str = "avg") -> tuple[str, int]:
     return "ck_pool2d_backward", x_shape[2] * x_shape[3]
 
 
-def via_channels_last(channels: int, dtype_name: str) -> bool:
+def via_channels_last(channels: int, dtype_name: str, elements: int) -> bool:
     """Whether the NCHW max backward of overlapping windows goes through the channels-last kernels
-    (VIA_CHANNELS_LAST_FROM)."""
-    return VIA_CHANNELS_LAST_FROM is not None and _ITEMSIZE[dtype_name] == 2 and channels >= VIA_CHANNELS_LAST_FROM
+    (VIA_CHANNELS_LAST_FROM, VIA_CHANNELS_LAST_MIN_ELEMENTS)."""
+    return VIA_CHANNELS_LAST_FROM is not None and _ITEMSIZE[dtype_name] == 2 and channels >= VIA_CHANNELS_LAST_FROM \
+        and elements >= VIA_CHANNELS_LAST_MIN_ELEMENTS
 
 
 def _via_channels_last(grad_out, x, kind: str, geo):
@@ -216,7 +220,7 @@ def pool2d_backward(grad_out, x, kind: str, geo):
         return out
     kernel, per_plane = backward_kernel(x.shape, geo, kind)
     two_pass = kernel == "ck_pool2d_backward_idx"
-    if two_pass and not cl and via_channels_last(c, x.dtype.name):
+    if two_pass and not cl and via_channels_last(c, x.dtype.name, x.size):
         return _via_channels_last(grad_out, x, kind, geo)
     avg = "true" if kind == "avg" else "false"
     dt = x.dtype.name
