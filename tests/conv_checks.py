@@ -1,5 +1,7 @@
 """Checks of conv2d, max_pool2d and avg_pool2d (forward and backward) against float64 loop
 references, shared by the CPU and GPU tests (`dev`: host -> backend array, `host`: back)."""
+import re
+
 import numpy as np
 from helpers import SUBNORMAL_HALF_SPACING as _TINY
 from helpers import UNIT_ROUNDOFF as _U
@@ -187,7 +189,8 @@ def check_pool_memory_format_errors(dev, rng):
         cudakit.avg_pool2d(dev(x[0]), 2, memory_format="nhwc")
     with pytest.raises(cudakit.ShapeError, match="grad_out must be"):
         cudakit.max_pool2d_backward(dev(x[0]), dev(x), 2, memory_format="nhwc")
-    with pytest.raises(cudakit.ShapeError, match="grad_out must have shape"):   # (N, Ho, Wo, C) expected
+    # x (N, H, W, C) = (2, 3, 6, 6): grad_out must be (2, 1, 3, 6), named in that order
+    with pytest.raises(cudakit.ShapeError, match=re.escape("grad_out must have shape (2, 1, 3, 6) (got (2, 3, 3, 3))")):
         cudakit.max_pool2d_backward(dev(x[:, :, :3, :3]), dev(x), 2, memory_format="nhwc")
 
 

@@ -225,17 +225,24 @@ def test_backward_kernel_choice():
 
 
 def test_nchw_max_backward_goes_channels_last_for_large_16_bit_data_of_many_channels(monkeypatch):
-    big = 1 << 20
-    assert pooling.via_channels_last(16, "bfloat16", big) and pooling.via_channels_last(256, "float16", big)
-    assert not pooling.via_channels_last(12, "bfloat16", big)
-    assert not pooling.via_channels_last(256, "float32", big) and not pooling.via_channels_last(256, "float64", big)
-    assert not pooling.via_channels_last(256, "bfloat16", big - 1)
+    geo = (2, 2, 1, 1, 1, 1, 3, 3, 32, 32)   # 3 x 3 / 2 of 64 x 64 planes
+    via = pooling.via_channels_last
+    assert via((16, 16, 64, 64), geo, "bfloat16") and via((1, 256, 64, 64), geo, "float16")
+    assert not via((16, 12, 64, 64), geo, "bfloat16")
+    assert not via((1, 256, 64, 64), geo, "float32") and not via((1, 256, 64, 64), geo, "float64")
+    assert not via((1, 255, 64, 64), geo, "bfloat16")   # 2^20 - 4096 elements: host time first
+    big = (2, 2, 1, 1, 1, 1, 3, 3, 6000, 6000)
+    assert not via((1, 64, 12000, 12000), big, "bfloat16")   # an image past one launch's 2^31 threads
+    assert not pooling.cl_fits((1, 64, 12000, 12000), big) and pooling.cl_fits((1, 14, 12000, 12000), big)
     monkeypatch.setattr(pooling, "VIA_CHANNELS_LAST_FROM", None)
-    assert not pooling.via_channels_last(256, "bfloat16", big)
+    assert not via((1, 256, 64, 64), geo, "bfloat16")
 
 
 def test_chunks_cover_every_unit_once():
     assert pooling.chunks(10, 100, 4, limit=250) == [(0, 8), (8, 2)]
+    # one thread a 4 planes of 1 element: a launch's plane count stays under 2^31 (int32 argument)
+    first = pooling.chunks(2**31 + 256, 1, 4)
+    assert first[0] == (0, 2**31 - 1 - 256 * 4) and sum(n for _, n in first) == 2**31 + 256
     assert pooling.chunks(3, 7, 1, limit=7) == [(0, 1), (1, 1), (2, 1)]
     assert pooling.chunks(5, 10) == [(0, 5)]
     with pytest.raises(cudakit.ShapeError, match="<= 9"):

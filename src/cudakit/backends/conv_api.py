@@ -533,14 +533,15 @@ class ConvOps:
                 raise ShapeError(f"{op}: grad_out must be (N, Ho, Wo, C) (got shape {tuple(getattr(g, 'shape', ()))})")
             grad_out = self._channels_last_view(g)
         x, geo = self._pool_args(op, x, kernel_size, stride, padding)
-        return self._conv_out(self._pool_backward(op, grad_out, x, geo, kind), layout)
+        shown = (lambda s: (s[0], s[2], s[3], s[1])) if layout == "nhwc" else tuple   # shapes as the caller's arrays
+        return self._conv_out(self._pool_backward(op, grad_out, x, geo, kind, shown), layout)
 
-    def _pool_backward(self, op, grad_out, x, geo, kind):
+    def _pool_backward(self, op, grad_out, x, geo, kind, shown=tuple):
         sh, sw, ph, pw, _, _, r, s, ho, wo = geo
         n, c, h, w = x.shape
         g = self._norm_arrays(op, {"x": x, "grad_out": grad_out})[0]["grad_out"]
         if tuple(g.shape) != (n, c, ho, wo):
-            raise ShapeError(f"{op}: grad_out must have shape {(n, c, ho, wo)} (got {tuple(g.shape)})")
+            raise ShapeError(f"{op}: grad_out must have shape {shown((n, c, ho, wo))} (got {shown(tuple(g.shape))})")
         xp = self._xp()
         acc = "float64" if x.dtype == np.float64 else "float32"
         with self._device_scope(x):

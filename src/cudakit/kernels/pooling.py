@@ -108,7 +108,9 @@ def chunks(units: int, threads_per_unit: int, group: int = 1, limit: int = _MAX_
     unit taking threads_per_unit threads and a thread `group` units (NCHW: PLANES planes)."""
     if threads_per_unit > limit:
         raise ShapeError(f"pooling: a launch's threads must be <= {limit} (one image needs {threads_per_unit})")
-    step = (limit // threads_per_unit) * group
+    # (units a launch takes stay under 2^31 too: the kernels count them, and a thread's first unit,
+    # in 32 bits, threads past the end included)
+    step = min((limit // threads_per_unit) * group, 2**31 - 1 - THREADS * group)
     return [(u, min(step, units - u)) for u in range(0, units, step)]
 
 
@@ -156,6 +158,9 @@ def pool2d(x, kind: str, geo):
     ho, wo = geo[8], geo[9]
     avg = "true" if kind == "avg" else "false"
     dt = x.dtype.name
+    if channels_last(x) and not cl_fits(x.shape, geo):   # NCHW kernels on a copy, the result back
+        from . import transpose
+        return _to_channels_last(pool2d(transpose.contiguous(x), kind, geo))
     if channels_last(x):
         yt = cp.empty((n, ho, wo, c), x.dtype)
         if yt.size:
@@ -187,11 +192,25 @@ def backward_kernel(x_shape, geo, kind: str = "avg") -> tuple[str, int]:
     return "ck_pool2d_backward", x_shape[2] * x_shape[3]
 
 
-def via_channels_last(channels: int, dtype_name: str, elements: int) -> bool:
-    """Whether the NCHW max backward of overlapping windows goes through the channels-last kernels
-    (VIA_CHANNELS_LAST_FROM, VIA_CHANNELS_LAST_MIN_ELEMENTS)."""
-    return VIA_CHANNELS_LAST_FROM is not None and _ITEMSIZE[dtype_name] == 2 and channels >= VIA_CHANNELS_LAST_FROM \
-        and elements >= VIA_CHANNELS_LAST_MIN_ELEMENTS
+def cl_fits(shape, geo) -> bool:
+    """Whether the channels-last kernels can take an image of x (N, C, H, W) in one launch: their
+    flat grid counts positions x channel packs of an image in 32 bits (at worst one channel a pack)."""
+    _, c, h, w = shape
+    return max(h * w, geo[8] * geo[9]) * c <= _MAX_THREADS
+
+
+def via_channels_last(shape, geo, dtype_name: str) -> bool:
+    """Whether the NCHW max backward of overlapping windows of x (shape) goes through the
+    channels-last kernels (VIA_CHANNELS_LAST_FROM, VIA_CHANNELS_LAST_MIN_ELEMENTS, cl_fits)."""
+    c = shape[1]
+    return VIA_CHANNELS_LAST_FROM is not None and _ITEMSIZE[dtype_name] == 2 and c >= VIA_CHANNELS_LAST_FROM \
+        and int(np.prod(shape)) >= VIA_CHANNELS_LAST_MIN_ELEMENTS and cl_fits(shape, geo)
+
+
+def _to_channels_last(a):
+    """The channels-last view of a copy of C-contiguous (N, C, H, W) a."""
+    from . import transpose
+    return transpose.permute(a, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
 
 def _via_channels_last(grad_out, x, kind: str, geo):
@@ -199,8 +218,7 @@ def _via_channels_last(grad_out, x, kind: str, geo):
     to (N, H, W, C) memory and dx permuted back (kernels/transpose.py, 2 x (x, grad_out, dx) bytes
     more traffic)."""
     from . import transpose
-    cl = lambda a: transpose.permute(a, (0, 2, 3, 1)).transpose(0, 3, 1, 2)  # noqa: E731
-    return transpose.contiguous(pool2d_backward(cl(grad_out), cl(x), kind, geo))
+    return transpose.contiguous(pool2d_backward(_to_channels_last(grad_out), _to_channels_last(x), kind, geo))
 
 
 def pool2d_backward(grad_out, x, kind: str, geo):
@@ -211,6 +229,9 @@ def pool2d_backward(grad_out, x, kind: str, geo):
     n, c, h, w = x.shape
     ho, wo = geo[8], geo[9]
     cl = channels_last(x)
+    if cl and not cl_fits(x.shape, geo):   # NCHW kernels on copies, the result back
+        from . import transpose
+        return _to_channels_last(pool2d_backward(transpose.contiguous(grad_out), transpose.contiguous(x), kind, geo))
     gx = cp.empty((n, h, w, c) if cl else x.shape, x.dtype)
     out = gx.transpose(0, 3, 1, 2) if cl else gx
     if gx.size == 0:
@@ -220,7 +241,7 @@ def pool2d_backward(grad_out, x, kind: str, geo):
         return out
     kernel, per_plane = backward_kernel(x.shape, geo, kind)
     two_pass = kernel == "ck_pool2d_backward_idx"
-    if two_pass and not cl and via_channels_last(c, x.dtype.name, x.size):
+    if two_pass and not cl and via_channels_last(x.shape, geo, x.dtype.name):
         return _via_channels_last(grad_out, x, kind, geo)
     avg = "true" if kind == "avg" else "false"
     dt = x.dtype.name
