@@ -116,7 +116,7 @@ def check_attention(dev, host, rng, lead, lq, lk, d, dtype, causal, scale=None, 
     as -1e4 (a whole row of it: a log-sum-exp far below ln(FLT_MAX)); its gradient is checked too.
     layout "blhd": q, k, v passed as (B, L, H, D) views (lead must be (B, H)). bias_strided: the bias
     passed as a view of every other key of a wider array (a key stride of 2, which the GPU kernels
-    read element by element: kernels/attention.py _bias_unit_keys)."""
+    read element by element: kernels/attention.py _unit_keys)."""
     q, k, v = data(rng, lead + (lq, d), dtype), data(rng, lead + (lk, d), dtype), data(rng, lead + (lk, d), dtype)
     b_arr = None
     if bias is not None:

@@ -16,7 +16,6 @@ import numpy as np
 from helpers import data, f64
 from triton_numpy import Tensor as _Tensor
 
-from cudakit.backends.attention_masks import Masks
 from cudakit.kernels import _attention_triton as kernels
 from cudakit.kernels import attention as host
 
@@ -88,8 +87,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     dr = dropout is not None
     b_args = (_Tensor(bias), *host._strides(bias), bias_heads) if hb else (_Tensor(lse), 0, 0, 0, 0, 1)
     d_args = (_Tensor(db), *db_strides) if db is not None else (_Tensor(lse), 0, 0, 0, 0)
-    # the key strides 1 as constants where the host takes them so (kernels/attention.py _bias_unit_keys)
-    k1 = host._bias_unit_keys(Masks(causal, bias=bias, bias_heads=bias_heads))
+    k1 = b_args[4] == 1   # the key stride 1 as a constant, as the host takes it (kernels/attention.py _unit_keys)
     db_k1 = db_mode in (1, 2) and db_strides[3] == 1
     fwd_out = (out, lse)
     if splits > 1:   # the keys in parts (host._forward_in_parts): float32 workspaces, NaN where unwritten
@@ -664,7 +662,7 @@ def check_f16_parts(bh, lq, lk, d, causal, window, groups, lens, heads, splits, 
     consts = dict(D=d, DP=dp, HAS_LENS=lens is not None, BLOCK_M=t["BLOCK_M"], BLOCK_N=t["BLOCK_N"],
                   POS_SCALE=bias is None, HAS_BIAS=bias is not None, DROPOUT=dropout is not None,
                   LEFT=dlo > -host._UNBOUNDED, LPT=host._order(dlo, dhi), KSPLIT=splits, EVEN=even,
-                  BIAS_K1=host._bias_unit_keys(Masks(causal, bias=bias, bias_heads=bias_heads)))
+                  BIAS_K1=b_args[4] == 1)
     out, lse = np.full(q.shape, 7.0, np.float32), np.full((bh, lq), 7.0, np.float32)
     ow, lw = (out, lse) if splits == 1 else (np.full((splits, bh, lq, d), 7.0, np.float32),
                                              np.full((splits, bh, lq), 7.0, np.float32))

@@ -688,13 +688,14 @@ def test_argument_errors_name_what_the_caller_passed(rng):
 
 
 def test_the_kernels_take_the_bias_key_stride_as_a_constant_only_where_it_is_1():
-    """kernels/attention.py _bias_unit_keys (the kernels' BIAS_K1): a bias whose keys are contiguous,
+    """kernels/attention.py's BIAS_K1 (_bias_args' key stride 1, _unit_keys): a bias whose keys are contiguous,
     broadcast over its other dims or not; not a bias broadcast over its keys (stride 0), nor a view
     whose keys are strided or transposed, nor no bias."""
     from cudakit.backends.attention_masks import Masks
-    from cudakit.kernels.attention import _bias_unit_keys
+    from cudakit.kernels.attention import _bias_args, _unit_keys
     full = np.zeros((2, 3, 5, 7), np.float32)
     for bias, want in ((full, True), (full[:1, :, :1], True), (np.zeros((2, 1, 1, 7), np.float16), True),
                        (full[..., ::2], False), (full.transpose(0, 1, 3, 2), False),
                        (np.broadcast_to(full[..., :1], full.shape), False), (full[..., :1], False), (None, False)):
-        assert _bias_unit_keys(Masks(False, bias=bias)) is want, (None if bias is None else bias.strides)
+        assert (_bias_args(Masks(False, bias=bias), None)[4] == 1) is want, (None if bias is None else bias.strides)
+        assert bias is None or _unit_keys(bias) is want

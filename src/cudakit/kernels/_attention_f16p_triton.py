@@ -160,7 +160,7 @@ def attn_fwd_f16p(Q, KH, KL, KS, VH, VL, VS,   # Q: [BH, Lq, D] float32; KH, KL,
     (on 128 x 64 tiles its sm_90 SASS, Triton 3.9, held 160 registers against 226 at head dim 64,
     204 against 255 at 128)."""
     _pdl_start(PDL)
-    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (attention._unit_keys)
         sb_k = 1
     start_m, bh = _row_block(LPT)
     start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)

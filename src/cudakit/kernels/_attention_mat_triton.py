@@ -136,7 +136,7 @@ def mat_scores(Q, DO, K, V, O,    # Q, DO, O: [BH, Lq, D]; K, V: [BH / G, Lk, D]
     that no prep pass runs. FLOPs: 2 x 2 BLOCK_M BLOCK_N DP x 3 (tf32x3); memory: 8 BLOCK_M
     BLOCK_N bytes written, the Q, dO, K and V tiles (and O's with OWN_DELTA) read."""
     _pdl_start(PDL)
-    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (attention._unit_keys)
         sb_k = 1
     tl.static_assert(not DB_K1 or DB_MODE == 1 or DB_MODE == 2, "DB_K1: a per-element gradient (DB_MODE 1, 2)")
     if DB_K1:   # (DB_MODE 1 or 2: the gradient's key stride 1, as BIAS_K1; DB_MODE 4's sd_k strides key blocks)

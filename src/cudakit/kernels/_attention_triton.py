@@ -533,7 +533,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     normalised by its own sum and its log-sum-exp (-inf: the part saw no key), which
     attn_fwd_combine merges."""
     _pdl_start(PDL)
-    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (attention._unit_keys)
         sb_k = 1
     start_m, bh = _row_block(LPT)
     start_m, part, O, LSE = _key_part(start_m, O, LSE, Lq, D, KSPLIT)
@@ -716,7 +716,7 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     i with j - DHI < i <= j - DLO (and j below the key length): the query blocks of the key block
     split as the forward's key blocks do."""
     _pdl_start(PDL)
-    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (attention._unit_keys)
         sb_k = 1
     start_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -824,7 +824,7 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                 VARLEN: tl.constexpr, DROPOUT: tl.constexpr, BIAS_K1: tl.constexpr = False,
                 DB_K1: tl.constexpr = False, PDL: tl.constexpr = None):
     _pdl_start(PDL)
-    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (_bias_unit_keys)
+    if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (attention._unit_keys)
         sb_k = 1
     tl.static_assert(not DB_K1 or DB_MODE == 1 or DB_MODE == 2, "DB_K1: a per-element gradient (DB_MODE 1, 2)")
     if DB_K1:   # (DB_MODE 1 or 2: the gradient's key stride 1, as BIAS_K1; DB_MODE 4's sd_k strides key blocks)

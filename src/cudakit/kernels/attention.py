@@ -109,18 +109,14 @@ def _bias_args(masks: Masks, dummy) -> tuple:
     return (b, *_strides(b), masks.bias_heads)
 
 
-def _bias_unit_keys(masks: Masks) -> bool:
-    """The kernels' BIAS_K1: whether the bias's key stride is 1, which the kernels then take as a
-    constant (the launcher compiles an int argument's divisibility by 16 in, not its value), so that
-    the compiler knows each bias tile's keys contiguous and loads them as vectors. float32, a (B, H,
-    L, L) bias, B4 H16 S1024 D64: forward 0.519 -> 0.242 ms, backward 1.674 -> 0.871 (H200,
-    2026-11-29, benchmarks/sweeps/attention_f32_bias.py, history/attention/*-f32-bias-k1.json)."""
-    return masks.bias is not None and _unit_keys(masks.bias)
-
-
 def _unit_keys(b) -> bool:
-    """Whether bias b's keys are contiguous (its last dim more than one element, of stride one)."""
-    return b.shape[3] > 1 and b.strides[3] == b.itemsize
+    """Whether bias b's keys are contiguous (its last dim more than one element, of stride one): the
+    kernels' BIAS_K1 (_bias_args' key stride 1), which they then take as a constant (the launcher
+    compiles an int argument's divisibility by 16 in, not its value), so that the compiler knows
+    each bias tile's keys contiguous and loads them as vectors. float32, a (B, H, L, L) bias, B4 H16
+    S1024 D64: forward 0.519 -> 0.242 ms, backward 1.674 -> 0.871 (H200, 2026-11-29,
+    benchmarks/sweeps/attention_f32_bias.py, history/attention/*-f32-bias-k1.json)."""
+    return _strides(b)[3] == 1
 
 
 def _strides(x) -> tuple:
@@ -887,10 +883,11 @@ def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None,
     if groups > 1:
         heads = q_heads
     has_bias = masks.bias is not None
-    shared = (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *_bias_args(masks, lse))
+    b_args = _bias_args(masks, lse)
+    shared = (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *b_args)
     args = (*shared, *_NO_VARLEN(lse, groups), *_drop_args(masks))
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
-                  HAS_BIAS=has_bias, BIAS_K1=_bias_unit_keys(masks), VARLEN=False, DROPOUT=masks.dropout is not None,
+                  HAS_BIAS=has_bias, BIAS_K1=b_args[4] == 1, VARLEN=False, DROPOUT=masks.dropout is not None,
                   LEFT=dlo > -_UNBOUNDED, LPT=_order(dlo, dhi))
     def plain():   # Triton's own products on V as it comes
         _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
@@ -1319,12 +1316,12 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     lens, _, dlo, dhi, heads = _mask_args(masks, lq, lk, delta)
     if groups > 1:
         heads = q_heads
-    scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads,
-               *_bias_args(masks, delta))
+    b_args = _bias_args(masks, delta)
+    scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads, *b_args)
     novar = _NO_VARLEN(delta, groups) + _drop_args(masks)
     drop = masks.dropout is not None
     has = masks.lengths is not None
-    k1 = _bias_unit_keys(masks)
+    k1 = b_args[4] == 1   # BIAS_K1 (_unit_keys)
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars + novar,
             dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None,
                  BIAS_K1=k1, VARLEN=False, DROPOUT=drop), bh0=True)
@@ -1628,7 +1625,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
         return lambda q, k, v: _triton_forward(q, k, v, scale, masks, dtype_name)
     dlo, dhi = key_bounds(lq, lk, causal)
     launch = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False,
-                                           VARLEN=False, DROPOUT=False, LEFT=dlo > -_UNBOUNDED,
+                                           BIAS_K1=False, VARLEN=False, DROPOUT=False, LEFT=dlo > -_UNBOUNDED,
                                            LPT=_order(dlo, dhi)))[
         (max(1, math.ceil(lq / cfg["BLOCK_M"])), bh)]
     qk_scale = float(scale * math.log2(math.e))
@@ -1673,7 +1670,7 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     delta_launch = _specialized("attn_bwd_delta", {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})[
         (max(1, math.ceil(lq / 64)), bh)]
     dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=lq % kv["BLOCK_M"] == 0,
-                                              HAS_BIAS=False, VARLEN=False, DROPOUT=False))[
+                                              HAS_BIAS=False, BIAS_K1=False, VARLEN=False, DROPOUT=False))[
         (max(1, math.ceil(lk / kv["BLOCK_N"])), bh)]
     dq_launch = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True,
                                                  DBK=True, VARLEN=False, DROPOUT=False))[

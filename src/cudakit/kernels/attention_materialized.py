@@ -230,7 +230,7 @@ def run(do, q, k, v, out, lse, scale: float, dlo: int, dhi: int, empty, launch, 
     if bias is not None:
         b_args, (*db_args, mode, dbq, dbk) = tuple(bias), bias_grad
         score_consts.update(HAS_BIAS=True, DB_MODE=0 if mode == 3 else mode, DBQ=dbq, DBK=dbk,
-                            # (the key strides 1 as constants: vector loads and stores, _bias_unit_keys)
+                            # (the key strides 1 as constants: vector loads and stores, attention._unit_keys)
                             BIAS_K1=b_args[4] == 1, DB_K1=mode in (1, 2) and db_args[4] == 1)
     consts = dict(lt, D=d, DP=dp, MASKED=masked)
     by_rows = dict(consts, TRANS_A=False, REV=l2_order(dp), ALIGNED=aligned(sc["BLOCK_M"], sc["BLOCK_N"]))
