@@ -4,16 +4,14 @@ backward: where the time of the short, small-grid cases goes.
     python3 benchmarks/sweeps/attention_f32_kernels.py [--cases 1x16x256x80,...] [--reps 20] [--out f.json]
 A case: BxHxLxD, a trailing c for causal. Inputs stay in L2 between calls (warm: the breakdown, not
 the cold figure the benchmark reports). Prints per-kernel lines (us a call) and writes the rows to --out."""
-import collections
 import sys
 
 import cupy as cp
 import torch
-from torch.profiler import ProfilerActivity, profile
-
-import cudakit
+from _kernels import kernels
 from _results import dump_rows
 
+import cudakit
 from cudakit import config
 
 argv = sys.argv[1:]
@@ -22,23 +20,6 @@ if "--cases" in argv:
     cases = argv[argv.index("--cases") + 1].split(",")
 reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else 20
 sdpa = torch.nn.functional.scaled_dot_product_attention
-
-
-def kernels(fn) -> list:
-    """[(kernel name, us a call, launches a call)] of fn, largest first."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    total, count = collections.Counter(), collections.Counter()
-    for e in prof.events():
-        if e.device_type.name == "CUDA":
-            total[e.name] += e.device_time
-            count[e.name] += 1
-    return sorted(((n[:90], round(t / reps, 2), count[n] / reps) for n, t in total.items()), key=lambda r: -r[1])
 
 
 rows = []
@@ -56,7 +37,7 @@ for spec in cases:
            "cudakit_bwd": lambda: cudakit.attention_backward(g, q, k, v, out, lse, None, causal),
            "torch_bwd": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True)}
     for name, fn in fns.items():
-        ks = kernels(fn)
+        ks = kernels(fn, reps)
         rows.append({"case": spec, "call": name, "device_us": round(sum(r[1] for r in ks), 2),
                      "kernels": [{"name": n, "us": t, "launches": c} for n, t, c in ks]})
         print(f"KERNELS {spec:<14} {name:<12} {rows[-1]['device_us']:8.2f} us in {sum(r[2] for r in ks):.0f} launches",

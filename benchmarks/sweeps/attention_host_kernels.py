@@ -10,8 +10,8 @@ import sys
 
 import cupy as cp
 import torch
+from _kernels import kernels
 from _results import dump_rows
-from torch.profiler import ProfilerActivity, profile
 
 import cudakit
 from cudakit.bench import timing
@@ -40,18 +40,13 @@ for name, fn in calls.items():
     e1.record(stream)
     e1.synchronize()
     gpu_us = cp.cuda.get_elapsed_time(e0, e1) * 1e3 / N
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(20):
-            fn()
-        cp.cuda.Device().synchronize()
-    kernels = [{"kernel": e.key[:70], "per_call": e.count // 20,
-                "device_us": round(e.device_time_total / max(e.count, 1), 2)}
-               for e in prof.key_averages() if e.device_time_total > 0]
-    row = {"call": name, "host_us": round(host_us, 3), "gpu_us": round(gpu_us, 3), "kernels": kernels,
+    launched = [{"kernel": n[:70], "per_call": round(per), "device_us": round(us / per, 2)}
+                for n, us, per in kernels(fn, 20, warmup=0) if us > 0]
+    row = {"call": name, "host_us": round(host_us, 3), "gpu_us": round(gpu_us, 3), "kernels": launched,
            "path": paths.last_paths().get("attention") if name.startswith("cudakit") else None}
     rows.append(row)
     print(f"VARIANT {name}: host {host_us:.2f} us/call, GPU (events) {gpu_us:.2f} us/call, path {row['path']}",
           flush=True)
-    for kern in kernels:
+    for kern in launched:
         print(f"    {kern['per_call']} x {kern['kernel']}  {kern['device_us']} us", flush=True)
 dump_rows(argv, __doc__, rows)
