@@ -384,15 +384,21 @@ class ConvOps:
         channels_last) for such a weight with a window of more than one tap, else C-contiguous."""
         op = "conv2d_backward"
         nhwc, x = self._conv_layout(op, x, memory_format)
+        grad_out, shown = self._grad_layout(op, grad_out, nhwc)
+        gx, gw, gb = self._conv2d_backward(op, grad_out, x, weight, stride, padding, dilation, bias, groups, shown)
+        return self._conv_out(gx, nhwc), gw, gb
+
+    def _grad_layout(self, op: str, grad_out, nhwc):
+        """(grad_out as the kernels take it, a function showing an (N, C, H, W) shape as the caller's
+        arrays have it) for the layout _conv_layout gave x: a 4-D array for any format asked, seen
+        through its channels-last view for "nhwc"."""
         if nhwc is not None:
             require_array(op, "grad_out", grad_out)
             g = self._coerce(grad_out, "grad_out")
             if getattr(g, "ndim", None) != 4:
                 raise ShapeError(f"{op}: grad_out must be 4-D (got shape {tuple(getattr(g, 'shape', ()))})")
             grad_out = self._channels_last_view(g) if nhwc == "nhwc" else g
-        shown = (lambda s: (s[0], s[2], s[3], s[1])) if nhwc == "nhwc" else None
-        gx, gw, gb = self._conv2d_backward(op, grad_out, x, weight, stride, padding, dilation, bias, groups, shown)
-        return self._conv_out(gx, nhwc), gw, gb
+        return grad_out, (lambda s: (s[0], s[2], s[3], s[1])) if nhwc == "nhwc" else tuple
 
     def _conv2d_backward(self, op, grad_out, x, weight, stride, padding, dilation, bias, groups, shown=None):
         """shown: an (N, K, Ho, Wo) shape as the caller's grad_out has it ((N, Ho, Wo, K), conv1d's
@@ -526,14 +532,8 @@ class ConvOps:
 
     def _pool_grad(self, op, kind, grad_out, x, kernel_size, stride, padding, memory_format):
         layout, x = self._conv_layout(op, x, memory_format)
-        if layout == "nhwc":
-            require_array(op, "grad_out", grad_out)
-            g = self._coerce(grad_out, "grad_out")
-            if getattr(g, "ndim", None) != 4:
-                raise ShapeError(f"{op}: grad_out must be (N, Ho, Wo, C) (got shape {tuple(getattr(g, 'shape', ()))})")
-            grad_out = self._channels_last_view(g)
+        grad_out, shown = self._grad_layout(op, grad_out, layout)
         x, geo = self._pool_args(op, x, kernel_size, stride, padding)
-        shown = (lambda s: (s[0], s[2], s[3], s[1])) if layout == "nhwc" else tuple   # shapes as the caller's arrays
         return self._conv_out(self._pool_backward(op, grad_out, x, geo, kind, shown), layout)
 
     def _pool_backward(self, op, grad_out, x, geo, kind, shown=tuple):

@@ -75,9 +75,8 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         """Channels-last x reads grad_out in that layout too (copied into it where it is not)."""
         from ..kernels import pooling
         if pooling.channels_last(x):
-            if not pooling.channels_last(grad_out):   # (cudakit's permute: a launch a traced plan replays)
-                from ..kernels import transpose
-                grad_out = transpose.permute(grad_out, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
+            if not pooling.channels_last(grad_out):
+                grad_out = pooling.to_channels_last(grad_out)
             return pooling.pool2d_backward(grad_out, x, kind, geo)
         return pooling.pool2d_backward(self._ascontiguous(grad_out), self._ascontiguous(x), kind, geo)
 

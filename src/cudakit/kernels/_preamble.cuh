@@ -63,12 +63,13 @@ template <> struct ck_traits<ck_bf16> {
   }
 };
 
-// Raw integer types of 2..16 bytes: a pack of V elements moves as one vector load/store.
+// Raw integer types of 1..16 bytes: a pack of V elements moves as one vector load/store.
 template <int B> struct ck_raw;
 template <> struct ck_raw<16> { typedef uint4 type; };
 template <> struct ck_raw<8> { typedef uint2 type; };
 template <> struct ck_raw<4> { typedef unsigned int type; };
 template <> struct ck_raw<2> { typedef unsigned short type; };
+template <> struct ck_raw<1> { typedef unsigned char type; };
 template <typename T, int V> union ck_pack { typename ck_raw<sizeof(T) * V>::type raw; T v[V]; };
 
 // po = the V results r rounded to T; 16-bit types round them in pairs (one cvt for two).

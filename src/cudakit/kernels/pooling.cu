@@ -308,17 +308,6 @@ __device__ __forceinline__ void ck_pool_store_cl(T* p, A (&acc)[V], const ck_poo
   ck_pool_vec<T, V>::store(p, out);
 }
 
-// V winner bytes (ck_pool2d_cl_argmax's) as one load.
-template <int V> struct ck_pool_bytes { typedef typename ck_raw<V>::type raw; };
-template <> struct ck_pool_bytes<1> { typedef unsigned char raw; };
-template <int V> union ck_pool_idx {
-  typename ck_pool_bytes<V>::raw raw;
-  unsigned char v[V];
-  __device__ __forceinline__ void load(const unsigned char* p) {
-    raw = *reinterpret_cast<const typename ck_pool_bytes<V>::raw*>(p);
-  }
-};
-
 // The thread's (position q, first channel c) in the channels-last flat grid; false past the end.
 __device__ __forceinline__ bool ck_pool_cl_slot(int total, int cv, int V, int& q, int& c) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
@@ -515,7 +504,7 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_idx(const unsigned 
     for (int ow = ow0; ow <= ow1; ow += 2) {
       bool ok[4];
       int tap[4];
-      ck_pool_idx<V> wi[4];
+      ck_pack<unsigned char, V> wi[4];   // V winner bytes (ck_pool2d_cl_argmax's) a load
       ck_pack<T, V> gv[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
@@ -524,7 +513,7 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_idx(const unsigned 
         tap[q] = ck_pool_cover::tap(g, ih, iw, wh, ww);
         const long long o = base + ((long long)wh * g.wo + ww) * C;
         if (ok[q]) {
-          wi[q].load(idx + o);
+          wi[q] = ck_pool_vec<unsigned char, V>::load(idx + o);
           gv[q] = ck_pool_vec<T, V>::load(gy + o);
         }
       }

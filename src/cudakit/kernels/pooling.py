@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ._common import FLOAT_DTYPE_NAMES, KernelFamily, ctype, cuda_source
+from ._common import FLOAT_DTYPE_NAMES, KernelFamily, ctype, cuda_source, vec_width
 
 SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "pooling.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
@@ -48,7 +48,6 @@ VIA_CHANNELS_LAST_FROM = 16
 # ... and from this many elements of x: below, the backward takes microseconds of GPU time either way
 # and the three permutes' launches would cost more host time than they save (not measured).
 VIA_CHANNELS_LAST_MIN_ELEMENTS = 1 << 20
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 _NCHW = ("ck_pool2d", "ck_pool2d_backward", "ck_pool2d_backward_cells")
 _CL = ("ck_pool2d_cl", "ck_pool2d_cl_backward", "ck_pool2d_cl_backward_cells")
 _MAX_THREADS = 2**31 - THREADS   # the kernels index their flat grid (rounded up to whole blocks) in 32 bits
@@ -56,7 +55,7 @@ _MAX_THREADS = 2**31 - THREADS   # the kernels index their flat grid (rounded up
 
 def widths(dtype_name: str) -> tuple:
     """The channel widths V of the channels-last kernels for a dtype: 1, 2, 4, 8 up to 16 bytes."""
-    return tuple(v for v in (1, 2, 4, 8) if v * _ITEMSIZE[dtype_name] <= 16)
+    return tuple(v for v in (1, 2, 4, 8) if v <= vec_width(dtype_name))
 
 
 def name_expressions() -> list[str]:
@@ -136,7 +135,7 @@ def _cl(expr: str, arrays: tuple, images: int, per_image: int, cv: int, geo_args
 
 def _width(dtype_name: str, c: int, arrays) -> int:
     """The widest V of the channels-last kernels dividing C with every array aligned to V elements."""
-    item = _ITEMSIZE[dtype_name]
+    item = 16 // vec_width(dtype_name)
     for v in reversed(widths(dtype_name)):
         if c % v == 0 and all(a.data.ptr % (v * item) == 0 for a in arrays):
             return v
@@ -158,10 +157,11 @@ def pool2d(x, kind: str, geo):
     ho, wo = geo[8], geo[9]
     avg = "true" if kind == "avg" else "false"
     dt = x.dtype.name
-    if channels_last(x) and not cl_fits(x.shape, geo):   # NCHW kernels on a copy, the result back
+    cl = channels_last(x)
+    if cl and not cl_fits(x.shape, geo):   # NCHW kernels on a copy, the result back
         from . import transpose
-        return _to_channels_last(pool2d(transpose.contiguous(x), kind, geo))
-    if channels_last(x):
+        return to_channels_last(pool2d(transpose.contiguous(x), kind, geo))
+    if cl:
         yt = cp.empty((n, ho, wo, c), x.dtype)
         if yt.size:
             xt = _nhwc(x)
@@ -203,12 +203,13 @@ def via_channels_last(shape, geo, dtype_name: str) -> bool:
     """Whether the NCHW max backward of overlapping windows of x (shape) goes through the
     channels-last kernels (VIA_CHANNELS_LAST_FROM, VIA_CHANNELS_LAST_MIN_ELEMENTS, cl_fits)."""
     c = shape[1]
-    return VIA_CHANNELS_LAST_FROM is not None and _ITEMSIZE[dtype_name] == 2 and c >= VIA_CHANNELS_LAST_FROM \
+    return VIA_CHANNELS_LAST_FROM is not None and vec_width(dtype_name) == 8 and c >= VIA_CHANNELS_LAST_FROM \
         and int(np.prod(shape)) >= VIA_CHANNELS_LAST_MIN_ELEMENTS and cl_fits(shape, geo)
 
 
-def _to_channels_last(a):
-    """The channels-last view of a copy of C-contiguous (N, C, H, W) a."""
+def to_channels_last(a):
+    """The channels-last view of a copy of (N, C, H, W) a (cudakit's permute: one launch, which a
+    traced plan replays)."""
     from . import transpose
     return transpose.permute(a, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
@@ -218,7 +219,7 @@ def _via_channels_last(grad_out, x, kind: str, geo):
     to (N, H, W, C) memory and dx permuted back (kernels/transpose.py, 2 x (x, grad_out, dx) bytes
     more traffic)."""
     from . import transpose
-    return transpose.contiguous(pool2d_backward(_to_channels_last(grad_out), _to_channels_last(x), kind, geo))
+    return transpose.contiguous(pool2d_backward(to_channels_last(grad_out), to_channels_last(x), kind, geo))
 
 
 def pool2d_backward(grad_out, x, kind: str, geo):
@@ -231,7 +232,7 @@ def pool2d_backward(grad_out, x, kind: str, geo):
     cl = channels_last(x)
     if cl and not cl_fits(x.shape, geo):   # NCHW kernels on copies, the result back
         from . import transpose
-        return _to_channels_last(pool2d_backward(transpose.contiguous(grad_out), transpose.contiguous(x), kind, geo))
+        return to_channels_last(pool2d_backward(transpose.contiguous(grad_out), transpose.contiguous(x), kind, geo))
     gx = cp.empty((n, h, w, c) if cl else x.shape, x.dtype)
     out = gx.transpose(0, 3, 1, 2) if cl else gx
     if gx.size == 0:
