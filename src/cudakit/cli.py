@@ -344,13 +344,14 @@ def cmd_compile(args) -> int:
     from cudakit.errors import BackendUnavailableError, CompileError, CudakitError
     from cudakit.runtime.compiler import compile_ptx
     for src, dst in zip(args.sources, _ptx_paths(args.sources, args.output)):
+        path = Path(src)
         try:
-            compile_ptx(Path(src).read_text(), path=dst, options=args.options, arch=args.arch,
-                        source_name=Path(src).name, compiler=args.compiler)
+            compile_ptx(path.read_text(), path=dst, options=args.options, arch=args.arch, source_name=path.name,
+                        compiler=args.compiler)
         except CompileError as e:
             print(f"cudakit compile: {src}: {e}", file=sys.stderr)
             return 1
-        except (BackendUnavailableError, CudakitError, ValueError) as e:
+        except (CudakitError, ValueError) as e:   # (BackendUnavailableError among them: the hint below)
             hint = " (here: --arch sm_90, say)" if isinstance(e, BackendUnavailableError) and args.arch is None else ""
             print(f"cudakit compile: {e}{hint}", file=sys.stderr)
             return 2

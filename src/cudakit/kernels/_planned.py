@@ -31,10 +31,16 @@ def plan(cache: dict, key, make):
     """cache[key], made by make() on first use (None: this key takes the checked path)."""
     p = cache.get(key, False)
     if p is False:
-        if len(cache) >= MAX_PLANS:
-            cache.clear()
-        p = cache[key] = make()
+        p = keep(cache, key, make())
     return p
+
+
+def keep(cache: dict, key, value):
+    """cache[key] = value, the cache emptied first when it holds MAX_PLANS; returns value."""
+    if len(cache) >= MAX_PLANS:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def output_and_plan(cache: dict, key: tuple, ndarray, shape: tuple, dtype, ptrs: int, make):

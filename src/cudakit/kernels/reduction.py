@@ -92,7 +92,6 @@ _occ_cache: dict = {}
 # (op, shape, dtype, axes, ddof, acc_out, 16-byte aligned, device) of a C-contiguous input ->
 # (permutation or None, result shape, _run_plan): reduce()'s planning is most of its host time
 _plans: dict = {}
-_MAX_PLANS = 1024
 _PASSES = object()   # a _plans entry reduced in passes: (_PASSES, result shape, _pass_plans' steps)
 
 
@@ -344,12 +343,9 @@ def _layout(x, axes: tuple, keep_index_order: bool):
 
 
 def _keep_plan(key, entry: tuple) -> None:
-    """Keep reduce()'s plan of a C-contiguous call (key None: not kept), _MAX_PLANS at most."""
-    if key is None:
-        return
-    if len(_plans) >= _MAX_PLANS:
-        _plans.clear()
-    _plans[key] = entry
+    """Keep reduce()'s plan of a C-contiguous call (key None: not kept)."""
+    if key is not None:
+        _planned.keep(_plans, key, entry)
 
 
 def reduce(x, op: str, axes: tuple, ddof: float = 0.0, acc_out: bool = False):
@@ -561,7 +557,7 @@ def _plan_fast(op: str, shape: tuple, dtype, axis, keepdims: bool, aligned: bool
     kept = [n for d, n in enumerate(shape) if d not in axes]
     if R == 0 or _prod(kept) == 0:
         return None
-    div = _prod(shape[d] for d in axes) if op == "mean" else 1.0
+    div = R if op == "mean" else 1.0
     if perm is None:
         steps = [_run_plan(OP_CODES[op], dt, aligned, outer, R, inner, dtype, div)]
     else:

@@ -94,7 +94,7 @@ class _Counters:
 
 
 _lock = threading.Lock()
-_installed = False
+_allocator = None    # what ensure_installed made CuPy's allocator (None: not installed yet)
 _pool = None
 _counters: dict[int, _Counters] = {}
 _callback = None     # what the allocator calls: the user's callback, the listeners', or None
@@ -127,19 +127,19 @@ def _make_tracked_memory_class(cp):
 def ensure_installed():
     """Install the counting allocator in front of CuPy's pool (once) and apply
     CUDAKIT_GPU_MEMORY_LIMIT and CUDAKIT_GPU_CACHE_SIZE to every device."""
-    global _installed, _pool, _TrackedMemory, _mem_mod, _allocator
-    if _installed:
+    global _pool, _TrackedMemory, _mem_mod, _allocator
+    if _allocator is not None:
         return _pool
     cp = _cupy.cupy()
     with _lock:
-        if _installed:
+        if _allocator is not None:
             return _pool
         _pool = cp.get_default_memory_pool()
         _TrackedMemory = _make_tracked_memory_class(cp)
         _mem_mod = cp.cuda.memory
-        _allocator = _native_allocator(cp) or _malloc
-        cp.cuda.set_allocator(_allocator)
-        _installed = True
+        allocator = _native_allocator(cp) or _malloc
+        cp.cuda.set_allocator(allocator)
+        _allocator = allocator   # (published last: a caller seeing it finds the allocator set)
     from ..config import settings
     from .device import device_count
     if settings().memory_limit:
@@ -150,9 +150,6 @@ def ensure_installed():
             set_cache_size(settings().cache_size, device=d)
     _apply_callback()
     return _pool
-
-
-_allocator = None   # what ensure_installed made CuPy's allocator
 
 
 def pool_allocator_active() -> bool:
