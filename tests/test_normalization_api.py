@@ -86,6 +86,52 @@ def test_batch_norm_updates_running_stats_in_place(be, rng):
     assert dg is None and dx.shape == x.shape and db.shape == (3,)
 
 
+def _channels_last(a):
+    """An (N, C, *spatial) view of a copy of a in (N, *spatial, C) memory (PyTorch's channels_last)."""
+    perm = (0, *range(2, a.ndim), 1)
+    return np.ascontiguousarray(a.transpose(perm)).transpose(np.argsort(perm))
+
+
+def _is_channels_last(a):
+    return not a.flags.c_contiguous and a.transpose((0, *range(2, a.ndim), 1)).flags.c_contiguous
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 7), (2, 6, 3, 4, 5), (3, 2, 9)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float64"])
+def test_batch_norm_of_channels_last_views_keeps_the_layout(be, shape, dtype, rng):
+    """A channels-last x (3-, 4- or 5-D) is normalised over its [N*spatial, C] rows in place: y and
+    dx come back channels-last, equal to the plain layout's values within rounding; a grad_out in
+    the other layout is taken too; running statistics are updated as for the plain layout."""
+    c = shape[1]
+    x, dy = _data(rng, shape, dtype, loc=1.0), _data(rng, shape, dtype)
+    gamma, beta = _data(rng, c, dtype, loc=1.0), _data(rng, c, dtype)
+    xc = _channels_last(x)
+    assert _is_channels_last(xc)
+    rm, rv = np.zeros(c, np_dtype(dtype)), np.ones(c, np_dtype(dtype))
+    y, sm, si = be.batch_norm_with_stats(xc, gamma, beta, rm, rv, training=True, momentum=0.5)
+    assert _is_channels_last(y) and y.shape == shape
+    yr, mr, vr, vu = ref.batch_norm_train(x, gamma, beta, 1e-5)
+    ref.assert_close(y, yr, dtype, "y", scale=ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + 1e-5)))
+    ref.assert_close(rm, 0.5 * mr, dtype, "running_mean")
+    ref.assert_close(rv, 0.5 + 0.5 * vu, dtype, "running_var")
+    dxr, dgr, dbr = ref.batch_norm_grad(dy, x, gamma, 1e-5)
+    gs = ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + 1e-5), channels=True)
+    for g in (_channels_last(dy), dy):   # grad_out in x's layout, and C-contiguous
+        dx, dg, db = be.batch_norm_backward(g, xc, gamma, sm, si)
+        assert _is_channels_last(dx) and dx.shape == shape
+        ref.assert_close(dx, dxr, dtype, "dx", scale=gs, factor=2)
+        ref.assert_close(dg, dgr, dtype, "dgamma", factor=4)
+        ref.assert_close(db, dbr, dtype, "dbeta", factor=4)
+    # x C-contiguous, grad_out channels-last: dx follows x
+    dx, _, _ = be.batch_norm_backward(_channels_last(dy), x, gamma, sm, si)
+    assert dx.flags.c_contiguous
+    ref.assert_close(dx, dxr, dtype, "dx", scale=gs, factor=2)
+    # inference keeps the layout too
+    yi = be.batch_norm(xc, gamma, beta, rm, rv)
+    assert _is_channels_last(yi)
+    ref.assert_close(yi, be.batch_norm(x, gamma, beta, rm, rv).astype(np.float64), dtype, "inference y")
+
+
 def test_nan_propagates(be):
     x = np.array([[1.0, np.nan, 2.0], [1.0, 2.0, 4.0]], np.float32)
     y = be.layernorm(x)

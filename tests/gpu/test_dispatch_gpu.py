@@ -98,7 +98,7 @@ def test_profiler_sees_planned_calls():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_traced_plans_equal_checked(dtype, monkeypatch):
-    """layernorm/rmsnorm/batch_norm backward, cross-entropy, permute, transpose and pooling: the
+    """layernorm/rmsnorm/batch_norm (channels-last too), cross-entropy, permute, transpose and pooling: the
     traced plan (kernels/trace_plans.py) replays bitwise what the checked call computes, on fresh
     data of the same signature."""
     from cudakit.kernels import pooling
@@ -134,6 +134,11 @@ def test_traced_plans_equal_checked(dtype, monkeypatch):
                   ("max_pool2d_backward", (gimg_t, img_t, 3, 2, 1), nhwc),
                   # NCHW 16-bit data of 16 channels: through the channels-last kernels, permutes around them
                   ("max_pool2d_backward", (_r(rng, (2, 16, 5, 6), dtype), _r(rng, (2, 16, 9, 11), dtype), 3, 2, 1))]
+        # channels-last batch norm (past the one-launch size: the channel-vector kernels), result in place
+        bn_cl, bn_gcl = (cp.ascontiguousarray(_r(rng, (4, 33, 35, 16), dtype)).transpose(0, 3, 1, 2) for _ in range(2))
+        _, sm_cl, si_cl = be.batch_norm_with_stats(bn_cl, training=True)
+        calls += [("batch_norm_with_stats", (bn_cl, None, None, None, None, True)),
+                  ("batch_norm_backward", (bn_gcl, bn_cl, None, sm_cl, si_cl))]
         for op, args, *kw in calls:
             kw = kw[0] if kw else {}
             want = getattr(be, op)(*args, **kw)
@@ -141,8 +146,8 @@ def test_traced_plans_equal_checked(dtype, monkeypatch):
             want_t = want if isinstance(want, tuple) else (want,)
             got_t = got if isinstance(got, tuple) else (got,)
             assert len(want_t) == len(got_t) and all(_same(a, b) for a, b in zip(want_t, got_t)), (op, dtype, trial)
-            if "pool" in op:   # the layout too: a channels-last result stays channels-last when replayed
-                assert want.strides == got.strides, (op, want.strides, got.strides)
+            if "pool" in op or "batch_norm" in op:   # the layout too: a channels-last result stays so when replayed
+                assert want_t[0].strides == got_t[0].strides, (op, want_t[0].strides, got_t[0].strides)
     traced = {k[0] for k, p in dispatch._plans.items() if p is not None}
     # permute/transpose pass a parameter struct: traced as its bytes, replayed natively
     assert {"layernorm_backward", "rmsnorm_backward", "cross_entropy_with_grad", "max_pool2d", "permute",

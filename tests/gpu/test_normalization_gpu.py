@@ -208,8 +208,13 @@ def test_cpu_backend_agrees(rng):
 
 # ---------------------------------------------------------------------------------- batch norm
 
-# N*S up to BN_SMALL (4096) a channel: one launch; (4, 6, 32, 32) at it, (5, 2, 29, 31) just past
-BN_SHAPES = [(64, 3), (1001, 17), (4, 5, 7, 9), (8, 16, 32, 32), (2, 3, 1, 1), (4, 6, 32, 32), (5, 2, 29, 31)]
+# N*S up to BN_SMALL (4096) a channel: one launch; (4, 6, 32, 32) at it, (5, 2, 29, 31) just past.
+# 2-D (S == 1) takes it only up to BN_SMALL_ROWS (65536) elements: (5000, 17) and (3000, 64) are past.
+# 2-D past it with C a multiple of every dtype's vector width: the channels-last kernels (vectors of
+# adjacent channels): 3 vector columns of bfloat16 (blocks of 3 x 85 threads), 65 (three blocks of
+# 22 x 11), and 70001 rows of 16 channels (many row chunks)
+BN_SHAPES = [(64, 3), (1001, 17), (4, 5, 7, 9), (8, 16, 32, 32), (2, 3, 1, 1), (4, 6, 32, 32), (5, 2, 29, 31),
+             (5000, 17), (3000, 64), (4099, 24), (4500, 520), (70001, 16)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -260,6 +265,36 @@ def test_batch_norm_inference_uses_running_stats(dtype, rng):
     assert (rm_d.get() == rm).all() and (rv_d.get() == rv).all()  # untouched in inference
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_norm_channel_vectors_equal_single_elements(dtype, rng):
+    """The channels-last kernels (vectors of V adjacent channels, lanes of their own) against the
+    single-element kernels that an x one element off 16-byte alignment takes: both against the
+    float64 reference, and within rounding of each other."""
+    nk = _nk()
+    shape, eps = (6000, 40), 1e-5
+    x, dy = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
+    gamma, beta = _data(rng, 40, dtype, loc=1.0), _data(rng, 40, dtype)
+    yr, mr, vr, _ = ref.batch_norm_train(x, gamma, beta, eps)
+    dxr, dgr, dbr = ref.batch_norm_grad(dy, x, gamma, eps)
+    inv = 1 / np.sqrt(vr + eps)
+    runs = []
+    for off in (0, 1):
+        xd, gd = (cp.empty(x.size + off, np_dtype(dtype))[off:].reshape(shape) for _ in range(2))
+        xd[...], gd[...] = cp.asarray(x), cp.asarray(dy)
+        assert (xd.data.ptr % 16 == 0) == (off == 0)
+        y, sm, si = nk.batch_norm_forward(xd, _dev(gamma), _dev(beta), None, None, True, 0.1, eps)
+        dx, dg, db = nk.batch_norm_backward(gd, xd, _dev(gamma), sm, si)
+        ref.assert_close(y.get(), yr, dtype, "y", scale=ref.batch_norm_y_scale(yr, x, gamma, mr, inv))
+        ref.assert_close(sm.get(), mr, "float32" if dtype != "float64" else dtype, "save_mean")
+        ref.assert_close(dx.get(), dxr, dtype, "dx", scale=ref.grad_scale(dy, gamma, inv, channels=True), factor=2)
+        ref.assert_close(dg.get(), dgr, dtype, "dgamma", factor=4)
+        ref.assert_close(db.get(), dbr, dtype, "dbeta", factor=4)
+        runs.append([ref.f64(a.get()) for a in (y, dx, dg, db)])
+    tol = {"float64": 1e-12, "float32": 1e-4}.get(dtype, 2e-2)
+    for name, a, b in zip(("y", "dx", "dgamma", "dbeta"), *runs):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max(), err_msg=name)
+
+
 def test_batch_norm_grads_are_bitwise_deterministic(rng):
     nk = _nk()
     x = cp.asarray(_data(rng, (16, 32, 40, 40), "float32"))
@@ -299,6 +334,38 @@ def test_api_noncontiguous_input_and_bad_input(cuda_be, rng):
         cuda_be.batch_norm(cp.ones(5, cp.float32), training=True)
     with pytest.raises(cudakit.DeviceError):
         cuda_be.layernorm(x, np.ones(300, np.float32))
+
+
+def _channels_last(a):
+    """An (N, C, *spatial) view of a copy of a in (N, *spatial, C) memory (PyTorch's channels_last)."""
+    perm = (0, *range(2, a.ndim), 1)
+    return cp.ascontiguousarray(a.transpose(perm)).transpose(tuple(np.argsort(perm)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", [(8, 64, 17, 19), (2, 24, 5, 33, 31), (4, 3, 40, 41), (3, 16, 7, 9)])
+def test_api_batch_norm_of_channels_last_views(cuda_be, shape, dtype, rng):
+    """Channels-last x: batch norm on its [N*spatial, C] rows in place (vectors of channels where
+    V divides C, single elements for C = 3; one launch for the small (3, 16, 7, 9)), y and dx
+    channels-last, against the float64 reference; a C-contiguous grad_out is taken too."""
+    c = shape[1]
+    x, dy = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
+    gamma, beta = _data(rng, c, dtype, loc=1.0), _data(rng, c, dtype)
+    xc = _channels_last(cp.asarray(x))
+    rm, rv = cp.zeros(c, np_dtype(dtype)), cp.ones(c, np_dtype(dtype))
+    y, sm, si = cuda_be.batch_norm_with_stats(xc, _dev(gamma), _dev(beta), rm, rv, training=True)
+    assert not y.flags.c_contiguous and y.strides == xc.strides
+    yr, mr, vr, vu = ref.batch_norm_train(x, gamma, beta, 1e-5)
+    inv = 1 / np.sqrt(vr + 1e-5)
+    ref.assert_close(y.get(), yr, dtype, "y", scale=ref.batch_norm_y_scale(yr, x, gamma, mr, inv))
+    ref.assert_close(rv.get(), 0.9 + 0.1 * vu, dtype, "running_var")
+    dxr, dgr, dbr = ref.batch_norm_grad(dy, x, gamma, 1e-5)
+    for g in (_channels_last(cp.asarray(dy)), cp.asarray(dy)):
+        dx, dg, db = cuda_be.batch_norm_backward(g, xc, _dev(gamma), sm, si)
+        assert dx.strides == xc.strides
+        ref.assert_close(dx.get(), dxr, dtype, "dx", scale=ref.grad_scale(dy, gamma, inv, channels=True), factor=2)
+        ref.assert_close(dg.get(), dgr, dtype, "dgamma", factor=4)
+        ref.assert_close(db.get(), dbr, dtype, "dbeta", factor=4)
 
 
 def test_api_updates_torch_running_stats_in_place(cuda_be):

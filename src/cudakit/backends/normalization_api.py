@@ -61,6 +61,36 @@ def _check_real(op: str, name: str, v) -> float:
     return finite_scalar(op, name, v)
 
 
+def _bn_perm(nd: int) -> tuple:
+    """The axes of an (N, C, *spatial) array in channels-last memory order: (N, *spatial, C)."""
+    return (0, *range(2, nd), 1)
+
+
+def _bn_unperm(nd: int) -> tuple:
+    """The inverse of _bn_perm: an (N, *spatial, C) array's axes as (N, C, *spatial)."""
+    return (0, nd - 1, *range(1, nd - 1))
+
+
+def _bn_channels_last(x) -> bool:
+    """x is a non-empty (N, C, *spatial) view of C-contiguous (N, *spatial, C) memory, C > 1, and
+    not C-contiguous itself (an array that is both keeps the plain layout): PyTorch's channels_last
+    (and channels_last_3d). Batch norm then runs on its [N*spatial, C] rows and returns its result
+    in the same layout."""
+    if x.ndim < 3 or x.shape[1] <= 1 or x.size == 0 or x.flags.c_contiguous:
+        return False
+    return bool(x.transpose(_bn_perm(x.ndim)).flags.c_contiguous)
+
+
+def _bn_rows(x):
+    """The [N*spatial, C] rows of a channels-last x (a view)."""
+    return x.transpose(_bn_perm(x.ndim)).reshape(-1, x.shape[1])
+
+
+def _bn_unrows(rows, shape: tuple):
+    """The (N, C, *spatial) channels-last view of [N*spatial, C] rows, for an x of this shape."""
+    return rows.reshape((shape[0], *shape[2:], shape[1])).transpose(_bn_unperm(len(shape)))
+
+
 class NormalizationOps:
     """layernorm, rmsnorm, batch_norm and their backward passes (mixed into Backend)."""
 
@@ -319,15 +349,16 @@ class NormalizationOps:
             check_distinct(op, {"running_mean": rm, "running_var": rv})
         if x.size == 0:
             return self._bn_empty(x, rm, rv, training, eps)
+        cl = _bn_channels_last(x)
         with self._device_scope(x):
             rm_c, rv_c = self._ascontiguous_opt(rm), self._ascontiguous_opt(rv)
             y, sm, si = self._norm_module().batch_norm_forward(
-                self._ascontiguous(x), self._ascontiguous_opt(a["gamma"]), self._ascontiguous_opt(a["beta"]),
-                rm_c, rv_c, bool(training), momentum, eps)
+                _bn_rows(x) if cl else self._ascontiguous(x), self._ascontiguous_opt(a["gamma"]),
+                self._ascontiguous_opt(a["beta"]), rm_c, rv_c, bool(training), momentum, eps)
             for orig, cont in ((rm, rm_c), (rv, rv_c)):  # a strided running statistic: write back
                 if cont is not orig and orig is not None:
                     orig[...] = cont
-        return y, sm, si
+        return (_bn_unrows(y, x.shape) if cl else y), sm, si
 
     def _bn_empty(self, x, rm, rv, training: bool, eps: float):
         """batch_norm of an x without elements (N == 0, or an empty spatial dim): y is empty; the
@@ -369,9 +400,17 @@ class NormalizationOps:
             if x.size == 0:   # sums over no values: zero gradients for gamma and beta
                 return (self.empty(tuple(x.shape), x.dtype),
                         None if a["gamma"] is None else self.zeros((c,), x.dtype), self.zeros((c,), x.dtype))
-            return self._norm_module().batch_norm_backward(
-                self._ascontiguous(g), self._ascontiguous(x), self._ascontiguous_opt(a["gamma"]),
+            if not _bn_channels_last(x):
+                return self._norm_module().batch_norm_backward(
+                    self._ascontiguous(g), self._ascontiguous(x), self._ascontiguous_opt(a["gamma"]),
+                    self._ascontiguous(st["save_mean"]), self._ascontiguous(st["save_invstd"]))
+            # channels-last x: grad_out in its layout (a copy where it is not), dx in it too
+            g_cl = g if _bn_channels_last(g) else self._ascontiguous(g.transpose(_bn_perm(g.ndim))).transpose(
+                _bn_unperm(g.ndim))
+            dx, dgamma, dbeta = self._norm_module().batch_norm_backward(
+                _bn_rows(g_cl), _bn_rows(x), self._ascontiguous_opt(a["gamma"]),
                 self._ascontiguous(st["save_mean"]), self._ascontiguous(st["save_invstd"]))
+            return _bn_unrows(dx, x.shape), dgamma, dbeta
 
     def _ascontiguous_opt(self, a):
         return None if a is None else self._ascontiguous(a)

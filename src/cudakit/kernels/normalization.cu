@@ -741,37 +741,25 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats(
   }
 }
 
-// One block of 256 threads per channel c = blockIdx.x. Training: merges channel c's K Welford
-// partials in a fixed order into the batch mean and biased variance, updates running_mean and
-// running_var (unbiased) in place when given. Inference: takes the running statistics.
-// Writes save_mean, save_invstd and scale = gamma * invstd, each [C] of the accumulation type;
-// gamma, beta, running_mean, running_var: [C] of T or null.
+// Channel c's statistics from its merged Welford state (n, m, m2) in training (running_mean and
+// running_var, when given, updated in place: the unbiased variance for running_var), or from the
+// running statistics in inference: writes save_mean, save_invstd and scale = gamma * invstd.
 template <typename T>
-__global__ void __launch_bounds__(256, 1) ck_bn_finalize(
-    const typename ck_traits<T>::acc* __restrict__ pn, const typename ck_traits<T>::acc* __restrict__ pm,
-    const typename ck_traits<T>::acc* __restrict__ pm2, long long K, const T* __restrict__ gamma,
-    T* __restrict__ running_mean, T* __restrict__ running_var,
-    typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
-    typename ck_traits<T>::acc* __restrict__ scale, int training,
+__device__ __forceinline__ void ck_bn_finish(
+    long long c, int training, typename ck_traits<T>::acc n, typename ck_traits<T>::acc m,
+    typename ck_traits<T>::acc m2, const T* __restrict__ gamma, T* __restrict__ running_mean,
+    T* __restrict__ running_var, typename ck_traits<T>::acc* __restrict__ save_mean,
+    typename ck_traits<T>::acc* __restrict__ save_invstd, typename ck_traits<T>::acc* __restrict__ scale,
     typename ck_traits<T>::acc momentum, typename ck_traits<T>::acc eps) {
-  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
-  __shared__ C sh[96];
-  const int c = blockIdx.x;
   C mean, var;
   if (training) {
-    C n = C(0), m = C(0), m2 = C(0);
-    const long long o = (long long)c * K;
-    for (long long i = threadIdx.x; i < K; i += blockDim.x) ck_welford_merge(n, m, m2, pn[o + i], pm[o + i], pm2[o + i]);
-    ck_block_welford(n, m, m2, sh);
-    if (threadIdx.x != 0) return;
     mean = m;
     var = m2 / n;
     if (running_mean) running_mean[c] = tr::store((C(1) - momentum) * tr::load(running_mean[c]) + momentum * mean);
     if (running_var) running_var[c] = tr::store((C(1) - momentum) * tr::load(running_var[c]) + momentum * (m2 / (n - C(1))));
   } else {
-    if (threadIdx.x != 0) return;
     mean = tr::load(running_mean[c]);
     var = tr::load(running_var[c]);
   }
@@ -781,10 +769,47 @@ __global__ void __launch_bounds__(256, 1) ck_bn_finalize(
   scale[c] = gamma ? tr::load(gamma[c]) * inv : inv;
 }
 
-// x, y: [N, CS] as in ck_bn_stats; mean, scale: [C] (acc); beta: [C] of T or null.
-// y = (x - mean[c]) * scale[c] + beta[c]. Grid-stride over rows, CK_U rows in flight per thread.
-// Traffic: N*CS*sizeof(T) read + the same written.
-template <typename T, int V>
+// One block of 256 threads per channel c = blockIdx.x. Training: merges channel c's K Welford
+// partials (partial j at c*cs + j*ks: [C, K] from ck_bn_stats, cs = K, ks = 1; [K, C] from
+// ck_bn_stats_cl, cs = 1, ks = C) in a fixed order into the batch mean and biased variance, updates running_mean and
+// running_var (unbiased) in place when given. Inference: takes the running statistics.
+// Writes save_mean, save_invstd and scale = gamma * invstd, each [C] of the accumulation type;
+// gamma, beta, running_mean, running_var: [C] of T or null.
+template <typename T>
+__global__ void __launch_bounds__(256, 1) ck_bn_finalize(
+    const typename ck_traits<T>::acc* __restrict__ pn, const typename ck_traits<T>::acc* __restrict__ pm,
+    const typename ck_traits<T>::acc* __restrict__ pm2, long long K, long long cs, long long ks,
+    const T* __restrict__ gamma, T* __restrict__ running_mean, T* __restrict__ running_var,
+    typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
+    typename ck_traits<T>::acc* __restrict__ scale, int training,
+    typename ck_traits<T>::acc momentum, typename ck_traits<T>::acc eps) {
+  CK_PDL_WAIT();
+  typedef typename ck_traits<T>::acc C;
+  __shared__ C sh[96];
+  const int c = blockIdx.x;
+  C n = C(0), m = C(0), m2 = C(0);
+  if (training) {
+    for (long long i = threadIdx.x; i < K; i += blockDim.x) {
+      const long long o = c * cs + i * ks;
+      ck_welford_merge(n, m, m2, pn[o], pm[o], pm2[o]);
+    }
+    ck_block_welford(n, m, m2, sh);
+  }
+  if (threadIdx.x == 0)
+    ck_bn_finish<T>(c, training, n, m, m2, gamma, running_mean, running_var, save_mean, save_invstd, scale, momentum, eps);
+}
+
+// The channel of lane i of vector column k: k / sv (V divides S: one channel a vector), or with
+// CL (channels-last, S == 1: a vector holds V adjacent channels) k * V + i.
+template <int V, bool CL>
+__device__ __forceinline__ long long ck_bn_lane_channel(long long k, long long sv, int i) {
+  return CL ? k * V + i : k / sv;
+}
+
+// x, y: [N, CS] as in ck_bn_stats (CL: [N, C] as in ck_bn_stats_cl, sv unused); mean, scale: [C]
+// (acc); beta: [C] of T or null. y = (x - mean[c]) * scale[c] + beta[c]. Grid-stride over rows,
+// CK_U rows in flight per thread. Traffic: N*CS*sizeof(T) read + the same written.
+template <typename T, int V, bool CL>
 __global__ void __launch_bounds__(256, 1) ck_bn_apply(
     const T* __restrict__ x, T* __restrict__ y, const typename ck_traits<T>::acc* __restrict__ mean,
     const typename ck_traits<T>::acc* __restrict__ scale, const T* __restrict__ beta,
@@ -795,8 +820,12 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
   typedef typename ck_raw<sizeof(T) * V>::type R;
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= csv) return;
-  const long long c = k / sv;
-  const C mu = mean[c], sc = scale[c], bt = beta ? tr::load(beta[c]) : C(0);
+  C mu[V], sc[V], bt[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const long long c = ck_bn_lane_channel<V, CL>(k, sv, i);
+    mu[i] = mean[c]; sc[i] = scale[c]; bt[i] = beta ? tr::load(beta[c]) : C(0);
+  }
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   R* __restrict__ yr = reinterpret_cast<R*>(y);
   const long long step = (long long)gridDim.y * blockDim.y * CK_U;
@@ -815,7 +844,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
         C v[V];
         ck_cvt<T, V>::load(p[u], v);
 #pragma unroll
-        for (int i = 0; i < V; ++i) v[i] = (v[i] - mu) * sc + bt;
+        for (int i = 0; i < V; ++i) v[i] = (v[i] - mu[i]) * sc[i] + bt[i];
         ck_cvt<T, V>::store(po, v);
         yr[r * csv + k] = po.raw;
       }
@@ -1000,26 +1029,17 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
   }
 }
 
-// One block of 256 threads per channel c = blockIdx.x: sums channel c's K partials in a fixed
-// order; writes dgamma[c] = sum(dy * xhat) (when dgamma), dbeta[c] = sum(dy) (T), and the
-// coefficients of dx = ka*dy + kb*(x - mean) + kd into ka, kb, kd: [C] (acc). count = N*S.
+// Channel c's backward from its sums sg = sum(dy) and sgx = sum(dy * (x - mean)): dgamma[c] =
+// sgx * invstd (when dgamma), dbeta[c] = sg (when dbeta), and the coefficients of
+// dx = ka*dy + kb*(x - mean) + kd. count = N*S.
 template <typename T>
-__global__ void __launch_bounds__(256, 1) ck_bn_bwd_finalize(
-    const typename ck_traits<T>::acc* __restrict__ psg, const typename ck_traits<T>::acc* __restrict__ psgx,
-    long long K, const T* __restrict__ gamma, const typename ck_traits<T>::acc* __restrict__ invstd,
-    T* __restrict__ dgamma, T* __restrict__ dbeta, typename ck_traits<T>::acc* __restrict__ ka,
-    typename ck_traits<T>::acc* __restrict__ kb, typename ck_traits<T>::acc* __restrict__ kd,
-    typename ck_traits<T>::acc count) {
-  CK_PDL_WAIT();
+__device__ __forceinline__ void ck_bn_bwd_finish(
+    long long c, typename ck_traits<T>::acc sg, typename ck_traits<T>::acc sgx, const T* __restrict__ gamma,
+    const typename ck_traits<T>::acc* __restrict__ invstd, T* __restrict__ dgamma, T* __restrict__ dbeta,
+    typename ck_traits<T>::acc* __restrict__ ka, typename ck_traits<T>::acc* __restrict__ kb,
+    typename ck_traits<T>::acc* __restrict__ kd, typename ck_traits<T>::acc count) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
-  __shared__ C red[64];
-  const int c = blockIdx.x;
-  const long long o = (long long)c * K;
-  C sg = C(0), sgx = C(0);
-  for (long long i = threadIdx.x; i < K; i += blockDim.x) { sg += psg[o + i]; sgx += psgx[o + i]; }
-  ck_row_sum2(sg, sgx, red);
-  if (threadIdx.x != 0) return;
   const C inv = invstd[c];
   const C g = gamma ? tr::load(gamma[c]) : C(1);
   if (dgamma) dgamma[c] = tr::store(sgx * inv);
@@ -1030,9 +1050,30 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_finalize(
   kd[c] = -a * (sg / count);
 }
 
-// dy, x, dx: [N, CS] as in ck_bn_stats; mean, ka, kb, kd: [C] (acc).
-// dx = ka*dy + kb*(x - mean) + kd. Traffic: 2 * N*CS*sizeof(T) read + N*CS*sizeof(T) written.
-template <typename T, int V>
+// One block of 256 threads per channel c = blockIdx.x: sums channel c's K partials (partial j at
+// c*cs + j*ks, as ck_bn_finalize reads them) in a fixed order; writes dgamma[c] = sum(dy * xhat) (when dgamma), dbeta[c] = sum(dy) (T), and the
+// coefficients of dx = ka*dy + kb*(x - mean) + kd into ka, kb, kd: [C] (acc). count = N*S.
+template <typename T>
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_finalize(
+    const typename ck_traits<T>::acc* __restrict__ psg, const typename ck_traits<T>::acc* __restrict__ psgx,
+    long long K, long long cs, long long ks, const T* __restrict__ gamma,
+    const typename ck_traits<T>::acc* __restrict__ invstd, T* __restrict__ dgamma, T* __restrict__ dbeta,
+    typename ck_traits<T>::acc* __restrict__ ka, typename ck_traits<T>::acc* __restrict__ kb,
+    typename ck_traits<T>::acc* __restrict__ kd, typename ck_traits<T>::acc count) {
+  CK_PDL_WAIT();
+  typedef typename ck_traits<T>::acc C;
+  __shared__ C red[64];
+  const int c = blockIdx.x;
+  C sg = C(0), sgx = C(0);
+  for (long long i = threadIdx.x; i < K; i += blockDim.x) { sg += psg[c * cs + i * ks]; sgx += psgx[c * cs + i * ks]; }
+  ck_row_sum2(sg, sgx, red);
+  if (threadIdx.x == 0) ck_bn_bwd_finish<T>(c, sg, sgx, gamma, invstd, dgamma, dbeta, ka, kb, kd, count);
+}
+
+// dy, x, dx: [N, CS] as in ck_bn_stats (CL: [N, C] as in ck_bn_stats_cl, sv unused); mean, ka,
+// kb, kd: [C] (acc). dx = ka*dy + kb*(x - mean) + kd.
+// Traffic: 2 * N*CS*sizeof(T) read + N*CS*sizeof(T) written.
+template <typename T, int V, bool CL>
 __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
     const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ ka,
@@ -1044,8 +1085,12 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
   typedef typename ck_raw<sizeof(T) * V>::type R;
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= csv) return;
-  const long long c = k / sv;
-  const C mu = mean[c], a = ka[c], b = kb[c], d = kd[c];
+  C mu[V], a[V], b[V], d[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const long long c = ck_bn_lane_channel<V, CL>(k, sv, i);
+    mu[i] = mean[c]; a[i] = ka[c]; b[i] = kb[c]; d[i] = kd[c];
+  }
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
   R* __restrict__ dr = reinterpret_cast<R*>(dx);
@@ -1066,10 +1111,153 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
         ck_cvt<T, V>::load(px[u], xv);
         ck_cvt<T, V>::load(pg[u], gv);
 #pragma unroll
-        for (int i = 0; i < V; ++i) xv[i] = a * gv[i] + b * (xv[i] - mu) + d;
+        for (int i = 0; i < V; ++i) xv[i] = a[i] * gv[i] + b[i] * (xv[i] - mu[i]) + d[i];
         ck_cvt<T, V>::store(po, xv);
         dr[r * csv + k] = po.raw;
       }
     }
+  }
+}
+
+// ================================================================ batch norm, channels-last
+// S == 1 ((N, C) input, or a channels-last (N, C, *spatial) array seen as [N*spatial, C]): x is
+// viewed as [N, C/V] vectors of V adjacent channels, lane i of vector column k being channel
+// k*V + i, so each row is read whole with 16-byte loads. Block (bx, by), bx*by <= 256 (bx may be
+// under 32: warps then span several rows, still reading contiguous memory): vector column
+// blockIdx.x*bx + tx, rows as ck_bn_stats. Each lane keeps its own Welford state; the lanes share
+// the row count, so a group of CK_U rows costs one division for all V lanes.
+// pn, pm, pm2: [gridDim.y, C] Welford partials of each row chunk and channel (row-major: a warp
+// writes adjacent channels; ck_bn_finalize reads them with a stride of C).
+// Traffic: N*C*sizeof(T) read + 3*C*gridDim.y*sizeof(acc) written.
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
+    const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
+    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long cv, long long chunk) {
+  CK_PDL_WAIT();
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ C sh[2 * V + 1][256];
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const bool live = k < cv;
+  const long long r0 = (long long)blockIdx.y * chunk;
+  const long long r1 = r0 + chunk < N ? r0 + chunk : N;
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  C n = C(0), m[V], m2[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) { m[i] = C(0); m2[i] = C(0); }
+  const long long step = (long long)blockDim.y * CK_U;
+  for (long long rb = r0 + threadIdx.y; live && rb < r1; rb += step) {
+    ck_pack<T, V> p[CK_U];
+    int cnt = 0;   // rows of this group below r1 (a prefix of the CK_U)
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) { p[u].raw = xr[r * cv + k]; cnt = u + 1; }
+    }
+    // each lane: the group's exact mean and squared deviations, then one Chan merge
+    const C nb = C(cnt), inb = C(1) / nb, f = nb / (n + nb);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      C s = C(0);
+#pragma unroll
+      for (int u = 0; u < CK_U; ++u) if (u < cnt) s += tr::load(p[u].v[i]);
+      const C gm = s * inb;
+      C q = C(0);
+#pragma unroll
+      for (int u = 0; u < CK_U; ++u) if (u < cnt) { const C e = tr::load(p[u].v[i]) - gm; q += e * e; }
+      const C d = gm - m[i];
+      m[i] += d * f;
+      m2[i] += q + d * d * n * f;
+    }
+    n += nb;
+  }
+  if (blockDim.y > 1) {  // merge the row-lanes of this column, in order
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+    sh[0][t] = n;
+#pragma unroll
+    for (int i = 0; i < V; ++i) { sh[1 + i][t] = m[i]; sh[1 + V + i][t] = m2[i]; }
+    __syncthreads();
+    if (threadIdx.y != 0) return;
+    for (int ty = 1; ty < (int)blockDim.y; ++ty) {
+      const int o = ty * blockDim.x + threadIdx.x;
+      const C nb = sh[0][o];
+      if (nb == C(0)) continue;
+      const C f = nb / (n + nb);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const C d = sh[1 + i][o] - m[i];
+        m[i] += d * f;
+        m2[i] += sh[1 + V + i][o] + d * d * n * f;
+      }
+      n += nb;
+    }
+  }
+  if (live) {
+    const long long o = (long long)blockIdx.y * cv * V + k * V;
+#pragma unroll
+    for (int i = 0; i < V; ++i) { pn[o + i] = n; pm[o + i] = m[i]; pm2[o + i] = m2[i]; }
+  }
+}
+
+// Backward reduction, channels-last: dy, x: [N, C/V] vectors as in ck_bn_stats_cl; mean: [C]
+// (save_mean). psg, psgx: [gridDim.y, C] partial sums of dy and dy*(x - mean) per row chunk and
+// channel (laid out as ck_bn_stats_cl's partials).
+// Traffic: 2 * N*C*sizeof(T) read + 2*C*gridDim.y*sizeof(acc) written.
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
+    const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
+    typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
+    long long N, long long cv, long long chunk) {
+  CK_PDL_WAIT();
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  __shared__ C sh[2 * V][256];
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const bool live = k < cv;
+  const long long r0 = (long long)blockIdx.y * chunk;
+  const long long r1 = r0 + chunk < N ? r0 + chunk : N;
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
+  C mu[V], sg[V], sgx[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) { mu[i] = live ? mean[k * V + i] : C(0); sg[i] = C(0); sgx[i] = C(0); }
+  const long long step = (long long)blockDim.y * CK_U;
+  for (long long rb = r0 + threadIdx.y; live && rb < r1; rb += step) {
+    ck_pack<T, V> px[CK_U], pg[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) { px[u].raw = xr[r * cv + k]; pg[u].raw = gr[r * cv + k]; }
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      if (rb + (long long)u * blockDim.y < r1) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const C g = tr::load(pg[u].v[i]);
+          sg[i] += g;
+          sgx[i] += g * (tr::load(px[u].v[i]) - mu[i]);
+        }
+      }
+    }
+  }
+  if (blockDim.y > 1) {  // the row-lanes of this column, summed in order
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < V; ++i) { sh[i][t] = sg[i]; sh[V + i][t] = sgx[i]; }
+    __syncthreads();
+    if (threadIdx.y != 0) return;
+    for (int ty = 1; ty < (int)blockDim.y; ++ty) {
+      const int o = ty * blockDim.x + threadIdx.x;
+#pragma unroll
+      for (int i = 0; i < V; ++i) { sg[i] += sh[i][o]; sgx[i] += sh[V + i][o]; }
+    }
+  }
+  if (live) {
+    const long long o = (long long)blockIdx.y * cv * V + k * V;
+#pragma unroll
+    for (int i = 0; i < V; ++i) { psg[o + i] = sg[i]; psgx[o + i] = sgx[i]; }
   }
 }

@@ -45,6 +45,10 @@ LOOP_THREADS = 1024        # block size of the one-block-per-row kernels
 BN_THREADS = 256           # block size of the batch-norm kernels
 BN_SMALL = 4096            # elements a channel (N*S) up to which one block a channel does a batch norm
                            # (forward or backward) in one launch instead of three (ck_bn_small)
+BN_SMALL_ROWS = 65536      # with S == 1 (rows of channels, whose block a channel reads a strided
+                           # column): elements in all up to which ck_bn_small still runs
+BN_CL_LANE_ROWS = 8        # rows each row-lane of the channels-last reductions takes at least, so their
+                           # partials ([row chunks, C] of acc) stay a small part of the traffic
 _MAX_TPR = 1024
 
 
@@ -64,9 +68,12 @@ def name_expressions(dtype=None) -> list[str]:
                         f"ck_ln_bwd_reg<{t}, {v}, {nv}>", f"ck_rms_bwd_reg<{t}, {v}, {nv}>"]
             out += [f"ck_ln_fwd_loop<{t}, {v}>", f"ck_rms_fwd_loop<{t}, {v}>",
                     f"ck_ln_bwd_loop<{t}, {v}>", f"ck_rms_bwd_loop<{t}, {v}>",
-                    f"ck_bn_stats<{t}, {v}>", f"ck_bn_apply<{t}, {v}>",
-                    f"ck_bn_bwd_reduce<{t}, {v}>", f"ck_bn_bwd_apply<{t}, {v}>",
+                    f"ck_bn_stats<{t}, {v}>", f"ck_bn_apply<{t}, {v}, false>",
+                    f"ck_bn_bwd_reduce<{t}, {v}>", f"ck_bn_bwd_apply<{t}, {v}, false>",
                     f"ck_bn_small<{t}, {v}>", f"ck_bn_bwd_small<{t}, {v}>"]
+        v = vec_width(dt)   # channels-last rows (S == 1) of whole vectors of channels
+        out += [f"ck_bn_stats_cl<{t}, {v}>", f"ck_bn_apply<{t}, {v}, true>",
+                f"ck_bn_bwd_reduce_cl<{t}, {v}>", f"ck_bn_bwd_apply<{t}, {v}, true>"]
         out += [f"ck_ln_bwd_cols<{t}>", f"ck_rms_bwd_cols<{t}>", f"ck_norm_colsum<{t}>",
                 f"ck_bn_finalize<{t}>", f"ck_bn_bwd_finalize<{t}>"]
     return out
@@ -332,20 +339,44 @@ def _bn_layout(x):
     return n, c, s
 
 
-def _bn_blocks(csv: int, n: int):
-    """(block, grid x, grid y for the reductions, rows per reduction chunk) for an [n, csv] view."""
-    bx = min(BN_THREADS, max(32, _pow2_at_least(csv)))
+def _bn_blocks(csv: int, n: int, lanes: bool = False):
+    """(block, grid x, grid y for the reductions, rows per reduction chunk) for an [n, csv] view.
+    lanes (the channels-last kernels, whose rows are short): at most 32 vector columns a block,
+    spread evenly over the blocks across (under 32 too: no thread idles on a narrow row), the rest
+    of the block on rows, and row chunks of at least BN_CL_LANE_ROWS rows a row-lane."""
+    if lanes:
+        bx = -(-csv // -(-csv // 32))
+    else:
+        bx = min(BN_THREADS, max(32, _pow2_at_least(csv)))
     by = BN_THREADS // bx
     gx = -(-csv // bx)
     want = 4 * _device_info().multiprocessors
     gy = max(1, min(-(-n // by), -(-want // gx)))
+    if lanes:
+        gy = max(1, min(gy, n // (by * BN_CL_LANE_ROWS)))
     chunk = -(-n // gy)
     gy = -(-n // chunk)
     return (bx, by, 1), gx, gy, chunk
 
 
+def _bn_small(n: int, c: int, s: int) -> bool:
+    """The one-launch kernels (a block a channel) for this [n, c, s] batch norm."""
+    return n * s <= BN_SMALL and (s > 1 or n * c <= BN_SMALL_ROWS)
+
+
 def _apply_grid(gx: int, n: int, by: int):
     return (gx, max(1, min(-(-n // (by * 4)), 65535)), 1)
+
+
+def _bn_vectors(n: int, c: int, s: int, dt: str, arrays) -> tuple:
+    """(V, lanes, vector columns, vectors a channel holds) of the batch-norm launches on [n, c*s]:
+    V channels a vector (lanes: the channels-last kernels) where S == 1 and V divides C, a
+    channel's V adjacent elements where V divides S; single elements otherwise or unaligned."""
+    v = vec_width(dt)
+    if any(a.data.ptr % 16 for a in arrays) or (s % v and (s != 1 or c % v)):
+        v = 1
+    lanes = v > 1 and s == 1
+    return v, lanes, c * s // v, (0 if lanes else s // v)
 
 
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool, momentum: float,
@@ -367,34 +398,32 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     save_mean, save_invstd = cp.empty(c, acc), cp.empty(c, acc)
     if c == 0:
         return y, save_mean, save_invstd
-    v = vec_width(dt)
-    if s % v or x.data.ptr % 16 or y.data.ptr % 16:
-        v = 1
-    csv, sv = c * s // v, s // v
     a = _acc_scalar
-    if x.size and n * s <= BN_SMALL:   # one launch: statistics, running statistics and y per channel block
+    if x.size and _bn_small(n, c, s):   # one launch: statistics, running statistics and y per channel block
+        v = vec_width(dt) if not s % vec_width(dt) and not (x.data.ptr % 16 or y.data.ptr % 16) else 1
         _launch(f"ck_bn_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
                 (x, y, _ptr(gamma), _ptr(beta), _ptr(running_mean), _ptr(running_var), save_mean, save_invstd,
-                 np.int64(n), np.int64(c), np.int64(sv), np.int32(bool(training)), a(x, momentum), a(x, eps)))
+                 np.int64(n), np.int64(c), np.int64(s // v), np.int32(bool(training)), a(x, momentum), a(x, eps)))
         return y, save_mean, save_invstd
+    v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (x, y))
     scale = cp.empty(c, acc)
-    block, gx, gy, chunk = _bn_blocks(csv, n)
-    if training:
-        pn, pm, pm2 = (cp.empty((csv, gy), acc) for _ in range(3))
+    block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
+    if training:   # partials: [vector columns, row chunks], or [row chunks, C] (lanes)
+        pn, pm, pm2 = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(3))
         if x.size:
-            _launch(f"ck_bn_stats<{t}, {v}>", dt, (gx, gy, 1), block,
+            _launch(f"ck_bn_stats{'_cl' if lanes else ''}<{t}, {v}>", dt, (gx, gy, 1), block,
                     (x, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(chunk)))
         else:
             pn.fill(0)
-        k = sv * gy
     else:
         pn = pm = pm2 = _null()
-        k = 0
+    k = (gy if lanes else sv * gy) if training else 0   # channel c's partial j: c*cs + j*ks
+    cs, ks = (1, c) if lanes else (k, 1)
     _launch(f"ck_bn_finalize<{t}>", dt, (c, 1, 1), (256, 1, 1),
-            (pn, pm, pm2, np.int64(k), _ptr(gamma), _ptr(running_mean), _ptr(running_var),
-             save_mean, save_invstd, scale, np.int32(bool(training)), a(x, momentum), a(x, eps)))
+            (pn, pm, pm2, np.int64(k), np.int64(cs), np.int64(ks), _ptr(gamma), _ptr(running_mean),
+             _ptr(running_var), save_mean, save_invstd, scale, np.int32(bool(training)), a(x, momentum), a(x, eps)))
     if x.size:
-        _launch(f"ck_bn_apply<{t}, {v}>", dt, _apply_grid(gx, n, block[1]), block,
+        _launch(f"ck_bn_apply<{t}, {v}, {'true' if lanes else 'false'}>", dt, _apply_grid(gx, n, block[1]), block,
                 (x, y, save_mean, scale, _ptr(beta), np.int64(n), np.int64(csv), np.int64(sv)))
     return y, save_mean, save_invstd
 
@@ -416,26 +445,31 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
     dbeta = cp.empty(c, x.dtype)
     if c == 0:
         return dx, dgamma, dbeta
-    v = vec_width(dt)
-    if s % v or any(a.data.ptr % 16 for a in (dy, x, dx)):
-        v = 1
-    csv, sv = c * s // v, s // v
-    if x.size and n * s <= BN_SMALL:   # one launch: the channel sums, dgamma, dbeta and dx per channel block
+    if x.size and _bn_small(n, c, s):   # one launch: the channel sums, dgamma, dbeta and dx per channel block
+        aligned = not any(a.data.ptr % 16 for a in (dy, x, dx))
+        v = vec_width(dt) if not s % vec_width(dt) and aligned else 1
         _launch(f"ck_bn_bwd_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
                 (dy, x, dx, _ptr(gamma), save_mean, save_invstd, _ptr(dgamma), dbeta,
-                 np.int64(n), np.int64(c), np.int64(sv)))
+                 np.int64(n), np.int64(c), np.int64(s // v)))
         return dx, dgamma, dbeta
-    block, gx, gy, chunk = _bn_blocks(csv, n)
-    psg, psgx = cp.zeros((csv, gy), acc), cp.zeros((csv, gy), acc)
+    v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (dy, x, dx))
+    block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
+    psg, psgx = (cp.zeros((gy, c) if lanes else (csv, gy), acc) for _ in range(2))   # (as the forward's)
     if x.size:
-        _launch(f"ck_bn_bwd_reduce<{t}, {v}>", dt, (gx, gy, 1), block,
-                (dy, x, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk)))
+        if lanes:
+            _launch(f"ck_bn_bwd_reduce_cl<{t}, {v}>", dt, (gx, gy, 1), block,
+                    (dy, x, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(chunk)))
+        else:
+            _launch(f"ck_bn_bwd_reduce<{t}, {v}>", dt, (gx, gy, 1), block,
+                    (dy, x, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk)))
     ka, kb, kd = (cp.empty(c, acc) for _ in range(3))
+    k = gy if lanes else sv * gy   # channel c's partial j: c*cs + j*ks
+    cs, ks = (1, c) if lanes else (k, 1)
     _launch(f"ck_bn_bwd_finalize<{t}>", dt, (c, 1, 1), (256, 1, 1),
-            (psg, psgx, np.int64(sv * gy), _ptr(gamma), save_invstd, _ptr(dgamma), dbeta, ka, kb, kd,
-             _acc_scalar(x, max(n * s, 1))))
+            (psg, psgx, np.int64(k), np.int64(cs), np.int64(ks), _ptr(gamma), save_invstd, _ptr(dgamma), dbeta,
+             ka, kb, kd, _acc_scalar(x, max(n * s, 1))))
     if x.size:
-        _launch(f"ck_bn_bwd_apply<{t}, {v}>", dt, _apply_grid(gx, n, block[1]), block,
+        _launch(f"ck_bn_bwd_apply<{t}, {v}, {'true' if lanes else 'false'}>", dt, _apply_grid(gx, n, block[1]), block,
                 (dy, x, dx, save_mean, ka, kb, kd, np.int64(n), np.int64(csv), np.int64(sv)))
     return dx, dgamma, dbeta
 

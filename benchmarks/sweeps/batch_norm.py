@@ -1,0 +1,75 @@
+"""batch_norm (training, with running statistics) forward and backward against torch, NCHW and
+channels-last (torch's channels_last tensors; cudakit reads the same memory as (N, C, H, W) views
+of it), bfloat16 and float32: ResNet-50's batch norms at batch 32 and a BatchNorm1d-shaped (N, C).
+Device time, each call behind an L2 flush (bench.timing's cold samples), interleaved with torch
+(F.batch_norm; the backward torch.autograd.grad of its output, whichever kernels torch picks) and
+with a device-to-device copy of x's bytes (the anchor; copy GB/s counts its read and write).
+GB/s from the bytes the two-pass algorithm moves: forward x read twice + y written (3 x's bytes);
+backward x and dy read twice + dx written (5 x's bytes).
+    python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F]
+Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
+import sys
+
+import cupy as cp
+import torch
+from _medians import medians
+from _results import dump_rows
+
+import cudakit
+
+argv = sys.argv[1:]
+tag = argv[argv.index("--tag") + 1] if "--tag" in argv else "tree"
+# (N, C, H, W): ResNet-50's batch norms at batch 32 (224x224 input) and an (N, C) one
+CASES = [(32, 64, 112, 112), (32, 256, 56, 56), (32, 128, 28, 28), (32, 512, 28, 28), (32, 1024, 14, 14),
+         (32, 2048, 7, 7), (8192, 1024)]
+rows = []
+
+
+def run(shape, dtype, cl):
+    tdt = getattr(torch, dtype)
+    c = shape[1]
+    fmt = torch.channels_last if cl and len(shape) == 4 else torch.contiguous_format
+    tx = torch.randn(*shape, device="cuda", dtype=tdt).contiguous(memory_format=fmt).requires_grad_(True)
+    tg = torch.randn(*shape, device="cuda", dtype=tdt).contiguous(memory_format=fmt)
+    tw, tb = torch.randn(c, device="cuda", dtype=tdt), torch.randn(c, device="cuda", dtype=tdt)
+    tw.requires_grad_(True)
+    tb.requires_grad_(True)
+    trm, trv = torch.zeros(c, device="cuda", dtype=tdt), torch.ones(c, device="cuda", dtype=tdt)
+    x, g = cp.from_dlpack(tx.detach()), cp.from_dlpack(tg)
+    w, b = cp.from_dlpack(tw.detach()), cp.from_dlpack(tb.detach())
+    rm, rv = cp.zeros(c, x.dtype), cp.ones(c, x.dtype)
+    tf = lambda: torch.nn.functional.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5)  # noqa: E731
+    ty = tf()
+    tbwd = lambda: torch.autograd.grad(ty, (tx, tw, tb), tg, retain_graph=True)  # noqa: E731
+    y, sm, si = cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5)
+    err = float(cp.abs(y.astype(cp.float32) - cp.from_dlpack(ty.detach()).astype(cp.float32)).max())
+    dx = cudakit.batch_norm_backward(g, x, w, sm, si)[0]
+    tdx = tbwd()[0]
+    derr = float(cp.abs(dx.astype(cp.float32) - cp.from_dlpack(tdx).astype(cp.float32)).max())
+    cl_out = bool(len(shape) == 4 and y.strides[1] == y.itemsize and dx.strides[1] == dx.itemsize)
+    big = x.nbytes
+    src, dst = cp.empty(big, cp.uint8), cp.empty(big, cp.uint8)   # the anchor: a device copy of x's bytes
+    copy = lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, big, 3,  # noqa: E731
+                                               cp.cuda.get_current_stream().ptr)
+    sizes = {"fwd": 3 * big, "bwd": 5 * big}
+    for pas, ours, theirs in (("fwd", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5), tf),
+                              ("bwd", lambda: cudakit.batch_norm_backward(g, x, w, sm, si), tbwd)):
+        m = medians({"cudakit": ours, "torch": theirs, "copy": copy})
+        if "cudakit" not in m or "torch" not in m:
+            continue
+        name = f"{'x'.join(map(str, shape))} {'cl' if cl else 'nchw'} {dtype}"
+        gbs = sizes[pas] / m["cudakit"] / 1e6
+        rows.append({"case": name, "pass": pas, "tree": tag, "cudakit_ms": round(m["cudakit"], 4),
+                     "torch_ms": round(m["torch"], 4), "x_torch": round(m["torch"] / m["cudakit"], 3),
+                     "cudakit_gbs": round(gbs), "copy_gbs": round(2 * big / m.get("copy", float("nan")) / 1e6),
+                     "output_channels_last": cl_out, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr})
+        print(f"VARIANT {tag} {name:<30} {pas} cudakit {m['cudakit']:8.4f} ms torch {m['torch']:8.4f} ms "
+              f"x torch {m['torch'] / m['cudakit']:6.3f} {gbs:6.0f} GB/s (copy {2 * big / m['copy'] / 1e6:5.0f}) "
+              f"out {'cl' if cl_out else 'nchw'} err {err:.3g} {derr:.3g}", flush=True)
+
+
+for shape in CASES:
+    for dtype in ("bfloat16", "float32"):
+        for cl in (False, True) if len(shape) == 4 else (False,):
+            run(shape, dtype, cl)
+dump_rows(argv, __doc__, rows)
