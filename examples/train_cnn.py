@@ -3,6 +3,7 @@ hand-written backward.
 
     python examples/train_cnn.py --backend cpu --preset tiny --steps 30
     python examples/train_cnn.py --backend cuda --preset issue --dtype bfloat16 --graph
+    python examples/train_cnn.py --backend cuda --preset issue --dtype bfloat16 --channels-last
 
 The model, for widths (w1, w2, ...):
     per stage i:   x = relu(bn(conv3x3(x)))                       (to w_i channels)
@@ -12,6 +13,9 @@ The model, for widths (w1, w2, ...):
     loss = cross_entropy(logits, labels)
 trained with SGD with momentum (float32 master weights when the parameters are 16-bit). Batch
 norm runs in training mode: batch statistics, and the running statistics updated in place.
+With --channels-last the images are (N, C, H, W) views of (N, H, W, C) memory, as PyTorch's
+channels_last: every op keeps that layout (convolutions, batch norm, activations, the residual
+adds and pooling return channels-last results for channels-last inputs), so no layer copies.
 
 The images are generated (generate_batch): each class has its own colour tint and its own
 orientation and frequency of a stripe pattern; every image gets a random phase and noise.
@@ -208,6 +212,11 @@ def backward(cache: dict, on_grad=None) -> dict:
 
 # ---- training ------------------------------------------------------------------------------------
 
+def to_channels_last(x):
+    """The (N, C, H, W) channels-last view of a copy of (N, C, H, W) x (cudakit's permute)."""
+    return cudakit.permute(x, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
 class Trainer:
     """The parameters, running statistics, SGD and the step of one CNN on one backend.
 
@@ -222,8 +231,9 @@ class Trainer:
     """
 
     def __init__(self, cfg: CNNConfig, device: common.Device, dtype: str = "float32", seed: int = 0,
-                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True, zero: bool = False):
-        self.cfg, self.device, self.graph = cfg, device, graph
+                 graph: bool = False, bucket_mb: float = 25.0, tail_bucket_mb: float = 1.0, grad_copy: bool = True,
+                 zero: bool = False, channels_last: bool = False):
+        self.cfg, self.device, self.graph, self.channels_last = cfg, device, graph, channels_last
         # first: joining the group selects this rank's GPU
         self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy, peer=not graph, zero=zero)
         self.params = init_params(cfg, seed, device, dtype)
@@ -236,6 +246,12 @@ class Trainer:
         self.opt = None if self.dp.active else self._make_opt(self.names)
         self._graphed = None
         self.params = self.dp.attach(self.params, self._optimizer_over)
+
+    def images(self, host_images):
+        """A batch's images on the device, in the trainer's layout (channels-last: an (N, C, H, W)
+        view of (N, H, W, C) memory)."""
+        x = self.device.asarray(host_images)
+        return to_channels_last(x) if self.channels_last else x
 
     def forward_backward(self, images, labels):
         """(loss, gradient, gradient, ...) in the order of self.names."""
@@ -272,23 +288,25 @@ class Trainer:
 
 def main(argv=None) -> int:
     p = common.parser("Train a small ResNet-style CNN on generated images with cudakit's ops.", PRESETS)
+    p.add_argument("--channels-last", action="store_true",
+                   help="images (and so every activation) in channels-last memory, as PyTorch's channels_last")
     args = common.parse(p, argv)
     cfg = PRESETS[args.preset]
     if args.lr is not None:
         cfg = replace(cfg, lr=args.lr)
     device = common.Device(args.backend)
     trainer = Trainer(cfg, device, args.dtype, args.seed, args.graph, args.bucket_mb, args.tail_bucket_mb,
-                      args.grad_copy, args.zero)
+                      args.grad_copy, args.zero, args.channels_last)
     rng = np.random.default_rng(args.seed + 1 + 1000 * trainer.dp.rank)   # each rank its own batches
     dt = common.np_dtype(args.dtype)
     print(f"cnn {args.preset}: batch {cfg.batch}, {cfg.channels}x{cfg.image}x{cfg.image} images, widths "
           f"{'-'.join(map(str, cfg.widths))}, {cfg.classes} classes, "
           f"{sum(int(np.prod(s)) for s in param_shapes(cfg).values())} parameters; {args.dtype} on {device.name}"
-          + (", CUDA graph" if args.graph else ""))
+          + (", CUDA graph" if args.graph else "") + (", channels-last" if args.channels_last else ""))
 
     def next_batch(_i):
         images, labels = generate_batch(rng, cfg)
-        return device.asarray(images.astype(dt)), device.asarray(labels)
+        return trainer.images(images.astype(dt)), device.asarray(labels)
     common.run(trainer.step, next_batch, args.steps, device, rank=trainer.dp.rank, trace=args.trace,
                profile_host=args.profile_host)
     trainer.dp.close()

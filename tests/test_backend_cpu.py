@@ -64,6 +64,25 @@ def test_broadcast_noncontiguous_and_out(dtype, rng):
     assert_same(cudakit.add(big, 2.0), reference("add", big, np.full_like(big, 2.0), dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_results_keep_a_dense_layout(dtype, rng):
+    """Inputs of one shape and strides covering their memory densely but not C-contiguously (a
+    channels-last view, a transpose) give a result in that layout, as PyTorch keeps a memory
+    format; mixed layouts, broadcasts and strided views give C-contiguous results."""
+    a, b = random(rng, (2, 5, 3, 4), dtype), random(rng, (2, 5, 3, 4), dtype)
+    cl = [np.ascontiguousarray(v.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) for v in (a, b)]
+    for r, want in ((cudakit.add(*cl), reference("add", a, b, dtype=dtype)),
+                    (cudakit.relu(cl[0]), reference("relu", a, dtype=dtype)),
+                    (cudakit.relu_backward(cl[1], cl[0]), reference("relu_backward", b, a, dtype=dtype)),
+                    (cudakit.mul(cl[0], 2.0), reference("mul", a, np.full_like(a, 2.0), dtype=dtype)),
+                    (cudakit.relu(a.T), reference("relu", a.T, dtype=dtype))):
+        assert r.strides == (cl[0].strides if r.shape == a.shape else a.T.strides)
+        assert_same(r, want)
+    assert cudakit.add(cl[0], b).flags.c_contiguous          # layouts differ
+    assert cudakit.relu(a[:, :, ::2]).flags.c_contiguous     # not dense
+    assert cudakit.add(cl[0], b[0, 0, 0]).flags.c_contiguous  # a broadcast operand
+
+
 def test_nan_inf_propagate():
     x = np.array([np.nan, np.inf, -np.inf, -1.0, 0.0, 2.0], np.float32)
     assert_same(cudakit.relu(x), [np.nan, np.inf, 0, 0, 0, 2])

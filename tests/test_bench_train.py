@@ -36,10 +36,13 @@ def test_gpu_rows_are_laid_out_without_running():
     cnn = [c for c in cases if c.op.startswith("train_cnn")]
     assert {c.shape for c in gpt} == {(8, 1024, 768), (4, 128, 256)} and {c.dtype for c in gpt} == {"bfloat16"}
     assert {c.shape for c in cnn} == {(256, 3, 32, 32)} and {c.dtype for c in cnn} == {"bfloat16", "float32"}
-    assert len(gpt) == 2 * len(train.VARIANTS) and len(cnn) == 2 * len(train.VARIANTS)
+    nhwc = [c for c in cnn if c.op.startswith("train_cnn_nhwc")]   # channels-last: eager and graph vs graph
+    assert sorted(c.op for c in nhwc) == ["train_cnn_nhwc", "train_cnn_nhwc", "train_cnn_nhwc_graph_vs_torch_graph",
+                                          "train_cnn_nhwc_graph_vs_torch_graph"]
+    assert len(gpt) == 2 * len(train.VARIANTS) and len(cnn) - len(nhwc) == 2 * len(train.VARIANTS)
     for c in cases:
         graph, torch_kind = train.VARIANTS[c.op[len("train_gpt"):] if c.op.startswith("train_gpt")
-                                           else c.op[len("train_cnn"):]]
+                                           else c.op[len("train_cnn_nhwc" if c in nhwc else "train_cnn"):]]
         if graph and not hasattr(cudakit, "graph"):
             assert "cudakit.graph" in c.skip
         elif torch_kind != "eager":

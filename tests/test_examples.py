@@ -160,6 +160,34 @@ def test_cnn_forward_updates_running_statistics():
     assert all(not np.array_equal(before[n], trainer.buffers[n]) for n in before)
 
 
+def test_cnn_channels_last_keeps_the_layout_and_trains_as_nchw():
+    """--channels-last: every activation the forward keeps is a channels-last view (no layer copies
+    to NCHW), and three SGD steps give the NCHW run's losses, parameters and running statistics."""
+    cfg = train_cnn.CNNConfig(batch=5, image=8, widths=(3, 4), classes=3)
+    device = train_common.Device("cpu")
+    runs = []
+    for cl in (False, True):
+        trainer = train_cnn.Trainer(cfg, device, "float64", 0, channels_last=cl)
+        losses = []
+        for i in range(3):
+            images, labels = train_cnn.generate_batch(np.random.default_rng(i), cfg)
+            x = trainer.images(images.astype(np.float64))
+            if cl:
+                assert not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
+                _, cache = train_cnn.forward(trainer.params, (x, labels), cfg)
+                acts = [a for d in cache.values() if isinstance(d, dict) for v in d.values()
+                        for a in (v.values() if isinstance(v, dict) else (v,)) if getattr(a, "ndim", 0) == 4
+                        and a.shape[0] == cfg.batch and a.shape[1] in cfg.widths]   # (not the weights: batch 5)
+                assert acts and all(a.transpose(0, 2, 3, 1).flags.c_contiguous for a in acts)
+            losses.append(float(trainer.step(x, labels)))
+        runs.append((losses, trainer.params, trainer.buffers))
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-12)
+    for name in runs[0][1]:
+        np.testing.assert_allclose(runs[1][1][name], runs[0][1][name], rtol=1e-9, atol=1e-12, err_msg=name)
+    for name in runs[0][2]:
+        np.testing.assert_allclose(runs[1][2][name], runs[0][2][name], rtol=1e-9, atol=1e-12, err_msg=name)
+
+
 # ---- the --graph path, with a stand-in for cudakit.graph ---------------------------------------------
 
 def _fake_graph(log: list):

@@ -20,7 +20,8 @@ from .linalg_api import LinalgOps
 from .normalization_api import NormalizationOps
 from .reduction_api import ReductionOps
 from .softmax_api import SoftmaxOps
-from .checks import check_size, check_writeable, finite_scalar, float_scalar, require_array, require_out_array
+from .checks import (check_size, check_writeable, dense_order, finite_scalar, float_scalar, require_array,
+                     require_out_array)
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _supported: dict = {}  # np.dtype -> name; dtype hashing is cheap, dtype.name is not
@@ -161,7 +162,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
                 if all(type(v) is t and v.dtype == dt and v.shape == shape for v in vals[1:]):
                     if len(vals) > 1:
                         self._check_devices(named)
-                    return vals, self.empty(shape, dt)
+                    return vals, self._result_in_layout(vals, shape, dt)
         arrays, scalars = {}, {}
         for arg, x in named.items():
             if isinstance(x, numbers.Real) and not isinstance(x, bool):
@@ -190,7 +191,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
             raise ShapeError(f"{op}: shapes do not broadcast: {desc}") from None
         if out is None:
             check_size(op, "the result", shape, np.dtype(dtype).itemsize)   # (inputs broadcast into it)
-            out = self.empty(shape, dtype)
+            out = self._result_in_layout(inputs, shape, dtype)
         else:
             require_out_array(op, out)
             out = self._coerce(out, "out")
@@ -201,6 +202,22 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
             check_writeable(op, "out", out)
             self._check_devices({**arrays, "out": out})
         return inputs, out
+
+    def _result_in_layout(self, inputs: tuple, shape: tuple, dtype):
+        """A new array for an elementwise result of this shape: in the inputs' memory layout when
+        every input has the result's shape and the same strides, covering its memory densely but not
+        C-contiguously (a channels-last view, a transpose), as PyTorch keeps a memory format; then
+        the kernels run over the flat memory. C-contiguous otherwise."""
+        x0 = inputs[0]
+        if x0.flags.c_contiguous or len(shape) < 2 or tuple(x0.shape) != tuple(shape):
+            return self.empty(shape, dtype)
+        st = x0.strides
+        if any(x.strides != st or tuple(x.shape) != tuple(shape) for x in inputs[1:]):
+            return self.empty(shape, dtype)
+        order = dense_order(shape, st, x0.itemsize)
+        if order is None:
+            return self.empty(shape, dtype)
+        return self.empty(tuple(shape[a] for a in order), dtype).transpose(tuple(np.argsort(order)))
 
     def _elementwise_op(self, op: str, named: dict, out, p: float = 0.0):
         if op in _SCALAR_FORMS:

@@ -185,3 +185,28 @@ def check_distinct(op: str, arrays: dict) -> None:
             what = "are the same array" if arrays[labels[i]] is arrays[labels[j]] else "overlap in memory"
             raise ArgumentError(f"{op}: {labels[i]} and {labels[j]} {what}; every array updated in place "
                                 f"must be a separate one")
+
+
+def dense_order(shape, strides, itemsize: int):
+    """The axes of an array of this shape and these byte strides from its slowest to its fastest in
+    memory, when the array covers one gapless block of memory once (a C-contiguous array, or a
+    permutation of one: a channels-last view, a transpose); None otherwise (broadcast, sliced,
+    negative strides). Size-1 axes, whose strides mean nothing, keep their place in C order."""
+    nd = len(shape)
+    if 0 in shape:
+        return None
+    order = sorted(range(nd), key=lambda a: (-strides[a] if shape[a] != 1 else 0, a))
+    # size-1 axes sorted to the front by key 0 would move them; place them where C order has them instead
+    big = [a for a in order if shape[a] != 1]
+    expect = itemsize
+    for a in reversed(big):
+        if strides[a] != expect:
+            return None
+        expect *= shape[a]
+    ones = [a for a in range(nd) if shape[a] == 1]
+    if not ones:
+        return tuple(big)
+    out, it = [], iter(big)
+    for a in range(nd):   # each size-1 axis stays at its index; the others fill the rest in memory order
+        out.append(a if shape[a] == 1 else next(it))
+    return tuple(out)

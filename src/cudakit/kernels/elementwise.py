@@ -3,7 +3,8 @@ array and a Python scalar); relu, leaky_relu,
 sigmoid, tanh, silu, gelu (tanh approximation and exact erf) and the backward of each activation,
 computed from the activation's input: act_backward(grad_out, x) = grad_out * act'(x).
 
-Contiguous inputs take `ck_ew*_contig`: 16-byte vector loads and stores when every pointer is
+Contiguous inputs take `ck_ew*_contig` (so do inputs and out that share one dense, non-C layout,
+such as channels-last views: the op runs over their flat memory): 16-byte vector loads and stores when every pointer is
 16-byte aligned (V = 16 / itemsize elements per access), a grid-stride loop, 64-bit indices.
 Memory traffic: (inputs + 1) * n * itemsize bytes; no arithmetic worth counting.
 Broadcast or strided inputs take `ck_ew*_strided`, which honours per-operand strides (in
@@ -374,7 +375,7 @@ def run(op: str, inputs: tuple, out, p: float = 0.0):
     cp = _cupy.loaded_cupy()
     dev = out.data.device_id
     shape = out.shape
-    if out._c_contiguous and all(x._c_contiguous and x.shape == shape for x in inputs):
+    if out._c_contiguous and all(x._c_contiguous and x.shape == shape for x in inputs) or _same_dense(inputs, out):
         if _stream is None:
             _first_use()
         return _launch_contig(op, inputs, tuple(x.data.ptr for x in inputs), out, n, dev, float(p))
@@ -389,6 +390,16 @@ def run(op: str, inputs: tuple, out, p: float = 0.0):
     f = _function(dev, expr)
     _launch_function(expr, f, _grid(dev, n), _BLOCK, (*inputs, out, np.int64(n), struct, np.float64(p)), 0, None)
     return out
+
+
+def _same_dense(inputs: tuple, out) -> bool:
+    """Every input has out's shape and strides, and out covers one gapless block of memory (a
+    channels-last view, a transpose): the op runs over the flat memory, element i of each operand
+    at the same offset, as the contiguous kernels do."""
+    from ..backends.checks import dense_order
+    st = out.strides
+    return all(x.shape == out.shape and x.strides == st for x in inputs) and \
+        dense_order(out.shape, st, out.itemsize) is not None
 
 
 def _or(values) -> int:

@@ -9,6 +9,11 @@ Rows, in ms per step (x torch = torch's step time / cudakit's; > 1: cudakit fast
   train_gpt_vs_torch_compile, train_cnn_vs_torch_compile
                                               cudakit's eager step vs torch.compile'd eager step
                                               (run only when named in --ops: compiling takes minutes)
+  train_cnn_nhwc, train_cnn_nhwc_graph_vs_torch_graph
+                                              the CNN with channels-last images on both sides (the
+                                              example's --channels-last; torch's channels_last), so
+                                              every activation is channels-last; eager vs eager and
+                                              graphed vs graphed
 cudakit's step is the example's Trainer.step: forward, hand-written backward, and one optimizer
 launch (AdamW with float32 master weights for 16-bit parameters; SGD with momentum). With
 cudakit.graph the forward and backward replay as one graph and the optimizer runs after it (see
@@ -131,8 +136,8 @@ class _Model:
     """What differs between the GPT and the CNN rows: the example, its config and batch, the
     torch loss and optimizer."""
 
-    def __init__(self, kind: str, cfg):
-        self.kind, self.cfg = kind, cfg
+    def __init__(self, kind: str, cfg, channels_last: bool = False):
+        self.kind, self.cfg, self.channels_last = kind, cfg, channels_last
         self.ex = load_example("train_gpt" if kind == "gpt" else "train_cnn")
 
     def batch(self):
@@ -144,7 +149,16 @@ class _Model:
         return self.ex.generate_batch(np.random.default_rng(0), self.cfg)
 
     def trainer(self, device, dtype: str, graph: bool):
+        if self.kind == "cnn":
+            return self.ex.Trainer(self.cfg, device, dtype, 0, graph, channels_last=self.channels_last)
         return self.ex.Trainer(self.cfg, device, dtype, 0, graph)
+
+    def device_batch(self, trainer, device, host: tuple, dtype: str) -> tuple:
+        """A batch on the device in the trainer's dtype (and, for the CNN, its images' layout)."""
+        np_dtype = self.ex.common.np_dtype(dtype)
+        if self.kind == "cnn":
+            return trainer.images(host[0].astype(np_dtype)), device.asarray(host[1])
+        return tuple(device.asarray(a.astype(np_dtype) if a.dtype.kind == "f" else a) for a in host)
 
     def torch_side(self, t, trainer, capturable: bool):
         """(loss_fn(*batch, float_loss=False), optimizer) over torch copies of the trainer's
@@ -164,9 +178,8 @@ def _setup(env: Env, case: Case, model: _Model, dtype: str, graph: bool, torch_k
     """The providers of one row (see the module docstring); sets case.skip where it cannot run."""
     ex = model.ex
     device = ex.common.Device("cuda" if env.gpu else "cpu")
-    host = model.batch()
-    batch = tuple(device.asarray(a.astype(ex.common.np_dtype(dtype)) if a.dtype.kind == "f" else a) for a in host)
     trainer = model.trainer(device, dtype, graph)
+    batch = model.device_batch(trainer, device, model.batch(), dtype)   # (torch's copies share its layout)
     t = env.torch
     torch_loss = opt = None
     if t is not None:   # (a CPU run has no torch: the runner loads it for GPU runs only)
@@ -214,11 +227,12 @@ def _setup(env: Env, case: Case, model: _Model, dtype: str, graph: bool, torch_k
     return prov
 
 
-def _case(env: Env, kind: str, cfg, dtype: str, suffix: str, precision=None, note: str = "") -> Case:
+def _case(env: Env, kind: str, cfg, dtype: str, suffix: str, precision=None, note: str = "",
+          channels_last: bool = False) -> Case:
     graph, torch_kind = VARIANTS[suffix]
-    op = f"train_{kind}{suffix}"
+    op = f"train_{kind}{'_nhwc' if channels_last else ''}{suffix}"
     shape = (cfg.batch, cfg.seq, cfg.d_model) if kind == "gpt" else (cfg.batch, cfg.channels, cfg.image, cfg.image)
-    model = _Model(kind, cfg)
+    model = _Model(kind, cfg, channels_last)
     flops = gpt_flops(cfg) if kind == "gpt" else cnn_flops(cfg, model.ex.conv_names(cfg))
     case = Case(op, "train", shape, dtype, 0, lambda: _setup(env, case, model, dtype, graph, torch_kind, precision),
                 flops=flops, note="; ".join(x for x in (_WHAT[(graph, torch_kind)], note) if x))
@@ -256,4 +270,6 @@ def cases(env: Env) -> list[Case]:
             precision = "tf32" if dtype == "float32" else None
             extra = "; cudakit float32_precision tf32, torch defaults (cuDNN TF32)" if precision else ""
             out += [_case(env, "cnn", cfg, dtype, s, precision, note + extra) for s in VARIANTS]
+            out += [_case(env, "cnn", cfg, dtype, s, precision, note + extra + "; channels-last images",
+                          channels_last=True) for s in ("", "_graph_vs_torch_graph")]
     return out
