@@ -212,9 +212,12 @@ def test_cpu_backend_agrees(rng):
 # 2-D (S == 1) takes it only up to BN_SMALL_ROWS (65536) elements: (5000, 17) and (3000, 64) are past.
 # 2-D past it with C a multiple of every dtype's vector width: the channels-last kernels (vectors of
 # adjacent channels): 3 vector columns of bfloat16 (blocks of 3 x 85 threads), 65 (three blocks of
-# 22 x 11), and 70001 rows of 16 channels (many row chunks)
+# 22 x 11), and 70001 rows of 16 channels (many row chunks). The finalize kernels take a warp a
+# channel, 8 channels a block, where a channel has at most 64 partials (on 132 multiprocessors):
+# (6000, 20) in float32 and (257, 2204, 4, 4) end on a part-filled block; (5, 2, 29, 31) and
+# (5000, 17) take a block a channel
 BN_SHAPES = [(64, 3), (1001, 17), (4, 5, 7, 9), (8, 16, 32, 32), (2, 3, 1, 1), (4, 6, 32, 32), (5, 2, 29, 31),
-             (5000, 17), (3000, 64), (4099, 24), (4500, 520), (70001, 16)]
+             (5000, 17), (3000, 64), (4099, 24), (4500, 520), (70001, 16), (6000, 20), (257, 2204, 4, 4)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

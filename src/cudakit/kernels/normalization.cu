@@ -69,16 +69,22 @@ __device__ __forceinline__ void ck_welford_pack(C& n, C& m, C& m2, const ck_pack
   ck_welford_merge(n, m, m2, C(V), pm, q);
 }
 
-// Merges the Welford states of all threads of a 1-D block (blockDim.x <= 1024) in a fixed order;
-// every thread gets the result. sh: shared scratch of 3 * 32.
+// Merges the Welford states of the 32 lanes of a warp in a fixed order into lane 0's.
 template <typename C>
-__device__ __forceinline__ void ck_block_welford(C& n, C& m, C& m2, C* sh) {
+__device__ __forceinline__ void ck_warp_welford(C& n, C& m, C& m2) {
   for (int off = 16; off > 0; off >>= 1) {
     const C nb = __shfl_down_sync(0xffffffffu, n, off);
     const C mb = __shfl_down_sync(0xffffffffu, m, off);
     const C m2b = __shfl_down_sync(0xffffffffu, m2, off);
     ck_welford_merge(n, m, m2, nb, mb, m2b);
   }
+}
+
+// Merges the Welford states of all threads of a 1-D block (blockDim.x <= 1024) in a fixed order;
+// every thread gets the result. sh: shared scratch of 3 * 32.
+template <typename C>
+__device__ __forceinline__ void ck_block_welford(C& n, C& m, C& m2, C* sh) {
+  ck_warp_welford(n, m, m2);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
   if (lane == 0) { sh[warp] = n; sh[32 + warp] = m; sh[64 + warp] = m2; }
   __syncthreads();
@@ -769,16 +775,18 @@ __device__ __forceinline__ void ck_bn_finish(
   scale[c] = gamma ? tr::load(gamma[c]) * inv : inv;
 }
 
-// One block of 256 threads per channel c = blockIdx.x. Training: merges channel c's K Welford
-// partials (partial j at c*cs + j*ks: [C, K] from ck_bn_stats, cs = K, ks = 1; [K, C] from
-// ck_bn_stats_cl, cs = 1, ks = C) in a fixed order into the batch mean and biased variance, updates running_mean and
+// Channel c = blockIdx.x * blockDim.y + threadIdx.y: a block of 256 threads per channel (blockDim
+// (256, 1)), or a warp per channel where the partials are few (blockDim (32, 8)). Training: merges
+// channel c's K Welford partials (partial j at c*cs + j*ks: [C, K] from ck_bn_stats, cs = K,
+// ks = 1; [K, C] from ck_bn_stats_cl, cs = 1, ks = C) in a fixed order into the batch mean and
+// biased variance, updates running_mean and
 // running_var (unbiased) in place when given. Inference: takes the running statistics.
 // Writes save_mean, save_invstd and scale = gamma * invstd, each [C] of the accumulation type;
 // gamma, beta, running_mean, running_var: [C] of T or null.
 template <typename T>
 __global__ void __launch_bounds__(256, 1) ck_bn_finalize(
     const typename ck_traits<T>::acc* __restrict__ pn, const typename ck_traits<T>::acc* __restrict__ pm,
-    const typename ck_traits<T>::acc* __restrict__ pm2, long long K, long long cs, long long ks,
+    const typename ck_traits<T>::acc* __restrict__ pm2, long long K, long long cs, long long ks, long long C_,
     const T* __restrict__ gamma, T* __restrict__ running_mean, T* __restrict__ running_var,
     typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
     typename ck_traits<T>::acc* __restrict__ scale, int training,
@@ -786,14 +794,16 @@ __global__ void __launch_bounds__(256, 1) ck_bn_finalize(
   CK_PDL_WAIT();
   typedef typename ck_traits<T>::acc C;
   __shared__ C sh[96];
-  const int c = blockIdx.x;
+  const long long c = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+  if (c >= C_) return;   // (a whole warp: blockDim.x is 32 where blockDim.y > 1)
   C n = C(0), m = C(0), m2 = C(0);
   if (training) {
     for (long long i = threadIdx.x; i < K; i += blockDim.x) {
       const long long o = c * cs + i * ks;
       ck_welford_merge(n, m, m2, pn[o], pm[o], pm2[o]);
     }
-    ck_block_welford(n, m, m2, sh);
+    if (blockDim.x == 32) ck_warp_welford(n, m, m2);
+    else ck_block_welford(n, m, m2, sh);
   }
   if (threadIdx.x == 0)
     ck_bn_finish<T>(c, training, n, m, m2, gamma, running_mean, running_var, save_mean, save_invstd, scale, momentum, eps);
@@ -1050,23 +1060,25 @@ __device__ __forceinline__ void ck_bn_bwd_finish(
   kd[c] = -a * (sg / count);
 }
 
-// One block of 256 threads per channel c = blockIdx.x: sums channel c's K partials (partial j at
-// c*cs + j*ks, as ck_bn_finalize reads them) in a fixed order; writes dgamma[c] = sum(dy * xhat) (when dgamma), dbeta[c] = sum(dy) (T), and the
+// Channel c = blockIdx.x * blockDim.y + threadIdx.y, a block or a warp per channel as in
+// ck_bn_finalize: sums channel c's K partials (partial j at c*cs + j*ks, as ck_bn_finalize reads
+// them) in a fixed order; writes dgamma[c] = sum(dy * xhat) (when dgamma), dbeta[c] = sum(dy) (T), and the
 // coefficients of dx = ka*dy + kb*(x - mean) + kd into ka, kb, kd: [C] (acc). count = N*S.
 template <typename T>
 __global__ void __launch_bounds__(256, 1) ck_bn_bwd_finalize(
     const typename ck_traits<T>::acc* __restrict__ psg, const typename ck_traits<T>::acc* __restrict__ psgx,
-    long long K, long long cs, long long ks, const T* __restrict__ gamma,
+    long long K, long long cs, long long ks, long long C_, const T* __restrict__ gamma,
     const typename ck_traits<T>::acc* __restrict__ invstd, T* __restrict__ dgamma, T* __restrict__ dbeta,
     typename ck_traits<T>::acc* __restrict__ ka, typename ck_traits<T>::acc* __restrict__ kb,
     typename ck_traits<T>::acc* __restrict__ kd, typename ck_traits<T>::acc count) {
   CK_PDL_WAIT();
   typedef typename ck_traits<T>::acc C;
   __shared__ C red[64];
-  const int c = blockIdx.x;
+  const long long c = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+  if (c >= C_) return;   // (a whole warp: blockDim.x is 32 where blockDim.y > 1)
   C sg = C(0), sgx = C(0);
   for (long long i = threadIdx.x; i < K; i += blockDim.x) { sg += psg[c * cs + i * ks]; sgx += psgx[c * cs + i * ks]; }
-  ck_row_sum2(sg, sgx, red);
+  ck_row_sum2(sg, sgx, red);   // (a warp: its lanes' butterfly, no shared memory)
   if (threadIdx.x == 0) ck_bn_bwd_finish<T>(c, sg, sgx, gamma, invstd, dgamma, dbeta, ka, kb, kd, count);
 }
 
