@@ -8,6 +8,7 @@ or "assignment destination is read-only" -- or, worse, after another argument wa
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -188,6 +189,13 @@ def check_distinct(op: str, arrays: dict) -> None:
 
 
 def dense_order(shape, strides, itemsize: int):
+    """_dense_order, remembered per (shape, strides, itemsize): the elementwise calls on channels-last
+    activations ask it on every call."""
+    return _dense_order(tuple(shape), tuple(strides), itemsize)
+
+
+@functools.lru_cache(maxsize=1024)
+def _dense_order(shape: tuple, strides: tuple, itemsize: int):
     """The axes of an array of this shape and these byte strides from its slowest to its fastest in
     memory, when the array covers one gapless block of memory once (a C-contiguous array, or a
     permutation of one: a channels-last view, a transpose); None otherwise (broadcast, sliced,

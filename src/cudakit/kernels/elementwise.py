@@ -12,6 +12,8 @@ elements) over up to 8 collapsed dimensions.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import profiler
@@ -317,7 +319,7 @@ def fast(op: str, vals: tuple, ndarray, p: float = 0.0):
     host-time-critical path of a tiny op: no policy objects, one native launch."""
     x0 = vals[0]
     if not x0._c_contiguous:
-        return None
+        return _fast_dense(op, vals, ndarray, p)
     dt, shape, dev = x0.dtype, x0.shape, x0.data.device_id
     ptrs = (x0.data.ptr,)
     if len(vals) == 2:
@@ -332,6 +334,36 @@ def fast(op: str, vals: tuple, ndarray, p: float = 0.0):
     out = ndarray(shape, dt)
     n = out.size
     return out if n == 0 else _launch_contig(op, vals, ptrs, out, n, dev, p)
+
+
+def _fast_dense(op: str, vals: tuple, ndarray, p: float):
+    """fast() for inputs of one dtype, shape and strides that cover their memory densely but not
+    C-contiguously (channels-last activations): the result in that layout, the contiguous kernel
+    over the flat memory; None otherwise."""
+    from ..backends.checks import dense_order
+    x0 = vals[0]
+    dt, shape, st, dev = x0.dtype, x0.shape, x0.strides, x0.data.device_id
+    for x in vals[1:]:
+        if x.dtype != dt or x.shape != shape or x.strides != st or x.data.device_id != dev:
+            return None
+    if _stream is None:
+        _first_use()
+    if dt not in _VEC or dev != _get_device():
+        return None
+    order = dense_order(shape, st, x0.itemsize)
+    if order is None:
+        return None
+    out = ndarray(tuple(shape[a] for a in order), dt).transpose(_inverse(order))
+    return _launch_contig(op, vals, tuple(x.data.ptr for x in vals), out, out.size, dev, p)
+
+
+@functools.lru_cache(maxsize=256)
+def _inverse(order: tuple) -> tuple:
+    """The axes that undo the permutation `order`."""
+    inv = [0] * len(order)
+    for i, a in enumerate(order):
+        inv[a] = i
+    return tuple(inv)
 
 
 def _first_use():
