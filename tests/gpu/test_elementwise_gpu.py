@@ -76,6 +76,19 @@ def test_results_keep_a_dense_layout(dtype, rng):
         assert_same(r.get(), want)
     t = _dev(a, dtype).transpose(3, 1, 0, 2)
     assert cudakit.relu(t).strides == t.strides
+    # out= in the same layout, in place, and a shifted view of the input (computed through a temporary)
+    out = cp.ascontiguousarray(cl[1].transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    assert cudakit.add(cl[0], cl[1], out=out) is out
+    assert_same(out.get(), reference("add", a, b, dtype=dtype))
+    inplace = cp.ascontiguousarray(cl[0].transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    cudakit.relu(inplace, out=inplace)
+    assert_same(inplace.get(), reference("relu", a, dtype=dtype))
+    flat = cp.ascontiguousarray(cl[0].transpose(0, 2, 3, 1)).reshape(-1)
+    src = flat[:-16].reshape(3, 9, 7, 16)   # out one pixel (16 channels) further on in the same memory:
+    dst = flat[16:].reshape(3, 9, 7, 16)    # it overlaps the input without being the same view
+    want_shift = reference("relu", src.get(), dtype=dtype)
+    cudakit.relu(src.transpose(0, 3, 1, 2), out=dst.transpose(0, 3, 1, 2))
+    assert_same(dst.get(), want_shift)
     un = cp.empty(a.size + 1, np_dtype(dtype))[1:].reshape(3, 9, 7, 16)   # one element off alignment
     un[...] = cl[0].transpose(0, 2, 3, 1)
     assert_same(cudakit.relu(un.transpose(0, 3, 1, 2)).get(), reference("relu", a, dtype=dtype))

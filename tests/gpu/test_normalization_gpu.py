@@ -298,6 +298,24 @@ def test_batch_norm_channel_vectors_equal_single_elements(dtype, rng):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max(), err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape,channels_last", [((6000, 20), False), ((8, 64, 17, 19), True),
+                                                 ((257, 2204, 4, 4), False)])
+def test_batch_norm_inference_past_the_one_launch_size(shape, channels_last, dtype, rng, cuda_be):
+    """Inference with the running statistics through the three-launch path: the finalize kernel's
+    warp-a-channel mode without partials, and the channel-vector apply of channels-last rows."""
+    c = shape[1]
+    x = _data(rng, shape, dtype, loc=1.0)
+    gamma, beta = _data(rng, c, dtype), _data(rng, c, dtype)
+    rm, rv = _data(rng, c, dtype), ref.cast(np.abs(_data(rng, c, dtype)) + 0.5, dtype)
+    xd = _channels_last(cp.asarray(x)) if channels_last else cp.asarray(x)
+    y = cuda_be.batch_norm(xd, _dev(gamma), _dev(beta), _dev(rm), _dev(rv))
+    assert y.strides == xd.strides
+    shp = (1, c) + (1,) * (len(shape) - 2)
+    want = (ref.f64(x) - ref.f64(rm).reshape(shp)) / np.sqrt(ref.f64(rv).reshape(shp) + 1e-5)
+    ref.assert_close(y.get(), want * ref.f64(gamma).reshape(shp) + ref.f64(beta).reshape(shp), dtype, "y")
+
+
 def test_batch_norm_grads_are_bitwise_deterministic(rng):
     nk = _nk()
     x = cp.asarray(_data(rng, (16, 32, 40, 40), "float32"))

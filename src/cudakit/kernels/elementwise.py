@@ -4,8 +4,9 @@ sigmoid, tanh, silu, gelu (tanh approximation and exact erf) and the backward of
 computed from the activation's input: act_backward(grad_out, x) = grad_out * act'(x).
 
 Contiguous inputs take `ck_ew*_contig` (so do inputs and out that share one dense, non-C layout,
-such as channels-last views: the op runs over their flat memory): 16-byte vector loads and stores when every pointer is
-16-byte aligned (V = 16 / itemsize elements per access), a grid-stride loop, 64-bit indices.
+such as channels-last views: the op runs over their flat memory): 16-byte vector loads and stores
+when every pointer is 16-byte aligned (V = 16 / itemsize elements per access), a grid-stride loop,
+64-bit indices.
 Memory traffic: (inputs + 1) * n * itemsize bytes; no arithmetic worth counting.
 Broadcast or strided inputs take `ck_ew*_strided`, which honours per-operand strides (in
 elements) over up to 8 collapsed dimensions.
@@ -407,7 +408,8 @@ def run(op: str, inputs: tuple, out, p: float = 0.0):
     cp = _cupy.loaded_cupy()
     dev = out.data.device_id
     shape = out.shape
-    if out._c_contiguous and all(x._c_contiguous and x.shape == shape for x in inputs) or _same_dense(inputs, out):
+    if (out._c_contiguous and all(x._c_contiguous and x.shape == shape for x in inputs)
+            or _same_dense(inputs, out)):
         if _stream is None:
             _first_use()
         return _launch_contig(op, inputs, tuple(x.data.ptr for x in inputs), out, n, dev, float(p))

@@ -371,7 +371,9 @@ def _bn_small(n: int, c: int, s: int) -> bool:
 
 
 def _finalize_launch(c: int, k: int) -> tuple:
-    """(grid, block) of ck_bn_finalize / ck_bn_bwd_finalize for c channels of k partials each."""
+    """(grid, block) of ck_bn_finalize / ck_bn_bwd_finalize for c channels of k partials each. A block
+    a channel must have a grid of exactly c blocks: the kernels return before their block's
+    __syncthreads where a channel is past c, which only a whole warp of the warp mode may do."""
     if k <= BN_WARP_PARTIALS:
         return (-(-c // 8), 1, 1), (32, 8, 1)
     return (c, 1, 1), (256, 1, 1)
