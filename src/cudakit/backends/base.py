@@ -20,8 +20,8 @@ from .linalg_api import LinalgOps
 from .normalization_api import NormalizationOps
 from .reduction_api import ReductionOps
 from .softmax_api import SoftmaxOps
-from .checks import (check_size, check_writeable, dense_order, finite_scalar, float_scalar, require_array,
-                     require_out_array)
+from .checks import (check_size, check_writeable, dense_order, empty_in_order, finite_scalar, float_scalar,
+                     require_array, require_out_array)
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _supported: dict = {}  # np.dtype -> name; dtype hashing is cheap, dtype.name is not
@@ -217,7 +217,7 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
         order = dense_order(shape, st, x0.itemsize)
         if order is None:
             return self.empty(shape, dtype)
-        return self.empty(tuple(shape[a] for a in order), dtype).transpose(tuple(np.argsort(order)))
+        return empty_in_order(self.empty, shape, dtype, order)
 
     def _elementwise_op(self, op: str, named: dict, out, p: float = 0.0):
         if op in _SCALAR_FORMS:

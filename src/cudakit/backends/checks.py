@@ -218,3 +218,18 @@ def _dense_order(shape: tuple, strides: tuple, itemsize: int):
     for a in range(nd):   # each size-1 axis stays at its index; the others fill the rest in memory order
         out.append(a if shape[a] == 1 else next(it))
     return tuple(out)
+
+
+def empty_in_order(empty, shape, dtype, order: tuple):
+    """A new array of `shape` whose memory holds its axes in `order` (dense_order's, slowest
+    first): empty(the permuted shape, dtype), seen through the inverse permutation."""
+    return empty(tuple(shape[a] for a in order), dtype).transpose(_inverse(order))
+
+
+@functools.lru_cache(maxsize=256)
+def _inverse(order: tuple) -> tuple:
+    """The axes that undo the permutation `order`."""
+    inv = [0] * len(order)
+    for i, a in enumerate(order):
+        inv[a] = i
+    return tuple(inv)

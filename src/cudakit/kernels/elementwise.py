@@ -13,11 +13,10 @@ elements) over up to 8 collapsed dimensions.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .. import profiler
+from ..backends.checks import dense_order, empty_in_order
 from ..errors import LaunchError  # noqa: F401  (raised from run)
 from ..runtime import _cupy, launch as _launch
 from ..runtime import compiler as _compiler
@@ -341,7 +340,6 @@ def _fast_dense(op: str, vals: tuple, ndarray, p: float):
     """fast() for inputs of one dtype, shape and strides that cover their memory densely but not
     C-contiguously (channels-last activations): the result in that layout, the contiguous kernel
     over the flat memory; None otherwise."""
-    from ..backends.checks import dense_order
     x0 = vals[0]
     dt, shape, st, dev = x0.dtype, x0.shape, x0.strides, x0.data.device_id
     for x in vals[1:]:
@@ -354,17 +352,8 @@ def _fast_dense(op: str, vals: tuple, ndarray, p: float):
     order = dense_order(shape, st, x0.itemsize)
     if order is None:
         return None
-    out = ndarray(tuple(shape[a] for a in order), dt).transpose(_inverse(order))
+    out = empty_in_order(ndarray, shape, dt, order)
     return _launch_contig(op, vals, tuple(x.data.ptr for x in vals), out, out.size, dev, p)
-
-
-@functools.lru_cache(maxsize=256)
-def _inverse(order: tuple) -> tuple:
-    """The axes that undo the permutation `order`."""
-    inv = [0] * len(order)
-    for i, a in enumerate(order):
-        inv[a] = i
-    return tuple(inv)
 
 
 def _first_use():
@@ -430,7 +419,6 @@ def _same_dense(inputs: tuple, out) -> bool:
     """Every input has out's shape and strides, and out covers one gapless block of memory (a
     channels-last view, a transpose): the op runs over the flat memory, element i of each operand
     at the same offset, as the contiguous kernels do."""
-    from ..backends.checks import dense_order
     st = out.strides
     return all(x.shape == out.shape and x.strides == st for x in inputs) and \
         dense_order(out.shape, st, out.itemsize) is not None

@@ -383,15 +383,22 @@ def _apply_grid(gx: int, n: int, by: int):
     return (gx, max(1, min(-(-n // (by * 4)), 65535)), 1)
 
 
+def _bn_vec(s: int, dt: str, arrays) -> int:
+    """Elements a vector of one channel's S holds: the 16-byte width where it divides S and every
+    array is 16-byte aligned, else 1."""
+    v = vec_width(dt)
+    return v if not s % v and not any(a.data.ptr % 16 for a in arrays) else 1
+
+
 def _bn_vectors(n: int, c: int, s: int, dt: str, arrays) -> tuple:
     """(V, lanes, vector columns, vectors a channel holds) of the batch-norm launches on [n, c*s]:
     V channels a vector (lanes: the channels-last kernels) where S == 1 and V divides C, a
-    channel's V adjacent elements where V divides S; single elements otherwise or unaligned."""
+    channel's V adjacent elements where V divides S (_bn_vec); single elements otherwise or unaligned."""
     v = vec_width(dt)
-    if any(a.data.ptr % 16 for a in arrays) or (s % v and (s != 1 or c % v)):
-        v = 1
-    lanes = v > 1 and s == 1
-    return v, lanes, c * s // v, (0 if lanes else s // v)
+    if s == 1 and v > 1 and not c % v and not any(a.data.ptr % 16 for a in arrays):
+        return v, True, c // v, 0
+    v = _bn_vec(s, dt, arrays)
+    return v, False, c * s // v, s // v
 
 
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool, momentum: float,
@@ -415,7 +422,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
         return y, save_mean, save_invstd
     a = _acc_scalar
     if x.size and _bn_small(n, c, s):   # one launch: statistics, running statistics and y per channel block
-        v = vec_width(dt) if not s % vec_width(dt) and not (x.data.ptr % 16 or y.data.ptr % 16) else 1
+        v = _bn_vec(s, dt, (x, y))
         _launch(f"ck_bn_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
                 (x, y, _ptr(gamma), _ptr(beta), _ptr(running_mean), _ptr(running_var), save_mean, save_invstd,
                  np.int64(n), np.int64(c), np.int64(s // v), np.int32(bool(training)), a(x, momentum), a(x, eps)))
@@ -461,8 +468,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
     if c == 0:
         return dx, dgamma, dbeta
     if x.size and _bn_small(n, c, s):   # one launch: the channel sums, dgamma, dbeta and dx per channel block
-        aligned = not any(a.data.ptr % 16 for a in (dy, x, dx))
-        v = vec_width(dt) if not s % vec_width(dt) and aligned else 1
+        v = _bn_vec(s, dt, (dy, x, dx))
         _launch(f"ck_bn_bwd_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
                 (dy, x, dx, _ptr(gamma), save_mean, save_invstd, _ptr(dgamma), dbeta,
                  np.int64(n), np.int64(c), np.int64(s // v)))
