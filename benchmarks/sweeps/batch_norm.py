@@ -12,7 +12,7 @@ import sys
 
 import cupy as cp
 import torch
-from _medians import medians
+from _passes import time_passes
 from _results import dump_rows
 
 import cudakit
@@ -47,26 +47,12 @@ def run(shape, dtype, cl):
     tdx = tbwd()[0]
     derr = float(cp.abs(dx.astype(cp.float32) - cp.from_dlpack(tdx).astype(cp.float32)).max())
     cl_out = bool(len(shape) == 4 and y.strides[1] == y.itemsize and dx.strides[1] == dx.itemsize)
-    big = x.nbytes
-    src, dst = cp.empty(big, cp.uint8), cp.empty(big, cp.uint8)   # the anchor: a device copy of x's bytes
-    copy = lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, big, 3,  # noqa: E731
-                                               cp.cuda.get_current_stream().ptr)
-    sizes = {"fwd": 3 * big, "bwd": 5 * big}
-    for pas, ours, theirs in (("fwd", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5), tf),
-                              ("bwd", lambda: cudakit.batch_norm_backward(g, x, w, sm, si), tbwd)):
-        m = medians({"cudakit": ours, "torch": theirs, "copy": copy})
-        if "cudakit" not in m or "torch" not in m:
-            continue
-        name = f"{'x'.join(map(str, shape))} {'cl' if cl else 'nchw'} {dtype}"
-        gbs = sizes[pas] / m["cudakit"] / 1e6
-        rows.append({"case": name, "pass": pas, "tree": tag, "cudakit_ms": round(m["cudakit"], 4),
-                     "torch_ms": round(m["torch"], 4), "x_torch": round(m["torch"] / m["cudakit"], 3),
-                     "cudakit_gbs": round(gbs), "copy_gbs": round(2 * big / m.get("copy", float("nan")) / 1e6),
-                     "output_channels_last": cl_out, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr})
-        print(f"VARIANT {tag} {name:<30} {pas} cudakit {m['cudakit']:8.4f} ms torch {m['torch']:8.4f} ms "
-              f"x torch {m['torch'] / m['cudakit']:6.3f} {gbs:6.0f} GB/s (copy {2 * big / m['copy'] / 1e6:5.0f}) "
-              f"out {'cl' if cl_out else 'nchw'} err {err:.3g} {derr:.3g}", flush=True)
-
+    name = f"{'x'.join(map(str, shape))} {'cl' if cl else 'nchw'} {dtype}"
+    time_passes(rows, tag, name, 30, x.nbytes,
+                (("fwd", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5), tf, 3 * x.nbytes),
+                 ("bwd", lambda: cudakit.batch_norm_backward(g, x, w, sm, si), tbwd, 5 * x.nbytes)),
+                {"output_channels_last": cl_out, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
+                f"out {'cl' if cl_out else 'nchw'} err {err:.3g} {derr:.3g}")
 
 for shape in CASES:
     for dtype in ("bfloat16", "float32"):

@@ -15,7 +15,7 @@ import sys
 
 import cupy as cp
 import torch
-from _medians import medians
+from _passes import time_passes
 from _results import dump_rows
 
 import cudakit
@@ -64,25 +64,11 @@ def run(kind, n, c, hw, ks, st, pad, dtype, cl):
     err = float(cp.abs(y.astype(cp.float32) - cp.from_dlpack(ty).astype(cp.float32)).max())
     cl_out = bool(y.strides[1] == y.itemsize)
     big, small = n * c * hw * hw * ITEM[dtype], n * c * ho * ho * ITEM[dtype]
-    src, dst = cp.empty(big, cp.uint8), cp.empty(big, cp.uint8)   # the anchor: a device copy of x's bytes
-    copy = lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, big, 3,  # noqa: E731
-                                               cp.cuda.get_current_stream().ptr)
-    sizes = {"fwd": big + small, "bwd": small + big + (big if kind == "max" else 0)}
-    for pas, ours, theirs in (("fwd", lambda: fwd(x, ks, st, pad), lambda: tf(tx, ks, st, pad)),
-                              ("bwd", lambda: bwd(g, x, ks, st, pad), tb)):
-        m = medians({"cudakit": ours, "torch": theirs, "copy": copy})
-        if "cudakit" not in m or "torch" not in m:
-            continue
-        name = f"{kind}{ks}s{st}p{pad} {n}x{c}x{hw}x{hw} {'cl' if cl else 'nchw'} {dtype}"
-        gbs = sizes[pas] / m["cudakit"] / 1e6
-        rows.append({"case": name, "pass": pas, "tree": tag, "cudakit_ms": round(m["cudakit"], 4),
-                     "torch_ms": round(m["torch"], 4), "x_torch": round(m["torch"] / m["cudakit"], 3),
-                     "cudakit_gbs": round(gbs), "copy_gbs": round(2 * big / m.get("copy", float("nan")) / 1e6),
-                     "output_channels_last": cl_out, "max_abs_vs_torch": err})
-        print(f"VARIANT {tag} {name:<44} {pas} cudakit {m['cudakit']:8.4f} ms torch {m['torch']:8.4f} ms "
-              f"x torch {m['torch'] / m['cudakit']:6.3f} {gbs:6.0f} GB/s (copy {2 * big / m['copy'] / 1e6:5.0f}) "
-              f"out {'cl' if cl_out else 'nchw'}", flush=True)
-
+    name = f"{kind}{ks}s{st}p{pad} {n}x{c}x{hw}x{hw} {'cl' if cl else 'nchw'} {dtype}"
+    time_passes(rows, tag, name, 44, big,
+                (("fwd", lambda: fwd(x, ks, st, pad), lambda: tf(tx, ks, st, pad), big + small),
+                 ("bwd", lambda: bwd(g, x, ks, st, pad), tb, small + big + (big if kind == "max" else 0))),
+                {"output_channels_last": cl_out, "max_abs_vs_torch": err}, f"out {'cl' if cl_out else 'nchw'}")
 
 for case in CASES:
     for dtype in ("bfloat16", "float32"):
