@@ -188,36 +188,24 @@ def check_distinct(op: str, arrays: dict) -> None:
                                 f"must be a separate one")
 
 
-def dense_order(shape, strides, itemsize: int):
-    """_dense_order, remembered per (shape, strides, itemsize): the elementwise calls on channels-last
-    activations ask it on every call."""
-    return _dense_order(tuple(shape), tuple(strides), itemsize)
-
-
 @functools.lru_cache(maxsize=1024)
-def _dense_order(shape: tuple, strides: tuple, itemsize: int):
+def dense_order(shape: tuple, strides: tuple, itemsize: int):
     """The axes of an array of this shape and these byte strides from its slowest to its fastest in
     memory, when the array covers one gapless block of memory once (a C-contiguous array, or a
     permutation of one: a channels-last view, a transpose); None otherwise (broadcast, sliced,
-    negative strides). Size-1 axes, whose strides mean nothing, keep their place in C order."""
-    nd = len(shape)
+    negative strides). Size-1 axes, whose strides mean nothing, keep their place in C order.
+    Remembered per (shape, strides, itemsize): the elementwise calls on channels-last activations
+    ask it on every call."""
     if 0 in shape:
         return None
-    order = sorted(range(nd), key=lambda a: (-strides[a] if shape[a] != 1 else 0, a))
-    # size-1 axes sorted to the front by key 0 would move them; place them where C order has them instead
-    big = [a for a in order if shape[a] != 1]
+    big = sorted((a for a in range(len(shape)) if shape[a] != 1), key=lambda a: -strides[a])
     expect = itemsize
     for a in reversed(big):
         if strides[a] != expect:
             return None
         expect *= shape[a]
-    ones = [a for a in range(nd) if shape[a] == 1]
-    if not ones:
-        return tuple(big)
-    out, it = [], iter(big)
-    for a in range(nd):   # each size-1 axis stays at its index; the others fill the rest in memory order
-        out.append(a if shape[a] == 1 else next(it))
-    return tuple(out)
+    it = iter(big)   # each size-1 axis stays at its index; the others fill the rest in memory order
+    return tuple(a if shape[a] == 1 else next(it) for a in range(len(shape)))
 
 
 def empty_in_order(empty, shape, dtype, order: tuple):
