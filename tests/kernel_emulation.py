@@ -26,6 +26,7 @@ struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };
 static ck_dim3 blockIdx, threadIdx, blockDim, gridDim;
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(unsigned long long i) { double d; std::memcpy(&d, &i, 8); return d; }
 static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
 // CK_EMULATE(grid x, grid y, block x, call): the call once per thread of the grid, in order

@@ -2,6 +2,10 @@
 struct __align__(2) ck_half { unsigned short bits; };
 struct __align__(2) ck_bf16 { unsigned short bits; };
 
+// -inf of an accumulation type (the start of a max): ck_ninf(C(0)).
+__device__ __forceinline__ float ck_ninf(float) { return __int_as_float(0xff800000); }
+__device__ __forceinline__ double ck_ninf(double) { return __longlong_as_double(0xfff0000000000000ULL); }
+
 template <typename T> struct ck_traits;
 template <> struct ck_traits<float> {
   typedef float acc;

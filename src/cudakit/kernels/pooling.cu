@@ -34,6 +34,18 @@ struct ck_pool_cover {
   }
 };
 
+// The stride cell of window (oh, ow), which the non-overlapping backward writes whole: rows
+// [i0, i1), columns [j0, j1) of x from the window's top-left (h0, w0) (possibly negative) on; the
+// last row and column of cells reach to the plane's edge.
+struct ck_pool_cell {
+  int h0, w0, i0, i1, j0, j1;
+  __device__ __forceinline__ ck_pool_cell(const ck_pool_geo& g, int oh, int ow) {
+    h0 = oh * g.sh - g.ph; w0 = ow * g.sw - g.pw;
+    i0 = max(0, h0); i1 = oh == g.ho - 1 ? g.h : min(g.h, h0 + g.sh);
+    j0 = max(0, w0); j1 = ow == g.wo - 1 ? g.w : min(g.w, w0 + g.sw);
+  }
+};
+
 // The max rule of every kernel here: with bv the best so far (-inf before the first tap) and best
 // its tap (the window's first in-bounds tap before any is taken), v takes over when bv is not NaN
 // and v is NaN or larger - so the first NaN wins, else the first largest, else (a window of -inf)
@@ -52,7 +64,7 @@ __device__ __forceinline__ void ck_pool_argmax(const T* __restrict__ x, long lon
   const ck_pool_win b(g, oh, ow);
   A bv[P];
 #pragma unroll
-  for (int k = 0; k < P; ++k) { best[k] = b.i0 * g.s + b.j0; bv[k] = A(-__int_as_float(0x7f800000)); }
+  for (int k = 0; k < P; ++k) { best[k] = b.i0 * g.s + b.j0; bv[k] = ck_ninf(A(0)); }
   for (int i = b.i0; i < b.i1; ++i) {
     for (int j = b.j0; j < b.j1; ++j) {
       const T* xt = x + (long long)(b.h0 + i) * g.w + (b.w0 + j);
@@ -100,7 +112,7 @@ __global__ void __launch_bounds__(256) ck_pool2d(const T* __restrict__ x, T* __r
   const T* xp = x + t.p0 * hw;
   A m[P];
 #pragma unroll
-  for (int k = 0; k < P; ++k) m[k] = AVG ? A(0) : A(-__int_as_float(0x7f800000));
+  for (int k = 0; k < P; ++k) m[k] = AVG ? A(0) : ck_ninf(A(0));
   for (int i = b.i0; i < b.i1; ++i) {
     for (int j = b.j0; j < b.j1; ++j) {
       const T* xt = xp + (long long)(b.h0 + i) * g.w + (b.w0 + j);
@@ -135,15 +147,14 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward(const T* __restrict__ 
   if (t.np <= 0) return;
   const int ih = t.e / g.w, iw = t.e - ih * g.w;
   const ck_pool_cover cover(g, ih, iw);
-  const int oh0 = cover.oh0, oh1 = cover.oh1, ow0 = cover.ow0, ow1 = cover.ow1;
   const long long hw = (long long)g.h * g.w, per = (long long)g.ho * g.wo;
   const T* xp = x + t.p0 * hw;
   const T* gp = gy + t.p0 * per;
   A acc[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) acc[k] = A(0);
-  for (int oh = oh0; oh <= oh1; ++oh) {
-    for (int ow = ow0; ow <= ow1; ++ow) {
+  for (int oh = cover.oh0; oh <= cover.oh1; ++oh) {
+    for (int ow = cover.ow0; ow <= cover.ow1; ++ow) {
       int best[P];
       if (!AVG) ck_pool_argmax<T, P>(xp, hw, t.np, g, oh, ow, best);
       const int tap = ck_pool_cover::tap(g, ih, iw, oh, ow);
@@ -174,9 +185,7 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_cells(const T* __restr
   const ck_pool_slot t(per, planes, P);
   if (t.np <= 0) return;
   const int oh = t.e / g.wo, ow = t.e - oh * g.wo;
-  const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
-  const int i0 = max(0, h0), i1 = oh == g.ho - 1 ? g.h : min(g.h, h0 + g.sh);
-  const int j0 = max(0, w0), j1 = ow == g.wo - 1 ? g.w : min(g.w, w0 + g.sw);
+  const ck_pool_cell cell(g, oh, ow);
   const long long hw = (long long)g.h * g.w;
   const T zero = tr::store(A(0));
   T share[P];
@@ -188,10 +197,10 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_cells(const T* __restr
   int best[P];
   if (!AVG) ck_pool_argmax<T, P>(x + t.p0 * hw, hw, t.np, g, oh, ow, best);
   T* gp = gx + t.p0 * hw;
-  for (int ih = i0; ih < i1; ++ih) {
-    const int i = ih - h0;
-    for (int iw = j0; iw < j1; ++iw) {
-      const int j = iw - w0;
+  for (int ih = cell.i0; ih < cell.i1; ++ih) {
+    const int i = ih - cell.h0;
+    for (int iw = cell.j0; iw < cell.j1; ++iw) {
+      const int j = iw - cell.w0;
       const bool in = i < g.r && j < g.s;
 #pragma unroll
       for (int k = 0; k < P; ++k)
@@ -239,7 +248,6 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_idx(const unsigned cha
   if (t.np <= 0) return;
   const int ih = t.e / g.w, iw = t.e - ih * g.w;
   const ck_pool_cover cover(g, ih, iw);
-  const int oh0 = cover.oh0, oh1 = cover.oh1, ow0 = cover.ow0, ow1 = cover.ow1;
   const long long hw = (long long)g.h * g.w, per = (long long)g.ho * g.wo;
   const unsigned char* ip = idx + t.p0 * per;
   const T* gp = gy + t.p0 * per;
@@ -248,8 +256,8 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_idx(const unsigned cha
   for (int k = 0; k < P; ++k) acc[k] = A(0);
   // 2 x 2 windows at a time, their bytes and gradients loaded before any is used (one window at a
   // time, each gradient's load waited on its byte's: a chain of dependent loads a thread)
-  for (int oh = oh0; oh <= oh1; oh += 2) {
-    for (int ow = ow0; ow <= ow1; ow += 2) {
+  for (int oh = cover.oh0; oh <= cover.oh1; oh += 2) {
+    for (int ow = cover.ow0; ow <= cover.ow1; ow += 2) {
       bool ok[4];
       int tap[4];
       unsigned char wi[4][P];
@@ -257,7 +265,7 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_idx(const unsigned cha
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int wh = oh + (q >> 1), ww = ow + (q & 1);
-        ok[q] = wh <= oh1 && ww <= ow1;
+        ok[q] = wh <= cover.oh1 && ww <= cover.ow1;
         tap[q] = ck_pool_cover::tap(g, ih, iw, wh, ww);
         const int o = wh * g.wo + ww;
 #pragma unroll
@@ -308,19 +316,17 @@ __device__ __forceinline__ void ck_pool_store_cl(T* p, A (&acc)[V], const ck_poo
   ck_pool_vec<T, V>::store(p, out);
 }
 
-// The thread's (position q, first channel c) in the channels-last flat grid; false past the end.
-__device__ __forceinline__ bool ck_pool_cl_slot(int total, int cv, int V, int& q, int& c) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= total) return false;
-  q = t / cv;
-  c = (t - q * cv) * V;
-  return true;
-}
-
-// (n, row, col) of flat position q of an (N, rows, cols) grid.
-struct ck_pool_pos {
-  int n, row, col;
-  __device__ __forceinline__ ck_pool_pos(int q, int rows, int cols) {
+// The thread's place in the channels-last flat grid: flat position q of an (N, rows, cols) grid,
+// (n, row, col), its first channel c of C = cv * V; ok false past the end of total threads.
+struct ck_pool_cl_at {
+  int q, c, C, n, row, col;
+  bool ok;
+  __device__ __forceinline__ ck_pool_cl_at(int total, int cv, int V, int rows, int cols) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    ok = t < total;
+    q = t / cv;
+    c = (t - q * cv) * V;
+    C = cv * V;
     const int rq = q / cols;
     col = q - rq * cols;
     n = rq / rows;
@@ -338,7 +344,7 @@ __device__ __forceinline__ void ck_pool_argmax_cl(const T* __restrict__ xn, int 
   const ck_pool_win b(g, oh, ow);
   A bv[V];
 #pragma unroll
-  for (int l = 0; l < V; ++l) { best[l] = b.i0 * g.s + b.j0; bv[l] = A(-__int_as_float(0x7f800000)); }
+  for (int l = 0; l < V; ++l) { best[l] = b.i0 * g.s + b.j0; bv[l] = ck_ninf(A(0)); }
   for (int i = b.i0; i < b.i1; ++i) {
     for (int j = b.j0; j < b.j1; ++j) {
       const ck_pack<T, V> p = ck_pool_vec<T, V>::load(xn + ((long long)(b.h0 + i) * g.w + (b.w0 + j)) * C);
@@ -360,16 +366,15 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl(const T* __restrict__ x, T* 
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
-  int q, c;
-  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
-  const int C = cv * V;
-  const ck_pool_pos at(q, g.ho, g.wo);
+  const ck_pool_cl_at at(total, cv, V, g.ho, g.wo);
+  if (!at.ok) return;
+  const int q = at.q, c = at.c, C = at.C;
   const int n = at.n, oh = at.row, ow = at.col;
   const ck_pool_win b(g, oh, ow);
   const T* xn = x + (long long)n * g.h * g.w * C + c;
   A m[V];
 #pragma unroll
-  for (int l = 0; l < V; ++l) m[l] = AVG ? A(0) : A(-__int_as_float(0x7f800000));
+  for (int l = 0; l < V; ++l) m[l] = AVG ? A(0) : ck_ninf(A(0));
   for (int i = b.i0; i < b.i1; ++i) {
     for (int j = b.j0; j < b.j1; ++j) {
       const ck_pack<T, V> p = ck_pool_vec<T, V>::load(xn + ((long long)(b.h0 + i) * g.w + (b.w0 + j)) * C);
@@ -392,20 +397,18 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward(const T* __restrict
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
-  int q, c;
-  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
-  const int C = cv * V;
-  const ck_pool_pos at(q, g.h, g.w);
+  const ck_pool_cl_at at(total, cv, V, g.h, g.w);
+  if (!at.ok) return;
+  const int q = at.q, c = at.c, C = at.C;
   const int n = at.n, ih = at.row, iw = at.col;
   const ck_pool_cover cover(g, ih, iw);
-  const int oh0 = cover.oh0, oh1 = cover.oh1, ow0 = cover.ow0, ow1 = cover.ow1;
   const T* xn = x + (long long)n * g.h * g.w * C + c;
   const T* gn = gy + (long long)n * g.ho * g.wo * C + c;
   A acc[V];
 #pragma unroll
   for (int l = 0; l < V; ++l) acc[l] = A(0);
-  for (int oh = oh0; oh <= oh1; ++oh) {
-    for (int ow = ow0; ow <= ow1; ++ow) {
+  for (int oh = cover.oh0; oh <= cover.oh1; ++oh) {
+    for (int ow = cover.ow0; ow <= cover.ow1; ++ow) {
       int best[V];
       if (!AVG) ck_pool_argmax_cl<T, V>(xn, C, g, oh, ow, best);
       const int tap = ck_pool_cover::tap(g, ih, iw, oh, ow);
@@ -428,14 +431,11 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_cells(const T* __re
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
-  int q, c;
-  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
-  const int C = cv * V;
-  const ck_pool_pos at(q, g.ho, g.wo);
+  const ck_pool_cl_at at(total, cv, V, g.ho, g.wo);
+  if (!at.ok) return;
+  const int q = at.q, c = at.c, C = at.C;
   const int n = at.n, oh = at.row, ow = at.col;
-  const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
-  const int i0 = max(0, h0), i1 = oh == g.ho - 1 ? g.h : min(g.h, h0 + g.sh);
-  const int j0 = max(0, w0), j1 = ow == g.wo - 1 ? g.w : min(g.w, w0 + g.sw);
+  const ck_pool_cell cell(g, oh, ow);
   const T* xn = x + (long long)n * g.h * g.w * C + c;
   T* gn = gx + (long long)n * g.h * g.w * C + c;
   const ck_pack<T, V> gv = ck_pool_vec<T, V>::load(gy + (long long)q * C + c);
@@ -447,10 +447,10 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_cells(const T* __re
   }
   int best[V];
   if (!AVG) ck_pool_argmax_cl<T, V>(xn, C, g, oh, ow, best);
-  for (int ih = i0; ih < i1; ++ih) {
-    const int i = ih - h0;
-    for (int iw = j0; iw < j1; ++iw) {
-      const int j = iw - w0;
+  for (int ih = cell.i0; ih < cell.i1; ++ih) {
+    const int i = ih - cell.h0;
+    for (int iw = cell.j0; iw < cell.j1; ++iw) {
+      const int j = iw - cell.w0;
       const bool in = i < g.r && j < g.s;
       ck_pack<T, V> out;
 #pragma unroll
@@ -468,10 +468,9 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_argmax(const T* __restrict__
                                                            int total, int cv, CK_POOL_GEO_ARGS) {
   CK_PDL_WAIT();
   CK_POOL_GEO;
-  int q, c;
-  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
-  const int C = cv * V;
-  const ck_pool_pos at(q, g.ho, g.wo);
+  const ck_pool_cl_at at(total, cv, V, g.ho, g.wo);
+  if (!at.ok) return;
+  const int q = at.q, c = at.c, C = at.C;
   const int n = at.n, oh = at.row, ow = at.col;
   int best[V];
   ck_pool_argmax_cl<T, V>(x + (long long)n * g.h * g.w * C + c, C, g, oh, ow, best);
@@ -488,20 +487,18 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_idx(const unsigned 
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
-  int q, c;
-  if (!ck_pool_cl_slot(total, cv, V, q, c)) return;
-  const int C = cv * V;
-  const ck_pool_pos at(q, g.h, g.w);
+  const ck_pool_cl_at at(total, cv, V, g.h, g.w);
+  if (!at.ok) return;
+  const int q = at.q, c = at.c, C = at.C;
   const int n = at.n, ih = at.row, iw = at.col;
   const ck_pool_cover cover(g, ih, iw);
-  const int oh0 = cover.oh0, oh1 = cover.oh1, ow0 = cover.ow0, ow1 = cover.ow1;
   const long long base = (long long)n * g.ho * g.wo * C + c;
   A acc[V];
 #pragma unroll
   for (int l = 0; l < V; ++l) acc[l] = A(0);
   // 2 x 2 windows at a time, their loads before any use (as ck_pool2d_backward_idx)
-  for (int oh = oh0; oh <= oh1; oh += 2) {
-    for (int ow = ow0; ow <= ow1; ow += 2) {
+  for (int oh = cover.oh0; oh <= cover.oh1; oh += 2) {
+    for (int ow = cover.ow0; ow <= cover.ow1; ow += 2) {
       bool ok[4];
       int tap[4];
       ck_pack<unsigned char, V> wi[4];   // V winner bytes (ck_pool2d_cl_argmax's) a load
@@ -509,7 +506,7 @@ __global__ void __launch_bounds__(256) ck_pool2d_cl_backward_idx(const unsigned 
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int wh = oh + (q >> 1), ww = ow + (q & 1);
-        ok[q] = wh <= oh1 && ww <= ow1;
+        ok[q] = wh <= cover.oh1 && ww <= cover.ow1;
         tap[q] = ck_pool_cover::tap(g, ih, iw, wh, ww);
         const long long o = base + ((long long)wh * g.wo + ww) * C;
         if (ok[q]) {

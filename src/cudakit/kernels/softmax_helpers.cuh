@@ -4,8 +4,6 @@ extern __shared__ __align__(16) unsigned char ck_dyn_smem[];
 #define CK_U 4        // independent vector loads a loop kernel issues before it uses any of them
 #define CK_RED 512    // shared scratch per block for row reductions: 32 per row, rows of > 32 threads <= 16 per block
 
-__device__ __forceinline__ float ck_ninf(float) { return __int_as_float(0xff800000); }
-__device__ __forceinline__ double ck_ninf(double) { return __longlong_as_double(0xfff0000000000000ULL); }
 __device__ __forceinline__ float ck_nan(float) { return __int_as_float(0x7fffffff); }
 __device__ __forceinline__ double ck_nan(double) { return __longlong_as_double(0x7ff8000000000000ULL); }
 // max ignoring NaN: a NaN in a row still reaches every output through the sum of exp.
