@@ -254,7 +254,7 @@ def test_channel_width_follows_channels_and_alignment(dtype):
     class A:   # an array stand-in: its device address only
         def __init__(self, ptr):
             self.data = type("D", (), {"ptr": ptr})()
-    item = np.dtype(np.float32 if dtype == "bfloat16" else dtype).itemsize if dtype != "bfloat16" else 2
+    item = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
     widest = 16 // item
     assert pooling._width(dtype, 64, (A(256), A(512))) == widest
     assert pooling._width(dtype, 6, (A(256), A(512))) == 2

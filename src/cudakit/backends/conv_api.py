@@ -400,9 +400,9 @@ class ConvOps:
             grad_out = self._channels_last_view(g) if nhwc == "nhwc" else g
         return grad_out, (lambda s: (s[0], s[2], s[3], s[1])) if nhwc == "nhwc" else tuple
 
-    def _conv2d_backward(self, op, grad_out, x, weight, stride, padding, dilation, bias, groups, shown=None):
+    def _conv2d_backward(self, op, grad_out, x, weight, stride, padding, dilation, bias, groups, shown):
         """shown: an (N, K, Ho, Wo) shape as the caller's grad_out has it ((N, Ho, Wo, K), conv1d's
-        (N, K, Lo)), for the error message; None: as it is."""
+        (N, K, Lo); `tuple` where it is so), for the error message."""
         from .linalg_api import _check_flag
         bias = _check_flag(op, "bias", bias)
         arrs, geo, groups = self._conv_plan(op, {"x": x, "weight": weight, "grad_out": grad_out}, stride, padding,
@@ -411,7 +411,6 @@ class ConvOps:
         ho, wo = geo[8], geo[9]
         n, k = x.shape[0], w.shape[0]
         if tuple(g.shape) != (n, k, ho, wo):
-            shown = shown or tuple
             raise ShapeError(f"{op}: grad_out must have shape {shown((n, k, ho, wo))} (got {shown(tuple(g.shape))})")
         w_cl = _weight_channels_last(w)
         with self._device_scope(x):
@@ -536,7 +535,7 @@ class ConvOps:
         x, geo = self._pool_args(op, x, kernel_size, stride, padding)
         return self._conv_out(self._pool_backward(op, grad_out, x, geo, kind, shown), layout)
 
-    def _pool_backward(self, op, grad_out, x, geo, kind, shown=tuple):
+    def _pool_backward(self, op, grad_out, x, geo, kind, shown):
         sh, sw, ph, pw, _, _, r, s, ho, wo = geo
         n, c, h, w = x.shape
         g = self._norm_arrays(op, {"x": x, "grad_out": grad_out})[0]["grad_out"]

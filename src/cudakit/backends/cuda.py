@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import ArgumentTypeError, DeviceError
 from ..kernels import conv, cudnn   # import neither CuPy, Triton nor cuDNN until a kernel runs
 from ..kernels.paths import conv_path_key
-from ..kernels.transpose import contiguous
+from ..kernels.transpose import contiguous, to_channels_last
 from ..runtime import _cupy, memory
 from ..runtime import device as _device_mod
 from .base import Backend
@@ -72,11 +72,9 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         return pooling.pool2d(x if pooling.channels_last(x) else self._ascontiguous(x), kind, geo)
 
     def _pool_backward_kernel(self, kind, grad_out, x, geo):
-        """Channels-last x reads grad_out in that layout too (copied into it where it is not)."""
+        """Channels-last x: pool2d_backward matches grad_out's layout to it."""
         from ..kernels import pooling
         if pooling.channels_last(x):
-            if not pooling.channels_last(grad_out):
-                grad_out = pooling.to_channels_last(grad_out)
             return pooling.pool2d_backward(grad_out, x, kind, geo)
         return pooling.pool2d_backward(self._ascontiguous(grad_out), self._ascontiguous(x), kind, geo)
 
@@ -108,7 +106,7 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         if layout == "nchw":
             return fn(*arrays)
         y = fn(*(contiguous(a) for a in arrays))
-        return None if y is None else contiguous(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        return None if y is None else to_channels_last(y)
 
     def _weight(self, w, layout):
         """(a function giving w C-contiguous, whether w is a channels-last weight cuDNN's channels-last

@@ -528,9 +528,9 @@ def as_weight_layout(w, channels_last: bool = False):
     C-contiguous: w itself where it already is, else a copy by kernels/transpose.py's permute.
     A weight on its way to cuDNN: the caller holds the copy until cuDNN's launch is queued (a copy
     freed before could give its memory to that launch's workspace)."""
-    from .transpose import contiguous, permute
+    from .transpose import contiguous, to_channels_last
     if channels_last:
-        return w if is_krsc(w) else permute(w, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        return w if is_krsc(w) else to_channels_last(w)
     return contiguous(w)
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ._common import FLOAT_DTYPE_NAMES, KernelFamily, ctype, cuda_source, vec_width
+from . import transpose
+from ._common import _ITEMSIZE, FLOAT_DTYPE_NAMES, KernelFamily, ctype, cuda_source, vec_width
 
 SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "pooling.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
@@ -135,7 +136,7 @@ def _cl(expr: str, arrays: tuple, images: int, per_image: int, cv: int, geo_args
 
 def _width(dtype_name: str, c: int, arrays) -> int:
     """The widest V of the channels-last kernels dividing C with every array aligned to V elements."""
-    item = 16 // vec_width(dtype_name)
+    item = _ITEMSIZE[dtype_name]
     for v in reversed(widths(dtype_name)):
         if c % v == 0 and all(a.data.ptr % (v * item) == 0 for a in arrays):
             return v
@@ -159,8 +160,7 @@ def pool2d(x, kind: str, geo):
     dt = x.dtype.name
     cl = channels_last(x)
     if cl and not cl_fits(x.shape, geo):   # NCHW kernels on a copy, the result back
-        from . import transpose
-        return to_channels_last(pool2d(transpose.contiguous(x), kind, geo))
+        return transpose.to_channels_last(pool2d(transpose.contiguous(x), kind, geo))
     if cl:
         yt = cp.empty((n, ho, wo, c), x.dtype)
         if yt.size:
@@ -207,32 +207,28 @@ def via_channels_last(shape, geo, dtype_name: str) -> bool:
         and int(np.prod(shape)) >= VIA_CHANNELS_LAST_MIN_ELEMENTS and cl_fits(shape, geo)
 
 
-def to_channels_last(a):
-    """The channels-last view of a copy of (N, C, H, W) a (cudakit's permute: one launch, which a
-    traced plan replays)."""
-    from . import transpose
-    return transpose.permute(a, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
-
-
 def _via_channels_last(grad_out, x, kind: str, geo):
     """pool2d_backward of C-contiguous x and grad_out by the channels-last kernels: both permuted
     to (N, H, W, C) memory and dx permuted back (kernels/transpose.py, 2 x (x, grad_out, dx) bytes
     more traffic)."""
-    from . import transpose
-    return transpose.contiguous(pool2d_backward(to_channels_last(grad_out), to_channels_last(x), kind, geo))
+    return transpose.contiguous(pool2d_backward(transpose.to_channels_last(grad_out), transpose.to_channels_last(x),
+                                                kind, geo))
 
 
 def pool2d_backward(grad_out, x, kind: str, geo):
-    """dL/dx of pool2d for grad_out (N, C, Ho, Wo) and x of one dtype and device, both C-contiguous
-    or both channels-last (dL/dx then channels-last too)."""
+    """dL/dx of pool2d for grad_out (N, C, Ho, Wo) and x of one dtype and device: x C-contiguous (and
+    grad_out then too), or channels-last (dL/dx then channels-last too; grad_out in either layout,
+    copied into x's where the kernels need it)."""
     from ..runtime import _cupy
     cp = _cupy.loaded_cupy()
     n, c, h, w = x.shape
     ho, wo = geo[8], geo[9]
     cl = channels_last(x)
     if cl and not cl_fits(x.shape, geo):   # NCHW kernels on copies, the result back
-        from . import transpose
-        return to_channels_last(pool2d_backward(transpose.contiguous(grad_out), transpose.contiguous(x), kind, geo))
+        return transpose.to_channels_last(pool2d_backward(transpose.contiguous(grad_out), transpose.contiguous(x),
+                                                          kind, geo))
+    if cl and not channels_last(grad_out):
+        grad_out = transpose.to_channels_last(grad_out)
     gx = cp.empty((n, h, w, c) if cl else x.shape, x.dtype)
     out = gx.transpose(0, 3, 1, 2) if cl else gx
     if gx.size == 0:

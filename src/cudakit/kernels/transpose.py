@@ -289,6 +289,12 @@ def contiguous(x):
     return x if x.flags.c_contiguous else permute(x, tuple(range(x.ndim)))
 
 
+def to_channels_last(a):
+    """The (N, C, H, W) channels-last view of a copy of 4-D a: permute to (N, H, W, C) memory (one
+    launch, which a traced plan replays)."""
+    return permute(a, (0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
 def permute(x, axes):
     """y = x.transpose(axes) as a new C-contiguous CuPy array on x's device (the current one).
 
