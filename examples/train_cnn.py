@@ -12,7 +12,10 @@ The model, for widths (w1, w2, ...):
     logits = linear(mean of x over H and W)                        (global average pooling)
     loss = cross_entropy(logits, labels)
 trained with SGD with momentum (float32 master weights when the parameters are 16-bit). Batch
-norm runs in training mode: batch statistics, and the running statistics updated in place.
+norm runs in training mode: batch statistics, and the running statistics updated in place. Each
+batch norm writes relu(bn(z)), or relu(x + bn(z)) at the end of a block, in one pass
+(batch_norm's activation= and residual=), and the backward of relu(bn(z)) is one batch_norm_backward
+(activation="relu"): no separate relu, add or relu_backward pass over those activations.
 With --channels-last the images are (N, C, H, W) views of (N, H, W, C) memory, as PyTorch's
 channels_last: every op keeps that layout (convolutions, batch norm, activations, the residual
 adds and pooling return channels-last results for channels-last inputs), so no layer copies.
@@ -135,14 +138,15 @@ def init_buffers(cfg: CNNConfig, device: common.Device, dtype: str = "float32") 
 
 # ---- forward -------------------------------------------------------------------------------------
 
-def _conv_bn(params, buffers, name, x, cfg, cache):
-    """bn(conv3x3(x)) in training mode; saves what the backward needs under cache[name]."""
+def _conv_bn_relu(params, buffers, name, x, cfg, cache, residual=None):
+    """relu(bn(conv3x3(x)) + residual) (residual None: relu(bn(conv3x3(x)))) in training mode, the
+    add and the relu in the batch norm's pass; saves what the backward needs under cache[name]."""
     z = cudakit.conv2d(x, params[f"{name}.w"], None, 1, 1)
     y, mean, invstd = cudakit.batch_norm_with_stats(z, params[f"{name}.gamma"], params[f"{name}.beta"],
                                                     buffers.get(f"{name}.running_mean"),
                                                     buffers.get(f"{name}.running_var"), True,
-                                                    cfg.bn_momentum, cfg.eps)
-    cache[name] = {"x": x, "z": z, "mean": mean, "invstd": invstd, "y": y}
+                                                    cfg.bn_momentum, cfg.eps, residual=residual, activation="relu")
+    cache[name] = {"x": x, "z": z, "mean": mean, "invstd": invstd, "y": y, "residual": residual}
     return y
 
 
@@ -155,22 +159,16 @@ def forward(params: dict, batch: tuple, cfg: CNNConfig, buffers: dict | None = N
     params), the mean cross-entropy in nats; cache a dict."""
     images, labels = batch
     buffers = buffers or {}
-    c = {"cfg": cfg, "params": params, "relu_in": {}, "pool_in": {}}
+    c = {"cfg": cfg, "params": params, "pool_in": {}}
     x = images
     for i in range(len(cfg.widths)):
-        y = _conv_bn(params, buffers, f"s{i}.conv0", x, cfg, c)
-        c["relu_in"][f"s{i}.conv0"] = y
-        x = cudakit.relu(y)
-        y = _conv_bn(params, buffers, f"s{i}.res1", x, cfg, c)
-        c["relu_in"][f"s{i}.res1"] = y
-        y = _conv_bn(params, buffers, f"s{i}.res2", cudakit.relu(y), cfg, c)
-        s = cudakit.add(x, y)                  # the residual connection
-        c["relu_in"][f"s{i}.res2"] = s
-        x = cudakit.relu(s)
+        x = _conv_bn_relu(params, buffers, f"s{i}.conv0", x, cfg, c)
+        y = _conv_bn_relu(params, buffers, f"s{i}.res1", x, cfg, c)
+        x = _conv_bn_relu(params, buffers, f"s{i}.res2", y, cfg, c, residual=x)   # the residual connection
         if i < len(cfg.widths) - 1:
             c["pool_in"][i] = x
             x = cudakit.max_pool2d(x, 2)
-    c["last_shape"] = x.shape
+    c["last"] = x   # (its shape and layout: the gradient of the pooling takes both)
     c["pooled"] = cudakit.mean(x, axis=(2, 3))                           # (N, C)
     logits = cudakit.linear(c["pooled"], params["fc.w"], params["fc.b"])
     loss, c["dlogits"] = cudakit.cross_entropy_with_grad(logits, labels)
@@ -179,11 +177,13 @@ def forward(params: dict, batch: tuple, cfg: CNNConfig, buffers: dict | None = N
 
 # ---- backward ------------------------------------------------------------------------------------
 
-def _conv_bn_backward(params, name, dy, cache, g):
-    """d loss / d x of bn(conv3x3(x)) from d loss / d output; the weights' gradients into g."""
+def _conv_bn_backward(params, name, dy, cache, g, relu: bool):
+    """d loss / d x of bn(conv3x3(x)) from dy, the gradient of its output (relu: of relu(bn(...)),
+    the relu's mask applied by batch_norm_backward); the weights' gradients into g."""
     s = cache[name]
-    dz, g[f"{name}.gamma"], g[f"{name}.beta"] = cudakit.batch_norm_backward(dy, s["z"], params[f"{name}.gamma"],
-                                                                            s["mean"], s["invstd"])
+    gamma, beta = params[f"{name}.gamma"], params[f"{name}.beta"]
+    dz, g[f"{name}.gamma"], g[f"{name}.beta"] = cudakit.batch_norm_backward(
+        dy, s["z"], gamma, s["mean"], s["invstd"], beta=beta, activation="relu" if relu else None)
     dx, g[f"{name}.w"], _ = cudakit.conv2d_backward(dz, s["x"], params[f"{name}.w"], 1, 1, bias=False)
     return dx
 
@@ -193,20 +193,17 @@ def backward(cache: dict, on_grad=None) -> dict:
     cache, in the reverse order of the forward. on_grad(name, gradient), when given, is called as
     each gradient is produced (data parallel: its bucket's all-reduce starts early)."""
     params, cfg = cache["params"], cache["cfg"]
-    relu_in = cache["relu_in"]
     g = common.GradHook(on_grad)
     dpooled, g["fc.w"], g["fc.b"] = cudakit.linear_backward(cache["dlogits"], cache["pooled"], params["fc.w"])
-    dx = cudakit.mean_backward(dpooled, cache["last_shape"], axis=(2, 3))
+    dx = cudakit.mean_backward(dpooled, cache["last"].shape, axis=(2, 3), like=cache["last"])
     for i in reversed(range(len(cfg.widths))):
         if i < len(cfg.widths) - 1:
             dx = cudakit.max_pool2d_backward(dx, cache["pool_in"][i], 2)
-        ds = cudakit.relu_backward(dx, relu_in[f"s{i}.res2"])   # x_out = relu(x + res(x))
-        dr = _conv_bn_backward(params, f"s{i}.res2", ds, cache, g)
-        dr = cudakit.relu_backward(dr, relu_in[f"s{i}.res1"])
-        dr = _conv_bn_backward(params, f"s{i}.res1", dr, cache, g)
+        ds = cudakit.relu_backward(dx, cache[f"s{i}.res2"]["y"])   # x_out = relu(x + res(x)): d(x + res(x))
+        dr = _conv_bn_backward(params, f"s{i}.res2", ds, cache, g, relu=False)
+        dr = _conv_bn_backward(params, f"s{i}.res1", dr, cache, g, relu=True)
         dx = cudakit.add(ds, dr)                                 # the skip path and the residual path
-        dx = cudakit.relu_backward(dx, relu_in[f"s{i}.conv0"])
-        dx = _conv_bn_backward(params, f"s{i}.conv0", dx, cache, g)
+        dx = _conv_bn_backward(params, f"s{i}.conv0", dx, cache, g, relu=True)
     return g
 
 

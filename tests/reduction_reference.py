@@ -313,6 +313,36 @@ def run_backward_case(b, dev, host, rng, case, dtype):
         check_backward(host(b.min_backward(dev(g), dev(xx), axis, keepdims)), "min", g_flat, xx, axis, what=what)
 
 
+# (x's shape, the memory order of `like` (slowest axis first), axis, keepdims) of sum/mean_backward
+# with like=: global average pooling of a channels-last (N, C, H, W) x (and 3-D / 5-D), a reduction
+# over the channels, a transpose, and keepdims
+LIKE_CASES = [((4, 6, 5, 7), (0, 2, 3, 1), (2, 3), False), ((3, 8, 9), (0, 2, 1), 2, False),
+              ((2, 4, 3, 5, 6), (0, 2, 3, 4, 1), (2, 3, 4), True), ((4, 6, 5, 7), (0, 2, 3, 1), 1, False),
+              ((5, 7), (1, 0), 0, True)]
+
+
+def run_backward_like(b, dev, host, rng, case, dtype):
+    """sum_backward / mean_backward with like= a dense view in another memory order: the gradient in
+    like's layout (its strides), values as without like; a like that is not dense (a slice) or
+    C-contiguous gives a C-contiguous gradient."""
+    shape, order, axis, keepdims = case
+    base = dev(np.zeros(tuple(shape[a] for a in order), np_dtype(dtype)))
+    like = base.transpose(tuple(np.argsort(order)))   # an x-shaped view of memory in `order`
+    g = normal(rng, expected_shape(shape, axis, keepdims), dtype)
+    g_flat = g.reshape(expected_shape(shape, axis, False))
+    what = f"{dtype} {shape} order={order} axis={axis}"
+    for op in ("sum", "mean"):
+        r = getattr(b, f"{op}_backward")(dev(g), shape, axis, keepdims, like=like)
+        assert r.shape == shape and r.strides == like.strides, (what, r.strides, like.strides)
+        check_backward(host(r), op, g_flat, shape, axis, what=what)
+    plain = dev(np.zeros(shape, np_dtype(dtype)))
+    wide = dev(np.zeros(shape[:-1] + (2 * shape[-1],), np_dtype(dtype)))[..., ::2]   # not dense
+    for other in (plain, wide):
+        r = b.mean_backward(dev(g), shape, axis, keepdims, like=other)
+        assert r.flags.c_contiguous, what
+        check_backward(host(r), "mean", g_flat, shape, axis, what=what)
+
+
 def run_nan_inf(b, dev, host, dtype):
     """NaN and inf as NumPy: sum/mean/max/min/var propagate NaN, argmax returns the first NaN."""
     dt = np_dtype(dtype)

@@ -120,7 +120,12 @@ def _kink_margin(cache) -> float:
     """How far the forward's point lies from a kink: the smallest |ReLU input|, and the smallest gap
     between the two largest inputs of a 2x2 max-pool window whose largest is above 0 (a window of
     ReLU's zeros stays one under a small step; even sizes, as the test's)."""
-    gaps = [float(np.abs(y).min()) for y in cache["relu_in"].values()]
+    gaps = []
+    for name, s in cache.items():   # each batch norm's pre-activation bn(z) (+ residual), recomputed
+        if isinstance(s, dict) and "z" in s:
+            p = cache["params"]
+            pre = cudakit.batch_norm(s["z"], p[f"{name}.gamma"], p[f"{name}.beta"], training=True)
+            gaps.append(float(np.abs(pre if s["residual"] is None else pre + s["residual"]).min()))
     for x in cache["pool_in"].values():
         n, ch, h, w = x.shape
         win = np.sort(x.reshape(n, ch, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(-1, 4), axis=1)

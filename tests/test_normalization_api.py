@@ -225,3 +225,54 @@ def test_public_functions_dispatch_to_the_cpu_backend(rng):
     assert cudakit.batch_norm_backward(x4, x4, None, sm, si)[0].shape == x4.shape
     with pytest.raises(ShapeError):
         cudakit.batch_norm(np.ones(4, np.float32), training=True)
+
+
+@pytest.mark.parametrize("shape,channels_last", [((6, 4, 5, 3), False), ((6, 4, 5, 3), True), ((40, 7), False),
+                                                 ((2, 6, 3, 4, 5), True)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float64"])
+def test_batch_norm_fused_residual_and_relu(be, shape, channels_last, dtype, rng):
+    """batch_norm(..., residual=r, activation="relu") is relu(bn(x) + r) rounded once (against
+    float64), in x's layout (a residual in the other layout is taken); activation="relu" alone is
+    relu(bn(x)); its backward with the forward's beta equals batch_norm_backward of
+    relu_backward(grad_out, y) bit for bit, in training and for the running statistics' update."""
+    c = shape[1]
+    x, dy, r = (_data(rng, shape, dtype, loc=1.0) for _ in range(3))
+    gamma, beta = _data(rng, c, dtype, loc=1.0), _data(rng, c, dtype)
+    lay = _channels_last if channels_last else (lambda a: a)
+    xl = lay(x)
+    yr, mr, vr, _ = ref.batch_norm_train(x, gamma, beta, 1e-5)
+    scale = ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + 1e-5))
+    for res in (lay(r), r):
+        rm, rv = np.zeros(c, np_dtype(dtype)), np.ones(c, np_dtype(dtype))
+        y = be.batch_norm(xl, gamma, beta, rm, rv, training=True, residual=res, activation="relu")
+        assert y.strides == xl.strides
+        ref.assert_close(y, np.maximum(yr + ref.f64(r), 0), dtype, "y", scale=np.maximum(scale, np.abs(ref.f64(r))))
+        ref.assert_close(rm, 0.1 * mr, dtype, "running_mean")
+    y = be.batch_norm(xl, gamma, beta, training=True, residual=lay(r))
+    ref.assert_close(y, yr + ref.f64(r), dtype, "y + residual", scale=np.maximum(scale, np.abs(ref.f64(r))))
+    y, sm, si = be.batch_norm_with_stats(xl, gamma, beta, training=True, activation="relu")
+    plain = be.batch_norm(xl, gamma, beta, training=True)
+    assert np.array_equal(ref.f64(y), np.maximum(ref.f64(plain), 0))
+    got = be.batch_norm_backward(lay(dy), xl, gamma, sm, si, beta=beta, activation="relu")
+    want = be.batch_norm_backward(be.relu_backward(lay(dy), y), xl, gamma, sm, si)
+    for name, a, b in zip(("dx", "dgamma", "dbeta"), got, want):
+        assert np.array_equal(ref.f64(a), ref.f64(b)), name
+    assert got[0].strides == xl.strides
+
+
+def test_batch_norm_fused_bad_input(be, rng):
+    x = _data(rng, (4, 3, 2, 2))
+    g, b = _data(rng, 3), _data(rng, 3)
+    with pytest.raises(cudakit.ArgumentError, match="activation must be None or 'relu'"):
+        be.batch_norm(x, training=True, activation="gelu")
+    with pytest.raises(cudakit.ArgumentError, match="activation must be None or 'relu'"):
+        be.batch_norm(x, training=True, activation=True)
+    with pytest.raises(ShapeError, match="residual must have x's shape"):
+        be.batch_norm(x, training=True, residual=x[:2])
+    with pytest.raises(DTypeError, match="residual is float64"):
+        be.batch_norm(x, training=True, residual=x.astype(np.float64))
+    _, sm, si = be.batch_norm_with_stats(x, g, b, training=True)
+    with pytest.raises(cudakit.ArgumentError, match="activation must be None or 'relu'"):
+        be.batch_norm_backward(x, x, g, sm, si, beta=b, activation="sigmoid")
+    with pytest.raises(ShapeError, match=r"beta must have shape \(3,\)"):
+        be.batch_norm_backward(x, x, g, sm, si, beta=_data(rng, 4), activation="relu")

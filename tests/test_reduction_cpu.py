@@ -37,6 +37,12 @@ def test_backward(b, rng, case, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ref.LIKE_CASES, ids=str)
+def test_backward_in_the_layout_of_like(b, rng, case, dtype):
+    ref.run_backward_like(b, _dev, _host, rng, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_nan_inf(b, dtype):
     ref.run_nan_inf(b, _dev, _host, dtype)
 

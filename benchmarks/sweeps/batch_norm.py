@@ -6,7 +6,12 @@ Device time, each call behind an L2 flush (bench.timing's cold samples), interle
 with a device-to-device copy of x's bytes (the anchor; copy GB/s counts its read and write).
 GB/s from the bytes the two-pass algorithm moves: forward x read twice + y written (3 x's bytes);
 backward x and dy read twice + dx written (5 x's bytes).
-    python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F]
+--fused: batch norm with its epilogue fused instead, against torch's eager composition of the same
+work: "res+relu" relu(bn(x) + r) (cudakit's residual= and activation="relu", 4 x's bytes; torch
+F.batch_norm, +, relu), "relu" relu(bn(x)) (3 x's bytes; torch F.batch_norm, relu), "bwd-relu"
+the gradients of relu(bn(x)) (cudakit's batch_norm_backward(activation="relu"), 5 x's bytes;
+torch.autograd.grad of torch's relu(bn(x)): threshold_backward, then the batch norm's backward).
+    python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
 
@@ -54,8 +59,41 @@ def run(shape, dtype, cl):
                 {"output_channels_last": cl_out, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
                 f"out {'cl' if cl_out else 'nchw'} err {err:.3g} {derr:.3g}")
 
+def run_fused(shape, dtype, cl):
+    tdt = getattr(torch, dtype)
+    c = shape[1]
+    fmt = torch.channels_last if cl and len(shape) == 4 else torch.contiguous_format
+    tx, tr, tg = (torch.randn(*shape, device="cuda", dtype=tdt).contiguous(memory_format=fmt) for _ in range(3))
+    tx.requires_grad_(True)
+    tw, tb = torch.randn(c, device="cuda", dtype=tdt).requires_grad_(True), torch.randn(c, device="cuda", dtype=tdt)
+    tb.requires_grad_(True)
+    trm, trv = torch.zeros(c, device="cuda", dtype=tdt), torch.ones(c, device="cuda", dtype=tdt)
+    x, r, g = cp.from_dlpack(tx.detach()), cp.from_dlpack(tr), cp.from_dlpack(tg)
+    w, b = cp.from_dlpack(tw.detach()), cp.from_dlpack(tb.detach())
+    rm, rv = cp.zeros(c, x.dtype), cp.ones(c, x.dtype)
+    F = torch.nn.functional
+    t_res = lambda: torch.relu(F.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5) + tr)  # noqa: E731
+    t_relu = lambda: torch.relu(F.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5))  # noqa: E731
+    ty = t_relu()
+    t_bwd = lambda: torch.autograd.grad(ty, (tx, tw, tb), tg, retain_graph=True)  # noqa: E731
+    y, sm, si = cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5, activation="relu")
+    err = float(cp.abs(y.astype(cp.float32) - cp.from_dlpack(ty.detach()).astype(cp.float32)).max())
+    dx = cudakit.batch_norm_backward(g, x, w, sm, si, beta=b, activation="relu")[0]
+    derr = float(cp.abs(dx.astype(cp.float32) - cp.from_dlpack(t_bwd()[0]).astype(cp.float32)).max())
+    name = f"{'x'.join(map(str, shape))} {'cl' if cl else 'nchw'} {dtype}"
+    time_passes(rows, tag, name, 30, x.nbytes,
+                (("res+relu", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5, residual=r,
+                                                                    activation="relu"), t_res, 4 * x.nbytes),
+                 ("relu", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5, activation="relu"),
+                  t_relu, 3 * x.nbytes),
+                 ("bwd-relu", lambda: cudakit.batch_norm_backward(g, x, w, sm, si, beta=b, activation="relu"), t_bwd,
+                  5 * x.nbytes)),
+                {"fused": True, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
+                f"fused err {err:.3g} {derr:.3g}")
+
+
 for shape in CASES:
     for dtype in ("bfloat16", "float32"):
         for cl in (False, True) if len(shape) == 4 else (False,):
-            run(shape, dtype, cl)
+            (run_fused if "--fused" in argv else run)(shape, dtype, cl)
 dump_rows(argv, __doc__, rows)

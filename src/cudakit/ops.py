@@ -67,29 +67,33 @@ _plan_call = None   # dispatch.plan_call (native) once CUDA is up
 _PLANS, _DYNAMIC, _MISS = _dispatch._plans, _dispatch.DYNAMIC, _dispatch.MISS   # never rebound
 
 
-# planned attention op -> (backend method, the keywords its trailing arguments go by). With an
+# planned op -> (backend method, the keywords its trailing arguments go by): sum/mean_backward with
+# like (*_like), and the attention ops. With an
 # attn_bias (*_bias) or dropout (*_dropout: the seed a per-call integer, dispatch.DYNAMIC) the plans
 # are traced from the checked call (kernels/path_plans.py plan_attention_bias and the like, then
 # kernels/trace_plans.py trace_fallback)
 _FWD_KEYS, _BWD_KEYS = ("layout", "window", "key_lengths"), ("layout", "window", "key_lengths", "deterministic")
-_ATTENTION_KEYS = {op + tail: (op, keys + more)
+_KEYWORD_TAILS = {op + tail: (op, keys + more)
                    for op, keys in (("attention", _FWD_KEYS), ("attention_with_lse", _FWD_KEYS),
                                     ("attention_backward", _BWD_KEYS))
                    for tail, more in (("", ()), ("_bias", ("attn_bias",)),
                                       ("_dropout", ("attn_bias", "dropout_p", "seed")))}
-_ATTENTION_KEYS["flash_attention"] = ("flash_attention", _FWD_KEYS + ("attn_bias", "dropout_p", "seed"))
-_ATTENTION_KEYS.update({op: (op, ("window", "dropout_p", "seed")) for op in ("attention_varlen",
+_KEYWORD_TAILS["flash_attention"] = ("flash_attention", _FWD_KEYS + ("attn_bias", "dropout_p", "seed"))
+_KEYWORD_TAILS.update({op: (op, ("window", "dropout_p", "seed")) for op in ("attention_varlen",
                                                                             "attention_varlen_with_lse")})
-_ATTENTION_KEYS["attention_varlen_backward"] = ("attention_varlen_backward",
+_KEYWORD_TAILS.update({f"{op}_like": (op, ("like",)) for op in ("sum_backward", "mean_backward")})
+_KEYWORD_TAILS.update({f"{op}_fused": (op, ("residual", "activation")) for op in ("batch_norm", "batch_norm_with_stats")})
+_KEYWORD_TAILS["batch_norm_backward_fused"] = ("batch_norm_backward", ("beta", "activation"))
+_KEYWORD_TAILS["attention_varlen_backward"] = ("attention_varlen_backward",
                                                 ("window", "deterministic", "dropout_p", "seed"))
 # the varlen ops called with one cu_seqlens array for q and k -> the position of that array: planned
 # under their own names with the array passed once (a trace then knows which argument a pointer is,
 # and cuDNN's ragged graphs, which need the same sequences for both, may be replayed)
 _VARLEN_SHARED = {"attention_varlen_shared": 3, "attention_varlen_with_lse_shared": 3,
                   "attention_varlen_backward_shared": 6}
-_ATTENTION_KEYS.update({op: _ATTENTION_KEYS[op[:-len("_shared")]] for op in _VARLEN_SHARED})
+_KEYWORD_TAILS.update({op: _KEYWORD_TAILS[op[:-len("_shared")]] for op in _VARLEN_SHARED})
 # the attention ops with dropout take its seed last: a per-call integer of their plans
-_DYNAMIC.update({op: (-1,) for op, (_, keys) in _ATTENTION_KEYS.items() if keys[-1] == "seed"})
+_DYNAMIC.update({op: (-1,) for op, (_, keys) in _KEYWORD_TAILS.items() if keys[-1] == "seed"})
 # convolution op -> (its plain form's planner, its channels-last memory_format, the planned op and
 # planner of that format (on the views its checked call makes), other names of its plain form)
 _CONV_FORMATS = {op: (f"plan_{op}", cl, f"{op}_{cl}", f"plan_{op}_{cl}", plain)
@@ -106,12 +110,12 @@ def _checked_call(op: str, arrays: int):
     """The backend method call of op (made once per op): the trailing arguments of the attention
     ops (layout, window, ...) go by keyword."""
     if op in _VARLEN_SHARED:   # cu_seqlens_q passed once: given to the method as cu_seqlens_k too
-        method, keys = _ATTENTION_KEYS[op]
+        method, keys = _KEYWORD_TAILS[op]
         n, at = len(keys), _VARLEN_SHARED[op] + 1
         return lambda *a: getattr(backend_for(*a[:arrays]), method)(*a[:at], a[at - 1], *a[at:-n],
                                                                     **dict(zip(keys, a[-n:])))
-    if op in _ATTENTION_KEYS:   # (..., layout, window, ...): keywords of the backend method
-        method, keys = _ATTENTION_KEYS[op]
+    if op in _KEYWORD_TAILS:   # (..., layout, window, ...) or (..., like): keywords of the backend method
+        method, keys = _KEYWORD_TAILS[op]
         n = len(keys)
         return lambda *a: getattr(backend_for(*a[:arrays]), method)(*a[:-n], **dict(zip(keys, a[-n:])))
     if op in _LAYOUT_OPS:   # a convolution on channels-last arrays: the backend method with its memory_format
@@ -341,21 +345,30 @@ def rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim=None):
 
 
 def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, training=False, momentum=0.1,
-               eps=1e-5):
-    """Batch normalisation of (N, C) or (N, C, *spatial) x (see Backend.batch_norm)."""
-    return _planned("batch_norm", None, (x, gamma, beta, running_mean, running_var, training, momentum, eps), 5)
+               eps=1e-5, *, residual=None, activation=None):
+    """Batch normalisation of (N, C) or (N, C, *spatial) x, optionally fused with a residual add
+    and a relu: act(bn(x) + residual) in one pass (see Backend.batch_norm)."""
+    args = (x, gamma, beta, running_mean, running_var, training, momentum, eps)
+    if residual is None and activation is None:
+        return _planned("batch_norm", None, args, 5)
+    return _planned("batch_norm_fused", None, args + (residual, activation), 5)
 
 
 def batch_norm_with_stats(x, gamma=None, beta=None, running_mean=None, running_var=None, training=False,
-                          momentum=0.1, eps=1e-5):
+                          momentum=0.1, eps=1e-5, *, residual=None, activation=None):
     """batch_norm that also returns (save_mean, save_invstd) (see Backend.batch_norm_with_stats)."""
-    return _planned("batch_norm_with_stats", None,
-                    (x, gamma, beta, running_mean, running_var, training, momentum, eps), 5)
+    args = (x, gamma, beta, running_mean, running_var, training, momentum, eps)
+    if residual is None and activation is None:
+        return _planned("batch_norm_with_stats", None, args, 5)
+    return _planned("batch_norm_with_stats_fused", None, args + (residual, activation), 5)
 
 
-def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd):
-    """(dx, dgamma, dbeta) of training-mode batch_norm (see Backend.batch_norm_backward)."""
-    return _planned("batch_norm_backward", None, (grad_out, x, gamma, save_mean, save_invstd), 5)
+def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd, *, beta=None, activation=None):
+    """(dx, dgamma, dbeta) of training-mode batch_norm; activation="relu" (with the forward's beta):
+    of batch_norm(..., activation="relu") (see Backend.batch_norm_backward)."""
+    if beta is None and activation is None:
+        return _planned("batch_norm_backward", None, (grad_out, x, gamma, save_mean, save_invstd), 5)
+    return _planned("batch_norm_backward_fused", None, (grad_out, x, gamma, save_mean, save_invstd, beta, activation), 5)
 
 
 # -- reductions (see backends/reduction_api.py) -------------------------------------------------
@@ -400,14 +413,19 @@ def reduce_sum(x, axis=None):
     return backend_for(x).reduce_sum(x, axis)
 
 
-def sum_backward(grad_out, x_shape, axis=None, keepdims=False):
-    """Gradient of sum: grad_out broadcast back to x_shape."""
-    return _planned("sum_backward", None, (grad_out, x_shape, axis, keepdims), 1)
+def sum_backward(grad_out, x_shape, axis=None, keepdims=False, *, like=None):
+    """Gradient of sum: grad_out broadcast back to x_shape (in like's memory layout where given and
+    dense, e.g. the forward's channels-last x; see Backend.sum_backward)."""
+    if like is None:
+        return _planned("sum_backward", None, (grad_out, x_shape, axis, keepdims), 1)
+    return _planned("sum_backward_like", None, (grad_out, x_shape, axis, keepdims, like), 1)
 
 
-def mean_backward(grad_out, x_shape, axis=None, keepdims=False):
-    """Gradient of mean: grad_out / count broadcast back to x_shape."""
-    return _planned("mean_backward", None, (grad_out, x_shape, axis, keepdims), 1)
+def mean_backward(grad_out, x_shape, axis=None, keepdims=False, *, like=None):
+    """Gradient of mean: grad_out / count broadcast back to x_shape (in like's layout, as sum_backward)."""
+    if like is None:
+        return _planned("mean_backward", None, (grad_out, x_shape, axis, keepdims), 1)
+    return _planned("mean_backward_like", None, (grad_out, x_shape, axis, keepdims, like), 1)
 
 
 def var_backward(grad_out, x, axis=None, ddof=0, keepdims=False):

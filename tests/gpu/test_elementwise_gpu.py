@@ -83,7 +83,8 @@ def test_results_keep_a_dense_layout(dtype, rng):
     inplace = cp.ascontiguousarray(cl[0].transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
     cudakit.relu(inplace, out=inplace)
     assert_same(inplace.get(), reference("relu", a, dtype=dtype))
-    flat = cp.ascontiguousarray(cl[0].transpose(0, 2, 3, 1)).reshape(-1)
+    host = np.asarray(a).astype(np_dtype(dtype)).transpose(0, 2, 3, 1).reshape(-1)
+    flat = cp.asarray(np.concatenate([host, np.zeros(16, host.dtype)]))   # a's pixels, then one more
     src = flat[:-16].reshape(3, 9, 7, 16)   # out one pixel (16 channels) further on in the same memory:
     dst = flat[16:].reshape(3, 9, 7, 16)    # it overlaps the input without being the same view
     want_shift = reference("relu", src.get(), dtype=dtype)

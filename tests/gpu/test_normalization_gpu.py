@@ -316,6 +316,67 @@ def test_batch_norm_inference_past_the_one_launch_size(shape, channels_last, dty
     ref.assert_close(y.get(), want * ref.f64(gamma).reshape(shp) + ref.f64(beta).reshape(shp), dtype, "y")
 
 
+# the fused epilogue and relu mask on every kernel path: one launch (64, 3) and (4, 6, 32, 32); the
+# NCHW vector kernels (8, 16, 32, 32); single elements (5, 2, 29, 31); channels-last rows (4500, 520)
+# and (70001, 16); rows of 17 channels, single elements (5000, 17)
+BN_FUSED_SHAPES = [(64, 3), (4, 6, 32, 32), (8, 16, 32, 32), (5, 2, 29, 31), (4500, 520), (70001, 16), (5000, 17)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", BN_FUSED_SHAPES)
+def test_batch_norm_fused_residual_relu(shape, dtype, rng):
+    """relu(bn(x) + residual), bn(x) + residual and relu(bn(x)) in the pass that writes y, against
+    float64; the backward with relu (its mask recomputed from x) bitwise equal to the backward of
+    relu_backward(dy, y), the unfused composition."""
+    import cudakit
+    nk = _nk()
+    c, eps = shape[1], 1e-5
+    x, dy, r = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype), _data(rng, shape, dtype)
+    gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
+    yr, mr, vr, _ = ref.batch_norm_train(x, gamma, beta, eps)
+    scale = np.maximum(ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + eps)), np.abs(ref.f64(r)))
+    for res, relu, want in ((r, True, np.maximum(yr + ref.f64(r), 0)), (r, False, yr + ref.f64(r)),
+                            (None, True, np.maximum(yr, 0))):
+        y, sm, si = nk.batch_norm_forward(_dev(x), _dev(gamma), _dev(beta), None, None, True, 0.1, eps,
+                                          out=_poisoned(shape, dtype), residual=_dev(res), relu=relu)
+        ref.assert_close(y.get(), want, dtype, f"y residual={res is not None} relu={relu}", scale=scale)
+    got = nk.batch_norm_backward(_dev(dy), _dev(x), _dev(gamma), sm, si, out=_poisoned(shape, dtype),
+                                 beta=_dev(beta), relu=True)
+    want = nk.batch_norm_backward(cudakit.relu_backward(_dev(dy), y), _dev(x), _dev(gamma), sm, si)
+    for name, a, b in zip(("dx", "dgamma", "dbeta"), got, want):
+        assert (a.view(cp.uint8) == b.view(cp.uint8)).all(), name
+    dxr, _, _ = ref.batch_norm_grad(ref.f64(dy) * (ref.f64(y.get()) > 0), x, gamma, eps)   # (the forward's mask)
+    ref.assert_close(got[0].get(), dxr, dtype, "dx", scale=ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + eps),
+                                                                         channels=True), factor=2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_api_batch_norm_fused_channels_last_and_planned(cuda_be, dtype, rng):
+    """The fused batch norm through cudakit's planned calls on a channels-last x (a residual in the
+    other layout copied into it), three calls each (the first checked, then traced plans): y and
+    dx channels-last and equal on every call."""
+    import cudakit
+    shape = (8, 64, 9, 11)
+    c = shape[1]
+    x, r, dy = _data(rng, shape, dtype, loc=1.0), _data(rng, shape, dtype), _data(rng, shape, dtype)
+    gamma, beta = _dev(_data(rng, c, dtype, loc=1.0)), _dev(_data(rng, c, dtype))
+    xc, rc, dyc = (_channels_last(cp.asarray(a)) for a in (x, r, dy))
+    yr, mr, vr, _ = ref.batch_norm_train(x, gamma.get(), beta.get(), 1e-5)
+    scale = np.maximum(ref.batch_norm_y_scale(yr, x, gamma.get(), mr, 1 / np.sqrt(vr + 1e-5)), np.abs(ref.f64(r)))
+    outs = []
+    for res in (rc, rc, rc, cp.asarray(r)):
+        y, sm, si = cudakit.batch_norm_with_stats(xc, gamma, beta, None, None, True, residual=res, activation="relu")
+        assert y.strides == xc.strides
+        ref.assert_close(y.get(), np.maximum(yr + ref.f64(r), 0), dtype, "y", scale=scale)
+        y1, sm1, si1 = cudakit.batch_norm_with_stats(xc, gamma, beta, None, None, True, activation="relu")
+        dx, dg, db = cudakit.batch_norm_backward(dyc, xc, gamma, sm1, si1, beta=beta, activation="relu")
+        assert dx.strides == xc.strides
+        outs.append([a.get() for a in (y, y1, dx, dg, db)])
+    for o in outs[1:]:
+        for a, b in zip(o, outs[0]):
+            assert np.array_equal(ref.f64(a), ref.f64(b))
+
+
 def test_batch_norm_grads_are_bitwise_deterministic(rng):
     nk = _nk()
     x = cp.asarray(_data(rng, (16, 32, 40, 40), "float32"))

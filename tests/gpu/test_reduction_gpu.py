@@ -47,6 +47,12 @@ def test_backward(b, rng, case, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ref.LIKE_CASES, ids=str)
+def test_backward_in_the_layout_of_like(b, rng, case, dtype):
+    ref.run_backward_like(b, _dev, _host, rng, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_nan_inf(b, dtype):
     ref.run_nan_inf(b, _dev, _host, dtype)
 
@@ -224,3 +230,16 @@ def test_channel_sum_against_float64(rng, shape, dtype, channels_last):
     bound = np.abs(want) * eps + mag * 256 * (2.0**-24 if dtype != "float64" else 2.0**-53) + 1e-30
     err = np.abs(_host(got).astype(np.float64) - want)
     assert (err <= 2 * bound).all(), (err.max(), bound.min())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_planned_mean_backward_keeps_the_layout_of_like(rng, dtype):
+    """cudakit.mean_backward(..., like=x) of a channels-last x through the planned calls (the first
+    call checked, later ones a traced plan): the same strides and values on every call."""
+    import cudakit
+    x = cp.ascontiguousarray(cp.zeros((8, 16, 5, 6), np_dtype(dtype)).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    for _ in range(3):
+        g = ref.normal(rng, (8, 16), dtype)
+        r = cudakit.mean_backward(_dev(g), x.shape, axis=(2, 3), like=x)
+        assert r.strides == x.strides
+        ref.check_backward(r.get(), "mean", g, x.shape, (2, 3), what="planned")

@@ -211,11 +211,11 @@ def dense_order(shape: tuple, strides: tuple, itemsize: int):
 def empty_in_order(empty, shape, dtype, order: tuple):
     """A new array of `shape` whose memory holds its axes in `order` (dense_order's, slowest
     first): empty(the permuted shape, dtype), seen through the inverse permutation."""
-    return empty(tuple(shape[a] for a in order), dtype).transpose(_inverse(order))
+    return empty(tuple(shape[a] for a in order), dtype).transpose(inverse_order(order))
 
 
 @functools.lru_cache(maxsize=256)
-def _inverse(order: tuple) -> tuple:
+def inverse_order(order: tuple) -> tuple:
     """The axes that undo the permutation `order`."""
     inv = [0] * len(order)
     for i, a in enumerate(order):

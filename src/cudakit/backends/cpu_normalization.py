@@ -146,13 +146,14 @@ def _bn_view(x):
 
 
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool, momentum: float,
-                       eps: float, out=None):
+                       eps: float, out=None, residual=None, relu: bool = False):
     """Batch normalisation over every axis but 1 of x (N, C) or (N, C, *spatial).
 
     gamma, beta, running_mean, running_var: (C,) or None. Training uses the batch statistics and
     updates running_mean / running_var in place (running_var with the unbiased variance);
-    inference uses the running statistics. Returns (y, save_mean, save_invstd), the last two (C,)
-    in the accumulation dtype.
+    inference uses the running statistics. residual (like x) is added, then relu applied where
+    relu, before the one rounding to x's dtype. Returns (y, save_mean, save_invstd), the last two
+    (C,) in the accumulation dtype.
     """
     acc = _acc(x.dtype)
     x3 = _bn_view(x)
@@ -176,17 +177,30 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
             var = _up(running_var, acc)
             xc = xa - mean[None, :, None]
         invstd = (acc.type(1) / np.sqrt(var + acc.type(eps))).astype(acc)
-        scale = invstd * _up(gamma, acc) if gamma is not None else invstd
-        y = xc * scale[None, :, None]
-        if beta is not None:
-            y += _up(beta, acc)[None, :, None]
+        y = _bn_affine(xc, invstd, gamma, beta, acc)
+        if residual is not None:
+            y += _bn_view(residual).astype(acc, copy=False)
+        if relu:
+            y = np.maximum(y, acc.type(0))   # (NaN kept, as relu)
     res = _write(y.reshape(x.shape), x.dtype, out)
     return res, mean.astype(acc), invstd
 
 
-def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
+def _bn_affine(xc, invstd, gamma, beta, acc):
+    """The batch norm before rounding, from x - mean (N, C, S): xc * (invstd * gamma) + beta; the
+    forward's y, and the relu mask its backward recomputes (the same operations, so the same bits)."""
+    scale = invstd * _up(gamma, acc) if gamma is not None else invstd
+    y = xc * scale[None, :, None]
+    if beta is not None:
+        y += _up(beta, acc)[None, :, None]
+    return y
+
+
+def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=None, relu: bool = False):
     """Gradients of batch_norm_forward in training mode: (dx, dgamma, dbeta); dgamma None when
-    gamma is None. dy, x: (N, C, ...); save_mean, save_invstd: (C,) from the forward."""
+    gamma is None. dy, x: (N, C, ...); save_mean, save_invstd: (C,) from the forward. relu: of
+    relu(batch_norm(x)), dy kept where the forward's pre-activation (recomputed from x, gamma and
+    beta) was above 0."""
     acc = _acc(x.dtype)
     x3, d3 = _bn_view(x), _bn_view(dy)
     count = x3.shape[0] * x3.shape[2]
@@ -194,6 +208,8 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
         inv = _up(save_invstd, acc)[None, :, None]
         xc = x3.astype(acc, copy=False) - _up(save_mean, acc)[None, :, None]
         d = d3.astype(acc, copy=False)
+        if relu:
+            d = np.where(_bn_affine(xc, _up(save_invstd, acc), gamma, beta, acc) > 0, d, acc.type(0))
         sg = _cross_rows(d, (0, 2), acc)
         sgx = _cross_rows(d * xc, (0, 2), acc)
         g = _up(gamma, acc) if gamma is not None else np.ones(x3.shape[1], acc)

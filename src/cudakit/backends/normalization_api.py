@@ -22,7 +22,8 @@ from .softmax_api import last_axis_rows
 
 
 # arrays an op takes None for (absent); any other array argument is required
-_OPTIONAL = frozenset({"weight", "bias", "gamma", "beta", "running_mean", "running_var"})
+_OPTIONAL = frozenset({"weight", "bias", "gamma", "beta", "running_mean", "running_var", "residual"})
+_BN_ACTIVATIONS = (None, "relu")   # batch_norm's fused activations
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -79,6 +80,13 @@ def _bn_channels_last(x) -> bool:
     if x.ndim < 3 or x.shape[1] <= 1 or x.size == 0 or x.flags.c_contiguous:
         return False
     return bool(x.transpose(_bn_perm(x.ndim)).flags.c_contiguous)
+
+
+def _bn_activation(op: str, activation) -> bool:
+    """Whether batch_norm's activation is relu (None: none); anything else is an ArgumentError."""
+    if activation is not None and not (type(activation) is str and activation in _BN_ACTIVATIONS):
+        raise ArgumentError(f"{op}: activation must be None or 'relu' (got {activation!r})")
+    return activation == "relu"
 
 
 def _bn_rows(x):
@@ -301,7 +309,8 @@ class NormalizationOps:
                                  f"got {tuple(p.shape)}")
 
     def batch_norm(self, x, gamma=None, beta=None, running_mean=None, running_var=None,
-                   training: bool = False, momentum: float = 0.1, eps: float = 1e-5):
+                   training: bool = False, momentum: float = 0.1, eps: float = 1e-5, *, residual=None,
+                   activation=None):
         """Batch normalisation over every axis but 1 of x, (N, C) or (N, C, *spatial).
 
         gamma, beta, running_mean, running_var: (C,) of x's dtype, or None. training=True: batch
@@ -310,24 +319,36 @@ class NormalizationOps:
         [0, 1], with the unbiased variance for running_var (as PyTorch). training=False: the running
         statistics, which are then required. eps > 0; for 16- and 32-bit x at least 1.4e-45, the
         least float32 above 0 (statistics are float32). Returns y with x's shape and dtype.
+
+        Fused epilogue, as cuDNN's batch norm with BN_ADD_ACTIVATION: y = act(bn(x) + residual),
+        in the pass that writes y (no extra read and write of y for the add and the activation),
+        rounded once. residual: None or an array of x's shape and dtype (a ResNet block's skip
+        path); activation: None or "relu". Gradients: with activation="relu" and no residual,
+        batch_norm_backward(..., beta=beta, activation="relu") masks grad_out itself; with a
+        residual, relu_backward(grad_out, y) is the gradient of bn(x) + residual (the residual's
+        gradient too), then batch_norm_backward of it.
         """
         return self.batch_norm_with_stats(x, gamma, beta, running_mean, running_var, training,
-                                          momentum, eps)[0]
+                                          momentum, eps, residual=residual, activation=activation)[0]
 
     def batch_norm_with_stats(self, x, gamma=None, beta=None, running_mean=None, running_var=None,
-                              training: bool = False, momentum: float = 0.1, eps: float = 1e-5):
+                              training: bool = False, momentum: float = 0.1, eps: float = 1e-5, *,
+                              residual=None, activation=None):
         """batch_norm() that also returns (save_mean, save_invstd), each (C,) float32 (float64 for
         float64 x), invstd = 1 / sqrt(var + eps): (y, save_mean, save_invstd)."""
         op = "batch_norm"
+        relu = _bn_activation(op, activation)
         eps = _check_eps(op, eps, x)
         momentum = _check_real(op, "momentum", momentum)
         if not 0.0 <= momentum <= 1.0:   # (outside, the running variance can turn negative)
             raise ArgumentError(f"{op}: momentum must be in [0, 1] (got {momentum!r})")
         training = check_bool(op, "training", training)
         a, _ = self._norm_arrays(op, {"x": x, "gamma": gamma, "beta": beta, "running_mean": running_mean,
-                                      "running_var": running_var})
-        x = a["x"]
+                                      "running_var": running_var, "residual": residual})
+        x, res = a["x"], a["residual"]
         self._bn_check_x(op, x)
+        if res is not None and tuple(res.shape) != tuple(x.shape):
+            raise ShapeError(f"{op}: residual must have x's shape {tuple(x.shape)}; got {tuple(res.shape)}")
         c = int(x.shape[1])
         self._bn_check_params(op, c, {n: a[n] for n in ("gamma", "beta", "running_mean", "running_var")})
         rm, rv = a["running_mean"], a["running_var"]
@@ -352,9 +373,12 @@ class NormalizationOps:
         cl = _bn_channels_last(x)
         with self._device_scope(x):
             rm_c, rv_c = self._ascontiguous_opt(rm), self._ascontiguous_opt(rv)
+            if res is not None:   # in x's layout (a copy where it is not)
+                res = _bn_rows(self._as_channels_last(res)) if cl else self._ascontiguous(res)
             y, sm, si = self._norm_module().batch_norm_forward(
                 _bn_rows(x) if cl else self._ascontiguous(x), self._ascontiguous_opt(a["gamma"]),
-                self._ascontiguous_opt(a["beta"]), rm_c, rv_c, bool(training), momentum, eps)
+                self._ascontiguous_opt(a["beta"]), rm_c, rv_c, bool(training), momentum, eps, residual=res,
+                relu=relu)
             for orig, cont in ((rm, rm_c), (rv, rv_c)):  # a strided running statistic: write back
                 if cont is not orig and orig is not None:
                     orig[...] = cont
@@ -377,22 +401,29 @@ class NormalizationOps:
                 si = (1.0 / (rv.astype(acc) + eps) ** 0.5).astype(acc)
         return y, sm, si
 
-    def batch_norm_backward(self, grad_out, x, gamma, save_mean, save_invstd):
+    def batch_norm_backward(self, grad_out, x, gamma, save_mean, save_invstd, *, beta=None, activation=None):
         """Gradients of training-mode batch_norm: (dx, dgamma, dbeta).
 
         grad_out, x: one shape and dtype; gamma: (C,) or None; save_mean, save_invstd: from
         batch_norm_with_stats. dx has x's shape; dgamma (None when gamma is None) and dbeta are
         (C,) of x's dtype, bitwise reproducible from run to run.
+
+        activation="relu": the gradients of batch_norm(..., activation="relu") without residual,
+        grad_out being the gradient of its output: grad_out counts where the forward's
+        pre-activation bn(x) was above 0, recomputed here from x, gamma, beta (pass the forward's)
+        and the saved statistics exactly as the forward computed it, so that no relu_backward pass
+        (a read of grad_out and y, a write) runs. (A forward with a residual: see batch_norm.)
         """
         op = "batch_norm_backward"
-        a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "gamma": gamma},
+        relu = _bn_activation(op, activation)
+        a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "gamma": gamma, "beta": beta},
                                   {"save_mean": save_mean, "save_invstd": save_invstd})
         x, g = a["x"], a["grad_out"]
         self._bn_check_x(op, x)
         if tuple(g.shape) != tuple(x.shape):
             raise ShapeError(f"{op}: grad_out must have x's shape {tuple(x.shape)}; got {tuple(g.shape)}")
         c = int(x.shape[1])
-        self._bn_check_params(op, c, {"gamma": a["gamma"], **st})
+        self._bn_check_params(op, c, {"gamma": a["gamma"], "beta": a["beta"], **st})
         for n, v in st.items():
             if v is None:
                 raise ArgumentError(f"{op}: {n} is required (the value batch_norm_with_stats returned)")
@@ -400,17 +431,22 @@ class NormalizationOps:
             if x.size == 0:   # sums over no values: zero gradients for gamma and beta
                 return (self.empty(tuple(x.shape), x.dtype),
                         None if a["gamma"] is None else self.zeros((c,), x.dtype), self.zeros((c,), x.dtype))
+            params = (self._ascontiguous_opt(a["gamma"]), self._ascontiguous(st["save_mean"]),
+                      self._ascontiguous(st["save_invstd"]))
+            beta = self._ascontiguous_opt(a["beta"])
             if not _bn_channels_last(x):
                 return self._norm_module().batch_norm_backward(
-                    self._ascontiguous(g), self._ascontiguous(x), self._ascontiguous_opt(a["gamma"]),
-                    self._ascontiguous(st["save_mean"]), self._ascontiguous(st["save_invstd"]))
+                    self._ascontiguous(g), self._ascontiguous(x), *params, beta=beta, relu=relu)
             # channels-last x: grad_out in its layout (a copy where it is not), dx in it too
-            g_cl = g if _bn_channels_last(g) else self._ascontiguous(g.transpose(_bn_perm(g.ndim))).transpose(
-                _bn_unperm(g.ndim))
             dx, dgamma, dbeta = self._norm_module().batch_norm_backward(
-                _bn_rows(g_cl), _bn_rows(x), self._ascontiguous_opt(a["gamma"]),
-                self._ascontiguous(st["save_mean"]), self._ascontiguous(st["save_invstd"]))
+                _bn_rows(self._as_channels_last(g)), _bn_rows(x), *params, beta=beta, relu=relu)
             return _bn_unrows(dx, x.shape), dgamma, dbeta
+
+    def _as_channels_last(self, a):
+        """An (N, C, *spatial) array in channels-last memory: a itself where it is, else a copy."""
+        if _bn_channels_last(a):
+            return a
+        return self._ascontiguous(a.transpose(_bn_perm(a.ndim))).transpose(_bn_unperm(a.ndim))
 
     def _ascontiguous_opt(self, a):
         return None if a is None else self._ascontiguous(a)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numbers
 
-from .checks import check_bool, check_shape, check_size, finite_scalar
-from ..errors import DTypeError, ShapeError
+from .checks import check_bool, check_shape, check_size, dense_order, finite_scalar, inverse_order
+from ..errors import ArgumentTypeError, DTypeError, ShapeError
 
 
 def _prod(shape) -> int:
@@ -175,25 +175,57 @@ class ReductionOps:
         check_size(op, "the gradient", shape, 8)
         return shape
 
-    def sum_backward(self, grad_out, x_shape, axis=None, keepdims: bool = False):
+    def _grad_order(self, op: str, like, shape: tuple):
+        """The memory order (checks.dense_order: axes slowest first) a gradient of `shape` takes from
+        `like`, or None for C order: like's where it covers its memory densely in another order than
+        C (a channels-last view, a transpose), C order for like None, C-contiguous or not dense."""
+        if like is None:
+            return None
+        if not all(hasattr(like, a) for a in ("shape", "strides", "itemsize")):
+            raise ArgumentTypeError(f"{op}: like must be an array (got {type(like).__name__})")
+        if tuple(like.shape) != shape:
+            raise ShapeError(f"{op}: like must have x_shape {shape} (its layout is the gradient's); "
+                             f"got {tuple(like.shape)}")
+        order = dense_order(shape, tuple(like.strides), like.itemsize)
+        return None if order is None or order == tuple(range(len(shape))) else order
+
+    def _spread(self, g, shape: tuple, axes: tuple, divisor: float, order):
+        """g / divisor broadcast back to `shape` over `axes`, laid out in `order` (None: C order):
+        computed C-contiguous on the permuted shape, then seen through the inverse permutation."""
+        if order is None:
+            return self._reduction_module().sum_backward(g, shape, axes, divisor)
+        kept = [a for a in range(len(shape)) if a not in axes]
+        g = g.transpose([kept.index(a) for a in order if a not in axes])
+        r = self._reduction_module().sum_backward(g, tuple(shape[a] for a in order),
+                                                  tuple(i for i, a in enumerate(order) if a in axes), divisor)
+        return r.transpose(inverse_order(order))
+
+    def sum_backward(self, grad_out, x_shape, axis=None, keepdims: bool = False, *, like=None):
         """Gradient of sum(x, axis, keepdims) with respect to x: grad_out broadcast back to x_shape.
 
         grad_out: the shape sum() returned for an x of shape x_shape (with the same axis and
-        keepdims), any float dtype. Returns a C-contiguous array of shape x_shape and grad_out's dtype.
+        keepdims), any float dtype. like: None, or an array of shape x_shape (the forward's x) whose
+        memory layout the gradient takes where that layout is dense (a channels-last view, a
+        transpose), as PyTorch's gradients keep x's memory format. Returns an array of shape x_shape
+        and grad_out's dtype, C-contiguous unless like gives another dense layout.
         """
         shape = self._red_shape("sum_backward", x_shape)
         g, axes = self._red_grad("sum_backward", grad_out, shape, axis, keepdims)
+        order = self._grad_order("sum_backward", like, shape)
         with self._device_scope(g):
-            return self._reduction_module().sum_backward(g, shape, axes, 1.0)
+            return self._spread(g, shape, axes, 1.0, order)
 
-    def mean_backward(self, grad_out, x_shape, axis=None, keepdims: bool = False):
+    def mean_backward(self, grad_out, x_shape, axis=None, keepdims: bool = False, *, like=None):
         """Gradient of mean(x, axis, keepdims): grad_out / N broadcast back to x_shape (N the number
-        of reduced elements; 16-bit divided in float32, rounded once). Shapes as sum_backward()."""
+        of reduced elements; 16-bit divided in float32, rounded once). Shapes and like as
+        sum_backward(): mean_backward(g, x.shape, (2, 3), like=x) of a channels-last x (global average
+        pooling) is channels-last too."""
         shape = self._red_shape("mean_backward", x_shape)
         g, axes = self._red_grad("mean_backward", grad_out, shape, axis, keepdims)
+        order = self._grad_order("mean_backward", like, shape)
         n = _prod(shape[d] for d in axes)
         with self._device_scope(g):
-            return self._reduction_module().sum_backward(g, shape, axes, float(n) if n else float("nan"))
+            return self._spread(g, shape, axes, float(n) if n else float("nan"), order)
 
     def var_backward(self, grad_out, x, axis=None, ddof=0, keepdims: bool = False):
         """Gradient of var(x, axis, ddof, keepdims): grad_out * 2 (x - mean) / (N - ddof); where

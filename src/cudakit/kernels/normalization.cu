@@ -697,6 +697,19 @@ __global__ void ck_norm_colsum(const typename ck_traits<T>::acc* __restrict__ pa
 }
 
 // ================================================================ batch norm
+// The batch norm of one element before rounding, (x - mean) * scale + beta: the forward's y, and
+// the backward of batch_norm(..., activation="relu") recomputes it from x for relu's mask with
+// the same expression and the same per-channel values, so its mask is the forward's bit for bit.
+template <typename C>
+__device__ __forceinline__ C ck_bn_affine(C x, C mu, C sc, C bt) { return (x - mu) * sc + bt; }
+
+// The forward's epilogue: + residual (has_res), then relu (NaN kept, as ck_relu) when relu.
+template <typename C>
+__device__ __forceinline__ C ck_bn_epilogue(C v, C res, bool has_res, int relu) {
+  if (has_res) v += res;
+  return relu && !(v > C(0)) && v == v ? C(0) : v;
+}
+
 // x is viewed as [N, CS/V] vectors, CS = C*S, channel of vector column k = k / (S/V) (V divides S,
 // so a vector never straddles two channels). Block (bx, by): vector column blockIdx.x*bx + tx,
 // rows blockIdx.y*chunk + ty, + by, ... below min(N, (blockIdx.y+1)*chunk).
@@ -817,13 +830,15 @@ __device__ __forceinline__ long long ck_bn_lane_channel(long long k, long long s
 }
 
 // x, y: [N, CS] as in ck_bn_stats (CL: [N, C] as in ck_bn_stats_cl, sv unused); mean, scale: [C]
-// (acc); beta: [C] of T or null. y = (x - mean[c]) * scale[c] + beta[c]. Grid-stride over rows,
-// CK_U rows in flight per thread. Traffic: N*CS*sizeof(T) read + the same written.
-template <typename T, int V, bool CL>
+// (acc); beta: [C] of T or null; residual: like x, or null. y = (x - mean[c]) * scale[c] + beta[c]
+// (+ residual, then relu where relu: EPI, the fused epilogue, whose registers the plain apply does
+// without). Grid-stride over rows, CK_U rows in flight per thread.
+// Traffic: N*CS*sizeof(T) read + the same written (+ N*CS*sizeof(T) read of residual).
+template <typename T, int V, bool CL, bool EPI>
 __global__ void __launch_bounds__(256, 1) ck_bn_apply(
     const T* __restrict__ x, T* __restrict__ y, const typename ck_traits<T>::acc* __restrict__ mean,
     const typename ck_traits<T>::acc* __restrict__ scale, const T* __restrict__ beta,
-    long long N, long long csv, long long sv) {
+    long long N, long long csv, long long sv, const T* __restrict__ residual, int relu) {
   CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
@@ -837,6 +852,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
     mu[i] = mean[c]; sc[i] = scale[c]; bt[i] = beta ? tr::load(beta[c]) : C(0);
   }
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  const R* __restrict__ rr = reinterpret_cast<const R*>(residual);
   R* __restrict__ yr = reinterpret_cast<R*>(y);
   const long long step = (long long)gridDim.y * blockDim.y * CK_U;
   for (long long rb = (long long)blockIdx.y * blockDim.y * CK_U + threadIdx.y; rb < N; rb += step) {
@@ -846,6 +862,30 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
       const long long r = rb + (long long)u * blockDim.y;
       if (r < N) p[u].raw = xr[r * csv + k];
     }
+    if (EPI) {   // (batch_norm's residual= and activation=)
+      ck_pack<T, V> pr[CK_U];
+#pragma unroll
+      for (int u = 0; u < CK_U; ++u) {
+        const long long r = rb + (long long)u * blockDim.y;
+        if (rr && r < N) pr[u].raw = rr[r * csv + k];
+      }
+#pragma unroll
+      for (int u = 0; u < CK_U; ++u) {
+        const long long r = rb + (long long)u * blockDim.y;
+        if (r < N) {
+          ck_pack<T, V> po;
+          C v[V];
+          ck_cvt<T, V>::load(p[u], v);
+#pragma unroll
+          for (int i = 0; i < V; ++i)
+            v[i] = ck_bn_epilogue(ck_bn_affine(v[i], mu[i], sc[i], bt[i]), rr ? tr::load(pr[u].v[i]) : C(0),
+                                  rr != nullptr, relu);
+          ck_cvt<T, V>::store(po, v);
+          yr[r * csv + k] = po.raw;
+        }
+      }
+      continue;
+    }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
@@ -854,7 +894,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
         C v[V];
         ck_cvt<T, V>::load(p[u], v);
 #pragma unroll
-        for (int i = 0; i < V; ++i) v[i] = (v[i] - mu[i]) * sc[i] + bt[i];
+        for (int i = 0; i < V; ++i) v[i] = ck_bn_affine(v[i], mu[i], sc[i], bt[i]);
         ck_cvt<T, V>::store(po, v);
         yr[r * csv + k] = po.raw;
       }
@@ -868,11 +908,30 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
 // merged in a fixed order, the running statistics updated as ck_bn_finalize does, then
 // y = (x - mean) * scale + beta over the same vectors (a second read, from cache).
 // x, y: [N, C*S/V] vectors of T; gamma, beta, running_mean, running_var: [C] of T or null;
-// save_mean, save_invstd: [C] (acc). Traffic: N*C*S*sizeof(T) read (twice) + the same written.
+// save_mean, save_invstd: [C] (acc); residual: like x, or null; relu: y = relu(bn + residual).
+// Traffic: N*C*S*sizeof(T) read (twice) + the same written (+ N*C*S*sizeof(T) of residual).
 // The [N, C*S/V] offset of channel c's vector i (row i / sv, column i % sv of the channel's sv).
 __device__ __forceinline__ long long ck_bn_vec(long long i, long long c, long long sv, long long csv) {
   const long long r = i / sv;
   return r * csv + c * sv + (i - r * sv);
+}
+
+// The backward of batch_norm(..., activation="relu"): channel c's forward scale (gamma * invstd,
+// as ck_bn_finish) and beta, for relu's mask.
+template <typename T>
+__device__ __forceinline__ void ck_bn_mask_coefs(long long c, const T* __restrict__ gamma, const T* __restrict__ beta,
+                                                 const typename ck_traits<T>::acc* __restrict__ invstd,
+                                                 typename ck_traits<T>::acc& sc, typename ck_traits<T>::acc& bt) {
+  typedef ck_traits<T> tr;
+  const typename tr::acc inv = invstd[c];
+  sc = gamma ? tr::load(gamma[c]) * inv : inv;
+  bt = beta ? tr::load(beta[c]) : typename tr::acc(0);
+}
+
+// dy at one element, or with RELU 0 where the forward's pre-activation was not above 0 (as ck_relu_bwd).
+template <bool RELU, typename C>
+__device__ __forceinline__ C ck_bn_masked(C g, C x, C mu, C sc, C bt) {
+  return RELU && !(ck_bn_affine(x, mu, sc, bt) > C(0)) ? C(0) : g;
 }
 
 template <typename T, int V>
@@ -881,7 +940,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
     T* __restrict__ running_mean, T* __restrict__ running_var,
     typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
     long long N, long long C_, long long sv, int training,
-    typename ck_traits<T>::acc momentum, typename ck_traits<T>::acc eps) {
+    typename ck_traits<T>::acc momentum, typename ck_traits<T>::acc eps, const T* __restrict__ residual, int relu) {
   CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
@@ -889,6 +948,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
   __shared__ C sh[96];
   const long long c = blockIdx.x, csv = C_ * sv, cnt = N * sv;
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  const R* __restrict__ rr = reinterpret_cast<const R*>(residual);
   R* __restrict__ yr = reinterpret_cast<R*>(y);
   C mean, var;
   if (training) {
@@ -914,12 +974,14 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
   if (threadIdx.x == 0) { save_mean[c] = mean; save_invstd[c] = inv; }
   for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
     const long long o = ck_bn_vec(i, c, sv, csv);
-    ck_pack<T, V> p, po;
+    ck_pack<T, V> p, pr, po;
     p.raw = xr[o];
+    if (rr) pr.raw = rr[o];
     C v[V];
     ck_cvt<T, V>::load(p, v);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = (v[j] - mean) * sc + bt;
+    for (int j = 0; j < V; ++j)
+      v[j] = ck_bn_epilogue(ck_bn_affine(v[j], mean, sc, bt), rr ? tr::load(pr.v[j]) : C(0), rr != nullptr, relu);
     ck_cvt<T, V>::store(po, v);
     yr[o] = po.raw;
   }
@@ -929,12 +991,16 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
 // one block of 256 threads per channel sums dy and dy*(x - mean) over its vectors in a fixed
 // order, writes dgamma, dbeta and dx = ka*dy + kb*(x - mean) + kd as ck_bn_bwd_finalize/_apply.
 // dy, x, dx: [N, C*S/V] vectors of T; gamma: [C] of T or null; mean, invstd: [C] (acc);
-// dgamma (or null), dbeta: [C] of T. Traffic: 2 * N*C*S*sizeof(T) read (twice) + N*C*S*sizeof(T) written.
-template <typename T, int V>
+// dgamma (or null), dbeta: [C] of T; beta: [C] of T or null (read with RELU only).
+// RELU (the backward of batch_norm(..., activation="relu")): dy where the forward's
+// pre-activation, recomputed from x (ck_bn_affine), is above 0, else 0, in place of dy.
+// Traffic: 2 * N*C*S*sizeof(T) read (twice) + N*C*S*sizeof(T) written.
+template <typename T, int V, bool RELU>
 __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
     const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx, const T* __restrict__ gamma,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ invstd,
-    T* __restrict__ dgamma, T* __restrict__ dbeta, long long N, long long C_, long long sv) {
+    T* __restrict__ dgamma, T* __restrict__ dbeta, long long N, long long C_, long long sv,
+    const T* __restrict__ beta) {
   CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
@@ -945,6 +1011,8 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
   const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
   R* __restrict__ dr = reinterpret_cast<R*>(dx);
   const C mu = mean[c];
+  C msc = C(0), mbt = C(0);   // (RELU: the forward's scale and beta of channel c)
+  if (RELU) ck_bn_mask_coefs<T>(c, gamma, beta, invstd, msc, mbt);
   C sg = C(0), sgx = C(0);
   for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
     const long long o = ck_bn_vec(i, c, sv, csv);
@@ -953,9 +1021,10 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
     pg.raw = gr[o];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const C g = tr::load(pg.v[j]);
+      const C xv = tr::load(px.v[j]);
+      const C g = ck_bn_masked<RELU>(tr::load(pg.v[j]), xv, mu, msc, mbt);
       sg += g;
-      sgx += g * (tr::load(px.v[j]) - mu);
+      sgx += g * (xv - mu);
     }
   }
   ck_row_sum2(sg, sgx, red);   // every thread gets the channel's sums
@@ -975,7 +1044,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
     ck_cvt<T, V>::load(px, xv);
     ck_cvt<T, V>::load(pg, gv);
 #pragma unroll
-    for (int j = 0; j < V; ++j) xv[j] = a * gv[j] + b * (xv[j] - mu) + d;
+    for (int j = 0; j < V; ++j) xv[j] = a * ck_bn_masked<RELU>(gv[j], xv[j], mu, msc, mbt) + b * (xv[j] - mu) + d;
     ck_cvt<T, V>::store(po, xv);
     dr[o] = po.raw;
   }
@@ -983,12 +1052,14 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
 
 // Backward reduction. dy, x: [N, CS] as in ck_bn_stats; mean: [C] (save_mean).
 // psg, psgx: [CS/V, gridDim.y] partial sums of dy and dy*(x - mean) per vector column and row chunk.
+// RELU: dy masked as ck_bn_bwd_small's (gamma, beta: [C] of T or null; invstd: [C], acc).
 // Traffic: 2 * N*CS*sizeof(T) read + 2*(CS/V)*gridDim.y*sizeof(acc) written.
-template <typename T, int V>
+template <typename T, int V, bool RELU>
 __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
     const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
     typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
-    long long N, long long csv, long long sv, long long chunk) {
+    long long N, long long csv, long long sv, long long chunk, const T* __restrict__ gamma,
+    const T* __restrict__ beta, const typename ck_traits<T>::acc* __restrict__ invstd) {
   CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
@@ -1001,6 +1072,8 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
   const C mu = live ? mean[k / sv] : C(0);
+  C msc = C(0), mbt = C(0);
+  if (RELU && live) ck_bn_mask_coefs<T>(k / sv, gamma, beta, invstd, msc, mbt);
   C sg = C(0), sgx = C(0);
   const long long step = (long long)blockDim.y * CK_U;
   for (long long rb = r0 + threadIdx.y; live && rb < r1; rb += step) {
@@ -1015,9 +1088,10 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
       if (rb + (long long)u * blockDim.y < r1) {
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const C g = tr::load(pg[u].v[i]);
+          const C xv = tr::load(px[u].v[i]);
+          const C g = ck_bn_masked<RELU>(tr::load(pg[u].v[i]), xv, mu, msc, mbt);
           sg += g;
-          sgx += g * (tr::load(px[u].v[i]) - mu);
+          sgx += g * (xv - mu);
         }
       }
     }
@@ -1083,25 +1157,28 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_finalize(
 }
 
 // dy, x, dx: [N, CS] as in ck_bn_stats (CL: [N, C] as in ck_bn_stats_cl, sv unused); mean, ka,
-// kb, kd: [C] (acc). dx = ka*dy + kb*(x - mean) + kd.
+// kb, kd: [C] (acc). dx = ka*dy + kb*(x - mean) + kd; RELU: dy masked as ck_bn_bwd_small's
+// (gamma, beta: [C] of T or null; invstd: [C], acc).
 // Traffic: 2 * N*CS*sizeof(T) read + N*CS*sizeof(T) written.
-template <typename T, int V, bool CL>
+template <typename T, int V, bool CL, bool RELU>
 __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
     const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ ka,
     const typename ck_traits<T>::acc* __restrict__ kb, const typename ck_traits<T>::acc* __restrict__ kd,
-    long long N, long long csv, long long sv) {
+    long long N, long long csv, long long sv, const T* __restrict__ gamma, const T* __restrict__ beta,
+    const typename ck_traits<T>::acc* __restrict__ invstd) {
   CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= csv) return;
-  C mu[V], a[V], b[V], d[V];
+  C mu[V], a[V], b[V], d[V], msc[V], mbt[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const long long c = ck_bn_lane_channel<V, CL>(k, sv, i);
-    mu[i] = mean[c]; a[i] = ka[c]; b[i] = kb[c]; d[i] = kd[c];
+    mu[i] = mean[c]; a[i] = ka[c]; b[i] = kb[c]; d[i] = kd[c]; msc[i] = mbt[i] = C(0);
+    if (RELU) ck_bn_mask_coefs<T>(c, gamma, beta, invstd, msc[i], mbt[i]);
   }
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
@@ -1123,7 +1200,8 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
         ck_cvt<T, V>::load(px[u], xv);
         ck_cvt<T, V>::load(pg[u], gv);
 #pragma unroll
-        for (int i = 0; i < V; ++i) xv[i] = a[i] * gv[i] + b[i] * (xv[i] - mu[i]) + d[i];
+        for (int i = 0; i < V; ++i)
+          xv[i] = a[i] * ck_bn_masked<RELU>(gv[i], xv[i], mu[i], msc[i], mbt[i]) + b[i] * (xv[i] - mu[i]) + d[i];
         ck_cvt<T, V>::store(po, xv);
         dr[r * csv + k] = po.raw;
       }
@@ -1214,13 +1292,15 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
 
 // Backward reduction, channels-last: dy, x: [N, C/V] vectors as in ck_bn_stats_cl; mean: [C]
 // (save_mean). psg, psgx: [gridDim.y, C] partial sums of dy and dy*(x - mean) per row chunk and
-// channel (laid out as ck_bn_stats_cl's partials).
+// channel (laid out as ck_bn_stats_cl's partials). RELU: dy masked as ck_bn_bwd_small's (gamma,
+// beta: [C] of T or null; invstd: [C], acc).
 // Traffic: 2 * N*C*sizeof(T) read + 2*C*gridDim.y*sizeof(acc) written.
-template <typename T, int V>
+template <typename T, int V, bool RELU>
 __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
     const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
     typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
-    long long N, long long cv, long long chunk) {
+    long long N, long long cv, long long chunk, const T* __restrict__ gamma, const T* __restrict__ beta,
+    const typename ck_traits<T>::acc* __restrict__ invstd) {
   CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
@@ -1232,9 +1312,13 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
   const long long r1 = r0 + chunk < N ? r0 + chunk : N;
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
-  C mu[V], sg[V], sgx[V];
+  C mu[V], sg[V], sgx[V], msc[V], mbt[V];
 #pragma unroll
-  for (int i = 0; i < V; ++i) { mu[i] = live ? mean[k * V + i] : C(0); sg[i] = C(0); sgx[i] = C(0); }
+  for (int i = 0; i < V; ++i) {
+    mu[i] = live ? mean[k * V + i] : C(0); sg[i] = C(0); sgx[i] = C(0);
+    msc[i] = mbt[i] = C(0);
+    if (RELU && live) ck_bn_mask_coefs<T>(k * V + i, gamma, beta, invstd, msc[i], mbt[i]);
+  }
   const long long step = (long long)blockDim.y * CK_U;
   for (long long rb = r0 + threadIdx.y; live && rb < r1; rb += step) {
     ck_pack<T, V> px[CK_U], pg[CK_U];
@@ -1248,9 +1332,10 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
       if (rb + (long long)u * blockDim.y < r1) {
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const C g = tr::load(pg[u].v[i]);
+          const C xv = tr::load(px[u].v[i]);
+          const C g = ck_bn_masked<RELU>(tr::load(pg[u].v[i]), xv, mu[i], msc[i], mbt[i]);
           sg[i] += g;
-          sgx[i] += g * (tr::load(px[u].v[i]) - mu[i]);
+          sgx[i] += g * (xv - mu[i]);
         }
       }
     }

@@ -74,12 +74,15 @@ def name_expressions(dtype=None) -> list[str]:
                         f"ck_ln_bwd_reg<{t}, {v}, {nv}>", f"ck_rms_bwd_reg<{t}, {v}, {nv}>"]
             out += [f"ck_ln_fwd_loop<{t}, {v}>", f"ck_rms_fwd_loop<{t}, {v}>",
                     f"ck_ln_bwd_loop<{t}, {v}>", f"ck_rms_bwd_loop<{t}, {v}>",
-                    f"ck_bn_stats<{t}, {v}>", f"ck_bn_apply<{t}, {v}, false>",
-                    f"ck_bn_bwd_reduce<{t}, {v}>", f"ck_bn_bwd_apply<{t}, {v}, false>",
-                    f"ck_bn_small<{t}, {v}>", f"ck_bn_bwd_small<{t}, {v}>"]
+                    f"ck_bn_stats<{t}, {v}>", f"ck_bn_small<{t}, {v}>"]
+            for f in ("false", "true"):   # batch_norm, and fused with residual= / activation="relu"
+                out += [f"ck_bn_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_reduce<{t}, {v}, {f}>",
+                        f"ck_bn_bwd_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_small<{t}, {v}, {f}>"]
         v = vec_width(dt)   # channels-last rows (S == 1) of whole vectors of channels
-        out += [f"ck_bn_stats_cl<{t}, {v}>", f"ck_bn_apply<{t}, {v}, true>",
-                f"ck_bn_bwd_reduce_cl<{t}, {v}>", f"ck_bn_bwd_apply<{t}, {v}, true>"]
+        out += [f"ck_bn_stats_cl<{t}, {v}>"]
+        for f in ("false", "true"):
+            out += [f"ck_bn_apply<{t}, {v}, true, {f}>", f"ck_bn_bwd_reduce_cl<{t}, {v}, {f}>",
+                    f"ck_bn_bwd_apply<{t}, {v}, true, {f}>"]
         out += [f"ck_ln_bwd_cols<{t}>", f"ck_rms_bwd_cols<{t}>", f"ck_norm_colsum<{t}>",
                 f"ck_bn_finalize<{t}>", f"ck_bn_bwd_finalize<{t}>"]
     return out
@@ -402,14 +405,15 @@ def _bn_vectors(n: int, c: int, s: int, dt: str, arrays) -> tuple:
 
 
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool, momentum: float,
-                       eps: float, out=None):
+                       eps: float, out=None, residual=None, relu: bool = False):
     """Batch normalisation over every axis but 1 of x (N, C) or (N, C, *spatial).
 
     gamma, beta, running_mean, running_var: (C,) of x's dtype, or None (running statistics are
     required when not training). Training: batch statistics; running_mean and running_var are
     updated in place (running_var with the unbiased variance, as PyTorch). Inference: the running
-    statistics. Returns (y, save_mean, save_invstd); the last two (C,) float32 (float64 for
-    float64), invstd = 1 / sqrt(var + eps).
+    statistics. residual (like x) is added to the normalised x, then relu applied where relu, in
+    the same pass (y = relu(bn(x) + residual), rounded once). Returns (y, save_mean, save_invstd);
+    the last two (C,) float32 (float64 for float64), invstd = 1 / sqrt(var + eps).
     """
     cp = _cupy.loaded_cupy()
     dt = dtype_name(x.dtype)
@@ -422,12 +426,13 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
         return y, save_mean, save_invstd
     a = _acc_scalar
     if x.size and _bn_small(n, c, s):   # one launch: statistics, running statistics and y per channel block
-        v = _bn_vec(s, dt, (x, y))
+        v = _bn_vec(s, dt, (x, y) if residual is None else (x, y, residual))
         _launch(f"ck_bn_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
                 (x, y, _ptr(gamma), _ptr(beta), _ptr(running_mean), _ptr(running_var), save_mean, save_invstd,
-                 np.int64(n), np.int64(c), np.int64(s // v), np.int32(bool(training)), a(x, momentum), a(x, eps)))
+                 np.int64(n), np.int64(c), np.int64(s // v), np.int32(bool(training)), a(x, momentum), a(x, eps),
+                 _ptr(residual), np.int32(bool(relu))))
         return y, save_mean, save_invstd
-    v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (x, y))
+    v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (x, y) if residual is None else (x, y, residual))
     scale = cp.empty(c, acc)
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     if training:   # partials: [vector columns, row chunks], or [row chunks, C] (lanes)
@@ -445,17 +450,22 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
             (pn, pm, pm2, np.int64(k), np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(running_mean),
              _ptr(running_var), save_mean, save_invstd, scale, np.int32(bool(training)), a(x, momentum), a(x, eps)))
     if x.size:
-        _launch(f"ck_bn_apply<{t}, {v}, {'true' if lanes else 'false'}>", dt, _apply_grid(gx, n, block[1]), block,
-                (x, y, save_mean, scale, _ptr(beta), np.int64(n), np.int64(csv), np.int64(sv)))
+        fused = "true" if residual is not None or relu else "false"
+        _launch(f"ck_bn_apply<{t}, {v}, {'true' if lanes else 'false'}, {fused}>", dt, _apply_grid(gx, n, block[1]),
+                block, (x, y, save_mean, scale, _ptr(beta), np.int64(n), np.int64(csv), np.int64(sv),
+                        _ptr(residual), np.int32(bool(relu))))
     return y, save_mean, save_invstd
 
 
-def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
+def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=None, relu: bool = False):
     """Gradients of batch_norm_forward in training mode.
 
     dy, x: (N, C, ...) of one dtype; gamma: (C,) or None; save_mean, save_invstd: (C,) from the
-    forward. Returns (dx, dgamma, dbeta): dx like x; dgamma (C,) of x's dtype, None when gamma is
-    None; dbeta (C,). Channel sums are reduced in a fixed order (bitwise reproducible on one device).
+    forward. relu: the gradients of relu(batch_norm(x)) (the forward's relu without residual): dy
+    counts only where the forward's pre-activation, recomputed from x, gamma, beta (the forward's,
+    (C,) or None) and the statistics exactly as the forward computed it, was above 0. Returns (dx,
+    dgamma, dbeta): dx like x; dgamma (C,) of x's dtype, None when gamma is None; dbeta (C,).
+    Channel sums are reduced in a fixed order (bitwise reproducible on one device).
     """
     cp = _cupy.loaded_cupy()
     dt = dtype_name(x.dtype)
@@ -467,22 +477,27 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
     dbeta = cp.empty(c, x.dtype)
     if c == 0:
         return dx, dgamma, dbeta
+    r = "true" if relu else "false"
+    mask = (_ptr(gamma), _ptr(beta), save_invstd)   # (read by the kernels' relu mask only)
     if x.size and _bn_small(n, c, s):   # one launch: the channel sums, dgamma, dbeta and dx per channel block
         v = _bn_vec(s, dt, (dy, x, dx))
-        _launch(f"ck_bn_bwd_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
+        _launch(f"ck_bn_bwd_small<{t}, {v}, {r}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
                 (dy, x, dx, _ptr(gamma), save_mean, save_invstd, _ptr(dgamma), dbeta,
-                 np.int64(n), np.int64(c), np.int64(s // v)))
+                 np.int64(n), np.int64(c), np.int64(s // v), _ptr(beta)))
         return dx, dgamma, dbeta
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (dy, x, dx))
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
-    psg, psgx = (cp.zeros((gy, c) if lanes else (csv, gy), acc) for _ in range(2))   # (as the forward's)
-    if x.size:
+    psg, psgx = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(2))   # (as the forward's)
+    if not x.size:   # (the reductions write every partial: no memset launches on the common path)
+        psg.fill(0)
+        psgx.fill(0)
+    else:
         if lanes:
-            _launch(f"ck_bn_bwd_reduce_cl<{t}, {v}>", dt, (gx, gy, 1), block,
-                    (dy, x, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(chunk)))
+            _launch(f"ck_bn_bwd_reduce_cl<{t}, {v}, {r}>", dt, (gx, gy, 1), block,
+                    (dy, x, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(chunk)) + mask)
         else:
-            _launch(f"ck_bn_bwd_reduce<{t}, {v}>", dt, (gx, gy, 1), block,
-                    (dy, x, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk)))
+            _launch(f"ck_bn_bwd_reduce<{t}, {v}, {r}>", dt, (gx, gy, 1), block,
+                    (dy, x, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk)) + mask)
     ka, kb, kd = (cp.empty(c, acc) for _ in range(3))
     k = gy if lanes else sv * gy   # channel c's partial j: c*cs + j*ks
     cs, ks = (1, c) if lanes else (k, 1)
@@ -490,8 +505,8 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None):
             (psg, psgx, np.int64(k), np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), save_invstd, _ptr(dgamma),
              dbeta, ka, kb, kd, _acc_scalar(x, max(n * s, 1))))
     if x.size:
-        _launch(f"ck_bn_bwd_apply<{t}, {v}, {'true' if lanes else 'false'}>", dt, _apply_grid(gx, n, block[1]), block,
-                (dy, x, dx, save_mean, ka, kb, kd, np.int64(n), np.int64(csv), np.int64(sv)))
+        _launch(f"ck_bn_bwd_apply<{t}, {v}, {'true' if lanes else 'false'}, {r}>", dt, _apply_grid(gx, n, block[1]),
+                block, (dy, x, dx, save_mean, ka, kb, kd, np.int64(n), np.int64(csv), np.int64(sv)) + mask)
     return dx, dgamma, dbeta
 
 

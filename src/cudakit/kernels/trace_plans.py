@@ -45,16 +45,18 @@ TRACEABLE = frozenset({
     "layernorm_backward", "rmsnorm_backward", "cross_entropy", "cross_entropy_with_grad",
     "cross_entropy_backward", "permute", "permute_backward", "transpose",
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "batch_norm_backward",
+    "batch_norm_backward_fused",
     "max_pool2d_nhwc", "max_pool2d_backward_nhwc", "avg_pool2d_nhwc", "avg_pool2d_backward_nhwc",
     "dropout", "dropout_backward",   # their seed is a per-call integer (dispatch.DYNAMIC)
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
     "layernorm", "layernorm_with_stats", "rmsnorm", "rmsnorm_with_stats",
-    "sum", "mean", "max", "min", "sum_backward", "mean_backward",
+    "sum", "mean", "max", "min", "sum_backward", "mean_backward", "sum_backward_like", "mean_backward_like",
     "matmul_backward",   # its cuBLASLt calls, a broadcast operand's sum (16-bit: CuPy's cast refuses it)
 })
 # ops updating arguments in place -> (the indices of those arguments, the index of the flag that
 # says whether the call writes them: batch_norm's training) (see the module docstring)
-INPLACE = {"batch_norm": ((3, 4), 5), "batch_norm_with_stats": ((3, 4), 5)}
+INPLACE = {op: ((3, 4), 5) for op in ("batch_norm", "batch_norm_with_stats", "batch_norm_fused",
+                                     "batch_norm_with_stats_fused")}
 
 
 _LT = b"Q" * 20   # the 20 addresses of a cuBLASLt call (runtime/_native.c lt_matmul)
