@@ -703,6 +703,12 @@ __global__ void ck_norm_colsum(const typename ck_traits<T>::acc* __restrict__ pa
 template <typename C>
 __device__ __forceinline__ C ck_bn_affine(C x, C mu, C sc, C bt) { return (x - mu) * sc + bt; }
 
+// The backward's dx = a*dy + b*(x - mean) + d at one element, its products rounded in a fixed
+// order (explicit fmas: left to the compiler, the contraction differed between the plain and the
+// relu-masked instantiations, a last-bit difference in dx for the same masked dy).
+template <typename C>
+__device__ __forceinline__ C ck_bn_dx(C a, C g, C b, C xm, C d) { return fma(a, g, fma(b, xm, d)); }
+
 // The forward's epilogue: + residual (has_res), then relu (NaN kept, as ck_relu) when relu.
 template <typename C>
 __device__ __forceinline__ C ck_bn_epilogue(C v, C res, bool has_res, int relu) {
@@ -1044,7 +1050,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
     ck_cvt<T, V>::load(px, xv);
     ck_cvt<T, V>::load(pg, gv);
 #pragma unroll
-    for (int j = 0; j < V; ++j) xv[j] = a * ck_bn_masked<RELU>(gv[j], xv[j], mu, msc, mbt) + b * (xv[j] - mu) + d;
+    for (int j = 0; j < V; ++j) xv[j] = ck_bn_dx(a, ck_bn_masked<RELU>(gv[j], xv[j], mu, msc, mbt), b, xv[j] - mu, d);
     ck_cvt<T, V>::store(po, xv);
     dr[o] = po.raw;
   }
@@ -1201,7 +1207,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
         ck_cvt<T, V>::load(pg[u], gv);
 #pragma unroll
         for (int i = 0; i < V; ++i)
-          xv[i] = a[i] * ck_bn_masked<RELU>(gv[i], xv[i], mu[i], msc[i], mbt[i]) + b[i] * (xv[i] - mu[i]) + d[i];
+          xv[i] = ck_bn_dx(a[i], ck_bn_masked<RELU>(gv[i], xv[i], mu[i], msc[i], mbt[i]), b[i], xv[i] - mu[i], d[i]);
         ck_cvt<T, V>::store(po, xv);
         dr[r * csv + k] = po.raw;
       }
