@@ -261,9 +261,9 @@ def backward(cache: dict, on_grad=None) -> dict:
         # attention: x_mid = x_in + dropout(proj(merge(attention(split(qkv(ln1(x_in)))))))
         do = _dropout_backward(dx, p, L["seed1"])
         da2, g[f"h{i}.proj.w"], g[f"h{i}.proj.b"] = cudakit.linear_backward(do, L["a2"], P["proj.w"])
-        dq, dk, dv = cudakit.attention_backward(da2.reshape(b, t, nh, hd), L["q"], L["k"], L["v"], L["a"],
-                                                L["lse"], causal=True, layout="blhd")  # each (B, T, H, hd)
-        dqkv = _stack((dq, dk, dv), xp, axis=2)                                        # (B, T, 3, H, hd)
+        # dq, dk, dv as the thirds of one (B, T, 3, H, hd) array, as q, k, v were of the projection's
+        dqkv = cudakit.attention_backward(da2.reshape(b, t, nh, hd), L["q"], L["k"], L["v"], L["a"], L["lse"],
+                                          causal=True, layout="blhd", qkv_packed=True)
         dh1, g[f"h{i}.qkv.w"], g[f"h{i}.qkv.b"] = cudakit.linear_backward(dqkv.reshape(b, t, 3 * d), L["h1"],
                                                                           P["qkv.w"])
         dxl, g[f"h{i}.ln1.w"], g[f"h{i}.ln1.b"] = cudakit.layernorm_backward(dh1, L["x_in"], P["ln1.w"],
@@ -290,11 +290,6 @@ def _bits(a, xp):
 def _rows(table, index, xp):
     """table[index]: the rows of a (N, D) table for an int array of indices, index.shape + (D,)."""
     return xp.take(_bits(table, xp), index, axis=0).view(table.dtype)
-
-
-def _stack(arrays, xp, axis=0):
-    """The arrays (one shape and dtype) stacked along a new axis."""
-    return xp.stack([_bits(a, xp) for a in arrays], axis=axis).view(arrays[0].dtype)
 
 
 def _one_hot_t(tokens, vocab: int, dtype, xp):

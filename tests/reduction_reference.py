@@ -318,7 +318,7 @@ def run_backward_case(b, dev, host, rng, case, dtype):
 # over the channels, a transpose, and keepdims
 LIKE_CASES = [((4, 6, 5, 7), (0, 2, 3, 1), (2, 3), False), ((3, 8, 9), (0, 2, 1), 2, False),
               ((2, 4, 3, 5, 6), (0, 2, 3, 4, 1), (2, 3, 4), True), ((4, 6, 5, 7), (0, 2, 3, 1), 1, False),
-              ((5, 7), (1, 0), 0, True)]
+              ((5, 7), (1, 0), 0, True), ((3, 4, 5), (0, 2, 1), 0, False)]   # (the last: kept axes reordered)
 
 
 def run_backward_like(b, dev, host, rng, case, dtype):

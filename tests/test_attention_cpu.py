@@ -699,3 +699,32 @@ def test_the_kernels_take_the_bias_key_stride_as_a_constant_only_where_it_is_1()
                        (np.broadcast_to(full[..., :1], full.shape), False), (full[..., :1], False), (None, False)):
         assert (_bias_args(Masks(False, bias=bias), None)[4] == 1) is want, (None if bias is None else bias.strides)
         assert bias is None or _unit_keys(bias) is want
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_attention_backward_qkv_packed(dtype, rng):
+    """qkv_packed=True: one C-contiguous (B, L, 3, H, D) dqkv equal to the three gradients stacked
+    (the bias's gradient after it with attn_bias); typed errors for another layout, grouped heads
+    and a flag that is not a bool."""
+    be = cudakit.get_backend("cpu")
+    qkv = rng.standard_normal((2, 7, 3, 3, 8)).astype(dtype)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    g = rng.standard_normal((2, 7, 3, 8)).astype(dtype)
+    for bias in (None, rng.standard_normal((1, 3, 7, 7)).astype(dtype)):
+        out, lse = be.attention_with_lse(q, k, v, causal=True, layout="blhd", attn_bias=bias)
+        want = be.attention_backward(g, q, k, v, out, lse, causal=True, layout="blhd", attn_bias=bias)
+        got = cudakit.attention_backward(g, q, k, v, out, lse, causal=True, layout="blhd", attn_bias=bias,
+                                         qkv_packed=True)
+        dqkv = got if bias is None else got[0]
+        assert dqkv.shape == (2, 7, 3, 3, 8) and dqkv.flags.c_contiguous and dqkv.dtype == q.dtype
+        np.testing.assert_array_equal(dqkv, np.stack(want[:3], axis=2))
+        if bias is not None:
+            np.testing.assert_array_equal(got[1], want[3])
+    with pytest.raises(cudakit.ArgumentError, match="qkv_packed=True needs layout 'blhd'"):
+        qh = np.ascontiguousarray(q.transpose(0, 2, 1, 3))
+        be.attention_backward(qh, qh, qh, qh, qh, lse, qkv_packed=True)
+    with pytest.raises(cudakit.ArgumentError, match="q, k, v of one shape"):
+        kv = k[:, :, :1]
+        be.attention_backward(g, q, kv, kv, out, lse, layout="blhd", qkv_packed=True)
+    with pytest.raises(cudakit.ArgumentTypeError, match="qkv_packed must be a bool"):
+        be.attention_backward(g, q, k, v, out, lse, layout="blhd", qkv_packed="yes")

@@ -24,6 +24,15 @@ def test_blhd_desc_reads_views_of_a_packed_qkv_in_place():
     assert cudnn.blhd_desc(c) == ((2, 4, 5, 8), (160, 8, 32, 1))
 
 
+def test_packed_grad_desc_is_a_third_of_a_packed_array():
+    """qkv_packed: cuDNN writes dQ, dK, dV as the thirds of one (B, L, 3, H, D) array, each described
+    as blhd_desc describes such a view; its rows must start 16-byte aligned."""
+    buf = np.empty((2, 5, 3, 4, 8), np.float16)
+    assert cudnn.packed_grad_desc((2, 5, 4, 8)) == cudnn.blhd_desc(buf[:, :, 1])
+    assert cudnn.packed_grad_ok(buf[:, :, 0])                          # 4 * 8 * 2 bytes
+    assert not cudnn.packed_grad_ok(np.empty((2, 5, 1, 4), np.float16)[:, :, :, :])   # 8 bytes a row
+
+
 def test_bhsd_desc_and_extent():
     x = np.empty((2, 4, 5, 8), np.float16)
     d = cudnn.bhsd_desc(x)

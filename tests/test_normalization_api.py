@@ -242,7 +242,7 @@ def test_batch_norm_fused_residual_and_relu(be, shape, channels_last, dtype, rng
     xl = lay(x)
     yr, mr, vr, _ = ref.batch_norm_train(x, gamma, beta, 1e-5)
     scale = ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + 1e-5))
-    for res in (lay(r), r):
+    for res in (lay(r), r, _channels_last(r) if len(shape) > 2 else r):   # (x's layout, C order, channels-last)
         rm, rv = np.zeros(c, np_dtype(dtype)), np.ones(c, np_dtype(dtype))
         y = be.batch_norm(xl, gamma, beta, rm, rv, training=True, residual=res, activation="relu")
         assert y.strides == xl.strides
@@ -269,8 +269,12 @@ def test_batch_norm_fused_bad_input(be, rng):
         be.batch_norm(x, training=True, activation=True)
     with pytest.raises(ShapeError, match="residual must have x's shape"):
         be.batch_norm(x, training=True, residual=x[:2])
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
     with pytest.raises(DTypeError, match="residual is float64"):
-        be.batch_norm(x, training=True, residual=x.astype(np.float64))
+        be.batch_norm(x, None, None, rm, rv, training=True, residual=x.astype(np.float64))
+    with pytest.raises(ShapeError, match="residual must have x's shape"):
+        be.batch_norm(x, None, None, rm, rv, training=True, residual=x[:, :2])
+    assert (rm == 0).all() and (rv == 1).all()   # nothing written by a refused call
     _, sm, si = be.batch_norm_with_stats(x, g, b, training=True)
     with pytest.raises(cudakit.ArgumentError, match="activation must be None or 'relu'"):
         be.batch_norm_backward(x, x, g, sm, si, beta=b, activation="sigmoid")

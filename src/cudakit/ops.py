@@ -82,8 +82,10 @@ _KEYWORD_TAILS["flash_attention"] = ("flash_attention", _FWD_KEYS + ("attn_bias"
 _KEYWORD_TAILS.update({op: (op, ("window", "dropout_p", "seed")) for op in ("attention_varlen",
                                                                             "attention_varlen_with_lse")})
 _KEYWORD_TAILS.update({f"{op}_like": (op, ("like",)) for op in ("sum_backward", "mean_backward")})
-_KEYWORD_TAILS.update({f"{op}_fused": (op, ("residual", "activation")) for op in ("batch_norm", "batch_norm_with_stats")})
+_KEYWORD_TAILS.update({f"{op}_fused": (op, ("residual", "activation"))
+                       for op in ("batch_norm", "batch_norm_with_stats")})
 _KEYWORD_TAILS["batch_norm_backward_fused"] = ("batch_norm_backward", ("beta", "activation"))
+_KEYWORD_TAILS["attention_backward_packed"] = ("attention_backward", _BWD_KEYS + ("qkv_packed",))
 _KEYWORD_TAILS["attention_varlen_backward"] = ("attention_varlen_backward",
                                                 ("window", "deterministic", "dropout_p", "seed"))
 # the varlen ops called with one cu_seqlens array for q and k -> the position of that array: planned
@@ -364,11 +366,15 @@ def batch_norm_with_stats(x, gamma=None, beta=None, running_mean=None, running_v
 
 
 def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd, *, beta=None, activation=None):
-    """(dx, dgamma, dbeta) of training-mode batch_norm; activation="relu" (with the forward's beta):
-    of batch_norm(..., activation="relu") (see Backend.batch_norm_backward)."""
+    """(dx, dgamma, dbeta) of training-mode batch_norm. activation="relu": of batch_norm(...,
+    activation="relu") without a residual, grad_out being the gradient of its output; pass the
+    forward's gamma and beta (None only where the forward had none: they place relu's mask). After
+    a forward with a residual, take relu_backward(grad_out, y) and the plain backward of that
+    (see Backend.batch_norm_backward)."""
     if beta is None and activation is None:
         return _planned("batch_norm_backward", None, (grad_out, x, gamma, save_mean, save_invstd), 5)
-    return _planned("batch_norm_backward_fused", None, (grad_out, x, gamma, save_mean, save_invstd, beta, activation), 5)
+    return _planned("batch_norm_backward_fused", None,
+                    (grad_out, x, gamma, save_mean, save_invstd, beta, activation), 5)
 
 
 # -- reductions (see backends/reduction_api.py) -------------------------------------------------
@@ -621,9 +627,19 @@ def attention_with_lse(q, k, v, scale=None, causal=False, *, attn_bias=None, win
 
 
 def attention_backward(grad_out, q, k, v, out, lse, scale=None, causal=False, *, attn_bias=None, window=None,
-                       key_lengths=None, layout="bhld", deterministic=False, dropout_p=0.0, seed=0):
+                       key_lengths=None, layout="bhld", deterministic=False, dropout_p=0.0, seed=0, qkv_packed=False):
     """(grad_q, grad_k, grad_v) of attention, and grad_attn_bias as a fourth with attn_bias;
-    deterministic=True: bitwise the same on every run (see Backend.attention_backward)."""
+    deterministic=True: bitwise the same on every run; qkv_packed=True (layout "blhd"): one
+    (B, L, 3, H, D) dqkv in place of the three (see Backend.attention_backward)."""
+    if qkv_packed is not False:
+        if _dropout_asked(dropout_p, seed) or attn_bias is not None:   # (the checked call: no plan to freeze a seed)
+            return backend_for(grad_out, q, k, v).attention_backward(
+                grad_out, q, k, v, out, lse, scale, causal, attn_bias=attn_bias, window=window,
+                key_lengths=key_lengths, layout=layout, deterministic=deterministic, dropout_p=dropout_p, seed=seed,
+                qkv_packed=qkv_packed)
+        return _planned("attention_backward_packed", "plan_attention_backward_packed",
+                        (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic,
+                         qkv_packed), 4)
     if _dropout_asked(dropout_p, seed):
         return _planned("attention_backward_dropout", "plan_attention_backward_dropout",
                         (grad_out, q, k, v, out, lse, scale, causal, layout, window, key_lengths, deterministic,

@@ -5,7 +5,7 @@ import attention_checks as ac
 import conv_checks as cc
 import numpy as np
 import pytest
-from helpers import data
+from helpers import data, np_dtype
 
 import cudakit
 from cudakit.kernels import cudnn, paths
@@ -626,6 +626,26 @@ def test_channels_last_memory_format_calls_take_plans(dtype, path, bias, rng, fl
 def test_attention_blhd_cudnn(b, lq, lk, h, d, dtype, causal, rng, only_cudnn):
     """layout="blhd" views (of a packed qkv where Lq = Lk) read in place by cuDNN."""
     ac.check_attention_blhd(_dev, _host, rng, b, lq, lk, h, d, dtype, causal)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("b,length,h,d", [(2, 64, 4, 64), (1, 100, 3, 80), (2, 257, 2, 128)])
+def test_attention_backward_qkv_packed_cudnn(b, length, h, d, dtype, rng, only_cudnn):
+    """qkv_packed=True on cuDNN: dQ, dK, dV written in place as the thirds of one C-contiguous
+    (B, L, 3, H, D) array, equal to the unpacked call's gradients (dK, dV bitwise; dQ, which cuDNN
+    accumulates with atomics, within rounding)."""
+    be = cudakit.get_backend("cuda")
+    qkv = _dev(rng.standard_normal((b, length, 3, h, d)).astype(np_dtype(dtype)))
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    g = _dev(rng.standard_normal((b, length, h, d)).astype(np_dtype(dtype)))
+    out, lse = be.attention_with_lse(q, k, v, causal=True, layout="blhd")
+    dq, dk, dv = be.attention_backward(g, q, k, v, out, lse, causal=True, layout="blhd")
+    dqkv = be.attention_backward(g, q, k, v, out, lse, causal=True, layout="blhd", qkv_packed=True)
+    assert dqkv.shape == (b, length, 3, h, d) and dqkv.flags.c_contiguous
+    assert cudnn.packed_base(dqkv[:, :, 0], dqkv[:, :, 1], dqkv[:, :, 2]) is dqkv
+    for i, want in ((1, dk), (2, dv)):
+        cp.testing.assert_array_equal(dqkv[:, :, i], want)
+    cp.testing.assert_allclose(dqkv[:, :, 0].astype(cp.float32), dq.astype(cp.float32), rtol=2e-2, atol=2e-3)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

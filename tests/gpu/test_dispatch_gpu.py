@@ -393,6 +393,29 @@ def test_batch_norm_plan_refuses_running_stats_that_overlap(rng):
     assert inference, "the inference signature's plan is the replay itself"
 
 
+def test_qkv_packed_backward_plan_replays_cudnn_into_one_array():
+    """attention_backward(..., qkv_packed=True) on views of a packed qkv: later calls replay cuDNN's
+    graph writing the three gradients into one (B, L, 3, H, D) array (path_plans
+    plan_attention_backward_packed), equal to the checked call's (dQ within cuDNN's atomics)."""
+    from cudakit.kernels import cudnn
+    if not cudnn.available():
+        pytest.skip("cuDNN's frontend is not installed")
+    rng = np.random.default_rng(4)
+    be = cudakit.get_backend("cuda")
+    qkv = _r(rng, (2, 64, 3, 4, 64), "bfloat16")
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    g = _r(rng, (2, 64, 4, 64), "bfloat16")
+    out, lse = cudakit.attention_with_lse(q, k, v, causal=True, layout="blhd")
+    for _ in range(3):
+        got = cudakit.attention_backward(g, q, k, v, out, lse, causal=True, layout="blhd", qkv_packed=True)
+        assert got.shape == (2, 64, 3, 4, 64) and got.flags.c_contiguous
+    want = be.attention_backward(g, q, k, v, out, lse, causal=True, layout="blhd", qkv_packed=True)
+    assert _same(got[:, :, 1:], want[:, :, 1:])
+    cp.testing.assert_allclose(got[:, :, 0].astype(cp.float32), want[:, :, 0].astype(cp.float32), rtol=2e-2,
+                               atol=2e-3)
+    assert any(k[0] == "attention_backward_packed" and p is not None for k, p in dispatch._plans.items())
+
+
 def test_blhd_attention_plans_replay_cudnn_in_place():
     """attention_with_lse / attention_backward on (B, L, H, D) views of one packed qkv (the GPT
     example's layout): where cuDNN ran the first call, later calls replay its graph (path_plans),

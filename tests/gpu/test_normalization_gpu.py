@@ -326,8 +326,10 @@ BN_FUSED_SHAPES = [(64, 3), (4, 6, 32, 32), (8, 16, 32, 32), (5, 2, 29, 31), (45
 @pytest.mark.parametrize("shape", BN_FUSED_SHAPES)
 def test_batch_norm_fused_residual_relu(shape, dtype, rng):
     """relu(bn(x) + residual), bn(x) + residual and relu(bn(x)) in the pass that writes y, against
-    float64; the backward with relu (its mask recomputed from x) bitwise equal to the backward of
-    relu_backward(dy, y), the unfused composition."""
+    float64, a residual off 16-byte alignment too (single elements); the backward with relu (its
+    mask, pre-activation > 0, recomputed from x) bitwise equal to the backward of relu_backward(dy, y),
+    the unfused composition, whose mask is the rounded y > 0. The two differ only where a positive
+    pre-activation rounds to 0 (float16 below 2^-25): dy is zeroed where bn(x) rounds to 0, for both."""
     import cudakit
     nk = _nk()
     c, eps = shape[1], 1e-5
@@ -335,17 +337,21 @@ def test_batch_norm_fused_residual_relu(shape, dtype, rng):
     gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
     yr, mr, vr, _ = ref.batch_norm_train(x, gamma, beta, eps)
     scale = np.maximum(ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + eps)), np.abs(ref.f64(r)))
-    for res, relu, want in ((r, True, np.maximum(yr + ref.f64(r), 0)), (r, False, yr + ref.f64(r)),
-                            (None, True, np.maximum(yr, 0))):
+    r_off = cp.empty(r.size + 1, np_dtype(dtype))[1:].reshape(shape)   # one element off 16-byte alignment
+    r_off[...] = _dev(r)
+    for res, relu, want in ((_dev(r), True, np.maximum(yr + ref.f64(r), 0)), (_dev(r), False, yr + ref.f64(r)),
+                            (r_off, True, np.maximum(yr + ref.f64(r), 0)), (None, True, np.maximum(yr, 0))):
         y, sm, si = nk.batch_norm_forward(_dev(x), _dev(gamma), _dev(beta), None, None, True, 0.1, eps,
-                                          out=_poisoned(shape, dtype), residual=_dev(res), relu=relu)
+                                          out=_poisoned(shape, dtype), residual=res, relu=relu)
         ref.assert_close(y.get(), want, dtype, f"y residual={res is not None} relu={relu}", scale=scale)
-    got = nk.batch_norm_backward(_dev(dy), _dev(x), _dev(gamma), sm, si, out=_poisoned(shape, dtype),
+    plain = nk.batch_norm_forward(_dev(x), _dev(gamma), _dev(beta), None, None, True, 0.1, eps)[0]
+    dy_d = cudakit.relu_backward(_dev(dy), cudakit.mul(plain, plain))   # 0 where bn(x) (or its square) rounds to 0
+    got = nk.batch_norm_backward(dy_d, _dev(x), _dev(gamma), sm, si, out=_poisoned(shape, dtype),
                                  beta=_dev(beta), relu=True)
-    want = nk.batch_norm_backward(cudakit.relu_backward(_dev(dy), y), _dev(x), _dev(gamma), sm, si)
+    want = nk.batch_norm_backward(cudakit.relu_backward(dy_d, y), _dev(x), _dev(gamma), sm, si)
     for name, a, b in zip(("dx", "dgamma", "dbeta"), got, want):
         assert (a.view(cp.uint8) == b.view(cp.uint8)).all(), name
-    dxr, _, _ = ref.batch_norm_grad(ref.f64(dy) * (ref.f64(y.get()) > 0), x, gamma, eps)   # (the forward's mask)
+    dxr, _, _ = ref.batch_norm_grad(ref.f64(dy_d.get()) * (ref.f64(y.get()) > 0), x, gamma, eps)   # forward's mask
     ref.assert_close(got[0].get(), dxr, dtype, "dx", scale=ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + eps),
                                                                          channels=True), factor=2)
 
@@ -363,6 +369,7 @@ def test_api_batch_norm_fused_channels_last_and_planned(cuda_be, dtype, rng):
     xc, rc, dyc = (_channels_last(cp.asarray(a)) for a in (x, r, dy))
     yr, mr, vr, _ = ref.batch_norm_train(x, gamma.get(), beta.get(), 1e-5)
     scale = np.maximum(ref.batch_norm_y_scale(yr, x, gamma.get(), mr, 1 / np.sqrt(vr + 1e-5)), np.abs(ref.f64(r)))
+    gs = ref.grad_scale(dy, gamma.get(), 1 / np.sqrt(vr + 1e-5), channels=True)
     outs = []
     for res in (rc, rc, rc, cp.asarray(r)):
         y, sm, si = cudakit.batch_norm_with_stats(xc, gamma, beta, None, None, True, residual=res, activation="relu")
@@ -371,10 +378,15 @@ def test_api_batch_norm_fused_channels_last_and_planned(cuda_be, dtype, rng):
         y1, sm1, si1 = cudakit.batch_norm_with_stats(xc, gamma, beta, None, None, True, activation="relu")
         dx, dg, db = cudakit.batch_norm_backward(dyc, xc, gamma, sm1, si1, beta=beta, activation="relu")
         assert dx.strides == xc.strides
+        dxr, _, _ = ref.batch_norm_grad(ref.f64(dy) * (ref.f64(y1.get()) > 0), x, gamma.get(), 1e-5)
+        ref.assert_close(dx.get(), dxr, dtype, "dx", scale=gs, factor=2)
         outs.append([a.get() for a in (y, y1, dx, dg, db)])
     for o in outs[1:]:
         for a, b in zip(o, outs[0]):
             assert np.array_equal(ref.f64(a), ref.f64(b))
+    from cudakit import dispatch
+    planned = {k[0] for k, p in dispatch._plans.items() if p is not None}
+    assert {"batch_norm_with_stats_fused", "batch_norm_backward_fused"} <= planned, planned
 
 
 def test_batch_norm_grads_are_bitwise_deterministic(rng):

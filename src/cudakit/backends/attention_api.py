@@ -39,9 +39,27 @@ class AttentionOps:
         a backend that can (the CUDA backend's cuDNN path), or None for the transposing path."""
         return None
 
-    def _attention_blhd_bwd(self, g, q, k, v, out, lse, scale, causal, dtype_name):
-        """(dq, dk, dv) in (B, L, H, D) for (B, L, H, D) arrays read in place, or None (see above)."""
+    def _attention_blhd_bwd(self, g, q, k, v, out, lse, scale, causal, dtype_name, packed: bool = False):
+        """(dq, dk, dv) in (B, L, H, D) for (B, L, H, D) arrays read in place, or None (see above);
+        packed: written as the thirds of one new (B, L, 3, H, D) array where the backend can."""
         return None
+
+    def _packed_base(self, dq, dk, dv):
+        """The C-contiguous (B, L, 3, H, D) array whose [:, :, 0], [:, :, 1], [:, :, 2] dq, dk, dv
+        are (the cuDNN path writes them so for qkv_packed), or None."""
+        return None
+
+    def _pack_qkv_grads(self, dq, dk, dv):
+        """dq, dk, dv (B, L, H, D) as one C-contiguous (B, L, 3, H, D) array: the one they already
+        are the thirds of, else a new one they are copied into."""
+        base = self._packed_base(dq, dk, dv)
+        if base is not None:
+            return base
+        b, length, h, d = dq.shape
+        out = self.empty((b, length, 3, h, d), dq.dtype)
+        for i, g in enumerate((dq, dk, dv)):
+            out[:, :, i] = g
+        return out
 
     # ---- helpers ---------------------------------------------------------------------------
     def _check_layout(self, op: str, layout, arrays: dict):
@@ -349,7 +367,8 @@ class AttentionOps:
 
     def attention_backward(self, grad_out, q, k, v, out, lse, scale=None, causal: bool = False, *,
                            attn_bias=None, window=None, key_lengths=None, layout: str = "bhld",
-                           deterministic: bool = False, dropout_p: float = 0.0, seed: int = 0):
+                           deterministic: bool = False, dropout_p: float = 0.0, seed: int = 0,
+                           qkv_packed: bool = False):
         """(grad_q, grad_k, grad_v) of out = attention(q, k, v, scale, causal, window=...,
         key_lengths=...) for dL/dout = grad_out (q's shape), from the forward's out and lse
         (attention_with_lse); the probabilities are recomputed from lse (the float32 backward on
@@ -363,10 +382,32 @@ class AttentionOps:
         deterministic=True: the gradients are bitwise the same on every run with the same inputs
         (on the GPU the Triton kernels, which sum without atomics, not cuDNN's default backward,
         whose dQ may not be; head_dim <= 256; a call whose forward ran cuDNN's fused dropout runs
-        cuDNN's deterministic backward). The CPU backend and float64 are deterministic anyway."""
+        cuDNN's deterministic backward). The CPU backend and float64 are deterministic anyway.
+
+        qkv_packed=True (layout "blhd", q, k and v of one shape): dq, dk and dv come back as one
+        C-contiguous (B, L, 3, H, D) array dqkv, dq = dqkv[:, :, 0] and so on (the bias's gradient
+        after it with attn_bias), as FlashAttention's qkvpacked backward: the gradient of a packed
+        QKV projection's output whose thirds were q, k and v. On the GPU cuDNN's backward writes the
+        three into it in place; elsewhere they are copied in."""
         op = "attention_backward"
         check_bool(op, "deterministic", deterministic)
+        packed = check_bool(op, "qkv_packed", qkv_packed)
         given = self._check_layout(op, layout, {"grad_out": grad_out, "q": q, "k": k, "v": v, "out": out})
+        blhd = given is not None
+        if packed and (not blhd or tuple(given["k"].shape) != tuple(given["q"].shape)):
+            raise ArgumentError(f"{op}: qkv_packed=True needs layout 'blhd' and q, k, v of one shape (B, L, H, D) "
+                                f"(the thirds of one packed (B, L, 3, H, D) array); got layout {layout!r}"
+                                + (f", q {tuple(given['q'].shape)}, k {tuple(given['k'].shape)}" if blhd else ""))
+        r = self._attention_backward(op, given, grad_out, q, k, v, out, lse, scale, causal, attn_bias, window,
+                                     key_lengths, deterministic, dropout_p, seed, packed)
+        if not packed:
+            return r
+        dqkv = self._pack_qkv_grads(*r[:3])
+        return dqkv if len(r) == 3 else (dqkv,) + tuple(r[3:])
+
+    def _attention_backward(self, op, given, grad_out, q, k, v, out, lse, scale, causal, attn_bias, window,
+                            key_lengths, deterministic, dropout_p, seed, packed):
+        """attention_backward's gradients after the layout check (given: _check_layout's arrays)."""
         blhd = given is not None
         named = {"q": q, "k": k, "v": v, "grad_out": grad_out, "out": out}
         if blhd:   # checked as the (B, H, L, D) views
@@ -393,7 +434,7 @@ class AttentionOps:
         with self._device_scope(tq):
             if blhd and plain:
                 r = self._attention_blhd_bwd(*(x.swapaxes(1, 2) for x in (tg, tq, tk, tv, to)), lse, scale,
-                                             bool(causal), name)
+                                             bool(causal), name, packed)
                 if r is not None:
                     return r
             kv_shape = tuple(tk.shape)
@@ -505,9 +546,13 @@ class CudaAttentionHooks(AttentionOps):
         from ..kernels import attention
         return attention.forward_blhd(q, k, v, scale, causal, dtype_name)
 
-    def _attention_blhd_bwd(self, g, q, k, v, out, lse, scale, causal, dtype_name):
+    def _attention_blhd_bwd(self, g, q, k, v, out, lse, scale, causal, dtype_name, packed: bool = False):
         from ..kernels import attention
-        return attention.backward_blhd(g, q, k, v, out, lse, scale, causal, dtype_name)
+        return attention.backward_blhd(g, q, k, v, out, lse, scale, causal, dtype_name, packed)
+
+    def _packed_base(self, dq, dk, dv):
+        from ..kernels import cudnn
+        return cudnn.packed_base(dq, dk, dv)
 
     def _attention_module(self, dtype_name):
         if dtype_name == "float64":   # the fused kernels run on the tensor cores, which have no float64 path here

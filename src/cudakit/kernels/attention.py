@@ -597,14 +597,17 @@ def forward_blhd(q, k, v, scale: float, causal: bool, dtype_name: str):
                            lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "blhd"))
 
 
-def backward_blhd(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str):
+def backward_blhd(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, packed: bool = False):
     """(dq, dk, dv) as C-contiguous (B, L, H, D) arrays from cuDNN's flash backward on (B, L, H, D)
-    views, or None (see forward_blhd). lse: (B, H, Lq)."""
+    views, or None (see forward_blhd). lse: (B, H, Lq). packed (q, k, v of one shape): the thirds
+    of one new (B, L, 3, H, D) array where its rows align (cudnn.packed_grads)."""
     from . import cudnn
+    packed = bool(packed) and cudnn.packed_grad_ok(q)
     key = ("bwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, out.strides, do.strides, dtype_name,
-           bool(causal), q.data.device_id)
+           bool(causal), q.data.device_id) + (("packed",) if packed else ())
     return _cudnn_in_place("attention_backward", key, dtype_name, scale, (q, k, v, out, do),
-                           lambda: cudnn.sdpa_backward(do, q, k, v, out, _f32_contiguous(lse), scale, causal, "blhd"))
+                           lambda: cudnn.sdpa_backward(do, q, k, v, out, _f32_contiguous(lse), scale, causal, "blhd",
+                                                       packed=packed))
 
 
 def forward_gqa(q, k, v, scale: float, causal: bool, dtype_name: str, need_lse: bool = True):

@@ -681,6 +681,43 @@ def blhd_out_desc(shape) -> tuple:
     return (b, h, length, d), (length * h * d, d, h * d, 1)
 
 
+def packed_grad_ok(q) -> bool:
+    """Whether the thirds of a (B, L, 3, H, D) array like q's start 16-byte aligned (H*D*itemsize a
+    multiple of 16), as cuDNN's descriptors of dQ, dK and dV need (packed_grads)."""
+    return q.ndim == 4 and not (q.shape[2] * q.shape[3] * q.itemsize) % 16
+
+
+def packed_grads(q, packed: bool):
+    """With packed (attention_backward's qkv_packed) and a (B, L, H, D) q whose H*D row fits 16-byte
+    alignment: (the new C-contiguous (B, L, 3, H, D) array, its three (B, L, H, D) thirds, their
+    cuDNN descriptor), for cuDNN's backward to write dQ, dK and dV into in place; else None."""
+    if not packed or not packed_grad_ok(q):
+        return None
+    b, length, h, d = q.shape
+    buf = _cupy.cupy().empty((b, length, 3, h, d), q.dtype)
+    thirds = (buf[:, :, 0], buf[:, :, 1], buf[:, :, 2])
+    return buf, thirds, packed_grad_desc(q.shape)
+
+
+def packed_grad_desc(shape) -> tuple:
+    """blhd_desc of a third of a C-contiguous (B, L, 3, H, D) array (packed_grads)."""
+    b, length, h, d = shape
+    return (b, h, length, d), (length * 3 * h * d, d, 3 * h * d, 1)
+
+
+def packed_base(dq, dk, dv):
+    """The C-contiguous (B, L, 3, H, D) array whose thirds dq, dk, dv are (packed_grads), or None."""
+    base = dq.base
+    if base is None or base.ndim != 5 or not base.flags.c_contiguous or base.shape[2] != 3 \
+            or base.shape[:2] + base.shape[3:] != dq.shape:
+        return None
+    step = base.strides[2]
+    if any(x.base is not base or x.strides != dq.strides or x.data.ptr != base.data.ptr + i * step
+           for i, x in enumerate((dq, dk, dv))):
+        return None
+    return base
+
+
 def _sdpa_inputs(layout: str, q, k, v) -> tuple:
     """(q, k, v descriptors, B, H, Lq) of an attention pass's inputs in `layout` (see sdpa_forward)."""
     if layout == "bhld":
@@ -879,26 +916,30 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, layout: str = "bhld", infe
 
 
 def sdpa_backward(do, q, k, v, out, lse, scale: float, causal: bool, layout: str = "bhld", dropout=None,
-                  deterministic: bool = False, bias=None):
+                  deterministic: bool = False, bias=None, packed: bool = False):
     """(dq, dk, dv) of sdpa_forward for dL/dout = do (out's layout), from its out and lse (float32,
     C-contiguous): cuDNN's flash backward, or None when declined. Gradients like q, k, v with
     layout "bhld", C-contiguous (B, L, H, D) with "blhd". FLOPs: 10 B H Lq Lk D (half causal).
     dropout = (p, seed): the forward's, its mask regenerated; deterministic (with dropout only:
     cudakit's kernels take the other deterministic calls): cuDNN's deterministic algorithm.
     bias: the forward's (sdpa_forward); its gradient (dL/d scores summed over the dims the bias
-    broadcasts, C-contiguous, the bias's shape and dtype) comes back as a fourth."""
+    broadcasts, C-contiguous, the bias's shape and dtype) comes back as a fourth. packed (layout
+    "blhd", q, k, v of one shape): dq, dk, dv written as the thirds of one new (B, L, 3, H, D) array
+    (packed_grads; packed_base finds it)."""
     if not aligned(do, q, k, v, out, lse):
         return None
     cp = _cupy.cupy()
     name = str(q.dtype)
     qd, kd, vd, b, h, lq = _sdpa_inputs(layout, q, k, v)
+    pk = packed_grads(q, packed) if layout == "blhd" else None
     if layout == "blhd":
         od, dod = blhd_desc(out), blhd_desc(do)
-        dqd, dkd, dvd = (blhd_out_desc(x.shape) for x in (q, k, v))
+        dqd, dkd, dvd = (pk[2],) * 3 if pk is not None else (blhd_out_desc(x.shape) for x in (q, k, v))
     else:   # q, k, v, out and do C-contiguous: the gradients take their descriptors
         od = dod = dqd = qd
         dkd, dvd = kd, vd
-    dq, dk, dv = (cp.empty(x.shape, x.dtype) for x in (q, k, v))   # C-contiguous in every layout
+    # C-contiguous in every layout, or the thirds of one packed array
+    dq, dk, dv = pk[1] if pk is not None else (cp.empty(x.shape, x.dtype) for x in (q, k, v))
     sd = _stats_desc(b, h, lq)
     descs, dev = (qd, kd, vd, od, dod, dqd, dkd, dvd), q.data.device_id
     bd = dbd = None

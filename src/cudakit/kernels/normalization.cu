@@ -908,14 +908,6 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
   }
 }
 
-// Small batches (N*S up to BN_SMALL elements a channel): one launch instead of ck_bn_stats,
-// ck_bn_finalize and ck_bn_apply. One block of 256 threads per channel c = blockIdx.x: the
-// Welford statistics of its N*S/V vectors (vector i: row i / sv, column i % sv of the channel),
-// merged in a fixed order, the running statistics updated as ck_bn_finalize does, then
-// y = (x - mean) * scale + beta over the same vectors (a second read, from cache).
-// x, y: [N, C*S/V] vectors of T; gamma, beta, running_mean, running_var: [C] of T or null;
-// save_mean, save_invstd: [C] (acc); residual: like x, or null; relu: y = relu(bn + residual).
-// Traffic: N*C*S*sizeof(T) read (twice) + the same written (+ N*C*S*sizeof(T) of residual).
 // The [N, C*S/V] offset of channel c's vector i (row i / sv, column i % sv of the channel's sv).
 __device__ __forceinline__ long long ck_bn_vec(long long i, long long c, long long sv, long long csv) {
   const long long r = i / sv;
@@ -940,6 +932,14 @@ __device__ __forceinline__ C ck_bn_masked(C g, C x, C mu, C sc, C bt) {
   return RELU && !(ck_bn_affine(x, mu, sc, bt) > C(0)) ? C(0) : g;
 }
 
+// Small batches (N*S up to BN_SMALL elements a channel): one launch instead of ck_bn_stats,
+// ck_bn_finalize and ck_bn_apply. One block of 256 threads per channel c = blockIdx.x: the
+// Welford statistics of its N*S/V vectors (vector i: row i / sv, column i % sv of the channel),
+// merged in a fixed order, the running statistics updated as ck_bn_finalize does, then
+// y = (x - mean) * scale + beta over the same vectors (a second read, from cache).
+// x, y: [N, C*S/V] vectors of T; gamma, beta, running_mean, running_var: [C] of T or null;
+// save_mean, save_invstd: [C] (acc); residual: like x, or null; relu: y = relu(bn + residual).
+// Traffic: N*C*S*sizeof(T) read (twice) + the same written (+ N*C*S*sizeof(T) of residual).
 template <typename T, int V>
 __global__ void __launch_bounds__(256, 1) ck_bn_small(
     const T* __restrict__ x, T* __restrict__ y, const T* __restrict__ gamma, const T* __restrict__ beta,

@@ -115,11 +115,13 @@ def _plan_gqa_backward(grad_out, q, k, v, out, lse, scale, causal):
     return plan
 
 
-def _blhd_cudnn(kind: str, arrays: dict, scale, causal):
+def _blhd_cudnn(kind: str, arrays: dict, scale, causal, packed: bool = False):
     """cuDNN's executor of the (B, L, H, D) pass `kind` ("fwd", "bwd") that kernels/attention.py
     forward_blhd/backward_blhd chose for these arrays (views of a packed qkv, read in place), and
     the (B, H, L, D) descriptors of the C-contiguous outputs it writes; None where that path was
-    not chosen (or cuDNN declined) for this signature."""
+    not chosen (or cuDNN declined) for this signature. packed (the backward of qkv_packed): the
+    gradients written as the thirds of one (B, L, 3, H, D) array, as kernels/attention.py
+    backward_blhd asked cuDNN for them (cudnn.packed_grads)."""
     from . import cudnn, paths
     q, k, v = arrays["q"], arrays["k"], arrays["v"]
     name = str(q.dtype)
@@ -133,15 +135,15 @@ def _blhd_cudnn(kind: str, arrays: dict, scale, causal):
         key = ("fwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, name, bool(causal), dev)
     else:
         key = ("bwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, arrays["out"].strides,
-               arrays["do"].strides, name, bool(causal), dev)
+               arrays["do"].strides, name, bool(causal), dev) + (("packed",) if packed else ())
     if paths.chosen("attention" if kind == "fwd" else "attention_backward", key) != "cudnn":
         return None
     new = cudnn.blhd_out_desc   # the C-contiguous outputs cuDNN writes
     if kind == "fwd":
         descs = (cudnn.blhd_desc(q), cudnn.blhd_desc(k), cudnn.blhd_desc(v), new(q.shape))
     else:
-        descs = tuple(cudnn.blhd_desc(arrays[a]) for a in ("q", "k", "v", "out", "do")) + tuple(
-            new(x.shape) for x in (q, k, v))
+        descs = tuple(cudnn.blhd_desc(arrays[a]) for a in ("q", "k", "v", "out", "do")) + (
+            (cudnn.packed_grad_desc(q.shape),) * 3 if packed else tuple(new(x.shape) for x in (q, k, v)))
     run = cudnn.executor(cudnn.sdpa_sig(f"sdpa_{kind}", descs, name, sc, causal, dev))
     return run
 
@@ -432,6 +434,34 @@ def _plan_blhd_backward(grad_out, q, k, v, out, lse, scale, causal):
         run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr,
             dq.data.ptr, dk.data.ptr, dv.data.ptr)
         return dq, dk, dv
+    return plan
+
+
+def plan_attention_backward_packed(grad_out, q, k, v, out, lse, scale=None, causal=False, layout="blhd", window=None,
+                                   key_lengths=None, deterministic=False, qkv_packed=True):
+    """attention_backward(..., qkv_packed=True) without masks: cuDNN's backward writing the thirds of
+    one (B, L, 3, H, D) array, replayed; None otherwise (then a trace of the checked call, which
+    trace_plans refuses where CuPy copies the gradients into the packed array: the checked path)."""
+    from . import cudnn
+    cp = _cupy.cupy()
+    if layout != "blhd" or window is not None or key_lengths is not None or deterministic is not False \
+            or qkv_packed is not True or lse.dtype != cp.float32 or not lse.flags.c_contiguous \
+            or grad_out.dtype != q.dtype or out.dtype != q.dtype or tuple(k.shape) != tuple(q.shape) \
+            or not cudnn.packed_grad_ok(q):
+        return None
+    run = _blhd_cudnn("bwd", {"q": q, "k": k, "v": v, "out": out, "do": grad_out}, scale, causal, packed=True)
+    if run is None:
+        return None
+    nd = empty_fn()
+    b, length, h, d = q.shape
+    shape, step = (b, length, 3, h, d), h * d * q.itemsize
+
+    def plan(grad_out, q, k, v, out, lse, *_):
+        buf = nd(shape, q.dtype)
+        p = buf.data.ptr
+        run(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, grad_out.data.ptr, lse.data.ptr, p, p + step,
+            p + 2 * step)
+        return buf
     return plan
 
 
