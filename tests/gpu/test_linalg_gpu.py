@@ -104,3 +104,20 @@ def test_cublaslt_plan_is_used_for_gelu(rng):
 def test_linear_strided_bias_and_offset_x(dtype, rng):
     """A strided bias and an x at a pointer offset, through the cuBLASLt epilogue (out_features 16)."""
     lc.check_linear(_dev, _host, rng, (4, 5), 32, 16, dtype, True, strided=True)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("rows,fin,fout", [(8192, 768, 2304), (333, 64, 40)])
+def test_linear_backward_bias_gradient_from_the_weight_gemm(rows, fin, fout, dtype, rng):
+    """16-bit linear_backward with a bias takes the bias's gradient out of the weight-gradient GEMM
+    (cuBLASLt's BGRADB epilogue): against float64 (lc.check_linear's bounds), the case's plan made
+    with that epilogue, and the planned calls bitwise the first, checked one."""
+    from cudakit.kernels import cublaslt
+    lc.check_linear(_dev, _host, rng, (rows,), fin, fout, dtype, True)
+    assert any(k[1][12] == "bgradb" and p is not None for k, p in cublaslt._plans.items())
+    g, x = _dev(lc.data(rng, (rows, fout), dtype)), _dev(lc.data(rng, (rows, fin), dtype))
+    w = _dev(lc.data(rng, (fout, fin), dtype))
+    runs = [cudakit.linear_backward(g, x, w, True) for _ in range(3)]
+    for r in runs[1:]:
+        for a, b in zip(r, runs[0]):
+            cp.testing.assert_array_equal(a.view(cp.uint16), b.view(cp.uint16))

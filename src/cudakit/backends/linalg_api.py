@@ -252,8 +252,11 @@ class LinalgOps:
             x3 = self._ascontiguous(x).reshape(1, rows, fin)
             w3, tw = self._weight_operand(w)     # op(w3) = weight^T
             gx = gemm(g3, w3, self.empty((1, rows, fin), x.dtype), False, not tw)
-            gw = gemm(g3, x3, self.empty((1, fout, fin), x.dtype), True, False)
-            gb = self.sum(g3.reshape(rows, fout), axis=0) if bias else None
+            gw = self.empty((1, fout, fin), x.dtype)
+            gb = self._wgrad_bias(g3, x3, gw) if bias else None   # both in the weight-gradient GEMM
+            if gb is None:
+                gemm(g3, x3, gw, True, False)
+                gb = self.sum(g3.reshape(rows, fout), axis=0) if bias else None
         return gx.reshape(x.shape), gw.reshape(w.shape), gb
 
     # ---- linear + GELU ---------------------------------------------------------------------
@@ -299,6 +302,12 @@ class LinalgOps:
                                     arrs["weight"], bias)
 
 
+    def _wgrad_bias(self, g3, x3, gw):
+        """grad_out^T @ x into gw with the bias's gradient (returned, (out_features,)) out of the same
+        GEMM where the backend can (cuBLASLt's BGRADB epilogue), else None (nothing written)."""
+        return None
+
+
 class CpuLinalgHooks(LinalgOps):
     def _linalg_module(self):
         from . import cpu_linalg
@@ -309,3 +318,8 @@ class CudaLinalgHooks(LinalgOps):
     def _linalg_module(self):
         from ..kernels import linalg
         return linalg
+
+    def _wgrad_bias(self, g3, x3, gw):
+        from ..kernels import cublaslt
+        gb = self.empty((g3.shape[2],), g3.dtype)
+        return gb if cublaslt.wgrad_bias(g3, x3, gw, gb) else None

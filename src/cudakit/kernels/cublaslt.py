@@ -43,7 +43,8 @@ _LAYOUT_BATCH_COUNT, _LAYOUT_BATCH_STRIDE = 5, 6   # cublasLtMatrixLayoutAttribu
 _PREF_MAX_WORKSPACE = 1
 _PREF_MIN_ALIGN = (5, 6, 7, 8)   # CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES
 _STATUS_NOT_SUPPORTED = 15
-EPILOGUE = {"none": 1, "bias": 4, "gelu": 32, "gelu_aux": 160, "gelu_bias": 36, "gelu_aux_bias": 164}
+EPILOGUE = {"none": 1, "bias": 4, "gelu": 32, "gelu_aux": 160, "gelu_bias": 36, "gelu_aux_bias": 164,
+            "bgradb": 512}   # BGRADB: the column sums of op(B) over K (a bias's gradient) into the bias pointer
 _WORKSPACE = 32 << 20     # cuBLAS's recommendation for Hopper
 _SMALL_PRODUCT = 1 << 24  # batch * M * N * K up to this: an algorithm without workspace where one exists
 _MAX_PLANS = 256          # descriptors kept (a new batch size or shape makes one); the oldest is destroyed
@@ -170,7 +171,7 @@ def _make_plan(key, handle, desc, layouts, pref):
     if "aux" in epilogue:  # the pointers' alignment steers the heuristic: stand-ins with that alignment
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_LD, ctypes.c_int64(n))
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(a_epi))
-    if "bias" in epilogue:
+    if "bias" in epilogue or epilogue == "bgradb":
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(a_epi))
     _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
     for attr, a in zip(_PREF_MIN_ALIGN, (a_b, a_a, a_out, a_out)):
@@ -230,7 +231,7 @@ def _native():
 
 
 def bound(a, b, out, trans_a: bool = False, trans_b: bool = False, bias=None, gelu: bool = False,
-          aux=None):
+          aux=None, bgrad=None):
     """The plan of this case, made on first use, as (handle, desc, (la, lb, lc, ld), algo address,
     workspace bytes, alpha/beta scalar type, key), or None where cuBLASLt cannot do it. Arguments
     as matmul(); only their shapes, dtypes, devices and alignments matter."""
@@ -242,8 +243,8 @@ def bound(a, b, out, trans_a: bool = False, trans_b: bool = False, bias=None, ge
     batch, m, n = out.shape
     k = a.shape[1] if trans_a else a.shape[2]
     epi = ("gelu" if gelu else "") + ("_aux" if aux is not None else "") + ("_bias" if bias is not None else "")
-    epi = epi.lstrip("_") or "none"
-    a_epi = min([16] + [_alignment(p.data.ptr) for p in (bias, aux) if p is not None])
+    epi = "bgradb" if bgrad is not None else (epi.lstrip("_") or "none")
+    a_epi = min([16] + [_alignment(p.data.ptr) for p in (bias, aux, bgrad) if p is not None])
     aligns = (_alignment(a.data.ptr), _alignment(b.data.ptr), _alignment(out.data.ptr), a_epi)
     dev = out.data.device_id
     key = (dev, (in_t, out_t, batch, m, n, k, bool(trans_a), bool(trans_b), a.shape[1:], b.shape[1:],
@@ -297,18 +298,21 @@ def run(bp, a_ptr: int, b_ptr: int, out_ptr: int, beta: float = 0.0, bias_ptr: i
 
 
 def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 0.0, bias=None,
-           gelu: bool = False, aux=None) -> bool:
+           gelu: bool = False, aux=None, bgrad=None) -> bool:
     """out[i] = epilogue(op(a[i]) @ op(b[i]) + beta * out[i]) in one cuBLASLt call; False (nothing
     written) where cuBLASLt is not loadable or has no algorithm for the case.
 
     a: (Ba, Ra, Ca), b: (Bb, Rb, Cb), out: (B, M, N), C-contiguous, one device, Ba and Bb 1 or B,
     op(a) (M, K), op(b) (K, N); a and b share a dtype, out has it or float32 (16-bit a). bias:
     (N,) added to the accumulator; gelu: GELU (tanh form) after it; aux: like out, receives the
-    pre-activation (with gelu). The epilogue cases need B == 1. FLOPs: 2 * B * M * N * K."""
-    bp = bound(a, b, out, trans_a, trans_b, bias, gelu, aux)
+    pre-activation (with gelu). bgrad (alone, with trans_a): (M,) receiving op(a)'s row sums over K,
+    a's column sums (cuBLASLt's BGRADB: its B is a's buffer), as the bias's gradient beside a weight
+    gradient grad_out^T @ x. The epilogue cases need B == 1. FLOPs: 2 * B * M * N * K."""
+    bp = bound(a, b, out, trans_a, trans_b, bias, gelu, aux, bgrad)
     if bp is None:
         return False
-    status = run(bp, a.data.ptr, b.data.ptr, out.data.ptr, beta, 0 if bias is None else bias.data.ptr,
+    epi_ptr = bias if bias is not None else bgrad
+    status = run(bp, a.data.ptr, b.data.ptr, out.data.ptr, beta, 0 if epi_ptr is None else epi_ptr.data.ptr,
                  0 if aux is None else aux.data.ptr)
     if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: another path from now on
         drop(bp)
@@ -340,6 +344,22 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
     if not epilogue_applies(out, x3.shape[2], bias, gelu):
         return False
     return matmul(x3, w3, out, False, w_stored_nk, 0.0, bias, gelu, aux)
+
+
+def wgrad_bias_applies(g3, x3, gw) -> bool:
+    """Whether wgrad_bias() takes these operands (before asking cuBLASLt for an algorithm): 16-bit
+    data (float32 keeps its reduction) and out_features a multiple of 8, as the bias epilogue."""
+    from ..backends.base import supported_dtypes
+    _, rows, fout = g3.shape
+    return (supported_dtypes()[gw.dtype] in ("float16", "bfloat16") and rows > 0 and fout > 0 and x3.shape[2] > 0
+            and not fout % 8 and max(rows, fout, x3.shape[2]) <= 2**31 - 1)
+
+
+def wgrad_bias(g3, x3, gw, gb) -> bool:
+    """gw (1, fout, fin) = g3 (1, rows, fout)^T @ x3 (1, rows, fin) and gb (fout,) = g3's column sums
+    (linear_backward's weight and bias gradients, gb of gw's dtype) in one cuBLASLt call (BGRADB);
+    False (nothing written) where wgrad_bias_applies() says no or cuBLASLt has no algorithm."""
+    return wgrad_bias_applies(g3, x3, gw) and gb.dtype == gw.dtype and matmul(g3, x3, gw, True, False, bgrad=gb)
 
 
 def epilogue_applies(out, fin: int, bias, gelu: bool) -> bool:

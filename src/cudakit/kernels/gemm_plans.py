@@ -140,7 +140,8 @@ def plan_fused_linear_gelu_with_preact(x, weight, bias=None, approximate="tanh")
 
 def plan_linear_backward(grad_out, x, weight, bias=True):
     """Planner of linear_backward for C-contiguous grad_out and x: grad_x = grad_out @ weight and
-    grad_weight = grad_out^T @ x as the checked path's two GEMMs, grad_bias by ops.sum (planned)."""
+    grad_weight = grad_out^T @ x as the checked path's two GEMMs, grad_bias out of the second one
+    (cublaslt.wgrad_bias) where the checked path took it so, else by ops.sum (planned)."""
     cp = _cupy.cupy()
     lay = _linear_layout((grad_out, x), x, weight)
     if lay is None:
@@ -156,12 +157,23 @@ def plan_linear_backward(grad_out, x, weight, bias=True):
         return None
     from .. import ops
     nd, xshape, wshape = cp.ndarray, tuple(x.shape), tuple(weight.shape)
+    # the bias's gradient out of the weight-gradient GEMM (BGRADB) where the checked call took it
+    # so: that call ran cublaslt.wgrad_bias for this signature, whose bound plan exists then
+    fused = bool(bias) and _wgrad_bias_bound(g3, x3, dtype, fout, fin)
+    if fused:
+        bp_w = fused
     wsize = max(bp_x[4], bp_w[4])
-    allocs = [rows * fin * dtype.itemsize, fout * fin * dtype.itemsize] + ([wsize] if wsize else [])
-    ws = (1, 2) if wsize else None
+    allocs = [rows * fin * dtype.itemsize, fout * fin * dtype.itemsize] + ([fout * dtype.itemsize] if fused else []) \
+        + ([wsize] if wsize else [])
+    ws = (1, len(allocs) - 1) if wsize else None
+    outs = [(0, 0, xshape, dtype, ()), (1, 0, wshape, dtype, ())] + ([(2, 0, (fout,), dtype, ())] if fused else [])
     rp = _replay("linear_backward", [bp_x, bp_w], allocs,
-                 [_lt_step(bp_x, (0, 0), (0, 2), (1, 0), ws=ws), _lt_step(bp_w, (0, 0), (0, 1), (1, 1), ws=ws)],
-                 [(0, 0, xshape, dtype, ()), (1, 0, wshape, dtype, ())], False)
+                 [_lt_step(bp_x, (0, 0), (0, 2), (1, 0), ws=ws),
+                  _lt_step(bp_w, (0, 0), (0, 1), (1, 1), bias=(1, 2) if fused else None, ws=ws)], outs, False)
+    if rp is not None and fused:
+        def replayed_fused(grad_out, x, weight, bias=True):
+            return rp(grad_out, x, weight)
+        return replayed_fused
     if rp is not None:
         def replayed(grad_out, x, weight, bias=True):
             gx, gw = rp(grad_out, x, weight)
@@ -173,9 +185,23 @@ def plan_linear_backward(grad_out, x, weight, bias=True):
         gx, gw = nd(xshape, dtype), nd(wshape, dtype)
         g = grad_out.data.ptr
         run_x(g, weight.data.ptr, gx.data.ptr)
+        if fused:
+            gb = nd((fout,), dtype)
+            run_w(g, x.data.ptr, gw.data.ptr, gb.data.ptr)
+            return gx, gw, gb
         run_w(g, x.data.ptr, gw.data.ptr)
         return gx, gw, (ops.sum(grad_out.reshape(rows, fout), 0) if bias else None)
     return planned
+
+
+def _wgrad_bias_bound(g3, x3, dtype, fout: int, fin: int):
+    """The bound plan of cublaslt.wgrad_bias for these operands where it applies and cuBLASLt has an
+    algorithm (the checked call then took it), else False."""
+    cp = _cupy.cupy()
+    gw, gb = cp.empty((1, fout, fin), dtype), cp.empty((fout,), dtype)
+    if not cublaslt.wgrad_bias_applies(g3, x3, gw):
+        return False
+    return cublaslt.bound(g3, x3, gw, True, False, bgrad=gb) or False
 
 
 def plan_matmul(a, b, out=None):
