@@ -107,14 +107,16 @@ def test_linear_strided_bias_and_offset_x(dtype, rng):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("rows,fin,fout", [(8192, 768, 2304), (333, 64, 40)])
-def test_linear_backward_bias_gradient_from_the_weight_gemm(rows, fin, fout, dtype, rng):
+@pytest.mark.parametrize("rows,fin,fout,fused", [(512, 256, 768, True), (333, 64, 40, True), (8192, 768, 2304, False)])
+def test_linear_backward_bias_gradient_from_the_weight_gemm(rows, fin, fout, fused, dtype, rng):
     """16-bit linear_backward with a bias takes the bias's gradient out of the weight-gradient GEMM
-    (cuBLASLt's BGRADB epilogue): against float64 (lc.check_linear's bounds), the case's plan made
-    with that epilogue, and the planned calls bitwise the first, checked one."""
+    (cuBLASLt's BGRADB epilogue) on products up to cublaslt._BGRAD_MAX_PRODUCT, a column sum past it:
+    against float64 (lc.check_linear's bounds), the case's GEMM made with that epilogue or not, and
+    the planned calls bitwise the first, checked one."""
     from cudakit.kernels import cublaslt
     lc.check_linear(_dev, _host, rng, (rows,), fin, fout, dtype, True)
-    assert any(k[1][12] == "bgradb" and p is not None for k, p in cublaslt._plans.items())
+    epilogue = {k[1][12] for k, p in cublaslt._plans.items() if p is not None and k[1][3:6] == (fout, fin, rows)}
+    assert epilogue == ({"bgradb"} if fused else {"none"}), epilogue
     g, x = _dev(lc.data(rng, (rows, fout), dtype)), _dev(lc.data(rng, (rows, fin), dtype))
     w = _dev(lc.data(rng, (fout, fin), dtype))
     runs = [cudakit.linear_backward(g, x, w, True) for _ in range(3)]

@@ -346,13 +346,24 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
     return matmul(x3, w3, out, False, w_stored_nk, 0.0, bias, gelu, aux)
 
 
+# rows * in * out features up to which wgrad_bias() runs: the epilogue saves a launch, which pays on
+# small products (host-bound steps), but slows cuBLASLt's weight-gradient GEMM on large ones more than
+# the column-sum pass it replaces costs (H200, 2026-11-29 05:38 UTC, benchmarks/sweeps/linear_bgrad.py,
+# history/nvidia-h200-linear-bgrad.json, against the GEMM + sum: 512x256x768 1.195x bfloat16, 1.369x
+# float16; the GPT example's 8192x768x{768..3072} 0.984-1.028x bfloat16, 0.824-1.052x float16;
+# 16384x4096x16384 0.984x and 0.915x)
+_BGRAD_MAX_PRODUCT = 1 << 28
+
+
 def wgrad_bias_applies(g3, x3, gw) -> bool:
     """Whether wgrad_bias() takes these operands (before asking cuBLASLt for an algorithm): 16-bit
-    data (float32 keeps its reduction) and out_features a multiple of 8, as the bias epilogue."""
+    data (float32 keeps its reduction), out_features a multiple of 8, as the bias epilogue, and a
+    product of at most _BGRAD_MAX_PRODUCT."""
     from ..backends.base import supported_dtypes
     _, rows, fout = g3.shape
-    return (supported_dtypes()[gw.dtype] in ("float16", "bfloat16") and rows > 0 and fout > 0 and x3.shape[2] > 0
-            and not fout % 8 and max(rows, fout, x3.shape[2]) <= 2**31 - 1)
+    fin = x3.shape[2]
+    return (supported_dtypes()[gw.dtype] in ("float16", "bfloat16") and rows > 0 and fout > 0 and fin > 0
+            and not fout % 8 and rows * fout * fin <= _BGRAD_MAX_PRODUCT)
 
 
 def wgrad_bias(g3, x3, gw, gb) -> bool:
