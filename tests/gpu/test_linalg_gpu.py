@@ -116,7 +116,7 @@ def test_linear_backward_bias_gradient_from_the_weight_gemm(rows, fin, fout, fus
     from cudakit.kernels import cublaslt
     lc.check_linear(_dev, _host, rng, (rows,), fin, fout, dtype, True)
     epilogue = {k[1][12] for k, p in cublaslt._plans.items() if p is not None and k[1][3:6] == (fout, fin, rows)}
-    assert epilogue == ({"bgradb"} if fused else {"none"}), epilogue
+    assert ("bgradb" in epilogue) == fused, epilogue
     g, x = _dev(lc.data(rng, (rows, fout), dtype)), _dev(lc.data(rng, (rows, fin), dtype))
     w = _dev(lc.data(rng, (fout, fin), dtype))
     runs = [cudakit.linear_backward(g, x, w, True) for _ in range(3)]

@@ -152,16 +152,14 @@ def plan_linear_backward(grad_out, x, weight, bias=True):
     dtype = x.dtype
     g3, x3 = grad_out.reshape(1, rows, fout), x.reshape(1, rows, fin)
     bp_x = cublaslt.bound(g3, w3, cp.empty((1, rows, fin), dtype), False, not stored_nk)
-    bp_w = cublaslt.bound(g3, x3, cp.empty((1, fout, fin), dtype), True, False)
+    # the bias's gradient out of the weight-gradient GEMM (BGRADB) where the checked call took it
+    # so: that call ran cublaslt.wgrad_bias for this signature, whose bound plan exists then
+    fused = bool(bias) and _wgrad_bias_bound(g3, x3, dtype, fout, fin)
+    bp_w = fused or cublaslt.bound(g3, x3, cp.empty((1, fout, fin), dtype), True, False)
     if bp_x is None or bp_w is None:
         return None
     from .. import ops
     nd, xshape, wshape = cp.ndarray, tuple(x.shape), tuple(weight.shape)
-    # the bias's gradient out of the weight-gradient GEMM (BGRADB) where the checked call took it
-    # so: that call ran cublaslt.wgrad_bias for this signature, whose bound plan exists then
-    fused = bool(bias) and _wgrad_bias_bound(g3, x3, dtype, fout, fin)
-    if fused:
-        bp_w = fused
     wsize = max(bp_x[4], bp_w[4])
     allocs = [rows * fin * dtype.itemsize, fout * fin * dtype.itemsize] + ([fout * dtype.itemsize] if fused else []) \
         + ([wsize] if wsize else [])
