@@ -393,18 +393,22 @@ def test_batch_norm_plan_refuses_running_stats_that_overlap(rng):
     assert inference, "the inference signature's plan is the replay itself"
 
 
+def _packed_qkv(seed: int):
+    """(the CUDA backend, q, k, v as the (B, L, H, D) thirds of one packed bfloat16 qkv, a gradient
+    like q), skipping without cuDNN's frontend."""
+    from cudakit.kernels import cudnn
+    if not cudnn.available():
+        pytest.skip("cuDNN's frontend is not installed")
+    rng = np.random.default_rng(seed)
+    qkv = _r(rng, (2, 64, 3, 4, 64), "bfloat16")
+    return cudakit.get_backend("cuda"), qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], _r(rng, (2, 64, 4, 64), "bfloat16")
+
+
 def test_qkv_packed_backward_plan_replays_cudnn_into_one_array():
     """attention_backward(..., qkv_packed=True) on views of a packed qkv: later calls replay cuDNN's
     graph writing the three gradients into one (B, L, 3, H, D) array (path_plans
     plan_attention_backward_packed), equal to the checked call's (dQ within cuDNN's atomics)."""
-    from cudakit.kernels import cudnn
-    if not cudnn.available():
-        pytest.skip("cuDNN's frontend is not installed")
-    rng = np.random.default_rng(4)
-    be = cudakit.get_backend("cuda")
-    qkv = _r(rng, (2, 64, 3, 4, 64), "bfloat16")
-    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-    g = _r(rng, (2, 64, 4, 64), "bfloat16")
+    be, q, k, v, g = _packed_qkv(4)
     out, lse = cudakit.attention_with_lse(q, k, v, causal=True, layout="blhd")
     for _ in range(3):
         got = cudakit.attention_backward(g, q, k, v, out, lse, causal=True, layout="blhd", qkv_packed=True)
@@ -420,14 +424,7 @@ def test_blhd_attention_plans_replay_cudnn_in_place():
     """attention_with_lse / attention_backward on (B, L, H, D) views of one packed qkv (the GPT
     example's layout): where cuDNN ran the first call, later calls replay its graph (path_plans),
     bitwise the checked call's results."""
-    from cudakit.kernels import cudnn
-    if not cudnn.available():
-        pytest.skip("cuDNN's frontend is not installed")
-    rng = np.random.default_rng(3)
-    be = cudakit.get_backend("cuda")
-    qkv = _r(rng, (2, 64, 3, 4, 64), "bfloat16")
-    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-    g = _r(rng, (2, 64, 4, 64), "bfloat16")
+    be, q, k, v, g = _packed_qkv(3)
     for _ in range(3):
         out, lse = cudakit.attention_with_lse(q, k, v, causal=True, layout="blhd")
         grads = cudakit.attention_backward(g, q, k, v, out, lse, causal=True, layout="blhd")

@@ -868,29 +868,11 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
       const long long r = rb + (long long)u * blockDim.y;
       if (r < N) p[u].raw = xr[r * csv + k];
     }
-    if (EPI) {   // (batch_norm's residual= and activation=)
-      ck_pack<T, V> pr[CK_U];
+    ck_pack<T, V> pr[CK_U];   // (EPI: batch_norm's residual= and activation=; unused, and gone, without)
 #pragma unroll
-      for (int u = 0; u < CK_U; ++u) {
-        const long long r = rb + (long long)u * blockDim.y;
-        if (rr && r < N) pr[u].raw = rr[r * csv + k];
-      }
-#pragma unroll
-      for (int u = 0; u < CK_U; ++u) {
-        const long long r = rb + (long long)u * blockDim.y;
-        if (r < N) {
-          ck_pack<T, V> po;
-          C v[V];
-          ck_cvt<T, V>::load(p[u], v);
-#pragma unroll
-          for (int i = 0; i < V; ++i)
-            v[i] = ck_bn_epilogue(ck_bn_affine(v[i], mu[i], sc[i], bt[i]), rr ? tr::load(pr[u].v[i]) : C(0),
-                                  rr != nullptr, relu);
-          ck_cvt<T, V>::store(po, v);
-          yr[r * csv + k] = po.raw;
-        }
-      }
-      continue;
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (EPI && rr && r < N) pr[u].raw = rr[r * csv + k];
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
@@ -900,7 +882,10 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
         C v[V];
         ck_cvt<T, V>::load(p[u], v);
 #pragma unroll
-        for (int i = 0; i < V; ++i) v[i] = ck_bn_affine(v[i], mu[i], sc[i], bt[i]);
+        for (int i = 0; i < V; ++i) {
+          v[i] = ck_bn_affine(v[i], mu[i], sc[i], bt[i]);
+          if (EPI) v[i] = ck_bn_epilogue(v[i], rr ? tr::load(pr[u].v[i]) : C(0), rr != nullptr, relu);
+        }
         ck_cvt<T, V>::store(po, v);
         yr[r * csv + k] = po.raw;
       }
