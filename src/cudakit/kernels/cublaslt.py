@@ -349,7 +349,7 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
 # rows * in * out features up to which wgrad_bias() runs: the epilogue saves a launch, which pays on
 # small products (host-bound steps), but slows cuBLASLt's weight-gradient GEMM on large ones more than
 # the column-sum pass it replaces costs (H200, 2026-11-29 05:38 UTC, benchmarks/sweeps/linear_bgrad.py,
-# history/nvidia-h200-linear-bgrad.json, against the GEMM + sum: 512x256x768 1.195x bfloat16, 1.369x
+# history/linalg/nvidia-h200-linear-bgrad.json, against the GEMM + sum: 512x256x768 1.195x bfloat16, 1.369x
 # float16; the GPT example's 8192x768x{768..3072} 0.984-1.028x bfloat16, 0.824-1.052x float16;
 # 16384x4096x16384 0.984x and 0.915x)
 _BGRAD_MAX_PRODUCT = 1 << 28
