@@ -366,11 +366,15 @@ def wgrad_bias_applies(g3, x3, gw) -> bool:
             and not fout % 8 and rows * fout * fin <= _BGRAD_MAX_PRODUCT)
 
 
-def wgrad_bias(g3, x3, gw, gb) -> bool:
-    """gw (1, fout, fin) = g3 (1, rows, fout)^T @ x3 (1, rows, fin) and gb (fout,) = g3's column sums
-    (linear_backward's weight and bias gradients, gb of gw's dtype) in one cuBLASLt call (BGRADB);
-    False (nothing written) where wgrad_bias_applies() says no or cuBLASLt has no algorithm."""
-    return wgrad_bias_applies(g3, x3, gw) and gb.dtype == gw.dtype and matmul(g3, x3, gw, True, False, bgrad=gb)
+def wgrad_bias(g3, x3, gw):
+    """gw (1, fout, fin) = g3 (1, rows, fout)^T @ x3 (1, rows, fin) in one cuBLASLt call (BGRADB)
+    that also returns gb (fout,) = g3's column sums in gw's dtype (linear_backward's weight and bias
+    gradients); None (nothing written, nothing allocated) where wgrad_bias_applies() says no or
+    cuBLASLt has no algorithm."""
+    if not wgrad_bias_applies(g3, x3, gw):
+        return None
+    gb = _cupy.cupy().empty((g3.shape[2],), gw.dtype)
+    return gb if matmul(g3, x3, gw, True, False, bgrad=gb) else None
 
 
 def epilogue_applies(out, fin: int, bias, gelu: bool) -> bool:
