@@ -146,6 +146,15 @@ def _planned(op: str, planner, args: tuple, arrays: int = 3):
     return _dispatch.call(op, make, args, checked)
 
 
+def _planned_tail(op: str, suffix: str, args: tuple, tail: tuple, arrays: int):
+    """op planned on args where every trailing keyword in tail is None (the plain call and its plans),
+    else the op of its own name op + suffix on args + tail (_KEYWORD_TAILS gives them to the backend
+    method by keyword): batch_norm's residual/activation, sum/mean_backward's like."""
+    if all(v is None for v in tail):
+        return _planned(op, None, args, arrays)
+    return _planned(op + suffix, None, args + tail, arrays)
+
+
 _planners: dict = {}   # (op, planner name, arrays) -> the planner dispatch.call runs
 
 
@@ -350,19 +359,16 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, tr
                eps=1e-5, *, residual=None, activation=None):
     """Batch normalisation of (N, C) or (N, C, *spatial) x, optionally fused with a residual add
     and a relu: act(bn(x) + residual) in one pass (see Backend.batch_norm)."""
-    args = (x, gamma, beta, running_mean, running_var, training, momentum, eps)
-    if residual is None and activation is None:
-        return _planned("batch_norm", None, args, 5)
-    return _planned("batch_norm_fused", None, args + (residual, activation), 5)
+    return _planned_tail("batch_norm", "_fused", (x, gamma, beta, running_mean, running_var, training, momentum, eps),
+                         (residual, activation), 5)
 
 
 def batch_norm_with_stats(x, gamma=None, beta=None, running_mean=None, running_var=None, training=False,
                           momentum=0.1, eps=1e-5, *, residual=None, activation=None):
     """batch_norm that also returns (save_mean, save_invstd) (see Backend.batch_norm_with_stats)."""
-    args = (x, gamma, beta, running_mean, running_var, training, momentum, eps)
-    if residual is None and activation is None:
-        return _planned("batch_norm_with_stats", None, args, 5)
-    return _planned("batch_norm_with_stats_fused", None, args + (residual, activation), 5)
+    return _planned_tail("batch_norm_with_stats", "_fused",
+                         (x, gamma, beta, running_mean, running_var, training, momentum, eps),
+                         (residual, activation), 5)
 
 
 def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd, *, beta=None, activation=None):
@@ -371,10 +377,8 @@ def batch_norm_backward(grad_out, x, gamma, save_mean, save_invstd, *, beta=None
     forward's gamma and beta (None only where the forward had none: they place relu's mask). After
     a forward with a residual, take relu_backward(grad_out, y) and the plain backward of that
     (see Backend.batch_norm_backward)."""
-    if beta is None and activation is None:
-        return _planned("batch_norm_backward", None, (grad_out, x, gamma, save_mean, save_invstd), 5)
-    return _planned("batch_norm_backward_fused", None,
-                    (grad_out, x, gamma, save_mean, save_invstd, beta, activation), 5)
+    return _planned_tail("batch_norm_backward", "_fused", (grad_out, x, gamma, save_mean, save_invstd),
+                         (beta, activation), 5)
 
 
 # -- reductions (see backends/reduction_api.py) -------------------------------------------------
@@ -422,16 +426,12 @@ def reduce_sum(x, axis=None):
 def sum_backward(grad_out, x_shape, axis=None, keepdims=False, *, like=None):
     """Gradient of sum: grad_out broadcast back to x_shape (in like's memory layout where given and
     dense, e.g. the forward's channels-last x; see Backend.sum_backward)."""
-    if like is None:
-        return _planned("sum_backward", None, (grad_out, x_shape, axis, keepdims), 1)
-    return _planned("sum_backward_like", None, (grad_out, x_shape, axis, keepdims, like), 1)
+    return _planned_tail("sum_backward", "_like", (grad_out, x_shape, axis, keepdims), (like,), 1)
 
 
 def mean_backward(grad_out, x_shape, axis=None, keepdims=False, *, like=None):
     """Gradient of mean: grad_out / count broadcast back to x_shape (in like's layout, as sum_backward)."""
-    if like is None:
-        return _planned("mean_backward", None, (grad_out, x_shape, axis, keepdims), 1)
-    return _planned("mean_backward_like", None, (grad_out, x_shape, axis, keepdims, like), 1)
+    return _planned_tail("mean_backward", "_like", (grad_out, x_shape, axis, keepdims), (like,), 1)
 
 
 def var_backward(grad_out, x, axis=None, ddof=0, keepdims=False):
