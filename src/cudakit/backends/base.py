@@ -20,8 +20,8 @@ from .linalg_api import LinalgOps
 from .normalization_api import NormalizationOps
 from .reduction_api import ReductionOps
 from .softmax_api import SoftmaxOps
-from .checks import (check_size, check_writeable, dense_order, empty_in_order, finite_scalar, float_scalar,
-                     require_array, require_out_array)
+from .checks import (check_size, check_writeable, empty_in_order, finite_scalar, float_scalar, require_array,
+                     require_out_array, shared_dense_order)
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _supported: dict = {}  # np.dtype -> name; dtype hashing is cheap, dtype.name is not
@@ -208,16 +208,10 @@ class Backend(NormalizationOps, ReductionOps, SoftmaxOps, LayoutOps, DropoutOps,
         every input has the result's shape and the same strides, covering its memory densely but not
         C-contiguously (a channels-last view, a transpose), as PyTorch keeps a memory format; then
         the kernels run over the flat memory. C-contiguous otherwise."""
-        x0 = inputs[0]
-        if x0.flags.c_contiguous or len(shape) < 2 or tuple(x0.shape) != tuple(shape):
+        if inputs[0].flags.c_contiguous or len(shape) < 2:
             return self.empty(shape, dtype)
-        st = x0.strides
-        if any(x.strides != st or tuple(x.shape) != tuple(shape) for x in inputs[1:]):
-            return self.empty(shape, dtype)
-        order = dense_order(shape, st, x0.itemsize)
-        if order is None:
-            return self.empty(shape, dtype)
-        return empty_in_order(self.empty, shape, dtype, order)
+        order = shared_dense_order(inputs, shape)
+        return self.empty(shape, dtype) if order is None else empty_in_order(self.empty, shape, dtype, order)
 
     def _elementwise_op(self, op: str, named: dict, out, p: float = 0.0):
         if op in _SCALAR_FORMS:

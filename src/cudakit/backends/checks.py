@@ -208,6 +208,16 @@ def dense_order(shape: tuple, strides: tuple, itemsize: int):
     return tuple(a if shape[a] == 1 else next(it) for a in range(len(shape)))
 
 
+def shared_dense_order(arrays, shape: tuple):
+    """dense_order of arrays that all have `shape` and one set of strides (elementwise operands the
+    kernels may run over as flat memory, element i of each at one offset), else None."""
+    shape, st = tuple(shape), arrays[0].strides
+    for a in arrays:   # (a loop, not any(): the elementwise host-time path asks it per call)
+        if a.strides != st or tuple(a.shape) != shape:
+            return None
+    return dense_order(shape, st, arrays[0].itemsize)
+
+
 def empty_in_order(empty, shape, dtype, order: tuple):
     """A new array of `shape` whose memory holds its axes in `order` (dense_order's, slowest
     first): empty(the permuted shape, dtype), seen through the inverse permutation."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import profiler
-from ..backends.checks import dense_order, empty_in_order
+from ..backends.checks import empty_in_order, shared_dense_order
 from ..errors import LaunchError  # noqa: F401  (raised from run)
 from ..runtime import _cupy, launch as _launch
 from ..runtime import compiler as _compiler
@@ -341,15 +341,15 @@ def _fast_dense(op: str, vals: tuple, ndarray, p: float):
     C-contiguously (channels-last activations): the result in that layout, the contiguous kernel
     over the flat memory; None otherwise."""
     x0 = vals[0]
-    dt, shape, st, dev = x0.dtype, x0.shape, x0.strides, x0.data.device_id
+    dt, shape, dev = x0.dtype, x0.shape, x0.data.device_id
     for x in vals[1:]:
-        if x.dtype != dt or x.shape != shape or x.strides != st or x.data.device_id != dev:
+        if x.dtype != dt or x.data.device_id != dev:
             return None
     if _stream is None:
         _first_use()
     if dt not in _VEC or dev != _get_device():
         return None
-    order = dense_order(shape, st, x0.itemsize)
+    order = shared_dense_order(vals, shape)
     if order is None:
         return None
     out = empty_in_order(ndarray, shape, dt, order)
@@ -419,9 +419,7 @@ def _same_dense(inputs: tuple, out) -> bool:
     """Every input has out's shape and strides, and out covers one gapless block of memory (a
     channels-last view, a transpose): the op runs over the flat memory, element i of each operand
     at the same offset, as the contiguous kernels do."""
-    st = out.strides
-    return all(x.shape == out.shape and x.strides == st for x in inputs) and \
-        dense_order(out.shape, st, out.itemsize) is not None
+    return shared_dense_order((out,) + tuple(inputs), out.shape) is not None
 
 
 def _or(values) -> int:
