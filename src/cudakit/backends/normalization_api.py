@@ -12,12 +12,13 @@ Statistics (mean, rstd, save_mean, save_invstd) are float32, float64 for float64
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
-from .checks import check_bool, check_distinct, check_writeable, finite_scalar, require_array
+from .checks import check_bool, check_distinct, check_writeable, finite_scalar, inverse_order, require_array
 from .softmax_api import last_axis_rows
 
 
@@ -62,14 +63,10 @@ def _check_real(op: str, name: str, v) -> float:
     return finite_scalar(op, name, v)
 
 
+@functools.lru_cache(maxsize=None)
 def _bn_perm(nd: int) -> tuple:
     """The axes of an (N, C, *spatial) array in channels-last memory order: (N, *spatial, C)."""
     return (0, *range(2, nd), 1)
-
-
-def _bn_unperm(nd: int) -> tuple:
-    """The inverse of _bn_perm: an (N, *spatial, C) array's axes as (N, C, *spatial)."""
-    return (0, nd - 1, *range(1, nd - 1))
 
 
 def _bn_channels_last(x) -> bool:
@@ -96,7 +93,7 @@ def _bn_rows(x):
 
 def _bn_unrows(rows, shape: tuple):
     """The (N, C, *spatial) channels-last view of [N*spatial, C] rows, for an x of this shape."""
-    return rows.reshape((shape[0], *shape[2:], shape[1])).transpose(_bn_unperm(len(shape)))
+    return rows.reshape((shape[0], *shape[2:], shape[1])).transpose(inverse_order(_bn_perm(len(shape))))
 
 
 class NormalizationOps:
@@ -446,7 +443,7 @@ class NormalizationOps:
         """An (N, C, *spatial) array in channels-last memory: a itself where it is, else a copy."""
         if _bn_channels_last(a):
             return a
-        return self._ascontiguous(a.transpose(_bn_perm(a.ndim))).transpose(_bn_unperm(a.ndim))
+        return self._ascontiguous(a.transpose(_bn_perm(a.ndim))).transpose(inverse_order(_bn_perm(a.ndim)))
 
     def _ascontiguous_opt(self, a):
         return None if a is None else self._ascontiguous(a)

@@ -425,14 +425,15 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     if c == 0:
         return y, save_mean, save_invstd
     a = _acc_scalar
+    arrays = (x, y) if residual is None else (x, y, residual)   # (their alignment picks the vector width)
     if x.size and _bn_small(n, c, s):   # one launch: statistics, running statistics and y per channel block
-        v = _bn_vec(s, dt, (x, y) if residual is None else (x, y, residual))
+        v = _bn_vec(s, dt, arrays)
         _launch(f"ck_bn_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
                 (x, y, _ptr(gamma), _ptr(beta), _ptr(running_mean), _ptr(running_var), save_mean, save_invstd,
                  np.int64(n), np.int64(c), np.int64(s // v), np.int32(bool(training)), a(x, momentum), a(x, eps),
                  _ptr(residual), np.int32(bool(relu))))
         return y, save_mean, save_invstd
-    v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (x, y) if residual is None else (x, y, residual))
+    v, lanes, csv, sv = _bn_vectors(n, c, s, dt, arrays)
     scale = cp.empty(c, acc)
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     if training:   # partials: [vector columns, row chunks], or [row chunks, C] (lanes)
