@@ -20,11 +20,14 @@ N C H W written.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..backends.conv_api import _channels_last
 from ..errors import ShapeError
 from . import transpose
-from ._common import _ITEMSIZE, FLOAT_DTYPE_NAMES, KernelFamily, ctype, cuda_source, vec_width
+from ._common import _ITEMSIZE, FLOAT_DTYPE_NAMES, KernelFamily, ctype, cuda_source, dtype_name, vec_width
 
 SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "pooling.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
@@ -34,9 +37,9 @@ THREADS = 256
 # together. With one plane a thread the forward's block of 256 threads did so little that launch
 # and DRAM latency, not bandwidth, set its time; the backward's one-window-a-thread cells write
 # 2 x 2 elements a plane already.
+# (name_expressions lists these forms alone: a sweep's other plane counts compile on first use)
 PLANES = {"ck_pool2d": 4, "ck_pool2d_backward": 4, "ck_pool2d_backward_cells": 1, "ck_pool2d_argmax": 4,
           "ck_pool2d_backward_idx": 4}
-_P_CHOICES = (1, 4)
 MAX_IDX_TAPS = 256   # the two-pass max backward keeps a window's winner in a byte
 # NCHW max backward of overlapping windows of 16-bit data through the channels-last kernels (x and
 # grad_out permuted to (N, H, W, C), dx back) from this many channels on; None: the NCHW kernels
@@ -63,9 +66,8 @@ def name_expressions() -> list[str]:
     """Every template instantiation this module launches."""
     avgs = ("true", "false")
     dts = FLOAT_DTYPE_NAMES
-    return ([f"{k}<{ctype(dt)}, {a}, {p}>" for k in _NCHW for dt in dts for a in avgs for p in _P_CHOICES]
-            + [f"{k}<{ctype(dt)}, {p}>" for k in ("ck_pool2d_argmax", "ck_pool2d_backward_idx") for dt in dts
-               for p in _P_CHOICES]
+    return ([f"{k}<{ctype(dt)}, {a}, {PLANES[k]}>" for k in _NCHW for dt in dts for a in avgs]
+            + [f"{k}<{ctype(dt)}, {PLANES[k]}>" for k in ("ck_pool2d_argmax", "ck_pool2d_backward_idx") for dt in dts]
             + [f"{k}<{ctype(dt)}, {a}, {v}>" for k in _CL for dt in dts for a in avgs for v in widths(dt)]
             + [f"{k}<{ctype(dt)}, {v}>" for k in ("ck_pool2d_cl_argmax", "ck_pool2d_cl_backward_idx") for dt in dts
                for v in widths(dt)])
@@ -85,10 +87,7 @@ def _geo(x_shape, geo) -> tuple:
     return tuple(np.int32(v) for v in (x_shape[2], x_shape[3], ho, wo, r, s, sh, sw, ph, pw))
 
 
-def channels_last(a) -> bool:
-    """a is a 4-D (N, C, H, W) view of (N, H, W, C) C-contiguous memory with C > 1."""
-    from ..backends.conv_api import _channels_last
-    return _channels_last(a)
+channels_last = _channels_last   # a is a 4-D (N, C, H, W) view of (N, H, W, C) C-contiguous memory, C > 1
 
 
 def _launch(expr: str, device_id: int, threads: int, args: tuple) -> None:
@@ -157,7 +156,7 @@ def pool2d(x, kind: str, geo):
     n, c, h, w = x.shape
     ho, wo = geo[8], geo[9]
     avg = "true" if kind == "avg" else "false"
-    dt = x.dtype.name
+    dt = dtype_name(x.dtype)
     cl = channels_last(x)
     if cl and not cl_fits(x.shape, geo):   # NCHW kernels on a copy, the result back
         return transpose.to_channels_last(pool2d(transpose.contiguous(x), kind, geo))
@@ -204,7 +203,7 @@ def via_channels_last(shape, geo, dtype_name: str) -> bool:
     channels-last kernels (VIA_CHANNELS_LAST_FROM, VIA_CHANNELS_LAST_MIN_ELEMENTS, cl_fits)."""
     c = shape[1]
     return VIA_CHANNELS_LAST_FROM is not None and vec_width(dtype_name) == 8 and c >= VIA_CHANNELS_LAST_FROM \
-        and int(np.prod(shape)) >= VIA_CHANNELS_LAST_MIN_ELEMENTS and cl_fits(shape, geo)
+        and math.prod(shape) >= VIA_CHANNELS_LAST_MIN_ELEMENTS and cl_fits(shape, geo)
 
 
 def _via_channels_last(grad_out, x, kind: str, geo):
@@ -238,10 +237,10 @@ def pool2d_backward(grad_out, x, kind: str, geo):
         return out
     kernel, per_plane = backward_kernel(x.shape, geo, kind)
     two_pass = kernel == "ck_pool2d_backward_idx"
-    if two_pass and not cl and via_channels_last(x.shape, geo, x.dtype.name):
+    dt = dtype_name(x.dtype)
+    if two_pass and not cl and via_channels_last(x.shape, geo, dt):
         return _via_channels_last(grad_out, x, kind, geo)
     avg = "true" if kind == "avg" else "false"
-    dt = x.dtype.name
     ga = _geo(x.shape, geo)
     if cl:
         xt, gt = _nhwc(x), _nhwc(grad_out)
@@ -251,10 +250,9 @@ def pool2d_backward(grad_out, x, kind: str, geo):
         if two_pass:
             idx = cp.empty((n, ho, wo, c), cp.uint8)
             _cl(f"ck_pool2d_cl_argmax<{ctype(dt)}, {v}>", ((xt, img), (idx, out_img)), n, ho * wo, c // v, ga)
-            _cl(f"{name}<{ctype(dt)}, {v}>", ((idx, out_img), (gt, out_img), (gx, img)), n, h * w, c // v, ga)
-        else:
-            per_image = ho * wo if kernel.endswith("cells") else h * w
-            _cl(f"{name}<{ctype(dt)}, {avg}, {v}>", ((xt, img), (gt, out_img), (gx, img)), n, per_image, c // v, ga)
+            _cl(f"{name}<{ctype(dt)}, {v}>", ((idx, out_img), (gt, out_img), (gx, img)), n, per_plane, c // v, ga)
+        else:   # (a plane's threads are an image's positions)
+            _cl(f"{name}<{ctype(dt)}, {avg}, {v}>", ((xt, img), (gt, out_img), (gx, img)), n, per_plane, c // v, ga)
         return out
     _check_plane(x, geo)
     if two_pass:
