@@ -97,13 +97,12 @@ def check_conv2d_channels_last(dev, host, rng, n, c, h, w, k, r, s, stride, pad,
     want, mag, (ho, wo) = conv_reference(x, wt, b, _two(stride), _two(pad), _two(dil), groups)
     g = data(rng, (n, k, ho, wo), dtype)
     rgx, rgw, magx, magw = _conv_grads(f64(g), f64(x), f64(wt), _two(stride), _two(pad), _two(dil), groups)
-    nhwc = lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))  # noqa: E731
-    wd = dev(nhwc(wt)).transpose(0, 3, 1, 2) if weight_cl else dev(wt)
+    wd = dev(_nhwc(wt)).transpose(0, 3, 1, 2) if weight_cl else dev(wt)
     for form in ("nhwc", "view") + (("nchw",) if weight_cl else ()):
         if form == "nhwc":
-            xd, gd, kw = dev(nhwc(x)), dev(nhwc(g)), {"memory_format": "nhwc"}
+            xd, gd, kw = dev(_nhwc(x)), dev(_nhwc(g)), {"memory_format": "nhwc"}
         elif form == "view":   # (N, C, H, W) views of (N, H, W, C) memory: the results come back the same way
-            xd, gd, kw = dev(nhwc(x)).transpose(0, 3, 1, 2), dev(nhwc(g)).transpose(0, 3, 1, 2), {}
+            xd, gd, kw = dev(_nhwc(x)).transpose(0, 3, 1, 2), dev(_nhwc(g)).transpose(0, 3, 1, 2), {}
         else:
             xd, gd, kw = dev(x), dev(g), {}
         y = cudakit.conv2d(xd, wd, dev(b), stride, pad, dil, groups, **kw)
@@ -227,12 +226,12 @@ def _nhwc(a):
     return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
 
 
-def _pool_io(dev, host, layout, x, g, c):
-    """(x, grad_out as passed, keywords, a function checking a result's layout and giving it back
-    as an (N, C, H, W) host array) for one pooling layout: None (C-contiguous (N, C, H, W)), "view"
-    ((N, C, H, W) views of (N, H, W, C) memory: the results channels-last views too), "nhwc"
-    ((N, H, W, C) arrays, memory_format="nhwc"), "nchw" (channels-last views in, memory_format
-    "nchw": C-contiguous results)."""
+def _pool_io(dev, host, layout, c):
+    """(a function putting an (N, C, H, W) host array on the device as passed, keywords, a function
+    checking a result's layout and giving it back as an (N, C, H, W) host array) for one pooling
+    layout: None (C-contiguous (N, C, H, W)), "view" ((N, C, H, W) views of (N, H, W, C) memory: the
+    results channels-last views too), "nhwc" ((N, H, W, C) arrays, memory_format="nhwc"), "nchw"
+    (channels-last views in, memory_format "nchw": C-contiguous results)."""
     def back(a):
         if layout == "nhwc":
             return host(a).transpose(0, 3, 1, 2)
@@ -242,11 +241,11 @@ def _pool_io(dev, host, layout, x, g, c):
             assert a.flags.c_contiguous, (layout, a.strides)
         return host(a)
     if layout is None:
-        return dev(x), (None if g is None else dev(g)), {}, back
+        return dev, {}, back
     if layout == "nhwc":
-        return dev(_nhwc(x)), (None if g is None else dev(_nhwc(g))), {"memory_format": "nhwc"}, back
-    view = lambda a: None if a is None else dev(_nhwc(a)).transpose(0, 3, 1, 2)  # noqa: E731
-    return view(x), view(g), ({"memory_format": "nchw"} if layout == "nchw" else {}), back
+        return (lambda a: dev(_nhwc(a))), {"memory_format": "nhwc"}, back
+    kw = {"memory_format": "nchw"} if layout == "nchw" else {}
+    return (lambda a: dev(_nhwc(a)).transpose(0, 3, 1, 2)), kw, back
 
 
 def check_pool(dev, host, rng, kind, n, c, h, w, ksize, stride, pad, dtype, nan=False, layout=None):
@@ -257,7 +256,8 @@ def check_pool(dev, host, rng, kind, n, c, h, w, ksize, stride, pad, dtype, nan=
         x[0, 0, 1, 1] = np.nan
     fwd = cudakit.max_pool2d if kind == "max" else cudakit.avg_pool2d
     bwd = cudakit.max_pool2d_backward if kind == "max" else cudakit.avg_pool2d_backward
-    xd, _, kw, back = _pool_io(dev, host, layout, x, None, c)
+    put, kw, back = _pool_io(dev, host, layout, c)
+    xd = put(x)
     y = back(fwd(xd, ksize, stride, pad, **kw))
     r, s = _two(ksize)
     sh, sw = _two(ksize if stride is None else stride)
@@ -272,8 +272,7 @@ def check_pool(dev, host, rng, kind, n, c, h, w, ksize, stride, pad, dtype, nan=
     else:
         _close(y, want, np.abs(win).mean(-1), r * s, dtype, "avg_pool2d")
     g = data(rng, y.shape, dtype)
-    xd, gd, kw, back = _pool_io(dev, host, layout, x, g, c)
-    gx = f64(back(bwd(gd, xd, ksize, stride, pad, **kw)))
+    gx = f64(back(bwd(put(g), xd, ksize, stride, pad, **kw)))
     want_gx, mag = np.zeros_like(xp), np.zeros_like(xp)
     pick = np.argmax(win, axis=-1)
     for t in range(r * s):

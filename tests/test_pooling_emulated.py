@@ -95,38 +95,25 @@ def lib(tmp_path_factory):
     return build(kernel_source(pooling), _DRIVER, tmp_path_factory.mktemp("pool"))
 
 
-def _two(v):
-    return (v, v) if isinstance(v, int) else v
-
-
 def _ptr(a):
     return ctypes.c_void_p(a.ctypes.data)
-
-
-def _geometry(shape, ks, st, pad):
-    n, c, h, w = shape
-    (r, s), (ph, pw) = _two(ks), _two(pad)
-    sh, sw = (r, s) if st is None else _two(st)
-    ho, wo = (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1
-    return (sh, sw, ph, pw, 1, 1, r, s, ho, wo)
 
 
 _NAMES = {"ck_pool2d_backward": "bwd_", "ck_pool2d_backward_cells": "bwdc_", "ck_pool2d_backward_idx": "bwdi_"}
 
 
-def _launches(kernel, kind, x, g, y, dx, h, w, ho, wo, c=1):
-    """The launches pooling.py makes for one forward and one backward: (driver prefix, arrays,
-    elements of each a unit (plane or image), threads a unit) - the two-pass max backward's
-    argmax into a byte buffer first."""
+def _launches(kernel, per_plane, x, g, y, dx, h, w, ho, wo, c=1):
+    """The launches pooling.py makes for one forward and one backward (kernel, per_plane:
+    pooling.backward_kernel's): (driver prefix, arrays, elements of each a unit (plane or image),
+    threads a unit) - the two-pass max backward's argmax into a byte buffer first."""
     big, small = h * w * c, ho * wo * c
     out = [("fwd_", (x, x, y), (big, big, small), ho * wo)]
     if kernel == "ck_pool2d_backward_idx":
         idx = np.full(y.size, 255, np.uint8)
         out += [("argmax_", (x, x, idx), (big, big, small), ho * wo),
-                ("bwdi_", (idx, g, dx), (small, small, big), h * w)]
+                ("bwdi_", (idx, g, dx), (small, small, big), per_plane)]
     else:
-        per = ho * wo if kernel.endswith("cells") else h * w
-        out += [(_NAMES[kernel], (x, g, dx), (big, small, big), per)]
+        out += [(_NAMES[kernel], (x, g, dx), (big, small, big), per_plane)]
     return out
 
 
@@ -140,9 +127,8 @@ def _run_nchw(lib, kind, x, g, geo, limit, planes):
     args = [ctypes.c_int(int(v)) for v in pooling._geo(x.shape, geo)]
     y = np.full((n, c, ho, wo), 7.0, x.dtype)   # a value no output keeps: every one is written
     dx = np.full(x.shape, 7.0, x.dtype)
-    kernel, _ = pooling.backward_kernel(x.shape, geo, kind)
-    for name, arrs, sizes, per in _launches(kernel, kind, x.reshape(-1), g.reshape(-1), y.reshape(-1),
-                                            dx.reshape(-1), h, w, ho, wo):
+    for name, arrs, sizes, per in _launches(*pooling.backward_kernel(x.shape, geo, kind), x.reshape(-1), g.reshape(-1),
+                                            y.reshape(-1), dx.reshape(-1), h, w, ho, wo):
         for p0, np_ in pooling.chunks(n * c, per, planes, limit):
             threads = -(-np_ // planes) * per
             getattr(lib, name + sfx)(*(_ptr(a[p0 * e:]) for a, e in zip(arrs, sizes)), ctypes.c_int(np_),
@@ -161,10 +147,9 @@ def _run_cl(lib, kind, x, g, geo, v, limit):
     xt, gt = np.ascontiguousarray(x.transpose(0, 2, 3, 1)), np.ascontiguousarray(g.transpose(0, 2, 3, 1))
     yt = np.full((n, ho, wo, c), 7.0, x.dtype)
     dxt = np.full(xt.shape, 7.0, x.dtype)
-    kernel, _ = pooling.backward_kernel(x.shape, geo, kind)
     cv = c // v
-    for name, arrs, sizes, per in _launches(kernel, kind, xt.reshape(-1), gt.reshape(-1), yt.reshape(-1),
-                                            dxt.reshape(-1), h, w, ho, wo, c):
+    for name, arrs, sizes, per in _launches(*pooling.backward_kernel(x.shape, geo, kind), xt.reshape(-1),
+                                            gt.reshape(-1), yt.reshape(-1), dxt.reshape(-1), h, w, ho, wo, c):
         for n0, nn in pooling.chunks(n, per * cv, 1, limit):
             total = nn * per * cv
             getattr(lib, f"cl{name}{sfx}_{v}")(*(_ptr(a[n0 * e:]) for a, e in zip(arrs, sizes)), ctypes.c_int(total),
@@ -173,17 +158,17 @@ def _run_cl(lib, kind, x, g, geo, v, limit):
     return yt.transpose(0, 3, 1, 2), dxt.transpose(0, 3, 1, 2)
 
 
-def _check(lib, kind, x, ks, st, pad, rng, limit=pooling._MAX_THREADS, widths=None):
+def _check(lib, kind, x, ks, st, pad, rng, limit=pooling._MAX_THREADS):
     cpu = cudakit.get_backend("cpu")
     fwd, bwd = (cpu.max_pool2d, cpu.max_pool2d_backward) if kind == "max" else (cpu.avg_pool2d, cpu.avg_pool2d_backward)
     want = fwd(x, ks, st, pad)
     g = rng.standard_normal(want.shape).astype(x.dtype)
     want_dx = bwd(g, x, ks, st, pad)
-    geo = _geometry(x.shape, ks, st, pad)
+    geo = cpu._pool_args("max_pool2d", x, ks, st, pad)[1]
     tol = 1e-6 if x.dtype == np.float32 else 1e-13
     results = [_run_nchw(lib, kind, x, g, geo, limit, p) for p in (1, 4)]
     c = x.shape[1]
-    for v in (widths or pooling.widths(x.dtype.name)):
+    for v in pooling.widths(x.dtype.name):
         if c % v == 0:
             results.append(_run_cl(lib, kind, x, g, geo, v, limit))
     for y, dx in results:

@@ -30,19 +30,25 @@ CASES = [(32, 64, 112, 112), (32, 256, 56, 56), (32, 128, 28, 28), (32, 512, 28,
 rows = []
 
 
-def run(shape, dtype, cl):
+def _inputs(shape, dtype, cl):
+    """torch's (x and a residual r in the case's layout, grad_out g, weight w and bias b (x, w and b
+    requiring grad), running mean and var), then CuPy's views of the same memory (running
+    statistics of their own)."""
     tdt = getattr(torch, dtype)
     c = shape[1]
     fmt = torch.channels_last if cl and len(shape) == 4 else torch.contiguous_format
-    tx = torch.randn(*shape, device="cuda", dtype=tdt).contiguous(memory_format=fmt).requires_grad_(True)
-    tg = torch.randn(*shape, device="cuda", dtype=tdt).contiguous(memory_format=fmt)
+    tx, tr, tg = (torch.randn(*shape, device="cuda", dtype=tdt).contiguous(memory_format=fmt) for _ in range(3))
     tw, tb = torch.randn(c, device="cuda", dtype=tdt), torch.randn(c, device="cuda", dtype=tdt)
-    tw.requires_grad_(True)
-    tb.requires_grad_(True)
+    for t in (tx, tw, tb):
+        t.requires_grad_(True)
     trm, trv = torch.zeros(c, device="cuda", dtype=tdt), torch.ones(c, device="cuda", dtype=tdt)
-    x, g = cp.from_dlpack(tx.detach()), cp.from_dlpack(tg)
+    x, r, g = cp.from_dlpack(tx.detach()), cp.from_dlpack(tr), cp.from_dlpack(tg)
     w, b = cp.from_dlpack(tw.detach()), cp.from_dlpack(tb.detach())
-    rm, rv = cp.zeros(c, x.dtype), cp.ones(c, x.dtype)
+    return (tx, tr, tg, tw, tb, trm, trv), (x, r, g, w, b, cp.zeros(c, x.dtype), cp.ones(c, x.dtype))
+
+
+def run(shape, dtype, cl):
+    (tx, _, tg, tw, tb, trm, trv), (x, _, g, w, b, rm, rv) = _inputs(shape, dtype, cl)
     tf = lambda: torch.nn.functional.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5)  # noqa: E731
     ty = tf()
     tbwd = lambda: torch.autograd.grad(ty, (tx, tw, tb), tg, retain_graph=True)  # noqa: E731
@@ -59,18 +65,9 @@ def run(shape, dtype, cl):
                 {"output_channels_last": cl_out, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
                 f"out {'cl' if cl_out else 'nchw'} err {err:.3g} {derr:.3g}")
 
+
 def run_fused(shape, dtype, cl):
-    tdt = getattr(torch, dtype)
-    c = shape[1]
-    fmt = torch.channels_last if cl and len(shape) == 4 else torch.contiguous_format
-    tx, tr, tg = (torch.randn(*shape, device="cuda", dtype=tdt).contiguous(memory_format=fmt) for _ in range(3))
-    tx.requires_grad_(True)
-    tw, tb = torch.randn(c, device="cuda", dtype=tdt).requires_grad_(True), torch.randn(c, device="cuda", dtype=tdt)
-    tb.requires_grad_(True)
-    trm, trv = torch.zeros(c, device="cuda", dtype=tdt), torch.ones(c, device="cuda", dtype=tdt)
-    x, r, g = cp.from_dlpack(tx.detach()), cp.from_dlpack(tr), cp.from_dlpack(tg)
-    w, b = cp.from_dlpack(tw.detach()), cp.from_dlpack(tb.detach())
-    rm, rv = cp.zeros(c, x.dtype), cp.ones(c, x.dtype)
+    (tx, tr, tg, tw, tb, trm, trv), (x, r, g, w, b, rm, rv) = _inputs(shape, dtype, cl)
     F = torch.nn.functional
     t_res = lambda: torch.relu(F.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5) + tr)  # noqa: E731
     t_relu = lambda: torch.relu(F.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5))  # noqa: E731
