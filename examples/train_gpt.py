@@ -21,7 +21,9 @@ Reading the backward: each forward op has a `*_backward` op in cudakit that take
 its output and what the forward saved (the inputs, layernorm's mean and rstd, attention's
 log-sum-exp, the GELU pre-activation, the dropout seed) and returns the gradients of its inputs.
 The backward below calls them in the reverse order of the forward, adding the gradients where
-the forward used a value twice (the residual stream).
+the forward used a value twice (the residual stream: layernorm_backward's residual_grad adds the
+residual path's gradient in its own pass). fc2's linear_backward takes the GELU pre-activation
+(gelu_pre) and returns the gradient through the GELU, computed in the GEMM's epilogue.
 
 As a module: init_params(cfg, seed, device) -> {name: array}; forward(params, batch, cfg, step)
 -> (loss, cache); backward(cache) -> {name: gradient}; Trainer(cfg, device, ...).step(tokens,
@@ -253,11 +255,12 @@ def backward(cache: dict, on_grad=None) -> dict:
         P = Block(params, i)
         # MLP: x_out = x_mid + dropout(fc2(gelu(fc(ln2(x_mid)))))
         do = _dropout_backward(dx, p, L["seed2"])
-        df, g[f"h{i}.fc2.w"], g[f"h{i}.fc2.b"] = cudakit.linear_backward(do, L["f"], P["fc2.w"])
-        dh2, g[f"h{i}.fc.w"], g[f"h{i}.fc.b"] = cudakit.fused_linear_gelu_backward(df, L["h2"], P["fc.w"], L["pre"])
-        dxl, g[f"h{i}.ln2.w"], g[f"h{i}.ln2.b"] = cudakit.layernorm_backward(dh2, L["x_mid"], P["ln2.w"],
-                                                                             L["m2"], L["r2"])
-        dx = cudakit.add(dx, dxl)                     # the residual path and the MLP path
+        # fc2's backward goes through the GELU too (gelu_pre): the gradient of fc's pre-activation
+        dpre, g[f"h{i}.fc2.w"], g[f"h{i}.fc2.b"] = cudakit.linear_backward(do, L["f"], P["fc2.w"], gelu_pre=L["pre"])
+        dh2, g[f"h{i}.fc.w"], g[f"h{i}.fc.b"] = cudakit.linear_backward(dpre, L["h2"], P["fc.w"])
+        # the residual path's gradient dx added to the MLP path's in layernorm's backward pass
+        dx, g[f"h{i}.ln2.w"], g[f"h{i}.ln2.b"] = cudakit.layernorm_backward(dh2, L["x_mid"], P["ln2.w"],
+                                                                            L["m2"], L["r2"], residual_grad=dx)
         # attention: x_mid = x_in + dropout(proj(merge(attention(split(qkv(ln1(x_in)))))))
         do = _dropout_backward(dx, p, L["seed1"])
         da2, g[f"h{i}.proj.w"], g[f"h{i}.proj.b"] = cudakit.linear_backward(do, L["a2"], P["proj.w"])
@@ -266,9 +269,8 @@ def backward(cache: dict, on_grad=None) -> dict:
                                           causal=True, layout="blhd", qkv_packed=True)
         dh1, g[f"h{i}.qkv.w"], g[f"h{i}.qkv.b"] = cudakit.linear_backward(dqkv.reshape(b, t, 3 * d), L["h1"],
                                                                           P["qkv.w"])
-        dxl, g[f"h{i}.ln1.w"], g[f"h{i}.ln1.b"] = cudakit.layernorm_backward(dh1, L["x_in"], P["ln1.w"],
-                                                                             L["m1"], L["r1"])
-        dx = cudakit.add(dx, dxl)
+        dx, g[f"h{i}.ln1.w"], g[f"h{i}.ln1.b"] = cudakit.layernorm_backward(dh1, L["x_in"], P["ln1.w"],
+                                                                            L["m1"], L["r1"], residual_grad=dx)
     dx = _dropout_backward(dx, p, cache["emb_seed"])
     # embeddings: the position table's gradient sums over the batch; the token table's adds each
     # row's gradient into the row of its token: one_hot(tokens)^T @ dx, one matrix product

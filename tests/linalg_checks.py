@@ -157,6 +157,30 @@ def check_fused_linear_gelu(dev, host, rng, lead, fin, fout, dtype):
     assert_close(gb, g2.sum(0), _acc_bound_sum(np.abs(g2).sum(0), g2.shape[0], dtype) + slack.sum(0), dtype, "grad_bias")
 
 
+def check_linear_backward_gelu(dev, host, rng, lead, fin, fout, dtype):
+    """linear_backward(..., gelu_pre=pre) for x = gelu(pre): the first result is (g @ w) * gelu'(pre)
+    (the epilogue rounds it once; elsewhere grad_x is rounded, then the product), the weight and
+    bias gradients bitwise those of the plain call."""
+    pre = data(rng, lead + (fin,), dtype)
+    x = _gelu_tanh(f64(pre)).astype(np_dtype(dtype))
+    w, g = data(rng, (fout, fin), dtype, 1 / math.sqrt(fin)), data(rng, lead + (fout,), dtype)
+    gp, gw, gb = (host(t) for t in cudakit.linear_backward(dev(g), dev(x), dev(w), True, gelu_pre=dev(pre)))
+    plain = [host(t) for t in cudakit.linear_backward(dev(g), dev(x), dev(w), True)]
+    g2, h = f64(g).reshape(-1, fout), f64(pre).reshape(-1, fin)
+    gx = g2 @ f64(w)
+    d = _gelu_tanh_grad(h)
+    # the GEMM's accumulation error times |gelu'|, grad_x's own rounding where it is rounded before the
+    # product, and gelu' within a few ulps of the size of its terms (they cancel for negative pre);
+    # cuBLASLt's GELU is up to 5.3e-6 off the tanh form (kernels/cublaslt.py)
+    slack = (_U[dtype] + 16 * _U[dtype] * (1 + np.abs(h) * (1 + 0.14 * h * h))
+             + (2e-5 if _U[dtype] > 2.0**-20 else 0.0)) * np.abs(gx)
+    bound = _acc_bound(np.abs(g2), np.abs(f64(w)), fout, dtype) * np.maximum(np.abs(d), 1) + slack
+    assert_close(gp, (gx * d).reshape(pre.shape), bound.reshape(pre.shape), dtype, "grad of gelu_pre")
+    assert gp.dtype == np_dtype(dtype) and gp.shape == pre.shape
+    for got, want in zip((gw, gb), plain[1:]):
+        np.testing.assert_array_equal(f64(got), f64(want))
+
+
 def check_errors(dev, dtype="float32"):
     rng = np.random.default_rng(0)
     a, b = dev(data(rng, (3, 4), dtype)), dev(data(rng, (5, 2), dtype))

@@ -82,3 +82,17 @@ def test_backward_bias_flag_must_be_bool(rng):
     x, w = lc.data(rng, (3, 4), "float32"), lc.data(rng, (5, 4), "float32")
     with pytest.raises(ValueError, match="bias must be a bool"):
         cudakit.linear_backward(lc.data(rng, (3, 5), "float32"), x, w, lc.data(rng, (5,), "float32"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize("lead,fin,fout", [((3,), 7, 5), ((4, 6), 32, 17)])
+def test_linear_backward_through_gelu(lead, fin, fout, dtype, rng):
+    lc.check_linear_backward_gelu(_dev, _host, rng, lead, fin, fout, dtype)
+
+
+def test_linear_backward_gelu_pre_checks():
+    x, w, g = np.ones((3, 4), np.float32), np.ones((5, 4), np.float32), np.ones((3, 5), np.float32)
+    with pytest.raises(cudakit.ShapeError, match="gelu_pre must have x's shape"):
+        cudakit.linear_backward(g, x, w, gelu_pre=np.ones((3, 5), np.float32))
+    with pytest.raises(cudakit.DTypeError, match="gelu_pre"):
+        cudakit.linear_backward(g, x, w, gelu_pre=np.ones((3, 4), np.float64))

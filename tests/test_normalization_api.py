@@ -280,3 +280,33 @@ def test_batch_norm_fused_bad_input(be, rng):
         be.batch_norm_backward(x, x, g, sm, si, beta=b, activation="sigmoid")
     with pytest.raises(ShapeError, match=r"beta must have shape \(3,\)"):
         be.batch_norm_backward(x, x, g, sm, si, beta=_data(rng, 4), activation="relu")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_backward_residual_grad(be, dtype, rng):
+    """residual_grad is added to dx (layernorm and rmsnorm, over two trailing dims, a
+    non-contiguous residual_grad), dweight/dbias as without it; the public functions take it on the
+    CPU backend; a residual_grad of another shape or dtype raises naming it."""
+    x, dy = _data(rng, (3, 4, 5, 6), dtype), _data(rng, (3, 4, 5, 6), dtype)
+    w, b = _data(rng, (5, 6), dtype, loc=1.0), _data(rng, (5, 6), dtype)
+    res = _data(rng, (3, 4, 6, 5), dtype).transpose(0, 1, 3, 2)   # x's shape, not contiguous
+    _, mean, rstd = be.layernorm_with_stats(x, w, b)
+    _, rstd_r = be.rmsnorm_with_stats(x, w, normalized_ndim=2)
+    flat = lambda a: ref.f64(a).reshape(12, 30)
+    for got, plain, want, st in (
+            (be.layernorm_backward(dy, x, w, mean, rstd, residual_grad=res), be.layernorm_backward(dy, x, w, mean, rstd),
+             ref.layernorm_grad(flat(dy), flat(x), ref.f64(w).reshape(30), 1e-5)[0], rstd),
+            (be.rmsnorm_backward(dy, x, w, rstd_r, residual_grad=res), be.rmsnorm_backward(dy, x, w, rstd_r),
+             ref.rmsnorm_grad(flat(dy), flat(x), ref.f64(w).reshape(30), 1e-6)[0], rstd_r)):
+        assert got[0].shape == x.shape and got[0].dtype == x.dtype
+        scale = np.maximum(ref.grad_scale(flat(dy), ref.f64(w).reshape(30), ref.f64(st).reshape(12)), np.abs(flat(res)))
+        ref.assert_close(flat(got[0]), want + flat(res), dtype, "dx + residual", scale=scale)
+        for g, p in zip(got[1:], plain[1:]):
+            np.testing.assert_array_equal(ref.f64(g), ref.f64(p))
+    public = cudakit.layernorm_backward(dy, x, w, mean, rstd, residual_grad=res)
+    np.testing.assert_array_equal(ref.f64(public[0]), ref.f64(be.layernorm_backward(dy, x, w, mean, rstd,
+                                                                                     residual_grad=res)[0]))
+    with pytest.raises(ShapeError, match="residual_grad"):
+        be.layernorm_backward(dy, x, w, mean, rstd, residual_grad=res[:, :2])
+    with pytest.raises(DTypeError, match="residual_grad"):
+        be.rmsnorm_backward(dy, x, w, rstd_r, residual_grad=np.zeros(x.shape, np.float16))

@@ -85,6 +85,8 @@ _KEYWORD_TAILS.update({f"{op}_like": (op, ("like",)) for op in ("sum_backward", 
 _KEYWORD_TAILS.update({f"{op}_fused": (op, ("residual", "activation"))
                        for op in ("batch_norm", "batch_norm_with_stats")})
 _KEYWORD_TAILS["batch_norm_backward_fused"] = ("batch_norm_backward", ("beta", "activation"))
+_KEYWORD_TAILS.update({f"{op}_residual": (op, ("residual_grad",)) for op in ("layernorm_backward", "rmsnorm_backward")})
+_KEYWORD_TAILS["linear_backward_gelu"] = ("linear_backward", ("gelu_pre",))
 _KEYWORD_TAILS["attention_backward_packed"] = ("attention_backward", _BWD_KEYS + ("qkv_packed",))
 _KEYWORD_TAILS["attention_varlen_backward"] = ("attention_varlen_backward",
                                                 ("window", "deterministic", "dropout_p", "seed"))
@@ -146,12 +148,14 @@ def _planned(op: str, planner, args: tuple, arrays: int = 3):
     return _dispatch.call(op, make, args, checked)
 
 
-def _planned_tail(op: str, suffix: str, args: tuple, tail: tuple, arrays: int):
-    """op planned on args where every trailing keyword in tail is None (the plain call and its plans),
-    else the op of its own name op + suffix on args + tail (_KEYWORD_TAILS gives them to the backend
-    method by keyword): batch_norm's residual/activation, sum/mean_backward's like."""
+def _planned_tail(op: str, suffix: str, args: tuple, tail: tuple, arrays: int, planner=None):
+    """op planned on args (by `planner`, see _planned) where every trailing keyword in tail is None
+    (the plain call and its plans), else the op of its own name op + suffix on args + tail, its plans
+    traced (_KEYWORD_TAILS gives the keywords to the backend method): batch_norm's
+    residual/activation, sum/mean_backward's like, the norms' residual_grad, linear_backward's
+    gelu_pre."""
     if all(v is None for v in tail):
-        return _planned(op, None, args, arrays)
+        return _planned(op, planner, args, arrays)
     return _planned(op + suffix, None, args + tail, arrays)
 
 
@@ -335,9 +339,11 @@ def layernorm_with_stats(x, weight=None, bias=None, eps=1e-5, normalized_ndim=No
     return _planned("layernorm_with_stats", None, (x, weight, bias, eps, normalized_ndim), 3)
 
 
-def layernorm_backward(grad_out, x, weight, mean, rstd, normalized_ndim=None):
-    """(dx, dweight, dbias) of layernorm (see Backend.layernorm_backward)."""
-    return _planned("layernorm_backward", None, (grad_out, x, weight, mean, rstd, normalized_ndim), 5)
+def layernorm_backward(grad_out, x, weight, mean, rstd, normalized_ndim=None, *, residual_grad=None):
+    """(dx, dweight, dbias) of layernorm; residual_grad (like x) is added to dx in the same pass
+    (see Backend.layernorm_backward)."""
+    return _planned_tail("layernorm_backward", "_residual", (grad_out, x, weight, mean, rstd, normalized_ndim),
+                         (residual_grad,), 5)
 
 
 def rmsnorm(x, weight=None, eps=1e-6, normalized_ndim=None):
@@ -350,9 +356,10 @@ def rmsnorm_with_stats(x, weight=None, eps=1e-6, normalized_ndim=None):
     return _planned("rmsnorm_with_stats", None, (x, weight, eps, normalized_ndim), 2)
 
 
-def rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim=None):
-    """(dx, dweight) of rmsnorm (see Backend.rmsnorm_backward)."""
-    return _planned("rmsnorm_backward", None, (grad_out, x, weight, rstd, normalized_ndim), 4)
+def rmsnorm_backward(grad_out, x, weight, rstd, normalized_ndim=None, *, residual_grad=None):
+    """(dx, dweight) of rmsnorm; residual_grad as layernorm_backward's (see Backend.rmsnorm_backward)."""
+    return _planned_tail("rmsnorm_backward", "_residual", (grad_out, x, weight, rstd, normalized_ndim),
+                         (residual_grad,), 4)
 
 
 def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, training=False, momentum=0.1,
@@ -563,9 +570,12 @@ def linear(x, weight, bias=None):
     return _planned("linear", "plan_linear", (x, weight, bias))
 
 
-def linear_backward(grad_out, x, weight, bias=True):
-    """(grad_x, grad_weight, grad_bias) of linear (see Backend.linear_backward)."""
-    return _planned("linear_backward", "plan_linear_backward", (grad_out, x, weight, bias))
+def linear_backward(grad_out, x, weight, bias=True, *, gelu_pre=None):
+    """(grad_x, grad_weight, grad_bias) of linear; with gelu_pre (x = gelu(gelu_pre)) the first is
+    the gradient of gelu_pre, GELU's backward in the grad_x GEMM's epilogue (see
+    Backend.linear_backward)."""
+    return _planned_tail("linear_backward", "_gelu", (grad_out, x, weight, bias), (gelu_pre,), 3,
+                         "plan_linear_backward")
 
 
 def fused_linear_gelu(x, weight, bias=None, approximate="tanh"):

@@ -123,3 +123,32 @@ def test_linear_backward_bias_gradient_from_the_weight_gemm(rows, fin, fout, fus
     for r in runs[1:]:
         for a, b in zip(r, runs[0]):
             cp.testing.assert_array_equal(a.view(cp.uint16), b.view(cp.uint16))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead,fin,fout", [((3,), 7, 5), ((4, 6), 32, 17), ((1025,), 3072, 768)])
+def test_linear_backward_through_gelu(lead, fin, fout, dtype, rng):
+    """linear_backward(..., gelu_pre=): 16-bit with in_features a multiple of 8 through cuBLASLt's
+    DGELU epilogue (its plan made), the others through the GEMM and gelu_backward; the planned
+    calls bitwise the first, checked one."""
+    from cudakit.kernels import cublaslt
+    lc.check_linear_backward_gelu(_dev, _host, rng, lead, fin, fout, dtype)
+    rows = int(np.prod(lead))
+    epilogue = {k[1][12] for k, p in cublaslt._plans.items() if p is not None and k[1][3:6] == (rows, fin, fout)}
+    assert ("dgelu" in epilogue) == (dtype in ("float16", "bfloat16") and fin % 8 == 0), epilogue
+    pre, x = _dev(lc.data(rng, lead + (fin,), dtype)), _dev(lc.data(rng, lead + (fin,), dtype))
+    g, w = _dev(lc.data(rng, lead + (fout,), dtype)), _dev(lc.data(rng, (fout, fin), dtype))
+    runs = [[_host(t) for t in cudakit.linear_backward(g, x, w, gelu_pre=pre)] for _ in range(3)]
+    for r in runs[1:]:
+        for a, b in zip(r, runs[0]):
+            np.testing.assert_array_equal(lc.f64(a), lc.f64(b))
+    from cudakit import dispatch
+    assert any(k[0] == "linear_backward_gelu" and p is not None for k, p in dispatch._plans.items())
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_linear_backward_through_gelu_without_cublaslt(dtype, rng, monkeypatch):
+    """Where cuBLASLt cannot be loaded: the GEMM, then gelu_backward, within the same bounds."""
+    from cudakit.kernels import cublaslt
+    monkeypatch.setattr(cublaslt, "_lib", False)
+    lc.check_linear_backward_gelu(_dev, _host, rng, (4, 6), 32, 16, dtype)

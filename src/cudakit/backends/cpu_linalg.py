@@ -40,6 +40,18 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
     return True
 
 
+def dgrad_gelu(g3, w3, w_stored_nk: bool, gx, pre3) -> bool:
+    """gx = (g3 @ W) * gelu'(pre3) (tanh form) computed in float32 (float64) and rounded once, as
+    the GPU's cuBLASLt DGELU epilogue (see kernels.cublaslt.dgrad_gelu); always True."""
+    from .cpu import _gelu_tanh_bwd
+    acc = np.float64 if gx.dtype == np.float64 else np.float32
+    w = w3[0].astype(acc)
+    with np.errstate(invalid="ignore", over="ignore"):
+        h = g3[0].astype(acc) @ (w.T if not w_stored_nk else w)
+        gx[0] = _gelu_tanh_bwd(h, pre3[0].astype(acc))
+    return True
+
+
 def broadcast_copy(x, shape):
     """x broadcast to `shape` as a new C-contiguous array."""
     return np.ascontiguousarray(np.broadcast_to(x, shape))

@@ -87,11 +87,12 @@ def layernorm_forward(x2d, weight, bias, eps: float, out=None):
     return _write(y, x2d.dtype, out), mean.astype(acc), rstd
 
 
-def layernorm_backward(dy, x, weight, mean, rstd, out=None):
+def layernorm_backward(dy, x, weight, mean, rstd, out=None, residual=None):
     """Gradients of layernorm_forward: (dx, dweight, dbias); dweight None when weight is None.
 
-    dy, x: (rows, cols); mean, rstd: (rows,) from the forward. dweight and dbias are (cols,) of
-    x's dtype, summed over rows in the accumulation dtype.
+    dy, x: (rows, cols); mean, rstd: (rows,) from the forward; residual: like x or None, added to
+    dx before its one rounding. dweight and dbias are (cols,) of x's dtype, summed over rows in the
+    accumulation dtype.
     """
     acc = _acc(x.dtype)
     cols = x.shape[1]
@@ -101,10 +102,15 @@ def layernorm_backward(dy, x, weight, mean, rstd, out=None):
         g = d * _up(weight, acc) if weight is not None else d
         mg = g.mean(axis=1, dtype=acc)[:, None] if cols else 0
         mgx = (g * xh).mean(axis=1, dtype=acc)[:, None] if cols else 0
-        dx = _up(rstd, acc)[:, None] * (g - mg - xh * mgx)
+        dx = _plus(_up(rstd, acc)[:, None] * (g - mg - xh * mgx), residual, acc)
         dw = _cross_rows(d * xh, 0, acc).astype(x.dtype) if weight is not None else None
         db = _cross_rows(d, 0, acc).astype(x.dtype)
     return _write(dx, x.dtype, out), dw, db
+
+
+def _plus(dx, residual, acc):
+    """dx + residual in the accumulation dtype (dx unchanged without one)."""
+    return dx if residual is None else dx + residual.astype(acc, copy=False)
 
 
 def rmsnorm_forward(x2d, weight, eps: float, out=None):
@@ -125,9 +131,9 @@ def rmsnorm_forward(x2d, weight, eps: float, out=None):
     return _write(y, x2d.dtype, out), rstd
 
 
-def rmsnorm_backward(dy, x, weight, rstd, out=None):
+def rmsnorm_backward(dy, x, weight, rstd, out=None, residual=None):
     """Gradients of rmsnorm_forward: (dx, dweight); dweight (cols,) of x's dtype, None when
-    weight is None."""
+    weight is None; residual as layernorm_backward's."""
     acc = _acc(x.dtype)
     with np.errstate(all="ignore"):
         r = _up(rstd, acc)[:, None]
@@ -135,7 +141,7 @@ def rmsnorm_backward(dy, x, weight, rstd, out=None):
         d = dy.astype(acc, copy=False)
         g = d * _up(weight, acc) if weight is not None else d
         mgx = (g * xh).mean(axis=1, dtype=acc)[:, None] if x.shape[1] else 0
-        dx = r * (g - xh * mgx)
+        dx = _plus(r * (g - xh * mgx), residual, acc)
         dw = _cross_rows(d * xh, 0, acc).astype(x.dtype) if weight is not None else None
     return _write(dx, x.dtype, out), dw
 

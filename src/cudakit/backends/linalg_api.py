@@ -232,26 +232,45 @@ class LinalgOps:
         shape = lead + (fout,)
         return out.reshape(shape), (pre.reshape(shape) if want_pre else None)
 
-    def linear_backward(self, grad_out, x, weight, bias: bool = True):
+    def linear_backward(self, grad_out, x, weight, bias: bool = True, *, gelu_pre=None):
         """(grad_x, grad_weight, grad_bias) of y = linear(x, weight, bias) for dL/dy = grad_out
         (..., out_features): grad_x = grad_out @ weight, x's shape; grad_weight = grad_out^T @ x over
         all rows, (out_features, in_features); grad_bias = grad_out summed over the rows,
         (out_features,), or None when `bias` (a bool: did the forward have one) is False. All in
-        x's dtype; each is one GEMM or one reduction, 16-bit accumulating in float32."""
+        x's dtype; each is one GEMM or one reduction, 16-bit accumulating in float32.
+
+        gelu_pre: None, or the pre-activation p of x = gelu(p) (tanh form; x's shape and dtype, as
+        fused_linear_gelu_with_preact returns it): the first result is then the gradient of p,
+        grad_x * gelu'(p), which an MLP's second linear hands to its first. On the GPU for 16-bit
+        data and in_features a multiple of 8 that product is the grad_x GEMM's cuBLASLt epilogue
+        (DGELU), rounded once, saving gelu_backward's pass (two reads and a write of grad_x's
+        size); elsewhere the GEMM and then gelu_backward (the CPU: in float32, rounded once)."""
         op = "linear_backward"
         bias = _check_flag(op, "bias", bias)
-        arrs = self._linear_args(op, {"x": x, "weight": weight, "grad_out": grad_out})
+        named = {"x": x, "weight": weight, "grad_out": grad_out}
+        if gelu_pre is not None:
+            named["gelu_pre"] = gelu_pre
+        arrs = self._linear_args(op, named)
         x, w, g = arrs["x"], arrs["weight"], arrs["grad_out"]
         lead, fin, fout = tuple(x.shape[:-1]), w.shape[1], w.shape[0]
         if tuple(g.shape) != lead + (fout,):
             raise ShapeError(f"{op}: grad_out must have shape {lead + (fout,)} (got {tuple(g.shape)})")
+        pre = arrs.get("gelu_pre")
+        if pre is not None and tuple(pre.shape) != tuple(x.shape):
+            raise ShapeError(f"{op}: gelu_pre must have x's shape {tuple(x.shape)} (got {tuple(pre.shape)})")
         rows = math.prod(lead)
-        gemm = self._linalg_module().gemm
+        mod = self._linalg_module()
+        gemm = mod.gemm
         with self._device_scope(x):
             g3 = self._ascontiguous(g).reshape(1, rows, fout)
             x3 = self._ascontiguous(x).reshape(1, rows, fin)
             w3, tw = self._weight_operand(w)     # op(w3) = weight^T
-            gx = gemm(g3, w3, self.empty((1, rows, fin), x.dtype), False, not tw)
+            gx = self.empty((1, rows, fin), x.dtype)
+            if pre is None:
+                gemm(g3, w3, gx, False, not tw)
+            elif not mod.dgrad_gelu(g3, w3, tw, gx, self._ascontiguous(pre).reshape(1, rows, fin)):
+                gemm(g3, w3, gx, False, not tw)
+                self.gelu_backward(gx, pre.reshape(1, rows, fin), "tanh", out=gx)
             gw = self.empty((1, fout, fin), x.dtype)
             gb = self._wgrad_bias(g3, x3, gw) if bias else None   # both in the weight-gradient GEMM
             if gb is None:

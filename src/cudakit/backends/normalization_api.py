@@ -23,7 +23,8 @@ from .softmax_api import last_axis_rows
 
 
 # arrays an op takes None for (absent); any other array argument is required
-_OPTIONAL = frozenset({"weight", "bias", "gamma", "beta", "running_mean", "running_var", "residual"})
+_OPTIONAL = frozenset({"weight", "bias", "gamma", "beta", "running_mean", "running_var", "residual",
+                       "residual_grad"})
 _BN_ACTIVATIONS = (None, "relu")   # batch_norm's fused activations
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
@@ -219,25 +220,40 @@ class NormalizationOps:
                 self._flat(x, (_prod(lead), cols)), self._flat(w, cols), self._flat(b, cols), eps)
         return y.reshape(x.shape), mean.reshape(lead), rstd.reshape(lead)
 
-    def layernorm_backward(self, grad_out, x, weight, mean, rstd, normalized_ndim=None):
+    def layernorm_backward(self, grad_out, x, weight, mean, rstd, normalized_ndim=None, *, residual_grad=None):
         """Gradients of layernorm: (dx, dweight, dbias).
 
         grad_out, x: one shape and dtype; weight: as given to the forward, or None; mean, rstd: from
         layernorm_with_stats (shape x.shape[:-k]). dx has x's shape; dweight (None when weight is
         None) and dbias have the normalised dims' shape and x's dtype, and are bitwise reproducible
         from run to run (a fixed reduction order).
+
+        residual_grad: None, or an array of x's shape and dtype added to dx in the pass that writes
+        it, rounded once: the whole gradient of x in a pre-norm residual block (x + f(layernorm(x))),
+        where the residual path's gradient would otherwise take an add pass (a read of both and a
+        write) after this one.
         """
         op = "layernorm_backward"
-        a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "weight": weight},
-                                  {"mean": mean, "rstd": rstd})
+        a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "weight": weight,
+                                       "residual_grad": residual_grad}, {"mean": mean, "rstd": rstd})
         x, g, w = a["x"], a["grad_out"], a["weight"]
         lead, norm, rows, cols = self._backward_layout(op, x, g, w, st["mean"], normalized_ndim)
+        res = self._residual_grad(op, x, a["residual_grad"], (rows, cols))
         with self._device_scope(x):
             m = self._rows_stat(op, "mean", st["mean"], lead)
             r = self._rows_stat(op, "rstd", st["rstd"], lead)
             dx, dw, db = self._norm_module().layernorm_backward(
-                self._flat(g, (rows, cols)), self._flat(x, (rows, cols)), self._flat(w, cols), m, r)
+                self._flat(g, (rows, cols)), self._flat(x, (rows, cols)), self._flat(w, cols), m, r, residual=res)
         return dx.reshape(x.shape), None if dw is None else dw.reshape(norm), db.reshape(norm)
+
+    def _residual_grad(self, op, x, res, shape):
+        """residual_grad (checked: x's shape) as a C-contiguous (rows, cols) array, or None."""
+        if res is None:
+            return None
+        if tuple(res.shape) != tuple(x.shape):
+            raise ShapeError(f"{op}: residual_grad must have x's shape {tuple(x.shape)}; got {tuple(res.shape)}")
+        with self._device_scope(x):
+            return self._flat(res, shape)
 
     def _backward_layout(self, op, x, g, w, stat, normalized_ndim):
         """(lead dims, normalised dims, rows, cols) of a layernorm/rmsnorm backward; grad_out must
@@ -280,17 +296,19 @@ class NormalizationOps:
                 self._flat(x, (_prod(lead), cols)), self._flat(w, cols), eps)
         return y.reshape(x.shape), rstd.reshape(lead)
 
-    def rmsnorm_backward(self, grad_out, x, weight, rstd, normalized_ndim=None):
+    def rmsnorm_backward(self, grad_out, x, weight, rstd, normalized_ndim=None, *, residual_grad=None):
         """Gradients of rmsnorm: (dx, dweight); dweight None when weight is None, bitwise
-        reproducible from run to run. Shapes as layernorm_backward()."""
+        reproducible from run to run. Shapes and residual_grad as layernorm_backward()."""
         op = "rmsnorm_backward"
-        a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "weight": weight}, {"rstd": rstd})
+        a, st = self._norm_arrays(op, {"x": x, "grad_out": grad_out, "weight": weight,
+                                       "residual_grad": residual_grad}, {"rstd": rstd})
         x, g, w = a["x"], a["grad_out"], a["weight"]
         lead, norm, rows, cols = self._backward_layout(op, x, g, w, st["rstd"], normalized_ndim)
+        res = self._residual_grad(op, x, a["residual_grad"], (rows, cols))
         with self._device_scope(x):
             r = self._rows_stat(op, "rstd", st["rstd"], lead)
             dx, dw = self._norm_module().rmsnorm_backward(
-                self._flat(g, (rows, cols)), self._flat(x, (rows, cols)), self._flat(w, cols), r)
+                self._flat(g, (rows, cols)), self._flat(x, (rows, cols)), self._flat(w, cols), r, residual=res)
         return dx.reshape(x.shape), None if dw is None else dw.reshape(norm)
 
     # ---- batch norm ------------------------------------------------------------------------

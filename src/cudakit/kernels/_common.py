@@ -164,15 +164,13 @@ class KernelFamily:
 
 def by_template(expr: str) -> str:
     """A KernelFamily group: the kernel template's name, its register and loop forms together
-    ("ck_ln_fwd_reg<float, 4>" and "ck_ln_fwd_loop<float>" -> "ck_ln_fwd"). Each NVRTC call
+    ("ck_ln_fwd_reg<float, 4>" and "ck_ln_fwd_loop<float>" -> "ck_ln_fwd"; "ck_ln_bwd_reg_res" and
+    "ck_ln_bwd_loop_res" -> "ck_ln_bwd_res"). Each NVRTC call
     costs about 0.4 s before its first kernel (nvcc, sm_90, 2-core host): families of a few
     kernels (cross_entropy, 10: 1.0 s) stay whole, those of 20-53 (normalization: 5.1 s a dtype)
     are split, so a first layernorm compiles its 10 forward kernels only."""
     name = expr.split("<", 1)[0].strip()
-    for suffix in ("_reg", "_loop"):
-        if name.endswith(suffix):
-            return name[:-len(suffix)]
-    return name
+    return "_".join(w for w in name.split("_") if w not in ("reg", "loop"))   # ck_ln_bwd_reg_res -> ck_ln_bwd_res
 
 
 # Helpers of the row kernels (normalization, softmax, cross-entropy): 16-byte packs <-> float

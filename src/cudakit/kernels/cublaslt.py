@@ -44,7 +44,8 @@ _PREF_MAX_WORKSPACE = 1
 _PREF_MIN_ALIGN = (5, 6, 7, 8)   # CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES
 _STATUS_NOT_SUPPORTED = 15
 EPILOGUE = {"none": 1, "bias": 4, "gelu": 32, "gelu_aux": 160, "gelu_bias": 36, "gelu_aux_bias": 164,
-            "bgradb": 512}   # BGRADB: the column sums of op(B) over K (a bias's gradient) into the bias pointer
+            "bgradb": 512,   # BGRADB: the column sums of op(B) over K (a bias's gradient) into the bias pointer
+            "dgelu": 192}    # DGELU: the product times GELU's (tanh form) derivative at the aux input
 _WORKSPACE = 32 << 20     # cuBLAS's recommendation for Hopper
 _SMALL_PRODUCT = 1 << 24  # batch * M * N * K up to this: an algorithm without workspace where one exists
 _MAX_PLANS = 256          # descriptors kept (a new batch size or shape makes one); the oldest is destroyed
@@ -168,7 +169,7 @@ def _make_plan(key, handle, desc, layouts, pref):
             _set(lib.cublasLtMatrixLayoutSetAttribute, lay, _LAYOUT_BATCH_STRIDE,
                  ctypes.c_int64(rows * cols if batched else 0))
     a_a, a_b, a_out, a_epi = aligns
-    if "aux" in epilogue:  # the pointers' alignment steers the heuristic: stand-ins with that alignment
+    if "aux" in epilogue or epilogue == "dgelu":  # the pointers' alignment steers the heuristic: stand-ins
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_LD, ctypes.c_int64(n))
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(a_epi))
     if "bias" in epilogue or epilogue == "bgradb":
@@ -231,7 +232,7 @@ def _native():
 
 
 def bound(a, b, out, trans_a: bool = False, trans_b: bool = False, bias=None, gelu: bool = False,
-          aux=None, bgrad=None):
+          aux=None, bgrad=None, dgelu=None):
     """The plan of this case, made on first use, as (handle, desc, (la, lb, lc, ld), algo address,
     workspace bytes, alpha/beta scalar type, key), or None where cuBLASLt cannot do it. Arguments
     as matmul(); only their shapes, dtypes, devices and alignments matter."""
@@ -243,8 +244,8 @@ def bound(a, b, out, trans_a: bool = False, trans_b: bool = False, bias=None, ge
     batch, m, n = out.shape
     k = a.shape[1] if trans_a else a.shape[2]
     epi = ("gelu" if gelu else "") + ("_aux" if aux is not None else "") + ("_bias" if bias is not None else "")
-    epi = "bgradb" if bgrad is not None else (epi.lstrip("_") or "none")
-    a_epi = min([16] + [_alignment(p.data.ptr) for p in (bias, aux, bgrad) if p is not None])
+    epi = "bgradb" if bgrad is not None else "dgelu" if dgelu is not None else (epi.lstrip("_") or "none")
+    a_epi = min([16] + [_alignment(p.data.ptr) for p in (bias, aux, bgrad, dgelu) if p is not None])
     aligns = (_alignment(a.data.ptr), _alignment(b.data.ptr), _alignment(out.data.ptr), a_epi)
     dev = out.data.device_id
     key = (dev, (in_t, out_t, batch, m, n, k, bool(trans_a), bool(trans_b), a.shape[1:], b.shape[1:],
@@ -298,7 +299,7 @@ def run(bp, a_ptr: int, b_ptr: int, out_ptr: int, beta: float = 0.0, bias_ptr: i
 
 
 def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 0.0, bias=None,
-           gelu: bool = False, aux=None, bgrad=None) -> bool:
+           gelu: bool = False, aux=None, bgrad=None, dgelu=None) -> bool:
     """out[i] = epilogue(op(a[i]) @ op(b[i]) + beta * out[i]) in one cuBLASLt call; False (nothing
     written) where cuBLASLt is not loadable or has no algorithm for the case.
 
@@ -307,13 +308,16 @@ def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float 
     (N,) added to the accumulator; gelu: GELU (tanh form) after it; aux: like out, receives the
     pre-activation (with gelu). bgrad (alone, with trans_a): (M,) receiving op(a)'s row sums over K,
     a's column sums (cuBLASLt's BGRADB: its B is a's buffer), as the bias's gradient beside a weight
-    gradient grad_out^T @ x. The epilogue cases need B == 1. FLOPs: 2 * B * M * N * K."""
-    bp = bound(a, b, out, trans_a, trans_b, bias, gelu, aux, bgrad)
+    gradient grad_out^T @ x. dgelu (alone): like out, the pre-activation x of a GELU (tanh form);
+    out receives the product times gelu'(x), the gradient through that GELU. The epilogue cases
+    need B == 1. FLOPs: 2 * B * M * N * K."""
+    bp = bound(a, b, out, trans_a, trans_b, bias, gelu, aux, bgrad, dgelu)
     if bp is None:
         return False
     epi_ptr = bias if bias is not None else bgrad
+    aux_in = aux if aux is not None else dgelu
     status = run(bp, a.data.ptr, b.data.ptr, out.data.ptr, beta, 0 if epi_ptr is None else epi_ptr.data.ptr,
-                 0 if aux is None else aux.data.ptr)
+                 0 if aux_in is None else aux_in.data.ptr)
     if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: another path from now on
         drop(bp)
         return False
@@ -375,6 +379,17 @@ def wgrad_bias(g3, x3, gw):
         return None
     gb = _cupy.cupy().empty((g3.shape[2],), gw.dtype)
     return gb if matmul(g3, x3, gw, True, False, bgrad=gb) else None
+
+
+def dgrad_gelu(g3, w3, w_stored_nk: bool, gx, pre3) -> bool:
+    """gx (1, rows, fin) = (g3 (1, rows, fout) @ W) * gelu'(pre3) in one cuBLASLt call (DGELU), the
+    product rounded once: linear_backward's input gradient through the GELU before the linear
+    (x = gelu(pre3), tanh form). W is w3's buffer, stored (fout, fin) when w_stored_nk, else (fin,
+    fout). 16-bit data and fin a multiple of 8 only (the GELU's 5e-6 and the aux leading dimension,
+    as the forward's epilogue); False (nothing written) elsewhere or without an algorithm."""
+    if not epilogue_applies(gx, g3.shape[2], None, True):
+        return False
+    return matmul(g3, w3, gx, False, not w_stored_nk, dgelu=pre3)
 
 
 def epilogue_applies(out, fin: int, bias, gelu: bool) -> bool:

@@ -408,7 +408,9 @@ __global__ void __launch_bounds__(1024, 1) ck_rms_fwd_loop(
 }
 
 // ================================================================ layernorm / rmsnorm backward
-// dy, x, dx: [rows, cols]; w: [cols] or null; mean (layernorm only), rstd: [rows];
+// dy, x, dx: [rows, cols]; w: [cols] or null; mean (layernorm only), rstd: [rows]; res (RES, the
+// *_res kernels): [rows, cols], added to dx before its rounding (a residual path's gradient; a
+// template of its own: its registers would make the 1024-thread 16-bit plain kernels spill);
 // part: [gridDim.x, NP, cols] partial sums (NP = 2 for layernorm: sum of dy*xhat, sum of dy;
 // NP = 1 for rmsnorm: sum of dy*xhat) over the rows of each block.
 // Block b takes rows [b*chunk, min(rows, (b+1)*chunk)); its row-lane ty the rows b*chunk + ty,
@@ -417,7 +419,8 @@ __global__ void __launch_bounds__(1024, 1) ck_rms_fwd_loop(
 // S = NP*NV*V + 1 words at (ty*tpr + tx)*S, [p][j][i] inside; compile-time offsets need no
 // address registers, and the odd stride S keeps a warp's accesses free of bank conflicts.
 // At the end the block sums its row-lanes in order.
-// Traffic: 2 * rows*cols*sizeof(T) read + rows*cols*sizeof(T) written + gridDim.x*NP*cols*sizeof(acc).
+// Traffic: (2 + RES) * rows*cols*sizeof(T) read + rows*cols*sizeof(T) written
+// + gridDim.x*NP*cols*sizeof(acc).
 // Largest block of the fused backward: x and dy (NV*V elements each) stay in registers, so more
 // of them per thread leave room for fewer threads. Up to 64 bytes each of float (32 of double,
 // whose arithmetic takes register pairs, or of 16-bit types, which unpack to twice the registers)
@@ -427,11 +430,11 @@ template <typename T, int V, int NV> struct ck_bwd_bound {
   enum { bytes = NV * V * (int)sizeof(T), value = bytes <= (sizeof(T) == 4 ? 64 : 32) ? 1024 : 256 };
 };
 
-template <typename T, int V, int NV, bool RMS>
+template <typename T, int V, int NV, bool RMS, bool RES>
 __device__ __forceinline__ void ck_norm_bwd_reg(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
-    T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part,
+    const T* __restrict__ res, T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part,
     long long rows, int cols, long long chunk) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
@@ -492,9 +495,10 @@ __device__ __forceinline__ void ck_norm_bwd_reg(
     for (int j = 0; j < NV; ++j) {
       const int k = threadIdx.x + j * tpr;
       if (live && k < nvec) {
-        ck_pack<T, V> pw, po;
-        C xv[V], gv[V], wv[V], ov[V];
+        ck_pack<T, V> pw, po, pr;
+        C xv[V], gv[V], wv[V], ov[V], rv[V];
         if (w) { pw.raw = wr[k]; ck_cvt<T, V>::load(pw, wv); }
+        if (RES) { pr.raw = reinterpret_cast<const R*>(res)[base + k]; ck_cvt<T, V>::load(pr, rv); }
         ck_cvt<T, V>::load(px[j], xv);
         ck_cvt<T, V>::load(pg[j], gv);
 #pragma unroll
@@ -503,6 +507,7 @@ __device__ __forceinline__ void ck_norm_bwd_reg(
           const C d = gv[i];
           const C g = w ? d * wv[i] : d;
           ov[i] = RMS ? rs * (g - xh * mgx) : rs * (g - mg - xh * mgx);
+          if (RES) ov[i] += rv[i];
           my[j * V + i] += d * xh;
           if (!RMS) my[E + j * V + i] += d;
         }
@@ -529,7 +534,7 @@ __global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_ln_bwd_re
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
     T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
   CK_PDL_WAIT();
-  ck_norm_bwd_reg<T, V, NV, false>(dy, x, w, mean, rstd, dx, part, rows, cols, chunk);
+  ck_norm_bwd_reg<T, V, NV, false, false>(dy, x, w, mean, rstd, (const T*)0, dx, part, rows, cols, chunk);
 }
 
 template <typename T, int V, int NV>
@@ -538,18 +543,42 @@ __global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_rms_bwd_r
     const typename ck_traits<T>::acc* __restrict__ rstd,
     T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
   CK_PDL_WAIT();
-  ck_norm_bwd_reg<T, V, NV, true>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, dx, part, rows, cols, chunk);
+  ck_norm_bwd_reg<T, V, NV, true, false>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, (const T*)0, dx, part,
+                                         rows, cols, chunk);
+}
+
+// The same with res (the residual path's gradient added to dx).
+template <typename T, int V, int NV>
+__global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_ln_bwd_reg_res(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
+    const T* __restrict__ res, T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows,
+    int cols, long long chunk) {
+  CK_PDL_WAIT();
+  ck_norm_bwd_reg<T, V, NV, false, true>(dy, x, w, mean, rstd, res, dx, part, rows, cols, chunk);
+}
+
+template <typename T, int V, int NV>
+__global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value, 1) ck_rms_bwd_reg_res(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ rstd, const T* __restrict__ res,
+    T* __restrict__ dx, typename ck_traits<T>::acc* __restrict__ part, long long rows, int cols, long long chunk) {
+  CK_PDL_WAIT();
+  ck_norm_bwd_reg<T, V, NV, true, true>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, res, dx, part, rows,
+                                        cols, chunk);
 }
 
 // Long rows, dx only (dweight/dbias come from ck_*_bwd_cols). dy, x, dx: [rows, cols]; w: [cols]
-// or null; mean, rstd: [rows]. One 1-D block per row: pass 1 sums w*dy and w*dy*xhat, pass 2
-// reads the row again (mostly from L2) and writes dx.
-// Traffic: 4 * rows*cols*sizeof(T) read (half of it largely L2 hits) + rows*cols*sizeof(T) written.
-template <typename T, int V, bool RMS>
+// or null; mean, rstd: [rows]; res (RES, the *_res kernels): [rows, cols], added to dx before its rounding. One 1-D
+// block per row: pass 1 sums w*dy and w*dy*xhat, pass 2 reads the row again (mostly from L2) and
+// writes dx.
+// Traffic: (4 + RES) * rows*cols*sizeof(T) read (2 of them largely L2 hits)
+// + rows*cols*sizeof(T) written.
+template <typename T, int V, bool RMS, bool RES>
 __device__ __forceinline__ void ck_norm_bwd_loop(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
-    T* __restrict__ dx, int cols) {
+    const T* __restrict__ res, T* __restrict__ dx, int cols) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -589,6 +618,7 @@ __device__ __forceinline__ void ck_norm_bwd_loop(
   ck_row_sum2(sg, sgx, red);
   const C mg = sg / C(cols), mgx = sgx / C(cols);
   R* __restrict__ dr = reinterpret_cast<R*>(dx) + row * nvec;
+  const R* __restrict__ rr = RES ? reinterpret_cast<const R*>(res) + row * nvec : (const R*)0;
   for (int k0 = threadIdx.x; k0 < nvec; k0 += step) {
     ck_pack<T, V> px[CK_U], pg[CK_U];
 #pragma unroll
@@ -600,14 +630,17 @@ __device__ __forceinline__ void ck_norm_bwd_loop(
     for (int u = 0; u < CK_U; ++u) {
       const int k = k0 + u * blockDim.x;
       if (k < nvec) {
-        ck_pack<T, V> pw, po;
+        ck_pack<T, V> pw, po, pr;
         if (w) pw.raw = wr[k];
+        if (RES) pr.raw = rr[k];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
           const C xh = (tr::load(px[u].v[i]) - mu) * rs;
           C g = tr::load(pg[u].v[i]);
           if (w) g *= tr::load(pw.v[i]);
-          po.v[i] = tr::store(RMS ? rs * (g - xh * mgx) : rs * (g - mg - xh * mgx));
+          C o = RMS ? rs * (g - xh * mgx) : rs * (g - mg - xh * mgx);
+          if (RES) o += tr::load(pr.v[i]);
+          po.v[i] = tr::store(o);
         }
         dr[k] = po.raw;
       }
@@ -621,7 +654,7 @@ __global__ void __launch_bounds__(1024, 1) ck_ln_bwd_loop(
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
     T* __restrict__ dx, int cols) {
   CK_PDL_WAIT();
-  ck_norm_bwd_loop<T, V, false>(dy, x, w, mean, rstd, dx, cols);
+  ck_norm_bwd_loop<T, V, false, false>(dy, x, w, mean, rstd, (const T*)0, dx, cols);
 }
 
 template <typename T, int V>
@@ -629,7 +662,24 @@ __global__ void __launch_bounds__(1024, 1) ck_rms_bwd_loop(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
     const typename ck_traits<T>::acc* __restrict__ rstd, T* __restrict__ dx, int cols) {
   CK_PDL_WAIT();
-  ck_norm_bwd_loop<T, V, true>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, dx, cols);
+  ck_norm_bwd_loop<T, V, true, false>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, (const T*)0, dx, cols);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(1024, 1) ck_ln_bwd_loop_res(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ rstd,
+    const T* __restrict__ res, T* __restrict__ dx, int cols) {
+  CK_PDL_WAIT();
+  ck_norm_bwd_loop<T, V, false, true>(dy, x, w, mean, rstd, res, dx, cols);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(1024, 1) ck_rms_bwd_loop_res(
+    const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    const typename ck_traits<T>::acc* __restrict__ rstd, const T* __restrict__ res, T* __restrict__ dx, int cols) {
+  CK_PDL_WAIT();
+  ck_norm_bwd_loop<T, V, true, true>(dy, x, w, (const typename ck_traits<T>::acc*)0, rstd, res, dx, cols);
 }
 
 // Column partial sums for long rows. dy, x: [rows, cols]; mean (layernorm only), rstd: [rows];
@@ -679,21 +729,37 @@ __global__ void ck_rms_bwd_cols(
 }
 
 // part: [nparts, NP, cols] partial sums (NP = gridDim.y); out0 (p = 0) and out1 (p = 1): [cols]
-// or null. out_p[c] = sum over parts, in part order.
+// or null. Block (32, CK_COLSUM_Y): thread (tx, ty) sums column blockIdx.x * 32 + tx over parts
+// ty, ty + CK_COLSUM_Y, ... in that order, then thread (tx, 0) adds the CK_COLSUM_Y sums in ty
+// order: a fixed order, so bitwise the same from run to run. (One thread per column looping over
+// every part left a 768-column layernorm's ~1000 parts to 6 blocks: 17 us where the partials are
+// 6 MB; CK_COLSUM_Y threads per column keep that many more loads in flight.)
 // Traffic: nparts*NP*cols*sizeof(acc) read + NP*cols*sizeof(T) written.
+#define CK_COLSUM_Y 32
 template <typename T>
-__global__ void ck_norm_colsum(const typename ck_traits<T>::acc* __restrict__ part, T* __restrict__ out0,
-                               T* __restrict__ out1, int nparts, int cols) {
+__global__ void __launch_bounds__(32 * CK_COLSUM_Y) ck_norm_colsum(
+    const typename ck_traits<T>::acc* __restrict__ part, T* __restrict__ out0, T* __restrict__ out1,
+    int nparts, int cols) {
   CK_PDL_WAIT();
   typedef typename ck_traits<T>::acc C;
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  __shared__ C red[CK_COLSUM_Y][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * 32 + tx;
   const int p = blockIdx.y, np = gridDim.y;
   T* out = p == 0 ? out0 : out1;
-  if (c >= cols || !out) return;
+  if (!out) return;   // the whole block: out depends on blockIdx.y only
   C s = C(0);
+  if (c < cols) {
 #pragma unroll 8
-  for (int g = 0; g < nparts; ++g) s += part[((long long)g * np + p) * cols + c];
-  out[c] = ck_traits<T>::store(s);
+    for (int g = ty; g < nparts; g += CK_COLSUM_Y) s += part[((long long)g * np + p) * cols + c];
+  }
+  red[ty][tx] = s;
+  __syncthreads();
+  if (ty == 0 && c < cols) {
+    C t = red[0][tx];
+    for (int k = 1; k < CK_COLSUM_Y; ++k) t += red[k][tx];
+    out[c] = ck_traits<T>::store(t);
+  }
 }
 
 // ================================================================ batch norm

@@ -10,9 +10,9 @@ Layernorm / rmsnorm normalise each row of a (rows, cols) matrix:
   exact statistics, again accurate for a large mean.
 - dweight / dbias are bitwise deterministic: each block sums its own chunk of rows into a
   partial-sum workspace (blocks x cols) in a fixed order, and `ck_norm_colsum` reduces those
-  partials in a fixed order. No atomics. The block count depends on the shape and on the device
-  (its multiprocessor count and the kernel's occupancy), so results are bitwise the same from run
-  to run on one device.
+  partials in a fixed order (32 interleaved slices of the parts, then the slices in turn). No
+  atomics. The block count depends on the shape and on the device (its multiprocessor count and
+  the kernel's occupancy), so results are bitwise the same from run to run on one device.
 Batch norm views x as (N, C*S) (S = H*W, 1 for 2-D input): per-(column, row-chunk) Welford partials,
 a per-channel finalize in a fixed order, then an elementwise apply (2 reads + 1 write of x in
 training; backward 2 reads of x and dy + 1 write of dx).
@@ -70,10 +70,11 @@ def name_expressions(dtype=None) -> list[str]:
         t = ctype(dt)
         for v in _vecs(dt):
             for nv in REG_NV:
-                out += [f"ck_ln_fwd_reg<{t}, {v}, {nv}>", f"ck_rms_fwd_reg<{t}, {v}, {nv}>",
-                        f"ck_ln_bwd_reg<{t}, {v}, {nv}>", f"ck_rms_bwd_reg<{t}, {v}, {nv}>"]
-            out += [f"ck_ln_fwd_loop<{t}, {v}>", f"ck_rms_fwd_loop<{t}, {v}>",
-                    f"ck_ln_bwd_loop<{t}, {v}>", f"ck_rms_bwd_loop<{t}, {v}>",
+                out += [f"ck_ln_fwd_reg<{t}, {v}, {nv}>", f"ck_rms_fwd_reg<{t}, {v}, {nv}>"]
+                out += [f"ck_{k}_bwd_reg{r}<{t}, {v}, {nv}>" for k in ("ln", "rms") for r in ("", "_res")]
+            out += [f"ck_ln_fwd_loop<{t}, {v}>", f"ck_rms_fwd_loop<{t}, {v}>"]
+            out += [f"ck_{k}_bwd_loop{r}<{t}, {v}>" for k in ("ln", "rms") for r in ("", "_res")]
+            out += [
                     f"ck_bn_stats<{t}, {v}>", f"ck_bn_small<{t}, {v}>"]
             for f in ("false", "true"):   # batch_norm, and fused with residual= / activation="relu"
                 out += [f"ck_bn_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_reduce<{t}, {v}, {f}>",
@@ -229,7 +230,7 @@ def _fwd_launch(kind: str, rows: int, cols: int, dt: str, v: int, plan_nv=None):
 _fwd_plans: dict = {}   # (kind, rows, cols, dtype, vector width, plan_nv, device) -> the forward's launch
 
 
-def _bwd_reg_plan(kind, dt, t, v, nvec, rows, itemsize, itemsize_acc, plan_nv=None):
+def _bwd_reg_plan(kind, dt, t, v, nvec, rows, itemsize, itemsize_acc, plan_nv=None, res=False):
     """(expr, block, grid blocks, chunk, shared bytes) of the fused backward, or None when its
     accumulators do not fit in shared memory (then the loop + column kernels run)."""
     plan = _reg_plan(nvec, plan_nv or BWD_TARGET_NV, lambda nv: _bwd_bound(nv, v, itemsize))
@@ -242,7 +243,7 @@ def _bwd_reg_plan(kind, dt, t, v, nvec, rows, itemsize, itemsize_acc, plan_nv=No
     static = 64 * 16 * itemsize_acc  # the kernel's own reduction scratch
     if smem + static > info.max_shared_memory_per_block_optin:
         return None
-    expr = f"ck_{kind}_bwd_reg<{t}, {v}, {nv}>"
+    expr = f"ck_{kind}_bwd_reg{'_res' if res else ''}<{t}, {v}, {nv}>"
     per_sm = _occupancy(dt, expr, tpr * rpb, smem)
     lanes = -(-rows // rpb)
     blocks = max(1, min(lanes, per_sm * info.multiprocessors))
@@ -251,12 +252,15 @@ def _bwd_reg_plan(kind, dt, t, v, nvec, rows, itemsize, itemsize_acc, plan_nv=No
     return expr, (tpr, rpb, 1), blocks, chunk, smem
 
 
+_COLSUM_Y = 32   # normalization.cu's CK_COLSUM_Y: threads per column of ck_norm_colsum
+
+
 def _colsum(part, dt, t, nparts, cols, out0, out1, n_out):
-    _launch(f"ck_norm_colsum<{t}>", dt, (-(-cols // 256), n_out, 1), (256, 1, 1),
+    _launch(f"ck_norm_colsum<{t}>", dt, (-(-cols // 32), n_out, 1), (32, _COLSUM_Y, 1),
             (part, _ptr(out0), _ptr(out1), np.int32(nparts), np.int32(cols)))
 
 
-def _norm_backward(kind: str, dy, x, weight, mean, rstd, out=None, plan_nv=None):
+def _norm_backward(kind: str, dy, x, weight, mean, rstd, out=None, plan_nv=None, residual=None):
     cp = _cupy.loaded_cupy()
     rows, cols = x.shape
     dt = dtype_name(x.dtype)
@@ -272,17 +276,18 @@ def _norm_backward(kind: str, dy, x, weight, mean, rstd, out=None, plan_nv=None)
         return dx, dw, db
     n_acc = 2 if kind == "ln" else 1
     stats = (mean, rstd) if kind == "ln" else (rstd,)
-    v = _vec_for(cols, dt, dy, x, dx, weight)
+    v = _vec_for(cols, dt, dy, x, dx, weight, residual)
     nvec = cols // v
-    plan = _bwd_reg_plan(kind, dt, t, v, nvec, rows, x.dtype.itemsize, np.dtype(acc).itemsize, plan_nv)
+    res = () if residual is None else (residual,)   # the *_res kernels take it after the statistics
+    plan = _bwd_reg_plan(kind, dt, t, v, nvec, rows, x.dtype.itemsize, np.dtype(acc).itemsize, plan_nv, bool(res))
     if plan is not None:
         expr, block, blocks, chunk, smem = plan
         part = cp.empty((blocks, n_acc, cols), acc)
         _launch(expr, dt, (blocks, 1, 1), block,
-                (dy, x, _ptr(weight), *stats, dx, part, np.int64(rows), np.int32(cols), np.int64(chunk)), smem)
+                (dy, x, _ptr(weight), *stats, *res, dx, part, np.int64(rows), np.int32(cols), np.int64(chunk)), smem)
     else:
-        _launch(f"ck_{kind}_bwd_loop<{t}, {v}>", dt, (rows, 1, 1), (LOOP_THREADS, 1, 1),
-                (dy, x, _ptr(weight), *stats, dx, np.int32(cols)))
+        _launch(f"ck_{kind}_bwd_loop{'_res' if res else ''}<{t}, {v}>", dt, (rows, 1, 1), (LOOP_THREADS, 1, 1),
+                (dy, x, _ptr(weight), *stats, *res, dx, np.int32(cols)))
         col_blocks = -(-cols // 256)
         want = 4 * _device_info().multiprocessors
         blocks = max(1, min(rows, -(-want // col_blocks)))
@@ -308,15 +313,16 @@ def layernorm_forward(x2d, weight, bias, eps: float, out=None):
     return _norm_forward("ln", x2d, weight, bias, eps, out)
 
 
-def layernorm_backward(dy, x, weight, mean, rstd, out=None):
+def layernorm_backward(dy, x, weight, mean, rstd, out=None, residual=None):
     """Gradients of layernorm_forward.
 
-    dy, x: (rows, cols) of one dtype; weight: (cols,) or None; mean, rstd: (rows,) from the forward.
+    dy, x: (rows, cols) of one dtype; weight: (cols,) or None; mean, rstd: (rows,) from the forward;
+    residual: (rows, cols) like x or None, added to dx in the pass that writes it (rounded once).
     Returns (dx, dweight, dbias): dx like x (written into `out` when given); dweight (cols,) of x's
     dtype, None when weight is None; dbias (cols,) of x's dtype. dweight and dbias are reduced in a
     fixed order: bitwise the same from run to run on one device.
     """
-    return _norm_backward("ln", dy, x, weight, mean, rstd, out)
+    return _norm_backward("ln", dy, x, weight, mean, rstd, out, residual=residual)
 
 
 def rmsnorm_forward(x2d, weight, eps: float, out=None):
@@ -329,10 +335,11 @@ def rmsnorm_forward(x2d, weight, eps: float, out=None):
     return y, rstd
 
 
-def rmsnorm_backward(dy, x, weight, rstd, out=None):
+def rmsnorm_backward(dy, x, weight, rstd, out=None, residual=None):
     """Gradients of rmsnorm_forward: (dx, dweight), dweight None when weight is None;
-    dweight reduced in a fixed order (bitwise reproducible on one device)."""
-    dx, dw, _ = _norm_backward("rms", dy, x, weight, None, rstd, out)
+    dweight reduced in a fixed order (bitwise reproducible on one device); residual as
+    layernorm_backward's."""
+    dx, dw, _ = _norm_backward("rms", dy, x, weight, None, rstd, out, residual=residual)
     return dx, dw
 
 

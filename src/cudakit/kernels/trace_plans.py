@@ -42,8 +42,8 @@ from ..runtime import launch as _launch_mod
 
 # ops whose arguments are all read-only (nothing updated in place): a verification run is harmless
 TRACEABLE = frozenset({
-    "layernorm_backward", "rmsnorm_backward", "cross_entropy", "cross_entropy_with_grad",
-    "cross_entropy_backward", "permute", "permute_backward", "transpose",
+    "layernorm_backward", "rmsnorm_backward", "layernorm_backward_residual", "rmsnorm_backward_residual",
+    "cross_entropy", "cross_entropy_with_grad", "cross_entropy_backward", "permute", "permute_backward", "transpose",
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "batch_norm_backward",
     "batch_norm_backward_fused",
     "max_pool2d_nhwc", "max_pool2d_backward_nhwc", "avg_pool2d_nhwc", "avg_pool2d_backward_nhwc",
@@ -51,6 +51,7 @@ TRACEABLE = frozenset({
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
     "layernorm", "layernorm_with_stats", "rmsnorm", "rmsnorm_with_stats",
     "sum", "mean", "max", "min", "sum_backward", "mean_backward", "sum_backward_like", "mean_backward_like",
+    "linear_backward_gelu",   # its cuBLASLt calls (DGELU), or the GEMM and gelu_backward, and the bias's sum
     "matmul_backward",   # its cuBLASLt calls, a broadcast operand's sum (16-bit: CuPy's cast refuses it)
 })
 # ops updating arguments in place -> (the indices of those arguments, the index of the flag that
