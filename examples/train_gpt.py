@@ -188,6 +188,14 @@ def _dropout(x, p: float, seed: int):
     return cudakit.dropout(x, p, seed) if p > 0 else x
 
 
+def _plus_linear(x, h, w, b, p: float, seed: int):
+    """x + dropout(linear(h, w, b)), the residual stream's update; without dropout the GEMM adds x
+    itself (linear's residual: its epilogue reads x, no add pass)."""
+    if p > 0:
+        return cudakit.add(x, cudakit.dropout(cudakit.linear(h, w, b), p, seed))
+    return cudakit.linear(h, w, b, residual=x)
+
+
 def _dropout_backward(g, p: float, seed: int):
     return cudakit.dropout_backward(g, p, seed) if p > 0 else g
 
@@ -219,13 +227,13 @@ def forward(params: dict, batch: tuple, cfg: GPTConfig, step: int = 0, xp=np):
         L["a"], L["lse"] = cudakit.attention_with_lse(L["q"], L["k"], L["v"], causal=True, layout="blhd")
         L["a2"] = L["a"].reshape(b, t, d)                                      # heads merged: (B, T, D)
         L["seed1"] = dropout_seed(step, next(site))
-        x = cudakit.add(x, _dropout(cudakit.linear(L["a2"], P["proj.w"], P["proj.b"]), p, L["seed1"]))
+        x = _plus_linear(x, L["a2"], P["proj.w"], P["proj.b"], p, L["seed1"])
         # MLP: layernorm, linear + GELU (one fused op), linear
         L["x_mid"] = x
         L["h2"], L["m2"], L["r2"] = cudakit.layernorm_with_stats(x, P["ln2.w"], P["ln2.b"])
         L["f"], L["pre"] = cudakit.fused_linear_gelu_with_preact(L["h2"], P["fc.w"], P["fc.b"])
         L["seed2"] = dropout_seed(step, next(site))
-        x = cudakit.add(x, _dropout(cudakit.linear(L["f"], P["fc2.w"], P["fc2.b"]), p, L["seed2"]))
+        x = _plus_linear(x, L["f"], P["fc2.w"], P["fc2.b"], p, L["seed2"])
         c["layers"].append(L)
     c["x_final"] = x
     c["hf"], c["mf"], c["rf"] = cudakit.layernorm_with_stats(x, params["lnf.w"], params["lnf.b"])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device call on the transformer-block backward fusions (layernorm/rmsnorm_backward's
-# residual_grad, linear_backward's gelu_pre through cuBLASLt's DGELU, ck_norm_colsum's parallel
-# column sums): the GPU tests of normalization, linalg, traced plans, graphs and the examples, then
+# One device call on the transformer-block fusions (layernorm/rmsnorm_backward's residual_grad,
+# linear_backward's gelu_pre through cuBLASLt's DGELU, linear's residual as cuBLASLt's C operand,
+# ck_norm_colsum's parallel column sums): the GPU tests of normalization, linalg, traced plans, graphs and the examples, then
 # benchmarks/sweeps/gpt_backward_fusions.py (fused vs unfused vs torch in one run), the per-kernel
 # profile of the GPT step (scripts/step_profile.py) and `cudakit bench` of the GPT training steps
 # against torch in one run.

@@ -157,6 +157,22 @@ def check_fused_linear_gelu(dev, host, rng, lead, fin, fout, dtype):
     assert_close(gb, g2.sum(0), _acc_bound_sum(np.abs(g2).sum(0), g2.shape[0], dtype) + slack.sum(0), dtype, "grad_bias")
 
 
+def check_linear_residual(dev, host, rng, lead, fin, fout, dtype, with_bias=True):
+    """linear(x, w, b, residual=r) = x @ w^T + b + r, rounded once (the GEMM's C operand on the GPU
+    where the epilogue applies); a residual of another shape raises naming it."""
+    x, w = data(rng, lead + (fin,), dtype), data(rng, (fout, fin), dtype, 1 / math.sqrt(fin))
+    b = data(rng, (fout,), dtype) if with_bias else None
+    r = data(rng, lead + (fout,), dtype, 4.0)
+    y = host(cudakit.linear(dev(x), dev(w), None if b is None else dev(b), residual=dev(r)))
+    want = f64(x) @ f64(w).T + (0 if b is None else f64(b)) + f64(r)
+    bound = (_acc_bound(np.abs(f64(x)), np.abs(f64(w)).T, fin, dtype)
+             + 4 * _U["float32" if dtype != "float64" else dtype] * (np.abs(f64(r)) + (0 if b is None else np.abs(f64(b)))))
+    assert_close(y, want, bound, dtype, "linear + residual")
+    assert y.dtype == np_dtype(dtype) and y.shape == lead + (fout,)
+    with pytest.raises(cudakit.ShapeError, match="residual"):
+        cudakit.linear(dev(x), dev(w), None if b is None else dev(b), residual=dev(r[..., :1]))
+
+
 def check_linear_backward_gelu(dev, host, rng, lead, fin, fout, dtype):
     """linear_backward(..., gelu_pre=pre) for x = gelu(pre): the first result is (g @ w) * gelu'(pre)
     (the epilogue rounds it once; elsewhere grad_x is rounded, then the product), the weight and

@@ -96,3 +96,10 @@ def test_linear_backward_gelu_pre_checks():
         cudakit.linear_backward(g, x, w, gelu_pre=np.ones((3, 5), np.float32))
     with pytest.raises(cudakit.DTypeError, match="gelu_pre"):
         cudakit.linear_backward(g, x, w, gelu_pre=np.ones((3, 4), np.float64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead,fin,fout", [((3,), 7, 5), ((4, 6), 32, 16)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_with_residual(lead, fin, fout, dtype, with_bias, rng):
+    lc.check_linear_residual(_dev, _host, rng, lead, fin, fout, dtype, with_bias)

@@ -1,5 +1,5 @@
-"""The transformer-block backward fusions, 16-bit and float32, against the unfused cudakit calls they
-replace and torch's eager equivalent, interleaved in one run, device time behind an L2 flush:
+"""The transformer-block fusions, 16-bit and float32, against the unfused cudakit calls they replace
+and torch's eager equivalent, interleaved in one run, device time behind an L2 flush:
 - `ln_res`: layernorm_backward(..., residual_grad=r), dx + r in the pass that writes dx, against
   layernorm_backward then add (`unfused`) and torch's native_layer_norm_backward then + (`torch`);
   its dweight/dbias column sums are ck_norm_colsum's (one thread per column before this sweep's
@@ -7,7 +7,9 @@ replace and torch's eager equivalent, interleaved in one run, device time behind
 - `rms_res`: the same for rmsnorm (torch: autograd of x * rsqrt(mean(x^2) + eps) * w, then +);
 - `dgelu`: linear_backward(g, gelu(pre), w, gelu_pre=pre), the first result the gradient of pre
   (cuBLASLt's DGELU epilogue for 16-bit), against linear_backward then gelu_backward and torch's
-  (g @ w) * gelu'(pre) by autograd of gelu plus the two GEMMs and the bias's sum.
+  (g @ w) * gelu'(pre) by autograd of gelu plus the two GEMMs and the bias's sum;
+- `lin_res`: linear(h, w, b, residual=x) (the forward's residual add as cuBLASLt's C operand) against
+  add(x, linear(h, w, b)) and torch's x + F.linear(h, w, b).
 Shapes: the GPT example's (8192 rows, d_model 768, MLP 3072), a 4096-wide model's and a small one.
     python3 benchmarks/sweeps/gpt_backward_fusions.py [--out F]
 Prints VARIANT lines (median ms; x unfused = unfused / fused, x torch = torch / fused)."""
@@ -94,4 +96,13 @@ for dtype in ("bfloat16", "float32"):
             return torch.autograd.grad(tf, tpr, gx, retain_graph=True)[0], tg.t() @ tx, tg.sum(0)
         _report("dgelu", name, medians({"fused": fused, "unfused": unfused, "torch": torch_mlp}),
                 _diff(fused()[0], unfused()[0]))
+    for rows, fin, fout in ((8192, 768, 768), (8192, 3072, 768), (4096, 4096, 4096), (512, 256, 256)):
+        name = f"{rows}x{fin}x{fout} {dtype}"
+        th, tx = torch.randn(rows, fin, device="cuda", dtype=tdt), torch.randn(rows, fout, device="cuda", dtype=tdt)
+        tw, tb = torch.randn(fout, fin, device="cuda", dtype=tdt) / fin ** 0.5, torch.randn(fout, device="cuda", dtype=tdt)
+        h, x, w, b = (cp.from_dlpack(t) for t in (th, tx, tw, tb))
+        fused = lambda: cudakit.linear(h, w, b, residual=x)  # noqa: E731
+        unfused = lambda: cudakit.add(x, cudakit.linear(h, w, b))  # noqa: E731
+        _report("lin_res", name, medians({"fused": fused, "unfused": unfused, "torch": lambda: tx + F.linear(th, tw, tb)}),
+                _diff(fused(), unfused()))
 dump_rows(argv, __doc__, rows_out)

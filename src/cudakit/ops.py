@@ -87,6 +87,7 @@ _KEYWORD_TAILS.update({f"{op}_fused": (op, ("residual", "activation"))
 _KEYWORD_TAILS["batch_norm_backward_fused"] = ("batch_norm_backward", ("beta", "activation"))
 _KEYWORD_TAILS.update({f"{op}_residual": (op, ("residual_grad",)) for op in ("layernorm_backward", "rmsnorm_backward")})
 _KEYWORD_TAILS["linear_backward_gelu"] = ("linear_backward", ("gelu_pre",))
+_KEYWORD_TAILS["linear_residual"] = ("linear", ("residual",))
 _KEYWORD_TAILS["attention_backward_packed"] = ("attention_backward", _BWD_KEYS + ("qkv_packed",))
 _KEYWORD_TAILS["attention_varlen_backward"] = ("attention_varlen_backward",
                                                 ("window", "deterministic", "dropout_p", "seed"))
@@ -152,8 +153,8 @@ def _planned_tail(op: str, suffix: str, args: tuple, tail: tuple, arrays: int, p
     """op planned on args (by `planner`, see _planned) where every trailing keyword in tail is None
     (the plain call and its plans), else the op of its own name op + suffix on args + tail, its plans
     traced (_KEYWORD_TAILS gives the keywords to the backend method): batch_norm's
-    residual/activation, sum/mean_backward's like, the norms' residual_grad, linear_backward's
-    gelu_pre."""
+    residual/activation, sum/mean_backward's like, the norms' residual_grad, linear's residual and
+    linear_backward's gelu_pre."""
     if all(v is None for v in tail):
         return _planned(op, planner, args, arrays)
     return _planned(op + suffix, None, args + tail, arrays)
@@ -565,9 +566,10 @@ def matmul_backward(grad_out, a, b):
     return _planned("matmul_backward", None, (grad_out, a, b))
 
 
-def linear(x, weight, bias=None):
-    """x @ weight^T + bias, weight (out_features, in_features) (see Backend.linear)."""
-    return _planned("linear", "plan_linear", (x, weight, bias))
+def linear(x, weight, bias=None, *, residual=None):
+    """x @ weight^T + bias (+ residual, in the GEMM's epilogue), weight (out_features, in_features)
+    (see Backend.linear)."""
+    return _planned_tail("linear", "_residual", (x, weight, bias), (residual,), 3, "plan_linear")
 
 
 def linear_backward(grad_out, x, weight, bias=True, *, gelu_pre=None):

@@ -134,7 +134,8 @@ def test_linear_backward_through_gelu(lead, fin, fout, dtype, rng):
     from cudakit.kernels import cublaslt
     lc.check_linear_backward_gelu(_dev, _host, rng, lead, fin, fout, dtype)
     rows = int(np.prod(lead))
-    epilogue = {k[1][12] for k, p in cublaslt._plans.items() if p is not None and k[1][3:6] == (rows, fin, fout)}
+    epilogue = {k[1][12] for k, p in cublaslt._plans.items()
+                if p is not None and k[1][0] == dtype and k[1][3:6] == (rows, fin, fout)}
     assert ("dgelu" in epilogue) == (dtype in ("float16", "bfloat16") and fin % 8 == 0), epilogue
     pre, x = _dev(lc.data(rng, lead + (fin,), dtype)), _dev(lc.data(rng, lead + (fin,), dtype))
     g, w = _dev(lc.data(rng, lead + (fout,), dtype)), _dev(lc.data(rng, (fout, fin), dtype))
@@ -152,3 +153,31 @@ def test_linear_backward_through_gelu_without_cublaslt(dtype, rng, monkeypatch):
     from cudakit.kernels import cublaslt
     monkeypatch.setattr(cublaslt, "_lib", False)
     lc.check_linear_backward_gelu(_dev, _host, rng, (4, 6), 32, 16, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead,fin,fout", [((3,), 7, 5), ((4, 6), 32, 16), ((2, 1024), 768, 768)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_with_residual(lead, fin, fout, dtype, with_bias, rng):
+    """linear(..., residual=): through cuBLASLt with the residual as C where out_features is a
+    multiple of 8, else the float32 GEMM and adds; the planned calls bitwise the first, checked
+    one; a residual at a pointer offset (less aligned than out) and a non-contiguous one."""
+    lc.check_linear_residual(_dev, _host, rng, lead, fin, fout, dtype, with_bias)
+    x, w = _dev(lc.data(rng, lead + (fin,), dtype)), _dev(lc.data(rng, (fout, fin), dtype))
+    b = _dev(lc.data(rng, (fout,), dtype)) if with_bias else None
+    r = _dev(lc.data(rng, lead + (fout,), dtype))
+    runs = [_host(cudakit.linear(x, w, b, residual=r)) for _ in range(3)]
+    for y in runs[1:]:
+        np.testing.assert_array_equal(lc.f64(y), lc.f64(runs[0]))
+    from cudakit import dispatch
+    assert any(k[0] == "linear_residual" and p is not None for k, p in dispatch._plans.items())
+    big = cp.zeros(r.size + 1, r.dtype)
+    off = big[1:].reshape(r.shape)
+    off[...] = r
+    wide = cp.zeros(lead + (2 * fout,), r.dtype)
+    wide[..., ::2] = r
+    xh, wh, rh = lc.f64(_host(x)), lc.f64(_host(w)), lc.f64(_host(r))
+    want = xh @ wh.T + (0 if b is None else lc.f64(_host(b))) + rh
+    bound = lc._acc_bound(np.abs(xh), np.abs(wh).T, fin, dtype) + 2.0**-20 * (np.abs(rh) + np.abs(want))
+    for other in (off, wide[..., ::2]):   # (another alignment may take another algorithm: not bitwise)
+        lc.assert_close(_host(cudakit.linear(x, w, b, residual=other)), want, bound, dtype, "offset residual")

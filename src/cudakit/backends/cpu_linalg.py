@@ -22,7 +22,8 @@ def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 
     return out
 
 
-def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = False, aux=None) -> bool:
+def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = False, aux=None,
+                    residual=None) -> bool:
     """out = epilogue(x3 @ W^T) computed in float32 (float64) and rounded once, as the GPU's
     cuBLASLt epilogue (see kernels.cublaslt.linear_epilogue); always True."""
     from .cpu import _K0, _K1, _sigmoid
@@ -32,6 +33,8 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
         h = x3[0].astype(acc) @ (w.T if w_stored_nk else w)
         if bias is not None:
             h += bias.astype(acc)
+        if residual is not None:
+            h += residual[0].astype(acc)
         if aux is not None:
             aux[0] = h
         if gelu:

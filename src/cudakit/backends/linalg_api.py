@@ -188,21 +188,34 @@ class LinalgOps:
         w3, t = self._operand(w, ())
         return w3, not t
 
-    def linear(self, x, weight, bias=None):
+    def linear(self, x, weight, bias=None, *, residual=None):
         """x @ weight^T + bias (PyTorch's nn.Linear).
 
         x: (..., in_features); weight: (out_features, in_features) (its transposed view works
         without a copy); bias: (out_features,) or None; one float dtype. Returns (..., out_features).
         The bias is added to the float32 accumulator (cuBLASLt's bias epilogue on the GPU where
-        out_features is a multiple of 8, else a float32 GEMM, the add, one rounding)."""
-        arrs = self._linear_args("linear", {"x": x, "weight": weight, "bias": bias})
-        return self._linear(arrs["x"], arrs["weight"], arrs["bias"], False, False)[0]
+        out_features is a multiple of 8, else a float32 GEMM, the add, one rounding).
 
-    def _linear(self, x, w, bias, gelu: bool, want_pre: bool):
-        """(epilogue(x @ w^T + bias), the pre-activation or None): one GEMM with the bias and GELU
-        (tanh) in its epilogue where the backend module can (kernels/cublaslt.py says where), else
-        the GEMM with the bias and a GELU pass, else a float32 (float64) GEMM, the bias and GELU
-        applied to it and one rounding at the end."""
+        residual: None, or an array of the result's shape and x's dtype added to it the same way,
+        rounded once: a residual block's x + linear(h) without the add pass (a read of both and a
+        write); on the GPU cuBLASLt reads it as the GEMM's C operand."""
+        named = {"x": x, "weight": weight, "bias": bias}
+        if residual is not None:
+            named["residual"] = residual
+        arrs = self._linear_args("linear", named)
+        res = arrs.get("residual")
+        if res is not None:
+            want = tuple(arrs["x"].shape[:-1]) + (arrs["weight"].shape[0],)
+            if tuple(res.shape) != want:
+                raise ShapeError(f"linear: residual must have the result's shape {want} (got {tuple(res.shape)})")
+        return self._linear(arrs["x"], arrs["weight"], arrs["bias"], False, False, res)[0]
+
+    def _linear(self, x, w, bias, gelu: bool, want_pre: bool, residual=None):
+        """(epilogue(x @ w^T + bias (+ residual)), the pre-activation or None): one GEMM with the bias
+        (and residual) and GELU (tanh) in its epilogue where the backend module can
+        (kernels/cublaslt.py says where), else the GEMM with the bias and a GELU pass, else a float32
+        (float64) GEMM, the bias, residual and GELU applied to it and one rounding at the end
+        (residual only without gelu)."""
         lead, fin, fout = tuple(x.shape[:-1]), w.shape[1], w.shape[0]
         rows = math.prod(lead)
         mod = self._linalg_module()
@@ -212,7 +225,8 @@ class LinalgOps:
             bias = None if bias is None else self._ascontiguous(bias)
             out = self.empty((1, rows, fout), x.dtype)
             pre = self.empty((1, rows, fout), x.dtype) if want_pre else None
-            done = mod.linear_epilogue(x3, w3, tw, out, bias, gelu, pre)
+            res3 = None if residual is None else self._ascontiguous(residual).reshape(1, rows, fout)
+            done = mod.linear_epilogue(x3, w3, tw, out, bias, gelu, pre, res3)
             if not done and gelu and mod.linear_epilogue(x3, w3, tw, out, bias, False, None):
                 if pre is not None:  # the GEMM with its bias epilogue is the pre-activation; one GELU pass
                     pre, out = out, self.gelu(out, "tanh")
@@ -224,6 +238,8 @@ class LinalgOps:
                 h = mod.gemm(x3, w3, self.empty((1, rows, fout), acc), False, tw)
                 if bias is not None:
                     self.add(h, bias.astype(acc), out=h)
+                if res3 is not None:
+                    self.add(h, res3.astype(acc), out=h)
                 if pre is not None:
                     pre[...] = h
                 if gelu:

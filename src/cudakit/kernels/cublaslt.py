@@ -232,10 +232,11 @@ def _native():
 
 
 def bound(a, b, out, trans_a: bool = False, trans_b: bool = False, bias=None, gelu: bool = False,
-          aux=None, bgrad=None, dgelu=None):
+          aux=None, bgrad=None, dgelu=None, c=None):
     """The plan of this case, made on first use, as (handle, desc, (la, lb, lc, ld), algo address,
     workspace bytes, alpha/beta scalar type, key), or None where cuBLASLt cannot do it. Arguments
-    as matmul(); only their shapes, dtypes, devices and alignments matter."""
+    as matmul(); only their shapes, dtypes, devices and alignments matter (c's: the C operand read
+    when it is not out, which shares out's layout)."""
     if not _load():
         return None
     from ..backends.base import supported_dtypes
@@ -246,7 +247,8 @@ def bound(a, b, out, trans_a: bool = False, trans_b: bool = False, bias=None, ge
     epi = ("gelu" if gelu else "") + ("_aux" if aux is not None else "") + ("_bias" if bias is not None else "")
     epi = "bgradb" if bgrad is not None else "dgelu" if dgelu is not None else (epi.lstrip("_") or "none")
     a_epi = min([16] + [_alignment(p.data.ptr) for p in (bias, aux, bgrad, dgelu) if p is not None])
-    aligns = (_alignment(a.data.ptr), _alignment(b.data.ptr), _alignment(out.data.ptr), a_epi)
+    a_out = _alignment(out.data.ptr) if c is None else min(_alignment(out.data.ptr), _alignment(c.data.ptr))
+    aligns = (_alignment(a.data.ptr), _alignment(b.data.ptr), a_out, a_epi)
     dev = out.data.device_id
     key = (dev, (in_t, out_t, batch, m, n, k, bool(trans_a), bool(trans_b), a.shape[1:], b.shape[1:],
                  a.shape[0] > 1, b.shape[0] > 1, epi, aligns))
@@ -267,10 +269,11 @@ def bound(a, b, out, trans_a: bool = False, trans_b: bool = False, bias=None, ge
 
 
 def run(bp, a_ptr: int, b_ptr: int, out_ptr: int, beta: float = 0.0, bias_ptr: int = 0, aux_ptr: int = 0,
-        stream: int | None = None) -> int:
+        stream: int | None = None, c_ptr: int = 0) -> int:
     """One cuBLASLt call of bound plan `bp` (from bound()) on these addresses, on `stream` (default:
-    the current CuPy stream); the workspace comes from the pool on that stream. Returns
-    cublasStatus_t (0: queued); NOT_SUPPORTED (15) launched nothing."""
+    the current CuPy stream); the workspace comes from the pool on that stream. C (read where beta
+    is not 0) is out unless c_ptr is given. Returns cublasStatus_t (0: queued); NOT_SUPPORTED (15)
+    launched nothing."""
     cp = _cupy.cupy()
     handle, desc, (la, lb, lc, ld), algo, wsize, scal, _ = bp
     ws = cp.empty(wsize, cp.uint8) if wsize else None
@@ -281,7 +284,7 @@ def run(bp, a_ptr: int, b_ptr: int, out_ptr: int, beta: float = 0.0, bias_ptr: i
     nat = _native()
     if nat:
         args = (nat[1], nat[2], handle.value, desc.value, bias_ptr, aux_ptr, alpha, b_ptr, la.value, a_ptr,
-                lb.value, beta_p, out_ptr, lc.value, out_ptr, ld.value, algo, wptr, wsize, stream)
+                lb.value, beta_p, c_ptr or out_ptr, lc.value, out_ptr, ld.value, algo, wptr, wsize, stream)
         from ..runtime import compiler
         if compiler._recorder is not None:   # kernels/trace_plans.py is tracing this call
             compiler._recorder.lt_call(args)
@@ -293,13 +296,13 @@ def run(bp, a_ptr: int, b_ptr: int, out_ptr: int, beta: float = 0.0, bias_ptr: i
                     _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bias_ptr))
                 if aux_ptr:
                     _set(_lib.cublasLtMatmulDescSetAttribute, desc, _DESC_AUX_POINTER, ctypes.c_void_p(aux_ptr))
-                return _lib.cublasLtMatmul(handle, desc, alpha, b_ptr, la, a_ptr, lb, beta_p, out_ptr, lc,
+                return _lib.cublasLtMatmul(handle, desc, alpha, b_ptr, la, a_ptr, lb, beta_p, c_ptr or out_ptr, lc,
                                            out_ptr, ld, algo, wptr or None, wsize, stream)
     return profiler.record_call("cublaslt_matmul", call) if profiler._active is not None else call()
 
 
 def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float = 0.0, bias=None,
-           gelu: bool = False, aux=None, bgrad=None, dgelu=None) -> bool:
+           gelu: bool = False, aux=None, bgrad=None, dgelu=None, c=None) -> bool:
     """out[i] = epilogue(op(a[i]) @ op(b[i]) + beta * out[i]) in one cuBLASLt call; False (nothing
     written) where cuBLASLt is not loadable or has no algorithm for the case.
 
@@ -309,15 +312,16 @@ def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False, beta: float 
     pre-activation (with gelu). bgrad (alone, with trans_a): (M,) receiving op(a)'s row sums over K,
     a's column sums (cuBLASLt's BGRADB: its B is a's buffer), as the bias's gradient beside a weight
     gradient grad_out^T @ x. dgelu (alone): like out, the pre-activation x of a GELU (tanh form);
-    out receives the product times gelu'(x), the gradient through that GELU. The epilogue cases
-    need B == 1. FLOPs: 2 * B * M * N * K."""
-    bp = bound(a, b, out, trans_a, trans_b, bias, gelu, aux, bgrad, dgelu)
+    out receives the product times gelu'(x), the gradient through that GELU. c: like out, read in
+    out's place as the beta term (out[i] = op(a[i]) @ op(b[i]) + beta * c[i] + bias). The epilogue
+    cases need B == 1. FLOPs: 2 * B * M * N * K."""
+    bp = bound(a, b, out, trans_a, trans_b, bias, gelu, aux, bgrad, dgelu, c)
     if bp is None:
         return False
     epi_ptr = bias if bias is not None else bgrad
     aux_in = aux if aux is not None else dgelu
     status = run(bp, a.data.ptr, b.data.ptr, out.data.ptr, beta, 0 if epi_ptr is None else epi_ptr.data.ptr,
-                 0 if aux_in is None else aux_in.data.ptr)
+                 0 if aux_in is None else aux_in.data.ptr, c_ptr=0 if c is None else c.data.ptr)
     if status == _STATUS_NOT_SUPPORTED:  # nothing was launched: another path from now on
         drop(bp)
         return False
@@ -340,14 +344,16 @@ def drop(bp) -> None:
         _plans[key] = None
 
 
-def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = False, aux=None) -> bool:
+def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = False, aux=None,
+                    residual=None) -> bool:
     """out (1, rows, fout) = epilogue(x3 (1, rows, fin) @ W^T) in one cuBLASLt call; W is w3's
     buffer, stored (fout, fin) when w_stored_nk, else (fin, fout). bias: (fout,) or None; gelu: apply
-    GELU (tanh form) after the bias; aux: (1, rows, fout) receiving the pre-activation (with gelu).
+    GELU (tanh form) after the bias; aux: (1, rows, fout) receiving the pre-activation (with gelu);
+    residual: like out, added to the accumulator (cuBLASLt's C operand, beta 1; not with gelu).
     All C-contiguous, one dtype. Returns False (nothing written) where cuBLASLt cannot do it."""
     if not epilogue_applies(out, x3.shape[2], bias, gelu):
         return False
-    return matmul(x3, w3, out, False, w_stored_nk, 0.0, bias, gelu, aux)
+    return matmul(x3, w3, out, False, w_stored_nk, 0.0 if residual is None else 1.0, bias, gelu, aux, c=residual)
 
 
 # rows * in * out features up to which wgrad_bias() runs: the epilogue saves a launch, which pays on

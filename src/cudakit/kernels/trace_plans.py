@@ -51,6 +51,7 @@ TRACEABLE = frozenset({
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
     "layernorm", "layernorm_with_stats", "rmsnorm", "rmsnorm_with_stats",
     "sum", "mean", "max", "min", "sum_backward", "mean_backward", "sum_backward_like", "mean_backward_like",
+    "linear_residual",   # its cuBLASLt call (the residual as C), or the GEMM and the adds
     "linear_backward_gelu",   # its cuBLASLt calls (DGELU), or the GEMM and gelu_backward, and the bias's sum
     "matmul_backward",   # its cuBLASLt calls, a broadcast operand's sum (16-bit: CuPy's cast refuses it)
 })
