@@ -161,7 +161,8 @@ def test_linear_backward_through_gelu_without_cublaslt(dtype, rng, monkeypatch):
 def test_linear_with_residual(lead, fin, fout, dtype, with_bias, rng):
     """linear(..., residual=): through cuBLASLt with the residual as C where out_features is a
     multiple of 8, else the float32 GEMM and adds; the planned calls bitwise the first, checked
-    one; a residual at a pointer offset (less aligned than out) and a non-contiguous one."""
+    one; a residual at a pointer offset (not 16-byte aligned: the float32 path) and a non-contiguous
+    one, within the bounds of one rounding."""
     lc.check_linear_residual(_dev, _host, rng, lead, fin, fout, dtype, with_bias)
     x, w = _dev(lc.data(rng, lead + (fin,), dtype)), _dev(lc.data(rng, (fout, fin), dtype))
     b = _dev(lc.data(rng, (fout,), dtype)) if with_bias else None
@@ -170,7 +171,8 @@ def test_linear_with_residual(lead, fin, fout, dtype, with_bias, rng):
     for y in runs[1:]:
         np.testing.assert_array_equal(lc.f64(y), lc.f64(runs[0]))
     from cudakit import dispatch
-    assert any(k[0] == "linear_residual" and p is not None for k, p in dispatch._plans.items())
+    if fout % 8 == 0:   # the epilogue's single cuBLASLt call (the float32 fallback's copies are not traced)
+        assert any(k[0] == "linear_residual" and p is not None for k, p in dispatch._plans.items())
     big = cp.zeros(r.size + 1, r.dtype)
     off = big[1:].reshape(r.shape)
     off[...] = r

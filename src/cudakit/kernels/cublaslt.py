@@ -349,10 +349,13 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
     """out (1, rows, fout) = epilogue(x3 (1, rows, fin) @ W^T) in one cuBLASLt call; W is w3's
     buffer, stored (fout, fin) when w_stored_nk, else (fin, fout). bias: (fout,) or None; gelu: apply
     GELU (tanh form) after the bias; aux: (1, rows, fout) receiving the pre-activation (with gelu);
-    residual: like out, added to the accumulator (cuBLASLt's C operand, beta 1; not with gelu).
-    All C-contiguous, one dtype. Returns False (nothing written) where cuBLASLt cannot do it."""
+    residual: like out, added to the accumulator (cuBLASLt's C operand, beta 1; not with gelu; 16-byte
+    aligned only: a residual 2 bytes off took kernels whose bfloat16 results with a bias were up to
+    1.5 ulps off the correctly rounded value, H200 2026-11-29). All C-contiguous, one dtype. Returns False (nothing written) where cuBLASLt cannot do it."""
     if not epilogue_applies(out, x3.shape[2], bias, gelu):
         return False
+    if residual is not None and residual.data.ptr % 16:
+        return False   # an unaligned C took kernels whose 16-bit results with a bias came out double-rounded
     return matmul(x3, w3, out, False, w_stored_nk, 0.0 if residual is None else 1.0, bias, gelu, aux, c=residual)
 
 
