@@ -394,10 +394,11 @@ def dgrad_gelu(g3, w3, w_stored_nk: bool, gx, pre3) -> bool:
     """gx (1, rows, fin) = (g3 (1, rows, fout) @ W) * gelu'(pre3) in one cuBLASLt call (DGELU), the
     product rounded once: linear_backward's input gradient through the GELU before the linear
     (x = gelu(pre3), tanh form). W is w3's buffer, stored (fout, fin) when w_stored_nk, else (fin,
-    fout). 16-bit data and fin a multiple of 8 only (the GELU's 5e-6 and the aux leading dimension,
-    as the forward's epilogue); False (nothing written) elsewhere or without an algorithm."""
-    if not epilogue_applies(gx, g3.shape[2], None, True):
-        return False
+    fout). 16-bit data, fin a multiple of 8 and pre3 16-byte aligned only (the GELU's 5e-6 and the
+    aux leading dimension, as the forward's epilogue); False (nothing written) elsewhere or without
+    an algorithm."""
+    if not epilogue_applies(gx, g3.shape[2], None, True) or pre3.data.ptr % 16:
+        return False   # (an unaligned epilogue operand: as linear_epilogue's residual)
     return matmul(g3, w3, gx, False, not w_stored_nk, dgelu=pre3)
 
 
