@@ -234,6 +234,9 @@ class Trainer:
         # first: joining the group selects this rank's GPU
         self.dp = common.DataParallel(device, bucket_mb, tail_bucket_mb, grad_copy, peer=not graph, zero=zero)
         self.params = init_params(cfg, seed, device, dtype)
+        if channels_last:   # the conv weights too, as PyTorch's model.to(memory_format=channels_last):
+            # cuDNN reads them in place and writes their gradients so (no layout copy a call)
+            self.params = {n: to_channels_last(a) if a.ndim == 4 else a for n, a in self.params.items()}
         self.buffers = init_buffers(cfg, device, dtype)
         self.names = sorted(self.params)
         self._optimizer_over = lambda arrays: cudakit.SGD(   # noqa: E731 -- data parallel: one per part

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+import cudakit
 import cudakit.distributed as dist
 from cudakit.distributed.data_parallel import ALIGN_BYTES, plan_buckets
 from cudakit.errors import DTypeError, ShapeError
@@ -261,3 +262,28 @@ def test_ranks_with_other_parameter_lists_fail_at_construction_on_every_rank(tmp
     for name in ("zero", "sync", "bcast"):
         assert r.stdout.count(f"{name} REFUSED True") == 2, r.stdout + r.stderr
     assert r.stdout.count("SAME the TCP store (cpu backend)") == 2, r.stdout
+
+
+def test_channels_last_parameters(one_rank, rng):
+    """A channels-last parameter (as a channels_last CNN keeps its conv weights) is taken by
+    GradSync, broadcast_parameters and ZeroRedundancyOptimizer (broadcast through a C copy written
+    back in its layout; ZeRO's views are C-contiguous), its gradient view C-contiguous with its
+    values; a strided slice is still refused."""
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    cl = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    sync = dist.GradSync([cl, np.ones(5, np.float32)])
+    assert cl.strides == np.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2).strides
+    np.testing.assert_array_equal(cl, w)
+    g = rng.standard_normal(w.shape).astype(np.float32)
+    sync.set_grad(0, np.ascontiguousarray(g.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2))
+    sync.set_grad(1, np.zeros(5, np.float32))
+    grads = sync.wait()
+    assert grads[0].flags.c_contiguous
+    np.testing.assert_array_equal(grads[0], g)
+    dist.broadcast_parameters([cl])
+    np.testing.assert_array_equal(cl, w)
+    zero = dist.ZeroRedundancyOptimizer([cl], lambda shards: cudakit.SGD(shards, lr=0.1))
+    assert zero.params[0].flags.c_contiguous
+    np.testing.assert_array_equal(zero.params[0], w)
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        dist.GradSync([np.zeros((4, 8), np.float32)[:, ::2]])

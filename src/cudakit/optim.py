@@ -9,7 +9,10 @@ __cuda_array_interface__ or __dlpack__ (PyTorch tensors) are taken zero-copy, so
 what gets updated.
 
 dtypes: parameters float32, float64, float16 or bfloat16; gradients in the parameter's dtype and
-shape. States (exp_avg, exp_avg_sq, max_exp_avg_sq, momentum buffer) are float32, float64 for
+shape. Layouts: a parameter covers one gapless block of memory, C-contiguous or a permutation of it
+(a channels-last convolution weight, as PyTorch's channels_last models keep them); the update runs
+over that memory, so states and master weights are made in the parameter's layout and a gradient in
+another layout is copied into it. States (exp_avg, exp_avg_sq, max_exp_avg_sq, momentum buffer) are float32, float64 for
 float64 parameters. Arithmetic is in the state dtype. 16-bit parameters are either updated
 directly (loaded to float32, rounded back: small updates can round away) or, with master weights,
 through a float32 master copy that is updated and from which the 16-bit parameter is written.
@@ -30,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .backends.checks import check_bool, check_distinct, check_writeable
+from .backends.checks import check_bool, check_distinct, check_writeable, dense_order, empty_in_order
 from .errors import ArgumentError, ArgumentTypeError, DeviceError, DTypeError, ShapeError
 
 __all__ = ["OptimizerState", "sgd_update", "adam_update", "SGD", "Adam", "AdamW"]
@@ -181,8 +184,38 @@ def _state_dtype(param_dtype: str) -> np.dtype:
     return np.dtype(np.float64 if param_dtype == "float64" else np.float32)
 
 
-def _contiguous(x) -> bool:
-    return x.flags.c_contiguous
+
+def _order(x):
+    """x's axes from slowest to fastest in memory where x covers one gapless block (C order for a
+    C-contiguous x), else None (checks.dense_order)."""
+    if x.flags.c_contiguous:
+        return tuple(range(x.ndim))
+    return dense_order(tuple(x.shape), tuple(x.strides), x.itemsize)
+
+
+def _layout_key(x):
+    """What must agree between a parameter and its gradient and states for the update to run over
+    their flat memory element by element: True for C-contiguous, else the strides."""
+    return True if x.flags.c_contiguous else tuple(x.strides)
+
+
+def _new_like(p, dtype, where: str, src=None):
+    """An array of p's shape in `dtype`, its memory in p's axis order: a copy of src (p's shape),
+    or zeros."""
+    order = _order(p)
+    if where == "cpu":
+        a = empty_in_order(np.empty, p.shape, dtype, order)
+        a[...] = 0 if src is None else src
+        return a
+    from .runtime import _cupy
+    cp = _cupy.cupy()
+    with cp.cuda.Device(p.data.device_id):
+        a = empty_in_order(cp.empty, p.shape, dtype, order)
+        if src is None:
+            a.data.memset_async(0, a.nbytes)   # bytes, so any dtype (bfloat16 included)
+        else:
+            a[...] = src
+    return a
 
 
 def _refuse_read_only(p, label: str) -> None:
@@ -193,14 +226,15 @@ def _refuse_read_only(p, label: str) -> None:
 
 
 def _check_params(params: list, name: str = "params") -> list[str]:
-    """dtype names of the parameters; parameters must be C-contiguous (they are updated in place,
-    so a strided view cannot be replaced by a copy)."""
+    """dtype names of the parameters; each must cover one gapless block of memory, C-contiguous or
+    a permutation of it (they are updated in place, so a strided view cannot be replaced by a copy)."""
     dtypes = []
     for i, p in enumerate(params):
         dtypes.append(_dtype_name(p, f"{name}[{i}]"))
-        if not _contiguous(p):
-            raise ShapeError(f"{name}[{i}]: parameters must be C-contiguous (got strides {p.strides} for "
-                             f"shape {p.shape}); optimizers update them in place")
+        if _order(p) is None:
+            raise ShapeError(f"{name}[{i}]: parameters must cover one gapless block of memory, C-contiguous or "
+                             f"a permutation of it such as channels-last (got strides {p.strides} for shape "
+                             f"{p.shape}); optimizers update them in place")
         _refuse_read_only(p, f"{name}[{i}]")
     check_distinct("optimizer", {f"{name}[{i}]": p for i, p in enumerate(params)})
     return dtypes
@@ -208,7 +242,7 @@ def _check_params(params: list, name: str = "params") -> list[str]:
 
 def _check_grads(grads: list, params: list, dtypes: list, where: str) -> list:
     """Gradients checked against the parameters (count, side, device, shape, dtype); returns them
-    as arrays of the parameters' side, C-contiguous (copies where they were not)."""
+    as arrays of the parameters' side in each parameter's layout (copies where they were not)."""
     if len(grads) != len(params):
         raise ShapeError(f"expected {len(params)} gradients (one per parameter), got {len(grads)}")
     if grads and _placement(grads, "grads") != where:
@@ -226,22 +260,23 @@ def _check_grads(grads: list, params: list, dtypes: list, where: str) -> list:
         if where == "cuda" and g.data.device_id != p.data.device_id:
             raise DeviceError(f"grads[{i}] is on cuda:{g.data.device_id} but params[{i}] on "
                               f"cuda:{p.data.device_id}")
-        if not _contiguous(g):
-            g = _ascontiguous(g, where)
+        if _layout_key(g) != _layout_key(p):
+            g = _in_layout_of(g, p, where)
         out.append(g)
     return out
 
 
-def _ascontiguous(x, where: str):
+def _in_layout_of(x, p, where: str):
+    """A copy of x (p's shape) with its memory in p's axis order (on the CPU C order: NumPy's
+    update indexes logically, any layout works)."""
     if where == "cpu":
         return np.ascontiguousarray(x)
-    from .runtime import _cupy
-    return _cupy.cupy().ascontiguousarray(x)
+    return _new_like(p, x.dtype, where, x)
 
 
 def _check_states(states: list, params: list, dtypes: list, name: str, where: str) -> list:
-    """State arrays (one per parameter) of the parameter's shape, in the state dtype, C-contiguous,
-    on the parameters' side and device."""
+    """State arrays (one per parameter) of the parameter's shape, in the state dtype and the
+    parameter's layout, on the parameters' side and device."""
     if len(states) != len(params):
         raise ShapeError(f"{name}: expected {len(params)} arrays (one per parameter), got {len(states)}")
     if states and _placement(states, name) != where:
@@ -254,8 +289,9 @@ def _check_states(states: list, params: list, dtypes: list, name: str, where: st
             raise ShapeError(f"{name}[{i}]: expected shape {p.shape} (the shape of params[{i}]), got {s.shape}")
         if s.dtype != want:
             raise DTypeError(f"{name}[{i}]: expected dtype {want} for {dtypes[i]} parameters, got {s.dtype}")
-        if not _contiguous(s):
-            raise ShapeError(f"{name}[{i}]: state arrays must be C-contiguous (they are updated in place)")
+        if _layout_key(s) != _layout_key(p):
+            raise ShapeError(f"{name}[{i}]: state arrays must have the layout of params[{i}] (strides "
+                             f"{s.strides}, theirs {p.strides}; they are updated in place beside it)")
         check_writeable("optimizer", f"{name}[{i}]", s)
         if where == "cuda" and s.data.device_id != p.data.device_id:
             raise DeviceError(f"{name}[{i}] is on cuda:{s.data.device_id} but params[{i}] on cuda:{p.data.device_id}")
@@ -263,33 +299,18 @@ def _check_states(states: list, params: list, dtypes: list, name: str, where: st
 
 
 def _zeros_like_state(p, dtype_name: str, where: str):
-    if where == "cpu":
-        return np.zeros(p.shape, _state_dtype(dtype_name))
-    from .runtime import _cupy
-    cp = _cupy.cupy()
-    with cp.cuda.Device(p.data.device_id):
-        return cp.zeros(p.shape, _state_dtype(dtype_name))
+    """Zeros of p's shape in its state dtype and layout, on p's side and device."""
+    return _new_like(p, _state_dtype(dtype_name), where)
 
 
 def _zeros_like(p, where: str):
-    """Zeros of p's shape and dtype on p's side and device."""
-    if where == "cpu":
-        return np.zeros(p.shape, p.dtype)
-    from .runtime import _cupy
-    cp = _cupy.cupy()
-    with cp.cuda.Device(p.data.device_id):
-        out = cp.empty(p.shape, p.dtype)
-        out.data.memset_async(0, out.nbytes)  # bytes, so any dtype (bfloat16 included)
-    return out
+    """Zeros of p's shape, dtype and layout on p's side and device."""
+    return _new_like(p, p.dtype, where)
 
 
 def _master_copy(p, where: str):
-    if where == "cpu":
-        return p.astype(np.float32)
-    from .runtime import _cupy
-    cp = _cupy.cupy()
-    with cp.cuda.Device(p.data.device_id):
-        return p.astype(cp.float32)
+    """p in float32, in p's layout."""
+    return _new_like(p, np.float32, where, p)
 
 
 # ---- the CPU path: NumPy, per tensor, the same formulas as the CUDA kernels --------------------
@@ -614,7 +635,8 @@ class _Optimizer:
         self._last_alive = [False]
         self._last_refs: list = []
         # what a well-formed gradient list looks like, compared in one go on the CUDA fast path
-        self._grad_sig = [(p.shape, p.dtype, p.data.device_id, True) for p in ps] if self._where == "cuda" else None
+        self._grad_sig = ([(p.shape, p.dtype, p.data.device_id, _layout_key(p)) for p in ps]
+                          if self._where == "cuda" else None)
 
     # the subclasses say which states they keep and how a step runs
     @staticmethod
@@ -731,7 +753,7 @@ class _Optimizer:
             return
         gs = _as_list(grads, "grads")[0]
         try:  # the common case in one comparison: CuPy arrays of the right shape, dtype, device, layout
-            sig = [(g.shape, g.dtype, g.data.device_id, g._c_contiguous) for g in gs]
+            sig = [(g.shape, g.dtype, g.data.device_id, True if g._c_contiguous else g.strides) for g in gs]
         except AttributeError:
             sig = None
         checked = gs if sig == self._grad_sig else _check_grads(gs, self.params, self._dtypes, "cuda")
@@ -858,8 +880,12 @@ def _copy_into(dst, src) -> None:
     src = np.asarray(src) if isinstance(src, np.ndarray) or not hasattr(src, "get") else src.get()
     if isinstance(dst, np.ndarray):
         dst[...] = src.astype(dst.dtype, copy=False)
-    else:
+    elif dst.flags.c_contiguous:
         dst.set(np.ascontiguousarray(src.astype(dst.dtype, copy=False)))
+    else:   # a parameter's layout other than C: element by element through a device copy
+        from .runtime import _cupy
+        with _cupy.cupy().cuda.Device(dst.data.device_id):
+            dst[...] = _cupy.cupy().asarray(np.ascontiguousarray(src.astype(dst.dtype, copy=False)))
 
 
 class SGD(_Optimizer):

@@ -322,3 +322,38 @@ def test_matches_torch_step_for_step(opts, fused, rng):
                             f"{float(a[j])!r}, torch {float(b[j])!r}, float64 {float(w[j])!r}, bound "
                             f"{float(bound[j]):.3g} (+{slack:.3g} for torch), start {float(params[i][j])!r}, "
                             f"grad {float(gs[i][j])!r}")
+
+
+@pytest.mark.parametrize("dtype,master", [("float32", False), ("bfloat16", True), ("float16", False)])
+@pytest.mark.parametrize("kind", ["sgd", "adamw"])
+def test_channels_last_params(kind, dtype, master, rng):
+    """A channels-last parameter (as a torch channels_last model's conv weight) and a transposed one,
+    updated by the multi-tensor kernels over their memory: bitwise their C-contiguous copies' update
+    from gradients in either layout (a channels-last gradient read in place, a C one copied into
+    the layout), the states and master weights in the parameter's layout; a torch channels_last
+    weight taken zero-copy."""
+    w = cp.asarray(rng.standard_normal((16, 8, 3, 3)).astype(np.float32)).astype(np_dtype(dtype))
+    m = cp.asarray(rng.standard_normal((24, 40)).astype(np.float32)).astype(np_dtype(dtype))
+    cl = cp.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    tr = cp.ascontiguousarray(m.T).T
+    make = (lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, master_weights=master)) \
+        if kind == "sgd" else (lambda ps: optim.AdamW(ps, lr=0.01, master_weights=master))
+    ref, got = [w.copy(), m.copy()], [cl, tr]
+    o_ref, o_got = make(ref), make(got)
+    for step in range(4):
+        gw = cp.asarray(rng.standard_normal(w.shape).astype(np.float32)).astype(w.dtype)
+        gm = cp.asarray(rng.standard_normal(m.shape).astype(np.float32)).astype(m.dtype)
+        o_ref.step([gw, gm])
+        gw_cl = cp.ascontiguousarray(gw.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        o_got.step([gw_cl if step % 2 else gw, gm if step % 2 else cp.ascontiguousarray(gm.T).T])
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g.get().astype(np.float64), r.get().astype(np.float64))
+    assert got[0].strides == cl.strides and got[1].strides == tr.strides
+    for s4, s2 in list(o_got._state.values()) + ([o_got._master] if master else []):
+        assert s4.strides[1] == s4.itemsize and s2.strides[0] == s2.itemsize   # the parameters' fastest axes
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    t = torch.zeros(4, 3, 3, 3, device="cuda").to(memory_format=torch.channels_last)
+    optim.SGD([t], lr=0.5).step([torch.ones(4, 3, 3, 3, device="cuda").to(memory_format=torch.channels_last)])
+    assert torch.all(t == -0.5) and t.is_contiguous(memory_format=torch.channels_last)

@@ -43,8 +43,10 @@ def dtype_name(dt) -> str:
         return n
 
 
-def _array(g, a, name: str, write: bool = True):
-    """`a` as the group's array type, checked: type, device, dtype, contiguity."""
+def _array(g, a, name: str, write: bool = True, dense: bool = False):
+    """`a` as the group's array type, checked: type, device, dtype, contiguity (dense: any layout
+    covering one gapless block of memory, a channels-last parameter say, for callers that copy it
+    to a C-contiguous array where a collective needs one)."""
     if g.backend == "nccl":
         cp = g.transport.cp
         if type(a) is not cp.ndarray and not isinstance(a, cp.ndarray):
@@ -68,10 +70,15 @@ def _array(g, a, name: str, write: bool = True):
                              f"native-order arrays: pass {name}.astype({name}.dtype.newbyteorder('='))")
     if dtype_name(a.dtype) not in DTYPES:
         raise DTypeError(f"{name} has dtype {dtype_name(a.dtype)}; collectives take {', '.join(DTYPES)}")
-    if not a.flags.c_contiguous:
+    if not a.flags.c_contiguous and not (dense and _dense(a)):
         raise ShapeError(f"{name} must be C-contiguous (got shape {tuple(a.shape)}, strides {tuple(a.strides)}); "
                          "pass a contiguous copy and copy the result back")
     return a
+
+
+def _dense(a) -> bool:
+    from ..backends.checks import dense_order
+    return dense_order(tuple(a.shape), tuple(a.strides), a.itemsize) is not None
 
 
 def _reduce_op(op, dt: str) -> str:

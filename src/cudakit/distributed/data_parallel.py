@@ -121,10 +121,21 @@ def broadcast_parameters(params, src: int = 0, group=None) -> None:
     mismatched bytes or a wait until the timeout)."""
     params = list(params.values()) if isinstance(params, dict) else list(params)
     g = resolve(group, "broadcast_parameters")
-    check_same_parameters(g, [coll._array(g, p, f"params[{i}]") for i, p in enumerate(params)],
-                          "broadcast_parameters")
+    params = [coll._array(g, p, f"params[{i}]", dense=True) for i, p in enumerate(params)]
+    check_same_parameters(g, params, "broadcast_parameters")
     for p in params:
+        _broadcast_in_place(g, p, src, group)
+
+
+def _broadcast_in_place(g, p, src: int, group) -> None:
+    """coll.broadcast of parameter p; one in another dense layout than C (channels-last) goes
+    through a C-contiguous copy, written back element by element (ranks may differ in layout)."""
+    if p.flags.c_contiguous:
         coll.broadcast(p, src, group)
+        return
+    tmp = coll._xp(g).ascontiguousarray(p)
+    coll.broadcast(tmp, src, group)
+    p[...] = tmp
 
 
 class GradSync:
@@ -133,7 +144,8 @@ class GradSync:
     all-reduce, overlapped with the backward pass.
 
     grads[i]: the gradient buffer of params[i] (a view into its bucket, params[i]'s shape and
-    dtype); with a dict, the methods take names as well as indices and wait() returns a dict.
+    dtype, C-contiguous: a parameter in another dense layout, channels-last say, is taken and
+    broadcast through a C copy, and an optimizer copies its gradient into its layout); with a dict, the methods take names as well as indices and wait() returns a dict.
     average: divide the sum by the group size (an "avg" all-reduce). broadcast_from: the global
     rank whose parameters every rank starts with (None: no broadcast). bucket_bytes and
     tail_bucket_bytes: see plan_buckets (the gradients of the first parameters, which the backward
@@ -172,7 +184,7 @@ class GradSync:
         if self.names is not None:
             params = [params[n] for n in self.names]
         self._by_name = {n: i for i, n in enumerate(self.names or ())}
-        self.params = [coll._array(g, p, f"params[{i}]") for i, p in enumerate(params)]
+        self.params = [coll._array(g, p, f"params[{i}]", dense=True) for i, p in enumerate(params)]
         for i, p in enumerate(self.params):
             if not p.dtype.name.startswith(("float", "bfloat")):
                 raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; gradients need a float dtype")
@@ -225,7 +237,7 @@ class GradSync:
         self._reset()
         if broadcast_from is not None:   # (the lists checked above)
             for p in self.params:
-                coll.broadcast(p, broadcast_from, group)
+                _broadcast_in_place(g, p, broadcast_from, group)
 
     def _reset(self) -> None:
         self._order.reset()

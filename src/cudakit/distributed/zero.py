@@ -49,7 +49,7 @@ class ZeroRedundancyOptimizer:
     master_weights=True, and the float32 master copies are sharded too).
 
     params: views into the buckets with the given shapes and dtypes (a list, or a dict with the
-    same names), holding the given values (broadcast from global rank `broadcast_from` first,
+    same names; C-contiguous, whatever dense layout a given parameter had), holding the given values (broadcast from global rank `broadcast_from` first,
     None: no broadcast): the model must use these arrays from now on. grads: gradient views like
     params. A step's gradients come as step(grads), or set_grad(i, g) / mark_ready(i) for each
     (all of them: step() refuses a partial set), or written into grads before a bare step().
@@ -65,7 +65,7 @@ class ZeroRedundancyOptimizer:
         self.group, self.average, self._g = group, average, g
         self.names = list(params) if isinstance(params, dict) else None
         given = [params[n] for n in self.names] if self.names is not None else list(params)
-        arrays = [coll._array(g, p, f"params[{i}]", write=False) for i, p in enumerate(given)]
+        arrays = [coll._array(g, p, f"params[{i}]", write=False, dense=True) for i, p in enumerate(given)]
         for i, p in enumerate(arrays):
             if not p.dtype.name.startswith(("float", "bfloat")):
                 raise DTypeError(f"params[{i}] has dtype {p.dtype.name}; an optimizer needs a float dtype")
