@@ -356,3 +356,40 @@ def test_every_elementwise_call_takes_the_native_path_once_warm(dtype, rng, monk
     for name, (fast, _) in calls.items():
         got = fast().get()
         np.testing.assert_array_equal(got.astype(np.float64), wants[name].astype(np.float64), err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "relu_backward", "gelu_tanh_backward"])
+def test_trailing_dims_broadcast(op, dtype, rng):
+    """An operand repeated along the other (its shape the result's trailing dims: a bias, a position
+    table; either side; leading 1s; a length that is not a multiple of the vector; an unaligned
+    view) takes the row-broadcast kernel: bitwise the contiguous kernel on the operand broadcast
+    out and the CPU backend; the strided kernel still takes other broadcasts."""
+    from cudakit.kernels import elementwise
+    name = "gelu_backward" if op == "gelu_tanh_backward" else op
+    fn = getattr(cudakit, name)
+    launched = []
+    real = elementwise._launch_rowbc
+    for full_shape, rep_shape in (((8, 33, 64), (33, 64)), ((129, 40), (40,)), ((5, 7, 3), (1, 7, 3)),
+                                  ((300, 13), (13,)), ((64, 1024), (1, 1024))):
+        a, b = random(rng, full_shape, dtype), random(rng, rep_shape, dtype)
+        da, db = _dev(a, dtype), _dev(b, dtype)
+        wide = cp.zeros(db.size + 1, db.dtype)
+        off = wide[1:].reshape(db.shape)
+        off[...] = db
+        for x, y, hx, hy in ((da, db, a, b), (db, da, b, a), (da, off, a, b)):
+            elementwise._launch_rowbc = lambda *args, real=real: (launched.append(1), real(*args))[1]
+            try:
+                got = fn(x, y).get()
+            finally:
+                elementwise._launch_rowbc = real
+            shape = np.broadcast_shapes(x.shape, y.shape)
+            want = fn(cp.ascontiguousarray(cp.broadcast_to(x, shape)), cp.ascontiguousarray(cp.broadcast_to(y, shape)))
+            assert_same(got, want.get())
+            if op != "gelu_tanh_backward":   # (the GPU's tanh is not NumPy's to the bit)
+                assert_same(got, fn(hx, hy))   # the CPU backend
+    assert len(launched) == 15
+    c, r = random(rng, (7, 1), dtype), random(rng, (7, 5), dtype)   # a column broadcast: the strided kernel
+    got = fn(_dev(c, dtype), _dev(r, dtype)).get()
+    assert len(launched) == 15
+    assert_same(got, fn(cp.ascontiguousarray(cp.broadcast_to(_dev(c, dtype), (7, 5))), _dev(r, dtype)).get())

@@ -8,8 +8,11 @@ such as channels-last views: the op runs over their flat memory): 16-byte vector
 when every pointer is 16-byte aligned (V = 16 / itemsize elements per access), a grid-stride loop,
 64-bit indices.
 Memory traffic: (inputs + 1) * n * itemsize bytes; no arithmetic worth counting.
-Broadcast or strided inputs take `ck_ew*_strided`, which honours per-operand strides (in
-elements) over up to 8 collapsed dimensions.
+A binary op whose one operand repeats along the other (C-contiguous, its shape the trailing dims
+of the result's: a bias, a position table) takes `ck_ew2_rowbc` (16-byte vectors where the
+repeated length is a multiple of the vector and the pointers aligned). Other broadcast or strided
+inputs take `ck_ew*_strided`, which honours per-operand strides (in elements) over up to 8
+collapsed dimensions.
 """
 from __future__ import annotations
 
@@ -163,6 +166,8 @@ def _expr(kind: str, op: str, dtype_name: str, vec: int | None, unroll: int | No
     t = ctype(dtype_name)
     if kind == "contig":
         return f"ck_ew{arity}_contig<{t}, {functor}, {vec}, {unroll or contig_config(op, dtype_name)[0]}>"
+    if kind in ("rowbc", "rowbc_first"):   # (binary ops only)
+        return f"ck_ew2_rowbc<{t}, {functor}, {vec}, {'true' if kind == 'rowbc_first' else 'false'}>"
     return f"ck_ew{arity}_strided<{t}, {functor}>"
 
 
@@ -176,6 +181,8 @@ def name_expressions() -> list[str]:
             for u in sorted(us):
                 out += [_expr("contig", op, dt, vec_width(dt), u), _expr("contig", op, dt, 1, u)]
             out.append(_expr("strided", op, dt, None))
+            if op in BINARY_OPS:
+                out += [_expr(k, op, dt, v) for k in ("rowbc", "rowbc_first") for v in (vec_width(dt), 1)]
     return out
 
 
@@ -403,6 +410,10 @@ def run(op: str, inputs: tuple, out, p: float = 0.0):
             _first_use()
         return _launch_contig(op, inputs, tuple(x.data.ptr for x in inputs), out, n, dev, float(p))
     dtype_name = out.dtype.name
+    if len(inputs) == 2 and out._c_contiguous:
+        bc = _row_broadcast(inputs, shape)
+        if bc is not None:
+            return _launch_rowbc(op, *bc, out, n, dev, float(p))
     struct = _strided_args(_S3 if len(inputs) == 2 else _S2, out.shape, (*inputs, out))
     if struct is None:  # more than 8 non-mergeable dimensions: compute on contiguous copies
         tmp = run(op, tuple(cp.ascontiguousarray(cp.broadcast_to(x, out.shape)) for x in inputs),
@@ -412,6 +423,34 @@ def run(op: str, inputs: tuple, out, p: float = 0.0):
     expr = _expr("strided", op, dtype_name, None)
     f = _function(dev, expr)
     _launch_function(expr, f, _grid(dev, n), _BLOCK, (*inputs, out, np.int64(n), struct, np.float64(p)), 0, None)
+    return out
+
+
+def _row_broadcast(inputs: tuple, shape: tuple):
+    """(the full operand, the repeated one, whether the repeated one comes first) where one input is
+    C-contiguous with the result's shape and the other C-contiguous, smaller, its shape (leading
+    1s aside) the result's trailing dims; else None."""
+    a, b = inputs
+    for full, rep_, first in ((a, b, False), (b, a, True)):
+        if full.shape != shape or not (full._c_contiguous and rep_._c_contiguous) or not 0 < rep_.size < full.size:
+            continue
+        k = 0
+        while k < rep_.ndim and rep_.shape[k] == 1:
+            k += 1
+        tail = rep_.shape[k:]
+        if tail == shape[len(shape) - len(tail):]:
+            return full, rep_, first
+    return None
+
+
+def _launch_rowbc(op: str, full, rep_, first: bool, out, n: int, dev: int, p: float):
+    m = rep_.size
+    v = vec_width(out.dtype)
+    vec = v if not m % v and not (full.data.ptr | rep_.data.ptr | out.data.ptr) % 16 else 1
+    expr = _expr("rowbc_first" if first else "rowbc", op, out.dtype.name, vec)
+    f = _function(dev, expr)
+    _launch_function(expr, f, _grid(dev, n // vec), _BLOCK, (full, rep_, out, np.int64(n), np.int64(m), np.float64(p)),
+                     0, None)
     return out
 
 
