@@ -10,12 +10,8 @@
 set -u
 : "${CUDAKIT_CACHE_DIR:=/tmp/ck-gptf}"
 . scripts/device_env.sh
-if [ -z "${SKIP_TESTS:-}" ]; then
-  timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_normalization_gpu.py \
-    tests/gpu/test_linalg_gpu.py tests/gpu/test_dispatch_gpu.py tests/gpu/test_graphs_gpu.py tests/gpu/test_examples_gpu.py \
-    -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
-  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log"
-fi
+. scripts/gpu_tests.sh tests/gpu/test_normalization_gpu.py tests/gpu/test_linalg_gpu.py tests/gpu/test_dispatch_gpu.py \
+  tests/gpu/test_graphs_gpu.py tests/gpu/test_examples_gpu.py
 (cd benchmarks/sweeps && timeout ${SWEEP_TIMEOUT:-150} python3 gpt_backward_fusions.py --out "$OUT/gpt-fusions.json") \
   > "$OUT/log-sweep.txt" 2>&1
 grep -hE "Error|Traceback" "$OUT/log-sweep.txt" | head -5

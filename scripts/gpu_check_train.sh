@@ -9,13 +9,9 @@
 set -u
 : "${CUDAKIT_CACHE_DIR:=/tmp/ck-train}"
 . scripts/device_env.sh
-if [ -z "${SKIP_TESTS:-}" ]; then
-  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_elementwise_gpu.py \
-    tests/gpu/test_linalg_gpu.py tests/gpu/test_normalization_gpu.py tests/gpu/test_conv_gpu.py tests/gpu/test_optim_gpu.py \
-    tests/gpu/test_dispatch_gpu.py tests/gpu/test_graphs_gpu.py tests/gpu/test_examples_gpu.py \
-    -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
-  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log"
-fi
+. scripts/gpu_tests.sh tests/gpu/test_elementwise_gpu.py tests/gpu/test_linalg_gpu.py \
+  tests/gpu/test_normalization_gpu.py tests/gpu/test_conv_gpu.py tests/gpu/test_optim_gpu.py tests/gpu/test_dispatch_gpu.py \
+  tests/gpu/test_graphs_gpu.py tests/gpu/test_examples_gpu.py
 OPS=${OPS:-train_gpt,train_gpt_graph,train_gpt_graph_vs_torch_graph,train_cnn,train_cnn_graph_vs_torch_graph,train_cnn_nhwc,train_cnn_nhwc_graph_vs_torch_graph}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-360} TAIL=${TAIL:-24} bash scripts/bench_sets.sh "train=$OPS=${DTYPES:-bfloat16,float32}"
 grep -hE "Error|Traceback" "$OUT/log-bench.txt" | head -5
