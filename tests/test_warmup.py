@@ -103,4 +103,5 @@ def test_elementwise_groups_are_one_op_in_one_dtype():
     us = sorted({ew.contig_config("add", "bfloat16")[0], 1})
     assert groups[("ck_bf16", "ck_add")] == [e for u in us for e in (ew._expr("contig", "add", "bfloat16", 8, u),
                                                                        ew._expr("contig", "add", "bfloat16", 1, u))] + [
-        ew._expr("strided", "add", "bfloat16", None)]
+        ew._expr("strided", "add", "bfloat16", None)] + [ew._expr(k, "add", "bfloat16", v)
+                                                         for k in ("rowbc", "rowbc_first") for v in (8, 1)]
