@@ -264,16 +264,27 @@ def test_ranks_with_other_parameter_lists_fail_at_construction_on_every_rank(tmp
     assert r.stdout.count("SAME the TCP store (cpu backend)") == 2, r.stdout
 
 
-def test_channels_last_parameters(one_rank, rng):
+def test_channels_last_parameters(one_rank, rng, monkeypatch):
     """A channels-last parameter (as a channels_last CNN keeps its conv weights) is taken by
     GradSync, broadcast_parameters and ZeroRedundancyOptimizer (broadcast through a C copy written
     back in its layout; ZeRO's views are C-contiguous), its gradient view C-contiguous with its
     values; a strided slice is still refused."""
+    from cudakit.distributed import collectives as coll
     w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
     cl = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    real = coll.broadcast
+
+    def from_rank0(a, src, group=None):   # as if rank 0 held 2 * w: what the write-back must bring
+        real(a, src, group)
+        if a.shape == w.shape:
+            assert a.flags.c_contiguous   # the C copy, not the channels-last parameter itself
+            a[...] = 2 * w
+    monkeypatch.setattr(coll, "broadcast", from_rank0)
     sync = dist.GradSync([cl, np.ones(5, np.float32)])
-    assert cl.strides == np.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2).strides
-    np.testing.assert_array_equal(cl, w)
+    assert not cl.flags.c_contiguous
+    np.testing.assert_array_equal(cl, 2 * w)
+    monkeypatch.setattr(coll, "broadcast", real)
+    cl[...] = w
     g = rng.standard_normal(w.shape).astype(np.float32)
     sync.set_grad(0, np.ascontiguousarray(g.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2))
     sync.set_grad(1, np.zeros(5, np.float32))

@@ -354,8 +354,8 @@ def test_a_step_count_past_int64_is_refused_before_any_write():
 def test_params_in_a_permuted_layout(kind, rng):
     """A channels-last parameter (an (O, I, kh, kw) view of (O, kh, kw, I) memory) and a transposed
     one are taken and updated in place exactly as their C-contiguous copies, from gradients in
-    either layout; states and master weights are made in the parameter's layout; a state in
-    another layout is refused naming it."""
+    either layout; states and master weights are made in the parameter's layout (size-1 axes
+    aside); a strided state is refused naming it."""
     w = rng.standard_normal((8, 6, 3, 3)).astype(np.float32)
     m = rng.standard_normal((5, 7)).astype(np.float32)
     cl = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
@@ -373,6 +373,13 @@ def test_params_in_a_permuted_layout(kind, rng):
     np.testing.assert_array_equal(got[1], ref[1])
     states = [a for arrays in o_got._state.values() for a in arrays]
     assert states and all(a.strides == p.strides for a, p in zip(states, [cl, tr] * len(o_got._state)))
-    with pytest.raises(ShapeError, match=r"m_buffer\[0\].*layout"):
-        optim.adam_update([cl], [np.zeros(cl.shape, np.float32)], [np.zeros(cl.shape, np.float32)],
+    # a size-1 axis (whose stride means nothing): the states the optimizer made are its own layout
+    p1 = np.zeros((4, 1, 5, 3), np.float32).transpose(0, 3, 1, 2)
+    o1 = optim.Adam([p1], lr=0.1)
+    optim.adam_update([p1], [np.ones_like(p1)], o1.state["exp_avg"], o1.state["exp_avg_sq"], optim.OptimizerState())
+    # on the CPU a state in another gapless layout works (NumPy indexes logically); a strided one is refused
+    optim.adam_update([cl], [np.zeros(cl.shape, np.float32)], [np.zeros(cl.shape, np.float32)],
+                      [np.zeros(cl.shape, np.float32)], optim.OptimizerState())
+    with pytest.raises(ShapeError, match=r"m_buffer\[0\].*gapless"):
+        optim.adam_update([cl], [np.zeros(cl.shape, np.float32)], [np.zeros((8, 12, 3, 3), np.float32)[:, ::2]],
                           [np.zeros(cl.shape, np.float32)], optim.OptimizerState())

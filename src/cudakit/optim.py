@@ -195,8 +195,9 @@ def _order(x):
 
 def _layout_key(x):
     """What must agree between a parameter and its gradient and states for the update to run over
-    their flat memory element by element: True for C-contiguous, else the strides."""
-    return True if x.flags.c_contiguous else tuple(x.strides)
+    their flat memory element by element: True for C-contiguous, else the axes' memory order
+    (_order; not the strides, whose values on size-1 axes mean nothing)."""
+    return True if x.flags.c_contiguous else _order(x)
 
 
 def _new_like(p, dtype, where: str, src=None):
@@ -260,23 +261,23 @@ def _check_grads(grads: list, params: list, dtypes: list, where: str) -> list:
         if where == "cuda" and g.data.device_id != p.data.device_id:
             raise DeviceError(f"grads[{i}] is on cuda:{g.data.device_id} but params[{i}] on "
                               f"cuda:{p.data.device_id}")
-        if _layout_key(g) != _layout_key(p):
+        if where == "cuda" and _layout_key(g) != _layout_key(p):   # (NumPy's update indexes logically)
             g = _in_layout_of(g, p, where)
+        elif where == "cpu" and _order(g) is None:
+            g = np.ascontiguousarray(g)
         out.append(g)
     return out
 
 
 def _in_layout_of(x, p, where: str):
-    """A copy of x (p's shape) with its memory in p's axis order (on the CPU C order: NumPy's
-    update indexes logically, any layout works)."""
-    if where == "cpu":
-        return np.ascontiguousarray(x)
+    """A copy of x (p's shape) with its memory in p's axis order."""
     return _new_like(p, x.dtype, where, x)
 
 
 def _check_states(states: list, params: list, dtypes: list, name: str, where: str) -> list:
-    """State arrays (one per parameter) of the parameter's shape, in the state dtype and the
-    parameter's layout, on the parameters' side and device."""
+    """State arrays (one per parameter) of the parameter's shape and the state dtype, on the
+    parameters' side and device: on the GPU in the parameter's memory order (the kernels run over
+    their flat memory), on the CPU in any gapless layout (NumPy indexes them logically)."""
     if len(states) != len(params):
         raise ShapeError(f"{name}: expected {len(params)} arrays (one per parameter), got {len(states)}")
     if states and _placement(states, name) != where:
@@ -289,9 +290,12 @@ def _check_states(states: list, params: list, dtypes: list, name: str, where: st
             raise ShapeError(f"{name}[{i}]: expected shape {p.shape} (the shape of params[{i}]), got {s.shape}")
         if s.dtype != want:
             raise DTypeError(f"{name}[{i}]: expected dtype {want} for {dtypes[i]} parameters, got {s.dtype}")
-        if _layout_key(s) != _layout_key(p):
-            raise ShapeError(f"{name}[{i}]: state arrays must have the layout of params[{i}] (strides "
-                             f"{s.strides}, theirs {p.strides}; they are updated in place beside it)")
+        if (_layout_key(s) != _layout_key(p)) if where == "cuda" else _order(s) is None:
+            raise ShapeError(f"{name}[{i}]: state arrays must have the memory layout of params[{i}] (strides "
+                             f"{s.strides}, theirs {p.strides}; they are updated in place beside it)"
+                             if where == "cuda" else
+                             f"{name}[{i}]: state arrays must cover one gapless block of memory (strides {s.strides}); "
+                             f"they are updated in place")
         check_writeable("optimizer", f"{name}[{i}]", s)
         if where == "cuda" and s.data.device_id != p.data.device_id:
             raise DeviceError(f"{name}[{i}] is on cuda:{s.data.device_id} but params[{i}] on cuda:{p.data.device_id}")
@@ -753,7 +757,7 @@ class _Optimizer:
             return
         gs = _as_list(grads, "grads")[0]
         try:  # the common case in one comparison: CuPy arrays of the right shape, dtype, device, layout
-            sig = [(g.shape, g.dtype, g.data.device_id, True if g._c_contiguous else g.strides) for g in gs]
+            sig = [(g.shape, g.dtype, g.data.device_id, True if g._c_contiguous else _order(g)) for g in gs]
         except AttributeError:
             sig = None
         checked = gs if sig == self._grad_sig else _check_grads(gs, self.params, self._dtypes, "cuda")

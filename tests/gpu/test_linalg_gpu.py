@@ -131,7 +131,9 @@ def test_linear_backward_through_gelu(lead, fin, fout, dtype, rng):
     """linear_backward(..., gelu_pre=): 16-bit with in_features a multiple of 8 through cuBLASLt's
     DGELU epilogue (its plan made), the others through the GEMM and gelu_backward; the planned
     calls bitwise the first, checked one."""
+    from cudakit import dispatch
     from cudakit.kernels import cublaslt
+    dispatch.clear()   # (plans of earlier cases would satisfy the check below)
     lc.check_linear_backward_gelu(_dev, _host, rng, lead, fin, fout, dtype)
     rows = int(np.prod(lead))
     epilogue = {k[1][12] for k, p in cublaslt._plans.items()
@@ -143,7 +145,6 @@ def test_linear_backward_through_gelu(lead, fin, fout, dtype, rng):
     for r in runs[1:]:
         for a, b in zip(r, runs[0]):
             np.testing.assert_array_equal(lc.f64(a), lc.f64(b))
-    from cudakit import dispatch
     assert any(k[0] == "linear_backward_gelu" and p is not None for k, p in dispatch._plans.items())
 
 
@@ -163,6 +164,8 @@ def test_linear_with_residual(lead, fin, fout, dtype, with_bias, rng):
     multiple of 8, else the float32 GEMM and adds; the planned calls bitwise the first, checked
     one; a residual at a pointer offset (not 16-byte aligned: the float32 path) and a non-contiguous
     one, within the bounds of one rounding."""
+    from cudakit import dispatch
+    dispatch.clear()   # (plans of earlier cases would satisfy the check below)
     lc.check_linear_residual(_dev, _host, rng, lead, fin, fout, dtype, with_bias)
     x, w = _dev(lc.data(rng, lead + (fin,), dtype)), _dev(lc.data(rng, (fout, fin), dtype))
     b = _dev(lc.data(rng, (fout,), dtype)) if with_bias else None
@@ -170,7 +173,6 @@ def test_linear_with_residual(lead, fin, fout, dtype, with_bias, rng):
     runs = [_host(cudakit.linear(x, w, b, residual=r)) for _ in range(3)]
     for y in runs[1:]:
         np.testing.assert_array_equal(lc.f64(y), lc.f64(runs[0]))
-    from cudakit import dispatch
     if fout % 8 == 0:   # the epilogue's single cuBLASLt call (the float32 fallback's copies are not traced)
         assert any(k[0] == "linear_residual" and p is not None for k, p in dispatch._plans.items())
     big = cp.zeros(r.size + 1, r.dtype)

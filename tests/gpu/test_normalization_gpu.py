@@ -560,12 +560,14 @@ def test_the_planned_fast_forward_equals_the_checked_launch(dtype, rng, monkeypa
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("cols", [3, 127, 769, 8193, 65536])
+@pytest.mark.parametrize("cols", [3, 127, 768, 769, 1024, 8193, 65536])
 @pytest.mark.parametrize("kind", ["ln", "rms"])
 def test_backward_with_residual_grad(kind, cols, dtype, rng):
     """residual= adds a residual path's gradient to dx in the pass that writes it (the register
-    kernel, the looped one for 65536 columns, the one-element path for an unaligned residual):
-    dx + residual rounded once, dweight/dbias bitwise those of the plain call."""
+    kernel, vectorized where the columns and pointers allow, the looped one for 65536 columns, the
+    one-element path for an unaligned residual): dx + residual rounded once; dweight/dbias within
+    the reference's bounds (the _res kernels' occupancy, and so their partial sums' split, may
+    differ from the plain ones': not bitwise those of the plain call)."""
     nk = _nk()
     rows = _rows_for(cols)
     x, dy = _data(rng, (rows, cols), dtype, loc=0.5), _data(rng, (rows, cols), dtype)
@@ -573,13 +575,11 @@ def test_backward_with_residual_grad(kind, cols, dtype, rng):
     res = _data(rng, (rows, cols), dtype, scale=3.0)
     if kind == "ln":
         _, mean, rstd = nk.layernorm_forward(_dev(x), _dev(w), _dev(b), 1e-5)
-        plain = nk.layernorm_backward(_dev(dy), _dev(x), _dev(w), mean, rstd)
-        dxr = ref.layernorm_grad(dy, x, w, 1e-5)[0]
+        dxr, *wr = ref.layernorm_grad(dy, x, w, 1e-5)
         run = lambda r: nk.layernorm_backward(_dev(dy), _dev(x), _dev(w), mean, rstd, residual=r)
     else:
         _, rstd = nk.rmsnorm_forward(_dev(x), _dev(w), 1e-6)
-        plain = nk.rmsnorm_backward(_dev(dy), _dev(x), _dev(w), rstd)
-        dxr = ref.rmsnorm_grad(dy, x, w, 1e-6)[0]
+        dxr, *wr = ref.rmsnorm_grad(dy, x, w, 1e-6)
         run = lambda r: nk.rmsnorm_backward(_dev(dy), _dev(x), _dev(w), rstd, residual=r)
     big = cp.zeros(rows * cols + 1, np_dtype(dtype))
     unaligned = big[1:].reshape(rows, cols)       # 2 (16-bit) to 8 bytes off 16-byte alignment
@@ -588,9 +588,8 @@ def test_backward_with_residual_grad(kind, cols, dtype, rng):
     for r in (_dev(res), unaligned):
         got = run(r)
         ref.assert_close(got[0].get(), dxr + ref.f64(res), dtype, "dx + residual", scale=scale)
-        for g, p in zip(got[1:], plain[1:]):
-            if p is not None:
-                np.testing.assert_array_equal(g.get().astype(np.float64), p.get().astype(np.float64))
+        for g, want, what in zip(got[1:], wr, ("dweight", "dbias")):
+            ref.assert_close(g.get(), want, dtype, what, factor=4)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -600,6 +599,8 @@ def test_api_residual_grad_planned_and_checked(cuda_be, dtype, rng):
     plain backward's dx plus the residual within one rounding; a non-contiguous residual_grad is
     taken; a residual_grad of another shape raises ShapeError naming it."""
     import cudakit
+    from cudakit import dispatch
+    dispatch.clear()   # (plans of earlier tests would satisfy the check below)
     shape = (4, 33, 768)
     x, dy = _dev(_data(rng, shape, dtype, loc=0.5)), _dev(_data(rng, shape, dtype))
     w, b = _dev(_data(rng, 768, dtype, loc=1.0)), _dev(_data(rng, 768, dtype))
@@ -620,7 +621,6 @@ def test_api_residual_grad_planned_and_checked(cuda_be, dtype, rng):
     for got, want, st in ((outs[0][0], dxr, rstd), (outs[0][3], dxr_r, rstd_r)):
         scale = np.maximum(ref.grad_scale(dy.get().reshape(-1, 768), w.get(), st.get().reshape(-1)), np.abs(r64))
         ref.assert_close(got.reshape(-1, 768), want + r64, dtype, "dx + residual", scale=scale)
-    from cudakit import dispatch
     planned = {k[0] for k, p in dispatch._plans.items() if p is not None}
     assert {"layernorm_backward_residual", "rmsnorm_backward_residual"} <= planned, planned
     wide = cp.zeros(shape[:-1] + (2 * 768,), res.dtype)

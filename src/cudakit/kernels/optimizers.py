@@ -113,8 +113,9 @@ def table_key(params, states, masters=None) -> tuple:
 class TensorTable:
     """The device tables of one multi-tensor launch over fixed parameters and states.
 
-    params: CuPy arrays, C-contiguous, one dtype, on the current device; states: a list (one
-    entry per state kind, at most 3) of lists of C-contiguous state arrays matching params;
+    params: CuPy arrays covering one gapless block of memory each (C-contiguous or permuted), one
+    dtype, on the current device; states: a list (one entry per state kind, at most 3) of lists
+    of state arrays matching params in shape and memory order;
     masters: float32 master copies or None. The table holds only sizes and addresses: the
     caller keeps the arrays alive, in place, for as long as it launches with the table.
     """
