@@ -189,10 +189,11 @@ def _dropout(x, p: float, seed: int):
 
 
 def _plus_linear(x, h, w, b, p: float, seed: int):
-    """x + dropout(linear(h, w, b)), the residual stream's update; without dropout the GEMM adds x
-    itself (linear's residual: its epilogue reads x, no add pass)."""
+    """x + dropout(linear(h, w, b)), the residual stream's update, with no add pass: dropout adds x
+    in its own pass (its residual), or without dropout the GEMM does (linear's residual: its
+    epilogue reads x)."""
     if p > 0:
-        return cudakit.add(x, cudakit.dropout(cudakit.linear(h, w, b), p, seed))
+        return cudakit.dropout(cudakit.linear(h, w, b), p, seed, residual=x)
     return cudakit.linear(h, w, b, residual=x)
 
 

@@ -153,3 +153,26 @@ def test_bad_dtype_and_shape(be):
         be.dropout_mask((2, -1), 0.5, 0)
     with pytest.raises(ShapeError):
         be.dropout_mask("abc", 0.5, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dropout_with_residual(be, rng, dtype):
+    """residual + dropout(x): the product and the sum in the accumulation dtype, rounded once
+    (exactly that formula); training=False and p == 0: x + residual; the public function takes it
+    (planned as dropout_residual); a residual of another shape or dtype raises naming it."""
+    import cudakit
+    p, seed = 0.3, 12345
+    x = rng.standard_normal((37, 21)).astype(np.float32).astype(np_dtype(dtype))
+    r = (4 * rng.standard_normal((37, 21))).astype(np.float32).astype(np_dtype(dtype))
+    y = be.dropout(x, p, seed, residual=r)
+    acc = np.float64 if dtype == "float64" else np.float32
+    m = be.dropout_mask(x.shape, p, seed)
+    want = (np.where(m, x.astype(acc) * acc(1 / (1 - p)), acc(0)) + r.astype(acc)).astype(x.dtype)
+    np.testing.assert_array_equal(y.astype(np.float64), want.astype(np.float64))
+    np.testing.assert_array_equal(cudakit.dropout(x, p, seed, residual=r).astype(np.float64), y.astype(np.float64))
+    for off in (be.dropout(x, p, seed, training=False, residual=r), be.dropout(x, 0.0, seed, residual=r)):
+        np.testing.assert_array_equal(off.astype(np.float64), be.add(x, r).astype(np.float64))
+    with pytest.raises(ShapeError, match="residual"):
+        be.dropout(x, p, seed, residual=r[:3])
+    with pytest.raises(DTypeError, match="residual"):
+        be.dropout(x, p, seed, residual=r.astype(np.float64 if dtype != "float64" else np.float32))

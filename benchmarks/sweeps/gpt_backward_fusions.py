@@ -9,9 +9,11 @@ and torch's eager equivalent, interleaved in one run, device time behind an L2 f
   (cuBLASLt's DGELU epilogue for 16-bit), against linear_backward then gelu_backward and torch's
   (g @ w) * gelu'(pre) by autograd of gelu plus the two GEMMs and the bias's sum;
 - `lin_res`: linear(h, w, b, residual=x) (the forward's residual add as cuBLASLt's C operand) against
-  add(x, linear(h, w, b)) and torch's x + F.linear(h, w, b).
+  add(x, linear(h, w, b)) and torch's x + F.linear(h, w, b);
+- `drop_res`: dropout(y, 0.1, seed, residual=x) (the residual add in dropout's pass) against
+  add(x, dropout(y, 0.1, seed)) and torch's x + F.dropout(y, 0.1).
 Shapes: the GPT example's (8192 rows, d_model 768, MLP 3072), a 4096-wide model's and a small one.
-    python3 benchmarks/sweeps/gpt_backward_fusions.py [--out F]
+    python3 benchmarks/sweeps/gpt_backward_fusions.py [--out F] [--kinds ln_res,dgelu,...]
 Prints VARIANT lines (median ms; x unfused = unfused / fused, x torch = torch / fused)."""
 import sys
 
@@ -24,7 +26,12 @@ from _results import dump_rows
 import cudakit
 
 argv = sys.argv[1:]
+KINDS = set(argv[argv.index("--kinds") + 1].split(",")) if "--kinds" in argv else None
 rows_out = []
+
+
+def _want(kind):
+    return KINDS is None or kind in KINDS
 
 
 def _report(kind, name, m, err):
@@ -43,7 +50,7 @@ def _diff(a, b):
 
 for dtype in ("bfloat16", "float32"):
     tdt = getattr(torch, dtype)
-    for rows, d in ((8192, 768), (4096, 4096), (512, 256)):
+    for rows, d in ((8192, 768), (4096, 4096), (512, 256)) if _want("ln_res") or _want("rms_res") else ():
         name = f"{rows}x{d} {dtype}"
         tx, tg, tr = (torch.randn(rows, d, device="cuda", dtype=tdt) for _ in range(3))
         tw, tb = torch.rand(d, device="cuda", dtype=tdt) + 0.5, torch.randn(d, device="cuda", dtype=tdt)
@@ -76,7 +83,7 @@ for dtype in ("bfloat16", "float32"):
             return gx + tr, gw
         _report("rms_res", name, medians({"fused": fused_r, "unfused": unfused_r, "torch": torch_rms}),
                 _diff(fused_r()[0], unfused_r()[0]))
-    for rows, fin, fout in ((8192, 3072, 768), (4096, 16384, 4096), (512, 1024, 256)):
+    for rows, fin, fout in ((8192, 3072, 768), (4096, 16384, 4096), (512, 1024, 256)) if _want("dgelu") else ():
         name = f"{rows}x{fin}x{fout} {dtype}"
         tpre = torch.randn(rows, fin, device="cuda", dtype=tdt)
         tx = F.gelu(tpre, approximate="tanh")
@@ -96,7 +103,8 @@ for dtype in ("bfloat16", "float32"):
             return torch.autograd.grad(tf, tpr, gx, retain_graph=True)[0], tg.t() @ tx, tg.sum(0)
         _report("dgelu", name, medians({"fused": fused, "unfused": unfused, "torch": torch_mlp}),
                 _diff(fused()[0], unfused()[0]))
-    for rows, fin, fout in ((8192, 768, 768), (8192, 3072, 768), (4096, 4096, 4096), (512, 256, 256)):
+    for rows, fin, fout in ((8192, 768, 768), (8192, 3072, 768), (4096, 4096, 4096), (512, 256, 256)) \
+            if _want("lin_res") else ():
         name = f"{rows}x{fin}x{fout} {dtype}"
         th, tx = torch.randn(rows, fin, device="cuda", dtype=tdt), torch.randn(rows, fout, device="cuda", dtype=tdt)
         tw, tb = torch.randn(fout, fin, device="cuda", dtype=tdt) / fin ** 0.5, torch.randn(fout, device="cuda", dtype=tdt)
@@ -105,4 +113,12 @@ for dtype in ("bfloat16", "float32"):
         unfused = lambda: cudakit.add(x, cudakit.linear(h, w, b))  # noqa: E731
         _report("lin_res", name, medians({"fused": fused, "unfused": unfused, "torch": lambda: tx + F.linear(th, tw, tb)}),
                 _diff(fused(), unfused()))
+    for rows, d in ((8192, 768), (4096, 4096), (512, 256)) if _want("drop_res") else ():
+        name = f"{rows}x{d} {dtype}"
+        tx, ty = (torch.randn(rows, d, device="cuda", dtype=tdt) for _ in range(2))
+        x, y = cp.from_dlpack(tx), cp.from_dlpack(ty)
+        fused = lambda: cudakit.dropout(y, 0.1, 7, residual=x)  # noqa: E731
+        unfused = lambda: cudakit.add(x, cudakit.dropout(y, 0.1, 7))  # noqa: E731
+        _report("drop_res", name, medians({"fused": fused, "unfused": unfused,
+                                           "torch": lambda: tx + F.dropout(ty, 0.1)}), _diff(fused(), unfused()))
 dump_rows(argv, __doc__, rows_out)

@@ -88,6 +88,7 @@ _KEYWORD_TAILS["batch_norm_backward_fused"] = ("batch_norm_backward", ("beta", "
 _KEYWORD_TAILS.update({f"{op}_residual": (op, ("residual_grad",)) for op in ("layernorm_backward", "rmsnorm_backward")})
 _KEYWORD_TAILS["linear_backward_gelu"] = ("linear_backward", ("gelu_pre",))
 _KEYWORD_TAILS["linear_residual"] = ("linear", ("residual",))
+_KEYWORD_TAILS["dropout_residual"] = ("dropout", ("residual",))
 _KEYWORD_TAILS["attention_backward_packed"] = ("attention_backward", _BWD_KEYS + ("qkv_packed",))
 _KEYWORD_TAILS["attention_varlen_backward"] = ("attention_varlen_backward",
                                                 ("window", "deterministic", "dropout_p", "seed"))
@@ -153,8 +154,8 @@ def _planned_tail(op: str, suffix: str, args: tuple, tail: tuple, arrays: int, p
     """op planned on args (by `planner`, see _planned) where every trailing keyword in tail is None
     (the plain call and its plans), else the op of its own name op + suffix on args + tail, its plans
     traced (_KEYWORD_TAILS gives the keywords to the backend method): batch_norm's
-    residual/activation, sum/mean_backward's like, the norms' residual_grad, linear's residual and
-    linear_backward's gelu_pre."""
+    residual/activation, sum/mean_backward's like, the norms' residual_grad, linear's and dropout's
+    residual and linear_backward's gelu_pre."""
     if all(v is None for v in tail):
         return _planned(op, planner, args, arrays)
     return _planned(op + suffix, None, args + tail, arrays)
@@ -529,9 +530,10 @@ def matrix_transpose(x):
 
 # -- dropout (see backends/dropout_api.py) --------------------------------------------------------
 
-def dropout(x, p=0.5, seed=0, training=True):
-    """Inverted dropout with a counter-based Philox mask: same (seed, shape) -> same mask."""
-    return _planned("dropout", None, (x, p, seed, training), 1)
+def dropout(x, p=0.5, seed=0, training=True, *, residual=None):
+    """Inverted dropout with a counter-based Philox mask: same (seed, shape) -> same mask;
+    residual + dropout(x) in one pass where residual is given (see Backend.dropout)."""
+    return _planned_tail("dropout", "_residual", (x, p, seed, training), (residual,), 1)
 
 
 def dropout_backward(grad_out, p, seed):

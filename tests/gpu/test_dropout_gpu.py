@@ -98,3 +98,23 @@ def test_eval_p0_and_errors(be, rng):
     from cudakit.errors import DeviceError
     with pytest.raises(DeviceError):
         be.dropout(np.zeros(3, np.float32), 0.5, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 7, 1001, (1 << 20) + 3])
+def test_dropout_with_residual_bit_identical_to_cpu(be, cpu, rng, dtype, n):
+    """residual + dropout(x) (ck_dropout_res, vectorized and, at a pointer offset, element by
+    element): bitwise the CPU backend's, through the planned calls too."""
+    import cudakit
+    p, seed = 0.3, 0x2468ACE
+    x = rng.standard_normal(n).astype(np.float32).astype(np_dtype(dtype))
+    r = (4 * rng.standard_normal(n)).astype(np.float32).astype(np_dtype(dtype))
+    want = _bits(cpu.dropout(x, p, seed, residual=r))
+    dx, dr = cp.asarray(x), cp.asarray(r)
+    wide = cp.zeros(n + 1, dr.dtype)
+    off = wide[1:]
+    off[...] = dr
+    for res in (dr, off):
+        np.testing.assert_array_equal(_bits(be.dropout(dx, p, seed, residual=res)), want)
+    for _ in range(3):
+        np.testing.assert_array_equal(_bits(cudakit.dropout(dx, p, seed, residual=dr)), want)

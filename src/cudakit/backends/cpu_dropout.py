@@ -49,13 +49,16 @@ def mask(shape, threshold: int, seed: int) -> np.ndarray:
     return (random_words(n, seed) >= np.uint32(threshold)).reshape(shape)
 
 
-def dropout(x, threshold: int, scale, seed: int):
+def dropout(x, threshold: int, scale, seed: int, residual=None):
     """y = x * (keep ? scale : 0) for a C-contiguous x (float16, bfloat16, float32, float64);
     scale: np.float32 (np.float64 for float64 x). A dropped NaN or inf gives NaN (x * 0), as
-    x * mask / (1 - p) does in NumPy and in torch."""
+    x * mask / (1 - p) does in NumPy and in torch. residual (like x or None): added to the
+    product in the accumulation dtype, then rounded once to x's dtype."""
     keep = mask(x.shape, threshold, seed)
     acc = np.float64 if x.dtype == np.float64 else np.float32
     factor = np.where(keep, scale, acc(0)).astype(acc, copy=False)
     with np.errstate(all="ignore"):
         y = x.astype(acc, copy=False) * factor
+        if residual is not None:
+            y += residual.astype(acc, copy=False)
     return y.astype(x.dtype, copy=False) if y.dtype != x.dtype else y

@@ -23,7 +23,7 @@ import numbers
 import numpy as np
 
 from .checks import check_bool, check_shape, check_size, float_scalar
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
 
 _TWO32 = 1 << 32
 
@@ -76,18 +76,32 @@ class DropoutOps:
         raise NotImplementedError
 
     # ---- shared ----------------------------------------------------------------------------
-    def _dropout_apply(self, op: str, x, p, seed, arg: str):
+    def _dropout_apply(self, op: str, x, p, seed, arg: str, residual=None):
         p, seed = check_p(op, p), check_seed(op, seed)
         x = self._coerce(x, arg)
         self._check_dtype(x, arg, op)
+        res = self._dropout_residual(op, x, residual)
         with self._device_scope(x):
             if p == 0.0:
-                return self._copy(x)
-            y = self._dropout_module().dropout(self._ascontiguous(x), threshold(p), scale(p, x.dtype), seed)
+                return self._copy(x) if res is None else self.add(x, res)
+            y = self._dropout_module().dropout(self._ascontiguous(x), threshold(p), scale(p, x.dtype), seed,
+                                               None if res is None else self._ascontiguous(res))
             return y if y.shape == x.shape else y.reshape(x.shape)   # a 0-d x gives a 0-d result
 
+    def _dropout_residual(self, op: str, x, residual):
+        """residual checked against x (shape, dtype, device), or None."""
+        if residual is None:
+            return None
+        r = self._coerce(residual, "residual")
+        if tuple(r.shape) != tuple(x.shape):
+            raise ShapeError(f"{op}: residual must have x's shape {tuple(x.shape)} (got {tuple(r.shape)})")
+        if r.dtype != x.dtype:
+            raise DTypeError(f"{op}: residual is {r.dtype} but x is {x.dtype}; they must share a dtype")
+        self._check_devices({"x": x, "residual": r})
+        return r
+
     # ---- ops -------------------------------------------------------------------------------
-    def dropout(self, x, p: float = 0.5, seed: int = 0, training: bool = True):
+    def dropout(self, x, p: float = 0.5, seed: int = 0, training: bool = True, *, residual=None):
         """Dropout: y = x * mask / (1 - p), mask[i] kept with probability 1 - p.
 
         x: any shape, float16/bfloat16/float32/float64, any strides. p: the drop probability, a
@@ -97,6 +111,12 @@ class DropoutOps:
         Computed as x * (kept ? float32(1 / (1 - p)) : 0) in float32 (float64 for float64),
         rounded once. Returns a new C-contiguous array of x's shape and dtype. On CUDA: one
         Philox call per 4 elements, x.nbytes read + x.nbytes written, no mask stored.
+
+        residual: None, or an array of x's shape and dtype: the result is residual + dropout(x), the
+        product and the sum in float32 (float64 for float64) and rounded once, in the same pass (a
+        residual stream's update x + dropout(branch) without the add pass: a read of both and a
+        write). Its gradient with respect to residual is the incoming gradient itself; with respect
+        to x, dropout_backward's.
         """
         op = "dropout"
         if not check_bool(op, "training", training):
@@ -104,9 +124,10 @@ class DropoutOps:
             check_seed(op, seed)
             x = self._coerce(x, "x")
             self._check_dtype(x, "x", op)
+            res = self._dropout_residual(op, x, residual)
             with self._device_scope(x):
-                return self._copy(x)
-        return self._dropout_apply(op, x, p, seed, "x")
+                return self._copy(x) if res is None else self.add(x, res)
+        return self._dropout_apply(op, x, p, seed, "x", residual)
 
     def dropout_backward(self, grad_out, p: float, seed: int):
         """Gradient of dropout(x, p, seed): grad_out * mask / (1 - p) with the mask REGENERATED

@@ -38,34 +38,46 @@ template <typename T> struct ck_dp_item {
   union pack { R raw; T v[E]; };
 };
 
-// y[i] = x[i] * (word(i) >= thr ? scale : 0), in the accumulation type, rounded once.
-// x, y: [n] contiguous. VEC: x and y are 16-byte aligned (whole items move as 16-byte vectors).
+// y[i] = x[i] * (word(i) >= thr ? scale : 0), in the accumulation type, rounded once; RES (the
+// ck_dropout_res kernel): y[i] = r[i] + that product, each step rounded in the accumulation type
+// (no fma: the CPU backend computes the same two roundings in NumPy), then to T once.
+// x, y (and r): [n] contiguous. VEC: x and y (and r) are 16-byte aligned (whole items move as
+// 16-byte vectors).
 // Block 256, grid-stride over items; thread t takes items t and t + stride, then steps by
 // 2 * stride (two loads in flight while the Philox rounds run). The 16-byte loads take the
 // preamble's L2 policy, each line released after the item's store: dropout and its backward
 // 1.3-1.6% faster on an H100 (GPU-005fbf9b, 2026-11-26, four alternating runs of the benchmark:
 // float32 1.257 -> 1.274x torch, bfloat16 1.440 -> 1.462x).
-// Traffic: n * sizeof(T) read + n * sizeof(T) written.
-template <typename T, bool VEC>
-__global__ void __launch_bounds__(256, 4) ck_dropout(const T* __restrict__ x, T* __restrict__ y, long long n,
-                                                  unsigned int k0, unsigned int k1, unsigned int thr,
-                                                  typename ck_traits<T>::acc scale) {
-  CK_PDL_WAIT();
+// Traffic: (1 + RES) * n * sizeof(T) read + n * sizeof(T) written.
+__device__ __forceinline__ float ck_dp_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double ck_dp_mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float ck_dp_add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double ck_dp_add(double a, double b) { return __dadd_rn(a, b); }
+
+template <typename T, bool VEC, bool RES>
+__device__ __forceinline__ void ck_dropout_body(const T* __restrict__ x, const T* __restrict__ res,
+                                                T* __restrict__ y, long long n, unsigned int k0, unsigned int k1,
+                                                unsigned int thr, typename ck_traits<T>::acc scale) {
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
   typedef ck_dp_item<T> I;
   const long long ni = (n + I::E - 1) / I::E, nfull = n / I::E;
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < ni; i0 += 2 * stride) {
-    typename I::pack in[2];
+    typename I::pack in[2], rin[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const long long it = i0 + u * stride;
       if (VEC && it < nfull) {
         in[u].raw = ck_ld_keep(reinterpret_cast<const typename I::R*>(x) + it);
+        if (RES) rin[u].raw = ck_ld_keep(reinterpret_cast<const typename I::R*>(res) + it);
       } else if (it < ni) {
 #pragma unroll
-        for (int e = 0; e < I::E; ++e) if (it * I::E + e < n) in[u].v[e] = x[it * I::E + e];
+        for (int e = 0; e < I::E; ++e)
+          if (it * I::E + e < n) {
+            in[u].v[e] = x[it * I::E + e];
+            if (RES) rin[u].v[e] = res[it * I::E + e];
+          }
       }
     }
 #pragma unroll
@@ -78,18 +90,43 @@ __global__ void __launch_bounds__(256, 4) ck_dropout(const T* __restrict__ x, T*
         unsigned int r[4];
         ck_dropout_words(it * I::G + h, k0, k1, r);
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          out.v[4 * h + j] = tr::store(tr::load(in[u].v[4 * h + j]) * (r[j] >= thr ? scale : A(0)));
+        for (int j = 0; j < 4; ++j) {
+          if (RES)
+            out.v[4 * h + j] = tr::store(ck_dp_add(tr::load(rin[u].v[4 * h + j]),
+                                                   ck_dp_mul(tr::load(in[u].v[4 * h + j]), r[j] >= thr ? scale : A(0))));
+          else
+            out.v[4 * h + j] = tr::store(tr::load(in[u].v[4 * h + j]) * (r[j] >= thr ? scale : A(0)));
+        }
       }
       if (VEC && it < nfull) {
         reinterpret_cast<typename I::R*>(y)[it] = out.raw;
         ck_l2_release(reinterpret_cast<const typename I::R*>(x) + it);
+        if (RES) ck_l2_release(reinterpret_cast<const typename I::R*>(res) + it);
       } else {
 #pragma unroll
         for (int e = 0; e < I::E; ++e) if (it * I::E + e < n) y[it * I::E + e] = out.v[e];
       }
     }
   }
+}
+
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(256, 4) ck_dropout(const T* __restrict__ x, T* __restrict__ y, long long n,
+                                                  unsigned int k0, unsigned int k1, unsigned int thr,
+                                                  typename ck_traits<T>::acc scale) {
+  CK_PDL_WAIT();
+  ck_dropout_body<T, VEC, false>(x, (const T*)0, y, n, k0, k1, thr, scale);
+}
+
+// r + dropout(x): a residual stream's update x_out = r + dropout(branch) in one pass (3 blocks an SM:
+// at 4 its second operand spilled, 16-bit items 40-48 bytes a thread).
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(256, 3) ck_dropout_res(const T* __restrict__ x, const T* __restrict__ res,
+                                                      T* __restrict__ y, long long n, unsigned int k0,
+                                                      unsigned int k1, unsigned int thr,
+                                                      typename ck_traits<T>::acc scale) {
+  CK_PDL_WAIT();
+  ck_dropout_body<T, VEC, true>(x, res, y, n, k0, k1, thr, scale);
 }
 
 // m[i] = word(i) >= thr (1 = kept), m: [n] bytes; VEC: m is 4-byte aligned. Block 256, grid-stride.

@@ -24,7 +24,8 @@ _WAVES = 8   # resident-block waves the grid covers at most (each thread then lo
 
 def name_expressions() -> list[str]:
     """Every template instantiation this module launches."""
-    out = [f"ck_dropout<{ctype(dt)}, {v}>" for dt in FLOAT_DTYPE_NAMES for v in ("true", "false")]
+    out = [f"ck_dropout{r}<{ctype(dt)}, {v}>" for r in ("", "_res") for dt in FLOAT_DTYPE_NAMES
+           for v in ("true", "false")]
     return out + ["ck_dropout_mask<true>", "ck_dropout_mask<false>"]
 
 
@@ -42,10 +43,11 @@ def _key(seed: int):
     return np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32)
 
 
-def dropout(x, threshold: int, scale, seed: int):
+def dropout(x, threshold: int, scale, seed: int, residual=None):
     """y = x * (word(i) >= threshold ? scale : 0) for a C-contiguous CuPy array x (float16,
     bfloat16, float32, float64) on the current device; scale: np.float32 (np.float64 for
-    float64). Returns a new array like x. Arguments validated by the caller."""
+    float64); residual: None or a C-contiguous array like x added to the product (ck_dropout_res).
+    Returns a new array like x. Arguments validated by the caller."""
     from ..runtime import _cupy
     from ..runtime.compiler import _launch_function
     cp = _cupy.loaded_cupy()
@@ -53,14 +55,15 @@ def dropout(x, threshold: int, scale, seed: int):
     n = x.size
     if n == 0:
         return y
-    vec = (x.data.ptr | y.data.ptr) % 16 == 0
-    expr = f"ck_dropout<{ctype(x.dtype.name)}, {'true' if vec else 'false'}>"
+    res = () if residual is None else (residual,)
+    vec = (x.data.ptr | y.data.ptr | (residual.data.ptr if res else 0)) % 16 == 0
+    expr = f"ck_dropout{'_res' if res else ''}<{ctype(x.dtype.name)}, {'true' if vec else 'false'}>"
     f = _family.function(x.data.device_id, expr)
     k0, k1 = _key(seed)
     acc = np.float64 if x.dtype == np.float64 else np.float32
     per_item = 8 if x.dtype.itemsize == 2 else 4
     _launch_function(expr, f, _grid(2, -(-n // per_item)), (THREADS, 1, 1),
-                     (x, y, np.int64(n), k0, k1, np.uint32(threshold), acc(scale)), 0, None)
+                     (x, *res, y, np.int64(n), k0, k1, np.uint32(threshold), acc(scale)), 0, None)
     return y
 
 

@@ -47,7 +47,7 @@ TRACEABLE = frozenset({
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "batch_norm_backward",
     "batch_norm_backward_fused",
     "max_pool2d_nhwc", "max_pool2d_backward_nhwc", "avg_pool2d_nhwc", "avg_pool2d_backward_nhwc",
-    "dropout", "dropout_backward",   # their seed is a per-call integer (dispatch.DYNAMIC)
+    "dropout", "dropout_residual", "dropout_backward",   # their seed is a per-call integer (dispatch.DYNAMIC)
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
     "layernorm", "layernorm_with_stats", "rmsnorm", "rmsnorm_with_stats",
     "sum", "mean", "max", "min", "sum_backward", "mean_backward", "sum_backward_like", "mean_backward_like",
