@@ -97,7 +97,7 @@ def signature(args: tuple):
 # op -> positions of int arguments that change from call to call (a dropout seed; negative: from the
 # end): the signature holds PER_CALL for them and the plan takes their value per call
 # (kernels/trace_plans.py). ops.py adds the planned attention ops whose seed comes last.
-DYNAMIC = {"dropout": (2,), "dropout_residual": (2,), "dropout_backward": (2,)}
+DYNAMIC = {"dropout": (2,), "dropout_backward": (2,)}
 PER_CALL = "<per call>"
 
 

@@ -100,6 +100,10 @@ _VARLEN_SHARED = {"attention_varlen_shared": 3, "attention_varlen_with_lse_share
 _KEYWORD_TAILS.update({op: _KEYWORD_TAILS[op[:-len("_shared")]] for op in _VARLEN_SHARED})
 # the attention ops with dropout take its seed last: a per-call integer of their plans
 _DYNAMIC.update({op: (-1,) for op, (_, keys) in _KEYWORD_TAILS.items() if keys[-1] == "seed"})
+# an op planned under a name of its own for its keywords (dropout_residual) keeps its base op's
+# per-call arguments, which come before the keywords appended after them
+_DYNAMIC.update({op: _DYNAMIC[base] for op, (base, _) in _KEYWORD_TAILS.items()
+                 if op != base and base in _DYNAMIC and op not in _DYNAMIC})
 # convolution op -> (its plain form's planner, its channels-last memory_format, the planned op and
 # planner of that format (on the views its checked call makes), other names of its plain form)
 _CONV_FORMATS = {op: (f"plan_{op}", cl, f"{op}_{cl}", f"plan_{op}_{cl}", plain)

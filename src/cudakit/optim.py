@@ -12,8 +12,8 @@ dtypes: parameters float32, float64, float16 or bfloat16; gradients in the param
 shape. Layouts: a parameter covers one gapless block of memory, C-contiguous or a permutation of it
 (a channels-last convolution weight, as PyTorch's channels_last models keep them); the update runs
 over that memory, so states and master weights are made in the parameter's layout and a gradient in
-another layout is copied into it. States (exp_avg, exp_avg_sq, max_exp_avg_sq, momentum buffer) are float32, float64 for
-float64 parameters. Arithmetic is in the state dtype. 16-bit parameters are either updated
+another layout is copied into it. States (exp_avg, exp_avg_sq, max_exp_avg_sq, momentum buffer) are
+float32, float64 for float64 parameters. Arithmetic is in the state dtype. 16-bit parameters are either updated
 directly (loaded to float32, rounded back: small updates can round away) or, with master weights,
 through a float32 master copy that is updated and from which the 16-bit parameter is written.
 
@@ -184,7 +184,6 @@ def _state_dtype(param_dtype: str) -> np.dtype:
     return np.dtype(np.float64 if param_dtype == "float64" else np.float32)
 
 
-
 def _order(x):
     """x's axes from slowest to fastest in memory where x covers one gapless block (C order for a
     C-contiguous x), else None (checks.dense_order)."""
@@ -290,12 +289,12 @@ def _check_states(states: list, params: list, dtypes: list, name: str, where: st
             raise ShapeError(f"{name}[{i}]: expected shape {p.shape} (the shape of params[{i}]), got {s.shape}")
         if s.dtype != want:
             raise DTypeError(f"{name}[{i}]: expected dtype {want} for {dtypes[i]} parameters, got {s.dtype}")
-        if (_layout_key(s) != _layout_key(p)) if where == "cuda" else _order(s) is None:
+        if where == "cuda" and _layout_key(s) != _layout_key(p):
             raise ShapeError(f"{name}[{i}]: state arrays must have the memory layout of params[{i}] (strides "
-                             f"{s.strides}, theirs {p.strides}; they are updated in place beside it)"
-                             if where == "cuda" else
-                             f"{name}[{i}]: state arrays must cover one gapless block of memory (strides {s.strides}); "
-                             f"they are updated in place")
+                             f"{s.strides}, theirs {p.strides}; they are updated in place beside it)")
+        if where == "cpu" and _order(s) is None:
+            raise ShapeError(f"{name}[{i}]: state arrays must cover one gapless block of memory (strides "
+                             f"{s.strides}); they are updated in place")
         check_writeable("optimizer", f"{name}[{i}]", s)
         if where == "cuda" and s.data.device_id != p.data.device_id:
             raise DeviceError(f"{name}[{i}] is on cuda:{s.data.device_id} but params[{i}] on cuda:{p.data.device_id}")

@@ -50,7 +50,7 @@ def dgrad_gelu(g3, w3, w_stored_nk: bool, gx, pre3) -> bool:
     acc = np.float64 if gx.dtype == np.float64 else np.float32
     w = w3[0].astype(acc)
     with np.errstate(invalid="ignore", over="ignore"):
-        h = g3[0].astype(acc) @ (w.T if not w_stored_nk else w)
+        h = g3[0].astype(acc) @ (w if w_stored_nk else w.T)
         gx[0] = _gelu_tanh_bwd(h, pre3[0].astype(acc))
     return True
 

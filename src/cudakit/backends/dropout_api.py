@@ -120,13 +120,8 @@ class DropoutOps:
         """
         op = "dropout"
         if not check_bool(op, "training", training):
-            check_p(op, p)
-            check_seed(op, seed)
-            x = self._coerce(x, "x")
-            self._check_dtype(x, "x", op)
-            res = self._dropout_residual(op, x, residual)
-            with self._device_scope(x):
-                return self._copy(x) if res is None else self.add(x, res)
+            check_p(op, p)   # (checked, then unused: the p == 0 path copies x)
+            p = 0.0
         return self._dropout_apply(op, x, p, seed, "x", residual)
 
     def dropout_backward(self, grad_out, p: float, seed: int):

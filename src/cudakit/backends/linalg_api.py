@@ -282,11 +282,11 @@ class LinalgOps:
             x3 = self._ascontiguous(x).reshape(1, rows, fin)
             w3, tw = self._weight_operand(w)     # op(w3) = weight^T
             gx = self.empty((1, rows, fin), x.dtype)
-            if pre is None:
+            pre3 = None if pre is None else self._ascontiguous(pre).reshape(1, rows, fin)
+            if pre3 is None or not mod.dgrad_gelu(g3, w3, tw, gx, pre3):
                 gemm(g3, w3, gx, False, not tw)
-            elif not mod.dgrad_gelu(g3, w3, tw, gx, self._ascontiguous(pre).reshape(1, rows, fin)):
-                gemm(g3, w3, gx, False, not tw)
-                self.gelu_backward(gx, pre.reshape(1, rows, fin), "tanh", out=gx)
+                if pre3 is not None:
+                    self.gelu_backward(gx, pre3, "tanh", out=gx)
             gw = self.empty((1, fout, fin), x.dtype)
             gb = self._wgrad_bias(g3, x3, gw) if bias else None   # both in the weight-gradient GEMM
             if gb is None:

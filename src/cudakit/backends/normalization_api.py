@@ -238,8 +238,8 @@ class NormalizationOps:
                                        "residual_grad": residual_grad}, {"mean": mean, "rstd": rstd})
         x, g, w = a["x"], a["grad_out"], a["weight"]
         lead, norm, rows, cols = self._backward_layout(op, x, g, w, st["mean"], normalized_ndim)
-        res = self._residual_grad(op, x, a["residual_grad"], (rows, cols))
         with self._device_scope(x):
+            res = self._residual_grad(op, x, a["residual_grad"], (rows, cols))
             m = self._rows_stat(op, "mean", st["mean"], lead)
             r = self._rows_stat(op, "rstd", st["rstd"], lead)
             dx, dw, db = self._norm_module().layernorm_backward(
@@ -252,8 +252,7 @@ class NormalizationOps:
             return None
         if tuple(res.shape) != tuple(x.shape):
             raise ShapeError(f"{op}: residual_grad must have x's shape {tuple(x.shape)}; got {tuple(res.shape)}")
-        with self._device_scope(x):
-            return self._flat(res, shape)
+        return self._flat(res, shape)
 
     def _backward_layout(self, op, x, g, w, stat, normalized_ndim):
         """(lead dims, normalised dims, rows, cols) of a layernorm/rmsnorm backward; grad_out must
@@ -304,8 +303,8 @@ class NormalizationOps:
                                        "residual_grad": residual_grad}, {"rstd": rstd})
         x, g, w = a["x"], a["grad_out"], a["weight"]
         lead, norm, rows, cols = self._backward_layout(op, x, g, w, st["rstd"], normalized_ndim)
-        res = self._residual_grad(op, x, a["residual_grad"], (rows, cols))
         with self._device_scope(x):
+            res = self._residual_grad(op, x, a["residual_grad"], (rows, cols))
             r = self._rows_stat(op, "rstd", st["rstd"], lead)
             dx, dw = self._norm_module().rmsnorm_backward(
                 self._flat(g, (rows, cols)), self._flat(x, (rows, cols)), self._flat(w, cols), r, residual=res)

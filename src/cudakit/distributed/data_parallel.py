@@ -145,7 +145,8 @@ class GradSync:
 
     grads[i]: the gradient buffer of params[i] (a view into its bucket, params[i]'s shape and
     dtype, C-contiguous: a parameter in another dense layout, channels-last say, is taken and
-    broadcast through a C copy, and an optimizer copies its gradient into its layout); with a dict, the methods take names as well as indices and wait() returns a dict.
+    broadcast through a C copy, and an optimizer copies its gradient into its layout); with a
+    dict, the methods take names as well as indices and wait() returns a dict.
     average: divide the sum by the group size (an "avg" all-reduce). broadcast_from: the global
     rank whose parameters every rank starts with (None: no broadcast). bucket_bytes and
     tail_bucket_bytes: see plan_buckets (the gradients of the first parameters, which the backward

@@ -49,8 +49,9 @@ class ZeroRedundancyOptimizer:
     master_weights=True, and the float32 master copies are sharded too).
 
     params: views into the buckets with the given shapes and dtypes (a list, or a dict with the
-    same names; C-contiguous, whatever dense layout a given parameter had), holding the given values (broadcast from global rank `broadcast_from` first,
-    None: no broadcast): the model must use these arrays from now on. grads: gradient views like
+    same names; C-contiguous, whatever dense layout a given parameter had), holding the given
+    values (broadcast from global rank `broadcast_from` first, None: no broadcast): the model
+    must use these arrays from now on. grads: gradient views like
     params. A step's gradients come as step(grads), or set_grad(i, g) / mark_ready(i) for each
     (all of them: step() refuses a partial set), or written into grads before a bare step().
     average: the gradients are averaged over the ranks (else summed). bucket_bytes: the buckets'

@@ -351,7 +351,8 @@ def linear_epilogue(x3, w3, w_stored_nk: bool, out, bias=None, gelu: bool = Fals
     GELU (tanh form) after the bias; aux: (1, rows, fout) receiving the pre-activation (with gelu);
     residual: like out, added to the accumulator (cuBLASLt's C operand, beta 1; not with gelu; 16-byte
     aligned only: a residual 2 bytes off took kernels whose bfloat16 results with a bias were up to
-    1.5 ulps off the correctly rounded value, H200 2026-11-29). All C-contiguous, one dtype. Returns False (nothing written) where cuBLASLt cannot do it."""
+    1.5 ulps off the correctly rounded value, H200 2026-11-29). All C-contiguous, one dtype.
+    Returns False (nothing written) where cuBLASLt cannot do it."""
     if not epilogue_applies(out, x3.shape[2], bias, gelu):
         return False
     if residual is not None and residual.data.ptr % 16:
