@@ -11,7 +11,10 @@ work: "res+relu" relu(bn(x) + r) (cudakit's residual= and activation="relu", 4 x
 F.batch_norm, +, relu), "relu" relu(bn(x)) (3 x's bytes; torch F.batch_norm, relu), "bwd-relu"
 the gradients of relu(bn(x)) (cudakit's batch_norm_backward(activation="relu"), 5 x's bytes;
 torch.autograd.grad of torch's relu(bn(x)): threshold_backward, then the batch norm's backward).
-    python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused]
+--resident-ab: the forward also as the three launches (statistics, finalize, apply: x read twice)
+with the one-launch kernel (ck_bn_resident, x kept in shared memory) switched off, pass
+"fwd-3launch", through the backend's unplanned call, interleaved with the others (device time).
+    python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
 
@@ -27,6 +30,8 @@ tag = argv[argv.index("--tag") + 1] if "--tag" in argv else "tree"
 # (N, C, H, W): ResNet-50's batch norms at batch 32 (224x224 input) and an (N, C) one
 CASES = [(32, 64, 112, 112), (32, 256, 56, 56), (32, 128, 28, 28), (32, 512, 28, 28), (32, 1024, 14, 14),
          (32, 2048, 7, 7), (8192, 1024)]
+if "--cases" in argv:   # --cases 32x128x28x28,8192x1024: these of CASES only
+    CASES = [tuple(map(int, c.split("x"))) for c in argv[argv.index("--cases") + 1].split(",")]
 rows = []
 
 
@@ -47,6 +52,16 @@ def _inputs(shape, dtype, cl):
     return (tx, tr, tg, tw, tb, trm, trv), (x, r, g, w, b, cp.zeros(c, x.dtype), cp.ones(c, x.dtype))
 
 
+def _three_launches(*args):
+    """The backend's batch_norm_with_stats (no traced plan) with the one-launch kernel off."""
+    from cudakit.kernels import normalization as nk
+    nk.BN_RESIDENT = False
+    try:
+        return cudakit.get_backend("cuda").batch_norm_with_stats(*args, True, 0.1, 1e-5)
+    finally:
+        nk.BN_RESIDENT = True
+
+
 def run(shape, dtype, cl):
     (tx, _, tg, tw, tb, trm, trv), (x, _, g, w, b, rm, rv) = _inputs(shape, dtype, cl)
     tf = lambda: torch.nn.functional.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5)  # noqa: E731
@@ -59,9 +74,11 @@ def run(shape, dtype, cl):
     derr = float(cp.abs(dx.astype(cp.float32) - cp.from_dlpack(tdx).astype(cp.float32)).max())
     cl_out = bool(len(shape) == 4 and y.strides[1] == y.itemsize and dx.strides[1] == dx.itemsize)
     name = f"{'x'.join(map(str, shape))} {'cl' if cl else 'nchw'} {dtype}"
-    time_passes(rows, tag, name, 30, x.nbytes,
-                (("fwd", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5), tf, 3 * x.nbytes),
-                 ("bwd", lambda: cudakit.batch_norm_backward(g, x, w, sm, si), tbwd, 5 * x.nbytes)),
+    passes = [("fwd", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5), tf, 3 * x.nbytes),
+              ("bwd", lambda: cudakit.batch_norm_backward(g, x, w, sm, si), tbwd, 5 * x.nbytes)]
+    if "--resident-ab" in argv:
+        passes.append(("fwd-3launch", lambda: _three_launches(x, w, b, rm, rv), tf, 3 * x.nbytes))
+    time_passes(rows, tag, name, 30, x.nbytes, passes,
                 {"output_channels_last": cl_out, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
                 f"out {'cl' if cl_out else 'nchw'} err {err:.3g} {derr:.3g}")
 

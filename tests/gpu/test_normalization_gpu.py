@@ -389,6 +389,107 @@ def test_api_batch_norm_fused_channels_last_and_planned(cuda_be, dtype, rng):
     assert {"batch_norm_with_stats_fused", "batch_norm_backward_fused"} <= planned, planned
 
 
+def _bn_forward_launches(nk, *args, **kw):
+    """batch_norm_forward(*args, **kw) and the names of the kernels it launched."""
+    from cudakit.runtime import launch
+    launch.recent_launches.clear()
+    out = nk.batch_norm_forward(*args, **kw)
+    return out, [name.split("<")[0] for name, _, _ in launch.recent_launches]
+
+
+# the single-read training forward (x resident in shared memory) against the three launches, on
+# each of its layouts: NCHW vectors (8, 16, 32, 32), (7, 33, 24, 32) and (301, 8, 4, 4) (chunks of
+# 2 rows, the last of 1), single elements (5, 2, 29, 31); channels-last rows (4500, 520) and rows of 24 channels
+# (70001, 24: 6 vectors a row in float32, 3 in 16-bit: blocks of 6 x 42 or 3 x 85 threads, which end
+# in a part-filled warp)
+BN_RESIDENT_SHAPES = [(8, 16, 32, 32), (5, 2, 29, 31), (7, 33, 24, 32), (301, 8, 4, 4), (4500, 520), (70001, 24)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", BN_RESIDENT_SHAPES)
+@pytest.mark.parametrize("fused", [False, True])
+def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused, rng, monkeypatch):
+    """ck_bn_resident (statistics, grid barrier, finalize, grid barrier, y from the shared-memory tile)
+    against float64 and against the three-launch path (nk.BN_RESIDENT off), which must still be
+    what runs there: y, the saved statistics and the running statistics, updated once, within
+    rounding of each other (their partials merge in different trees), and each path bitwise
+    reproducible."""
+    nk = _nk()
+    c, eps, mom = shape[1], 1e-5, 0.1
+    x, r = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
+    gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
+    rm0, rv0 = _data(rng, c, dtype), ref.cast(np.abs(_data(rng, c, dtype)) + 0.5, dtype)
+    yr, mr, vr, vu = ref.batch_norm_train(x, gamma, beta, eps)
+    want = np.maximum(yr + ref.f64(r), 0) if fused else yr
+    scale = ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + eps))
+    if fused:
+        scale = np.maximum(scale, np.abs(ref.f64(r)))
+    sd = "float32" if dtype != "float64" else dtype
+    runs = {}
+    for resident in (True, False, True):
+        monkeypatch.setattr(nk, "BN_RESIDENT", resident)
+        rm, rv = cp.asarray(rm0), cp.asarray(rv0)
+        kw = {"residual": _dev(r), "relu": True} if fused else {}
+        (y, sm, si), names = _bn_forward_launches(nk, _dev(x), _dev(gamma), _dev(beta), rm, rv, True, mom, eps,
+                                                  out=_poisoned(shape, dtype), **kw)
+        assert names == (["ck_bn_barrier_zero", "ck_bn_resident"] if resident else ["ck_bn_stats_cl" if len(shape) == 2 else "ck_bn_stats",
+                                                               "ck_bn_finalize", "ck_bn_apply"]), names
+        ref.assert_close(y.get(), want, dtype, f"y resident={resident}", scale=scale)
+        ref.assert_close(sm.get(), mr, sd, "save_mean")
+        ref.assert_close(si.get(), 1 / np.sqrt(vr + eps), sd, "save_invstd")
+        ref.assert_close(rm.get(), (1 - mom) * ref.f64(rm0) + mom * mr, dtype, "running_mean")
+        ref.assert_close(rv.get(), (1 - mom) * ref.f64(rv0) + mom * vu, dtype, "running_var")
+        got = [a.get() for a in (y, sm, si, rm, rv)]
+        if resident in runs:
+            for a, b in zip(got, runs[resident]):
+                assert a.tobytes() == b.tobytes()
+        runs[resident] = got
+    tol = {"float64": 1e-12, "float32": 1e-5}.get(dtype, 1e-2)
+    for name, a, b in zip(("y", "save_mean", "save_invstd", "running_mean", "running_var"), runs[True], runs[False]):
+        np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
+
+
+def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
+    """An x larger than the shared memory of the blocks the device holds at once takes the three
+    launches; the resident kernel's grid fits in what the occupancy allows."""
+    import cudakit
+    nk = _nk()
+    info = cudakit.get_device_info()
+    room = info.multiprocessors * info.max_shared_memory_per_multiprocessor
+    big = cp.ones((4, 8, room // 128 + 1, 8), cp.float32)   # 32 * (room/128 + 1) floats: past room bytes
+    _, names = _bn_forward_launches(nk, big, None, None, None, None, True, 0.1, 1e-5)
+    assert names == ["ck_bn_stats", "ck_bn_finalize", "ck_bn_apply"], names
+    x = cp.asarray(_data(rng, (32, 64, 28, 28), "float32"))
+    (_, sm, _), names = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
+    assert names == ["ck_bn_barrier_zero", "ck_bn_resident"], names
+    ref.assert_close(sm.get(), ref.f64(x.get()).mean(axis=(0, 2, 3)), "float32", "save_mean")
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batch_norm_resident_in_graph_replays(channels_last, rng):
+    """The single-read forward captured in a CUDA graph (its barrier counter zeroed by its own launch
+    in the graph) and replayed on new inputs, back to back and on another stream: each replay equals
+    the eager call on the same input bit for bit."""
+    import cudakit
+    from cudakit.runtime import launch
+    shape = (16, 32, 20, 24)
+    xs = [cp.asarray(_data(rng, shape, "float32", loc=k, scale=k + 1.0)) for k in range(4)]
+    if channels_last:
+        xs = [_channels_last(x) for x in xs]
+    g, b = cp.asarray(_data(rng, 32, "float32", loc=1.0)), cp.asarray(_data(rng, 32, "float32"))
+    fn = lambda a: cudakit.batch_norm_with_stats(a, g, b, None, None, True, activation="relu")  # noqa: E731
+    launch.recent_launches.clear()
+    want = [[o.get() for o in fn(x)] for x in xs]
+    assert any(name.startswith("ck_bn_resident") for name, _, _ in launch.recent_launches)
+    graph = cudakit.graph(fn, xs[0], warmup=1)
+    got = [[o.get() for o in graph(x)] for x in xs[1:3]]
+    with cp.cuda.Stream(non_blocking=True):
+        got.append([o.get() for o in graph(xs[3])])
+    for w, o in zip(want[1:], got):
+        for a, c in zip(w, o):
+            assert a.tobytes() == c.tobytes()
+
+
 def test_batch_norm_grads_are_bitwise_deterministic(rng):
     nk = _nk()
     x = cp.asarray(_data(rng, (16, 32, 40, 40), "float32"))

@@ -788,11 +788,13 @@ __device__ __forceinline__ C ck_bn_epilogue(C v, C res, bool has_res, int relu) 
 // pn, pm, pm2: [CS/V, gridDim.y] Welford partials (count, mean, squared deviations) of each
 // vector column and row chunk; channel c's are the contiguous [c*K, (c+1)*K), K = (S/V)*gridDim.y.
 // Traffic: N*CS*sizeof(T) read + 3*(CS/V)*gridDim.y*sizeof(acc) written.
+// stash: null, or the block's tile of x in shared memory ([chunk, blockDim.x] vectors: row r of
+// column k at (r - blockIdx.y*chunk)*blockDim.x + tx), filled as the rows are read (ck_bn_resident).
 template <typename T, int V>
-__global__ void __launch_bounds__(256, 1) ck_bn_stats(
+__device__ __forceinline__ void ck_bn_stats_body(
     const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
-    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk) {
-  CK_PDL_WAIT();
+    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk,
+    typename ck_raw<sizeof(T) * V>::type* stash) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -810,6 +812,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats(
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
       if (r < r1) p[u].raw = xr[r * csv + k];
+      if (stash && r < r1) stash[(r - r0) * blockDim.x + threadIdx.x] = p[u].raw;
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
@@ -830,6 +833,14 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats(
     const long long o = k * gridDim.y + blockIdx.y;
     pn[o] = n; pm[o] = m; pm2[o] = m2;
   }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_stats(
+    const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
+    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk) {
+  CK_PDL_WAIT();
+  ck_bn_stats_body<T, V>(x, pn, pm, pm2, N, csv, chunk, nullptr);
 }
 
 // Channel c's statistics from its merged Welford state (n, m, m2) in training (running_mean and
@@ -901,6 +912,26 @@ __device__ __forceinline__ long long ck_bn_lane_channel(long long k, long long s
   return CL ? k * V + i : k / sv;
 }
 
+// One pack of y from its pack of x (and pr, the residual's, where res, the residual, is not null)
+// and its lanes' channel values.
+template <typename T, int V, bool EPI>
+__device__ __forceinline__ ck_pack<T, V> ck_bn_apply_pack(
+    const ck_pack<T, V>& p, const ck_pack<T, V>& pr, const void* res, int relu, const typename ck_traits<T>::acc (&mu)[V],
+    const typename ck_traits<T>::acc (&sc)[V], const typename ck_traits<T>::acc (&bt)[V]) {
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  ck_pack<T, V> po;
+  C v[V];
+  ck_cvt<T, V>::load(p, v);
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    v[i] = ck_bn_affine(v[i], mu[i], sc[i], bt[i]);
+    if (EPI) v[i] = ck_bn_epilogue(v[i], res ? tr::load(pr.v[i]) : C(0), res != nullptr, relu);
+  }
+  ck_cvt<T, V>::store(po, v);
+  return po;
+}
+
 // x, y: [N, CS] as in ck_bn_stats (CL: [N, C] as in ck_bn_stats_cl, sv unused); mean, scale: [C]
 // (acc); beta: [C] of T or null; residual: like x, or null. y = (x - mean[c]) * scale[c] + beta[c]
 // (+ residual, then relu where relu: EPI, the fused epilogue, whose registers the plain apply does
@@ -943,18 +974,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < N) {
-        ck_pack<T, V> po;
-        C v[V];
-        ck_cvt<T, V>::load(p[u], v);
-#pragma unroll
-        for (int i = 0; i < V; ++i) {
-          v[i] = ck_bn_affine(v[i], mu[i], sc[i], bt[i]);
-          if (EPI) v[i] = ck_bn_epilogue(v[i], rr ? tr::load(pr[u].v[i]) : C(0), rr != nullptr, relu);
-        }
-        ck_cvt<T, V>::store(po, v);
-        yr[r * csv + k] = po.raw;
-      }
+      if (r < N) yr[r * csv + k] = ck_bn_apply_pack<T, V, EPI>(p[u], pr[u], rr, relu, mu, sc, bt).raw;
     }
   }
 }
@@ -1276,11 +1296,12 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
 // pn, pm, pm2: [gridDim.y, C] Welford partials of each row chunk and channel (row-major: a warp
 // writes adjacent channels; ck_bn_finalize reads them with a stride of C).
 // Traffic: N*C*sizeof(T) read + 3*C*gridDim.y*sizeof(acc) written.
+// stash: as ck_bn_stats_body's.
 template <typename T, int V>
-__global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
+__device__ __forceinline__ void ck_bn_stats_cl_body(
     const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
-    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long cv, long long chunk) {
-  CK_PDL_WAIT();
+    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long cv, long long chunk,
+    typename ck_raw<sizeof(T) * V>::type* stash) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -1301,6 +1322,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
       if (r < r1) { p[u].raw = xr[r * cv + k]; cnt = u + 1; }
+      if (stash && r < r1) stash[(r - r0) * blockDim.x + threadIdx.x] = p[u].raw;
     }
     // each lane: the group's exact mean and squared deviations, then one Chan merge
     const C nb = C(cnt), inb = C(1) / nb, f = nb / (n + nb);
@@ -1344,6 +1366,127 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
     const long long o = (long long)blockIdx.y * cv * V + k * V;
 #pragma unroll
     for (int i = 0; i < V; ++i) { pn[o + i] = n; pm[o + i] = m[i]; pm2[o + i] = m2[i]; }
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
+    const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
+    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long cv, long long chunk) {
+  CK_PDL_WAIT();
+  ck_bn_stats_cl_body<T, V>(x, pn, pm, pm2, N, cv, chunk, nullptr);
+}
+
+// ================================================================ batch norm, x resident on chip
+// Zeroes the arrival counter of ck_bn_resident's grid barriers (its own launch before it: a memset
+// would not be recorded in a traced plan, and no value in memory is safe to assume, as %gridid
+// would be were it not repeated by a CUDA graph's replays).
+__global__ void ck_bn_barrier_zero(unsigned* __restrict__ count) {
+  CK_PDL_WAIT();
+  if (threadIdx.x == 0) *count = 0u;
+}
+
+// A barrier of the whole grid, whose blocks must all be resident at once (the host sizes the grid
+// from the occupancy): each block adds 1 to *count (zeroed before the launch) and waits until it
+// reaches target (the grid's block count times the barriers so far, this one included).
+__device__ __forceinline__ void ck_grid_barrier(unsigned* count, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    __threadfence();
+    atomicAdd(count, 1u);
+    for (;;) {
+      unsigned v;
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
+      if (v >= target) break;
+      __nanosleep(32);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+#define CK_BN_MERGE_U 8
+
+// Training batch norm reading x once, where it fits in the shared memory of the co-resident blocks
+// (the three launches ck_bn_stats, ck_bn_finalize and ck_bn_apply read it twice): each block reads
+// its tile as ck_bn_stats(_cl) does (layout, block and partials as there; CL: channels-last) and
+// keeps it in shared memory (dynamic: [chunk, blockDim.x] vectors); grid barrier; the warps of the
+// grid merge each channel's K partials in a fixed order (partial j at c*cs + j*ks by lane j % 32 in
+// increasing j, then the warp's shuffles) and write save_mean, save_invstd, scale and the running
+// statistics as ck_bn_finalize; grid barrier; each block writes y from its tile as ck_bn_apply
+// (EPI: + residual, then relu). Data another block wrote is read through L2 (__ldcg).
+// count: the barriers' arrival counter, zeroed by ck_bn_barrier_zero.
+// Traffic: N*CS*sizeof(T) read + the same written (+ the residual read) + the partials.
+template <typename T, int V, bool CL, bool EPI>
+__global__ void __launch_bounds__(256, 2) ck_bn_resident(
+    const T* __restrict__ x, T* __restrict__ y, typename ck_traits<T>::acc* pn, typename ck_traits<T>::acc* pm,
+    typename ck_traits<T>::acc* pm2, long long N, long long csv, long long sv, long long chunk, long long K,
+    long long cs, long long ks, long long C_, const T* __restrict__ gamma, const T* __restrict__ beta,
+    T* __restrict__ running_mean, T* __restrict__ running_var, typename ck_traits<T>::acc* save_mean,
+    typename ck_traits<T>::acc* save_invstd, typename ck_traits<T>::acc* scale, typename ck_traits<T>::acc momentum,
+    typename ck_traits<T>::acc eps, const T* __restrict__ residual, int relu, unsigned* count) {
+  CK_PDL_WAIT();
+  typedef ck_traits<T> tr;
+  typedef typename tr::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  extern __shared__ __align__(16) unsigned char ck_bn_tile[];
+  R* tile = reinterpret_cast<R*>(ck_bn_tile);
+  const unsigned nb = gridDim.x * gridDim.y;
+  if (CL) ck_bn_stats_cl_body<T, V>(x, pn, pm, pm2, N, csv, chunk, tile);
+  else ck_bn_stats_body<T, V>(x, pn, pm, pm2, N, csv, chunk, tile);
+  ck_grid_barrier(count, nb);
+  const int t = threadIdx.y * blockDim.x + threadIdx.x, lane = t & 31;
+  const int nw = (int)(blockDim.x * blockDim.y) >> 5;   // whole warps (a CL block may end in a partial one)
+  if ((t >> 5) < nw) {
+    for (long long c = (long long)(blockIdx.y * gridDim.x + blockIdx.x) * nw + (t >> 5); c < C_; c += (long long)nb * nw) {
+      C n = C(0), m = C(0), m2 = C(0);
+      for (long long j0 = lane; j0 < K; j0 += 32 * CK_BN_MERGE_U) {   // CK_BN_MERGE_U loads in flight a lane
+        C bn[CK_BN_MERGE_U], bm[CK_BN_MERGE_U], bm2[CK_BN_MERGE_U];
+#pragma unroll
+        for (int u = 0; u < CK_BN_MERGE_U; ++u) {
+          const long long j = j0 + 32 * u, o = c * cs + j * ks;
+          bn[u] = j < K ? __ldcg(pn + o) : C(0);
+          bm[u] = j < K ? __ldcg(pm + o) : C(0);
+          bm2[u] = j < K ? __ldcg(pm2 + o) : C(0);
+        }
+#pragma unroll
+        for (int u = 0; u < CK_BN_MERGE_U; ++u) ck_welford_merge(n, m, m2, bn[u], bm[u], bm2[u]);
+      }
+      ck_warp_welford(n, m, m2);
+      if (lane == 0)
+        ck_bn_finish<T>(c, 1, n, m, m2, gamma, running_mean, running_var, save_mean, save_invstd, scale, momentum, eps);
+    }
+  }
+  ck_grid_barrier(count, 2 * nb);
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= csv) return;
+  C mu[V], sc[V], bt[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const long long c = ck_bn_lane_channel<V, CL>(k, sv, i);
+    mu[i] = __ldcg(save_mean + c); sc[i] = __ldcg(scale + c); bt[i] = beta ? tr::load(beta[c]) : C(0);
+  }
+  const R* __restrict__ rr = reinterpret_cast<const R*>(residual);
+  R* __restrict__ yr = reinterpret_cast<R*>(y);
+  const long long r0 = (long long)blockIdx.y * chunk;
+  const long long r1 = r0 + chunk < N ? r0 + chunk : N;
+  const long long step = (long long)blockDim.y * CK_U;
+  for (long long rb = r0 + threadIdx.y; rb < r1; rb += step) {
+    ck_pack<T, V> pr[CK_U];   // (EPI's residual; unused, and gone, without)
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (EPI && rr && r < r1) pr[u].raw = rr[r * csv + k];
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) {
+        ck_pack<T, V> p;
+        p.raw = tile[(r - r0) * blockDim.x + threadIdx.x];
+        yr[r * csv + k] = ck_bn_apply_pack<T, V, EPI>(p, pr[u], rr, relu, mu, sc, bt).raw;
+      }
+    }
   }
 }
 

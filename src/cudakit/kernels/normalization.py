@@ -77,15 +77,17 @@ def name_expressions(dtype=None) -> list[str]:
             out += [
                     f"ck_bn_stats<{t}, {v}>", f"ck_bn_small<{t}, {v}>"]
             for f in ("false", "true"):   # batch_norm, and fused with residual= / activation="relu"
-                out += [f"ck_bn_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_reduce<{t}, {v}, {f}>",
+                out += [f"ck_bn_apply<{t}, {v}, false, {f}>", f"ck_bn_resident<{t}, {v}, false, {f}>",
+                        f"ck_bn_bwd_reduce<{t}, {v}, {f}>",
                         f"ck_bn_bwd_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_small<{t}, {v}, {f}>"]
         v = vec_width(dt)   # channels-last rows (S == 1) of whole vectors of channels
         out += [f"ck_bn_stats_cl<{t}, {v}>"]
         for f in ("false", "true"):
-            out += [f"ck_bn_apply<{t}, {v}, true, {f}>", f"ck_bn_bwd_reduce_cl<{t}, {v}, {f}>",
+            out += [f"ck_bn_apply<{t}, {v}, true, {f}>", f"ck_bn_resident<{t}, {v}, true, {f}>",
+                    f"ck_bn_bwd_reduce_cl<{t}, {v}, {f}>",
                     f"ck_bn_bwd_apply<{t}, {v}, true, {f}>"]
         out += [f"ck_ln_bwd_cols<{t}>", f"ck_rms_bwd_cols<{t}>", f"ck_norm_colsum<{t}>",
-                f"ck_bn_finalize<{t}>", f"ck_bn_bwd_finalize<{t}>"]
+                f"ck_bn_finalize<{t}>", f"ck_bn_bwd_finalize<{t}>", "ck_bn_barrier_zero"]
     return out
 
 
@@ -380,6 +382,43 @@ def _bn_small(n: int, c: int, s: int) -> bool:
     return n * s <= BN_SMALL and (s > 1 or n * c <= BN_SMALL_ROWS)
 
 
+# The single-read training forward (ck_bn_resident): x kept in shared memory between its statistics
+# and its normalisation, so read from memory once. Its grid barriers need every block resident at
+# once, so it runs where x fits in the shared memory of the blocks the device holds together
+# (about 29 MB on an H100 or H200); False: always the three launches (a benchmark's A/B switch).
+BN_RESIDENT = True
+_BN_RESIDENT_BLOCKS = (2, 1)   # blocks a multiprocessor it tries, most first (its launch bounds allow 2)
+_static_smem: dict = {}   # (device, expr) -> the kernel's static shared memory in bytes
+
+
+def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int) -> tuple | None:
+    """(block, grid x, grid y, rows a block, dynamic shared memory) of ck_bn_resident on an [n, csv]
+    view of vectors of vbytes bytes, or None where the tiles do not fit the shared memory of the
+    blocks the device holds at once."""
+    info = _device_info()
+    if not BN_RESIDENT or not info.max_shared_memory_per_multiprocessor:
+        return None
+    cp = _cupy.loaded_cupy()
+    dev = cp.cuda.runtime.getDevice()
+    static = _static_smem.get((dev, expr))
+    if static is None:
+        static = _static_smem[(dev, expr)] = int(cp.cuda.driver.funcGetAttribute(1, _kernel(dev, dt, expr)[1].ptr))
+    block, gx, _, _ = _bn_blocks(csv, n, lanes)
+    bx, by = block[0], block[1]
+    for per_sm in _BN_RESIDENT_BLOCKS:
+        gy = min(n, per_sm * info.multiprocessors // gx)
+        if gy < 1:
+            continue
+        chunk = -(-n // gy)
+        gy = -(-n // chunk)
+        smem = chunk * bx * vbytes
+        room = min(info.max_shared_memory_per_block_optin,
+                   info.max_shared_memory_per_multiprocessor // per_sm - info.reserved_shared_memory_per_block) - static
+        if smem <= room and _occupancy(dt, expr, bx * by, smem) * info.multiprocessors >= gx * gy:
+            return block, gx, gy, chunk, smem
+    return None
+
+
 def _finalize_launch(c: int, k: int) -> tuple:
     """(grid, block) of ck_bn_finalize / ck_bn_bwd_finalize for c channels of k partials each. A block
     a channel must have a grid of exactly c blocks: the kernels return before their block's
@@ -442,6 +481,24 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
         return y, save_mean, save_invstd
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, arrays)
     scale = cp.empty(c, acc)
+    fused = "true" if residual is not None or relu else "false"
+    cl = "true" if lanes else "false"
+    if training and x.size:
+        expr = f"ck_bn_resident<{t}, {v}, {cl}, {fused}>"
+        plan = _bn_resident(dt, expr, n, csv, lanes, v * _ITEMSIZE[dt])
+        if plan is not None:   # x read once (see ck_bn_resident)
+            block, gx, gy, chunk, smem = plan
+            pn, pm, pm2 = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(3))
+            k = gy if lanes else sv * gy
+            cs, ks = (1, c) if lanes else (k, 1)
+            count = cp.empty(1, np.uint32)
+            _launch("ck_bn_barrier_zero", dt, (1, 1, 1), (32, 1, 1), (count,))
+            _launch(expr, dt, (gx, gy, 1), block,
+                    (x, y, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(k),
+                     np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(beta), _ptr(running_mean),
+                     _ptr(running_var), save_mean, save_invstd, scale, a(x, momentum), a(x, eps), _ptr(residual),
+                     np.int32(bool(relu)), count), smem)
+            return y, save_mean, save_invstd
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     if training:   # partials: [vector columns, row chunks], or [row chunks, C] (lanes)
         pn, pm, pm2 = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(3))
@@ -458,8 +515,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
             (pn, pm, pm2, np.int64(k), np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(running_mean),
              _ptr(running_var), save_mean, save_invstd, scale, np.int32(bool(training)), a(x, momentum), a(x, eps)))
     if x.size:
-        fused = "true" if residual is not None or relu else "false"
-        _launch(f"ck_bn_apply<{t}, {v}, {'true' if lanes else 'false'}, {fused}>", dt, _apply_grid(gx, n, block[1]),
+        _launch(f"ck_bn_apply<{t}, {v}, {cl}, {fused}>", dt, _apply_grid(gx, n, block[1]),
                 block, (x, y, save_mean, scale, _ptr(beta), np.int64(n), np.int64(csv), np.int64(sv),
                         _ptr(residual), np.int32(bool(relu))))
     return y, save_mean, save_invstd
