@@ -71,3 +71,34 @@ template <typename T, int V> struct ck_cvt<T, V, true> {
     for (int k = 0; k < V / 2; ++k) ck_set_word(p.raw, k, ck_pack2(T(), f[2 * k], f[2 * k + 1]));
   }
 };
+
+// Copies 16 bytes global -> shared without registers (cp.async, sm_80+).
+__device__ __forceinline__ void ck_cp16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned int sa = (unsigned int)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(sa), "l"(gmem) : "memory");
+#else
+  *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
+#endif
+}
+// One 16-, 8- or 4-byte pack global -> shared (cp.async on sm_80+, so a thread's copies are all in
+// flight at once); a 2-byte one through a register.
+template <typename R>
+__device__ __forceinline__ void ck_cp_async(R* smem, const R* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (sizeof(R) == 16) {
+    ck_cp16(smem, gmem);
+    return;
+  } else if constexpr (sizeof(R) >= 4) {
+    const unsigned int sa = (unsigned int)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(sa), "l"(gmem), "n"((int)sizeof(R)) : "memory");
+    return;
+  }
+#endif
+  *smem = *gmem;
+}
+__device__ __forceinline__ void ck_cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}

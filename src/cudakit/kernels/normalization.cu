@@ -788,13 +788,13 @@ __device__ __forceinline__ C ck_bn_epilogue(C v, C res, bool has_res, int relu) 
 // pn, pm, pm2: [CS/V, gridDim.y] Welford partials (count, mean, squared deviations) of each
 // vector column and row chunk; channel c's are the contiguous [c*K, (c+1)*K), K = (S/V)*gridDim.y.
 // Traffic: N*CS*sizeof(T) read + 3*(CS/V)*gridDim.y*sizeof(acc) written.
-// stash: null, or the block's tile of x in shared memory ([chunk, blockDim.x] vectors: row r of
-// column k at (r - blockIdx.y*chunk)*blockDim.x + tx), filled as the rows are read (ck_bn_resident).
+// The body reads this thread's vector of row r at src[(r - rb0) * rs + kk]: x itself (src = x,
+// rb0 = 0, rs = CS/V, kk = k), or ck_bn_resident's tile of the block's rows in shared memory.
 template <typename T, int V>
 __device__ __forceinline__ void ck_bn_stats_body(
-    const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
-    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk,
-    typename ck_raw<sizeof(T) * V>::type* stash) {
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ src, long long rb0, long long rs, long long kk,
+    typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
+    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -803,7 +803,6 @@ __device__ __forceinline__ void ck_bn_stats_body(
   const bool live = k < csv;
   const long long r0 = (long long)blockIdx.y * chunk;
   const long long r1 = r0 + chunk < N ? r0 + chunk : N;
-  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   C n = C(0), m = C(0), m2 = C(0);
   const long long step = (long long)blockDim.y * CK_U;
   for (long long rb = r0 + threadIdx.y; live && rb < r1; rb += step) {
@@ -811,8 +810,7 @@ __device__ __forceinline__ void ck_bn_stats_body(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) p[u].raw = xr[r * csv + k];
-      if (stash && r < r1) stash[(r - r0) * blockDim.x + threadIdx.x] = p[u].raw;
+      if (r < r1) p[u].raw = src[(r - rb0) * rs + kk];
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
@@ -840,7 +838,9 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats(
     const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
     typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk) {
   CK_PDL_WAIT();
-  ck_bn_stats_body<T, V>(x, pn, pm, pm2, N, csv, chunk, nullptr);
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  ck_bn_stats_body<T, V>(reinterpret_cast<const R*>(x), 0, csv, (long long)blockIdx.x * blockDim.x + threadIdx.x,
+                         pn, pm, pm2, N, csv, chunk);
 }
 
 // Channel c's statistics from its merged Welford state (n, m, m2) in training (running_mean and
@@ -1296,12 +1296,12 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
 // pn, pm, pm2: [gridDim.y, C] Welford partials of each row chunk and channel (row-major: a warp
 // writes adjacent channels; ck_bn_finalize reads them with a stride of C).
 // Traffic: N*C*sizeof(T) read + 3*C*gridDim.y*sizeof(acc) written.
-// stash: as ck_bn_stats_body's.
+// src, rb0, rs, kk: as ck_bn_stats_body's (rs = C/V for x itself).
 template <typename T, int V>
 __device__ __forceinline__ void ck_bn_stats_cl_body(
-    const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
-    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long cv, long long chunk,
-    typename ck_raw<sizeof(T) * V>::type* stash) {
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ src, long long rb0, long long rs, long long kk,
+    typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
+    typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long cv, long long chunk) {
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
@@ -1310,7 +1310,6 @@ __device__ __forceinline__ void ck_bn_stats_cl_body(
   const bool live = k < cv;
   const long long r0 = (long long)blockIdx.y * chunk;
   const long long r1 = r0 + chunk < N ? r0 + chunk : N;
-  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   C n = C(0), m[V], m2[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) { m[i] = C(0); m2[i] = C(0); }
@@ -1321,8 +1320,7 @@ __device__ __forceinline__ void ck_bn_stats_cl_body(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) { p[u].raw = xr[r * cv + k]; cnt = u + 1; }
-      if (stash && r < r1) stash[(r - r0) * blockDim.x + threadIdx.x] = p[u].raw;
+      if (r < r1) { p[u].raw = src[(r - rb0) * rs + kk]; cnt = u + 1; }
     }
     // each lane: the group's exact mean and squared deviations, then one Chan merge
     const C nb = C(cnt), inb = C(1) / nb, f = nb / (n + nb);
@@ -1374,7 +1372,9 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
     const T* __restrict__ x, typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
     typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long cv, long long chunk) {
   CK_PDL_WAIT();
-  ck_bn_stats_cl_body<T, V>(x, pn, pm, pm2, N, cv, chunk, nullptr);
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  ck_bn_stats_cl_body<T, V>(reinterpret_cast<const R*>(x), 0, cv, (long long)blockIdx.x * blockDim.x + threadIdx.x,
+                            pn, pm, pm2, N, cv, chunk);
 }
 
 // ================================================================ batch norm, x resident on chip
@@ -1405,17 +1405,24 @@ __device__ __forceinline__ void ck_grid_barrier(unsigned* count, unsigned target
   __syncthreads();
 }
 
-#define CK_BN_MERGE_U 8
+#define CK_BN_MERGE_U 8   // partials a lane loads before it merges them (ck_bn_resident's finalize)
 
 // Training batch norm reading x once, where it fits in the shared memory of the co-resident blocks
-// (the three launches ck_bn_stats, ck_bn_finalize and ck_bn_apply read it twice): each block reads
-// its tile as ck_bn_stats(_cl) does (layout, block and partials as there; CL: channels-last) and
-// keeps it in shared memory (dynamic: [chunk, blockDim.x] vectors); grid barrier; the warps of the
-// grid merge each channel's K partials in a fixed order (partial j at c*cs + j*ks by lane j % 32 in
-// increasing j, then the warp's shuffles) and write save_mean, save_invstd, scale and the running
-// statistics as ck_bn_finalize; grid barrier; each block writes y from its tile as ck_bn_apply
-// (EPI: + residual, then relu). Data another block wrote is read through L2 (__ldcg).
-// count: the barriers' arrival counter, zeroed by ck_bn_barrier_zero.
+// (the three launches ck_bn_stats, ck_bn_finalize and ck_bn_apply read it twice). Layout, blocks
+// and partials as ck_bn_stats (CL: ck_bn_stats_cl, channels-last rows); dynamic shared memory:
+// the block's tile of x, [chunk, blockDim.x] vectors.
+// 1. Each thread copies its rows of its column into the tile (cp.async: all of them in flight at
+//    once), then computes its Welford partials from the tile as ck_bn_stats(_cl) does from x.
+// 2. Grid barrier; channel c's K partials (partial j at c*cs + j*ks) are merged in a fixed order
+//    and save_mean, save_invstd, scale and the running statistics written as ck_bn_finalize:
+//    ks == 1 (a channel's partials contiguous): a warp a channel, lane j % 32 in increasing j,
+//    then the warp's shuffles; cs == 1 (channels-last, [K, C]): a block 32 adjacent channels, a
+//    lane a channel, warp w taking j = w, w + nw, ... (coalesced rows of partials), the warps'
+//    states then merged in warp order.
+// 3. Grid barrier; the block's channel values to shared memory, and y from the tile as
+//    ck_bn_apply (EPI: + residual, then relu).
+// Data another block wrote is read through L2 (__ldcg). count: the barriers' arrival counter,
+// zeroed by ck_bn_barrier_zero.
 // Traffic: N*CS*sizeof(T) read + the same written (+ the residual read) + the partials.
 template <typename T, int V, bool CL, bool EPI>
 __global__ void __launch_bounds__(256, 2) ck_bn_resident(
@@ -1430,17 +1437,53 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   extern __shared__ __align__(16) unsigned char ck_bn_tile[];
+  __shared__ C part[3][256];   // 2: the warps' states of 32 channels (cs == 1); 3: the block's channel values
   R* tile = reinterpret_cast<R*>(ck_bn_tile);
-  const unsigned nb = gridDim.x * gridDim.y;
-  if (CL) ck_bn_stats_cl_body<T, V>(x, pn, pm, pm2, N, csv, chunk, tile);
-  else ck_bn_stats_body<T, V>(x, pn, pm, pm2, N, csv, chunk, tile);
-  ck_grid_barrier(count, nb);
-  const int t = threadIdx.y * blockDim.x + threadIdx.x, lane = t & 31;
+  const unsigned nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x, lane = t & 31, warp = t >> 5;
   const int nw = (int)(blockDim.x * blockDim.y) >> 5;   // whole warps (a CL block may end in a partial one)
-  if ((t >> 5) < nw) {
-    for (long long c = (long long)(blockIdx.y * gridDim.x + blockIdx.x) * nw + (t >> 5); c < C_; c += (long long)nb * nw) {
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long r0 = (long long)blockIdx.y * chunk;
+  const long long r1 = r0 + chunk < N ? r0 + chunk : N;
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  // 1. the tile (each thread reads back only what it copied: no block barrier), then the partials
+  for (long long r = r0 + threadIdx.y; k < csv && r < r1; r += blockDim.y)
+    ck_cp_async(tile + (r - r0) * blockDim.x + threadIdx.x, xr + r * csv + k);
+  ck_cp_wait();
+  if (CL) ck_bn_stats_cl_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
+  else ck_bn_stats_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
+  ck_grid_barrier(count, nb);
+  // 2. the channels' statistics
+  if (cs == 1 && ks > 1) {
+    for (long long c0 = (long long)b * 32; c0 < C_; c0 += (long long)nb * 32) {
+      const long long c = c0 + lane;
       C n = C(0), m = C(0), m2 = C(0);
-      for (long long j0 = lane; j0 < K; j0 += 32 * CK_BN_MERGE_U) {   // CK_BN_MERGE_U loads in flight a lane
+      if (warp < nw && c < C_) {
+        for (long long j0 = warp; j0 < K; j0 += (long long)nw * CK_BN_MERGE_U) {
+          C bn[CK_BN_MERGE_U], bm[CK_BN_MERGE_U], bm2[CK_BN_MERGE_U];
+#pragma unroll
+          for (int u = 0; u < CK_BN_MERGE_U; ++u) {
+            const long long j = j0 + (long long)nw * u, o = c + j * ks;
+            bn[u] = j < K ? __ldcg(pn + o) : C(0);
+            bm[u] = j < K ? __ldcg(pm + o) : C(0);
+            bm2[u] = j < K ? __ldcg(pm2 + o) : C(0);
+          }
+#pragma unroll
+          for (int u = 0; u < CK_BN_MERGE_U; ++u) ck_welford_merge(n, m, m2, bn[u], bm[u], bm2[u]);
+        }
+        part[0][t] = n; part[1][t] = m; part[2][t] = m2;
+      }
+      __syncthreads();
+      if (warp == 0 && c < C_) {
+        for (int w = 1; w < nw; ++w) ck_welford_merge(n, m, m2, part[0][w * 32 + lane], part[1][w * 32 + lane], part[2][w * 32 + lane]);
+        ck_bn_finish<T>(c, 1, n, m, m2, gamma, running_mean, running_var, save_mean, save_invstd, scale, momentum, eps);
+      }
+      __syncthreads();
+    }
+  } else if (warp < nw) {
+    for (long long c = (long long)b * nw + warp; c < C_; c += (long long)nb * nw) {
+      C n = C(0), m = C(0), m2 = C(0);
+      for (long long j0 = lane; j0 < K; j0 += 32 * CK_BN_MERGE_U) {
         C bn[CK_BN_MERGE_U], bm[CK_BN_MERGE_U], bm2[CK_BN_MERGE_U];
 #pragma unroll
         for (int u = 0; u < CK_BN_MERGE_U; ++u) {
@@ -1458,18 +1501,27 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
     }
   }
   ck_grid_barrier(count, 2 * nb);
-  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  // 3. the block's channels [c_lo, c_lo + nc) (at most 256: 256 vector columns of one channel or
+  // more each, or 32 of 8 channels) to shared memory, once a block rather than once a thread
+  const long long k_lo = (long long)blockIdx.x * blockDim.x;
+  const long long k_hi = (k_lo + blockDim.x < csv ? k_lo + blockDim.x : csv) - 1;
+  const long long c_lo = ck_bn_lane_channel<V, CL>(k_lo, sv, 0);
+  const long long nc = ck_bn_lane_channel<V, CL>(k_hi, sv, V - 1) + 1 - c_lo;
+  if (t < nc) {
+    part[0][t] = __ldcg(save_mean + c_lo + t);
+    part[1][t] = __ldcg(scale + c_lo + t);
+    part[2][t] = beta ? tr::load(beta[c_lo + t]) : C(0);
+  }
+  __syncthreads();
   if (k >= csv) return;
   C mu[V], sc[V], bt[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    const long long c = ck_bn_lane_channel<V, CL>(k, sv, i);
-    mu[i] = __ldcg(save_mean + c); sc[i] = __ldcg(scale + c); bt[i] = beta ? tr::load(beta[c]) : C(0);
+    const long long c = ck_bn_lane_channel<V, CL>(k, sv, i) - c_lo;
+    mu[i] = part[0][c]; sc[i] = part[1][c]; bt[i] = part[2][c];
   }
   const R* __restrict__ rr = reinterpret_cast<const R*>(residual);
   R* __restrict__ yr = reinterpret_cast<R*>(y);
-  const long long r0 = (long long)blockIdx.y * chunk;
-  const long long r1 = r0 + chunk < N ? r0 + chunk : N;
   const long long step = (long long)blockDim.y * CK_U;
   for (long long rb = r0 + threadIdx.y; rb < r1; rb += step) {
     ck_pack<T, V> pr[CK_U];   // (EPI's residual; unused, and gone, without)

@@ -171,21 +171,6 @@ __global__ void __launch_bounds__(ck_bwd_bound<T, V, NV>::value) ck_softmax_bwd_
   }
 }
 
-// Copies 16 bytes global -> shared without registers (cp.async, sm_80+).
-__device__ __forceinline__ void ck_cp16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned int sa = (unsigned int)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(sa), "l"(gmem) : "memory");
-#else
-  *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
-#endif
-}
-__device__ __forceinline__ void ck_cp_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
 // Rows too long for g and y both in registers: one 1-D block per row (blockIdx.x), g in
 // registers (NV packs per thread), y in dynamic shared memory (nvec 16-byte packs; each thread
 // copies and reads back only its own packs, so no block barrier is needed for them).
