@@ -1380,7 +1380,8 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
 // ================================================================ batch norm, x resident on chip
 // Zeroes the arrival counter of ck_bn_resident's grid barriers (its own launch before it: a memset
 // would not be recorded in a traced plan, and no value in memory is safe to assume, as %gridid
-// would be were it not repeated by a CUDA graph's replays).
+// would be were it not repeated by a CUDA graph's replays). T: the dtype of the family compiling it.
+template <typename T>
 __global__ void ck_bn_barrier_zero(unsigned* __restrict__ count) {
   CK_PDL_WAIT();
   if (threadIdx.x == 0) *count = 0u;

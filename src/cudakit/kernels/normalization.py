@@ -87,7 +87,7 @@ def name_expressions(dtype=None) -> list[str]:
                     f"ck_bn_bwd_reduce_cl<{t}, {v}, {f}>",
                     f"ck_bn_bwd_apply<{t}, {v}, true, {f}>"]
         out += [f"ck_ln_bwd_cols<{t}>", f"ck_rms_bwd_cols<{t}>", f"ck_norm_colsum<{t}>",
-                f"ck_bn_finalize<{t}>", f"ck_bn_bwd_finalize<{t}>", "ck_bn_barrier_zero"]
+                f"ck_bn_finalize<{t}>", f"ck_bn_bwd_finalize<{t}>", f"ck_bn_barrier_zero<{t}>"]
     return out
 
 
@@ -492,7 +492,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
             k = gy if lanes else sv * gy
             cs, ks = (1, c) if lanes else (k, 1)
             count = cp.empty(1, np.uint32)
-            _launch("ck_bn_barrier_zero", dt, (1, 1, 1), (32, 1, 1), (count,))
+            _launch(f"ck_bn_barrier_zero<{t}>", dt, (1, 1, 1), (32, 1, 1), (count,))
             _launch(expr, dt, (gx, gy, 1), block,
                     (x, y, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(k),
                      np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(beta), _ptr(running_mean),
