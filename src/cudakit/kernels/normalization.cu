@@ -1406,7 +1406,25 @@ __device__ __forceinline__ void ck_grid_barrier(unsigned* count, unsigned target
   __syncthreads();
 }
 
-#define CK_BN_MERGE_U 8   // partials a lane loads before it merges them (ck_bn_resident's finalize)
+// Sums a and b over a channel's threads of ck_bn_resident's finalize: the whole block's (per_block:
+// the nw whole warps', a partial last warp adding nothing, every thread of the block calling it) or
+// the warp's (every lane of a whole warp calling it). Each warp's butterfly, then the warps' sums
+// in warp order: a fixed order, the same bits in every thread. red: 64 of shared scratch.
+template <typename C>
+__device__ __forceinline__ void ck_bn_group_sum2(C& a, C& b, bool per_block, int nw, C* red) {
+  const int t = threadIdx.y * blockDim.x + threadIdx.x, lane = t & 31, warp = t >> 5;
+  if (warp < nw) {
+    a = ck_group_sum(a, 32);
+    b = ck_group_sum(b, 32);
+  }
+  if (!per_block) return;
+  if (warp < nw && lane == 0) { red[warp] = a; red[32 + warp] = b; }
+  __syncthreads();
+  a = C(0);
+  b = C(0);
+  for (int w = 0; w < nw; ++w) { a += red[w]; b += red[32 + w]; }
+  __syncthreads();
+}
 
 // Training batch norm reading x once, where it fits in the shared memory of the co-resident blocks
 // (the three launches ck_bn_stats, ck_bn_finalize and ck_bn_apply read it twice). Layout, blocks
@@ -1414,12 +1432,11 @@ __device__ __forceinline__ void ck_grid_barrier(unsigned* count, unsigned target
 // the block's tile of x, [chunk, blockDim.x] vectors.
 // 1. Each thread copies its rows of its column into the tile (cp.async: all of them in flight at
 //    once), then computes its Welford partials from the tile as ck_bn_stats(_cl) does from x.
-// 2. Grid barrier; channel c's K partials (partial j at c*cs + j*ks) are merged in a fixed order
-//    and save_mean, save_invstd, scale and the running statistics written as ck_bn_finalize:
-//    ks == 1 (a channel's partials contiguous): a warp a channel, lane j % 32 in increasing j,
-//    then the warp's shuffles; cs == 1 (channels-last, [K, C]): a block 32 adjacent channels, a
-//    lane a channel, warp w taking j = w, w + nw, ... (coalesced rows of partials), the warps'
-//    states then merged in warp order.
+// 2. Grid barrier; channel c's K partials (n_j, m_j, m2_j at c*cs + j*ks) are combined by sums,
+//    mean = sum(n_j m_j) / sum(n_j), then m2 = sum(m2_j + n_j (m_j - mean)^2) (no chain of
+//    divisions as Chan's pairwise merges; each sum in a fixed order: ck_bn_group_sum2), by a
+//    block a channel where there are at least C blocks, else a warp a channel; save_mean,
+//    save_invstd, scale and the running statistics written as ck_bn_finalize.
 // 3. Grid barrier; the block's channel values to shared memory, and y from the tile as
 //    ck_bn_apply (EPI: + residual, then relu).
 // Data another block wrote is read through L2 (__ldcg). count: the barriers' arrival counter,
@@ -1438,7 +1455,7 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   extern __shared__ __align__(16) unsigned char ck_bn_tile[];
-  __shared__ C part[3][256];   // 2: the warps' states of 32 channels (cs == 1); 3: the block's channel values
+  __shared__ C part[3][256];   // 2: ck_bn_group_sum2's scratch; 3: the block's channel values
   R* tile = reinterpret_cast<R*>(ck_bn_tile);
   const unsigned nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
   const int t = threadIdx.y * blockDim.x + threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -1454,52 +1471,31 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   if (CL) ck_bn_stats_cl_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
   else ck_bn_stats_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
   ck_grid_barrier(count, nb);
-  // 2. the channels' statistics
-  if (cs == 1 && ks > 1) {
-    for (long long c0 = (long long)b * 32; c0 < C_; c0 += (long long)nb * 32) {
-      const long long c = c0 + lane;
-      C n = C(0), m = C(0), m2 = C(0);
-      if (warp < nw && c < C_) {
-        for (long long j0 = warp; j0 < K; j0 += (long long)nw * CK_BN_MERGE_U) {
-          C bn[CK_BN_MERGE_U], bm[CK_BN_MERGE_U], bm2[CK_BN_MERGE_U];
-#pragma unroll
-          for (int u = 0; u < CK_BN_MERGE_U; ++u) {
-            const long long j = j0 + (long long)nw * u, o = c + j * ks;
-            bn[u] = j < K ? __ldcg(pn + o) : C(0);
-            bm[u] = j < K ? __ldcg(pm + o) : C(0);
-            bm2[u] = j < K ? __ldcg(pm2 + o) : C(0);
-          }
-#pragma unroll
-          for (int u = 0; u < CK_BN_MERGE_U; ++u) ck_welford_merge(n, m, m2, bn[u], bm[u], bm2[u]);
-        }
-        part[0][t] = n; part[1][t] = m; part[2][t] = m2;
-      }
-      __syncthreads();
-      if (warp == 0 && c < C_) {
-        for (int w = 1; w < nw; ++w) ck_welford_merge(n, m, m2, part[0][w * 32 + lane], part[1][w * 32 + lane], part[2][w * 32 + lane]);
-        ck_bn_finish<T>(c, 1, n, m, m2, gamma, running_mean, running_var, save_mean, save_invstd, scale, momentum, eps);
-      }
-      __syncthreads();
+  // 2. the channels' statistics: a block a channel where the grid has a block for each, else a warp
+  const bool per_block = C_ <= (long long)nb;
+  const int gsz = per_block ? nw * 32 : 32, gi = per_block ? t : lane;
+  const int per = per_block ? 1 : nw;   // channels a block takes at a time
+  for (long long c0 = (long long)b * per; c0 < C_; c0 += (long long)nb * per) {   // (the same trips in the block)
+    const long long c = c0 + (per_block ? 0 : warp);
+    const bool on = warp < nw && c < C_;
+    C sn = C(0), snm = C(0), q = C(0);
+    for (long long j = gi; on && j < K; j += gsz) {
+      const long long o = c * cs + j * ks;
+      const C nj = __ldcg(pn + o);
+      sn += nj;
+      snm += nj * __ldcg(pm + o);
     }
-  } else if (warp < nw) {
-    for (long long c = (long long)b * nw + warp; c < C_; c += (long long)nb * nw) {
-      C n = C(0), m = C(0), m2 = C(0);
-      for (long long j0 = lane; j0 < K; j0 += 32 * CK_BN_MERGE_U) {
-        C bn[CK_BN_MERGE_U], bm[CK_BN_MERGE_U], bm2[CK_BN_MERGE_U];
-#pragma unroll
-        for (int u = 0; u < CK_BN_MERGE_U; ++u) {
-          const long long j = j0 + 32 * u, o = c * cs + j * ks;
-          bn[u] = j < K ? __ldcg(pn + o) : C(0);
-          bm[u] = j < K ? __ldcg(pm + o) : C(0);
-          bm2[u] = j < K ? __ldcg(pm2 + o) : C(0);
-        }
-#pragma unroll
-        for (int u = 0; u < CK_BN_MERGE_U; ++u) ck_welford_merge(n, m, m2, bn[u], bm[u], bm2[u]);
-      }
-      ck_warp_welford(n, m, m2);
-      if (lane == 0)
-        ck_bn_finish<T>(c, 1, n, m, m2, gamma, running_mean, running_var, save_mean, save_invstd, scale, momentum, eps);
+    ck_bn_group_sum2(sn, snm, per_block, nw, &part[0][0]);
+    const C mean = snm / sn;
+    for (long long j = gi; on && j < K; j += gsz) {
+      const long long o = c * cs + j * ks;
+      const C d = __ldcg(pm + o) - mean;
+      q += __ldcg(pm2 + o) + __ldcg(pn + o) * d * d;
     }
+    C unused = C(0);
+    ck_bn_group_sum2(q, unused, per_block, nw, &part[0][0]);
+    if (on && gi == 0)
+      ck_bn_finish<T>(c, 1, sn, mean, q, gamma, running_mean, running_var, save_mean, save_invstd, scale, momentum, eps);
   }
   ck_grid_barrier(count, 2 * nb);
   // 3. the block's channels [c_lo, c_lo + nc) (at most 256: 256 vector columns of one channel or
