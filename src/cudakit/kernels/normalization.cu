@@ -1378,33 +1378,48 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
 }
 
 // ================================================================ batch norm, x resident on chip
-// Zeroes the arrival counter of ck_bn_resident's grid barriers (its own launch before it: a memset
+#define CK_BAR_LANES 8     // arrival counters of a grid barrier (blocks b % 8 on counter b % 8)
+#define CK_BAR_STRIDE 32   // unsigned ints between them: one 128-byte line each
+
+// Zeroes the arrival counters of ck_bn_resident's grid barriers (its own launch before it: a memset
 // would not be recorded in a traced plan, and no value in memory is safe to assume, as %gridid
 // would be were it not repeated by a CUDA graph's replays). T: the dtype of the family compiling it.
+// count: [CK_BAR_LANES * CK_BAR_STRIDE].
 template <typename T>
 __global__ void ck_bn_barrier_zero(unsigned* __restrict__ count) {
   CK_PDL_WAIT();
-  if (threadIdx.x == 0) *count = 0u;
+  if (threadIdx.x < CK_BAR_LANES) count[threadIdx.x * CK_BAR_STRIDE] = 0u;
 }
 
-// A barrier of the whole grid, whose blocks must all be resident at once (the host sizes the grid
-// from the occupancy): each block adds 1 to *count (zeroed before the launch) and waits until it
-// reaches target (the grid's block count times the barriers so far, this one included).
-__device__ __forceinline__ void ck_grid_barrier(unsigned* count, unsigned target) {
+// Barrier number `phase` (1, 2, ...) of the whole grid, whose blocks must all be resident at once
+// (the host sizes the grid from the occupancy): block b adds 1 to counter b % CK_BAR_LANES (so the
+// arrivals' atomics spread over as many lines), then waits until every counter holds phase times
+// the blocks that count on it.
+__device__ __forceinline__ void ck_grid_barrier(unsigned* count, unsigned phase) {
   __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0) {
-    __threadfence();
-    atomicAdd(count, 1u);
-    for (;;) {
-      unsigned v;
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
-      if (v >= target) break;
-      __nanosleep(32);
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  if (t < 32) {
+    const unsigned nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
+    if (t == 0) {
+      __threadfence();
+      atomicAdd(count + (b % CK_BAR_LANES) * CK_BAR_STRIDE, 1u);
     }
-    __threadfence();
+    __syncwarp();
+    if (t < CK_BAR_LANES) {   // lane i watches counter i
+      const unsigned want = phase * ((nb + CK_BAR_LANES - 1 - t) / CK_BAR_LANES);
+      for (;;) {
+        unsigned v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count + t * CK_BAR_STRIDE) : "memory");
+        if (v >= want) break;
+        __nanosleep(32);
+      }
+      __threadfence();
+    }
   }
   __syncthreads();
 }
+
+#define CK_BN_KEEP 4   // partials a thread of ck_bn_resident's finalize keeps in registers between its two sums
 
 // Sums a and b over a channel's threads of ck_bn_resident's finalize: the whole block's (per_block:
 // the nw whole warps', a partial last warp adding nothing, every thread of the block calling it) or
@@ -1439,7 +1454,7 @@ __device__ __forceinline__ void ck_bn_group_sum2(C& a, C& b, bool per_block, int
 //    save_invstd, scale and the running statistics written as ck_bn_finalize.
 // 3. Grid barrier; the block's channel values to shared memory, and y from the tile as
 //    ck_bn_apply (EPI: + residual, then relu).
-// Data another block wrote is read through L2 (__ldcg). count: the barriers' arrival counter,
+// Data another block wrote is read through L2 (__ldcg). count: the barriers' arrival counters,
 // zeroed by ck_bn_barrier_zero.
 // Traffic: N*CS*sizeof(T) read + the same written (+ the residual read) + the partials.
 template <typename T, int V, bool CL, bool EPI>
@@ -1470,7 +1485,7 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   ck_cp_wait();
   if (CL) ck_bn_stats_cl_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
   else ck_bn_stats_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
-  ck_grid_barrier(count, nb);
+  ck_grid_barrier(count, 1);
   // 2. the channels' statistics: a block a channel where the grid has a block for each, else a warp
   const bool per_block = C_ <= (long long)nb;
   const int gsz = per_block ? nw * 32 : 32, gi = per_block ? t : lane;
@@ -1479,7 +1494,18 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
     const long long c = c0 + (per_block ? 0 : warp);
     const bool on = warp < nw && c < C_;
     C sn = C(0), snm = C(0), q = C(0);
-    for (long long j = gi; on && j < K; j += gsz) {
+    C kn[CK_BN_KEEP], km[CK_BN_KEEP], km2[CK_BN_KEEP];   // this thread's first partials, kept for the second sum
+#pragma unroll
+    for (int u = 0; u < CK_BN_KEEP; ++u) {
+      const long long j = gi + (long long)u * gsz, o = c * cs + j * ks;
+      const bool in = on && j < K;
+      kn[u] = in ? __ldcg(pn + o) : C(0);
+      km[u] = in ? __ldcg(pm + o) : C(0);
+      km2[u] = in ? __ldcg(pm2 + o) : C(0);
+    }
+#pragma unroll
+    for (int u = 0; u < CK_BN_KEEP; ++u) { sn += kn[u]; snm += kn[u] * km[u]; }
+    for (long long j = gi + (long long)CK_BN_KEEP * gsz; on && j < K; j += gsz) {
       const long long o = c * cs + j * ks;
       const C nj = __ldcg(pn + o);
       sn += nj;
@@ -1487,7 +1513,9 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
     }
     ck_bn_group_sum2(sn, snm, per_block, nw, &part[0][0]);
     const C mean = snm / sn;
-    for (long long j = gi; on && j < K; j += gsz) {
+#pragma unroll
+    for (int u = 0; u < CK_BN_KEEP; ++u) { const C d = km[u] - mean; q += km2[u] + kn[u] * d * d; }
+    for (long long j = gi + (long long)CK_BN_KEEP * gsz; on && j < K; j += gsz) {
       const long long o = c * cs + j * ks;
       const C d = __ldcg(pm + o) - mean;
       q += __ldcg(pm2 + o) + __ldcg(pn + o) * d * d;
@@ -1497,7 +1525,7 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
     if (on && gi == 0)
       ck_bn_finish<T>(c, 1, sn, mean, q, gamma, running_mean, running_var, save_mean, save_invstd, scale, momentum, eps);
   }
-  ck_grid_barrier(count, 2 * nb);
+  ck_grid_barrier(count, 2);
   // 3. the block's channels [c_lo, c_lo + nc) (at most 256: 256 vector columns of one channel or
   // more each, or 32 of 8 channels) to shared memory, once a block rather than once a thread
   const long long k_lo = (long long)blockIdx.x * blockDim.x;

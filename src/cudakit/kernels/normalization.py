@@ -387,6 +387,7 @@ def _bn_small(n: int, c: int, s: int) -> bool:
 # once, so it runs where x fits in the shared memory of the blocks the device holds together
 # (about 29 MB on an H100 or H200); False: always the three launches (a benchmark's A/B switch).
 BN_RESIDENT = True
+BN_BARRIER_WORDS = 8 * 32      # ck_bn_resident's barrier counters (CK_BAR_LANES of CK_BAR_STRIDE words)
 _BN_RESIDENT_BLOCKS = (2, 1)   # blocks a multiprocessor it tries, most first (its launch bounds allow 2)
 _static_smem: dict = {}   # (device, expr) -> the kernel's static shared memory in bytes
 
@@ -491,7 +492,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
             pn, pm, pm2 = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(3))
             k = gy if lanes else sv * gy
             cs, ks = (1, c) if lanes else (k, 1)
-            count = cp.empty(1, np.uint32)
+            count = cp.empty(BN_BARRIER_WORDS, np.uint32)
             _launch(f"ck_bn_barrier_zero<{t}>", dt, (1, 1, 1), (32, 1, 1), (count,))
             _launch(expr, dt, (gx, gy, 1), block,
                     (x, y, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(k),
