@@ -12,8 +12,9 @@ F.batch_norm, +, relu), "relu" relu(bn(x)) (3 x's bytes; torch F.batch_norm, rel
 the gradients of relu(bn(x)) (cudakit's batch_norm_backward(activation="relu"), 5 x's bytes;
 torch.autograd.grad of torch's relu(bn(x)): threshold_backward, then the batch norm's backward).
 --resident-ab: the forward also as the three launches (statistics, finalize, apply: x read twice)
-with the one-launch kernel (ck_bn_resident, x kept in shared memory) switched off, pass
-"fwd-3launch", through the backend's unplanned call, interleaved with the others (device time).
+with the single-read kernel (ck_bn_resident, x kept in shared memory) switched off, pass
+"fwd-3launch" ("res+relu-3launch" with --fused), through the backend's unplanned call,
+interleaved with the others (device time).
     python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
@@ -52,12 +53,12 @@ def _inputs(shape, dtype, cl):
     return (tx, tr, tg, tw, tb, trm, trv), (x, r, g, w, b, cp.zeros(c, x.dtype), cp.ones(c, x.dtype))
 
 
-def _three_launches(*args):
-    """The backend's batch_norm_with_stats (no traced plan) with the one-launch kernel off."""
+def _three_launches(*args, **kw):
+    """The backend's batch_norm_with_stats (no traced plan) with the single-read kernel off."""
     from cudakit.kernels import normalization as nk
     nk.BN_RESIDENT = False
     try:
-        return cudakit.get_backend("cuda").batch_norm_with_stats(*args, True, 0.1, 1e-5)
+        return cudakit.get_backend("cuda").batch_norm_with_stats(*args, True, 0.1, 1e-5, **kw)
     finally:
         nk.BN_RESIDENT = True
 
@@ -95,13 +96,16 @@ def run_fused(shape, dtype, cl):
     dx = cudakit.batch_norm_backward(g, x, w, sm, si, beta=b, activation="relu")[0]
     derr = float(cp.abs(dx.astype(cp.float32) - cp.from_dlpack(t_bwd()[0]).astype(cp.float32)).max())
     name = f"{'x'.join(map(str, shape))} {'cl' if cl else 'nchw'} {dtype}"
-    time_passes(rows, tag, name, 30, x.nbytes,
-                (("res+relu", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5, residual=r,
-                                                                    activation="relu"), t_res, 4 * x.nbytes),
-                 ("relu", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5, activation="relu"),
-                  t_relu, 3 * x.nbytes),
-                 ("bwd-relu", lambda: cudakit.batch_norm_backward(g, x, w, sm, si, beta=b, activation="relu"), t_bwd,
-                  5 * x.nbytes)),
+    passes = [("res+relu", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5, residual=r,
+                                                                 activation="relu"), t_res, 4 * x.nbytes),
+              ("relu", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5, activation="relu"),
+               t_relu, 3 * x.nbytes),
+              ("bwd-relu", lambda: cudakit.batch_norm_backward(g, x, w, sm, si, beta=b, activation="relu"), t_bwd,
+               5 * x.nbytes)]
+    if "--resident-ab" in argv:
+        passes.append(("res+relu-3launch", lambda: _three_launches(x, w, b, rm, rv, residual=r, activation="relu"),
+                       t_res, 4 * x.nbytes))
+    time_passes(rows, tag, name, 30, x.nbytes, passes,
                 {"fused": True, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
                 f"fused err {err:.3g} {derr:.3g}")
 
