@@ -426,6 +426,7 @@ def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused,
         scale = np.maximum(scale, np.abs(ref.f64(r)))
     sd = "float32" if dtype != "float64" else dtype
     runs = {}
+    monkeypatch.setattr(nk, "BN_RESIDENT_LANES_MIN_BYTES", 0)   # (channels-last rows of any size)
     for resident in (True, False, True):
         monkeypatch.setattr(nk, "BN_RESIDENT", resident)
         rm, rv = cp.asarray(rm0), cp.asarray(rv0)
@@ -451,9 +452,15 @@ def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused,
 
 def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
     """An x larger than the shared memory of the blocks the device holds at once takes the three
-    launches; the resident kernel's grid fits in what the occupancy allows."""
+    launches, as do channels-last rows under BN_RESIDENT_LANES_MIN_BYTES; the resident kernel's grid
+    fits in what the occupancy allows."""
     import cudakit
     nk = _nk()
+    rows = nk.BN_RESIDENT_LANES_MIN_BYTES // (4 * 64)
+    for n, want in ((rows - 1, ["ck_bn_stats_cl", "ck_bn_finalize", "ck_bn_apply"]),
+                    (rows, ["ck_bn_barrier_zero", "ck_bn_resident"])):
+        _, names = _bn_forward_launches(nk, cp.ones((n, 64), cp.float32), None, None, None, None, True, 0.1, 1e-5)
+        assert names == want, (n, names)
     info = cudakit.get_device_info()
     room = info.multiprocessors * info.max_shared_memory_per_multiprocessor
     big = cp.ones((4, 8, room // 128 + 1, 8), cp.float32)   # 32 * (room/128 + 1) floats: past room bytes
@@ -466,12 +473,13 @@ def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_batch_norm_resident_in_graph_replays(channels_last, rng):
+def test_batch_norm_resident_in_graph_replays(channels_last, rng, monkeypatch):
     """The single-read forward captured in a CUDA graph (its barrier counter zeroed by its own launch
     in the graph) and replayed on new inputs, back to back and on another stream: each replay equals
     the eager call on the same input bit for bit."""
     import cudakit
     from cudakit.runtime import launch
+    monkeypatch.setattr(_nk(), "BN_RESIDENT_LANES_MIN_BYTES", 0)   # (channels-last rows of any size)
     shape = (16, 32, 20, 24)
     xs = [cp.asarray(_data(rng, shape, "float32", loc=k, scale=k + 1.0)) for k in range(4)]
     if channels_last:

@@ -387,6 +387,13 @@ def _bn_small(n: int, c: int, s: int) -> bool:
 # once, so it runs where x fits in the shared memory of the blocks the device holds together
 # (about 29 MB on an H100 or H200); False: always the three launches (a benchmark's A/B switch).
 BN_RESIDENT = True
+# channels-last rows (lanes) take it from this many bytes of x: below, its fixed cost (the counters'
+# zeroing launch, two grid barriers, the finalize inside: about 5 us on an H200) outweighs the
+# second read of x it saves, their three-launch statistics merging few partials a channel
+# (H200, 2026-11-29, benchmarks/sweeps/batch_norm.py --resident-ab: 6.4 MB bfloat16 rows 4-6%
+# slower, 12.8 MB 5-15% faster); NCHW views, whose three-launch finalize merges hundreds of partials
+# a channel, take it whenever x fits (6.4 MB bfloat16 21% faster)
+BN_RESIDENT_LANES_MIN_BYTES = 8 << 20
 BN_BARRIER_WORDS = 8 * 32      # ck_bn_resident's barrier counters (CK_BAR_LANES of CK_BAR_STRIDE words)
 _BN_RESIDENT_BLOCKS = (2, 1)   # blocks a multiprocessor it tries, most first (its launch bounds allow 2)
 _static_smem: dict = {}   # (device, expr) -> the kernel's static shared memory in bytes
@@ -484,7 +491,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     scale = cp.empty(c, acc)
     fused = "true" if residual is not None or relu else "false"
     cl = "true" if lanes else "false"
-    if training and x.size:
+    if training and x.size and (not lanes or x.nbytes >= BN_RESIDENT_LANES_MIN_BYTES):
         expr = f"ck_bn_resident<{t}, {v}, {cl}, {fused}>"
         plan = _bn_resident(dt, expr, n, csv, lanes, v * _ITEMSIZE[dt])
         if plan is not None:   # x read once (see ck_bn_resident)
