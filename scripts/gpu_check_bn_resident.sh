@@ -11,8 +11,8 @@
 set -u
 : "${CUDAKIT_CACHE_DIR:=/tmp/ck-bnr}"
 . scripts/device_env.sh
-. scripts/gpu_tests.sh tests/gpu/test_normalization_gpu.py tests/gpu/test_softmax_gpu.py tests/gpu/test_dispatch_gpu.py \
-  tests/gpu/test_graphs_gpu.py tests/gpu/test_examples_gpu.py
+. scripts/gpu_tests.sh tests/gpu/test_normalization_gpu.py tests/gpu/test_softmax_gpu.py tests/gpu/test_reduction_gpu.py \
+  tests/gpu/test_dispatch_gpu.py tests/gpu/test_graphs_gpu.py tests/gpu/test_examples_gpu.py
 for kind in plain fused; do
   [ "$kind" = fused ] && [ -n "${SKIP_FUSED:-}" ] && continue
   flag=$([ "$kind" = fused ] && echo --fused)
