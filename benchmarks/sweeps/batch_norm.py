@@ -14,7 +14,8 @@ torch.autograd.grad of torch's relu(bn(x)): threshold_backward, then the batch n
 --resident-ab: the forward also as the three launches (statistics, finalize, apply: x read twice)
 with the single-read kernel (ck_bn_resident, x kept in shared memory) switched off, pass
 "fwd-3launch" ("res+relu-3launch" with --fused), through the backend's unplanned call,
-interleaved with the others (device time).
+interleaved with the others (device time); the pass's row gets x_three_launches, the three
+launches' time over the pass's.
     python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
@@ -114,4 +115,16 @@ for shape in CASES:
     for dtype in ("bfloat16", "float32"):
         for cl in (False, True) if len(shape) == 4 else (False,):
             (run_fused if "--fused" in argv else run)(shape, dtype, cl)
+
+
+def three_launch_ratios(rows: list) -> None:
+    """--resident-ab: each pass timed also as the three launches gets x_three_launches, the three
+    launches' time over its own (above 1: the single-read kernel faster), on the pass's row."""
+    alone = {(r["case"], r["pass"][:-len("-3launch")]): r["cudakit_ms"] for r in rows if r["pass"].endswith("-3launch")}
+    for r in rows:
+        if (r["case"], r["pass"]) in alone:
+            r["x_three_launches"] = round(alone[(r["case"], r["pass"])] / r["cudakit_ms"], 3)
+
+
+three_launch_ratios(rows)
 dump_rows(argv, __doc__, rows)
