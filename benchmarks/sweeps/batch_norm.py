@@ -11,9 +11,10 @@ work: "res+relu" relu(bn(x) + r) (cudakit's residual= and activation="relu", 4 x
 F.batch_norm, +, relu), "relu" relu(bn(x)) (3 x's bytes; torch F.batch_norm, relu), "bwd-relu"
 the gradients of relu(bn(x)) (cudakit's batch_norm_backward(activation="relu"), 5 x's bytes;
 torch.autograd.grad of torch's relu(bn(x)): threshold_backward, then the batch norm's backward).
---resident-ab: the forward also as the three launches (statistics, finalize, apply: x read twice)
-with the single-read kernel (ck_bn_resident, x kept in shared memory) switched off, pass
-"fwd-3launch" ("res+relu-3launch" with --fused), through the backend's unplanned call,
+--resident-ab: the forward and backward also as the three launches (x, and dy, read twice) with the
+single-read kernels (ck_bn_resident, ck_bn_bwd_resident: kept in shared memory) switched off,
+passes "fwd-3launch" and "bwd-3launch" ("res+relu-3launch", "bwd-relu-3launch" with --fused),
+through the backend's unplanned call,
 interleaved with the others (device time); the pass's row gets x_three_launches, the three
 launches' time over the pass's.
     python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--cases NxCxHxW,...]
@@ -54,12 +55,12 @@ def _inputs(shape, dtype, cl):
     return (tx, tr, tg, tw, tb, trm, trv), (x, r, g, w, b, cp.zeros(c, x.dtype), cp.ones(c, x.dtype))
 
 
-def _three_launches(*args, **kw):
-    """The backend's batch_norm_with_stats (no traced plan) with the single-read kernel off."""
+def _three_launches(method, *args, **kw):
+    """The backend's `method` (no traced plan) with the single-read kernels off."""
     from cudakit.kernels import normalization as nk
     nk.BN_RESIDENT = False
     try:
-        return cudakit.get_backend("cuda").batch_norm_with_stats(*args, True, 0.1, 1e-5, **kw)
+        return getattr(cudakit.get_backend("cuda"), method)(*args, **kw)
     finally:
         nk.BN_RESIDENT = True
 
@@ -79,7 +80,9 @@ def run(shape, dtype, cl):
     passes = [("fwd", lambda: cudakit.batch_norm_with_stats(x, w, b, rm, rv, True, 0.1, 1e-5), tf, 3 * x.nbytes),
               ("bwd", lambda: cudakit.batch_norm_backward(g, x, w, sm, si), tbwd, 5 * x.nbytes)]
     if "--resident-ab" in argv:
-        passes.append(("fwd-3launch", lambda: _three_launches(x, w, b, rm, rv), tf, 3 * x.nbytes))
+        passes += [("fwd-3launch", lambda: _three_launches("batch_norm_with_stats", x, w, b, rm, rv, True, 0.1, 1e-5),
+                    tf, 3 * x.nbytes),
+                   ("bwd-3launch", lambda: _three_launches("batch_norm_backward", g, x, w, sm, si), tbwd, 5 * x.nbytes)]
     time_passes(rows, tag, name, 30, x.nbytes, passes,
                 {"output_channels_last": cl_out, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
                 f"out {'cl' if cl_out else 'nchw'} err {err:.3g} {derr:.3g}")
@@ -104,8 +107,10 @@ def run_fused(shape, dtype, cl):
               ("bwd-relu", lambda: cudakit.batch_norm_backward(g, x, w, sm, si, beta=b, activation="relu"), t_bwd,
                5 * x.nbytes)]
     if "--resident-ab" in argv:
-        passes.append(("res+relu-3launch", lambda: _three_launches(x, w, b, rm, rv, residual=r, activation="relu"),
-                       t_res, 4 * x.nbytes))
+        passes += [("res+relu-3launch", lambda: _three_launches("batch_norm_with_stats", x, w, b, rm, rv, True, 0.1,
+                                                                1e-5, residual=r, activation="relu"), t_res, 4 * x.nbytes),
+                   ("bwd-relu-3launch", lambda: _three_launches("batch_norm_backward", g, x, w, sm, si, beta=b,
+                                                                activation="relu"), t_bwd, 5 * x.nbytes)]
     time_passes(rows, tag, name, 30, x.nbytes, passes,
                 {"fused": True, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
                 f"fused err {err:.3g} {derr:.3g}")

@@ -450,10 +450,51 @@ def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused,
         np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", BN_RESIDENT_SHAPES)
+@pytest.mark.parametrize("relu", [False, True])
+def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu, rng, monkeypatch):
+    """ck_bn_bwd_resident (dy's and x's tiles in shared memory, the channel sums between two grid
+    barriers) against float64 and the three launches: dx, dgamma and dbeta, with relu's mask too,
+    within rounding of each other and each path bitwise reproducible."""
+    from cudakit.runtime import launch
+    nk = _nk()
+    c, eps = shape[1], 1e-5
+    x, dy = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
+    gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
+    y, sm, si = nk.batch_norm_forward(_dev(x), _dev(gamma), _dev(beta), None, None, True, 0.1, eps, relu=relu)
+    _, _, vr, _ = ref.batch_norm_train(x, gamma, beta, eps)
+    g = ref.f64(dy) * (ref.f64(y.get()) > 0) if relu else dy   # relu: the forward's mask
+    dxr, dgr, dbr = ref.batch_norm_grad(g, x, gamma, eps)
+    gs = ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + eps), channels=True)
+    monkeypatch.setattr(nk, "BN_RESIDENT_LANES_MIN_BYTES", 0)   # (channels-last rows of any size)
+    runs = {}
+    for resident in (True, False, True):
+        monkeypatch.setattr(nk, "BN_RESIDENT", resident)
+        launch.recent_launches.clear()
+        got = nk.batch_norm_backward(_dev(dy), _dev(x), _dev(gamma), sm, si, out=_poisoned(shape, dtype),
+                                     beta=_dev(beta), relu=relu)
+        names = [name.split("<")[0] for name, _, _ in launch.recent_launches]
+        assert names == (["ck_bn_barrier_zero", "ck_bn_bwd_resident"] if resident else
+                         ["ck_bn_bwd_reduce_cl" if len(shape) == 2 else "ck_bn_bwd_reduce", "ck_bn_bwd_finalize",
+                          "ck_bn_bwd_apply"]), names
+        ref.assert_close(got[0].get(), dxr, dtype, f"dx resident={resident}", scale=gs, factor=2)
+        ref.assert_close(got[1].get(), dgr, dtype, "dgamma", factor=4)
+        ref.assert_close(got[2].get(), dbr, dtype, "dbeta", factor=4)
+        got = [a.get() for a in got]
+        if resident in runs:
+            for a, b in zip(got, runs[resident]):
+                assert a.tobytes() == b.tobytes()
+        runs[resident] = got
+    tol = {"float64": 1e-10, "float32": 1e-4}.get(dtype, 2e-2)
+    for name, a, b in zip(("dx", "dgamma", "dbeta"), runs[True], runs[False]):
+        np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
+
+
 def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
-    """An x larger than the shared memory of the blocks the device holds at once takes the three
-    launches, as do channels-last rows under BN_RESIDENT_LANES_MIN_BYTES; the resident kernel's grid
-    fits in what the occupancy allows."""
+    """An x (or x and dy) larger than the shared memory of the blocks the device holds at once takes
+    the three launches, as do channels-last rows under BN_RESIDENT_LANES_MIN_BYTES; the single-read
+    kernels' grids fit in what the occupancy allows."""
     import cudakit
     nk = _nk()
     rows = nk.BN_RESIDENT_LANES_MIN_BYTES // (4 * 64)
@@ -467,32 +508,49 @@ def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
     _, names = _bn_forward_launches(nk, big, None, None, None, None, True, 0.1, 1e-5)
     assert names == ["ck_bn_stats", "ck_bn_finalize", "ck_bn_apply"], names
     x = cp.asarray(_data(rng, (32, 64, 28, 28), "float32"))
-    (_, sm, _), names = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
+    (_, sm, si), names = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
     assert names == ["ck_bn_barrier_zero", "ck_bn_resident"], names
+    from cudakit.runtime import launch
+    launch.recent_launches.clear()
+    nk.batch_norm_backward(x, x, None, sm, si)   # dy and x: twice the bytes, still on chip
+    assert [n.split("<")[0] for n, _, _ in launch.recent_launches] == ["ck_bn_barrier_zero", "ck_bn_bwd_resident"]
+    launch.recent_launches.clear()
+    big_dy = cp.ones_like(big)
+    _, sm_b, si_b = nk.batch_norm_forward(big, None, None, None, None, True, 0.1, 1e-5)
+    launch.recent_launches.clear()
+    nk.batch_norm_backward(big_dy, big, None, sm_b, si_b)
+    assert [n.split("<")[0] for n, _, _ in launch.recent_launches] == ["ck_bn_bwd_reduce", "ck_bn_bwd_finalize",
+                                                                        "ck_bn_bwd_apply"]
     ref.assert_close(sm.get(), ref.f64(x.get()).mean(axis=(0, 2, 3)), "float32", "save_mean")
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_batch_norm_resident_in_graph_replays(channels_last, rng, monkeypatch):
-    """The single-read forward captured in a CUDA graph (its barrier counter zeroed by its own launch
-    in the graph) and replayed on new inputs, back to back and on another stream: each replay equals
-    the eager call on the same input bit for bit."""
+    """The single-read forward and backward captured in a CUDA graph (their barrier counters zeroed
+    by their own launches in the graph) and replayed on new inputs, back to back and on another
+    stream: each replay equals the eager calls on the same inputs bit for bit."""
     import cudakit
     from cudakit.runtime import launch
     monkeypatch.setattr(_nk(), "BN_RESIDENT_LANES_MIN_BYTES", 0)   # (channels-last rows of any size)
     shape = (16, 32, 20, 24)
     xs = [cp.asarray(_data(rng, shape, "float32", loc=k, scale=k + 1.0)) for k in range(4)]
+    gys = [cp.asarray(_data(rng, shape, "float32")) for _ in range(4)]
     if channels_last:
-        xs = [_channels_last(x) for x in xs]
+        xs, gys = [_channels_last(x) for x in xs], [_channels_last(gy) for gy in gys]
     g, b = cp.asarray(_data(rng, 32, "float32", loc=1.0)), cp.asarray(_data(rng, 32, "float32"))
-    fn = lambda a: cudakit.batch_norm_with_stats(a, g, b, None, None, True, activation="relu")  # noqa: E731
+
+    def fn(a, gy):
+        y, sm, si = cudakit.batch_norm_with_stats(a, g, b, None, None, True, activation="relu")
+        return (y, sm, si) + tuple(cudakit.batch_norm_backward(gy, a, g, sm, si, beta=b, activation="relu"))
+
     launch.recent_launches.clear()
-    want = [[o.get() for o in fn(x)] for x in xs]
-    assert any(name.startswith("ck_bn_resident") for name, _, _ in launch.recent_launches)
-    graph = cudakit.graph(fn, xs[0], warmup=1)
-    got = [[o.get() for o in graph(x)] for x in xs[1:3]]
+    want = [[o.get() for o in fn(x, gy)] for x, gy in zip(xs, gys)]
+    names = {name.split("<")[0] for name, _, _ in launch.recent_launches}
+    assert {"ck_bn_resident", "ck_bn_bwd_resident"} <= names, names
+    graph = cudakit.graph(fn, xs[0], gys[0], warmup=1)
+    got = [[o.get() for o in graph(x, gy)] for x, gy in zip(xs[1:3], gys[1:3])]
     with cp.cuda.Stream(non_blocking=True):
-        got.append([o.get() for o in graph(xs[3])])
+        got.append([o.get() for o in graph(xs[3], gys[3])])
     for w, o in zip(want[1:], got):
         for a, c in zip(w, o):
             assert a.tobytes() == c.tobytes()

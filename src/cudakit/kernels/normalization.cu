@@ -1131,23 +1131,21 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
 // psg, psgx: [CS/V, gridDim.y] partial sums of dy and dy*(x - mean) per vector column and row chunk.
 // RELU: dy masked as ck_bn_bwd_small's (gamma, beta: [C] of T or null; invstd: [C], acc).
 // Traffic: 2 * N*CS*sizeof(T) read + 2*(CS/V)*gridDim.y*sizeof(acc) written.
+// The body reads this thread's vectors of row r at sx / sg[(r - rb0) * rs + kk] (as ck_bn_stats_body).
 template <typename T, int V, bool RELU>
-__global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
-    const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
+__device__ __forceinline__ void ck_bn_bwd_reduce_body(
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ sg_src, const typename ck_raw<sizeof(T) * V>::type* __restrict__ sx,
+    long long rb0, long long rs, long long kk, const typename ck_traits<T>::acc* __restrict__ mean,
     typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
     long long N, long long csv, long long sv, long long chunk, const T* __restrict__ gamma,
     const T* __restrict__ beta, const typename ck_traits<T>::acc* __restrict__ invstd) {
-  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
-  typedef typename ck_raw<sizeof(T) * V>::type R;
   __shared__ C sh[2][256];
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const bool live = k < csv;
   const long long r0 = (long long)blockIdx.y * chunk;
   const long long r1 = r0 + chunk < N ? r0 + chunk : N;
-  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
-  const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
   const C mu = live ? mean[k / sv] : C(0);
   C msc = C(0), mbt = C(0);
   if (RELU && live) ck_bn_mask_coefs<T>(k / sv, gamma, beta, invstd, msc, mbt);
@@ -1158,7 +1156,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) { px[u].raw = xr[r * csv + k]; pg[u].raw = gr[r * csv + k]; }
+      if (r < r1) { px[u].raw = sx[(r - rb0) * rs + kk]; pg[u].raw = sg_src[(r - rb0) * rs + kk]; }
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
@@ -1188,6 +1186,19 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
     const long long o = k * gridDim.y + blockIdx.y;
     psg[o] = sg; psgx[o] = sgx;
   }
+}
+
+template <typename T, int V, bool RELU>
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
+    const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
+    typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
+    long long N, long long csv, long long sv, long long chunk, const T* __restrict__ gamma,
+    const T* __restrict__ beta, const typename ck_traits<T>::acc* __restrict__ invstd) {
+  CK_PDL_WAIT();
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  ck_bn_bwd_reduce_body<T, V, RELU>(reinterpret_cast<const R*>(dy), reinterpret_cast<const R*>(x), 0, csv,
+                                    (long long)blockIdx.x * blockDim.x + threadIdx.x, mean, psg, psgx, N, csv, sv,
+                                    chunk, gamma, beta, invstd);
 }
 
 // Channel c's backward from its sums sg = sum(dy) and sgx = sum(dy * (x - mean)): dgamma[c] =
@@ -1233,6 +1244,25 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_finalize(
   if (threadIdx.x == 0) ck_bn_bwd_finish<T>(c, sg, sgx, gamma, invstd, dgamma, dbeta, ka, kb, kd, count);
 }
 
+// One pack of dx from its packs of x and dy and its lanes' channel values.
+template <typename T, int V, bool RELU>
+__device__ __forceinline__ ck_pack<T, V> ck_bn_bwd_apply_pack(
+    const ck_pack<T, V>& px, const ck_pack<T, V>& pg, const typename ck_traits<T>::acc (&mu)[V],
+    const typename ck_traits<T>::acc (&a)[V], const typename ck_traits<T>::acc (&b)[V],
+    const typename ck_traits<T>::acc (&d)[V], const typename ck_traits<T>::acc (&msc)[V],
+    const typename ck_traits<T>::acc (&mbt)[V]) {
+  typedef typename ck_traits<T>::acc C;
+  ck_pack<T, V> po;
+  C xv[V], gv[V];
+  ck_cvt<T, V>::load(px, xv);
+  ck_cvt<T, V>::load(pg, gv);
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    xv[i] = ck_bn_dx(a[i], ck_bn_masked<RELU>(gv[i], xv[i], mu[i], msc[i], mbt[i]), b[i], xv[i] - mu[i], d[i]);
+  ck_cvt<T, V>::store(po, xv);
+  return po;
+}
+
 // dy, x, dx: [N, CS] as in ck_bn_stats (CL: [N, C] as in ck_bn_stats_cl, sv unused); mean, ka,
 // kb, kd: [C] (acc). dx = ka*dy + kb*(x - mean) + kd; RELU: dy masked as ck_bn_bwd_small's
 // (gamma, beta: [C] of T or null; invstd: [C], acc).
@@ -1271,17 +1301,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < N) {
-        ck_pack<T, V> po;
-        C xv[V], gv[V];
-        ck_cvt<T, V>::load(px[u], xv);
-        ck_cvt<T, V>::load(pg[u], gv);
-#pragma unroll
-        for (int i = 0; i < V; ++i)
-          xv[i] = ck_bn_dx(a[i], ck_bn_masked<RELU>(gv[i], xv[i], mu[i], msc[i], mbt[i]), b[i], xv[i] - mu[i], d[i]);
-        ck_cvt<T, V>::store(po, xv);
-        dr[r * csv + k] = po.raw;
-      }
+      if (r < N) dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px[u], pg[u], mu, a, b, d, msc, mbt).raw;
     }
   }
 }
@@ -1441,6 +1461,34 @@ __device__ __forceinline__ void ck_bn_group_sum2(C& a, C& b, bool per_block, int
   __syncthreads();
 }
 
+// The channel loop of the single-read kernels' finalize: f(c, on, gi, gsz) for each channel c,
+// by a whole block (the nw whole warps: gi = the thread's index, gsz = nw*32) where the grid has a
+// block for each channel, else by a warp (gi = lane, gsz = 32; nw channels a block at a time).
+// Every thread of the block makes the same calls (on: this thread's warp takes a channel), so f
+// may call ck_bn_group_sum2 with per_block = C_ <= blocks.
+template <typename F>
+__device__ __forceinline__ void ck_bn_each_channel(long long C_, int nw, F&& f) {
+  const unsigned nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x, lane = t & 31, warp = t >> 5;
+  const bool per_block = C_ <= (long long)nb;
+  const int gsz = per_block ? nw * 32 : 32, gi = per_block ? t : lane;
+  const int per = per_block ? 1 : nw;   // channels a block takes at a time
+  for (long long c0 = (long long)b * per; c0 < C_; c0 += (long long)nb * per) {
+    const long long c = c0 + (per_block ? 0 : warp);
+    f(c, warp < nw && c < C_, gi, gsz);
+  }
+}
+
+// The channels [c_lo, c_lo + nc) of this block's vector columns (at most 256: 256 columns of one
+// channel or more each, or 32 vectors of up to 8 channels).
+template <int V, bool CL>
+__device__ __forceinline__ void ck_bn_block_channels(long long csv, long long sv, long long& c_lo, long long& nc) {
+  const long long k_lo = (long long)blockIdx.x * blockDim.x;
+  const long long k_hi = (k_lo + blockDim.x < csv ? k_lo + blockDim.x : csv) - 1;
+  c_lo = ck_bn_lane_channel<V, CL>(k_lo, sv, 0);
+  nc = ck_bn_lane_channel<V, CL>(k_hi, sv, V - 1) + 1 - c_lo;
+}
+
 // Training batch norm reading x once, where it fits in the shared memory of the co-resident blocks
 // (the three launches ck_bn_stats, ck_bn_finalize and ck_bn_apply read it twice). Layout, blocks
 // and partials as ck_bn_stats (CL: ck_bn_stats_cl, channels-last rows); dynamic shared memory:
@@ -1472,8 +1520,8 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   extern __shared__ __align__(16) unsigned char ck_bn_tile[];
   __shared__ C part[3][256];   // 2: ck_bn_group_sum2's scratch; 3: the block's channel values
   R* tile = reinterpret_cast<R*>(ck_bn_tile);
-  const unsigned nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
-  const int t = threadIdx.y * blockDim.x + threadIdx.x, lane = t & 31, warp = t >> 5;
+  const unsigned nb = gridDim.x * gridDim.y;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
   const int nw = (int)(blockDim.x * blockDim.y) >> 5;   // whole warps (a CL block may end in a partial one)
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long r0 = (long long)blockIdx.y * chunk;
@@ -1486,13 +1534,9 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   if (CL) ck_bn_stats_cl_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
   else ck_bn_stats_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
   ck_grid_barrier(count, 1);
-  // 2. the channels' statistics: a block a channel where the grid has a block for each, else a warp
+  // 2. the channels' statistics
   const bool per_block = C_ <= (long long)nb;
-  const int gsz = per_block ? nw * 32 : 32, gi = per_block ? t : lane;
-  const int per = per_block ? 1 : nw;   // channels a block takes at a time
-  for (long long c0 = (long long)b * per; c0 < C_; c0 += (long long)nb * per) {   // (the same trips in the block)
-    const long long c = c0 + (per_block ? 0 : warp);
-    const bool on = warp < nw && c < C_;
+  ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz) {
     C sn = C(0), snm = C(0), q = C(0);
     C kn[CK_BN_KEEP], km[CK_BN_KEEP], km2[CK_BN_KEEP];   // this thread's first partials, kept for the second sum
 #pragma unroll
@@ -1524,14 +1568,11 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
     ck_bn_group_sum2(q, unused, per_block, nw, &part[0][0]);
     if (on && gi == 0)
       ck_bn_finish<T>(c, 1, sn, mean, q, gamma, running_mean, running_var, save_mean, save_invstd, scale, momentum, eps);
-  }
+  });
   ck_grid_barrier(count, 2);
-  // 3. the block's channels [c_lo, c_lo + nc) (at most 256: 256 vector columns of one channel or
-  // more each, or 32 of 8 channels) to shared memory, once a block rather than once a thread
-  const long long k_lo = (long long)blockIdx.x * blockDim.x;
-  const long long k_hi = (k_lo + blockDim.x < csv ? k_lo + blockDim.x : csv) - 1;
-  const long long c_lo = ck_bn_lane_channel<V, CL>(k_lo, sv, 0);
-  const long long nc = ck_bn_lane_channel<V, CL>(k_hi, sv, V - 1) + 1 - c_lo;
+  // 3. the block's channels' values to shared memory, once a block rather than once a thread
+  long long c_lo, nc;
+  ck_bn_block_channels<V, CL>(csv, sv, c_lo, nc);
   if (t < nc) {
     part[0][t] = __ldcg(save_mean + c_lo + t);
     part[1][t] = __ldcg(scale + c_lo + t);
@@ -1572,23 +1613,21 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
 // channel (laid out as ck_bn_stats_cl's partials). RELU: dy masked as ck_bn_bwd_small's (gamma,
 // beta: [C] of T or null; invstd: [C], acc).
 // Traffic: 2 * N*C*sizeof(T) read + 2*C*gridDim.y*sizeof(acc) written.
+// sg_src, sx, rb0, rs, kk: as ck_bn_bwd_reduce_body's.
 template <typename T, int V, bool RELU>
-__global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
-    const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
+__device__ __forceinline__ void ck_bn_bwd_reduce_cl_body(
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ sg_src, const typename ck_raw<sizeof(T) * V>::type* __restrict__ sx,
+    long long rb0, long long rs, long long kk, const typename ck_traits<T>::acc* __restrict__ mean,
     typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
     long long N, long long cv, long long chunk, const T* __restrict__ gamma, const T* __restrict__ beta,
     const typename ck_traits<T>::acc* __restrict__ invstd) {
-  CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
-  typedef typename ck_raw<sizeof(T) * V>::type R;
   __shared__ C sh[2 * V][256];
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const bool live = k < cv;
   const long long r0 = (long long)blockIdx.y * chunk;
   const long long r1 = r0 + chunk < N ? r0 + chunk : N;
-  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
-  const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
   C mu[V], sg[V], sgx[V], msc[V], mbt[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
@@ -1602,7 +1641,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) { px[u].raw = xr[r * cv + k]; pg[u].raw = gr[r * cv + k]; }
+      if (r < r1) { px[u].raw = sx[(r - rb0) * rs + kk]; pg[u].raw = sg_src[(r - rb0) * rs + kk]; }
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
@@ -1633,5 +1672,101 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
     const long long o = (long long)blockIdx.y * cv * V + k * V;
 #pragma unroll
     for (int i = 0; i < V; ++i) { psg[o + i] = sg[i]; psgx[o + i] = sgx[i]; }
+  }
+}
+
+template <typename T, int V, bool RELU>
+__global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
+    const T* __restrict__ dy, const T* __restrict__ x, const typename ck_traits<T>::acc* __restrict__ mean,
+    typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
+    long long N, long long cv, long long chunk, const T* __restrict__ gamma, const T* __restrict__ beta,
+    const typename ck_traits<T>::acc* __restrict__ invstd) {
+  CK_PDL_WAIT();
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  ck_bn_bwd_reduce_cl_body<T, V, RELU>(reinterpret_cast<const R*>(dy), reinterpret_cast<const R*>(x), 0, cv,
+                                       (long long)blockIdx.x * blockDim.x + threadIdx.x, mean, psg, psgx, N, cv,
+                                       chunk, gamma, beta, invstd);
+}
+
+// The training backward reading dy and x once (ck_bn_resident's scheme for ck_bn_bwd_reduce(_cl),
+// ck_bn_bwd_finalize and ck_bn_bwd_apply, which read them twice), where both fit in the shared
+// memory of the co-resident blocks: dynamic shared memory [2, chunk, blockDim.x] vectors, dy's tile
+// then x's. 1. Each thread copies its rows of both (cp.async), then its partial sums of dy and
+// dy*(x - mean) from the tiles as ck_bn_bwd_reduce(_cl) (RELU: dy masked likewise); grid barrier.
+// 2. Each channel's sums of its K partials (partial j at c*cs + j*ks) in a fixed order
+// (ck_bn_each_channel, ck_bn_group_sum2): dgamma, dbeta and dx's coefficients ka, kb, kd
+// ([C], acc) as ck_bn_bwd_finalize; grid barrier. 3. The block's channel values to shared memory
+// and dx from the tiles as ck_bn_bwd_apply. count: as ck_bn_resident's. count_n: N*S.
+// Traffic: 2 * N*CS*sizeof(T) read + N*CS*sizeof(T) written + the partials.
+template <typename T, int V, bool CL, bool RELU>
+__global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
+    const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx, const typename ck_traits<T>::acc* __restrict__ mean,
+    typename ck_traits<T>::acc* psg, typename ck_traits<T>::acc* psgx, long long N, long long csv, long long sv,
+    long long chunk, long long K, long long cs, long long ks, long long C_, const T* __restrict__ gamma,
+    const T* __restrict__ beta, const typename ck_traits<T>::acc* __restrict__ invstd, T* __restrict__ dgamma,
+    T* __restrict__ dbeta, typename ck_traits<T>::acc* ka, typename ck_traits<T>::acc* kb,
+    typename ck_traits<T>::acc* kd, typename ck_traits<T>::acc count_n, unsigned* count) {
+  CK_PDL_WAIT();
+  typedef typename ck_traits<T>::acc C;
+  typedef typename ck_raw<sizeof(T) * V>::type R;
+  extern __shared__ __align__(16) unsigned char ck_bn_tile[];
+  __shared__ C part[6][256];   // 2: ck_bn_group_sum2's scratch; 3: the block's channel values
+  R* tg = reinterpret_cast<R*>(ck_bn_tile);
+  R* tx = tg + chunk * blockDim.x;
+  const unsigned nb = gridDim.x * gridDim.y;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int nw = (int)(blockDim.x * blockDim.y) >> 5;
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long r0 = (long long)blockIdx.y * chunk;
+  const long long r1 = r0 + chunk < N ? r0 + chunk : N;
+  const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
+  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
+  // 1. the tiles, then the partial sums
+  for (long long r = r0 + threadIdx.y; k < csv && r < r1; r += blockDim.y) {
+    const long long o = (r - r0) * blockDim.x + threadIdx.x;
+    ck_cp_async(tg + o, gr + r * csv + k);
+    ck_cp_async(tx + o, xr + r * csv + k);
+  }
+  ck_cp_wait();
+  if (CL) ck_bn_bwd_reduce_cl_body<T, V, RELU>(tg, tx, r0, blockDim.x, threadIdx.x, mean, psg, psgx, N, csv, chunk, gamma, beta, invstd);
+  else ck_bn_bwd_reduce_body<T, V, RELU>(tg, tx, r0, blockDim.x, threadIdx.x, mean, psg, psgx, N, csv, sv, chunk, gamma, beta, invstd);
+  ck_grid_barrier(count, 1);
+  // 2. the channels' sums, dgamma, dbeta and dx's coefficients
+  const bool per_block = C_ <= (long long)nb;
+  ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz) {
+    C sg = C(0), sgx = C(0);
+    for (long long j = gi; on && j < K; j += gsz) {
+      const long long o = c * cs + j * ks;
+      sg += __ldcg(psg + o);
+      sgx += __ldcg(psgx + o);
+    }
+    ck_bn_group_sum2(sg, sgx, per_block, nw, &part[0][0]);
+    if (on && gi == 0) ck_bn_bwd_finish<T>(c, sg, sgx, gamma, invstd, dgamma, dbeta, ka, kb, kd, count_n);
+  });
+  ck_grid_barrier(count, 2);
+  // 3. the block's channels' values to shared memory, then dx from the tiles
+  long long c_lo, nc;
+  ck_bn_block_channels<V, CL>(csv, sv, c_lo, nc);
+  if (t < nc) {
+    const long long c = c_lo + t;
+    part[0][t] = mean[c]; part[1][t] = __ldcg(ka + c); part[2][t] = __ldcg(kb + c); part[3][t] = __ldcg(kd + c);
+    part[4][t] = part[5][t] = C(0);
+    if (RELU) ck_bn_mask_coefs<T>(c, gamma, beta, invstd, part[4][t], part[5][t]);
+  }
+  __syncthreads();
+  if (k >= csv) return;
+  C mu[V], a[V], b[V], d[V], msc[V], mbt[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const long long c = ck_bn_lane_channel<V, CL>(k, sv, i) - c_lo;
+    mu[i] = part[0][c]; a[i] = part[1][c]; b[i] = part[2][c]; d[i] = part[3][c]; msc[i] = part[4][c]; mbt[i] = part[5][c];
+  }
+  R* __restrict__ dr = reinterpret_cast<R*>(dx);
+  for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+    const long long o = (r - r0) * blockDim.x + threadIdx.x;
+    ck_pack<T, V> px, pg;
+    px.raw = tx[o];
+    pg.raw = tg[o];
+    dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px, pg, mu, a, b, d, msc, mbt).raw;
   }
 }

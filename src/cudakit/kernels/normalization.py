@@ -79,13 +79,14 @@ def name_expressions(dtype=None) -> list[str]:
             for f in ("false", "true"):   # batch_norm, and fused with residual= / activation="relu"
                 out += [f"ck_bn_apply<{t}, {v}, false, {f}>", f"ck_bn_resident<{t}, {v}, false, {f}>",
                         f"ck_bn_bwd_reduce<{t}, {v}, {f}>",
-                        f"ck_bn_bwd_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_small<{t}, {v}, {f}>"]
+                        f"ck_bn_bwd_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_small<{t}, {v}, {f}>",
+                        f"ck_bn_bwd_resident<{t}, {v}, false, {f}>"]
         v = vec_width(dt)   # channels-last rows (S == 1) of whole vectors of channels
         out += [f"ck_bn_stats_cl<{t}, {v}>"]
         for f in ("false", "true"):
             out += [f"ck_bn_apply<{t}, {v}, true, {f}>", f"ck_bn_resident<{t}, {v}, true, {f}>",
                     f"ck_bn_bwd_reduce_cl<{t}, {v}, {f}>",
-                    f"ck_bn_bwd_apply<{t}, {v}, true, {f}>"]
+                    f"ck_bn_bwd_apply<{t}, {v}, true, {f}>", f"ck_bn_bwd_resident<{t}, {v}, true, {f}>"]
         out += [f"ck_ln_bwd_cols<{t}>", f"ck_rms_bwd_cols<{t}>", f"ck_norm_colsum<{t}>",
                 f"ck_bn_finalize<{t}>", f"ck_bn_bwd_finalize<{t}>", f"ck_bn_barrier_zero<{t}>"]
     return out
@@ -382,10 +383,11 @@ def _bn_small(n: int, c: int, s: int) -> bool:
     return n * s <= BN_SMALL and (s > 1 or n * c <= BN_SMALL_ROWS)
 
 
-# The single-read training forward (ck_bn_resident): x kept in shared memory between its statistics
-# and its normalisation, so read from memory once. Its grid barriers need every block resident at
-# once, so it runs where x fits in the shared memory of the blocks the device holds together
-# (about 29 MB on an H100 or H200); False: always the three launches (a benchmark's A/B switch).
+# The single-read training forward and backward (ck_bn_resident, ck_bn_bwd_resident): x (and dy)
+# kept in shared memory between the channel sums and the elementwise pass, so read from memory
+# once. Their grid barriers need every block resident at once, so they run where x (and dy) fit in
+# the shared memory of the blocks the device holds together (about 29 MB on an H100 or H200);
+# False: always the three launches (a benchmark's A/B switch).
 BN_RESIDENT = True
 # channels-last rows (lanes) take it from this many bytes of x: below, its fixed cost (the counters'
 # zeroing launch, two grid barriers, the finalize inside: about 5 us on an H200) outweighs the
@@ -400,8 +402,9 @@ _static_smem: dict = {}   # (device, expr) -> the kernel's static shared memory 
 
 
 def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int) -> tuple | None:
-    """(block, grid x, grid y, rows a block, dynamic shared memory) of ck_bn_resident on an [n, csv]
-    view of vectors of vbytes bytes, or None where the tiles do not fit the shared memory of the
+    """(block, grid x, grid y, rows a block, dynamic shared memory) of the single-read kernel `expr`
+    (ck_bn_resident, ck_bn_bwd_resident) on an [n, csv] view of vectors of vbytes bytes (the bytes of
+    all its tiles' vectors of a column), or None where the tiles do not fit the shared memory of the
     blocks the device holds at once."""
     info = _device_info()
     if not BN_RESIDENT or not info.max_shared_memory_per_multiprocessor:
@@ -558,6 +561,23 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
                  np.int64(n), np.int64(c), np.int64(s // v), _ptr(beta)))
         return dx, dgamma, dbeta
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (dy, x, dx))
+    cl = "true" if lanes else "false"
+    if x.size and (not lanes or x.nbytes >= BN_RESIDENT_LANES_MIN_BYTES):
+        expr = f"ck_bn_bwd_resident<{t}, {v}, {cl}, {r}>"
+        plan = _bn_resident(dt, expr, n, csv, lanes, 2 * v * _ITEMSIZE[dt])   # (dy's tile and x's)
+        if plan is not None:   # dy and x read once (see ck_bn_bwd_resident)
+            block, gx, gy, chunk, smem = plan
+            psg, psgx = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(2))
+            ka, kb, kd = (cp.empty(c, acc) for _ in range(3))
+            k = gy if lanes else sv * gy
+            cs, ks = (1, c) if lanes else (k, 1)
+            count = cp.empty(BN_BARRIER_WORDS, np.uint32)
+            _launch(f"ck_bn_barrier_zero<{t}>", dt, (1, 1, 1), (32, 1, 1), (count,))
+            _launch(expr, dt, (gx, gy, 1), block,
+                    (dy, x, dx, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk),
+                     np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask[:2] + (save_invstd, _ptr(dgamma),
+                    dbeta, ka, kb, kd, _acc_scalar(x, n * s), count), smem)
+            return dx, dgamma, dbeta
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     psg, psgx = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(2))   # (as the forward's)
     if not x.size:   # (the reductions write every partial: no memset launches on the common path)
@@ -577,7 +597,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
             (psg, psgx, np.int64(k), np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), save_invstd, _ptr(dgamma),
              dbeta, ka, kb, kd, _acc_scalar(x, max(n * s, 1))))
     if x.size:
-        _launch(f"ck_bn_bwd_apply<{t}, {v}, {'true' if lanes else 'false'}, {r}>", dt, _apply_grid(gx, n, block[1]),
+        _launch(f"ck_bn_bwd_apply<{t}, {v}, {cl}, {r}>", dt, _apply_grid(gx, n, block[1]),
                 block, (dy, x, dx, save_mean, ka, kb, kd, np.int64(n), np.int64(csv), np.int64(sv)) + mask)
     return dx, dgamma, dbeta
 
