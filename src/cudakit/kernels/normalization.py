@@ -104,13 +104,21 @@ def _kernel(dev: int, dtype_name: str, expr: str):
     return fam.kernel(expr), fam.function(dev, expr)
 
 
+def _allow_smem(dev: int, expr: str, k, smem: int) -> None:
+    """Raise the kernel's dynamic shared memory limit to smem where it is under (the default limit
+    is 48 KiB less the kernel's static shared memory, so a kernel with both needs this under 48 KiB
+    of dynamic memory too: the occupancy query answers 0 blocks for what the limit refuses, and the
+    launch fails)."""
+    if smem and _smem_set.get((dev, expr), 0) < smem:
+        k.set_max_dynamic_shared_memory(smem)
+        _smem_set[(dev, expr)] = smem
+
+
 def _launch(expr: str, dtype_name: str, grid: tuple, block: tuple, args: tuple, smem: int = 0) -> None:
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
     k, f = _kernel(dev, dtype_name, expr)
-    if smem > 48 * 1024 and _smem_set.get((dev, expr), 0) < smem:
-        k.set_max_dynamic_shared_memory(smem)
-        _smem_set[(dev, expr)] = smem
+    _allow_smem(dev, expr, k, smem)
     _launch_function(expr, f, grid, block, args, smem, None)
 
 
@@ -124,9 +132,7 @@ def _occupancy(dtype_name: str, expr: str, threads: int, smem: int) -> int:
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
     k, f = _kernel(dev, dtype_name, expr)
-    if smem > 48 * 1024 and _smem_set.get((dev, expr), 0) < smem:
-        k.set_max_dynamic_shared_memory(smem)
-        _smem_set[(dev, expr)] = smem
+    _allow_smem(dev, expr, k, smem)
     return max(1, int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(f.ptr, threads, smem)))
 
 
