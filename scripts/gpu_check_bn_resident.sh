@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# One device call on batch norm's single-read training forward (ck_bn_resident: x kept in shared
-# memory, two grid barriers): the GPU tests of normalization, softmax and cross-entropy (which share
-# the pack helpers), traced plans, graphs and the examples (the CNN uses it), then
-# benchmarks/sweeps/batch_norm.py --resident-ab, plain and --fused (the forward also as the three
-# launches, interleaved), against torch and a device copy in the run, then `cudakit bench` of the
-# CNN training steps (NCHW and channels-last) against torch.
+# One device call on batch norm's single-read training forward and backward (ck_bn_resident,
+# ck_bn_bwd_resident: x, and dy, kept in shared memory, two grid barriers): the GPU tests of
+# normalization, softmax and cross-entropy (which share the pack helpers), reductions, traced
+# plans, graphs and the examples (the CNN uses them), then benchmarks/sweeps/batch_norm.py
+# --resident-ab, plain and --fused (each pass also as the three launches, interleaved), against
+# torch and a device copy in the run, then `cudakit bench` of the CNN training steps (NCHW and
+# channels-last) against torch.
 #   bash scripts/gpu_check_bn_resident.sh   # TEST_TIMEOUT, SWEEP_TIMEOUT, BENCH_TIMEOUT (seconds),
 #                                           # SKIP_TESTS, SKIP_FUSED, SKIP_BENCH, CASES (NxCxHxW,...)
 # Results: $OUT/batch_norm.json, $OUT/batch_norm-fused.json, $OUT/results-train-cnn.json; logs in $OUT.
