@@ -24,22 +24,23 @@ def test_info_text_and_json(tmp_path):
 
 def test_info_names_the_settings_that_pick_paths(tmp_path):
     """`cudakit info` names the float32 precision, attention's dropout stream (cuDNN's by default),
-    the cuDNN setting, dispatch plans, autotuning, the float16-parts forward and programmatic
-    dependent launch, as set in the environment."""
+    the cuDNN setting, dispatch plans, autotuning, the float16-parts forward, programmatic
+    dependent launch and the single-read batch norm, as set in the environment."""
     env = {"CUDAKIT_CACHE_DIR": str(tmp_path), "CUDAKIT_ATTENTION_DROPOUT": "cudakit", "CUDAKIT_AUTOTUNE": "0",
-           "CUDAKIT_ATTENTION_F16_PARTS": "0", "CUDAKIT_PDL": "0"}
+           "CUDAKIT_ATTENTION_F16_PARTS": "0", "CUDAKIT_PDL": "0", "CUDAKIT_BN_SINGLE_READ": "0"}
     r = run("info", env=env)
     assert r.returncode == 0, r.stderr
     assert "attention dropout stream cudakit" in r.stdout and "autotune off" in r.stdout, r.stdout
     assert "float32 attention on float16 parts off" in r.stdout, r.stdout
-    assert "programmatic dependent launch off" in r.stdout, r.stdout
+    assert "programmatic dependent launch off" in r.stdout and "single-read batch norm off" in r.stdout, r.stdout
     e = {k: v for k, v in os.environ.items()
          if k not in ("CUDAKIT_ATTENTION_DROPOUT", "CUDAKIT_FLOAT32_PRECISION", "CUDAKIT_ATTENTION_F16_PARTS",
-                      "CUDAKIT_PDL")}
+                      "CUDAKIT_PDL", "CUDAKIT_BN_SINGLE_READ")}
     j = json.loads(subprocess.run([sys.executable, "-m", "cudakit", "info", "--json"], capture_output=True,
                                   text=True, env=dict(e, CUDAKIT_CACHE_DIR=str(tmp_path))).stdout)
     assert j["settings"]["attention_dropout"] == "cudnn" and j["settings"]["float32_precision"] == "tf32x3"
     assert j["settings"]["attention_f16_parts"] is True and j["settings"]["pdl"] is True
+    assert j["settings"]["bn_single_read"] is True
 
 
 def test_cache_info_and_clear(tmp_path):

@@ -174,6 +174,24 @@ def test_pdl_setting(monkeypatch):
         config.reload()
 
 
+def test_bn_single_read_setting(monkeypatch):
+    """CUDAKIT_BN_SINGLE_READ: on unless set off, a yes/no value, anything else a ConfigError naming the
+    variable (kernels/normalization.py's _bn_resident takes no single-read grid when it is off; the GPU
+    test of that is tests/gpu/test_normalization_gpu.py)."""
+    from cudakit import config
+    try:
+        monkeypatch.delenv("CUDAKIT_BN_SINGLE_READ", raising=False)
+        assert config.reload().bn_single_read is True
+        monkeypatch.setenv("CUDAKIT_BN_SINGLE_READ", "off")
+        assert config.reload().bn_single_read is False
+        monkeypatch.setenv("CUDAKIT_BN_SINGLE_READ", "2")
+        with pytest.raises(config.ConfigError, match="CUDAKIT_BN_SINGLE_READ='2' is not a yes/no value"):
+            config.reload()
+    finally:
+        monkeypatch.delenv("CUDAKIT_BN_SINGLE_READ", raising=False)
+        config.reload()
+
+
 def test_attention_f16_parts_setting(monkeypatch):
     """CUDAKIT_ATTENTION_F16_PARTS: on unless set off, a yes/no value, anything else a ConfigError naming
     the variable; kernels/attention.py offers the float16-parts forward by it unless its F16_PARTS

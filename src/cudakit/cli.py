@@ -76,7 +76,8 @@ def collect_info() -> dict:
         st = config.settings()
         info["settings"] = {"float32_precision": config.float32_precision(), "attention_dropout": st.attention_dropout,
                             "cudnn": st.cudnn, "dispatch_plans": st.dispatch_plans, "autotune": st.autotune,
-                            "attention_f16_parts": st.attention_f16_parts, "pdl": st.pdl}
+                            "attention_f16_parts": st.attention_f16_parts, "pdl": st.pdl,
+                            "bn_single_read": st.bn_single_read}
     from cudakit import fallbacks
     info["fallbacks"] = fallbacks.taken()
     info["cudnn"], info["paths"] = None, {}
@@ -134,7 +135,8 @@ def cmd_info(args) -> int:
         print(f"settings: float32 precision {st['float32_precision']}, attention dropout stream "
               f"{st['attention_dropout']}, cuDNN {st['cudnn']}, dispatch plans {on[st['dispatch_plans']]}, "
               f"autotune {on[st['autotune']]}, float32 attention on float16 parts "
-              f"{on[st['attention_f16_parts']]}, programmatic dependent launch {on[st['pdl']]}")
+              f"{on[st['attention_f16_parts']]}, programmatic dependent launch {on[st['pdl']]}, "
+              f"single-read batch norm {on[st['bn_single_read']]}")
     print(f"native launcher: {info['native_launcher']}")
     print(f"cuDNN: {info['cudnn'] or '-'}")
     for op, path in info["paths"].items():

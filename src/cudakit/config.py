@@ -54,6 +54,7 @@ class Settings:
     attention_dropout: str = "cudnn"
     attention_f16_parts: bool = True
     pdl: bool = True
+    bn_single_read: bool = True
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -106,6 +107,7 @@ class Settings:
             attention_dropout=drop,
             attention_f16_parts=_flag(env, "CUDAKIT_ATTENTION_F16_PARTS", True),
             pdl=_flag(env, "CUDAKIT_PDL", True),
+            bn_single_read=_flag(env, "CUDAKIT_BN_SINGLE_READ", True),
         )
 
 

@@ -1,5 +1,7 @@
 """layernorm, rmsnorm and batch_norm CUDA kernels (cudakit.kernels.normalization) against the
 float64 references of tests/norm_reference.py, and against the CPU backend's implementations."""
+import os
+
 import norm_reference as ref
 import numpy as np
 import pytest
@@ -510,6 +512,15 @@ def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
     _, names = _bn_forward_launches(nk, big, None, None, None, None, True, 0.1, 1e-5)
     assert names == ["ck_bn_stats", "ck_bn_finalize", "ck_bn_apply"], names
     x = cp.asarray(_data(rng, (32, 64, 28, 28), "float32"))
+    from cudakit import config
+    try:   # CUDAKIT_BN_SINGLE_READ=0: the three launches wherever x fits
+        os.environ["CUDAKIT_BN_SINGLE_READ"] = "0"
+        config.reload()
+        _, names = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
+        assert names == ["ck_bn_stats", "ck_bn_finalize", "ck_bn_apply"], names
+    finally:
+        os.environ.pop("CUDAKIT_BN_SINGLE_READ", None)
+        config.reload()
     (_, sm, si), names = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
     assert names == ["ck_bn_barrier_zero", "ck_bn_resident"], names
     from cudakit.runtime import launch

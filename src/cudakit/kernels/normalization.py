@@ -412,8 +412,9 @@ def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int)
     (ck_bn_resident, ck_bn_bwd_resident) on an [n, csv] view of vectors of vbytes bytes (the bytes of
     all its tiles' vectors of a column), or None where the tiles do not fit the shared memory of the
     blocks the device holds at once."""
+    from ..config import settings
     info = _device_info()
-    if not BN_RESIDENT or not info.max_shared_memory_per_multiprocessor:
+    if not BN_RESIDENT or not settings().bn_single_read or not info.max_shared_memory_per_multiprocessor:
         return None
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
