@@ -14,9 +14,10 @@ torch.autograd.grad of torch's relu(bn(x)): threshold_backward, then the batch n
 --resident-ab: the forward and backward also as the three launches (x, and dy, read twice) with the
 single-read kernels (ck_bn_resident, ck_bn_bwd_resident: kept in shared memory) switched off,
 passes "fwd-3launch" and "bwd-3launch" ("res+relu-3launch", "bwd-relu-3launch" with --fused),
-through the backend's unplanned call,
-interleaved with the others (device time); the pass's row gets x_three_launches, the three
-launches' time over the pass's.
+through the backend's unplanned call (device time); the pass's row gets x_three_launches, the three
+launches' time over the pass's. Each pass is timed in its own window, interleaved with torch and
+the copy, so x_three_launches compares two windows of one run: ratios within a few percent of 1
+are within the drift between windows.
     python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
@@ -58,11 +59,11 @@ def _inputs(shape, dtype, cl):
 def _three_launches(method, *args, **kw):
     """The backend's `method` (no traced plan) with the single-read kernels off."""
     from cudakit.kernels import normalization as nk
-    nk.BN_RESIDENT = False
+    was, nk.BN_RESIDENT = nk.BN_RESIDENT, False
     try:
         return getattr(cudakit.get_backend("cuda"), method)(*args, **kw)
     finally:
-        nk.BN_RESIDENT = True
+        nk.BN_RESIDENT = was
 
 
 def run(shape, dtype, cl):

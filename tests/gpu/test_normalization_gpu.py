@@ -497,8 +497,8 @@ def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu,
 
 def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
     """An x (or x and dy) larger than the shared memory of the blocks the device holds at once takes
-    the three launches, as do channels-last rows under BN_RESIDENT_LANES_MIN_BYTES; the single-read
-    kernels' grids fit in what the occupancy allows."""
+    the three launches, as do channels-last rows under BN_RESIDENT_LANES_MIN_BYTES and anything
+    with CUDAKIT_BN_SINGLE_READ=0; the single-read kernels' grids fit in what the occupancy allows."""
     import cudakit
     nk = _nk()
     rows = nk.BN_RESIDENT_LANES_MIN_BYTES // (4 * 64)
@@ -508,7 +508,7 @@ def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
         assert names == want, (n, names)
     info = cudakit.get_device_info()
     room = info.multiprocessors * info.max_shared_memory_per_multiprocessor
-    big = cp.ones((4, 8, room // 128 + 1, 8), cp.float32)   # 32 * (room/128 + 1) floats: past room bytes
+    big = cp.ones((4, 8, room // 128 + 1, 8), cp.float32)   # 256 * (room/128 + 1) floats: 8 times room bytes
     _, names = _bn_forward_launches(nk, big, None, None, None, None, True, 0.1, 1e-5)
     assert names == ["ck_bn_stats", "ck_bn_finalize", "ck_bn_apply"], names
     x = cp.asarray(_data(rng, (32, 64, 28, 28), "float32"))
@@ -524,9 +524,15 @@ def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
     (_, sm, si), names = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
     assert names == ["ck_bn_barrier_zero", "ck_bn_resident"], names
     from cudakit.runtime import launch
+    grids = [launch.recent_launches[-1]]
     launch.recent_launches.clear()
     nk.batch_norm_backward(x, x, None, sm, si)   # dy and x: twice the bytes, still on chip
     assert [n.split("<")[0] for n, _, _ in launch.recent_launches] == ["ck_bn_barrier_zero", "ck_bn_bwd_resident"]
+    grids.append(launch.recent_launches[-1])
+    for expr, grid, block in grids:   # every block resident at once: the occupancy (as the driver answers it) allows it
+        plan = next(p for k, p in nk._resident_plans.items() if k[1] == expr and p is not None)
+        per_sm = nk._occupancy("float32", expr, block[0] * block[1], plan[4], floor=0)
+        assert tuple(grid)[:2] == (plan[1], plan[2]) and plan[1] * plan[2] <= per_sm * info.multiprocessors, (expr, grid)
     launch.recent_launches.clear()
     big_dy = cp.ones_like(big)
     _, sm_b, si_b = nk.batch_norm_forward(big, None, None, None, None, True, 0.1, 1e-5)
@@ -567,6 +573,8 @@ def test_batch_norm_resident_in_graph_replays(channels_last, rng, monkeypatch):
     for w, o in zip(want[1:], got):
         for a, c in zip(w, o):
             assert a.tobytes() == c.tobytes()
+    from cudakit import dispatch
+    dispatch.clear()   # (plans made under the patched threshold: not for the tests after this one)
 
 
 def test_batch_norm_grads_are_bitwise_deterministic(rng):

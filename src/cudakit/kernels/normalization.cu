@@ -1429,9 +1429,15 @@ __device__ __forceinline__ void ck_grid_barrier(unsigned* count, unsigned phase)
       const unsigned want = phase * ((nb + CK_BAR_LANES - 1 - t) / CK_BAR_LANES);
       for (;;) {
         unsigned v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count + t * CK_BAR_STRIDE) : "memory");
+#else   // (not launched there: the host takes the three launches below compute capability 7.0)
+        v = *(volatile unsigned*)(count + t * CK_BAR_STRIDE);
+#endif
         if (v >= want) break;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
         __nanosleep(32);
+#endif
       }
       __threadfence();
     }

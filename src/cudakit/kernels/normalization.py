@@ -127,13 +127,14 @@ def _device_info():
     return get_device_info()
 
 
-def _occupancy(dtype_name: str, expr: str, threads: int, smem: int) -> int:
-    """Resident blocks per multiprocessor of `expr` at this block size and dynamic shared memory."""
+def _occupancy(dtype_name: str, expr: str, threads: int, smem: int, floor: int = 1) -> int:
+    """Resident blocks per multiprocessor of `expr` at this block size and dynamic shared memory
+    (at least `floor`)."""
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
     k, f = _kernel(dev, dtype_name, expr)
     _allow_smem(dev, expr, k, smem)
-    return max(1, int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(f.ptr, threads, smem)))
+    return max(floor, int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(f.ptr, threads, smem)))
 
 
 def _pow2_at_least(n: int) -> int:
@@ -404,23 +405,33 @@ BN_RESIDENT = True
 BN_RESIDENT_LANES_MIN_BYTES = 8 << 20
 BN_BARRIER_WORDS = 8 * 32      # ck_bn_resident's barrier counters (CK_BAR_LANES of CK_BAR_STRIDE words)
 _BN_RESIDENT_BLOCKS = (2, 1)   # blocks a multiprocessor it tries, most first (its launch bounds allow 2)
-_static_smem: dict = {}   # (device, expr) -> the kernel's static shared memory in bytes
+_resident_plans: dict = {}   # (device, kernel, n, vector columns, lanes, vector bytes) -> _bn_resident's answer
 
 
 def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int) -> tuple | None:
     """(block, grid x, grid y, rows a block, dynamic shared memory) of the single-read kernel `expr`
     (ck_bn_resident, ck_bn_bwd_resident) on an [n, csv] view of vectors of vbytes bytes (the bytes of
     all its tiles' vectors of a column), or None where the tiles do not fit the shared memory of the
-    blocks the device holds at once."""
+    blocks the device holds at once (or it is off: CUDAKIT_BN_SINGLE_READ, BN_RESIDENT; or the
+    device is older than compute capability 7.0, whose barrier has no acquire loads). Worked out
+    once per (device, kernel, shape), so every call of a shape takes the same grid (and sums)."""
     from ..config import settings
-    info = _device_info()
-    if not BN_RESIDENT or not settings().bn_single_read or not info.max_shared_memory_per_multiprocessor:
+    if not BN_RESIDENT or not settings().bn_single_read:
         return None
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
-    static = _static_smem.get((dev, expr))
-    if static is None:
-        static = _static_smem[(dev, expr)] = int(cp.cuda.driver.funcGetAttribute(1, _kernel(dev, dt, expr)[1].ptr))
+    key = (dev, expr, n, csv, lanes, vbytes)
+    if key not in _resident_plans:
+        _resident_plans[key] = _bn_resident_plan(dev, dt, expr, n, csv, lanes, vbytes)
+    return _resident_plans[key]
+
+
+def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int) -> tuple | None:
+    info = _device_info()
+    if not info.max_shared_memory_per_multiprocessor or tuple(info.compute_capability) < (7, 0):
+        return None
+    cp = _cupy.loaded_cupy()
+    static = int(cp.cuda.driver.funcGetAttribute(1, _kernel(dev, dt, expr)[1].ptr))   # (static shared memory)
     block, gx, _, _ = _bn_blocks(csv, n, lanes)
     bx, by = block[0], block[1]
     for per_sm in _BN_RESIDENT_BLOCKS:
@@ -432,7 +443,8 @@ def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int)
         smem = chunk * bx * vbytes
         room = min(info.max_shared_memory_per_block_optin,
                    info.max_shared_memory_per_multiprocessor // per_sm - info.reserved_shared_memory_per_block) - static
-        if smem <= room and _occupancy(dt, expr, bx * by, smem) * info.multiprocessors >= gx * gy:
+        # (the occupancy as the driver answers it: 0 where it refuses the block, which no grid fits)
+        if smem <= room and _occupancy(dt, expr, bx * by, smem, floor=0) * info.multiprocessors >= gx * gy:
             return block, gx, gy, chunk, smem
     return None
 
