@@ -176,19 +176,21 @@ def test_pdl_setting(monkeypatch):
 
 def test_bn_single_read_setting(monkeypatch):
     """CUDAKIT_BN_SINGLE_READ: on unless set off, a yes/no value, anything else a ConfigError naming the
-    variable (kernels/normalization.py's _bn_resident takes no single-read grid when it is off; the GPU
-    test of that is tests/gpu/test_normalization_gpu.py)."""
+    variable; off, kernels/normalization.py's _bn_resident answers no single-read grid without
+    asking a device (the GPU side is in tests/gpu/test_normalization_gpu.py)."""
     from cudakit import config
+    from cudakit.kernels import normalization as nk
+    monkeypatch.delenv("CUDAKIT_BN_SINGLE_READ", raising=False)
+    assert config.reload().bn_single_read is True
+    monkeypatch.setenv("CUDAKIT_BN_SINGLE_READ", "off")
     try:
-        monkeypatch.delenv("CUDAKIT_BN_SINGLE_READ", raising=False)
-        assert config.reload().bn_single_read is True
-        monkeypatch.setenv("CUDAKIT_BN_SINGLE_READ", "off")
         assert config.reload().bn_single_read is False
+        assert nk._bn_resident("float32", "ck_bn_resident<float, 4, false, false>", 64, 4096, False, 16) is None
         monkeypatch.setenv("CUDAKIT_BN_SINGLE_READ", "2")
         with pytest.raises(config.ConfigError, match="CUDAKIT_BN_SINGLE_READ='2' is not a yes/no value"):
             config.reload()
     finally:
-        monkeypatch.delenv("CUDAKIT_BN_SINGLE_READ", raising=False)
+        monkeypatch.undo()
         config.reload()
 
 
