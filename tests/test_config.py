@@ -185,7 +185,7 @@ def test_bn_single_read_setting(monkeypatch):
     monkeypatch.setenv("CUDAKIT_BN_SINGLE_READ", "off")
     try:
         assert config.reload().bn_single_read is False
-        assert nk._bn_resident("float32", "ck_bn_resident<float, 4, false, false>", 64, 4096, False, 16) is None
+        assert nk._bn_resident("float32", "ck_bn_resident<float, 4, false, false>", 64, 4096, False, 16, 1 << 20) is None
         monkeypatch.setenv("CUDAKIT_BN_SINGLE_READ", "2")
         with pytest.raises(config.ConfigError, match="CUDAKIT_BN_SINGLE_READ='2' is not a yes/no value"):
             config.reload()

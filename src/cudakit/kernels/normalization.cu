@@ -1467,11 +1467,11 @@ __device__ __forceinline__ void ck_bn_group_sum2(C& a, C& b, bool per_block, int
   __syncthreads();
 }
 
-// The channel loop of the single-read kernels' finalize: f(c, on, gi, gsz) for each channel c,
-// by a whole block (the nw whole warps: gi = the thread's index, gsz = nw*32) where the grid has a
-// block for each channel, else by a warp (gi = lane, gsz = 32; nw channels a block at a time).
-// Every thread of the block makes the same calls (on: this thread's warp takes a channel), so f
-// may call ck_bn_group_sum2 with per_block = C_ <= blocks.
+// The channel loop of the single-read kernels' finalize: f(c, on, gi, gsz, per_block) for each
+// channel c, by a whole block (per_block; the nw whole warps: gi = the thread's index, gsz = nw*32)
+// where the grid has a block for each channel, else by a warp (gi = lane, gsz = 32; nw channels a
+// block at a time). Every thread of the block makes the same calls (on: this thread's warp takes a
+// channel), so f may call ck_bn_group_sum2 with per_block.
 template <typename F>
 __device__ __forceinline__ void ck_bn_each_channel(long long C_, int nw, F&& f) {
   const unsigned nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
@@ -1481,7 +1481,7 @@ __device__ __forceinline__ void ck_bn_each_channel(long long C_, int nw, F&& f) 
   const int per = per_block ? 1 : nw;   // channels a block takes at a time
   for (long long c0 = (long long)b * per; c0 < C_; c0 += (long long)nb * per) {
     const long long c = c0 + (per_block ? 0 : warp);
-    f(c, warp < nw && c < C_, gi, gsz);
+    f(c, warp < nw && c < C_, gi, gsz, per_block);
   }
 }
 
@@ -1526,7 +1526,6 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   extern __shared__ __align__(16) unsigned char ck_bn_tile[];
   __shared__ C part[3][256];   // 2: ck_bn_group_sum2's scratch; 3: the block's channel values
   R* tile = reinterpret_cast<R*>(ck_bn_tile);
-  const unsigned nb = gridDim.x * gridDim.y;
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   const int nw = (int)(blockDim.x * blockDim.y) >> 5;   // whole warps (a CL block may end in a partial one)
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1541,8 +1540,7 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   else ck_bn_stats_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
   ck_grid_barrier(count, 1);
   // 2. the channels' statistics
-  const bool per_block = C_ <= (long long)nb;
-  ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz) {
+  ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz, bool per_block) {
     C sn = C(0), snm = C(0), q = C(0);
     C kn[CK_BN_KEEP], km[CK_BN_KEEP], km2[CK_BN_KEEP];   // this thread's first partials, kept for the second sum
 #pragma unroll
@@ -1719,7 +1717,6 @@ __global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
   __shared__ C part[6][256];   // 2: ck_bn_group_sum2's scratch; 3: the block's channel values
   R* tg = reinterpret_cast<R*>(ck_bn_tile);
   R* tx = tg + chunk * blockDim.x;
-  const unsigned nb = gridDim.x * gridDim.y;
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   const int nw = (int)(blockDim.x * blockDim.y) >> 5;
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1738,8 +1735,7 @@ __global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
   else ck_bn_bwd_reduce_body<T, V, RELU>(tg, tx, r0, blockDim.x, threadIdx.x, mean, psg, psgx, N, csv, sv, chunk, gamma, beta, invstd);
   ck_grid_barrier(count, 1);
   // 2. the channels' sums, dgamma, dbeta and dx's coefficients
-  const bool per_block = C_ <= (long long)nb;
-  ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz) {
+  ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz, bool per_block) {
     C sg = C(0), sgx = C(0);
     for (long long j = gi; on && j < K; j += gsz) {
       const long long o = c * cs + j * ks;

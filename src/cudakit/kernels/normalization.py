@@ -408,15 +408,16 @@ _BN_RESIDENT_BLOCKS = (2, 1)   # blocks a multiprocessor it tries, most first (i
 _resident_plans: dict = {}   # (device, kernel, n, vector columns, lanes, vector bytes) -> _bn_resident's answer
 
 
-def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int) -> tuple | None:
+def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int, nbytes: int) -> tuple | None:
     """(block, grid x, grid y, rows a block, dynamic shared memory) of the single-read kernel `expr`
     (ck_bn_resident, ck_bn_bwd_resident) on an [n, csv] view of vectors of vbytes bytes (the bytes of
     all its tiles' vectors of a column), or None where the tiles do not fit the shared memory of the
-    blocks the device holds at once (or it is off: CUDAKIT_BN_SINGLE_READ, BN_RESIDENT; or the
-    device is older than compute capability 7.0, whose barrier has no acquire loads). Worked out
-    once per (device, kernel, shape), so every call of a shape takes the same grid (and sums)."""
+    blocks the device holds at once (or it is off: CUDAKIT_BN_SINGLE_READ, BN_RESIDENT; channels-last
+    rows of x under BN_RESIDENT_LANES_MIN_BYTES (nbytes: x's); or the device is older than compute
+    capability 7.0, whose barrier has no acquire loads). Worked out once per (device, kernel,
+    shape), so every call of a shape takes the same grid (and sums)."""
     from ..config import settings
-    if not BN_RESIDENT or not settings().bn_single_read:
+    if not BN_RESIDENT or not settings().bn_single_read or (lanes and nbytes < BN_RESIDENT_LANES_MIN_BYTES):
         return None
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
@@ -447,6 +448,23 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
         if smem <= room and _occupancy(dt, expr, bx * by, smem, floor=0) * info.multiprocessors >= gx * gy:
             return block, gx, gy, chunk, smem
     return None
+
+
+def _bn_partials(count: int, lanes: bool, gy: int, c: int, csv: int, sv: int, acc) -> tuple:
+    """`count` arrays of per-(row chunk, channel or vector column) partials ([row chunks, C] for
+    channels-last rows, else [vector columns, row chunks]) and (K, cs, ks): channel c's partial j is
+    at c*cs + j*ks of each, K of them."""
+    cp = _cupy.loaded_cupy()
+    arrays = tuple(cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(count))
+    k = gy if lanes else sv * gy
+    return arrays, ((k, 1, c) if lanes else (k, k, 1))
+
+
+def _barrier_counters(dt: str, t: str):
+    """The single-read kernels' grid-barrier counters, zeroed by their own launch before the kernel."""
+    count = _cupy.loaded_cupy().empty(BN_BARRIER_WORDS, np.uint32)
+    _launch(f"ck_bn_barrier_zero<{t}>", dt, (1, 1, 1), (32, 1, 1), (count,))
+    return count
 
 
 def _finalize_launch(c: int, k: int) -> tuple:
@@ -513,34 +531,31 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     scale = cp.empty(c, acc)
     fused = "true" if residual is not None or relu else "false"
     cl = "true" if lanes else "false"
-    if training and x.size and (not lanes or x.nbytes >= BN_RESIDENT_LANES_MIN_BYTES):
+    plan = None
+    if training and x.size:
         expr = f"ck_bn_resident<{t}, {v}, {cl}, {fused}>"
-        plan = _bn_resident(dt, expr, n, csv, lanes, v * _ITEMSIZE[dt])
-        if plan is not None:   # x read once (see ck_bn_resident)
-            block, gx, gy, chunk, smem = plan
-            pn, pm, pm2 = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(3))
-            k = gy if lanes else sv * gy
-            cs, ks = (1, c) if lanes else (k, 1)
-            count = cp.empty(BN_BARRIER_WORDS, np.uint32)
-            _launch(f"ck_bn_barrier_zero<{t}>", dt, (1, 1, 1), (32, 1, 1), (count,))
-            _launch(expr, dt, (gx, gy, 1), block,
-                    (x, y, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(k),
-                     np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(beta), _ptr(running_mean),
-                     _ptr(running_var), save_mean, save_invstd, scale, a(x, momentum), a(x, eps), _ptr(residual),
-                     np.int32(bool(relu)), count), smem)
-            return y, save_mean, save_invstd
+        plan = _bn_resident(dt, expr, n, csv, lanes, v * _ITEMSIZE[dt], x.nbytes)
+    if plan is not None:   # x read once (see ck_bn_resident)
+        block, gx, gy, chunk, smem = plan
+        (pn, pm, pm2), (k, cs, ks) = _bn_partials(3, lanes, gy, c, csv, sv, acc)
+        count = _barrier_counters(dt, t)
+        _launch(expr, dt, (gx, gy, 1), block,
+                (x, y, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(k),
+                 np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(beta), _ptr(running_mean),
+                 _ptr(running_var), save_mean, save_invstd, scale, a(x, momentum), a(x, eps), _ptr(residual),
+                 np.int32(bool(relu)), count), smem)
+        return y, save_mean, save_invstd
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
-    if training:   # partials: [vector columns, row chunks], or [row chunks, C] (lanes)
-        pn, pm, pm2 = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(3))
+    if training:
+        (pn, pm, pm2), (k, cs, ks) = _bn_partials(3, lanes, gy, c, csv, sv, acc)
         if x.size:
             _launch(f"ck_bn_stats{'_cl' if lanes else ''}<{t}, {v}>", dt, (gx, gy, 1), block,
                     (x, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(chunk)))
         else:
             pn.fill(0)
-    else:
+    else:   # (the running statistics: no partials)
         pn = pm = pm2 = _null()
-    k = (gy if lanes else sv * gy) if training else 0   # channel c's partial j: c*cs + j*ks
-    cs, ks = (1, c) if lanes else (k, 1)
+        k, cs, ks = 0, 1, 1
     _launch(f"ck_bn_finalize<{t}>", dt, *_finalize_launch(c, k),
             (pn, pm, pm2, np.int64(k), np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(running_mean),
              _ptr(running_var), save_mean, save_invstd, scale, np.int32(bool(training)), a(x, momentum), a(x, eps)))
@@ -581,24 +596,22 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
         return dx, dgamma, dbeta
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (dy, x, dx))
     cl = "true" if lanes else "false"
-    if x.size and (not lanes or x.nbytes >= BN_RESIDENT_LANES_MIN_BYTES):
+    ka, kb, kd = (cp.empty(c, acc) for _ in range(3))
+    plan = None
+    if x.size:
         expr = f"ck_bn_bwd_resident<{t}, {v}, {cl}, {r}>"
-        plan = _bn_resident(dt, expr, n, csv, lanes, 2 * v * _ITEMSIZE[dt])   # (dy's tile and x's)
-        if plan is not None:   # dy and x read once (see ck_bn_bwd_resident)
-            block, gx, gy, chunk, smem = plan
-            psg, psgx = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(2))
-            ka, kb, kd = (cp.empty(c, acc) for _ in range(3))
-            k = gy if lanes else sv * gy
-            cs, ks = (1, c) if lanes else (k, 1)
-            count = cp.empty(BN_BARRIER_WORDS, np.uint32)
-            _launch(f"ck_bn_barrier_zero<{t}>", dt, (1, 1, 1), (32, 1, 1), (count,))
-            _launch(expr, dt, (gx, gy, 1), block,
-                    (dy, x, dx, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk),
-                     np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask[:2] + (save_invstd, _ptr(dgamma),
-                    dbeta, ka, kb, kd, _acc_scalar(x, n * s), count), smem)
-            return dx, dgamma, dbeta
+        plan = _bn_resident(dt, expr, n, csv, lanes, 2 * v * _ITEMSIZE[dt], x.nbytes)   # (dy's tile and x's)
+    if plan is not None:   # dy and x read once (see ck_bn_bwd_resident)
+        block, gx, gy, chunk, smem = plan
+        (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)
+        count = _barrier_counters(dt, t)
+        _launch(expr, dt, (gx, gy, 1), block,
+                (dy, x, dx, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk),
+                 np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask + (_ptr(dgamma), dbeta, ka, kb, kd,
+                                                                                  _acc_scalar(x, n * s), count), smem)
+        return dx, dgamma, dbeta
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
-    psg, psgx = (cp.empty((gy, c) if lanes else (csv, gy), acc) for _ in range(2))   # (as the forward's)
+    (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)   # (as the forward's)
     if not x.size:   # (the reductions write every partial: no memset launches on the common path)
         psg.fill(0)
         psgx.fill(0)
@@ -609,9 +622,6 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
         else:
             _launch(f"ck_bn_bwd_reduce<{t}, {v}, {r}>", dt, (gx, gy, 1), block,
                     (dy, x, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk)) + mask)
-    ka, kb, kd = (cp.empty(c, acc) for _ in range(3))
-    k = gy if lanes else sv * gy   # channel c's partial j: c*cs + j*ks
-    cs, ks = (1, c) if lanes else (k, 1)
     _launch(f"ck_bn_bwd_finalize<{t}>", dt, *_finalize_launch(c, k),
             (psg, psgx, np.int64(k), np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), save_invstd, _ptr(dgamma),
              dbeta, ka, kb, kd, _acc_scalar(x, max(n * s, 1))))
