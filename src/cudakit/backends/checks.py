@@ -144,6 +144,12 @@ def check_shape(op: str, arg: str, shape) -> tuple:
     return tuple(int(d) for d in shape)
 
 
+def check_same_shape(op: str, arg: str, a, shape, what: str = "x's shape") -> None:
+    """ShapeError unless array `a` (argument `arg`) has `shape` (described as `what`)."""
+    if tuple(a.shape) != tuple(shape):
+        raise ShapeError(f"{op}: {arg} must have {what} {tuple(shape)} (got {tuple(a.shape)})")
+
+
 def _short(v) -> str:
     s = repr(v)
     return s if len(s) <= 40 else f"{s[:20]}...({len(s)} characters)"

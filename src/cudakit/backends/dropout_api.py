@@ -22,8 +22,8 @@ import numbers
 
 import numpy as np
 
-from .checks import check_bool, check_shape, check_size, float_scalar
-from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+from .checks import check_bool, check_same_shape, check_shape, check_size, float_scalar
+from ..errors import ArgumentError, ArgumentTypeError, DTypeError
 
 _TWO32 = 1 << 32
 
@@ -93,8 +93,7 @@ class DropoutOps:
         if residual is None:
             return None
         r = self._coerce(residual, "residual")
-        if tuple(r.shape) != tuple(x.shape):
-            raise ShapeError(f"{op}: residual must have x's shape {tuple(x.shape)} (got {tuple(r.shape)})")
+        check_same_shape(op, "residual", r, x.shape)
         if r.dtype != x.dtype:
             raise DTypeError(f"{op}: residual is {r.dtype} but x is {x.dtype}; they must share a dtype")
         self._check_devices({"x": x, "residual": r})

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .checks import check_size, check_writeable, require_out_array
+from .checks import check_same_shape, check_size, check_writeable, require_out_array
 from ..errors import ArgumentError, DTypeError, ShapeError
 
 
@@ -205,9 +205,8 @@ class LinalgOps:
         arrs = self._linear_args("linear", named)
         res = arrs.get("residual")
         if res is not None:
-            want = tuple(arrs["x"].shape[:-1]) + (arrs["weight"].shape[0],)
-            if tuple(res.shape) != want:
-                raise ShapeError(f"linear: residual must have the result's shape {want} (got {tuple(res.shape)})")
+            check_same_shape("linear", "residual", res, tuple(arrs["x"].shape[:-1]) + (arrs["weight"].shape[0],),
+                             "the result's shape")
         return self._linear(arrs["x"], arrs["weight"], arrs["bias"], False, False, res)[0]
 
     def _linear(self, x, w, bias, gelu: bool, want_pre: bool, residual=None):
@@ -272,8 +271,8 @@ class LinalgOps:
         if tuple(g.shape) != lead + (fout,):
             raise ShapeError(f"{op}: grad_out must have shape {lead + (fout,)} (got {tuple(g.shape)})")
         pre = arrs.get("gelu_pre")
-        if pre is not None and tuple(pre.shape) != tuple(x.shape):
-            raise ShapeError(f"{op}: gelu_pre must have x's shape {tuple(x.shape)} (got {tuple(pre.shape)})")
+        if pre is not None:
+            check_same_shape(op, "gelu_pre", pre, x.shape)
         rows = math.prod(lead)
         mod = self._linalg_module()
         gemm = mod.gemm

@@ -18,7 +18,8 @@ import numbers
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
-from .checks import check_bool, check_distinct, check_writeable, finite_scalar, inverse_order, require_array
+from .checks import (check_bool, check_distinct, check_same_shape, check_writeable, finite_scalar, inverse_order,
+                     require_array)
 from .softmax_api import last_axis_rows
 
 
@@ -250,15 +251,13 @@ class NormalizationOps:
         """residual_grad (checked: x's shape) as a C-contiguous (rows, cols) array, or None."""
         if res is None:
             return None
-        if tuple(res.shape) != tuple(x.shape):
-            raise ShapeError(f"{op}: residual_grad must have x's shape {tuple(x.shape)}; got {tuple(res.shape)}")
+        check_same_shape(op, "residual_grad", res, x.shape)
         return self._flat(res, shape)
 
     def _backward_layout(self, op, x, g, w, stat, normalized_ndim):
         """(lead dims, normalised dims, rows, cols) of a layernorm/rmsnorm backward; grad_out must
         have x's shape; without weight, the normalised dims follow from the saved statistic's rank."""
-        if tuple(g.shape) != tuple(x.shape):
-            raise ShapeError(f"{op}: grad_out must have x's shape {tuple(x.shape)}; got {tuple(g.shape)}")
+        check_same_shape(op, "grad_out", g, x.shape)
         if normalized_ndim is None and w is None and stat is not None and stat.ndim < x.ndim:
             normalized_ndim = max(1, x.ndim - stat.ndim)
         k = self._normalized_ndim(op, x, {"weight": w}, normalized_ndim)
@@ -361,8 +360,8 @@ class NormalizationOps:
                                       "running_var": running_var, "residual": residual})
         x, res = a["x"], a["residual"]
         self._bn_check_x(op, x)
-        if res is not None and tuple(res.shape) != tuple(x.shape):
-            raise ShapeError(f"{op}: residual must have x's shape {tuple(x.shape)}; got {tuple(res.shape)}")
+        if res is not None:
+            check_same_shape(op, "residual", res, x.shape)
         c = int(x.shape[1])
         self._bn_check_params(op, c, {n: a[n] for n in ("gamma", "beta", "running_mean", "running_var")})
         rm, rv = a["running_mean"], a["running_var"]
@@ -434,8 +433,7 @@ class NormalizationOps:
                                   {"save_mean": save_mean, "save_invstd": save_invstd})
         x, g = a["x"], a["grad_out"]
         self._bn_check_x(op, x)
-        if tuple(g.shape) != tuple(x.shape):
-            raise ShapeError(f"{op}: grad_out must have x's shape {tuple(x.shape)}; got {tuple(g.shape)}")
+        check_same_shape(op, "grad_out", g, x.shape)
         c = int(x.shape[1])
         self._bn_check_params(op, c, {"gamma": a["gamma"], "beta": a["beta"], **st})
         for n, v in st.items():
