@@ -261,16 +261,11 @@ def _check_grads(grads: list, params: list, dtypes: list, where: str) -> list:
             raise DeviceError(f"grads[{i}] is on cuda:{g.data.device_id} but params[{i}] on "
                               f"cuda:{p.data.device_id}")
         if where == "cuda" and _layout_key(g) != _layout_key(p):   # (NumPy's update indexes logically)
-            g = _in_layout_of(g, p, where)
+            g = _new_like(p, g.dtype, where, g)   # (a copy in p's memory order)
         elif where == "cpu" and _order(g) is None:
             g = np.ascontiguousarray(g)
         out.append(g)
     return out
-
-
-def _in_layout_of(x, p, where: str):
-    """A copy of x (p's shape) with its memory in p's axis order."""
-    return _new_like(p, x.dtype, where, x)
 
 
 def _check_states(states: list, params: list, dtypes: list, name: str, where: str) -> list:
