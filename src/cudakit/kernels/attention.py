@@ -588,12 +588,22 @@ def _f32_contiguous(lse):
     return lse if lse.dtype == cp.float32 and lse.flags.c_contiguous else cp.ascontiguousarray(lse, cp.float32)
 
 
+def blhd_key(q, k, v, dtype_name: str, causal: bool, out=None, do=None, packed: bool = False) -> tuple:
+    """The path key (kernels/paths.py) of a (B, L, H, D) pass on cuDNN: the forward's (out, do None)
+    or the backward's; forward_blhd/backward_blhd choose under it and kernels/path_plans.py reads
+    the choice back."""
+    if out is None:
+        return ("fwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, dtype_name, bool(causal),
+                q.data.device_id)
+    return ("bwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, out.strides, do.strides, dtype_name,
+            bool(causal), q.data.device_id) + (("packed",) if packed else ())
+
+
 def forward_blhd(q, k, v, scale: float, causal: bool, dtype_name: str):
     """(out (B, Lq, H, D), lse (B, H, Lq)) for (B, L, H, D) views read in place by cuDNN's flash
     forward, or None: the caller then runs forward() on (B, H, L, D) copies."""
     from . import cudnn
-    key = ("fwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, dtype_name, bool(causal), q.data.device_id)
-    return _cudnn_in_place("attention", key, dtype_name, scale, (q, k, v),
+    return _cudnn_in_place("attention", blhd_key(q, k, v, dtype_name, causal), dtype_name, scale, (q, k, v),
                            lambda: cudnn.sdpa_forward(q, k, v, scale, causal, "blhd"))
 
 
@@ -603,8 +613,7 @@ def backward_blhd(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name:
     of one new (B, L, 3, H, D) array where its rows align (cudnn.packed_grads)."""
     from . import cudnn
     packed = bool(packed) and cudnn.packed_grad_ok(q)
-    key = ("bwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, out.strides, do.strides, dtype_name,
-           bool(causal), q.data.device_id) + (("packed",) if packed else ())
+    key = blhd_key(q, k, v, dtype_name, causal, out, do, packed)
     return _cudnn_in_place("attention_backward", key, dtype_name, scale, (q, k, v, out, do),
                            lambda: cudnn.sdpa_backward(do, q, k, v, out, _f32_contiguous(lse), scale, causal, "blhd",
                                                        packed=packed))

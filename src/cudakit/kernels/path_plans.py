@@ -131,11 +131,8 @@ def _blhd_cudnn(kind: str, arrays: dict, scale, causal, packed: bool = False):
     if not (attention._cudnn_candidate(name, q.shape[-1], sc) and attention._blhd_ok(*arrays.values())):
         return None
     dev = q.data.device_id
-    if kind == "fwd":
-        key = ("fwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, name, bool(causal), dev)
-    else:
-        key = ("bwd_blhd", q.shape, k.shape, q.strides, k.strides, v.strides, arrays["out"].strides,
-               arrays["do"].strides, name, bool(causal), dev) + (("packed",) if packed else ())
+    key = (attention.blhd_key(q, k, v, name, causal) if kind == "fwd" else
+           attention.blhd_key(q, k, v, name, causal, arrays["out"], arrays["do"], packed))
     if paths.chosen("attention" if kind == "fwd" else "attention_backward", key) != "cudnn":
         return None
     new = cudnn.blhd_out_desc   # the C-contiguous outputs cuDNN writes
