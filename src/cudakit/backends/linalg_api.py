@@ -36,8 +36,8 @@ class LinalgOps:
 
     # ---- hooks a backend fills in ----------------------------------------------------------
     def _linalg_module(self):
-        """The module with `gemm`, `linear_epilogue` and `broadcast_copy` (signatures of
-        cudakit.kernels.linalg)."""
+        """The module with `gemm`, `linear_epilogue`, `dgrad_gelu`, `wgrad_bias` and `broadcast_copy`
+        (signatures of cudakit.kernels.linalg)."""
         raise NotImplementedError
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -287,7 +287,7 @@ class LinalgOps:
                 if pre3 is not None:
                     self.gelu_backward(gx, pre3, "tanh", out=gx)
             gw = self.empty((1, fout, fin), x.dtype)
-            gb = self._wgrad_bias(g3, x3, gw) if bias else None   # both in the weight-gradient GEMM
+            gb = mod.wgrad_bias(g3, x3, gw) if bias else None   # both in the weight-gradient GEMM
             if gb is None:
                 gemm(g3, x3, gw, True, False)
                 gb = self.sum(g3.reshape(rows, fout), axis=0) if bias else None
@@ -336,11 +336,6 @@ class LinalgOps:
                                     arrs["weight"], bias)
 
 
-    def _wgrad_bias(self, g3, x3, gw):
-        """grad_out^T @ x into gw with the bias's gradient (returned, (out_features,)) out of the same
-        GEMM where the backend can (cuBLASLt's BGRADB epilogue), else None (nothing written)."""
-        return None
-
 
 class CpuLinalgHooks(LinalgOps):
     def _linalg_module(self):
@@ -352,7 +347,3 @@ class CudaLinalgHooks(LinalgOps):
     def _linalg_module(self):
         from ..kernels import linalg
         return linalg
-
-    def _wgrad_bias(self, g3, x3, gw):
-        from ..kernels import cublaslt
-        return cublaslt.wgrad_bias(g3, x3, gw)

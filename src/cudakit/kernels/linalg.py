@@ -20,7 +20,7 @@ from .cublaslt import COMPUTE_32F as _COMPUTE_32F
 from .cublaslt import COMPUTE_64F as _COMPUTE_64F
 from .cublaslt import CUDA_R as _CUDA_R
 from . import cublaslt as _cublaslt
-from .cublaslt import dgrad_gelu, linear_epilogue  # noqa: F401  (the backend's hooks: fused epilogues)
+from .cublaslt import dgrad_gelu, linear_epilogue, wgrad_bias  # noqa: F401  (the backend's hooks: fused epilogues)
 
 _OP_N, _OP_T = 0, 1                      # cublasOperation_t
 _GEMM_DEFAULT = -1                       # cublasGemmAlgo_t: the heuristic's choice
