@@ -20,7 +20,11 @@ using std::min;
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
+// shared memory and barriers for launches of one thread a block (a block's phases then run in
+// order); the driver defines the extern __shared__ array at namespace scope
+#define __shared__
+static inline void __syncthreads() {}
 struct ck_dim3 { unsigned x, y, z; };
 struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };

@@ -55,6 +55,19 @@ extern "C" void clbwdi_##SFX##_##V(const void* a, const void* b, void* c, int to
                                    unsigned blocks, CK_GEO_PARAMS) {                                \
   CK_RUN((ck_pool2d_cl_backward_idx<T, V>((const u8*)a, (const T*)b, (T*)c, total, cv, CK_GEO)));    \
 }
+// the one-launch tiled max backward, one thread a block (its phases in order; see kernel_emulation)
+__attribute__((aligned(16))) unsigned char ck_pool_smem[1 << 20];
+#define CK_TILE(SFX, T)                                                                             \
+extern "C" int tile_##SFX(const void* a, const void* b, void* c, const int* plan, unsigned blocks,  \
+                          CK_GEO_PARAMS) {                                                          \
+  if (plan[8] > (int)sizeof(ck_pool_smem)) return 1;                                                \
+  std::memset(ck_pool_smem, 0xff, plan[8]);   /* garbage, as shared memory is */                     \
+  CK_EMULATE(blocks, 1, 1, (ck_pool2d_backward_tile<T, 4>((const T*)a, (const T*)b, (T*)c, plan[9], plan[0], \
+             plan[1], plan[2], plan[3], plan[4], plan[5], plan[6], plan[7], CK_GEO)));              \
+  return 0;                                                                                         \
+}
+CK_TILE(f32, float)
+CK_TILE(f64, double)
 template <typename T, bool AVG, int P> void ck_fwd(const T* x, const T*, T* y, int planes, CK_GEO_PARAMS) {
   ck_pool2d<T, AVG, P>(x, y, planes, CK_GEO);
 }
@@ -158,7 +171,45 @@ def _run_cl(lib, kind, x, g, geo, v, limit):
     return yt.transpose(0, 3, 1, 2), dxt.transpose(0, 3, 1, 2)
 
 
-def _check(lib, kind, x, ks, st, pad, rng, limit=pooling._MAX_THREADS):
+def _run_tiled(lib, x, g, geo):
+    """dx from the emulated ck_pool2d_backward_tile (4 planes a block), launched as
+    pooling._tiled_backward does (its tile_plan), all planes in one launch; None where tile_plan has
+    no tile."""
+    assert pooling.TILE_PLANES == 4   # the driver's instantiation
+    plan = pooling.tile_plan(x.shape, geo, x.dtype.name)
+    if plan is None:
+        return None
+    n, c, h, w = x.shape
+    dx = np.full(x.shape, 7.0, x.dtype)
+    sfx = "f32" if x.dtype == np.float32 else "f64"
+    args = [ctypes.c_int(int(v)) for v in pooling._geo(x.shape, geo)]
+    ints = np.array((*plan, n * c), np.int32)
+    assert getattr(lib, "tile_" + sfx)(_ptr(x), _ptr(g), _ptr(dx), _ptr(ints), ctypes.c_uint(-(-n * c // 4) * plan[3]),
+                                       *args) == 0
+    return dx
+
+
+# (TILE_WIDTH, TILE_ELEMENTS, TILE_SMEM_BYTES): the shipped tiles, tiles of a few elements (halos on
+# every side, ragged last tiles), and a shared-memory budget that halves the tile's rows
+_TILINGS = [(pooling.TILE_WIDTH, pooling.TILE_ELEMENTS, pooling.TILE_SMEM_BYTES), (4, 12, 1 << 20), (5, 64, 4000)]
+
+
+def _tiled_results(lib, kind, x, g, geo, monkeypatch):
+    if kind != "max" or pooling.backward_kernel(x.shape, geo, kind)[0] != "ck_pool2d_backward_idx":
+        return []
+    out = []
+    for width, elements, smem in _TILINGS:
+        monkeypatch.setattr(pooling, "TILE_WIDTH", width)
+        monkeypatch.setattr(pooling, "TILE_ELEMENTS", elements)
+        monkeypatch.setattr(pooling, "TILE_SMEM_BYTES", smem)
+        dx = _run_tiled(lib, x, g, geo)
+        if dx is not None:
+            out.append(dx)
+    monkeypatch.undo()
+    return out
+
+
+def _check(lib, kind, x, ks, st, pad, rng, limit=pooling._MAX_THREADS, monkeypatch=None):
     cpu = cudakit.get_backend("cpu")
     fwd, bwd = (cpu.max_pool2d, cpu.max_pool2d_backward) if kind == "max" else (cpu.avg_pool2d, cpu.avg_pool2d_backward)
     want = fwd(x, ks, st, pad)
@@ -174,27 +225,30 @@ def _check(lib, kind, x, ks, st, pad, rng, limit=pooling._MAX_THREADS):
     for y, dx in results:
         np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
         np.testing.assert_allclose(dx, want_dx, rtol=10 * tol, atol=tol)
+    if monkeypatch is not None:
+        for dx in _tiled_results(lib, kind, x, g, geo, monkeypatch):
+            np.testing.assert_allclose(dx, want_dx, rtol=10 * tol, atol=tol)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("geo", GEOMETRIES)
-def test_pooling_kernels_emulated(lib, geo, kind, dtype, rng):
+def test_pooling_kernels_emulated(lib, geo, kind, dtype, rng, monkeypatch):
     shape, ks, st, pad = geo
     x = rng.standard_normal(shape).astype(dtype)
     x[..., ::3, 1::2] = np.round(x[..., ::3, 1::2])   # ties: the first largest wins
-    _check(lib, kind, x, ks, st, pad, rng)
+    _check(lib, kind, x, ks, st, pad, rng, monkeypatch=monkeypatch)
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
-def test_nan_inf_windows_and_chunked_launches(lib, kind, rng):
+def test_nan_inf_windows_and_chunked_launches(lib, kind, rng, monkeypatch):
     x = rng.standard_normal((3, 4, 6, 6)).astype(np.float32)
     x[0, 0, 2, 3] = np.nan
     x[0, 0, 2, 4] = np.nan   # two NaNs in a window: the first one takes its gradient
     x[0, 1, :3, :3] = -np.inf
     x[1, 2, 1, :] = np.nan
     for ks, st, pad in ((3, 1, 1), (2, None, 0), (3, 2, 1)):
-        _check(lib, kind, x, ks, st, pad, rng)
+        _check(lib, kind, x, ks, st, pad, rng, monkeypatch=monkeypatch)
         # launches of at most 300 threads: several chunks of planes / images, offsets included
         _check(lib, kind, x, ks, st, pad, rng, limit=300)
 
@@ -207,6 +261,16 @@ def test_backward_kernel_choice():
         ("ck_pool2d_backward_cells", 56 * 56)
     big = (1, 1, 8, 8, 1, 1, 17, 17, 24, 24)   # 289 taps: no byte for its winner
     assert pooling.backward_kernel((1, 1, 40, 40), big, "max")[0] == "ck_pool2d_backward"
+
+
+def test_tiles_take_the_max_backward_from_four_windows_an_element_on_average():
+    class X:   # an array stand-in: tile_plan reads its shape and dtype only
+        shape, dtype = (2, 8, 28, 28), np.dtype(np.float32)
+    three_s2 = (2, 2, 1, 1, 1, 1, 3, 3, 14, 14)   # 2.25 windows an element: no launch, x untouched
+    assert pooling._tiled_backward(None, None, None, three_s2) is False
+    assert pooling.tile_plan(X.shape, (1, 1, 1, 1, 1, 1, 3, 3, 28, 28), "float32") is not None
+    sixteen = (1, 1, 8, 8, 1, 1, 16, 16, 64, 64)   # no tile of a row fits 48 KiB
+    assert pooling.tile_plan((1, 3, 64, 64), sixteen, "float32") is None
 
 
 def test_nchw_max_backward_goes_channels_last_for_large_16_bit_data_of_many_channels(monkeypatch):

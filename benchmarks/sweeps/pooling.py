@@ -7,9 +7,11 @@ recomputes each window's winner from x. The anchor: a device-to-device copy of x
 in the same interleaving (copy GB/s counts its read and write). GB/s from the bytes each side must
 move: forward x read + y written; backward dy read + dx written, + x read for max (cudakit; torch
 reads its indices instead).
-    python3 benchmarks/sweeps/pooling.py [--tag T] [--planes all=P | kernel=P,...] [--nchw] [--out F]
+    python3 benchmarks/sweeps/pooling.py [--tag T] [--planes all=P | kernel=P,...] [--nchw] [--two-pass] [--out F]
 --planes: the planes a thread of cudakit's NCHW kernels takes (kernels/pooling.py PLANES; 1 or 4);
---nchw: the NCHW cases only.
+--nchw: the NCHW cases only; --two-pass: the NCHW max backward of overlapping windows by its two
+launches (pooling.TILED False: 16-bit data of many channels then through the channels-last kernels)
+rather than the one launch of tiles.
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
 
@@ -28,12 +30,17 @@ if "--planes" in argv:
         k, v = item.split("=")
         for name in (pooling.PLANES if k == "all" else [k]):
             pooling.PLANES[name] = int(v)
+if "--two-pass" in argv:
+    from cudakit.kernels import pooling
+    pooling.TILED = False
 # (kind, N, C, H = W, kernel, stride, padding)
 CASES = [("max", 32, 64, 112, 2, 2, 0),     # the bench's max_pool2d row
          ("max", 32, 64, 112, 3, 2, 1),     # ResNet's stem pooling: overlapping windows
          ("avg", 32, 64, 112, 2, 2, 0),
          ("max", 32, 256, 28, 3, 1, 1),     # stride 1: every input element in nine windows
          ("max", 32, 256, 20, 5, 1, 2),     # YOLO's SPPF pooling: 25 windows an element
+         ("max", 32, 512, 13, 5, 1, 2),     # ... at a 416 image: odd planes
+         ("max", 16, 128, 56, 3, 1, 1),     # planes cut into tiles
          ("avg", 64, 512, 14, 3, 2, 1)]
 ITEM = {"bfloat16": 2, "float32": 4}
 rows = []

@@ -65,13 +65,16 @@ def test_pool_channels_last(geo, layout, kind, dtype, rng):
 @pytest.mark.parametrize("geo", [(2, 3, 37, 70, 5, 1, 2), (1, 2, 33, 65, 3, 2, 1),
                                  (2, 2, 18, 40, (3, 5), (1, 2), (1, 2)), (1, 1, 40, 40, 17, 1, 0),
                                  (1, 3, 20, 34, 16, 1, 8), (2, 16, 19, 23, 3, 2, 1), (1, 24, 20, 20, 5, 1, 2)])
-def test_max_pool_backward_of_overlapping_windows(geo, dtype, rng, monkeypatch):
-    """The max backward of overlapping windows, NCHW and channels-last: winner bytes then a gather
-    (stride 1 and 2, unequal windows, a 16 x 16 window: 256 taps, the most a byte names) and, past
-    256 taps (17 x 17), the gather recomputing winners from x; NCHW 16-bit data of 16 channels
-    through the channels-last kernels (pooling.via_channels_last, here at any size)."""
+@pytest.mark.parametrize("tiled", [True, False])
+def test_max_pool_backward_of_overlapping_windows(geo, dtype, tiled, rng, monkeypatch):
+    """The max backward of overlapping windows, NCHW and channels-last: NCHW in one launch of tiles
+    (pooling.TILED), else winner bytes then a gather (stride 1 and 2, unequal windows, a 16 x 16
+    window: 256 taps, the most a byte names) and, past 256 taps (17 x 17), the gather recomputing
+    winners from x; untiled NCHW 16-bit data of 16 channels through the channels-last kernels
+    (pooling.via_channels_last, here at any size)."""
     from cudakit.kernels import pooling
     monkeypatch.setattr(pooling, "VIA_CHANNELS_LAST_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(pooling, "TILED", tiled)
     n, c, h, w, ks, st, pad = geo
     cc.check_pool(_dev, _host, rng, "max", n, c, h, w, ks, st, pad, dtype)
     cc.check_pool(_dev, _host, rng, "max", n, c, h, w, ks, st, pad, dtype, layout="view")

@@ -22,11 +22,15 @@ struct ck_pool_win {
 // The windows covering element (ih, iw): rows [oh0, oh1], columns [ow0, ow1] (oh with
 // oh*sh - ph <= ih <= oh*sh - ph + R - 1, likewise ow; a negative numerator truncates towards 0,
 // which the max with 0 makes right).
+// a / b, b > 0, without the division's dozens of instructions where b is 1 (a stride of 1: the
+// usual overlapping windows; the branch is the same for every thread of a launch)
+__device__ __forceinline__ int ck_pool_div(int a, int b) { return b == 1 ? a : a / b; }
+
 struct ck_pool_cover {
   int oh0, oh1, ow0, ow1;
   __device__ __forceinline__ ck_pool_cover(const ck_pool_geo& g, int ih, int iw) {
-    oh0 = max(0, (ih + g.ph - g.r + g.sh) / g.sh); oh1 = min(g.ho - 1, (ih + g.ph) / g.sh);
-    ow0 = max(0, (iw + g.pw - g.s + g.sw) / g.sw); ow1 = min(g.wo - 1, (iw + g.pw) / g.sw);
+    oh0 = max(0, ck_pool_div(ih + g.ph - g.r + g.sh, g.sh)); oh1 = min(g.ho - 1, ck_pool_div(ih + g.ph, g.sh));
+    ow0 = max(0, ck_pool_div(iw + g.pw - g.s + g.sw, g.sw)); ow1 = min(g.wo - 1, ck_pool_div(iw + g.pw, g.sw));
   }
   // tap index (i * S + j) of (ih, iw) in window (oh, ow)
   static __device__ __forceinline__ int tap(const ck_pool_geo& g, int ih, int iw, int oh, int ow) {
@@ -286,6 +290,155 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_idx(const unsigned cha
 #pragma unroll
   for (int k = 0; k < P; ++k)
     if (k < t.np) out[k * hw] = tr::store(acc[k]);
+}
+
+// P values of P planes at one place of a tile, adjacent in shared memory (one load for all).
+template <typename A, int P> struct __align__(16) ck_pool_lanes { A v[P]; };
+
+// A thread's walk over the (row, col) items of a rows x cols grid, items threadIdx.x + k blockDim.x,
+// without a division a step (cols > 0).
+struct ck_pool_walk {
+  int r, c, dr, dc, cols;
+  __device__ __forceinline__ ck_pool_walk(int cols_) : cols(cols_) {
+    dr = blockDim.x / cols; dc = blockDim.x - dr * cols;
+    r = threadIdx.x / cols; c = threadIdx.x - r * cols;
+  }
+  __device__ __forceinline__ void next() {
+    r += dr; c += dc;
+    if (c >= cols) { c -= cols; ++r; }
+  }
+};
+
+// The NCHW max backward of overlapping windows in one launch: a block takes a tile of th x tw input
+// elements of P planes, stages the x its covering windows read and their gy in shared memory (the P
+// planes' values of a place adjacent), finds each window's winner by rows (the first winner of each
+// row of the window, then the first row whose winner takes over: ck_pool_takes' order, R + S
+// compares a window against R S), then each input element of the tile sums the staged gy over the
+// windows it wins, in row-major window order. One load serves the P planes' values (and one 32-bit
+// word their winners' bytes), so index arithmetic and loads are shared by P planes, as the
+// channels-last kernels share them by channels. The two-pass form was instruction-bound on the
+// argmax's R S global loads a window and the gather's R S byte loads (fp32 5 x 5 / 1: 0.70x torch,
+// H200); a first tiled form of one plane a block ran 0.61-0.69x.
+// x, gx: [planes, H, W], gy: [planes, Ho, Wo], contiguous. Block 256, one block a (plane group of P,
+// tile), group-major: blocks = ceil(planes / P) * tiles (< 2^31, the host checks). Dynamic shared
+// memory (the host's tile_plan), L = ck_pool_lanes<A, P>: xs L[xr_max][xc_max], rv L[xr_max][ww_max],
+// gs L[wh_max][ww_max], then 32-bit words of P <= 4 bytes: rj [xr_max][ww_max], code [wh_max][ww_max].
+// Traffic: planes (2 H W + Ho Wo) elements, plus the tiles' halo reads of x and gy (from L2).
+template <typename T, int P>
+__global__ void __launch_bounds__(256) ck_pool2d_backward_tile(const T* __restrict__ x, const T* __restrict__ gy,
+                                                               T* __restrict__ gx, int planes, int th, int tw,
+                                                               int tiles_w, int tiles, int xr_max, int xc_max,
+                                                               int wh_max, int ww_max, CK_POOL_GEO_ARGS) {
+  static_assert(P <= 4, "a window's winners are P bytes of one 32-bit word");
+  CK_PDL_WAIT();
+  CK_POOL_GEO;
+  typedef ck_traits<T> tr;
+  typedef typename ck_traits<T>::acc A;
+  typedef ck_pool_lanes<A, P> L;
+  extern __shared__ __align__(16) unsigned char ck_pool_smem[];
+  L* xs = reinterpret_cast<L*>(ck_pool_smem);                          // [xr_max][xc_max] x
+  L* rv = xs + xr_max * xc_max;                                        // [xr_max][ww_max] a row's best value
+  L* gs = rv + xr_max * ww_max;                                        // [wh_max][ww_max] gy
+  unsigned* rj = reinterpret_cast<unsigned*>(gs + wh_max * ww_max);    // ... the row best's columns j
+  unsigned* code = rj + xr_max * ww_max;                               // [wh_max][ww_max] winners i S + j
+  const int grp = blockIdx.x / tiles, tile = blockIdx.x - grp * tiles;
+  const int p0 = grp * P, np = min(P, planes - p0);
+  const int ty = tile / tiles_w;
+  const int h0 = ty * th, w0 = (tile - ty * tiles_w) * tw;
+  const int h1 = min(g.h, h0 + th), w1 = min(g.w, w0 + tw);
+  // the windows covering the tile (ck_pool_cover's bounds of its corners) and the x they read
+  const int oh0 = max(0, ck_pool_div(h0 + g.ph - g.r + g.sh, g.sh)), oh1 = min(g.ho - 1, ck_pool_div(h1 - 1 + g.ph, g.sh));
+  const int ow0 = max(0, ck_pool_div(w0 + g.pw - g.s + g.sw, g.sw)), ow1 = min(g.wo - 1, ck_pool_div(w1 - 1 + g.pw, g.sw));
+  const int nwh = oh1 - oh0 + 1, nww = ow1 - ow0 + 1;
+  const int xr0 = max(0, oh0 * g.sh - g.ph), xr1 = min(g.h, oh1 * g.sh - g.ph + g.r);
+  const int xc0 = max(0, ow0 * g.sw - g.pw), xc1 = min(g.w, ow1 * g.sw - g.pw + g.s);
+  const int nxr = xr1 - xr0, nxc = xc1 - xc0;
+  const long long hw = (long long)g.h * g.w, per = (long long)g.ho * g.wo;
+  if (nwh > 0 && nww > 0) {
+    // x and gy into shared memory, a thread's loads of both issued before its stores
+    const T* xp = x + p0 * hw + (long long)xr0 * g.w + xc0;
+    const T* gp = gy + p0 * per + (long long)oh0 * g.wo + ow0;
+    for (ck_pool_walk a(nxc), b(nww); a.r < nxr || b.r < nwh; a.next(), b.next()) {
+      L xv, gv;
+      const bool xa = a.r < nxr, gb = b.r < nwh;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        xv.v[k] = xa && k < np ? tr::load(xp[k * hw + (long long)a.r * g.w + a.c]) : A(0);
+        gv.v[k] = gb && k < np ? tr::load(gp[k * per + (long long)b.r * g.wo + b.c]) : A(0);
+      }
+      if (xa) xs[a.r * xc_max + a.c] = xv;
+      if (gb) gs[b.r * ww_max + b.c] = gv;
+    }
+    __syncthreads();
+    // each x row's winner in each window column: the first NaN, else the first largest, else the
+    // first in-bounds tap
+    for (ck_pool_walk a(nww); a.r < nxr; a.next()) {
+      const int ws = (ow0 + a.c) * g.sw - g.pw;
+      const int j0 = max(0, -ws), j1 = min(g.s, g.w - ws);
+      const L* row = xs + a.r * xc_max + (ws - xc0);
+      L bv;
+      unsigned bj[P];
+#pragma unroll
+      for (int k = 0; k < P; ++k) { bv.v[k] = ck_ninf(A(0)); bj[k] = j0; }
+      for (int j = j0; j < j1; ++j) {
+        const L v = row[j];
+#pragma unroll
+        for (int k = 0; k < P; ++k)
+          if (ck_pool_takes(bv.v[k], v.v[k])) { bv.v[k] = v.v[k]; bj[k] = j; }
+      }
+      unsigned packed = 0;
+#pragma unroll
+      for (int k = 0; k < P; ++k) packed |= bj[k] << (8 * k);
+      rv[a.r * ww_max + a.c] = bv;
+      rj[a.r * ww_max + a.c] = packed;
+    }
+    __syncthreads();
+    // each window's winner: the first of its in-bounds rows whose winner takes over
+    for (ck_pool_walk a(nww); a.r < nwh; a.next()) {
+      const ck_pool_win b(g, oh0 + a.r, ow0 + a.c);
+      A bv[P];
+      unsigned best[P];
+#pragma unroll
+      for (int k = 0; k < P; ++k) { bv[k] = ck_ninf(A(0)); best[k] = b.i0 * g.s + b.j0; }
+      for (int i = b.i0; i < b.i1; ++i) {
+        const int q = (b.h0 + i - xr0) * ww_max + a.c;
+        const L v = rv[q];
+        const unsigned js = rj[q];
+#pragma unroll
+        for (int k = 0; k < P; ++k)
+          if (ck_pool_takes(bv[k], v.v[k])) { bv[k] = v.v[k]; best[k] = i * g.s + ((js >> (8 * k)) & 255u); }
+      }
+      unsigned packed = 0;
+#pragma unroll
+      for (int k = 0; k < P; ++k) packed |= best[k] << (8 * k);
+      code[a.r * ww_max + a.c] = packed;
+    }
+    __syncthreads();
+  }
+  T* out = gx + p0 * hw;
+  for (ck_pool_walk a(w1 - w0); a.r < h1 - h0; a.next()) {
+    const int ih = h0 + a.r, iw = w0 + a.c;
+    const ck_pool_cover cover(g, ih, iw);
+    A acc[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) acc[k] = A(0);
+    for (int oh = cover.oh0; oh <= cover.oh1; ++oh) {
+      const int q = (oh - oh0) * ww_max - ow0;
+      for (int ow = cover.ow0; ow <= cover.ow1; ++ow) {
+        // bytes of the P winners equal to this element's tap: zero bytes of m
+        const unsigned m = code[q + ow] ^ ((unsigned)ck_pool_cover::tap(g, ih, iw, oh, ow) * 0x01010101u);
+        if ((m - 0x01010101u) & ~m & 0x80808080u) {   // some byte of m is zero
+          const L gv = gs[q + ow];
+#pragma unroll
+          for (int k = 0; k < P; ++k)
+            if (((m >> (8 * k)) & 255u) == 0) acc[k] += gv.v[k];
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < P; ++k)
+      if (k < np) out[k * hw + (long long)ih * g.w + iw] = tr::store(acc[k]);
+  }
 }
 
 // ---- channels-last (NHWC memory) ------------------------------------------------------------

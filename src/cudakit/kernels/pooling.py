@@ -13,7 +13,9 @@ comes back channels-last (no copy into NCHW and back).
 Backward, no atomics (deterministic), the max winner recomputed from x: windows that do not overlap
 (stride >= window) take one thread each, which writes its stride cell of dx; otherwise each input
 element sums the gradients of the windows that cover it, for max pooling from a byte a window
-naming its winner, written by a first launch (backward_kernel). Arithmetic in ck_traits<T>::acc (float32
+naming its winner, written by a first launch (backward_kernel), or, NCHW with many windows an
+element, in one launch of tiles of 4 planes that stages x and grad_out in shared memory
+(ck_pool2d_backward_tile). Arithmetic in ck_traits<T>::acc (float32
 for 16-bit data), rounded once.
 Traffic: forward N C H W read + N C Ho Wo written; backward N C Ho Wo (+ N C H W for max) read,
 N C H W written.
@@ -41,8 +43,9 @@ THREADS = 256
 PLANES = {"ck_pool2d": 4, "ck_pool2d_backward": 4, "ck_pool2d_backward_cells": 1, "ck_pool2d_argmax": 4,
           "ck_pool2d_backward_idx": 4}
 MAX_IDX_TAPS = 256   # the two-pass max backward keeps a window's winner in a byte
-# NCHW max backward of overlapping windows of 16-bit data through the channels-last kernels (x and
-# grad_out permuted to (N, H, W, C), dx back) from this many channels on; None: the NCHW kernels
+# NCHW max backward of overlapping windows of 16-bit data that the tiles do not take (TILED_FROM_WINDOWS)
+# through the channels-last kernels (x and grad_out permuted to (N, H, W, C), dx back) from this many
+# channels on; None: the NCHW kernels
 # always. The NCHW kernels are instruction-bound there (ncu on an H200: SM 69-79%, DRAM 3-4%: one
 # plane's loads of a tap are one element each), the channels-last ones move up to 8 channels a
 # load. H200, 2026-11-29 (history/pooling/nvidia-h200-pooling-passes.json): bfloat16 0.189 against
@@ -52,6 +55,18 @@ VIA_CHANNELS_LAST_FROM = 16
 # ... and from this many elements of x: below, the backward takes microseconds of GPU time either way
 # and the three permutes' launches would cost more host time than they save (not measured).
 VIA_CHANNELS_LAST_MIN_ELEMENTS = 1 << 20
+# NCHW max backward of overlapping windows in one launch of tiles (ck_pool2d_backward_tile) where an
+# element is in TILED_FROM_WINDOWS windows or more on average (R S / (sh sw)) and a tile's shared
+# memory fits TILE_SMEM_BYTES; False: the two passes (the sweep's A/B switch). H200, 2026-11-29
+# (history/pooling/nvidia-h200-pooling-tiled.json): tiles 1.2-1.6x torch where the two passes ran
+# 0.70-1.01x at 9 and 25 windows an element (3 x 3 / 1, 5 x 5 / 1); at 2.25 (ResNet's 3 x 3 / 2) the
+# two passes stay faster (0.190 against 0.212 ms float32). 4 lies between, unmeasured.
+TILED = True
+TILED_FROM_WINDOWS = 4
+TILE_SMEM_BYTES = 48 * 1024   # the default dynamic limit: no opt-in needed
+TILE_PLANES = 4               # planes a block takes (their values at a place one shared-memory load)
+TILE_ELEMENTS = 512           # input elements of a plane a tile aims at (TILE_PLANES x 2 a thread)
+TILE_WIDTH = 64               # widest tile row: wider planes are cut into columns of tiles
 _NCHW = ("ck_pool2d", "ck_pool2d_backward", "ck_pool2d_backward_cells")
 _CL = ("ck_pool2d_cl", "ck_pool2d_cl_backward", "ck_pool2d_cl_backward_cells")
 _MAX_THREADS = 2**31 - THREADS   # the kernels index their flat grid (rounded up to whole blocks) in 32 bits
@@ -68,6 +83,7 @@ def name_expressions() -> list[str]:
     dts = FLOAT_DTYPE_NAMES
     return ([f"{k}<{ctype(dt)}, {a}, {PLANES[k]}>" for k in _NCHW for dt in dts for a in avgs]
             + [f"{k}<{ctype(dt)}, {PLANES[k]}>" for k in ("ck_pool2d_argmax", "ck_pool2d_backward_idx") for dt in dts]
+            + [f"ck_pool2d_backward_tile<{ctype(dt)}, {TILE_PLANES}>" for dt in dts]
             + [f"{k}<{ctype(dt)}, {a}, {v}>" for k in _CL for dt in dts for a in avgs for v in widths(dt)]
             + [f"{k}<{ctype(dt)}, {v}>" for k in ("ck_pool2d_cl_argmax", "ck_pool2d_cl_backward_idx") for dt in dts
                for v in widths(dt)])
@@ -191,6 +207,63 @@ def backward_kernel(x_shape, geo, kind: str = "avg") -> tuple[str, int]:
     return "ck_pool2d_backward", x_shape[2] * x_shape[3]
 
 
+def _spread(n: int, most: int) -> int:
+    """The tile edge cutting n into the fewest parts of at most `most`, as even as they go."""
+    return -(-n // -(-n // most))
+
+
+def tile_plan(x_shape, geo, dtype_name: str):
+    """ck_pool2d_backward_tile's launch for x (N, C, H, W) and geo, or None where a tile's shared
+    memory would pass TILE_SMEM_BYTES even one row high: (th, tw, tiles_w, tiles, xr_max, xc_max,
+    wh_max, ww_max, shared bytes). A tile of th x tw inputs is covered by at most
+    (th + R - 2) // sh + 1 window rows, which read at most (that - 1) sh + R rows of x (columns
+    likewise); the kernel's arrays are laid out with these bounds: three of TILE_PLANES values of
+    the accumulation type a place (x, a row's best, gy), two of a 32-bit word (winners' bytes)."""
+    _, _, h, w = x_shape
+    sh, sw, r, s, ho, wo = geo[0], geo[1], geo[6], geo[7], geo[8], geo[9]
+    lanes = TILE_PLANES * (8 if dtype_name == "float64" else 4)
+    tw = _spread(w, TILE_WIDTH)
+    th = _spread(h, max(1, TILE_ELEMENTS // tw))
+    while True:
+        wh, ww = min(ho, (th + r - 2) // sh + 1), min(wo, (tw + s - 2) // sw + 1)
+        xr, xc = min(h, (wh - 1) * sh + r), min(w, (ww - 1) * sw + s)
+        smem = (xr * xc + xr * ww + wh * ww) * lanes + (xr * ww + wh * ww) * 4
+        if smem <= TILE_SMEM_BYTES:
+            break
+        if th == 1:
+            return None
+        th = max(1, th // 2)
+    tiles_w = -(-w // tw)
+    return th, tw, tiles_w, tiles_w * -(-h // th), xr, xc, wh, ww, smem
+
+
+def _tiled_backward(x, grad_out, gx, geo) -> bool:
+    """dx of NCHW max pooling by ck_pool2d_backward_tile (TILE_PLANES planes a block), in chunks of
+    planes whose blocks fit 32-bit grids; False (nothing launched) where an element is in fewer
+    than TILED_FROM_WINDOWS windows on average or tile_plan has no tile."""
+    if geo[6] * geo[7] < TILED_FROM_WINDOWS * geo[0] * geo[1]:
+        return False
+    dt = dtype_name(x.dtype)
+    plan = tile_plan(x.shape, geo, dt)
+    if plan is None:
+        return False
+    th, tw, tiles_w, tiles, xr, xc, wh, ww, smem = plan
+    from ..runtime.compiler import _launch_function
+    expr = f"ck_pool2d_backward_tile<{ctype(dt)}, {TILE_PLANES}>"
+    f = _family.function(x.data.device_id, expr)
+    n, c, h, w = x.shape
+    hw, per = h * w, geo[8] * geo[9]
+    ints = tuple(np.int32(v) for v in (th, tw, tiles_w, tiles, xr, xc, wh, ww))
+    step = ((2**31 - 1) // tiles) * TILE_PLANES   # planes a launch: whole groups, under 2^31 blocks
+    for p0 in range(0, n * c, step):
+        k = min(step, n * c - p0)
+        ptrs = (x, grad_out, gx) if p0 == 0 else (x.ravel()[p0 * hw:], grad_out.ravel()[p0 * per:],
+                                                 gx.ravel()[p0 * hw:])
+        _launch_function(expr, f, (-(-k // TILE_PLANES) * tiles, 1, 1), (THREADS, 1, 1),
+                         (*ptrs, np.int32(k), *ints, *_geo(x.shape, geo)), smem, None)
+    return True
+
+
 def cl_fits(shape, geo) -> bool:
     """Whether the channels-last kernels can take an image of x (N, C, H, W) in one launch: their
     flat grid counts positions x channel packs of an image in 32 bits (at worst one channel a pack)."""
@@ -238,8 +311,13 @@ def pool2d_backward(grad_out, x, kind: str, geo):
     kernel, per_plane = backward_kernel(x.shape, geo, kind)
     two_pass = kernel == "ck_pool2d_backward_idx"
     dt = dtype_name(x.dtype)
-    if two_pass and not cl and via_channels_last(x.shape, geo, dt):
-        return _via_channels_last(grad_out, x, kind, geo)
+    if not cl:
+        _check_plane(x, geo)
+    if two_pass and not cl:
+        if TILED and _tiled_backward(x, grad_out, gx, geo):
+            return out
+        if via_channels_last(x.shape, geo, dt):
+            return _via_channels_last(grad_out, x, kind, geo)
     avg = "true" if kind == "avg" else "false"
     ga = _geo(x.shape, geo)
     if cl:
@@ -254,7 +332,6 @@ def pool2d_backward(grad_out, x, kind: str, geo):
         else:   # (a plane's threads are an image's positions)
             _cl(f"{name}<{ctype(dt)}, {avg}, {v}>", ((xt, img), (gt, out_img), (gx, img)), n, per_plane, c // v, ga)
         return out
-    _check_plane(x, geo)
     if two_pass:
         idx = cp.empty((n, c, ho, wo), cp.uint8)
         _nchw("ck_pool2d_argmax", ctype(dt), ((x, h * w), (idx, ho * wo)), n * c, ho * wo, ga)
