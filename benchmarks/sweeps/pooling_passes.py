@@ -5,8 +5,10 @@ winner bytes (ck_pool2d_argmax / ck_pool2d_cl_argmax), the gather from them (ck_
 pooling.VIA_CHANNELS_LAST_FROM), each launched alone, device time behind an L2 flush, next to
 torch's backward; NCHW at 1 and 4 planes a thread, and channels-last.
 (history/pooling/nvidia-h200-pooling-passes-tiled.json also times a one-pass NCHW form tried on
-2026-11-29, by 16 x 32 tiles of dx with the windows' winners in shared memory: 2-3x slower than
-the two passes, not kept.)
+2026-11-29, by 16 x 32 tiles of dx of one plane with the windows' winners in shared memory: 2-3x
+slower than the two passes at 3 x 3 / 2. The op now takes a form of 4 planes a block,
+ck_pool2d_backward_tile, from 4 windows an element on average (pooling.TILED_FROM_WINDOWS): its
+"op" column is that form there.)
     python3 benchmarks/sweeps/pooling_passes.py [--out F]
 Prints VARIANT lines (median ms)."""
 import sys
