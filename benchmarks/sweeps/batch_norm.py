@@ -18,10 +18,7 @@ through the backend's unplanned call (device time); the pass's row gets x_three_
 launches' time over the pass's. Each pass is timed in its own window, interleaved with torch and
 the copy, so x_three_launches compares two windows of one run: ratios within a few percent of 1
 are within the drift between windows.
---rows-in-order: the three launches' elementwise pass takes its rows in order, not from the back of
-the reduction's row chunks (normalization.BN_APPLY_L2_ORDER False: a run's A/B switch).
-    python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--rows-in-order]
-                                           [--cases NxCxHxW,...]
+    python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
 
@@ -37,9 +34,6 @@ tag = argv[argv.index("--tag") + 1] if "--tag" in argv else "tree"
 # (N, C, H, W): ResNet-50's batch norms at batch 32 (224x224 input) and an (N, C) one
 CASES = [(32, 64, 112, 112), (32, 256, 56, 56), (32, 128, 28, 28), (32, 512, 28, 28), (32, 1024, 14, 14),
          (32, 2048, 7, 7), (8192, 1024)]
-if "--rows-in-order" in argv:
-    from cudakit.kernels import normalization
-    normalization.BN_APPLY_L2_ORDER = False
 if "--cases" in argv:   # --cases 32x128x28x28,8192x1024: these of CASES only
     CASES = [tuple(map(int, c.split("x"))) for c in argv[argv.index("--cases") + 1].split(",")]
 rows = []

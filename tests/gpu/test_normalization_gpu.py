@@ -495,38 +495,6 @@ def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu,
         np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
 
 
-@pytest.mark.parametrize("shape", [(5, 2, 29, 31), (7, 33, 24, 32), (301, 8, 4, 4), (2500, 520), (70001, 24)])
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_batch_norm_apply_rows_in_l2_order_equal_rows_in_order(shape, channels_last, rng, monkeypatch):
-    """The three launches' elementwise passes (ck_bn_apply, ck_bn_bwd_apply) taking their rows from
-    the back of the reduction's row chunks (ragged last chunks, steps cut at a chunk's front) write
-    every element of a NaN-filled output, bitwise as with rows in order (nk.BN_APPLY_L2_ORDER off):
-    forward plain and with residual and relu, inference, backward with relu."""
-    if channels_last and len(shape) != 4:
-        pytest.skip("(N, C) rows are channels-last already")
-    nk = _nk()
-    monkeypatch.setattr(nk, "BN_RESIDENT", False)
-    c, eps = shape[1], 1e-5
-    x, r, dy = (_data(rng, shape, "float32", loc=1.0) for _ in range(3))
-    gamma, beta = _data(rng, c, "float32", loc=1.0, scale=0.3), _data(rng, c, "float32")
-    dev = (lambda a: cp.asarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)) if channels_last else _dev
-    nan = np.full(shape, np.nan, np.float32)
-    runs = []
-    for ordered in (False, True):
-        monkeypatch.setattr(nk, "BN_APPLY_L2_ORDER", ordered)
-        rm, rv = cp.zeros(c, cp.float32), cp.ones(c, cp.float32)
-        y, sm, si = nk.batch_norm_forward(dev(x), _dev(gamma), _dev(beta), rm, rv, True, 0.1, eps, out=dev(nan))
-        yf = nk.batch_norm_forward(dev(x), _dev(gamma), _dev(beta), None, None, True, 0.1, eps, out=dev(nan),
-                                   residual=dev(r), relu=True)[0]
-        yi = nk.batch_norm_forward(dev(x), _dev(gamma), _dev(beta), rm, rv, False, 0.1, eps, out=dev(nan))[0]
-        g = nk.batch_norm_backward(dev(dy), dev(x), _dev(gamma), sm, si, out=dev(nan), beta=_dev(beta), relu=True)
-        runs.append([a.get() for a in (y, yf, yi, *g)])
-    yr, mr, vr, _ = ref.batch_norm_train(x, gamma, beta, eps)
-    ref.assert_close(runs[1][0], yr, "float32", "y", scale=ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + eps)))
-    for name, a, b in zip(("y", "relu(bn(x) + r)", "y inference", "dx", "dgamma", "dbeta"), *runs):
-        assert not np.isnan(a).any() and a.tobytes() == b.tobytes(), name
-
-
 def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
     """An x (or x and dy) larger than the shared memory of the blocks the device holds at once takes
     the three launches, as do channels-last rows under BN_RESIDENT_LANES_MIN_BYTES and anything

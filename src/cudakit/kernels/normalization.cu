@@ -932,34 +932,16 @@ __device__ __forceinline__ ck_pack<T, V> ck_bn_apply_pack(
   return po;
 }
 
-// The rows of the elementwise passes after a reduction over row chunks (ck_bn_apply,
-// ck_bn_bwd_apply): the reduction's blocks read their chunks of `chunk` rows at once, front to
-// back, so what is left of x (and dy) in L2 when it ends is the back of every chunk. Step q of
-// rows (per of them) is chunk q % chunks' per rows at q / chunks steps from its back: the back of
-// every chunk first, read again before the front's misses evict it. [r0, r1): its rows, within
-// the chunk and under N (empty for a ragged chunk's missing rows).
-__device__ __forceinline__ void ck_bn_l2_step(long long q, long long chunks, long long chunk, long long per,
-                                              long long N, long long& r0, long long& r1) {
-  const long long j = q % chunks, t = q / chunks;
-  const long long c0 = j * chunk;
-  r1 = c0 + chunk - t * per;
-  r0 = r1 - per > c0 ? r1 - per : c0;
-  if (r1 > N) r1 = N;
-}
-
 // x, y: [N, CS] as in ck_bn_stats (CL: [N, C] as in ck_bn_stats_cl, sv unused); mean, scale: [C]
 // (acc); beta: [C] of T or null; residual: like x, or null. y = (x - mean[c]) * scale[c] + beta[c]
 // (+ residual, then relu where relu: EPI, the fused epilogue, whose registers the plain apply does
-// without). Rows in steps of blockDim.y * CK_U, CK_U rows in flight per thread, in the order of
-// ck_bn_l2_step (chunks, chunk: the statistics pass's row chunks; 1 and N in inference);
-// grid-stride over the chunks * ceil(chunk / step) steps.
+// without). Grid-stride over rows, CK_U rows in flight per thread.
 // Traffic: N*CS*sizeof(T) read + the same written (+ N*CS*sizeof(T) read of residual).
 template <typename T, int V, bool CL, bool EPI>
 __global__ void __launch_bounds__(256, 1) ck_bn_apply(
     const T* __restrict__ x, T* __restrict__ y, const typename ck_traits<T>::acc* __restrict__ mean,
     const typename ck_traits<T>::acc* __restrict__ scale, const T* __restrict__ beta,
-    long long N, long long csv, long long sv, const T* __restrict__ residual, int relu, long long chunks,
-    long long chunk) {
+    long long N, long long csv, long long sv, const T* __restrict__ residual, int relu) {
   CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
@@ -975,27 +957,24 @@ __global__ void __launch_bounds__(256, 1) ck_bn_apply(
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   const R* __restrict__ rr = reinterpret_cast<const R*>(residual);
   R* __restrict__ yr = reinterpret_cast<R*>(y);
-  const long long per = (long long)blockDim.y * CK_U, steps = chunks * ((chunk + per - 1) / per);
-  for (long long q = blockIdx.y; q < steps; q += gridDim.y) {
-    long long r0, r1;
-    ck_bn_l2_step(q, chunks, chunk, per, N, r0, r1);
-    const long long rb = r0 + threadIdx.y;
+  const long long step = (long long)gridDim.y * blockDim.y * CK_U;
+  for (long long rb = (long long)blockIdx.y * blockDim.y * CK_U + threadIdx.y; rb < N; rb += step) {
     ck_pack<T, V> p[CK_U];
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) p[u].raw = xr[r * csv + k];
+      if (r < N) p[u].raw = xr[r * csv + k];
     }
     ck_pack<T, V> pr[CK_U];   // (EPI: batch_norm's residual= and activation=; unused, and gone, without)
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (EPI && rr && r < r1) pr[u].raw = rr[r * csv + k];
+      if (EPI && rr && r < N) pr[u].raw = rr[r * csv + k];
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) yr[r * csv + k] = ck_bn_apply_pack<T, V, EPI>(p[u], pr[u], rr, relu, mu, sc, bt).raw;
+      if (r < N) yr[r * csv + k] = ck_bn_apply_pack<T, V, EPI>(p[u], pr[u], rr, relu, mu, sc, bt).raw;
     }
   }
 }
@@ -1286,16 +1265,15 @@ __device__ __forceinline__ ck_pack<T, V> ck_bn_bwd_apply_pack(
 
 // dy, x, dx: [N, CS] as in ck_bn_stats (CL: [N, C] as in ck_bn_stats_cl, sv unused); mean, ka,
 // kb, kd: [C] (acc). dx = ka*dy + kb*(x - mean) + kd; RELU: dy masked as ck_bn_bwd_small's
-// (gamma, beta: [C] of T or null; invstd: [C], acc). Rows as ck_bn_apply's (chunks, chunk: the
-// reduction's).
+// (gamma, beta: [C] of T or null; invstd: [C], acc).
 // Traffic: 2 * N*CS*sizeof(T) read + N*CS*sizeof(T) written.
 template <typename T, int V, bool CL, bool RELU>
 __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
     const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ ka,
     const typename ck_traits<T>::acc* __restrict__ kb, const typename ck_traits<T>::acc* __restrict__ kd,
-    long long N, long long csv, long long sv, long long chunks, long long chunk, const T* __restrict__ gamma,
-    const T* __restrict__ beta, const typename ck_traits<T>::acc* __restrict__ invstd) {
+    long long N, long long csv, long long sv, const T* __restrict__ gamma, const T* __restrict__ beta,
+    const typename ck_traits<T>::acc* __restrict__ invstd) {
   CK_PDL_WAIT();
   typedef ck_traits<T> tr;
   typedef typename tr::acc C;
@@ -1312,21 +1290,18 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
   R* __restrict__ dr = reinterpret_cast<R*>(dx);
-  const long long per = (long long)blockDim.y * CK_U, steps = chunks * ((chunk + per - 1) / per);
-  for (long long q = blockIdx.y; q < steps; q += gridDim.y) {
-    long long r0, r1;
-    ck_bn_l2_step(q, chunks, chunk, per, N, r0, r1);
-    const long long rb = r0 + threadIdx.y;
+  const long long step = (long long)gridDim.y * blockDim.y * CK_U;
+  for (long long rb = (long long)blockIdx.y * blockDim.y * CK_U + threadIdx.y; rb < N; rb += step) {
     ck_pack<T, V> px[CK_U], pg[CK_U];
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) { px[u].raw = xr[r * csv + k]; pg[u].raw = gr[r * csv + k]; }
+      if (r < N) { px[u].raw = xr[r * csv + k]; pg[u].raw = gr[r * csv + k]; }
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px[u], pg[u], mu, a, b, d, msc, mbt).raw;
+      if (r < N) dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px[u], pg[u], mu, a, b, d, msc, mbt).raw;
     }
   }
 }

@@ -476,21 +476,8 @@ def _finalize_launch(c: int, k: int) -> tuple:
     return (c, 1, 1), (256, 1, 1)
 
 
-# The elementwise pass after the three launches' reduction (ck_bn_apply, ck_bn_bwd_apply) takes its
-# rows from the back of the reduction's row chunks to their fronts (ck_bn_l2_step), reading first
-# what the reduction read last, still in L2; False: rows in order (the sweep's A/B switch).
-BN_APPLY_L2_ORDER = True
-
-
-def _apply_launch(gx: int, n: int, by: int, chunks: int, chunk: int) -> tuple:
-    """(grid, (chunks, chunk) arguments) of ck_bn_apply / ck_bn_bwd_apply over n rows after a
-    reduction over `chunks` row chunks of `chunk` rows (1 and n where none ran): steps of by * CK_U
-    rows (CK_U = 4), grid-stride past 65535 of them. Rows in order: chunks of one step each."""
-    per = by * 4
-    if not BN_APPLY_L2_ORDER:
-        chunks, chunk = -(-n // per), per
-    steps = chunks * -(-chunk // per)
-    return (gx, max(1, min(steps, 65535)), 1), (np.int64(chunks), np.int64(chunk))
+def _apply_grid(gx: int, n: int, by: int):
+    return (gx, max(1, min(-(-n // (by * 4)), 65535)), 1)
 
 
 def _bn_vec(s: int, dt: str, arrays) -> int:
@@ -573,10 +560,9 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
             (pn, pm, pm2, np.int64(k), np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(running_mean),
              _ptr(running_var), save_mean, save_invstd, scale, np.int32(bool(training)), a(x, momentum), a(x, eps)))
     if x.size:
-        grid, rows = _apply_launch(gx, n, block[1], gy if training else 1, chunk if training else n)
-        _launch(f"ck_bn_apply<{t}, {v}, {cl}, {fused}>", dt, grid,
+        _launch(f"ck_bn_apply<{t}, {v}, {cl}, {fused}>", dt, _apply_grid(gx, n, block[1]),
                 block, (x, y, save_mean, scale, _ptr(beta), np.int64(n), np.int64(csv), np.int64(sv),
-                        _ptr(residual), np.int32(bool(relu))) + rows)
+                        _ptr(residual), np.int32(bool(relu))))
     return y, save_mean, save_invstd
 
 
@@ -640,9 +626,8 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
             (psg, psgx, np.int64(k), np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), save_invstd, _ptr(dgamma),
              dbeta, ka, kb, kd, _acc_scalar(x, max(n * s, 1))))
     if x.size:
-        grid, rows = _apply_launch(gx, n, block[1], gy, chunk)
-        _launch(f"ck_bn_bwd_apply<{t}, {v}, {cl}, {r}>", dt, grid,
-                block, (dy, x, dx, save_mean, ka, kb, kd, np.int64(n), np.int64(csv), np.int64(sv)) + rows + mask)
+        _launch(f"ck_bn_bwd_apply<{t}, {v}, {cl}, {r}>", dt, _apply_grid(gx, n, block[1]),
+                block, (dy, x, dx, save_mean, ka, kb, kd, np.int64(n), np.int64(csv), np.int64(sv)) + mask)
     return dx, dgamma, dbeta
 
 
