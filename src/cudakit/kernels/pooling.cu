@@ -329,8 +329,8 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_tile(const T* __restri
                                                                T* __restrict__ gx, int planes, int th, int tw,
                                                                int tiles_w, int tiles, int xr_max, int xc_max,
                                                                int wh_max, int ww_max, CK_POOL_GEO_ARGS) {
-  static_assert(P <= 4, "a window's winners are P bytes of one 32-bit word");
   CK_PDL_WAIT();
+  static_assert(P <= 4, "a window's winners are P bytes of one 32-bit word");
   CK_POOL_GEO;
   typedef ck_traits<T> tr;
   typedef typename ck_traits<T>::acc A;
