@@ -18,7 +18,10 @@ through the backend's unplanned call (device time); the pass's row gets x_three_
 launches' time over the pass's. Each pass is timed in its own window, interleaved with torch and
 the copy, so x_three_launches compares two windows of one run: ratios within a few percent of 1
 are within the drift between windows.
-    python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--cases NxCxHxW,...]
+--whole-tiles: the single-read kernels only where x (and dy) fit on chip whole, not with tiles of
+part of each block's rows (normalization.BN_RESIDENT_PARTIAL False: a run's A/B switch).
+    python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--whole-tiles]
+                                           [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
 
@@ -34,6 +37,9 @@ tag = argv[argv.index("--tag") + 1] if "--tag" in argv else "tree"
 # (N, C, H, W): ResNet-50's batch norms at batch 32 (224x224 input) and an (N, C) one
 CASES = [(32, 64, 112, 112), (32, 256, 56, 56), (32, 128, 28, 28), (32, 512, 28, 28), (32, 1024, 14, 14),
          (32, 2048, 7, 7), (8192, 1024)]
+if "--whole-tiles" in argv:
+    from cudakit.kernels import normalization
+    normalization.BN_RESIDENT_PARTIAL = False
 if "--cases" in argv:   # --cases 32x128x28x28,8192x1024: these of CASES only
     CASES = [tuple(map(int, c.split("x"))) for c in argv[argv.index("--cases") + 1].split(",")]
 rows = []

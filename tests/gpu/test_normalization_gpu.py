@@ -408,17 +408,27 @@ def _bn_forward_launches(nk, *args, **kw):
 BN_RESIDENT_SHAPES = [(8, 16, 32, 32), (5, 2, 29, 31), (7, 33, 24, 32), (301, 8, 4, 4), (2500, 520), (70001, 24)]
 
 
+def _partial_tiles(nk, monkeypatch, partial: bool) -> None:
+    """partial: the single-read kernels' tiles hold at most 3 rows of a block's (the rest read twice)."""
+    if partial:
+        monkeypatch.setattr(nk, "BN_RESIDENT_TILE_ROWS_MAX", 3)
+        monkeypatch.setattr(nk, "BN_RESIDENT_MIN_FRACTION", 0.0)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", BN_RESIDENT_SHAPES)
 @pytest.mark.parametrize("fused", [False, True])
-def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused, rng, monkeypatch):
+@pytest.mark.parametrize("partial", [False, True])
+def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused, partial, rng, monkeypatch):
     """ck_bn_resident (statistics, grid barrier, finalize, grid barrier, y from the shared-memory tile)
     against float64 and against the three-launch path (nk.BN_RESIDENT off), which must still be
     what runs there: y, the saved statistics and the running statistics, updated once, within
     rounding of each other (their partials merge in different trees), and each path bitwise
     reproducible (the first call's grid as the later calls': its occupancy query once answered 1
-    block a multiprocessor before the kernel's shared-memory limit was raised, 2 after)."""
+    block a multiprocessor before the kernel's shared-memory limit was raised, 2 after); partial:
+    tiles of part of a block's rows (the rest read from x in both passes)."""
     nk = _nk()
+    _partial_tiles(nk, monkeypatch, partial)
     c, eps, mom = shape[1], 1e-5, 0.1
     x, r = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
     gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
@@ -457,12 +467,15 @@ def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused,
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", BN_RESIDENT_SHAPES)
 @pytest.mark.parametrize("relu", [False, True])
-def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu, rng, monkeypatch):
+@pytest.mark.parametrize("partial", [False, True])
+def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu, partial, rng, monkeypatch):
     """ck_bn_bwd_resident (dy's and x's tiles in shared memory, the channel sums between two grid
     barriers) against float64 and the three launches: dx, dgamma and dbeta, with relu's mask too,
-    within rounding of each other and each path bitwise reproducible."""
+    within rounding of each other and each path bitwise reproducible; partial: tiles of part of a
+    block's rows."""
     from cudakit.runtime import launch
     nk = _nk()
+    _partial_tiles(nk, monkeypatch, partial)
     c, eps = shape[1], 1e-5
     x, dy = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
     gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
@@ -493,6 +506,27 @@ def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu,
     tol = {"float64": 1e-10, "float32": 1e-4}.get(dtype, 2e-2)
     for name, a, b in zip(("dx", "dgamma", "dbeta"), runs[True], runs[False]):
         np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
+
+
+def test_batch_norm_partial_tiles_take_at_least_their_fraction_of_the_rows(monkeypatch):
+    """Where a block's rows do not fit its tile whole, the single-read kernels take tiles of part of
+    them only from BN_RESIDENT_MIN_FRACTION of the rows on (and not with BN_RESIDENT_PARTIAL off);
+    the plan's tile rows and shared memory are what the launch gets."""
+    from cudakit.runtime import launch
+    nk = _nk()
+    monkeypatch.setattr(nk, "BN_RESIDENT_LANES_MIN_BYTES", 0)
+    monkeypatch.setattr(nk, "BN_RESIDENT_TILE_ROWS_MAX", 3)
+    x = cp.ones((70001, 24), cp.float32)
+    three = ["ck_bn_stats_cl", "ck_bn_finalize", "ck_bn_apply"]
+    for partial, frac, want in ((True, 1.0, three), (False, 0.0, three), (True, 0.0, ["ck_bn_barrier_zero", "ck_bn_resident"])):
+        monkeypatch.setattr(nk, "BN_RESIDENT_PARTIAL", partial)
+        monkeypatch.setattr(nk, "BN_RESIDENT_MIN_FRACTION", frac)
+        _, names = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
+        assert names == want, (partial, frac, names)
+    expr = launch.recent_launches[-1][0]
+    plan = nk._bn_resident("float32", expr, 70001, 6, True, 16, x.nbytes)
+    block, gx, gy, chunk, rows, smem = plan
+    assert rows == 3 < chunk and smem == rows * block[0] * 16 and tuple(launch.recent_launches[-1][1])[:2] == (gx, gy)
 
 
 def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
@@ -531,7 +565,7 @@ def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
     grids.append(launch.recent_launches[-1])
     for expr, grid, block in grids:   # every block resident at once: the occupancy (as the driver answers it) allows it
         plan = next(p for k, p in nk._resident_plans.items() if k[1] == expr and p is not None)
-        per_sm = nk._occupancy("float32", expr, block[0] * block[1], plan[4], floor=0)
+        per_sm = nk._occupancy("float32", expr, block[0] * block[1], plan[5], floor=0)
         assert tuple(grid)[:2] == (plan[1], plan[2]) and plan[1] * plan[2] <= per_sm * info.multiprocessors, (expr, grid)
     launch.recent_launches.clear()
     big_dy = cp.ones_like(big)

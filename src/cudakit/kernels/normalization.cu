@@ -789,10 +789,13 @@ __device__ __forceinline__ C ck_bn_epilogue(C v, C res, bool has_res, int relu) 
 // vector column and row chunk; channel c's are the contiguous [c*K, (c+1)*K), K = (S/V)*gridDim.y.
 // Traffic: N*CS*sizeof(T) read + 3*(CS/V)*gridDim.y*sizeof(acc) written.
 // The body reads this thread's vector of row r at src[(r - rb0) * rs + kk]: x itself (src = x,
-// rb0 = 0, rs = CS/V, kk = k), or ck_bn_resident's tile of the block's rows in shared memory.
-template <typename T, int V>
+// rb0 = 0, rs = CS/V, kk = k), or ck_bn_resident's tile of the block's rows in shared memory; rows
+// from split on (the rows past a tile that holds only the first of them) at far[r * CS/V + k]
+// (x itself; SPLIT only: without it every row is read at src).
+template <typename T, int V, bool SPLIT = false>
 __device__ __forceinline__ void ck_bn_stats_body(
     const typename ck_raw<sizeof(T) * V>::type* __restrict__ src, long long rb0, long long rs, long long kk,
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ far, long long split,
     typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
     typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long csv, long long chunk) {
   typedef ck_traits<T> tr;
@@ -810,7 +813,7 @@ __device__ __forceinline__ void ck_bn_stats_body(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) p[u].raw = src[(r - rb0) * rs + kk];
+      if (r < r1) p[u].raw = !SPLIT || r < split ? src[(r - rb0) * rs + kk] : far[r * csv + k];
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
@@ -840,7 +843,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats(
   CK_PDL_WAIT();
   typedef typename ck_raw<sizeof(T) * V>::type R;
   ck_bn_stats_body<T, V>(reinterpret_cast<const R*>(x), 0, csv, (long long)blockIdx.x * blockDim.x + threadIdx.x,
-                         pn, pm, pm2, N, csv, chunk);
+                         reinterpret_cast<const R*>(x), N, pn, pm, pm2, N, csv, chunk);
 }
 
 // Channel c's statistics from its merged Welford state (n, m, m2) in training (running_mean and
@@ -1131,11 +1134,14 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
 // psg, psgx: [CS/V, gridDim.y] partial sums of dy and dy*(x - mean) per vector column and row chunk.
 // RELU: dy masked as ck_bn_bwd_small's (gamma, beta: [C] of T or null; invstd: [C], acc).
 // Traffic: 2 * N*CS*sizeof(T) read + 2*(CS/V)*gridDim.y*sizeof(acc) written.
-// The body reads this thread's vectors of row r at sx / sg[(r - rb0) * rs + kk] (as ck_bn_stats_body).
-template <typename T, int V, bool RELU>
+// The body reads this thread's vectors of row r at sx / sg[(r - rb0) * rs + kk], and from split on
+// at fx / fg[r * CS/V + k] (as ck_bn_stats_body).
+template <typename T, int V, bool RELU, bool SPLIT = false>
 __device__ __forceinline__ void ck_bn_bwd_reduce_body(
     const typename ck_raw<sizeof(T) * V>::type* __restrict__ sg_src, const typename ck_raw<sizeof(T) * V>::type* __restrict__ sx,
-    long long rb0, long long rs, long long kk, const typename ck_traits<T>::acc* __restrict__ mean,
+    long long rb0, long long rs, long long kk, const typename ck_raw<sizeof(T) * V>::type* __restrict__ fg,
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ fx, long long split,
+    const typename ck_traits<T>::acc* __restrict__ mean,
     typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
     long long N, long long csv, long long sv, long long chunk, const T* __restrict__ gamma,
     const T* __restrict__ beta, const typename ck_traits<T>::acc* __restrict__ invstd) {
@@ -1156,7 +1162,8 @@ __device__ __forceinline__ void ck_bn_bwd_reduce_body(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) { px[u].raw = sx[(r - rb0) * rs + kk]; pg[u].raw = sg_src[(r - rb0) * rs + kk]; }
+      if (r < r1 && (!SPLIT || r < split)) { px[u].raw = sx[(r - rb0) * rs + kk]; pg[u].raw = sg_src[(r - rb0) * rs + kk]; }
+      else if (SPLIT && r < r1) { px[u].raw = fx[r * csv + k]; pg[u].raw = fg[r * csv + k]; }
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
@@ -1197,7 +1204,8 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce(
   CK_PDL_WAIT();
   typedef typename ck_raw<sizeof(T) * V>::type R;
   ck_bn_bwd_reduce_body<T, V, RELU>(reinterpret_cast<const R*>(dy), reinterpret_cast<const R*>(x), 0, csv,
-                                    (long long)blockIdx.x * blockDim.x + threadIdx.x, mean, psg, psgx, N, csv, sv,
+                                    (long long)blockIdx.x * blockDim.x + threadIdx.x, reinterpret_cast<const R*>(dy),
+                                    reinterpret_cast<const R*>(x), N, mean, psg, psgx, N, csv, sv,
                                     chunk, gamma, beta, invstd);
 }
 
@@ -1316,10 +1324,11 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
 // pn, pm, pm2: [gridDim.y, C] Welford partials of each row chunk and channel (row-major: a warp
 // writes adjacent channels; ck_bn_finalize reads them with a stride of C).
 // Traffic: N*C*sizeof(T) read + 3*C*gridDim.y*sizeof(acc) written.
-// src, rb0, rs, kk: as ck_bn_stats_body's (rs = C/V for x itself).
-template <typename T, int V>
+// src, rb0, rs, kk, far, split: as ck_bn_stats_body's (rs = C/V for x itself).
+template <typename T, int V, bool SPLIT = false>
 __device__ __forceinline__ void ck_bn_stats_cl_body(
     const typename ck_raw<sizeof(T) * V>::type* __restrict__ src, long long rb0, long long rs, long long kk,
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ far, long long split,
     typename ck_traits<T>::acc* __restrict__ pn, typename ck_traits<T>::acc* __restrict__ pm,
     typename ck_traits<T>::acc* __restrict__ pm2, long long N, long long cv, long long chunk) {
   typedef ck_traits<T> tr;
@@ -1340,7 +1349,7 @@ __device__ __forceinline__ void ck_bn_stats_cl_body(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) { p[u].raw = src[(r - rb0) * rs + kk]; cnt = u + 1; }
+      if (r < r1) { p[u].raw = !SPLIT || r < split ? src[(r - rb0) * rs + kk] : far[r * cv + k]; cnt = u + 1; }
     }
     // each lane: the group's exact mean and squared deviations, then one Chan merge
     const C nb = C(cnt), inb = C(1) / nb, f = nb / (n + nb);
@@ -1394,7 +1403,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_stats_cl(
   CK_PDL_WAIT();
   typedef typename ck_raw<sizeof(T) * V>::type R;
   ck_bn_stats_cl_body<T, V>(reinterpret_cast<const R*>(x), 0, cv, (long long)blockIdx.x * blockDim.x + threadIdx.x,
-                            pn, pm, pm2, N, cv, chunk);
+                            reinterpret_cast<const R*>(x), N, pn, pm, pm2, N, cv, chunk);
 }
 
 // ================================================================ batch norm, x resident on chip
@@ -1498,7 +1507,8 @@ __device__ __forceinline__ void ck_bn_block_channels(long long csv, long long sv
 // Training batch norm reading x once, where it fits in the shared memory of the co-resident blocks
 // (the three launches ck_bn_stats, ck_bn_finalize and ck_bn_apply read it twice). Layout, blocks
 // and partials as ck_bn_stats (CL: ck_bn_stats_cl, channels-last rows); dynamic shared memory:
-// the block's tile of x, [chunk, blockDim.x] vectors.
+// the block's tile of x, [tile_rows, blockDim.x] vectors: the block's first tile_rows rows (all of
+// its chunk where they fit; the rest read from x twice, in step 1 and step 3).
 // 1. Each thread copies its rows of its column into the tile (cp.async: all of them in flight at
 //    once), then computes its Welford partials from the tile as ck_bn_stats(_cl) does from x.
 // 2. Grid barrier; channel c's K partials (n_j, m_j, m2_j at c*cs + j*ks) are combined by sums,
@@ -1510,12 +1520,13 @@ __device__ __forceinline__ void ck_bn_block_channels(long long csv, long long sv
 //    ck_bn_apply (EPI: + residual, then relu).
 // Data another block wrote is read through L2 (__ldcg). count: the barriers' arrival counters,
 // zeroed by ck_bn_barrier_zero.
-// Traffic: N*CS*sizeof(T) read + the same written (+ the residual read) + the partials.
+// Traffic: N*CS*sizeof(T) read (+ the rows past the tiles again) + the same written (+ the
+// residual read) + the partials.
 template <typename T, int V, bool CL, bool EPI>
 __global__ void __launch_bounds__(256, 2) ck_bn_resident(
     const T* __restrict__ x, T* __restrict__ y, typename ck_traits<T>::acc* pn, typename ck_traits<T>::acc* pm,
-    typename ck_traits<T>::acc* pm2, long long N, long long csv, long long sv, long long chunk, long long K,
-    long long cs, long long ks, long long C_, const T* __restrict__ gamma, const T* __restrict__ beta,
+    typename ck_traits<T>::acc* pm2, long long N, long long csv, long long sv, long long chunk, long long tile_rows,
+    long long K, long long cs, long long ks, long long C_, const T* __restrict__ gamma, const T* __restrict__ beta,
     T* __restrict__ running_mean, T* __restrict__ running_var, typename ck_traits<T>::acc* save_mean,
     typename ck_traits<T>::acc* save_invstd, typename ck_traits<T>::acc* scale, typename ck_traits<T>::acc momentum,
     typename ck_traits<T>::acc eps, const T* __restrict__ residual, int relu, unsigned* count) {
@@ -1531,13 +1542,14 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long r0 = (long long)blockIdx.y * chunk;
   const long long r1 = r0 + chunk < N ? r0 + chunk : N;
+  const long long split = r0 + tile_rows;   // rows from here on are read from x, twice
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   // 1. the tile (each thread reads back only what it copied: no block barrier), then the partials
-  for (long long r = r0 + threadIdx.y; k < csv && r < r1; r += blockDim.y)
+  for (long long r = r0 + threadIdx.y; k < csv && r < r1 && r < split; r += blockDim.y)
     ck_cp_async(tile + (r - r0) * blockDim.x + threadIdx.x, xr + r * csv + k);
   ck_cp_wait();
-  if (CL) ck_bn_stats_cl_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
-  else ck_bn_stats_body<T, V>(tile, r0, blockDim.x, threadIdx.x, pn, pm, pm2, N, csv, chunk);
+  if (CL) ck_bn_stats_cl_body<T, V, true>(tile, r0, blockDim.x, threadIdx.x, xr, split, pn, pm, pm2, N, csv, chunk);
+  else ck_bn_stats_body<T, V, true>(tile, r0, blockDim.x, threadIdx.x, xr, split, pn, pm, pm2, N, csv, chunk);
   ck_grid_barrier(count, 1);
   // 2. the channels' statistics
   ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz, bool per_block) {
@@ -1600,14 +1612,16 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
       const long long r = rb + (long long)u * blockDim.y;
       if (EPI && rr && r < r1) pr[u].raw = rr[r * csv + k];
     }
+    ck_pack<T, V> p[CK_U];   // (from the tile, or from x past it: all of them in flight)
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) {
-        ck_pack<T, V> p;
-        p.raw = tile[(r - r0) * blockDim.x + threadIdx.x];
-        yr[r * csv + k] = ck_bn_apply_pack<T, V, EPI>(p, pr[u], rr, relu, mu, sc, bt).raw;
-      }
+      if (r < r1) p[u].raw = r < split ? tile[(r - r0) * blockDim.x + threadIdx.x] : xr[r * csv + k];
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) yr[r * csv + k] = ck_bn_apply_pack<T, V, EPI>(p[u], pr[u], rr, relu, mu, sc, bt).raw;
     }
   }
 }
@@ -1617,11 +1631,13 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
 // channel (laid out as ck_bn_stats_cl's partials). RELU: dy masked as ck_bn_bwd_small's (gamma,
 // beta: [C] of T or null; invstd: [C], acc).
 // Traffic: 2 * N*C*sizeof(T) read + 2*C*gridDim.y*sizeof(acc) written.
-// sg_src, sx, rb0, rs, kk: as ck_bn_bwd_reduce_body's.
-template <typename T, int V, bool RELU>
+// sg_src, sx, rb0, rs, kk, fg, fx, split: as ck_bn_bwd_reduce_body's.
+template <typename T, int V, bool RELU, bool SPLIT = false>
 __device__ __forceinline__ void ck_bn_bwd_reduce_cl_body(
     const typename ck_raw<sizeof(T) * V>::type* __restrict__ sg_src, const typename ck_raw<sizeof(T) * V>::type* __restrict__ sx,
-    long long rb0, long long rs, long long kk, const typename ck_traits<T>::acc* __restrict__ mean,
+    long long rb0, long long rs, long long kk, const typename ck_raw<sizeof(T) * V>::type* __restrict__ fg,
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ fx, long long split,
+    const typename ck_traits<T>::acc* __restrict__ mean,
     typename ck_traits<T>::acc* __restrict__ psg, typename ck_traits<T>::acc* __restrict__ psgx,
     long long N, long long cv, long long chunk, const T* __restrict__ gamma, const T* __restrict__ beta,
     const typename ck_traits<T>::acc* __restrict__ invstd) {
@@ -1645,7 +1661,8 @@ __device__ __forceinline__ void ck_bn_bwd_reduce_cl_body(
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
       const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) { px[u].raw = sx[(r - rb0) * rs + kk]; pg[u].raw = sg_src[(r - rb0) * rs + kk]; }
+      if (r < r1 && (!SPLIT || r < split)) { px[u].raw = sx[(r - rb0) * rs + kk]; pg[u].raw = sg_src[(r - rb0) * rs + kk]; }
+      else if (SPLIT && r < r1) { px[u].raw = fx[r * cv + k]; pg[u].raw = fg[r * cv + k]; }
     }
 #pragma unroll
     for (int u = 0; u < CK_U; ++u) {
@@ -1688,14 +1705,16 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
   CK_PDL_WAIT();
   typedef typename ck_raw<sizeof(T) * V>::type R;
   ck_bn_bwd_reduce_cl_body<T, V, RELU>(reinterpret_cast<const R*>(dy), reinterpret_cast<const R*>(x), 0, cv,
-                                       (long long)blockIdx.x * blockDim.x + threadIdx.x, mean, psg, psgx, N, cv,
+                                       (long long)blockIdx.x * blockDim.x + threadIdx.x, reinterpret_cast<const R*>(dy),
+                                       reinterpret_cast<const R*>(x), N, mean, psg, psgx, N, cv,
                                        chunk, gamma, beta, invstd);
 }
 
 // The training backward reading dy and x once (ck_bn_resident's scheme for ck_bn_bwd_reduce(_cl),
 // ck_bn_bwd_finalize and ck_bn_bwd_apply, which read them twice), where both fit in the shared
-// memory of the co-resident blocks: dynamic shared memory [2, chunk, blockDim.x] vectors, dy's tile
-// then x's. 1. Each thread copies its rows of both (cp.async), then its partial sums of dy and
+// memory of the co-resident blocks: dynamic shared memory [2, tile_rows, blockDim.x] vectors, dy's
+// tile then x's (the block's first tile_rows rows: all of its chunk where they fit; the rest read
+// twice, as ck_bn_resident's). 1. Each thread copies its rows of both (cp.async), then its partial sums of dy and
 // dy*(x - mean) from the tiles as ck_bn_bwd_reduce(_cl) (RELU: dy masked likewise); grid barrier.
 // 2. Each channel's sums of its K partials (partial j at c*cs + j*ks) in a fixed order
 // (ck_bn_each_channel, ck_bn_group_sum2): dgamma, dbeta and dx's coefficients ka, kb, kd
@@ -1706,7 +1725,7 @@ template <typename T, int V, bool CL, bool RELU>
 __global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
     const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx, const typename ck_traits<T>::acc* __restrict__ mean,
     typename ck_traits<T>::acc* psg, typename ck_traits<T>::acc* psgx, long long N, long long csv, long long sv,
-    long long chunk, long long K, long long cs, long long ks, long long C_, const T* __restrict__ gamma,
+    long long chunk, long long tile_rows, long long K, long long cs, long long ks, long long C_, const T* __restrict__ gamma,
     const T* __restrict__ beta, const typename ck_traits<T>::acc* __restrict__ invstd, T* __restrict__ dgamma,
     T* __restrict__ dbeta, typename ck_traits<T>::acc* ka, typename ck_traits<T>::acc* kb,
     typename ck_traits<T>::acc* kd, typename ck_traits<T>::acc count_n, unsigned* count) {
@@ -1716,23 +1735,26 @@ __global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
   extern __shared__ __align__(16) unsigned char ck_bn_tile[];
   __shared__ C part[6][256];   // 2: ck_bn_group_sum2's scratch; 3: the block's channel values
   R* tg = reinterpret_cast<R*>(ck_bn_tile);
-  R* tx = tg + chunk * blockDim.x;
+  R* tx = tg + tile_rows * blockDim.x;
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   const int nw = (int)(blockDim.x * blockDim.y) >> 5;
   const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long r0 = (long long)blockIdx.y * chunk;
   const long long r1 = r0 + chunk < N ? r0 + chunk : N;
+  const long long split = r0 + tile_rows;   // rows from here on are read from dy and x, twice
   const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   // 1. the tiles, then the partial sums
-  for (long long r = r0 + threadIdx.y; k < csv && r < r1; r += blockDim.y) {
+  for (long long r = r0 + threadIdx.y; k < csv && r < r1 && r < split; r += blockDim.y) {
     const long long o = (r - r0) * blockDim.x + threadIdx.x;
     ck_cp_async(tg + o, gr + r * csv + k);
     ck_cp_async(tx + o, xr + r * csv + k);
   }
   ck_cp_wait();
-  if (CL) ck_bn_bwd_reduce_cl_body<T, V, RELU>(tg, tx, r0, blockDim.x, threadIdx.x, mean, psg, psgx, N, csv, chunk, gamma, beta, invstd);
-  else ck_bn_bwd_reduce_body<T, V, RELU>(tg, tx, r0, blockDim.x, threadIdx.x, mean, psg, psgx, N, csv, sv, chunk, gamma, beta, invstd);
+  if (CL) ck_bn_bwd_reduce_cl_body<T, V, RELU, true>(tg, tx, r0, blockDim.x, threadIdx.x, gr, xr, split, mean, psg, psgx, N, csv,
+                                               chunk, gamma, beta, invstd);
+  else ck_bn_bwd_reduce_body<T, V, RELU, true>(tg, tx, r0, blockDim.x, threadIdx.x, gr, xr, split, mean, psg, psgx, N, csv, sv,
+                                         chunk, gamma, beta, invstd);
   ck_grid_barrier(count, 1);
   // 2. the channels' sums, dgamma, dbeta and dx's coefficients
   ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz, bool per_block) {
@@ -1764,11 +1786,26 @@ __global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
     mu[i] = part[0][c]; a[i] = part[1][c]; b[i] = part[2][c]; d[i] = part[3][c]; msc[i] = part[4][c]; mbt[i] = part[5][c];
   }
   R* __restrict__ dr = reinterpret_cast<R*>(dx);
-  for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+  for (long long r = r0 + threadIdx.y; r < r1 && r < split; r += blockDim.y) {
     const long long o = (r - r0) * blockDim.x + threadIdx.x;
     ck_pack<T, V> px, pg;
     px.raw = tx[o];
     pg.raw = tg[o];
     dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px, pg, mu, a, b, d, msc, mbt).raw;
+  }
+  // (the rows past the tiles, CK_U of them in flight a thread, as ck_bn_bwd_apply)
+  const long long step = (long long)blockDim.y * CK_U;
+  for (long long rb = (split > r0 ? split : r0) + threadIdx.y; rb < r1; rb += step) {
+    ck_pack<T, V> px[CK_U], pg[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) { px[u].raw = xr[r * csv + k]; pg[u].raw = gr[r * csv + k]; }
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px[u], pg[u], mu, a, b, d, msc, mbt).raw;
+    }
   }
 }

@@ -403,25 +403,32 @@ BN_RESIDENT = True
 # slower, 12.8 MB 5-15% faster); NCHW views, whose three-launch finalize merges hundreds of partials
 # a channel, take it whenever x fits (6.4 MB bfloat16 21% faster)
 BN_RESIDENT_LANES_MIN_BYTES = 8 << 20
+# Where x (and dy) do not fit whole, the single-read kernels still take them when their tiles hold at
+# least this fraction of each block's rows: the rest is read twice, as by the three launches, and
+# the tiles' part once. False / None: whole tiles only (the sweep's A/B switch).
+BN_RESIDENT_PARTIAL = True
+BN_RESIDENT_MIN_FRACTION = 0.25
+BN_RESIDENT_TILE_ROWS_MAX = None   # (tests: a tile holds at most this many rows, to take the partial form)
 BN_BARRIER_WORDS = 8 * 32      # ck_bn_resident's barrier counters (CK_BAR_LANES of CK_BAR_STRIDE words)
 _BN_RESIDENT_BLOCKS = (2, 1)   # blocks a multiprocessor it tries, most first (its launch bounds allow 2)
 _resident_plans: dict = {}   # (device, kernel, n, vector columns, lanes, vector bytes) -> _bn_resident's answer
 
 
 def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int, nbytes: int) -> tuple | None:
-    """(block, grid x, grid y, rows a block, dynamic shared memory) of the single-read kernel `expr`
-    (ck_bn_resident, ck_bn_bwd_resident) on an [n, csv] view of vectors of vbytes bytes (the bytes of
-    all its tiles' vectors of a column), or None where the tiles do not fit the shared memory of the
-    blocks the device holds at once (or it is off: CUDAKIT_BN_SINGLE_READ, BN_RESIDENT; channels-last
-    rows of x under BN_RESIDENT_LANES_MIN_BYTES (nbytes: x's); or the device is older than compute
-    capability 7.0, whose barrier has no acquire loads). Worked out once per (device, kernel,
-    shape), so every call of a shape takes the same grid (and sums)."""
+    """(block, grid x, grid y, rows a block, rows a block's tiles hold, dynamic shared memory) of the
+    single-read kernel `expr` (ck_bn_resident, ck_bn_bwd_resident) on an [n, csv] view of vectors of
+    vbytes bytes (the bytes of all its tiles' vectors of a column), or None where the tiles do not
+    fit the shared memory of the blocks the device holds at once, whole or (BN_RESIDENT_PARTIAL) at
+    least BN_RESIDENT_MIN_FRACTION of each block's rows (or it is off: CUDAKIT_BN_SINGLE_READ,
+    BN_RESIDENT; channels-last rows of x under BN_RESIDENT_LANES_MIN_BYTES (nbytes: x's); or the
+    device is older than compute capability 7.0, whose barrier has no acquire loads). Worked out
+    once per (device, kernel, shape), so every call of a shape takes the same grid (and sums)."""
     from ..config import settings
     if not BN_RESIDENT or not settings().bn_single_read or (lanes and nbytes < BN_RESIDENT_LANES_MIN_BYTES):
         return None
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
-    key = (dev, expr, n, csv, lanes, vbytes)
+    key = (dev, expr, n, csv, lanes, vbytes, BN_RESIDENT_PARTIAL, BN_RESIDENT_MIN_FRACTION, BN_RESIDENT_TILE_ROWS_MAX)
     if key not in _resident_plans:
         _resident_plans[key] = _bn_resident_plan(dev, dt, expr, n, csv, lanes, vbytes)
     return _resident_plans[key]
@@ -435,18 +442,26 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
     static = int(cp.cuda.driver.funcGetAttribute(1, _kernel(dev, dt, expr)[1].ptr))   # (static shared memory)
     block, gx, _, _ = _bn_blocks(csv, n, lanes)
     bx, by = block[0], block[1]
-    for per_sm in _BN_RESIDENT_BLOCKS:
-        gy = min(n, per_sm * info.multiprocessors // gx)
-        if gy < 1:
-            continue
-        chunk = -(-n // gy)
-        gy = -(-n // chunk)
-        smem = chunk * bx * vbytes
-        room = min(info.max_shared_memory_per_block_optin,
-                   info.max_shared_memory_per_multiprocessor // per_sm - info.reserved_shared_memory_per_block) - static
-        # (the occupancy as the driver answers it: 0 where it refuses the block, which no grid fits)
-        if smem <= room and _occupancy(dt, expr, bx * by, smem, floor=0) * info.multiprocessors >= gx * gy:
-            return block, gx, gy, chunk, smem
+    # whole tiles at either count of blocks a multiprocessor first, then tiles of part of the rows
+    for whole in (True, False) if BN_RESIDENT_PARTIAL else (True,):
+        for per_sm in _BN_RESIDENT_BLOCKS:
+            gy = min(n, per_sm * info.multiprocessors // gx)
+            if gy < 1:
+                continue
+            chunk = -(-n // gy)
+            gy = -(-n // chunk)
+            room = min(info.max_shared_memory_per_block_optin,
+                       info.max_shared_memory_per_multiprocessor // per_sm - info.reserved_shared_memory_per_block) - static
+            cap = max(0, room) // (bx * vbytes)
+            if BN_RESIDENT_TILE_ROWS_MAX is not None:
+                cap = min(cap, BN_RESIDENT_TILE_ROWS_MAX)
+            rows = min(chunk, cap)
+            if rows < (chunk if whole else max(1, chunk * BN_RESIDENT_MIN_FRACTION)):
+                continue
+            smem = rows * bx * vbytes
+            # (the occupancy as the driver answers it: 0 where it refuses the block, which no grid fits)
+            if _occupancy(dt, expr, bx * by, smem, floor=0) * info.multiprocessors >= gx * gy:
+                return block, gx, gy, chunk, rows, smem
     return None
 
 
@@ -536,11 +551,11 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
         expr = f"ck_bn_resident<{t}, {v}, {cl}, {fused}>"
         plan = _bn_resident(dt, expr, n, csv, lanes, v * _ITEMSIZE[dt], x.nbytes)
     if plan is not None:   # x read once (see ck_bn_resident)
-        block, gx, gy, chunk, smem = plan
+        block, gx, gy, chunk, rows, smem = plan
         (pn, pm, pm2), (k, cs, ks) = _bn_partials(3, lanes, gy, c, csv, sv, acc)
         count = _barrier_counters(dt, t)
         _launch(expr, dt, (gx, gy, 1), block,
-                (x, y, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(k),
+                (x, y, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(rows), np.int64(k),
                  np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(beta), _ptr(running_mean),
                  _ptr(running_var), save_mean, save_invstd, scale, a(x, momentum), a(x, eps), _ptr(residual),
                  np.int32(bool(relu)), count), smem)
@@ -602,11 +617,11 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
         expr = f"ck_bn_bwd_resident<{t}, {v}, {cl}, {r}>"
         plan = _bn_resident(dt, expr, n, csv, lanes, 2 * v * _ITEMSIZE[dt], x.nbytes)   # (dy's tile and x's)
     if plan is not None:   # dy and x read once (see ck_bn_bwd_resident)
-        block, gx, gy, chunk, smem = plan
+        block, gx, gy, chunk, rows, smem = plan
         (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)
         count = _barrier_counters(dt, t)
         _launch(expr, dt, (gx, gy, 1), block,
-                (dy, x, dx, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk),
+                (dy, x, dx, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(rows),
                  np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask + (_ptr(dgamma), dbeta, ka, kb, kd,
                                                                                   _acc_scalar(x, n * s), count), smem)
         return dx, dgamma, dbeta
