@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call on batch norm's single-read kernels with tiles of part of each block's rows
-# (normalization.BN_RESIDENT_PARTIAL: where x, and dy, do not fit on chip whole, the tiles hold the
+# (normalization.BN_RESIDENT_PARTIAL_FROM(_FORWARD): where x, and dy, do not fit on chip whole, the tiles hold the
 # first rows of each block and the rest is read twice): the GPU tests of normalization, graphs and
 # the examples, then benchmarks/sweeps/batch_norm.py on the shapes past the on-chip size, with the
 # partial tiles and with --whole-tiles (the three launches there), each against torch and a device

@@ -19,7 +19,7 @@ launches' time over the pass's. Each pass is timed in its own window, interleave
 the copy, so x_three_launches compares two windows of one run: ratios within a few percent of 1
 are within the drift between windows.
 --whole-tiles: the single-read kernels only where x (and dy) fit on chip whole, not with tiles of
-part of each block's rows (normalization.BN_RESIDENT_PARTIAL False: a run's A/B switch).
+part of each block's rows (normalization.BN_RESIDENT_PARTIAL_FROM(_FORWARD) None: a run's A/B switch).
     python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--whole-tiles]
                                            [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
@@ -39,7 +39,7 @@ CASES = [(32, 64, 112, 112), (32, 256, 56, 56), (32, 128, 28, 28), (32, 512, 28,
          (32, 2048, 7, 7), (8192, 1024)]
 if "--whole-tiles" in argv:
     from cudakit.kernels import normalization
-    normalization.BN_RESIDENT_PARTIAL = False
+    normalization.BN_RESIDENT_PARTIAL_FROM = normalization.BN_RESIDENT_PARTIAL_FROM_FORWARD = None
 if "--cases" in argv:   # --cases 32x128x28x28,8192x1024: these of CASES only
     CASES = [tuple(map(int, c.split("x"))) for c in argv[argv.index("--cases") + 1].split(",")]
 rows = []

@@ -412,7 +412,8 @@ def _partial_tiles(nk, monkeypatch, partial: bool) -> None:
     """partial: the single-read kernels' tiles hold at most 3 rows of a block's (the rest read twice)."""
     if partial:
         monkeypatch.setattr(nk, "BN_RESIDENT_TILE_ROWS_MAX", 3)
-        monkeypatch.setattr(nk, "BN_RESIDENT_MIN_FRACTION", 0.0)
+        monkeypatch.setattr(nk, "BN_RESIDENT_PARTIAL_FROM", 0.0)
+        monkeypatch.setattr(nk, "BN_RESIDENT_PARTIAL_FROM_FORWARD", 0.0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -510,23 +511,29 @@ def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu,
 
 def test_batch_norm_partial_tiles_take_at_least_their_fraction_of_the_rows(monkeypatch):
     """Where a block's rows do not fit its tile whole, the single-read kernels take tiles of part of
-    them only from BN_RESIDENT_MIN_FRACTION of the rows on (and not with BN_RESIDENT_PARTIAL off);
-    the plan's tile rows and shared memory are what the launch gets."""
+    them only from the fraction of the rows set (BN_RESIDENT_PARTIAL_FROM for the backward, .._FORWARD
+    for the forward; None: never); the plan's tile rows and shared memory are what the launch gets."""
     from cudakit.runtime import launch
     nk = _nk()
     monkeypatch.setattr(nk, "BN_RESIDENT_LANES_MIN_BYTES", 0)
     monkeypatch.setattr(nk, "BN_RESIDENT_TILE_ROWS_MAX", 3)
     x = cp.ones((70001, 24), cp.float32)
-    three = ["ck_bn_stats_cl", "ck_bn_finalize", "ck_bn_apply"]
-    for partial, frac, want in ((True, 1.0, three), (False, 0.0, three), (True, 0.0, ["ck_bn_barrier_zero", "ck_bn_resident"])):
-        monkeypatch.setattr(nk, "BN_RESIDENT_PARTIAL", partial)
-        monkeypatch.setattr(nk, "BN_RESIDENT_MIN_FRACTION", frac)
+    (_, sm, si), _ = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
+    for frac, resident in ((1.0, False), (None, False), (0.0, True)):
+        monkeypatch.setattr(nk, "BN_RESIDENT_PARTIAL_FROM_FORWARD", frac)
+        monkeypatch.setattr(nk, "BN_RESIDENT_PARTIAL_FROM", frac)
         _, names = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
-        assert names == want, (partial, frac, names)
-    expr = launch.recent_launches[-1][0]
-    plan = nk._bn_resident("float32", expr, 70001, 6, True, 16, x.nbytes)
-    block, gx, gy, chunk, rows, smem = plan
-    assert rows == 3 < chunk and smem == rows * block[0] * 16 and tuple(launch.recent_launches[-1][1])[:2] == (gx, gy)
+        assert names == (["ck_bn_barrier_zero", "ck_bn_resident"] if resident else
+                         ["ck_bn_stats_cl", "ck_bn_finalize", "ck_bn_apply"]), (frac, names)
+        fwd = launch.recent_launches[-1]
+        launch.recent_launches.clear()
+        nk.batch_norm_backward(x, x, None, sm, si)
+        names = [n.split("<")[0] for n, _, _ in launch.recent_launches]
+        assert names == (["ck_bn_barrier_zero", "ck_bn_bwd_resident"] if resident else
+                         ["ck_bn_bwd_reduce_cl", "ck_bn_bwd_finalize", "ck_bn_bwd_apply"]), (frac, names)
+    for (expr, grid, _), vbytes in ((fwd, 16), (launch.recent_launches[-1], 32)):
+        block, gx, gy, chunk, rows, smem = nk._bn_resident("float32", expr, 70001, 6, True, vbytes, x.nbytes, 0.0)
+        assert rows == 3 < chunk and smem == rows * block[0] * vbytes and tuple(grid)[:2] == (gx, gy)
 
 
 def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
@@ -564,7 +571,7 @@ def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
     assert [n.split("<")[0] for n, _, _ in launch.recent_launches] == ["ck_bn_barrier_zero", "ck_bn_bwd_resident"]
     grids.append(launch.recent_launches[-1])
     for expr, grid, block in grids:   # every block resident at once: the occupancy (as the driver answers it) allows it
-        plan = next(p for k, p in nk._resident_plans.items() if k[1] == expr and p is not None)
+        plan = next(p for k, p in nk._resident_plans.items() if k[1:4] == (expr, 32, 64 * 28 * 28 // 4) and p is not None)
         per_sm = nk._occupancy("float32", expr, block[0] * block[1], plan[5], floor=0)
         assert tuple(grid)[:2] == (plan[1], plan[2]) and plan[1] * plan[2] <= per_sm * info.multiprocessors, (expr, grid)
     launch.recent_launches.clear()

@@ -403,23 +403,28 @@ BN_RESIDENT = True
 # slower, 12.8 MB 5-15% faster); NCHW views, whose three-launch finalize merges hundreds of partials
 # a channel, take it whenever x fits (6.4 MB bfloat16 21% faster)
 BN_RESIDENT_LANES_MIN_BYTES = 8 << 20
-# Where x (and dy) do not fit whole, the single-read kernels still take them when their tiles hold at
-# least this fraction of each block's rows: the rest is read twice, as by the three launches, and
-# the tiles' part once. False / None: whole tiles only (the sweep's A/B switch).
-BN_RESIDENT_PARTIAL = True
-BN_RESIDENT_MIN_FRACTION = 0.25
+# Where dy and x do not fit on chip whole, the single-read backward still takes them when its tiles
+# hold at least this fraction of each block's rows: the rest is read twice, as by the three
+# launches, the tiles' part once. None: whole tiles only. H200, 2026-11-29 10:02 UTC
+# (history/normalization/nvidia-h200-batch-norm-partial.json against -partial-whole.json, one call):
+# at fractions 0.36-0.71 the backward ran 1.04-1.26x the three launches (channels-last 32x512x28x28
+# bfloat16 1.2x, 32x1024x14x14 float32 1.14x, (8192, 1024) bfloat16 1.26x), at 0.26 0.89-0.97x.
+BN_RESIDENT_PARTIAL_FROM = 0.35
+# ... and the forward: None, never (its tiles gained nothing reliable: 0.92-1.04x at 0.26-0.79).
+BN_RESIDENT_PARTIAL_FROM_FORWARD = None
 BN_RESIDENT_TILE_ROWS_MAX = None   # (tests: a tile holds at most this many rows, to take the partial form)
 BN_BARRIER_WORDS = 8 * 32      # ck_bn_resident's barrier counters (CK_BAR_LANES of CK_BAR_STRIDE words)
 _BN_RESIDENT_BLOCKS = (2, 1)   # blocks a multiprocessor it tries, most first (its launch bounds allow 2)
 _resident_plans: dict = {}   # (device, kernel, n, vector columns, lanes, vector bytes) -> _bn_resident's answer
 
 
-def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int, nbytes: int) -> tuple | None:
+def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int, nbytes: int,
+                 partial_from: float | None = None) -> tuple | None:
     """(block, grid x, grid y, rows a block, rows a block's tiles hold, dynamic shared memory) of the
     single-read kernel `expr` (ck_bn_resident, ck_bn_bwd_resident) on an [n, csv] view of vectors of
     vbytes bytes (the bytes of all its tiles' vectors of a column), or None where the tiles do not
-    fit the shared memory of the blocks the device holds at once, whole or (BN_RESIDENT_PARTIAL) at
-    least BN_RESIDENT_MIN_FRACTION of each block's rows (or it is off: CUDAKIT_BN_SINGLE_READ,
+    fit the shared memory of the blocks the device holds at once, whole or (partial_from, a
+    fraction) that fraction of each block's rows at least (or it is off: CUDAKIT_BN_SINGLE_READ,
     BN_RESIDENT; channels-last rows of x under BN_RESIDENT_LANES_MIN_BYTES (nbytes: x's); or the
     device is older than compute capability 7.0, whose barrier has no acquire loads). Worked out
     once per (device, kernel, shape), so every call of a shape takes the same grid (and sums)."""
@@ -428,13 +433,14 @@ def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int,
         return None
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
-    key = (dev, expr, n, csv, lanes, vbytes, BN_RESIDENT_PARTIAL, BN_RESIDENT_MIN_FRACTION, BN_RESIDENT_TILE_ROWS_MAX)
+    key = (dev, expr, n, csv, lanes, vbytes, partial_from, BN_RESIDENT_TILE_ROWS_MAX)
     if key not in _resident_plans:
-        _resident_plans[key] = _bn_resident_plan(dev, dt, expr, n, csv, lanes, vbytes)
+        _resident_plans[key] = _bn_resident_plan(dev, dt, expr, n, csv, lanes, vbytes, partial_from)
     return _resident_plans[key]
 
 
-def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int) -> tuple | None:
+def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int,
+                      partial_from: float | None) -> tuple | None:
     info = _device_info()
     if not info.max_shared_memory_per_multiprocessor or tuple(info.compute_capability) < (7, 0):
         return None
@@ -443,7 +449,7 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
     block, gx, _, _ = _bn_blocks(csv, n, lanes)
     bx, by = block[0], block[1]
     # whole tiles at either count of blocks a multiprocessor first, then tiles of part of the rows
-    for whole in (True, False) if BN_RESIDENT_PARTIAL else (True,):
+    for whole in (True, False) if partial_from is not None else (True,):
         for per_sm in _BN_RESIDENT_BLOCKS:
             gy = min(n, per_sm * info.multiprocessors // gx)
             if gy < 1:
@@ -456,7 +462,7 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
             if BN_RESIDENT_TILE_ROWS_MAX is not None:
                 cap = min(cap, BN_RESIDENT_TILE_ROWS_MAX)
             rows = min(chunk, cap)
-            if rows < (chunk if whole else max(1, chunk * BN_RESIDENT_MIN_FRACTION)):
+            if rows < (chunk if whole else max(1, chunk * partial_from)):
                 continue
             smem = rows * bx * vbytes
             # (the occupancy as the driver answers it: 0 where it refuses the block, which no grid fits)
@@ -549,7 +555,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     plan = None
     if training and x.size:
         expr = f"ck_bn_resident<{t}, {v}, {cl}, {fused}>"
-        plan = _bn_resident(dt, expr, n, csv, lanes, v * _ITEMSIZE[dt], x.nbytes)
+        plan = _bn_resident(dt, expr, n, csv, lanes, v * _ITEMSIZE[dt], x.nbytes, BN_RESIDENT_PARTIAL_FROM_FORWARD)
     if plan is not None:   # x read once (see ck_bn_resident)
         block, gx, gy, chunk, rows, smem = plan
         (pn, pm, pm2), (k, cs, ks) = _bn_partials(3, lanes, gy, c, csv, sv, acc)
@@ -615,7 +621,8 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
     plan = None
     if x.size:
         expr = f"ck_bn_bwd_resident<{t}, {v}, {cl}, {r}>"
-        plan = _bn_resident(dt, expr, n, csv, lanes, 2 * v * _ITEMSIZE[dt], x.nbytes)   # (dy's tile and x's)
+        plan = _bn_resident(dt, expr, n, csv, lanes, 2 * v * _ITEMSIZE[dt], x.nbytes,   # (dy's tile and x's)
+                            BN_RESIDENT_PARTIAL_FROM)
     if plan is not None:   # dy and x read once (see ck_bn_bwd_resident)
         block, gx, gy, chunk, rows, smem = plan
         (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)
