@@ -408,7 +408,8 @@ BN_RESIDENT_LANES_MIN_BYTES = 8 << 20
 # launches, the tiles' part once. None: whole tiles only. H200, 2026-11-29 10:02 UTC
 # (history/normalization/nvidia-h200-batch-norm-partial.json against -partial-whole.json, one call):
 # at fractions 0.36-0.71 the backward ran 1.04-1.26x the three launches (channels-last 32x512x28x28
-# bfloat16 1.2x, 32x1024x14x14 float32 1.14x, (8192, 1024) bfloat16 1.26x), at 0.26 0.89-0.97x.
+# bfloat16 1.2x, 32x1024x14x14 float32 1.14x, (8192, 1024) bfloat16 1.26x), at 0.26 0.89-0.97x;
+# with this rule at 10:07 UTC (nvidia-h200-batch-norm-partial-backward*.json) 1.14x, 1.2x, 1.25x.
 BN_RESIDENT_PARTIAL_FROM = 0.35
 # ... and the forward: None, never (its tiles gained nothing reliable: 0.92-1.04x at 0.26-0.79).
 BN_RESIDENT_PARTIAL_FROM_FORWARD = None
