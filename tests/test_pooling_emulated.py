@@ -273,6 +273,18 @@ def test_tiles_take_the_max_backward_from_four_windows_an_element_on_average():
     assert pooling.tile_plan((1, 3, 64, 64), sixteen, "float32") is None
 
 
+def test_tile_chunks_keep_blocks_and_planes_under_2_31():
+    assert pooling.tile_chunks(10, 3) == [(0, 10)]
+    for planes, tiles in ((2**31, 1), (2**33 + 5, 2), (2**31 + 7, 3), (3 * 2**30, 4096)):
+        got = pooling.tile_chunks(planes, tiles)
+        assert got[0][0] == 0 and sum(k for _, k in got) == planes
+        assert all(a + k == b for (a, k), (b, _) in zip(got, got[1:]))
+        for p0, k in got:
+            blocks = -(-k // pooling.TILE_PLANES) * tiles
+            assert k < 2**31 and blocks < 2**31 and p0 % pooling.TILE_PLANES == 0
+            assert (-(-k // pooling.TILE_PLANES) - 1) * pooling.TILE_PLANES < 2**31   # the kernel's last group's first plane
+
+
 def test_nchw_max_backward_goes_channels_last_for_large_16_bit_data_of_many_channels(monkeypatch):
     geo = (2, 2, 1, 1, 1, 1, 3, 3, 32, 32)   # 3 x 3 / 2 of 64 x 64 planes
     via = pooling.via_channels_last

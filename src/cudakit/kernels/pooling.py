@@ -237,6 +237,14 @@ def tile_plan(x_shape, geo, dtype_name: str):
     return th, tw, tiles_w, tiles_w * -(-h // th), xr, xc, wh, ww, smem
 
 
+def tile_chunks(planes: int, tiles: int) -> list:
+    """(first plane, planes) of ck_pool2d_backward_tile's launches: whole groups of TILE_PLANES
+    planes, each launch under 2^31 blocks (groups x tiles) and 2^31 planes (its int32 count, and
+    the kernel's first plane of a group in 32 bits)."""
+    step = min((2**31 - 1) // tiles, (2**31 - 1) // TILE_PLANES - 1) * TILE_PLANES
+    return [(p0, min(step, planes - p0)) for p0 in range(0, planes, step)]
+
+
 def _tiled_backward(x, grad_out, gx, geo) -> bool:
     """dx of NCHW max pooling by ck_pool2d_backward_tile (TILE_PLANES planes a block), in chunks of
     planes whose blocks fit 32-bit grids; False (nothing launched) where an element is in fewer
@@ -254,9 +262,7 @@ def _tiled_backward(x, grad_out, gx, geo) -> bool:
     n, c, h, w = x.shape
     hw, per = h * w, geo[8] * geo[9]
     ints = tuple(np.int32(v) for v in (th, tw, tiles_w, tiles, xr, xc, wh, ww))
-    step = ((2**31 - 1) // tiles) * TILE_PLANES   # planes a launch: whole groups, under 2^31 blocks
-    for p0 in range(0, n * c, step):
-        k = min(step, n * c - p0)
+    for p0, k in tile_chunks(n * c, tiles):
         ptrs = (x, grad_out, gx) if p0 == 0 else (x.ravel()[p0 * hw:], grad_out.ravel()[p0 * per:],
                                                  gx.ravel()[p0 * hw:])
         _launch_function(expr, f, (-(-k // TILE_PLANES) * tiles, 1, 1), (THREADS, 1, 1),
