@@ -1271,6 +1271,30 @@ __device__ __forceinline__ ck_pack<T, V> ck_bn_bwd_apply_pack(
   return po;
 }
 
+// dx of this thread's vector column k over rows rb, rb + step, ... below r1, CK_U rows of dy and x
+// in flight: ck_bn_bwd_apply's loop, and ck_bn_bwd_resident's over the rows past its tiles.
+template <typename T, int V, bool RELU>
+__device__ __forceinline__ void ck_bn_bwd_apply_rows(
+    const typename ck_raw<sizeof(T) * V>::type* __restrict__ xr, const typename ck_raw<sizeof(T) * V>::type* __restrict__ gr,
+    typename ck_raw<sizeof(T) * V>::type* __restrict__ dr, long long k, long long csv, long long rb, long long r1,
+    long long step, const typename ck_traits<T>::acc (&mu)[V], const typename ck_traits<T>::acc (&a)[V],
+    const typename ck_traits<T>::acc (&b)[V], const typename ck_traits<T>::acc (&d)[V],
+    const typename ck_traits<T>::acc (&msc)[V], const typename ck_traits<T>::acc (&mbt)[V]) {
+  for (; rb < r1; rb += step) {
+    ck_pack<T, V> px[CK_U], pg[CK_U];
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) { px[u].raw = xr[r * csv + k]; pg[u].raw = gr[r * csv + k]; }
+    }
+#pragma unroll
+    for (int u = 0; u < CK_U; ++u) {
+      const long long r = rb + (long long)u * blockDim.y;
+      if (r < r1) dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px[u], pg[u], mu, a, b, d, msc, mbt).raw;
+    }
+  }
+}
+
 // dy, x, dx: [N, CS] as in ck_bn_stats (CL: [N, C] as in ck_bn_stats_cl, sv unused); mean, ka,
 // kb, kd: [C] (acc). dx = ka*dy + kb*(x - mean) + kd; RELU: dy masked as ck_bn_bwd_small's
 // (gamma, beta: [C] of T or null; invstd: [C], acc).
@@ -1295,23 +1319,10 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_apply(
     mu[i] = mean[c]; a[i] = ka[c]; b[i] = kb[c]; d[i] = kd[c]; msc[i] = mbt[i] = C(0);
     if (RELU) ck_bn_mask_coefs<T>(c, gamma, beta, invstd, msc[i], mbt[i]);
   }
-  const R* __restrict__ xr = reinterpret_cast<const R*>(x);
-  const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
-  R* __restrict__ dr = reinterpret_cast<R*>(dx);
   const long long step = (long long)gridDim.y * blockDim.y * CK_U;
-  for (long long rb = (long long)blockIdx.y * blockDim.y * CK_U + threadIdx.y; rb < N; rb += step) {
-    ck_pack<T, V> px[CK_U], pg[CK_U];
-#pragma unroll
-    for (int u = 0; u < CK_U; ++u) {
-      const long long r = rb + (long long)u * blockDim.y;
-      if (r < N) { px[u].raw = xr[r * csv + k]; pg[u].raw = gr[r * csv + k]; }
-    }
-#pragma unroll
-    for (int u = 0; u < CK_U; ++u) {
-      const long long r = rb + (long long)u * blockDim.y;
-      if (r < N) dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px[u], pg[u], mu, a, b, d, msc, mbt).raw;
-    }
-  }
+  ck_bn_bwd_apply_rows<T, V, RELU>(reinterpret_cast<const R*>(x), reinterpret_cast<const R*>(dy), reinterpret_cast<R*>(dx),
+                                   k, csv, (long long)blockIdx.y * blockDim.y * CK_U + threadIdx.y, N, step,
+                                   mu, a, b, d, msc, mbt);
 }
 
 // ================================================================ batch norm, channels-last
@@ -1793,19 +1804,7 @@ __global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
     pg.raw = tg[o];
     dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px, pg, mu, a, b, d, msc, mbt).raw;
   }
-  // (the rows past the tiles, CK_U of them in flight a thread, as ck_bn_bwd_apply)
-  const long long step = (long long)blockDim.y * CK_U;
-  for (long long rb = (split > r0 ? split : r0) + threadIdx.y; rb < r1; rb += step) {
-    ck_pack<T, V> px[CK_U], pg[CK_U];
-#pragma unroll
-    for (int u = 0; u < CK_U; ++u) {
-      const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) { px[u].raw = xr[r * csv + k]; pg[u].raw = gr[r * csv + k]; }
-    }
-#pragma unroll
-    for (int u = 0; u < CK_U; ++u) {
-      const long long r = rb + (long long)u * blockDim.y;
-      if (r < r1) dr[r * csv + k] = ck_bn_bwd_apply_pack<T, V, RELU>(px[u], pg[u], mu, a, b, d, msc, mbt).raw;
-    }
-  }
+  // (the rows past the tiles, as ck_bn_bwd_apply)
+  ck_bn_bwd_apply_rows<T, V, RELU>(xr, gr, dr, k, csv, (split > r0 ? split : r0) + threadIdx.y, r1,
+                                   (long long)blockDim.y * CK_U, mu, a, b, d, msc, mbt);
 }
