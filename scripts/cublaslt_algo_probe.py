@@ -1,5 +1,5 @@
 """Every algorithm cuBLASLt's heuristic offers for a few epilogue GEMMs of the GPT example (up to
-16 each), timed one after another on the same operands (median of 30 calls after 5, CUDA events,
+16 each), timed one after another on the same operands (bench.timing.time_gpu: median of 30 calls after 5,
 L2 warm), next to the one cudakit's plan takes (the heuristic's first): is there a faster one the
 first pick misses? Prints lines starting ALGO.
     python scripts/cublaslt_algo_probe.py"""
@@ -8,23 +8,14 @@ import ctypes
 import cupy as cp
 import numpy as np
 
+from cudakit.bench import timing
 from cudakit.kernels import cublaslt as lt
 
 N_ALGOS = 16
 
 
-def _time(fn, reps=30, warm=5):
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(ts))
+def _time(fn):
+    return timing.time_gpu(fn, 5, 30)["median_ms"]
 
 
 def _algos(bp):
@@ -69,8 +60,11 @@ def probe(name, a, b, out, trans_a, trans_b, **epi):
             times.append((_time(call(bpi)), i, int(res[i].workspace_size), float(res[i].waves)))
         except Exception as e:  # noqa: BLE001 -- a probe: report and go on
             print(f"ALGO {name} algo {i} failed: {e}")
+    if not times:
+        print(f"ALGO {name}: plan's {first:.4f} ms; no other algorithm ran", flush=True)
+        return
     times.sort()
-    best = times[0] if times else None
+    best = times[0]
     print(f"ALGO {name}: plan's {first:.4f} ms; {len(times)} algos, best {best[0]:.4f} ms (#{best[1]}, "
           f"ws {best[2]}) = {first / best[0]:.3f}x; all " + " ".join(f"#{i}:{t:.4f}" for t, i, _, _ in sorted(times, key=lambda x: x[1])),
           flush=True)

@@ -67,8 +67,11 @@ for dtype in ("bfloat16", "float32"):
             dx, dw, db = torch.ops.aten.native_layer_norm_backward(tg, tx, (d,), tmean, trstd, tw, tb,
                                                                    [True, True, True])
             return dx + tr, dw, db
-        _report("ln_res", name, medians({"fused": fused, "unfused": unfused, "torch": torch_ln}),
-                _diff(fused()[0], unfused()[0]))
+        if _want("ln_res"):
+            _report("ln_res", name, medians({"fused": fused, "unfused": unfused, "torch": torch_ln}),
+                    _diff(fused()[0], unfused()[0]))
+        if not _want("rms_res"):
+            continue
         _, rstd_r = cudakit.rmsnorm_with_stats(x, w)
         fused_r = lambda: cudakit.rmsnorm_backward(g, x, w, rstd_r, residual_grad=r)  # noqa: E731
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .backends.checks import check_bool, check_distinct, check_writeable, dense_order, empty_in_order
+from .backends.checks import array_dense_order, check_bool, check_distinct, check_writeable, empty_in_order
 from .errors import ArgumentError, ArgumentTypeError, DeviceError, DTypeError, ShapeError
 
 __all__ = ["OptimizerState", "sgd_update", "adam_update", "SGD", "Adam", "AdamW"]
@@ -189,7 +189,7 @@ def _order(x):
     C-contiguous x), else None (checks.dense_order)."""
     if x.flags.c_contiguous:
         return tuple(range(x.ndim))
-    return dense_order(tuple(x.shape), tuple(x.strides), x.itemsize)
+    return array_dense_order(x)
 
 
 def _layout_key(x):

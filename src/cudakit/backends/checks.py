@@ -214,6 +214,11 @@ def dense_order(shape: tuple, strides: tuple, itemsize: int):
     return tuple(a if shape[a] == 1 else next(it) for a in range(len(shape)))
 
 
+def array_dense_order(a):
+    """dense_order of array a (any type with shape, strides and itemsize)."""
+    return dense_order(tuple(a.shape), tuple(a.strides), a.itemsize)
+
+
 def shared_dense_order(arrays, shape: tuple):
     """dense_order of arrays that all have `shape` and one set of strides (elementwise operands the
     kernels may run over as flat memory, element i of each at one offset), else None."""

@@ -23,7 +23,7 @@ import numbers
 import numpy as np
 
 from .checks import check_bool, check_same_shape, check_shape, check_size, float_scalar
-from ..errors import ArgumentError, ArgumentTypeError, DTypeError
+from ..errors import ArgumentError, ArgumentTypeError
 
 _TWO32 = 1 << 32
 
@@ -89,14 +89,11 @@ class DropoutOps:
             return y if y.shape == x.shape else y.reshape(x.shape)   # a 0-d x gives a 0-d result
 
     def _dropout_residual(self, op: str, x, residual):
-        """residual checked against x (shape, dtype, device), or None."""
+        """residual checked against x (dtype and device as the norms' arrays, then shape), or None."""
         if residual is None:
             return None
-        r = self._coerce(residual, "residual")
+        r = self._norm_arrays(op, {"x": x, "residual": residual})[0]["residual"]
         check_same_shape(op, "residual", r, x.shape)
-        if r.dtype != x.dtype:
-            raise DTypeError(f"{op}: residual is {r.dtype} but x is {x.dtype}; they must share a dtype")
-        self._check_devices({"x": x, "residual": r})
         return r
 
     # ---- ops -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numbers
 
-from .checks import check_bool, check_shape, check_size, dense_order, finite_scalar, inverse_order
+from .checks import array_dense_order, check_bool, check_shape, check_size, finite_scalar, inverse_order
 from ..errors import ArgumentTypeError, DTypeError, ShapeError
 
 
@@ -186,7 +186,7 @@ class ReductionOps:
         if tuple(like.shape) != shape:
             raise ShapeError(f"{op}: like must have x_shape {shape} (its layout is the gradient's); "
                              f"got {tuple(like.shape)}")
-        order = dense_order(shape, tuple(like.strides), like.itemsize)
+        order = array_dense_order(like)
         return None if order is None or order == tuple(range(len(shape))) else order
 
     def _spread(self, g, shape: tuple, axes: tuple, divisor: float, order):

@@ -70,15 +70,11 @@ def _array(g, a, name: str, write: bool = True, dense: bool = False):
                              f"native-order arrays: pass {name}.astype({name}.dtype.newbyteorder('='))")
     if dtype_name(a.dtype) not in DTYPES:
         raise DTypeError(f"{name} has dtype {dtype_name(a.dtype)}; collectives take {', '.join(DTYPES)}")
-    if not a.flags.c_contiguous and not (dense and _dense(a)):
+    from ..backends.checks import array_dense_order
+    if not a.flags.c_contiguous and not (dense and array_dense_order(a) is not None):
         raise ShapeError(f"{name} must be C-contiguous (got shape {tuple(a.shape)}, strides {tuple(a.strides)}); "
                          "pass a contiguous copy and copy the result back")
     return a
-
-
-def _dense(a) -> bool:
-    from ..backends.checks import dense_order
-    return dense_order(tuple(a.shape), tuple(a.strides), a.itemsize) is not None
 
 
 def _reduce_op(op, dt: str) -> str:
