@@ -446,7 +446,7 @@ def _row_broadcast(inputs: tuple, shape: tuple):
 def _launch_rowbc(op: str, full, rep_, first: bool, out, n: int, dev: int, p: float):
     m = rep_.size
     v = vec_width(out.dtype)
-    vec = v if not m % v and not (full.data.ptr | rep_.data.ptr | out.data.ptr) % 16 else 1
+    vec = v if not m % v and _aligned(full, rep_, out) else 1
     expr = _expr("rowbc_first" if first else "rowbc", op, out.dtype.name, vec)
     f = _function(dev, expr)
     _launch_function(expr, f, _grid(dev, n // vec), _BLOCK, (full, rep_, out, np.int64(n), np.int64(m), np.float64(p)),
