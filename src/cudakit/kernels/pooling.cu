@@ -346,9 +346,9 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_tile(const T* __restri
   const int ty = tile / tiles_w;
   const int h0 = ty * th, w0 = (tile - ty * tiles_w) * tw;
   const int h1 = min(g.h, h0 + th), w1 = min(g.w, w0 + tw);
-  // the windows covering the tile (ck_pool_cover's bounds of its corners) and the x they read
-  const int oh0 = max(0, ck_pool_div(h0 + g.ph - g.r + g.sh, g.sh)), oh1 = min(g.ho - 1, ck_pool_div(h1 - 1 + g.ph, g.sh));
-  const int ow0 = max(0, ck_pool_div(w0 + g.pw - g.s + g.sw, g.sw)), ow1 = min(g.wo - 1, ck_pool_div(w1 - 1 + g.pw, g.sw));
+  // the windows covering the tile (those covering its first and last corners) and the x they read
+  const ck_pool_cover lo(g, h0, w0), hi(g, h1 - 1, w1 - 1);
+  const int oh0 = lo.oh0, oh1 = hi.oh1, ow0 = lo.ow0, ow1 = hi.ow1;
   const int nwh = oh1 - oh0 + 1, nww = ow1 - ow0 + 1;
   const int xr0 = max(0, oh0 * g.sh - g.ph), xr1 = min(g.h, oh1 * g.sh - g.ph + g.r);
   const int xc0 = max(0, ow0 * g.sw - g.pw), xc1 = min(g.w, ow1 * g.sw - g.pw + g.s);
@@ -373,9 +373,9 @@ __global__ void __launch_bounds__(256) ck_pool2d_backward_tile(const T* __restri
     // each x row's winner in each window column: the first NaN, else the first largest, else the
     // first in-bounds tap
     for (ck_pool_walk a(nww); a.r < nxr; a.next()) {
-      const int ws = (ow0 + a.c) * g.sw - g.pw;
-      const int j0 = max(0, -ws), j1 = min(g.s, g.w - ws);
-      const L* row = xs + a.r * xc_max + (ws - xc0);
+      const ck_pool_win cw(g, 0, ow0 + a.c);   // (its columns: first tap w0, in-bounds taps [j0, j1))
+      const int j0 = cw.j0, j1 = cw.j1;
+      const L* row = xs + a.r * xc_max + (cw.w0 - xc0);
       L bv;
       unsigned bj[P];
 #pragma unroll

@@ -107,10 +107,10 @@ def _geo(x_shape, geo) -> tuple:
 channels_last = _channels_last   # a is a 4-D (N, C, H, W) view of (N, H, W, C) C-contiguous memory, C > 1
 
 
-def _launch(expr: str, device_id: int, threads: int, args: tuple) -> None:
+def _launch(expr: str, device_id: int, threads: int, args: tuple, smem: int = 0) -> None:
     from ..runtime.compiler import _launch_function
     f = _family.function(device_id, expr)
-    _launch_function(expr, f, (-(-threads // THREADS), 1, 1), (THREADS, 1, 1), args, 0, None)
+    _launch_function(expr, f, (-(-threads // THREADS), 1, 1), (THREADS, 1, 1), args, smem, None)
 
 
 def _check_plane(x, geo) -> None:
@@ -257,17 +257,14 @@ def _tiled_backward(x, grad_out, gx, geo) -> bool:
     if plan is None:
         return False
     th, tw, tiles_w, tiles, xr, xc, wh, ww, smem = plan
-    from ..runtime.compiler import _launch_function
     expr = f"ck_pool2d_backward_tile<{ctype(dt)}, {TILE_PLANES}>"
-    f = _family.function(x.data.device_id, expr)
     n, c, h, w = x.shape
-    hw, per = h * w, geo[8] * geo[9]
+    arrays = ((x, h * w), (grad_out, geo[8] * geo[9]), (gx, h * w))   # (array, elements a plane)
     ints = tuple(np.int32(v) for v in (th, tw, tiles_w, tiles, xr, xc, wh, ww))
     for p0, k in tile_chunks(n * c, tiles):
-        ptrs = (x, grad_out, gx) if p0 == 0 else (x.ravel()[p0 * hw:], grad_out.ravel()[p0 * per:],
-                                                 gx.ravel()[p0 * hw:])
-        _launch_function(expr, f, (-(-k // TILE_PLANES) * tiles, 1, 1), (THREADS, 1, 1),
-                         (*ptrs, np.int32(k), *ints, *_geo(x.shape, geo)), smem, None)
+        ptrs = tuple(a if p0 == 0 else a.ravel()[p0 * e:] for a, e in arrays)
+        _launch(expr, x.data.device_id, -(-k // TILE_PLANES) * tiles * THREADS,
+                (*ptrs, np.int32(k), *ints, *_geo(x.shape, geo)), smem)
     return True
 
 
