@@ -96,7 +96,6 @@ def name_expressions(dtype=None) -> list[str]:
 _families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/normalization_{dt}.cu",
                                 group=by_template)
              for dt in FLOAT_DTYPE_NAMES}
-_smem_set: dict = {}     # (device, expr) -> dynamic shared memory limit set so far
 
 
 def _kernel(dev: int, dtype_name: str, expr: str):
@@ -104,21 +103,11 @@ def _kernel(dev: int, dtype_name: str, expr: str):
     return fam.kernel(expr), fam.function(dev, expr)
 
 
-def _allow_smem(dev: int, expr: str, k, smem: int) -> None:
-    """Raise the kernel's dynamic shared memory limit to smem where it is under (the default limit
-    is 48 KiB less the kernel's static shared memory, so a kernel with both needs this under 48 KiB
-    of dynamic memory too: the occupancy query answers 0 blocks for what the limit refuses, and the
-    launch fails)."""
-    if smem and _smem_set.get((dev, expr), 0) < smem:
-        k.set_max_dynamic_shared_memory(smem)
-        _smem_set[(dev, expr)] = smem
-
-
 def _launch(expr: str, dtype_name: str, grid: tuple, block: tuple, args: tuple, smem: int = 0) -> None:
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
     k, f = _kernel(dev, dtype_name, expr)
-    _allow_smem(dev, expr, k, smem)
+    k.allow_dynamic_shared_memory(smem, dev)
     _launch_function(expr, f, grid, block, args, smem, None)
 
 
@@ -133,7 +122,7 @@ def _occupancy(dtype_name: str, expr: str, threads: int, smem: int, floor: int =
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
     k, f = _kernel(dev, dtype_name, expr)
-    _allow_smem(dev, expr, k, smem)
+    k.allow_dynamic_shared_memory(smem, dev)
     return max(floor, int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(f.ptr, threads, smem)))
 
 
@@ -445,8 +434,7 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
     info = _device_info()
     if not info.max_shared_memory_per_multiprocessor or tuple(info.compute_capability) < (7, 0):
         return None
-    cp = _cupy.loaded_cupy()
-    static = int(cp.cuda.driver.funcGetAttribute(1, _kernel(dev, dt, expr)[1].ptr))   # (static shared memory)
+    static = _kernel(dev, dt, expr)[0].attributes["shared_memory"]   # (static, bytes)
     block, gx, _, _ = _bn_blocks(csv, n, lanes)
     bx, by = block[0], block[1]
     # whole tiles at either count of blocks a multiprocessor first, then tiles of part of the rows
@@ -482,10 +470,10 @@ def _bn_partials(count: int, lanes: bool, gy: int, c: int, csv: int, sv: int, ac
     return arrays, ((k, 1, c) if lanes else (k, k, 1))
 
 
-def _barrier_counters(dt: str, t: str):
+def _barrier_counters(dt: str):
     """The single-read kernels' grid-barrier counters, zeroed by their own launch before the kernel."""
     count = _cupy.loaded_cupy().empty(BN_BARRIER_WORDS, np.uint32)
-    _launch(f"ck_bn_barrier_zero<{t}>", dt, (1, 1, 1), (32, 1, 1), (count,))
+    _launch(f"ck_bn_barrier_zero<{ctype(dt)}>", dt, (1, 1, 1), (32, 1, 1), (count,))
     return count
 
 
@@ -560,7 +548,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     if plan is not None:   # x read once (see ck_bn_resident)
         block, gx, gy, chunk, rows, smem = plan
         (pn, pm, pm2), (k, cs, ks) = _bn_partials(3, lanes, gy, c, csv, sv, acc)
-        count = _barrier_counters(dt, t)
+        count = _barrier_counters(dt)
         _launch(expr, dt, (gx, gy, 1), block,
                 (x, y, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(rows), np.int64(k),
                  np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(beta), _ptr(running_mean),
@@ -627,7 +615,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
     if plan is not None:   # dy and x read once (see ck_bn_bwd_resident)
         block, gx, gy, chunk, rows, smem = plan
         (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)
-        count = _barrier_counters(dt, t)
+        count = _barrier_counters(dt)
         _launch(expr, dt, (gx, gy, 1), block,
                 (dy, x, dx, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(rows),
                  np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask + (_ptr(dgamma), dbeta, ka, kb, kd,

@@ -94,7 +94,6 @@ def name_expressions(dtype=None) -> list[str]:
 _families = {dt: KernelFamily(SOURCE, (lambda dt=dt: name_expressions(dt)), f"cudakit/softmax_{dt}.cu",
                                 group=by_template)
              for dt in FLOAT_DTYPE_NAMES}
-_smem_set: dict = {}      # (device, expr) -> dynamic shared memory limit set so far
 
 
 def launch(families: dict, expr: str, dtype_name: str, grid: tuple, block: tuple, args: tuple,
@@ -107,12 +106,12 @@ def launch(families: dict, expr: str, dtype_name: str, grid: tuple, block: tuple
 
 def _function(families: dict, dev: int, dtype_name: str, expr: str, smem: int = 0):
     """The compiled `expr` on device dev, its dynamic shared-memory limit raised to smem when that
-    is more than 48 KB."""
+    is more than 48 KB (Kernel.allow_dynamic_shared_memory keeps what was set; the common launch
+    asks nothing more)."""
     fam = families[dtype_name]
     f = fam.function(dev, expr)
-    if smem > 48 * 1024 and _smem_set.get((dev, expr), 0) < smem:
-        fam.kernel(expr).set_max_dynamic_shared_memory(smem)
-        _smem_set[(dev, expr)] = smem
+    if smem > 48 * 1024:
+        fam.kernel(expr).allow_dynamic_shared_memory(smem, dev)
     return f
 
 

@@ -327,6 +327,15 @@ class Kernel:
         cp.cuda.driver.funcSetAttribute(f.ptr, _ATTRS["max_dynamic_shared_memory"], int(nbytes))
         self._limits[dev] = (self._limits[dev][0], int(nbytes))
 
+    def allow_dynamic_shared_memory(self, nbytes: int, dev: int) -> None:
+        """set_max_dynamic_shared_memory(nbytes) on dev (the current device) where nbytes passes the
+        kernel's limit there: by default 48 KiB less its static shared memory, so a kernel with both
+        may need it under 48 KiB of dynamic memory too (the occupancy query answers 0 blocks for what
+        the limit refuses, and the launch fails)."""
+        self._function(dev)
+        if nbytes > self._limits[dev][1]:
+            self.set_max_dynamic_shared_memory(nbytes)
+
     def occupancy_block_size(self, shared_mem: int = 0) -> int:
         """The block size that maximises occupancy for this kernel on the current device."""
         cp = _cupy.cupy()
