@@ -9,9 +9,8 @@
 set -u
 : "${CUDAKIT_CACHE_DIR:=/tmp/ck-pool}"
 . scripts/device_env.sh
-timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -n 8 -m cuda tests/gpu/test_conv_gpu.py tests/gpu/test_dispatch_gpu.py \
-  tests/gpu/test_graphs_gpu.py -k "pool or traced_plans_equal" -p no:cacheprovider -rfE > "$OUT/tests.log" 2>&1
-grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; tail -1 "$OUT/tests.log"
+TEST_TIMEOUT=${TEST_TIMEOUT:-200} . scripts/gpu_tests.sh tests/gpu/test_conv_gpu.py tests/gpu/test_dispatch_gpu.py \
+  tests/gpu/test_graphs_gpu.py -k "pool or traced_plans_equal"
 (cd benchmarks/sweeps && timeout ${SWEEP_TIMEOUT:-200} python3 pooling.py --tag after --out "$OUT/pooling.json") \
   > "$OUT/log-sweep.txt" 2>&1
 [ -n "${SKIP_PASSES:-}" ] || (cd benchmarks/sweeps && timeout 120 python3 pooling_passes.py --out "$OUT/pooling-passes.json") \

@@ -194,22 +194,22 @@ def _run_tiled(lib, x, g, geo):
 _TILINGS = [(pooling.TILE_WIDTH, pooling.TILE_ELEMENTS, pooling.TILE_SMEM_BYTES), (4, 12, 1 << 20), (5, 64, 4000)]
 
 
-def _tiled_results(lib, kind, x, g, geo, monkeypatch):
+def _tiled_results(lib, kind, x, g, geo):
     if kind != "max" or pooling.backward_kernel(x.shape, geo, kind)[0] != "ck_pool2d_backward_idx":
         return []
     out = []
     for width, elements, smem in _TILINGS:
-        monkeypatch.setattr(pooling, "TILE_WIDTH", width)
-        monkeypatch.setattr(pooling, "TILE_ELEMENTS", elements)
-        monkeypatch.setattr(pooling, "TILE_SMEM_BYTES", smem)
-        dx = _run_tiled(lib, x, g, geo)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(pooling, "TILE_WIDTH", width)
+            m.setattr(pooling, "TILE_ELEMENTS", elements)
+            m.setattr(pooling, "TILE_SMEM_BYTES", smem)
+            dx = _run_tiled(lib, x, g, geo)
         if dx is not None:
             out.append(dx)
-    monkeypatch.undo()
     return out
 
 
-def _check(lib, kind, x, ks, st, pad, rng, limit=pooling._MAX_THREADS, monkeypatch=None):
+def _check(lib, kind, x, ks, st, pad, rng, limit=pooling._MAX_THREADS):
     cpu = cudakit.get_backend("cpu")
     fwd, bwd = (cpu.max_pool2d, cpu.max_pool2d_backward) if kind == "max" else (cpu.avg_pool2d, cpu.avg_pool2d_backward)
     want = fwd(x, ks, st, pad)
@@ -225,30 +225,29 @@ def _check(lib, kind, x, ks, st, pad, rng, limit=pooling._MAX_THREADS, monkeypat
     for y, dx in results:
         np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
         np.testing.assert_allclose(dx, want_dx, rtol=10 * tol, atol=tol)
-    if monkeypatch is not None:
-        for dx in _tiled_results(lib, kind, x, g, geo, monkeypatch):
-            np.testing.assert_allclose(dx, want_dx, rtol=10 * tol, atol=tol)
+    for dx in _tiled_results(lib, kind, x, g, geo):
+        np.testing.assert_allclose(dx, want_dx, rtol=10 * tol, atol=tol)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("geo", GEOMETRIES)
-def test_pooling_kernels_emulated(lib, geo, kind, dtype, rng, monkeypatch):
+def test_pooling_kernels_emulated(lib, geo, kind, dtype, rng):
     shape, ks, st, pad = geo
     x = rng.standard_normal(shape).astype(dtype)
     x[..., ::3, 1::2] = np.round(x[..., ::3, 1::2])   # ties: the first largest wins
-    _check(lib, kind, x, ks, st, pad, rng, monkeypatch=monkeypatch)
+    _check(lib, kind, x, ks, st, pad, rng)
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
-def test_nan_inf_windows_and_chunked_launches(lib, kind, rng, monkeypatch):
+def test_nan_inf_windows_and_chunked_launches(lib, kind, rng):
     x = rng.standard_normal((3, 4, 6, 6)).astype(np.float32)
     x[0, 0, 2, 3] = np.nan
     x[0, 0, 2, 4] = np.nan   # two NaNs in a window: the first one takes its gradient
     x[0, 1, :3, :3] = -np.inf
     x[1, 2, 1, :] = np.nan
     for ks, st, pad in ((3, 1, 1), (2, None, 0), (3, 2, 1)):
-        _check(lib, kind, x, ks, st, pad, rng, monkeypatch=monkeypatch)
+        _check(lib, kind, x, ks, st, pad, rng)
         # launches of at most 300 threads: several chunks of planes / images, offsets included
         _check(lib, kind, x, ks, st, pad, rng, limit=300)
 
@@ -264,11 +263,9 @@ def test_backward_kernel_choice():
 
 
 def test_tiles_take_the_max_backward_from_four_windows_an_element_on_average():
-    class X:   # an array stand-in: tile_plan reads its shape and dtype only
-        shape, dtype = (2, 8, 28, 28), np.dtype(np.float32)
     three_s2 = (2, 2, 1, 1, 1, 1, 3, 3, 14, 14)   # 2.25 windows an element: no launch, x untouched
     assert pooling._tiled_backward(None, None, None, three_s2) is False
-    assert pooling.tile_plan(X.shape, (1, 1, 1, 1, 1, 1, 3, 3, 28, 28), "float32") is not None
+    assert pooling.tile_plan((2, 8, 28, 28), (1, 1, 1, 1, 1, 1, 3, 3, 28, 28), "float32") is not None
     sixteen = (1, 1, 8, 8, 1, 1, 16, 16, 64, 64)   # no tile of a row fits 48 KiB
     assert pooling.tile_plan((1, 3, 64, 64), sixteen, "float32") is None
 
