@@ -12,7 +12,8 @@ F.batch_norm, +, relu), "relu" relu(bn(x)) (3 x's bytes; torch F.batch_norm, rel
 the gradients of relu(bn(x)) (cudakit's batch_norm_backward(activation="relu"), 5 x's bytes;
 torch.autograd.grad of torch's relu(bn(x)): threshold_backward, then the batch norm's backward).
 --resident-ab: the forward and backward also as the three launches (x, and dy, read twice) with the
-single-read kernels (ck_bn_resident, ck_bn_bwd_resident: kept in shared memory) switched off,
+single-read kernels (ck_bn_resident, ck_bn_bwd_resident: kept in shared memory; the staged
+ck_bn_small / ck_bn_bwd_small: a channel a block) switched off,
 passes "fwd-3launch" and "bwd-3launch" ("res+relu-3launch", "bwd-relu-3launch" with --fused),
 through the backend's unplanned call (device time); the pass's row gets x_three_launches, the three
 launches' time over the pass's. Each pass is timed in its own window, interleaved with torch and
@@ -20,8 +21,10 @@ the copy, so x_three_launches compares two windows of one run: ratios within a f
 are within the drift between windows.
 --whole-tiles: the single-read kernels only where x (and dy) fit on chip whole, not with tiles of
 part of each block's rows (normalization.BN_RESIDENT_PARTIAL_FROM(_FORWARD) None: a run's A/B switch).
+--no-staged: never the staged one-block-a-channel kernels (normalization.BN_STAGED off).
+--nchw: the NCHW layout of each case only.
     python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--whole-tiles]
-                                           [--cases NxCxHxW,...]
+                                           [--no-staged] [--nchw] [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
 
@@ -40,6 +43,9 @@ CASES = [(32, 64, 112, 112), (32, 256, 56, 56), (32, 128, 28, 28), (32, 512, 28,
 if "--whole-tiles" in argv:
     from cudakit.kernels import normalization
     normalization.BN_RESIDENT_PARTIAL_FROM = normalization.BN_RESIDENT_PARTIAL_FROM_FORWARD = None
+if "--no-staged" in argv:
+    from cudakit.kernels import normalization
+    normalization.BN_STAGED = False
 if "--cases" in argv:   # --cases 32x128x28x28,8192x1024: these of CASES only
     CASES = [tuple(map(int, c.split("x"))) for c in argv[argv.index("--cases") + 1].split(",")]
 rows = []
@@ -125,7 +131,7 @@ def run_fused(shape, dtype, cl):
 
 for shape in CASES:
     for dtype in ("bfloat16", "float32"):
-        for cl in (False, True) if len(shape) == 4 else (False,):
+        for cl in (False, True) if len(shape) == 4 and "--nchw" not in argv else (False,):
             (run_fused if "--fused" in argv else run)(shape, dtype, cl)
 
 

@@ -509,6 +509,126 @@ def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu,
         np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
 
 
+# the staged one-block-a-channel kernels (ck_bn_small / ck_bn_bwd_small STAGED: a channel's x, and
+# dy, in shared memory) past BN_SMALL: single elements (5, 7, 29, 31) (4495 a channel: 1024 threads of
+# 4-5 vectors each), vectors (3, 5, 40, 48) (blocks of 384 threads in float32), and (N, C) rows of a
+# strided column (6600, 11); all fit one block's shared memory in float64 too, dy's and x's
+BN_STAGED_SHAPES = [(5, 7, 29, 31), (3, 5, 40, 48), (6600, 11)]
+
+
+def _staged_only(nk, monkeypatch) -> None:
+    """The staged kernels wherever a channel fits, whatever the channel count, and not the on-chip ones."""
+    monkeypatch.setattr(nk, "BN_STAGED_BALANCE", 0.0)
+    monkeypatch.setattr(nk, "_bn_resident", lambda *a, **k: None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", BN_STAGED_SHAPES)
+@pytest.mark.parametrize("fused", [False, True])
+def test_batch_norm_staged_forward_matches_three_launches(shape, dtype, fused, rng, monkeypatch):
+    """ck_bn_small STAGED (x copied to shared memory once, both passes from there) against float64
+    and against the three launches (nk.BN_STAGED off): y (with the fused residual and relu), the
+    saved and the running statistics, within rounding of each other, each path bitwise reproducible."""
+    nk = _nk()
+    _staged_only(nk, monkeypatch)
+    c, eps, mom = shape[1], 1e-5, 0.1
+    x, r = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
+    gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
+    rm0, rv0 = _data(rng, c, dtype), ref.cast(np.abs(_data(rng, c, dtype)) + 0.5, dtype)
+    yr, mr, vr, vu = ref.batch_norm_train(x, gamma, beta, eps)
+    want = np.maximum(yr + ref.f64(r), 0) if fused else yr
+    scale = ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + eps))
+    if fused:
+        scale = np.maximum(scale, np.abs(ref.f64(r)))
+    sd = "float32" if dtype != "float64" else dtype
+    runs = {}
+    for staged in (True, False, True):
+        monkeypatch.setattr(nk, "BN_STAGED", staged)
+        rm, rv = cp.asarray(rm0), cp.asarray(rv0)
+        kw = {"residual": _dev(r), "relu": True} if fused else {}
+        (y, sm, si), names = _bn_forward_launches(nk, _dev(x), _dev(gamma), _dev(beta), rm, rv, True, mom, eps,
+                                                  out=_poisoned(shape, dtype), **kw)
+        assert names == (["ck_bn_small"] if staged else ["ck_bn_stats", "ck_bn_finalize", "ck_bn_apply"]), names
+        ref.assert_close(y.get(), want, dtype, f"y staged={staged}", scale=scale)
+        ref.assert_close(sm.get(), mr, sd, "save_mean")
+        ref.assert_close(si.get(), 1 / np.sqrt(vr + eps), sd, "save_invstd")
+        ref.assert_close(rm.get(), (1 - mom) * ref.f64(rm0) + mom * mr, dtype, "running_mean")
+        ref.assert_close(rv.get(), (1 - mom) * ref.f64(rv0) + mom * vu, dtype, "running_var")
+        got = [a.get() for a in (y, sm, si, rm, rv)]
+        if staged in runs:
+            for a, b in zip(got, runs[staged]):
+                assert a.tobytes() == b.tobytes()
+        runs[staged] = got
+    tol = {"float64": 1e-12, "float32": 1e-5}.get(dtype, 1e-2)
+    for name, a, b in zip(("y", "save_mean", "save_invstd", "running_mean", "running_var"), runs[True], runs[False]):
+        np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", BN_STAGED_SHAPES)
+@pytest.mark.parametrize("relu", [False, True])
+def test_batch_norm_staged_backward_matches_three_launches(shape, dtype, relu, rng, monkeypatch):
+    """ck_bn_bwd_small STAGED (dy and x copied to shared memory once) against float64 and the three
+    launches: dx, dgamma and dbeta, with relu's mask too, within rounding of each other and each
+    path bitwise reproducible."""
+    from cudakit.runtime import launch
+    nk = _nk()
+    _staged_only(nk, monkeypatch)
+    c, eps = shape[1], 1e-5
+    x, dy = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
+    gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
+    y, sm, si = nk.batch_norm_forward(_dev(x), _dev(gamma), _dev(beta), None, None, True, 0.1, eps, relu=relu)
+    _, _, vr, _ = ref.batch_norm_train(x, gamma, beta, eps)
+    g = ref.f64(dy) * (ref.f64(y.get()) > 0) if relu else dy   # relu: the forward's mask
+    dxr, dgr, dbr = ref.batch_norm_grad(g, x, gamma, eps)
+    gs = ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + eps), channels=True)
+    runs = {}
+    for staged in (True, False, True):
+        monkeypatch.setattr(nk, "BN_STAGED", staged)
+        launch.recent_launches.clear()
+        got = nk.batch_norm_backward(_dev(dy), _dev(x), _dev(gamma), sm, si, out=_poisoned(shape, dtype),
+                                     beta=_dev(beta), relu=relu)
+        names = [name.split("<")[0] for name, _, _ in launch.recent_launches]
+        assert names == (["ck_bn_bwd_small"] if staged else
+                         ["ck_bn_bwd_reduce", "ck_bn_bwd_finalize", "ck_bn_bwd_apply"]), names
+        ref.assert_close(got[0].get(), dxr, dtype, f"dx staged={staged}", scale=gs, factor=2)
+        ref.assert_close(got[1].get(), dgr, dtype, "dgamma", factor=4)
+        ref.assert_close(got[2].get(), dbr, dtype, "dbeta", factor=4)
+        got = [a.get() for a in got]
+        if staged in runs:
+            for a, b in zip(got, runs[staged]):
+                assert a.tobytes() == b.tobytes()
+        runs[staged] = got
+    tol = {"float64": 1e-10, "float32": 1e-4}.get(dtype, 2e-2)
+    for name, a, b in zip(("dx", "dgamma", "dbeta"), runs[True], runs[False]):
+        np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
+
+
+def test_batch_norm_staged_plan_limits(monkeypatch):
+    """The staged kernels only where a channel fits one block's shared memory (x's, and the
+    backward's dy's too) and the channels fill the multiprocessors evenly enough
+    (BN_STAGED_BALANCE), with blocks of whole warps from 128 to 1024 threads and the channel's
+    bytes as their shared memory; off with BN_STAGED or BN_RESIDENT."""
+    import cudakit
+    nk = _nk()
+    info = cudakit.get_device_info()
+    sms = info.multiprocessors
+    fwd, bwd = "ck_bn_small<float, 4, true>", "ck_bn_bwd_small<float, 4, false, true>"
+    room = info.max_shared_memory_per_block_optin - 1024
+    n = room // (196 * 16)   # rows of a 28x28 float32 plane's 196 vectors that fit
+    assert nk._bn_staged("float32", fwd, n, sms, 196, 16) == (1024, n * 196 * 16)
+    assert nk._bn_staged("float32", bwd, n, sms, 196, 32) is None   # dy and x: twice the bytes
+    assert nk._bn_staged("float32", fwd, 4 * n, sms, 196, 16) is None
+    assert nk._bn_staged("float32", fwd, 2, sms, 196, 16) == (128, 2 * 196 * 16)
+    assert nk._bn_staged("float32", fwd, 3, sms, 196, 16) == (160, 3 * 196 * 16)
+    assert nk._bn_staged("float32", fwd, 2, sms // 2, 196, 16) is None   # half the multiprocessors idle
+    assert nk._bn_staged("float32", fwd, 2, sms + sms // 2, 196, 16) is not None   # 1.5 a multiprocessor: 0.75
+    for flag in ("BN_STAGED", "BN_RESIDENT"):
+        with monkeypatch.context() as m:
+            m.setattr(nk, flag, False)
+            assert nk._bn_staged("float32", fwd, 2, sms, 196, 16) is None
+
+
 def test_batch_norm_partial_tiles_take_at_least_their_fraction_of_the_rows(monkeypatch):
     """Where a block's rows do not fit its tile whole, the single-read kernels take tiles of part of
     them only from the fraction of the rows set (BN_RESIDENT_PARTIAL_FROM for the backward, .._FORWARD

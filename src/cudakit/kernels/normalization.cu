@@ -1007,15 +1007,21 @@ __device__ __forceinline__ C ck_bn_masked(C g, C x, C mu, C sc, C bt) {
 }
 
 // Small batches (N*S up to BN_SMALL elements a channel): one launch instead of ck_bn_stats,
-// ck_bn_finalize and ck_bn_apply. One block of 256 threads per channel c = blockIdx.x: the
+// ck_bn_finalize and ck_bn_apply. One block per channel c = blockIdx.x: the
 // Welford statistics of its N*S/V vectors (vector i: row i / sv, column i % sv of the channel),
 // merged in a fixed order, the running statistics updated as ck_bn_finalize does, then
 // y = (x - mean) * scale + beta over the same vectors (a second read, from cache).
+// STAGED (training only; channels whose N*S elements fit in one block's shared memory, past
+// BN_SMALL): each thread first copies its vectors of x to the dynamic shared memory (cp.async, all
+// in flight at once) and both passes read them there, so x is read from memory once; the three
+// launches read it twice. A thread reads back only what it copied: no block barrier before the sums.
 // x, y: [N, C*S/V] vectors of T; gamma, beta, running_mean, running_var: [C] of T or null;
 // save_mean, save_invstd: [C] (acc); residual: like x, or null; relu: y = relu(bn + residual).
-// Traffic: N*C*S*sizeof(T) read (twice) + the same written (+ N*C*S*sizeof(T) of residual).
-template <typename T, int V>
-__global__ void __launch_bounds__(256, 1) ck_bn_small(
+// Dynamic shared memory (STAGED): N*S/V vectors.
+// Traffic: N*C*S*sizeof(T) read (twice, the second from cache; STAGED once) + the same written
+// (+ N*C*S*sizeof(T) of residual).
+template <typename T, int V, bool STAGED>
+__global__ void __launch_bounds__(STAGED ? 1024 : 256, 1) ck_bn_small(
     const T* __restrict__ x, T* __restrict__ y, const T* __restrict__ gamma, const T* __restrict__ beta,
     T* __restrict__ running_mean, T* __restrict__ running_var,
     typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
@@ -1030,12 +1036,17 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   const R* __restrict__ rr = reinterpret_cast<const R*>(residual);
   R* __restrict__ yr = reinterpret_cast<R*>(y);
+  R* tile = reinterpret_cast<R*>(ck_dyn_smem);   // (STAGED: the channel's vectors)
+  if (STAGED) {
+    for (long long i = threadIdx.x; i < cnt; i += blockDim.x) ck_cp_async(tile + i, xr + ck_bn_vec(i, c, sv, csv));
+    ck_cp_wait();
+  }
   C mean, var;
   if (training) {
     C n = C(0), m = C(0), m2 = C(0);
     for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
       ck_pack<T, V> p;
-      p.raw = xr[ck_bn_vec(i, c, sv, csv)];
+      p.raw = STAGED ? tile[i] : xr[ck_bn_vec(i, c, sv, csv)];
       ck_welford_pack<T, V, C>(n, m, m2, p);
     }
     ck_block_welford(n, m, m2, sh);   // every thread gets the channel's statistics
@@ -1055,7 +1066,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
   for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
     const long long o = ck_bn_vec(i, c, sv, csv);
     ck_pack<T, V> p, pr, po;
-    p.raw = xr[o];
+    p.raw = STAGED ? tile[i] : xr[o];
     if (rr) pr.raw = rr[o];
     C v[V];
     ck_cvt<T, V>::load(p, v);
@@ -1068,15 +1079,18 @@ __global__ void __launch_bounds__(256, 1) ck_bn_small(
 }
 
 // The backward of small batches in one launch (ck_bn_bwd_reduce, _finalize and _apply's work):
-// one block of 256 threads per channel sums dy and dy*(x - mean) over its vectors in a fixed
+// one block per channel sums dy and dy*(x - mean) over its vectors in a fixed
 // order, writes dgamma, dbeta and dx = ka*dy + kb*(x - mean) + kd as ck_bn_bwd_finalize/_apply.
 // dy, x, dx: [N, C*S/V] vectors of T; gamma: [C] of T or null; mean, invstd: [C] (acc);
 // dgamma (or null), dbeta: [C] of T; beta: [C] of T or null (read with RELU only).
 // RELU (the backward of batch_norm(..., activation="relu")): dy where the forward's
 // pre-activation, recomputed from x (ck_bn_affine), is above 0, else 0, in place of dy.
-// Traffic: 2 * N*C*S*sizeof(T) read (twice) + N*C*S*sizeof(T) written.
-template <typename T, int V, bool RELU>
-__global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
+// STAGED (past BN_SMALL, where a channel's dy and x fit in one block's shared memory): dy and x
+// copied to the dynamic shared memory first, as ck_bn_small's x, so both are read from memory once.
+// Dynamic shared memory (STAGED): 2 * N*S/V vectors (x's, then dy's).
+// Traffic: 2 * N*C*S*sizeof(T) read (twice, the second from cache; STAGED once) + N*C*S*sizeof(T) written.
+template <typename T, int V, bool RELU, bool STAGED>
+__global__ void __launch_bounds__(STAGED ? 1024 : 256, 1) ck_bn_bwd_small(
     const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx, const T* __restrict__ gamma,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ invstd,
     T* __restrict__ dgamma, T* __restrict__ dbeta, long long N, long long C_, long long sv,
@@ -1093,12 +1107,27 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
   const C mu = mean[c];
   C msc = C(0), mbt = C(0);   // (RELU: the forward's scale and beta of channel c)
   if (RELU) ck_bn_mask_coefs<T>(c, gamma, beta, invstd, msc, mbt);
+  R* tx = reinterpret_cast<R*>(ck_dyn_smem);   // (STAGED: the channel's vectors of x, then of dy)
+  R* tg = tx + cnt;
+  if (STAGED) {
+    for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
+      const long long o = ck_bn_vec(i, c, sv, csv);
+      ck_cp_async(tx + i, xr + o);
+      ck_cp_async(tg + i, gr + o);
+    }
+    ck_cp_wait();
+  }
   C sg = C(0), sgx = C(0);
   for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
-    const long long o = ck_bn_vec(i, c, sv, csv);
     ck_pack<T, V> px, pg;
-    px.raw = xr[o];
-    pg.raw = gr[o];
+    if (STAGED) {
+      px.raw = tx[i];
+      pg.raw = tg[i];
+    } else {
+      const long long o = ck_bn_vec(i, c, sv, csv);
+      px.raw = xr[o];
+      pg.raw = gr[o];
+    }
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const C xv = tr::load(px.v[j]);
@@ -1118,8 +1147,8 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_small(
   for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
     const long long o = ck_bn_vec(i, c, sv, csv);
     ck_pack<T, V> px, pg, po;
-    px.raw = xr[o];
-    pg.raw = gr[o];
+    px.raw = STAGED ? tx[i] : xr[o];
+    pg.raw = STAGED ? tg[i] : gr[o];
     C xv[V], gv[V];
     ck_cvt<T, V>::load(px, xv);
     ck_cvt<T, V>::load(pg, gv);

@@ -22,12 +22,14 @@ current device of one dtype (float16, bfloat16, float32, float64), validated by 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime import _cupy
 from ..runtime.compiler import _launch_function
 from . import _planned
-from ._common import _ITEMSIZE, FLOAT_DTYPE_NAMES, KernelFamily, by_template, ctype, dtype_name, vec_width, cuda_source
+from ._common import _ITEMSIZE, FLOAT_DTYPE_NAMES, KernelFamily, by_template, ctype, cuda_source, dtype_name, vec_width
 
 SOURCE_FILES = ("_pdl.cuh", "_preamble.cuh", "_pack_helpers.cuh", "normalization.cu")
 SOURCE = cuda_source(*SOURCE_FILES)
@@ -75,12 +77,12 @@ def name_expressions(dtype=None) -> list[str]:
             out += [f"ck_ln_fwd_loop<{t}, {v}>", f"ck_rms_fwd_loop<{t}, {v}>"]
             out += [f"ck_{k}_bwd_loop{r}<{t}, {v}>" for k in ("ln", "rms") for r in ("", "_res")]
             out += [
-                    f"ck_bn_stats<{t}, {v}>", f"ck_bn_small<{t}, {v}>"]
+                    f"ck_bn_stats<{t}, {v}>"] + [f"ck_bn_small<{t}, {v}, {st}>" for st in ("false", "true")]
             for f in ("false", "true"):   # batch_norm, and fused with residual= / activation="relu"
                 out += [f"ck_bn_apply<{t}, {v}, false, {f}>", f"ck_bn_resident<{t}, {v}, false, {f}>",
                         f"ck_bn_bwd_reduce<{t}, {v}, {f}>",
-                        f"ck_bn_bwd_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_small<{t}, {v}, {f}>",
-                        f"ck_bn_bwd_resident<{t}, {v}, false, {f}>"]
+                        f"ck_bn_bwd_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_resident<{t}, {v}, false, {f}>"]
+                out += [f"ck_bn_bwd_small<{t}, {v}, {f}, {st}>" for st in ("false", "true")]
         v = vec_width(dt)   # channels-last rows (S == 1) of whole vectors of channels
         out += [f"ck_bn_stats_cl<{t}, {v}>"]
         for f in ("false", "true"):
@@ -460,6 +462,50 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
     return None
 
 
+# Channels past BN_SMALL whose N*S elements (the backward: x's and dy's) fit in one block's shared
+# memory, where ck_bn_resident's tiles do not fit on chip (NCHW views with more than two
+# multiprocessors' worth of column blocks, as ResNet-50's 32x512x28x28): ck_bn_small and
+# ck_bn_bwd_small STAGED, a block a channel reading x (and dy) once, with no partials, finalize or
+# second launch. A block a channel leaves multiprocessors idle where the channels are few: taken
+# where channels / multiprocessors over that rounded up is at least BN_STAGED_BALANCE.
+# False: never (a benchmark's A/B switch); off too wherever BN_RESIDENT or CUDAKIT_BN_SINGLE_READ is.
+BN_STAGED = True
+BN_STAGED_BALANCE = 0.7
+BN_STAGED_VECS = 4   # vectors a thread of the staged kernels copies, aimed at (blocks of 128 to 1024 threads)
+_staged_plans: dict = {}   # (device, kernel, n, c, vectors a channel's row, vector bytes, balance) -> _bn_staged's answer
+
+
+def _bn_staged(dt: str, expr: str, n: int, c: int, sv: int, vbytes: int) -> tuple | None:
+    """(threads, dynamic shared memory) of the staged one-block-a-channel kernel `expr` (ck_bn_small,
+    ck_bn_bwd_small STAGED) on c channels of n*sv vectors, vbytes bytes the vectors of all its tiles
+    at one index; None where it does not run (off, a channel past one block's shared memory, or
+    channels too few for the multiprocessors). Worked out once per (device, kernel, shape)."""
+    from ..config import settings
+    if not (BN_STAGED and BN_RESIDENT and settings().bn_single_read):
+        return None
+    dev = _cupy.loaded_cupy().cuda.runtime.getDevice()
+    key = (dev, expr, n, c, sv, vbytes, BN_STAGED_BALANCE)
+    if key not in _staged_plans:
+        _staged_plans[key] = _bn_staged_plan(dev, dt, expr, n, c, sv, vbytes)
+    return _staged_plans[key]
+
+
+def _bn_staged_plan(dev: int, dt: str, expr: str, n: int, c: int, sv: int, vbytes: int) -> tuple | None:
+    info = _device_info()
+    per_sm = c / info.multiprocessors
+    if per_sm / math.ceil(per_sm) < BN_STAGED_BALANCE:
+        return None
+    cnt = n * sv
+    smem = cnt * vbytes
+    static = _kernel(dev, dt, expr)[0].attributes["shared_memory"]
+    if smem + static > info.max_shared_memory_per_block_optin:
+        return None
+    threads = min(1024, max(128, 32 * -(-cnt // (32 * BN_STAGED_VECS))))
+    if _occupancy(dt, expr, threads, smem, floor=0) < 1:
+        return None
+    return threads, smem
+
+
 def _bn_partials(count: int, lanes: bool, gy: int, c: int, csv: int, sv: int, acc) -> tuple:
     """`count` arrays of per-(row chunk, channel or vector column) partials ([row chunks, C] for
     channels-last rows, else [vector columns, row chunks]) and (K, cs, ks): channel c's partial j is
@@ -530,12 +576,12 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
         return y, save_mean, save_invstd
     a = _acc_scalar
     arrays = (x, y) if residual is None else (x, y, residual)   # (their alignment picks the vector width)
+    small = lambda v: (x, y, _ptr(gamma), _ptr(beta), _ptr(running_mean), _ptr(running_var),
+                       save_mean, save_invstd, np.int64(n), np.int64(c), np.int64(s // v), np.int32(bool(training)),
+                       a(x, momentum), a(x, eps), _ptr(residual), np.int32(bool(relu)))
     if x.size and _bn_small(n, c, s):   # one launch: statistics, running statistics and y per channel block
         v = _bn_vec(s, dt, arrays)
-        _launch(f"ck_bn_small<{t}, {v}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
-                (x, y, _ptr(gamma), _ptr(beta), _ptr(running_mean), _ptr(running_var), save_mean, save_invstd,
-                 np.int64(n), np.int64(c), np.int64(s // v), np.int32(bool(training)), a(x, momentum), a(x, eps),
-                 _ptr(residual), np.int32(bool(relu))))
+        _launch(f"ck_bn_small<{t}, {v}, false>", dt, (c, 1, 1), (BN_THREADS, 1, 1), small(v))
         return y, save_mean, save_invstd
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, arrays)
     scale = cp.empty(c, acc)
@@ -555,6 +601,12 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
                  _ptr(running_var), save_mean, save_invstd, scale, a(x, momentum), a(x, eps), _ptr(residual),
                  np.int32(bool(relu)), count), smem)
         return y, save_mean, save_invstd
+    if training and x.size and not lanes:   # a block a channel with x staged in shared memory
+        expr = f"ck_bn_small<{t}, {v}, true>"
+        staged = _bn_staged(dt, expr, n, c, sv, v * _ITEMSIZE[dt])
+        if staged is not None:
+            _launch(expr, dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
+            return y, save_mean, save_invstd
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     if training:
         (pn, pm, pm2), (k, cs, ks) = _bn_partials(3, lanes, gy, c, csv, sv, acc)
@@ -598,11 +650,11 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
         return dx, dgamma, dbeta
     r = "true" if relu else "false"
     mask = (_ptr(gamma), _ptr(beta), save_invstd)   # (read by the kernels' relu mask only)
+    small = lambda v: (dy, x, dx, _ptr(gamma), save_mean, save_invstd, _ptr(dgamma), dbeta,
+                       np.int64(n), np.int64(c), np.int64(s // v), _ptr(beta))
     if x.size and _bn_small(n, c, s):   # one launch: the channel sums, dgamma, dbeta and dx per channel block
         v = _bn_vec(s, dt, (dy, x, dx))
-        _launch(f"ck_bn_bwd_small<{t}, {v}, {r}>", dt, (c, 1, 1), (BN_THREADS, 1, 1),
-                (dy, x, dx, _ptr(gamma), save_mean, save_invstd, _ptr(dgamma), dbeta,
-                 np.int64(n), np.int64(c), np.int64(s // v), _ptr(beta)))
+        _launch(f"ck_bn_bwd_small<{t}, {v}, {r}, false>", dt, (c, 1, 1), (BN_THREADS, 1, 1), small(v))
         return dx, dgamma, dbeta
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (dy, x, dx))
     cl = "true" if lanes else "false"
@@ -621,6 +673,12 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
                  np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask + (_ptr(dgamma), dbeta, ka, kb, kd,
                                                                                   _acc_scalar(x, n * s), count), smem)
         return dx, dgamma, dbeta
+    if x.size and not lanes:   # a block a channel with dy and x staged in shared memory
+        expr = f"ck_bn_bwd_small<{t}, {v}, {r}, true>"
+        staged = _bn_staged(dt, expr, n, c, sv, 2 * v * _ITEMSIZE[dt])
+        if staged is not None:
+            _launch(expr, dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
+            return dx, dgamma, dbeta
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)   # (as the forward's)
     if not x.size:   # (the reductions write every partial: no memset launches on the common path)
