@@ -513,26 +513,22 @@ def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu,
 # dy, in shared memory) past BN_SMALL: single elements (5, 7, 29, 31) (4495 a channel: 1024 threads of
 # 4-5 vectors each), vectors (3, 5, 40, 48) (blocks of 384 threads in float32), and (N, C) rows of a
 # strided column (6600, 11); all fit one block's shared memory in float64 too, dy's and x's. 16-bit
-# single elements (2 bytes, under cp.async's floor) take the three launches whether staged or not.
+# single elements (2 bytes, under cp.async's floor) take the three launches whether staged or not, as
+# does the 16-bit backward (BN_STAGED_BWD_ITEMSIZE).
 BN_STAGED_SHAPES = [(5, 7, 29, 31), (3, 5, 40, 48), (6600, 11)]
 
 
-def _staged_only(nk, monkeypatch, pipe: bool) -> None:
-    """The staged kernels wherever a channel fits, whatever the channel count, and not the on-chip
-    ones; pipe: STAGE 2, a persistent grid of 2 blocks taking turns over the channels (odd counts:
-    one block takes one more), else STAGE 1."""
-    monkeypatch.setattr(nk, "BN_STAGED_PIPE", pipe)
-    monkeypatch.setattr(nk, "BN_STAGED_SLOTS_MAX", 2 if pipe else None)
+def _staged_only(nk, monkeypatch) -> None:
+    """The staged kernels wherever a channel fits, whatever the channel count, and not the on-chip ones."""
     monkeypatch.setattr(nk, "BN_STAGED_FILL", 0.0)
     monkeypatch.setattr(nk, "BN_STAGED_ROUNDS", 0.0)
     monkeypatch.setattr(nk, "_bn_resident", lambda *a, **k: None)
 
 
-def _staged_launch_is(nk, pipe: bool, c: int) -> None:
-    """The last launch was the staged kernel's STAGE 2 on a grid of 2 (pipe), else STAGE 1 on a block a channel."""
+def _staged_launch_is_a_block_a_channel(c: int) -> None:
     from cudakit.runtime import launch
     expr, grid, _ = launch.recent_launches[-1]
-    assert expr.endswith(", 2>" if pipe else ", 1>") and tuple(grid)[0] == (2 if pipe else c), (expr, grid)
+    assert expr.endswith(", true>") and tuple(grid)[0] == c, (expr, grid)
 
 
 def _staged_vectors(nk, shape, dtype) -> bool:
@@ -544,13 +540,12 @@ def _staged_vectors(nk, shape, dtype) -> bool:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", BN_STAGED_SHAPES)
 @pytest.mark.parametrize("fused", [False, True])
-@pytest.mark.parametrize("pipe", [False, True])
-def test_batch_norm_staged_forward_matches_three_launches(shape, dtype, fused, pipe, rng, monkeypatch):
+def test_batch_norm_staged_forward_matches_three_launches(shape, dtype, fused, rng, monkeypatch):
     """ck_bn_small STAGED (x copied to shared memory once, both passes from there) against float64
     and against the three launches (nk.BN_STAGED off): y (with the fused residual and relu), the
     saved and the running statistics, within rounding of each other, each path bitwise reproducible."""
     nk = _nk()
-    _staged_only(nk, monkeypatch, pipe)
+    _staged_only(nk, monkeypatch)
     c, eps, mom = shape[1], 1e-5, 0.1
     x, r = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
     gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
@@ -571,7 +566,7 @@ def test_batch_norm_staged_forward_matches_three_launches(shape, dtype, fused, p
                                                   out=_poisoned(shape, dtype), **kw)
         assert names == (["ck_bn_small"] if staged and wide else ["ck_bn_stats", "ck_bn_finalize", "ck_bn_apply"]), names
         if staged and wide:
-            _staged_launch_is(nk, pipe, c)
+            _staged_launch_is_a_block_a_channel(c)
         ref.assert_close(y.get(), want, dtype, f"y staged={staged}", scale=scale)
         ref.assert_close(sm.get(), mr, sd, "save_mean")
         ref.assert_close(si.get(), 1 / np.sqrt(vr + eps), sd, "save_invstd")
@@ -590,14 +585,13 @@ def test_batch_norm_staged_forward_matches_three_launches(shape, dtype, fused, p
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", BN_STAGED_SHAPES)
 @pytest.mark.parametrize("relu", [False, True])
-@pytest.mark.parametrize("pipe", [False, True])
-def test_batch_norm_staged_backward_matches_three_launches(shape, dtype, relu, pipe, rng, monkeypatch):
+def test_batch_norm_staged_backward_matches_three_launches(shape, dtype, relu, rng, monkeypatch):
     """ck_bn_bwd_small STAGED (dy and x copied to shared memory once) against float64 and the three
     launches: dx, dgamma and dbeta, with relu's mask too, within rounding of each other and each
     path bitwise reproducible."""
     from cudakit.runtime import launch
     nk = _nk()
-    _staged_only(nk, monkeypatch, pipe)
+    _staged_only(nk, monkeypatch)
     c, eps = shape[1], 1e-5
     x, dy = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
     gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
@@ -607,7 +601,7 @@ def test_batch_norm_staged_backward_matches_three_launches(shape, dtype, relu, p
     dxr, dgr, dbr = ref.batch_norm_grad(g, x, gamma, eps)
     gs = ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + eps), channels=True)
     runs = {}
-    wide = _staged_vectors(nk, shape, dtype)
+    wide = _staged_vectors(nk, shape, dtype) and np.dtype(np_dtype(dtype)).itemsize >= nk.BN_STAGED_BWD_ITEMSIZE
     for staged in (True, False, True):
         monkeypatch.setattr(nk, "BN_STAGED", staged)
         launch.recent_launches.clear()
@@ -617,7 +611,7 @@ def test_batch_norm_staged_backward_matches_three_launches(shape, dtype, relu, p
         assert names == (["ck_bn_bwd_small"] if staged and wide else
                          ["ck_bn_bwd_reduce", "ck_bn_bwd_finalize", "ck_bn_bwd_apply"]), names
         if staged and wide:
-            _staged_launch_is(nk, pipe, c)
+            _staged_launch_is_a_block_a_channel(c)
         ref.assert_close(got[0].get(), dxr, dtype, f"dx staged={staged}", scale=gs, factor=2)
         ref.assert_close(got[1].get(), dgr, dtype, "dgamma", factor=4)
         ref.assert_close(got[2].get(), dbr, dtype, "dbeta", factor=4)
@@ -636,32 +630,31 @@ def test_batch_norm_staged_plan_limits(monkeypatch):
     backward's dy's too), in vectors of 4 bytes at least, and the channels use the blocks the device
     holds at once well enough (BN_STAGED_FILL of them in one round, BN_STAGED_ROUNDS over several),
     with blocks of whole warps from 128 to 1024 threads and the channel's bytes as their shared
-    memory; STAGE 2 (a persistent grid of the blocks the device holds, two buffers) over more than
-    one round where its buffers fit; off with BN_STAGED or BN_RESIDENT."""
+    memory; off with BN_STAGED or BN_RESIDENT."""
     import cudakit
     nk = _nk()
     info = cudakit.get_device_info()
     sms = info.multiprocessors
-    fwd, bwd = "ck_bn_small<float, 4, ", "ck_bn_bwd_small<float, 4, false, "
+    fwd, bwd = "ck_bn_small<float, 4, true>", "ck_bn_bwd_small<float, 4, false, true>"
     n = (info.max_shared_memory_per_block_optin - 1024) // (196 * 16)   # rows of 28x28 float32 planes that fit
-    assert nk._bn_staged("float32", fwd, n, sms, 196, 16, 1) == (fwd + "1>", sms, 1024, n * 196 * 16)
+    assert nk._bn_staged("float32", fwd, n, sms, 196, 16, 1) == (1024, n * 196 * 16)
     assert nk._bn_staged("float32", bwd, n, sms, 196, 16, 2) is None   # dy and x: twice the bytes
     assert nk._bn_staged("float32", fwd, 4 * n, sms, 196, 16, 1) is None
-    assert nk._bn_staged("float32", fwd, 3, sms, 196, 16, 1)[2] == 160   # 588 vectors: 5 warps
-    slots1 = nk._occupancy("float32", fwd + "1>", 128, 2 * 196 * 16, floor=0) * sms
-    slots2 = nk._occupancy("float32", fwd + "2>", 128, 4 * 196 * 16, floor=0) * sms
-    assert nk._bn_staged("float32", fwd, 2, 3 * slots2, 196, 16, 1) == (fwd + "2>", slots2, 128, 4 * 196 * 16)
-    assert nk._bn_staged("float32", fwd, 2, slots1 // 3, 196, 16, 1) is None   # a third of the slots
-    monkeypatch.setattr(nk, "BN_STAGED_PIPE", False)
-    assert nk._bn_staged("float32", fwd, 2, 3 * slots2, 196, 16, 1) == (fwd + "1>", 3 * slots2, 128, 2 * 196 * 16)
-    assert nk._bn_staged("float32", fwd, 2, slots1 // 2, 196, 16, 1) is not None   # half the slots, one round
-    assert nk._bn_staged("float32", fwd, 2, slots1 + slots1 // 2, 196, 16, 1) is None   # 1.5 rounds: 0.75 used
-    assert nk._bn_staged("float32", fwd, 2, 2 * slots1 - slots1 // 10, 196, 16, 1) is not None
-    assert nk._bn_staged("bfloat16", "ck_bn_small<ck_bf16, 1, ", 2, slots1, 784, 2, 1) is None
+    slots = nk._occupancy("float32", fwd, 128, 2 * 196 * 16, floor=0) * sms
+    assert nk._bn_staged("float32", fwd, 2, slots, 196, 16, 1) == (128, 2 * 196 * 16)
+    assert nk._bn_staged("float32", fwd, 2, slots // 2, 196, 16, 1) is not None   # half the slots, one round
+    assert nk._bn_staged("float32", fwd, 2, slots // 3, 196, 16, 1) is None
+    assert nk._bn_staged("float32", fwd, 2, slots + slots // 2, 196, 16, 1) is None   # 1.5 rounds: 0.75 used
+    assert nk._bn_staged("float32", fwd, 2, 2 * slots - slots // 10, 196, 16, 1) is not None
+    assert nk._bn_staged("bfloat16", "ck_bn_small<ck_bf16, 1, true>", 2, slots, 784, 2, 1) is None
+    with monkeypatch.context() as m:
+        m.setattr(nk, "BN_STAGED_FILL", 0.0)
+        m.setattr(nk, "BN_STAGED_ROUNDS", 0.0)
+        assert nk._bn_staged("float32", fwd, 3, sms, 196, 16, 1)[0] == 160   # 588 vectors: 5 warps
     for flag in ("BN_STAGED", "BN_RESIDENT"):
         with monkeypatch.context() as m:
             m.setattr(nk, flag, False)
-            assert nk._bn_staged("float32", fwd, 2, slots1, 196, 16, 1) is None
+            assert nk._bn_staged("float32", fwd, 2, slots, 196, 16, 1) is None
 
 
 def test_batch_norm_partial_tiles_take_at_least_their_fraction_of_the_rows(monkeypatch):

@@ -97,19 +97,6 @@ __device__ __forceinline__ void ck_cp_async(R* smem, const R* gmem) {
 #endif
   *smem = *gmem;
 }
-// Closes this thread's cp.async copies issued since the last commit into a group.
-__device__ __forceinline__ void ck_cp_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void ck_cp_wait_group() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-#endif
-}
 __device__ __forceinline__ void ck_cp_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;" ::: "memory");

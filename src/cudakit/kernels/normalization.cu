@@ -1006,65 +1006,22 @@ __device__ __forceinline__ C ck_bn_masked(C g, C x, C mu, C sc, C bt) {
   return RELU && !(ck_bn_affine(x, mu, sc, bt) > C(0)) ? C(0) : g;
 }
 
-// Copies channel c's n vectors of `tiles` arrays (src[j], j < tiles) to tile[j * n + i] (vector i:
-// row i / sv, column i % sv of the channel; cp.async, all in flight at once). Each thread copies
-// the vectors i = threadIdx.x + k * blockDim.x, the ones it reads back: no block barrier needed.
-template <typename R, int TILES>
-__device__ __forceinline__ void ck_bn_stage(R* tile, const R* const (&src)[TILES], long long c, long long n,
-                                            long long sv, long long csv) {
-  for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-    const long long o = ck_bn_vec(i, c, sv, csv);
-#pragma unroll
-    for (int j = 0; j < TILES; ++j) ck_cp_async(tile + j * n + i, src[j] + o);
-  }
-}
-
-// Runs body(c, tile) for the channels of this block, with STAGE:
-//   0: channel blockIdx.x, nothing staged (tile unused);
-//   1: channel blockIdx.x, its vectors staged in the dynamic shared memory first;
-//   2: channels blockIdx.x, + gridDim.x, ... (a persistent grid), each staged in one of two
-//      buffers while the block works on the previous one from the other, so the copies of the
-//      next channel overlap the sums and stores of this one.
-// The staged vectors of a channel's `tiles` arrays: TILES * n vectors a buffer.
-template <typename R, int TILES, int STAGE, typename F>
-__device__ __forceinline__ void ck_bn_each_staged(const R* const (&src)[TILES], long long C_, long long n,
-                                                  long long sv, F body) {
-  R* tile = reinterpret_cast<R*>(ck_dyn_smem);
-  const long long csv = C_ * sv;
-  if (STAGE == 2) {
-    ck_bn_stage<R, TILES>(tile, src, blockIdx.x, n, sv, csv);
-    ck_cp_commit();
-    int b = 0;
-    for (long long c = blockIdx.x; c < C_; c += gridDim.x, b ^= 1) {
-      if (c + gridDim.x < C_) ck_bn_stage<R, TILES>(tile + (b ^ 1) * TILES * n, src, c + gridDim.x, n, sv, csv);
-      ck_cp_commit();
-      ck_cp_wait_group<1>();   // (this channel's group done; the next one's may still be in flight)
-      body(c, tile + b * TILES * n);
-    }
-    return;
-  }
-  if (STAGE == 1) {
-    ck_bn_stage<R, TILES>(tile, src, blockIdx.x, n, sv, csv);
-    ck_cp_wait();
-  }
-  body((long long)blockIdx.x, tile);
-}
-
 // Small batches (N*S up to BN_SMALL elements a channel): one launch instead of ck_bn_stats,
 // ck_bn_finalize and ck_bn_apply. One block per channel c = blockIdx.x: the
 // Welford statistics of its N*S/V vectors (vector i: row i / sv, column i % sv of the channel),
 // merged in a fixed order, the running statistics updated as ck_bn_finalize does, then
 // y = (x - mean) * scale + beta over the same vectors (a second read, from cache).
-// STAGE 1, 2 (training, channels past BN_SMALL whose N*S elements fit in one block's shared memory,
-// see ck_bn_each_staged): the channel's x copied to the dynamic shared memory first and both
-// passes read it there, so x is read from memory once; the three launches read it twice.
+// STAGED (training only; channels whose N*S elements fit in one block's shared memory, past
+// BN_SMALL): each thread first copies its vectors of x to the dynamic shared memory (cp.async, all
+// in flight at once) and both passes read them there, so x is read from memory once; the three
+// launches read it twice. A thread reads back only what it copied: no block barrier before the sums.
 // x, y: [N, C*S/V] vectors of T; gamma, beta, running_mean, running_var: [C] of T or null;
 // save_mean, save_invstd: [C] (acc); residual: like x, or null; relu: y = relu(bn + residual).
-// Dynamic shared memory: N*S/V vectors (STAGE 1), twice that (STAGE 2).
-// Traffic: N*C*S*sizeof(T) read (twice, the second from cache; staged once) + the same written
+// Dynamic shared memory (STAGED): N*S/V vectors.
+// Traffic: N*C*S*sizeof(T) read (twice, the second from cache; STAGED once) + the same written
 // (+ N*C*S*sizeof(T) of residual).
-template <typename T, int V, int STAGE>
-__global__ void __launch_bounds__(STAGE ? 1024 : 256, 1) ck_bn_small(
+template <typename T, int V, bool STAGED>
+__global__ void __launch_bounds__(STAGED ? 1024 : 256, 1) ck_bn_small(
     const T* __restrict__ x, T* __restrict__ y, const T* __restrict__ gamma, const T* __restrict__ beta,
     T* __restrict__ running_mean, T* __restrict__ running_var,
     typename ck_traits<T>::acc* __restrict__ save_mean, typename ck_traits<T>::acc* __restrict__ save_invstd,
@@ -1075,48 +1032,50 @@ __global__ void __launch_bounds__(STAGE ? 1024 : 256, 1) ck_bn_small(
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   __shared__ C sh[96];
-  const long long csv = C_ * sv, cnt = N * sv;
+  const long long c = blockIdx.x, csv = C_ * sv, cnt = N * sv;
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   const R* __restrict__ rr = reinterpret_cast<const R*>(residual);
   R* __restrict__ yr = reinterpret_cast<R*>(y);
-  const R* const src[1] = {xr};
-  ck_bn_each_staged<R, 1, STAGE>(src, C_, cnt, sv, [&](long long c, const R* tile) {
-    C mean, var;
-    if (training) {
-      C n = C(0), m = C(0), m2 = C(0);
-      for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
-        ck_pack<T, V> p;
-        p.raw = STAGE ? tile[i] : xr[ck_bn_vec(i, c, sv, csv)];
-        ck_welford_pack<T, V, C>(n, m, m2, p);
-      }
-      ck_block_welford(n, m, m2, sh);   // every thread gets the channel's statistics
-      mean = m;
-      var = m2 / n;
-      if (threadIdx.x == 0) {
-        if (running_mean) running_mean[c] = tr::store((C(1) - momentum) * tr::load(running_mean[c]) + momentum * mean);
-        if (running_var) running_var[c] = tr::store((C(1) - momentum) * tr::load(running_var[c]) + momentum * (m2 / (n - C(1))));
-      }
-    } else {
-      mean = tr::load(running_mean[c]);
-      var = tr::load(running_var[c]);
-    }
-    const C inv = ck_rsqrt(var + eps);
-    const C sc = gamma ? tr::load(gamma[c]) * inv : inv, bt = beta ? tr::load(beta[c]) : C(0);
-    if (threadIdx.x == 0) { save_mean[c] = mean; save_invstd[c] = inv; }
+  R* tile = reinterpret_cast<R*>(ck_dyn_smem);   // (STAGED: the channel's vectors)
+  if (STAGED) {
+    for (long long i = threadIdx.x; i < cnt; i += blockDim.x) ck_cp_async(tile + i, xr + ck_bn_vec(i, c, sv, csv));
+    ck_cp_wait();
+  }
+  C mean, var;
+  if (training) {
+    C n = C(0), m = C(0), m2 = C(0);
     for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
-      const long long o = ck_bn_vec(i, c, sv, csv);
-      ck_pack<T, V> p, pr, po;
-      p.raw = STAGE ? tile[i] : xr[o];
-      if (rr) pr.raw = rr[o];
-      C v[V];
-      ck_cvt<T, V>::load(p, v);
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        v[j] = ck_bn_epilogue(ck_bn_affine(v[j], mean, sc, bt), rr ? tr::load(pr.v[j]) : C(0), rr != nullptr, relu);
-      ck_cvt<T, V>::store(po, v);
-      yr[o] = po.raw;
+      ck_pack<T, V> p;
+      p.raw = STAGED ? tile[i] : xr[ck_bn_vec(i, c, sv, csv)];
+      ck_welford_pack<T, V, C>(n, m, m2, p);
     }
-  });
+    ck_block_welford(n, m, m2, sh);   // every thread gets the channel's statistics
+    mean = m;
+    var = m2 / n;
+    if (threadIdx.x == 0) {
+      if (running_mean) running_mean[c] = tr::store((C(1) - momentum) * tr::load(running_mean[c]) + momentum * mean);
+      if (running_var) running_var[c] = tr::store((C(1) - momentum) * tr::load(running_var[c]) + momentum * (m2 / (n - C(1))));
+    }
+  } else {
+    mean = tr::load(running_mean[c]);
+    var = tr::load(running_var[c]);
+  }
+  const C inv = ck_rsqrt(var + eps);
+  const C sc = gamma ? tr::load(gamma[c]) * inv : inv, bt = beta ? tr::load(beta[c]) : C(0);
+  if (threadIdx.x == 0) { save_mean[c] = mean; save_invstd[c] = inv; }
+  for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
+    const long long o = ck_bn_vec(i, c, sv, csv);
+    ck_pack<T, V> p, pr, po;
+    p.raw = STAGED ? tile[i] : xr[o];
+    if (rr) pr.raw = rr[o];
+    C v[V];
+    ck_cvt<T, V>::load(p, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      v[j] = ck_bn_epilogue(ck_bn_affine(v[j], mean, sc, bt), rr ? tr::load(pr.v[j]) : C(0), rr != nullptr, relu);
+    ck_cvt<T, V>::store(po, v);
+    yr[o] = po.raw;
+  }
 }
 
 // The backward of small batches in one launch (ck_bn_bwd_reduce, _finalize and _apply's work):
@@ -1126,12 +1085,12 @@ __global__ void __launch_bounds__(STAGE ? 1024 : 256, 1) ck_bn_small(
 // dgamma (or null), dbeta: [C] of T; beta: [C] of T or null (read with RELU only).
 // RELU (the backward of batch_norm(..., activation="relu")): dy where the forward's
 // pre-activation, recomputed from x (ck_bn_affine), is above 0, else 0, in place of dy.
-// STAGE 1, 2 (past BN_SMALL, where a channel's dy and x fit in one block's shared memory, see
-// ck_bn_each_staged): x and dy copied to the dynamic shared memory first, so both are read once.
-// Dynamic shared memory: 2 * N*S/V vectors (x's, then dy's; STAGE 1), twice that (STAGE 2).
-// Traffic: 2 * N*C*S*sizeof(T) read (twice, the second from cache; staged once) + N*C*S*sizeof(T) written.
-template <typename T, int V, bool RELU, int STAGE>
-__global__ void __launch_bounds__(STAGE ? 1024 : 256, 1) ck_bn_bwd_small(
+// STAGED (past BN_SMALL, where a channel's dy and x fit in one block's shared memory): dy and x
+// copied to the dynamic shared memory first, as ck_bn_small's x, so both are read from memory once.
+// Dynamic shared memory (STAGED): 2 * N*S/V vectors (x's, then dy's).
+// Traffic: 2 * N*C*S*sizeof(T) read (twice, the second from cache; STAGED once) + N*C*S*sizeof(T) written.
+template <typename T, int V, bool RELU, bool STAGED>
+__global__ void __launch_bounds__(STAGED ? 1024 : 256, 1) ck_bn_bwd_small(
     const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx, const T* __restrict__ gamma,
     const typename ck_traits<T>::acc* __restrict__ mean, const typename ck_traits<T>::acc* __restrict__ invstd,
     T* __restrict__ dgamma, T* __restrict__ dbeta, long long N, long long C_, long long sv,
@@ -1141,57 +1100,63 @@ __global__ void __launch_bounds__(STAGE ? 1024 : 256, 1) ck_bn_bwd_small(
   typedef typename tr::acc C;
   typedef typename ck_raw<sizeof(T) * V>::type R;
   __shared__ C red[64];
-  const long long csv = C_ * sv, cnt = N * sv;
+  const long long c = blockIdx.x, csv = C_ * sv, cnt = N * sv;
   const R* __restrict__ xr = reinterpret_cast<const R*>(x);
   const R* __restrict__ gr = reinterpret_cast<const R*>(dy);
   R* __restrict__ dr = reinterpret_cast<R*>(dx);
-  const R* const src[2] = {xr, gr};
-  ck_bn_each_staged<R, 2, STAGE>(src, C_, cnt, sv, [&](long long c, const R* tx) {
-    const R* tg = tx + cnt;
-    const C mu = mean[c];
-    C msc = C(0), mbt = C(0);   // (RELU: the forward's scale and beta of channel c)
-    if (RELU) ck_bn_mask_coefs<T>(c, gamma, beta, invstd, msc, mbt);
-    C sg = C(0), sgx = C(0);
-    for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
-      ck_pack<T, V> px, pg;
-      if (STAGE) {
-        px.raw = tx[i];
-        pg.raw = tg[i];
-      } else {
-        const long long o = ck_bn_vec(i, c, sv, csv);
-        px.raw = xr[o];
-        pg.raw = gr[o];
-      }
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const C xv = tr::load(px.v[j]);
-        const C g = ck_bn_masked<RELU>(tr::load(pg.v[j]), xv, mu, msc, mbt);
-        sg += g;
-        sgx += g * (xv - mu);
-      }
-    }
-    ck_row_sum2(sg, sgx, red);   // every thread gets the channel's sums
-    const C inv = invstd[c], count = C(cnt * V);
-    const C g = gamma ? tr::load(gamma[c]) : C(1);
-    if (threadIdx.x == 0) {
-      if (dgamma) dgamma[c] = tr::store(sgx * inv);
-      dbeta[c] = tr::store(sg);
-    }
-    const C a = g * inv, b = -a * inv * inv * (sgx / count), d = -a * (sg / count);
+  const C mu = mean[c];
+  C msc = C(0), mbt = C(0);   // (RELU: the forward's scale and beta of channel c)
+  if (RELU) ck_bn_mask_coefs<T>(c, gamma, beta, invstd, msc, mbt);
+  R* tx = reinterpret_cast<R*>(ck_dyn_smem);   // (STAGED: the channel's vectors of x, then of dy)
+  R* tg = tx + cnt;
+  if (STAGED) {
     for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
       const long long o = ck_bn_vec(i, c, sv, csv);
-      ck_pack<T, V> px, pg, po;
-      px.raw = STAGE ? tx[i] : xr[o];
-      pg.raw = STAGE ? tg[i] : gr[o];
-      C xv[V], gv[V];
-      ck_cvt<T, V>::load(px, xv);
-      ck_cvt<T, V>::load(pg, gv);
-#pragma unroll
-      for (int j = 0; j < V; ++j) xv[j] = ck_bn_dx(a, ck_bn_masked<RELU>(gv[j], xv[j], mu, msc, mbt), b, xv[j] - mu, d);
-      ck_cvt<T, V>::store(po, xv);
-      dr[o] = po.raw;
+      ck_cp_async(tx + i, xr + o);
+      ck_cp_async(tg + i, gr + o);
     }
-  });
+    ck_cp_wait();
+  }
+  C sg = C(0), sgx = C(0);
+  for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
+    ck_pack<T, V> px, pg;
+    if (STAGED) {
+      px.raw = tx[i];
+      pg.raw = tg[i];
+    } else {
+      const long long o = ck_bn_vec(i, c, sv, csv);
+      px.raw = xr[o];
+      pg.raw = gr[o];
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const C xv = tr::load(px.v[j]);
+      const C g = ck_bn_masked<RELU>(tr::load(pg.v[j]), xv, mu, msc, mbt);
+      sg += g;
+      sgx += g * (xv - mu);
+    }
+  }
+  ck_row_sum2(sg, sgx, red);   // every thread gets the channel's sums
+  const C inv = invstd[c], count = C(cnt * V);
+  const C g = gamma ? tr::load(gamma[c]) : C(1);
+  if (threadIdx.x == 0) {
+    if (dgamma) dgamma[c] = tr::store(sgx * inv);
+    dbeta[c] = tr::store(sg);
+  }
+  const C a = g * inv, b = -a * inv * inv * (sgx / count), d = -a * (sg / count);
+  for (long long i = threadIdx.x; i < cnt; i += blockDim.x) {
+    const long long o = ck_bn_vec(i, c, sv, csv);
+    ck_pack<T, V> px, pg, po;
+    px.raw = STAGED ? tx[i] : xr[o];
+    pg.raw = STAGED ? tg[i] : gr[o];
+    C xv[V], gv[V];
+    ck_cvt<T, V>::load(px, xv);
+    ck_cvt<T, V>::load(pg, gv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) xv[j] = ck_bn_dx(a, ck_bn_masked<RELU>(gv[j], xv[j], mu, msc, mbt), b, xv[j] - mu, d);
+    ck_cvt<T, V>::store(po, xv);
+    dr[o] = po.raw;
+  }
 }
 
 // Backward reduction. dy, x: [N, CS] as in ck_bn_stats; mean: [C] (save_mean).

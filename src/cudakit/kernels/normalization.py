@@ -77,12 +77,12 @@ def name_expressions(dtype=None) -> list[str]:
             out += [f"ck_ln_fwd_loop<{t}, {v}>", f"ck_rms_fwd_loop<{t}, {v}>"]
             out += [f"ck_{k}_bwd_loop{r}<{t}, {v}>" for k in ("ln", "rms") for r in ("", "_res")]
             out += [
-                    f"ck_bn_stats<{t}, {v}>"] + [f"ck_bn_small<{t}, {v}, {st}>" for st in (0, 1, 2)]
+                    f"ck_bn_stats<{t}, {v}>"] + [f"ck_bn_small<{t}, {v}, {st}>" for st in ("false", "true")]
             for f in ("false", "true"):   # batch_norm, and fused with residual= / activation="relu"
                 out += [f"ck_bn_apply<{t}, {v}, false, {f}>", f"ck_bn_resident<{t}, {v}, false, {f}>",
                         f"ck_bn_bwd_reduce<{t}, {v}, {f}>",
                         f"ck_bn_bwd_apply<{t}, {v}, false, {f}>", f"ck_bn_bwd_resident<{t}, {v}, false, {f}>"]
-                out += [f"ck_bn_bwd_small<{t}, {v}, {f}, {st}>" for st in (0, 1, 2)]
+                out += [f"ck_bn_bwd_small<{t}, {v}, {f}, {st}>" for st in ("false", "true")]
         v = vec_width(dt)   # channels-last rows (S == 1) of whole vectors of channels
         out += [f"ck_bn_stats_cl<{t}, {v}>"]
         for f in ("false", "true"):
@@ -465,67 +465,56 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
 # Channels past BN_SMALL whose N*S elements (the backward: x's and dy's) fit in one block's shared
 # memory, where ck_bn_resident's tiles do not fit on chip (NCHW views with more than two
 # multiprocessors' worth of column blocks, as ResNet-50's 32x512x28x28): ck_bn_small and
-# ck_bn_bwd_small with STAGE 1, a block a channel reading x (and dy) once, with no partials, finalize or
-# second launch. Vectors of 4 bytes at least: cp.async copies no smaller, and 2-byte elements copied
-# through registers one at a time left it latency-bound (bfloat16 32x1024x14x14, S = 196 not a
-# multiple of 8: forward 0.0663 ms against 0.0376 for the three launches). A block a channel
-# leaves multiprocessors idle where the channels are few for the blocks the device holds at once
-# (slots): taken where the channels fill at least BN_STAGED_FILL of the slots in one round, or, over
-# several rounds, where their last round is full enough that the rounds are used to at least
-# BN_STAGED_ROUNDS (channels / slots over that rounded up). H200, 2026-11-29 11:07 UTC
-# (history/normalization/nvidia-h200-batch-norm-staged.json, against the three launches in the
-# same run): one round of 0.73 of the slots 1.26-1.28x faster (32x192x28x28 float32 forward,
-# bfloat16 forward 1.13x); 1.94 and 3.88 rounds 1.15-1.4x (32x512x28x28 float32 forward and
-# backward, 64x256x28x28 float32 forward); 1.45 rounds (32x192x28x28 float32 backward, a block a
-# multiprocessor) 0.92x.
-# Where the channels take more than one round of the blocks the device holds, the kernels'
-# STAGE 2 (BN_STAGED_PIPE) runs a persistent grid that copies a block's next channel into a second
-# buffer while it works on the current one, where the two buffers fit.
+# ck_bn_bwd_small STAGED, a block a channel reading x (and dy) once, with no partials, finalize or
+# second launch. A block a channel leaves multiprocessors idle where the channels are few for the
+# blocks the device holds at once (its slots): taken where the channels fill at least
+# BN_STAGED_FILL of the slots in one round, or, over several rounds, where their last round is full
+# enough that the rounds are used to at least BN_STAGED_ROUNDS (channels / slots over that rounded
+# up). Vectors of 4 bytes at least (cp.async copies no smaller: 2-byte elements copied through
+# registers one at a time left it latency-bound, bfloat16 32x1024x14x14 forward 0.0663 ms against
+# 0.0376 for the three launches), and for the backward elements of BN_STAGED_BWD_ITEMSIZE bytes at
+# least: its 16-bit forms ran 0.88-1.01x the three launches. H200, 2026-11-29 11:14 UTC, against
+# the three launches in the same run (history/normalization/nvidia-h200-batch-norm-staged-rounds.json):
+# float32 forward 1.09-1.27x (one round of 0.73 of the slots to 1.94 rounds), backward 1.37-1.47x
+# (1.94 and 2.9 rounds), bfloat16 forward 0.94-1.2x; at 1.45 rounds float32 backward 0.9x, bfloat16
+# backward 0.88x.
 # False: never (a benchmark's A/B switch); off too wherever BN_RESIDENT or CUDAKIT_BN_SINGLE_READ is.
 BN_STAGED = True
-BN_STAGED_PIPE = True
 BN_STAGED_FILL = 0.5
 BN_STAGED_ROUNDS = 0.8
+BN_STAGED_BWD_ITEMSIZE = 4
 BN_STAGED_VECS = 4   # vectors a thread of the staged kernels copies, aimed at (blocks of 128 to 1024 threads)
-BN_STAGED_SLOTS_MAX = None   # (tests: the device holds at most this many blocks at once, for STAGE 2 on few channels)
 _staged_plans: dict = {}   # (device, kernel, n, c, vectors a channel's row, vector bytes, tiles, rules) -> its plan
 
 
-def _bn_staged(dt: str, kernel: str, n: int, c: int, sv: int, vbytes: int, tiles: int) -> tuple | None:
-    """(kernel expression, grid, threads, dynamic shared memory) of the staged one-block-a-channel
-    kernel (`kernel`: the template's expression up to its STAGE, as "ck_bn_small<float, 4, ") on c
-    channels of n*sv vectors of vbytes bytes, `tiles` arrays of them staged (x; the backward's x
-    and dy); None where it does not run (off, vectors under 4 bytes, a channel past one block's
-    shared memory, or channels too few for the blocks the device holds at once). Worked out once
-    per (device, kernel, shape)."""
+def _bn_staged(dt: str, expr: str, n: int, c: int, sv: int, vbytes: int, tiles: int) -> tuple | None:
+    """(threads, dynamic shared memory) of the staged one-block-a-channel kernel `expr` (ck_bn_small,
+    ck_bn_bwd_small STAGED) on c channels of n*sv vectors of vbytes bytes, `tiles` arrays of them
+    staged (x; the backward's x and dy); None where it does not run (off, vectors under 4 bytes, a
+    channel past one block's shared memory, or channels too few for the blocks the device holds at
+    once). Worked out once per (device, kernel, shape)."""
     from ..config import settings
     if not (BN_STAGED and BN_RESIDENT and settings().bn_single_read) or vbytes < 4:
         return None
     dev = _cupy.loaded_cupy().cuda.runtime.getDevice()
-    key = (dev, kernel, n, c, sv, vbytes, tiles, BN_STAGED_PIPE, BN_STAGED_FILL, BN_STAGED_ROUNDS, BN_STAGED_SLOTS_MAX)
+    key = (dev, expr, n, c, sv, vbytes, tiles, BN_STAGED_FILL, BN_STAGED_ROUNDS)
     if key not in _staged_plans:
-        _staged_plans[key] = _bn_staged_plan(dev, dt, kernel, n, c, sv, vbytes * tiles)
+        _staged_plans[key] = _bn_staged_plan(dev, dt, expr, n, c, sv, vbytes * tiles)
     return _staged_plans[key]
 
 
-def _bn_staged_plan(dev: int, dt: str, kernel: str, n: int, c: int, sv: int, vbytes: int) -> tuple | None:
+def _bn_staged_plan(dev: int, dt: str, expr: str, n: int, c: int, sv: int, vbytes: int) -> tuple | None:
     info = _device_info()
     cnt = n * sv
+    smem = cnt * vbytes
+    if smem + _kernel(dev, dt, expr)[0].attributes["shared_memory"] > info.max_shared_memory_per_block_optin:
+        return None
     threads = min(1024, max(128, 32 * -(-cnt // (32 * BN_STAGED_VECS))))
-    for stage in (2, 1) if BN_STAGED_PIPE else (1,):
-        expr = f"{kernel}{stage}>"
-        smem = cnt * vbytes * stage   # (STAGE 2: two buffers)
-        if smem + _kernel(dev, dt, expr)[0].attributes["shared_memory"] > info.max_shared_memory_per_block_optin:
-            continue
-        slots = _occupancy(dt, expr, threads, smem, floor=0) * info.multiprocessors
-        if BN_STAGED_SLOTS_MAX is not None:
-            slots = min(slots, BN_STAGED_SLOTS_MAX)
-        rounds = c / slots if slots else 0.0
-        if stage == 2 and rounds <= 1:   # (one channel a block: nothing to overlap)
-            continue
-        if rounds and rounds >= (BN_STAGED_FILL if rounds <= 1 else BN_STAGED_ROUNDS * math.ceil(rounds)):
-            return expr, (min(c, slots) if stage == 2 else c), threads, smem
-    return None
+    slots = _occupancy(dt, expr, threads, smem, floor=0) * info.multiprocessors
+    rounds = c / slots if slots else 0.0
+    if not rounds or rounds < (BN_STAGED_FILL if rounds <= 1 else BN_STAGED_ROUNDS * math.ceil(rounds)):
+        return None
+    return threads, smem
 
 
 def _bn_partials(count: int, lanes: bool, gy: int, c: int, csv: int, sv: int, acc) -> tuple:
@@ -603,7 +592,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
                        a(x, momentum), a(x, eps), _ptr(residual), np.int32(bool(relu)))
     if x.size and _bn_small(n, c, s):   # one launch: statistics, running statistics and y per channel block
         v = _bn_vec(s, dt, arrays)
-        _launch(f"ck_bn_small<{t}, {v}, 0>", dt, (c, 1, 1), (BN_THREADS, 1, 1), small(v))
+        _launch(f"ck_bn_small<{t}, {v}, false>", dt, (c, 1, 1), (BN_THREADS, 1, 1), small(v))
         return y, save_mean, save_invstd
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, arrays)
     scale = cp.empty(c, acc)
@@ -624,10 +613,10 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
                  np.int32(bool(relu)), count), smem)
         return y, save_mean, save_invstd
     if training and x.size and not lanes:   # a block a channel with x staged in shared memory
-        staged = _bn_staged(dt, f"ck_bn_small<{t}, {v}, ", n, c, sv, v * _ITEMSIZE[dt], 1)
+        expr = f"ck_bn_small<{t}, {v}, true>"
+        staged = _bn_staged(dt, expr, n, c, sv, v * _ITEMSIZE[dt], 1)
         if staged is not None:
-            expr, grid, threads, smem = staged
-            _launch(expr, dt, (grid, 1, 1), (threads, 1, 1), small(v), smem)
+            _launch(expr, dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
             return y, save_mean, save_invstd
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     if training:
@@ -676,7 +665,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
                        np.int64(n), np.int64(c), np.int64(s // v), _ptr(beta))
     if x.size and _bn_small(n, c, s):   # one launch: the channel sums, dgamma, dbeta and dx per channel block
         v = _bn_vec(s, dt, (dy, x, dx))
-        _launch(f"ck_bn_bwd_small<{t}, {v}, {r}, 0>", dt, (c, 1, 1), (BN_THREADS, 1, 1), small(v))
+        _launch(f"ck_bn_bwd_small<{t}, {v}, {r}, false>", dt, (c, 1, 1), (BN_THREADS, 1, 1), small(v))
         return dx, dgamma, dbeta
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (dy, x, dx))
     cl = "true" if lanes else "false"
@@ -695,11 +684,11 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
                  np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask + (_ptr(dgamma), dbeta, ka, kb, kd,
                                                                                   _acc_scalar(x, n * s), count), smem)
         return dx, dgamma, dbeta
-    if x.size and not lanes:   # a block a channel with dy and x staged in shared memory
-        staged = _bn_staged(dt, f"ck_bn_bwd_small<{t}, {v}, {r}, ", n, c, sv, v * _ITEMSIZE[dt], 2)
+    if x.size and not lanes and _ITEMSIZE[dt] >= BN_STAGED_BWD_ITEMSIZE:   # a block a channel, dy and x staged
+        expr = f"ck_bn_bwd_small<{t}, {v}, {r}, true>"
+        staged = _bn_staged(dt, expr, n, c, sv, v * _ITEMSIZE[dt], 2)
         if staged is not None:
-            expr, grid, threads, smem = staged
-            _launch(expr, dt, (grid, 1, 1), (threads, 1, 1), small(v), smem)
+            _launch(expr, dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
             return dx, dgamma, dbeta
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)   # (as the forward's)
