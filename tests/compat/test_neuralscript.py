@@ -247,12 +247,19 @@ def test_benchmark_tester_example(fresh_cwd):
     ns = seed_doc.run(DOC, 9, IMPORTS)
     summary = ns["summary"]
     assert summary["tests"] and summary["failed"] == 0 and summary["passed"] == len(summary["tests"])
-    assert {t["operation"] for t in summary["tests"]} >= {"add", "relu", "matmul", "batch_norm"}
+    assert {t["operation"] for t in summary["tests"]} >= {"add", "relu", "matmul", "conv2d", "batch_norm"}
     saved = json.loads((fresh_cwd / "cuda_performance_results" / "results.json").read_text())
     assert saved["passed"] == summary["passed"]
     assert all((fresh_cwd / p).exists() for p in summary.get("plots", []))
     with pytest.raises(ValueError, match="max_error_threshold must be a number > 0"):
         ns["TestConfiguration"](max_error_threshold=0)
+    from cudakit.bench import plots
+    from cudakit.errors import BackendUnavailableError
+    with pytest.MonkeyPatch.context() as m:   # plots asked for without matplotlib: an error, not no plots
+        m.setattr(plots, "available", lambda: False)
+        with pytest.raises(BackendUnavailableError, match=r"needs matplotlib: pip install 'cudakit\[bench\]'"):
+            ns["TestConfiguration"](enable_plots=True)
+        assert ns["TestConfiguration"](enable_plots=False).enable_plots is False
     with pytest.raises(ValueError, match="unknown op"):
         ns["CudaPerformanceTester"](ns["TestConfiguration"](operations=("nope",))).run_comprehensive_benchmark()
 
@@ -273,6 +280,11 @@ def test_profiling_logging_devices_and_validation_examples(fresh_cwd, profiling_
     assert stats["profiling_enabled"] and set(stats) >= {"kernel_execution_times", "memory_transfer_times"}
     report = json.loads((fresh_cwd / "cuda_analysis.json").read_text())
     assert report["fallback_mode"] == (not cudakit.is_available())
+    # "Monitor memory usage with backend.get_performance_stats()": each GPU's pool statistics
+    usage = stats["memory_usage"]
+    assert sorted(usage) == ([] if report["fallback_mode"] else [d["device_id"] for d in report["devices"]])
+    for u in usage.values():
+        assert {"allocated", "reserved", "peak_allocated", "free", "total"} <= set(u) and u["total"] > 0
     cpu_data = np.linspace(-3, 3, 1000, dtype=np.float32)
     ctx = {"gpu_tensor": ns["cuda_math"].relu(ns["cuda_math"].from_numpy(cpu_data)),
            "numpy_operation": lambda x: np.maximum(x, 0), "cpu_data": cpu_data}   # the block's free names

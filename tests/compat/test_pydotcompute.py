@@ -187,6 +187,16 @@ def test_properties_transfers_and_launch(rng):
     be.launch_kernel(k, (1,), (64,), d, np.int32(d.size))
     be.synchronize()
     np.testing.assert_array_equal(be.to_host(d), 2 * x)
+    # "Wait for all GPU operations to complete": another stream's too (a kernel spinning ~50 ms there)
+    spin = cudakit.compile(r'extern "C" __global__ void spin(long long cycles) {'
+                           r' long long t0 = clock64(); while (clock64() - t0 < cycles) {} }', "spin")
+    side = cp.cuda.Stream(non_blocking=True)
+    with side:
+        be.launch_kernel(spin, (1,), (1,), np.int64(100_000_000))
+        done = cp.cuda.Event(disable_timing=True)
+        done.record(side)
+    be.synchronize()
+    assert done.done
     with pytest.raises(TypeError, match="kernel must be a compiled kernel"):
         be.launch_kernel(object(), (1,), (1,))
     with pytest.raises(cudakit.LaunchError, match="block must be <= 1024 threads"):

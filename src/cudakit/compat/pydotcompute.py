@@ -194,6 +194,12 @@ class CUDABackend(Backend):
         from ..runtime import device
         return device.get_device_info(self._device_id).compute_capability
 
+    def synchronize(self) -> None:
+        """Wait for all GPU operations on this backend's device to complete (every stream's, as
+        cudakit.synchronize(device_id)); raises the error a kernel recorded there since the last check."""
+        from ..runtime import device
+        device.synchronize(self._device_id)
+
     def compile_kernel(self, func: Callable, signature: tuple[type, ...]) -> Callable:
         """Compile Python function `func` as a CUDA kernel with Numba for the argument types
         `signature` (NumPy scalar types such as np.float32, Numba types such as float32[:], or a

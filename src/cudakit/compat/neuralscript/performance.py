@@ -10,12 +10,14 @@ import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...errors import BackendUnavailableError
 from .._common import check_bool, check_int, report
 
 log = logging.getLogger(__name__)
 
-# NeuralScript's tested operations, as cudakit benchmark cases
-DEFAULT_OPERATIONS = ("add", "relu", "sigmoid", "matmul", "matrix_transpose", "sum", "max_pool2d", "batch_norm")
+# NeuralScript's tested operations, as cudakit benchmark cases (the seed's results table: conv2d 3x3 too)
+DEFAULT_OPERATIONS = ("add", "relu", "sigmoid", "matmul", "matrix_transpose", "sum", "conv2d", "max_pool2d",
+                      "batch_norm")
 
 
 @dataclass
@@ -26,7 +28,8 @@ class TestConfiguration:
                          reference that passes (on top of cudakit's per-dtype tolerance)
     warmup_iterations    untimed calls before timing (>= 0)
     benchmark_iterations timed calls per case (>= 1)
-    enable_plots         write cudakit's benchmark plots (PNG, needs matplotlib) to output_dir
+    enable_plots         write cudakit's benchmark plots (PNG) to output_dir; needs matplotlib (the
+                         bench extra): BackendUnavailableError at construction without it
     save_results         write results.json (cudakit bench's record plus the summary) to output_dir
     operations           cudakit benchmark ops to run (`cudakit bench --help` lists them)
     dtypes               their dtypes
@@ -52,6 +55,9 @@ class TestConfiguration:
         check_int(self.benchmark_iterations, "benchmark_iterations", 1)
         for name in ("enable_plots", "save_results", "quick"):
             check_bool(getattr(self, name), name)
+        from ...bench import plots
+        if self.enable_plots and not plots.available():   # (not an empty list of plots at the end)
+            raise BackendUnavailableError("enable_plots=True needs matplotlib: pip install 'cudakit[bench]'")
         for name in ("operations", "dtypes"):   # (a string would be split into its characters)
             v = getattr(self, name)
             if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)) or \
