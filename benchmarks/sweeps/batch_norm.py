@@ -22,13 +22,9 @@ are within the drift between windows.
 --whole-tiles: the single-read kernels only where x (and dy) fit on chip whole, not with tiles of
 part of each block's rows (normalization.BN_RESIDENT_PARTIAL_FROM(_FORWARD) None: a run's A/B switch).
 --no-staged: never the staged one-block-a-channel kernels (normalization.BN_STAGED off).
---nchw: the NCHW layout of each case only; --cl: the channels-last one only.
---local-ab: the forward and backward also with the single-read kernels' local form off
-(normalization.BN_LOCAL: channels-last rows then take the grid-barrier form from 8 MiB of x, else
-the three launches), passes "fwd-grid" and "bwd-grid", x_grid on the pass's row.
+--nchw: the NCHW layout of each case only.
     python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--whole-tiles]
-                                           [--no-staged] [--nchw | --cl] [--local-ab]
-                                           [--cases NxCxHxW,...]
+                                           [--no-staged] [--nchw] [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
 
@@ -82,16 +78,6 @@ def _three_launches(method, *args, **kw):
         nk.BN_RESIDENT = was
 
 
-def _grid_form(method, *args, **kw):
-    """The backend's `method` (no traced plan) with the single-read kernels' local form off."""
-    from cudakit.kernels import normalization as nk
-    was, nk.BN_LOCAL = nk.BN_LOCAL, False
-    try:
-        return getattr(cudakit.get_backend("cuda"), method)(*args, **kw)
-    finally:
-        nk.BN_LOCAL = was
-
-
 def run(shape, dtype, cl):
     (tx, _, tg, tw, tb, trm, trv), (x, _, g, w, b, rm, rv) = _inputs(shape, dtype, cl)
     tf = lambda: torch.nn.functional.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5)  # noqa: E731
@@ -110,10 +96,6 @@ def run(shape, dtype, cl):
         passes += [("fwd-3launch", lambda: _three_launches("batch_norm_with_stats", x, w, b, rm, rv, True, 0.1, 1e-5),
                     tf, 3 * x.nbytes),
                    ("bwd-3launch", lambda: _three_launches("batch_norm_backward", g, x, w, sm, si), tbwd, 5 * x.nbytes)]
-    if "--local-ab" in argv:
-        passes += [("fwd-grid", lambda: _grid_form("batch_norm_with_stats", x, w, b, rm, rv, True, 0.1, 1e-5),
-                    tf, 3 * x.nbytes),
-                   ("bwd-grid", lambda: _grid_form("batch_norm_backward", g, x, w, sm, si), tbwd, 5 * x.nbytes)]
     time_passes(rows, tag, name, 30, x.nbytes, passes,
                 {"output_channels_last": cl_out, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
                 f"out {'cl' if cl_out else 'nchw'} err {err:.3g} {derr:.3g}")
@@ -149,15 +131,14 @@ def run_fused(shape, dtype, cl):
 
 for shape in CASES:
     for dtype in ("bfloat16", "float32"):
-        layouts = (True,) if "--cl" in argv else (False,) if "--nchw" in argv else (False, True)
-        for cl in layouts if len(shape) == 4 else (False,):
+        for cl in (False, True) if len(shape) == 4 and "--nchw" not in argv else (False,):
             (run_fused if "--fused" in argv else run)(shape, dtype, cl)
 
 
 def variant_ratios(rows: list, suffix: str, field: str) -> None:
     """Each pass timed also as a variant (pass name + suffix: the three launches of --resident-ab,
-    "-3launch"; the grid-barrier form of --local-ab, "-grid") gets `field`, the variant's time over its
-    own (above 1: the pass faster), on the pass's row."""
+    "-3launch") gets `field`, the variant's time over its own (above 1: the pass faster), on the
+    pass's row."""
     alone = {(r["case"], r["pass"][:-len(suffix)]): r["cudakit_ms"] for r in rows if r["pass"].endswith(suffix)}
     for r in rows:
         if (r["case"], r["pass"]) in alone:
@@ -165,5 +146,4 @@ def variant_ratios(rows: list, suffix: str, field: str) -> None:
 
 
 variant_ratios(rows, "-3launch", "x_three_launches")
-variant_ratios(rows, "-grid", "x_grid")
 dump_rows(argv, __doc__, rows)

@@ -528,7 +528,7 @@ def _staged_only(nk, monkeypatch) -> None:
 def _staged_launch_is_a_block_a_channel(c: int) -> None:
     from cudakit.runtime import launch
     expr, grid, _ = launch.recent_launches[-1]
-    assert expr.endswith(", true>") and grid[0] == c, (expr, grid)
+    assert expr.endswith(", true>") and tuple(grid)[0] == c, (expr, grid)
 
 
 def _staged_vectors(nk, shape, dtype) -> bool:
@@ -655,105 +655,6 @@ def test_batch_norm_staged_plan_limits(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(nk, flag, False)
             assert nk._bn_staged("float32", fwd, 2, slots, 196, 16, 1) is None
-
-
-# the single-read kernels' local form (channels-last rows that narrow blocks hold whole: a grid of
-# one row chunk, no grid barrier): (3001, 40) ends on a part-filled block of vector columns in
-# float32 (10 of 4) and float64 (20 of 4), bfloat16's 5 of 4 too; (517, 264) many blocks; (1568,
-# 128) ResNet-50's 7x7 rows at batch 32 (channels-last views reach these kernels as such rows)
-BN_LOCAL_SHAPES = [(3001, 40), (517, 264), (1568, 128)]
-
-
-def _local_launch(fwd: bool) -> None:
-    """The last launch was the local form: ck_bn_resident (ck_bn_bwd_resident) on a grid of one row
-    chunk, as _bn_local_plan gives it."""
-    from cudakit.runtime import launch
-    expr, grid, _ = launch.recent_launches[-1]
-    assert expr.startswith("ck_bn_resident<" if fwd else "ck_bn_bwd_resident<") and tuple(grid)[1] == 1, (expr, grid)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", BN_LOCAL_SHAPES)
-@pytest.mark.parametrize("fused", [False, True])
-def test_batch_norm_local_form_matches_three_launches(shape, dtype, fused, rng, monkeypatch):
-    """The local form (each block finishes its own channels: no grid barrier, no counters' launch)
-    against float64 and the three launches: forward (y, saved and running statistics; fused: +
-    residual, relu) and backward (dx, dgamma, dbeta; fused: relu's mask), within rounding of each
-    other, each path bitwise reproducible."""
-    from cudakit.runtime import launch
-    nk = _nk()
-    monkeypatch.setattr(nk, "BN_LOCAL_MIN_BLOCKS", 0.0)   # (whatever the multiprocessor count)
-    c, eps, mom = shape[1], 1e-5, 0.1
-    x, r, dy = (_data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype), _data(rng, shape, dtype))
-    gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
-    rm0, rv0 = _data(rng, c, dtype), ref.cast(np.abs(_data(rng, c, dtype)) + 0.5, dtype)
-    dev = _dev
-    yr, mr, vr, vu = ref.batch_norm_train(x, gamma, beta, eps)
-    want = np.maximum(yr + ref.f64(r), 0) if fused else yr
-    scale = ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + eps))
-    if fused:
-        scale = np.maximum(scale, np.abs(ref.f64(r)))
-    sd = "float32" if dtype != "float64" else dtype
-    runs = {}
-    for local in (True, False, True):
-        monkeypatch.setattr(nk, "BN_RESIDENT", local)   # (off: the three launches)
-        rm, rv = cp.asarray(rm0), cp.asarray(rv0)
-        kw = {"residual": dev(r), "relu": True} if fused else {}
-        (y, sm, si), names = _bn_forward_launches(nk, dev(x), _dev(gamma), _dev(beta), rm, rv, True, mom, eps, **kw)
-        assert names == (["ck_bn_resident"] if local else ["ck_bn_stats_cl", "ck_bn_finalize", "ck_bn_apply"]), names
-        if local:
-            _local_launch(True)
-        ref.assert_close(y.get(), want, dtype, f"y local={local}", scale=scale)
-        ref.assert_close(sm.get(), mr, sd, "save_mean")
-        ref.assert_close(si.get(), 1 / np.sqrt(vr + eps), sd, "save_invstd")
-        ref.assert_close(rm.get(), (1 - mom) * ref.f64(rm0) + mom * mr, dtype, "running_mean")
-        ref.assert_close(rv.get(), (1 - mom) * ref.f64(rv0) + mom * vu, dtype, "running_var")
-        y2, sm2, si2 = nk.batch_norm_forward(dev(x), _dev(gamma), _dev(beta), None, None, True, mom, eps, relu=fused)
-        g = ref.f64(dy) * (ref.f64(y2.get()) > 0) if fused else dy   # (relu(bn(x))'s mask: the forward's own)
-        launch.recent_launches.clear()
-        got = nk.batch_norm_backward(dev(dy), dev(x), _dev(gamma), sm2, si2, beta=_dev(beta), relu=fused)
-        names = [name.split("<")[0] for name, _, _ in launch.recent_launches]
-        assert names == (["ck_bn_bwd_resident"] if local else
-                         ["ck_bn_bwd_reduce_cl", "ck_bn_bwd_finalize", "ck_bn_bwd_apply"]), names
-        if local:
-            _local_launch(False)
-        dxr, dgr, dbr = ref.batch_norm_grad(g, x, gamma, eps)
-        gs = ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + eps), channels=True)
-        ref.assert_close(got[0].get(), dxr, dtype, f"dx local={local}", scale=gs, factor=2)
-        ref.assert_close(got[1].get(), dgr, dtype, "dgamma", factor=4)
-        ref.assert_close(got[2].get(), dbr, dtype, "dbeta", factor=4)
-        out = [a.get() for a in (y, sm, si, rm, rv)] + [a.get() for a in got]
-        if local in runs:
-            for a, b in zip(out, runs[local]):
-                assert a.tobytes() == b.tobytes()
-        runs[local] = out
-    tol = {"float64": 1e-10, "float32": 1e-4}.get(dtype, 2e-2)
-    for name, a, b in zip(("y", "save_mean", "save_invstd", "running_mean", "running_var", "dx", "dgamma", "dbeta"),
-                          runs[True], runs[False]):
-        np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
-
-
-def test_batch_norm_local_plan_limits(monkeypatch):
-    """The local form only for channels-last rows whose blocks (64 bytes of a row, else 32) hold all
-    the rows in shared memory and make at least BN_LOCAL_MIN_BLOCKS blocks a multiprocessor; it
-    takes precedence over the grid-barrier form, and at any size (not only from
-    BN_RESIDENT_LANES_MIN_BYTES); off with BN_LOCAL."""
-    import cudakit
-    nk = _nk()
-    info = cudakit.get_device_info()
-    sms = info.multiprocessors
-    expr = "ck_bn_resident<float, 4, true, false>"
-    rows = 1568   # ResNet-50's 7x7 stage at batch 32
-    csv = 4 * sms   # a block of 4 vectors (64 bytes) a row each, one a multiprocessor
-    assert nk._bn_resident("float32", expr, rows, csv, True, 16, 1 << 20) == ((4, 64, 1), sms, 1, rows, rows,
-                                                                               rows * 4 * 16)
-    half = 2 * sms   # 4 vectors a block would make half a block a multiprocessor: 2 vectors (32 bytes)
-    assert nk._bn_resident("float32", expr, rows, half, True, 16, 1 << 20)[:3] == ((2, 128, 1), sms, 1)
-    assert nk._bn_resident("float32", expr, rows, sms // 4, True, 16, 1 << 20) is None   # too few blocks, small x
-    many = (info.max_shared_memory_per_block_optin // (2 * 16)) + 1   # rows past a 32-byte block's shared memory
-    assert nk._bn_resident("float32", expr, many, csv, True, 16, 1 << 20) is None
-    monkeypatch.setattr(nk, "BN_LOCAL", False)
-    assert nk._bn_resident("float32", expr, rows, csv, True, 16, 1 << 20) is None   # (x under the grid form's floor)
 
 
 def test_batch_norm_partial_tiles_take_at_least_their_fraction_of_the_rows(monkeypatch):

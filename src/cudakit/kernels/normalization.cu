@@ -1464,15 +1464,7 @@ __global__ void ck_bn_barrier_zero(unsigned* __restrict__ count) {
 // (the host sizes the grid from the occupancy): block b adds 1 to counter b % CK_BAR_LANES (so the
 // arrivals' atomics spread over as many lines), then waits until every counter holds phase times
 // the blocks that count on it.
-// count null (a channels-last grid of one row chunk, whose blocks each hold all rows of their own
-// channels: ck_bn_each_channel's local mode): the block's barrier only, after a fence that makes
-// its writes visible to the L2 reads (__ldcg) that follow.
 __device__ __forceinline__ void ck_grid_barrier(unsigned* count, unsigned phase) {
-  if (count == nullptr) {
-    __threadfence();
-    __syncthreads();
-    return;
-  }
   __syncthreads();
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   if (t < 32) {
@@ -1528,19 +1520,11 @@ __device__ __forceinline__ void ck_bn_group_sum2(C& a, C& b, bool per_block, int
 // channel c, by a whole block (per_block; the nw whole warps: gi = the thread's index, gsz = nw*32)
 // where the grid has a block for each channel, else by a warp (gi = lane, gsz = 32; nw channels a
 // block at a time). Every thread of the block makes the same calls (on: this thread's warp takes a
-// channel), so f may call ck_bn_group_sum2 with per_block. local (a channels-last grid of one row
-// chunk): the block's own channels [c_lo, c_lo + nc) only, a warp a channel.
+// channel), so f may call ck_bn_group_sum2 with per_block.
 template <typename F>
-__device__ __forceinline__ void ck_bn_each_channel(long long C_, int nw, bool local, long long c_lo, long long nc, F&& f) {
+__device__ __forceinline__ void ck_bn_each_channel(long long C_, int nw, F&& f) {
   const unsigned nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
   const int t = threadIdx.y * blockDim.x + threadIdx.x, lane = t & 31, warp = t >> 5;
-  if (local) {
-    for (long long c0 = c_lo; c0 < c_lo + nc; c0 += nw) {
-      const long long c = c0 + warp;
-      f(c, warp < nw && c < c_lo + nc, lane, 32, false);
-    }
-    return;
-  }
   const bool per_block = C_ <= (long long)nb;
   const int gsz = per_block ? nw * 32 : 32, gi = per_block ? t : lane;
   const int per = per_block ? 1 : nw;   // channels a block takes at a time
@@ -1575,9 +1559,7 @@ __device__ __forceinline__ void ck_bn_block_channels(long long csv, long long sv
 // 3. Grid barrier; the block's channel values to shared memory, and y from the tile as
 //    ck_bn_apply (EPI: + residual, then relu).
 // Data another block wrote is read through L2 (__ldcg). count: the barriers' arrival counters,
-// zeroed by ck_bn_barrier_zero; null for a channels-last grid of one row chunk (CL, gridDim.y 1,
-// every row in the tiles): each block then finalizes its own channels and meets no other block
-// (no co-residency needed), its barriers the block's own (ck_grid_barrier, ck_bn_each_channel).
+// zeroed by ck_bn_barrier_zero.
 // Traffic: N*CS*sizeof(T) read (+ the rows past the tiles again) + the same written (+ the
 // residual read) + the partials.
 template <typename T, int V, bool CL, bool EPI>
@@ -1610,9 +1592,7 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   else ck_bn_stats_body<T, V, true>(tile, r0, blockDim.x, threadIdx.x, xr, split, pn, pm, pm2, N, csv, chunk);
   ck_grid_barrier(count, 1);
   // 2. the channels' statistics
-  long long c_lo, nc;   // (the block's channels)
-  ck_bn_block_channels<V, CL>(csv, sv, c_lo, nc);
-  ck_bn_each_channel(C_, nw, CL && count == nullptr, c_lo, nc, [&](long long c, bool on, int gi, int gsz, bool per_block) {
+  ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz, bool per_block) {
     C sn = C(0), snm = C(0), q = C(0);
     C kn[CK_BN_KEEP], km[CK_BN_KEEP], km2[CK_BN_KEEP];   // this thread's first partials, kept for the second sum
 #pragma unroll
@@ -1647,6 +1627,8 @@ __global__ void __launch_bounds__(256, 2) ck_bn_resident(
   });
   ck_grid_barrier(count, 2);
   // 3. the block's channels' values to shared memory, once a block rather than once a thread
+  long long c_lo, nc;
+  ck_bn_block_channels<V, CL>(csv, sv, c_lo, nc);
   if (t < nc) {
     part[0][t] = __ldcg(save_mean + c_lo + t);
     part[1][t] = __ldcg(scale + c_lo + t);
@@ -1777,7 +1759,7 @@ __global__ void __launch_bounds__(256, 1) ck_bn_bwd_reduce_cl(
 // 2. Each channel's sums of its K partials (partial j at c*cs + j*ks) in a fixed order
 // (ck_bn_each_channel, ck_bn_group_sum2): dgamma, dbeta and dx's coefficients ka, kb, kd
 // ([C], acc) as ck_bn_bwd_finalize; grid barrier. 3. The block's channel values to shared memory
-// and dx from the tiles as ck_bn_bwd_apply. count: as ck_bn_resident's (null: its local form). count_n: N*S.
+// and dx from the tiles as ck_bn_bwd_apply. count: as ck_bn_resident's. count_n: N*S.
 // Traffic: 2 * N*CS*sizeof(T) read + N*CS*sizeof(T) written + the partials.
 template <typename T, int V, bool CL, bool RELU>
 __global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
@@ -1815,9 +1797,7 @@ __global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
                                          chunk, gamma, beta, invstd);
   ck_grid_barrier(count, 1);
   // 2. the channels' sums, dgamma, dbeta and dx's coefficients
-  long long c_lo, nc;   // (the block's channels)
-  ck_bn_block_channels<V, CL>(csv, sv, c_lo, nc);
-  ck_bn_each_channel(C_, nw, CL && count == nullptr, c_lo, nc, [&](long long c, bool on, int gi, int gsz, bool per_block) {
+  ck_bn_each_channel(C_, nw, [&](long long c, bool on, int gi, int gsz, bool per_block) {
     C sg = C(0), sgx = C(0);
     for (long long j = gi; on && j < K; j += gsz) {
       const long long o = c * cs + j * ks;
@@ -1829,6 +1809,8 @@ __global__ void __launch_bounds__(256, 2) ck_bn_bwd_resident(
   });
   ck_grid_barrier(count, 2);
   // 3. the block's channels' values to shared memory, then dx from the tiles
+  long long c_lo, nc;
+  ck_bn_block_channels<V, CL>(csv, sv, c_lo, nc);
   if (t < nc) {
     const long long c = c_lo + t;
     part[0][t] = mean[c]; part[1][t] = __ldcg(ka + c); part[2][t] = __ldcg(kb + c); part[3][t] = __ldcg(kd + c);

@@ -418,54 +418,17 @@ def _bn_resident(dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int,
     fit the shared memory of the blocks the device holds at once, whole or (partial_from, a
     fraction) that fraction of each block's rows at least (or it is off: CUDAKIT_BN_SINGLE_READ,
     BN_RESIDENT; channels-last rows of x under BN_RESIDENT_LANES_MIN_BYTES (nbytes: x's); or the
-    device is older than compute capability 7.0, whose barrier has no acquire loads). Channels-last
-    rows short enough that narrow blocks hold all of them take the local form first, at any size
-    (_bn_local_plan: grid y 1, launched without barrier counters). Worked out once per (device,
-    kernel, shape), so every call of a shape takes the same grid (and sums)."""
+    device is older than compute capability 7.0, whose barrier has no acquire loads). Worked out
+    once per (device, kernel, shape), so every call of a shape takes the same grid (and sums)."""
     from ..config import settings
-    if not BN_RESIDENT or not settings().bn_single_read:
+    if not BN_RESIDENT or not settings().bn_single_read or (lanes and nbytes < BN_RESIDENT_LANES_MIN_BYTES):
         return None
     cp = _cupy.loaded_cupy()
     dev = cp.cuda.runtime.getDevice()
-    key = (dev, expr, n, csv, lanes, vbytes, partial_from, BN_RESIDENT_TILE_ROWS_MAX, BN_LOCAL, BN_LOCAL_MIN_BLOCKS,
-           lanes and nbytes < BN_RESIDENT_LANES_MIN_BYTES)
+    key = (dev, expr, n, csv, lanes, vbytes, partial_from, BN_RESIDENT_TILE_ROWS_MAX)
     if key not in _resident_plans:
-        plan = _bn_local_plan(dev, dt, expr, n, csv, vbytes) if lanes and BN_LOCAL else None
-        if plan is None and not (lanes and nbytes < BN_RESIDENT_LANES_MIN_BYTES):
-            plan = _bn_resident_plan(dev, dt, expr, n, csv, lanes, vbytes, partial_from)
-        _resident_plans[key] = plan
+        _resident_plans[key] = _bn_resident_plan(dev, dt, expr, n, csv, lanes, vbytes, partial_from)
     return _resident_plans[key]
-
-
-# Channels-last rows (S == 1 views) few enough that a block of BN_LOCAL_ROW_BYTES of each row holds
-# all of its rows in shared memory (ResNet-50's 7x7 stage at batch 32: 1568 rows): the single-read
-# kernels' local form, a grid of one row chunk whose blocks each finish their own channels, with no
-# grid barrier (so no co-residency limit and no counters' launch), where it makes at least
-# BN_LOCAL_MIN_BLOCKS blocks a multiprocessor. Rows of 64 bytes first (4 vectors), then of 32 (one
-# sector: narrower reads waste DRAM bursts). False: never (the A/B switch).
-BN_LOCAL = True
-BN_LOCAL_ROW_BYTES = (64, 32)
-BN_LOCAL_MIN_BLOCKS = 0.75
-
-
-def _bn_local_plan(dev: int, dt: str, expr: str, n: int, csv: int, vbytes: int) -> tuple | None:
-    """ck_bn_resident / ck_bn_bwd_resident's local form on channels-last rows: (block, grid x, 1, n, n,
-    dynamic shared memory) or None (see BN_LOCAL). vbytes: a column's bytes over all tiles (16
-    bytes a vector a tile)."""
-    info = _device_info()
-    if BN_RESIDENT_TILE_ROWS_MAX is not None or not info.max_shared_memory_per_block_optin:
-        return None
-    static = _kernel(dev, dt, expr)[0].attributes["shared_memory"]
-    for row_bytes in BN_LOCAL_ROW_BYTES:
-        bx = min(csv, row_bytes // 16)
-        gx = -(-csv // bx)
-        smem = n * bx * vbytes
-        if gx < BN_LOCAL_MIN_BLOCKS * info.multiprocessors or smem + static > info.max_shared_memory_per_block_optin:
-            continue
-        block = (bx, BN_THREADS // bx, 1)
-        if _occupancy(dt, expr, BN_THREADS, smem, floor=0) >= 1:
-            return block, gx, 1, n, n, smem
-    return None
 
 
 def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: bool, vbytes: int,
@@ -642,7 +605,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     if plan is not None:   # x read once (see ck_bn_resident)
         block, gx, gy, chunk, rows, smem = plan
         (pn, pm, pm2), (k, cs, ks) = _bn_partials(3, lanes, gy, c, csv, sv, acc)
-        count = _null() if lanes and gy == 1 else _barrier_counters(dt)   # (the local form: no grid barrier)
+        count = _barrier_counters(dt)
         _launch(expr, dt, (gx, gy, 1), block,
                 (x, y, pn, pm, pm2, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(rows), np.int64(k),
                  np.int64(cs), np.int64(ks), np.int64(c), _ptr(gamma), _ptr(beta), _ptr(running_mean),
@@ -715,7 +678,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
     if plan is not None:   # dy and x read once (see ck_bn_bwd_resident)
         block, gx, gy, chunk, rows, smem = plan
         (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)
-        count = _null() if lanes and gy == 1 else _barrier_counters(dt)   # (the local form: no grid barrier)
+        count = _barrier_counters(dt)
         _launch(expr, dt, (gx, gy, 1), block,
                 (dy, x, dx, save_mean, psg, psgx, np.int64(n), np.int64(csv), np.int64(sv), np.int64(chunk), np.int64(rows),
                  np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask + (_ptr(dgamma), dbeta, ka, kb, kd,
