@@ -416,20 +416,19 @@ def _partial_tiles(nk, monkeypatch, partial: bool) -> None:
         monkeypatch.setattr(nk, "BN_RESIDENT_PARTIAL_FROM_FORWARD", 0.0)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", BN_RESIDENT_SHAPES)
-@pytest.mark.parametrize("fused", [False, True])
-@pytest.mark.parametrize("partial", [False, True])
-def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused, partial, rng, monkeypatch):
-    """ck_bn_resident (statistics, grid barrier, finalize, grid barrier, y from the shared-memory tile)
-    against float64 and against the three-launch path (nk.BN_RESIDENT off), which must still be
-    what runs there: y, the saved statistics and the running statistics, updated once, within
-    rounding of each other (their partials merge in different trees), and each path bitwise
-    reproducible (the first call's grid as the later calls': its occupancy query once answered 1
-    block a multiprocessor before the kernel's shared-memory limit was raised, 2 after); partial:
-    tiles of part of a block's rows (the rest read from x in both passes)."""
-    nk = _nk()
-    _partial_tiles(nk, monkeypatch, partial)
+def _three_launch_names(cl: bool, fwd: bool) -> list:
+    """The kernels of the three-launch forward (fwd) or backward, channels-last rows (cl) or not."""
+    if fwd:
+        return ["ck_bn_stats_cl" if cl else "ck_bn_stats", "ck_bn_finalize", "ck_bn_apply"]
+    return ["ck_bn_bwd_reduce_cl" if cl else "ck_bn_bwd_reduce", "ck_bn_bwd_finalize", "ck_bn_bwd_apply"]
+
+
+def _forward_matches_three_launches(nk, monkeypatch, rng, shape, dtype, fused, switch, on_names, off_names,
+                                    check_on=None) -> None:
+    """batch_norm_forward with module flag `switch` on (launching on_names; check_on() looks at the
+    launch further) and off (off_names), then on again: y (fused: relu(bn(x) + residual)), the saved
+    statistics and the running statistics, updated once, against float64 and within rounding of each
+    other (their sums merge in different trees), each path bitwise reproducible."""
     c, eps, mom = shape[1], 1e-5, 0.1
     x, r = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
     gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
@@ -441,42 +440,36 @@ def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused,
         scale = np.maximum(scale, np.abs(ref.f64(r)))
     sd = "float32" if dtype != "float64" else dtype
     runs = {}
-    monkeypatch.setattr(nk, "BN_RESIDENT_LANES_MIN_BYTES", 0)   # (channels-last rows of any size)
-    for resident in (True, False, True):
-        monkeypatch.setattr(nk, "BN_RESIDENT", resident)
+    for on in (True, False, True):
+        monkeypatch.setattr(nk, switch, on)
         rm, rv = cp.asarray(rm0), cp.asarray(rv0)
         kw = {"residual": _dev(r), "relu": True} if fused else {}
         (y, sm, si), names = _bn_forward_launches(nk, _dev(x), _dev(gamma), _dev(beta), rm, rv, True, mom, eps,
                                                   out=_poisoned(shape, dtype), **kw)
-        assert names == (["ck_bn_barrier_zero", "ck_bn_resident"] if resident else ["ck_bn_stats_cl" if len(shape) == 2 else "ck_bn_stats",
-                                                               "ck_bn_finalize", "ck_bn_apply"]), names
-        ref.assert_close(y.get(), want, dtype, f"y resident={resident}", scale=scale)
+        assert names == (on_names if on else off_names), names
+        if on and check_on is not None:
+            check_on()
+        ref.assert_close(y.get(), want, dtype, f"y {switch}={on}", scale=scale)
         ref.assert_close(sm.get(), mr, sd, "save_mean")
         ref.assert_close(si.get(), 1 / np.sqrt(vr + eps), sd, "save_invstd")
         ref.assert_close(rm.get(), (1 - mom) * ref.f64(rm0) + mom * mr, dtype, "running_mean")
         ref.assert_close(rv.get(), (1 - mom) * ref.f64(rv0) + mom * vu, dtype, "running_var")
         got = [a.get() for a in (y, sm, si, rm, rv)]
-        if resident in runs:
-            for a, b in zip(got, runs[resident]):
+        if on in runs:
+            for a, b in zip(got, runs[on]):
                 assert a.tobytes() == b.tobytes()
-        runs[resident] = got
+        runs[on] = got
     tol = {"float64": 1e-12, "float32": 1e-5}.get(dtype, 1e-2)
     for name, a, b in zip(("y", "save_mean", "save_invstd", "running_mean", "running_var"), runs[True], runs[False]):
         np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", BN_RESIDENT_SHAPES)
-@pytest.mark.parametrize("relu", [False, True])
-@pytest.mark.parametrize("partial", [False, True])
-def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu, partial, rng, monkeypatch):
-    """ck_bn_bwd_resident (dy's and x's tiles in shared memory, the channel sums between two grid
-    barriers) against float64 and the three launches: dx, dgamma and dbeta, with relu's mask too,
-    within rounding of each other and each path bitwise reproducible; partial: tiles of part of a
-    block's rows."""
+def _backward_matches_three_launches(nk, monkeypatch, rng, shape, dtype, relu, switch, on_names, off_names,
+                                     check_on=None) -> None:
+    """batch_norm_backward (relu: of relu(bn(x)), its mask the forward's) with module flag `switch` on
+    (on_names; check_on() as _forward_matches_three_launches') and off (off_names), then on again: dx,
+    dgamma and dbeta against float64 and within rounding of each other, each path bitwise reproducible."""
     from cudakit.runtime import launch
-    nk = _nk()
-    _partial_tiles(nk, monkeypatch, partial)
     c, eps = shape[1], 1e-5
     x, dy = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
     gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
@@ -485,28 +478,61 @@ def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu,
     g = ref.f64(dy) * (ref.f64(y.get()) > 0) if relu else dy   # relu: the forward's mask
     dxr, dgr, dbr = ref.batch_norm_grad(g, x, gamma, eps)
     gs = ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + eps), channels=True)
-    monkeypatch.setattr(nk, "BN_RESIDENT_LANES_MIN_BYTES", 0)   # (channels-last rows of any size)
     runs = {}
-    for resident in (True, False, True):
-        monkeypatch.setattr(nk, "BN_RESIDENT", resident)
+    for on in (True, False, True):
+        monkeypatch.setattr(nk, switch, on)
         launch.recent_launches.clear()
         got = nk.batch_norm_backward(_dev(dy), _dev(x), _dev(gamma), sm, si, out=_poisoned(shape, dtype),
                                      beta=_dev(beta), relu=relu)
         names = [name.split("<")[0] for name, _, _ in launch.recent_launches]
-        assert names == (["ck_bn_barrier_zero", "ck_bn_bwd_resident"] if resident else
-                         ["ck_bn_bwd_reduce_cl" if len(shape) == 2 else "ck_bn_bwd_reduce", "ck_bn_bwd_finalize",
-                          "ck_bn_bwd_apply"]), names
-        ref.assert_close(got[0].get(), dxr, dtype, f"dx resident={resident}", scale=gs, factor=2)
+        assert names == (on_names if on else off_names), names
+        if on and check_on is not None:
+            check_on()
+        ref.assert_close(got[0].get(), dxr, dtype, f"dx {switch}={on}", scale=gs, factor=2)
         ref.assert_close(got[1].get(), dgr, dtype, "dgamma", factor=4)
         ref.assert_close(got[2].get(), dbr, dtype, "dbeta", factor=4)
         got = [a.get() for a in got]
-        if resident in runs:
-            for a, b in zip(got, runs[resident]):
+        if on in runs:
+            for a, b in zip(got, runs[on]):
                 assert a.tobytes() == b.tobytes()
-        runs[resident] = got
+        runs[on] = got
     tol = {"float64": 1e-10, "float32": 1e-4}.get(dtype, 2e-2)
     for name, a, b in zip(("dx", "dgamma", "dbeta"), runs[True], runs[False]):
         np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", BN_RESIDENT_SHAPES)
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("partial", [False, True])
+def test_batch_norm_resident_forward_matches_three_launches(shape, dtype, fused, partial, rng, monkeypatch):
+    """ck_bn_resident (statistics, grid barrier, finalize, grid barrier, y from the shared-memory tile)
+    against float64 and against the three-launch path (nk.BN_RESIDENT off), which must still be
+    what runs there (_forward_matches_three_launches); each path bitwise reproducible: the first
+    call's grid as the later calls' (its occupancy query once answered 1 block a multiprocessor
+    before the kernel's shared-memory limit was raised, 2 after); partial: tiles of part of a
+    block's rows (the rest read from x in both passes)."""
+    nk = _nk()
+    _partial_tiles(nk, monkeypatch, partial)
+    monkeypatch.setattr(nk, "BN_RESIDENT_LANES_MIN_BYTES", 0)   # (channels-last rows of any size)
+    _forward_matches_three_launches(nk, monkeypatch, rng, shape, dtype, fused, "BN_RESIDENT",
+                                    ["ck_bn_barrier_zero", "ck_bn_resident"], _three_launch_names(len(shape) == 2, True))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", BN_RESIDENT_SHAPES)
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("partial", [False, True])
+def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu, partial, rng, monkeypatch):
+    """ck_bn_bwd_resident (dy's and x's tiles in shared memory, the channel sums between two grid
+    barriers) against float64 and the three launches (_backward_matches_three_launches), with relu's
+    mask too; partial: tiles of part of a block's rows."""
+    nk = _nk()
+    _partial_tiles(nk, monkeypatch, partial)
+    monkeypatch.setattr(nk, "BN_RESIDENT_LANES_MIN_BYTES", 0)   # (channels-last rows of any size)
+    _backward_matches_three_launches(nk, monkeypatch, rng, shape, dtype, relu, "BN_RESIDENT",
+                                     ["ck_bn_barrier_zero", "ck_bn_bwd_resident"],
+                                     _three_launch_names(len(shape) == 2, False))
 
 
 # the staged one-block-a-channel kernels (ck_bn_small / ck_bn_bwd_small STAGED: a channel's x, and
@@ -526,9 +552,10 @@ def _staged_only(nk, monkeypatch) -> None:
 
 
 def _staged_launch_is_a_block_a_channel(c: int) -> None:
+    """The last launch was a staged kernel (STAGED true) on a grid of a block a channel."""
     from cudakit.runtime import launch
-    expr, grid, _ = launch.recent_launches[-1]
-    assert expr.endswith(", true>") and tuple(grid)[0] == c, (expr, grid)
+    expr, (gx, _, _), _ = launch.recent_launches[-1]
+    assert expr.endswith(", true>") and gx == c, (expr, gx)
 
 
 def _staged_vectors(nk, shape, dtype) -> bool:
@@ -541,45 +568,16 @@ def _staged_vectors(nk, shape, dtype) -> bool:
 @pytest.mark.parametrize("shape", BN_STAGED_SHAPES)
 @pytest.mark.parametrize("fused", [False, True])
 def test_batch_norm_staged_forward_matches_three_launches(shape, dtype, fused, rng, monkeypatch):
-    """ck_bn_small STAGED (x copied to shared memory once, both passes from there) against float64
-    and against the three launches (nk.BN_STAGED off): y (with the fused residual and relu), the
-    saved and the running statistics, within rounding of each other, each path bitwise reproducible."""
+    """ck_bn_small STAGED (x copied to shared memory once, both passes from there; a block a channel)
+    against float64 and the three launches (nk.BN_STAGED off): _forward_matches_three_launches."""
     nk = _nk()
     _staged_only(nk, monkeypatch)
-    c, eps, mom = shape[1], 1e-5, 0.1
-    x, r = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
-    gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
-    rm0, rv0 = _data(rng, c, dtype), ref.cast(np.abs(_data(rng, c, dtype)) + 0.5, dtype)
-    yr, mr, vr, vu = ref.batch_norm_train(x, gamma, beta, eps)
-    want = np.maximum(yr + ref.f64(r), 0) if fused else yr
-    scale = ref.batch_norm_y_scale(yr, x, gamma, mr, 1 / np.sqrt(vr + eps))
-    if fused:
-        scale = np.maximum(scale, np.abs(ref.f64(r)))
-    sd = "float32" if dtype != "float64" else dtype
-    runs = {}
+    c = shape[1]
     wide = _staged_vectors(nk, shape, dtype)   # (else 2-byte elements: the three launches either way)
-    for staged in (True, False, True):
-        monkeypatch.setattr(nk, "BN_STAGED", staged)
-        rm, rv = cp.asarray(rm0), cp.asarray(rv0)
-        kw = {"residual": _dev(r), "relu": True} if fused else {}
-        (y, sm, si), names = _bn_forward_launches(nk, _dev(x), _dev(gamma), _dev(beta), rm, rv, True, mom, eps,
-                                                  out=_poisoned(shape, dtype), **kw)
-        assert names == (["ck_bn_small"] if staged and wide else ["ck_bn_stats", "ck_bn_finalize", "ck_bn_apply"]), names
-        if staged and wide:
-            _staged_launch_is_a_block_a_channel(c)
-        ref.assert_close(y.get(), want, dtype, f"y staged={staged}", scale=scale)
-        ref.assert_close(sm.get(), mr, sd, "save_mean")
-        ref.assert_close(si.get(), 1 / np.sqrt(vr + eps), sd, "save_invstd")
-        ref.assert_close(rm.get(), (1 - mom) * ref.f64(rm0) + mom * mr, dtype, "running_mean")
-        ref.assert_close(rv.get(), (1 - mom) * ref.f64(rv0) + mom * vu, dtype, "running_var")
-        got = [a.get() for a in (y, sm, si, rm, rv)]
-        if staged in runs:
-            for a, b in zip(got, runs[staged]):
-                assert a.tobytes() == b.tobytes()
-        runs[staged] = got
-    tol = {"float64": 1e-12, "float32": 1e-5}.get(dtype, 1e-2)
-    for name, a, b in zip(("y", "save_mean", "save_invstd", "running_mean", "running_var"), runs[True], runs[False]):
-        np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
+    off = _three_launch_names(False, True)
+    _forward_matches_three_launches(nk, monkeypatch, rng, shape, dtype, fused, "BN_STAGED",
+                                    ["ck_bn_small"] if wide else off, off,
+                                    (lambda: _staged_launch_is_a_block_a_channel(c)) if wide else None)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -587,42 +585,15 @@ def test_batch_norm_staged_forward_matches_three_launches(shape, dtype, fused, r
 @pytest.mark.parametrize("relu", [False, True])
 def test_batch_norm_staged_backward_matches_three_launches(shape, dtype, relu, rng, monkeypatch):
     """ck_bn_bwd_small STAGED (dy and x copied to shared memory once) against float64 and the three
-    launches: dx, dgamma and dbeta, with relu's mask too, within rounding of each other and each
-    path bitwise reproducible."""
-    from cudakit.runtime import launch
+    launches, with relu's mask too: _backward_matches_three_launches."""
     nk = _nk()
     _staged_only(nk, monkeypatch)
-    c, eps = shape[1], 1e-5
-    x, dy = _data(rng, shape, dtype, loc=2.0, scale=3.0), _data(rng, shape, dtype)
-    gamma, beta = _data(rng, c, dtype, loc=1.0, scale=0.3), _data(rng, c, dtype)
-    y, sm, si = nk.batch_norm_forward(_dev(x), _dev(gamma), _dev(beta), None, None, True, 0.1, eps, relu=relu)
-    _, _, vr, _ = ref.batch_norm_train(x, gamma, beta, eps)
-    g = ref.f64(dy) * (ref.f64(y.get()) > 0) if relu else dy   # relu: the forward's mask
-    dxr, dgr, dbr = ref.batch_norm_grad(g, x, gamma, eps)
-    gs = ref.grad_scale(dy, gamma, 1 / np.sqrt(vr + eps), channels=True)
-    runs = {}
+    c = shape[1]
     wide = _staged_vectors(nk, shape, dtype) and np.dtype(np_dtype(dtype)).itemsize >= nk.BN_STAGED_BWD_ITEMSIZE
-    for staged in (True, False, True):
-        monkeypatch.setattr(nk, "BN_STAGED", staged)
-        launch.recent_launches.clear()
-        got = nk.batch_norm_backward(_dev(dy), _dev(x), _dev(gamma), sm, si, out=_poisoned(shape, dtype),
-                                     beta=_dev(beta), relu=relu)
-        names = [name.split("<")[0] for name, _, _ in launch.recent_launches]
-        assert names == (["ck_bn_bwd_small"] if staged and wide else
-                         ["ck_bn_bwd_reduce", "ck_bn_bwd_finalize", "ck_bn_bwd_apply"]), names
-        if staged and wide:
-            _staged_launch_is_a_block_a_channel(c)
-        ref.assert_close(got[0].get(), dxr, dtype, f"dx staged={staged}", scale=gs, factor=2)
-        ref.assert_close(got[1].get(), dgr, dtype, "dgamma", factor=4)
-        ref.assert_close(got[2].get(), dbr, dtype, "dbeta", factor=4)
-        got = [a.get() for a in got]
-        if staged in runs:
-            for a, b in zip(got, runs[staged]):
-                assert a.tobytes() == b.tobytes()
-        runs[staged] = got
-    tol = {"float64": 1e-10, "float32": 1e-4}.get(dtype, 2e-2)
-    for name, a, b in zip(("dx", "dgamma", "dbeta"), runs[True], runs[False]):
-        np.testing.assert_allclose(ref.f64(a), ref.f64(b), rtol=tol, atol=tol * np.abs(ref.f64(b)).max(), err_msg=name)
+    off = _three_launch_names(False, False)
+    _backward_matches_three_launches(nk, monkeypatch, rng, shape, dtype, relu, "BN_STAGED",
+                                     ["ck_bn_bwd_small"] if wide else off, off,
+                                     (lambda: _staged_launch_is_a_block_a_channel(c)) if wide else None)
 
 
 def test_batch_norm_staged_plan_limits(monkeypatch):
