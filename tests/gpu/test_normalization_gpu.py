@@ -537,10 +537,10 @@ def test_batch_norm_resident_backward_matches_three_launches(shape, dtype, relu,
 
 # the staged one-block-a-channel kernels (ck_bn_small / ck_bn_bwd_small STAGED: a channel's x, and
 # dy, in shared memory) past BN_SMALL: single elements (5, 7, 29, 31) (4495 a channel: 1024 threads of
-# 4-5 vectors each), vectors (3, 5, 40, 48) (blocks of 384 threads in float32), and (N, C) rows of a
-# strided column (6600, 11); all fit one block's shared memory in float64 too, dy's and x's. 16-bit
-# single elements (2 bytes, under cp.async's floor) take the three launches whether staged or not, as
-# does the 16-bit backward (BN_STAGED_BWD_ITEMSIZE).
+# 4-5 vectors each) and vectors (3, 5, 40, 48) (blocks of 384 threads in float32); both fit one
+# block's shared memory in float64 too, dy's and x's. The three launches whether staged or not: (N, C)
+# rows of a strided column (6600, 11), not staged; 16-bit single elements (2 bytes, under cp.async's
+# floor); the 16-bit backward (BN_STAGED_BWD_ITEMSIZE).
 BN_STAGED_SHAPES = [(5, 7, 29, 31), (3, 5, 40, 48), (6600, 11)]
 
 
@@ -559,8 +559,11 @@ def _staged_launch_is_a_block_a_channel(c: int) -> None:
 
 
 def _staged_vectors(nk, shape, dtype) -> bool:
-    """Whether this shape's batch norm runs in vectors of 4 bytes at least (the staged kernels' floor)."""
+    """Whether this shape's batch norm has planes (S > 1) in vectors of 4 bytes at least (the staged
+    kernels' floor)."""
     s = int(np.prod(shape[2:], dtype=np.int64))
+    if s == 1:
+        return False
     return nk._bn_vec(s, dtype, (cp.empty(1, np_dtype(dtype)),)) * np.dtype(np_dtype(dtype)).itemsize >= 4
 
 

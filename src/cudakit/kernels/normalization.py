@@ -470,7 +470,9 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
 # blocks the device holds at once (its slots): taken where the channels fill at least
 # BN_STAGED_FILL of the slots in one round, or, over several rounds, where their last round is full
 # enough that the rounds are used to at least BN_STAGED_ROUNDS (channels / slots over that rounded
-# up). Vectors of 4 bytes at least (cp.async copies no smaller: 2-byte elements copied through
+# up). NCHW planes (S > 1) only: (N, C) rows whose C takes no channel vectors would read a strided
+# column of single elements a channel, as ck_bn_small does only up to BN_SMALL_ROWS, and were not
+# measured staged. Vectors of 4 bytes at least (cp.async copies no smaller: 2-byte elements copied through
 # registers one at a time left it latency-bound, bfloat16 32x1024x14x14 forward 0.0663 ms against
 # 0.0376 for the three launches), and for the backward elements of BN_STAGED_BWD_ITEMSIZE bytes at
 # least: its 16-bit forms ran 0.88-1.01x the three launches. H200, 2026-11-29 11:14 UTC, against
@@ -497,7 +499,7 @@ def _bn_staged(dt: str, expr: str, n: int, c: int, sv: int, vbytes: int, tiles: 
     if not (BN_STAGED and BN_RESIDENT and settings().bn_single_read) or vbytes < 4:
         return None
     dev = _cupy.loaded_cupy().cuda.runtime.getDevice()
-    key = (dev, expr, n, c, sv, vbytes, tiles, BN_STAGED_FILL, BN_STAGED_ROUNDS)
+    key = (dev, expr, n, c, sv, vbytes, tiles, BN_STAGED_FILL, BN_STAGED_ROUNDS, BN_STAGED_VECS)
     if key not in _staged_plans:
         _staged_plans[key] = _bn_staged_plan(dev, dt, expr, n, c, sv, vbytes * tiles)
     return _staged_plans[key]
@@ -612,7 +614,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
                  _ptr(running_var), save_mean, save_invstd, scale, a(x, momentum), a(x, eps), _ptr(residual),
                  np.int32(bool(relu)), count), smem)
         return y, save_mean, save_invstd
-    if training and x.size and not lanes:   # a block a channel with x staged in shared memory
+    if training and x.size and s > 1:   # a block a channel with x staged in shared memory (NCHW planes)
         expr = f"ck_bn_small<{t}, {v}, true>"
         staged = _bn_staged(dt, expr, n, c, sv, v * _ITEMSIZE[dt], 1)
         if staged is not None:
@@ -684,7 +686,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
                  np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask + (_ptr(dgamma), dbeta, ka, kb, kd,
                                                                                   _acc_scalar(x, n * s), count), smem)
         return dx, dgamma, dbeta
-    if x.size and not lanes and _ITEMSIZE[dt] >= BN_STAGED_BWD_ITEMSIZE:   # a block a channel, dy and x staged
+    if x.size and s > 1 and _ITEMSIZE[dt] >= BN_STAGED_BWD_ITEMSIZE:   # a block a channel, dy and x staged
         expr = f"ck_bn_bwd_small<{t}, {v}, {r}, true>"
         staged = _bn_staged(dt, expr, n, c, sv, v * _ITEMSIZE[dt], 2)
         if staged is not None:

@@ -263,6 +263,17 @@ def stats(device: int | None = None) -> MemoryStats:
             total=int(total), graph_reserved=_graph_reserved(d.id))
 
 
+def devices_in_use() -> list[int]:
+    """The devices on which cudakit's counting allocator has allocated since it was installed,
+    ascending ([] before any allocation); reads its counters only (no device is touched, no CUDA
+    context made)."""
+    if _allocator is None:
+        return []
+    if _native is not None:
+        return [d for d in range(_cupy.cupy().cuda.runtime.getDeviceCount()) if _native.mem_counts(d)[0]]
+    return sorted(d for d, c in _counters.items() if c.allocations)
+
+
 def _graph_reserved(dev: int) -> int:
     import sys
     graphs = sys.modules.get("cudakit.graphs")   # no graph made: nothing to count, nothing imported

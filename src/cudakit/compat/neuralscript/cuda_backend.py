@@ -290,7 +290,8 @@ class CudaBackend:
         """{"kernel_execution_times": {kernel: {average_ms, total_ms, min_ms, max_ms,
         total_executions}}, "memory_transfer_times": {"HtoD"/"DtoH": {average_ms, total_ms,
         total_transfers, total_bytes, gb_per_s}}, "memory_usage": {device id: its pool's statistics
-        (cudakit.memory.stats(...).as_dict(): allocated, reserved, peak_allocated, free, total, ...)},
+        (cudakit.memory.stats(...).as_dict(): allocated, reserved, peak_allocated, free, total, ...)
+        of the current GPU and of every GPU cudakit has allocated on (no other GPU is touched)},
         "profiling_enabled", "fallback_mode", "devices"}: every cudakit launch and transfer since
         profiling began (waits for them); memory_usage is {} in fallback mode."""
         kernels: dict = {}
@@ -303,8 +304,8 @@ class CudaBackend:
                 g.append(r)
         stats = {"kernel_execution_times": {k: _timing(v, "total_executions") for k, v in kernels.items()},
                  "memory_transfer_times": {k: _timing(v, "total_transfers") for k, v in transfers.items()},
-                 "memory_usage": {} if self.fallback else {d.device_id: memory.stats(d.device_id).as_dict()
-                                                           for d in self.devices},
+                 "memory_usage": {} if self.fallback else {d: memory.stats(d).as_dict() for d in sorted(
+                     {device.current_device(), *memory.devices_in_use()})},
                  "profiling_enabled": self.enable_profiling, "fallback_mode": self.fallback,
                  "devices": [asdict(d) for d in self.devices]}
         for name, recs in transfers.items():
