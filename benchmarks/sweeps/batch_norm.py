@@ -23,8 +23,12 @@ are within the drift between windows.
 part of each block's rows (normalization.BN_RESIDENT_PARTIAL_FROM(_FORWARD) None: a run's A/B switch).
 --no-staged: never the staged one-block-a-channel kernels (normalization.BN_STAGED off).
 --nchw: the NCHW layout of each case only.
+--order-ab: the forward and backward also with normalization.BN_STAGED_FIRST flipped (where both
+the staged one-block-a-channel kernels and ck_bn_resident's grid-barrier ones run, the other
+first), passes "fwd-order" and "bwd-order", x_order on the pass's row.
     python3 benchmarks/sweeps/batch_norm.py [--tag T] [--out F] [--fused] [--resident-ab] [--whole-tiles]
-                                           [--no-staged] [--nchw] [--cases NxCxHxW,...]
+                                           [--no-staged] [--nchw] [--order-ab]
+                                           [--cases NxCxHxW,...]
 Prints VARIANT lines (median ms, x torch = torch's time / cudakit's); --out writes the rows."""
 import sys
 
@@ -78,6 +82,16 @@ def _three_launches(method, *args, **kw):
         nk.BN_RESIDENT = was
 
 
+def _other_order(method, *args, **kw):
+    """The backend's `method` (no traced plan) with normalization.BN_STAGED_FIRST flipped."""
+    from cudakit.kernels import normalization as nk
+    was, nk.BN_STAGED_FIRST = nk.BN_STAGED_FIRST, not nk.BN_STAGED_FIRST
+    try:
+        return getattr(cudakit.get_backend("cuda"), method)(*args, **kw)
+    finally:
+        nk.BN_STAGED_FIRST = was
+
+
 def run(shape, dtype, cl):
     (tx, _, tg, tw, tb, trm, trv), (x, _, g, w, b, rm, rv) = _inputs(shape, dtype, cl)
     tf = lambda: torch.nn.functional.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5)  # noqa: E731
@@ -96,6 +110,10 @@ def run(shape, dtype, cl):
         passes += [("fwd-3launch", lambda: _three_launches("batch_norm_with_stats", x, w, b, rm, rv, True, 0.1, 1e-5),
                     tf, 3 * x.nbytes),
                    ("bwd-3launch", lambda: _three_launches("batch_norm_backward", g, x, w, sm, si), tbwd, 5 * x.nbytes)]
+    if "--order-ab" in argv:
+        passes += [("fwd-order", lambda: _other_order("batch_norm_with_stats", x, w, b, rm, rv, True, 0.1, 1e-5),
+                    tf, 3 * x.nbytes),
+                   ("bwd-order", lambda: _other_order("batch_norm_backward", g, x, w, sm, si), tbwd, 5 * x.nbytes)]
     time_passes(rows, tag, name, 30, x.nbytes, passes,
                 {"output_channels_last": cl_out, "max_abs_y_vs_torch": err, "max_abs_dx_vs_torch": derr},
                 f"out {'cl' if cl_out else 'nchw'} err {err:.3g} {derr:.3g}")
@@ -137,8 +155,8 @@ for shape in CASES:
 
 def variant_ratios(rows: list, suffix: str, field: str) -> None:
     """Each pass timed also as a variant (pass name + suffix: the three launches of --resident-ab,
-    "-3launch") gets `field`, the variant's time over its own (above 1: the pass faster), on the
-    pass's row."""
+    "-3launch"; the other order of --order-ab, "-order") gets `field`, the variant's time over its
+    own (above 1: the pass faster), on the pass's row."""
     alone = {(r["case"], r["pass"][:-len(suffix)]): r["cudakit_ms"] for r in rows if r["pass"].endswith(suffix)}
     for r in rows:
         if (r["case"], r["pass"]) in alone:
@@ -146,4 +164,5 @@ def variant_ratios(rows: list, suffix: str, field: str) -> None:
 
 
 variant_ratios(rows, "-3launch", "x_three_launches")
+variant_ratios(rows, "-order", "x_order")
 dump_rows(argv, __doc__, rows)

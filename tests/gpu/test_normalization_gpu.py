@@ -599,10 +599,29 @@ def test_batch_norm_staged_backward_matches_three_launches(shape, dtype, relu, r
                                      (lambda: _staged_launch_is_a_block_a_channel(c)) if wide else None)
 
 
+def test_batch_norm_staged_first_where_both_run(monkeypatch):
+    """Where the staged kernels and ck_bn_resident's both run (x on chip whole, a channel in one
+    block), BN_STAGED_FIRST picks: the staged ones when set, the grid-barrier ones when not; the
+    forward and the backward alike."""
+    from cudakit.runtime import launch
+    nk = _nk()
+    monkeypatch.setattr(nk, "BN_STAGED_FILL", 0.0)   # (16 channels: whatever the multiprocessor count)
+    x = cp.asarray(_data(np.random.default_rng(0), (8, 16, 32, 32), "float32"))
+    for first in (True, False):
+        monkeypatch.setattr(nk, "BN_STAGED_FIRST", first)
+        (_, sm, si), names = _bn_forward_launches(nk, x, None, None, None, None, True, 0.1, 1e-5)
+        assert names == (["ck_bn_small"] if first else ["ck_bn_barrier_zero", "ck_bn_resident"]), (first, names)
+        launch.recent_launches.clear()
+        nk.batch_norm_backward(x, x, None, sm, si)
+        names = [n.split("<")[0] for n, _, _ in launch.recent_launches]
+        assert names == (["ck_bn_bwd_small"] if first else ["ck_bn_barrier_zero", "ck_bn_bwd_resident"]), (first, names)
+
+
 def test_batch_norm_staged_plan_limits(monkeypatch):
     """The staged kernels only where a channel fits one block's shared memory (x's, and the
-    backward's dy's too), in vectors of 4 bytes at least, and the channels use the blocks the device
-    holds at once well enough (BN_STAGED_FILL of them in one round, BN_STAGED_ROUNDS over several),
+    backward's dy's too), in vectors of 4 bytes at least, and the channels use the device well
+    enough (one round: a block on BN_STAGED_FILL of the multiprocessors; BN_STAGED_ROUNDS of the
+    blocks the device holds at once over several),
     with blocks of whole warps from 128 to 1024 threads and the channel's bytes as their shared
     memory; off with BN_STAGED or BN_RESIDENT."""
     import cudakit
@@ -616,8 +635,8 @@ def test_batch_norm_staged_plan_limits(monkeypatch):
     assert nk._bn_staged("float32", fwd, 4 * n, sms, 196, 16, 1) is None
     slots = nk._occupancy("float32", fwd, 128, 2 * 196 * 16, floor=0) * sms
     assert nk._bn_staged("float32", fwd, 2, slots, 196, 16, 1) == (128, 2 * 196 * 16)
-    assert nk._bn_staged("float32", fwd, 2, slots // 2, 196, 16, 1) is not None   # half the slots, one round
-    assert nk._bn_staged("float32", fwd, 2, slots // 3, 196, 16, 1) is None
+    assert nk._bn_staged("float32", fwd, 2, sms, 196, 16, 1) is not None   # one round, a block a multiprocessor
+    assert nk._bn_staged("float32", fwd, 2, sms // 2, 196, 16, 1) is None   # half the multiprocessors idle
     assert nk._bn_staged("float32", fwd, 2, slots + slots // 2, 196, 16, 1) is None   # 1.5 rounds: 0.75 used
     assert nk._bn_staged("float32", fwd, 2, 2 * slots - slots // 10, 196, 16, 1) is not None
     assert nk._bn_staged("bfloat16", "ck_bn_small<ck_bf16, 1, true>", 2, slots, 784, 2, 1) is None
@@ -658,12 +677,14 @@ def test_batch_norm_partial_tiles_take_at_least_their_fraction_of_the_rows(monke
         assert rows == 3 < chunk and smem == rows * block[0] * vbytes and tuple(grid)[:2] == (gx, gy)
 
 
-def test_batch_norm_resident_only_where_x_fits_on_chip(rng):
+def test_batch_norm_resident_only_where_x_fits_on_chip(rng, monkeypatch):
     """An x (or x and dy) larger than the shared memory of the blocks the device holds at once takes
     the three launches, as do channels-last rows under BN_RESIDENT_LANES_MIN_BYTES and anything
-    with CUDAKIT_BN_SINGLE_READ=0; the single-read kernels' grids fit in what the occupancy allows."""
+    with CUDAKIT_BN_SINGLE_READ=0; the single-read kernels' grids fit in what the occupancy allows
+    (the staged kernels off: on a GPU of few multiprocessors they would take the 64 channels)."""
     import cudakit
     nk = _nk()
+    monkeypatch.setattr(nk, "BN_STAGED", False)
     rows = nk.BN_RESIDENT_LANES_MIN_BYTES // (4 * 64)
     for n, want in ((rows - 1, ["ck_bn_stats_cl", "ck_bn_finalize", "ck_bn_apply"]),
                     (rows, ["ck_bn_barrier_zero", "ck_bn_resident"])):

@@ -466,11 +466,12 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
 # memory, where ck_bn_resident's tiles do not fit on chip (NCHW views with more than two
 # multiprocessors' worth of column blocks, as ResNet-50's 32x512x28x28): ck_bn_small and
 # ck_bn_bwd_small STAGED, a block a channel reading x (and dy) once, with no partials, finalize or
-# second launch. A block a channel leaves multiprocessors idle where the channels are few for the
-# blocks the device holds at once (its slots): taken where the channels fill at least
-# BN_STAGED_FILL of the slots in one round, or, over several rounds, where their last round is full
-# enough that the rounds are used to at least BN_STAGED_ROUNDS (channels / slots over that rounded
-# up). NCHW planes (S > 1) only: (N, C) rows whose C takes no channel vectors would read a strided
+# second launch. A block a channel leaves multiprocessors idle where the channels are few: taken
+# where the channels fit in one round of the blocks the device holds at once (its slots) and give
+# at least BN_STAGED_FILL of the multiprocessors a block, or, over several rounds, where their last
+# round is full enough that the rounds are used to at least BN_STAGED_ROUNDS (channels / slots over
+# that rounded up). BN_STAGED_FIRST: where both run, the staged kernels rather than
+# ck_bn_resident's grid-barrier ones (which fit on chip whole). NCHW planes (S > 1) only: (N, C) rows whose C takes no channel vectors would read a strided
 # column of single elements a channel, as ck_bn_small does only up to BN_SMALL_ROWS, and were not
 # measured staged. Vectors of 4 bytes at least (cp.async copies no smaller: 2-byte elements copied through
 # registers one at a time left it latency-bound, bfloat16 32x1024x14x14 forward 0.0663 ms against
@@ -482,7 +483,8 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
 # backward 0.88x.
 # False: never (a benchmark's A/B switch); off too wherever BN_RESIDENT or CUDAKIT_BN_SINGLE_READ is.
 BN_STAGED = True
-BN_STAGED_FILL = 0.5
+BN_STAGED_FIRST = True
+BN_STAGED_FILL = 0.7
 BN_STAGED_ROUNDS = 0.8
 BN_STAGED_BWD_ITEMSIZE = 4
 BN_STAGED_VECS = 4   # vectors a thread of the staged kernels copies, aimed at (blocks of 128 to 1024 threads)
@@ -513,8 +515,12 @@ def _bn_staged_plan(dev: int, dt: str, expr: str, n: int, c: int, sv: int, vbyte
         return None
     threads = min(1024, max(128, 32 * -(-cnt // (32 * BN_STAGED_VECS))))
     slots = _occupancy(dt, expr, threads, smem, floor=0) * info.multiprocessors
-    rounds = c / slots if slots else 0.0
-    if not rounds or rounds < (BN_STAGED_FILL if rounds <= 1 else BN_STAGED_ROUNDS * math.ceil(rounds)):
+    if not slots:
+        return None
+    rounds = c / slots
+    if rounds <= 1 and min(c, info.multiprocessors) < BN_STAGED_FILL * info.multiprocessors:
+        return None
+    if rounds > 1 and rounds < BN_STAGED_ROUNDS * math.ceil(rounds):
         return None
     return threads, smem
 
@@ -600,8 +606,11 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     scale = cp.empty(c, acc)
     fused = "true" if residual is not None or relu else "false"
     cl = "true" if lanes else "false"
+    staged = None   # (a block a channel, x staged in shared memory: NCHW planes)
+    if training and x.size and s > 1:
+        staged = _bn_staged(dt, f"ck_bn_small<{t}, {v}, true>", n, c, sv, v * _ITEMSIZE[dt], 1)
     plan = None
-    if training and x.size:
+    if training and x.size and (staged is None or not BN_STAGED_FIRST):
         expr = f"ck_bn_resident<{t}, {v}, {cl}, {fused}>"
         plan = _bn_resident(dt, expr, n, csv, lanes, v * _ITEMSIZE[dt], x.nbytes, BN_RESIDENT_PARTIAL_FROM_FORWARD)
     if plan is not None:   # x read once (see ck_bn_resident)
@@ -614,12 +623,9 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
                  _ptr(running_var), save_mean, save_invstd, scale, a(x, momentum), a(x, eps), _ptr(residual),
                  np.int32(bool(relu)), count), smem)
         return y, save_mean, save_invstd
-    if training and x.size and s > 1:   # a block a channel with x staged in shared memory (NCHW planes)
-        expr = f"ck_bn_small<{t}, {v}, true>"
-        staged = _bn_staged(dt, expr, n, c, sv, v * _ITEMSIZE[dt], 1)
-        if staged is not None:
-            _launch(expr, dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
-            return y, save_mean, save_invstd
+    if staged is not None:
+        _launch(f"ck_bn_small<{t}, {v}, true>", dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
+        return y, save_mean, save_invstd
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     if training:
         (pn, pm, pm2), (k, cs, ks) = _bn_partials(3, lanes, gy, c, csv, sv, acc)
@@ -672,8 +678,11 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (dy, x, dx))
     cl = "true" if lanes else "false"
     ka, kb, kd = (cp.empty(c, acc) for _ in range(3))
+    staged = None   # (a block a channel, dy and x staged in shared memory: NCHW planes, 4-byte elements or wider)
+    if x.size and s > 1 and _ITEMSIZE[dt] >= BN_STAGED_BWD_ITEMSIZE:
+        staged = _bn_staged(dt, f"ck_bn_bwd_small<{t}, {v}, {r}, true>", n, c, sv, v * _ITEMSIZE[dt], 2)
     plan = None
-    if x.size:
+    if x.size and (staged is None or not BN_STAGED_FIRST):
         expr = f"ck_bn_bwd_resident<{t}, {v}, {cl}, {r}>"
         plan = _bn_resident(dt, expr, n, csv, lanes, 2 * v * _ITEMSIZE[dt], x.nbytes,   # (dy's tile and x's)
                             BN_RESIDENT_PARTIAL_FROM)
@@ -686,12 +695,9 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
                  np.int64(k), np.int64(cs), np.int64(ks), np.int64(c)) + mask + (_ptr(dgamma), dbeta, ka, kb, kd,
                                                                                   _acc_scalar(x, n * s), count), smem)
         return dx, dgamma, dbeta
-    if x.size and s > 1 and _ITEMSIZE[dt] >= BN_STAGED_BWD_ITEMSIZE:   # a block a channel, dy and x staged
-        expr = f"ck_bn_bwd_small<{t}, {v}, {r}, true>"
-        staged = _bn_staged(dt, expr, n, c, sv, v * _ITEMSIZE[dt], 2)
-        if staged is not None:
-            _launch(expr, dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
-            return dx, dgamma, dbeta
+    if staged is not None:
+        _launch(f"ck_bn_bwd_small<{t}, {v}, {r}, true>", dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
+        return dx, dgamma, dbeta
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)   # (as the forward's)
     if not x.size:   # (the reductions write every partial: no memset launches on the common path)
