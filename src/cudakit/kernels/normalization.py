@@ -405,6 +405,12 @@ BN_RESIDENT_PARTIAL_FROM = 0.35
 # ... and the forward: None, never (its tiles gained nothing reliable: 0.92-1.04x at 0.26-0.79).
 BN_RESIDENT_PARTIAL_FROM_FORWARD = None
 BN_RESIDENT_TILE_ROWS_MAX = None   # (tests: a tile holds at most this many rows, to take the partial form)
+# The single-read kernels (ck_bn_resident's and the staged ones) copy x (and dy) to shared memory
+# with cp.async, whose smallest copy is 4 bytes: 2-byte single elements (16-bit planes whose S is no
+# multiple of 8) go through registers one at a time, latency-bound, and take the three launches
+# (bfloat16 32x256x14x14 on ck_bn_resident: forward 0.0358 ms, backward 0.032, against 0.0183 and
+# 0.0162 for the three launches; H200, 2026-11-29 11:42 UTC, nvidia-h200-batch-norm-order.json).
+BN_TILE_MIN_BYTES = 4
 BN_BARRIER_WORDS = 8 * 32      # ck_bn_resident's barrier counters (CK_BAR_LANES of CK_BAR_STRIDE words)
 _BN_RESIDENT_BLOCKS = (2, 1)   # blocks a multiprocessor it tries, most first (its launch bounds allow 2)
 _resident_plans: dict = {}   # (device, kernel, n, vector columns, lanes, vector bytes) -> _bn_resident's answer
@@ -481,6 +487,12 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
 # float32 forward 1.09-1.27x (one round of 0.73 of the slots to 1.94 rounds), backward 1.37-1.47x
 # (1.94 and 2.9 rounds), bfloat16 forward 0.94-1.2x; at 1.45 rounds float32 backward 0.9x, bfloat16
 # backward 0.88x.
+# H200, 2026-11-29 11:42 UTC (history/normalization/nvidia-h200-batch-norm-order.json, --order-ab:
+# both orders and the three launches in one run): the staged kernels first ran 1.14-1.76x the
+# grid-barrier ones where both could (32x256x14x14 float32 forward 0.0119 against 0.0194 ms,
+# backward 0.0111 against 0.0185; 32x128x28x28 bfloat16 forward 0.0137 against 0.0172), and the
+# same where the grid-barrier ones did not fit (64x128x28x28); a block on 0.73 of the
+# multiprocessors (32x96x28x28 float32) 1.18x the grid-barrier forward.
 # False: never (a benchmark's A/B switch); off too wherever BN_RESIDENT or CUDAKIT_BN_SINGLE_READ is.
 BN_STAGED = True
 BN_STAGED_FIRST = True
@@ -498,7 +510,7 @@ def _bn_staged(dt: str, expr: str, n: int, c: int, sv: int, vbytes: int, tiles: 
     channel past one block's shared memory, or channels too few for the blocks the device holds at
     once). Worked out once per (device, kernel, shape)."""
     from ..config import settings
-    if not (BN_STAGED and BN_RESIDENT and settings().bn_single_read) or vbytes < 4:
+    if not (BN_STAGED and BN_RESIDENT and settings().bn_single_read) or vbytes < BN_TILE_MIN_BYTES:
         return None
     dev = _cupy.loaded_cupy().cuda.runtime.getDevice()
     key = (dev, expr, n, c, sv, vbytes, tiles, BN_STAGED_FILL, BN_STAGED_ROUNDS, BN_STAGED_VECS)
@@ -610,7 +622,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     if training and x.size and s > 1:
         staged = _bn_staged(dt, f"ck_bn_small<{t}, {v}, true>", n, c, sv, v * _ITEMSIZE[dt], 1)
     plan = None
-    if training and x.size and (staged is None or not BN_STAGED_FIRST):
+    if training and x.size and v * _ITEMSIZE[dt] >= BN_TILE_MIN_BYTES and (staged is None or not BN_STAGED_FIRST):
         expr = f"ck_bn_resident<{t}, {v}, {cl}, {fused}>"
         plan = _bn_resident(dt, expr, n, csv, lanes, v * _ITEMSIZE[dt], x.nbytes, BN_RESIDENT_PARTIAL_FROM_FORWARD)
     if plan is not None:   # x read once (see ck_bn_resident)
@@ -682,7 +694,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
     if x.size and s > 1 and _ITEMSIZE[dt] >= BN_STAGED_BWD_ITEMSIZE:
         staged = _bn_staged(dt, f"ck_bn_bwd_small<{t}, {v}, {r}, true>", n, c, sv, v * _ITEMSIZE[dt], 2)
     plan = None
-    if x.size and (staged is None or not BN_STAGED_FIRST):
+    if x.size and v * _ITEMSIZE[dt] >= BN_TILE_MIN_BYTES and (staged is None or not BN_STAGED_FIRST):
         expr = f"ck_bn_bwd_resident<{t}, {v}, {cl}, {r}>"
         plan = _bn_resident(dt, expr, n, csv, lanes, 2 * v * _ITEMSIZE[dt], x.nbytes,   # (dy's tile and x's)
                             BN_RESIDENT_PARTIAL_FROM)
