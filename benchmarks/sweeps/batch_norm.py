@@ -72,24 +72,27 @@ def _inputs(shape, dtype, cl):
     return (tx, tr, tg, tw, tb, trm, trv), (x, r, g, w, b, cp.zeros(c, x.dtype), cp.ones(c, x.dtype))
 
 
-def _three_launches(method, *args, **kw):
-    """The backend's `method` (no traced plan) with the single-read kernels off."""
+def _with_switch(name, value, method, *args, **kw):
+    """The backend's `method` (no traced plan) with normalization's switch `name` set to `value`
+    for the call."""
     from cudakit.kernels import normalization as nk
-    was, nk.BN_RESIDENT = nk.BN_RESIDENT, False
+    was = getattr(nk, name)
+    setattr(nk, name, value)
     try:
         return getattr(cudakit.get_backend("cuda"), method)(*args, **kw)
     finally:
-        nk.BN_RESIDENT = was
+        setattr(nk, name, was)
+
+
+def _three_launches(method, *args, **kw):
+    """The backend's `method` with the single-read kernels off."""
+    return _with_switch("BN_RESIDENT", False, method, *args, **kw)
 
 
 def _other_order(method, *args, **kw):
-    """The backend's `method` (no traced plan) with normalization.BN_STAGED_FIRST flipped."""
+    """The backend's `method` with normalization.BN_STAGED_FIRST flipped."""
     from cudakit.kernels import normalization as nk
-    was, nk.BN_STAGED_FIRST = nk.BN_STAGED_FIRST, not nk.BN_STAGED_FIRST
-    try:
-        return getattr(cudakit.get_backend("cuda"), method)(*args, **kw)
-    finally:
-        nk.BN_STAGED_FIRST = was
+    return _with_switch("BN_STAGED_FIRST", not nk.BN_STAGED_FIRST, method, *args, **kw)
 
 
 def run(shape, dtype, cl):

@@ -422,9 +422,8 @@ def _tile_vectors(nk, shape, dtype) -> bool:
     BN_TILE_MIN_BYTES at least (cp.async's smallest copy, the single-read kernels' floor): channel
     vectors of (N, C) rows whose C the vector width divides, else a plane's vectors where it
     divides S, else single elements."""
-    from cudakit.kernels._common import vec_width
-    v, s = vec_width(dtype), int(np.prod(shape[2:]))
-    v = v if (shape[1] if s == 1 else s) % v == 0 else 1
+    n, c, s = shape[0], shape[1], int(np.prod(shape[2:]))
+    v = nk._bn_vectors(n, c, s, dtype, (cp.empty(1, np_dtype(dtype)),))[0]   # (an aligned array: its vectors)
     return v * np.dtype(np_dtype(dtype)).itemsize >= nk.BN_TILE_MIN_BYTES
 
 

@@ -477,11 +477,12 @@ def _bn_resident_plan(dev: int, dt: str, expr: str, n: int, csv: int, lanes: boo
 # at least BN_STAGED_FILL of the multiprocessors a block, or, over several rounds, where their last
 # round is full enough that the rounds are used to at least BN_STAGED_ROUNDS (channels / slots over
 # that rounded up). BN_STAGED_FIRST: where both run, the staged kernels rather than
-# ck_bn_resident's grid-barrier ones (which fit on chip whole). NCHW planes (S > 1) only: (N, C) rows whose C takes no channel vectors would read a strided
-# column of single elements a channel, as ck_bn_small does only up to BN_SMALL_ROWS, and were not
-# measured staged. Vectors of 4 bytes at least (cp.async copies no smaller: 2-byte elements copied through
-# registers one at a time left it latency-bound, bfloat16 32x1024x14x14 forward 0.0663 ms against
-# 0.0376 for the three launches), and for the backward elements of BN_STAGED_BWD_ITEMSIZE bytes at
+# ck_bn_resident's grid-barrier ones (which fit on chip whole).
+# NCHW planes (S > 1) only: (N, C) rows whose C takes no channel vectors would read a strided column
+# of single elements a channel, as ck_bn_small does only up to BN_SMALL_ROWS, and were not measured
+# staged. Vectors of BN_TILE_MIN_BYTES at least (2-byte elements copied through registers one at a
+# time left it latency-bound, bfloat16 32x1024x14x14 forward 0.0663 ms against 0.0376 for the
+# three launches), and for the backward elements of BN_STAGED_BWD_ITEMSIZE bytes at
 # least: its 16-bit forms ran 0.88-1.01x the three launches. H200, 2026-11-29 11:14 UTC, against
 # the three launches in the same run (history/normalization/nvidia-h200-batch-norm-staged-rounds.json):
 # float32 forward 1.09-1.27x (one round of 0.73 of the slots to 1.94 rounds), backward 1.37-1.47x
@@ -618,9 +619,9 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
     scale = cp.empty(c, acc)
     fused = "true" if residual is not None or relu else "false"
     cl = "true" if lanes else "false"
-    staged = None   # (a block a channel, x staged in shared memory: NCHW planes)
+    staged_expr, staged = f"ck_bn_small<{t}, {v}, true>", None   # (a block a channel, x staged: NCHW planes)
     if training and x.size and s > 1:
-        staged = _bn_staged(dt, f"ck_bn_small<{t}, {v}, true>", n, c, sv, v * _ITEMSIZE[dt], 1)
+        staged = _bn_staged(dt, staged_expr, n, c, sv, v * _ITEMSIZE[dt], 1)
     plan = None
     if training and x.size and v * _ITEMSIZE[dt] >= BN_TILE_MIN_BYTES and (staged is None or not BN_STAGED_FIRST):
         expr = f"ck_bn_resident<{t}, {v}, {cl}, {fused}>"
@@ -636,7 +637,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, training: bool
                  np.int32(bool(relu)), count), smem)
         return y, save_mean, save_invstd
     if staged is not None:
-        _launch(f"ck_bn_small<{t}, {v}, true>", dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
+        _launch(staged_expr, dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
         return y, save_mean, save_invstd
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     if training:
@@ -690,9 +691,9 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
     v, lanes, csv, sv = _bn_vectors(n, c, s, dt, (dy, x, dx))
     cl = "true" if lanes else "false"
     ka, kb, kd = (cp.empty(c, acc) for _ in range(3))
-    staged = None   # (a block a channel, dy and x staged in shared memory: NCHW planes, 4-byte elements or wider)
+    staged_expr, staged = f"ck_bn_bwd_small<{t}, {v}, {r}, true>", None   # (a block a channel, dy and x staged)
     if x.size and s > 1 and _ITEMSIZE[dt] >= BN_STAGED_BWD_ITEMSIZE:
-        staged = _bn_staged(dt, f"ck_bn_bwd_small<{t}, {v}, {r}, true>", n, c, sv, v * _ITEMSIZE[dt], 2)
+        staged = _bn_staged(dt, staged_expr, n, c, sv, v * _ITEMSIZE[dt], 2)
     plan = None
     if x.size and v * _ITEMSIZE[dt] >= BN_TILE_MIN_BYTES and (staged is None or not BN_STAGED_FIRST):
         expr = f"ck_bn_bwd_resident<{t}, {v}, {cl}, {r}>"
@@ -708,7 +709,7 @@ def batch_norm_backward(dy, x, gamma, save_mean, save_invstd, out=None, beta=Non
                                                                                   _acc_scalar(x, n * s), count), smem)
         return dx, dgamma, dbeta
     if staged is not None:
-        _launch(f"ck_bn_bwd_small<{t}, {v}, {r}, true>", dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
+        _launch(staged_expr, dt, (c, 1, 1), (staged[0], 1, 1), small(v), staged[1])
         return dx, dgamma, dbeta
     block, gx, gy, chunk = _bn_blocks(csv, n, lanes)
     (psg, psgx), (k, cs, ks) = _bn_partials(2, lanes, gy, c, csv, sv, acc)   # (as the forward's)

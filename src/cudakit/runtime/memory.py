@@ -270,7 +270,8 @@ def devices_in_use() -> list[int]:
     if _allocator is None:
         return []
     if _native is not None:
-        return [d for d in range(_cupy.cupy().cuda.runtime.getDeviceCount()) if _native.mem_counts(d)[0]]
+        from .device import device_count
+        return [d for d in range(device_count()) if _native.mem_counts(d)[0]]
     return sorted(d for d, c in _counters.items() if c.allocations)
 
 
