@@ -187,3 +187,23 @@ def test_candidates_are_timed_in_interleaved_rounds(table):
     assert paths.run("conv2d", ("r",), _cands([]), timer) == "CUDNN"
     assert order == ["cudnn", "triton"] * paths._ROUNDS
 
+
+
+def test_kept_counts_this_process_choices_and_the_disk_by_op(table):
+    """paths.kept (what `cudakit info` prints): {op: {path: signatures}} over this process's choices
+    and the ones on disk, a signature counted once where both hold it."""
+    table.put(repr(("conv2d", ("a",))), "cudnn")
+    table.put(repr(("conv2d", ("b",))), "triton")
+    table.put("not a signature", "cudnn")   # (a key that is no (op, key) repr is skipped)
+    paths.reset()
+    times = {"CUDNN": 1.0, "TRITON": 2.0}
+    paths.run("conv2d", ("c",), _cands([]), timer=lambda fn: times[fn()])
+    paths.run("conv2d", ("a",), _cands([]), timer=lambda fn: pytest.fail("timed again"))
+    paths.run("attention", ("s",), _cands([]), timer=lambda fn: times[fn()])
+    assert paths.kept() == {"conv2d": {"cudnn": 2, "triton": 1}, "attention": {"cudnn": 1}}
+
+
+def test_ran_records_a_path_taken_without_a_choice(table):
+    paths.ran("attention", "triton")
+    assert paths.last_paths() == {"attention": "triton"}
+    assert paths.kept() == {}   # (nothing chosen: kept lists timed or stored choices only)

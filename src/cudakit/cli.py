@@ -80,11 +80,16 @@ def collect_info() -> dict:
                             "bn_single_read": st.bn_single_read}
     from cudakit import fallbacks
     info["fallbacks"] = fallbacks.taken()
-    info["cudnn"], info["paths"] = None, {}
+    info["cudnn"], info["paths"], info["paths_kept"] = None, {}, {}
     if config_error is None:
         from cudakit.kernels import cudnn, paths
         info["cudnn"] = cudnn.version() if cudnn.available() else f"not used: {cudnn.why_unavailable()}"
         info["paths"] = paths.last_paths()
+        if ok:   # (the choices on disk are per GPU model: asked only with a usable GPU)
+            try:
+                info["paths_kept"] = paths.kept()
+            except CacheError as e:
+                info["paths_kept"] = {"error": str(e)}
     if ok and config_error is None:
         from cudakit.kernels import conv
         if not conv.available():   # what conv2d will do, before any call takes the path
@@ -141,6 +146,12 @@ def cmd_info(args) -> int:
     print(f"cuDNN: {info['cudnn'] or '-'}")
     for op, path in info["paths"].items():
         print(f"path {op}: {path}")
+    for op, counts in info["paths_kept"].items():   # (this process's choices and those kept on disk)
+        if op == "error":
+            print(f"paths kept: unreadable ({counts})")
+            continue
+        print(f"paths kept for {op}: " + ", ".join(f"{p} {n} signature{'s' if n > 1 else ''}"
+                                                   for p, n in sorted(counts.items())))
     for key, why in info["fallbacks"].items():
         print(f"fallback {key}: {why}")
     if not info["cuda_usable"]:

@@ -683,6 +683,52 @@ def test_varlen_deterministic_backward_is_bitwise_repeatable(rng):
         np.testing.assert_allclose(a, cp.asnumpy(b).astype(np.float32), rtol=3e-2, atol=3e-2)
 
 
+def test_last_paths_name_the_triton_kernels_where_no_choice_was_timed(rng):
+    """A call only the Triton kernels take (a window; a deterministic backward; varlen dropout)
+    reports "triton" in cudakit.last_paths, whatever an earlier call of the op took."""
+    from cudakit.kernels import paths
+    q, k, v, g = (cp.asarray(ac.data(rng, (1, 2, 64, 64), "float16")) for _ in range(4))
+    cudakit.attention(q, k, v)
+    paths.ran("attention", "cudnn")   # (as if the plain call had chosen cuDNN)
+    out, lse = cudakit.attention_with_lse(q, k, v, window=(8, 8))
+    assert paths.last_paths()["attention"] == "triton"
+    paths.ran("attention_backward", "cudnn")
+    cudakit.attention_backward(g, q, k, v, out, lse, window=(8, 8))
+    assert paths.last_paths()["attention_backward"] == "triton"
+    paths.ran("attention_backward", "cudnn")
+    out, lse = cudakit.attention_with_lse(q, k, v)
+    cudakit.attention_backward(g, q, k, v, out, lse, deterministic=True)
+    assert paths.last_paths()["attention_backward"] == "triton"
+    cu = cp.asarray([0, 30, 64], cp.int32)
+    cudakit.attention_varlen(q[0].transpose(1, 0, 2).copy(), k[0].transpose(1, 0, 2).copy(),
+                             v[0].transpose(1, 0, 2).copy(), cu, cu, 34, 34, dropout_p=0.1, seed=1)
+    assert paths.last_paths()["attention_varlen"] == "triton"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("extra", [{}, {"window": (2, 0)}, {"dropout_p": 0.25, "seed": 5}])
+def test_attention_varlen_past_65535_sequence_heads_matches_the_cpu_backend(dtype, extra, rng):
+    """4100 sequences x 16 heads (past the 65535 of a grid's y): the varlen kernels launch in slices,
+    each told its first sequence*head, forward and backward equal to the CPU backend's (which has no
+    grid) on the same float32 data, dropout's Philox stream included."""
+    lens = rng.integers(1, 5, 4100)
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    q, k, v, g = (ac.data(rng, (int(cu[-1]), 16, 16), dtype) for _ in range(4))
+    kw = dict(causal=True, **extra)
+    cpu = cudakit.get_backend("cpu")
+    want_o, want_l = cpu.attention_varlen_with_lse(*(x.astype(np.float32) for x in (q, k, v)), cu, cu, 4, 4, **kw)
+    want_g = cpu.attention_varlen_backward(*(x.astype(np.float32) for x in (g, q, k, v)), want_o, want_l, cu, cu,
+                                           4, 4, **kw)
+    out, lse = cudakit.attention_varlen_with_lse(_dev(q), _dev(k), _dev(v), _dev(cu), _dev(cu), 4, 4, **kw)
+    grads = cudakit.attention_varlen_backward(_dev(g), _dev(q), _dev(k), _dev(v), out, lse, _dev(cu), _dev(cu),
+                                              4, 4, **kw)
+    tol = 1e-4 if dtype == "float32" else 2e-2
+    for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, *grads), (want_o, want_l, *want_g)):
+        np.testing.assert_allclose(_host(got).astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol,
+                                   err_msg=name)
+    cudakit.check()
+
+
 def test_attention_varlen_device_cu_seqlens_out_of_range_raise_at_the_next_check(rng):
     """GPU cu_seqlens are checked by the forward kernel: a sequence longer than max_seqlen_q is an
     ArgumentError at cudakit.check(), naming the sequence and its lengths."""

@@ -39,6 +39,23 @@ def test_conv2d_groups(geo, groups, dtype, rng):
                     product_u=_product_u(dtype))
 
 
+def test_last_paths_name_the_direct_and_im2col_convolutions(rng):
+    """cudakit.last_paths names what ran: "direct" for a depthwise convolution the own candidate
+    runs on its direct kernels (not "triton", the candidate's name in the timed choice), "im2col"
+    for float64 (no other path takes it)."""
+    from cudakit.kernels import paths
+    old = cudakit.set_float32_precision("tf32x3")   # (cudakit's own kernels only: cuDNN is no candidate)
+    try:
+        x = cp.asarray(cc.data(rng, (2, 16, 20, 20), "float32"))
+        w = cp.asarray(cc.data(rng, (16, 1, 3, 3), "float32"))
+        cudakit.conv2d(x, w, None, 1, 1, 1, 16)
+        assert paths.last_paths()["conv2d"] == "direct"
+    finally:
+        cudakit.set_float32_precision(old)
+    cudakit.conv2d(x.astype(cp.float64), w.astype(cp.float64), None, 1, 1)
+    assert paths.last_paths()["conv2d"] == "im2col"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("geo", cc.POOL_GEOMETRIES + [(4, 8, 32, 32, 2, None, 0)])

@@ -372,6 +372,7 @@ def test_paths_choose_and_report(rng):
     from cudakit.cli import collect_info
     info = collect_info()
     assert info["cudnn"] == cudnn.version() and "conv2d" in info["paths"]
+    assert info["paths_kept"]["conv2d"].get(paths.last_paths()["conv2d"], 0) >= 1   # (this signature's choice)
 
 
 @pytest.mark.parametrize("dtype,path", [("bfloat16", "cudnn"), ("bfloat16", "triton"), ("float16", "cudnn"),

@@ -165,8 +165,14 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
             candidates.append(("triton", with_own))
         if not candidates:
             conv.usable(name, x_shape, k, geo, groups)   # notes why the im2col path runs (cudakit info)
+            paths.ran(op, "im2col")
             return None
-        return paths.run(op, key, candidates)   # None: cuDNN, the only candidate, declined it
+        r = paths.run(op, key, candidates)   # None: cuDNN, the only candidate, declined it
+        if r is None:
+            paths.ran(op, "im2col")
+        elif paths.last_paths().get(op) == "triton" and conv.direct(x_shape, w_shape, groups, geo):
+            paths.ran(op, "direct")   # (the own candidate's direct kernels: few channels a group)
+        return r
 
     def _coerce(self, x, arg):
         cp = self._cp

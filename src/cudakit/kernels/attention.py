@@ -338,6 +338,8 @@ def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n: int |
             cands.append(("triton", lambda: _triton_forward(q, k, v, scale, masks, dtype_name)))
         return _only_cudnn_beyond(d, paths.run("attention", key, cands))
     _check_triton_head_dim(d)
+    from . import paths
+    paths.ran("attention", "triton")   # (a timed choice among its key-parts variants records its own)
     return _triton_forward(q, k, v, scale, masks, dtype_name, block_n, tiles, groups, q_heads)
 
 
@@ -1220,6 +1222,8 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
             cands.append(("triton", lambda: _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name)))
         return _only_cudnn_beyond(d, paths.run("attention_backward", key, cands))
     _check_triton_head_dim(d)
+    from . import paths
+    paths.ran("attention_backward", "triton")
     return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles, deterministic, groups, q_heads)
 
 
@@ -1464,10 +1468,12 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
     ((b H + h) max_q + i) max_k + j of the stream. FLOPs 4 H D sum_b Lq_b Lk_b (about half causal)."""
     total_q, h, d = q.shape
     b = cu_q.shape[0] - 1
+    from . import paths
     if dropout is not None:
+        paths.ran("attention_varlen", "triton")
         return _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window, dropout)
     if b > 0 and total_q and h and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
-        from . import cudnn_varlen, paths
+        from . import cudnn_varlen
         err = _varlen_flag(q.data.device_id)
         key = ("fwd_varlen", b, h, k.shape[1], max_q, max_k, d, dtype_name, bool(causal), q.data.device_id)
         cands = [("cudnn", lambda: cudnn_varlen.forward(q, k, v, cu_q, max_q, max_k, scale, causal, err))]
@@ -1477,6 +1483,7 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
         r = paths.run("attention_varlen", key, cands)
         if r is not None:
             return r
+    paths.ran("attention_varlen", "triton")
     return _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window)
 
 
@@ -1490,7 +1497,7 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
         lse.fill(float("-inf"))
         out.fill(0)
         return out, lse
-    _check_varlen_grid(b, h, d)
+    _check_triton_head_dim(d)
     from ..backends.attention_masks import relative_bounds
     cfg = _config(dtype_name, d, None)
     dlo, dhi = relative_bounds(causal, window, max_q + max_k + 1)
@@ -1498,9 +1505,10 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     drop = Masks(causal, dropout=dropout)
     k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
                                        DROPOUT=dropout is not None, LEFT=dlo > -_UNBOUNDED))
-    k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), b * h)](
-        q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
-        lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_drop_args(drop), 0)
+    for bh0, n in _varlen_slices(b, h):
+        k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), n)](
+            q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
+            lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_drop_args(drop), bh0)
     return out, lse
 
 
@@ -1526,6 +1534,8 @@ def backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, s
         r = paths.run("attention_varlen_backward", key, cands)
         if r is not None:
             return r
+    from . import paths
+    paths.ran("attention_varlen_backward", "triton")
     return _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window,
                                    dropout)
 
@@ -1542,7 +1552,7 @@ def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sca
         for x in (dq, dk, dv):
             x.fill(0)
         return dq, dk, dv
-    _check_varlen_grid(b, h, d)
+    _check_triton_head_dim(d)
     from ..backends.attention_masks import relative_bounds
     cfg = _config(dtype_name, d, None)
     delta = cp.empty((total_q, h), cp.float32)
@@ -1554,20 +1564,28 @@ def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sca
     g = h // k.shape[1]
     common = (float(scale * math.log2(math.e)), float(scale), max_q, max_k, dlo, dhi, h, delta, 0, 0, 0, 0, 1)
     drop, on = _drop_args(Masks(causal, dropout=dropout)), dropout is not None
-    _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True,
-                                       DROPOUT=on))[(max(1, math.ceil(max_k / kv["BLOCK_N"])), b * h)](
-        q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, total_q, total_k, *drop, 0)
-    _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True,
-                                     VARLEN=True, DROPOUT=on))[(max(1, math.ceil(max_q / qc["BLOCK_M"])), b * h)](
-        q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, total_q, total_k, *drop, 0)
+    dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True,
+                                              DROPOUT=on))
+    dqk = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True,
+                                           VARLEN=True, DROPOUT=on))
+    for bh0, n in _varlen_slices(b, h):
+        dkdv[(max(1, math.ceil(max_k / kv["BLOCK_N"])), n)](
+            q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, total_q, total_k, *drop, bh0)
+    for bh0, n in _varlen_slices(b, h):
+        dqk[(max(1, math.ceil(max_q / qc["BLOCK_M"])), n)](
+            q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, total_q, total_k, *drop,
+            bh0)
     return dq, dk, dv
 
 
-def _check_varlen_grid(b: int, h: int, d: int) -> None:
-    _check_triton_head_dim(d)
-    if b * h > _MAX_GRID_Y:
-        from ..errors import ShapeError
-        raise ShapeError(f"attention_varlen: sequences x heads must be <= {_MAX_GRID_Y} (got {b} x {h})")
+def _varlen_slices(b: int, h: int):
+    """(first sequence*head, how many) of each launch of the varlen kernels: their grid's y
+    (sequences * heads) is at most 65535, so more go in several launches, each told its first
+    (BH0: the kernels find a program's sequence, head and dropout stream from bh + BH0; the
+    packed arrays and cu_seqlens are whole in each)."""
+    bh = b * h
+    for bh0 in range(0, bh, _MAX_GRID_Y):
+        yield bh0, min(_MAX_GRID_Y, bh - bh0)
 
 
 # ---- host-time plans (kernels/path_plans.py): forward()/backward() minus their per-call choices --

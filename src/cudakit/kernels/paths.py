@@ -71,8 +71,35 @@ def chosen(op: str, key):
 
 
 def last_paths() -> dict:
-    """{op: the path that ran its last call}."""
+    """{op: the path its last checked call took}: "cudnn", "triton" (or a named variant of
+    cudakit's Triton kernels), "direct", "im2col", "materialized". A dispatch plan
+    (dispatch.py) replays the path its signature's checked call took without recording it again;
+    plans decline while the profiler records, whose records name each call's kernels, so a
+    profile shows the path of every call."""
     return dict(_last)
+
+
+def ran(op: str, name: str) -> None:
+    """Record that `name` ran op's call where no choice was timed (the only path that takes it)."""
+    _last[op] = name
+
+
+def kept() -> dict:
+    """{op: {path: signatures}} of the choices made in this process and those kept on disk for this
+    GPU model and these library versions (a path chosen by an earlier process is taken without
+    timing): which paths a program's signatures run, as `cudakit info` prints them."""
+    import ast
+    out: dict = {}
+    seen = {repr(k): v for k, v in _choice.items()}
+    seen.update({k: v for k, v in _on_disk.table().items() if k not in seen})
+    for k, v in seen.items():
+        try:
+            op = ast.literal_eval(k)[0]
+        except (ValueError, SyntaxError, IndexError, TypeError):
+            continue
+        out.setdefault(op, {}).setdefault(v, 0)
+        out[op][v] += 1
+    return out
 
 
 def reset() -> None:
