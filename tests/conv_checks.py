@@ -3,6 +3,7 @@ references, shared by the CPU and GPU tests (`dev`: host -> backend array, `host
 import re
 
 import numpy as np
+import pytest
 from helpers import SUBNORMAL_HALF_SPACING as _TINY
 from helpers import UNIT_ROUNDOFF as _U
 from helpers import data, f64, np_dtype
@@ -283,3 +284,74 @@ def check_pool(dev, host, rng, kind, n, c, h, w, ksize, stride, pad, dtype, nan=
         mag[sl] += np.abs(part)
     crop = (slice(None), slice(None), slice(ph, ph + h), slice(pw, pw + w))
     _close(gx, want_gx[crop], mag[crop], r * s + 1, dtype, f"{kind}_pool2d_backward")
+
+
+def check_conv_relu(dev, host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups=1, form="nchw",
+                    product_u=0.0, with_bias=True):
+    """conv2d(..., activation="relu") against max(float64 conv, 0), and conv2d_backward(...,
+    activation="relu", y=y) against the float64 gradients of grad_out masked where the reference
+    is above 0 (entries whose reference lies within the forward's error bound of 0 may round to
+    either side: their gradient is compared unmasked-or-masked, whichever y says). form: "nchw",
+    "nhwc" (memory_format="nhwc" arrays) or "view" (NCHW views of channels-last memory);
+    "conv1d" (h == 1: conv1d on (N, C, W))."""
+    x, wt = data(rng, (n, c, h, w), dtype), data(rng, (k, c // groups, r, s), dtype)
+    b = data(rng, (k,), dtype) if with_bias else None
+    want, mag, (ho, wo) = conv_reference(x, wt, b, _two(stride), _two(pad), _two(dil), groups)
+    g = data(rng, (n, k, ho, wo), dtype)
+    bd = None if b is None else dev(b)
+    if form == "conv1d":
+        x3, w3, g3 = x[:, :, 0], wt[:, :, 0], g[:, :, 0]
+        y = cudakit.conv1d(dev(x3), dev(w3), bd, stride[1], pad[1], dil[1], groups, activation="relu")
+        grads = cudakit.conv1d_backward(dev(g3), dev(x3), dev(w3), stride[1], pad[1], dil[1], with_bias, groups,
+                                        activation="relu", y=y)
+        y, gx, gw = host(y)[:, :, None], host(grads[0])[:, :, None], host(grads[1])[:, :, None]
+    else:
+        to = {"nchw": lambda a: dev(a), "nhwc": lambda a: dev(_nhwc(a)),
+              "view": lambda a: dev(_nhwc(a)).transpose(0, 3, 1, 2)}[form]
+        kw = {"memory_format": "nhwc"} if form == "nhwc" else {}
+        yd = cudakit.conv2d(to(x), dev(wt), bd, stride, pad, dil, groups, activation="relu", **kw)
+        grads = cudakit.conv2d_backward(to(g), to(x), dev(wt), stride, pad, dil, with_bias, groups,
+                                        activation="relu", y=yd, **kw)
+        back = (lambda a: host(a).transpose(0, 3, 1, 2)) if form == "nhwc" else host
+        y, gx, gw = back(yd), back(grads[0]), host(grads[1])
+    assert y.dtype == np_dtype(dtype)
+    _close(y, np.maximum(want, 0), mag, c // groups * r * s + 1, dtype, f"conv2d relu {form}", product_u)
+    assert (f64(y) >= 0).all(), f"{form}: relu left a negative"
+    on = f64(y) > 0   # the mask the backward applies (y as the kernels rounded it)
+    u_acc = 2.0**-53 if dtype == "float64" else 2.0**-24
+    slack = _U[dtype] * np.abs(want) + (2 * (c // groups * r * s + 1) * u_acc + product_u) * mag + _TINY[dtype]
+    assert (on == (want > 0))[np.abs(want) > slack].all(), f"{form}: y > 0 where the reference is not, or not"
+    gm = np.where(on, f64(g), 0.0)
+    rgx, rgw, magx, magw = _conv_grads(gm, f64(x), f64(wt), _two(stride), _two(pad), _two(dil), groups)
+    _close(gx, rgx, magx, k // groups * r * s, dtype, f"grad_x relu {form}", product_u)
+    _close(gw, rgw, magw, n * ho * wo, dtype, f"grad_weight relu {form}", product_u)
+    if with_bias:
+        _close(host(grads[2]), gm.sum(axis=(0, 2, 3)), np.abs(gm).sum(axis=(0, 2, 3)), n * ho * wo, dtype,
+               f"grad_bias relu {form}")
+    else:
+        assert grads[2] is None
+
+
+CONV_RELU_CASES = [((2, 5, 9, 8, 6, 3, 3, (1, 1), (1, 1), (1, 1)), 1, "nchw"),
+                   ((1, 8, 11, 7, 8, 3, 3, (2, 1), (1, 2), (1, 2)), 8, "nchw"),   # depthwise
+                   ((2, 4, 7, 9, 6, 1, 1, (1, 1), (0, 0), (1, 1)), 2, "nhwc"),
+                   ((2, 6, 8, 8, 4, 3, 3, (2, 2), (1, 1), (1, 1)), 1, "view"),
+                   ((3, 4, 1, 19, 5, 1, 3, (1, 2), (0, 1), (1, 1)), 1, "conv1d")]
+
+
+def check_conv_activation_errors(dev, rng):
+    """Bad activation names, a missing or mis-shaped y, and y without an activation: typed errors
+    naming the argument."""
+    x, w = dev(data(rng, (1, 2, 5, 5), "float32")), dev(data(rng, (3, 2, 3, 3), "float32"))
+    g = dev(data(rng, (1, 3, 3, 3), "float32"))
+    y = cudakit.conv2d(x, w, activation="relu")
+    with pytest.raises(cudakit.ArgumentError, match=r"conv2d: activation must be None or 'relu' \(got 'gelu'\)"):
+        cudakit.conv2d(x, w, activation="gelu")
+    with pytest.raises(cudakit.ArgumentError, match=r"conv1d: activation must be None or 'relu' \(got 1\)"):
+        cudakit.conv1d(x[:, :, 0], w[:, :, 0], activation=1)
+    with pytest.raises(cudakit.ArgumentError, match=r"activation='relu' needs y, the forward's output"):
+        cudakit.conv2d_backward(g, x, w, activation="relu")
+    with pytest.raises(cudakit.ArgumentError, match=r"y is the output of a forward with an activation"):
+        cudakit.conv2d_backward(g, x, w, y=y)
+    with pytest.raises(cudakit.ShapeError, match=r"y must have grad_out's shape and dtype \(1, 3, 3, 3\)"):
+        cudakit.conv2d_backward(g, x, w, activation="relu", y=y[:, :, :2])

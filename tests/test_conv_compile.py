@@ -26,7 +26,7 @@ dtype, k, c = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])   # k, c: channels
 ty = {"bfloat16": "*bf16", "float32": "*fp32"}[dtype]
 geo = (2, 2, 1, 1, 1, 1, 3, 3, 28, 28)          # strided, so the input gradient is zero-interleaved
 x_shape = (8, c, 56, 56)
-_, _, fwd = conv.plan(x_shape, k, geo, True, dtype)
+_, _, fwd = conv.plan(x_shape, k, geo, True, dtype, relu=True)   # (activation="relu": its epilogue compiles too)
 _, _, dx = conv.plan((8, k, 28, 28), c, conv.flipped(geo, x_shape), False, dtype, upsample=(2, 2))
 _, _, wg = conv.wgrad_plan(x_shape, k, geo, conv._TARGET_PROGRAMS, dtype)
 f32 = "*fp32"
@@ -38,7 +38,7 @@ for name, fn, c in (("fwd", src.conv2d_fwd, fwd), ("dx", src.conv2d_fwd, dx), ("
                     ("bias", src.conv2d_bias_grad, {"BLOCK": conv._BIAS_BLOCK}),
                     ("finish", src.conv2d_wgrad_finish, {"HAS_BIAS": True, "BLOCK": conv._FINISH_BLOCK}),
                     ("layout", src.conv2d_weight_layout, {"INPUT_GRAD": True, "BLOCK": conv._LAYOUT_BLOCK}),
-                    ("dw_fwd", src.conv2d_direct_fwd, conv._dw_consts(geo, (2, 2), True, True, min(c, 8), min(k, 8))),
+                    ("dw_fwd", src.conv2d_direct_fwd, conv._dw_consts(geo, (2, 2), True, True, min(c, 8), min(k, 8), relu=True)),
                     ("dw_wgrad", src.conv2d_direct_wgrad, conv.dw_wgrad_consts(geo, min(c, 8), min(k, 8)))):
     consts = {n: v for n, v in c.items() if n not in ("num_warps", "num_stages")}
     consts["PDL"] = True   # (as the runtime compiles them for sm_90: runtime.triton.pdl_supported)

@@ -288,3 +288,15 @@ def test_conv2d_memory_format_errors(rng):
         cudakit.conv2d(x[0], w, memory_format="nhwc")
     y = cudakit.conv2d(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2), w, memory_format="nchw")
     assert y.flags.c_contiguous
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo,groups,form", cc.CONV_RELU_CASES)
+def test_conv_relu(geo, groups, form, dtype, rng):
+    """conv2d / conv1d with activation="relu" and their backward with y, every layout."""
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv_relu(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups, form)
+
+
+def test_conv_activation_errors(rng):
+    cc.check_conv_activation_errors(_dev, rng)

@@ -88,6 +88,7 @@ _KEYWORD_TAILS["batch_norm_backward_fused"] = ("batch_norm_backward", ("beta", "
 _KEYWORD_TAILS.update({f"{op}_residual": (op, ("residual_grad",)) for op in ("layernorm_backward", "rmsnorm_backward")})
 _KEYWORD_TAILS["linear_backward_gelu"] = ("linear_backward", ("gelu_pre",))
 _KEYWORD_TAILS["linear_residual"] = ("linear", ("residual",))
+_KEYWORD_TAILS["conv2d_act"] = ("conv2d", ("activation",))
 _KEYWORD_TAILS["dropout_residual"] = ("dropout", ("residual",))
 _KEYWORD_TAILS["attention_backward_packed"] = ("attention_backward", _BWD_KEYS + ("qkv_packed",))
 _KEYWORD_TAILS["attention_varlen_backward"] = ("attention_varlen_backward",
@@ -726,29 +727,52 @@ def _conv_call(op: str, memory_format, args: tuple, arrays: int, planned: int = 
     return getattr(backend_for(*args[:arrays]), op)(*args, memory_format=memory_format)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None, activation=None):
     """2-D convolution, NCHW, or channels-last: memory_format="nhwc" ((N, H, W, C) arrays) or an
-    NCHW view of channels-last memory (see Backend.conv2d). Plans cover C-contiguous arrays,
-    channels-last views (their strides are part of the call signature) and C-contiguous (N, H, W, C)
-    arrays with memory_format="nhwc"."""
-    return _conv_call("conv2d", memory_format, (x, weight, bias, stride, padding, dilation, groups), 2)
+    NCHW view of channels-last memory (see Backend.conv2d); activation="relu": max(y, 0) fused.
+    Plans cover C-contiguous arrays, channels-last views (their strides are part of the call
+    signature) and C-contiguous (N, H, W, C) arrays with memory_format="nhwc"; with an activation,
+    the first two."""
+    args = (x, weight, bias, stride, padding, dilation, groups)
+    if activation is None:
+        return _conv_call("conv2d", memory_format, args, 2)
+    if memory_format is None:
+        return _planned("conv2d_act", "plan_conv2d_act", args + (activation,), 3)
+    return backend_for(x, weight).conv2d(*args, memory_format=memory_format, activation=activation)
 
 
-def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None):
-    """(grad_x, grad_weight, grad_bias) of conv2d (see Backend.conv2d_backward)."""
+def _through_activation(op: str, grad_out, x, activation, y):
+    """grad_out through conv2d's / conv1d's activation (Backend._activation_grad: its checks, then
+    relu_backward(grad_out, y)); grad_out itself without one."""
+    if activation is None and y is None:
+        return grad_out
+    return backend_for(grad_out, x)._activation_grad(op, grad_out, activation, y)
+
+
+def conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None,
+                    activation=None, y=None):
+    """(grad_x, grad_weight, grad_bias) of conv2d (see Backend.conv2d_backward); activation="relu"
+    with y, the forward's output: grad_out masked where y > 0 first, then the planned backward."""
+    grad_out = _through_activation("conv2d_backward", grad_out, x, activation, y)
     return _conv_call("conv2d_backward", memory_format, (grad_out, x, weight, stride, padding, dilation, bias, groups),
                       3)
 
 
-def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None, activation=None):
     """1-D convolution, (N, C, L), or (N, L, C) with memory_format="nlc" (see Backend.conv1d):
     conv2d on (N, C, 1, L) views. Plans (conv2d's, on those views) cover C-contiguous (N, C, L)
-    and, with "nlc", (N, L, C) arrays."""
-    return _conv_call("conv1d", memory_format, (x, weight, bias, stride, padding, dilation, groups), 2)
+    and, with "nlc", (N, L, C) arrays; with an activation, the backend's checked call."""
+    args = (x, weight, bias, stride, padding, dilation, groups)
+    if activation is None:
+        return _conv_call("conv1d", memory_format, args, 2)
+    return backend_for(x, weight).conv1d(*args, memory_format=memory_format, activation=activation)
 
 
-def conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None):
-    """(grad_x, grad_weight, grad_bias) of conv1d (see Backend.conv1d_backward)."""
+def conv1d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1, *, memory_format=None,
+                    activation=None, y=None):
+    """(grad_x, grad_weight, grad_bias) of conv1d (see Backend.conv1d_backward); activation and y as
+    conv2d_backward's."""
+    grad_out = _through_activation("conv1d_backward", grad_out, x, activation, y)
     return _conv_call("conv1d_backward", memory_format, (grad_out, x, weight, stride, padding, dilation, bias, groups),
                       3)
 

@@ -685,7 +685,7 @@ def test_varlen_deterministic_backward_is_bitwise_repeatable(rng):
 
 def test_last_paths_name_the_triton_kernels_where_no_choice_was_timed(rng):
     """A call only the Triton kernels take (a window; a deterministic backward; varlen dropout)
-    reports "triton" in cudakit.last_paths, whatever an earlier call of the op took."""
+    reports "triton" in paths.last_paths, whatever an earlier call of the op took."""
     from cudakit.kernels import paths
     q, k, v, g = (cp.asarray(ac.data(rng, (1, 2, 64, 64), "float16")) for _ in range(4))
     cudakit.attention(q, k, v)

@@ -40,7 +40,7 @@ def test_conv2d_groups(geo, groups, dtype, rng):
 
 
 def test_last_paths_name_the_direct_and_im2col_convolutions(rng):
-    """cudakit.last_paths names what ran: "direct" for a depthwise convolution the own candidate
+    """paths.last_paths names what ran: "direct" for a depthwise convolution the own candidate
     runs on its direct kernels (not "triton", the candidate's name in the timed choice), "im2col"
     for float64 (no other path takes it)."""
     from cudakit.kernels import paths
@@ -216,3 +216,35 @@ def test_conv2d_channels_last(case, dtype, weight_cl, rng):
     n, c, h, w, k, r, s, stride, pad, dil, groups = case
     cc.check_conv2d_channels_last(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups,
                                   product_u=_product_u(dtype), weight_cl=weight_cl)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo,groups,form", cc.CONV_RELU_CASES)
+def test_conv_relu(geo, groups, form, dtype, rng):
+    """conv2d / conv1d with activation="relu" (the path each signature times: cuDNN's fused graph or
+    convolution then relu, the own kernels' fused store, im2col for float64) and the backward with y."""
+    n, c, h, w, k, r, s, stride, pad, dil = geo
+    cc.check_conv_relu(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, dtype, groups, form,
+                       product_u=_product_u(dtype))
+
+
+def test_conv_relu_triton_kernels_fuse_it(rng, monkeypatch):
+    """The own candidate ("triton": implicit GEMM, and the direct kernels of a depthwise one) applies
+    the relu in its store: forced, both match max(conv, 0) in float64 and the plans replay them."""
+    from cudakit import dispatch
+    from cudakit.kernels import paths
+    real = paths.run
+
+    def run(op, key, candidates, timer=None):
+        if op == "conv2d" and key[-1] == "relu":
+            return dict(candidates)["triton"]()
+        return real(op, key, candidates, timer)
+    monkeypatch.setattr(paths, "run", run)
+    dispatch.clear()
+    for geo, groups, form in cc.CONV_RELU_CASES[:2]:
+        n, c, h, w, k, r, s, stride, pad, dil = geo
+        cc.check_conv_relu(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, "bfloat16", groups, form)
+
+
+def test_conv_activation_errors(rng):
+    cc.check_conv_activation_errors(_dev, rng)

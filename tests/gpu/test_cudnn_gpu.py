@@ -1031,3 +1031,46 @@ def test_attention_dropout_by_cudnn_reads_each_calls_seed_by_value(rng, cudnn_dr
         got = step(q, k, v)
         np.testing.assert_array_equal(_host(got[0]), _host(o))
         np.testing.assert_array_equal(_host(got[1]), _host(lse))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("form", ["view", "nchw", "nhwc"])
+@pytest.mark.parametrize("path", ["cudnn", "cudnn-unfused"])
+def test_conv2d_relu_on_cudnn(path, form, dtype, rng, monkeypatch):
+    """conv2d(..., activation="relu") on cuDNN: its graph with a ReLU node ("cudnn"; skipped, with
+    cuDNN's reason, where it has no engine for the fused graph) or its plain convolution and a relu
+    pass ("cudnn-unfused"), against float64, the backward with y; the dispatch plans of the forward
+    replay the checked call bit for bit."""
+    from cudakit import dispatch
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not usable: {cudnn.why_unavailable()}")
+    real = paths.run
+    took = []
+
+    def run(op, key, candidates, timer=None):
+        if op == "conv2d" and key[-1] == "relu":
+            out = dict(candidates)[path]()
+            if out is None:
+                pytest.skip(f"cuDNN declined the fused graph: {cudnn.declined()}")
+            paths._choice[(op, key)] = path
+            took.append((op, key))
+            return out
+        return real(op, key, candidates, timer)
+    monkeypatch.setattr(paths, "run", run)
+    dispatch.clear()
+    try:
+        cc.check_conv_relu(_dev, _host, rng, 2, 16, 9, 10, 24, 3, 3, (1, 1), (1, 1), (1, 1), dtype, form=form)
+        x = cc.data(rng, (2, 16, 9, 10), dtype)
+        x = _dev(x) if form == "nchw" else _dev(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+        if form == "view":
+            x = x.transpose(0, 3, 1, 2)
+        w, b = _dev(cc.data(rng, (24, 16, 3, 3), dtype)), _dev(cc.data(rng, (24,), dtype))
+        kw = {"memory_format": "nhwc"} if form == "nhwc" else {}
+        runs = [cudakit.conv2d(x, w, b, 1, 1, activation="relu", **kw) for _ in range(3)]
+        assert took and paths.last_paths()["conv2d"] == path
+        if form != "nhwc":   # (memory_format="nhwc" with an activation: the checked call, no plan)
+            assert [p_ for (op, _), p_ in dispatch._plans.items() if op == "conv2d_act"] != [None]
+        cp.testing.assert_array_equal(runs[0], runs[2])
+    finally:
+        for k in took:
+            paths._choice.pop(k, None)

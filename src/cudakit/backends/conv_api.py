@@ -60,6 +60,16 @@ def _check_1d_format(op: str, memory_format) -> bool:
     return memory_format == "nlc"
 
 
+def check_conv_activation(op: str, activation) -> bool:
+    """conv2d's / conv1d's activation: True for "relu" (y = max(conv + bias, 0), fused into the
+    convolution's own pass where a path can), False for None."""
+    if activation is None:
+        return False
+    if isinstance(activation, str) and activation == "relu":
+        return True
+    raise ArgumentError(f"{op}: activation must be None or 'relu' (got {activation!r})")
+
+
 def _weight_channels_last(w) -> bool:
     """w is a channels-last (K, C, R, S) weight (a view of (K, R, S, C) memory, as torch's
     channels_last) with a window of more than one tap: its gradient comes back in that layout."""
@@ -124,8 +134,9 @@ class ConvOps:
         """dL/dx of _pool_kernel, or None to scatter through window views (the CPU backend)."""
         return None
 
-    def _conv2d_kernel(self, x, w, b, geo, groups: int):
-        """y of conv2d from a backend's own kernel, or None for the im2col + GEMM path."""
+    def _conv2d_kernel(self, x, w, b, geo, groups: int, relu: bool = False):
+        """y of conv2d from a backend's own kernel (relu: max(y, 0) applied, activation="relu"), or
+        None for the im2col + GEMM path."""
         return None
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups: int):
@@ -224,26 +235,32 @@ class ConvOps:
         return self._ascontiguous(win).reshape(n, c * r * s, ho * wo)
 
     # ---- conv1d: conv2d over (N, C, 1, L) views -------------------------------------------------
-    def conv1d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
+    def conv1d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None,
+               activation=None):
         """1-D cross-correlation, PyTorch's conv1d: x (N, C, L), weight (K, C / groups, R), bias
         (K,) or None; stride, padding (zeros), dilation: an int or a 1-tuple; groups as conv2d.
         Returns (N, K, Lo), Lo = (L + 2 p - d (R - 1) - 1) // s + 1. memory_format "nlc": x and
         the result channels-last, (N, L, C) and (N, Lo, K) (a transformer's (batch, time, features)
         read in place, no transposed copy); None or "ncl": (N, C, L). Runs as conv2d on (N, C, 1, L)
-        views, channels-last ones for "nlc" (the same kernels, paths and checks; no copy of x)."""
+        views, channels-last ones for "nlc" (the same kernels, paths and checks; no copy of x).
+        activation: None or "relu", as conv2d's."""
         op = "conv1d"
         nlc = _check_1d_format(op, memory_format)
+        relu = check_conv_activation(op, activation)
         x4, w4, geo = self._conv1d_views(op, {"x": x, "weight": weight}, stride, padding, dilation, nlc)
-        y = self._conv2d(op, x4, w4, bias, *geo, groups)
+        y = self._conv2d(op, x4, w4, bias, *geo, groups, relu)
         return self._conv1d_out(y, nlc)
 
     def conv1d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True, groups=1, *,
-                        memory_format=None):
+                        memory_format=None, activation=None, y=None):
         """(grad_x, grad_weight, grad_bias) of y = conv1d(x, weight, bias, stride, padding, dilation,
         groups) for dL/dy = grad_out (N, K, Lo): x's and weight's shapes and (K,) (None when `bias`
-        is False), in x's dtype. memory_format "nlc": grad_out (N, Lo, K), x and grad_x (N, L, C)."""
+        is False), in x's dtype. memory_format "nlc": grad_out (N, Lo, K), x and grad_x (N, L, C).
+        activation="relu" with y, the forward's output: the gradients of conv1d(...,
+        activation="relu"), as conv2d_backward's."""
         op = "conv1d_backward"
         nlc = _check_1d_format(op, memory_format)
+        grad_out = self._activation_grad(op, grad_out, activation, y)
         x4, w4, geo = self._conv1d_views(op, {"x": x, "weight": weight}, stride, padding, dilation, nlc)
         g = self._coerce(grad_out, "grad_out") if grad_out is not None else None
         require_array(op, "grad_out", g)
@@ -296,7 +313,8 @@ class ConvOps:
         return self._as_nc1l(arrs["x"], nlc), nc1l_view(arrs["weight"]), geo
 
     # ---- conv2d ----------------------------------------------------------------------------
-    def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None):
+    def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, memory_format=None,
+               activation=None):
         """2-D cross-correlation, PyTorch's conv2d.
 
         x: (N, C, H, W); weight: (K, C / groups, R, S); bias: (K,) or None; one float dtype. stride,
@@ -311,9 +329,15 @@ class ConvOps:
         (N, K, Ho, Wo) view of (N, Ho, Wo, K) memory; "nchw": x (N, C, H, W), the output C-contiguous
         whatever x's strides. On the CUDA backend cuDNN reads and writes channels-last memory in
         place; cudakit's own kernels compute in (N, C, H, W), so there a channels-last call pays a
-        copy of x into that layout and of the output out of it."""
+        copy of x into that layout and of the output out of it.
+
+        activation: None, or "relu": y = max(conv + bias, 0), fused into the pass that writes y
+        (cuDNN's graph with a ReLU node, or the own kernels' store; rounded once, as conv then relu
+        would round it), else applied to y after. Its gradients: conv2d_backward(...,
+        activation="relu", y=y)."""
         nhwc, x = self._conv_layout("conv2d", x, memory_format)
-        y = self._conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups)
+        relu = check_conv_activation("conv2d", activation)
+        y = self._conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups, relu)
         return self._conv_out(y, nhwc)
 
     def _conv_layout(self, op: str, x, memory_format):
@@ -350,17 +374,19 @@ class ConvOps:
         t = y.transpose(0, 2, 3, 1)   # (N, Ho, Wo, K), C-contiguous
         return t if nhwc == "nhwc" else y
 
-    def _conv2d(self, op, x, weight, bias, stride, padding, dilation, groups):
+    def _conv2d(self, op, x, weight, bias, stride, padding, dilation, groups, relu: bool = False):
         arrs, geo, groups = self._conv_plan(op, {"x": x, "weight": weight, "bias": bias}, stride, padding,
                                             dilation, groups)
         x, w, b = arrs["x"], arrs["weight"], arrs["bias"]
         with self._device_scope(x):
-            y = self._conv2d_kernel(x, w, b, geo, groups)
+            y = self._conv2d_kernel(x, w, b, geo, groups, relu)
             if y is not None:
                 return y
-            return self._by_group(groups, lambda i, cg, kg: self._im2col_conv2d(
+            y = self._by_group(groups, lambda i, cg, kg: self._im2col_conv2d(
                 x[:, i * cg:(i + 1) * cg], w[i * kg:(i + 1) * kg], None if b is None else b[i * kg:(i + 1) * kg], geo),
                 1, x.shape[1], w.shape[0])
+            # (max(., 0) after the rounding equals it before: rounding is monotonic and keeps 0)
+            return self.relu(y, out=y) if relu else y
 
     def _im2col_conv2d(self, x, w, b, geo):
         n, k = x.shape[0], w.shape[0]
@@ -374,19 +400,41 @@ class ConvOps:
         return y.astype(x.dtype).reshape(n, k, ho, wo)                      # rounded once
 
     def conv2d_backward(self, grad_out, x, weight, stride=1, padding=0, dilation=1, bias: bool = True, groups=1, *,
-                        memory_format=None):
+                        memory_format=None, activation=None, y=None):
         """(grad_x, grad_weight, grad_bias) of y = conv2d(x, weight, bias, stride, padding, dilation,
         groups) for dL/dy = grad_out (N, K, Ho, Wo): x's shape, weight's shape and (K,), in x's dtype;
         grad_bias None when `bias` (a bool: did the forward have one) is False. memory_format as the
         forward's (with "nhwc", grad_out is (N, Ho, Wo, K) and grad_x comes back (N, H, W, C);
         without it, a channels-last x gives a channels-last grad_x). grad_weight comes back in the
         weight's layout: channels-last (a (K, C, R, S) view of (K, R, S, C) memory, as torch's
-        channels_last) for such a weight with a window of more than one tap, else C-contiguous."""
+        channels_last) for such a weight with a window of more than one tap, else C-contiguous.
+
+        activation="relu" with y, the forward's output (conv2d(..., activation="relu")), in
+        grad_out's shape and layout: the gradients of that forward, grad_out counting where y > 0
+        (relu_backward(grad_out, y), one elementwise pass before the convolution's backward)."""
         op = "conv2d_backward"
+        grad_out = self._activation_grad(op, grad_out, activation, y)
         nhwc, x = self._conv_layout(op, x, memory_format)
         grad_out, shown = self._grad_layout(op, grad_out, nhwc)
         gx, gw, gb = self._conv2d_backward(op, grad_out, x, weight, stride, padding, dilation, bias, groups, shown)
         return self._conv_out(gx, nhwc), gw, gb
+
+    def _activation_grad(self, op: str, grad_out, activation, y):
+        """grad_out through the forward's activation: unchanged without one; for "relu", grad_out
+        where y (the forward's output, grad_out's shape) > 0, else 0."""
+        if not check_conv_activation(op, activation):
+            if y is not None:
+                raise ArgumentError(f"{op}: y is the output of a forward with an activation; "
+                                    f"pass activation='relu' with it (got activation=None)")
+            return grad_out
+        require_array(op, "grad_out", grad_out)
+        if y is None:
+            raise ArgumentError(f"{op}: activation='relu' needs y, the forward's output (got None)")
+        g, yy = self._coerce(grad_out, "grad_out"), self._coerce(y, "y")
+        if tuple(yy.shape) != tuple(g.shape) or yy.dtype != g.dtype:
+            raise ShapeError(f"{op}: y must have grad_out's shape and dtype {tuple(g.shape)} {g.dtype} "
+                             f"(got {tuple(yy.shape)} {yy.dtype})")
+        return self.relu_backward(g, yy)
 
     def _grad_layout(self, op: str, grad_out, nhwc):
         """(grad_out as the kernels take it, a function showing an (N, C, H, W) shape as the caller's
@@ -567,9 +615,12 @@ class ConvOps:
 class CpuConvHooks(ConvOps):
     """The CPU backend's depthwise convolutions (backends/cpu_conv.py); the rest take im2col."""
 
-    def _conv2d_kernel(self, x, w, b, geo, groups):
+    def _conv2d_kernel(self, x, w, b, geo, groups, relu=False):
         from . import cpu_conv
-        return cpu_conv.forward(x, w, b, geo) if cpu_conv.depthwise(x.shape, w.shape, groups) else None
+        if not cpu_conv.depthwise(x.shape, w.shape, groups):
+            return None
+        y = cpu_conv.forward(x, w, b, geo)
+        return np.maximum(y, 0, out=y) if relu else y
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
         from . import cpu_conv

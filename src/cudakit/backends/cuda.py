@@ -117,14 +117,20 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         w = self._ascontiguous(w)
         return (lambda: w), False
 
-    def _conv2d_kernel(self, x, w, b, geo, groups):
+    def _conv2d_kernel(self, x, w, b, geo, groups, relu=False):
         (x,), layout = self._activations(x)
         wc, w_cl = self._weight(w, layout)
         b = None if b is None else self._ascontiguous(b)
-        key = conv_path_key("fwd", x.dtype, x.shape, w.shape, geo, groups, b is not None, layout, w_cl)
+        key = conv_path_key("fwd", x.dtype, x.shape, w.shape, geo, groups, b is not None, layout, w_cl, relu)
+        unfused = None
+        if relu:   # cuDNN's convolution, then max(y, 0) in place: where its fused graph has no engine
+            def unfused():
+                y = cudnn.conv_fprop(x, wc(), b, geo)
+                return None if y is None else self.relu(y, out=y)
         return self._conv_paths("conv2d", x.dtype, x.shape, w.shape, geo, groups, key, layout,
-                                lambda cl: cudnn.conv_fprop(x, w if cl and w_cl else wc(), b, geo, cl),
-                                lambda: self._own(lambda x: conv.conv2d(x, wc(), b, geo, groups), layout, x))
+                                lambda cl: cudnn.conv_fprop(x, w if cl and w_cl else wc(), b, geo, cl, relu),
+                                lambda: self._own(lambda x: conv.conv2d(x, wc(), b, geo, groups, relu), layout, x),
+                                unfused)
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
         (g,), layout = self._activations(grad_out)
@@ -146,13 +152,15 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
         return self._conv_paths("conv2d_weight_grad", x.dtype, x.shape, w_shape, geo, groups, key, layout,
                                 lambda cl: cudnn.conv_wgrad(g, x, w_shape, geo, bias, cl, out_cl), own)
 
-    def _conv_paths(self, op, dtype, x_shape, w_shape, geo, groups, key, layout, with_cudnn, with_own):
+    def _conv_paths(self, op, dtype, x_shape, w_shape, geo, groups, key, layout, with_cudnn, with_own, unfused=None):
         """The result of conv2d's faster path for this signature (kernels/paths.py, which records
         the choice for the dispatch plans of kernels/path_plans.py): cuDNN (any groups, 16-bit or
         float32 under precision "tf32" or "ieee", the `cudnn` extra installed; with_cudnn(weight_cl), and for
         channels-last activations with a window the weight given channels-last too,
         cudnn.krsc_offered) and cudakit's implicit-GEMM or direct kernels; None for the im2col path
-        when neither takes the call."""
+        when neither takes the call. unfused: the forward with activation="relu" as cuDNN's plain
+        convolution and a relu pass ("cudnn-unfused": where cuDNN has no engine for the fused graph,
+        its convolution against the own kernels' fused one)."""
         from ..kernels import paths
         name = conv.dtype_name(dtype)
         k = w_shape[0]
@@ -161,6 +169,8 @@ class CudaBackend(CudaNormalizationHooks, CudaReductionHooks, CudaSoftmaxHooks, 
             candidates.append(("cudnn", lambda: with_cudnn(False)))
             if cudnn.krsc_offered(layout, w_shape, dtype):
                 candidates.append(("cudnn-krsc", lambda: with_cudnn(True)))
+            if unfused is not None:
+                candidates.append(("cudnn-unfused", unfused))
         if conv.why_not(name, x_shape, k, geo, groups) is None:
             candidates.append(("triton", with_own))
         if not candidates:

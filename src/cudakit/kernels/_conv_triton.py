@@ -59,9 +59,9 @@ def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K] ([G K, 
                DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                HAS_BIAS: tl.constexpr, AFFINE: tl.constexpr, UH: tl.constexpr, UW: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREC: tl.constexpr,
-               W_KCRS: tl.constexpr = False,
+               W_KCRS: tl.constexpr = False, RELU: tl.constexpr = False,
                PDL: tl.constexpr = None):
-    """AFFINE: strides 1 and Q == Wd, so an output position pq reads x at pq + a per-tap constant (the
+    """RELU: y = max(conv + bias, 0), in the store's pass (conv2d's activation="relu"). AFFINE: strides 1 and Q == Wd, so an output position pq reads x at pq + a per-tap constant (the
     loads coalesce along the positions); otherwise the row and column are computed per position.
     UH, UW > 1: x is read as if UH - 1 (UW - 1) zero rows (columns) followed each of its rows
     (columns) - the input gradient of a strided convolution (a transposed convolution) - so only the
@@ -107,6 +107,8 @@ def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K] ([G K, 
         acc = tl.dot(a, b, acc, input_precision=PREC)
     if HAS_BIAS:
         acc += tl.load(B + grp * K + ks, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+    if RELU:
+        acc = tl.maximum(acc, 0.0)
     tl.store(Y + n * K * P * Q + ks[None, :] * (P * Q) + pq[:, None], acc.to(Y.dtype.element_ty),
              mask=m_ok[:, None] & k_ok[None, :])
 
@@ -260,7 +262,7 @@ def conv2d_direct_fwd(X, W, B, Y,   # X: [NG CI, H, Wd]; W: [G CO, CI, R*S] ([G 
                       DH: tl.constexpr, DW: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                       UH: tl.constexpr, UW: tl.constexpr, FLIP: tl.constexpr, HAS_BIAS: tl.constexpr,
                       BLOCK_Z: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr,
-                      PDL: tl.constexpr = None):
+                      RELU: tl.constexpr = False, PDL: tl.constexpr = None):
     """Grouped convolution with few channels a group (depthwise: CI = CO = 1) by direct float32
     FMAs: y[n, g CO + co] = sum over ci and taps of x[n, g CI + ci] at the tap times
     w[g CO + co, ci, tap]. Program (BLOCK_Z (image, group) pairs z = n G + g, BLOCK_P output rows,
@@ -310,6 +312,8 @@ def conv2d_direct_fwd(X, W, B, Y,   # X: [NG CI, H, Wd]; W: [G CO, CI, R*S] ([G 
             acc = accs[j * CO + co]
             if HAS_BIAS:
                 acc += bias
+            if RELU:   # (conv2d's activation="relu": max(., 0) before the one rounding)
+                acc = tl.maximum(acc, 0.0)
             tl.store(y_pl + (p0 + j) * Q, acc.to(Y.dtype.element_ty), mask=out_ok & (j < p_left)[:, None])
 
 

@@ -116,16 +116,20 @@ def _k(name: str, **consts):
 
 
 def plan(x_shape, k: int, geo, has_bias: bool, dtype_name: str = "bfloat16",
-         upsample: tuple = (1, 1), prec: str | None = None, w_kcrs: bool = False) -> tuple[int, int, dict]:
+         upsample: tuple = (1, 1), prec: str | None = None, w_kcrs: bool = False,
+         relu: bool = False) -> tuple[int, int, dict]:
     """(programs over the positions of an image, programs over the K channels, the kernel's
     constexprs and options) for x of x_shape (N, C, H, W) and K output channels; upsample: x read
     zero-interleaved (the input gradient of a strided convolution); prec: the products
-    (precision(dtype_name) when None); w_kcrs: the weight read in its own (G K, C, R, S) layout."""
+    (precision(dtype_name) when None); w_kcrs: the weight read in its own (G K, C, R, S) layout;
+    relu: max(y, 0) in the kernel's store (conv2d's activation="relu")."""
     cfg = _config(x_shape[1], k, dtype_name)
     consts = dict(cfg, **_geo_consts(x_shape, geo, upsample), HAS_BIAS=has_bias, UH=upsample[0], UW=upsample[1],
                   PREC=prec or precision(dtype_name))
     if w_kcrs:
         consts["W_KCRS"] = True
+    if relu:
+        consts["RELU"] = True
     return math.ceil(geo[8] * geo[9] / cfg["BLOCK_M"]), math.ceil(k / cfg["BLOCK_N"]), consts
 
 
@@ -146,7 +150,7 @@ def _weight(w, input_grad: bool, groups: int = 1):
     return out
 
 
-def _run(x, w_grsck, bias, geo, upsample=(1, 1), groups: int = 1, w_kcrs: bool = False):
+def _run(x, w_grsck, bias, geo, upsample=(1, 1), groups: int = 1, w_kcrs: bool = False, relu: bool = False):
     """y (N, G K, P, Q) of x (N, G C, H, W) with the weight as [G, R, S, C, K] (contiguous), or as
     the caller's (G K, C, R, S) with w_kcrs: x read as N G images of C channels, image z with group
     z % G's weight."""
@@ -158,7 +162,8 @@ def _run(x, w_grsck, bias, geo, upsample=(1, 1), groups: int = 1, w_kcrs: bool =
     if y.size == 0:
         return y.reshape(n, groups * k, geo[8], geo[9])
     name = dtype_name(x.dtype)
-    kern, grid_m, grid_n = _fwd_launch(xz.shape, k, geo, bias is not None, name, upsample, precision(name), w_kcrs)
+    kern, grid_m, grid_n = _fwd_launch(xz.shape, k, geo, bias is not None, name, upsample, precision(name), w_kcrs,
+                                       relu)
     b = bias if bias is not None else w_grsck   # any pointer: not read without HAS_BIAS
     images = n * groups
     step = (_MAX_GRID_Z // groups) * groups   # images along grid z, whole groups of them per launch
@@ -171,11 +176,11 @@ def _run(x, w_grsck, bias, geo, upsample=(1, 1), groups: int = 1, w_kcrs: bool =
 
 @functools.lru_cache(maxsize=256)
 def _fwd_launch(x_shape, k: int, geo, has_bias: bool, dtype_name: str, upsample: tuple, prec: str,
-                w_kcrs: bool = False):
+                w_kcrs: bool = False, relu: bool = False):
     """(kernel, programs over positions, programs over channels) of conv2d_fwd, per call shape and
     precision: the plan is built once (host time per call is on the order of the kernel's at these
     sizes)."""
-    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias, dtype_name, upsample, prec, w_kcrs)
+    grid_m, grid_n, consts = plan(x_shape, k, geo, has_bias, dtype_name, upsample, prec, w_kcrs, relu)
     return _k("conv2d_fwd", **consts), grid_m, grid_n
 
 
@@ -314,21 +319,22 @@ def dw_tile(geo, wgrad: bool = False, co: int = 1) -> tuple[int, int, int]:
     return max(1, elems // bq), rows, bq
 
 
-def _dw_consts(geo, upsample=(1, 1), flip: bool = False, has_bias: bool = False, ci: int = 1, co: int = 1) -> dict:
+def _dw_consts(geo, upsample=(1, 1), flip: bool = False, has_bias: bool = False, ci: int = 1, co: int = 1,
+               relu: bool = False) -> dict:
     bz, bp, bq = dw_tile(geo, co=co)
     return dict(_window_consts(geo), CI=ci, CO=co, UH=upsample[0], UW=upsample[1], FLIP=flip, HAS_BIAS=has_bias,
-                BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WARPS)
+                BLOCK_Z=bz, BLOCK_P=bp, BLOCK_Q=bq, num_warps=_DW_WARPS, **({"RELU": True} if relu else {}))
 
 
 @functools.lru_cache(maxsize=256)
-def _dw_kernel(geo, upsample: tuple, flip: bool, has_bias: bool, ci: int = 1, co: int = 1):
+def _dw_kernel(geo, upsample: tuple, flip: bool, has_bias: bool, ci: int = 1, co: int = 1, relu: bool = False):
     """(conv2d_direct_fwd with its constexprs bound, its tile) per geometry and channels a group
     (made once: host time per call matters at these sizes)."""
-    consts = _dw_consts(geo, upsample, flip, has_bias, ci, co)
+    consts = _dw_consts(geo, upsample, flip, has_bias, ci, co, relu)
     return _k("conv2d_direct_fwd", **consts), (consts["BLOCK_Z"], consts["BLOCK_P"], consts["BLOCK_Q"])
 
 
-def _dw_run(x, w, bias, geo, groups: int, co: int, flip: bool = False, upsample=(1, 1)):
+def _dw_run(x, w, bias, geo, groups: int, co: int, flip: bool = False, upsample=(1, 1), relu: bool = False):
     """y (N, groups co, P, Q) of the grouped convolution of x (N, groups ci, H, W) with w (groups co,
     ci, R, S) by conv2d_direct_fwd; flip, upsample: the input gradient, as _run (w is then the
     forward's weight, (groups ci, co, R, S))."""
@@ -337,7 +343,7 @@ def _dw_run(x, w, bias, geo, groups: int, co: int, flip: bool = False, upsample=
     y = cp.empty((n, groups * co, geo[8], geo[9]), x.dtype)
     if y.size == 0:
         return y
-    kern, (bz, bp, bq) = _dw_kernel(geo, upsample, flip, bias is not None, c // groups, co)
+    kern, (bz, bp, bq) = _dw_kernel(geo, upsample, flip, bias is not None, c // groups, co, relu)
     kern[(math.ceil(n * groups / bz), math.ceil(geo[8] / bp), math.ceil(geo[9] / bq))](
         x, w, w if bias is None else bias, y, n * groups, groups, h, wd, geo[8], geo[9])
     return y
@@ -379,13 +385,14 @@ def dw_wgrad_consts(geo, ci: int = 1, co: int = 1) -> dict:
 W_IN_PLACE = 16384
 
 
-def conv2d(x, w, bias, geo, groups: int = 1):
-    """conv_api's conv2d for C-contiguous x (N, C, H, W), w (K, C / groups, R, S), bias (K,) or None."""
+def conv2d(x, w, bias, geo, groups: int = 1, relu: bool = False):
+    """conv_api's conv2d for C-contiguous x (N, C, H, W), w (K, C / groups, R, S), bias (K,) or None;
+    relu: max(y, 0) fused into the kernels' store (activation="relu")."""
     if direct(x.shape, w.shape, groups, geo):
-        return _dw_run(x, w, bias, geo, groups, w.shape[0] // groups)
+        return _dw_run(x, w, bias, geo, groups, w.shape[0] // groups, relu=relu)
     if w.size <= W_IN_PLACE:
-        return _run(x, w, bias, geo, groups=groups, w_kcrs=True)
-    return _run(x, _weight(w, False, groups), bias, geo, groups=groups)
+        return _run(x, w, bias, geo, groups=groups, w_kcrs=True, relu=relu)
+    return _run(x, _weight(w, False, groups), bias, geo, groups=groups, relu=relu)
 
 
 def conv2d_input_grad(grad_out, w, x_shape, geo, groups: int = 1):

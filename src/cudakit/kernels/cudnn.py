@@ -476,9 +476,9 @@ def _tags(dtype_name: str, layout: str, weight_cl: bool) -> tuple:
 
 
 def fprop_sig(x_shape, w_shape, dtype_name, geo, bias: bool, device: int, layout: str = "nchw",
-              weight_cl: bool = False) -> tuple:
+              weight_cl: bool = False, relu: bool = False) -> tuple:
     return ("conv_fprop", tuple(x_shape), tuple(w_shape), dtype_name, geo, bool(bias)) + \
-        _tags(dtype_name, layout, weight_cl) + (device,)
+        _tags(dtype_name, layout, weight_cl) + (("relu",) if relu else ()) + (device,)
 
 
 def dgrad_sig(g_shape, w_shape, x_shape, dtype_name, geo, device: int, layout: str = "nchw",
@@ -553,14 +553,16 @@ def _layout_desc(a, layout: str) -> tuple:
     return nchw_out_desc(a.shape, layout == "nhwc")
 
 
-def conv_fprop(x, w, bias, geo, weight_cl: bool = False):
+def conv_fprop(x, w, bias, geo, weight_cl: bool = False, relu: bool = False):
     """y (N, K, Ho, Wo) of conv2d for x (N, C, H, W), C-contiguous or a view of channels-last
     memory, w (K, C, R, S) C-contiguous or channels-last (is_krsc) and bias (K,) or None
     C-contiguous, one dtype: cuDNN's fprop, the bias
     added in the same graph; y in x's layout (no copies either way). Returns None when cuDNN
     declines the signature or x is laid out otherwise. weight_cl: the weight goes to cuDNN
     channels-last (the caller's candidate "cudnn-krsc", offered where krsc_offered), else
-    C-contiguous, copied where it is not (as_weight_layout). FLOPs: 2 N K Ho Wo C R S."""
+    C-contiguous, copied where it is not (as_weight_layout). relu: y = max(conv + bias, 0), a
+    pointwise node of the same graph (conv2d's activation="relu"; where cuDNN has no fused engine for
+    it, the graph declines). FLOPs: 2 N K Ho Wo C R S."""
     layout = layout_of(x)
     if layout is None or not aligned(x, w, bias) or not (w.flags.c_contiguous or is_krsc(w)):
         return None
@@ -569,7 +571,7 @@ def conv_fprop(x, w, bias, geo, weight_cl: bool = False):
     y_shape = (x.shape[0], k, geo[8], geo[9])
     xd, wd, yd = _layout_desc(x, layout), nchw_out_desc(w.shape, weight_cl), nchw_out_desc(y_shape, layout == "nhwc")
     bd = None if bias is None else ((1, k, 1, 1), (k, 1, 1, 1))
-    sig = fprop_sig(x.shape, w.shape, name, geo, bias is not None, x.data.device_id, layout, weight_cl)
+    sig = fprop_sig(x.shape, w.shape, name, geo, bias is not None, x.data.device_id, layout, weight_cl, relu)
 
     def make(g, dt):
         io = g_io(dt, name)
@@ -580,6 +582,8 @@ def conv_fprop(x, w, bias, geo, weight_cl: bool = False):
             B = _tensor(g, "B", bd, io)
             Y = g.bias(input=Y, bias=B, name="bias")
             ops.append(B)
+        if relu:
+            Y = g.relu(input=Y, name="relu")
         _out(Y, yd, io)
         return ops + [Y]
     descs = [xd, wd] + ([bd] if bd is not None else []) + [yd]

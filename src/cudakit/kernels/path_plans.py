@@ -567,21 +567,34 @@ def _new_nchw(layout: str):
     return lambda shape, dtype: nd((shape[0], shape[2], shape[3], shape[1]), dtype).transpose(0, 3, 1, 2)
 
 
-def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig, layout="nchw", weight_cl=False):
+def _conv_step(op, kind, dtype, x_shape, w_shape, geo, groups, bias, cudnn_sig, layout="nchw", weight_cl=False,
+               relu=False):
     """The chosen path of one conv2d pass (see _conv_paths of backends/cuda.py): ("cudnn", its
     executor, called with pointers, whether cuDNN takes the weight channels-last) or ("triton",
     None, False); None when no path was chosen for the signature (at the current float32
-    precision). cudnn_sig(weight_cl): the cuDNN graph's signature."""
+    precision). cudnn_sig(weight_cl, relu): the cuDNN graph's signature. relu (the forward with
+    activation="relu"): ("cudnn-unfused", the plain graph's executor, False) where cuDNN's
+    convolution runs and the relu after."""
     from . import cudnn, paths
-    choice = paths.chosen(op, paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias, layout, weight_cl))
-    if choice in ("cudnn", "cudnn-krsc"):
+    choice = paths.chosen(op, paths.conv_path_key(kind, dtype, x_shape, w_shape, geo, groups, bias, layout, weight_cl,
+                                                  relu))
+    if choice in ("cudnn", "cudnn-krsc", "cudnn-unfused"):
         cl = choice == "cudnn-krsc"
-        run = cudnn.executor(cudnn_sig(cl))
-        return None if run is None else ("cudnn", run, cl)
+        run = cudnn.executor(cudnn_sig(cl, relu and choice != "cudnn-unfused"))
+        return None if run is None else ("cudnn" if choice != "cudnn-unfused" else choice, run, cl)
     return ("triton", None, False) if choice == "triton" else None
 
 
 def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _conv2d_plan("conv2d", x, weight, bias, stride, padding, dilation, groups, False)
+
+
+def plan_conv2d_act(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):
+    """conv2d with activation="relu" (ops' "conv2d_act"; its checked call has validated activation)."""
+    return _conv2d_plan("conv2d_act", x, weight, bias, stride, padding, dilation, groups, True)
+
+
+def _conv2d_plan(op, x, weight, bias, stride, padding, dilation, groups, relu: bool):
     layout, w_cl = _conv_layout((x,), weight, (bias,))
     if layout is None:
         return None
@@ -589,27 +602,26 @@ def plan_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     from . import cudnn
     name = str(x.dtype)
     step = _conv_step("conv2d", "fwd", x.dtype, x.shape, weight.shape, geo, groups, bias is not None,
-                      lambda cl: cudnn.fprop_sig(x.shape, weight.shape, name, geo, bias is not None, x.data.device_id,
-                                                 layout, cl), layout, w_cl)
-    if step is None:
-        return None
+                      lambda cl, act: cudnn.fprop_sig(x.shape, weight.shape, name, geo, bias is not None,
+                                                      x.data.device_id, layout, cl, act), layout, w_cl, relu)
+    if step is None or step[0] == "triton":
+        return None   # the Triton kernels: a plan traced from the checked call (ops._planner)
     nd = _new_nchw(layout)   # the output in x's layout, as cudnn.conv_fprop makes it
     y_shape = (x.shape[0], weight.shape[0], geo[8], geo[9])
-    if step[0] == "cudnn":
-        run, wl, w_in = step[1], step[2], cudnn.as_weight_layout
-        if bias is None:
-            def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-                y, wc = nd(y_shape, x.dtype), w_in(weight, wl)   # (wc held until the launch: cudnn.as_weight_layout)
-                run(x.data.ptr, wc.data.ptr, y.data.ptr)
-                return y
-        else:
-            def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-                y, wc = nd(y_shape, x.dtype), w_in(weight, wl)
-                run(x.data.ptr, wc.data.ptr, bias.data.ptr, y.data.ptr)
-                return y
+    run, wl, w_in = step[1], step[2], cudnn.as_weight_layout
+    from ..ops import relu as relu_op
+    unfused = step[0] == "cudnn-unfused"   # cuDNN's plain convolution, then max(y, 0) in place
+    if bias is None:
+        def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *_):
+            y, wc = nd(y_shape, x.dtype), w_in(weight, wl)   # (wc held until the launch: cudnn.as_weight_layout)
+            run(x.data.ptr, wc.data.ptr, y.data.ptr)
+            return relu_op(y, out=y) if unfused else y
     else:
-        return None   # the Triton kernels: a plan traced from the checked call (ops._planner)
-    return _f32_guard(name, plan, "conv2d", 3)
+        def plan(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *_):
+            y, wc = nd(y_shape, x.dtype), w_in(weight, wl)
+            run(x.data.ptr, wc.data.ptr, bias.data.ptr, y.data.ptr)
+            return relu_op(y, out=y) if unfused else y
+    return _f32_guard(name, plan, op, 3)
 
 
 def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, bias=True, groups=1):
@@ -624,10 +636,10 @@ def plan_conv2d_backward(grad_out, x, weight, stride=1, padding=0, dilation=1, b
     name = str(x.dtype)
     w_shape = tuple(weight.shape)
     wg = _conv_step("conv2d_weight_grad", "wgrad", x.dtype, x.shape, w_shape, geo, groups, bias,
-                    lambda cl: cudnn.wgrad_sig(grad_out.shape, x.shape, w_shape, name, geo, dev, layout, cl), layout,
+                    lambda cl, _: cudnn.wgrad_sig(grad_out.shape, x.shape, w_shape, name, geo, dev, layout, cl), layout,
                     w_cl)
     dg = _conv_step("conv2d_input_grad", "dgrad", x.dtype, x.shape, w_shape, geo, groups, False,
-                    lambda cl: cudnn.dgrad_sig(grad_out.shape, w_shape, x.shape, name, geo, dev, layout, cl), layout,
+                    lambda cl, _: cudnn.dgrad_sig(grad_out.shape, w_shape, x.shape, name, geo, dev, layout, cl), layout,
                     w_cl)
     if wg is None or dg is None or (wg[0] == dg[0] == "triton"):
         return None   # (the Triton kernels: a plan traced from the checked call, ops._planner)

@@ -45,7 +45,7 @@ def declined_for_now() -> None:
 
 
 def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bool, layout: str = "nchw",
-                  weight_cl: bool = False) -> tuple:
+                  weight_cl: bool = False, relu: bool = False) -> tuple:
     """The signature under which conv2d's path is chosen: kind "fwd", "dgrad" or "wgrad", the
     shapes, geometry, groups, bias, dtype, float32 precision and current device, and the layout of
     the activations ("nhwc": channels-last, which cuDNN reads in place and the own kernels copy;
@@ -53,7 +53,8 @@ def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bo
     kept on disk from before that path existed is not reused; "wcl" after that where the weight
     (or, for "wgrad", dL/dw) is channels-last: the paths that read it C-contiguous copy it; and
     "grouped-cudnn" last for groups > 1, whose choices kept on disk from before cuDNN was a
-    candidate for them (2026-11-28) were made among cudakit's own kernels alone)."""
+    candidate for them (2026-11-28) were made among cudakit's own kernels alone); "relu" last for
+    the forward with activation="relu" (its candidates fuse it, or cuDNN's runs it after)."""
     from .. import config
     from ..runtime import _cupy
     from .cudnn import krsc_offered
@@ -62,7 +63,7 @@ def conv_path_key(kind: str, dtype, x_shape, w_shape, geo, groups: int, bias: bo
     tags = () if layout == "nchw" else (layout, "krsc") if krsc_offered(layout, w_shape, dtype) else (layout,)
     return (kind, tuple(x_shape), tuple(w_shape), geo, groups, bool(bias), name, prec,
             _cupy.cupy().cuda.runtime.getDevice()) + tags + (("wcl",) if weight_cl else ()) \
-        + (("grouped-cudnn",) if groups > 1 else ())
+        + (("grouped-cudnn",) if groups > 1 else ()) + (("relu",) if relu else ())
 
 
 def chosen(op: str, key):

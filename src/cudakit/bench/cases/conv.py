@@ -19,11 +19,14 @@ def _in_layout(a, channels_last: bool):
     return a.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2) if channels_last else a
 
 
-def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1, channels_last: bool = False):
+def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1, channels_last: bool = False, relu: bool = False):
     """A 3x3 convolution (stride 1, padding 1) with a bias, whose backward returns dL/db too.
     channels_last: x and dL/dy are (N, C, H, W) views of (N, H, W, C) memory on both sides (torch's
-    channels_last; the results come back so), the weight C-contiguous."""
+    channels_last; the results come back so), the weight C-contiguous. relu (`conv2d_relu` rows):
+    relu(conv2d(...)), cudakit's activation="relu" (fused; its backward masks dL/dy by y) against
+    torch's F.relu(F.conv2d(...)) and the gradients of that."""
     cg = c // groups
+    act = {"activation": "relu"} if relu else {}
 
     def layout(a):
         return _in_layout(a, channels_last)
@@ -33,31 +36,37 @@ def _conv(env: Env, n, c, hw, k, dtype, backward, groups=1, channels_last: bool 
         b = _rand(env, (k,), dtype, 3)
         if backward:
             g = layout(_rand(env, (n, k, hw, hw), dtype, 4))
-            prov = {"cudakit": lambda: cudakit.conv2d_backward(g, x, w, 1, 1, groups=groups)}
+            yk = {"y": cudakit.conv2d(x, w, b, 1, 1, groups=groups, **act)} if relu else {}
+            prov = {"cudakit": lambda: cudakit.conv2d_backward(g, x, w, 1, 1, groups=groups, **act, **yk)}
         else:
-            prov = {"cudakit": lambda: cudakit.conv2d(x, w, b, 1, 1, groups=groups)}
+            prov = {"cudakit": lambda: cudakit.conv2d(x, w, b, 1, 1, groups=groups, **act)}
         if env.gpu and env.torch is not None:
             t = env.torch
             tx, tw, tb = (t.from_dlpack(a) for a in (x, w, b))
+            f = t.nn.functional
+            fwd = (lambda x, w, b: f.relu(f.conv2d(x, w, b, 1, 1, 1, groups))) if relu else \
+                (lambda x, w, b: f.conv2d(x, w, b, 1, 1, 1, groups))
             if backward:
                 rx, rw, rb = (v.detach().requires_grad_(True) for v in (tx, tw, tb))
-                y = t.nn.functional.conv2d(rx, rw, rb, 1, 1, 1, groups)
+                y = fwd(rx, rw, rb)
                 tg = t.from_dlpack(g)
                 prov["torch"] = lambda: t.autograd.grad(y, (rx, rw, rb), tg, retain_graph=True)
             else:
-                prov["torch"] = lambda: t.nn.functional.conv2d(tx, tw, tb, 1, 1, 1, groups)
+                prov["torch"] = lambda: fwd(tx, tw, tb)
         return prov
     flops = (2 if backward else 1) * 2 * n * k * hw * hw * cg * 9
     nbytes = (n * c * hw * hw + k * cg * 9 + n * k * hw * hw) * _ITEM[dtype] * (2 if backward else 1)
     kind = "" if groups == 1 else "_depthwise" if groups == c == k else "_grouped"
-    name = "conv2d" + kind + ("_nhwc" if channels_last else "") + ("_backward" if backward else "")
+    name = "conv2d" + kind + ("_relu" if relu else "") + ("_nhwc" if channels_last else "") + \
+        ("_backward" if backward else "")
     def check():
         x = layout(_rand(env, check_batch((n, c, hw, hw)), dtype, 11))
         w, b = _rand(env, (k, cg, 3, 3), dtype, 12, (9 * cg) ** -0.5), _rand(env, (k,), dtype, 13)
         if backward:
             g = layout(_rand(env, (x.shape[0], k, hw, hw), dtype, 14))
-            return (lambda g, x, w: cudakit.conv2d_backward(g, x, w, 1, 1, groups=groups)), (g, x, w)
-        return (lambda x, w, b: cudakit.conv2d(x, w, b, 1, 1, groups=groups)), (x, w, b)
+            yk = {"y": cudakit.conv2d(x, w, b, 1, 1, groups=groups, **act)} if relu else {}
+            return (lambda g, x, w: cudakit.conv2d_backward(g, x, w, 1, 1, groups=groups, **act, **yk)), (g, x, w)
+        return (lambda x, w, b: cudakit.conv2d(x, w, b, 1, 1, groups=groups, **act)), (x, w, b)
     return Case(name, "conv", (n, c, hw, hw, k), dtype, nbytes, setup, flops=flops, check=check)
 
 
@@ -179,6 +188,9 @@ def cases(env: Env) -> list[Case]:
                 _conv(env, n, c, hw, k, dtype, False, channels_last=True),
                 _conv(env, n, c, hw, k, dtype, True, channels_last=True),
                 _conv(env, n, 4 * c, hw // 2, 4 * c, dtype, True, c // 2, channels_last=True),
+                # conv2d(..., activation="relu") against torch's relu(conv2d): NCHW and channels-last
+                *(_conv(env, n, c, hw, k, dtype, bw, channels_last=cl, relu=True)
+                  for cl in (False, True) for bw in (False, True)),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", False),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "max", True),
                 _pool(env, n, c, hw * 2 if env.gpu else hw, dtype, "avg", False)]
