@@ -374,6 +374,21 @@ def test_attention_grouped_query_with_a_bias(bias, dtype, rng):
     ac.check_attention_gqa(_dev, _host, rng, 2, 6, 2, 9, 13, 8, dtype, True, bias=bias)
 
 
+@pytest.mark.parametrize("score_bytes", [None, 4 * 13 * 4 * 3, 4 * 5 * 4])
+def test_grouped_query_reads_k_and_v_in_place(score_bytes, rng, monkeypatch):
+    """The CPU backend repeats no k, v heads (forward, backward, varlen): matmul_attention reads them
+    in place, whole groups a chunk or one head a chunk (score_bytes: chunks of 3 heads, rounded down
+    to the group of 2, and of 5 query rows of one head), and matches the float64 reference."""
+    from cudakit.backends import matmul_attention
+    be = cudakit.get_backend("cpu")
+    if score_bytes is not None:
+        monkeypatch.setattr(matmul_attention, "_SCORE_BYTES", score_bytes)
+    monkeypatch.setattr(type(be), "_repeat_heads", lambda *a: pytest.fail("k, v heads repeated"))
+    ac.check_attention_gqa(_dev, _host, rng, 2, 6, 3, 9, 13, 8, "float32", True)
+    ac.check_attention_gqa(_dev, _host, rng, 1, 4, 2, 9, 13, 8, "bfloat16", False, "blhd", bias=(1, 4, 9, 13))
+    ac.check_varlen(_dev, _host, rng, 4, 2, 16, [17, 1, 30], [17, 29, 30], True, "float32")
+
+
 @pytest.mark.parametrize("layout", ["bhld", "blhd"])
 def test_grouped_query_backward_takes_gradients_summed_by_the_kernels(layout, rng, monkeypatch):
     """A backward module that reads grouped k, v in place may return dk, dv either per q head (the

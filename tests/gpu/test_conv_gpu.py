@@ -52,7 +52,7 @@ def test_last_paths_name_the_direct_and_im2col_convolutions(rng):
         assert paths.last_paths()["conv2d"] == "direct"
     finally:
         cudakit.set_float32_precision(old)
-    cudakit.conv2d(x.astype(cp.float64), w.astype(cp.float64), None, 1, 1)
+    cudakit.conv2d(x.astype(cp.float64), w.astype(cp.float64), None, 1, 1, 1, 16)
     assert paths.last_paths()["conv2d"] == "im2col"
 
 

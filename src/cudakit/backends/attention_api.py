@@ -508,6 +508,9 @@ def _groups(q, k) -> int:
 
 
 class CpuAttentionHooks(AttentionOps):
+    def _gqa_in_place(self, dtype_name, n, masks, lead, d=0):
+        return True   # (matmul_attention reads grouped-query k, v in place, whole groups a chunk)
+
     def _attention_module(self, dtype_name):
         from . import matmul_attention
         return matmul_attention
@@ -518,9 +521,10 @@ class CudaAttentionHooks(AttentionOps):
         # the Triton kernels index k, v by q's last leading dim (the heads); key lengths index their
         # batch by the same divisor, so with lengths only for (B, H, L, D) q; head dims past the
         # Triton kernels' take the repeated heads to cuDNN
+        # (float64: matmul_attention, which reads them in place whatever the masks and sizes)
         from ..kernels.attention import _MAX_GRID_Y, MAX_HEAD_DIM
-        return (dtype_name != "float64" and n <= _MAX_GRID_Y and d <= MAX_HEAD_DIM
-                and (masks.lengths is None or len(lead) == 2))
+        return dtype_name == "float64" or (n <= _MAX_GRID_Y and d <= MAX_HEAD_DIM
+                                           and (masks.lengths is None or len(lead) == 2))
 
     def _varlen_kernels(self, dtype_name):
         if dtype_name == "float64":   # the matrix-product path, a sequence at a time

@@ -202,21 +202,17 @@ class VarlenAttentionOps:
                 continue   # no rows, or no keys: out 0 and lse -inf, gradients 0
             qb = self._ascontiguous(q[rq].swapaxes(0, 1))                                 # (H, Lq, D)
             kb, vb = (self._ascontiguous(x[rk].swapaxes(0, 1)) for x in (k, v))          # (Hkv, Lk, D)
-            if groups > 1:
-                kb, vb = self._repeat_heads(kb, groups), self._repeat_heads(vb, groups)
+            gqa = {"groups": groups, "q_heads": q.shape[1]}   # (read in place, dK, dV summed: no repeat)
             masks = Masks(causal, window, dropout=drop, drop_index=(b * q.shape[1], mq, mk))
             if grads is None:
-                ob, lb = mm.forward(qb, kb, vb, scale, causal, name, masks=masks)
+                ob, lb = mm.forward(qb, kb, vb, scale, causal, name, masks=masks, **gqa)
                 out[rq] = ob.swapaxes(0, 1)
                 lse[rq] = lb.swapaxes(0, 1)
                 continue
             gb, obb = (self._ascontiguous(x[rq].swapaxes(0, 1)) for x in (g, o))
             lb = self._ascontiguous(lse_all[rq].swapaxes(0, 1))
-            dqb, dkb, dvb = mm.backward(gb, qb, kb, vb, obb, lb, scale, causal, name, masks=masks)
+            dqb, dkb, dvb = mm.backward(gb, qb, kb, vb, obb, lb, scale, causal, name, masks=masks, **gqa)
             dq[rq] = dqb.swapaxes(0, 1)
-            if groups > 1:
-                dkb, dvb = (x.reshape(k.shape[1], groups, *x.shape[1:]).astype(acc).sum(axis=1).astype(k.dtype)
-                            for x in (dkb, dvb))
             dk[rk] = dkb.swapaxes(0, 1)
             dv[rk] = dvb.swapaxes(0, 1)
         return (out, lse) if grads is None else (dq, dk, dv)

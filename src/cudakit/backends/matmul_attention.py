@@ -3,7 +3,10 @@ the CPU backend; CuPy for float64 on the GPU, which the fused Triton kernels do 
 contract of cudakit.kernels.attention ([BH, L, D] arrays, float32 arithmetic for 16-bit and
 float32 data, float64 for float64, the row log-sum-exp returned for the backward). The scores are
 materialised a chunk of (batch-head, query rows) at a time, at most _SCORE_BYTES a chunk, so
-memory stays bounded for long sequences."""
+memory stays bounded for long sequences. Grouped-query k, v ([BH / groups, Lk, D], each serving
+`groups` consecutive q heads) are read in place: a chunk covers whole groups (or one q head), its
+q heads seen as [kv heads, groups, rows, D] against the kv heads broadcast, and dK, dV summed over
+each group by the products themselves (no repeated heads)."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,21 +28,53 @@ def _acc(x):
     return np.float64 if x.dtype == np.float64 else np.float32
 
 
-def _chunks(bh: int, lq: int, lk: int, itemsize: int):
-    """(heads slice, query-rows slice) chunks covering [bh, lq] with at most _SCORE_BYTES of scores."""
+def _chunks(bh: int, lq: int, lk: int, itemsize: int, groups: int = 1):
+    """(heads slice, query-rows slice) chunks covering [bh, lq] with at most _SCORE_BYTES of scores;
+    with groups > 1, whole groups of heads a chunk, or one head (a head's scores alone past the bound)."""
     per_head = max(1, lq * lk * itemsize)
     heads = max(1, _SCORE_BYTES // per_head)
+    if groups > 1:
+        heads = heads // groups * groups if heads >= groups else 1
     rows = max(1, lq) if per_head <= _SCORE_BYTES else max(1, _SCORE_BYTES // max(1, lk * itemsize))
     for b0 in range(0, bh, heads):
         for r0 in range(0, lq, rows):
             yield slice(b0, min(bh, b0 + heads)), slice(r0, min(lq, r0 + rows))
 
 
+def _kv(x, hs, groups: int):
+    """The k or v rows the q heads hs read: x[hs], or with groups > 1 the kv heads of those groups
+    as [kv heads, 1, L, D] (broadcast over each group's q heads by _by_kv)."""
+    if groups == 1:
+        return x[hs]
+    return x[hs.start // groups:(hs.stop - 1) // groups + 1][:, None]
+
+
+def _kv_rows(hs, groups: int):
+    """The rows of [BH / groups] k, v (and dK, dV) that the q heads hs read."""
+    return hs if groups == 1 else slice(hs.start // groups, (hs.stop - 1) // groups + 1)
+
+
+def _by_kv(xp, a, b):
+    """a [heads, rows, X] @ b: b [heads, X, Y], or [kv heads, 1, X, Y] from _kv (a's heads seen as
+    [kv heads, heads / kv heads, rows, X]: one product per kv head's group, b read in place)."""
+    if b.ndim == 3:
+        return xp.matmul(a, b)
+    return xp.matmul(a.reshape((b.shape[0], -1) + a.shape[1:]), b).reshape(a.shape[:2] + b.shape[-1:])
+
+
+def _summed_kv(xp, a, b, nkv: int):
+    """Sum over each kv head's q heads of a^T b: a [heads, rows, X], b [heads, rows, Y] (both
+    C-contiguous, rows whole) -> [nkv, X, Y] (the group's rows stacked: one product, summed by it)."""
+    if nkv == a.shape[0]:
+        return xp.matmul(a.swapaxes(1, 2), b)
+    return xp.matmul(a.reshape(nkv, -1, a.shape[2]).swapaxes(1, 2), b.reshape(nkv, -1, b.shape[2]))
+
+
 def _scores(xp, q, k, scale, masks, lq, hs, rs):
-    """q k^T * scale (+ the bias) for the query rows rs of the [BH] entries hs, the keys a row
-    does not see (masks: Masks) set to -inf."""
+    """q k^T * scale (+ the bias) for the query rows rs of the [BH] entries hs (k: their rows, or
+    _kv's grouped-query block), the keys a row does not see (masks: Masks) set to -inf."""
     acc = _acc(q)
-    s = xp.matmul(q.astype(acc), k.astype(acc).swapaxes(1, 2)) * acc(scale)
+    s = _by_kv(xp, q.astype(acc), k.astype(acc).swapaxes(-1, -2)) * acc(scale)
     bias = masks.bias_block(xp, hs, rs)
     if bias is not None:
         s = s + bias.astype(acc)
@@ -60,33 +95,37 @@ def _probabilities(xp, s):
     return xp.where(seen, e / safe, 0), xp.where(seen, m + xp.log(safe), -xp.inf)
 
 
-def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, masks=None, need_lse: bool = True):
+def forward(q, k, v, scale: float, causal: bool, dtype_name: str, block_n=None, masks=None, need_lse: bool = True,
+            groups: int = 1, q_heads: int = 1):
     """(out, lse) of softmax(q k^T * scale) v; lse float32 (float64 for float64). block_n: the
-    fused kernels' key block, no meaning here. masks: Masks (Masks(causal) when None)."""
+    fused kernels' key block, no meaning here. masks: Masks (Masks(causal) when None). groups > 1:
+    k, v are [BH / groups, Lk, D], read in place (q_heads: taken for the fused kernels' interface)."""
     xp, acc = _xp(q), _acc(q)
     masks = Masks(causal) if masks is None else masks
     bh, lq, _ = q.shape
     out = xp.empty(q.shape[:2] + (v.shape[2],), q.dtype)
     lse = xp.empty((bh, lq), acc)
     with np.errstate(invalid="ignore", over="ignore"):
-        for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
-            p, lse_c = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, rs))
+        for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize, groups):
+            p, lse_c = _probabilities(xp, _scores(xp, q[hs, rs], _kv(k, hs, groups), scale, masks, lq, hs, rs))
             keep = masks.keep(xp, hs, rs, lq, k.shape[1])
             if keep is not None:   # dropout on the probabilities (the row sums stay the undropped ones)
                 p = xp.where(keep, p * acc(masks.dropout[1]), 0)
-            out[hs, rs] = xp.matmul(p, v[hs].astype(acc)).astype(q.dtype)
+            out[hs, rs] = _by_kv(xp, p, _kv(v, hs, groups).astype(acc)).astype(q.dtype)
             lse[hs, rs] = lse_c[..., 0]
     return out, lse
 
 
-def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, masks=None, deterministic=False):
+def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str, masks=None, deterministic=False,
+             groups: int = 1, q_heads: int = 1):
     """(dq, dk, dv), and the bias's gradient dS (summed over the dims the bias broadcasts, float32
     or float64, the bias's 4-D shape) as a fourth when masks has a bias: dV = P^T dO,
     dS = P (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s, P recomputed chunk by chunk from
     the scores, normalised by their own max-subtracted sum (exp(s - lse) loses the normalisation
     where lse rounds to the row max); lse is the forward's, taken for the interface. dK, dV and the
     bias's gradient are summed over the chunks in a fixed order: deterministic whatever
-    `deterministic` says."""
+    `deterministic` says. groups > 1: k, v [BH / groups, Lk, D] read in place, and dK, dV come back
+    so, summed over each group's q heads in the accumulation type before their one rounding."""
     xp, acc = _xp(q), _acc(q)
     masks = Masks(causal) if masks is None else masks
     bh, lq, _ = q.shape
@@ -95,21 +134,23 @@ def backward(do, q, k, v, out, lse, scale: float, causal: bool, dtype_name: str,
     dv = xp.zeros(v.shape, acc)
     db = None if masks.bias is None else xp.zeros(masks.bias.shape, acc)
     with np.errstate(invalid="ignore", over="ignore"):
-        for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize):
-            p = _probabilities(xp, _scores(xp, q[hs, rs], k[hs], scale, masks, lq, hs, rs))[0]
-            g = do[hs, rs].astype(acc)
+        for hs, rs in _chunks(bh, lq, k.shape[1], np.dtype(acc).itemsize, groups):
+            kb, vb, kr = _kv(k, hs, groups).astype(acc), _kv(v, hs, groups).astype(acc), _kv_rows(hs, groups)
+            nkv = kb.shape[0]
+            p = _probabilities(xp, _scores(xp, q[hs, rs], kb, scale, masks, lq, hs, rs))[0]
+            g = xp.ascontiguousarray(do[hs, rs].astype(acc))
             delta = (g * out[hs, rs].astype(acc)).sum(axis=2, keepdims=True)
             keep = masks.keep(xp, hs, rs, lq, k.shape[1])
-            dp = xp.matmul(g, v[hs].astype(acc).swapaxes(1, 2))
+            dp = _by_kv(xp, g, vb.swapaxes(-1, -2))
             if keep is not None:   # out = (P o M / (1 - p)) V: dV and dP through the same mask
                 sd = acc(masks.dropout[1])
-                dv[hs] += xp.matmul(xp.where(keep, p * sd, 0).swapaxes(1, 2), g)
+                dv[kr] += _summed_kv(xp, xp.where(keep, p * sd, 0), g, nkv)
                 dp = xp.where(keep, dp * sd, 0)
             else:
-                dv[hs] += xp.matmul(p.swapaxes(1, 2), g)
+                dv[kr] += _summed_kv(xp, p, g, nkv)
             ds = p * (dp - delta)
-            dq[hs, rs] = xp.matmul(ds, k[hs].astype(acc)) * acc(scale)
-            dk[hs] += xp.matmul(ds.swapaxes(1, 2), q[hs, rs].astype(acc)) * acc(scale)
+            dq[hs, rs] = _by_kv(xp, ds, kb) * acc(scale)
+            dk[kr] += _summed_kv(xp, ds, xp.ascontiguousarray(q[hs, rs].astype(acc)), nkv) * acc(scale)
             if db is not None:
                 _add_bias_grad(db, ds, masks, hs, rs)
         grads = dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)   # overflow to +-inf as IEEE
