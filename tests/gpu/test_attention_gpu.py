@@ -521,12 +521,15 @@ def test_attention_blhd(b, lq, lk, h, d, dtype, causal, rng):
     ac.check_attention_blhd(_dev, _host, rng, b, lq, lk, h, d, dtype, causal)
 
 
-@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("dtype", GPU_DTYPES + ["float64"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b,h,hkv,lq,lk,d", [(2, 4, 2, 33, 50, 64), (1, 6, 3, 17, 17, 24)])
 def test_attention_grouped_query(b, h, hkv, lq, lk, d, dtype, causal, rng):
-    """Grouped-query attention on whichever path the signature takes (cuDNN in place, else repeated heads)."""
+    """Grouped-query attention on whichever path the signature takes (cuDNN or the Triton kernels, and
+    float64's matrix products, each reading k, v in place)."""
     ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal)
+    if dtype == "float64":   # (with a bias: its gradient summed over the grouped heads too)
+        ac.check_attention_gqa(_dev, _host, rng, b, h, hkv, lq, lk, d, dtype, causal, bias=(1, h, lq, lk))
 
 
 # -- masks: causal (bottom-right), window, key lengths; the Triton kernels on every path ------------
