@@ -353,5 +353,24 @@ def check_conv_activation_errors(dev, rng):
         cudakit.conv2d_backward(g, x, w, activation="relu")
     with pytest.raises(cudakit.ArgumentError, match=r"y is the output of a forward with an activation"):
         cudakit.conv2d_backward(g, x, w, y=y)
-    with pytest.raises(cudakit.ShapeError, match=r"y must have grad_out's shape and dtype \(1, 3, 3, 3\)"):
+    with pytest.raises(cudakit.ShapeError, match=r"y must have grad_out's shape \(1, 3, 3, 3\) \(got \(1, 3, 2, 3\)\)"):
         cudakit.conv2d_backward(g, x, w, activation="relu", y=y[:, :, :2])
+    with pytest.raises(cudakit.DTypeError, match=r"y must have grad_out's dtype float32 \(got float64\)"):
+        cudakit.conv2d_backward(g, x, w, activation="relu", y=y.astype("float64"))
+
+
+def check_conv_relu_nan(dev, host, rng, dtype, groups=1, form="nchw"):
+    """A NaN in x stays NaN through conv2d(..., activation="relu") (as relu(conv2d) keeps it): every
+    output whose window reads it is NaN, the others max(conv, 0)."""
+    c, k = (4, 4) if groups > 1 else (3, 5)
+    x, wt = data(rng, (2, c, 7, 6), dtype), data(rng, (k, c // groups, 3, 3), dtype)
+    x[1, 0, 3, 2] = np.nan
+    to = (lambda a: dev(_nhwc(a)).transpose(0, 3, 1, 2)) if form == "view" else dev
+    y = f64(host(cudakit.conv2d(to(x), dev(wt), None, 1, 1, 1, groups, activation="relu")))
+    want, _, _ = conv_reference(np.nan_to_num(x), wt, None, (1, 1), (1, 1), (1, 1), groups)
+    hit = np.zeros(want.shape, bool)
+    ks = range(k) if groups == 1 else range(0, k // groups)   # (the group of channel 0)
+    for kk in ks:
+        hit[1, kk, 2:5, 1:4] = True
+    assert np.isnan(y[hit]).all(), f"{form}: a NaN lost by the relu"
+    assert not np.isnan(y[~hit]).any()

@@ -300,3 +300,8 @@ def test_conv_relu(geo, groups, form, dtype, rng):
 
 def test_conv_activation_errors(rng):
     cc.check_conv_activation_errors(_dev, rng)
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_conv_relu_keeps_nan(groups, rng):
+    cc.check_conv_relu_nan(_dev, _host, rng, "float32", groups)

@@ -244,6 +244,9 @@ def test_conv_relu_triton_kernels_fuse_it(rng, monkeypatch):
     for geo, groups, form in cc.CONV_RELU_CASES[:2]:
         n, c, h, w, k, r, s, stride, pad, dil = geo
         cc.check_conv_relu(_dev, _host, rng, n, c, h, w, k, r, s, stride, pad, dil, "bfloat16", groups, form)
+    for dtype in ("bfloat16", "float32"):   # a NaN kept by the fused store (implicit GEMM; direct: groups 4)
+        for groups in (1, 4):
+            cc.check_conv_relu_nan(_dev, _host, rng, dtype, groups)
 
 
 def test_conv_activation_errors(rng):

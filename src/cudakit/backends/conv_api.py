@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from .checks import MAX_INDEX, check_size, require_array
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
 
 
 def _is_int(v) -> bool:
@@ -431,9 +431,10 @@ class ConvOps:
         if y is None:
             raise ArgumentError(f"{op}: activation='relu' needs y, the forward's output (got None)")
         g, yy = self._coerce(grad_out, "grad_out"), self._coerce(y, "y")
-        if tuple(yy.shape) != tuple(g.shape) or yy.dtype != g.dtype:
-            raise ShapeError(f"{op}: y must have grad_out's shape and dtype {tuple(g.shape)} {g.dtype} "
-                             f"(got {tuple(yy.shape)} {yy.dtype})")
+        if tuple(yy.shape) != tuple(g.shape):
+            raise ShapeError(f"{op}: y must have grad_out's shape {tuple(g.shape)} (got {tuple(yy.shape)})")
+        if yy.dtype != g.dtype:
+            raise DTypeError(f"{op}: y must have grad_out's dtype {g.dtype} (got {yy.dtype})")
         return self.relu_backward(g, yy)
 
     def _grad_layout(self, op: str, grad_out, nhwc):

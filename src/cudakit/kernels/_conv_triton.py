@@ -107,8 +107,8 @@ def conv2d_fwd(X, W, B, Y,      # X: [N G, C, H, Wd]; W: [G, R, S, C, K] ([G K, 
         acc = tl.dot(a, b, acc, input_precision=PREC)
     if HAS_BIAS:
         acc += tl.load(B + grp * K + ks, mask=k_ok, other=0.0).to(tl.float32)[None, :]
-    if RELU:
-        acc = tl.maximum(acc, 0.0)
+    if RELU:   # (NaN kept, as cudakit's relu keeps it: maximum's default would return the 0)
+        acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
     tl.store(Y + n * K * P * Q + ks[None, :] * (P * Q) + pq[:, None], acc.to(Y.dtype.element_ty),
              mask=m_ok[:, None] & k_ok[None, :])
 
@@ -312,8 +312,8 @@ def conv2d_direct_fwd(X, W, B, Y,   # X: [NG CI, H, Wd]; W: [G CO, CI, R*S] ([G 
             acc = accs[j * CO + co]
             if HAS_BIAS:
                 acc += bias
-            if RELU:   # (conv2d's activation="relu": max(., 0) before the one rounding)
-                acc = tl.maximum(acc, 0.0)
+            if RELU:   # (conv2d's activation="relu": max(., 0) before the one rounding, NaN kept)
+                acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
             tl.store(y_pl + (p0 + j) * Q, acc.to(Y.dtype.element_ty), mask=out_ok & (j < p_left)[:, None])
 
 
