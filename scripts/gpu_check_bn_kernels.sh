@@ -10,5 +10,5 @@ cases=${CASES:-32x2048x7x7:float32:cl 32x128x28x28:float32:cl 32x64x112x112:floa
 timeout ${PROBE_TIMEOUT:-200} ncu --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu.csv" \
   --cache-control none --clock-control none python3 scripts/bn_kernel_probe.py $cases > "$OUT/probe.log" 2>&1
 tail -3 "$OUT/probe.log"
-python3 scripts/bn_kernel_table.py "$OUT/ncu.csv" "$OUT/probe.log" | tee "$OUT/table.txt"
+python3 scripts/bn_kernel_table.py "$OUT/ncu.csv" "$OUT/probe.log" --json "$OUT/bn-kernels.json" | tee "$OUT/table.txt"
 date -u +"%H:%M:%SZ"
