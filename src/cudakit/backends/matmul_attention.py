@@ -4,9 +4,9 @@ contract of cudakit.kernels.attention ([BH, L, D] arrays, float32 arithmetic for
 float32 data, float64 for float64, the row log-sum-exp returned for the backward). The scores are
 materialised a chunk of (batch-head, query rows) at a time, at most _SCORE_BYTES a chunk, so
 memory stays bounded for long sequences. Grouped-query k, v ([BH / groups, Lk, D], each serving
-`groups` consecutive q heads) are read in place: a chunk covers whole groups (or one q head), its
-q heads seen as [kv heads, groups, rows, D] against the kv heads broadcast, and dK, dV summed over
-each group by the products themselves (no repeated heads)."""
+`groups` consecutive q heads) are read in place: a chunk covers whole groups, its q heads seen as
+[kv heads, groups, rows, D] against the kv heads broadcast, and dK, dV summed over each group by
+the products themselves (no repeated heads)."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,13 +29,15 @@ def _acc(x):
 
 
 def _chunks(bh: int, lq: int, lk: int, itemsize: int, groups: int = 1):
-    """(heads slice, query-rows slice) chunks covering [bh, lq] with at most _SCORE_BYTES of scores;
-    with groups > 1, whole groups of heads a chunk, or one head (a head's scores alone past the bound)."""
-    per_head = max(1, lq * lk * itemsize)
+    """(heads slice, query-rows slice) chunks covering [bh, lq] with at most _SCORE_BYTES of scores
+    (a row of each head at least); with groups > 1, whole groups of heads a chunk (their rows split
+    where a group's scores pass the bound)."""
+    per_row = max(1, lk * itemsize)
+    per_head = max(1, lq * per_row)
     heads = max(1, _SCORE_BYTES // per_head)
     if groups > 1:
-        heads = heads // groups * groups if heads >= groups else 1
-    rows = max(1, lq) if per_head <= _SCORE_BYTES else max(1, _SCORE_BYTES // max(1, lk * itemsize))
+        heads = max(groups, heads // groups * groups)
+    rows = max(1, lq) if heads * per_head <= _SCORE_BYTES else max(1, _SCORE_BYTES // (heads * per_row))
     for b0 in range(0, bh, heads):
         for r0 in range(0, lq, rows):
             yield slice(b0, min(bh, b0 + heads)), slice(r0, min(lq, r0 + rows))
@@ -64,7 +66,7 @@ def _by_kv(xp, a, b):
 
 def _summed_kv(xp, a, b, nkv: int):
     """Sum over each kv head's q heads of a^T b: a [heads, rows, X], b [heads, rows, Y] (both
-    C-contiguous, rows whole) -> [nkv, X, Y] (the group's rows stacked: one product, summed by it)."""
+    C-contiguous: a chunk's own arrays) -> [nkv, X, Y] (the group's rows stacked: one product, summed by it)."""
     if nkv == a.shape[0]:
         return xp.matmul(a.swapaxes(1, 2), b)
     return xp.matmul(a.reshape(nkv, -1, a.shape[2]).swapaxes(1, 2), b.reshape(nkv, -1, b.shape[2]))
