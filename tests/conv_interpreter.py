@@ -1,6 +1,6 @@
 """Run by tests/test_conv_interpreter.py in a subprocess with TRITON_INTERPRET=1 (Triton picks the
 interpreter when it is imported):
-    TRITON_INTERPRET=1 python tests/conv_interpreter.py [implicit_gemm grouped depthwise direct_grouped]
+    TRITON_INTERPRET=1 python tests/conv_interpreter.py [implicit_gemm grouped depthwise direct_grouped relu]
 runs the implicit-GEMM conv2d Triton kernels (kernels/_conv_triton.py) on NumPy arrays, launched as
 kernels/conv.py launches them (plan() and wgrad_plan(), the weight as [R, S, C, K], the flipped
 convolution for the input gradient), against the CPU backend in float64, for each geometry in CASES. float16 stands in
@@ -52,14 +52,14 @@ def _pair(v):
     return (v, v) if isinstance(v, int) else v
 
 
-def run(x, w_grsck, bias, geo, upsample=(1, 1), groups=1, w_kcrs=False):
+def run(x, w_grsck, bias, geo, upsample=(1, 1), groups=1, w_kcrs=False, relu=False):
     """conv._run: x (N, G C, H, W) read as N G images of C channels, y likewise; w_kcrs: the weight
-    as the caller holds it, (G K, C, R, S)."""
+    as the caller holds it, (G K, C, R, S); relu: activation="relu"'s fused store."""
     n, gc, h, wd = x.shape
     c, k = gc // groups, (w_grsck.shape[0] // groups if w_kcrs else w_grsck.shape[-1])
     xz = x.reshape(n * groups, c, h, wd)
     y = np.full((n * groups, k, geo[8], geo[9]), 7.0, x.dtype)   # a value the kernel never leaves
-    gm, gn, consts = conv.plan(xz.shape, k, geo, bias is not None, x.dtype.name, upsample, w_kcrs=w_kcrs)
+    gm, gn, consts = conv.plan(xz.shape, k, geo, bias is not None, x.dtype.name, upsample, w_kcrs=w_kcrs, relu=relu)
     b = bias if bias is not None else w_grsck
     src.conv2d_fwd[(gm, gn, n * groups)](*map(Tensor, (xz, w_grsck, b, y)), c, h, wd, k, geo[8], geo[9], groups,
                                          **consts)
@@ -94,11 +94,11 @@ def weight_grad(g, x, w_shape, geo, programs, groups=1):
     return gw, gb, grid[2], steps
 
 
-def dw_run(x, w, bias, geo, groups, co, flip=False, upsample=(1, 1)):
+def dw_run(x, w, bias, geo, groups, co, flip=False, upsample=(1, 1), relu=False):
     """conv._dw_run: the direct kernel (groups of few channels; depthwise: one)."""
     n, c, h, wd = x.shape
     y = np.full((n, groups * co, geo[8], geo[9]), 7.0, x.dtype)
-    consts = conv._dw_consts(geo, upsample, flip, bias is not None, c // groups, co)
+    consts = conv._dw_consts(geo, upsample, flip, bias is not None, c // groups, co, relu)
     consts.pop("num_warps")
     grid = (-(-n * groups // consts["BLOCK_Z"]), -(-geo[8] // consts["BLOCK_P"]), -(-geo[9] // consts["BLOCK_Q"]))
     src.conv2d_direct_fwd[grid](*map(Tensor, (x, w, w if bias is None else bias, y)), n * groups, groups, h, wd,
@@ -222,9 +222,39 @@ def direct_grouped(rng):
     return len(DIRECT_GROUPED) + 2
 
 
+def relu(rng):
+    """activation="relu" fused into the forward's store (implicit GEMM, its weight reordered and in
+    place; the direct kernels, depthwise and grouped): max(conv + bias, 0) with a NaN of x kept in
+    every output whose window reads it."""
+    cpu = cudakit.get_backend("cpu")
+    n = 0
+    for shape, k, rs, groups in (((2, 5, 9, 11), 7, (3, 3), 1), ((2, 6, 8, 9), 6, (3, 3), 6), ((1, 8, 7, 9), 12, (3, 3), 4)):
+        for dtype in (np.float16, np.float32):
+            x = rng.standard_normal(shape).astype(dtype)
+            x[-1, 0, 3, 4] = np.nan
+            cg = shape[1] // groups
+            w = (rng.standard_normal((k, cg) + rs) * (cg * rs[0] * rs[1]) ** -0.5).astype(dtype)
+            b = rng.standard_normal(k).astype(dtype)
+            want = cpu.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), 1, 1, 1, groups)
+            geo = (1, 1, 1, 1, 1, 1, rs[0], rs[1], want.shape[2], want.shape[3])
+            if conv.direct(shape, w.shape, groups, geo):
+                ys = [dw_run(x, w, b, geo, groups, k // groups, relu=True)]
+            else:
+                ys = [run(x, weight(w, False, groups), b, geo, groups=groups, relu=True),
+                      run(x, w, b, geo, groups=groups, w_kcrs=True, relu=True)]
+            for y in ys:
+                y = y.astype(np.float64)
+                assert np.array_equal(np.isnan(y), np.isnan(want)) and np.isnan(want).any(), "a NaN lost by the relu"
+                np.testing.assert_allclose(y, np.maximum(want, 0), atol=4e-3, rtol=4e-3,
+                                           err_msg=f"relu {shape} {k} groups {groups} {dtype.__name__}")
+                n += 1
+    return n
+
+
 # the parts, each runnable alone (`python tests/conv_interpreter.py depthwise`) so that the test runs
 # them in parallel; no argument runs them all
-PARTS = {"implicit_gemm": implicit_gemm, "grouped": grouped, "depthwise": depthwise, "direct_grouped": direct_grouped}
+PARTS = {"implicit_gemm": implicit_gemm, "grouped": grouped, "depthwise": depthwise, "direct_grouped": direct_grouped,
+         "relu": relu}
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 the CPU against the CPU backend in float64 (tests/conv_interpreter.py, in a subprocess: the
 interpreter is chosen when Triton is imported): padding masks, the affine and the general address
 paths, ragged channel and position blocks, the zero-interleaved input gradient of strided
-convolutions, the weight gradient's splits and the bias gradient."""
+convolutions, the weight gradient's splits and the bias gradient, and the forward's fused relu
+(activation="relu", NaN kept)."""
 import ast
 from pathlib import Path
 
