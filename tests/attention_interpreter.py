@@ -205,12 +205,14 @@ def check_bias(b, h, lq, lk, d, causal, dtype, bshape, mode, neg_inf_row=False):
                                    err_msg=f"{name} {case}")
 
 
-def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropout=None):
+def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropout=None, max_grid=None):
     """Packed sequences (VARLEN): q (total_q, H, D), k, v (total_k, Hkv, D) read in place (head
     h // (H / Hkv)), each sequence's masks aligned bottom-right on its own lengths, against the
     float64 reference of each sequence; sequences without rows or keys among them. max_pad: the
     launch's max_seqlen above the longest sequence. dropout: (p, seed), sequence b's mask that of
-    the padded (B, H, max_seqlen_q, max_seqlen_k) scores in cudakit.dropout's stream."""
+    the padded (B, H, max_seqlen_q, max_seqlen_k) scores in cudakit.dropout's stream. max_grid: the
+    launches in slices of that many sequence*heads as kernels/attention.py's _varlen_slices makes
+    them past 65535 (each told its first, BH0)."""
     from cudakit.backends.cpu_dropout import mask
     from cudakit.backends.dropout_api import threshold
     from cudakit.backends.attention_masks import relative_bounds
@@ -238,21 +240,30 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropo
     cu = (_Tensor(cq), _Tensor(ck), grp, tq, tk, *drop)
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
-    kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), nb * h)](
-        *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, 0, d,
-        HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(cfg))
+    saved = host._MAX_GRID_Y
+    host._MAX_GRID_Y = max_grid or saved
+    try:
+        slices = list(host._varlen_slices(nb, h))
+    finally:
+        host._MAX_GRID_Y = saved
+    assert max_grid is None or len(slices) > 1, slices
+    for bh0, n in slices:
+        kernels.attn_fwd[(max(1, math.ceil(mq / cfg["BLOCK_M"])), n)](
+            *map(_Tensor, (q, k, v, out, lse)), dummy, _Tensor(err), qk_scale, mq, mk, dlo, dhi, h, *nobias, *cu, bh0,
+            d, HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(cfg))
     assert not err.any(), err
     kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
                                                        _Tensor(delta.reshape(1, -1)), tq * h, d, BLOCK_M=64,
                                                        BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
     args = (dummy, qk_scale, scale, mq, mk, dlo, dhi, h, *nobias)
-    kernels.attn_bwd_dkdv[(max(1, math.ceil(mk / kv["BLOCK_N"])), nb * h)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, *cu, 0, d, HAS_LENS=False, EVEN_Q=False,
-        HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(kv))
-    kernels.attn_bwd_dq[(max(1, math.ceil(mq / qc["BLOCK_M"])), nb * h)](
-        *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, dummy, 0, 0, 0, 0, *cu, 0, d, HAS_LENS=False,
-        HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True, VARLEN=True, DROPOUT=keep is not None, **_tiles(qc))
+    for bh0, n in slices:
+        kernels.attn_bwd_dkdv[(max(1, math.ceil(mk / kv["BLOCK_N"])), n)](
+            *map(_Tensor, (q, k, v, g, lse, delta, dk, dv)), *args, *cu, bh0, d, HAS_LENS=False, EVEN_Q=False,
+            HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(kv))
+        kernels.attn_bwd_dq[(max(1, math.ceil(mq / qc["BLOCK_M"])), n)](
+            *map(_Tensor, (q, k, v, g, lse, delta, dq)), *args, dummy, 0, 0, 0, 0, *cu, bh0, d, HAS_LENS=False,
+            HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True, VARLEN=True, DROPOUT=keep is not None, **_tiles(qc))
     tol = 2e-5 if dtype == "float32" else 4e-3
     for b in range(nb):
         rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
@@ -824,6 +835,10 @@ if __name__ == "__main__":
         check_varlen(*case[:7], window=case[7], max_pad=case[8])
     for case in VARLEN_DROPOUT_CASES:
         check_varlen(*case[:7], window=case[7], max_pad=case[8], dropout=case[9])
+    # launches in slices of 3 sequence*heads (past 65535 on a GPU), one ending inside a sequence's heads
+    check_varlen(*VARLEN_DROPOUT_CASES[0][:7], window=VARLEN_DROPOUT_CASES[0][7], max_pad=3,
+                 dropout=VARLEN_DROPOUT_CASES[0][9], max_grid=3)
+    check_varlen(*VARLEN_CASES[2][:7], max_grid=3)
     check_varlen_bad_length()
     for case in GQA_CASES:
         check_gqa(*case)
