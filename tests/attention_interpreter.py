@@ -307,14 +307,21 @@ def check_varlen_bad_length():
     kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
-    assert list(err[:4]) == [11, 1, 40, 40], err
+    assert list(err[:7]) == [11, 1, 40, 40, 32, 32, 2 | 16], err   # past max_seqlen_q and _k (one array for both)
     # a last entry past the packed total (50 rows): flagged, and the rows read and written stay inside
     err[:] = 0
     big = _Tensor(np.array([0, 10, 60], np.int32))
     kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
                              -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
-    assert list(err[:4]) == [11, 1, 50, 50], err
+    assert list(err[:7]) == [11, 1, 50, 50, 64, 64, 4 | 32], err   # past the packed rows, both sides
+    # a decreasing cu_seqlens_q beside a good cu_seqlens_k: only q's bit
+    err[:] = 0
+    dec, good = _Tensor(np.array([0, 30, 20], np.int32)), _Tensor(np.array([0, 10, 20], np.int32))
+    kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, dec, good, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
+                             HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
+    assert list(err[:7]) == [11, 1, -10, 10, 32, 32, 1], err
 
 
 # (H, Hkv, head_dim, Lq per sequence, Lk per sequence, causal, dtype, window, max_seqlen padding)

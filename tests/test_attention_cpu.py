@@ -743,3 +743,20 @@ def test_attention_backward_qkv_packed(dtype, rng):
         be.attention_backward(g, q, kv, kv, out, lse, layout="blhd", qkv_packed=True)
     with pytest.raises(cudakit.ArgumentTypeError, match="qkv_packed must be a bool"):
         be.attention_backward(g, q, k, v, out, lse, layout="blhd", qkv_packed="yes")
+
+
+def test_device_cu_seqlens_errors_name_the_array_and_what_is_wrong():
+    """The message of a bad GPU cu_seqlens (kernels/attention._cu_seqlens_error, from the kernels'
+    flag words: sequence, Lq, Lk, max_seqlen_q, max_seqlen_k, what is wrong on each side) names
+    cu_seqlens_q or cu_seqlens_k and the fault; pure host code, no GPU."""
+    from cudakit.kernels.attention import _cu_seqlens_error
+    e = _cu_seqlens_error("attention_varlen", [1, 40, 40, 32, 64, 2, 0])
+    assert isinstance(e, cudakit.ArgumentError)
+    assert str(e).startswith("attention_varlen: sequence 1: its Lq = 40 is past max_seqlen_q = 32 (found")
+    e = _cu_seqlens_error("attention_varlen", [2, 5, -3, 8, 8, 8, 0])
+    assert "sequence 2: cu_seqlens_k decreases there (Lk = -3) or is negative" in str(e)
+    assert "cu_seqlens_q" not in str(e)
+    e = _cu_seqlens_error("attention_varlen", [0, 9, 9, 8, 8, 4 | 16 | 32, 0])
+    msg = str(e)
+    assert "cu_seqlens_q reaches past the packed q's rows" in msg and "its Lk = 9 is past max_seqlen_k = 8" in msg
+    assert "cu_seqlens_k reaches past the packed k's rows" in msg

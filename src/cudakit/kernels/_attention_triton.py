@@ -59,21 +59,27 @@ def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, TQ, TK, DLO, DHI, start, CHECK: tl.c
     bottom-right alignment: this sequence's Lk - Lq is added where they bound), and the offset of
     its first (total_q, H) lse entry. A sequence outside the packed arrays (TQ, TK rows) or longer
     than the launch covers is cut to what lies inside both; CHECK (the forward): the first program
-    of the sequence records it in the device's error flag ERR (code 11, then b, Lq, Lk)."""
+    of the sequence records it in the device's error flag ERR (code 11, then b, its Lq and Lk, the
+    launch's Lq and Lk, and what is wrong on each side)."""
     b = bh // H
     h = bh % H
     q0 = tl.load(CU_Q + b).to(tl.int64)
     k0 = tl.load(CU_K + b).to(tl.int64)
     lq = tl.load(CU_Q + b + 1).to(tl.int64) - q0
     lk = tl.load(CU_K + b + 1).to(tl.int64) - k0
-    if CHECK:
-        bad = (lq < 0) | (lq > Lq) | (lk < 0) | (lk > Lk) | (q0 < 0) | (k0 < 0) | (q0 + lq > TQ) | (k0 + lk > TK)
-        if bad & (start == 0) & (h == 0):
-            zero = lq * 0
+    if CHECK:   # what is wrong, bits 0-2 for cu_seqlens_q and 3-5 for cu_seqlens_k: decreasing or
+        # negative, past max_seqlen, past the packed arrays' rows
+        zero = lq * 0
+        why = (tl.where((lq < 0) | (q0 < 0), 1, 0) | tl.where(lq > Lq, 2, 0) | tl.where(q0 + lq > TQ, 4, 0)
+               | tl.where((lk < 0) | (k0 < 0), 8, 0) | tl.where(lk > Lk, 16, 0) | tl.where(k0 + lk > TK, 32, 0))
+        if (why != 0) & (start == 0) & (h == 0):
             if tl.atomic_cas(ERR, zero, zero + 11) == 0:   # kernels/attention.py ERR_CU_SEQLENS
                 tl.store(ERR + 1, b)
                 tl.store(ERR + 2, lq)
                 tl.store(ERR + 3, lk)
+                tl.store(ERR + 4, zero + Lq)
+                tl.store(ERR + 5, zero + Lk)
+                tl.store(ERR + 6, zero + why)
     lq = tl.where(q0 < 0, 0, tl.minimum(tl.maximum(tl.minimum(lq, TQ - q0), 0), Lq)).to(tl.int32)
     lk = tl.where(k0 < 0, 0, tl.minimum(tl.maximum(tl.minimum(lk, TK - k0), 0), Lk)).to(tl.int32)
     q0 = tl.maximum(q0, 0)

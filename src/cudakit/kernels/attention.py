@@ -44,10 +44,25 @@ _errors_registered = False
 
 
 def _cu_seqlens_error(op: str, f: list):
+    """The error of a bad GPU cu_seqlens: f = (sequence, its Lq, its Lk, max_seqlen_q, max_seqlen_k,
+    what is wrong: bits 0-2 for cu_seqlens_q, 3-5 for cu_seqlens_k, as _attention_triton._seq and
+    cudnn_varlen's ragged kernel record it)."""
     from ..errors import ArgumentError
-    return ArgumentError(f"{op}: sequence {f[0]} of cu_seqlens_q / cu_seqlens_k has Lq = {f[1]}, Lk = {f[2]}: "
-                         f"negative (cu_seqlens not increasing), past max_seqlen_q / max_seqlen_k, or outside the "
-                         f"packed arrays (found on the device by an earlier asynchronous call)")
+    b, n = int(f[0]), {"q": int(f[1]), "k": int(f[2])}
+    top, why = {"q": int(f[3]), "k": int(f[4])}, int(f[5])
+    parts = []
+    for side, shift in (("q", 0), ("k", 3)):
+        r = (why >> shift) & 7
+        if r & 1:
+            parts.append(f"cu_seqlens_{side} decreases there (L{side} = {n[side]}) or is negative")
+        if r & 2:
+            parts.append(f"its L{side} = {n[side]} is past max_seqlen_{side} = {top[side]}")
+        if r & 4:
+            parts.append(f"cu_seqlens_{side} reaches past the packed {side}'s rows")
+    if not parts:   # (a flag written without the reasons)
+        parts.append(f"cu_seqlens_q / cu_seqlens_k give Lq = {n['q']}, Lk = {n['k']}")
+    return ArgumentError(f"{op}: sequence {b}: " + "; ".join(parts) + " (found on the device by an earlier "
+                         f"asynchronous call)")
 
 
 _varlen_errors_registered = False

@@ -25,7 +25,7 @@ from . import cudnn
 
 RAGGED_SOURCE = r"""
 extern "C" __global__ void ck_varlen_ragged(const long long* __restrict__ cu, int cu_is_64, int B, long long total,
-    long long max_len, long long hd, long long h, long long* __restrict__ err,
+    long long max_len, long long max_q, long long max_k, long long hd, long long h, long long* __restrict__ err,
     int* __restrict__ lens,              // (B,)   each sequence's length, cut to what lies inside
     long long* __restrict__ off_x,       // (B+1,) its first element in (total, H, D): start * H * D
     long long* __restrict__ off_s)       // (B+1,) its first lse entry in (total, H): start * H
@@ -41,10 +41,17 @@ extern "C" __global__ void ck_varlen_ragged(const long long* __restrict__ cu, in
   }
   long long e = cu_is_64 ? cu[b + 1] : (long long)cu32[b + 1];
   long long n = e - s;
-  if ((n < 0 || n > max_len || s < 0 || e > total) && atomicCAS((unsigned long long*)err, 0ULL, 11ULL) == 0ULL) {
-    err[1] = b;                          // kernels/attention.py ERR_CU_SEQLENS: code, sequence, Lq, Lk
-    err[2] = n;
+  // what is wrong, bits 0-2 for cu_seqlens_q and 3-5 for cu_seqlens_k (one array for both):
+  // decreasing or negative, past max_seqlen_q / max_seqlen_k, past the packed rows
+  const long long both = (n < 0 || s < 0 ? 1 : 0) | (e > total ? 4 : 0);
+  const long long why = both | (n > max_q ? 2 : 0) | ((both | (n > max_k ? 2 : 0)) << 3);
+  if (why && atomicCAS((unsigned long long*)err, 0ULL, 11ULL) == 0ULL) {
+    err[1] = b;                          // kernels/attention.py ERR_CU_SEQLENS: code, sequence, Lq, Lk,
+    err[2] = n;                          // max_seqlen_q, max_seqlen_k, what is wrong
     err[3] = n;
+    err[4] = max_q;
+    err[5] = max_k;
+    err[6] = why;
   }
   if (s < 0) s = 0;
   if (s > total) s = total;
@@ -68,10 +75,11 @@ def _ragged_kernel():
     return _kernel
 
 
-def ragged(cu, total: int, max_len: int, h: int, d: int, err):
+def ragged(cu, total: int, max_q: int, max_k: int, h: int, d: int, err):
     """(lens int32 (B,), element offsets int64 (B+1,) of a (total, h, d) array, lse offsets int64
     (B+1,) of a (total, h) one) for the sequences of cu (int32/int64 (B+1,) on the device), checked
-    and cut as the module docstring says; one launch on the current stream."""
+    and cut to min(max_q, max_k) as the module docstring says (a length past either recorded in
+    err, naming which); one launch on the current stream."""
     import numpy as np
     from ..runtime.compiler import _launch_function
     cp = _cupy.cupy()
@@ -82,7 +90,8 @@ def ragged(cu, total: int, max_len: int, h: int, d: int, err):
     threads = 128
     _launch_function("ck_varlen_ragged", k._function(cu.data.device_id), ((b + threads) // threads, 1, 1),
                      (threads, 1, 1),
-                     (cu, np.int32(cu.dtype.itemsize == 8), np.int32(b), np.int64(total), np.int64(max_len),
+                     (cu, np.int32(cu.dtype.itemsize == 8), np.int32(b), np.int64(total), np.int64(min(max_q, max_k)),
+                      np.int64(max_q), np.int64(max_k),
                       np.int64(h * d), np.int64(h), err, lens, off_x, off_s), 0, None)
     return lens, off_x, off_s
 
@@ -139,8 +148,8 @@ def _index_arrays(q, k, cu, max_q: int, max_k: int, err) -> list:
     run of test_attention_varlen_cudnn_ragged, right in the next)."""
     total, h, d = q.shape
     hkv = k.shape[1]
-    lens, off_q, off_s = ragged(cu, total, min(max_q, max_k), h, d, err)
-    off_k = off_q if hkv == h else ragged(cu, k.shape[0], min(max_q, max_k), hkv, d, err)[1]
+    lens, off_q, off_s = ragged(cu, total, max_q, max_k, h, d, err)
+    off_k = off_q if hkv == h else ragged(cu, k.shape[0], max_q, max_k, hkv, d, err)[1]
     return [lens, off_q, off_k, off_s]
 
 
