@@ -158,6 +158,13 @@ def test_memory_stats_reads_like_a_dict():
     assert s["total_allocated"] == 4096
     with pytest.raises(KeyError, match="MemoryStats keys: device, allocated"):
         s["bytes_in_use"]
+    # a read-only mapping: in, get, keys, items, dict(), json (seeds 002 and 004 read it as a dict)
+    assert "allocated" in s and "active_memory" in s and "bytes_in_use" not in s
+    assert s.get("frees") == 1 and s.get("bytes_in_use", -1) == -1
+    assert list(s) == list(s.keys()) == list(s.as_dict()) and len(s) == len(s.as_dict())
+    assert dict(s) == s.as_dict() == dict(s.items()) and {**s}["cached"] == 3072
+    import json
+    assert json.loads(json.dumps(dict(s)))["peak_allocated"] == 2048
 
 
 def test_python_allocator_trims_the_cache_past_its_cap(monkeypatch):

@@ -56,9 +56,10 @@ class LaunchError(CudakitError, RuntimeError):
 
     def __init__(self, message: str, kernel: str = "?", grid: tuple = (), block: tuple = ()):
         self.kernel, self.grid, self.block = kernel, tuple(grid), tuple(block)
-        where = f"kernel {kernel!r}" + (f" grid={self.grid}" if self.grid else "") + (
+        where = (f"kernel {kernel!r}" if kernel != "?" else "") + (f" grid={self.grid}" if self.grid else "") + (
             f" block={self.block}" if self.block else "")   # a refusal before the launch names no grid
-        super().__init__(f"{where}: {message}")
+        # (no kernel, grid or block: a launch configuration checked on its own, launch_config)
+        super().__init__(f"{where.strip()}: {message}" if where else message)
 
 
 class TargetIndexError(CudakitError, IndexError):

@@ -230,8 +230,10 @@ def test_grid_block_size_bad_input():
         backend.get_grid_block_size(-1)
     with pytest.raises(TypeError, match="threads_per_block must be an int"):
         backend.get_grid_block_size(10, 2.5)
-    with pytest.raises(LaunchError, match=r"threads must be in \[1, 1024\] \(got 2048\)"):
+    with pytest.raises(LaunchError, match=r"^get_grid_block_size: threads_per_block must be <= 1024 \(got 2048\)$"):
         backend.get_grid_block_size(10, 2048)
+    with pytest.raises(LaunchError, match=r"^grid must be <= 2147483647 blocks \(got 4294967296\)"):
+        backend.get_grid_block_size(2**40)
 
 
 def test_compat_doc_names_every_documented_function():

@@ -101,18 +101,56 @@ def test_cuda_math_bad_input(rng):
 
 
 def test_fallback_mode_without_a_gpu(no_gpu, caplog):
+    """Fallback mode has one device, 0, the host: its pool counts allocate_memory()'s buffers (the
+    seed's Memory Management example, whose statistics read as a dict), set_device(0) is a no-op;
+    no GPU is listed and any other device id is a DeviceError naming fallback mode."""
     be = ns_mod.CudaBackend(enable_profiling=False)
-    assert be.fallback and be.devices == [] and len(be.memory_pools) == 0
+    assert be.fallback and be.devices == [] and list(be.memory_pools) == [0]
+    ptr, other = be.allocate_memory(1000, device_id=0), be.allocate_memory(24)
+    stats = be.memory_pools[0].get_stats()
+    assert (stats["total_allocated"], stats["active_memory"], stats["peak_allocated"], stats["allocation_count"]) \
+        == (1024, 1024, 1024, 2)
+    assert "active_memory" in stats and stats.get("nope") is None and dict(stats)["frees"] == 0
+    be.free_memory(ptr)
+    stats = be.memory_pools[0].get_stats()
+    assert (stats["active_memory"], stats["peak_allocated"], stats["frees"]) == (24, 1024, 1)
+    be.free_memory(other)
     for err in (KeyError, DeviceError):   # (a Mapping's lookup error, and the backend's device error)
-        with pytest.raises(err, match="fallback mode"):
-            be.memory_pools[0]
-    assert be.memory_pools.get(0) is None and 0 not in be.memory_pools
-    with pytest.raises(DeviceError, match="fallback mode"):
-        be.set_device(0)
+        with pytest.raises(err, match="fallback mode has only device 0"):
+            be.memory_pools[1]
+    assert be.memory_pools.get(1) is None and 1 not in be.memory_pools
+    be.set_device(0)
+    with pytest.raises(DeviceError, match="fallback mode has only device 0"):
+        be.set_device(1)
+    with pytest.raises(DeviceError, match=r"no GPU is usable \(fallback mode: device 0 is the host"):
+        be.get_device_info(0)
     with pytest.raises(RuntimeError, match="compile_kernel needs a usable CUDA GPU"):
         be.compile_kernel("k", 'extern "C" __global__ void k() {}')
     with pytest.raises(DeviceError, match="only device 0"):
         get_cuda_math().from_numpy(np.ones(2, np.float32), device_id=1)
+
+
+def test_integer_tensors_take_the_math_ops():
+    """CudaDataType.INT32 / INT64 tensors through vector_add, matrix_multiply, relu and reduce_sum
+    (the array module's integer arithmetic), in their dtype; mixed dtypes a DTypeError; sigmoid
+    needs floats."""
+    m = get_cuda_math()
+    for dt in (np.int32, np.int64):
+        a = m.from_numpy(np.array([[1, -2, 3], [4, 5, -6]], dt))
+        one = m.from_numpy(np.ones((2, 3), dt))
+        for got, want in ((m.vector_add(a, one), [[2, -1, 4], [5, 6, -5]]), (m.relu(a), [[1, 0, 3], [4, 5, 0]]),
+                          (m.reduce_sum(a), 5), (m.reduce_sum(a, 1), [2, 3]),
+                          (m.matrix_multiply(a, m.from_numpy(np.ones((3, 2), dt))), [[2, 2], [3, 3]])):
+            out = m.to_numpy(got)
+            assert out.dtype == dt
+            np.testing.assert_array_equal(out, np.asarray(want, dt))
+    a = m.from_numpy(np.ones(3, np.int64))
+    with pytest.raises(DTypeError, match=r"vector_add: the tensors must have one dtype \(got a int64, b float32\)"):
+        m.vector_add(a, m.from_numpy(np.ones(3, np.float32)))
+    with pytest.raises(DTypeError, match=r"matrix_multiply: the tensors must have one dtype \(got a int64, b int32\)"):
+        m.matrix_multiply(m.from_numpy(np.ones((2, 2), np.int64)), m.from_numpy(np.ones((2, 2), np.int32)))
+    with pytest.raises(DTypeError, match="sigmoid"):
+        m.sigmoid(a)
 
 
 def test_raw_memory_is_bounds_checked(rng):

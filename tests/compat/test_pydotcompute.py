@@ -58,6 +58,7 @@ def test_numba_example_as_written_is_a_syntax_error():
 
 def test_cuda_backend_without_cuda_raises_runtime_error(no_gpu):
     assert pdc.CUDABackend.check_available() is False
+    assert pdc.CPUBackend.check_available() is True   # (either class may be asked, as the seed's classmethod)
     with pytest.raises(RuntimeError, match="CUDABackend needs a usable CUDA GPU"):
         pdc.CUDABackend(device_id=0)
 

@@ -178,8 +178,16 @@ class CUDABackend:
         return kernel
 
     def get_grid_block_size(self, n: int, threads_per_block: int = 256) -> tuple[int, int]:
-        """(grid_size, block_size) for a 1-D launch over n elements: grid = ceil(n / threads)."""
-        return launch.launch_config(check_int(n, "n"), check_int(threads_per_block, "threads_per_block", 1))
+        """(grid_size, block_size) for a 1-D launch over n elements: grid = ceil(n / threads), the
+        seed's calculation, for launches that can run: LaunchError (a RuntimeError) naming the limit
+        for threads_per_block past a block's 1024 threads or a grid past 2^31 - 1 blocks (which the
+        launch would refuse)."""
+        n, threads = check_int(n, "n"), check_int(threads_per_block, "threads_per_block", 1)
+        if threads > launch.MAX_THREADS_PER_BLOCK:
+            from ..errors import LaunchError
+            raise LaunchError(f"get_grid_block_size: threads_per_block must be <= {launch.MAX_THREADS_PER_BLOCK} "
+                              f"(got {threads})")
+        return launch.launch_config(n, threads)
 
     def check_cuda_error(self) -> None:
         """Synchronise and raise LaunchError (a RuntimeError) if an earlier launch failed; returns

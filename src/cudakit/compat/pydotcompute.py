@@ -89,6 +89,12 @@ class CPUBackend(Backend):
         """Returns 'cpu'."""
         return "cpu"
 
+    @classmethod
+    def check_available(cls) -> bool:
+        """Always True: the CPU backend runs anywhere (CUDABackend.check_available's counterpart,
+        so code may ask either class)."""
+        return True
+
     @property
     def is_available(self) -> bool:
         """Always True."""

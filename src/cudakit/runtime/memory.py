@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from ..errors import OutOfMemoryError
@@ -18,8 +19,11 @@ from . import _cupy
 
 
 @dataclass
-class MemoryStats:
+class MemoryStats(Mapping):
     """Statistics of cudakit's view of one device's memory pool. Bytes unless named otherwise.
+    Read as attributes or as a read-only mapping (stats["allocated"], "allocated" in stats,
+    stats.get(...), keys(), items(), dict(stats)): its keys are the fields below and "cached"; the
+    other pools' names of _STAT_ALIASES read too.
 
     allocated       bytes in live blocks (each request rounded up to the pool's 512-byte unit)
                     allocated through the pool since cudakit's allocator was installed
@@ -78,6 +82,13 @@ class MemoryStats:
             keys = list(self.__dataclass_fields__) + ["cached"] + list(_STAT_ALIASES)
             raise KeyError(f"{key!r}; MemoryStats keys: {', '.join(keys)}")
         return getattr(self, key)
+
+    def __iter__(self):
+        """The keys of as_dict(): every field, then "cached"."""
+        return iter(list(self.__dataclass_fields__) + ["cached"])
+
+    def __len__(self) -> int:
+        return len(self.__dataclass_fields__) + 1
 
 
 # other pools' names: seed 004's get_stats() has total_allocated (what the pool took from the

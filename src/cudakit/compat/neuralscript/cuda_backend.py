@@ -91,22 +91,43 @@ class NoSuchPoolError(DeviceError, KeyError):
     device calls raise, and a KeyError, as a Mapping's lookup (`in`, .get()) expects."""
 
 
+class _HostPoolView:
+    """Fallback mode's device 0, the host: get_stats() counts the raw buffers of the backend's
+    allocate_memory() (a MemoryStats as the GPU pools give, reserved = allocated: no cache)."""
+
+    def __init__(self, backend: "CudaBackend"):
+        self.device_id = 0
+        self._backend = backend
+
+    def get_stats(self) -> memory.MemoryStats:
+        c = self._backend._host_counts
+        return memory.MemoryStats(0, c["allocated"], c["allocated"], c["peak"], c["allocations"], c["frees"], 0, 0.0,
+                                  None)
+
+
 class _Pools(Mapping):
-    """{device id: its pool}, one per visible GPU (none in fallback mode)."""
+    """{device id: its pool}, one per visible GPU; in fallback mode {0: the host's}."""
+
+    def __init__(self, backend: "CudaBackend"):
+        self._backend = backend
+
+    def _count(self) -> int:
+        return 1 if self._backend.fallback else device.device_count()
 
     def __getitem__(self, device_id):
-        n = device.device_count()
+        n = self._count()
         if isinstance(device_id, numbers.Integral) and not isinstance(device_id, bool):
             device_id = int(device_id)
         if isinstance(device_id, bool) or not isinstance(device_id, int) or not 0 <= device_id < n:
-            raise NoSuchPoolError(f"device_id {device_id!r}: {n} GPU(s) visible" + ("" if n else " (fallback mode)"))
-        return _PoolView(device_id)
+            raise NoSuchPoolError(f"device_id {device_id!r}: " + ("fallback mode has only device 0 (the host)"
+                                                                  if self._backend.fallback else f"{n} GPU(s) visible"))
+        return _HostPoolView(self._backend) if self._backend.fallback else _PoolView(device_id)
 
     def __iter__(self):
-        return iter(range(device.device_count()))
+        return iter(range(self._count()))
 
     def __len__(self):
-        return device.device_count()
+        return self._count()
 
 
 class CudaBackend:
@@ -125,6 +146,7 @@ class CudaBackend:
             log.info("CUDA unavailable (%s); the CUDA backend runs in fallback mode on cudakit's CPU backend",
                      device.unavailable_reason())
         self._allocations: dict[int, tuple] = {}
+        self._host_counts = {"allocated": 0, "peak": 0, "allocations": 0, "frees": 0}   # (fallback: memory_pools[0])
         self._kernels: dict[str, CudaKernel] = {}
         self._recording = False   # holding _PROFILE
         self._lock = threading.Lock()
@@ -138,8 +160,9 @@ class CudaBackend:
 
     @property
     def memory_pools(self) -> Mapping:
-        """{device id: pool} with get_stats() per GPU."""
-        return _Pools()
+        """{device id: pool} with get_stats() per GPU; in fallback mode {0: the host}, whose
+        statistics count allocate_memory()'s buffers."""
+        return _Pools(self)
 
     @property
     def enable_profiling(self) -> bool:
@@ -165,13 +188,20 @@ class CudaBackend:
                 self._release()
 
     def get_device_info(self, device_id: int) -> CudaDeviceInfo:
-        """CudaDeviceInfo of GPU `device_id`; DeviceError naming it when it does not exist."""
+        """CudaDeviceInfo of GPU `device_id`; DeviceError naming it when it does not exist (in
+        fallback mode every id: device 0 is the host, which is no GPU; `devices` is empty)."""
+        if self.fallback:
+            raise DeviceError(f"device_id {device_id!r}: no GPU is usable (fallback mode: device 0 is the host, "
+                              f"which has no CudaDeviceInfo)")
         return CudaDeviceInfo.from_cudakit(device.get_device_info(device._check_index(device_id)))
 
     def set_device(self, device_id: int) -> None:
-        """Make GPU `device_id` current for this thread; DeviceError naming it when it does not exist."""
+        """Make GPU `device_id` current for this thread; DeviceError naming it when it does not exist
+        (in fallback mode device 0, the host, is always current: set_device(0) does nothing)."""
         if self.fallback:
-            raise DeviceError(f"device_id {device_id!r}: no GPU is usable (fallback mode)")
+            if isinstance(device_id, numbers.Integral) and not isinstance(device_id, bool) and device_id == 0:
+                return
+            raise DeviceError(f"device_id {device_id!r}: fallback mode has only device 0 (the host)")
         device.set_device(device_id)
 
     # -- raw buffers --
@@ -184,6 +214,10 @@ class CudaBackend:
                 raise DeviceError(f"device_id {device_id!r}: no GPU is usable (fallback mode)")
             buf = np.empty(size, np.uint8)
             ptr = int(buf.ctypes.data)
+            c = self._host_counts
+            c["allocated"] += size
+            c["allocations"] += 1
+            c["peak"] = max(c["peak"], c["allocated"])
         else:
             from ...backends import get_backend
             buf = get_backend("cuda", device=device_id).empty((size,), "uint8")
@@ -199,7 +233,10 @@ class CudaBackend:
 
     def free_memory(self, ptr: int, device_id: int | None = None) -> None:
         """Release an allocation (ValueError naming `ptr` when it is not live: a double free)."""
-        self._buffer(ptr, "ptr")
+        buf = self._buffer(ptr, "ptr")
+        if self.fallback:
+            self._host_counts["allocated"] -= buf.nbytes
+            self._host_counts["frees"] += 1
         del self._allocations[ptr]
 
     @staticmethod

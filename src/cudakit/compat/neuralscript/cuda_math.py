@@ -126,29 +126,56 @@ class CudaMath:
         """A NumPy copy of `tensor`."""
         return self._be().to_host(_array(tensor, "tensor"))
 
+    def _integer(self, op: str, *named):
+        """The array module for an op on CudaDataType.INT32 / INT64 tensors (cudakit's ops take
+        floats: NumPy's or CuPy's own integer arithmetic runs them), None for float tensors;
+        DTypeError for integer and float tensors, or two integer dtypes, mixed."""
+        kinds = {a.dtype.kind in "iu" for _, a in named}
+        if kinds == {False}:
+            return None
+        if len(kinds) > 1 or len({a.dtype for _, a in named}) > 1:
+            got = ", ".join(f"{n} {a.dtype}" for n, a in named)
+            raise DTypeError(f"{op}: the tensors must have one dtype (got {got})")
+        return self._be()._xp()
+
     def vector_add(self, a: CudaTensor, b: CudaTensor) -> CudaTensor:
-        """a + b elementwise (cudakit.add: broadcasting, one float dtype)."""
-        return self._wrap(ops.add(_array(a, "a"), _array(b, "b")))
+        """a + b elementwise (cudakit.add: broadcasting, one float dtype; INT32 / INT64 tensors by
+        NumPy's or CuPy's integer add, wrapping on overflow as they do)."""
+        x, y = _array(a, "a"), _array(b, "b")
+        xp = self._integer("vector_add", ("a", x), ("b", y))
+        return self._wrap(ops.add(x, y) if xp is None else xp.add(x, y))
 
     def matrix_multiply(self, a: CudaTensor, b: CudaTensor) -> CudaTensor:
-        """a @ b (cudakit.matmul: cuBLAS on the GPU)."""
-        return self._wrap(ops.matmul(_array(a, "a"), _array(b, "b")))
+        """a @ b (cudakit.matmul: cuBLAS on the GPU; INT32 / INT64 tensors by NumPy's or CuPy's
+        integer matmul)."""
+        x, y = _array(a, "a"), _array(b, "b")
+        xp = self._integer("matrix_multiply", ("a", x), ("b", y))
+        return self._wrap(ops.matmul(x, y) if xp is None else xp.matmul(x, y))
 
     def matrix_transpose(self, tensor: CudaTensor) -> CudaTensor:
         """The contiguous transpose of the last two axes (cudakit.matrix_transpose)."""
         return self._wrap(ops.matrix_transpose(_array(tensor, "tensor")))
 
     def relu(self, tensor: CudaTensor) -> CudaTensor:
-        """max(x, 0) elementwise (cudakit.relu)."""
-        return self._wrap(ops.relu(_array(tensor, "tensor")))
+        """max(x, 0) elementwise (cudakit.relu; INT32 / INT64 tensors by NumPy's or CuPy's maximum)."""
+        x = _array(tensor, "tensor")
+        xp = self._integer("relu", ("tensor", x))
+        return self._wrap(ops.relu(x) if xp is None else xp.maximum(x, x.dtype.type(0)))
 
     def sigmoid(self, tensor: CudaTensor) -> CudaTensor:
         """1 / (1 + exp(-x)) elementwise (cudakit.sigmoid)."""
         return self._wrap(ops.sigmoid(_array(tensor, "tensor")))
 
     def reduce_sum(self, tensor: CudaTensor, axis: int = None) -> CudaTensor:
-        """The sum over `axis` (None: all; a 0-d tensor) (cudakit.reduce_sum)."""
-        return self._wrap(ops.reduce_sum(_array(tensor, "tensor"), axis))
+        """The sum over `axis` (None: all; a 0-d tensor) (cudakit.reduce_sum; INT32 / INT64 tensors
+        by NumPy's or CuPy's sum in the tensor's dtype)."""
+        x = _array(tensor, "tensor")
+        xp = self._integer("reduce_sum", ("tensor", x))
+        if xp is None:
+            return self._wrap(ops.reduce_sum(x, axis))
+        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, numbers.Integral)):
+            raise TypeError(f"reduce_sum: axis must be an int or None (got {axis!r})")
+        return self._wrap(xp.asarray(xp.sum(x, axis=axis, dtype=x.dtype)))
 
     def free_tensor(self, tensor: CudaTensor) -> None:
         """Release `tensor`'s memory to cudakit's pool (once no other array refers to it); a
