@@ -72,7 +72,8 @@ def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, TQ, TK, DLO, DHI, start, CHECK: tl.c
         zero = lq * 0
         why = (tl.where((lq < 0) | (q0 < 0), 1, 0) | tl.where(lq > Lq, 2, 0) | tl.where(q0 + lq > TQ, 4, 0)
                | tl.where((lk < 0) | (k0 < 0), 8, 0) | tl.where(lk > Lk, 16, 0) | tl.where(k0 + lk > TK, 32, 0))
-        if (why != 0) & (start == 0) & (h == 0):
+        # (nested: the atomic runs only where there is a fault, which `and` would not ensure in Triton)
+        if (why != 0) & (start == 0) & (h == 0):  # noqa: SIM102
             if tl.atomic_cas(ERR, zero, zero + 11) == 0:   # kernels/attention.py ERR_CU_SEQLENS
                 tl.store(ERR + 1, b)
                 tl.store(ERR + 2, lq)

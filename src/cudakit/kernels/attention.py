@@ -62,7 +62,7 @@ def _cu_seqlens_error(op: str, f: list):
     if not parts:   # (a flag written without the reasons)
         parts.append(f"cu_seqlens_q / cu_seqlens_k give Lq = {n['q']}, Lk = {n['k']}")
     return ArgumentError(f"{op}: sequence {b}: " + "; ".join(parts) + " (found on the device by an earlier "
-                         f"asynchronous call)")
+                         "asynchronous call)")
 
 
 _varlen_errors_registered = False

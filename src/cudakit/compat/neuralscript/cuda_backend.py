@@ -95,7 +95,7 @@ class _HostPoolView:
     """Fallback mode's device 0, the host: get_stats() counts the raw buffers of the backend's
     allocate_memory() (a MemoryStats as the GPU pools give, reserved = allocated: no cache)."""
 
-    def __init__(self, backend: "CudaBackend"):
+    def __init__(self, backend: CudaBackend):
         self.device_id = 0
         self._backend = backend
 
@@ -108,7 +108,7 @@ class _HostPoolView:
 class _Pools(Mapping):
     """{device id: its pool}, one per visible GPU; in fallback mode {0: the host's}."""
 
-    def __init__(self, backend: "CudaBackend"):
+    def __init__(self, backend: CudaBackend):
         self._backend = backend
 
     def _count(self) -> int:
