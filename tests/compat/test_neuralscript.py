@@ -370,6 +370,8 @@ def test_generated_matmul_compiles_and_runs(dtype, tiled, tile, rng):
         assert (block, grid) == gen.optimize_kernel_parameters("matrix_multiply", (m, n, k), tile_size=tile)
     ms = be.launch_kernel(name, grid, da, db, dc, m, n, k)
     assert ms > 0
+    if be.enable_profiling:   # (recorded under the name compile_kernel was given, not the template's)
+        assert be.get_performance_stats()["kernel_execution_times"][name]["total_executions"] >= 1
     want = a.astype(np.float64) @ b.astype(np.float64)
     tol = (1e-5 if dtype is CudaDataType.FLOAT32 else 1e-12) * np.max(np.abs(want))
     assert np.max(np.abs(dc.get() - want)) <= tol

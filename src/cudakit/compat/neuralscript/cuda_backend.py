@@ -293,7 +293,8 @@ class CudaBackend:
     def compile_kernel(self, kernel_name: str, source_code: str) -> CudaKernel:
         """Compile CUDA C++ `source_code` with NVRTC for the current GPU and keep it as
         `kernel_name`. A plain source's kernel is the `extern "C"` function named kernel_name; a
-        source from the kernel generator names its own (a template instance). Raises CompileError
+        source from the kernel generator names its own (a template instance). Its launches are
+        recorded under kernel_name (get_performance_stats' kernel_execution_times). Raises CompileError
         (a RuntimeError) with the compiler log, BackendUnavailableError in fallback mode."""
         if not isinstance(kernel_name, str) or not kernel_name:
             raise TypeError(f"kernel_name must be a non-empty str (got {kernel_name!r})")
@@ -303,6 +304,7 @@ class CudaBackend:
         entry = getattr(source_code, "entry", kernel_name)
         k = compiler.compile(str(source_code), entry, name_expressions=getattr(source_code, "name_expressions", ()),
                              source_name=f"{kernel_name}.cu")
+        k.name = kernel_name   # (its launches recorded, and get_performance_stats keyed, by the name the seed gives)
         kernel = CudaKernel(kernel_name, k, str(source_code), getattr(source_code, "block_size", None),
                             getattr(source_code, "check_args", None))
         self._kernels[kernel_name] = kernel
