@@ -621,7 +621,7 @@ class CpuConvHooks(ConvOps):
         if not cpu_conv.depthwise(x.shape, w.shape, groups):
             return None
         y = cpu_conv.forward(x, w, b, geo)
-        return np.maximum(y, 0, out=y) if relu else y
+        return self.relu(y, out=y) if relu else y
 
     def _conv2d_input_grad_kernel(self, grad_out, w, x_shape, geo, groups):
         from . import cpu_conv

@@ -43,17 +43,16 @@ def _chunks(bh: int, lq: int, lk: int, itemsize: int, groups: int = 1):
             yield slice(b0, min(bh, b0 + heads)), slice(r0, min(lq, r0 + rows))
 
 
-def _kv(x, hs, groups: int):
-    """The k or v rows the q heads hs read: x[hs], or with groups > 1 the kv heads of those groups
-    as [kv heads, 1, L, D] (broadcast over each group's q heads by _by_kv)."""
-    if groups == 1:
-        return x[hs]
-    return x[hs.start // groups:(hs.stop - 1) // groups + 1][:, None]
-
-
 def _kv_rows(hs, groups: int):
     """The rows of [BH / groups] k, v (and dK, dV) that the q heads hs read."""
     return hs if groups == 1 else slice(hs.start // groups, (hs.stop - 1) // groups + 1)
+
+
+def _kv(x, hs, groups: int):
+    """The k or v rows the q heads hs read: x[hs], or with groups > 1 the kv heads of those groups
+    as [kv heads, 1, L, D] (broadcast over each group's q heads by _by_kv)."""
+    rows = x[_kv_rows(hs, groups)]
+    return rows if groups == 1 else rows[:, None]
 
 
 def _by_kv(xp, a, b):

@@ -1484,10 +1484,7 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
     total_q, h, d = q.shape
     b = cu_q.shape[0] - 1
     from . import paths
-    if dropout is not None:
-        paths.ran("attention_varlen", "triton")
-        return _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window, dropout)
-    if b > 0 and total_q and h and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
+    if dropout is None and b > 0 and total_q and h and _cudnn_varlen(q, k, cu_q, cu_k, window, scale, dtype_name):
         from . import cudnn_varlen
         err = _varlen_flag(q.data.device_id)
         key = ("fwd_varlen", b, h, k.shape[1], max_q, max_k, d, dtype_name, bool(causal), q.data.device_id)
@@ -1499,7 +1496,7 @@ def forward_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, ca
         if r is not None:
             return r
     paths.ran("attention_varlen", "triton")
-    return _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window)
+    return _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window, dropout)
 
 
 def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dtype_name, window, dropout=None):
@@ -1586,7 +1583,6 @@ def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sca
     for bh0, n in _varlen_slices(b, h):
         dkdv[(max(1, math.ceil(max_k / kv["BLOCK_N"])), n)](
             q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, total_q, total_k, *drop, bh0)
-    for bh0, n in _varlen_slices(b, h):
         dqk[(max(1, math.ceil(max_q / qc["BLOCK_M"])), n)](
             q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, total_q, total_k, *drop,
             bh0)

@@ -89,18 +89,15 @@ def kept() -> dict:
     """{op: {path: signatures}} of the choices made in this process and those kept on disk for this
     GPU model and these library versions (a path chosen by an earlier process is taken without
     timing): which paths a program's signatures run, as `cudakit info` prints them."""
-    import ast
+    import re
+    from collections import Counter
+    seen = {**_on_disk.table(), **{repr(k): v for k, v in _choice.items()}}   # (keys: repr((op, key)), as run() stores)
     out: dict = {}
-    seen = {repr(k): v for k, v in _choice.items()}
-    seen.update({k: v for k, v in _on_disk.table().items() if k not in seen})
     for k, v in seen.items():
-        try:
-            op = ast.literal_eval(k)[0]
-        except (ValueError, SyntaxError, IndexError, TypeError):
-            continue
-        out.setdefault(op, {}).setdefault(v, 0)
-        out[op][v] += 1
-    return out
+        m = re.match(r"\('(\w+)', ", k)
+        if m:
+            out.setdefault(m.group(1), Counter())[v] += 1
+    return {op: dict(c) for op, c in out.items()}
 
 
 def reset() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ..errors import OutOfMemoryError
 from . import _cupy
@@ -68,9 +68,7 @@ class MemoryStats(Mapping):
 
     def as_dict(self) -> dict:
         """Every field, and "cached", as a dict."""
-        d = asdict(self)
-        d["cached"] = self.cached
-        return d
+        return dict(self)
 
     def __getitem__(self, key: str):
         """stats["allocated"] as stats.allocated (the dict-style access Genesis-style code uses),
@@ -79,8 +77,7 @@ class MemoryStats(Mapping):
         an unknown key."""
         key = _STAT_ALIASES.get(key, key)
         if key not in self.__dataclass_fields__ and key != "cached":
-            keys = list(self.__dataclass_fields__) + ["cached"] + list(_STAT_ALIASES)
-            raise KeyError(f"{key!r}; MemoryStats keys: {', '.join(keys)}")
+            raise KeyError(f"{key!r}; MemoryStats keys: {', '.join(list(self) + list(_STAT_ALIASES))}")
         return getattr(self, key)
 
     def __iter__(self):
@@ -88,7 +85,7 @@ class MemoryStats(Mapping):
         return iter(list(self.__dataclass_fields__) + ["cached"])
 
     def __len__(self) -> int:
-        return len(self.__dataclass_fields__) + 1
+        return len(self.__dataclass_fields__) + 1   # (the fields and "cached")
 
 
 # other pools' names: seed 004's get_stats() has total_allocated (what the pool took from the
