@@ -78,7 +78,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     lens_t = _Tensor(np.asarray(lens, np.int64) if has else np.zeros(1, np.int64))
     err_t = _Tensor(np.zeros(8, np.int64) if err is None else err)
     hb = bias is not None
-    novar = (lens_t, lens_t, groups, 0, 0)   # CU_Q, CU_K, TQ, TK: not read
+    novar = (lens_t, lens_t, groups, 0, 0, 0, 0)   # CU_Q, CU_K, TQ, TK, SQ, SK: not read
     if dropout is not None:   # (p, seed): the kernels' (DSEED_LO, DSEED_HI, DTHRESH, DSCALE)
         from cudakit.backends.dropout_api import threshold
         novar += (*_seed_words(dropout[1]), threshold(dropout[0]), 1.0 / (1.0 - dropout[0]))
@@ -99,7 +99,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     if splits > 1:
         kernels.attn_fwd_combine[(math.ceil(lq / 32), bh)](*map(_Tensor, fwd_out + (out, lse)), lq, bh, D=d,
                                                             KSPLIT=splits, BLOCK_M=32, BLOCK_D=host.head_block(d))
-    kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, d,
+    kernels.attn_bwd_delta[(math.ceil(lq / 64), bh)](_Tensor(out), _Tensor(g), _Tensor(delta), lq, 1, 0, d,
                                                      BLOCK_M=64, BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
     args = (lens_t, qk_scale, scale, lq, lk, dlo, dhi, heads, *b_args)
@@ -237,7 +237,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropo
         p, seed = dropout
         drop = (*_seed_words(seed), threshold(p), 1 / (1 - p))
         keep = mask((nb * h, mq, mk), threshold(p), seed)
-    cu = (_Tensor(cq), _Tensor(ck), grp, tq, tk, *drop)
+    cu = (_Tensor(cq), _Tensor(ck), grp, tq, tk, h * d, hkv * d, *drop)
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     saved = host._MAX_GRID_Y
@@ -253,7 +253,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropo
             d, HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=keep is not None, **_tiles(cfg))
     assert not err.any(), err
     kernels.attn_bwd_delta[(math.ceil(tq * h / 64), 1)](_Tensor(out.reshape(1, -1, d)), _Tensor(g.reshape(1, -1, d)),
-                                                       _Tensor(delta.reshape(1, -1)), tq * h, d, BLOCK_M=64,
+                                                       _Tensor(delta.reshape(1, -1)), tq * h, 1, 0, d, BLOCK_M=64,
                                                        BLOCK_D=cfg["BLOCK_D"])
     kv, qc = host._backward_configs(dtype, cfg)
     args = (dummy, qk_scale, scale, mq, mk, dlo, dhi, h, *nobias)
@@ -305,21 +305,24 @@ def check_varlen_bad_length():
     dummy = _Tensor(np.zeros(1, np.float32))
     cfg = host._config("float32", 16, None)
     kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 16, 16, 0, 0, 0, 1.0, 0,
+                             16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:7]) == [11, 1, 40, 40, 32, 32, 2 | 16], err   # past max_seqlen_q and _k (one array for both)
     # a last entry past the packed total (50 rows): flagged, and the rows read and written stay inside
     err[:] = 0
     big = _Tensor(np.array([0, 10, 60], np.int32))
     kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 16, 16, 0, 0, 0, 1.0, 0,
+                             16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:7]) == [11, 1, 50, 50, 64, 64, 4 | 32], err   # past the packed rows, both sides
     # a decreasing cu_seqlens_q beside a good cu_seqlens_k: only q's bit
     err[:] = 0
     dec, good = _Tensor(np.array([0, 30, 20], np.int32)), _Tensor(np.array([0, 10, 20], np.int32))
     kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, dec, good, 1, 50, 50, 0, 0, 0, 1.0, 0, 16,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, dec, good, 1, 50, 50, 16, 16, 0, 0, 0, 1.0, 0,
+                             16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:7]) == [11, 1, -10, 10, 32, 32, 1], err
 
@@ -351,6 +354,112 @@ def check_gqa(b, h, hkv, lq, lk, d, causal, dtype, lens=None):
     for name, got, want in (("dq", f64(dq), dq_r), ("dk", fold(dk), fold(dk_r)), ("dv", fold(dv), fold(dv_r))):
         np.testing.assert_allclose(got, want, atol=tol * 10 * max(1.0, np.abs(want).max()), rtol=tol,
                                    err_msg=f"{name} {case}")
+
+
+class _Launcher:
+    """host._specialized's kernel under the interpreter: launch[grid](*args) with NumPy arrays."""
+
+    def __init__(self, name, consts):
+        self.fn = getattr(kernels, name)
+        self.consts = {k: v for k, v in consts.items() if k not in ("num_warps", "num_stages", "PDL")}
+
+    def __getitem__(self, grid):
+        return lambda *args: self.fn[grid](*(_Tensor(a) if isinstance(a, np.ndarray) else a for a in args),
+                                          **self.consts)
+
+
+@contextlib.contextmanager
+def _numpy_host(err):
+    """kernels/attention.py's host functions on NumPy arrays: allocation and sums by NumPy, launches
+    by the interpreter, key lengths' error flag `err` (the device's flag stands in)."""
+    saved = host._cupy.cupy, host._specialized, host._mask_args, host.reduction.reduce
+
+    def mask_args(masks, lq, lk, dummy):
+        dlo, dhi = host.key_bounds(lq, lk, masks.causal, masks.window)
+        if masks.lengths is None:
+            return dummy, dummy, dlo, dhi, 1
+        return masks.lengths, err, dlo, dhi, masks.heads
+    host._cupy.cupy, host._specialized, host._mask_args = (lambda: np), _Launcher, mask_args
+    host.reduction.reduce = lambda x, op, axes: x.sum(axis=axes)   # (a bias gradient's partials, "sum")
+    try:
+        yield
+    finally:
+        host._cupy.cupy, host._specialized, host._mask_args, host.reduction.reduce = saved
+
+
+def check_blhd(b, h, hkv, lq, lk, d, causal, dtype, window=None, lens=None, bias_shape=None, dropout=None,
+               packed=False, max_grid=None):
+    """Layout "blhd" read in place (triton_forward_blhd, triton_backward_blhd: VARLEN's UNIFORM
+    form) against the [BH, L, D] kernels (_run) on transposed copies, with the same masks: q (B, Lq,
+    H, D), k, v (B, Lk, Hkv, D); packed: q, k, v the thirds of one (B, L, 3, H, D) array (rows 3 H D
+    elements apart); bias_shape: a bias of that 4-D shape, its gradient stored (an element per
+    score) or added atomically (broadcast); max_grid: the launches in slices of that many
+    batch*heads (past 65535 on a GPU)."""
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.backends.dropout_api import threshold
+    rng = np.random.default_rng(11)
+    grp = h // hkv
+    case = (b, h, hkv, lq, lk, d, causal, dtype, window, lens, bias_shape, dropout, packed)
+    if packed:
+        qkv = data(rng, (b, lq, 3, h, d), dtype)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    else:
+        q = data(rng, (b, lq, h, d), dtype)
+        k, v = (data(rng, (b, lk, hkv, d), dtype) for _ in range(2))
+    assert host.blhd_readable(q, k, v), case
+    g = data(rng, (b, lq, h, d), dtype)
+    def t(x):   # (B, L, H, D) -> [B H, L, D]
+        return np.ascontiguousarray(x.transpose(0, 2, 1, 3)).reshape(-1, x.shape[1], d)
+    bias = None if bias_shape is None else rng.standard_normal(bias_shape).astype(np.float32)
+    drop = None if dropout is None else (threshold(dropout[0]), 1 / (1 - dropout[0]), dropout[1])
+    err = np.zeros(8, np.int64)
+    masks = Masks(causal, window, None if lens is None else np.asarray(lens, np.int64), h, bias, h, drop)
+    saved = host._MAX_GRID_Y
+    host._MAX_GRID_Y = max_grid or saved
+    try:
+        with _numpy_host(err):
+            out, lse = host.triton_forward_blhd(q, k, v, 1 / math.sqrt(d), masks, dtype, groups=grp)
+            grads = host.triton_backward_blhd(g, q, k, v, out, lse, 1 / math.sqrt(d), masks, dtype, groups=grp)
+    finally:
+        host._MAX_GRID_Y = saved
+    assert not err.any(), err
+    db_mode, db = 0, None
+    if bias is not None:
+        full = bias.shape == (b, h, lq, lk)
+        db_mode = 1 if full else 2
+        db = np.full(bias.shape, 7.0, np.float32) if full else np.zeros(bias.shape, np.float32)
+    want = _run(t(q), t(k), t(v), t(g), causal, dtype, {"SPLIT": False}, window, lens, h, bias=bias, bias_heads=h,
+                db=db, db_strides=(0, 0, 0, 0) if db is None else host._strides(db), db_mode=db_mode, groups=grp,
+                dropout=dropout)
+    tol = 2e-5 if dtype == "float32" else 4e-3
+    def back(x, n):   # [B n, L, D] -> (B, L, n, D)
+        return f64(x).reshape(b, n, -1, d).transpose(0, 2, 1, 3)
+
+    def fold(x):   # (B, Lk, H, D) of each q head -> (B, Lk, Hkv, D)
+        return x.reshape(x.shape[0], x.shape[1], hkv, grp, d).sum(3)
+    got = {"out": f64(out), "lse": f64(lse).reshape(b * h, lq), "dq": f64(grads[0]), "dk": fold(f64(grads[1])),
+           "dv": fold(f64(grads[2]))}
+    ref = {"out": back(want[0], h), "lse": f64(want[1]), "dq": back(want[2], h), "dk": fold(back(want[3], h)),
+           "dv": fold(back(want[4], h))}
+    if bias is not None:
+        got["dbias"], ref["dbias"] = f64(grads[3]), f64(db)
+    for name, x in got.items():
+        w = ref[name]
+        fin = np.isfinite(w)
+        np.testing.assert_array_equal(np.isfinite(x), fin, err_msg=f"{name} {case}")
+        np.testing.assert_allclose(x[fin], w[fin], atol=tol * 10 * max(1.0, np.abs(w[fin]).max()), rtol=tol,
+                                   err_msg=f"{name} {case}")
+
+
+# layout "blhd" in place: (B, H, Hkv, Lq, Lk, D, causal, dtype) and the keywords of check_blhd
+BLHD_CASES = [((2, 3, 3, 70, 90, 24, True, "float32"), {}),
+              ((2, 2, 2, 65, 65, 32, False, "float16"), {"packed": True}),
+              ((1, 4, 2, 50, 130, 16, True, "float32"), {"window": (20, 0), "lens": [100]}),
+              ((3, 2, 1, 40, 40, 16, False, "float32"), {"packed": False, "lens": [40, 0, 17], "max_grid": 4}),
+              ((2, 2, 2, 33, 47, 32, True, "float32"), {"dropout": (0.25, 77), "packed": True}),
+              ((2, 2, 2, 40, 60, 16, False, "float32"), {"bias_shape": (2, 2, 40, 60)}),
+              ((2, 2, 2, 40, 60, 16, True, "float16"), {"bias_shape": (1, 2, 1, 60)}),
+              ((1, 2, 2, 1, 1, 8, False, "float32"), {})]
 
 
 def check_tf32_split():
@@ -849,6 +958,8 @@ if __name__ == "__main__":
     check_varlen_bad_length()
     for case in GQA_CASES:
         check_gqa(*case)
+    for case, kw in BLHD_CASES:
+        check_blhd(*case, **kw)
     for case in DROPOUT_CASES:
         check_dropout(*case)
     check_tf32_split()
@@ -891,5 +1002,5 @@ if __name__ == "__main__":
         check_f16_parts(*case[:-1], None if case[-1] == "small" else "small")
     extras = check_f16_parts_extras()
     n = (2 * len(F16P_CASES) + extras + len(MAT_CASES) + len(MAT_MASK_CASES) + len(MAT_BIAS_CASES) + len(MAT_DROPOUT_CASES) + len(CASES) + len(TILE_CASES) + len(MASK_CASES) + len(SPLIT_KEY_CASES) + len(BIAS_CASES) + len(VARLEN_CASES) + len(VARLEN_DROPOUT_CASES) + len(GQA_CASES)
-         + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + 14)
+         + len(DROPOUT_CASES) + len(V_IN_PLACE_CASES) + len(BLHD_CASES) + 14)
     print(f"{n} cases match the float64 reference")

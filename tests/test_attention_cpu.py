@@ -278,27 +278,31 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
     cfg = _config(dt, d, None)
     kv, qc = _backward_configs(dt, cfg)
     p = "*" + code
-    bias = [p] + I * 5 + ["*i32", "*i32"] + I * 3 + ["i64", "i32", "i64", "fp32"]   # BIAS, strides, HB; CU_Q, CU_K, G, TQ, TK;
-    # the dropout's seed halves, threshold and scale
-    for lens, hb, var, dr in ((False, False, False, False), (True, False, False, False)) + (
-            ((False, True, False, False), (False, False, True, False), (False, False, False, True))
+    bias = [p] + I * 5 + ["*i32", "*i32"] + I * 5 + ["i64", "i32", "i64", "fp32"]   # BIAS, strides, HB; CU_Q, CU_K, G,
+    # TQ, TK, SQ, SK; the dropout's seed halves, threshold and scale
+    # (lens, bias, varlen, dropout, uniform: layout "blhd" read in place, with every mask)
+    for lens, hb, var, dr, uni in ((False, False, False, False, False), (True, False, False, False, False)) + (
+            ((False, True, False, False, False), (False, False, True, False, False),
+             (False, False, False, True, False), (True, True, True, True, True))
             if d == 64 and code == "bf16" else ()):
         for pos in ((False, True) if not (hb or var or dr) else (False,)):
             compile(src.attn_fwd, [p] * 4 + ["*fp32", "*i64", "*i64", "fp32"] + I * 5 + bias + I,   # Q, K, V, O
                     dict(cfg, D=d, HAS_LENS=lens, POS_SCALE=pos, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr, SPLIT=False,
                          LEFT=lens, BLOCK_D2=0, LPT=32 if pos and not (lens or hb or var or dr) else 0,
-                         KSPLIT=2 if lens else 1, OT=False, BIAS_K1=hb))   # (with a bias: keys contiguous)
+                         KSPLIT=2 if lens and not var else 1, OT=False, BIAS_K1=hb, UNIFORM=uni))
         for even in (False, True) if not (hb or var or dr) else (False,):
             compile(src.attn_bwd_dkdv, [p] * 4 + ["*fp32"] * 2 + [p] * 2 + ["*i64", "fp32", "fp32"] + I * 5 + bias + I,
                     dict(kv, D=d, HAS_LENS=lens, EVEN_Q=even, HAS_BIAS=hb, VARLEN=var, DROPOUT=dr,
-                         BIAS_K1=False))   # (a bias of strided keys)
+                         BIAS_K1=False, UNIFORM=uni))   # (a bias of strided keys)
         modes = ((1, True, True), (2, True, True), (2, True, False), (2, False, True), (2, False, False))
-        for mode, dbq, dbk in (((0, True, True),) if not hb else modes):
+        for mode, dbq, dbk in (((0, True, True),) if not hb else modes[:1] if uni else modes):
             compile(src.attn_bwd_dq, [p] * 4 + ["*fp32"] * 2 + [p, "*i64", "fp32", "fp32"] + I * 5 + bias[:6]
                     + ["*fp32"] + I * 4 + bias[6:] + I,
                     dict(qc, D=d, HAS_LENS=lens, HAS_BIAS=hb, DB_MODE=mode, DBQ=dbq, DBK=dbk, VARLEN=var, DROPOUT=dr,
-                         BIAS_K1=hb and mode == 1, DB_K1=hb and mode == 1))   # (mode 2: strided keys)
-    compile(src.attn_bwd_delta, [p] * 2 + ["*fp32"] + I, {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"]})
+                         BIAS_K1=hb and mode == 1, DB_K1=hb and mode == 1, UNIFORM=uni))   # (mode 2: strided keys)
+    for uni in (False, True):
+        compile(src.attn_bwd_delta, [p] * 2 + ["*fp32"] + I * 3, {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"],
+                                                                   "UNIFORM": uni})
 compile(src.cast_copy, ["*fp32", "*bf16", "i32"], {"BLOCK": 1024})
 print("COMPILED")
 '''

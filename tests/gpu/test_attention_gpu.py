@@ -633,6 +633,54 @@ def test_attention_bias_with_masks_and_blhd(rng):
     ac.check_attention(_dev, _host, rng, (2, 4), 90, 90, 64, "float16", True, bias=(2, 1, 90, 90), layout="blhd")
 
 
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("path", ["in-place", "copy"])
+@pytest.mark.parametrize("case", [dict(window=(40, 2), lens=[130, 61]), dict(bias=(1, 3, 100, 130)),
+                                  dict(bias=(2, 1, 1, 130), lens=[130, 0], window=(None, 5))])
+def test_blhd_masks_in_place_and_transposed_match_float64(case, path, dtype, rng, only_path):
+    """layout "blhd" with masks: the Triton kernels reading the (B, L, H, D) arrays in place
+    (kernels/attention.py triton_forward_blhd) and the path on transposed copies, each forced,
+    against float64, forward and backward (the bias's gradient too)."""
+    took = only_path(path)
+    ac.check_attention(_dev, _host, rng, (2, 3), 100, 130, 64, dtype, True, layout="blhd", **case)
+    assert "attention_layout" in took
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("b,lq,h,hkv,d,kw", [
+    (2, 150, 4, 2, 64, {"causal": True, "window": (50, 0)}),
+    (3, 97, 6, 6, 80, {"key_lengths": [97, 20, 0], "dropout_p": 0.2, "seed": 5}),
+    (1, 64, 2, 1, 128, {"attn_bias": (1, 2, 64, 64)}),
+    (4200, 5, 16, 16, 16, {"window": (2, 2)})])   # 67200 batch*heads: launches in slices
+def test_blhd_qkv_views_in_place_match_the_transposing_path(b, lq, h, hkv, d, kw, dtype, rng, only_path,
+                                                            cudakit_dropout_stream):
+    """q, k, v the views of one projection, (B, L, H + 2 Hkv, D) split along the heads (rows
+    (H + 2 Hkv) D elements apart): read in place, forward and backward (grouped-query k, v and
+    masks), they give the transposing path's results; both keep the inputs unchanged."""
+    qkv = cp.asarray(ac.data(rng, (b, lq, h + 2 * hkv, d), dtype))
+    q, k, v = qkv[:, :, :h], qkv[:, :, h:h + hkv], qkv[:, :, h + hkv:]
+    g = cp.asarray(ac.data(rng, (b, lq, h, d), dtype))
+    kw = dict(kw)
+    if "attn_bias" in kw:
+        kw["attn_bias"] = cp.asarray(ac.data(rng, kw["attn_bias"], dtype))
+    if "key_lengths" in kw:
+        kw["key_lengths"] = cp.asarray(kw["key_lengths"])
+    before = cp.asnumpy(qkv)
+    results = {}
+    for path in ("in-place", "copy"):
+        took = only_path(path)
+        out, lse = cudakit.attention_with_lse(q, k, v, layout="blhd", **kw)
+        grads = cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw)
+        assert took.count("attention_layout") == 2, took
+        results[path] = [cp.asnumpy(x.astype(cp.float32)) for x in (out, lse, *grads)]
+    np.testing.assert_array_equal(cp.asnumpy(qkv), before)
+    tol = 1e-4 if dtype == "float32" else 2e-3
+    for name, got, want in zip(("out", "lse", "dq", "dk", "dv", "dbias"), results["in-place"], results["copy"]):
+        assert got.shape == want.shape, name
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())),
+                                   err_msg=name)
+
+
 @pytest.mark.parametrize("bias_shape", [(2, 4, 200, 200), (1, 4, 200, 200), (2, 1, 1, 200)])
 def test_deterministic_backward_with_a_bias(bias_shape, rng):
     """deterministic=True with a bias: every score's dS stored and summed over the broadcast dims

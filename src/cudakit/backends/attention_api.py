@@ -44,6 +44,19 @@ class AttentionOps:
         packed: written as the thirds of one new (B, L, 3, H, D) array where the backend can."""
         return None
 
+    def _attention_blhd_in_place_fwd(self, q, k, v, scale, masks: Masks, dtype_name: str, block_n, copy):
+        """(out (B, Lq, H, D) C-contiguous, lse (B, H, Lq)) of attention on (B, L, H, D) q, k, v with
+        any masks, by a backend kernel that reads them in place, or copy()'s (the (B, H, L, D) path)
+        where the backend chose that; None: the backend has no such kernel (copy() then runs)."""
+        return None
+
+    def _attention_blhd_in_place_bwd(self, g, q, k, v, out, lse, scale, masks: Masks, dtype_name: str,
+                                     deterministic: bool, finish, copy):
+        """The gradients of _attention_blhd_in_place_fwd: finish(dq, dk, dv, db) of the kernel's
+        (dq (B, Lq, H, D), dk, dv (B, Lk, H, D) of each q head, the bias's gradient in Masks' 4-D
+        form or None), or copy()'s where the backend chose that; None as there."""
+        return None
+
     def _packed_base(self, dq, dk, dv):
         """The C-contiguous (B, L, 3, H, D) array whose [:, :, 0], [:, :, 1], [:, :, 2] dq, dk, dv
         are (the cuDNN path writes them so for qkv_packed), or None."""
@@ -325,8 +338,12 @@ class AttentionOps:
                                             key_lengths, attn_bias, dropout)
         arrs, name, scale = self._attn_args(op, {"q": q, "k": k, "v": v}, scale, causal)
         q, k, v = arrs["q"], arrs["k"], arrs["v"]
-        lead = tuple(q.shape[:-2])
         masks = self._masks(op, q, k.shape[-2], causal, window, key_lengths, name, attn_bias, dropout)
+        return self._attention_fwd_masked(q, k, v, scale, causal, block_n, masks, name, need_lse)
+
+    def _attention_fwd_masked(self, q, k, v, scale, causal, block_n, masks: Masks, name: str, need_lse: bool = True):
+        """_attention_fwd on checked (..., L, D) arrays and their masks."""
+        lead = tuple(q.shape[:-2])
         mod = self._attention_module(name)
         n = math.prod(lead)
         groups = _groups(q, k)
@@ -350,20 +367,25 @@ class AttentionOps:
     def _attention_fwd_blhd(self, op, q, k, v, scale, causal, block_n, window=None, key_lengths=None,
                             attn_bias=None, dropout=(0.0, 0)):
         """The (B, L, H, D) forms: checked as their (B, H, L, D) views, run in place by the backend's
-        blhd hook where it can (no masks beyond causal), else through the
-        (B, H, L, D) path and transposed back."""
+        blhd hook where it can (no masks beyond causal), else by its in-place hook for every mask
+        (_attention_blhd_in_place_fwd), else through the (B, H, L, D) path and transposed back."""
         t = {a: x.swapaxes(1, 2) for a, x in (("q", q), ("k", k), ("v", v))}
         arrs, name, sc = self._attn_args(op, t, scale, causal)
         plain = window is None and key_lengths is None and attn_bias is None and _dropout(op, *dropout) is None
+        q, k, v = (arrs[a].swapaxes(1, 2) for a in ("q", "k", "v"))   # the coerced arrays
         if block_n is None and plain:
-            q, k, v = (arrs[a].swapaxes(1, 2) for a in ("q", "k", "v"))   # the coerced arrays
             with self._device_scope(arrs["q"]):
                 r = self._attention_blhd_fwd(q, k, v, sc, bool(causal), name)
             if r is not None:
                 return r
-        out, lse = self._attention_fwd(op, t["q"], t["k"], t["v"], sc, causal, block_n, "bhld", window, key_lengths,
-                                       attn_bias, dropout)
-        return self._ascontiguous(out.swapaxes(1, 2)), lse
+        masks = self._masks(op, arrs["q"], k.shape[1], causal, window, key_lengths, name, attn_bias, dropout)
+
+        def copy():
+            out, lse = self._attention_fwd_masked(arrs["q"], arrs["k"], arrs["v"], sc, causal, block_n, masks, name)
+            return self._ascontiguous(out.swapaxes(1, 2)), lse
+        with self._device_scope(arrs["q"]):
+            r = self._attention_blhd_in_place_fwd(q, k, v, sc, masks, name, block_n, copy)
+        return copy() if r is None else r
 
     def attention_backward(self, grad_out, q, k, v, out, lse, scale=None, causal: bool = False, *,
                            attn_bias=None, window=None, key_lengths=None, layout: str = "bhld",
@@ -418,7 +440,6 @@ class AttentionOps:
             if tuple(x.shape) != tuple(tq.shape):
                 raise ShapeError(f"{op}: {a} must have q's shape {tuple(tq.shape)} (got {tuple(x.shape)})")
         lead = tuple(tq.shape[:-2])
-        n = math.prod(lead)
         require_array(op, "lse", lse)
         lse = self._coerce(lse, "lse")
         self._check_devices({"q": tq, "lse": lse})
@@ -427,7 +448,6 @@ class AttentionOps:
                              f"(got {lse.dtype})")
         if tuple(lse.shape) != lead + (tq.shape[-2],):
             raise ShapeError(f"{op}: lse must have shape {lead + (tq.shape[-2],)} (got {tuple(lse.shape)})")
-        acc = "float64" if name == "float64" else "float32"
         masks = self._masks(op, tq, tk.shape[-2], causal, window, key_lengths, name, attn_bias, (dropout_p, seed))
         plain = masks.plain and not deterministic
         groups = _groups(tq, tk)
@@ -437,31 +457,58 @@ class AttentionOps:
                                              bool(causal), name, packed)
                 if r is not None:
                     return r
-            kv_shape = tuple(tk.shape)
-            if groups > 1:
-                q4, k4, v4 = self._as_bhsd(tq, tk, tv)
-                g4, o4 = (self._ascontiguous(x).reshape(q4.shape) for x in (tg, to))
-                lse4 = self._ascontiguous(lse.astype("float32", copy=False)).reshape(q4.shape[:3]) \
-                    if name != "float64" and plain else None
-                r = None if lse4 is None else self._attention_gqa_bwd(g4, q4, k4, v4, o4, lse4, scale, bool(causal),
-                                                                       name)
+            if blhd:
+                def finish(dq, dk, dv, db):   # (dk, dv of each q head; the bias's gradient in Masks' form)
+                    if groups > 1:
+                        b, lk, _, d = dk.shape
+                        dk, dv = (self.sum(x.reshape(b, lk, tk.shape[1], groups, d), axis=3) for x in (dk, dv))
+                    if attn_bias is None:
+                        return dq, dk, dv
+                    return dq, dk, dv, self._cast_like(self._bias_grad(db, attn_bias, lead), masks.bias.dtype)
+                r = self._attention_blhd_in_place_bwd(
+                    *(x.swapaxes(1, 2) for x in (tg, tq, tk, tv, to)), lse, scale, masks, name, bool(deterministic),
+                    finish, lambda: self._attention_backward_bhld(tg, tq, tk, tv, to, lse, scale, causal, name, masks,
+                                                                  deterministic, attn_bias, blhd))
                 if r is not None:
-                    dq, dk, dv = r[0].reshape(tq.shape), r[1].reshape(kv_shape), r[2].reshape(kv_shape)
-                    if blhd:
-                        return tuple(self._ascontiguous(x.swapaxes(1, 2)) for x in (dq, dk, dv))
-                    return dq, dk, dv
-            mod = self._attention_module(name)
-            lse = self._ascontiguous(lse.astype(acc, copy=False)).reshape(n, tq.shape[-2])
-            gqa = {}
-            if groups > 1 and self._gqa_in_place(name, n, masks, lead, tq.shape[-1]):   # dK, dV per q head, summed below
-                gqa, nkv = {"groups": groups, "q_heads": lead[-1]}, n // groups
-            elif groups > 1:
-                tk, tv, nkv = self._repeat_heads(tk, groups), self._repeat_heads(tv, groups), n
-            else:
-                nkv = n
-            dq, dk, dv, *db = mod.backward(self._as_bhld(tg, n), self._as_bhld(tq, n), self._as_bhld(tk, nkv),
-                                           self._as_bhld(tv, nkv), self._as_bhld(to, n), lse, scale, bool(causal), name,
-                                           masks=masks, deterministic=bool(deterministic), **gqa)
+                    return r
+            return self._attention_backward_bhld(tg, tq, tk, tv, to, lse, scale, causal, name, masks, deterministic,
+                                                 attn_bias, blhd)
+
+    def _attention_backward_bhld(self, tg, tq, tk, tv, to, lse, scale, causal, name: str, masks: Masks,
+                                 deterministic, attn_bias, blhd: bool):
+        """attention_backward's gradients through the (B, H, L, D) path: tg, tq, tk, tv, to checked
+        (..., L, D) arrays (the (B, H, L, D) views of (B, L, H, D) arrays with blhd, whose gradients
+        come back transposed to (B, L, H, D))."""
+        lead = tuple(tq.shape[:-2])
+        n = math.prod(lead)
+        acc = "float64" if name == "float64" else "float32"
+        plain = masks.plain and not deterministic
+        groups = _groups(tq, tk)
+        kv_shape = tuple(tk.shape)
+        if groups > 1:
+            q4, k4, v4 = self._as_bhsd(tq, tk, tv)
+            g4, o4 = (self._ascontiguous(x).reshape(q4.shape) for x in (tg, to))
+            lse4 = self._ascontiguous(lse.astype("float32", copy=False)).reshape(q4.shape[:3]) \
+                if name != "float64" and plain else None
+            r = None if lse4 is None else self._attention_gqa_bwd(g4, q4, k4, v4, o4, lse4, scale, bool(causal),
+                                                                   name)
+            if r is not None:
+                dq, dk, dv = r[0].reshape(tq.shape), r[1].reshape(kv_shape), r[2].reshape(kv_shape)
+                if blhd:
+                    return tuple(self._ascontiguous(x.swapaxes(1, 2)) for x in (dq, dk, dv))
+                return dq, dk, dv
+        mod = self._attention_module(name)
+        lse = self._ascontiguous(lse.astype(acc, copy=False)).reshape(n, tq.shape[-2])
+        gqa = {}
+        if groups > 1 and self._gqa_in_place(name, n, masks, lead, tq.shape[-1]):   # dK, dV per q head, summed below
+            gqa, nkv = {"groups": groups, "q_heads": lead[-1]}, n // groups
+        elif groups > 1:
+            tk, tv, nkv = self._repeat_heads(tk, groups), self._repeat_heads(tv, groups), n
+        else:
+            nkv = n
+        dq, dk, dv, *db = mod.backward(self._as_bhld(tg, n), self._as_bhld(tq, n), self._as_bhld(tk, nkv),
+                                       self._as_bhld(tv, nkv), self._as_bhld(to, n), lse, scale, bool(causal), name,
+                                       masks=masks, deterministic=bool(deterministic), **gqa)
         per_q_head = tuple(tq.shape[:-2]) + tuple(tk.shape[-2:])
         dq = dq.reshape(tq.shape)
         if groups > 1 and dk.size != math.prod(per_q_head):   # summed over each group by the kernels
@@ -553,6 +600,20 @@ class CudaAttentionHooks(AttentionOps):
     def _attention_blhd_bwd(self, g, q, k, v, out, lse, scale, causal, dtype_name, packed: bool = False):
         from ..kernels import attention
         return attention.backward_blhd(g, q, k, v, out, lse, scale, causal, dtype_name, packed)
+
+    def _attention_blhd_in_place_fwd(self, q, k, v, scale, masks, dtype_name, block_n, copy):
+        if dtype_name == "float64":   # (the matrix-product path: transposed views, read as they are)
+            return None
+        from ..kernels import attention
+        return attention.forward_blhd_in_place(q, k, v, scale, masks, dtype_name, block_n, copy)
+
+    def _attention_blhd_in_place_bwd(self, g, q, k, v, out, lse, scale, masks, dtype_name, deterministic, finish,
+                                     copy):
+        if dtype_name == "float64":
+            return None
+        from ..kernels import attention
+        return attention.backward_blhd_in_place(g, q, k, v, out, lse, scale, masks, dtype_name, deterministic, finish,
+                                                copy)
 
     def _packed_base(self, dq, dk, dv):
         from ..kernels import cudnn

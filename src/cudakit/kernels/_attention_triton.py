@@ -50,17 +50,19 @@ def _key_length(LENS, ERR, bh, H, Lk, start_m, CHECK: tl.constexpr):
 
 
 @triton.jit
-def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, TQ, TK, DLO, DHI, start, CHECK: tl.constexpr, D: tl.constexpr):
+def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start, CHECK: tl.constexpr, D: tl.constexpr):
     """Packed variable-length sequences (VARLEN): batch*head bh is sequence b = bh // H, head
-    h = bh % H of q (total_q, H, D) and of k, v (total_k, H // G, D) (head h // G), the sequence's
-    rows cu[b]..cu[b + 1] of each. Returns its (Lq, Lk) clamped to the launch's maxima Lq, Lk, the
-    element offsets of its first q row (head h), first k row (head h // G) and first row of an
-    (total_k, H, D) key gradient (head h), its mask bounds (DLO, DHI are relative to the
-    bottom-right alignment: this sequence's Lk - Lq is added where they bound), and the offset of
-    its first (total_q, H) lse entry. A sequence outside the packed arrays (TQ, TK rows) or longer
-    than the launch covers is cut to what lies inside both; CHECK (the forward): the first program
-    of the sequence records it in the device's error flag ERR (code 11, then b, its Lq and Lk, the
-    launch's Lq and Lk, and what is wrong on each side)."""
+    h = bh % H of q (total_q rows of H heads, SQ elements a row) and of k, v (total_k rows of H // G
+    heads, SK elements a row; head h // G), the sequence's rows cu[b]..cu[b + 1] of each. Returns
+    its (Lq, Lk) clamped to the launch's maxima Lq, Lk, the element offsets of its first q row
+    (head h), first row of the (total_q, H, D) arrays the kernels write or take beside q (out, its
+    gradient, dq), first k row (head h // G) and first row of an (total_k, H, D) key gradient
+    (head h), its mask bounds (DLO, DHI are relative to the bottom-right alignment: this sequence's
+    Lk - Lq is added where they bound), and the offset of its first (total_q, H) lse entry. A
+    sequence outside the packed arrays (TQ, TK rows) or longer than the launch covers is cut to what
+    lies inside both; CHECK (the forward): the first program of the sequence records it in the
+    device's error flag ERR (code 11, then b, its Lq and Lk, the launch's Lq and Lk, and what is
+    wrong on each side)."""
     b = bh // H
     h = bh % H
     q0 = tl.load(CU_Q + b).to(tl.int64)
@@ -88,7 +90,21 @@ def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, TQ, TK, DLO, DHI, start, CHECK: tl.c
     off = lk - lq
     dlo = tl.where(DLO > -1073741824, DLO + off, DLO)   # -2^30: no bound (attention_masks._UNBOUNDED)
     dhi = tl.where(DHI < 1073741824, DHI + off, DHI)
-    return lq, lk, q0 * H * D + h * D, k0 * (H // G) * D + (h // G) * D, k0 * H * D + h * D, dlo, dhi, q0 * H + h
+    return lq, lk, q0 * SQ + h * D, q0 * H * D + h * D, k0 * SK + (h // G) * D, k0 * H * D + h * D, dlo, dhi, q0 * H + h
+
+
+@triton.jit
+def _uniform(bh, H, G, Lq, Lk, SQ, SK, DLO, DHI, D: tl.constexpr):
+    """_seq's results for (B, L, H, D) arrays read in place (attention's layout "blhd", VARLEN with
+    UNIFORM): batch b = bh // H, head h = bh % H, every batch Lq and Lk long (no cu_seqlens to read
+    or check), q's rows SQ elements apart, k's and v's SK, the mask bounds as they are, and lse a
+    [B H, Lq] array (layout "blhd" returns it (B, H, Lq))."""
+    b = bh // H
+    h = bh % H
+    q0 = b * Lq
+    k0 = b * Lk
+    return (Lq, Lk, q0 * SQ + h * D, q0 * H * D + h * D, k0 * SK + (h // G) * D, k0 * H * D + h * D, DLO, DHI,
+            bh * Lq)
 
 
 @triton.jit
@@ -159,20 +175,32 @@ def _kv_row(bh, BH0, H, G):
 
 
 @triton.jit
-def _geometry(CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI, start, CHECK: tl.constexpr,
-              D: tl.constexpr, VARLEN: tl.constexpr):
-    """Where a program's rows are, for every kernel: (Lq, Lk, first q element, first k/v element,
-    first element of a per-q-head key gradient, mask bounds, first lse entry, and the row strides
-    of q-like, k-like, key-gradient and lse arrays). VARLEN: packed (total, heads, D) arrays, this
-    program's sequence and head (_seq; CHECK: record a bad cu_seqlens in ERR); else [BH, L, D]."""
+def _geometry(CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start, CHECK: tl.constexpr,
+              D: tl.constexpr, VARLEN: tl.constexpr, UNIFORM: tl.constexpr):
+    """Where a program's rows are, for every kernel: (Lq, Lk, first q element, first element of the
+    q-shaped arrays beside q (out, its gradient, dq), first k/v element, first element of a
+    per-q-head key gradient, mask bounds, first lse entry, and the row strides of q, of the arrays
+    beside it, of k and v, of the key gradient and of lse). VARLEN: packed (total, heads, D) arrays
+    (q's rows SQ elements apart, k's and v's SK; the others C-contiguous), this program's sequence
+    and head (_seq; CHECK: record a bad cu_seqlens in ERR; UNIFORM: (B, L, H, D) arrays); else
+    [BH, L, D] (SQ, SK not read)."""
     if VARLEN:
-        lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base = _seq(CU_Q, CU_K, ERR, bh + BH0, H, G, Lq, Lk, TQ, TK,
-                                                                    DLO, DHI, start, CHECK, D)
+        if UNIFORM:
+            lq, lk, q_base, o_base, kv_base, dk_base, dlo, dhi, lse_base = _uniform(
+                bh + BH0, H, G, Lq, Lk, SQ, SK, DLO, DHI, D)
+        else:
+            lq, lk, q_base, o_base, kv_base, dk_base, dlo, dhi, lse_base = _seq(
+                CU_Q, CU_K, ERR, bh + BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start, CHECK, D)
         hq = lse_base * 0 + H   # int64: a packed array's row offsets may pass 2^31 elements
-        return lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base, hq * D, (hq // G) * D, hq * D, hq
+        lrs = hq
+        if UNIFORM:   # lse [B H, Lq]
+            lrs = hq * 0 + 1
+        return lq, lk, q_base, o_base, kv_base, dk_base, dlo, dhi, lse_base, hq * 0 + SQ, hq * D, hq * 0 + SK, \
+            hq * D, lrs
     else:
         # dK, dV per q head: [BH, Lk, D] (summed over a group by the caller)
-        return (Lq, Lk, bh * Lq * D, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lk * D, DLO, DHI, bh * Lq, D, D, D, 1)
+        base = bh * Lq * D
+        return (Lq, Lk, base, base, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lk * D, DLO, DHI, bh * Lq, D, D, D, D, 1)
 
 
 @triton.jit
@@ -522,6 +550,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
              CU_Q, CU_K, G, TQ, TK,      # VARLEN: [B + 1] int sequence starts, total rows; G q heads per k, v head
                                          # (packed, or [BH / G, Lk, D] k, v: H is then q's heads)
+             SQ, SK,                     # VARLEN: q's and k's (v's) row strides, elements (O C-contiguous)
              DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # DROPOUT: the seed's halves, keep threshold, 1 / (1 - p)
              BH0,                        # the first bh of this launch (grids of more than 65535 bh)
              D: tl.constexpr, HAS_LENS: tl.constexpr,
@@ -529,7 +558,8 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              PREC: tl.constexpr, POS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
              DROPOUT: tl.constexpr, SPLIT: tl.constexpr = False, LEFT: tl.constexpr = True,
              BLOCK_D2: tl.constexpr = 0, LPT: tl.constexpr = 0, KSPLIT: tl.constexpr = 1,
-             OT: tl.constexpr = False, BIAS_K1: tl.constexpr = False, PDL: tl.constexpr = None):
+             OT: tl.constexpr = False, BIAS_K1: tl.constexpr = False, UNIFORM: tl.constexpr = False,
+             PDL: tl.constexpr = None):
     """BLOCK_D2 > 0 (SPLIT only): the head dim in two column blocks, BLOCK_D (all inside D) and
     BLOCK_D2 (the rest, masked), not one of BLOCK_D's power of two: at head dims 65..96 the products
     skip the padding a 128-wide block carries (up to 48 of its 128 columns). LPT > 0: the programs'
@@ -547,11 +577,11 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    lq, lk, q_base, kv_base, _, dlo, dhi, lse_base, RS, KRS, _, LRS = _geometry(
-        CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI, start_m, True, D, VARLEN)
+    lq, lk, q_base, o_base, kv_base, _, dlo, dhi, lse_base, QRS, RS, KRS, _, LRS = _geometry(
+        CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start_m, True, D, VARLEN, UNIFORM)
     m_ok, d_ok = rows < lq, offs_d < D
     length, lo_r, hi_r = _row_keys(rows, dlo, dhi, lk, LENS, ERR, bh + BH0, H, Lk, start_m, HAS_LENS)
-    q = tl.load(Q + q_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    q = tl.load(Q + q_base + rows[:, None] * QRS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     q_lo = q
     if SPLIT:   # q split once, in registers (the products' A operand)
         q, q_lo = _tf32_parts(q)
@@ -559,7 +589,7 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     if BLOCK_D2 > 0:
         offs_d2 = BLOCK_D + tl.arange(0, BLOCK_D2)
         d2_ok = offs_d2 < D
-        q2 = tl.load(Q + q_base + rows[:, None] * RS + offs_d2[None, :], mask=m_ok[:, None] & d2_ok[None, :],
+        q2 = tl.load(Q + q_base + rows[:, None] * QRS + offs_d2[None, :], mask=m_ok[:, None] & d2_ok[None, :],
                      other=0.0)
         q2, q2_lo = _tf32_parts(q2)
         if OT:
@@ -603,13 +633,13 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     if OT:
         acc = tl.trans(acc)
     acc = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
-    tl.store(O + q_base + rows[:, None] * RS + offs_d[None, :], acc.to(O.dtype.element_ty),
+    tl.store(O + o_base + rows[:, None] * RS + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
     if BLOCK_D2 > 0:
         if OT:
             acc2 = tl.trans(acc2)
         acc2 = tl.where(seen[:, None], acc2 / tl.where(seen, l_i, 1.0)[:, None], 0.0)
-        tl.store(O + q_base + rows[:, None] * RS + offs_d2[None, :], acc2.to(O.dtype.element_ty),
+        tl.store(O + o_base + rows[:, None] * RS + offs_d2[None, :], acc2.to(O.dtype.element_ty),
                  mask=m_ok[:, None] & d2_ok[None, :])
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     tl.store(LSE + lse_base + rows * LRS, lse, mask=m_ok)
@@ -650,23 +680,31 @@ def attn_fwd_combine(OW, LW, O, LSE, Lq, NBH,   # OW: [KSPLIT, BH, Lq, D], LW: [
 
 
 @triton.jit
-def attn_bwd_delta(O, DO, DELTA, Lq, D: tl.constexpr,  # O, DO: [BH, Lq, D]; DELTA: [BH, Lq] float32
-                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = None):
+def attn_bwd_delta(O, DO, DELTA, Lq,    # O, DO: [BH, Lq, D] (UNIFORM: (B, Lq, H, D)); DELTA: [BH, Lq] float32
+                   H, BH0,               # UNIFORM: the heads, the launch's first bh (grids past 65535 bh)
+                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, UNIFORM: tl.constexpr = False,
+                   PDL: tl.constexpr = None):
+    """delta = rowsum(dO * O) of each query row, in lse's [BH, Lq] order. Memory traffic: 2 D
+    elements read and 4 bytes written a row."""
     _pdl_start(PDL)
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask = (rows < Lq)[:, None] & (offs_d < D)[None, :]
-    ptr = bh * Lq * D + rows[:, None] * D + offs_d[None, :]
+    if UNIFORM:   # batch*head bh + BH0: rows H D elements apart
+        bh += BH0
+        ptr = ((bh // H) * Lq + rows)[:, None] * (H * D) + (bh % H) * D + offs_d[None, :]
+    else:
+        ptr = bh * Lq * D + rows[:, None] * D + offs_d[None, :]
     o = tl.load(O + ptr, mask=mask, other=0.0).to(tl.float32)
     do = tl.load(DO + ptr, mask=mask, other=0.0).to(tl.float32)
     tl.store(DELTA + bh * Lq + rows, tl.sum(o * do, 1), mask=rows < Lq)
 
 
 @triton.jit
-def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d, d_ok,
-                qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS,
+def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, o_base, lse_base, start_m, cols, offs_m, offs_d, d_ok,
+                qk_scale, Lq, DLO, DHI, length, BIAS, b_base, sb_q, b_cols, n_ok, QRS, RS, LRS,
                 drop_base, Lk, DSEED_LO, DSEED_HI, DTHRESH, DSCALE,
                 D: tl.constexpr, MASK: tl.constexpr, ROWS: tl.constexpr, PREC: tl.constexpr,
                 HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr):
@@ -679,8 +717,8 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
     empty a row anywhere: their probabilities are then set to 0 here."""
     rows = start_m + offs_m
     m_ok = rows < Lq
-    qT = tl.load(Q + q_base + rows[None, :] * RS + offs_d[:, None], mask=m_ok[None, :] & d_ok[:, None], other=0.0)
-    do = tl.load(DO + q_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    qT = tl.load(Q + q_base + rows[None, :] * QRS + offs_d[:, None], mask=m_ok[None, :] & d_ok[:, None], other=0.0)
+    do = tl.load(DO + o_base + rows[:, None] * RS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     lse2 = tl.load(LSE + lse_base + rows * LRS, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + lse_base + rows * LRS, mask=m_ok, other=0.0)
     sT = tl.dot(k, qT, input_precision=PREC) * qk_scale                                  # [BLOCK_N, BLOCK_M]
@@ -712,12 +750,13 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols
 def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH, Lk, D]
                   LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H,
                   BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
-                  CU_Q, CU_K, G, TQ, TK,                # as attn_fwd; VARLEN: DK, DV (total_k, H, D)
+                  CU_Q, CU_K, G, TQ, TK, SQ, SK,        # as attn_fwd; VARLEN: DK, DV (total_k, H, D)
                   DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # as attn_fwd
                   BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                   PREC: tl.constexpr, EVEN_Q: tl.constexpr, HAS_BIAS: tl.constexpr, VARLEN: tl.constexpr,
-                  DROPOUT: tl.constexpr, BIAS_K1: tl.constexpr = False, PDL: tl.constexpr = None):
+                  DROPOUT: tl.constexpr, BIAS_K1: tl.constexpr = False, UNIFORM: tl.constexpr = False,
+                  PDL: tl.constexpr = None):
     """EVEN_Q: Lq is a multiple of BLOCK_M, so no query block crosses Lq and none needs a row mask
     (the usual case; the other compiles a row select into every block). Key j is seen by the rows
     i with j - DHI < i <= j - DLO (and j below the key length): the query blocks of the key block
@@ -730,8 +769,8 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    lq, lk, q_base, kv_base, dk_base, dlo, dhi, lse_base, RS, KRS, DKRS, LRS = _geometry(
-        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI, start_n, False, D, VARLEN)
+    lq, lk, q_base, o_base, kv_base, dk_base, dlo, dhi, lse_base, QRS, RS, KRS, DKRS, LRS = _geometry(
+        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start_n, False, D, VARLEN, UNIFORM)
     n_ok, d_ok = cols < lk, offs_d < D
     kv_mask = n_ok[:, None] & d_ok[None, :]
     k = tl.load(K + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=kv_mask, other=0.0)
@@ -754,18 +793,21 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     b = tl.minimum(tl.maximum(a, tl.cdiv(tl.maximum(last - dhi + 1, 0), BLOCK_M) * BLOCK_M), full_cap)
     c = tl.maximum(b, tl.minimum((tl.maximum(first - dlo + 1, 0) // BLOCK_M) * BLOCK_M, full_cap))
     for start_m in range(a, b, BLOCK_M):
-        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS,
+        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, o_base, lse_base, start_m, cols, offs_m,
+                             offs_d, d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, QRS, RS,
+                             LRS,
                              drop_base, Lk, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, True,
                              PREC, HAS_BIAS, DROPOUT)
     for start_m in range(b, c, BLOCK_M):
-        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS,
+        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, o_base, lse_base, start_m, cols, offs_m,
+                             offs_d, d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, QRS, RS,
+                             LRS,
                              drop_base, Lk, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, False,
                              not EVEN_Q, PREC, HAS_BIAS, DROPOUT)
     for start_m in range(c, e, BLOCK_M):
-        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, lse_base, start_m, cols, offs_m, offs_d,
-                             d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, RS, LRS,
+        dk, dv = _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, o_base, lse_base, start_m, cols, offs_m,
+                             offs_d, d_ok, qk_scale, lq, dlo, dhi, length, BIAS, b_base, sb_q, b_cols, n_ok, QRS, RS,
+                             LRS,
                              drop_base, Lk, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, True,
                              PREC, HAS_BIAS, DROPOUT)
     tl.store(DK + dk_base + cols[:, None] * DKRS + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty),
@@ -823,13 +865,13 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                                                       # for DB_MODE 1), its element strides (0 broadcast);
                                                       # DB_MODE 4: the partials' workspace, the element
                                                       # strides of a bh, a row block and a key block
-                CU_Q, CU_K, G, TQ, TK,                # as attn_fwd
+                CU_Q, CU_K, G, TQ, TK, SQ, SK,        # as attn_fwd
                 DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # as attn_fwd
                 BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
                 HAS_BIAS: tl.constexpr, DB_MODE: tl.constexpr, DBQ: tl.constexpr, DBK: tl.constexpr,
                 VARLEN: tl.constexpr, DROPOUT: tl.constexpr, BIAS_K1: tl.constexpr = False,
-                DB_K1: tl.constexpr = False, PDL: tl.constexpr = None):
+                DB_K1: tl.constexpr = False, UNIFORM: tl.constexpr = False, PDL: tl.constexpr = None):
     _pdl_start(PDL)
     if BIAS_K1:   # the bias's key stride 1 as a constant: its tiles load as vectors (attention._unit_keys)
         sb_k = 1
@@ -841,8 +883,8 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    lq, lk, q_base, kv_base, _, dlo, dhi, lse_base, RS, KRS, _, LRS = _geometry(
-        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, DLO, DHI, start_m, False, D, VARLEN)
+    lq, lk, q_base, o_base, kv_base, _, dlo, dhi, lse_base, QRS, RS, KRS, _, LRS = _geometry(
+        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start_m, False, D, VARLEN, UNIFORM)
     m_ok, d_ok = rows < lq, offs_d < D
     length = lk
     if HAS_LENS:
@@ -850,8 +892,8 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     lo_r = rows + dlo
     hi_r = tl.minimum(rows + dhi, length)
     q_mask = m_ok[:, None] & d_ok[None, :]
-    q = tl.load(Q + q_base + rows[:, None] * RS + offs_d[None, :], mask=q_mask, other=0.0)
-    do = tl.load(DO + q_base + rows[:, None] * RS + offs_d[None, :], mask=q_mask, other=0.0)
+    q = tl.load(Q + q_base + rows[:, None] * QRS + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + o_base + rows[:, None] * RS + offs_d[None, :], mask=q_mask, other=0.0)
     lse2 = tl.load(LSE + lse_base + rows * LRS, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + lse_base + rows * LRS, mask=m_ok, other=0.0)
     b_base = _bias_base(bh + BH0, HB, sb_b, sb_h)
@@ -878,7 +920,7 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                        lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS,
                        drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, PREC,
                        HAS_BIAS, DB_MODE, DBQ, DBK, DROPOUT)
-    tl.store(DQ + q_base + rows[:, None] * RS + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+    tl.store(DQ + o_base + rows[:, None] * RS + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
 
 
 @triton.jit

@@ -91,10 +91,16 @@ def _mask_args(masks: Masks, lq: int, lk: int, dummy) -> tuple:
     return masks.lengths, device_errors.flag(masks.lengths.data.device_id), dlo, dhi, masks.heads
 
 
+def _uniform_args(dummy, groups: int, q, k) -> tuple:
+    """(CU_Q, CU_K, G, TQ, TK, SQ, SK) of a launch on (B, L, H, D) arrays read in place (VARLEN's
+    UNIFORM form: cu_seqlens and totals not read)."""
+    return (dummy, dummy, groups, 0, 0, *_row_strides(q, k))
+
+
 def _NO_VARLEN(dummy, groups: int = 1) -> tuple:
-    """(CU_Q, CU_K, G, TQ, TK) of a launch on [BH, L, D] arrays (CU_Q, CU_K, TQ, TK not read);
-    groups: q heads a k, v head serves ([BH / groups, Lk, D] k, v read in place)."""
-    return (dummy, dummy, groups, 0, 0)
+    """(CU_Q, CU_K, G, TQ, TK, SQ, SK) of a launch on [BH, L, D] arrays (CU_Q, CU_K, TQ, TK, SQ, SK
+    not read); groups: q heads a k, v head serves ([BH / groups, Lk, D] k, v read in place)."""
+    return (dummy, dummy, groups, 0, 0, 0, 0)
 
 
 _SEED_WORDS = ("DSEED_LO", "DSEED_HI")
@@ -266,12 +272,19 @@ def _backward_configs(dtype_name: str, cfg: dict) -> tuple[dict, dict]:
     return kv, dict(cfg, BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
 
 
-def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts: dict, bh0: bool = False) -> None:
+def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts: dict, bh0: bool = False,
+            whole: int | None = None) -> None:
     """Kernel `name` over grid (row blocks, batch*heads): batch*heads is grid dim y (at most 65535),
     so larger batches go in slices of the [BH, ...] arrays; bh0: the kernel takes the slice's first
-    batch*head as its last argument (to find the batch's key length)."""
-    bh = arrays[0].shape[0]
+    batch*head as its last argument (to find the batch's key length). whole: the batch*heads of
+    arrays that are not [BH, ...] (layout "blhd", UNIFORM), passed whole to each slice, which the
+    kernel finds by its first batch*head (bh0 then implied)."""
     k = _specialized(name, consts)
+    if whole is not None:
+        for b0 in range(0, whole, _MAX_GRID_Y):
+            k[(max(1, math.ceil(rows / block)), min(whole - b0, _MAX_GRID_Y))](*arrays, *args, b0)
+        return
+    bh = arrays[0].shape[0]
     if bh <= _MAX_GRID_Y:
         k[(max(1, math.ceil(rows / block)), bh)](*arrays, *args, *((0,) if bh0 else ()))
         return
@@ -900,27 +913,135 @@ def _forward_in_parts(inputs: tuple, out, lse, args: tuple, consts: dict, splits
 
 def _triton_forward(q, k, v, scale, masks, dtype_name, block_n=None, tiles=None, groups=1, q_heads=1):
     cp = _cupy.cupy()
-    bh, lq, d = q.shape
-    lk = k.shape[1]
+    bh, lq = q.shape[:2]
     out = cp.empty_like(q)
     lse = cp.empty((bh, lq), cp.float32)
     if bh == 0 or lq == 0:
         return out, lse
+    return _triton_forward_launch(q, k, v, out, lse, scale, masks, dtype_name, block_n, tiles, groups, q_heads)
+
+
+def triton_forward_blhd(q, k, v, scale, masks, dtype_name, block_n=None, groups=1):
+    """(out (B, Lq, H, D) C-contiguous, lse (B, H, Lq) float32) of attention on (B, L, H, D) q and
+    (B, Lk, H / groups, D) k, v read in place by the Triton forward (VARLEN's UNIFORM form): q's rows
+    may be any number of elements apart, and k's and v's too (views of one packed (B, L, 3, H, D)
+    projection, qkv[:, :, i]), each with unit stride along D and its heads D apart
+    (blhd_readable); masks as forward()'s, but the float32 forward's split-operand and key-part
+    forms (which take [BH, L, D] arrays) are not among its forms. Memory traffic: q, k, v read and
+    out written once each (no transposed copies)."""
+    cp = _cupy.cupy()
+    b, lq, h, d = q.shape
+    out = cp.empty((b, lq, h, d), q.dtype)
+    lse = cp.empty((b, h, lq), cp.float32)
+    if b * h == 0 or lq == 0:
+        return out, lse
+    _check_triton_head_dim(d)
+    return _triton_forward_launch(q, k, v, out, lse, scale, masks, dtype_name, block_n, None, groups, h, blhd=True)
+
+
+def blhd_readable(*arrays) -> bool:
+    """Whether the Triton kernels read these (B, L, H, D) arrays in place (triton_forward_blhd): unit
+    stride along D, heads D elements apart, batches L rows apart (rows: _row_strides), strides not
+    negative."""
+    for x in arrays:
+        b, n, h, d = x.shape
+        sb, _, sh, sd = (st // x.itemsize for st in x.strides)
+        rs = _row_strides(x, x)[0]
+        if min(x.strides) < 0 or (d > 1 and sd != 1) or (h > 1 and sh != d) or (b > 1 and sb != n * rs):
+            return False
+    return True
+
+
+def forward_blhd_in_place(q, k, v, scale: float, masks: Masks, dtype_name: str, block_n, copy):
+    """(out (B, Lq, H, D), lse (B, H, Lq)) of the layout "blhd" forwards cuDNN's in-place graphs
+    (forward_blhd) do not take: the Triton forward reading q, k, v in place (triton_forward_blhd),
+    or copy() (the (B, H, L, D) path on transposed copies, which has the float32 forward's
+    split-operand and key-part forms and cuDNN's bias and dropout graphs, all on [BH, L, D] arrays),
+    whichever kernels/paths.py timed faster for the signature (a named key block, flash_attention's:
+    the Triton forward). None where the Triton kernels cannot read the arrays in place
+    (blhd_readable, k and v of one layout) or take the head dim: the caller runs copy()."""
+    if not _in_place_readable(q, k, v):
+        return None
+    groups = q.shape[2] // k.shape[2]
+
+    def in_place():
+        from . import paths
+        paths.ran("attention", "triton")
+        return triton_forward_blhd(q, k, v, scale, masks, dtype_name, block_n, groups)
+    if block_n is not None:
+        return in_place()
+    return _layout_choice("fwd", q, k, masks, dtype_name, False, in_place, copy)
+
+
+def backward_blhd_in_place(do, q, k, v, out, lse, scale: float, masks: Masks, dtype_name: str, deterministic: bool,
+                           finish, copy):
+    """finish(dq, dk, dv, the bias's gradient or None) of triton_backward_blhd (do, out: (B, Lq, H, D),
+    copied C-contiguous where they are not; lse (B, H, Lq)), or copy()'s result, as
+    forward_blhd_in_place chooses; None where it declines."""
+    if not _in_place_readable(q, k, v):
+        return None
+    groups = q.shape[2] // k.shape[2]
+
+    def in_place():
+        from . import paths
+        cp = _cupy.cupy()
+        paths.ran("attention_backward", "triton")
+        r = triton_backward_blhd(cp.ascontiguousarray(do), q, k, v, cp.ascontiguousarray(out),
+                                 cp.ascontiguousarray(lse.astype(cp.float32, copy=False)), scale, masks, dtype_name,
+                                 deterministic, groups)
+        return finish(*r[:3], r[3] if len(r) > 3 else None)
+    return _layout_choice("bwd", q, k, masks, dtype_name, deterministic, in_place, copy)
+
+
+def _in_place_readable(q, k, v) -> bool:
+    """Whether triton_forward_blhd reads these (B, L, H, D) arrays in place: head dim within the Triton
+    kernels', k and v of one layout (one row stride for both), each blhd_readable."""
+    return q.shape[3] <= MAX_HEAD_DIM and k.strides == v.strides and blhd_readable(q, k, v)
+
+
+def _layout_choice(kind: str, q, k, masks: Masks, dtype_name: str, deterministic: bool, in_place, copy):
+    """kernels/paths.py's choice ("attention_layout") between reading (B, L, H, D) arrays in place and
+    the transposing path, per signature: shapes, row strides, masks, precision, device. Without
+    timing the first candidate runs: in place, but for float32 (the transposing path has its
+    faster forms)."""
+    from . import paths
+    b, lq, h, d = q.shape
+    bias = None if masks.bias is None else (tuple(n == 1 for n in masks.bias.shape), str(masks.bias.dtype),
+                                            _unit_keys(masks.bias))
+    key = (kind, b, h, k.shape[2], lq, k.shape[1], d, dtype_name, *_row_strides(q, k), masks.causal,
+           masks.window, masks.lengths is not None, bias, masks.dropout is not None, bool(deterministic),
+           config.float32_precision() if dtype_name == "float32" else None, q.data.device_id)
+    cands = [("in-place", in_place), ("copy", copy)]
+    if dtype_name == "float32":
+        cands.reverse()
+    return paths.run("attention_layout", key, cands)
+
+
+def _triton_forward_launch(q, k, v, out, lse, scale, masks, dtype_name, block_n, tiles, groups, q_heads,
+                           blhd: bool = False):
+    """_triton_forward's launches into out, lse; blhd: triton_forward_blhd's (its one form)."""
+    cp = _cupy.cupy()
+    bh, lq, d = (q.shape[0] * q.shape[2], q.shape[1], q.shape[3]) if blhd else q.shape
+    lk = k.shape[1]
     cfg = dict(_config(dtype_name, d, block_n), **(tiles or {}))
     lens, err, dlo, dhi, heads = _mask_args(masks, lq, lk, lse)
     above = _bounded_above(dlo, dhi)   # (keys bounded above only: a causal mask)
-    if groups > 1:
+    if groups > 1 or blhd:   # (UNIFORM: the batch and head of a bh come from the heads)
         heads = q_heads
     has_bias = masks.bias is not None
     b_args = _bias_args(masks, lse)
     shared = (lens, err, float(scale * math.log2(math.e)), lq, lk, dlo, dhi, heads, *b_args)
-    args = (*shared, *_NO_VARLEN(lse, groups), *_drop_args(masks))
+    geo = _uniform_args(lse, groups, q, k) if blhd else _NO_VARLEN(lse, groups)
+    args = (*shared, *geo, *_drop_args(masks))
     consts = dict(cfg, D=d, HAS_LENS=masks.lengths is not None, POS_SCALE=scale > 0 and not has_bias,
-                  HAS_BIAS=has_bias, BIAS_K1=b_args[4] == 1, VARLEN=False, DROPOUT=masks.dropout is not None,
-                  LEFT=dlo > -_UNBOUNDED, LPT=_order(dlo, dhi))
+                  HAS_BIAS=has_bias, BIAS_K1=b_args[4] == 1, VARLEN=blhd, DROPOUT=masks.dropout is not None,
+                  LEFT=dlo > -_UNBOUNDED, LPT=_order(dlo, dhi), **({"UNIFORM": True} if blhd else {}))
     def plain():   # Triton's own products on V as it comes
-        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True)
+        _launch("attn_fwd", lq, cfg["BLOCK_M"], (q, k, v, out, lse), args, consts, bh0=True,
+                whole=bh if blhd else None)
         return out, lse
+    if blhd:
+        return plain()
     if not (_split_forward(cfg, block_n, tiles) and math.ceil(lk / 32) <= _MAX_GRID_Y):   # (the split's grid:
         splits = max(1, KEY_SPLITS) if KEY_SPLITS is not None and bh <= _MAX_GRID_Y else 1   # keys past 2M take
         if splits > 1 and _forward_in_parts((q, k, v), out, lse, args, consts, splits):      # Triton's own)
@@ -1317,13 +1438,20 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: i
 
 
 def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None, deterministic=False, groups=1,
-                     q_heads=1):
-    """(dq, dk, dv), and the bias's gradient (the bias's 4-D shape) as a fourth with a bias."""
+                     q_heads=1, blhd: bool = False):
+    """(dq, dk, dv), and the bias's gradient (the bias's 4-D shape) as a fourth with a bias.
+    blhd: triton_backward_blhd's arrays and results."""
     cp = _cupy.cupy()
-    bh, lq, d = q.shape
-    lk = k.shape[1]
-    dq = cp.empty_like(q)
-    dk, dv = cp.empty((bh, lk, d), k.dtype), cp.empty((bh, lk, d), v.dtype)   # per q head
+    if blhd:
+        b, lq, q_heads, d = q.shape
+        bh, lk = b * q_heads, k.shape[1]
+        dq = cp.empty((b, lq, q_heads, d), q.dtype)
+        dk, dv = cp.empty((b, lk, q_heads, d), k.dtype), cp.empty((b, lk, q_heads, d), v.dtype)   # per q head
+    else:
+        bh, lq, d = q.shape
+        lk = k.shape[1]
+        dq = cp.empty_like(q)
+        dk, dv = cp.empty((bh, lk, d), k.dtype), cp.empty((bh, lk, d), v.dtype)   # per q head
     bias = masks.bias
     cfg = _config(dtype_name, d, None)
     kv, qc = _backward_configs(dtype_name, cfg)
@@ -1342,20 +1470,26 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
             dv.fill(0)
         return (dq, dk, dv) if bias is None else (dq, dk, dv, zeros(bias.shape, cp.float32) if db is None else db)
     delta = cp.empty((bh, lq), cp.float32)
-    _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq,),
-            {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
+    whole = bh if blhd else None   # (UNIFORM: arrays passed whole, each slice told its first bh)
+    if blhd:
+        _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq, q_heads),
+                {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "UNIFORM": True, "num_warps": 4}, whole=whole)
+    else:
+        _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq, 1, 0),
+                {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
     lens, _, dlo, dhi, heads = _mask_args(masks, lq, lk, delta)
-    if groups > 1:
+    if groups > 1 or blhd:
         heads = q_heads
     b_args = _bias_args(masks, delta)
     scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads, *b_args)
-    novar = _NO_VARLEN(delta, groups) + _drop_args(masks)
+    novar = (_uniform_args(delta, groups, q, k) if blhd else _NO_VARLEN(delta, groups)) + _drop_args(masks)
+    uni = {"VARLEN": True, "UNIFORM": True} if blhd else {"VARLEN": False}
     drop = masks.dropout is not None
     has = masks.lengths is not None
     k1 = b_args[4] == 1   # BIAS_K1 (_unit_keys)
     _launch("attn_bwd_dkdv", lk, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), scalars + novar,
             dict(kv, D=d, HAS_LENS=has, EVEN_Q=lq % kv["BLOCK_M"] == 0, HAS_BIAS=bias is not None,
-                 BIAS_K1=k1, VARLEN=False, DROPOUT=drop), bh0=True)
+                 BIAS_K1=k1, DROPOUT=drop, **uni), bh0=True, whole=whole)
     if bias is None:
         db_args, db_consts = (delta, 0, 0, 0, 0), {"HAS_BIAS": False, "DB_MODE": 0, "DBQ": True, "DBK": True}
     else:
@@ -1370,7 +1504,7 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
                      "DBK": bias.shape[3] > 1 or full is not None, "BIAS_K1": k1,
                      "DB_K1": mode in (1, 2) and st[3] == 1}
     _launch("attn_bwd_dq", lq, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), scalars + db_args + novar,
-            dict(qc, D=d, HAS_LENS=has, VARLEN=False, DROPOUT=drop, **db_consts), bh0=True)
+            dict(qc, D=d, HAS_LENS=has, DROPOUT=drop, **db_consts, **uni), bh0=True, whole=whole)
     if full is not None:   # deterministic: the per-entry gradients summed over the dims the bias broadcasts
         axes = tuple(i for i in range(4) if bias.shape[i] == 1 and full.shape[i] > 1)
         # (cudakit's reduction, no atomics: its launches are traced, where CuPy's sum refused the trace)
@@ -1378,6 +1512,17 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     if finish is not None:
         db = finish(db)
     return (dq, dk, dv) if bias is None else (dq, dk, dv, db)
+
+
+def triton_backward_blhd(do, q, k, v, out, lse, scale, masks, dtype_name, deterministic=False, groups=1):
+    """(dq (B, Lq, H, D), dk, dv (B, Lk, H, D): each q head's share, which the caller sums over each
+    group of groups > 1), and the bias's gradient as a fourth with a bias, of triton_forward_blhd
+    for dL/dout = do: q, k, v read in place as it reads them (blhd_readable), do and out
+    C-contiguous (B, Lq, H, D), lse (B, H, Lq) float32 C-contiguous; the Triton kernels (no atomics
+    but for a bias's gradient, which deterministic sums as backward() does). FLOPs 10 B H Lq Lk D."""
+    _check_triton_head_dim(q.shape[3])
+    return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, None, deterministic, groups,
+                            blhd=True)
 
 
 def _unbroadcast(bias, bh: int, lq: int, lk: int) -> bool:
@@ -1520,7 +1665,8 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     for bh0, n in _varlen_slices(b, h):
         k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), n)](
             q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
-            lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_drop_args(drop), bh0)
+            lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_row_strides(q, k),
+            *_drop_args(drop), bh0)
     return out, lse
 
 
@@ -1570,23 +1716,37 @@ def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sca
     delta = cp.empty((total_q, h), cp.float32)
     rows = total_q * h
     _launch("attn_bwd_delta", rows, 64, (out.reshape(1, rows, d), do.reshape(1, rows, d), delta.reshape(1, rows)),
-            (rows,), {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
+            (rows, 1, 0), {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
     dlo, dhi = relative_bounds(causal, window, max_q + max_k + 1)
     kv, qc = _backward_configs(dtype_name, cfg)
     g = h // k.shape[1]
     common = (float(scale * math.log2(math.e)), float(scale), max_q, max_k, dlo, dhi, h, delta, 0, 0, 0, 0, 1)
     drop, on = _drop_args(Masks(causal, dropout=dropout)), dropout is not None
+    strides = _row_strides(q, k)
     dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True,
                                               DROPOUT=on))
     dqk = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True,
                                            VARLEN=True, DROPOUT=on))
     for bh0, n in _varlen_slices(b, h):
         dkdv[(max(1, math.ceil(max_k / kv["BLOCK_N"])), n)](
-            q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, total_q, total_k, *drop, bh0)
+            q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, total_q, total_k, *strides, *drop, bh0)
         dqk[(max(1, math.ceil(max_q / qc["BLOCK_M"])), n)](
-            q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, total_q, total_k, *drop,
-            bh0)
+            q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, total_q, total_k, *strides,
+            *drop, bh0)
     return dq, dk, dv
+
+
+def _row_strides(q, k) -> tuple:
+    """(SQ, SK) of the varlen kernels: the element strides of q's and k's (v's) rows, their dim 0
+    ((total, H, D) packed arrays) or dim 1 ((B, L, H, D) ones; where L is 1, the batches' stride,
+    each batch's one row being the next row, and H D where both are 1)."""
+    def rows(x):
+        if x.ndim == 3:
+            return x.strides[0] // x.itemsize
+        b, n, h, d = x.shape
+        st = x.strides[1] if n > 1 else x.strides[0] if b > 1 else h * d * x.itemsize
+        return st // x.itemsize
+    return rows(q), rows(k)
 
 
 def _varlen_slices(b: int, h: int):
@@ -1674,7 +1834,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
         launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
-               0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the dropout's: not read
+               0, 0, 0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the strides, the dropout's: not read
         return out, lse
     return fwd
 
@@ -1719,13 +1879,13 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     dlo, dhi = key_bounds(lq, lk, causal)
     scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, 1)
     nodrop = (0, 0, 0, 1.0)
+    novar = _NO_VARLEN(None)
 
     def bwd(do, q, k, v, out, lse):
         dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
         delta = nd((bh, lq), f32)
-        delta_launch(out, do, delta, lq)
-        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0, *nodrop, 0)   # not read
-        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, lse, lse, 1, 0, 0,
-                  *nodrop, 0)
+        delta_launch(out, do, delta, lq, 1, 0)
+        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, *novar, *nodrop, 0)   # not read
+        dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, *novar, *nodrop, 0)
         return dq, dk, dv
     return bwd
