@@ -8,18 +8,19 @@ each call's device time behind an L2 flush (bench.timing's cold samples), in one
 A case: dtype:BxHxLxD, a trailing c for causal; every case takes window=(N, 0) (default 256: keys
 from N before each query to the query). Prints VARIANT lines (ms; x_copy: the transposing path's
 time over in place's) and writes the rows to --out."""
+import os
 import sys
 
-import cupy as cp
-import torch
+os.environ.setdefault("CUDAKIT_DISPATCH_PLANS", "0")   # (a plan would replay the first path it saw, not the forced one)
+import cupy as cp  # noqa: E402
+import torch  # noqa: E402
 
-import cudakit
-from _cases import DTYPES, cases_and_tag
-from _results import dump_rows
+import cudakit  # noqa: E402
+from _cases import DTYPES, cases_and_tag  # noqa: E402
+from _results import dump_rows  # noqa: E402
 
-from cudakit import dispatch
-from cudakit.bench import timing
-from cudakit.kernels import paths
+from cudakit.bench import timing  # noqa: E402
+from cudakit.kernels import paths  # noqa: E402
 
 argv = sys.argv[1:]
 cases, tag = cases_and_tag(argv, ["bf16:4x16x1024x64c", "bf16:2x16x2048x128c", "f16:8x16x512x64c",
@@ -76,7 +77,6 @@ for spec in cases:
            "in_place_bwd": call("in-place", lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd",
                                                                                **kw)),
            "copy_bwd": call("copy", lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw))}
-    dispatch.clear()
     res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=True)
     for name, e in err.items():
         print(f"VARIANT failed {spec} {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
