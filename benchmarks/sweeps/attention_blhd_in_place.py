@@ -2,7 +2,7 @@
 the Triton kernels (kernels/attention.py triton_forward_blhd, triton_backward_blhd) against the
 path on transposed copies (each forced through kernels/paths.py's "attention_layout" choice) and
 against torch's SDPA on the same views (permuted to (B, H, L, D), the window as a boolean mask),
-each call's device time behind an L2 flush (bench.timing's cold samples), in one run.
+and the public call as it runs (auto: kernels/paths.py's timed choice between the two), each call's device time behind an L2 flush (bench.timing's cold samples), in one run.
     python3 benchmarks/sweeps/attention_blhd_in_place.py [--cases bf16:4x16x1024x64c,...] [--window N]
         [--tag name] [--out f.json]
 A case: dtype:BxHxLxD, a trailing c for causal; every case takes window=(N, 0) (default 256: keys
@@ -76,12 +76,21 @@ for spec in cases:
            "torch_bwd": lambda: torch.autograd.grad(y, (rq, rk, rv), tg, retain_graph=True),
            "in_place_bwd": call("in-place", lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd",
                                                                                **kw)),
-           "copy_bwd": call("copy", lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw))}
+           "copy_bwd": call("copy", lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw)),
+           # the public call as it runs: kernels/paths.py's choice, timed on its first call (made here)
+           "auto_fwd": lambda: cudakit.attention_with_lse(q, k, v, layout="blhd", **kw),
+           "auto_bwd": lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw)}
+    cudakit.attention_with_lse(q, k, v, layout="blhd", **kw)
+    cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw)
     res, err = timing.time_gpu_interleaved(fns, warmup=3, reps=12, rounds=3, cold=True)
     for name, e in err.items():
         print(f"VARIANT failed {spec} {name}: {type(e).__name__}: {str(e)[:150]}", flush=True)
-    row = {"case": spec, "window": window, **{f"{n}_ms": round(r["median_ms"], 4) for n, r in res.items()}}
+    row = {"case": spec, "window": window, **{f"{n}_ms": round(r["median_ms"], 4) for n, r in res.items()},
+           "chosen": {key[0]: n for (op, key), n in paths._choice.items() if op == "attention_layout"}}
+    paths.reset()
     for s in ("fwd", "bwd"):
+        if f"auto_{s}_ms" in row and f"torch_{s}_ms" in row:
+            row[f"x_torch_auto_{s}"] = round(row[f"torch_{s}_ms"] / row[f"auto_{s}_ms"], 3)
         if f"in_place_{s}_ms" in row:
             for other in ("copy", "torch"):
                 if f"{other}_{s}_ms" in row:
@@ -90,7 +99,8 @@ for spec in cases:
     row["max_abs_diff_out"] = diff
     rows.append(row)
     print(f"VARIANT blhd{tag} {spec:<22} " + " ".join(f"{n} {row.get(n + '_ms', float('nan')):.4f}" for n in fns)
-          + "  ms; in place x copy fwd {:.3f} bwd {:.3f}, x torch fwd {:.3f} bwd {:.3f}; |out diff| {:.2e}".format(
+          + "  ms; chosen {}; in place x copy fwd {:.3f} bwd {:.3f}, x torch fwd {:.3f} bwd {:.3f}; |out diff| {:.2e}".format(
+              " ".join(f"{k} {n}" for k, n in sorted(row["chosen"].items())),
               *(row.get(f"x_{o}_{s}", float("nan")) for o, s in (("copy", "fwd"), ("copy", "bwd"), ("torch", "fwd"),
                                                                   ("torch", "bwd"))), diff), flush=True)
 dump_rows(argv, __doc__, rows, tag=tag)

@@ -673,7 +673,7 @@ def test_blhd_qkv_views_in_place_match_the_transposing_path(b, lq, h, hkv, d, kw
         took = only_path(path)
         out, lse = cudakit.attention_with_lse(q, k, v, layout="blhd", **kw)
         grads = cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw)
-        assert took.count("attention_layout") == 2, took
+        assert set(took) == {"attention_layout"}, took   # (the forward's and the backward's choices)
         results[path] = [cp.asnumpy(x.astype(cp.float32)) for x in (out, lse, *grads)]
     np.testing.assert_array_equal(cp.asnumpy(qkv), before)
     tol = 1e-4 if dtype == "float32" else 2e-3

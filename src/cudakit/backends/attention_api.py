@@ -296,9 +296,10 @@ class AttentionOps:
 
         layout="blhd": q (B, Lq, H, D), k and v (B, Lk, H, D), e.g. strided views of one packed
         qkv projection (B, L, 3, H, D); the output comes back (B, Lq, H, D) C-contiguous, so
-        reshape(B, Lq, H * D) merges the heads without a copy. The CUDA backend's cuDNN path reads
-        such views in place (without masks beyond causal); the other paths
-        transpose them to (B, H, L, D) first.
+        reshape(B, Lq, H * D) merges the heads without a copy. The CUDA backend reads such views in
+        place: cuDNN without masks beyond causal, the Triton kernels with any (each view with unit
+        stride along D and its heads D apart), timed against transposing them to (B, H, L, D)
+        first (which has the float32 forms of its own), the faster kept per signature.
 
         On the CUDA backend's cuDNN path attention() on (B, H, L, D) arrays (grouped-query ones
         included) runs cuDNN's inference graph, which writes no softmax statistics (what torch's
