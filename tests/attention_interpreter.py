@@ -388,19 +388,24 @@ def _numpy_host(err):
 
 
 def check_blhd(b, h, hkv, lq, lk, d, causal, dtype, window=None, lens=None, bias_shape=None, dropout=None,
-               packed=False, max_grid=None):
+               packed=False, max_grid=None, views=None):
     """Layout "blhd" read in place (triton_forward_blhd, triton_backward_blhd: VARLEN's UNIFORM
     form) against the [BH, L, D] kernels (_run) on transposed copies, with the same masks: q (B, Lq,
     H, D), k, v (B, Lk, Hkv, D); packed: q, k, v the thirds of one (B, L, 3, H, D) array (rows 3 H D
     elements apart); bias_shape: a bias of that 4-D shape, its gradient stored (an element per
     score) or added atomically (broadcast); max_grid: the launches in slices of that many
-    batch*heads (past 65535 on a GPU)."""
+    batch*heads (past 65535 on a GPU); views: a function rng -> (q, k, v) of these shapes (views of
+    other arrays)."""
     from cudakit.backends.attention_masks import Masks
     from cudakit.backends.dropout_api import threshold
     rng = np.random.default_rng(11)
     grp = h // hkv
     case = (b, h, hkv, lq, lk, d, causal, dtype, window, lens, bias_shape, dropout, packed)
-    if packed:
+    if views is not None:
+        q, k, v = views(rng)
+        assert q.shape == (b, lq, h, d) and k.shape == v.shape == (b, lk, hkv, d), case
+    elif packed:
+        assert lk == lq and hkv == h, case   # (the thirds of one array)
         qkv = data(rng, (b, lq, 3, h, d), dtype)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
     else:
@@ -451,12 +456,31 @@ def check_blhd(b, h, hkv, lq, lk, d, causal, dtype, window=None, lens=None, bias
                                    err_msg=f"{name} {case}")
 
 
+def _one_row_views(rng):
+    """q (3, 1, 2, 8): row 1 of a longer (3, 4, 2, 8) sequence; k, v (3, 1, 1, 8): row 3 of a (3, 7, 2, 1, 8)
+    cache of keys and values (one row: its rows' stride is the batches')."""
+    cache = data(rng, (3, 7, 2, 1, 8), "float32")
+    return data(rng, (3, 4, 2, 8), "float32")[:, 1:2], cache[:, 3:4, 0], cache[:, 3:4, 1]
+
+
+def _one_head_views(rng):
+    """q, k, v (2, 6, 1, 8): the thirds of a (2, 6, 3, 1, 8) projection (one head, its stride 3 D)."""
+    x = data(rng, (2, 6, 3, 1, 8), "float32")
+    return x[:, :, 0], x[:, :, 1], x[:, :, 2]
+
+
 # layout "blhd" in place: (B, H, Hkv, Lq, Lk, D, causal, dtype) and the keywords of check_blhd
 BLHD_CASES = [((2, 3, 3, 70, 90, 24, True, "float32"), {}),
               ((2, 2, 2, 65, 65, 32, False, "float16"), {"packed": True}),
               ((1, 4, 2, 50, 130, 16, True, "float32"), {"window": (20, 0), "lens": [100]}),
               ((3, 2, 1, 40, 40, 16, False, "float32"), {"packed": False, "lens": [40, 0, 17], "max_grid": 4}),
-              ((2, 2, 2, 33, 47, 32, True, "float32"), {"dropout": (0.25, 77), "packed": True}),
+              ((2, 2, 2, 33, 33, 32, True, "float32"), {"dropout": (0.25, 77), "packed": True}),
+              ((2, 4, 2, 33, 47, 32, True, "float32"), {"dropout": (0.25, 78)}),   # Lq != Lk, grouped
+              # L = 1 with B > 1 (rows then the batches' stride), q rows of a longer sequence, k, v one
+              # row of a longer cache, grouped; L = 1 packed; one head of an odd head stride
+              ((3, 2, 1, 1, 1, 8, False, "float32"), {"views": _one_row_views}),
+              ((3, 2, 2, 1, 1, 8, True, "float32"), {"packed": True}),
+              ((2, 1, 1, 6, 6, 8, False, "float32"), {"views": _one_head_views}),
               ((2, 2, 2, 40, 60, 16, False, "float32"), {"bias_shape": (2, 2, 40, 60)}),
               ((2, 2, 2, 40, 60, 16, True, "float16"), {"bias_shape": (1, 2, 1, 60)}),
               ((1, 2, 2, 1, 1, 8, False, "float32"), {})]

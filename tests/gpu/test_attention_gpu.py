@@ -685,6 +685,35 @@ def test_blhd_qkv_views_in_place_match_the_transposing_path(b, lq, h, hkv, d, kw
                                    err_msg=name)
 
 
+def test_blhd_dropout_on_cudnns_stream_is_never_read_in_place(rng, only_path, cudnn_dropout_stream):
+    """A (B, L, H, D) call whose dropout the transposing path draws from cuDNN's fused dropout is not
+    offered to the in-place kernels (which draw cudakit's stream), forward and backward alike, so no
+    timed choice can pair a forward on one stream with a backward on the other: with the in-place
+    path forced, the call runs the transposing path and gives the (B, H, L, D) call's results."""
+    from cudakit.kernels import attention
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.backends.dropout_api import threshold
+    b, h, L, d = 2, 3, 128, 64
+    masks = Masks(False, dropout=(threshold(0.2), 1.25, 9))
+    if not attention.cudnn_dropout("bfloat16", b * h, L, L, d, d ** -0.5, masks, 1, 0):
+        pytest.skip("cuDNN takes no dropout here")
+    qkv = cp.asarray(ac.data(rng, (b, L, 3, h, d), "bfloat16"))
+    q, k, v = (qkv[:, :, i] for i in range(3))
+    g = cp.asarray(ac.data(rng, (b, L, h, d), "bfloat16"))
+    kw = {"dropout_p": 0.2, "seed": 9}
+    took = only_path("in-place")
+    out, lse = cudakit.attention_with_lse(q, k, v, layout="blhd", **kw)
+    grads = cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw)
+    assert "attention_layout" not in took, took
+    t = lambda x: cp.ascontiguousarray(x.swapaxes(1, 2))   # noqa: E731
+    out_r, lse_r = cudakit.attention_with_lse(t(q), t(k), t(v), **kw)
+    grads_r = cudakit.attention_backward(t(g), t(q), t(k), t(v), out_r, lse_r, **kw)
+    f32 = lambda x: _host(x).astype(np.float32)   # noqa: E731
+    np.testing.assert_allclose(f32(out), f32(t(out_r)), rtol=2e-2, atol=2e-2)
+    for x, w in zip(grads, grads_r):
+        np.testing.assert_allclose(f32(x), f32(t(w)), rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("bias_shape", [(2, 4, 200, 200), (1, 4, 200, 200), (2, 1, 1, 200)])
 def test_deterministic_backward_with_a_bias(bias_shape, rng):
     """deterministic=True with a bias: every score's dS stored and summed over the broadcast dims

@@ -942,12 +942,14 @@ def triton_forward_blhd(q, k, v, scale, masks, dtype_name, block_n=None, groups=
 def blhd_readable(*arrays) -> bool:
     """Whether the Triton kernels read these (B, L, H, D) arrays in place (triton_forward_blhd): unit
     stride along D, heads D elements apart, batches L rows apart (rows: _row_strides), strides not
-    negative."""
+    negative and of whole elements."""
     for x in arrays:
         b, n, h, d = x.shape
+        if min(x.strides) < 0 or any(st % x.itemsize for st in x.strides):   # (whole elements apart)
+            return False
         sb, _, sh, sd = (st // x.itemsize for st in x.strides)
         rs = _row_strides(x, x)[0]
-        if min(x.strides) < 0 or (d > 1 and sd != 1) or (h > 1 and sh != d) or (b > 1 and sb != n * rs):
+        if (d > 1 and sd != 1) or (h > 1 and sh != d) or (b > 1 and sb != n * rs):
             return False
     return True
 
@@ -959,8 +961,9 @@ def forward_blhd_in_place(q, k, v, scale: float, masks: Masks, dtype_name: str, 
     split-operand and key-part forms and cuDNN's bias and dropout graphs, all on [BH, L, D] arrays),
     whichever kernels/paths.py timed faster for the signature (a named key block, flash_attention's:
     the Triton forward). None where the Triton kernels cannot read the arrays in place
-    (blhd_readable, k and v of one layout) or take the head dim: the caller runs copy()."""
-    if not _in_place_readable(q, k, v):
+    (blhd_readable, k and v of one layout) or take the head dim, or where copy() draws the call's
+    dropout from cuDNN's stream (_cudnn_stream): the caller runs copy()."""
+    if not _in_place_readable(q, k, v) or (block_n is None and _cudnn_stream(q, k, scale, masks, dtype_name)):
         return None
     groups = q.shape[2] // k.shape[2]
 
@@ -978,7 +981,7 @@ def backward_blhd_in_place(do, q, k, v, out, lse, scale: float, masks: Masks, dt
     """finish(dq, dk, dv, the bias's gradient or None) of triton_backward_blhd (do, out: (B, Lq, H, D),
     copied C-contiguous where they are not; lse (B, H, Lq)), or copy()'s result, as
     forward_blhd_in_place chooses; None where it declines."""
-    if not _in_place_readable(q, k, v):
+    if not _in_place_readable(q, k, v) or _cudnn_stream(q, k, scale, masks, dtype_name):
         return None
     groups = q.shape[2] // k.shape[2]
 
@@ -991,6 +994,20 @@ def backward_blhd_in_place(do, q, k, v, out, lse, scale: float, masks: Masks, dt
                                  deterministic, groups)
         return finish(*r[:3], r[3] if len(r) > 3 else None)
     return _layout_choice("bwd", q, k, masks, dtype_name, deterministic, in_place, copy)
+
+
+def _cudnn_stream(q, k, scale: float, masks: Masks, dtype_name: str) -> bool:
+    """Whether the transposing path draws this (B, L, H, D) call's dropout from cuDNN's fused dropout
+    (cudnn_dropout, on the (B H, L, D) form it passes: grouped-query k, v in place up to 65535
+    batch*heads, repeated past that): the in-place kernels draw cudakit's stream, so such a call
+    keeps that path in the forward and the backward alike (mixing the two streams between a forward
+    and its backward would give wrong gradients; a function of the signature, as cudnn_dropout)."""
+    if masks.dropout is None:
+        return False
+    b, lq, h, d = q.shape
+    groups = h // k.shape[2]
+    return cudnn_dropout(dtype_name, b * h, lq, k.shape[1], d, scale, masks, groups if b * h <= _MAX_GRID_Y else 1,
+                         q.data.device_id)
 
 
 def _in_place_readable(q, k, v) -> bool:
@@ -1879,13 +1896,13 @@ def plan_backward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: flo
     dlo, dhi = key_bounds(lq, lk, causal)
     scalars = (float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, 1)
     nodrop = (0, 0, 0, 1.0)
-    novar = _NO_VARLEN(None)
 
     def bwd(do, q, k, v, out, lse):
         dq, dk, dv = nd(q.shape, q.dtype), nd(k.shape, k.dtype), nd(v.shape, v.dtype)
         delta = nd((bh, lq), f32)
         delta_launch(out, do, delta, lq, 1, 0)
-        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, *novar, *nodrop, 0)   # not read
+        novar = _NO_VARLEN(lse)   # (pointers and values not read)
+        dkdv(q, k, v, do, lse, delta, dk, dv, lse, *scalars, lse, 0, 0, 0, 0, 1, *novar, *nodrop, 0)
         dq_launch(q, k, v, do, lse, delta, dq, lse, *scalars, lse, 0, 0, 0, 0, 1, lse, 0, 0, 0, 0, *novar, *nodrop, 0)
         return dq, dk, dv
     return bwd
