@@ -690,9 +690,9 @@ def test_blhd_dropout_on_cudnns_stream_is_never_read_in_place(rng, only_path, cu
     offered to the in-place kernels (which draw cudakit's stream), forward and backward alike, so no
     timed choice can pair a forward on one stream with a backward on the other: with the in-place
     path forced, the call runs the transposing path and gives the (B, H, L, D) call's results."""
-    from cudakit.kernels import attention
     from cudakit.backends.attention_masks import Masks
     from cudakit.backends.dropout_api import threshold
+    from cudakit.kernels import attention
     b, h, L, d = 2, 3, 128, 64
     masks = Masks(False, dropout=(threshold(0.2), 1.25, 9))
     if not attention.cudnn_dropout("bfloat16", b * h, L, L, d, d ** -0.5, masks, 1, 0):
