@@ -20,5 +20,5 @@ if [ -z "${SKIP_TESTS:-}" ]; then   # (-v: the failures named as they come, shou
 fi
 [ -n "${SKIP_BENCH:-}" ] || timeout ${BENCH_TIMEOUT:-150} python3 benchmarks/sweeps/attention_blhd_in_place.py ${CASES:+--cases "$CASES"} \
   --out "$OUT/blhd.json" > "$OUT/bench.log" 2>&1
-grep -E "^VARIANT" "$OUT/bench.log"; tail -3 "$OUT/bench.log" | grep -v "^VARIANT"
+[ -f "$OUT/bench.log" ] && { grep -E "^VARIANT" "$OUT/bench.log"; tail -3 "$OUT/bench.log" | grep -v "^VARIANT"; }
 date -u +"%H:%M:%SZ"
