@@ -78,7 +78,7 @@ def _run(q, k, v, g, causal, dtype, fwd_tiles=None, window=None, lens=None, head
     lens_t = _Tensor(np.asarray(lens, np.int64) if has else np.zeros(1, np.int64))
     err_t = _Tensor(np.zeros(8, np.int64) if err is None else err)
     hb = bias is not None
-    novar = (lens_t, lens_t, groups, 0, 0, 0, 0)   # CU_Q, CU_K, TQ, TK, SQ, SK: not read
+    novar = (lens_t, lens_t, groups, 0, 0, 0, 0, 0)   # CU_Q, CU_K, TQ, TK, SQ, SK, SG: not read
     if dropout is not None:   # (p, seed): the kernels' (DSEED_LO, DSEED_HI, DTHRESH, DSCALE)
         from cudakit.backends.dropout_api import threshold
         novar += (*_seed_words(dropout[1]), threshold(dropout[0]), 1.0 / (1.0 - dropout[0]))
@@ -237,7 +237,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropo
         p, seed = dropout
         drop = (*_seed_words(seed), threshold(p), 1 / (1 - p))
         keep = mask((nb * h, mq, mk), threshold(p), seed)
-    cu = (_Tensor(cq), _Tensor(ck), grp, tq, tk, h * d, hkv * d, *drop)
+    cu = (_Tensor(cq), _Tensor(ck), grp, tq, tk, h * d, hkv * d, 0, *drop)
     dummy = _Tensor(np.zeros(1, np.float32))
     nobias = (dummy, 0, 0, 0, 0, 1)
     saved = host._MAX_GRID_Y
@@ -305,7 +305,7 @@ def check_varlen_bad_length():
     dummy = _Tensor(np.zeros(1, np.float32))
     cfg = host._config("float32", 16, None)
     kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 16, 16, 0, 0, 0, 1.0, 0,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, cu, cu, 1, 50, 50, 16, 16, 0, 0, 0, 0, 1.0, 0,
                              16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:7]) == [11, 1, 40, 40, 32, 32, 2 | 16], err   # past max_seqlen_q and _k (one array for both)
@@ -313,7 +313,7 @@ def check_varlen_bad_length():
     err[:] = 0
     big = _Tensor(np.array([0, 10, 60], np.int32))
     kernels.attn_fwd[(2, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 64, 64,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 16, 16, 0, 0, 0, 1.0, 0,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, big, big, 1, 50, 50, 16, 16, 0, 0, 0, 0, 1.0, 0,
                              16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:7]) == [11, 1, 50, 50, 64, 64, 4 | 32], err   # past the packed rows, both sides
@@ -321,7 +321,7 @@ def check_varlen_bad_length():
     err[:] = 0
     dec, good = _Tensor(np.array([0, 30, 20], np.int32)), _Tensor(np.array([0, 10, 20], np.int32))
     kernels.attn_fwd[(1, 2)](*map(_Tensor, (q, q, q, out, lse)), dummy, _Tensor(err), 0.36, 32, 32,
-                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, dec, good, 1, 50, 50, 16, 16, 0, 0, 0, 1.0, 0,
+                             -(1 << 30), 1 << 30, 1, dummy, 0, 0, 0, 0, 1, dec, good, 1, 50, 50, 16, 16, 0, 0, 0, 0, 1.0, 0,
                              16,
                              HAS_LENS=False, POS_SCALE=True, HAS_BIAS=False, VARLEN=True, DROPOUT=False, **_tiles(cfg))
     assert list(err[:7]) == [11, 1, -10, 10, 32, 32, 1], err
@@ -425,9 +425,17 @@ def check_blhd(b, h, hkv, lq, lk, d, causal, dtype, window=None, lens=None, bias
         with _numpy_host(err):
             out, lse = host.triton_forward_blhd(q, k, v, 1 / math.sqrt(d), masks, dtype, groups=grp)
             grads = host.triton_backward_blhd(g, q, k, v, out, lse, 1 / math.sqrt(d), masks, dtype, groups=grp)
+            if packed:   # (qkv_packed: the gradients written as the thirds of one (B, L, 3, H, D) array)
+                pk = host.triton_backward_blhd(g, q, k, v, out, lse, 1 / math.sqrt(d), masks, dtype, packed=True)
     finally:
         host._MAX_GRID_Y = saved
     assert not err.any(), err
+    if packed:
+        base = pk[0].base
+        assert base.shape == (b, lq, 3, h, d) and base.flags.c_contiguous, case
+        for i, (x, y) in enumerate(zip(pk[:3], grads[:3])):
+            assert x.base is base and x.ctypes.data == base.ctypes.data + i * h * d * x.itemsize, case
+            np.testing.assert_array_equal(x, y, err_msg=f"packed gradient {i} {case}")
     db_mode, db = 0, None
     if bias is not None:
         full = bias.shape == (b, h, lq, lk)

@@ -76,7 +76,7 @@ for name, fn, c in (("fwd", src.attn_fwd, fwd_cfg), ("dkdv", src.attn_bwd_dkdv, 
                       "DBK": True} if name == "dq" else {}))
     names = list(fn.arg_names)
     ints = ("Lq", "Lk", "DLO", "DHI", "H", "BH0", "sb_b", "sb_h", "sb_q", "sb_k", "HB", "sd_b", "sd_h", "sd_q",
-            "sd_k", "G", "TQ", "TK", "SQ", "SK", "DSEED_LO", "DSEED_HI", "DTHRESH")
+            "sd_k", "G", "TQ", "TK", "SQ", "SK", "SG", "DSEED_LO", "DSEED_HI", "DTHRESH")
     sig = {n: "constexpr" if n in consts else ("fp32" if "SCALE" in n.upper() else
            "i32" if n in ints else "*i64" if n in ("LENS", "ERR") else "*i32" if n in ("CU_Q", "CU_K")
            else "*fp32" if n in ("LSE", "DELTA", "DBIAS") or (n == "O" and parts > 1) else ty) for n in names}

@@ -278,8 +278,8 @@ for dt, code, d in (("bfloat16", "bf16", 64), ("bfloat16", "bf16", 128), ("float
     cfg = _config(dt, d, None)
     kv, qc = _backward_configs(dt, cfg)
     p = "*" + code
-    bias = [p] + I * 5 + ["*i32", "*i32"] + I * 5 + ["i64", "i32", "i64", "fp32"]   # BIAS, strides, HB; CU_Q, CU_K, G,
-    # TQ, TK, SQ, SK; the dropout's seed halves, threshold and scale
+    bias = [p] + I * 5 + ["*i32", "*i32"] + I * 6 + ["i64", "i32", "i64", "fp32"]   # BIAS, strides, HB; CU_Q, CU_K, G,
+    # TQ, TK, SQ, SK, SG; the dropout's seed halves, threshold and scale
     # (lens, bias, varlen, dropout, uniform: layout "blhd" read in place, with every mask)
     for lens, hb, var, dr, uni in ((False, False, False, False, False), (True, False, False, False, False)) + (
             ((False, True, False, False, False), (False, False, True, False, False),

@@ -51,10 +51,11 @@ class AttentionOps:
         return None
 
     def _attention_blhd_in_place_bwd(self, g, q, k, v, out, lse, scale, masks: Masks, dtype_name: str,
-                                     deterministic: bool, finish, copy):
+                                     deterministic: bool, finish, copy, packed: bool = False):
         """The gradients of _attention_blhd_in_place_fwd: finish(dq, dk, dv, db) of the kernel's
         (dq (B, Lq, H, D), dk, dv (B, Lk, H, D) of each q head, the bias's gradient in Masks' 4-D
-        form or None), or copy()'s where the backend chose that; None as there."""
+        form or None; packed: dq, dk, dv the thirds of one (B, L, 3, H, D) array where the kernel
+        can write them so), or copy()'s where the backend chose that; None as there."""
         return None
 
     def _packed_base(self, dq, dk, dv):
@@ -410,8 +411,9 @@ class AttentionOps:
         qkv_packed=True (layout "blhd", q, k and v of one shape): dq, dk and dv come back as one
         C-contiguous (B, L, 3, H, D) array dqkv, dq = dqkv[:, :, 0] and so on (the bias's gradient
         after it with attn_bias), as FlashAttention's qkvpacked backward: the gradient of a packed
-        QKV projection's output whose thirds were q, k and v. On the GPU cuDNN's backward writes the
-        three into it in place; elsewhere they are copied in."""
+        QKV projection's output whose thirds were q, k and v. On the GPU cuDNN's backward and the
+        Triton kernels reading (B, L, H, D) arrays in place write the three into it; elsewhere they
+        are copied in."""
         op = "attention_backward"
         check_bool(op, "deterministic", deterministic)
         packed = check_bool(op, "qkv_packed", qkv_packed)
@@ -469,7 +471,7 @@ class AttentionOps:
                 r = self._attention_blhd_in_place_bwd(
                     *(x.swapaxes(1, 2) for x in (tg, tq, tk, tv, to)), lse, scale, masks, name, bool(deterministic),
                     finish, lambda: self._attention_backward_bhld(tg, tq, tk, tv, to, lse, scale, causal, name, masks,
-                                                                  deterministic, attn_bias, blhd))
+                                                                  deterministic, attn_bias, blhd), packed)
                 if r is not None:
                     return r
             return self._attention_backward_bhld(tg, tq, tk, tv, to, lse, scale, causal, name, masks, deterministic,
@@ -609,12 +611,12 @@ class CudaAttentionHooks(AttentionOps):
         return attention.forward_blhd_in_place(q, k, v, scale, masks, dtype_name, block_n, copy)
 
     def _attention_blhd_in_place_bwd(self, g, q, k, v, out, lse, scale, masks, dtype_name, deterministic, finish,
-                                     copy):
+                                     copy, packed=False):
         if dtype_name == "float64":
             return None
         from ..kernels import attention
         return attention.backward_blhd_in_place(g, q, k, v, out, lse, scale, masks, dtype_name, deterministic, finish,
-                                                copy)
+                                                copy, packed)
 
     def _packed_base(self, dq, dk, dv):
         from ..kernels import cudnn

@@ -94,17 +94,19 @@ def _seq(CU_Q, CU_K, ERR, bh, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start, CHE
 
 
 @triton.jit
-def _uniform(bh, H, G, Lq, Lk, SQ, SK, DLO, DHI, D: tl.constexpr):
+def _uniform(bh, H, G, Lq, Lk, SQ, SK, SG, DLO, DHI, D: tl.constexpr):
     """_seq's results for (B, L, H, D) arrays read in place (attention's layout "blhd", VARLEN with
     UNIFORM): batch b = bh // H, head h = bh % H, every batch Lq and Lk long (no cu_seqlens to read
-    or check), q's rows SQ elements apart, k's and v's SK, the mask bounds as they are, and lse a
-    [B H, Lq] array (layout "blhd" returns it (B, H, Lq))."""
+    or check), q's rows SQ elements apart, k's and v's SK, the gradients' (dq; dk, dv of each q head)
+    SG (0: C-contiguous, H D), the mask bounds as they are, and lse a [B H, Lq] array (layout
+    "blhd" returns it (B, H, Lq)); then the first element of dq and the gradients' row stride."""
     b = bh // H
     h = bh % H
     q0 = b * Lq
     k0 = b * Lk
-    return (Lq, Lk, q0 * SQ + h * D, q0 * H * D + h * D, k0 * SK + (h // G) * D, k0 * H * D + h * D, DLO, DHI,
-            bh * Lq)
+    gs = tl.where(SG > 0, SG, H * D).to(tl.int64)
+    return (Lq, Lk, q0 * SQ + h * D, q0 * H * D + h * D, k0 * SK + (h // G) * D, k0 * gs + h * D, DLO, DHI,
+            bh * Lq, q0 * gs + h * D, gs)
 
 
 @triton.jit
@@ -175,32 +177,35 @@ def _kv_row(bh, BH0, H, G):
 
 
 @triton.jit
-def _geometry(CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start, CHECK: tl.constexpr,
+def _geometry(CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, SG, DLO, DHI, start, CHECK: tl.constexpr,
               D: tl.constexpr, VARLEN: tl.constexpr, UNIFORM: tl.constexpr):
     """Where a program's rows are, for every kernel: (Lq, Lk, first q element, first element of the
-    q-shaped arrays beside q (out, its gradient, dq), first k/v element, first element of a
-    per-q-head key gradient, mask bounds, first lse entry, and the row strides of q, of the arrays
-    beside it, of k and v, of the key gradient and of lse). VARLEN: packed (total, heads, D) arrays
-    (q's rows SQ elements apart, k's and v's SK; the others C-contiguous), this program's sequence
-    and head (_seq; CHECK: record a bad cu_seqlens in ERR; UNIFORM: (B, L, H, D) arrays); else
-    [BH, L, D] (SQ, SK not read)."""
+    q-shaped arrays beside q (out, its gradient), first k/v element, first element of a per-q-head
+    key gradient, first dq element, mask bounds, first lse entry, and the row strides of q, of the
+    arrays beside it, of k and v, of the key gradient, of dq and of lse). VARLEN: packed (total,
+    heads, D) arrays (q's rows SQ elements apart, k's and v's SK; the others C-contiguous), this
+    program's sequence and head (_seq; CHECK: record a bad cu_seqlens in ERR; UNIFORM: (B, L, H,
+    D) arrays, the gradients' rows SG apart, _uniform); else [BH, L, D] (SQ, SK, SG not read)."""
     if VARLEN:
         if UNIFORM:
-            lq, lk, q_base, o_base, kv_base, dk_base, dlo, dhi, lse_base = _uniform(
-                bh + BH0, H, G, Lq, Lk, SQ, SK, DLO, DHI, D)
+            lq, lk, q_base, o_base, kv_base, dk_base, dlo, dhi, lse_base, dq_base, gs = _uniform(
+                bh + BH0, H, G, Lq, Lk, SQ, SK, SG, DLO, DHI, D)
         else:
             lq, lk, q_base, o_base, kv_base, dk_base, dlo, dhi, lse_base = _seq(
                 CU_Q, CU_K, ERR, bh + BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start, CHECK, D)
+            dq_base = o_base
+            gs = (lse_base * 0 + H) * D
         hq = lse_base * 0 + H   # int64: a packed array's row offsets may pass 2^31 elements
         lrs = hq
         if UNIFORM:   # lse [B H, Lq]
             lrs = hq * 0 + 1
-        return lq, lk, q_base, o_base, kv_base, dk_base, dlo, dhi, lse_base, hq * 0 + SQ, hq * D, hq * 0 + SK, \
-            hq * D, lrs
+        return lq, lk, q_base, o_base, kv_base, dk_base, dq_base, dlo, dhi, lse_base, hq * 0 + SQ, hq * D, \
+            hq * 0 + SK, gs, gs, lrs
     else:
         # dK, dV per q head: [BH, Lk, D] (summed over a group by the caller)
         base = bh * Lq * D
-        return (Lq, Lk, base, base, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lk * D, DLO, DHI, bh * Lq, D, D, D, D, 1)
+        return (Lq, Lk, base, base, _kv_row(bh, BH0, H, G) * Lk * D, bh * Lk * D, base, DLO, DHI, bh * Lq, D, D, D,
+                D, D, 1)
 
 
 @triton.jit
@@ -550,7 +555,8 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
              BIAS, sb_b, sb_h, sb_q, sb_k, HB,  # BIAS (HAS_BIAS): [Bb, Hb, Lq|1, Lk|1], element strides (0 broadcast)
              CU_Q, CU_K, G, TQ, TK,      # VARLEN: [B + 1] int sequence starts, total rows; G q heads per k, v head
                                          # (packed, or [BH / G, Lk, D] k, v: H is then q's heads)
-             SQ, SK,                     # VARLEN: q's and k's (v's) row strides, elements (O C-contiguous)
+             SQ, SK, SG,                 # VARLEN: q's and k's (v's) row strides, elements (O C-contiguous);
+                                         # SG: the backward's gradients' (not read here)
              DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # DROPOUT: the seed's halves, keep threshold, 1 / (1 - p)
              BH0,                        # the first bh of this launch (grids of more than 65535 bh)
              D: tl.constexpr, HAS_LENS: tl.constexpr,
@@ -577,8 +583,8 @@ def attn_fwd(Q, K, V, O, LSE,            # Q, O: [BH, Lq, D]; K, V: [BH, Lk, D];
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    lq, lk, q_base, o_base, kv_base, _, dlo, dhi, lse_base, QRS, RS, KRS, _, LRS = _geometry(
-        CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start_m, True, D, VARLEN, UNIFORM)
+    lq, lk, q_base, o_base, kv_base, _, _, dlo, dhi, lse_base, QRS, RS, KRS, _, _, LRS = _geometry(
+        CU_Q, CU_K, ERR, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, SG, DLO, DHI, start_m, True, D, VARLEN, UNIFORM)
     m_ok, d_ok = rows < lq, offs_d < D
     length, lo_r, hi_r = _row_keys(rows, dlo, dhi, lk, LENS, ERR, bh + BH0, H, Lk, start_m, HAS_LENS)
     q = tl.load(Q + q_base + rows[:, None] * QRS + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
@@ -750,7 +756,8 @@ def _dkdv_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, o_base, lse_base, start
 def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH, Lk, D]
                   LENS, qk_scale, sm_scale, Lq, Lk, DLO, DHI, H,
                   BIAS, sb_b, sb_h, sb_q, sb_k, HB,     # as attn_fwd
-                  CU_Q, CU_K, G, TQ, TK, SQ, SK,        # as attn_fwd; VARLEN: DK, DV (total_k, H, D)
+                  CU_Q, CU_K, G, TQ, TK, SQ, SK, SG,    # as attn_fwd; VARLEN: DK, DV (total_k, H, D), UNIFORM:
+                                                        # (B, Lk, H, D), rows SG apart (0: H D)
                   DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # as attn_fwd
                   BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -769,8 +776,8 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,   # as attn_fwd; DK, DV: [BH,
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    lq, lk, q_base, o_base, kv_base, dk_base, dlo, dhi, lse_base, QRS, RS, KRS, DKRS, LRS = _geometry(
-        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start_n, False, D, VARLEN, UNIFORM)
+    lq, lk, q_base, o_base, kv_base, dk_base, _, dlo, dhi, lse_base, QRS, RS, KRS, DKRS, _, LRS = _geometry(
+        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, SG, DLO, DHI, start_n, False, D, VARLEN, UNIFORM)
     n_ok, d_ok = cols < lk, offs_d < D
     kv_mask = n_ok[:, None] & d_ok[None, :]
     k = tl.load(K + kv_base + cols[:, None] * KRS + offs_d[None, :], mask=kv_mask, other=0.0)
@@ -865,7 +872,7 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                                                       # for DB_MODE 1), its element strides (0 broadcast);
                                                       # DB_MODE 4: the partials' workspace, the element
                                                       # strides of a bh, a row block and a key block
-                CU_Q, CU_K, G, TQ, TK, SQ, SK,        # as attn_fwd
+                CU_Q, CU_K, G, TQ, TK, SQ, SK, SG,    # as attn_fwd; UNIFORM: DQ's rows SG apart (0: H D)
                 DSEED_LO, DSEED_HI, DTHRESH, DSCALE,  # as attn_fwd
                 BH0, D: tl.constexpr, HAS_LENS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
@@ -883,8 +890,8 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    lq, lk, q_base, o_base, kv_base, _, dlo, dhi, lse_base, QRS, RS, KRS, _, LRS = _geometry(
-        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, DLO, DHI, start_m, False, D, VARLEN, UNIFORM)
+    lq, lk, q_base, o_base, kv_base, _, dq_base, dlo, dhi, lse_base, QRS, RS, KRS, _, DQRS, LRS = _geometry(
+        CU_Q, CU_K, CU_Q, bh, BH0, H, G, Lq, Lk, TQ, TK, SQ, SK, SG, DLO, DHI, start_m, False, D, VARLEN, UNIFORM)
     m_ok, d_ok = rows < lq, offs_d < D
     length = lk
     if HAS_LENS:
@@ -920,7 +927,8 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,          # as attn_fwd; DQ: [BH, Lq
                        lk, BIAS, b_base, b_rows, sb_k, m_ok, DBIAS, db_base, db_rows, sd_k, rows, KRS,
                        drop_rows, DSEED_LO, DSEED_HI, DTHRESH, DSCALE, D, True, PREC,
                        HAS_BIAS, DB_MODE, DBQ, DBK, DROPOUT)
-    tl.store(DQ + o_base + rows[:, None] * RS + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+    tl.store(DQ + dq_base + rows[:, None] * DQRS + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
+             mask=q_mask)
 
 
 @triton.jit

@@ -91,16 +91,16 @@ def _mask_args(masks: Masks, lq: int, lk: int, dummy) -> tuple:
     return masks.lengths, device_errors.flag(masks.lengths.data.device_id), dlo, dhi, masks.heads
 
 
-def _uniform_args(dummy, groups: int, q, k) -> tuple:
-    """(CU_Q, CU_K, G, TQ, TK, SQ, SK) of a launch on (B, L, H, D) arrays read in place (VARLEN's
-    UNIFORM form: cu_seqlens and totals not read)."""
-    return (dummy, dummy, groups, 0, 0, *_row_strides(q, k))
+def _uniform_args(dummy, groups: int, q, k, grads: int = 0) -> tuple:
+    """(CU_Q, CU_K, G, TQ, TK, SQ, SK, SG) of a launch on (B, L, H, D) arrays read in place (VARLEN's
+    UNIFORM form: cu_seqlens and totals not read); grads: the gradients' row stride (0: C-contiguous)."""
+    return (dummy, dummy, groups, 0, 0, *_row_strides(q, k), grads)
 
 
 def _NO_VARLEN(dummy, groups: int = 1) -> tuple:
-    """(CU_Q, CU_K, G, TQ, TK, SQ, SK) of a launch on [BH, L, D] arrays (CU_Q, CU_K, TQ, TK, SQ, SK
-    not read); groups: q heads a k, v head serves ([BH / groups, Lk, D] k, v read in place)."""
-    return (dummy, dummy, groups, 0, 0, 0, 0)
+    """(CU_Q, CU_K, G, TQ, TK, SQ, SK, SG) of a launch on [BH, L, D] arrays (CU_Q, CU_K, TQ, TK, SQ,
+    SK, SG not read); groups: q heads a k, v head serves ([BH / groups, Lk, D] k, v read in place)."""
+    return (dummy, dummy, groups, 0, 0, 0, 0, 0)
 
 
 _SEED_WORDS = ("DSEED_LO", "DSEED_HI")
@@ -977,10 +977,11 @@ def forward_blhd_in_place(q, k, v, scale: float, masks: Masks, dtype_name: str, 
 
 
 def backward_blhd_in_place(do, q, k, v, out, lse, scale: float, masks: Masks, dtype_name: str, deterministic: bool,
-                           finish, copy):
+                           finish, copy, packed: bool = False):
     """finish(dq, dk, dv, the bias's gradient or None) of triton_backward_blhd (do, out: (B, Lq, H, D),
-    copied C-contiguous where they are not; lse (B, H, Lq)), or copy()'s result, as
-    forward_blhd_in_place chooses; None where it declines."""
+    copied C-contiguous where they are not; lse (B, H, Lq); packed: dq, dk, dv the thirds of one
+    (B, L, 3, H, D) array), or copy()'s result, as forward_blhd_in_place chooses; None where it
+    declines."""
     if not _in_place_readable(q, k, v) or _cudnn_stream(q, k, scale, masks, dtype_name):
         return None
     groups = q.shape[2] // k.shape[2]
@@ -991,9 +992,9 @@ def backward_blhd_in_place(do, q, k, v, out, lse, scale: float, masks: Masks, dt
         paths.ran("attention_backward", "triton")
         r = triton_backward_blhd(cp.ascontiguousarray(do), q, k, v, cp.ascontiguousarray(out),
                                  cp.ascontiguousarray(lse.astype(cp.float32, copy=False)), scale, masks, dtype_name,
-                                 deterministic, groups)
+                                 deterministic, groups, packed and groups == 1 and q.dtype == k.dtype == v.dtype)
         return finish(*r[:3], r[3] if len(r) > 3 else None)
-    return _layout_choice("bwd", q, k, masks, dtype_name, deterministic, in_place, copy)
+    return _layout_choice("bwd", q, k, masks, dtype_name, (deterministic, packed), in_place, copy)
 
 
 def _cudnn_stream(q, k, scale: float, masks: Masks, dtype_name: str) -> bool:
@@ -1016,17 +1017,17 @@ def _in_place_readable(q, k, v) -> bool:
     return q.shape[3] <= MAX_HEAD_DIM and k.strides == v.strides and blhd_readable(q, k, v)
 
 
-def _layout_choice(kind: str, q, k, masks: Masks, dtype_name: str, deterministic: bool, in_place, copy):
+def _layout_choice(kind: str, q, k, masks: Masks, dtype_name: str, flags, in_place, copy):
     """kernels/paths.py's choice ("attention_layout") between reading (B, L, H, D) arrays in place and
-    the transposing path, per signature: shapes, row strides, masks, precision, device. Without
-    timing the first candidate runs: in place, but for float32 (the transposing path has its
-    faster forms)."""
+    the transposing path, per signature: shapes, row strides, masks, precision, the backward's
+    flags (deterministic, qkv_packed), device. Without timing the first candidate runs: in place,
+    but for float32 (the transposing path has its faster forms)."""
     from . import paths
     b, lq, h, d = q.shape
     bias = None if masks.bias is None else (tuple(n == 1 for n in masks.bias.shape), str(masks.bias.dtype),
                                             _unit_keys(masks.bias))
     key = (kind, b, h, k.shape[2], lq, k.shape[1], d, dtype_name, *_row_strides(q, k), masks.causal,
-           masks.window, masks.lengths is not None, bias, masks.dropout is not None, bool(deterministic),
+           masks.window, masks.lengths is not None, bias, masks.dropout is not None, flags,
            config.float32_precision() if dtype_name == "float32" else None, q.data.device_id)
     cands = [("in-place", in_place), ("copy", copy)]
     if dtype_name == "float32":
@@ -1455,15 +1456,21 @@ def _materialized_backward(do, q, k, v, out, lse, scale, masks: Masks, groups: i
 
 
 def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None, deterministic=False, groups=1,
-                     q_heads=1, blhd: bool = False):
+                     q_heads=1, blhd: bool = False, packed: bool = False):
     """(dq, dk, dv), and the bias's gradient (the bias's 4-D shape) as a fourth with a bias.
-    blhd: triton_backward_blhd's arrays and results."""
+    blhd, packed: triton_backward_blhd's arrays and results."""
     cp = _cupy.cupy()
+    grads = 0   # (blhd: the gradients' row stride, 0 for C-contiguous ones)
     if blhd:
         b, lq, q_heads, d = q.shape
         bh, lk = b * q_heads, k.shape[1]
-        dq = cp.empty((b, lq, q_heads, d), q.dtype)
-        dk, dv = cp.empty((b, lk, q_heads, d), k.dtype), cp.empty((b, lk, q_heads, d), v.dtype)   # per q head
+        if packed:   # the thirds of one (B, L, 3, H, D) array, rows 3 H D elements apart
+            dqkv = cp.empty((b, lq, 3, q_heads, d), q.dtype)
+            dq, dk, dv = dqkv[:, :, 0], dqkv[:, :, 1], dqkv[:, :, 2]
+            grads = 3 * q_heads * d
+        else:
+            dq = cp.empty((b, lq, q_heads, d), q.dtype)
+            dk, dv = cp.empty((b, lk, q_heads, d), k.dtype), cp.empty((b, lk, q_heads, d), v.dtype)   # per q head
     else:
         bh, lq, d = q.shape
         lk = k.shape[1]
@@ -1499,7 +1506,7 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
         heads = q_heads
     b_args = _bias_args(masks, delta)
     scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads, *b_args)
-    novar = (_uniform_args(delta, groups, q, k) if blhd else _NO_VARLEN(delta, groups)) + _drop_args(masks)
+    novar = (_uniform_args(delta, groups, q, k, grads) if blhd else _NO_VARLEN(delta, groups)) + _drop_args(masks)
     uni = {"VARLEN": True, "UNIFORM": True} if blhd else {"VARLEN": False}
     drop = masks.dropout is not None
     has = masks.lengths is not None
@@ -1531,15 +1538,18 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
     return (dq, dk, dv) if bias is None else (dq, dk, dv, db)
 
 
-def triton_backward_blhd(do, q, k, v, out, lse, scale, masks, dtype_name, deterministic=False, groups=1):
+def triton_backward_blhd(do, q, k, v, out, lse, scale, masks, dtype_name, deterministic=False, groups=1,
+                         packed: bool = False):
     """(dq (B, Lq, H, D), dk, dv (B, Lk, H, D): each q head's share, which the caller sums over each
     group of groups > 1), and the bias's gradient as a fourth with a bias, of triton_forward_blhd
     for dL/dout = do: q, k, v read in place as it reads them (blhd_readable), do and out
     C-contiguous (B, Lq, H, D), lse (B, H, Lq) float32 C-contiguous; the Triton kernels (no atomics
-    but for a bias's gradient, which deterministic sums as backward() does). FLOPs 10 B H Lq Lk D."""
+    but for a bias's gradient, which deterministic sums as backward() does). packed (q, k, v of one
+    shape and dtype, groups 1): dq, dk, dv written as the thirds of one new C-contiguous (B, L, 3,
+    H, D) array (attention_backward's qkv_packed, no copy into it after). FLOPs 10 B H Lq Lk D."""
     _check_triton_head_dim(q.shape[3])
     return _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, None, deterministic, groups,
-                            blhd=True)
+                            blhd=True, packed=packed)
 
 
 def _unbroadcast(bias, bh: int, lq: int, lk: int) -> bool:
@@ -1682,7 +1692,7 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     for bh0, n in _varlen_slices(b, h):
         k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), n)](
             q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
-            lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_row_strides(q, k),
+            lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_row_strides(q, k), 0,
             *_drop_args(drop), bh0)
     return out, lse
 
@@ -1739,7 +1749,7 @@ def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sca
     g = h // k.shape[1]
     common = (float(scale * math.log2(math.e)), float(scale), max_q, max_k, dlo, dhi, h, delta, 0, 0, 0, 0, 1)
     drop, on = _drop_args(Masks(causal, dropout=dropout)), dropout is not None
-    strides = _row_strides(q, k)
+    strides = (*_row_strides(q, k), 0)
     dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True,
                                               DROPOUT=on))
     dqk = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True,
@@ -1851,7 +1861,7 @@ def plan_forward(bh: int, lq: int, lk: int, d: int, dtype_name: str, scale: floa
     def fwd(q, k, v):
         out, lse = nd(q.shape, q.dtype), nd((bh, lq), f32)
         launch(q, k, v, out, lse, lse, lse, qk_scale, lq, lk, dlo, dhi, 1, lse, 0, 0, 0, 0, 1, lse, lse, 1, 0, 0,
-               0, 0, 0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the strides, the dropout's: not read
+               0, 0, 0, 0, 0, 0, 1.0, 0)   # LENS, ERR, BIAS, CU, the strides, the dropout's: not read
         return out, lse
     return fwd
 
