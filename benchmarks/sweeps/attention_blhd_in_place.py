@@ -2,7 +2,9 @@
 the Triton kernels (kernels/attention.py triton_forward_blhd, triton_backward_blhd) against the
 path on transposed copies (each forced through kernels/paths.py's "attention_layout" choice) and
 against torch's SDPA on the same views (permuted to (B, H, L, D), the window as a boolean mask),
-and the public call as it runs (auto: kernels/paths.py's timed choice between the two), each call's device time behind an L2 flush (bench.timing's cold samples), in one run.
+and the public call as it runs (auto: kernels/paths.py's timed choice between the two), the backward
+with qkv_packed=True too (*_bwd_packed), each call's device time behind an L2 flush (bench.timing's
+cold samples), in one run.
     python3 benchmarks/sweeps/attention_blhd_in_place.py [--cases bf16:4x16x1024x64c,...] [--window N]
         [--tag name] [--out f.json]
 A case: dtype:BxHxLxD, a trailing c for causal; every case takes window=(N, 0) (default 256: keys
@@ -77,6 +79,11 @@ for spec in cases:
            "in_place_bwd": call("in-place", lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd",
                                                                                **kw)),
            "copy_bwd": call("copy", lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw)),
+           # qkv_packed=True: one (B, L, 3, H, D) gradient (the in-place kernels write its thirds)
+           "in_place_bwd_packed": call("in-place", lambda: cudakit.attention_backward(
+               g, q, k, v, out, lse, layout="blhd", qkv_packed=True, **kw)),
+           "copy_bwd_packed": call("copy", lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd",
+                                                                             qkv_packed=True, **kw)),
            # the public call as it runs: kernels/paths.py's choice, timed on its first call (made here)
            "auto_fwd": lambda: cudakit.attention_with_lse(q, k, v, layout="blhd", **kw),
            "auto_bwd": lambda: cudakit.attention_backward(g, q, k, v, out, lse, layout="blhd", **kw)}
@@ -88,7 +95,7 @@ for spec in cases:
     row = {"case": spec, "window": window, **{f"{n}_ms": round(r["median_ms"], 4) for n, r in res.items()},
            "chosen": {key[0]: n for (op, key), n in paths._choice.items() if op == "attention_layout"}}
     paths.reset()
-    for s in ("fwd", "bwd"):
+    for s in ("fwd", "bwd", "bwd_packed"):
         if f"auto_{s}_ms" in row and f"torch_{s}_ms" in row:
             row[f"x_torch_auto_{s}"] = round(row[f"torch_{s}_ms"] / row[f"auto_{s}_ms"], 3)
         if f"in_place_{s}_ms" in row:
