@@ -764,3 +764,70 @@ def test_device_cu_seqlens_errors_name_the_array_and_what_is_wrong():
     msg = str(e)
     assert "cu_seqlens_q reaches past the packed q's rows" in msg and "its Lk = 9 is past max_seqlen_k = 8" in msg
     assert "cu_seqlens_k reaches past the packed k's rows" in msg
+
+
+# ---- layout "blhd" read in place by the GPU's Triton kernels: the host's decisions ----------------
+def test_blhd_readable_takes_views_the_kernels_can_address():
+    """kernels/attention.py blhd_readable (pure host code on shapes and strides): C-contiguous
+    (B, L, H, D) arrays, the thirds of one (B, L, 3, H, D) projection and heads split off a
+    (B, L, H + 2 Hkv, D) one are read in place; (B, H, L, D) data viewed as (B, L, H, D) (heads not
+    D apart), a strided head dim, negative strides and strides of part of an element are not."""
+    from cudakit.kernels import attention as at
+    x = np.zeros((2, 5, 3, 4, 8), np.float32)
+    assert at.blhd_readable(x[:, :, 0], x[:, :, 1], x[:, :, 2])
+    assert at._row_strides(x[:, :, 0], x[:, :, 1]) == (3 * 4 * 8, 3 * 4 * 8)
+    y = np.zeros((2, 5, 6 + 2 * 2, 8), np.float16)
+    q, k = y[:, :, :6], y[:, :, 6:8]
+    assert at.blhd_readable(q, k) and at._row_strides(q, k) == (10 * 8, 10 * 8)
+    assert at.blhd_readable(np.zeros((2, 5, 4, 8), np.float32))
+    assert not at.blhd_readable(np.zeros((2, 4, 5, 8), np.float32).swapaxes(1, 2))   # heads L D apart
+    assert not at.blhd_readable(np.zeros((2, 5, 4, 16), np.float32)[..., ::2])       # D strided
+    assert not at.blhd_readable(np.zeros((2, 5, 4, 8), np.float32)[:, ::-1])         # negative
+    raw = np.zeros(2 * 5 * 4 * 8 * 4 + 2, np.uint8)[2:].view(np.float32).reshape(2, 5, 4, 8)
+    odd = np.lib.stride_tricks.as_strided(raw, strides=(642, 130, 32, 4))            # part of an element
+    assert not at.blhd_readable(odd)
+    # one row: its stride is the batches' (rows of a longer sequence, one row of a cache)
+    long = np.zeros((3, 7, 2, 8), np.float32)
+    assert at.blhd_readable(long[:, 3:4]) and at._row_strides(long[:, 3:4], long[:, 3:4])[0] == 7 * 2 * 8
+
+
+class _Dev:
+    """An array's device as CuPy arrays carry it (data.device_id)."""
+    device_id = 0
+
+
+class _Arr:
+    """A (B, L, H, D) stand-in for a CuPy array: NumPy's shape and strides, a device."""
+
+    def __init__(self, a):
+        self.shape, self.strides, self.itemsize, self.dtype, self.ndim = a.shape, a.strides, a.itemsize, a.dtype, a.ndim
+        self.data = _Dev
+
+
+@pytest.mark.parametrize("cudnn_stream", [False, True])
+def test_blhd_in_place_declines_where_the_transposing_path_takes_cudnns_dropout(monkeypatch, cudnn_stream):
+    """A (B, L, H, D) call with dropout whose transposing path would draw cuDNN's stream is never
+    read in place, forward or backward (a timed choice could otherwise pair a forward on one stream
+    with a backward on the other); otherwise both passes go to the timed layout choice, keyed by the
+    backward's flags too."""
+    from cudakit.backends.attention_masks import Masks
+    from cudakit.kernels import attention as at
+    from cudakit.kernels import paths
+    asked, keys = [], []
+    monkeypatch.setattr(at, "cudnn_dropout", lambda *a: asked.append(a) or cudnn_stream)
+    monkeypatch.setattr(paths, "run", lambda op, key, cands, timer=None: keys.append((op, key)) or "ran")
+    x = np.zeros((2, 64, 3, 4, 16), np.float16)
+    q, k, v = (_Arr(x[:, :, i]) for i in range(3))
+    masks = Masks(True, dropout=(1 << 30, 1.25, 7))
+    fwd = at.forward_blhd_in_place(q, k, v, 0.25, masks, "float16", None, copy=None)
+    bwd = at.backward_blhd_in_place(q, q, k, v, q, None, 0.25, masks, "float16", False, None, None, packed=True)
+    assert len(asked) == 2 and asked[0][1:4] == (2 * 4, 64, 64)   # (B H, Lq, Lk) of the transposing path
+    if cudnn_stream:
+        assert fwd is None and bwd is None and not keys
+    else:
+        assert fwd == bwd == "ran" and [op for op, _ in keys] == ["attention_layout"] * 2
+        assert keys[0][1][0] == "fwd" and keys[1][1][0] == "bwd" and (False, True) in keys[1][1]
+    # without dropout cuDNN's stream is never asked about
+    asked.clear()
+    at.forward_blhd_in_place(q, k, v, 0.25, Masks(True, window=(8, 0)), "float16", None, copy=None)
+    assert not asked
