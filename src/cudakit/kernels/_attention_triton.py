@@ -8,7 +8,9 @@ Backward (FlashAttention-2): delta = rowsum(dO * O); one kernel accumulates dK, 
 over the query blocks, another dQ per query block over the key blocks (no atomics); P is
 recomputed from the saved log-sum-exp. FLOPs: 10 * BH * Lq * Lk * D (halved with causal).
 All arrays contiguous [BH, L, D]; D may be any size up to BLOCK_D (masked; D is a compile-time
-constant, so the mask and the row strides fold away). float32 under tf32x3: each product is three
+constant, so the mask and the row strides fold away). VARLEN: packed (total, H, D) sequences
+(_seq), or with UNIFORM (B, L, H, D) arrays read in place (_uniform: attention's layout "blhd",
+q's, k's and v's rows and the gradients' any number of elements apart, row strides as arguments). float32 under tf32x3: each product is three
 TF32 products of parts and remainders; Triton splits both operands inside the loop, except in the
 forward's SPLIT form, which splits K's and V's tiles once each (V comes transposed, tf32_split).
 
