@@ -211,7 +211,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropo
     float64 reference of each sequence; sequences without rows or keys among them. max_pad: the
     launch's max_seqlen above the longest sequence. dropout: (p, seed), sequence b's mask that of
     the padded (B, H, max_seqlen_q, max_seqlen_k) scores in cudakit.dropout's stream. max_grid: the
-    launches in slices of that many sequence*heads as kernels/attention.py's _varlen_slices makes
+    launches in slices of that many sequence*heads as kernels/attention.py's _grid_slices makes
     them past 65535 (each told its first, BH0)."""
     from cudakit.backends.cpu_dropout import mask
     from cudakit.backends.dropout_api import threshold
@@ -243,7 +243,7 @@ def check_varlen(h, hkv, d, lq, lk, causal, dtype, window=None, max_pad=0, dropo
     saved = host._MAX_GRID_Y
     host._MAX_GRID_Y = max_grid or saved
     try:
-        slices = list(host._varlen_slices(nb, h))
+        slices = list(host._grid_slices(nb * h))
     finally:
         host._MAX_GRID_Y = saved
     assert max_grid is None or len(slices) > 1, slices

@@ -280,17 +280,17 @@ def _launch(name: str, rows: int, block: int, arrays: tuple, args: tuple, consts
     arrays that are not [BH, ...] (layout "blhd", UNIFORM), passed whole to each slice, which the
     kernel finds by its first batch*head (bh0 then implied)."""
     k = _specialized(name, consts)
+    blocks = max(1, math.ceil(rows / block))
     if whole is not None:
-        for b0 in range(0, whole, _MAX_GRID_Y):
-            k[(max(1, math.ceil(rows / block)), min(whole - b0, _MAX_GRID_Y))](*arrays, *args, b0)
+        for b0, n in _grid_slices(whole):
+            k[(blocks, n)](*arrays, *args, b0)
         return
     bh = arrays[0].shape[0]
     if bh <= _MAX_GRID_Y:
-        k[(max(1, math.ceil(rows / block)), bh)](*arrays, *args, *((0,) if bh0 else ()))
+        k[(blocks, bh)](*arrays, *args, *((0,) if bh0 else ()))
         return
-    for b0 in range(0, bh, _MAX_GRID_Y):
-        b1 = min(bh, b0 + _MAX_GRID_Y)
-        k[(max(1, math.ceil(rows / block)), b1 - b0)](*(a[b0:b1] for a in arrays), *args, *((b0,) if bh0 else ()))
+    for b0, n in _grid_slices(bh):
+        k[(blocks, n)](*(a[b0:b0 + n] for a in arrays), *args, *((b0,) if bh0 else ()))
 
 
 _special: dict = {}   # (kernel name, constexprs and launch options, PDL) -> its specialised TritonKernel
@@ -941,15 +941,14 @@ def triton_forward_blhd(q, k, v, scale, masks, dtype_name, block_n=None, groups=
 
 def blhd_readable(*arrays) -> bool:
     """Whether the Triton kernels read these (B, L, H, D) arrays in place (triton_forward_blhd): unit
-    stride along D, heads D elements apart, batches L rows apart (rows: _row_strides), strides not
+    stride along D, heads D elements apart, batches L rows apart (rows: _row_stride), strides not
     negative and of whole elements."""
     for x in arrays:
         b, n, h, d = x.shape
         if min(x.strides) < 0 or any(st % x.itemsize for st in x.strides):   # (whole elements apart)
             return False
         sb, _, sh, sd = (st // x.itemsize for st in x.strides)
-        rs = _row_strides(x, x)[0]
-        if (d > 1 and sd != 1) or (h > 1 and sh != d) or (b > 1 and sb != n * rs):
+        if (d > 1 and sd != 1) or (h > 1 and sh != d) or (b > 1 and sb != n * _row_stride(x)):
             return False
     return True
 
@@ -963,7 +962,7 @@ def forward_blhd_in_place(q, k, v, scale: float, masks: Masks, dtype_name: str, 
     the Triton forward). None where the Triton kernels cannot read the arrays in place
     (blhd_readable, k and v of one layout) or take the head dim, or where copy() draws the call's
     dropout from cuDNN's stream (_cudnn_stream): the caller runs copy()."""
-    if not _in_place_readable(q, k, v) or (block_n is None and _cudnn_stream(q, k, scale, masks, dtype_name)):
+    if not _in_place_ok(q, k, v, scale, masks, dtype_name, block_n is None):
         return None
     groups = q.shape[2] // k.shape[2]
 
@@ -982,16 +981,16 @@ def backward_blhd_in_place(do, q, k, v, out, lse, scale: float, masks: Masks, dt
     copied C-contiguous where they are not; lse (B, H, Lq); packed: dq, dk, dv the thirds of one
     (B, L, 3, H, D) array), or copy()'s result, as forward_blhd_in_place chooses; None where it
     declines."""
-    if not _in_place_readable(q, k, v) or _cudnn_stream(q, k, scale, masks, dtype_name):
+    if not _in_place_ok(q, k, v, scale, masks, dtype_name, True):
         return None
     groups = q.shape[2] // k.shape[2]
 
     def in_place():
         from . import paths
-        cp = _cupy.cupy()
+        from .transpose import contiguous   # (cudakit's permute: faster than CuPy's strided copy, and traced)
         paths.ran("attention_backward", "triton")
-        r = triton_backward_blhd(cp.ascontiguousarray(do), q, k, v, cp.ascontiguousarray(out),
-                                 cp.ascontiguousarray(lse.astype(cp.float32, copy=False)), scale, masks, dtype_name,
+        r = triton_backward_blhd(contiguous(do), q, k, v, contiguous(out),
+                                 contiguous(lse.astype(_cupy.cupy().float32, copy=False)), scale, masks, dtype_name,
                                  deterministic, groups, packed and groups == 1 and q.dtype == k.dtype == v.dtype)
         return finish(*r[:3], r[3] if len(r) > 3 else None)
     return _layout_choice("bwd", q, k, masks, dtype_name, (deterministic, packed), in_place, copy)
@@ -1011,10 +1010,13 @@ def _cudnn_stream(q, k, scale: float, masks: Masks, dtype_name: str) -> bool:
                          q.data.device_id)
 
 
-def _in_place_readable(q, k, v) -> bool:
-    """Whether triton_forward_blhd reads these (B, L, H, D) arrays in place: head dim within the Triton
-    kernels', k and v of one layout (one row stride for both), each blhd_readable."""
-    return q.shape[3] <= MAX_HEAD_DIM and k.strides == v.strides and blhd_readable(q, k, v)
+def _in_place_ok(q, k, v, scale: float, masks: Masks, dtype_name: str, dropout_stream: bool) -> bool:
+    """Whether the in-place kernels take this (B, L, H, D) call: they read the arrays in place (head
+    dim within the Triton kernels', k and v of one layout, one row stride for both, each
+    blhd_readable) and, with dropout_stream (every call but a forward at a named key block), the
+    transposing path would not draw its dropout from cuDNN's stream (_cudnn_stream)."""
+    return (q.shape[3] <= MAX_HEAD_DIM and k.strides == v.strides and blhd_readable(q, k, v)
+            and not (dropout_stream and _cudnn_stream(q, k, scale, masks, dtype_name)))
 
 
 def _layout_choice(kind: str, q, k, masks: Masks, dtype_name: str, flags, in_place, copy):
@@ -1495,19 +1497,16 @@ def _triton_backward(do, q, k, v, out, lse, scale, masks, dtype_name, tiles=None
         return (dq, dk, dv) if bias is None else (dq, dk, dv, zeros(bias.shape, cp.float32) if db is None else db)
     delta = cp.empty((bh, lq), cp.float32)
     whole = bh if blhd else None   # (UNIFORM: arrays passed whole, each slice told its first bh)
-    if blhd:
-        _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq, q_heads),
-                {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "UNIFORM": True, "num_warps": 4}, whole=whole)
-    else:
-        _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq, 1, 0),
-                {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4})
+    uni = {"VARLEN": True, "UNIFORM": True} if blhd else {"VARLEN": False}
+    _launch("attn_bwd_delta", lq, 64, (out, do, delta), (lq, q_heads) if blhd else (lq, 1, 0),
+            {"D": d, "BLOCK_M": 64, "BLOCK_D": cfg["BLOCK_D"], "num_warps": 4, **({"UNIFORM": True} if blhd else {})},
+            whole=whole)
     lens, _, dlo, dhi, heads = _mask_args(masks, lq, lk, delta)
     if groups > 1 or blhd:
         heads = q_heads
     b_args = _bias_args(masks, delta)
     scalars = (lens, float(scale * math.log2(math.e)), float(scale), lq, lk, dlo, dhi, heads, *b_args)
     novar = (_uniform_args(delta, groups, q, k, grads) if blhd else _NO_VARLEN(delta, groups)) + _drop_args(masks)
-    uni = {"VARLEN": True, "UNIFORM": True} if blhd else {"VARLEN": False}
     drop = masks.dropout is not None
     has = masks.lengths is not None
     k1 = b_args[4] == 1   # BIAS_K1 (_unit_keys)
@@ -1687,13 +1686,11 @@ def _triton_forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, dty
     dlo, dhi = relative_bounds(causal, window, max_q + max_k + 1)
     err = _varlen_flag(q.data.device_id)
     drop = Masks(causal, dropout=dropout)
-    k_ = _specialized("attn_fwd", dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
-                                       DROPOUT=dropout is not None, LEFT=dlo > -_UNBOUNDED))
-    for bh0, n in _varlen_slices(b, h):
-        k_[(max(1, math.ceil(max_q / cfg["BLOCK_M"])), n)](
-            q, k, v, out, lse, lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h,
-            lse, 0, 0, 0, 0, 1, cu_q, cu_k, h // k.shape[1], total_q, k.shape[0], *_row_strides(q, k), 0,
-            *_drop_args(drop), bh0)
+    _launch("attn_fwd", max_q, cfg["BLOCK_M"], (q, k, v, out, lse),
+            (lse, err, float(scale * math.log2(math.e)), max_q, max_k, dlo, dhi, h, lse, 0, 0, 0, 0, 1, cu_q, cu_k,
+             h // k.shape[1], total_q, k.shape[0], *_row_strides(q, k), 0, *_drop_args(drop)),
+            dict(cfg, D=d, HAS_LENS=False, POS_SCALE=scale > 0, HAS_BIAS=False, VARLEN=True,
+                 DROPOUT=dropout is not None, LEFT=dlo > -_UNBOUNDED), whole=b * h)
     return out, lse
 
 
@@ -1749,39 +1746,36 @@ def _triton_backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sca
     g = h // k.shape[1]
     common = (float(scale * math.log2(math.e)), float(scale), max_q, max_k, dlo, dhi, h, delta, 0, 0, 0, 0, 1)
     drop, on = _drop_args(Masks(causal, dropout=dropout)), dropout is not None
-    strides = (*_row_strides(q, k), 0)
-    dkdv = _specialized("attn_bwd_dkdv", dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True,
-                                              DROPOUT=on))
-    dqk = _specialized("attn_bwd_dq", dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True,
-                                           VARLEN=True, DROPOUT=on))
-    for bh0, n in _varlen_slices(b, h):
-        dkdv[(max(1, math.ceil(max_k / kv["BLOCK_N"])), n)](
-            q, k, v, do, lse, delta, dk, dv, delta, *common, cu_q, cu_k, g, total_q, total_k, *strides, *drop, bh0)
-        dqk[(max(1, math.ceil(max_q / qc["BLOCK_M"])), n)](
-            q, k, v, do, lse, delta, dq, delta, *common, delta, 0, 0, 0, 0, cu_q, cu_k, g, total_q, total_k, *strides,
-            *drop, bh0)
+    geo = (cu_q, cu_k, g, total_q, total_k, *_row_strides(q, k), 0, *drop)
+    _launch("attn_bwd_dkdv", max_k, kv["BLOCK_N"], (q, k, v, do, lse, delta, dk, dv), (delta, *common, *geo),
+            dict(kv, D=d, HAS_LENS=False, EVEN_Q=False, HAS_BIAS=False, VARLEN=True, DROPOUT=on), whole=b * h)
+    _launch("attn_bwd_dq", max_q, qc["BLOCK_M"], (q, k, v, do, lse, delta, dq), (delta, *common, delta, 0, 0, 0, 0, *geo),
+            dict(qc, D=d, HAS_LENS=False, HAS_BIAS=False, DB_MODE=0, DBQ=True, DBK=True, VARLEN=True, DROPOUT=on),
+            whole=b * h)
     return dq, dk, dv
 
 
+def _row_stride(x) -> int:
+    """The element stride of x's rows as the varlen kernels step them: dim 0 of a (total, H, D) packed
+    array, dim 1 of a (B, L, H, D) one (where L is 1, the batches' stride, each batch's one row being
+    the next row, and H D where both are 1)."""
+    if x.ndim == 3:
+        return x.strides[0] // x.itemsize
+    b, n, h, d = x.shape
+    st = x.strides[1] if n > 1 else x.strides[0] if b > 1 else h * d * x.itemsize
+    return st // x.itemsize
+
+
 def _row_strides(q, k) -> tuple:
-    """(SQ, SK) of the varlen kernels: the element strides of q's and k's (v's) rows, their dim 0
-    ((total, H, D) packed arrays) or dim 1 ((B, L, H, D) ones; where L is 1, the batches' stride,
-    each batch's one row being the next row, and H D where both are 1)."""
-    def rows(x):
-        if x.ndim == 3:
-            return x.strides[0] // x.itemsize
-        b, n, h, d = x.shape
-        st = x.strides[1] if n > 1 else x.strides[0] if b > 1 else h * d * x.itemsize
-        return st // x.itemsize
-    return rows(q), rows(k)
+    """(SQ, SK) of the varlen kernels: q's and k's (v's) row strides (_row_stride)."""
+    return _row_stride(q), _row_stride(k)
 
 
-def _varlen_slices(b: int, h: int):
-    """(first sequence*head, how many) of each launch of the varlen kernels: their grid's y
-    (sequences * heads) is at most 65535, so more go in several launches, each told its first
-    (BH0: the kernels find a program's sequence, head and dropout stream from bh + BH0; the
-    packed arrays and cu_seqlens are whole in each)."""
-    bh = b * h
+def _grid_slices(bh: int):
+    """(first batch*head, how many) of each launch over bh batch*heads: grid dim y is at most 65535,
+    so more go in several launches, each told its first (BH0: the varlen and UNIFORM kernels find a
+    program's sequence, head and dropout stream from bh + BH0, the arrays whole in each; _launch
+    slices [BH, ...] arrays)."""
     for bh0 in range(0, bh, _MAX_GRID_Y):
         yield bh0, min(_MAX_GRID_Y, bh - bh0)
 
